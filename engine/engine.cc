@@ -1,0 +1,36 @@
+#include "engine/engine.h"
+
+#include "engine/base/logging.h"
+#include "engine/reference/reference_engine.h"
+#ifdef SCORED_WITH_CUDA
+#include "engine/cuda/cuda_engine.h"
+#endif
+
+namespace scored {
+
+bool CudaBackendAvailable() {
+#ifdef SCORED_WITH_CUDA
+  return CudaDeviceCount() > 0;
+#else
+  return false;
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const EngineOptions& options) {
+  Backend backend = options.backend;
+  if (backend == Backend::kAuto) backend = CudaBackendAvailable() ? Backend::kCuda : Backend::kCpu;
+  if (backend == Backend::kCpu) {
+    if (options.tp != 1) {
+      return absl::InvalidArgumentError("--tp > 1 needs the cuda backend; the cpu backend runs one process");
+    }
+    return CreateReferenceEngine(options);
+  }
+#ifdef SCORED_WITH_CUDA
+  return CreateCudaEngine(options);
+#else
+  return absl::FailedPreconditionError(
+      "the cuda backend is not built into this binary (configured with SCORED_ENABLE_CUDA=OFF); use --backend=cpu");
+#endif
+}
+
+}  // namespace scored

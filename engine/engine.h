@@ -1,0 +1,108 @@
+// The scoring engine: holds one (possibly quantized) causal LM and answers Score() for batches of
+// independent token sequences with exact per-token log-probabilities (DESIGN.md §3, §4).
+//
+// No gRPC and no CUDA/NCCL headers here: the server links this interface only.
+//
+// Lifecycle: CreateEngine(options) -> StatusOr<unique_ptr<Engine>>; then Score() any number of times.
+// Thread-safety: Score() is NOT reentrant; the server's batcher calls it from one thread. info() is
+// immutable after creation and safe from any thread. fatal_status() is safe from any thread.
+#ifndef SCORED_ENGINE_ENGINE_H_
+#define SCORED_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace scored {
+
+enum class Backend { kAuto, kCpu, kCuda };
+enum class ComputeDtype { kBf16, kFp32 };
+
+struct EngineOptions {
+  std::string model_dir;                 // HF-style folder: config.json, *.safetensors, tokenizer files
+  Backend backend = Backend::kAuto;      // kAuto: CUDA if a GPU is present and built in, else CPU
+  ComputeDtype dtype = ComputeDtype::kBf16;  // CUDA only; the CPU reference always computes in fp32/fp64
+  int tp = 1;                            // tensor-parallel ranks (CUDA only)
+  int64_t max_batch_tokens = 16384;      // most tokens in one Score() batch (sum over sequences)
+  int64_t max_seq_len = 0;               // longest sequence; 0 = the model's max_position_embeddings
+  int num_threads = 0;                   // CPU backend worker threads; 0 = hardware concurrency
+};
+
+// One sequence to score. Positions j in [max(1, score_from), n) are scored.
+struct ScoreRequest {
+  std::vector<int32_t> tokens;  // [n], every id in [0, vocab_size)
+  int32_t score_from = 1;       // positions before it are context only; values < 1 act as 1
+  int32_t top_k = 0;            // 0..64: also return the top_k (id, logprob) pairs per scored position
+  bool want_rank = false;       // rank[j] = 1 + #ids with a strictly larger logit
+  bool want_entropy = false;    // entropy of the predicted distribution, nats
+};
+
+struct TopKEntry {
+  int32_t id;
+  float logprob;
+};
+
+// Per scored position, in order; all arrays have num_scored entries (rank/entropy/top_k only if asked).
+struct ScoreResult {
+  std::vector<float> logprob;                  // log P(tokens[j] | tokens[<j]), natural log
+  std::vector<uint8_t> greedy;                 // 1 if argmax (ties -> lowest id) == tokens[j]
+  std::vector<int32_t> rank;                   // if want_rank
+  std::vector<float> entropy;                  // if want_entropy
+  std::vector<std::vector<TopKEntry>> top_k;   // if top_k > 0: descending logprob, ties by lower id
+  double sum_logprob = 0.0;                    // sum of logprob computed in double before rounding
+  int32_t num_scored = 0;
+};
+
+// Static facts about the loaded model (GetModelInfo, metrics, logs).
+struct ModelInfo {
+  std::string architecture;      // e.g. "LlamaForCausalLM"
+  std::string format;            // "dense-bf16", "pack-quantized-w4a16-g128", "nvfp4a16", "fp8-w8a8", ...
+  std::string format_notes;      // e.g. "W4A4 checkpoint run weight-only (NVFP4A16)"; empty if none
+  std::string backend;           // "cpu" or "cuda"
+  std::string compute_dtype;     // "fp32" or "bf16"
+  int tp = 1;
+  int64_t vocab_size = 0;        // embedding rows from config.json
+  int64_t max_seq_len = 0;
+  int64_t max_batch_tokens = 0;
+  int64_t num_parameters = 0;    // logical parameter count (unpacked), embeddings included
+  double bits_per_weight_decoder = 0.0;  // stored bits (values + scales + zeros) / decoder linear weights
+  double bits_per_weight_head = 0.0;     // same for lm_head (tied: the embedding's)
+  int64_t resident_bytes = 0;    // bytes the weights occupy on the device (host for CPU)
+  std::string model_fingerprint; // see engine/model/fingerprint.h
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // Scores a batch of independent sequences. Results are identical (bitwise on a given backend) whatever
+  // the other sequences in the batch. Errors: INVALID_ARGUMENT / OUT_OF_RANGE for a malformed request
+  // (the server validates first, so this is a second line of defence); UNAVAILABLE after a sticky
+  // device failure (see fatal_status()).
+  virtual absl::StatusOr<std::vector<ScoreResult>> Score(absl::Span<const ScoreRequest> batch) = 0;
+
+  virtual const ModelInfo& info() const = 0;
+
+  // OK while the engine can serve; after an unrecoverable device/communicator error it returns that
+  // error forever (the server then reports NOT_SERVING and exits non-zero).
+  virtual absl::Status fatal_status() const { return absl::OkStatus(); }
+
+  // Device memory in use / total, bytes, per device; empty on the CPU backend.
+  virtual std::vector<std::pair<int64_t, int64_t>> DeviceMemory() const { return {}; }
+};
+
+// Whether this build has the CUDA backend compiled in and a usable GPU is visible.
+bool CudaBackendAvailable();
+
+// Loads the model and builds the engine for the chosen backend. Errors name what is wrong
+// (missing/unsupported config field, malformed safetensors file and tensor, unsupported quantization).
+absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const EngineOptions& options);
+
+}  // namespace scored
+
+#endif  // SCORED_ENGINE_ENGINE_H_

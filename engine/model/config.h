@@ -1,0 +1,57 @@
+// config.json of a supported causal LM (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM), plus the raw quantization_config (parsed by compressed_tensors.h).
+//
+// Anything unsupported (architecture, hidden_act other than silu, rope_scaling type other than
+// llama3/linear, sliding window in use, ...) fails with INVALID_ARGUMENT naming the field and value.
+#ifndef SCORED_ENGINE_MODEL_CONFIG_H_
+#define SCORED_ENGINE_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace scored {
+
+enum class RopeType { kDefault, kLlama3, kLinear };
+
+struct RopeScaling {
+  RopeType type = RopeType::kDefault;
+  double factor = 1.0;                                // llama3, linear
+  double low_freq_factor = 1.0;                       // llama3
+  double high_freq_factor = 4.0;                      // llama3
+  int64_t original_max_position_embeddings = 8192;    // llama3
+};
+
+struct ModelConfig {
+  std::string architecture;     // "LlamaForCausalLM", ...
+  std::string model_type;       // "llama", "mistral", "qwen2", "qwen3"
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;       // num_hidden_layers
+  int64_t num_heads = 0;        // num_attention_heads
+  int64_t num_kv_heads = 0;     // num_key_value_heads (defaults to num_heads)
+  int64_t head_dim = 0;         // explicit head_dim, else hidden_size / num_heads
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v bias (Qwen2 always; Llama if attention_bias: true)
+  bool qk_norm = false;         // Qwen3: per-head RMSNorm of q and k before RoPE
+  int64_t bos_token_id = -1;    // -1 when absent
+  int64_t eos_token_id = -1;    // first id when a list
+  std::string torch_dtype;      // "float32", "bfloat16", "float16" ("dtype" in newer files)
+  bool has_quantization_config = false;
+  std::string quantization_config_json;  // raw JSON text of quantization_config ("" when absent)
+};
+
+// source_name is used in error messages (usually the file path).
+absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source_name);
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
+
+}  // namespace scored
+
+#endif  // SCORED_ENGINE_MODEL_CONFIG_H_

@@ -1,0 +1,79 @@
+// safetensors reader: mmap, zero-copy views, strict header validation.
+//
+// A file is: u64 little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets:[b,e]},
+// "__metadata__": {...}}, then the data section. Validation (every failure is INVALID_ARGUMENT or
+// DATA_LOSS naming the file and, where there is one, the tensor; never a crash or out-of-bounds read):
+// N fits the file; JSON well formed; known dtype; shape non-negative and its byte size (no overflow) ==
+// e - b; 0 <= b <= e <= data section size; tensors do not overlap.
+#ifndef SCORED_ENGINE_MODEL_SAFETENSORS_H_
+#define SCORED_ENGINE_MODEL_SAFETENSORS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace scored {
+
+enum class DType { kF32, kF16, kBF16, kF8E4M3, kI8, kU8, kI32, kI64 };
+
+const char* DTypeName(DType dtype);   // safetensors spelling: "F32", "BF16", "F8_E4M3", ...
+int64_t DTypeSize(DType dtype);       // bytes per element
+
+// A tensor inside an mmapped file. Valid while the owning SafetensorsFile / TensorStore lives.
+struct TensorView {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // nullptr: absent
+  int64_t nbytes = 0;
+  std::string file;               // path of the file it lives in (for error messages)
+
+  bool present() const { return data != nullptr; }
+  int64_t NumElements() const;
+};
+
+class SafetensorsFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  void* map_ = nullptr;
+  int64_t map_size_ = 0;
+  std::map<std::string, TensorView> tensors_;
+  std::map<std::string, std::string> metadata_;
+  friend class SafetensorsParser;
+};
+
+// All tensors of a model folder: model.safetensors, or the shards named by model.safetensors.index.json
+// (every shard listed is opened; a tensor the index names must be in that shard).
+class TensorStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<TensorStore>> Open(const std::string& model_dir);
+
+  // NOT_FOUND naming the tensor and the folder when absent.
+  absl::StatusOr<TensorView> Get(const std::string& name) const;
+  bool Has(const std::string& name) const;
+  std::vector<std::string> Names() const;
+
+ private:
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorView*> index_;
+  std::string dir_;
+};
+
+}  // namespace scored
+
+#endif  // SCORED_ENGINE_MODEL_SAFETENSORS_H_

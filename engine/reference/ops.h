@@ -1,0 +1,80 @@
+// CPU reference ops: plain, obviously-correct fp32 math with fp64 reductions. They define what every GPU
+// kernel computes (tests/engine/kernels compare against these) and make up the reference forward.
+// All pointers are row-major, caller-allocated; no aliasing unless stated. No CUDA here.
+#ifndef SCORED_ENGINE_REFERENCE_OPS_H_
+#define SCORED_ENGINE_REFERENCE_OPS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/engine.h"
+#include "engine/model/config.h"
+
+namespace scored::ref {
+
+// out[t, :] = table[tokens[t], :]. INVALID_ARGUMENT for an id outside [0, vocab_size).
+absl::Status Embedding(const float* table,     // [vocab_size, hidden_size]
+                       const int32_t* tokens,  // [num_tokens]
+                       int64_t num_tokens, int64_t vocab_size, int64_t hidden_size,
+                       float* out);            // [num_tokens, hidden_size]
+
+// out[t, i] = x[t, i] / sqrt(mean_i(x[t, :]^2) + eps) * weight[i]; the mean in double. out may alias x.
+void RmsNorm(const float* x,       // [num_tokens, hidden_size]
+             const float* weight,  // [hidden_size]
+             int64_t num_tokens, int64_t hidden_size, double eps,
+             float* out);          // [num_tokens, hidden_size]
+
+// Rotary frequencies inv_freq[i] for i < head_dim/2, as transformers computes them in fp32:
+// default 1/theta^(2i/d); linear: divided by factor; llama3: the wavelength-banded scaling.
+std::vector<float> RopeInvFreq(const ModelConfig& config);
+
+// Rotates pairs (i, i + head_dim/2) of every head (HF "rotate_half" convention), in place:
+// angle = positions[t] * inv_freq[i] (fp32), cos/sin in fp32.
+void Rope(float* x,                  // [num_tokens, num_heads, head_dim]
+          const int32_t* positions,  // [num_tokens]
+          const float* inv_freq,     // [head_dim / 2]
+          int64_t num_tokens, int64_t num_heads, int64_t head_dim);
+
+// Causal self-attention of ONE sequence with grouped-query heads (head h reads kv head
+// h / (num_heads / num_kv_heads)); scale 1/sqrt(head_dim); softmax with max subtraction, sums in double.
+void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
+                     const float* k,  // [num_tokens, num_kv_heads, head_dim]
+                     const float* v,  // [num_tokens, num_kv_heads, head_dim]
+                     int64_t num_tokens, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
+                     float* out);     // [num_tokens, num_heads, head_dim]
+
+// y[t, o] = sum_k x[t, k] * w[o, k] (+ bias[o]); dot products accumulated in double, rounded to fp32.
+void Linear(const float* x,     // [num_tokens, in_features]
+            const float* w,     // [out_features, in_features]
+            const float* bias,  // [out_features] or nullptr
+            int64_t num_tokens, int64_t in_features, int64_t out_features,
+            float* y);          // [num_tokens, out_features]
+
+// out[t, i] = silu(gate[t, i]) * up[t, i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
+void SwiGlu(const float* gate, const float* up, int64_t num_tokens, int64_t intermediate_size, float* out);
+
+// W8A8 dynamic per-token FP8 activation quantization as compressed-tensors emulates it, in place:
+// scale = amax(|x[t, :]|) / 448 (fp32; a zero row keeps scale 0 and stays 0), q = fp8_e4m3(x / scale)
+// with round-to-nearest-even and saturation to +-448, x = fp32(q) * scale.
+void FakeQuantizeFp8PerToken(float* x,  // [num_tokens, in_features]
+                             int64_t num_tokens, int64_t in_features);
+
+// Per-position outputs from one row of fp32 logits, by the Score contract (DESIGN.md §3):
+// logprob = logit[target] - logsumexp (max-subtracted, sum in double); greedy = argmax (lowest id on
+// ties) == target; rank = 1 + #{logit > logit[target]}; entropy = -sum p log p (double);
+// top_k (0..64) by descending logit, ties by lower id. `want_*` select optional outputs.
+struct TokenScore {
+  double logprob = 0.0;
+  bool greedy = false;
+  int32_t rank = 0;
+  double entropy = 0.0;
+  std::vector<TopKEntry> top_k;
+};
+TokenScore ScoreLogits(const float* logits,  // [vocab_size]
+                       int64_t vocab_size, int32_t target, int32_t top_k, bool want_rank,
+                       bool want_entropy);
+
+}  // namespace scored::ref
+
+#endif  // SCORED_ENGINE_REFERENCE_OPS_H_

@@ -1,0 +1,53 @@
+// Tokenizers of the supported models, loaded from a model (or tokenizer) folder:
+//   - SentencePiece `tokenizer.model` (protobuf) via libsentencepiece (Llama-2, Mistral, stories260K)
+//   - HF `tokenizer.json` BPE: byte-level (GPT-2, Llama-3, Qwen2 incl. NFC) and metaspace (Llama-2 style)
+//   - `vocab.json` + `merges.txt` byte-level BPE (GPT-2, Qwen2)
+//   - tiktoken `tokenizer.model` (base64 token + rank per line; Llama-3, with its pattern and specials)
+// Special tokens and BOS/EOS come from tokenizer_config.json / special_tokens_map.json where present.
+//
+// Thread-safety: immutable after Load(); Encode/Decode are thread-safe.
+#ifndef SCORED_ENGINE_TOKENIZER_TOKENIZER_H_
+#define SCORED_ENGINE_TOKENIZER_TOKENIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace scored {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Picks the format from the files present in `dir` (tokenizer.json, then tokenizer.model —
+  // SentencePiece or tiktoken by content —, then vocab.json + merges.txt). NOT_FOUND if none.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& dir);
+
+  // Encodes text without adding BOS/EOS (special-token strings in the text are matched as specials
+  // where the format does so by default, e.g. "<|endoftext|>" for tiktoken/HF added tokens).
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const = 0;
+  // Decodes ids to text (special tokens included as their text). INVALID_ARGUMENT for an id out of range.
+  virtual absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const = 0;
+  // UTF-8 byte length of one token's contribution to decoded text (metaspace -> ' ', byte tokens -> 1),
+  // used for bits-per-byte. 0 for special/control tokens.
+  virtual int64_t TokenByteLength(int32_t id) const = 0;
+
+  virtual int64_t vocab_size() const = 0;   // ids are in [0, vocab_size)
+  virtual int32_t bos_id() const = 0;       // -1 if none
+  virtual int32_t eos_id() const = 0;       // -1 if none
+  // Whether "tokenize with BOS" prepends BOS by default (tokenizer_config add_bos_token, or the
+  // Llama-3 convention of a begin_of_text token; SentencePiece default true).
+  virtual bool add_bos_by_default() const = 0;
+  virtual std::string kind() const = 0;     // "sentencepiece", "hf-bpe-bytelevel", "hf-bpe-metaspace", "tiktoken"
+  // Hex SHA-256 over the tokenizer files' bytes in a fixed order (documented in the implementation).
+  virtual std::string fingerprint() const = 0;
+};
+
+}  // namespace scored
+
+#endif  // SCORED_ENGINE_TOKENIZER_TOKENIZER_H_

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of scored from Debian 12 packages, by name.
+# The CUDA toolkit (nvcc, cudart, cuBLASLt, NCCL) is not a Debian package: where /usr/local/cuda exists
+# the build uses it, otherwise CMake turns SCORED_ENABLE_CUDA off by itself.
+# Usage: scripts/install_deps.sh            (run as root, or with sudo available)
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git ca-certificates curl openssl
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev prometheus-cpp-dev nlohmann-json3-dev
+  libsentencepiece-dev libpcre2-dev libutf8proc-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-venv python3-pip
+  prometheus
+)
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install_deps: all ${#packages[@]} Debian packages present"
+  exit 0
+fi
+echo "install_deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Python virtual environment for the Python client, lm-eval adapter and test helpers: .venv at the
+# repository root, packages from PyPI pinned in scripts/requirements-test.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${SCORED_VENV:-.venv}
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+if [ -f scripts/requirements-test.txt ]; then
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
+fi
