@@ -2,7 +2,8 @@
 # Installs every build and test dependency of scored from Debian 12 packages, by name.
 # The CUDA toolkit (nvcc, cudart, cuBLASLt, NCCL) is not a Debian package: where /usr/local/cuda exists
 # the build uses it, otherwise CMake turns SCORED_ENABLE_CUDA off by itself.
-# Usage: scripts/install_deps.sh            (run as root, or with sudo available)
+# Usage: scripts/install_deps.sh [--runtime]   (run as root, or with sudo available)
+#   --runtime: only the shared libraries the built binaries need (for slim runtime images)
 set -euo pipefail
 
 packages=(
@@ -14,6 +15,12 @@ packages=(
   python3 python3-venv python3-pip
   prometheus
 )
+
+runtime_packages=(
+  ca-certificates libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623
+  libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libsentencepiece0 libpcre2-8-0 libutf8proc2
+)
+if [ "${1:-}" = "--runtime" ]; then packages=("${runtime_packages[@]}"); fi
 
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
