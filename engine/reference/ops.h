@@ -13,6 +13,10 @@
 
 namespace scored::ref {
 
+class ThreadPool;  // engine/reference/thread_pool.h; ops taking one split their work over it (nullptr: the
+                   // calling thread does it all). Results are bitwise the same for any pool size: every
+                   // output element is computed by the same arithmetic in the same order.
+
 // out[t, :] = table[tokens[t], :]. INVALID_ARGUMENT for an id outside [0, vocab_size).
 absl::Status Embedding(const float* table,     // [vocab_size, hidden_size]
                        const int32_t* tokens,  // [num_tokens]
@@ -38,21 +42,32 @@ void Rope(float* x,                  // [num_tokens, num_heads, head_dim]
 
 // Causal self-attention of ONE sequence with grouped-query heads (head h reads kv head
 // h / (num_heads / num_kv_heads)); scale 1/sqrt(head_dim); softmax with max subtraction, sums in double.
+// Precisely: s[j] = fp32(dot(q_t, k_j) * scale) with the dot in double; m = max_j s[j];
+// p[j] = expf(s[j] - m) in fp32; out = fp32(sum_j p[j] * v_j / sum_j p[j]), both sums in double.
+// num_heads must be a multiple of num_kv_heads.
 void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
                      const float* k,  // [num_tokens, num_kv_heads, head_dim]
                      const float* v,  // [num_tokens, num_kv_heads, head_dim]
                      int64_t num_tokens, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
-                     float* out);     // [num_tokens, num_heads, head_dim]
+                     float* out,      // [num_tokens, num_heads, head_dim]
+                     ThreadPool* pool = nullptr);
 
 // y[t, o] = sum_k x[t, k] * w[o, k] (+ bias[o]); dot products accumulated in double, rounded to fp32.
+// Precisely: y = fp32(sum_{k ascending} double(x[t, k]) * double(w[o, k]) + double(bias[o])) (each product
+// is exact in double, so the value does not depend on FMA use or on the instruction set).
 void Linear(const float* x,     // [num_tokens, in_features]
             const float* w,     // [out_features, in_features]
             const float* bias,  // [out_features] or nullptr
             int64_t num_tokens, int64_t in_features, int64_t out_features,
-            float* y);          // [num_tokens, out_features]
+            float* y,           // [num_tokens, out_features]
+            ThreadPool* pool = nullptr);
 
 // out[t, i] = silu(gate[t, i]) * up[t, i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
 void SwiGlu(const float* gate, const float* up, int64_t num_tokens, int64_t intermediate_size, float* out);
+
+// Rounds to the nearest FP8 E4M3FN value (round-to-nearest-even; subnormals down to 2^-9), saturating to
+// +-448 (what torch's clamp(-448, 448) then .to(float8_e4m3fn) gives). NaN stays NaN.
+float RoundToFp8E4M3(float x);
 
 // W8A8 dynamic per-token FP8 activation quantization as compressed-tensors emulates it, in place:
 // scale = amax(|x[t, :]|) / 448 (fp32; a zero row keeps scale 0 and stays 0), q = fp8_e4m3(x / scale)
