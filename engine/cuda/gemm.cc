@@ -1,0 +1,164 @@
+#include "engine/cuda/gemm.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/cuda_check.h"
+
+namespace scored::cuda {
+namespace {
+
+// 32 MiB: what cuBLAS documents as enough for every Hopper kernel.
+constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
+// Candidates asked of the heuristic; the first without split-K is pinned.
+constexpr int kHeuristicCandidates = 16;
+
+absl::Status CublasStatus(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, " failed: cuBLAS status ", static_cast<int>(status)));
+}
+
+cudaDataType_t InputType(GemmTypes types) { return types == GemmTypes::kFp32 ? CUDA_R_32F : CUDA_R_16BF; }
+cudaDataType_t OutputType(GemmTypes types) {
+  return types == GemmTypes::kBf16ToBf16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+// B (x) and C (y) layouts for num_tokens rows: col-major [in, num_tokens] and [out, num_tokens].
+struct TokenLayouts {
+  cublasLtMatrixLayout_t x = nullptr;
+  cublasLtMatrixLayout_t y = nullptr;
+  ~TokenLayouts() {
+    if (x != nullptr) cublasLtMatrixLayoutDestroy(x);
+    if (y != nullptr) cublasLtMatrixLayoutDestroy(y);
+  }
+  absl::Status Init(int64_t num_tokens, int64_t out_features, int64_t in_features, GemmTypes types) {
+    SCORED_RETURN_IF_ERROR(CublasStatus(
+        cublasLtMatrixLayoutCreate(&x, InputType(types), static_cast<uint64_t>(in_features),
+                                   static_cast<uint64_t>(num_tokens), in_features),
+        "cublasLtMatrixLayoutCreate(x)"));
+    return CublasStatus(cublasLtMatrixLayoutCreate(&y, OutputType(types), static_cast<uint64_t>(out_features),
+                                                   static_cast<uint64_t>(num_tokens), out_features),
+                        "cublasLtMatrixLayoutCreate(y)");
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(int64_t max_tokens) {
+  if (max_tokens <= 0) return absl::InvalidArgumentError("GemmRunner: max_tokens must be positive");
+  std::unique_ptr<GemmRunner> runner(new GemmRunner());
+  runner->max_tokens_ = max_tokens;
+  SCORED_RETURN_IF_ERROR(CublasStatus(cublasLtCreate(&runner->handle_), "cublasLtCreate"));
+  SCORED_ASSIGN_OR_RETURN(runner->workspace_, DeviceBuffer::Allocate(kWorkspaceBytes, "the cuBLASLt workspace"));
+  return runner;
+}
+
+GemmRunner::~GemmRunner() {
+  for (auto& [key, plan] : plans_) {
+    if (plan.w_layout != nullptr) cublasLtMatrixLayoutDestroy(plan.w_layout);
+    if (plan.desc != nullptr) cublasLtMatmulDescDestroy(plan.desc);
+  }
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+absl::Status GemmRunner::Prepare(int64_t out_features, int64_t in_features, GemmTypes types) {
+  return GetPlan(out_features, in_features, types).status();
+}
+
+absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features, int64_t in_features,
+                                                            GemmTypes types) {
+  const Key key{out_features, in_features, types};
+  if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
+  if (out_features <= 0 || in_features <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("GEMM shape [", out_features, ", ", in_features, "]"));
+  }
+
+  Plan plan;
+  const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  SCORED_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate"));
+  const cublasOperation_t trans_w = CUBLAS_OP_T, trans_x = CUBLAS_OP_N;
+  SCORED_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_w, sizeof(trans_w)),
+      "set TRANSA"));
+  SCORED_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_x, sizeof(trans_x)),
+      "set TRANSB"));
+  SCORED_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatrixLayoutCreate(&plan.w_layout, InputType(types), static_cast<uint64_t>(in_features),
+                                              static_cast<uint64_t>(out_features), in_features),
+                   "cublasLtMatrixLayoutCreate(w)"));
+
+  TokenLayouts layouts;
+  SCORED_RETURN_IF_ERROR(layouts.Init(max_tokens_, out_features, in_features, types));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  SCORED_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"));
+  const uint64_t workspace = static_cast<uint64_t>(workspace_.bytes());
+  const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_NONE;
+  absl::Status status = CublasStatus(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                           sizeof(workspace)),
+      "set MAX_WORKSPACE_BYTES");
+  if (status.ok()) {
+    status = CublasStatus(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                               &reduction_mask, sizeof(reduction_mask)),
+                          "set REDUCTION_SCHEME_MASK");
+  }
+  std::vector<cublasLtMatmulHeuristicResult_t> results(kHeuristicCandidates);
+  int returned = 0;
+  if (status.ok()) {
+    status = CublasStatus(
+        cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.w_layout, layouts.x, layouts.y, layouts.y, pref,
+                                       kHeuristicCandidates, results.data(), &returned),
+        "cublasLtMatmulAlgoGetHeuristic");
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  bool found = false;
+  for (int i = 0; status.ok() && i < returned && !found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    int32_t splitk = 1;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                             sizeof(splitk), &written) == CUBLAS_STATUS_SUCCESS &&
+        splitk > 1) {
+      continue;
+    }
+    plan.algo = results[i].algo;
+    found = true;
+  }
+  if (status.ok() && !found) {
+    status = absl::InternalError(absl::StrCat("cuBLASLt offers no algorithm without split-K for the GEMM [",
+                                              max_tokens_, ", ", in_features, "] x [", out_features, ", ",
+                                              in_features, "]^T"));
+  }
+  if (!status.ok()) {
+    cublasLtMatrixLayoutDestroy(plan.w_layout);
+    cublasLtMatmulDescDestroy(plan.desc);
+    return status;
+  }
+  auto [it, inserted] = plans_.emplace(key, plan);
+  return &it->second;
+}
+
+absl::Status GemmRunner::Linear(const void* x, const void* w, void* y, int64_t num_tokens, int64_t out_features,
+                                int64_t in_features, GemmTypes types, cudaStream_t stream) {
+  if (num_tokens < 0 || num_tokens > max_tokens_) {
+    return absl::OutOfRangeError(
+        absl::StrCat("GEMM with ", num_tokens, " tokens; the engine was sized for ", max_tokens_));
+  }
+  if (num_tokens == 0) return absl::OkStatus();
+  SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types));
+  TokenLayouts layouts;
+  SCORED_RETURN_IF_ERROR(layouts.Init(num_tokens, out_features, in_features, types));
+  const float alpha = 1.0f, beta = 0.0f;
+  SCORED_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatmul(handle_, plan->desc, &alpha, w, plan->w_layout, x, layouts.x, &beta, y, layouts.y, y,
+                     layouts.y, &plan->algo, workspace_.data(), static_cast<size_t>(workspace_.bytes()), stream),
+      "cublasLtMatmul"));
+  return absl::OkStatus();
+}
+
+}  // namespace scored::cuda

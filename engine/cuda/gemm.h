@@ -1,0 +1,80 @@
+// cuBLASLt wrapper for the engine's linears: y[num_tokens, out_features] = x[num_tokens, in_features] ·
+// w[out_features, in_features]^T, all row-major (the PyTorch nn.Linear layout).
+//
+// Types (GemmTypes): bf16 x and w with fp32 accumulation writing bf16 or fp32 y (the bf16 engine; fp32 y
+// for the lm_head logits), or fp32 everywhere with plain fp32 math, no TF32 (the fp32 engine).
+//
+// Batch invariance: for each (out_features, in_features, types) the algorithm is chosen ONCE, by
+// cuBLASLt's heuristic for num_tokens = max_tokens, restricted to no split-K and no reduction scheme,
+// and then pinned for every later call whatever its num_tokens. With one kernel and an unsplit K loop
+// every output element is the same sequence of fused multiply-adds whatever the other rows are, so a
+// row's result does not depend on what it is batched with.
+//
+// The workspace is allocated once at Create(). Thread-safety: none (one engine thread).
+#ifndef SCORED_ENGINE_CUDA_GEMM_H_
+#define SCORED_ENGINE_CUDA_GEMM_H_
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/cuda/device_buffer.h"
+
+namespace scored::cuda {
+
+enum class GemmTypes {
+  kBf16ToBf16,  // x, w bf16; y bf16; fp32 accumulate
+  kBf16ToFp32,  // x, w bf16; y fp32; fp32 accumulate
+  kFp32,        // x, w, y fp32; fp32 math (CUBLAS_COMPUTE_32F, never TF32)
+};
+
+class GemmRunner {
+ public:
+  // max_tokens: the largest num_tokens any call will pass (algorithms are chosen for it).
+  static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(int64_t max_tokens);
+  ~GemmRunner();
+  GemmRunner(const GemmRunner&) = delete;
+  GemmRunner& operator=(const GemmRunner&) = delete;
+
+  // Chooses and pins the algorithm for one weight shape (also done lazily by Linear()). INTERNAL when
+  // cuBLASLt offers no algorithm without split-K for it.
+  absl::Status Prepare(int64_t out_features, int64_t in_features, GemmTypes types);
+
+  // y = x · w^T on `stream`. 0 <= num_tokens <= max_tokens. Pointers 16-byte aligned; x, w, y must
+  // not overlap. Asynchronous: errors of the launch itself are returned, execution errors surface at the
+  // next synchronization.
+  absl::Status Linear(const void* x,  // [num_tokens, in_features], bf16 or fp32 per `types`
+                      const void* w,  // [out_features, in_features], bf16 or fp32 per `types`
+                      void* y,        // [num_tokens, out_features], bf16 or fp32 per `types`
+                      int64_t num_tokens, int64_t out_features, int64_t in_features, GemmTypes types,
+                      cudaStream_t stream);
+
+  int64_t max_tokens() const { return max_tokens_; }
+  int64_t workspace_bytes() const { return workspace_.bytes(); }
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t w_layout = nullptr;  // A: col-major [in, out], used transposed
+    cublasLtMatmulAlgo_t algo;
+  };
+  using Key = std::tuple<int64_t, int64_t, GemmTypes>;
+
+  GemmRunner() = default;
+  absl::StatusOr<const Plan*> GetPlan(int64_t out_features, int64_t in_features, GemmTypes types);
+
+  cublasLtHandle_t handle_ = nullptr;
+  int64_t max_tokens_ = 0;
+  DeviceBuffer workspace_;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace scored::cuda
+
+#endif  // SCORED_ENGINE_CUDA_GEMM_H_

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Writes a random-weight Llama-3-8B-shaped checkpoint (bf16 safetensors, sharded) and transformers'
+reference logprobs for a few random windows of it. Runs on a GPU machine (torch + transformers + safetensors).
+
+  make_random_llama.py --out DIR [--layers 32] [--windows 4] [--ctx 2048]
+
+Weights: every linear and the embedding ~ N(0, 0.02) (the Llama initializer_range), lm_head ~ N(0, 0.04)
+so the next-token distribution is far from uniform (logit std ~2.5 after the final norm), norms = 1.
+Generated on the GPU from a fixed seed: the same arguments give the same checkpoint.
+
+DIR/ref_windows.bin (little-endian): int32 num_windows, int32 ctx, int32 tokens[num_windows][ctx],
+float32 logprob_fp32head[num_windows][ctx-1], float32 logprob_bf16logits[num_windows][ctx-1], where
+logprob[w][j-1] = log P(tokens[w][j] | tokens[w][<j]) from transformers (bf16, SDPA):
+  fp32head:   final hidden states (bf16) times lm_head in fp32, log_softmax in fp32 -- the engine's numerics;
+  bf16logits: model(ids).logits (bf16) -> float -> log_softmax (what common evaluation scripts do).
+"""
+import argparse
+import json
+import os
+import struct
+import time
+
+import torch
+from safetensors.torch import save_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+SHARD_BYTES = 4 << 30
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--windows", type=int, default=4)
+    ap.add_argument("--ctx", type=int, default=2048)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.time()
+
+    cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=args.layers,
+                      num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0,
+                      max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                      bos_token_id=128000, eos_token_id=128001, attn_implementation="sdpa")
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg)
+    model.eval()
+
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(1234)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.04 if name == "lm_head.weight" else 0.02, generator=gen)
+    torch.cuda.synchronize()
+    t_gen = time.time() - t0
+
+    # Reference logprobs on random windows.
+    tok_gen = torch.Generator(device="cuda")
+    tok_gen.manual_seed(99)
+    ids = torch.randint(0, cfg.vocab_size, (args.windows, args.ctx), device="cuda", generator=tok_gen,
+                        dtype=torch.int64)
+    lp32, lp16 = [], []
+    with torch.inference_mode():
+        for w in range(args.windows):
+            x = ids[w:w + 1]
+            h = model.model(x).last_hidden_state[0, :-1]                      # [ctx-1, hidden] bf16
+            logits = h.float() @ model.lm_head.weight.float().t()              # [ctx-1, vocab] fp32
+            lp = torch.log_softmax(logits, -1).gather(-1, x[0, 1:, None]).squeeze(-1)
+            lp32.append(lp.float().cpu())
+            del logits
+            logits16 = model(x).logits[0, :-1].float()
+            lp = torch.log_softmax(logits16, -1).gather(-1, x[0, 1:, None]).squeeze(-1)
+            lp16.append(lp.float().cpu())
+            del logits16
+    with open(os.path.join(args.out, "ref_windows.bin"), "wb") as f:
+        f.write(struct.pack("<ii", args.windows, args.ctx))
+        f.write(ids.to(torch.int32).cpu().numpy().tobytes())
+        f.write(torch.stack(lp32).numpy().astype("<f4").tobytes())
+        f.write(torch.stack(lp16).numpy().astype("<f4").tobytes())
+    t_ref = time.time() - t0 - t_gen
+
+    # Sharded safetensors + index.
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    shards, cur, cur_bytes = [], {}, 0
+    for name, t in state.items():
+        nbytes = t.numel() * t.element_size()
+        if cur and cur_bytes + nbytes > SHARD_BYTES:
+            shards.append(cur)
+            cur, cur_bytes = {}, 0
+        cur[name] = t
+        cur_bytes += nbytes
+    shards.append(cur)
+    weight_map, total = {}, 0
+    for i, shard in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file({k: v.contiguous().cpu() for k, v in shard.items()}, os.path.join(args.out, fname),
+                  metadata={"format": "pt"})
+        for k, v in shard.items():
+            weight_map[k] = fname
+            total += v.numel() * v.element_size()
+    with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=1)
+    conf = cfg.to_dict()
+    conf["architectures"] = ["LlamaForCausalLM"]
+    conf["torch_dtype"] = "bfloat16"
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(conf, f, indent=1)
+    n_params = sum(v.numel() for v in state.values())
+    print(f"make_random_llama: {n_params / 1e9:.2f}B params, {len(shards)} shards, {total / 2**30:.1f} GiB; "
+          f"generate {t_gen:.1f}s, reference {t_ref:.1f}s, write {time.time() - t0 - t_gen - t_ref:.1f}s",
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
