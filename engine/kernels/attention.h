@@ -1,0 +1,59 @@
+// Causal grouped-query self-attention over a variable-length batch of independent windows.
+//
+// Sequence s holds tokens [cu_seqlens[s], cu_seqlens[s+1]) of the packed batch. For token t of sequence s
+// (local index i = t - cu_seqlens[s]) and head h (kv head g = h / (num_heads / num_kv_heads)):
+//   score[j] = (q[t, h, :] . k[cu_seqlens[s] + j, g, :]) * head_dim^-1/2   for j <= i
+//   out[t, h, :] = sum_j softmax(score)[j] * v[cu_seqlens[s] + j, g, :]
+// Softmax with max subtraction (online, per key tile), fp32 accumulation; one rounding to T at the end.
+// Tokens never see another sequence's keys.
+// Paths: T = bf16_t with head_dim in {32, 64, 128} uses tensor cores (mma.sync m16n8k16, bf16 inputs,
+// fp32 accumulate; the probabilities are rounded to bf16 before the P.V product, as flash-attention does);
+// everything else (T = float, or other head_dim) uses a SIMT fp32 kernel (slower).
+// Shapes (elements): q [num_tokens, q_stride] with head h at columns [h * head_dim, (h + 1) * head_dim);
+// k, v [num_tokens, kv_stride] with kv head g at [g * head_dim, ...); out [num_tokens, num_heads * head_dim]
+// contiguous. For a fused QKV output [num_tokens, (nh + 2 nkv) * hd]: q = qkv, k = qkv + nh*hd,
+// v = qkv + (nh + nkv) * hd, q_stride = kv_stride = (nh + 2 nkv) * hd.
+// cu_seqlens [num_seqs + 1] int32 device, cu_seqlens[0] = 0, non-decreasing, cu_seqlens[num_seqs] =
+// num_tokens; max_seqlen >= every sequence length (host value: it sizes the grid).
+// Not in place: out must not overlap q, k or v.
+// dtypes: T in {bf16_t, float}. Limits: head_dim in {8, 16, 32, 64, 128, 256} (256: SIMT only),
+// num_heads a multiple of num_kv_heads, pointers of the tensor-core path 4-byte aligned with even strides.
+// Errors: INVALID_ARGUMENT (shapes, unsupported head_dim, null pointers), INTERNAL (launch).
+#ifndef SCORED_ENGINE_KERNELS_ATTENTION_H_
+#define SCORED_ENGINE_KERNELS_ATTENTION_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/kernels/kernel_types.h"
+
+namespace scored::kernels {
+
+struct AttentionShape {
+  int64_t num_tokens = 0;   // rows of q/k/v/out (sum of the sequence lengths)
+  int32_t num_seqs = 0;
+  int32_t max_seqlen = 0;   // >= the longest sequence
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int64_t q_stride = 0;     // elements between consecutive tokens of q
+  int64_t kv_stride = 0;    // elements between consecutive tokens of k and of v
+};
+
+template <typename T>
+absl::Status CausalAttention(const T* q,                // [num_tokens, q_stride]
+                             const T* k,                // [num_tokens, kv_stride]
+                             const T* v,                // [num_tokens, kv_stride]
+                             const int32_t* cu_seqlens,  // [num_seqs + 1]
+                             const AttentionShape& shape,
+                             T* out,                    // [num_tokens, num_heads * head_dim]
+                             cudaStream_t stream);
+
+// Forces the SIMT path (tests compare the two paths; the engine never needs it).
+template <typename T>
+absl::Status CausalAttentionSimt(const T* q, const T* k, const T* v, const int32_t* cu_seqlens,
+                                 const AttentionShape& shape, T* out, cudaStream_t stream);
+
+}  // namespace scored::kernels
+
+#endif  // SCORED_ENGINE_KERNELS_ATTENTION_H_

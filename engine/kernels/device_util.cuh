@@ -1,0 +1,51 @@
+// Device helpers shared by the kernel .cu files (private: included only by .cu files, never by a public
+// header). Loads/stores that convert between the storage type and fp32, and the bf16_t <-> __nv_bfloat16
+// mapping used by the launchers.
+#ifndef SCORED_ENGINE_KERNELS_DEVICE_UTIL_CUH_
+#define SCORED_ENGINE_KERNELS_DEVICE_UTIL_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/kernels/kernel_types.h"
+
+namespace scored::kernels {
+
+// The device type a public element type stands for.
+template <typename T>
+struct DeviceType {
+  using type = T;
+};
+template <>
+struct DeviceType<bf16_t> {
+  using type = __nv_bfloat16;
+};
+static_assert(sizeof(__nv_bfloat16) == sizeof(bf16_t), "bf16 layouts differ");
+
+template <typename T>
+inline typename DeviceType<T>::type* ToDevice(T* p) {
+  return reinterpret_cast<typename DeviceType<T>::type*>(p);
+}
+template <typename T>
+inline const typename DeviceType<T>::type* ToDevice(const T* p) {
+  return reinterpret_cast<const typename DeviceType<T>::type*>(p);
+}
+
+__device__ __forceinline__ float LoadAsFloat(const float* p) { return *p; }
+__device__ __forceinline__ float LoadAsFloat(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+
+// Round-to-nearest-even narrowing (cvt.rn), the same value engine/base/dtype.h FloatToBf16 gives.
+__device__ __forceinline__ void StoreFromFloat(float* p, float v) { *p = v; }
+__device__ __forceinline__ void StoreFromFloat(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+inline bool IsAligned(const void* p, uintptr_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
+}
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace scored::kernels
+
+#endif  // SCORED_ENGINE_KERNELS_DEVICE_UTIL_CUH_

@@ -1,0 +1,83 @@
+// The scoring tail: per-token log-softmax statistics from fp32 logits (DESIGN.md §3, §4).
+//
+// ScoreLogits, for each token t (row x = logits[t, 0:vocab_size], target y = targets[t]):
+//   m = max_i x[i];  S = sum_i exp(x[i] - m);  lse = m + log(S)
+//   logprob[t]  = double(x[y]) - lse                       (double)
+//   greedy[t]   = (argmax_i x[i] == y), argmax ties -> lowest id
+//   rank[t]     = 1 + #{i : x[i] > x[y]}                   (if want_rank)
+//   entropy[t]  = log(S) - sum_i exp(x[i] - m) (x[i] - m) / S   (nats, if want_entropy)
+//   top_k       = the top_k ids by descending logit, ties by lower id, with their x[i] - lse (if top_k > 0)
+// exp in fp32 (expf), every sum accumulated in double: per thread in a fixed stride order, then a block
+// tree of fixed shape. One block per token and a fixed block size, so a token's results are bitwise the
+// same whatever the batch around it. No floating-point atomics; top-k uses integer shared-memory counts
+// (radix select), which are order-independent.
+// Shapes: logits [num_tokens, ld] fp32 (ld >= vocab_size, elements), targets [num_tokens] int32 in
+// [0, vocab_size); outputs as in LogprobOutputs. Not in place (outputs never alias logits).
+// Limits: top_k in [0, 64] and <= vocab_size; vocab_size < 2^31.
+// Errors: INVALID_ARGUMENT (shapes, options, a required output missing), INTERNAL (launch).
+// A target outside [0, vocab_size) gives logprob NaN and greedy 0 (callers validate ids first).
+#ifndef SCORED_ENGINE_KERNELS_LOGPROB_H_
+#define SCORED_ENGINE_KERNELS_LOGPROB_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/kernels/kernel_types.h"
+
+namespace scored::kernels {
+
+constexpr int32_t kMaxTopK = 64;
+
+struct LogprobOptions {
+  int32_t top_k = 0;        // 0..kMaxTopK
+  bool want_rank = false;
+  bool want_entropy = false;
+};
+
+// Device output arrays. logprob and greedy are required; the others are required when asked for.
+struct LogprobOutputs {
+  double* logprob = nullptr;         // [num_tokens]
+  uint8_t* greedy = nullptr;         // [num_tokens] 0/1
+  int32_t* rank = nullptr;           // [num_tokens]
+  float* entropy = nullptr;          // [num_tokens]
+  int32_t* top_k_ids = nullptr;      // [num_tokens, top_k]
+  float* top_k_logprobs = nullptr;   // [num_tokens, top_k]
+};
+
+absl::Status ScoreLogits(const float* logits,    // [num_tokens, ld]
+                         int64_t ld,
+                         const int32_t* targets,  // [num_tokens]
+                         int64_t num_tokens, int64_t vocab_size, const LogprobOptions& options,
+                         const LogprobOutputs& outputs, cudaStream_t stream);
+
+// Partial statistics of one vocabulary shard [vocab_offset, vocab_offset + shard_size) of a token's logits,
+// for a vocab-parallel lm_head: ranks combine them (3 numbers and an id per token) instead of the logits.
+struct LogitPartialStats {
+  float max;            // max over the shard
+  int32_t argmax;       // global id of the max (ties -> lowest id)
+  double sum_exp;       // sum over the shard of exp(x - max), double accumulation as in ScoreLogits
+  float target_logit;   // x[target] when the target is in this shard, else 0
+  int32_t has_target;   // 1 when the target is in this shard
+};
+
+// stats[t] for every token; targets are GLOBAL ids. Same reduction order as ScoreLogits.
+absl::Status ComputeLogitPartialStats(const float* logits,    // [num_tokens, ld], this shard's columns
+                                      int64_t ld,
+                                      const int32_t* targets,  // [num_tokens], global ids
+                                      int64_t num_tokens, int64_t shard_size, int64_t vocab_offset,
+                                      LogitPartialStats* stats,  // [num_tokens]
+                                      cudaStream_t stream);
+
+// Combines the shards' stats (shard r's stats at stats[r * num_tokens + t], shards in ascending
+// vocab_offset order): M = max_r max_r; S = sum_r (in r order) sum_exp_r * exp(max_r - M) (double);
+// logprob = double(target_logit) - (M + log S); argmax ties go to the lowest rank (= lowest id).
+absl::Status CombineLogitPartialStats(const LogitPartialStats* stats,  // [num_shards, num_tokens]
+                                      int64_t num_shards, int64_t num_tokens,
+                                      const int32_t* targets,  // [num_tokens], global ids
+                                      double* logprob,         // [num_tokens]
+                                      uint8_t* greedy,         // [num_tokens]
+                                      cudaStream_t stream);
+
+}  // namespace scored::kernels
+
+#endif  // SCORED_ENGINE_KERNELS_LOGPROB_H_
