@@ -10,3 +10,5 @@ fi
 if [ -f scripts/requirements-test.txt ]; then
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
 fi
+# The project's own Python client (gRPC stubs generated from proto/ at build time).
+"$venv/bin/python" -m pip install -q --disable-pip-version-check ./client/python
