@@ -1,0 +1,231 @@
+#include "client/ppl/dataset.h"
+
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace scored {
+namespace ppl {
+namespace {
+
+bool IsSpaceCodePoint(uint32_t c) {
+  if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f)) return true;
+  if (c == 0x85 || c == 0xa0 || c == 0x1680) return true;
+  if (c >= 0x2000 && c <= 0x200a) return true;
+  return c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+// Decodes the code point starting at text[i]; sets *len to its byte length. Invalid or truncated
+// sequences decode as a 1-byte non-space (U+FFFD).
+uint32_t DecodeAt(absl::string_view text, size_t i, size_t* len) {
+  const auto b0 = static_cast<unsigned char>(text[i]);
+  *len = 1;
+  if (b0 < 0x80) return b0;
+  size_t n = 0;
+  uint32_t c = 0;
+  if ((b0 & 0xe0) == 0xc0) {
+    n = 2;
+    c = b0 & 0x1f;
+  } else if ((b0 & 0xf0) == 0xe0) {
+    n = 3;
+    c = b0 & 0x0f;
+  } else if ((b0 & 0xf8) == 0xf0) {
+    n = 4;
+    c = b0 & 0x07;
+  } else {
+    return 0xfffd;
+  }
+  if (i + n > text.size()) return 0xfffd;
+  for (size_t k = 1; k < n; ++k) {
+    const auto b = static_cast<unsigned char>(text[i + k]);
+    if ((b & 0xc0) != 0x80) return 0xfffd;
+    c = (c << 6) | (b & 0x3f);
+  }
+  *len = n;
+  return c;
+}
+
+// Python text-mode reading translates "\r\n" and lone "\r" to "\n" (universal newlines).
+std::string UniversalNewlines(absl::string_view content) {
+  std::string out;
+  out.reserve(content.size());
+  for (size_t i = 0; i < content.size(); ++i) {
+    if (content[i] == '\r') {
+      out.push_back('\n');
+      if (i + 1 < content.size() && content[i + 1] == '\n') ++i;
+    } else {
+      out.push_back(content[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FormatName(Format format) {
+  switch (format) {
+    case Format::kWikiText:
+      return "wikitext";
+    case Format::kText:
+      return "text";
+    case Format::kJsonl:
+      return "jsonl";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Format> ParseFormat(absl::string_view name) {
+  for (Format f : {Format::kWikiText, Format::kText, Format::kJsonl}) {
+    if (name == FormatName(f)) return f;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown format '", name, "' (expected wikitext, text or jsonl)"));
+}
+
+Format FormatForPath(absl::string_view path) {
+  if (absl::EndsWith(path, ".raw")) return Format::kWikiText;
+  if (absl::EndsWith(path, ".jsonl") || absl::EndsWith(path, ".json")) return Format::kJsonl;
+  return Format::kText;
+}
+
+absl::string_view StripWhitespace(absl::string_view text) {
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t len = 0;
+    if (!IsSpaceCodePoint(DecodeAt(text, begin, &len))) break;
+    begin += len;
+  }
+  // Scan forward to find the end of the last non-space code point (UTF-8 cannot be decoded backwards
+  // safely when it may be invalid).
+  size_t end = begin;
+  for (size_t i = begin; i < text.size();) {
+    size_t len = 0;
+    const bool space = IsSpaceCodePoint(DecodeAt(text, i, &len));
+    i += len;
+    if (!space) end = i;
+  }
+  return text.substr(begin, end - begin);
+}
+
+bool IsWhitespaceOnly(absl::string_view text) { return StripWhitespace(text).empty(); }
+
+std::vector<std::string> WikiTextRows(absl::string_view content) {
+  const std::string text = UniversalNewlines(content);
+  std::vector<std::string> rows;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    const size_t end = nl == std::string::npos ? text.size() : nl + 1;
+    absl::string_view line(text.data() + start, end - start);
+    rows.emplace_back(IsWhitespaceOnly(line) ? absl::string_view() : line);
+    start = end;
+  }
+  return rows;
+}
+
+std::vector<std::string> SplitDocuments(absl::string_view content, absl::string_view separator) {
+  std::vector<std::string> docs;
+  auto add = [&docs](absl::string_view piece) {
+    absl::string_view stripped = StripWhitespace(piece);
+    if (!stripped.empty()) docs.emplace_back(stripped);
+  };
+  if (separator.empty()) {
+    add(content);
+    return docs;
+  }
+  size_t start = 0;
+  while (true) {
+    const size_t pos = content.find(separator, start);
+    if (pos == absl::string_view::npos) {
+      add(content.substr(start));
+      break;
+    }
+    add(content.substr(start, pos - start));
+    start = pos + separator.size();
+  }
+  return docs;
+}
+
+absl::StatusOr<std::vector<std::string>> JsonlDocuments(absl::string_view content,
+                                                        const std::string& text_field) {
+  std::vector<std::string> docs;
+  size_t start = 0;
+  int64_t line_no = 0;
+  while (start < content.size()) {
+    ++line_no;
+    size_t nl = content.find('\n', start);
+    if (nl == absl::string_view::npos) nl = content.size();
+    absl::string_view line = content.substr(start, nl - start);
+    start = nl + 1;
+    if (IsWhitespaceOnly(line)) continue;
+    nlohmann::json obj = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
+    if (obj.is_discarded() || !obj.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat("jsonl line ", line_no, ": not a JSON object"));
+    }
+    auto it = obj.find(text_field);
+    if (it == obj.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("jsonl line ", line_no, ": no field '", text_field, "' (set --text_field)"));
+    }
+    if (!it->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("jsonl line ", line_no, ": field '", text_field, "' is not a string"));
+    }
+    docs.push_back(it->get<std::string>());
+  }
+  return docs;
+}
+
+absl::StatusOr<Dataset> ParseDataset(absl::string_view content, Format format,
+                                     absl::string_view separator, const std::string& text_field) {
+  Dataset ds;
+  ds.format = format;
+  switch (format) {
+    case Format::kWikiText:
+      ds.whole_text = std::string(content);
+      ds.rows = WikiTextRows(content);
+      ds.documents.push_back(ds.whole_text);
+      break;
+    case Format::kText:
+      ds.whole_text = std::string(content);
+      ds.documents = SplitDocuments(content, separator);
+      ds.rows = ds.documents;
+      break;
+    case Format::kJsonl: {
+      auto docs = JsonlDocuments(content, text_field);
+      if (!docs.ok()) return docs.status();
+      ds.documents = *std::move(docs);
+      ds.rows = ds.documents;
+      ds.whole_text = absl::StrJoin(ds.documents, "\n\n");
+      break;
+    }
+  }
+  return ds;
+}
+
+absl::StatusOr<Dataset> LoadDataset(const std::string& path, Format format, absl::string_view separator,
+                                    const std::string& text_field) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open data file ", path));
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) return absl::InternalError(absl::StrCat("error reading data file ", path));
+  return ParseDataset(buf.str(), format, separator, text_field);
+}
+
+std::string JoinRows(const std::vector<std::string>& rows, bool drop_empty) {
+  if (!drop_empty) return absl::StrJoin(rows, "\n\n");
+  std::vector<absl::string_view> kept;
+  for (const std::string& r : rows) {
+    if (!r.empty()) kept.push_back(r);
+  }
+  return absl::StrJoin(kept, "\n\n");
+}
+
+}  // namespace ppl
+}  // namespace scored

@@ -1,0 +1,116 @@
+// scored-ppl: perplexity of the model a `scored` server holds, by one of the methods of DESIGN.md §5.
+//
+//   scored-ppl --server 127.0.0.1:50051 --data wiki.test.raw --method exl3 --ctx 2048 --stride 512
+//
+// Prints the report to stdout (and as JSON to --json FILE). Exit status 0 on success, 1 on any error
+// (message on stderr), 2 on bad flags.
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "client/ppl/report.h"
+#include "client/ppl/run.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "scored address host:port");
+ABSL_FLAG(std::string, data, "", "dataset file (required)");
+ABSL_FLAG(std::string, format, "",
+          "wikitext | text | jsonl (default by extension: .raw -> wikitext, .jsonl/.json -> jsonl, "
+          "else text)");
+ABSL_FLAG(std::string, separator, "",
+          "text format: document separator, e.g. '<|endoftext|>' (default: the whole file is one "
+          "document); each piece is stripped of surrounding whitespace");
+ABSL_FLAG(std::string, text_field, "text", "jsonl format: the field holding each document's text");
+ABSL_FLAG(std::string, method, "exl3", "exl3 | gptq | hf | llamacpp | rolling | chunks (DESIGN.md §5)");
+ABSL_FLAG(int64_t, ctx, 0,
+          "tokens per window, BOS included (0 = the method's default: llamacpp 512, others 2048)");
+ABSL_FLAG(int64_t, stride, 0, "exl3 / hf: window stride (0 = default 512)");
+ABSL_FLAG(int64_t, max_windows, 0, "score only the first N windows (0 = all)");
+ABSL_FLAG(int32_t, inflight, 8, "ScoreStream requests kept outstanding");
+ABSL_FLAG(std::string, json, "", "also write the report as JSON to this file");
+ABSL_FLAG(std::string, tokenizer, "",
+          "tokenize locally with the tokenizer files in this folder (default: the server's Tokenize RPC)");
+ABSL_FLAG(bool, quiet, false, "no progress line");
+ABSL_FLAG(bool, progress, false, "draw the progress line even when stderr is not a terminal");
+ABSL_FLAG(double, connect_timeout_s, 10.0, "seconds to wait for the server to accept the connection");
+ABSL_FLAG(std::string, auth_token, "", "bearer token, if the server requires one");
+
+namespace {
+
+absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
+  using scored::ppl::Format;
+  using scored::ppl::Method;
+  scored::ppl::RunOptions o;
+  o.server = absl::GetFlag(FLAGS_server);
+  o.data_path = absl::GetFlag(FLAGS_data);
+  if (o.data_path.empty()) return absl::InvalidArgumentError("--data FILE is required");
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format.empty()) {
+    o.format = scored::ppl::FormatForPath(o.data_path);
+  } else {
+    auto f = scored::ppl::ParseFormat(format);
+    if (!f.ok()) return f.status();
+    o.format = *f;
+  }
+  o.separator = absl::GetFlag(FLAGS_separator);
+  o.text_field = absl::GetFlag(FLAGS_text_field);
+  auto method = scored::ppl::ParseMethod(absl::GetFlag(FLAGS_method));
+  if (!method.ok()) return method.status();
+  o.method.method = *method;
+  const int64_t ctx = absl::GetFlag(FLAGS_ctx);
+  const int64_t stride = absl::GetFlag(FLAGS_stride);
+  o.method.ctx = ctx > 0 ? ctx : scored::ppl::DefaultCtx(*method);
+  if (stride != 0 && !scored::ppl::MethodHasStride(*method)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--stride is not used by method ", scored::ppl::MethodName(*method), " (only exl3 and hf)"));
+  }
+  o.method.stride = stride > 0 ? stride : scored::ppl::DefaultStride(*method);
+  if (stride < 0) return absl::InvalidArgumentError("--stride must be >= 1");
+  if (ctx < 0) return absl::InvalidArgumentError("--ctx must be >= 2");
+  o.method.max_windows = absl::GetFlag(FLAGS_max_windows);
+  o.inflight = absl::GetFlag(FLAGS_inflight);
+  if (o.inflight < 1) return absl::InvalidArgumentError("--inflight must be >= 1");
+  o.tokenizer_dir = absl::GetFlag(FLAGS_tokenizer);
+  const double timeout = absl::GetFlag(FLAGS_connect_timeout_s);
+  if (!(timeout > 0)) return absl::InvalidArgumentError("--connect_timeout_s must be > 0");
+  o.connect_timeout = absl::Seconds(timeout);
+  o.bearer_token = absl::GetFlag(FLAGS_auth_token);
+  o.progress = !absl::GetFlag(FLAGS_quiet) && (absl::GetFlag(FLAGS_progress) || isatty(STDERR_FILENO));
+  o.progress_out = stderr;
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "perplexity of the model served by scored.\n"
+      "  scored-ppl --server HOST:PORT --data wiki.test.raw --method exl3 [--ctx 2048 --stride 512]");
+  absl::ParseCommandLine(argc, argv);
+
+  auto options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "scored-ppl: %s\n", std::string(options.status().message()).c_str());
+    return 2;
+  }
+  auto report = scored::ppl::RunPpl(*options);
+  if (!report.ok()) {
+    std::fprintf(stderr, "scored-ppl: %s\n", report.status().ToString().c_str());
+    return 1;
+  }
+  const std::string json_path = absl::GetFlag(FLAGS_json);
+  if (!json_path.empty()) {
+    const absl::Status written = scored::ppl::WriteJsonReport(*report, json_path);
+    if (!written.ok()) {
+      std::fprintf(stderr, "scored-ppl: %s\n", written.ToString().c_str());
+      return 1;
+    }
+  }
+  std::fputs(scored::ppl::ReportToText(*report).c_str(), stdout);
+  return 0;
+}

@@ -1,0 +1,188 @@
+#include "client/ppl/run.h"
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/ppl/plan.h"
+#include "client/ppl/progress.h"
+#include "client/ppl/scorer_client.h"
+#include "engine/base/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+#ifdef SCORED_PPL_HAVE_TOKENIZER
+#include "engine/tokenizer/tokenizer.h"
+#endif
+
+namespace scored {
+namespace ppl {
+namespace {
+
+nlohmann::json ModelInfoToJson(const scored::v1::ModelInfo& info) {
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  opts.always_print_primitive_fields = true;
+  std::string text;
+  if (!google::protobuf::util::MessageToJsonString(info, &text, opts).ok()) return nlohmann::json();
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  return j.is_discarded() ? nlohmann::json() : j;
+}
+
+// Every id inside the model's vocabulary and every window within the server's limits, checked before
+// the first request so a long run never fails half-way on a request the server must refuse.
+absl::Status CheckWindows(const Plan& plan, const scored::v1::ModelInfo& info) {
+  const int64_t max_len = info.max_seq_len() > 0 ? info.max_seq_len() : INT64_MAX;
+  const int64_t max_batch = info.max_batch_tokens() > 0 ? info.max_batch_tokens() : INT64_MAX;
+  for (size_t i = 0; i < plan.windows.size(); ++i) {
+    const Window& w = plan.windows[i];
+    const int64_t n = static_cast<int64_t>(w.tokens.size());
+    if (n > max_len || n > max_batch) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "window ", i, " has ", n, " tokens but the server accepts at most max_seq_len ",
+          info.max_seq_len(), " and max_batch_tokens ", info.max_batch_tokens(),
+          " (lower --ctx, or start scored with larger limits; rolling sends ctx + 1 tokens per window)"));
+    }
+    for (size_t j = 0; j < w.tokens.size(); ++j) {
+      if (w.tokens[j] < 0 || w.tokens[j] >= info.vocab_size()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "window ", i, " position ", j, " has id ", w.tokens[j], " outside the model's vocabulary [0, ",
+            info.vocab_size(), "): the tokenizer does not match the served model"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+struct TokenizerSetup {
+  TokenizeFn tokenize;
+  SpecialTokens special;
+  std::string fingerprint;
+  std::string source;
+};
+
+#ifdef SCORED_PPL_HAVE_TOKENIZER
+// The setup's tokenize callback owns the tokenizer.
+absl::StatusOr<TokenizerSetup> LocalTokenizer(const std::string& dir, const scored::v1::ModelInfo& info) {
+  SCORED_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::Load(dir));
+  if (tok->bos_id() != info.bos_id() || tok->eos_id() != info.eos_id() ||
+      tok->add_bos_by_default() != info.add_bos_by_default()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tokenizer in ", dir, " (bos ", tok->bos_id(), ", eos ", tok->eos_id(), ", add_bos ",
+        tok->add_bos_by_default(), ") does not match the server's (bos ", info.bos_id(), ", eos ",
+        info.eos_id(), ", add_bos ", info.add_bos_by_default(), ")"));
+  }
+  if (tok->vocab_size() > info.vocab_size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tokenizer in ", dir, " has ", tok->vocab_size(), " ids but the model only ",
+                     info.vocab_size(), " embedding rows"));
+  }
+  std::shared_ptr<const Tokenizer> shared(std::move(tok));
+  TokenizerSetup setup;
+  setup.special = {shared->bos_id(), shared->eos_id(), shared->add_bos_by_default()};
+  setup.fingerprint = shared->fingerprint();
+  setup.source = dir;
+  setup.tokenize = [shared](const std::string& text) -> absl::StatusOr<TokenStream> {
+    TokenStream stream;
+    SCORED_ASSIGN_OR_RETURN(stream.ids, shared->Encode(text));
+    stream.byte_lengths.reserve(stream.ids.size());
+    for (int32_t id : stream.ids) {
+      stream.byte_lengths.push_back(static_cast<int32_t>(shared->TokenByteLength(id)));
+    }
+    return stream;
+  };
+  return setup;
+}
+#endif
+
+}  // namespace
+
+bool LocalTokenizerAvailable() {
+#ifdef SCORED_PPL_HAVE_TOKENIZER
+  return true;
+#else
+  return false;
+#endif
+}
+
+absl::StatusOr<Report> RunPpl(const RunOptions& options) {
+  const absl::Time start = absl::Now();
+  SCORED_RETURN_IF_ERROR(ValidateParams(options.method));
+
+  ScorerClientOptions client_options;
+  client_options.address = options.server;
+  client_options.connect_timeout = options.connect_timeout;
+  client_options.bearer_token = options.bearer_token;
+  SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ScorerClient> client, ScorerClient::Connect(client_options));
+  SCORED_ASSIGN_OR_RETURN(scored::v1::ModelInfo info, client->GetModelInfo());
+  if (info.vocab_size() <= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("server at ", options.server, " reports vocab_size ", info.vocab_size(),
+                     ": not a compatible scored server"));
+  }
+
+  SCORED_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(options.data_path, options.format,
+                                                       options.separator, options.text_field));
+
+  TokenizerSetup setup;
+  if (!options.tokenizer_dir.empty()) {
+#ifdef SCORED_PPL_HAVE_TOKENIZER
+    SCORED_ASSIGN_OR_RETURN(setup, LocalTokenizer(options.tokenizer_dir, info));
+#else
+    return absl::UnimplementedError("this scored-ppl was built without the local tokenizer");
+#endif
+  } else {
+    setup.special = {info.bos_id(), info.eos_id(), info.add_bos_by_default()};
+    setup.fingerprint = info.tokenizer_fingerprint();
+    setup.source = "server";
+    ScorerClient* raw = client.get();
+    setup.tokenize = [raw](const std::string& text) { return raw->Tokenize(text, true); };
+  }
+
+  SCORED_ASSIGN_OR_RETURN(Plan plan, BuildPlan(dataset, options.method, setup.special, setup.tokenize));
+  SCORED_RETURN_IF_ERROR(CheckWindows(plan, info));
+
+  int64_t total_sent = 0;
+  for (const Window& w : plan.windows) total_sent += static_cast<int64_t>(w.tokens.size());
+
+  Aggregator agg;
+  Progress progress(options.progress, static_cast<int64_t>(plan.windows.size()),
+                    options.progress_out != nullptr ? options.progress_out : stderr);
+  int64_t tokens_done = 0;
+  const absl::Time score_start = absl::Now();
+  SCORED_RETURN_IF_ERROR(client->ScoreWindows(
+      plan.windows, options.inflight, [&](int64_t index, const WindowScore& score) {
+        const Window& w = plan.windows[static_cast<size_t>(index)];
+        agg.AddWindow(score.sum_logprob, score.logprobs, ScoredBytes(w));
+        tokens_done += static_cast<int64_t>(w.tokens.size());
+        progress.Update(agg.num_windows(), tokens_done, agg.Ppl());
+      }));
+  const absl::Time end = absl::Now();
+  progress.Finish();
+
+  Report report;
+  FillResults(agg, &report);
+  report.num_tokens_sent = total_sent;
+  report.method = options.method;
+  report.prefix_id = plan.prefix_id;
+  report.add_bos = plan.add_bos;
+  report.data_path = options.data_path;
+  report.data_format = FormatName(options.format);
+  if (options.format == Format::kText) report.separator = options.separator;
+  report.num_documents = plan.num_documents;
+  report.num_input_tokens = plan.num_input_tokens;
+  report.wall_seconds = absl::ToDoubleSeconds(end - start);
+  report.score_seconds = absl::ToDoubleSeconds(end - score_start);
+  report.tokens_per_second =
+      report.score_seconds > 0 ? static_cast<double>(total_sent) / report.score_seconds : 0.0;
+  report.server = options.server;
+  report.model_fingerprint = info.model_fingerprint();
+  report.tokenizer_fingerprint = setup.fingerprint;
+  report.tokenizer_source = setup.source;
+  report.model_info = ModelInfoToJson(info);
+  return report;
+}
+
+}  // namespace ppl
+}  // namespace scored

@@ -1,0 +1,194 @@
+#include "client/ppl/scorer_client.h"
+
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+
+namespace scored {
+namespace ppl {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& status, absl::string_view what) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(what, ": ", status.error_message()));
+}
+
+std::chrono::system_clock::time_point DeadlineAfter(absl::Duration d) {
+  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
+}
+
+// Admission of ScoreStream requests: at most `limit` outstanding; Stop() releases a waiting writer.
+class InflightGate {
+ public:
+  explicit InflightGate(int64_t limit) : limit_(limit) {}
+
+  // Blocks until a slot is free (true) or Stop() was called (false).
+  bool Acquire() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &InflightGate::Ready));
+    if (stopped_) return false;
+    ++outstanding_;
+    return true;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    --outstanding_;
+  }
+  void Stop() {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+  }
+
+ private:
+  bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || outstanding_ < limit_; }
+
+  const int64_t limit_;
+  absl::Mutex mu_;
+  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+ScorerClient::ScorerClient(ScorerClientOptions options, std::unique_ptr<scored::v1::Scorer::Stub> stub)
+    : options_(std::move(options)), stub_(std::move(stub)) {}
+
+absl::StatusOr<std::unique_ptr<ScorerClient>> ScorerClient::Connect(const ScorerClientOptions& options) {
+  grpc::ChannelArguments args;
+  // Tokenize responses of a whole dataset and long windows exceed gRPC's 4 MiB default.
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(DeadlineAfter(options.connect_timeout))) {
+    return absl::UnavailableError(absl::StrCat("cannot connect to scored at ", options.address,
+                                               " within ", absl::FormatDuration(options.connect_timeout),
+                                               " (is the server running and listening there?)"));
+  }
+  return std::unique_ptr<ScorerClient>(new ScorerClient(options, scored::v1::Scorer::NewStub(channel)));
+}
+
+void ScorerClient::Prepare(grpc::ClientContext* context, bool with_deadline) const {
+  if (with_deadline) context->set_deadline(DeadlineAfter(options_.rpc_timeout));
+  if (!options_.bearer_token.empty()) {
+    context->AddMetadata("authorization", absl::StrCat("Bearer ", options_.bearer_token));
+  }
+}
+
+absl::StatusOr<scored::v1::ModelInfo> ScorerClient::GetModelInfo() {
+  grpc::ClientContext context;
+  Prepare(&context, true);
+  scored::v1::ModelInfo info;
+  const grpc::Status status = stub_->GetModelInfo(&context, scored::v1::GetModelInfoRequest(), &info);
+  if (!status.ok()) return FromGrpc(status, "GetModelInfo");
+  return info;
+}
+
+absl::StatusOr<TokenStream> ScorerClient::Tokenize(const std::string& text, bool want_byte_lengths) {
+  grpc::ClientContext context;
+  Prepare(&context, true);
+  scored::v1::TokenizeRequest request;
+  request.set_text(text);
+  request.set_add_bos(false);
+  request.set_want_byte_lengths(want_byte_lengths);
+  scored::v1::TokenizeResponse response;
+  const grpc::Status status = stub_->Tokenize(&context, request, &response);
+  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "Tokenize of ", text.size(), " bytes of text: ", status.error_message(),
+        " (the text may exceed the server's message size limit; tokenize locally with --tokenizer DIR)"));
+  }
+  if (!status.ok()) return FromGrpc(status, "Tokenize");
+  TokenStream stream;
+  stream.ids.assign(response.ids().begin(), response.ids().end());
+  if (want_byte_lengths) {
+    if (response.byte_lengths_size() != response.ids_size()) {
+      return absl::InternalError(absl::StrCat("Tokenize returned ", response.byte_lengths_size(),
+                                              " byte lengths for ", response.ids_size(), " ids"));
+    }
+    stream.byte_lengths.assign(response.byte_lengths().begin(), response.byte_lengths().end());
+  }
+  return stream;
+}
+
+absl::Status ScorerClient::ScoreWindows(
+    const std::vector<Window>& windows, int inflight,
+    const std::function<void(int64_t, const WindowScore&)>& on_result) {
+  const int64_t n = static_cast<int64_t>(windows.size());
+  if (n == 0) return absl::OkStatus();
+  grpc::ClientContext context;
+  Prepare(&context, false);
+  std::unique_ptr<grpc::ClientReaderWriter<scored::v1::ScoreRequest, scored::v1::ScoreResponse>> stream =
+      stub_->ScoreStream(&context);
+  InflightGate gate(inflight < 1 ? 1 : inflight);
+
+  std::thread writer([&] {
+    for (int64_t i = 0; i < n; ++i) {
+      if (!gate.Acquire()) break;
+      const Window& w = windows[static_cast<size_t>(i)];
+      scored::v1::ScoreRequest request;
+      request.set_request_id(static_cast<uint64_t>(i));
+      request.mutable_tokens()->mutable_ids()->Add(w.tokens.begin(), w.tokens.end());
+      request.set_score_from(w.score_from);
+      if (!stream->Write(request)) break;
+    }
+    stream->WritesDone();
+  });
+
+  absl::Status error;
+  std::vector<bool> seen(static_cast<size_t>(n), false);
+  int64_t received = 0;
+  scored::v1::ScoreResponse response;
+  WindowScore score;
+  while (received < n && stream->Read(&response)) {
+    const uint64_t id = response.request_id();
+    if (response.has_error()) {
+      error = absl::Status(static_cast<absl::StatusCode>(response.error().code()),
+                           absl::StrCat("window ", id, ": ", response.error().message()));
+      break;
+    }
+    if (id >= static_cast<uint64_t>(n) || seen[id]) {
+      error = absl::InternalError(absl::StrCat("ScoreStream answered unknown or repeated request_id ", id));
+      break;
+    }
+    const Window& w = windows[id];
+    if (response.num_scored() != w.num_scored() || response.logprob_size() != w.num_scored() ||
+        response.first_scored() != w.score_from) {
+      error = absl::InternalError(absl::StrCat(
+          "window ", id, ": expected ", w.num_scored(), " scored positions from ", w.score_from,
+          ", got num_scored ", response.num_scored(), " with ", response.logprob_size(),
+          " logprobs from ", response.first_scored()));
+      break;
+    }
+    seen[id] = true;
+    ++received;
+    gate.Release();
+    score.sum_logprob = response.sum_logprob();
+    score.logprobs.assign(response.logprob().begin(), response.logprob().end());
+    on_result(static_cast<int64_t>(id), score);
+  }
+  if (received < n) {
+    gate.Stop();
+    // Only cancel on our own error: when Read() returned false the call is over and Finish() must
+    // report the server's status.
+    if (!error.ok()) context.TryCancel();
+  }
+  writer.join();
+  const grpc::Status finish = stream->Finish();
+  if (!error.ok()) return error;
+  if (!finish.ok()) return FromGrpc(finish, "ScoreStream");
+  if (received < n) {
+    return absl::InternalError(
+        absl::StrCat("ScoreStream ended after ", received, " of ", n, " responses"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ppl
+}  // namespace scored
