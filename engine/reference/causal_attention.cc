@@ -1,17 +1,79 @@
 // Causal grouped-query self-attention of one sequence, fp32 values with double reductions:
-//   s[j] = fp32(dot(q[t, h], k[j, g]) * scale), dot in double, scale = 1 / sqrt(head_dim), j <= t
-//   p[j] = expf(s[j] - max_j s[j])
-//   out[t, h] = fp32(sum_j double(p[j]) * v[j, g] / sum_j double(p[j]))
-// with kv head g = h / (num_heads / num_kv_heads). Work is split over (head, query) pairs, head-major, so
-// threads get equal numbers of whole heads when they divide num_heads.
+//   s[j] = fp32(dot(q[t, h], k[j, g]) * scale), dot over d ascending in double, scale = 1 / sqrt(head_dim)
+//   p[j] = expf(s[j] - max_{j <= t} s[j]),  j <= t
+//   out[t, h, d] = fp32(LaneSum_j(double(p[j]) * v[j, g, d]) / LaneSum_j(double(p[j])))
+// with kv head g = h / (num_heads / num_kv_heads). LaneSum adds term j into partial sum j % 8 and combines
+// the 8 partials in a fixed tree: a fixed order (so values never depend on threads or instruction set)
+// that vectorizes; a double sum of positive terms is accurate to ~1e-15 relative in any order.
+// K and V of each kv head are first transposed to [head_dim, num_tokens] so both loops run over
+// contiguous j. Work is split over (head, query) pairs, head-major, so threads get equal numbers of
+// whole heads when they divide num_heads.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "engine/reference/multiversion.h"
 #include "engine/reference/ops.h"
 #include "engine/reference/thread_pool.h"
 
 namespace scored::ref {
+namespace {
+
+constexpr int64_t kLanes = 8;
+
+double CombineLanes(const double (&lanes)[kLanes]) {
+  return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+}
+
+// LaneSum_j double(a[j]) * double(b[j]), j < n.
+SCORED_REF_MULTIVERSION
+double LaneDot(const float* a, const float* b, int64_t n) {
+  double lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += static_cast<double>(a[j + l]) * static_cast<double>(b[j + l]);
+  }
+  for (int64_t l = 0; j + l < n; ++l) lanes[l] += static_cast<double>(a[j + l]) * static_cast<double>(b[j + l]);
+  return CombineLanes(lanes);
+}
+
+// LaneSum_j double(a[j]), j < n.
+SCORED_REF_MULTIVERSION
+double LaneSum(const float* a, int64_t n) {
+  double lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += static_cast<double>(a[j + l]);
+  }
+  for (int64_t l = 0; j + l < n; ++l) lanes[l] += static_cast<double>(a[j + l]);
+  return CombineLanes(lanes);
+}
+
+// dots[j] = sum_{d ascending} double(q[d]) * double(kt[d, j]) for j < n.
+SCORED_REF_MULTIVERSION
+void QueryKeyDots(const float* q,   // [head_dim]
+                  const float* kt,  // [head_dim, ld]
+                  int64_t ld, int64_t head_dim, int64_t n,
+                  double* dots) {   // [n]
+  std::fill(dots, dots + n, 0.0);
+  for (int64_t d = 0; d < head_dim; ++d) {
+    const double qd = q[d];
+    const float* row = kt + d * ld;
+    for (int64_t j = 0; j < n; ++j) dots[j] += qd * static_cast<double>(row[j]);
+  }
+}
+
+// out[g, d, j] = in[j, g, d].
+void TransposeHeads(const float* in,  // [num_tokens, num_kv_heads, head_dim]
+                    int64_t num_tokens, int64_t num_kv_heads, int64_t head_dim,
+                    float* out) {     // [num_kv_heads, head_dim, num_tokens]
+  for (int64_t j = 0; j < num_tokens; ++j)
+    for (int64_t g = 0; g < num_kv_heads; ++g)
+      for (int64_t d = 0; d < head_dim; ++d)
+        out[(g * head_dim + d) * num_tokens + j] = in[(j * num_kv_heads + g) * head_dim + d];
+}
+
+}  // namespace
 
 void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
                      const float* k,  // [num_tokens, num_kv_heads, head_dim]
@@ -21,32 +83,32 @@ void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
                      ThreadPool* pool) {
   const int64_t group = num_heads / num_kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  std::vector<float> kt(num_kv_heads * head_dim * num_tokens);  // [num_kv_heads, head_dim, num_tokens]
+  std::vector<float> vt(num_kv_heads * head_dim * num_tokens);  // [num_kv_heads, head_dim, num_tokens]
+  TransposeHeads(k, num_tokens, num_kv_heads, head_dim, kt.data());
+  TransposeHeads(v, num_tokens, num_kv_heads, head_dim, vt.data());
   ParallelFor(pool, num_heads * num_tokens, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(num_tokens);  // [num_tokens]
-    std::vector<double> acc(head_dim);      // [head_dim]
+    std::vector<double> dots(num_tokens);  // [num_tokens]
+    std::vector<float> probs(num_tokens);  // [num_tokens]
     for (int64_t i = begin; i < end; ++i) {
       const int64_t h = i / num_tokens;
       const int64_t t = i % num_tokens;
       const int64_t g = h / group;
-      const float* qv = q + (t * num_heads + h) * head_dim;
+      const int64_t n = t + 1;  // keys 0..t
+      const float* kt_g = kt.data() + g * head_dim * num_tokens;
+      const float* vt_g = vt.data() + g * head_dim * num_tokens;
+      QueryKeyDots(q + (t * num_heads + h) * head_dim, kt_g, num_tokens, head_dim, n, dots.data());
       float max_score = -INFINITY;
-      for (int64_t j = 0; j <= t; ++j) {
-        const float* kv = k + (j * num_kv_heads + g) * head_dim;
-        double dot = 0.0;
-        for (int64_t d = 0; d < head_dim; ++d) dot += static_cast<double>(qv[d]) * kv[d];
-        scores[j] = static_cast<float>(dot * scale);
-        max_score = std::max(max_score, scores[j]);
+      for (int64_t j = 0; j < n; ++j) {
+        probs[j] = static_cast<float>(dots[j] * scale);
+        max_score = std::max(max_score, probs[j]);
       }
-      double sum = 0.0;
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = 0; j <= t; ++j) {
-        const float p = std::exp(scores[j] - max_score);
-        sum += p;
-        const float* vv = v + (j * num_kv_heads + g) * head_dim;
-        for (int64_t d = 0; d < head_dim; ++d) acc[d] += static_cast<double>(p) * vv[d];
-      }
+      for (int64_t j = 0; j < n; ++j) probs[j] = std::exp(probs[j] - max_score);
+      const double sum = LaneSum(probs.data(), n);
       float* o = out + (t * num_heads + h) * head_dim;
-      for (int64_t d = 0; d < head_dim; ++d) o[d] = static_cast<float>(acc[d] / sum);
+      for (int64_t d = 0; d < head_dim; ++d) {
+        o[d] = static_cast<float>(LaneDot(probs.data(), vt_g + d * num_tokens, n) / sum);
+      }
     }
   });
 }

@@ -6,16 +6,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "engine/reference/multiversion.h"
 #include "engine/reference/ops.h"
 #include "engine/reference/thread_pool.h"
-
-// Run-time dispatch to AVX-512 / AVX2+FMA clones where the compiler and loader support it; the values are
-// identical on every path (see above).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SCORED_REF_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define SCORED_REF_MULTIVERSION
-#endif
 
 namespace scored::ref {
 namespace {
