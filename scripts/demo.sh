@@ -29,7 +29,8 @@ for _ in $(seq 1 600); do
   kill -0 "$scored_pid" 2>/dev/null || { echo "demo: scored exited during startup" >&2; exit 1; }
   sleep 0.1
 done
-port=$(head -n1 "$workdir/port" | tr -dc '0-9')
+# The port file is one JSON object: {"grpc": P, "metrics": Q}.
+port=$(grep -o '"grpc": *[0-9]*' "$workdir/port" | tr -dc '0-9')
 [ -n "$port" ] || { echo "demo: scored did not report its port" >&2; exit 1; }
 
 if [ $# -eq 0 ]; then set -- --method chunks --ctx 512; fi

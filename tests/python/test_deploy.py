@@ -1,0 +1,125 @@
+"""Static checks of deploy/ and docker/ (no Kubernetes, Grafana or Docker engine on the test machines):
+manifests parse and are wired together, referenced files and scripts exist, ports agree."""
+import configparser
+import json
+import os
+import re
+
+import yaml
+
+from conftest import REPO
+
+
+def load_yaml_docs(*parts):
+    with open(os.path.join(REPO, *parts)) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def by_kind(docs, kind):
+    found = [d for d in docs if d["kind"] == kind]
+    assert found, f"no {kind}"
+    return found[0]
+
+
+def container_ports(pod_spec):
+    return {p["name"]: p["containerPort"] for c in pod_spec["containers"] for p in c.get("ports", [])}
+
+
+def flag_value(args, flag):
+    for a in args:
+        m = re.search(rf"{flag}=(\S+)", a)
+        if m:
+            return m.group(1)
+    return None
+
+
+def test_deployment_service_podmonitor_are_wired():
+    docs = load_yaml_docs("deploy", "kubernetes", "deployment.yaml")
+    dep, svc, mon = by_kind(docs, "Deployment"), by_kind(docs, "Service"), by_kind(docs, "PodMonitor")
+    pod = dep["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert dep["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    c = pod["spec"]["containers"][0]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] >= 1
+    assert flag_value(c["args"], "--model") and flag_value(c["args"], "--listen").endswith(":50051")
+    assert flag_value(c["args"], "--metrics_listen").endswith(":9464")
+    ports = container_ports(pod["spec"])
+    assert ports == {"grpc": 50051, "metrics": 9464}
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert c[probe]["grpc"]["port"] == ports["grpc"], probe  # grpc.health.v1
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert svc["spec"]["selector"].items() <= labels.items()
+    assert {p["targetPort"] for p in svc["spec"]["ports"]} <= set(ports)
+    assert mon["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert mon["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+
+
+def test_statefulset_for_multihost_tp():
+    docs = load_yaml_docs("deploy", "kubernetes", "statefulset-multihost.yaml")
+    sts, svc = by_kind(docs, "StatefulSet"), by_kind(docs, "Service")
+    assert svc["spec"]["clusterIP"] == "None" and sts["spec"]["serviceName"] == svc["metadata"]["name"]
+    args = " ".join(sts["spec"]["template"]["spec"]["containers"][0]["args"])
+    for flag in ("--nnodes", "--node_rank", "--rendezvous", "--tp"):
+        assert flag in args
+    rendezvous_port = int(re.search(r"--rendezvous=\S+:(\d+)", args).group(1))
+    assert rendezvous_port in container_ports(sts["spec"]["template"]["spec"]).values()
+
+
+def test_prometheus_config_targets_metrics_port():
+    config = load_yaml_docs("deploy", "prometheus", "prometheus.yml")[0]
+    job = next(j for j in config["scrape_configs"] if j["job_name"] == "scored")
+    assert job["metrics_path"] == "/metrics"
+    assert job["static_configs"][0]["targets"][0].endswith(":9464")
+
+
+def test_systemd_unit():
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str
+    unit.read(os.path.join(REPO, "deploy", "systemd", "scored.service"))
+    svc = unit["Service"]
+    assert svc["ExecStart"].split()[0].endswith("/scored")
+    assert svc["Restart"] == "on-failure" and int(svc["RestartSec"]) >= 1
+    assert svc["KillSignal"] == "SIGTERM" and unit["Install"]["WantedBy"] == "multi-user.target"
+    assert svc["User"] != "root"
+
+
+def test_grafana_dashboard_is_valid_json_with_queries():
+    with open(os.path.join(REPO, "deploy", "grafana", "scored-dashboard.json")) as f:
+        dash = json.load(f)
+    titles = " ".join(p["title"] for p in dash["panels"]).lower()
+    for want in ("tokens", "latency", "queue", "errors", "batch", "gpu memory"):
+        assert want in titles
+    assert all(t["expr"] for p in dash["panels"] for t in p["targets"])
+
+
+def dockerfile_instructions():
+    with open(os.path.join(REPO, "docker", "Dockerfile")) as f:
+        text = f.read().replace("\\\n", " ")
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_dockerfile_uses_project_scripts_and_nonroot_runtime():
+    ins = dockerfile_instructions()
+    stages = [i for i in ins if i.startswith("FROM ")]
+    assert len(stages) == 2 and "AS builder" in stages[0] and "AS runtime" in stages[1]
+    runtime = ins[ins.index(stages[1]):]
+    body = " ".join(ins)
+    assert "scripts/install_deps.sh" in body and "--runtime" in body
+    for path in re.findall(r"\b(scripts/[\w./-]+)", body):
+        assert os.path.exists(os.path.join(REPO, path)), path
+    assert any(i.startswith("USER ") and i.split()[1] != "root" for i in runtime)
+    assert any(i.startswith("ENTRYPOINT") and "scored" in i for i in runtime)
+
+
+def test_compose_services_are_wired():
+    compose = load_yaml_docs("docker", "compose.yaml")[0]
+    svcs = compose["services"]
+    assert set(svcs) == {"scored", "prometheus", "grafana"}
+    assert "50051:50051" in svcs["scored"]["ports"] and "9464:9464" in svcs["scored"]["ports"]
+    assert os.path.exists(os.path.join(REPO, "docker", svcs["scored"]["build"]["context"],
+                                       svcs["scored"]["build"]["dockerfile"]))
+    prom_mount = svcs["prometheus"]["volumes"][0].split(":")[0]
+    prom = load_yaml_docs("docker", prom_mount)[0]
+    assert prom["scrape_configs"][0]["static_configs"][0]["targets"] == ["scored:9464"]
+    for vol in svcs["grafana"]["volumes"]:
+        assert os.path.exists(os.path.normpath(os.path.join(REPO, "docker", vol.split(":")[0]))), vol
