@@ -1,0 +1,234 @@
+#include "engine/cuda/device_weights.h"
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/cuda_check.h"
+#include "engine/kernels/kernel_types.h"
+#include "engine/reference/ops.h"
+
+namespace scored::cuda {
+
+using kernels::bf16_t;
+
+namespace {
+
+int64_t ElementBytes(ComputeDtype dtype) { return dtype == ComputeDtype::kBf16 ? 2 : 4; }
+
+DType StorageDType(ComputeDtype dtype) { return dtype == ComputeDtype::kBf16 ? DType::kBF16 : DType::kF32; }
+
+// A norm weight / bias widened to fp32 on the device.
+absl::StatusOr<DeviceBuffer> UploadFloat(const TensorView& t, const std::string& what) {
+  std::vector<float> host(t.NumElements());
+  SCORED_RETURN_IF_ERROR(TensorToFloat(t, host.data(), static_cast<int64_t>(host.size())));
+  return UploadToDevice(host.data(), static_cast<int64_t>(host.size() * sizeof(float)), what);
+}
+
+// Every stored tensor of `w`, byte for byte, and the dequant kernel's view of them.
+absl::StatusOr<QuantizedPart> UploadStored(const LinearWeight& w, int64_t row_offset) {
+  QuantizedPart part;
+  part.host = &w;
+  part.row_offset = row_offset;
+  kernels::DequantDevicePointers ptrs;
+  const std::pair<const TensorView*, const void**> tensors[] = {
+      {&w.weight, &ptrs.weight},
+      {&w.weight_packed, &ptrs.weight_packed},
+      {&w.weight_scale, &ptrs.weight_scale},
+      {&w.weight_zero_point, &ptrs.weight_zero_point},
+      {&w.weight_g_idx, &ptrs.weight_g_idx},
+  };
+  for (const auto& [view, ptr] : tensors) {
+    if (!view->present()) continue;
+    SCORED_ASSIGN_OR_RETURN(DeviceBuffer buffer, UploadToDevice(view->data, view->nbytes, view->name));
+    *ptr = buffer.data();
+    part.stored.push_back(std::move(buffer));
+  }
+  SCORED_ASSIGN_OR_RETURN(part.params, kernels::MakeDequantParams(w, ptrs));
+  return part;
+}
+
+// Writes dense `w` into dst ([w.out_features, w.in_features] compute dtype, device): a plain copy when it is
+// stored in the compute dtype, else through the dequant kernel's exact conversion.
+absl::Status UploadDenseInto(const LinearWeight& w, ComputeDtype dtype, void* dst) {
+  if (w.weight.dtype == StorageDType(dtype)) {
+    SCORED_CUDA_CHECK(cudaMemcpy(dst, w.weight.data, static_cast<size_t>(w.weight.nbytes), cudaMemcpyHostToDevice));
+    return absl::OkStatus();
+  }
+  SCORED_ASSIGN_OR_RETURN(QuantizedPart part, UploadStored(w, 0));
+  if (dtype == ComputeDtype::kBf16) {
+    SCORED_RETURN_IF_ERROR(kernels::Dequantize<bf16_t>(part.params, 0, w.out_features, static_cast<bf16_t*>(dst), nullptr));
+  } else {
+    SCORED_RETURN_IF_ERROR(kernels::Dequantize<float>(part.params, 0, w.out_features, static_cast<float*>(dst), nullptr));
+  }
+  SCORED_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // `part` is freed on return
+  return absl::OkStatus();
+}
+
+absl::Status DequantizeInto(const QuantizedPart& part, ComputeDtype dtype, char* fused, cudaStream_t stream) {
+  const int64_t rows = part.host->out_features;
+  const int64_t offset = part.row_offset * part.host->in_features * ElementBytes(dtype);
+  if (dtype == ComputeDtype::kBf16) {
+    return kernels::Dequantize<bf16_t>(part.params, 0, rows, reinterpret_cast<bf16_t*>(fused + offset), stream);
+  }
+  return kernels::Dequantize<float>(part.params, 0, rows, reinterpret_cast<float*>(fused + offset), stream);
+}
+
+}  // namespace
+
+absl::StatusOr<const void*> DeviceLinear::Materialize(ComputeDtype dtype, void* scratch, cudaStream_t stream) const {
+  if (resident_dense()) return dense_ptr_;
+  for (const QuantizedPart& part : parts_) {
+    SCORED_RETURN_IF_ERROR(DequantizeInto(part, dtype, static_cast<char*>(scratch), stream));
+  }
+  return static_cast<const void*>(scratch);
+}
+
+int64_t DeviceLinear::DeviceBytes() const {
+  int64_t bytes = dense_.bytes();
+  for (const QuantizedPart& part : parts_) {
+    for (const DeviceBuffer& b : part.stored) bytes += b.bytes();
+  }
+  return bytes;
+}
+
+class DeviceModelLoader {
+ public:
+  // Stacks `members` along `out` into one linear. All dense: one resident matrix; otherwise every member
+  // keeps its stored tensors and is expanded into the scratch before each use.
+  static absl::StatusOr<DeviceLinear> Build(const std::vector<const LinearWeight*>& members, ComputeDtype dtype,
+                                            const std::string& what) {
+    DeviceLinear linear;
+    linear.in_features_ = members.front()->in_features;
+    bool all_dense = true, any_w8a8 = false, all_w8a8 = true;
+    for (const LinearWeight* m : members) {
+      if (m->in_features != linear.in_features_) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": ", m->module, " has ", m->in_features,
+                                                       " input features, expected ", linear.in_features_));
+      }
+      linear.out_features_ += m->out_features;
+      all_dense = all_dense && m->format == WeightFormat::kDense;
+      any_w8a8 = any_w8a8 || m->w8a8_dynamic_fp8;
+      all_w8a8 = all_w8a8 && m->w8a8_dynamic_fp8;
+    }
+    if (any_w8a8 && !all_w8a8) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": W8A8 dynamic FP8 on some but not all of the modules sharing one input"));
+    }
+    linear.w8a8_ = all_w8a8;
+    int64_t row = 0;
+    if (all_dense) {
+      SCORED_ASSIGN_OR_RETURN(linear.dense_, DeviceBuffer::Allocate(linear.out_features_ * linear.in_features_ *
+                                                                         ElementBytes(dtype),
+                                                                     what));
+      for (const LinearWeight* m : members) {
+        SCORED_RETURN_IF_ERROR(UploadDenseInto(
+            *m, dtype, linear.dense_.as<char>() + row * linear.in_features_ * ElementBytes(dtype)));
+        row += m->out_features;
+      }
+      linear.dense_ptr_ = linear.dense_.data();
+      return linear;
+    }
+    for (const LinearWeight* m : members) {
+      SCORED_ASSIGN_OR_RETURN(QuantizedPart part, UploadStored(*m, row));
+      linear.parts_.push_back(std::move(part));
+      row += m->out_features;
+    }
+    return linear;
+  }
+
+  // A quantized lm_head (rare: most checkpoints ignore it) is expanded once at load.
+  static absl::Status MakeResident(DeviceLinear* linear, ComputeDtype dtype, const std::string& what) {
+    if (linear->resident_dense()) return absl::OkStatus();
+    SCORED_ASSIGN_OR_RETURN(linear->dense_, DeviceBuffer::Allocate(linear->out_features_ * linear->in_features_ *
+                                                                        ElementBytes(dtype),
+                                                                    what));
+    SCORED_RETURN_IF_ERROR(linear->Materialize(dtype, linear->dense_.data(), nullptr).status());
+    SCORED_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    linear->parts_.clear();
+    linear->dense_ptr_ = linear->dense_.data();
+    return absl::OkStatus();
+  }
+
+  static void TieTo(DeviceLinear* linear, const DeviceBuffer& table, int64_t vocab_size, int64_t hidden_size) {
+    linear->out_features_ = vocab_size;
+    linear->in_features_ = hidden_size;
+    linear->dense_ptr_ = table.data();
+  }
+};
+
+absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype) {
+  const ModelConfig& config = weights.config();
+  auto model = std::make_unique<DeviceModel>();
+  model->dtype = dtype;
+
+  LinearWeight embed;
+  embed.module = "model.embed_tokens";
+  embed.out_features = config.vocab_size;
+  embed.in_features = config.hidden_size;
+  embed.weight = weights.embed_tokens();
+  SCORED_ASSIGN_OR_RETURN(model->embed, DeviceBuffer::Allocate(config.vocab_size * config.hidden_size *
+                                                                    ElementBytes(dtype),
+                                                                "the token embedding"));
+  SCORED_RETURN_IF_ERROR(UploadDenseInto(embed, dtype, model->embed.data()));
+  SCORED_ASSIGN_OR_RETURN(model->final_norm, UploadFloat(weights.final_norm(), "model.norm.weight"));
+  const std::vector<float> inv_freq = ref::RopeInvFreq(config);
+  SCORED_ASSIGN_OR_RETURN(model->rope_inv_freq,
+                          UploadToDevice(inv_freq.data(), static_cast<int64_t>(inv_freq.size() * sizeof(float)),
+                                         "the RoPE frequency table"));
+  if (config.tie_word_embeddings) {
+    DeviceModelLoader::TieTo(&model->lm_head, model->embed, config.vocab_size, config.hidden_size);
+  } else {
+    SCORED_ASSIGN_OR_RETURN(model->lm_head, DeviceModelLoader::Build({&weights.lm_head()}, dtype, "lm_head"));
+    SCORED_RETURN_IF_ERROR(DeviceModelLoader::MakeResident(&model->lm_head, dtype, "lm_head"));
+  }
+
+  model->layers.resize(weights.layers().size());
+  for (size_t l = 0; l < weights.layers().size(); ++l) {
+    const LayerWeights& src = weights.layers()[l];
+    DeviceLayer& dst = model->layers[l];
+    const std::string prefix = absl::StrCat("model.layers.", l, ".");
+    SCORED_ASSIGN_OR_RETURN(dst.input_norm, UploadFloat(src.input_layernorm, prefix + "input_layernorm"));
+    SCORED_ASSIGN_OR_RETURN(dst.post_norm,
+                            UploadFloat(src.post_attention_layernorm, prefix + "post_attention_layernorm"));
+    if (src.q_norm.present()) {
+      SCORED_ASSIGN_OR_RETURN(dst.q_norm, UploadFloat(src.q_norm, prefix + "self_attn.q_norm"));
+      SCORED_ASSIGN_OR_RETURN(dst.k_norm, UploadFloat(src.k_norm, prefix + "self_attn.k_norm"));
+    }
+    if (src.q_proj.bias.present()) {
+      const int64_t q = src.q_proj.out_features, k = src.k_proj.out_features, v = src.v_proj.out_features;
+      std::vector<float> bias(q + k + v);
+      SCORED_RETURN_IF_ERROR(TensorToFloat(src.q_proj.bias, bias.data(), q));
+      SCORED_RETURN_IF_ERROR(TensorToFloat(src.k_proj.bias, bias.data() + q, k));
+      SCORED_RETURN_IF_ERROR(TensorToFloat(src.v_proj.bias, bias.data() + q + k, v));
+      SCORED_ASSIGN_OR_RETURN(dst.qkv_bias, UploadToDevice(bias.data(), static_cast<int64_t>(bias.size() * 4),
+                                                           prefix + "self_attn q|k|v bias"));
+    }
+    SCORED_ASSIGN_OR_RETURN(dst.qkv, DeviceModelLoader::Build({&src.q_proj, &src.k_proj, &src.v_proj}, dtype,
+                                                              prefix + "self_attn q|k|v"));
+    SCORED_ASSIGN_OR_RETURN(dst.o, DeviceModelLoader::Build({&src.o_proj}, dtype, prefix + "self_attn.o_proj"));
+    SCORED_ASSIGN_OR_RETURN(dst.gate_up, DeviceModelLoader::Build({&src.gate_proj, &src.up_proj}, dtype,
+                                                                  prefix + "mlp gate|up"));
+    SCORED_ASSIGN_OR_RETURN(dst.down, DeviceModelLoader::Build({&src.down_proj}, dtype, prefix + "mlp.down_proj"));
+    for (const DeviceLinear* linear : {&dst.qkv, &dst.o, &dst.gate_up, &dst.down}) {
+      if (!linear->resident_dense()) {
+        model->max_scratch_elements =
+            std::max(model->max_scratch_elements, linear->out_features() * linear->in_features());
+      }
+    }
+  }
+
+  int64_t bytes = model->embed.bytes() + model->final_norm.bytes() + model->rope_inv_freq.bytes() +
+                  model->lm_head.DeviceBytes();
+  for (const DeviceLayer& layer : model->layers) {
+    bytes += layer.input_norm.bytes() + layer.post_norm.bytes() + layer.q_norm.bytes() + layer.k_norm.bytes() +
+             layer.qkv_bias.bytes() + layer.qkv.DeviceBytes() + layer.o.DeviceBytes() +
+             layer.gate_up.DeviceBytes() + layer.down.DeviceBytes();
+  }
+  model->resident_bytes = bytes;
+  return model;
+}
+
+}  // namespace scored::cuda

@@ -1,0 +1,96 @@
+// The model's weights resident on one GPU (DESIGN.md §4).
+//
+// Dense weights (F32/F16/BF16) live in the compute dtype (bf16 in bf16 mode: a bf16 checkpoint is copied
+// as is, F32/F16 are rounded to nearest even once at load; fp32 mode widens everything to fp32), q|k|v
+// stacked into one [q_dim + 2 kv_dim, hidden] matrix and gate|up into one [2 intermediate, hidden] matrix
+// so each group is one GEMM. Quantized weights stay quantized: their stored tensors are uploaded byte
+// for byte, and DeviceLinear::Materialize() expands a group into the shared scratch (compute dtype) just
+// before its GEMM with the dequant kernels. Values are exactly the checkpoint's (dequantized) values rounded
+// once to the compute dtype.
+//
+// Norm weights, q/k/v biases and the RoPE table are fp32 (what the kernels take).
+// Ownership: a DeviceModel owns every device buffer it points to; it keeps pointers into the host
+// ModelWeights (format parameters), which must outlive it. Thread-safety: immutable after Upload().
+#ifndef SCORED_ENGINE_CUDA_DEVICE_WEIGHTS_H_
+#define SCORED_ENGINE_CUDA_DEVICE_WEIGHTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/cuda/device_buffer.h"
+#include "engine/engine.h"
+#include "engine/kernels/dequant.h"
+#include "engine/model/weights.h"
+
+namespace scored::cuda {
+
+// One quantized (or dense-but-grouped-with-quantized) member of a fused linear.
+struct QuantizedPart {
+  const LinearWeight* host = nullptr;  // format parameters
+  int64_t row_offset = 0;              // first row of this part in the fused [out_features, in_features]
+  std::vector<DeviceBuffer> stored;    // its tensors as in the checkpoint (values, scale, zero point, g_idx)
+  kernels::DequantParams params;       // device view of `stored`
+};
+
+// A linear layer, or several stacked along `out` (q|k|v, gate|up), as one GEMM's weight.
+class DeviceLinear {
+ public:
+  int64_t out_features() const { return out_features_; }
+  int64_t in_features() const { return in_features_; }
+  bool resident_dense() const { return parts_.empty(); }
+  // W8A8 dynamic FP8 (every part): the GEMM's input is fake-quantized per token first.
+  bool w8a8_dynamic_fp8() const { return w8a8_; }
+
+  // The weight [out_features, in_features] in the compute dtype for a GEMM on `stream`: the resident
+  // matrix, or `scratch` after enqueuing the dequantization of every part into it.
+  absl::StatusOr<const void*> Materialize(ComputeDtype dtype,
+                                          void* scratch,  // [>= out_features * in_features] compute dtype
+                                          cudaStream_t stream) const;
+
+  // Bytes this linear keeps on the device.
+  int64_t DeviceBytes() const;
+
+ private:
+  friend class DeviceModelLoader;
+  int64_t out_features_ = 0;
+  int64_t in_features_ = 0;
+  bool w8a8_ = false;
+  DeviceBuffer dense_;            // [out_features, in_features] compute dtype, when resident_dense()
+  const void* dense_ptr_ = nullptr;  // dense_.data(), or the embedding table for a tied lm_head
+  std::vector<QuantizedPart> parts_;
+};
+
+struct DeviceLayer {
+  DeviceBuffer input_norm;  // [hidden_size] fp32
+  DeviceBuffer post_norm;   // [hidden_size] fp32
+  DeviceBuffer q_norm;      // [head_dim] fp32 (Qwen3), else empty
+  DeviceBuffer k_norm;      // [head_dim] fp32 (Qwen3), else empty
+  DeviceBuffer qkv_bias;    // [q_dim + 2 kv_dim] fp32 (Qwen2 / attention_bias), else empty
+  DeviceLinear qkv;         // [q_dim + 2 kv_dim, hidden_size]
+  DeviceLinear o;           // [hidden_size, q_dim]
+  DeviceLinear gate_up;     // [2 intermediate_size, hidden_size]
+  DeviceLinear down;        // [hidden_size, intermediate_size]
+};
+
+struct DeviceModel {
+  ComputeDtype dtype = ComputeDtype::kBf16;
+  DeviceBuffer embed;        // [vocab_size, hidden_size] compute dtype
+  DeviceBuffer final_norm;   // [hidden_size] fp32
+  DeviceBuffer rope_inv_freq;  // [head_dim / 2] fp32, as ref::RopeInvFreq
+  DeviceLinear lm_head;      // [vocab_size, hidden_size]; tied: a view of `embed`
+  std::vector<DeviceLayer> layers;
+  int64_t max_scratch_elements = 0;  // largest out*in of a quantized linear (0 when all are dense)
+  int64_t resident_bytes = 0;        // device bytes of all the above
+};
+
+// Uploads every weight of `weights` for compute dtype `dtype`. Errors name the tensor; RESOURCE_EXHAUSTED
+// when the weights do not fit (naming what was being uploaded).
+absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype);
+
+}  // namespace scored::cuda
+
+#endif  // SCORED_ENGINE_CUDA_DEVICE_WEIGHTS_H_

@@ -1,0 +1,193 @@
+#include "engine/cuda/transformer.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/attention.h"
+#include "engine/kernels/bias_add.h"
+#include "engine/kernels/embedding.h"
+#include "engine/kernels/fp8_quant.h"
+#include "engine/kernels/kernel_types.h"
+#include "engine/kernels/qk_norm.h"
+#include "engine/kernels/rms_norm.h"
+#include "engine/kernels/rope.h"
+#include "engine/kernels/swiglu.h"
+
+namespace scored::cuda {
+
+using kernels::bf16_t;
+
+namespace {
+
+int64_t ActBytes(ComputeDtype dtype) { return dtype == ComputeDtype::kBf16 ? 2 : 4; }
+
+int64_t QkvDim(const ModelConfig& c) { return (c.num_heads + 2 * c.num_kv_heads) * c.head_dim; }
+
+int64_t LogitsRows(int64_t max_tokens) { return std::min(max_tokens, kLmHeadChunkTokens); }
+
+// The forward pass for activation type T (bf16_t or float). Buffers first, then the ops in order.
+template <typename T>
+absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
+                         const ForwardBatch& batch, Activations* acts, cudaStream_t stream) {
+  const int64_t n = batch.num_tokens;
+  const int64_t hidden = config.hidden_size;
+  const int64_t num_heads = config.num_heads, num_kv_heads = config.num_kv_heads, head_dim = config.head_dim;
+  const int64_t q_dim = num_heads * head_dim, kv_dim = num_kv_heads * head_dim, qkv_dim = q_dim + 2 * kv_dim;
+  const int64_t inter = config.intermediate_size, vocab = config.vocab_size;
+  const float eps = static_cast<float>(config.rms_norm_eps);
+  constexpr bool kFp32 = std::is_same_v<T, float>;
+  const GemmTypes types = kFp32 ? GemmTypes::kFp32 : GemmTypes::kBf16ToBf16;
+  const GemmTypes head_types = kFp32 ? GemmTypes::kFp32 : GemmTypes::kBf16ToFp32;
+
+  float* residual = acts->residual.as<float>();          // [n, hidden]
+  T* normed = acts->normed.as<T>();                      // [n, hidden]
+  T* qkv = acts->qkv.as<T>();                            // [n, qkv_dim]: q | k | v of each token
+  T* q = qkv;                                            //   [n, num_heads, head_dim], row stride qkv_dim
+  T* k = qkv + q_dim;                                    //   [n, num_kv_heads, head_dim], row stride qkv_dim
+  T* v = qkv + q_dim + kv_dim;                           //   [n, num_kv_heads, head_dim], row stride qkv_dim
+  T* attn = acts->attn.as<T>();                          // [n, q_dim]
+  T* proj = acts->proj.as<T>();                          // [n, hidden]
+  T* gate_up = acts->gate_up.as<T>();                    // [n, 2 inter]: gate | up of each token
+  T* mlp = acts->mlp.as<T>();                            // [n, inter]
+  float* logits = acts->logits.as<float>();              // [kLmHeadChunkTokens, vocab]
+  const int32_t* tokens = acts->tokens.as<int32_t>();    // [n]
+  const int32_t* positions = acts->positions.as<int32_t>();    // [n]
+  const int32_t* cu_seqlens = acts->cu_seqlens.as<int32_t>();  // [num_seqs + 1]
+  const int32_t* targets = acts->targets.as<int32_t>();  // [n]
+  const float* inv_freq = model.rope_inv_freq.as<float>();     // [head_dim / 2]
+
+  // y[n, out] = x[n, in] . W^T, with the weight expanded into the scratch first when it is quantized.
+  auto linear = [&](const DeviceLinear& w, T* x, T* y) -> absl::Status {
+    if (w.w8a8_dynamic_fp8()) {
+      SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeFp8PerToken<T>(x, w.in_features(), n, w.in_features(), stream));
+    }
+    SCORED_ASSIGN_OR_RETURN(const void* weight, w.Materialize(model.dtype, acts->scratch.data(), stream));
+    return gemm.Linear(x, weight, y, n, w.out_features(), w.in_features(), types, stream);
+  };
+
+  kernels::AttentionShape attn_shape;
+  attn_shape.num_tokens = n;
+  attn_shape.num_seqs = batch.num_seqs;
+  attn_shape.max_seqlen = batch.max_seqlen;
+  attn_shape.num_heads = static_cast<int32_t>(num_heads);
+  attn_shape.num_kv_heads = static_cast<int32_t>(num_kv_heads);
+  attn_shape.head_dim = static_cast<int32_t>(head_dim);
+  attn_shape.q_stride = qkv_dim;
+  attn_shape.kv_stride = qkv_dim;
+
+  SCORED_RETURN_IF_ERROR((kernels::Embedding<T, float>(model.embed.as<T>(), tokens, n, vocab, hidden, residual, stream)));
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    const DeviceLayer& layer = model.layers[l];
+    // Attention block. The previous layer's down_proj output joins the residual stream here.
+    if (l == 0) {
+      SCORED_RETURN_IF_ERROR((kernels::RmsNorm<float, T>(residual, hidden, layer.input_norm.as<float>(), n, hidden,
+                                                        eps, normed, hidden, stream)));
+    } else {
+      SCORED_RETURN_IF_ERROR((kernels::AddRmsNorm<T, T>(proj, hidden, residual, layer.input_norm.as<float>(), n,
+                                                       hidden, eps, normed, hidden, stream)));
+    }
+    SCORED_RETURN_IF_ERROR(linear(layer.qkv, normed, qkv));
+    if (layer.qkv_bias.data() != nullptr) {
+      SCORED_RETURN_IF_ERROR(kernels::BiasAdd<T>(qkv, qkv_dim, layer.qkv_bias.as<float>(), n, qkv_dim, stream));
+    }
+    if (layer.q_norm.data() != nullptr) {
+      SCORED_RETURN_IF_ERROR(
+          kernels::QkNorm<T>(q, qkv_dim, layer.q_norm.as<float>(), n, num_heads, head_dim, eps, stream));
+      SCORED_RETURN_IF_ERROR(
+          kernels::QkNorm<T>(k, qkv_dim, layer.k_norm.as<float>(), n, num_kv_heads, head_dim, eps, stream));
+    }
+    SCORED_RETURN_IF_ERROR(
+        kernels::Rope<T>(qkv, qkv_dim, positions, inv_freq, n, num_heads + num_kv_heads, head_dim, stream));
+    SCORED_RETURN_IF_ERROR(kernels::CausalAttention<T>(q, k, v, cu_seqlens, attn_shape, attn, stream));
+    SCORED_RETURN_IF_ERROR(linear(layer.o, attn, proj));
+    // MLP block.
+    SCORED_RETURN_IF_ERROR((kernels::AddRmsNorm<T, T>(proj, hidden, residual, layer.post_norm.as<float>(), n, hidden,
+                                                     eps, normed, hidden, stream)));
+    SCORED_RETURN_IF_ERROR(linear(layer.gate_up, normed, gate_up));
+    SCORED_RETURN_IF_ERROR(kernels::SwiGlu<T>(gate_up, gate_up + inter, 2 * inter, n, inter, mlp, stream));
+    SCORED_RETURN_IF_ERROR(linear(layer.down, mlp, proj));
+  }
+  SCORED_RETURN_IF_ERROR((kernels::AddRmsNorm<T, T>(proj, hidden, residual, model.final_norm.as<float>(), n, hidden,
+                                                   eps, normed, hidden, stream)));
+
+  // lm_head in chunks of rows: fp32 logits into the reusable chunk, then the per-row statistics.
+  SCORED_ASSIGN_OR_RETURN(const void* head, model.lm_head.Materialize(model.dtype, nullptr, stream));
+  const int64_t chunk = LogitsRows(acts->max_tokens);
+  const int64_t top_k = batch.options.top_k;
+  for (const RowSpan& span : batch.lm_head_rows) {
+    for (int64_t begin = span.begin; begin < span.end; begin += chunk) {
+      const int64_t rows = std::min(chunk, span.end - begin);
+      SCORED_RETURN_IF_ERROR(gemm.Linear(normed + begin * hidden, head, logits, rows, vocab, hidden, head_types, stream));
+      kernels::LogprobOutputs out;
+      out.logprob = acts->logprob.as<double>() + begin;           // [rows]
+      out.greedy = acts->greedy.as<uint8_t>() + begin;            // [rows]
+      out.rank = acts->rank.as<int32_t>() + begin;                // [rows]
+      out.entropy = acts->entropy.as<float>() + begin;            // [rows]
+      out.top_k_ids = acts->top_k_ids.as<int32_t>() + begin * top_k;           // [rows, top_k]
+      out.top_k_logprobs = acts->top_k_logprobs.as<float>() + begin * top_k;   // [rows, top_k]
+      SCORED_RETURN_IF_ERROR(
+          kernels::ScoreLogits(logits, vocab, targets + begin, rows, vocab, batch.options, out, stream));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype) {
+  const int64_t act = ActBytes(dtype);
+  const int64_t q_dim = config.num_heads * config.head_dim;
+  const int64_t floats = 4 * config.hidden_size;  // residual
+  const int64_t acts = act * (2 * config.hidden_size + QkvDim(config) + q_dim + 3 * config.intermediate_size);
+  const int64_t per_row = 4 * 4 + 8 + 1 + 4 + 4 + kernels::kMaxTopK * 8;  // inputs, results
+  return floats + acts + per_row;
+}
+
+int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens) {
+  return LogitsRows(max_tokens) * config.vocab_size * 4 + model.max_scratch_elements * ActBytes(model.dtype);
+}
+
+absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const DeviceModel& model,
+                                                int64_t max_tokens) {
+  const int64_t t = max_tokens, act = ActBytes(model.dtype);
+  const int64_t q_dim = config.num_heads * config.head_dim;
+  Activations a;
+  a.max_tokens = max_tokens;
+  SCORED_ASSIGN_OR_RETURN(a.residual, DeviceBuffer::Allocate(t * config.hidden_size * 4, "the residual stream"));
+  SCORED_ASSIGN_OR_RETURN(a.normed, DeviceBuffer::Allocate(t * config.hidden_size * act, "normed activations"));
+  SCORED_ASSIGN_OR_RETURN(a.qkv, DeviceBuffer::Allocate(t * QkvDim(config) * act, "q|k|v activations"));
+  SCORED_ASSIGN_OR_RETURN(a.attn, DeviceBuffer::Allocate(t * q_dim * act, "attention output"));
+  SCORED_ASSIGN_OR_RETURN(a.proj, DeviceBuffer::Allocate(t * config.hidden_size * act, "projection output"));
+  SCORED_ASSIGN_OR_RETURN(a.gate_up,
+                          DeviceBuffer::Allocate(t * 2 * config.intermediate_size * act, "gate|up activations"));
+  SCORED_ASSIGN_OR_RETURN(a.mlp, DeviceBuffer::Allocate(t * config.intermediate_size * act, "swiglu output"));
+  SCORED_ASSIGN_OR_RETURN(a.scratch,
+                          DeviceBuffer::Allocate(model.max_scratch_elements * act, "the dequantized-weight scratch"));
+  SCORED_ASSIGN_OR_RETURN(a.logits,
+                          DeviceBuffer::Allocate(LogitsRows(t) * config.vocab_size * 4, "the fp32 logits chunk"));
+  SCORED_ASSIGN_OR_RETURN(a.tokens, DeviceBuffer::Allocate(t * 4, "token ids"));
+  SCORED_ASSIGN_OR_RETURN(a.positions, DeviceBuffer::Allocate(t * 4, "positions"));
+  SCORED_ASSIGN_OR_RETURN(a.cu_seqlens, DeviceBuffer::Allocate((t + 1) * 4, "sequence offsets"));
+  SCORED_ASSIGN_OR_RETURN(a.targets, DeviceBuffer::Allocate(t * 4, "targets"));
+  SCORED_ASSIGN_OR_RETURN(a.logprob, DeviceBuffer::Allocate(t * 8, "logprobs"));
+  SCORED_ASSIGN_OR_RETURN(a.greedy, DeviceBuffer::Allocate(t, "greedy flags"));
+  SCORED_ASSIGN_OR_RETURN(a.rank, DeviceBuffer::Allocate(t * 4, "ranks"));
+  SCORED_ASSIGN_OR_RETURN(a.entropy, DeviceBuffer::Allocate(t * 4, "entropies"));
+  SCORED_ASSIGN_OR_RETURN(a.top_k_ids, DeviceBuffer::Allocate(t * kernels::kMaxTopK * 4, "top-k ids"));
+  SCORED_ASSIGN_OR_RETURN(a.top_k_logprobs, DeviceBuffer::Allocate(t * kernels::kMaxTopK * 4, "top-k logprobs"));
+  return a;
+}
+
+absl::Status Forward(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
+                     const ForwardBatch& batch, Activations* acts, cudaStream_t stream) {
+  if (batch.num_tokens <= 0 || batch.num_tokens > acts->max_tokens) {
+    return absl::OutOfRangeError(
+        absl::StrCat("batch of ", batch.num_tokens, " tokens; the engine holds ", acts->max_tokens));
+  }
+  if (model.dtype == ComputeDtype::kBf16) return ForwardImpl<bf16_t>(config, model, gemm, batch, acts, stream);
+  return ForwardImpl<float>(config, model, gemm, batch, acts, stream);
+}
+
+}  // namespace scored::cuda

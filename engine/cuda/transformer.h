@@ -1,0 +1,82 @@
+// The GPU forward pass (one readable function, transformer.cc) and the activation memory it runs in.
+//
+// Activations are allocated once for max_tokens (the engine's max_batch_tokens) so a valid batch never
+// allocates. Thread-safety: none (one engine thread).
+#ifndef SCORED_ENGINE_CUDA_TRANSFORMER_H_
+#define SCORED_ENGINE_CUDA_TRANSFORMER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/cuda/device_buffer.h"
+#include "engine/cuda/device_weights.h"
+#include "engine/cuda/gemm.h"
+#include "engine/kernels/logprob.h"
+#include "engine/model/config.h"
+
+namespace scored::cuda {
+
+// lm_head rows per GEMM: the fp32 logits chunk is [kLmHeadChunkTokens, vocab_size] (1 GiB at a 128k
+// vocabulary); cuBLASLt runs the 128256 x 4096 lm_head at ~706 TFLOP/s with 2048 rows (GPU.md).
+constexpr int64_t kLmHeadChunkTokens = 2048;
+
+// Reusable device memory of one forward; `act` is bf16 in bf16 mode, fp32 in fp32 mode.
+struct Activations {
+  int64_t max_tokens = 0;
+  DeviceBuffer residual;    // [max_tokens, hidden_size] fp32, the residual stream
+  DeviceBuffer normed;      // [max_tokens, hidden_size] act: RMSNorm output, GEMM input
+  DeviceBuffer qkv;         // [max_tokens, q_dim + 2 kv_dim] act
+  DeviceBuffer attn;        // [max_tokens, q_dim] act
+  DeviceBuffer proj;        // [max_tokens, hidden_size] act: o_proj / down_proj output
+  DeviceBuffer gate_up;     // [max_tokens, 2 intermediate_size] act
+  DeviceBuffer mlp;         // [max_tokens, intermediate_size] act: swiglu output
+  DeviceBuffer scratch;     // [max_scratch_elements] compute dtype: one dequantized weight (quantized only)
+  DeviceBuffer logits;      // [min(max_tokens, kLmHeadChunkTokens), vocab_size] fp32
+  // Batch inputs and per-row results, indexed by packed row.
+  DeviceBuffer tokens;      // [max_tokens] int32
+  DeviceBuffer positions;   // [max_tokens] int32
+  DeviceBuffer cu_seqlens;  // [max_tokens + 1] int32
+  DeviceBuffer targets;     // [max_tokens] int32: the next token of the row's sequence (0 at its last row)
+  DeviceBuffer logprob;     // [max_tokens] double
+  DeviceBuffer greedy;      // [max_tokens] uint8
+  DeviceBuffer rank;        // [max_tokens] int32
+  DeviceBuffer entropy;     // [max_tokens] float
+  DeviceBuffer top_k_ids;   // [max_tokens, kMaxTopK] int32
+  DeviceBuffer top_k_logprobs;  // [max_tokens, kMaxTopK] float
+};
+
+// Device bytes Activations takes per token of max_tokens (for "what fits" messages); the fixed part
+// (logits chunk, scratch) is FixedActivationBytes.
+int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype);
+int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens);
+
+// RESOURCE_EXHAUSTED (naming the buffer) when the device cannot hold them.
+absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const DeviceModel& model,
+                                                int64_t max_tokens);
+
+// A half-open range of packed rows whose next-token logits are needed.
+struct RowSpan {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+// One packed batch: the device input arrays of `acts` hold it (tokens, positions, cu_seqlens, targets).
+struct ForwardBatch {
+  int64_t num_tokens = 0;
+  int32_t num_seqs = 0;
+  int32_t max_seqlen = 0;
+  std::vector<RowSpan> lm_head_rows;  // ascending, disjoint; logits are computed for these rows only
+  kernels::LogprobOptions options;    // applied to every scored row
+};
+
+// Runs the model on the packed batch and writes, for every row r inside lm_head_rows, acts->logprob[r],
+// greedy[r] (and rank / entropy / top-k per `options`) for predicting targets[r] from rows <= r of its
+// sequence. Asynchronous on `stream`; the caller synchronizes and copies the per-row results back.
+absl::Status Forward(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
+                     const ForwardBatch& batch, Activations* acts, cudaStream_t stream);
+
+}  // namespace scored::cuda
+
+#endif  // SCORED_ENGINE_CUDA_TRANSFORMER_H_
