@@ -43,9 +43,15 @@ struct ModelConfig {
   bool qk_norm = false;         // Qwen3: per-head RMSNorm of q and k before RoPE
   int64_t bos_token_id = -1;    // -1 when absent
   int64_t eos_token_id = -1;    // first id when a list
-  std::string torch_dtype;      // "float32", "bfloat16", "float16" ("dtype" in newer files)
+  std::string torch_dtype;      // "float32", "bfloat16", "float16" ("dtype" in newer files); "float32"
+                                // when absent (the transformers default)
+  // Mistral: attention sees only the last sliding_window positions. 0 = none (also when the config's
+  // window is >= max_position_embeddings). Engines must cap their max context at it when > 0, since
+  // no sliding-window attention is implemented; positions up to the window are then exact.
+  int64_t sliding_window = 0;
   bool has_quantization_config = false;
-  std::string quantization_config_json;  // raw JSON text of quantization_config ("" when absent)
+  std::string quantization_config_json;  // raw JSON text of quantization_config ("" when absent);
+                                         // older files name it "compression_config"
 };
 
 // source_name is used in error messages (usually the file path).

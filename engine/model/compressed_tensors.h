@@ -1,0 +1,77 @@
+// compressed-tensors quantization_config: parsing and per-module scheme resolution (DESIGN.md §6).
+//
+// Supported (anything else fails with INVALID_ARGUMENT naming the group and the feature):
+//   format              weights                                   input_activations
+//   dense               -                                         -
+//   pack-quantized      int, 2..8 bits, tensor|channel|group,     none (W4A16 / W8A16)
+//                       sym or asym (group/channel), actorder
+//                       none|weight|group (weight_g_idx)
+//   nvfp4-pack-quantized float 4 bits, tensor_group, group 16     none (NVFP4A16) or float 4 bits
+//                                                                 tensor_group (W4A4: run weight-only)
+//   float-quantized     float 8 bits, tensor|channel|block        none (W8A16) or dynamic float 8 bits
+//                                                                 per token (W8A8 dynamic FP8)
+//   naive-quantized /   int 8 bits, tensor|channel|group, sym     none
+//   int-quantized       or asym
+// Top-level `format` applies to every group; "mixed-precision" means each group carries its own.
+// Rejected: sparsity_config (e.g. sparse-24-bitmask), transform_config, kv_cache_scheme, static or int
+// input activations, output activations, quantization_status other than "compressed".
+//
+// Target matching follows compressed-tensors: a module matches a target that equals its name, a
+// "re:" regex that matches at the start of its name (Python re.match), or the class name "Linear" (every
+// module resolved here is a linear layer). Among matching targets the most specific wins: exact names,
+// then regexes (each in sorted order), then class names. Modules matched by `ignore` (same rules), and
+// modules no group targets, are dense.
+#ifndef SCORED_ENGINE_MODEL_COMPRESSED_TENSORS_H_
+#define SCORED_ENGINE_MODEL_COMPRESSED_TENSORS_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/weights.h"
+
+namespace scored {
+
+// How one config group stores its weights; also the resolution for one module.
+struct ModuleScheme {
+  bool quantized = false;            // false: dense (ignored or untargeted module)
+  std::string group;                 // config group name ("" when dense)
+  std::string format_name;           // compressed-tensors format string, e.g. "pack-quantized"
+  WeightFormat format = WeightFormat::kDense;
+  int num_bits = 16;
+  bool symmetric = true;
+  QuantStrategy strategy = QuantStrategy::kTensor;
+  int64_t group_size = 0;            // kGroup
+  int64_t block_rows = 0, block_cols = 0;  // kBlock
+  bool actorder_group = false;       // weight_g_idx expected
+  bool w8a8_dynamic_fp8 = false;     // float-quantized + dynamic per-token FP8 activations
+  bool w4a4_run_weight_only = false; // nvfp4 with FP4 input activations, run as W4A16
+};
+
+struct CompressedTensorsConfig {
+  std::string format;                   // top-level format ("mixed-precision" allowed)
+  std::string quantization_status;
+  std::vector<std::string> ignore;      // names and "re:" regexes
+  struct Group {
+    std::string name;
+    std::vector<std::string> targets;   // names, "re:" regexes, class names
+    ModuleScheme scheme;                // validated at parse time
+  };
+  std::vector<Group> groups;            // in config order
+};
+
+// Parses and validates the raw quantization_config JSON (ModelConfig::quantization_config_json).
+// source names the file in error messages.
+absl::StatusOr<CompressedTensorsConfig> ParseCompressedTensorsConfig(std::string_view json_text,
+                                                                     std::string_view source);
+
+// The scheme of the linear module `module` (e.g. "model.layers.0.self_attn.q_proj", "lm_head").
+// INVALID_ARGUMENT when a "re:" pattern is not a valid regex.
+absl::StatusOr<ModuleScheme> ResolveModuleScheme(const CompressedTensorsConfig& config,
+                                                 const std::string& module);
+
+}  // namespace scored
+
+#endif  // SCORED_ENGINE_MODEL_COMPRESSED_TENSORS_H_

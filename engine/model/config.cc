@@ -1,0 +1,245 @@
+#include "engine/model/config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/base/status_macros.h"
+#include "engine/model/json_util.h"
+
+namespace scored {
+namespace {
+
+using json_util::Find;
+using json_util::GetBool;
+using json_util::GetDouble;
+using json_util::GetInt;
+using json_util::GetString;
+using json_util::Json;
+
+struct ArchInfo {
+  const char* architecture;
+  const char* model_type;
+  int64_t default_max_position_embeddings;  // the transformers config class default
+};
+
+constexpr ArchInfo kArchs[] = {
+    {"LlamaForCausalLM", "llama", 2048},
+    {"MistralForCausalLM", "mistral", 4096 * 32},
+    {"Qwen2ForCausalLM", "qwen2", 32768},
+    {"Qwen3ForCausalLM", "qwen3", 32768},
+};
+
+absl::Status Invalid(absl::string_view source, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": ", what));
+}
+
+// A token id field that may be an int, a list of ints (first taken) or null/absent (-1).
+absl::StatusOr<int64_t> GetTokenId(const Json& obj, absl::string_view key, absl::string_view source) {
+  const Json* v = Find(obj, key);
+  if (v == nullptr) return -1;
+  if (v->is_array()) {
+    if (v->empty()) return -1;
+    std::optional<int64_t> id = json_util::AsInt((*v)[0]);
+    if (!id.has_value() || *id < 0) return json_util::TypeError(source, key, "a token id or list", *v);
+    return *id;
+  }
+  std::optional<int64_t> id = json_util::AsInt(*v);
+  if (!id.has_value() || *id < 0) return json_util::TypeError(source, key, "a token id or list", *v);
+  return *id;
+}
+
+absl::StatusOr<int64_t> GetPositive(const Json& obj, absl::string_view key, absl::string_view source,
+                                    std::optional<int64_t> def = std::nullopt) {
+  SCORED_ASSIGN_OR_RETURN(int64_t v, GetInt(obj, key, source, def));
+  if (v <= 0) return Invalid(source, absl::StrCat("field '", key, "' must be positive, got ", v));
+  return v;
+}
+
+// rope_scaling (or the scaling part of rope_parameters). `field` names it in messages.
+absl::Status ParseRopeScaling(const Json& rs, absl::string_view field, absl::string_view source,
+                              RopeScaling* out) {
+  if (!rs.is_object()) return Invalid(source, absl::StrCat("'", field, "' must be an object or null"));
+  std::string type;
+  if (const Json* t = Find(rs, "rope_type")) {
+    if (!t->is_string()) return json_util::TypeError(source, absl::StrCat(field, ".rope_type"), "a string", *t);
+    type = t->get<std::string>();
+  } else if (const Json* t2 = Find(rs, "type")) {
+    if (!t2->is_string()) return json_util::TypeError(source, absl::StrCat(field, ".type"), "a string", *t2);
+    type = t2->get<std::string>();
+  } else {
+    return Invalid(source, absl::StrCat("'", field, "' has neither 'rope_type' nor 'type'"));
+  }
+  const std::string ctx = absl::StrCat(source, " (", field, ")");
+  if (type == "default") {
+    out->type = RopeType::kDefault;
+    return absl::OkStatus();
+  }
+  if (type == "linear") {
+    out->type = RopeType::kLinear;
+    SCORED_ASSIGN_OR_RETURN(out->factor, GetDouble(rs, "factor", ctx));
+  } else if (type == "llama3") {
+    out->type = RopeType::kLlama3;
+    SCORED_ASSIGN_OR_RETURN(out->factor, GetDouble(rs, "factor", ctx));
+    SCORED_ASSIGN_OR_RETURN(out->low_freq_factor, GetDouble(rs, "low_freq_factor", ctx));
+    SCORED_ASSIGN_OR_RETURN(out->high_freq_factor, GetDouble(rs, "high_freq_factor", ctx));
+    SCORED_ASSIGN_OR_RETURN(out->original_max_position_embeddings,
+                            GetPositive(rs, "original_max_position_embeddings", ctx));
+    if (!(out->high_freq_factor > out->low_freq_factor)) {
+      return Invalid(source, absl::StrCat(field, ": high_freq_factor must exceed low_freq_factor"));
+    }
+  } else {
+    return Invalid(source, absl::StrCat("unsupported ", field, " type '", type,
+                                        "' (supported: default, linear, llama3)"));
+  }
+  if (!(out->factor > 0.0)) return Invalid(source, absl::StrCat(field, ".factor must be positive"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source_name) {
+  const std::string source(source_name);
+  SCORED_ASSIGN_OR_RETURN(Json j, json_util::ParseObject(absl::string_view(json_text.data(), json_text.size()),
+                                                         source));
+  ModelConfig c;
+
+  const Json* archs = Find(j, "architectures");
+  if (archs == nullptr || !archs->is_array() || archs->size() != 1 || !(*archs)[0].is_string()) {
+    return Invalid(source, "field 'architectures' must be a list of one string");
+  }
+  c.architecture = (*archs)[0].get<std::string>();
+  const ArchInfo* arch = nullptr;
+  for (const ArchInfo& a : kArchs) {
+    if (c.architecture == a.architecture) arch = &a;
+  }
+  if (arch == nullptr) {
+    return Invalid(source, absl::StrCat("unsupported architecture '", c.architecture,
+                                        "' (supported: LlamaForCausalLM, MistralForCausalLM, "
+                                        "Qwen2ForCausalLM, Qwen3ForCausalLM)"));
+  }
+  SCORED_ASSIGN_OR_RETURN(c.model_type, GetString(j, "model_type", source, std::string(arch->model_type)));
+  if (c.model_type != arch->model_type) {
+    return Invalid(source, absl::StrCat("model_type '", c.model_type, "' does not match architecture '",
+                                        c.architecture, "' (expected '", arch->model_type, "')"));
+  }
+  const bool is_qwen2 = c.model_type == "qwen2";
+  const bool is_qwen3 = c.model_type == "qwen3";
+
+  SCORED_ASSIGN_OR_RETURN(std::string act, GetString(j, "hidden_act", source, std::string("silu")));
+  if (act != "silu") return Invalid(source, absl::StrCat("unsupported hidden_act '", act, "' (only silu)"));
+
+  SCORED_ASSIGN_OR_RETURN(c.hidden_size, GetPositive(j, "hidden_size", source));
+  SCORED_ASSIGN_OR_RETURN(c.intermediate_size, GetPositive(j, "intermediate_size", source));
+  SCORED_ASSIGN_OR_RETURN(c.num_layers, GetPositive(j, "num_hidden_layers", source));
+  SCORED_ASSIGN_OR_RETURN(c.num_heads, GetPositive(j, "num_attention_heads", source));
+  SCORED_ASSIGN_OR_RETURN(c.num_kv_heads, GetPositive(j, "num_key_value_heads", source, c.num_heads));
+  SCORED_ASSIGN_OR_RETURN(c.vocab_size, GetPositive(j, "vocab_size", source));
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return Invalid(source, absl::StrCat("num_attention_heads (", c.num_heads,
+                                        ") is not a multiple of num_key_value_heads (", c.num_kv_heads,
+                                        ")"));
+  }
+  if (Find(j, "head_dim") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(c.head_dim, GetPositive(j, "head_dim", source));
+  } else {
+    if (c.hidden_size % c.num_heads != 0) {
+      return Invalid(source, absl::StrCat("hidden_size (", c.hidden_size,
+                                          ") is not a multiple of num_attention_heads (", c.num_heads,
+                                          ") and no head_dim is given"));
+    }
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (c.head_dim % 2 != 0) return Invalid(source, absl::StrCat("head_dim must be even, got ", c.head_dim));
+  SCORED_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                          GetPositive(j, "max_position_embeddings", source,
+                                      arch->default_max_position_embeddings));
+  SCORED_ASSIGN_OR_RETURN(c.rms_norm_eps, GetDouble(j, "rms_norm_eps", source, 1e-6));
+  if (!(c.rms_norm_eps > 0.0)) return Invalid(source, "rms_norm_eps must be positive");
+  SCORED_ASSIGN_OR_RETURN(c.tie_word_embeddings, GetBool(j, "tie_word_embeddings", source, false));
+
+  // RoPE: rope_theta at top level, or (newer files) inside rope_parameters, which may also carry the
+  // scaling. rope_scaling, when present and non-null, describes the scaling.
+  c.rope_theta = 10000.0;
+  const Json* rope_params = Find(j, "rope_parameters");
+  if (rope_params != nullptr) {
+    if (!rope_params->is_object()) return Invalid(source, "'rope_parameters' must be an object or null");
+    if (Find(*rope_params, "rope_theta") != nullptr) {
+      SCORED_ASSIGN_OR_RETURN(c.rope_theta, GetDouble(*rope_params, "rope_theta",
+                                                      absl::StrCat(source, " (rope_parameters)")));
+    }
+    if (Find(*rope_params, "rope_type") != nullptr || Find(*rope_params, "type") != nullptr) {
+      SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rope_params, "rope_parameters", source, &c.rope_scaling));
+    }
+  }
+  if (Find(j, "rope_theta") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(c.rope_theta, GetDouble(j, "rope_theta", source));
+  }
+  if (!(c.rope_theta > 0.0)) return Invalid(source, "rope_theta must be positive");
+  if (const Json* rs = Find(j, "rope_scaling")) {
+    SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rs, "rope_scaling", source, &c.rope_scaling));
+  }
+
+  // Biases and norms.
+  SCORED_ASSIGN_OR_RETURN(bool mlp_bias, GetBool(j, "mlp_bias", source, false));
+  if (mlp_bias) return Invalid(source, "unsupported mlp_bias: true");
+  SCORED_ASSIGN_OR_RETURN(bool attention_bias, GetBool(j, "attention_bias", source, false));
+  if (is_qwen2) {
+    c.attention_bias = true;  // Qwen2 always has q/k/v bias and no o_proj bias
+  } else if (attention_bias) {
+    // Llama/Mistral/Qwen3 put the bias on o_proj as well, which no engine implements.
+    return Invalid(source, absl::StrCat("unsupported attention_bias: true for ", c.architecture,
+                                        " (bias on o_proj)"));
+  }
+  c.qk_norm = is_qwen3;
+
+  // Sliding window.
+  if (is_qwen2 || is_qwen3) {
+    SCORED_ASSIGN_OR_RETURN(bool use_sw, GetBool(j, "use_sliding_window", source, false));
+    if (use_sw) return Invalid(source, "unsupported use_sliding_window: true");
+  } else if (Find(j, "sliding_window") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(int64_t sw, GetPositive(j, "sliding_window", source));
+    c.sliding_window = sw < c.max_position_embeddings ? sw : 0;
+  }
+
+  SCORED_ASSIGN_OR_RETURN(c.bos_token_id, GetTokenId(j, "bos_token_id", source));
+  SCORED_ASSIGN_OR_RETURN(c.eos_token_id, GetTokenId(j, "eos_token_id", source));
+
+  if (Find(j, "torch_dtype") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(c.torch_dtype, GetString(j, "torch_dtype", source));
+  } else if (Find(j, "dtype") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(c.torch_dtype, GetString(j, "dtype", source));
+  } else {
+    c.torch_dtype = "float32";
+  }
+  static const std::set<std::string> kDtypes = {"float32", "bfloat16", "float16"};
+  if (kDtypes.count(c.torch_dtype) == 0) {
+    return Invalid(source, absl::StrCat("unsupported torch_dtype '", c.torch_dtype,
+                                        "' (supported: float32, bfloat16, float16)"));
+  }
+
+  const Json* q = Find(j, "quantization_config");
+  if (q == nullptr) q = Find(j, "compression_config");
+  if (q != nullptr) {
+    if (!q->is_object()) return Invalid(source, "'quantization_config' must be an object");
+    c.has_quantization_config = true;
+    c.quantization_config_json = q->dump();
+  }
+  return c;
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  return ParseModelConfig(ss.str(), path);
+}
+
+}  // namespace scored

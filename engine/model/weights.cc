@@ -1,0 +1,394 @@
+#include "engine/model/weights.h"
+
+#include <cctype>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "engine/base/status_macros.h"
+#include "engine/model/compressed_tensors.h"
+#include "engine/model/raw_read.h"
+
+namespace scored {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+bool IsFloatDType(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Scale tensors of one element may be stored as [], [1] or [1, 1].
+bool IsScalarShape(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n == 1 && s.size() <= 2;
+}
+
+std::string FormatLabel(const LinearWeight& w) {
+  auto strategy = [&]() -> std::string {
+    switch (w.strategy) {
+      case QuantStrategy::kTensor: return "tensor";
+      case QuantStrategy::kChannel: return "channel";
+      case QuantStrategy::kGroup: return absl::StrCat("g", w.group_size);
+      case QuantStrategy::kBlock: return absl::StrCat("block", w.block_rows, "x", w.block_cols);
+    }
+    return "?";
+  };
+  switch (w.format) {
+    case WeightFormat::kDense: {
+      std::string d = DTypeName(w.weight.dtype);
+      for (char& c : d) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return absl::StrCat("dense-", d);
+    }
+    case WeightFormat::kPackQuantized:
+      return absl::StrCat("w", w.num_bits, "a16-", strategy(), w.symmetric ? "-sym" : "-asym",
+                          w.actorder_group ? "-actorder" : "");
+    case WeightFormat::kNaiveQuantized:
+      return absl::StrCat("int8-w8a16-", strategy(), w.symmetric ? "-sym" : "-asym");
+    case WeightFormat::kNvfp4PackQuantized:
+      return "nvfp4a16";
+    case WeightFormat::kFloatQuantized:
+      return absl::StrCat(w.w8a8_dynamic_fp8 ? "fp8-w8a8-" : "fp8-w8a16-", strategy());
+  }
+  return "?";
+}
+
+}  // namespace
+
+class ModelWeightsLoader {
+ public:
+  explicit ModelWeightsLoader(ModelWeights* m) : m_(m) {}
+
+  absl::Status Load(const std::string& model_dir);
+
+ private:
+  // Fetches a tensor, marks it consumed and checks dtype class and shape.
+  absl::StatusOr<TensorView> Take(const std::string& name);
+  absl::StatusOr<TensorView> TakeChecked(const std::string& name, const std::vector<int64_t>& shape,
+                                         std::initializer_list<DType> dtypes);
+  absl::Status CheckShape(const TensorView& t, const std::vector<int64_t>& shape) const;
+  absl::Status LoadLinear(const std::string& module, int64_t out, int64_t in, bool bias, LinearWeight* w);
+  absl::Status LoadScale(LinearWeight* w, const std::string& module);
+  absl::Status CheckLeftovers() const;
+  void Summarize();
+
+  ModelWeights* m_;
+  std::optional<CompressedTensorsConfig> quant_;
+  std::set<std::string> consumed_;
+};
+
+absl::StatusOr<TensorView> ModelWeightsLoader::Take(const std::string& name) {
+  SCORED_ASSIGN_OR_RETURN(TensorView t, m_->store_->Get(name));
+  consumed_.insert(name);
+  return t;
+}
+
+absl::Status ModelWeightsLoader::CheckShape(const TensorView& t, const std::vector<int64_t>& shape) const {
+  if (t.shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(t.file, ": tensor '", t.name, "' has shape ",
+                                                   ShapeString(t.shape), ", expected ", ShapeString(shape)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorView> ModelWeightsLoader::TakeChecked(const std::string& name,
+                                                           const std::vector<int64_t>& shape,
+                                                           std::initializer_list<DType> dtypes) {
+  SCORED_ASSIGN_OR_RETURN(TensorView t, Take(name));
+  bool ok = false;
+  std::vector<std::string> names;
+  for (DType d : dtypes) {
+    ok = ok || t.dtype == d;
+    names.push_back(DTypeName(d));
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(t.file, ": tensor '", name, "' has dtype ",
+                                                   DTypeName(t.dtype), ", expected ",
+                                                   absl::StrJoin(names, " or ")));
+  }
+  SCORED_RETURN_IF_ERROR(CheckShape(t, shape));
+  return t;
+}
+
+absl::Status ModelWeightsLoader::LoadScale(LinearWeight* w, const std::string& module) {
+  SCORED_ASSIGN_OR_RETURN(w->weight_scale, Take(module + ".weight_scale"));
+  const TensorView& s = w->weight_scale;
+  if (!IsFloatDType(s.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(s.file, ": tensor '", s.name, "' has dtype ",
+                                                   DTypeName(s.dtype), ", expected F32, F16 or BF16"));
+  }
+  switch (w->strategy) {
+    case QuantStrategy::kTensor:
+      if (!IsScalarShape(s.shape)) return CheckShape(s, {1});
+      return absl::OkStatus();
+    case QuantStrategy::kChannel:
+      return CheckShape(s, {w->out_features, 1});
+    case QuantStrategy::kGroup:
+      return CheckShape(s, {w->out_features, CeilDiv(w->in_features, w->group_size)});
+    case QuantStrategy::kBlock:
+      return CheckShape(s, {CeilDiv(w->out_features, w->block_rows), CeilDiv(w->in_features, w->block_cols)});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t out, int64_t in, bool bias,
+                                            LinearWeight* w) {
+  w->module = module;
+  w->out_features = out;
+  w->in_features = in;
+  ModuleScheme scheme;
+  if (quant_.has_value()) {
+    SCORED_ASSIGN_OR_RETURN(scheme, ResolveModuleScheme(*quant_, module));
+  }
+  w->format = scheme.format;
+  if (bias) {
+    SCORED_ASSIGN_OR_RETURN(w->bias, TakeChecked(module + ".bias", {out},
+                                                 {DType::kF32, DType::kF16, DType::kBF16}));
+  }
+  if (!scheme.quantized) {
+    w->format = WeightFormat::kDense;
+    SCORED_ASSIGN_OR_RETURN(w->weight, TakeChecked(module + ".weight", {out, in},
+                                                   {DType::kF32, DType::kF16, DType::kBF16}));
+    return absl::OkStatus();
+  }
+  w->num_bits = scheme.num_bits;
+  w->symmetric = scheme.symmetric;
+  w->strategy = scheme.strategy;
+  w->group_size = scheme.group_size;
+  w->block_rows = scheme.block_rows;
+  w->block_cols = scheme.block_cols;
+  w->actorder_group = scheme.actorder_group;
+  w->w8a8_dynamic_fp8 = scheme.w8a8_dynamic_fp8;
+  w->w4a4_run_weight_only = scheme.w4a4_run_weight_only;
+  const std::string where = absl::StrCat(module, " (", scheme.format_name, ", group '", scheme.group, "')");
+
+  switch (scheme.format) {
+    case WeightFormat::kDense:
+      break;
+    case WeightFormat::kPackQuantized: {
+      const int b = w->num_bits;
+      SCORED_ASSIGN_OR_RETURN(w->weight_packed, TakeChecked(module + ".weight_packed",
+                                                            {out, CeilDiv(in * b, 32)}, {DType::kI32}));
+      SCORED_ASSIGN_OR_RETURN(TensorView shape, TakeChecked(module + ".weight_shape", {2}, {DType::kI64}));
+      const int64_t s0 = raw_read::Load<int64_t>(shape.data, 0), s1 = raw_read::Load<int64_t>(shape.data, 1);
+      if (s0 != out || s1 != in) {
+        return absl::InvalidArgumentError(absl::StrCat(shape.file, ": tensor '", shape.name, "' holds [", s0,
+                                                       ", ", s1, "], expected [", out, ", ", in, "]"));
+      }
+      if (w->strategy == QuantStrategy::kGroup && !w->actorder_group && in % w->group_size != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": in_features ", in,
+                                                       " is not a multiple of group_size ", w->group_size));
+      }
+      SCORED_RETURN_IF_ERROR(LoadScale(w, module));
+      const int64_t groups = w->weight_scale.shape.size() == 2 ? w->weight_scale.shape[1] : 1;
+      if (!w->symmetric) {
+        SCORED_ASSIGN_OR_RETURN(w->weight_zero_point,
+                                TakeChecked(module + ".weight_zero_point", {CeilDiv(out * b, 32), groups},
+                                            {DType::kI32}));
+      }
+      if (w->actorder_group) {
+        SCORED_ASSIGN_OR_RETURN(w->weight_g_idx, TakeChecked(module + ".weight_g_idx", {in}, {DType::kI32}));
+        int64_t unset = 0;
+        for (int64_t k = 0; k < in; ++k) {
+          const int32_t g = raw_read::Load<int32_t>(w->weight_g_idx.data, k);
+          if (g == -1) {
+            ++unset;
+          } else if (g < 0 || g >= groups) {
+            return absl::InvalidArgumentError(absl::StrCat(w->weight_g_idx.file, ": tensor '",
+                                                           w->weight_g_idx.name, "'[", k, "] = ", g,
+                                                           " outside [0, ", groups, ")"));
+          }
+        }
+        if (unset == in) {  // an all -1 g_idx means "no activation ordering" to compressed-tensors
+          w->weight_g_idx = TensorView();
+          w->actorder_group = false;
+        } else if (unset != 0) {
+          return absl::InvalidArgumentError(absl::StrCat(module, ".weight_g_idx mixes -1 and group ids"));
+        }
+      }
+      break;
+    }
+    case WeightFormat::kNaiveQuantized: {
+      SCORED_ASSIGN_OR_RETURN(w->weight, TakeChecked(module + ".weight", {out, in}, {DType::kI8}));
+      if (w->strategy == QuantStrategy::kGroup && in % w->group_size != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": in_features ", in,
+                                                       " is not a multiple of group_size ", w->group_size));
+      }
+      SCORED_RETURN_IF_ERROR(LoadScale(w, module));
+      if (!w->symmetric) {
+        SCORED_ASSIGN_OR_RETURN(w->weight_zero_point, TakeChecked(module + ".weight_zero_point",
+                                                                  w->weight_scale.shape,
+                                                                  {DType::kI8, DType::kI32}));
+      }
+      break;
+    }
+    case WeightFormat::kNvfp4PackQuantized: {
+      if (in % 16 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": in_features ", in, " is not a multiple of 16"));
+      }
+      SCORED_ASSIGN_OR_RETURN(w->weight_packed, TakeChecked(module + ".weight_packed", {out, in / 2},
+                                                            {DType::kU8}));
+      SCORED_ASSIGN_OR_RETURN(w->weight_scale, TakeChecked(module + ".weight_scale", {out, in / 16},
+                                                           {DType::kF8E4M3}));
+      SCORED_ASSIGN_OR_RETURN(w->weight_global_scale, Take(module + ".weight_global_scale"));
+      if (w->weight_global_scale.dtype != DType::kF32 || !IsScalarShape(w->weight_global_scale.shape)) {
+        return absl::InvalidArgumentError(absl::StrCat(w->weight_global_scale.file, ": tensor '",
+                                                       w->weight_global_scale.name, "' must be F32 [1]"));
+      }
+      if (m_->store_->Has(module + ".input_global_scale")) {
+        SCORED_ASSIGN_OR_RETURN(w->input_global_scale, Take(module + ".input_global_scale"));
+        w->w4a4_run_weight_only = true;
+      }
+      break;
+    }
+    case WeightFormat::kFloatQuantized: {
+      SCORED_ASSIGN_OR_RETURN(w->weight, TakeChecked(module + ".weight", {out, in}, {DType::kF8E4M3}));
+      SCORED_RETURN_IF_ERROR(LoadScale(w, module));
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelWeightsLoader::CheckLeftovers() const {
+  std::vector<std::string> left;
+  for (const std::string& name : m_->store_->Names()) {
+    if (consumed_.count(name) != 0) continue;
+    if (absl::EndsWith(name, ".rotary_emb.inv_freq")) continue;  // a buffer older exports saved
+    if (name == "lm_head.weight" && m_->config_.tie_word_embeddings) continue;
+    left.push_back(name);
+  }
+  if (left.empty()) return absl::OkStatus();
+  if (left.size() > 5) left.resize(5);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "checkpoint holds tensors the model does not use (unsupported feature?): ", absl::StrJoin(left, ", ")));
+}
+
+absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
+  SCORED_ASSIGN_OR_RETURN(m_->config_, LoadModelConfig(model_dir));
+  const ModelConfig& c = m_->config_;
+  if (c.has_quantization_config) {
+    SCORED_ASSIGN_OR_RETURN(quant_, ParseCompressedTensorsConfig(c.quantization_config_json,
+                                                                 model_dir + "/config.json"));
+  }
+  SCORED_ASSIGN_OR_RETURN(m_->store_, TensorStore::Open(model_dir));
+  const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
+  SCORED_ASSIGN_OR_RETURN(m_->embed_tokens_,
+                          TakeChecked("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, kFloat));
+  SCORED_ASSIGN_OR_RETURN(m_->final_norm_, TakeChecked("model.norm.weight", {c.hidden_size}, kFloat));
+  const int64_t q_out = c.num_heads * c.head_dim;
+  const int64_t kv_out = c.num_kv_heads * c.head_dim;
+  m_->layers_.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    LayerWeights& L = m_->layers_[static_cast<size_t>(l)];
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    SCORED_ASSIGN_OR_RETURN(L.input_layernorm, TakeChecked(p + "input_layernorm.weight", {c.hidden_size}, kFloat));
+    SCORED_ASSIGN_OR_RETURN(L.post_attention_layernorm,
+                            TakeChecked(p + "post_attention_layernorm.weight", {c.hidden_size}, kFloat));
+    if (c.qk_norm) {
+      SCORED_ASSIGN_OR_RETURN(L.q_norm, TakeChecked(p + "self_attn.q_norm.weight", {c.head_dim}, kFloat));
+      SCORED_ASSIGN_OR_RETURN(L.k_norm, TakeChecked(p + "self_attn.k_norm.weight", {c.head_dim}, kFloat));
+    }
+    const bool b = c.attention_bias;
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + "self_attn.q_proj", q_out, c.hidden_size, b, &L.q_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + "self_attn.k_proj", kv_out, c.hidden_size, b, &L.k_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + "self_attn.v_proj", kv_out, c.hidden_size, b, &L.v_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + "self_attn.o_proj", c.hidden_size, q_out, false, &L.o_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + "mlp.gate_proj", c.intermediate_size, c.hidden_size, false, &L.gate_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + "mlp.up_proj", c.intermediate_size, c.hidden_size, false, &L.up_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + "mlp.down_proj", c.hidden_size, c.intermediate_size, false, &L.down_proj));
+  }
+  if (c.tie_word_embeddings) {
+    LinearWeight& h = m_->lm_head_;
+    h.module = "lm_head";
+    h.out_features = c.vocab_size;
+    h.in_features = c.hidden_size;
+    h.format = WeightFormat::kDense;
+    h.weight = m_->embed_tokens_;
+  } else {
+    SCORED_RETURN_IF_ERROR(LoadLinear("lm_head", c.vocab_size, c.hidden_size, false, &m_->lm_head_));
+  }
+  SCORED_RETURN_IF_ERROR(CheckLeftovers());
+  Summarize();
+  return absl::OkStatus();
+}
+
+void ModelWeightsLoader::Summarize() {
+  const ModelConfig& c = m_->config_;
+  ModelSummary& s = m_->summary_;
+  int64_t decoder_bytes = 0, norm_params = 0, bias_params = 0, resident = 0;
+  std::map<std::string, int> labels;  // decoder linear format label -> count
+  bool w4a4 = false;
+  for (const LayerWeights& L : m_->layers_) {
+    for (const LinearWeight* w : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj,
+                                  &L.down_proj}) {
+      s.decoder_linear_params += w->NumElements();
+      decoder_bytes += w->StoredBytes();
+      bias_params += w->bias.NumElements() * (w->bias.present() ? 1 : 0);
+      resident += w->StoredBytes() + w->bias.nbytes;
+      labels[FormatLabel(*w)]++;
+      w4a4 = w4a4 || w->w4a4_run_weight_only;
+    }
+    for (const TensorView* t : {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm}) {
+      if (!t->present()) continue;
+      norm_params += t->NumElements();
+      resident += t->nbytes;
+    }
+  }
+  norm_params += m_->final_norm_.NumElements();
+  resident += m_->final_norm_.nbytes + m_->embed_tokens_.nbytes;
+  const LinearWeight& head = m_->lm_head_;
+  if (!c.tie_word_embeddings) resident += head.StoredBytes();
+  s.num_parameters = m_->embed_tokens_.NumElements() + norm_params + bias_params + s.decoder_linear_params +
+                     (c.tie_word_embeddings ? 0 : head.NumElements());
+  s.bits_per_weight_decoder =
+      s.decoder_linear_params > 0 ? 8.0 * static_cast<double>(decoder_bytes) / s.decoder_linear_params : 0.0;
+  s.bits_per_weight_head =
+      head.NumElements() > 0 ? 8.0 * static_cast<double>(head.StoredBytes()) / head.NumElements() : 0.0;
+  s.resident_bytes = resident;
+  std::vector<std::string> names;
+  for (const auto& [label, count] : labels) names.push_back(label);
+  s.format = names.size() == 1 ? names[0] : absl::StrCat("mixed(", absl::StrJoin(names, ","), ")");
+  std::vector<std::string> notes;
+  if (w4a4) notes.push_back("W4A4 checkpoint run weight-only (NVFP4A16): input_global_scale ignored");
+  if (names.size() > 1) {
+    std::vector<std::string> parts;
+    for (const auto& [label, count] : labels) parts.push_back(absl::StrCat(label, " x", count));
+    notes.push_back(absl::StrCat("decoder linears: ", absl::StrJoin(parts, ", ")));
+  }
+  if (quant_.has_value()) {
+    notes.push_back(absl::StrCat("lm_head ", FormatLabel(head), c.tie_word_embeddings ? " (tied)" : ""));
+  }
+  s.notes = absl::StrJoin(notes, "; ");
+}
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& model_dir) {
+  std::unique_ptr<ModelWeights> m(new ModelWeights());
+  ModelWeightsLoader loader(m.get());
+  SCORED_RETURN_IF_ERROR(loader.Load(model_dir));
+  return m;
+}
+
+std::string ModelSummary::ToString() const {
+  std::ostringstream o;
+  o << "format: " << format << "\n";
+  o << "parameters: " << num_parameters << " (decoder linears " << decoder_linear_params << ")\n";
+  o << absl::StrFormat("bits per weight: decoder %.3f, lm_head %.3f\n", bits_per_weight_decoder,
+                       bits_per_weight_head);
+  o << absl::StrFormat("resident bytes: %d (%.1f MiB)\n", resident_bytes,
+                       static_cast<double>(resident_bytes) / (1024.0 * 1024.0));
+  if (!notes.empty()) o << "notes: " << notes << "\n";
+  return o.str();
+}
+
+}  // namespace scored
