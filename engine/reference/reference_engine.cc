@@ -1,0 +1,351 @@
+// The CPU reference Engine: every linear decoded once to fp32 (LinearWeight::DequantizeRows, exact), then a
+// plain fp32 forward with fp64 reductions built from the ops of ops.h. Each sequence of a batch is run on
+// its own, so a result never depends on the rest of the batch; the thread pool only splits rows/heads
+// inside one op, which does not change any value (see ops.h).
+#include "engine/reference/reference_engine.h"
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/model/weights.h"
+#include "engine/reference/ops.h"
+#include "engine/reference/thread_pool.h"
+
+namespace scored {
+namespace {
+
+using ref::ThreadPool;
+
+constexpr int32_t kMaxTopK = 64;  // DESIGN.md §3
+// lm_head rows are computed for this many positions at a time, so full-vocabulary fp32 logits are never
+// held for a whole sequence (128k vocab x 8k positions would be 4 GiB).
+constexpr int64_t kLogitChunk = 64;
+
+// One linear layer decoded to fp32.
+struct DenseLinear {
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+  std::vector<float> w;              // [out_features, in_features]
+  std::vector<float> bias;           // [out_features]; empty when the layer has none
+  bool fake_quantize_input = false;  // W8A8 dynamic FP8: quantize each input row first
+};
+
+struct DenseLayer {
+  std::vector<float> input_norm;           // [hidden_size]
+  std::vector<float> post_attention_norm;  // [hidden_size]
+  std::vector<float> q_norm, k_norm;       // [head_dim]; empty unless the model has qk_norm
+  DenseLinear q, k, v, o, gate, up, down;
+};
+
+absl::StatusOr<std::vector<float>> ToFloat(const TensorView& t, int64_t expected_elements) {
+  if (t.NumElements() != expected_elements) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, " in ", t.file, " has ", t.NumElements(),
+                                                   " elements, expected ", expected_elements));
+  }
+  std::vector<float> out(expected_elements);
+  SCORED_RETURN_IF_ERROR(TensorToFloat(t, out.data(), expected_elements));
+  return out;
+}
+
+// Decodes a linear layer, splitting its rows over the pool.
+absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, ThreadPool* pool) {
+  DenseLinear d;
+  d.in_features = lw.in_features;
+  d.out_features = lw.out_features;
+  d.fake_quantize_input = lw.w8a8_dynamic_fp8;
+  d.w.resize(lw.out_features * lw.in_features);
+  std::mutex mu;
+  absl::Status status;
+  pool->ParallelFor(lw.out_features, [&](int64_t row_begin, int64_t row_end) {
+    absl::Status s = lw.DequantizeRows(row_begin, row_end, d.w.data() + row_begin * lw.in_features);
+    std::lock_guard<std::mutex> lock(mu);
+    status.Update(s);
+  });
+  SCORED_RETURN_IF_ERROR(status);
+  if (lw.bias.present()) {
+    SCORED_ASSIGN_OR_RETURN(d.bias, ToFloat(lw.bias, lw.out_features));
+  }
+  return d;
+}
+
+class ReferenceEngine : public Engine {
+ public:
+  ReferenceEngine(ModelConfig config, int num_threads) : config_(std::move(config)), pool_(num_threads) {}
+
+  absl::Status Load(const ModelWeights& weights, const EngineOptions& options);
+
+  absl::StatusOr<std::vector<ScoreResult>> Score(absl::Span<const ScoreRequest> batch) override;
+  const ModelInfo& info() const override { return info_; }
+
+ private:
+  absl::Status Validate(const ScoreRequest& request, size_t index) const;
+  // The final-norm hidden state of every position of one sequence.
+  void Forward(const std::vector<int32_t>& tokens,
+               std::vector<float>* hidden) const;  // [n, hidden_size]
+  ScoreResult ScoreSequence(const ScoreRequest& request) const;
+  // y = linear(x), with the W8A8 input quantization when the layer has it.
+  void ApplyLinear(const DenseLinear& linear, const float* x,  // [n, in_features]
+                   int64_t n,
+                   float* y) const;                            // [n, out_features]
+  // out[t, :] = RmsNorm(x[t, :]) for rows of `width` elements, rows split over the pool.
+  void NormRows(const float* x, const std::vector<float>& weight, int64_t rows, int64_t width, float* out) const;
+
+  const ModelConfig config_;
+  mutable ThreadPool pool_;
+  ModelInfo info_;
+  std::vector<float> embed_;  // [vocab_size, hidden_size]
+  std::vector<float> final_norm_;  // [hidden_size]
+  std::vector<float> inv_freq_;    // [head_dim / 2]
+  std::vector<DenseLayer> layers_;
+  DenseLinear lm_head_;            // [vocab_size, hidden_size]
+};
+
+absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOptions& options) {
+  const ModelConfig& c = config_;
+  if (c.num_heads <= 0 || c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0 || c.head_dim <= 0 ||
+      c.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported attention shape: num_attention_heads ", c.num_heads,
+                                                   ", num_key_value_heads ", c.num_kv_heads, ", head_dim ",
+                                                   c.head_dim));
+  }
+  SCORED_ASSIGN_OR_RETURN(embed_, ToFloat(weights.embed_tokens(), c.vocab_size * c.hidden_size));
+  SCORED_ASSIGN_OR_RETURN(final_norm_, ToFloat(weights.final_norm(), c.hidden_size));
+  inv_freq_ = ref::RopeInvFreq(c);
+  ThreadPool* pool = &pool_;
+  int64_t resident_floats = static_cast<int64_t>(embed_.size() + final_norm_.size());
+  auto count = [&resident_floats](const DenseLinear& d) {
+    resident_floats += static_cast<int64_t>(d.w.size() + d.bias.size());
+  };
+  for (const LayerWeights& lw : weights.layers()) {
+    DenseLayer layer;
+    SCORED_ASSIGN_OR_RETURN(layer.input_norm, ToFloat(lw.input_layernorm, c.hidden_size));
+    SCORED_ASSIGN_OR_RETURN(layer.post_attention_norm, ToFloat(lw.post_attention_layernorm, c.hidden_size));
+    if (c.qk_norm) {
+      SCORED_ASSIGN_OR_RETURN(layer.q_norm, ToFloat(lw.q_norm, c.head_dim));
+      SCORED_ASSIGN_OR_RETURN(layer.k_norm, ToFloat(lw.k_norm, c.head_dim));
+    }
+    SCORED_ASSIGN_OR_RETURN(layer.q, Decode(lw.q_proj, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.k, Decode(lw.k_proj, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.v, Decode(lw.v_proj, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.o, Decode(lw.o_proj, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.gate, Decode(lw.gate_proj, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.up, Decode(lw.up_proj, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.down, Decode(lw.down_proj, pool));
+    const struct {
+      const DenseLinear* d;
+      int64_t out, in;
+    } shapes[] = {{&layer.q, c.num_heads * c.head_dim, c.hidden_size},
+                  {&layer.k, c.num_kv_heads * c.head_dim, c.hidden_size},
+                  {&layer.v, c.num_kv_heads * c.head_dim, c.hidden_size},
+                  {&layer.o, c.hidden_size, c.num_heads * c.head_dim},
+                  {&layer.gate, c.intermediate_size, c.hidden_size},
+                  {&layer.up, c.intermediate_size, c.hidden_size},
+                  {&layer.down, c.hidden_size, c.intermediate_size}};
+    for (const auto& s : shapes) {
+      if (s.d->out_features != s.out || s.d->in_features != s.in) {
+        return absl::InvalidArgumentError(absl::StrCat("layer ", layers_.size(), ": a linear weight is [",
+                                                       s.d->out_features, ", ", s.d->in_features,
+                                                       "], the config implies [", s.out, ", ", s.in, "]"));
+      }
+      count(*s.d);
+    }
+    resident_floats += static_cast<int64_t>(layer.input_norm.size() + layer.post_attention_norm.size() +
+                                            layer.q_norm.size() + layer.k_norm.size());
+    layers_.push_back(std::move(layer));
+  }
+  if (static_cast<int64_t>(layers_.size()) != c.num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the checkpoint has ", layers_.size(), " layers, config.json says ", c.num_layers));
+  }
+  SCORED_ASSIGN_OR_RETURN(lm_head_, Decode(weights.lm_head(), pool));
+  if (lm_head_.out_features != c.vocab_size || lm_head_.in_features != c.hidden_size) {
+    return absl::InvalidArgumentError(absl::StrCat("lm_head is [", lm_head_.out_features, ", ",
+                                                   lm_head_.in_features, "], expected [", c.vocab_size, ", ",
+                                                   c.hidden_size, "]"));
+  }
+  count(lm_head_);
+
+  const ModelSummary& summary = weights.summary();
+  info_.architecture = c.architecture;
+  info_.format = summary.format;
+  info_.format_notes = summary.notes;
+  info_.backend = "cpu";
+  info_.compute_dtype = "fp32";
+  info_.tp = 1;
+  info_.vocab_size = c.vocab_size;
+  info_.max_seq_len = options.max_seq_len > 0 ? options.max_seq_len : c.max_position_embeddings;
+  info_.max_batch_tokens = options.max_batch_tokens;
+  info_.num_parameters = summary.num_parameters;
+  info_.bits_per_weight_decoder = summary.bits_per_weight_decoder;
+  info_.bits_per_weight_head = summary.bits_per_weight_head;
+  info_.resident_bytes = resident_floats * static_cast<int64_t>(sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceEngine::Validate(const ScoreRequest& request, size_t index) const {
+  const int64_t n = static_cast<int64_t>(request.tokens.size());
+  const std::string where = absl::StrCat("sequence ", index, ": ");
+  if (n > info_.max_seq_len) {
+    return absl::OutOfRangeError(
+        absl::StrCat(where, n, " tokens exceed max_seq_len ", info_.max_seq_len));
+  }
+  if (n > info_.max_batch_tokens) {
+    return absl::OutOfRangeError(
+        absl::StrCat(where, n, " tokens exceed max_batch_tokens ", info_.max_batch_tokens));
+  }
+  if (n < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "needs at least 2 tokens, got ", n));
+  }
+  if (request.score_from >= n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "score_from ", request.score_from, " must be less than the ", n, " tokens"));
+  }
+  if (request.top_k < 0 || request.top_k > kMaxTopK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "top_k ", request.top_k, " is outside [0, ", kMaxTopK, "]"));
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t id = request.tokens[j];
+    if (id < 0 || id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "token id ", id, " at position ", j,
+                                                     " is outside [0, ", config_.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ScoreResult>> ReferenceEngine::Score(absl::Span<const ScoreRequest> batch) {
+  for (size_t i = 0; i < batch.size(); ++i) SCORED_RETURN_IF_ERROR(Validate(batch[i], i));
+  std::vector<ScoreResult> results;
+  results.reserve(batch.size());
+  for (const ScoreRequest& request : batch) results.push_back(ScoreSequence(request));
+  return results;
+}
+
+void ReferenceEngine::ApplyLinear(const DenseLinear& linear, const float* x, int64_t n, float* y) const {
+  const float* bias = linear.bias.empty() ? nullptr : linear.bias.data();
+  if (!linear.fake_quantize_input) {
+    ref::Linear(x, linear.w.data(), bias, n, linear.in_features, linear.out_features, y, &pool_);
+    return;
+  }
+  std::vector<float> quantized(x, x + n * linear.in_features);  // [n, in_features]
+  ref::FakeQuantizeFp8PerToken(quantized.data(), n, linear.in_features);
+  ref::Linear(quantized.data(), linear.w.data(), bias, n, linear.in_features, linear.out_features, y, &pool_);
+}
+
+void ReferenceEngine::NormRows(const float* x, const std::vector<float>& weight, int64_t rows, int64_t width,
+                               float* out) const {
+  pool_.ParallelFor(rows, [&](int64_t begin, int64_t end) {
+    ref::RmsNorm(x + begin * width, weight.data(), end - begin, width, config_.rms_norm_eps, out + begin * width);
+  });
+}
+
+void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<float>* hidden) const {
+  const ModelConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t q_width = c.num_heads * c.head_dim;
+  const int64_t kv_width = c.num_kv_heads * c.head_dim;
+  std::vector<int32_t> positions(n);
+  for (int64_t t = 0; t < n; ++t) positions[t] = static_cast<int32_t>(t);
+
+  std::vector<float>& x = *hidden;                  // [n, hidden_size], the residual stream
+  x.resize(n * c.hidden_size);
+  std::vector<float> normed(n * c.hidden_size);     // [n, hidden_size]
+  std::vector<float> q(n * q_width);                // [n, num_heads, head_dim]
+  std::vector<float> k(n * kv_width);               // [n, num_kv_heads, head_dim]
+  std::vector<float> v(n * kv_width);               // [n, num_kv_heads, head_dim]
+  std::vector<float> attn(n * q_width);             // [n, num_heads, head_dim]
+  std::vector<float> delta(n * c.hidden_size);      // [n, hidden_size]
+  std::vector<float> gate(n * c.intermediate_size);  // [n, intermediate_size]
+  std::vector<float> up(n * c.intermediate_size);    // [n, intermediate_size]
+
+  // Ids were validated by Score().
+  ref::Embedding(embed_.data(), tokens.data(), n, c.vocab_size, c.hidden_size, x.data()).IgnoreError();
+  for (const DenseLayer& layer : layers_) {
+    // Attention block.
+    NormRows(x.data(), layer.input_norm, n, c.hidden_size, normed.data());
+    ApplyLinear(layer.q, normed.data(), n, q.data());
+    ApplyLinear(layer.k, normed.data(), n, k.data());
+    ApplyLinear(layer.v, normed.data(), n, v.data());
+    if (c.qk_norm) {  // Qwen3: RMSNorm over head_dim of every head, before RoPE
+      NormRows(q.data(), layer.q_norm, n * c.num_heads, c.head_dim, q.data());
+      NormRows(k.data(), layer.k_norm, n * c.num_kv_heads, c.head_dim, k.data());
+    }
+    ref::Rope(q.data(), positions.data(), inv_freq_.data(), n, c.num_heads, c.head_dim);
+    ref::Rope(k.data(), positions.data(), inv_freq_.data(), n, c.num_kv_heads, c.head_dim);
+    ref::CausalAttention(q.data(), k.data(), v.data(), n, c.num_heads, c.num_kv_heads, c.head_dim, attn.data(),
+                         &pool_);
+    ApplyLinear(layer.o, attn.data(), n, delta.data());
+    for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += delta[i];
+
+    // MLP block (SwiGLU).
+    NormRows(x.data(), layer.post_attention_norm, n, c.hidden_size, normed.data());
+    ApplyLinear(layer.gate, normed.data(), n, gate.data());
+    ApplyLinear(layer.up, normed.data(), n, up.data());
+    ref::SwiGlu(gate.data(), up.data(), n, c.intermediate_size, gate.data());
+    ApplyLinear(layer.down, gate.data(), n, delta.data());
+    for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += delta[i];
+  }
+  NormRows(x.data(), final_norm_, n, c.hidden_size, x.data());
+}
+
+ScoreResult ReferenceEngine::ScoreSequence(const ScoreRequest& request) const {
+  const int64_t n = static_cast<int64_t>(request.tokens.size());
+  const int64_t first = std::max<int64_t>(1, request.score_from);  // first scored position
+  const int64_t num_scored = n - first;
+  const int64_t vocab = config_.vocab_size;
+  std::vector<float> hidden;  // [n, hidden_size]
+  Forward(request.tokens, &hidden);
+
+  std::vector<ref::TokenScore> scores(num_scored);
+  std::vector<float> logits(kLogitChunk * vocab);  // [kLogitChunk, vocab_size]
+  for (int64_t chunk = 0; chunk < num_scored; chunk += kLogitChunk) {
+    const int64_t rows = std::min(kLogitChunk, num_scored - chunk);
+    // Position j = first + chunk + r is predicted from the hidden state of j - 1.
+    ApplyLinear(lm_head_, hidden.data() + (first + chunk - 1) * config_.hidden_size, rows, logits.data());
+    pool_.ParallelFor(rows, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t j = first + chunk + r;
+        scores[chunk + r] = ref::ScoreLogits(logits.data() + r * vocab, vocab, request.tokens[j], request.top_k,
+                                             request.want_rank, request.want_entropy);
+      }
+    });
+  }
+
+  ScoreResult result;
+  result.num_scored = static_cast<int32_t>(num_scored);
+  result.logprob.resize(num_scored);
+  result.greedy.resize(num_scored);
+  if (request.want_rank) result.rank.resize(num_scored);
+  if (request.want_entropy) result.entropy.resize(num_scored);
+  if (request.top_k > 0) result.top_k.resize(num_scored);
+  for (int64_t i = 0; i < num_scored; ++i) {
+    ref::TokenScore& s = scores[i];
+    result.logprob[i] = static_cast<float>(s.logprob);
+    result.sum_logprob += s.logprob;
+    result.greedy[i] = s.greedy ? 1 : 0;
+    if (request.want_rank) result.rank[i] = s.rank;
+    if (request.want_entropy) result.entropy[i] = static_cast<float>(s.entropy);
+    if (request.top_k > 0) result.top_k[i] = std::move(s.top_k);
+  }
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> CreateReferenceEngine(const EngineOptions& options) {
+  SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, ModelWeights::Load(options.model_dir));
+  int num_threads = options.num_threads;
+  if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto engine = std::make_unique<ReferenceEngine>(weights->config(), num_threads);
+  SCORED_RETURN_IF_ERROR(engine->Load(*weights, options));
+  return std::unique_ptr<Engine>(std::move(engine));
+}
+
+}  // namespace scored
