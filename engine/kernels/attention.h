@@ -16,7 +16,7 @@
 // cu_seqlens [num_seqs + 1] int32 device, cu_seqlens[0] = 0, non-decreasing, cu_seqlens[num_seqs] =
 // num_tokens; max_seqlen >= every sequence length (host value: it sizes the grid).
 // Not in place: out must not overlap q, k or v.
-// dtypes: T in {bf16_t, float}. Limits: head_dim in {8, 16, 32, 64, 128, 256} (256: SIMT only),
+// dtypes: T in {bf16_t, float}. Limits: head_dim in {8, 16, 32, 64, 128}, num_seqs <= 65535,
 // num_heads a multiple of num_kv_heads, pointers of the tensor-core path 4-byte aligned with even strides.
 // Errors: INVALID_ARGUMENT (shapes, unsupported head_dim, null pointers), INTERNAL (launch).
 #ifndef SCORED_ENGINE_KERNELS_ATTENTION_H_

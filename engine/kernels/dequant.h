@@ -4,12 +4,13 @@
 // exactly the fp32 value LinearWeight::DequantizeRows gives (compressed-tensors' decompression in the
 // scale's dtype, widened), and OutT rounds it to nearest even (bf16_t) or keeps it (float):
 //   kDense            W = widen(weight[o, k])                                   (F32 / F16 / BF16)
-//   kPackQuantized    u = bits [ (k % (32/b)) * b, +b ) of weight_packed[o, k / (32/b)] (int32, b in {4, 8});
-//                     u_zp = 2^(b-1) (symmetric) or the same unpacking of weight_zero_point[o / (32/b), g]
-//                     along `out` (asymmetric; row 0 for strategy tensor);
+//   kPackQuantized    u = bits [k*b, k*b + b) of row o of weight_packed (int32 words, LSB first; b in 2..8);
+//                     u_zp = 2^(b-1) (symmetric) or field o of column g of weight_zero_point
+//                     [ceil(out*b/32), groups], packed along `out` the same way (asymmetric);
 //                     W = round_S(float(u - u_zp) * scale[o, g]), S = the scale's dtype (F32/F16/BF16)
 //   kNvfp4PackQuantized  e = nibble k of weight_packed[o, k / 2] (even k low nibble), E2M1;
-//                     W = E2M1(e) * (fp32(scale_e4m3[o, k / 16]) / global_scale)      (all fp32)
+//                     W = round_bf16(E2M1(e) * (fp32(scale_e4m3[o, k / 16]) / global_scale))  (fp32
+//                     math; compressed-tensors decodes FP4 in bf16, so even fp32 output holds bf16 values)
 //   kFloatQuantized   W = round_S(fp32(weight_e4m3[o, k]) * scale[...])   scale tensor [1], channel
 //                     [out, 1] or block [ceil(out/br), ceil(in/bc)] at (o / br, k / bc)
 //   kNaiveQuantized   W = round_S(float(q - zp) * scale[o, g]), q = weight int8, zp (asymmetric only) an

@@ -40,6 +40,52 @@ __device__ __forceinline__ float LoadAsFloat(const __nv_bfloat16* p) { return __
 __device__ __forceinline__ void StoreFromFloat(float* p, float v) { *p = v; }
 __device__ __forceinline__ void StoreFromFloat(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
+// Sum over a warp by a butterfly of shuffles: a fixed order, every lane gets the total.
+template <typename T>
+__device__ __forceinline__ T WarpSum(T v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ T WarpMax(T v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, <= 1024): warp trees, then warp 0 sums the warp
+// totals in warp order. Fixed order for a given blockDim. Every thread gets the total. `scratch` holds
+// 32 values; the call ends with a barrier so scratch can be reused right away.
+template <typename T>
+__device__ __forceinline__ T BlockSum(T v, T* scratch) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int num_warps = blockDim.x >> 5;
+  v = WarpSum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T total = lane < num_warps ? scratch[lane] : T(0);
+  total = WarpSum(total);
+  __syncthreads();
+  return total;
+}
+
+template <typename T>
+__device__ __forceinline__ T BlockMax(T v, T* scratch, T lowest) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int num_warps = blockDim.x >> 5;
+  v = WarpMax(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T total = lane < num_warps ? scratch[lane] : lowest;
+  total = WarpMax(total);
+  __syncthreads();
+  return total;
+}
+
 inline bool IsAligned(const void* p, uintptr_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
 }

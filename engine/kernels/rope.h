@@ -1,7 +1,7 @@
 // Rotary position embedding, HF "rotate_half" convention, applied in place.
 //
 // For token t, head h < num_heads, i < head_dim/2, with x = base + t * token_stride + h * head_dim:
-//   angle = fp32(positions[t] * inv_freq[i]);  c = cosf(angle), s = sinf(angle) (full-range, not fast-math)
+//   angle = fp32(positions[t] * inv_freq[i]);  c = fp32(cos(double(angle))), s likewise
 //   (x[i], x[i + head_dim/2]) <- (x[i] c - x[i + head_dim/2] s,  x[i + head_dim/2] c + x[i] s)
 // in fp32, rounded once to T. inv_freq [head_dim/2] fp32 in device memory is computed on the host exactly
 // like ref::RopeInvFreq (default / linear / llama3 scaling all live in the table).

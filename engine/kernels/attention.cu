@@ -1,0 +1,405 @@
+// Causal GQA attention over a varlen batch. Contract: attention.h.
+//
+// Grid: (query tiles, heads, sequences); a block whose tile starts past its sequence's end exits at once.
+// Both paths keep an online softmax per query row (running max m, running sum l, unnormalized output)
+// and walk the key tiles [0, last query of the tile] in order, so the result of a token depends only on
+// its own sequence.
+//
+// SIMT path (any T, head_dim <= 128): 4 warps x 4 query rows, 32-key tiles of K and V in shared memory
+// as fp32 (K rows padded by one float: lanes read different rows of one column without bank conflicts).
+// Lane j scores key j of the tile; lane c owns output dims c, c + 32, ...
+//
+// Tensor-core path (bf16, head_dim 32/64/128): 4 warps x 16 query rows, 64-key tiles. S = Q K^T and
+// O += P V with mma.sync.m16n8k16 (bf16 in, fp32 accumulate); Q fragments stay in registers; K tiles are
+// stored row-major and V tiles transposed, each row padded by 8 bf16 so the fragment loads of a warp hit
+// 32 distinct banks. Fragment layouts follow the PTX ISA's mma.m16n8k16 description: lane = 4 g + t,
+// A rows g and g + 8, columns 2t, 2t + 1 (+ 8); B column g, rows 2t, 2t + 1 (+ 8); C rows g / g + 8,
+// columns 2t, 2t + 1. The S accumulator of two adjacent 8-key blocks is exactly P's A fragment.
+#include "engine/kernels/attention.h"
+
+#include <cmath>
+
+#include "engine/kernels/cuda_check.h"
+#include "engine/kernels/device_util.cuh"
+
+namespace scored::kernels {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ---------------------------------------------------------------- SIMT path
+
+constexpr int kSimtWarps = 4;
+constexpr int kSimtRowsPerWarp = 4;
+constexpr int kSimtBlockQ = kSimtWarps * kSimtRowsPerWarp;
+constexpr int kSimtBlockK = 32;
+
+template <int kHeadDim, typename T>
+__global__ void __launch_bounds__(kSimtWarps * 32) AttentionSimtKernel(const T* __restrict__ q,  // [num_tokens, q_stride]
+                                                                       const T* __restrict__ k,  // [num_tokens, kv_stride]
+                                                                       const T* __restrict__ v,  // [num_tokens, kv_stride]
+                                                                       const int32_t* __restrict__ cu_seqlens,
+                                                                       const AttentionShape shape, float scale,
+                                                                       T* __restrict__ out) {  // [num_tokens, nh * hd]
+  constexpr int kPerLane = (kHeadDim + 31) / 32;
+  __shared__ float q_s[kSimtBlockQ][kHeadDim];
+  __shared__ float k_s[kSimtBlockK][kHeadDim + 1];
+  __shared__ float v_s[kSimtBlockK][kHeadDim];
+
+  const int seq = blockIdx.z;
+  const int head = blockIdx.y;
+  const int64_t start = cu_seqlens[seq];
+  const int len = cu_seqlens[seq + 1] - cu_seqlens[seq];
+  const int q0 = blockIdx.x * kSimtBlockQ;
+  if (q0 >= len) return;
+  const int kv_head = head / (shape.num_heads / shape.num_kv_heads);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+  for (int idx = threadIdx.x; idx < kSimtBlockQ * kHeadDim; idx += blockDim.x) {
+    const int r = idx / kHeadDim, d = idx - r * kHeadDim;
+    const int qi = q0 + r;
+    q_s[r][d] = qi < len ? LoadAsFloat(q + (start + qi) * shape.q_stride + head * kHeadDim + d) : 0.0f;
+  }
+
+  float m[kSimtRowsPerWarp], l[kSimtRowsPerWarp], acc[kSimtRowsPerWarp][kPerLane];
+#pragma unroll
+  for (int r = 0; r < kSimtRowsPerWarp; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) acc[r][c] = 0.0f;
+  }
+
+  const int key_end = min(len, q0 + kSimtBlockQ);
+  for (int k0 = 0; k0 < key_end; k0 += kSimtBlockK) {
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kSimtBlockK * kHeadDim; idx += blockDim.x) {
+      const int j = idx / kHeadDim, d = idx - j * kHeadDim;
+      const int kj = k0 + j;
+      const int64_t off = (start + kj) * shape.kv_stride + kv_head * kHeadDim + d;
+      k_s[j][d] = kj < len ? LoadAsFloat(k + off) : 0.0f;
+      v_s[j][d] = kj < len ? LoadAsFloat(v + off) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kSimtRowsPerWarp; ++r) {
+      const int row = warp * kSimtRowsPerWarp + r;
+      const int qi = q0 + row;
+      if (qi >= len || k0 > qi) continue;  // warp-uniform
+      const int kj = k0 + lane;
+      float s = -INFINITY;
+      if (kj <= qi) {
+        float dot = 0.0f;
+#pragma unroll 8
+        for (int d = 0; d < kHeadDim; ++d) dot += q_s[row][d] * k_s[lane][d];
+        s = dot * scale;
+      }
+      const float m_new = fmaxf(m[r], WarpMax(s));  // finite: key k0 <= qi is always valid
+      const float p = expf(s - m_new);
+      const float alpha = expf(m[r] - m_new);
+      l[r] = l[r] * alpha + WarpSum(p);
+      m[r] = m_new;
+#pragma unroll
+      for (int c = 0; c < kPerLane; ++c) acc[r][c] *= alpha;
+      const int jmax = min(kSimtBlockK, qi - k0 + 1);
+      for (int j = 0; j < jmax; ++j) {
+        const float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+        for (int c = 0; c < kPerLane; ++c) {
+          const int d = lane + 32 * c;
+          if (d < kHeadDim) acc[r][c] += pj * v_s[j][d];
+        }
+      }
+    }
+  }
+  using DevT = T;
+#pragma unroll
+  for (int r = 0; r < kSimtRowsPerWarp; ++r) {
+    const int qi = q0 + warp * kSimtRowsPerWarp + r;
+    if (qi >= len) continue;
+    DevT* dst = out + (start + qi) * static_cast<int64_t>(shape.num_heads) * kHeadDim + head * kHeadDim;
+    const float inv_l = 1.0f / l[r];
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) {
+      const int d = lane + 32 * c;
+      if (d < kHeadDim) StoreFromFloat(dst + d, acc[r][c] * inv_l);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- tensor-core path (bf16)
+
+constexpr int kMmaWarps = 4;
+constexpr int kMmaBlockQ = kMmaWarps * 16;
+constexpr int kMmaBlockK = 64;
+constexpr int kPad = 8;  // bf16 elements of padding per shared-memory row
+
+__device__ __forceinline__ void MmaBf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                        uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&p);
+}
+
+__device__ __forceinline__ uint32_t LoadWord(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kMmaWarps * 32) AttentionMmaKernel(const __nv_bfloat16* __restrict__ q,
+                                                                     const __nv_bfloat16* __restrict__ k,
+                                                                     const __nv_bfloat16* __restrict__ v,
+                                                                     const int32_t* __restrict__ cu_seqlens,
+                                                                     const AttentionShape shape, float scale_log2,
+                                                                     __nv_bfloat16* __restrict__ out) {
+  constexpr int kDChunks = kHeadDim / 16;  // k-steps of S = Q K^T
+  constexpr int kDBlocks = kHeadDim / 8;   // n-blocks of O
+  constexpr int kKBlocks = kMmaBlockK / 8; // n-blocks of S
+  constexpr int kKChunks = kMmaBlockK / 16;
+  __shared__ __align__(16) __nv_bfloat16 k_s[kMmaBlockK][kHeadDim + kPad];
+  __shared__ __align__(16) __nv_bfloat16 vt_s[kHeadDim][kMmaBlockK + kPad];
+
+  const int seq = blockIdx.z;
+  const int head = blockIdx.y;
+  const int64_t start = cu_seqlens[seq];
+  const int len = cu_seqlens[seq + 1] - cu_seqlens[seq];
+  const int q0 = blockIdx.x * kMmaBlockQ;
+  if (q0 >= len) return;
+  const int kv_head = head / (shape.num_heads / shape.num_kv_heads);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int row_a = q0 + warp * 16 + g;  // query rows of this thread (local indices)
+  const int row_b = row_a + 8;
+  const int warp_last = min(q0 + warp * 16 + 15, len - 1);
+
+  uint32_t qf[kDChunks][4];
+  {
+    const __nv_bfloat16* qa = q + (start + row_a) * shape.q_stride + head * kHeadDim;
+    const __nv_bfloat16* qb = q + (start + row_b) * shape.q_stride + head * kHeadDim;
+#pragma unroll
+    for (int c = 0; c < kDChunks; ++c) {
+      const int d = c * 16 + 2 * t;
+      qf[c][0] = row_a < len ? LoadWord(qa + d) : 0u;
+      qf[c][1] = row_b < len ? LoadWord(qb + d) : 0u;
+      qf[c][2] = row_a < len ? LoadWord(qa + d + 8) : 0u;
+      qf[c][3] = row_b < len ? LoadWord(qb + d + 8) : 0u;
+    }
+  }
+
+  float o[kDBlocks][4];
+#pragma unroll
+  for (int n = 0; n < kDBlocks; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+
+  const int key_end = min(len, q0 + kMmaBlockQ);
+  for (int k0 = 0; k0 < key_end; k0 += kMmaBlockK) {
+    __syncthreads();
+    // K tile row-major, V tile transposed; 32-bit global loads (two bf16 of one row).
+    for (int idx = threadIdx.x; idx < kMmaBlockK * (kHeadDim / 2); idx += blockDim.x) {
+      const int j = idx / (kHeadDim / 2);
+      const int d = (idx - j * (kHeadDim / 2)) * 2;
+      const int kj = k0 + j;
+      uint32_t kw = 0u, vw = 0u;
+      if (kj < len) {
+        const int64_t off = (start + kj) * shape.kv_stride + kv_head * kHeadDim + d;
+        kw = LoadWord(k + off);
+        vw = LoadWord(v + off);
+      }
+      *reinterpret_cast<uint32_t*>(&k_s[j][d]) = kw;
+      const __nv_bfloat162 vp = *reinterpret_cast<const __nv_bfloat162*>(&vw);
+      vt_s[d][j] = vp.x;
+      vt_s[d + 1][j] = vp.y;
+    }
+    __syncthreads();
+    if (k0 > warp_last) continue;  // every key of this tile lies after this warp's queries
+
+    float s[kKBlocks][4];
+#pragma unroll
+    for (int n = 0; n < kKBlocks; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kDChunks; ++c) {
+        const __nv_bfloat16* kr = &k_s[n * 8 + g][c * 16 + 2 * t];
+        MmaBf16(s[n], qf[c][0], qf[c][1], qf[c][2], qf[c][3], LoadWord(kr), LoadWord(kr + 8));
+      }
+    }
+    // Scale into log2 units and mask: key index > query index (causal; also covers keys >= len).
+    float tile_max_a = -INFINITY, tile_max_b = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kKBlocks; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = k0 + n * 8 + 2 * t + (e & 1);
+        const int qrow = e < 2 ? row_a : row_b;
+        s[n][e] = key <= qrow ? s[n][e] * scale_log2 : -INFINITY;
+      }
+      tile_max_a = fmaxf(tile_max_a, fmaxf(s[n][0], s[n][1]));
+      tile_max_b = fmaxf(tile_max_b, fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int offset = 1; offset < 4; offset <<= 1) {
+      tile_max_a = fmaxf(tile_max_a, __shfl_xor_sync(0xffffffffu, tile_max_a, offset));
+      tile_max_b = fmaxf(tile_max_b, __shfl_xor_sync(0xffffffffu, tile_max_b, offset));
+    }
+    const float new_a = fmaxf(m_a, tile_max_a), new_b = fmaxf(m_b, tile_max_b);
+    // A row with no valid key yet keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN.
+    const float use_a = new_a == -INFINITY ? 0.0f : new_a;
+    const float use_b = new_b == -INFINITY ? 0.0f : new_b;
+    const float alpha_a = exp2f(m_a - use_a), alpha_b = exp2f(m_b - use_b);
+    m_a = new_a;
+    m_b = new_b;
+    float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+    for (int n = 0; n < kKBlocks; ++n) {
+      s[n][0] = exp2f(s[n][0] - use_a);
+      s[n][1] = exp2f(s[n][1] - use_a);
+      s[n][2] = exp2f(s[n][2] - use_b);
+      s[n][3] = exp2f(s[n][3] - use_b);
+      sum_a += s[n][0] + s[n][1];
+      sum_b += s[n][2] + s[n][3];
+    }
+    l_a = l_a * alpha_a + sum_a;
+    l_b = l_b * alpha_b + sum_b;
+#pragma unroll
+    for (int n = 0; n < kDBlocks; ++n) {
+      o[n][0] *= alpha_a;
+      o[n][1] *= alpha_a;
+      o[n][2] *= alpha_b;
+      o[n][3] *= alpha_b;
+    }
+#pragma unroll
+    for (int c = 0; c < kKChunks; ++c) {
+      const uint32_t a0 = PackBf16(s[2 * c][0], s[2 * c][1]);
+      const uint32_t a1 = PackBf16(s[2 * c][2], s[2 * c][3]);
+      const uint32_t a2 = PackBf16(s[2 * c + 1][0], s[2 * c + 1][1]);
+      const uint32_t a3 = PackBf16(s[2 * c + 1][2], s[2 * c + 1][3]);
+#pragma unroll
+      for (int n = 0; n < kDBlocks; ++n) {
+        const __nv_bfloat16* vr = &vt_s[n * 8 + g][c * 16 + 2 * t];
+        MmaBf16(o[n], a0, a1, a2, a3, LoadWord(vr), LoadWord(vr + 8));
+      }
+    }
+  }
+  // Row sums: each of the 4 threads of a row group holds a quarter of the columns.
+#pragma unroll
+  for (int offset = 1; offset < 4; offset <<= 1) {
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, offset);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, offset);
+  }
+  const int64_t out_stride = static_cast<int64_t>(shape.num_heads) * kHeadDim;
+  const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
+#pragma unroll
+  for (int n = 0; n < kDBlocks; ++n) {
+    const int d = head * kHeadDim + n * 8 + 2 * t;
+    if (row_a < len) {
+      *reinterpret_cast<uint32_t*>(out + (start + row_a) * out_stride + d) = PackBf16(o[n][0] * inv_a, o[n][1] * inv_a);
+    }
+    if (row_b < len) {
+      *reinterpret_cast<uint32_t*>(out + (start + row_b) * out_stride + d) = PackBf16(o[n][2] * inv_b, o[n][3] * inv_b);
+    }
+  }
+}
+
+absl::Status CheckShape(const void* q, const void* k, const void* v, const int32_t* cu_seqlens,
+                        const AttentionShape& s, const void* out) {
+  if (s.num_tokens < 0 || s.num_seqs < 0 || s.max_seqlen < 0 || s.num_heads < 1 || s.num_kv_heads < 1 ||
+      s.num_heads % s.num_kv_heads != 0) {
+    return absl::InvalidArgumentError("CausalAttention: bad sizes (num_heads must be a multiple of num_kv_heads)");
+  }
+  const int d = s.head_dim;
+  if (d != 8 && d != 16 && d != 32 && d != 64 && d != 128) {
+    return absl::InvalidArgumentError("CausalAttention: head_dim must be 8, 16, 32, 64 or 128");
+  }
+  if (s.q_stride < static_cast<int64_t>(s.num_heads) * d || s.kv_stride < static_cast<int64_t>(s.num_kv_heads) * d) {
+    return absl::InvalidArgumentError("CausalAttention: strides smaller than a token's heads");
+  }
+  if (s.num_tokens > 0 && (q == nullptr || k == nullptr || v == nullptr || cu_seqlens == nullptr || out == nullptr)) {
+    return absl::InvalidArgumentError("CausalAttention: null pointer");
+  }
+  if (s.num_seqs > 65535) return absl::InvalidArgumentError("CausalAttention: more than 65535 sequences");
+  return absl::OkStatus();
+}
+
+template <int kHeadDim, typename T>
+absl::Status LaunchSimt(const T* q, const T* k, const T* v, const int32_t* cu_seqlens, const AttentionShape& s,
+                        T* out, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kSimtBlockQ)), static_cast<unsigned>(s.num_heads),
+                  static_cast<unsigned>(s.num_seqs));
+  const float scale = 1.0f / sqrtf(static_cast<float>(kHeadDim));
+  AttentionSimtKernel<kHeadDim><<<grid, kSimtWarps * 32, 0, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v),
+                                                                      cu_seqlens, s, scale, ToDevice(out));
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status DispatchSimt(const T* q, const T* k, const T* v, const int32_t* cu_seqlens, const AttentionShape& s,
+                          T* out, cudaStream_t stream) {
+  switch (s.head_dim) {
+    case 8: return LaunchSimt<8>(q, k, v, cu_seqlens, s, out, stream);
+    case 16: return LaunchSimt<16>(q, k, v, cu_seqlens, s, out, stream);
+    case 32: return LaunchSimt<32>(q, k, v, cu_seqlens, s, out, stream);
+    case 64: return LaunchSimt<64>(q, k, v, cu_seqlens, s, out, stream);
+    default: return LaunchSimt<128>(q, k, v, cu_seqlens, s, out, stream);
+  }
+}
+
+template <int kHeadDim>
+absl::Status LaunchMma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
+                       const AttentionShape& s, bf16_t* out, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kMmaBlockQ)), static_cast<unsigned>(s.num_heads),
+                  static_cast<unsigned>(s.num_seqs));
+  const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHeadDim));
+  AttentionMmaKernel<kHeadDim><<<grid, kMmaWarps * 32, 0, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v),
+                                                                    cu_seqlens, s, scale_log2, ToDevice(out));
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+template <typename T>
+absl::Status CausalAttentionSimt(const T* q, const T* k, const T* v, const int32_t* cu_seqlens,
+                                 const AttentionShape& shape, T* out, cudaStream_t stream) {
+  const absl::Status st = CheckShape(q, k, v, cu_seqlens, shape, out);
+  if (!st.ok()) return st;
+  if (shape.num_tokens == 0 || shape.num_seqs == 0 || shape.max_seqlen == 0) return absl::OkStatus();
+  return DispatchSimt(q, k, v, cu_seqlens, shape, out, stream);
+}
+
+template <typename T>
+absl::Status CausalAttention(const T* q, const T* k, const T* v, const int32_t* cu_seqlens,
+                             const AttentionShape& shape, T* out, cudaStream_t stream) {
+  const absl::Status st = CheckShape(q, k, v, cu_seqlens, shape, out);
+  if (!st.ok()) return st;
+  if (shape.num_tokens == 0 || shape.num_seqs == 0 || shape.max_seqlen == 0) return absl::OkStatus();
+  if constexpr (sizeof(T) == 2) {
+    const bool aligned = IsAligned(q, 4) && IsAligned(k, 4) && IsAligned(v, 4) && IsAligned(out, 4) &&
+                         shape.q_stride % 2 == 0 && shape.kv_stride % 2 == 0;
+    if (aligned) {
+      switch (shape.head_dim) {
+        case 32: return LaunchMma<32>(q, k, v, cu_seqlens, shape, out, stream);
+        case 64: return LaunchMma<64>(q, k, v, cu_seqlens, shape, out, stream);
+        case 128: return LaunchMma<128>(q, k, v, cu_seqlens, shape, out, stream);
+        default: break;
+      }
+    }
+  }
+  return DispatchSimt(q, k, v, cu_seqlens, shape, out, stream);
+}
+
+template absl::Status CausalAttention<float>(const float*, const float*, const float*, const int32_t*,
+                                             const AttentionShape&, float*, cudaStream_t);
+template absl::Status CausalAttention<bf16_t>(const bf16_t*, const bf16_t*, const bf16_t*, const int32_t*,
+                                              const AttentionShape&, bf16_t*, cudaStream_t);
+template absl::Status CausalAttentionSimt<float>(const float*, const float*, const float*, const int32_t*,
+                                                 const AttentionShape&, float*, cudaStream_t);
+template absl::Status CausalAttentionSimt<bf16_t>(const bf16_t*, const bf16_t*, const bf16_t*, const int32_t*,
+                                                  const AttentionShape&, bf16_t*, cudaStream_t);
+
+}  // namespace scored::kernels

@@ -1,0 +1,177 @@
+// Dequantization of stored weights into a dense bf16/fp32 matrix. Contract: dequant.h.
+//
+// Each thread decodes kChunk consecutive elements of one row with the same scalar decode as
+// LinearWeight::DequantizeRows (engine/model/dequantize.cc), through the exact converters of
+// engine/base/dtype.h, and stores them with one 16-byte store (bf16) when the row length and the output
+// pointer allow, element by element otherwise.
+#include "engine/kernels/dequant.h"
+
+#include "engine/base/dtype.h"
+#include "engine/kernels/cuda_check.h"
+#include "engine/kernels/device_util.cuh"
+
+namespace scored::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kChunk = 8;
+constexpr int64_t kMaxBlocks = 1 << 20;
+
+__device__ __forceinline__ float FloatAt(const void* data, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kF32: return static_cast<const float*>(data)[i];
+    case DType::kF16: return Fp16ToFloat(static_cast<const uint16_t*>(data)[i]);
+    case DType::kBF16: return Bf16ToFloat(static_cast<const uint16_t*>(data)[i]);
+    case DType::kF8E4M3: return Fp8E4M3ToFloat(static_cast<const uint8_t*>(data)[i]);
+    default: return __int_as_float(0x7fc00000);
+  }
+}
+
+__device__ __forceinline__ float RoundToDtype(float x, DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return RoundToFp16(x);
+    case DType::kBF16: return RoundToBf16(x);
+    default: return x;
+  }
+}
+
+// `bits`-wide unsigned field at bit position `bit` of a little-endian uint32 word array (may straddle).
+__device__ __forceinline__ uint32_t PackedField(const uint32_t* words, int64_t bit, int bits) {
+  const int64_t word = bit >> 5;
+  const int shift = static_cast<int>(bit & 31);
+  uint64_t v = words[word];
+  if (shift + bits > 32) v |= static_cast<uint64_t>(words[word + 1]) << 32;
+  return static_cast<uint32_t>((v >> shift) & ((uint64_t{1} << bits) - 1));
+}
+
+__device__ __forceinline__ int64_t GroupOf(const DequantParams& p, int64_t k) {
+  if (p.strategy != QuantStrategy::kGroup) return 0;
+  if (p.g_idx != nullptr) return p.g_idx[k];
+  return k / p.group_size;
+}
+
+__device__ __forceinline__ int64_t ScaleIndex(const DequantParams& p, int64_t o, int64_t g) {
+  switch (p.strategy) {
+    case QuantStrategy::kTensor: return 0;
+    case QuantStrategy::kChannel: return o;
+    default: return o * p.scale_cols + g;
+  }
+}
+
+__device__ float DecodeElement(const DequantParams& p, int64_t o, int64_t k) {
+  switch (p.format) {
+    case WeightFormat::kDense:
+      return FloatAt(p.values, p.values_dtype, o * p.in_features + k);
+    case WeightFormat::kPackQuantized: {
+      const int b = p.num_bits;
+      const int32_t offset = 1 << (b - 1);
+      const uint32_t* row = static_cast<const uint32_t*>(p.values) + o * p.values_cols;
+      const int32_t q = static_cast<int32_t>(PackedField(row, k * b, b)) - offset;
+      const int64_t g = GroupOf(p, k);
+      int32_t zp = 0;
+      if (!p.symmetric) {
+        // Column g of the [ceil(out*b/32), groups] zero-point tensor is a packed word sequence along out.
+        const int64_t bit = o * b;
+        const int64_t word = bit >> 5;
+        const int shift = static_cast<int>(bit & 31);
+        const uint32_t* zps = static_cast<const uint32_t*>(p.zero_point);
+        uint64_t v = zps[word * p.zero_point_cols + g];
+        if (shift + b > 32) v |= static_cast<uint64_t>(zps[(word + 1) * p.zero_point_cols + g]) << 32;
+        zp = static_cast<int32_t>((v >> shift) & ((uint64_t{1} << b) - 1)) - offset;
+      }
+      const float scale = FloatAt(p.scale, p.scale_dtype, ScaleIndex(p, o, g));
+      return RoundToDtype(__fmul_rn(static_cast<float>(q - zp), scale), p.scale_dtype);
+    }
+    case WeightFormat::kNaiveQuantized: {
+      const int32_t q = static_cast<const int8_t*>(p.values)[o * p.in_features + k];
+      const int64_t si = ScaleIndex(p, o, GroupOf(p, k));
+      int32_t zp = 0;
+      if (p.zero_point != nullptr) {
+        zp = p.zero_point_dtype == DType::kI8 ? static_cast<int32_t>(static_cast<const int8_t*>(p.zero_point)[si])
+                                              : static_cast<const int32_t*>(p.zero_point)[si];
+      }
+      return RoundToDtype(__fmul_rn(static_cast<float>(q - zp), FloatAt(p.scale, p.scale_dtype, si)),
+                          p.scale_dtype);
+    }
+    case WeightFormat::kNvfp4PackQuantized: {
+      const uint8_t byte = static_cast<const uint8_t*>(p.values)[o * p.values_cols + k / 2];
+      const uint8_t nibble = (k & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xf);
+      const uint8_t s8 = static_cast<const uint8_t*>(p.scale)[o * p.scale_cols + k / 16];
+      const float s = __fdiv_rn(Fp8E4M3ToFloat(s8), p.global_scale);
+      return RoundToBf16(__fmul_rn(E2M1ToFloat(nibble), s));
+    }
+    case WeightFormat::kFloatQuantized: {
+      const float v = Fp8E4M3ToFloat(static_cast<const uint8_t*>(p.values)[o * p.in_features + k]);
+      int64_t si = 0;
+      if (p.strategy == QuantStrategy::kChannel) si = o;
+      if (p.strategy == QuantStrategy::kBlock) si = (o / p.block_rows) * p.scale_cols + k / p.block_cols;
+      return RoundToDtype(__fmul_rn(v, FloatAt(p.scale, p.scale_dtype, si)), p.scale_dtype);
+    }
+  }
+  return __int_as_float(0x7fc00000);
+}
+
+template <typename OutT>
+__global__ void __launch_bounds__(kThreads) DequantKernel(const DequantParams p, int64_t row_begin, int64_t num_rows,
+                                                          bool vector_store,
+                                                          OutT* __restrict__ out) {  // [num_rows, in_features]
+  const int64_t chunks_per_row = (p.in_features + kChunk - 1) / kChunk;
+  const int64_t total = num_rows * chunks_per_row;
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; c < total;
+       c += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t r = c / chunks_per_row;
+    const int64_t k0 = (c - r * chunks_per_row) * kChunk;
+    const int64_t o = row_begin + r;
+    OutT* dst = out + r * p.in_features + k0;
+    if (vector_store) {
+      float v[kChunk];
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) v[j] = DecodeElement(p, o, k0 + j);
+      if constexpr (sizeof(OutT) == 2) {
+        uint4 packed;
+        uint32_t* words = reinterpret_cast<uint32_t*>(&packed);
+#pragma unroll
+        for (int j = 0; j < kChunk / 2; ++j) {
+          const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+          words[j] = *reinterpret_cast<const uint32_t*>(&pair);
+        }
+        *reinterpret_cast<uint4*>(dst) = packed;
+      } else {
+        reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
+        reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
+      }
+    } else {
+      const int64_t n = p.in_features - k0 < kChunk ? p.in_features - k0 : kChunk;
+      for (int64_t j = 0; j < n; ++j) StoreFromFloat(dst + j, DecodeElement(p, o, k0 + j));
+    }
+  }
+}
+
+}  // namespace
+
+template <typename OutT>
+absl::Status Dequantize(const DequantParams& params, int64_t row_begin, int64_t row_end, OutT* out,
+                        cudaStream_t stream) {
+  if (row_begin < 0 || row_begin > row_end || row_end > params.out_features) {
+    return absl::InvalidArgumentError("Dequantize: row range outside [0, out_features)");
+  }
+  if (params.values == nullptr) return absl::InvalidArgumentError("Dequantize: DequantParams has no values");
+  if (params.format != WeightFormat::kDense && params.scale == nullptr) {
+    return absl::InvalidArgumentError("Dequantize: DequantParams has no scale");
+  }
+  const int64_t num_rows = row_end - row_begin;
+  if (num_rows == 0 || params.in_features == 0) return absl::OkStatus();
+  if (out == nullptr) return absl::InvalidArgumentError("Dequantize: null output");
+  const bool vector_store = params.in_features % kChunk == 0 && IsAligned(out, 16);
+  const int64_t total = num_rows * CeilDiv(params.in_features, kChunk);
+  const int64_t blocks = CeilDiv(total, kThreads);
+  DequantKernel<<<static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks), kThreads, 0, stream>>>(
+      params, row_begin, num_rows, vector_store, ToDevice(out));
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+template absl::Status Dequantize<float>(const DequantParams&, int64_t, int64_t, float*, cudaStream_t);
+template absl::Status Dequantize<bf16_t>(const DequantParams&, int64_t, int64_t, bf16_t*, cudaStream_t);
+
+}  // namespace scored::kernels

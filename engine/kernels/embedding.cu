@@ -1,0 +1,61 @@
+// Token embedding lookup. Contract: embedding.h.
+//
+// One block per token (grid-stride over tokens past the grid limit); threads stride over hidden_size.
+// Memory-bound copy: each element is read once and written once.
+#include "engine/kernels/embedding.h"
+
+#include "engine/kernels/cuda_check.h"
+#include "engine/kernels/device_util.cuh"
+
+namespace scored::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65535;
+
+template <typename TableT, typename OutT>
+__global__ void EmbeddingKernel(const TableT* __restrict__ table,    // [vocab_size, hidden_size]
+                                const int32_t* __restrict__ tokens,  // [num_tokens]
+                                int64_t num_tokens, int64_t vocab_size, int64_t hidden_size,
+                                OutT* __restrict__ out) {            // [num_tokens, hidden_size]
+  for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
+    const int32_t id = tokens[t];
+    OutT* dst = out + t * hidden_size;
+    if (id < 0 || id >= vocab_size) {
+      for (int64_t i = threadIdx.x; i < hidden_size; i += blockDim.x) StoreFromFloat(dst + i, __int_as_float(0x7fc00000));
+      continue;
+    }
+    const TableT* src = table + static_cast<int64_t>(id) * hidden_size;
+    for (int64_t i = threadIdx.x; i < hidden_size; i += blockDim.x) StoreFromFloat(dst + i, LoadAsFloat(src + i));
+  }
+}
+
+}  // namespace
+
+template <typename TableT, typename OutT>
+absl::Status Embedding(const TableT* table, const int32_t* tokens, int64_t num_tokens, int64_t vocab_size,
+                       int64_t hidden_size, OutT* out, cudaStream_t stream) {
+  if (num_tokens < 0 || vocab_size < 0 || hidden_size < 0) {
+    return absl::InvalidArgumentError("Embedding: negative size");
+  }
+  if (num_tokens == 0 || hidden_size == 0) return absl::OkStatus();
+  if (table == nullptr || tokens == nullptr || out == nullptr) {
+    return absl::InvalidArgumentError("Embedding: null pointer");
+  }
+  const int64_t blocks = num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks;
+  EmbeddingKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      ToDevice(table), tokens, num_tokens, vocab_size, hidden_size, ToDevice(out));
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+#define SCORED_INSTANTIATE_EMBEDDING(TableT, OutT)                                                      \
+  template absl::Status Embedding<TableT, OutT>(const TableT*, const int32_t*, int64_t, int64_t, int64_t, \
+                                                OutT*, cudaStream_t);
+SCORED_INSTANTIATE_EMBEDDING(float, float)
+SCORED_INSTANTIATE_EMBEDDING(float, bf16_t)
+SCORED_INSTANTIATE_EMBEDDING(bf16_t, float)
+SCORED_INSTANTIATE_EMBEDDING(bf16_t, bf16_t)
+#undef SCORED_INSTANTIATE_EMBEDDING
+
+}  // namespace scored::kernels

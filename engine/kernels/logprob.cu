@@ -1,0 +1,343 @@
+// Log-softmax statistics of fp32 logits, one block per token. Contract: logprob.h.
+//
+// Pass 1: max and argmax. Pass 2: sum of exp (and the entropy term, and the rank count). Optional top-k:
+// a 4-round 8-bit radix select over order-preserving integer keys finds the k-th largest key, then one
+// ordered pass collects the candidates and a k x k rank sort orders them. Each thread walks its elements
+// in ascending index order (i = tid, tid + kThreads, ...); the block combines threads in a fixed tree.
+// Rows are read 2 + (top_k ? 5 : 0) times; after the first pass they usually come from L2.
+#include "engine/kernels/logprob.h"
+
+#include "engine/kernels/cuda_check.h"
+#include "engine/kernels/device_util.cuh"
+
+namespace scored::kernels {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kMaxBlocks = 65535;
+
+struct MaxArg {
+  float value;
+  int32_t index;
+};
+
+// a before b: larger value, ties to the lower index. NaN never wins.
+__device__ __forceinline__ bool Better(float av, int32_t ai, float bv, int32_t bi) {
+  return av > bv || (av == bv && ai < bi);
+}
+
+__device__ __forceinline__ MaxArg WarpMaxArg(MaxArg m) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, m.value, offset);
+    const int32_t i = __shfl_xor_sync(0xffffffffu, m.index, offset);
+    if (Better(v, i, m.value, m.index)) m = {v, i};
+  }
+  return m;
+}
+
+// Every thread gets the block's (max, lowest index of the max).
+__device__ MaxArg BlockMaxArg(MaxArg m, float* scratch_v, int32_t* scratch_i) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  m = WarpMaxArg(m);
+  if (lane == 0) {
+    scratch_v[warp] = m.value;
+    scratch_i[warp] = m.index;
+  }
+  __syncthreads();
+  MaxArg total = lane < kWarps ? MaxArg{scratch_v[lane], scratch_i[lane]} : MaxArg{-INFINITY, INT32_MAX};
+  total = WarpMaxArg(total);
+  __syncthreads();
+  return total;
+}
+
+// Pass 1 over one row: the max and the lowest index holding it.
+__device__ MaxArg RowMaxArg(const float* row, int64_t n, float* scratch_v, int32_t* scratch_i) {
+  MaxArg m{-INFINITY, INT32_MAX};
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    const float v = row[i];
+    if (v > m.value || (v == m.value && m.index == INT32_MAX)) m = {v, static_cast<int32_t>(i)};
+  }
+  return BlockMaxArg(m, scratch_v, scratch_i);
+}
+
+struct SumStats {
+  double sum_exp;
+  double sum_exp_shifted;
+  int32_t greater;
+};
+
+// Pass 2: sum exp(x - m) (fp32 exp, double sums), sum exp(x - m)(x - m), #{x > threshold}.
+template <bool kEntropy, bool kRank>
+__device__ SumStats RowSums(const float* row, int64_t n, float m, float threshold, double* scratch_d,
+                            int32_t* scratch_i) {
+  double s = 0.0, se = 0.0;
+  int32_t greater = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    const float x = row[i];
+    const float d = x - m;
+    const float e = expf(d);
+    s += static_cast<double>(e);
+    if constexpr (kEntropy) se += static_cast<double>(e) * static_cast<double>(d);
+    if constexpr (kRank) greater += x > threshold ? 1 : 0;
+  }
+  SumStats out;
+  out.sum_exp = BlockSum(s, scratch_d);
+  out.sum_exp_shifted = kEntropy ? BlockSum(se, scratch_d) : 0.0;
+  out.greater = kRank ? BlockSum(greater, scratch_i) : 0;
+  return out;
+}
+
+// Order-preserving key: larger float -> larger key; +0 and -0 share a key.
+__device__ __forceinline__ uint32_t Key(float x) {
+  const uint32_t u = x == 0.0f ? 0u : __float_as_uint(x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+struct TopKShared {
+  int32_t hist[256];
+  int32_t warp_counts[kWarps];
+  int32_t select_bin;
+  int32_t select_remaining;
+  int32_t gt_count;
+  int32_t cand_id[kMaxTopK];
+  float cand_value[kMaxTopK];
+};
+
+// Writes the top k (ids, x - lse) of the row, ordered by descending value, ties by lower id.
+__device__ void RowTopK(const float* row, int64_t n, int k, double lse, TopKShared& sh,
+                        int32_t* out_ids,      // [k]
+                        float* out_logprobs) {  // [k]
+  uint32_t prefix = 0, mask = 0;
+  int remaining = k;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += kThreads) sh.hist[b] = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+      const uint32_t key = Key(row[i]);
+      if ((key & mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255u], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int cum = 0;
+      int bin = 0;
+      for (int b = 255; b >= 0; --b) {
+        if (cum + sh.hist[b] >= remaining) {
+          bin = b;
+          break;
+        }
+        cum += sh.hist[b];
+      }
+      sh.select_bin = bin;
+      sh.select_remaining = remaining - cum;
+    }
+    __syncthreads();
+    prefix |= static_cast<uint32_t>(sh.select_bin) << shift;
+    mask |= 255u << shift;
+    remaining = sh.select_remaining;
+    __syncthreads();
+  }
+  // prefix is the k-th largest key; take every key above it and the `remaining` lowest ids equal to it.
+  const uint32_t threshold = prefix;
+  const int num_gt = k - remaining;
+  if (threadIdx.x == 0) sh.gt_count = 0;
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int eq_taken = 0;
+  for (int64_t base = 0; base < n; base += kThreads) {
+    const int64_t i = base + threadIdx.x;
+    const float x = i < n ? row[i] : 0.0f;
+    const uint32_t key = i < n ? Key(x) : 0u;
+    const bool gt = i < n && key > threshold;
+    const bool eq = i < n && key == threshold;
+    if (gt) {
+      const int slot = atomicAdd(&sh.gt_count, 1);
+      sh.cand_id[slot] = static_cast<int32_t>(i);
+      sh.cand_value[slot] = x;
+    }
+    const uint32_t ballot = __ballot_sync(0xffffffffu, eq);
+    if (lane == 0) sh.warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    // Between the two barriers gt_count and warp_counts are stable: every thread sees the same values
+    // and takes the same exit decision.
+    const int gt_found = sh.gt_count;
+    int before = 0, chunk_total = 0;
+    for (int w = 0; w < kWarps; ++w) {
+      before += w < warp ? sh.warp_counts[w] : 0;
+      chunk_total += sh.warp_counts[w];
+    }
+    if (eq) {
+      const int rank = eq_taken + before + __popc(ballot & ((1u << lane) - 1u));
+      if (rank < remaining) {
+        sh.cand_id[num_gt + rank] = static_cast<int32_t>(i);
+        sh.cand_value[num_gt + rank] = x;
+      }
+    }
+    eq_taken += chunk_total;
+    __syncthreads();
+    if (eq_taken >= remaining && gt_found >= num_gt) break;
+  }
+  if (threadIdx.x < k) {
+    const int32_t id = sh.cand_id[threadIdx.x];
+    const float v = sh.cand_value[threadIdx.x];
+    int pos = 0;
+    for (int j = 0; j < k; ++j) pos += Better(sh.cand_value[j], sh.cand_id[j], v, id) ? 1 : 0;
+    out_ids[pos] = id;
+    out_logprobs[pos] = static_cast<float>(static_cast<double>(v) - lse);
+  }
+  __syncthreads();
+}
+
+template <bool kEntropy, bool kRank>
+__global__ void __launch_bounds__(kThreads) ScoreLogitsKernel(const float* __restrict__ logits,  // [num_tokens, ld]
+                                                              int64_t ld,
+                                                              const int32_t* __restrict__ targets,  // [num_tokens]
+                                                              int64_t num_tokens, int64_t vocab_size, int top_k,
+                                                              LogprobOutputs out) {
+  __shared__ float scratch_f[32];
+  __shared__ int32_t scratch_i[32];
+  __shared__ double scratch_d[32];
+  __shared__ TopKShared topk_shared;
+  for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
+    const float* row = logits + t * ld;
+    const int32_t target = targets[t];
+    const bool target_ok = target >= 0 && target < vocab_size;
+    const float target_logit = target_ok ? row[target] : __int_as_float(0x7fc00000);
+    const MaxArg m = RowMaxArg(row, vocab_size, scratch_f, scratch_i);
+    const SumStats s = RowSums<kEntropy, kRank>(row, vocab_size, m.value, target_logit, scratch_d, scratch_i);
+    const double log_sum = log(s.sum_exp);
+    const double lse = static_cast<double>(m.value) + log_sum;
+    if (threadIdx.x == 0) {
+      out.logprob[t] = static_cast<double>(target_logit) - lse;
+      out.greedy[t] = target_ok && m.index == target ? 1 : 0;
+      if constexpr (kRank) out.rank[t] = 1 + s.greater;
+      if constexpr (kEntropy) out.entropy[t] = static_cast<float>(log_sum - s.sum_exp_shifted / s.sum_exp);
+    }
+    if (top_k > 0) {
+      RowTopK(row, vocab_size, top_k, lse, topk_shared, out.top_k_ids + t * top_k,
+              out.top_k_logprobs + t * top_k);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) PartialStatsKernel(const float* __restrict__ logits,  // [num_tokens, ld]
+                                                               int64_t ld,
+                                                               const int32_t* __restrict__ targets,
+                                                               int64_t num_tokens, int64_t shard_size,
+                                                               int64_t vocab_offset,
+                                                               LogitPartialStats* __restrict__ stats) {
+  __shared__ float scratch_f[32];
+  __shared__ int32_t scratch_i[32];
+  __shared__ double scratch_d[32];
+  for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
+    const float* row = logits + t * ld;
+    const int64_t local = static_cast<int64_t>(targets[t]) - vocab_offset;
+    const bool has_target = local >= 0 && local < shard_size;
+    const MaxArg m = RowMaxArg(row, shard_size, scratch_f, scratch_i);
+    const SumStats s = RowSums<false, false>(row, shard_size, m.value, 0.0f, scratch_d, scratch_i);
+    if (threadIdx.x == 0) {
+      LogitPartialStats r;
+      r.max = m.value;
+      r.argmax = static_cast<int32_t>(vocab_offset + m.index);
+      r.sum_exp = s.sum_exp;
+      r.target_logit = has_target ? row[local] : 0.0f;
+      r.has_target = has_target ? 1 : 0;
+      stats[t] = r;
+    }
+  }
+}
+
+__global__ void CombineStatsKernel(const LogitPartialStats* __restrict__ stats,  // [num_shards, num_tokens]
+                                   int64_t num_shards, int64_t num_tokens,
+                                   const int32_t* __restrict__ targets,  // [num_tokens]
+                                   double* __restrict__ logprob, uint8_t* __restrict__ greedy) {
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < num_tokens;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float m = -INFINITY;
+    int32_t arg = INT32_MAX;
+    float target_logit = __int_as_float(0x7fc00000);
+    for (int64_t r = 0; r < num_shards; ++r) {
+      const LogitPartialStats& s = stats[r * num_tokens + t];
+      if (Better(s.max, s.argmax, m, arg)) {
+        m = s.max;
+        arg = s.argmax;
+      }
+      if (s.has_target) target_logit = s.target_logit;
+    }
+    double sum = 0.0;
+    for (int64_t r = 0; r < num_shards; ++r) {
+      const LogitPartialStats& s = stats[r * num_tokens + t];
+      sum += s.sum_exp * exp(static_cast<double>(s.max) - static_cast<double>(m));
+    }
+    logprob[t] = static_cast<double>(target_logit) - (static_cast<double>(m) + log(sum));
+    greedy[t] = arg == targets[t] ? 1 : 0;
+  }
+}
+
+}  // namespace
+
+absl::Status ScoreLogits(const float* logits, int64_t ld, const int32_t* targets, int64_t num_tokens,
+                         int64_t vocab_size, const LogprobOptions& options, const LogprobOutputs& outputs,
+                         cudaStream_t stream) {
+  if (num_tokens < 0 || vocab_size < 1 || vocab_size > INT32_MAX || ld < vocab_size) {
+    return absl::InvalidArgumentError("ScoreLogits: need num_tokens >= 0, 1 <= vocab_size < 2^31, ld >= vocab_size");
+  }
+  if (options.top_k < 0 || options.top_k > kMaxTopK || options.top_k > vocab_size) {
+    return absl::InvalidArgumentError("ScoreLogits: top_k outside [0, min(64, vocab_size)]");
+  }
+  if (num_tokens == 0) return absl::OkStatus();
+  if (logits == nullptr || targets == nullptr || outputs.logprob == nullptr || outputs.greedy == nullptr ||
+      (options.want_rank && outputs.rank == nullptr) || (options.want_entropy && outputs.entropy == nullptr) ||
+      (options.top_k > 0 && (outputs.top_k_ids == nullptr || outputs.top_k_logprobs == nullptr))) {
+    return absl::InvalidArgumentError("ScoreLogits: null input or requested output");
+  }
+  const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
+  const int top_k = options.top_k;
+  if (options.want_entropy && options.want_rank) {
+    ScoreLogitsKernel<true, true><<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
+  } else if (options.want_entropy) {
+    ScoreLogitsKernel<true, false><<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
+  } else if (options.want_rank) {
+    ScoreLogitsKernel<false, true><<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
+  } else {
+    ScoreLogitsKernel<false, false><<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
+  }
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+absl::Status ComputeLogitPartialStats(const float* logits, int64_t ld, const int32_t* targets, int64_t num_tokens,
+                                      int64_t shard_size, int64_t vocab_offset, LogitPartialStats* stats,
+                                      cudaStream_t stream) {
+  if (num_tokens < 0 || shard_size < 1 || shard_size > INT32_MAX || ld < shard_size || vocab_offset < 0 ||
+      vocab_offset + shard_size > INT32_MAX) {
+    return absl::InvalidArgumentError("ComputeLogitPartialStats: bad sizes");
+  }
+  if (num_tokens == 0) return absl::OkStatus();
+  if (logits == nullptr || targets == nullptr || stats == nullptr) {
+    return absl::InvalidArgumentError("ComputeLogitPartialStats: null pointer");
+  }
+  const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
+  PartialStatsKernel<<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, shard_size, vocab_offset,
+                                                       stats);
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+absl::Status CombineLogitPartialStats(const LogitPartialStats* stats, int64_t num_shards, int64_t num_tokens,
+                                      const int32_t* targets, double* logprob, uint8_t* greedy,
+                                      cudaStream_t stream) {
+  if (num_shards < 1 || num_tokens < 0) return absl::InvalidArgumentError("CombineLogitPartialStats: bad sizes");
+  if (num_tokens == 0) return absl::OkStatus();
+  if (stats == nullptr || targets == nullptr || logprob == nullptr || greedy == nullptr) {
+    return absl::InvalidArgumentError("CombineLogitPartialStats: null pointer");
+  }
+  const int64_t blocks = CeilDiv(num_tokens, 256);
+  CombineStatsKernel<<<static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks), 256, 0, stream>>>(
+      stats, num_shards, num_tokens, targets, logprob, greedy);
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+}  // namespace scored::kernels
