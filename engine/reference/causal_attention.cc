@@ -87,6 +87,8 @@ void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
   std::vector<float> vt(num_kv_heads * head_dim * num_tokens);  // [num_kv_heads, head_dim, num_tokens]
   TransposeHeads(k, num_tokens, num_kv_heads, head_dim, kt.data());
   TransposeHeads(v, num_tokens, num_kv_heads, head_dim, vt.data());
+  // A (head, query) pair costs ~num_tokens * head_dim multiply-adds on average (both products, half the keys).
+  const int64_t grain = GrainFor(num_tokens * head_dim);
   ParallelFor(pool, num_heads * num_tokens, [&](int64_t begin, int64_t end) {
     std::vector<double> dots(num_tokens);  // [num_tokens]
     std::vector<float> probs(num_tokens);  // [num_tokens]
@@ -110,7 +112,7 @@ void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
         o[d] = static_cast<float>(LaneDot(probs.data(), vt_g + d * num_tokens, n) / sum);
       }
     }
-  });
+  }, grain);
 }
 
 }  // namespace scored::ref

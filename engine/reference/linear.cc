@@ -86,10 +86,13 @@ void Linear(const float* x,     // [num_tokens, in_features]
             ThreadPool* pool) {
   // Split whole token tiles over the threads.
   const int64_t num_tiles = (num_tokens + kTileTokens - 1) / kTileTokens;
-  ParallelFor(pool, num_tiles, [&](int64_t tile_begin, int64_t tile_end) {
-    LinearTokens(x, w, bias, tile_begin * kTileTokens, std::min(num_tokens, tile_end * kTileTokens),
-                 in_features, out_features, y);
-  });
+  ParallelFor(
+      pool, num_tiles,
+      [&](int64_t tile_begin, int64_t tile_end) {
+        LinearTokens(x, w, bias, tile_begin * kTileTokens, std::min(num_tokens, tile_end * kTileTokens),
+                     in_features, out_features, y);
+      },
+      GrainFor(kTileTokens * in_features * out_features));
 }
 
 }  // namespace scored::ref

@@ -241,9 +241,13 @@ void ReferenceEngine::ApplyLinear(const DenseLinear& linear, const float* x, int
 
 void ReferenceEngine::NormRows(const float* x, const std::vector<float>& weight, int64_t rows, int64_t width,
                                float* out) const {
-  pool_.ParallelFor(rows, [&](int64_t begin, int64_t end) {
-    ref::RmsNorm(x + begin * width, weight.data(), end - begin, width, config_.rms_norm_eps, out + begin * width);
-  });
+  pool_.ParallelFor(
+      rows,
+      [&](int64_t begin, int64_t end) {
+        ref::RmsNorm(x + begin * width, weight.data(), end - begin, width, config_.rms_norm_eps,
+                     out + begin * width);
+      },
+      ref::GrainFor(width));
 }
 
 void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<float>* hidden) const {
@@ -309,13 +313,17 @@ ScoreResult ReferenceEngine::ScoreSequence(const ScoreRequest& request) const {
     const int64_t rows = std::min(kLogitChunk, num_scored - chunk);
     // Position j = first + chunk + r is predicted from the hidden state of j - 1.
     ApplyLinear(lm_head_, hidden.data() + (first + chunk - 1) * config_.hidden_size, rows, logits.data());
-    pool_.ParallelFor(rows, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t j = first + chunk + r;
-        scores[chunk + r] = ref::ScoreLogits(logits.data() + r * vocab, vocab, request.tokens[j], request.top_k,
-                                             request.want_rank, request.want_entropy);
-      }
-    });
+    // An exp costs about as much as 8 multiply-adds.
+    pool_.ParallelFor(
+        rows,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            const int64_t j = first + chunk + r;
+            scores[chunk + r] = ref::ScoreLogits(logits.data() + r * vocab, vocab, request.tokens[j],
+                                                 request.top_k, request.want_rank, request.want_entropy);
+          }
+        },
+        ref::GrainFor(8 * vocab));
   }
 
   ScoreResult result;

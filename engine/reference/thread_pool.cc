@@ -34,6 +34,7 @@ void ThreadPool::WorkerLoop(int worker_index) {
   while (true) {
     const std::function<void(int64_t, int64_t)>* job;
     int64_t n;
+    int parts;
     {
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait(lock, [&] { return stop_ || generation_ != seen_generation; });
@@ -41,10 +42,12 @@ void ThreadPool::WorkerLoop(int worker_index) {
       seen_generation = generation_;
       job = job_;
       n = job_n_;
+      parts = job_parts_;
     }
+    if (worker_index >= parts) continue;  // not part of this job; the caller does not wait for it
     int64_t begin, end;
-    PartRange(n, num_threads_, worker_index, &begin, &end);
-    if (begin < end) (*job)(begin, end);
+    PartRange(n, parts, worker_index, &begin, &end);
+    (*job)(begin, end);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (--pending_ == 0) done_cv_.notify_one();
@@ -52,9 +55,11 @@ void ThreadPool::WorkerLoop(int worker_index) {
   }
 }
 
-void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
   if (n <= 0) return;
-  if (num_threads_ == 1 || n == 1) {
+  grain = std::max<int64_t>(1, grain);
+  const int parts = static_cast<int>(std::min<int64_t>(num_threads_, (n + grain - 1) / grain));
+  if (parts == 1) {
     fn(0, n);
     return;
   }
@@ -62,24 +67,30 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;
     job_n_ = n;
-    pending_ = num_threads_ - 1;
+    job_parts_ = parts;
+    pending_ = parts - 1;
     ++generation_;
   }
   work_cv_.notify_all();
   int64_t begin, end;
-  PartRange(n, num_threads_, 0, &begin, &end);
-  if (begin < end) fn(begin, end);
+  PartRange(n, parts, 0, &begin, &end);
+  fn(begin, end);
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [&] { return pending_ == 0; });
   job_ = nullptr;
 }
 
-void ParallelFor(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void ParallelFor(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
   if (pool == nullptr) {
     if (n > 0) fn(0, n);
     return;
   }
-  pool->ParallelFor(n, fn);
+  pool->ParallelFor(n, fn, grain);
+}
+
+int64_t GrainFor(int64_t work_per_index) {
+  constexpr int64_t kMinWork = 1 << 16;
+  return std::max<int64_t>(1, kMinWork / std::max<int64_t>(1, work_per_index));
 }
 
 }  // namespace scored::ref
