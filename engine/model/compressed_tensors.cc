@@ -232,12 +232,15 @@ absl::StatusOr<CompressedTensorsConfig> ParseCompressedTensorsConfig(std::string
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": unsupported quantization_config quant_method '", method, "' (only compressed-tensors)"));
   }
-  if (const Json* sp = Find(j, "sparsity_config")) {
+  // Empty objects (llm-compressor writes "sparsity_config": {}) mean "none".
+  if (const Json* sp = Find(j, "sparsity_config"); sp != nullptr && !(sp->is_object() && sp->empty())) {
     std::string fmt = "?";
     if (const Json* f = Find(*sp, "format"); f != nullptr && f->is_string()) fmt = f->get<std::string>();
     if (fmt != "dense") return Unsupported(source, "sparsity_config", absl::StrCat("format '", fmt, "'"));
   }
-  if (Find(j, "transform_config") != nullptr) return Unsupported(source, "transform_config", "transforms");
+  if (const Json* tc = Find(j, "transform_config"); tc != nullptr && !(tc->is_object() && tc->empty())) {
+    return Unsupported(source, "transform_config", "transforms");
+  }
   if (Find(j, "kv_cache_scheme") != nullptr) {
     return Unsupported(source, "kv_cache_scheme", "KV-cache quantization");
   }

@@ -1,0 +1,260 @@
+#include "engine/model/compressed_tensors.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "engine/model/config.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace scored {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kConfigs = std::string(SCORED_DATA_DIR) + "/models-configs";
+
+ModuleScheme Resolve(const CompressedTensorsConfig& c, const std::string& module) {
+  auto s = ResolveModuleScheme(c, module);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : ModuleScheme();
+}
+
+// As llm-compressor writes a W4A16 (GPTQ, group 128) checkpoint.
+constexpr char kW4A16[] = R"({
+  "config_groups": {"group_0": {
+    "format": "pack-quantized",
+    "input_activations": null, "output_activations": null,
+    "targets": ["Linear"],
+    "weights": {"actorder": null, "block_structure": null, "dynamic": false, "group_size": 128,
+                "num_bits": 4, "observer": "minmax", "observer_kwargs": {}, "strategy": "group",
+                "symmetric": true, "type": "int"}}},
+  "format": "pack-quantized", "global_compression_ratio": null, "ignore": ["lm_head"],
+  "kv_cache_scheme": null, "quant_method": "compressed-tensors", "quantization_status": "compressed",
+  "sparsity_config": {}, "transform_config": {}, "version": "0.12.2"})";
+
+TEST(CompressedTensorsTest, W4A16Group128) {
+  auto c = ParseCompressedTensorsConfig(kW4A16, "cfg");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->groups.size(), 1u);
+  const ModuleScheme q = Resolve(*c, "model.layers.0.self_attn.q_proj");
+  EXPECT_TRUE(q.quantized);
+  EXPECT_EQ(q.format, WeightFormat::kPackQuantized);
+  EXPECT_EQ(q.num_bits, 4);
+  EXPECT_TRUE(q.symmetric);
+  EXPECT_EQ(q.strategy, QuantStrategy::kGroup);
+  EXPECT_EQ(q.group_size, 128);
+  EXPECT_FALSE(q.actorder_group);
+  EXPECT_EQ(q.group, "group_0");
+  const ModuleScheme head = Resolve(*c, "lm_head");
+  EXPECT_FALSE(head.quantized);
+  EXPECT_EQ(head.format, WeightFormat::kDense);
+}
+
+TEST(CompressedTensorsTest, AsymmetricActorderGroupAndLegacyTrue) {
+  for (const char* actorder : {"\"group\"", "true"}) {
+    const std::string cfg = std::string(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+      "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int",
+      "symmetric": false, "strategy": "group", "group_size": 32, "actorder": )") + actorder + "}}}}";
+    auto c = ParseCompressedTensorsConfig(cfg, "cfg");
+    ASSERT_TRUE(c.ok()) << c.status();
+    const ModuleScheme s = Resolve(*c, "model.layers.3.mlp.down_proj");
+    EXPECT_TRUE(s.actorder_group);
+    EXPECT_FALSE(s.symmetric);
+    EXPECT_EQ(s.group_size, 32);
+  }
+  // actorder "weight" changes calibration only: no g_idx.
+  auto w = ParseCompressedTensorsConfig(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+      "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int",
+      "strategy": "channel", "actorder": "weight"}}}})", "cfg");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_FALSE(Resolve(*w, "lm_head").actorder_group);
+  EXPECT_EQ(Resolve(*w, "lm_head").strategy, QuantStrategy::kChannel);
+  EXPECT_EQ(Resolve(*w, "lm_head").num_bits, 8);
+}
+
+TEST(CompressedTensorsTest, Nvfp4W4A4RunsWeightOnly) {
+  auto c = ParseCompressedTensorsConfig(R"({
+    "config_groups": {"group_0": {
+      "input_activations": {"dynamic": "local", "group_size": 16, "num_bits": 4, "strategy": "tensor_group",
+                            "symmetric": true, "type": "float"},
+      "targets": ["Linear"],
+      "weights": {"dynamic": false, "group_size": 16, "num_bits": 4, "strategy": "tensor_group",
+                  "symmetric": true, "type": "float"}}},
+    "format": "nvfp4-pack-quantized", "ignore": ["lm_head"], "quant_method": "compressed-tensors",
+    "quantization_status": "compressed"})", "cfg");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const ModuleScheme s = Resolve(*c, "model.layers.0.mlp.up_proj");
+  EXPECT_EQ(s.format, WeightFormat::kNvfp4PackQuantized);
+  EXPECT_EQ(s.group_size, 16);
+  EXPECT_TRUE(s.w4a4_run_weight_only);
+}
+
+TEST(CompressedTensorsTest, Fp8DynamicAndBlock) {
+  auto c = ParseCompressedTensorsConfig(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+    "config_groups": {"group_0": {"targets": ["Linear"],
+      "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true, "dynamic": false},
+      "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true,
+                            "symmetric": true}}},
+    "ignore": ["lm_head"]})", "cfg");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const ModuleScheme s = Resolve(*c, "model.layers.0.self_attn.o_proj");
+  EXPECT_EQ(s.format, WeightFormat::kFloatQuantized);
+  EXPECT_EQ(s.strategy, QuantStrategy::kChannel);
+  EXPECT_TRUE(s.w8a8_dynamic_fp8);
+
+  auto b = ParseCompressedTensorsConfig(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+    "config_groups": {"group_0": {"targets": ["Linear"],
+      "weights": {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}}}})",
+                                        "cfg");
+  ASSERT_TRUE(b.ok()) << b.status();
+  const ModuleScheme sb = Resolve(*b, "lm_head");  // nothing ignored: lm_head is quantized too
+  EXPECT_EQ(sb.strategy, QuantStrategy::kBlock);
+  EXPECT_EQ(sb.block_rows, 128);
+  EXPECT_EQ(sb.block_cols, 128);
+  EXPECT_FALSE(sb.w8a8_dynamic_fp8);
+}
+
+TEST(CompressedTensorsTest, NaiveAndIntQuantizedInt8) {
+  for (const char* fmt : {"naive-quantized", "int-quantized"}) {
+    auto c = ParseCompressedTensorsConfig(std::string(R"({"quant_method": "compressed-tensors", "format": ")") +
+                                              fmt + R"(", "config_groups": {"g": {"targets": ["Linear"],
+        "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": false}}}})",
+                                          "cfg");
+    ASSERT_TRUE(c.ok()) << c.status();
+    const ModuleScheme s = Resolve(*c, "model.layers.0.mlp.gate_proj");
+    EXPECT_EQ(s.format, WeightFormat::kNaiveQuantized) << fmt;
+    EXPECT_FALSE(s.symmetric);
+  }
+}
+
+TEST(CompressedTensorsTest, MixedPrecisionTargetsAndPriority) {
+  auto c = ParseCompressedTensorsConfig(R"({
+    "quant_method": "compressed-tensors", "format": "mixed-precision",
+    "config_groups": {
+      "attn": {"format": "float-quantized", "targets": ["re:.*self_attn\\.(q|k|v)_proj$"],
+               "weights": {"num_bits": 8, "type": "float", "strategy": "tensor"}},
+      "mlp": {"format": "pack-quantized", "targets": ["re:.*mlp.*"],
+              "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 64}},
+      "exact": {"format": "pack-quantized", "targets": ["model.layers.1.mlp.down_proj"],
+                "weights": {"num_bits": 8, "type": "int", "strategy": "channel"}},
+      "rest": {"format": "nvfp4-pack-quantized", "targets": ["Linear"],
+               "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}}},
+    "ignore": ["lm_head", "re:model\\.layers\\.2\\..*"]})", "cfg");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(Resolve(*c, "model.layers.0.self_attn.q_proj").group, "attn");
+  EXPECT_EQ(Resolve(*c, "model.layers.0.self_attn.q_proj").format, WeightFormat::kFloatQuantized);
+  EXPECT_EQ(Resolve(*c, "model.layers.0.self_attn.v_proj").group, "attn");
+  EXPECT_EQ(Resolve(*c, "model.layers.0.self_attn.o_proj").group, "rest");  // regex does not match o_proj
+  EXPECT_EQ(Resolve(*c, "model.layers.0.self_attn.o_proj").format, WeightFormat::kNvfp4PackQuantized);
+  EXPECT_EQ(Resolve(*c, "model.layers.0.mlp.down_proj").group, "mlp");
+  EXPECT_EQ(Resolve(*c, "model.layers.0.mlp.down_proj").group_size, 64);
+  // An exact name beats a regex, which beats a class name.
+  EXPECT_EQ(Resolve(*c, "model.layers.1.mlp.down_proj").group, "exact");
+  EXPECT_EQ(Resolve(*c, "model.layers.1.mlp.down_proj").num_bits, 8);
+  // re.match anchors at the start only: "re:.*mlp.*" matches; ignore regex covers layer 2.
+  EXPECT_FALSE(Resolve(*c, "model.layers.2.mlp.up_proj").quantized);
+  EXPECT_FALSE(Resolve(*c, "lm_head").quantized);
+  EXPECT_TRUE(Resolve(*c, "model.layers.12.mlp.up_proj").quantized);
+}
+
+TEST(CompressedTensorsTest, UntargetedModulesAreDense) {
+  auto c = ParseCompressedTensorsConfig(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+    "config_groups": {"g": {"targets": ["re:.*mlp\\..*_proj"],
+      "weights": {"num_bits": 4, "type": "int", "strategy": "channel"}}}})", "cfg");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(Resolve(*c, "model.layers.0.mlp.gate_proj").quantized);
+  EXPECT_FALSE(Resolve(*c, "model.layers.0.self_attn.q_proj").quantized);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(CompressedTensorsTest, RealSparse24ConfigIsRejected) {
+  auto cfg = LoadModelConfig(kConfigs + "/compressed-tensors/llama2.c-stories42M-pruned2.4-compressed");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  auto c = ParseCompressedTensorsConfig(cfg->quantization_config_json, "config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("sparse-24-bitmask"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("config.json"));
+}
+
+TEST(CompressedTensorsTest, RealFp8StaticActivationConfigsAreRejected) {
+  const std::string dir = kConfigs + "/compressed-tensors/TinyLlama-1.1B-Chat-v1.0-fp8/";
+  for (const char* f : {"fp8-config.json", "fp8-default-config.json"}) {
+    auto cfg = ParseModelConfig(ReadFile(dir + f), f);
+    ASSERT_TRUE(cfg.ok()) << cfg.status();
+    auto c = ParseCompressedTensorsConfig(cfg->quantization_config_json, f);
+    ASSERT_FALSE(c.ok()) << f;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("static input activations")) << f;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("group_0")) << f;
+  }
+  auto kv = ParseModelConfig(ReadFile(dir + "fp8-default-kv_config.json"), "kv");
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  auto c = ParseCompressedTensorsConfig(kv->quantization_config_json, "kv");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("kv_cache_scheme"));
+}
+
+TEST(CompressedTensorsTest, UnsupportedFeaturesFailNamingThem) {
+  struct Case {
+    const char* name;
+    const char* json;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"method", R"({"quant_method": "gptq", "bits": 4})", "gptq"},
+      {"format", R"({"quant_method": "compressed-tensors", "format": "marlin-24",
+         "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4}}}})", "marlin-24"},
+      {"int4_acts", R"({"quant_method": "compressed-tensors", "format": "int-quantized",
+         "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"},
+         "input_activations": {"num_bits": 4, "type": "int", "dynamic": true, "strategy": "token"}}}})",
+       "input activations (type int, 4 bits"},
+      {"static_fp8", R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+         "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"},
+         "input_activations": {"num_bits": 8, "type": "float", "dynamic": false, "strategy": "tensor"}}}})",
+       "static input activations"},
+      {"output_acts", R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+         "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"},
+         "output_activations": {"num_bits": 8, "type": "float"}}}})", "output activation"},
+      {"fp4_group32", R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+         "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float",
+         "strategy": "group", "group_size": 32}}}})", "nvfp4-pack-quantized weights"},
+      {"pack_float", R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+         "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float"}}}})",
+       "pack-quantized weights of type float"},
+      {"status", R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+         "quantization_status": "frozen", "config_groups": {}})", "frozen"},
+      {"regex", R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+         "config_groups": {"g": {"targets": ["re:(unclosed"], "weights": {"num_bits": 4, "strategy": "channel"}}}})",
+       "re:(unclosed"},
+      {"mixed_without_group_format", R"({"quant_method": "compressed-tensors", "format": "mixed-precision",
+         "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "strategy": "channel"}}}})",
+       "per-group 'format'"},
+      {"group_without_size", R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+         "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "strategy": "group"}}}})",
+       "group_size"},
+      {"dynamic_weights", R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+         "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "strategy": "channel",
+         "dynamic": true}}}})", "dynamic weight"},
+      {"transform", R"({"quant_method": "compressed-tensors", "format": "dense",
+         "transform_config": {"config_groups": {}}})", "transform"},
+      {"malformed", R"({"quant_method": )", "malformed"},
+  };
+  for (const Case& tc : cases) {
+    auto c = ParseCompressedTensorsConfig(tc.json, "qcfg.json");
+    ASSERT_FALSE(c.ok()) << tc.name;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << tc.name;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr(tc.expect)) << tc.name;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("qcfg.json")) << tc.name;
+  }
+}
+
+}  // namespace
+}  // namespace scored
