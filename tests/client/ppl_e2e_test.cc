@@ -1,0 +1,236 @@
+// End-to-end: scored-ppl against the real `scored` daemon on the CPU backend serving stories260K-hf,
+// checked against the float64 goldens of ../shared/data/stories260K-hf.
+//
+// Tolerances: the CPU reference backend computes in fp32 with fp64 reductions while the goldens are
+// float64 throughout; SOURCE.md measured fp32-vs-float64 PPL differences of ~1e-7 relative on this model
+// (3.69240416 vs 3.69240450), so 1e-5 relative on PPL leaves two orders of margin, and 1e-4 absolute on a
+// per-token logprob covers fp32 logits (|logprob| < 20, fp32 epsilon 1.2e-7 times the logit range).
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "client/ppl/dataset.h"
+#include "client/ppl/plan.h"
+#include "client/ppl/report.h"
+#include "client/ppl/run.h"
+#include "client/ppl/scorer_client.h"
+#include "client/ppl/windows.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/server/scored_process.h"
+
+namespace scored {
+namespace ppl {
+namespace {
+
+constexpr double kPplRelTol = 1e-5;
+constexpr double kLogprobAbsTol = 1e-4;
+
+std::string DataDir() { return SCORED_DATA_DIR; }
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+std::string WikiTest() { return DataDir() + "/wikitext-2-raw/wiki.test.raw"; }
+std::string TinyStories() { return DataDir() + "/tinystories-sample/tinystories_sample.txt"; }
+
+nlohmann::json ReadJson(const std::string& path) { return nlohmann::json::parse(ReadText(path)); }
+
+void ExpectRelNear(double actual, double expected, double rel, const std::string& what) {
+  EXPECT_LE(std::fabs(actual - expected), rel * std::fabs(expected))
+      << what << ": got " << actual << ", want " << expected << " within " << rel << " relative";
+}
+
+class PplE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    testing::ScoredProcessOptions options;
+    // max_seq_len 1024: rolling at ctx 512 sends 513-token windows ([prefix] + 512 targets), one more
+    // than the model's max_position_embeddings.
+    options.args = {"--model=" + testing::StoriesModelDir(), "--backend=cpu", "--max_seq_len=1024",
+                    "--max_batch_tokens=16384"};
+    auto process = testing::ScoredProcess::Start(options);
+    if (!process.ok()) {
+      *start_error_ = process.status().ToString();
+      return;
+    }
+    process_ = process->release();
+  }
+  static void TearDownTestSuite() {
+    delete process_;
+    process_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(process_, nullptr) << "scored did not start: " << *start_error_; }
+
+  static RunOptions Options(Method method, int64_t ctx, int64_t stride, int64_t max_windows) {
+    RunOptions o;
+    o.server = process_->grpc_address();
+    o.data_path = WikiTest();
+    o.format = Format::kWikiText;
+    o.method.method = method;
+    o.method.ctx = ctx;
+    o.method.stride = stride;
+    o.method.max_windows = max_windows;
+    o.inflight = 8;
+    return o;
+  }
+
+  static testing::ScoredProcess* process_;
+  static std::string* start_error_;
+};
+
+testing::ScoredProcess* PplE2eTest::process_ = nullptr;
+std::string* PplE2eTest::start_error_ = new std::string();
+
+// TinyStories sample, rolling, split on <|endoftext|>: ids equal the golden ids, every per-token
+// logprob within 1e-4, PPL 3.692405 within 1e-5 relative.
+TEST_F(PplE2eTest, TinyStoriesRollingMatchesGoldenLogprobs) {
+  const nlohmann::json golden = ReadJson(DataDir() + "/stories260K-hf/reference_logprobs.json");
+  const nlohmann::json& stories = golden["tinystories_sample"]["stories"];
+
+  ScorerClientOptions client_options;
+  client_options.address = process_->grpc_address();
+  auto client = ScorerClient::Connect(client_options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto info = (*client)->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->vocab_size(), 512);
+  EXPECT_EQ(info->bos_id(), 1);
+
+  auto dataset = LoadDataset(TinyStories(), Format::kText, "<|endoftext|>", "text");
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  MethodParams params;
+  params.method = Method::kRolling;
+  params.ctx = 2048;
+  ScorerClient* raw = client->get();
+  auto plan = BuildPlan(*dataset, params, SpecialTokens{info->bos_id(), info->eos_id(), true},
+                        [raw](const std::string& text) { return raw->Tokenize(text, true); });
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->windows.size(), stories.size());
+
+  std::vector<WindowScore> scores(plan->windows.size());
+  Aggregator agg;
+  ASSERT_TRUE((*client)
+                  ->ScoreWindows(plan->windows, 4,
+                                 [&](int64_t i, const WindowScore& s) {
+                                   scores[static_cast<size_t>(i)] = s;
+                                   agg.AddWindow(s.sum_logprob, s.logprobs,
+                                                 ScoredBytes(plan->windows[static_cast<size_t>(i)]));
+                                 })
+                  .ok());
+  for (size_t i = 0; i < stories.size(); ++i) {
+    const auto ids = stories[i]["token_ids"].get<std::vector<int32_t>>();
+    const auto lps = stories[i]["token_logprobs"].get<std::vector<double>>();
+    EXPECT_EQ(plan->windows[i].tokens, ids) << "story " << i;
+    ASSERT_EQ(scores[i].logprobs.size(), lps.size()) << "story " << i;
+    double max_diff = 0;
+    for (size_t j = 0; j < lps.size(); ++j) {
+      max_diff = std::max(max_diff, std::fabs(static_cast<double>(scores[i].logprobs[j]) - lps[j]));
+    }
+    EXPECT_LE(max_diff, kLogprobAbsTol) << "story " << i;
+    ExpectRelNear(scores[i].sum_logprob, stories[i]["sum_logprob"].get<double>(), kPplRelTol,
+                  "story sum_logprob");
+  }
+  EXPECT_EQ(agg.num_scored(), 1806);
+  ExpectRelNear(agg.Ppl(), golden["tinystories_sample"]["ppl"].get<double>(), kPplRelTol, "ppl");
+  ExpectRelNear(agg.Ppl(), 3.692405, kPplRelTol, "ppl (published digits)");
+  EXPECT_TRUE(std::isfinite(agg.BitsPerByte()));
+}
+
+// Every method of reference_methods.json on wiki.test.raw (ctx 512, stride 256, 100 windows).
+TEST_F(PplE2eTest, ReferenceMethods) {
+  const nlohmann::json golden = ReadJson(DataDir() + "/stories260K-hf/reference_methods.json");
+  int checked = 0;
+  for (const nlohmann::json& result : golden["results"]) {
+    if (!result.contains("ppl")) continue;  // entries that point at other golden files
+    const std::string name = result["method"].get<std::string>();
+    SCOPED_TRACE(name);
+    auto method = ParseMethod(name);
+    ASSERT_TRUE(method.ok()) << method.status();
+    const nlohmann::json& p = result["params"];
+    RunOptions o = Options(*method, p["ctx"].get<int64_t>(), p.value("stride", int64_t{0}),
+                           p.value("max_windows", int64_t{0}));
+    auto report = RunPpl(o);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_EQ(report->num_windows, result["num_windows"].get<int64_t>());
+    EXPECT_EQ(report->num_scored, result["num_scored"].get<int64_t>());
+    ExpectRelNear(report->sum_logprob, result["sum_logprob"].get<double>(), kPplRelTol, "sum_logprob");
+    ExpectRelNear(report->ppl, result["ppl"].get<double>(), kPplRelTol, "ppl");
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5);
+}
+
+// The scored-ppl binary as a subprocess: WikiText-2 test, chunks, ctx 512 (the whole file, 1584
+// windows), PPL 125.704736 within 1e-5 relative; the --json report carries every field.
+TEST_F(PplE2eTest, BinaryWikiTextChunks) {
+  const nlohmann::json golden = ReadJson(DataDir() + "/stories260K-hf/reference_wikitext2_test_ppl.json");
+  const std::string dir = ::testing::TempDir();
+  const std::string json_path = dir + "/ppl_e2e_chunks.json";
+  const std::string out_path = dir + "/ppl_e2e_chunks.out";
+  const std::string err_path = dir + "/ppl_e2e_chunks.err";
+  std::remove(json_path.c_str());
+  const std::string cmd = std::string(SCORED_BINARY_DIR) + "/client/ppl/scored-ppl --server " +
+                          process_->grpc_address() + " --data " + WikiTest() +
+                          " --method chunks --ctx 512 --inflight 8 --json " + json_path + " > " +
+                          out_path + " 2> " + err_path;
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << ReadText(err_path);
+  EXPECT_NE(ReadText(out_path).find("ppl"), std::string::npos);
+
+  const nlohmann::json r = ReadJson(json_path);
+  EXPECT_EQ(r["num_windows"].get<int64_t>(), golden["n_windows"].get<int64_t>());
+  EXPECT_EQ(r["num_scored"].get<int64_t>(), golden["n_scored"].get<int64_t>());
+  EXPECT_EQ(r["data"]["num_input_tokens"].get<int64_t>(), golden["n_tokens"].get<int64_t>());
+  ExpectRelNear(r["ppl"].get<double>(), golden["ppl"].get<double>(), kPplRelTol, "ppl");
+  ExpectRelNear(r["ppl"].get<double>(), 125.704736, kPplRelTol, "ppl (published digits)");
+  ExpectRelNear(r["sum_logprob"].get<double>(), golden["sum_logprob"].get<double>(), kPplRelTol,
+                "sum_logprob");
+  EXPECT_EQ(r["method"]["name"], "chunks");
+  EXPECT_EQ(r["method"]["ctx"].get<int64_t>(), 512);
+  EXPECT_EQ(r["method"]["prefix_id"].get<int32_t>(), 1);
+  EXPECT_EQ(r["data"]["format"], "wikitext");
+  EXPECT_NEAR(r["nll_mean"].get<double>(), std::log(r["ppl"].get<double>()), 1e-12);
+  EXPECT_GT(r["nll_stderr"].get<double>(), 0.0);
+  EXPECT_LT(r["nll_stderr"].get<double>(), 0.01);
+  // Bytes: every scored token's bytes once (each token is scored exactly once here), so close to the
+  // file's 1,290,590 bytes (SentencePiece's dummy-prefix space adds one).
+  EXPECT_GT(r["num_bytes"].get<int64_t>(), 1200000);
+  EXPECT_GT(r["bits_per_byte"].get<double>(), 0.0);
+  EXPECT_GT(r["wall_seconds"].get<double>(), 0.0);
+  EXPECT_GT(r["tokens_per_second"].get<double>(), 0.0);
+  EXPECT_EQ(r["model_fingerprint"].get<std::string>().size(), 64u);
+  EXPECT_EQ(r["tokenizer_fingerprint"].get<std::string>().size(), 64u);
+  EXPECT_EQ(r["tokenizer_source"], "server");
+  EXPECT_EQ(r["model_info"]["vocab_size"], "512");  // int64 fields are strings in proto3 JSON
+  std::printf("[ measured ] chunks ctx 512 on the CPU backend: %.0f tokens/s, %.1f s wall\n",
+              r["tokens_per_second"].get<double>(), r["wall_seconds"].get<double>());
+}
+
+// An unreachable server: non-zero exit and a message that says so, within the connect deadline.
+TEST(PplBinaryTest, UnreachableServerFailsClearly) {
+  const std::string err_path = ::testing::TempDir() + "/ppl_e2e_unreachable.err";
+  const std::string cmd = std::string(SCORED_BINARY_DIR) +
+                          "/client/ppl/scored-ppl --server 127.0.0.1:1 --connect_timeout_s 1 --data " +
+                          WikiTest() + " > /dev/null 2> " + err_path;
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  const std::string err = ReadText(err_path);
+  EXPECT_NE(err.find("cannot connect to scored at 127.0.0.1:1"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace ppl
+}  // namespace scored
