@@ -26,7 +26,20 @@ class Tokenizer {
 
   // Picks the format from the files present in `dir` (tokenizer.json, then tokenizer.model —
   // SentencePiece or tiktoken by content —, then vocab.json + merges.txt). NOT_FOUND if none.
+  // Errors name the file and the problem: NOT_FOUND (missing folder/file), INVALID_ARGUMENT
+  // (malformed file), UNIMPLEMENTED (a valid file using a feature this implementation lacks).
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& dir);
+
+  // Which file(s) of a folder to load, for folders holding several formats (e.g. Llama-2's
+  // tokenizer.json next to its tokenizer.model, which differ on literal "<s>" text).
+  enum class Format {
+    kAuto,            // as Load(dir)
+    kHfTokenizerJson, // tokenizer.json
+    kSentencePiece,   // tokenizer.model (SentencePiece ModelProto)
+    kTiktoken,        // tokenizer.model (tiktoken "base64 rank" lines)
+    kVocabMerges,     // vocab.json + merges.txt
+  };
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& dir, Format format);
 
   // Encodes text without adding BOS/EOS (special-token strings in the text are matched as specials
   // where the format does so by default, e.g. "<|endoftext|>" for tiktoken/HF added tokens).

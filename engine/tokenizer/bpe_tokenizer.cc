@@ -1,0 +1,243 @@
+#include "engine/tokenizer/bpe_tokenizer.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/base/status_macros.h"
+#include "engine/tokenizer/text_util.h"
+
+namespace scored {
+namespace tokenizer_internal {
+namespace {
+
+constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581 '▁'
+
+bool IsAsciiSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+}  // namespace
+
+struct BpeTokenizer::EncodeState {
+  BpeModel::Scratch scratch;
+  std::vector<std::string_view> pieces;
+  // Byte-level word cache: word -> [offset, count) in cache_ids. Words repeat a lot in text.
+  absl::flat_hash_map<std::string, std::pair<int32_t, int32_t>> cache;
+  std::vector<int32_t> cache_ids;
+  std::string normalized;
+  std::string metaspaced;
+};
+
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel model,
+                                                                   BpeTokenizerSpec spec) {
+  std::unique_ptr<BpeTokenizer> t(new BpeTokenizer(std::move(model), std::move(spec)));
+  if (!t->spec_.split_pattern.empty()) {
+    SCORED_ASSIGN_OR_RETURN(t->splitter_, RegexSplitter::Create(t->spec_.split_pattern));
+  }
+  t->vocab_size_ = t->model_.size();
+  for (const AddedToken& a : t->spec_.added_tokens) {
+    if (a.id < 0 || a.content.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("added token '", a.content, "' with id ", a.id, " is invalid"));
+    }
+    t->vocab_size_ = std::max<int64_t>(t->vocab_size_, int64_t{a.id} + 1);
+  }
+  t->added_of_id_.assign(t->vocab_size_, -1);
+  t->added_by_first_byte_.resize(256);
+  for (size_t i = 0; i < t->spec_.added_tokens.size(); ++i) {
+    const AddedToken& a = t->spec_.added_tokens[i];
+    t->added_of_id_[a.id] = static_cast<int32_t>(i);
+    t->added_by_first_byte_[static_cast<uint8_t>(a.content[0])].push_back(i);
+  }
+  for (auto& list : t->added_by_first_byte_) {
+    std::stable_sort(list.begin(), list.end(), [&t](size_t a, size_t b) {
+      return t->spec_.added_tokens[a].content.size() > t->spec_.added_tokens[b].content.size();
+    });
+  }
+  t->byte_length_.assign(t->vocab_size_, 0);
+  for (int64_t id = 0; id < t->vocab_size_; ++id) {
+    const int32_t added = t->added_of_id_[id];
+    if (added >= 0) {
+      const AddedToken& a = t->spec_.added_tokens[added];
+      t->byte_length_[id] = a.special ? 0 : static_cast<int64_t>(a.content.size());
+      continue;
+    }
+    if (id >= t->model_.size()) continue;
+    const std::string& tok = t->model_.token(static_cast<int32_t>(id));
+    if (t->model_.options().alphabet == BpeModel::Alphabet::kBytes) {
+      t->byte_length_[id] = static_cast<int64_t>(tok.size());
+    } else if (t->model_.ByteOfToken(static_cast<int32_t>(id)) >= 0) {
+      t->byte_length_[id] = 1;
+    } else {
+      int64_t n = static_cast<int64_t>(tok.size());
+      for (size_t p = tok.find(kMetaspace); p != std::string::npos;
+           p = tok.find(kMetaspace, p + kMetaspace.size())) {
+        n -= static_cast<int64_t>(kMetaspace.size()) - 1;  // '▁' is 3 bytes for a 1-byte space
+      }
+      t->byte_length_[id] = n;
+    }
+  }
+  return t;
+}
+
+size_t BpeTokenizer::MatchAddedAt(std::string_view text, size_t pos, size_t* index) const {
+  for (const size_t i : added_by_first_byte_[static_cast<uint8_t>(text[pos])]) {
+    const std::string& c = spec_.added_tokens[i].content;
+    if (text.size() - pos >= c.size() && text.compare(pos, c.size(), c) == 0) {
+      *index = i;
+      return c.size();
+    }
+  }
+  return 0;
+}
+
+absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text) const {
+  SCORED_RETURN_IF_ERROR(ValidateUtf8(text));
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 8);
+  EncodeState state;
+  size_t segment_start = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t index = 0;
+    const size_t len = added_by_first_byte_[static_cast<uint8_t>(text[pos])].empty()
+                           ? 0
+                           : MatchAddedAt(text, pos, &index);
+    if (len == 0) {
+      ++pos;
+      continue;
+    }
+    const AddedToken& added = spec_.added_tokens[index];
+    size_t match_start = pos;
+    size_t match_end = pos + len;
+    if (added.lstrip) {
+      while (match_start > segment_start && IsAsciiSpace(text[match_start - 1])) --match_start;
+    }
+    if (added.rstrip) {
+      while (match_end < text.size() && IsAsciiSpace(text[match_end])) ++match_end;
+    }
+    SCORED_RETURN_IF_ERROR(EncodeSegmentInto(
+        text.substr(segment_start, match_start - segment_start), segment_start == 0, &state, &ids));
+    ids.push_back(added.id);
+    segment_start = pos = match_end;
+  }
+  SCORED_RETURN_IF_ERROR(
+      EncodeSegmentInto(text.substr(segment_start), segment_start == 0, &state, &ids));
+  return ids;
+}
+
+absl::Status BpeTokenizer::EncodeWordInto(std::string_view word, EncodeState* state,
+                                          std::vector<int32_t>* ids) const {
+  uint32_t bad_char = 0;
+  if (!model_.EncodeWord(word, &state->scratch, ids, &bad_char)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "character U+%04X has no token (no byte fallback, no unknown token)", bad_char));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_start,
+                                             EncodeState* state, std::vector<int32_t>* ids) const {
+  if (segment.empty()) return absl::OkStatus();
+  if (spec_.nfc) {
+    SCORED_ASSIGN_OR_RETURN(state->normalized, NormalizeNfc(segment));
+    segment = state->normalized;
+  }
+  if (model_.options().alphabet == BpeModel::Alphabet::kChars) {
+    std::string& m = state->metaspaced;
+    m.clear();
+    m.reserve(segment.size() + 16);
+    const bool prepend =
+        spec_.metaspace_prepend && (!spec_.metaspace_prepend_first_only || at_start) &&
+        !(spec_.metaspace_prepend_unless_present &&
+          (segment[0] == ' ' || segment.substr(0, kMetaspace.size()) == kMetaspace));
+    if (prepend) m.append(kMetaspace);
+    for (const char c : segment) {
+      if (c == ' ') {
+        m.append(kMetaspace);
+      } else {
+        m.push_back(c);
+      }
+    }
+    const std::string_view s = m;
+    if (!spec_.metaspace_split) return EncodeWordInto(s, state, ids);
+    size_t word_start = 0;
+    for (size_t p = s.find(kMetaspace, 1); p != std::string_view::npos;
+         p = s.find(kMetaspace, p + kMetaspace.size())) {
+      SCORED_RETURN_IF_ERROR(EncodeWordInto(s.substr(word_start, p - word_start), state, ids));
+      word_start = p;
+    }
+    return EncodeWordInto(s.substr(word_start), state, ids);
+  }
+  std::string prefixed;
+  if (spec_.add_prefix_space && segment[0] != ' ') {
+    prefixed = " ";
+    prefixed.append(segment);
+    segment = prefixed;
+  }
+  if (splitter_ == nullptr) return EncodeWordInto(segment, state, ids);
+  state->pieces.clear();
+  SCORED_RETURN_IF_ERROR(splitter_->Split(segment, &state->pieces));
+  for (const std::string_view piece : state->pieces) {
+    const auto it = state->cache.find(absl::string_view(piece.data(), piece.size()));
+    if (it != state->cache.end()) {
+      const auto [offset, count] = it->second;
+      ids->insert(ids->end(), state->cache_ids.begin() + offset,
+                  state->cache_ids.begin() + offset + count);
+      continue;
+    }
+    const size_t before = ids->size();
+    SCORED_RETURN_IF_ERROR(EncodeWordInto(piece, state, ids));
+    const int32_t offset = static_cast<int32_t>(state->cache_ids.size());
+    state->cache_ids.insert(state->cache_ids.end(), ids->begin() + before, ids->end());
+    state->cache.emplace(std::string(piece),
+                         std::make_pair(offset, static_cast<int32_t>(ids->size() - before)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids) const {
+  std::string out;
+  const bool chars = model_.options().alphabet == BpeModel::Alphabet::kChars;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    if (id < 0 || id >= vocab_size_) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " at position ", i,
+                                                     " is out of range [0, ", vocab_size_, ")"));
+    }
+    if (added_of_id_[id] >= 0) {
+      out.append(spec_.added_tokens[added_of_id_[id]].content);
+      continue;
+    }
+    if (id >= model_.size()) continue;
+    const std::string& tok = model_.token(id);
+    if (!chars) {
+      out.append(tok);
+      continue;
+    }
+    const int byte = model_.ByteOfToken(id);
+    if (byte >= 0) {
+      out.push_back(static_cast<char>(byte));
+      continue;
+    }
+    for (size_t p = 0; p < tok.size();) {
+      if (tok.compare(p, kMetaspace.size(), kMetaspace) == 0) {
+        out.push_back(' ');
+        p += kMetaspace.size();
+      } else {
+        out.push_back(tok[p++]);
+      }
+    }
+  }
+  if (chars && spec_.decode_strip_leading_space && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  return out;
+}
+
+int64_t BpeTokenizer::TokenByteLength(int32_t id) const {
+  return id < 0 || id >= vocab_size_ ? 0 : byte_length_[id];
+}
+
+}  // namespace tokenizer_internal
+}  // namespace scored

@@ -1,0 +1,100 @@
+// The Tokenizer for every BPE format (HF tokenizer.json, vocab.json + merges.txt, tiktoken): a
+// pipeline configured by the loaders (bpe_loaders.cc):
+//   1. added tokens are matched first, leftmost-longest, on the raw text (HF AddedVocabulary);
+//   2. each remaining segment is normalized (NFC when configured; metaspace: '▁' prepended and
+//      ' ' -> '▁'),
+//   3. split into words (regex for byte-level, optional '▁'-split for metaspace; none for the
+//      Llama-2 legacy normalizer form),
+//   4. each word goes through BpeModel (byte-level words are cached for the duration of one call).
+// Decode inverts it (metaspace: '▁' -> ' ', <0xNN> -> byte, one leading space stripped when the
+// decoder does so); added tokens decode to their content. Decoded bytes are returned as they are,
+// even where a token sequence cuts a UTF-8 character (no U+FFFD substitution).
+//
+// Thread-safety: immutable after construction; Encode/Decode may run concurrently.
+#ifndef SCORED_ENGINE_TOKENIZER_BPE_TOKENIZER_H_
+#define SCORED_ENGINE_TOKENIZER_BPE_TOKENIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/tokenizer/bpe_model.h"
+#include "engine/tokenizer/regex_splitter.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace scored {
+namespace tokenizer_internal {
+
+struct AddedToken {
+  int32_t id = -1;
+  std::string content;
+  bool special = true;  // special tokens count 0 bytes in TokenByteLength
+  bool lstrip = false;  // the match swallows whitespace on its left
+  bool rstrip = false;  // ... and on its right
+};
+
+struct BpeTokenizerSpec {
+  std::string kind;  // "hf-bpe-bytelevel", "hf-bpe-metaspace", "tiktoken"
+  std::vector<AddedToken> added_tokens;
+  bool nfc = false;
+  // Byte-level: the split regex ("" = no split) and HF ByteLevel add_prefix_space.
+  std::string split_pattern;
+  bool add_prefix_space = false;
+  // Metaspace: prepend '▁' to a segment (to every segment, or only to the one at offset 0), replace
+  // ' ' by '▁', optionally split before every '▁'; the decoder strips one leading space.
+  bool metaspace_prepend = false;
+  bool metaspace_prepend_first_only = false;
+  bool metaspace_split = false;
+  bool metaspace_prepend_unless_present = false;  // Metaspace pre-tokenizer: not if it starts with '▁'
+  bool decode_strip_leading_space = false;
+  int32_t bos_id = -1;
+  int32_t eos_id = -1;
+  bool add_bos = false;
+  std::string fingerprint;
+};
+
+class BpeTokenizer : public Tokenizer {
+ public:
+  // INVALID_ARGUMENT if an added token's id is negative or its content empty, or the split
+  // pattern does not compile.
+  static absl::StatusOr<std::unique_ptr<BpeTokenizer>> Create(BpeModel model,
+                                                              BpeTokenizerSpec spec);
+
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;
+  int64_t TokenByteLength(int32_t id) const override;
+  int64_t vocab_size() const override { return vocab_size_; }
+  int32_t bos_id() const override { return spec_.bos_id; }
+  int32_t eos_id() const override { return spec_.eos_id; }
+  bool add_bos_by_default() const override { return spec_.add_bos; }
+  std::string kind() const override { return spec_.kind; }
+  std::string fingerprint() const override { return spec_.fingerprint; }
+
+ private:
+  BpeTokenizer(BpeModel model, BpeTokenizerSpec spec)
+      : model_(std::move(model)), spec_(std::move(spec)) {}
+  struct EncodeState;  // working memory of one Encode call
+  absl::Status EncodeSegmentInto(std::string_view segment, bool at_start, EncodeState* state,
+                                 std::vector<int32_t>* ids) const;
+  absl::Status EncodeWordInto(std::string_view word, EncodeState* state,
+                              std::vector<int32_t>* ids) const;
+  // Length of the added token matching text at `pos` (longest), or 0; sets *index.
+  size_t MatchAddedAt(std::string_view text, size_t pos, size_t* index) const;
+
+  BpeModel model_;
+  BpeTokenizerSpec spec_;
+  std::unique_ptr<RegexSplitter> splitter_;
+  int64_t vocab_size_ = 0;
+  std::vector<int32_t> added_of_id_;        // [vocab_size] index into spec_.added_tokens, or -1
+  std::vector<int64_t> byte_length_;        // [vocab_size] TokenByteLength
+  std::vector<std::vector<size_t>> added_by_first_byte_;  // [256] added tokens, longest first
+};
+
+}  // namespace tokenizer_internal
+}  // namespace scored
+
+#endif  // SCORED_ENGINE_TOKENIZER_BPE_TOKENIZER_H_

@@ -1,0 +1,162 @@
+#include "engine/tokenizer/text_util.h"
+
+#include <utf8proc.h>
+
+#include <array>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <sys/stat.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace scored {
+namespace tokenizer_internal {
+
+absl::StatusOr<std::string> ReadFileBytes(const std::string& path) {
+  if (!FileExists(path)) return absl::NotFoundError(absl::StrCat(path, ": file not found"));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InternalError(absl::StrCat(path, ": cannot open for reading"));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::InternalError(absl::StrCat(path, ": read error"));
+  return bytes;
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+absl::Status ValidateUtf8(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int len = 0;
+    uint32_t cp = 0;
+    uint32_t min_cp = 0;
+    if ((c >> 5) == 0x6) {
+      len = 2, cp = c & 0x1F, min_cp = 0x80;
+    } else if ((c >> 4) == 0xE) {
+      len = 3, cp = c & 0x0F, min_cp = 0x800;
+    } else if ((c >> 3) == 0x1E) {
+      len = 4, cp = c & 0x07, min_cp = 0x10000;
+    }
+    bool ok = len != 0 && i + len <= n;
+    for (int k = 1; ok && k < len; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) ok = false;
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    if (ok && (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))) ok = false;
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("text is not valid UTF-8 at byte offset ", i));
+    }
+    i += len;
+  }
+  return absl::OkStatus();
+}
+
+uint32_t DecodeUtf8At(std::string_view text, size_t pos, int* len) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const unsigned char c = s[pos];
+  const int n = Utf8SequenceLength(c);
+  *len = n;
+  if (n == 1) return c;
+  uint32_t cp = c & (0x7F >> n);
+  for (int k = 1; k < n; ++k) cp = (cp << 6) | (s[pos + k] & 0x3F);
+  return cp;
+}
+
+void AppendUtf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+namespace {
+
+bool IsPrintableByte(int b) {
+  return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+struct ByteLevelTables {
+  std::array<uint32_t, 256> to_unicode;
+  std::array<int16_t, 512> from_unicode;  // code point < 512 -> byte, or -1
+  ByteLevelTables() {
+    from_unicode.fill(-1);
+    uint32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      to_unicode[b] = IsPrintableByte(b) ? static_cast<uint32_t>(b) : next++;
+      from_unicode[to_unicode[b]] = static_cast<int16_t>(b);
+    }
+  }
+};
+
+const ByteLevelTables& Tables() {
+  static const ByteLevelTables* tables = new ByteLevelTables();
+  return *tables;
+}
+
+}  // namespace
+
+uint32_t ByteToUnicode(uint8_t byte) { return Tables().to_unicode[byte]; }
+
+bool ByteLevelToBytes(std::string_view token, std::string* bytes) {
+  bytes->clear();
+  const ByteLevelTables& t = Tables();
+  size_t i = 0;
+  while (i < token.size()) {
+    int len = 0;
+    const uint32_t cp = DecodeUtf8At(token, i, &len);
+    if (i + len > token.size() || cp >= t.from_unicode.size() || t.from_unicode[cp] < 0) {
+      return false;
+    }
+    bytes->push_back(static_cast<char>(t.from_unicode[cp]));
+    i += len;
+  }
+  return true;
+}
+
+absl::StatusOr<std::string> NormalizeNfc(std::string_view text) {
+  bool ascii = true;
+  for (const char c : text) {
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      ascii = false;
+      break;
+    }
+  }
+  if (ascii) return std::string(text);  // ASCII is invariant under NFC
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n = utf8proc_map(
+      reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+      static_cast<utf8proc_ssize_t>(text.size()), &out,
+      static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NFC normalization failed: ", utf8proc_errmsg(n)));
+  }
+  std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  std::free(out);
+  return result;
+}
+
+}  // namespace tokenizer_internal
+}  // namespace scored

@@ -1,0 +1,48 @@
+// Small text helpers shared by the tokenizer implementations (internal; not a public API).
+#ifndef SCORED_ENGINE_TOKENIZER_TEXT_UTIL_H_
+#define SCORED_ENGINE_TOKENIZER_TEXT_UTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace scored {
+namespace tokenizer_internal {
+
+// Whole file as bytes. NOT_FOUND naming `path` if it does not exist, INTERNAL on a read error.
+absl::StatusOr<std::string> ReadFileBytes(const std::string& path);
+bool FileExists(const std::string& path);
+
+// OK if `text` is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF); else INVALID_ARGUMENT
+// naming the byte offset of the first bad sequence.
+absl::Status ValidateUtf8(std::string_view text);
+
+// Length in bytes of the UTF-8 sequence that starts with `lead` (1 for a stray continuation byte).
+inline int Utf8SequenceLength(unsigned char lead) {
+  if (lead < 0x80) return 1;
+  if ((lead >> 5) == 0x6) return 2;
+  if ((lead >> 4) == 0xE) return 3;
+  if ((lead >> 3) == 0x1E) return 4;
+  return 1;
+}
+
+// Decodes the code point at text[pos] (valid UTF-8 assumed); sets *len to its byte length.
+uint32_t DecodeUtf8At(std::string_view text, size_t pos, int* len);
+void AppendUtf8(uint32_t code_point, std::string* out);
+
+// GPT-2 byte-level alphabet: every byte maps to one printable code point (printable Latin-1 bytes
+// map to themselves, the others to U+0100 + n in byte order).
+uint32_t ByteToUnicode(uint8_t byte);
+// Inverse over a whole token string: false if some character is not in the alphabet.
+bool ByteLevelToBytes(std::string_view token, std::string* bytes);
+
+// Canonical composition (NFC) via utf8proc. `text` must be valid UTF-8.
+absl::StatusOr<std::string> NormalizeNfc(std::string_view text);
+
+}  // namespace tokenizer_internal
+}  // namespace scored
+
+#endif  // SCORED_ENGINE_TOKENIZER_TEXT_UTIL_H_
