@@ -1,4 +1,6 @@
-#include "absl/strings/str_cat.h"
+// Tokenizer fingerprint: SHA-256 over the concatenated bytes of the tokenizer's files in the order
+// the loader lists them (see loaders.h), i.e. the value of `cat FILES... | sha256sum`.
+#include "engine/base/sha256.h"
 #include "engine/base/status_macros.h"
 #include "engine/tokenizer/loaders.h"
 #include "engine/tokenizer/text_util.h"
@@ -7,12 +9,12 @@ namespace scored {
 namespace tokenizer_internal {
 
 absl::StatusOr<std::string> FingerprintFiles(const std::vector<std::string>& paths) {
-  std::string all;
-  for (const std::string& p : paths) {
-    SCORED_ASSIGN_OR_RETURN(const std::string bytes, ReadFileBytes(p));
-    all += bytes;
+  Sha256 hash;
+  for (const std::string& path : paths) {
+    SCORED_ASSIGN_OR_RETURN(const std::string bytes, ReadFileBytes(path));
+    hash.Update(bytes);
   }
-  return std::string("pending-sha256");
+  return hash.HexDigest();
 }
 
 }  // namespace tokenizer_internal
