@@ -1,0 +1,269 @@
+// The CUDA engine against the CPU reference engine and the float64 goldens of stories260K-hf, on the GPU.
+//
+// Tolerances and why:
+//  - fp32 mode: max |delta logprob| <= 1e-3 nats vs the float64 golden. fp32 GEMMs (no TF32) and fp32 kernels
+//    keep every activation to ~1e-6 relative; 1e-3 leaves room for fp32 accumulation order only.
+//  - bf16 mode: mean |delta logprob| <= 0.01 nats and PPL within 0.3% of the CPU reference engine. bf16 keeps
+//    8 mantissa bits (2^-9 relative per rounding); transformers' own bf16 run of stories260K gives PPL 3.68551
+//    against 3.69240 (0.19%), so 0.3% is the same order as the framework everybody compares with.
+//  - determinism: bitwise, run to run and alone vs in a batch (pinned GEMM algorithms, row-wise kernels).
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/cuda/cuda_engine.h"
+#include "engine/engine.h"
+#include "engine/reference/reference_engine.h"
+#include "tests/engine/cuda/gpu_fixture.h"
+
+namespace scored {
+namespace {
+
+using ::scored::testing::GpuTest;
+
+// The asset folders are compiled in; SCORED_DATA_DIR / SCORED_FIXTURES_DIR in the environment override them
+// (the GPU machine gets a copy of the tree at another path).
+std::string EnvOr(const char* name, const char* compiled) {
+  const char* value = std::getenv(name);
+  return value != nullptr && value[0] != '\0' ? value : compiled;
+}
+
+const std::string kStoriesDir = EnvOr("SCORED_DATA_DIR", SCORED_DATA_DIR) + "/stories260K-hf";
+
+struct Golden {
+  std::vector<ScoreRequest> requests;
+  std::vector<std::vector<double>> logprobs;
+};
+
+Golden LoadStoriesGolden() {
+  std::ifstream in(kStoriesDir + "/reference_logprobs.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  Golden g;
+  for (const auto& story : j["tinystories_sample"]["stories"]) {
+    ScoreRequest r;
+    r.tokens = story["token_ids"].get<std::vector<int32_t>>();
+    g.requests.push_back(r);
+    g.logprobs.push_back(story["token_logprobs"].get<std::vector<double>>());
+  }
+  return g;
+}
+
+std::unique_ptr<Engine> MakeCuda(const std::string& dir, ComputeDtype dtype, int64_t max_batch_tokens = 4096) {
+  EngineOptions options;
+  options.model_dir = dir;
+  options.backend = Backend::kCuda;
+  options.dtype = dtype;
+  options.max_batch_tokens = max_batch_tokens;
+  auto engine = CreateCudaEngine(options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+std::unique_ptr<Engine> MakeReference(const std::string& dir) {
+  EngineOptions options;
+  options.model_dir = dir;
+  options.backend = Backend::kCpu;
+  options.max_batch_tokens = 1 << 20;
+  auto engine = CreateReferenceEngine(options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+struct Agreement {
+  double mean_abs = 0.0, max_abs = 0.0, ppl = 0.0, ref_ppl = 0.0;
+};
+
+Agreement Compare(const std::vector<ScoreResult>& got, const std::vector<ScoreResult>& want) {
+  Agreement a;
+  double sum_abs = 0.0, sum_got = 0.0, sum_want = 0.0;
+  int64_t count = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].num_scored, want[i].num_scored);
+    for (int32_t j = 0; j < std::min(got[i].num_scored, want[i].num_scored); ++j) {
+      const double d = std::abs(static_cast<double>(got[i].logprob[j]) - want[i].logprob[j]);
+      sum_abs += d;
+      a.max_abs = std::max(a.max_abs, d);
+      ++count;
+    }
+    sum_got += got[i].sum_logprob;
+    sum_want += want[i].sum_logprob;
+  }
+  a.mean_abs = sum_abs / std::max<int64_t>(1, count);
+  a.ppl = std::exp(-sum_got / std::max<int64_t>(1, count));
+  a.ref_ppl = std::exp(-sum_want / std::max<int64_t>(1, count));
+  return a;
+}
+
+void ExpectBitwiseEqual(const ScoreResult& a, const ScoreResult& b, const std::string& what) {
+  ASSERT_EQ(a.num_scored, b.num_scored) << what;
+  EXPECT_EQ(std::memcmp(a.logprob.data(), b.logprob.data(), a.logprob.size() * sizeof(float)), 0) << what;
+  EXPECT_EQ(a.greedy, b.greedy) << what;
+  EXPECT_EQ(std::memcmp(&a.sum_logprob, &b.sum_logprob, sizeof(double)), 0) << what;
+}
+
+class CudaEngineTest : public GpuTest {};
+
+TEST_F(CudaEngineTest, Fp32MatchesFloat64Golden) {
+  const Golden golden = LoadStoriesGolden();
+  auto engine = MakeCuda(kStoriesDir, ComputeDtype::kFp32);
+  ASSERT_NE(engine, nullptr);
+  auto results = engine->Score(golden.requests);
+  ASSERT_TRUE(results.ok()) << results.status();
+  double max_abs = 0.0;
+  for (size_t i = 0; i < golden.requests.size(); ++i) {
+    ASSERT_EQ((*results)[i].num_scored, static_cast<int32_t>(golden.logprobs[i].size()));
+    for (size_t j = 0; j < golden.logprobs[i].size(); ++j) {
+      max_abs = std::max(max_abs, std::abs((*results)[i].logprob[j] - golden.logprobs[i][j]));
+    }
+  }
+  RecordProperty("fp32_max_abs_delta", std::to_string(max_abs));
+  EXPECT_LE(max_abs, 1e-3);
+}
+
+TEST_F(CudaEngineTest, Bf16MatchesReferenceEngine) {
+  const Golden golden = LoadStoriesGolden();
+  auto engine = MakeCuda(kStoriesDir, ComputeDtype::kBf16);
+  auto reference = MakeReference(kStoriesDir);
+  ASSERT_NE(engine, nullptr);
+  ASSERT_NE(reference, nullptr);
+  auto got = engine->Score(golden.requests);
+  auto want = reference->Score(golden.requests);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(want.ok()) << want.status();
+  const Agreement a = Compare(*got, *want);
+  std::cout << "stories260K bf16: mean |delta| " << a.mean_abs << " max " << a.max_abs << " PPL " << a.ppl
+            << " vs reference " << a.ref_ppl << "\n";
+  EXPECT_LE(a.mean_abs, 0.01);
+  EXPECT_LE(std::abs(a.ppl / a.ref_ppl - 1.0), 0.003);
+}
+
+TEST_F(CudaEngineTest, GreedyFromBosIsArgmax) {
+  std::ifstream in(kStoriesDir + "/reference_logprobs.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ScoreRequest r;
+  r.tokens = j["greedy_from_bos"]["token_ids"].get<std::vector<int32_t>>();
+  r.want_rank = true;
+  auto engine = MakeCuda(kStoriesDir, ComputeDtype::kFp32);
+  ASSERT_NE(engine, nullptr);
+  auto results = engine->Score({r});
+  ASSERT_TRUE(results.ok()) << results.status();
+  for (int32_t i = 0; i < (*results)[0].num_scored; ++i) {
+    EXPECT_EQ((*results)[0].greedy[i], 1) << "position " << i + 1;
+    EXPECT_EQ((*results)[0].rank[i], 1) << "position " << i + 1;
+  }
+}
+
+TEST_F(CudaEngineTest, BitwiseDeterministicAndBatchInvariant) {
+  for (ComputeDtype dtype : {ComputeDtype::kBf16, ComputeDtype::kFp32}) {
+    Golden golden = LoadStoriesGolden();
+    golden.requests[2].score_from = 100;
+    golden.requests[3].top_k = 5;
+    golden.requests[3].want_entropy = true;
+    auto engine = MakeCuda(kStoriesDir, dtype);
+    ASSERT_NE(engine, nullptr);
+    auto batched = engine->Score(golden.requests);
+    auto again = engine->Score(golden.requests);
+    ASSERT_TRUE(batched.ok()) << batched.status();
+    ASSERT_TRUE(again.ok()) << again.status();
+    for (size_t i = 0; i < golden.requests.size(); ++i) {
+      auto alone = engine->Score({golden.requests[i]});
+      ASSERT_TRUE(alone.ok()) << alone.status();
+      ExpectBitwiseEqual((*batched)[i], (*again)[i], "run to run, request " + std::to_string(i));
+      ExpectBitwiseEqual((*batched)[i], (*alone)[0], "alone vs batched, request " + std::to_string(i));
+    }
+    EXPECT_EQ((*batched)[2].num_scored, static_cast<int32_t>(golden.requests[2].tokens.size()) - 100);
+    ASSERT_EQ((*batched)[3].top_k.size(), static_cast<size_t>((*batched)[3].num_scored));
+    EXPECT_EQ((*batched)[3].top_k[0].size(), 5u);
+    EXPECT_EQ((*batched)[3].entropy.size(), static_cast<size_t>((*batched)[3].num_scored));
+  }
+}
+
+TEST_F(CudaEngineTest, SplitsBatchesLargerThanMaxBatchTokens) {
+  const Golden golden = LoadStoriesGolden();
+  auto small = MakeCuda(kStoriesDir, ComputeDtype::kBf16, 512);
+  auto large = MakeCuda(kStoriesDir, ComputeDtype::kBf16, 4096);
+  ASSERT_NE(small, nullptr);
+  ASSERT_NE(large, nullptr);
+  auto a = small->Score(golden.requests);
+  auto b = large->Score(golden.requests);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (size_t i = 0; i < golden.requests.size(); ++i) ExpectBitwiseEqual((*a)[i], (*b)[i], std::to_string(i));
+}
+
+TEST_F(CudaEngineTest, RejectsBadRequestsAndReportsMemory) {
+  auto engine = MakeCuda(kStoriesDir, ComputeDtype::kBf16, 1024);
+  ASSERT_NE(engine, nullptr);
+  ScoreRequest bad_id;
+  bad_id.tokens = {1, 600};
+  EXPECT_EQ(engine->Score({bad_id}).status().code(), absl::StatusCode::kInvalidArgument);
+  ScoreRequest too_long;
+  too_long.tokens.assign(2000, 5);
+  EXPECT_EQ(engine->Score({too_long}).status().code(), absl::StatusCode::kOutOfRange);
+  ScoreRequest one;
+  one.tokens = {1};
+  EXPECT_EQ(engine->Score({one}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(engine->fatal_status().ok());
+  const auto memory = engine->DeviceMemory();
+  ASSERT_EQ(memory.size(), 1u);
+  EXPECT_GT(memory[0].first, 0);
+  EXPECT_GT(memory[0].second, memory[0].first);
+  EXPECT_EQ(engine->info().backend, "cuda");
+}
+
+TEST_F(CudaEngineTest, StartupSaysWhatFits) {
+  EngineOptions options;
+  options.model_dir = kStoriesDir;
+  options.backend = Backend::kCuda;
+  options.max_batch_tokens = int64_t{1} << 40;
+  auto engine = CreateCudaEngine(options);
+  ASSERT_EQ(engine.status().code(), absl::StatusCode::kResourceExhausted) << engine.status();
+  EXPECT_NE(engine.status().message().find("tokens fit"), std::string::npos) << engine.status();
+}
+
+// Every checkpoint under tests/fixtures (quantized formats) against the CPU reference, bf16 mode.
+TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
+  const std::filesystem::path root(EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR));
+  int checked = 0;
+  if (!std::filesystem::exists(root)) GTEST_SKIP() << "no fixtures folder";
+  for (const auto& entry : std::filesystem::directory_iterator(root)) {
+    if (!std::filesystem::exists(entry.path() / "config.json")) continue;
+    const std::string dir = entry.path().string();
+    SCOPED_TRACE(dir);
+    auto engine = MakeCuda(dir, ComputeDtype::kBf16);
+    auto reference = MakeReference(dir);
+    ASSERT_NE(engine, nullptr);
+    ASSERT_NE(reference, nullptr);
+    std::mt19937 rng(17);
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(engine->info().vocab_size) - 1);
+    std::vector<ScoreRequest> requests(3);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      requests[i].tokens.resize(64 + 40 * i);
+      for (int32_t& t : requests[i].tokens) t = id(rng);
+    }
+    auto got = engine->Score(requests);
+    auto want = reference->Score(requests);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(want.ok()) << want.status();
+    const Agreement a = Compare(*got, *want);
+    std::cout << dir << " (" << engine->info().format << ") bf16: mean |delta| " << a.mean_abs << " max "
+              << a.max_abs << " PPL " << a.ppl << " vs reference " << a.ref_ppl << "\n";
+    EXPECT_LE(a.mean_abs, 0.01);
+    EXPECT_LE(std::abs(a.ppl / a.ref_ppl - 1.0), 0.003);
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no checkpoints under " << root;
+}
+
+}  // namespace
+}  // namespace scored
