@@ -1,0 +1,250 @@
+// scored_bench: throughput of the CUDA engine on ctx-long windows, and its agreement with transformers.
+//
+//   scored_bench --model DIR [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32]
+//                [--ref DIR/ref_windows.bin]
+//
+// For each batch size B: B random windows of ctx tokens per Score() call (one varlen forward), one warm-up
+// call, then the median of --reps timed calls (host clock around the synchronous Score()). Reports tokens/s;
+// TFLOP/s counted as DESIGN.md §7 (2 x non-embedding parameters + causal attention 2*2*(ctx/2)*hidden per
+// layer, per token, the same count as the transformers baseline script); the rate of a plain cuBLASLt bf16
+// GEMM over the same decoder-layer shapes at B*ctx rows measured in the same run, and our ratio to it;
+// GPU memory in use (cudaMemGetInfo: the engine reserves everything at start, so this is also its peak).
+// --ref: scores the windows of make_random_llama.py's ref_windows.bin and prints mean/max |delta| against
+// transformers; exits 1 when the mean against the fp32-head reference exceeds 0.01 nats.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/base/dtype.h"
+#include "engine/cuda/cuda_engine.h"
+#include "engine/cuda/device_buffer.h"
+#include "engine/cuda/gemm.h"
+#include "engine/engine.h"
+#include "engine/model/config.h"
+
+namespace scored {
+namespace {
+
+struct Args {
+  std::string model;
+  std::string ref;
+  int64_t ctx = 2048;
+  std::vector<int64_t> batches = {1, 2, 4, 8, 16};
+  int reps = 3;
+  ComputeDtype dtype = ComputeDtype::kBf16;
+};
+
+bool ParseArgs(int argc, char** argv, Args* args) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i], value = argv[i + 1];
+    if (key == "--model") {
+      args->model = value;
+    } else if (key == "--ref") {
+      args->ref = value;
+    } else if (key == "--ctx") {
+      args->ctx = std::stoll(value);
+    } else if (key == "--reps") {
+      args->reps = std::stoi(value);
+    } else if (key == "--dtype") {
+      args->dtype = value == "fp32" ? ComputeDtype::kFp32 : ComputeDtype::kBf16;
+    } else if (key == "--batches") {
+      args->batches.clear();
+      std::stringstream ss(value);
+      std::string item;
+      while (std::getline(ss, item, ',')) args->batches.push_back(std::stoll(item));
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", key.c_str());
+      return false;
+    }
+  }
+  return !args->model.empty() && args->reps > 0 && !args->batches.empty();
+}
+
+double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Mean and max |delta| of the engine's logprobs against the two transformers references of the file.
+int CheckReference(Engine& engine, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  int32_t windows = 0, ctx = 0;
+  in.read(reinterpret_cast<char*>(&windows), 4);
+  in.read(reinterpret_cast<char*>(&ctx), 4);
+  if (!in || windows <= 0 || ctx < 2) {
+    std::fprintf(stderr, "cannot read %s\n", path.c_str());
+    return 1;
+  }
+  std::vector<int32_t> tokens(static_cast<size_t>(windows) * ctx);
+  std::vector<float> ref32(static_cast<size_t>(windows) * (ctx - 1)), ref16(ref32.size());
+  in.read(reinterpret_cast<char*>(tokens.data()), tokens.size() * 4);
+  in.read(reinterpret_cast<char*>(ref32.data()), ref32.size() * 4);
+  in.read(reinterpret_cast<char*>(ref16.data()), ref16.size() * 4);
+  if (!in) {
+    std::fprintf(stderr, "%s is truncated\n", path.c_str());
+    return 1;
+  }
+  std::vector<ScoreRequest> requests(windows);
+  for (int32_t w = 0; w < windows; ++w) requests[w].tokens.assign(tokens.begin() + w * ctx, tokens.begin() + (w + 1) * ctx);
+  auto results = engine.Score(requests);
+  if (!results.ok()) {
+    std::fprintf(stderr, "Score failed: %s\n", results.status().ToString().c_str());
+    return 1;
+  }
+  double sum32 = 0, max32 = 0, sum16 = 0, max16 = 0, ours = 0, theirs32 = 0, theirs16 = 0;
+  const int64_t count = static_cast<int64_t>(windows) * (ctx - 1);
+  for (int32_t w = 0; w < windows; ++w) {
+    for (int32_t j = 0; j < ctx - 1; ++j) {
+      const double got = (*results)[w].logprob[j];
+      const double a = ref32[static_cast<size_t>(w) * (ctx - 1) + j], b = ref16[static_cast<size_t>(w) * (ctx - 1) + j];
+      sum32 += std::abs(got - a);
+      max32 = std::max(max32, std::abs(got - a));
+      sum16 += std::abs(got - b);
+      max16 = std::max(max16, std::abs(got - b));
+      ours += got;
+      theirs32 += a;
+      theirs16 += b;
+    }
+  }
+  const double mean32 = sum32 / count;
+  std::printf("vs transformers (%d windows x %d): fp32-head mean |delta| %.5f max %.4f | bf16-logits mean |delta| "
+              "%.5f max %.4f | PPL ours %.4f, transformers fp32-head %.4f, bf16-logits %.4f\n",
+              windows, ctx, mean32, max32, sum16 / count, max16, std::exp(-ours / count),
+              std::exp(-theirs32 / count), std::exp(-theirs16 / count));
+  std::fflush(stdout);
+  return mean32 <= 0.01 ? 0 : 1;
+}
+
+// A plain cuBLASLt bf16 GEMM over one decoder layer's shapes at `tokens` rows, random data: TFLOP/s.
+double PlainGemmTflops(const ModelConfig& c, int64_t tokens, int reps) {
+  const int64_t qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim, q_dim = c.num_heads * c.head_dim;
+  struct Shape {
+    int64_t out, in;
+  };
+  const Shape shapes[] = {{qkv, c.hidden_size}, {c.hidden_size, q_dim}, {2 * c.intermediate_size, c.hidden_size},
+                          {c.hidden_size, c.intermediate_size}};
+  int64_t max_x = 0, max_w = 0, max_y = 0;
+  double flops = 0;
+  for (const Shape& s : shapes) {
+    max_x = std::max(max_x, tokens * s.in);
+    max_w = std::max(max_w, s.out * s.in);
+    max_y = std::max(max_y, tokens * s.out);
+    flops += 2.0 * tokens * s.out * s.in;
+  }
+  auto runner = cuda::GemmRunner::Create(tokens);
+  auto x = cuda::DeviceBuffer::Allocate(max_x * 2, "bench x");
+  auto w = cuda::DeviceBuffer::Allocate(max_w * 2, "bench w");
+  auto y = cuda::DeviceBuffer::Allocate(max_y * 2, "bench y");
+  if (!runner.ok() || !x.ok() || !w.ok() || !y.ok()) return 0.0;
+  // Random bf16 N(0, 1) values (never zeros: they run faster than real data).
+  std::vector<uint16_t> host(int64_t{1} << 22);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (uint16_t& v : host) v = FloatToBf16(dist(rng));
+  for (const cuda::DeviceBuffer* b : {&*x, &*w}) {
+    for (int64_t off = 0; off < b->bytes(); off += host.size() * 2) {
+      cudaMemcpy(b->as<char>() + off, host.data(), std::min<int64_t>(host.size() * 2, b->bytes() - off),
+                 cudaMemcpyHostToDevice);
+    }
+  }
+  std::vector<double> times;
+  for (int r = 0; r <= reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const Shape& s : shapes) {
+      if (!(*runner)->Linear(x->data(), w->data(), y->data(), tokens, s.out, s.in, cuda::GemmTypes::kBf16ToBf16,
+                             nullptr).ok()) {
+        return 0.0;
+      }
+    }
+    cudaDeviceSynchronize();
+    if (r > 0) times.push_back(Seconds(std::chrono::steady_clock::now() - t0));
+  }
+  return flops / Median(times) / 1e12;
+}
+
+int Main(int argc, char** argv) {
+  Args args;
+  if (!ParseArgs(argc, argv, &args)) {
+    std::fprintf(stderr,
+                 "usage: scored_bench --model DIR [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32] "
+                 "[--ref FILE]\n");
+    return 2;
+  }
+  auto config = LoadModelConfig(args.model);
+  if (!config.ok()) {
+    std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
+    return 1;
+  }
+  const int64_t max_batch = *std::max_element(args.batches.begin(), args.batches.end());
+  EngineOptions options;
+  options.model_dir = args.model;
+  options.backend = Backend::kCuda;
+  options.dtype = args.dtype;
+  options.max_batch_tokens = max_batch * args.ctx;
+  const auto t_load = std::chrono::steady_clock::now();
+  auto engine = CreateCudaEngine(options);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "%s\n", engine.status().ToString().c_str());
+    return 1;
+  }
+  const ModelInfo& info = (*engine)->info();
+  std::printf("scored_bench: %s %s, %.2fB params, weights %.2f GiB on the GPU, loaded in %.1f s\n",
+              info.architecture.c_str(), info.format.c_str(), info.num_parameters / 1e9,
+              info.resident_bytes / 1073741824.0, Seconds(std::chrono::steady_clock::now() - t_load));
+  std::fflush(stdout);
+
+  int rc = 0;
+  if (!args.ref.empty()) rc = CheckReference(**engine, args.ref);
+
+  const double n_lin = static_cast<double>(info.num_parameters) - static_cast<double>(config->vocab_size) * config->hidden_size;
+  const double flops_per_token =
+      2.0 * n_lin + 2.0 * 2.0 * (args.ctx / 2.0) * config->hidden_size * config->num_layers;
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(config->vocab_size) - 1);
+  for (int64_t b : args.batches) {
+    std::vector<ScoreRequest> requests(b);
+    for (ScoreRequest& r : requests) {
+      r.tokens.resize(args.ctx);
+      for (int32_t& t : r.tokens) t = id(rng);
+    }
+    std::vector<double> times;
+    for (int rep = 0; rep <= args.reps; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto results = (*engine)->Score(requests);
+      const double dt = Seconds(std::chrono::steady_clock::now() - t0);
+      if (!results.ok()) {
+        std::fprintf(stderr, "Score failed: %s\n", results.status().ToString().c_str());
+        return 1;
+      }
+      if (rep > 0) times.push_back(dt);
+    }
+    const double dt = Median(times);
+    const double tokens = static_cast<double>(b * args.ctx);
+    const double tflops = flops_per_token * tokens / dt / 1e12;
+    const double gemm = PlainGemmTflops(*config, b * args.ctx, args.reps);
+    const auto memory = (*engine)->DeviceMemory();
+    std::printf("scored B=%lld T=%lld: %8.1f ms/step %9.0f tok/s %6.0f TFLOP/s | plain cuBLASLt layer GEMMs %4.0f "
+                "TFLOP/s, ratio %.2f | GPU memory used %.1f GiB\n",
+                static_cast<long long>(b), static_cast<long long>(args.ctx), dt * 1e3, tokens / dt, tflops, gemm,
+                gemm > 0 ? tflops / gemm : 0.0, memory.empty() ? 0.0 : memory[0].first / 1073741824.0);
+    std::fflush(stdout);
+  }
+  return rc;
+}
+
+}  // namespace
+}  // namespace scored
+
+int main(int argc, char** argv) { return scored::Main(argc, argv); }
