@@ -164,18 +164,19 @@ absl::StatusOr<ModuleScheme> BuildScheme(const std::string& group, const std::st
     }
     s.format = WeightFormat::kNvfp4PackQuantized;
     s.strategy = QuantStrategy::kGroup;
-  } else if (format == "float-quantized") {
-    if (w->type != "float" || w->num_bits != 8 || !w->symmetric) {
-      return Unsupported(source, where, "float-quantized weights other than symmetric FP8");
+  } else if (format == "float-quantized" || format == "naive-quantized" || format == "int-quantized") {
+    // One compressor in compressed-tensors: `weight` stored in the quantized dtype, decoded by the
+    // weights' type (FP8 E4M3 or int8) whatever the format name says.
+    if (w->type == "float" && w->num_bits == 8 && w->symmetric) {
+      s.format = WeightFormat::kFloatQuantized;
+      SCORED_ASSIGN_OR_RETURN(s.strategy, strategy_of(w->strategy, {"tensor", "channel", "block"}));
+    } else if (w->type == "int" && w->num_bits == 8) {
+      s.format = WeightFormat::kNaiveQuantized;
+      SCORED_ASSIGN_OR_RETURN(s.strategy, strategy_of(w->strategy, {"tensor", "channel", "group"}));
+    } else {
+      return Unsupported(source, where, absl::StrCat(format, " weights of type ", w->type, " with ", w->num_bits,
+                                                     " bits", w->symmetric ? "" : " (asymmetric)"));
     }
-    s.format = WeightFormat::kFloatQuantized;
-    SCORED_ASSIGN_OR_RETURN(s.strategy, strategy_of(w->strategy, {"tensor", "channel", "block"}));
-  } else if (format == "naive-quantized" || format == "int-quantized") {
-    if (w->type != "int" || w->num_bits != 8) {
-      return Unsupported(source, where, absl::StrCat(format, " weights other than int8"));
-    }
-    s.format = WeightFormat::kNaiveQuantized;
-    SCORED_ASSIGN_OR_RETURN(s.strategy, strategy_of(w->strategy, {"tensor", "channel", "group"}));
   } else {
     return Unsupported(source, where, absl::StrCat("format '", format, "'"));
   }
@@ -187,8 +188,9 @@ absl::StatusOr<ModuleScheme> BuildScheme(const std::string& group, const std::st
     const std::string desc = absl::StrCat("input activations (type ", in->type, ", ", in->num_bits,
                                           " bits, strategy ", in->strategy, ", dynamic ", in->dynamic, ")");
     if (s.format == WeightFormat::kFloatQuantized && in->type == "float" && in->num_bits == 8 &&
-        in->dynamic == "true" && in->strategy == "token" && in->symmetric) {
+        in->dynamic == "true" && in->symmetric && (in->strategy == "token" || in->strategy == "group")) {
       s.w8a8_dynamic_fp8 = true;
+      s.act_group_size = in->strategy == "group" ? in->group_size : 0;
     } else if (s.format == WeightFormat::kNvfp4PackQuantized && in->type == "float" && in->num_bits == 4 &&
                in->strategy == "tensor_group") {
       s.w4a4_run_weight_only = true;

@@ -9,9 +9,12 @@
 //   nvfp4-pack-quantized float 4 bits, tensor_group, group 16     none (NVFP4A16) or float 4 bits
 //                                                                 tensor_group (W4A4: run weight-only)
 //   float-quantized     float 8 bits, tensor|channel|block        none (W8A16) or dynamic float 8 bits
-//                                                                 per token (W8A8 dynamic FP8)
+//                                                                 per token or per token-group (W8A8
+//                                                                 dynamic FP8, e.g. FP8_BLOCK)
 //   naive-quantized /   int 8 bits, tensor|channel|group, sym     none
 //   int-quantized       or asym
+// float-, naive- and int-quantized are one compressor upstream: the weights' type picks FP8 (float 8)
+// or int8 for any of the three names.
 // Top-level `format` applies to every group; "mixed-precision" means each group carries its own.
 // Rejected: sparsity_config (e.g. sparse-24-bitmask), transform_config, kv_cache_scheme, static or int
 // input activations, output activations, quantization_status other than "compressed".
@@ -46,7 +49,8 @@ struct ModuleScheme {
   int64_t group_size = 0;            // kGroup
   int64_t block_rows = 0, block_cols = 0;  // kBlock
   bool actorder_group = false;       // weight_g_idx expected
-  bool w8a8_dynamic_fp8 = false;     // float-quantized + dynamic per-token FP8 activations
+  bool w8a8_dynamic_fp8 = false;     // float-quantized + dynamic FP8 activations (per token)
+  int64_t act_group_size = 0;        // w8a8_dynamic_fp8: 0 per token, else per token per group
   bool w4a4_run_weight_only = false; // nvfp4 with FP4 input activations, run as W4A16
 };
 

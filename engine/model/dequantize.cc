@@ -1,18 +1,22 @@
-// LinearWeight::DequantizeRows: the CPU decode of every stored weight format, bit for bit what
-// compressed-tensors' decompression produces (DESIGN.md §6). Also TensorToFloat and StoredBytes.
+// LinearWeight::DequantizeRows: the CPU decode of every stored weight format (DESIGN.md §6), bit for
+// bit compressed-tensors' decompression. Also TensorToFloat and StoredBytes.
 //
-// Per format, for output row o and input column k (all arithmetic exactly as torch performs it):
+// Per format, for output row o and input column k:
 //   dense            W = fp32(weight[o,k])
 //   pack-quantized   q = u - 2^(b-1) (u: b-bit field k of row o), zp likewise from the zero-point
 //                    tensor packed along `out` (0 when symmetric); g = g_idx[k] or k / group_size;
-//                    W = round_sd((q - zp) * scale[o,g])   (q - zp is exact in bf16/fp16: |q - zp| <= 255)
+//                    W = (q - zp) * scale[o,g]
 //   naive/int        same with q = int8 weight[o,k] and an unpacked int8/int32 zero point
+//   float-quantized  W = fp32(w_fp8[o,k]) * scale[...]
 //   nvfp4            s = fp32(scale_fp8[o,k/16]) / global_scale (fp32); W = round_bf16(e2m1(q) * s)
-//                    (compressed-tensors unpacks FP4 to bf16 and casts the result back to it)
-//   float-quantized  W = round_sd(fp32(w_fp8[o,k]) * scale[...])
-// where round_sd rounds to the scale's dtype (bf16/fp16 RNE; identity for fp32). Every product above
-// is exact in fp32 before that final rounding (operand significands are at most 11 and 9 bits), so a
-// single fp32 multiply followed by RNE equals torch's bf16/fp16 multiply.
+//
+// For the first three the product is EXACT in fp32: |q - zp| <= 255 (8 significant bits) or an FP8 value
+// (4 bits) times a bf16/fp16/fp32 scale fits in 24 bits when the scale is bf16 (8) or fp16 (11); an fp32
+// scale makes it fp32's own product, as torch computes it with fp32 parameters. So the fp32 value is what
+// compressed-tensors yields when the model is loaded in float32 (its fixtures' protocol), and rounding it
+// to bf16/fp16 (RNE) yields exactly what it computes in that dtype ((q - zp).to(dtype) * scale). NVFP4 is
+// different: compressed-tensors unpacks FP4 values to bf16 and casts the product back to bf16 whatever
+// the model dtype, so the bf16 rounding is part of its result.
 #include <cmath>
 #include <cstdint>
 
@@ -35,15 +39,6 @@ inline float FloatAt(const TensorView& t, int64_t i) {
     case DType::kF16: return Fp16ToFloat(Load<uint16_t>(t.data, i));
     case DType::kBF16: return Bf16ToFloat(Load<uint16_t>(t.data, i));
     default: return NAN;
-  }
-}
-
-// Rounds an exact fp32 product to the scale tensor's dtype, widened back to fp32.
-inline float RoundToDtype(float x, DType dtype) {
-  switch (dtype) {
-    case DType::kF16: return RoundToFp16(x);
-    case DType::kBF16: return RoundToBf16(x);
-    default: return x;
   }
 }
 
@@ -77,7 +72,6 @@ void DecodePacked(const LinearWeight& w, int64_t o, float* out) {
   const int64_t words_per_row = w.weight_packed.shape[1];
   const uint8_t* row = w.weight_packed.data + o * words_per_row * 4;
   const int64_t num_groups = NumGroups(w);
-  const DType sd = w.weight_scale.dtype;
   for (int64_t k = 0; k < w.in_features; ++k) {
     const int32_t q = static_cast<int32_t>(LoadPackedField(row, k * b, b)) - offset;
     const int64_t g = GroupOf(w, k);
@@ -94,19 +88,18 @@ void DecodePacked(const LinearWeight& w, int64_t o, float* out) {
       zp = static_cast<int32_t>((v >> shift) & ((uint64_t{1} << b) - 1)) - offset;
     }
     const float scale = FloatAt(w.weight_scale, ScaleIndex(w, o, g, num_groups));
-    out[k] = RoundToDtype(static_cast<float>(q - zp) * scale, sd);
+    out[k] = static_cast<float>(q - zp) * scale;
   }
 }
 
 void DecodeNaive(const LinearWeight& w, int64_t o, float* out) {
   const int64_t num_groups = NumGroups(w);
-  const DType sd = w.weight_scale.dtype;
   for (int64_t k = 0; k < w.in_features; ++k) {
     const int32_t q = Load<int8_t>(w.weight.data, o * w.in_features + k);
     const int64_t g = GroupOf(w, k);
     const int64_t si = ScaleIndex(w, o, g, num_groups);
     const int32_t zp = w.weight_zero_point.present() ? IntAt(w.weight_zero_point, si) : 0;
-    out[k] = RoundToDtype(static_cast<float>(q - zp) * FloatAt(w.weight_scale, si), sd);
+    out[k] = static_cast<float>(q - zp) * FloatAt(w.weight_scale, si);
   }
 }
 
@@ -123,14 +116,13 @@ void DecodeNvfp4(const LinearWeight& w, int64_t o, float* out) {
 }
 
 void DecodeFp8(const LinearWeight& w, int64_t o, float* out) {
-  const DType sd = w.weight_scale.dtype;
   const int64_t col_blocks = w.strategy == QuantStrategy::kBlock ? w.weight_scale.shape[1] : 0;
   for (int64_t k = 0; k < w.in_features; ++k) {
     const float v = Fp8E4M3ToFloat(w.weight.data[o * w.in_features + k]);
     int64_t si = 0;
     if (w.strategy == QuantStrategy::kChannel) si = o;
     if (w.strategy == QuantStrategy::kBlock) si = (o / w.block_rows) * col_blocks + k / w.block_cols;
-    out[k] = RoundToDtype(v * FloatAt(w.weight_scale, si), sd);
+    out[k] = v * FloatAt(w.weight_scale, si);
   }
 }
 

@@ -58,7 +58,8 @@ std::string FormatLabel(const LinearWeight& w) {
     case WeightFormat::kNvfp4PackQuantized:
       return "nvfp4a16";
     case WeightFormat::kFloatQuantized:
-      return absl::StrCat(w.w8a8_dynamic_fp8 ? "fp8-w8a8-" : "fp8-w8a16-", strategy());
+      return absl::StrCat(w.w8a8_dynamic_fp8 ? "fp8-w8a8-" : "fp8-w8a16-", strategy(),
+                          w.act_group_size > 0 ? absl::StrCat("-act-g", w.act_group_size) : "");
   }
   return "?";
 }
@@ -169,6 +170,7 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
   w->block_cols = scheme.block_cols;
   w->actorder_group = scheme.actorder_group;
   w->w8a8_dynamic_fp8 = scheme.w8a8_dynamic_fp8;
+  w->act_group_size = scheme.act_group_size;
   w->w4a4_run_weight_only = scheme.w4a4_run_weight_only;
   const std::string where = absl::StrCat(module, " (", scheme.format_name, ", group '", scheme.group, "')");
 

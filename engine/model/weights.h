@@ -45,6 +45,9 @@ struct LinearWeight {
   int64_t block_rows = 0, block_cols = 0;  // kBlock (fp8): scale block shape, usually 128 x 128
   bool actorder_group = false;       // weight_g_idx present: group of column k is g_idx[k]
   bool w8a8_dynamic_fp8 = false;     // float-quantized with dynamic per-token FP8 input activations
+  // w8a8_dynamic_fp8 only: 0 = one activation scale per token (strategy "token"); > 0 = one scale per
+  // token per act_group_size consecutive input columns (strategy "group", e.g. 128 in FP8_BLOCK schemes).
+  int64_t act_group_size = 0;
   bool w4a4_run_weight_only = false; // nvfp4 W4A4 checkpoint (input_global_scale present), run as W4A16
 
   // Stored tensors (data == nullptr when absent).
@@ -58,8 +61,11 @@ struct LinearWeight {
   TensorView bias;                   // Qwen2 q/k/v bias, [out]; absent otherwise
 
   // Decodes rows [row_begin, row_end) of W into out[(row - row_begin) * in_features + k], fp32.
-  // Values are exactly compressed-tensors' decompression in the checkpoint's scale dtype (e.g. a bf16
-  // product rounded to bf16), widened to fp32 (which is exact). Thread-safe.
+  // Values are exactly compressed-tensors' decompression (DESIGN.md §6): for pack/naive/float-quantized
+  // the product (q - zp) * scale, which is exact in fp32 (= its decompression with float32 parameters;
+  // rounding it RNE to the scale's dtype bf16/fp16 gives exactly its decompression in that dtype); for
+  // nvfp4 the product rounded to bf16 (compressed-tensors always decompresses NVFP4 to bf16). Dense
+  // weights are widened exactly. OUT_OF_RANGE for a bad row range. Thread-safe.
   absl::Status DequantizeRows(int64_t row_begin, int64_t row_end, float* out) const;
 
   // Bytes of every stored tensor of this weight (values, scales, zero points, g_idx; not bias).

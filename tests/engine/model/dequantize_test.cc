@@ -73,15 +73,19 @@ TEST(DequantizeTest, HandWorkedPackInt4BF16) {
   w.group_size = 8;
   w.weight_packed = View("p", DType::kI32, {1, 1}, packed);
   w.weight_scale = View("s", DType::kBF16, {1, 1}, scale);
-  // q * 0.10009765625 in exact arithmetic, then rounded to bf16 (8 significant bits):
-  //  -8 -> -0.80078125 (exact); -1 -> -0.10009765625; 0 -> 0; 1 -> 0.10009765625;
-  //   2 -> 0.2001953125 (exact); 3 -> 0.30029296875 = 153.75/512 -> 154/512 = 0.30078125;
-  //   7 -> 0.70068359375 = 179.375/256 -> 179/256 = 0.69921875; -3 -> -0.30078125.
+  // q * 0.10009765625, exact in fp32. Rounded to bf16 (8 significant bits), as compressed-tensors
+  // computes in a bf16 model: 3 -> 0.30029296875 = 153.75/512 -> 154/512 = 0.30078125;
+  // 7 -> 0.70068359375 = 179.375/256 -> 179/256 = 0.69921875; -3 -> -0.30078125; the others are exact.
   const float expect[] = {-0.80078125f, -0.10009765625f, 0.0f, 0.10009765625f,
-                          0.2001953125f, 0.30078125f, 0.69921875f, -0.30078125f};
+                          0.2001953125f, 0.30029296875f, 0.70068359375f, -0.30029296875f};
+  const float expect_bf16[] = {-0.80078125f, -0.10009765625f, 0.0f, 0.10009765625f,
+                               0.2001953125f, 0.30078125f, 0.69921875f, -0.30078125f};
   float out[8];
   ASSERT_TRUE(w.DequantizeRows(0, 1, out).ok());
-  for (int k = 0; k < 8; ++k) EXPECT_EQ(out[k], expect[k]) << k;
+  for (int k = 0; k < 8; ++k) {
+    EXPECT_EQ(out[k], expect[k]) << k;
+    EXPECT_EQ(RoundToBf16(out[k]), expect_bf16[k]) << k;
+  }
 }
 
 TEST(DequantizeTest, HandWorkedNvfp4) {
@@ -107,7 +111,7 @@ TEST(DequantizeTest, HandWorkedNvfp4) {
 
 TEST(DequantizeTest, HandWorkedFp8Channel) {
   // Row 0: fp8 0x38 (1.0), 0x3d (1.625); scale bf16 0x3e4d (0.2001953125):
-  //   1.625 * 0.2001953125 = 0.3253173828125 -> bf16 0.326171875 (tie-free: 166.56/512 -> 167/512).
+  //   1.625 * 0.2001953125 = 0.3253173828125 (exact); in bf16 0.326171875 (166.5625/512 -> 167/512).
   // Row 1: fp8 0xc0 (-2.0), 0x01 (2^-9); scale bf16 0x4040 (3.0): -6.0, 3 * 2^-9 = 0.005859375.
   const uint8_t weight[] = {0x38, 0x3d, 0xc0, 0x01};
   const uint16_t scale[] = {0x3e4d, 0x4040};
@@ -119,7 +123,8 @@ TEST(DequantizeTest, HandWorkedFp8Channel) {
   float out[4];
   ASSERT_TRUE(w.DequantizeRows(0, 2, out).ok());
   EXPECT_EQ(out[0], 0.2001953125f);
-  EXPECT_EQ(out[1], 0.326171875f);
+  EXPECT_EQ(out[1], 0.3253173828125f);
+  EXPECT_EQ(RoundToBf16(out[1]), 0.326171875f);
   EXPECT_EQ(out[2], -6.0f);
   EXPECT_EQ(out[3], 0.005859375f);
 }

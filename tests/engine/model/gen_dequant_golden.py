@@ -4,9 +4,9 @@
 Pure Python (no numpy/torch), an implementation independent of the C++ one: packing is written as a
 bit stream, fp16 rounding uses struct's IEEE half ('e', round half to even), bf16 rounding is done on
 float32 bit patterns, FP8 E4M3FN and E2M1 are decoded from their definitions. Order of operations is
-compressed-tensors' (see DESIGN.md §6): products of (q - zp) and a bf16/fp16 scale are exact in double
-and rounded once to the scale dtype; nvfp4 divides the fp8 scale by the global scale in fp32, multiplies
-in fp32, then rounds to bf16.
+compressed-tensors' (see DESIGN.md §6): products of (q - zp) or an FP8 value and a bf16/fp16/fp32 scale
+are exact in float32 and kept unrounded (the decode contract of LinearWeight::DequantizeRows); nvfp4
+divides the fp8 scale by the global scale in fp32, multiplies in fp32, then rounds to bf16.
 
 Run: python3 gen_dequant_golden.py > dequant_golden.inc
 """
@@ -41,11 +41,10 @@ def fp16_val(bits):
     return struct.unpack('<e', struct.pack('<H', bits))[0]
 
 
-def round_to(x, dtype):
-    if dtype == 'BF16':
-        return bf16_val(bf16_bits(f32(x)))
-    if dtype == 'F16':
-        return fp16_val(fp16_bits(x))
+def exact_f32(x, dtype):
+    """The product as float32; for bf16/fp16 scales it must be exact (asserted)."""
+    if dtype != 'F32':
+        assert f32(x) == x, x
     return f32(x)
 
 
@@ -140,7 +139,7 @@ def pack_case(name, out, inn, bits, strategy, group, symmetric, dtype, actorder=
         for k in range(inn):
             g = g_idx[k]
             s = scale_val(scales[0 if strategy == 'tensor' else o][g], dtype)
-            expect.append(f32_bits(round_to((q[o][k] - zp[o][g]) * s, dtype)))
+            expect.append(f32_bits(exact_f32((q[o][k] - zp[o][g]) * s, dtype)))
     print(f'// {name}: pack-quantized int{bits} {strategy} group={group} '
           f'{"sym" if symmetric else "asym"} scale {dtype}{" actorder" if actorder else ""}')
     emit(f'{name}_packed', 'uint32_t', packed, hex32)
@@ -161,7 +160,7 @@ def naive_case(name, out, inn, strategy, group, symmetric, dtype):
     for o in range(out):
         for k in range(inn):
             g = k // group if strategy == 'group' else 0
-            expect.append(f32_bits(round_to((q[o][k] - zp[o][g]) * scale_val(scales[o][g], dtype), dtype)))
+            expect.append(f32_bits(exact_f32((q[o][k] - zp[o][g]) * scale_val(scales[o][g], dtype), dtype)))
     print(f'// {name}: naive-quantized int8 {strategy} {"sym" if symmetric else "asym"} scale {dtype}')
     emit(f'{name}_weight', 'int8_t', [v for row in q for v in row], str)
     emit_scales(f'{name}_scale', [b for row in scales for b in row], dtype)
@@ -195,7 +194,7 @@ def fp8_case(name, out, inn, strategy, block, dtype):
                 s = scales[o][0]
             else:
                 s = scales[o // block[0]][k // block[1]]
-            expect.append(f32_bits(round_to(fp8_val(w[o][k]) * scale_val(s, dtype), dtype)))
+            expect.append(f32_bits(exact_f32(fp8_val(w[o][k]) * scale_val(s, dtype), dtype)))
     print(f'// {name}: float-quantized fp8 {strategy} {block} scale {dtype}')
     emit(f'{name}_weight', 'uint8_t', [v for row in w for v in row], hex)
     emit_scales(f'{name}_scale', [b for row in scales for b in row], dtype)
