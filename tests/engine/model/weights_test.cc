@@ -1,0 +1,326 @@
+#include "engine/model/weights.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/engine/model/st_writer.h"
+
+namespace scored {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_util::StTensor;
+using testing_util::TempDir;
+
+const std::string kData = SCORED_DATA_DIR;
+
+TEST(WeightsTest, Stories260K) {
+  auto m = ModelWeights::Load(kData + "/stories260K-hf");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelWeights& w = **m;
+  EXPECT_EQ(w.config().num_layers, 5);
+  ASSERT_EQ(w.layers().size(), 5u);
+  EXPECT_EQ(w.embed_tokens().shape, (std::vector<int64_t>{512, 64}));
+  EXPECT_EQ(w.final_norm().shape, (std::vector<int64_t>{64}));
+  const LayerWeights& L = w.layers()[0];
+  EXPECT_EQ(L.q_proj.module, "model.layers.0.self_attn.q_proj");
+  EXPECT_EQ(L.q_proj.format, WeightFormat::kDense);
+  EXPECT_EQ(L.q_proj.out_features, 64);
+  EXPECT_EQ(L.k_proj.out_features, 32);
+  EXPECT_EQ(L.v_proj.out_features, 32);
+  EXPECT_EQ(L.o_proj.in_features, 64);
+  EXPECT_EQ(L.gate_proj.out_features, 172);
+  EXPECT_EQ(L.down_proj.in_features, 172);
+  EXPECT_FALSE(L.q_norm.present());
+  EXPECT_FALSE(L.q_proj.bias.present());
+  // Tied: lm_head is a dense view of the embedding.
+  EXPECT_EQ(w.lm_head().format, WeightFormat::kDense);
+  EXPECT_EQ(w.lm_head().weight.data, w.embed_tokens().data);
+  EXPECT_EQ(w.lm_head().out_features, 512);
+  float row[64];
+  ASSERT_TRUE(L.q_proj.DequantizeRows(0, 1, row).ok());
+  EXPECT_EQ(row[1], 0.07974770665168762f);  // read with Python's struct from the file
+  ASSERT_TRUE(w.lm_head().DequantizeRows(511, 512, row).ok());
+  EXPECT_EQ(row[63], -0.424032598733902f);
+
+  // 512*64 embedding + 5 * (64*64*2 + 32*64*2 + 172*64*3 linears + 2*64 norms) + 64 final norm.
+  const ModelSummary& s = w.summary();
+  EXPECT_EQ(s.num_parameters, 260032);
+  EXPECT_EQ(s.decoder_linear_params, 5 * (4096 * 2 + 2048 * 2 + 11008 * 3));
+  EXPECT_DOUBLE_EQ(s.bits_per_weight_decoder, 32.0);
+  EXPECT_DOUBLE_EQ(s.bits_per_weight_head, 32.0);
+  EXPECT_EQ(s.resident_bytes, 260032 * 4);
+  EXPECT_EQ(s.format, "dense-f32");
+  EXPECT_THAT(s.ToString(), HasSubstr("dense-f32"));
+  EXPECT_THAT(s.ToString(), HasSubstr("260032"));
+}
+
+// A tiny model written to a temp folder; tests edit the config and tensors before writing.
+struct TinyModel {
+  nlohmann::json config;
+  std::map<std::string, StTensor> tensors;
+
+  static constexpr int64_t kHidden = 32, kInter = 64, kLayers = 2, kHeads = 4, kKv = 2, kHeadDim = 8,
+                           kVocab = 16;
+
+  explicit TinyModel(const std::string& arch = "LlamaForCausalLM", const std::string& type = "llama") {
+    config = {{"architectures", {arch}},       {"model_type", type},
+              {"hidden_size", kHidden},        {"intermediate_size", kInter},
+              {"num_hidden_layers", kLayers},  {"num_attention_heads", kHeads},
+              {"num_key_value_heads", kKv},    {"head_dim", kHeadDim},
+              {"vocab_size", kVocab},          {"rms_norm_eps", 1e-5},
+              {"tie_word_embeddings", false},  {"torch_dtype", "bfloat16"}};
+    Dense("model.embed_tokens.weight", {kVocab, kHidden});
+    Dense("model.norm.weight", {kHidden});
+    Dense("lm_head.weight", {kVocab, kHidden});
+    for (int64_t l = 0; l < kLayers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      Dense(p + "input_layernorm.weight", {kHidden});
+      Dense(p + "post_attention_layernorm.weight", {kHidden});
+      for (const auto& [name, out, in] : Linears()) Dense(p + name + ".weight", {out, in});
+    }
+  }
+
+  static std::vector<std::tuple<std::string, int64_t, int64_t>> Linears() {
+    return {{"self_attn.q_proj", kHeads * kHeadDim, kHidden}, {"self_attn.k_proj", kKv * kHeadDim, kHidden},
+            {"self_attn.v_proj", kKv * kHeadDim, kHidden},    {"self_attn.o_proj", kHidden, kHeads * kHeadDim},
+            {"mlp.gate_proj", kInter, kHidden},               {"mlp.up_proj", kInter, kHidden},
+            {"mlp.down_proj", kHidden, kInter}};
+  }
+
+  void Put(const std::string& name, const std::string& dtype, std::vector<int64_t> shape, int64_t elem_size) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    tensors[name] = StTensor{name, dtype, shape, std::string(static_cast<size_t>(n * elem_size), '\x11')};
+  }
+  void Dense(const std::string& name, std::vector<int64_t> shape) { Put(name, "BF16", std::move(shape), 2); }
+
+  // Replaces every decoder linear's weight with W4A16 group-16 tensors (content arbitrary).
+  void PackInt4Group16(bool asym) {
+    for (int64_t l = 0; l < kLayers; ++l) {
+      for (const auto& [name, out, in] : Linears()) {
+        const std::string m = "model.layers." + std::to_string(l) + "." + name;
+        tensors.erase(m + ".weight");
+        Put(m + ".weight_packed", "I32", {out, in / 8}, 4);
+        Put(m + ".weight_scale", "BF16", {out, in / 16}, 2);
+        std::vector<int64_t> shape_vals = {out, in};
+        tensors[m + ".weight_shape"] = StTensor{m + ".weight_shape", "I64", {2}, testing_util::Bytes(shape_vals)};
+        if (asym) Put(m + ".weight_zero_point", "I32", {out / 8, in / 16}, 4);
+      }
+    }
+    config["quantization_config"] = nlohmann::json::parse(std::string(R"({
+      "quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"],
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int",
+        "strategy": "group", "group_size": 16, "symmetric": )") + (asym ? "false" : "true") + "}}}}");
+  }
+
+  void Nvfp4(bool w4a4) {
+    for (int64_t l = 0; l < kLayers; ++l) {
+      for (const auto& [name, out, in] : Linears()) {
+        const std::string m = "model.layers." + std::to_string(l) + "." + name;
+        tensors.erase(m + ".weight");
+        Put(m + ".weight_packed", "U8", {out, in / 2}, 1);
+        Put(m + ".weight_scale", "F8_E4M3", {out, in / 16}, 1);
+        tensors[m + ".weight_global_scale"] =
+            StTensor{m + ".weight_global_scale", "F32", {1}, testing_util::Bytes(std::vector<float>{100.0f})};
+        if (w4a4) Put(m + ".input_global_scale", "F32", {1}, 4);
+      }
+    }
+    const char* acts = w4a4 ? R"(, "input_activations": {"num_bits": 4, "type": "float",
+        "strategy": "tensor_group", "group_size": 16, "dynamic": "local"})" : "";
+    config["quantization_config"] = nlohmann::json::parse(std::string(R"({
+      "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": ["lm_head"],
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float",
+        "strategy": "tensor_group", "group_size": 16})") + acts + "}}}");
+  }
+
+  absl::StatusOr<std::unique_ptr<ModelWeights>> WriteAndLoad(const TempDir& dir) const {
+    std::vector<StTensor> list;
+    for (const auto& [name, t] : tensors) list.push_back(t);
+    if (!testing_util::WriteSafetensors(dir.path() + "/model.safetensors", list) ||
+        !testing_util::WriteFile(dir.path() + "/config.json", config.dump(2))) {
+      return absl::InternalError("cannot write the test model");
+    }
+    return ModelWeights::Load(dir.path());
+  }
+};
+
+TEST(WeightsTest, TinyDenseLoadsAndSummarizes) {
+  TempDir dir;
+  TinyModel t;
+  auto m = t.WriteAndLoad(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->summary().format, "dense-bf16");
+  EXPECT_EQ((*m)->lm_head().weight.name, "lm_head.weight");
+  EXPECT_DOUBLE_EQ((*m)->summary().bits_per_weight_decoder, 16.0);
+}
+
+TEST(WeightsTest, ShapeMismatchNamesTensorExpectedAndActual) {
+  TempDir dir;
+  TinyModel t;
+  t.Dense("model.layers.1.self_attn.k_proj.weight", {32, 32});
+  auto m = t.WriteAndLoad(dir);
+  ASSERT_FALSE(m.ok());
+  const std::string msg(m.status().message());
+  EXPECT_THAT(msg, HasSubstr("model.layers.1.self_attn.k_proj.weight"));
+  EXPECT_THAT(msg, HasSubstr("[32, 32]"));
+  EXPECT_THAT(msg, HasSubstr("expected [16, 32]"));
+  EXPECT_THAT(msg, HasSubstr("model.safetensors"));
+}
+
+TEST(WeightsTest, MissingTensorIsNotFoundNamingIt) {
+  TempDir dir;
+  TinyModel t;
+  t.tensors.erase("model.layers.1.mlp.up_proj.weight");
+  auto m = t.WriteAndLoad(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("model.layers.1.mlp.up_proj.weight"));
+}
+
+TEST(WeightsTest, WrongDtypeNamesIt) {
+  TempDir dir;
+  TinyModel t;
+  t.Put("model.norm.weight", "I32", {TinyModel::kHidden}, 4);
+  auto m = t.WriteAndLoad(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("model.norm.weight' has dtype I32"));
+}
+
+TEST(WeightsTest, UnexpectedTensorFails) {
+  TempDir dir;
+  TinyModel t;
+  t.Dense("model.layers.0.self_attn.o_proj.bias", {TinyModel::kHidden});
+  auto m = t.WriteAndLoad(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("model.layers.0.self_attn.o_proj.bias"));
+  // A rotary inv_freq buffer from older exports is tolerated.
+  TempDir dir2;
+  TinyModel t2;
+  t2.Put("model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {4}, 4);
+  EXPECT_TRUE(t2.WriteAndLoad(dir2).ok());
+}
+
+TEST(WeightsTest, TiedEmbeddingsIgnoreStoredLmHead) {
+  TempDir dir;
+  TinyModel t;
+  t.config["tie_word_embeddings"] = true;
+  auto m = t.WriteAndLoad(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->lm_head().weight.name, "model.embed_tokens.weight");
+}
+
+TEST(WeightsTest, Qwen2BiasAndQwen3QkNorm) {
+  TempDir dir;
+  TinyModel q2("Qwen2ForCausalLM", "qwen2");
+  auto missing = q2.WriteAndLoad(dir);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("model.layers.0.self_attn.q_proj.bias"));
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+    q2.Dense(p + "q_proj.bias", {32});
+    q2.Dense(p + "k_proj.bias", {16});
+    q2.Dense(p + "v_proj.bias", {16});
+  }
+  auto m = q2.WriteAndLoad(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->layers()[1].k_proj.bias.shape, (std::vector<int64_t>{16}));
+  EXPECT_FALSE((*m)->layers()[1].o_proj.bias.present());
+  // Qwen2 adds q/k/v biases (32 + 16 + 16 per layer), Qwen3 q/k norms (8 + 8 per layer).
+  const int64_t dense_params = (*m)->summary().num_parameters;
+
+  TempDir dir3;
+  TinyModel q3("Qwen3ForCausalLM", "qwen3");
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+    q3.Dense(p + "q_norm.weight", {TinyModel::kHeadDim});
+    q3.Dense(p + "k_norm.weight", {TinyModel::kHeadDim});
+  }
+  auto m3 = q3.WriteAndLoad(dir3);
+  ASSERT_TRUE(m3.ok()) << m3.status();
+  EXPECT_TRUE((*m3)->layers()[0].q_norm.present());
+  EXPECT_EQ((*m3)->summary().num_parameters + 2 * 64 - 2 * 2 * 8, dense_params);
+}
+
+TEST(WeightsTest, PackQuantizedSymAndAsym) {
+  for (bool asym : {false, true}) {
+    TempDir dir;
+    TinyModel t;
+    t.PackInt4Group16(asym);
+    auto m = t.WriteAndLoad(dir);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const LinearWeight& q = (*m)->layers()[0].q_proj;
+    EXPECT_EQ(q.format, WeightFormat::kPackQuantized);
+    EXPECT_EQ(q.group_size, 16);
+    EXPECT_EQ(q.weight_zero_point.present(), asym);
+    EXPECT_EQ((*m)->lm_head().format, WeightFormat::kDense);
+    const ModelSummary& s = (*m)->summary();
+    EXPECT_EQ(s.format, asym ? "w4a16-g16-asym" : "w4a16-g16-sym");
+    // 4 bits + a bf16 scale per 16 weights (+ a 4-bit zero point per 16 when asymmetric).
+    EXPECT_NEAR(s.bits_per_weight_decoder, asym ? 4.0 + 1.0 + 0.25 : 5.0, 1e-9);
+    EXPECT_DOUBLE_EQ(s.bits_per_weight_head, 16.0);
+    EXPECT_THAT(s.notes, HasSubstr("lm_head dense-bf16"));
+  }
+}
+
+TEST(WeightsTest, PackQuantizedBadShapes) {
+  TempDir dir;
+  TinyModel t;
+  t.PackInt4Group16(false);
+  t.Put("model.layers.1.mlp.down_proj.weight_scale", "BF16", {32, 3}, 2);
+  auto m = t.WriteAndLoad(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("model.layers.1.mlp.down_proj.weight_scale"));
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("expected [32, 4]"));
+
+  TinyModel t2;
+  t2.PackInt4Group16(false);
+  t2.tensors["model.layers.0.mlp.up_proj.weight_shape"].bytes = testing_util::Bytes(std::vector<int64_t>{64, 31});
+  auto m2 = t2.WriteAndLoad(dir);
+  ASSERT_FALSE(m2.ok());
+  EXPECT_THAT(std::string(m2.status().message()), HasSubstr("weight_shape' holds [64, 31], expected [64, 32]"));
+}
+
+TEST(WeightsTest, Nvfp4W4A4IsRunWeightOnlyWithANote) {
+  TempDir dir;
+  TinyModel t;
+  t.Nvfp4(true);
+  auto m = t.WriteAndLoad(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const LinearWeight& g = (*m)->layers()[1].gate_proj;
+  EXPECT_EQ(g.format, WeightFormat::kNvfp4PackQuantized);
+  EXPECT_TRUE(g.w4a4_run_weight_only);
+  EXPECT_TRUE(g.input_global_scale.present());
+  EXPECT_EQ((*m)->summary().format, "nvfp4a16");
+  EXPECT_THAT((*m)->summary().notes, HasSubstr("W4A4 checkpoint run weight-only"));
+  // 4 bits + an 8-bit scale per 16 + two fp32 global scales per linear.
+  EXPECT_GT((*m)->summary().bits_per_weight_decoder, 4.5);
+  EXPECT_LT((*m)->summary().bits_per_weight_decoder, 4.6);
+
+  TempDir dir2;
+  TinyModel a16;
+  a16.Nvfp4(false);
+  auto m2 = a16.WriteAndLoad(dir2);
+  ASSERT_TRUE(m2.ok()) << m2.status();
+  EXPECT_FALSE((*m2)->layers()[0].q_proj.w4a4_run_weight_only);
+  EXPECT_THAT((*m2)->summary().notes, ::testing::Not(HasSubstr("W4A4")));
+}
+
+TEST(WeightsTest, UnsupportedQuantizationFailsAtLoad) {
+  TempDir dir;
+  TinyModel t;
+  t.config["quantization_config"] = nlohmann::json::parse(R"({"quant_method": "compressed-tensors",
+    "sparsity_config": {"format": "sparse-24-bitmask", "targets": ["Linear"]}})");
+  auto m = t.WriteAndLoad(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("sparse-24-bitmask"));
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("config.json"));
+}
+
+}  // namespace
+}  // namespace scored
