@@ -56,6 +56,20 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
       return t->spec_.added_tokens[a].content.size() > t->spec_.added_tokens[b].content.size();
     });
   }
+  if (t->model_.options().alphabet == BpeModel::Alphabet::kChars) {
+    t->metaspace_words_exact_ = true;
+    for (int64_t id = 0; id < t->model_.size() && t->metaspace_words_exact_; ++id) {
+      const std::string& tok = t->model_.token(static_cast<int32_t>(id));
+      for (size_t p = tok.find(kMetaspace, 1); p != std::string::npos;
+           p = tok.find(kMetaspace, p + 1)) {
+        if (p < kMetaspace.size() || tok.compare(p - kMetaspace.size(), kMetaspace.size(),
+                                                 kMetaspace) != 0) {
+          t->metaspace_words_exact_ = false;
+          break;
+        }
+      }
+    }
+  }
   t->byte_length_.assign(t->vocab_size_, 0);
   for (int64_t id = 0; id < t->vocab_size_; ++id) {
     const int32_t added = t->added_of_id_[id];
@@ -162,7 +176,20 @@ absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_s
       }
     }
     const std::string_view s = m;
-    if (!spec_.metaspace_split) return EncodeWordInto(s, state, ids);
+    if (!spec_.metaspace_split) {
+      if (!metaspace_words_exact_) return EncodeWordInto(s, state, ids);
+      size_t word_start = 0;
+      for (size_t p = s.find(kMetaspace, 1); p != std::string_view::npos;
+           p = s.find(kMetaspace, p + kMetaspace.size())) {
+        if (p >= kMetaspace.size() &&
+            s.compare(p - kMetaspace.size(), kMetaspace.size(), kMetaspace) == 0) {
+          continue;  // inside a run of '▁': not a word start
+        }
+        SCORED_RETURN_IF_ERROR(EncodeCachedWordInto(s.substr(word_start, p - word_start), state, ids));
+        word_start = p;
+      }
+      return EncodeCachedWordInto(s.substr(word_start), state, ids);
+    }
     size_t word_start = 0;
     for (size_t p = s.find(kMetaspace, 1); p != std::string_view::npos;
          p = s.find(kMetaspace, p + kMetaspace.size())) {
@@ -181,20 +208,26 @@ absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_s
   state->pieces.clear();
   SCORED_RETURN_IF_ERROR(splitter_->Split(segment, &state->pieces));
   for (const std::string_view piece : state->pieces) {
-    const auto it = state->cache.find(absl::string_view(piece.data(), piece.size()));
-    if (it != state->cache.end()) {
-      const auto [offset, count] = it->second;
-      ids->insert(ids->end(), state->cache_ids.begin() + offset,
-                  state->cache_ids.begin() + offset + count);
-      continue;
-    }
-    const size_t before = ids->size();
-    SCORED_RETURN_IF_ERROR(EncodeWordInto(piece, state, ids));
-    const int32_t offset = static_cast<int32_t>(state->cache_ids.size());
-    state->cache_ids.insert(state->cache_ids.end(), ids->begin() + before, ids->end());
-    state->cache.emplace(std::string(piece),
-                         std::make_pair(offset, static_cast<int32_t>(ids->size() - before)));
+    SCORED_RETURN_IF_ERROR(EncodeCachedWordInto(piece, state, ids));
   }
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::EncodeCachedWordInto(std::string_view word, EncodeState* state,
+                                                std::vector<int32_t>* ids) const {
+  const auto it = state->cache.find(absl::string_view(word.data(), word.size()));
+  if (it != state->cache.end()) {
+    const auto [offset, count] = it->second;
+    ids->insert(ids->end(), state->cache_ids.begin() + offset,
+                state->cache_ids.begin() + offset + count);
+    return absl::OkStatus();
+  }
+  const size_t before = ids->size();
+  SCORED_RETURN_IF_ERROR(EncodeWordInto(word, state, ids));
+  const int32_t offset = static_cast<int32_t>(state->cache_ids.size());
+  state->cache_ids.insert(state->cache_ids.end(), ids->begin() + before, ids->end());
+  state->cache.emplace(std::string(word),
+                       std::make_pair(offset, static_cast<int32_t>(ids->size() - before)));
   return absl::OkStatus();
 }
 

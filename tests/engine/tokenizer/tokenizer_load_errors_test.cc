@@ -125,5 +125,25 @@ TEST_F(LoadErrorsTest, ForcedFormatMissingFile) {
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("tokenizer.model"));
 }
 
+// A metaspace vocabulary with a token that has '▁' after another character ("a▁"): merges may
+// cross the start of a '▁' run, so the segment must stay one BPE word.
+TEST_F(LoadErrorsTest, MetaspaceMergeAcrossSpace) {
+  Write("tokenizer.json", R"({"normalizer": {"type": "Sequence", "normalizers": [
+      {"type": "Prepend", "prepend": "\u2581"},
+      {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+    "decoder": {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+    "model": {"type": "BPE", "vocab": {"\u2581": 0, "a": 1, "b": 2, "a\u2581": 3, "a\u2581b": 4},
+              "merges": ["a \u2581", "a\u2581 b"]}})");
+  const auto t = Tokenizer::Load(dir_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->kind(), "hf-bpe-metaspace");
+  const auto ids = (*t)->Encode("a b");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{0, 4}));
+  EXPECT_EQ((*t)->Decode(*ids).value(), "a b");
+  // No byte fallback and no unknown token: a character without a token is an error.
+  EXPECT_EQ((*t)->Encode("c").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace scored

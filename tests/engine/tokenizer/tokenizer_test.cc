@@ -165,6 +165,24 @@ TEST(TokenizerTest, Stories260KWikiText2) {
   EXPECT_THAT(std::vector<int32_t>(ids->begin(), ids->begin() + 64), ElementsAreArray(first64));
 }
 
+// Llama-2's tokenizer.json and its SentencePiece model agree on the whole of wiki.test.raw (which
+// holds no literal "<s>", "</s>" or "<unk>", the one place they differ), and decode it back exactly.
+TEST(TokenizerTest, Llama2TokenizerJsonEqualsSentencePieceOnWikiText2) {
+  const auto json = MustLoad("tokenizers/llama2", Format::kHfTokenizerJson);
+  const auto spm = MustLoad("tokenizers/llama2", Format::kSentencePiece);
+  ASSERT_TRUE(json && spm);
+  const std::string text = ReadAll(kData + "/wikitext-2-raw/wiki.test.raw");
+  ASSERT_EQ(text.find("<s>"), std::string::npos);
+  ASSERT_EQ(text.find("</s>"), std::string::npos);
+  ASSERT_EQ(text.find("<unk>"), std::string::npos);
+  const auto a = json->Encode(text);
+  const auto b = spm->Encode(text);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), b->size());
+  EXPECT_TRUE(*a == *b);
+  EXPECT_TRUE(json->Decode(*a).value() == text);
+}
+
 // The Llama-3 tokenizer on the whole of wiki.test.raw: encoding is stable under concurrent use and
 // decoding gives back the exact bytes.
 TEST(TokenizerTest, Llama3WholeFileRoundTripAndThreads) {
