@@ -31,7 +31,8 @@ ABSL_FLAG(int64_t, ctx, 0,
           "tokens per window, BOS included (0 = the method's default: llamacpp 512, others 2048)");
 ABSL_FLAG(int64_t, stride, 0, "exl3 / hf: window stride (0 = default 512)");
 ABSL_FLAG(int64_t, max_windows, 0, "score only the first N windows (0 = all)");
-ABSL_FLAG(int32_t, inflight, 8, "ScoreStream requests kept outstanding");
+ABSL_FLAG(int32_t, inflight, 16,
+          "ScoreStream requests kept outstanding (enough to keep the server's batcher full)");
 ABSL_FLAG(std::string, json, "", "also write the report as JSON to this file");
 ABSL_FLAG(std::string, tokenizer, "",
           "tokenize locally with the tokenizer files in this folder (default: the server's Tokenize RPC)");

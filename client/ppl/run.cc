@@ -10,6 +10,7 @@
 #include "client/ppl/plan.h"
 #include "client/ppl/progress.h"
 #include "client/ppl/scorer_client.h"
+#include "engine/base/logging.h"
 #include "engine/base/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 #ifdef SCORED_PPL_HAVE_TOKENIZER
@@ -129,6 +130,11 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   if (!options.tokenizer_dir.empty()) {
 #ifdef SCORED_PPL_HAVE_TOKENIZER
     SCORED_ASSIGN_OR_RETURN(setup, LocalTokenizer(options.tokenizer_dir, info));
+    if (!info.tokenizer_fingerprint().empty() && setup.fingerprint != info.tokenizer_fingerprint()) {
+      SCORED_LOG(WARNING) << "tokenizer files in " << options.tokenizer_dir << " (" << setup.fingerprint
+                          << ") differ from the server's (" << info.tokenizer_fingerprint()
+                          << "); ids may differ from server-side tokenization";
+    }
 #else
     return absl::UnimplementedError("this scored-ppl was built without the local tokenizer");
 #endif

@@ -32,7 +32,7 @@ struct RunOptions {
   std::string separator;              // text format: document separator ("" = whole file)
   std::string text_field = "text";    // jsonl
   MethodParams method;
-  int inflight = 8;                   // ScoreStream requests outstanding
+  int inflight = 16;                  // ScoreStream requests outstanding
   std::string tokenizer_dir;          // "" = tokenize through the server's Tokenize RPC
   bool progress = false;              // draw the progress line on `progress_out`
   std::FILE* progress_out = nullptr;
