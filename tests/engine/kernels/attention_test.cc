@@ -1,0 +1,210 @@
+// Causal GQA varlen attention vs ref::CausalAttention, one oracle call per sequence.
+// Tolerances (v in [-1, 1], so |out| <= 1):
+//   fp32 (SIMT): fp32 dot products and sums vs double in the oracle: scores off by ~1e-6, outputs by
+//     less; kFp32AbsTol = 1e-5.
+//   bf16: inputs are bf16 on both sides; the output is rounded to bf16 (<= 2^-9 = 0.002 of |out|) and the
+//     tensor-core path also rounds the probabilities to bf16 before P.V (relative 2^-9 each, <= 0.002 on
+//     a convex combination): kBf16AbsTol = 1e-2, with the mean error bounded by kBf16MeanAbsTol = 2e-3.
+#include "engine/kernels/attention.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "engine/reference/ops.h"
+#include "tests/engine/kernels/kernel_test_util.h"
+
+namespace scored::kernels {
+namespace {
+
+using testing::DeviceArray;
+
+constexpr double kFp32AbsTol = 1e-5;
+constexpr double kBf16AbsTol = 1e-2;
+constexpr double kBf16MeanAbsTol = 2e-3;
+
+class AttentionTest : public testing::GpuTest {};
+
+struct Problem {
+  std::vector<int32_t> lengths;
+  int32_t num_heads, num_kv_heads, head_dim;
+  std::vector<int32_t> cu_seqlens;
+  int64_t num_tokens = 0, stride = 0;
+  std::vector<float> qkv;   // [num_tokens, stride] fused q|k|v, bf16-representable
+  std::vector<float> want;  // [num_tokens, num_heads * head_dim]
+
+  AttentionShape Shape() const {
+    AttentionShape s;
+    s.num_tokens = num_tokens;
+    s.num_seqs = static_cast<int32_t>(lengths.size());
+    s.max_seqlen = *std::max_element(lengths.begin(), lengths.end());
+    s.num_heads = num_heads;
+    s.num_kv_heads = num_kv_heads;
+    s.head_dim = head_dim;
+    s.q_stride = stride;
+    s.kv_stride = stride;
+    return s;
+  }
+};
+
+Problem MakeProblem(std::vector<int32_t> lengths, int32_t nh, int32_t nkv, int32_t hd, uint32_t seed) {
+  Problem p;
+  p.lengths = std::move(lengths);
+  p.num_heads = nh;
+  p.num_kv_heads = nkv;
+  p.head_dim = hd;
+  p.cu_seqlens.push_back(0);
+  for (int32_t len : p.lengths) p.cu_seqlens.push_back(p.cu_seqlens.back() + len);
+  p.num_tokens = p.cu_seqlens.back();
+  p.stride = static_cast<int64_t>(nh + 2 * nkv) * hd;
+  p.qkv.resize(p.num_tokens * p.stride);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> qk_dist(0.0f, 1.5f);
+  std::uniform_real_distribution<float> v_dist(-1.0f, 1.0f);
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    for (int64_t j = 0; j < p.stride; ++j) {
+      const bool is_v = j >= static_cast<int64_t>(nh + nkv) * hd;
+      p.qkv[t * p.stride + j] = RoundToBf16(is_v ? v_dist(rng) : qk_dist(rng));
+    }
+  }
+  const int64_t q_cols = static_cast<int64_t>(nh) * hd, kv_cols = static_cast<int64_t>(nkv) * hd;
+  p.want.resize(p.num_tokens * q_cols);
+  for (size_t s = 0; s < p.lengths.size(); ++s) {
+    const int64_t n = p.lengths[s], t0 = p.cu_seqlens[s];
+    std::vector<float> q(n * q_cols), k(n * kv_cols), v(n * kv_cols), out(n * q_cols);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = p.qkv.data() + (t0 + i) * p.stride;
+      std::copy(row, row + q_cols, q.begin() + i * q_cols);
+      std::copy(row + q_cols, row + q_cols + kv_cols, k.begin() + i * kv_cols);
+      std::copy(row + q_cols + kv_cols, row + q_cols + 2 * kv_cols, v.begin() + i * kv_cols);
+    }
+    ref::CausalAttention(q.data(), k.data(), v.data(), n, nh, nkv, hd, out.data());
+    std::copy(out.begin(), out.end(), p.want.begin() + t0 * q_cols);
+  }
+  return p;
+}
+
+template <typename T>
+std::vector<float> RunAttention(cudaStream_t stream, const Problem& p, bool simt) {
+  const AttentionShape shape = p.Shape();
+  DeviceArray<int32_t> d_cu(p.cu_seqlens);
+  std::vector<float> out;
+  if constexpr (sizeof(T) == 2) {
+    DeviceArray<bf16_t> d_qkv(testing::ToBf16(p.qkv)), d_out(p.num_tokens * p.num_heads * p.head_dim);
+    d_out.Poison();
+    const bf16_t* q = d_qkv.get();
+    const bf16_t* k = q + static_cast<int64_t>(p.num_heads) * p.head_dim;
+    const bf16_t* v = k + static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+    const absl::Status st = simt ? CausalAttentionSimt(q, k, v, d_cu.get(), shape, d_out.get(), stream)
+                                 : CausalAttention(q, k, v, d_cu.get(), shape, d_out.get(), stream);
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    out = testing::FromBf16(d_out.Download());
+  } else {
+    DeviceArray<float> d_qkv(p.qkv), d_out(p.num_tokens * p.num_heads * p.head_dim);
+    d_out.Poison();
+    const float* q = d_qkv.get();
+    const float* k = q + static_cast<int64_t>(p.num_heads) * p.head_dim;
+    const float* v = k + static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+    const absl::Status st = CausalAttention(q, k, v, d_cu.get(), shape, d_out.get(), stream);
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    out = d_out.Download();
+  }
+  return out;
+}
+
+double MeanAbsError(const std::vector<float>& got, const std::vector<float>& want) {
+  double sum = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) sum += std::fabs(static_cast<double>(got[i]) - want[i]);
+  return got.empty() ? 0.0 : sum / static_cast<double>(got.size());
+}
+
+const std::vector<int32_t> kLengths = {1, 17, 64, 100, 130, 257};
+
+TEST_F(AttentionTest, Bf16MatchesReference) {
+  for (int32_t hd : {8, 16, 32, 64, 128}) {
+    const Problem p = MakeProblem(kLengths, 8, 2, hd, 100 + hd);
+    for (bool simt : {false, true}) {
+      const std::string name = std::string("attention bf16 ") + (simt ? "simt" : "default") + " hd=" + std::to_string(hd);
+      const std::vector<float> got = RunAttention<bf16_t>(stream_, p, simt);
+      const testing::ErrorStats s = testing::CompareArrays(got, p.want);
+      const double mean = MeanAbsError(got, p.want);
+      testing::Report(name + " (mean_abs=" + std::to_string(mean) + ")", s);
+      EXPECT_EQ(s.not_finite, 0) << name;
+      EXPECT_LE(s.max_abs, kBf16AbsTol) << name;
+      EXPECT_LE(mean, kBf16MeanAbsTol) << name;
+    }
+  }
+}
+
+TEST_F(AttentionTest, Fp32MatchesReference) {
+  for (int32_t hd : {8, 32, 64, 128}) {
+    const Problem p = MakeProblem(kLengths, 4, 4, hd, 200 + hd);
+    const std::vector<float> got = RunAttention<float>(stream_, p, false);
+    const testing::ErrorStats s = testing::CompareArrays(got, p.want);
+    testing::Report("attention f32 hd=" + std::to_string(hd), s);
+    EXPECT_EQ(s.not_finite, 0);
+    EXPECT_LE(s.max_abs, kFp32AbsTol) << "hd=" << hd;
+  }
+}
+
+TEST_F(AttentionTest, SequenceResultIndependentOfBatch) {
+  const Problem batch = MakeProblem({70, 33, 129}, 8, 1, 128, 300);
+  // The middle sequence alone: same rows of qkv.
+  Problem alone = batch;
+  alone.lengths = {33};
+  alone.cu_seqlens = {0, 33};
+  alone.num_tokens = 33;
+  alone.qkv.assign(batch.qkv.begin() + 70 * batch.stride, batch.qkv.begin() + 103 * batch.stride);
+  const std::vector<float> all = RunAttention<bf16_t>(stream_, batch, false);
+  const std::vector<float> one = RunAttention<bf16_t>(stream_, alone, false);
+  const int64_t cols = 8 * 128;
+  EXPECT_EQ(testing::CountBitDifferences(std::vector<float>(all.begin() + 70 * cols, all.begin() + 103 * cols), one), 0);
+}
+
+// Times the tensor-core path at Llama-3-8B attention shapes (32 heads, 8 kv heads, head_dim 128; 8 windows
+// of 2048 tokens). Reports only; the correctness tests above are the gate.
+TEST_F(AttentionTest, ThroughputLlama8BShape) {
+  constexpr int32_t kSeqs = 8, kLen = 2048, kNh = 32, kNkv = 8, kHd = 128;
+  constexpr int64_t kTokens = static_cast<int64_t>(kSeqs) * kLen, kStride = (kNh + 2 * kNkv) * kHd;
+  std::vector<int32_t> cu(kSeqs + 1);
+  for (int i = 0; i <= kSeqs; ++i) cu[i] = i * kLen;
+  DeviceArray<bf16_t> d_qkv(testing::ToBf16(testing::RandomNormal(kTokens * kStride, 400)));
+  DeviceArray<bf16_t> d_out(kTokens * kNh * kHd);
+  DeviceArray<int32_t> d_cu(cu);
+  AttentionShape s;
+  s.num_tokens = kTokens;
+  s.num_seqs = kSeqs;
+  s.max_seqlen = kLen;
+  s.num_heads = kNh;
+  s.num_kv_heads = kNkv;
+  s.head_dim = kHd;
+  s.q_stride = s.kv_stride = kStride;
+  const bf16_t* q = d_qkv.get();
+  auto launch = [&] {
+    return CausalAttention(q, q + kNh * kHd, q + (kNh + kNkv) * kHd, d_cu.get(), s, d_out.get(), stream_);
+  };
+  ASSERT_TRUE(launch().ok());
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  constexpr int kIters = 10;
+  cudaEventRecord(start, stream_);
+  for (int i = 0; i < kIters; ++i) ASSERT_TRUE(launch().ok());
+  cudaEventRecord(stop, stream_);
+  Sync();
+  float ms = 0.0f;
+  cudaEventElapsedTime(&ms, start, stop);
+  ms /= kIters;
+  // Causal: QK^T and PV each 2 * hd FLOP per (query, key <= query) pair and head.
+  const double flops = 4.0 * kHd * kNh * kSeqs * (static_cast<double>(kLen) * (kLen + 1) / 2);
+  std::cout << "[ measured ] attention bf16 8x2048 nh=32 nkv=8 hd=128: " << ms << " ms, " << flops / ms / 1e9
+            << " TFLOP/s" << std::endl;
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
+}  // namespace
+}  // namespace scored::kernels

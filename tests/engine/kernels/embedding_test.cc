@@ -1,0 +1,94 @@
+// Embedding lookup vs ref::Embedding. A copy is exact: fp32 -> fp32 and bf16 -> any are bit-exact,
+// fp32 -> bf16 equals FloatToBf16 (round to nearest even) of the oracle.
+#include "engine/kernels/embedding.h"
+
+#include <cmath>
+
+#include "engine/reference/ops.h"
+#include "tests/engine/kernels/kernel_test_util.h"
+
+namespace scored::kernels {
+namespace {
+
+using testing::DeviceArray;
+
+class EmbeddingTest : public testing::GpuTest {};
+
+constexpr int64_t kVocab = 1000, kHidden = 320, kTokens = 77;
+
+std::vector<int32_t> RandomTokens(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(kTokens);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % kVocab);
+  t[3] = t[5];  // a repeated id
+  t[0] = 0;
+  t[1] = kVocab - 1;
+  return t;
+}
+
+TEST_F(EmbeddingTest, Fp32TableAllOutputTypesBitExact) {
+  const std::vector<float> table = testing::RandomNormal(kVocab * kHidden, 11);
+  const std::vector<int32_t> tokens = RandomTokens(12);
+  std::vector<float> want(kTokens * kHidden);
+  ASSERT_TRUE(ref::Embedding(table.data(), tokens.data(), kTokens, kVocab, kHidden, want.data()).ok());
+
+  DeviceArray<float> d_table(table);
+  DeviceArray<int32_t> d_tokens(tokens);
+  DeviceArray<float> d_out32(kTokens * kHidden);
+  DeviceArray<bf16_t> d_out16(kTokens * kHidden);
+  d_out32.Poison();
+  d_out16.Poison();
+  ASSERT_TRUE(Embedding(d_table.get(), d_tokens.get(), kTokens, kVocab, kHidden, d_out32.get(), stream_).ok());
+  ASSERT_TRUE(Embedding(d_table.get(), d_tokens.get(), kTokens, kVocab, kHidden, d_out16.get(), stream_).ok());
+  Sync();
+  EXPECT_EQ(testing::CountBitDifferences(d_out32.Download(), want), 0);
+  EXPECT_EQ(testing::CountBitDifferences(d_out16.Download(), testing::ToBf16(want)), 0);
+}
+
+TEST_F(EmbeddingTest, Bf16TableAllOutputTypesBitExact) {
+  const std::vector<float> table = testing::RoundedToBf16(testing::RandomNormal(kVocab * kHidden, 13));
+  const std::vector<int32_t> tokens = RandomTokens(14);
+  std::vector<float> want(kTokens * kHidden);
+  ASSERT_TRUE(ref::Embedding(table.data(), tokens.data(), kTokens, kVocab, kHidden, want.data()).ok());
+
+  DeviceArray<bf16_t> d_table(testing::ToBf16(table));
+  DeviceArray<int32_t> d_tokens(tokens);
+  DeviceArray<float> d_out32(kTokens * kHidden);
+  DeviceArray<bf16_t> d_out16(kTokens * kHidden);
+  d_out32.Poison();
+  d_out16.Poison();
+  ASSERT_TRUE(Embedding(d_table.get(), d_tokens.get(), kTokens, kVocab, kHidden, d_out32.get(), stream_).ok());
+  ASSERT_TRUE(Embedding(d_table.get(), d_tokens.get(), kTokens, kVocab, kHidden, d_out16.get(), stream_).ok());
+  Sync();
+  EXPECT_EQ(testing::CountBitDifferences(d_out32.Download(), want), 0);
+  EXPECT_EQ(testing::CountBitDifferences(d_out16.Download(), testing::ToBf16(want)), 0);
+}
+
+TEST_F(EmbeddingTest, OutOfRangeIdGivesNanRow) {
+  const std::vector<float> table = testing::RandomNormal(kVocab * kHidden, 15);
+  std::vector<int32_t> tokens = {5, static_cast<int32_t>(kVocab), -1};
+  DeviceArray<float> d_table(table);
+  DeviceArray<int32_t> d_tokens(tokens);
+  DeviceArray<float> d_out(3 * kHidden);
+  d_out.Poison();
+  ASSERT_TRUE(Embedding(d_table.get(), d_tokens.get(), 3, kVocab, kHidden, d_out.get(), stream_).ok());
+  Sync();
+  const std::vector<float> out = d_out.Download();
+  for (int64_t i = 0; i < kHidden; ++i) {
+    EXPECT_EQ(out[i], table[5 * kHidden + i]);
+    EXPECT_TRUE(std::isnan(out[kHidden + i]));
+    EXPECT_TRUE(std::isnan(out[2 * kHidden + i]));
+  }
+}
+
+TEST_F(EmbeddingTest, RejectsBadArguments) {
+  float* null_out = nullptr;
+  EXPECT_EQ(Embedding(static_cast<const float*>(nullptr), nullptr, 4, kVocab, kHidden, null_out, stream_).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Embedding(static_cast<const float*>(nullptr), nullptr, -1, kVocab, kHidden, null_out, stream_).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Embedding(static_cast<const float*>(nullptr), nullptr, 0, kVocab, kHidden, null_out, stream_).ok());
+}
+
+}  // namespace
+}  // namespace scored::kernels

@@ -1,0 +1,73 @@
+// W8A8 per-token FP8 quantization vs ref::FakeQuantizeFp8PerToken: the same fp32 divisions, the same
+// RNE + saturating rounding and the same product, so the results are bit-exact (also for the fp8 codes and
+// scales, checked against dtype.h's converter). A zero row must keep scale 0 and stay 0.
+#include "engine/kernels/fp8_quant.h"
+
+#include "engine/base/dtype.h"
+#include "engine/reference/ops.h"
+#include "tests/engine/kernels/kernel_test_util.h"
+
+namespace scored::kernels {
+namespace {
+
+using testing::DeviceArray;
+
+class Fp8QuantTest : public testing::GpuTest {};
+
+constexpr int64_t kTokens = 17, kIn = 1000, kStride = 1024;
+
+std::vector<float> Inputs() {
+  std::vector<float> x = testing::RoundedToBf16(testing::RandomNormal(kTokens * kStride, 91, 3.0f));
+  for (int64_t i = 0; i < kStride; ++i) x[2 * kStride + i] = 0.0f;  // a zero row
+  x[5 * kStride + 7] = 1000.0f;                                      // an outlier row
+  return x;
+}
+
+std::vector<float> Dense(const std::vector<float>& x) {
+  std::vector<float> d(kTokens * kIn);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t i = 0; i < kIn; ++i) d[t * kIn + i] = x[t * kStride + i];
+  }
+  return d;
+}
+
+TEST_F(Fp8QuantTest, FakeQuantBitExact) {
+  const std::vector<float> x = Inputs();
+  std::vector<float> want = Dense(x);
+  ref::FakeQuantizeFp8PerToken(want.data(), kTokens, kIn);
+  DeviceArray<float> d_x32(x);
+  DeviceArray<bf16_t> d_x16(testing::ToBf16(x));
+  ASSERT_TRUE(FakeQuantizeFp8PerToken(d_x32.get(), kStride, kTokens, kIn, stream_).ok());
+  ASSERT_TRUE(FakeQuantizeFp8PerToken(d_x16.get(), kStride, kTokens, kIn, stream_).ok());
+  Sync();
+  EXPECT_EQ(testing::CountBitDifferences(Dense(d_x32.Download()), want), 0);
+  EXPECT_EQ(testing::CountBitDifferences(Dense(testing::FromBf16(d_x16.Download())), testing::RoundedToBf16(want)), 0);
+}
+
+TEST_F(Fp8QuantTest, CodesAndScalesBitExact) {
+  const std::vector<float> x = Inputs();
+  std::vector<uint8_t> want_q(kTokens * kIn);
+  std::vector<float> want_scale(kTokens);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < kIn; ++i) amax = std::max(amax, std::fabs(x[t * kStride + i]));
+    const float scale = amax / 448.0f;
+    want_scale[t] = scale;
+    for (int64_t i = 0; i < kIn; ++i) {
+      want_q[t * kIn + i] = scale == 0.0f ? 0 : FloatToFp8E4M3(x[t * kStride + i] / scale);
+    }
+  }
+  DeviceArray<bf16_t> d_x(testing::ToBf16(x));
+  DeviceArray<uint8_t> d_q(kTokens * kIn);
+  DeviceArray<float> d_scale(kTokens);
+  d_q.Poison();
+  d_scale.Poison();
+  ASSERT_TRUE(QuantizeFp8PerToken(d_x.get(), kStride, kTokens, kIn, d_q.get(), d_scale.get(), stream_).ok());
+  Sync();
+  EXPECT_EQ(testing::CountBitDifferences(d_q.Download(), want_q), 0);
+  EXPECT_EQ(testing::CountBitDifferences(d_scale.Download(), want_scale), 0);
+  EXPECT_EQ(d_scale.Download()[2], 0.0f);
+}
+
+}  // namespace
+}  // namespace scored::kernels

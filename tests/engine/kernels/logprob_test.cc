@@ -1,0 +1,224 @@
+// Scoring tail vs ref::ScoreLogits (double exp and sums). The kernel evaluates exp in fp32 (expf, <= 2
+// ulp) and sums in double, so S is within ~2.5e-7 relative of the oracle's and logprob = x - m - log S
+// within kLogprobAbsTol = 1e-6 (logits of magnitude <= 16); the entropy, a ratio of two such sums, within
+// kEntropyAbsTol = 1e-5. greedy, rank and the top-k ids (ties included) must match exactly; top-k logprobs
+// are fp32 roundings of values within 1e-6: kLogprobAbsTol + 2 fp32 ulp of |logprob| <= 40.
+#include "engine/kernels/logprob.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+
+#include "engine/reference/ops.h"
+#include "tests/engine/kernels/kernel_test_util.h"
+
+namespace scored::kernels {
+namespace {
+
+using testing::DeviceArray;
+
+constexpr double kLogprobAbsTol = 1e-6;
+constexpr double kEntropyAbsTol = 1e-5;
+constexpr double kTopKAbsTol = 1e-6 + 1e-5;
+
+class LogprobTest : public testing::GpuTest {};
+
+struct Problem {
+  int64_t tokens, vocab, ld;
+  std::vector<float> logits;  // [tokens, ld]
+  std::vector<int32_t> targets;
+};
+
+// Random logits with planted ties: a duplicated max (argmax tie -> lowest id), a run of equal values
+// straddling the top-k cut, and targets that hit the max, a tie and random ids.
+Problem MakeProblem(int64_t tokens, int64_t vocab, uint32_t seed) {
+  Problem p{tokens, vocab, vocab + 5, {}, {}};
+  p.logits = testing::RandomNormal(tokens * p.ld, seed, 3.0f);
+  std::mt19937 rng(seed + 1);
+  p.targets.resize(tokens);
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* row = p.logits.data() + t * p.ld;
+    const int32_t a = static_cast<int32_t>(rng() % vocab), b = static_cast<int32_t>(rng() % vocab);
+    row[a] = 16.0f;
+    row[b] = 16.0f;
+    for (int j = 0; j < 80; ++j) row[rng() % vocab] = 9.5f;  // ties around the top-64 boundary
+    switch (t % 4) {
+      case 0: p.targets[t] = std::min(a, b); break;
+      case 1: p.targets[t] = std::max(a, b); break;
+      default: p.targets[t] = static_cast<int32_t>(rng() % vocab); break;
+    }
+  }
+  return p;
+}
+
+struct Outputs {
+  std::vector<double> logprob;
+  std::vector<uint8_t> greedy;
+  std::vector<int32_t> rank;
+  std::vector<float> entropy;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_lp;
+};
+
+Outputs RunKernel(cudaStream_t stream, const Problem& p, const LogprobOptions& opt) {
+  DeviceArray<float> d_logits(p.logits);
+  DeviceArray<int32_t> d_targets(p.targets);
+  DeviceArray<double> d_lp(p.tokens);
+  DeviceArray<uint8_t> d_greedy(p.tokens);
+  DeviceArray<int32_t> d_rank(p.tokens);
+  DeviceArray<float> d_entropy(p.tokens);
+  const size_t k = static_cast<size_t>(std::max(opt.top_k, 1));
+  DeviceArray<int32_t> d_ids(p.tokens * k);
+  DeviceArray<float> d_tlp(p.tokens * k);
+  d_lp.Poison();
+  d_greedy.Poison();
+  d_rank.Poison();
+  d_entropy.Poison();
+  d_ids.Poison();
+  d_tlp.Poison();
+  LogprobOutputs out;
+  out.logprob = d_lp.get();
+  out.greedy = d_greedy.get();
+  out.rank = d_rank.get();
+  out.entropy = d_entropy.get();
+  out.top_k_ids = d_ids.get();
+  out.top_k_logprobs = d_tlp.get();
+  const absl::Status st = ScoreLogits(d_logits.get(), p.ld, d_targets.get(), p.tokens, p.vocab, opt, out, stream);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  return {d_lp.Download(), d_greedy.Download(), d_rank.Download(), d_entropy.Download(), d_ids.Download(),
+          d_tlp.Download()};
+}
+
+void CheckAgainstReference(cudaStream_t stream, const Problem& p, int32_t top_k, const std::string& name) {
+  LogprobOptions opt;
+  opt.top_k = top_k;
+  opt.want_rank = true;
+  opt.want_entropy = true;
+  const Outputs got = RunKernel(stream, p, opt);
+  double max_lp = 0.0, max_ent = 0.0, max_top = 0.0;
+  for (int64_t t = 0; t < p.tokens; ++t) {
+    const ref::TokenScore want =
+        ref::ScoreLogits(p.logits.data() + t * p.ld, p.vocab, p.targets[t], top_k, true, true);
+    max_lp = std::max(max_lp, std::fabs(got.logprob[t] - want.logprob));
+    max_ent = std::max(max_ent, std::fabs(got.entropy[t] - want.entropy));
+    ASSERT_EQ(got.greedy[t], want.greedy ? 1 : 0) << name << " token " << t;
+    ASSERT_EQ(got.rank[t], want.rank) << name << " token " << t;
+    ASSERT_EQ(static_cast<int64_t>(want.top_k.size()), top_k);
+    for (int32_t i = 0; i < top_k; ++i) {
+      ASSERT_EQ(got.top_ids[t * top_k + i], want.top_k[i].id) << name << " token " << t << " rank " << i;
+      max_top = std::max(max_top, std::fabs(static_cast<double>(got.top_lp[t * top_k + i]) - want.top_k[i].logprob));
+    }
+  }
+  std::cout << "[ measured ] " << name << ": logprob max_abs=" << max_lp << " entropy max_abs=" << max_ent
+            << " top_k logprob max_abs=" << max_top << std::endl;
+  EXPECT_LE(max_lp, kLogprobAbsTol) << name;
+  EXPECT_LE(max_ent, kEntropyAbsTol) << name;
+  EXPECT_LE(max_top, kTopKAbsTol) << name;
+}
+
+TEST_F(LogprobTest, MatchesReferenceWithTies) {
+  CheckAgainstReference(stream_, MakeProblem(37, 32003, 500), 64, "logprob V=32003 k=64");
+  CheckAgainstReference(stream_, MakeProblem(9, 1000, 501), 5, "logprob V=1000 k=5");
+  CheckAgainstReference(stream_, MakeProblem(3, 128256, 502), 64, "logprob V=128256 k=64");
+  CheckAgainstReference(stream_, MakeProblem(4, 512, 503), 0, "logprob V=512 k=0");
+}
+
+TEST_F(LogprobTest, TokenResultIndependentOfBatch) {
+  const Problem all = MakeProblem(16, 5000, 510);
+  Problem one{1, all.vocab, all.ld, {}, {}};
+  one.logits.assign(all.logits.begin() + 11 * all.ld, all.logits.begin() + 12 * all.ld);
+  one.targets = {all.targets[11]};
+  LogprobOptions opt;
+  opt.top_k = 8;
+  opt.want_rank = opt.want_entropy = true;
+  const Outputs a = RunKernel(stream_, all, opt);
+  const Outputs b = RunKernel(stream_, one, opt);
+  EXPECT_EQ(std::memcmp(&a.logprob[11], &b.logprob[0], sizeof(double)), 0);
+  EXPECT_EQ(std::memcmp(&a.entropy[11], &b.entropy[0], sizeof(float)), 0);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(a.top_ids[11 * 8 + i], b.top_ids[i]);
+    EXPECT_EQ(std::memcmp(&a.top_lp[11 * 8 + i], &b.top_lp[i], sizeof(float)), 0);
+  }
+}
+
+TEST_F(LogprobTest, VocabShardStatsCombineToFullResult) {
+  const Problem p = MakeProblem(21, 30000, 520);
+  const int64_t shards[] = {0, 9000, 21000, 30000};  // uneven shards
+  constexpr int64_t kShards = 3;
+  DeviceArray<float> d_logits(p.logits);
+  DeviceArray<int32_t> d_targets(p.targets);
+  DeviceArray<LogitPartialStats> d_stats(kShards * p.tokens);
+  for (int64_t r = 0; r < kShards; ++r) {
+    ASSERT_TRUE(ComputeLogitPartialStats(d_logits.get() + shards[r], p.ld, d_targets.get(), p.tokens,
+                                         shards[r + 1] - shards[r], shards[r], d_stats.get() + r * p.tokens, stream_)
+                    .ok());
+  }
+  DeviceArray<double> d_lp(p.tokens);
+  DeviceArray<uint8_t> d_greedy(p.tokens);
+  d_lp.Poison();
+  d_greedy.Poison();
+  ASSERT_TRUE(CombineLogitPartialStats(d_stats.get(), kShards, p.tokens, d_targets.get(), d_lp.get(), d_greedy.get(),
+                                       stream_).ok());
+  Sync();
+  const std::vector<double> lp = d_lp.Download();
+  const std::vector<uint8_t> greedy = d_greedy.Download();
+  double max_err = 0.0;
+  for (int64_t t = 0; t < p.tokens; ++t) {
+    const ref::TokenScore want = ref::ScoreLogits(p.logits.data() + t * p.ld, p.vocab, p.targets[t], 0, false, false);
+    max_err = std::max(max_err, std::fabs(lp[t] - want.logprob));
+    EXPECT_EQ(greedy[t], want.greedy ? 1 : 0) << t;
+  }
+  std::cout << "[ measured ] logprob 3-shard combine: logprob max_abs=" << max_err << std::endl;
+  EXPECT_LE(max_err, kLogprobAbsTol);
+}
+
+TEST_F(LogprobTest, RejectsBadOptions) {
+  LogprobOptions opt;
+  opt.top_k = 65;
+  LogprobOutputs out;
+  EXPECT_EQ(ScoreLogits(nullptr, 10, nullptr, 1, 10, opt, out, stream_).code(), absl::StatusCode::kInvalidArgument);
+  opt.top_k = 0;
+  EXPECT_EQ(ScoreLogits(nullptr, 10, nullptr, 1, 10, opt, out, stream_).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ScoreLogits(nullptr, 5, nullptr, 1, 10, opt, out, stream_).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Times the tail at Llama-3 vocabulary (128256) for 2048 tokens with every option on. Reports only.
+TEST_F(LogprobTest, ThroughputLlama3Vocab) {
+  constexpr int64_t kTokens = 2048, kVocab = 128256;
+  DeviceArray<float> d_logits(testing::RandomNormal(kTokens * kVocab, 530, 3.0f));
+  std::vector<int32_t> targets(kTokens);
+  for (int64_t t = 0; t < kTokens; ++t) targets[t] = static_cast<int32_t>((t * 7919) % kVocab);
+  DeviceArray<int32_t> d_targets(targets);
+  DeviceArray<double> d_lp(kTokens);
+  DeviceArray<uint8_t> d_greedy(kTokens);
+  DeviceArray<int32_t> d_rank(kTokens), d_ids(kTokens * 64);
+  DeviceArray<float> d_entropy(kTokens), d_tlp(kTokens * 64);
+  LogprobOutputs out{d_lp.get(), d_greedy.get(), d_rank.get(), d_entropy.get(), d_ids.get(), d_tlp.get()};
+  for (int32_t k : {0, 64}) {
+    LogprobOptions opt;
+    opt.top_k = k;
+    opt.want_rank = opt.want_entropy = k > 0;
+    ASSERT_TRUE(ScoreLogits(d_logits.get(), kVocab, d_targets.get(), kTokens, kVocab, opt, out, stream_).ok());
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    cudaEventRecord(start, stream_);
+    constexpr int kIters = 5;
+    for (int i = 0; i < kIters; ++i) {
+      ASSERT_TRUE(ScoreLogits(d_logits.get(), kVocab, d_targets.get(), kTokens, kVocab, opt, out, stream_).ok());
+    }
+    cudaEventRecord(stop, stream_);
+    Sync();
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, stop);
+    ms /= kIters;
+    std::cout << "[ measured ] logprob 2048 x 128256 top_k=" << k << (k ? " +rank +entropy" : "") << ": " << ms
+              << " ms, " << kTokens * kVocab * 4.0 / ms / 1e9 << " TB/s of logits read once" << std::endl;
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+}
+
+}  // namespace
+}  // namespace scored::kernels
