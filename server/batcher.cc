@@ -1,0 +1,228 @@
+#include "server/batcher.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace scored {
+
+absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(Engine* engine, BatcherOptions options) {
+  if (engine == nullptr) return absl::InvalidArgumentError("Batcher needs an engine");
+  if (options.max_batch_tokens < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch_tokens must be >= 2, got ", options.max_batch_tokens));
+  }
+  if (options.max_queue < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_queue must be >= 1, got ", options.max_queue));
+  }
+  if (options.batch_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("batch_timeout must not be negative");
+  }
+  return std::unique_ptr<Batcher>(new Batcher(engine, std::move(options)));
+}
+
+Batcher::Batcher(Engine* engine, BatcherOptions options)
+    : engine_(engine), options_(std::move(options)) {
+  worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+Batcher::~Batcher() { Shutdown(); }
+
+absl::StatusOr<uint64_t> Batcher::Submit(ScoreRequest request, absl::Time deadline, DoneCallback done) {
+  const int64_t n = static_cast<int64_t>(request.tokens.size());
+  if (n > options_.max_batch_tokens) {
+    return absl::OutOfRangeError(absl::StrCat("sequence has ", n, " tokens; max_batch_tokens is ",
+                                              options_.max_batch_tokens));
+  }
+  if (deadline <= absl::Now()) {
+    return absl::DeadlineExceededError("the deadline passed before the request was queued");
+  }
+  uint64_t ticket = 0;
+  int64_t depth = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!fatal_.ok()) {
+      return absl::UnavailableError(absl::StrCat("the engine failed and cannot serve: ", fatal_.message()));
+    }
+    if (stopping_) return absl::UnavailableError("the server is shutting down");
+    if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the request queue is full (max_queue ", options_.max_queue, " requests); retry later"));
+    }
+    ticket = next_ticket_++;
+    queued_tokens_ += n;
+    queue_.push_back(Item{ticket, std::move(request), deadline, absl::Now(), std::move(done)});
+    depth = static_cast<int64_t>(queue_.size());
+  }
+  ReportQueueDepth(depth);
+  return ticket;
+}
+
+bool Batcher::Cancel(uint64_t ticket) {
+  DoneCallback done;
+  int64_t depth = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = queue_.begin();
+    while (it != queue_.end() && it->ticket != ticket) ++it;
+    if (it == queue_.end()) return false;
+    queued_tokens_ -= static_cast<int64_t>(it->request.tokens.size());
+    done = std::move(it->done);
+    queue_.erase(it);
+    depth = static_cast<int64_t>(queue_.size());
+  }
+  ReportQueueDepth(depth);
+  done(absl::CancelledError("the request was cancelled while queued"));
+  return true;
+}
+
+void Batcher::Shutdown() {
+  absl::MutexLock shutdown_lock(&shutdown_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (worker_.joinable()) worker_.join();
+}
+
+int64_t Batcher::queue_depth() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+void Batcher::ReportQueueDepth(int64_t depth) {
+  if (options_.on_queue_depth) options_.on_queue_depth(depth);
+}
+
+void Batcher::WorkerLoop() {
+  while (true) {
+    std::vector<Item> batch;
+    std::vector<Item> expired;
+    std::vector<Item> failed;
+    absl::Status fatal;
+    int64_t depth = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || stopping_; };
+      mu_.Await(absl::Condition(&has_work));
+      if (queue_.empty()) return;  // stopping_ and drained
+      // Give more requests a chance to join, counted from the oldest one's arrival.
+      auto full = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || queue_.empty() || queued_tokens_ >= options_.max_batch_tokens;
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&full), queue_.front().enqueued + options_.batch_timeout);
+      if (queue_.empty()) continue;
+
+      if (!fatal_.ok()) {
+        fatal = fatal_;
+        while (!queue_.empty()) {
+          failed.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+        queued_tokens_ = 0;
+      } else {
+        const absl::Time now = absl::Now();
+        int64_t batch_tokens = 0;
+        while (!queue_.empty()) {
+          Item& front = queue_.front();
+          const int64_t n = static_cast<int64_t>(front.request.tokens.size());
+          if (front.deadline <= now) {
+            queued_tokens_ -= n;
+            expired.push_back(std::move(front));
+            queue_.pop_front();
+            continue;
+          }
+          if (batch_tokens + n > options_.max_batch_tokens) break;
+          batch_tokens += n;
+          queued_tokens_ -= n;
+          batch.push_back(std::move(front));
+          queue_.pop_front();
+        }
+      }
+      depth = static_cast<int64_t>(queue_.size());
+    }
+    ReportQueueDepth(depth);
+    for (Item& item : expired) {
+      item.done(absl::DeadlineExceededError(
+          absl::StrCat("the deadline passed after ", absl::FormatDuration(absl::Now() - item.enqueued),
+                       " in the queue, before the request was scored")));
+    }
+    for (Item& item : failed) {
+      item.done(absl::UnavailableError(absl::StrCat("the engine failed and cannot serve: ", fatal.message())));
+    }
+    if (!batch.empty()) RunBatch(std::move(batch));
+  }
+}
+
+void Batcher::RunBatch(std::vector<Item> batch) {
+  std::vector<ScoreRequest> requests;
+  requests.reserve(batch.size());
+  int64_t batch_tokens = 0;
+  for (Item& item : batch) {
+    batch_tokens += static_cast<int64_t>(item.request.tokens.size());
+    requests.push_back(std::move(item.request));
+  }
+  absl::StatusOr<std::vector<ScoreResult>> results = engine_->Score(requests);
+
+  auto check_fatal = [&]() -> bool {
+    absl::Status fatal = engine_->fatal_status();
+    if (fatal.ok()) return false;
+    bool first = false;
+    {
+      absl::MutexLock lock(&mu_);
+      first = fatal_.ok();
+      if (first) fatal_ = fatal;
+    }
+    if (first && options_.on_fatal) options_.on_fatal(fatal);
+    return true;
+  };
+  auto fail_unavailable = [&](size_t from) {
+    for (size_t i = from; i < batch.size(); ++i) {
+      batch[i].done(absl::UnavailableError(
+          absl::StrCat("the engine failed and cannot serve: ", engine_->fatal_status().message())));
+    }
+  };
+
+  if (check_fatal()) {
+    fail_unavailable(0);
+    return;
+  }
+  if (results.ok() && results->size() == batch.size()) {
+    int64_t scored = 0;
+    for (const ScoreResult& r : *results) scored += r.num_scored;
+    if (options_.on_batch) options_.on_batch(batch_tokens, static_cast<int>(batch.size()), scored);
+    for (size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move((*results)[i]));
+    return;
+  }
+  if (results.ok()) {
+    const absl::Status wrong = absl::InternalError(absl::StrCat(
+        "the engine returned ", results->size(), " results for ", batch.size(), " sequences"));
+    for (Item& item : batch) item.done(wrong);
+    return;
+  }
+  if (batch.size() == 1) {
+    batch[0].done(results.status());
+    return;
+  }
+  // A non-fatal batch error: run each sequence alone so only the offending one fails.
+  for (size_t i = 0; i < batch.size(); ++i) {
+    absl::StatusOr<std::vector<ScoreResult>> one =
+        engine_->Score(absl::Span<const ScoreRequest>(&requests[i], 1));
+    if (check_fatal()) {
+      fail_unavailable(i);
+      return;
+    }
+    if (!one.ok()) {
+      batch[i].done(one.status());
+    } else if (one->size() != 1) {
+      batch[i].done(absl::InternalError("the engine returned a wrong number of results"));
+    } else {
+      const int64_t n = static_cast<int64_t>(requests[i].tokens.size());
+      if (options_.on_batch) options_.on_batch(n, 1, (*one)[0].num_scored);
+      batch[i].done(std::move((*one)[0]));
+    }
+  }
+}
+
+}  // namespace scored

@@ -1,0 +1,117 @@
+// The dynamic batcher: a bounded FIFO of validated score requests and one worker thread that packs
+// them into Engine::Score() calls.
+//
+// Packing: the worker waits until a request is queued, then waits at most `batch_timeout` (counted
+// from the oldest queued request's arrival) for more tokens to arrive, stopping early once the queued
+// tokens reach `max_batch_tokens`. It then takes requests in arrival order while their summed length
+// stays <= max_batch_tokens (a request longer than that never enters: Submit rejects it) and makes
+// one Engine::Score() call. Requests whose deadline has passed, or that were cancelled, are dropped
+// before the call. The engine promises bitwise-identical results for a sequence whatever else is in
+// the batch, so batching never changes a result.
+//
+// If a batched call fails with a non-fatal error (the engine's own validation, say), each request of
+// that batch is re-run alone so only the culprit fails. If the engine's fatal_status() turns non-OK,
+// the batch and everything queued fail with UNAVAILABLE, later Submit() calls are refused with
+// UNAVAILABLE, and `on_fatal` is called once (from the worker thread).
+//
+// Completion: for every accepted request `done` is called exactly once, from the worker thread or
+// from inside Cancel() / Shutdown(), with the result or one of
+//   DEADLINE_EXCEEDED  its deadline passed before its batch started
+//   CANCELLED          Cancel() removed it from the queue
+//   UNAVAILABLE        the engine failed fatally
+//   (any engine error) the engine rejected it
+// `done` must not call back into the Batcher (it may run under no batcher lock, but Cancel() and
+// Shutdown() invoke it synchronously).
+//
+// Thread-safety: all methods are thread-safe.
+#ifndef SCORED_SERVER_BATCHER_H_
+#define SCORED_SERVER_BATCHER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+
+namespace scored {
+
+struct BatcherOptions {
+  int64_t max_batch_tokens = 16384;  // most tokens per Engine::Score() call; also the longest request
+  int64_t max_queue = 256;           // most requests waiting (not yet in an engine call)
+  absl::Duration batch_timeout = absl::Microseconds(2000);  // longest wait to fill a batch
+
+  // Observers (optional; called from the worker thread, or from the caller of Submit/Cancel for
+  // on_queue_depth). on_batch: after each successful engine call, with its summed tokens, number
+  // of sequences and scored positions.
+  std::function<void(int64_t batch_tokens, int num_sequences, int64_t num_scored)> on_batch;
+  std::function<void(int64_t queue_depth)> on_queue_depth;
+  std::function<void(const absl::Status& fatal)> on_fatal;
+};
+
+class Batcher {
+ public:
+  using DoneCallback = std::function<void(absl::StatusOr<ScoreResult>)>;
+
+  // `engine` must outlive the Batcher. Starts the worker thread.
+  static absl::StatusOr<std::unique_ptr<Batcher>> Create(Engine* engine, BatcherOptions options);
+  ~Batcher();  // Shutdown()
+
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  // Queues one request (already validated against the model's limits). Returns a ticket for
+  // Cancel(). Errors (then `done` is never called): RESOURCE_EXHAUSTED when max_queue requests are
+  // waiting; OUT_OF_RANGE if it has more than max_batch_tokens tokens; UNAVAILABLE after Shutdown()
+  // began or after a fatal engine error; DEADLINE_EXCEEDED if `deadline` has already passed.
+  absl::StatusOr<uint64_t> Submit(ScoreRequest request, absl::Time deadline, DoneCallback done);
+
+  // Drops a request that is still queued and calls its `done` with CANCELLED (synchronously, before
+  // returning true). Returns false if it already runs in the engine or has completed; it then
+  // completes normally.
+  bool Cancel(uint64_t ticket);
+
+  // Refuses new requests (UNAVAILABLE), lets the worker finish everything queued, joins it.
+  // Idempotent.
+  void Shutdown();
+
+  int64_t queue_depth() const;
+
+ private:
+  struct Item {
+    uint64_t ticket;
+    ScoreRequest request;
+    absl::Time deadline;
+    absl::Time enqueued;
+    DoneCallback done;
+  };
+
+  Batcher(Engine* engine, BatcherOptions options);
+  void WorkerLoop();
+  // Runs one batch; fails all of it with UNAVAILABLE if the engine turns fatal.
+  void RunBatch(std::vector<Item> batch);
+  void ReportQueueDepth(int64_t depth);
+
+  Engine* const engine_;
+  const BatcherOptions options_;
+
+  mutable absl::Mutex mu_;
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t queued_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex shutdown_mu_;  // serializes Shutdown() callers around the join
+  std::thread worker_;
+};
+
+}  // namespace scored
+
+#endif  // SCORED_SERVER_BATCHER_H_

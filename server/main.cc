@@ -1,0 +1,140 @@
+// scored: the scoring daemon. `scored --model DIR [--tp N] [--listen host:port] ...`; see --help.
+//
+// Exit codes: 0 after SIGTERM/SIGINT once in-flight work is finished; 1 when startup fails (bad flag,
+// model load, port taken) or the engine fails fatally while serving.
+#include <signal.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "engine/base/logging.h"
+#include "server/options.h"
+#include "server/server.h"
+
+ABSL_FLAG(std::string, model, "", "Model folder (config.json, *.safetensors, tokenizer files). Required.");
+ABSL_FLAG(std::string, tokenizer, "",
+          "Tokenizer folder (default: --model); 'none' serves token ids only (no Tokenize, no text input)");
+ABSL_FLAG(std::string, backend, "",
+          "cuda | cpu (default: cuda when this build has it and a GPU is visible, else cpu)");
+ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks (cuda backend)");
+ABSL_FLAG(std::string, dtype, "bf16", "Compute dtype of the cuda backend: bf16 | fp32 (cpu always computes fp32)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address host:port (port 0 picks a free port)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
+          "Prometheus /metrics address host:port (port 0 picks a free port; empty disables)");
+ABSL_FLAG(int64_t, max_batch_tokens, 16384, "Most tokens per engine batch; also the longest request");
+ABSL_FLAG(int64_t, max_queue, 256, "Most requests waiting for the engine; more get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_seq_len, 0, "Longest sequence accepted; 0 = the model's max_position_embeddings");
+ABSL_FLAG(std::string, port_file, "",
+          "After binding, write {\"grpc\": P, \"metrics\": Q|null} here (temporary file, then rename)");
+ABSL_FLAG(int64_t, batch_timeout_us, 2000, "How long the batcher waits to fill a batch, microseconds");
+ABSL_FLAG(int32_t, stream_window, 32, "Most requests of one ScoreStream in flight before it stops reading");
+ABSL_FLAG(double, shutdown_grace_s, 30.0, "On SIGTERM, how long in-flight calls may take before being cancelled");
+ABSL_FLAG(int32_t, num_threads, 0, "CPU backend worker threads (0 = all cores)");
+
+namespace {
+
+std::atomic<bool> g_stop_signal_thread{false};
+
+// Waits for SIGTERM/SIGINT (blocked in every thread, so only this one sees them) and asks the
+// server to stop. Polls so that it can also end when the server stops for another reason.
+void SignalLoop(scored::Server* server, sigset_t signals) {
+  const timespec poll = {0, 100 * 1000 * 1000};
+  while (!g_stop_signal_thread.load()) {
+    const int sig = sigtimedwait(&signals, nullptr, &poll);
+    if (sig > 0) {
+      SCORED_LOG(INFO) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", shutting down";
+      server->RequestStop();
+      return;
+    }
+  }
+}
+
+absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
+  scored::ServerOptions o;
+  o.engine.model_dir = absl::GetFlag(FLAGS_model);
+  o.tokenizer_dir = absl::GetFlag(FLAGS_tokenizer);
+  auto backend = scored::ParseBackend(absl::GetFlag(FLAGS_backend));
+  if (!backend.ok()) return backend.status();
+  o.engine.backend = *backend;
+  auto dtype = scored::ParseComputeDtype(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return dtype.status();
+  o.engine.dtype = *dtype;
+  o.engine.tp = absl::GetFlag(FLAGS_tp);
+  o.engine.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  o.engine.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
+  o.engine.num_threads = absl::GetFlag(FLAGS_num_threads);
+  if (o.engine.num_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--num_threads must be >= 0, got ", o.engine.num_threads));
+  }
+  o.listen = absl::GetFlag(FLAGS_listen);
+  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.max_queue = absl::GetFlag(FLAGS_max_queue);
+  o.port_file = absl::GetFlag(FLAGS_port_file);
+  o.batch_timeout = absl::Microseconds(absl::GetFlag(FLAGS_batch_timeout_us));
+  o.stream_window = absl::GetFlag(FLAGS_stream_window);
+  o.shutdown_grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
+  if (!(absl::GetFlag(FLAGS_shutdown_grace_s) >= 0)) {
+    return absl::InvalidArgumentError("--shutdown_grace_s must be >= 0");
+  }
+  if (o.engine.backend == scored::Backend::kAuto) {
+    o.engine.backend = scored::CudaBackendAvailable() ? scored::Backend::kCuda : scored::Backend::kCpu;
+  }
+  absl::Status valid = scored::ValidateServerOptions(o);
+  if (!valid.ok()) return valid;
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Block the stop signals before any thread exists so that every thread inherits the mask and only
+  // SignalLoop receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::SetProgramUsageMessage(
+      "scored --model DIR [--backend cuda|cpu] [--tp N] [--listen host:port] ...\n"
+      "Serves exact per-token log-probabilities of a causal LM over gRPC (scored.v1.Scorer).");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "scored: unexpected argument '%s' (flags are --name=value)\n", positional[1]);
+    return 1;
+  }
+  absl::StatusOr<scored::ServerOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "scored: %s\n", std::string(options.status().message()).c_str());
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<scored::Server>> server = scored::Server::Create(*options);
+  if (!server.ok()) {
+    SCORED_LOG(ERROR) << "startup failed: " << server.status().ToString();
+    return 1;
+  }
+  absl::Status started = (*server)->Start();
+  if (!started.ok()) {
+    SCORED_LOG(ERROR) << "startup failed: " << started.ToString();
+    return 1;
+  }
+  std::thread signal_thread(SignalLoop, server->get(), signals);
+  const absl::Status why = (*server)->Wait();
+  (*server)->Shutdown();
+  g_stop_signal_thread.store(true);
+  signal_thread.join();
+  if (!why.ok()) {
+    SCORED_LOG(ERROR) << "exiting after a fatal engine error: " << why.ToString();
+    return 1;
+  }
+  return 0;
+}

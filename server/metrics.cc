@@ -1,0 +1,105 @@
+#include "server/metrics.h"
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/text_serializer.h"
+#include "server/grpc_status.h"
+
+namespace scored {
+namespace {
+
+std::vector<double> DoublingBuckets(double first, int count) {
+  std::vector<double> b;
+  double v = first;
+  for (int i = 0; i < count; ++i, v *= 2) b.push_back(v);
+  return b;
+}
+
+}  // namespace
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  requests_ = &prometheus::BuildCounter()
+                   .Name("scored_requests_total")
+                   .Help("Finished requests by method and gRPC status code")
+                   .Register(*registry_);
+  latency_ = &prometheus::BuildHistogram()
+                  .Name("scored_request_latency_seconds")
+                  .Help("Request latency from receipt to response, seconds")
+                  .Register(*registry_);
+  tokens_scored_ = &prometheus::BuildCounter()
+                        .Name("scored_tokens_scored_total")
+                        .Help("Scored positions returned by successful engine batches")
+                        .Register(*registry_)
+                        .Add({});
+  batch_tokens_ = &prometheus::BuildHistogram()
+                       .Name("scored_batch_tokens")
+                       .Help("Tokens per engine Score() call")
+                       .Register(*registry_)
+                       .Add({}, DoublingBuckets(16, 17));
+  queue_depth_ = &prometheus::BuildGauge()
+                      .Name("scored_queue_depth")
+                      .Help("Requests waiting for the engine")
+                      .Register(*registry_)
+                      .Add({});
+  model_info_ = &prometheus::BuildGauge()
+                     .Name("scored_model_info")
+                     .Help("The loaded model (value 1)")
+                     .Register(*registry_);
+  device_memory_ = &prometheus::BuildGauge()
+                        .Name("scored_device_memory_bytes")
+                        .Help("Device memory per device, bytes (kind used or total)")
+                        .Register(*registry_);
+}
+
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& listen) {
+  std::unique_ptr<Metrics> m(new Metrics());
+  if (listen.empty()) return m;
+  // prometheus-cpp reports bind failures by throwing; turn them into a status here.
+  try {
+    m->exposer_ = std::make_unique<prometheus::Exposer>(listen);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
+  }
+  m->exposer_->RegisterCollectable(m->registry_);
+  const std::vector<int> ports = m->exposer_->GetListeningPorts();
+  if (ports.empty()) return absl::UnavailableError(absl::StrCat("metrics endpoint on ", listen, " has no port"));
+  m->port_ = ports.front();
+  return m;
+}
+
+void Metrics::RecordRequest(const std::string& method, grpc::StatusCode code, double latency_seconds) {
+  requests_->Add({{"method", method}, {"code", GrpcCodeName(code)}}).Increment();
+  latency_->Add({{"method", method}}, DoublingBuckets(0.0005, 18)).Observe(latency_seconds);
+}
+
+void Metrics::RecordBatch(int64_t batch_tokens, int64_t num_scored) {
+  batch_tokens_->Observe(static_cast<double>(batch_tokens));
+  tokens_scored_->Increment(static_cast<double>(num_scored));
+}
+
+void Metrics::SetQueueDepth(int64_t depth) { queue_depth_->Set(static_cast<double>(depth)); }
+
+void Metrics::SetModelInfo(const ModelInfo& info) {
+  model_info_
+      ->Add({{"architecture", info.architecture},
+             {"format", info.format},
+             {"backend", info.backend},
+             {"dtype", info.compute_dtype},
+             {"tp", std::to_string(info.tp)}})
+      .Set(1);
+}
+
+void Metrics::SetDeviceMemory(const std::vector<std::pair<int64_t, int64_t>>& per_device) {
+  for (size_t d = 0; d < per_device.size(); ++d) {
+    const std::string device = std::to_string(d);
+    device_memory_->Add({{"device", device}, {"kind", "used"}}).Set(static_cast<double>(per_device[d].first));
+    device_memory_->Add({{"device", device}, {"kind", "total"}}).Set(static_cast<double>(per_device[d].second));
+  }
+}
+
+std::string Metrics::Serialize() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace scored

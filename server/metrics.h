@@ -1,0 +1,78 @@
+// Prometheus metrics of `scored`, served as text exposition at http://<--metrics_listen>/metrics.
+//
+// Metric                                   type       labels                         meaning
+// scored_requests_total                    counter    method, code                   finished requests. method is
+//     Score | ScoreStream | Tokenize | GetModelInfo; code the gRPC code name (OK, INVALID_ARGUMENT, ...).
+//     Each request inside a ScoreStream counts once under method="ScoreStream" with its own code (the
+//     code of its `error`, or OK).
+// scored_request_latency_seconds           histogram  method                         receive -> response
+//     ready, seconds, for the same requests (buckets 0.5 ms .. ~65 s, doubling).
+// scored_tokens_scored_total               counter    -                              scored positions
+//     (sum of num_scored) of successful engine batches.
+// scored_batch_tokens                      histogram  -                              tokens (sum of sequence
+//     lengths) per engine Score() call (buckets 16 .. 1Mi, doubling).
+// scored_queue_depth                       gauge      -                              requests waiting for the
+//     engine (batcher queue, not counting the batch being computed).
+// scored_model_info                        gauge = 1  architecture, format, backend, dtype, tp
+// scored_device_memory_bytes               gauge      device, kind (used | total)    per-device memory, only
+//     when the engine reports devices (CUDA backend); refreshed at start and after each batch.
+//
+// Thread-safety: every method is thread-safe.
+#ifndef SCORED_SERVER_METRICS_H_
+#define SCORED_SERVER_METRICS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+#include "grpcpp/support/status.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace scored {
+
+class Metrics {
+ public:
+  // listen: "host:port" for the HTTP endpoint (port 0 = any free port); empty = no endpoint (the
+  // metrics are still kept, e.g. for Serialize()). UNAVAILABLE if the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Metrics>> Create(const std::string& listen);
+
+  // The bound HTTP port; 0 when there is no endpoint.
+  int port() const { return port_; }
+
+  void RecordRequest(const std::string& method, grpc::StatusCode code, double latency_seconds);
+  void RecordBatch(int64_t batch_tokens, int64_t num_scored);
+  void SetQueueDepth(int64_t depth);
+  void SetModelInfo(const ModelInfo& info);
+  // One (used, total) pair per device, bytes.
+  void SetDeviceMemory(const std::vector<std::pair<int64_t, int64_t>>& per_device);
+
+  // The current exposition text (as the endpoint would serve it).
+  std::string Serialize() const;
+
+ private:
+  Metrics();
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Family<prometheus::Histogram>* latency_;
+  prometheus::Counter* tokens_scored_;
+  prometheus::Histogram* batch_tokens_;
+  prometheus::Gauge* queue_depth_;
+  prometheus::Family<prometheus::Gauge>* model_info_;
+  prometheus::Family<prometheus::Gauge>* device_memory_;
+};
+
+}  // namespace scored
+
+#endif  // SCORED_SERVER_METRICS_H_

@@ -1,0 +1,92 @@
+#include "server/options.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+
+namespace scored {
+
+absl::StatusOr<Backend> ParseBackend(const std::string& text) {
+  if (text.empty() || text == "auto") return Backend::kAuto;
+  if (text == "cpu") return Backend::kCpu;
+  if (text == "cuda") return Backend::kCuda;
+  return absl::InvalidArgumentError(absl::StrCat("--backend must be cuda or cpu, got '", text, "'"));
+}
+
+absl::StatusOr<ComputeDtype> ParseComputeDtype(const std::string& text) {
+  if (text == "bf16") return ComputeDtype::kBf16;
+  if (text == "fp32") return ComputeDtype::kFp32;
+  return absl::InvalidArgumentError(absl::StrCat("--dtype must be bf16 or fp32, got '", text, "'"));
+}
+
+const char* BackendName(Backend backend) {
+  switch (backend) {
+    case Backend::kCpu: return "cpu";
+    case Backend::kCuda: return "cuda";
+    default: return "auto";
+  }
+}
+
+absl::Status ValidateHostPort(const std::string& flag_name, const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag_name, " must be host:port (e.g. 127.0.0.1:50051), got '", address, "'"));
+  }
+  const std::string host = address.substr(0, colon);
+  if (host.front() == '[' && host.back() != ']') {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag_name, ": malformed IPv6 host in '", address, "'"));
+  }
+  int port = -1;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag_name, ": port must be an integer in [0, 65535], got '",
+                                                   address.substr(colon + 1), "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateServerOptions(const ServerOptions& options) {
+  if (options.engine.model_dir.empty()) {
+    return absl::InvalidArgumentError("--model is required (a folder with config.json and *.safetensors)");
+  }
+  if (options.engine.tp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp must be >= 1, got ", options.engine.tp));
+  }
+  if (options.engine.tp > 1 && options.engine.backend == Backend::kCpu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tp ", options.engine.tp, " needs --backend=cuda; the cpu backend runs one process"));
+  }
+  if (options.engine.max_batch_tokens < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_batch_tokens must be >= 2, got ", options.engine.max_batch_tokens));
+  }
+  if (options.engine.max_seq_len < 0 || options.engine.max_seq_len == 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_seq_len must be 0 (the model's context) or >= 2, got ", options.engine.max_seq_len));
+  }
+  if (options.engine.max_seq_len > options.engine.max_batch_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_seq_len ", options.engine.max_seq_len,
+                                                   " exceeds --max_batch_tokens ", options.engine.max_batch_tokens,
+                                                   ": a sequence must fit in one batch"));
+  }
+  if (options.max_queue < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_queue must be >= 1, got ", options.max_queue));
+  }
+  if (options.batch_timeout < absl::ZeroDuration() || options.batch_timeout > absl::Seconds(10)) {
+    return absl::InvalidArgumentError(absl::StrCat("--batch_timeout_us must be in [0, 10000000], got ",
+                                                   absl::ToInt64Microseconds(options.batch_timeout)));
+  }
+  if (options.stream_window < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--stream_window must be >= 1, got ", options.stream_window));
+  }
+  if (options.shutdown_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--shutdown_grace_s must not be negative");
+  }
+  SCORED_RETURN_IF_ERROR(ValidateHostPort("listen", options.listen));
+  if (!options.metrics_listen.empty()) {
+    SCORED_RETURN_IF_ERROR(ValidateHostPort("metrics_listen", options.metrics_listen));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace scored

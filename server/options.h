@@ -1,0 +1,52 @@
+// Everything `scored` is configured with (filled from command-line flags by main.cc), and its checks.
+#ifndef SCORED_SERVER_OPTIONS_H_
+#define SCORED_SERVER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+
+namespace scored {
+
+struct ServerOptions {
+  // Model folder, backend, dtype, tp, max_batch_tokens, max_seq_len (0 = the model's context).
+  EngineOptions engine;
+  // Tokenizer folder; empty = the model folder; "none" = no tokenizer (Tokenize and `text` input then
+  // fail with FAILED_PRECONDITION).
+  std::string tokenizer_dir;
+  // gRPC address "host:port"; port 0 picks a free port (logged and written to port_file).
+  std::string listen = "127.0.0.1:50051";
+  // Prometheus endpoint "host:port" (GET /metrics); empty disables it; port 0 picks a free port.
+  std::string metrics_listen = "127.0.0.1:9464";
+  // Most requests waiting for the engine; more are refused with RESOURCE_EXHAUSTED.
+  int64_t max_queue = 256;
+  // Longest time the batcher waits for more requests to fill a batch.
+  absl::Duration batch_timeout = absl::Microseconds(2000);
+  // Most requests of one ScoreStream in flight at once; the stream stops reading beyond it
+  // (back-pressure through HTTP/2 flow control instead of RESOURCE_EXHAUSTED errors).
+  int stream_window = 32;
+  // If non-empty: after binding, write {"grpc": P, "metrics": Q|null} here atomically (tmp + rename).
+  std::string port_file;
+  // How long Shutdown() lets in-flight calls finish before cancelling them.
+  absl::Duration shutdown_grace = absl::Seconds(30);
+};
+
+// "cpu" | "cuda"; "" or "auto" -> kAuto.
+absl::StatusOr<Backend> ParseBackend(const std::string& text);
+// "bf16" | "fp32".
+absl::StatusOr<ComputeDtype> ParseComputeDtype(const std::string& text);
+const char* BackendName(Backend backend);
+
+// Checks every field; INVALID_ARGUMENT names the flag and the bad value.
+absl::Status ValidateServerOptions(const ServerOptions& options);
+
+// Splits "host:port" ("[v6]:port" too); port in [0, 65535]. INVALID_ARGUMENT otherwise.
+absl::Status ValidateHostPort(const std::string& flag_name, const std::string& address);
+
+}  // namespace scored
+
+#endif  // SCORED_SERVER_OPTIONS_H_

@@ -1,0 +1,109 @@
+#include "server/request_validation.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+
+namespace scored {
+
+absl::Status ValidateScoreRequest(const ScoreRequest& request, const ScoreLimits& limits) {
+  const int64_t n = static_cast<int64_t>(request.tokens.size());
+  if (n < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a sequence needs at least 2 tokens (the first is context only); got ", n));
+  }
+  if (n > limits.max_seq_len) {
+    return absl::OutOfRangeError(
+        absl::StrCat("sequence has ", n, " tokens; max_seq_len is ", limits.max_seq_len));
+  }
+  if (n > limits.max_batch_tokens) {
+    return absl::OutOfRangeError(
+        absl::StrCat("sequence has ", n, " tokens; max_batch_tokens is ", limits.max_batch_tokens));
+  }
+  if (request.score_from >= n) {
+    return absl::InvalidArgumentError(absl::StrCat("score_from ", request.score_from,
+                                                   " must be less than the number of tokens ", n));
+  }
+  if (request.top_k < 0 || request.top_k > kMaxTopK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_k must be in [0, ", kMaxTopK, "], got ", request.top_k));
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t id = request.tokens[static_cast<size_t>(j)];
+    if (id < 0 || id >= limits.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " at position ", j,
+                                                     " is out of range [0, ", limits.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> TokenizeWithBos(const Tokenizer& tokenizer, const std::string& text,
+                                                     bool has_add_bos, bool add_bos) {
+  SCORED_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer.Encode(text));
+  const bool want_bos = has_add_bos ? add_bos : tokenizer.add_bos_by_default();
+  if (want_bos && tokenizer.bos_id() >= 0) ids.insert(ids.begin(), tokenizer.bos_id());
+  return ids;
+}
+
+absl::StatusOr<ScoreRequest> ToEngineRequest(const v1::ScoreRequest& proto, const ScoreLimits& limits,
+                                             const Tokenizer* tokenizer) {
+  ScoreRequest request;
+  switch (proto.input_case()) {
+    case v1::ScoreRequest::kTokens:
+      request.tokens.assign(proto.tokens().ids().begin(), proto.tokens().ids().end());
+      break;
+    case v1::ScoreRequest::kText: {
+      if (tokenizer == nullptr) {
+        return absl::FailedPreconditionError(
+            "`text` input needs a tokenizer, and the model folder has none; send `tokens`");
+      }
+      SCORED_ASSIGN_OR_RETURN(request.tokens, TokenizeWithBos(*tokenizer, proto.text().text(),
+                                                              proto.text().has_add_bos(),
+                                                              proto.text().add_bos()));
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError("exactly one of `tokens` or `text` must be set; got neither");
+  }
+  request.score_from = std::max<int32_t>(1, proto.score_from());
+  request.top_k = proto.top_k();
+  request.want_rank = proto.want_rank();
+  request.want_entropy = proto.want_entropy();
+  // Report the score_from the client sent (not the clamped one) if it is too large.
+  ScoreRequest check = request;
+  check.score_from = proto.score_from();
+  SCORED_RETURN_IF_ERROR(ValidateScoreRequest(check, limits));
+  return request;
+}
+
+void FillScoreResponse(const ScoreRequest& request, const ScoreResult& result, bool echo_tokens,
+                       uint64_t request_id, v1::ScoreResponse* response) {
+  response->set_request_id(request_id);
+  if (echo_tokens) response->mutable_tokens()->Assign(request.tokens.begin(), request.tokens.end());
+  response->set_first_scored(std::max<int32_t>(1, request.score_from));
+  response->mutable_logprob()->Assign(result.logprob.begin(), result.logprob.end());
+  auto* greedy = response->mutable_greedy();
+  greedy->Reserve(static_cast<int>(result.greedy.size()));
+  for (uint8_t g : result.greedy) greedy->Add(g != 0);
+  if (request.want_rank) response->mutable_rank()->Assign(result.rank.begin(), result.rank.end());
+  if (request.want_entropy) response->mutable_entropy()->Assign(result.entropy.begin(), result.entropy.end());
+  if (request.top_k > 0) {
+    auto* lists = response->mutable_top_k();
+    lists->Reserve(static_cast<int>(result.top_k.size()));
+    for (const std::vector<TopKEntry>& entries : result.top_k) {
+      v1::TopTokens* list = lists->Add();
+      for (const TopKEntry& e : entries) {
+        v1::TopToken* t = list->add_tokens();
+        t->set_id(e.id);
+        t->set_logprob(e.logprob);
+      }
+    }
+  }
+  response->set_sum_logprob(result.sum_logprob);
+  response->set_num_scored(result.num_scored);
+}
+
+}  // namespace scored

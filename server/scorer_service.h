@@ -1,0 +1,79 @@
+// The scored.v1.Scorer gRPC service on the callback API (one reactor per call; no completion-queue
+// state machine).
+//
+//   Score         validate -> batcher -> response. A cancelled call's queued work is dropped; the
+//                 call's deadline is the batcher deadline.
+//   ScoreStream   bidi: reads and writes are pipelined; up to `stream_window` requests of a stream
+//                 are in flight (beyond that the stream stops reading until one completes). Responses
+//                 go out in completion order with their request_id; a failed request yields a response
+//                 with `error` set and the stream goes on.
+//   Tokenize      the model's tokenizer, no engine involved.
+//   GetModelInfo  engine->info() plus the tokenizer's facts and the server version.
+//
+// Thread-safety: gRPC calls the service from its own threads; the batcher completes requests from its
+// worker thread. Every reactor guards its state with its own mutex and calls gRPC operations outside
+// of it; a reactor is deleted by gRPC's OnDone, which can only follow Finish.
+#ifndef SCORED_SERVER_SCORER_SERVICE_H_
+#define SCORED_SERVER_SCORER_SERVICE_H_
+
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/engine.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "grpcpp/grpcpp.h"
+#include "scored/v1/scorer.grpc.pb.h"
+#include "server/batcher.h"
+#include "server/metrics.h"
+#include "server/request_validation.h"
+
+namespace scored {
+
+class StreamReactor;
+
+class ScorerService final : public v1::Scorer::CallbackService {
+ public:
+  struct Config {
+    Batcher* batcher = nullptr;          // not owned, outlives the service
+    const Tokenizer* tokenizer = nullptr;  // not owned; null when the model has no tokenizer
+    Metrics* metrics = nullptr;          // not owned, required
+    ScoreLimits limits;
+    int stream_window = 32;
+    v1::ModelInfo model_info;            // returned by GetModelInfo
+  };
+
+  explicit ScorerService(Config config);
+
+  grpc::ServerUnaryReactor* Score(grpc::CallbackServerContext* context, const v1::ScoreRequest* request,
+                                  v1::ScoreResponse* response) override;
+  grpc::ServerBidiReactor<v1::ScoreRequest, v1::ScoreResponse>* ScoreStream(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request, v1::ModelInfo* response) override;
+
+  // Server shutdown: every open ScoreStream stops reading, answers what it has in flight and then
+  // finishes (UNAVAILABLE if the client had not half-closed). Called before grpc::Server::Shutdown()
+  // so that idle streams do not hold the shutdown until its grace deadline.
+  void BeginShutdown();
+
+  const Config& config() const { return config_; }
+
+ private:
+  friend class StreamReactor;
+  void Register(StreamReactor* stream);
+  void Unregister(StreamReactor* stream);
+
+  const Config config_;
+  absl::Mutex streams_mu_;
+  std::set<StreamReactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(streams_mu_) = false;
+};
+
+}  // namespace scored
+
+#endif  // SCORED_SERVER_SCORER_SERVICE_H_

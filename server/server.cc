@@ -1,0 +1,250 @@
+#include "server/server.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/base/logging.h"
+#include "engine/base/status_macros.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+
+#ifndef SCORED_VERSION
+#error "SCORED_VERSION must be defined by the build (server/CMakeLists.txt)"
+#endif
+
+namespace scored {
+namespace {
+
+// Requests are at most max_seq_len int32 ids (a 128k-token window is ~0.6 MB); 64 MiB leaves room for
+// any text input without letting one message eat the host.
+constexpr int kMaxReceiveMessageBytes = 64 << 20;
+
+constexpr char kScorerServiceName[] = "scored.v1.Scorer";
+
+v1::ModelInfo BuildModelInfo(const ModelInfo& info, const ScoreLimits& limits, const Tokenizer* tokenizer) {
+  v1::ModelInfo m;
+  m.set_architecture(info.architecture);
+  m.set_format(info.format);
+  m.set_format_notes(info.format_notes);
+  m.set_bits_per_weight_decoder(info.bits_per_weight_decoder);
+  m.set_bits_per_weight_head(info.bits_per_weight_head);
+  m.set_num_parameters(info.num_parameters);
+  m.set_resident_bytes(info.resident_bytes);
+  m.set_backend(info.backend);
+  m.set_compute_dtype(info.compute_dtype);
+  m.set_tp(info.tp);
+  m.set_max_seq_len(limits.max_seq_len);
+  m.set_max_batch_tokens(limits.max_batch_tokens);
+  m.set_vocab_size(limits.vocab_size);
+  m.set_model_fingerprint(info.model_fingerprint);
+  if (tokenizer != nullptr) {
+    m.set_tokenizer_size(tokenizer->vocab_size());
+    m.set_tokenizer_kind(tokenizer->kind());
+    m.set_bos_id(tokenizer->bos_id());
+    m.set_eos_id(tokenizer->eos_id());
+    m.set_add_bos_by_default(tokenizer->add_bos_by_default());
+    m.set_tokenizer_fingerprint(tokenizer->fingerprint());
+  } else {
+    m.set_bos_id(-1);
+    m.set_eos_id(-1);
+  }
+  m.set_server_version(ServerVersion());
+  return m;
+}
+
+// Third-party tokenizer libraries may throw (libprotobuf reports a runtime version conflict by
+// throwing FatalException); the daemon then serves token ids without a tokenizer instead of dying.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerGuarded(const std::string& dir) {
+  try {
+    return Tokenizer::Load(dir);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("loading the tokenizer from ", dir, " threw: ", e.what()));
+  }
+}
+
+}  // namespace
+
+const char* ServerVersion() { return SCORED_VERSION; }
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
+  SCORED_RETURN_IF_ERROR(ValidateServerOptions(options));
+  std::unique_ptr<Server> server(new Server());
+  server->options_ = options;
+  if (server->options_.engine.backend == Backend::kAuto) {
+    server->options_.engine.backend = CudaBackendAvailable() ? Backend::kCuda : Backend::kCpu;
+  }
+  // Bind the metrics port first: a taken port should fail before a long model load.
+  SCORED_ASSIGN_OR_RETURN(server->metrics_, Metrics::Create(options.metrics_listen));
+
+  SCORED_LOG(INFO) << "scored " << ServerVersion() << ": loading " << options.engine.model_dir << " (backend "
+                   << BackendName(server->options_.engine.backend) << ", tp " << options.engine.tp << ")";
+  const absl::Time load_start = absl::Now();
+  absl::StatusOr<std::unique_ptr<Engine>> engine = CreateEngine(server->options_.engine);
+  if (!engine.ok()) {
+    return absl::Status(engine.status().code(),
+                        absl::StrCat("loading the model from ", options.engine.model_dir, ": ",
+                                     engine.status().message()));
+  }
+  server->engine_ = std::move(*engine);
+  if (options.tokenizer_dir != "none") {
+    const std::string dir = options.tokenizer_dir.empty() ? options.engine.model_dir : options.tokenizer_dir;
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizerGuarded(dir);
+    if (tokenizer.ok()) {
+      server->tokenizer_ = std::move(*tokenizer);
+    } else {
+      SCORED_LOG(WARNING) << "no tokenizer (" << tokenizer.status().ToString()
+                          << "); Tokenize and `text` input will fail with FAILED_PRECONDITION";
+    }
+  }
+
+  const ModelInfo& info = server->engine_->info();
+  ScoreLimits limits;
+  limits.max_batch_tokens = info.max_batch_tokens > 0 ? info.max_batch_tokens : options.engine.max_batch_tokens;
+  limits.max_seq_len = info.max_seq_len > 0 ? info.max_seq_len : options.engine.max_seq_len;
+  if (limits.max_seq_len <= 0) limits.max_seq_len = limits.max_batch_tokens;
+  limits.vocab_size = info.vocab_size;
+  if (limits.vocab_size <= 0) {
+    return absl::InternalError("the engine reports no vocab_size");
+  }
+  SCORED_LOG(INFO) << absl::StrFormat(
+      "model loaded in %.2f s: %s, format %s%s, %d parameters, bits/weight decoder %.3f head %.3f, "
+      "resident %d bytes, backend %s, dtype %s, tp %d, vocab %d, max_seq_len %d, max_batch_tokens %d, "
+      "fingerprint %s",
+      absl::ToDoubleSeconds(absl::Now() - load_start), info.architecture, info.format,
+      info.format_notes.empty() ? std::string() : " (" + info.format_notes + ")", info.num_parameters,
+      info.bits_per_weight_decoder, info.bits_per_weight_head, info.resident_bytes, info.backend,
+      info.compute_dtype, info.tp, limits.vocab_size, limits.max_seq_len, limits.max_batch_tokens,
+      info.model_fingerprint);
+  if (server->tokenizer_) {
+    SCORED_LOG(INFO) << "tokenizer " << server->tokenizer_->kind() << ": " << server->tokenizer_->vocab_size()
+                     << " entries, bos " << server->tokenizer_->bos_id() << ", eos " << server->tokenizer_->eos_id()
+                     << ", add_bos_by_default " << server->tokenizer_->add_bos_by_default();
+  }
+  server->metrics_->SetModelInfo(info);
+  server->metrics_->SetDeviceMemory(server->engine_->DeviceMemory());
+
+  BatcherOptions batcher_options;
+  batcher_options.max_batch_tokens = limits.max_batch_tokens;
+  batcher_options.max_queue = options.max_queue;
+  batcher_options.batch_timeout = options.batch_timeout;
+  Metrics* metrics = server->metrics_.get();
+  Engine* engine_ptr = server->engine_.get();
+  Server* self = server.get();
+  batcher_options.on_batch = [metrics, engine_ptr](int64_t batch_tokens, int, int64_t num_scored) {
+    metrics->RecordBatch(batch_tokens, num_scored);
+    metrics->SetDeviceMemory(engine_ptr->DeviceMemory());
+  };
+  batcher_options.on_queue_depth = [metrics](int64_t depth) { metrics->SetQueueDepth(depth); };
+  batcher_options.on_fatal = [self](const absl::Status& status) { self->OnFatal(status); };
+  SCORED_ASSIGN_OR_RETURN(server->batcher_, Batcher::Create(server->engine_.get(), std::move(batcher_options)));
+
+  ScorerService::Config config;
+  config.batcher = server->batcher_.get();
+  config.tokenizer = server->tokenizer_.get();
+  config.metrics = metrics;
+  config.limits = limits;
+  config.stream_window = options.stream_window;
+  config.model_info = BuildModelInfo(info, limits, server->tokenizer_.get());
+  server->service_ = std::make_unique<ScorerService>(std::move(config));
+  return server;
+}
+
+Server::~Server() { Shutdown(); }
+
+absl::Status Server::Start() {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &grpc_port_);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr || grpc_port_ == 0) {
+    grpc_server_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options_.listen, " (address in use or not local?)"));
+  }
+  grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+  {
+    absl::MutexLock lock(&mu_);
+    const bool serving = fatal_.ok();
+    health->SetServingStatus("", serving);
+    health->SetServingStatus(kScorerServiceName, serving);
+  }
+  const size_t colon = options_.listen.rfind(':');
+  SCORED_LOG(INFO) << "serving gRPC on " << options_.listen.substr(0, colon) << ":" << grpc_port_
+                   << (metrics_->port() > 0
+                           ? absl::StrCat(", metrics on http://",
+                                          options_.metrics_listen.substr(0, options_.metrics_listen.rfind(':')),
+                                          ":", metrics_->port(), "/metrics")
+                           : std::string(", metrics disabled"));
+  return WritePortFile();
+}
+
+absl::Status Server::WritePortFile() const {
+  if (options_.port_file.empty()) return absl::OkStatus();
+  const std::string text =
+      absl::StrCat("{\"grpc\": ", grpc_port_, ", \"metrics\": ",
+                   metrics_->port() > 0 ? std::to_string(metrics_->port()) : std::string("null"), "}\n");
+  const std::string tmp = absl::StrCat(options_.port_file, ".tmp.", getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return absl::UnavailableError(absl::StrCat("cannot write --port_file ", tmp));
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !written) {
+    std::remove(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot write --port_file ", tmp));
+  }
+  if (std::rename(tmp.c_str(), options_.port_file.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", options_.port_file));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Server::Wait() {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_requested_ || !fatal_.ok(); };
+  mu_.Await(absl::Condition(&done));
+  return fatal_;
+}
+
+void Server::RequestStop() {
+  absl::MutexLock lock(&mu_);
+  stop_requested_ = true;
+}
+
+void Server::OnFatal(const absl::Status& status) {
+  SCORED_LOG(ERROR) << "engine failed, no longer serving: " << status.ToString();
+  absl::MutexLock lock(&mu_);
+  fatal_ = status;
+  if (grpc_server_ != nullptr && !shut_down_) {
+    grpc_server_->GetHealthCheckService()->SetServingStatus("", false);
+    grpc_server_->GetHealthCheckService()->SetServingStatus(kScorerServiceName, false);
+  }
+}
+
+void Server::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    // Under mu_ so that OnFatal never touches the health service concurrently with its shutdown.
+    if (grpc_server_ != nullptr) grpc_server_->GetHealthCheckService()->Shutdown();
+  }
+  if (grpc_server_ != nullptr) {
+    SCORED_LOG(INFO) << "shutting down: finishing in-flight requests (grace "
+                     << absl::FormatDuration(options_.shutdown_grace) << ")";
+    if (service_) service_->BeginShutdown();
+    grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.shutdown_grace));
+    grpc_server_->Wait();
+  }
+  if (batcher_) batcher_->Shutdown();
+  SCORED_LOG(INFO) << "shut down";
+}
+
+}  // namespace scored

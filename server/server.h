@@ -1,0 +1,85 @@
+// The scored daemon: engine + tokenizer + batcher + gRPC services + health + reflection + metrics.
+//
+//   auto server = Server::Create(options);   // loads the model and tokenizer, opens the metrics port
+//   server->Start();                          // listens; health SERVING; writes the port file
+//   absl::Status why = server->Wait();        // until RequestStop() (OK) or a fatal engine error
+//   server->Shutdown();                       // health NOT_SERVING, stop accepting, finish in-flight work
+//
+// Health (grpc.health.v1, service "" and "scored.v1.Scorer"): NOT_SERVING until Start() has loaded
+// everything, SERVING after, NOT_SERVING for good once the engine's fatal_status() is not OK or
+// Shutdown() begins.
+//
+// Shutdown order: health NOT_SERVING; open ScoreStreams are told to drain; grpc::Server::Shutdown with
+// `shutdown_grace` (new calls get UNAVAILABLE, in-flight calls complete; after the grace they are
+// cancelled); then the batcher drains and stops; then the metrics endpoint.
+//
+// Thread-safety: RequestStop() and the accessors are thread-safe; Start/Wait/Shutdown are called from
+// one controlling thread.
+#ifndef SCORED_SERVER_SERVER_H_
+#define SCORED_SERVER_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/engine.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "grpcpp/grpcpp.h"
+#include "server/batcher.h"
+#include "server/metrics.h"
+#include "server/options.h"
+#include "server/scorer_service.h"
+
+namespace scored {
+
+// The server's version string (also GetModelInfo.server_version).
+const char* ServerVersion();
+
+class Server {
+ public:
+  static absl::StatusOr<std::unique_ptr<Server>> Create(const ServerOptions& options);
+  ~Server();  // Shutdown()
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds --listen, registers the services, marks health SERVING, writes the port file.
+  absl::Status Start();
+
+  // Blocks until RequestStop() (returns OK) or a fatal engine error (returns it).
+  absl::Status Wait();
+  void RequestStop();
+
+  // Idempotent; see the header comment for the order.
+  void Shutdown();
+
+  int grpc_port() const { return grpc_port_; }
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+  const ModelInfo& model_info() const { return engine_->info(); }
+
+ private:
+  Server() = default;
+  void OnFatal(const absl::Status& status);
+  absl::Status WritePortFile() const;
+
+  ServerOptions options_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<ScorerService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  int grpc_port_ = 0;
+
+  absl::Mutex mu_;
+  bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace scored
+
+#endif  // SCORED_SERVER_SERVER_H_
