@@ -3,6 +3,10 @@
 // byte lengths, fingerprints and the stories260K WikiText-2 tokenization.
 #include "engine/tokenizer/tokenizer.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -147,6 +151,42 @@ TEST(TokenizerTest, TinyLlamaTokenizerJsonMatchesLlama2) {
   EXPECT_TRUE(tok->add_bos_by_default());
 }
 
+// The newer HF form of the same Llama-2 tokenizer (as converters write it since tokenizers 0.14):
+// no normalizer, a Metaspace pre-tokenizer (prepend_scheme "first", split false) and a Metaspace
+// decoder. Built from the real tokenizer.json in a temporary folder; it must give the golden ids
+// of every case except, by design of that form, case 11 ("first" prepends '▁' only at the start
+// of the input, not after each added token) and the cases that begin with a space (the Metaspace
+// pre-tokenizer prepends no '▁' to a text that already begins with one).
+TEST(TokenizerTest, Llama2MetaspacePreTokenizerForm) {
+  auto j = nlohmann::json::parse(ReadAll(kData + "/tokenizers/llama2/tokenizer.json"));
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
+                        {"prepend_scheme", "first"}, {"split", false}};
+  j["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
+                  {"prepend_scheme", "first"}, {"split", false}};
+  std::string dir = ::testing::TempDir() + "/llama2_metaspace_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  std::ofstream(dir + "/tokenizer.json") << j.dump();
+  auto tok = Tokenizer::Load(dir);
+  unlink((dir + "/tokenizer.json").c_str());
+  rmdir(dir.c_str());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->kind(), "hf-bpe-metaspace");
+  const auto& cases = Golden()["cases"];
+  const auto& expected = Golden()["llama2_tokjson_nospecial"];
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string text = cases[i].get<std::string>();
+    if (i == 11 || text[0] == ' ') continue;
+    const auto ids = (*tok)->Encode(text);
+    ASSERT_TRUE(ids.ok());
+    EXPECT_THAT(*ids, ElementsAreArray(expected[i].get<std::vector<int32_t>>())) << i;
+    EXPECT_EQ((*tok)->Decode(*ids).value(), text) << i;
+  }
+  EXPECT_THAT((*tok)->Encode("<s> a").value(), ElementsAreArray({1, 263}));  // "▁a", no extra prefix
+  EXPECT_THAT((*tok)->Encode(" a").value(), ElementsAreArray({263}));
+  EXPECT_THAT((*tok)->Encode("a").value(), ElementsAreArray({263}));
+}
+
 // stories260K-hf/reference_wikitext2_test_ppl.json: the whole wiki.test.raw encoded as one string
 // with tokenizer.model (no BOS) has 809,284 tokens, beginning with first_64_token_ids.
 TEST(TokenizerTest, Stories260KWikiText2) {
@@ -204,6 +244,25 @@ TEST(TokenizerTest, Llama3WholeFileRoundTripAndThreads) {
   const auto single = tok->Encode(part);
   ASSERT_TRUE(single.ok());
   for (const auto& r : results) EXPECT_TRUE(r == *single);
+}
+
+// Long runs (whitespace under the `\s+(?!\S)` lookahead, one 200 KB word, digits) encode and
+// decode back exactly with every tokenizer.
+TEST(TokenizerTest, LongRunsRoundTrip) {
+  const std::vector<std::string> texts = {
+      std::string(200000, ' ') + "x", "x" + std::string(200000, ' '),
+      std::string(100000, '\n') + std::string(100000, '\t'), std::string(200000, 'a'),
+      std::string(100000, '7'), "word " + std::string(50000, '!') + " end"};
+  for (const GoldenSource& src : kGoldenSources) {
+    if (std::string(src.key) == "tok512_spm") continue;  // normalizes whitespace (see RoundTrip)
+    const auto tok = MustLoad(src.dir, src.format);
+    ASSERT_NE(tok, nullptr);
+    for (const std::string& text : texts) {
+      const auto ids = tok->Encode(text);
+      ASSERT_TRUE(ids.ok()) << src.key << ": " << ids.status();
+      EXPECT_TRUE(tok->Decode(*ids).value() == text) << src.key << " " << text.substr(0, 8);
+    }
+  }
 }
 
 TEST(TokenizerTest, SpecialIdsAndDefaults) {
