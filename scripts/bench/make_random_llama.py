@@ -8,11 +8,12 @@ Weights: every linear and the embedding ~ N(0, 0.02) (the Llama initializer_rang
 so the next-token distribution is far from uniform (logit std ~2.5 after the final norm), norms = 1.
 Generated on the GPU from a fixed seed: the same arguments give the same checkpoint.
 
-DIR/ref_windows.bin (little-endian): int32 num_windows, int32 ctx, int32 tokens[num_windows][ctx],
-float32 logprob_fp32head[num_windows][ctx-1], float32 logprob_bf16logits[num_windows][ctx-1], where
-logprob[w][j-1] = log P(tokens[w][j] | tokens[w][<j]) from transformers (bf16, SDPA):
-  fp32head:   final hidden states (bf16) times lm_head in fp32, log_softmax in fp32 -- the engine's numerics;
-  bf16logits: model(ids).logits (bf16) -> float -> log_softmax (what common evaluation scripts do).
+DIR/ref_windows.bin (little-endian): int32 num_windows, int32 ctx, int32 tokens[num_windows][ctx], then three
+float32 arrays [num_windows][ctx-1] with logprob[w][j-1] = log P(tokens[w][j] | tokens[w][<j]) from transformers:
+  fp32head:   bf16 model (SDPA); final hidden states (bf16) times lm_head in fp32, log_softmax in fp32;
+  bf16logits: bf16 model; model(ids).logits (bf16) -> float -> log_softmax (what common evaluation scripts do);
+  fp32model:  the same weights widened to fp32, fp32 forward (no TF32): the near-exact answer both bf16 runs
+              are measured against.
 """
 import argparse
 import json
@@ -75,11 +76,6 @@ def main():
             lp = torch.log_softmax(logits16, -1).gather(-1, x[0, 1:, None]).squeeze(-1)
             lp16.append(lp.float().cpu())
             del logits16
-    with open(os.path.join(args.out, "ref_windows.bin"), "wb") as f:
-        f.write(struct.pack("<ii", args.windows, args.ctx))
-        f.write(ids.to(torch.int32).cpu().numpy().tobytes())
-        f.write(torch.stack(lp32).numpy().astype("<f4").tobytes())
-        f.write(torch.stack(lp16).numpy().astype("<f4").tobytes())
     t_ref = time.time() - t0 - t_gen
 
     # Sharded safetensors + index.
@@ -108,9 +104,30 @@ def main():
     conf["torch_dtype"] = "bfloat16"
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(conf, f, indent=1)
-    n_params = sum(v.numel() for v in state.values())
-    print(f"make_random_llama: {n_params / 1e9:.2f}B params, {len(shards)} shards, {total / 2**30:.1f} GiB; "
-          f"generate {t_gen:.1f}s, reference {t_ref:.1f}s, write {time.time() - t0 - t_gen - t_ref:.1f}s",
+    n_params, n_shards = sum(v.numel() for v in state.values()), len(shards)
+    del state, shards, cur
+    t_write = time.time() - t0 - t_gen - t_ref
+
+    # fp32 reference: the same (bf16-representable) weights in fp32, fp32 matmuls without TF32.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model.float()
+    lpf = []
+    with torch.inference_mode():
+        for w in range(args.windows):
+            x = ids[w:w + 1]
+            logits = model(x).logits[0, :-1]                                   # [ctx-1, vocab] fp32
+            lp = torch.log_softmax(logits, -1).gather(-1, x[0, 1:, None]).squeeze(-1)
+            lpf.append(lp.float().cpu())
+            del logits
+    with open(os.path.join(args.out, "ref_windows.bin"), "wb") as f:
+        f.write(struct.pack("<ii", args.windows, args.ctx))
+        f.write(ids.to(torch.int32).cpu().numpy().tobytes())
+        for arr in (lp32, lp16, lpf):
+            f.write(torch.stack(arr).numpy().astype("<f4").tobytes())
+    print(f"make_random_llama: {n_params / 1e9:.2f}B params, {n_shards} shards, {total / 2**30:.1f} GiB; "
+          f"generate {t_gen:.1f}s, bf16 reference {t_ref:.1f}s, write {t_write:.1f}s, "
+          f"fp32 reference {time.time() - t0 - t_gen - t_ref - t_write:.1f}s",
           flush=True)
 
 
