@@ -1,0 +1,259 @@
+// Unit tests of the server's pure logic: request validation (every bad input, fixed code mapping and
+// message), option checks, the absl -> gRPC code mapping, and the metrics exposition.
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/grpc_status.h"
+#include "server/metrics.h"
+#include "server/options.h"
+#include "server/request_validation.h"
+
+namespace scored {
+namespace {
+
+using ::testing::HasSubstr;
+
+ScoreLimits Limits() {
+  ScoreLimits l;
+  l.max_seq_len = 512;
+  l.max_batch_tokens = 256;
+  l.vocab_size = 512;
+  return l;
+}
+
+v1::ScoreRequest TokensRequest(const std::vector<int32_t>& ids) {
+  v1::ScoreRequest r;
+  r.mutable_tokens();  // set the oneof even for an empty list
+  for (int32_t id : ids) r.mutable_tokens()->add_ids(id);
+  return r;
+}
+
+void ExpectError(const v1::ScoreRequest& r, absl::StatusCode code, const std::string& fragment) {
+  absl::StatusOr<ScoreRequest> got = ToEngineRequest(r, Limits(), nullptr);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), code) << got.status();
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr(fragment));
+}
+
+TEST(RequestValidationTest, AcceptsValidRequestAndClampsScoreFrom) {
+  v1::ScoreRequest r = TokensRequest({1, 2, 3, 511});
+  r.set_top_k(64);
+  r.set_want_rank(true);
+  auto got = ToEngineRequest(r, Limits(), nullptr);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->tokens, (std::vector<int32_t>{1, 2, 3, 511}));
+  EXPECT_EQ(got->score_from, 1);  // default 0 acts as 1
+  EXPECT_EQ(got->top_k, 64);
+  EXPECT_TRUE(got->want_rank);
+  r.set_score_from(-5);
+  EXPECT_EQ(ToEngineRequest(r, Limits(), nullptr)->score_from, 1);
+  r.set_score_from(3);
+  EXPECT_EQ(ToEngineRequest(r, Limits(), nullptr)->score_from, 3);
+}
+
+TEST(RequestValidationTest, NeitherTokensNorText) {
+  ExpectError(v1::ScoreRequest(), absl::StatusCode::kInvalidArgument, "exactly one of `tokens` or `text`");
+}
+
+TEST(RequestValidationTest, TooFewTokens) {
+  ExpectError(TokensRequest({}), absl::StatusCode::kInvalidArgument, "at least 2 tokens; got 0");
+  ExpectError(TokensRequest({1}), absl::StatusCode::kInvalidArgument, "at least 2 tokens; got 1");
+}
+
+TEST(RequestValidationTest, LongerThanMaxSeqLen) {
+  ScoreLimits l = Limits();
+  l.max_batch_tokens = 4096;
+  v1::ScoreRequest r = TokensRequest(std::vector<int32_t>(513, 5));
+  auto got = ToEngineRequest(r, l, nullptr);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("513 tokens; max_seq_len is 512"));
+}
+
+TEST(RequestValidationTest, LongerThanMaxBatchTokens) {
+  ExpectError(TokensRequest(std::vector<int32_t>(300, 5)), absl::StatusCode::kOutOfRange,
+              "300 tokens; max_batch_tokens is 256");
+}
+
+TEST(RequestValidationTest, ScoreFromNotBeforeEnd) {
+  v1::ScoreRequest r = TokensRequest({1, 2, 3});
+  r.set_score_from(3);
+  ExpectError(r, absl::StatusCode::kInvalidArgument, "score_from 3 must be less than the number of tokens 3");
+  r.set_score_from(100);
+  ExpectError(r, absl::StatusCode::kInvalidArgument, "score_from 100");
+}
+
+TEST(RequestValidationTest, TopKOutOfRange) {
+  v1::ScoreRequest r = TokensRequest({1, 2, 3});
+  r.set_top_k(65);
+  ExpectError(r, absl::StatusCode::kInvalidArgument, "top_k must be in [0, 64], got 65");
+  r.set_top_k(-1);
+  ExpectError(r, absl::StatusCode::kInvalidArgument, "got -1");
+}
+
+TEST(RequestValidationTest, TokenIdOutOfVocabularyNamesPositionAndId) {
+  ExpectError(TokensRequest({1, 2, 3, 512}), absl::StatusCode::kInvalidArgument,
+              "token id 512 at position 3 is out of range [0, 512)");
+  ExpectError(TokensRequest({1, -7, 3}), absl::StatusCode::kInvalidArgument,
+              "token id -7 at position 1 is out of range [0, 512)");
+}
+
+TEST(RequestValidationTest, TextWithoutTokenizerIsFailedPrecondition) {
+  v1::ScoreRequest r;
+  r.mutable_text()->set_text("hello");
+  ExpectError(r, absl::StatusCode::kFailedPrecondition, "tokenizer");
+}
+
+TEST(RequestValidationTest, FillScoreResponseCopiesEveryField) {
+  ScoreRequest req;
+  req.tokens = {1, 5, 9};
+  req.score_from = 1;
+  req.want_rank = true;
+  req.want_entropy = true;
+  req.top_k = 1;
+  ScoreResult res;
+  res.logprob = {-1.5f, -0.25f};
+  res.greedy = {0, 1};
+  res.rank = {3, 1};
+  res.entropy = {2.0f, 0.5f};
+  res.top_k = {{{7, -0.1f}}, {{9, -0.25f}}};
+  res.sum_logprob = -1.75;
+  res.num_scored = 2;
+  v1::ScoreResponse resp;
+  FillScoreResponse(req, res, /*echo_tokens=*/true, 42, &resp);
+  EXPECT_EQ(resp.request_id(), 42u);
+  EXPECT_THAT(resp.tokens(), ::testing::ElementsAre(1, 5, 9));
+  EXPECT_EQ(resp.first_scored(), 1);
+  EXPECT_THAT(resp.logprob(), ::testing::ElementsAre(-1.5f, -0.25f));
+  EXPECT_THAT(resp.greedy(), ::testing::ElementsAre(false, true));
+  EXPECT_THAT(resp.rank(), ::testing::ElementsAre(3, 1));
+  EXPECT_THAT(resp.entropy(), ::testing::ElementsAre(2.0f, 0.5f));
+  ASSERT_EQ(resp.top_k_size(), 2);
+  EXPECT_EQ(resp.top_k(1).tokens(0).id(), 9);
+  EXPECT_EQ(resp.sum_logprob(), -1.75);
+  EXPECT_EQ(resp.num_scored(), 2);
+  v1::ScoreResponse no_echo;
+  FillScoreResponse(req, res, /*echo_tokens=*/false, 1, &no_echo);
+  EXPECT_EQ(no_echo.tokens_size(), 0);
+}
+
+ServerOptions GoodOptions() {
+  ServerOptions o;
+  o.engine.model_dir = "/some/model";
+  o.engine.backend = Backend::kCpu;
+  return o;
+}
+
+void ExpectBadOptions(const ServerOptions& o, const std::string& fragment) {
+  absl::Status s = ValidateServerOptions(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr(fragment));
+}
+
+TEST(ServerOptionsTest, ValidatesEveryFlag) {
+  EXPECT_TRUE(ValidateServerOptions(GoodOptions()).ok());
+  ServerOptions o = GoodOptions();
+  o.engine.model_dir = "";
+  ExpectBadOptions(o, "--model is required");
+  o = GoodOptions();
+  o.engine.tp = 0;
+  ExpectBadOptions(o, "--tp must be >= 1");
+  o = GoodOptions();
+  o.engine.tp = 2;
+  ExpectBadOptions(o, "needs --backend=cuda");
+  o = GoodOptions();
+  o.engine.max_batch_tokens = 1;
+  ExpectBadOptions(o, "--max_batch_tokens must be >= 2");
+  o = GoodOptions();
+  o.engine.max_seq_len = -3;
+  ExpectBadOptions(o, "--max_seq_len");
+  o = GoodOptions();
+  o.engine.max_seq_len = 20000;
+  ExpectBadOptions(o, "exceeds --max_batch_tokens");
+  o = GoodOptions();
+  o.max_queue = 0;
+  ExpectBadOptions(o, "--max_queue must be >= 1");
+  o = GoodOptions();
+  o.batch_timeout = absl::Microseconds(-1);
+  ExpectBadOptions(o, "--batch_timeout_us");
+  o = GoodOptions();
+  o.stream_window = 0;
+  ExpectBadOptions(o, "--stream_window");
+  o = GoodOptions();
+  o.listen = "localhost";
+  ExpectBadOptions(o, "--listen must be host:port");
+  o = GoodOptions();
+  o.listen = "127.0.0.1:70000";
+  ExpectBadOptions(o, "port must be an integer in [0, 65535]");
+  o = GoodOptions();
+  o.metrics_listen = "127.0.0.1:x";
+  ExpectBadOptions(o, "--metrics_listen");
+  o = GoodOptions();
+  o.metrics_listen = "";
+  EXPECT_TRUE(ValidateServerOptions(o).ok());
+  o.listen = "[::1]:0";
+  EXPECT_TRUE(ValidateServerOptions(o).ok());
+}
+
+TEST(ServerOptionsTest, ParsesBackendAndDtype) {
+  EXPECT_EQ(*ParseBackend("cpu"), Backend::kCpu);
+  EXPECT_EQ(*ParseBackend("cuda"), Backend::kCuda);
+  EXPECT_EQ(*ParseBackend(""), Backend::kAuto);
+  EXPECT_THAT(std::string(ParseBackend("tpu").status().message()), HasSubstr("--backend must be cuda or cpu"));
+  EXPECT_EQ(*ParseComputeDtype("bf16"), ComputeDtype::kBf16);
+  EXPECT_EQ(*ParseComputeDtype("fp32"), ComputeDtype::kFp32);
+  EXPECT_THAT(std::string(ParseComputeDtype("fp16").status().message()), HasSubstr("--dtype must be bf16 or fp32"));
+}
+
+TEST(GrpcStatusTest, MapsEveryCodeAndKeepsTheMessage) {
+  for (int c = 0; c <= 16; ++c) {
+    const auto code = static_cast<absl::StatusCode>(c);
+    EXPECT_EQ(static_cast<int>(ToGrpcCode(code)), c);
+  }
+  grpc::Status g = ToGrpcStatus(absl::OutOfRangeError("too long"));
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_EQ(g.error_message(), "too long");
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+  EXPECT_EQ(ToGrpcCode(static_cast<absl::StatusCode>(99)), grpc::StatusCode::UNKNOWN);
+  EXPECT_STREQ(GrpcCodeName(grpc::StatusCode::RESOURCE_EXHAUSTED), "RESOURCE_EXHAUSTED");
+}
+
+TEST(MetricsTest, ExposesEveryFamily) {
+  auto m = Metrics::Create("");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ((*m)->port(), 0);
+  ModelInfo info;
+  info.architecture = "LlamaForCausalLM";
+  info.format = "dense-f32";
+  info.backend = "cpu";
+  info.compute_dtype = "fp32";
+  (*m)->SetModelInfo(info);
+  (*m)->RecordRequest("Score", grpc::StatusCode::OK, 0.01);
+  (*m)->RecordRequest("Score", grpc::StatusCode::INVALID_ARGUMENT, 0.001);
+  (*m)->RecordBatch(300, 299);
+  (*m)->SetQueueDepth(3);
+  (*m)->SetDeviceMemory({{100, 1000}});
+  const std::string text = (*m)->Serialize();
+  EXPECT_THAT(text, HasSubstr("scored_requests_total{code=\"OK\",method=\"Score\"} 1"));
+  EXPECT_THAT(text, HasSubstr("scored_requests_total{code=\"INVALID_ARGUMENT\",method=\"Score\"} 1"));
+  EXPECT_THAT(text, HasSubstr("scored_request_latency_seconds_count{method=\"Score\"} 2"));
+  EXPECT_THAT(text, HasSubstr("scored_tokens_scored_total 299"));
+  EXPECT_THAT(text, HasSubstr("scored_batch_tokens_sum 300"));
+  EXPECT_THAT(text, HasSubstr("scored_queue_depth 3"));
+  EXPECT_THAT(text, HasSubstr("scored_model_info{architecture=\"LlamaForCausalLM\",backend=\"cpu\",dtype=\"fp32\","
+                              "format=\"dense-f32\",tp=\"1\"} 1"));
+  EXPECT_THAT(text, HasSubstr("scored_device_memory_bytes{device=\"0\",kind=\"used\"} 100"));
+  EXPECT_THAT(text, HasSubstr("scored_device_memory_bytes{device=\"0\",kind=\"total\"} 1000"));
+}
+
+TEST(MetricsTest, BusyPortIsUnavailable) {
+  auto first = Metrics::Create("127.0.0.1:0");
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_GT((*first)->port(), 0);
+  auto second = Metrics::Create("127.0.0.1:" + std::to_string((*first)->port()));
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace scored
