@@ -5,6 +5,23 @@
 //   - tiktoken `tokenizer.model` (base64 token + rank per line; Llama-3, with its pattern and specials)
 // Special tokens and BOS/EOS come from tokenizer_config.json / special_tokens_map.json where present.
 //
+// Per format (all checked against ids from the reference Python libraries, tests/engine/tokenizer):
+//   - SentencePiece: the library's default encode; literal "<s>" text is NOT a special token.
+//     Defaults BOS 1 / EOS 2 (the model's own ids), add BOS.
+//   - tokenizer.json: added_tokens (and tokenizer_config.json's added_tokens_decoder) are matched
+//     first, leftmost-longest on the raw text (lstrip/rstrip honoured for ASCII whitespace;
+//     `normalized` and `single_word` are not used). Normalizers NFC, Prepend('▁'), Replace(' ',
+//     '▁'); pre-tokenizers ByteLevel, Split(Regex, Isolated), Metaspace, Sequence; BPE options
+//     byte_fallback, fuse_unk, ignore_merges, unk_token. Anything else: UNIMPLEMENTED naming it.
+//     add BOS: tokenizer_config add_bos_token, else whether post_processor's template starts with
+//     a special token. EOS without a config: "</s>" (metaspace) / "<|endoftext|>" (byte-level).
+//   - vocab.json + merges.txt: byte-level. Rule: tokenizer_config.json tokenizer_class starting
+//     with "Qwen2" selects Qwen2's split pattern + NFC; otherwise GPT-2's pattern. <|endoftext|>
+//     is a special token (and BOS/EOS for GPT-2, EOS for Qwen2) unless the config says otherwise.
+//   - tiktoken: Llama-3 split pattern; the 256 Llama-3 special tokens at ids n_ranks.. (or the
+//     config's added_tokens_decoder where present); BOS <|begin_of_text|>, EOS <|end_of_text|>,
+//     add BOS by default.
+//
 // Thread-safety: immutable after Load(); Encode/Decode are thread-safe.
 #ifndef SCORED_ENGINE_TOKENIZER_TOKENIZER_H_
 #define SCORED_ENGINE_TOKENIZER_TOKENIZER_H_
@@ -43,8 +60,11 @@ class Tokenizer {
 
   // Encodes text without adding BOS/EOS (special-token strings in the text are matched as specials
   // where the format does so by default, e.g. "<|endoftext|>" for tiktoken/HF added tokens).
+  // INVALID_ARGUMENT (naming the byte offset) if `text` is not valid UTF-8.
   virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const = 0;
-  // Decodes ids to text (special tokens included as their text). INVALID_ARGUMENT for an id out of range.
+  // Decodes ids to text (special tokens included as their text). INVALID_ARGUMENT for an id out of
+  // range (naming its position). Bytes are returned as decoded, even where the ids cut a UTF-8
+  // character. Metaspace/SentencePiece drop the dummy-prefix space at the start.
   virtual absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const = 0;
   // UTF-8 byte length of one token's contribution to decoded text (metaspace -> ' ', byte tokens -> 1),
   // used for bits-per-byte. 0 for special/control tokens.
@@ -57,7 +77,10 @@ class Tokenizer {
   // Llama-3 convention of a begin_of_text token; SentencePiece default true).
   virtual bool add_bos_by_default() const = 0;
   virtual std::string kind() const = 0;     // "sentencepiece", "hf-bpe-bytelevel", "hf-bpe-metaspace", "tiktoken"
-  // Hex SHA-256 over the tokenizer files' bytes in a fixed order (documented in the implementation).
+  // Hex SHA-256 (64 lowercase chars) of the concatenated bytes of the tokenizer's files, i.e.
+  // `cat FILES | sha256sum`, in this order: the model file(s) (tokenizer.json | tokenizer.model |
+  // vocab.json merges.txt), then whichever of tokenizer_config.json, special_tokens_map.json,
+  // added_tokens.json are present. A folder with only tokenizer.model gives that file's sha256.
   virtual std::string fingerprint() const = 0;
 };
 
