@@ -58,8 +58,8 @@ TEST(RequestValidationTest, NeitherTokensNorText) {
 }
 
 TEST(RequestValidationTest, TooFewTokens) {
-  ExpectError(TokensRequest({}), absl::StatusCode::kInvalidArgument, "at least 2 tokens; got 0");
-  ExpectError(TokensRequest({1}), absl::StatusCode::kInvalidArgument, "at least 2 tokens; got 1");
+  ExpectError(TokensRequest({}), absl::StatusCode::kInvalidArgument, "at least 2 tokens (the first is context only); got 0");
+  ExpectError(TokensRequest({1}), absl::StatusCode::kInvalidArgument, "at least 2 tokens (the first is context only); got 1");
 }
 
 TEST(RequestValidationTest, LongerThanMaxSeqLen) {
