@@ -10,9 +10,9 @@
 // Lane j scores key j of the tile; lane c owns output dims c, c + 32, ...
 //
 // Tensor-core path (bf16, head_dim 32/64/128): 4 warps x 16 query rows, 64-key tiles. S = Q K^T and
-// O += P V with mma.sync.m16n8k16 (bf16 in, fp32 accumulate); Q fragments stay in registers; K tiles are
-// stored row-major and V tiles transposed, each row padded by 8 bf16 so the fragment loads of a warp hit
-// 32 distinct banks. Fragment layouts follow the PTX ISA's mma.m16n8k16 description: lane = 4 g + t,
+// O += P V with mma.sync.m16n8k16 (bf16 in, fp32 accumulate); Q fragments stay in registers; K and V
+// tiles arrive by cp.async in a two-stage ring, rows padded by 8 bf16 so each 8-lane ldmatrix phase
+// hits 32 distinct banks; V fragments come from ldmatrix .trans. Fragment layouts follow the PTX ISA's mma.m16n8k16 description: lane = 4 g + t,
 // A rows g and g + 8, columns 2t, 2t + 1 (+ 8); B column g, rows 2t, 2t + 1 (+ 8); C rows g / g + 8,
 // columns 2t, 2t + 1. The S accumulator of two adjacent 8-key blocks is exactly P's A fragment.
 #include "engine/kernels/attention.h"
@@ -150,6 +150,39 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
 
 __device__ __forceinline__ uint32_t LoadWord(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy; src_bytes == 0 writes zeros (rows past the sequence end).
+__device__ __forceinline__ void CopyAsync16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddress(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void CopyAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void CopyAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void LoadMatrixX4(uint32_t (&r)[4], const void* row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SharedAddress(row_address)));
+}
+__device__ __forceinline__ void LoadMatrixX4Trans(uint32_t (&r)[4], const void* row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SharedAddress(row_address)));
+}
+
+template <int kHeadDim>
+constexpr int MmaSharedBytes() {
+  return 2 /*K, V*/ * 2 /*stages*/ * kMmaBlockK * (kHeadDim + kPad) * 2 /*bytes*/;
+}
+
+// K and V tiles are copied with cp.async (16 bytes per thread and copy) into a two-stage ring: tile i+1
+// loads while tile i is multiplied. Fragments come from shared memory through ldmatrix (K as is, V
+// transposed), 4 matrices per instruction.
 template <int kHeadDim>
 __global__ void __launch_bounds__(kMmaWarps * 32) AttentionMmaKernel(const __nv_bfloat16* __restrict__ q,
                                                                      const __nv_bfloat16* __restrict__ k,
@@ -161,8 +194,12 @@ __global__ void __launch_bounds__(kMmaWarps * 32) AttentionMmaKernel(const __nv_
   constexpr int kDBlocks = kHeadDim / 8;   // n-blocks of O
   constexpr int kKBlocks = kMmaBlockK / 8; // n-blocks of S
   constexpr int kKChunks = kMmaBlockK / 16;
-  __shared__ __align__(16) __nv_bfloat16 k_s[kMmaBlockK][kHeadDim + kPad];
-  __shared__ __align__(16) __nv_bfloat16 vt_s[kHeadDim][kMmaBlockK + kPad];
+  constexpr int kRow = kHeadDim + kPad;    // shared row length, elements
+  constexpr int kStage = kMmaBlockK * kRow;
+  constexpr int kCopiesPerRow = kHeadDim / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [2][kMmaBlockK][kRow]
+  __nv_bfloat16* v_s = k_s + 2 * kStage;                              // [2][kMmaBlockK][kRow]
 
   const int seq = blockIdx.z;
   const int head = blockIdx.y;
@@ -176,6 +213,25 @@ __global__ void __launch_bounds__(kMmaWarps * 32) AttentionMmaKernel(const __nv_
   const int row_a = q0 + warp * 16 + g;  // query rows of this thread (local indices)
   const int row_b = row_a + 8;
   const int warp_last = min(q0 + warp * 16 + 15, len - 1);
+  const __nv_bfloat16* k_head = k + start * shape.kv_stride + kv_head * kHeadDim;
+  const __nv_bfloat16* v_head = v + start * shape.kv_stride + kv_head * kHeadDim;
+
+  auto load_tile = [&](int tile, int stage) {
+    const int k0 = tile * kMmaBlockK;
+    for (int idx = threadIdx.x; idx < kMmaBlockK * kCopiesPerRow; idx += kMmaWarps * 32) {
+      const int j = idx / kCopiesPerRow;
+      const int d = (idx - j * kCopiesPerRow) * 8;
+      const bool valid = k0 + j < len;
+      const int64_t off = valid ? static_cast<int64_t>(k0 + j) * shape.kv_stride + d : 0;
+      CopyAsync16(k_s + stage * kStage + j * kRow + d, k_head + off, valid ? 16 : 0);
+      CopyAsync16(v_s + stage * kStage + j * kRow + d, v_head + off, valid ? 16 : 0);
+    }
+    CopyAsyncCommit();
+  };
+
+  const int key_end = min(len, q0 + kMmaBlockQ);
+  const int num_tiles = (key_end + kMmaBlockK - 1) / kMmaBlockK;
+  load_tile(0, 0);
 
   uint32_t qf[kDChunks][4];
   {
@@ -196,94 +252,96 @@ __global__ void __launch_bounds__(kMmaWarps * 32) AttentionMmaKernel(const __nv_
   for (int n = 0; n < kDBlocks; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
 
-  const int key_end = min(len, q0 + kMmaBlockQ);
-  for (int k0 = 0; k0 < key_end; k0 += kMmaBlockK) {
-    __syncthreads();
-    // K tile row-major, V tile transposed; 32-bit global loads (two bf16 of one row).
-    for (int idx = threadIdx.x; idx < kMmaBlockK * (kHeadDim / 2); idx += blockDim.x) {
-      const int j = idx / (kHeadDim / 2);
-      const int d = (idx - j * (kHeadDim / 2)) * 2;
-      const int kj = k0 + j;
-      uint32_t kw = 0u, vw = 0u;
-      if (kj < len) {
-        const int64_t off = (start + kj) * shape.kv_stride + kv_head * kHeadDim + d;
-        kw = LoadWord(k + off);
-        vw = LoadWord(v + off);
-      }
-      *reinterpret_cast<uint32_t*>(&k_s[j][d]) = kw;
-      const __nv_bfloat162 vp = *reinterpret_cast<const __nv_bfloat162*>(&vw);
-      vt_s[d][j] = vp.x;
-      vt_s[d + 1][j] = vp.y;
-    }
-    __syncthreads();
-    if (k0 > warp_last) continue;  // every key of this tile lies after this warp's queries
+  // ldmatrix row addresses: lane L reads row L % 8 of matrix L / 8.
+  const int mat = lane >> 3, mrow = lane & 7;
 
-    float s[kKBlocks][4];
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile & 1;
+    if (tile + 1 < num_tiles) {
+      load_tile(tile + 1, stage ^ 1);
+      CopyAsyncWait<1>();
+    } else {
+      CopyAsyncWait<0>();
+    }
+    __syncthreads();
+    const int k0 = tile * kMmaBlockK;
+    if (k0 <= warp_last) {  // else every key of this tile lies after this warp's queries
+      const __nv_bfloat16* kt = k_s + stage * kStage;
+      const __nv_bfloat16* vt = v_s + stage * kStage;
+      float s[kKBlocks][4];
 #pragma unroll
-    for (int n = 0; n < kKBlocks; ++n) {
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      for (int n = 0; n < kKBlocks; ++n) {
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-      for (int c = 0; c < kDChunks; ++c) {
-        const __nv_bfloat16* kr = &k_s[n * 8 + g][c * 16 + 2 * t];
-        MmaBf16(s[n], qf[c][0], qf[c][1], qf[c][2], qf[c][3], LoadWord(kr), LoadWord(kr + 8));
+        for (int c = 0; c < kDChunks; c += 2) {
+          // Matrices: (chunk c, low 8), (c, high 8), (c + 1, low), (c + 1, high) of keys n*8 .. n*8+7.
+          uint32_t b[4];
+          LoadMatrixX4(b, kt + (n * 8 + mrow) * kRow + c * 16 + mat * 8);
+          MmaBf16(s[n], qf[c][0], qf[c][1], qf[c][2], qf[c][3], b[0], b[1]);
+          MmaBf16(s[n], qf[c + 1][0], qf[c + 1][1], qf[c + 1][2], qf[c + 1][3], b[2], b[3]);
+        }
       }
-    }
-    // Scale into log2 units and mask: key index > query index (causal; also covers keys >= len).
-    float tile_max_a = -INFINITY, tile_max_b = -INFINITY;
+      // Scale into log2 units and mask keys after the query (this also covers keys >= len).
+      float tile_max_a = -INFINITY, tile_max_b = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < kKBlocks; ++n) {
+      for (int n = 0; n < kKBlocks; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = k0 + n * 8 + 2 * t + (e & 1);
-        const int qrow = e < 2 ? row_a : row_b;
-        s[n][e] = key <= qrow ? s[n][e] * scale_log2 : -INFINITY;
+        for (int e = 0; e < 4; ++e) {
+          const int key = k0 + n * 8 + 2 * t + (e & 1);
+          const int qrow = e < 2 ? row_a : row_b;
+          s[n][e] = key <= qrow ? s[n][e] * scale_log2 : -INFINITY;
+        }
+        tile_max_a = fmaxf(tile_max_a, fmaxf(s[n][0], s[n][1]));
+        tile_max_b = fmaxf(tile_max_b, fmaxf(s[n][2], s[n][3]));
       }
-      tile_max_a = fmaxf(tile_max_a, fmaxf(s[n][0], s[n][1]));
-      tile_max_b = fmaxf(tile_max_b, fmaxf(s[n][2], s[n][3]));
-    }
 #pragma unroll
-    for (int offset = 1; offset < 4; offset <<= 1) {
-      tile_max_a = fmaxf(tile_max_a, __shfl_xor_sync(0xffffffffu, tile_max_a, offset));
-      tile_max_b = fmaxf(tile_max_b, __shfl_xor_sync(0xffffffffu, tile_max_b, offset));
-    }
-    const float new_a = fmaxf(m_a, tile_max_a), new_b = fmaxf(m_b, tile_max_b);
-    // A row with no valid key yet keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN.
-    const float use_a = new_a == -INFINITY ? 0.0f : new_a;
-    const float use_b = new_b == -INFINITY ? 0.0f : new_b;
-    const float alpha_a = exp2f(m_a - use_a), alpha_b = exp2f(m_b - use_b);
-    m_a = new_a;
-    m_b = new_b;
-    float sum_a = 0.0f, sum_b = 0.0f;
+      for (int offset = 1; offset < 4; offset <<= 1) {
+        tile_max_a = fmaxf(tile_max_a, __shfl_xor_sync(0xffffffffu, tile_max_a, offset));
+        tile_max_b = fmaxf(tile_max_b, __shfl_xor_sync(0xffffffffu, tile_max_b, offset));
+      }
+      const float new_a = fmaxf(m_a, tile_max_a), new_b = fmaxf(m_b, tile_max_b);
+      // A row with no valid key yet keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN.
+      const float use_a = new_a == -INFINITY ? 0.0f : new_a;
+      const float use_b = new_b == -INFINITY ? 0.0f : new_b;
+      const float alpha_a = exp2f(m_a - use_a), alpha_b = exp2f(m_b - use_b);
+      m_a = new_a;
+      m_b = new_b;
+      float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
-    for (int n = 0; n < kKBlocks; ++n) {
-      s[n][0] = exp2f(s[n][0] - use_a);
-      s[n][1] = exp2f(s[n][1] - use_a);
-      s[n][2] = exp2f(s[n][2] - use_b);
-      s[n][3] = exp2f(s[n][3] - use_b);
-      sum_a += s[n][0] + s[n][1];
-      sum_b += s[n][2] + s[n][3];
-    }
-    l_a = l_a * alpha_a + sum_a;
-    l_b = l_b * alpha_b + sum_b;
-#pragma unroll
-    for (int n = 0; n < kDBlocks; ++n) {
-      o[n][0] *= alpha_a;
-      o[n][1] *= alpha_a;
-      o[n][2] *= alpha_b;
-      o[n][3] *= alpha_b;
-    }
-#pragma unroll
-    for (int c = 0; c < kKChunks; ++c) {
-      const uint32_t a0 = PackBf16(s[2 * c][0], s[2 * c][1]);
-      const uint32_t a1 = PackBf16(s[2 * c][2], s[2 * c][3]);
-      const uint32_t a2 = PackBf16(s[2 * c + 1][0], s[2 * c + 1][1]);
-      const uint32_t a3 = PackBf16(s[2 * c + 1][2], s[2 * c + 1][3]);
+      for (int n = 0; n < kKBlocks; ++n) {
+        s[n][0] = exp2f(s[n][0] - use_a);
+        s[n][1] = exp2f(s[n][1] - use_a);
+        s[n][2] = exp2f(s[n][2] - use_b);
+        s[n][3] = exp2f(s[n][3] - use_b);
+        sum_a += s[n][0] + s[n][1];
+        sum_b += s[n][2] + s[n][3];
+      }
+      l_a = l_a * alpha_a + sum_a;
+      l_b = l_b * alpha_b + sum_b;
 #pragma unroll
       for (int n = 0; n < kDBlocks; ++n) {
-        const __nv_bfloat16* vr = &vt_s[n * 8 + g][c * 16 + 2 * t];
-        MmaBf16(o[n], a0, a1, a2, a3, LoadWord(vr), LoadWord(vr + 8));
+        o[n][0] *= alpha_a;
+        o[n][1] *= alpha_a;
+        o[n][2] *= alpha_b;
+        o[n][3] *= alpha_b;
+      }
+#pragma unroll
+      for (int c = 0; c < kKChunks; ++c) {
+        const uint32_t a0 = PackBf16(s[2 * c][0], s[2 * c][1]);
+        const uint32_t a1 = PackBf16(s[2 * c][2], s[2 * c][3]);
+        const uint32_t a2 = PackBf16(s[2 * c + 1][0], s[2 * c + 1][1]);
+        const uint32_t a3 = PackBf16(s[2 * c + 1][2], s[2 * c + 1][3]);
+#pragma unroll
+        for (int n = 0; n < kDBlocks; n += 2) {
+          // Matrices (transposed): keys c*16 + 0..7 and + 8..15 of dims n*8.., then of dims (n+1)*8...
+          uint32_t b[4];
+          LoadMatrixX4Trans(b, vt + (c * 16 + (mat & 1) * 8 + mrow) * kRow + (n + (mat >> 1)) * 8);
+          MmaBf16(o[n], a0, a1, a2, a3, b[0], b[1]);
+          MmaBf16(o[n + 1], a0, a1, a2, a3, b[2], b[3]);
+        }
       }
     }
+    __syncthreads();  // the next iteration's copies overwrite this stage
   }
   // Row sums: each of the 4 threads of a row group holds a quarter of the columns.
 #pragma unroll
@@ -355,7 +413,9 @@ absl::Status LaunchMma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const 
   const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kMmaBlockQ)), static_cast<unsigned>(s.num_heads),
                   static_cast<unsigned>(s.num_seqs));
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHeadDim));
-  AttentionMmaKernel<kHeadDim><<<grid, kMmaWarps * 32, 0, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v),
+  constexpr int kSmem = MmaSharedBytes<kHeadDim>();
+  SCORED_CUDA_CHECK(cudaFuncSetAttribute(AttentionMmaKernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  AttentionMmaKernel<kHeadDim><<<grid, kMmaWarps * 32, kSmem, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v),
                                                                     cu_seqlens, s, scale_log2, ToDevice(out));
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
@@ -379,8 +439,8 @@ absl::Status CausalAttention(const T* q, const T* k, const T* v, const int32_t* 
   if (!st.ok()) return st;
   if (shape.num_tokens == 0 || shape.num_seqs == 0 || shape.max_seqlen == 0) return absl::OkStatus();
   if constexpr (sizeof(T) == 2) {
-    const bool aligned = IsAligned(q, 4) && IsAligned(k, 4) && IsAligned(v, 4) && IsAligned(out, 4) &&
-                         shape.q_stride % 2 == 0 && shape.kv_stride % 2 == 0;
+    const bool aligned = IsAligned(q, 4) && IsAligned(k, 16) && IsAligned(v, 16) && IsAligned(out, 4) &&
+                         shape.q_stride % 2 == 0 && shape.kv_stride % 8 == 0;
     if (aligned) {
       switch (shape.head_dim) {
         case 32: return LaunchMma<32>(q, k, v, cu_seqlens, shape, out, stream);

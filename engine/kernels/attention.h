@@ -6,7 +6,7 @@
 //   out[t, h, :] = sum_j softmax(score)[j] * v[cu_seqlens[s] + j, g, :]
 // Softmax with max subtraction (online, per key tile), fp32 accumulation; one rounding to T at the end.
 // Tokens never see another sequence's keys.
-// Paths: T = bf16_t with head_dim in {32, 64, 128} uses tensor cores (mma.sync m16n8k16, bf16 inputs,
+// Paths: T = bf16_t with head_dim in {32, 64, 128} (and the alignment below) uses tensor cores (mma.sync m16n8k16, bf16 inputs,
 // fp32 accumulate; the probabilities are rounded to bf16 before the P.V product, as flash-attention does);
 // everything else (T = float, or other head_dim) uses a SIMT fp32 kernel (slower).
 // Shapes (elements): q [num_tokens, q_stride] with head h at columns [h * head_dim, (h + 1) * head_dim);
@@ -17,7 +17,9 @@
 // num_tokens; max_seqlen >= every sequence length (host value: it sizes the grid).
 // Not in place: out must not overlap q, k or v.
 // dtypes: T in {bf16_t, float}. Limits: head_dim in {8, 16, 32, 64, 128}, num_seqs <= 65535,
-// num_heads a multiple of num_kv_heads, pointers of the tensor-core path 4-byte aligned with even strides.
+// num_heads a multiple of num_kv_heads. The tensor-core path also needs q and out 4-byte aligned with an
+// even q_stride, and k and v 16-byte aligned with kv_stride % 8 == 0 (a fused QKV buffer from cudaMalloc
+// qualifies); other inputs take the SIMT path.
 // Errors: INVALID_ARGUMENT (shapes, unsupported head_dim, null pointers), INTERNAL (launch).
 #ifndef SCORED_ENGINE_KERNELS_ATTENTION_H_
 #define SCORED_ENGINE_KERNELS_ATTENTION_H_

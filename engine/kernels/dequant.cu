@@ -15,7 +15,8 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kChunk = 8;
-constexpr int64_t kMaxBlocks = 1 << 20;
+constexpr int64_t kMaxBlocksX = 65535;
+constexpr int64_t kMaxBlocksY = 65535;
 
 __device__ __forceinline__ float FloatAt(const void* data, DType dtype, int64_t i) {
   switch (dtype) {
@@ -24,14 +25,6 @@ __device__ __forceinline__ float FloatAt(const void* data, DType dtype, int64_t 
     case DType::kBF16: return Bf16ToFloat(static_cast<const uint16_t*>(data)[i]);
     case DType::kF8E4M3: return Fp8E4M3ToFloat(static_cast<const uint8_t*>(data)[i]);
     default: return __int_as_float(0x7fc00000);
-  }
-}
-
-__device__ __forceinline__ float RoundToDtype(float x, DType dtype) {
-  switch (dtype) {
-    case DType::kF16: return RoundToFp16(x);
-    case DType::kBF16: return RoundToBf16(x);
-    default: return x;
   }
 }
 
@@ -80,7 +73,7 @@ __device__ float DecodeElement(const DequantParams& p, int64_t o, int64_t k) {
         zp = static_cast<int32_t>((v >> shift) & ((uint64_t{1} << b) - 1)) - offset;
       }
       const float scale = FloatAt(p.scale, p.scale_dtype, ScaleIndex(p, o, g));
-      return RoundToDtype(__fmul_rn(static_cast<float>(q - zp), scale), p.scale_dtype);
+      return __fmul_rn(static_cast<float>(q - zp), scale);
     }
     case WeightFormat::kNaiveQuantized: {
       const int32_t q = static_cast<const int8_t*>(p.values)[o * p.in_features + k];
@@ -90,8 +83,7 @@ __device__ float DecodeElement(const DequantParams& p, int64_t o, int64_t k) {
         zp = p.zero_point_dtype == DType::kI8 ? static_cast<int32_t>(static_cast<const int8_t*>(p.zero_point)[si])
                                               : static_cast<const int32_t*>(p.zero_point)[si];
       }
-      return RoundToDtype(__fmul_rn(static_cast<float>(q - zp), FloatAt(p.scale, p.scale_dtype, si)),
-                          p.scale_dtype);
+      return __fmul_rn(static_cast<float>(q - zp), FloatAt(p.scale, p.scale_dtype, si));
     }
     case WeightFormat::kNvfp4PackQuantized: {
       const uint8_t byte = static_cast<const uint8_t*>(p.values)[o * p.values_cols + k / 2];
@@ -105,44 +97,89 @@ __device__ float DecodeElement(const DequantParams& p, int64_t o, int64_t k) {
       int64_t si = 0;
       if (p.strategy == QuantStrategy::kChannel) si = o;
       if (p.strategy == QuantStrategy::kBlock) si = (o / p.block_rows) * p.scale_cols + k / p.block_cols;
-      return RoundToDtype(__fmul_rn(v, FloatAt(p.scale, p.scale_dtype, si)), p.scale_dtype);
+      return __fmul_rn(v, FloatAt(p.scale, p.scale_dtype, si));
     }
   }
   return __int_as_float(0x7fc00000);
 }
 
+// Stores 8 consecutive values: one 16-byte store for bf16, two for fp32 (dst 16-byte aligned).
+__device__ __forceinline__ void StoreChunk(__nv_bfloat16* dst, const float (&v)[kChunk]) {
+  uint4 packed;
+  uint32_t* words = reinterpret_cast<uint32_t*>(&packed);
+#pragma unroll
+  for (int j = 0; j < kChunk / 2; ++j) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+    words[j] = *reinterpret_cast<const uint32_t*>(&pair);
+  }
+  *reinterpret_cast<uint4*>(dst) = packed;
+}
+__device__ __forceinline__ void StoreChunk(float* dst, const float (&v)[kChunk]) {
+  reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// Any format: blockIdx.y strides over rows, x-blocks and threads over chunks of kChunk columns.
 template <typename OutT>
 __global__ void __launch_bounds__(kThreads) DequantKernel(const DequantParams p, int64_t row_begin, int64_t num_rows,
                                                           bool vector_store,
                                                           OutT* __restrict__ out) {  // [num_rows, in_features]
   const int64_t chunks_per_row = (p.in_features + kChunk - 1) / kChunk;
-  const int64_t total = num_rows * chunks_per_row;
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; c < total;
-       c += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const int64_t r = c / chunks_per_row;
-    const int64_t k0 = (c - r * chunks_per_row) * kChunk;
+  for (int64_t r = blockIdx.y; r < num_rows; r += gridDim.y) {
     const int64_t o = row_begin + r;
-    OutT* dst = out + r * p.in_features + k0;
-    if (vector_store) {
+    for (int64_t c = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; c < chunks_per_row;
+         c += static_cast<int64_t>(gridDim.x) * kThreads) {
+      const int64_t k0 = c * kChunk;
+      OutT* dst = out + r * p.in_features + k0;
+      if (vector_store) {
+        float v[kChunk];
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) v[j] = DecodeElement(p, o, k0 + j);
+        StoreChunk(dst, v);
+      } else {
+        const int64_t n = p.in_features - k0 < kChunk ? p.in_features - k0 : kChunk;
+        for (int64_t j = 0; j < n; ++j) StoreFromFloat(dst + j, DecodeElement(p, o, k0 + j));
+      }
+    }
+  }
+}
+
+// Pack-quantized fast path (b = 4 or 8, in_features % 8 == 0, no g_idx, group_size % 8 == 0): a chunk of
+// 8 columns is 8 / (32 / b) whole words and lies in one scale group, so it costs 1-2 word loads, one
+// scale load and one 16-byte store. Same arithmetic as DecodeElement.
+template <int kBits, typename OutT>
+__global__ void __launch_bounds__(kThreads) DequantPackedKernel(const DequantParams p, int64_t row_begin,
+                                                                int64_t num_rows,
+                                                                OutT* __restrict__ out) {  // [num_rows, in]
+  constexpr int kPerWord = 32 / kBits;
+  constexpr int kWords = kChunk / kPerWord;
+  constexpr int32_t kOffset = 1 << (kBits - 1);
+  constexpr uint32_t kMask = (1u << kBits) - 1u;
+  const int32_t chunks_per_row = static_cast<int32_t>(p.in_features / kChunk);
+  for (int64_t r = blockIdx.y; r < num_rows; r += gridDim.y) {
+    const int64_t o = row_begin + r;
+    const uint32_t* row = static_cast<const uint32_t*>(p.values) + o * p.values_cols;
+    for (int32_t c = blockIdx.x * kThreads + threadIdx.x; c < chunks_per_row; c += gridDim.x * kThreads) {
+      const int32_t k0 = c * kChunk;
+      uint32_t words[kWords];
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) words[i] = row[c * kWords + i];
+      int64_t g = 0;
+      if (p.strategy == QuantStrategy::kGroup) g = k0 / static_cast<int32_t>(p.group_size);
+      int32_t zp = kOffset;
+      if (!p.symmetric) {
+        const int64_t bit = o * kBits;
+        const uint32_t zword = static_cast<const uint32_t*>(p.zero_point)[(bit >> 5) * p.zero_point_cols + g];
+        zp = static_cast<int32_t>((zword >> (bit & 31)) & kMask);
+      }
+      const float scale = FloatAt(p.scale, p.scale_dtype, ScaleIndex(p, o, g));
       float v[kChunk];
 #pragma unroll
-      for (int j = 0; j < kChunk; ++j) v[j] = DecodeElement(p, o, k0 + j);
-      if constexpr (sizeof(OutT) == 2) {
-        uint4 packed;
-        uint32_t* words = reinterpret_cast<uint32_t*>(&packed);
-#pragma unroll
-        for (int j = 0; j < kChunk / 2; ++j) {
-          const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
-          words[j] = *reinterpret_cast<const uint32_t*>(&pair);
-        }
-        *reinterpret_cast<uint4*>(dst) = packed;
-      } else {
-        reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
-        reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
+      for (int j = 0; j < kChunk; ++j) {
+        const int32_t u = static_cast<int32_t>((words[j / kPerWord] >> ((j % kPerWord) * kBits)) & kMask);
+        v[j] = __fmul_rn(static_cast<float>(u - zp), scale);
       }
-    } else {
-      const int64_t n = p.in_features - k0 < kChunk ? p.in_features - k0 : kChunk;
-      for (int64_t j = 0; j < n; ++j) StoreFromFloat(dst + j, DecodeElement(p, o, k0 + j));
+      StoreChunk(out + r * p.in_features + k0, v);
     }
   }
 }
@@ -163,10 +200,21 @@ absl::Status Dequantize(const DequantParams& params, int64_t row_begin, int64_t 
   if (num_rows == 0 || params.in_features == 0) return absl::OkStatus();
   if (out == nullptr) return absl::InvalidArgumentError("Dequantize: null output");
   const bool vector_store = params.in_features % kChunk == 0 && IsAligned(out, 16);
-  const int64_t total = num_rows * CeilDiv(params.in_features, kChunk);
-  const int64_t blocks = CeilDiv(total, kThreads);
-  DequantKernel<<<static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks), kThreads, 0, stream>>>(
-      params, row_begin, num_rows, vector_store, ToDevice(out));
+  const int64_t bx = CeilDiv(CeilDiv(params.in_features, kChunk), kThreads);
+  const dim3 grid(static_cast<unsigned>(bx < kMaxBlocksX ? bx : kMaxBlocksX),
+                  static_cast<unsigned>(num_rows < kMaxBlocksY ? num_rows : kMaxBlocksY));
+  const bool packed_fast = params.format == WeightFormat::kPackQuantized && vector_store && params.g_idx == nullptr &&
+                           (params.num_bits == 4 || params.num_bits == 8) &&
+                           params.in_features / kChunk < INT32_MAX &&
+                           (params.strategy != QuantStrategy::kGroup || params.group_size % kChunk == 0) &&
+                           (params.symmetric || params.zero_point != nullptr);
+  if (packed_fast && params.num_bits == 4) {
+    DequantPackedKernel<4><<<grid, kThreads, 0, stream>>>(params, row_begin, num_rows, ToDevice(out));
+  } else if (packed_fast) {
+    DequantPackedKernel<8><<<grid, kThreads, 0, stream>>>(params, row_begin, num_rows, ToDevice(out));
+  } else {
+    DequantKernel<<<grid, kThreads, 0, stream>>>(params, row_begin, num_rows, vector_store, ToDevice(out));
+  }
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }

@@ -1,22 +1,23 @@
 // Dequantization of one linear layer's stored weight into a dense compute-dtype matrix (DESIGN.md §6).
 //
 // out[(o - row_begin) * in_features + k] = OutT(W[o, k]) for o in [row_begin, row_end), where W[o, k] is
-// exactly the fp32 value LinearWeight::DequantizeRows gives (compressed-tensors' decompression in the
-// scale's dtype, widened), and OutT rounds it to nearest even (bf16_t) or keeps it (float):
+// exactly the fp32 value LinearWeight::DequantizeRows gives and OutT rounds it to nearest even (bf16_t)
+// or keeps it (float):
 //   kDense            W = widen(weight[o, k])                                   (F32 / F16 / BF16)
 //   kPackQuantized    u = bits [k*b, k*b + b) of row o of weight_packed (int32 words, LSB first; b in 2..8);
 //                     u_zp = 2^(b-1) (symmetric) or field o of column g of weight_zero_point
 //                     [ceil(out*b/32), groups], packed along `out` the same way (asymmetric);
-//                     W = round_S(float(u - u_zp) * scale[o, g]), S = the scale's dtype (F32/F16/BF16)
+//                     W = float(u - u_zp) * scale[o, g]     (exact in fp32: <= 8 x 11 significant bits)
 //   kNvfp4PackQuantized  e = nibble k of weight_packed[o, k / 2] (even k low nibble), E2M1;
 //                     W = round_bf16(E2M1(e) * (fp32(scale_e4m3[o, k / 16]) / global_scale))  (fp32
 //                     math; compressed-tensors decodes FP4 in bf16, so even fp32 output holds bf16 values)
-//   kFloatQuantized   W = round_S(fp32(weight_e4m3[o, k]) * scale[...])   scale tensor [1], channel
-//                     [out, 1] or block [ceil(out/br), ceil(in/bc)] at (o / br, k / bc)
-//   kNaiveQuantized   W = round_S(float(q - zp) * scale[o, g]), q = weight int8, zp (asymmetric only) an
-//                     unpacked I8/I32 tensor indexed like the scale, else 0
+//   kFloatQuantized   W = fp32(weight_e4m3[o, k]) * scale[...]   scale tensor [1], channel [out, 1] or
+//                     block [ceil(out/br), ceil(in/bc)] at (o / br, k / bc)
+//   kNaiveQuantized   W = float(q - zp) * scale[o, g], q = weight int8, zp (asymmetric only) an unpacked
+//                     I8/I32 tensor indexed like the scale, else 0
 // g = k / group_size (strategy group), g_idx[k] (actorder group), 0 (channel; tensor reads scale[0]).
-// round_S is the narrowing to S (RNE) for F16/BF16 scales and the identity for F32.
+// Scales are widened exactly from F32/F16/BF16. Rounding the exact product once to bf16 is what
+// compressed-tensors' decompression in bf16 yields (see engine/model/dequantize.cc).
 // Not in place; out [row_end - row_begin, in_features] contiguous. dtypes: OutT in {bf16_t, float}.
 // Errors: INVALID_ARGUMENT for an inconsistent DequantParams (dtypes, shapes, bits, missing tensors) or a
 // bad row range; INTERNAL for a launch failure.

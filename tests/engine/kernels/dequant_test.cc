@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 #include <dirent.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -320,7 +321,8 @@ TEST_F(DequantTest, CommittedFixturesBitExact) {
   ASSERT_NE(d, nullptr) << dir;
   std::vector<std::string> models;
   while (dirent* e = readdir(d)) {
-    if (e->d_name[0] != '.') models.push_back(dir + "/" + e->d_name);
+    const std::string path = dir + "/" + e->d_name;
+    if (e->d_name[0] != '.' && access((path + "/config.json").c_str(), R_OK) == 0) models.push_back(path);
   }
   closedir(d);
   std::sort(models.begin(), models.end());
