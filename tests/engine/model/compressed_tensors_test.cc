@@ -115,6 +115,18 @@ TEST(CompressedTensorsTest, Fp8DynamicAndBlock) {
   EXPECT_EQ(sb.block_rows, 128);
   EXPECT_EQ(sb.block_cols, 128);
   EXPECT_FALSE(sb.w8a8_dynamic_fp8);
+
+  // FP8_BLOCK: block weights with dynamic per-token-group (128) activations.
+  auto g = ParseCompressedTensorsConfig(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+    "config_groups": {"group_0": {"targets": ["Linear"],
+      "weights": {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]},
+      "input_activations": {"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128,
+                            "dynamic": true}}}})", "cfg");
+  ASSERT_TRUE(g.ok()) << g.status();
+  const ModuleScheme sg = Resolve(*g, "model.layers.0.mlp.up_proj");
+  EXPECT_TRUE(sg.w8a8_dynamic_fp8);
+  EXPECT_EQ(sg.act_group_size, 128);
+  EXPECT_EQ(s.act_group_size, 0);
 }
 
 TEST(CompressedTensorsTest, NaiveAndIntQuantizedInt8) {
