@@ -187,6 +187,108 @@ TEST(TokenizerTest, Llama2MetaspacePreTokenizerForm) {
   EXPECT_THAT((*tok)->Encode("a").value(), ElementsAreArray({263}));
 }
 
+// Byte-level tokenizer.json files in the form HF writes them, assembled from the GPT-2 and Qwen2.5
+// vocab.json + merges.txt in a temporary folder: GPT-2 (ByteLevel pre-tokenizer with use_regex)
+// and Qwen2 (NFC normalizer, Split regex + ByteLevel without regex, added tokens from
+// tokenizer_config.json next to it). Both must give the golden ids of the slow tokenizers.
+std::string MakeByteLevelTokenizerJson(const std::string& src_dir, const nlohmann::json& normalizer,
+                                       const nlohmann::json& pre_tokenizer,
+                                       const nlohmann::json& added_tokens) {
+  nlohmann::json model = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
+                          {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""},
+                          {"fuse_unk", false}, {"byte_fallback", false}};
+  model["vocab"] = nlohmann::json::parse(ReadAll(src_dir + "/vocab.json"));
+  nlohmann::json merges = nlohmann::json::array();
+  const std::string text = ReadAll(src_dir + "/merges.txt");
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    if (!line.empty() && line.rfind("#version", 0) != 0) merges.push_back(line);
+    start = end + 1;
+  }
+  model["merges"] = merges;
+  nlohmann::json j = {{"version", "1.0"}, {"normalizer", normalizer},
+                      {"pre_tokenizer", pre_tokenizer}, {"model", model},
+                      {"decoder", {{"type", "ByteLevel"}}}, {"post_processor", nullptr}};
+  j["added_tokens"] = added_tokens;
+  return j.dump();
+}
+
+class TempFolder {
+ public:
+  TempFolder() {
+    dir_ = ::testing::TempDir() + "/tokenizer_json_XXXXXX";
+    EXPECT_NE(mkdtemp(dir_.data()), nullptr);
+  }
+  ~TempFolder() {
+    for (const auto& f : files_) unlink((dir_ + "/" + f).c_str());
+    rmdir(dir_.c_str());
+  }
+  void Write(const std::string& name, const std::string& bytes) {
+    std::ofstream(dir_ + "/" + name, std::ios::binary) << bytes;
+    files_.push_back(name);
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::vector<std::string> files_;
+};
+
+TEST(TokenizerTest, ByteLevelTokenizerJsonForms) {
+  struct Form {
+    const char* golden_key;
+    const char* src;
+    nlohmann::json normalizer;
+    nlohmann::json pre_tokenizer;
+    nlohmann::json added_tokens;
+  };
+  const std::string qwen_dir = kData + "/models-configs/qwen2.5-0.5b-instruct";
+  const Form forms[] = {
+      {"gpt2_slow", "tokenizers/gpt2", nullptr,
+       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+        {"use_regex", true}},
+       {{{"id", 50256}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false},
+         {"rstrip", false}, {"normalized", true}, {"special", true}}}},
+      {"qwen2.5_slow_nospecial", "models-configs/qwen2.5-0.5b-instruct", {{"type", "NFC"}},
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern",
+            {{"Regex",
+              "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+              "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
+           {"behavior", "Isolated"},
+           {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}},
+       nlohmann::json::array()},
+  };
+  for (const Form& form : forms) {
+    TempFolder folder;
+    folder.Write("tokenizer.json",
+                 MakeByteLevelTokenizerJson(kData + "/" + form.src, form.normalizer,
+                                            form.pre_tokenizer, form.added_tokens));
+    if (std::string(form.golden_key) == "qwen2.5_slow_nospecial") {
+      folder.Write("tokenizer_config.json", ReadAll(qwen_dir + "/tokenizer_config.json"));
+    }
+    auto tok = Tokenizer::Load(folder.dir());
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    EXPECT_EQ((*tok)->kind(), "hf-bpe-bytelevel");
+    const auto& cases = Golden()["cases"];
+    const auto& expected = Golden()[form.golden_key];
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const std::string text = cases[i].get<std::string>();
+      const auto ids = (*tok)->Encode(text);
+      ASSERT_TRUE(ids.ok()) << ids.status();
+      EXPECT_THAT(*ids, ElementsAreArray(expected[i].get<std::vector<int32_t>>()))
+          << form.golden_key << " case " << i;
+      EXPECT_EQ((*tok)->Decode(*ids).value(), text);
+    }
+  }
+}
+
 // stories260K-hf/reference_wikitext2_test_ppl.json: the whole wiki.test.raw encoded as one string
 // with tokenizer.model (no BOS) has 809,284 tokens, beginning with first_64_token_ids.
 TEST(TokenizerTest, Stories260KWikiText2) {
@@ -293,6 +395,18 @@ TEST(TokenizerTest, SpecialIdsAndDefaults) {
     EXPECT_EQ(tok->eos_id(), e.eos) << e.dir;
     EXPECT_EQ(tok->add_bos_by_default(), e.add_bos) << e.dir;
   }
+}
+
+// Qwen2 normalizes to NFC before splitting: a decomposed "é" (e + U+0301) encodes as the composed
+// one. GPT-2 has no normalizer, so there the two differ.
+TEST(TokenizerTest, Qwen2AppliesNfc) {
+  const auto qwen = MustLoad("models-configs/qwen2.5-0.5b-instruct", Format::kAuto);
+  const auto gpt2 = MustLoad("tokenizers/gpt2", Format::kAuto);
+  ASSERT_TRUE(qwen && gpt2);
+  const std::string composed = "caf\xC3\xA9 na\xC3\xAFve";
+  const std::string decomposed = "cafe\xCC\x81 nai\xCC\x88ve";
+  EXPECT_EQ(qwen->Encode(decomposed).value(), qwen->Encode(composed).value());
+  EXPECT_NE(gpt2->Encode(decomposed).value(), gpt2->Encode(composed).value());
 }
 
 TEST(TokenizerTest, Llama3SpecialTokens) {
