@@ -139,6 +139,11 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
     return absl::UnimplementedError("this scored-ppl was built without the local tokenizer");
 #endif
   } else {
+    if (info.tokenizer_kind().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the server at ", options.server,
+          " has no tokenizer (see its log); tokenize locally with --tokenizer DIR"));
+    }
     setup.special = {info.bos_id(), info.eos_id(), info.add_bos_by_default()};
     setup.fingerprint = info.tokenizer_fingerprint();
     setup.source = "server";
