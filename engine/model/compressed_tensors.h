@@ -24,6 +24,8 @@
 // module resolved here is a linear layer). Among matching targets the most specific wins: exact names,
 // then regexes (each in sorted order), then class names. Modules matched by `ignore` (same rules), and
 // modules no group targets, are dense.
+//
+// Thread-safety: both functions are pure (no shared state); a parsed config is immutable.
 #ifndef SCORED_ENGINE_MODEL_COMPRESSED_TENSORS_H_
 #define SCORED_ENGINE_MODEL_COMPRESSED_TENSORS_H_
 

@@ -13,7 +13,7 @@
 //     first sample starts the section, the last ends it)
 // Reads at most ~256 KiB per file, so a 100 GB checkpoint is fingerprinted in milliseconds, yet any two
 // checkpoints seen in practice differ (configs, headers or sampled data). Not a content hash of every
-// byte: two files differing only between samples get the same fingerprint.
+// byte: two files differing only between samples get the same fingerprint. Thread-safe (no shared state).
 #ifndef SCORED_ENGINE_MODEL_FINGERPRINT_H_
 #define SCORED_ENGINE_MODEL_FINGERPRINT_H_
 
