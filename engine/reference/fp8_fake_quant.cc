@@ -1,6 +1,6 @@
-// FP8 E4M3FN rounding and W8A8 dynamic per-token activation fake quantization (compressed-tensors'
-// emulation): scale = fp32(amax / 448); q = fp8(clamp(x / scale, -448, 448)) with round-to-nearest-even;
-// x = fp32(q) * scale, all fp32. A zero row (scale 0) stays zero.
+// FP8 E4M3FN rounding and W8A8 dynamic activation fake quantization, per token or per (token, column
+// group) (compressed-tensors' emulation): scale = fp32(amax / 448); q = fp8(clamp(x / scale, -448, 448))
+// with round-to-nearest-even; x = fp32(q) * scale, all fp32. An all-zero span (scale 0) stays zero.
 //
 // E4M3FN: bias 7, 3 mantissa bits, normals from 2^-6 (step 2^(e-3)), subnormals k * 2^-9, largest 448.
 #include <algorithm>
@@ -23,17 +23,32 @@ float RoundToFp8E4M3(float x) {
   return std::copysign(std::min(rounded, 448.0f), x);
 }
 
+namespace {
+
+// Fake-quantizes x[0, n) with one scale.
+void FakeQuantizeSpan(float* x, int64_t n) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float scale = amax / 448.0f;
+  if (scale == 0.0f) return;
+  for (int64_t i = 0; i < n; ++i) {
+    const float scaled = std::clamp(x[i] / scale, -448.0f, 448.0f);
+    x[i] = RoundToFp8E4M3(scaled) * scale;
+  }
+}
+
+}  // namespace
+
 void FakeQuantizeFp8PerToken(float* x,  // [num_tokens, in_features]
                              int64_t num_tokens, int64_t in_features) {
+  for (int64_t t = 0; t < num_tokens; ++t) FakeQuantizeSpan(x + t * in_features, in_features);
+}
+
+void FakeQuantizeFp8PerTokenGroup(float* x,  // [num_tokens, in_features]
+                                  int64_t num_tokens, int64_t in_features, int64_t group_size) {
   for (int64_t t = 0; t < num_tokens; ++t) {
-    float* row = x + t * in_features;
-    float amax = 0.0f;
-    for (int64_t i = 0; i < in_features; ++i) amax = std::max(amax, std::fabs(row[i]));
-    const float scale = amax / 448.0f;
-    if (scale == 0.0f) continue;
-    for (int64_t i = 0; i < in_features; ++i) {
-      const float scaled = std::clamp(row[i] / scale, -448.0f, 448.0f);
-      row[i] = RoundToFp8E4M3(scaled) * scale;
+    for (int64_t g0 = 0; g0 < in_features; g0 += group_size) {
+      FakeQuantizeSpan(x + t * in_features + g0, std::min(group_size, in_features - g0));
     }
   }
 }

@@ -76,6 +76,13 @@ float RoundToFp8E4M3(float x);
 void FakeQuantizeFp8PerToken(float* x,  // [num_tokens, in_features]
                              int64_t num_tokens, int64_t in_features);
 
+// The same per (token, group of group_size consecutive columns): each group of each row gets its own
+// scale = amax(|group|) / 448 (compressed-tensors' dynamic "group" activation strategy, e.g. group 128 in
+// FP8_BLOCK schemes). A last group narrower than group_size (in_features % group_size != 0) is its own
+// group. group_size >= in_features is FakeQuantizeFp8PerToken.
+void FakeQuantizeFp8PerTokenGroup(float* x,  // [num_tokens, in_features]
+                                  int64_t num_tokens, int64_t in_features, int64_t group_size);
+
 // Per-position outputs from one row of fp32 logits, by the Score contract (DESIGN.md §3):
 // logprob = logit[target] - logsumexp (max-subtracted, sum in double); greedy = argmax (lowest id on
 // ties) == target; rank = 1 + #{logit > logit[target]}; entropy = -sum p log p (double);

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/model/fingerprint.h"
 #include "engine/model/weights.h"
 #include "engine/reference/ops.h"
 #include "engine/reference/thread_pool.h"
@@ -34,6 +35,7 @@ struct DenseLinear {
   std::vector<float> w;              // [out_features, in_features]
   std::vector<float> bias;           // [out_features]; empty when the layer has none
   bool fake_quantize_input = false;  // W8A8 dynamic FP8: quantize each input row first
+  int64_t act_group_size = 0;        // fake_quantize_input: 0 one scale per row, else per column group
 };
 
 struct DenseLayer {
@@ -59,6 +61,7 @@ absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, ThreadPool* pool) {
   d.in_features = lw.in_features;
   d.out_features = lw.out_features;
   d.fake_quantize_input = lw.w8a8_dynamic_fp8;
+  d.act_group_size = lw.act_group_size;
   d.w.resize(lw.out_features * lw.in_features);
   std::mutex mu;
   absl::Status status;
@@ -180,11 +183,14 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
   info_.tp = 1;
   info_.vocab_size = c.vocab_size;
   info_.max_seq_len = options.max_seq_len > 0 ? options.max_seq_len : c.max_position_embeddings;
+  // No sliding-window attention here: full causal attention equals it only up to the window.
+  if (c.sliding_window > 0) info_.max_seq_len = std::min(info_.max_seq_len, c.sliding_window);
   info_.max_batch_tokens = options.max_batch_tokens;
   info_.num_parameters = summary.num_parameters;
   info_.bits_per_weight_decoder = summary.bits_per_weight_decoder;
   info_.bits_per_weight_head = summary.bits_per_weight_head;
   info_.resident_bytes = resident_floats * static_cast<int64_t>(sizeof(float));
+  SCORED_ASSIGN_OR_RETURN(info_.model_fingerprint, ModelFingerprint(options.model_dir));
   return absl::OkStatus();
 }
 
@@ -235,7 +241,11 @@ void ReferenceEngine::ApplyLinear(const DenseLinear& linear, const float* x, int
     return;
   }
   std::vector<float> quantized(x, x + n * linear.in_features);  // [n, in_features]
-  ref::FakeQuantizeFp8PerToken(quantized.data(), n, linear.in_features);
+  if (linear.act_group_size > 0) {
+    ref::FakeQuantizeFp8PerTokenGroup(quantized.data(), n, linear.in_features, linear.act_group_size);
+  } else {
+    ref::FakeQuantizeFp8PerToken(quantized.data(), n, linear.in_features);
+  }
   ref::Linear(quantized.data(), linear.w.data(), bias, n, linear.in_features, linear.out_features, y, &pool_);
 }
 

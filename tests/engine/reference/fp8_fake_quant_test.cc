@@ -59,6 +59,29 @@ TEST(FakeQuantizeFp8PerToken, ScalesEachRowByItsAmax) {
   EXPECT_EQ(x[13], 0.0f);
 }
 
+TEST(FakeQuantizeFp8PerTokenGroup, EachGroupHasItsOwnScale) {
+  // Row of 5 in groups of 2: (17, 448) scale 1 -> (16, 448); (1.0625, 0.5) scale 1.0625/448; (3) alone.
+  std::vector<float> x = {17.0f, 448.0f, 1.0625f, 0.5f, 3.0f,
+                          0.0f, 0.0f, -2.0f, 4.0f, 0.0f};
+  std::vector<float> expected = x;
+  FakeQuantizeFp8PerToken(expected.data() + 0, 1, 2);
+  FakeQuantizeFp8PerToken(expected.data() + 2, 1, 2);
+  FakeQuantizeFp8PerToken(expected.data() + 4, 1, 1);
+  FakeQuantizeFp8PerToken(expected.data() + 5, 1, 2);
+  FakeQuantizeFp8PerToken(expected.data() + 7, 1, 2);
+  FakeQuantizeFp8PerToken(expected.data() + 9, 1, 1);
+  FakeQuantizeFp8PerTokenGroup(x.data(), 2, 5, 2);
+  EXPECT_EQ(x, expected);
+  EXPECT_EQ(x[0], 16.0f);
+  EXPECT_EQ(x[1], 448.0f);
+  EXPECT_EQ(x[4], 3.0f);  // a lone value is its own amax: exact
+  // A group as wide as the row is the per-token quantization.
+  std::vector<float> a = {0.3f, -7.0f, 2.2f, 100.0f}, b = a;
+  FakeQuantizeFp8PerTokenGroup(a.data(), 1, 4, 128);
+  FakeQuantizeFp8PerToken(b.data(), 1, 4);
+  EXPECT_EQ(a, b);
+}
+
 TEST(FakeQuantizeFp8PerToken, RelativeErrorWithinHalfAStep) {
   // Normal E4M3 values have 3 mantissa bits: relative rounding error <= 2^-4 for |x| >= 2^-6 * scale.
   std::vector<float> x(64);

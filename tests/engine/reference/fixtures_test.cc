@@ -1,0 +1,214 @@
+// Every quantized checkpoint of tests/fixtures (made with llm-compressor; see its README) through the CPU
+// reference engine against its reference_logprobs.json (transformers + compressed-tensors, float32
+// forward, float64 log-softmax).
+//
+// Tolerances:
+//   weight-only formats: 2e-4 absolute per token log-prob and entropy. Both sides compute in fp32 with
+//     exactly the same decoded weights; an independent float64 forward lands 1.1e-5..3e-5 from these
+//     references (README), and so does this engine (max 3.1e-5 measured), so 2e-4 leaves margin.
+//   W8A8 (dynamic FP8 activations) on the random fixture models: every linear input is rounded to FP8,
+//     and an input lying within fp32 noise of a rounding midpoint rounds differently in two correct
+//     implementations (different fp32/fp64 accumulation orders). These random models amplify one such
+//     flip into 0.3-0.7 nats on every later position: measured here, scaling every linear input of this
+//     engine by (1 + 3e-7) (~3 ulp) moves its own W8A8 log-probs by mean 0.06 / max 0.61 nats, and the
+//     transformers reference differs from this engine by mean 0.09-0.10 / max 0.52-0.71, i.e. at that
+//     noise floor. So the W8A8 check is statistical at that floor (mean <= 0.15, max <= 1.0 nats), plus
+//     Fp8DynamicAppliesActivationQuantization below, which shows the activation quantization is there
+//     (the effect of removing it is 3x larger). The DESIGN target of mean <= 2e-3 / max <= 0.05 needs a
+//     W8A8 fixture of a trained (non-chaotic) model.
+//   W4A4 (NVFP4 with FP4 activations): the engine runs the weights only (W4A16, DESIGN.md §6), unlike the
+//     reference; it is compared with the reference of its weight-only twin (NvFp4W4A4RunsAsW4A16).
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/reference/reference_engine.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace scored {
+namespace {
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+// Fixture folders: every folder of SCORED_FIXTURES_DIR holding a reference_logprobs.json.
+std::vector<std::string> FixtureNames() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(SCORED_FIXTURES_DIR, ec)) {
+    if (entry.is_directory() && std::filesystem::exists(entry.path() / "reference_logprobs.json")) {
+      names.push_back(entry.path().filename().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Bits of the input-activation quantization of config.json (0: weight-only). 8: W8A8; 4: W4A4.
+int ActivationBits(const nlohmann::json& config) {
+  const auto qc = config.find("quantization_config");
+  if (qc == config.end()) return 0;
+  const auto groups = qc->find("config_groups");
+  if (groups == qc->end()) return 0;
+  for (const auto& group : groups->items()) {
+    const auto act = group.value().find("input_activations");
+    if (act != group.value().end() && !act->is_null()) return act->value("num_bits", 0);
+  }
+  return 0;
+}
+
+struct Deltas {
+  double mean = 0.0;
+  double max = 0.0;
+};
+
+// |our log-prob - reference log-prob| over every token of every sequence of `golden` (same ids).
+Deltas Compare(const std::vector<std::vector<float>>& ours, const nlohmann::json& golden) {
+  Deltas d;
+  int64_t count = 0;
+  for (size_t s = 0; s < ours.size(); ++s) {
+    const std::vector<double> ref = golden["sequences"][s]["token_logprobs"].get<std::vector<double>>();
+    for (size_t j = 0; j < ref.size(); ++j) {
+      const double delta = std::fabs(ours[s][j] - ref[j]);
+      d.mean += delta;
+      d.max = std::max(d.max, delta);
+      ++count;
+    }
+  }
+  d.mean /= static_cast<double>(std::max<int64_t>(1, count));
+  return d;
+}
+
+// Our log-probs for every sequence of the fixture `name`; empty if the fixture folder is absent.
+std::vector<std::vector<float>> ScoreFixture(const std::string& name) {
+  const std::string dir = std::string(SCORED_FIXTURES_DIR) + "/" + name;
+  std::vector<std::vector<float>> out;
+  if (!std::filesystem::exists(dir + "/reference_logprobs.json")) return out;
+  EngineOptions options;
+  options.model_dir = dir;
+  options.backend = Backend::kCpu;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = CreateReferenceEngine(options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return out;
+  const nlohmann::json golden = ReadJson(dir + "/reference_logprobs.json");
+  for (const nlohmann::json& seq : golden["sequences"]) {
+    ScoreRequest request;
+    request.tokens = seq["token_ids"].get<std::vector<int32_t>>();
+    absl::StatusOr<std::vector<ScoreResult>> r = (*engine)->Score({request});
+    EXPECT_TRUE(r.ok()) << r.status();
+    out.push_back(r.ok() ? (*r)[0].logprob : std::vector<float>{});
+  }
+  return out;
+}
+
+class FixtureTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FixtureTest, LogprobsMatchReference) {
+  const std::string dir = std::string(SCORED_FIXTURES_DIR) + "/" + GetParam();
+  const nlohmann::json golden = ReadJson(dir + "/reference_logprobs.json");
+  const int act_bits = ActivationBits(ReadJson(dir + "/config.json"));
+  const bool w8a8 = act_bits == 8;
+
+  EngineOptions options;
+  options.model_dir = dir;
+  options.backend = Backend::kCpu;
+  options.num_threads = 2;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = CreateReferenceEngine(options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  if (act_bits == 4) {
+    EXPECT_FALSE((*engine)->info().format_notes.empty()) << "a W4A4 checkpoint run weight-only must say so";
+    GTEST_SKIP() << "W4A4: run weight-only by design, compared in NvFp4W4A4RunsAsW4A16";
+  }
+
+  double max_delta = 0.0, sum_delta = 0.0, max_entropy_delta = 0.0;
+  int64_t count = 0;
+  for (const nlohmann::json& seq : golden["sequences"]) {
+    const std::string name = seq["name"].get<std::string>();
+    ScoreRequest request;
+    request.tokens = seq["token_ids"].get<std::vector<int32_t>>();
+    request.want_entropy = true;
+    request.top_k = 2;
+    const absl::StatusOr<std::vector<ScoreResult>> results = (*engine)->Score({request});
+    ASSERT_TRUE(results.ok()) << results.status();
+    const ScoreResult& r = (*results)[0];
+    const std::vector<double> expected = seq["token_logprobs"].get<std::vector<double>>();
+    const std::vector<double> entropy = seq["entropy"].get<std::vector<double>>();
+    const std::vector<int32_t> argmax = seq["argmax"].get<std::vector<int32_t>>();
+    ASSERT_EQ(r.logprob.size(), expected.size()) << name;
+    for (size_t j = 0; j < expected.size(); ++j) {
+      const double delta = std::fabs(r.logprob[j] - expected[j]);
+      max_delta = std::max(max_delta, delta);
+      sum_delta += delta;
+      ++count;
+      max_entropy_delta = std::max(max_entropy_delta, std::fabs(r.entropy[j] - entropy[j]));
+      if (!w8a8) {
+        EXPECT_NEAR(r.logprob[j], expected[j], 2e-4) << name << " position " << j + 1;
+        EXPECT_NEAR(r.entropy[j], entropy[j], 2e-4) << name << " position " << j + 1;
+        // The argmax agrees unless the top two are within noise of each other.
+        if (r.top_k[j][0].logprob - r.top_k[j][1].logprob > 1e-3) {
+          EXPECT_EQ(r.top_k[j][0].id, argmax[j]) << name << " position " << j + 1;
+        }
+      }
+    }
+    if (!w8a8) {
+      EXPECT_NEAR(r.sum_logprob, seq["sum_logprob"].get<double>(), 2e-4 * expected.size()) << name;
+    }
+  }
+  const double mean_delta = sum_delta / static_cast<double>(count);
+  if (w8a8) {
+    EXPECT_LE(mean_delta, 0.15);
+    EXPECT_LE(max_delta, 1.0);
+  }
+  std::cout << GetParam() << " (" << (*engine)->info().format << (w8a8 ? ", W8A8" : "") << "): " << count
+            << " tokens, |logprob delta| mean " << mean_delta << " max " << max_delta
+            << ", max |entropy delta| " << max_entropy_delta << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest, ::testing::ValuesIn(FixtureNames()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+// llama-fp8-dynamic and llama-fp8-w8a16 hold bit-identical FP8 weights; only the former quantizes
+// activations. Our W8A8 log-probs must sit much closer to the W8A8 reference than to the W8A16 one
+// (measured: mean 0.10 vs 0.33 nats), i.e. the activation quantization is applied.
+TEST(Fixtures, Fp8DynamicAppliesActivationQuantization) {
+  const std::vector<std::vector<float>> ours = ScoreFixture("llama-fp8-dynamic");
+  const std::string w8a16 = std::string(SCORED_FIXTURES_DIR) + "/llama-fp8-w8a16/reference_logprobs.json";
+  if (ours.empty() || !std::filesystem::exists(w8a16)) GTEST_SKIP() << "fixtures absent";
+  const Deltas to_w8a8 =
+      Compare(ours, ReadJson(std::string(SCORED_FIXTURES_DIR) + "/llama-fp8-dynamic/reference_logprobs.json"));
+  const Deltas to_w8a16 = Compare(ours, ReadJson(w8a16));
+  std::cout << "llama-fp8-dynamic: mean |delta| to its W8A8 reference " << to_w8a8.mean
+            << ", to the W8A16 reference of the same weights " << to_w8a16.mean << "\n";
+  EXPECT_LT(2.0 * to_w8a8.mean, to_w8a16.mean);
+}
+
+// llama-nvfp4 (W4A4) is run weight-only; its weights equal llama-nvfp4a16's, so it must reproduce the
+// NVFP4A16 reference at the weight-only tolerance (2e-4).
+TEST(Fixtures, NvFp4W4A4RunsAsW4A16) {
+  const std::vector<std::vector<float>> ours = ScoreFixture("llama-nvfp4");
+  const std::string a16 = std::string(SCORED_FIXTURES_DIR) + "/llama-nvfp4a16/reference_logprobs.json";
+  if (ours.empty() || !std::filesystem::exists(a16)) GTEST_SKIP() << "fixtures absent";
+  const Deltas d = Compare(ours, ReadJson(a16));
+  EXPECT_LE(d.max, 2e-4);
+  std::cout << "llama-nvfp4 run weight-only vs the NVFP4A16 reference: mean " << d.mean << " max " << d.max
+            << "\n";
+}
+
+TEST(Fixtures, FolderIsPopulated) { EXPECT_GE(FixtureNames().size(), 1u) << SCORED_FIXTURES_DIR; }
+
+}  // namespace
+}  // namespace scored
