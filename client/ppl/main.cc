@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "client/ppl/report.h"
 #include "client/ppl/run.h"
@@ -24,7 +25,8 @@ ABSL_FLAG(std::string, format, "",
           "else text)");
 ABSL_FLAG(std::string, separator, "",
           "text format: document separator, e.g. '<|endoftext|>' (default: the whole file is one "
-          "document); each piece is stripped of surrounding whitespace");
+          "document); C escapes are decoded ('\\n\\n' is two newlines); each piece is stripped of "
+          "surrounding whitespace");
 ABSL_FLAG(std::string, text_field, "text", "jsonl format: the field holding each document's text");
 ABSL_FLAG(std::string, method, "exl3", "exl3 | gptq | hf | llamacpp | rolling | chunks (DESIGN.md §5)");
 ABSL_FLAG(int64_t, ctx, 0,
@@ -58,7 +60,10 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
     if (!f.ok()) return f.status();
     o.format = *f;
   }
-  o.separator = absl::GetFlag(FLAGS_separator);
+  std::string unescape_error;
+  if (!absl::CUnescape(absl::GetFlag(FLAGS_separator), &o.separator, &unescape_error)) {
+    return absl::InvalidArgumentError(absl::StrCat("--separator: ", unescape_error));
+  }
   o.text_field = absl::GetFlag(FLAGS_text_field);
   auto method = scored::ppl::ParseMethod(absl::GetFlag(FLAGS_method));
   if (!method.ok()) return method.status();

@@ -191,7 +191,7 @@ TEST_F(PplE2eTest, BinaryWikiTextChunks) {
   std::remove(json_path.c_str());
   const std::string cmd = std::string(SCORED_BINARY_DIR) + "/client/ppl/scored-ppl --server " +
                           process_->grpc_address() + " --data " + WikiTest() +
-                          " --method chunks --ctx 512 --inflight 8 --json " + json_path + " > " +
+                          " --method chunks --ctx 512 --inflight 8 --progress --json " + json_path + " > " +
                           out_path + " 2> " + err_path;
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status));
