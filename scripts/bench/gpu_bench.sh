@@ -36,12 +36,17 @@ if [[ $steps == *tests* ]]; then
   done
 fi
 
+if [[ $steps == *tests* ]]; then
+  echo "== transformers on stories260K (the bf16 yardstick)"
+  python3 scripts/bench/hf_stories_bf16.py "$SCORED_DATA_DIR/stories260K-hf" 2>&1 | grep -vi warn
+fi
+
 if [[ $steps == *bench* ]]; then
   echo "== make_random_llama (layers $layers)"
   python3 scripts/bench/make_random_llama.py --out "$model" --layers "$layers" --ctx "$ctx" 2>&1 | tail -n 3
   echo "== scored_bench"
   "$bundle/run" scored_bench --model "$model" --ref "$model/ref_windows.bin" --ctx "$ctx" --batches "$batches" \
-    2>&1 | tee "$logs/scored_bench.log" | grep -v '^I[0-9]'
+    --profile "${PROFILE:-1}" 2>&1 | tee "$logs/scored_bench.log" | grep -v '^I[0-9]'
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 
