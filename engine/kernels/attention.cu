@@ -183,8 +183,15 @@ constexpr int MmaSharedBytes() {
 // K and V tiles are copied with cp.async (16 bytes per thread and copy) into a two-stage ring: tile i+1
 // loads while tile i is multiplied. Fragments come from shared memory through ldmatrix (K as is, V
 // transposed), 4 matrices per instruction.
+// Three blocks per SM (12 warps) for head_dim <= 64: more warps to hide the copy and exp latency. At
+// head_dim 128 the accumulators need ~176 registers; capping them for 3 blocks spilled (ptxas), so 2.
 template <int kHeadDim>
-__global__ void __launch_bounds__(kMmaWarps * 32) AttentionMmaKernel(const __nv_bfloat16* __restrict__ q,
+constexpr int MmaMinBlocks() {
+  return kHeadDim >= 128 ? 2 : 3;
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kMmaWarps * 32, MmaMinBlocks<kHeadDim>()) AttentionMmaKernel(const __nv_bfloat16* __restrict__ q,
                                                                      const __nv_bfloat16* __restrict__ k,
                                                                      const __nv_bfloat16* __restrict__ v,
                                                                      const int32_t* __restrict__ cu_seqlens,
@@ -205,7 +212,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) AttentionMmaKernel(const __nv_
   const int head = blockIdx.y;
   const int64_t start = cu_seqlens[seq];
   const int len = cu_seqlens[seq + 1] - cu_seqlens[seq];
-  const int q0 = blockIdx.x * kMmaBlockQ;
+  // Query tiles in reverse launch order: the longest (last) tiles start first, shortening the tail.
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kMmaBlockQ;
   if (q0 >= len) return;
   const int kv_head = head / (shape.num_heads / shape.num_kv_heads);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -281,7 +289,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32) AttentionMmaKernel(const __nv_
           MmaBf16(s[n], qf[c + 1][0], qf[c + 1][1], qf[c + 1][2], qf[c + 1][3], b[2], b[3]);
         }
       }
-      // Scale into log2 units and mask keys after the query (this also covers keys >= len).
+      // Scale into log2 units and mask keys after the query (this also covers keys >= len). A tile whose
+      // last key precedes the warp's first query needs no mask.
+      const bool full_tile = k0 + kMmaBlockK - 1 <= q0 + warp * 16;
       float tile_max_a = -INFINITY, tile_max_b = -INFINITY;
 #pragma unroll
       for (int n = 0; n < kKBlocks; ++n) {
@@ -289,7 +299,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) AttentionMmaKernel(const __nv_
         for (int e = 0; e < 4; ++e) {
           const int key = k0 + n * 8 + 2 * t + (e & 1);
           const int qrow = e < 2 ? row_a : row_b;
-          s[n][e] = key <= qrow ? s[n][e] * scale_log2 : -INFINITY;
+          s[n][e] = (full_tile || key <= qrow) ? s[n][e] * scale_log2 : -INFINITY;
         }
         tile_max_a = fmaxf(tile_max_a, fmaxf(s[n][0], s[n][1]));
         tile_max_b = fmaxf(tile_max_b, fmaxf(s[n][2], s[n][3]));
@@ -414,7 +424,10 @@ absl::Status LaunchMma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const 
                   static_cast<unsigned>(s.num_seqs));
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHeadDim));
   constexpr int kSmem = MmaSharedBytes<kHeadDim>();
-  SCORED_CUDA_CHECK(cudaFuncSetAttribute(AttentionMmaKernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  // Once per instantiation (thread-safe static initialization); also keeps the call out of graph captures.
+  static const cudaError_t attribute_status =
+      cudaFuncSetAttribute(AttentionMmaKernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  SCORED_CUDA_CHECK(attribute_status);
   AttentionMmaKernel<kHeadDim><<<grid, kMmaWarps * 32, kSmem, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v),
                                                                     cu_seqlens, s, scale_log2, ToDevice(out));
   SCORED_CUDA_CHECK_LAUNCH();

@@ -184,6 +184,55 @@ __global__ void __launch_bounds__(kThreads) DequantPackedKernel(const DequantPar
   }
 }
 
+// NVFP4 fast path (in_features % 16 == 0, packed bytes 4-aligned): 8 columns are one 32-bit word of
+// nibbles sharing one FP8 scale. Same arithmetic as DecodeElement.
+template <typename OutT>
+__global__ void __launch_bounds__(kThreads) DequantNvfp4Kernel(const DequantParams p, int64_t row_begin, int64_t num_rows,
+                                                               OutT* __restrict__ out) {  // [num_rows, in]
+  const int32_t chunks_per_row = static_cast<int32_t>(p.in_features / kChunk);
+  for (int64_t r = blockIdx.y; r < num_rows; r += gridDim.y) {
+    const int64_t o = row_begin + r;
+    const uint32_t* row = reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(p.values) + o * p.values_cols);
+    const uint8_t* scales = static_cast<const uint8_t*>(p.scale) + o * p.scale_cols;
+    for (int32_t c = blockIdx.x * kThreads + threadIdx.x; c < chunks_per_row; c += gridDim.x * kThreads) {
+      const uint32_t word = row[c];
+      const float s = __fdiv_rn(Fp8E4M3ToFloat(scales[c / 2]), p.global_scale);
+      float v[kChunk];
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) v[j] = RoundToBf16(__fmul_rn(E2M1ToFloat((word >> (4 * j)) & 0xfu), s));
+      StoreChunk(out + r * p.in_features + c * kChunk, v);
+    }
+  }
+}
+
+// FP8 float-quantized fast path (in_features % 8 == 0, values 8-aligned, block_cols % 8 == 0): 8 columns
+// are one 8-byte load sharing one scale.
+template <typename OutT>
+__global__ void __launch_bounds__(kThreads) DequantFp8Kernel(const DequantParams p, int64_t row_begin, int64_t num_rows,
+                                                             OutT* __restrict__ out) {  // [num_rows, in]
+  const int32_t chunks_per_row = static_cast<int32_t>(p.in_features / kChunk);
+  for (int64_t r = blockIdx.y; r < num_rows; r += gridDim.y) {
+    const int64_t o = row_begin + r;
+    const uint2* row = reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.values) + o * p.in_features);
+    const int64_t scale_row = p.strategy == QuantStrategy::kBlock ? (o / p.block_rows) * p.scale_cols : 0;
+    const int32_t block_cols = static_cast<int32_t>(p.block_cols);
+    for (int32_t c = blockIdx.x * kThreads + threadIdx.x; c < chunks_per_row; c += gridDim.x * kThreads) {
+      const uint2 bytes = row[c];
+      int64_t si = 0;
+      if (p.strategy == QuantStrategy::kChannel) si = o;
+      if (p.strategy == QuantStrategy::kBlock) si = scale_row + (c * kChunk) / block_cols;
+      const float scale = FloatAt(p.scale, p.scale_dtype, si);
+      float v[kChunk];
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        const uint32_t word = j < 4 ? bytes.x : bytes.y;
+        v[j] = __fmul_rn(Fp8E4M3ToFloat(static_cast<uint8_t>(word >> (8 * (j % 4)))), scale);
+      }
+      StoreChunk(out + r * p.in_features + c * kChunk, v);
+    }
+  }
+}
+
 }  // namespace
 
 template <typename OutT>
@@ -208,7 +257,16 @@ absl::Status Dequantize(const DequantParams& params, int64_t row_begin, int64_t 
                            params.in_features / kChunk < INT32_MAX &&
                            (params.strategy != QuantStrategy::kGroup || params.group_size % kChunk == 0) &&
                            (params.symmetric || params.zero_point != nullptr);
-  if (packed_fast && params.num_bits == 4) {
+  const bool fast_rows = vector_store && params.in_features / kChunk < INT32_MAX;
+  const bool nvfp4_fast = params.format == WeightFormat::kNvfp4PackQuantized && fast_rows &&
+                          params.in_features % 16 == 0 && IsAligned(params.values, 4) && params.values_cols * 2 == params.in_features;
+  const bool fp8_fast = params.format == WeightFormat::kFloatQuantized && fast_rows && IsAligned(params.values, 8) &&
+                        (params.strategy != QuantStrategy::kBlock || params.block_cols % kChunk == 0);
+  if (nvfp4_fast) {
+    DequantNvfp4Kernel<<<grid, kThreads, 0, stream>>>(params, row_begin, num_rows, ToDevice(out));
+  } else if (fp8_fast) {
+    DequantFp8Kernel<<<grid, kThreads, 0, stream>>>(params, row_begin, num_rows, ToDevice(out));
+  } else if (packed_fast && params.num_bits == 4) {
     DequantPackedKernel<4><<<grid, kThreads, 0, stream>>>(params, row_begin, num_rows, ToDevice(out));
   } else if (packed_fast) {
     DequantPackedKernel<8><<<grid, kThreads, 0, stream>>>(params, row_begin, num_rows, ToDevice(out));

@@ -164,15 +164,26 @@ TEST_F(AttentionTest, SequenceResultIndependentOfBatch) {
   EXPECT_EQ(testing::CountBitDifferences(std::vector<float>(all.begin() + 70 * cols, all.begin() + 103 * cols), one), 0);
 }
 
-// Times the tensor-core path at Llama-3-8B attention shapes (32 heads, 8 kv heads, head_dim 128; 8 windows
-// of 2048 tokens). Reports only; the correctness tests above are the gate.
-TEST_F(AttentionTest, ThroughputLlama8BShape) {
-  constexpr int32_t kSeqs = 8, kLen = 2048, kNh = 32, kNkv = 8, kHd = 128;
-  constexpr int64_t kTokens = static_cast<int64_t>(kSeqs) * kLen, kStride = (kNh + 2 * kNkv) * kHd;
+// Times attention at Llama-3 shapes (32 heads, 8 kv heads; 8 windows of 2048 tokens): bf16 (tensor cores)
+// at head_dim 128 and 64, and the fp32 SIMT path at 128. Reports only; the tests above are the gate.
+template <typename T>
+void TimeAttention(cudaStream_t stream, int32_t head_dim, int iters) {
+  constexpr int32_t kSeqs = 8, kLen = 2048, kNh = 32, kNkv = 8;
+  constexpr int64_t kTokens = static_cast<int64_t>(kSeqs) * kLen;
+  const int64_t stride = static_cast<int64_t>(kNh + 2 * kNkv) * head_dim;
   std::vector<int32_t> cu(kSeqs + 1);
   for (int i = 0; i <= kSeqs; ++i) cu[i] = i * kLen;
-  DeviceArray<bf16_t> d_qkv(testing::ToBf16(testing::RandomNormal(kTokens * kStride, 400)));
-  DeviceArray<bf16_t> d_out(kTokens * kNh * kHd);
+  const std::vector<float> values = testing::RandomNormal(kTokens * stride, 400);
+  std::vector<T> host(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if constexpr (sizeof(T) == 2) {
+      host[i].bits = FloatToBf16(values[i]);
+    } else {
+      host[i] = values[i];
+    }
+  }
+  DeviceArray<T> d_qkv(host);
+  DeviceArray<T> d_out(kTokens * kNh * head_dim);
   DeviceArray<int32_t> d_cu(cu);
   AttentionShape s;
   s.num_tokens = kTokens;
@@ -180,30 +191,35 @@ TEST_F(AttentionTest, ThroughputLlama8BShape) {
   s.max_seqlen = kLen;
   s.num_heads = kNh;
   s.num_kv_heads = kNkv;
-  s.head_dim = kHd;
-  s.q_stride = s.kv_stride = kStride;
-  const bf16_t* q = d_qkv.get();
+  s.head_dim = head_dim;
+  s.q_stride = s.kv_stride = stride;
+  const T* q = d_qkv.get();
   auto launch = [&] {
-    return CausalAttention(q, q + kNh * kHd, q + (kNh + kNkv) * kHd, d_cu.get(), s, d_out.get(), stream_);
+    return CausalAttention(q, q + kNh * head_dim, q + (kNh + kNkv) * head_dim, d_cu.get(), s, d_out.get(), stream);
   };
   ASSERT_TRUE(launch().ok());
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  constexpr int kIters = 10;
-  cudaEventRecord(start, stream_);
-  for (int i = 0; i < kIters; ++i) ASSERT_TRUE(launch().ok());
-  cudaEventRecord(stop, stream_);
-  Sync();
+  cudaEventRecord(start, stream);
+  for (int i = 0; i < iters; ++i) ASSERT_TRUE(launch().ok());
+  cudaEventRecord(stop, stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   float ms = 0.0f;
   cudaEventElapsedTime(&ms, start, stop);
-  ms /= kIters;
+  ms /= iters;
   // Causal: QK^T and PV each 2 * hd FLOP per (query, key <= query) pair and head.
-  const double flops = 4.0 * kHd * kNh * kSeqs * (static_cast<double>(kLen) * (kLen + 1) / 2);
-  std::cout << "[ measured ] attention bf16 8x2048 nh=32 nkv=8 hd=128: " << ms << " ms, " << flops / ms / 1e9
-            << " TFLOP/s" << std::endl;
+  const double flops = 4.0 * head_dim * kNh * kSeqs * (static_cast<double>(kLen) * (kLen + 1) / 2);
+  std::cout << "[ measured ] attention " << (sizeof(T) == 2 ? "bf16" : "fp32") << " 8x2048 nh=32 nkv=8 hd="
+            << head_dim << ": " << ms << " ms, " << flops / ms / 1e9 << " TFLOP/s" << std::endl;
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+}
+
+TEST_F(AttentionTest, ThroughputLlama3Shapes) {
+  TimeAttention<bf16_t>(stream_, 128, 10);
+  TimeAttention<bf16_t>(stream_, 64, 10);
+  TimeAttention<float>(stream_, 128, 1);
 }
 
 }  // namespace

@@ -210,37 +210,40 @@ TEST_F(DequantTest, Nvfp4) {
 }
 
 TEST_F(DequantTest, Fp8TensorChannelBlock) {
-  constexpr int64_t kOut = 200, kIn = 300;  // partial 128 x 128 blocks on both axes
-  auto values = MakeTensor("weight", DType::kF8E4M3, {kOut, kIn}, Fp8Codes(kOut * kIn, 13, false));
-  {
-    LinearWeight w = Base("fp8-tensor-fp32", WeightFormat::kFloatQuantized, kOut, kIn);
-    w.num_bits = 8;
-    w.strategy = QuantStrategy::kTensor;
-    auto scale = MakeTensor("weight_scale", DType::kF32, {1}, std::vector<float>{0.00731f});
-    w.weight = values->view;
-    w.weight_scale = scale->view;
-    CheckWeight(stream_, w, 0, kOut, w.module);
-  }
-  {
-    LinearWeight w = Base("fp8-channel-bf16", WeightFormat::kFloatQuantized, kOut, kIn);
-    w.num_bits = 8;
-    w.strategy = QuantStrategy::kChannel;
-    auto scale = MakeTensor("weight_scale", DType::kBF16, {kOut, 1}, Bf16Scales(kOut, 14));
-    w.weight = values->view;
-    w.weight_scale = scale->view;
-    CheckWeight(stream_, w, 0, kOut, w.module);
-  }
-  {
-    LinearWeight w = Base("fp8-block-bf16", WeightFormat::kFloatQuantized, kOut, kIn);
-    w.num_bits = 8;
-    w.strategy = QuantStrategy::kBlock;
-    w.block_rows = 128;
-    w.block_cols = 128;
-    auto scale = MakeTensor("weight_scale", DType::kBF16, {2, 3}, Bf16Scales(6, 15));
-    w.weight = values->view;
-    w.weight_scale = scale->view;
-    CheckWeight(stream_, w, 0, kOut, w.module);
-    CheckWeight(stream_, w, 100, 170, w.module);
+  constexpr int64_t kOut = 200;  // partial 128 x 128 blocks on both axes
+  for (int64_t in : {int64_t{300}, int64_t{384}}) {  // 300: element-wise path; 384: 8-column chunks
+    const std::string suffix = " in=" + std::to_string(in);
+    auto values = MakeTensor("weight", DType::kF8E4M3, {kOut, in}, Fp8Codes(kOut * in, 13, false));
+    {
+      LinearWeight w = Base("fp8-tensor-fp32" + suffix, WeightFormat::kFloatQuantized, kOut, in);
+      w.num_bits = 8;
+      w.strategy = QuantStrategy::kTensor;
+      auto scale = MakeTensor("weight_scale", DType::kF32, {1}, std::vector<float>{0.00731f});
+      w.weight = values->view;
+      w.weight_scale = scale->view;
+      CheckWeight(stream_, w, 0, kOut, w.module);
+    }
+    {
+      LinearWeight w = Base("fp8-channel-bf16" + suffix, WeightFormat::kFloatQuantized, kOut, in);
+      w.num_bits = 8;
+      w.strategy = QuantStrategy::kChannel;
+      auto scale = MakeTensor("weight_scale", DType::kBF16, {kOut, 1}, Bf16Scales(kOut, 14));
+      w.weight = values->view;
+      w.weight_scale = scale->view;
+      CheckWeight(stream_, w, 0, kOut, w.module);
+    }
+    {
+      LinearWeight w = Base("fp8-block-bf16" + suffix, WeightFormat::kFloatQuantized, kOut, in);
+      w.num_bits = 8;
+      w.strategy = QuantStrategy::kBlock;
+      w.block_rows = 128;
+      w.block_cols = 128;
+      auto scale = MakeTensor("weight_scale", DType::kBF16, {2, 3}, Bf16Scales(6, 15));
+      w.weight = values->view;
+      w.weight_scale = scale->view;
+      CheckWeight(stream_, w, 0, kOut, w.module);
+      CheckWeight(stream_, w, 100, 170, w.module);
+    }
   }
 }
 
@@ -341,41 +344,77 @@ TEST_F(DequantTest, CommittedFixturesBitExact) {
   EXPECT_GT(checked, 0);
 }
 
-// Times int4 group-128 -> bf16 for one [14336, 4096] matrix (a Llama-3-8B MLP projection). Reports only.
-TEST_F(DequantTest, ThroughputInt4Llama8BMlp) {
+// Times int4 group-128, NVFP4 and FP8 128x128-block -> bf16 for one [14336, 4096] matrix (a Llama-3-8B
+// MLP projection). Reports only; bytes counted: packed values + scales read, bf16 written.
+TEST_F(DequantTest, ThroughputLlama8BMlp) {
   constexpr int64_t kOut = 14336, kIn = 4096;
-  LinearWeight w = Base("bench", WeightFormat::kPackQuantized, kOut, kIn);
-  w.num_bits = 4;
-  w.strategy = QuantStrategy::kGroup;
-  w.group_size = 128;
-  auto packed = MakeTensor("weight_packed", DType::kI32, {kOut, kIn / 8}, RandomWords(kOut * kIn / 8, 22));
-  auto scale = MakeTensor("weight_scale", DType::kBF16, {kOut, kIn / 128}, Bf16Scales(kOut * kIn / 128, 23));
-  w.weight_packed = packed->view;
-  w.weight_scale = scale->view;
-  DeviceArray<uint8_t> d_packed(packed->bytes), d_scale(scale->bytes);
-  DequantDevicePointers dev;
-  dev.weight_packed = d_packed.get();
-  dev.weight_scale = d_scale.get();
-  absl::StatusOr<DequantParams> params = MakeDequantParams(w, dev);
-  ASSERT_TRUE(params.ok()) << params.status();
+  std::vector<uint32_t> words = RandomWords(kOut * kIn / 4, 22);  // enough bytes for every format
+  auto as_bytes = [&words](int64_t n) {
+    std::vector<uint8_t> b(n);
+    std::memcpy(b.data(), words.data(), n);
+    return b;
+  };
+  LinearWeight int4 = Base("int4 g128", WeightFormat::kPackQuantized, kOut, kIn);
+  int4.num_bits = 4;
+  int4.strategy = QuantStrategy::kGroup;
+  int4.group_size = 128;
+  auto int4_packed = MakeTensor("weight_packed", DType::kI32, {kOut, kIn / 8}, std::vector<uint32_t>(words.begin(), words.begin() + kOut * kIn / 8));
+  auto int4_scale = MakeTensor("weight_scale", DType::kBF16, {kOut, kIn / 128}, Bf16Scales(kOut * kIn / 128, 23));
+  int4.weight_packed = int4_packed->view;
+  int4.weight_scale = int4_scale->view;
+
+  LinearWeight fp4 = Base("nvfp4", WeightFormat::kNvfp4PackQuantized, kOut, kIn);
+  fp4.num_bits = 4;
+  fp4.strategy = QuantStrategy::kGroup;
+  fp4.group_size = 16;
+  auto fp4_packed = MakeTensor("weight_packed", DType::kU8, {kOut, kIn / 2}, as_bytes(kOut * kIn / 2));
+  auto fp4_scale = MakeTensor("weight_scale", DType::kF8E4M3, {kOut, kIn / 16}, Fp8Codes(kOut * kIn / 16, 24, true));
+  auto fp4_global = MakeTensor("weight_global_scale", DType::kF32, {1}, std::vector<float>{2771.37f});
+  fp4.weight_packed = fp4_packed->view;
+  fp4.weight_scale = fp4_scale->view;
+  fp4.weight_global_scale = fp4_global->view;
+
+  LinearWeight fp8 = Base("fp8 block", WeightFormat::kFloatQuantized, kOut, kIn);
+  fp8.num_bits = 8;
+  fp8.strategy = QuantStrategy::kBlock;
+  fp8.block_rows = fp8.block_cols = 128;
+  auto fp8_values = MakeTensor("weight", DType::kF8E4M3, {kOut, kIn}, Fp8Codes(kOut * kIn, 25, false));
+  auto fp8_scale = MakeTensor("weight_scale", DType::kBF16, {kOut / 128, kIn / 128}, Bf16Scales(kOut * kIn / 16384, 26));
+  fp8.weight = fp8_values->view;
+  fp8.weight_scale = fp8_scale->view;
+
   DeviceArray<bf16_t> out(kOut * kIn);
-  ASSERT_TRUE(Dequantize(*params, 0, kOut, out.get(), stream_).ok());
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  constexpr int kIters = 10;
-  cudaEventRecord(start, stream_);
-  for (int i = 0; i < kIters; ++i) ASSERT_TRUE(Dequantize(*params, 0, kOut, out.get(), stream_).ok());
-  cudaEventRecord(stop, stream_);
-  Sync();
-  float ms = 0.0f;
-  cudaEventElapsedTime(&ms, start, stop);
-  ms /= kIters;
-  const double bytes = kOut * kIn * 2.0 + kOut * kIn / 2.0 + kOut * kIn / 128 * 2.0;
-  std::cout << "[ measured ] dequant int4 g128 14336x4096 -> bf16: " << ms << " ms, " << bytes / ms / 1e9
-            << " TB/s moved" << std::endl;
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  for (const LinearWeight* w : {&int4, &fp4, &fp8}) {
+    std::vector<std::unique_ptr<DeviceArray<uint8_t>>> keep;
+    auto upload = [&keep](const TensorView& t) -> const void* {
+      if (!t.present()) return nullptr;
+      keep.push_back(std::make_unique<DeviceArray<uint8_t>>(std::vector<uint8_t>(t.data, t.data + t.nbytes)));
+      return keep.back()->get();
+    };
+    DequantDevicePointers dev;
+    dev.weight = upload(w->weight);
+    dev.weight_packed = upload(w->weight_packed);
+    dev.weight_scale = upload(w->weight_scale);
+    absl::StatusOr<DequantParams> params = MakeDequantParams(*w, dev);
+    ASSERT_TRUE(params.ok()) << params.status();
+    ASSERT_TRUE(Dequantize(*params, 0, kOut, out.get(), stream_).ok());
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    constexpr int kIters = 10;
+    cudaEventRecord(start, stream_);
+    for (int i = 0; i < kIters; ++i) ASSERT_TRUE(Dequantize(*params, 0, kOut, out.get(), stream_).ok());
+    cudaEventRecord(stop, stream_);
+    Sync();
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, stop);
+    ms /= kIters;
+    const double bytes = static_cast<double>(w->StoredBytes()) + kOut * kIn * 2.0;
+    std::cout << "[ measured ] dequant " << w->module << " 14336x4096 -> bf16: " << ms << " ms, "
+              << bytes / ms / 1e9 << " TB/s moved" << std::endl;
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
 }
 
 }  // namespace
