@@ -70,6 +70,8 @@ TEST_F(ReferenceEngineTest, ModelInfo) {
   EXPECT_EQ(info.max_seq_len, 512);  // max_position_embeddings
   EXPECT_GT(info.num_parameters, 0);
   EXPECT_GT(info.resident_bytes, 0);
+  EXPECT_EQ(info.format.empty(), false);
+  EXPECT_EQ(info.model_fingerprint.size(), 64u);  // hex SHA-256 (engine/model/fingerprint.h)
 }
 
 // Every token of the 5 TinyStories stories (1,806 scored tokens). The goldens are float64 arithmetic on the
