@@ -20,6 +20,19 @@ absl::Time CallDeadline(const grpc::CallbackServerContext* context) {
 
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
+// A call whose deadline passes is cancelled; report that as DEADLINE_EXCEEDED, not CANCELLED. The
+// server's deadline comes from the grpc-timeout header, so it lies slightly after the client's, whose
+// own timer usually fires first and cancels the call: a cancellation within kDeadlineSlack of the
+// deadline is that timer.
+constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(100);
+
+absl::Status ExplainCancel(const absl::Status& status, absl::Time deadline) {
+  if (status.code() == absl::StatusCode::kCancelled && absl::Now() + kDeadlineSlack >= deadline) {
+    return absl::DeadlineExceededError("the deadline passed before the request was scored");
+  }
+  return status;
+}
+
 // Unary Score: validate, queue, answer from the batcher's callback.
 class ScoreReactor final : public grpc::ServerUnaryReactor {
  public:
@@ -70,7 +83,7 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
   void OnResult(absl::StatusOr<ScoreResult> result) {
     { absl::MutexLock lock(&mu_); }  // Start() has returned from Submit
     if (!result.ok()) {
-      FinishWith(result.status());
+      FinishWith(ExplainCancel(result.status(), CallDeadline(context_)));
       return;
     }
     FillScoreResponse(engine_request_, *result, request_->has_text(), request_->request_id(), response_);
@@ -259,7 +272,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
         config_->metrics->RecordRequest("ScoreStream", grpc::StatusCode::OK, SecondsSince(start));
         if (!cancelled_ && !write_failed_) responses_.push_back(std::move(response));
       } else {
-        EnqueueErrorLocked(request_id, result.status(), start);
+        EnqueueErrorLocked(request_id, ExplainCancel(result.status(), CallDeadline(context_)), start);
       }
       a = DecideLocked();
     }

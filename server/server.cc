@@ -163,6 +163,8 @@ absl::Status Server::Start() {
   builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &grpc_port_);
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  // gRPC enables SO_REUSEPORT by default, which would let a second daemon bind the same port silently.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || grpc_port_ == 0) {
     grpc_server_.reset();

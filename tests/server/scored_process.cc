@@ -264,6 +264,7 @@ absl::StatusOr<std::unique_ptr<ScoredProcess>> ScoredProcess::Start(const Scored
 
   const absl::Time deadline = absl::Now() + options.startup_timeout;
   auto fail = [&](const std::string& what) {
+    proc->keep_files_ = false;
     return absl::UnavailableError(absl::StrCat("scored did not start (", what, "); command:",
                                                [&] {
                                                  std::string s;
@@ -298,13 +299,13 @@ ScoredProcess::~ScoredProcess() {
       Wait(absl::Seconds(10)).IgnoreError();
     }
   }
-  const bool keep = !exited_ || exit_code_ != 0;
+  const bool keep = keep_files_ && (!exited_ || exit_code_ != 0);
   if (keep) {
     std::cerr << "scored log kept at " << log_path_ << "\n";
     return;
   }
   unlink(log_path_.c_str());
-  unlink(port_file_.c_str());
+  if (absl::StartsWith(port_file_, tmp_dir_ + "/")) unlink(port_file_.c_str());
   rmdir(tmp_dir_.c_str());
 }
 

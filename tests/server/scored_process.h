@@ -78,7 +78,7 @@ class ScoredProcess {
  public:
   static absl::StatusOr<std::unique_ptr<ScoredProcess>> Start(const ScoredProcessOptions& options);
 
-  // SIGTERM, then waits up to 30 s, then SIGKILL; removes the temporary folder unless the child
+  // SIGTERM, then waits up to 30 s, then SIGKILL; removes the temporary folder unless a started child
   // failed (then the log is kept and its path printed to stderr).
   ~ScoredProcess();
   ScoredProcess(const ScoredProcess&) = delete;
@@ -103,6 +103,7 @@ class ScoredProcess {
 
   pid_t pid_ = -1;
   bool exited_ = false;
+  bool keep_files_ = true;  // false when Start() failed: its error already carries the log tail
   int exit_code_ = -1;
   ScoredPorts ports_;
   std::string tmp_dir_;
