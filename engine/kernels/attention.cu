@@ -9,7 +9,7 @@
 // as fp32 (K rows padded by one float: lanes read different rows of one column without bank conflicts).
 // Lane j scores key j of the tile; lane c owns output dims c, c + 32, ...
 //
-// Tensor-core path (bf16, head_dim 32/64/128): 4 warps x 16 query rows, 64-key tiles. S = Q K^T and
+// Tensor-core path (bf16, head_dim 32/64/128): 4 or 8 warps x 16 query rows, 64-key tiles. S = Q K^T and
 // O += P V with mma.sync.m16n8k16 (bf16 in, fp32 accumulate); Q fragments stay in registers; K and V
 // tiles arrive by cp.async in a two-stage ring, rows padded by 8 bf16 so each 8-lane ldmatrix phase
 // hits 32 distinct banks; V fragments come from ldmatrix .trans. Fragment layouts follow the PTX ISA's mma.m16n8k16 description: lane = 4 g + t,
@@ -129,8 +129,16 @@ __global__ void __launch_bounds__(kSimtWarps * 32) AttentionSimtKernel(const T* 
 
 // ---------------------------------------------------------------- tensor-core path (bf16)
 
-constexpr int kMmaWarps = 4;
-constexpr int kMmaBlockQ = kMmaWarps * 16;
+// Warps per block (16 query rows each): 8 at head_dim 128 (one block per SM at ~218 registers; a 64-key
+// K/V tile then serves 128 queries, halving the tile traffic of 4 warps), 4 below (several blocks per SM).
+template <int kHeadDim>
+__host__ __device__ constexpr int MmaWarps() {
+  return kHeadDim >= 128 ? 8 : 4;
+}
+template <int kHeadDim>
+__host__ __device__ constexpr int MmaBlockQ() {
+  return MmaWarps<kHeadDim>() * 16;
+}
 constexpr int kMmaBlockK = 64;
 constexpr int kPad = 8;  // bf16 elements of padding per shared-memory row
 
@@ -176,7 +184,7 @@ __device__ __forceinline__ void LoadMatrixX4Trans(uint32_t (&r)[4], const void* 
 }
 
 template <int kHeadDim>
-constexpr int MmaSharedBytes() {
+__host__ __device__ constexpr int MmaSharedBytes() {
   return 2 /*K, V*/ * 2 /*stages*/ * kMmaBlockK * (kHeadDim + kPad) * 2 /*bytes*/;
 }
 
@@ -184,14 +192,14 @@ constexpr int MmaSharedBytes() {
 // loads while tile i is multiplied. Fragments come from shared memory through ldmatrix (K as is, V
 // transposed), 4 matrices per instruction.
 // Three blocks per SM (12 warps) for head_dim <= 64: more warps to hide the copy and exp latency. At
-// head_dim 128 the accumulators need ~176 registers; capping them for 3 blocks spilled (ptxas), so 2.
+// head_dim 128 the accumulators need ~176+ registers (capping them lower spilled, per ptxas): one block.
 template <int kHeadDim>
-constexpr int MmaMinBlocks() {
-  return kHeadDim >= 128 ? 2 : 3;
+__host__ __device__ constexpr int MmaMinBlocks() {
+  return kHeadDim >= 128 ? 1 : 3;
 }
 
 template <int kHeadDim>
-__global__ void __launch_bounds__(kMmaWarps * 32, MmaMinBlocks<kHeadDim>()) AttentionMmaKernel(const __nv_bfloat16* __restrict__ q,
+__global__ void __launch_bounds__(MmaWarps<kHeadDim>() * 32, MmaMinBlocks<kHeadDim>()) AttentionMmaKernel(const __nv_bfloat16* __restrict__ q,
                                                                      const __nv_bfloat16* __restrict__ k,
                                                                      const __nv_bfloat16* __restrict__ v,
                                                                      const int32_t* __restrict__ cu_seqlens,
@@ -213,7 +221,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32, MmaMinBlocks<kHeadDim>()) Atte
   const int64_t start = cu_seqlens[seq];
   const int len = cu_seqlens[seq + 1] - cu_seqlens[seq];
   // Query tiles in reverse launch order: the longest (last) tiles start first, shortening the tail.
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kMmaBlockQ;
+  constexpr int kWarps = MmaWarps<kHeadDim>();
+  constexpr int kBlockQ = MmaBlockQ<kHeadDim>();
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kBlockQ;
   if (q0 >= len) return;
   const int kv_head = head / (shape.num_heads / shape.num_kv_heads);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -226,7 +236,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, MmaMinBlocks<kHeadDim>()) Atte
 
   auto load_tile = [&](int tile, int stage) {
     const int k0 = tile * kMmaBlockK;
-    for (int idx = threadIdx.x; idx < kMmaBlockK * kCopiesPerRow; idx += kMmaWarps * 32) {
+    for (int idx = threadIdx.x; idx < kMmaBlockK * kCopiesPerRow; idx += kWarps * 32) {
       const int j = idx / kCopiesPerRow;
       const int d = (idx - j * kCopiesPerRow) * 8;
       const bool valid = k0 + j < len;
@@ -237,7 +247,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, MmaMinBlocks<kHeadDim>()) Atte
     CopyAsyncCommit();
   };
 
-  const int key_end = min(len, q0 + kMmaBlockQ);
+  const int key_end = min(len, q0 + kBlockQ);
   const int num_tiles = (key_end + kMmaBlockK - 1) / kMmaBlockK;
   load_tile(0, 0);
 
@@ -420,7 +430,7 @@ absl::Status DispatchSimt(const T* q, const T* k, const T* v, const int32_t* cu_
 template <int kHeadDim>
 absl::Status LaunchMma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
                        const AttentionShape& s, bf16_t* out, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kMmaBlockQ)), static_cast<unsigned>(s.num_heads),
+  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, MmaBlockQ<kHeadDim>())), static_cast<unsigned>(s.num_heads),
                   static_cast<unsigned>(s.num_seqs));
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHeadDim));
   constexpr int kSmem = MmaSharedBytes<kHeadDim>();
@@ -428,7 +438,7 @@ absl::Status LaunchMma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const 
   static const cudaError_t attribute_status =
       cudaFuncSetAttribute(AttentionMmaKernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   SCORED_CUDA_CHECK(attribute_status);
-  AttentionMmaKernel<kHeadDim><<<grid, kMmaWarps * 32, kSmem, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v),
+  AttentionMmaKernel<kHeadDim><<<grid, MmaWarps<kHeadDim>() * 32, kSmem, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v),
                                                                     cu_seqlens, s, scale_log2, ToDevice(out));
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
