@@ -3,7 +3,10 @@
 // validation codes, batch independence, score_from, and the optional outputs.
 #include "engine/reference/reference_engine.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -259,6 +262,42 @@ TEST(ReferenceEngineLoad, MaxSeqLenOptionOverridesAndBatchLimitApplies) {
   EXPECT_NE(status.message().find("max_batch_tokens 32"), std::string::npos) << status;
   request.tokens.assign(65, 1);
   EXPECT_EQ((*engine)->Score({request}).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+// A Mistral config over the same weights with a 100-token sliding window: without sliding-window
+// attention the engine caps the context at the window, inside which it equals full causal attention.
+TEST(ReferenceEngineLoad, MistralSlidingWindowCapsContext) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("scored_reference_mistral_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(kModelDir + "/model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
+  nlohmann::json config = ReadJson(kModelDir + "/config.json");
+  config["architectures"] = {"MistralForCausalLM"};
+  config["model_type"] = "mistral";
+  config["sliding_window"] = 100;
+  std::ofstream(dir / "config.json") << config.dump(2);
+
+  EngineOptions options;
+  options.model_dir = dir.string();
+  options.num_threads = 2;
+  absl::StatusOr<std::unique_ptr<Engine>> mistral = CreateReferenceEngine(options);
+  ASSERT_TRUE(mistral.ok()) << mistral.status();
+  EXPECT_EQ((*mistral)->info().architecture, "MistralForCausalLM");
+  EXPECT_EQ((*mistral)->info().max_seq_len, 100);
+  std::unique_ptr<Engine> llama = MakeEngine(2);
+  ASSERT_NE(llama, nullptr);
+  ScoreRequest request;
+  request.tokens = ReadJson(kModelDir + "/reference_logprobs.json")["greedy_from_bos"]["token_ids"]
+                       .get<std::vector<int32_t>>();
+  request.tokens.resize(100);
+  const absl::StatusOr<std::vector<ScoreResult>> a = (*mistral)->Score({request});
+  const absl::StatusOr<std::vector<ScoreResult>> b = llama->Score({request});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*a)[0].logprob, (*b)[0].logprob);
+  request.tokens.push_back(1);
+  EXPECT_EQ((*mistral)->Score({request}).status().code(), absl::StatusCode::kOutOfRange);
+  fs::remove_all(dir);
 }
 
 }  // namespace
