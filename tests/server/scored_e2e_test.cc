@@ -588,6 +588,70 @@ TEST(ScoredE2eStandaloneTest, SigintAlsoExitsZero) {
   EXPECT_EQ(*code, 0);
 }
 
+// The text path with a real tokenizer that needs no SentencePiece: GPT-2's byte-level BPE from
+// another folder (--tokenizer). Its ids mostly exceed the model's vocabulary of 512, which exercises the
+// id check on tokenized text; single-character pieces ("a", ",", ...) are ids < 512 and score.
+TEST(ScoredE2eStandaloneTest, TokenizeAndTextInputWithGpt2Tokenizer) {
+  auto proc = StartOrDie({"--tokenizer=" + std::string(SCORED_DATA_DIR) + "/tokenizers/gpt2"});
+  ASSERT_NE(proc, nullptr);
+  auto stub = NewStub(proc->grpc_address());
+  std::ifstream in(std::string(SCORED_DATA_DIR) + "/tokenizer-golden/tokenizer_golden.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json golden = nlohmann::json::parse(ss.str());
+  const auto& cases = golden["cases"];
+  const auto& ids = golden["gpt2_slow"];
+  ASSERT_EQ(cases.size(), ids.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    grpc::ClientContext ctx;
+    v1::TokenizeRequest req;
+    req.set_text(cases[i].get<std::string>());
+    req.set_want_byte_lengths(true);
+    v1::TokenizeResponse resp;
+    ASSERT_TRUE(stub->Tokenize(&ctx, req, &resp).ok());
+    EXPECT_THAT(std::vector<int32_t>(resp.ids().begin(), resp.ids().end()),
+                ::testing::ElementsAreArray(ids[i].get<std::vector<int32_t>>()))
+        << "case " << i;
+    ASSERT_EQ(resp.byte_lengths_size(), resp.ids_size());
+    // Byte-level BPE covers every byte of the text, except special tokens, which count 0.
+    int64_t bytes = 0;
+    for (int32_t b : resp.byte_lengths()) bytes += b;
+    const std::string special = "<|endoftext|>";
+    int64_t special_bytes = 0;
+    for (size_t at = req.text().find(special); at != std::string::npos; at = req.text().find(special, at + 1)) {
+      special_bytes += static_cast<int64_t>(special.size());
+    }
+    EXPECT_EQ(bytes, static_cast<int64_t>(req.text().size()) - special_bytes) << "case " << i;
+  }
+  grpc::ClientContext info_ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub->GetModelInfo(&info_ctx, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.tokenizer_size(), 50257);
+  EXPECT_FALSE(info.tokenizer_kind().empty());
+  EXPECT_EQ(info.tokenizer_fingerprint().size(), 64u);
+  EXPECT_EQ(info.vocab_size(), 512) << "valid ids still come from the model";
+
+  v1::ScoreRequest text_req;
+  text_req.mutable_text()->set_text("Hello world");
+  text_req.mutable_text()->set_add_bos(false);
+  v1::ScoreResponse r;
+  grpc::Status st = CallScore(stub.get(), text_req, &r);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("token id 15496 at position 0 is out of range [0, 512)"));
+
+  text_req.mutable_text()->set_text("a,b.c");
+  text_req.set_request_id(9);
+  st = CallScore(stub.get(), text_req, &r);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_THAT(std::vector<int32_t>(r.tokens().begin(), r.tokens().end()), ::testing::ElementsAre(64, 11, 65, 13, 66));
+  EXPECT_EQ(r.request_id(), 9u);
+  v1::ScoreResponse by_ids;
+  ASSERT_TRUE(CallScore(stub.get(), TokensRequest({64, 11, 65, 13, 66}), &by_ids).ok());
+  ASSERT_EQ(r.logprob_size(), 4);
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(r.logprob(j), by_ids.logprob(j));
+  EXPECT_EQ(by_ids.tokens_size(), 0);
+}
+
 TEST(ScoredE2eStandaloneTest, MetricsCanBeDisabled) {
   auto proc = StartOrDie({"--metrics_listen="});
   ASSERT_NE(proc, nullptr);
