@@ -7,9 +7,8 @@
 //   rank[t]     = 1 + #{i : x[i] > x[y]}                   (if want_rank)
 //   entropy[t]  = log(S) - sum_i exp(x[i] - m) (x[i] - m) / S   (nats, if want_entropy)
 //   top_k       = the top_k ids by descending logit, ties by lower id, with their x[i] - lse (if top_k > 0)
-// One pass over the logits: exp in fp32 (expf) relative to each thread's running max, sums accumulated in
-// double per thread in a fixed stride order (rebased in double when that max grows), then combined with
-// the row max by a block tree of fixed shape. One block per token and a fixed block size, so a token's results are bitwise the
+// exp in fp32 (expf), every sum accumulated in double: per thread in a fixed stride order, then a block
+// tree of fixed shape. One block per token and a fixed block size, so a token's results are bitwise the
 // same whatever the batch around it. No floating-point atomics; top-k uses integer shared-memory counts
 // (radix select), which are order-independent.
 // Shapes: logits [num_tokens, ld] fp32 (ld >= vocab_size, elements), targets [num_tokens] int32 in
