@@ -75,7 +75,8 @@ class CudaEngine final : public Engine {
 
 absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& options) {
   if (options.tp != 1) {
-    return absl::UnimplementedError(absl::StrCat("--tp ", options.tp, ": this build runs the cuda backend on one GPU"));
+    return absl::UnimplementedError(
+        absl::StrCat("--tp ", options.tp, ": this build runs the cuda backend on one GPU"));
   }
   if (options.max_batch_tokens <= 0) return absl::InvalidArgumentError("max_batch_tokens must be positive");
   if (CudaDeviceCount() < 1) return absl::FailedPreconditionError("no usable CUDA device");
@@ -86,8 +87,8 @@ absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& 
   const ModelConfig& config = engine->weights_->config();
   if (std::find(std::begin(kSupportedHeadDims), std::end(kSupportedHeadDims), config.head_dim) ==
       std::end(kSupportedHeadDims)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("head_dim ", config.head_dim, " is not supported by the attention kernel (8..256, powers of 2)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_dim ", config.head_dim, " is not supported by the attention kernel (8..256, powers of 2)"));
   }
   engine->max_seq_len_ = options.max_seq_len > 0 ? options.max_seq_len : config.max_position_embeddings;
   const int64_t max_tokens = options.max_batch_tokens;
@@ -105,11 +106,12 @@ absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& 
   const int64_t available = static_cast<int64_t>(free_bytes) - kReserveBytes;
   const auto too_big = [&]() {
     const int64_t fits = std::max<int64_t>(0, (available - fixed) / per_token);
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "max_batch_tokens %d needs %.2f GiB of activations (%.2f MiB per token + %.2f GiB fixed) but only %.2f GiB "
-        "of GPU memory is free after the %.2f GiB of weights; at most %d tokens fit",
-        max_tokens, GiB(fixed + per_token * max_tokens), per_token / 1048576.0, GiB(fixed), GiB(available),
-        GiB(model.resident_bytes), fits));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("max_batch_tokens %d needs %.2f GiB of activations (%.2f MiB per token + %.2f GiB "
+                        "fixed) but only %.2f GiB "
+                        "of GPU memory is free after the %.2f GiB of weights; at most %d tokens fit",
+                        max_tokens, GiB(fixed + per_token * max_tokens), per_token / 1048576.0, GiB(fixed),
+                        GiB(available), GiB(model.resident_bytes), fits));
   };
   if (fixed + per_token * max_tokens > available) return too_big();
   absl::StatusOr<Activations> acts = cuda::AllocateActivations(config, model, max_tokens);
@@ -145,23 +147,27 @@ absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& 
   info.bits_per_weight_decoder = summary.bits_per_weight_decoder;
   info.bits_per_weight_head = summary.bits_per_weight_head;
   info.resident_bytes = model.resident_bytes;
-  SCORED_LOG(INFO) << "cuda engine: " << config.architecture << " " << summary.format << ", " << info.compute_dtype
-                   << ", weights " << GiB(model.resident_bytes) << " GiB, activations for " << max_tokens
-                   << " tokens " << GiB(fixed + per_token * max_tokens) << " GiB";
+  SCORED_LOG(INFO) << "cuda engine: " << config.architecture << " " << summary.format << ", "
+                   << info.compute_dtype << ", weights " << GiB(model.resident_bytes)
+                   << " GiB, activations for " << max_tokens << " tokens "
+                   << GiB(fixed + per_token * max_tokens) << " GiB";
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
 std::vector<std::pair<int64_t, int64_t>> CudaEngine::DeviceMemory() const {
   size_t free_bytes = 0, total_bytes = 0;
-  if (cudaSetDevice(device_) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return {};
+  if (cudaSetDevice(device_) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
+    return {};
   return {{static_cast<int64_t>(total_bytes - free_bytes), static_cast<int64_t>(total_bytes)}};
 }
 
 absl::Status CudaEngine::ValidateRequest(const ScoreRequest& r, size_t index) const {
   const int64_t n = static_cast<int64_t>(r.tokens.size());
-  if (n < 2) return absl::InvalidArgumentError(absl::StrCat("request ", index, ": needs at least 2 tokens, got ", n));
+  if (n < 2)
+    return absl::InvalidArgumentError(absl::StrCat("request ", index, ": needs at least 2 tokens, got ", n));
   if (n > max_seq_len_) {
-    return absl::OutOfRangeError(absl::StrCat("request ", index, ": ", n, " tokens exceed max_seq_len ", max_seq_len_));
+    return absl::OutOfRangeError(
+        absl::StrCat("request ", index, ": ", n, " tokens exceed max_seq_len ", max_seq_len_));
   }
   if (n > acts_.max_tokens) {
     return absl::OutOfRangeError(
@@ -172,13 +178,14 @@ absl::Status CudaEngine::ValidateRequest(const ScoreRequest& r, size_t index) co
         absl::StrCat("request ", index, ": score_from ", r.score_from, " must be < the ", n, " tokens"));
   }
   if (r.top_k < 0 || r.top_k > kernels::kMaxTopK) {
-    return absl::InvalidArgumentError(absl::StrCat("request ", index, ": top_k ", r.top_k, " outside [0, 64]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("request ", index, ": top_k ", r.top_k, " outside [0, 64]"));
   }
   const int64_t vocab = weights_->config().vocab_size;
   for (int64_t j = 0; j < n; ++j) {
     if (r.tokens[j] < 0 || r.tokens[j] >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("request ", index, ": token id ", r.tokens[j], " at position ", j,
-                                                     " outside [0, ", vocab, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("request ", index, ": token id ", r.tokens[j],
+                                                     " at position ", j, " outside [0, ", vocab, ")"));
     }
   }
   return absl::OkStatus();
@@ -190,8 +197,9 @@ absl::Status CudaEngine::CheckSticky(absl::Status status) {
   if (cuda::IsStickyCudaError(err)) {
     absl::MutexLock lock(&mu_);
     if (fatal_.ok()) {
-      fatal_ = absl::UnavailableError(absl::StrCat("CUDA device failed (", cudaGetErrorName(err),
-                                                   "); the engine cannot serve any more: ", status.message()));
+      fatal_ =
+          absl::UnavailableError(absl::StrCat("CUDA device failed (", cudaGetErrorName(err),
+                                              "); the engine cannot serve any more: ", status.message()));
       SCORED_LOG(ERROR) << fatal_;
     }
     return fatal_;
@@ -209,7 +217,8 @@ absl::StatusOr<std::vector<ScoreResult>> CudaEngine::Score(absl::Span<const Scor
   while (begin < batch.size()) {
     size_t end = begin;
     int64_t tokens = 0;
-    while (end < batch.size() && tokens + static_cast<int64_t>(batch[end].tokens.size()) <= acts_.max_tokens) {
+    while (end < batch.size() &&
+           tokens + static_cast<int64_t>(batch[end].tokens.size()) <= acts_.max_tokens) {
       tokens += static_cast<int64_t>(batch[end].tokens.size());
       ++end;
     }
@@ -251,9 +260,12 @@ absl::Status CudaEngine::ScoreGroup(absl::Span<const ScoreRequest> group, std::v
   const int64_t n = fb.num_tokens;
   const cudaStream_t stream = stream_.get();
 
-  SCORED_CUDA_CHECK(cudaMemcpyAsync(acts_.tokens.data(), tokens.data(), n * 4, cudaMemcpyHostToDevice, stream));
-  SCORED_CUDA_CHECK(cudaMemcpyAsync(acts_.positions.data(), positions.data(), n * 4, cudaMemcpyHostToDevice, stream));
-  SCORED_CUDA_CHECK(cudaMemcpyAsync(acts_.targets.data(), targets.data(), n * 4, cudaMemcpyHostToDevice, stream));
+  SCORED_CUDA_CHECK(
+      cudaMemcpyAsync(acts_.tokens.data(), tokens.data(), n * 4, cudaMemcpyHostToDevice, stream));
+  SCORED_CUDA_CHECK(
+      cudaMemcpyAsync(acts_.positions.data(), positions.data(), n * 4, cudaMemcpyHostToDevice, stream));
+  SCORED_CUDA_CHECK(
+      cudaMemcpyAsync(acts_.targets.data(), targets.data(), n * 4, cudaMemcpyHostToDevice, stream));
   SCORED_CUDA_CHECK(cudaMemcpyAsync(acts_.cu_seqlens.data(), cu_seqlens.data(), cu_seqlens.size() * 4,
                                     cudaMemcpyHostToDevice, stream));
   SCORED_RETURN_IF_ERROR(cuda::Forward(weights_->config(), *model_, *gemm_, fb, &acts_, stream));
@@ -266,19 +278,21 @@ absl::Status CudaEngine::ScoreGroup(absl::Span<const ScoreRequest> group, std::v
   std::vector<float> entropy(fb.options.want_entropy ? n : 0);
   std::vector<int32_t> top_ids(n * top_k);
   std::vector<float> top_lps(n * top_k);
-  SCORED_CUDA_CHECK(cudaMemcpyAsync(logprob.data(), acts_.logprob.data(), n * 8, cudaMemcpyDeviceToHost, stream));
+  SCORED_CUDA_CHECK(
+      cudaMemcpyAsync(logprob.data(), acts_.logprob.data(), n * 8, cudaMemcpyDeviceToHost, stream));
   SCORED_CUDA_CHECK(cudaMemcpyAsync(greedy.data(), acts_.greedy.data(), n, cudaMemcpyDeviceToHost, stream));
   if (!rank.empty()) {
     SCORED_CUDA_CHECK(cudaMemcpyAsync(rank.data(), acts_.rank.data(), n * 4, cudaMemcpyDeviceToHost, stream));
   }
   if (!entropy.empty()) {
-    SCORED_CUDA_CHECK(cudaMemcpyAsync(entropy.data(), acts_.entropy.data(), n * 4, cudaMemcpyDeviceToHost, stream));
+    SCORED_CUDA_CHECK(
+        cudaMemcpyAsync(entropy.data(), acts_.entropy.data(), n * 4, cudaMemcpyDeviceToHost, stream));
   }
   if (top_k > 0) {
-    SCORED_CUDA_CHECK(
-        cudaMemcpyAsync(top_ids.data(), acts_.top_k_ids.data(), n * top_k * 4, cudaMemcpyDeviceToHost, stream));
-    SCORED_CUDA_CHECK(
-        cudaMemcpyAsync(top_lps.data(), acts_.top_k_logprobs.data(), n * top_k * 4, cudaMemcpyDeviceToHost, stream));
+    SCORED_CUDA_CHECK(cudaMemcpyAsync(top_ids.data(), acts_.top_k_ids.data(), n * top_k * 4,
+                                      cudaMemcpyDeviceToHost, stream));
+    SCORED_CUDA_CHECK(cudaMemcpyAsync(top_lps.data(), acts_.top_k_logprobs.data(), n * top_k * 4,
+                                      cudaMemcpyDeviceToHost, stream));
   }
   SCORED_RETURN_IF_ERROR(stream_.Synchronize());
 
@@ -294,7 +308,8 @@ absl::Status CudaEngine::ScoreGroup(absl::Span<const ScoreRequest> group, std::v
       if (r.want_entropy) result.entropy.push_back(entropy[row]);
       if (r.top_k > 0) {
         std::vector<TopKEntry> entries(r.top_k);
-        for (int32_t i = 0; i < r.top_k; ++i) entries[i] = {top_ids[row * top_k + i], top_lps[row * top_k + i]};
+        for (int32_t i = 0; i < r.top_k; ++i)
+          entries[i] = {top_ids[row * top_k + i], top_lps[row * top_k + i]};
         result.top_k.push_back(std::move(entries));
       }
     }

@@ -54,14 +54,17 @@ absl::StatusOr<QuantizedPart> UploadStored(const LinearWeight& w, int64_t row_of
 // stored in the compute dtype, else through the dequant kernel's exact conversion.
 absl::Status UploadDenseInto(const LinearWeight& w, ComputeDtype dtype, void* dst) {
   if (w.weight.dtype == StorageDType(dtype)) {
-    SCORED_CUDA_CHECK(cudaMemcpy(dst, w.weight.data, static_cast<size_t>(w.weight.nbytes), cudaMemcpyHostToDevice));
+    SCORED_CUDA_CHECK(
+        cudaMemcpy(dst, w.weight.data, static_cast<size_t>(w.weight.nbytes), cudaMemcpyHostToDevice));
     return absl::OkStatus();
   }
   SCORED_ASSIGN_OR_RETURN(QuantizedPart part, UploadStored(w, 0));
   if (dtype == ComputeDtype::kBf16) {
-    SCORED_RETURN_IF_ERROR(kernels::Dequantize<bf16_t>(part.params, 0, w.out_features, static_cast<bf16_t*>(dst), nullptr));
+    SCORED_RETURN_IF_ERROR(
+        kernels::Dequantize<bf16_t>(part.params, 0, w.out_features, static_cast<bf16_t*>(dst), nullptr));
   } else {
-    SCORED_RETURN_IF_ERROR(kernels::Dequantize<float>(part.params, 0, w.out_features, static_cast<float*>(dst), nullptr));
+    SCORED_RETURN_IF_ERROR(
+        kernels::Dequantize<float>(part.params, 0, w.out_features, static_cast<float*>(dst), nullptr));
   }
   SCORED_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // `part` is freed on return
   return absl::OkStatus();
@@ -71,14 +74,16 @@ absl::Status DequantizeInto(const QuantizedPart& part, ComputeDtype dtype, char*
   const int64_t rows = part.host->out_features;
   const int64_t offset = part.row_offset * part.host->in_features * ElementBytes(dtype);
   if (dtype == ComputeDtype::kBf16) {
-    return kernels::Dequantize<bf16_t>(part.params, 0, rows, reinterpret_cast<bf16_t*>(fused + offset), stream);
+    return kernels::Dequantize<bf16_t>(part.params, 0, rows, reinterpret_cast<bf16_t*>(fused + offset),
+                                       stream);
   }
   return kernels::Dequantize<float>(part.params, 0, rows, reinterpret_cast<float*>(fused + offset), stream);
 }
 
 }  // namespace
 
-absl::StatusOr<const void*> DeviceLinear::Materialize(ComputeDtype dtype, void* scratch, cudaStream_t stream) const {
+absl::StatusOr<const void*> DeviceLinear::Materialize(ComputeDtype dtype, void* scratch,
+                                                      cudaStream_t stream) const {
   if (resident_dense()) return dense_ptr_;
   for (const QuantizedPart& part : parts_) {
     SCORED_RETURN_IF_ERROR(DequantizeInto(part, dtype, static_cast<char*>(scratch), stream));
@@ -98,8 +103,8 @@ class DeviceModelLoader {
  public:
   // Stacks `members` along `out` into one linear. All dense: one resident matrix; otherwise every member
   // keeps its stored tensors and is expanded into the scratch before each use.
-  static absl::StatusOr<DeviceLinear> Build(const std::vector<const LinearWeight*>& members, ComputeDtype dtype,
-                                            const std::string& what) {
+  static absl::StatusOr<DeviceLinear> Build(const std::vector<const LinearWeight*>& members,
+                                            ComputeDtype dtype, const std::string& what) {
     DeviceLinear linear;
     linear.in_features_ = members.front()->in_features;
     bool all_dense = true, any_w8a8 = false, all_w8a8 = true;
@@ -118,11 +123,19 @@ class DeviceModelLoader {
           absl::StrCat(what, ": W8A8 dynamic FP8 on some but not all of the modules sharing one input"));
     }
     linear.w8a8_ = all_w8a8;
+    linear.act_group_size_ = members.front()->act_group_size;
+    for (const LinearWeight* m : members) {
+      if (m->act_group_size != linear.act_group_size_ ||
+          (m->act_group_size > 0 && linear.in_features_ % m->act_group_size != 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": W8A8 activation groups differ between modules or do not divide the input"));
+      }
+    }
     int64_t row = 0;
     if (all_dense) {
-      SCORED_ASSIGN_OR_RETURN(linear.dense_, DeviceBuffer::Allocate(linear.out_features_ * linear.in_features_ *
-                                                                         ElementBytes(dtype),
-                                                                     what));
+      SCORED_ASSIGN_OR_RETURN(
+          linear.dense_,
+          DeviceBuffer::Allocate(linear.out_features_ * linear.in_features_ * ElementBytes(dtype), what));
       for (const LinearWeight* m : members) {
         SCORED_RETURN_IF_ERROR(UploadDenseInto(
             *m, dtype, linear.dense_.as<char>() + row * linear.in_features_ * ElementBytes(dtype)));
@@ -142,9 +155,9 @@ class DeviceModelLoader {
   // A quantized lm_head (rare: most checkpoints ignore it) is expanded once at load.
   static absl::Status MakeResident(DeviceLinear* linear, ComputeDtype dtype, const std::string& what) {
     if (linear->resident_dense()) return absl::OkStatus();
-    SCORED_ASSIGN_OR_RETURN(linear->dense_, DeviceBuffer::Allocate(linear->out_features_ * linear->in_features_ *
-                                                                        ElementBytes(dtype),
-                                                                    what));
+    SCORED_ASSIGN_OR_RETURN(
+        linear->dense_,
+        DeviceBuffer::Allocate(linear->out_features_ * linear->in_features_ * ElementBytes(dtype), what));
     SCORED_RETURN_IF_ERROR(linear->Materialize(dtype, linear->dense_.data(), nullptr).status());
     SCORED_CUDA_CHECK(cudaStreamSynchronize(nullptr));
     linear->parts_.clear();
@@ -152,7 +165,8 @@ class DeviceModelLoader {
     return absl::OkStatus();
   }
 
-  static void TieTo(DeviceLinear* linear, const DeviceBuffer& table, int64_t vocab_size, int64_t hidden_size) {
+  static void TieTo(DeviceLinear* linear, const DeviceBuffer& table, int64_t vocab_size,
+                    int64_t hidden_size) {
     linear->out_features_ = vocab_size;
     linear->in_features_ = hidden_size;
     linear->dense_ptr_ = table.data();
@@ -169,15 +183,16 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
   embed.out_features = config.vocab_size;
   embed.in_features = config.hidden_size;
   embed.weight = weights.embed_tokens();
-  SCORED_ASSIGN_OR_RETURN(model->embed, DeviceBuffer::Allocate(config.vocab_size * config.hidden_size *
-                                                                    ElementBytes(dtype),
-                                                                "the token embedding"));
+  SCORED_ASSIGN_OR_RETURN(model->embed,
+                          DeviceBuffer::Allocate(config.vocab_size * config.hidden_size * ElementBytes(dtype),
+                                                 "the token embedding"));
   SCORED_RETURN_IF_ERROR(UploadDenseInto(embed, dtype, model->embed.data()));
   SCORED_ASSIGN_OR_RETURN(model->final_norm, UploadFloat(weights.final_norm(), "model.norm.weight"));
   const std::vector<float> inv_freq = ref::RopeInvFreq(config);
-  SCORED_ASSIGN_OR_RETURN(model->rope_inv_freq,
-                          UploadToDevice(inv_freq.data(), static_cast<int64_t>(inv_freq.size() * sizeof(float)),
-                                         "the RoPE frequency table"));
+  SCORED_ASSIGN_OR_RETURN(
+      model->rope_inv_freq,
+      UploadToDevice(inv_freq.data(), static_cast<int64_t>(inv_freq.size() * sizeof(float)),
+                     "the RoPE frequency table"));
   if (config.tie_word_embeddings) {
     DeviceModelLoader::TieTo(&model->lm_head, model->embed, config.vocab_size, config.hidden_size);
   } else {
@@ -208,10 +223,12 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     }
     SCORED_ASSIGN_OR_RETURN(dst.qkv, DeviceModelLoader::Build({&src.q_proj, &src.k_proj, &src.v_proj}, dtype,
                                                               prefix + "self_attn q|k|v"));
-    SCORED_ASSIGN_OR_RETURN(dst.o, DeviceModelLoader::Build({&src.o_proj}, dtype, prefix + "self_attn.o_proj"));
-    SCORED_ASSIGN_OR_RETURN(dst.gate_up, DeviceModelLoader::Build({&src.gate_proj, &src.up_proj}, dtype,
-                                                                  prefix + "mlp gate|up"));
-    SCORED_ASSIGN_OR_RETURN(dst.down, DeviceModelLoader::Build({&src.down_proj}, dtype, prefix + "mlp.down_proj"));
+    SCORED_ASSIGN_OR_RETURN(dst.o,
+                            DeviceModelLoader::Build({&src.o_proj}, dtype, prefix + "self_attn.o_proj"));
+    SCORED_ASSIGN_OR_RETURN(
+        dst.gate_up, DeviceModelLoader::Build({&src.gate_proj, &src.up_proj}, dtype, prefix + "mlp gate|up"));
+    SCORED_ASSIGN_OR_RETURN(dst.down,
+                            DeviceModelLoader::Build({&src.down_proj}, dtype, prefix + "mlp.down_proj"));
     for (const DeviceLinear* linear : {&dst.qkv, &dst.o, &dst.gate_up, &dst.down}) {
       if (!linear->resident_dense()) {
         model->max_scratch_elements =
@@ -223,8 +240,8 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
   int64_t bytes = model->embed.bytes() + model->final_norm.bytes() + model->rope_inv_freq.bytes() +
                   model->lm_head.DeviceBytes();
   for (const DeviceLayer& layer : model->layers) {
-    bytes += layer.input_norm.bytes() + layer.post_norm.bytes() + layer.q_norm.bytes() + layer.k_norm.bytes() +
-             layer.qkv_bias.bytes() + layer.qkv.DeviceBytes() + layer.o.DeviceBytes() +
+    bytes += layer.input_norm.bytes() + layer.post_norm.bytes() + layer.q_norm.bytes() +
+             layer.k_norm.bytes() + layer.qkv_bias.bytes() + layer.qkv.DeviceBytes() + layer.o.DeviceBytes() +
              layer.gate_up.DeviceBytes() + layer.down.DeviceBytes();
   }
   model->resident_bytes = bytes;

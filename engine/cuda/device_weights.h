@@ -44,6 +44,8 @@ class DeviceLinear {
   bool resident_dense() const { return parts_.empty(); }
   // W8A8 dynamic FP8 (every part): the GEMM's input is fake-quantized per token first.
   bool w8a8_dynamic_fp8() const { return w8a8_; }
+  // W8A8 only: 0 = one activation scale per token, > 0 = one per token per this many input columns.
+  int64_t act_group_size() const { return act_group_size_; }
 
   // The weight [out_features, in_features] in the compute dtype for a GEMM on `stream`: the resident
   // matrix, or `scratch` after enqueuing the dequantization of every part into it.
@@ -59,7 +61,8 @@ class DeviceLinear {
   int64_t out_features_ = 0;
   int64_t in_features_ = 0;
   bool w8a8_ = false;
-  DeviceBuffer dense_;            // [out_features, in_features] compute dtype, when resident_dense()
+  int64_t act_group_size_ = 0;
+  DeviceBuffer dense_;               // [out_features, in_features] compute dtype, when resident_dense()
   const void* dense_ptr_ = nullptr;  // dense_.data(), or the embedding table for a tied lm_head
   std::vector<QuantizedPart> parts_;
 };
@@ -78,10 +81,10 @@ struct DeviceLayer {
 
 struct DeviceModel {
   ComputeDtype dtype = ComputeDtype::kBf16;
-  DeviceBuffer embed;        // [vocab_size, hidden_size] compute dtype
-  DeviceBuffer final_norm;   // [hidden_size] fp32
+  DeviceBuffer embed;          // [vocab_size, hidden_size] compute dtype
+  DeviceBuffer final_norm;     // [hidden_size] fp32
   DeviceBuffer rope_inv_freq;  // [head_dim / 2] fp32, as ref::RopeInvFreq
-  DeviceLinear lm_head;      // [vocab_size, hidden_size]; tied: a view of `embed`
+  DeviceLinear lm_head;        // [vocab_size, hidden_size]; tied: a view of `embed`
   std::vector<DeviceLayer> layers;
   int64_t max_scratch_elements = 0;  // largest out*in of a quantized linear (0 when all are dense)
   int64_t resident_bytes = 0;        // device bytes of all the above

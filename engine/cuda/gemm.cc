@@ -34,10 +34,10 @@ struct TokenLayouts {
     if (y != nullptr) cublasLtMatrixLayoutDestroy(y);
   }
   absl::Status Init(int64_t num_tokens, int64_t out_features, int64_t in_features, GemmTypes types) {
-    SCORED_RETURN_IF_ERROR(CublasStatus(
-        cublasLtMatrixLayoutCreate(&x, InputType(types), static_cast<uint64_t>(in_features),
-                                   static_cast<uint64_t>(num_tokens), in_features),
-        "cublasLtMatrixLayoutCreate(x)"));
+    SCORED_RETURN_IF_ERROR(
+        CublasStatus(cublasLtMatrixLayoutCreate(&x, InputType(types), static_cast<uint64_t>(in_features),
+                                                static_cast<uint64_t>(num_tokens), in_features),
+                     "cublasLtMatrixLayoutCreate(x)"));
     return CublasStatus(cublasLtMatrixLayoutCreate(&y, OutputType(types), static_cast<uint64_t>(out_features),
                                                    static_cast<uint64_t>(num_tokens), out_features),
                         "cublasLtMatrixLayoutCreate(y)");
@@ -51,7 +51,8 @@ absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(int64_t max_token
   std::unique_ptr<GemmRunner> runner(new GemmRunner());
   runner->max_tokens_ = max_tokens;
   SCORED_RETURN_IF_ERROR(CublasStatus(cublasLtCreate(&runner->handle_), "cublasLtCreate"));
-  SCORED_ASSIGN_OR_RETURN(runner->workspace_, DeviceBuffer::Allocate(kWorkspaceBytes, "the cuBLASLt workspace"));
+  SCORED_ASSIGN_OR_RETURN(runner->workspace_,
+                          DeviceBuffer::Allocate(kWorkspaceBytes, "the cuBLASLt workspace"));
   return runner;
 }
 
@@ -86,33 +87,35 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
   SCORED_RETURN_IF_ERROR(CublasStatus(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_x, sizeof(trans_x)),
       "set TRANSB"));
-  SCORED_RETURN_IF_ERROR(
-      CublasStatus(cublasLtMatrixLayoutCreate(&plan.w_layout, InputType(types), static_cast<uint64_t>(in_features),
-                                              static_cast<uint64_t>(out_features), in_features),
-                   "cublasLtMatrixLayoutCreate(w)"));
+  SCORED_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatrixLayoutCreate(&plan.w_layout, InputType(types), static_cast<uint64_t>(in_features),
+                                 static_cast<uint64_t>(out_features), in_features),
+      "cublasLtMatrixLayoutCreate(w)"));
 
   TokenLayouts layouts;
   SCORED_RETURN_IF_ERROR(layouts.Init(max_tokens_, out_features, in_features, types));
 
   cublasLtMatmulPreference_t pref = nullptr;
-  SCORED_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"));
+  SCORED_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"));
   const uint64_t workspace = static_cast<uint64_t>(workspace_.bytes());
   const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_NONE;
-  absl::Status status = CublasStatus(
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                           sizeof(workspace)),
-      "set MAX_WORKSPACE_BYTES");
+  absl::Status status =
+      CublasStatus(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                        &workspace, sizeof(workspace)),
+                   "set MAX_WORKSPACE_BYTES");
   if (status.ok()) {
-    status = CublasStatus(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                               &reduction_mask, sizeof(reduction_mask)),
-                          "set REDUCTION_SCHEME_MASK");
+    status =
+        CublasStatus(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                          &reduction_mask, sizeof(reduction_mask)),
+                     "set REDUCTION_SCHEME_MASK");
   }
   std::vector<cublasLtMatmulHeuristicResult_t> results(kHeuristicCandidates);
   int returned = 0;
   if (status.ok()) {
     status = CublasStatus(
-        cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.w_layout, layouts.x, layouts.y, layouts.y, pref,
-                                       kHeuristicCandidates, results.data(), &returned),
+        cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.w_layout, layouts.x, layouts.y, layouts.y,
+                                       pref, kHeuristicCandidates, results.data(), &returned),
         "cublasLtMatmulAlgoGetHeuristic");
   }
   cublasLtMatmulPreferenceDestroy(pref);
@@ -143,8 +146,9 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
   return &it->second;
 }
 
-absl::Status GemmRunner::Linear(const void* x, const void* w, void* y, int64_t num_tokens, int64_t out_features,
-                                int64_t in_features, GemmTypes types, cudaStream_t stream) {
+absl::Status GemmRunner::Linear(const void* x, const void* w, void* y, int64_t num_tokens,
+                                int64_t out_features, int64_t in_features, GemmTypes types,
+                                cudaStream_t stream) {
   if (num_tokens < 0 || num_tokens > max_tokens_) {
     return absl::OutOfRangeError(
         absl::StrCat("GEMM with ", num_tokens, " tokens; the engine was sized for ", max_tokens_));
@@ -154,10 +158,11 @@ absl::Status GemmRunner::Linear(const void* x, const void* w, void* y, int64_t n
   TokenLayouts layouts;
   SCORED_RETURN_IF_ERROR(layouts.Init(num_tokens, out_features, in_features, types));
   const float alpha = 1.0f, beta = 0.0f;
-  SCORED_RETURN_IF_ERROR(CublasStatus(
-      cublasLtMatmul(handle_, plan->desc, &alpha, w, plan->w_layout, x, layouts.x, &beta, y, layouts.y, y,
-                     layouts.y, &plan->algo, workspace_.data(), static_cast<size_t>(workspace_.bytes()), stream),
-      "cublasLtMatmul"));
+  SCORED_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmul(handle_, plan->desc, &alpha, w, plan->w_layout, x, layouts.x, &beta, y,
+                                  layouts.y, y, layouts.y, &plan->algo, workspace_.data(),
+                                  static_cast<size_t>(workspace_.bytes()), stream),
+                   "cublasLtMatmul"));
   return absl::OkStatus();
 }
 

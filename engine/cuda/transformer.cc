@@ -39,32 +39,37 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   const float eps = static_cast<float>(config.rms_norm_eps);
   constexpr bool kFp32 = std::is_same_v<T, float>;
   const GemmTypes types = kFp32 ? GemmTypes::kFp32 : GemmTypes::kBf16ToBf16;
-  const GemmTypes head_types = kFp32 ? GemmTypes::kFp32 : GemmTypes::kBf16ToFp32;
+  // o_proj / down_proj outputs join the fp32 residual stream: written in fp32, never rounded to bf16.
+  const GemmTypes to_fp32 = kFp32 ? GemmTypes::kFp32 : GemmTypes::kBf16ToFp32;
 
-  float* residual = acts->residual.as<float>();          // [n, hidden]
-  T* normed = acts->normed.as<T>();                      // [n, hidden]
-  T* qkv = acts->qkv.as<T>();                            // [n, qkv_dim]: q | k | v of each token
-  T* q = qkv;                                            //   [n, num_heads, head_dim], row stride qkv_dim
-  T* k = qkv + q_dim;                                    //   [n, num_kv_heads, head_dim], row stride qkv_dim
-  T* v = qkv + q_dim + kv_dim;                           //   [n, num_kv_heads, head_dim], row stride qkv_dim
-  T* attn = acts->attn.as<T>();                          // [n, q_dim]
-  T* proj = acts->proj.as<T>();                          // [n, hidden]
-  T* gate_up = acts->gate_up.as<T>();                    // [n, 2 inter]: gate | up of each token
-  T* mlp = acts->mlp.as<T>();                            // [n, inter]
-  float* logits = acts->logits.as<float>();              // [kLmHeadChunkTokens, vocab]
-  const int32_t* tokens = acts->tokens.as<int32_t>();    // [n]
+  float* residual = acts->residual.as<float>();        // [n, hidden]
+  T* normed = acts->normed.as<T>();                    // [n, hidden]
+  T* qkv = acts->qkv.as<T>();                          // [n, qkv_dim]: q | k | v of each token
+  T* q = qkv;                                          //   [n, num_heads, head_dim], row stride qkv_dim
+  T* k = qkv + q_dim;                                  //   [n, num_kv_heads, head_dim], row stride qkv_dim
+  T* v = qkv + q_dim + kv_dim;                         //   [n, num_kv_heads, head_dim], row stride qkv_dim
+  T* attn = acts->attn.as<T>();                        // [n, q_dim]
+  float* proj = acts->proj.as<float>();                // [n, hidden]
+  T* gate_up = acts->gate_up.as<T>();                  // [n, 2 inter]: gate | up of each token
+  T* mlp = acts->mlp.as<T>();                          // [n, inter]
+  float* logits = acts->logits.as<float>();            // [kLmHeadChunkTokens, vocab]
+  const int32_t* tokens = acts->tokens.as<int32_t>();  // [n]
   const int32_t* positions = acts->positions.as<int32_t>();    // [n]
   const int32_t* cu_seqlens = acts->cu_seqlens.as<int32_t>();  // [num_seqs + 1]
-  const int32_t* targets = acts->targets.as<int32_t>();  // [n]
+  const int32_t* targets = acts->targets.as<int32_t>();        // [n]
   const float* inv_freq = model.rope_inv_freq.as<float>();     // [head_dim / 2]
 
-  // y[n, out] = x[n, in] . W^T, with the weight expanded into the scratch first when it is quantized.
-  auto linear = [&](const DeviceLinear& w, T* x, T* y) -> absl::Status {
+  // y[n, out] = x[n, in] . W^T, with the weight expanded into the scratch first when it is quantized. W8A8:
+  // x is fake-quantized to FP8 first, one scale per token or per act_group_size columns of a token (x is
+  // contiguous, so a group is a row of the [n * in / group, group] view).
+  auto linear = [&](const DeviceLinear& w, T* x, void* y, GemmTypes y_types) -> absl::Status {
     if (w.w8a8_dynamic_fp8()) {
-      SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeFp8PerToken<T>(x, w.in_features(), n, w.in_features(), stream));
+      const int64_t group = w.act_group_size() > 0 ? w.act_group_size() : w.in_features();
+      SCORED_RETURN_IF_ERROR(
+          kernels::FakeQuantizeFp8PerToken<T>(x, group, n * (w.in_features() / group), group, stream));
     }
     SCORED_ASSIGN_OR_RETURN(const void* weight, w.Materialize(model.dtype, acts->scratch.data(), stream));
-    return gemm.Linear(x, weight, y, n, w.out_features(), w.in_features(), types, stream);
+    return gemm.Linear(x, weight, y, n, w.out_features(), w.in_features(), y_types, stream);
   };
 
   kernels::AttentionShape attn_shape;
@@ -77,20 +82,22 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   attn_shape.q_stride = qkv_dim;
   attn_shape.kv_stride = qkv_dim;
 
-  SCORED_RETURN_IF_ERROR((kernels::Embedding<T, float>(model.embed.as<T>(), tokens, n, vocab, hidden, residual, stream)));
+  SCORED_RETURN_IF_ERROR(
+      (kernels::Embedding<T, float>(model.embed.as<T>(), tokens, n, vocab, hidden, residual, stream)));
   for (size_t l = 0; l < model.layers.size(); ++l) {
     const DeviceLayer& layer = model.layers[l];
     // Attention block. The previous layer's down_proj output joins the residual stream here.
     if (l == 0) {
-      SCORED_RETURN_IF_ERROR((kernels::RmsNorm<float, T>(residual, hidden, layer.input_norm.as<float>(), n, hidden,
-                                                        eps, normed, hidden, stream)));
+      SCORED_RETURN_IF_ERROR((kernels::RmsNorm<float, T>(residual, hidden, layer.input_norm.as<float>(), n,
+                                                         hidden, eps, normed, hidden, stream)));
     } else {
-      SCORED_RETURN_IF_ERROR((kernels::AddRmsNorm<T, T>(proj, hidden, residual, layer.input_norm.as<float>(), n,
-                                                       hidden, eps, normed, hidden, stream)));
+      SCORED_RETURN_IF_ERROR((kernels::AddRmsNorm<float, T>(
+          proj, hidden, residual, layer.input_norm.as<float>(), n, hidden, eps, normed, hidden, stream)));
     }
-    SCORED_RETURN_IF_ERROR(linear(layer.qkv, normed, qkv));
+    SCORED_RETURN_IF_ERROR(linear(layer.qkv, normed, qkv, types));
     if (layer.qkv_bias.data() != nullptr) {
-      SCORED_RETURN_IF_ERROR(kernels::BiasAdd<T>(qkv, qkv_dim, layer.qkv_bias.as<float>(), n, qkv_dim, stream));
+      SCORED_RETURN_IF_ERROR(
+          kernels::BiasAdd<T>(qkv, qkv_dim, layer.qkv_bias.as<float>(), n, qkv_dim, stream));
     }
     if (layer.q_norm.data() != nullptr) {
       SCORED_RETURN_IF_ERROR(
@@ -101,16 +108,16 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
     SCORED_RETURN_IF_ERROR(
         kernels::Rope<T>(qkv, qkv_dim, positions, inv_freq, n, num_heads + num_kv_heads, head_dim, stream));
     SCORED_RETURN_IF_ERROR(kernels::CausalAttention<T>(q, k, v, cu_seqlens, attn_shape, attn, stream));
-    SCORED_RETURN_IF_ERROR(linear(layer.o, attn, proj));
+    SCORED_RETURN_IF_ERROR(linear(layer.o, attn, proj, to_fp32));
     // MLP block.
-    SCORED_RETURN_IF_ERROR((kernels::AddRmsNorm<T, T>(proj, hidden, residual, layer.post_norm.as<float>(), n, hidden,
-                                                     eps, normed, hidden, stream)));
-    SCORED_RETURN_IF_ERROR(linear(layer.gate_up, normed, gate_up));
+    SCORED_RETURN_IF_ERROR((kernels::AddRmsNorm<float, T>(proj, hidden, residual, layer.post_norm.as<float>(),
+                                                          n, hidden, eps, normed, hidden, stream)));
+    SCORED_RETURN_IF_ERROR(linear(layer.gate_up, normed, gate_up, types));
     SCORED_RETURN_IF_ERROR(kernels::SwiGlu<T>(gate_up, gate_up + inter, 2 * inter, n, inter, mlp, stream));
-    SCORED_RETURN_IF_ERROR(linear(layer.down, mlp, proj));
+    SCORED_RETURN_IF_ERROR(linear(layer.down, mlp, proj, to_fp32));
   }
-  SCORED_RETURN_IF_ERROR((kernels::AddRmsNorm<T, T>(proj, hidden, residual, model.final_norm.as<float>(), n, hidden,
-                                                   eps, normed, hidden, stream)));
+  SCORED_RETURN_IF_ERROR((kernels::AddRmsNorm<float, T>(proj, hidden, residual, model.final_norm.as<float>(),
+                                                        n, hidden, eps, normed, hidden, stream)));
 
   // lm_head in chunks of rows: fp32 logits into the reusable chunk, then the per-row statistics.
   SCORED_ASSIGN_OR_RETURN(const void* head, model.lm_head.Materialize(model.dtype, nullptr, stream));
@@ -119,14 +126,15 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   for (const RowSpan& span : batch.lm_head_rows) {
     for (int64_t begin = span.begin; begin < span.end; begin += chunk) {
       const int64_t rows = std::min(chunk, span.end - begin);
-      SCORED_RETURN_IF_ERROR(gemm.Linear(normed + begin * hidden, head, logits, rows, vocab, hidden, head_types, stream));
+      SCORED_RETURN_IF_ERROR(
+          gemm.Linear(normed + begin * hidden, head, logits, rows, vocab, hidden, to_fp32, stream));
       kernels::LogprobOutputs out;
-      out.logprob = acts->logprob.as<double>() + begin;           // [rows]
-      out.greedy = acts->greedy.as<uint8_t>() + begin;            // [rows]
-      out.rank = acts->rank.as<int32_t>() + begin;                // [rows]
-      out.entropy = acts->entropy.as<float>() + begin;            // [rows]
-      out.top_k_ids = acts->top_k_ids.as<int32_t>() + begin * top_k;           // [rows, top_k]
-      out.top_k_logprobs = acts->top_k_logprobs.as<float>() + begin * top_k;   // [rows, top_k]
+      out.logprob = acts->logprob.as<double>() + begin;                       // [rows]
+      out.greedy = acts->greedy.as<uint8_t>() + begin;                        // [rows]
+      out.rank = acts->rank.as<int32_t>() + begin;                            // [rows]
+      out.entropy = acts->entropy.as<float>() + begin;                        // [rows]
+      out.top_k_ids = acts->top_k_ids.as<int32_t>() + begin * top_k;          // [rows, top_k]
+      out.top_k_logprobs = acts->top_k_logprobs.as<float>() + begin * top_k;  // [rows, top_k]
       SCORED_RETURN_IF_ERROR(
           kernels::ScoreLogits(logits, vocab, targets + begin, rows, vocab, batch.options, out, stream));
     }
@@ -139,8 +147,8 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
 int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype) {
   const int64_t act = ActBytes(dtype);
   const int64_t q_dim = config.num_heads * config.head_dim;
-  const int64_t floats = 4 * config.hidden_size;  // residual
-  const int64_t acts = act * (2 * config.hidden_size + QkvDim(config) + q_dim + 3 * config.intermediate_size);
+  const int64_t floats = 4 * 2 * config.hidden_size;  // residual, proj
+  const int64_t acts = act * (config.hidden_size + QkvDim(config) + q_dim + 3 * config.intermediate_size);
   const int64_t per_row = 4 * 4 + 8 + 1 + 4 + 4 + kernels::kMaxTopK * 8;  // inputs, results
   return floats + acts + per_row;
 }
@@ -155,18 +163,20 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
   const int64_t q_dim = config.num_heads * config.head_dim;
   Activations a;
   a.max_tokens = max_tokens;
-  SCORED_ASSIGN_OR_RETURN(a.residual, DeviceBuffer::Allocate(t * config.hidden_size * 4, "the residual stream"));
-  SCORED_ASSIGN_OR_RETURN(a.normed, DeviceBuffer::Allocate(t * config.hidden_size * act, "normed activations"));
+  SCORED_ASSIGN_OR_RETURN(a.residual,
+                          DeviceBuffer::Allocate(t * config.hidden_size * 4, "the residual stream"));
+  SCORED_ASSIGN_OR_RETURN(a.normed,
+                          DeviceBuffer::Allocate(t * config.hidden_size * act, "normed activations"));
   SCORED_ASSIGN_OR_RETURN(a.qkv, DeviceBuffer::Allocate(t * QkvDim(config) * act, "q|k|v activations"));
   SCORED_ASSIGN_OR_RETURN(a.attn, DeviceBuffer::Allocate(t * q_dim * act, "attention output"));
-  SCORED_ASSIGN_OR_RETURN(a.proj, DeviceBuffer::Allocate(t * config.hidden_size * act, "projection output"));
-  SCORED_ASSIGN_OR_RETURN(a.gate_up,
-                          DeviceBuffer::Allocate(t * 2 * config.intermediate_size * act, "gate|up activations"));
+  SCORED_ASSIGN_OR_RETURN(a.proj, DeviceBuffer::Allocate(t * config.hidden_size * 4, "projection output"));
+  SCORED_ASSIGN_OR_RETURN(
+      a.gate_up, DeviceBuffer::Allocate(t * 2 * config.intermediate_size * act, "gate|up activations"));
   SCORED_ASSIGN_OR_RETURN(a.mlp, DeviceBuffer::Allocate(t * config.intermediate_size * act, "swiglu output"));
-  SCORED_ASSIGN_OR_RETURN(a.scratch,
-                          DeviceBuffer::Allocate(model.max_scratch_elements * act, "the dequantized-weight scratch"));
-  SCORED_ASSIGN_OR_RETURN(a.logits,
-                          DeviceBuffer::Allocate(LogitsRows(t) * config.vocab_size * 4, "the fp32 logits chunk"));
+  SCORED_ASSIGN_OR_RETURN(
+      a.scratch, DeviceBuffer::Allocate(model.max_scratch_elements * act, "the dequantized-weight scratch"));
+  SCORED_ASSIGN_OR_RETURN(
+      a.logits, DeviceBuffer::Allocate(LogitsRows(t) * config.vocab_size * 4, "the fp32 logits chunk"));
   SCORED_ASSIGN_OR_RETURN(a.tokens, DeviceBuffer::Allocate(t * 4, "token ids"));
   SCORED_ASSIGN_OR_RETURN(a.positions, DeviceBuffer::Allocate(t * 4, "positions"));
   SCORED_ASSIGN_OR_RETURN(a.cu_seqlens, DeviceBuffer::Allocate((t + 1) * 4, "sequence offsets"));
@@ -176,7 +186,8 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
   SCORED_ASSIGN_OR_RETURN(a.rank, DeviceBuffer::Allocate(t * 4, "ranks"));
   SCORED_ASSIGN_OR_RETURN(a.entropy, DeviceBuffer::Allocate(t * 4, "entropies"));
   SCORED_ASSIGN_OR_RETURN(a.top_k_ids, DeviceBuffer::Allocate(t * kernels::kMaxTopK * 4, "top-k ids"));
-  SCORED_ASSIGN_OR_RETURN(a.top_k_logprobs, DeviceBuffer::Allocate(t * kernels::kMaxTopK * 4, "top-k logprobs"));
+  SCORED_ASSIGN_OR_RETURN(a.top_k_logprobs,
+                          DeviceBuffer::Allocate(t * kernels::kMaxTopK * 4, "top-k logprobs"));
   return a;
 }
 
@@ -186,7 +197,8 @@ absl::Status Forward(const ModelConfig& config, const DeviceModel& model, GemmRu
     return absl::OutOfRangeError(
         absl::StrCat("batch of ", batch.num_tokens, " tokens; the engine holds ", acts->max_tokens));
   }
-  if (model.dtype == ComputeDtype::kBf16) return ForwardImpl<bf16_t>(config, model, gemm, batch, acts, stream);
+  if (model.dtype == ComputeDtype::kBf16)
+    return ForwardImpl<bf16_t>(config, model, gemm, batch, acts, stream);
   return ForwardImpl<float>(config, model, gemm, batch, acts, stream);
 }
 

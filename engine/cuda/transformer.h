@@ -25,15 +25,15 @@ constexpr int64_t kLmHeadChunkTokens = 2048;
 // Reusable device memory of one forward; `act` is bf16 in bf16 mode, fp32 in fp32 mode.
 struct Activations {
   int64_t max_tokens = 0;
-  DeviceBuffer residual;    // [max_tokens, hidden_size] fp32, the residual stream
-  DeviceBuffer normed;      // [max_tokens, hidden_size] act: RMSNorm output, GEMM input
-  DeviceBuffer qkv;         // [max_tokens, q_dim + 2 kv_dim] act
-  DeviceBuffer attn;        // [max_tokens, q_dim] act
-  DeviceBuffer proj;        // [max_tokens, hidden_size] act: o_proj / down_proj output
-  DeviceBuffer gate_up;     // [max_tokens, 2 intermediate_size] act
-  DeviceBuffer mlp;         // [max_tokens, intermediate_size] act: swiglu output
-  DeviceBuffer scratch;     // [max_scratch_elements] compute dtype: one dequantized weight (quantized only)
-  DeviceBuffer logits;      // [min(max_tokens, kLmHeadChunkTokens), vocab_size] fp32
+  DeviceBuffer residual;  // [max_tokens, hidden_size] fp32, the residual stream
+  DeviceBuffer normed;    // [max_tokens, hidden_size] act: RMSNorm output, GEMM input
+  DeviceBuffer qkv;       // [max_tokens, q_dim + 2 kv_dim] act
+  DeviceBuffer attn;      // [max_tokens, q_dim] act
+  DeviceBuffer proj;      // [max_tokens, hidden_size] fp32: o_proj / down_proj output (joins the residual)
+  DeviceBuffer gate_up;   // [max_tokens, 2 intermediate_size] act
+  DeviceBuffer mlp;       // [max_tokens, intermediate_size] act: swiglu output
+  DeviceBuffer scratch;   // [max_scratch_elements] compute dtype: one dequantized weight (quantized only)
+  DeviceBuffer logits;    // [min(max_tokens, kLmHeadChunkTokens), vocab_size] fp32
   // Batch inputs and per-row results, indexed by packed row.
   DeviceBuffer tokens;      // [max_tokens] int32
   DeviceBuffer positions;   // [max_tokens] int32

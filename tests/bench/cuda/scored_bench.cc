@@ -89,10 +89,10 @@ double Median(std::vector<double> v) {
 
 // Mean |delta| of the engine's logprobs against the transformers references of make_random_llama.py's file
 // (fp32head: bf16 model, fp32 lm_head; bf16logits: bf16 model as evaluation scripts run it; fp32model: fp32
-// forward of the same weights, the near-exact answer), and of the two bf16 transformers runs against fp32model.
-// Returns 1 when ours differs from the transformers fp32 forward by more than 0.01 nats on average AND by more
-// than transformers' own bf16 run does (a random-weight 32-layer model amplifies bf16 rounding far beyond a
-// trained one, so the peer's own bf16 error is the yardstick there).
+// forward of the same weights, the near-exact answer), and of the two bf16 transformers runs against
+// fp32model. Returns 1 when ours differs from the transformers fp32 forward by more than 0.01 nats on average
+// AND by more than transformers' own bf16 run does (a random-weight 32-layer model amplifies bf16 rounding
+// far beyond a trained one, so the peer's own bf16 error is the yardstick there).
 int CheckReference(Engine& engine, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   int32_t windows = 0, ctx = 0;
@@ -106,13 +106,15 @@ int CheckReference(Engine& engine, const std::string& path) {
   std::vector<int32_t> tokens(static_cast<size_t>(windows) * ctx);
   std::vector<float> head32(count), logits16(count), model32(count);
   in.read(reinterpret_cast<char*>(tokens.data()), tokens.size() * 4);
-  for (std::vector<float>* v : {&head32, &logits16, &model32}) in.read(reinterpret_cast<char*>(v->data()), count * 4);
+  for (std::vector<float>* v : {&head32, &logits16, &model32})
+    in.read(reinterpret_cast<char*>(v->data()), count * 4);
   if (!in) {
     std::fprintf(stderr, "%s is truncated\n", path.c_str());
     return 1;
   }
   std::vector<ScoreRequest> requests(windows);
-  for (int32_t w = 0; w < windows; ++w) requests[w].tokens.assign(tokens.begin() + w * ctx, tokens.begin() + (w + 1) * ctx);
+  for (int32_t w = 0; w < windows; ++w)
+    requests[w].tokens.assign(tokens.begin() + w * ctx, tokens.begin() + (w + 1) * ctx);
   auto results = engine.Score(requests);
   if (!results.ok()) {
     std::fprintf(stderr, "Score failed: %s\n", results.status().ToString().c_str());
@@ -120,7 +122,8 @@ int CheckReference(Engine& engine, const std::string& path) {
   }
   std::vector<float> ours(count);
   for (int32_t w = 0; w < windows; ++w) {
-    std::copy((*results)[w].logprob.begin(), (*results)[w].logprob.end(), ours.begin() + static_cast<size_t>(w) * (ctx - 1));
+    std::copy((*results)[w].logprob.begin(), (*results)[w].logprob.end(),
+              ours.begin() + static_cast<size_t>(w) * (ctx - 1));
   }
   const auto mean_abs = [&](const std::vector<float>& a, const std::vector<float>& b) {
     double sum = 0;
@@ -133,12 +136,12 @@ int CheckReference(Engine& engine, const std::string& path) {
     return std::exp(-sum / count);
   };
   const double ours_vs_fp32 = mean_abs(ours, model32);
-  std::printf("vs transformers (%d windows x %d), mean |delta logprob|: ours-vs-fp32model %.5f, "
-              "ours-vs-fp32head %.5f, ours-vs-bf16logits %.5f | transformers bf16 vs its fp32model: fp32head %.5f, "
-              "bf16logits %.5f | PPL ours %.1f, fp32model %.1f, fp32head %.1f, bf16logits %.1f\n",
-              windows, ctx, ours_vs_fp32, mean_abs(ours, head32), mean_abs(ours, logits16),
-              mean_abs(head32, model32), mean_abs(logits16, model32), ppl(ours), ppl(model32), ppl(head32),
-              ppl(logits16));
+  std::printf(
+      "vs transformers (%d windows x %d), mean |delta logprob|: ours-vs-fp32model %.5f, "
+      "ours-vs-fp32head %.5f, ours-vs-bf16logits %.5f | transformers bf16 vs its fp32model: fp32head %.5f, "
+      "bf16logits %.5f | PPL ours %.1f, fp32model %.1f, fp32head %.1f, bf16logits %.1f\n",
+      windows, ctx, ours_vs_fp32, mean_abs(ours, head32), mean_abs(ours, logits16), mean_abs(head32, model32),
+      mean_abs(logits16, model32), ppl(ours), ppl(model32), ppl(head32), ppl(logits16));
   std::fflush(stdout);
   return ours_vs_fp32 <= std::max(0.01, mean_abs(head32, model32)) ? 0 : 1;
 }
@@ -149,7 +152,9 @@ double PlainGemmTflops(const ModelConfig& c, int64_t tokens, int reps) {
   struct Shape {
     int64_t out, in;
   };
-  const Shape shapes[] = {{qkv, c.hidden_size}, {c.hidden_size, q_dim}, {2 * c.intermediate_size, c.hidden_size},
+  const Shape shapes[] = {{qkv, c.hidden_size},
+                          {c.hidden_size, q_dim},
+                          {2 * c.intermediate_size, c.hidden_size},
                           {c.hidden_size, c.intermediate_size}};
   int64_t max_x = 0, max_w = 0, max_y = 0;
   double flops = 0;
@@ -179,8 +184,10 @@ double PlainGemmTflops(const ModelConfig& c, int64_t tokens, int reps) {
   for (int r = 0; r <= reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     for (const Shape& s : shapes) {
-      if (!(*runner)->Linear(x->data(), w->data(), y->data(), tokens, s.out, s.in, cuda::GemmTypes::kBf16ToBf16,
-                             nullptr).ok()) {
+      if (!(*runner)
+               ->Linear(x->data(), w->data(), y->data(), tokens, s.out, s.in, cuda::GemmTypes::kBf16ToBf16,
+                        nullptr)
+               .ok()) {
         return 0.0;
       }
     }
@@ -200,7 +207,8 @@ void FillRandomBf16(const cuda::DeviceBuffer& b) {
     for (uint16_t& v : host) v = FloatToBf16(dist(rng));
   }
   for (int64_t off = 0; off < b.bytes(); off += static_cast<int64_t>(host.size()) * 2) {
-    cudaMemcpy(b.as<char>() + off, host.data(), std::min<int64_t>(static_cast<int64_t>(host.size()) * 2, b.bytes() - off),
+    cudaMemcpy(b.as<char>() + off, host.data(),
+               std::min<int64_t>(static_cast<int64_t>(host.size()) * 2, b.bytes() - off),
                cudaMemcpyHostToDevice);
   }
 }
@@ -247,8 +255,8 @@ void Profile(const ModelConfig& c, int64_t tokens, int64_t ctx) {
   auto lp = cuda::DeviceBuffer::Allocate(tokens * 8, "lp");
   auto greedy = cuda::DeviceBuffer::Allocate(tokens, "greedy");
   auto inv_freq = cuda::DeviceBuffer::Allocate(hd * 2, "inv_freq");
-  if (!runner.ok() || !qkv.ok() || !attn.ok() || !x.ok() || !y.ok() || !w.ok() || !residual.ok() || !norm_w.ok() ||
-      !logits.ok() || !ints.ok() || !lp.ok() || !greedy.ok() || !inv_freq.ok()) {
+  if (!runner.ok() || !qkv.ok() || !attn.ok() || !x.ok() || !y.ok() || !w.ok() || !residual.ok() ||
+      !norm_w.ok() || !logits.ok() || !ints.ok() || !lp.ok() || !greedy.ok() || !inv_freq.ok()) {
     std::printf("profile: allocation failed\n");
     return;
   }
@@ -284,51 +292,85 @@ void Profile(const ModelConfig& c, int64_t tokens, int64_t ctx) {
     double per_forward;  // times per forward
   };
   const auto gemm = [&](int64_t rows, int64_t out, int64_t in, cuda::GemmTypes types, void* dst) {
-    return TimeMs([&] { (void)(*runner)->Linear(x->data(), w->data(), dst, rows, out, in, types, nullptr); }, reps);
+    return TimeMs([&] { (void)(*runner)->Linear(x->data(), w->data(), dst, rows, out, in, types, nullptr); },
+                  reps);
   };
   const double layers = static_cast<double>(c.num_layers);
   const double chunks = static_cast<double>((tokens + chunk - 1) / chunk);
   std::vector<Row> rows = {
       {"qkv GEMM", gemm(tokens, qkv_dim, hidden, cuda::GemmTypes::kBf16ToBf16, y->data()), layers},
-      {"o GEMM", gemm(tokens, hidden, q_dim, cuda::GemmTypes::kBf16ToBf16, y->data()), layers},
+      {"o GEMM (fp32 out)", gemm(tokens, hidden, q_dim, cuda::GemmTypes::kBf16ToFp32, y->data()), layers},
       {"gate|up GEMM", gemm(tokens, 2 * inter, hidden, cuda::GemmTypes::kBf16ToBf16, y->data()), layers},
-      {"down GEMM", gemm(tokens, hidden, inter, cuda::GemmTypes::kBf16ToBf16, y->data()), layers},
-      {"attention", TimeMs([&] { (void)kernels::CausalAttention<bf16_t>(q, q + q_dim, q + q_dim + kv_dim, d_cu, shape,
-                                                                         attn->as<bf16_t>(), nullptr); }, reps), layers},
-      {"rope", TimeMs([&] { (void)kernels::Rope<bf16_t>(q, qkv_dim, d_pos, inv_freq->as<float>(), tokens,
-                                                         c.num_heads + c.num_kv_heads, hd, nullptr); }, reps), layers},
-      {"add+rms_norm", TimeMs([&] { (void)kernels::AddRmsNorm<bf16_t, bf16_t>(x->as<bf16_t>(), hidden, residual->as<float>(),
-                                                                      norm_w->as<float>(), tokens, hidden, 1e-5f,
-                                                                      y->as<bf16_t>(), hidden, nullptr); }, reps), 2 * layers},
-      {"swiglu", TimeMs([&] { (void)kernels::SwiGlu<bf16_t>(x->as<bf16_t>(), x->as<bf16_t>() + inter, 2 * inter, tokens,
-                                                             inter, y->as<bf16_t>(), nullptr); }, reps), layers},
-      {"lm_head GEMM (chunk)", gemm(chunk, c.vocab_size, hidden, cuda::GemmTypes::kBf16ToFp32, logits->data()), chunks},
-      {"logprob (chunk)", TimeMs([&] {
-         kernels::LogprobOutputs out;
-         out.logprob = lp->as<double>();
-         out.greedy = greedy->as<uint8_t>();
-         (void)kernels::ScoreLogits(logits->as<float>(), c.vocab_size, d_tgt, chunk, c.vocab_size, {}, out, nullptr);
-       }, reps), chunks},
+      {"down GEMM (fp32 out)", gemm(tokens, hidden, inter, cuda::GemmTypes::kBf16ToFp32, y->data()), layers},
+      {"attention",
+       TimeMs(
+           [&] {
+             (void)kernels::CausalAttention<bf16_t>(q, q + q_dim, q + q_dim + kv_dim, d_cu, shape,
+                                                    attn->as<bf16_t>(), nullptr);
+           },
+           reps),
+       layers},
+      {"rope",
+       TimeMs(
+           [&] {
+             (void)kernels::Rope<bf16_t>(q, qkv_dim, d_pos, inv_freq->as<float>(), tokens,
+                                         c.num_heads + c.num_kv_heads, hd, nullptr);
+           },
+           reps),
+       layers},
+      {"add+rms_norm",
+       TimeMs(
+           [&] {
+             (void)kernels::AddRmsNorm<float, bf16_t>(y->as<float>(), hidden, residual->as<float>(),
+                                                      norm_w->as<float>(), tokens, hidden, 1e-5f,
+                                                      x->as<bf16_t>(), hidden, nullptr);
+           },
+           reps),
+       2 * layers},
+      {"swiglu",
+       TimeMs(
+           [&] {
+             (void)kernels::SwiGlu<bf16_t>(x->as<bf16_t>(), x->as<bf16_t>() + inter, 2 * inter, tokens, inter,
+                                           y->as<bf16_t>(), nullptr);
+           },
+           reps),
+       layers},
+      {"lm_head GEMM (chunk)",
+       gemm(chunk, c.vocab_size, hidden, cuda::GemmTypes::kBf16ToFp32, logits->data()), chunks},
+      {"logprob (chunk)",
+       TimeMs(
+           [&] {
+             kernels::LogprobOutputs out;
+             out.logprob = lp->as<double>();
+             out.greedy = greedy->as<uint8_t>();
+             (void)kernels::ScoreLogits(logits->as<float>(), c.vocab_size, d_tgt, chunk, c.vocab_size, {},
+                                        out, nullptr);
+           },
+           reps),
+       chunks},
   };
   double total = 0;
   for (const Row& r : rows) total += r.ms * r.per_forward;
-  std::printf("profile at %lld tokens (windows of %lld): op, ms per call, calls per forward, ms per forward, share\n",
-              static_cast<long long>(tokens), static_cast<long long>(ctx));
+  std::printf(
+      "profile at %lld tokens (windows of %lld): op, ms per call, calls per forward, ms per forward, share\n",
+      static_cast<long long>(tokens), static_cast<long long>(ctx));
   for (const Row& r : rows) {
-    std::printf("  %-22s %8.3f x %4.0f = %8.1f ms  %5.1f%%\n", r.name, r.ms, r.per_forward, r.ms * r.per_forward,
-                100.0 * r.ms * r.per_forward / total);
+    std::printf("  %-22s %8.3f x %4.0f = %8.1f ms  %5.1f%%\n", r.name, r.ms, r.per_forward,
+                r.ms * r.per_forward, 100.0 * r.ms * r.per_forward / total);
   }
   const double attn_flops = 2.0 * 2.0 * (ctx / 2.0) * hd * c.num_heads * tokens;
-  std::printf("  sum %.1f ms; attention %.0f TFLOP/s (causal-counted)\n", total, attn_flops / (rows[4].ms * 1e-3) / 1e12);
+  std::printf("  sum %.1f ms; attention %.0f TFLOP/s (causal-counted)\n", total,
+              attn_flops / (rows[4].ms * 1e-3) / 1e12);
   std::fflush(stdout);
 }
 
 int Main(int argc, char** argv) {
   Args args;
   if (!ParseArgs(argc, argv, &args)) {
-    std::fprintf(stderr,
-                 "usage: scored_bench --model DIR [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32] "
-                 "[--ref FILE] [--profile 1]\n");
+    std::fprintf(
+        stderr,
+        "usage: scored_bench --model DIR [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32] "
+        "[--ref FILE] [--profile 1]\n");
     return 2;
   }
   auto config = LoadModelConfig(args.model);
@@ -357,7 +399,8 @@ int Main(int argc, char** argv) {
   int rc = 0;
   if (!args.ref.empty()) rc = CheckReference(**engine, args.ref);
 
-  const double n_lin = static_cast<double>(info.num_parameters) - static_cast<double>(config->vocab_size) * config->hidden_size;
+  const double n_lin = static_cast<double>(info.num_parameters) -
+                       static_cast<double>(config->vocab_size) * config->hidden_size;
   const double flops_per_token =
       2.0 * n_lin + 2.0 * 2.0 * (args.ctx / 2.0) * config->hidden_size * config->num_layers;
   std::mt19937 rng(42);
@@ -384,10 +427,11 @@ int Main(int argc, char** argv) {
     const double tflops = flops_per_token * tokens / dt / 1e12;
     const double gemm = PlainGemmTflops(*config, b * args.ctx, args.reps);
     const auto memory = (*engine)->DeviceMemory();
-    std::printf("scored B=%lld T=%lld: %8.1f ms/step %9.0f tok/s %6.0f TFLOP/s | plain cuBLASLt layer GEMMs %4.0f "
-                "TFLOP/s, ratio %.2f | GPU memory used %.1f GiB\n",
-                static_cast<long long>(b), static_cast<long long>(args.ctx), dt * 1e3, tokens / dt, tflops, gemm,
-                gemm > 0 ? tflops / gemm : 0.0, memory.empty() ? 0.0 : memory[0].first / 1073741824.0);
+    std::printf(
+        "scored B=%lld T=%lld: %8.1f ms/step %9.0f tok/s %6.0f TFLOP/s | plain cuBLASLt layer GEMMs %4.0f "
+        "TFLOP/s, ratio %.2f | GPU memory used %.1f GiB\n",
+        static_cast<long long>(b), static_cast<long long>(args.ctx), dt * 1e3, tokens / dt, tflops, gemm,
+        gemm > 0 ? tflops / gemm : 0.0, memory.empty() ? 0.0 : memory[0].first / 1073741824.0);
     std::fflush(stdout);
   }
   if (args.profile) {

@@ -2,13 +2,13 @@
 // many other rows the call has).
 #include "engine/cuda/gemm.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/base/dtype.h"
 #include "engine/cuda/device_buffer.h"
@@ -88,7 +88,8 @@ TEST_F(GemmTest, Bf16MatchesFloat64) {
     const double abs_tol = 1e-4 * std::sqrt(static_cast<double>(s.in));
     for (int64_t i = 0; i < s.tokens * s.out; ++i) {
       ASSERT_NEAR(got32[i], ref[i], abs_tol) << "fp32 out, element " << i;
-      ASSERT_NEAR(Bf16ToFloat(got16[i]), ref[i], std::abs(ref[i]) * 0x1p-8 + abs_tol) << "bf16 out, element " << i;
+      ASSERT_NEAR(Bf16ToFloat(got16[i]), ref[i], std::abs(ref[i]) * 0x1p-8 + abs_tol)
+          << "bf16 out, element " << i;
     }
   }
 }
@@ -109,7 +110,10 @@ TEST_F(GemmTest, Fp32MatchesFloat64) {
   auto dw = UploadToDevice(w.data(), w.size() * 4, "w");
   auto dy = DeviceBuffer::Allocate(s.tokens * s.out * 4, "y");
   ASSERT_TRUE(dx.ok() && dw.ok() && dy.ok());
-  ASSERT_TRUE((*runner)->Linear(dx->data(), dw->data(), dy->data(), s.tokens, s.out, s.in, GemmTypes::kFp32, nullptr).ok());
+  ASSERT_TRUE(
+      (*runner)
+          ->Linear(dx->data(), dw->data(), dy->data(), s.tokens, s.out, s.in, GemmTypes::kFp32, nullptr)
+          .ok());
   std::vector<float> got(s.tokens * s.out);
   ASSERT_EQ(cudaMemcpy(got.data(), dy->data(), dy->bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
   for (int64_t i = 0; i < s.tokens * s.out; ++i) ASSERT_NEAR(got[i], ref[i], 1e-5 * std::sqrt(96.0) * 4) << i;
@@ -130,12 +134,16 @@ TEST_F(GemmTest, RowsAreBatchInvariant) {
   auto y = DeviceBuffer::Allocate(max_tokens * out * 4, "y");
   ASSERT_TRUE(x.ok() && w.ok() && y.ok());
   std::vector<float> full(max_tokens * out), part(max_tokens * out);
-  ASSERT_TRUE((*runner)->Linear(x->data(), w->data(), y->data(), max_tokens, out, in, GemmTypes::kBf16ToFp32, nullptr).ok());
+  ASSERT_TRUE(
+      (*runner)
+          ->Linear(x->data(), w->data(), y->data(), max_tokens, out, in, GemmTypes::kBf16ToFp32, nullptr)
+          .ok());
   ASSERT_EQ(cudaMemcpy(full.data(), y->data(), y->bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
   for (int64_t rows : {int64_t{1}, int64_t{3}, int64_t{64}, int64_t{333}, int64_t{1000}}) {
     ASSERT_EQ(cudaMemset(y->data(), 0xff, y->bytes()), cudaSuccess);
-    ASSERT_TRUE((*runner)->Linear(x->as<uint16_t>() + (max_tokens - rows) * in, w->data(), y->data(), rows, out, in,
-                                  GemmTypes::kBf16ToFp32, nullptr)
+    ASSERT_TRUE((*runner)
+                    ->Linear(x->as<uint16_t>() + (max_tokens - rows) * in, w->data(), y->data(), rows, out,
+                             in, GemmTypes::kBf16ToFp32, nullptr)
                     .ok());
     ASSERT_EQ(cudaMemcpy(part.data(), y->data(), rows * out * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(std::memcmp(part.data(), full.data() + (max_tokens - rows) * out, rows * out * 4), 0)
