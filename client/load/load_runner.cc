@@ -1,0 +1,421 @@
+#include "client/load/load_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "scored/v1/scorer.grpc.pb.h"
+
+namespace scored {
+namespace load {
+namespace {
+
+absl::StatusCode FromGrpcCode(grpc::StatusCode code) { return static_cast<absl::StatusCode>(code); }
+
+// What all clients of one run share; read-only except for the ticket counter.
+class Shared {
+ public:
+  Shared(const LoadOptions& options, int64_t vocab_size, int32_t bos_id, absl::Time start)
+      : options_(options),
+        vocab_size_(vocab_size),
+        bos_id_(bos_id),
+        sampler_(options.lengths),
+        send_until_(options.duration > absl::ZeroDuration() ? start + options.duration
+                                                            : absl::InfiniteFuture()),
+        tickets_left_(options.num_requests) {}
+
+  // True when the caller may send one more request (takes a ticket in request-count runs).
+  bool TakeTicket() {
+    if (options_.stop != nullptr && options_.stop->load()) return false;
+    if (absl::Now() >= send_until_) return false;
+    if (options_.num_requests > 0) return tickets_left_.fetch_sub(1) > 0;
+    return true;
+  }
+
+  // A request of a drawn length: BOS (when the model has one) then uniform ids in [0, vocab_size).
+  // The modulo bias of rng() % vocab_size is below vocab_size / 2^64: negligible.
+  scored::v1::ScoreRequest MakeRequest(std::mt19937_64& rng, uint64_t request_id) const {
+    const int64_t n = sampler_.Sample(rng);
+    scored::v1::ScoreRequest request;
+    request.set_request_id(request_id);
+    auto* ids = request.mutable_tokens()->mutable_ids();
+    ids->Reserve(static_cast<int>(n));
+    const uint64_t vocab = static_cast<uint64_t>(vocab_size_);
+    for (int64_t j = 0; j < n; ++j) {
+      if (j == 0 && bos_id_ >= 0 && bos_id_ < vocab_size_) {
+        ids->Add(bos_id_);
+      } else {
+        ids->Add(static_cast<int32_t>(rng() % vocab));
+      }
+    }
+    return request;
+  }
+
+  void Prepare(grpc::ClientContext* context, absl::Time deadline) const {
+    if (deadline != absl::InfiniteFuture()) context->set_deadline(absl::ToChronoTime(deadline));
+    if (!options_.bearer_token.empty()) {
+      context->AddMetadata("authorization", absl::StrCat("Bearer ", options_.bearer_token));
+    }
+  }
+
+  const LoadOptions& options() const { return options_; }
+
+ private:
+  const LoadOptions& options_;
+  const int64_t vocab_size_;
+  const int32_t bos_id_;
+  const LengthSampler sampler_;
+  const absl::Time send_until_;
+  std::atomic<int64_t> tickets_left_;
+};
+
+// The shape every OK response must have for a request of n ids and default score_from.
+absl::Status CheckResponse(const scored::v1::ScoreResponse& response, int64_t n) {
+  if (response.first_scored() != 1 || response.num_scored() != n - 1 || response.logprob_size() != n - 1 ||
+      response.greedy_size() != n - 1) {
+    return absl::InternalError(absl::StrCat(
+        "malformed response for ", n, " tokens: first_scored ", response.first_scored(), ", num_scored ",
+        response.num_scored(), ", ", response.logprob_size(), " logprobs, ", response.greedy_size(),
+        " greedy flags"));
+  }
+  for (int i = 0; i < response.logprob_size(); ++i) {
+    const float lp = response.logprob(i);
+    if (!std::isfinite(lp) || lp > 0.0f) {
+      return absl::InternalError(absl::StrCat("logprob ", lp, " at position ", i + 1, " is not finite and <= 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One client's tallies; merged into the LoadResult after every client finished.
+struct ClientStats {
+  int64_t requests = 0;
+  int64_t requests_ok = 0;
+  int64_t tokens_ok = 0;
+  std::vector<double> latencies_ms;  // OK requests
+  std::map<absl::StatusCode, int64_t> codes;
+  std::map<absl::StatusCode, std::string> first_message;
+  std::vector<RequestRecord> records;
+  bool stopped_unavailable = false;
+
+  void Add(const RequestRecord& record, absl::string_view message, bool keep_record) {
+    ++requests;
+    ++codes[record.code];
+    if (record.code == absl::StatusCode::kOk) {
+      ++requests_ok;
+      tokens_ok += record.tokens;
+      latencies_ms.push_back(absl::ToDoubleMilliseconds(record.end - record.start));
+    } else if (first_message.find(record.code) == first_message.end()) {
+      first_message[record.code] = std::string(message);
+    }
+    if (keep_record) records.push_back(record);
+  }
+};
+
+std::mt19937_64 ClientRng(uint64_t seed, int client) {
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                    static_cast<uint32_t>(client)};
+  return std::mt19937_64(seq);
+}
+
+void RunUnaryClient(int client, Shared* shared, scored::v1::Scorer::Stub* stub, ClientStats* stats) {
+  const LoadOptions& options = shared->options();
+  std::mt19937_64 rng = ClientRng(options.seed, client);
+  uint64_t next_id = 0;
+  while (shared->TakeTicket()) {
+    const scored::v1::ScoreRequest request = shared->MakeRequest(rng, next_id++);
+    const int64_t n = request.tokens().ids_size();
+    grpc::ClientContext context;
+    const absl::Time start = absl::Now();
+    shared->Prepare(&context, options.deadline > absl::ZeroDuration() ? start + options.deadline
+                                                                      : absl::InfiniteFuture());
+    scored::v1::ScoreResponse response;
+    const grpc::Status status = stub->Score(&context, request, &response);
+    RequestRecord record;
+    record.client = client;
+    record.start = start;
+    record.end = absl::Now();
+    record.tokens = n;
+    record.code = FromGrpcCode(status.error_code());
+    std::string message = status.error_message();
+    if (status.ok()) {
+      const absl::Status shape = CheckResponse(response, n);
+      record.code = shape.code();
+      message = std::string(shape.message());
+    }
+    stats->Add(record, message, options.record_requests);
+    if (record.code == absl::StatusCode::kUnavailable && options.stop_on_unavailable) {
+      stats->stopped_unavailable = true;
+      break;
+    }
+  }
+}
+
+// One ScoreStream: a writer thread keeps up to `inflight` requests outstanding, this thread reads the
+// responses and matches them by request_id.
+class StreamClient {
+ public:
+  StreamClient(int client, Shared* shared, scored::v1::Scorer::Stub* stub, ClientStats* stats)
+      : client_(client), shared_(shared), stub_(stub), stats_(stats) {}
+
+  void Run() {
+    const LoadOptions& options = shared_->options();
+    absl::Time deadline = absl::InfiniteFuture();
+    if (options.deadline > absl::ZeroDuration()) {
+      deadline = absl::Now() + options.deadline +
+                 (options.duration > absl::ZeroDuration() ? options.duration : absl::ZeroDuration());
+    }
+    shared_->Prepare(&context_, deadline);
+    stream_ = stub_->ScoreStream(&context_);
+    std::thread writer([this] { WriteLoop(); });
+
+    scored::v1::ScoreResponse response;
+    while (stream_->Read(&response)) HandleResponse(response);
+    {
+      absl::MutexLock lock(&mu_);
+      stop_writing_ = true;
+    }
+    writer.join();
+    const grpc::Status finish = stream_->Finish();
+
+    // Requests never answered take the stream's final status.
+    absl::MutexLock lock(&mu_);
+    if (finish.error_code() == grpc::StatusCode::UNAVAILABLE && options.stop_on_unavailable) {
+      stats_->stopped_unavailable = true;
+    }
+    for (const auto& [id, pending] : pending_) {
+      RequestRecord record;
+      record.client = client_;
+      record.start = pending.start;
+      record.end = absl::Now();
+      record.tokens = pending.tokens;
+      std::string message;
+      if (finish.ok()) {
+        record.code = absl::StatusCode::kInternal;
+        message = absl::StrCat("ScoreStream ended without a response to request ", id);
+      } else {
+        record.code = FromGrpcCode(finish.error_code());
+        message = finish.error_message();
+      }
+      if (record.code == absl::StatusCode::kUnavailable && options.stop_on_unavailable) {
+        stats_->stopped_unavailable = true;
+      }
+      stats_->Add(record, message, options.record_requests);
+    }
+    pending_.clear();
+  }
+
+ private:
+  struct Pending {
+    absl::Time start;
+    int64_t tokens = 0;
+  };
+
+  void WriteLoop() {
+    const LoadOptions& options = shared_->options();
+    std::mt19937_64 rng = ClientRng(options.seed, client_);
+    uint64_t next_id = 0;
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_writing_ || static_cast<int>(pending_.size()) < shared_->options().inflight;
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (stop_writing_) break;
+      }
+      if (!shared_->TakeTicket()) break;
+      const uint64_t id = next_id++;
+      const scored::v1::ScoreRequest request = shared_->MakeRequest(rng, id);
+      {
+        // Registered before the write so that a fast response always finds its entry.
+        absl::MutexLock lock(&mu_);
+        pending_[id] = Pending{absl::Now(), request.tokens().ids_size()};
+      }
+      if (!stream_->Write(request)) break;  // the call is over; Finish() gives the reason
+    }
+    stream_->WritesDone();
+  }
+
+  void HandleResponse(const scored::v1::ScoreResponse& response) {
+    const LoadOptions& options = shared_->options();
+    RequestRecord record;
+    record.client = client_;
+    record.end = absl::Now();
+    std::string message;
+    absl::MutexLock lock(&mu_);
+    auto it = pending_.find(response.request_id());
+    if (it == pending_.end()) {
+      record.start = record.end;
+      record.code = absl::StatusCode::kInternal;
+      message = absl::StrCat("ScoreStream answered unknown or repeated request_id ", response.request_id());
+    } else {
+      record.start = it->second.start;
+      record.tokens = it->second.tokens;
+      pending_.erase(it);
+      if (response.has_error()) {
+        record.code = static_cast<absl::StatusCode>(response.error().code());
+        message = response.error().message();
+      } else {
+        const absl::Status shape = CheckResponse(response, record.tokens);
+        record.code = shape.code();
+        message = std::string(shape.message());
+      }
+    }
+    stats_->Add(record, message, options.record_requests);
+    if (record.code == absl::StatusCode::kUnavailable && options.stop_on_unavailable) {
+      stats_->stopped_unavailable = true;
+      stop_writing_ = true;
+    }
+  }
+
+  const int client_;
+  Shared* const shared_;
+  scored::v1::Scorer::Stub* const stub_;
+  ClientStats* const stats_;  // written under mu_ while the writer runs, by Run() after it ended
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<scored::v1::ScoreRequest, scored::v1::ScoreResponse>> stream_;
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  bool stop_writing_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+absl::StatusOr<Mode> ParseMode(absl::string_view text) {
+  if (text == "unary") return Mode::kUnary;
+  if (text == "stream") return Mode::kStream;
+  return absl::InvalidArgumentError(absl::StrCat("mode must be unary or stream, got '", text, "'"));
+}
+
+const char* ModeName(Mode mode) { return mode == Mode::kUnary ? "unary" : "stream"; }
+
+absl::Status ValidateLoadOptions(const LoadOptions& options) {
+  if (options.server.empty()) return absl::InvalidArgumentError("server address is empty");
+  if (options.concurrency < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("concurrency must be >= 1, got ", options.concurrency));
+  }
+  if (options.inflight < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("inflight must be >= 1, got ", options.inflight));
+  }
+  const bool by_time = options.duration > absl::ZeroDuration();
+  const bool by_count = options.num_requests > 0;
+  if (by_time == by_count) {
+    return absl::InvalidArgumentError("give exactly one of a duration > 0 or a request count > 0");
+  }
+  if (options.num_requests < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("request count must be >= 0, got ", options.num_requests));
+  }
+  if (options.lengths.empty()) return absl::InvalidArgumentError("the length mix is empty");
+  for (const LengthBucket& b : options.lengths) {
+    if (b.tokens < 2 || !std::isfinite(b.weight) || b.weight <= 0.0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("length mix entry ", b.tokens, ":", b.weight, " is invalid (tokens >= 2, weight > 0)"));
+    }
+  }
+  if (options.deadline < absl::ZeroDuration()) return absl::InvalidArgumentError("deadline must be >= 0");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
+  absl::Status valid = ValidateLoadOptions(options);
+  if (!valid.ok()) return valid;
+
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
+    return absl::UnavailableError(absl::StrCat("cannot connect to scored at ", options.server, " within ",
+                                               absl::FormatDuration(options.connect_timeout)));
+  }
+  std::unique_ptr<scored::v1::Scorer::Stub> stub = scored::v1::Scorer::NewStub(channel);
+
+  scored::v1::ModelInfo info;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + options.connect_timeout));
+    if (!options.bearer_token.empty()) {
+      context.AddMetadata("authorization", absl::StrCat("Bearer ", options.bearer_token));
+    }
+    const grpc::Status status = stub->GetModelInfo(&context, scored::v1::GetModelInfoRequest(), &info);
+    if (!status.ok()) {
+      return absl::Status(FromGrpcCode(status.error_code()), absl::StrCat("GetModelInfo: ", status.error_message()));
+    }
+  }
+  if (info.vocab_size() < 1) {
+    return absl::FailedPreconditionError(absl::StrCat("server reports vocab_size ", info.vocab_size()));
+  }
+  for (const LengthBucket& b : options.lengths) {
+    if (info.max_seq_len() > 0 && b.tokens > info.max_seq_len()) {
+      return absl::InvalidArgumentError(absl::StrCat("length ", b.tokens, " exceeds the server's max_seq_len ",
+                                                     info.max_seq_len()));
+    }
+    if (info.max_batch_tokens() > 0 && b.tokens > info.max_batch_tokens()) {
+      return absl::InvalidArgumentError(absl::StrCat("length ", b.tokens, " exceeds the server's max_batch_tokens ",
+                                                     info.max_batch_tokens()));
+    }
+  }
+
+  LoadResult result;
+  result.server = options.server;
+  result.mode = options.mode;
+  result.concurrency = options.concurrency;
+  result.inflight = options.mode == Mode::kStream ? options.inflight : 1;
+  result.lengths = FormatLengthMix(options.lengths);
+  result.seed = options.seed;
+  result.model_architecture = info.architecture();
+  result.model_format = info.format();
+  result.backend = info.backend();
+  result.vocab_size = info.vocab_size();
+  result.max_seq_len = info.max_seq_len();
+
+  const absl::Time start = absl::Now();
+  Shared shared(options, info.vocab_size(), info.bos_id(), start);
+  std::vector<ClientStats> stats(static_cast<size_t>(options.concurrency));
+  std::vector<std::thread> threads;
+  threads.reserve(stats.size());
+  for (int c = 0; c < options.concurrency; ++c) {
+    ClientStats* s = &stats[static_cast<size_t>(c)];
+    if (options.mode == Mode::kUnary) {
+      threads.emplace_back(RunUnaryClient, c, &shared, stub.get(), s);
+    } else {
+      threads.emplace_back([c, &shared, &stub, s] { StreamClient(c, &shared, stub.get(), s).Run(); });
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  result.wall = absl::Now() - start;
+
+  std::vector<double> latencies;
+  for (ClientStats& s : stats) {
+    ++result.clients_finished;
+    if (s.stopped_unavailable) ++result.clients_stopped_unavailable;
+    result.requests += s.requests;
+    result.requests_ok += s.requests_ok;
+    result.tokens_ok += s.tokens_ok;
+    latencies.insert(latencies.end(), s.latencies_ms.begin(), s.latencies_ms.end());
+    for (const auto& [code, count] : s.codes) result.codes[code] += count;
+    for (const auto& [code, message] : s.first_message) result.first_message.emplace(code, message);
+    result.records.insert(result.records.end(), s.records.begin(), s.records.end());
+  }
+  result.latency_ok = SummarizeLatencies(&latencies);
+  const double seconds = absl::ToDoubleSeconds(result.wall);
+  if (seconds > 0.0) {
+    result.requests_per_s = static_cast<double>(result.requests_ok) / seconds;
+    result.tokens_per_s = static_cast<double>(result.tokens_ok) / seconds;
+  }
+  return result;
+}
+
+}  // namespace load
+}  // namespace scored

@@ -1,0 +1,137 @@
+// scored-load's engine: drives a `scored` server with concurrent Score calls (unary) or pipelined
+// ScoreStream streams and measures throughput, latency and errors by gRPC status code.
+//
+//   scored::load::LoadOptions o;
+//   o.server = "127.0.0.1:50051";
+//   o.concurrency = 64;
+//   o.duration = absl::Seconds(60);
+//   o.lengths = *scored::load::ParseLengthMix("64:0.5,512:0.4,2048:0.1");
+//   absl::StatusOr<scored::load::LoadResult> r = scored::load::RunLoad(o);
+//
+// Requests: each has a length drawn from `lengths`; ids are uniform in [0, vocab_size) (the server's
+// GetModelInfo), the first id is BOS (a random id when the model has none). Client i draws from its own
+// std::mt19937_64 seeded from (seed, i), so a run's request sequence per client is reproducible.
+//
+// Unary mode: `concurrency` threads, each with one blocking Score call outstanding at a time.
+// Stream mode: `concurrency` ScoreStream calls, each keeping up to `inflight` requests outstanding
+// (a writer thread per stream; responses are matched by request_id).
+//
+// Graceful on server shutdown: an UNAVAILABLE outcome (the server is draining, or the connection is
+// refused) is counted, and with `stop_on_unavailable` that client sends nothing more; its requests
+// still in flight are awaited. The run ends when every client has finished.
+//
+// Every OK response is checked for shape: first_scored == 1, num_scored == n - 1 == logprob size, each
+// logprob finite and <= 0. A response that fails the check counts as INTERNAL (client-side).
+//
+// Thread-safety: RunLoad may be called from several threads at once (each call owns its clients);
+// `stop` may be set from any thread.
+#ifndef SCORED_CLIENT_LOAD_LOAD_RUNNER_H_
+#define SCORED_CLIENT_LOAD_LOAD_RUNNER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/load/latency.h"
+#include "client/load/length_mix.h"
+
+namespace scored {
+namespace load {
+
+enum class Mode { kUnary, kStream };
+
+// "unary" | "stream".
+absl::StatusOr<Mode> ParseMode(absl::string_view text);
+const char* ModeName(Mode mode);
+
+struct LoadOptions {
+  std::string server = "127.0.0.1:50051";  // host:port
+  Mode mode = Mode::kUnary;
+  int concurrency = 1;  // unary clients, or ScoreStream streams; >= 1
+  int inflight = 8;     // stream mode: outstanding requests per stream; >= 1
+  // Exactly one of: run for `duration` (then stop sending and await what is in flight), or send
+  // `num_requests` in total (shared by all clients).
+  absl::Duration duration = absl::ZeroDuration();
+  int64_t num_requests = 0;
+  std::vector<LengthBucket> lengths;  // required; every length must be <= the server's max_seq_len
+  uint64_t seed = 0;
+  // Per-request deadline (unary); zero = none. A stream cannot carry per-request deadlines, so stream
+  // mode sets one deadline on each stream: its start + duration + deadline (with num_requests: its
+  // start + deadline, a budget for the whole stream).
+  absl::Duration deadline = absl::ZeroDuration();
+  // Gives up (UNAVAILABLE) when the server does not accept the connection within this.
+  absl::Duration connect_timeout = absl::Seconds(10);
+  std::string bearer_token;  // sent as "authorization: Bearer <token>" when set
+  bool stop_on_unavailable = true;
+  // Keep one RequestRecord per request in LoadResult::records (tests use it to check ordering
+  // around a shutdown).
+  bool record_requests = false;
+  // When non-null and set to true (from any thread), clients stop sending; in-flight requests are
+  // awaited.
+  const std::atomic<bool>* stop = nullptr;
+};
+
+// Checks the options (INVALID_ARGUMENT naming the field).
+absl::Status ValidateLoadOptions(const LoadOptions& options);
+
+// One request's outcome.
+struct RequestRecord {
+  int client = 0;  // client (unary) or stream index
+  absl::Time start;
+  absl::Time end;
+  int64_t tokens = 0;
+  absl::StatusCode code = absl::StatusCode::kOk;
+};
+
+struct LoadResult {
+  // What ran.
+  std::string server;
+  Mode mode = Mode::kUnary;
+  int concurrency = 0;
+  int inflight = 0;
+  std::string lengths;  // FormatLengthMix
+  uint64_t seed = 0;
+  // From GetModelInfo.
+  std::string model_architecture;
+  std::string model_format;
+  std::string backend;
+  int64_t vocab_size = 0;
+  int64_t max_seq_len = 0;
+
+  // Measured. `wall` runs from the first request to the last outcome.
+  absl::Duration wall = absl::ZeroDuration();
+  int64_t requests = 0;     // every request sent (or attempted)
+  int64_t requests_ok = 0;
+  int64_t tokens_ok = 0;    // ids sent in OK requests
+  double requests_per_s = 0.0;  // requests_ok / wall
+  double tokens_per_s = 0.0;    // tokens_ok / wall
+  LatencySummary latency_ok;    // OK requests only: send to response, milliseconds
+  std::map<absl::StatusCode, int64_t> codes;          // every outcome, OK included
+  std::map<absl::StatusCode, std::string> first_message;  // first message seen per non-OK code
+  int clients_finished = 0;          // clients that returned (== concurrency unless RunLoad failed)
+  int clients_stopped_unavailable = 0;  // clients that stopped early on UNAVAILABLE
+  std::vector<RequestRecord> records;  // only with record_requests; in completion order per client
+
+  int64_t errors() const { return requests - requests_ok; }
+  int64_t count(absl::StatusCode code) const {
+    auto it = codes.find(code);
+    return it == codes.end() ? 0 : it->second;
+  }
+};
+
+// Connects (UNAVAILABLE after connect_timeout), reads GetModelInfo, validates the mix against the
+// server's limits (INVALID_ARGUMENT naming the length and the limit), runs the load and returns the
+// result. Request failures are results, not errors: the status is non-OK only when the run could not
+// start (bad options, no connection, GetModelInfo failed).
+absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options);
+
+}  // namespace load
+}  // namespace scored
+
+#endif  // SCORED_CLIENT_LOAD_LOAD_RUNNER_H_

@@ -1,0 +1,71 @@
+#include "client/load/report.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace scored {
+namespace load {
+
+std::string FormatTable(const LoadResult& r) {
+  std::string out;
+  absl::StrAppendFormat(&out, "scored-load  %s  %s, %d %s%s, lengths %s, seed %d\n", r.server, ModeName(r.mode),
+                        r.concurrency, r.mode == Mode::kUnary ? "clients" : "streams",
+                        r.mode == Mode::kStream ? absl::StrCat(" x ", r.inflight, " in flight") : "", r.lengths,
+                        r.seed);
+  absl::StrAppendFormat(&out, "model        %s %s (%s), vocab %d, max_seq_len %d\n", r.model_architecture,
+                        r.model_format, r.backend, r.vocab_size, r.max_seq_len);
+  absl::StrAppendFormat(&out, "wall         %.2f s\n", absl::ToDoubleSeconds(r.wall));
+  absl::StrAppendFormat(&out, "requests     %d sent, %d ok, %d failed  %.1f req/s\n", r.requests, r.requests_ok,
+                        r.errors(), r.requests_per_s);
+  absl::StrAppendFormat(&out, "tokens       %d ok  %.0f tok/s\n", r.tokens_ok, r.tokens_per_s);
+  const LatencySummary& l = r.latency_ok;
+  absl::StrAppendFormat(&out, "latency ms   p50 %.2f  p90 %.2f  p99 %.2f  max %.2f  (mean %.2f, %d ok)\n",
+                        l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms, l.mean_ms, l.count);
+  absl::StrAppendFormat(&out, "clients      %d finished, %d stopped on UNAVAILABLE\n", r.clients_finished,
+                        r.clients_stopped_unavailable);
+  for (const auto& [code, count] : r.codes) {
+    absl::StrAppendFormat(&out, "status       %-20s %d", absl::StatusCodeToString(code), count);
+    auto it = r.first_message.find(code);
+    if (it != r.first_message.end()) absl::StrAppend(&out, "  first: ", it->second);
+    absl::StrAppend(&out, "\n");
+  }
+  return out;
+}
+
+nlohmann::json ToJson(const LoadResult& r) {
+  nlohmann::json j;
+  j["server"] = r.server;
+  j["mode"] = ModeName(r.mode);
+  j["concurrency"] = r.concurrency;
+  j["inflight"] = r.inflight;
+  j["lengths"] = r.lengths;
+  j["seed"] = r.seed;
+  j["model"] = {{"architecture", r.model_architecture},
+                {"format", r.model_format},
+                {"backend", r.backend},
+                {"vocab_size", r.vocab_size},
+                {"max_seq_len", r.max_seq_len}};
+  j["wall_s"] = absl::ToDoubleSeconds(r.wall);
+  j["requests"] = r.requests;
+  j["requests_ok"] = r.requests_ok;
+  j["errors"] = r.errors();
+  j["tokens_ok"] = r.tokens_ok;
+  j["requests_per_s"] = r.requests_per_s;
+  j["tokens_per_s"] = r.tokens_per_s;
+  const LatencySummary& l = r.latency_ok;
+  j["latency_ms"] = {{"count", l.count}, {"mean", l.mean_ms}, {"min", l.min_ms}, {"p50", l.p50_ms},
+                     {"p90", l.p90_ms},  {"p99", l.p99_ms},   {"max", l.max_ms}};
+  nlohmann::json codes = nlohmann::json::object();
+  for (const auto& [code, count] : r.codes) codes[absl::StatusCodeToString(code)] = count;
+  j["codes"] = codes;
+  nlohmann::json first = nlohmann::json::object();
+  for (const auto& [code, message] : r.first_message) first[absl::StatusCodeToString(code)] = message;
+  j["first_error"] = first;
+  j["clients_finished"] = r.clients_finished;
+  j["clients_stopped_unavailable"] = r.clients_stopped_unavailable;
+  return j;
+}
+
+}  // namespace load
+}  // namespace scored

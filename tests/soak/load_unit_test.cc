@@ -1,0 +1,214 @@
+// Unit tests of scored-load's pure parts: length-mix parsing and sampling, percentile math, the report.
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/load/latency.h"
+#include "client/load/length_mix.h"
+#include "client/load/load_runner.h"
+#include "client/load/report.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace scored {
+namespace load {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(LengthMixTest, ParsesTheDocumentedExample) {
+  absl::StatusOr<std::vector<LengthBucket>> mix = ParseLengthMix("64:0.5,512:0.4,2048:0.1");
+  ASSERT_TRUE(mix.ok()) << mix.status();
+  ASSERT_EQ(mix->size(), 3u);
+  EXPECT_EQ((*mix)[0].tokens, 64);
+  EXPECT_DOUBLE_EQ((*mix)[0].weight, 0.5);
+  EXPECT_EQ((*mix)[1].tokens, 512);
+  EXPECT_DOUBLE_EQ((*mix)[1].weight, 0.4);
+  EXPECT_EQ((*mix)[2].tokens, 2048);
+  EXPECT_DOUBLE_EQ((*mix)[2].weight, 0.1);
+  EXPECT_EQ(FormatLengthMix(*mix), "64:0.5,512:0.4,2048:0.1");
+}
+
+TEST(LengthMixTest, BareLengthsWeighOneAndSpacesAreIgnored) {
+  absl::StatusOr<std::vector<LengthBucket>> mix = ParseLengthMix(" 128 , 256 : 3 ");
+  ASSERT_TRUE(mix.ok()) << mix.status();
+  ASSERT_EQ(mix->size(), 2u);
+  EXPECT_EQ((*mix)[0].tokens, 128);
+  EXPECT_DOUBLE_EQ((*mix)[0].weight, 1.0);
+  EXPECT_EQ((*mix)[1].tokens, 256);
+  EXPECT_DOUBLE_EQ((*mix)[1].weight, 3.0);
+}
+
+TEST(LengthMixTest, RejectsBadMixesNamingTheEntry) {
+  const std::map<std::string, std::string> cases = {
+      {"", "empty"},
+      {"   ", "empty"},
+      {"64:0.5,", "is not TOKENS:WEIGHT"},
+      {"64:0.5:1", "is not TOKENS:WEIGHT"},
+      {"x:1", "'x' is not an integer"},
+      {"1:1", "at least 2 tokens, got 1"},
+      {"-5:1", "at least 2 tokens, got -5"},
+      {"64:abc", "'abc' is not a number"},
+      {"64:0", "finite number > 0"},
+      {"64:-1", "finite number > 0"},
+      {"64:nan", "finite number > 0"},
+      {"64:inf", "finite number > 0"},
+      {"64:1,64:2", "64 tokens more than once"},
+  };
+  for (const auto& [text, message] : cases) {
+    absl::StatusOr<std::vector<LengthBucket>> mix = ParseLengthMix(text);
+    ASSERT_FALSE(mix.ok()) << "'" << text << "' was accepted";
+    EXPECT_EQ(mix.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(std::string(mix.status().message()), HasSubstr(message)) << text;
+  }
+}
+
+TEST(LengthSamplerTest, MeanAndMax) {
+  LengthSampler sampler(*ParseLengthMix("64:0.5,512:0.4,2048:0.1"));
+  EXPECT_DOUBLE_EQ(sampler.MeanTokens(), 64 * 0.5 + 512 * 0.4 + 2048 * 0.1);
+  EXPECT_EQ(sampler.MaxTokens(), 2048);
+}
+
+TEST(LengthSamplerTest, FrequenciesFollowTheWeights) {
+  // 200000 draws: the standard error of a frequency p is sqrt(p(1-p)/n) <= 0.0012; 0.006 is 5 sigma.
+  LengthSampler sampler(*ParseLengthMix("64:5,512:4,2048:1"));
+  std::mt19937_64 rng(7);
+  std::map<int64_t, int64_t> counts;
+  const int64_t n = 200000;
+  for (int64_t i = 0; i < n; ++i) ++counts[sampler.Sample(rng)];
+  ASSERT_EQ(counts.size(), 3u);
+  EXPECT_NEAR(static_cast<double>(counts[64]) / n, 0.5, 0.006);
+  EXPECT_NEAR(static_cast<double>(counts[512]) / n, 0.4, 0.006);
+  EXPECT_NEAR(static_cast<double>(counts[2048]) / n, 0.1, 0.006);
+}
+
+TEST(LengthSamplerTest, SameSeedSameSequence) {
+  LengthSampler sampler(*ParseLengthMix("2:1,3:1,4:1,5:1"));
+  std::mt19937_64 a(42);
+  std::mt19937_64 b(42);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(sampler.Sample(a), sampler.Sample(b));
+}
+
+TEST(LengthSamplerTest, SingleBucketAlwaysDrawn) {
+  LengthSampler sampler(*ParseLengthMix("100:0.3"));
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(sampler.Sample(rng), 100);
+}
+
+TEST(PercentileTest, NearestRankKnownAnswers) {
+  std::vector<double> v;
+  for (int i = 1; i <= 100; ++i) v.push_back(i);
+  EXPECT_EQ(NearestRankPercentile(v, 0), 1);
+  EXPECT_EQ(NearestRankPercentile(v, 1), 1);
+  EXPECT_EQ(NearestRankPercentile(v, 50), 50);
+  EXPECT_EQ(NearestRankPercentile(v, 90), 90);
+  EXPECT_EQ(NearestRankPercentile(v, 99), 99);
+  EXPECT_EQ(NearestRankPercentile(v, 99.5), 100);
+  EXPECT_EQ(NearestRankPercentile(v, 100), 100);
+
+  // n = 10: p90 is rank ceil(9) = 9 exactly (0.9 * 10 must not round up to rank 10).
+  const std::vector<double> ten = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  EXPECT_EQ(NearestRankPercentile(ten, 90), 9);
+  EXPECT_EQ(NearestRankPercentile(ten, 50), 5);
+  EXPECT_EQ(NearestRankPercentile(ten, 99), 10);
+  // Classic textbook example (n = 5): p30 -> rank 2, p40 -> rank 2, p50 -> rank 3, p100 -> rank 5.
+  const std::vector<double> five = {15, 20, 35, 40, 50};
+  EXPECT_EQ(NearestRankPercentile(five, 30), 20);
+  EXPECT_EQ(NearestRankPercentile(five, 40), 20);
+  EXPECT_EQ(NearestRankPercentile(five, 50), 35);
+  EXPECT_EQ(NearestRankPercentile(five, 100), 50);
+
+  EXPECT_EQ(NearestRankPercentile({}, 50), 0);
+  EXPECT_EQ(NearestRankPercentile({3.5}, 99), 3.5);
+}
+
+TEST(PercentileTest, SummarySortsAndAverages) {
+  std::vector<double> v = {4, 1, 3, 2};
+  const LatencySummary s = SummarizeLatencies(&v);
+  EXPECT_EQ(s.count, 4);
+  EXPECT_DOUBLE_EQ(s.mean_ms, 2.5);
+  EXPECT_EQ(s.min_ms, 1);
+  EXPECT_EQ(s.p50_ms, 2);
+  EXPECT_EQ(s.p90_ms, 4);
+  EXPECT_EQ(s.p99_ms, 4);
+  EXPECT_EQ(s.max_ms, 4);
+  std::vector<double> none;
+  EXPECT_EQ(SummarizeLatencies(&none).count, 0);
+}
+
+TEST(LoadOptionsTest, Validation) {
+  LoadOptions o;
+  o.lengths = *ParseLengthMix("64:1");
+  o.duration = absl::Seconds(1);
+  EXPECT_TRUE(ValidateLoadOptions(o).ok());
+  LoadOptions both = o;
+  both.num_requests = 10;
+  EXPECT_EQ(ValidateLoadOptions(both).code(), absl::StatusCode::kInvalidArgument);
+  LoadOptions neither = o;
+  neither.duration = absl::ZeroDuration();
+  EXPECT_EQ(ValidateLoadOptions(neither).code(), absl::StatusCode::kInvalidArgument);
+  LoadOptions no_clients = o;
+  no_clients.concurrency = 0;
+  EXPECT_THAT(ValidateLoadOptions(no_clients).ToString(), HasSubstr("concurrency"));
+  LoadOptions no_inflight = o;
+  no_inflight.inflight = 0;
+  EXPECT_THAT(ValidateLoadOptions(no_inflight).ToString(), HasSubstr("inflight"));
+  LoadOptions no_lengths = o;
+  no_lengths.lengths.clear();
+  EXPECT_THAT(ValidateLoadOptions(no_lengths).ToString(), HasSubstr("length mix"));
+  EXPECT_EQ(*ParseMode("unary"), Mode::kUnary);
+  EXPECT_EQ(*ParseMode("stream"), Mode::kStream);
+  EXPECT_FALSE(ParseMode("batch").ok());
+}
+
+TEST(LoadOptionsTest, NoServerMeansUnavailableNotAHang) {
+  LoadOptions o;
+  o.server = "127.0.0.1:1";  // reserved port, nothing listens
+  o.lengths = *ParseLengthMix("64:1");
+  o.num_requests = 1;
+  o.connect_timeout = absl::Milliseconds(300);
+  absl::StatusOr<LoadResult> r = RunLoad(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("127.0.0.1:1"));
+}
+
+TEST(ReportTest, TableAndJson) {
+  LoadResult r;
+  r.server = "127.0.0.1:5";
+  r.mode = Mode::kStream;
+  r.concurrency = 4;
+  r.inflight = 8;
+  r.lengths = "64:1";
+  r.wall = absl::Seconds(2);
+  r.requests = 12;
+  r.requests_ok = 10;
+  r.tokens_ok = 640;
+  r.requests_per_s = 5;
+  r.tokens_per_s = 320;
+  r.codes[absl::StatusCode::kOk] = 10;
+  r.codes[absl::StatusCode::kUnavailable] = 2;
+  r.first_message[absl::StatusCode::kUnavailable] = "the server is shutting down";
+  r.clients_finished = 4;
+  r.clients_stopped_unavailable = 2;
+  const std::string table = FormatTable(r);
+  EXPECT_THAT(table, HasSubstr("stream, 4 streams x 8 in flight"));
+  EXPECT_THAT(table, HasSubstr("12 sent, 10 ok, 2 failed  5.0 req/s"));
+  EXPECT_THAT(table, HasSubstr("UNAVAILABLE"));
+  EXPECT_THAT(table, HasSubstr("first: the server is shutting down"));
+  const nlohmann::json j = ToJson(r);
+  EXPECT_EQ(j["mode"], "stream");
+  EXPECT_EQ(j["errors"], 2);
+  EXPECT_EQ(j["codes"]["OK"], 10);
+  EXPECT_EQ(j["codes"]["UNAVAILABLE"], 2);
+  EXPECT_EQ(j["first_error"]["UNAVAILABLE"], "the server is shutting down");
+  EXPECT_DOUBLE_EQ(j["wall_s"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), 320.0);
+}
+
+}  // namespace
+}  // namespace load
+}  // namespace scored
