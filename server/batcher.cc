@@ -39,7 +39,6 @@ absl::StatusOr<uint64_t> Batcher::Submit(ScoreRequest request, absl::Time deadli
     return absl::DeadlineExceededError("the deadline passed before the request was queued");
   }
   uint64_t ticket = 0;
-  int64_t depth = 0;
   {
     absl::MutexLock lock(&mu_);
     if (!fatal_.ok()) {
@@ -53,15 +52,13 @@ absl::StatusOr<uint64_t> Batcher::Submit(ScoreRequest request, absl::Time deadli
     ticket = next_ticket_++;
     queued_tokens_ += n;
     queue_.push_back(Item{ticket, std::move(request), deadline, absl::Now(), std::move(done)});
-    depth = static_cast<int64_t>(queue_.size());
+    ReportQueueDepth(static_cast<int64_t>(queue_.size()));
   }
-  ReportQueueDepth(depth);
   return ticket;
 }
 
 bool Batcher::Cancel(uint64_t ticket) {
   DoneCallback done;
-  int64_t depth = 0;
   {
     absl::MutexLock lock(&mu_);
     auto it = queue_.begin();
@@ -70,9 +67,8 @@ bool Batcher::Cancel(uint64_t ticket) {
     queued_tokens_ -= static_cast<int64_t>(it->request.tokens.size());
     done = std::move(it->done);
     queue_.erase(it);
-    depth = static_cast<int64_t>(queue_.size());
+    ReportQueueDepth(static_cast<int64_t>(queue_.size()));
   }
-  ReportQueueDepth(depth);
   done(absl::CancelledError("the request was cancelled while queued"));
   return true;
 }
@@ -101,7 +97,6 @@ void Batcher::WorkerLoop() {
     std::vector<Item> expired;
     std::vector<Item> failed;
     absl::Status fatal;
-    int64_t depth = 0;
     {
       absl::MutexLock lock(&mu_);
       auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || stopping_; };
@@ -140,9 +135,8 @@ void Batcher::WorkerLoop() {
           queue_.pop_front();
         }
       }
-      depth = static_cast<int64_t>(queue_.size());
+      ReportQueueDepth(static_cast<int64_t>(queue_.size()));
     }
-    ReportQueueDepth(depth);
     for (Item& item : expired) {
       item.done(absl::DeadlineExceededError(
           absl::StrCat("the deadline passed after ", absl::FormatDuration(absl::Now() - item.enqueued),

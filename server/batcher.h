@@ -47,9 +47,10 @@ struct BatcherOptions {
   int64_t max_queue = 256;           // most requests waiting (not yet in an engine call)
   absl::Duration batch_timeout = absl::Microseconds(2000);  // longest wait to fill a batch
 
-  // Observers (optional; called from the worker thread, or from the caller of Submit/Cancel for
-  // on_queue_depth). on_batch: after each successful engine call, with its summed tokens, number
-  // of sequences and scored positions.
+  // Observers (optional). on_batch: from the worker thread after each successful engine call, with
+  // its summed tokens, number of sequences and scored positions. on_queue_depth: after every change
+  // of the queue, under the batcher's lock (so reports arrive in order; it must be cheap and must not
+  // call back into the Batcher).
   std::function<void(int64_t batch_tokens, int num_sequences, int64_t num_scored)> on_batch;
   std::function<void(int64_t queue_depth)> on_queue_depth;
   std::function<void(const absl::Status& fatal)> on_fatal;
@@ -96,7 +97,7 @@ class Batcher {
   void WorkerLoop();
   // Runs one batch; fails all of it with UNAVAILABLE if the engine turns fatal.
   void RunBatch(std::vector<Item> batch);
-  void ReportQueueDepth(int64_t depth);
+  void ReportQueueDepth(int64_t depth) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Engine* const engine_;
   const BatcherOptions options_;

@@ -299,7 +299,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
       a.write = &responses_.front();  // deque: push_back never moves the front element
     }
     if (!read_in_flight_ && !reads_done_ && !draining_ && !cancelled_ && !write_failed_ &&
-        pending_ < config_->stream_window) {
+        pending_ + static_cast<int>(responses_.size()) < config_->stream_window) {
       read_in_flight_ = true;
       a.read = true;
     }

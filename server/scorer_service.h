@@ -4,7 +4,8 @@
 //   Score         validate -> batcher -> response. A cancelled call's queued work is dropped; the
 //                 call's deadline is the batcher deadline.
 //   ScoreStream   bidi: reads and writes are pipelined; up to `stream_window` requests of a stream
-//                 are in flight (beyond that the stream stops reading until one completes). Responses
+//                 are in flight or answered-but-unwritten (beyond that the stream stops reading until
+//                 one is written, so a client that never reads cannot grow the server's memory). Responses
 //                 go out in completion order with their request_id; a failed request yields a response
 //                 with `error` set and the stream goes on.
 //   Tokenize      the model's tokenizer, no engine involved.
