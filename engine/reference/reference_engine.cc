@@ -4,6 +4,10 @@
 // inside one op, which does not change any value (see ops.h).
 #include "engine/reference/reference_engine.h"
 
+#ifdef __linux__
+#include <sched.h>
+#endif
+
 #include <algorithm>
 #include <mutex>
 #include <string>
@@ -75,6 +79,16 @@ absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, ThreadPool* pool) {
     SCORED_ASSIGN_OR_RETURN(d.bias, ToFloat(lw.bias, lw.out_features));
   }
   return d;
+}
+
+// CPUs this process may run on (its affinity mask: taskset, cgroup cpusets), else the hardware count.
+// More threads than that only contend.
+int UsableCpus() {
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+#endif
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 class ReferenceEngine : public Engine {
@@ -360,7 +374,7 @@ ScoreResult ReferenceEngine::ScoreSequence(const ScoreRequest& request) const {
 absl::StatusOr<std::unique_ptr<Engine>> CreateReferenceEngine(const EngineOptions& options) {
   SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, ModelWeights::Load(options.model_dir));
   int num_threads = options.num_threads;
-  if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (num_threads <= 0) num_threads = UsableCpus();
   auto engine = std::make_unique<ReferenceEngine>(weights->config(), num_threads);
   SCORED_RETURN_IF_ERROR(engine->Load(*weights, options));
   return std::unique_ptr<Engine>(std::move(engine));

@@ -13,7 +13,8 @@
 // n > max_batch_tokens; INVALID_ARGUMENT for n < 2, score_from >= n, top_k outside [0, 64], an id outside
 // [0, vocab_size) naming its position) before any work; one bad sequence fails the whole call. Each
 // sequence is then run alone, so batch composition never changes a result, and the thread count
-// (EngineOptions::num_threads) never changes one either: results are bitwise reproducible.
+// (EngineOptions::num_threads; 0 = the CPUs in this process's affinity mask) never changes one either:
+// results are bitwise reproducible.
 #ifndef SCORED_ENGINE_REFERENCE_REFERENCE_ENGINE_H_
 #define SCORED_ENGINE_REFERENCE_REFERENCE_ENGINE_H_
 
