@@ -19,6 +19,7 @@
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/transformer.h"
 #include "engine/kernels/cuda_check.h"
+#include "engine/model/fingerprint.h"
 #include "engine/model/weights.h"
 
 namespace scored {
@@ -147,6 +148,7 @@ absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& 
   info.bits_per_weight_decoder = summary.bits_per_weight_decoder;
   info.bits_per_weight_head = summary.bits_per_weight_head;
   info.resident_bytes = model.resident_bytes;
+  SCORED_ASSIGN_OR_RETURN(info.model_fingerprint, ModelFingerprint(options.model_dir));
   SCORED_LOG(INFO) << "cuda engine: " << config.architecture << " " << summary.format << ", "
                    << info.compute_dtype << ", weights " << GiB(model.resident_bytes)
                    << " GiB, activations for " << max_tokens << " tokens "
