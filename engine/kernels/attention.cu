@@ -290,9 +290,6 @@ __global__ void __launch_bounds__(MmaWarps<kHeadDim>() * 32, MmaMinBlocks<kHeadD
 #pragma unroll
       for (int n = 0; n < kKBlocks; ++n) {
         s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        // Key blocks entirely after the warp's last query are masked below; skip their products
-        // (warp-uniform, so the collective ldmatrix/mma stay convergent).
-        if (k0 + n * 8 > warp_last) continue;
 #pragma unroll
         for (int c = 0; c < kDChunks; c += 2) {
           // Matrices: (chunk c, low 8), (c, high 8), (c + 1, low), (c + 1, high) of keys n*8 .. n*8+7.
@@ -350,7 +347,6 @@ __global__ void __launch_bounds__(MmaWarps<kHeadDim>() * 32, MmaMinBlocks<kHeadD
       }
 #pragma unroll
       for (int c = 0; c < kKChunks; ++c) {
-        if (k0 + c * 16 > warp_last) continue;  // all-zero probabilities (warp-uniform)
         const uint32_t a0 = PackBf16(s[2 * c][0], s[2 * c][1]);
         const uint32_t a1 = PackBf16(s[2 * c][2], s[2 * c][3]);
         const uint32_t a2 = PackBf16(s[2 * c + 1][0], s[2 * c + 1][1]);
