@@ -1,6 +1,6 @@
 // scored-load: a load generator for a `scored` server.
 //
-//   scored-load --server 127.0.0.1:50051 --mode unary --concurrency 64 --duration 60 \
+//   scored-load --server 127.0.0.1:50051 --mode unary --concurrency 64 --duration 60
 //               --lengths 64:0.5,512:0.4,2048:0.1 --json load.json
 //
 // Prints a table (throughput, latency percentiles, outcomes by gRPC status code) to stdout and, with
