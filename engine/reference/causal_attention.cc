@@ -1,6 +1,6 @@
 // Causal grouped-query self-attention of one sequence, fp32 values with double reductions:
 //   s[j] = fp32(dot(q[t, h], k[j, g]) * scale), dot over d ascending in double, scale = 1 / sqrt(head_dim)
-//   p[j] = expf(s[j] - max_{j <= t} s[j]),  j <= t
+//   p[j] = exp(s[j] - max_{j <= t} s[j]) rounded to fp32 (ExpToFloat, fast_exp.h),  j <= t
 //   out[t, h, d] = fp32(LaneSum_j(double(p[j]) * v[j, g, d]) / LaneSum_j(double(p[j])))
 // with kv head g = h / (num_heads / num_kv_heads). LaneSum adds term j into partial sum j % 8 and combines
 // the 8 partials in a fixed tree: a fixed order (so values never depend on threads or instruction set)
@@ -12,6 +12,7 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/reference/fast_exp.h"
 #include "engine/reference/multiversion.h"
 #include "engine/reference/ops.h"
 #include "engine/reference/thread_pool.h"
@@ -37,15 +38,16 @@ double LaneDot(const float* a, const float* b, int64_t n) {
   return CombineLanes(lanes);
 }
 
-// LaneSum_j double(a[j]), j < n.
+// probs[j] = ExpToFloat(probs[j] - max_score), j < n; returns LaneSum_j double(probs[j]).
 SCORED_REF_MULTIVERSION
-double LaneSum(const float* a, int64_t n) {
+double ExpShiftedSum(float* probs, int64_t n, float max_score) {
+  for (int64_t j = 0; j < n; ++j) probs[j] = ExpToFloat(probs[j] - max_score);
   double lanes[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += static_cast<double>(a[j + l]);
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += static_cast<double>(probs[j + l]);
   }
-  for (int64_t l = 0; j + l < n; ++l) lanes[l] += static_cast<double>(a[j + l]);
+  for (int64_t l = 0; j + l < n; ++l) lanes[l] += static_cast<double>(probs[j + l]);
   return CombineLanes(lanes);
 }
 
@@ -61,6 +63,29 @@ void QueryKeyDots(const float* q,   // [head_dim]
     const float* row = kt + d * ld;
     for (int64_t j = 0; j < n; ++j) dots[j] += qd * static_cast<double>(row[j]);
   }
+}
+
+// scores[j] = fp32(dots[j] * scale), j < n; returns max_j scores[j] (a maximum is exact in any order).
+SCORED_REF_MULTIVERSION
+float ScaleScores(const double* dots, int64_t n, double scale, float* scores) {
+  float lane_max[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) lane_max[l] = -INFINITY;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const float s = static_cast<float>(dots[j + l] * scale);
+      scores[j + l] = s;
+      lane_max[l] = s > lane_max[l] ? s : lane_max[l];
+    }
+  }
+  for (int64_t l = 0; j + l < n; ++l) {
+    const float s = static_cast<float>(dots[j + l] * scale);
+    scores[j + l] = s;
+    lane_max[l] = s > lane_max[l] ? s : lane_max[l];
+  }
+  float max_score = lane_max[0];
+  for (int64_t l = 1; l < kLanes; ++l) max_score = std::max(max_score, lane_max[l]);
+  return max_score;
 }
 
 // out[g, d, j] = in[j, g, d].
@@ -89,30 +114,28 @@ void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
   TransposeHeads(v, num_tokens, num_kv_heads, head_dim, vt.data());
   // A (head, query) pair costs ~num_tokens * head_dim multiply-adds on average (both products, half the keys).
   const int64_t grain = GrainFor(num_tokens * head_dim);
-  ParallelFor(pool, num_heads * num_tokens, [&](int64_t begin, int64_t end) {
-    std::vector<double> dots(num_tokens);  // [num_tokens]
-    std::vector<float> probs(num_tokens);  // [num_tokens]
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t h = i / num_tokens;
-      const int64_t t = i % num_tokens;
-      const int64_t g = h / group;
-      const int64_t n = t + 1;  // keys 0..t
-      const float* kt_g = kt.data() + g * head_dim * num_tokens;
-      const float* vt_g = vt.data() + g * head_dim * num_tokens;
-      QueryKeyDots(q + (t * num_heads + h) * head_dim, kt_g, num_tokens, head_dim, n, dots.data());
-      float max_score = -INFINITY;
-      for (int64_t j = 0; j < n; ++j) {
-        probs[j] = static_cast<float>(dots[j] * scale);
-        max_score = std::max(max_score, probs[j]);
-      }
-      for (int64_t j = 0; j < n; ++j) probs[j] = std::exp(probs[j] - max_score);
-      const double sum = LaneSum(probs.data(), n);
-      float* o = out + (t * num_heads + h) * head_dim;
-      for (int64_t d = 0; d < head_dim; ++d) {
-        o[d] = static_cast<float>(LaneDot(probs.data(), vt_g + d * num_tokens, n) / sum);
-      }
-    }
-  }, grain);
+  ParallelFor(
+      pool, num_heads * num_tokens,
+      [&](int64_t begin, int64_t end) {
+        std::vector<double> dots(num_tokens);  // [num_tokens]
+        std::vector<float> probs(num_tokens);  // [num_tokens]
+        for (int64_t i = begin; i < end; ++i) {
+          const int64_t h = i / num_tokens;
+          const int64_t t = i % num_tokens;
+          const int64_t g = h / group;
+          const int64_t n = t + 1;  // keys 0..t
+          const float* kt_g = kt.data() + g * head_dim * num_tokens;
+          const float* vt_g = vt.data() + g * head_dim * num_tokens;
+          QueryKeyDots(q + (t * num_heads + h) * head_dim, kt_g, num_tokens, head_dim, n, dots.data());
+          const float max_score = ScaleScores(dots.data(), n, scale, probs.data());
+          const double sum = ExpShiftedSum(probs.data(), n, max_score);
+          float* o = out + (t * num_heads + h) * head_dim;
+          for (int64_t d = 0; d < head_dim; ++d) {
+            o[d] = static_cast<float>(LaneDot(probs.data(), vt_g + d * num_tokens, n) / sum);
+          }
+        }
+      },
+      grain);
 }
 
 }  // namespace scored::ref

@@ -43,7 +43,8 @@ void Rope(float* x,                  // [num_tokens, num_heads, head_dim]
 // Causal self-attention of ONE sequence with grouped-query heads (head h reads kv head
 // h / (num_heads / num_kv_heads)); scale 1/sqrt(head_dim); softmax with max subtraction, sums in double.
 // Precisely: s[j] = fp32(dot(q_t, k_j) * scale) with the dot in double; m = max_j s[j];
-// p[j] = expf(s[j] - m) in fp32; out = fp32(sum_j p[j] * v_j / sum_j p[j]), both sums over j in double
+// p[j] = fp32(exp(s[j] - m)) (of the fp32 difference; correctly rounded but for ~1e-6 of arguments, see
+// fast_exp.h); out = fp32(sum_j p[j] * v_j / sum_j p[j]), both sums over j in double
 // (in a fixed order of 8 interleaved partial sums: see causal_attention.cc).
 // num_heads must be a multiple of num_kv_heads.
 void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
