@@ -197,6 +197,11 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
     {
       absl::MutexLock lock(&mu_);
       read_in_flight_ = false;
+      // A read can complete after the call was cancelled or finished (draining); nothing may be
+      // queued then, or its result would arrive after OnDone deleted this reactor.
+      if (error.ok() && (finish_called_ || cancelled_ || write_failed_)) {
+        error = absl::CancelledError("the stream ended before the request was queued");
+      }
       if (error.ok()) {
         auto kept = std::make_shared<const ScoreRequest>(*engine_request);
         auto ticket_slot = std::make_shared<uint64_t>(0);  // written below, before OnResult can run
