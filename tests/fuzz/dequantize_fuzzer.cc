@@ -2,7 +2,8 @@
 // one-layer Llama checkpoint in one compressed-tensors format (pack-quantized 2..8 bits, int-quantized,
 // nvfp4, float-quantized; tensor/channel/group/block strategies; symmetric or not; actorder g_idx; scale
 // dtype; odd shapes whose packed fields straddle words), optionally with one tensor dropped, retyped,
-// reshaped or added; the remaining bytes fill every tensor (scales, zero points, g_idx and codes alike).
+// reshaped or added; the remaining bytes fill every tensor (scales, zero points, g_idx and codes alike),
+// integer tensors sometimes with edge values only (INT32_MIN, INT32_MAX, -1, 0, 1, INT8_MIN, INT8_MAX).
 // The checkpoint is written to a scratch folder and loaded with ModelWeights::Load.
 //
 // Contract checked (engine/model/weights.h): Load either rejects the checkpoint with an error naming the
@@ -12,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -54,11 +56,23 @@ class Pool {
   size_t pos_ = 0;
 };
 
+// Integer tensors (codes, zero points, g_idx) in `extreme` mode hold only edge values, which random
+// bytes rarely produce.
+bool g_extreme = false;
+
 void Fill(Tensor* t, Pool* pool) {
   int64_t n = DTypeBytes(t->dtype);
   for (int64_t d : t->shape) n *= d;
   t->bytes.resize(static_cast<size_t>(n));
   for (char& c : t->bytes) c = static_cast<char>(pool->Next());
+  if (!g_extreme || (t->dtype != "I32" && t->dtype != "I8")) return;
+  const int64_t size = DTypeBytes(t->dtype);
+  for (size_t i = 0; i + static_cast<size_t>(size) <= t->bytes.size(); i += static_cast<size_t>(size)) {
+    const int32_t edges[] = {INT32_MIN, INT32_MAX, -1, 0, 1, INT8_MIN, INT8_MAX};
+    int32_t v = edges[pool->Next() % 7];
+    if (size == 1) v = static_cast<int8_t>(v == INT32_MIN ? INT8_MIN : v == INT32_MAX ? INT8_MAX : v);
+    std::memcpy(&t->bytes[i], &v, static_cast<size_t>(size));
+  }
 }
 
 std::string Safetensors(const std::vector<Tensor>& tensors) {
@@ -247,6 +261,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.vocab = fdp.PickValueInArray<int64_t>({8, 13});
   const int perturb = fdp.ConsumeIntegralInRange<int>(0, 15);
   const uint8_t perturb_at = fdp.ConsumeIntegral<uint8_t>();
+  g_extreme = fdp.ConsumeIntegralInRange<int>(0, 7) == 7;
   Pool pool(fdp.ConsumeRemainingBytes<uint8_t>());
 
   std::vector<Tensor> ts;

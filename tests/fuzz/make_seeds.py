@@ -131,20 +131,21 @@ def dequant_seeds():
     clear(t)
     rng = random.Random(1234)
     # format, bits-2, strategy, group idx, sym, actorder, raw_g_idx, scale dtype idx, zp idx, block r, block c,
-    # activations, quantize_head, hidden idx, head_dim idx, intermediate idx, vocab idx, perturb, perturb_at
+    # activations, quantize_head, hidden idx, head_dim idx, intermediate idx, vocab idx, perturb, perturb_at,
+    # extreme (7: integer tensors hold edge values only)
     cases = {
-        "pack-w4-group16-sym": [0, 2, 2, 1, 1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-        "pack-w3-group8-asym-oddshapes": [0, 1, 2, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0],
-        "pack-w4-actorder": [0, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0, 0, 0],
-        "pack-w8-channel-asym": [0, 6, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0],
-        "pack-w2-tensor": [0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0],
-        "int8-group-asym-i32zp": [1, 0, 2, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-        "int8-channel-asym-i8zp": [1, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 1, 1, 0, 0],
-        "nvfp4a16": [2, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-        "nvfp4-w4a4": [2, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 1, 0, 0],
-        "fp8-block3x8-w8a8-token": [3, 6, 2, 0, 1, 0, 0, 2, 0, 0, 1, 1, 0, 1, 0, 2, 1, 0, 0],
-        "fp8-channel-w8a8-group": [3, 6, 1, 0, 1, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0],
-        "pack-w4-shape-perturbed": [0, 2, 2, 1, 1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 9],
+        "pack-w4-group16-sym": [0, 2, 2, 1, 1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        "pack-w3-group8-asym-oddshapes": [0, 1, 2, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0],
+        "pack-w4-actorder": [0, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0, 0, 0, 0],
+        "pack-w8-channel-asym": [0, 6, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0],
+        "pack-w2-tensor": [0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0],
+        "int8-group-asym-i32zp": [1, 0, 2, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        "int8-channel-asym-i8zp": [1, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 1, 1, 0, 0, 0],
+        "nvfp4a16": [2, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        "nvfp4-w4a4": [2, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 1, 0, 0, 0],
+        "fp8-block3x8-w8a8-token": [3, 6, 2, 0, 1, 0, 0, 2, 0, 0, 1, 1, 0, 1, 0, 2, 1, 0, 0, 0],
+        "fp8-channel-w8a8-group": [3, 6, 1, 0, 1, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0],
+        "pack-w4-shape-perturbed": [0, 2, 2, 1, 1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 9, 0],
     }
     for name, params in cases.items():
         pool = bytes(rng.randrange(256) for _ in range(rng.choice([200, 700, 1500])))

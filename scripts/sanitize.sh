@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds the whole tree with AddressSanitizer + UndefinedBehaviorSanitizer on host code
+# (-DSCORED_SANITIZE=ON, CUDA off) in its own build folder and runs the unit and e2e tests there. Any
+# sanitizer report is fatal: the process stops at the first one with a stack trace, and its test fails.
+# LeakSanitizer is on; tests/fuzz/lsan.supp lists the only suppressed leaks (third-party globals).
+#
+# Usage: scripts/sanitize.sh [build-dir]     (default build-asan)
+# Environment:
+#   SANITIZE_JOBS     build and ctest parallelism (default 2)
+#   SANITIZE_LABELS   ctest label regex (default 'unit|e2e')
+#   SANITIZE_EXCLUDE  ctest -E regex of tests to skip (default: none)
+#   SCORED_SOAK_SECONDS  load phase of the soak test (default here 10 s instead of 60)
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-build-asan}"
+case "$build" in /*) ;; *) build="$root/$build" ;; esac
+jobs="${SANITIZE_JOBS:-2}"
+labels="${SANITIZE_LABELS:-unit|e2e}"
+exclude="${SANITIZE_EXCLUDE:-}"
+
+# halt_on_error: the first report ends the process (non-zero exit), so the test fails; abort_on_error
+# stays off so a failing child process exits instead of dumping core.
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:print_stacktrace=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1:symbolize=1:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:report_error_type=1:${UBSAN_OPTIONS:-}"
+export LSAN_OPTIONS="suppressions=$root/tests/fuzz/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
+export SCORED_SOAK_SECONDS="${SCORED_SOAK_SECONDS:-10}"
+
+t0=$(date +%s)
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  # -g1: line tables for the stack traces of reports, at little build cost.
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-g1 \
+    -DSCORED_SANITIZE=ON -DSCORED_ENABLE_CUDA=OFF > "$build.configure.log" 2>&1 ||
+    { cat "$build.configure.log"; exit 1; }
+fi
+cmake --build "$build" -j "$jobs"
+t_build=$(( $(date +%s) - t0 ))
+echo "sanitize: built in ${t_build}s"
+
+t1=$(date +%s)
+ctest_args=(--test-dir "$build" -L "$labels" -j "$jobs" --output-on-failure --timeout 1800)
+[ -n "$exclude" ] && ctest_args+=(-E "$exclude")
+rc=0
+ctest "${ctest_args[@]}" || rc=$?
+t_test=$(( $(date +%s) - t1 ))
+total=$(( $(date +%s) - t0 ))
+if [ "$rc" -ne 0 ]; then
+  echo "sanitize: FAILED (build ${t_build}s, tests ${t_test}s, total ${total}s)"
+  exit 1
+fi
+echo "sanitize: clean (build ${t_build}s, tests ${t_test}s, total ${total}s)"
