@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "engine/tokenizer/text_util.h"

@@ -11,8 +11,10 @@
 
 namespace scored {
 
+using tokenizer_internal::FileExists;
+using tokenizer_internal::JoinPath;
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& dir, Format format) {
-  using namespace tokenizer_internal;
   struct stat st;
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return absl::NotFoundError(absl::StrCat(dir, ": tokenizer folder not found"));
@@ -21,23 +23,26 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& di
     case Format::kAuto:
       break;
     case Format::kHfTokenizerJson:
-      return LoadHfTokenizerJson(dir);
+      return tokenizer_internal::LoadHfTokenizerJson(dir);
     case Format::kSentencePiece:
-      return LoadSentencePiece(dir);
+      return tokenizer_internal::LoadSentencePiece(dir);
     case Format::kTiktoken:
-      return LoadTiktoken(dir);
+      return tokenizer_internal::LoadTiktoken(dir);
     case Format::kVocabMerges:
-      return LoadVocabMerges(dir);
+      return tokenizer_internal::LoadVocabMerges(dir);
   }
-  if (FileExists(JoinPath(dir, "tokenizer.json"))) return LoadHfTokenizerJson(dir);
+  if (FileExists(JoinPath(dir, "tokenizer.json"))) {
+    return tokenizer_internal::LoadHfTokenizerJson(dir);
+  }
   const std::string model_path = JoinPath(dir, "tokenizer.model");
   if (FileExists(model_path)) {
-    SCORED_ASSIGN_OR_RETURN(const std::string bytes, ReadFileBytes(model_path));
-    return LooksLikeTiktoken(bytes) ? LoadTiktoken(dir) : LoadSentencePiece(dir);
+    SCORED_ASSIGN_OR_RETURN(const std::string bytes, tokenizer_internal::ReadFileBytes(model_path));
+    return tokenizer_internal::LooksLikeTiktoken(bytes) ? tokenizer_internal::LoadTiktoken(dir)
+                                                        : tokenizer_internal::LoadSentencePiece(dir);
   }
   const bool has_vocab = FileExists(JoinPath(dir, "vocab.json"));
   const bool has_merges = FileExists(JoinPath(dir, "merges.txt"));
-  if (has_vocab && has_merges) return LoadVocabMerges(dir);
+  if (has_vocab && has_merges) return tokenizer_internal::LoadVocabMerges(dir);
   if (has_vocab != has_merges) {
     return absl::NotFoundError(absl::StrCat(JoinPath(dir, has_vocab ? "merges.txt" : "vocab.json"),
                                             ": file not found (needed with ",
@@ -46,10 +51,6 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& di
   return absl::NotFoundError(absl::StrCat(
       dir, ": no tokenizer files (tokenizer.json, tokenizer.model, or vocab.json + merges.txt)"));
 }
-
-}  // namespace scored
-
-namespace scored {
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& dir) {
   return Load(dir, Format::kAuto);
