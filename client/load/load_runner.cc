@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/load/request_gen.h"
 #include "grpcpp/grpcpp.h"
 #include "scored/v1/scorer.grpc.pb.h"
 
@@ -40,23 +41,9 @@ class Shared {
     return true;
   }
 
-  // A request of a drawn length: BOS (when the model has one) then uniform ids in [0, vocab_size).
-  // The modulo bias of rng() % vocab_size is below vocab_size / 2^64: negligible.
-  scored::v1::ScoreRequest MakeRequest(std::mt19937_64& rng, uint64_t request_id) const {
-    const int64_t n = sampler_.Sample(rng);
-    scored::v1::ScoreRequest request;
-    request.set_request_id(request_id);
-    auto* ids = request.mutable_tokens()->mutable_ids();
-    ids->Reserve(static_cast<int>(n));
-    const uint64_t vocab = static_cast<uint64_t>(vocab_size_);
-    for (int64_t j = 0; j < n; ++j) {
-      if (j == 0 && bos_id_ >= 0 && bos_id_ < vocab_size_) {
-        ids->Add(bos_id_);
-      } else {
-        ids->Add(static_cast<int32_t>(rng() % vocab));
-      }
-    }
-    return request;
+  // Client `client`'s request stream.
+  RequestGenerator Generator(int client) const {
+    return RequestGenerator(&sampler_, vocab_size_, bos_id_, options_.seed, client);
   }
 
   void Prepare(grpc::ClientContext* context, absl::Time deadline) const {
@@ -120,18 +107,16 @@ struct ClientStats {
   }
 };
 
-std::mt19937_64 ClientRng(uint64_t seed, int client) {
-  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
-                    static_cast<uint32_t>(client)};
-  return std::mt19937_64(seq);
-}
-
 void RunUnaryClient(int client, Shared* shared, scored::v1::Scorer::Stub* stub, ClientStats* stats) {
   const LoadOptions& options = shared->options();
-  std::mt19937_64 rng = ClientRng(options.seed, client);
+  RequestGenerator generator = shared->Generator(client);
+  std::vector<int32_t> ids;
   uint64_t next_id = 0;
   while (shared->TakeTicket()) {
-    const scored::v1::ScoreRequest request = shared->MakeRequest(rng, next_id++);
+    generator.Next(&ids);
+    scored::v1::ScoreRequest request;
+    request.set_request_id(next_id++);
+    request.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
     const int64_t n = request.tokens().ids_size();
     grpc::ClientContext context;
     const absl::Time start = absl::Now();
@@ -220,21 +205,25 @@ class StreamClient {
   };
 
   void WriteLoop() {
-    const LoadOptions& options = shared_->options();
-    std::mt19937_64 rng = ClientRng(options.seed, client_);
+    const int inflight = shared_->options().inflight;
+    RequestGenerator generator = shared_->Generator(client_);
+    std::vector<int32_t> ids;
     uint64_t next_id = 0;
     while (true) {
       {
         absl::MutexLock lock(&mu_);
-        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stop_writing_ || static_cast<int>(pending_.size()) < shared_->options().inflight;
+        auto ready = [this, inflight]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_writing_ || static_cast<int>(pending_.size()) < inflight;
         };
         mu_.Await(absl::Condition(&ready));
         if (stop_writing_) break;
       }
       if (!shared_->TakeTicket()) break;
       const uint64_t id = next_id++;
-      const scored::v1::ScoreRequest request = shared_->MakeRequest(rng, id);
+      generator.Next(&ids);
+      scored::v1::ScoreRequest request;
+      request.set_request_id(id);
+      request.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
       {
         // Registered before the write so that a fast response always finds its entry.
         absl::MutexLock lock(&mu_);

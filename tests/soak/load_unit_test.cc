@@ -10,6 +10,7 @@
 #include "client/load/length_mix.h"
 #include "client/load/load_runner.h"
 #include "client/load/report.h"
+#include "client/load/request_gen.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -96,6 +97,65 @@ TEST(LengthSamplerTest, SingleBucketAlwaysDrawn) {
   LengthSampler sampler(*ParseLengthMix("100:0.3"));
   std::mt19937_64 rng(1);
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(sampler.Sample(rng), 100);
+}
+
+TEST(RequestGeneratorTest, BosFirstIdsInRangeLengthsFromTheMix) {
+  LengthSampler sampler(*ParseLengthMix("2:1,17:1,300:1"));
+  RequestGenerator gen(&sampler, /*vocab_size=*/512, /*bos_id=*/1, /*seed=*/9, /*client=*/3);
+  std::vector<int32_t> ids;
+  std::map<size_t, int> lengths;
+  std::vector<int64_t> id_counts(512, 0);
+  for (int i = 0; i < 600; ++i) {
+    gen.Next(&ids);
+    ++lengths[ids.size()];
+    ASSERT_EQ(ids[0], 1);
+    for (size_t j = 1; j < ids.size(); ++j) {
+      ASSERT_GE(ids[j], 0);
+      ASSERT_LT(ids[j], 512);
+      ++id_counts[static_cast<size_t>(ids[j])];
+    }
+  }
+  EXPECT_EQ(lengths.size(), 3u);
+  EXPECT_GT(lengths[2], 0);
+  EXPECT_GT(lengths[17], 0);
+  EXPECT_GT(lengths[300], 0);
+  // ~63000 uniform draws over 512 ids: ~123 each; every id appears (P(some id absent) < 512 e^-123).
+  for (int64_t c : id_counts) EXPECT_GT(c, 0);
+}
+
+TEST(RequestGeneratorTest, ReproducibleBySeedAndClient) {
+  LengthSampler sampler(*ParseLengthMix("8:1,64:1"));
+  RequestGenerator a(&sampler, 32000, 1, 5, 0);
+  RequestGenerator b(&sampler, 32000, 1, 5, 0);
+  RequestGenerator other_client(&sampler, 32000, 1, 5, 1);
+  RequestGenerator other_seed(&sampler, 32000, 1, 6, 0);
+  std::vector<int32_t> x, y, z, w;
+  bool client_differs = false;
+  bool seed_differs = false;
+  for (int i = 0; i < 50; ++i) {
+    a.Next(&x);
+    b.Next(&y);
+    other_client.Next(&z);
+    other_seed.Next(&w);
+    ASSERT_EQ(x, y);
+    client_differs |= x != z;
+    seed_differs |= x != w;
+  }
+  EXPECT_TRUE(client_differs);
+  EXPECT_TRUE(seed_differs);
+}
+
+TEST(RequestGeneratorTest, NoBosMeansRandomFirstId) {
+  LengthSampler sampler(*ParseLengthMix("4:1"));
+  RequestGenerator gen(&sampler, 1000, -1, 0, 0);
+  std::vector<int32_t> ids;
+  std::map<int32_t, int> first;
+  for (int i = 0; i < 100; ++i) {
+    gen.Next(&ids);
+    ASSERT_EQ(ids.size(), 4u);
+    ++first[ids[0]];
+  }
+  EXPECT_GT(first.size(), 50u);
 }
 
 TEST(PercentileTest, NearestRankKnownAnswers) {

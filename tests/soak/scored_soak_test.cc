@@ -5,9 +5,11 @@
 //   - then SIGTERM under load: the daemon exits 0, requests in flight complete OK, later ones get
 //     UNAVAILABLE, and the load run ends (no hang);
 //   - the same for a shorter ScoreStream run;
-//   - a deliberately tiny queue (--max_queue=1): only OK and RESOURCE_EXHAUSTED.
+//   - a deliberately tiny queue (--max_queue=1): only OK and RESOURCE_EXHAUSTED;
+//   - the scored-load binary itself: flags, exit codes, --json.
 #include <signal.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +20,7 @@
 #include <future>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -312,6 +315,56 @@ TEST(ScoredSoakTest, TinyQueueGivesOnlyOkAndResourceExhausted) {
   absl::StatusOr<int> exit_code = (*proc)->Wait(absl::Seconds(60));
   ASSERT_TRUE(exit_code.ok()) << exit_code.status();
   EXPECT_EQ(*exit_code, 0);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs `scored-load ARGS` with stdout+stderr to `log`; returns its exit code.
+int RunScoredLoad(const std::string& args, const std::string& log) {
+  const std::string command =
+      absl::StrCat(SCORED_BINARY_DIR, "/client/load/scored-load ", args, " > ", log, " 2>&1");
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(ScoredLoadCliTest, FlagsExitCodesAndJson) {
+  absl::StatusOr<std::unique_ptr<ScoredProcess>> proc = StartScored({});
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  const std::string server = absl::StrCat("--server=", (*proc)->grpc_address());
+  const std::string dir = ::testing::TempDir();
+  const std::string json = dir + "/scored_load_cli.json";
+  const std::string log = dir + "/scored_load_cli.log";
+
+  ASSERT_EQ(RunScoredLoad(absl::StrCat(server, " --mode=stream --concurrency=2 --inflight=4 --requests=30 ",
+                                       "--lengths=16:1,64:1 --seed=3 --deadline_ms=60000 --json=", json),
+                          log),
+            0)
+      << ReadFile(log);
+  EXPECT_THAT(ReadFile(log), ::testing::HasSubstr("30 sent, 30 ok, 0 failed"));
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(json), nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << ReadFile(json);
+  EXPECT_EQ(j["mode"], "stream");
+  EXPECT_EQ(j["requests"], 30);
+  EXPECT_EQ(j["requests_ok"], 30);
+  EXPECT_EQ(j["codes"]["OK"], 30);
+  EXPECT_EQ(j["model"]["vocab_size"], 512);
+  EXPECT_EQ(j["lengths"], "16:1,64:1");
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0);
+
+  EXPECT_EQ(RunScoredLoad(absl::StrCat(server, " --concurrency=3 --requests=10 --lengths=32"), log), 0)
+      << ReadFile(log);
+  // Bad flags: 2. A length the server cannot take, or no server: 1.
+  EXPECT_EQ(RunScoredLoad(absl::StrCat(server, " --requests=3 --lengths=1:1"), log), 2) << ReadFile(log);
+  EXPECT_EQ(RunScoredLoad(absl::StrCat(server, " --requests=3 --duration=1 --lengths=32"), log), 2);
+  EXPECT_EQ(RunScoredLoad(absl::StrCat(server, " --requests=3 --mode=batch --lengths=32"), log), 2);
+  EXPECT_EQ(RunScoredLoad(absl::StrCat(server, " --requests=3 --lengths=1024"), log), 1);
+  EXPECT_THAT(ReadFile(log), ::testing::HasSubstr("exceeds the server's max_seq_len 512"));
+  EXPECT_EQ(RunScoredLoad("--server=127.0.0.1:1 --connect_timeout_s=0.3 --requests=3 --lengths=32", log), 1);
 }
 
 }  // namespace
