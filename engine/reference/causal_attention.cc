@@ -32,9 +32,11 @@ double LaneDot(const float* a, const float* b, int64_t n) {
   double lanes[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += static_cast<double>(a[j + l]) * static_cast<double>(b[j + l]);
+    for (int64_t l = 0; l < kLanes; ++l)
+      lanes[l] += static_cast<double>(a[j + l]) * static_cast<double>(b[j + l]);
   }
-  for (int64_t l = 0; j + l < n; ++l) lanes[l] += static_cast<double>(a[j + l]) * static_cast<double>(b[j + l]);
+  for (int64_t l = 0; j + l < n; ++l)
+    lanes[l] += static_cast<double>(a[j + l]) * static_cast<double>(b[j + l]);
   return CombineLanes(lanes);
 }
 
@@ -112,7 +114,7 @@ void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
   std::vector<float> vt(num_kv_heads * head_dim * num_tokens);  // [num_kv_heads, head_dim, num_tokens]
   TransposeHeads(k, num_tokens, num_kv_heads, head_dim, kt.data());
   TransposeHeads(v, num_tokens, num_kv_heads, head_dim, vt.data());
-  // A (head, query) pair costs ~num_tokens * head_dim multiply-adds on average (both products, half the keys).
+  // A (head, query) pair costs ~num_tokens * head_dim multiply-adds on average (2 products, half the keys).
   const int64_t grain = GrainFor(num_tokens * head_dim);
   ParallelFor(
       pool, num_heads * num_tokens,

@@ -51,8 +51,9 @@ struct DenseLayer {
 
 absl::StatusOr<std::vector<float>> ToFloat(const TensorView& t, int64_t expected_elements) {
   if (t.NumElements() != expected_elements) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, " in ", t.file, " has ", t.NumElements(),
-                                                   " elements, expected ", expected_elements));
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, " in ", t.file, " has ",
+                                                   t.NumElements(), " elements, expected ",
+                                                   expected_elements));
   }
   std::vector<float> out(expected_elements);
   SCORED_RETURN_IF_ERROR(TensorToFloat(t, out.data(), expected_elements));
@@ -111,7 +112,8 @@ class ReferenceEngine : public Engine {
                    int64_t n,
                    float* y) const;                            // [n, out_features]
   // out[t, :] = RmsNorm(x[t, :]) for rows of `width` elements, rows split over the pool.
-  void NormRows(const float* x, const std::vector<float>& weight, int64_t rows, int64_t width, float* out) const;
+  void NormRows(const float* x, const std::vector<float>& weight, int64_t rows, int64_t width,
+                float* out) const;
 
   const ModelConfig config_;
   mutable ThreadPool pool_;
@@ -127,9 +129,9 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
   const ModelConfig& c = config_;
   if (c.num_heads <= 0 || c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0 || c.head_dim <= 0 ||
       c.head_dim % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("unsupported attention shape: num_attention_heads ", c.num_heads,
-                                                   ", num_key_value_heads ", c.num_kv_heads, ", head_dim ",
-                                                   c.head_dim));
+    return absl::InvalidArgumentError(absl::StrCat("unsupported attention shape: num_attention_heads ",
+                                                   c.num_heads, ", num_key_value_heads ", c.num_kv_heads,
+                                                   ", head_dim ", c.head_dim));
   }
   SCORED_ASSIGN_OR_RETURN(embed_, ToFloat(weights.embed_tokens(), c.vocab_size * c.hidden_size));
   SCORED_ASSIGN_OR_RETURN(final_norm_, ToFloat(weights.final_norm(), c.hidden_size));
@@ -307,8 +309,8 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
     }
     ref::Rope(q.data(), positions.data(), inv_freq_.data(), n, c.num_heads, c.head_dim);
     ref::Rope(k.data(), positions.data(), inv_freq_.data(), n, c.num_kv_heads, c.head_dim);
-    ref::CausalAttention(q.data(), k.data(), v.data(), n, c.num_heads, c.num_kv_heads, c.head_dim, attn.data(),
-                         &pool_);
+    ref::CausalAttention(q.data(), k.data(), v.data(), n, c.num_heads, c.num_kv_heads, c.head_dim,
+                         attn.data(), &pool_);
     ApplyLinear(layer.o, attn.data(), n, delta.data());
     for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += delta[i];
 

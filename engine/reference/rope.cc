@@ -22,7 +22,8 @@ std::vector<float> RopeInvFreq(const ModelConfig& config) {
   const float theta = static_cast<float>(config.rope_theta);
   for (int64_t i = 0; i < half; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    const float power = static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(exponent)));
+    const float power =
+        static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(exponent)));
     inv_freq[i] = 1.0f / power;
   }
   const RopeScaling& scaling = config.rope_scaling;

@@ -80,7 +80,8 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
   job_ = nullptr;
 }
 
-void ParallelFor(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
+void ParallelFor(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                 int64_t grain) {
   if (pool == nullptr) {
     if (n > 0) fn(0, n);
     return;

@@ -51,8 +51,9 @@ TEST(CausalAttention, GroupedQueryHeadsReadTheirKvHead) {
 }
 
 // Direct transcription of the contract in double (scores rounded to fp32, expf), for random inputs.
-std::vector<float> Direct(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                          int64_t n, int64_t heads, int64_t kv_heads, int64_t dim) {
+std::vector<float> Direct(const std::vector<float>& q, const std::vector<float>& k,
+                          const std::vector<float>& v, int64_t n, int64_t heads, int64_t kv_heads,
+                          int64_t dim) {
   std::vector<float> out(n * heads * dim);
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t h = 0; h < heads; ++h) {

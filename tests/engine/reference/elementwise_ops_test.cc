@@ -21,7 +21,8 @@ TEST(Embedding, CopiesRowsAndRejectsBadIds) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("position 1"), std::string::npos) << status;
   const int32_t negative[] = {-1};
-  EXPECT_EQ(Embedding(table.data(), negative, 1, 3, 2, out.data()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Embedding(table.data(), negative, 1, 3, 2, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RmsNorm, HandComputed) {

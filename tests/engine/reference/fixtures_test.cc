@@ -188,8 +188,8 @@ TEST(Fixtures, Fp8DynamicAppliesActivationQuantization) {
   const std::vector<std::vector<float>> ours = ScoreFixture("llama-fp8-dynamic");
   const std::string w8a16 = std::string(SCORED_FIXTURES_DIR) + "/llama-fp8-w8a16/reference_logprobs.json";
   if (ours.empty() || !std::filesystem::exists(w8a16)) GTEST_SKIP() << "fixtures absent";
-  const Deltas to_w8a8 =
-      Compare(ours, ReadJson(std::string(SCORED_FIXTURES_DIR) + "/llama-fp8-dynamic/reference_logprobs.json"));
+  const Deltas to_w8a8 = Compare(
+      ours, ReadJson(std::string(SCORED_FIXTURES_DIR) + "/llama-fp8-dynamic/reference_logprobs.json"));
   const Deltas to_w8a16 = Compare(ours, ReadJson(w8a16));
   std::cout << "llama-fp8-dynamic: mean |delta| to its W8A8 reference " << to_w8a8.mean
             << ", to the W8A16 reference of the same weights " << to_w8a16.mean << "\n";

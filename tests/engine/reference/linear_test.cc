@@ -43,8 +43,8 @@ TEST(Linear, BitwiseEqualsOrderedDoubleSum) {
   struct Shape {
     int64_t n, in, out;
   };
-  for (const Shape& s : {Shape{1, 1, 1}, Shape{3, 5, 7}, Shape{4, 16, 16}, Shape{9, 64, 172}, Shape{17, 172, 64},
-                         Shape{33, 100, 513}}) {
+  for (const Shape& s : {Shape{1, 1, 1}, Shape{3, 5, 7}, Shape{4, 16, 16}, Shape{9, 64, 172},
+                         Shape{17, 172, 64}, Shape{33, 100, 513}}) {
     std::vector<float> x(s.n * s.in), w(s.out * s.in), bias(s.out);
     for (float& v : x) v = dist(rng);
     for (float& v : w) v = dist(rng);

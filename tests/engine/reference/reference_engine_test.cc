@@ -112,7 +112,8 @@ TEST_F(ReferenceEngineTest, TinyStoriesLogprobsMatchGolden) {
 // 200 greedy steps from [BOS] by repeated Score calls: the next id is the top-1 (argmax, lowest id on ties)
 // at a placeholder last position.
 TEST_F(ReferenceEngineTest, GreedyContinuationMatchesGolden) {
-  const std::vector<int32_t> expected = (*goldens_)["greedy_from_bos"]["token_ids"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> expected =
+      (*goldens_)["greedy_from_bos"]["token_ids"].get<std::vector<int32_t>>();
   ASSERT_EQ(expected.size(), 201u);
   std::vector<int32_t> ids = {1};
   while (ids.size() < expected.size()) {
@@ -270,7 +271,8 @@ TEST(ReferenceEngineLoad, MistralSlidingWindowCapsContext) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("scored_reference_mistral_" + std::to_string(getpid()));
   fs::create_directories(dir);
-  fs::copy_file(kModelDir + "/model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
+  fs::copy_file(kModelDir + "/model.safetensors", dir / "model.safetensors",
+                fs::copy_options::overwrite_existing);
   nlohmann::json config = ReadJson(kModelDir + "/config.json");
   config["architectures"] = {"MistralForCausalLM"};
   config["model_type"] = "mistral";

@@ -28,7 +28,8 @@ std::string ReadFile(const std::string& path) {
 }
 
 TEST(WikiText2, Stories260KChunksPplMatchesGolden) {
-  const nlohmann::json golden = nlohmann::json::parse(ReadFile(kModelDir + "/reference_wikitext2_test_ppl.json"));
+  const nlohmann::json golden =
+      nlohmann::json::parse(ReadFile(kModelDir + "/reference_wikitext2_test_ppl.json"));
   const std::string text = ReadFile(std::string(SCORED_DATA_DIR) + "/wikitext-2-raw/wiki.test.raw");
   ASSERT_FALSE(text.empty());
 
