@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <memory>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,10 +62,17 @@ const GoldenSource kGoldenSources[] = {
 
 class GoldenTest : public ::testing::TestWithParam<GoldenSource> {};
 
-std::unique_ptr<Tokenizer> MustLoad(const std::string& dir, Format format) {
+// Loads once per (folder, format) for the whole test binary: tokenizers are immutable after Load.
+std::shared_ptr<const Tokenizer> MustLoad(const std::string& dir, Format format) {
+  static auto* cache = new std::map<std::pair<std::string, Format>, std::shared_ptr<const Tokenizer>>();
+  const auto key = std::make_pair(dir, format);
+  if (const auto it = cache->find(key); it != cache->end()) return it->second;
   auto t = Tokenizer::Load(kData + "/" + dir, format);
   EXPECT_TRUE(t.ok()) << t.status();
-  return t.ok() ? std::move(t).value() : nullptr;
+  if (!t.ok()) return nullptr;
+  std::shared_ptr<const Tokenizer> shared(std::move(t).value());
+  (*cache)[key] = shared;
+  return shared;
 }
 
 TEST_P(GoldenTest, EveryCaseMatches) {
