@@ -246,6 +246,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
     {
       absl::MutexLock lock(&mu_);
       cancelled_ = true;
+      if (!writing_) responses_.clear();  // else OnWriteDone pops the one being written
       tickets.assign(tickets_.begin(), tickets_.end());
     }
     for (uint64_t t : tickets) config_->batcher->Cancel(t);
@@ -313,7 +314,9 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
       return a;
     }
     const bool ending = reads_done_ || draining_ || cancelled_ || write_failed_;
-    const bool idle = busy_ == 0 && !writing_ && pending_ == 0 && responses_.empty();
+    // Unwritten responses of a cancelled or broken stream can never be written: they do not count.
+    const bool idle = busy_ == 0 && !writing_ && pending_ == 0 &&
+                      (responses_.empty() || cancelled_ || write_failed_);
     // While reading normally, a read is always in flight; it may stay outstanding only if ending.
     if (ending && idle) {
       finish_called_ = true;

@@ -652,6 +652,47 @@ TEST(ScoredE2eStandaloneTest, TokenizeAndTextInputWithGpt2Tokenizer) {
   EXPECT_EQ(by_ids.tokens_size(), 0);
 }
 
+// Cancellation races: concurrent unary calls with tiny deadlines, streams cancelled mid-flight and
+// clients that vanish; afterwards the daemon still answers goldens and exits 0 on SIGTERM.
+TEST(ScoredE2eStandaloneTest, SurvivesCancellationStorm) {
+  auto proc = StartOrDie({"--batch_timeout_us=3000", "--max_queue=16"});
+  ASSERT_NE(proc, nullptr);
+  std::atomic<int> ok_count{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      auto stub = NewStub(proc->grpc_address());
+      for (int i = 0; i < 15; ++i) {
+        const Story& s = Stories()[static_cast<size_t>(t + i) % Stories().size()];
+        if (t % 2 == 0) {
+          v1::ScoreResponse r;
+          grpc::Status st = CallScore(stub.get(), TokensRequest(s.ids), &r, absl::Milliseconds(1 + (i * 7) % 40));
+          if (st.ok()) ++ok_count;
+        } else {
+          grpc::ClientContext ctx;
+          auto stream = stub->ScoreStream(&ctx);
+          for (int k = 0; k < 4; ++k) stream->Write(TokensRequest(s.ids, static_cast<uint64_t>(k)));
+          v1::ScoreResponse r;
+          if (i % 3 != 0 && stream->Read(&r)) ++ok_count;
+          ctx.TryCancel();
+          stream->Finish().IgnoreError();
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  auto stub = NewStub(proc->grpc_address());
+  v1::ScoreResponse r;
+  grpc::Status st = CallScore(stub.get(), TokensRequest(Stories()[4].ids), &r);
+  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << proc->ReadLog();
+  ExpectGolden(r, Stories()[4]);
+  EXPECT_TRUE(WaitForMetric(*proc, "scored_queue_depth", 0));
+  ASSERT_TRUE(proc->SendSignal(SIGTERM).ok());
+  auto code = proc->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << proc->ReadLog();
+}
+
 TEST(ScoredE2eStandaloneTest, MetricsCanBeDisabled) {
   auto proc = StartOrDie({"--metrics_listen="});
   ASSERT_NE(proc, nullptr);
