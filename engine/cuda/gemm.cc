@@ -1,6 +1,8 @@
 #include "engine/cuda/gemm.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -12,8 +14,13 @@ namespace {
 
 // 32 MiB: what cuBLAS documents as enough for every Hopper kernel.
 constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
-// Candidates asked of the heuristic; the first without split-K is pinned.
+// Candidates asked of the heuristic; the first without split-K is pinned unless Tune() finds a faster one.
 constexpr int kHeuristicCandidates = 16;
+// Tune(): how many of the heuristic's candidates without split-K are timed, runs per candidate (the median
+// counts), and the gain over the first candidate below which the first is kept (timing noise).
+constexpr int kTuneCandidates = 4;
+constexpr int kTuneRuns = 5;
+constexpr double kTuneMinGain = 0.02;
 
 absl::Status CublasStatus(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
@@ -119,8 +126,7 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
         "cublasLtMatmulAlgoGetHeuristic");
   }
   cublasLtMatmulPreferenceDestroy(pref);
-  bool found = false;
-  for (int i = 0; status.ok() && i < returned && !found; ++i) {
+  for (int i = 0; status.ok() && i < returned; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
     int32_t splitk = 1;
     size_t written = 0;
@@ -129,10 +135,9 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
         splitk > 1) {
       continue;
     }
-    plan.algo = results[i].algo;
-    found = true;
+    plan.candidates.push_back(results[i].algo);
   }
-  if (status.ok() && !found) {
+  if (status.ok() && plan.candidates.empty()) {
     status = absl::InternalError(absl::StrCat("cuBLASLt offers no algorithm without split-K for the GEMM [",
                                               max_tokens_, ", ", in_features, "] x [", out_features, ", ",
                                               in_features, "]^T"));
@@ -142,8 +147,66 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
     cublasLtMatmulDescDestroy(plan.desc);
     return status;
   }
+  plan.algo = plan.candidates.front();
+  plan.choice = "heuristic first";
   auto [it, inserted] = plans_.emplace(key, plan);
   return &it->second;
+}
+
+absl::Status GemmRunner::Tune(const void* x, const void* w, void* y, int64_t out_features,
+                              int64_t in_features, GemmTypes types, cudaStream_t stream) {
+  SCORED_ASSIGN_OR_RETURN(const Plan* found, GetPlan(out_features, in_features, types));
+  Plan& plan = plans_.at(Key{out_features, in_features, types});
+  if (found->tuned) return absl::OkStatus();
+  TokenLayouts layouts;
+  SCORED_RETURN_IF_ERROR(layouts.Init(max_tokens_, out_features, in_features, types));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  SCORED_CUDA_CHECK(cudaEventCreate(&start));
+  SCORED_CUDA_CHECK(cudaEventCreate(&stop));
+  const float alpha = 1.0f, beta = 0.0f;
+  const int count = std::min<int>(kTuneCandidates, static_cast<int>(plan.candidates.size()));
+  std::vector<double> medians(count, -1.0);
+  absl::Status status;
+  for (int c = 0; c < count && status.ok(); ++c) {
+    std::vector<double> times;
+    for (int r = 0; r <= kTuneRuns && status.ok(); ++r) {  // run 0 warms up
+      if (cudaEventRecord(start, stream) != cudaSuccess) status = absl::InternalError("cudaEventRecord");
+      const cublasStatus_t run = cublasLtMatmul(
+          handle_, plan.desc, &alpha, w, plan.w_layout, x, layouts.x, &beta, y, layouts.y, y, layouts.y,
+          &plan.candidates[c], workspace_.data(), static_cast<size_t>(workspace_.bytes()), stream);
+      if (run != CUBLAS_STATUS_SUCCESS) break;  // this candidate cannot run here: not timed
+      if (cudaEventRecord(stop, stream) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess) {
+        status = absl::InternalError("timing a GEMM candidate failed");
+        break;
+      }
+      float ms = 0.0f;
+      cudaEventElapsedTime(&ms, start, stop);
+      if (r > 0) times.push_back(ms);
+    }
+    if (static_cast<int>(times.size()) == kTuneRuns) {
+      std::sort(times.begin(), times.end());
+      medians[c] = times[times.size() / 2];
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  SCORED_RETURN_IF_ERROR(status);
+  int best = 0;
+  for (int c = 1; c < count; ++c) {
+    if (medians[c] > 0 && (medians[best] <= 0 || medians[c] < medians[best])) best = c;
+  }
+  if (best != 0 && medians[0] > 0 && medians[best] > medians[0] * (1.0 - kTuneMinGain)) best = 0;
+  plan.algo = plan.candidates[best];
+  plan.tuned = true;
+  plan.choice = absl::StrCat("heuristic candidate ", best, " of ", count, " (ms:");
+  for (int c = 0; c < count; ++c) absl::StrAppend(&plan.choice, " ", absl::SixDigits(medians[c]));
+  absl::StrAppend(&plan.choice, ")");
+  return absl::OkStatus();
+}
+
+std::string GemmRunner::Choice(int64_t out_features, int64_t in_features, GemmTypes types) const {
+  auto it = plans_.find(Key{out_features, in_features, types});
+  return it == plans_.end() ? std::string() : it->second.choice;
 }
 
 absl::Status GemmRunner::Linear(const void* x, const void* w, void* y, int64_t num_tokens,

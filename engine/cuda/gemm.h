@@ -10,6 +10,11 @@
 // every output element is the same sequence of fused multiply-adds whatever the other rows are, so a
 // row's result does not depend on what it is batched with.
 //
+// Tune() may replace the heuristic's first choice for one shape by a faster one among the heuristic's top
+// kTuneCandidates (still no split-K, no reduction scheme), timed once at num_tokens = max_tokens on caller
+// buffers; it is then pinned the same way. The choice can differ between two loads (timing), never between
+// two calls of one runner.
+//
 // The workspace is allocated once at Create(). Thread-safety: none (one engine thread).
 #ifndef SCORED_ENGINE_CUDA_GEMM_H_
 #define SCORED_ENGINE_CUDA_GEMM_H_
@@ -20,7 +25,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -46,6 +53,19 @@ class GemmRunner {
   // cuBLASLt offers no algorithm without split-K for it.
   absl::Status Prepare(int64_t out_features, int64_t in_features, GemmTypes types);
 
+  // Times the heuristic's top candidates without split-K at max_tokens rows (a few runs each on `stream`,
+  // synchronizing it) and pins the fastest, unless it beats the heuristic's first choice by less than
+  // kTuneMinGain. Call before the shape's first Linear(); a shape already tuned is left as it is.
+  // x, w, y hold any finite values (their results are discarded), sized for max_tokens rows.
+  absl::Status Tune(const void* x,  // [max_tokens, in_features]
+                    const void* w,  // [out_features, in_features]
+                    void* y,        // [max_tokens, out_features]
+                    int64_t out_features, int64_t in_features, GemmTypes types, cudaStream_t stream);
+
+  // The algorithm pinned for a shape, as "heuristic candidate i of n, t ms" (tuned) or "heuristic first"
+  // (not tuned); empty for a shape never prepared.
+  std::string Choice(int64_t out_features, int64_t in_features, GemmTypes types) const;
+
   // y = x · w^T on `stream`. 0 <= num_tokens <= max_tokens. Pointers 16-byte aligned; x, w, y must
   // not overlap. Asynchronous: errors of the launch itself are returned, execution errors surface at the
   // next synchronization.
@@ -63,6 +83,9 @@ class GemmRunner {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t w_layout = nullptr;  // A: col-major [in, out], used transposed
     cublasLtMatmulAlgo_t algo;
+    std::vector<cublasLtMatmulAlgo_t> candidates;  // heuristic order, no split-K; candidates[0] == algo
+    bool tuned = false;
+    std::string choice;
   };
   using Key = std::tuple<int64_t, int64_t, GemmTypes>;
 

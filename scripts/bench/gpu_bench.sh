@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# One GPU-machine run: the gpu tests, a random-weight Llama-3-8B-shaped checkpoint, scored_bench on it
-# (agreement with transformers + throughput), the transformers peer baseline, then a short table.
+# One GPU-machine run: the gpu tests, a random-weight Llama-3-8B-shaped checkpoint (plus compressed-tensors
+# W4A16 / NVFP4A16 checkpoints of the same weights), scored_bench on each (agreement with transformers +
+# throughput + memory), the transformers peer baseline, then a short table.
 #
-#   scripts/bench/gpu_bench.sh [STEPS]      STEPS: any of tests,bench,peer (default tests,bench,peer)
+#   scripts/bench/gpu_bench.sh [STEPS]      STEPS: any of tests,bench,quant,peer (default tests,bench,quant,peer)
 #
 # Run from the repository root with the bundle made on the dev machine:
 #   ../shared/tools/device-bundle .bundle-cuda build-cuda/tests/engine/cuda/cuda_*_test build-cuda/tests/bench/cuda/scored_bench
 #   cp -r ../shared/data/stories260K-hf .bundle-cuda/data/; cp ../shared/bench/hf_baseline.py .bundle-cuda/
 # Environment: BUNDLE (.bundle-cuda), LAYERS (32), CTX (2048), BATCHES (1,2,4,8,16), MODEL_DIR (/tmp/random-llama),
-# OUT (logs are written there when set).
+# QUANT (w4a16,nvfp4a16), QUANT_BATCHES (1,4,8: the 8 x 2048-token memory target), OUT (logs go there when set).
 set -uo pipefail
-steps=${1:-tests,bench,peer}
+steps=${1:-tests,bench,quant,peer}
 bundle=${BUNDLE:-.bundle-cuda}
 layers=${LAYERS:-32}
 ctx=${CTX:-2048}
 batches=${BATCHES:-1,2,4,8,16}
 model=${MODEL_DIR:-/tmp/random-llama}
+quant=${QUANT:-w4a16,nvfp4a16}
+quant_batches=${QUANT_BATCHES:-1,4,8}
+[[ $steps == *quant* ]] || quant=""
 logs=${OUT:-/tmp/gpu_bench_logs}
 mkdir -p "$logs"
 export SCORED_DATA_DIR=$PWD/$bundle/data SCORED_FIXTURES_DIR=$PWD/tests/fixtures PYTHONUNBUFFERED=1
@@ -36,19 +40,32 @@ if [[ $steps == *tests* ]]; then
   done
 fi
 
-if [[ $steps == *tests* ]]; then
+if [[ $steps == *stories* ]]; then
   echo "== transformers on stories260K (the bf16 yardstick)"
   python3 scripts/bench/hf_stories_bf16.py "$SCORED_DATA_DIR/stories260K-hf" 2>&1 | grep -vi warn
 fi
 
+if [[ $steps == *bench* || $steps == *quant* ]]; then
+  echo "== make_random_llama (layers $layers, quantized: ${quant:--})"
+  python3 scripts/bench/make_random_llama.py --out "$model" --layers "$layers" --ctx "$ctx" --quant "$quant" \
+    2>&1 | tail -n 4
+  df -h "$(dirname "$model")" | tail -n 1
+fi
+
 if [[ $steps == *bench* ]]; then
-  echo "== make_random_llama (layers $layers)"
-  python3 scripts/bench/make_random_llama.py --out "$model" --layers "$layers" --ctx "$ctx" 2>&1 | tail -n 3
-  echo "== scored_bench"
+  echo "== scored_bench bf16"
   "$bundle/run" scored_bench --model "$model" --ref "$model/ref_windows.bin" --ctx "$ctx" --batches "$batches" \
-    --profile "${PROFILE:-1}" 2>&1 | tee "$logs/scored_bench.log" | grep -v '^I[0-9]'
+    --profile "${PROFILE:-1}" 2>&1 | tee "$logs/scored_bench.log" | grep -vE '^I[0-9].*(loaded|cuda engine)'
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
+
+for scheme in ${quant//,/ }; do
+  echo "== scored_bench $scheme"
+  "$bundle/run" scored_bench --model "$model-$scheme" --ref "$model/ref_windows.bin" --gate 0 --ctx "$ctx" \
+    --batches "$quant_batches" --profile 0 2>&1 | tee "$logs/scored_bench_$scheme.log" | grep -vE '^I[0-9].*(loaded|cuda engine)'
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  rm -rf "$model-$scheme"
+done
 
 if [[ $steps == *peer* ]]; then
   echo "== transformers baseline (layers $layers)"
@@ -56,12 +73,17 @@ if [[ $steps == *peer* ]]; then
 fi
 
 echo "== summary (tok/s at ctx $ctx; same device, same call)"
-printf '%-22s %12s %12s\n' "batch (windows)" "scored" "transformers"
-for b in ${batches//,/ }; do
-  ours=$(awk -v b="B=$b" '$1=="scored" && $2==b {for(i=1;i<=NF;i++) if($i=="tok/s") print $(i-1)}' "$logs/scored_bench.log" 2>/dev/null)
-  peer=$(awk -v b="B=$b" '$1=="batched_chunked" && $2==b {for(i=1;i<=NF;i++) if($i=="tok/s") print $(i-1)}' "$logs/hf_baseline.log" 2>/dev/null)
-  printf '%-22s %12s %12s\n' "$b" "${ours:--}" "${peer:--}"
+tps() {  # tok/s of batch $2 in log $1 (scored_bench or hf_baseline format)
+  awk -v b="B=$2" '($1=="scored" || $1=="batched_chunked") && $2==b {for(i=1;i<=NF;i++) if($i=="tok/s") print $(i-1)}' "$1" 2>/dev/null
+}
+printf '%-10s %10s %10s %10s %12s\n' "windows" "scored" "w4a16" "nvfp4a16" "transformers"
+for b in $(echo "${batches//,/ } ${quant_batches//,/ }" | tr ' ' '\n' | sort -n -u); do
+  printf '%-10s %10s %10s %10s %12s\n' "$b" "$(tps "$logs/scored_bench.log" "$b")" \
+    "$(tps "$logs/scored_bench_w4a16.log" "$b")" "$(tps "$logs/scored_bench_nvfp4a16.log" "$b")" \
+    "$(tps "$logs/hf_baseline.log" "$b")"
 done
-grep -h 'vs transformers' "$logs/scored_bench.log" 2>/dev/null
+grep -h 'vs transformers\|^gate:' "$logs"/scored_bench*.log 2>/dev/null
+grep -h 'weights .* GiB on the GPU' "$logs"/scored_bench*.log 2>/dev/null
+grep -h 'B=8 ' "$logs"/scored_bench*.log 2>/dev/null | sed 's/.*GPU memory/GPU memory/' 
 grep -h 'full_logits_window' "$logs/hf_baseline.log" 2>/dev/null
 exit $status

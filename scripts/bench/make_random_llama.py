@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
-"""Writes a random-weight Llama-3-8B-shaped checkpoint (bf16 safetensors, sharded) and transformers'
-reference logprobs for a few random windows of it. Runs on a GPU machine (torch + transformers + safetensors).
+"""Writes a random-weight Llama-3-8B-shaped checkpoint (bf16 safetensors, sharded), optionally compressed-tensors
+W4A16 / NVFP4A16 checkpoints of the same weights, and transformers' reference logprobs for a few windows.
+Runs on a GPU machine (torch + transformers + safetensors).
 
-  make_random_llama.py --out DIR [--layers 32] [--windows 4] [--ctx 2048]
+  make_random_llama.py --out DIR [--layers 32] [--windows 4] [--ctx 2048] [--quant w4a16,nvfp4a16]
+  (--quant writes DIR-w4a16, DIR-nvfp4a16 with scripts/bench/ct_writer.py)
 
-Weights: every linear and the embedding ~ N(0, 0.02) (the Llama initializer_range), lm_head ~ N(0, 0.04)
-so the next-token distribution is far from uniform (logit std ~2.5 after the final norm), norms = 1.
-Generated on the GPU from a fixed seed: the same arguments give the same checkpoint.
+Well-conditioned weights (so that a bf16 engine can be held to 0.01 nats against the fp32 forward; the old
+all-N(0, 0.02) model with lm_head 0.04 had PPL 3.3M on uniform tokens and amplified bf16 rounding ~10x):
+  q/k/v/gate/up ~ N(0, 0.02); o_proj/down_proj ~ N(0, 0.02 / sqrt(2 * layers)) (GPT-2's residual scaling);
+  norms = 1; lm_head ~ N(0, LOGIT_STD / sqrt(hidden)) so logits over the final-normed state have std
+  LOGIT_STD (peaked next-token distributions); the embedding std is calibrated (two forwards) so the final
+  residual keeps a correlation of about EMBED_SHARE with the current token's embedding.
+Windows are not uniform ids (uniform targets give PPL >= vocab whatever the model): each is a chain sampled
+from the model's bigram part, t[j+1] ~ softmax(lm_head . rmsnorm(embed[t[j]])), so PPL lands in the tens to
+hundreds and the check exercises confident predictions. Everything is generated on the GPU from fixed seeds.
 
 DIR/ref_windows.bin (little-endian): int32 num_windows, int32 ctx, int32 tokens[num_windows][ctx], then three
 float32 arrays [num_windows][ctx-1] with logprob[w][j-1] = log P(tokens[w][j] | tokens[w][<j]) from transformers:
@@ -17,14 +25,21 @@ float32 arrays [num_windows][ctx-1] with logprob[w][j-1] = log P(tokens[w][j] | 
 """
 import argparse
 import json
+import math
 import os
 import struct
+import sys
 import time
 
 import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ct_writer  # noqa: E402
+
+LOGIT_STD = 5.0
+EMBED_SHARE = 0.95
 SHARD_BYTES = 4 << 30
 
 
@@ -34,6 +49,7 @@ def main():
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--windows", type=int, default=4)
     ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--quant", default="")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
@@ -49,20 +65,50 @@ def main():
 
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
+    small = 0.02 / math.sqrt(2 * args.layers)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.fill_(1.0)
+            elif name == "lm_head.weight":
+                p.normal_(0.0, LOGIT_STD / math.sqrt(cfg.hidden_size), generator=gen)
+            elif name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.normal_(0.0, small, generator=gen)
             else:
-                p.normal_(0.0, 0.04 if name == "lm_head.weight" else 0.02, generator=gen)
+                p.normal_(0.0, 0.02, generator=gen)
+    embed = model.model.embed_tokens.weight
+
+    # Calibrate the embedding scale: measure the layers' share of the final residual (input of model.norm).
+    captured = {}
+    hook = model.model.norm.register_forward_hook(lambda m, inp, out: captured.__setitem__("r", inp[0]))
+    probe = torch.randint(0, cfg.vocab_size, (1, 512), device="cuda", generator=gen)
+    embed_std = 0.02
+    with torch.no_grad():
+        for _ in range(3):
+            model.model(probe)
+            r = captured["r"].float()[0]                                       # [512, hidden]
+            e = embed[probe[0]].float()
+            layers_rms = (r - e).pow(2).mean().sqrt().item()
+            target = layers_rms * EMBED_SHARE / math.sqrt(1 - EMBED_SHARE ** 2)
+            embed.mul_(target / embed_std)
+            embed_std = target
+    hook.remove()
     torch.cuda.synchronize()
     t_gen = time.time() - t0
 
-    # Reference logprobs on random windows.
+    # Windows: chains from the bigram part of the model (fp32).
     tok_gen = torch.Generator(device="cuda")
     tok_gen.manual_seed(99)
-    ids = torch.randint(0, cfg.vocab_size, (args.windows, args.ctx), device="cuda", generator=tok_gen,
-                        dtype=torch.int64)
+    head32 = model.lm_head.weight.float()
+    ids = torch.empty((args.windows, args.ctx), device="cuda", dtype=torch.int64)
+    ids[:, 0] = torch.randint(0, cfg.vocab_size, (args.windows,), device="cuda", generator=tok_gen)
+    with torch.inference_mode():
+        for j in range(1, args.ctx):
+            e = embed[ids[:, j - 1]].float()
+            h = e * torch.rsqrt(e.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps)
+            probs = torch.softmax(h @ head32.t(), -1)
+            ids[:, j] = torch.multinomial(probs, 1, generator=tok_gen)[:, 0]
+    del head32
     lp32, lp16 = [], []
     with torch.inference_mode():
         for w in range(args.windows):
@@ -105,7 +151,13 @@ def main():
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(conf, f, indent=1)
     n_params, n_shards = sum(v.numel() for v in state.values()), len(shards)
-    del state, shards, cur
+    del shards, cur
+    quant_notes = []
+    for scheme in filter(None, args.quant.split(",")):
+        tq = time.time()
+        qbytes = ct_writer.write_checkpoint(state, conf, f"{args.out}-{scheme}", scheme)
+        quant_notes.append(f"{scheme} {qbytes / 2**30:.2f} GiB in {time.time() - tq:.1f}s")
+    del state
     t_write = time.time() - t0 - t_gen - t_ref
 
     # fp32 reference: the same (bf16-representable) weights in fp32, fp32 matmuls without TF32.
@@ -125,6 +177,8 @@ def main():
         f.write(ids.to(torch.int32).cpu().numpy().tobytes())
         for arr in (lp32, lp16, lpf):
             f.write(torch.stack(arr).numpy().astype("<f4").tobytes())
+    print(f"make_random_llama: embed std {embed_std:.3f} (layers' final residual rms {layers_rms:.3f}), "
+          f"lm_head std {LOGIT_STD / math.sqrt(cfg.hidden_size):.4f}; quantized: {'; '.join(quant_notes) or '-'}")
     print(f"make_random_llama: {n_params / 1e9:.2f}B params, {n_shards} shards, {total / 2**30:.1f} GiB; "
           f"generate {t_gen:.1f}s, bf16 reference {t_ref:.1f}s, write {t_write:.1f}s, "
           f"fp32 reference {time.time() - t0 - t_gen - t_ref - t_write:.1f}s",

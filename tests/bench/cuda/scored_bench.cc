@@ -1,7 +1,7 @@
 // scored_bench: throughput of the CUDA engine on ctx-long windows, and its agreement with transformers.
 //
 //   scored_bench --model DIR [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32]
-//                [--ref DIR/ref_windows.bin] [--profile 1]
+//                [--ref DIR/ref_windows.bin [--gate 1]] [--profile 1]
 //
 // For each batch size B: B random windows of ctx tokens per Score() call (one varlen forward), one warm-up
 // call, then the median of --reps timed calls (host clock around the synchronous Score()). Reports tokens/s;
@@ -10,7 +10,8 @@
 // GEMM over the same decoder-layer shapes at B*ctx rows measured in the same run, and our ratio to it;
 // GPU memory in use (cudaMemGetInfo: the engine reserves everything at start, so this is also its peak).
 // --ref: scores the windows of make_random_llama.py's ref_windows.bin and prints mean/max |delta| against
-// transformers; exits 1 when the mean against the fp32-head reference exceeds 0.01 nats.
+// transformers; with --gate 1 (default) exits 1 when the mean against transformers' fp32 forward exceeds
+// 0.01 nats (--gate 0 for a quantized checkpoint of the same weights: the difference is then quantization's).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -49,6 +50,7 @@ struct Args {
   std::vector<int64_t> batches = {1, 2, 4, 8, 16};
   int reps = 3;
   bool profile = false;
+  bool gate = true;
   ComputeDtype dtype = ComputeDtype::kBf16;
 };
 
@@ -63,6 +65,8 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       args->ctx = std::stoll(value);
     } else if (key == "--profile") {
       args->profile = value == "1";
+    } else if (key == "--gate") {
+      args->gate = value == "1";
     } else if (key == "--reps") {
       args->reps = std::stoi(value);
     } else if (key == "--dtype") {
@@ -90,10 +94,10 @@ double Median(std::vector<double> v) {
 // Mean |delta| of the engine's logprobs against the transformers references of make_random_llama.py's file
 // (fp32head: bf16 model, fp32 lm_head; bf16logits: bf16 model as evaluation scripts run it; fp32model: fp32
 // forward of the same weights, the near-exact answer), and of the two bf16 transformers runs against
-// fp32model. Returns 1 when ours differs from the transformers fp32 forward by more than 0.01 nats on average
-// AND by more than transformers' own bf16 run does (a random-weight 32-layer model amplifies bf16 rounding
-// far beyond a trained one, so the peer's own bf16 error is the yardstick there).
-int CheckReference(Engine& engine, const std::string& path) {
+// fp32model. Returns 1 when `gate` and ours differs from the transformers fp32 forward by more than 0.01 nats
+// on average (make_random_llama.py's model is well conditioned, PPL in the tens to hundreds, so 0.01 is a
+// meaningful bar for a bf16 engine).
+int CheckReference(Engine& engine, const std::string& path, bool gate) {
   std::ifstream in(path, std::ios::binary);
   int32_t windows = 0, ctx = 0;
   in.read(reinterpret_cast<char*>(&windows), 4);
@@ -143,7 +147,10 @@ int CheckReference(Engine& engine, const std::string& path) {
       windows, ctx, ours_vs_fp32, mean_abs(ours, head32), mean_abs(ours, logits16), mean_abs(head32, model32),
       mean_abs(logits16, model32), ppl(ours), ppl(model32), ppl(head32), ppl(logits16));
   std::fflush(stdout);
-  return ours_vs_fp32 <= std::max(0.01, mean_abs(head32, model32)) ? 0 : 1;
+  if (!gate) return 0;
+  const bool pass = ours_vs_fp32 <= 0.01;
+  std::printf("gate: ours-vs-fp32model %.5f <= 0.01: %s\n", ours_vs_fp32, pass ? "PASS" : "FAIL");
+  return pass ? 0 : 1;
 }
 
 // A plain cuBLASLt bf16 GEMM over one decoder layer's shapes at `tokens` rows, random data: TFLOP/s.
@@ -370,7 +377,7 @@ int Main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "usage: scored_bench --model DIR [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32] "
-        "[--ref FILE] [--profile 1]\n");
+        "[--ref FILE [--gate 1]] [--profile 1]\n");
     return 2;
   }
   auto config = LoadModelConfig(args.model);
@@ -397,7 +404,7 @@ int Main(int argc, char** argv) {
   std::fflush(stdout);
 
   int rc = 0;
-  if (!args.ref.empty()) rc = CheckReference(**engine, args.ref);
+  if (!args.ref.empty()) rc = CheckReference(**engine, args.ref, args.gate);
 
   const double n_lin = static_cast<double>(info.num_parameters) -
                        static_cast<double>(config->vocab_size) * config->hidden_size;

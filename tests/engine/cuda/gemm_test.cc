@@ -119,14 +119,15 @@ TEST_F(GemmTest, Fp32MatchesFloat64) {
   for (int64_t i = 0; i < s.tokens * s.out; ++i) ASSERT_NEAR(got[i], ref[i], 1e-5 * std::sqrt(96.0) * 4) << i;
 }
 
-// The pinned algorithm makes every row bitwise independent of the number of rows in the call.
-TEST_F(GemmTest, RowsAreBatchInvariant) {
+// The pinned algorithm makes every row bitwise independent of the number of rows in the call; with `tune`,
+// the algorithm Tune() picked (timed at max_tokens rows) is pinned the same way and stays correct.
+void CheckBatchInvariance(bool tune) {
   std::mt19937 rng(3);
   const int64_t max_tokens = 1024, out = 1024, in = 512;
   std::vector<uint16_t> xb, wb;
-  std::vector<double> unused;
-  RandomBf16(max_tokens * in, rng, &xb, &unused);
-  RandomBf16(out * in, rng, &wb, &unused);
+  std::vector<double> xv, wv;
+  RandomBf16(max_tokens * in, rng, &xb, &xv);
+  RandomBf16(out * in, rng, &wb, &wv);
   auto runner = GemmRunner::Create(max_tokens);
   ASSERT_TRUE(runner.ok()) << runner.status();
   auto x = UploadToDevice(xb.data(), xb.size() * 2, "x");
@@ -134,11 +135,23 @@ TEST_F(GemmTest, RowsAreBatchInvariant) {
   auto y = DeviceBuffer::Allocate(max_tokens * out * 4, "y");
   ASSERT_TRUE(x.ok() && w.ok() && y.ok());
   std::vector<float> full(max_tokens * out), part(max_tokens * out);
+  if (tune) {
+    ASSERT_TRUE(
+        (*runner)->Tune(x->data(), w->data(), y->data(), out, in, GemmTypes::kBf16ToFp32, nullptr).ok());
+    EXPECT_EQ((*runner)->Choice(out, in, GemmTypes::kBf16ToFp32).rfind("heuristic candidate ", 0), 0u)
+        << (*runner)->Choice(out, in, GemmTypes::kBf16ToFp32);
+  }
   ASSERT_TRUE(
       (*runner)
           ->Linear(x->data(), w->data(), y->data(), max_tokens, out, in, GemmTypes::kBf16ToFp32, nullptr)
           .ok());
   ASSERT_EQ(cudaMemcpy(full.data(), y->data(), y->bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  // The last 8 rows against float64 (tolerance as in Bf16MatchesFloat64).
+  const Shape tail{8, out, in};
+  const std::vector<double> ref = Reference(std::vector<double>(xv.end() - 8 * in, xv.end()), wv, tail);
+  for (int64_t i = 0; i < 8 * out; ++i) {
+    ASSERT_NEAR(full[(max_tokens - 8) * out + i], ref[i], 1e-4 * std::sqrt(static_cast<double>(in))) << i;
+  }
   for (int64_t rows : {int64_t{1}, int64_t{3}, int64_t{64}, int64_t{333}, int64_t{1000}}) {
     ASSERT_EQ(cudaMemset(y->data(), 0xff, y->bytes()), cudaSuccess);
     ASSERT_TRUE((*runner)
@@ -150,6 +163,10 @@ TEST_F(GemmTest, RowsAreBatchInvariant) {
         << rows << " rows differ from the same rows in a " << max_tokens << "-row call";
   }
 }
+
+TEST_F(GemmTest, RowsAreBatchInvariant) { CheckBatchInvariance(false); }
+
+TEST_F(GemmTest, TunedRowsAreBatchInvariant) { CheckBatchInvariance(true); }
 
 }  // namespace
 }  // namespace scored::cuda
