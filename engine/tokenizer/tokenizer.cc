@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/logging.h"
 #include "engine/base/status_macros.h"
 #include "engine/tokenizer/hf_config.h"
 #include "engine/tokenizer/loaders.h"
@@ -31,10 +32,17 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& di
     case Format::kVocabMerges:
       return tokenizer_internal::LoadVocabMerges(dir);
   }
-  if (FileExists(JoinPath(dir, "tokenizer.json"))) {
-    return tokenizer_internal::LoadHfTokenizerJson(dir);
-  }
   const std::string model_path = JoinPath(dir, "tokenizer.model");
+  if (FileExists(JoinPath(dir, "tokenizer.json"))) {
+    auto json = tokenizer_internal::LoadHfTokenizerJson(dir);
+    // A tokenizer.json using a feature we lack (e.g. a Unigram model) next to a tokenizer.model:
+    // fall back to the latter, which the same models ship for the same vocabulary.
+    if (json.ok() || json.status().code() != absl::StatusCode::kUnimplemented ||
+        !FileExists(model_path)) {
+      return json;
+    }
+    SCORED_LOG(WARNING) << json.status().message() << "; using " << model_path << " instead";
+  }
   if (FileExists(model_path)) {
     SCORED_ASSIGN_OR_RETURN(const std::string bytes, tokenizer_internal::ReadFileBytes(model_path));
     return tokenizer_internal::LooksLikeTiktoken(bytes) ? tokenizer_internal::LoadTiktoken(dir)

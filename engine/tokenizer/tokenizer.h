@@ -43,6 +43,8 @@ class Tokenizer {
 
   // Picks the format from the files present in `dir` (tokenizer.json, then tokenizer.model —
   // SentencePiece or tiktoken by content —, then vocab.json + merges.txt). NOT_FOUND if none.
+  // A tokenizer.json that is UNIMPLEMENTED here (e.g. a Unigram model) falls back to a
+  // tokenizer.model in the same folder, with a warning logged.
   // Errors name the file and the problem: NOT_FOUND (missing folder/file), INVALID_ARGUMENT
   // (malformed file), UNIMPLEMENTED (a valid file using a feature this implementation lacks).
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& dir);

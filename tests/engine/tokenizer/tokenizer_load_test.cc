@@ -22,7 +22,7 @@ using ::testing::HasSubstr;
 class LoadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "/tokenizer_errors_XXXXXX";
+    std::string tmpl = ::testing::TempDir() + "tokenizer_errors_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
   }
@@ -75,6 +75,18 @@ TEST_F(LoadTest, TokenizerJsonNotJson) {
 TEST_F(LoadTest, TokenizerJsonUnigram) {
   Write("tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})");
   ExpectError(absl::StatusCode::kUnimplemented, "tokenizer.json", "'Unigram' is not supported");
+}
+
+// An unsupported tokenizer.json next to a tokenizer.model: the SentencePiece model is used.
+TEST_F(LoadTest, UnsupportedTokenizerJsonFallsBackToTokenizerModel) {
+  Write("tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})");
+  Copy(std::string(SCORED_DATA_DIR) + "/tokenizers/mistral-7b-v0.1/tokenizer.model", "tokenizer.model");
+  const auto t = Tokenizer::Load(dir_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->kind(), "sentencepiece");
+  // A malformed (not merely unsupported) tokenizer.json is still an error.
+  Write("tokenizer.json", "{");
+  ExpectError(absl::StatusCode::kInvalidArgument, "tokenizer.json", "invalid JSON");
 }
 
 TEST_F(LoadTest, TokenizerJsonUnsupportedPreTokenizer) {

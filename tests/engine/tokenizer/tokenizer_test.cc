@@ -174,7 +174,7 @@ TEST(TokenizerTest, Llama2MetaspacePreTokenizerForm) {
                         {"prepend_scheme", "first"}, {"split", false}};
   j["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
                   {"prepend_scheme", "first"}, {"split", false}};
-  std::string dir = ::testing::TempDir() + "/llama2_metaspace_XXXXXX";
+  std::string dir = ::testing::TempDir() + "llama2_metaspace_XXXXXX";
   ASSERT_NE(mkdtemp(dir.data()), nullptr);
   std::ofstream(dir + "/tokenizer.json") << j.dump();
   auto tok = Tokenizer::Load(dir);
@@ -229,7 +229,7 @@ std::string MakeByteLevelTokenizerJson(const std::string& src_dir, const nlohman
 class TempFolder {
  public:
   TempFolder() {
-    dir_ = ::testing::TempDir() + "/tokenizer_json_XXXXXX";
+    dir_ = ::testing::TempDir() + "tokenizer_json_XXXXXX";
     EXPECT_NE(mkdtemp(dir_.data()), nullptr);
   }
   ~TempFolder() {
