@@ -10,7 +10,7 @@
 #   FUZZ_TARGETS   space-separated subset of targets (default: all)
 #   FUZZ_PARALLEL  targets run at once (default: number of CPUs)
 #   FUZZ_JOBS      build parallelism (default 2)
-#   CC / CXX       clang to use (default clang / clang++)
+#   FUZZ_CC / FUZZ_CXX  clang to use (default clang / clang++, else clang-14 / clang++-14)
 # New inputs found are kept in <build>/fuzz-corpus/<target>/ (not in the checkout) and reused next time.
 set -euo pipefail
 
@@ -25,6 +25,13 @@ all_targets=(safetensors_fuzzer model_config_fuzzer quant_config_fuzzer dequanti
              tokenizer_hf_json_fuzzer)
 read -r -a targets <<< "${FUZZ_TARGETS:-${all_targets[*]}}"
 
+cc="${FUZZ_CC:-}"
+cxx="${FUZZ_CXX:-}"
+if [ -z "$cc" ]; then
+  if command -v clang > /dev/null; then cc=clang; cxx="${cxx:-clang++}"; else cc=clang-14; cxx="${cxx:-clang++-14}"; fi
+fi
+cxx="${cxx:-clang++}"
+
 t0=$(date +%s)
 # The top-level CMakeLists.txt may not include cmake/Fuzz.cmake yet: inject it after project().
 extra=()
@@ -33,7 +40,7 @@ if ! grep -q 'cmake/Fuzz.cmake' "$root/CMakeLists.txt"; then
 fi
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_C_COMPILER="${CC:-clang}" -DCMAKE_CXX_COMPILER="${CXX:-clang++}" \
+    -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
     -DSCORED_ENABLE_CUDA=OFF -DSCORED_BUILD_FUZZERS=ON "${extra[@]}" > "$build.configure.log" 2>&1 ||
     { cat "$build.configure.log"; exit 1; }
 fi
