@@ -74,6 +74,26 @@ absl::Status CudaStream::Synchronize() const {
   return absl::OkStatus();
 }
 
+CudaEvent::~CudaEvent() {
+  if (event_ != nullptr) static_cast<void>(cudaEventDestroy(event_));
+}
+
+CudaEvent::CudaEvent(CudaEvent&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+
+CudaEvent& CudaEvent::operator=(CudaEvent&& other) noexcept {
+  if (this != &other) {
+    if (event_ != nullptr) static_cast<void>(cudaEventDestroy(event_));
+    event_ = std::exchange(other.event_, nullptr);
+  }
+  return *this;
+}
+
+absl::StatusOr<CudaEvent> CudaEvent::Create() {
+  CudaEvent event;
+  SCORED_CUDA_CHECK(cudaEventCreateWithFlags(&event.event_, cudaEventDisableTiming));
+  return event;
+}
+
 bool IsStickyCudaError(cudaError_t err) {
   switch (err) {
     case cudaErrorIllegalAddress:

@@ -1,8 +1,8 @@
 // Device memory owned by RAII handles, and the stream the engine runs on.
 //
 // DeviceBuffer: one cudaMalloc'd block (never managed memory), freed on destruction; move-only. Its bytes are
-// uninitialized. CudaStream: one non-blocking stream, destroyed on destruction; move-only.
-// Thread-safety: none; an engine uses its buffers from the one thread that calls Score().
+// uninitialized. CudaStream: one non-blocking stream, destroyed on destruction; move-only. CudaEvent
+// likewise. Thread-safety: none; an engine uses its buffers from the one thread that calls Score().
 #ifndef SCORED_ENGINE_CUDA_DEVICE_BUFFER_H_
 #define SCORED_ENGINE_CUDA_DEVICE_BUFFER_H_
 
@@ -59,6 +59,23 @@ class CudaStream {
 
  private:
   cudaStream_t stream_ = nullptr;
+};
+
+// One cudaEvent_t without timing (for ordering work between streams), destroyed on destruction; move-only.
+class CudaEvent {
+ public:
+  CudaEvent() = default;
+  ~CudaEvent();
+  CudaEvent(CudaEvent&& other) noexcept;
+  CudaEvent& operator=(CudaEvent&& other) noexcept;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  static absl::StatusOr<CudaEvent> Create();
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
 };
 
 // Whether `err` leaves the CUDA context unusable for the rest of the process (illegal address, launch

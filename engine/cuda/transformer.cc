@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/attention.h"
 #include "engine/kernels/bias_add.h"
+#include "engine/kernels/cuda_check.h"
 #include "engine/kernels/embedding.h"
 #include "engine/kernels/fp8_quant.h"
 #include "engine/kernels/kernel_types.h"
@@ -59,17 +61,53 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   const int32_t* targets = acts->targets.as<int32_t>();        // [n]
   const float* inv_freq = model.rope_inv_freq.as<float>();     // [head_dim / 2]
 
-  // y[n, out] = x[n, in] . W^T, with the weight expanded into the scratch first when it is quantized. W8A8:
-  // x is fake-quantized to FP8 first, one scale per token or per act_group_size columns of a token (x is
+  // Every linear of the forward in the order of use. Quantized ones are expanded into the two scratch
+  // buffers in turn on acts->dequant_stream, one linear ahead: linear k+1's dequantization (into the buffer
+  // linear k-1 used, once that GEMM is done) overlaps linear k's GEMM and the ops between them.
+  std::vector<const DeviceLinear*> order;
+  for (const DeviceLayer& layer : model.layers) {
+    for (const DeviceLinear* l : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) order.push_back(l);
+  }
+  const bool quantized = model.max_scratch_elements > 0;
+  void* scratch[2] = {acts->scratch.data(), acts->scratch2.data()};
+  const cudaStream_t dq = acts->dequant_stream.get();
+  // Enqueues the expansion of order[k] into scratch[k % 2] (nothing for a resident dense linear).
+  auto prefetch = [&](size_t k) -> absl::Status {
+    if (!quantized || k >= order.size() || order[k]->resident_dense()) return absl::OkStatus();
+    const int buf = static_cast<int>(k % 2);
+    SCORED_CUDA_CHECK(cudaStreamWaitEvent(dq, acts->weight_free[buf].get(), 0));
+    SCORED_RETURN_IF_ERROR(order[k]->Materialize(model.dtype, scratch[buf], dq).status());
+    SCORED_CUDA_CHECK(cudaEventRecord(acts->weight_ready[buf].get(), dq));
+    return absl::OkStatus();
+  };
+  if (quantized) {
+    // Both buffers are free once everything before this forward on `stream` is done.
+    for (const CudaEvent& e : acts->weight_free) SCORED_CUDA_CHECK(cudaEventRecord(e.get(), stream));
+    SCORED_RETURN_IF_ERROR(prefetch(0));
+  }
+  size_t next = 0;  // index into `order` of the next linear
+
+  // y[n, out] = x[n, in] . W^T, with a quantized weight taken from its scratch buffer. W8A8: x is
+  // fake-quantized to FP8 first, one scale per token or per act_group_size columns of a token (x is
   // contiguous, so a group is a row of the [n * in / group, group] view).
   auto linear = [&](const DeviceLinear& w, T* x, void* y, GemmTypes y_types) -> absl::Status {
+    if (next >= order.size() || order[next] != &w) return absl::InternalError("linears used out of order");
+    const size_t k = next++;
+    SCORED_RETURN_IF_ERROR(prefetch(k + 1));
     if (w.w8a8_dynamic_fp8()) {
       const int64_t group = w.act_group_size() > 0 ? w.act_group_size() : w.in_features();
       SCORED_RETURN_IF_ERROR(
           kernels::FakeQuantizeFp8PerToken<T>(x, group, n * (w.in_features() / group), group, stream));
     }
-    SCORED_ASSIGN_OR_RETURN(const void* weight, w.Materialize(model.dtype, acts->scratch.data(), stream));
-    return gemm.Linear(x, weight, y, n, w.out_features(), w.in_features(), y_types, stream);
+    const void* weight = scratch[k % 2];
+    if (w.resident_dense()) {
+      SCORED_ASSIGN_OR_RETURN(weight, w.Materialize(model.dtype, nullptr, stream));
+    } else {
+      SCORED_CUDA_CHECK(cudaStreamWaitEvent(stream, acts->weight_ready[k % 2].get(), 0));
+    }
+    SCORED_RETURN_IF_ERROR(gemm.Linear(x, weight, y, n, w.out_features(), w.in_features(), y_types, stream));
+    if (!w.resident_dense()) SCORED_CUDA_CHECK(cudaEventRecord(acts->weight_free[k % 2].get(), stream));
+    return absl::OkStatus();
   };
 
   kernels::AttentionShape attn_shape;
@@ -154,7 +192,8 @@ int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype) {
 }
 
 int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens) {
-  return LogitsRows(max_tokens) * config.vocab_size * 4 + model.max_scratch_elements * ActBytes(model.dtype);
+  return LogitsRows(max_tokens) * config.vocab_size * 4 +
+         2 * model.max_scratch_elements * ActBytes(model.dtype);
 }
 
 absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const DeviceModel& model,
@@ -175,6 +214,15 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
   SCORED_ASSIGN_OR_RETURN(a.mlp, DeviceBuffer::Allocate(t * config.intermediate_size * act, "swiglu output"));
   SCORED_ASSIGN_OR_RETURN(
       a.scratch, DeviceBuffer::Allocate(model.max_scratch_elements * act, "the dequantized-weight scratch"));
+  SCORED_ASSIGN_OR_RETURN(a.scratch2, DeviceBuffer::Allocate(model.max_scratch_elements * act,
+                                                             "the second dequantized-weight scratch"));
+  if (model.max_scratch_elements > 0) {
+    SCORED_ASSIGN_OR_RETURN(a.dequant_stream, CudaStream::Create());
+    for (int i = 0; i < 2; ++i) {
+      SCORED_ASSIGN_OR_RETURN(a.weight_ready[i], CudaEvent::Create());
+      SCORED_ASSIGN_OR_RETURN(a.weight_free[i], CudaEvent::Create());
+    }
+  }
   SCORED_ASSIGN_OR_RETURN(
       a.logits, DeviceBuffer::Allocate(LogitsRows(t) * config.vocab_size * 4, "the fp32 logits chunk"));
   SCORED_ASSIGN_OR_RETURN(a.tokens, DeviceBuffer::Allocate(t * 4, "token ids"));

@@ -32,8 +32,15 @@ struct Activations {
   DeviceBuffer proj;      // [max_tokens, hidden_size] fp32: o_proj / down_proj output (joins the residual)
   DeviceBuffer gate_up;   // [max_tokens, 2 intermediate_size] act
   DeviceBuffer mlp;       // [max_tokens, intermediate_size] act: swiglu output
-  DeviceBuffer scratch;   // [max_scratch_elements] compute dtype: one dequantized weight (quantized only)
-  DeviceBuffer logits;    // [min(max_tokens, kLmHeadChunkTokens), vocab_size] fp32
+  // Quantized models only: two [max_scratch_elements] compute-dtype buffers for dequantized weights, used in
+  // turn. Linear k+1 is expanded into one on `dequant_stream` while linear k's GEMM reads the other on the
+  // forward's stream (weight_ready[i]: buffer i holds its linear; weight_free[i]: buffer i's GEMM is done).
+  DeviceBuffer scratch;   // [max_scratch_elements] compute dtype
+  DeviceBuffer scratch2;  // [max_scratch_elements] compute dtype
+  CudaStream dequant_stream;
+  CudaEvent weight_ready[2];
+  CudaEvent weight_free[2];
+  DeviceBuffer logits;  // [min(max_tokens, kLmHeadChunkTokens), vocab_size] fp32
   // Batch inputs and per-row results, indexed by packed row.
   DeviceBuffer tokens;      // [max_tokens] int32
   DeviceBuffer positions;   // [max_tokens] int32

@@ -243,7 +243,9 @@ TEST_F(CudaEngineTest, StartupSaysWhatFits) {
 //  - bf16 mode, weight-only formats: these are random-weight models scored on random tokens, whose logits are
 //    large (PPL ~7e4 at vocab 512), so bf16 activation rounding moves logprobs by ~0.03-0.04 nats on average
 //    (measured 0.027-0.042 for every weight-only format alike, while fp32 mode agrees to 4e-5: activation
-//    noise, not dequantization): mean |delta| <= 0.05, PPL within 1% (measured <= 0.6%).
+//    noise, not dequantization): mean |delta| <= 0.05, PPL within 2% (|ln(PPL ratio)| is the mean signed
+//    delta, bounded by the mean |delta|; measured <= 0.6% on the random Llamas, 1.07% on
+//    stories260k-w4a16-channel, whose random-token PPL is 6e7, on an H200, 2026-11-22).
 //  - W8A8 (FP8 activations), both modes, statistically (DESIGN.md §6): an activation a hair from an FP8
 //    rounding boundary rounds differently after any difference in accumulation order, moving that value by a
 //    whole FP8 step (1/16..1/8 relative), and on these sensitive random models a few such flips per layer
@@ -284,7 +286,7 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
         EXPECT_LE(a.max_abs, 1e-3);
       } else {
         EXPECT_LE(a.mean_abs, 0.05);
-        EXPECT_LE(std::abs(a.ppl / a.ref_ppl - 1.0), 0.01);
+        EXPECT_LE(std::abs(a.ppl / a.ref_ppl - 1.0), 0.02);
       }
     }
     ++checked;
