@@ -53,10 +53,19 @@ absl::StatusOr<int64_t> GetTokenId(const Json& obj, absl::string_view key, absl:
   return *id;
 }
 
+// Largest value any shape field may take. Far above every released model (Llama-3.1-405B: hidden 16384,
+// 126 layers, 128 heads, vocab 128256, context 131072) yet small enough that products of a few of them
+// (e.g. num_heads * head_dim * hidden_size) cannot overflow int64 and absurd configs fail here, by name,
+// instead of at a huge allocation.
+constexpr int64_t kMaxShapeField = int64_t{1} << 24;
+
 absl::StatusOr<int64_t> GetPositive(const Json& obj, absl::string_view key, absl::string_view source,
                                     std::optional<int64_t> def = std::nullopt) {
   SCORED_ASSIGN_OR_RETURN(int64_t v, GetInt(obj, key, source, def));
   if (v <= 0) return Invalid(source, absl::StrCat("field '", key, "' must be positive, got ", v));
+  if (v > kMaxShapeField) {
+    return Invalid(source, absl::StrCat("field '", key, "' = ", v, " exceeds the supported limit ", kMaxShapeField));
+  }
   return v;
 }
 
@@ -136,6 +145,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   SCORED_ASSIGN_OR_RETURN(c.hidden_size, GetPositive(j, "hidden_size", source));
   SCORED_ASSIGN_OR_RETURN(c.intermediate_size, GetPositive(j, "intermediate_size", source));
   SCORED_ASSIGN_OR_RETURN(c.num_layers, GetPositive(j, "num_hidden_layers", source));
+  // Layers are allocated per index before any tensor is read: bound them separately.
+  constexpr int64_t kMaxLayers = 4096;
+  if (c.num_layers > kMaxLayers) {
+    return Invalid(source, absl::StrCat("num_hidden_layers = ", c.num_layers, " exceeds the supported limit ",
+                                        kMaxLayers));
+  }
   SCORED_ASSIGN_OR_RETURN(c.num_heads, GetPositive(j, "num_attention_heads", source));
   SCORED_ASSIGN_OR_RETURN(c.num_kv_heads, GetPositive(j, "num_key_value_heads", source, c.num_heads));
   SCORED_ASSIGN_OR_RETURN(c.vocab_size, GetPositive(j, "vocab_size", source));

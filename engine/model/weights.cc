@@ -27,6 +27,20 @@ bool IsFloatDType(DType d) { return d == DType::kF32 || d == DType::kF16 || d ==
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// int-quantized (int8) zero points must lie in the int8 range: decoding computes q - zp in int32, and a
+// zero point outside [-128, 127] is no checkpoint compressed-tensors writes.
+absl::Status CheckInt8ZeroPoints(const TensorView& zp) {
+  const int64_t n = zp.NumElements();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t v = zp.dtype == DType::kI8 ? raw_read::Load<int8_t>(zp.data, i) : raw_read::Load<int32_t>(zp.data, i);
+    if (v < -128 || v > 127) {
+      return absl::InvalidArgumentError(absl::StrCat(zp.file, ": tensor ", zp.name, ": zero point ", v,
+                                                     " at index ", i, " is outside the int8 range [-128, 127]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Scale tensors of one element may be stored as [], [1] or [1, 1].
 bool IsScalarShape(const std::vector<int64_t>& s) {
   int64_t n = 1;
@@ -231,6 +245,7 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
         SCORED_ASSIGN_OR_RETURN(w->weight_zero_point, TakeChecked(module + ".weight_zero_point",
                                                                   w->weight_scale.shape,
                                                                   {DType::kI8, DType::kI32}));
+        SCORED_RETURN_IF_ERROR(CheckInt8ZeroPoints(w->weight_zero_point));
       }
       break;
     }
