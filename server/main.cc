@@ -15,6 +15,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/logging.h"
 #include "server/options.h"
@@ -104,6 +105,9 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  absl::FlagsUsageConfig usage_config;
+  usage_config.version_string = [] { return absl::StrCat("scored ", scored::ServerVersion(), "\n"); };
+  absl::SetFlagsUsageConfig(usage_config);
   absl::SetProgramUsageMessage(
       "scored --model DIR [--backend cuda|cpu] [--tp N] [--listen host:port] ...\n"
       "Serves exact per-token log-probabilities of a causal LM over gRPC (scored.v1.Scorer).");

@@ -95,7 +95,11 @@ absl::StatusCode FromGrpcCode(grpc::StatusCode code) { return static_cast<absl::
 
 }  // namespace
 
-std::string DefaultScoredBinary() { return std::string(SCORED_BINARY_DIR) + "/server/scored"; }
+std::string DefaultScoredBinary() {
+  const char* override_path = std::getenv("SCORED_TEST_SCORED_BINARY");
+  if (override_path != nullptr && override_path[0] != '\0') return override_path;
+  return std::string(SCORED_BINARY_DIR) + "/server/scored";
+}
 
 std::string StoriesModelDir() { return std::string(SCORED_DATA_DIR) + "/stories260K-hf"; }
 

@@ -35,6 +35,7 @@
 namespace scored {
 namespace testing {
 
+// $SCORED_TEST_SCORED_BINARY if set (e.g. a sanitizer build of the daemon), else
 // $SCORED_BINARY_DIR/server/scored (the build tree's daemon).
 std::string DefaultScoredBinary();
 // $SCORED_DATA_DIR/stories260K-hf (the small real Llama every CPU test uses).
