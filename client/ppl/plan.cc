@@ -55,7 +55,6 @@ absl::StatusOr<Plan> BuildPlan(const Dataset& dataset, const MethodParams& param
       } else if (params.method == Method::kHf) {
         plan.windows = HfWindows(stream, params);
       } else {
-        plan.prefix_id = plan.add_bos ? special.bos_id : -1;
         plan.windows = LlamaCppWindows(stream, params, plan.add_bos, special.bos_id);
       }
       break;

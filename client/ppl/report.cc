@@ -76,8 +76,14 @@ nlohmann::json ReportToJson(const Report& r) {
   nlohmann::json method = {{"name", MethodName(r.method.method)}, {"ctx", r.method.ctx}};
   if (MethodHasStride(r.method.method)) method["stride"] = r.method.stride;
   method["max_windows"] = r.method.max_windows;
-  method["add_bos"] = r.add_bos;
-  if (r.prefix_id >= 0) method["prefix_id"] = r.prefix_id;
+  // rolling / chunks tokenize without BOS and prefix every window with prefix_id; the other methods
+  // tokenize "with BOS" (add_bos says whether a BOS was prepended).
+  if (r.method.method == Method::kRolling || r.method.method == Method::kChunks) {
+    method["prefix_id"] = r.prefix_id;
+  } else {
+    method["add_bos"] = r.add_bos;
+    if (r.method.method == Method::kLlamaCpp) method["first_token_replaced_by_bos"] = r.add_bos;
+  }
 
   nlohmann::json data = {{"path", r.data_path},
                          {"format", r.data_format},

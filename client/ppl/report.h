@@ -71,7 +71,7 @@ struct Report {
   int64_t num_tokens_sent = 0;  // sum of window lengths (tokens the server processed)
   // Method and data.
   MethodParams method;
-  int32_t prefix_id = -1;   // rolling / chunks prefix, llamacpp BOS; -1 if not used
+  int32_t prefix_id = -1;   // rolling / chunks window prefix (BOS, or EOS without one); -1 if unused
   bool add_bos = false;     // "tokenize with BOS" prepended BOS
   std::string data_path;
   std::string data_format;

@@ -410,6 +410,23 @@ TEST(ReportTest, UnknownBytesAndSingleToken) {
   EXPECT_TRUE(ReportToJson(report)["num_bytes"].is_null());
 }
 
+// The method block names what each method does with BOS.
+TEST(ReportTest, MethodBlock) {
+  Report report;
+  report.method = Params(Method::kChunks, 512, 0);
+  report.prefix_id = 1;
+  nlohmann::json m = ReportToJson(report)["method"];
+  EXPECT_EQ(m["prefix_id"].get<int32_t>(), 1);
+  EXPECT_FALSE(m.contains("add_bos"));
+  EXPECT_FALSE(m.contains("stride"));
+  report.method = Params(Method::kLlamaCpp, 512, 0);
+  report.add_bos = true;
+  m = ReportToJson(report)["method"];
+  EXPECT_TRUE(m["add_bos"].get<bool>());
+  EXPECT_TRUE(m["first_token_replaced_by_bos"].get<bool>());
+  EXPECT_FALSE(m.contains("prefix_id"));
+}
+
 // Bytes of scored positions only (llamacpp scores from ctx/2 + 1).
 TEST(ReportTest, ScoredBytes) {
   const auto w = LlamaCppWindows(TenTokens(), Params(Method::kLlamaCpp, 8, 0), true, kBos);
