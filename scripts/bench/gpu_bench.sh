@@ -9,7 +9,8 @@
 #   ../shared/tools/device-bundle .bundle-cuda build-cuda/tests/engine/cuda/cuda_*_test build-cuda/tests/bench/cuda/scored_bench
 #   cp -r ../shared/data/stories260K-hf .bundle-cuda/data/; cp ../shared/bench/hf_baseline.py .bundle-cuda/
 # Environment: BUNDLE (.bundle-cuda), LAYERS (32), CTX (2048), BATCHES (1,2,4,8,16), MODEL_DIR (/tmp/random-llama),
-# QUANT (w4a16,nvfp4a16), QUANT_BATCHES (1,4,8: the 8 x 2048-token memory target), OUT (logs go there when set).
+# QUANT (w4a16,nvfp4a16), QUANT_BATCHES (1,4,8: the 8 x 2048-token memory target), PROFILE (1), GRAPH (0; 1 adds
+# scored_bench's forward-only timings, direct enqueue vs CUDA graph replay), OUT (logs go there when set).
 set -uo pipefail
 steps=${1:-tests,bench,quant,peer}
 bundle=${BUNDLE:-.bundle-cuda}
@@ -55,14 +56,14 @@ fi
 if [[ $steps == *bench* ]]; then
   echo "== scored_bench bf16"
   "$bundle/run" scored_bench --model "$model" --ref "$model/ref_windows.bin" --ctx "$ctx" --batches "$batches" \
-    --profile "${PROFILE:-1}" 2>&1 | tee "$logs/scored_bench.log" | grep -vE '^I[0-9].*(loaded|cuda engine)'
+    --profile "${PROFILE:-1}" --graph "${GRAPH:-0}" 2>&1 | tee "$logs/scored_bench.log" | grep -vE '^I[0-9].*(loaded|cuda engine)'
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 
 for scheme in ${quant//,/ }; do
   echo "== scored_bench $scheme"
   "$bundle/run" scored_bench --model "$model-$scheme" --ref "$model/ref_windows.bin" --gate 0 --ctx "$ctx" \
-    --batches "$quant_batches" --profile 0 2>&1 | tee "$logs/scored_bench_$scheme.log" | grep -vE '^I[0-9].*(loaded|cuda engine)'
+    --batches "$quant_batches" --profile 0 --graph "${GRAPH:-0}" 2>&1 | tee "$logs/scored_bench_$scheme.log" | grep -vE '^I[0-9].*(loaded|cuda engine)'
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
   rm -rf "$model-$scheme"
 done

@@ -1,7 +1,7 @@
 // scored_bench: throughput of the CUDA engine on ctx-long windows, and its agreement with transformers.
 //
 //   scored_bench --model DIR [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32]
-//                [--ref DIR/ref_windows.bin [--gate 1]] [--profile 1]
+//                [--ref DIR/ref_windows.bin [--gate 1]] [--profile 1] [--graph 1]
 //
 // For each batch size B: B random windows of ctx tokens per Score() call (one varlen forward), one warm-up
 // call, then the median of --reps timed calls (host clock around the synchronous Score()). Reports tokens/s;
@@ -9,6 +9,9 @@
 // layer, per token, the same count as the transformers baseline script); the rate of a plain cuBLASLt bf16
 // GEMM over the same decoder-layer shapes at B*ctx rows measured in the same run, and our ratio to it;
 // GPU memory in use (cudaMemGetInfo: the engine reserves everything at start, so this is also its peak).
+// --graph 1: for each B, the forward alone (cuda::Forward on the engine's own data structures, heuristic GEMM
+// choices) timed with events when enqueued directly and when replayed from a captured CUDA graph: the launch
+// gaps a graph would remove, and Score()'s host share (Score time minus the enqueued forward).
 // --ref: scores the windows of make_random_llama.py's ref_windows.bin and prints mean/max |delta| against
 // transformers; with --gate 1 (default) exits 1 when the mean against transformers' fp32 forward exceeds
 // 0.01 nats (--gate 0 for a quantized checkpoint of the same weights: the difference is then quantization's).
@@ -29,6 +32,7 @@
 #include "engine/base/dtype.h"
 #include "engine/cuda/cuda_engine.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/transformer.h"
 #include "engine/engine.h"
@@ -39,6 +43,7 @@
 #include "engine/kernels/rope.h"
 #include "engine/kernels/swiglu.h"
 #include "engine/model/config.h"
+#include "engine/model/weights.h"
 
 namespace scored {
 namespace {
@@ -51,6 +56,7 @@ struct Args {
   int reps = 3;
   bool profile = false;
   bool gate = true;
+  bool graph = false;
   ComputeDtype dtype = ComputeDtype::kBf16;
 };
 
@@ -65,6 +71,8 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       args->ctx = std::stoll(value);
     } else if (key == "--profile") {
       args->profile = value == "1";
+    } else if (key == "--graph") {
+      args->graph = value == "1";
     } else if (key == "--gate") {
       args->gate = value == "1";
     } else if (key == "--reps") {
@@ -371,13 +379,106 @@ void Profile(const ModelConfig& c, int64_t tokens, int64_t ctx) {
   std::fflush(stdout);
 }
 
+// Forward-only timings (see --graph above): direct enqueue vs CUDA graph replay, median of `reps` each.
+int ForwardTimings(const Args& args) {
+  auto weights = ModelWeights::Load(args.model);
+  if (!weights.ok()) {
+    std::fprintf(stderr, "%s\n", weights.status().ToString().c_str());
+    return 1;
+  }
+  const ModelConfig& c = (*weights)->config();
+  const int64_t max_tokens = *std::max_element(args.batches.begin(), args.batches.end()) * args.ctx;
+  auto model = cuda::UploadModel(**weights, args.dtype);
+  auto gemm = cuda::GemmRunner::Create(max_tokens);
+  auto stream = cuda::CudaStream::Create();
+  if (!model.ok() || !gemm.ok() || !stream.ok()) {
+    std::fprintf(stderr, "forward timings: setup failed\n");
+    return 1;
+  }
+  auto acts = cuda::AllocateActivations(c, **model, max_tokens);
+  if (!acts.ok()) {
+    std::fprintf(stderr, "%s\n", acts.status().ToString().c_str());
+    return 1;
+  }
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(c.vocab_size) - 1);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  const cudaStream_t s = stream->get();
+  for (int64_t b : args.batches) {
+    const int64_t n = b * args.ctx;
+    std::vector<int32_t> tokens(n), positions(n), targets(n), cu(b + 1);
+    for (int64_t t = 0; t < n; ++t) {
+      tokens[t] = id(rng);
+      positions[t] = static_cast<int32_t>(t % args.ctx);
+    }
+    for (int64_t t = 0; t < n; ++t) targets[t] = (t + 1) % args.ctx == 0 ? 0 : tokens[t + 1];
+    for (int64_t w = 0; w <= b; ++w) cu[w] = static_cast<int32_t>(w * args.ctx);
+    cudaMemcpy(acts->tokens.data(), tokens.data(), n * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(acts->positions.data(), positions.data(), n * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(acts->targets.data(), targets.data(), n * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(acts->cu_seqlens.data(), cu.data(), (b + 1) * 4, cudaMemcpyHostToDevice);
+    cuda::ForwardBatch fb;
+    fb.num_tokens = n;
+    fb.num_seqs = static_cast<int32_t>(b);
+    fb.max_seqlen = static_cast<int32_t>(args.ctx);
+    fb.lm_head_rows.push_back({0, n - 1});
+    const auto run = [&]() { return cuda::Forward(c, **model, **gemm, fb, &*acts, s); };
+    // Direct enqueue.
+    std::vector<double> direct, replay;
+    bool ok = run().ok() && cudaStreamSynchronize(s) == cudaSuccess;
+    for (int r = 0; ok && r < args.reps; ++r) {
+      cudaEventRecord(start, s);
+      ok = run().ok();
+      cudaEventRecord(stop, s);
+      ok = ok && cudaEventSynchronize(stop) == cudaSuccess;
+      float ms = 0;
+      cudaEventElapsedTime(&ms, start, stop);
+      direct.push_back(ms);
+    }
+    // Captured once, replayed.
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ok = ok && cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    const bool enqueued = ok && run().ok();
+    ok = ok && cudaStreamEndCapture(s, &graph) == cudaSuccess && enqueued &&
+         cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    ok = ok && cudaGraphLaunch(exec, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess;
+    for (int r = 0; ok && r < args.reps; ++r) {
+      cudaEventRecord(start, s);
+      ok = cudaGraphLaunch(exec, s) == cudaSuccess;
+      cudaEventRecord(stop, s);
+      ok = ok && cudaEventSynchronize(stop) == cudaSuccess;
+      float ms = 0;
+      cudaEventElapsedTime(&ms, start, stop);
+      replay.push_back(ms);
+    }
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (!ok || direct.empty() || replay.empty()) {
+      std::printf("forward B=%lld: timing failed (%s)\n", static_cast<long long>(b),
+                  cudaGetErrorString(cudaGetLastError()));
+      std::fflush(stdout);
+      return 1;
+    }
+    const double d = Median(direct), g = Median(replay);
+    std::printf("forward B=%lld T=%lld: enqueued %.2f ms, graph replay %.2f ms (%+.2f%%)\n",
+                static_cast<long long>(b), static_cast<long long>(args.ctx), d, g, 100.0 * (g - d) / d);
+    std::fflush(stdout);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Args args;
   if (!ParseArgs(argc, argv, &args)) {
     std::fprintf(
         stderr,
         "usage: scored_bench --model DIR [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32] "
-        "[--ref FILE [--gate 1]] [--profile 1]\n");
+        "[--ref FILE [--gate 1]] [--profile 1] [--graph 1]\n");
     return 2;
   }
   auto config = LoadModelConfig(args.model);
@@ -441,10 +542,9 @@ int Main(int argc, char** argv) {
         gemm > 0 ? tflops / gemm : 0.0, memory.empty() ? 0.0 : memory[0].first / 1073741824.0);
     std::fflush(stdout);
   }
-  if (args.profile) {
-    (*engine).reset();
-    Profile(*config, max_batch * args.ctx, args.ctx);
-  }
+  if (args.profile || args.graph) (*engine).reset();
+  if (args.graph && ForwardTimings(args) != 0) rc = 1;
+  if (args.profile) Profile(*config, max_batch * args.ctx, args.ctx);
   return rc;
 }
 
