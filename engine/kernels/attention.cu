@@ -383,6 +383,249 @@ __global__ void __launch_bounds__(MmaWarps<kHeadDim>() * 32, MmaMinBlocks<kHeadD
   }
 }
 
+// ---------------------------------------------------------------- tensor-core path, 32 rows per warp
+
+// Each warp owns two 16-row tiles of queries (32 rows), so every K and V fragment loaded from shared
+// memory feeds two mma instead of one; Q is staged in shared memory (cp.async, with the first K/V tile)
+// and re-read per key tile through ldmatrix, which keeps the registers for the 2 x 16 x head_dim fp32
+// output accumulators. 4 warps x 32 rows = 128 queries per block, kBlockK keys per tile, two-stage K/V
+// ring as in the 16-row kernel. Softmax runs in raw score units: the running max m is a raw score and
+// p = 2^(s * scale_log2 - m * scale_log2), one FFMA and one ex2 per score.
+constexpr int kWideWarps = 4;
+constexpr int kWideRowTiles = 2;
+constexpr int kWideBlockQ = kWideWarps * kWideRowTiles * 16;
+
+template <int kHeadDim, int kBlockK>
+__host__ __device__ constexpr int WideSharedBytes() {
+  return (kWideBlockQ + 2 /*K, V*/ * 2 /*stages*/ * kBlockK) * (kHeadDim + kPad) * 2 /*bytes*/;
+}
+
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <int kHeadDim, int kBlockK>
+__global__ void __launch_bounds__(kWideWarps * 32, 2) AttentionMmaWideKernel(const __nv_bfloat16* __restrict__ q,
+                                                                          const __nv_bfloat16* __restrict__ k,
+                                                                          const __nv_bfloat16* __restrict__ v,
+                                                                          const int32_t* __restrict__ cu_seqlens,
+                                                                          const AttentionShape shape, float scale_log2,
+                                                                          __nv_bfloat16* __restrict__ out) {
+  constexpr int kDChunks = kHeadDim / 16;
+  constexpr int kDBlocks = kHeadDim / 8;
+  constexpr int kKBlocks = kBlockK / 8;
+  constexpr int kKChunks = kBlockK / 16;
+  constexpr int kRow = kHeadDim + kPad;
+  constexpr int kStage = kBlockK * kRow;
+  constexpr int kCopiesPerRow = kHeadDim / 8;
+  constexpr int kThreads = kWideWarps * 32;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kWideBlockQ][kRow]
+  __nv_bfloat16* k_s = q_s + kWideBlockQ * kRow;                     // [2][kBlockK][kRow]
+  __nv_bfloat16* v_s = k_s + 2 * kStage;                             // [2][kBlockK][kRow]
+
+  const int seq = blockIdx.z;
+  const int head = blockIdx.y;
+  const int64_t start = cu_seqlens[seq];
+  const int len = cu_seqlens[seq + 1] - cu_seqlens[seq];
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kWideBlockQ;  // longest tiles first
+  if (q0 >= len) return;
+  const int kv_head = head / (shape.num_heads / shape.num_kv_heads);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int warp_q0 = q0 + warp * 32;  // first query row of this warp (local index)
+  const int warp_last = min(warp_q0 + 31, len - 1);
+  const __nv_bfloat16* k_head = k + start * shape.kv_stride + kv_head * kHeadDim;
+  const __nv_bfloat16* v_head = v + start * shape.kv_stride + kv_head * kHeadDim;
+
+  // Q tile: rows past the sequence end are zero-filled.
+  {
+    const __nv_bfloat16* q_head = q + start * shape.q_stride + head * kHeadDim;
+    for (int idx = threadIdx.x; idx < kWideBlockQ * kCopiesPerRow; idx += kThreads) {
+      const int r = idx / kCopiesPerRow;
+      const int d = (idx - r * kCopiesPerRow) * 8;
+      const bool valid = q0 + r < len;
+      const int64_t off = valid ? static_cast<int64_t>(q0 + r) * shape.q_stride + d : 0;
+      CopyAsync16(q_s + r * kRow + d, q_head + off, valid ? 16 : 0);
+    }
+  }
+  auto load_tile = [&](int tile, int stage) {
+    const int k0 = tile * kBlockK;
+    for (int idx = threadIdx.x; idx < kBlockK * kCopiesPerRow; idx += kThreads) {
+      const int j = idx / kCopiesPerRow;
+      const int d = (idx - j * kCopiesPerRow) * 8;
+      const bool valid = k0 + j < len;
+      const int64_t off = valid ? static_cast<int64_t>(k0 + j) * shape.kv_stride + d : 0;
+      CopyAsync16(k_s + stage * kStage + j * kRow + d, k_head + off, valid ? 16 : 0);
+      CopyAsync16(v_s + stage * kStage + j * kRow + d, v_head + off, valid ? 16 : 0);
+    }
+    CopyAsyncCommit();
+  };
+
+  const int key_end = min(len, q0 + kWideBlockQ);
+  const int num_tiles = (key_end + kBlockK - 1) / kBlockK;
+  load_tile(0, 0);  // commits the Q copies too
+
+  float o[kWideRowTiles][kDBlocks][4];
+  float m[kWideRowTiles][2], l[kWideRowTiles][2];
+#pragma unroll
+  for (int rt = 0; rt < kWideRowTiles; ++rt) {
+#pragma unroll
+    for (int n = 0; n < kDBlocks; ++n) o[rt][n][0] = o[rt][n][1] = o[rt][n][2] = o[rt][n][3] = 0.0f;
+    m[rt][0] = m[rt][1] = -INFINITY;
+    l[rt][0] = l[rt][1] = 0.0f;
+  }
+
+  const int mat = lane >> 3, mrow = lane & 7;
+  // ldmatrix row address of this lane in the Q tile for row tile rt (A fragment: matrices a0..a3 are
+  // rows 0-7 / 8-15 of columns 0-7, then of columns 8-15).
+  const __nv_bfloat16* q_lane = q_s + (warp * 32 + (mat & 1) * 8 + mrow) * kRow + (mat >> 1) * 8;
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile & 1;
+    if (tile + 1 < num_tiles) {
+      load_tile(tile + 1, stage ^ 1);
+      CopyAsyncWait<1>();
+    } else {
+      CopyAsyncWait<0>();
+    }
+    __syncthreads();
+    const int k0 = tile * kBlockK;
+    if (k0 <= warp_last) {
+      const __nv_bfloat16* kt = k_s + stage * kStage;
+      const __nv_bfloat16* vt = v_s + stage * kStage;
+      float s[kWideRowTiles][kKBlocks][4];
+#pragma unroll
+      for (int rt = 0; rt < kWideRowTiles; ++rt) {
+#pragma unroll
+        for (int n = 0; n < kKBlocks; ++n) s[rt][n][0] = s[rt][n][1] = s[rt][n][2] = s[rt][n][3] = 0.0f;
+      }
+#pragma unroll
+      for (int c = 0; c < kDChunks; c += 2) {
+        uint32_t a[kWideRowTiles][2][4];
+#pragma unroll
+        for (int rt = 0; rt < kWideRowTiles; ++rt) {
+          LoadMatrixX4(a[rt][0], q_lane + rt * 16 * kRow + c * 16);
+          LoadMatrixX4(a[rt][1], q_lane + rt * 16 * kRow + (c + 1) * 16);
+        }
+#pragma unroll
+        for (int n = 0; n < kKBlocks; ++n) {
+          uint32_t b[4];
+          LoadMatrixX4(b, kt + (n * 8 + mrow) * kRow + c * 16 + mat * 8);
+#pragma unroll
+          for (int rt = 0; rt < kWideRowTiles; ++rt) {
+            MmaBf16(s[rt][n], a[rt][0][0], a[rt][0][1], a[rt][0][2], a[rt][0][3], b[0], b[1]);
+            MmaBf16(s[rt][n], a[rt][1][0], a[rt][1][1], a[rt][1][2], a[rt][1][3], b[2], b[3]);
+          }
+        }
+      }
+      uint32_t pa[kWideRowTiles][kKChunks][4];
+#pragma unroll
+      for (int rt = 0; rt < kWideRowTiles; ++rt) {
+        const int rt_q0 = warp_q0 + rt * 16;
+        const int row_a = rt_q0 + g, row_b = row_a + 8;
+        // Mask keys after the query (this also covers keys >= len); a tile whose last key precedes the
+        // row tile's first query needs no mask.
+        if (k0 + kBlockK - 1 > rt_q0) {
+#pragma unroll
+          for (int n = 0; n < kKBlocks; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = k0 + n * 8 + 2 * t + (e & 1);
+              if (key > (e < 2 ? row_a : row_b)) s[rt][n][e] = -INFINITY;
+            }
+          }
+        }
+        float max_a = -INFINITY, max_b = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < kKBlocks; ++n) {
+          max_a = fmaxf(max_a, fmaxf(s[rt][n][0], s[rt][n][1]));
+          max_b = fmaxf(max_b, fmaxf(s[rt][n][2], s[rt][n][3]));
+        }
+#pragma unroll
+        for (int offset = 1; offset < 4; offset <<= 1) {
+          max_a = fmaxf(max_a, __shfl_xor_sync(0xffffffffu, max_a, offset));
+          max_b = fmaxf(max_b, __shfl_xor_sync(0xffffffffu, max_b, offset));
+        }
+        const float new_a = fmaxf(m[rt][0], max_a), new_b = fmaxf(m[rt][1], max_b);
+        // A row with no valid key yet keeps m = -inf; subtract 0 instead so ex2 gives 0, not NaN.
+        const float neg_a = new_a == -INFINITY ? 0.0f : -new_a * scale_log2;
+        const float neg_b = new_b == -INFINITY ? 0.0f : -new_b * scale_log2;
+        const float alpha_a = FastExp2(fmaf(m[rt][0], scale_log2, neg_a));
+        const float alpha_b = FastExp2(fmaf(m[rt][1], scale_log2, neg_b));
+        m[rt][0] = new_a;
+        m[rt][1] = new_b;
+        float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+        for (int n = 0; n < kKBlocks; ++n) {
+          s[rt][n][0] = FastExp2(fmaf(s[rt][n][0], scale_log2, neg_a));
+          s[rt][n][1] = FastExp2(fmaf(s[rt][n][1], scale_log2, neg_a));
+          s[rt][n][2] = FastExp2(fmaf(s[rt][n][2], scale_log2, neg_b));
+          s[rt][n][3] = FastExp2(fmaf(s[rt][n][3], scale_log2, neg_b));
+          sum_a += s[rt][n][0] + s[rt][n][1];
+          sum_b += s[rt][n][2] + s[rt][n][3];
+        }
+        l[rt][0] = l[rt][0] * alpha_a + sum_a;
+        l[rt][1] = l[rt][1] * alpha_b + sum_b;
+#pragma unroll
+        for (int n = 0; n < kDBlocks; ++n) {
+          o[rt][n][0] *= alpha_a;
+          o[rt][n][1] *= alpha_a;
+          o[rt][n][2] *= alpha_b;
+          o[rt][n][3] *= alpha_b;
+        }
+#pragma unroll
+        for (int c = 0; c < kKChunks; ++c) {
+          pa[rt][c][0] = PackBf16(s[rt][2 * c][0], s[rt][2 * c][1]);
+          pa[rt][c][1] = PackBf16(s[rt][2 * c][2], s[rt][2 * c][3]);
+          pa[rt][c][2] = PackBf16(s[rt][2 * c + 1][0], s[rt][2 * c + 1][1]);
+          pa[rt][c][3] = PackBf16(s[rt][2 * c + 1][2], s[rt][2 * c + 1][3]);
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kKChunks; ++c) {
+#pragma unroll
+        for (int n = 0; n < kDBlocks; n += 2) {
+          uint32_t b[4];
+          LoadMatrixX4Trans(b, vt + (c * 16 + (mat & 1) * 8 + mrow) * kRow + (n + (mat >> 1)) * 8);
+#pragma unroll
+          for (int rt = 0; rt < kWideRowTiles; ++rt) {
+            MmaBf16(o[rt][n], pa[rt][c][0], pa[rt][c][1], pa[rt][c][2], pa[rt][c][3], b[0], b[1]);
+            MmaBf16(o[rt][n + 1], pa[rt][c][0], pa[rt][c][1], pa[rt][c][2], pa[rt][c][3], b[2], b[3]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // the next iteration's copies overwrite this stage
+  }
+  const int64_t out_stride = static_cast<int64_t>(shape.num_heads) * kHeadDim;
+#pragma unroll
+  for (int rt = 0; rt < kWideRowTiles; ++rt) {
+    float la = l[rt][0], lb = l[rt][1];
+#pragma unroll
+    for (int offset = 1; offset < 4; offset <<= 1) {
+      la += __shfl_xor_sync(0xffffffffu, la, offset);
+      lb += __shfl_xor_sync(0xffffffffu, lb, offset);
+    }
+    const int row_a = warp_q0 + rt * 16 + g, row_b = row_a + 8;
+    const float inv_a = 1.0f / la, inv_b = 1.0f / lb;
+#pragma unroll
+    for (int n = 0; n < kDBlocks; ++n) {
+      const int d = head * kHeadDim + n * 8 + 2 * t;
+      if (row_a < len) {
+        *reinterpret_cast<uint32_t*>(out + (start + row_a) * out_stride + d) =
+            PackBf16(o[rt][n][0] * inv_a, o[rt][n][1] * inv_a);
+      }
+      if (row_b < len) {
+        *reinterpret_cast<uint32_t*>(out + (start + row_b) * out_stride + d) =
+            PackBf16(o[rt][n][2] * inv_b, o[rt][n][3] * inv_b);
+      }
+    }
+  }
+}
+
 absl::Status CheckShape(const void* q, const void* k, const void* v, const int32_t* cu_seqlens,
                         const AttentionShape& s, const void* out) {
   if (s.num_tokens < 0 || s.num_seqs < 0 || s.max_seqlen < 0 || s.num_heads < 1 || s.num_kv_heads < 1 ||
@@ -444,7 +687,57 @@ absl::Status LaunchMma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const 
   return absl::OkStatus();
 }
 
+template <int kHeadDim, int kBlockK>
+absl::Status LaunchMmaWide(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
+                           const AttentionShape& s, bf16_t* out, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kWideBlockQ)), static_cast<unsigned>(s.num_heads),
+                  static_cast<unsigned>(s.num_seqs));
+  const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHeadDim));
+  constexpr int kSmem = WideSharedBytes<kHeadDim, kBlockK>();
+  static const cudaError_t attribute_status = cudaFuncSetAttribute(
+      AttentionMmaWideKernel<kHeadDim, kBlockK>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  SCORED_CUDA_CHECK(attribute_status);
+  AttentionMmaWideKernel<kHeadDim, kBlockK><<<grid, kWideWarps * 32, kSmem, stream>>>(
+      ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, scale_log2, ToDevice(out));
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+bool MmaAligned(const void* q, const void* k, const void* v, const void* out, const AttentionShape& s) {
+  return IsAligned(q, 4) && IsAligned(k, 16) && IsAligned(v, 16) && IsAligned(out, 4) && s.q_stride % 2 == 0 &&
+         s.kv_stride % 8 == 0;
+}
+
 }  // namespace
+
+absl::Status CausalAttentionWith(AttentionKernel kernel, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+                                 const int32_t* cu_seqlens, const AttentionShape& shape, bf16_t* out,
+                                 cudaStream_t stream) {
+  const absl::Status st = CheckShape(q, k, v, cu_seqlens, shape, out);
+  if (!st.ok()) return st;
+  if (shape.num_tokens == 0 || shape.num_seqs == 0 || shape.max_seqlen == 0) return absl::OkStatus();
+  if (kernel == AttentionKernel::kAuto) return CausalAttention(q, k, v, cu_seqlens, shape, out, stream);
+  if (kernel == AttentionKernel::kSimt) return DispatchSimt(q, k, v, cu_seqlens, shape, out, stream);
+  // The 16-byte cp.async copies of the Q tile need q 16-byte aligned with q_stride % 8 == 0.
+  const bool aligned = MmaAligned(q, k, v, out, shape);
+  const bool wide_ok = aligned && IsAligned(q, 16) && shape.q_stride % 8 == 0 && shape.head_dim == 128;
+  switch (kernel) {
+    case AttentionKernel::kMma16Rows:
+      if (aligned && shape.head_dim == 128) return LaunchMma<128>(q, k, v, cu_seqlens, shape, out, stream);
+      if (aligned && shape.head_dim == 64) return LaunchMma<64>(q, k, v, cu_seqlens, shape, out, stream);
+      if (aligned && shape.head_dim == 32) return LaunchMma<32>(q, k, v, cu_seqlens, shape, out, stream);
+      break;
+    case AttentionKernel::kMma32RowsK32:
+      if (wide_ok) return LaunchMmaWide<128, 32>(q, k, v, cu_seqlens, shape, out, stream);
+      break;
+    case AttentionKernel::kMma32RowsK64:
+      if (wide_ok) return LaunchMmaWide<128, 64>(q, k, v, cu_seqlens, shape, out, stream);
+      break;
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError("CausalAttentionWith: this kernel does not support the shape or alignment");
+}
 
 template <typename T>
 absl::Status CausalAttentionSimt(const T* q, const T* k, const T* v, const int32_t* cu_seqlens,
@@ -462,9 +755,7 @@ absl::Status CausalAttention(const T* q, const T* k, const T* v, const int32_t* 
   if (!st.ok()) return st;
   if (shape.num_tokens == 0 || shape.num_seqs == 0 || shape.max_seqlen == 0) return absl::OkStatus();
   if constexpr (sizeof(T) == 2) {
-    const bool aligned = IsAligned(q, 4) && IsAligned(k, 16) && IsAligned(v, 16) && IsAligned(out, 4) &&
-                         shape.q_stride % 2 == 0 && shape.kv_stride % 8 == 0;
-    if (aligned) {
+    if (MmaAligned(q, k, v, out, shape)) {
       switch (shape.head_dim) {
         case 32: return LaunchMma<32>(q, k, v, cu_seqlens, shape, out, stream);
         case 64: return LaunchMma<64>(q, k, v, cu_seqlens, shape, out, stream);

@@ -56,6 +56,20 @@ template <typename T>
 absl::Status CausalAttentionSimt(const T* q, const T* k, const T* v, const int32_t* cu_seqlens,
                                  const AttentionShape& shape, T* out, cudaStream_t stream);
 
+// Kernel choice, for tests and measurements (the engine calls CausalAttention, which picks kAuto's
+// choice): kSimt the fp32 SIMT kernel; kMma16Rows the tensor-core kernel with 16 query rows per warp
+// (head_dim 32/64/128); kMma32Rows* the tensor-core kernel with 32 query rows per warp and Q staged in
+// shared memory, 32- or 64-key tiles (head_dim 128; q also 16-byte aligned with q_stride % 8 == 0).
+enum class AttentionKernel { kAuto, kSimt, kMma16Rows, kMma32RowsK32, kMma32RowsK64 };
+
+// CausalAttention<bf16_t> with the kernel named. INVALID_ARGUMENT when that kernel cannot take the shape
+// or alignment (no fallback), else as CausalAttention.
+absl::Status CausalAttentionWith(AttentionKernel kernel, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+                                 const int32_t* cu_seqlens,  // [num_seqs + 1]
+                                 const AttentionShape& shape,
+                                 bf16_t* out,                // [num_tokens, num_heads * head_dim]
+                                 cudaStream_t stream);
+
 }  // namespace scored::kernels
 
 #endif  // SCORED_ENGINE_KERNELS_ATTENTION_H_

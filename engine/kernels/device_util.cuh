@@ -86,6 +86,52 @@ __device__ __forceinline__ T BlockMax(T v, T* scratch, T lowest) {
   return total;
 }
 
+// 16-byte vectors of a storage type: Vec16<T>::kSize elements (8 bf16 or 4 fp32) moved by one 16-byte
+// load or store, converted to / from fp32 with the same rounding as LoadAsFloat / StoreFromFloat. The
+// pointer must be 16-byte aligned.
+template <typename T>
+struct Vec16 {
+  static constexpr int kSize = 16 / static_cast<int>(sizeof(T));
+};
+
+__device__ __forceinline__ void Load16(const float* p, float (&v)[4]) {
+  const float4 w = *reinterpret_cast<const float4*>(p);
+  v[0] = w.x;
+  v[1] = w.y;
+  v[2] = w.z;
+  v[3] = w.w;
+}
+__device__ __forceinline__ void Load16(const __nv_bfloat16* p, float (&v)[8]) {
+  const uint4 w = *reinterpret_cast<const uint4*>(p);
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    // bf16 -> fp32 is exact: the bits move to the top half of the word.
+    v[2 * j] = __uint_as_float(words[j] << 16);
+    v[2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
+  }
+}
+__device__ __forceinline__ void Store16(float* p, const float (&v)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void Store16(__nv_bfloat16* p, const float (&v)[8]) {
+  uint32_t words[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+    words[j] = *reinterpret_cast<const uint32_t*>(&pair);
+  }
+  *reinterpret_cast<uint4*>(p) = make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+// Streaming multiprocessors of the current device: grids of the memory-bound kernels are sized from it.
+inline cudaError_t MultiprocessorCount(int* count) {
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  return cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device);
+}
+
 inline bool IsAligned(const void* p, uintptr_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
 }

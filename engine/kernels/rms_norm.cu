@@ -1,6 +1,13 @@
 // RMSNorm and residual-add + RMSNorm. Contract: rms_norm.h.
 //
-// One block of kThreads per token. Pass 1 (optionally adding x into the fp32 residual) accumulates the
+// Vector path (hidden_size a multiple of 8 and at most 8 * 8 * kThreads, row strides multiples of 8,
+// 16-byte aligned pointers; the engine's activations qualify): a grid sized from the SM count strides
+// over tokens, one block per token at a time. Thread i owns the 8-element chunks i, i + kThreads, ... of
+// the row and keeps them in registers: all loads of the row are issued at once, the sum of squares runs
+// over the thread's chunks in order, then BlockSum; the row is never re-read. The order depends only on
+// hidden_size.
+//
+// Scalar path otherwise: one block of kThreads per token. Pass 1 (optionally adding x into the fp32 residual) accumulates the
 // sum of squares per thread in index order i = tid, tid + kThreads, ...; BlockSum combines the threads in
 // a fixed tree. Pass 2 re-reads the row (each thread the elements it wrote itself, so no barrier is
 // needed; the row is in L1/L2) and writes the normalized values.
@@ -46,6 +53,119 @@ __global__ void __launch_bounds__(kThreads) RmsNormKernel(const XT* x,  // [num_
   }
 }
 
+// Loads 8 consecutive elements (16-byte aligned) as fp32.
+__device__ __forceinline__ void Load8(const float* p, float (&v)[8]) {
+  float lo[4], hi[4];
+  Load16(p, lo);
+  Load16(p + 4, hi);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    v[j] = lo[j];
+    v[j + 4] = hi[j];
+  }
+}
+__device__ __forceinline__ void Load8(const __nv_bfloat16* p, float (&v)[8]) { Load16(p, v); }
+__device__ __forceinline__ void Store8(float* p, const float (&v)[8]) {
+  const float lo[4] = {v[0], v[1], v[2], v[3]};
+  const float hi[4] = {v[4], v[5], v[6], v[7]};
+  Store16(p, lo);
+  Store16(p + 4, hi);
+}
+__device__ __forceinline__ void Store8(__nv_bfloat16* p, const float (&v)[8]) { Store16(p, v); }
+
+constexpr int kChunk = 8;  // elements per vector access
+
+template <bool kAddResidual, int kChunksPerThread, typename XT, typename OutT>
+__global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const XT* x,  // [num_tokens, x_stride]
+                                                             int64_t x_stride,
+                                                             float* residual,  // [num_tokens, hidden_size]
+                                                             const float* __restrict__ weight,  // [hidden_size]
+                                                             int64_t num_tokens, int64_t hidden_size, float eps,
+                                                             OutT* out,  // [num_tokens, out_stride]
+                                                             int64_t out_stride) {
+  __shared__ float scratch[32];
+  const int chunks = static_cast<int>(hidden_size / kChunk);
+  for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
+    const XT* x_row = x + t * x_stride;
+    float* res_row = kAddResidual ? residual + t * hidden_size : nullptr;
+    float v[kChunksPerThread][kChunk];
+#pragma unroll
+    for (int r = 0; r < kChunksPerThread; ++r) {
+      const int c = threadIdx.x + r * kThreads;
+      if (c < chunks) {
+        Load8(x_row + c * kChunk, v[r]);
+        if constexpr (kAddResidual) {
+          float res[kChunk];
+          Load8(res_row + c * kChunk, res);
+#pragma unroll
+          for (int j = 0; j < kChunk; ++j) v[r][j] += res[j];
+        }
+      }
+    }
+    float sum_sq = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kChunksPerThread; ++r) {
+      const int c = threadIdx.x + r * kThreads;
+      if (c < chunks) {
+        if constexpr (kAddResidual) Store8(res_row + c * kChunk, v[r]);
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) sum_sq += v[r][j] * v[r][j];
+      }
+    }
+    const float total = BlockSum(sum_sq, scratch);
+    const float inv_rms = rsqrtf(total / static_cast<float>(hidden_size) + eps);
+    OutT* out_row = out + t * out_stride;
+#pragma unroll
+    for (int r = 0; r < kChunksPerThread; ++r) {
+      const int c = threadIdx.x + r * kThreads;
+      if (c < chunks) {
+        float w[kChunk], o[kChunk];
+        Load8(weight + c * kChunk, w);
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) o[j] = v[r][j] * inv_rms * w[j];
+        Store8(out_row + c * kChunk, o);
+      }
+    }
+  }
+}
+
+// Launches the vector path if the arguments allow it; *launched says whether it did.
+template <bool kAddResidual, typename XT, typename OutT>
+absl::Status TryLaunchVec(const XT* x, int64_t x_stride, float* residual, const float* weight, int64_t num_tokens,
+                          int64_t hidden_size, float eps, OutT* out, int64_t out_stride, cudaStream_t stream,
+                          bool* launched) {
+  *launched = false;
+  const int64_t chunks = hidden_size / kChunk;
+  const bool shape_ok = hidden_size % kChunk == 0 && x_stride % kChunk == 0 && out_stride % kChunk == 0 &&
+                        chunks <= 8 * kThreads;
+  if (!shape_ok || !IsAligned(x, 16) || !IsAligned(weight, 16) || !IsAligned(out, 16) ||
+      (kAddResidual && !IsAligned(residual, 16))) {
+    return absl::OkStatus();
+  }
+  int sms = 0;
+  SCORED_CUDA_CHECK(MultiprocessorCount(&sms));
+  const int64_t max_blocks = static_cast<int64_t>(sms) * (2048 / kThreads);
+  const unsigned blocks = static_cast<unsigned>(num_tokens < max_blocks ? num_tokens : max_blocks);
+  const auto dx = ToDevice(x);
+  const auto dout = ToDevice(out);
+  if (chunks <= kThreads) {
+    RmsNormVecKernel<kAddResidual, 1><<<blocks, kThreads, 0, stream>>>(dx, x_stride, residual, weight, num_tokens,
+                                                                       hidden_size, eps, dout, out_stride);
+  } else if (chunks <= 2 * kThreads) {
+    RmsNormVecKernel<kAddResidual, 2><<<blocks, kThreads, 0, stream>>>(dx, x_stride, residual, weight, num_tokens,
+                                                                       hidden_size, eps, dout, out_stride);
+  } else if (chunks <= 4 * kThreads) {
+    RmsNormVecKernel<kAddResidual, 4><<<blocks, kThreads, 0, stream>>>(dx, x_stride, residual, weight, num_tokens,
+                                                                       hidden_size, eps, dout, out_stride);
+  } else {
+    RmsNormVecKernel<kAddResidual, 8><<<blocks, kThreads, 0, stream>>>(dx, x_stride, residual, weight, num_tokens,
+                                                                       hidden_size, eps, dout, out_stride);
+  }
+  SCORED_CUDA_CHECK_LAUNCH();
+  *launched = true;
+  return absl::OkStatus();
+}
+
 absl::Status CheckArgs(const void* x, int64_t x_stride, const float* weight, int64_t num_tokens,
                        int64_t hidden_size, const void* out, int64_t out_stride) {
   if (num_tokens < 0 || hidden_size < 1) {
@@ -68,6 +188,10 @@ absl::Status RmsNorm(const XT* x, int64_t x_stride, const float* weight, int64_t
   const absl::Status args = CheckArgs(x, x_stride, weight, num_tokens, hidden_size, out, out_stride);
   if (!args.ok()) return args;
   if (num_tokens == 0) return absl::OkStatus();
+  bool launched = false;
+  const absl::Status vec = TryLaunchVec<false>(x, x_stride, static_cast<float*>(nullptr), weight, num_tokens,
+                                               hidden_size, eps, out, out_stride, stream, &launched);
+  if (!vec.ok() || launched) return vec;
   const int64_t blocks = num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks;
   RmsNormKernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       ToDevice(x), x_stride, nullptr, weight, num_tokens, hidden_size, eps, ToDevice(out), out_stride);
@@ -83,6 +207,10 @@ absl::Status AddRmsNorm(const XT* x, int64_t x_stride, float* residual, const fl
   if (!args.ok()) return args;
   if (num_tokens == 0) return absl::OkStatus();
   if (residual == nullptr) return absl::InvalidArgumentError("AddRmsNorm: null residual");
+  bool launched = false;
+  const absl::Status vec = TryLaunchVec<true>(x, x_stride, residual, weight, num_tokens, hidden_size, eps, out,
+                                              out_stride, stream, &launched);
+  if (!vec.ok() || launched) return vec;
   const int64_t blocks = num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks;
   RmsNormKernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       ToDevice(x), x_stride, residual, weight, num_tokens, hidden_size, eps, ToDevice(out), out_stride);

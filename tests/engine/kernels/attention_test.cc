@@ -116,6 +116,32 @@ std::vector<float> RunAttention(cudaStream_t stream, const Problem& p, bool simt
   return out;
 }
 
+// bf16 attention through the named kernel (fused q|k|v buffer as the engine passes it).
+std::vector<float> RunAttentionWith(cudaStream_t stream, const Problem& p, AttentionKernel kernel) {
+  const AttentionShape shape = p.Shape();
+  DeviceArray<int32_t> d_cu(p.cu_seqlens);
+  DeviceArray<bf16_t> d_qkv(testing::ToBf16(p.qkv)), d_out(p.num_tokens * p.num_heads * p.head_dim);
+  d_out.Poison();
+  const bf16_t* q = d_qkv.get();
+  const bf16_t* k = q + static_cast<int64_t>(p.num_heads) * p.head_dim;
+  const bf16_t* v = k + static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+  const absl::Status st = CausalAttentionWith(kernel, q, k, v, d_cu.get(), shape, d_out.get(), stream);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  return testing::FromBf16(d_out.Download());
+}
+
+const char* KernelName(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::kAuto: return "auto";
+    case AttentionKernel::kSimt: return "simt";
+    case AttentionKernel::kMma16Rows: return "mma16rows";
+    case AttentionKernel::kMma32RowsK32: return "mma32rows_k32";
+    case AttentionKernel::kMma32RowsK64: return "mma32rows_k64";
+  }
+  return "?";
+}
+
 double MeanAbsError(const std::vector<float>& got, const std::vector<float>& want) {
   double sum = 0.0;
   for (size_t i = 0; i < got.size(); ++i) sum += std::fabs(static_cast<double>(got[i]) - want[i]);
@@ -131,6 +157,27 @@ TEST_F(AttentionTest, Bf16MatchesReference) {
     for (bool simt : {false, true}) {
       const std::string name = std::string("attention bf16 ") + (simt ? "simt" : "default") + " hd=" + std::to_string(hd);
       const std::vector<float> got = RunAttention<bf16_t>(stream_, p, simt);
+      const testing::ErrorStats s = testing::CompareArrays(got, p.want);
+      const double mean = MeanAbsError(got, p.want);
+      testing::Report(name + " (mean_abs=" + std::to_string(mean) + ")", s);
+      EXPECT_EQ(s.not_finite, 0) << name;
+      EXPECT_LE(s.max_abs, kBf16AbsTol) << name;
+      EXPECT_LE(mean, kBf16MeanAbsTol) << name;
+    }
+  }
+}
+
+// Every tensor-core kernel at head_dim 128, on the varlen batch above and on long windows (many key
+// tiles, several query blocks, a partial last block), with 4 and 1 kv heads.
+TEST_F(AttentionTest, Bf16KernelsMatchReference) {
+  const std::vector<Problem> problems = {MakeProblem(kLengths, 8, 2, 128, 500),
+                                         MakeProblem({700, 1, 333}, 4, 1, 128, 501)};
+  for (const Problem& p : problems) {
+    for (AttentionKernel kernel : {AttentionKernel::kAuto, AttentionKernel::kMma16Rows,
+                                   AttentionKernel::kMma32RowsK32, AttentionKernel::kMma32RowsK64}) {
+      const std::string name = std::string("attention bf16 ") + KernelName(kernel) + " hd=128 tokens=" +
+                               std::to_string(p.num_tokens);
+      const std::vector<float> got = RunAttentionWith(stream_, p, kernel);
       const testing::ErrorStats s = testing::CompareArrays(got, p.want);
       const double mean = MeanAbsError(got, p.want);
       testing::Report(name + " (mean_abs=" + std::to_string(mean) + ")", s);
@@ -164,12 +211,20 @@ TEST_F(AttentionTest, SequenceResultIndependentOfBatch) {
   const std::vector<float> one = RunAttention<bf16_t>(stream_, alone, false);
   const int64_t cols = 8 * 128;
   EXPECT_EQ(testing::CountBitDifferences(std::vector<float>(all.begin() + 70 * cols, all.begin() + 103 * cols), one), 0);
+  for (AttentionKernel kernel : {AttentionKernel::kMma16Rows, AttentionKernel::kMma32RowsK32,
+                                 AttentionKernel::kMma32RowsK64}) {
+    const std::vector<float> all_k = RunAttentionWith(stream_, batch, kernel);
+    const std::vector<float> one_k = RunAttentionWith(stream_, alone, kernel);
+    EXPECT_EQ(testing::CountBitDifferences(std::vector<float>(all_k.begin() + 70 * cols, all_k.begin() + 103 * cols),
+                                           one_k), 0) << KernelName(kernel);
+  }
 }
 
 // Times attention at Llama-3 shapes (32 heads, 8 kv heads; 8 windows of 2048 tokens): bf16 (tensor cores)
 // at head_dim 128 and 64, and the fp32 SIMT path at 128. Reports only; the tests above are the gate.
 template <typename T>
-void TimeAttention(cudaStream_t stream, int32_t head_dim, int iters) {
+void TimeAttention(cudaStream_t stream, int32_t head_dim, int iters,
+                   AttentionKernel kernel = AttentionKernel::kAuto) {
   constexpr int32_t kSeqs = 8, kLen = 2048, kNh = 32, kNkv = 8;
   constexpr int64_t kTokens = static_cast<int64_t>(kSeqs) * kLen;
   const int64_t stride = static_cast<int64_t>(kNh + 2 * kNkv) * head_dim;
@@ -197,29 +252,28 @@ void TimeAttention(cudaStream_t stream, int32_t head_dim, int iters) {
   s.q_stride = s.kv_stride = stride;
   const T* q = d_qkv.get();
   auto launch = [&] {
+    if constexpr (sizeof(T) == 2) {
+      if (kernel != AttentionKernel::kAuto) {
+        return CausalAttentionWith(kernel, q, q + kNh * head_dim, q + (kNh + kNkv) * head_dim, d_cu.get(), s,
+                                   d_out.get(), stream);
+      }
+    }
     return CausalAttention(q, q + kNh * head_dim, q + (kNh + kNkv) * head_dim, d_cu.get(), s, d_out.get(), stream);
   };
-  ASSERT_TRUE(launch().ok());
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start, stream);
-  for (int i = 0; i < iters; ++i) ASSERT_TRUE(launch().ok());
-  cudaEventRecord(stop, stream);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  float ms = 0.0f;
-  cudaEventElapsedTime(&ms, start, stop);
-  ms /= iters;
+  const float ms = testing::MedianMs(stream, launch, iters);
+  ASSERT_GT(ms, 0.0f);
   // Causal: QK^T and PV each 2 * hd FLOP per (query, key <= query) pair and head.
   const double flops = 4.0 * head_dim * kNh * kSeqs * (static_cast<double>(kLen) * (kLen + 1) / 2);
-  std::cout << "[ measured ] attention " << (sizeof(T) == 2 ? "bf16" : "fp32") << " 8x2048 nh=32 nkv=8 hd="
-            << head_dim << ": " << ms << " ms, " << flops / ms / 1e9 << " TFLOP/s" << std::endl;
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  std::cout << "[ measured ] attention " << (sizeof(T) == 2 ? "bf16" : "fp32") << " " << KernelName(kernel)
+            << " 8x2048 nh=32 nkv=8 hd=" << head_dim << ": " << ms << " ms, " << flops / ms / 1e9 << " TFLOP/s"
+            << std::endl;
 }
 
 TEST_F(AttentionTest, ThroughputLlama3Shapes) {
   TimeAttention<bf16_t>(stream_, 128, 10);
+  TimeAttention<bf16_t>(stream_, 128, 10, AttentionKernel::kMma16Rows);
+  TimeAttention<bf16_t>(stream_, 128, 10, AttentionKernel::kMma32RowsK32);
+  TimeAttention<bf16_t>(stream_, 128, 10, AttentionKernel::kMma32RowsK64);
   TimeAttention<bf16_t>(stream_, 64, 10);
   TimeAttention<float>(stream_, 128, 1);
 }

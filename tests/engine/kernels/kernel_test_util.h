@@ -156,6 +156,36 @@ int64_t CountBitDifferences(const std::vector<T>& a, const std::vector<T>& b) {
   return diff + static_cast<int64_t>(a.size() > b.size() ? a.size() - b.size() : b.size() - a.size());
 }
 
+// Median time of one call of `launch` (which enqueues on `stream` and returns absl::Status), in ms: two
+// warm-up calls, then `iters` calls each between a pair of events. Returns -1 on any failure.
+template <typename Launch>
+float MedianMs(cudaStream_t stream, Launch launch, int iters) {
+  for (int i = 0; i < 2; ++i) {
+    if (!launch().ok()) return -1.0f;
+  }
+  cudaEvent_t start, stop;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return -1.0f;
+  std::vector<float> times;
+  for (int i = 0; i < iters; ++i) {
+    cudaEventRecord(start, stream);
+    if (!launch().ok()) return -1.0f;
+    cudaEventRecord(stop, stream);
+    if (cudaEventSynchronize(stop) != cudaSuccess) return -1.0f;
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times.empty() ? -1.0f : times[times.size() / 2];
+}
+
+// Prints one throughput line: "[ measured ] <what>: <ms> ms, <bytes / time> TB/s".
+inline void ReportBandwidth(const std::string& what, float ms, double bytes) {
+  std::cout << "[ measured ] " << what << ": " << ms << " ms, " << bytes / ms / 1e9 << " TB/s" << std::endl;
+}
+
 }  // namespace scored::kernels::testing
 
 #endif  // SCORED_TESTS_ENGINE_KERNELS_KERNEL_TEST_UTIL_H_
