@@ -36,7 +36,7 @@ using ::scored::testing::ScoredProcessOptions;
 using ::testing::HasSubstr;
 
 // Per-token tolerance against the float64 golden: the CPU engine computes in fp32 with fp64
-// reductions; 5 layers of fp32 rounding stay far below 1e-4 nats (measured max ~1e-6).
+// reductions; 5 layers of fp32 rounding stay below 1e-4 nats (measured max 2.5e-5 over the 5 stories).
 constexpr double kLogprobTolerance = 1e-4;
 
 struct Story {
