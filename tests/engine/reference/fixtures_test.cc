@@ -14,19 +14,37 @@
 //     transformers reference differs from this engine by mean 0.09-0.10 / max 0.52-0.71, i.e. at that
 //     noise floor. So the W8A8 check is statistical at that floor (mean <= 0.15, max <= 1.0 nats), plus
 //     Fp8DynamicAppliesActivationQuantization below, which shows the activation quantization is there
-//     (the effect of removing it is 3x larger). The DESIGN target of mean <= 2e-3 / max <= 0.05 needs a
-//     W8A8 fixture of a trained (non-chaotic) model.
+//     (the effect of removing it is 3x larger).
+//   W8A8 on the trained stories260K (stories260k-fp8-dynamic): the target of mean <= 2e-3 / max <= 0.05 is
+//     not reachable by an fp32 implementation that is not bit-identical to torch's CPU kernels, because this
+//     model is chaotic under FP8 activation rounding too (hidden 64: one flipped element is a large share
+//     of a row). Measured on the reference side (transformers + compressed-tensors itself): ONE flipped
+//     rounding in layer 0-2 at position 100 of tinystories_0 moves the later log-probs by mean 0.02-0.05 /
+//     max 0.34-0.43 nats (in layer 4: < 0.001); scaling every Linear input by (1 + 1e-7 .. 1e-6) moves
+//     them by mean 0.013-0.053 / max 0.30-0.47; running the same model in float64 by mean 0.014 / max
+//     0.30. This engine: mean 0.0123 / max 0.151, the first log-prob off by > 2e-4 at positions 60, 51,
+//     none, 52 of the four sequences (printed), i.e. exact until the first flip. Its fake quantization is
+//     bit-identical to compressed-tensors' (Fp8ActivationQuantMatchesCompressedTensorsBitwise), so the
+//     rest is fp32 accumulation order upstream of the rounding. Bounds: mean <= 0.03, max <= 0.5 (the
+//     reference's own spread), plus Stories260kFp8DynamicAppliesActivationQuantization (weight-only is
+//     at mean 0.089).
 //   W4A4 (NVFP4 with FP4 activations): the engine runs the weights only (W4A16, DESIGN.md §6), unlike the
 //     reference; it is compared with the reference of its weight-only twin (NvFp4W4A4RunsAsW4A16).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "engine/model/safetensors.h"
+#include "engine/reference/ops.h"
 #include "engine/reference/reference_engine.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -111,6 +129,14 @@ std::vector<std::vector<float>> ScoreFixture(const std::string& name) {
   return out;
 }
 
+// 1-based position of the first log-prob more than 2e-4 from the reference; size + 1 if none is.
+size_t FirstDivergence(const std::vector<float>& ours, const std::vector<double>& ref) {
+  for (size_t j = 0; j < ref.size() && j < ours.size(); ++j) {
+    if (std::fabs(ours[j] - ref[j]) > 2e-4) return j + 1;
+  }
+  return ref.size() + 1;
+}
+
 class FixtureTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FixtureTest, LogprobsMatchReference) {
@@ -162,10 +188,18 @@ TEST_P(FixtureTest, LogprobsMatchReference) {
     }
     if (!w8a8) {
       EXPECT_NEAR(r.sum_logprob, seq["sum_logprob"].get<double>(), 2e-4 * expected.size()) << name;
+    } else {
+      std::cout << "  " << name << ": first position off by > 2e-4: " << FirstDivergence(r.logprob, expected)
+                << " of " << expected.size() << ", mean signed delta "
+                << (r.sum_logprob - seq["sum_logprob"].get<double>()) / static_cast<double>(expected.size())
+                << "\n";
     }
   }
   const double mean_delta = sum_delta / static_cast<double>(count);
-  if (w8a8) {
+  if (w8a8 && golden["base_model"] == "stories260k") {
+    EXPECT_LE(mean_delta, 0.03);
+    EXPECT_LE(max_delta, 0.5);
+  } else if (w8a8) {
     EXPECT_LE(mean_delta, 0.15);
     EXPECT_LE(max_delta, 1.0);
   }
@@ -194,6 +228,62 @@ TEST(Fixtures, Fp8DynamicAppliesActivationQuantization) {
   std::cout << "llama-fp8-dynamic: mean |delta| to its W8A8 reference " << to_w8a8.mean
             << ", to the W8A16 reference of the same weights " << to_w8a16.mean << "\n";
   EXPECT_LT(2.0 * to_w8a8.mean, to_w8a16.mean);
+}
+
+// stories260k-fp8-dynamic's reference file also holds the weight-only log-probs of the same weights. Ours
+// must sit much closer to the W8A8 ones (measured: mean 0.012 vs 0.089 nats), i.e. the activation
+// quantization is applied; the reference's own spread is a small part of the gap (see the header).
+TEST(Fixtures, Stories260kFp8DynamicAppliesActivationQuantization) {
+  const std::vector<std::vector<float>> ours = ScoreFixture("stories260k-fp8-dynamic");
+  if (ours.empty()) GTEST_SKIP() << "fixture absent";
+  nlohmann::json golden =
+      ReadJson(std::string(SCORED_FIXTURES_DIR) + "/stories260k-fp8-dynamic/reference_logprobs.json");
+  const Deltas to_w8a8 = Compare(ours, golden);
+  for (nlohmann::json& seq : golden["sequences"]) seq["token_logprobs"] = seq["weight_only_token_logprobs"];
+  const Deltas to_weight_only = Compare(ours, golden);
+  std::cout << "stories260k-fp8-dynamic: mean |delta| to its W8A8 reference " << to_w8a8.mean
+            << ", to the weight-only reference of the same weights " << to_weight_only.mean << "\n";
+  EXPECT_LT(4.0 * to_w8a8.mean, to_weight_only.mean);
+}
+
+// The activation quantization itself, bit for bit: reference_act_quant.safetensors holds real float32
+// Linear inputs of the stories260k-fp8-dynamic forward (tinystories_0, 8 positions, the q/o/gate/down
+// inputs of all 5 layers) and what compressed-tensors' forward_quantize made of them. Our per-token FP8
+// fake quantization must give exactly the same floats (no tolerance: same fp32 operations).
+TEST(Fixtures, Fp8ActivationQuantMatchesCompressedTensorsBitwise) {
+  const std::string path =
+      std::string(SCORED_FIXTURES_DIR) + "/stories260k-fp8-dynamic/reference_act_quant.safetensors";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "fixture absent";
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const std::map<std::string, TensorView>& tensors = (*file)->tensors();
+  int64_t modules = 0, elements = 0, mismatches = 0;
+  for (const auto& [name, input] : tensors) {
+    if (!absl::EndsWith(name, ".input")) continue;
+    const auto qdq = tensors.find(name + "_qdq");
+    ASSERT_NE(qdq, tensors.end()) << name;
+    ASSERT_EQ(input.dtype, DType::kF32) << name;
+    ASSERT_EQ(qdq->second.dtype, DType::kF32) << name;
+    ASSERT_EQ(input.shape.size(), 2u) << name;
+    ASSERT_EQ(input.shape, qdq->second.shape) << name;
+    const int64_t rows = input.shape[0], cols = input.shape[1];
+    std::vector<float> x(static_cast<size_t>(rows * cols));  // [rows, cols]
+    std::vector<float> expected(x.size());                   // [rows, cols]
+    std::memcpy(x.data(), input.data, x.size() * sizeof(float));
+    std::memcpy(expected.data(), qdq->second.data, expected.size() * sizeof(float));
+    ref::FakeQuantizeFp8PerToken(x.data(), rows, cols);
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i] != expected[i] && ++mismatches <= 5) {
+        ADD_FAILURE() << name << " element " << i << ": " << x[i] << " vs " << expected[i];
+      }
+    }
+    ++modules;
+    elements += rows * cols;
+  }
+  EXPECT_EQ(modules, 20);
+  EXPECT_EQ(mismatches, 0);
+  std::cout << "FP8 activation quantization vs compressed-tensors: " << modules << " Linear inputs, "
+            << elements << " elements, " << mismatches << " differ\n";
 }
 
 // llama-nvfp4 (W4A4) is run weight-only; its weights equal llama-nvfp4a16's, so it must reproduce the
