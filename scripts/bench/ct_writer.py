@@ -1,5 +1,5 @@
 """Writes compressed-tensors checkpoints (W4A16 group-128 symmetric `pack-quantized`, NVFP4A16
-`nvfp4-pack-quantized`) from dense weights, in the layout compressed-tensors itself saves (see
+`nvfp4-pack-quantized`, FP8 W8A8 `float-quantized` as llm-compressor's FP8_DYNAMIC) from dense weights, in the layout compressed-tensors itself saves (see
 tests/fixtures/README.md, "Decode rules"; scripts/bench/test_writer.py re-packs two fixtures bit for bit).
 
 The bit packing is written once for numpy and torch arrays alike (an `ArrayOps` adapter supplies the few
@@ -10,6 +10,8 @@ choice, rounding) need torch; they follow compressed-tensors' min-max observers:
   NVFP4:  global_scale = 448 * 6 / max |w| (fp32), scale[o, g] = e4m3(max |w[o, 16g:16g+16]| / 6 *
           global_scale), x = w / (fp32(scale) / global_scale) rounded to the nearest E2M1 value
           {0, .5, 1, 1.5, 2, 3, 4, 6} (sign kept, |x| > 6 clamped), 2 per byte, element 2i in the low nibble.
+  FP8:    scale[o] = bf16(max |w[o, :]| / 448), weight = e4m3(w / scale) (round to nearest even, torch's cast);
+          activations are quantized per token at run time (dynamic), nothing stored for them.
 """
 import json
 import os
@@ -28,6 +30,8 @@ LAYOUT = {
     "w4a16": {"weight_packed": ("I32", lambda o, i: [o, i // 8]),
               "weight_scale": ("BF16", lambda o, i: [o, i // 128]),
               "weight_shape": ("I64", lambda o, i: [2])},
+    "fp8_dynamic": {"weight": ("F8_E4M3", lambda o, i: [o, i]),
+                    "weight_scale": ("BF16", lambda o, i: [o, 1])},
     "nvfp4a16": {"weight_packed": ("U8", lambda o, i: [o, i // 2]),
                  "weight_scale": ("F8_E4M3", lambda o, i: [o, i // 16]),
                  "weight_global_scale": ("F32", lambda o, i: [1])},
@@ -45,14 +49,19 @@ def _weights_block(num_bits, group_size, strategy, type_, scale_dtype):
 
 def quantization_config(scheme):
     """The `quantization_config` block of config.json, as compressed-tensors 0.19 writes it."""
+    inputs = None
     if scheme == "w4a16":
         fmt, weights = "pack-quantized", _weights_block(4, 128, "group", "int", None)
+    elif scheme == "fp8_dynamic":
+        fmt, weights = "float-quantized", _weights_block(8, None, "channel", "float", None)
+        inputs = _weights_block(8, None, "token", "float", None)
+        inputs.update({"dynamic": True, "observer": None})
     elif scheme == "nvfp4a16":
         fmt, weights = "nvfp4-pack-quantized", _weights_block(4, 16, "tensor_group", "float",
                                                               "torch.float8_e4m3fn")
     else:
         raise ValueError(f"unknown scheme {scheme}")
-    return {"config_groups": {"group_0": {"format": fmt, "input_activations": None, "output_activations": None,
+    return {"config_groups": {"group_0": {"format": fmt, "input_activations": inputs, "output_activations": None,
                                           "targets": ["Linear"], "weights": weights}},
             "format": fmt, "global_compression_ratio": None, "ignore": ["lm_head"], "kv_cache_scheme": None,
             "quant_method": "compressed-tensors", "quantization_status": "compressed", "sparsity_config": {},
@@ -135,12 +144,21 @@ def quantize_nvfp4(w):
     return {"weight_packed": pack_nibbles(ops, codes), "weight_scale": scale, "weight_global_scale": global_scale}
 
 
+def quantize_fp8(w):
+    """w: [out, in] torch tensor -> {suffix: tensor} of one FP8 (per-channel weight scale) linear."""
+    import torch
+    wf = w.float()
+    scale = (wf.abs().amax(-1, keepdim=True) / 448.0).clamp(min=1e-30).to(torch.bfloat16)    # [out, 1]
+    q = (wf / scale.float()).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return {"weight": q, "weight_scale": scale}
+
+
 def write_checkpoint(state, config, out_dir, scheme, shard_bytes=4 << 30):
     """Quantizes every decoder Linear of `state` ({name: torch tensor}, a dense Llama) per `scheme`, keeps the
     rest as is, and writes out_dir/{config.json, model-*.safetensors, model.safetensors.index.json}.
     `config`: the dense config.json dict. Returns the bytes written."""
     from safetensors.torch import save_file
-    quantize = {"w4a16": quantize_w4a16, "nvfp4a16": quantize_nvfp4}[scheme]
+    quantize = {"w4a16": quantize_w4a16, "nvfp4a16": quantize_nvfp4, "fp8_dynamic": quantize_fp8}[scheme]
     os.makedirs(out_dir, exist_ok=True)
     shards, cur, cur_bytes = [], {}, 0
     for name, t in state.items():

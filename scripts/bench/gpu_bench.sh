@@ -9,7 +9,7 @@
 #   ../shared/tools/device-bundle .bundle-cuda build-cuda/tests/engine/cuda/cuda_*_test build-cuda/tests/bench/cuda/scored_bench
 #   cp -r ../shared/data/stories260K-hf .bundle-cuda/data/; cp ../shared/bench/hf_baseline.py .bundle-cuda/
 # Environment: BUNDLE (.bundle-cuda), LAYERS (32), CTX (2048), BATCHES (1,2,4,8,16), MODEL_DIR (/tmp/random-llama),
-# QUANT (w4a16,nvfp4a16), QUANT_BATCHES (1,4,8: the 8 x 2048-token memory target), PROFILE (1), GRAPH (0; 1 adds
+# QUANT (w4a16,nvfp4a16; fp8_dynamic also writes and runs W8A8), QUANT_BATCHES (1,4,8: the 8 x 2048-token memory target), PROFILE (1), GRAPH (0; 1 adds
 # scored_bench's forward-only timings, direct enqueue vs CUDA graph replay), OUT (logs go there when set).
 set -uo pipefail
 steps=${1:-tests,bench,quant,peer}
@@ -77,11 +77,12 @@ echo "== summary (tok/s at ctx $ctx; same device, same call)"
 tps() {  # tok/s of batch $2 in log $1 (scored_bench or hf_baseline format)
   awk -v b="B=$2" '($1=="scored" || $1=="batched_chunked") && $2==b {for(i=1;i<=NF;i++) if($i=="tok/s") print $(i-1)}' "$1" 2>/dev/null
 }
-printf '%-10s %10s %10s %10s %12s\n' "windows" "scored" "w4a16" "nvfp4a16" "transformers"
+schemes=${quant//,/ }
+printf '%-10s %10s' "windows" "scored"; for q in $schemes; do printf ' %12s' "$q"; done; printf ' %12s\n' "transformers"
 for b in $(echo "${batches//,/ } ${quant_batches//,/ }" | tr ' ' '\n' | sort -n -u); do
-  printf '%-10s %10s %10s %10s %12s\n' "$b" "$(tps "$logs/scored_bench.log" "$b")" \
-    "$(tps "$logs/scored_bench_w4a16.log" "$b")" "$(tps "$logs/scored_bench_nvfp4a16.log" "$b")" \
-    "$(tps "$logs/hf_baseline.log" "$b")"
+  printf '%-10s %10s' "$b" "$(tps "$logs/scored_bench.log" "$b")"
+  for q in $schemes; do printf ' %12s' "$(tps "$logs/scored_bench_$q.log" "$b")"; done
+  printf ' %12s\n' "$(tps "$logs/hf_baseline.log" "$b")"
 done
 grep -h 'vs transformers\|^gate:' "$logs"/scored_bench*.log 2>/dev/null
 grep -h 'weights .* GiB on the GPU' "$logs"/scored_bench*.log 2>/dev/null

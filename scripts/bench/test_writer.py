@@ -3,7 +3,8 @@
 
   python3 scripts/bench/test_writer.py        (exit 0 = pass; run from the repository root)
 
-For tests/fixtures/llama-w4a16-g128 and llama-nvfp4a16 (saved by llm-compressor + compressed-tensors 0.19):
+For tests/fixtures/llama-w4a16-g128, llama-nvfp4a16 and llama-fp8-dynamic (saved by llm-compressor +
+compressed-tensors 0.19):
   - the quantization_config block equals the fixture's config.json block;
   - the set of quantized Linears is the fixture's, each with exactly the tensors, dtypes and shapes of
     ct_writer.LAYOUT;
@@ -12,6 +13,10 @@ For tests/fixtures/llama-w4a16-g128 and llama-nvfp4a16 (saved by llm-compressor 
   - W4A16: re-quantizing the decoded weights with the stored scale (round(w / scale), clamp to [-8, 7],
     + 8: the rule quantize_w4a16 applies) gives the same codes;
   - NVFP4: the E2M1 decoder's values re-encode to the same codes, -0 included.
+  - FP8: weight / stored scale recovers the stored E4M3 values exactly (w = e4m3 * scale is exact in fp32), and
+    every stored scale is at least max |w[o, :]| / 448 rounded down by at most one bf16 step (so the cast
+    never saturates by more than that step), as quantize_fp8's amax / 448 gives.
+(The E4M3 and bf16 casts themselves are torch's; only the layout and the rules around them are checked here.)
 """
 import json
 import os
@@ -62,6 +67,14 @@ def decode_e2m1(packed):
     return codes, np.where(codes & 8, -mag, mag)
 
 
+def decode_e4m3(bits):
+    b = bits.astype(np.int64)
+    sign = np.where(b & 0x80, -1.0, 1.0)
+    exp, man = (b >> 3) & 0xF, b & 7
+    val = np.where(exp == 0, man / 8.0 * 2.0 ** -6, (1 + man / 8.0) * 2.0 ** (exp - 7))
+    return (sign * val).astype(np.float32), (exp == 15) & (man == 7)   # values, NaN mask
+
+
 def check(cond, what, failures):
     if not cond:
         failures.append(what)
@@ -76,20 +89,24 @@ def check_fixture(folder, scheme, failures):
           f"{folder}: quantization_config differs", failures)
     tensors = read_safetensors(os.path.join(path, "model.safetensors"))
     layout = ct_writer.LAYOUT[scheme]
-    modules = sorted({n.rsplit(".", 1)[0] for n in tensors if n.rsplit(".", 1)[1] in layout})
+    modules = sorted({n.rsplit(".", 1)[0] for n in tensors
+                      if n.rsplit(".", 1)[1] in layout and n.rsplit(".", 1)[1] != "weight"})
     expected = sorted(n[: -len(".weight")] for n in (m + ".weight" for m in modules)
                       if ct_writer.QUANTIZED_LINEAR.match(n))
     check(modules == expected and len(modules) == 14, f"{folder}: quantized modules {modules}", failures)
-    for name in tensors:
-        if name.endswith(".weight") and ct_writer.QUANTIZED_LINEAR.match(name):
+    for name, (dtype, _, _) in tensors.items():
+        if ct_writer.QUANTIZED_LINEAR.match(name) and "weight" not in layout:
             failures.append(f"{folder}: {name} kept dense")
+        if ct_writer.QUANTIZED_LINEAR.match(name) and "weight" in layout and dtype != layout["weight"][0]:
+            failures.append(f"{folder}: {name} is {dtype}")
     checked = 0
     for m in modules:
         suffixes = {n.rsplit(".", 1)[1] for n in tensors if n.rsplit(".", 1)[0] == m}
         check(suffixes == set(layout), f"{folder}: {m} has {sorted(suffixes)}", failures)
-        packed_dtype, packed_shape, packed = tensors[m + ".weight_packed"]
+        values_name = m + (".weight" if scheme == "fp8_dynamic" else ".weight_packed")
+        _, packed_shape, packed = tensors[values_name]
         out_f = packed_shape[0]
-        in_f = packed_shape[1] * (8 if scheme == "w4a16" else 2)
+        in_f = packed_shape[1] * {"w4a16": 8, "nvfp4a16": 2, "fp8_dynamic": 1}[scheme]
         for suffix, (dtype, shape) in layout.items():
             got_dtype, got_shape, _ = tensors[f"{m}.{suffix}"]
             check((got_dtype, got_shape) == (dtype, shape(out_f, in_f)),
@@ -105,6 +122,14 @@ def check_fixture(folder, scheme, failures):
             q = np.clip(np.round(w / np.repeat(scale, 128, axis=1)), -8, 7) + 8
             check(np.array_equal(ct_writer.pack_int4_rows(ops, q.astype(np.int64)), packed),
                   f"{folder}: {m} re-quantized codes differ", failures)
+        elif scheme == "fp8_dynamic":
+            values, nan = decode_e4m3(packed)
+            scale = bf16_to_f32(tensors[m + ".weight_scale"][2])              # [out, 1]
+            w = values * scale                                                 # exact in fp32
+            check(not nan.any() and np.array_equal(w / scale, values), f"{folder}: {m} E4M3 round trip", failures)
+            amax = np.abs(w).max(axis=1, keepdims=True) / 448.0
+            check(bool(np.all((scale >= amax * (1 - 2.0 ** -7)) & (scale <= amax * (1 + 2.0 ** -7) + 1e-30))),
+                  f"{folder}: {m} scale is not amax / 448", failures)
         else:
             codes, values = decode_e2m1(packed)
             check(np.array_equal(ct_writer.e2m1_codes(ops, values), codes), f"{folder}: {m} E2M1 codes differ",
@@ -118,7 +143,8 @@ def check_fixture(folder, scheme, failures):
 def main():
     failures = []
     counts = {f: check_fixture(f, s, failures) for f, s in (("llama-w4a16-g128", "w4a16"),
-                                                             ("llama-nvfp4a16", "nvfp4a16"))}
+                                                             ("llama-nvfp4a16", "nvfp4a16"),
+                                                             ("llama-fp8-dynamic", "fp8_dynamic"))}
     for f in failures:
         print("FAIL", f)
     print(f"test_writer: {counts} linears re-packed; {'FAILED' if failures else 'passed'}")
