@@ -1,20 +1,26 @@
-// SentencePiece `.model` tokenizer (Llama-2, Mistral, stories260K) behind SentencePieceWrapper.
+// SentencePiece `.model` tokenizer (Llama-2, Mistral, stories260K), native (SentencePieceBpe; no
+// libsentencepiece at run time).
 //
-// Encode: sentencepiece's default encode (no BOS/EOS), special-token text is NOT matched (raw
-// sentencepiece behaviour: "<s>" is tokenized as characters). Decode: runs of ordinary ids are
-// decoded by sentencepiece (which drops the dummy-prefix space at the start of each run); control
-// tokens (<s>, </s>) are rendered as their piece text between runs.
+// Encode: the library's default encode (no BOS/EOS), special-token text is NOT matched ("<s>" is
+// tokenized as characters). The normalized text is cut into words at the start of each run of
+// '▁' when that is exact for the vocabulary (SentencePieceBpe::words_split_exact) and words are
+// cached for the duration of one call. Decode: runs of ordinary ids are decoded as the library
+// does (dropping the dummy-prefix space at the start of each run); control tokens (<s>, </s>) are
+// rendered as their piece text between runs.
 // BOS/EOS/add_bos: the model's own ids and "add BOS", overridden by tokenizer_config.json /
 // special_tokens_map.json where present.
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/tokenizer/hf_config.h"
 #include "engine/tokenizer/loaders.h"
-#include "engine/tokenizer/sentencepiece_wrapper.h"
+#include "engine/tokenizer/sentencepiece_bpe.h"
+#include "engine/tokenizer/sentencepiece_proto.h"
 #include "engine/tokenizer/text_util.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -28,38 +34,62 @@ class SentencePieceTokenizer : public Tokenizer {
  public:
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override {
     SCORED_RETURN_IF_ERROR(ValidateUtf8(text));
-    std::vector<int> ids;
-    const std::string error = sp_.Encode(std::string(text), &ids);
-    if (!error.empty()) return absl::InternalError(absl::StrCat("sentencepiece encode: ", error));
-    return std::vector<int32_t>(ids.begin(), ids.end());
+    std::string normalized;
+    model_.Normalize(text, &normalized);
+    std::vector<int32_t> ids;
+    ids.reserve(normalized.size() / 3 + 8);
+    SentencePieceBpe::Scratch scratch;
+    if (!model_.words_split_exact()) {
+      model_.EncodeNormalized(normalized, &scratch, &ids);
+      return ids;
+    }
+    // Word -> [offset, count) in cache_ids.
+    absl::flat_hash_map<std::string_view, std::pair<int32_t, int32_t>> cache;
+    std::vector<int32_t> cache_ids;
+    auto encode_word = [&](std::string_view word) {
+      const auto it = cache.find(word);
+      if (it != cache.end()) {
+        const auto [offset, count] = it->second;
+        ids.insert(ids.end(), cache_ids.begin() + offset, cache_ids.begin() + offset + count);
+        return;
+      }
+      const size_t before = ids.size();
+      model_.EncodeNormalized(word, &scratch, &ids);
+      const int32_t offset = static_cast<int32_t>(cache_ids.size());
+      cache_ids.insert(cache_ids.end(), ids.begin() + before, ids.end());
+      cache.emplace(word, std::make_pair(offset, static_cast<int32_t>(ids.size() - before)));
+    };
+    const std::string_view s = normalized;
+    const std::string_view space = model_.space_symbol();
+    size_t word_start = 0;
+    for (size_t p = s.find(space, 1); p != std::string_view::npos;
+         p = s.find(space, p + space.size())) {
+      if (p >= space.size() && s.compare(p - space.size(), space.size(), space) == 0) {
+        continue;  // inside a run of spaces: not a word start
+      }
+      encode_word(s.substr(word_start, p - word_start));
+      word_start = p;
+    }
+    encode_word(s.substr(word_start));
+    return ids;
   }
 
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override {
     std::string out;
-    std::vector<int> run;
-    auto flush = [&]() -> absl::Status {
-      if (run.empty()) return absl::OkStatus();
-      std::string piece_text;
-      const std::string error = sp_.Decode(run, &piece_text);
-      if (!error.empty()) return absl::InternalError(absl::StrCat("sentencepiece decode: ", error));
-      out.append(piece_text);
-      run.clear();
-      return absl::OkStatus();
-    };
+    size_t run_start = 0;
     for (size_t i = 0; i < ids.size(); ++i) {
       const int32_t id = ids[i];
       if (id < 0 || id >= vocab_size_) {
         return absl::InvalidArgumentError(absl::StrCat(
             "token id ", id, " at position ", i, " is out of range [0, ", vocab_size_, ")"));
       }
-      if (sp_.IsControl(id)) {
-        SCORED_RETURN_IF_ERROR(flush());
-        out.append(sp_.IdToPiece(id));
-      } else {
-        run.push_back(id);
+      if (model_.type(id) == SentencePieceProto::kControl) {
+        model_.DecodeRun(ids.subspan(run_start, i - run_start), &out);
+        out.append(model_.piece(id));
+        run_start = i + 1;
       }
     }
-    SCORED_RETURN_IF_ERROR(flush());
+    model_.DecodeRun(ids.subspan(run_start), &out);
     return out;
   }
 
@@ -76,21 +106,29 @@ class SentencePieceTokenizer : public Tokenizer {
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& dir) {
     const std::string path = JoinPath(dir, "tokenizer.model");
     SCORED_ASSIGN_OR_RETURN(const std::string bytes, ReadFileBytes(path));
-    std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
-    const std::string error = t->sp_.LoadFromSerializedProto(bytes);
-    if (!error.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": not a valid SentencePiece model: ", error));
+    auto proto = ParseSentencePieceProto(bytes);
+    if (!proto.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": not a valid SentencePiece model: ",
+                                                     proto.status().message()));
     }
-    t->vocab_size_ = t->sp_.piece_size();
+    auto model = SentencePieceBpe::Create(*std::move(proto));
+    if (!model.ok()) {
+      return absl::Status(model.status().code(),
+                          absl::StrCat(path, ": ", model.status().message()));
+    }
+    std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer(*std::move(model)));
+    const SentencePieceBpe& m = t->model_;
+    t->vocab_size_ = m.size();
     t->byte_length_.resize(t->vocab_size_);
-    for (int id = 0; id < t->vocab_size_; ++id) {
-      if (t->sp_.IsControl(id) || t->sp_.IsUnknown(id) || t->sp_.IsUnused(id)) {
+    for (int32_t id = 0; id < t->vocab_size_; ++id) {
+      const int32_t type = m.type(id);
+      if (type == SentencePieceProto::kControl || type == SentencePieceProto::kUnknown ||
+          type == SentencePieceProto::kUnused) {
         t->byte_length_[id] = 0;
-      } else if (t->sp_.IsByte(id)) {
+      } else if (type == SentencePieceProto::kByte) {
         t->byte_length_[id] = 1;
       } else {
-        const std::string piece = t->sp_.IdToPiece(id);
+        const std::string& piece = m.piece(id);
         int64_t n = static_cast<int64_t>(piece.size());
         for (size_t p = piece.find(kMetaspace); p != std::string::npos;
              p = piece.find(kMetaspace, p + kMetaspace.size())) {
@@ -99,15 +137,15 @@ class SentencePieceTokenizer : public Tokenizer {
         t->byte_length_[id] = n;
       }
     }
-    t->bos_id_ = t->sp_.bos_id();
-    t->eos_id_ = t->sp_.eos_id();
+    t->bos_id_ = m.bos_id();
+    t->eos_id_ = m.eos_id();
     t->add_bos_ = t->bos_id_ >= 0;
     SCORED_ASSIGN_OR_RETURN(const HfTokenizerConfig config, ReadHfTokenizerConfig(dir));
     auto resolve = [&](const std::optional<std::string>& name, const char* what,
                        int32_t* id) -> absl::Status {
       if (!name) return absl::OkStatus();
-      const int found = t->sp_.PieceToId(*name);
-      if (t->sp_.IdToPiece(found) != *name) {
+      const int32_t found = m.PieceToId(*name);
+      if (m.piece(found) != *name) {
         return absl::InvalidArgumentError(absl::StrCat(
             dir, ": ", what, " '", *name, "' (tokenizer config) is not a piece of ", path));
       }
@@ -128,9 +166,9 @@ class SentencePieceTokenizer : public Tokenizer {
   }
 
  private:
-  SentencePieceTokenizer() = default;
+  explicit SentencePieceTokenizer(SentencePieceBpe model) : model_(std::move(model)) {}
 
-  SentencePieceWrapper sp_;
+  SentencePieceBpe model_;
   int64_t vocab_size_ = 0;
   std::vector<int64_t> byte_length_;  // [vocab_size]
   int32_t bos_id_ = -1;

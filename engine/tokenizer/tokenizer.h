@@ -1,5 +1,6 @@
 // Tokenizers of the supported models, loaded from a model (or tokenizer) folder:
-//   - SentencePiece `tokenizer.model` (protobuf) via libsentencepiece (Llama-2, Mistral, stories260K)
+//   - SentencePiece `tokenizer.model` (protobuf; native BPE, no libsentencepiece) (Llama-2, Mistral,
+//     stories260K)
 //   - HF `tokenizer.json` BPE: byte-level (GPT-2, Llama-3, Qwen2 incl. NFC) and metaspace (Llama-2 style)
 //   - `vocab.json` + `merges.txt` byte-level BPE (GPT-2, Qwen2)
 //   - tiktoken `tokenizer.model` (base64 token + rank per line; Llama-3, with its pattern and specials)

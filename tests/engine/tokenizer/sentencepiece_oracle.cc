@@ -1,6 +1,6 @@
 // The ONLY file that includes <sentencepiece_processor.h>; it must not include any abseil header
-// (see sentencepiece_wrapper.h).
-#include "engine/tokenizer/sentencepiece_wrapper.h"
+// (see sentencepiece_oracle.h).
+#include "tests/engine/tokenizer/sentencepiece_oracle.h"
 
 #include <sentencepiece_processor.h>
 

@@ -1,11 +1,12 @@
-// A plain C++ wrapper around libsentencepiece. <sentencepiece_processor.h> declares its own
+// Test oracle only: a plain C++ wrapper around libsentencepiece, against which the native
+// SentencePiece tokenizer is checked (the library is not linked into scored_tokenizer, nor into
+// anything that links the system libprotobuf). <sentencepiece_processor.h> declares its own
 // absl::string_view shim that is ambiguous next to the real abseil headers, so it is included by
-// sentencepiece_wrapper.cc ONLY, and this header (std types only) is what the rest of the tokenizer
-// sees. Errors are returned as a non-empty message string (the caller turns it into a Status).
+// sentencepiece_oracle.cc ONLY, and this header (std types only) is what the test sees. Errors are returned as a non-empty message string (the caller turns it into a Status).
 //
 // Thread-safety: immutable after Load(); Encode/Decode may be called concurrently.
-#ifndef SCORED_ENGINE_TOKENIZER_SENTENCEPIECE_WRAPPER_H_
-#define SCORED_ENGINE_TOKENIZER_SENTENCEPIECE_WRAPPER_H_
+#ifndef SCORED_TESTS_ENGINE_TOKENIZER_SENTENCEPIECE_ORACLE_H_
+#define SCORED_TESTS_ENGINE_TOKENIZER_SENTENCEPIECE_ORACLE_H_
 
 #include <memory>
 #include <string>
@@ -52,4 +53,4 @@ class SentencePieceWrapper {
 }  // namespace tokenizer_internal
 }  // namespace scored
 
-#endif  // SCORED_ENGINE_TOKENIZER_SENTENCEPIECE_WRAPPER_H_
+#endif  // SCORED_TESTS_ENGINE_TOKENIZER_SENTENCEPIECE_ORACLE_H_
