@@ -227,6 +227,33 @@ TEST_F(PplE2eTest, BinaryWikiTextChunks) {
               r["tokens_per_second"].get<double>(), r["wall_seconds"].get<double>());
 }
 
+// A window longer than the server's max_seq_len (1024 here) is refused before anything is scored, with
+// a message that names the limit.
+TEST_F(PplE2eTest, WindowOverServerLimitFailsBeforeScoring) {
+  auto report = RunPpl(Options(Method::kGptq, 2048, 0, 1));
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(report.status().message().find("max_seq_len 1024"), std::string::npos) << report.status();
+}
+
+// A request the server rejects ends ScoreWindows with the server's code and the window's index, even
+// with other windows in flight.
+TEST_F(PplE2eTest, RejectedWindowEndsTheStream) {
+  ScorerClientOptions client_options;
+  client_options.address = process_->grpc_address();
+  auto client = ScorerClient::Connect(client_options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<Window> windows(40);
+  for (Window& w : windows) w.tokens = {1, 400, 401, 402};
+  windows[17].tokens[2] = 512;  // one past the vocabulary
+  int64_t results = 0;
+  const absl::Status status =
+      (*client)->ScoreWindows(windows, 8, [&](int64_t, const WindowScore&) { ++results; });
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("window 17"), std::string::npos) << status;
+  EXPECT_LT(results, 40);
+}
+
 // An unreachable server: non-zero exit and a message that says so, within the connect deadline.
 TEST(PplBinaryTest, UnreachableServerFailsClearly) {
   const std::string err_path = ::testing::TempDir() + "/ppl_e2e_unreachable.err";
