@@ -9,8 +9,9 @@ from scored_client import plot
 
 def report(tmp_path, name, method, bpw, ppl, label):
     p = tmp_path / f"{name}.json"
+    # The shape scored-ppl --json writes: the server's ModelInfo under "model_info".
     p.write_text(json.dumps({"ppl": ppl, "method": {"name": method, "ctx": 2048},
-                             "model": {"bits_per_weight_decoder": bpw, "label": label}}))
+                             "model_info": {"bits_per_weight_decoder": bpw, "format": label}}))
     return str(p)
 
 
@@ -35,6 +36,6 @@ def test_renders_png_with_one_series_per_method(tmp_path):
 
 def test_report_without_bits_is_an_error(tmp_path):
     p = tmp_path / "bad.json"
-    p.write_text(json.dumps({"ppl": 5.0, "method": "exl3", "model": {}}))
+    p.write_text(json.dumps({"ppl": 5.0, "method": "exl3", "model_info": {}}))
     with pytest.raises(plot.ReportError, match="bits_per_weight_decoder"):
         plot.render([str(p)], str(tmp_path / "x.png"))

@@ -4,7 +4,8 @@ labelled by model and grouped (one line) per evaluation method, like published q
     python -m scored_client.plot reports/*.json -o ppl_vs_bpw.png [--metric ppl|kld] [--title T]
 
 Each report needs `ppl` (or `kld`), `method.name` (or a string `method`), and the model's stored bits per
-weight in `model.bits_per_weight_decoder`; the label is `model.label`, else `model.format`, else the file name.
+weight in `model_info.bits_per_weight_decoder` (scored-ppl copies the server's ModelInfo there; a `model`
+object with the same keys is accepted too); the label is `label`, else the format, else the file name.
 """
 from __future__ import annotations
 
@@ -31,14 +32,15 @@ def load_point(path: str, metric: str) -> Tuple[str, float, float, str]:
         report = json.load(f)
     method = report.get("method")
     method_name = method.get("name") if isinstance(method, dict) else method
-    model = report.get("model") or {}
+    model = report.get("model_info") or report.get("model") or {}
     if metric not in report:
         raise ReportError(f"{path}: no '{metric}' in the report")
     if "bits_per_weight_decoder" not in model:
-        raise ReportError(f"{path}: no model.bits_per_weight_decoder in the report")
+        raise ReportError(f"{path}: no model_info.bits_per_weight_decoder in the report")
     if not method_name:
         raise ReportError(f"{path}: no method in the report")
-    label = model.get("label") or model.get("format") or os.path.splitext(os.path.basename(path))[0]
+    label = (report.get("label") or model.get("label") or model.get("format")
+             or os.path.splitext(os.path.basename(path))[0])
     return str(method_name), float(model["bits_per_weight_decoder"]), float(report[metric]), str(label)
 
 
