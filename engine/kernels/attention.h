@@ -7,7 +7,9 @@
 // Softmax with max subtraction (online, per key tile), fp32 accumulation; one rounding to T at the end.
 // Tokens never see another sequence's keys.
 // Paths: T = bf16_t with head_dim in {32, 64, 128} (and the alignment below) uses tensor cores (mma.sync m16n8k16, bf16 inputs,
-// fp32 accumulate; the probabilities are rounded to bf16 before the P.V product, as flash-attention does);
+// fp32 accumulate; the probabilities are rounded to bf16 before the P.V product, as flash-attention does;
+// at head_dim 64 and 128 with q also 16-byte aligned and q_stride % 8 == 0, the kernel with 32 rows per
+// warp);
 // everything else (T = float, or other head_dim) uses a SIMT fp32 kernel (slower).
 // Shapes (elements): q [num_tokens, q_stride] with head h at columns [h * head_dim, (h + 1) * head_dim);
 // k, v [num_tokens, kv_stride] with kv head g at [g * head_dim, ...); out [num_tokens, num_heads * head_dim]
@@ -59,7 +61,7 @@ absl::Status CausalAttentionSimt(const T* q, const T* k, const T* v, const int32
 // Kernel choice, for tests and measurements (the engine calls CausalAttention, which picks kAuto's
 // choice): kSimt the fp32 SIMT kernel; kMma16Rows the tensor-core kernel with 16 query rows per warp
 // (head_dim 32/64/128); kMma32Rows* the tensor-core kernel with 32 query rows per warp and Q staged in
-// shared memory, 32- or 64-key tiles (head_dim 128; q also 16-byte aligned with q_stride % 8 == 0).
+// shared memory, 32- or 64-key tiles (head_dim 64 or 128; q also 16-byte aligned with q_stride % 8 == 0).
 enum class AttentionKernel { kAuto, kSimt, kMma16Rows, kMma32RowsK32, kMma32RowsK64 };
 
 // CausalAttention<bf16_t> with the kernel named. INVALID_ARGUMENT when that kernel cannot take the shape

@@ -124,12 +124,28 @@ __device__ __forceinline__ void Store16(__nv_bfloat16* p, const float (&v)[8]) {
   *reinterpret_cast<uint4*>(p) = make_uint4(words[0], words[1], words[2], words[3]);
 }
 
-// Streaming multiprocessors of the current device: grids of the memory-bound kernels are sized from it.
+// Streaming multiprocessors of the current device.
 inline cudaError_t MultiprocessorCount(int* count) {
   int device = 0;
   const cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
   return cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device);
+}
+
+// Grid of a grid-stride kernel: as many blocks as can be resident at once on the current device (SM count
+// times the occupancy of `kernel` at `threads` threads and no dynamic shared memory), at most
+// `work_items`, at least 1. One wave, so no partial last wave.
+template <typename Kernel>
+inline cudaError_t ResidentGrid(Kernel kernel, int threads, int64_t work_items, unsigned* blocks) {
+  int sms = 0, per_sm = 0;
+  cudaError_t err = MultiprocessorCount(&sms);
+  if (err != cudaSuccess) return err;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
+  if (err != cudaSuccess) return err;
+  int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  if (resident > work_items) resident = work_items;
+  *blocks = static_cast<unsigned>(resident > 0 ? resident : 1);
+  return cudaSuccess;
 }
 
 inline bool IsAligned(const void* p, uintptr_t bytes) {

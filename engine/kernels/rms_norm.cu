@@ -1,7 +1,7 @@
 // RMSNorm and residual-add + RMSNorm. Contract: rms_norm.h.
 //
 // Vector path (hidden_size a multiple of 8 and at most 8 * 8 * kThreads, row strides multiples of 8,
-// 16-byte aligned pointers; the engine's activations qualify): a grid sized from the SM count strides
+// 16-byte aligned pointers; the engine's activations qualify): one resident wave of blocks strides
 // over tokens, one block per token at a time. Thread i owns the 8-element chunks i, i + kThreads, ... of
 // the row and keeps them in registers: all loads of the row are issued at once, the sum of squares runs
 // over the thread's chunks in order, then BlockSum; the row is never re-read. The order depends only on
@@ -142,26 +142,24 @@ absl::Status TryLaunchVec(const XT* x, int64_t x_stride, float* residual, const 
       (kAddResidual && !IsAligned(residual, 16))) {
     return absl::OkStatus();
   }
-  int sms = 0;
-  SCORED_CUDA_CHECK(MultiprocessorCount(&sms));
-  const int64_t max_blocks = static_cast<int64_t>(sms) * (2048 / kThreads);
-  const unsigned blocks = static_cast<unsigned>(num_tokens < max_blocks ? num_tokens : max_blocks);
   const auto dx = ToDevice(x);
   const auto dout = ToDevice(out);
-  if (chunks <= kThreads) {
-    RmsNormVecKernel<kAddResidual, 1><<<blocks, kThreads, 0, stream>>>(dx, x_stride, residual, weight, num_tokens,
-                                                                       hidden_size, eps, dout, out_stride);
-  } else if (chunks <= 2 * kThreads) {
-    RmsNormVecKernel<kAddResidual, 2><<<blocks, kThreads, 0, stream>>>(dx, x_stride, residual, weight, num_tokens,
-                                                                       hidden_size, eps, dout, out_stride);
-  } else if (chunks <= 4 * kThreads) {
-    RmsNormVecKernel<kAddResidual, 4><<<blocks, kThreads, 0, stream>>>(dx, x_stride, residual, weight, num_tokens,
-                                                                       hidden_size, eps, dout, out_stride);
-  } else {
-    RmsNormVecKernel<kAddResidual, 8><<<blocks, kThreads, 0, stream>>>(dx, x_stride, residual, weight, num_tokens,
-                                                                       hidden_size, eps, dout, out_stride);
-  }
-  SCORED_CUDA_CHECK_LAUNCH();
+  // One resident wave of blocks (SM count x occupancy of the instance launched).
+  auto launch = [&](auto kernel) -> absl::Status {
+    unsigned blocks = 1;
+    SCORED_CUDA_CHECK(ResidentGrid(kernel, kThreads, num_tokens, &blocks));
+    kernel<<<blocks, kThreads, 0, stream>>>(dx, x_stride, residual, weight, num_tokens, hidden_size, eps, dout,
+                                            out_stride);
+    SCORED_CUDA_CHECK_LAUNCH();
+    return absl::OkStatus();
+  };
+  using DX = typename DeviceType<XT>::type;
+  using DOut = typename DeviceType<OutT>::type;
+  const absl::Status st = chunks <= kThreads       ? launch(RmsNormVecKernel<kAddResidual, 1, DX, DOut>)
+                          : chunks <= 2 * kThreads ? launch(RmsNormVecKernel<kAddResidual, 2, DX, DOut>)
+                          : chunks <= 4 * kThreads ? launch(RmsNormVecKernel<kAddResidual, 4, DX, DOut>)
+                                                   : launch(RmsNormVecKernel<kAddResidual, 8, DX, DOut>);
+  if (!st.ok()) return st;
   *launched = true;
   return absl::OkStatus();
 }

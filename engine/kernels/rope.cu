@@ -2,7 +2,7 @@
 // fp32 results equal ref::Rope bit for bit (same cos/sin rounding, same operation order, no FMA).
 //
 // Vector path (half a multiple of the 16-byte vector, token_stride too, x 16-byte aligned; the engine's
-// fused QKV buffer qualifies): a grid sized from the SM count strides over tokens. For each token a
+// fused QKV buffer qualifies): one resident wave of blocks (SM count x occupancy) strides over tokens. For each token a
 // thread owns up to kUnroll chunks (h, i0 .. i0 + kVec - 1) and issues all of their 16-byte loads
 // (x[i0..] and x[i0 + half..]) first; then threads < half compute cos/sin into shared memory while the
 // loads are in flight; after a barrier the chunks are rotated and stored.
@@ -136,11 +136,9 @@ absl::Status Rope(T* x, int64_t token_stride, const int32_t* positions, const fl
   const int64_t half = head_dim / 2;
   constexpr int kVec = Vec16<T>::kSize;
   if (half % kVec == 0 && token_stride % kVec == 0 && IsAligned(x, 16) && num_heads * half / kVec <= (1 << 30)) {
-    int sms = 0;
-    SCORED_CUDA_CHECK(MultiprocessorCount(&sms));
-    const int64_t max_blocks = static_cast<int64_t>(sms) * (2048 / kVecThreads);
-    const int64_t blocks = num_tokens < max_blocks ? num_tokens : max_blocks;
-    RopeVecKernel<<<static_cast<unsigned>(blocks), kVecThreads, 0, stream>>>(ToDevice(x), token_stride, positions,
+    unsigned blocks = 1;
+    SCORED_CUDA_CHECK(ResidentGrid(RopeVecKernel<typename DeviceType<T>::type>, kVecThreads, num_tokens, &blocks));
+    RopeVecKernel<<<blocks, kVecThreads, 0, stream>>>(ToDevice(x), token_stride, positions,
                                                                               inv_freq, num_tokens, num_heads, half);
     SCORED_CUDA_CHECK_LAUNCH();
     return absl::OkStatus();

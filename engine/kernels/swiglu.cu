@@ -2,7 +2,7 @@
 //
 // Elementwise and memory-bound: each input read once, each output written once.
 // Vector path (rows of whole 16-byte vectors, 16-byte aligned pointers and strides; the engine's fused
-// gate|up buffer qualifies): a grid sized from the SM count strides over rows, each thread moves 16 bytes
+// gate|up buffer qualifies): one resident wave of blocks (SM count x occupancy) strides over rows, each thread moves 16 bytes
 // of gate and of up per step. Scalar path otherwise: a 2-D grid, blockIdx.y over tokens, x-blocks and
 // threads over the intermediate dimension. Both compute each element with the same operations, so their
 // results are identical.
@@ -93,12 +93,10 @@ absl::Status SwiGlu(const T* gate, const T* up, int64_t in_stride, int64_t num_t
   constexpr int kVec = Vec16<T>::kSize;
   if (intermediate_size % kVec == 0 && in_stride % kVec == 0 && IsAligned(gate, 16) && IsAligned(up, 16) &&
       IsAligned(out, 16)) {
-    int sms = 0;
-    SCORED_CUDA_CHECK(MultiprocessorCount(&sms));
-    // Up to 2048 threads per SM, each with 4 x 16 bytes of loads in flight.
-    const int64_t max_blocks = static_cast<int64_t>(sms) * (2048 / kThreads);
-    const int64_t blocks = num_tokens < max_blocks ? num_tokens : max_blocks;
-    SwiGluVecKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+    // One resident wave; each thread keeps 4 x 16 bytes of loads in flight.
+    unsigned blocks = 1;
+    SCORED_CUDA_CHECK(ResidentGrid(SwiGluVecKernel<typename DeviceType<T>::type>, kThreads, num_tokens, &blocks));
+    SwiGluVecKernel<<<blocks, kThreads, 0, stream>>>(
         ToDevice(gate), ToDevice(up), in_stride, num_tokens, intermediate_size, ToDevice(out));
     SCORED_CUDA_CHECK_LAUNCH();
     return absl::OkStatus();

@@ -167,16 +167,18 @@ TEST_F(AttentionTest, Bf16MatchesReference) {
   }
 }
 
-// Every tensor-core kernel at head_dim 128, on the varlen batch above and on long windows (many key
+// Every tensor-core kernel at head_dim 128 and 64, on the varlen batch above and on long windows (many key
 // tiles, several query blocks, a partial last block), with 4 and 1 kv heads.
 TEST_F(AttentionTest, Bf16KernelsMatchReference) {
   const std::vector<Problem> problems = {MakeProblem(kLengths, 8, 2, 128, 500),
-                                         MakeProblem({700, 1, 333}, 4, 1, 128, 501)};
+                                         MakeProblem({700, 1, 333}, 4, 1, 128, 501),
+                                         MakeProblem(kLengths, 8, 2, 64, 502),
+                                         MakeProblem({700, 1, 333}, 4, 1, 64, 503)};
   for (const Problem& p : problems) {
     for (AttentionKernel kernel : {AttentionKernel::kAuto, AttentionKernel::kMma16Rows,
                                    AttentionKernel::kMma32RowsK32, AttentionKernel::kMma32RowsK64}) {
-      const std::string name = std::string("attention bf16 ") + KernelName(kernel) + " hd=128 tokens=" +
-                               std::to_string(p.num_tokens);
+      const std::string name = std::string("attention bf16 ") + KernelName(kernel) + " hd=" +
+                               std::to_string(p.head_dim) + " tokens=" + std::to_string(p.num_tokens);
       const std::vector<float> got = RunAttentionWith(stream_, p, kernel);
       const testing::ErrorStats s = testing::CompareArrays(got, p.want);
       const double mean = MeanAbsError(got, p.want);
@@ -275,6 +277,8 @@ TEST_F(AttentionTest, ThroughputLlama3Shapes) {
   TimeAttention<bf16_t>(stream_, 128, 10, AttentionKernel::kMma32RowsK32);
   TimeAttention<bf16_t>(stream_, 128, 10, AttentionKernel::kMma32RowsK64);
   TimeAttention<bf16_t>(stream_, 64, 10);
+  TimeAttention<bf16_t>(stream_, 64, 10, AttentionKernel::kMma32RowsK32);
+  TimeAttention<bf16_t>(stream_, 64, 10, AttentionKernel::kMma32RowsK64);
   TimeAttention<float>(stream_, 128, 1);
 }
 
