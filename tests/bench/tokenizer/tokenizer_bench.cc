@@ -19,7 +19,9 @@
 #include <benchmark/benchmark.h>
 
 #include "engine/tokenizer/tokenizer.h"
+#if SCORED_BENCH_SENTENCEPIECE_LIBRARY
 #include "tests/engine/tokenizer/sentencepiece_oracle.h"
+#endif
 
 namespace scored {
 namespace {
@@ -77,6 +79,7 @@ void BM_Load(benchmark::State& state, const char* dir, Format format) {
   }
 }
 
+#if SCORED_BENCH_SENTENCEPIECE_LIBRARY
 void BM_EncodeLibrary(benchmark::State& state, const char* dir) {
   std::ifstream in(DataDir() + "/" + dir + "/tokenizer.model", std::ios::binary);
   const std::string model((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -100,6 +103,7 @@ void BM_EncodeLibrary(benchmark::State& state, const char* dir) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(text.size()));
   state.counters["tokens"] = static_cast<double>(ids.size());
 }
+#endif
 
 #define SCORED_TOKENIZER_BENCH(name, dir, format)                                     \
   BENCHMARK_CAPTURE(BM_Encode, name, dir, format)->Unit(benchmark::kMillisecond);   \
@@ -115,8 +119,10 @@ SCORED_TOKENIZER_BENCH(gpt2_vocab_merges, "tokenizers/gpt2", Format::kAuto);
 SCORED_TOKENIZER_BENCH(qwen2_5_vocab_merges, "models-configs/qwen2.5-0.5b-instruct",
                        Format::kAuto);
 SCORED_TOKENIZER_BENCH(llama3_tiktoken, "tokenizers/llama3", Format::kAuto);
+#if SCORED_BENCH_SENTENCEPIECE_LIBRARY
 BENCHMARK_CAPTURE(BM_EncodeLibrary, stories260K_spm, "stories260K-hf")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_EncodeLibrary, llama2_spm, "tokenizers/llama2")->Unit(benchmark::kMillisecond);
+#endif
 
 }  // namespace
 }  // namespace scored

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/tokenizer/sentencepiece_bpe.h"
 #include "engine/tokenizer/sentencepiece_proto.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/engine/tokenizer/sentencepiece_oracle.h"
@@ -204,12 +205,27 @@ TEST(SentencePieceProtoTest, TruncatedAndCorruptedFilesAreErrors) {
       EXPECT_EQ(proto.status().code(), absl::StatusCode::kInvalidArgument);
     }
   }
+  // Corrupted bytes that still parse go through validation and, if accepted, encode and decode.
   std::mt19937 rng(99);
-  for (int n = 0; n < 300; ++n) {
+  int accepted = 0;
+  for (int n = 0; n < 2000; ++n) {
     std::string corrupted = bytes;
-    corrupted[rng() % corrupted.size()] = static_cast<char>(rng());
-    (void)tokenizer_internal::ParseSentencePieceProto(corrupted);
+    for (int k = 0; k < 1 + n % 3; ++k) corrupted[rng() % corrupted.size()] = static_cast<char>(rng());
+    auto proto = tokenizer_internal::ParseSentencePieceProto(corrupted);
+    if (!proto.ok()) continue;
+    auto model = tokenizer_internal::SentencePieceBpe::Create(*std::move(proto));
+    if (!model.ok()) continue;
+    ++accepted;
+    std::string normalized;
+    model->Normalize("Once upon a time,  there was a \xE4\xB8\xAD dog.", &normalized);
+    tokenizer_internal::SentencePieceBpe::Scratch scratch;
+    std::vector<int32_t> ids;
+    model->EncodeNormalized(normalized, &scratch, &ids);
+    for (const int32_t id : ids) ASSERT_TRUE(id >= 0 && id < model->size());
+    std::string decoded;
+    model->DecodeRun(ids, &decoded);
   }
+  EXPECT_GT(accepted, 0);
 }
 
 // Writes `bytes` as tokenizer.model in a temporary folder and loads it.
