@@ -120,7 +120,7 @@ std::string ReportToText(const Report& r) {
   if (r.method.max_windows > 0) absl::StrAppend(&method, " max_windows=", r.method.max_windows);
   std::string out;
   absl::StrAppendFormat(&out, "method         %s\n", method);
-  absl::StrAppendFormat(&out, "data           %s (%s, %d documents, %d tokens)\n", r.data_path,
+  absl::StrAppendFormat(&out, "data           %s (%s, %d document(s), %d tokens)\n", r.data_path,
                         r.data_format, r.num_documents, r.num_input_tokens);
   absl::StrAppendFormat(&out, "ppl            %.6f\n", r.ppl);
   absl::StrAppendFormat(&out, "nll_mean       %.6f +- %.6f\n", r.nll_mean, r.nll_stderr);
