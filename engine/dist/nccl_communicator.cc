@@ -238,20 +238,38 @@ absl::Status NcclCommunicator::WaitNotInProgress(absl::Time deadline, const char
   }
 }
 
-absl::Status NcclCommunicator::AllReduceSum(const void* send, void* recv, int64_t count, ReduceDType dtype,
-                                            CUstream_st* stream) {
+absl::Status NcclCommunicator::AllReduce(const void* send, void* recv, int64_t count, ReduceDType dtype,
+                                         ReduceOp op, CUstream_st* stream) {
   if (count < 0) return absl::InvalidArgumentError(absl::StrCat("all-reduce of ", count, " elements"));
   const ncclDataType_t type = dtype == ReduceDType::kF32 ? ncclFloat32 : ncclBfloat16;
+  const ncclRedOp_t nccl_op = op == ReduceOp::kSum ? ncclSum : ncclMax;
   ncclResult_t r;
   {
     absl::MutexLock lock(&mu_);
     if (!fatal_.ok()) return fatal_;
-    r = ncclAllReduce(send, recv, static_cast<size_t>(count), type, ncclSum, comm_, stream);
+    r = ncclAllReduce(send, recv, static_cast<size_t>(count), type, nccl_op, comm_, stream);
   }
+  return AfterEnqueue(r, absl::StrCat("ncclAllReduce(", count, " elements)"));
+}
+
+absl::Status NcclCommunicator::AllGatherBytes(const void* send, void* recv, int64_t bytes_per_rank,
+                                              CUstream_st* stream) {
+  if (bytes_per_rank < 0) return absl::InvalidArgumentError(absl::StrCat("all-gather of ", bytes_per_rank, " bytes"));
+  ncclResult_t r;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!fatal_.ok()) return fatal_;
+    r = ncclAllGather(send, recv, static_cast<size_t>(bytes_per_rank), ncclUint8, comm_, stream);
+  }
+  return AfterEnqueue(r, absl::StrCat("ncclAllGather(", bytes_per_rank, " bytes)"));
+}
+
+absl::Status NcclCommunicator::AfterEnqueue(int result, const std::string& what) {
+  const ncclResult_t r = static_cast<ncclResult_t>(result);
   if (r == ncclSuccess) return absl::OkStatus();
-  if (r == ncclInProgress) return WaitNotInProgress(absl::Now() + options_.op_timeout, "ncclAllReduce");
+  if (r == ncclInProgress) return WaitNotInProgress(absl::Now() + options_.op_timeout, what.c_str());
   ncclComm* comm = raw();
-  return Fail(NcclError(absl::StrCat("ncclAllReduce(", count, " elements) on rank ", rank_), r, comm));
+  return Fail(NcclError(absl::StrCat(what, " on rank ", rank_), r, comm));
 }
 
 absl::Status NcclCommunicator::Synchronize(CUstream_st* stream, absl::Duration timeout) {

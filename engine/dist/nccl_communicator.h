@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -39,6 +40,7 @@ struct CUstream_st;  // cuda_runtime_api.h: typedef struct CUstream_st* cudaStre
 namespace scored::dist {
 
 enum class ReduceDType { kF32, kBF16 };
+enum class ReduceOp { kSum, kMax };
 
 // ncclUniqueId's bytes (NCCL_UNIQUE_ID_BYTES = 128), for creating ranks from several threads.
 struct NcclUniqueId {
@@ -81,7 +83,16 @@ class NcclCommunicator {
   // In-place allowed (send == recv). Enqueues a sum all-reduce of `count` elements on `stream` (a stream
   // of device()); returns once it is enqueued, not when it completes: call Synchronize() (or order later
   // work on the stream) to wait. send, recv: device arrays [count] of `dtype`.
-  absl::Status AllReduceSum(const void* send, void* recv, int64_t count, ReduceDType dtype, CUstream_st* stream);
+  absl::Status AllReduceSum(const void* send, void* recv, int64_t count, ReduceDType dtype, CUstream_st* stream) {
+    return AllReduce(send, recv, count, dtype, ReduceOp::kSum, stream);
+  }
+  // kMax: e.g. the per-token activation amax of row-parallel W8A8 layers (ShardedLinear::act_amax_all_reduce).
+  absl::Status AllReduce(const void* send, void* recv, int64_t count, ReduceDType dtype, ReduceOp op,
+                         CUstream_st* stream);
+
+  // Gathers `bytes_per_rank` bytes from every rank into recv [num_ranks, bytes_per_rank] (rank order),
+  // enqueued on `stream`. In place when send == recv + rank() * bytes_per_rank.
+  absl::Status AllGatherBytes(const void* send, void* recv, int64_t bytes_per_rank, CUstream_st* stream);
 
   // Waits until `stream` has drained, polling the stream and the communicator's async error. On timeout
   // the communicator is aborted (the stuck kernel exits) and DEADLINE_EXCEEDED becomes its sticky status.
@@ -109,6 +120,8 @@ class NcclCommunicator {
   absl::Status Fail(const absl::Status& error);
   // Polls until the last call's ncclInProgress resolves or `deadline` passes.
   absl::Status WaitNotInProgress(absl::Time deadline, const char* what);
+  // The result (an ncclResult_t) of enqueueing `what`: OK, a wait for ncclInProgress, or Fail().
+  absl::Status AfterEnqueue(int result, const std::string& what);
 
   mutable absl::Mutex mu_;
   ncclComm* comm_ ABSL_GUARDED_BY(mu_);

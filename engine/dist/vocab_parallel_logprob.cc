@@ -1,0 +1,31 @@
+// Vocab-parallel log-softmax: partial stats, all-gather, combine (see the header).
+#include "engine/dist/vocab_parallel_logprob.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+
+namespace scored::dist {
+
+int64_t VocabParallelWorkspaceBytes(int num_ranks, int64_t num_tokens) {
+  return static_cast<int64_t>(num_ranks) * num_tokens * static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
+}
+
+absl::Status VocabParallelLogprob(NcclCommunicator& comm, const float* logits, int64_t ld, int64_t shard_size,
+                                  int64_t vocab_offset, const int32_t* targets, int64_t num_tokens,
+                                  kernels::LogitPartialStats* workspace, double* logprob, uint8_t* greedy,
+                                  CUstream_st* stream) {
+  if (num_tokens < 0 || shard_size <= 0 || ld < shard_size || vocab_offset < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab-parallel logprob: tokens ", num_tokens, ", shard ",
+                                                   shard_size, ", ld ", ld, ", offset ", vocab_offset));
+  }
+  if (num_tokens == 0) return absl::OkStatus();
+  kernels::LogitPartialStats* mine = workspace + static_cast<int64_t>(comm.rank()) * num_tokens;  // [num_tokens]
+  SCORED_RETURN_IF_ERROR(kernels::ComputeLogitPartialStats(logits, ld, targets, num_tokens, shard_size,
+                                                           vocab_offset, mine, stream));
+  const int64_t bytes = num_tokens * static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
+  SCORED_RETURN_IF_ERROR(comm.AllGatherBytes(mine, workspace, bytes, stream));
+  return kernels::CombineLogitPartialStats(workspace, comm.num_ranks(), num_tokens, targets, logprob, greedy,
+                                           stream);
+}
+
+}  // namespace scored::dist

@@ -1,0 +1,40 @@
+// Vocab-parallel scoring tail (DESIGN.md §7): every rank holds the logits of its vocabulary shard only
+// (lm_head rows [vocab_offset, vocab_offset + shard_size), engine/model/shard_plan.h); the ranks exchange
+// per-token partial statistics (kernels::LogitPartialStats: max, argmax, sum-exp, target logit; 24 bytes
+// per token per rank) instead of the logits, and every rank combines them in the same (rank) order, so
+// all ranks get bitwise the same log-probs and greedy flags, equal to a one-GPU
+// ComputeLogitPartialStats + CombineLogitPartialStats over the same shards.
+//
+// Per rank, on its own thread and stream (a collective: every rank calls it with the same num_tokens):
+//   1. ComputeLogitPartialStats(this shard) -> stats[rank]      (kernel)
+//   2. all-gather stats [num_ranks, num_tokens]                   (NCCL, in place)
+//   3. CombineLogitPartialStats -> logprob, greedy               (kernel)
+// Enqueued only: the caller synchronizes (NcclCommunicator::Synchronize) before reading the outputs.
+// Errors: INVALID_ARGUMENT for shapes; the communicator's sticky status; INTERNAL for a kernel launch.
+#ifndef SCORED_ENGINE_DIST_VOCAB_PARALLEL_LOGPROB_H_
+#define SCORED_ENGINE_DIST_VOCAB_PARALLEL_LOGPROB_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/dist/nccl_communicator.h"
+#include "engine/kernels/logprob.h"
+
+namespace scored::dist {
+
+// Device bytes of the stats workspace for num_tokens tokens on `num_ranks` ranks.
+int64_t VocabParallelWorkspaceBytes(int num_ranks, int64_t num_tokens);
+
+absl::Status VocabParallelLogprob(NcclCommunicator& comm,
+                                  const float* logits,      // [num_tokens, ld] this rank's shard, fp32
+                                  int64_t ld, int64_t shard_size, int64_t vocab_offset,
+                                  const int32_t* targets,   // [num_tokens] global ids
+                                  int64_t num_tokens,
+                                  kernels::LogitPartialStats* workspace,  // [num_ranks, num_tokens]
+                                  double* logprob,          // [num_tokens]
+                                  uint8_t* greedy,          // [num_tokens] 0/1
+                                  CUstream_st* stream);
+
+}  // namespace scored::dist
+
+#endif  // SCORED_ENGINE_DIST_VOCAB_PARALLEL_LOGPROB_H_
