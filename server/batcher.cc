@@ -87,6 +87,11 @@ int64_t Batcher::queue_depth() const {
   return static_cast<int64_t>(queue_.size());
 }
 
+absl::Status Batcher::fatal_status() const {
+  absl::MutexLock lock(&mu_);
+  return fatal_;
+}
+
 void Batcher::ReportQueueDepth(int64_t depth) {
   if (options_.on_queue_depth) options_.on_queue_depth(depth);
 }

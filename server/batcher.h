@@ -84,6 +84,9 @@ class Batcher {
 
   int64_t queue_depth() const;
 
+  // OK until the engine failed fatally; then that failure, forever.
+  absl::Status fatal_status() const;
+
  private:
   struct Item {
     uint64_t ticket;

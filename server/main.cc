@@ -18,6 +18,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/logging.h"
+#include "server/fault_injection.h"
 #include "server/options.h"
 #include "server/server.h"
 
@@ -40,6 +41,19 @@ ABSL_FLAG(int64_t, batch_timeout_us, 2000, "How long the batcher waits to fill a
 ABSL_FLAG(int32_t, stream_window, 32, "Most requests of one ScoreStream in flight before it stops reading");
 ABSL_FLAG(double, shutdown_grace_s, 30.0, "On SIGTERM, how long in-flight calls may take before being cancelled");
 ABSL_FLAG(int32_t, num_threads, 0, "CPU backend worker threads (0 = all cores)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve gRPC over TLS (needs --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: require client certificates signed by it (mTLS; needs --tls_cert)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding one bearer token every scored.v1.Scorer call must send as 'authorization: Bearer <token>' "
+          "(health and reflection stay open)");
+ABSL_FLAG(bool, allow_insecure_remote, false,
+          "Allow a non-loopback --listen without TLS or a token (logs a warning)");
+ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
+          "Largest gRPC request message accepted, bytes; larger ones get RESOURCE_EXHAUSTED");
+ABSL_FLAG(std::string, fault_inject, "",
+          "Testing only: fatal_after:N makes the engine fail fatally after N Score batches");
 
 namespace {
 
@@ -86,6 +100,15 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   if (!(absl::GetFlag(FLAGS_shutdown_grace_s) >= 0)) {
     return absl::InvalidArgumentError("--shutdown_grace_s must be >= 0");
   }
+  o.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  o.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  o.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  o.allow_insecure_remote = absl::GetFlag(FLAGS_allow_insecure_remote);
+  o.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  auto fault = scored::ParseFaultInjection(absl::GetFlag(FLAGS_fault_inject));
+  if (!fault.ok()) return fault.status();
+  o.fault = *fault;
   if (o.engine.backend == scored::Backend::kAuto) {
     o.engine.backend = scored::CudaBackendAvailable() ? scored::Backend::kCuda : scored::Backend::kCpu;
   }

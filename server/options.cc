@@ -3,8 +3,16 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "server/security.h"
 
 namespace scored {
+namespace {
+
+// Below 1 KiB not even a short request fits; gRPC takes the limit as an int.
+constexpr int64_t kMinMessageBytes = 1024;
+constexpr int64_t kMaxMessageBytes = 2147483647;
+
+}  // namespace
 
 absl::StatusOr<Backend> ParseBackend(const std::string& text) {
   if (text.empty() || text == "auto") return Backend::kAuto;
@@ -43,6 +51,10 @@ absl::Status ValidateHostPort(const std::string& flag_name, const std::string& a
                                                    address.substr(colon + 1), "'"));
   }
   return absl::OkStatus();
+}
+
+bool ListensInsecurelyOnRemote(const ServerOptions& options) {
+  return !IsLoopbackListen(options.listen) && options.tls_cert_file.empty() && options.auth_token_file.empty();
 }
 
 absl::Status ValidateServerOptions(const ServerOptions& options) {
@@ -85,6 +97,22 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
   SCORED_RETURN_IF_ERROR(ValidateHostPort("listen", options.listen));
   if (!options.metrics_listen.empty()) {
     SCORED_RETURN_IF_ERROR(ValidateHostPort("metrics_listen", options.metrics_listen));
+  }
+  if (options.max_message_bytes < kMinMessageBytes || options.max_message_bytes > kMaxMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_message_bytes must be in [", kMinMessageBytes, ", ",
+                                                   kMaxMessageBytes, "], got ", options.max_message_bytes));
+  }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
+  }
+  if (!options.tls_client_ca_file.empty() && options.tls_cert_file.empty()) {
+    return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key (mTLS is TLS)");
+  }
+  if (ListensInsecurelyOnRemote(options) && !options.allow_insecure_remote) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", options.listen, " is not a loopback address and neither TLS (--tls_cert/--tls_key) nor ",
+        "--auth_token_file is configured: anyone who can reach the port could use the model. Configure one, ",
+        "or pass --allow_insecure_remote to accept that"));
   }
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
+#include "server/fault_injection.h"
 
 namespace scored {
 
@@ -33,6 +34,22 @@ struct ServerOptions {
   std::string port_file;
   // How long Shutdown() lets in-flight calls finish before cancelling them.
   absl::Duration shutdown_grace = absl::Seconds(30);
+
+  // Security (server/security.h, README "Security model"). TLS when tls_cert_file and tls_key_file
+  // (PEM) are set; mTLS when tls_client_ca_file is set too. auth_token_file: one bearer token that
+  // every scored.v1.Scorer call must present.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  std::string auth_token_file;
+  // A --listen host that is not loopback needs TLS or a token unless this is set (then a warning).
+  bool allow_insecure_remote = false;
+  // Largest request message the gRPC server accepts, bytes; larger ones fail with RESOURCE_EXHAUSTED
+  // before reaching the service. A request holds at most max_seq_len ids (<= 5 bytes each as packed
+  // varints: 0.6 MiB for a 128k window), so 64 MiB only matters for `text` input.
+  int64_t max_message_bytes = 64 << 20;
+  // Testing only (--fault_inject): see server/fault_injection.h.
+  FaultInjection fault;
 };
 
 // "cpu" | "cuda"; "" or "auto" -> kAuto.
@@ -43,6 +60,10 @@ const char* BackendName(Backend backend);
 
 // Checks every field; INVALID_ARGUMENT names the flag and the bad value.
 absl::Status ValidateServerOptions(const ServerOptions& options);
+
+// Whether options.listen is remote (not loopback) with neither TLS nor a token: Create() refuses such a
+// configuration unless allow_insecure_remote is set.
+bool ListensInsecurelyOnRemote(const ServerOptions& options);
 
 // Splits "host:port" ("[v6]:port" too); port in [0, 65535]. INVALID_ARGUMENT otherwise.
 absl::Status ValidateHostPort(const std::string& flag_name, const std::string& address);

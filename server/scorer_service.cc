@@ -33,6 +33,26 @@ absl::Status ExplainCancel(const absl::Status& status, absl::Time deadline) {
   return status;
 }
 
+// Every Scorer call first passes here: the bearer token (if configured), then the engine's health.
+absl::Status Admit(const ScorerService::Config& config, const grpc::CallbackServerContext& context) {
+  if (config.auth != nullptr) {
+    absl::Status authenticated = config.auth->Check(context);
+    if (!authenticated.ok()) return authenticated;
+  }
+  absl::Status fatal = config.batcher->fatal_status();
+  if (!fatal.ok()) {
+    return absl::UnavailableError(absl::StrCat("the engine failed and cannot serve: ", fatal.message()));
+  }
+  return absl::OkStatus();
+}
+
+// A ScoreStream refused before its first read (no token, failed engine): finishes at once.
+class RejectedStreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1::ScoreResponse> {
+ public:
+  explicit RejectedStreamReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 // Unary Score: validate, queue, answer from the batcher's callback.
 class ScoreReactor final : public grpc::ServerUnaryReactor {
  public:
@@ -41,6 +61,11 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
       : config_(config), context_(context), request_(request), response_(response) {}
 
   void Start() {
+    absl::Status admitted = Admit(*config_, *context_);
+    if (!admitted.ok()) {
+      FinishWith(admitted);
+      return;
+    }
     absl::StatusOr<ScoreRequest> engine_request =
         ToEngineRequest(*request_, config_->limits, config_->tokenizer);
     if (!engine_request.ok()) {
@@ -362,6 +387,12 @@ grpc::ServerUnaryReactor* ScorerService::Score(grpc::CallbackServerContext* cont
 
 grpc::ServerBidiReactor<v1::ScoreRequest, v1::ScoreResponse>* ScorerService::ScoreStream(
     grpc::CallbackServerContext* context) {
+  absl::Status admitted = Admit(config_, *context);
+  if (!admitted.ok()) {
+    const grpc::Status g = ToGrpcStatus(admitted);
+    config_.metrics->RecordRequest("ScoreStream", g.error_code(), 0.0);
+    return new RejectedStreamReactor(g);
+  }
   auto* reactor = new StreamReactor(this, context);
   bool draining = false;
   {
@@ -394,10 +425,11 @@ grpc::ServerUnaryReactor* ScorerService::Tokenize(grpc::CallbackServerContext* c
                                                   v1::TokenizeResponse* response) {
   const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status;
-  if (config_.tokenizer == nullptr) {
+  absl::Status status = Admit(config_, *context);
+  if (status.ok() && config_.tokenizer == nullptr) {
     status = absl::FailedPreconditionError("the model folder has no tokenizer");
-  } else {
+  }
+  if (status.ok()) {
     absl::StatusOr<std::vector<int32_t>> ids =
         TokenizeWithBos(*config_.tokenizer, request->text(), request->has_add_bos(), request->add_bos());
     if (!ids.ok()) {
@@ -422,9 +454,10 @@ grpc::ServerUnaryReactor* ScorerService::GetModelInfo(grpc::CallbackServerContex
                                                       v1::ModelInfo* response) {
   const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  *response = config_.model_info;
-  config_.metrics->RecordRequest("GetModelInfo", grpc::StatusCode::OK, SecondsSince(start));
-  reactor->Finish(grpc::Status::OK);
+  const grpc::Status g = ToGrpcStatus(Admit(config_, *context));
+  if (g.ok()) *response = config_.model_info;
+  config_.metrics->RecordRequest("GetModelInfo", g.error_code(), SecondsSince(start));
+  reactor->Finish(g);
   return reactor;
 }
 

@@ -30,6 +30,7 @@
 #include "server/batcher.h"
 #include "server/metrics.h"
 #include "server/request_validation.h"
+#include "server/security.h"
 
 namespace scored {
 
@@ -41,6 +42,9 @@ class ScorerService final : public v1::Scorer::CallbackService {
     Batcher* batcher = nullptr;          // not owned, outlives the service
     const Tokenizer* tokenizer = nullptr;  // not owned; null when the model has no tokenizer
     Metrics* metrics = nullptr;          // not owned, required
+    // Not owned; null = no token needed. Checked first on every call (UNAUTHENTICATED); after the
+    // engine failed fatally every call is UNAVAILABLE.
+    const BearerTokenAuth* auth = nullptr;
     ScoreLimits limits;
     int stream_window = 32;
     v1::ModelInfo model_info;            // returned by GetModelInfo

@@ -12,6 +12,7 @@
 #include "engine/base/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/fault_injection.h"
 
 #ifndef SCORED_VERSION
 #error "SCORED_VERSION must be defined by the build (server/CMakeLists.txt)"
@@ -20,11 +21,11 @@
 namespace scored {
 namespace {
 
-// Requests are at most max_seq_len int32 ids (a 128k-token window is ~0.6 MB); 64 MiB leaves room for
-// any text input without letting one message eat the host.
-constexpr int kMaxReceiveMessageBytes = 64 << 20;
-
 constexpr char kScorerServiceName[] = "scored.v1.Scorer";
+
+// How long the server keeps answering UNAVAILABLE (health NOT_SERVING) after a fatal engine error
+// before it shuts down; long enough for a health probe period of a second or two to notice.
+constexpr absl::Duration kFatalLinger = absl::Seconds(2);
 
 v1::ModelInfo BuildModelInfo(const ModelInfo& info, const ScoreLimits& limits, const Tokenizer* tokenizer) {
   v1::ModelInfo m;
@@ -78,7 +79,21 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (server->options_.engine.backend == Backend::kAuto) {
     server->options_.engine.backend = CudaBackendAvailable() ? Backend::kCuda : Backend::kCpu;
   }
-  // Bind the metrics port first: a taken port should fail before a long model load.
+  // Security files and the metrics port first: a bad certificate or a taken port should fail before
+  // a long model load.
+  SCORED_ASSIGN_OR_RETURN(server->credentials_,
+                          BuildServerCredentials(TlsFiles{options.tls_cert_file, options.tls_key_file,
+                                                          options.tls_client_ca_file}));
+  if (!options.auth_token_file.empty()) {
+    SCORED_ASSIGN_OR_RETURN(server->auth_, BearerTokenAuth::FromFile(options.auth_token_file));
+  }
+  if (ListensInsecurelyOnRemote(options)) {
+    SCORED_LOG(WARNING) << "--allow_insecure_remote: listening on " << options.listen
+                        << " without TLS or a token; anyone who can reach the port can use the model";
+  } else if (!IsLoopbackListen(options.listen) && options.tls_cert_file.empty()) {
+    SCORED_LOG(WARNING) << "listening on " << options.listen
+                        << " without TLS: the bearer token and all data cross the network in clear text";
+  }
   SCORED_ASSIGN_OR_RETURN(server->metrics_, Metrics::Create(options.metrics_listen));
 
   SCORED_LOG(INFO) << "scored " << ServerVersion() << ": loading " << options.engine.model_dir << " (backend "
@@ -91,6 +106,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                      engine.status().message()));
   }
   server->engine_ = std::move(*engine);
+  if (options.fault.fatal_after_batches >= 0) {
+    SCORED_LOG(WARNING) << "--fault_inject: the engine fails fatally after " << options.fault.fatal_after_batches
+                        << " batches (testing only)";
+    server->engine_ = std::make_unique<FaultInjectingEngine>(std::move(server->engine_), options.fault);
+  }
   if (options.tokenizer_dir != "none") {
     const std::string dir = options.tokenizer_dir.empty() ? options.engine.model_dir : options.tokenizer_dir;
     absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizerGuarded(dir);
@@ -147,6 +167,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   config.batcher = server->batcher_.get();
   config.tokenizer = server->tokenizer_.get();
   config.metrics = metrics;
+  config.auth = server->auth_.get();
   config.limits = limits;
   config.stream_window = options.stream_window;
   config.model_info = BuildModelInfo(info, limits, server->tokenizer_.get());
@@ -160,16 +181,19 @@ absl::Status Server::Start() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &grpc_port_);
+  builder.AddListeningPort(options_.listen, credentials_, &grpc_port_);
   builder.RegisterService(service_.get());
-  builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
   // gRPC enables SO_REUSEPORT by default, which would let a second daemon bind the same port silently.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || grpc_port_ == 0) {
     grpc_server_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options_.listen, " (address in use or not local?)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options_.listen,
+        options_.tls_cert_file.empty() ? " (address in use or not local?)"
+                                       : " (address in use or not local, or --tls_cert/--tls_key/--tls_client_ca "
+                                         "not a valid certificate, key and CA?)"));
   }
   grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
   {
@@ -180,6 +204,10 @@ absl::Status Server::Start() {
   }
   const size_t colon = options_.listen.rfind(':');
   SCORED_LOG(INFO) << "serving gRPC on " << options_.listen.substr(0, colon) << ":" << grpc_port_
+                   << (options_.tls_cert_file.empty()          ? " (plaintext"
+                       : options_.tls_client_ca_file.empty() ? " (TLS"
+                                                               : " (mTLS")
+                   << (auth_ ? ", bearer token required)" : ")")
                    << (metrics_->port() > 0
                            ? absl::StrCat(", metrics on http://",
                                           options_.metrics_listen.substr(0, options_.metrics_listen.rfind(':')),
@@ -212,6 +240,12 @@ absl::Status Server::Wait() {
   absl::MutexLock lock(&mu_);
   auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_requested_ || !fatal_.ok(); };
   mu_.Await(absl::Condition(&done));
+  if (!fatal_.ok() && !stop_requested_) {
+    // Keep the listener up for a moment: calls then get UNAVAILABLE with the engine's reason and
+    // health probes see NOT_SERVING, instead of calls racing the shutdown and ending CANCELLED.
+    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_requested_; };
+    mu_.AwaitWithTimeout(absl::Condition(&stop), kFatalLinger);
+  }
   return fatal_;
 }
 

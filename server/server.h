@@ -32,6 +32,7 @@
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/scorer_service.h"
+#include "server/security.h"
 
 namespace scored {
 
@@ -49,7 +50,8 @@ class Server {
   // Binds --listen, registers the services, marks health SERVING, writes the port file.
   absl::Status Start();
 
-  // Blocks until RequestStop() (returns OK) or a fatal engine error (returns it).
+  // Blocks until RequestStop() (returns OK) or a fatal engine error (returns it, after keeping the
+  // listener up for 2 s more answering UNAVAILABLE with health NOT_SERVING, or until RequestStop()).
   absl::Status Wait();
   void RequestStop();
 
@@ -66,6 +68,8 @@ class Server {
   absl::Status WritePortFile() const;
 
   ServerOptions options_;
+  std::shared_ptr<grpc::ServerCredentials> credentials_;  // insecure, TLS or mTLS (--tls_*)
+  std::unique_ptr<BearerTokenAuth> auth_;                 // null without --auth_token_file
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Tokenizer> tokenizer_;

@@ -1,5 +1,6 @@
 // Unit tests of the server's pure logic: request validation (every bad input, fixed code mapping and
-// message), option checks, the absl -> gRPC code mapping, and the metrics exposition.
+// message), option checks, the absl -> gRPC code mapping, the metrics exposition, the security
+// helpers (loopback detection, constant-time compare, bearer-token check) and --fault_inject parsing.
 #include <string>
 #include <vector>
 
@@ -9,6 +10,8 @@
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/request_validation.h"
+#include "server/security.h"
+#include "server/fault_injection.h"
 
 namespace scored {
 namespace {
@@ -253,6 +256,76 @@ TEST(MetricsTest, BusyPortIsUnavailable) {
   ASSERT_GT((*first)->port(), 0);
   auto second = Metrics::Create("127.0.0.1:" + std::to_string((*first)->port()));
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(ServerOptionsTest, SecurityAndLimitFlags) {
+  ServerOptions o = GoodOptions();
+  o.max_message_bytes = 1023;
+  ExpectBadOptions(o, "--max_message_bytes must be in [1024, 2147483647]");
+  o = GoodOptions();
+  o.tls_key_file = "k.pem";
+  ExpectBadOptions(o, "--tls_cert and --tls_key must be given together");
+  o = GoodOptions();
+  o.tls_client_ca_file = "ca.pem";
+  ExpectBadOptions(o, "--tls_client_ca needs --tls_cert");
+  o = GoodOptions();
+  o.listen = "0.0.0.0:50051";
+  ExpectBadOptions(o, "--allow_insecure_remote");
+  o.allow_insecure_remote = true;
+  EXPECT_TRUE(ValidateServerOptions(o).ok());
+  o.allow_insecure_remote = false;
+  o.auth_token_file = "token";
+  EXPECT_TRUE(ValidateServerOptions(o).ok()) << "a token is enough";
+  o.auth_token_file = "";
+  o.tls_cert_file = "c.pem";
+  o.tls_key_file = "k.pem";
+  EXPECT_TRUE(ValidateServerOptions(o).ok()) << "TLS is enough";
+}
+
+TEST(SecurityTest, LoopbackAddresses) {
+  for (const char* a : {"127.0.0.1:1", "127.1.2.3:0", "localhost:5", "LOCALHOST:5", "[::1]:0"}) {
+    EXPECT_TRUE(IsLoopbackListen(a)) << a;
+  }
+  for (const char* a : {"0.0.0.0:1", "[::]:1", "10.0.0.1:1", "example.com:1", "127.0.0:1", "127.0.0.1.5:1",
+                        "127.0.0.256:1", "1127.0.0.1:1", "[::ffff:127.0.0.1]:1", "nohost"}) {
+    EXPECT_FALSE(IsLoopbackListen(a)) << a;
+  }
+}
+
+TEST(SecurityTest, ConstantTimeEquals) {
+  EXPECT_TRUE(ConstantTimeEquals("abcdef", "abcdef"));
+  EXPECT_FALSE(ConstantTimeEquals("abcdef", "abcdeg"));
+  EXPECT_FALSE(ConstantTimeEquals("abcdef", "abcde"));
+  EXPECT_FALSE(ConstantTimeEquals("abcdef", "abcdefg"));
+  EXPECT_FALSE(ConstantTimeEquals("abcdef", ""));
+  EXPECT_FALSE(ConstantTimeEquals("abc", std::string("abc\0", 4)));
+}
+
+TEST(SecurityTest, BearerTokenChecks) {
+  EXPECT_EQ(BearerTokenAuth::FromToken("short").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BearerTokenAuth::FromToken("has a space in it!").status().code(), absl::StatusCode::kInvalidArgument);
+  auto auth = BearerTokenAuth::FromToken("0123456789abcdef");
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  EXPECT_TRUE((*auth)->CheckHeader(true, "Bearer 0123456789abcdef").ok());
+  EXPECT_TRUE((*auth)->CheckHeader(true, "BEARER 0123456789abcdef").ok());
+  const absl::Status missing = (*auth)->CheckHeader(false, "");
+  EXPECT_EQ(missing.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("authorization: Bearer <token>"));
+  EXPECT_EQ((*auth)->CheckHeader(true, "Basic 0123456789abcdef").code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ((*auth)->CheckHeader(true, "Bearer 0123456789abcdeF").code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ((*auth)->CheckHeader(true, "Bearer ").code(), absl::StatusCode::kUnauthenticated);
+  const absl::Status wrong = (*auth)->CheckHeader(true, "Bearer nope-nope-nope-nope");
+  EXPECT_THAT(std::string(wrong.message()), ::testing::Not(HasSubstr("0123456789abcdef")))
+      << "an error never echoes the secret";
+}
+
+TEST(FaultInjectionTest, Parses) {
+  EXPECT_EQ(ParseFaultInjection("")->fatal_after_batches, -1);
+  EXPECT_EQ(ParseFaultInjection("fatal_after:0")->fatal_after_batches, 0);
+  EXPECT_EQ(ParseFaultInjection("fatal_after:7")->fatal_after_batches, 7);
+  for (const char* bad : {"fatal_after:", "fatal_after:-1", "fatal_after:x", "crash"}) {
+    EXPECT_EQ(ParseFaultInjection(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,54 @@
+// Testing only: `scored --fault_inject=fatal_after:N` wraps the engine so that the server's handling of
+// a sticky fatal engine error (a CUDA/NCCL failure on the GPU backend, which sets fatal_status()
+// itself) can be exercised end to end on the CPU backend.
+//
+// FaultInjectingEngine forwards the first N Score() batches to the wrapped engine; from call N+1 on,
+// Score() returns UNAVAILABLE and fatal_status() returns the same UNAVAILABLE forever, exactly as a
+// failed device would. info() and DeviceMemory() forward unchanged.
+//
+// Thread-safety: as Engine (Score() from one thread; fatal_status() and info() from any thread).
+#ifndef SCORED_SERVER_FAULT_INJECTION_H_
+#define SCORED_SERVER_FAULT_INJECTION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/engine.h"
+
+namespace scored {
+
+struct FaultInjection {
+  int64_t fatal_after_batches = -1;  // -1 = no fault; N >= 0 = the (N+1)-th Score() batch fails fatally
+};
+
+// "" -> no fault; "fatal_after:N" with N >= 0. INVALID_ARGUMENT names --fault_inject otherwise.
+absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text);
+
+class FaultInjectingEngine final : public Engine {
+ public:
+  FaultInjectingEngine(std::unique_ptr<Engine> engine, FaultInjection fault)
+      : engine_(std::move(engine)), fault_(fault) {}
+
+  absl::StatusOr<std::vector<ScoreResult>> Score(absl::Span<const ScoreRequest> batch) override;
+  const ModelInfo& info() const override { return engine_->info(); }
+  absl::Status fatal_status() const override;
+  std::vector<std::pair<int64_t, int64_t>> DeviceMemory() const override { return engine_->DeviceMemory(); }
+
+ private:
+  const std::unique_ptr<Engine> engine_;
+  const FaultInjection fault_;
+  int64_t batches_ = 0;  // Score() calls forwarded so far (Score() runs on one thread)
+  mutable absl::Mutex mu_;
+  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace scored
+
+#endif  // SCORED_SERVER_FAULT_INJECTION_H_

@@ -1,0 +1,441 @@
+// End-to-end security and robustness tests of the real `scored` binary (CPU backend, stories260K-hf):
+// TLS (right CA, wrong CA, expired server certificate), mTLS, bearer tokens (missing, wrong, right;
+// health open; metrics), the message size limit, the remote-listen refusal, and the sticky fatal
+// engine error through --fault_inject.
+//
+// Certificates are made in the test with the openssl command line (EC P-256, valid 30 days; the
+// expired one with -days -1, i.e. its notAfter lies one day before now). Without `openssl` on PATH the
+// TLS tests skip.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "scored/v1/scorer.grpc.pb.h"
+#include "tests/server/scored_process.h"
+
+namespace scored {
+namespace {
+
+using ::scored::testing::CheckHealth;
+using ::scored::testing::HealthStatus;
+using ::scored::testing::HttpGet;
+using ::scored::testing::MetricValue;
+using ::scored::testing::ScoredProcess;
+using ::scored::testing::ScoredProcessOptions;
+using ::testing::HasSubstr;
+
+// 20 printable characters: the daemon requires 16..4096.
+constexpr char kToken[] = "s3cr3t-t0ken-for-tests";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+// A fresh folder per test binary with every key and certificate the tests use:
+//   ca.pem/key          test CA                    other_ca.pem   an unrelated CA
+//   server.pem/key      CN=localhost, SAN IP:127.0.0.1 + DNS:localhost, signed by ca, 30 days
+//   expired.pem         the same key and names, notAfter in the past
+//   client.pem/key      client certificate signed by ca
+//   other_client.pem    the same client key, signed by other_ca
+class Certs {
+ public:
+  static const Certs* Get() {
+    static const Certs* certs = [] {
+      auto* c = new Certs();
+      if (!c->Make()) {
+        delete c;
+        return static_cast<Certs*>(nullptr);
+      }
+      return c;
+    }();
+    return certs;
+  }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  const std::string& error() const { return error_; }
+
+ private:
+  bool Make() {
+    char tmpl[] = "/tmp/scored_certs_XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return false;
+    dir_ = tmpl;
+    const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    const std::string script = absl::StrCat(
+        "set -e; cd '", dir_, "'\n",
+        "openssl req -x509 ", ec, " -keyout ca.key -out ca.pem -days 30 -subj '/CN=scored test CA' ",
+        "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign\n",
+        "openssl req -x509 ", ec, " -keyout other_ca.key -out other_ca.pem -days 30 -subj '/CN=unrelated CA' ",
+        "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign\n",
+        "openssl req -new ", ec, " -keyout server.key -out server.csr -subj '/CN=localhost'\n",
+        "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n",
+        "extendedKeyUsage=serverAuth\\n' > server.ext\n",
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -set_serial 2 -days 30 ",
+        "-extfile server.ext -out server.pem\n",
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -set_serial 3 -days -1 ",
+        "-extfile server.ext -out expired.pem\n",
+        "openssl req -new ", ec, " -keyout client.key -out client.csr -subj '/CN=scored test client'\n",
+        "printf 'basicConstraints=CA:FALSE\\nextendedKeyUsage=clientAuth\\n' > client.ext\n",
+        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -set_serial 4 -days 30 ",
+        "-extfile client.ext -out client.pem\n",
+        "openssl x509 -req -in client.csr -CA other_ca.pem -CAkey other_ca.key -set_serial 5 -days 30 ",
+        "-extfile client.ext -out other_client.pem\n",
+        "openssl verify -CAfile ca.pem server.pem client.pem\n",
+        "! openssl verify -CAfile ca.pem expired.pem\n");
+    WriteFile(path("make.sh"), script);
+    const int rc = std::system(absl::StrCat("bash '", path("make.sh"), "' > '", path("make.log"), "' 2>&1").c_str());
+    if (rc != 0) {
+      error_ = ReadFile(path("make.log"));
+      return false;
+    }
+    return true;
+  }
+
+  std::string dir_;
+  std::string error_;
+};
+
+bool HaveOpenssl() { return std::system("openssl version > /dev/null 2>&1") == 0; }
+
+std::vector<std::string> BaseArgs() {
+  return {"--model=" + scored::testing::StoriesModelDir(), "--backend=cpu", "--batch_timeout_us=0"};
+}
+
+// Starts the daemon. With TLS the helper's plaintext health poll cannot connect, so it waits for the
+// port file only: the daemon writes it after the listener is up and health is SERVING.
+std::unique_ptr<ScoredProcess> StartOrDie(std::vector<std::string> extra, bool tls = false) {
+  ScoredProcessOptions o;
+  o.args = BaseArgs();
+  for (std::string& a : extra) o.args.push_back(std::move(a));
+  o.wait_for_serving = !tls;
+  auto p = ScoredProcess::Start(o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? std::move(*p) : nullptr;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> TlsCredentials(const std::string& ca_file,
+                                                         const std::string& client_cert_file = "",
+                                                         const std::string& client_key_file = "") {
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = ReadFile(ca_file);
+  if (!client_cert_file.empty()) {
+    o.pem_cert_chain = ReadFile(client_cert_file);
+    o.pem_private_key = ReadFile(client_key_file);
+  }
+  return grpc::SslCredentials(o);
+}
+
+std::unique_ptr<v1::Scorer::Stub> NewStub(const std::string& address,
+                                          std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  return v1::Scorer::NewStub(grpc::CreateChannel(address, std::move(credentials)));
+}
+
+grpc::Status CallGetModelInfo(v1::Scorer::Stub* stub, const std::string& authorization = "") {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+  v1::ModelInfo info;
+  grpc::Status s = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
+  if (s.ok()) {
+    EXPECT_EQ(info.backend(), "cpu");
+  }
+  return s;
+}
+
+v1::ScoreRequest TokensRequest(const std::vector<int32_t>& ids) {
+  v1::ScoreRequest r;
+  for (int32_t id : ids) r.mutable_tokens()->add_ids(id);
+  return r;
+}
+
+grpc::Status CallScore(v1::Scorer::Stub* stub, const v1::ScoreRequest& request,
+                       const std::string& authorization = "") {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+  v1::ScoreResponse response;
+  grpc::Status s = stub->Score(&context, request, &response);
+  if (s.ok()) {
+    EXPECT_EQ(response.num_scored(), static_cast<int32_t>(request.tokens().ids_size()) - 1);
+  }
+  return s;
+}
+
+// grpc.health.v1.Health/Check("") over any channel. The request is the empty message; the response
+// is field 1 (status) as a varint: 08 01 = SERVING, 08 02 = NOT_SERVING.
+absl::StatusOr<int> HealthOver(std::shared_ptr<grpc::Channel> channel) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  grpc::ByteBuffer request;
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  if (!status.ok()) return absl::UnavailableError(status.error_message());
+  grpc::Slice out;
+  if (!response.DumpToSingleSlice(&out).ok() || out.size() != 2 || out.begin()[0] != 0x08) {
+    return absl::DataLossError("unexpected health response");
+  }
+  return static_cast<int>(out.begin()[1]);
+}
+
+double Metric(const ScoredProcess& p, const std::string& sample) {
+  auto text = HttpGet("127.0.0.1", p.metrics_port(), "/metrics");
+  EXPECT_TRUE(text.ok()) << text.status();
+  if (!text.ok()) return 0.0;
+  auto v = MetricValue(*text, sample);
+  return v.ok() ? *v : 0.0;  // absent = never incremented
+}
+
+class SecurityE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveOpenssl()) GTEST_SKIP() << "no openssl command line to make test certificates";
+    certs_ = Certs::Get();
+    ASSERT_NE(certs_, nullptr) << "making the test certificates failed";
+  }
+  std::vector<std::string> TlsArgs(const std::string& cert = "server.pem") const {
+    return {"--tls_cert=" + certs_->path(cert), "--tls_key=" + certs_->path("server.key")};
+  }
+  const Certs* certs_ = nullptr;
+};
+
+TEST_F(SecurityE2eTest, TlsWithTheRightCaWorksAndPlaintextDoesNot) {
+  auto proc = StartOrDie(TlsArgs(), /*tls=*/true);
+  ASSERT_NE(proc, nullptr);
+  auto channel = grpc::CreateChannel(proc->grpc_address(), TlsCredentials(certs_->path("ca.pem")));
+  auto health = HealthOver(channel);
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, 1) << "SERVING over TLS";
+  auto stub = v1::Scorer::NewStub(channel);
+  EXPECT_TRUE(CallGetModelInfo(stub.get()).ok());
+  EXPECT_TRUE(CallScore(stub.get(), TokensRequest({1, 403, 407, 261, 378})).ok());
+
+  auto plain = NewStub(proc->grpc_address(), grpc::InsecureChannelCredentials());
+  EXPECT_EQ(CallGetModelInfo(plain.get()).error_code(), grpc::StatusCode::UNAVAILABLE)
+      << "a plaintext client cannot talk to a TLS listener";
+  EXPECT_THAT(proc->ReadLog(), HasSubstr("(TLS)"));
+}
+
+TEST_F(SecurityE2eTest, TlsWithTheWrongCaFails) {
+  auto proc = StartOrDie(TlsArgs(), /*tls=*/true);
+  ASSERT_NE(proc, nullptr);
+  auto stub = NewStub(proc->grpc_address(), TlsCredentials(certs_->path("other_ca.pem")));
+  EXPECT_EQ(CallGetModelInfo(stub.get()).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(SecurityE2eTest, ExpiredServerCertificateFails) {
+  auto proc = StartOrDie(TlsArgs("expired.pem"), /*tls=*/true);
+  ASSERT_NE(proc, nullptr);
+  auto stub = NewStub(proc->grpc_address(), TlsCredentials(certs_->path("ca.pem")));
+  EXPECT_EQ(CallGetModelInfo(stub.get()).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(SecurityE2eTest, MutualTlsRequiresAClientCertificate) {
+  std::vector<std::string> args = TlsArgs();
+  args.push_back("--tls_client_ca=" + certs_->path("ca.pem"));
+  auto proc = StartOrDie(args, /*tls=*/true);
+  ASSERT_NE(proc, nullptr);
+  auto anonymous = NewStub(proc->grpc_address(), TlsCredentials(certs_->path("ca.pem")));
+  EXPECT_EQ(CallGetModelInfo(anonymous.get()).error_code(), grpc::StatusCode::UNAVAILABLE);
+  auto foreign = NewStub(proc->grpc_address(), TlsCredentials(certs_->path("ca.pem"),
+                                                               certs_->path("other_client.pem"),
+                                                               certs_->path("client.key")));
+  EXPECT_EQ(CallGetModelInfo(foreign.get()).error_code(), grpc::StatusCode::UNAVAILABLE)
+      << "a client certificate from another CA";
+  auto with_cert = NewStub(proc->grpc_address(), TlsCredentials(certs_->path("ca.pem"), certs_->path("client.pem"),
+                                                                 certs_->path("client.key")));
+  EXPECT_TRUE(CallGetModelInfo(with_cert.get()).ok());
+  EXPECT_TRUE(CallScore(with_cert.get(), TokensRequest({1, 403, 407, 261, 378})).ok());
+  EXPECT_THAT(proc->ReadLog(), HasSubstr("(mTLS)"));
+}
+
+TEST_F(SecurityE2eTest, BadTlsFilesFailStartupNamingTheFlag) {
+  ScoredProcessOptions o;
+  o.args = BaseArgs();
+  o.args.push_back("--tls_cert=" + certs_->path("server.pem"));
+  o.args.push_back("--tls_key=" + certs_->path("make.sh"));
+  o.startup_timeout = absl::Seconds(30);
+  auto p = ScoredProcess::Start(o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(std::string(p.status().message()), HasSubstr("--tls_key"));
+  EXPECT_THAT(std::string(p.status().message()), HasSubstr("not a PEM file"));
+}
+
+class TokenE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/scored_token_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    token_dir_ = new std::string(tmpl);
+    WriteFile(*token_dir_ + "/token", std::string(kToken) + "\n");
+    proc_ = StartOrDie({"--auth_token_file=" + *token_dir_ + "/token"}).release();
+  }
+  static void TearDownTestSuite() {
+    delete proc_;
+    proc_ = nullptr;
+    std::remove((*token_dir_ + "/token").c_str());
+    rmdir(token_dir_->c_str());
+    delete token_dir_;
+  }
+  void SetUp() override {
+    ASSERT_NE(proc_, nullptr);
+    stub_ = NewStub(proc_->grpc_address(), grpc::InsecureChannelCredentials());
+  }
+  static ScoredProcess* proc_;
+  static std::string* token_dir_;
+  std::unique_ptr<v1::Scorer::Stub> stub_;
+};
+
+ScoredProcess* TokenE2eTest::proc_ = nullptr;
+std::string* TokenE2eTest::token_dir_ = nullptr;
+
+TEST_F(TokenE2eTest, MissingTokenIsUnauthenticated) {
+  const double before = Metric(*proc_, "scored_requests_total{code=\"UNAUTHENTICATED\",method=\"Score\"}");
+  const grpc::Status s = CallScore(stub_.get(), TokensRequest({1, 403, 407}));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(s.error_message(), HasSubstr("authorization: Bearer <token>"));
+  EXPECT_EQ(Metric(*proc_, "scored_requests_total{code=\"UNAUTHENTICATED\",method=\"Score\"}"), before + 1);
+  EXPECT_EQ(CallGetModelInfo(stub_.get()).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(TokenE2eTest, WrongOrMalformedTokenIsUnauthenticated) {
+  grpc::Status s = CallScore(stub_.get(), TokensRequest({1, 403, 407}), "Bearer s3cr3t-t0ken-for-testz");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(s.error_message(), HasSubstr("not valid"));
+  s = CallScore(stub_.get(), TokensRequest({1, 403, 407}), absl::StrCat("Bearer ", kToken, "x"));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "a longer token with the right prefix";
+  s = CallScore(stub_.get(), TokensRequest({1, 403, 407}), kToken);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(s.error_message(), HasSubstr("malformed"));
+}
+
+TEST_F(TokenE2eTest, RightTokenWorksOnEveryMethod) {
+  const std::string auth = absl::StrCat("Bearer ", kToken);
+  EXPECT_TRUE(CallScore(stub_.get(), TokensRequest({1, 403, 407, 261}), auth).ok());
+  EXPECT_TRUE(CallScore(stub_.get(), TokensRequest({1, 403}), absl::StrCat("bearer ", kToken)).ok())
+      << "the scheme is case-insensitive";
+  EXPECT_TRUE(CallGetModelInfo(stub_.get(), auth).ok());
+
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", auth);
+  auto stream = stub_->ScoreStream(&ctx);
+  ASSERT_TRUE(stream->Write(TokensRequest({1, 403, 407})));
+  stream->WritesDone();
+  v1::ScoreResponse r;
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_FALSE(r.has_error());
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(TokenE2eTest, StreamWithoutTokenIsUnauthenticated) {
+  grpc::ClientContext ctx;
+  auto stream = stub_->ScoreStream(&ctx);
+  stream->Write(TokensRequest({1, 403, 407}));
+  stream->WritesDone();
+  v1::ScoreResponse r;
+  EXPECT_FALSE(stream->Read(&r));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(TokenE2eTest, HealthNeedsNoToken) {
+  auto health = CheckHealth(proc_->grpc_address(), "");
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, HealthStatus::kServing);
+}
+
+TEST(LimitsE2eTest, OversizedMessageIsResourceExhausted) {
+  auto proc = StartOrDie({"--max_message_bytes=4096"});
+  ASSERT_NE(proc, nullptr);
+  auto stub = NewStub(proc->grpc_address(), grpc::InsecureChannelCredentials());
+  // 3000 ids of 300..399 are 2 varint bytes each: ~6 KB > 4096.
+  std::vector<int32_t> ids(3000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = 300 + static_cast<int32_t>(i % 100);
+  const grpc::Status big = CallScore(stub.get(), TokensRequest(ids));
+  EXPECT_EQ(big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << big.error_message();
+  EXPECT_TRUE(CallScore(stub.get(), TokensRequest({1, 403, 407})).ok()) << "the daemon keeps serving";
+}
+
+TEST(LimitsE2eTest, BadLimitAndSecurityFlagsFailStartup) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string fragment;
+  };
+  const std::vector<Case> cases = {
+      {{"--max_message_bytes=10"}, "--max_message_bytes must be in [1024"},
+      {{"--tls_cert=/nonexistent.pem"}, "--tls_cert and --tls_key must be given together"},
+      {{"--tls_client_ca=/nonexistent.pem"}, "--tls_client_ca needs --tls_cert"},
+      {{"--tls_cert=/nonexistent.pem", "--tls_key=/nonexistent.key"}, "--tls_cert: cannot read"},
+      {{"--auth_token_file=/nonexistent"}, "--auth_token_file: cannot read"},
+      {{"--listen=0.0.0.0:0"}, "--allow_insecure_remote"},
+      {{"--fault_inject=fatal_after:x"}, "--fault_inject must be fatal_after:N"},
+  };
+  for (const Case& c : cases) {
+    ScoredProcessOptions o;
+    o.args = BaseArgs();
+    for (const std::string& a : c.args) o.args.push_back(a);
+    o.startup_timeout = absl::Seconds(30);
+    auto p = ScoredProcess::Start(o);
+    ASSERT_FALSE(p.ok()) << "started with " << c.args[0];
+    EXPECT_THAT(std::string(p.status().message()), HasSubstr("exited with code 1"));
+    EXPECT_THAT(std::string(p.status().message()), HasSubstr(c.fragment));
+  }
+}
+
+// The sticky fatal error: 2 batches succeed, the third fails; from then on every call is UNAVAILABLE
+// and health is NOT_SERVING (the listener stays up 2 s for that: these calls take milliseconds), then
+// the process exits 1.
+TEST(FaultInjectionE2eTest, FatalEngineErrorIsStickyAndExitsNonZero) {
+  auto proc = StartOrDie({"--fault_inject=fatal_after:2", "--shutdown_grace_s=5"});
+  ASSERT_NE(proc, nullptr);
+  auto stub = NewStub(proc->grpc_address(), grpc::InsecureChannelCredentials());
+  EXPECT_TRUE(CallScore(stub.get(), TokensRequest({1, 403, 407})).ok());
+  EXPECT_TRUE(CallScore(stub.get(), TokensRequest({1, 403, 407, 261})).ok());
+  const grpc::Status failed = CallScore(stub.get(), TokensRequest({1, 403}));
+  EXPECT_EQ(failed.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(failed.error_message(), HasSubstr("injected fatal engine error"));
+
+  EXPECT_EQ(CallScore(stub.get(), TokensRequest({1, 403})).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(CallGetModelInfo(stub.get()).error_code(), grpc::StatusCode::UNAVAILABLE);
+  const grpc::Status later = CallScore(stub.get(), TokensRequest({1, 403, 407}));
+  EXPECT_EQ(later.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(later.error_message(), HasSubstr("the engine failed and cannot serve"));
+  auto health = CheckHealth(proc->grpc_address(), "");
+  ASSERT_TRUE(health.ok()) << health.status() << " (the listener stays up 2 s after the failure)";
+  EXPECT_EQ(*health, HealthStatus::kNotServing);
+  auto code = proc->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 1);
+  EXPECT_THAT(proc->ReadLog(), HasSubstr("exiting after a fatal engine error"));
+}
+
+}  // namespace
+}  // namespace scored
