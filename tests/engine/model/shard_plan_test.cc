@@ -81,6 +81,26 @@ Outcome ShardAll(const ModelWeights& m, int tp) {
                                    {&l.down_proj, LinearRole::kDown}});
   }
   linears.push_back({&m.lm_head(), LinearRole::kLmHead});
+  // The ranks' slices tile each dimension in rank order (kv heads: each replica group shares one slice).
+  for (LinearRole role : {LinearRole::kQ, LinearRole::kK, LinearRole::kO, LinearRole::kGate, LinearRole::kDown,
+                          LinearRole::kLmHead}) {
+    const int64_t step = role == LinearRole::kK ? plans[0].kv_replicas : 1;
+    int64_t next = 0;
+    for (int rank = 0; rank < tp; rank += static_cast<int>(step)) {
+      const LinearSlice& s = plans[static_cast<size_t>(rank)].ForLinear(role);
+      EXPECT_EQ(s.begin, next) << "rank " << rank;
+      next = s.end;
+      for (int rep = 1; rep < step; ++rep) {
+        EXPECT_EQ(plans[static_cast<size_t>(rank + rep)].ForLinear(role).begin, s.begin);
+      }
+    }
+    const ModelConfig& c = m.config();
+    int64_t dim = c.vocab_size;
+    if (role == LinearRole::kQ || role == LinearRole::kO) dim = c.num_heads * c.head_dim;
+    if (role == LinearRole::kK) dim = c.num_kv_heads * c.head_dim;
+    if (role == LinearRole::kGate || role == LinearRole::kDown) dim = c.intermediate_size;
+    EXPECT_EQ(next, dim);
+  }
   for (const auto& [w, role] : linears) {
     const std::vector<float> full = Full(*w);
     const std::string suffix = w->module.substr(w->module.rfind('.') + 1);
@@ -280,6 +300,10 @@ TEST(ShardPlanTest, ErrorsNameTheDimension) {
               HasSubstr("intermediate_size 172"));
   EXPECT_THAT(ShardPlan::Create(Config(8, 2, 768, 9), 8, 0).status().message(), HasSubstr("vocab_size 9"));
   EXPECT_FALSE(ShardPlan::Create(Config(8, 2, 768, 512), 0, 0).ok());
+  auto stories = ModelWeights::Load(kData + "/stories260K-hf");
+  ASSERT_TRUE(stories.ok()) << stories.status();
+  EXPECT_THAT(ValidateTensorParallel(**stories, 8).message(), HasSubstr("intermediate_size 172"));
+  EXPECT_TRUE(ValidateTensorParallel(**stories, 4).ok());
   EXPECT_FALSE(ShardPlan::Create(Config(8, 2, 768, 512), 2, 2).ok());
 }
 
