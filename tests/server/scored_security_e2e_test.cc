@@ -1,7 +1,7 @@
 // End-to-end security and robustness tests of the real `scored` binary (CPU backend, stories260K-hf):
 // TLS (right CA, wrong CA, expired server certificate), mTLS, bearer tokens (missing, wrong, right;
-// health open; metrics), the message size limit, the remote-listen refusal, and the sticky fatal
-// engine error through --fault_inject.
+// health open; metrics), the message size limit, the remote-listen refusal, queued work of cancelled
+// and expired calls dropped, and the sticky fatal engine error through --fault_inject.
 //
 // Certificates are made in the test with the openssl command line (EC P-256, valid 30 days; the
 // expired one with -days -1, i.e. its notAfter lies one day before now). Without `openssl` on PATH the
@@ -18,6 +18,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -215,6 +217,17 @@ double Metric(const ScoredProcess& p, const std::string& sample) {
   return v.ok() ? *v : 0.0;  // absent = never incremented
 }
 
+// Polls a metric until it is >= want (or <= want with at_most); the server updates some after the RPC.
+bool WaitForMetric(const ScoredProcess& p, const std::string& sample, double want, bool at_most = false) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    const double v = Metric(p, sample);
+    if (at_most ? v <= want : v >= want) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
 class SecurityE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -408,6 +421,44 @@ TEST(LimitsE2eTest, BadLimitAndSecurityFlagsFailStartup) {
     EXPECT_THAT(std::string(p.status().message()), HasSubstr("exited with code 1"));
     EXPECT_THAT(std::string(p.status().message()), HasSubstr(c.fragment));
   }
+}
+
+// A request cancelled, or whose deadline passes, while it waits in the queue never reaches the engine:
+// with a 3 s batch window both leave the queue long before a batch would start, and the engine's batch
+// counter stays at 0 until a normal request runs.
+TEST(LimitsE2eTest, CancelledAndExpiredQueuedWorkIsDropped) {
+  auto proc = StartOrDie({"--batch_timeout_us=3000000"});
+  ASSERT_NE(proc, nullptr);
+  auto stub = NewStub(proc->grpc_address(), grpc::InsecureChannelCredentials());
+
+  grpc::ClientContext cancelled_ctx;
+  const v1::ScoreRequest cancelled_request = TokensRequest({1, 403, 407});
+  v1::ScoreResponse cancelled_response;
+  grpc::Status cancelled_status;
+  absl::Notification cancelled_done;
+  stub->async()->Score(&cancelled_ctx, &cancelled_request, &cancelled_response,
+                       [&](grpc::Status s) {
+                         cancelled_status = std::move(s);
+                         cancelled_done.Notify();
+                       });
+  ASSERT_TRUE(WaitForMetric(*proc, "scored_queue_depth", 1)) << "the request is queued";
+  cancelled_ctx.TryCancel();
+  ASSERT_TRUE(cancelled_done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(cancelled_status.error_code(), grpc::StatusCode::CANCELLED);
+
+  grpc::ClientContext expiring_ctx;
+  expiring_ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(300)));
+  v1::ScoreResponse expiring_response;
+  EXPECT_EQ(stub->Score(&expiring_ctx, TokensRequest({1, 403, 407}), &expiring_response).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+
+  ASSERT_TRUE(WaitForMetric(*proc, "scored_queue_depth", 0, /*at_most=*/true)) << "both left the queue";
+  EXPECT_EQ(Metric(*proc, "scored_batch_tokens_count"), 0) << "no engine batch ran for them";
+  EXPECT_EQ(Metric(*proc, "scored_tokens_scored_total"), 0);
+
+  EXPECT_TRUE(CallScore(stub.get(), TokensRequest({1, 403, 407, 261})).ok());
+  EXPECT_EQ(Metric(*proc, "scored_batch_tokens_count"), 1);
+  EXPECT_EQ(Metric(*proc, "scored_batch_tokens_sum"), 4) << "only the normal request's 4 tokens";
 }
 
 // The sticky fatal error: 2 batches succeed, the third fails; from then on every call is UNAVAILABLE
