@@ -11,7 +11,8 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
   if (text.empty()) return fault;
   constexpr absl::string_view kFatalAfter = "fatal_after:";
   int64_t n = -1;
-  if (!absl::StartsWith(text, kFatalAfter) || !absl::SimpleAtoi(text.substr(kFatalAfter.size()), &n) || n < 0) {
+  if (!absl::StartsWith(text, kFatalAfter) || !absl::SimpleAtoi(text.substr(kFatalAfter.size()), &n) ||
+      n < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--fault_inject must be fatal_after:N with N >= 0, got '", text, "'"));
   }
@@ -23,8 +24,8 @@ absl::StatusOr<std::vector<ScoreResult>> FaultInjectingEngine::Score(absl::Span<
   if (fault_.fatal_after_batches >= 0 && batches_ >= fault_.fatal_after_batches) {
     absl::MutexLock lock(&mu_);
     if (fatal_.ok()) {
-      fatal_ = absl::UnavailableError(absl::StrCat("injected fatal engine error after ", batches_,
-                                                   " batches (--fault_inject)"));
+      fatal_ = absl::UnavailableError(
+          absl::StrCat("injected fatal engine error after ", batches_, " batches (--fault_inject)"));
     }
     return fatal_;
   }

@@ -46,8 +46,8 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle: require client certificates signed by it (mTLS; needs --tls_cert)");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "File holding one bearer token every scored.v1.Scorer call must send as 'authorization: Bearer <token>' "
-          "(health and reflection stay open)");
+          "File holding one bearer token that every scored.v1.Scorer call must send as "
+          "'authorization: Bearer <token>' (health and reflection stay open)");
 ABSL_FLAG(bool, allow_insecure_remote, false,
           "Allow a non-loopback --listen without TLS or a token (logs a warning)");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,

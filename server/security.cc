@@ -45,7 +45,8 @@ absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& 
 absl::Status ValidateToken(absl::string_view token) {
   if (token.size() < kMinTokenLength || token.size() > kMaxTokenLength) {
     return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: the token must have ", kMinTokenLength,
-                                                   "..", kMaxTokenLength, " characters, it has ", token.size()));
+                                                   "..", kMaxTokenLength, " characters, it has ",
+                                                   token.size()));
   }
   for (char c : token) {
     if (c <= ' ' || c > '~') {

@@ -107,8 +107,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   }
   server->engine_ = std::move(*engine);
   if (options.fault.fatal_after_batches >= 0) {
-    SCORED_LOG(WARNING) << "--fault_inject: the engine fails fatally after " << options.fault.fatal_after_batches
-                        << " batches (testing only)";
+    SCORED_LOG(WARNING) << "--fault_inject: the engine fails fatally after "
+                        << options.fault.fatal_after_batches << " batches (testing only)";
     server->engine_ = std::make_unique<FaultInjectingEngine>(std::move(server->engine_), options.fault);
   }
   if (options.tokenizer_dir != "none") {

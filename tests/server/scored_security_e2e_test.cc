@@ -87,7 +87,8 @@ class Certs {
         "set -e; cd '", dir_, "'\n",
         "openssl req -x509 ", ec, " -keyout ca.key -out ca.pem -days 30 -subj '/CN=scored test CA' ",
         "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign\n",
-        "openssl req -x509 ", ec, " -keyout other_ca.key -out other_ca.pem -days 30 -subj '/CN=unrelated CA' ",
+        "openssl req -x509 ", ec, " -keyout other_ca.key -out other_ca.pem -days 30 ",
+        "-subj '/CN=unrelated CA' ",
         "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign\n",
         "openssl req -new ", ec, " -keyout server.key -out server.csr -subj '/CN=localhost'\n",
         "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n",
@@ -105,7 +106,8 @@ class Certs {
         "openssl verify -CAfile ca.pem server.pem client.pem\n",
         "! openssl verify -CAfile ca.pem expired.pem\n");
     WriteFile(path("make.sh"), script);
-    const int rc = std::system(absl::StrCat("bash '", path("make.sh"), "' > '", path("make.log"), "' 2>&1").c_str());
+    const std::string command = absl::StrCat("bash '", path("make.sh"), "' > '", path("make.log"), "' 2>&1");
+    const int rc = std::system(command.c_str());
     if (rc != 0) {
       error_ = ReadFile(path("make.log"));
       return false;
@@ -284,7 +286,8 @@ TEST_F(SecurityE2eTest, MutualTlsRequiresAClientCertificate) {
                                                                certs_->path("client.key")));
   EXPECT_EQ(CallGetModelInfo(foreign.get()).error_code(), grpc::StatusCode::UNAVAILABLE)
       << "a client certificate from another CA";
-  auto with_cert = NewStub(proc->grpc_address(), TlsCredentials(certs_->path("ca.pem"), certs_->path("client.pem"),
+  auto with_cert = NewStub(proc->grpc_address(), TlsCredentials(certs_->path("ca.pem"),
+                                                                 certs_->path("client.pem"),
                                                                  certs_->path("client.key")));
   EXPECT_TRUE(CallGetModelInfo(with_cert.get()).ok());
   EXPECT_TRUE(CallScore(with_cert.get(), TokensRequest({1, 403, 407, 261, 378})).ok());

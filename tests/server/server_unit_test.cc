@@ -303,7 +303,8 @@ TEST(SecurityTest, ConstantTimeEquals) {
 
 TEST(SecurityTest, BearerTokenChecks) {
   EXPECT_EQ(BearerTokenAuth::FromToken("short").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(BearerTokenAuth::FromToken("has a space in it!").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BearerTokenAuth::FromToken("has a space in it!").status().code(),
+            absl::StatusCode::kInvalidArgument);
   auto auth = BearerTokenAuth::FromToken("0123456789abcdef");
   ASSERT_TRUE(auth.ok()) << auth.status();
   EXPECT_TRUE((*auth)->CheckHeader(true, "Bearer 0123456789abcdef").ok());
