@@ -86,7 +86,8 @@ absl::StatusOr<SentencePieceBpe> SentencePieceBpe::Create(SentencePieceProto pro
           absl::StrCat("piece ", i, " ('", p.piece, "') has unknown type ", p.type));
     }
     if (std::isnan(p.score)) {
-      return absl::InvalidArgumentError(absl::StrCat("piece ", i, " ('", p.piece, "') has a NaN score"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("piece ", i, " ('", p.piece, "') has a NaN score"));
     }
     const bool normal =
         p.type == Proto::kNormal || p.type == Proto::kUserDefined || p.type == Proto::kUnused;

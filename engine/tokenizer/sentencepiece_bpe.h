@@ -15,8 +15,9 @@
 // trainer_spec.unk_surface, byte pieces as their raw bytes, '▁' as ' '; the leading '▁' of the
 // first piece is dropped (add_dummy_prefix or remove_extra_whitespaces), and with
 // remove_extra_whitespaces that of every following piece until some text has been output
-// (["▁", "▁x"] decodes to " x" for Llama-2, to "x" for tok512, as the library does). Unlike the library, byte pieces
-// that do not form valid UTF-8 are returned as they are (no U+FFFD), per Tokenizer::Decode.
+// (["▁", "▁x"] decodes to " x" for Llama-2, to "x" for tok512, as the library does). Unlike the
+// library, byte pieces that do not form valid UTF-8 are returned as they are (no U+FFFD), per
+// Tokenizer::Decode.
 //
 // Thread-safety: immutable after Create(); EncodeNormalized may run concurrently with a per-call
 // Scratch.

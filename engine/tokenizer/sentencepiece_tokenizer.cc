@@ -29,11 +29,18 @@ namespace tokenizer_internal {
 namespace {
 
 constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581 '▁'
+// SentencePieceBpe keeps int32 byte offsets; normalizing at most triples the size (' ' -> '▁').
+constexpr size_t kMaxTextBytes = size_t{1} << 29;
 
 class SentencePieceTokenizer : public Tokenizer {
  public:
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override {
     SCORED_RETURN_IF_ERROR(ValidateUtf8(text));
+    if (text.size() > kMaxTextBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("text of ", text.size(),
+                                                     " bytes is longer than the SentencePiece limit of ",
+                                                     kMaxTextBytes, " bytes"));
+    }
     std::string normalized;
     model_.Normalize(text, &normalized);
     std::vector<int32_t> ids;

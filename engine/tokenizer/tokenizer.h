@@ -63,7 +63,8 @@ class Tokenizer {
 
   // Encodes text without adding BOS/EOS (special-token strings in the text are matched as specials
   // where the format does so by default, e.g. "<|endoftext|>" for tiktoken/HF added tokens).
-  // INVALID_ARGUMENT (naming the byte offset) if `text` is not valid UTF-8.
+  // INVALID_ARGUMENT (naming the byte offset) if `text` is not valid UTF-8; SentencePiece also
+  // for a text over 512 MiB.
   virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const = 0;
   // Decodes ids to text (special tokens included as their text). INVALID_ARGUMENT for an id out of
   // range (naming its position). Bytes are returned as decoded, even where the ids cut a UTF-8

@@ -2,7 +2,8 @@
 // SentencePiece tokenizer is checked (the library is not linked into scored_tokenizer, nor into
 // anything that links the system libprotobuf). <sentencepiece_processor.h> declares its own
 // absl::string_view shim that is ambiguous next to the real abseil headers, so it is included by
-// sentencepiece_oracle.cc ONLY, and this header (std types only) is what the test sees. Errors are returned as a non-empty message string (the caller turns it into a Status).
+// sentencepiece_oracle.cc ONLY, and this header (std types only) is what the test sees.
+// Errors are returned as a non-empty message string.
 //
 // Thread-safety: immutable after Load(); Encode/Decode may be called concurrently.
 #ifndef SCORED_TESTS_ENGINE_TOKENIZER_SENTENCEPIECE_ORACLE_H_
