@@ -94,7 +94,7 @@ TEST_P(GoldenTest, EveryCaseMatches) {
 }
 
 // Decode inverts Encode on every golden case, with two documented exceptions:
-//  - tok512.model normalizes (nmt_nfkc, extra whitespace removed), so its decode gives the
+//  - tok512.model normalizes (remove_extra_whitespaces; identity otherwise), so its decode gives the
 //    normalized text; there decoding is checked to be a fixed point (encode(decode(x)) == x).
 //  - metaspace tokenizer.json prepends '▁' to the text after each added token (case 11: "<s> </s>"),
 //    which HF's decoder also renders as an extra space.
