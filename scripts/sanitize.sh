@@ -27,12 +27,14 @@ export LSAN_OPTIONS="suppressions=$root/tests/fuzz/lsan.supp:print_suppressions=
 export SCORED_SOAK_SECONDS="${SCORED_SOAK_SECONDS:-10}"
 
 t0=$(date +%s)
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  # -g1: line tables for the stack traces of reports, at little build cost.
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-g1 \
-    -DSCORED_SANITIZE=ON -DSCORED_ENABLE_CUDA=OFF > "$build.configure.log" 2>&1 ||
-    { cat "$build.configure.log"; exit 1; }
-fi
+# -O1 (the usual sanitizer level): half the compile time of -O3 under ASan + UBSan (bpe_tokenizer.cc:
+# 5.9 s vs 11.4 s CPU), which dominates this script on 2 cores. -g1: line tables for the stack traces of
+# reports. -Wno-maybe-uninitialized: with -fsanitize=address,undefined, gcc 12 warns inside libstdc++'s
+# own <regex> (std::function moves in regex_automaton.h), a false positive -Werror turns into an error.
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" \
+  "-DCMAKE_CXX_FLAGS=-g1 -Wno-maybe-uninitialized" \
+  -DSCORED_SANITIZE=ON -DSCORED_ENABLE_CUDA=OFF > "$build.configure.log" 2>&1 ||
+  { cat "$build.configure.log"; exit 1; }
 cmake --build "$build" -j "$jobs"
 t_build=$(( $(date +%s) - t0 ))
 echo "sanitize: built in ${t_build}s"
