@@ -241,7 +241,9 @@ absl::Status NcclCommunicator::WaitNotInProgress(absl::Time deadline, const char
 absl::Status NcclCommunicator::AllReduce(const void* send, void* recv, int64_t count, ReduceDType dtype,
                                          ReduceOp op, CUstream_st* stream) {
   if (count < 0) return absl::InvalidArgumentError(absl::StrCat("all-reduce of ", count, " elements"));
-  const ncclDataType_t type = dtype == ReduceDType::kF32 ? ncclFloat32 : ncclBfloat16;
+  const ncclDataType_t type = dtype == ReduceDType::kF32    ? ncclFloat32
+                              : dtype == ReduceDType::kBF16 ? ncclBfloat16
+                                                            : ncclInt32;
   const ncclRedOp_t nccl_op = op == ReduceOp::kSum ? ncclSum : ncclMax;
   ncclResult_t r;
   {

@@ -39,7 +39,7 @@ struct CUstream_st;  // cuda_runtime_api.h: typedef struct CUstream_st* cudaStre
 
 namespace scored::dist {
 
-enum class ReduceDType { kF32, kBF16 };
+enum class ReduceDType { kF32, kBF16, kI32 };  // kI32: e.g. the vocab-parallel rank counts
 enum class ReduceOp { kSum, kMax };
 
 // ncclUniqueId's bytes (NCCL_UNIQUE_ID_BYTES = 128), for creating ranks from several threads.
