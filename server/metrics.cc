@@ -1,6 +1,5 @@
 #include "server/metrics.h"
 
-#include <exception>
 
 #include "absl/strings/str_cat.h"
 #include "prometheus/text_serializer.h"
@@ -55,16 +54,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& listen) {
   std::unique_ptr<Metrics> m(new Metrics());
   if (listen.empty()) return m;
-  // prometheus-cpp reports bind failures by throwing; turn them into a status here.
-  try {
-    m->exposer_ = std::make_unique<prometheus::Exposer>(listen);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
-  }
-  m->exposer_->RegisterCollectable(m->registry_);
-  const std::vector<int> ports = m->exposer_->GetListeningPorts();
-  if (ports.empty()) return absl::UnavailableError(absl::StrCat("metrics endpoint on ", listen, " has no port"));
-  m->port_ = ports.front();
+  Metrics* metrics = m.get();
+  auto http = MetricsHttpServer::Create(listen, [metrics] { return metrics->Serialize(); });
+  if (!http.ok()) return http.status();
+  m->http_ = std::move(*http);
+  m->port_ = m->http_->port();
   return m;
 }
 

@@ -31,11 +31,11 @@
 #include "engine/engine.h"
 #include "grpcpp/support/status.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/metrics_http.h"
 
 namespace scored {
 
@@ -62,7 +62,7 @@ class Metrics {
   Metrics();
 
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsHttpServer> http_;  // destroyed first: it calls Serialize()
   int port_ = 0;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Histogram>* latency_;
