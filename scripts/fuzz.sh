@@ -21,8 +21,8 @@ seconds="${FUZZ_SECONDS:-60}"
 parallel="${FUZZ_PARALLEL:-$(nproc)}"
 jobs="${FUZZ_JOBS:-2}"
 all_targets=(safetensors_fuzzer model_config_fuzzer quant_config_fuzzer dequantize_fuzzer
-             request_validation_fuzzer tokenizer_spm_fuzzer tokenizer_gpt2_fuzzer tokenizer_tiktoken_fuzzer
-             tokenizer_hf_json_fuzzer)
+             request_validation_fuzzer tokenizer_spm_fuzzer tokenizer_spm_model_fuzzer tokenizer_gpt2_fuzzer
+             tokenizer_tiktoken_fuzzer tokenizer_hf_json_fuzzer)
 read -r -a targets <<< "${FUZZ_TARGETS:-${all_targets[*]}}"
 
 cc="${FUZZ_CC:-}"

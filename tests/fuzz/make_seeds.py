@@ -230,10 +230,10 @@ def request_seeds():
     clear(t)
     seeds = {
         "tokens-basic": request(tokens=[1, 403, 407, 261, 378]),
-        "tokens-all-options": request(rid=42, tokens=[1, 5, 9, 100, 50256, 0], score_from=3, top_k=5, rank=True,
+        "tokens-all-options": request(rid=42, tokens=[1, 5, 9, 100, 511, 0], score_from=3, top_k=5, rank=True,
                                       entropy=True),
         "tokens-too-long": request(tokens=list(range(1, 60))),
-        "tokens-bad-id": request(tokens=[1, 50257, 3]),
+        "tokens-bad-id": request(tokens=[1, 512, 3]),
         "tokens-negative-id": request(tokens=[1, -1, 3]),
         "tokens-one": request(tokens=[1]),
         "score-from-negative": request(tokens=[1, 2, 3], score_from=-5),
@@ -251,7 +251,28 @@ def request_seeds():
         write(t, name, data)
 
 
+# --- tokenizer_spm_model_fuzzer: SentencePiece .model files (real, truncated real, and a tiny synthetic
+# BPE model with byte fallback written field by field).
+def piece_msg(piece, score, ptype):
+    return field_bytes(1, piece.encode()) + varint((2 << 3) | 5) + struct.pack("<f", score) + field_varint(3, ptype)
+
+
+def spm_model_seeds():
+    t = "tokenizer_spm_model_fuzzer"
+    clear(t)
+    write(t, "stories260k", read(os.path.join(DATA, "stories260K-hf", "tokenizer.model")))
+    write(t, "llama2-head-4k", read(os.path.join(DATA, "tokenizers", "llama2", "tokenizer.model"))[:4096])
+    pieces = [("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3)]
+    pieces += [("<0x%02X>" % b, 0.0, 6) for b in range(256)]
+    pieces += [("\u2581", -1.0, 1), ("a", -2.0, 1), ("b", -3.0, 1), ("\u2581a", -4.0, 1), ("ab", -5.0, 1)]
+    model = b"".join(field_bytes(1, piece_msg(p, s, ty)) for p, s, ty in pieces)
+    model += field_bytes(2, field_varint(3, 2) + field_varint(35, 1))  # trainer_spec: BPE, byte_fallback
+    model += field_bytes(3, field_bytes(1, b"identity") + field_varint(3, 1) + field_varint(4, 0))
+    write(t, "tiny-bpe-byte-fallback", model)
+
+
 if __name__ == "__main__":
+    spm_model_seeds()
     safetensors_seeds()
     config_seeds()
     dequant_seeds()

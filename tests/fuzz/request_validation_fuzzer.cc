@@ -1,8 +1,7 @@
 // Fuzzes request validation (server/request_validation.h) with serialized scored.v1.ScoreRequest
 // messages, as they arrive off the wire: proto parse, ToEngineRequest (token ids, or text tokenized with
-// the GPT-2 byte-level BPE and the BOS policy), then FillScoreResponse with a result of the shape the
-// engine promises. Not the SentencePiece model: in a binary that also links libprotobuf, loading it throws
-// (libsentencepiece's own protobuf copy fails the version check of libprotobuf's), see tests/fuzz/README.md.
+// the stories260K SentencePiece model and the BOS policy), then FillScoreResponse with a result of the
+// shape the engine promises.
 //
 // Contract checked: an accepted request has 2 <= n <= min(max_seq_len, max_batch_tokens), every id in
 // [0, vocab_size), 1 <= score_from < n and top_k in [0, 64]; a rejected one is INVALID_ARGUMENT,
@@ -22,7 +21,7 @@ namespace {
 const scored::Tokenizer* GetTokenizer() {
   static const scored::Tokenizer* tok = [] {
     absl::StatusOr<std::unique_ptr<scored::Tokenizer>> t =
-        scored::Tokenizer::Load(scored::fuzz::DataPath("tokenizers/gpt2"));
+        scored::Tokenizer::Load(scored::fuzz::DataPath("stories260K-hf"));
     FUZZ_CHECK(t.ok(), t.status().ToString());
     return t->release();
   }();
@@ -38,10 +37,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   scored::ScoreLimits limits;
   limits.max_seq_len = 48;
   limits.max_batch_tokens = 40;
-  limits.vocab_size = 50257;  // GPT-2
+  limits.vocab_size = 512;  // stories260K
   // Odd request ids stand for a model folder without a tokenizer.
   const scored::Tokenizer* tok = (proto.request_id() & 1) != 0 ? nullptr : GetTokenizer();
-  FUZZ_CHECK(tok == nullptr || tok->vocab_size() == limits.vocab_size, "GPT-2 vocabulary size");
+  FUZZ_CHECK(tok == nullptr || tok->vocab_size() == limits.vocab_size, "stories260K vocabulary size");
 
   absl::StatusOr<scored::ScoreRequest> r = scored::ToEngineRequest(proto, limits, tok);
   if (!r.ok()) {
