@@ -42,6 +42,17 @@ ABSL_FLAG(bool, quiet, false, "no progress line");
 ABSL_FLAG(bool, progress, false, "draw the progress line even when stderr is not a terminal");
 ABSL_FLAG(double, connect_timeout_s, 10.0, "seconds to wait for the server to accept the connection");
 ABSL_FLAG(std::string, auth_token, "", "bearer token, if the server requires one");
+ABSL_FLAG(std::string, journal, "",
+          "append every finished window to this file and, when it already holds windows of the same run "
+          "(method, params, data file, model, tokenizer), skip them: an interrupted run resumes and reports "
+          "exactly what an uninterrupted one would");
+ABSL_FLAG(int32_t, journal_sync_every, 1,
+          "fdatasync the journal every N windows (1: every window is durable; larger N: fewer syncs, up to "
+          "N - 1 windows rescored after a power loss)");
+ABSL_FLAG(double, retry_timeout_s, 300.0,
+          "while the server is unavailable during scoring, reconnect with backoff (0.5 s doubling to 10 s) "
+          "and re-send the unfinished windows, for up to this many seconds without progress (0 = fail at "
+          "once)");
 
 namespace {
 
@@ -86,6 +97,12 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
   if (!(timeout > 0)) return absl::InvalidArgumentError("--connect_timeout_s must be > 0");
   o.connect_timeout = absl::Seconds(timeout);
   o.bearer_token = absl::GetFlag(FLAGS_auth_token);
+  o.journal_path = absl::GetFlag(FLAGS_journal);
+  o.journal_sync_every = absl::GetFlag(FLAGS_journal_sync_every);
+  if (o.journal_sync_every < 1) return absl::InvalidArgumentError("--journal_sync_every must be >= 1");
+  const double retry = absl::GetFlag(FLAGS_retry_timeout_s);
+  if (!(retry >= 0)) return absl::InvalidArgumentError("--retry_timeout_s must be >= 0");
+  o.retry_timeout = absl::Seconds(retry);
   o.progress = !absl::GetFlag(FLAGS_quiet) && (absl::GetFlag(FLAGS_progress) || isatty(STDERR_FILENO));
   o.progress_out = stderr;
   return o;

@@ -5,8 +5,14 @@
 #include <utility>
 #include <vector>
 
+#include <sys/stat.h>
+
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/ppl/journal.h"
 #include "client/ppl/plan.h"
 #include "client/ppl/progress.h"
 #include "client/ppl/scorer_client.h"
@@ -97,6 +103,34 @@ absl::StatusOr<TokenizerSetup> LocalTokenizer(const std::string& dir, const scor
 }
 #endif
 
+// The run identity a journal header records: method and parameters, the data file (path, size, mtime),
+// the model and tokenizer fingerprints and the resulting number of windows.
+absl::StatusOr<JournalIdentity> RunIdentity(const RunOptions& options, const Plan& plan,
+                                            const scored::v1::ModelInfo& info,
+                                            const TokenizerSetup& setup) {
+  struct stat st;
+  if (::stat(options.data_path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("cannot stat ", options.data_path));
+  }
+  JournalIdentity id;
+  id.Add("method", MethodName(options.method.method));
+  id.Add("ctx", absl::StrCat(options.method.ctx));
+  id.Add("stride", absl::StrCat(options.method.stride));
+  id.Add("max_windows", absl::StrCat(options.method.max_windows));
+  id.Add("data_path", options.data_path);
+  id.Add("data_format", FormatName(options.format));
+  id.Add("separator", options.separator);
+  id.Add("text_field", options.text_field);
+  id.Add("data_size", absl::StrCat(static_cast<int64_t>(st.st_size)));
+  id.Add("data_mtime_ns", absl::StrCat(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
+                                       static_cast<int64_t>(st.st_mtim.tv_nsec)));
+  id.Add("model_fingerprint", info.model_fingerprint());
+  id.Add("tokenizer_fingerprint", setup.fingerprint);
+  id.Add("tokenizer_source", setup.source);
+  id.Add("num_windows", absl::StrCat(plan.windows.size()));
+  return id;
+}
+
 }  // namespace
 
 bool LocalTokenizerAvailable() {
@@ -157,18 +191,110 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   int64_t total_sent = 0;
   for (const Window& w : plan.windows) total_sent += static_cast<int64_t>(w.tokens.size());
 
-  Aggregator agg;
-  Progress progress(options.progress, static_cast<int64_t>(plan.windows.size()),
-                    options.progress_out != nullptr ? options.progress_out : stderr);
+  const size_t n = plan.windows.size();
+  std::FILE* note_out = options.progress_out != nullptr ? options.progress_out : stderr;
+  std::vector<WindowScore> scores(n);
+  std::vector<bool> done(n, false);
+  Aggregator live;  // completion order, for the progress line only
   int64_t tokens_done = 0;
+  Progress progress(options.progress, static_cast<int64_t>(n), note_out);
+
+  std::unique_ptr<Journal> journal;
+  if (!options.journal_path.empty()) {
+    SCORED_ASSIGN_OR_RETURN(JournalIdentity identity, RunIdentity(options, plan, info, setup));
+    SCORED_ASSIGN_OR_RETURN(journal,
+                            Journal::Open(options.journal_path, identity, options.journal_sync_every));
+    for (const auto& [index, record] : journal->resumed()) {
+      const Window* w = index < static_cast<int64_t>(n) ? &plan.windows[static_cast<size_t>(index)] : nullptr;
+      if (w == nullptr || static_cast<int64_t>(record.logprobs.size()) != w->num_scored() ||
+          record.num_bytes != ScoredBytes(*w)) {
+        return absl::DataLossError(absl::StrCat("journal ", options.journal_path, ": record of window ",
+                                                index, " does not match the plan; delete the file"));
+      }
+      scores[static_cast<size_t>(index)] = {record.sum_logprob, record.logprobs};
+      done[static_cast<size_t>(index)] = true;
+      live.AddWindow(record.sum_logprob, record.logprobs, record.num_bytes);
+    }
+    if (!journal->resumed().empty()) {
+      std::fprintf(note_out, "scored-ppl: resuming from journal %s: %zu of %zu windows already scored\n",
+                   options.journal_path.c_str(), journal->resumed().size(), n);
+    }
+  }
+
   const absl::Time score_start = absl::Now();
-  SCORED_RETURN_IF_ERROR(client->ScoreWindows(
-      plan.windows, options.inflight, [&](int64_t index, const WindowScore& score) {
+  absl::Time failing_since = absl::InfiniteFuture();
+  absl::Duration backoff = options.retry_initial;
+  while (true) {
+    std::vector<int64_t> pending;
+    for (size_t i = 0; i < n; ++i) {
+      if (!done[i]) pending.push_back(static_cast<int64_t>(i));
+    }
+    if (pending.empty()) break;
+    std::vector<Window> batch;
+    batch.reserve(pending.size());
+    for (int64_t i : pending) batch.push_back(plan.windows[static_cast<size_t>(i)]);
+
+    absl::Status journal_error;
+    absl::Status status = absl::OkStatus();
+    if (client != nullptr) {
+      status = client->ScoreWindows(batch, options.inflight, [&](int64_t k, const WindowScore& score) {
+        const int64_t index = pending[static_cast<size_t>(k)];
         const Window& w = plan.windows[static_cast<size_t>(index)];
-        agg.AddWindow(score.sum_logprob, score.logprobs, ScoredBytes(w));
+        const int64_t bytes = ScoredBytes(w);
+        if (journal != nullptr && journal_error.ok()) {
+          journal_error = journal->Append({index, score.sum_logprob, score.logprobs, bytes});
+        }
+        scores[static_cast<size_t>(index)] = score;
+        done[static_cast<size_t>(index)] = true;
+        live.AddWindow(score.sum_logprob, score.logprobs, bytes);
         tokens_done += static_cast<int64_t>(w.tokens.size());
-        progress.Update(agg.num_windows(), tokens_done, agg.Ppl());
-      }));
+        progress.Update(live.num_windows(), tokens_done, live.Ppl());
+        failing_since = absl::InfiniteFuture();
+        backoff = options.retry_initial;
+      });
+    } else {
+      status = absl::UnavailableError("not connected");
+    }
+    SCORED_RETURN_IF_ERROR(journal_error);
+    if (status.ok()) continue;  // every pending window answered; the loop re-checks
+    if (status.code() != absl::StatusCode::kUnavailable || options.retry_timeout <= absl::ZeroDuration()) {
+      return status;
+    }
+    const absl::Time now = absl::Now();
+    if (failing_since == absl::InfiniteFuture()) failing_since = now;
+    if (now - failing_since >= options.retry_timeout) {
+      return absl::UnavailableError(absl::StrCat(
+          "gave up after ", absl::FormatDuration(options.retry_timeout), " waiting for server ",
+          options.server, " (", status.message(), "); rerun with the same --journal to resume"));
+    }
+    std::fprintf(note_out, "\nscored-ppl: waiting for server %s (%s); %zu windows left, retrying in %s\n",
+                 options.server.c_str(), std::string(status.message()).c_str(),
+                 static_cast<size_t>(std::count(done.begin(), done.end(), false)),
+                 absl::FormatDuration(backoff).c_str());
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, options.retry_max);
+    // A fresh channel: an old one would wait out gRPC's own reconnect backoff (up to minutes).
+    client.reset();
+    ScorerClientOptions retry_options = client_options;
+    retry_options.connect_timeout = std::max(backoff, absl::Seconds(1));
+    absl::StatusOr<std::unique_ptr<ScorerClient>> reconnected = ScorerClient::Connect(retry_options);
+    if (!reconnected.ok()) continue;
+    absl::StatusOr<scored::v1::ModelInfo> new_info = (*reconnected)->GetModelInfo();
+    if (!new_info.ok()) continue;
+    if (new_info->model_fingerprint() != info.model_fingerprint()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", options.server, " came back with model ", new_info->model_fingerprint(),
+          " but the run started with ", info.model_fingerprint()));
+    }
+    client = std::move(*reconnected);
+  }
+  if (journal != nullptr) SCORED_RETURN_IF_ERROR(journal->Close());
+
+  // Window-index order: the result does not depend on completion order, retries or resumption.
+  Aggregator agg;
+  for (size_t i = 0; i < n; ++i) {
+    agg.AddWindow(scores[i].sum_logprob, scores[i].logprobs, ScoredBytes(plan.windows[i]));
+  }
   const absl::Time end = absl::Now();
   progress.Finish();
 

@@ -5,7 +5,12 @@
 // Errors (the message says what to do): UNAVAILABLE when the server cannot be reached within
 // connect_timeout; FAILED_PRECONDITION when the server and the tokenizer disagree (vocab, BOS/EOS) or a
 // window is longer than the server's max_seq_len / max_batch_tokens; INVALID_ARGUMENT for bad options;
-// dataset, tokenizer and scoring errors pass through.
+// dataset, tokenizer and scoring errors pass through. With a journal, FAILED_PRECONDITION when the journal
+// belongs to another run (the message names the differing field).
+//
+// Results are aggregated in window-index order once every window is scored (not in completion order),
+// so the report does not depend on timing, retries or resuming from a journal: a resumed run reports
+// the same ppl / nll_mean / nll_stderr / bits_per_byte / counts, bit for bit, as an uninterrupted one.
 //
 // Thread-safety: RunPpl may be called from any thread; it uses one helper thread while scoring.
 #ifndef SCORED_CLIENT_PPL_RUN_H_
@@ -35,7 +40,17 @@ struct RunOptions {
   int inflight = 16;                  // ScoreStream requests outstanding
   std::string tokenizer_dir;          // "" = tokenize through the server's Tokenize RPC
   bool progress = false;              // draw the progress line on `progress_out`
-  std::FILE* progress_out = nullptr;
+  std::FILE* progress_out = nullptr;   // also gets the "waiting for server" lines (nullptr: stderr)
+  // --journal: "" = none. See journal.h; sync every journal_sync_every records.
+  std::string journal_path;
+  int journal_sync_every = 1;
+  // Retries while the server is UNAVAILABLE during scoring (killed, restarting): reconnect with
+  // exponential backoff from retry_initial up to retry_max per wait, re-send the unfinished windows,
+  // and give up once retry_timeout has passed without a window finishing (0 = no retries). Other
+  // errors, and a restarted server with another model fingerprint, are fatal.
+  absl::Duration retry_timeout = absl::Seconds(300);
+  absl::Duration retry_initial = absl::Milliseconds(500);
+  absl::Duration retry_max = absl::Seconds(10);
 };
 
 // Whether this build can tokenize locally (--tokenizer DIR).

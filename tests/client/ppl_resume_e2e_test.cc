@@ -1,0 +1,224 @@
+// End-to-end faults of scored-ppl (--journal, retries) against the real `scored` daemon (CPU backend,
+// stories260K-hf) on WikiText-2 test, chunks, ctx 512, the first 300 windows:
+//   - the daemon is killed (-9) mid-run and restarted on the same port: the client waits, re-sends the
+//     unfinished windows and its final report equals an uninterrupted run's;
+//   - the client is killed (-9) mid-run and rerun with the same journal: the rerun skips the journaled
+//     windows and its report equals an uninterrupted run's.
+// "Equals" is bitwise for every result number (the report aggregates in window-index order and the
+// journal stores exact decimal forms), so no tolerance is needed.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/server/scored_process.h"
+
+namespace scored {
+namespace ppl {
+namespace {
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+int64_t CountLines(const std::string& path) {
+  const std::string text = ReadText(path);
+  int64_t n = 0;
+  for (char c : text) n += c == '\n';
+  return n;
+}
+
+// A port nobody listens on now (bound then released; the daemon reuses it right after).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+absl::StatusOr<std::unique_ptr<testing::ScoredProcess>> StartDaemon(int port) {
+  testing::ScoredProcessOptions options;
+  options.args = {"--model=" + testing::StoriesModelDir(), "--backend=cpu",
+                  absl::StrCat("--listen=127.0.0.1:", port)};
+  return testing::ScoredProcess::Start(options);
+}
+
+// scored-ppl as a child process (stdout/stderr to files); the caller waits for or kills it.
+pid_t SpawnPpl(const std::vector<std::string>& args, const std::string& out_path,
+               const std::string& err_path) {
+  std::vector<std::string> argv = {std::string(SCORED_BINARY_DIR) + "/client/ppl/scored-ppl"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0 || err < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) ::_exit(127);
+    ::execv(cargv[0], cargv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Exit code, 128 + signal, or -1 if still running after `timeout` (then it is killed).
+int WaitChild(pid_t pid, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r < 0) return -1;
+    if (absl::Now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+// Polls until the journal holds at least `records` records (header excluded) or the child exits.
+bool WaitForRecords(const std::string& journal, int64_t records, pid_t child) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline) {
+    if (CountLines(journal) - 1 >= records) return true;
+    if (::waitpid(child, nullptr, WNOHANG) == child) return false;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return false;
+}
+
+std::vector<std::string> PplArgs(int port, const std::string& json_path) {
+  return {absl::StrCat("--server=127.0.0.1:", port),
+          std::string("--data=") + SCORED_DATA_DIR + "/wikitext-2-raw/wiki.test.raw",
+          "--method=chunks", "--ctx=512", "--max_windows=300", "--inflight=2", "--quiet",
+          "--json=" + json_path};
+}
+
+void ExpectSameResults(const nlohmann::json& got, const nlohmann::json& want) {
+  for (const char* key : {"ppl", "nll_mean", "nll_stderr", "bits_per_byte", "sum_logprob"}) {
+    ASSERT_TRUE(got[key].is_number()) << key;
+    // Bitwise: the same doubles (JSON holds their shortest exact decimal forms).
+    EXPECT_EQ(got[key].get<double>(), want[key].get<double>()) << key;
+  }
+  for (const char* key : {"num_scored", "num_windows", "num_bytes", "num_tokens_sent"}) {
+    EXPECT_EQ(got[key].get<int64_t>(), want[key].get<int64_t>()) << key;
+  }
+  EXPECT_EQ(got["num_windows"].get<int64_t>(), 300);
+}
+
+class PplResumeE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    port_ = FreePort();
+    ASSERT_GT(port_, 0);
+    auto daemon = StartDaemon(port_);
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    daemon_ = std::move(*daemon);
+    dir_ = ::testing::TempDir();
+    // The uninterrupted run every interrupted one must equal.
+    const std::string base_json = dir_ + "/ppl_resume_base.json";
+    const pid_t pid = SpawnPpl(PplArgs(port_, base_json), dir_ + "/ppl_resume_base.out",
+                               dir_ + "/ppl_resume_base.err");
+    ASSERT_EQ(WaitChild(pid, absl::Seconds(60)), 0) << ReadText(dir_ + "/ppl_resume_base.err");
+    base_ = nlohmann::json::parse(ReadText(base_json));
+  }
+
+  int port_ = 0;
+  std::unique_ptr<testing::ScoredProcess> daemon_;
+  std::string dir_;
+  nlohmann::json base_;
+};
+
+TEST_F(PplResumeE2eTest, DaemonKilledAndRestartedOnTheSamePort) {
+  const std::string journal = dir_ + "/ppl_resume_daemon.journal";
+  const std::string json = dir_ + "/ppl_resume_daemon.json";
+  const std::string err = dir_ + "/ppl_resume_daemon.err";
+  std::remove(journal.c_str());
+  std::vector<std::string> args = PplArgs(port_, json);
+  args.push_back("--journal=" + journal);
+  const pid_t pid = SpawnPpl(args, dir_ + "/ppl_resume_daemon.out", err);
+  ASSERT_TRUE(WaitForRecords(journal, 20, pid)) << ReadText(err);
+  ASSERT_TRUE(daemon_->SendSignal(SIGKILL).ok());
+  auto code = daemon_->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  const int64_t at_kill = CountLines(journal) - 1;
+  EXPECT_LT(at_kill, 300) << "the run finished before the daemon was killed";
+  daemon_.reset();
+  absl::SleepFor(absl::Seconds(1));  // the client sees the server gone and starts waiting
+  auto restarted = StartDaemon(port_);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  daemon_ = std::move(*restarted);
+
+  ASSERT_EQ(WaitChild(pid, absl::Seconds(90)), 0) << ReadText(err);
+  EXPECT_NE(ReadText(err).find("waiting for server"), std::string::npos) << ReadText(err);
+  EXPECT_EQ(CountLines(journal) - 1, 300);
+  ExpectSameResults(nlohmann::json::parse(ReadText(json)), base_);
+  std::printf("[ measured ] daemon killed after %lld of 300 windows journaled\n",
+              static_cast<long long>(at_kill));
+}
+
+TEST_F(PplResumeE2eTest, ClientKilledAndRerunWithTheJournal) {
+  const std::string journal = dir_ + "/ppl_resume_client.journal";
+  const std::string json = dir_ + "/ppl_resume_client.json";
+  const std::string err = dir_ + "/ppl_resume_client.err";
+  std::remove(journal.c_str());
+  std::remove(json.c_str());
+  std::vector<std::string> args = PplArgs(port_, json);
+  args.push_back("--journal=" + journal);
+  const pid_t first = SpawnPpl(args, dir_ + "/ppl_resume_client.out", err);
+  ASSERT_TRUE(WaitForRecords(journal, 20, first)) << ReadText(err);
+  ::kill(first, SIGKILL);
+  EXPECT_EQ(WaitChild(first, absl::Seconds(30)), 128 + SIGKILL);
+  const int64_t at_kill = CountLines(journal) - 1;
+  EXPECT_LT(at_kill, 300) << "the run finished before the client was killed";
+
+  const pid_t second = SpawnPpl(args, dir_ + "/ppl_resume_client2.out", err);
+  ASSERT_EQ(WaitChild(second, absl::Seconds(60)), 0) << ReadText(err);
+  EXPECT_NE(ReadText(err).find("resuming from journal"), std::string::npos) << ReadText(err);
+  EXPECT_EQ(CountLines(journal) - 1, 300);
+  ExpectSameResults(nlohmann::json::parse(ReadText(json)), base_);
+
+  // Another run's arguments against this journal: refused, naming the differing field.
+  std::vector<std::string> other = args;
+  other[3] = "--ctx=256";
+  const pid_t third = SpawnPpl(other, dir_ + "/ppl_resume_client3.out", err);
+  EXPECT_EQ(WaitChild(third, absl::Seconds(60)), 1);
+  EXPECT_NE(ReadText(err).find("field 'ctx'"), std::string::npos) << ReadText(err);
+  std::printf("[ measured ] client killed after %lld of 300 windows journaled\n",
+              static_cast<long long>(at_kill));
+}
+
+}  // namespace
+}  // namespace ppl
+}  // namespace scored
