@@ -224,6 +224,7 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   const absl::Time score_start = absl::Now();
   absl::Time failing_since = absl::InfiniteFuture();
   absl::Duration backoff = options.retry_initial;
+  absl::Status last_error;  // of the last reconnection attempt
   while (true) {
     std::vector<int64_t> pending;
     for (size_t i = 0; i < n; ++i) {
@@ -253,7 +254,7 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
         backoff = options.retry_initial;
       });
     } else {
-      status = absl::UnavailableError("not connected");
+      status = last_error;
     }
     SCORED_RETURN_IF_ERROR(journal_error);
     if (status.ok()) continue;  // every pending window answered; the loop re-checks
@@ -278,9 +279,15 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
     ScorerClientOptions retry_options = client_options;
     retry_options.connect_timeout = std::max(backoff, absl::Seconds(1));
     absl::StatusOr<std::unique_ptr<ScorerClient>> reconnected = ScorerClient::Connect(retry_options);
-    if (!reconnected.ok()) continue;
+    if (!reconnected.ok()) {
+      last_error = reconnected.status();
+      continue;
+    }
     absl::StatusOr<scored::v1::ModelInfo> new_info = (*reconnected)->GetModelInfo();
-    if (!new_info.ok()) continue;
+    if (!new_info.ok()) {
+      last_error = new_info.status();
+      continue;
+    }
     if (new_info->model_fingerprint() != info.model_fingerprint()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "server ", options.server, " came back with model ", new_info->model_fingerprint(),

@@ -137,82 +137,104 @@ void ExpectSameResults(const nlohmann::json& got, const nlohmann::json& want) {
   EXPECT_EQ(got["num_windows"].get<int64_t>(), 300);
 }
 
+// One daemon and one uninterrupted baseline run for the suite (the daemon test replaces the daemon).
 class PplResumeE2eTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  static void SetUpTestSuite() {
     port_ = FreePort();
-    ASSERT_GT(port_, 0);
+    if (port_ <= 0) return;
     auto daemon = StartDaemon(port_);
-    ASSERT_TRUE(daemon.ok()) << daemon.status();
-    daemon_ = std::move(*daemon);
-    dir_ = ::testing::TempDir();
+    if (!daemon.ok()) {
+      *setup_error_ = daemon.status().ToString();
+      return;
+    }
+    daemon_ = daemon->release();
+    dir_ = new std::string(::testing::TempDir());
     // The uninterrupted run every interrupted one must equal.
-    const std::string base_json = dir_ + "/ppl_resume_base.json";
-    const pid_t pid = SpawnPpl(PplArgs(port_, base_json), dir_ + "/ppl_resume_base.out",
-                               dir_ + "/ppl_resume_base.err");
-    ASSERT_EQ(WaitChild(pid, absl::Seconds(60)), 0) << ReadText(dir_ + "/ppl_resume_base.err");
-    base_ = nlohmann::json::parse(ReadText(base_json));
+    const std::string base_json = *dir_ + "/ppl_resume_base.json";
+    const std::string base_err = *dir_ + "/ppl_resume_base.err";
+    std::remove(base_json.c_str());
+    const pid_t pid = SpawnPpl(PplArgs(port_, base_json), *dir_ + "/ppl_resume_base.out", base_err);
+    if (WaitChild(pid, absl::Seconds(60)) != 0) {
+      *setup_error_ = "baseline run failed: " + ReadText(base_err);
+      return;
+    }
+    base_ = new nlohmann::json(nlohmann::json::parse(ReadText(base_json)));
+  }
+  static void TearDownTestSuite() {
+    delete daemon_;
+    daemon_ = nullptr;
+    delete base_;
+    base_ = nullptr;
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(daemon_, nullptr) << "scored did not start: " << *setup_error_;
+    ASSERT_NE(base_, nullptr) << *setup_error_;
   }
 
-  int port_ = 0;
-  std::unique_ptr<testing::ScoredProcess> daemon_;
-  std::string dir_;
-  nlohmann::json base_;
+  static inline int port_ = 0;
+  static inline testing::ScoredProcess* daemon_ = nullptr;
+  static inline std::string* dir_ = nullptr;
+  static inline nlohmann::json* base_ = nullptr;
+  static inline std::string* setup_error_ = new std::string("port");
 };
 
 TEST_F(PplResumeE2eTest, DaemonKilledAndRestartedOnTheSamePort) {
-  const std::string journal = dir_ + "/ppl_resume_daemon.journal";
-  const std::string json = dir_ + "/ppl_resume_daemon.json";
-  const std::string err = dir_ + "/ppl_resume_daemon.err";
+  const std::string journal = *dir_ + "/ppl_resume_daemon.journal";
+  const std::string json = *dir_ + "/ppl_resume_daemon.json";
+  const std::string err = *dir_ + "/ppl_resume_daemon.err";
   std::remove(journal.c_str());
   std::vector<std::string> args = PplArgs(port_, json);
   args.push_back("--journal=" + journal);
-  const pid_t pid = SpawnPpl(args, dir_ + "/ppl_resume_daemon.out", err);
+  const pid_t pid = SpawnPpl(args, *dir_ + "/ppl_resume_daemon.out", err);
   ASSERT_TRUE(WaitForRecords(journal, 20, pid)) << ReadText(err);
   ASSERT_TRUE(daemon_->SendSignal(SIGKILL).ok());
   auto code = daemon_->Wait(absl::Seconds(30));
   ASSERT_TRUE(code.ok()) << code.status();
   const int64_t at_kill = CountLines(journal) - 1;
   EXPECT_LT(at_kill, 300) << "the run finished before the daemon was killed";
-  daemon_.reset();
+  delete daemon_;
+  daemon_ = nullptr;
   absl::SleepFor(absl::Seconds(1));  // the client sees the server gone and starts waiting
   auto restarted = StartDaemon(port_);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
-  daemon_ = std::move(*restarted);
+  daemon_ = restarted->release();
 
   ASSERT_EQ(WaitChild(pid, absl::Seconds(90)), 0) << ReadText(err);
   EXPECT_NE(ReadText(err).find("waiting for server"), std::string::npos) << ReadText(err);
   EXPECT_EQ(CountLines(journal) - 1, 300);
-  ExpectSameResults(nlohmann::json::parse(ReadText(json)), base_);
+  ExpectSameResults(nlohmann::json::parse(ReadText(json)), *base_);
   std::printf("[ measured ] daemon killed after %lld of 300 windows journaled\n",
               static_cast<long long>(at_kill));
 }
 
 TEST_F(PplResumeE2eTest, ClientKilledAndRerunWithTheJournal) {
-  const std::string journal = dir_ + "/ppl_resume_client.journal";
-  const std::string json = dir_ + "/ppl_resume_client.json";
-  const std::string err = dir_ + "/ppl_resume_client.err";
+  const std::string journal = *dir_ + "/ppl_resume_client.journal";
+  const std::string json = *dir_ + "/ppl_resume_client.json";
+  const std::string err = *dir_ + "/ppl_resume_client.err";
   std::remove(journal.c_str());
   std::remove(json.c_str());
   std::vector<std::string> args = PplArgs(port_, json);
   args.push_back("--journal=" + journal);
-  const pid_t first = SpawnPpl(args, dir_ + "/ppl_resume_client.out", err);
+  const pid_t first = SpawnPpl(args, *dir_ + "/ppl_resume_client.out", err);
   ASSERT_TRUE(WaitForRecords(journal, 20, first)) << ReadText(err);
   ::kill(first, SIGKILL);
   EXPECT_EQ(WaitChild(first, absl::Seconds(30)), 128 + SIGKILL);
   const int64_t at_kill = CountLines(journal) - 1;
   EXPECT_LT(at_kill, 300) << "the run finished before the client was killed";
 
-  const pid_t second = SpawnPpl(args, dir_ + "/ppl_resume_client2.out", err);
+  const pid_t second = SpawnPpl(args, *dir_ + "/ppl_resume_client2.out", err);
   ASSERT_EQ(WaitChild(second, absl::Seconds(60)), 0) << ReadText(err);
   EXPECT_NE(ReadText(err).find("resuming from journal"), std::string::npos) << ReadText(err);
   EXPECT_EQ(CountLines(journal) - 1, 300);
-  ExpectSameResults(nlohmann::json::parse(ReadText(json)), base_);
+  ExpectSameResults(nlohmann::json::parse(ReadText(json)), *base_);
 
   // Another run's arguments against this journal: refused, naming the differing field.
   std::vector<std::string> other = args;
   other[3] = "--ctx=256";
-  const pid_t third = SpawnPpl(other, dir_ + "/ppl_resume_client3.out", err);
+  const pid_t third = SpawnPpl(other, *dir_ + "/ppl_resume_client3.out", err);
   EXPECT_EQ(WaitChild(third, absl::Seconds(60)), 1);
   EXPECT_NE(ReadText(err).find("field 'ctx'"), std::string::npos) << ReadText(err);
   std::printf("[ measured ] client killed after %lld of 300 windows journaled\n",
