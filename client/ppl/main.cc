@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -15,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
 #include "client/ppl/report.h"
 #include "client/ppl/run.h"
 
@@ -42,6 +45,12 @@ ABSL_FLAG(bool, quiet, false, "no progress line");
 ABSL_FLAG(bool, progress, false, "draw the progress line even when stderr is not a terminal");
 ABSL_FLAG(double, connect_timeout_s, 10.0, "seconds to wait for the server to accept the connection");
 ABSL_FLAG(std::string, auth_token, "", "bearer token, if the server requires one");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file holding the bearer token (surrounding whitespace ignored); sent as authorization: Bearer");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle that signed the server's certificate: connect over TLS (default: plaintext)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate chain for mTLS (with --tls_key; implies TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, journal, "",
           "append every finished window to this file and, when it already holds windows of the same run "
           "(method, params, data file, model, tokenizer), skip them: an interrupted run resumes and reports "
@@ -97,6 +106,25 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
   if (!(timeout > 0)) return absl::InvalidArgumentError("--connect_timeout_s must be > 0");
   o.connect_timeout = absl::Seconds(timeout);
   o.bearer_token = absl::GetFlag(FLAGS_auth_token);
+  const std::string token_file = absl::GetFlag(FLAGS_auth_token_file);
+  if (!token_file.empty()) {
+    if (!o.bearer_token.empty()) {
+      return absl::InvalidArgumentError("give --auth_token or --auth_token_file, not both");
+    }
+    std::ifstream in(token_file, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in.is_open()) {
+      return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: cannot read ", token_file));
+    }
+    o.bearer_token = std::string(absl::StripAsciiWhitespace(text.str()));
+    if (o.bearer_token.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: ", token_file, " is empty"));
+    }
+  }
+  o.tls_ca_path = absl::GetFlag(FLAGS_tls_ca);
+  o.tls_cert_path = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key_path = absl::GetFlag(FLAGS_tls_key);
   o.journal_path = absl::GetFlag(FLAGS_journal);
   o.journal_sync_every = absl::GetFlag(FLAGS_journal_sync_every);
   if (o.journal_sync_every < 1) return absl::InvalidArgumentError("--journal_sync_every must be >= 1");

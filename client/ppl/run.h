@@ -32,6 +32,11 @@ struct RunOptions {
   std::string server;                 // "host:port"
   absl::Duration connect_timeout = absl::Seconds(10);
   std::string bearer_token;           // optional
+  // TLS: on when tls_ca_path or tls_cert_path is set (PEM files; "" CA = the system's roots);
+  // tls_cert_path + tls_key_path (both or neither): client certificate for mTLS.
+  std::string tls_ca_path;
+  std::string tls_cert_path;
+  std::string tls_key_path;
   std::string data_path;
   Format format = Format::kWikiText;
   std::string separator;              // text format: document separator ("" = whole file)

@@ -64,12 +64,22 @@ absl::StatusOr<std::unique_ptr<ScorerClient>> ScorerClient::Connect(const Scorer
   // Tokenize responses of a whole dataset and long windows exceed gRPC's 4 MiB default.
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (options.tls) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_root_certs_pem;
+    ssl.pem_cert_chain = options.tls_cert_chain_pem;
+    ssl.pem_private_key = options.tls_private_key_pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options.address, credentials, args);
   if (!channel->WaitForConnected(DeadlineAfter(options.connect_timeout))) {
-    return absl::UnavailableError(absl::StrCat("cannot connect to scored at ", options.address,
-                                               " within ", absl::FormatDuration(options.connect_timeout),
-                                               " (is the server running and listening there?)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot connect to scored at ", options.address, " within ",
+        absl::FormatDuration(options.connect_timeout),
+        options.tls ? " (is the server running there, speaking TLS with a certificate --tls_ca trusts, "
+                      "and accepting this client's certificate?)"
+                    : " (is the server running and listening there?)"));
   }
   return std::unique_ptr<ScorerClient>(new ScorerClient(options, scored::v1::Scorer::NewStub(channel)));
 }

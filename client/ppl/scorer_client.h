@@ -27,6 +27,12 @@ struct ScorerClientOptions {
   absl::Duration connect_timeout = absl::Seconds(10);  // channel must be READY within it
   absl::Duration rpc_timeout = absl::Seconds(600);     // GetModelInfo / Tokenize deadline
   std::string bearer_token;                          // sent as "authorization: Bearer <token>" if set
+  // TLS (PEM contents, not paths): used when `tls` is set. Empty tls_root_certs_pem = the system's
+  // roots; tls_cert_chain_pem + tls_private_key_pem (both or neither) = client certificate for mTLS.
+  bool tls = false;
+  std::string tls_root_certs_pem;
+  std::string tls_cert_chain_pem;
+  std::string tls_private_key_pem;
 };
 
 // One window's result: the server's double sum and the per-token logprobs of its scored positions.
