@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -57,14 +58,37 @@ std::string HeaderLine(const JournalIdentity& identity) {
   return header.dump();
 }
 
+// Finite values are JSON numbers; -inf / inf / nan are written as strings.
+bool IsNumberOrSpecial(const nlohmann::json& v) {
+  if (v.is_number()) return true;
+  if (!v.is_string()) return false;
+  const std::string& s = v.get_ref<const std::string&>();
+  return s == "-inf" || s == "inf" || s == "nan" || s == "-nan";
+}
+
+double NumberOrSpecial(const nlohmann::json& v) {
+  if (v.is_number()) return v.get<double>();
+  const std::string& s = v.get_ref<const std::string&>();
+  if (s == "-inf") return -std::numeric_limits<double>::infinity();
+  if (s == "inf") return std::numeric_limits<double>::infinity();
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
 }  // namespace
 
 std::string FormatRecordLine(const JournalRecord& r) {
-  std::string line = absl::StrFormat("{\"w\":%d,\"s\":%.17g,\"n\":%d,\"b\":%d,\"lp\":[", r.window,
-                                     r.sum_logprob, static_cast<int64_t>(r.logprobs.size()), r.num_bytes);
+  const std::string sum = std::isfinite(r.sum_logprob) ? absl::StrFormat("%.17g", r.sum_logprob)
+                                                      : absl::StrFormat("\"%g\"", r.sum_logprob);
+  std::string line = absl::StrFormat("{\"w\":%d,\"s\":%s,\"n\":%d,\"b\":%d,\"lp\":[", r.window, sum,
+                                     static_cast<int64_t>(r.logprobs.size()), r.num_bytes);
   for (size_t i = 0; i < r.logprobs.size(); ++i) {
     if (i > 0) line.push_back(',');
-    absl::StrAppendFormat(&line, "%.9g", static_cast<double>(r.logprobs[i]));
+    const double lp = static_cast<double>(r.logprobs[i]);
+    if (std::isfinite(lp)) {
+      absl::StrAppendFormat(&line, "%.9g", lp);
+    } else {
+      absl::StrAppendFormat(&line, "\"%g\"", lp);  // "-inf" / "inf" / "nan": not JSON numbers
+    }
   }
   line += "]}";
   return line;
@@ -76,13 +100,13 @@ absl::StatusOr<JournalRecord> ParseRecordLine(const std::string& line) {
   for (const char* key : {"w", "s", "n", "b", "lp"}) {
     if (!j.contains(key)) return absl::InvalidArgumentError(absl::StrCat("missing field ", key));
   }
-  if (!j["w"].is_number_integer() || !j["s"].is_number() || !j["n"].is_number_integer() ||
+  if (!j["w"].is_number_integer() || !IsNumberOrSpecial(j["s"]) || !j["n"].is_number_integer() ||
       !j["b"].is_number_integer() || !j["lp"].is_array()) {
     return absl::InvalidArgumentError("field of the wrong type");
   }
   JournalRecord r;
   r.window = j["w"].get<int64_t>();
-  r.sum_logprob = j["s"].get<double>();
+  r.sum_logprob = NumberOrSpecial(j["s"]);
   r.num_bytes = j["b"].get<int64_t>();
   const int64_t n = j["n"].get<int64_t>();
   if (r.window < 0 || n != static_cast<int64_t>(j["lp"].size())) {
@@ -90,10 +114,10 @@ absl::StatusOr<JournalRecord> ParseRecordLine(const std::string& line) {
   }
   r.logprobs.reserve(static_cast<size_t>(n));
   for (const auto& v : j["lp"]) {
-    if (!v.is_number()) return absl::InvalidArgumentError("non-numeric logprob");
+    if (!IsNumberOrSpecial(v)) return absl::InvalidArgumentError("non-numeric logprob");
     // %.9g text -> nearest double -> float is the float that was written (9 significant digits are
     // far inside half a float ulp, so the double rounding cannot cross a float midpoint).
-    r.logprobs.push_back(static_cast<float>(v.get<double>()));
+    r.logprobs.push_back(static_cast<float>(NumberOrSpecial(v)));
   }
   return r;
 }

@@ -77,7 +77,8 @@ class Journal {
   absl::Status Close();
 
  private:
-  Journal(std::string path, int fd, int sync_every) : path_(std::move(path)), fd_(fd), sync_every_(sync_every) {}
+  Journal(std::string path, int fd, int sync_every)
+      : path_(std::move(path)), fd_(fd), sync_every_(sync_every) {}
 
   std::string path_;
   int fd_ = -1;

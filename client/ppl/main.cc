@@ -1,6 +1,8 @@
 // scored-ppl: perplexity of the model a `scored` server holds, by one of the methods of DESIGN.md §5.
 //
 //   scored-ppl --server 127.0.0.1:50051 --data wiki.test.raw --method exl3 --ctx 2048 --stride 512
+//   scored-ppl ... --journal run.journal   # rerun the same command after a crash to resume
+//   scored-ppl ... --tls_ca ca.pem --tls_cert client.pem --tls_key client.key --auth_token_file token
 //
 // Prints the report to stdout (and as JSON to --json FILE). Exit status 0 on success, 1 on any error
 // (message on stderr), 2 on bad flags.

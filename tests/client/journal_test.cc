@@ -56,6 +56,12 @@ TEST(JournalTest, RecordLineRoundTripsExactly) {
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     ExpectSameRecord(*parsed, Record(w));
   }
+  JournalRecord special = Record(5);
+  special.logprobs.push_back(-std::numeric_limits<float>::infinity());
+  special.sum_logprob = -std::numeric_limits<double>::infinity();
+  auto parsed = ParseRecordLine(FormatRecordLine(special));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ExpectSameRecord(*parsed, special);
   EXPECT_FALSE(ParseRecordLine("{\"w\":3,\"s\":-1.5,\"n\":2,\"b\":4,\"lp\":[-1").ok());
   EXPECT_FALSE(ParseRecordLine("{\"w\":3,\"s\":-1.5,\"n\":3,\"b\":4,\"lp\":[-1,-2]}").ok());
 }
