@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <regex>
 #include <utility>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -203,19 +205,36 @@ absl::StatusOr<ModuleScheme> BuildScheme(const std::string& group, const std::st
   return s;
 }
 
+// compressed-tensors matches "re:" targets with Python's re.match (anchored at the start). PCRE2 with a
+// match limit instead of std::regex: a hostile pattern such as "(.*.*)*X" backtracks for minutes in a
+// backtracking engine; here it stops after kRegexMatchLimit steps with an error naming the target.
+constexpr uint32_t kRegexMatchLimit = 1000000;
+
 bool NameMatches(const std::string& name, const std::string& target, absl::Status* error) {
-  if (absl::StartsWith(target, "re:")) {
-    // std::regex reports a bad pattern by throwing; keep the exception inside this function.
-    try {
-      const std::regex re(target.substr(3), std::regex::ECMAScript);
-      return std::regex_search(name, re, std::regex_constants::match_continuous);
-    } catch (const std::regex_error&) {
-      *error = absl::InvalidArgumentError(
-          absl::StrCat("quantization_config: target '", target, "' is not a valid regex"));
-      return false;
-    }
+  if (!absl::StartsWith(target, "re:")) return name == target;
+  const std::string pattern = target.substr(3);
+  int code = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                 PCRE2_ANCHORED | PCRE2_UTF, &code, &offset, nullptr);
+  if (re == nullptr) {
+    *error = absl::InvalidArgumentError(
+        absl::StrCat("quantization_config: target '", target, "' is not a valid regex (at offset ", offset, ")"));
+    return false;
   }
-  return name == target;
+  pcre2_match_context* context = pcre2_match_context_create(nullptr);
+  pcre2_set_match_limit(context, kRegexMatchLimit);
+  pcre2_match_data* match = pcre2_match_data_create_from_pattern(re, nullptr);
+  const int rc = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(name.data()), name.size(), 0, 0, match, context);
+  pcre2_match_data_free(match);
+  pcre2_match_context_free(context);
+  pcre2_code_free(re);
+  if (rc == PCRE2_ERROR_MATCHLIMIT) {
+    *error = absl::InvalidArgumentError(absl::StrCat("quantization_config: target '", target,
+                                                     "' is too expensive to match against '", name, "'"));
+    return false;
+  }
+  return rc >= 0;
 }
 
 bool ClassMatches(const std::string& target) { return target == "Linear" || target == "Module"; }
