@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs dependencies, builds (CUDA sources too where nvcc exists), runs ctest.
 # GPU tests skip cleanly without a device. Prints the time of each stage.
-# Usage: scripts/test.sh [extra ctest args...]     env: BUILD_DIR (default build), SCORED_DATA, JOBS
+# Usage: scripts/test.sh [extra ctest args...]
+# env: BUILD_DIR (default build), SCORED_DATA, JOBS, FUZZ_SECONDS (default 60), SCORED_SKIP_FUZZ=1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${BUILD_DIR:-build}
@@ -19,4 +20,11 @@ stage "build"
 cmake --build "$build_dir" -j "$jobs"
 stage "test"
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" "$@"
+# Hostile input: every libFuzzer target (clang, ASan + UBSan) replays its committed corpus (regression
+# seeds included) and fuzzes for FUZZ_SECONDS (default 60); any crash or sanitizer report fails the run.
+# SCORED_SKIP_FUZZ=1 skips it (e.g. while iterating locally).
+if [ "${SCORED_SKIP_FUZZ:-0}" != 1 ]; then
+  stage "fuzz"
+  FUZZ_JOBS="$jobs" scripts/fuzz.sh "${build_dir}-fuzz"
+fi
 stage "done"
