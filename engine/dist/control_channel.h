@@ -1,0 +1,96 @@
+// The control plane of multi-process tensor parallelism (`scored --tp N --nnodes M --node_rank R
+// --rendezvous HOST:PORT`, DESIGN.md §7): plain TCP between the leader process (node_rank 0, which serves
+// gRPC) and the M-1 follower processes. It carries
+//   1. the bootstrap: each follower connects to the leader's rendezvous address and says who it is; the
+//      leader answers every follower with the same payload (the NCCL unique id bytes, plus whatever the
+//      engine wants every process to agree on, e.g. a model fingerprint to refuse mismatched models);
+//   2. the work: the leader sends every batch (an opaque byte string the engine serializes) to every
+//      follower before its own ranks start the forward; followers run the same forward on their GPUs;
+//   3. liveness: a peer whose connection closes or errors (process killed, host gone) is detected within a
+//      bounded time by WatchPeers(), so no rank waits forever in a collective that cannot complete.
+// NCCL moves the tensors; this channel moves only a few KB per batch. No CUDA or NCCL here (CPU-testable).
+//
+// Wire format (both directions): frames of [u32 little-endian kind][u64 little-endian length][bytes].
+// Kinds: hello (follower -> leader: node_rank, nnodes, protocol version), payload (leader -> follower),
+// message (leader -> follower: a batch), shutdown (leader -> follower: clean end). A frame longer than
+// kMaxFrameBytes or of an unknown kind is a protocol error (INTERNAL naming it), never a crash.
+//
+// Thread-safety: Broadcast() / Receive() from one thread at a time (the engine's scoring thread);
+// WatchPeers() runs its own thread; Shutdown() and the destructor may be called from any thread.
+#ifndef SCORED_ENGINE_DIST_CONTROL_CHANNEL_H_
+#define SCORED_ENGINE_DIST_CONTROL_CHANNEL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace scored::dist {
+
+constexpr int64_t kMaxFrameBytes = int64_t{64} << 20;
+
+struct ControlChannelOptions {
+  absl::Duration connect_timeout = absl::Seconds(300);  // leader: all followers joined; follower: leader reached
+  absl::Duration peer_timeout = absl::Seconds(30);      // a send that makes no progress this long fails
+  absl::Duration watch_interval = absl::Milliseconds(200);
+};
+
+class ControlChannel {
+ public:
+  // Leader (node_rank 0). `address` is HOST:PORT to listen on (HOST may be 0.0.0.0 or [::]; PORT 0 picks a
+  // free port, see port()). Blocks until all nnodes-1 followers have connected and said hello (each
+  // node_rank in [1, nnodes) exactly once, same nnodes), then sends each of them `payload`.
+  // INVALID_ARGUMENT for a malformed address or nnodes < 2; DEADLINE_EXCEEDED naming the node ranks that did
+  // not join within connect_timeout; FAILED_PRECONDITION for a duplicate node_rank or nnodes mismatch.
+  // `on_listening(port)`, when set, is called once the socket listens (tests use it to learn the port).
+  static absl::StatusOr<std::unique_ptr<ControlChannel>> Leader(
+      absl::string_view address, int nnodes, absl::string_view payload,
+      const ControlChannelOptions& options = ControlChannelOptions(),
+      const std::function<void(int port)>& on_listening = nullptr);
+
+  // Follower (node_rank in [1, nnodes)). Connects to the leader's `address`, retrying until
+  // connect_timeout (the leader may start later), says hello and waits for the payload (see payload()).
+  static absl::StatusOr<std::unique_ptr<ControlChannel>> Follower(
+      absl::string_view address, int nnodes, int node_rank,
+      const ControlChannelOptions& options = ControlChannelOptions());
+
+  ~ControlChannel();  // closes every connection (followers then see UNAVAILABLE, not a clean shutdown)
+  ControlChannel(const ControlChannel&) = delete;
+  ControlChannel& operator=(const ControlChannel&) = delete;
+
+  int node_rank() const;
+  int nnodes() const;
+  int port() const;                    // leader: the listening port
+  const std::string& payload() const;  // the leader's payload (on the leader too)
+
+  // Leader: sends `message` to every follower (in node_rank order). UNAVAILABLE naming the node rank whose
+  // connection failed or stalled for peer_timeout; the channel is then broken (every later call fails).
+  absl::Status Broadcast(absl::string_view message);
+
+  // Follower: blocks until the leader's next message. CANCELLED after the leader's Shutdown() (clean end);
+  // UNAVAILABLE when the leader's connection closed or failed without a shutdown (the leader died).
+  absl::StatusOr<std::string> Receive();
+
+  // Leader: tells every follower to end cleanly (their Receive() returns CANCELLED). Idempotent.
+  absl::Status Shutdown();
+
+  // Starts a thread that checks every peer connection each watch_interval; on the first peer that closed
+  // or errored (a killed process: its socket closes at once; a vanished host: keepalive / send timeout)
+  // it calls on_lost once with UNAVAILABLE naming the node rank. A follower watches the leader; the leader
+  // watches all followers. Stopped by the destructor. Call at most once.
+  void WatchPeers(std::function<void(const absl::Status&)> on_lost);
+
+ private:
+  struct Impl;
+  explicit ControlChannel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace scored::dist
+
+#endif  // SCORED_ENGINE_DIST_CONTROL_CHANNEL_H_
