@@ -17,8 +17,21 @@ compressed-tensors 0.19):
     every stored scale is at least max |w[o, :]| / 448 rounded down by at most one bf16 step (so the cast
     never saturates by more than that step), as quantize_fp8's amax / 448 gives.
 (The E4M3 and bf16 casts themselves are torch's; only the layout and the rules around them are checked here.)
+
+Then make_random_w4a16.py (the packed writer of the large benchmark checkpoints), when torch, transformers and
+compressed-tensors import (python from /work/venv-fixtures; otherwise this part prints SKIPPED): a tiny Llama and a
+tiny Mistral written on the CPU in several shards are
+  - valid safetensors shards (header length a multiple of 8, offsets contiguous from 0 to the file's end, every
+    tensor aligned to its element size) covered exactly by model.safetensors.index.json;
+  - loaded by transformers + compressed-tensors' own decompression (dequantize to dense bf16): every decoder
+    Linear equals make_random_w4a16.unpack_w4a16 of the stored words bit for bit, and lies within one scale step
+    of the dense values the writer drew before quantizing (the rounding plus the clamp at +7);
+  - ref_windows.bin equals transformers' forward of the decompressed model on its windows: fp32model within
+    1e-4 nats (both fp32; only summation order differs), fp32head and bf16logits within 0.02 nats mean (bf16
+    activations: the same ops in a different order round differently).
 """
 import json
+import math
 import os
 import struct
 import sys
@@ -140,11 +153,109 @@ def check_fixture(folder, scheme, failures):
     return checked
 
 
+def check_shard_layout(folder, failures):
+    """Raw safetensors checks of every shard plus the index; returns {tensor name: shard file}."""
+    with open(os.path.join(folder, "model.safetensors.index.json")) as f:
+        index = json.load(f)["weight_map"]
+    found = {}
+    for fname in sorted(set(index.values())):
+        with open(os.path.join(folder, fname), "rb") as f:
+            data = f.read()
+        (n,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8:8 + n])
+        header.pop("__metadata__", None)
+        check(n % 8 == 0, f"{fname}: header length {n}", failures)
+        spans = sorted((h["data_offsets"][0], h["data_offsets"][1], name, h["dtype"]) for name, h in header.items())
+        end = 0
+        for b, e, name, dtype in spans:
+            check(b == end, f"{fname}: {name} starts at {b}, not {end}", failures)
+            check((8 + n + b) % NP_DTYPES[dtype]().itemsize == 0, f"{fname}: {name} misaligned", failures)
+            end = e
+            found[name] = fname
+        check(8 + n + end == len(data), f"{fname}: data ends at {8 + n + end} of {len(data)}", failures)
+    check(found == index, "index weight_map differs from the shards' headers", failures)
+    return found
+
+
+def check_random_w4a16(failures):
+    """make_random_w4a16.py against compressed-tensors and transformers; returns the linears compared or None."""
+    try:
+        import tempfile
+
+        import torch
+        import compressed_tensors  # noqa: F401
+        from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+    except ImportError as e:
+        print(f"random_w4a16: SKIPPED ({e}; run with /work/venv-fixtures/bin/python)")
+        return None
+    import make_random_w4a16 as mrw
+    from safetensors import safe_open
+    compared = 0
+    for arch in ("LlamaForCausalLM", "MistralForCausalLM"):
+        with tempfile.TemporaryDirectory() as d:
+            argv = ["--out", d, "--architecture", arch, "--hidden", "256", "--intermediate", "512", "--layers", "3",
+                    "--heads", "4", "--kv-heads", "2", "--vocab", "1000", "--windows", "2", "--ctx", "64",
+                    "--shard-gb", "0.0005", "--threads", "3", "--device", "cpu"]
+            _, shape = mrw.parse_args(argv)
+            mrw.main(argv)
+            where = check_shard_layout(d, failures)
+            check(len(set(where.values())) >= 3, f"{arch}: expected several shards", failures)
+            try:
+                qc = CompressedTensorsConfig(dequantize=True)
+            except TypeError:
+                qc = CompressedTensorsConfig(run_compressed=False)
+            model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16, quantization_config=qc)
+            params = dict(model.named_parameters())
+            for layer in range(shape["layers"]):
+                for i, (mod, out_f, in_f) in enumerate(mrw.linears(shape)):
+                    prefix = f"model.layers.{layer}.{mod}."
+                    with safe_open(os.path.join(d, where[prefix + "weight_packed"]), "pt") as f:
+                        packed = f.get_tensor(prefix + "weight_packed")
+                    with safe_open(os.path.join(d, where[prefix + "weight_scale"]), "pt") as f:
+                        scale = f.get_tensor(prefix + "weight_scale")
+                    ours = mrw.unpack_w4a16(packed, scale)
+                    theirs = params[prefix + "weight"].detach()
+                    check(theirs.dtype == torch.bfloat16 and torch.equal(ours.view(torch.int16),
+                                                                          theirs.view(torch.int16)),
+                          f"{arch}: {prefix}weight differs from compressed-tensors' decompression", failures)
+                    dense = mrw.dense_weight(shape, layer, i, "cpu", 1234)
+                    step = scale.float().repeat_interleave(mrw.GROUP, dim=1) * (1 + 2.0 ** -7)
+                    check(bool(((dense - ours.float()).abs() <= step).all()),
+                          f"{arch}: {prefix}weight is not within a scale step of the dense values", failures)
+                    compared += 1
+            with open(os.path.join(d, "ref_windows.bin"), "rb") as f:
+                windows, ctx = struct.unpack("<ii", f.read(8))
+                ids = torch.from_numpy(np.frombuffer(f.read(windows * ctx * 4), dtype="<i4").reshape(windows, ctx)
+                                       .astype(np.int64))
+                refs = [torch.from_numpy(np.frombuffer(f.read(windows * (ctx - 1) * 4), dtype="<f4")
+                                         .reshape(windows, ctx - 1).copy()) for _ in range(3)]
+
+            def logprobs(m, fp32_head):
+                with torch.no_grad():
+                    if fp32_head:
+                        h = m.model(ids).last_hidden_state[:, :-1]
+                        logits = h.float() @ m.lm_head.weight.float().t()
+                    else:
+                        logits = m(ids).logits[:, :-1].float()
+                return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+            head32, logits16 = logprobs(model, True), logprobs(model, False)
+            fp32 = logprobs(model.float(), True)
+            d32 = (fp32 - refs[2]).abs().max().item()
+            dh, dl = ((head32 - refs[0]).abs().mean().item(), (logits16 - refs[1]).abs().mean().item())
+            print(f"random_w4a16 {arch}: vs transformers, max |delta| fp32model {d32:.2e}; mean |delta| fp32head "
+                  f"{dh:.2e}, bf16logits {dl:.2e}; PPL {math.exp(-refs[2].double().mean().item()):.1f}")
+            check(d32 <= 1e-4, f"{arch}: fp32model differs from transformers by {d32}", failures)
+            check(dh <= 0.02 and dl <= 0.02, f"{arch}: bf16 references differ from transformers", failures)
+    return compared
+
+
 def main():
     failures = []
     counts = {f: check_fixture(f, s, failures) for f, s in (("llama-w4a16-g128", "w4a16"),
                                                              ("llama-nvfp4a16", "nvfp4a16"),
                                                              ("llama-fp8-dynamic", "fp8_dynamic"))}
+    counts["random_w4a16"] = check_random_w4a16(failures)
     for f in failures:
         print("FAIL", f)
     print(f"test_writer: {counts} linears re-packed; {'FAILED' if failures else 'passed'}")
