@@ -13,8 +13,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/base/json_util.h"
 #include "engine/base/status_macros.h"
-#include "engine/model/json_util.h"
 
 namespace scored {
 namespace {

@@ -14,9 +14,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/base/json_util.h"
 #include "engine/base/sha256.h"
 #include "engine/base/status_macros.h"
-#include "engine/model/json_util.h"
 
 namespace scored {
 namespace {

@@ -13,7 +13,6 @@
 #include "engine/tokenizer/bpe_model.h"
 #include "engine/tokenizer/bpe_tokenizer.h"
 #include "engine/tokenizer/hf_config.h"
-#include "engine/tokenizer/json_util.h"
 #include "engine/tokenizer/loaders.h"
 #include "engine/tokenizer/regex_splitter.h"
 #include "engine/tokenizer/text_util.h"

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
-#include "engine/tokenizer/json_util.h"
 #include "engine/tokenizer/text_util.h"
 
 namespace scored {
@@ -31,6 +30,25 @@ absl::StatusOr<std::optional<std::string>> TokenField(const json& j, const char*
 }
 
 }  // namespace
+
+absl::StatusOr<AddedToken> ParseAddedToken(const json& j, const std::string& path) {
+  AddedToken t;
+  const auto content = j.find("content");
+  if (!j.is_object() || content == j.end() || !content->is_string() ||
+      content->get<std::string>().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": an added token needs a non-empty string 'content'"));
+  }
+  t.content = content->get<std::string>();
+  auto flag = [&j](const char* key, bool fallback) {
+    const auto it = j.find(key);
+    return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
+  };
+  t.special = flag("special", true);
+  t.lstrip = flag("lstrip", false);
+  t.rstrip = flag("rstrip", false);
+  return t;
+}
 
 std::string JoinPath(const std::string& dir, const std::string& name) {
   if (dir.empty() || dir.back() == '/') return dir + name;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/base/json_util.h"
 #include "engine/tokenizer/bpe_tokenizer.h"
 
 namespace scored {
@@ -30,6 +31,14 @@ struct HfTokenizerConfig {
 absl::StatusOr<HfTokenizerConfig> ReadHfTokenizerConfig(const std::string& dir);
 
 std::string JoinPath(const std::string& dir, const std::string& name);
+
+// An HF added-token object {content, special, lstrip, rstrip, ...} (tokenizer.json "added_tokens",
+// tokenizer_config.json "added_tokens_decoder"); id left at -1. INVALID_ARGUMENT naming `path` when
+// "content" is not a non-empty string; flags of another type keep their defaults.
+absl::StatusOr<AddedToken> ParseAddedToken(const json_util::Json& j, const std::string& path);
+
+// The shared JSON file reader, for the unqualified calls of this namespace.
+using json_util::ReadJsonFile;
 
 }  // namespace tokenizer_internal
 }  // namespace scored
