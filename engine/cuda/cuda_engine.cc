@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,9 +18,12 @@
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/rank_worker.h"
 #include "engine/cuda/transformer.h"
+#include "engine/dist/nccl_communicator.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/model/fingerprint.h"
+#include "engine/model/shard_plan.h"
 #include "engine/model/weights.h"
 
 namespace scored {
@@ -85,9 +89,95 @@ absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activati
   return absl::OkStatus();
 }
 
+// One batch packed on the host once and handed to every rank: rows of sequence s are
+// [cu_seqlens[s], cu_seqlens[s + 1]).
+struct PackedBatch {
+  ForwardBatch fb;
+  std::vector<int32_t> tokens, positions, targets, cu_seqlens;  // [n], [n], [n], [num_seqs + 1]
+  std::vector<int64_t> first_row;  // per sequence: the first row whose logits are scored
+};
+
+// Per-row results copied back from the device (rank 0 at tp > 1: every rank holds the same).
+struct HostResults {
+  std::vector<double> logprob;   // [n]
+  std::vector<uint8_t> greedy;   // [n]
+  std::vector<int32_t> rank;     // [n] if asked
+  std::vector<float> entropy;    // [n] if asked
+  std::vector<int32_t> top_ids;  // [n, top_k]
+  std::vector<float> top_lps;    // [n, top_k]
+};
+
+// One rank's device state. At tp > 1 it is created, used and destroyed on the rank's RankWorker thread;
+// at tp == 1 on the engine's calling thread.
+struct Rank {
+  int index = 0;        // tp_rank
+  int device = 0;       // CUDA ordinal
+  ModelConfig config;   // the model's (tp == 1) or the rank's LocalConfig
+  CudaStream stream;
+  std::unique_ptr<GemmRunner> gemm;
+  std::unique_ptr<DeviceModel> model;
+  Activations acts;
+  std::unique_ptr<dist::NcclCommunicator> comm;  // tp > 1 only
+  cuda::TensorParallelContext tp;                // tp > 1 only
+};
+
+std::string DeviceName(int device) {
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return absl::StrCat("GPU ", device);
+  return absl::StrCat("GPU ", device, " (", prop.name, ")");
+}
+
+// Everything of one rank after its communicator: shard upload, activation reservation, GEMM choices.
+absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options, const ShardPlan* plan,
+                       Rank* rank, int64_t* activation_bytes) {
+  const int64_t max_tokens = options.max_batch_tokens;
+  const int tp_size = plan != nullptr ? plan->tp_size : 1;
+  SCORED_ASSIGN_OR_RETURN(rank->stream, CudaStream::Create());
+  SCORED_ASSIGN_OR_RETURN(rank->gemm, GemmRunner::Create(max_tokens));
+  SCORED_ASSIGN_OR_RETURN(rank->model, cuda::UploadModel(weights, options.dtype, plan));
+  const DeviceModel& model = *rank->model;
+  const ModelConfig& config = rank->config;
+
+  // Reserve the activations of max_batch_tokens now, or say what would fit.
+  size_t free_bytes = 0, total_bytes = 0;
+  SCORED_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const int64_t per_token = cuda::ActivationBytesPerToken(config, options.dtype);
+  const int64_t fixed = cuda::FixedActivationBytes(config, model, max_tokens, tp_size);
+  const int64_t available = static_cast<int64_t>(free_bytes) - kReserveBytes;
+  const auto too_big = [&]() {
+    const int64_t fits = std::max<int64_t>(0, (available - fixed) / per_token);
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s: max_batch_tokens %d needs %.2f GiB of activations (%.2f MiB per token + %.2f GiB "
+        "fixed) but only %.2f GiB "
+        "of GPU memory is free after the %.2f GiB of weights; at most %d tokens fit",
+        DeviceName(rank->device), max_tokens, GiB(fixed + per_token * max_tokens), per_token / 1048576.0,
+        GiB(fixed), GiB(available), GiB(model.resident_bytes), fits));
+  };
+  if (fixed + per_token * max_tokens > available) return too_big();
+  absl::StatusOr<Activations> acts = cuda::AllocateActivations(config, model, max_tokens, tp_size);
+  if (absl::IsResourceExhausted(acts.status())) return too_big();
+  if (!acts.ok()) return acts.status();
+  rank->acts = *std::move(acts);
+  *activation_bytes = fixed + per_token * max_tokens;
+
+  // Pin every GEMM algorithm before the first batch: the decoder-layer shapes timed, the rest by heuristic.
+  SCORED_RETURN_IF_ERROR(TuneLayerGemms(model, *rank->gemm, rank->acts, rank->stream.get()));
+  const cuda::GemmTypes types =
+      options.dtype == ComputeDtype::kBf16 ? cuda::GemmTypes::kBf16ToBf16 : cuda::GemmTypes::kFp32;
+  const cuda::GemmTypes head_types =
+      options.dtype == ComputeDtype::kBf16 ? cuda::GemmTypes::kBf16ToFp32 : cuda::GemmTypes::kFp32;
+  for (const cuda::DeviceLayer& layer : model.layers) {
+    for (const cuda::DeviceLinear* linear : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+      SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), linear->in_features(), types));
+    }
+  }
+  return rank->gemm->Prepare(model.lm_head.out_features(), model.lm_head.in_features(), head_types);
+}
+
 class CudaEngine final : public Engine {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  ~CudaEngine() override;
 
   absl::StatusOr<std::vector<ScoreResult>> Score(absl::Span<const ScoreRequest> batch) override;
   const ModelInfo& info() const override { return info_; }
@@ -97,114 +187,189 @@ class CudaEngine final : public Engine {
   }
   std::vector<std::pair<int64_t, int64_t>> DeviceMemory() const override;
 
+  // Testing: aborts rank `rank`'s communicator as a failed link would.
+  absl::Status InjectCommunicatorFault(int rank);
+
  private:
   CudaEngine() = default;
   absl::Status ValidateRequest(const ScoreRequest& r, size_t index) const;
-  // One varlen forward over batch[begin, end) (whose tokens fit max_batch_tokens), appending the results.
+  // One varlen forward over `group` (whose tokens fit max_batch_tokens), appending the results.
   absl::Status ScoreGroup(absl::Span<const ScoreRequest> group, std::vector<ScoreResult>* results);
-  // Turns a failure into the sticky fatal status when the CUDA context is gone.
+  // Copies the packed batch to `rank`, runs its forward and (when `out` is set) copies the per-row
+  // results back; returns once the rank's stream has drained.
+  absl::Status RunRank(Rank& rank, const PackedBatch& batch, HostResults* out);
+  // tp == 1: turns a failure into the sticky fatal status when the CUDA context is gone.
   absl::Status CheckSticky(absl::Status status);
+  // tp > 1: any failure of a rank may leave its peers inside a collective: abort every communicator (they
+  // then return at once) and make the failure sticky.
+  absl::Status FailAllRanks(const absl::Status& status);
+  void SetFatal(const absl::Status& status);
+  // Runs job(rank) on every rank's thread at once and waits for all; the first error.
+  absl::Status OnAllRanks(const std::function<absl::Status(Rank&)>& job);
 
-  int device_ = 0;
+  int tp_ = 1;
   int64_t max_seq_len_ = 0;
+  int64_t max_tokens_ = 0;
   std::unique_ptr<ModelWeights> weights_;
-  CudaStream stream_;
-  std::unique_ptr<GemmRunner> gemm_;
-  std::unique_ptr<DeviceModel> model_;
-  Activations acts_;
+  std::vector<std::unique_ptr<Rank>> ranks_;                // [tp]
+  std::vector<std::unique_ptr<cuda::RankWorker>> workers_;  // [tp] at tp > 1, else empty
+  std::unique_ptr<dist::NcclWatchdog> watchdog_;
   ModelInfo info_;
   mutable absl::Mutex mu_;
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& options) {
-  if (options.tp != 1) {
-    return absl::UnimplementedError(
-        absl::StrCat("--tp ", options.tp, ": this build runs the cuda backend on one GPU"));
+  const int tp = options.tp;
+  if (tp != 1 && tp != 2 && tp != 4 && tp != 8) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp ", tp, ": must be 1, 2, 4 or 8"));
   }
   if (options.max_batch_tokens <= 0) return absl::InvalidArgumentError("max_batch_tokens must be positive");
-  if (CudaDeviceCount() < 1) return absl::FailedPreconditionError("no usable CUDA device");
+  const int devices = CudaDeviceCount();
+  if (devices < 1) return absl::FailedPreconditionError("no usable CUDA device");
+  if (devices < tp) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--tp ", tp, " needs ", tp, " GPUs; ", devices, " CUDA device(s) are visible"));
+  }
   std::unique_ptr<CudaEngine> engine(new CudaEngine());
-  SCORED_CUDA_CHECK(cudaSetDevice(engine->device_));
+  engine->tp_ = tp;
+  engine->max_tokens_ = options.max_batch_tokens;
 
   SCORED_ASSIGN_OR_RETURN(engine->weights_, ModelWeights::Load(options.model_dir));
-  const ModelConfig& config = engine->weights_->config();
+  const ModelWeights& weights = *engine->weights_;
+  const ModelConfig& config = weights.config();
   if (std::find(std::begin(kSupportedHeadDims), std::end(kSupportedHeadDims), config.head_dim) ==
       std::end(kSupportedHeadDims)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "head_dim ", config.head_dim, " is not supported by the attention kernel (8..256, powers of 2)"));
   }
   engine->max_seq_len_ = options.max_seq_len > 0 ? options.max_seq_len : config.max_position_embeddings;
-  const int64_t max_tokens = options.max_batch_tokens;
+  int64_t activation_bytes = 0;
 
-  SCORED_ASSIGN_OR_RETURN(engine->stream_, CudaStream::Create());
-  SCORED_ASSIGN_OR_RETURN(engine->gemm_, GemmRunner::Create(max_tokens));
-  SCORED_ASSIGN_OR_RETURN(engine->model_, cuda::UploadModel(*engine->weights_, options.dtype));
-  const DeviceModel& model = *engine->model_;
-
-  // Reserve the activations of max_batch_tokens now, or say what would fit.
-  size_t free_bytes = 0, total_bytes = 0;
-  SCORED_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const int64_t per_token = cuda::ActivationBytesPerToken(config, options.dtype);
-  const int64_t fixed = cuda::FixedActivationBytes(config, model, max_tokens);
-  const int64_t available = static_cast<int64_t>(free_bytes) - kReserveBytes;
-  const auto too_big = [&]() {
-    const int64_t fits = std::max<int64_t>(0, (available - fixed) / per_token);
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("max_batch_tokens %d needs %.2f GiB of activations (%.2f MiB per token + %.2f GiB "
-                        "fixed) but only %.2f GiB "
-                        "of GPU memory is free after the %.2f GiB of weights; at most %d tokens fit",
-                        max_tokens, GiB(fixed + per_token * max_tokens), per_token / 1048576.0, GiB(fixed),
-                        GiB(available), GiB(model.resident_bytes), fits));
-  };
-  if (fixed + per_token * max_tokens > available) return too_big();
-  absl::StatusOr<Activations> acts = cuda::AllocateActivations(config, model, max_tokens);
-  if (absl::IsResourceExhausted(acts.status())) return too_big();
-  if (!acts.ok()) return acts.status();
-  engine->acts_ = *std::move(acts);
-
-  // Pin every GEMM algorithm before the first batch: the decoder-layer shapes timed, the rest by heuristic.
-  SCORED_RETURN_IF_ERROR(TuneLayerGemms(model, *engine->gemm_, engine->acts_, engine->stream_.get()));
-  const cuda::GemmTypes types =
-      options.dtype == ComputeDtype::kBf16 ? cuda::GemmTypes::kBf16ToBf16 : cuda::GemmTypes::kFp32;
-  const cuda::GemmTypes head_types =
-      options.dtype == ComputeDtype::kBf16 ? cuda::GemmTypes::kBf16ToFp32 : cuda::GemmTypes::kFp32;
-  for (const cuda::DeviceLayer& layer : model.layers) {
-    for (const cuda::DeviceLinear* linear : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
-      SCORED_RETURN_IF_ERROR(engine->gemm_->Prepare(linear->out_features(), linear->in_features(), types));
+  if (tp == 1) {
+    auto rank = std::make_unique<Rank>();
+    rank->config = config;
+    SCORED_CUDA_CHECK(cudaSetDevice(rank->device));
+    SCORED_RETURN_IF_ERROR(BuildRank(weights, options, nullptr, rank.get(), &activation_bytes));
+    engine->ranks_.push_back(std::move(rank));
+  } else {
+    // Refuse a checkpoint that cannot be cut before anything reaches a device.
+    SCORED_RETURN_IF_ERROR(ValidateTensorParallel(weights, tp));
+    SCORED_ASSIGN_OR_RETURN(const dist::NcclUniqueId id, dist::NcclCommunicator::NewUniqueId());
+    std::vector<int64_t> rank_bytes(tp, 0);
+    for (int r = 0; r < tp; ++r) {
+      auto rank = std::make_unique<Rank>();
+      rank->index = r;
+      rank->device = r;
+      engine->ranks_.push_back(std::move(rank));
+      engine->workers_.push_back(std::make_unique<cuda::RankWorker>());
     }
+    // Every rank joins the communicator first (a collective: all ranks at once), then loads its shard.
+    const absl::Status built = engine->OnAllRanks([&](Rank& rank) -> absl::Status {
+      SCORED_CUDA_CHECK(cudaSetDevice(rank.device));
+      SCORED_ASSIGN_OR_RETURN(rank.comm, dist::NcclCommunicator::CreateRank(id, tp, rank.index, rank.device));
+      SCORED_ASSIGN_OR_RETURN(const ShardPlan plan, ShardPlan::Create(config, tp, rank.index));
+      rank.config = LocalConfig(config, plan);
+      rank.tp.comm = rank.comm.get();
+      rank.tp.vocab_size = config.vocab_size;
+      rank.tp.vocab_begin = plan.vocab_begin;
+      rank.tp.vocab_rows = plan.vocab_end - plan.vocab_begin;
+      return BuildRank(weights, options, &plan, &rank, &rank_bytes[rank.index]);
+    });
+    if (!built.ok()) return built;
+    activation_bytes = rank_bytes[0];
+    std::vector<dist::NcclCommunicator*> comms;
+    for (const auto& rank : engine->ranks_) comms.push_back(rank->comm.get());
+    CudaEngine* raw = engine.get();
+    engine->watchdog_ = std::make_unique<dist::NcclWatchdog>(
+        comms, absl::Milliseconds(100), [raw](const absl::Status& status) { raw->SetFatal(status); });
   }
-  SCORED_RETURN_IF_ERROR(
-      engine->gemm_->Prepare(model.lm_head.out_features(), model.lm_head.in_features(), head_types));
 
-  const ModelSummary& summary = engine->weights_->summary();
+  const ModelSummary& summary = weights.summary();
   ModelInfo& info = engine->info_;
   info.architecture = config.architecture;
   info.format = summary.format;
   info.format_notes = summary.notes;
   info.backend = "cuda";
   info.compute_dtype = options.dtype == ComputeDtype::kBf16 ? "bf16" : "fp32";
-  info.tp = 1;
+  info.tp = tp;
   info.vocab_size = config.vocab_size;
   info.max_seq_len = engine->max_seq_len_;
-  info.max_batch_tokens = max_tokens;
+  info.max_batch_tokens = options.max_batch_tokens;
   info.num_parameters = summary.num_parameters;
   info.bits_per_weight_decoder = summary.bits_per_weight_decoder;
   info.bits_per_weight_head = summary.bits_per_weight_head;
-  info.resident_bytes = model.resident_bytes;
+  for (const auto& rank : engine->ranks_) info.resident_bytes += rank->model->resident_bytes;
   SCORED_ASSIGN_OR_RETURN(info.model_fingerprint, ModelFingerprint(options.model_dir));
   SCORED_LOG(INFO) << "cuda engine: " << config.architecture << " " << summary.format << ", "
-                   << info.compute_dtype << ", weights " << GiB(model.resident_bytes)
-                   << " GiB, activations for " << max_tokens << " tokens "
-                   << GiB(fixed + per_token * max_tokens) << " GiB";
+                   << info.compute_dtype << ", tp " << tp << ", weights " << GiB(info.resident_bytes)
+                   << " GiB, activations for " << options.max_batch_tokens << " tokens "
+                   << GiB(activation_bytes) << " GiB per GPU";
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
+CudaEngine::~CudaEngine() {
+  watchdog_.reset();
+  if (workers_.empty()) return;
+  // Each rank's device state goes on its own thread, all at once (the communicators finalize together).
+  const absl::Status destroyed = OnAllRanks([](Rank& rank) -> absl::Status {
+    if (cudaSetDevice(rank.device) != cudaSuccess) return absl::InternalError("cudaSetDevice");
+    Rank gone;
+    std::swap(gone.comm, rank.comm);
+    std::swap(gone.model, rank.model);
+    std::swap(gone.gemm, rank.gemm);
+    std::swap(gone.acts, rank.acts);
+    std::swap(gone.stream, rank.stream);
+    return absl::OkStatus();
+  });
+  if (!destroyed.ok()) {
+    SCORED_LOG(ERROR) << "tensor-parallel teardown: " << destroyed;
+  }
+}
+
+absl::Status CudaEngine::OnAllRanks(const std::function<absl::Status(Rank&)>& job) {
+  for (size_t r = 0; r < workers_.size(); ++r) {
+    Rank* rank = ranks_[r].get();
+    workers_[r]->Post([&job, rank] { return job(*rank); });
+  }
+  absl::Status first;
+  for (auto& worker : workers_) first.Update(worker->Wait());
+  return first;
+}
+
+void CudaEngine::SetFatal(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (!fatal_.ok()) return;
+  fatal_ = absl::UnavailableError(
+      absl::StrCat("tensor-parallel communicator failed; the engine cannot serve any more: ", status.ToString()));
+  SCORED_LOG(ERROR) << fatal_;
+}
+
+absl::Status CudaEngine::FailAllRanks(const absl::Status& status) {
+  SetFatal(status);
+  for (const auto& rank : ranks_) {
+    if (rank->comm != nullptr) rank->comm->Abort(status);
+  }
+  return fatal_status();
+}
+
+absl::Status CudaEngine::InjectCommunicatorFault(int rank) {
+  if (rank < 0 || rank >= static_cast<int>(ranks_.size()) || ranks_[rank]->comm == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("no communicator for rank ", rank));
+  }
+  ranks_[rank]->comm->Abort(absl::InternalError(absl::StrCat("injected fault on rank ", rank)));
+  return absl::OkStatus();
+}
+
 std::vector<std::pair<int64_t, int64_t>> CudaEngine::DeviceMemory() const {
-  size_t free_bytes = 0, total_bytes = 0;
-  if (cudaSetDevice(device_) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
-    return {};
-  return {{static_cast<int64_t>(total_bytes - free_bytes), static_cast<int64_t>(total_bytes)}};
+  std::vector<std::pair<int64_t, int64_t>> memory;
+  for (const auto& rank : ranks_) {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaSetDevice(rank->device) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
+      return {};
+    memory.emplace_back(static_cast<int64_t>(total_bytes - free_bytes), static_cast<int64_t>(total_bytes));
+  }
+  return memory;
 }
 
 absl::Status CudaEngine::ValidateRequest(const ScoreRequest& r, size_t index) const {
@@ -215,9 +380,9 @@ absl::Status CudaEngine::ValidateRequest(const ScoreRequest& r, size_t index) co
     return absl::OutOfRangeError(
         absl::StrCat("request ", index, ": ", n, " tokens exceed max_seq_len ", max_seq_len_));
   }
-  if (n > acts_.max_tokens) {
+  if (n > max_tokens_) {
     return absl::OutOfRangeError(
-        absl::StrCat("request ", index, ": ", n, " tokens exceed max_batch_tokens ", acts_.max_tokens));
+        absl::StrCat("request ", index, ": ", n, " tokens exceed max_batch_tokens ", max_tokens_));
   }
   if (r.score_from >= n) {
     return absl::InvalidArgumentError(
@@ -226,6 +391,10 @@ absl::Status CudaEngine::ValidateRequest(const ScoreRequest& r, size_t index) co
   if (r.top_k < 0 || r.top_k > kernels::kMaxTopK) {
     return absl::InvalidArgumentError(
         absl::StrCat("request ", index, ": top_k ", r.top_k, " outside [0, 64]"));
+  }
+  if (r.top_k > 0 && tp_ > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "request ", index, ": top_k with --tp > 1 is not implemented (the engine runs --tp ", tp_, ")"));
   }
   const int64_t vocab = weights_->config().vocab_size;
   for (int64_t j = 0; j < n; ++j) {
@@ -239,7 +408,7 @@ absl::Status CudaEngine::ValidateRequest(const ScoreRequest& r, size_t index) co
 
 absl::Status CudaEngine::CheckSticky(absl::Status status) {
   if (status.ok()) return status;
-  const cudaError_t err = cudaStreamSynchronize(stream_.get());
+  const cudaError_t err = cudaStreamSynchronize(ranks_.front()->stream.get());
   if (cuda::IsStickyCudaError(err)) {
     absl::MutexLock lock(&mu_);
     if (fatal_.ok()) {
@@ -263,34 +432,79 @@ absl::StatusOr<std::vector<ScoreResult>> CudaEngine::Score(absl::Span<const Scor
   while (begin < batch.size()) {
     size_t end = begin;
     int64_t tokens = 0;
-    while (end < batch.size() &&
-           tokens + static_cast<int64_t>(batch[end].tokens.size()) <= acts_.max_tokens) {
+    while (end < batch.size() && tokens + static_cast<int64_t>(batch[end].tokens.size()) <= max_tokens_) {
       tokens += static_cast<int64_t>(batch[end].tokens.size());
       ++end;
     }
-    SCORED_RETURN_IF_ERROR(CheckSticky(ScoreGroup(batch.subspan(begin, end - begin), &results)));
+    SCORED_RETURN_IF_ERROR(ScoreGroup(batch.subspan(begin, end - begin), &results));
     begin = end;
   }
   return results;
 }
 
+absl::Status CudaEngine::RunRank(Rank& rank, const PackedBatch& batch, HostResults* out) {
+  const int64_t n = batch.fb.num_tokens;
+  const cudaStream_t stream = rank.stream.get();
+  Activations& acts = rank.acts;
+  SCORED_CUDA_CHECK(
+      cudaMemcpyAsync(acts.tokens.data(), batch.tokens.data(), n * 4, cudaMemcpyHostToDevice, stream));
+  SCORED_CUDA_CHECK(
+      cudaMemcpyAsync(acts.positions.data(), batch.positions.data(), n * 4, cudaMemcpyHostToDevice, stream));
+  SCORED_CUDA_CHECK(
+      cudaMemcpyAsync(acts.targets.data(), batch.targets.data(), n * 4, cudaMemcpyHostToDevice, stream));
+  SCORED_CUDA_CHECK(cudaMemcpyAsync(acts.cu_seqlens.data(), batch.cu_seqlens.data(),
+                                    batch.cu_seqlens.size() * 4, cudaMemcpyHostToDevice, stream));
+  SCORED_RETURN_IF_ERROR(cuda::Forward(rank.config, *rank.model, *rank.gemm, batch.fb, &acts, stream,
+                                       rank.comm != nullptr ? &rank.tp : nullptr));
+  if (out != nullptr) {
+    // Only per-row results come back.
+    const int64_t top_k = batch.fb.options.top_k;
+    out->logprob.resize(n);
+    out->greedy.resize(n);
+    out->rank.resize(batch.fb.options.want_rank ? n : 0);
+    out->entropy.resize(batch.fb.options.want_entropy ? n : 0);
+    out->top_ids.resize(n * top_k);
+    out->top_lps.resize(n * top_k);
+    SCORED_CUDA_CHECK(
+        cudaMemcpyAsync(out->logprob.data(), acts.logprob.data(), n * 8, cudaMemcpyDeviceToHost, stream));
+    SCORED_CUDA_CHECK(
+        cudaMemcpyAsync(out->greedy.data(), acts.greedy.data(), n, cudaMemcpyDeviceToHost, stream));
+    if (!out->rank.empty()) {
+      SCORED_CUDA_CHECK(
+          cudaMemcpyAsync(out->rank.data(), acts.rank.data(), n * 4, cudaMemcpyDeviceToHost, stream));
+    }
+    if (!out->entropy.empty()) {
+      SCORED_CUDA_CHECK(
+          cudaMemcpyAsync(out->entropy.data(), acts.entropy.data(), n * 4, cudaMemcpyDeviceToHost, stream));
+    }
+    if (top_k > 0) {
+      SCORED_CUDA_CHECK(cudaMemcpyAsync(out->top_ids.data(), acts.top_k_ids.data(), n * top_k * 4,
+                                        cudaMemcpyDeviceToHost, stream));
+      SCORED_CUDA_CHECK(cudaMemcpyAsync(out->top_lps.data(), acts.top_k_logprobs.data(), n * top_k * 4,
+                                        cudaMemcpyDeviceToHost, stream));
+    }
+  }
+  // A rank waits with a deadline and the communicator's error in view: a lost peer cannot hang it.
+  if (rank.comm != nullptr) return rank.comm->Synchronize(stream);
+  return rank.stream.Synchronize();
+}
+
 absl::Status CudaEngine::ScoreGroup(absl::Span<const ScoreRequest> group, std::vector<ScoreResult>* results) {
-  // Pack the group: rows of sequence s are [offset[s], offset[s] + n_s).
-  ForwardBatch fb;
-  std::vector<int32_t> tokens, positions, targets, cu_seqlens = {0};
-  std::vector<int64_t> first_row;  // per sequence: the first row whose logits are scored
+  PackedBatch packed;
+  ForwardBatch& fb = packed.fb;
+  packed.cu_seqlens = {0};
   for (const ScoreRequest& r : group) {
     const int64_t n = static_cast<int64_t>(r.tokens.size());
-    const int64_t offset = static_cast<int64_t>(tokens.size());
+    const int64_t offset = static_cast<int64_t>(packed.tokens.size());
     const int64_t from = std::max<int64_t>(1, r.score_from);
     for (int64_t j = 0; j < n; ++j) {
-      tokens.push_back(r.tokens[j]);
-      positions.push_back(static_cast<int32_t>(j));
-      targets.push_back(j + 1 < n ? r.tokens[j + 1] : 0);
+      packed.tokens.push_back(r.tokens[j]);
+      packed.positions.push_back(static_cast<int32_t>(j));
+      packed.targets.push_back(j + 1 < n ? r.tokens[j + 1] : 0);
     }
-    cu_seqlens.push_back(static_cast<int32_t>(offset + n));
+    packed.cu_seqlens.push_back(static_cast<int32_t>(offset + n));
     fb.max_seqlen = std::max(fb.max_seqlen, static_cast<int32_t>(n));
-    first_row.push_back(offset + from - 1);
+    packed.first_row.push_back(offset + from - 1);
     const RowSpan span{offset + from - 1, offset + n - 1};
     if (!fb.lm_head_rows.empty() && span.begin - fb.lm_head_rows.back().end <= kMaxSpanGap) {
       fb.lm_head_rows.back().end = span.end;
@@ -301,61 +515,33 @@ absl::Status CudaEngine::ScoreGroup(absl::Span<const ScoreRequest> group, std::v
     fb.options.want_rank = fb.options.want_rank || r.want_rank;
     fb.options.want_entropy = fb.options.want_entropy || r.want_entropy;
   }
-  fb.num_tokens = static_cast<int64_t>(tokens.size());
+  fb.num_tokens = static_cast<int64_t>(packed.tokens.size());
   fb.num_seqs = static_cast<int32_t>(group.size());
-  const int64_t n = fb.num_tokens;
-  const cudaStream_t stream = stream_.get();
 
-  SCORED_CUDA_CHECK(
-      cudaMemcpyAsync(acts_.tokens.data(), tokens.data(), n * 4, cudaMemcpyHostToDevice, stream));
-  SCORED_CUDA_CHECK(
-      cudaMemcpyAsync(acts_.positions.data(), positions.data(), n * 4, cudaMemcpyHostToDevice, stream));
-  SCORED_CUDA_CHECK(
-      cudaMemcpyAsync(acts_.targets.data(), targets.data(), n * 4, cudaMemcpyHostToDevice, stream));
-  SCORED_CUDA_CHECK(cudaMemcpyAsync(acts_.cu_seqlens.data(), cu_seqlens.data(), cu_seqlens.size() * 4,
-                                    cudaMemcpyHostToDevice, stream));
-  SCORED_RETURN_IF_ERROR(cuda::Forward(weights_->config(), *model_, *gemm_, fb, &acts_, stream));
+  HostResults host;
+  if (workers_.empty()) {
+    SCORED_RETURN_IF_ERROR(CheckSticky(RunRank(*ranks_.front(), packed, &host)));
+  } else {
+    const absl::Status run =
+        OnAllRanks([&](Rank& rank) { return RunRank(rank, packed, rank.index == 0 ? &host : nullptr); });
+    if (!run.ok()) return FailAllRanks(run);
+  }
 
-  // Only per-row results come back.
   const int64_t top_k = fb.options.top_k;
-  std::vector<double> logprob(n);
-  std::vector<uint8_t> greedy(n);
-  std::vector<int32_t> rank(fb.options.want_rank ? n : 0);
-  std::vector<float> entropy(fb.options.want_entropy ? n : 0);
-  std::vector<int32_t> top_ids(n * top_k);
-  std::vector<float> top_lps(n * top_k);
-  SCORED_CUDA_CHECK(
-      cudaMemcpyAsync(logprob.data(), acts_.logprob.data(), n * 8, cudaMemcpyDeviceToHost, stream));
-  SCORED_CUDA_CHECK(cudaMemcpyAsync(greedy.data(), acts_.greedy.data(), n, cudaMemcpyDeviceToHost, stream));
-  if (!rank.empty()) {
-    SCORED_CUDA_CHECK(cudaMemcpyAsync(rank.data(), acts_.rank.data(), n * 4, cudaMemcpyDeviceToHost, stream));
-  }
-  if (!entropy.empty()) {
-    SCORED_CUDA_CHECK(
-        cudaMemcpyAsync(entropy.data(), acts_.entropy.data(), n * 4, cudaMemcpyDeviceToHost, stream));
-  }
-  if (top_k > 0) {
-    SCORED_CUDA_CHECK(cudaMemcpyAsync(top_ids.data(), acts_.top_k_ids.data(), n * top_k * 4,
-                                      cudaMemcpyDeviceToHost, stream));
-    SCORED_CUDA_CHECK(cudaMemcpyAsync(top_lps.data(), acts_.top_k_logprobs.data(), n * top_k * 4,
-                                      cudaMemcpyDeviceToHost, stream));
-  }
-  SCORED_RETURN_IF_ERROR(stream_.Synchronize());
-
   for (size_t s = 0; s < group.size(); ++s) {
     const ScoreRequest& r = group[s];
-    const int64_t last_row = cu_seqlens[s + 1] - 1;  // exclusive: the last token predicts nothing
+    const int64_t last_row = packed.cu_seqlens[s + 1] - 1;  // exclusive: the last token predicts nothing
     ScoreResult result;
-    for (int64_t row = first_row[s]; row < last_row; ++row) {
-      result.logprob.push_back(static_cast<float>(logprob[row]));
-      result.sum_logprob += logprob[row];
-      result.greedy.push_back(greedy[row]);
-      if (r.want_rank) result.rank.push_back(rank[row]);
-      if (r.want_entropy) result.entropy.push_back(entropy[row]);
+    for (int64_t row = packed.first_row[s]; row < last_row; ++row) {
+      result.logprob.push_back(static_cast<float>(host.logprob[row]));
+      result.sum_logprob += host.logprob[row];
+      result.greedy.push_back(host.greedy[row]);
+      if (r.want_rank) result.rank.push_back(host.rank[row]);
+      if (r.want_entropy) result.entropy.push_back(host.entropy[row]);
       if (r.top_k > 0) {
         std::vector<TopKEntry> entries(r.top_k);
         for (int32_t i = 0; i < r.top_k; ++i)
-          entries[i] = {top_ids[row * top_k + i], top_lps[row * top_k + i]};
+          entries[i] = {host.top_ids[row * top_k + i], host.top_lps[row * top_k + i]};
         result.top_k.push_back(std::move(entries));
       }
     }
@@ -369,6 +555,12 @@ absl::Status CudaEngine::ScoreGroup(absl::Span<const ScoreRequest> group, std::v
 
 absl::StatusOr<std::unique_ptr<Engine>> CreateCudaEngine(const EngineOptions& options) {
   return CudaEngine::Create(options);
+}
+
+absl::Status InjectCommunicatorFaultForTesting(Engine* engine, int rank) {
+  auto* cuda_engine = dynamic_cast<CudaEngine*>(engine);
+  if (cuda_engine == nullptr) return absl::InvalidArgumentError("not a CUDA engine");
+  return cuda_engine->InjectCommunicatorFault(rank);
 }
 
 }  // namespace scored

@@ -30,7 +30,8 @@ absl::StatusOr<DeviceBuffer> UploadFloat(const TensorView& t, const std::string&
 // Every stored tensor of `w`, byte for byte, and the dequant kernel's view of them.
 absl::StatusOr<QuantizedPart> UploadStored(const LinearWeight& w, int64_t row_offset) {
   QuantizedPart part;
-  part.host = &w;
+  part.out_features = w.out_features;
+  part.in_features = w.in_features;
   part.row_offset = row_offset;
   kernels::DequantDevicePointers ptrs;
   const std::pair<const TensorView*, const void**> tensors[] = {
@@ -71,8 +72,8 @@ absl::Status UploadDenseInto(const LinearWeight& w, ComputeDtype dtype, void* ds
 }
 
 absl::Status DequantizeInto(const QuantizedPart& part, ComputeDtype dtype, char* fused, cudaStream_t stream) {
-  const int64_t rows = part.host->out_features;
-  const int64_t offset = part.row_offset * part.host->in_features * ElementBytes(dtype);
+  const int64_t rows = part.out_features;
+  const int64_t offset = part.row_offset * part.in_features * ElementBytes(dtype);
   if (dtype == ComputeDtype::kBf16) {
     return kernels::Dequantize<bf16_t>(part.params, 0, rows, reinterpret_cast<bf16_t*>(fused + offset),
                                        stream);
@@ -104,8 +105,10 @@ class DeviceModelLoader {
   // Stacks `members` along `out` into one linear. All dense: one resident matrix; otherwise every member
   // keeps its stored tensors and is expanded into the scratch before each use.
   static absl::StatusOr<DeviceLinear> Build(const std::vector<const LinearWeight*>& members,
-                                            ComputeDtype dtype, const std::string& what) {
+                                            ComputeDtype dtype, const std::string& what,
+                                            bool act_amax_all_reduce = false) {
     DeviceLinear linear;
+    linear.act_amax_all_reduce_ = act_amax_all_reduce;
     linear.in_features_ = members.front()->in_features;
     bool all_dense = true, any_w8a8 = false, all_w8a8 = true;
     for (const LinearWeight* m : members) {
@@ -173,18 +176,33 @@ class DeviceModelLoader {
   }
 };
 
-absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype) {
+absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype,
+                                                         const ShardPlan* plan) {
   const ModelConfig& config = weights.config();
   auto model = std::make_unique<DeviceModel>();
   model->dtype = dtype;
+  const int tp_rank = plan != nullptr ? plan->tp_rank : 0;
+  // The rank's view of one linear (the whole linear without a plan). `keep` owns its host copies.
+  auto cut = [&](const LinearWeight& full, LinearRole role,
+                 std::vector<ShardedLinear>* keep) -> absl::StatusOr<const LinearWeight*> {
+    if (plan == nullptr) return &full;
+    SCORED_ASSIGN_OR_RETURN(ShardedLinear shard, ShardLinear(full, plan->ForLinear(role), tp_rank));
+    keep->push_back(std::move(shard));
+    return &keep->back().view;
+  };
 
+  const int64_t vocab_rows = plan != nullptr ? plan->vocab_end - plan->vocab_begin : config.vocab_size;
   LinearWeight embed;
   embed.module = "model.embed_tokens";
-  embed.out_features = config.vocab_size;
+  embed.out_features = vocab_rows;
   embed.in_features = config.hidden_size;
-  embed.weight = weights.embed_tokens();
+  if (plan != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(embed.weight, ShardEmbedding(weights.embed_tokens(), *plan));
+  } else {
+    embed.weight = weights.embed_tokens();
+  }
   SCORED_ASSIGN_OR_RETURN(model->embed,
-                          DeviceBuffer::Allocate(config.vocab_size * config.hidden_size * ElementBytes(dtype),
+                          DeviceBuffer::Allocate(vocab_rows * config.hidden_size * ElementBytes(dtype),
                                                  "the token embedding"));
   SCORED_RETURN_IF_ERROR(UploadDenseInto(embed, dtype, model->embed.data()));
   SCORED_ASSIGN_OR_RETURN(model->final_norm, UploadFloat(weights.final_norm(), "model.norm.weight"));
@@ -194,9 +212,12 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
       UploadToDevice(inv_freq.data(), static_cast<int64_t>(inv_freq.size() * sizeof(float)),
                      "the RoPE frequency table"));
   if (config.tie_word_embeddings) {
-    DeviceModelLoader::TieTo(&model->lm_head, model->embed, config.vocab_size, config.hidden_size);
+    DeviceModelLoader::TieTo(&model->lm_head, model->embed, vocab_rows, config.hidden_size);
   } else {
-    SCORED_ASSIGN_OR_RETURN(model->lm_head, DeviceModelLoader::Build({&weights.lm_head()}, dtype, "lm_head"));
+    std::vector<ShardedLinear> keep;
+    keep.reserve(1);
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* head, cut(weights.lm_head(), LinearRole::kLmHead, &keep));
+    SCORED_ASSIGN_OR_RETURN(model->lm_head, DeviceModelLoader::Build({head}, dtype, "lm_head"));
     SCORED_RETURN_IF_ERROR(DeviceModelLoader::MakeResident(&model->lm_head, dtype, "lm_head"));
   }
 
@@ -205,6 +226,19 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     const LayerWeights& src = weights.layers()[l];
     DeviceLayer& dst = model->layers[l];
     const std::string prefix = absl::StrCat("model.layers.", l, ".");
+    // This layer's shards (host copies of row-parallel slices), freed at the end of the iteration. The
+    // reserve keeps the views' addresses stable while the vector fills.
+    std::vector<ShardedLinear> keep;
+    keep.reserve(7);
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* q, cut(src.q_proj, LinearRole::kQ, &keep));
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* k, cut(src.k_proj, LinearRole::kK, &keep));
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* v, cut(src.v_proj, LinearRole::kV, &keep));
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* o, cut(src.o_proj, LinearRole::kO, &keep));
+    const bool o_amax = plan != nullptr && keep.back().act_amax_all_reduce;
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* gate, cut(src.gate_proj, LinearRole::kGate, &keep));
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* up, cut(src.up_proj, LinearRole::kUp, &keep));
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* down, cut(src.down_proj, LinearRole::kDown, &keep));
+    const bool down_amax = plan != nullptr && keep.back().act_amax_all_reduce;
     SCORED_ASSIGN_OR_RETURN(dst.input_norm, UploadFloat(src.input_layernorm, prefix + "input_layernorm"));
     SCORED_ASSIGN_OR_RETURN(dst.post_norm,
                             UploadFloat(src.post_attention_layernorm, prefix + "post_attention_layernorm"));
@@ -212,23 +246,20 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
       SCORED_ASSIGN_OR_RETURN(dst.q_norm, UploadFloat(src.q_norm, prefix + "self_attn.q_norm"));
       SCORED_ASSIGN_OR_RETURN(dst.k_norm, UploadFloat(src.k_norm, prefix + "self_attn.k_norm"));
     }
-    if (src.q_proj.bias.present()) {
-      const int64_t q = src.q_proj.out_features, k = src.k_proj.out_features, v = src.v_proj.out_features;
-      std::vector<float> bias(q + k + v);
-      SCORED_RETURN_IF_ERROR(TensorToFloat(src.q_proj.bias, bias.data(), q));
-      SCORED_RETURN_IF_ERROR(TensorToFloat(src.k_proj.bias, bias.data() + q, k));
-      SCORED_RETURN_IF_ERROR(TensorToFloat(src.v_proj.bias, bias.data() + q + k, v));
+    if (q->bias.present()) {
+      const int64_t nq = q->out_features, nk = k->out_features, nv = v->out_features;
+      std::vector<float> bias(nq + nk + nv);
+      SCORED_RETURN_IF_ERROR(TensorToFloat(q->bias, bias.data(), nq));
+      SCORED_RETURN_IF_ERROR(TensorToFloat(k->bias, bias.data() + nq, nk));
+      SCORED_RETURN_IF_ERROR(TensorToFloat(v->bias, bias.data() + nq + nk, nv));
       SCORED_ASSIGN_OR_RETURN(dst.qkv_bias, UploadToDevice(bias.data(), static_cast<int64_t>(bias.size() * 4),
                                                            prefix + "self_attn q|k|v bias"));
     }
-    SCORED_ASSIGN_OR_RETURN(dst.qkv, DeviceModelLoader::Build({&src.q_proj, &src.k_proj, &src.v_proj}, dtype,
-                                                              prefix + "self_attn q|k|v"));
-    SCORED_ASSIGN_OR_RETURN(dst.o,
-                            DeviceModelLoader::Build({&src.o_proj}, dtype, prefix + "self_attn.o_proj"));
-    SCORED_ASSIGN_OR_RETURN(
-        dst.gate_up, DeviceModelLoader::Build({&src.gate_proj, &src.up_proj}, dtype, prefix + "mlp gate|up"));
+    SCORED_ASSIGN_OR_RETURN(dst.qkv, DeviceModelLoader::Build({q, k, v}, dtype, prefix + "self_attn q|k|v"));
+    SCORED_ASSIGN_OR_RETURN(dst.o, DeviceModelLoader::Build({o}, dtype, prefix + "self_attn.o_proj", o_amax));
+    SCORED_ASSIGN_OR_RETURN(dst.gate_up, DeviceModelLoader::Build({gate, up}, dtype, prefix + "mlp gate|up"));
     SCORED_ASSIGN_OR_RETURN(dst.down,
-                            DeviceModelLoader::Build({&src.down_proj}, dtype, prefix + "mlp.down_proj"));
+                            DeviceModelLoader::Build({down}, dtype, prefix + "mlp.down_proj", down_amax));
     for (const DeviceLinear* linear : {&dst.qkv, &dst.o, &dst.gate_up, &dst.down}) {
       if (!linear->resident_dense()) {
         model->max_scratch_elements =

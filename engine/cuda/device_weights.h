@@ -9,8 +9,12 @@
 // once to the compute dtype.
 //
 // Norm weights, q/k/v biases and the RoPE table are fp32 (what the kernels take).
-// Ownership: a DeviceModel owns every device buffer it points to; it keeps pointers into the host
-// ModelWeights (format parameters), which must outlive it. Thread-safety: immutable after Upload().
+// Tensor parallelism: UploadModel with a ShardPlan uploads one rank's shard (engine/model/shard_plan.h):
+// q|k|v and gate|up of the rank's heads / intermediate slice, o and down of its input columns, embedding
+// and lm_head rows [vocab_begin, vocab_end). It cuts the shards layer by layer and frees each layer's
+// host copies (row-parallel slices) once uploaded, so the host peak is one layer's copies.
+// Ownership: a DeviceModel owns every device buffer it points to and keeps no host pointer.
+// Thread-safety: immutable after Upload().
 #ifndef SCORED_ENGINE_CUDA_DEVICE_WEIGHTS_H_
 #define SCORED_ENGINE_CUDA_DEVICE_WEIGHTS_H_
 
@@ -24,13 +28,15 @@
 #include "engine/cuda/device_buffer.h"
 #include "engine/engine.h"
 #include "engine/kernels/dequant.h"
+#include "engine/model/shard_plan.h"
 #include "engine/model/weights.h"
 
 namespace scored::cuda {
 
 // One quantized (or dense-but-grouped-with-quantized) member of a fused linear.
 struct QuantizedPart {
-  const LinearWeight* host = nullptr;  // format parameters
+  int64_t out_features = 0;            // rows of this part
+  int64_t in_features = 0;
   int64_t row_offset = 0;              // first row of this part in the fused [out_features, in_features]
   std::vector<DeviceBuffer> stored;    // its tensors as in the checkpoint (values, scale, zero point, g_idx)
   kernels::DequantParams params;       // device view of `stored`
@@ -46,6 +52,9 @@ class DeviceLinear {
   bool w8a8_dynamic_fp8() const { return w8a8_; }
   // W8A8 only: 0 = one activation scale per token, > 0 = one per token per this many input columns.
   int64_t act_group_size() const { return act_group_size_; }
+  // Tensor parallelism, W8A8 per-token on a row-parallel shard: the activation scale needs the amax over
+  // every rank's input columns (engine/model/shard_plan.h ShardedLinear::act_amax_all_reduce).
+  bool act_amax_all_reduce() const { return act_amax_all_reduce_; }
 
   // The weight [out_features, in_features] in the compute dtype for a GEMM on `stream`: the resident
   // matrix, or `scratch` after enqueuing the dequantization of every part into it.
@@ -62,6 +71,7 @@ class DeviceLinear {
   int64_t in_features_ = 0;
   bool w8a8_ = false;
   int64_t act_group_size_ = 0;
+  bool act_amax_all_reduce_ = false;
   DeviceBuffer dense_;               // [out_features, in_features] compute dtype, when resident_dense()
   const void* dense_ptr_ = nullptr;  // dense_.data(), or the embedding table for a tied lm_head
   std::vector<QuantizedPart> parts_;
@@ -81,10 +91,10 @@ struct DeviceLayer {
 
 struct DeviceModel {
   ComputeDtype dtype = ComputeDtype::kBf16;
-  DeviceBuffer embed;          // [vocab_size, hidden_size] compute dtype
+  DeviceBuffer embed;          // [vocab_size, hidden_size] compute dtype; a shard: [vocab_end - vocab_begin, ...]
   DeviceBuffer final_norm;     // [hidden_size] fp32
   DeviceBuffer rope_inv_freq;  // [head_dim / 2] fp32, as ref::RopeInvFreq
-  DeviceLinear lm_head;        // [vocab_size, hidden_size]; tied: a view of `embed`
+  DeviceLinear lm_head;        // [vocab_size, hidden_size]; tied: a view of `embed`; a shard: its rows
   std::vector<DeviceLayer> layers;
   int64_t max_scratch_elements = 0;  // largest out*in of a quantized linear (0 when all are dense)
   int64_t resident_bytes = 0;        // device bytes of all the above
@@ -92,7 +102,10 @@ struct DeviceModel {
 
 // Uploads every weight of `weights` for compute dtype `dtype`. Errors name the tensor; RESOURCE_EXHAUSTED
 // when the weights do not fit (naming what was being uploaded).
-absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype);
+// `plan` nullptr: the whole model; else rank plan->tp_rank's shard. Errors as ShardLinear's (naming the
+// module and the split) for a checkpoint that cannot be cut.
+absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype,
+                                                         const ShardPlan* plan = nullptr);
 
 }  // namespace scored::cuda
 

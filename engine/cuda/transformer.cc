@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/dist/nccl_communicator.h"
+#include "engine/dist/vocab_parallel_logprob.h"
 #include "engine/kernels/attention.h"
 #include "engine/kernels/bias_add.h"
 #include "engine/kernels/cuda_check.h"
@@ -32,7 +34,8 @@ int64_t LogitsRows(int64_t max_tokens) { return std::min(max_tokens, kLmHeadChun
 // The forward pass for activation type T (bf16_t or float). Buffers first, then the ops in order.
 template <typename T>
 absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
-                         const ForwardBatch& batch, Activations* acts, cudaStream_t stream) {
+                         const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
+                         const TensorParallelContext* tp) {
   const int64_t n = batch.num_tokens;
   const int64_t hidden = config.hidden_size;
   const int64_t num_heads = config.num_heads, num_kv_heads = config.num_kv_heads, head_dim = config.head_dim;
@@ -54,12 +57,19 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   float* proj = acts->proj.as<float>();                // [n, hidden]
   T* gate_up = acts->gate_up.as<T>();                  // [n, 2 inter]: gate | up of each token
   T* mlp = acts->mlp.as<T>();                          // [n, inter]
-  float* logits = acts->logits.as<float>();            // [kLmHeadChunkTokens, vocab]
+  float* logits = acts->logits.as<float>();            // [kLmHeadChunkTokens, vocab] (tp: the rank's shard)
   const int32_t* tokens = acts->tokens.as<int32_t>();  // [n]
   const int32_t* positions = acts->positions.as<int32_t>();    // [n]
   const int32_t* cu_seqlens = acts->cu_seqlens.as<int32_t>();  // [num_seqs + 1]
   const int32_t* targets = acts->targets.as<int32_t>();        // [n]
   const float* inv_freq = model.rope_inv_freq.as<float>();     // [head_dim / 2]
+  float* act_amax = acts->act_amax.as<float>();                // [n] (tp only)
+
+  // Tensor parallelism: sums every rank's fp32 partial [n, hidden] in place (o_proj, down_proj, embedding).
+  auto all_reduce = [&](float* x) -> absl::Status {
+    if (tp == nullptr) return absl::OkStatus();
+    return tp->comm->AllReduceSum(x, x, n * hidden, dist::ReduceDType::kF32, stream);
+  };
 
   // Every linear of the forward in the order of use. Quantized ones are expanded into the two scratch
   // buffers in turn on acts->dequant_stream, one linear ahead: linear k+1's dequantization (into the buffer
@@ -94,7 +104,14 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
     if (next >= order.size() || order[next] != &w) return absl::InternalError("linears used out of order");
     const size_t k = next++;
     SCORED_RETURN_IF_ERROR(prefetch(k + 1));
-    if (w.w8a8_dynamic_fp8()) {
+    if (w.w8a8_dynamic_fp8() && w.act_amax_all_reduce() && tp != nullptr) {
+      // Row-parallel shard: the token's scale is the amax over every rank's columns.
+      SCORED_RETURN_IF_ERROR(kernels::Fp8RowAmax<T>(x, w.in_features(), n, w.in_features(), act_amax, stream));
+      SCORED_RETURN_IF_ERROR(tp->comm->AllReduce(act_amax, act_amax, n, dist::ReduceDType::kF32,
+                                                 dist::ReduceOp::kMax, stream));
+      SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeFp8PerTokenWithAmax<T>(x, w.in_features(), n, w.in_features(),
+                                                                         act_amax, stream));
+    } else if (w.w8a8_dynamic_fp8()) {
       const int64_t group = w.act_group_size() > 0 ? w.act_group_size() : w.in_features();
       SCORED_RETURN_IF_ERROR(
           kernels::FakeQuantizeFp8PerToken<T>(x, group, n * (w.in_features() / group), group, stream));
@@ -120,8 +137,15 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   attn_shape.q_stride = qkv_dim;
   attn_shape.kv_stride = qkv_dim;
 
-  SCORED_RETURN_IF_ERROR(
-      (kernels::Embedding<T, float>(model.embed.as<T>(), tokens, n, vocab, hidden, residual, stream)));
+  if (tp == nullptr) {
+    SCORED_RETURN_IF_ERROR(
+        (kernels::Embedding<T, float>(model.embed.as<T>(), tokens, n, vocab, hidden, residual, stream)));
+  } else {
+    SCORED_RETURN_IF_ERROR((kernels::EmbeddingShard<T, float>(model.embed.as<T>(), tokens, n, tp->vocab_size,
+                                                              tp->vocab_begin, tp->vocab_rows, hidden, residual,
+                                                              stream)));
+    SCORED_RETURN_IF_ERROR(all_reduce(residual));
+  }
   for (size_t l = 0; l < model.layers.size(); ++l) {
     const DeviceLayer& layer = model.layers[l];
     // Attention block. The previous layer's down_proj output joins the residual stream here.
@@ -147,25 +171,30 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
         kernels::Rope<T>(qkv, qkv_dim, positions, inv_freq, n, num_heads + num_kv_heads, head_dim, stream));
     SCORED_RETURN_IF_ERROR(kernels::CausalAttention<T>(q, k, v, cu_seqlens, attn_shape, attn, stream));
     SCORED_RETURN_IF_ERROR(linear(layer.o, attn, proj, to_fp32));
+    SCORED_RETURN_IF_ERROR(all_reduce(proj));
     // MLP block.
     SCORED_RETURN_IF_ERROR((kernels::AddRmsNorm<float, T>(proj, hidden, residual, layer.post_norm.as<float>(),
                                                           n, hidden, eps, normed, hidden, stream)));
     SCORED_RETURN_IF_ERROR(linear(layer.gate_up, normed, gate_up, types));
     SCORED_RETURN_IF_ERROR(kernels::SwiGlu<T>(gate_up, gate_up + inter, 2 * inter, n, inter, mlp, stream));
     SCORED_RETURN_IF_ERROR(linear(layer.down, mlp, proj, to_fp32));
+    SCORED_RETURN_IF_ERROR(all_reduce(proj));
   }
   SCORED_RETURN_IF_ERROR((kernels::AddRmsNorm<float, T>(proj, hidden, residual, model.final_norm.as<float>(),
                                                         n, hidden, eps, normed, hidden, stream)));
 
   // lm_head in chunks of rows: fp32 logits into the reusable chunk, then the per-row statistics.
+  // Tensor parallelism: the logits of the rank's vocabulary rows [rows, head_rows] (leading dimension
+  // head_rows), combined across ranks by per-token statistics.
   SCORED_ASSIGN_OR_RETURN(const void* head, model.lm_head.Materialize(model.dtype, nullptr, stream));
+  const int64_t head_rows = model.lm_head.out_features();
   const int64_t chunk = LogitsRows(acts->max_tokens);
   const int64_t top_k = batch.options.top_k;
   for (const RowSpan& span : batch.lm_head_rows) {
     for (int64_t begin = span.begin; begin < span.end; begin += chunk) {
       const int64_t rows = std::min(chunk, span.end - begin);
       SCORED_RETURN_IF_ERROR(
-          gemm.Linear(normed + begin * hidden, head, logits, rows, vocab, hidden, to_fp32, stream));
+          gemm.Linear(normed + begin * hidden, head, logits, rows, head_rows, hidden, to_fp32, stream));
       kernels::LogprobOutputs out;
       out.logprob = acts->logprob.as<double>() + begin;                       // [rows]
       out.greedy = acts->greedy.as<uint8_t>() + begin;                        // [rows]
@@ -173,8 +202,14 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
       out.entropy = acts->entropy.as<float>() + begin;                        // [rows]
       out.top_k_ids = acts->top_k_ids.as<int32_t>() + begin * top_k;          // [rows, top_k]
       out.top_k_logprobs = acts->top_k_logprobs.as<float>() + begin * top_k;  // [rows, top_k]
-      SCORED_RETURN_IF_ERROR(
-          kernels::ScoreLogits(logits, vocab, targets + begin, rows, vocab, batch.options, out, stream));
+      if (tp == nullptr) {
+        SCORED_RETURN_IF_ERROR(
+            kernels::ScoreLogits(logits, vocab, targets + begin, rows, vocab, batch.options, out, stream));
+      } else {
+        SCORED_RETURN_IF_ERROR(dist::VocabParallelScore(
+            *tp->comm, logits, head_rows, head_rows, tp->vocab_begin, targets + begin, rows, batch.options,
+            acts->tp_stats.as<kernels::LogitPartialStats>(), acts->tp_target_logit.as<float>(), out, stream));
+      }
     }
   }
   return absl::OkStatus();
@@ -191,13 +226,18 @@ int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype) {
   return floats + acts + per_row;
 }
 
-int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens) {
-  return LogitsRows(max_tokens) * config.vocab_size * 4 +
-         2 * model.max_scratch_elements * ActBytes(model.dtype);
+int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens,
+                             int tp_size) {
+  const int64_t tp_bytes =
+      tp_size > 1 ? LogitsRows(max_tokens) * (tp_size * static_cast<int64_t>(sizeof(kernels::LogitPartialStats)) + 4) +
+                        max_tokens * 4
+                  : 0;
+  return LogitsRows(max_tokens) * config.vocab_size * 4 + 2 * model.max_scratch_elements * ActBytes(model.dtype) +
+         tp_bytes;
 }
 
 absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const DeviceModel& model,
-                                                int64_t max_tokens) {
+                                                int64_t max_tokens, int tp_size) {
   const int64_t t = max_tokens, act = ActBytes(model.dtype);
   const int64_t q_dim = config.num_heads * config.head_dim;
   Activations a;
@@ -236,18 +276,27 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
   SCORED_ASSIGN_OR_RETURN(a.top_k_ids, DeviceBuffer::Allocate(t * kernels::kMaxTopK * 4, "top-k ids"));
   SCORED_ASSIGN_OR_RETURN(a.top_k_logprobs,
                           DeviceBuffer::Allocate(t * kernels::kMaxTopK * 4, "top-k logprobs"));
+  if (tp_size > 1) {
+    SCORED_ASSIGN_OR_RETURN(
+        a.tp_stats,
+        DeviceBuffer::Allocate(tp_size * LogitsRows(t) * static_cast<int64_t>(sizeof(kernels::LogitPartialStats)),
+                               "the vocab-parallel statistics"));
+    SCORED_ASSIGN_OR_RETURN(a.tp_target_logit, DeviceBuffer::Allocate(LogitsRows(t) * 4, "target logits"));
+    SCORED_ASSIGN_OR_RETURN(a.act_amax, DeviceBuffer::Allocate(t * 4, "activation amax"));
+  }
   return a;
 }
 
 absl::Status Forward(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
-                     const ForwardBatch& batch, Activations* acts, cudaStream_t stream) {
+                     const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
+                     const TensorParallelContext* tp) {
   if (batch.num_tokens <= 0 || batch.num_tokens > acts->max_tokens) {
     return absl::OutOfRangeError(
         absl::StrCat("batch of ", batch.num_tokens, " tokens; the engine holds ", acts->max_tokens));
   }
   if (model.dtype == ComputeDtype::kBf16)
-    return ForwardImpl<bf16_t>(config, model, gemm, batch, acts, stream);
-  return ForwardImpl<float>(config, model, gemm, batch, acts, stream);
+    return ForwardImpl<bf16_t>(config, model, gemm, batch, acts, stream, tp);
+  return ForwardImpl<float>(config, model, gemm, batch, acts, stream, tp);
 }
 
 }  // namespace scored::cuda

@@ -16,6 +16,10 @@
 #include "engine/kernels/logprob.h"
 #include "engine/model/config.h"
 
+namespace scored::dist {
+class NcclCommunicator;
+}  // namespace scored::dist
+
 namespace scored::cuda {
 
 // lm_head rows per GEMM: the fp32 logits chunk is [kLmHeadChunkTokens, vocab_size] (1 GiB at a 128k
@@ -52,16 +56,22 @@ struct Activations {
   DeviceBuffer entropy;     // [max_tokens] float
   DeviceBuffer top_k_ids;   // [max_tokens, kMaxTopK] int32
   DeviceBuffer top_k_logprobs;  // [max_tokens, kMaxTopK] float
+  // Tensor parallelism only (tp_size > 1), else empty:
+  DeviceBuffer tp_stats;        // [tp_size, min(max_tokens, kLmHeadChunkTokens)] kernels::LogitPartialStats
+  DeviceBuffer tp_target_logit; // [min(max_tokens, kLmHeadChunkTokens)] fp32
+  DeviceBuffer act_amax;        // [max_tokens] fp32: W8A8 per-token amax of a row-parallel input
 };
 
 // Device bytes Activations takes per token of max_tokens (for "what fits" messages); the fixed part
-// (logits chunk, scratch) is FixedActivationBytes.
+// (logits chunk, scratch, tensor-parallel stats) is FixedActivationBytes. With tensor parallelism `config`
+// is the rank's LocalConfig (engine/model/shard_plan.h) and tp_size the number of ranks.
 int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype);
-int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens);
+int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens,
+                             int tp_size = 1);
 
 // RESOURCE_EXHAUSTED (naming the buffer) when the device cannot hold them.
 absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const DeviceModel& model,
-                                                int64_t max_tokens);
+                                                int64_t max_tokens, int tp_size = 1);
 
 // A half-open range of packed rows whose next-token logits are needed.
 struct RowSpan {
@@ -78,11 +88,26 @@ struct ForwardBatch {
   kernels::LogprobOptions options;    // applied to every scored row
 };
 
+// One rank of a tensor-parallel forward (engine/model/shard_plan.h has the layout). Every rank runs
+// Forward on the same batch at the same time: the collectives of `comm` pair up in order.
+struct TensorParallelContext {
+  dist::NcclCommunicator* comm = nullptr;  // this rank's; its stream is the forward's stream
+  int64_t vocab_size = 0;                  // the full vocabulary (config.vocab_size is the padded shard)
+  int64_t vocab_begin = 0;                 // first embedding / lm_head row of this rank
+  int64_t vocab_rows = 0;                  // rows of this rank: [vocab_begin, vocab_begin + vocab_rows)
+};
+
 // Runs the model on the packed batch and writes, for every row r inside lm_head_rows, acts->logprob[r],
 // greedy[r] (and rank / entropy / top-k per `options`) for predicting targets[r] from rows <= r of its
 // sequence. Asynchronous on `stream`; the caller synchronizes and copies the per-row results back.
+// tp == nullptr: one GPU, `config` the model's. Otherwise `config` is the rank's LocalConfig, `model` its
+// shard; o_proj / down_proj partial outputs (fp32) are summed by an all-reduce before the residual add,
+// the embedding lookup of the rank's rows is all-reduced, and the log-softmax combines per-token partial
+// statistics across ranks (dist::VocabParallelScore): every rank ends with the same per-row results.
+// top_k > 0 with tp: UNIMPLEMENTED.
 absl::Status Forward(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
-                     const ForwardBatch& batch, Activations* acts, cudaStream_t stream);
+                     const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
+                     const TensorParallelContext* tp = nullptr);
 
 }  // namespace scored::cuda
 

@@ -35,6 +35,21 @@ absl::Status VocabParallelLogprob(NcclCommunicator& comm,
                                   uint8_t* greedy,          // [num_tokens] 0/1
                                   CUstream_st* stream);
 
+// The same tail with the optional per-token outputs of kernels::ScoreLogits (logprob.h):
+//   entropy (options.want_entropy): from each shard's T_r in the gathered stats, no extra communication;
+//   rank (options.want_rank): every rank counts its logits > the combined target logit
+//     (kernels::CountLogitsAbove, rank 0 adds the 1), then an int32 sum all-reduce, in place in outputs.rank.
+// top-k across ranks is not implemented: options.top_k > 0 returns UNIMPLEMENTED.
+// target_logit: device workspace [num_tokens] fp32 (used when want_rank). outputs: as ScoreLogits'.
+absl::Status VocabParallelScore(NcclCommunicator& comm,
+                                const float* logits,     // [num_tokens, ld] this rank's shard, fp32
+                                int64_t ld, int64_t shard_size, int64_t vocab_offset,
+                                const int32_t* targets,  // [num_tokens] global ids
+                                int64_t num_tokens, const kernels::LogprobOptions& options,
+                                kernels::LogitPartialStats* workspace,  // [num_ranks, num_tokens]
+                                float* target_logit,                    // [num_tokens]
+                                const kernels::LogprobOutputs& outputs, CUstream_st* stream);
+
 }  // namespace scored::dist
 
 #endif  // SCORED_ENGINE_DIST_VOCAB_PARALLEL_LOGPROB_H_

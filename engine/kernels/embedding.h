@@ -8,6 +8,11 @@
 // validate ids on the host first; engine.h says the server does).
 // Errors: INVALID_ARGUMENT for negative sizes or null pointers; INTERNAL for a CUDA launch failure.
 // num_tokens == 0 is a no-op.
+//
+// EmbeddingShard (vocab-parallel, engine/model/shard_plan.h): `table` holds rows [vocab_offset,
+// vocab_offset + shard_rows) of the full table; out[t, :] = OutT(table[tokens[t] - vocab_offset, :]) when the
+// id is in the shard, else 0 (exactly), so the sum of every rank's output (an all-reduce) is the lookup.
+// An id outside [0, vocab_size) gives NaN on every rank, as Embedding does.
 #ifndef SCORED_ENGINE_KERNELS_EMBEDDING_H_
 #define SCORED_ENGINE_KERNELS_EMBEDDING_H_
 
@@ -24,6 +29,14 @@ absl::Status Embedding(const TableT* table,    // [vocab_size, hidden_size]
                        int64_t num_tokens, int64_t vocab_size, int64_t hidden_size,
                        OutT* out,              // [num_tokens, hidden_size]
                        cudaStream_t stream);
+
+template <typename TableT, typename OutT>
+absl::Status EmbeddingShard(const TableT* table,    // [shard_rows, hidden_size]
+                            const int32_t* tokens,  // [num_tokens], global ids
+                            int64_t num_tokens, int64_t vocab_size, int64_t vocab_offset, int64_t shard_rows,
+                            int64_t hidden_size,
+                            OutT* out,              // [num_tokens, hidden_size]
+                            cudaStream_t stream);
 
 }  // namespace scored::kernels
 

@@ -7,6 +7,10 @@
 // FakeQuantizeFp8PerToken writes x[t, i] = T(fp32(q[t, i]) * scale[t]) in place: for T = float this is
 // bit-exact with ref::FakeQuantizeFp8PerToken; for T = bf16_t the product is then rounded to bf16.
 // One block per row; amax is a max (order-independent, exact).
+// Tensor parallelism: a row-parallel shard sees only part of each token's input, so the scale needs the
+// amax over every rank's columns. Fp8RowAmax writes each row's local amax, the ranks all-reduce it (max,
+// exact), and FakeQuantizeFp8PerTokenWithAmax quantizes with the given amax: the result is bitwise what
+// FakeQuantizeFp8PerToken gives on the whole row.
 // Shapes: x [num_tokens, x_stride] (elements, >= in_features), q [num_tokens, in_features] contiguous,
 // scale [num_tokens]. dtypes: T in {bf16_t, float}.
 // Errors: INVALID_ARGUMENT (shapes, null pointers), INTERNAL (launch).
@@ -31,6 +35,18 @@ template <typename T>
 absl::Status FakeQuantizeFp8PerToken(T* x,  // [num_tokens, x_stride], in place
                                      int64_t x_stride, int64_t num_tokens, int64_t in_features,
                                      cudaStream_t stream);
+
+template <typename T>
+absl::Status Fp8RowAmax(const T* x,  // [num_tokens, x_stride]
+                        int64_t x_stride, int64_t num_tokens, int64_t in_features,
+                        float* amax,  // [num_tokens]: max_i |x[t, i]|
+                        cudaStream_t stream);
+
+template <typename T>
+absl::Status FakeQuantizeFp8PerTokenWithAmax(T* x,  // [num_tokens, x_stride], in place
+                                             int64_t x_stride, int64_t num_tokens, int64_t in_features,
+                                             const float* amax,  // [num_tokens], >= 0
+                                             cudaStream_t stream);
 
 }  // namespace scored::kernels
 

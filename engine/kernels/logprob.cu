@@ -238,12 +238,13 @@ __global__ void __launch_bounds__(kThreads) PartialStatsKernel(const float* __re
     const int64_t local = static_cast<int64_t>(targets[t]) - vocab_offset;
     const bool has_target = local >= 0 && local < shard_size;
     const MaxArg m = RowMaxArg(row, shard_size, scratch_f, scratch_i);
-    const SumStats s = RowSums<false, false>(row, shard_size, m.value, 0.0f, scratch_d, scratch_i);
+    const SumStats s = RowSums<true, false>(row, shard_size, m.value, 0.0f, scratch_d, scratch_i);
     if (threadIdx.x == 0) {
       LogitPartialStats r;
       r.max = m.value;
       r.argmax = static_cast<int32_t>(vocab_offset + m.index);
       r.sum_exp = s.sum_exp;
+      r.sum_exp_shifted = s.sum_exp_shifted;
       r.target_logit = has_target ? row[local] : 0.0f;
       r.has_target = has_target ? 1 : 0;
       stats[t] = r;
@@ -254,7 +255,9 @@ __global__ void __launch_bounds__(kThreads) PartialStatsKernel(const float* __re
 __global__ void CombineStatsKernel(const LogitPartialStats* __restrict__ stats,  // [num_shards, num_tokens]
                                    int64_t num_shards, int64_t num_tokens,
                                    const int32_t* __restrict__ targets,  // [num_tokens]
-                                   double* __restrict__ logprob, uint8_t* __restrict__ greedy) {
+                                   double* __restrict__ logprob, uint8_t* __restrict__ greedy,
+                                   float* __restrict__ entropy,              // [num_tokens] or nullptr
+                                   float* __restrict__ target_logit_out) {   // [num_tokens] or nullptr
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < num_tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float m = -INFINITY;
@@ -268,13 +271,35 @@ __global__ void CombineStatsKernel(const LogitPartialStats* __restrict__ stats, 
       }
       if (s.has_target) target_logit = s.target_logit;
     }
-    double sum = 0.0;
+    double sum = 0.0, shifted = 0.0;
     for (int64_t r = 0; r < num_shards; ++r) {
       const LogitPartialStats& s = stats[r * num_tokens + t];
-      sum += s.sum_exp * exp(static_cast<double>(s.max) - static_cast<double>(m));
+      const double delta = static_cast<double>(s.max) - static_cast<double>(m);
+      const double w = exp(delta);
+      sum += s.sum_exp * w;
+      shifted += w * (s.sum_exp_shifted + delta * s.sum_exp);
     }
-    logprob[t] = static_cast<double>(target_logit) - (static_cast<double>(m) + log(sum));
+    const double log_sum = log(sum);
+    logprob[t] = static_cast<double>(target_logit) - (static_cast<double>(m) + log_sum);
     greedy[t] = arg == targets[t] ? 1 : 0;
+    if (entropy != nullptr) entropy[t] = static_cast<float>(log_sum - shifted / sum);
+    if (target_logit_out != nullptr) target_logit_out[t] = target_logit;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) CountAboveKernel(const float* __restrict__ logits,  // [num_tokens, ld]
+                                                             int64_t ld, int64_t num_tokens, int64_t shard_size,
+                                                             const float* __restrict__ threshold,  // [num_tokens]
+                                                             int32_t base,
+                                                             int32_t* __restrict__ count) {  // [num_tokens]
+  __shared__ int32_t scratch_i[32];
+  for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
+    const float* row = logits + t * ld;
+    const float limit = threshold[t];
+    int32_t greater = 0;
+    for (int64_t i = threadIdx.x; i < shard_size; i += kThreads) greater += row[i] > limit ? 1 : 0;
+    greater = BlockSum(greater, scratch_i);
+    if (threadIdx.x == 0) count[t] = base + greater;
   }
 }
 
@@ -330,7 +355,7 @@ absl::Status ComputeLogitPartialStats(const float* logits, int64_t ld, const int
 
 absl::Status CombineLogitPartialStats(const LogitPartialStats* stats, int64_t num_shards, int64_t num_tokens,
                                       const int32_t* targets, double* logprob, uint8_t* greedy,
-                                      cudaStream_t stream) {
+                                      cudaStream_t stream, float* entropy, float* target_logit) {
   if (num_shards < 1 || num_tokens < 0) return absl::InvalidArgumentError("CombineLogitPartialStats: bad sizes");
   if (num_tokens == 0) return absl::OkStatus();
   if (stats == nullptr || targets == nullptr || logprob == nullptr || greedy == nullptr) {
@@ -338,7 +363,22 @@ absl::Status CombineLogitPartialStats(const LogitPartialStats* stats, int64_t nu
   }
   const int64_t blocks = CeilDiv(num_tokens, 256);
   CombineStatsKernel<<<static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks), 256, 0, stream>>>(
-      stats, num_shards, num_tokens, targets, logprob, greedy);
+      stats, num_shards, num_tokens, targets, logprob, greedy, entropy, target_logit);
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+absl::Status CountLogitsAbove(const float* logits, int64_t ld, int64_t num_tokens, int64_t shard_size,
+                              const float* threshold, int32_t base, int32_t* count, cudaStream_t stream) {
+  if (num_tokens < 0 || shard_size < 1 || ld < shard_size) {
+    return absl::InvalidArgumentError("CountLogitsAbove: bad sizes");
+  }
+  if (num_tokens == 0) return absl::OkStatus();
+  if (logits == nullptr || threshold == nullptr || count == nullptr) {
+    return absl::InvalidArgumentError("CountLogitsAbove: null pointer");
+  }
+  const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
+  CountAboveKernel<<<blocks, kThreads, 0, stream>>>(logits, ld, num_tokens, shard_size, threshold, base, count);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }

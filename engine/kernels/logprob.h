@@ -53,11 +53,12 @@ absl::Status ScoreLogits(const float* logits,    // [num_tokens, ld]
 // Partial statistics of one vocabulary shard [vocab_offset, vocab_offset + shard_size) of a token's logits,
 // for a vocab-parallel lm_head: ranks combine them (3 numbers and an id per token) instead of the logits.
 struct LogitPartialStats {
-  float max;            // max over the shard
-  int32_t argmax;       // global id of the max (ties -> lowest id)
-  double sum_exp;       // sum over the shard of exp(x - max), double accumulation as in ScoreLogits
-  float target_logit;   // x[target] when the target is in this shard, else 0
-  int32_t has_target;   // 1 when the target is in this shard
+  float max;              // max over the shard
+  int32_t argmax;         // global id of the max (ties -> lowest id)
+  double sum_exp;         // sum over the shard of exp(x - max), double accumulation as in ScoreLogits
+  double sum_exp_shifted; // sum over the shard of exp(x - max) (x - max), double (the entropy term T_r)
+  float target_logit;     // x[target] when the target is in this shard, else 0
+  int32_t has_target;     // 1 when the target is in this shard
 };
 
 // stats[t] for every token; targets are GLOBAL ids. Same reduction order as ScoreLogits.
@@ -71,12 +72,26 @@ absl::Status ComputeLogitPartialStats(const float* logits,    // [num_tokens, ld
 // Combines the shards' stats (shard r's stats at stats[r * num_tokens + t], shards in ascending
 // vocab_offset order): M = max_r max_r; S = sum_r (in r order) sum_exp_r * exp(max_r - M) (double);
 // logprob = double(target_logit) - (M + log S); argmax ties go to the lowest rank (= lowest id).
+// Optional (nullptr: not written): entropy = log S - T / S with
+// T = sum_r exp(max_r - M) (sum_exp_shifted_r + (max_r - M) sum_exp_r) (double, r order), rounded to float;
+// target_logit = the target's logit (the threshold of CountLogitsAbove).
 absl::Status CombineLogitPartialStats(const LogitPartialStats* stats,  // [num_shards, num_tokens]
                                       int64_t num_shards, int64_t num_tokens,
                                       const int32_t* targets,  // [num_tokens], global ids
                                       double* logprob,         // [num_tokens]
                                       uint8_t* greedy,         // [num_tokens]
-                                      cudaStream_t stream);
+                                      cudaStream_t stream,
+                                      float* entropy = nullptr,        // [num_tokens] or nullptr
+                                      float* target_logit = nullptr);  // [num_tokens] or nullptr
+
+// count[t] = base + #{i in [0, shard_size) : logits[t, i] > threshold[t]} (an exact integer count, so the
+// ranks' counts sum, by an int32 all-reduce, to ScoreLogits' rank when one rank passes base 1, the others 0).
+absl::Status CountLogitsAbove(const float* logits,     // [num_tokens, ld], this shard's columns
+                              int64_t ld, int64_t num_tokens, int64_t shard_size,
+                              const float* threshold,  // [num_tokens]
+                              int32_t base,
+                              int32_t* count,          // [num_tokens]
+                              cudaStream_t stream);
 
 }  // namespace scored::kernels
 

@@ -443,6 +443,15 @@ absl::StatusOr<TensorView> ShardEmbedding(const TensorView& embed, const ShardPl
   return RowsView(embed, plan.vocab_begin, plan.vocab_end);
 }
 
+ModelConfig LocalConfig(const ModelConfig& config, const ShardPlan& plan) {
+  ModelConfig local = config;
+  local.num_heads = plan.num_heads_local;
+  local.num_kv_heads = plan.num_kv_heads_local;
+  local.intermediate_size = plan.intermediate_local;
+  local.vocab_size = plan.vocab_per_rank;
+  return local;
+}
+
 absl::Status ValidateTensorParallel(const ModelWeights& weights, int tp_size) {
   for (int r = 0; r < tp_size; ++r) {
     SCORED_ASSIGN_OR_RETURN(const ShardPlan plan, ShardPlan::Create(weights.config(), tp_size, r));

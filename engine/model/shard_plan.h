@@ -133,6 +133,11 @@ absl::StatusOr<ShardedLinear> ShardLinear(const LinearWeight& full, const Linear
 // Rows [plan.vocab_begin, plan.vocab_end) of the embedding [vocab, hidden]: a view into the mmap.
 absl::StatusOr<TensorView> ShardEmbedding(const TensorView& embed_tokens, const ShardPlan& plan);
 
+// The model as rank plan.tp_rank computes it: num_heads, num_kv_heads and intermediate_size are the
+// rank's (num_heads_local, num_kv_heads_local, intermediate_local) and vocab_size is vocab_per_rank (the
+// width of the rank's logits); everything else as `config`. Used to size a rank's activations.
+ModelConfig LocalConfig(const ModelConfig& config, const ShardPlan& plan);
+
 // Create() for every rank and CheckShardable() for every linear of every rank: the startup check of
 // `--tp tp_size`, so a non-shardable checkpoint fails before anything is copied to a device.
 absl::Status ValidateTensorParallel(const ModelWeights& weights, int tp_size);
