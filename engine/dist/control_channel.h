@@ -11,12 +11,20 @@
 // NCCL moves the tensors; this channel moves only a few KB per batch. No CUDA or NCCL here (CPU-testable).
 //
 // Wire format (both directions): frames of [u32 little-endian kind][u64 little-endian length][bytes].
-// Kinds: hello (follower -> leader: node_rank, nnodes, protocol version), payload (leader -> follower),
-// message (leader -> follower: a batch), shutdown (leader -> follower: clean end). A frame longer than
-// kMaxFrameBytes or of an unknown kind is a protocol error (INTERNAL naming it), never a crash.
+// Kinds: 1 hello (follower -> leader: [u32 magic "SCRD"][u32 protocol version][u32 node_rank][u32 nnodes]),
+// 2 payload (leader -> follower), 3 message (leader -> follower: a batch), 4 shutdown (leader -> follower:
+// clean end, empty), 5 reject (leader -> follower: the join failed, the body says why). A frame longer than
+// kMaxFrameBytes or of an unknown kind is a protocol error (INTERNAL naming it), never a crash. During the
+// join the leader drops (with a warning) a connection whose first frame is not a hello (a port scanner).
+//
+// Liveness: every connection has TCP_NODELAY, SO_KEEPALIVE (probes after 5 s idle, every 2 s, 3 of them:
+// a vanished host is noticed within ~11 s) and TCP_USER_TIMEOUT = peer_timeout; a killed process closes
+// its sockets at once, so its peers notice within milliseconds. Followers never send after their hello.
 //
 // Thread-safety: Broadcast() / Receive() from one thread at a time (the engine's scoring thread);
-// WatchPeers() runs its own thread; Shutdown() and the destructor may be called from any thread.
+// WatchPeers() runs its own thread; Shutdown() and the destructor may be called from any thread (the
+// destructor not while another thread is still inside Receive()/Broadcast()). A follower reads the
+// leader's frames on a thread of its own, so messages queue up in order until Receive() takes them.
 #ifndef SCORED_ENGINE_DIST_CONTROL_CHANNEL_H_
 #define SCORED_ENGINE_DIST_CONTROL_CHANNEL_H_
 
@@ -35,8 +43,11 @@ namespace scored::dist {
 constexpr int64_t kMaxFrameBytes = int64_t{64} << 20;
 
 struct ControlChannelOptions {
-  absl::Duration connect_timeout = absl::Seconds(300);  // leader: all followers joined; follower: leader reached
-  absl::Duration peer_timeout = absl::Seconds(30);      // a send that makes no progress this long fails
+  // Leader: all followers joined; follower: leader reached and the payload received.
+  absl::Duration connect_timeout = absl::Seconds(300);
+  // A send that makes no progress this long fails (also TCP_USER_TIMEOUT for unacknowledged data).
+  absl::Duration peer_timeout = absl::Seconds(30);
+  // How often the watch thread re-checks state that no socket event signals (a failed Broadcast()).
   absl::Duration watch_interval = absl::Milliseconds(200);
 };
 
@@ -54,7 +65,12 @@ class ControlChannel {
       const std::function<void(int port)>& on_listening = nullptr);
 
   // Follower (node_rank in [1, nnodes)). Connects to the leader's `address`, retrying until
-  // connect_timeout (the leader may start later), says hello and waits for the payload (see payload()).
+  // connect_timeout (the leader may start later; the name is re-resolved on every try), says hello and
+  // waits for the payload (see payload()), all within connect_timeout.
+  // INVALID_ARGUMENT for a malformed address / node_rank / nnodes; DEADLINE_EXCEEDED when the leader
+  // could not be reached or sent no payload in time; FAILED_PRECONDITION when the leader refused the join
+  // (duplicate node rank, nnodes mismatch, protocol version: the message is the leader's); UNAVAILABLE
+  // when the leader closed the connection before the payload; INTERNAL for a protocol error.
   static absl::StatusOr<std::unique_ptr<ControlChannel>> Follower(
       absl::string_view address, int nnodes, int node_rank,
       const ControlChannelOptions& options = ControlChannelOptions());
@@ -73,16 +89,22 @@ class ControlChannel {
   absl::Status Broadcast(absl::string_view message);
 
   // Follower: blocks until the leader's next message. CANCELLED after the leader's Shutdown() (clean end);
-  // UNAVAILABLE when the leader's connection closed or failed without a shutdown (the leader died).
+  // UNAVAILABLE when the leader's connection closed or failed without a shutdown (the leader died);
+  // INTERNAL after a protocol error (an unknown or oversized frame). Messages sent before the end are
+  // all delivered first. Every later call returns the same end status.
   absl::StatusOr<std::string> Receive();
 
-  // Leader: tells every follower to end cleanly (their Receive() returns CANCELLED). Idempotent.
+  // Leader: tells every follower to end cleanly (their Receive() returns CANCELLED). Idempotent; after it,
+  // Broadcast() fails with FAILED_PRECONDITION and WatchPeers() reports nothing. UNAVAILABLE naming the
+  // first follower that could not be told (the others still are). On a follower: OK, does nothing.
   absl::Status Shutdown();
 
   // Starts a thread that checks every peer connection each watch_interval; on the first peer that closed
   // or errored (a killed process: its socket closes at once; a vanished host: keepalive / send timeout)
   // it calls on_lost once with UNAVAILABLE naming the node rank. A follower watches the leader; the leader
-  // watches all followers. Stopped by the destructor. Call at most once.
+  // watches all followers. Stopped by the destructor. Call at most once. on_lost runs on the watch thread
+  // and must not destroy the channel. The leader also reports a Broadcast() failure through it; a
+  // follower also reports a protocol error from the leader (as UNAVAILABLE), never a clean shutdown.
   void WatchPeers(std::function<void(const absl::Status&)> on_lost);
 
  private:
