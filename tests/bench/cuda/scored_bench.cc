@@ -1,7 +1,10 @@
 // scored_bench: throughput of the CUDA engine on ctx-long windows, and its agreement with transformers.
 //
-//   scored_bench --model DIR [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32]
-//                [--ref DIR/ref_windows.bin [--gate 1]] [--profile 1] [--graph 1]
+//   scored_bench --model DIR [--tp 1] [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32]
+//                [--ref DIR/ref_windows.bin [--gate 1]] [--profile 1] [--graph 1] [--nccl 1]
+//
+// --tp N: EngineOptions::tp (N GPUs, tensor-parallel). Load time = engine creation (open -> ready to score);
+// GPU memory in use is printed per device (Engine::DeviceMemory()).
 //
 // For each batch size B: B random windows of ctx tokens per Score() call (one varlen forward), one warm-up
 // call, then the median of --reps timed calls (host clock around the synchronous Score()). Reports tokens/s;
@@ -9,6 +12,10 @@
 // layer, per token, the same count as the transformers baseline script); the rate of a plain cuBLASLt bf16
 // GEMM over the same decoder-layer shapes at B*ctx rows measured in the same run, and our ratio to it;
 // GPU memory in use (cudaMemGetInfo: the engine reserves everything at start, so this is also its peak).
+// FLOP-bound limit: the same per-token count at the plain GEMM rate times the number of GPUs (tp), in tok/s;
+// our share of it. --nccl 1 (tp > 1): after the runs, NCCL all-reduces of the sizes the tensor-parallel
+// forward issues (2 per layer, fp32 [B*ctx, hidden]), timed alone on the same GPUs: their time per forward and
+// its share of the measured forward (the NCCL share, as far as the forward does not overlap them with compute).
 // --graph 1: for each B, the forward alone (cuda::Forward on the engine's own data structures, heuristic GEMM
 // choices) timed with events when enqueued directly and when replayed from a captured CUDA graph: the launch
 // gaps a graph would remove, and Score()'s host share (Score time minus the enqueued forward).
@@ -27,6 +34,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/base/dtype.h"
@@ -35,6 +43,7 @@
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/transformer.h"
+#include "engine/dist/nccl_communicator.h"
 #include "engine/engine.h"
 #include "engine/kernels/attention.h"
 #include "engine/kernels/kernel_types.h"
@@ -54,6 +63,8 @@ struct Args {
   int64_t ctx = 2048;
   std::vector<int64_t> batches = {1, 2, 4, 8, 16};
   int reps = 3;
+  int tp = 1;
+  bool nccl = true;
   bool profile = false;
   bool gate = true;
   bool graph = false;
@@ -75,6 +86,10 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       args->graph = value == "1";
     } else if (key == "--gate") {
       args->gate = value == "1";
+    } else if (key == "--tp") {
+      args->tp = std::stoi(value);
+    } else if (key == "--nccl") {
+      args->nccl = value == "1";
     } else if (key == "--reps") {
       args->reps = std::stoi(value);
     } else if (key == "--dtype") {
@@ -89,7 +104,7 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       return false;
     }
   }
-  return !args->model.empty() && args->reps > 0 && !args->batches.empty();
+  return !args->model.empty() && args->reps > 0 && args->tp > 0 && !args->batches.empty();
 }
 
 double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -210,6 +225,73 @@ double PlainGemmTflops(const ModelConfig& c, int64_t tokens, int reps) {
     if (r > 0) times.push_back(Seconds(std::chrono::steady_clock::now() - t0));
   }
   return flops / Median(times) / 1e12;
+}
+
+// Milliseconds for `count` fp32 sum all-reduces of `elements` each, issued back to back on every rank of `tp`
+// local GPUs 0..tp-1 (one host thread and stream per rank, as the engine's ranks): the median of `reps` rounds
+// after a warm-up round, the slowest rank's. Returns -1 (and says why on stderr) when NCCL fails.
+double NcclAllReduceMs(int tp, int64_t elements, int count, int reps) {
+  std::vector<int> devices(tp);
+  for (int r = 0; r < tp; ++r) devices[r] = r;
+  auto comms = dist::NcclCommunicator::CreateLocal(devices);
+  if (!comms.ok()) {
+    std::fprintf(stderr, "nccl: %s\n", comms.status().ToString().c_str());
+    return -1.0;
+  }
+  std::vector<double> rank_ms(tp, -1.0);
+  std::vector<std::string> errors(tp);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < tp; ++r) {
+    threads.emplace_back([&, r] {
+      cudaSetDevice(r);
+      auto buf = cuda::DeviceBuffer::Allocate(elements * 4, "nccl bench");  // [elements] fp32
+      cudaStream_t stream = nullptr;
+      if (!buf.ok() || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+        errors[r] = buf.ok() ? "cannot create a stream" : buf.status().ToString();
+        return;
+      }
+      cudaMemsetAsync(buf->data(), 0, buf->bytes(), stream);
+      dist::NcclCommunicator& comm = *(*comms)[r];
+      std::vector<double> times;
+      absl::Status status;
+      for (int rep = 0; status.ok() && rep <= reps; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; status.ok() && i < count; ++i) {
+          status = comm.AllReduceSum(buf->data(), buf->data(), elements, dist::ReduceDType::kF32, stream);
+        }
+        if (status.ok()) status = comm.Synchronize(stream);
+        if (rep > 0) times.push_back(Seconds(std::chrono::steady_clock::now() - t0) * 1e3);
+      }
+      cudaStreamDestroy(stream);
+      if (status.ok()) {
+        rank_ms[r] = Median(times);
+      } else {
+        errors[r] = status.ToString();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  (void)dist::DestroyCommunicators(&*comms);
+  double ms = 0.0;
+  for (int r = 0; r < tp; ++r) {
+    if (rank_ms[r] < 0) {
+      std::fprintf(stderr, "nccl rank %d: %s\n", r, errors[r].c_str());
+      return -1.0;
+    }
+    ms = std::max(ms, rank_ms[r]);
+  }
+  return ms;
+}
+
+// "a / b / c" of the devices' memory in use, GiB.
+std::string MemoryInUse(const std::vector<std::pair<int64_t, int64_t>>& memory) {
+  std::string out;
+  char buf[32];
+  for (const auto& [used, total] : memory) {
+    std::snprintf(buf, sizeof(buf), "%s%.1f", out.empty() ? "" : " / ", used / 1073741824.0);
+    out += buf;
+  }
+  return out.empty() ? "0.0" : out;
 }
 
 // Fills a device buffer with random bf16 N(0, 1) values (never zeros: they run faster than real data).
@@ -477,8 +559,8 @@ int Main(int argc, char** argv) {
   if (!ParseArgs(argc, argv, &args)) {
     std::fprintf(
         stderr,
-        "usage: scored_bench --model DIR [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32] "
-        "[--ref FILE [--gate 1]] [--profile 1] [--graph 1]\n");
+        "usage: scored_bench --model DIR [--tp 1] [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] "
+        "[--dtype bf16|fp32] [--ref FILE [--gate 1]] [--profile 1] [--graph 1] [--nccl 1]\n");
     return 2;
   }
   auto config = LoadModelConfig(args.model);
@@ -491,6 +573,7 @@ int Main(int argc, char** argv) {
   options.model_dir = args.model;
   options.backend = Backend::kCuda;
   options.dtype = args.dtype;
+  options.tp = args.tp;
   options.max_batch_tokens = max_batch * args.ctx;
   const auto t_load = std::chrono::steady_clock::now();
   auto engine = CreateCudaEngine(options);
@@ -498,10 +581,13 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", engine.status().ToString().c_str());
     return 1;
   }
+  const double load_s = Seconds(std::chrono::steady_clock::now() - t_load);
   const ModelInfo& info = (*engine)->info();
   std::printf("scored_bench: %s %s, %.2fB params, weights %.2f GiB on the GPU, loaded in %.1f s\n",
               info.architecture.c_str(), info.format.c_str(), info.num_parameters / 1e9,
-              info.resident_bytes / 1073741824.0, Seconds(std::chrono::steady_clock::now() - t_load));
+              info.resident_bytes / 1073741824.0, load_s);
+  std::printf("load: tp %d, %.1f s open -> ready, GPU memory in use after load %s GiB (per GPU)\n", info.tp, load_s,
+              MemoryInUse((*engine)->DeviceMemory()).c_str());
   std::fflush(stdout);
 
   int rc = 0;
@@ -513,6 +599,7 @@ int Main(int argc, char** argv) {
       2.0 * n_lin + 2.0 * 2.0 * (args.ctx / 2.0) * config->hidden_size * config->num_layers;
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(config->vocab_size) - 1);
+  std::vector<double> step_s;
   for (int64_t b : args.batches) {
     std::vector<ScoreRequest> requests(b);
     for (ScoreRequest& r : requests) {
@@ -531,16 +618,40 @@ int Main(int argc, char** argv) {
       if (rep > 0) times.push_back(dt);
     }
     const double dt = Median(times);
+    step_s.push_back(dt);
     const double tokens = static_cast<double>(b * args.ctx);
     const double tflops = flops_per_token * tokens / dt / 1e12;
+    cudaSetDevice(0);
     const double gemm = PlainGemmTflops(*config, b * args.ctx, args.reps);
-    const auto memory = (*engine)->DeviceMemory();
+    const double limit = gemm * 1e12 * args.tp / flops_per_token;  // tok/s at the plain GEMM rate on tp GPUs
     std::printf(
         "scored B=%lld T=%lld: %8.1f ms/step %9.0f tok/s %6.0f TFLOP/s | plain cuBLASLt layer GEMMs %4.0f "
-        "TFLOP/s, ratio %.2f | GPU memory used %.1f GiB\n",
+        "TFLOP/s, ratio %.2f | FLOP-bound limit %.0f tok/s on %d GPU(s), ours %.2f of it | GPU memory used %s "
+        "GiB\n",
         static_cast<long long>(b), static_cast<long long>(args.ctx), dt * 1e3, tokens / dt, tflops, gemm,
-        gemm > 0 ? tflops / gemm : 0.0, memory.empty() ? 0.0 : memory[0].first / 1073741824.0);
+        gemm > 0 ? tflops / gemm / args.tp : 0.0, limit, args.tp, limit > 0 ? tokens / dt / limit : 0.0,
+        MemoryInUse((*engine)->DeviceMemory()).c_str());
     std::fflush(stdout);
+  }
+  if (args.tp > 1 && args.nccl) {
+    for (size_t i = 0; i < args.batches.size(); ++i) {
+      const int64_t elements = args.batches[i] * args.ctx * config->hidden_size;
+      const int count = static_cast<int>(2 * config->num_layers);
+      const double ms = NcclAllReduceMs(args.tp, elements, count, args.reps);
+      if (ms < 0) {
+        std::printf("nccl B=%lld: all-reduce timing failed\n", static_cast<long long>(args.batches[i]));
+        rc = 1;
+        continue;
+      }
+      const double bytes = elements * 4.0;
+      std::printf(
+          "nccl B=%lld T=%lld: %d all-reduces of %.0f MiB fp32 alone %.1f ms per forward = %.1f%% of the %.1f "
+          "ms step (bus bandwidth %.0f GB/s)\n",
+          static_cast<long long>(args.batches[i]), static_cast<long long>(args.ctx), count, bytes / 1048576.0, ms,
+          100.0 * ms / (step_s[i] * 1e3), step_s[i] * 1e3,
+          2.0 * (args.tp - 1) / args.tp * bytes * count / (ms * 1e-3) / 1e9);
+      std::fflush(stdout);
+    }
   }
   if (args.profile || args.graph) (*engine).reset();
   if (args.graph && ForwardTimings(args) != 0) rc = 1;
