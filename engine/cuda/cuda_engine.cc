@@ -227,10 +227,6 @@ absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& 
   if (options.max_batch_tokens <= 0) return absl::InvalidArgumentError("max_batch_tokens must be positive");
   const int devices = CudaDeviceCount();
   if (devices < 1) return absl::FailedPreconditionError("no usable CUDA device");
-  if (devices < tp) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--tp ", tp, " needs ", tp, " GPUs; ", devices, " CUDA device(s) are visible"));
-  }
   std::unique_ptr<CudaEngine> engine(new CudaEngine());
   engine->tp_ = tp;
   engine->max_tokens_ = options.max_batch_tokens;
@@ -255,6 +251,10 @@ absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& 
   } else {
     // Refuse a checkpoint that cannot be cut before anything reaches a device.
     SCORED_RETURN_IF_ERROR(ValidateTensorParallel(weights, tp));
+    if (devices < tp) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--tp ", tp, " needs ", tp, " GPUs; ", devices, " CUDA device(s) are visible"));
+    }
     SCORED_ASSIGN_OR_RETURN(const dist::NcclUniqueId id, dist::NcclCommunicator::NewUniqueId());
     std::vector<int64_t> rank_bytes(tp, 0);
     for (int r = 0; r < tp; ++r) {

@@ -1,0 +1,266 @@
+// The tensor-parallel CUDA engine (--tp 2) against the one-GPU engine (--tp 1) on every checkpoint format
+// we have: every folder of SCORED_FIXTURES_DIR (W4A16 g128 sym/asym/actorder, per-channel int4/int8,
+// NVFP4A16, NVFP4 (run W4A16), FP8 W8A16, FP8 W8A8 per-token and block, Qwen2 q/k/v bias, Qwen3 q/k norm)
+// plus the dense float32 stories260K (tied embeddings, 8 heads / 4 KV heads). Needs 2 GPUs (label
+// multi_gpu); skips cleanly with fewer.
+//
+// Tolerances and why (the two engines run the same kernels; TP changes only the order of sums: o_proj and
+// down_proj are split into two K-halves summed by an fp32 all-reduce, and the log-sum-exp is combined
+// from two vocabulary halves in double):
+//  - fp32 mode: max |delta logprob| <= 1e-4 nats per token (fp32 rounding of reordered sums, ~1e-6
+//    relative per activation, through a few layers; the bound). Entropy: max |delta| <= 1e-4.
+//    Greedy flags: identical. Rank: identical on >= 98% of positions (a rank counts logits strictly
+//    above the target's; a logit within ~1e-6 of the target's can fall on either side).
+//  - bf16 mode: mean |delta logprob| <= 0.005 nats and PPL within 0.1% (the bounds: the split
+//    sums round to bf16 at different points, so single tokens move by up to ~1e-2). Entropy: mean
+//    |delta| <= 0.005. Greedy: identical on >= 99% of positions and rank on >= 90% (near ties in bf16).
+//  - determinism at tp 2: bitwise, run to run and alone vs in a batch (an fp32 all-reduce of two
+//    partials is one commutative add).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <iostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/cuda/cuda_engine.h"
+#include "engine/engine.h"
+
+namespace scored {
+namespace {
+
+std::string EnvOr(const char* name, const char* compiled) {
+  const char* value = std::getenv(name);
+  return value != nullptr && value[0] != '\0' ? value : compiled;
+}
+
+const std::string kFixturesDir = EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR);
+const std::string kStoriesDir = EnvOr("SCORED_DATA_DIR", SCORED_DATA_DIR) + "/stories260K-hf";
+
+class TpEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 usable CUDA devices";
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Engine>> Make(const std::string& dir, int tp, ComputeDtype dtype,
+                                             int64_t max_batch_tokens = 4096) {
+  EngineOptions options;
+  options.model_dir = dir;
+  options.backend = Backend::kCuda;
+  options.dtype = dtype;
+  options.tp = tp;
+  options.max_batch_tokens = max_batch_tokens;
+  return CreateCudaEngine(options);
+}
+
+// Every model folder: the fixtures (sorted) and the dense stories260K.
+std::vector<std::string> ModelDirs() {
+  std::vector<std::string> dirs;
+  for (const auto& entry : std::filesystem::directory_iterator(kFixturesDir)) {
+    if (entry.is_directory() && std::filesystem::exists(entry.path() / "config.json")) {
+      dirs.push_back(entry.path().string());
+    }
+  }
+  std::sort(dirs.begin(), dirs.end());
+  dirs.push_back(kStoriesDir);
+  return dirs;
+}
+
+// Seeded random sequences over the 512-token vocabulary every model here shares, of mixed lengths.
+std::vector<ScoreRequest> Requests(bool rank_and_entropy) {
+  std::mt19937 rng(20261122);
+  std::uniform_int_distribution<int32_t> id(0, 511);
+  std::vector<ScoreRequest> requests;
+  for (int n : {64, 37, 128, 5, 200}) {
+    ScoreRequest r;
+    for (int j = 0; j < n; ++j) r.tokens.push_back(id(rng));
+    r.tokens[0] = 1;  // BOS
+    r.want_rank = rank_and_entropy;
+    r.want_entropy = rank_and_entropy;
+    requests.push_back(r);
+  }
+  requests[2].score_from = 40;
+  return requests;
+}
+
+struct Comparison {
+  int64_t count = 0;
+  double max_abs = 0, sum_abs = 0, sum_a = 0, sum_b = 0;
+  double max_entropy = 0, sum_entropy = 0;
+  int64_t greedy_same = 0, rank_same = 0;
+};
+
+Comparison Compare(const std::vector<ScoreResult>& a, const std::vector<ScoreResult>& b) {
+  Comparison c;
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t s = 0; s < std::min(a.size(), b.size()); ++s) {
+    EXPECT_EQ(a[s].num_scored, b[s].num_scored);
+    for (size_t j = 0; j < std::min(a[s].logprob.size(), b[s].logprob.size()); ++j) {
+      const double d = std::fabs(static_cast<double>(a[s].logprob[j]) - b[s].logprob[j]);
+      c.max_abs = std::max(c.max_abs, d);
+      c.sum_abs += d;
+      c.sum_a += a[s].logprob[j];
+      c.sum_b += b[s].logprob[j];
+      c.greedy_same += a[s].greedy[j] == b[s].greedy[j] ? 1 : 0;
+      if (j < a[s].rank.size() && j < b[s].rank.size()) c.rank_same += a[s].rank[j] == b[s].rank[j] ? 1 : 0;
+      if (j < a[s].entropy.size() && j < b[s].entropy.size()) {
+        const double e = std::fabs(static_cast<double>(a[s].entropy[j]) - b[s].entropy[j]);
+        c.max_entropy = std::max(c.max_entropy, e);
+        c.sum_entropy += e;
+      }
+      ++c.count;
+    }
+  }
+  return c;
+}
+
+void ExpectBitwiseEqual(const std::vector<ScoreResult>& a, const std::vector<ScoreResult>& b,
+                        const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t s = 0; s < a.size(); ++s) {
+    EXPECT_EQ(a[s].logprob, b[s].logprob) << what << ", sequence " << s;
+    EXPECT_EQ(a[s].greedy, b[s].greedy) << what << ", sequence " << s;
+    EXPECT_EQ(a[s].rank, b[s].rank) << what << ", sequence " << s;
+    EXPECT_EQ(a[s].entropy, b[s].entropy) << what << ", sequence " << s;
+    EXPECT_EQ(a[s].sum_logprob, b[s].sum_logprob) << what << ", sequence " << s;
+  }
+}
+
+void CompareTp2WithTp1(ComputeDtype dtype) {
+  const bool fp32 = dtype == ComputeDtype::kFp32;
+  const std::vector<ScoreRequest> requests = Requests(/*rank_and_entropy=*/true);
+  for (const std::string& dir : ModelDirs()) {
+    SCOPED_TRACE(dir);
+    auto one = Make(dir, 1, dtype);
+    ASSERT_TRUE(one.ok()) << one.status();
+    auto two = Make(dir, 2, dtype);
+    ASSERT_TRUE(two.ok()) << two.status();
+    EXPECT_EQ((*two)->info().tp, 2);
+    auto a = (*one)->Score(requests);
+    ASSERT_TRUE(a.ok()) << a.status();
+    auto b = (*two)->Score(requests);
+    ASSERT_TRUE(b.ok()) << b.status();
+    const Comparison c = Compare(*a, *b);
+    const double ppl_a = std::exp(-c.sum_a / c.count), ppl_b = std::exp(-c.sum_b / c.count);
+    const double ppl_rel = std::fabs(ppl_b / ppl_a - 1);
+    const double greedy_rate = static_cast<double>(c.greedy_same) / c.count;
+    const double rank_rate = static_cast<double>(c.rank_same) / c.count;
+    std::cout << "tp2 vs tp1 " << (fp32 ? "fp32" : "bf16") << " " << std::filesystem::path(dir).filename().string()
+              << ": tokens " << c.count << ", max |d logprob| " << c.max_abs << ", mean " << c.sum_abs / c.count
+              << ", ppl " << ppl_a << " vs " << ppl_b << " (rel " << ppl_rel << "), entropy max |d| "
+              << c.max_entropy << " mean " << c.sum_entropy / c.count << ", greedy same " << greedy_rate
+              << ", rank same " << rank_rate << "\n";
+    if (fp32) {
+      EXPECT_LE(c.max_abs, 1e-4);
+      EXPECT_LE(c.max_entropy, 1e-4);
+      EXPECT_EQ(c.greedy_same, c.count);
+      EXPECT_GE(rank_rate, 0.98);
+    } else {
+      EXPECT_LE(c.sum_abs / c.count, 0.005);
+      EXPECT_LE(ppl_rel, 0.001);
+      EXPECT_LE(c.sum_entropy / c.count, 0.005);
+      EXPECT_GE(greedy_rate, 0.99);
+      EXPECT_GE(rank_rate, 0.90);
+    }
+  }
+}
+
+TEST_F(TpEngineTest, Fp32Tp2MatchesTp1OnEveryFixture) { CompareTp2WithTp1(ComputeDtype::kFp32); }
+
+TEST_F(TpEngineTest, Bf16Tp2MatchesTp1OnEveryFixture) { CompareTp2WithTp1(ComputeDtype::kBf16); }
+
+TEST_F(TpEngineTest, Tp2IsBitwiseBatchInvariantAndRepeatable) {
+  for (const ComputeDtype dtype : {ComputeDtype::kBf16, ComputeDtype::kFp32}) {
+    for (const std::string& dir : {kFixturesDir + "/llama-w4a16-g128", kStoriesDir}) {
+      SCOPED_TRACE(dir);
+      auto engine = Make(dir, 2, dtype);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      const std::vector<ScoreRequest> requests = Requests(/*rank_and_entropy=*/true);
+      auto batched = (*engine)->Score(requests);
+      ASSERT_TRUE(batched.ok()) << batched.status();
+      auto again = (*engine)->Score(requests);
+      ASSERT_TRUE(again.ok()) << again.status();
+      ExpectBitwiseEqual(*batched, *again, "run to run");
+      std::vector<ScoreResult> alone;
+      for (const ScoreRequest& r : requests) {
+        auto one = (*engine)->Score({r});
+        ASSERT_TRUE(one.ok()) << one.status();
+        alone.push_back((*one)[0]);
+      }
+      ExpectBitwiseEqual(*batched, alone, "alone vs batched");
+    }
+  }
+}
+
+TEST_F(TpEngineTest, NonShardableCheckpointFailsAtLoadNamingTheRule) {
+  // tp 4 cuts o_proj's 256 input columns into 64, which is not a multiple of the 128-column groups. The
+  // shard check runs before any device is used, so this needs no 4 GPUs.
+  auto engine = Make(kFixturesDir + "/llama-w4a16-g128", 4, ComputeDtype::kBf16);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument) << engine.status();
+  EXPECT_NE(engine.status().message().find("group_size 128"), std::string::npos) << engine.status();
+}
+
+TEST_F(TpEngineTest, TopKAtTp2IsUnimplemented) {
+  auto engine = Make(kStoriesDir, 2, ComputeDtype::kFp32);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<ScoreRequest> requests = Requests(false);
+  requests[0].top_k = 5;
+  auto result = (*engine)->Score(requests);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnimplemented) << result.status();
+  EXPECT_TRUE((*engine)->fatal_status().ok());
+  requests[0].top_k = 0;
+  EXPECT_TRUE((*engine)->Score(requests).ok());
+}
+
+// A communicator that fails (here: rank 1's aborted, as a dead link would leave it) turns the engine
+// UNAVAILABLE within the watchdog's period, and no Score() hangs: neither one in flight when the fault
+// happens nor a later one.
+TEST_F(TpEngineTest, CommunicatorFaultMakesEngineUnavailableWithoutHanging) {
+  auto engine = Make(kFixturesDir + "/llama-w4a16-g128", 2, ComputeDtype::kFp32, 8192);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Engine* e = engine->get();
+  std::vector<ScoreRequest> big;
+  for (int i = 0; i < 16; ++i) {
+    ScoreRequest r;
+    for (int j = 0; j < 500; ++j) r.tokens.push_back((i * 31 + j * 7) % 512);
+    big.push_back(r);
+  }
+  ASSERT_TRUE(e->Score(big).ok());
+  // Fault in the middle of a run of batches.
+  std::future<absl::Status> in_flight = std::async(std::launch::async, [&] {
+    for (int k = 0; k < 100; ++k) {
+      auto result = e->Score(big);
+      if (!result.ok()) return result.status();
+    }
+    return absl::OkStatus();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(InjectCommunicatorFaultForTesting(e, 1).ok());
+  ASSERT_EQ(in_flight.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "Score() hung after a communicator fault";
+  const absl::Status run = in_flight.get();
+  EXPECT_EQ(run.code(), absl::StatusCode::kUnavailable) << run;
+  while (e->fatal_status().ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "fatal after " << seconds << " s: " << e->fatal_status() << "\n";
+  EXPECT_EQ(e->fatal_status().code(), absl::StatusCode::kUnavailable);
+  auto later = e->Score(Requests(false));
+  EXPECT_EQ(later.status().code(), absl::StatusCode::kUnavailable) << later.status();
+}
+
+}  // namespace
+}  // namespace scored
