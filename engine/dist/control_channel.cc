@@ -565,6 +565,15 @@ int LocalPort(int fd) {
 
 }  // namespace
 
+absl::StatusOr<std::string> LeaderListenAddress(absl::string_view rendezvous) {
+  SCORED_ASSIGN_OR_RETURN(HostPort hp, SplitHostPort(rendezvous));
+  if (hp.port_number == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed rendezvous address '", rendezvous, "': the port must be > 0"));
+  }
+  return absl::StrCat(":", hp.port);
+}
+
 absl::StatusOr<std::unique_ptr<ControlChannel>> ControlChannel::Leader(
     absl::string_view address, int nnodes, absl::string_view payload, const ControlChannelOptions& options,
     const std::function<void(int port)>& on_listening) {

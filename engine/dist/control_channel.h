@@ -51,10 +51,16 @@ struct ControlChannelOptions {
   absl::Duration watch_interval = absl::Milliseconds(200);
 };
 
+// The address a leader listens on for `rendezvous` (HOST:PORT, the address the followers connect to):
+// ":PORT", every local address (IPv6 dual-stack where the host has it, else IPv4), because HOST is
+// usually a name that resolves to this host only as seen from the others (a Kubernetes headless-service
+// name) or the address of one interface. INVALID_ARGUMENT for a malformed address or port 0.
+absl::StatusOr<std::string> LeaderListenAddress(absl::string_view rendezvous);
+
 class ControlChannel {
  public:
-  // Leader (node_rank 0). `address` is HOST:PORT to listen on (HOST may be 0.0.0.0 or [::]; PORT 0 picks a
-  // free port, see port()). Blocks until all nnodes-1 followers have connected and said hello (each
+  // Leader (node_rank 0). `address` is HOST:PORT to listen on (HOST may be 0.0.0.0 or [::], or empty for
+  // every address, see LeaderListenAddress(); PORT 0 picks a free port, see port()). Blocks until all nnodes-1 followers have connected and said hello (each
   // node_rank in [1, nnodes) exactly once, same nnodes), then sends each of them `payload`.
   // INVALID_ARGUMENT for a malformed address or nnodes < 2; DEADLINE_EXCEEDED naming the node ranks that did
   // not join within connect_timeout; FAILED_PRECONDITION for a duplicate node_rank or nnodes mismatch.

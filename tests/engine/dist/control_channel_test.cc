@@ -317,6 +317,19 @@ TEST(ControlChannelTest, HostnameAndDualStackAddresses) {
     ASSERT_TRUE(l.ok()) << l.status();
     ASSERT_TRUE(f.ok()) << f.status();
   }
+  // The leader side of a rendezvous address listens on every local address at its port.
+  {
+    EXPECT_EQ(LeaderListenAddress("scored-mh-0.scored-mh:29500").value(), ":29500");
+    EXPECT_EQ(LeaderListenAddress("[fd00::1]:29500").value(), ":29500");
+    EXPECT_EQ(LeaderListenAddress("host:0").status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(LeaderListenAddress("host").status().code(), absl::StatusCode::kInvalidArgument);
+    LeaderThread leader(":0", 2, "any");
+    std::future<ChannelOr> follower = StartFollower(Loopback(leader.port), 2, 1);
+    ChannelOr l = leader.Get();
+    ChannelOr f = GetBounded(follower);
+    ASSERT_TRUE(l.ok()) << l.status();
+    ASSERT_TRUE(f.ok()) << f.status();
+  }
   // IPv6 loopback, where the machine has it.
   const int probe = socket(AF_INET6, SOCK_STREAM, 0);
   sockaddr_in6 addr;
