@@ -129,13 +129,25 @@ TEST_F(MultiGpuTest, OneThreadPerRankCreation) {
 
 // Rank 1 never joins the all-reduce: rank 0's kernel waits forever until the timeout aborts it; the
 // status is then sticky, the stream drains, and the watchdog reports the failure once and aborts rank 1.
+// Both ranks first run one all-reduce together: NCCL (>= 2.22, NCCL_RUNTIME_CONNECT) connects the ranks
+// lazily inside the first collective, and on a non-blocking communicator that first call stays
+// ncclInProgress until the peer joins it (so a lone first all-reduce fails at enqueue after op_timeout
+// instead of leaving a kernel waiting, which is what this test is about).
 TEST_F(MultiGpuTest, TimeoutAbortsAndIsSticky) {
   NcclOptions options;
   options.destroy_timeout = absl::Seconds(5);
+  options.op_timeout = absl::Seconds(20);
   auto comms = NcclCommunicator::CreateLocal({0, 1}, options);
   ASSERT_TRUE(comms.ok()) << comms.status();
   NcclCommunicator* rank0 = (*comms)[0].get();
   NcclCommunicator* rank1 = (*comms)[1].get();
+  {
+    std::vector<std::thread> threads;
+    for (auto& c : *comms) threads.emplace_back(RunAllReduce, c.get(), ReduceDType::kF32, int64_t{1024});
+    for (std::thread& t : threads) t.join();
+  }
+  ASSERT_TRUE(rank0->status().ok()) << rank0->status();
+  ASSERT_TRUE(rank1->status().ok()) << rank1->status();
   absl::Notification reported;
   int reports = 0;
   absl::Status reported_status;
@@ -150,7 +162,8 @@ TEST_F(MultiGpuTest, TimeoutAbortsAndIsSticky) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   void* buffer = nullptr;  // [1024] fp32
   ASSERT_EQ(cudaMalloc(&buffer, 1024 * sizeof(float)), cudaSuccess);
-  ASSERT_TRUE(rank0->AllReduceSum(buffer, buffer, 1024, ReduceDType::kF32, stream).ok());
+  const absl::Status enqueued = rank0->AllReduceSum(buffer, buffer, 1024, ReduceDType::kF32, stream);
+  ASSERT_TRUE(enqueued.ok()) << enqueued;
   const absl::Time start = absl::Now();
   const absl::Status st = rank0->Synchronize(stream, absl::Seconds(2));
   EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;

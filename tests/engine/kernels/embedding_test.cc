@@ -64,6 +64,39 @@ TEST_F(EmbeddingTest, Bf16TableAllOutputTypesBitExact) {
   EXPECT_EQ(testing::CountBitDifferences(d_out16.Download(), testing::ToBf16(want)), 0);
 }
 
+// Vocab-parallel lookup: every shard writes its own rows bit for bit and exact zeros for the other ids, so
+// the shards' sum (what the all-reduce computes) is the full lookup, bit for bit.
+TEST_F(EmbeddingTest, ShardsWriteTheirRowsAndZerosElsewhere) {
+  const std::vector<float> table = testing::RandomNormal(kVocab * kHidden, 16);
+  const std::vector<int32_t> tokens = RandomTokens(17);
+  std::vector<float> want(kTokens * kHidden);
+  ASSERT_TRUE(ref::Embedding(table.data(), tokens.data(), kTokens, kVocab, kHidden, want.data()).ok());
+  DeviceArray<float> d_table(table);
+  DeviceArray<int32_t> d_tokens(tokens);
+  const int64_t shards[] = {0, 334, 668, kVocab};  // ceil(1000 / 3) rows per shard, the last shorter
+  std::vector<float> sum(kTokens * kHidden, 0.0f);
+  for (int r = 0; r < 3; ++r) {
+    DeviceArray<float> d_out(kTokens * kHidden);
+    d_out.Poison();
+    ASSERT_TRUE(EmbeddingShard(d_table.get() + shards[r] * kHidden, d_tokens.get(), kTokens, kVocab, shards[r],
+                               shards[r + 1] - shards[r], kHidden, d_out.get(), stream_)
+                    .ok());
+    Sync();
+    const std::vector<float> out = d_out.Download();
+    for (int64_t t = 0; t < kTokens; ++t) {
+      const bool mine = tokens[t] >= shards[r] && tokens[t] < shards[r + 1];
+      for (int64_t i = 0; i < kHidden; ++i) {
+        const float expect = mine ? want[t * kHidden + i] : 0.0f;
+        ASSERT_EQ(testing::CountBitDifferences(std::vector<float>{out[t * kHidden + i]}, std::vector<float>{expect}),
+                  0)
+            << "shard " << r << " token " << t << " column " << i;
+        sum[t * kHidden + i] += out[t * kHidden + i];
+      }
+    }
+  }
+  EXPECT_EQ(testing::CountBitDifferences(sum, want), 0);
+}
+
 TEST_F(EmbeddingTest, OutOfRangeIdGivesNanRow) {
   const std::vector<float> table = testing::RandomNormal(kVocab * kHidden, 15);
   std::vector<int32_t> tokens = {5, static_cast<int32_t>(kVocab), -1};

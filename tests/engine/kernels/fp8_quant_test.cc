@@ -3,6 +3,8 @@
 // scales, checked against dtype.h's converter). A zero row must keep scale 0 and stay 0.
 #include "engine/kernels/fp8_quant.h"
 
+#include <algorithm>
+
 #include "engine/base/dtype.h"
 #include "engine/reference/ops.h"
 #include "tests/engine/kernels/kernel_test_util.h"
@@ -67,6 +69,44 @@ TEST_F(Fp8QuantTest, CodesAndScalesBitExact) {
   EXPECT_EQ(testing::CountBitDifferences(d_q.Download(), want_q), 0);
   EXPECT_EQ(testing::CountBitDifferences(d_scale.Download(), want_scale), 0);
   EXPECT_EQ(d_scale.Download()[2], 0.0f);
+}
+
+// Tensor parallelism: a token's input split over two ranks' columns [0, 512) and [512, 1000). Each half's
+// row amax, their max (the all-reduce), then quantizing each half with it gives bit for bit the whole-row
+// result (a max is exact and order-independent).
+TEST_F(Fp8QuantTest, SplitRowsWithSharedAmaxBitExact) {
+  const std::vector<float> x = Dense(Inputs());
+  std::vector<float> want = x;
+  ref::FakeQuantizeFp8PerToken(want.data(), kTokens, kIn);
+  const int64_t split[] = {0, 512, kIn};
+  std::vector<std::vector<float>> halves(2);
+  std::vector<float> amax(kTokens, 0.0f);
+  for (int h = 0; h < 2; ++h) {
+    const int64_t cols = split[h + 1] - split[h];
+    for (int64_t t = 0; t < kTokens; ++t) {
+      for (int64_t i = split[h]; i < split[h + 1]; ++i) halves[h].push_back(x[t * kIn + i]);
+    }
+    DeviceArray<float> d_half(halves[h]);
+    DeviceArray<float> d_amax(kTokens);
+    d_amax.Poison();
+    ASSERT_TRUE(Fp8RowAmax(d_half.get(), cols, kTokens, cols, d_amax.get(), stream_).ok());
+    Sync();
+    const std::vector<float> part = d_amax.Download();
+    for (int64_t t = 0; t < kTokens; ++t) amax[t] = std::max(amax[t], part[t]);
+  }
+  DeviceArray<float> d_amax(amax);
+  std::vector<float> got(kTokens * kIn);
+  for (int h = 0; h < 2; ++h) {
+    const int64_t cols = split[h + 1] - split[h];
+    DeviceArray<float> d_half(halves[h]);
+    ASSERT_TRUE(FakeQuantizeFp8PerTokenWithAmax(d_half.get(), cols, kTokens, cols, d_amax.get(), stream_).ok());
+    Sync();
+    const std::vector<float> q = d_half.Download();
+    for (int64_t t = 0; t < kTokens; ++t) {
+      for (int64_t i = 0; i < cols; ++i) got[t * kIn + split[h] + i] = q[t * cols + i];
+    }
+  }
+  EXPECT_EQ(testing::CountBitDifferences(got, want), 0);
 }
 
 }  // namespace

@@ -156,21 +156,43 @@ TEST_F(LogprobTest, VocabShardStatsCombineToFullResult) {
   }
   DeviceArray<double> d_lp(p.tokens);
   DeviceArray<uint8_t> d_greedy(p.tokens);
+  DeviceArray<float> d_entropy(p.tokens), d_target_logit(p.tokens);
   d_lp.Poison();
   d_greedy.Poison();
+  d_entropy.Poison();
+  d_target_logit.Poison();
   ASSERT_TRUE(CombineLogitPartialStats(d_stats.get(), kShards, p.tokens, d_targets.get(), d_lp.get(), d_greedy.get(),
-                                       stream_).ok());
+                                       stream_, d_entropy.get(), d_target_logit.get()).ok());
+  // Rank across shards: each shard counts its logits above the target's (shard 0 adds the 1); the counts
+  // sum to the rank exactly (integers).
+  std::vector<int32_t> rank(p.tokens, 0);
+  for (int64_t r = 0; r < kShards; ++r) {
+    DeviceArray<int32_t> d_count(p.tokens);
+    d_count.Poison();
+    ASSERT_TRUE(CountLogitsAbove(d_logits.get() + shards[r], p.ld, p.tokens, shards[r + 1] - shards[r],
+                                 d_target_logit.get(), r == 0 ? 1 : 0, d_count.get(), stream_)
+                    .ok());
+    const std::vector<int32_t> count = d_count.Download();
+    for (int64_t t = 0; t < p.tokens; ++t) rank[t] += count[t];
+  }
   Sync();
   const std::vector<double> lp = d_lp.Download();
   const std::vector<uint8_t> greedy = d_greedy.Download();
-  double max_err = 0.0;
+  const std::vector<float> entropy = d_entropy.Download();
+  const std::vector<float> target_logit = d_target_logit.Download();
+  double max_err = 0.0, max_entropy_err = 0.0;
   for (int64_t t = 0; t < p.tokens; ++t) {
-    const ref::TokenScore want = ref::ScoreLogits(p.logits.data() + t * p.ld, p.vocab, p.targets[t], 0, false, false);
+    const ref::TokenScore want = ref::ScoreLogits(p.logits.data() + t * p.ld, p.vocab, p.targets[t], 0, true, true);
     max_err = std::max(max_err, std::fabs(lp[t] - want.logprob));
+    max_entropy_err = std::max(max_entropy_err, std::fabs(entropy[t] - want.entropy));
     EXPECT_EQ(greedy[t], want.greedy ? 1 : 0) << t;
+    EXPECT_EQ(rank[t], want.rank) << t;
+    EXPECT_EQ(target_logit[t], p.logits[t * p.ld + p.targets[t]]) << t;
   }
-  std::cout << "[ measured ] logprob 3-shard combine: logprob max_abs=" << max_err << std::endl;
+  std::cout << "[ measured ] logprob 3-shard combine: logprob max_abs=" << max_err
+            << " entropy max_abs=" << max_entropy_err << std::endl;
   EXPECT_LE(max_err, kLogprobAbsTol);
+  EXPECT_LE(max_entropy_err, kEntropyAbsTol);
 }
 
 TEST_F(LogprobTest, RejectsBadOptions) {
