@@ -3,14 +3,28 @@
 # W4A16 / NVFP4A16 checkpoints of the same weights), scored_bench on each (agreement with transformers +
 # throughput + memory), the transformers peer baseline, then a short table.
 #
-#   scripts/bench/gpu_bench.sh [STEPS]      STEPS: any of tests,bench,quant,peer (default tests,bench,quant,peer)
+#   scripts/bench/gpu_bench.sh [STEPS]      STEPS: any of tests,bench,quant,peer,stories,tp,big,soak
+#                                           (default tests,bench,quant,peer; tests/bench/README.md has the details)
 #
+# Tensor parallelism, large checkpoints and the GPU soak (each step self-contained, each ends with its own table):
+#   tp:   8B-shaped W4A16 g128 written by make_random_w4a16.py, scored_bench --tp 1 and --tp TP (8 x 2048 windows):
+#         tok/s, speed-up, NCCL share, agreement with the writer's reference forward.
+#   big:  a BIG_PRESET (70b; 123b) W4A16 g128 checkpoint written on this machine's disk, scored_bench --tp BIG_TP at
+#         BIG_BATCHES windows: write time, load time, memory per GPU, tok/s, FLOP-bound limit. (`70b` = `big`.)
+#   soak: the real `scored --backend=cuda` on the 8B W4A16, scored-load with SOAK_CLIENTS clients for SOAK_SECONDS
+#         with SOAK_LENGTHS, tok/s under load vs scored_bench alone, p50/p99, errors by code, then SIGTERM under load
+#         (drains: exit 0, in-flight requests OK, later ones UNAVAILABLE).
+#   Bundle for these: device-bundle .bundle-X build/tests/bench/cuda/scored_bench build/server/scored
+#   build/client/load/scored-load (tp/big need scored_bench, soak all three).
 # Run from the repository root with the bundle made on the dev machine:
 #   ../shared/tools/device-bundle .bundle-cuda build-cuda/tests/engine/cuda/cuda_*_test build-cuda/tests/bench/cuda/scored_bench
 #   cp -r ../shared/data/stories260K-hf .bundle-cuda/data/; cp ../shared/bench/hf_baseline.py .bundle-cuda/
 # Environment: BUNDLE (.bundle-cuda), LAYERS (32), CTX (2048), BATCHES (1,2,4,8,16), MODEL_DIR (/tmp/random-llama),
 # QUANT (w4a16,nvfp4a16; fp8_dynamic also writes and runs W8A8), QUANT_BATCHES (1,4,8: the 8 x 2048-token memory target), PROFILE (1), GRAPH (0; 1 adds
-# scored_bench's forward-only timings, direct enqueue vs CUDA graph replay), OUT (logs go there when set).
+# scored_bench's forward-only timings, direct enqueue vs CUDA graph replay), OUT (logs go there when set);
+# tp/big/soak: W4_DIR (/tmp/random-w4a16-8b), TP (2), TP_BATCHES (8), BIG_PRESET (70b), BIG_DIR (/tmp/random-w4a16-BIG),
+# BIG_TP (2), BIG_BATCHES (1,2,4,8), KEEP_BIG (0: the big checkpoint is deleted after its step), SOAK_SECONDS (60),
+# SOAK_CLIENTS (64), SOAK_LENGTHS (256:0.2,1024:0.3,2048:0.5), SOAK_TP (1).
 set -uo pipefail
 steps=${1:-tests,bench,quant,peer}
 bundle=${BUNDLE:-.bundle-cuda}
@@ -25,6 +39,81 @@ logs=${OUT:-/tmp/gpu_bench_logs}
 mkdir -p "$logs"
 export SCORED_DATA_DIR=$PWD/$bundle/data SCORED_FIXTURES_DIR=$PWD/tests/fixtures PYTHONUNBUFFERED=1
 status=0
+w4=${W4_DIR:-/tmp/random-w4a16-8b}
+tp=${TP:-2}
+tp_batches=${TP_BATCHES:-8}
+[[ ",$steps," == *,70b,* ]] && steps="$steps,big"
+big_preset=${BIG_PRESET:-70b}
+big=${BIG_DIR:-/tmp/random-w4a16-$big_preset}
+big_tp=${BIG_TP:-2}
+big_batches=${BIG_BATCHES:-1,2,4,8}
+soak_seconds=${SOAK_SECONDS:-60}
+soak_clients=${SOAK_CLIENTS:-64}
+soak_lengths=${SOAK_LENGTHS:-256:0.2,1024:0.3,2048:0.5}
+soak_tp=${SOAK_TP:-1}
+
+fail() {  # a clear failure line; the run's exit status becomes 1
+  echo "FAIL $*"
+  status=1
+}
+
+# run_logged NAME LIMIT_S CMD...: CMD under a timeout, stdout+stderr to $logs/NAME.log; a FAIL line on error.
+run_logged() {
+  local name=$1 limit=$2
+  shift 2
+  timeout --kill-after=20 "$limit" "$@" > "$logs/$name.log" 2>&1
+  local rc=$?
+  if [[ $rc == 124 || $rc == 137 ]]; then
+    fail "$name: timed out after ${limit}s (last lines follow)"
+    tail -n 5 "$logs/$name.log"
+  elif [[ $rc != 0 ]]; then
+    fail "$name: exit $rc (last lines follow)"
+    grep -vE '^\[ +(RUN|OK) ' "$logs/$name.log" | tail -n 8
+  fi
+  return $rc
+}
+
+# make_w4 DIR PRESET LIMIT_S: a random W4A16 g128 checkpoint of PRESET in DIR (kept while the machine lives:
+# DIR.complete marks a finished one, so the tp and soak steps of one call share it).
+make_w4() {
+  local dir=$1 preset=$2 limit=$3 need
+  if [[ -f $dir.complete && $(cat "$dir.complete") == "$preset $ctx" ]]; then
+    echo "(reusing $dir)"
+    return 0
+  fi
+  rm -rf "$dir" "$dir.complete"
+  need=$(case $preset in 8b) echo 8 ;; 70b) echo 42 ;; *) echo 70 ;; esac)
+  mkdir -p "$(dirname "$dir")"
+  local avail
+  avail=$(df --output=avail -BG "$(dirname "$dir")" | tail -n 1 | tr -dc 0-9)
+  if (( avail < need )); then
+    fail "make_w4 $preset: $avail GiB free under $(dirname "$dir"), needs $need"
+    return 1
+  fi
+  run_logged "make_w4a16_$preset" "$limit" python3 scripts/bench/make_random_w4a16.py --out "$dir" \
+    --preset "$preset" --ctx "$ctx" --windows 2 || return 1
+  grep '^make_random_w4a16' "$logs/make_w4a16_$preset.log"
+  echo "$preset $ctx" > "$dir.complete"
+}
+
+# bench_field LOG B WORD: from scored_bench's "scored B=..." line of batch B, the field before WORD ("tok/s",
+# "TFLOP/s"); field_after LOG PATTERN WORD: the field after WORD on the first line matching PATTERN.
+bench_field() {
+  awk -v b="B=$2" -v w="$3" '$1=="scored" && $2==b {for(i=2;i<=NF;i++) if($i==w) {print $(i-1); exit}}' "$1" 2>/dev/null
+}
+field_after() {
+  awk -v p="$2" -v w="$3" '$0 ~ p {for(i=1;i<NF;i++) if($i==w) {v=$(i+1); sub(/[,;]$/, "", v); print v; exit}}' "$1" \
+    2>/dev/null
+}
+# nccl_share LOG B: the "N%" of scored_bench's "nccl B=..." line.
+nccl_share() {
+  awk -v b="B=$2" '$1=="nccl" && $2==b {for(i=1;i<=NF;i++) if($i ~ /%$/) {print $i; exit}}' "$1" 2>/dev/null
+}
+# gpu_mem LOG B: the per-GPU memory of batch B ("9.5 / 9.4").
+gpu_mem() {
+  awk -v b="B=$2" '$1=="scored" && $2==b {sub(/.*GPU memory used /, ""); sub(/ GiB.*/, ""); print; exit}' "$1" \
+    2>/dev/null
+}
 
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
 
@@ -73,6 +162,140 @@ if [[ $steps == *peer* ]]; then
   python3 "$bundle/hf_baseline.py" "$layers" 2>&1 | tee "$logs/hf_baseline.log" | grep -vi warn
 fi
 
+if [[ $steps == *tp* ]]; then
+  echo "== tp: 8B-shaped W4A16 g128, scored_bench --tp 1 and --tp $tp, $tp_batches x $ctx"
+  if make_w4 "$w4" 8b 180; then
+    for t in 1 "$tp"; do
+      run_logged "tp$t" 200 "$bundle/run" scored_bench --model "$w4" --tp "$t" --ref "$w4/ref_windows.bin" --gate 1 \
+        --ctx "$ctx" --batches "$tp_batches" --profile 0 --nccl 1
+      grep -E '^(load|scored B|nccl|gate)' "$logs/tp$t.log"
+    done
+    echo "== tp summary (8B W4A16 g128, ctx $ctx; tok/s; the reference is make_random_w4a16's forward of the same weights)"
+    printf '%-4s %-8s %9s %9s %11s %9s %8s %8s %-13s %s\n' tp windows tok/s speed-up FLOP-limit of-limit NCCL load_s \
+      "GPU_GiB" "ours-vs-fp32ref"
+    for b in ${tp_batches//,/ }; do
+      base=$(bench_field "$logs/tp1.log" "$b" tok/s)
+      for t in 1 "$tp"; do
+        l=$logs/tp$t.log
+        v=$(bench_field "$l" "$b" tok/s)
+        up=$(awk -v a="$v" -v b="$base" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-"}')
+        printf '%-4s %-8s %9s %9s %11s %9s %8s %8s %-13s %s\n' "$t" "$b" "${v:--}" "$up" \
+          "$(field_after "$l" "^scored B=$b " limit)" "$(field_after "$l" "^scored B=$b " ours)" \
+          "$(nccl_share "$l" "$b")" "$(field_after "$l" '^load:' "$t,")" "$(gpu_mem "$l" "$b")" \
+          "$(field_after "$l" 'vs transformers' ours-vs-fp32model)"
+      done
+    done
+  fi
+fi
+
+if [[ $steps == *big* ]]; then
+  echo "== big: $big_preset W4A16 g128 written here, scored_bench --tp $big_tp, $big_batches x $ctx"
+  df -h "$(dirname "$big")" | tail -n 1
+  if make_w4 "$big" "$big_preset" 300; then
+    du -sh "$big" | cut -f1 | sed 's/^/checkpoint on disk: /'
+    run_logged "big" 300 "$bundle/run" scored_bench --model "$big" --tp "$big_tp" --ref "$big/ref_windows.bin" \
+      --gate 0 --ctx "$ctx" --batches "$big_batches" --profile 0 --nccl 1
+    grep -E '^(scored_bench|load|scored B|nccl|vs transformers)' "$logs/big.log"
+    echo "== big summary ($big_preset W4A16 g128, tp $big_tp, ctx $ctx)"
+    echo "write: $(grep -o 'total [0-9.]*s' "$logs/make_w4a16_$big_preset.log" | head -n 1); load (open -> ready):" \
+      "$(field_after "$logs/big.log" '^load:' "$big_tp,") s; after load GiB per GPU:" \
+      "$(sed -n 's/.*in use after load \(.*\) GiB.*/\1/p' "$logs/big.log")"
+    printf '%-8s %9s %8s %11s %9s %8s %s\n' windows tok/s TFLOP/s FLOP-limit of-limit NCCL "GPU_GiB"
+    for b in ${big_batches//,/ }; do
+      printf '%-8s %9s %8s %11s %9s %8s %s\n' "$b" "$(bench_field "$logs/big.log" "$b" tok/s)" \
+        "$(bench_field "$logs/big.log" "$b" TFLOP/s)" "$(field_after "$logs/big.log" "^scored B=$b " limit)" \
+        "$(field_after "$logs/big.log" "^scored B=$b " ours)" "$(nccl_share "$logs/big.log" "$b")" \
+        "$(gpu_mem "$logs/big.log" "$b")"
+    done
+    echo "agreement: ours-vs-fp32ref $(field_after "$logs/big.log" 'vs transformers' ours-vs-fp32model) nats mean" \
+      "(PPL $(field_after "$logs/big.log" 'vs transformers' ours) ours)"
+  fi
+  [[ ${KEEP_BIG:-0} == 1 ]] || rm -rf "$big" "$big.complete"
+fi
+
+if [[ $steps == *soak* ]]; then
+  echo "== soak: scored --backend=cuda --tp=$soak_tp on the 8B W4A16, $soak_clients clients x ${soak_seconds}s, lengths $soak_lengths"
+  if [[ ! -x $bundle/bin/scored || ! -x $bundle/bin/scored-load || ! -x $bundle/bin/scored_bench ]]; then
+    fail "soak: $bundle/bin needs scored, scored-load and scored_bench"
+  elif make_w4 "$w4" 8b 180; then
+    alone=""
+    [[ $soak_tp == 1 && -f $logs/tp1.log ]] && alone=$(bench_field "$logs/tp1.log" 8 tok/s)
+    if [[ -z $alone ]]; then
+      run_logged soak_alone 200 "$bundle/run" scored_bench --model "$w4" --tp "$soak_tp" --ctx "$ctx" --batches 8 \
+        --profile 0 --nccl 0
+      alone=$(bench_field "$logs/soak_alone.log" 8 tok/s)
+    fi
+    rm -f "$logs/soak_port.json"
+    "$bundle/run" scored --model="$w4" --backend=cuda --tp="$soak_tp" --tokenizer=none --listen=127.0.0.1:0 \
+      --metrics_listen=127.0.0.1:0 --port_file="$logs/soak_port.json" --max_batch_tokens=16384 \
+      > "$logs/scored_soak.log" 2>&1 &
+    spid=$!
+    for _ in $(seq 1 240); do
+      [[ -s $logs/soak_port.json ]] && break
+      kill -0 "$spid" 2>/dev/null || break
+      sleep 0.5
+    done
+    port=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["grpc"])' "$logs/soak_port.json" 2>/dev/null)
+    if [[ -z $port ]]; then
+      if kill -0 "$spid" 2>/dev/null; then
+        fail "soak: scored did not listen within 120 s (last lines follow)"
+      else
+        fail "soak: scored exited before listening (last lines follow)"
+      fi
+      tail -n 8 "$logs/scored_soak.log"
+      kill -KILL "$spid" 2>/dev/null
+    else
+      run_logged soak_load $((soak_seconds + 120)) "$bundle/run" scored-load --server="127.0.0.1:$port" \
+        --concurrency="$soak_clients" --duration="$soak_seconds" --lengths="$soak_lengths" --deadline_ms=120000 \
+        --json="$logs/soak_load.json"
+      cat "$logs/soak_load.log"
+      # Drain: SIGTERM while a second load runs; scored must exit 0 and the load must end with OK/UNAVAILABLE only.
+      "$bundle/run" scored-load --server="127.0.0.1:$port" --concurrency="$soak_clients" --duration=30 \
+        --lengths="$soak_lengths" --deadline_ms=120000 --json="$logs/soak_drain.json" > "$logs/soak_drain.log" 2>&1 &
+      lpid=$!
+      sleep 8
+      t0=$(date +%s.%N)
+      kill -TERM "$spid"
+      drained=""
+      for _ in $(seq 1 120); do
+        kill -0 "$spid" 2>/dev/null || { drained=1; break; }
+        sleep 0.5
+      done
+      t1=$(date +%s.%N)
+      if [[ -z $drained ]]; then
+        fail "soak: scored still running 60 s after SIGTERM; killed"
+        kill -KILL "$spid" 2>/dev/null
+      fi
+      wait "$spid" 2>/dev/null
+      src=$?
+      for _ in $(seq 1 120); do kill -0 "$lpid" 2>/dev/null || break; sleep 0.5; done
+      kill -KILL "$lpid" 2>/dev/null
+      wait "$lpid" 2>/dev/null
+      drain_codes=$(python3 -c 'import json,sys; print(" ".join(f"{k}={v}" for k,v in json.load(open(sys.argv[1]))["codes"].items()))' \
+        "$logs/soak_drain.json" 2>/dev/null)
+      [[ $src == 0 ]] || fail "soak: scored exited $src after SIGTERM (last lines follow)"
+      [[ $src == 0 ]] || tail -n 8 "$logs/scored_soak.log"
+      bad=$(echo "$drain_codes" | tr ' ' '\n' | grep -vE '^(OK|UNAVAILABLE)=' | grep -v '^$')
+      [[ -z $bad ]] || fail "soak: during the drain the load saw $bad"
+      echo "== soak summary (8B W4A16 g128, tp $soak_tp, $soak_clients clients, ${soak_seconds}s, lengths $soak_lengths)"
+      python3 - "$logs/soak_load.json" "$alone" <<'PY' || fail "soak: no load report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+alone = float(sys.argv[2]) if sys.argv[2] else 0.0
+l = r["latency_ms"]
+print(f"under load {r['tokens_per_s']:.0f} tok/s, {r['requests_per_s']:.1f} req/s ({r['requests_ok']} ok of "
+      f"{r['requests']}); scored_bench alone (8 x 2048) {alone:.0f} tok/s; ratio "
+      + (f"{r['tokens_per_s'] / alone:.2f}" if alone else "-"))
+print(f"latency ms p50 {l['p50']:.0f}  p90 {l['p90']:.0f}  p99 {l['p99']:.0f}  max {l['max']:.0f}")
+print("codes: " + " ".join(f"{k}={v}" for k, v in r["codes"].items()))
+PY
+      echo "SIGTERM under load: scored exit $src after $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s;" \
+        "drain load codes: ${drain_codes:-none}"
+    fi
+  fi
+fi
+
+if [[ $steps == *tests* || $steps == *bench* || $steps == *quant* || $steps == *peer* || $steps == *stories* ]]; then
 echo "== summary (tok/s at ctx $ctx; same device, same call)"
 tps() {  # tok/s of batch $2 in log $1 (scored_bench or hf_baseline format)
   awk -v b="B=$2" '($1=="scored" || $1=="batched_chunked") && $2==b {for(i=1;i<=NF;i++) if($i=="tok/s") print $(i-1)}' "$1" 2>/dev/null
@@ -88,4 +311,5 @@ grep -h 'vs transformers\|^gate:' "$logs"/scored_bench*.log 2>/dev/null
 grep -h 'weights .* GiB on the GPU' "$logs"/scored_bench*.log 2>/dev/null
 grep -h 'B=8 ' "$logs"/scored_bench*.log 2>/dev/null | sed 's/.*GPU memory/GPU memory/' 
 grep -h 'full_logits_window' "$logs/hf_baseline.log" 2>/dev/null
+fi
 exit $status
