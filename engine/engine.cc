@@ -33,4 +33,14 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const EngineOptions& option
 #endif
 }
 
+absl::Status RunFollower(const EngineOptions& options) {
+#ifdef SCORED_WITH_CUDA
+  return RunCudaFollower(options);
+#else
+  static_cast<void>(options);
+  return absl::FailedPreconditionError(
+      "multi-process tensor parallelism needs the cuda backend (configured with SCORED_ENABLE_CUDA=OFF)");
+#endif
+}
+
 }  // namespace scored

@@ -31,6 +31,13 @@ struct EngineOptions {
   int64_t max_batch_tokens = 16384;      // most tokens in one Score() batch (sum over sequences)
   int64_t max_seq_len = 0;               // longest sequence; 0 = the model's max_position_embeddings
   int num_threads = 0;                   // CPU backend worker threads; 0 = hardware concurrency
+  // Multi-process tensor parallelism (CUDA only): nnodes processes, each driving tp / nnodes local GPUs
+  // (devices 0 .. tp/nnodes - 1); global rank = node_rank * (tp / nnodes) + local index. node_rank 0 is
+  // the leader (CreateEngine, serves Score); the others call RunFollower. rendezvous: the leader's
+  // HOST:PORT (engine/dist/control_channel.h).
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string rendezvous;
 };
 
 // One sequence to score. Positions j in [max(1, score_from), n) are scored.
@@ -102,6 +109,13 @@ bool CudaBackendAvailable();
 // Loads the model and builds the engine for the chosen backend. Errors name what is wrong
 // (missing/unsupported config field, malformed safetensors file and tensor, unsupported quantization).
 absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const EngineOptions& options);
+
+// A follower process of multi-process tensor parallelism (options.node_rank >= 1, nnodes > 1, the CUDA
+// backend): joins the leader at options.rendezvous, loads this process's ranks, then runs every batch
+// the leader broadcasts. Blocks. OK after the leader's clean shutdown; UNAVAILABLE when the leader is
+// lost or a communicator fails; FAILED_PRECONDITION when the leader's model fingerprint differs from
+// this process's model; load errors as CreateEngine's.
+absl::Status RunFollower(const EngineOptions& options);
 
 }  // namespace scored
 

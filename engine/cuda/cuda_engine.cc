@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/rank_worker.h"
 #include "engine/cuda/transformer.h"
+#include "engine/dist/control_channel.h"
 #include "engine/dist/nccl_communicator.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/model/fingerprint.h"
@@ -107,6 +109,93 @@ struct HostResults {
   std::vector<float> top_lps;    // [n, top_k]
 };
 
+// The wire form of a PackedBatch for follower processes (a few KB; same-architecture hosts, so the
+// integers go as their host bytes): [i64 num_tokens][i32 num_seqs][i32 max_seqlen][i32 top_k][u8 rank]
+// [u8 entropy][i64 num_spans][spans: i64 begin, i64 end][tokens][positions][targets][cu_seqlens].
+template <typename T>
+void Put(std::string* out, const T& v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+template <typename T>
+void PutArray(std::string* out, const std::vector<T>& v) {
+  out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+std::string SerializeBatch(const PackedBatch& b) {
+  std::string out;
+  Put(&out, b.fb.num_tokens);
+  Put(&out, b.fb.num_seqs);
+  Put(&out, b.fb.max_seqlen);
+  Put(&out, b.fb.options.top_k);
+  Put(&out, static_cast<uint8_t>(b.fb.options.want_rank));
+  Put(&out, static_cast<uint8_t>(b.fb.options.want_entropy));
+  Put(&out, static_cast<int64_t>(b.fb.lm_head_rows.size()));
+  for (const RowSpan& span : b.fb.lm_head_rows) {
+    Put(&out, span.begin);
+    Put(&out, span.end);
+  }
+  PutArray(&out, b.tokens);
+  PutArray(&out, b.positions);
+  PutArray(&out, b.targets);
+  PutArray(&out, b.cu_seqlens);
+  return out;
+}
+
+class Reader {
+ public:
+  explicit Reader(const std::string& bytes) : bytes_(bytes) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (bytes_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(v, bytes_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  template <typename T>
+  bool GetArray(int64_t n, std::vector<T>* v) {
+    if (n < 0 || static_cast<uint64_t>(n) > (bytes_.size() - pos_) / sizeof(T)) return false;
+    v->resize(n);
+    std::memcpy(v->data(), bytes_.data() + pos_, n * sizeof(T));
+    pos_ += n * sizeof(T);
+    return true;
+  }
+  bool done() const { return pos_ == bytes_.size(); }
+
+ private:
+  const std::string& bytes_;
+  size_t pos_ = 0;
+};
+
+// INTERNAL for a malformed or oversized batch (the leader and this process disagree: never run it).
+absl::StatusOr<PackedBatch> ParseBatch(const std::string& bytes, int64_t max_tokens) {
+  PackedBatch b;
+  Reader in(bytes);
+  uint8_t want_rank = 0, want_entropy = 0;
+  int64_t spans = 0;
+  bool ok = in.Get(&b.fb.num_tokens) && in.Get(&b.fb.num_seqs) && in.Get(&b.fb.max_seqlen) &&
+            in.Get(&b.fb.options.top_k) && in.Get(&want_rank) && in.Get(&want_entropy) && in.Get(&spans);
+  ok = ok && b.fb.num_tokens > 0 && b.fb.num_tokens <= max_tokens && b.fb.num_seqs > 0 &&
+       b.fb.num_seqs <= b.fb.num_tokens && spans >= 0 && spans <= b.fb.num_seqs;
+  for (int64_t i = 0; ok && i < spans; ++i) {
+    RowSpan span;
+    ok = in.Get(&span.begin) && in.Get(&span.end) && span.begin >= 0 && span.begin <= span.end &&
+         span.end <= b.fb.num_tokens;
+    b.fb.lm_head_rows.push_back(span);
+  }
+  ok = ok && in.GetArray(b.fb.num_tokens, &b.tokens) && in.GetArray(b.fb.num_tokens, &b.positions) &&
+       in.GetArray(b.fb.num_tokens, &b.targets) && in.GetArray(int64_t{b.fb.num_seqs} + 1, &b.cu_seqlens) &&
+       in.done();
+  if (!ok) return absl::InternalError("malformed batch from the leader");
+  b.fb.options.want_rank = want_rank != 0;
+  b.fb.options.want_entropy = want_entropy != 0;
+  return b;
+}
+
+// The leader's bootstrap payload: the NCCL unique id, then the model fingerprint.
+std::string MakePayload(const dist::NcclUniqueId& id, const std::string& fingerprint) {
+  return std::string(id.bytes.data(), id.bytes.size()) + fingerprint;
+}
+
 // One rank's device state. At tp > 1 it is created, used and destroyed on the rank's RankWorker thread;
 // at tp == 1 on the engine's calling thread.
 struct Rank {
@@ -177,6 +266,8 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
 class CudaEngine final : public Engine {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  // A follower process: joins the leader, loads its ranks and runs the leader's batches until the end.
+  static absl::Status RunFollower(const EngineOptions& options);
   ~CudaEngine() override;
 
   absl::StatusOr<std::vector<ScoreResult>> Score(absl::Span<const ScoreRequest> batch) override;
@@ -192,6 +283,12 @@ class CudaEngine final : public Engine {
 
  private:
   CudaEngine() = default;
+  // Everything but the ranks' communicators' peers: options checked, weights loaded, shard check.
+  static absl::StatusOr<std::unique_ptr<CudaEngine>> Load(const EngineOptions& options);
+  // tp > 1: this process's ranks (global ranks first_rank ..) join communicator `id` and load their shards;
+  // the watchdog starts.
+  absl::Status StartRanks(const EngineOptions& options, const dist::NcclUniqueId& id, int first_rank);
+  void FillInfo(const EngineOptions& options, int64_t activation_bytes);
   absl::Status ValidateRequest(const ScoreRequest& r, size_t index) const;
   // One varlen forward over `group` (whose tokens fit max_batch_tokens), appending the results.
   absl::Status ScoreGroup(absl::Span<const ScoreRequest> group, std::vector<ScoreResult>* results);
@@ -214,15 +311,25 @@ class CudaEngine final : public Engine {
   std::vector<std::unique_ptr<Rank>> ranks_;                // [tp]
   std::vector<std::unique_ptr<cuda::RankWorker>> workers_;  // [tp] at tp > 1, else empty
   std::unique_ptr<dist::NcclWatchdog> watchdog_;
+  std::unique_ptr<dist::ControlChannel> channel_;  // multi-process only: leader or follower end
   ModelInfo info_;
   mutable absl::Mutex mu_;
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
 };
 
-absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& options) {
+absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions& options) {
   const int tp = options.tp;
   if (tp != 1 && tp != 2 && tp != 4 && tp != 8) {
     return absl::InvalidArgumentError(absl::StrCat("--tp ", tp, ": must be 1, 2, 4 or 8"));
+  }
+  if (options.nnodes < 1 || tp % options.nnodes != 0 || options.node_rank < 0 ||
+      options.node_rank >= options.nnodes) {
+    return absl::InvalidArgumentError(absl::StrCat("--nnodes ", options.nnodes, " --node_rank ", options.node_rank,
+                                                   ": nnodes must divide --tp ", tp,
+                                                   " and node_rank lie in [0, nnodes)"));
+  }
+  if (options.nnodes > 1 && options.rendezvous.empty()) {
+    return absl::InvalidArgumentError("--nnodes > 1 needs --rendezvous HOST:PORT");
   }
   if (options.max_batch_tokens <= 0) return absl::InvalidArgumentError("max_batch_tokens must be positive");
   const int devices = CudaDeviceCount();
@@ -232,83 +339,160 @@ absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& 
   engine->max_tokens_ = options.max_batch_tokens;
 
   SCORED_ASSIGN_OR_RETURN(engine->weights_, ModelWeights::Load(options.model_dir));
-  const ModelWeights& weights = *engine->weights_;
-  const ModelConfig& config = weights.config();
+  const ModelConfig& config = engine->weights_->config();
   if (std::find(std::begin(kSupportedHeadDims), std::end(kSupportedHeadDims), config.head_dim) ==
       std::end(kSupportedHeadDims)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "head_dim ", config.head_dim, " is not supported by the attention kernel (8..256, powers of 2)"));
   }
   engine->max_seq_len_ = options.max_seq_len > 0 ? options.max_seq_len : config.max_position_embeddings;
-  int64_t activation_bytes = 0;
-
-  if (tp == 1) {
-    auto rank = std::make_unique<Rank>();
-    rank->config = config;
-    SCORED_CUDA_CHECK(cudaSetDevice(rank->device));
-    SCORED_RETURN_IF_ERROR(BuildRank(weights, options, nullptr, rank.get(), &activation_bytes));
-    engine->ranks_.push_back(std::move(rank));
-  } else {
+  if (tp > 1) {
     // Refuse a checkpoint that cannot be cut before anything reaches a device.
-    SCORED_RETURN_IF_ERROR(ValidateTensorParallel(weights, tp));
-    if (devices < tp) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--tp ", tp, " needs ", tp, " GPUs; ", devices, " CUDA device(s) are visible"));
+    SCORED_RETURN_IF_ERROR(ValidateTensorParallel(*engine->weights_, tp));
+    const int local = tp / options.nnodes;
+    if (devices < local) {
+      return absl::FailedPreconditionError(absl::StrCat("--tp ", tp, " over ", options.nnodes, " process(es) needs ",
+                                                        local, " GPUs here; ", devices,
+                                                        " CUDA device(s) are visible"));
     }
-    SCORED_ASSIGN_OR_RETURN(const dist::NcclUniqueId id, dist::NcclCommunicator::NewUniqueId());
-    std::vector<int64_t> rank_bytes(tp, 0);
-    for (int r = 0; r < tp; ++r) {
-      auto rank = std::make_unique<Rank>();
-      rank->index = r;
-      rank->device = r;
-      engine->ranks_.push_back(std::move(rank));
-      engine->workers_.push_back(std::make_unique<cuda::RankWorker>());
-    }
-    // Every rank joins the communicator first (a collective: all ranks at once), then loads its shard.
-    const absl::Status built = engine->OnAllRanks([&](Rank& rank) -> absl::Status {
-      SCORED_CUDA_CHECK(cudaSetDevice(rank.device));
-      SCORED_ASSIGN_OR_RETURN(rank.comm, dist::NcclCommunicator::CreateRank(id, tp, rank.index, rank.device));
-      SCORED_ASSIGN_OR_RETURN(const ShardPlan plan, ShardPlan::Create(config, tp, rank.index));
-      rank.config = LocalConfig(config, plan);
-      rank.tp.comm = rank.comm.get();
-      rank.tp.vocab_size = config.vocab_size;
-      rank.tp.vocab_begin = plan.vocab_begin;
-      rank.tp.vocab_rows = plan.vocab_end - plan.vocab_begin;
-      return BuildRank(weights, options, &plan, &rank, &rank_bytes[rank.index]);
-    });
-    if (!built.ok()) return built;
-    activation_bytes = rank_bytes[0];
-    std::vector<dist::NcclCommunicator*> comms;
-    for (const auto& rank : engine->ranks_) comms.push_back(rank->comm.get());
-    CudaEngine* raw = engine.get();
-    engine->watchdog_ = std::make_unique<dist::NcclWatchdog>(
-        comms, absl::Milliseconds(100), [raw](const absl::Status& status) { raw->SetFatal(status); });
   }
+  SCORED_ASSIGN_OR_RETURN(engine->info_.model_fingerprint, ModelFingerprint(options.model_dir));
+  return engine;
+}
 
-  const ModelSummary& summary = weights.summary();
-  ModelInfo& info = engine->info_;
+absl::Status CudaEngine::StartRanks(const EngineOptions& options, const dist::NcclUniqueId& id, int first_rank) {
+  const int tp = tp_;
+  const int local = tp / options.nnodes;
+  const ModelWeights& weights = *weights_;
+  const ModelConfig& config = weights.config();
+  std::vector<int64_t> rank_bytes(local, 0);
+  for (int i = 0; i < local; ++i) {
+    auto rank = std::make_unique<Rank>();
+    rank->index = first_rank + i;
+    rank->device = i;
+    ranks_.push_back(std::move(rank));
+    workers_.push_back(std::make_unique<cuda::RankWorker>());
+  }
+  // Every rank joins the communicator first (a collective: all ranks at once), then loads its shard.
+  SCORED_RETURN_IF_ERROR(OnAllRanks([&](Rank& rank) -> absl::Status {
+    SCORED_CUDA_CHECK(cudaSetDevice(rank.device));
+    SCORED_ASSIGN_OR_RETURN(rank.comm, dist::NcclCommunicator::CreateRank(id, tp, rank.index, rank.device));
+    SCORED_ASSIGN_OR_RETURN(const ShardPlan plan, ShardPlan::Create(config, tp, rank.index));
+    rank.config = LocalConfig(config, plan);
+    rank.tp.comm = rank.comm.get();
+    rank.tp.vocab_size = config.vocab_size;
+    rank.tp.vocab_begin = plan.vocab_begin;
+    rank.tp.vocab_rows = plan.vocab_end - plan.vocab_begin;
+    return BuildRank(weights, options, &plan, &rank, &rank_bytes[rank.index - first_rank]);
+  }));
+  std::vector<dist::NcclCommunicator*> comms;
+  for (const auto& rank : ranks_) comms.push_back(rank->comm.get());
+  watchdog_ = std::make_unique<dist::NcclWatchdog>(comms, absl::Milliseconds(100),
+                                                   [this](const absl::Status& status) { SetFatal(status); });
+  FillInfo(options, rank_bytes[0]);
+  return absl::OkStatus();
+}
+
+void CudaEngine::FillInfo(const EngineOptions& options, int64_t activation_bytes) {
+  const ModelConfig& config = weights_->config();
+  const ModelSummary& summary = weights_->summary();
+  ModelInfo& info = info_;
   info.architecture = config.architecture;
   info.format = summary.format;
   info.format_notes = summary.notes;
   info.backend = "cuda";
   info.compute_dtype = options.dtype == ComputeDtype::kBf16 ? "bf16" : "fp32";
-  info.tp = tp;
+  info.tp = tp_;
   info.vocab_size = config.vocab_size;
-  info.max_seq_len = engine->max_seq_len_;
+  info.max_seq_len = max_seq_len_;
   info.max_batch_tokens = options.max_batch_tokens;
   info.num_parameters = summary.num_parameters;
   info.bits_per_weight_decoder = summary.bits_per_weight_decoder;
   info.bits_per_weight_head = summary.bits_per_weight_head;
-  for (const auto& rank : engine->ranks_) info.resident_bytes += rank->model->resident_bytes;
-  SCORED_ASSIGN_OR_RETURN(info.model_fingerprint, ModelFingerprint(options.model_dir));
+  info.resident_bytes = 0;
+  for (const auto& rank : ranks_) info.resident_bytes += rank->model->resident_bytes;
   SCORED_LOG(INFO) << "cuda engine: " << config.architecture << " " << summary.format << ", "
-                   << info.compute_dtype << ", tp " << tp << ", weights " << GiB(info.resident_bytes)
-                   << " GiB, activations for " << options.max_batch_tokens << " tokens "
-                   << GiB(activation_bytes) << " GiB per GPU";
+                   << info.compute_dtype << ", tp " << tp_ << " (" << ranks_.size() << " GPU(s) here), weights "
+                   << GiB(info.resident_bytes) << " GiB here, activations for " << options.max_batch_tokens
+                   << " tokens " << GiB(activation_bytes) << " GiB per GPU";
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& options) {
+  if (options.node_rank != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--node_rank ", options.node_rank, ": a follower process runs RunFollower, not a serving engine"));
+  }
+  SCORED_ASSIGN_OR_RETURN(std::unique_ptr<CudaEngine> engine, Load(options));
+  if (engine->tp_ == 1) {
+    auto rank = std::make_unique<Rank>();
+    rank->config = engine->weights_->config();
+    SCORED_CUDA_CHECK(cudaSetDevice(rank->device));
+    int64_t activation_bytes = 0;
+    SCORED_RETURN_IF_ERROR(BuildRank(*engine->weights_, options, nullptr, rank.get(), &activation_bytes));
+    engine->ranks_.push_back(std::move(rank));
+    engine->FillInfo(options, activation_bytes);
+    return std::unique_ptr<Engine>(std::move(engine));
+  }
+  SCORED_ASSIGN_OR_RETURN(const dist::NcclUniqueId id, dist::NcclCommunicator::NewUniqueId());
+  if (options.nnodes > 1) {
+    // Every follower gets the communicator id and our model's fingerprint (it refuses a different model).
+    SCORED_ASSIGN_OR_RETURN(const std::string listen, dist::LeaderListenAddress(options.rendezvous));
+    SCORED_ASSIGN_OR_RETURN(
+        engine->channel_,
+        dist::ControlChannel::Leader(listen, options.nnodes, MakePayload(id, engine->info_.model_fingerprint)));
+  }
+  SCORED_RETURN_IF_ERROR(engine->StartRanks(options, id, 0));
+  if (engine->channel_ != nullptr) {
+    CudaEngine* raw = engine.get();
+    engine->channel_->WatchPeers([raw](const absl::Status& status) { raw->FailAllRanks(status).IgnoreError(); });
+  }
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
+absl::Status CudaEngine::RunFollower(const EngineOptions& options) {
+  if (options.nnodes < 2 || options.node_rank < 1 || options.node_rank >= options.nnodes) {
+    return absl::InvalidArgumentError(absl::StrCat("a follower needs --nnodes >= 2 and --node_rank in [1, nnodes); got ",
+                                                   options.nnodes, " and ", options.node_rank));
+  }
+  SCORED_ASSIGN_OR_RETURN(std::unique_ptr<CudaEngine> engine, Load(options));
+  if (engine->tp_ < 2) return absl::InvalidArgumentError("a follower needs --tp > 1");
+  SCORED_ASSIGN_OR_RETURN(engine->channel_,
+                          dist::ControlChannel::Follower(options.rendezvous, options.nnodes, options.node_rank));
+  const std::string& payload = engine->channel_->payload();
+  dist::NcclUniqueId id;
+  if (payload.size() < id.bytes.size()) return absl::InternalError("the leader's payload is too short");
+  std::memcpy(id.bytes.data(), payload.data(), id.bytes.size());
+  const std::string leader_fingerprint = payload.substr(id.bytes.size());
+  if (leader_fingerprint != engine->info_.model_fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat("the leader serves model ", leader_fingerprint,
+                                                      " but this process loaded ", engine->info_.model_fingerprint,
+                                                      " from ", options.model_dir));
+  }
+  const int local = engine->tp_ / options.nnodes;
+  SCORED_RETURN_IF_ERROR(engine->StartRanks(options, id, options.node_rank * local));
+  CudaEngine* raw = engine.get();
+  engine->channel_->WatchPeers([raw](const absl::Status& status) { raw->FailAllRanks(status).IgnoreError(); });
+  while (true) {
+    absl::StatusOr<std::string> message = engine->channel_->Receive();
+    if (absl::IsCancelled(message.status())) return absl::OkStatus();  // the leader's clean shutdown
+    if (!message.ok()) {
+      return engine->FailAllRanks(absl::UnavailableError(absl::StrCat("lost the leader: ", message.status().message())));
+    }
+    SCORED_RETURN_IF_ERROR(engine->fatal_status());
+    absl::StatusOr<PackedBatch> batch = ParseBatch(*message, engine->max_tokens_);
+    if (!batch.ok()) return engine->FailAllRanks(batch.status());
+    const absl::Status run = engine->OnAllRanks([&](Rank& rank) { return engine->RunRank(rank, *batch, nullptr); });
+    if (!run.ok()) return engine->FailAllRanks(run);
+  }
+}
+
 CudaEngine::~CudaEngine() {
+  if (channel_ != nullptr) {
+    const absl::Status shutdown = channel_->Shutdown();  // followers end cleanly (leader; no-op on a follower)
+    if (!shutdown.ok()) {
+      SCORED_LOG(WARNING) << "telling the followers to stop: " << shutdown;
+    }
+  }
   watchdog_.reset();
   if (workers_.empty()) return;
   // Each rank's device state goes on its own thread, all at once (the communicators finalize together).
@@ -522,6 +706,11 @@ absl::Status CudaEngine::ScoreGroup(absl::Span<const ScoreRequest> group, std::v
   if (workers_.empty()) {
     SCORED_RETURN_IF_ERROR(CheckSticky(RunRank(*ranks_.front(), packed, &host)));
   } else {
+    if (channel_ != nullptr) {
+      // The followers run the same batch on their ranks.
+      const absl::Status sent = channel_->Broadcast(SerializeBatch(packed));
+      if (!sent.ok()) return FailAllRanks(sent);
+    }
     const absl::Status run =
         OnAllRanks([&](Rank& rank) { return RunRank(rank, packed, rank.index == 0 ? &host : nullptr); });
     if (!run.ok()) return FailAllRanks(run);
@@ -556,6 +745,8 @@ absl::Status CudaEngine::ScoreGroup(absl::Span<const ScoreRequest> group, std::v
 absl::StatusOr<std::unique_ptr<Engine>> CreateCudaEngine(const EngineOptions& options) {
   return CudaEngine::Create(options);
 }
+
+absl::Status RunCudaFollower(const EngineOptions& options) { return CudaEngine::RunFollower(options); }
 
 absl::Status InjectCommunicatorFaultForTesting(Engine* engine, int rank) {
   auto* cuda_engine = dynamic_cast<CudaEngine*>(engine);

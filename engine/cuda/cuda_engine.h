@@ -17,6 +17,9 @@ int CudaDeviceCount();
 // A communicator failure or timeout makes fatal_status() UNAVAILABLE and every later Score() return it.
 absl::StatusOr<std::unique_ptr<Engine>> CreateCudaEngine(const EngineOptions& options);
 
+// engine.h RunFollower() for the CUDA backend.
+absl::Status RunCudaFollower(const EngineOptions& options);
+
 // Testing only: aborts rank `rank`'s NCCL communicator of a tp > 1 CUDA engine, as a failed link would.
 // INVALID_ARGUMENT when `engine` is not a CUDA engine with that rank.
 absl::Status InjectCommunicatorFaultForTesting(Engine* engine, int rank);
