@@ -634,6 +634,270 @@ __global__ void __launch_bounds__(kWideWarps * 32, WideMinBlocks<kHeadDim>()) At
   }
 }
 
+// ---------------------------------------------------------------- Hopper path (sm_90a, head_dim 128)
+
+// Two warpgroups per block, 64 query rows each (128 queries per block), 128-key tiles. S = Q K^T is one
+// wgmma.m64n128k16 chain per warpgroup with Q and K both read from shared memory; O += P V takes P from
+// registers (the S accumulator of keys 16c .. 16c + 15 is exactly the A fragment of k-step c, as for
+// mma.sync) and V from shared memory, transposed (N-major). Q, K and V tiles sit in shared memory in the
+// 128-byte swizzled K-major layout wgmma reads: a 128-row tile is two 64-column halves; inside a half,
+// row r is 128 bytes at r * 128 and its 16-byte chunk c lives at chunk c ^ (r % 8). The same bytes are the
+// N-major (dims contiguous) 128-byte swizzled layout of V: 8-key groups 1024 bytes apart (stride byte
+// offset), the two 64-dim halves kHopperHalfBytes apart (leading byte offset).
+// Loads are cp.async into a three-stage K/V ring (tile i + 2 loads while tile i is multiplied), so one
+// barrier per tile suffices: the stage a load overwrites was last read in the previous iteration, which
+// every thread finished before this iteration's barrier.
+constexpr int kHopperHeadDim = 128;
+constexpr int kHopperBlockQ = 128;
+constexpr int kHopperBlockK = 128;
+constexpr int kHopperThreads = 256;
+constexpr int kHopperStages = 3;
+constexpr int kHopperHalfBytes = 128 * 128;                // one 64-column half of a 128-row tile
+constexpr int kHopperTileBytes = 2 * kHopperHalfBytes;     // a 128 x 128 bf16 tile
+constexpr int kHopperSmem = (1 + 2 * kHopperStages) * kHopperTileBytes + 1024;  // + room to align to 1024
+static_assert(kHopperSmem <= 227 * 1024, "Hopper attention tiles exceed shared memory");
+
+// Shared-memory matrix descriptor: start address, leading and stride byte offsets (16-byte units),
+// 128-byte swizzle (mode 1 in bits 62-63). Base offset 0: tiles start on 1024-byte boundaries.
+__device__ __forceinline__ uint64_t WgmmaDesc(uint32_t smem_address, uint32_t leading_bytes, uint32_t stride_bytes) {
+  return static_cast<uint64_t>((smem_address & 0x3FFFF) >> 4) | (static_cast<uint64_t>(leading_bytes >> 4) << 16) |
+         (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgmmaWaitAll() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// Keeps the compiler from moving reads or writes of an accumulator across the asynchronous wgmma.
+__device__ __forceinline__ void FenceOperands(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define SCORED_WGMMA_ACC8(b)                                                                            \
+  "+f"(d[b + 0]), "+f"(d[b + 1]), "+f"(d[b + 2]), "+f"(d[b + 3]), "+f"(d[b + 4]), "+f"(d[b + 5]), \
+      "+f"(d[b + 6]), "+f"(d[b + 7])
+#define SCORED_WGMMA_ACC64                                                                                  \
+  SCORED_WGMMA_ACC8(0), SCORED_WGMMA_ACC8(8), SCORED_WGMMA_ACC8(16), SCORED_WGMMA_ACC8(24),             \
+      SCORED_WGMMA_ACC8(32), SCORED_WGMMA_ACC8(40), SCORED_WGMMA_ACC8(48), SCORED_WGMMA_ACC8(56)
+#define SCORED_WGMMA_D64                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "  \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// d[64 x 128 per warpgroup] (+)= A[64 x 16] * B[16 x 128]: A and B K-major in shared memory.
+// accumulate == 0 overwrites d.
+__device__ __forceinline__ void WgmmaSS(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SCORED_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : SCORED_WGMMA_ACC64
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+#endif
+}
+
+// d[64 x 128 per warpgroup] += A[64 x 16] * B[16 x 128]: A from registers (mma.sync A-fragment layout),
+// B N-major in shared memory (imm-trans-b = 1).
+__device__ __forceinline__ void WgmmaRS(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SCORED_WGMMA_D64
+      ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : SCORED_WGMMA_ACC64
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+#endif
+}
+
+#undef SCORED_WGMMA_D64
+#undef SCORED_WGMMA_ACC64
+#undef SCORED_WGMMA_ACC8
+
+__device__ __forceinline__ void CopyAsync16To(uint32_t smem_address, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address), "l"(src), "r"(src_bytes));
+}
+
+// Copies rows [0, 128) of a [rows, 128] bf16 tile (row stride `stride` elements) into the swizzled
+// layout at `tile`; rows >= valid_rows are zero-filled. 16 consecutive threads copy one 256-byte row.
+__device__ __forceinline__ void LoadSwizzledTile(uint32_t tile, const __nv_bfloat16* src,  // [valid_rows, stride]
+                                                 int64_t stride, int valid_rows) {
+#pragma unroll
+  for (int i = 0; i < kHopperBlockK * 16 / kHopperThreads; ++i) {
+    const int idx = threadIdx.x + i * kHopperThreads;
+    const int r = idx >> 4, c = idx & 15;
+    const bool valid = r < valid_rows;
+    const uint32_t dst = tile + (c >> 3) * kHopperHalfBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+    CopyAsync16To(dst, src + (valid ? static_cast<int64_t>(r) * stride + c * 8 : 0), valid ? 16 : 0);
+  }
+}
+
+__global__ void __launch_bounds__(kHopperThreads, 1) AttentionWgmmaKernel(const __nv_bfloat16* __restrict__ q,  // [num_tokens, q_stride]
+                                                                         const __nv_bfloat16* __restrict__ k,  // [num_tokens, kv_stride]
+                                                                         const __nv_bfloat16* __restrict__ v,  // [num_tokens, kv_stride]
+                                                                         const int32_t* __restrict__ cu_seqlens,  // [num_seqs + 1]
+                                                                         const AttentionShape shape, float scale_log2,
+                                                                         __nv_bfloat16* __restrict__ out) {  // [num_tokens, nh * 128]
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t smem_base = (SharedAddress(smem_raw) + 1023u) & ~1023u;
+  const uint32_t q_tile = smem_base;
+  // Stage s: K at 1 + 2 s, V at 2 + 2 s (in tiles).
+  auto k_tile = [&](int stage) { return smem_base + (1 + 2 * stage) * kHopperTileBytes; };
+  auto v_tile = [&](int stage) { return smem_base + (2 + 2 * stage) * kHopperTileBytes; };
+
+  const int seq = blockIdx.z;
+  const int head = blockIdx.y;
+  const int64_t start = cu_seqlens[seq];
+  const int len = cu_seqlens[seq + 1] - cu_seqlens[seq];
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kHopperBlockQ;  // longest tiles first
+  if (q0 >= len) return;
+  const int kv_head = head / (shape.num_heads / shape.num_kv_heads);
+  const int warpgroup = threadIdx.x >> 7;
+  const int warp_in_group = (threadIdx.x >> 5) & 3;
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int warp_row0 = q0 + warpgroup * 64 + warp_in_group * 16;  // first query row of this warp (local)
+  const int row_a = warp_row0 + g, row_b = row_a + 8;
+  const __nv_bfloat16* k_head = k + start * shape.kv_stride + kv_head * kHopperHeadDim;
+  const __nv_bfloat16* v_head = v + start * shape.kv_stride + kv_head * kHopperHeadDim;
+  const int num_tiles = (min(len, q0 + kHopperBlockQ) + kHopperBlockK - 1) / kHopperBlockK;
+
+  LoadSwizzledTile(q_tile, q + (start + q0) * shape.q_stride + head * kHopperHeadDim, shape.q_stride, len - q0);
+  auto load_kv = [&](int tile) {
+    const int k0 = tile * kHopperBlockK;
+    const int stage = tile % kHopperStages;
+    LoadSwizzledTile(k_tile(stage), k_head + static_cast<int64_t>(k0) * shape.kv_stride, shape.kv_stride, len - k0);
+    LoadSwizzledTile(v_tile(stage), v_head + static_cast<int64_t>(k0) * shape.kv_stride, shape.kv_stride, len - k0);
+  };
+  load_kv(0);
+  CopyAsyncCommit();
+  if (num_tiles > 1) load_kv(1);
+  CopyAsyncCommit();
+
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+  const uint32_t q_rows = q_tile + warpgroup * 64 * 128;  // this warpgroup's 64 rows of each half
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    CopyAsyncWait<1>();  // tile's group has landed; tile + 1's may still be in flight
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async writes -> wgmma reads
+    __syncthreads();
+    if (tile + 2 < num_tiles) load_kv(tile + 2);
+    CopyAsyncCommit();
+    const int stage = tile % kHopperStages;
+    const int k0 = tile * kHopperBlockK;
+
+    float s[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) s[i] = 0.0f;
+    WgmmaFence();
+    FenceOperands(s);
+#pragma unroll
+    for (int kk = 0; kk < kHopperHeadDim / 16; ++kk) {
+      const uint32_t offset = (kk >> 2) * kHopperHalfBytes + (kk & 3) * 32;
+      WgmmaSS(s, WgmmaDesc(q_rows + offset, 16, 1024), WgmmaDesc(k_tile(stage) + offset, 16, 1024), kk > 0);
+    }
+    WgmmaCommit();
+    WgmmaWaitAll();
+    FenceOperands(s);
+
+    // s[4 i + e]: row (e < 2 ? row_a : row_b), key k0 + 8 i + 2 t + (e & 1). Mask keys after the query
+    // (this also covers keys >= len); a tile whose last key precedes the warp's first row needs none.
+    if (k0 + kHopperBlockK - 1 > warp_row0) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = k0 + i * 8 + 2 * t + (e & 1);
+          if (key > (e < 2 ? row_a : row_b)) s[4 * i + e] = -INFINITY;
+        }
+      }
+    }
+    float max_a = -INFINITY, max_b = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      max_a = fmaxf(max_a, fmaxf(s[4 * i], s[4 * i + 1]));
+      max_b = fmaxf(max_b, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+    }
+#pragma unroll
+    for (int offset = 1; offset < 4; offset <<= 1) {
+      max_a = fmaxf(max_a, __shfl_xor_sync(0xffffffffu, max_a, offset));
+      max_b = fmaxf(max_b, __shfl_xor_sync(0xffffffffu, max_b, offset));
+    }
+    const float new_a = fmaxf(m_a, max_a), new_b = fmaxf(m_b, max_b);
+    // A row with no valid key yet keeps m = -inf; subtract 0 instead so ex2 gives 0, not NaN.
+    const float neg_a = new_a == -INFINITY ? 0.0f : -new_a * scale_log2;
+    const float neg_b = new_b == -INFINITY ? 0.0f : -new_b * scale_log2;
+    const float alpha_a = FastExp2(fmaf(m_a, scale_log2, neg_a));
+    const float alpha_b = FastExp2(fmaf(m_b, scale_log2, neg_b));
+    m_a = new_a;
+    m_b = new_b;
+    float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      s[4 * i] = FastExp2(fmaf(s[4 * i], scale_log2, neg_a));
+      s[4 * i + 1] = FastExp2(fmaf(s[4 * i + 1], scale_log2, neg_a));
+      s[4 * i + 2] = FastExp2(fmaf(s[4 * i + 2], scale_log2, neg_b));
+      s[4 * i + 3] = FastExp2(fmaf(s[4 * i + 3], scale_log2, neg_b));
+      sum_a += s[4 * i] + s[4 * i + 1];
+      sum_b += s[4 * i + 2] + s[4 * i + 3];
+    }
+    l_a = l_a * alpha_a + sum_a;
+    l_b = l_b * alpha_b + sum_b;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      o[4 * i] *= alpha_a;
+      o[4 * i + 1] *= alpha_a;
+      o[4 * i + 2] *= alpha_b;
+      o[4 * i + 3] *= alpha_b;
+    }
+    uint32_t p[kHopperBlockK / 16][4];
+#pragma unroll
+    for (int c = 0; c < kHopperBlockK / 16; ++c) {
+      p[c][0] = PackBf16(s[8 * c], s[8 * c + 1]);
+      p[c][1] = PackBf16(s[8 * c + 2], s[8 * c + 3]);
+      p[c][2] = PackBf16(s[8 * c + 4], s[8 * c + 5]);
+      p[c][3] = PackBf16(s[8 * c + 6], s[8 * c + 7]);
+    }
+    WgmmaFence();
+    FenceOperands(o);
+#pragma unroll
+    for (int c = 0; c < kHopperBlockK / 16; ++c) {
+      // Keys 16 c .. 16 c + 15: two 8-key groups (1024 bytes each) into the tile.
+      WgmmaRS(o, p[c], WgmmaDesc(v_tile(stage) + c * 2048, kHopperHalfBytes, 1024));
+    }
+    WgmmaCommit();
+    WgmmaWaitAll();
+    FenceOperands(o);
+  }
+
+  // o[4 i + e]: row (e < 2 ? row_a : row_b), dims 8 i + 2 t + (e & 1). Row sums: the 4 threads of a row
+  // group each hold a quarter of the keys.
+#pragma unroll
+  for (int offset = 1; offset < 4; offset <<= 1) {
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, offset);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, offset);
+  }
+  const int64_t out_stride = static_cast<int64_t>(shape.num_heads) * kHopperHeadDim;
+  const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int d = head * kHopperHeadDim + i * 8 + 2 * t;
+    if (row_a < len) {
+      *reinterpret_cast<uint32_t*>(out + (start + row_a) * out_stride + d) = PackBf16(o[4 * i] * inv_a, o[4 * i + 1] * inv_a);
+    }
+    if (row_b < len) {
+      *reinterpret_cast<uint32_t*>(out + (start + row_b) * out_stride + d) =
+          PackBf16(o[4 * i + 2] * inv_b, o[4 * i + 3] * inv_b);
+    }
+  }
+#endif
+}
+
 absl::Status CheckShape(const void* q, const void* k, const void* v, const int32_t* cu_seqlens,
                         const AttentionShape& s, const void* out) {
   if (s.num_tokens < 0 || s.num_seqs < 0 || s.max_seqlen < 0 || s.num_heads < 1 || s.num_kv_heads < 1 ||
@@ -711,6 +975,37 @@ absl::Status LaunchMmaWide(const bf16_t* q, const bf16_t* k, const bf16_t* v, co
   return absl::OkStatus();
 }
 
+// The Hopper kernel runs on compute capability 9.0 devices, when this library carries its sm_90a code
+// (CMAKE_CUDA_ARCHITECTURES 90a-real; without it the kernel compiles to nothing and is never chosen).
+bool HopperAvailable() {
+  static const bool compiled = [] {
+    cudaFuncAttributes attributes;
+    return cudaFuncGetAttributes(&attributes, AttentionWgmmaKernel) == cudaSuccess && attributes.binaryVersion == 90;
+  }();
+  if (!compiled) return false;
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    return false;
+  }
+  return major == 9 && minor == 0;
+}
+
+absl::Status LaunchWgmma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
+                         const AttentionShape& s, bf16_t* out, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kHopperBlockQ)), static_cast<unsigned>(s.num_heads),
+                  static_cast<unsigned>(s.num_seqs));
+  const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHopperHeadDim));
+  static const cudaError_t attribute_status =
+      cudaFuncSetAttribute(AttentionWgmmaKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kHopperSmem);
+  SCORED_CUDA_CHECK(attribute_status);
+  AttentionWgmmaKernel<<<grid, kHopperThreads, kHopperSmem, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens,
+                                                                      s, scale_log2, ToDevice(out));
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
 bool MmaAligned(const void* q, const void* k, const void* v, const void* out, const AttentionShape& s) {
   return IsAligned(q, 4) && IsAligned(k, 16) && IsAligned(v, 16) && IsAligned(out, 4) && s.q_stride % 2 == 0 &&
          s.kv_stride % 8 == 0;
@@ -747,6 +1042,11 @@ absl::Status CausalAttentionWith(AttentionKernel kernel, const bf16_t* q, const 
       if (wide_ok && shape.head_dim == 128) return LaunchMmaWide<128, 64>(q, k, v, cu_seqlens, shape, out, stream);
       if (wide_ok && shape.head_dim == 64) return LaunchMmaWide<64, 64>(q, k, v, cu_seqlens, shape, out, stream);
       break;
+    case AttentionKernel::kWgmma:
+      if (wide_ok && shape.head_dim == 128 && HopperAvailable()) {
+        return LaunchWgmma(q, k, v, cu_seqlens, shape, out, stream);
+      }
+      break;
     default:
       break;
   }
@@ -773,6 +1073,7 @@ absl::Status CausalAttention(const T* q, const T* k, const T* v, const int32_t* 
     // heads, 8 kv heads: 277 against 205 TFLOP/s for the 16-row kernel at 128, 237 against 191 at 64); it
     // also needs q 16-byte aligned.
     if (WideAligned(q, k, v, out, shape)) {
+      if (shape.head_dim == 128 && HopperAvailable()) return LaunchWgmma(q, k, v, cu_seqlens, shape, out, stream);
       if (shape.head_dim == 128) return LaunchMmaWide<128, 64>(q, k, v, cu_seqlens, shape, out, stream);
       if (shape.head_dim == 64) return LaunchMmaWide<64, 64>(q, k, v, cu_seqlens, shape, out, stream);
     }

@@ -9,7 +9,8 @@
 // Paths: T = bf16_t with head_dim in {32, 64, 128} (and the alignment below) uses tensor cores (mma.sync m16n8k16, bf16 inputs,
 // fp32 accumulate; the probabilities are rounded to bf16 before the P.V product, as flash-attention does;
 // at head_dim 64 and 128 with q also 16-byte aligned and q_stride % 8 == 0, the kernel with 32 rows per
-// warp);
+// warp; at head_dim 128 with that alignment on a compute capability 9.0 device, the Hopper wgmma kernel
+// instead, same math and rounding points);
 // everything else (T = float, or other head_dim) uses a SIMT fp32 kernel (slower).
 // Shapes (elements): q [num_tokens, q_stride] with head h at columns [h * head_dim, (h + 1) * head_dim);
 // k, v [num_tokens, kv_stride] with kv head g at [g * head_dim, ...); out [num_tokens, num_heads * head_dim]
@@ -61,8 +62,10 @@ absl::Status CausalAttentionSimt(const T* q, const T* k, const T* v, const int32
 // Kernel choice, for tests and measurements (the engine calls CausalAttention, which picks kAuto's
 // choice): kSimt the fp32 SIMT kernel; kMma16Rows the tensor-core kernel with 16 query rows per warp
 // (head_dim 32/64/128); kMma32Rows* the tensor-core kernel with 32 query rows per warp and Q staged in
-// shared memory, 32- or 64-key tiles (head_dim 64 or 128; q also 16-byte aligned with q_stride % 8 == 0).
-enum class AttentionKernel { kAuto, kSimt, kMma16Rows, kMma32RowsK32, kMma32RowsK64 };
+// shared memory, 32- or 64-key tiles (head_dim 64 or 128; q also 16-byte aligned with q_stride % 8 == 0);
+// kWgmma the Hopper kernel (wgmma.mma_async, two warpgroups x 64 query rows, 128-key tiles; head_dim 128,
+// the 32-row kernel's alignment, a compute capability 9.0 device and a library built for sm_90a).
+enum class AttentionKernel { kAuto, kSimt, kMma16Rows, kMma32RowsK32, kMma32RowsK64, kWgmma };
 
 // CausalAttention<bf16_t> with the kernel named. INVALID_ARGUMENT when that kernel cannot take the shape
 // or alignment (no fallback), else as CausalAttention.

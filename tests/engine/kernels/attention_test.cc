@@ -138,8 +138,26 @@ const char* KernelName(AttentionKernel kernel) {
     case AttentionKernel::kMma16Rows: return "mma16rows";
     case AttentionKernel::kMma32RowsK32: return "mma32rows_k32";
     case AttentionKernel::kMma32RowsK64: return "mma32rows_k64";
+    case AttentionKernel::kWgmma: return "wgmma";
   }
   return "?";
+}
+
+// The Hopper kernel needs a compute capability 9.0 device; elsewhere CausalAttentionWith refuses it.
+bool DeviceIsHopper() {
+  int device = 0, major = 0, minor = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess && major == 9 &&
+         minor == 0;
+}
+
+// The tensor-core kernels that take head_dim hd on this device.
+std::vector<AttentionKernel> TensorCoreKernels(int32_t hd) {
+  std::vector<AttentionKernel> kernels = {AttentionKernel::kMma16Rows, AttentionKernel::kMma32RowsK32,
+                                          AttentionKernel::kMma32RowsK64};
+  if (hd == 128 && DeviceIsHopper()) kernels.push_back(AttentionKernel::kWgmma);
+  return kernels;
 }
 
 double MeanAbsError(const std::vector<float>& got, const std::vector<float>& want) {
@@ -168,15 +186,18 @@ TEST_F(AttentionTest, Bf16MatchesReference) {
 }
 
 // Every tensor-core kernel at head_dim 128 and 64, on the varlen batch above and on long windows (many key
-// tiles, several query blocks, a partial last block), with 4 and 1 kv heads.
+// tiles, several query blocks, a partial last block), with 4 and 1 kv heads; at 128 also a window of
+// exactly 8 x 128 tokens next to one of 128 + 1 (whole tiles, and a tile holding a single row).
 TEST_F(AttentionTest, Bf16KernelsMatchReference) {
   const std::vector<Problem> problems = {MakeProblem(kLengths, 8, 2, 128, 500),
                                          MakeProblem({700, 1, 333}, 4, 1, 128, 501),
+                                         MakeProblem({1024, 129}, 8, 2, 128, 504),
                                          MakeProblem(kLengths, 8, 2, 64, 502),
                                          MakeProblem({700, 1, 333}, 4, 1, 64, 503)};
   for (const Problem& p : problems) {
-    for (AttentionKernel kernel : {AttentionKernel::kAuto, AttentionKernel::kMma16Rows,
-                                   AttentionKernel::kMma32RowsK32, AttentionKernel::kMma32RowsK64}) {
+    std::vector<AttentionKernel> kernels = TensorCoreKernels(p.head_dim);
+    kernels.insert(kernels.begin(), AttentionKernel::kAuto);
+    for (AttentionKernel kernel : kernels) {
       const std::string name = std::string("attention bf16 ") + KernelName(kernel) + " hd=" +
                                std::to_string(p.head_dim) + " tokens=" + std::to_string(p.num_tokens);
       const std::vector<float> got = RunAttentionWith(stream_, p, kernel);
@@ -213,8 +234,7 @@ TEST_F(AttentionTest, SequenceResultIndependentOfBatch) {
   const std::vector<float> one = RunAttention<bf16_t>(stream_, alone, false);
   const int64_t cols = 8 * 128;
   EXPECT_EQ(testing::CountBitDifferences(std::vector<float>(all.begin() + 70 * cols, all.begin() + 103 * cols), one), 0);
-  for (AttentionKernel kernel : {AttentionKernel::kMma16Rows, AttentionKernel::kMma32RowsK32,
-                                 AttentionKernel::kMma32RowsK64}) {
+  for (AttentionKernel kernel : TensorCoreKernels(128)) {
     const std::vector<float> all_k = RunAttentionWith(stream_, batch, kernel);
     const std::vector<float> one_k = RunAttentionWith(stream_, alone, kernel);
     EXPECT_EQ(testing::CountBitDifferences(std::vector<float>(all_k.begin() + 70 * cols, all_k.begin() + 103 * cols),
@@ -276,6 +296,7 @@ TEST_F(AttentionTest, ThroughputLlama3Shapes) {
   TimeAttention<bf16_t>(stream_, 128, 10, AttentionKernel::kMma16Rows);
   TimeAttention<bf16_t>(stream_, 128, 10, AttentionKernel::kMma32RowsK32);
   TimeAttention<bf16_t>(stream_, 128, 10, AttentionKernel::kMma32RowsK64);
+  if (DeviceIsHopper()) TimeAttention<bf16_t>(stream_, 128, 10, AttentionKernel::kWgmma);
   TimeAttention<bf16_t>(stream_, 64, 10);
   TimeAttention<bf16_t>(stream_, 64, 10, AttentionKernel::kMma32RowsK32);
   TimeAttention<bf16_t>(stream_, 64, 10, AttentionKernel::kMma32RowsK64);
