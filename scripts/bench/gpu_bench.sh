@@ -51,6 +51,7 @@ soak_seconds=${SOAK_SECONDS:-60}
 soak_clients=${SOAK_CLIENTS:-64}
 soak_lengths=${SOAK_LENGTHS:-256:0.2,1024:0.3,2048:0.5}
 soak_tp=${SOAK_TP:-1}
+soak_backend=${SOAK_BACKEND:-cuda}  # cpu: checks the step itself on a machine without a GPU
 
 fail() {  # a clear failure line; the run's exit status becomes 1
   echo "FAIL $*"
@@ -214,7 +215,7 @@ if [[ $steps == *big* ]]; then
 fi
 
 if [[ $steps == *soak* ]]; then
-  echo "== soak: scored --backend=cuda --tp=$soak_tp on the 8B W4A16, $soak_clients clients x ${soak_seconds}s, lengths $soak_lengths"
+  echo "== soak: scored --backend=$soak_backend --tp=$soak_tp on the 8B W4A16, $soak_clients clients x ${soak_seconds}s, lengths $soak_lengths"
   if [[ ! -x $bundle/bin/scored || ! -x $bundle/bin/scored-load || ! -x $bundle/bin/scored_bench ]]; then
     fail "soak: $bundle/bin needs scored, scored-load and scored_bench"
   elif make_w4 "$w4" 8b 180; then
@@ -226,7 +227,7 @@ if [[ $steps == *soak* ]]; then
       alone=$(bench_field "$logs/soak_alone.log" 8 tok/s)
     fi
     rm -f "$logs/soak_port.json"
-    "$bundle/run" scored --model="$w4" --backend=cuda --tp="$soak_tp" --tokenizer=none --listen=127.0.0.1:0 \
+    "$bundle/run" scored --model="$w4" --backend="$soak_backend" --tp="$soak_tp" --tokenizer=none --listen=127.0.0.1:0 \
       --metrics_listen=127.0.0.1:0 --port_file="$logs/soak_port.json" --max_batch_tokens=16384 \
       > "$logs/scored_soak.log" 2>&1 &
     spid=$!
