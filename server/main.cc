@@ -1,7 +1,10 @@
 // scored: the scoring daemon. `scored --model DIR [--tp N] [--listen host:port] ...`; see --help.
+// Multi-process tensor parallelism: the same command on every node plus `--nnodes M --node_rank R
+// --rendezvous HOST:PORT`; node rank 0 serves, the others follow (server/multinode.h).
 //
-// Exit codes: 0 after SIGTERM/SIGINT once in-flight work is finished; 1 when startup fails (bad flag,
-// model load, port taken) or the engine fails fatally while serving.
+// Exit codes: 0 after SIGTERM/SIGINT once in-flight work is finished (a follower: after the leader's clean
+// shutdown); 1 when startup fails (bad flag, model load, port taken) or the engine fails fatally while
+// serving (a lost follower or leader included).
 #include <signal.h>
 #include <time.h>
 
@@ -19,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/logging.h"
 #include "server/fault_injection.h"
+#include "server/multinode.h"
 #include "server/options.h"
 #include "server/server.h"
 
@@ -27,7 +31,16 @@ ABSL_FLAG(std::string, tokenizer, "",
           "Tokenizer folder (default: --model); 'none' serves token ids only (no Tokenize, no text input)");
 ABSL_FLAG(std::string, backend, "",
           "cuda | cpu (default: cuda when this build has it and a GPU is visible, else cpu)");
-ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks (cuda backend)");
+ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks in total (cuda backend), over all --nnodes processes");
+ABSL_FLAG(int32_t, nnodes, 1,
+          "Processes (hosts) sharing the --tp ranks; each runs --tp / --nnodes ranks on its local GPUs "
+          "0, 1, ...");
+ABSL_FLAG(int32_t, node_rank, 0,
+          "This process among --nnodes: 0 serves gRPC (the leader), > 0 only runs its GPU ranks "
+          "(a follower)");
+ABSL_FLAG(std::string, rendezvous, "",
+          "HOST:PORT of node rank 0's control channel, the same on every node (required when --nnodes > 1); "
+          "node rank 0 listens on every local address at PORT");
 ABSL_FLAG(std::string, dtype, "bf16", "Compute dtype of the cuda backend: bf16 | fp32 (cpu always computes fp32)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address host:port (port 0 picks a free port)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
@@ -84,6 +97,9 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   if (!dtype.ok()) return dtype.status();
   o.engine.dtype = *dtype;
   o.engine.tp = absl::GetFlag(FLAGS_tp);
+  o.engine.nnodes = absl::GetFlag(FLAGS_nnodes);
+  o.engine.node_rank = absl::GetFlag(FLAGS_node_rank);
+  o.engine.rendezvous = absl::GetFlag(FLAGS_rendezvous);
   o.engine.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   o.engine.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
   o.engine.num_threads = absl::GetFlag(FLAGS_num_threads);
@@ -133,6 +149,7 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage_config);
   absl::SetProgramUsageMessage(
       "scored --model DIR [--backend cuda|cpu] [--tp N] [--listen host:port] ...\n"
+      "scored --model DIR --tp N --nnodes M --node_rank R --rendezvous HOST:PORT ...  (one per node)\n"
       "Serves exact per-token log-probabilities of a causal LM over gRPC (scored.v1.Scorer).");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
@@ -143,6 +160,16 @@ int main(int argc, char** argv) {
   if (!options.ok()) {
     std::fprintf(stderr, "scored: %s\n", std::string(options.status().message()).c_str());
     return 1;
+  }
+  if (options->engine.node_rank > 0) {
+    // A follower has no server to drain: SIGTERM/SIGINT end it at once (the leader then reports it lost).
+    pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
+    const absl::Status followed = scored::RunFollowerNode(*options);
+    if (!followed.ok()) {
+      SCORED_LOG(ERROR) << "exiting: " << followed.ToString();
+      return 1;
+    }
+    return 0;
   }
   absl::StatusOr<std::unique_ptr<scored::Server>> server = scored::Server::Create(*options);
   if (!server.ok()) {

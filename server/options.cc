@@ -12,6 +12,41 @@ namespace {
 constexpr int64_t kMinMessageBytes = 1024;
 constexpr int64_t kMaxMessageBytes = 2147483647;
 
+absl::Status ValidateMultiNode(const EngineOptions& e) {
+  if (e.nnodes < 1) return absl::InvalidArgumentError(absl::StrCat("--nnodes must be >= 1, got ", e.nnodes));
+  if (e.node_rank < 0 || e.node_rank >= e.nnodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--node_rank must be in [0, --nnodes) = [0, ", e.nnodes, "), got ", e.node_rank));
+  }
+  if (e.nnodes == 1) {
+    if (!e.rendezvous.empty()) {
+      return absl::InvalidArgumentError(
+          "--rendezvous is for multi-process tensor parallelism (--nnodes > 1)");
+    }
+    return absl::OkStatus();
+  }
+  if (e.backend == Backend::kCpu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nnodes ", e.nnodes, " needs --backend=cuda; the cpu backend runs one process"));
+  }
+  if (e.tp % e.nnodes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp ", e.tp, " is not a multiple of --nnodes ", e.nnodes,
+                                                   ": every process runs --tp / --nnodes ranks"));
+  }
+  if (e.rendezvous.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--nnodes ", e.nnodes,
+                                                   " needs --rendezvous=HOST:PORT (node rank 0's address, the "
+                                                   "same on every node)"));
+  }
+  SCORED_RETURN_IF_ERROR(ValidateHostPort("rendezvous", e.rendezvous));
+  int port = 0;
+  if (!absl::SimpleAtoi(e.rendezvous.substr(e.rendezvous.rfind(':') + 1), &port) || port == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rendezvous needs a port > 0 (every node connects to it), got '", e.rendezvous, "'"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Backend> ParseBackend(const std::string& text) {
@@ -68,6 +103,7 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tp ", options.engine.tp, " needs --backend=cuda; the cpu backend runs one process"));
   }
+  SCORED_RETURN_IF_ERROR(ValidateMultiNode(options.engine));
   if (options.engine.max_batch_tokens < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_batch_tokens must be >= 2, got ", options.engine.max_batch_tokens));
@@ -108,7 +144,7 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
   if (!options.tls_client_ca_file.empty() && options.tls_cert_file.empty()) {
     return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key (mTLS is TLS)");
   }
-  if (ListensInsecurelyOnRemote(options) && !options.allow_insecure_remote) {
+  if (options.engine.node_rank == 0 && ListensInsecurelyOnRemote(options) && !options.allow_insecure_remote) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--listen ", options.listen, " is not a loopback address and neither TLS (--tls_cert/--tls_key) nor ",
         "--auth_token_file is configured: anyone who can reach the port could use the model. Configure one, ",

@@ -14,7 +14,9 @@
 namespace scored {
 
 struct ServerOptions {
-  // Model folder, backend, dtype, tp, max_batch_tokens, max_seq_len (0 = the model's context).
+  // Model folder, backend, dtype, tp, max_batch_tokens, max_seq_len (0 = the model's context); and the
+  // multi-process tensor parallelism of server/multinode.h: nnodes, node_rank (0 serves gRPC, > 0
+  // follows), rendezvous (HOST:PORT of node rank 0's control channel, required when nnodes > 1).
   EngineOptions engine;
   // Tokenizer folder; empty = the model folder; "none" = no tokenizer (Tokenize and `text` input then
   // fail with FAILED_PRECONDITION).
@@ -58,7 +60,10 @@ absl::StatusOr<Backend> ParseBackend(const std::string& text);
 absl::StatusOr<ComputeDtype> ParseComputeDtype(const std::string& text);
 const char* BackendName(Backend backend);
 
-// Checks every field; INVALID_ARGUMENT names the flag and the bad value.
+// Checks every field; INVALID_ARGUMENT names the flag and the bad value. The multi-process flags:
+// nnodes >= 1, node_rank in [0, nnodes), tp a multiple of nnodes,
+// the cuda backend, and rendezvous HOST:PORT with a port > 0. A follower (node_rank > 0) listens on
+// nothing, so the --listen security check does not apply to it.
 absl::Status ValidateServerOptions(const ServerOptions& options);
 
 // Whether options.listen is remote (not loopback) with neither TLS nor a token: Create() refuses such a

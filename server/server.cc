@@ -27,6 +27,9 @@ constexpr char kScorerServiceName[] = "scored.v1.Scorer";
 // before it shuts down; long enough for a health probe period of a second or two to notice.
 constexpr absl::Duration kFatalLinger = absl::Seconds(2);
 
+// How often Wait() asks the engine for a fatal status between batches: well below a health probe period.
+constexpr absl::Duration kEngineWatchInterval = absl::Milliseconds(200);
+
 v1::ModelInfo BuildModelInfo(const ModelInfo& info, const ScoreLimits& limits, const Tokenizer* tokenizer) {
   v1::ModelInfo m;
   m.set_architecture(info.architecture);
@@ -74,6 +77,10 @@ const char* ServerVersion() { return SCORED_VERSION; }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   SCORED_RETURN_IF_ERROR(ValidateServerOptions(options));
+  if (options.engine.node_rank > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node rank ", options.engine.node_rank, " is a follower: it runs RunFollowerNode(), not a server"));
+  }
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
   if (server->options_.engine.backend == Backend::kAuto) {
@@ -98,6 +105,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
 
   SCORED_LOG(INFO) << "scored " << ServerVersion() << ": loading " << options.engine.model_dir << " (backend "
                    << BackendName(server->options_.engine.backend) << ", tp " << options.engine.tp << ")";
+  if (options.engine.nnodes > 1) {
+    SCORED_LOG(INFO) << "multi-process tensor parallelism: node rank 0 (leader) of " << options.engine.nnodes
+                     << ", control channel on " << options.engine.rendezvous << ", "
+                     << options.engine.tp / options.engine.nnodes << " of the " << options.engine.tp
+                     << " ranks on this node; waiting for the followers";
+  }
   const absl::Time load_start = absl::Now();
   absl::StatusOr<std::unique_ptr<Engine>> engine = CreateEngine(server->options_.engine);
   if (!engine.ok()) {
@@ -237,9 +250,21 @@ absl::Status Server::WritePortFile() const {
 }
 
 absl::Status Server::Wait() {
+  // The engine can fail while no request runs (a follower process lost, an NCCL watchdog): poll it, so
+  // that health turns NOT_SERVING and the process exits without waiting for the next batch to notice.
+  while (true) {
+    const absl::Status engine_fatal = engine_->fatal_status();
+    bool report = false;
+    {
+      absl::MutexLock lock(&mu_);
+      report = !engine_fatal.ok() && fatal_.ok() && !stop_requested_;
+    }
+    if (report) OnFatal(engine_fatal);
+    absl::MutexLock lock(&mu_);
+    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_requested_ || !fatal_.ok(); };
+    if (mu_.AwaitWithTimeout(absl::Condition(&done), kEngineWatchInterval)) break;
+  }
   absl::MutexLock lock(&mu_);
-  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_requested_ || !fatal_.ok(); };
-  mu_.Await(absl::Condition(&done));
   if (!fatal_.ok() && !stop_requested_) {
     // Keep the listener up for a moment: calls then get UNAVAILABLE with the engine's reason and
     // health probes see NOT_SERVING, instead of calls racing the shutdown and ending CANCELLED.

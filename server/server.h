@@ -50,6 +50,8 @@ class Server {
   // Binds --listen, registers the services, marks health SERVING, writes the port file.
   absl::Status Start();
 
+  // Engine::fatal_status() is polled every 200 ms meanwhile, so a failure between batches (a lost
+  // follower process, an NCCL error) is noticed without traffic.
   // Blocks until RequestStop() (returns OK) or a fatal engine error (returns it, after keeping the
   // listener up for 2 s more answering UNAVAILABLE with health NOT_SERVING, or until RequestStop()).
   absl::Status Wait();

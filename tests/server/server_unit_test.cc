@@ -199,6 +199,59 @@ TEST(ServerOptionsTest, ValidatesEveryFlag) {
   EXPECT_TRUE(ValidateServerOptions(o).ok());
 }
 
+TEST(ServerOptionsTest, MultiProcessFlags) {
+  ServerOptions o = GoodOptions();
+  o.engine.nnodes = 0;
+  ExpectBadOptions(o, "--nnodes must be >= 1");
+  o = GoodOptions();
+  o.engine.node_rank = 1;
+  ExpectBadOptions(o, "--node_rank must be in [0, --nnodes) = [0, 1), got 1");
+  o = GoodOptions();
+  o.engine.node_rank = -1;
+  ExpectBadOptions(o, "--node_rank must be in");
+  o = GoodOptions();
+  o.engine.rendezvous = "10.0.0.1:29500";
+  ExpectBadOptions(o, "--rendezvous is for multi-process tensor parallelism");
+
+  // A valid 2-node configuration, then one flaw at a time.
+  ServerOptions good = GoodOptions();
+  good.engine.backend = Backend::kCuda;
+  good.engine.tp = 4;
+  good.engine.nnodes = 2;
+  good.engine.node_rank = 1;
+  good.engine.rendezvous = "scored-mh-0.scored-mh:29500";
+  EXPECT_TRUE(ValidateServerOptions(good).ok()) << ValidateServerOptions(good);
+  o = good;
+  o.engine.node_rank = 2;
+  ExpectBadOptions(o, "--node_rank must be in [0, --nnodes) = [0, 2), got 2");
+  o = good;
+  o.engine.backend = Backend::kCpu;
+  o.engine.tp = 1;
+  ExpectBadOptions(o, "--nnodes 2 needs --backend=cuda");
+  o = good;
+  o.engine.tp = 3;
+  ExpectBadOptions(o, "--tp 3 is not a multiple of --nnodes 2");
+  o = good;
+  o.engine.rendezvous = "";
+  ExpectBadOptions(o, "--nnodes 2 needs --rendezvous=HOST:PORT");
+  o = good;
+  o.engine.rendezvous = "scored-mh-0";
+  ExpectBadOptions(o, "--rendezvous must be host:port");
+  o = good;
+  o.engine.rendezvous = "10.0.0.1:0";
+  ExpectBadOptions(o, "--rendezvous needs a port > 0");
+  o = good;
+  o.engine.rendezvous = "[fd00::1]:29500";
+  EXPECT_TRUE(ValidateServerOptions(o).ok());
+  // A follower listens on nothing: an insecure remote --listen (shared pod args) is no concern there,
+  // but still is on the leader.
+  o = good;
+  o.listen = "0.0.0.0:50051";
+  EXPECT_TRUE(ValidateServerOptions(o).ok());
+  o.engine.node_rank = 0;
+  ExpectBadOptions(o, "is not a loopback address");
+}
+
 TEST(ServerOptionsTest, ParsesBackendAndDtype) {
   EXPECT_EQ(*ParseBackend("cpu"), Backend::kCpu);
   EXPECT_EQ(*ParseBackend("cuda"), Backend::kCuda);
