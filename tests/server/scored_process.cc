@@ -1,6 +1,7 @@
 #include "tests/server/scored_process.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <signal.h>
@@ -92,6 +93,20 @@ absl::StatusOr<HealthStatus> DecodeHealthCheckResponse(const std::string& bytes)
 }
 
 absl::StatusCode FromGrpcCode(grpc::StatusCode code) { return static_cast<absl::StatusCode>(code); }
+
+// Removes `dir` and the files in it (the helper's own flat temporary folder: the log, the port file and
+// whatever the daemon left there, e.g. a half-written port file when it was killed).
+void RemoveFlatDir(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (const dirent* entry = readdir(d)) {
+      const std::string name = entry->d_name;
+      if (name == "." || name == "..") continue;
+      unlink((dir + "/" + name).c_str());
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
 
 }  // namespace
 
@@ -296,21 +311,22 @@ absl::StatusOr<std::unique_ptr<ScoredProcess>> ScoredProcess::Start(const Scored
 }
 
 ScoredProcess::~ScoredProcess() {
+  bool killed_here = false;
   if (pid_ > 0 && !exited_) {
     kill(pid_, SIGTERM);
     if (!Wait(absl::Seconds(30)).ok()) {
       kill(pid_, SIGKILL);
+      killed_here = true;
       Wait(absl::Seconds(10)).IgnoreError();
     }
   }
-  const bool keep = keep_files_ && (!exited_ || exit_code_ != 0);
-  if (keep) {
+  const bool expected_signal = last_signal_sent_ != 0 && exit_code_ == 128 + last_signal_sent_;
+  const bool failed = !exited_ || killed_here || (exit_code_ != 0 && !expected_signal);
+  if (keep_files_ && failed) {
     std::cerr << "scored log kept at " << log_path_ << "\n";
     return;
   }
-  unlink(log_path_.c_str());
-  if (absl::StartsWith(port_file_, tmp_dir_ + "/")) unlink(port_file_.c_str());
-  rmdir(tmp_dir_.c_str());
+  RemoveFlatDir(tmp_dir_);
 }
 
 std::string ScoredProcess::grpc_address() const { return absl::StrCat("127.0.0.1:", ports_.grpc); }
@@ -320,6 +336,7 @@ std::string ScoredProcess::ReadLog() const { return ReadFileOrEmpty(log_path_); 
 absl::Status ScoredProcess::SendSignal(int signal_number) {
   if (exited_) return absl::FailedPreconditionError("scored already exited");
   if (kill(pid_, signal_number) != 0) return absl::InternalError(std::strerror(errno));
+  last_signal_sent_ = signal_number;
   return absl::OkStatus();
 }
 

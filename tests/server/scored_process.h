@@ -79,8 +79,10 @@ class ScoredProcess {
  public:
   static absl::StatusOr<std::unique_ptr<ScoredProcess>> Start(const ScoredProcessOptions& options);
 
-  // SIGTERM, then waits up to 30 s, then SIGKILL; removes the temporary folder unless a started child
-  // failed (then the log is kept and its path printed to stderr).
+  // SIGTERM, then waits up to 30 s, then SIGKILL; removes the temporary folder and everything in it,
+  // unless a started child failed: exited non-zero, was killed by a signal the test did not send through
+  // SendSignal, or had to be killed here (then the folder is kept and the log's path printed to stderr).
+  // A child the test killed on purpose (e.g. SendSignal(SIGKILL), then Wait) counts as a clean exit.
   ~ScoredProcess();
   ScoredProcess(const ScoredProcess&) = delete;
   ScoredProcess& operator=(const ScoredProcess&) = delete;
@@ -93,6 +95,7 @@ class ScoredProcess {
   const std::string& port_file() const { return port_file_; }
   std::string ReadLog() const;
 
+  // Sends `signal_number` to the child; a death by that signal is then expected (see ~ScoredProcess).
   absl::Status SendSignal(int signal_number);
   // Waits for the child to exit. Returns its exit code, or 128 + signal if a signal killed it.
   // DEADLINE_EXCEEDED if it is still running after `timeout` (it is not killed then).
@@ -106,6 +109,7 @@ class ScoredProcess {
   bool exited_ = false;
   bool keep_files_ = true;  // false when Start() failed: its error already carries the log tail
   int exit_code_ = -1;
+  int last_signal_sent_ = 0;  // the last signal sent through SendSignal (0: none)
   ScoredPorts ports_;
   std::string tmp_dir_;
   std::string log_path_;
