@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The whole test suite: installs dependencies, builds (CUDA sources too where nvcc exists), runs ctest.
-# GPU tests skip cleanly without a device. Prints the time of each stage.
+# The whole test suite: installs dependencies, builds (CUDA sources too where nvcc exists), runs ctest,
+# then the unit and e2e suites again under ASan + UBSan, then the fuzzers. GPU tests skip cleanly without a
+# device. Prints the time of each stage.
 # Usage: scripts/test.sh [extra ctest args...]
-# env: BUILD_DIR (default build), SCORED_DATA, JOBS, FUZZ_SECONDS (default 60), SCORED_SKIP_FUZZ=1
+# env: BUILD_DIR (default build), SCORED_DATA, JOBS, FUZZ_SECONDS (default 60), SCORED_SKIP_SANITIZE=1,
+#      SCORED_SKIP_FUZZ=1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${BUILD_DIR:-build}
@@ -20,6 +22,13 @@ stage "build"
 cmake --build "$build_dir" -j "$jobs"
 stage "test"
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" "$@"
+# Memory and UB errors: the unit and e2e suites rebuilt with ASan + UBSan in ${build_dir}-asan (the
+# whole-WikiText tests on their first SCORED_E2E_MAX_WINDOWS windows, see scripts/sanitize.sh); any report
+# fails the run. SCORED_SKIP_SANITIZE=1 skips it.
+if [ "${SCORED_SKIP_SANITIZE:-0}" != 1 ]; then
+  stage "sanitize"
+  SANITIZE_JOBS="$jobs" scripts/sanitize.sh "${build_dir}-asan"
+fi
 # Hostile input: every libFuzzer target (clang, ASan + UBSan) replays its committed corpus (regression
 # seeds included) and fuzzes for FUZZ_SECONDS (default 60); any crash or sanitizer report fails the run.
 # SCORED_SKIP_FUZZ=1 skips it (e.g. while iterating locally).
