@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Checks gpu_bench.sh's tp, 70b and soak steps without a GPU: stand-in scored_bench / scored / scored-load and a
+# python3 wrapper that fakes make_random_w4a16.py print the real tools' output formats, so what is checked is the
+# step logic (checkpoint reuse, timeouts, FAIL lines, the closing tables, the SIGTERM drain bookkeeping).
+#
+#   bash scripts/bench/test_gpu_bench.sh        (from the repository root; exit 0 = pass)
+#
+# The real tools' formats are those of tests/bench/cuda/scored_bench.cc, client/load/report.cc (the JSON) and
+# make_random_w4a16.py; a change there must be mirrored here.
+set -uo pipefail
+root=$PWD
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/ok/bin" "$tmp/bad/bin" "$tmp/py"
+failures=0
+expect() {  # expect LOG PATTERN WHAT
+  if ! grep -qE "$2" "$1"; then
+    echo "FAIL test_gpu_bench: $3 (no line matching '$2' in $1)"
+    failures=$((failures + 1))
+  fi
+}
+
+cat > "$tmp/ok/run" <<'EOF'
+#!/usr/bin/env bash
+here=$(cd "$(dirname "$0")" && pwd)
+bin=$1; shift
+exec "$here/bin/$bin" "$@"
+EOF
+cat > "$tmp/ok/bin/scored_bench" <<'EOF'
+#!/usr/bin/env python3
+import sys
+a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+tp, ctx = int(a.get("--tp", 1)), int(a["--ctx"])
+mem = lambda v: " / ".join([v] * tp)
+print(f"scored_bench: LlamaForCausalLM w4a16-g128-sym, 8.03B params, weights 5.31 GiB on the GPU, loaded in {3.0 * tp:.1f} s")
+print(f"load: tp {tp}, {3.0 * tp:.1f} s open -> ready, GPU memory in use after load {mem('5.1')} GiB (per GPU)")
+if "--ref" in a:
+    print("vs transformers (2 windows x 2048), mean |delta logprob|: ours-vs-fp32model 0.00791, ours-vs-fp32head "
+          "0.00312, ours-vs-bf16logits 0.04000 | transformers bf16 vs its fp32model: fp32head 0.00700, bf16logits "
+          "0.04000 | PPL ours 75.3, fp32model 75.1, fp32head 75.2, bf16logits 76.0")
+    if a.get("--gate", "1") == "1":
+        print("gate: ours-vs-fp32model 0.00791 <= 0.01: PASS")
+steps = []
+for b in map(int, a["--batches"].split(",")):
+    tps = 36000.0 * (1.8 if tp > 1 else 1.0)
+    steps.append(b * ctx / tps)
+    print(f"scored B={b} T={ctx}: {steps[-1] * 1e3:8.1f} ms/step {tps:9.0f} tok/s {576 * tp:6.0f} TFLOP/s | plain "
+          f"cuBLASLt layer GEMMs  750 TFLOP/s, ratio 0.77 | FLOP-bound limit {47000 * tp} tok/s on {tp} GPU(s), "
+          f"ours 0.77 of it | GPU memory used {mem('9.5')} GiB")
+if tp > 1 and a.get("--nccl", "1") == "1":
+    for b, dt in zip(map(int, a["--batches"].split(",")), steps):
+        print(f"nccl B={b} T={ctx}: 64 all-reduces of 256 MiB fp32 alone 40.1 ms per forward = "
+              f"{4.01 / dt:.1f}% of the {dt * 1e3:.1f} ms step (bus bandwidth 350 GB/s)")
+EOF
+cat > "$tmp/ok/bin/scored" <<'EOF'
+#!/usr/bin/env bash
+for a in "$@"; do case $a in --port_file=*) pf=${a#--port_file=} ;; esac; done
+trap 'echo "received SIGTERM, shutting down"; exit 0' TERM
+sleep 1
+echo '{"grpc": 43210, "metrics": null}' > "$pf.tmp" && mv "$pf.tmp" "$pf"
+while true; do sleep 0.2; done
+EOF
+cat > "$tmp/ok/bin/scored-load" <<'EOF'
+#!/usr/bin/env bash
+for a in "$@"; do case $a in --json=*) js=${a#--json=} ;; --duration=*) d=${a#--duration=} ;; esac; done
+sleep 2
+echo "scored-load  (stand-in)"
+if [[ $d == 30 ]]; then codes='{"OK": 40, "UNAVAILABLE": 64}'; else codes='{"OK": 1200}'; fi
+echo "{\"tokens_per_s\": 30500.0, \"requests_per_s\": 20.1, \"requests_ok\": 1200, \"requests\": 1200, \"latency_ms\":" \
+  "{\"p50\": 2900.0, \"p90\": 3500.0, \"p99\": 4100.0, \"max\": 4500.0}, \"codes\": $codes}" > "$js"
+EOF
+real_python=$(command -v python3)
+cat > "$tmp/py/python3" <<EOF
+#!/usr/bin/env bash
+if [[ \$1 == scripts/bench/make_random_w4a16.py ]]; then
+  shift
+  while [[ \$# -gt 0 ]]; do [[ \$1 == --out ]] && out=\$2; shift; done
+  mkdir -p "\$out" && : > "\$out/ref_windows.bin" && echo x > "\$out/model-00001-of-00001.safetensors"
+  echo "make_random_w4a16: (stand-in) 8.03B params"
+  echo "make_random_w4a16: total 12.3s (setup+calibration 1.0s)"
+  exit 0
+fi
+exec "$real_python" "\$@"
+EOF
+chmod +x "$tmp/ok/run" "$tmp/ok/bin/"* "$tmp/py/python3"
+
+# 1. Everything works: three tables, exit 0.
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs1" W4_DIR="$tmp/w4" BIG_DIR="$tmp/big" SOAK_SECONDS=1 \
+  bash "$root/scripts/bench/gpu_bench.sh" tp,70b,soak > "$tmp/out1.txt" 2>&1
+rc=$?
+[[ $rc == 0 ]] || { echo "FAIL test_gpu_bench: good run exited $rc"; failures=$((failures + 1)); }
+expect "$tmp/out1.txt" '^2 +8 +64800 +1\.80x +94000 +0\.77 +15\.9% +6\.0 9\.5 / 9\.5 +0\.00791$' "tp table row (tp 2)"
+expect "$tmp/out1.txt" '^1 +8 +36000 +1\.00x +47000' "tp table row (tp 1)"
+expect "$tmp/out1.txt" '^\(reusing ' "soak reuses the tp step's checkpoint"
+expect "$tmp/out1.txt" '^write: total 12\.3s; load \(open -> ready\): 6\.0 s; after load GiB per GPU: 5\.1 / 5\.1$' \
+  "big summary header"
+expect "$tmp/out1.txt" '^8 +64800 +1152 +94000 +0\.77 +15\.9% 9\.5 / 9\.5$' "big table row"
+expect "$tmp/out1.txt" 'ratio 0\.85$' "soak: under load vs alone"
+expect "$tmp/out1.txt" '^latency ms p50 2900  p90 3500  p99 4100  max 4500$' "soak latency"
+expect "$tmp/out1.txt" '^SIGTERM under load: scored exit 0 .*drain load codes: OK=40 UNAVAILABLE=64$' "soak drain"
+[[ ! -e $tmp/big ]] || { echo "FAIL test_gpu_bench: the big checkpoint was kept"; failures=$((failures + 1)); }
+
+# 2. Failures: scored_bench hangs (timeout), scored dies at start: FAIL lines, exit 1, no hang.
+cp "$tmp/ok/run" "$tmp/bad/run"
+cp "$tmp/ok/bin/scored-load" "$tmp/bad/bin/"
+printf '#!/usr/bin/env bash\nsleep 300\n' > "$tmp/bad/bin/scored_bench"
+printf '#!/usr/bin/env bash\necho "model: cannot open config.json" >&2\nexit 1\n' > "$tmp/bad/bin/scored"
+chmod +x "$tmp/bad/bin/"*
+sed 's/run_logged "tp\$t" 200/run_logged "tp$t" 2/; s/run_logged soak_alone 200/run_logged soak_alone 2/' \
+  "$root/scripts/bench/gpu_bench.sh" > "$tmp/gpu_bench_short.sh"
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/bad" OUT="$tmp/logs2" W4_DIR="$tmp/w4" SOAK_SECONDS=1 \
+  timeout 200 bash "$tmp/gpu_bench_short.sh" tp,soak > "$tmp/out2.txt" 2>&1
+rc=$?
+[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: failing run exited $rc, not 1"; failures=$((failures + 1)); }
+expect "$tmp/out2.txt" '^FAIL tp1: timed out after 2s' "timeout line"
+expect "$tmp/out2.txt" '^FAIL soak: scored exited before listening' "scored start failure line"
+expect "$tmp/out2.txt" 'cannot open config.json' "scored's own message"
+
+if [[ $failures == 0 ]]; then
+  echo "test_gpu_bench: passed"
+else
+  echo "test_gpu_bench: $failures failed"; sed 's/^/  | /' "$tmp/out1.txt" "$tmp/out2.txt"
+fi
+[[ $failures == 0 ]]
