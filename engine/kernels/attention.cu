@@ -644,9 +644,10 @@ __global__ void __launch_bounds__(kWideWarps * 32, WideMinBlocks<kHeadDim>()) At
 // row r is 128 bytes at r * 128 and its 16-byte chunk c lives at chunk c ^ (r % 8). The same bytes are the
 // N-major (dims contiguous) 128-byte swizzled layout of V: 8-key groups 1024 bytes apart (stride byte
 // offset), the two 64-dim halves kHopperHalfBytes apart (leading byte offset).
-// Loads are cp.async into a three-stage K/V ring (tile i + 2 loads while tile i is multiplied), so one
-// barrier per tile suffices: the stage a load overwrites was last read in the previous iteration, which
-// every thread finished before this iteration's barrier.
+// Loads are cp.async into a three-stage K/V ring: tile i + 2 starts loading once tile i + 1 has landed,
+// into the stage of tile i - 1, whose last reader (P.V of tile i - 1) every thread has awaited before the
+// one barrier per tile. Per warpgroup, S of tile i + 1 and P.V of tile i are issued back to back and only
+// the S is awaited, so the tensor cores run P.V while the softmax of tile i + 1 runs.
 constexpr int kHopperHeadDim = 128;
 constexpr int kHopperBlockQ = 128;
 constexpr int kHopperBlockK = 128;
@@ -666,7 +667,11 @@ __device__ __forceinline__ uint64_t WgmmaDesc(uint32_t smem_address, uint32_t le
 
 __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void WgmmaWaitAll() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ void WgmmaWaitAll() { WgmmaWait<0>(); }
 
 // Keeps the compiler from moving reads or writes of an accumulator across the asynchronous wgmma.
 __device__ __forceinline__ void FenceOperands(float (&d)[64]) {
@@ -781,20 +786,11 @@ __global__ void __launch_bounds__(kHopperThreads, 1) AttentionWgmmaKernel(const 
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
   const uint32_t q_rows = q_tile + warpgroup * 64 * 128;  // this warpgroup's 64 rows of each half
-
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    CopyAsyncWait<1>();  // tile's group has landed; tile + 1's may still be in flight
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async writes -> wgmma reads
-    __syncthreads();
-    if (tile + 2 < num_tiles) load_kv(tile + 2);
-    CopyAsyncCommit();
-    const int stage = tile % kHopperStages;
-    const int k0 = tile * kHopperBlockK;
-
-    float s[64];
+  float s[64];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) s[i] = 0.0f;
-    WgmmaFence();
+  for (int i = 0; i < 64; ++i) s[i] = 0.0f;
+  // S = Q K^T of one tile into s (issued, not awaited; the caller fences first).
+  auto issue_scores = [&](int stage) {
     FenceOperands(s);
 #pragma unroll
     for (int kk = 0; kk < kHopperHeadDim / 16; ++kk) {
@@ -802,8 +798,23 @@ __global__ void __launch_bounds__(kHopperThreads, 1) AttentionWgmmaKernel(const 
       WgmmaSS(s, WgmmaDesc(q_rows + offset, 16, 1024), WgmmaDesc(k_tile(stage) + offset, 16, 1024), kk > 0);
     }
     WgmmaCommit();
-    WgmmaWaitAll();
-    FenceOperands(s);
+  };
+
+  CopyAsyncWait<1>();  // Q and tile 0 have landed; tile 1 may still be in flight
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async writes -> wgmma reads
+  __syncthreads();
+  WgmmaFence();
+  issue_scores(0);
+  WgmmaWaitAll();
+  FenceOperands(s);
+
+  // Iteration `tile` starts with S of tile in s and P.V of tile - 1 possibly still running. It turns s
+  // into P, waits for that P.V, rescales O, then (after the barrier that makes tile + 1 visible and frees
+  // the stage of tile - 1 for tile + 2) issues S of tile + 1 and P.V of tile, and waits only for the S:
+  // the P.V runs on while the next iteration's softmax does.
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile % kHopperStages;
+    const int k0 = tile * kHopperBlockK;
 
     // s[4 i + e]: row (e < 2 ? row_a : row_b), key k0 + 8 i + 2 t + (e & 1). Mask keys after the query
     // (this also covers keys >= len); a tile whose last key precedes the warp's first row needs none.
@@ -848,13 +859,8 @@ __global__ void __launch_bounds__(kHopperThreads, 1) AttentionWgmmaKernel(const 
     }
     l_a = l_a * alpha_a + sum_a;
     l_b = l_b * alpha_b + sum_b;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      o[4 * i] *= alpha_a;
-      o[4 * i + 1] *= alpha_a;
-      o[4 * i + 2] *= alpha_b;
-      o[4 * i + 3] *= alpha_b;
-    }
+    WgmmaWaitAll();  // P.V of tile - 1: its P registers are free and O is final
+    FenceOperands(o);
     uint32_t p[kHopperBlockK / 16][4];
 #pragma unroll
     for (int c = 0; c < kHopperBlockK / 16; ++c) {
@@ -863,17 +869,35 @@ __global__ void __launch_bounds__(kHopperThreads, 1) AttentionWgmmaKernel(const 
       p[c][2] = PackBf16(s[8 * c + 4], s[8 * c + 5]);
       p[c][3] = PackBf16(s[8 * c + 6], s[8 * c + 7]);
     }
-    WgmmaFence();
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      o[4 * i] *= alpha_a;
+      o[4 * i + 1] *= alpha_a;
+      o[4 * i + 2] *= alpha_b;
+      o[4 * i + 3] *= alpha_b;
+    }
+    WgmmaFence();  // O, P (and s, below) were written by ordinary instructions
     FenceOperands(o);
+    const bool more = tile + 1 < num_tiles;  // uniform over the block
+    if (more) {
+      CopyAsyncWait<0>();  // tile + 1 has landed
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      __syncthreads();  // every thread is past P.V of tile - 1: its stage takes tile + 2
+      if (tile + 2 < num_tiles) load_kv(tile + 2);
+      CopyAsyncCommit();
+      issue_scores((tile + 1) % kHopperStages);
+    }
 #pragma unroll
     for (int c = 0; c < kHopperBlockK / 16; ++c) {
       // Keys 16 c .. 16 c + 15: two 8-key groups (1024 bytes each) into the tile.
       WgmmaRS(o, p[c], WgmmaDesc(v_tile(stage) + c * 2048, kHopperHalfBytes, 1024));
     }
     WgmmaCommit();
-    WgmmaWaitAll();
-    FenceOperands(o);
+    WgmmaWait<1>();  // S of tile + 1 (when issued); P.V of tile may still run
+    FenceOperands(s);
   }
+  WgmmaWaitAll();
+  FenceOperands(o);
 
   // o[4 i + e]: row (e < 2 ? row_a : row_b), dims 8 i + 2 t + (e & 1). Row sums: the 4 threads of a row
   // group each hold a quarter of the keys.
