@@ -8,7 +8,8 @@
 //      within 60 s (the bound the control channel's peer watch easily meets: a killed process's socket
 //      closes at once);
 //   3. a leader killed with SIGKILL makes the follower exit non-zero within 60 s.
-// Model: stories260K (real trained weights, SCORED_DATA_DIR), token windows of WikiText-2 test.
+// Model: stories260K (real trained weights), token windows of WikiText-2 test, both under $SCORED_DATA_DIR
+// (default: the build's data folder). $SCORED_TEST_SCORED_BINARY picks the daemon (default: the build's).
 // Needs 2 GPUs (label multi_gpu); skips cleanly with fewer.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -53,6 +54,12 @@ using testing::ScoredProcessOptions;
 
 // Detection bound of the brief: a rank that dies is reported within a bounded time (no silent hang).
 constexpr absl::Duration kDetectBound = absl::Seconds(60);
+
+// $SCORED_DATA_DIR (a GPU machine carries the assets elsewhere), else the build's data folder.
+std::string DataDir() {
+  const char* env = std::getenv("SCORED_DATA_DIR");
+  return env != nullptr && env[0] != '\0' ? env : SCORED_DATA_DIR;
+}
 
 int GpuCount() {
   int count = 0;
@@ -176,7 +183,7 @@ class ScopedEnv {
 };
 
 std::vector<std::string> CommonArgs() {
-  return {"--model=" + testing::StoriesModelDir(), "--backend=cuda", "--tp=2", "--max_batch_tokens=4096",
+  return {"--model=" + DataDir() + "/stories260K-hf", "--backend=cuda", "--tp=2", "--max_batch_tokens=4096",
           "--shutdown_grace_s=5"};
 }
 
@@ -194,11 +201,12 @@ std::unique_ptr<v1::Scorer::Stub> Stub(const std::string& address) {
 
 // WikiText-2 test windows, tokenized by the server itself: lengths 512 (the model's context), 300, 17, 2.
 absl::StatusOr<std::vector<std::vector<int32_t>>> Windows(v1::Scorer::Stub* stub) {
-  std::ifstream in(std::string(SCORED_DATA_DIR) + "/wikitext-2-raw/wiki.test.raw");
+  const std::string data_dir = DataDir();
+  std::ifstream in(data_dir + "/wikitext-2-raw/wiki.test.raw");
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str().substr(0, 20000);
-  if (text.empty()) return absl::NotFoundError("wiki.test.raw is missing under SCORED_DATA_DIR");
+  if (text.empty()) return absl::NotFoundError("wikitext-2-raw/wiki.test.raw is missing under " + data_dir);
   v1::TokenizeRequest request;
   request.set_text(text);
   request.set_add_bos(true);
