@@ -54,15 +54,53 @@ def test_deployment_service_podmonitor_are_wired():
     assert mon["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
 
 
+def assert_token_secret_mounted(pod_spec, args):
+    """A non-loopback --listen needs TLS or a token (scored refuses it otherwise): the token file must lie
+    in a mounted Secret."""
+    token = flag_value(args, "--auth_token_file")
+    assert token, "--listen 0.0.0.0 needs --auth_token_file (or TLS)"
+    mounts = {m["name"]: m["mountPath"] for m in pod_spec["containers"][0]["volumeMounts"]}
+    secrets = {v["name"] for v in pod_spec["volumes"] if "secret" in v}
+    assert any(token.startswith(mounts[name] + "/") for name in secrets if name in mounts), token
+
+
+def test_deployment_mounts_its_token():
+    dep = by_kind(load_yaml_docs("deploy", "kubernetes", "deployment.yaml"), "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert_token_secret_mounted(pod, pod["containers"][0]["args"])
+
+
 def test_statefulset_for_multihost_tp():
     docs = load_yaml_docs("deploy", "kubernetes", "statefulset-multihost.yaml")
     sts, svc = by_kind(docs, "StatefulSet"), by_kind(docs, "Service")
     assert svc["spec"]["clusterIP"] == "None" and sts["spec"]["serviceName"] == svc["metadata"]["name"]
-    args = " ".join(sts["spec"]["template"]["spec"]["containers"][0]["args"])
+    # Followers resolve rank 0's name before it is Ready (it turns Ready only once they joined).
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    pod = sts["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    args = " ".join(c["args"])
     for flag in ("--nnodes", "--node_rank", "--rendezvous", "--tp"):
         assert flag in args
     rendezvous_port = int(re.search(r"--rendezvous=\S+:(\d+)", args).group(1))
-    assert rendezvous_port in container_ports(sts["spec"]["template"]["spec"]).values()
+    assert rendezvous_port in container_ports(pod).values()
+    # The rendezvous host is pod 0 of this StatefulSet under the headless service.
+    rendezvous_host = re.search(r"--rendezvous=(\S+):\d+", args).group(1)
+    assert rendezvous_host.split(".")[:2] == [sts["metadata"]["name"] + "-0", svc["metadata"]["name"]]
+    # The node rank is the pod ordinal; one pod per node; each pod holds tp / nnodes GPUs.
+    assert "--node_rank=${HOSTNAME##*-}" in args
+    nnodes, tp = int(flag_value([args], "--nnodes")), int(flag_value([args], "--tp"))
+    assert sts["spec"]["replicas"] == nnodes and tp % nnodes == 0
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == tp // nnodes
+    # Pods start together and are replaced together; only rank 0 can answer probes.
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    assert sts["spec"]["updateStrategy"]["type"] == "OnDelete"
+    assert c["readinessProbe"]["grpc"]["port"] == container_ports(pod)["grpc"]
+    assert "livenessProbe" not in c and "startupProbe" not in c
+    assert_token_secret_mounted(pod, [args])
+    # Clients reach rank 0 only.
+    client_svc = next(d for d in docs if d["kind"] == "Service" and d["spec"].get("clusterIP") != "None")
+    assert client_svc["spec"]["selector"]["statefulset.kubernetes.io/pod-name"] == sts["metadata"]["name"] + "-0"
+    assert {p["targetPort"] for p in client_svc["spec"]["ports"]} <= set(container_ports(pod))
 
 
 def test_prometheus_config_targets_metrics_port():
