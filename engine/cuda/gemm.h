@@ -13,7 +13,7 @@
 // Tune() may replace the heuristic's first choice for one shape by a faster one among the heuristic's top
 // kTuneCandidates (still no split-K, no reduction scheme), timed once at num_tokens = max_tokens on caller
 // buffers; it is then pinned the same way. The choice can differ between two loads (timing), never between
-// two calls of one runner.
+// two calls of one runner; shapes faster than kTuneMinMs (gemm.cc) keep the heuristic's first choice.
 //
 // The workspace is allocated once at Create(). Thread-safety: none (one engine thread).
 #ifndef SCORED_ENGINE_CUDA_GEMM_H_

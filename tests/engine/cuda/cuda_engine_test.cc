@@ -202,7 +202,16 @@ TEST_F(CudaEngineTest, SplitsBatchesLargerThanMaxBatchTokens) {
   auto b = large->Score(golden.requests);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
-  for (size_t i = 0; i < golden.requests.size(); ++i) ExpectBitwiseEqual((*a)[i], (*b)[i], std::to_string(i));
+  // Bitwise within one engine: the split batch equals each request alone. Two engines (two loads) may time
+  // a different GEMM algorithm for a shape (gemm.h Tune), so across them the bound is fp32 accumulation
+  // order in bf16 activations.
+  for (size_t i = 0; i < golden.requests.size(); ++i) {
+    auto alone = small->Score({golden.requests[i]});
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    ExpectBitwiseEqual((*a)[i], (*alone)[0], std::to_string(i));
+  }
+  const Agreement agreement = Compare(*a, *b);
+  EXPECT_LE(agreement.mean_abs, 0.01);
 }
 
 TEST_F(CudaEngineTest, RejectsBadRequestsAndReportsMemory) {
