@@ -175,6 +175,7 @@ absl::StatusOr<PackedBatch> ParseBatch(const std::string& bytes, int64_t max_tok
   bool ok = in.Get(&b.fb.num_tokens) && in.Get(&b.fb.num_seqs) && in.Get(&b.fb.max_seqlen) &&
             in.Get(&b.fb.options.top_k) && in.Get(&want_rank) && in.Get(&want_entropy) && in.Get(&spans);
   ok = ok && b.fb.num_tokens > 0 && b.fb.num_tokens <= max_tokens && b.fb.num_seqs > 0 &&
+       b.fb.options.top_k >= 0 && b.fb.options.top_k <= kernels::kMaxTopK &&
        b.fb.num_seqs <= b.fb.num_tokens && spans >= 0 && spans <= b.fb.num_seqs;
   for (int64_t i = 0; ok && i < spans; ++i) {
     RowSpan span;
@@ -576,11 +577,13 @@ absl::Status CudaEngine::ValidateRequest(const ScoreRequest& r, size_t index) co
     return absl::InvalidArgumentError(
         absl::StrCat("request ", index, ": top_k ", r.top_k, " outside [0, 64]"));
   }
-  if (r.top_k > 0 && tp_ > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "request ", index, ": top_k with --tp > 1 is not implemented (the engine runs --tp ", tp_, ")"));
-  }
   const int64_t vocab = weights_->config().vocab_size;
+  // Vocab-parallel top-k takes top_k from every rank's shard; the last rank's is the smallest.
+  const int64_t smallest_shard = vocab - (tp_ - 1) * ((vocab + tp_ - 1) / tp_);
+  if (r.top_k > smallest_shard) {
+    return absl::InvalidArgumentError(absl::StrCat("request ", index, ": top_k ", r.top_k, " exceeds the ",
+                                                   smallest_shard, " vocabulary rows of the smallest --tp shard"));
+  }
   for (int64_t j = 0; j < n; ++j) {
     if (r.tokens[j] < 0 || r.tokens[j] >= vocab) {
       return absl::InvalidArgumentError(absl::StrCat("request ", index, ": token id ", r.tokens[j],

@@ -208,7 +208,8 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
       } else {
         SCORED_RETURN_IF_ERROR(dist::VocabParallelScore(
             *tp->comm, logits, head_rows, head_rows, tp->vocab_begin, targets + begin, rows, batch.options,
-            acts->tp_stats.as<kernels::LogitPartialStats>(), acts->tp_target_logit.as<float>(), out, stream));
+            acts->tp_stats.as<kernels::LogitPartialStats>(), acts->tp_target_logit.as<float>(),
+            acts->tp_topk_ids.as<int32_t>(), acts->tp_topk_values.as<float>(), out, stream));
       }
     }
   }
@@ -229,7 +230,8 @@ int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype) {
 int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens,
                              int tp_size) {
   const int64_t tp_bytes =
-      tp_size > 1 ? LogitsRows(max_tokens) * (tp_size * static_cast<int64_t>(sizeof(kernels::LogitPartialStats)) + 4) +
+      tp_size > 1 ? LogitsRows(max_tokens) * (tp_size * static_cast<int64_t>(sizeof(kernels::LogitPartialStats)) + 4 +
+                                              tp_size * kernels::kMaxTopK * 8) +
                         max_tokens * 4
                   : 0;
   return LogitsRows(max_tokens) * config.vocab_size * 4 + 2 * model.max_scratch_elements * ActBytes(model.dtype) +
@@ -283,6 +285,10 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
                                "the vocab-parallel statistics"));
     SCORED_ASSIGN_OR_RETURN(a.tp_target_logit, DeviceBuffer::Allocate(LogitsRows(t) * 4, "target logits"));
     SCORED_ASSIGN_OR_RETURN(a.act_amax, DeviceBuffer::Allocate(t * 4, "activation amax"));
+    SCORED_ASSIGN_OR_RETURN(a.tp_topk_ids, DeviceBuffer::Allocate(tp_size * LogitsRows(t) * kernels::kMaxTopK * 4,
+                                                                  "vocab-parallel top-k ids"));
+    SCORED_ASSIGN_OR_RETURN(a.tp_topk_values, DeviceBuffer::Allocate(tp_size * LogitsRows(t) * kernels::kMaxTopK * 4,
+                                                                     "vocab-parallel top-k logits"));
   }
   return a;
 }

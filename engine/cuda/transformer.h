@@ -60,6 +60,8 @@ struct Activations {
   DeviceBuffer tp_stats;        // [tp_size, min(max_tokens, kLmHeadChunkTokens)] kernels::LogitPartialStats
   DeviceBuffer tp_target_logit; // [min(max_tokens, kLmHeadChunkTokens)] fp32
   DeviceBuffer act_amax;        // [max_tokens] fp32: W8A8 per-token amax of a row-parallel input
+  DeviceBuffer tp_topk_ids;     // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] int32
+  DeviceBuffer tp_topk_values;  // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] fp32
 };
 
 // Device bytes Activations takes per token of max_tokens (for "what fits" messages); the fixed part
@@ -104,7 +106,6 @@ struct TensorParallelContext {
 // shard; o_proj / down_proj partial outputs (fp32) are summed by an all-reduce before the residual add,
 // the embedding lookup of the rank's rows is all-reduced, and the log-softmax combines per-token partial
 // statistics across ranks (dist::VocabParallelScore): every rank ends with the same per-row results.
-// top_k > 0 with tp: UNIMPLEMENTED.
 absl::Status Forward(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
                      const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
                      const TensorParallelContext* tp = nullptr);

@@ -31,11 +31,11 @@ absl::Status VocabParallelLogprob(NcclCommunicator& comm, const float* logits, i
 absl::Status VocabParallelScore(NcclCommunicator& comm, const float* logits, int64_t ld, int64_t shard_size,
                                 int64_t vocab_offset, const int32_t* targets, int64_t num_tokens,
                                 const kernels::LogprobOptions& options, kernels::LogitPartialStats* workspace,
-                                float* target_logit, const kernels::LogprobOutputs& outputs,
-                                CUstream_st* stream) {
-  if (options.top_k > 0) {
-    return absl::UnimplementedError(
-        "top_k with --tp > 1 is not implemented (vocab-parallel top-k merge); use --tp 1 for top-k requests");
+                                float* target_logit, int32_t* topk_ids, float* topk_values,
+                                const kernels::LogprobOutputs& outputs, CUstream_st* stream) {
+  if (options.top_k > 0 && (topk_ids == nullptr || topk_values == nullptr || outputs.top_k_ids == nullptr ||
+                            outputs.top_k_logprobs == nullptr)) {
+    return absl::InvalidArgumentError("vocab-parallel score: top-k workspace or output missing");
   }
   if (num_tokens < 0 || shard_size <= 0 || ld < shard_size || vocab_offset < 0) {
     return absl::InvalidArgumentError(absl::StrCat("vocab-parallel score: tokens ", num_tokens, ", shard ",
@@ -54,10 +54,23 @@ absl::Status VocabParallelScore(NcclCommunicator& comm, const float* logits, int
   SCORED_RETURN_IF_ERROR(kernels::CombineLogitPartialStats(
       workspace, comm.num_ranks(), num_tokens, targets, outputs.logprob, outputs.greedy, stream,
       options.want_entropy ? outputs.entropy : nullptr, options.want_rank ? target_logit : nullptr));
-  if (!options.want_rank) return absl::OkStatus();
-  SCORED_RETURN_IF_ERROR(kernels::CountLogitsAbove(logits, ld, num_tokens, shard_size, target_logit,
-                                                   comm.rank() == 0 ? 1 : 0, outputs.rank, stream));
-  return comm.AllReduceSum(outputs.rank, outputs.rank, num_tokens, ReduceDType::kI32, stream);
+  if (options.want_rank) {
+    SCORED_RETURN_IF_ERROR(kernels::CountLogitsAbove(logits, ld, num_tokens, shard_size, target_logit,
+                                                     comm.rank() == 0 ? 1 : 0, outputs.rank, stream));
+    SCORED_RETURN_IF_ERROR(comm.AllReduceSum(outputs.rank, outputs.rank, num_tokens, ReduceDType::kI32, stream));
+  }
+  if (options.top_k > 0) {
+    const int64_t k = options.top_k;
+    const int64_t mine_at = static_cast<int64_t>(comm.rank()) * num_tokens * k;
+    SCORED_RETURN_IF_ERROR(kernels::ShardTopK(logits, ld, num_tokens, shard_size, vocab_offset, options.top_k,
+                                              topk_ids + mine_at, topk_values + mine_at, k, stream));
+    SCORED_RETURN_IF_ERROR(comm.AllGatherBytes(topk_ids + mine_at, topk_ids, num_tokens * k * 4, stream));
+    SCORED_RETURN_IF_ERROR(comm.AllGatherBytes(topk_values + mine_at, topk_values, num_tokens * k * 4, stream));
+    SCORED_RETURN_IF_ERROR(kernels::MergeShardTopK(topk_ids, topk_values, k, workspace, comm.num_ranks(),
+                                                   num_tokens, options.top_k, outputs.top_k_ids,
+                                                   outputs.top_k_logprobs, stream));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace scored::dist

@@ -38,9 +38,12 @@ absl::Status VocabParallelLogprob(NcclCommunicator& comm,
 // The same tail with the optional per-token outputs of kernels::ScoreLogits (logprob.h):
 //   entropy (options.want_entropy): from each shard's T_r in the gathered stats, no extra communication;
 //   rank (options.want_rank): every rank counts its logits > the combined target logit
-//     (kernels::CountLogitsAbove, rank 0 adds the 1), then an int32 sum all-reduce, in place in outputs.rank.
-// top-k across ranks is not implemented: options.top_k > 0 returns UNIMPLEMENTED.
-// target_logit: device workspace [num_tokens] fp32 (used when want_rank). outputs: as ScoreLogits'.
+//     (kernels::CountLogitsAbove, rank 0 adds the 1), then an int32 sum all-reduce, in place in outputs.rank;
+//   top-k (options.top_k > 0): every rank's top_k (global id, logit) pairs (kernels::ShardTopK), two
+//     all-gathers, and kernels::MergeShardTopK (the same total order as ScoreLogits: logit desc, id asc).
+//     Needs top_k <= every rank's shard size (the caller checks it for all ranks alike).
+// Workspaces: target_logit [num_tokens] fp32 (want_rank); topk_ids / topk_values
+// [num_ranks, num_tokens, top_k] (top_k > 0). outputs: as ScoreLogits'.
 absl::Status VocabParallelScore(NcclCommunicator& comm,
                                 const float* logits,     // [num_tokens, ld] this rank's shard, fp32
                                 int64_t ld, int64_t shard_size, int64_t vocab_offset,
@@ -48,6 +51,8 @@ absl::Status VocabParallelScore(NcclCommunicator& comm,
                                 int64_t num_tokens, const kernels::LogprobOptions& options,
                                 kernels::LogitPartialStats* workspace,  // [num_ranks, num_tokens]
                                 float* target_logit,                    // [num_tokens]
+                                int32_t* topk_ids,                      // [num_ranks, num_tokens, top_k]
+                                float* topk_values,                     // [num_ranks, num_tokens, top_k]
                                 const kernels::LogprobOutputs& outputs, CUstream_st* stream);
 
 }  // namespace scored::dist

@@ -252,6 +252,36 @@ __global__ void __launch_bounds__(kThreads) PartialStatsKernel(const float* __re
   }
 }
 
+// M = max over shards (argmax ties to the lowest id), S and T (the entropy term) combined in shard order.
+struct Combined {
+  float max;
+  int32_t argmax;
+  float target_logit;
+  double sum;
+  double shifted;
+};
+
+__device__ Combined CombineToken(const LogitPartialStats* __restrict__ stats, int64_t num_shards,
+                                 int64_t num_tokens, int64_t t) {
+  Combined c{-INFINITY, INT32_MAX, __int_as_float(0x7fc00000), 0.0, 0.0};
+  for (int64_t r = 0; r < num_shards; ++r) {
+    const LogitPartialStats& s = stats[r * num_tokens + t];
+    if (Better(s.max, s.argmax, c.max, c.argmax)) {
+      c.max = s.max;
+      c.argmax = s.argmax;
+    }
+    if (s.has_target) c.target_logit = s.target_logit;
+  }
+  for (int64_t r = 0; r < num_shards; ++r) {
+    const LogitPartialStats& s = stats[r * num_tokens + t];
+    const double delta = static_cast<double>(s.max) - static_cast<double>(c.max);
+    const double w = exp(delta);
+    c.sum += s.sum_exp * w;
+    c.shifted += w * (s.sum_exp_shifted + delta * s.sum_exp);
+  }
+  return c;
+}
+
 __global__ void CombineStatsKernel(const LogitPartialStats* __restrict__ stats,  // [num_shards, num_tokens]
                                    int64_t num_shards, int64_t num_tokens,
                                    const int32_t* __restrict__ targets,  // [num_tokens]
@@ -260,30 +290,61 @@ __global__ void CombineStatsKernel(const LogitPartialStats* __restrict__ stats, 
                                    float* __restrict__ target_logit_out) {   // [num_tokens] or nullptr
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < num_tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float m = -INFINITY;
-    int32_t arg = INT32_MAX;
-    float target_logit = __int_as_float(0x7fc00000);
-    for (int64_t r = 0; r < num_shards; ++r) {
-      const LogitPartialStats& s = stats[r * num_tokens + t];
-      if (Better(s.max, s.argmax, m, arg)) {
-        m = s.max;
-        arg = s.argmax;
+    const Combined c = CombineToken(stats, num_shards, num_tokens, t);
+    const double log_sum = log(c.sum);
+    logprob[t] = static_cast<double>(c.target_logit) - (static_cast<double>(c.max) + log_sum);
+    greedy[t] = c.argmax == targets[t] ? 1 : 0;
+    if (entropy != nullptr) entropy[t] = static_cast<float>(log_sum - c.shifted / c.sum);
+    if (target_logit_out != nullptr) target_logit_out[t] = c.target_logit;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) ShardTopKKernel(const float* __restrict__ logits,  // [num_tokens, ld]
+                                                            int64_t ld, int64_t num_tokens, int64_t shard_size,
+                                                            int64_t vocab_offset, int top_k,
+                                                            int32_t* __restrict__ ids,     // [num_tokens, stride]
+                                                            float* __restrict__ values,    // [num_tokens, stride]
+                                                            int64_t stride) {
+  __shared__ TopKShared topk_shared;
+  for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
+    // lse 0: RowTopK writes float(double(x) - 0) = x, the raw logit.
+    RowTopK(logits + t * ld, shard_size, top_k, 0.0, topk_shared, ids + t * stride, values + t * stride);
+    if (threadIdx.x < top_k) ids[t * stride + threadIdx.x] += static_cast<int32_t>(vocab_offset);
+    __syncthreads();
+  }
+}
+
+// One block per token: candidate c's place is the number of candidates before it in (logit desc, id asc).
+__global__ void __launch_bounds__(kThreads) MergeTopKKernel(const int32_t* __restrict__ ids,
+                                                            const float* __restrict__ values, int64_t stride,
+                                                            const LogitPartialStats* __restrict__ stats,
+                                                            int64_t num_shards, int64_t num_tokens, int top_k,
+                                                            int32_t* __restrict__ top_ids,
+                                                            float* __restrict__ top_logprobs) {
+  __shared__ int32_t cand_id[kThreads];
+  __shared__ float cand_value[kThreads];
+  const int count = static_cast<int>(num_shards) * top_k;  // <= 8 * 64 = kThreads
+  for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
+    if (threadIdx.x < count) {
+      const int r = threadIdx.x / top_k, j = threadIdx.x % top_k;
+      const int64_t at = (r * num_tokens + t) * stride + j;
+      cand_id[threadIdx.x] = ids[at];
+      cand_value[threadIdx.x] = values[at];
+    }
+    __syncthreads();
+    if (threadIdx.x < count) {
+      const int32_t id = cand_id[threadIdx.x];
+      const float v = cand_value[threadIdx.x];
+      int place = 0;
+      for (int c = 0; c < count; ++c) place += Better(cand_value[c], cand_id[c], v, id) ? 1 : 0;
+      if (place < top_k) {
+        const Combined comb = CombineToken(stats, num_shards, num_tokens, t);
+        const double lse = static_cast<double>(comb.max) + log(comb.sum);
+        top_ids[t * top_k + place] = id;
+        top_logprobs[t * top_k + place] = static_cast<float>(static_cast<double>(v) - lse);
       }
-      if (s.has_target) target_logit = s.target_logit;
     }
-    double sum = 0.0, shifted = 0.0;
-    for (int64_t r = 0; r < num_shards; ++r) {
-      const LogitPartialStats& s = stats[r * num_tokens + t];
-      const double delta = static_cast<double>(s.max) - static_cast<double>(m);
-      const double w = exp(delta);
-      sum += s.sum_exp * w;
-      shifted += w * (s.sum_exp_shifted + delta * s.sum_exp);
-    }
-    const double log_sum = log(sum);
-    logprob[t] = static_cast<double>(target_logit) - (static_cast<double>(m) + log_sum);
-    greedy[t] = arg == targets[t] ? 1 : 0;
-    if (entropy != nullptr) entropy[t] = static_cast<float>(log_sum - shifted / sum);
-    if (target_logit_out != nullptr) target_logit_out[t] = target_logit;
+    __syncthreads();
   }
 }
 
@@ -364,6 +425,42 @@ absl::Status CombineLogitPartialStats(const LogitPartialStats* stats, int64_t nu
   const int64_t blocks = CeilDiv(num_tokens, 256);
   CombineStatsKernel<<<static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks), 256, 0, stream>>>(
       stats, num_shards, num_tokens, targets, logprob, greedy, entropy, target_logit);
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+absl::Status ShardTopK(const float* logits, int64_t ld, int64_t num_tokens, int64_t shard_size,
+                       int64_t vocab_offset, int32_t top_k, int32_t* ids, float* values, int64_t ids_stride,
+                       cudaStream_t stream) {
+  if (num_tokens < 0 || shard_size < 1 || ld < shard_size || vocab_offset < 0 || top_k < 1 ||
+      top_k > kMaxTopK || top_k > shard_size || ids_stride < top_k || vocab_offset + shard_size > INT32_MAX) {
+    return absl::InvalidArgumentError("ShardTopK: bad sizes");
+  }
+  if (num_tokens == 0) return absl::OkStatus();
+  if (logits == nullptr || ids == nullptr || values == nullptr) {
+    return absl::InvalidArgumentError("ShardTopK: null pointer");
+  }
+  const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
+  ShardTopKKernel<<<blocks, kThreads, 0, stream>>>(logits, ld, num_tokens, shard_size, vocab_offset, top_k, ids,
+                                                    values, ids_stride);
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+absl::Status MergeShardTopK(const int32_t* ids, const float* values, int64_t ids_stride,
+                            const LogitPartialStats* stats, int64_t num_shards, int64_t num_tokens, int32_t top_k,
+                            int32_t* top_ids, float* top_logprobs, cudaStream_t stream) {
+  if (num_shards < 1 || num_tokens < 0 || top_k < 1 || top_k > kMaxTopK || ids_stride < top_k ||
+      num_shards * top_k > kThreads) {
+    return absl::InvalidArgumentError("MergeShardTopK: bad sizes (num_shards * top_k must be <= 512)");
+  }
+  if (num_tokens == 0) return absl::OkStatus();
+  if (ids == nullptr || values == nullptr || stats == nullptr || top_ids == nullptr || top_logprobs == nullptr) {
+    return absl::InvalidArgumentError("MergeShardTopK: null pointer");
+  }
+  const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
+  MergeTopKKernel<<<blocks, kThreads, 0, stream>>>(ids, values, ids_stride, stats, num_shards, num_tokens, top_k,
+                                                    top_ids, top_logprobs);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }

@@ -84,6 +84,28 @@ absl::Status CombineLogitPartialStats(const LogitPartialStats* stats,  // [num_s
                                       float* entropy = nullptr,        // [num_tokens] or nullptr
                                       float* target_logit = nullptr);  // [num_tokens] or nullptr
 
+// Top-k of one vocabulary shard, for a vocab-parallel lm_head: ids[t, :] = the shard's top_k GLOBAL ids
+// (vocab_offset + local index) by descending logit, ties by lower id, values[t, :] their raw fp32 logits.
+// Same selection as ScoreLogits' top-k. Limits: 1 <= top_k <= min(kMaxTopK, shard_size).
+absl::Status ShardTopK(const float* logits,  // [num_tokens, ld], this shard's columns
+                       int64_t ld, int64_t num_tokens, int64_t shard_size, int64_t vocab_offset, int32_t top_k,
+                       int32_t* ids,     // [num_tokens, ids_stride], first top_k used
+                       float* values,    // [num_tokens, ids_stride], first top_k used
+                       int64_t ids_stride, cudaStream_t stream);
+
+// Merges the shards' top-k candidates into the global top-k: candidate (r, t, j) at
+// ids[(r * num_tokens + t) * ids_stride + j] (every shard's ids are distinct, so (logit desc, id asc) is a
+// total order); writes top_ids[t, :] and top_logprobs[t, :] = float(double(logit) - lse[t]) with
+// lse[t] = M + log S from the shards' stats combined as in CombineLogitPartialStats (bitwise the same lse).
+absl::Status MergeShardTopK(const int32_t* ids,      // [num_shards, num_tokens, ids_stride]
+                            const float* values,     // [num_shards, num_tokens, ids_stride]
+                            int64_t ids_stride,
+                            const LogitPartialStats* stats,  // [num_shards, num_tokens]
+                            int64_t num_shards, int64_t num_tokens, int32_t top_k,
+                            int32_t* top_ids,        // [num_tokens, top_k]
+                            float* top_logprobs,     // [num_tokens, top_k]
+                            cudaStream_t stream);
+
 // count[t] = base + #{i in [0, shard_size) : logits[t, i] > threshold[t]} (an exact integer count, so the
 // ranks' counts sum, by an int32 all-reduce, to ScoreLogits' rank when one rank passes base 1, the others 0).
 absl::Status CountLogitsAbove(const float* logits,     // [num_tokens, ld], this shard's columns

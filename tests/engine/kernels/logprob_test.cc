@@ -193,6 +193,41 @@ TEST_F(LogprobTest, VocabShardStatsCombineToFullResult) {
             << " entropy max_abs=" << max_entropy_err << std::endl;
   EXPECT_LE(max_err, kLogprobAbsTol);
   EXPECT_LE(max_entropy_err, kEntropyAbsTol);
+
+  // Top-k across the shards: each shard's top k, merged; the same ids (the logits are the same, and the
+  // order is total) and log-probs within the top-k tolerance.
+  for (int32_t k : {1, 7, 64}) {
+    DeviceArray<int32_t> d_cand_ids(kShards * p.tokens * k);
+    DeviceArray<float> d_cand_values(kShards * p.tokens * k);
+    d_cand_ids.Poison();
+    d_cand_values.Poison();
+    for (int64_t r = 0; r < kShards; ++r) {
+      ASSERT_TRUE(ShardTopK(d_logits.get() + shards[r], p.ld, p.tokens, shards[r + 1] - shards[r], shards[r], k,
+                            d_cand_ids.get() + r * p.tokens * k, d_cand_values.get() + r * p.tokens * k, k, stream_)
+                      .ok());
+    }
+    DeviceArray<int32_t> d_top_ids(p.tokens * k);
+    DeviceArray<float> d_top_lps(p.tokens * k);
+    d_top_ids.Poison();
+    d_top_lps.Poison();
+    ASSERT_TRUE(MergeShardTopK(d_cand_ids.get(), d_cand_values.get(), k, d_stats.get(), kShards, p.tokens, k,
+                               d_top_ids.get(), d_top_lps.get(), stream_)
+                    .ok());
+    Sync();
+    const std::vector<int32_t> top_ids = d_top_ids.Download();
+    const std::vector<float> top_lps = d_top_lps.Download();
+    double max_topk_err = 0.0;
+    for (int64_t t = 0; t < p.tokens; ++t) {
+      const ref::TokenScore want = ref::ScoreLogits(p.logits.data() + t * p.ld, p.vocab, p.targets[t], k, false, false);
+      ASSERT_EQ(want.top_k.size(), static_cast<size_t>(k));
+      for (int32_t j = 0; j < k; ++j) {
+        EXPECT_EQ(top_ids[t * k + j], want.top_k[j].id) << "k " << k << " token " << t << " entry " << j;
+        max_topk_err = std::max(max_topk_err, std::fabs(static_cast<double>(top_lps[t * k + j]) - want.top_k[j].logprob));
+      }
+    }
+    std::cout << "[ measured ] logprob 3-shard top-" << k << ": logprob max_abs=" << max_topk_err << std::endl;
+    EXPECT_LE(max_topk_err, kTopKAbsTol);
+  }
 }
 
 TEST_F(LogprobTest, RejectsBadOptions) {
