@@ -646,27 +646,32 @@ __global__ void __launch_bounds__(kWideWarps * 32, WideMinBlocks<kHeadDim>()) At
 // offset), the two 64-dim halves kHopperHalfBytes apart (leading byte offset).
 // Loads are cp.async into a three-stage K/V ring: tile i + 2 starts loading once tile i + 1 has landed,
 // into the stage of tile i - 1, whose last reader (P.V of tile i - 1) every thread has awaited before the
-// one barrier per tile. Per warpgroup, S of tile i + 1 and P.V of tile i are issued back to back and only
-// the S is awaited, so the tensor cores run P.V while the softmax of tile i + 1 runs.
+// one barrier per tile (the copies go out right after the two products below). Per warpgroup, S of tile
+// i + 1 and P.V of tile i are issued back to back and only the S is awaited, so the tensor cores run P.V
+// while the softmax of tile i + 1 runs. O is rescaled only when some row's maximum moved (alpha != 1).
 constexpr int kHopperHeadDim = 128;
 constexpr int kHopperBlockQ = 128;
 constexpr int kHopperBlockK = 128;
 constexpr int kHopperThreads = 256;
 constexpr int kHopperStages = 3;
-constexpr int kHopperHalfBytes = 128 * 128;                // one 64-column half of a 128-row tile
-constexpr int kHopperTileBytes = 2 * kHopperHalfBytes;     // a 128 x 128 bf16 tile
+constexpr int kHopperHalfBytes = 128 * 128;             // one 64-column half of a 128-row tile
+constexpr int kHopperTileBytes = 2 * kHopperHalfBytes;  // a 128 x 128 bf16 tile
 constexpr int kHopperSmem = (1 + 2 * kHopperStages) * kHopperTileBytes + 1024;  // + room to align to 1024
 static_assert(kHopperSmem <= 227 * 1024, "Hopper attention tiles exceed shared memory");
 
 // Shared-memory matrix descriptor: start address, leading and stride byte offsets (16-byte units),
 // 128-byte swizzle (mode 1 in bits 62-63). Base offset 0: tiles start on 1024-byte boundaries.
-__device__ __forceinline__ uint64_t WgmmaDesc(uint32_t smem_address, uint32_t leading_bytes, uint32_t stride_bytes) {
-  return static_cast<uint64_t>((smem_address & 0x3FFFF) >> 4) | (static_cast<uint64_t>(leading_bytes >> 4) << 16) |
+__device__ __forceinline__ uint64_t WgmmaDesc(uint32_t smem_address, uint32_t leading_bytes,
+                                              uint32_t stride_bytes) {
+  return static_cast<uint64_t>((smem_address & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>(leading_bytes >> 4) << 16) |
          (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (1ull << 62);
 }
 
 __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
 template <int kPending>
 __device__ __forceinline__ void WgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
@@ -679,14 +684,14 @@ __device__ __forceinline__ void FenceOperands(float (&d)[64]) {
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-#define SCORED_WGMMA_ACC8(b)                                                                            \
+#define SCORED_WGMMA_ACC8(b)                                                                      \
   "+f"(d[b + 0]), "+f"(d[b + 1]), "+f"(d[b + 2]), "+f"(d[b + 3]), "+f"(d[b + 4]), "+f"(d[b + 5]), \
       "+f"(d[b + 6]), "+f"(d[b + 7])
-#define SCORED_WGMMA_ACC64                                                                                  \
-  SCORED_WGMMA_ACC8(0), SCORED_WGMMA_ACC8(8), SCORED_WGMMA_ACC8(16), SCORED_WGMMA_ACC8(24),             \
+#define SCORED_WGMMA_ACC64                                                                  \
+  SCORED_WGMMA_ACC8(0), SCORED_WGMMA_ACC8(8), SCORED_WGMMA_ACC8(16), SCORED_WGMMA_ACC8(24), \
       SCORED_WGMMA_ACC8(32), SCORED_WGMMA_ACC8(40), SCORED_WGMMA_ACC8(48), SCORED_WGMMA_ACC8(56)
-#define SCORED_WGMMA_D64                                                     \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "  \
+#define SCORED_WGMMA_D64                                                             \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
@@ -697,7 +702,8 @@ __device__ __forceinline__ void WgmmaSS(float (&d)[64], uint64_t desc_a, uint64_
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SCORED_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SCORED_WGMMA_D64
+      ", %64, %65, p, 1, 1, 0, 0;\n}\n"
       : SCORED_WGMMA_ACC64
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 #endif
@@ -721,12 +727,14 @@ __device__ __forceinline__ void WgmmaRS(float (&d)[64], const uint32_t (&a)[4], 
 #undef SCORED_WGMMA_ACC8
 
 __device__ __forceinline__ void CopyAsync16To(uint32_t smem_address, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address), "l"(src), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address), "l"(src),
+               "r"(src_bytes));
 }
 
 // Copies rows [0, 128) of a [rows, 128] bf16 tile (row stride `stride` elements) into the swizzled
 // layout at `tile`; rows >= valid_rows are zero-filled. 16 consecutive threads copy one 256-byte row.
-__device__ __forceinline__ void LoadSwizzledTile(uint32_t tile, const __nv_bfloat16* src,  // [valid_rows, stride]
+__device__ __forceinline__ void LoadSwizzledTile(uint32_t tile,
+                                                 const __nv_bfloat16* src,  // [valid_rows, stride]
                                                  int64_t stride, int valid_rows) {
 #pragma unroll
   for (int i = 0; i < kHopperBlockK * 16 / kHopperThreads; ++i) {
@@ -738,12 +746,13 @@ __device__ __forceinline__ void LoadSwizzledTile(uint32_t tile, const __nv_bfloa
   }
 }
 
-__global__ void __launch_bounds__(kHopperThreads, 1) AttentionWgmmaKernel(const __nv_bfloat16* __restrict__ q,  // [num_tokens, q_stride]
-                                                                         const __nv_bfloat16* __restrict__ k,  // [num_tokens, kv_stride]
-                                                                         const __nv_bfloat16* __restrict__ v,  // [num_tokens, kv_stride]
-                                                                         const int32_t* __restrict__ cu_seqlens,  // [num_seqs + 1]
-                                                                         const AttentionShape shape, float scale_log2,
-                                                                         __nv_bfloat16* __restrict__ out) {  // [num_tokens, nh * 128]
+__global__ void __launch_bounds__(kHopperThreads, 1)
+    AttentionWgmmaKernel(const __nv_bfloat16* __restrict__ q,     // [num_tokens, q_stride]
+                         const __nv_bfloat16* __restrict__ k,     // [num_tokens, kv_stride]
+                         const __nv_bfloat16* __restrict__ v,     // [num_tokens, kv_stride]
+                         const int32_t* __restrict__ cu_seqlens,  // [num_seqs + 1]
+                         const AttentionShape shape, float scale_log2,
+                         __nv_bfloat16* __restrict__ out) {  // [num_tokens, nh * 128]
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t smem_base = (SharedAddress(smem_raw) + 1023u) & ~1023u;
@@ -769,12 +778,15 @@ __global__ void __launch_bounds__(kHopperThreads, 1) AttentionWgmmaKernel(const 
   const __nv_bfloat16* v_head = v + start * shape.kv_stride + kv_head * kHopperHeadDim;
   const int num_tiles = (min(len, q0 + kHopperBlockQ) + kHopperBlockK - 1) / kHopperBlockK;
 
-  LoadSwizzledTile(q_tile, q + (start + q0) * shape.q_stride + head * kHopperHeadDim, shape.q_stride, len - q0);
+  LoadSwizzledTile(q_tile, q + (start + q0) * shape.q_stride + head * kHopperHeadDim, shape.q_stride,
+                   len - q0);
   auto load_kv = [&](int tile) {
     const int k0 = tile * kHopperBlockK;
     const int stage = tile % kHopperStages;
-    LoadSwizzledTile(k_tile(stage), k_head + static_cast<int64_t>(k0) * shape.kv_stride, shape.kv_stride, len - k0);
-    LoadSwizzledTile(v_tile(stage), v_head + static_cast<int64_t>(k0) * shape.kv_stride, shape.kv_stride, len - k0);
+    LoadSwizzledTile(k_tile(stage), k_head + static_cast<int64_t>(k0) * shape.kv_stride, shape.kv_stride,
+                     len - k0);
+    LoadSwizzledTile(v_tile(stage), v_head + static_cast<int64_t>(k0) * shape.kv_stride, shape.kv_stride,
+                     len - k0);
   };
   load_kv(0);
   CopyAsyncCommit();
@@ -869,12 +881,16 @@ __global__ void __launch_bounds__(kHopperThreads, 1) AttentionWgmmaKernel(const 
       p[c][2] = PackBf16(s[8 * c + 4], s[8 * c + 5]);
       p[c][3] = PackBf16(s[8 * c + 6], s[8 * c + 7]);
     }
+    // Once the running maxima settle, alpha is exactly 1 for every row of the warp: skip the multiply
+    // (x * 1 == x, so the result is the same bit for bit).
+    if (__any_sync(0xffffffffu, alpha_a != 1.0f || alpha_b != 1.0f)) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      o[4 * i] *= alpha_a;
-      o[4 * i + 1] *= alpha_a;
-      o[4 * i + 2] *= alpha_b;
-      o[4 * i + 3] *= alpha_b;
+      for (int i = 0; i < 16; ++i) {
+        o[4 * i] *= alpha_a;
+        o[4 * i + 1] *= alpha_a;
+        o[4 * i + 2] *= alpha_b;
+        o[4 * i + 3] *= alpha_b;
+      }
     }
     WgmmaFence();  // O, P (and s, below) were written by ordinary instructions
     FenceOperands(o);
@@ -883,8 +899,6 @@ __global__ void __launch_bounds__(kHopperThreads, 1) AttentionWgmmaKernel(const 
       CopyAsyncWait<0>();  // tile + 1 has landed
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       __syncthreads();  // every thread is past P.V of tile - 1: its stage takes tile + 2
-      if (tile + 2 < num_tiles) load_kv(tile + 2);
-      CopyAsyncCommit();
       issue_scores((tile + 1) % kHopperStages);
     }
 #pragma unroll
@@ -893,6 +907,12 @@ __global__ void __launch_bounds__(kHopperThreads, 1) AttentionWgmmaKernel(const 
       WgmmaRS(o, p[c], WgmmaDesc(v_tile(stage) + c * 2048, kHopperHalfBytes, 1024));
     }
     WgmmaCommit();
+    // The copies of tile + 2 go out after the tensor cores have work; their stage (that of tile - 1) is
+    // read by neither of the two products just issued.
+    if (more) {
+      if (tile + 2 < num_tiles) load_kv(tile + 2);
+      CopyAsyncCommit();
+    }
     WgmmaWait<1>();  // S of tile + 1 (when issued); P.V of tile may still run
     FenceOperands(s);
   }
@@ -912,7 +932,8 @@ __global__ void __launch_bounds__(kHopperThreads, 1) AttentionWgmmaKernel(const 
   for (int i = 0; i < 16; ++i) {
     const int d = head * kHopperHeadDim + i * 8 + 2 * t;
     if (row_a < len) {
-      *reinterpret_cast<uint32_t*>(out + (start + row_a) * out_stride + d) = PackBf16(o[4 * i] * inv_a, o[4 * i + 1] * inv_a);
+      *reinterpret_cast<uint32_t*>(out + (start + row_a) * out_stride + d) =
+          PackBf16(o[4 * i] * inv_a, o[4 * i + 1] * inv_a);
     }
     if (row_b < len) {
       *reinterpret_cast<uint32_t*>(out + (start + row_b) * out_stride + d) =
@@ -1004,7 +1025,8 @@ absl::Status LaunchMmaWide(const bf16_t* q, const bf16_t* k, const bf16_t* v, co
 bool HopperAvailable() {
   static const bool compiled = [] {
     cudaFuncAttributes attributes;
-    return cudaFuncGetAttributes(&attributes, AttentionWgmmaKernel) == cudaSuccess && attributes.binaryVersion == 90;
+    return cudaFuncGetAttributes(&attributes, AttentionWgmmaKernel) == cudaSuccess &&
+           attributes.binaryVersion == 90;
   }();
   if (!compiled) return false;
   int device = 0, major = 0, minor = 0;
@@ -1018,14 +1040,14 @@ bool HopperAvailable() {
 
 absl::Status LaunchWgmma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
                          const AttentionShape& s, bf16_t* out, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kHopperBlockQ)), static_cast<unsigned>(s.num_heads),
-                  static_cast<unsigned>(s.num_seqs));
+  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kHopperBlockQ)),
+                  static_cast<unsigned>(s.num_heads), static_cast<unsigned>(s.num_seqs));
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHopperHeadDim));
   static const cudaError_t attribute_status =
       cudaFuncSetAttribute(AttentionWgmmaKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kHopperSmem);
   SCORED_CUDA_CHECK(attribute_status);
-  AttentionWgmmaKernel<<<grid, kHopperThreads, kHopperSmem, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens,
-                                                                      s, scale_log2, ToDevice(out));
+  AttentionWgmmaKernel<<<grid, kHopperThreads, kHopperSmem, stream>>>(
+      ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, scale_log2, ToDevice(out));
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
@@ -1097,7 +1119,9 @@ absl::Status CausalAttention(const T* q, const T* k, const T* v, const int32_t* 
     // heads, 8 kv heads: 277 against 205 TFLOP/s for the 16-row kernel at 128, 237 against 191 at 64); it
     // also needs q 16-byte aligned.
     if (WideAligned(q, k, v, out, shape)) {
-      if (shape.head_dim == 128 && HopperAvailable()) return LaunchWgmma(q, k, v, cu_seqlens, shape, out, stream);
+      if (shape.head_dim == 128 && HopperAvailable()) {
+        return LaunchWgmma(q, k, v, cu_seqlens, shape, out, stream);
+      }
       if (shape.head_dim == 128) return LaunchMmaWide<128, 64>(q, k, v, cu_seqlens, shape, out, stream);
       if (shape.head_dim == 64) return LaunchMmaWide<64, 64>(q, k, v, cu_seqlens, shape, out, stream);
     }

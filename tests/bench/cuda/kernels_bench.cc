@@ -132,12 +132,15 @@ void PrintRate(const char* what, const char* path, float ms, double flops, doubl
 bool BenchAttention(cudaStream_t stream, int32_t windows, int reps) {
   const int64_t tokens = static_cast<int64_t>(windows) * kWindow;
   const int64_t stride = static_cast<int64_t>(kHeads + 2 * kKvHeads) * kHeadDim;
-  Buffer<bf16_t> qkv(tokens * stride), out_old(tokens * kHeads * kHeadDim), out_new(tokens * kHeads * kHeadDim);
+  Buffer<bf16_t> qkv(tokens * stride), out_old(tokens * kHeads * kHeadDim),
+      out_new(tokens * kHeads * kHeadDim);
   Buffer<int32_t> cu(windows + 1);
-  if (!qkv.ok() || !out_old.ok() || !out_new.ok() || !cu.ok() || !FillRandom(qkv, 1.0f, 400 + windows)) return false;
+  if (!qkv.ok() || !out_old.ok() || !out_new.ok() || !cu.ok() || !FillRandom(qkv, 1.0f, 400 + windows))
+    return false;
   std::vector<int32_t> cu_host(windows + 1);
   for (int32_t i = 0; i <= windows; ++i) cu_host[i] = i * kWindow;
-  if (!Check(cudaMemcpy(cu.get(), cu_host.data(), cu_host.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cu")) {
+  if (!Check(cudaMemcpy(cu.get(), cu_host.data(), cu_host.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+             "cu")) {
     return false;
   }
   AttentionShape s;
@@ -162,8 +165,8 @@ bool BenchAttention(cudaStream_t stream, int32_t windows, int reps) {
                {AttentionKernel::kWgmma, "new wgmma", out_new.get()},
                {AttentionKernel::kAuto, "default", out_new.get()}};
   for (const auto& p : paths) {
-    const float ms = MedianMs(stream, [&] { return CausalAttentionWith(p.kernel, q, k, v, cu.get(), s, p.out, stream); },
-                              reps);
+    const float ms = MedianMs(
+        stream, [&] { return CausalAttentionWith(p.kernel, q, k, v, cu.get(), s, p.out, stream); }, reps);
     if (ms <= 0) {
       ok = false;
       continue;
@@ -196,9 +199,13 @@ bool BenchSwiGlu(cudaStream_t stream, int reps) {
   Buffer<bf16_t> gate_up(kElementwiseTokens * 2 * kInter), out(kElementwiseTokens * kInter);
   if (!gate_up.ok() || !out.ok() || !FillRandom(gate_up, 2.0f, 500)) return false;
   const double bytes = 3.0 * kElementwiseTokens * kInter * 2;
-  const float ms = MedianMs(stream, [&] {
-    return SwiGlu(gate_up.get(), gate_up.get() + kInter, 2 * kInter, kElementwiseTokens, kInter, out.get(), stream);
-  }, reps);
+  const float ms = MedianMs(
+      stream,
+      [&] {
+        return SwiGlu(gate_up.get(), gate_up.get() + kInter, 2 * kInter, kElementwiseTokens, kInter,
+                      out.get(), stream);
+      },
+      reps);
   if (ms <= 0) return false;
   PrintRate("swiglu bf16 32768x14336 fused", "current", ms, 0, bytes);
   return true;
@@ -212,10 +219,13 @@ bool BenchAddRmsNorm(cudaStream_t stream, int reps) {
     return false;
   }
   const double bytes = kElementwiseTokens * kHidden * (4.0 + 4.0 + 4.0 + 2.0) + kHidden * 4.0;
-  const float ms = MedianMs(stream, [&] {
-    return AddRmsNorm<float, bf16_t>(x.get(), kHidden, residual.get(), weight.get(), kElementwiseTokens, kHidden,
-                                     1e-5f, out.get(), kHidden, stream);
-  }, reps);
+  const float ms = MedianMs(
+      stream,
+      [&] {
+        return AddRmsNorm<float, bf16_t>(x.get(), kHidden, residual.get(), weight.get(), kElementwiseTokens,
+                                         kHidden, 1e-5f, out.get(), kHidden, stream);
+      },
+      reps);
   if (ms <= 0) return false;
   PrintRate("add_rms_norm f32->bf16 32768x4096", "current", ms, 0, bytes);
   return true;
@@ -238,7 +248,8 @@ int Main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   if (!Check(cudaGetDeviceProperties(&prop, 0), "device")) return 1;
-  std::printf("device: %s (%d SMs), median of %d after 2 warm-ups\n", prop.name, prop.multiProcessorCount, reps);
+  std::printf("device: %s (%d SMs), median of %d after 2 warm-ups\n", prop.name, prop.multiProcessorCount,
+              reps);
   cudaStream_t stream;
   if (!Check(cudaStreamCreate(&stream), "stream")) return 1;
   bool ok = BenchAttention(stream, 8, reps);
