@@ -48,11 +48,15 @@ constexpr absl::Duration kConnectRetry = absl::Milliseconds(250);
 constexpr absl::Duration kConnectAttempt = absl::Seconds(5);
 // A reject frame is a courtesy to a follower the leader refuses; never wait long for it.
 constexpr absl::Duration kRejectSendTimeout = absl::Seconds(1);
-// Keepalive probes: a peer host that vanished without closing its sockets is declared dead after
-// idle + interval * count = 5 + 2 * 3 = 11 s of silence (a killed process closes its sockets at once).
+// A peer host that vanished without closing its sockets (power loss, network partition) is declared dead
+// after 11 s: when the connection is idle, by keepalive probes (5 s idle, then every 2 s, 3 unanswered);
+// when data sent to it stays unacknowledged, by TCP_USER_TIMEOUT (without it the kernel retransmits for
+// ~15 minutes, and a collective would wait that long). On Linux, TCP_USER_TIMEOUT also bounds the
+// keepalive verdict, so both are the same 11 s. A killed process closes its sockets at once.
 constexpr int kKeepIdleSeconds = 5;
 constexpr int kKeepIntervalSeconds = 2;
 constexpr int kKeepCount = 3;
+constexpr unsigned int kUserTimeoutMs = 1000u * (kKeepIdleSeconds + kKeepIntervalSeconds * kKeepCount);
 
 std::string ErrnoText(int err) {
   char buf[256];
@@ -207,18 +211,16 @@ std::string PeerName(int fd) {
   return addr.ss_family == AF_INET6 ? absl::StrCat("[", host, "]:", port) : absl::StrCat(host, ":", port);
 }
 
-// Every connection: no Nagle delay (a batch must leave at once), keepalive so a vanished host is noticed,
-// and a bound on how long sent data may stay unacknowledged.
-void ConfigureConnection(int fd, absl::Duration peer_timeout) {
+// Every connection: no Nagle delay (a batch must leave at once), keepalive and a bound on unacknowledged
+// data, so that a vanished host is noticed (see kUserTimeoutMs).
+void ConfigureConnection(int fd) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &kKeepIdleSeconds, sizeof(kKeepIdleSeconds));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &kKeepIntervalSeconds, sizeof(kKeepIntervalSeconds));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &kKeepCount, sizeof(kKeepCount));
-  const int64_t user_timeout_ms = std::clamp<int64_t>(absl::ToInt64Milliseconds(peer_timeout), 1, INT_MAX);
-  const unsigned int user_timeout = static_cast<unsigned int>(user_timeout_ms);
-  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &kUserTimeoutMs, sizeof(kUserTimeoutMs));
 }
 
 // Sends one whole frame on a non-blocking socket. Fails with UNAVAILABLE when the connection errors or
@@ -692,7 +694,7 @@ absl::StatusOr<std::unique_ptr<ControlChannel>> ControlChannel::Leader(
         RejectAll(refusal, p.fd.get(), impl->peers);
         return absl::FailedPreconditionError(absl::StrCat("control channel: ", refusal));
       }
-      ConfigureConnection(p.fd.get(), options.peer_timeout);
+      ConfigureConnection(p.fd.get());
       joined_from[rank] = p.peer;
       impl->peers[rank] = std::move(p.fd);
       ++joined;
@@ -779,7 +781,7 @@ absl::StatusOr<std::unique_ptr<ControlChannel>> ControlChannel::Follower(
     }
     absl::SleepFor(std::min(kConnectRetry, deadline - now));
   }
-  ConfigureConnection(fd.get(), options.peer_timeout);
+  ConfigureConnection(fd.get());
   absl::Status hello = SendFrame(fd.get(), kKindHello, EncodeHello(node_rank, nnodes), options.peer_timeout);
   if (!hello.ok()) {
     return absl::UnavailableError(absl::StrCat(

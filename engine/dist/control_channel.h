@@ -17,9 +17,10 @@
 // kMaxFrameBytes or of an unknown kind is a protocol error (INTERNAL naming it), never a crash. During the
 // join the leader drops (with a warning) a connection whose first frame is not a hello (a port scanner).
 //
-// Liveness: every connection has TCP_NODELAY, SO_KEEPALIVE (probes after 5 s idle, every 2 s, 3 of them:
-// a vanished host is noticed within ~11 s) and TCP_USER_TIMEOUT = peer_timeout; a killed process closes
-// its sockets at once, so its peers notice within milliseconds. Followers never send after their hello.
+// Liveness: a killed process closes its sockets at once, so its peers notice within milliseconds. A
+// vanished host (no FIN, no RST) is noticed within ~11 s: every connection has SO_KEEPALIVE (probes after
+// 5 s idle, every 2 s, 3 of them) and TCP_USER_TIMEOUT of 11 s for unacknowledged data. TCP_NODELAY too.
+// Followers never send after their hello.
 //
 // Thread-safety: Broadcast() / Receive() from one thread at a time (the engine's scoring thread);
 // WatchPeers() runs its own thread; Shutdown() and the destructor may be called from any thread (the
@@ -45,7 +46,7 @@ constexpr int64_t kMaxFrameBytes = int64_t{64} << 20;
 struct ControlChannelOptions {
   // Leader: all followers joined; follower: leader reached and the payload received.
   absl::Duration connect_timeout = absl::Seconds(300);
-  // A send that makes no progress this long fails (also TCP_USER_TIMEOUT for unacknowledged data).
+  // A send that makes no progress this long fails (the peer stopped reading: its socket buffer is full).
   absl::Duration peer_timeout = absl::Seconds(30);
   // How often the watch thread re-checks state that no socket event signals (a failed Broadcast()).
   absl::Duration watch_interval = absl::Milliseconds(200);
