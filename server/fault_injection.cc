@@ -10,17 +10,35 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
   FaultInjection fault;
   if (text.empty()) return fault;
   constexpr absl::string_view kFatalAfter = "fatal_after:";
+  constexpr absl::string_view kFatalAfterMs = "fatal_after_ms:";
   int64_t n = -1;
-  if (!absl::StartsWith(text, kFatalAfter) || !absl::SimpleAtoi(text.substr(kFatalAfter.size()), &n) ||
-      n < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--fault_inject must be fatal_after:N with N >= 0, got '", text, "'"));
+  if (absl::StartsWith(text, kFatalAfter) && absl::SimpleAtoi(text.substr(kFatalAfter.size()), &n) && n >= 0) {
+    fault.fatal_after_batches = n;
+    return fault;
   }
-  fault.fatal_after_batches = n;
-  return fault;
+  if (absl::StartsWith(text, kFatalAfterMs) && absl::SimpleAtoi(text.substr(kFatalAfterMs.size()), &n) &&
+      n >= 0) {
+    fault.fatal_after_ms = n;
+    return fault;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--fault_inject must be fatal_after:N or fatal_after_ms:T with N, T >= 0, got '", text, "'"));
+}
+
+void FaultInjectingEngine::CheckTimedFault() const {
+  if (fault_.fatal_after_ms < 0 || !fatal_.ok()) return;
+  if (absl::Now() - created_ >= absl::Milliseconds(fault_.fatal_after_ms)) {
+    fatal_ = absl::UnavailableError(absl::StrCat("injected fatal engine error ", fault_.fatal_after_ms,
+                                                 " ms after start (--fault_inject)"));
+  }
 }
 
 absl::StatusOr<std::vector<ScoreResult>> FaultInjectingEngine::Score(absl::Span<const ScoreRequest> batch) {
+  {
+    absl::MutexLock lock(&mu_);
+    CheckTimedFault();
+    if (!fatal_.ok()) return fatal_;
+  }
   if (fault_.fatal_after_batches >= 0 && batches_ >= fault_.fatal_after_batches) {
     absl::MutexLock lock(&mu_);
     if (fatal_.ok()) {
@@ -36,6 +54,7 @@ absl::StatusOr<std::vector<ScoreResult>> FaultInjectingEngine::Score(absl::Span<
 absl::Status FaultInjectingEngine::fatal_status() const {
   {
     absl::MutexLock lock(&mu_);
+    CheckTimedFault();
     if (!fatal_.ok()) return fatal_;
   }
   return engine_->fatal_status();

@@ -5,6 +5,9 @@
 // FaultInjectingEngine forwards the first N Score() batches to the wrapped engine; from call N+1 on,
 // Score() returns UNAVAILABLE and fatal_status() returns the same UNAVAILABLE forever, exactly as a
 // failed device would. info() and DeviceMemory() forward unchanged.
+// `--fault_inject=fatal_after_ms:T` instead turns fatal T ms after the wrapper is made, with or without
+// traffic, as a multi-process engine does when it loses a peer process while idle (the server must
+// notice through fatal_status() alone).
 //
 // Thread-safety: as Engine (Score() from one thread; fatal_status() and info() from any thread).
 #ifndef SCORED_SERVER_FAULT_INJECTION_H_
@@ -20,21 +23,25 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "engine/engine.h"
 
 namespace scored {
 
 struct FaultInjection {
   int64_t fatal_after_batches = -1;  // -1 = no fault; N >= 0 = the (N+1)-th Score() batch fails fatally
+  int64_t fatal_after_ms = -1;       // -1 = no fault; T >= 0 = fatal T ms after the engine is wrapped
 };
 
-// "" -> no fault; "fatal_after:N" with N >= 0. INVALID_ARGUMENT names --fault_inject otherwise.
+// "" -> no fault; "fatal_after:N" or "fatal_after_ms:T" with N, T >= 0. INVALID_ARGUMENT names
+// --fault_inject otherwise.
 absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text);
 
 class FaultInjectingEngine final : public Engine {
  public:
   FaultInjectingEngine(std::unique_ptr<Engine> engine, FaultInjection fault)
-      : engine_(std::move(engine)), fault_(fault) {}
+      : engine_(std::move(engine)), fault_(fault), created_(absl::Now()) {}
 
   absl::StatusOr<std::vector<ScoreResult>> Score(absl::Span<const ScoreRequest> batch) override;
   const ModelInfo& info() const override { return engine_->info(); }
@@ -43,10 +50,14 @@ class FaultInjectingEngine final : public Engine {
 
  private:
   const std::unique_ptr<Engine> engine_;
+  // Sets fatal_ once the fatal_after_ms deadline has passed.
+  void CheckTimedFault() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const FaultInjection fault_;
+  const absl::Time created_;
   int64_t batches_ = 0;  // Score() calls forwarded so far (Score() runs on one thread)
   mutable absl::Mutex mu_;
-  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Status fatal_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace scored

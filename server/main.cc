@@ -66,7 +66,8 @@ ABSL_FLAG(bool, allow_insecure_remote, false,
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "Largest gRPC request message accepted, bytes; larger ones get RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, fault_inject, "",
-          "Testing only: fatal_after:N makes the engine fail fatally after N Score batches");
+          "Testing only: fatal_after:N makes the engine fail fatally after N Score batches; "
+          "fatal_after_ms:T, T ms after it loaded (no traffic needed)");
 
 namespace {
 

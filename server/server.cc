@@ -119,9 +119,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                      engine.status().message()));
   }
   server->engine_ = std::move(*engine);
-  if (options.fault.fatal_after_batches >= 0) {
+  if (options.fault.fatal_after_batches >= 0 || options.fault.fatal_after_ms >= 0) {
     SCORED_LOG(WARNING) << "--fault_inject: the engine fails fatally after "
-                        << options.fault.fatal_after_batches << " batches (testing only)";
+                        << (options.fault.fatal_after_batches >= 0
+                                ? absl::StrCat(options.fault.fatal_after_batches, " batches")
+                                : absl::StrCat(options.fault.fatal_after_ms, " ms"))
+                        << " (testing only)";
     server->engine_ = std::make_unique<FaultInjectingEngine>(std::move(server->engine_), options.fault);
   }
   if (options.tokenizer_dir != "none") {

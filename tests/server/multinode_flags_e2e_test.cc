@@ -81,5 +81,32 @@ TEST(MultiNodeFlagsTest, FollowerThatCannotFollowExitsOneWithItsRole) {
   EXPECT_THAT(run.output, HasSubstr("exiting: "));
 }
 
+// What a lost follower looks like to node rank 0's server: the engine turns fatal on its own while no
+// request runs. Here the CPU engine is made to (--fault_inject=fatal_after_ms): health must leave SERVING
+// and the process exit 1 without any traffic, within the 200 ms poll + 2 s linger (5 s allows slack).
+TEST(MultiNodeFlagsTest, IdleEngineFailureTurnsNotServingAndExitsOne) {
+  testing::ScoredProcessOptions options;
+  options.args = {Model(), "--backend=cpu", "--fault_inject=fatal_after_ms:3000"};
+  absl::StatusOr<std::unique_ptr<testing::ScoredProcess>> proc = testing::ScoredProcess::Start(options);
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  // The fault is 3 s after the load; poll health until it leaves SERVING.
+  const absl::Time start = absl::Now();
+  absl::Duration not_serving_after = absl::InfiniteDuration();
+  while (absl::Now() - start < absl::Seconds(20)) {
+    absl::StatusOr<testing::HealthStatus> health =
+        testing::CheckHealth((*proc)->grpc_address(), "", absl::Seconds(2));
+    if (!health.ok() || *health != testing::HealthStatus::kServing) {
+      not_serving_after = absl::Now() - start;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_LT(not_serving_after, absl::Seconds(8)) << (*proc)->ReadLog();
+  absl::StatusOr<int> code = (*proc)->Wait(absl::Seconds(10));
+  ASSERT_TRUE(code.ok()) << "still running after its engine failed\n" << (*proc)->ReadLog();
+  EXPECT_EQ(*code, 1);
+  EXPECT_THAT((*proc)->ReadLog(), HasSubstr("injected fatal engine error 3000 ms after start"));
+}
+
 }  // namespace
 }  // namespace scored

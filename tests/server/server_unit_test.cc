@@ -377,7 +377,11 @@ TEST(FaultInjectionTest, Parses) {
   EXPECT_EQ(ParseFaultInjection("")->fatal_after_batches, -1);
   EXPECT_EQ(ParseFaultInjection("fatal_after:0")->fatal_after_batches, 0);
   EXPECT_EQ(ParseFaultInjection("fatal_after:7")->fatal_after_batches, 7);
-  for (const char* bad : {"fatal_after:", "fatal_after:-1", "fatal_after:x", "crash"}) {
+  EXPECT_EQ(ParseFaultInjection("fatal_after:7")->fatal_after_ms, -1);
+  EXPECT_EQ(ParseFaultInjection("fatal_after_ms:1500")->fatal_after_ms, 1500);
+  EXPECT_EQ(ParseFaultInjection("fatal_after_ms:1500")->fatal_after_batches, -1);
+  for (const char* bad : {"fatal_after:", "fatal_after:-1", "fatal_after:x", "crash", "fatal_after_ms:-5",
+                          "fatal_after_ms:"}) {
     EXPECT_EQ(ParseFaultInjection(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }
