@@ -19,12 +19,31 @@
 #include "engine/kernels/attention.h"
 
 #include <cmath>
+#include <mutex>
+#include <set>
+#include <utility>
 
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
 
 namespace scored::kernels {
 namespace {
+
+// Raises a kernel's dynamic shared-memory limit once per (kernel, device): the attribute belongs to the
+// kernel's instance in one device's context, so a process that runs ranks on several GPUs must set it on
+// each of them. Kept out of the launch path after the first call (and out of graph captures).
+cudaError_t EnsureDynamicSmem(const void* kernel, int bytes) {
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;  // (kernel, device)
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.count({kernel, device}) > 0) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess) done.insert({kernel, device});
+  return err;
+}
 
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -994,10 +1013,7 @@ absl::Status LaunchMma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const 
                   static_cast<unsigned>(s.num_seqs));
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHeadDim));
   constexpr int kSmem = MmaSharedBytes<kHeadDim>();
-  // Once per instantiation (thread-safe static initialization); also keeps the call out of graph captures.
-  static const cudaError_t attribute_status =
-      cudaFuncSetAttribute(AttentionMmaKernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  SCORED_CUDA_CHECK(attribute_status);
+  SCORED_CUDA_CHECK(EnsureDynamicSmem(reinterpret_cast<const void*>(AttentionMmaKernel<kHeadDim>), kSmem));
   AttentionMmaKernel<kHeadDim><<<grid, MmaWarps<kHeadDim>() * 32, kSmem, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v),
                                                                     cu_seqlens, s, scale_log2, ToDevice(out));
   SCORED_CUDA_CHECK_LAUNCH();
@@ -1011,9 +1027,8 @@ absl::Status LaunchMmaWide(const bf16_t* q, const bf16_t* k, const bf16_t* v, co
                   static_cast<unsigned>(s.num_seqs));
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHeadDim));
   constexpr int kSmem = WideSharedBytes<kHeadDim, kBlockK>();
-  static const cudaError_t attribute_status = cudaFuncSetAttribute(
-      AttentionMmaWideKernel<kHeadDim, kBlockK>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  SCORED_CUDA_CHECK(attribute_status);
+  SCORED_CUDA_CHECK(
+      EnsureDynamicSmem(reinterpret_cast<const void*>(AttentionMmaWideKernel<kHeadDim, kBlockK>), kSmem));
   AttentionMmaWideKernel<kHeadDim, kBlockK><<<grid, kWideWarps * 32, kSmem, stream>>>(
       ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, scale_log2, ToDevice(out));
   SCORED_CUDA_CHECK_LAUNCH();
@@ -1043,9 +1058,7 @@ absl::Status LaunchWgmma(const bf16_t* q, const bf16_t* k, const bf16_t* v, cons
   const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kHopperBlockQ)),
                   static_cast<unsigned>(s.num_heads), static_cast<unsigned>(s.num_seqs));
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHopperHeadDim));
-  static const cudaError_t attribute_status =
-      cudaFuncSetAttribute(AttentionWgmmaKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kHopperSmem);
-  SCORED_CUDA_CHECK(attribute_status);
+  SCORED_CUDA_CHECK(EnsureDynamicSmem(reinterpret_cast<const void*>(AttentionWgmmaKernel), kHopperSmem));
   AttentionWgmmaKernel<<<grid, kHopperThreads, kHopperSmem, stream>>>(
       ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, scale_log2, ToDevice(out));
   SCORED_CUDA_CHECK_LAUNCH();
