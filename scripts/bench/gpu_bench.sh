@@ -3,7 +3,7 @@
 # W4A16 / NVFP4A16 checkpoints of the same weights), scored_bench on each (agreement with transformers +
 # throughput + memory), the transformers peer baseline, then a short table.
 #
-#   scripts/bench/gpu_bench.sh [STEPS]      STEPS: any of tests,bench,quant,peer,stories,tp,big,soak
+#   scripts/bench/gpu_bench.sh [STEPS]      STEPS: any of tests,bench,quant,peer,stories,tp,big,soak,ppl
 #                                           (default tests,bench,quant,peer; tests/bench/README.md has the details)
 #
 # Tensor parallelism, large checkpoints and the GPU soak (each step self-contained, each ends with its own table):
@@ -14,8 +14,12 @@
 #   soak: the real `scored --backend=cuda` on the 8B W4A16, scored-load with SOAK_CLIENTS clients for SOAK_SECONDS
 #         with SOAK_LENGTHS, tok/s under load vs scored_bench alone, p50/p99, errors by code, then SIGTERM under load
 #         (drains: exit 0, in-flight requests OK, later ones UNAVAILABLE).
+#   ppl:  the real `scored --backend=cuda` on the 8B W4A16: load-to-SERVING (process start -> the port file, which scored
+#         writes once health is SERVING); then `scored-ppl` over the full WikiText-2 test file, method exl3, ctx 2048,
+#         stride 512 (its wall, the model loaded); PASS/FAIL against PPL_LOAD_TARGET_S and PPL_WALL_TARGET_S; SIGTERM.
 #   Bundle for these: device-bundle .bundle-X build/tests/bench/cuda/scored_bench build/server/scored
-#   build/client/load/scored-load (tp/big need scored_bench, soak all three).
+#   build/client/load/scored-load build/client/ppl/scored-ppl (tp/big need scored_bench, soak the first three, ppl
+#   scored and scored-ppl plus $BUNDLE/data/wikitext-2-raw/wiki.test.raw and $BUNDLE/data/tokenizers/llama3).
 # Run from the repository root with the bundle made on the dev machine:
 #   ../shared/tools/device-bundle .bundle-cuda build-cuda/tests/engine/cuda/cuda_*_test build-cuda/tests/bench/cuda/scored_bench
 #   cp -r ../shared/data/stories260K-hf .bundle-cuda/data/; cp ../shared/bench/hf_baseline.py .bundle-cuda/
@@ -24,7 +28,11 @@
 # scored_bench's forward-only timings, direct enqueue vs CUDA graph replay), OUT (logs go there when set);
 # tp/big/soak: W4_DIR (/tmp/random-w4a16-8b), TP (2), TP_BATCHES (8), BIG_PRESET (70b), BIG_DIR (/tmp/random-w4a16-BIG),
 # BIG_TP (2), BIG_BATCHES (1,2,4,8), KEEP_BIG (0: the big checkpoint is deleted after its step), SOAK_SECONDS (60),
-# SOAK_CLIENTS (64), SOAK_LENGTHS (256:0.2,1024:0.3,2048:0.5), SOAK_TP (1).
+# SOAK_CLIENTS (64), SOAK_LENGTHS (256:0.2,1024:0.3,2048:0.5), SOAK_TP (1);
+# ppl: PPL_BACKEND (cuda), PPL_MODEL (W4_DIR, written by make_w4 when unset), PPL_TOKENIZER
+# ($BUNDLE/data/tokenizers/llama3), PPL_DATA ($BUNDLE/data/wikitext-2-raw/wiki.test.raw), PPL_METHOD (exl3), PPL_CTX
+# (2048), PPL_STRIDE (512), PPL_MAX_WINDOWS (0 = all), PPL_TP (1), PPL_INFLIGHT (16), PPL_MAX_BATCH_TOKENS (16384),
+# PPL_LOAD_TARGET_S (30), PPL_WALL_TARGET_S (40), PPL_START_LIMIT_S (180), PPL_LIMIT_S (240: scored-ppl's timeout).
 set -uo pipefail
 steps=${1:-tests,bench,quant,peer}
 bundle=${BUNDLE:-.bundle-cuda}
@@ -52,6 +60,23 @@ soak_clients=${SOAK_CLIENTS:-64}
 soak_lengths=${SOAK_LENGTHS:-256:0.2,1024:0.3,2048:0.5}
 soak_tp=${SOAK_TP:-1}
 soak_backend=${SOAK_BACKEND:-cuda}  # cpu: checks the step itself on a machine without a GPU
+ppl_backend=${PPL_BACKEND:-cuda}    # cpu: the same for the ppl step (with PPL_MODEL, PPL_TOKENIZER of a small model)
+ppl_model=${PPL_MODEL:-}
+bundle_abs=$bundle
+[[ $bundle == /* ]] || bundle_abs=$PWD/$bundle
+ppl_tokenizer=${PPL_TOKENIZER:-$bundle_abs/data/tokenizers/llama3}
+ppl_data=${PPL_DATA:-$bundle_abs/data/wikitext-2-raw/wiki.test.raw}
+ppl_method=${PPL_METHOD:-exl3}
+ppl_ctx=${PPL_CTX:-2048}
+ppl_stride=${PPL_STRIDE:-512}
+ppl_max_windows=${PPL_MAX_WINDOWS:-0}
+ppl_tp=${PPL_TP:-1}
+ppl_inflight=${PPL_INFLIGHT:-16}
+ppl_max_batch_tokens=${PPL_MAX_BATCH_TOKENS:-16384}
+ppl_load_target=${PPL_LOAD_TARGET_S:-30}
+ppl_wall_target=${PPL_WALL_TARGET_S:-40}
+ppl_start_limit=${PPL_START_LIMIT_S:-180}
+ppl_limit=${PPL_LIMIT_S:-240}
 
 fail() {  # a clear failure line; the run's exit status becomes 1
   echo "FAIL $*"
@@ -292,6 +317,112 @@ print("codes: " + " ".join(f"{k}={v}" for k, v in r["codes"].items()))
 PY
       echo "SIGTERM under load: scored exit $src after $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s;" \
         "drain load codes: ${drain_codes:-none}"
+    fi
+  fi
+fi
+
+if [[ $steps == *ppl* ]]; then
+  echo "== ppl: scored --backend=$ppl_backend --tp=$ppl_tp, scored-ppl --method=$ppl_method --ctx=$ppl_ctx" \
+    "--stride=$ppl_stride over $(basename "$ppl_data") (max_windows $ppl_max_windows)"
+  ppl_ready=""
+  cache_note=""
+  if [[ ! -x $bundle/bin/scored || ! -x $bundle/bin/scored-ppl ]]; then
+    fail "ppl: $bundle/bin needs scored and scored-ppl"
+  elif [[ ! -f $ppl_data || ! -d $ppl_tokenizer ]]; then
+    fail "ppl: missing $ppl_data or $ppl_tokenizer (copy them into $bundle/data)"
+  elif [[ -n $ppl_model ]]; then
+    ppl_ready=1
+  elif make_w4 "$w4" 8b 180; then
+    ppl_model=$w4
+    ppl_ready=1
+    cache_note=" (the checkpoint's files are in the page cache: written or used earlier on this machine)"
+  fi
+  if [[ -n $ppl_ready ]]; then
+    rm -f "$logs/ppl_port.json" "$logs/ppl.json"
+    t_start=$(date +%s.%N)
+    "$bundle/run" scored --model="$ppl_model" --tokenizer="$ppl_tokenizer" --backend="$ppl_backend" --tp="$ppl_tp" \
+      --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --port_file="$logs/ppl_port.json" \
+      --max_batch_tokens="$ppl_max_batch_tokens" > "$logs/scored_ppl.log" 2>&1 &
+    spid=$!
+    # scored writes the port file after it marks health SERVING (server/server.h): its appearance is SERVING.
+    for _ in $(seq 1 $((ppl_start_limit * 20))); do
+      [[ -s $logs/ppl_port.json ]] && break
+      kill -0 "$spid" 2>/dev/null || break
+      sleep 0.05
+    done
+    t_serving=$(date +%s.%N)
+    port=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["grpc"])' "$logs/ppl_port.json" 2>/dev/null)
+    if [[ -z $port ]]; then
+      if kill -0 "$spid" 2>/dev/null; then
+        fail "ppl: scored not SERVING within ${ppl_start_limit} s (last lines follow)"
+      else
+        fail "ppl: scored exited before SERVING (last lines follow)"
+      fi
+      tail -n 8 "$logs/scored_ppl.log"
+      kill -KILL "$spid" 2>/dev/null
+      wait "$spid" 2>/dev/null
+    else
+      load_s=$(awk -v a="$t_start" -v b="$t_serving" 'BEGIN {printf "%.1f", b - a}')
+      engine_load=$(grep -m 1 -o 'model loaded in [0-9.]* s' "$logs/scored_ppl.log" | awk '{print $4}')
+      grep -m 1 'model loaded in' "$logs/scored_ppl.log" | sed 's/, fingerprint .*//'
+      t0=$(date +%s.%N)
+      run_logged ppl_client "$ppl_limit" "$bundle/run" scored-ppl --server="127.0.0.1:$port" --data="$ppl_data" \
+        --method="$ppl_method" --ctx="$ppl_ctx" --stride="$ppl_stride" --max_windows="$ppl_max_windows" \
+        --inflight="$ppl_inflight" --json="$logs/ppl.json" --quiet
+      prc=$?
+      t1=$(date +%s.%N)
+      wall_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
+      [[ $prc == 0 ]] && grep -E '^(data|ppl|num_scored|wall_seconds) ' "$logs/ppl_client.log"
+      # SIGTERM with no traffic left: scored must exit 0.
+      t2=$(date +%s.%N)
+      kill -TERM "$spid" 2>/dev/null
+      stopped=""
+      for _ in $(seq 1 120); do
+        kill -0 "$spid" 2>/dev/null || { stopped=1; break; }
+        sleep 0.5
+      done
+      if [[ -z $stopped ]]; then
+        fail "ppl: scored still running 60 s after SIGTERM; killed"
+        kill -KILL "$spid" 2>/dev/null
+      fi
+      wait "$spid" 2>/dev/null
+      src=$?
+      t3=$(date +%s.%N)
+      if [[ $src != 0 ]]; then
+        fail "ppl: scored exited $src after SIGTERM (last lines follow)"
+        tail -n 8 "$logs/scored_ppl.log"
+      fi
+      echo "== ppl summary ($(basename "$ppl_model"), backend $ppl_backend, tp $ppl_tp; $ppl_method ctx $ppl_ctx" \
+        "stride $ppl_stride over $(basename "$ppl_data"))"
+      if [[ $prc == 0 ]]; then
+        python3 - "$logs/ppl.json" "$wall_s" <<'PY' || { fail "ppl: no usable scored-ppl report ($logs/ppl.json)"; prc=1; }
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+wall = float(sys.argv[2])
+if not (r["num_scored"] > 0 and math.isfinite(r["ppl"])):
+    sys.exit(f"ppl {r['ppl']} over {r['num_scored']} tokens")
+print(f"ppl {r['ppl']:.4f}  windows {r['num_windows']}  tokens scored {r['num_scored']}  tokens processed "
+      f"{r['num_tokens_sent']} (data {r['data']['num_input_tokens']} tokens)")
+print(f"wall {wall:.1f} s (scored-ppl process; its own report {r['wall_seconds']:.1f} s, of it scoring "
+      f"{r['score_seconds']:.1f} s)  {r['num_tokens_sent'] / wall:.0f} tok/s processed  "
+      f"{r['num_scored'] / wall:.0f} tok/s scored")
+PY
+      fi
+      verdict() {  # verdict NAME SECONDS LIMIT: one table row; a miss (or no value) is a FAIL
+        if awk -v v="$2" -v l="$3" 'BEGIN {exit !(v != "" && v + 0 <= l + 0)}'; then
+          printf '%-16s %9s %7s  %s\n' "$1" "$2" "$3" PASS
+        else
+          printf '%-16s %9s %7s  %s\n' "$1" "${2:--}" "$3" FAIL
+          status=1
+        fi
+      }
+      printf '%-16s %9s %7s  %s\n' target seconds limit result
+      verdict load-to-SERVING "$load_s" "$ppl_load_target"
+      [[ $prc == 0 ]] || wall_s=""
+      verdict ppl-wall "$wall_s" "$ppl_wall_target"
+      echo "load-to-SERVING is process start -> health SERVING; the engine's own line says" \
+        "${engine_load:--} s$cache_note"
+      echo "SIGTERM: scored exit $src after $(awk -v a="$t2" -v b="$t3" 'BEGIN {printf "%.1f", b - a}') s"
     fi
   fi
 fi
