@@ -24,6 +24,8 @@
 #include "engine/dist/control_channel.h"
 #include "engine/dist/nccl_communicator.h"
 #include "engine/kernels/cuda_check.h"
+#include "engine/kernels/fp8_quant.h"
+#include "engine/kernels/kernel_types.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/shard_plan.h"
 #include "engine/model/weights.h"
@@ -81,12 +83,22 @@ absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activati
                       {&layer.gate_up, &acts.normed, &acts.gate_up, cuda::GemmTypes::kBf16ToBf16},
                       {&layer.down, &acts.mlp, &acts.proj, cuda::GemmTypes::kBf16ToFp32}};
   for (const Job& job : jobs) {
-    SCORED_ASSIGN_OR_RETURN(const void* w, job.linear->Materialize(model.dtype, acts.scratch.data(), stream));
-    SCORED_RETURN_IF_ERROR(gemm.Tune(job.x->data(), w, job.y->data(), job.linear->out_features(),
-                                     job.linear->in_features(), job.types, stream));
-    SCORED_LOG(INFO) << "GEMM [" << acts.max_tokens << ", " << job.linear->in_features() << "] x ["
-                     << job.linear->out_features() << ", " << job.linear->in_features() << "]^T: "
-                     << gemm.Choice(job.linear->out_features(), job.linear->in_features(), job.types);
+    const int64_t out = job.linear->out_features(), in = job.linear->in_features();
+    cuda::GemmTypes types = job.types;
+    if (job.linear->fp8_resident()) {
+      // FP8: the input buffer quantized per token (real codes and scales), the resident FP8 weight.
+      types = types == cuda::GemmTypes::kBf16ToBf16 ? cuda::GemmTypes::kFp8ToBf16 : cuda::GemmTypes::kFp8ToFp32;
+      SCORED_RETURN_IF_ERROR(kernels::QuantizeFp8PerToken(job.x->as<kernels::bf16_t>(), in, acts.max_tokens, in,
+                                                          acts.act_fp8.as<uint8_t>(), acts.act_scale.as<float>(),
+                                                          stream));
+      SCORED_RETURN_IF_ERROR(gemm.Tune(acts.act_fp8.data(), job.linear->fp8_weight(), job.y->data(), out, in, types,
+                                       stream, acts.act_scale.as<float>(), job.linear->fp8_scale()));
+    } else {
+      SCORED_ASSIGN_OR_RETURN(const void* w, job.linear->Materialize(model.dtype, acts.scratch.data(), stream));
+      SCORED_RETURN_IF_ERROR(gemm.Tune(job.x->data(), w, job.y->data(), out, in, types, stream));
+    }
+    SCORED_LOG(INFO) << "GEMM [" << acts.max_tokens << ", " << in << "] x [" << out << ", " << in
+                     << "]^T: " << gemm.Choice(out, in, types);
   }
   return absl::OkStatus();
 }
@@ -257,8 +269,13 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
   const cuda::GemmTypes head_types =
       options.dtype == ComputeDtype::kBf16 ? cuda::GemmTypes::kBf16ToFp32 : cuda::GemmTypes::kFp32;
   for (const cuda::DeviceLayer& layer : model.layers) {
-    for (const cuda::DeviceLinear* linear : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
-      SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), linear->in_features(), types));
+    for (const cuda::DeviceLinear* linear : {&layer.qkv, &layer.gate_up}) {
+      SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), linear->in_features(),
+                                                 linear->fp8_resident() ? cuda::GemmTypes::kFp8ToBf16 : types));
+    }
+    for (const cuda::DeviceLinear* linear : {&layer.o, &layer.down}) {
+      SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), linear->in_features(),
+                                                 linear->fp8_resident() ? cuda::GemmTypes::kFp8ToFp32 : head_types));
     }
   }
   return rank->gemm->Prepare(model.lm_head.out_features(), model.lm_head.in_features(), head_types);

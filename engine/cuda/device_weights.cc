@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/cuda/gemm.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/kernel_types.h"
 #include "engine/reference/ops.h"
@@ -81,10 +82,31 @@ absl::Status DequantizeInto(const QuantizedPart& part, ComputeDtype dtype, char*
   return kernels::Dequantize<float>(part.params, 0, rows, reinterpret_cast<float*>(fused + offset), stream);
 }
 
+// Whether the group `members` (all W8A8) can run as a real FP8 GEMM in compute dtype `dtype`.
+bool Fp8GemmEligible(const std::vector<const LinearWeight*>& members, ComputeDtype dtype, int64_t out_features,
+                     int64_t in_features) {
+  if (dtype != ComputeDtype::kBf16 || out_features % 16 != 0 || in_features % 16 != 0) return false;
+  for (const LinearWeight* m : members) {
+    if (!m->w8a8_dynamic_fp8 || m->act_group_size != 0 || m->format != WeightFormat::kFloatQuantized ||
+        m->weight.dtype != DType::kF8E4M3 || !m->weight.present() || !m->weight_scale.present()) {
+      return false;
+    }
+    const int64_t scales = m->weight_scale.NumElements();
+    const bool tensor = m->strategy == QuantStrategy::kTensor && scales == 1;
+    const bool channel = m->strategy == QuantStrategy::kChannel && scales == m->out_features;
+    if (!tensor && !channel) return false;
+    if (m->weight.nbytes != m->out_features * m->in_features) return false;
+  }
+  return GemmRunner::Fp8Supported();
+}
+
 }  // namespace
 
 absl::StatusOr<const void*> DeviceLinear::Materialize(ComputeDtype dtype, void* scratch,
                                                       cudaStream_t stream) const {
+  if (fp8_resident()) {
+    return absl::FailedPreconditionError("an FP8-resident linear is not materialized: run it with Fp8Linear");
+  }
   if (resident_dense()) return dense_ptr_;
   for (const QuantizedPart& part : parts_) {
     SCORED_RETURN_IF_ERROR(DequantizeInto(part, dtype, static_cast<char*>(scratch), stream));
@@ -93,7 +115,7 @@ absl::StatusOr<const void*> DeviceLinear::Materialize(ComputeDtype dtype, void* 
 }
 
 int64_t DeviceLinear::DeviceBytes() const {
-  int64_t bytes = dense_.bytes();
+  int64_t bytes = dense_.bytes() + fp8_weight_.bytes() + fp8_scale_.bytes();
   for (const QuantizedPart& part : parts_) {
     for (const DeviceBuffer& b : part.stored) bytes += b.bytes();
   }
@@ -102,11 +124,12 @@ int64_t DeviceLinear::DeviceBytes() const {
 
 class DeviceModelLoader {
  public:
-  // Stacks `members` along `out` into one linear. All dense: one resident matrix; otherwise every member
-  // keeps its stored tensors and is expanded into the scratch before each use.
+  // Stacks `members` along `out` into one linear. All dense: one resident matrix; W8A8 per-token FP8 that a
+  // real FP8 GEMM can run (fp8_gemm, Fp8GemmEligible): one resident FP8 matrix and fp32 scale vector;
+  // otherwise every member keeps its stored tensors and is expanded into the scratch before each use.
   static absl::StatusOr<DeviceLinear> Build(const std::vector<const LinearWeight*>& members,
                                             ComputeDtype dtype, const std::string& what,
-                                            bool act_amax_all_reduce = false) {
+                                            bool act_amax_all_reduce = false, bool fp8_gemm = true) {
     DeviceLinear linear;
     linear.act_amax_all_reduce_ = act_amax_all_reduce;
     linear.in_features_ = members.front()->in_features;
@@ -145,6 +168,24 @@ class DeviceModelLoader {
         row += m->out_features;
       }
       linear.dense_ptr_ = linear.dense_.data();
+      return linear;
+    }
+    if (fp8_gemm && all_w8a8 && Fp8GemmEligible(members, dtype, linear.out_features_, linear.in_features_)) {
+      // The parts' E4M3 bytes stacked along `out`, their scales widened to fp32 (exact) per output row.
+      SCORED_ASSIGN_OR_RETURN(linear.fp8_weight_,
+                              DeviceBuffer::Allocate(linear.out_features_ * linear.in_features_, what));
+      std::vector<float> scales(linear.out_features_);
+      for (const LinearWeight* m : members) {
+        SCORED_CUDA_CHECK(cudaMemcpy(linear.fp8_weight_.as<uint8_t>() + row * linear.in_features_, m->weight.data,
+                                     static_cast<size_t>(m->weight.nbytes), cudaMemcpyHostToDevice));
+        const int64_t count = m->weight_scale.NumElements();
+        SCORED_RETURN_IF_ERROR(TensorToFloat(m->weight_scale, scales.data() + row, count));
+        for (int64_t r = count; r < m->out_features; ++r) scales[row + r] = scales[row];  // tensor scale
+        row += m->out_features;
+      }
+      SCORED_ASSIGN_OR_RETURN(
+          linear.fp8_scale_,
+          UploadToDevice(scales.data(), static_cast<int64_t>(scales.size() * sizeof(float)), what + " scales"));
       return linear;
     }
     for (const LinearWeight* m : members) {
@@ -217,7 +258,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     std::vector<ShardedLinear> keep;
     keep.reserve(1);
     SCORED_ASSIGN_OR_RETURN(const LinearWeight* head, cut(weights.lm_head(), LinearRole::kLmHead, &keep));
-    SCORED_ASSIGN_OR_RETURN(model->lm_head, DeviceModelLoader::Build({head}, dtype, "lm_head"));
+    SCORED_ASSIGN_OR_RETURN(model->lm_head, DeviceModelLoader::Build({head}, dtype, "lm_head", false, false));
     SCORED_RETURN_IF_ERROR(DeviceModelLoader::MakeResident(&model->lm_head, dtype, "lm_head"));
   }
 
@@ -261,9 +302,12 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     SCORED_ASSIGN_OR_RETURN(dst.down,
                             DeviceModelLoader::Build({down}, dtype, prefix + "mlp.down_proj", down_amax));
     for (const DeviceLinear* linear : {&dst.qkv, &dst.o, &dst.gate_up, &dst.down}) {
-      if (!linear->resident_dense()) {
+      if (linear->uses_scratch()) {
         model->max_scratch_elements =
             std::max(model->max_scratch_elements, linear->out_features() * linear->in_features());
+      }
+      if (linear->fp8_resident()) {
+        model->max_fp8_in_features = std::max(model->max_fp8_in_features, linear->in_features());
       }
     }
   }

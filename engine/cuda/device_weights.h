@@ -8,6 +8,12 @@
 // before its GEMM with the dequant kernels. Values are exactly the checkpoint's (dequantized) values rounded
 // once to the compute dtype.
 //
+// W8A8 per-token FP8 (FP8_DYNAMIC: E4M3 weights with a tensor or per-channel scale) in bf16 mode, where
+// cuBLASLt runs outer-vector-scaled FP8 GEMMs (GemmRunner::Fp8Supported) and both dimensions are multiples
+// of 16: the group stays resident in FP8 instead, its parts' E4M3 bytes stacked into one [out, in] matrix
+// and their scales widened (exactly) to one fp32 [out] vector, and runs as a real FP8 GEMM. fp32 mode
+// (the fidelity mode), FP8_BLOCK (block weight scales, per-group activations) and W8A16 keep the
+// dequantize-to-scratch path above.
 // Norm weights, q/k/v biases and the RoPE table are fp32 (what the kernels take).
 // Tensor parallelism: UploadModel with a ShardPlan uploads one rank's shard (engine/model/shard_plan.h):
 // q|k|v and gate|up of the rank's heads / intermediate slice, o and down of its input columns, embedding
@@ -47,7 +53,13 @@ class DeviceLinear {
  public:
   int64_t out_features() const { return out_features_; }
   int64_t in_features() const { return in_features_; }
-  bool resident_dense() const { return parts_.empty(); }
+  bool resident_dense() const { return parts_.empty() && !fp8_resident(); }
+  // Expanded into a scratch buffer before each GEMM (Materialize).
+  bool uses_scratch() const { return !parts_.empty(); }
+  // Resident in FP8 for a real FP8 GEMM (W8A8 per-token, bf16 mode): fp8_weight() and fp8_scale().
+  bool fp8_resident() const { return fp8_weight_.bytes() > 0; }
+  const uint8_t* fp8_weight() const { return fp8_weight_.as<uint8_t>(); }  // [out_features, in_features] E4M3
+  const float* fp8_scale() const { return fp8_scale_.as<float>(); }        // [out_features] fp32
   // W8A8 dynamic FP8 (every part): the GEMM's input is fake-quantized per token first.
   bool w8a8_dynamic_fp8() const { return w8a8_; }
   // W8A8 only: 0 = one activation scale per token, > 0 = one per token per this many input columns.
@@ -75,6 +87,8 @@ class DeviceLinear {
   DeviceBuffer dense_;               // [out_features, in_features] compute dtype, when resident_dense()
   const void* dense_ptr_ = nullptr;  // dense_.data(), or the embedding table for a tied lm_head
   std::vector<QuantizedPart> parts_;
+  DeviceBuffer fp8_weight_;  // [out_features, in_features] FP8 E4M3, when fp8_resident()
+  DeviceBuffer fp8_scale_;   // [out_features] fp32, when fp8_resident()
 };
 
 struct DeviceLayer {
@@ -96,7 +110,8 @@ struct DeviceModel {
   DeviceBuffer rope_inv_freq;  // [head_dim / 2] fp32, as ref::RopeInvFreq
   DeviceLinear lm_head;        // [vocab_size, hidden_size]; tied: a view of `embed`; a shard: its rows
   std::vector<DeviceLayer> layers;
-  int64_t max_scratch_elements = 0;  // largest out*in of a quantized linear (0 when all are dense)
+  int64_t max_scratch_elements = 0;  // largest out*in of a linear that uses_scratch() (0 when none does)
+  int64_t max_fp8_in_features = 0;   // largest in_features of an fp8_resident() linear (0 when none is)
   int64_t resident_bytes = 0;        // device bytes of all the above
 };
 

@@ -1,6 +1,8 @@
 #include "engine/cuda/gemm.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,9 +33,23 @@ absl::Status CublasStatus(cublasStatus_t status, const char* what) {
   return absl::InternalError(absl::StrCat(what, " failed: cuBLAS status ", static_cast<int>(status)));
 }
 
-cudaDataType_t InputType(GemmTypes types) { return types == GemmTypes::kFp32 ? CUDA_R_32F : CUDA_R_16BF; }
+cudaDataType_t InputType(GemmTypes types) {
+  if (IsFp8(types)) return CUDA_R_8F_E4M3;
+  return types == GemmTypes::kFp32 ? CUDA_R_32F : CUDA_R_16BF;
+}
 cudaDataType_t OutputType(GemmTypes types) {
-  return types == GemmTypes::kBf16ToBf16 ? CUDA_R_16BF : CUDA_R_32F;
+  return types == GemmTypes::kBf16ToBf16 || types == GemmTypes::kFp8ToBf16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+// FP8: one fp32 scale per row of A (w: per output channel, cuBLASLt's M) and per column of B (x: per token,
+// cuBLASLt's N), applied to the fp32 accumulator in the epilogue.
+absl::Status SetFp8ScaleModes(cublasLtMatmulDesc_t desc) {
+  const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+  SCORED_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)),
+      "set A_SCALE_MODE"));
+  return CublasStatus(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)),
+                      "set B_SCALE_MODE");
 }
 
 // B (x) and C (y) layouts for num_tokens rows: col-major [in, num_tokens] and [out, num_tokens].
@@ -87,10 +103,23 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
     return absl::InvalidArgumentError(absl::StrCat("GEMM shape [", out_features, ", ", in_features, "]"));
   }
 
+  if (IsFp8(types) && (out_features % 16 != 0 || in_features % 16 != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("FP8 GEMM shape [", out_features, ", ", in_features,
+                                                   "]: both dimensions must be multiples of 16"));
+  }
+
   Plan plan;
+  plan.out_features = out_features;
+  plan.in_features = in_features;
   const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   SCORED_RETURN_IF_ERROR(
       CublasStatus(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate"));
+  if (IsFp8(types)) {
+    if (absl::Status s = SetFp8ScaleModes(plan.desc); !s.ok()) {
+      cublasLtMatmulDescDestroy(plan.desc);
+      return s;
+    }
+  }
   const cublasOperation_t trans_w = CUBLAS_OP_T, trans_x = CUBLAS_OP_N;
   SCORED_RETURN_IF_ERROR(CublasStatus(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_w, sizeof(trans_w)),
@@ -157,17 +186,39 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
   return &it->second;
 }
 
+cublasStatus_t GemmRunner::Run(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const void* x, const void* w,
+                               void* y, int64_t num_tokens, GemmTypes types, const float* x_scale,
+                               const float* w_scale, cudaStream_t stream) {
+  if (IsFp8(types)) {
+    // A is w (scales per output channel), B is x (scales per token).
+    cublasStatus_t set = cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                        &w_scale, sizeof(w_scale));
+    if (set != CUBLAS_STATUS_SUCCESS) return set;
+    set = cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
+                                         sizeof(x_scale));
+    if (set != CUBLAS_STATUS_SUCCESS) return set;
+  }
+  TokenLayouts layouts;
+  if (!layouts.Init(num_tokens, plan.out_features, plan.in_features, types).ok()) {
+    return CUBLAS_STATUS_INTERNAL_ERROR;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublasLtMatmul(handle_, plan.desc, &alpha, w, plan.w_layout, x, layouts.x, &beta, y, layouts.y, y,
+                        layouts.y, &algo, workspace_.data(), static_cast<size_t>(workspace_.bytes()), stream);
+}
+
 absl::Status GemmRunner::Tune(const void* x, const void* w, void* y, int64_t out_features,
-                              int64_t in_features, GemmTypes types, cudaStream_t stream) {
+                              int64_t in_features, GemmTypes types, cudaStream_t stream, const float* x_scale,
+                              const float* w_scale) {
+  if (IsFp8(types) && (x_scale == nullptr || w_scale == nullptr)) {
+    return absl::InvalidArgumentError("GemmRunner::Tune: FP8 needs both scale vectors");
+  }
   SCORED_ASSIGN_OR_RETURN(const Plan* found, GetPlan(out_features, in_features, types));
   Plan& plan = plans_.at(Key{out_features, in_features, types});
   if (found->tuned) return absl::OkStatus();
-  TokenLayouts layouts;
-  SCORED_RETURN_IF_ERROR(layouts.Init(max_tokens_, out_features, in_features, types));
   cudaEvent_t start = nullptr, stop = nullptr;
   SCORED_CUDA_CHECK(cudaEventCreate(&start));
   SCORED_CUDA_CHECK(cudaEventCreate(&stop));
-  const float alpha = 1.0f, beta = 0.0f;
   const int count = std::min<int>(kTuneCandidates, static_cast<int>(plan.candidates.size()));
   std::vector<double> medians(count, -1.0);
   absl::Status status;
@@ -175,9 +226,8 @@ absl::Status GemmRunner::Tune(const void* x, const void* w, void* y, int64_t out
     std::vector<double> times;
     for (int r = 0; r <= kTuneRuns && status.ok(); ++r) {  // run 0 warms up
       if (cudaEventRecord(start, stream) != cudaSuccess) status = absl::InternalError("cudaEventRecord");
-      const cublasStatus_t run = cublasLtMatmul(
-          handle_, plan.desc, &alpha, w, plan.w_layout, x, layouts.x, &beta, y, layouts.y, y, layouts.y,
-          &plan.candidates[c], workspace_.data(), static_cast<size_t>(workspace_.bytes()), stream);
+      const cublasStatus_t run =
+          Run(plan, plan.candidates[c], x, w, y, max_tokens_, types, x_scale, w_scale, stream);
       if (run != CUBLAS_STATUS_SUCCESS) break;  // this candidate cannot run here: not timed
       if (cudaEventRecord(stop, stream) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess) {
         status = absl::InternalError("timing a GEMM candidate failed");
@@ -217,21 +267,50 @@ std::string GemmRunner::Choice(int64_t out_features, int64_t in_features, GemmTy
 absl::Status GemmRunner::Linear(const void* x, const void* w, void* y, int64_t num_tokens,
                                 int64_t out_features, int64_t in_features, GemmTypes types,
                                 cudaStream_t stream) {
+  if (IsFp8(types)) return absl::InvalidArgumentError("GemmRunner::Linear: FP8 types go through Fp8Linear");
   if (num_tokens < 0 || num_tokens > max_tokens_) {
     return absl::OutOfRangeError(
         absl::StrCat("GEMM with ", num_tokens, " tokens; the engine was sized for ", max_tokens_));
   }
   if (num_tokens == 0) return absl::OkStatus();
   SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types));
-  TokenLayouts layouts;
-  SCORED_RETURN_IF_ERROR(layouts.Init(num_tokens, out_features, in_features, types));
-  const float alpha = 1.0f, beta = 0.0f;
-  SCORED_RETURN_IF_ERROR(
-      CublasStatus(cublasLtMatmul(handle_, plan->desc, &alpha, w, plan->w_layout, x, layouts.x, &beta, y,
-                                  layouts.y, y, layouts.y, &plan->algo, workspace_.data(),
-                                  static_cast<size_t>(workspace_.bytes()), stream),
-                   "cublasLtMatmul"));
-  return absl::OkStatus();
+  return CublasStatus(Run(*plan, plan->algo, x, w, y, num_tokens, types, nullptr, nullptr, stream),
+                      "cublasLtMatmul");
+}
+
+absl::Status GemmRunner::Fp8Linear(const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale,
+                                   void* y, int64_t num_tokens, int64_t out_features, int64_t in_features,
+                                   GemmTypes types, cudaStream_t stream) {
+  if (!IsFp8(types)) return absl::InvalidArgumentError("GemmRunner::Fp8Linear: needs an FP8 GemmTypes");
+  if (num_tokens < 0 || num_tokens > max_tokens_) {
+    return absl::OutOfRangeError(
+        absl::StrCat("GEMM with ", num_tokens, " tokens; the engine was sized for ", max_tokens_));
+  }
+  if (num_tokens == 0) return absl::OkStatus();
+  if (x_scale == nullptr || w_scale == nullptr) {
+    return absl::InvalidArgumentError("GemmRunner::Fp8Linear: null scale vector");
+  }
+  SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types));
+  return CublasStatus(Run(*plan, plan->algo, x, w, y, num_tokens, types, x_scale, w_scale, stream),
+                      "cublasLtMatmul (FP8)");
+}
+
+bool GemmRunner::Fp8Supported() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  static std::mutex mu;
+  static std::map<int, bool> known;  // per CUDA ordinal
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find(device); it != known.end()) return it->second;
+  bool supported = false;
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device) == cudaSuccess && prop.major >= 9) {
+    absl::StatusOr<std::unique_ptr<GemmRunner>> probe = Create(256);
+    supported = probe.ok() && (*probe)->Prepare(256, 256, GemmTypes::kFp8ToBf16).ok() &&
+                (*probe)->Prepare(256, 256, GemmTypes::kFp8ToFp32).ok();
+  }
+  known[device] = supported;
+  return supported;
 }
 
 }  // namespace scored::cuda

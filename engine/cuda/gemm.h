@@ -3,6 +3,11 @@
 //
 // Types (GemmTypes): bf16 x and w with fp32 accumulation writing bf16 or fp32 y (the bf16 engine; fp32 y
 // for the lm_head logits), or fp32 everywhere with plain fp32 math, no TF32 (the fp32 engine).
+// FP8 (W8A8, Fp8Linear): x and w FP8 E4M3 with fp32 accumulation, one fp32 scale per row of x (per token)
+// and one per row of w (per output channel) applied in cuBLASLt's epilogue (outer-vector scaling,
+// CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F): y[t, o] = (sum_k x[t, k] w[o, k]) * x_scale[t] * w_scale[o],
+// rounded once to bf16 or written as fp32. Fp8Supported() says whether this cuBLASLt offers it on the
+// current device (Hopper and newer with cuBLASLt >= 12.9); callers fall back to the bf16 path otherwise.
 //
 // Batch invariance: for each (out_features, in_features, types) the algorithm is chosen ONCE, by
 // cuBLASLt's heuristic for num_tokens = max_tokens, restricted to no split-K and no reduction scheme,
@@ -39,7 +44,11 @@ enum class GemmTypes {
   kBf16ToBf16,  // x, w bf16; y bf16; fp32 accumulate
   kBf16ToFp32,  // x, w bf16; y fp32; fp32 accumulate
   kFp32,        // x, w, y fp32; fp32 math (CUBLAS_COMPUTE_32F, never TF32)
+  kFp8ToBf16,   // x, w FP8 E4M3 with fp32 outer-vector scales; y bf16; fp32 accumulate (Fp8Linear only)
+  kFp8ToFp32,   // x, w FP8 E4M3 with fp32 outer-vector scales; y fp32; fp32 accumulate (Fp8Linear only)
 };
+
+inline bool IsFp8(GemmTypes types) { return types == GemmTypes::kFp8ToBf16 || types == GemmTypes::kFp8ToFp32; }
 
 class GemmRunner {
  public:
@@ -49,6 +58,10 @@ class GemmRunner {
   GemmRunner(const GemmRunner&) = delete;
   GemmRunner& operator=(const GemmRunner&) = delete;
 
+  // Whether cuBLASLt runs the FP8 outer-vector-scaled GEMM on the current device (probed once per process
+  // and device with a small shape's heuristic; false without a usable device).
+  static bool Fp8Supported();
+
   // Chooses and pins the algorithm for one weight shape (also done lazily by Linear()). INTERNAL when
   // cuBLASLt offers no algorithm without split-K for it.
   absl::Status Prepare(int64_t out_features, int64_t in_features, GemmTypes types);
@@ -56,11 +69,14 @@ class GemmRunner {
   // Times the heuristic's top candidates without split-K at max_tokens rows (a few runs each on `stream`,
   // synchronizing it) and pins the fastest, unless it beats the heuristic's first choice by less than
   // kTuneMinGain. Call before the shape's first Linear(); a shape already tuned is left as it is.
-  // x, w, y hold any finite values (their results are discarded), sized for max_tokens rows.
+  // x, w, y hold any finite values (their results are discarded), sized for max_tokens rows. FP8 types
+  // also need the scales (any finite values).
   absl::Status Tune(const void* x,  // [max_tokens, in_features]
                     const void* w,  // [out_features, in_features]
                     void* y,        // [max_tokens, out_features]
-                    int64_t out_features, int64_t in_features, GemmTypes types, cudaStream_t stream);
+                    int64_t out_features, int64_t in_features, GemmTypes types, cudaStream_t stream,
+                    const float* x_scale = nullptr,   // [max_tokens], FP8 types only
+                    const float* w_scale = nullptr);  // [out_features], FP8 types only
 
   // The algorithm pinned for a shape, as "heuristic candidate i of n, t ms" (tuned) or "heuristic first"
   // (not tuned); empty for a shape never prepared.
@@ -75,6 +91,17 @@ class GemmRunner {
                       int64_t num_tokens, int64_t out_features, int64_t in_features, GemmTypes types,
                       cudaStream_t stream);
 
+  // FP8 W8A8: y[t, o] = bf16 or fp32 of (sum_k x[t, k] * w[o, k]) * x_scale[t] * w_scale[o] on `stream`,
+  // types kFp8ToBf16 or kFp8ToFp32; x and w FP8 E4M3FN bit patterns. in_features and out_features must be
+  // multiples of 16 (cuBLASLt's FP8 alignment). Batch-invariant like Linear(); same errors.
+  absl::Status Fp8Linear(const uint8_t* x,       // [num_tokens, in_features] FP8 E4M3
+                         const float* x_scale,   // [num_tokens]
+                         const uint8_t* w,       // [out_features, in_features] FP8 E4M3
+                         const float* w_scale,   // [out_features]
+                         void* y,                // [num_tokens, out_features] bf16 or fp32 per `types`
+                         int64_t num_tokens, int64_t out_features, int64_t in_features, GemmTypes types,
+                         cudaStream_t stream);
+
   int64_t max_tokens() const { return max_tokens_; }
   int64_t workspace_bytes() const { return workspace_.bytes(); }
 
@@ -82,6 +109,8 @@ class GemmRunner {
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t w_layout = nullptr;  // A: col-major [in, out], used transposed
+    int64_t out_features = 0;
+    int64_t in_features = 0;
     cublasLtMatmulAlgo_t algo;
     std::vector<cublasLtMatmulAlgo_t> candidates;  // heuristic order, no split-K; candidates[0] == algo
     bool tuned = false;
@@ -91,6 +120,10 @@ class GemmRunner {
 
   GemmRunner() = default;
   absl::StatusOr<const Plan*> GetPlan(int64_t out_features, int64_t in_features, GemmTypes types);
+  // The matmul of one plan with algorithm `algo`; FP8 types set the scale pointers on the plan first.
+  cublasStatus_t Run(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const void* x, const void* w, void* y,
+                     int64_t num_tokens, GemmTypes types, const float* x_scale, const float* w_scale,
+                     cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   int64_t max_tokens_ = 0;

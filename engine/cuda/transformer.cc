@@ -81,9 +81,9 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   const bool quantized = model.max_scratch_elements > 0;
   void* scratch[2] = {acts->scratch.data(), acts->scratch2.data()};
   const cudaStream_t dq = acts->dequant_stream.get();
-  // Enqueues the expansion of order[k] into scratch[k % 2] (nothing for a resident dense linear).
+  // Enqueues the expansion of order[k] into scratch[k % 2] (nothing for a resident dense or FP8 linear).
   auto prefetch = [&](size_t k) -> absl::Status {
-    if (!quantized || k >= order.size() || order[k]->resident_dense()) return absl::OkStatus();
+    if (!quantized || k >= order.size() || !order[k]->uses_scratch()) return absl::OkStatus();
     const int buf = static_cast<int>(k % 2);
     SCORED_CUDA_CHECK(cudaStreamWaitEvent(dq, acts->weight_free[buf].get(), 0));
     SCORED_RETURN_IF_ERROR(order[k]->Materialize(model.dtype, scratch[buf], dq).status());
@@ -104,6 +104,25 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
     if (next >= order.size() || order[next] != &w) return absl::InternalError("linears used out of order");
     const size_t k = next++;
     SCORED_RETURN_IF_ERROR(prefetch(k + 1));
+    if (w.fp8_resident()) {
+      // Real FP8 GEMM: x quantized per token into act_fp8 / act_scale, the scales applied in its epilogue.
+      const int64_t in = w.in_features();
+      uint8_t* x_fp8 = acts->act_fp8.as<uint8_t>();  // [n, in]
+      float* x_scale = acts->act_scale.as<float>();  // [n]
+      if (w.act_amax_all_reduce() && tp != nullptr) {
+        // Row-parallel shard: the token's scale is the amax over every rank's columns.
+        SCORED_RETURN_IF_ERROR(kernels::Fp8RowAmax<T>(x, in, n, in, act_amax, stream));
+        SCORED_RETURN_IF_ERROR(tp->comm->AllReduce(act_amax, act_amax, n, dist::ReduceDType::kF32,
+                                                   dist::ReduceOp::kMax, stream));
+        SCORED_RETURN_IF_ERROR(
+            kernels::QuantizeFp8PerTokenWithAmax<T>(x, in, n, in, act_amax, x_fp8, x_scale, stream));
+      } else {
+        SCORED_RETURN_IF_ERROR(kernels::QuantizeFp8PerToken<T>(x, in, n, in, x_fp8, x_scale, stream));
+      }
+      const GemmTypes fp8_types = y_types == GemmTypes::kBf16ToBf16 ? GemmTypes::kFp8ToBf16 : GemmTypes::kFp8ToFp32;
+      return gemm.Fp8Linear(x_fp8, x_scale, w.fp8_weight(), w.fp8_scale(), y, n, w.out_features(), in, fp8_types,
+                            stream);
+    }
     if (w.w8a8_dynamic_fp8() && w.act_amax_all_reduce() && tp != nullptr) {
       // Row-parallel shard: the token's scale is the amax over every rank's columns.
       SCORED_RETURN_IF_ERROR(kernels::Fp8RowAmax<T>(x, w.in_features(), n, w.in_features(), act_amax, stream));
@@ -123,7 +142,7 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
       SCORED_CUDA_CHECK(cudaStreamWaitEvent(stream, acts->weight_ready[k % 2].get(), 0));
     }
     SCORED_RETURN_IF_ERROR(gemm.Linear(x, weight, y, n, w.out_features(), w.in_features(), y_types, stream));
-    if (!w.resident_dense()) SCORED_CUDA_CHECK(cudaEventRecord(acts->weight_free[k % 2].get(), stream));
+    if (w.uses_scratch()) SCORED_CUDA_CHECK(cudaEventRecord(acts->weight_free[k % 2].get(), stream));
     return absl::OkStatus();
   };
 
@@ -234,8 +253,9 @@ int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model
                                               tp_size * kernels::kMaxTopK * 8) +
                         max_tokens * 4
                   : 0;
+  const int64_t fp8_bytes = model.max_fp8_in_features > 0 ? max_tokens * (model.max_fp8_in_features + 4) : 0;
   return LogitsRows(max_tokens) * config.vocab_size * 4 + 2 * model.max_scratch_elements * ActBytes(model.dtype) +
-         tp_bytes;
+         tp_bytes + fp8_bytes;
 }
 
 absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const DeviceModel& model,
@@ -264,6 +284,11 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
       SCORED_ASSIGN_OR_RETURN(a.weight_ready[i], CudaEvent::Create());
       SCORED_ASSIGN_OR_RETURN(a.weight_free[i], CudaEvent::Create());
     }
+  }
+  if (model.max_fp8_in_features > 0) {
+    SCORED_ASSIGN_OR_RETURN(a.act_fp8,
+                            DeviceBuffer::Allocate(t * model.max_fp8_in_features, "FP8 GEMM activations"));
+    SCORED_ASSIGN_OR_RETURN(a.act_scale, DeviceBuffer::Allocate(t * 4, "FP8 activation scales"));
   }
   SCORED_ASSIGN_OR_RETURN(
       a.logits, DeviceBuffer::Allocate(LogitsRows(t) * config.vocab_size * 4, "the fp32 logits chunk"));

@@ -127,6 +127,27 @@ absl::Status FakeQuantizeFp8PerTokenWithAmax(T* x, int64_t x_stride, int64_t num
   return absl::OkStatus();
 }
 
+template <typename T>
+absl::Status QuantizeFp8PerTokenWithAmax(const T* x, int64_t x_stride, int64_t num_tokens, int64_t in_features,
+                                         const float* amax, uint8_t* q, float* scale, cudaStream_t stream) {
+  const absl::Status args = CheckArgs(x, x_stride, num_tokens, in_features);
+  if (!args.ok()) return args;
+  if (num_tokens == 0) return absl::OkStatus();
+  if (amax == nullptr || q == nullptr || scale == nullptr) {
+    return absl::InvalidArgumentError("QuantizeFp8PerTokenWithAmax: null pointer");
+  }
+  const int64_t blocks = num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks;
+  // The kernel never writes x when kFake is false; the cast only shares one kernel body.
+  Fp8PerTokenKernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      const_cast<typename DeviceType<T>::type*>(ToDevice(x)), x_stride, num_tokens, in_features, amax, q, scale);
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+template absl::Status QuantizeFp8PerTokenWithAmax<float>(const float*, int64_t, int64_t, int64_t, const float*,
+                                                         uint8_t*, float*, cudaStream_t);
+template absl::Status QuantizeFp8PerTokenWithAmax<bf16_t>(const bf16_t*, int64_t, int64_t, int64_t, const float*,
+                                                          uint8_t*, float*, cudaStream_t);
 template absl::Status QuantizeFp8PerToken<float>(const float*, int64_t, int64_t, int64_t, uint8_t*, float*,
                                                  cudaStream_t);
 template absl::Status QuantizeFp8PerToken<bf16_t>(const bf16_t*, int64_t, int64_t, int64_t, uint8_t*, float*,

@@ -48,6 +48,14 @@ absl::Status FakeQuantizeFp8PerTokenWithAmax(T* x,  // [num_tokens, x_stride], i
                                              const float* amax,  // [num_tokens], >= 0
                                              cudaStream_t stream);
 
+template <typename T>
+absl::Status QuantizeFp8PerTokenWithAmax(const T* x,  // [num_tokens, x_stride]
+                                         int64_t x_stride, int64_t num_tokens, int64_t in_features,
+                                         const float* amax,  // [num_tokens], >= 0
+                                         uint8_t* q,         // [num_tokens, in_features] FP8 E4M3FN bits
+                                         float* scale,       // [num_tokens]: amax / 448
+                                         cudaStream_t stream);
+
 }  // namespace scored::kernels
 
 #endif  // SCORED_ENGINE_KERNELS_FP8_QUANT_H_

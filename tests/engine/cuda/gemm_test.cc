@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "engine/base/dtype.h"
@@ -167,6 +170,216 @@ void CheckBatchInvariance(bool tune) {
 TEST_F(GemmTest, RowsAreBatchInvariant) { CheckBatchInvariance(false); }
 
 TEST_F(GemmTest, TunedRowsAreBatchInvariant) { CheckBatchInvariance(true); }
+
+// ---- FP8 (W8A8): E4M3 x E4M3 with per-token and per-channel fp32 scales in the epilogue ----
+
+class Fp8GemmTest : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    cudaDeviceProp prop;
+    ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+    if (prop.major < 9) GTEST_SKIP() << "FP8 GEMMs need Hopper or newer";
+    // On Hopper the outer-vector scaled FP8 GEMM is what the W8A8 path relies on: its absence is a failure.
+    ASSERT_TRUE(GemmRunner::Fp8Supported()) << "cuBLASLt offers no outer-vector-scaled FP8 GEMM here";
+  }
+};
+
+// Random E4M3 codes of N(0, sigma) values (finite: FloatToFp8E4M3 saturates, never NaN) and their values.
+void RandomFp8(int64_t n, float sigma, std::mt19937& rng, std::vector<uint8_t>* codes,
+               std::vector<double>* values) {
+  std::normal_distribution<float> dist(0.0f, sigma);
+  codes->resize(n);
+  values->resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    (*codes)[i] = FloatToFp8E4M3(dist(rng));
+    (*values)[i] = Fp8E4M3ToFloat((*codes)[i]);
+  }
+}
+
+std::vector<float> RandomScales(int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(1e-3f, 1e-2f);
+  std::vector<float> s(n);
+  for (float& v : s) v = dist(rng);
+  return s;
+}
+
+// The decoded values are exact (E4M3 products have 8 significant bits: exact in fp32). The error is the
+// accumulation: Hopper's FP8 tensor cores add products into partial sums that keep about 14 significant
+// bits (cuBLASLt without fast accumulation promotes them into fp32 every K tile), so each output errs by
+// at most ~2^-13 of sum_k |x w| per term group; we allow 2^-11 * sum_k |x_k w_k| * s_x * s_w, plus one bf16
+// rounding (2^-8 relative, with margin) for the bf16 output.
+TEST_F(Fp8GemmTest, Fp8MatchesFloat64) {
+  std::mt19937 rng(17);
+  auto runner = GemmRunner::Create(512);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  auto stream = CudaStream::Create();
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  for (const Shape& s : {Shape{1, 64, 64}, Shape{37, 192, 64}, Shape{300, 176, 96}, Shape{129, 512, 256},
+                         Shape{512, 64, 4096}}) {
+    SCOPED_TRACE(::testing::Message() << "shape " << s.tokens << "x" << s.out << "x" << s.in);
+    std::vector<uint8_t> xq, wq;
+    std::vector<double> xv, wv;
+    RandomFp8(s.tokens * s.in, 100.0f, rng, &xq, &xv);
+    RandomFp8(s.out * s.in, 100.0f, rng, &wq, &wv);
+    const std::vector<float> xs = RandomScales(s.tokens, rng), ws = RandomScales(s.out, rng);
+    auto x = UploadToDevice(xq.data(), xq.size(), "x");
+    auto w = UploadToDevice(wq.data(), wq.size(), "w");
+    auto dxs = UploadToDevice(xs.data(), xs.size() * 4, "x scale");
+    auto dws = UploadToDevice(ws.data(), ws.size() * 4, "w scale");
+    auto y32 = DeviceBuffer::Allocate(s.tokens * s.out * 4, "y32");
+    auto y16 = DeviceBuffer::Allocate(s.tokens * s.out * 2, "y16");
+    ASSERT_TRUE(x.ok() && w.ok() && dxs.ok() && dws.ok() && y32.ok() && y16.ok());
+    ASSERT_EQ(cudaMemset(y32->data(), 0xff, y32->bytes()), cudaSuccess);  // NaN poison
+    ASSERT_EQ(cudaMemset(y16->data(), 0xff, y16->bytes()), cudaSuccess);
+    for (auto [y, types] : {std::pair{y32->data(), GemmTypes::kFp8ToFp32}, std::pair{y16->data(), GemmTypes::kFp8ToBf16}}) {
+      const absl::Status status = (*runner)->Fp8Linear(x->as<uint8_t>(), dxs->as<float>(), w->as<uint8_t>(),
+                                                       dws->as<float>(), y, s.tokens, s.out, s.in, types, stream->get());
+      ASSERT_TRUE(status.ok()) << status;
+    }
+    ASSERT_TRUE(stream->Synchronize().ok());
+    std::vector<float> got32(s.tokens * s.out);
+    std::vector<uint16_t> got16(s.tokens * s.out);
+    ASSERT_EQ(cudaMemcpy(got32.data(), y32->data(), y32->bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got16.data(), y16->data(), y16->bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    double worst = 0.0;  // largest |error| / (sum |terms| * scales), for the failure message
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      for (int64_t o = 0; o < s.out; ++o) {
+        double acc = 0.0, mag = 0.0;
+        for (int64_t k = 0; k < s.in; ++k) {
+          acc += xv[t * s.in + k] * wv[o * s.in + k];
+          mag += std::abs(xv[t * s.in + k] * wv[o * s.in + k]);
+        }
+        const double scale = static_cast<double>(xs[t]) * ws[o];
+        const double ref = acc * scale, tol = 0x1p-11 * mag * scale + 1e-30;
+        const int64_t i = t * s.out + o;
+        worst = std::max(worst, std::abs(got32[i] - ref) / (mag * scale + 1e-30));
+        ASSERT_NEAR(got32[i], ref, tol) << "fp32 out, element " << i << " (worst so far " << worst << ")";
+        ASSERT_NEAR(Bf16ToFloat(got16[i]), ref, std::abs(ref) * 0x1p-8 + tol) << "bf16 out, element " << i;
+      }
+    }
+  }
+}
+
+// Rows alone or in any batch give the same bits (pinned algorithm, no split-K), heuristic or tuned.
+void CheckFp8BatchInvariance(bool tune) {
+  std::mt19937 rng(5);
+  const int64_t max_tokens = 1024, out = 1024, in = 512;
+  std::vector<uint8_t> xq, wq;
+  std::vector<double> xv, wv;
+  RandomFp8(max_tokens * in, 100.0f, rng, &xq, &xv);
+  RandomFp8(out * in, 100.0f, rng, &wq, &wv);
+  const std::vector<float> xs = RandomScales(max_tokens, rng), ws = RandomScales(out, rng);
+  auto runner = GemmRunner::Create(max_tokens);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  auto x = UploadToDevice(xq.data(), xq.size(), "x");
+  auto w = UploadToDevice(wq.data(), wq.size(), "w");
+  auto dxs = UploadToDevice(xs.data(), xs.size() * 4, "x scale");
+  auto dws = UploadToDevice(ws.data(), ws.size() * 4, "w scale");
+  auto y = DeviceBuffer::Allocate(max_tokens * out * 2, "y");
+  ASSERT_TRUE(x.ok() && w.ok() && dxs.ok() && dws.ok() && y.ok());
+  const GemmTypes types = GemmTypes::kFp8ToBf16;
+  if (tune) {
+    const absl::Status tuned = (*runner)->Tune(x->data(), w->data(), y->data(), out, in, types, nullptr,
+                                               dxs->as<float>(), dws->as<float>());
+    ASSERT_TRUE(tuned.ok()) << tuned;
+    EXPECT_EQ((*runner)->Choice(out, in, types).rfind("heuristic candidate ", 0), 0u) << (*runner)->Choice(out, in, types);
+  }
+  std::vector<uint16_t> full(max_tokens * out), part(max_tokens * out);
+  ASSERT_TRUE((*runner)
+                  ->Fp8Linear(x->as<uint8_t>(), dxs->as<float>(), w->as<uint8_t>(), dws->as<float>(), y->data(),
+                              max_tokens, out, in, types, nullptr)
+                  .ok());
+  ASSERT_EQ(cudaMemcpy(full.data(), y->data(), y->bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int64_t rows : {int64_t{1}, int64_t{3}, int64_t{64}, int64_t{333}, int64_t{1000}}) {
+    ASSERT_EQ(cudaMemset(y->data(), 0xff, y->bytes()), cudaSuccess);
+    const int64_t first = max_tokens - rows;
+    ASSERT_TRUE((*runner)
+                    ->Fp8Linear(x->as<uint8_t>() + first * in, dxs->as<float>() + first, w->as<uint8_t>(),
+                                dws->as<float>(), y->data(), rows, out, in, types, nullptr)
+                    .ok());
+    ASSERT_EQ(cudaMemcpy(part.data(), y->data(), rows * out * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(std::memcmp(part.data(), full.data() + first * out, rows * out * 2), 0)
+        << rows << " rows differ from the same rows in a " << max_tokens << "-row call";
+  }
+}
+
+TEST_F(Fp8GemmTest, RowsAreBatchInvariant) { CheckFp8BatchInvariance(false); }
+
+TEST_F(Fp8GemmTest, TunedRowsAreBatchInvariant) { CheckFp8BatchInvariance(true); }
+
+// Throughput probe (no pass/fail bound on the rate: it depends on the card and its temperature): tuned
+// FP8 vs tuned bf16 GEMMs at the Llama-3-8B layer shapes with 8192 rows (4 windows of 2048),
+// printed as TFLOP/s. The only check: every call succeeds.
+TEST_F(Fp8GemmTest, ThroughputAt8BShapes) {
+  const int64_t tokens = 8192;
+  struct Layer {
+    const char* name;
+    int64_t out, in;
+    bool fp32_out;
+  };
+  const Layer layers[] = {{"qkv", 6144, 4096, false},
+                          {"o", 4096, 4096, true},
+                          {"gate|up", 28672, 4096, false},
+                          {"down", 4096, 14336, true}};
+  auto runner = GemmRunner::Create(tokens);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  auto x = DeviceBuffer::Allocate(tokens * 14336 * 2, "x");
+  auto w = DeviceBuffer::Allocate(28672 * 4096 * 2, "w");
+  auto y = DeviceBuffer::Allocate(tokens * 28672 * 4, "y");
+  auto xs = DeviceBuffer::Allocate(tokens * 4, "x scale");
+  auto ws = DeviceBuffer::Allocate(28672 * 4, "w scale");
+  ASSERT_TRUE(x.ok() && w.ok() && y.ok() && xs.ok() && ws.ok());
+  // 0x38 / 0x3838 / 0x3c23d70a: E4M3 0.5, bf16 0.0439..., fp32 0.01: finite everywhere.
+  ASSERT_EQ(cudaMemset(x->data(), 0x38, x->bytes()), cudaSuccess);
+  ASSERT_EQ(cudaMemset(w->data(), 0x38, w->bytes()), cudaSuccess);
+  const std::vector<float> ones(28672, 0.01f);
+  ASSERT_EQ(cudaMemcpy(xs->data(), ones.data(), tokens * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(ws->data(), ones.data(), 28672 * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  cudaEvent_t start, stop;
+  ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
+  constexpr int kRuns = 20;
+  double total_bf16 = 0.0, total_fp8 = 0.0;
+  for (const Layer& l : layers) {
+    const GemmTypes bf16 = l.fp32_out ? GemmTypes::kBf16ToFp32 : GemmTypes::kBf16ToBf16;
+    const GemmTypes fp8 = l.fp32_out ? GemmTypes::kFp8ToFp32 : GemmTypes::kFp8ToBf16;
+    ASSERT_TRUE((*runner)->Tune(x->data(), w->data(), y->data(), l.out, l.in, bf16, nullptr).ok());
+    ASSERT_TRUE((*runner)
+                    ->Tune(x->data(), w->data(), y->data(), l.out, l.in, fp8, nullptr, xs->as<float>(), ws->as<float>())
+                    .ok());
+    double ms[2] = {0.0, 0.0};
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int r = 0; r <= kRuns; ++r) {
+        if (r == 1) {  // run 0 warms up
+          ASSERT_EQ(cudaEventRecord(start, nullptr), cudaSuccess);
+        }
+        const absl::Status status =
+            pass == 0 ? (*runner)->Linear(x->data(), w->data(), y->data(), tokens, l.out, l.in, bf16, nullptr)
+                      : (*runner)->Fp8Linear(x->as<uint8_t>(), xs->as<float>(), w->as<uint8_t>(), ws->as<float>(),
+                                             y->data(), tokens, l.out, l.in, fp8, nullptr);
+        ASSERT_TRUE(status.ok()) << status;
+      }
+      ASSERT_EQ(cudaEventRecord(stop, nullptr), cudaSuccess);
+      ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
+      float elapsed = 0.0f;
+      cudaEventElapsedTime(&elapsed, start, stop);
+      ms[pass] = elapsed / kRuns;
+    }
+    total_bf16 += ms[0];
+    total_fp8 += ms[1];
+    const double flop = 2.0 * tokens * l.out * l.in;
+    std::printf("GEMM %-8s [%lld, %lld] x [%lld, %lld]^T: bf16 %.3f ms (%.0f TFLOP/s), fp8 %.3f ms (%.0f TFLOP/s), "
+                "%.2fx\n",
+                l.name, static_cast<long long>(tokens), static_cast<long long>(l.in), static_cast<long long>(l.out),
+                static_cast<long long>(l.in), ms[0], flop / ms[0] * 1e-9, ms[1], flop / ms[1] * 1e-9, ms[0] / ms[1]);
+  }
+  std::printf("GEMM layer total at %lld rows: bf16 %.3f ms, fp8 %.3f ms, %.2fx\n", static_cast<long long>(tokens),
+              total_bf16, total_fp8, total_bf16 / total_fp8);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
 
 }  // namespace
 }  // namespace scored::cuda

@@ -109,5 +109,49 @@ TEST_F(Fp8QuantTest, SplitRowsWithSharedAmaxBitExact) {
   EXPECT_EQ(testing::CountBitDifferences(got, want), 0);
 }
 
+// The real-FP8 path of a row-parallel shard: codes and scales of each half quantized with the shared amax are
+// bit for bit the whole row's QuantizeFp8PerToken codes (restricted to the half) and scales.
+TEST_F(Fp8QuantTest, SplitRowsCodesWithSharedAmaxBitExact) {
+  const std::vector<float> x = Dense(Inputs());
+  DeviceArray<float> d_x(x);
+  DeviceArray<uint8_t> d_q(kTokens * kIn);
+  DeviceArray<float> d_scale(kTokens);
+  ASSERT_TRUE(QuantizeFp8PerToken(d_x.get(), kIn, kTokens, kIn, d_q.get(), d_scale.get(), stream_).ok());
+  Sync();
+  const std::vector<uint8_t> want_q = d_q.Download();
+  const std::vector<float> want_scale = d_scale.Download();
+  const int64_t split[] = {0, 512, kIn};
+  std::vector<std::vector<float>> halves(2);
+  std::vector<float> amax(kTokens, 0.0f);
+  for (int h = 0; h < 2; ++h) {
+    for (int64_t t = 0; t < kTokens; ++t) {
+      for (int64_t i = split[h]; i < split[h + 1]; ++i) {
+        halves[h].push_back(x[t * kIn + i]);
+        amax[t] = std::max(amax[t], std::fabs(x[t * kIn + i]));
+      }
+    }
+  }
+  DeviceArray<float> d_amax(amax);
+  for (int h = 0; h < 2; ++h) {
+    const int64_t cols = split[h + 1] - split[h];
+    DeviceArray<float> d_half(halves[h]);
+    DeviceArray<uint8_t> d_hq(kTokens * cols);
+    DeviceArray<float> d_hs(kTokens);
+    d_hq.Poison();
+    d_hs.Poison();
+    ASSERT_TRUE(QuantizeFp8PerTokenWithAmax(d_half.get(), cols, kTokens, cols, d_amax.get(), d_hq.get(), d_hs.get(),
+                                            stream_)
+                    .ok());
+    Sync();
+    const std::vector<uint8_t> q = d_hq.Download();
+    int64_t differences = 0;
+    for (int64_t t = 0; t < kTokens; ++t) {
+      for (int64_t i = 0; i < cols; ++i) differences += q[t * cols + i] != want_q[t * kIn + split[h] + i];
+    }
+    EXPECT_EQ(differences, 0) << "half " << h;
+    EXPECT_EQ(testing::CountBitDifferences(d_hs.Download(), want_scale), 0) << "half " << h;
+  }
+}
+
 }  // namespace
 }  // namespace scored::kernels
