@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# Checks gpu_bench.sh's tp, 70b and soak steps without a GPU: stand-in scored_bench / scored / scored-load and a
-# python3 wrapper that fakes make_random_w4a16.py print the real tools' output formats, so what is checked is the
+# Checks gpu_bench.sh's tp, 70b, soak and ppl steps without a GPU: stand-in scored_bench / scored / scored-load /
+# scored-ppl and a python3 wrapper that fakes make_random_w4a16.py print the real tools' output formats, so what is checked is the
 # step logic (checkpoint reuse, timeouts, FAIL lines, the closing tables, the SIGTERM drain bookkeeping).
 #
 #   bash scripts/bench/test_gpu_bench.sh        (from the repository root; exit 0 = pass)
 #
-# The real tools' formats are those of tests/bench/cuda/scored_bench.cc, client/load/report.cc (the JSON) and
-# make_random_w4a16.py; a change there must be mirrored here.
+# The real tools' formats are those of tests/bench/cuda/scored_bench.cc, client/load/report.cc (the JSON),
+# client/ppl/report.cc (text and JSON), server/server.cc's "model loaded in" line and make_random_w4a16.py; a
+# change there must be mirrored here. The ppl step against the real scored and scored-ppl (CPU backend,
+# stories260K) is a separate command: tests/bench/README.md.
 set -uo pipefail
 root=$PWD
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/ok/bin" "$tmp/bad/bin" "$tmp/py"
+mkdir -p "$tmp/ok/bin" "$tmp/bad/bin" "$tmp/py" "$tmp/ok/data/wikitext-2-raw" "$tmp/ok/data/tokenizers/llama3"
+echo " = Robert Boulter = " > "$tmp/ok/data/wikitext-2-raw/wiki.test.raw"
+: > "$tmp/ok/data/tokenizers/llama3/tokenizer.model"
 failures=0
 expect() {  # expect LOG PATTERN WHAT
   if ! grep -qE "$2" "$1"; then
@@ -57,6 +61,7 @@ cat > "$tmp/ok/bin/scored" <<'EOF'
 for a in "$@"; do case $a in --port_file=*) pf=${a#--port_file=} ;; esac; done
 trap 'echo "received SIGTERM, shutting down"; exit 0' TERM
 sleep 1
+echo "I1122 04:17:40.353 server.cc:150] model loaded in 0.93 s: LlamaForCausalLM, format w4a16, fingerprint 5a3d"
 echo '{"grpc": 43210, "metrics": null}' > "$pf.tmp" && mv "$pf.tmp" "$pf"
 while true; do sleep 0.2; done
 EOF
@@ -68,6 +73,21 @@ echo "scored-load  (stand-in)"
 if [[ $d == 30 ]]; then codes='{"OK": 40, "UNAVAILABLE": 64}'; else codes='{"OK": 1200}'; fi
 echo "{\"tokens_per_s\": 30500.0, \"requests_per_s\": 20.1, \"requests_ok\": 1200, \"requests\": 1200, \"latency_ms\":" \
   "{\"p50\": 2900.0, \"p90\": 3500.0, \"p99\": 4100.0, \"max\": 4500.0}, \"codes\": $codes}" > "$js"
+EOF
+cat > "$tmp/ok/bin/scored-ppl" <<'EOF'
+#!/usr/bin/env bash
+for a in "$@"; do case $a in --json=*) js=${a#--json=} ;; --data=*) data=${a#--data=} ;; esac; done
+sleep 1
+cat <<TXT
+method         exl3 ctx=2048 stride=512
+data           $data (wikitext, 1 document(s), 289077 tokens)
+ppl            131072.500000
+nll_mean       11.783530 +- 0.000500
+num_scored     1148367 in 561 windows
+wall_seconds   1.020 (1125850 tokens/s scoring)
+TXT
+echo '{"ppl": 131072.5, "num_scored": 1148367, "num_windows": 561, "num_tokens_sent": 1148928, "data":' \
+  '{"num_input_tokens": 289077}, "wall_seconds": 1.02, "score_seconds": 0.98}' > "$js"
 EOF
 real_python=$(command -v python3)
 cat > "$tmp/py/python3" <<EOF
@@ -84,9 +104,9 @@ exec "$real_python" "\$@"
 EOF
 chmod +x "$tmp/ok/run" "$tmp/ok/bin/"* "$tmp/py/python3"
 
-# 1. Everything works: three tables, exit 0.
+# 1. Everything works: four tables, exit 0.
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs1" W4_DIR="$tmp/w4" BIG_DIR="$tmp/big" SOAK_SECONDS=1 \
-  bash "$root/scripts/bench/gpu_bench.sh" tp,70b,soak > "$tmp/out1.txt" 2>&1
+  bash "$root/scripts/bench/gpu_bench.sh" tp,70b,soak,ppl > "$tmp/out1.txt" 2>&1
 rc=$?
 [[ $rc == 0 ]] || { echo "FAIL test_gpu_bench: good run exited $rc"; failures=$((failures + 1)); }
 expect "$tmp/out1.txt" '^2 +8 +64800 +1\.80x +94000 +0\.77 +15\.9% +6\.0 9\.5 / 9\.5 +0\.00791$' "tp table row (tp 2)"
@@ -99,26 +119,65 @@ expect "$tmp/out1.txt" 'ratio 0\.85$' "soak: under load vs alone"
 expect "$tmp/out1.txt" '^latency ms p50 2900  p90 3500  p99 4100  max 4500$' "soak latency"
 expect "$tmp/out1.txt" '^SIGTERM under load: scored exit 0 .*drain load codes: OK=40 UNAVAILABLE=64$' "soak drain"
 [[ ! -e $tmp/big ]] || { echo "FAIL test_gpu_bench: the big checkpoint was kept"; failures=$((failures + 1)); }
+expect "$tmp/out1.txt" '^== ppl summary \(w4, backend cuda, tp 1; exl3 ctx 2048 stride 512 over wiki\.test\.raw\)$' \
+  "ppl summary header"
+expect "$tmp/out1.txt" \
+  '^ppl 131072\.5000  windows 561  tokens scored 1148367  tokens processed 1148928 \(data 289077 tokens\)$' "ppl counts"
+expect "$tmp/out1.txt" \
+  '^wall 1\.[0-9] s \(scored-ppl process; its own report 1\.0 s, of it scoring 1\.0 s\)  [0-9]+ tok/s processed' \
+  "ppl wall and tok/s"
+expect "$tmp/out1.txt" '^load-to-SERVING +1\.[0-9] +30  PASS$' "ppl load-to-SERVING row"
+expect "$tmp/out1.txt" '^ppl-wall +1\.[0-9] +40  PASS$' "ppl wall row"
+expect "$tmp/out1.txt" "engine's own line says 0\.93 s \(the checkpoint's files are in the page cache" "engine load line"
+expect "$tmp/out1.txt" '^SIGTERM: scored exit 0 after' "ppl SIGTERM"
+[[ $(grep -c '^(reusing ' "$tmp/out1.txt") == 2 ]] || {
+  echo "FAIL test_gpu_bench: ppl did not reuse the checkpoint"
+  failures=$((failures + 1))
+}
 
 # 2. Failures: scored_bench hangs (timeout), scored dies at start: FAIL lines, exit 1, no hang.
 cp "$tmp/ok/run" "$tmp/bad/run"
-cp "$tmp/ok/bin/scored-load" "$tmp/bad/bin/"
+cp "$tmp/ok/bin/scored-load" "$tmp/ok/bin/scored-ppl" "$tmp/bad/bin/"
+cp -r "$tmp/ok/data" "$tmp/bad/"
 printf '#!/usr/bin/env bash\nsleep 300\n' > "$tmp/bad/bin/scored_bench"
 printf '#!/usr/bin/env bash\necho "model: cannot open config.json" >&2\nexit 1\n' > "$tmp/bad/bin/scored"
 chmod +x "$tmp/bad/bin/"*
 sed 's/run_logged "tp\$t" 200/run_logged "tp$t" 2/; s/run_logged soak_alone 200/run_logged soak_alone 2/' \
   "$root/scripts/bench/gpu_bench.sh" > "$tmp/gpu_bench_short.sh"
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/bad" OUT="$tmp/logs2" W4_DIR="$tmp/w4" SOAK_SECONDS=1 \
-  timeout 200 bash "$tmp/gpu_bench_short.sh" tp,soak > "$tmp/out2.txt" 2>&1
+  timeout 200 bash "$tmp/gpu_bench_short.sh" tp,soak,ppl > "$tmp/out2.txt" 2>&1
 rc=$?
 [[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: failing run exited $rc, not 1"; failures=$((failures + 1)); }
 expect "$tmp/out2.txt" '^FAIL tp1: timed out after 2s' "timeout line"
 expect "$tmp/out2.txt" '^FAIL soak: scored exited before listening' "scored start failure line"
 expect "$tmp/out2.txt" 'cannot open config.json' "scored's own message"
+expect "$tmp/out2.txt" '^FAIL ppl: scored exited before SERVING' "ppl: scored start failure line"
+
+# 3. ppl: the client fails (FAIL line with its message, wall row FAIL, scored still stopped with exit 0); then a
+#    target missed (a FAIL row, exit 1).
+mkdir -p "$tmp/noppl/bin"
+cp "$tmp/ok/run" "$tmp/noppl/run"
+cp -r "$tmp/ok/data" "$tmp/noppl/"
+cp "$tmp/ok/bin/scored" "$tmp/noppl/bin/"
+printf '#!/usr/bin/env bash\necho "scored-ppl: UNAVAILABLE: connection refused" >&2\nexit 1\n' > "$tmp/noppl/bin/scored-ppl"
+chmod +x "$tmp/noppl/bin/"*
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/noppl" OUT="$tmp/logs3" W4_DIR="$tmp/w4" bash "$root/scripts/bench/gpu_bench.sh" ppl \
+  > "$tmp/out3.txt" 2>&1
+rc=$?
+[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: failing ppl run exited $rc, not 1"; failures=$((failures + 1)); }
+expect "$tmp/out3.txt" '^FAIL ppl_client: exit 1' "ppl client failure line"
+expect "$tmp/out3.txt" 'UNAVAILABLE: connection refused' "scored-ppl's own message"
+expect "$tmp/out3.txt" '^ppl-wall +- +40  FAIL$' "ppl wall row without a report"
+expect "$tmp/out3.txt" '^SIGTERM: scored exit 0 after' "ppl SIGTERM after a client failure"
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs4" W4_DIR="$tmp/w4" PPL_WALL_TARGET_S=0.5 \
+  bash "$root/scripts/bench/gpu_bench.sh" ppl > "$tmp/out4.txt" 2>&1
+rc=$?
+[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: missed ppl target exited $rc, not 1"; failures=$((failures + 1)); }
+expect "$tmp/out4.txt" '^ppl-wall +1\.[0-9] +0\.5  FAIL$' "ppl target missed"
 
 if [[ $failures == 0 ]]; then
   echo "test_gpu_bench: passed"
 else
-  echo "test_gpu_bench: $failures failed"; sed 's/^/  | /' "$tmp/out1.txt" "$tmp/out2.txt"
+  echo "test_gpu_bench: $failures failed"; sed 's/^/  | /' "$tmp/out1.txt" "$tmp/out2.txt" "$tmp/out3.txt" "$tmp/out4.txt"
 fi
 [[ $failures == 0 ]]
