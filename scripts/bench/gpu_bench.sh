@@ -32,7 +32,8 @@
 # ppl: PPL_BACKEND (cuda), PPL_MODEL (W4_DIR, written by make_w4 when unset), PPL_TOKENIZER
 # ($BUNDLE/data/tokenizers/llama3), PPL_DATA ($BUNDLE/data/wikitext-2-raw/wiki.test.raw), PPL_METHOD (exl3), PPL_CTX
 # (2048), PPL_STRIDE (512), PPL_MAX_WINDOWS (0 = all), PPL_TP (1), PPL_INFLIGHT (16), PPL_MAX_BATCH_TOKENS (16384),
-# PPL_LOAD_TARGET_S (30), PPL_WALL_TARGET_S (40), PPL_START_LIMIT_S (180), PPL_LIMIT_S (240: scored-ppl's timeout).
+# PPL_LOAD_TARGET_S (30), PPL_WALL_TARGET_S (40), PPL_START_LIMIT_S (180), PPL_LIMIT_S (240: scored-ppl's timeout),
+# PPL_COLD (0; 1 evicts the checkpoint's files from the page cache before scored starts: a cold-disk load).
 set -uo pipefail
 steps=${1:-tests,bench,quant,peer}
 bundle=${BUNDLE:-.bundle-cuda}
@@ -77,6 +78,7 @@ ppl_load_target=${PPL_LOAD_TARGET_S:-30}
 ppl_wall_target=${PPL_WALL_TARGET_S:-40}
 ppl_start_limit=${PPL_START_LIMIT_S:-180}
 ppl_limit=${PPL_LIMIT_S:-240}
+ppl_cold=${PPL_COLD:-0}  # 1: evict the checkpoint's files from the page cache first (a cold-disk load)
 
 fail() {  # a clear failure line; the run's exit status becomes 1
   echo "FAIL $*"
@@ -336,6 +338,23 @@ if [[ $steps == *ppl* ]]; then
     ppl_model=$w4
     ppl_ready=1
     cache_note=" (the checkpoint's files are in the page cache: written or used earlier on this machine)"
+  fi
+  if [[ -n $ppl_ready && $ppl_cold == 1 ]]; then
+    # posix_fadvise DONTNEED drops a file's clean cached pages without privileges.
+    if python3 - "$ppl_model" <<'PY'; then
+import os, sys
+os.sync()
+for name in os.listdir(sys.argv[1]):
+    path = os.path.join(sys.argv[1], name)
+    if os.path.isfile(path):
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+PY
+      cache_note=" (cold: the checkpoint's files were evicted from the page cache first)"
+    else
+      fail "ppl: could not evict $ppl_model from the page cache"
+    fi
   fi
   if [[ -n $ppl_ready ]]; then
     rm -f "$logs/ppl_port.json" "$logs/ppl.json"
