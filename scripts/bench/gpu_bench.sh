@@ -33,7 +33,8 @@
 # ($BUNDLE/data/tokenizers/llama3), PPL_DATA ($BUNDLE/data/wikitext-2-raw/wiki.test.raw), PPL_METHOD (exl3), PPL_CTX
 # (2048), PPL_STRIDE (512), PPL_MAX_WINDOWS (0 = all), PPL_TP (1), PPL_INFLIGHT (16), PPL_MAX_BATCH_TOKENS (16384),
 # PPL_LOAD_TARGET_S (30), PPL_WALL_TARGET_S (40), PPL_START_LIMIT_S (180), PPL_LIMIT_S (240: scored-ppl's timeout),
-# PPL_COLD (0; 1 evicts the checkpoint's files from the page cache before scored starts: a cold-disk load).
+# PPL_COLD (0; 1 evicts the checkpoint's files from the page cache before scored starts: a cold-disk load),
+# PPL_EXPECT (none; a golden PPL: |ppl / PPL_EXPECT - 1| <= PPL_EXPECT_RTOL (0.001) or FAIL).
 set -uo pipefail
 steps=${1:-tests,bench,quant,peer}
 bundle=${BUNDLE:-.bundle-cuda}
@@ -78,6 +79,8 @@ ppl_load_target=${PPL_LOAD_TARGET_S:-30}
 ppl_wall_target=${PPL_WALL_TARGET_S:-40}
 ppl_start_limit=${PPL_START_LIMIT_S:-180}
 ppl_limit=${PPL_LIMIT_S:-240}
+ppl_expect=${PPL_EXPECT:-}  # a golden PPL for the run's exact parameters (the CPU check): a mismatch is a FAIL
+ppl_expect_rtol=${PPL_EXPECT_RTOL:-0.001}
 ppl_cold=${PPL_COLD:-0}  # 1: evict the checkpoint's files from the page cache first (a cold-disk load)
 
 fail() {  # a clear failure line; the run's exit status becomes 1
@@ -414,18 +417,25 @@ PY
       echo "== ppl summary ($(basename "$ppl_model"), backend $ppl_backend, tp $ppl_tp; $ppl_method ctx $ppl_ctx" \
         "stride $ppl_stride over $(basename "$ppl_data"))"
       if [[ $prc == 0 ]]; then
-        python3 - "$logs/ppl.json" "$wall_s" <<'PY' || { fail "ppl: no usable scored-ppl report ($logs/ppl.json)"; prc=1; }
+        python3 - "$logs/ppl.json" "$wall_s" "$ppl_expect" "$ppl_expect_rtol" <<'PY' ||
 import json, math, sys
 r = json.load(open(sys.argv[1]))
 wall = float(sys.argv[2])
-if not (r["num_scored"] > 0 and math.isfinite(r["ppl"])):
+if not (r["num_scored"] > 0 and r["ppl"] is not None and math.isfinite(r["ppl"])):
     sys.exit(f"ppl {r['ppl']} over {r['num_scored']} tokens")
+if sys.argv[3]:
+    want, rtol = float(sys.argv[3]), float(sys.argv[4])
+    ok = abs(r["ppl"] / want - 1) <= rtol
+    print(f"ppl {r['ppl']:.4f} vs expected {want:.4f} (rtol {rtol:g}): {'PASS' if ok else 'FAIL'}")
+    if not ok:
+        sys.exit("ppl differs from PPL_EXPECT")
 print(f"ppl {r['ppl']:.4f}  windows {r['num_windows']}  tokens scored {r['num_scored']}  tokens processed "
       f"{r['num_tokens_sent']} (data {r['data']['num_input_tokens']} tokens)")
 print(f"wall {wall:.1f} s (scored-ppl process; its own report {r['wall_seconds']:.1f} s, of it scoring "
       f"{r['score_seconds']:.1f} s)  {r['num_tokens_sent'] / wall:.0f} tok/s processed  "
       f"{r['num_scored'] / wall:.0f} tok/s scored")
 PY
+          { fail "ppl: no usable scored-ppl report, or not the expected PPL ($logs/ppl.json)"; prc=1; }
       fi
       verdict() {  # verdict NAME SECONDS LIMIT: one table row; a miss (or no value) is a FAIL
         if awk -v v="$2" -v l="$3" 'BEGIN {exit !(v != "" && v + 0 <= l + 0)}'; then
