@@ -262,6 +262,18 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
   rank->acts = *std::move(acts);
   *activation_bytes = fixed + per_token * max_tokens;
 
+  int fp8_linears = 0, w8a8_linears = 0;
+  for (const cuda::DeviceLayer& layer : model.layers) {
+    for (const cuda::DeviceLinear* linear : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+      fp8_linears += linear->fp8_resident() ? 1 : 0;
+      w8a8_linears += linear->w8a8_dynamic_fp8() ? 1 : 0;
+    }
+  }
+  if (w8a8_linears > 0) {
+    SCORED_LOG(INFO) << DeviceName(rank->device) << ": W8A8 " << fp8_linears << " of " << w8a8_linears
+                     << " linear groups run as FP8 GEMMs, the rest emulated (bf16 GEMM on fake-quantized inputs)";
+  }
+
   // Pin every GEMM algorithm before the first batch: the decoder-layer shapes timed, the rest by heuristic.
   SCORED_RETURN_IF_ERROR(TuneLayerGemms(model, *rank->gemm, rank->acts, rank->stream.get()));
   const cuda::GemmTypes types =

@@ -153,5 +153,21 @@ TEST_F(Fp8QuantTest, SplitRowsCodesWithSharedAmaxBitExact) {
   }
 }
 
+// The W8A8 GEMM's input pass at the Llama-3-8B down_proj input (8192 tokens x 14336): reads bf16 (twice:
+// amax, then the codes; the second read mostly from L2), writes the FP8 codes and scales. Reports only.
+TEST_F(Fp8QuantTest, ThroughputLlama8B) {
+  constexpr int64_t kRows = 8192, kCols = 14336;
+  DeviceArray<bf16_t> d_x(testing::ToBf16(testing::RandomNormal(kRows * kCols, 5, 2.0f)));
+  DeviceArray<uint8_t> d_q(kRows * kCols);
+  DeviceArray<float> d_scale(kRows);
+  auto quantize = [&] {
+    return QuantizeFp8PerToken(d_x.get(), kCols, kRows, kCols, d_q.get(), d_scale.get(), stream_);
+  };
+  const float ms = testing::MedianMs(stream_, quantize, 20);
+  ASSERT_GT(ms, 0.0f);
+  testing::ReportBandwidth("QuantizeFp8PerToken bf16 8192 x 14336 (bf16 read once + fp8 written)", ms,
+                           3.0 * kRows * kCols);
+}
+
 }  // namespace
 }  // namespace scored::kernels
