@@ -14,8 +14,8 @@
 #   soak: the real `scored --backend=cuda` on the 8B W4A16, scored-load with SOAK_CLIENTS clients for SOAK_SECONDS
 #         with SOAK_LENGTHS, tok/s under load vs scored_bench alone, p50/p99, errors by code, then SIGTERM under load
 #         (drains: exit 0, in-flight requests OK, later ones UNAVAILABLE).
-#   ppl:  the real `scored --backend=cuda` on the 8B W4A16: load-to-SERVING (process start -> the port file, which scored
-#         writes once health is SERVING); then `scored-ppl` over the full WikiText-2 test file, method exl3, ctx 2048,
+#   ppl:  the real `scored --backend=cuda` on the 8B W4A16: load-to-SERVING (process start -> the port file, which
+#         scored writes once health is SERVING); then `scored-ppl` over the full WikiText-2 test file, method exl3, ctx 2048,
 #         stride 512 (its wall, the model loaded); PASS/FAIL against PPL_LOAD_TARGET_S and PPL_WALL_TARGET_S; SIGTERM.
 #   Bundle for these: device-bundle .bundle-X build/tests/bench/cuda/scored_bench build/server/scored
 #   build/client/load/scored-load build/client/ppl/scored-ppl (tp/big need scored_bench, soak the first three, ppl
@@ -435,7 +435,7 @@ print(f"wall {wall:.1f} s (scored-ppl process; its own report {r['wall_seconds']
       f"{r['score_seconds']:.1f} s)  {r['num_tokens_sent'] / wall:.0f} tok/s processed  "
       f"{r['num_scored'] / wall:.0f} tok/s scored")
 PY
-          { fail "ppl: no usable scored-ppl report, or not the expected PPL ($logs/ppl.json)"; prc=1; }
+          { fail "ppl: no usable scored-ppl report, or not the expected PPL ($logs/ppl.json)"; status=1; }
       fi
       verdict() {  # verdict NAME SECONDS LIMIT: one table row; a miss (or no value) is a FAIL
         if awk -v v="$2" -v l="$3" 'BEGIN {exit !(v != "" && v + 0 <= l + 0)}'; then

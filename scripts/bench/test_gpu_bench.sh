@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks gpu_bench.sh's tp, 70b, soak and ppl steps without a GPU: stand-in scored_bench / scored / scored-load /
-# scored-ppl and a python3 wrapper that fakes make_random_w4a16.py print the real tools' output formats, so what is checked is the
-# step logic (checkpoint reuse, timeouts, FAIL lines, the closing tables, the SIGTERM drain bookkeeping).
+# scored-ppl and a python3 wrapper that fakes make_random_w4a16.py print the real tools' output formats, so what is
+# checked is the step logic (checkpoint reuse, timeouts, FAIL lines, the closing tables, the SIGTERM drain bookkeeping).
 #
 #   bash scripts/bench/test_gpu_bench.sh        (from the repository root; exit 0 = pass)
 #
@@ -128,7 +128,8 @@ expect "$tmp/out1.txt" \
   "ppl wall and tok/s"
 expect "$tmp/out1.txt" '^load-to-SERVING +1\.[0-9] +30  PASS$' "ppl load-to-SERVING row"
 expect "$tmp/out1.txt" '^ppl-wall +1\.[0-9] +40  PASS$' "ppl wall row"
-expect "$tmp/out1.txt" "engine's own line says 0\.93 s \(the checkpoint's files are in the page cache" "engine load line"
+expect "$tmp/out1.txt" "engine's own line says 0\.93 s \(the checkpoint's files are in the page cache" \
+  "engine load line"
 expect "$tmp/out1.txt" '^SIGTERM: scored exit 0 after' "ppl SIGTERM"
 [[ $(grep -c '^(reusing ' "$tmp/out1.txt") == 2 ]] || {
   echo "FAIL test_gpu_bench: ppl did not reuse the checkpoint"
@@ -159,7 +160,8 @@ mkdir -p "$tmp/noppl/bin"
 cp "$tmp/ok/run" "$tmp/noppl/run"
 cp -r "$tmp/ok/data" "$tmp/noppl/"
 cp "$tmp/ok/bin/scored" "$tmp/noppl/bin/"
-printf '#!/usr/bin/env bash\necho "scored-ppl: UNAVAILABLE: connection refused" >&2\nexit 1\n' > "$tmp/noppl/bin/scored-ppl"
+printf '#!/usr/bin/env bash\necho "scored-ppl: UNAVAILABLE: connection refused" >&2\nexit 1\n' \
+  > "$tmp/noppl/bin/scored-ppl"
 chmod +x "$tmp/noppl/bin/"*
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/noppl" OUT="$tmp/logs3" W4_DIR="$tmp/w4" bash "$root/scripts/bench/gpu_bench.sh" ppl \
   > "$tmp/out3.txt" 2>&1
@@ -178,6 +180,7 @@ expect "$tmp/out4.txt" '^ppl-wall +1\.[0-9] +0\.5  FAIL$' "ppl target missed"
 if [[ $failures == 0 ]]; then
   echo "test_gpu_bench: passed"
 else
-  echo "test_gpu_bench: $failures failed"; sed 's/^/  | /' "$tmp/out1.txt" "$tmp/out2.txt" "$tmp/out3.txt" "$tmp/out4.txt"
+  echo "test_gpu_bench: $failures failed"
+  sed 's/^/  | /' "$tmp/out1.txt" "$tmp/out2.txt" "$tmp/out3.txt" "$tmp/out4.txt"
 fi
 [[ $failures == 0 ]]
