@@ -355,6 +355,7 @@ for name in os.listdir(sys.argv[1]):
         os.close(fd)
 PY
       cache_note=" (cold: the checkpoint's files were evicted from the page cache first)"
+      [[ $(stat -f -c %T "$ppl_model") == tmpfs ]] && cache_note=" (not cold: the checkpoint lies on tmpfs, in memory)"
     else
       fail "ppl: could not evict $ppl_model from the page cache"
     fi
