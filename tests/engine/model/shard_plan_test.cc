@@ -165,7 +165,7 @@ std::vector<Case> Cases() {
       "llama-w4a16-g128",          "llama-w4a16-g128-asym",     "llama-w4a16-g128-actorder",
       "llama-nvfp4a16",            "llama-nvfp4",               "llama-fp8-w8a16",
       "llama-fp8-dynamic",         "llama-fp8-block",           "qwen2-w4a16-g128",
-      "qwen3-w4a16-g128"};
+      "qwen3-w4a16-g128",          "llama-trained-fp8-dynamic"};
   for (const std::string& f : fixtures) {
     for (int tp : {2, 4}) {
       Case c{kFixtures + "/" + f, tp, {}, ""};
