@@ -84,7 +84,7 @@ absl::Status DequantizeInto(const QuantizedPart& part, ComputeDtype dtype, char*
 
 // Whether the group `members` (all W8A8) can run as a real FP8 GEMM in compute dtype `dtype`.
 bool Fp8GemmEligible(const std::vector<const LinearWeight*>& members, ComputeDtype dtype, int64_t out_features,
-                     int64_t in_features) {
+                     int64_t in_features, GemmTypes gemm_types) {
   if (dtype != ComputeDtype::kBf16 || out_features % 16 != 0 || in_features % 16 != 0) return false;
   for (const LinearWeight* m : members) {
     if (!m->w8a8_dynamic_fp8 || m->act_group_size != 0 || m->format != WeightFormat::kFloatQuantized ||
@@ -97,7 +97,7 @@ bool Fp8GemmEligible(const std::vector<const LinearWeight*>& members, ComputeDty
     if (!tensor && !channel) return false;
     if (m->weight.nbytes != m->out_features * m->in_features) return false;
   }
-  return GemmRunner::Fp8Supported();
+  return GemmRunner::Fp8Supported(gemm_types);
 }
 
 }  // namespace
@@ -125,11 +125,13 @@ int64_t DeviceLinear::DeviceBytes() const {
 class DeviceModelLoader {
  public:
   // Stacks `members` along `out` into one linear. All dense: one resident matrix; W8A8 per-token FP8 that a
-  // real FP8 GEMM can run (fp8_gemm, Fp8GemmEligible): one resident FP8 matrix and fp32 scale vector;
+  // real FP8 GEMM writing `fp8_types`' output can run (fp8_gemm, Fp8GemmEligible): one resident FP8 matrix
+  // and fp32 scale vector;
   // otherwise every member keeps its stored tensors and is expanded into the scratch before each use.
   static absl::StatusOr<DeviceLinear> Build(const std::vector<const LinearWeight*>& members,
                                             ComputeDtype dtype, const std::string& what,
-                                            bool act_amax_all_reduce = false, bool fp8_gemm = true) {
+                                            bool act_amax_all_reduce = false,
+                                            GemmTypes fp8_types = GemmTypes::kFp8ToBf16, bool fp8_gemm = true) {
     DeviceLinear linear;
     linear.act_amax_all_reduce_ = act_amax_all_reduce;
     linear.in_features_ = members.front()->in_features;
@@ -170,7 +172,7 @@ class DeviceModelLoader {
       linear.dense_ptr_ = linear.dense_.data();
       return linear;
     }
-    if (fp8_gemm && all_w8a8 && Fp8GemmEligible(members, dtype, linear.out_features_, linear.in_features_)) {
+    if (fp8_gemm && all_w8a8 && Fp8GemmEligible(members, dtype, linear.out_features_, linear.in_features_, fp8_types)) {
       // The parts' E4M3 bytes stacked along `out`, their scales widened to fp32 (exact) per output row.
       SCORED_ASSIGN_OR_RETURN(linear.fp8_weight_,
                               DeviceBuffer::Allocate(linear.out_features_ * linear.in_features_, what));
@@ -258,7 +260,8 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     std::vector<ShardedLinear> keep;
     keep.reserve(1);
     SCORED_ASSIGN_OR_RETURN(const LinearWeight* head, cut(weights.lm_head(), LinearRole::kLmHead, &keep));
-    SCORED_ASSIGN_OR_RETURN(model->lm_head, DeviceModelLoader::Build({head}, dtype, "lm_head", false, false));
+    SCORED_ASSIGN_OR_RETURN(model->lm_head, DeviceModelLoader::Build({head}, dtype, "lm_head", false,
+                                                                     GemmTypes::kFp8ToFp32, false));
     SCORED_RETURN_IF_ERROR(DeviceModelLoader::MakeResident(&model->lm_head, dtype, "lm_head"));
   }
 
@@ -297,10 +300,12 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
                                                            prefix + "self_attn q|k|v bias"));
     }
     SCORED_ASSIGN_OR_RETURN(dst.qkv, DeviceModelLoader::Build({q, k, v}, dtype, prefix + "self_attn q|k|v"));
-    SCORED_ASSIGN_OR_RETURN(dst.o, DeviceModelLoader::Build({o}, dtype, prefix + "self_attn.o_proj", o_amax));
+    SCORED_ASSIGN_OR_RETURN(dst.o, DeviceModelLoader::Build({o}, dtype, prefix + "self_attn.o_proj", o_amax,
+                                                             GemmTypes::kFp8ToFp32));
     SCORED_ASSIGN_OR_RETURN(dst.gate_up, DeviceModelLoader::Build({gate, up}, dtype, prefix + "mlp gate|up"));
     SCORED_ASSIGN_OR_RETURN(dst.down,
-                            DeviceModelLoader::Build({down}, dtype, prefix + "mlp.down_proj", down_amax));
+                            DeviceModelLoader::Build({down}, dtype, prefix + "mlp.down_proj", down_amax,
+                                                      GemmTypes::kFp8ToFp32));
     for (const DeviceLinear* linear : {&dst.qkv, &dst.o, &dst.gate_up, &dst.down}) {
       if (linear->uses_scratch()) {
         model->max_scratch_elements =

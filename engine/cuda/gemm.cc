@@ -5,11 +5,15 @@
 #include <mutex>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/logging.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/cuda_check.h"
+#include "engine/kernels/fp8_scale.h"
+#include "engine/kernels/kernel_types.h"
 
 namespace scored::cuda {
 namespace {
@@ -108,13 +112,36 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
                                                    "]: both dimensions must be multiples of 16"));
   }
 
-  Plan plan;
-  plan.out_features = out_features;
-  plan.in_features = in_features;
+  // FP8 first asks for outer-vector scales in the epilogue; where cuBLASLt offers no algorithm for them, a
+  // plain FP8 GEMM (unit scales) whose output ApplyFp8Scales scales afterwards.
+  absl::Status status;
+  std::string failures;
+  for (const bool outer_vec : IsFp8(types) ? std::vector<bool>{true, false} : std::vector<bool>{false}) {
+    Plan plan;
+    plan.out_features = out_features;
+    plan.in_features = in_features;
+    plan.fp8_outer_vec = outer_vec;
+    status = FindCandidates(&plan, types);
+    if (!status.ok()) {
+      absl::StrAppend(&failures, failures.empty() ? "" : "; ", status.message());
+      continue;
+    }
+    plan.algo = plan.candidates.front();
+    plan.choice = IsFp8(types) ? (outer_vec ? "outer-vector scales; heuristic first" : "scales after the GEMM; heuristic first")
+                               : "heuristic first";
+    auto [it, inserted] = plans_.emplace(key, plan);
+    return &it->second;
+  }
+  return absl::Status(status.code(), failures);
+}
+
+absl::Status GemmRunner::FindCandidates(Plan* out, GemmTypes types) {
+  Plan& plan = *out;
+  const int64_t out_features = plan.out_features, in_features = plan.in_features;
   const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   SCORED_RETURN_IF_ERROR(
       CublasStatus(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate"));
-  if (IsFp8(types)) {
+  if (plan.fp8_outer_vec) {
     if (absl::Status s = SetFp8ScaleModes(plan.desc); !s.ok()) {
       cublasLtMatmulDescDestroy(plan.desc);
       return s;
@@ -171,25 +198,23 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
     plan.candidates.push_back(results[i].algo);
   }
   if (status.ok() && plan.candidates.empty()) {
-    status = absl::InternalError(absl::StrCat("cuBLASLt offers no algorithm without split-K for the GEMM [",
-                                              max_tokens_, ", ", in_features, "] x [", out_features, ", ",
-                                              in_features, "]^T"));
+    status = absl::InternalError(absl::StrCat(
+        "cuBLASLt offers no algorithm without split-K for the ",
+        IsFp8(types) ? (plan.fp8_outer_vec ? "FP8 (outer-vector scales) " : "FP8 (unit scales) ") : "", "GEMM [",
+        max_tokens_, ", ", in_features, "] x [", out_features, ", ", in_features, "]^T"));
   }
   if (!status.ok()) {
     cublasLtMatrixLayoutDestroy(plan.w_layout);
     cublasLtMatmulDescDestroy(plan.desc);
     return status;
   }
-  plan.algo = plan.candidates.front();
-  plan.choice = "heuristic first";
-  auto [it, inserted] = plans_.emplace(key, plan);
-  return &it->second;
+  return absl::OkStatus();
 }
 
 cublasStatus_t GemmRunner::Run(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const void* x, const void* w,
                                void* y, int64_t num_tokens, GemmTypes types, const float* x_scale,
                                const float* w_scale, cudaStream_t stream) {
-  if (IsFp8(types)) {
+  if (plan.fp8_outer_vec) {
     // A is w (scales per output channel), B is x (scales per token).
     cublasStatus_t set = cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                                         &w_scale, sizeof(w_scale));
@@ -253,7 +278,8 @@ absl::Status GemmRunner::Tune(const void* x, const void* w, void* y, int64_t out
   if (medians[0] > 0 && medians[0] < kTuneMinMs) best = 0;
   plan.algo = plan.candidates[best];
   plan.tuned = true;
-  plan.choice = absl::StrCat("heuristic candidate ", best, " of ", count, " (ms:");
+  plan.choice = absl::StrCat(IsFp8(types) ? (plan.fp8_outer_vec ? "outer-vector scales; " : "scales after the GEMM; ") : "",
+                             "heuristic candidate ", best, " of ", count, " (ms:");
   for (int c = 0; c < count; ++c) absl::StrAppend(&plan.choice, " ", absl::SixDigits(medians[c]));
   absl::StrAppend(&plan.choice, ")");
   return absl::OkStatus();
@@ -291,26 +317,44 @@ absl::Status GemmRunner::Fp8Linear(const uint8_t* x, const float* x_scale, const
     return absl::InvalidArgumentError("GemmRunner::Fp8Linear: null scale vector");
   }
   SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types));
-  return CublasStatus(Run(*plan, plan->algo, x, w, y, num_tokens, types, x_scale, w_scale, stream),
-                      "cublasLtMatmul (FP8)");
+  SCORED_RETURN_IF_ERROR(CublasStatus(Run(*plan, plan->algo, x, w, y, num_tokens, types, x_scale, w_scale, stream),
+                                      "cublasLtMatmul (FP8)"));
+  if (plan->fp8_outer_vec) return absl::OkStatus();
+  if (types == GemmTypes::kFp8ToBf16) {
+    return kernels::ApplyFp8Scales(static_cast<kernels::bf16_t*>(y), num_tokens, out_features, x_scale, w_scale,
+                                   stream);
+  }
+  return kernels::ApplyFp8Scales(static_cast<float*>(y), num_tokens, out_features, x_scale, w_scale, stream);
 }
 
-bool GemmRunner::Fp8Supported() {
+bool GemmRunner::Fp8Supported(GemmTypes types) {
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (!IsFp8(types) || cudaGetDevice(&device) != cudaSuccess) return false;
   static std::mutex mu;
-  static std::map<int, bool> known;  // per CUDA ordinal
+  static std::map<std::pair<int, GemmTypes>, bool> known;  // per CUDA ordinal and output type
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = known.find(device); it != known.end()) return it->second;
+  if (auto it = known.find({device, types}); it != known.end()) return it->second;
   bool supported = false;
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, device) == cudaSuccess && prop.major >= 9) {
     absl::StatusOr<std::unique_ptr<GemmRunner>> probe = Create(256);
-    supported = probe.ok() && (*probe)->Prepare(256, 256, GemmTypes::kFp8ToBf16).ok() &&
-                (*probe)->Prepare(256, 256, GemmTypes::kFp8ToFp32).ok();
+    absl::Status status = probe.ok() ? (*probe)->Prepare(256, 256, types) : probe.status();
+    supported = status.ok();
+    const char* out = types == GemmTypes::kFp8ToBf16 ? "bf16" : "fp32";
+    if (supported) {
+      SCORED_LOG(INFO) << "GPU " << device << ": FP8 GEMMs to " << out << " with "
+                       << (*probe)->Choice(256, 256, types);
+    } else {
+      SCORED_LOG(WARNING) << "GPU " << device << ": no FP8 GEMM to " << out
+                          << " (those W8A8 linears run emulated): " << status.message();
+    }
   }
-  known[device] = supported;
+  known[{device, types}] = supported;
   return supported;
+}
+
+bool GemmRunner::Fp8Supported() {
+  return Fp8Supported(GemmTypes::kFp8ToBf16) && Fp8Supported(GemmTypes::kFp8ToFp32);
 }
 
 }  // namespace scored::cuda

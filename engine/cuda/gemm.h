@@ -6,8 +6,12 @@
 // FP8 (W8A8, Fp8Linear): x and w FP8 E4M3 with fp32 accumulation, one fp32 scale per row of x (per token)
 // and one per row of w (per output channel) applied in cuBLASLt's epilogue (outer-vector scaling,
 // CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F): y[t, o] = (sum_k x[t, k] w[o, k]) * x_scale[t] * w_scale[o],
-// rounded once to bf16 or written as fp32. Fp8Supported() says whether this cuBLASLt offers it on the
-// current device (Hopper and newer with cuBLASLt >= 12.9); callers fall back to the bf16 path otherwise.
+// rounded once to bf16 or written as fp32. Where cuBLASLt offers no outer-vector-scaled algorithm for a
+// shape, the plan falls back to a plain FP8 GEMM
+// with unit scales writing the output type, and kernels::ApplyFp8Scales (engine/kernels/fp8_scale.h)
+// scales it in place right after (for bf16 out: one more bf16 rounding). Choice() names the mode.
+// Fp8Supported() says whether either mode is offered on the current device; callers fall back to the
+// emulated bf16 path otherwise.
 //
 // Batch invariance: for each (out_features, in_features, types) the algorithm is chosen ONCE, by
 // cuBLASLt's heuristic for num_tokens = max_tokens, restricted to no split-K and no reduction scheme,
@@ -58,8 +62,10 @@ class GemmRunner {
   GemmRunner(const GemmRunner&) = delete;
   GemmRunner& operator=(const GemmRunner&) = delete;
 
-  // Whether cuBLASLt runs the FP8 outer-vector-scaled GEMM on the current device (probed once per process
-  // and device with a small shape's heuristic; false without a usable device).
+  // Whether cuBLASLt offers an FP8 GEMM of `types` (kFp8ToBf16 / kFp8ToFp32), either mode, on the current
+  // device (probed once per process, device and type with a small shape's heuristic; false without a
+  // usable device, before Hopper, or for a non-FP8 type). The no-argument form: both output types.
+  static bool Fp8Supported(GemmTypes types);
   static bool Fp8Supported();
 
   // Chooses and pins the algorithm for one weight shape (also done lazily by Linear()). INTERNAL when
@@ -111,6 +117,8 @@ class GemmRunner {
     cublasLtMatrixLayout_t w_layout = nullptr;  // A: col-major [in, out], used transposed
     int64_t out_features = 0;
     int64_t in_features = 0;
+    // FP8 only: scales in cuBLASLt's epilogue (outer vectors); false: unit scales, then ApplyFp8Scales.
+    bool fp8_outer_vec = false;
     cublasLtMatmulAlgo_t algo;
     std::vector<cublasLtMatmulAlgo_t> candidates;  // heuristic order, no split-K; candidates[0] == algo
     bool tuned = false;
@@ -120,6 +128,9 @@ class GemmRunner {
 
   GemmRunner() = default;
   absl::StatusOr<const Plan*> GetPlan(int64_t out_features, int64_t in_features, GemmTypes types);
+  // Creates plan->desc and w_layout (FP8: with outer-vector scale modes when plan->fp8_outer_vec) and fills
+  // plan->candidates; on error nothing is left allocated.
+  absl::Status FindCandidates(Plan* plan, GemmTypes types);
   // The matmul of one plan with algorithm `algo`; FP8 types set the scale pointers on the plan first.
   cublasStatus_t Run(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const void* x, const void* w, void* y,
                      int64_t num_tokens, GemmTypes types, const float* x_scale, const float* w_scale,
