@@ -134,22 +134,61 @@ TEST_F(Fp8QuantTest, SplitRowsCodesWithSharedAmaxBitExact) {
   DeviceArray<float> d_amax(amax);
   for (int h = 0; h < 2; ++h) {
     const int64_t cols = split[h + 1] - split[h];
+    // fp32 input (generic kernel) and the same values in bf16 (the fast bf16 path).
     DeviceArray<float> d_half(halves[h]);
-    DeviceArray<uint8_t> d_hq(kTokens * cols);
-    DeviceArray<float> d_hs(kTokens);
-    d_hq.Poison();
-    d_hs.Poison();
-    ASSERT_TRUE(QuantizeFp8PerTokenWithAmax(d_half.get(), cols, kTokens, cols, d_amax.get(), d_hq.get(), d_hs.get(),
-                                            stream_)
-                    .ok());
-    Sync();
-    const std::vector<uint8_t> q = d_hq.Download();
-    int64_t differences = 0;
-    for (int64_t t = 0; t < kTokens; ++t) {
-      for (int64_t i = 0; i < cols; ++i) differences += q[t * cols + i] != want_q[t * kIn + split[h] + i];
+    DeviceArray<bf16_t> d_half16(testing::ToBf16(halves[h]));
+    for (int bf16 = 0; bf16 < 2; ++bf16) {
+      DeviceArray<uint8_t> d_hq(kTokens * cols);
+      DeviceArray<float> d_hs(kTokens);
+      d_hq.Poison();
+      d_hs.Poison();
+      const absl::Status status =
+          bf16 ? QuantizeFp8PerTokenWithAmax(d_half16.get(), cols, kTokens, cols, d_amax.get(), d_hq.get(),
+                                             d_hs.get(), stream_)
+               : QuantizeFp8PerTokenWithAmax(d_half.get(), cols, kTokens, cols, d_amax.get(), d_hq.get(), d_hs.get(),
+                                             stream_);
+      ASSERT_TRUE(status.ok()) << status;
+      Sync();
+      const std::vector<uint8_t> q = d_hq.Download();
+      int64_t differences = 0;
+      for (int64_t t = 0; t < kTokens; ++t) {
+        for (int64_t i = 0; i < cols; ++i) differences += q[t * cols + i] != want_q[t * kIn + split[h] + i];
+      }
+      EXPECT_EQ(differences, 0) << "half " << h << (bf16 ? " bf16" : " fp32");
+      EXPECT_EQ(testing::CountBitDifferences(d_hs.Download(), want_scale), 0) << "half " << h;
     }
-    EXPECT_EQ(differences, 0) << "half " << h;
-    EXPECT_EQ(testing::CountBitDifferences(d_hs.Download(), want_scale), 0) << "half " << h;
+  }
+}
+
+// Row widths that take each register tiling of the fast bf16 path (1, 2, 4, 8 vectors per thread) and the
+// generic path (a width not a multiple of 8), against the host computation: bit-exact codes and scales.
+TEST_F(Fp8QuantTest, CodesBitExactAtEveryRowWidth) {
+  constexpr int64_t kRows = 5;
+  for (int64_t cols : {int64_t{8}, int64_t{2048}, int64_t{3000}, int64_t{6000}, int64_t{14336}, int64_t{16384},
+                       int64_t{1001}}) {
+    SCOPED_TRACE(cols);
+    std::vector<float> x = testing::RoundedToBf16(testing::RandomNormal(kRows * cols, 7, 3.0f));
+    for (int64_t i = 0; i < cols; ++i) x[1 * cols + i] = 0.0f;  // a zero row
+    x[3 * cols + cols / 2] = -2000.0f;                            // an outlier
+    std::vector<uint8_t> want_q(kRows * cols);
+    std::vector<float> want_scale(kRows);
+    for (int64_t t = 0; t < kRows; ++t) {
+      float amax = 0.0f;
+      for (int64_t i = 0; i < cols; ++i) amax = std::max(amax, std::fabs(x[t * cols + i]));
+      want_scale[t] = amax / 448.0f;
+      for (int64_t i = 0; i < cols; ++i) {
+        want_q[t * cols + i] = want_scale[t] == 0.0f ? 0 : FloatToFp8E4M3(x[t * cols + i] / want_scale[t]);
+      }
+    }
+    DeviceArray<bf16_t> d_x(testing::ToBf16(x));
+    DeviceArray<uint8_t> d_q(kRows * cols);
+    DeviceArray<float> d_scale(kRows);
+    d_q.Poison();
+    d_scale.Poison();
+    ASSERT_TRUE(QuantizeFp8PerToken(d_x.get(), cols, kRows, cols, d_q.get(), d_scale.get(), stream_).ok());
+    Sync();
+    EXPECT_EQ(testing::CountBitDifferences(d_q.Download(), want_q), 0);
+    EXPECT_EQ(testing::CountBitDifferences(d_scale.Download(), want_scale), 0);
   }
 }
 
