@@ -97,15 +97,17 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   }
   size_t next = 0;  // index into `order` of the next linear
 
-  // y[n, out] = x[n, in] . W^T, with a quantized weight taken from its scratch buffer. W8A8: x is
-  // fake-quantized to FP8 first, one scale per token or per act_group_size columns of a token (x is
-  // contiguous, so a group is a row of the [n * in / group, group] view).
+  // y[n, out] = x[n, in] . W^T, with a quantized weight taken from its scratch buffer. W8A8 resident in FP8
+  // (bf16 mode, per-token activations): x is quantized into act_fp8 / act_scale and a real FP8 GEMM runs.
+  // Other W8A8 (fp32 mode, per-group activations, shapes FP8 GEMMs cannot take): x is fake-quantized to FP8
+  // first, one scale per token or per act_group_size columns of a token (x is contiguous, so a group is a
+  // row of the [n * in / group, group] view), then the bf16 / fp32 GEMM runs on the dequantized weight.
   auto linear = [&](const DeviceLinear& w, T* x, void* y, GemmTypes y_types) -> absl::Status {
     if (next >= order.size() || order[next] != &w) return absl::InternalError("linears used out of order");
     const size_t k = next++;
     SCORED_RETURN_IF_ERROR(prefetch(k + 1));
     if (w.fp8_resident()) {
-      // Real FP8 GEMM: x quantized per token into act_fp8 / act_scale, the scales applied in its epilogue.
+      // Real FP8 GEMM: x quantized per token into act_fp8 / act_scale; the GEMM applies both scales.
       const int64_t in = w.in_features();
       uint8_t* x_fp8 = acts->act_fp8.as<uint8_t>();  // [n, in]
       float* x_scale = acts->act_scale.as<float>();  // [n]
