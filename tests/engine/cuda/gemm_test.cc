@@ -207,10 +207,11 @@ std::vector<float> RandomScales(int64_t n, std::mt19937& rng) {
 }
 
 // The decoded values are exact (E4M3 products have 8 significant bits: exact in fp32). The error is the
-// accumulation: Hopper's FP8 tensor cores add products into partial sums that keep about 14 significant
-// bits (cuBLASLt without fast accumulation promotes them into fp32 every K tile), so each output errs by
-// at most ~2^-13 of sum_k |x w| per term group; we allow 2^-11 * sum_k |x_k w_k| * s_x * s_w, plus one bf16
-// rounding (2^-8 relative, with margin) for the bf16 output.
+// accumulation: Hopper's FP8 tensor cores add products into partial sums that keep fewer bits than fp32
+// (about 14 significant bits per MMA step; cuBLASLt without fast accumulation promotes them into fp32 every
+// K tile), so each output errs by a small multiple of 2^-14 of sum_k |x_k w_k| per tile; we allow
+// 2^-10 * sum_k |x_k w_k| * s_x * s_w. bf16 output adds one bf16 rounding (unit roundoff 2^-8) with
+// outer-vector scales, two when the scales are applied after the GEMM (fp8_scale.h): 2^-7 |y| covers both.
 TEST_F(Fp8GemmTest, Fp8MatchesFloat64) {
   std::mt19937 rng(17);
   auto runner = GemmRunner::Create(512);
@@ -253,11 +254,11 @@ TEST_F(Fp8GemmTest, Fp8MatchesFloat64) {
           mag += std::abs(xv[t * s.in + k] * wv[o * s.in + k]);
         }
         const double scale = static_cast<double>(xs[t]) * ws[o];
-        const double ref = acc * scale, tol = 0x1p-11 * mag * scale + 1e-30;
+        const double ref = acc * scale, tol = 0x1p-10 * mag * scale + 1e-30;
         const int64_t i = t * s.out + o;
         worst = std::max(worst, std::abs(got32[i] - ref) / (mag * scale + 1e-30));
         ASSERT_NEAR(got32[i], ref, tol) << "fp32 out, element " << i << " (worst so far " << worst << ")";
-        ASSERT_NEAR(Bf16ToFloat(got16[i]), ref, std::abs(ref) * 0x1p-8 + tol) << "bf16 out, element " << i;
+        ASSERT_NEAR(Bf16ToFloat(got16[i]), ref, std::abs(ref) * 0x1p-7 + tol) << "bf16 out, element " << i;
       }
     }
   }
