@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/dtype.h"
 #include "engine/base/logging.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/cuda_check.h"
@@ -116,7 +117,10 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
   // plain FP8 GEMM (unit scales) whose output ApplyFp8Scales scales afterwards.
   absl::Status status;
   std::string failures;
-  for (const bool outer_vec : IsFp8(types) ? std::vector<bool>{true, false} : std::vector<bool>{false}) {
+  // Probe runners (Fp8Supported) are told which mode to try; others take the mode the probe found.
+  const bool try_outer_vec = IsFp8(types) && (probe_outer_vec_ >= 0 ? probe_outer_vec_ == 1 : Fp8OuterVec(types));
+  for (const bool outer_vec : try_outer_vec ? std::vector<bool>{true, false} : std::vector<bool>{false}) {
+    if (probe_outer_vec_ == 1 && !outer_vec) break;  // a probe of the outer-vector mode tries nothing else
     Plan plan;
     plan.out_features = out_features;
     plan.in_features = in_features;
@@ -327,30 +331,108 @@ absl::Status GemmRunner::Fp8Linear(const uint8_t* x, const float* x_scale, const
   return kernels::ApplyFp8Scales(static_cast<float*>(y), num_tokens, out_features, x_scale, w_scale, stream);
 }
 
+namespace {
+
+// FP8 mode per (CUDA ordinal, output type), found once by Fp8Supported.
+enum class Fp8Mode { kNone, kOuterVec, kUnitScales };
+std::mutex fp8_mu;
+std::map<std::pair<int, GemmTypes>, Fp8Mode>& Fp8Modes() {
+  static auto* modes = new std::map<std::pair<int, GemmTypes>, Fp8Mode>();
+  return *modes;
+}
+
+// Runs one 256 x 256 x 256 FP8 GEMM with `runner` (x = w = 0.5, x_scale[t] = 2^-(t % 4), w_scale[o] =
+// 2^-(o % 2): y[t, o] = 64 * x_scale[t] * w_scale[o], exact in both modes and telling the two scale vectors
+// apart) and checks every output.
+absl::Status ProbeFp8(GemmRunner& runner, GemmTypes types) {
+  constexpr int64_t kN = 256;
+  const bool bf16 = types == GemmTypes::kFp8ToBf16;
+  SCORED_ASSIGN_OR_RETURN(DeviceBuffer x, DeviceBuffer::Allocate(kN * kN, "FP8 probe x"));
+  SCORED_ASSIGN_OR_RETURN(DeviceBuffer w, DeviceBuffer::Allocate(kN * kN, "FP8 probe w"));
+  SCORED_ASSIGN_OR_RETURN(DeviceBuffer y, DeviceBuffer::Allocate(kN * kN * 4, "FP8 probe y"));
+  std::vector<float> xs(kN), ws(kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    xs[i] = 1.0f / static_cast<float>(1 << (i % 4));
+    ws[i] = 1.0f / static_cast<float>(1 << (i % 2));
+  }
+  SCORED_ASSIGN_OR_RETURN(DeviceBuffer dxs, UploadToDevice(xs.data(), kN * 4, "FP8 probe x scale"));
+  SCORED_ASSIGN_OR_RETURN(DeviceBuffer dws, UploadToDevice(ws.data(), kN * 4, "FP8 probe w scale"));
+  SCORED_CUDA_CHECK(cudaMemset(x.data(), 0x30, kN * kN));  // E4M3 0x30 = 0.5
+  SCORED_CUDA_CHECK(cudaMemset(w.data(), 0x30, kN * kN));
+  SCORED_CUDA_CHECK(cudaMemset(y.data(), 0, kN * kN * 4));
+  SCORED_RETURN_IF_ERROR(runner.Fp8Linear(x.as<uint8_t>(), dxs.as<float>(), w.as<uint8_t>(), dws.as<float>(),
+                                          y.data(), kN, kN, kN, types, nullptr));
+  SCORED_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  std::vector<float> got(kN * kN);
+  if (bf16) {
+    std::vector<uint16_t> bits(kN * kN);
+    SCORED_CUDA_CHECK(cudaMemcpy(bits.data(), y.data(), kN * kN * 2, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < kN * kN; ++i) got[i] = Bf16ToFloat(bits[i]);
+  } else {
+    SCORED_CUDA_CHECK(cudaMemcpy(got.data(), y.data(), kN * kN * 4, cudaMemcpyDeviceToHost));
+  }
+  for (int64_t t = 0; t < kN; ++t) {
+    for (int64_t o = 0; o < kN; ++o) {
+      const float want = 64.0f * xs[t] * ws[o];
+      if (got[t * kN + o] != want) {
+        return absl::InternalError(absl::StrCat("FP8 probe GEMM gave ", got[t * kN + o], " at [", t, ", ", o,
+                                                "], expected ", want));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 bool GemmRunner::Fp8Supported(GemmTypes types) {
   int device = 0;
   if (!IsFp8(types) || cudaGetDevice(&device) != cudaSuccess) return false;
-  static std::mutex mu;
-  static std::map<std::pair<int, GemmTypes>, bool> known;  // per CUDA ordinal and output type
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = known.find({device, types}); it != known.end()) return it->second;
-  bool supported = false;
+  std::lock_guard<std::mutex> lock(fp8_mu);
+  auto& modes = Fp8Modes();
+  if (auto it = modes.find({device, types}); it != modes.end()) return it->second != Fp8Mode::kNone;
+  Fp8Mode mode = Fp8Mode::kNone;
+  std::string failures;
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, device) == cudaSuccess && prop.major >= 9) {
-    absl::StatusOr<std::unique_ptr<GemmRunner>> probe = Create(256);
-    absl::Status status = probe.ok() ? (*probe)->Prepare(256, 256, types) : probe.status();
-    supported = status.ok();
-    const char* out = types == GemmTypes::kFp8ToBf16 ? "bf16" : "fp32";
-    if (supported) {
-      SCORED_LOG(INFO) << "GPU " << device << ": FP8 GEMMs to " << out << " with "
-                       << (*probe)->Choice(256, 256, types);
-    } else {
-      SCORED_LOG(WARNING) << "GPU " << device << ": no FP8 GEMM to " << out
-                          << " (those W8A8 linears run emulated): " << status.message();
+    // Outer-vector scales first, then unit scales + ApplyFp8Scales; each must plan AND compute correctly.
+    for (const bool outer_vec : {true, false}) {
+      absl::StatusOr<std::unique_ptr<GemmRunner>> probe = Create(256);
+      absl::Status status = probe.status();
+      if (status.ok()) {
+        (*probe)->probe_outer_vec_ = outer_vec ? 1 : 0;
+        status = ProbeFp8(**probe, types);
+      }
+      if (status.ok()) {
+        mode = outer_vec ? Fp8Mode::kOuterVec : Fp8Mode::kUnitScales;
+        break;
+      }
+      absl::StrAppend(&failures, failures.empty() ? "" : "; ", outer_vec ? "outer-vector scales: " : "unit scales: ",
+                      status.message());
     }
+  } else {
+    failures = "needs compute capability 9.0 or newer";
   }
-  known[{device, types}] = supported;
-  return supported;
+  const char* out = types == GemmTypes::kFp8ToBf16 ? "bf16" : "fp32";
+  if (mode == Fp8Mode::kNone) {
+    SCORED_LOG(WARNING) << "GPU " << device << ": no FP8 GEMM to " << out << " (those W8A8 linears run emulated): "
+                        << failures;
+  } else {
+    SCORED_LOG(INFO) << "GPU " << device << ": FP8 GEMMs to " << out << " with "
+                     << (mode == Fp8Mode::kOuterVec ? "outer-vector scales in cuBLASLt's epilogue"
+                                                    : "unit scales, then ApplyFp8Scales")
+                     << (failures.empty() ? "" : " (") << failures << (failures.empty() ? "" : ")");
+  }
+  modes[{device, types}] = mode;
+  return mode != Fp8Mode::kNone;
+}
+
+bool GemmRunner::Fp8OuterVec(GemmTypes types) {
+  if (!Fp8Supported(types)) return false;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  std::lock_guard<std::mutex> lock(fp8_mu);
+  return Fp8Modes()[{device, types}] == Fp8Mode::kOuterVec;
 }
 
 bool GemmRunner::Fp8Supported() {

@@ -65,8 +65,12 @@ class GemmRunner {
   // Whether cuBLASLt offers an FP8 GEMM of `types` (kFp8ToBf16 / kFp8ToFp32), either mode, on the current
   // device (probed once per process, device and type with a small shape's heuristic; false without a
   // usable device, before Hopper, or for a non-FP8 type). The no-argument form: both output types.
+  // The probe runs a small FP8 GEMM end to end in each mode (outer-vector scales first) and checks its
+  // result; the mode that passed is the one every runner on this device then plans for `types`.
   static bool Fp8Supported(GemmTypes types);
   static bool Fp8Supported();
+  // Whether that mode is outer-vector scales (false: unit scales + ApplyFp8Scales, or unsupported).
+  static bool Fp8OuterVec(GemmTypes types);
 
   // Chooses and pins the algorithm for one weight shape (also done lazily by Linear()). INTERNAL when
   // cuBLASLt offers no algorithm without split-K for it.
@@ -136,6 +140,9 @@ class GemmRunner {
                      int64_t num_tokens, GemmTypes types, const float* x_scale, const float* w_scale,
                      cudaStream_t stream);
 
+  // Fp8Supported's probe runners: 1 = FP8 plans with outer-vector scales only, 0 = unit scales only;
+  // -1 (every other runner) = the mode the probe found for the device.
+  int probe_outer_vec_ = -1;
   cublasLtHandle_t handle_ = nullptr;
   int64_t max_tokens_ = 0;
   DeviceBuffer workspace_;
