@@ -153,7 +153,13 @@ def test_compose_services_are_wired():
     compose = load_yaml_docs("docker", "compose.yaml")[0]
     svcs = compose["services"]
     assert set(svcs) == {"scored", "prometheus", "grafana"}
-    assert "50051:50051" in svcs["scored"]["ports"] and "9464:9464" in svcs["scored"]["ports"]
+    # Published on the host's loopback only; inside the container scored listens on every address, which it
+    # refuses without TLS, a token or the explicit --allow_insecure_remote.
+    assert set(svcs["scored"]["ports"]) == {"127.0.0.1:50051:50051", "127.0.0.1:9464:9464"}
+    cmd = svcs["scored"]["command"]
+    assert "--listen=0.0.0.0:50051" in cmd
+    assert "--allow_insecure_remote" in cmd or any(
+        a.startswith(("--auth_token_file=", "--tls_cert=")) for a in cmd)
     assert os.path.exists(os.path.join(REPO, "docker", svcs["scored"]["build"]["context"],
                                        svcs["scored"]["build"]["dockerfile"]))
     prom_mount = svcs["prometheus"]["volumes"][0].split(":")[0]
