@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -260,6 +262,16 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
   if (absl::IsResourceExhausted(acts.status())) return too_big();
   if (!acts.ok()) return acts.status();
   rank->acts = *std::move(acts);
+  // Row-chunk pipelining of the tensor-parallel all-reduces (Activations::tp_row_chunks): SCORED_TP_ROW_CHUNKS
+  // = 1 turns it off, c > 1 forces c chunks; unset or 0 is auto.
+  if (const char* chunks = std::getenv("SCORED_TP_ROW_CHUNKS"); chunks != nullptr && tp_size > 1) {
+    int value = 0;
+    if (!absl::SimpleAtoi(chunks, &value) || value < 0 || value > cuda::kMaxTpRowChunks) {
+      return absl::InvalidArgumentError(absl::StrCat("SCORED_TP_ROW_CHUNKS=", chunks, ": want 0 (auto) to ",
+                                                     cuda::kMaxTpRowChunks));
+    }
+    rank->acts.tp_row_chunks = value;
+  }
   *activation_bytes = fixed + per_token * max_tokens;
 
   int fp8_linears = 0, w8a8_linears = 0;

@@ -69,6 +69,14 @@ absl::StatusOr<CudaStream> CudaStream::Create() {
   return stream;
 }
 
+absl::StatusOr<CudaStream> CudaStream::CreateHighestPriority() {
+  int least = 0, greatest = 0;
+  SCORED_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  CudaStream stream;
+  SCORED_CUDA_CHECK(cudaStreamCreateWithPriority(&stream.stream_, cudaStreamNonBlocking, greatest));
+  return stream;
+}
+
 absl::Status CudaStream::Synchronize() const {
   SCORED_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return absl::OkStatus();

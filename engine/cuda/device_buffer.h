@@ -54,6 +54,9 @@ class CudaStream {
   CudaStream& operator=(const CudaStream&) = delete;
 
   static absl::StatusOr<CudaStream> Create();
+  // A non-blocking stream at the device's greatest priority: its kernels' blocks are scheduled before those
+  // of default-priority streams as SMs free up (e.g. all-reduces overlapping a GEMM).
+  static absl::StatusOr<CudaStream> CreateHighestPriority();
   cudaStream_t get() const { return stream_; }
   absl::Status Synchronize() const;
 

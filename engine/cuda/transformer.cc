@@ -1,6 +1,7 @@
 #include "engine/cuda/transformer.h"
 
 #include <algorithm>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -65,11 +66,45 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   const float* inv_freq = model.rope_inv_freq.as<float>();     // [head_dim / 2]
   float* act_amax = acts->act_amax.as<float>();                // [n] (tp only)
 
-  // Tensor parallelism: sums every rank's fp32 partial [n, hidden] in place (o_proj, down_proj, embedding).
+  // Tensor parallelism: sums every rank's fp32 partial [n, hidden] in place (the embedding).
   auto all_reduce = [&](float* x) -> absl::Status {
     if (tp == nullptr) return absl::OkStatus();
     return tp->comm->AllReduceSum(x, x, n * hidden, dist::ReduceDType::kF32, stream);
   };
+
+  // Row chunks of the row-parallel linears (one chunk at tp 1): chunk c is rows [c * chunk_rows,
+  // min(n, (c + 1) * chunk_rows)). Every row's result is the same whatever the chunking: GEMM algorithms
+  // are pinned per weight shape (gemm.h), the norms are per row, and the all-reduce of a row at tp 2 is one
+  // fp32 add (at tp > 2 NCCL's reduction order may depend on the message size).
+  int64_t chunk_rows = n;
+  if (tp != nullptr) {
+    int chunks = acts->tp_row_chunks;
+    if (chunks == 0) chunks = static_cast<int>(std::min<int64_t>(kMaxTpRowChunks, n / kTpAutoChunkRows));
+    chunks = std::max(1, std::min(chunks, kMaxTpRowChunks));
+    chunk_rows = (n + chunks - 1) / chunks;
+    if (chunks > 1) chunk_rows = std::min(n, (chunk_rows + 15) / 16 * 16);  // 16-row (64-byte) aligned starts
+  }
+  const int num_chunks = static_cast<int>((n + chunk_rows - 1) / chunk_rows);
+  const bool pipelined = tp != nullptr && num_chunks > 1;
+  const cudaStream_t cs = pipelined ? acts->comm_stream.get() : stream;
+  // Enqueues the all-reduce of rows [begin, begin + rows) of proj (chunk c): on comm_stream after the chunk's
+  // GEMM when pipelined, else on the forward's stream.
+  auto reduce_rows = [&](int c, int64_t begin, int64_t rows) -> absl::Status {
+    if (tp == nullptr) return absl::OkStatus();
+    float* x = acts->proj.as<float>() + begin * hidden;  // [rows, hidden]
+    if (!pipelined) return tp->comm->AllReduceSum(x, x, rows * hidden, dist::ReduceDType::kF32, stream);
+    SCORED_CUDA_CHECK(cudaEventRecord(acts->chunk_ready[c].get(), stream));
+    SCORED_CUDA_CHECK(cudaStreamWaitEvent(cs, acts->chunk_ready[c].get(), 0));
+    SCORED_RETURN_IF_ERROR(tp->comm->AllReduceSum(x, x, rows * hidden, dist::ReduceDType::kF32, cs));
+    SCORED_CUDA_CHECK(cudaEventRecord(acts->chunk_reduced[c].get(), cs));
+    return absl::OkStatus();
+  };
+  // Makes the forward's stream wait for chunk c's all-reduce (nothing unless pipelined).
+  auto wait_reduced = [&](int c) -> absl::Status {
+    if (pipelined) SCORED_CUDA_CHECK(cudaStreamWaitEvent(stream, acts->chunk_reduced[c].get(), 0));
+    return absl::OkStatus();
+  };
+  using RowsFn = std::function<absl::Status(int, int64_t, int64_t)>;  // (chunk, first row, rows)
 
   // Every linear of the forward in the order of use. Quantized ones are expanded into the two scratch
   // buffers in turn on acts->dequant_stream, one linear ahead: linear k+1's dequantization (into the buffer
@@ -148,6 +183,53 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
     return absl::OkStatus();
   };
 
+  // linear() in row chunks: before(c, ..) is enqueued before chunk c's GEMM and after(c, ..) after it (either
+  // may be null). W8A8 linears (whose input quantization takes every row) run every before(), the whole
+  // linear, then every after(); so does everything when the forward is not pipelined.
+  auto chunked_linear = [&](const DeviceLinear& w, T* x, void* y, GemmTypes y_types, const RowsFn& before,
+                            const RowsFn& after) -> absl::Status {
+    const bool whole = !pipelined || w.fp8_resident() || w.w8a8_dynamic_fp8();
+    if (whole) {
+      for (int c = 0; c < num_chunks && before; ++c) {
+        const int64_t begin = c * chunk_rows;
+        SCORED_RETURN_IF_ERROR(before(c, begin, std::min(chunk_rows, n - begin)));
+      }
+      SCORED_RETURN_IF_ERROR(linear(w, x, y, y_types));
+      for (int c = 0; c < num_chunks && after; ++c) {
+        const int64_t begin = c * chunk_rows;
+        SCORED_RETURN_IF_ERROR(after(c, begin, std::min(chunk_rows, n - begin)));
+      }
+      return absl::OkStatus();
+    }
+    if (next >= order.size() || order[next] != &w) return absl::InternalError("linears used out of order");
+    const size_t k = next++;
+    SCORED_RETURN_IF_ERROR(prefetch(k + 1));
+    const void* weight = scratch[k % 2];
+    if (w.resident_dense()) {
+      SCORED_ASSIGN_OR_RETURN(weight, w.Materialize(model.dtype, nullptr, stream));
+    } else {
+      SCORED_CUDA_CHECK(cudaStreamWaitEvent(stream, acts->weight_ready[k % 2].get(), 0));
+    }
+    const int64_t in = w.in_features(), out = w.out_features();
+    const int64_t y_bytes = y_types == GemmTypes::kBf16ToBf16 ? 2 : 4;
+    for (int c = 0; c < num_chunks; ++c) {
+      const int64_t begin = c * chunk_rows, rows = std::min(chunk_rows, n - begin);
+      if (before) SCORED_RETURN_IF_ERROR(before(c, begin, rows));
+      void* y_rows = static_cast<char*>(y) + begin * out * y_bytes;  // [rows, out]
+      SCORED_RETURN_IF_ERROR(gemm.Linear(x + begin * in, weight, y_rows, rows, out, in, y_types, stream));
+      if (after) SCORED_RETURN_IF_ERROR(after(c, begin, rows));
+    }
+    if (w.uses_scratch()) SCORED_CUDA_CHECK(cudaEventRecord(acts->weight_free[k % 2].get(), stream));
+    return absl::OkStatus();
+  };
+  const RowsFn reduce_after = [&](int c, int64_t begin, int64_t rows) { return reduce_rows(c, begin, rows); };
+  // AddRmsNorm of chunk c's rows (proj joins the residual) once its all-reduce is done.
+  auto add_norm_rows = [&](const float* weight, int c, int64_t begin, int64_t rows) -> absl::Status {
+    SCORED_RETURN_IF_ERROR(wait_reduced(c));
+    return kernels::AddRmsNorm<float, T>(proj + begin * hidden, hidden, residual + begin * hidden, weight, rows,
+                                         hidden, eps, normed + begin * hidden, hidden, stream);
+  };
+
   kernels::AttentionShape attn_shape;
   attn_shape.num_tokens = n;
   attn_shape.num_seqs = batch.num_seqs;
@@ -173,11 +255,13 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
     if (l == 0) {
       SCORED_RETURN_IF_ERROR((kernels::RmsNorm<float, T>(residual, hidden, layer.input_norm.as<float>(), n,
                                                          hidden, eps, normed, hidden, stream)));
+      SCORED_RETURN_IF_ERROR(linear(layer.qkv, normed, qkv, types));
     } else {
-      SCORED_RETURN_IF_ERROR((kernels::AddRmsNorm<float, T>(
-          proj, hidden, residual, layer.input_norm.as<float>(), n, hidden, eps, normed, hidden, stream)));
+      const RowsFn input_norm = [&](int c, int64_t begin, int64_t rows) {
+        return add_norm_rows(layer.input_norm.as<float>(), c, begin, rows);
+      };
+      SCORED_RETURN_IF_ERROR(chunked_linear(layer.qkv, normed, qkv, types, input_norm, nullptr));
     }
-    SCORED_RETURN_IF_ERROR(linear(layer.qkv, normed, qkv, types));
     if (layer.qkv_bias.data() != nullptr) {
       SCORED_RETURN_IF_ERROR(
           kernels::BiasAdd<T>(qkv, qkv_dim, layer.qkv_bias.as<float>(), n, qkv_dim, stream));
@@ -191,18 +275,20 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
     SCORED_RETURN_IF_ERROR(
         kernels::Rope<T>(qkv, qkv_dim, positions, inv_freq, n, num_heads + num_kv_heads, head_dim, stream));
     SCORED_RETURN_IF_ERROR(kernels::CausalAttention<T>(q, k, v, cu_seqlens, attn_shape, attn, stream));
-    SCORED_RETURN_IF_ERROR(linear(layer.o, attn, proj, to_fp32));
-    SCORED_RETURN_IF_ERROR(all_reduce(proj));
-    // MLP block.
-    SCORED_RETURN_IF_ERROR((kernels::AddRmsNorm<float, T>(proj, hidden, residual, layer.post_norm.as<float>(),
-                                                          n, hidden, eps, normed, hidden, stream)));
-    SCORED_RETURN_IF_ERROR(linear(layer.gate_up, normed, gate_up, types));
+    // o_proj in row chunks, each chunk's all-reduce overlapping the next chunk's GEMM (tp > 1).
+    SCORED_RETURN_IF_ERROR(chunked_linear(layer.o, attn, proj, to_fp32, nullptr, reduce_after));
+    // MLP block: chunk c's norm and gate_up GEMM start once chunk c is reduced.
+    const RowsFn post_norm = [&](int c, int64_t begin, int64_t rows) {
+      return add_norm_rows(layer.post_norm.as<float>(), c, begin, rows);
+    };
+    SCORED_RETURN_IF_ERROR(chunked_linear(layer.gate_up, normed, gate_up, types, post_norm, nullptr));
     SCORED_RETURN_IF_ERROR(kernels::SwiGlu<T>(gate_up, gate_up + inter, 2 * inter, n, inter, mlp, stream));
-    SCORED_RETURN_IF_ERROR(linear(layer.down, mlp, proj, to_fp32));
-    SCORED_RETURN_IF_ERROR(all_reduce(proj));
+    SCORED_RETURN_IF_ERROR(chunked_linear(layer.down, mlp, proj, to_fp32, nullptr, reduce_after));
   }
-  SCORED_RETURN_IF_ERROR((kernels::AddRmsNorm<float, T>(proj, hidden, residual, model.final_norm.as<float>(),
-                                                        n, hidden, eps, normed, hidden, stream)));
+  for (int c = 0; c < num_chunks; ++c) {
+    const int64_t begin = c * chunk_rows;
+    SCORED_RETURN_IF_ERROR(add_norm_rows(model.final_norm.as<float>(), c, begin, std::min(chunk_rows, n - begin)));
+  }
 
   // lm_head in chunks of rows: fp32 logits into the reusable chunk, then the per-row statistics.
   // Tensor parallelism: the logits of the rank's vocabulary rows [rows, head_rows] (leading dimension
@@ -316,6 +402,14 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
                                                                   "vocab-parallel top-k ids"));
     SCORED_ASSIGN_OR_RETURN(a.tp_topk_values, DeviceBuffer::Allocate(tp_size * LogitsRows(t) * kernels::kMaxTopK * 4,
                                                                      "vocab-parallel top-k logits"));
+    SCORED_ASSIGN_OR_RETURN(a.comm_stream, CudaStream::CreateHighestPriority());
+    for (int c = 0; c < kMaxTpRowChunks; ++c) {
+      SCORED_ASSIGN_OR_RETURN(CudaEvent ready, CudaEvent::Create());
+      SCORED_ASSIGN_OR_RETURN(CudaEvent reduced, CudaEvent::Create());
+      a.chunk_ready.push_back(std::move(ready));
+      a.chunk_reduced.push_back(std::move(reduced));
+    }
+    SCORED_ASSIGN_OR_RETURN(a.comm_done, CudaEvent::Create());
   }
   return a;
 }
@@ -327,9 +421,16 @@ absl::Status Forward(const ModelConfig& config, const DeviceModel& model, GemmRu
     return absl::OutOfRangeError(
         absl::StrCat("batch of ", batch.num_tokens, " tokens; the engine holds ", acts->max_tokens));
   }
-  if (model.dtype == ComputeDtype::kBf16)
-    return ForwardImpl<bf16_t>(config, model, gemm, batch, acts, stream, tp);
-  return ForwardImpl<float>(config, model, gemm, batch, acts, stream, tp);
+  const absl::Status status = model.dtype == ComputeDtype::kBf16
+                                  ? ForwardImpl<bf16_t>(config, model, gemm, batch, acts, stream, tp)
+                                  : ForwardImpl<float>(config, model, gemm, batch, acts, stream, tp);
+  if (tp != nullptr && acts->comm_stream.get() != nullptr) {
+    // Whatever was enqueued on comm_stream (all of it on success; up to the failure otherwise) finishes
+    // before `stream` drains, so the caller's Synchronize(stream) (with its timeout and abort) covers it.
+    SCORED_CUDA_CHECK(cudaEventRecord(acts->comm_done.get(), acts->comm_stream.get()));
+    SCORED_CUDA_CHECK(cudaStreamWaitEvent(stream, acts->comm_done.get(), 0));
+  }
+  return status;
 }
 
 }  // namespace scored::cuda

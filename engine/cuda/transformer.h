@@ -26,6 +26,11 @@ namespace scored::cuda {
 // vocabulary); cuBLASLt runs the 128256 x 4096 lm_head at ~706 TFLOP/s with 2048 rows (GPU.md).
 constexpr int64_t kLmHeadChunkTokens = 2048;
 
+// Row-chunk pipelining at tp > 1 (Activations::tp_row_chunks): the most chunks, and the rows per chunk the
+// auto setting aims at (batches under 2 * kTpAutoChunkRows tokens run unchunked).
+constexpr int kMaxTpRowChunks = 8;
+constexpr int64_t kTpAutoChunkRows = 4096;
+
 // Reusable device memory of one forward; `act` is bf16 in bf16 mode, fp32 in fp32 mode.
 struct Activations {
   int64_t max_tokens = 0;
@@ -66,6 +71,17 @@ struct Activations {
   DeviceBuffer act_amax;        // [max_tokens] fp32: W8A8 per-token amax of a row-parallel input
   DeviceBuffer tp_topk_ids;     // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] int32
   DeviceBuffer tp_topk_values;  // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] fp32
+  // Row-chunk pipelining of the row-parallel linears (tp_size > 1 only): the o_proj / down_proj GEMM runs
+  // in row chunks on the forward's stream; chunk c's all-reduce runs on comm_stream (after chunk_ready[c])
+  // while chunk c+1's GEMM runs, and the following AddRmsNorm and GEMM of chunk c start after
+  // chunk_reduced[c]. The forward's stream waits for comm_stream before Forward returns.
+  // tp_row_chunks: 0 = auto (kTpAutoChunkRows rows per chunk, at most kMaxTpRowChunks), 1 = off, c > 1 =
+  // c chunks whatever the batch size (tests). Set by the engine (env SCORED_TP_ROW_CHUNKS).
+  int tp_row_chunks = 0;
+  CudaStream comm_stream;  // highest priority: NCCL blocks take SMs first as a GEMM chunk drains
+  std::vector<CudaEvent> chunk_ready;     // [kMaxTpRowChunks]
+  std::vector<CudaEvent> chunk_reduced;   // [kMaxTpRowChunks]
+  CudaEvent comm_done;
 };
 
 // Device bytes Activations takes per token of max_tokens (for "what fits" messages); the fixed part

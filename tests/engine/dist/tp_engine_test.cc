@@ -257,6 +257,33 @@ TEST_F(TpEngineTest, Tp2IsBitwiseBatchInvariantAndRepeatable) {
   }
 }
 
+// Row-chunk pipelining of the row-parallel all-reduces (SCORED_TP_ROW_CHUNKS): every row's result is
+// bitwise the same as unchunked (GEMM algorithms are pinned per weight shape, norms are per row, a row's
+// all-reduce at tp 2 is one fp32 add). The 434-token batch runs as 3 chunks (160, 160, 114 rows) and as 7
+// (64 rows each, the last 50); the W8A8 fixture takes the path where a W8A8 linear runs whole.
+TEST_F(TpEngineTest, Tp2RowChunkedIsBitwiseEqualToUnchunked) {
+  for (const ComputeDtype dtype : {ComputeDtype::kBf16, ComputeDtype::kFp32}) {
+    for (const std::string& dir : {kFixturesDir + "/llama-w4a16-g128", kFixturesDir + "/qwen3-w4a16-g128",
+                                   kFixturesDir + "/llama-fp8-dynamic", kStoriesDir}) {
+      SCOPED_TRACE(dir);
+      const std::vector<ScoreRequest> requests = Requests(/*rank_and_entropy=*/true);
+      std::vector<std::vector<ScoreResult>> results;
+      for (const char* chunks : {"1", "3", "8"}) {
+        SCOPED_TRACE(chunks);
+        ASSERT_EQ(setenv("SCORED_TP_ROW_CHUNKS", chunks, 1), 0);
+        auto engine = Make(dir, 2, dtype);
+        ASSERT_EQ(unsetenv("SCORED_TP_ROW_CHUNKS"), 0);
+        ASSERT_TRUE(engine.ok()) << engine.status();
+        auto scored = (*engine)->Score(requests);
+        ASSERT_TRUE(scored.ok()) << scored.status();
+        results.push_back(*std::move(scored));
+      }
+      ExpectBitwiseEqual(results[0], results[1], "3 row chunks vs unchunked");
+      ExpectBitwiseEqual(results[0], results[2], "8 row chunks vs unchunked");
+    }
+  }
+}
+
 TEST_F(TpEngineTest, NonShardableCheckpointFailsAtLoadNamingTheRule) {
   // tp 4 cuts o_proj's 256 input columns into 64, which is not a multiple of the 128-column groups. The
   // shard check runs before any device is used, so this needs no 4 GPUs.
