@@ -137,7 +137,8 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
 // Bidi ScoreStream. All state changes happen under mu_ in one step that also decides the next gRPC
 // operations (Actions); the operations run after the lock is released. `busy_` counts operations
 // decided but not yet started, and Finish is only decided when nothing is busy, pending, being
-// written or (unless the stream is ending) being read, so `this` stays alive wherever it is used.
+// written or (unless the stream is ending) being read, so `this` stays alive while a thread holds an
+// operation to run; a thread left with nothing to run must not touch it again (Perform).
 class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1::ScoreResponse> {
  public:
   StreamReactor(ScorerService* service, grpc::CallbackServerContext* context)
@@ -158,14 +159,22 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
       draining_ = draining;
       a = DecideLocked();
     }
-    Run(a);
+    Perform(this, a);
   }
 
-  // Server shutdown. Returns the actions the caller must Run() (after releasing its own locks).
+  // Server shutdown. Returns the actions the caller must Perform() (after releasing its own locks).
   Actions MarkDraining() {
     absl::MutexLock lock(&mu_);
     draining_ = true;
     return DecideLocked();
+  }
+
+  // Runs `a` on `self`. With nothing to do it returns without touching `self`: once a thread has released
+  // mu_ holding no write, read or finish, another thread may finish the stream and delete the reactor, so
+  // even a member call on it would be a use after free.
+  static void Perform(StreamReactor* self, const Actions& a) {
+    if (a.write == nullptr && !a.read && !a.finish) return;
+    self->Run(a);
   }
 
   void Run(const Actions& a) {
@@ -182,7 +191,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
         --busy_;
         next = DecideLocked();
       }
-      Run(next);
+      Perform(this, next);
     }
   }
 
@@ -195,7 +204,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
         reads_done_ = true;
         a = DecideLocked();
       }
-      Run(a);
+      Perform(this, a);
       return;
     }
     v1::ScoreRequest request = std::move(read_buf_);
@@ -248,7 +257,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
       if (!error.ok()) EnqueueErrorLocked(request_id, error, start);
       a = DecideLocked();
     }
-    Run(a);
+    Perform(this, a);
   }
 
   void OnWriteDone(bool ok) override {
@@ -263,7 +272,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
       }
       a = DecideLocked();
     }
-    Run(a);
+    Perform(this, a);
   }
 
   void OnCancel() override {
@@ -280,7 +289,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
       absl::MutexLock lock(&mu_);
       a = DecideLocked();
     }
-    Run(a);
+    Perform(this, a);
   }
 
   void OnDone() override {
@@ -307,7 +316,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
       }
       a = DecideLocked();
     }
-    Run(a);
+    Perform(this, a);
   }
 
   void EnqueueErrorLocked(uint64_t request_id, const absl::Status& status, absl::Time start)
@@ -417,7 +426,7 @@ void ScorerService::BeginShutdown() {
     for (StreamReactor* s : streams_) todo.emplace_back(s, s->MarkDraining());
   }
   // Each reactor stays alive until the operation decided for it runs (see StreamReactor).
-  for (auto& [stream, actions] : todo) stream->Run(actions);
+  for (auto& [stream, actions] : todo) StreamReactor::Perform(stream, actions);
 }
 
 grpc::ServerUnaryReactor* ScorerService::Tokenize(grpc::CallbackServerContext* context,
