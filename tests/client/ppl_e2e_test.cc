@@ -30,6 +30,7 @@
 #include "client/ppl/windows.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e_windows.h"
 #include "tests/server/scored_process.h"
 
 namespace scored {
@@ -52,14 +53,7 @@ std::string TinyStories() { return DataDir() + "/tinystories-sample/tinystories_
 
 nlohmann::json ReadJson(const std::string& path) { return nlohmann::json::parse(ReadText(path)); }
 
-// SCORED_E2E_MAX_WINDOWS: 0 when unset or empty (all windows), -1 when not a positive integer.
-int64_t MaxWindowsFromEnv() {
-  const char* value = std::getenv("SCORED_E2E_MAX_WINDOWS");
-  if (value == nullptr || *value == '\0') return 0;
-  char* end = nullptr;
-  const long long k = std::strtoll(value, &end, 10);
-  return *end == '\0' && k > 0 ? static_cast<int64_t>(k) : -1;
-}
+using ::scored::testing::MaxWindowsFromEnv;
 
 void ExpectRelNear(double actual, double expected, double rel, const std::string& what) {
   EXPECT_LE(std::fabs(actual - expected), rel * std::fabs(expected))

@@ -24,12 +24,12 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e_windows.h"
 #include "tests/server/scored_process.h"
 
 namespace scored {
@@ -42,10 +42,8 @@ constexpr absl::Duration kRunBound = absl::Seconds(300);
 
 // Windows of every run: 300, or max(SCORED_E2E_MAX_WINDOWS, 40) when that is set (slow sanitizer builds).
 int64_t NumWindows() {
-  const char* env = std::getenv("SCORED_E2E_MAX_WINDOWS");
-  int64_t k = 0;
-  if (env == nullptr || !absl::SimpleAtoi(env, &k) || k <= 0) return 300;
-  return std::max<int64_t>(k, 40);
+  const int64_t k = ::scored::testing::MaxWindowsFromEnv();
+  return k > 0 ? std::max<int64_t>(k, 40) : 300;
 }
 
 std::string ReadText(const std::string& path) {

@@ -134,7 +134,11 @@ absl::StatusOr<ScoredPorts> ReadPortFile(const std::string& path) {
 
 absl::StatusOr<HealthStatus> CheckHealth(const std::string& address, const std::string& service,
                                          absl::Duration timeout) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  return CheckHealth(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), service, timeout);
+}
+
+absl::StatusOr<HealthStatus> CheckHealth(const std::shared_ptr<grpc::Channel>& channel, const std::string& service,
+                                         absl::Duration timeout) {
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));

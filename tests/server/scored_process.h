@@ -32,6 +32,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
+namespace grpc {
+class Channel;
+}  // namespace grpc
+
 namespace scored {
 namespace testing {
 
@@ -55,6 +59,9 @@ enum class HealthStatus { kUnknown = 0, kServing = 1, kNotServing = 2, kServiceU
 // One Health/Check call on `address` ("127.0.0.1:P") for `service` ("" = the whole server), with the
 // given deadline. Returns the RPC's error status when the call fails (e.g. UNAVAILABLE: not listening).
 absl::StatusOr<HealthStatus> CheckHealth(const std::string& address, const std::string& service,
+                                         absl::Duration timeout = absl::Seconds(5));
+// The same over a caller's channel (e.g. TLS credentials).
+absl::StatusOr<HealthStatus> CheckHealth(const std::shared_ptr<grpc::Channel>& channel, const std::string& service,
                                          absl::Duration timeout = absl::Seconds(5));
 
 // Polls CheckHealth(address, "") until SERVING or `timeout` passes (DEADLINE_EXCEEDED then).

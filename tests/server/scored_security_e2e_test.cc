@@ -22,7 +22,6 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
@@ -185,32 +184,6 @@ grpc::Status CallScore(v1::Scorer::Stub* stub, const v1::ScoreRequest& request,
   return s;
 }
 
-// grpc.health.v1.Health/Check("") over any channel. The request is the empty message; the response
-// is field 1 (status) as a varint: 08 01 = SERVING, 08 02 = NOT_SERVING.
-absl::StatusOr<int> HealthOver(std::shared_ptr<grpc::Channel> channel) {
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  grpc::ByteBuffer request;
-  grpc::Slice empty("");
-  request = grpc::ByteBuffer(&empty, 1);
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  absl::Notification done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) {
-                   status = std::move(s);
-                   done.Notify();
-                 });
-  done.WaitForNotification();
-  if (!status.ok()) return absl::UnavailableError(status.error_message());
-  grpc::Slice out;
-  if (!response.DumpToSingleSlice(&out).ok() || out.size() != 2 || out.begin()[0] != 0x08) {
-    return absl::DataLossError("unexpected health response");
-  }
-  return static_cast<int>(out.begin()[1]);
-}
-
 double Metric(const ScoredProcess& p, const std::string& sample) {
   auto text = HttpGet("127.0.0.1", p.metrics_port(), "/metrics");
   EXPECT_TRUE(text.ok()) << text.status();
@@ -247,9 +220,9 @@ TEST_F(SecurityE2eTest, TlsWithTheRightCaWorksAndPlaintextDoesNot) {
   auto proc = StartOrDie(TlsArgs(), /*tls=*/true);
   ASSERT_NE(proc, nullptr);
   auto channel = grpc::CreateChannel(proc->grpc_address(), TlsCredentials(certs_->path("ca.pem")));
-  auto health = HealthOver(channel);
+  auto health = CheckHealth(channel, "", absl::Seconds(10));
   ASSERT_TRUE(health.ok()) << health.status();
-  EXPECT_EQ(*health, 1) << "SERVING over TLS";
+  EXPECT_EQ(*health, HealthStatus::kServing) << "SERVING over TLS";
   auto stub = v1::Scorer::NewStub(channel);
   EXPECT_TRUE(CallGetModelInfo(stub.get()).ok());
   EXPECT_TRUE(CallScore(stub.get(), TokensRequest({1, 403, 407, 261, 378})).ok());

@@ -20,6 +20,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e_windows.h"
 
 namespace scored {
 namespace {
@@ -33,14 +34,7 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-// SCORED_E2E_MAX_WINDOWS: 0 when unset or empty (all windows), -1 when not a positive integer.
-int64_t MaxWindowsFromEnv() {
-  const char* value = std::getenv("SCORED_E2E_MAX_WINDOWS");
-  if (value == nullptr || *value == '\0') return 0;
-  char* end = nullptr;
-  const long long k = std::strtoll(value, &end, 10);
-  return *end == '\0' && k > 0 ? static_cast<int64_t>(k) : -1;
-}
+using ::scored::testing::MaxWindowsFromEnv;
 
 TEST(WikiText2, Stories260KChunksPplMatchesGolden) {
   const nlohmann::json golden =
