@@ -14,18 +14,12 @@ absl::Status VocabParallelLogprob(NcclCommunicator& comm, const float* logits, i
                                   int64_t vocab_offset, const int32_t* targets, int64_t num_tokens,
                                   kernels::LogitPartialStats* workspace, double* logprob, uint8_t* greedy,
                                   CUstream_st* stream) {
-  if (num_tokens < 0 || shard_size <= 0 || ld < shard_size || vocab_offset < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("vocab-parallel logprob: tokens ", num_tokens, ", shard ",
-                                                   shard_size, ", ld ", ld, ", offset ", vocab_offset));
-  }
-  if (num_tokens == 0) return absl::OkStatus();
-  kernels::LogitPartialStats* mine = workspace + static_cast<int64_t>(comm.rank()) * num_tokens;  // [num_tokens]
-  SCORED_RETURN_IF_ERROR(kernels::ComputeLogitPartialStats(logits, ld, targets, num_tokens, shard_size,
-                                                           vocab_offset, mine, stream));
-  const int64_t bytes = num_tokens * static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
-  SCORED_RETURN_IF_ERROR(comm.AllGatherBytes(mine, workspace, bytes, stream));
-  return kernels::CombineLogitPartialStats(workspace, comm.num_ranks(), num_tokens, targets, logprob, greedy,
-                                           stream);
+  kernels::LogprobOutputs outputs;
+  outputs.logprob = logprob;
+  outputs.greedy = greedy;
+  return VocabParallelScore(comm, logits, ld, shard_size, vocab_offset, targets, num_tokens,
+                            kernels::LogprobOptions(), workspace, /*target_logit=*/nullptr, /*topk_ids=*/nullptr,
+                            /*topk_values=*/nullptr, outputs, stream);
 }
 
 absl::Status VocabParallelScore(NcclCommunicator& comm, const float* logits, int64_t ld, int64_t shard_size,

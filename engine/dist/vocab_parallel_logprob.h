@@ -25,6 +25,7 @@ namespace scored::dist {
 // Device bytes of the stats workspace for num_tokens tokens on `num_ranks` ranks.
 int64_t VocabParallelWorkspaceBytes(int num_ranks, int64_t num_tokens);
 
+// logprob and greedy only: VocabParallelScore with no optional outputs.
 absl::Status VocabParallelLogprob(NcclCommunicator& comm,
                                   const float* logits,      // [num_tokens, ld] this rank's shard, fp32
                                   int64_t ld, int64_t shard_size, int64_t vocab_offset,
