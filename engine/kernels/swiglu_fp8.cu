@@ -1,0 +1,2 @@
+// (being written) Contract: swiglu_fp8.h.
+#include "engine/kernels/swiglu_fp8.h"

@@ -1,0 +1,4 @@
+// (being written) Contract to come.
+#ifndef SCORED_ENGINE_KERNELS_SWIGLU_FP8_H_
+#define SCORED_ENGINE_KERNELS_SWIGLU_FP8_H_
+#endif  // SCORED_ENGINE_KERNELS_SWIGLU_FP8_H_

@@ -1,0 +1,2 @@
+// (being written)
+#include "engine/kernels/rms_norm_fp8.h"

@@ -1,0 +1,2 @@
+// (being written)
+#include "engine/kernels/swiglu_fp8.h"
