@@ -5,7 +5,8 @@
 // over tokens, one block per token at a time. Thread i owns the 8-element chunks i, i + kThreads, ... of
 // the row and keeps them in registers: all loads of the row are issued at once, the sum of squares runs
 // over the thread's chunks in order, then BlockSum; the row is never re-read. The order depends only on
-// hidden_size.
+// hidden_size. The row arithmetic lives in rms_norm_row.cuh, shared with RmsNormQuantFp8 (rms_norm_fp8.cu),
+// which must stay bitwise equal to RmsNorm<float, bf16_t> here.
 //
 // Scalar path otherwise: one block of kThreads per token. Pass 1 (optionally adding x into the fp32 residual) accumulates the
 // sum of squares per thread in index order i = tid, tid + kThreads, ...; BlockSum combines the threads in
@@ -15,11 +16,13 @@
 
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
+#include "engine/kernels/rms_norm_row.cuh"
 
 namespace scored::kernels {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kRmsNormVecThreads;  // also the scalar path's block
+constexpr int kChunk = kRmsNormVecChunk;
 constexpr int64_t kMaxBlocks = 65535;
 
 template <bool kAddResidual, typename XT, typename OutT>
@@ -53,28 +56,6 @@ __global__ void __launch_bounds__(kThreads) RmsNormKernel(const XT* x,  // [num_
   }
 }
 
-// Loads 8 consecutive elements (16-byte aligned) as fp32.
-__device__ __forceinline__ void Load8(const float* p, float (&v)[8]) {
-  float lo[4], hi[4];
-  Load16(p, lo);
-  Load16(p + 4, hi);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    v[j] = lo[j];
-    v[j + 4] = hi[j];
-  }
-}
-__device__ __forceinline__ void Load8(const __nv_bfloat16* p, float (&v)[8]) { Load16(p, v); }
-__device__ __forceinline__ void Store8(float* p, const float (&v)[8]) {
-  const float lo[4] = {v[0], v[1], v[2], v[3]};
-  const float hi[4] = {v[4], v[5], v[6], v[7]};
-  Store16(p, lo);
-  Store16(p + 4, hi);
-}
-__device__ __forceinline__ void Store8(__nv_bfloat16* p, const float (&v)[8]) { Store16(p, v); }
-
-constexpr int kChunk = 8;  // elements per vector access
-
 template <bool kAddResidual, int kChunksPerThread, typename XT, typename OutT>
 __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const XT* x,  // [num_tokens, x_stride]
                                                              int64_t x_stride,
@@ -86,45 +67,14 @@ __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const XT* x,  // [n
   __shared__ float scratch[32];
   const int chunks = static_cast<int>(hidden_size / kChunk);
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
-    const XT* x_row = x + t * x_stride;
-    float* res_row = kAddResidual ? residual + t * hidden_size : nullptr;
-    float v[kChunksPerThread][kChunk];
-#pragma unroll
-    for (int r = 0; r < kChunksPerThread; ++r) {
-      const int c = threadIdx.x + r * kThreads;
-      if (c < chunks) {
-        Load8(x_row + c * kChunk, v[r]);
-        if constexpr (kAddResidual) {
-          float res[kChunk];
-          Load8(res_row + c * kChunk, res);
-#pragma unroll
-          for (int j = 0; j < kChunk; ++j) v[r][j] += res[j];
-        }
-      }
-    }
-    float sum_sq = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kChunksPerThread; ++r) {
-      const int c = threadIdx.x + r * kThreads;
-      if (c < chunks) {
-        if constexpr (kAddResidual) Store8(res_row + c * kChunk, v[r]);
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) sum_sq += v[r][j] * v[r][j];
-      }
-    }
-    const float total = BlockSum(sum_sq, scratch);
-    const float inv_rms = rsqrtf(total / static_cast<float>(hidden_size) + eps);
+    float v[kChunksPerThread][kChunk];  // the thread's chunks of row t
+    RmsNormRowVec<kAddResidual>(x + t * x_stride, kAddResidual ? residual + t * hidden_size : nullptr, weight,
+                                chunks, hidden_size, eps, scratch, v);
     OutT* out_row = out + t * out_stride;
 #pragma unroll
     for (int r = 0; r < kChunksPerThread; ++r) {
       const int c = threadIdx.x + r * kThreads;
-      if (c < chunks) {
-        float w[kChunk], o[kChunk];
-        Load8(weight + c * kChunk, w);
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) o[j] = v[r][j] * inv_rms * w[j];
-        Store8(out_row + c * kChunk, o);
-      }
+      if (c < chunks) Store8(out_row + c * kChunk, v[r]);
     }
   }
 }
@@ -137,7 +87,7 @@ absl::Status TryLaunchVec(const XT* x, int64_t x_stride, float* residual, const 
   *launched = false;
   const int64_t chunks = hidden_size / kChunk;
   const bool shape_ok = hidden_size % kChunk == 0 && x_stride % kChunk == 0 && out_stride % kChunk == 0 &&
-                        chunks <= 8 * kThreads;
+                        chunks <= kRmsNormVecMaxChunksPerThread * kThreads;
   if (!shape_ok || !IsAligned(x, 16) || !IsAligned(weight, 16) || !IsAligned(out, 16) ||
       (kAddResidual && !IsAligned(residual, 16))) {
     return absl::OkStatus();
