@@ -217,7 +217,7 @@ absl::Status GemmRunner::FindCandidates(Plan* out, GemmTypes types) {
 
 cublasStatus_t GemmRunner::Run(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const void* x, const void* w,
                                void* y, int64_t num_tokens, GemmTypes types, const float* x_scale,
-                               const float* w_scale, cudaStream_t stream) {
+                               const float* w_scale, cudaStream_t stream, bool accumulate) {
   if (plan.fp8_outer_vec) {
     // A is w (scales per output channel), B is x (scales per token).
     cublasStatus_t set = cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
@@ -231,7 +231,7 @@ cublasStatus_t GemmRunner::Run(const Plan& plan, const cublasLtMatmulAlgo_t& alg
   if (!layouts.Init(num_tokens, plan.out_features, plan.in_features, types).ok()) {
     return CUBLAS_STATUS_INTERNAL_ERROR;
   }
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   return cublasLtMatmul(handle_, plan.desc, &alpha, w, plan.w_layout, x, layouts.x, &beta, y, layouts.y, y,
                         layouts.y, &algo, workspace_.data(), static_cast<size_t>(workspace_.bytes()), stream);
 }
@@ -296,7 +296,7 @@ std::string GemmRunner::Choice(int64_t out_features, int64_t in_features, GemmTy
 
 absl::Status GemmRunner::Linear(const void* x, const void* w, void* y, int64_t num_tokens,
                                 int64_t out_features, int64_t in_features, GemmTypes types,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, bool accumulate) {
   if (IsFp8(types)) return absl::InvalidArgumentError("GemmRunner::Linear: FP8 types go through Fp8Linear");
   if (num_tokens < 0 || num_tokens > max_tokens_) {
     return absl::OutOfRangeError(
@@ -304,13 +304,13 @@ absl::Status GemmRunner::Linear(const void* x, const void* w, void* y, int64_t n
   }
   if (num_tokens == 0) return absl::OkStatus();
   SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types));
-  return CublasStatus(Run(*plan, plan->algo, x, w, y, num_tokens, types, nullptr, nullptr, stream),
+  return CublasStatus(Run(*plan, plan->algo, x, w, y, num_tokens, types, nullptr, nullptr, stream, accumulate),
                       "cublasLtMatmul");
 }
 
 absl::Status GemmRunner::Fp8Linear(const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale,
                                    void* y, int64_t num_tokens, int64_t out_features, int64_t in_features,
-                                   GemmTypes types, cudaStream_t stream) {
+                                   GemmTypes types, cudaStream_t stream, bool leave_unscaled) {
   if (!IsFp8(types)) return absl::InvalidArgumentError("GemmRunner::Fp8Linear: needs an FP8 GemmTypes");
   if (num_tokens < 0 || num_tokens > max_tokens_) {
     return absl::OutOfRangeError(
@@ -323,12 +323,18 @@ absl::Status GemmRunner::Fp8Linear(const uint8_t* x, const float* x_scale, const
   SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types));
   SCORED_RETURN_IF_ERROR(CublasStatus(Run(*plan, plan->algo, x, w, y, num_tokens, types, x_scale, w_scale, stream),
                                       "cublasLtMatmul (FP8)"));
-  if (plan->fp8_outer_vec) return absl::OkStatus();
+  if (plan->fp8_outer_vec || leave_unscaled) return absl::OkStatus();
   if (types == GemmTypes::kFp8ToBf16) {
     return kernels::ApplyFp8Scales(static_cast<kernels::bf16_t*>(y), num_tokens, out_features, x_scale, w_scale,
                                    stream);
   }
   return kernels::ApplyFp8Scales(static_cast<float*>(y), num_tokens, out_features, x_scale, w_scale, stream);
+}
+
+absl::StatusOr<bool> GemmRunner::Fp8ScalesInEpilogue(int64_t out_features, int64_t in_features, GemmTypes types) {
+  if (!IsFp8(types)) return absl::InvalidArgumentError("GemmRunner::Fp8ScalesInEpilogue: needs an FP8 GemmTypes");
+  SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types));
+  return plan->fp8_outer_vec;
 }
 
 namespace {

@@ -92,14 +92,16 @@ class GemmRunner {
   // (not tuned); empty for a shape never prepared.
   std::string Choice(int64_t out_features, int64_t in_features, GemmTypes types) const;
 
-  // y = x · w^T on `stream`. 0 <= num_tokens <= max_tokens. Pointers 16-byte aligned; x, w, y must
-  // not overlap. Asynchronous: errors of the launch itself are returned, execution errors surface at the
+  // y = x · w^T on `stream`, or with `accumulate` y += x · w^T (cuBLASLt's epilogue with beta = 1 and C = y:
+  // each element is acc + y rounded once to y's type, the same value as writing acc and adding y in a separate
+  // pass; the pinned algorithm is the same). 0 <= num_tokens <= max_tokens. Pointers 16-byte aligned; x, w, y
+  // must not overlap. Asynchronous: errors of the launch itself are returned, execution errors surface at the
   // next synchronization.
   absl::Status Linear(const void* x,  // [num_tokens, in_features], bf16 or fp32 per `types`
                       const void* w,  // [out_features, in_features], bf16 or fp32 per `types`
                       void* y,        // [num_tokens, out_features], bf16 or fp32 per `types`
                       int64_t num_tokens, int64_t out_features, int64_t in_features, GemmTypes types,
-                      cudaStream_t stream);
+                      cudaStream_t stream, bool accumulate = false);
 
   // FP8 W8A8: y[t, o] = bf16 or fp32 of (sum_k x[t, k] * w[o, k]) * x_scale[t] * w_scale[o] on `stream`,
   // types kFp8ToBf16 or kFp8ToFp32; x and w FP8 E4M3FN bit patterns. in_features and out_features must be
@@ -110,7 +112,14 @@ class GemmRunner {
                          const float* w_scale,   // [out_features]
                          void* y,                // [num_tokens, out_features] bf16 or fp32 per `types`
                          int64_t num_tokens, int64_t out_features, int64_t in_features, GemmTypes types,
-                         cudaStream_t stream);
+                         cudaStream_t stream, bool leave_unscaled = false);
+  // leave_unscaled: where the shape's plan uses unit scales (Fp8ScalesInEpilogue false), y keeps the raw GEMM
+  // result and the caller applies the scales in its next op (kernels::AddFp8Scaled, SwiGluQuantFp8); with
+  // outer-vector scales y is scaled either way.
+
+  // Whether the FP8 plan of this shape applies the scales in cuBLASLt's epilogue (outer-vector mode) rather
+  // than in a pass after the GEMM; plans the shape if needed (errors as Prepare).
+  absl::StatusOr<bool> Fp8ScalesInEpilogue(int64_t out_features, int64_t in_features, GemmTypes types);
 
   int64_t max_tokens() const { return max_tokens_; }
   int64_t workspace_bytes() const { return workspace_.bytes(); }
@@ -136,9 +145,10 @@ class GemmRunner {
   // plan->candidates; on error nothing is left allocated.
   absl::Status FindCandidates(Plan* plan, GemmTypes types);
   // The matmul of one plan with algorithm `algo`; FP8 types set the scale pointers on the plan first.
+  // accumulate: y += instead of y = (beta 1, C = y).
   cublasStatus_t Run(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const void* x, const void* w, void* y,
                      int64_t num_tokens, GemmTypes types, const float* x_scale, const float* w_scale,
-                     cudaStream_t stream);
+                     cudaStream_t stream, bool accumulate = false);
 
   // Fp8Supported's probe runners: 1 = FP8 plans with outer-vector scales only, 0 = unit scales only;
   // -1 (every other runner) = the mode the probe found for the device.

@@ -14,6 +14,7 @@
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/embedding.h"
 #include "engine/kernels/fp8_quant.h"
+#include "engine/kernels/fp8_scale.h"
 #include "engine/kernels/kernel_types.h"
 #include "engine/kernels/qk_norm.h"
 #include "engine/kernels/rms_norm.h"
@@ -45,8 +46,11 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   const float eps = static_cast<float>(config.rms_norm_eps);
   constexpr bool kFp32 = std::is_same_v<T, float>;
   const GemmTypes types = kFp32 ? GemmTypes::kFp32 : GemmTypes::kBf16ToBf16;
-  // o_proj / down_proj outputs join the fp32 residual stream: written in fp32, never rounded to bf16.
+  // o_proj / down_proj outputs join the fp32 residual stream in the GEMM's epilogue (residual += x . W^T,
+  // fp32, never rounded to bf16). Tensor parallelism: rank 0 adds its partial product to the residual, the
+  // other ranks write theirs over it, and the all-reduce of the residual rows sums to the full result.
   const GemmTypes to_fp32 = kFp32 ? GemmTypes::kFp32 : GemmTypes::kBf16ToFp32;
+  const bool add_to_residual = tp == nullptr || tp->comm->rank() == 0;
 
   float* residual = acts->residual.as<float>();        // [n, hidden]
   T* normed = acts->normed.as<T>();                    // [n, hidden]
@@ -55,7 +59,7 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   T* k = qkv + q_dim;                                  //   [n, num_kv_heads, head_dim], row stride qkv_dim
   T* v = qkv + q_dim + kv_dim;                         //   [n, num_kv_heads, head_dim], row stride qkv_dim
   T* attn = acts->attn.as<T>();                        // [n, q_dim]
-  float* proj = acts->proj.as<float>();                // [n, hidden]
+  float* proj = acts->proj.as<float>();                // [n, hidden]: a W8A8 o / down GEMM's own output
   T* gate_up = acts->gate_up.as<T>();                  // [n, 2 inter]: gate | up of each token
   T* mlp = acts->mlp.as<T>();                          // [n, inter]
   float* logits = acts->logits.as<float>();            // [kLmHeadChunkTokens, vocab] (tp: the rank's shard)
@@ -87,11 +91,11 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   const int num_chunks = static_cast<int>((n + chunk_rows - 1) / chunk_rows);
   const bool pipelined = tp != nullptr && num_chunks > 1;
   const cudaStream_t cs = pipelined ? acts->comm_stream.get() : stream;
-  // Enqueues the all-reduce of rows [begin, begin + rows) of proj (chunk c): on comm_stream after the chunk's
-  // GEMM when pipelined, else on the forward's stream.
+  // Enqueues the all-reduce of rows [begin, begin + rows) of the residual (chunk c): on comm_stream after the
+  // chunk's GEMM when pipelined, else on the forward's stream.
   auto reduce_rows = [&](int c, int64_t begin, int64_t rows) -> absl::Status {
     if (tp == nullptr) return absl::OkStatus();
-    float* x = acts->proj.as<float>() + begin * hidden;  // [rows, hidden]
+    float* x = residual + begin * hidden;  // [rows, hidden]
     if (!pipelined) return tp->comm->AllReduceSum(x, x, rows * hidden, dist::ReduceDType::kF32, stream);
     SCORED_CUDA_CHECK(cudaEventRecord(acts->chunk_ready[c].get(), stream));
     SCORED_CUDA_CHECK(cudaStreamWaitEvent(cs, acts->chunk_ready[c].get(), 0));
@@ -137,7 +141,8 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   // Other W8A8 (fp32 mode, per-group activations, shapes FP8 GEMMs cannot take): x is fake-quantized to FP8
   // first, one scale per token or per act_group_size columns of a token (x is contiguous, so a group is a
   // row of the [n * in / group, group] view), then the bf16 / fp32 GEMM runs on the dequantized weight.
-  auto linear = [&](const DeviceLinear& w, T* x, void* y, GemmTypes y_types) -> absl::Status {
+  // accumulate: y += x . W^T (fp32 y; a real FP8 GEMM writes proj and AddFp8Scaled joins it to y).
+  auto linear = [&](const DeviceLinear& w, T* x, void* y, GemmTypes y_types, bool accumulate) -> absl::Status {
     if (next >= order.size() || order[next] != &w) return absl::InternalError("linears used out of order");
     const size_t k = next++;
     SCORED_RETURN_IF_ERROR(prefetch(k + 1));
@@ -157,8 +162,16 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
         SCORED_RETURN_IF_ERROR(kernels::QuantizeFp8PerToken<T>(x, in, n, in, x_fp8, x_scale, stream));
       }
       const GemmTypes fp8_types = y_types == GemmTypes::kBf16ToBf16 ? GemmTypes::kFp8ToBf16 : GemmTypes::kFp8ToFp32;
-      return gemm.Fp8Linear(x_fp8, x_scale, w.fp8_weight(), w.fp8_scale(), y, n, w.out_features(), in, fp8_types,
-                            stream);
+      if (!accumulate) {
+        return gemm.Fp8Linear(x_fp8, x_scale, w.fp8_weight(), w.fp8_scale(), y, n, w.out_features(), in, fp8_types,
+                              stream);
+      }
+      if (fp8_types != GemmTypes::kFp8ToFp32) return absl::InternalError("FP8 accumulation needs an fp32 output");
+      SCORED_ASSIGN_OR_RETURN(const bool scaled, gemm.Fp8ScalesInEpilogue(w.out_features(), in, fp8_types));
+      SCORED_RETURN_IF_ERROR(gemm.Fp8Linear(x_fp8, x_scale, w.fp8_weight(), w.fp8_scale(), proj, n, w.out_features(),
+                                            in, fp8_types, stream, /*leave_unscaled=*/true));
+      return kernels::AddFp8Scaled(proj, n, w.out_features(), scaled ? nullptr : x_scale,
+                                   scaled ? nullptr : w.fp8_scale(), static_cast<float*>(y), stream);
     }
     if (w.w8a8_dynamic_fp8() && w.act_amax_all_reduce() && tp != nullptr) {
       // Row-parallel shard: the token's scale is the amax over every rank's columns.
@@ -178,7 +191,8 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
     } else {
       SCORED_CUDA_CHECK(cudaStreamWaitEvent(stream, acts->weight_ready[k % 2].get(), 0));
     }
-    SCORED_RETURN_IF_ERROR(gemm.Linear(x, weight, y, n, w.out_features(), w.in_features(), y_types, stream));
+    SCORED_RETURN_IF_ERROR(
+        gemm.Linear(x, weight, y, n, w.out_features(), w.in_features(), y_types, stream, accumulate));
     if (w.uses_scratch()) SCORED_CUDA_CHECK(cudaEventRecord(acts->weight_free[k % 2].get(), stream));
     return absl::OkStatus();
   };
@@ -186,15 +200,15 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   // linear() in row chunks: before(c, ..) is enqueued before chunk c's GEMM and after(c, ..) after it (either
   // may be null). W8A8 linears (whose input quantization takes every row) run every before(), the whole
   // linear, then every after(); so does everything when the forward is not pipelined.
-  auto chunked_linear = [&](const DeviceLinear& w, T* x, void* y, GemmTypes y_types, const RowsFn& before,
-                            const RowsFn& after) -> absl::Status {
+  auto chunked_linear = [&](const DeviceLinear& w, T* x, void* y, GemmTypes y_types, bool accumulate,
+                            const RowsFn& before, const RowsFn& after) -> absl::Status {
     const bool whole = !pipelined || w.fp8_resident() || w.w8a8_dynamic_fp8();
     if (whole) {
       for (int c = 0; c < num_chunks && before; ++c) {
         const int64_t begin = c * chunk_rows;
         SCORED_RETURN_IF_ERROR(before(c, begin, std::min(chunk_rows, n - begin)));
       }
-      SCORED_RETURN_IF_ERROR(linear(w, x, y, y_types));
+      SCORED_RETURN_IF_ERROR(linear(w, x, y, y_types, accumulate));
       for (int c = 0; c < num_chunks && after; ++c) {
         const int64_t begin = c * chunk_rows;
         SCORED_RETURN_IF_ERROR(after(c, begin, std::min(chunk_rows, n - begin)));
@@ -216,18 +230,18 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
       const int64_t begin = c * chunk_rows, rows = std::min(chunk_rows, n - begin);
       if (before) SCORED_RETURN_IF_ERROR(before(c, begin, rows));
       void* y_rows = static_cast<char*>(y) + begin * out * y_bytes;  // [rows, out]
-      SCORED_RETURN_IF_ERROR(gemm.Linear(x + begin * in, weight, y_rows, rows, out, in, y_types, stream));
+      SCORED_RETURN_IF_ERROR(gemm.Linear(x + begin * in, weight, y_rows, rows, out, in, y_types, stream, accumulate));
       if (after) SCORED_RETURN_IF_ERROR(after(c, begin, rows));
     }
     if (w.uses_scratch()) SCORED_CUDA_CHECK(cudaEventRecord(acts->weight_free[k % 2].get(), stream));
     return absl::OkStatus();
   };
   const RowsFn reduce_after = [&](int c, int64_t begin, int64_t rows) { return reduce_rows(c, begin, rows); };
-  // AddRmsNorm of chunk c's rows (proj joins the residual) once its all-reduce is done.
-  auto add_norm_rows = [&](const float* weight, int c, int64_t begin, int64_t rows) -> absl::Status {
+  // RmsNorm of chunk c's residual rows once their all-reduce is done.
+  auto norm_rows = [&](const float* weight, int c, int64_t begin, int64_t rows) -> absl::Status {
     SCORED_RETURN_IF_ERROR(wait_reduced(c));
-    return kernels::AddRmsNorm<float, T>(proj + begin * hidden, hidden, residual + begin * hidden, weight, rows,
-                                         hidden, eps, normed + begin * hidden, hidden, stream);
+    return kernels::RmsNorm<float, T>(residual + begin * hidden, hidden, weight, rows, hidden, eps,
+                                      normed + begin * hidden, hidden, stream);
   };
 
   kernels::AttentionShape attn_shape;
@@ -251,16 +265,16 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   }
   for (size_t l = 0; l < model.layers.size(); ++l) {
     const DeviceLayer& layer = model.layers[l];
-    // Attention block. The previous layer's down_proj output joins the residual stream here.
+    // Attention block.
     if (l == 0) {
       SCORED_RETURN_IF_ERROR((kernels::RmsNorm<float, T>(residual, hidden, layer.input_norm.as<float>(), n,
                                                          hidden, eps, normed, hidden, stream)));
-      SCORED_RETURN_IF_ERROR(linear(layer.qkv, normed, qkv, types));
+      SCORED_RETURN_IF_ERROR(linear(layer.qkv, normed, qkv, types, false));
     } else {
       const RowsFn input_norm = [&](int c, int64_t begin, int64_t rows) {
-        return add_norm_rows(layer.input_norm.as<float>(), c, begin, rows);
+        return norm_rows(layer.input_norm.as<float>(), c, begin, rows);
       };
-      SCORED_RETURN_IF_ERROR(chunked_linear(layer.qkv, normed, qkv, types, input_norm, nullptr));
+      SCORED_RETURN_IF_ERROR(chunked_linear(layer.qkv, normed, qkv, types, false, input_norm, nullptr));
     }
     if (layer.qkv_bias.data() != nullptr) {
       SCORED_RETURN_IF_ERROR(
@@ -275,19 +289,21 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
     SCORED_RETURN_IF_ERROR(
         kernels::Rope<T>(qkv, qkv_dim, positions, inv_freq, n, num_heads + num_kv_heads, head_dim, stream));
     SCORED_RETURN_IF_ERROR(kernels::CausalAttention<T>(q, k, v, cu_seqlens, attn_shape, attn, stream));
-    // o_proj in row chunks, each chunk's all-reduce overlapping the next chunk's GEMM (tp > 1).
-    SCORED_RETURN_IF_ERROR(chunked_linear(layer.o, attn, proj, to_fp32, nullptr, reduce_after));
+    // o_proj joins the residual in row chunks, each chunk's all-reduce overlapping the next chunk's GEMM (tp > 1).
+    SCORED_RETURN_IF_ERROR(
+        chunked_linear(layer.o, attn, residual, to_fp32, add_to_residual, nullptr, reduce_after));
     // MLP block: chunk c's norm and gate_up GEMM start once chunk c is reduced.
     const RowsFn post_norm = [&](int c, int64_t begin, int64_t rows) {
-      return add_norm_rows(layer.post_norm.as<float>(), c, begin, rows);
+      return norm_rows(layer.post_norm.as<float>(), c, begin, rows);
     };
-    SCORED_RETURN_IF_ERROR(chunked_linear(layer.gate_up, normed, gate_up, types, post_norm, nullptr));
+    SCORED_RETURN_IF_ERROR(chunked_linear(layer.gate_up, normed, gate_up, types, false, post_norm, nullptr));
     SCORED_RETURN_IF_ERROR(kernels::SwiGlu<T>(gate_up, gate_up + inter, 2 * inter, n, inter, mlp, stream));
-    SCORED_RETURN_IF_ERROR(chunked_linear(layer.down, mlp, proj, to_fp32, nullptr, reduce_after));
+    SCORED_RETURN_IF_ERROR(
+        chunked_linear(layer.down, mlp, residual, to_fp32, add_to_residual, nullptr, reduce_after));
   }
   for (int c = 0; c < num_chunks; ++c) {
     const int64_t begin = c * chunk_rows;
-    SCORED_RETURN_IF_ERROR(add_norm_rows(model.final_norm.as<float>(), c, begin, std::min(chunk_rows, n - begin)));
+    SCORED_RETURN_IF_ERROR(norm_rows(model.final_norm.as<float>(), c, begin, std::min(chunk_rows, n - begin)));
   }
 
   // lm_head in chunks of rows: fp32 logits into the reusable chunk, then the per-row statistics.

@@ -38,7 +38,8 @@ struct Activations {
   DeviceBuffer normed;    // [max_tokens, hidden_size] act: RMSNorm output, GEMM input
   DeviceBuffer qkv;       // [max_tokens, q_dim + 2 kv_dim] act
   DeviceBuffer attn;      // [max_tokens, q_dim] act
-  DeviceBuffer proj;      // [max_tokens, hidden_size] fp32: o_proj / down_proj output (joins the residual)
+  DeviceBuffer proj;      // [max_tokens, hidden_size] fp32: a W8A8 o_proj / down_proj FP8 GEMM's output before
+                          // AddFp8Scaled joins it to the residual (others add in the GEMM's epilogue)
   DeviceBuffer gate_up;   // [max_tokens, 2 intermediate_size] act
   DeviceBuffer mlp;       // [max_tokens, intermediate_size] act: swiglu output
   // Quantized models only: two [max_scratch_elements] compute-dtype buffers for dequantized weights, used in
@@ -73,7 +74,7 @@ struct Activations {
   DeviceBuffer tp_topk_values;  // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] fp32
   // Row-chunk pipelining of the row-parallel linears (tp_size > 1 only): the o_proj / down_proj GEMM runs
   // in row chunks on the forward's stream; chunk c's all-reduce runs on comm_stream (after chunk_ready[c])
-  // while chunk c+1's GEMM runs, and the following AddRmsNorm and GEMM of chunk c start after
+  // while chunk c+1's GEMM runs, and the following RmsNorm and GEMM of chunk c start after
   // chunk_reduced[c]. The forward's stream waits for comm_stream before Forward returns.
   // tp_row_chunks: 0 = auto (kTpAutoChunkRows rows per chunk, at most kMaxTpRowChunks), 1 = off, c > 1 =
   // c chunks whatever the batch size (tests). Set by the engine (env SCORED_TP_ROW_CHUNKS).
@@ -123,7 +124,8 @@ struct TensorParallelContext {
 // greedy[r] (and rank / entropy / top-k per `options`) for predicting targets[r] from rows <= r of its
 // sequence. Asynchronous on `stream`; the caller synchronizes and copies the per-row results back.
 // tp == nullptr: one GPU, `config` the model's. Otherwise `config` is the rank's LocalConfig, `model` its
-// shard; o_proj / down_proj partial outputs (fp32) are summed by an all-reduce before the residual add,
+// shard; o_proj / down_proj add their partial products into the residual on rank 0 and write them over it on
+// the other ranks, and an all-reduce of the residual rows sums them,
 // the embedding lookup of the rank's rows is all-reduced, and the log-softmax combines per-token partial
 // statistics across ranks (dist::VocabParallelScore): every rank ends with the same per-row results.
 absl::Status Forward(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,

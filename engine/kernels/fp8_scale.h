@@ -26,6 +26,18 @@ absl::Status ApplyFp8Scales(T* y,  // [num_tokens, out_features], in place
                             const float* w_scale,  // [out_features]
                             cudaStream_t stream);
 
+// The same scaling joined to an fp32 accumulator (W8A8 o_proj / down_proj into the residual stream):
+//   acc[t, o] = acc[t, o] + fp32(y[t, o] * (x_scale[t] * w_scale[o]))
+// two fp32 roundings, bitwise ApplyFp8Scales<float> followed by an fp32 add. x_scale and w_scale both null:
+// y is already scaled (cuBLASLt's outer-vector epilogue) and is added as it is. y and acc must not overlap.
+// Shapes: y, acc [num_tokens, out_features] contiguous, 16-byte aligned; out_features a multiple of 8.
+absl::Status AddFp8Scaled(const float* y,       // [num_tokens, out_features]
+                          int64_t num_tokens, int64_t out_features,
+                          const float* x_scale,  // [num_tokens] or nullptr
+                          const float* w_scale,  // [out_features] or nullptr
+                          float* acc,            // [num_tokens, out_features], updated in place
+                          cudaStream_t stream);
+
 }  // namespace scored::kernels
 
 #endif  // SCORED_ENGINE_KERNELS_FP8_SCALE_H_

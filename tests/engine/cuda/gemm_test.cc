@@ -168,6 +168,55 @@ void CheckBatchInvariance(bool tune) {
   }
 }
 
+// accumulate = true (the engine's o_proj / down_proj joining the fp32 residual stream): y + x . w^T in one
+// epilogue is bitwise the plain GEMM's fp32 result added to y in fp32 (one rounding each), for bf16 -> fp32
+// and fp32 types; a row's result stays independent of the rows beside it.
+TEST_F(GemmTest, AccumulateIsGemmPlusAdd) {
+  std::mt19937 rng(19);
+  std::normal_distribution<float> dist(0.0f, 4.0f);
+  const int64_t max_tokens = 300, out = 256, in = 192;
+  std::vector<uint16_t> xb, wb;
+  std::vector<double> xv, wv;
+  RandomBf16(max_tokens * in, rng, &xb, &xv);
+  RandomBf16(out * in, rng, &wb, &wv);
+  std::vector<float> base(max_tokens * out);
+  for (float& v : base) v = dist(rng);
+  std::vector<float> x32(xv.begin(), xv.end()), w32(wv.begin(), wv.end());
+  auto runner = GemmRunner::Create(max_tokens);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  for (const GemmTypes types : {GemmTypes::kBf16ToFp32, GemmTypes::kFp32}) {
+    SCOPED_TRACE(types == GemmTypes::kFp32 ? "fp32" : "bf16 -> fp32");
+    const bool bf16 = types == GemmTypes::kBf16ToFp32;
+    auto x = bf16 ? UploadToDevice(xb.data(), xb.size() * 2, "x") : UploadToDevice(x32.data(), x32.size() * 4, "x");
+    auto w = bf16 ? UploadToDevice(wb.data(), wb.size() * 2, "w") : UploadToDevice(w32.data(), w32.size() * 4, "w");
+    auto plain = DeviceBuffer::Allocate(max_tokens * out * 4, "plain");
+    auto acc = UploadToDevice(base.data(), base.size() * 4, "acc");
+    ASSERT_TRUE(x.ok() && w.ok() && plain.ok() && acc.ok());
+    ASSERT_TRUE((*runner)->Linear(x->data(), w->data(), plain->data(), max_tokens, out, in, types, nullptr).ok());
+    ASSERT_TRUE(
+        (*runner)->Linear(x->data(), w->data(), acc->data(), max_tokens, out, in, types, nullptr, true).ok());
+    std::vector<float> p(max_tokens * out), a(max_tokens * out);
+    ASSERT_EQ(cudaMemcpy(p.data(), plain->data(), plain->bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(a.data(), acc->data(), acc->bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int64_t i = 0; i < max_tokens * out; ++i) {
+      const float want = base[i] + p[i];
+      ASSERT_EQ(std::memcmp(&a[i], &want, 4), 0) << "element " << i << ": " << a[i] << " vs " << want;
+    }
+    // 7 rows alone, accumulated onto the same base rows: the same bits.
+    const int64_t first = 100, rows = 7;
+    auto part = UploadToDevice(base.data() + first * out, rows * out * 4, "part");
+    ASSERT_TRUE(part.ok());
+    const int64_t elem = bf16 ? 2 : 4;
+    ASSERT_TRUE((*runner)
+                    ->Linear(static_cast<const char*>(x->data()) + first * in * elem, w->data(), part->data(), rows,
+                             out, in, types, nullptr, true)
+                    .ok());
+    std::vector<float> got(rows * out);
+    ASSERT_EQ(cudaMemcpy(got.data(), part->data(), part->bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(std::memcmp(got.data(), a.data() + first * out, rows * out * 4), 0);
+  }
+}
+
 TEST_F(GemmTest, RowsAreBatchInvariant) { CheckBatchInvariance(false); }
 
 TEST_F(GemmTest, TunedRowsAreBatchInvariant) { CheckBatchInvariance(true); }

@@ -36,5 +36,31 @@ TEST_F(Fp8ScaleTest, Fp32AndBf16BitExact) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// AddFp8Scaled: acc + y * (x_scale * w_scale) with the same two fp32 roundings as the host; with null scales
+// a plain fp32 add.
+TEST_F(Fp8ScaleTest, AddScaledBitExact) {
+  const std::vector<float> y = testing::RandomNormal(kTokens * kOut, 6, 5000.0f);
+  const std::vector<float> acc = testing::RandomNormal(kTokens * kOut, 7, 3.0f);
+  const std::vector<float> xs = testing::RandomFloats(kTokens, 8, 1e-3f, 1e-2f);
+  const std::vector<float> ws = testing::RandomFloats(kOut, 9, 1e-3f, 1e-2f);
+  std::vector<float> want(kTokens * kOut), want_plain(kTokens * kOut);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t o = 0; o < kOut; ++o) {
+      const float s = xs[t] * ws[o];
+      const float scaled = y[t * kOut + o] * s;
+      want[t * kOut + o] = acc[t * kOut + o] + scaled;
+      want_plain[t * kOut + o] = acc[t * kOut + o] + y[t * kOut + o];
+    }
+  }
+  DeviceArray<float> d_y(y), d_acc(acc), d_plain(acc), d_xs(xs), d_ws(ws);
+  ASSERT_TRUE(AddFp8Scaled(d_y.get(), kTokens, kOut, d_xs.get(), d_ws.get(), d_acc.get(), stream_).ok());
+  ASSERT_TRUE(AddFp8Scaled(d_y.get(), kTokens, kOut, nullptr, nullptr, d_plain.get(), stream_).ok());
+  Sync();
+  EXPECT_EQ(testing::CountBitDifferences(d_acc.Download(), want), 0);
+  EXPECT_EQ(testing::CountBitDifferences(d_plain.Download(), want_plain), 0);
+  EXPECT_EQ(AddFp8Scaled(d_y.get(), kTokens, kOut, d_xs.get(), nullptr, d_acc.get(), stream_).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace scored::kernels
