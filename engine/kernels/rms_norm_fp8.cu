@@ -23,15 +23,15 @@ constexpr int kThreads = kRmsNormVecThreads;
 constexpr int kChunk = kRmsNormVecChunk;
 
 template <int kChunksPerThread>
-__global__ void __launch_bounds__(kThreads) RmsNormQuantFp8Kernel(const float* x,  // [num_tokens, x_stride]
-                                                                  int64_t x_stride,
-                                                                  const float* __restrict__ weight,  // [hidden_size]
-                                                                  int64_t num_tokens, int64_t hidden_size,
-                                                                  float eps,
-                                                                  __nv_bfloat16* out,  // [num_tokens, out_stride]
-                                                                  int64_t out_stride,
-                                                                  uint8_t* q,  // [num_tokens, hidden_size]
-                                                                  float* scale) {  // [num_tokens]
+__global__ void __launch_bounds__(kThreads)
+    RmsNormQuantFp8Kernel(const float* x,  // [num_tokens, x_stride]
+                          int64_t x_stride,
+                          const float* __restrict__ weight,  // [hidden_size]
+                          int64_t num_tokens, int64_t hidden_size, float eps,
+                          __nv_bfloat16* out,  // [num_tokens, out_stride]
+                          int64_t out_stride,
+                          uint8_t* q,      // [num_tokens, hidden_size]
+                          float* scale) {  // [num_tokens]
   __shared__ float scratch[32];
   const int chunks = static_cast<int>(hidden_size / kChunk);
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
@@ -79,7 +79,8 @@ absl::Status CheckArgs(const float* x, int64_t x_stride, const float* weight, in
     return absl::InvalidArgumentError("RmsNormQuantFp8: x_stride must be >= hidden_size and a multiple of 8");
   }
   if (out != nullptr && (out_stride < hidden_size || out_stride % kChunk != 0)) {
-    return absl::InvalidArgumentError("RmsNormQuantFp8: out_stride must be >= hidden_size and a multiple of 8");
+    return absl::InvalidArgumentError(
+        "RmsNormQuantFp8: out_stride must be >= hidden_size and a multiple of 8");
   }
   if (num_tokens == 0) return absl::OkStatus();
   if (x == nullptr || weight == nullptr || q == nullptr || scale == nullptr) {
@@ -101,15 +102,16 @@ bool RmsNormQuantFp8Supports(int64_t hidden_size) {
 absl::Status RmsNormQuantFp8(const float* x, int64_t x_stride, const float* weight, int64_t num_tokens,
                              int64_t hidden_size, float eps, bf16_t* out, int64_t out_stride, uint8_t* q,
                              float* scale, cudaStream_t stream) {
-  const absl::Status args = CheckArgs(x, x_stride, weight, num_tokens, hidden_size, out, out_stride, q, scale);
+  const absl::Status args =
+      CheckArgs(x, x_stride, weight, num_tokens, hidden_size, out, out_stride, q, scale);
   if (!args.ok() || num_tokens == 0) return args;
   __nv_bfloat16* const dout = ToDevice(out);
   // One resident wave of blocks (SM count x occupancy of the instance launched), as RmsNorm.
   auto launch = [&](auto kernel) -> absl::Status {
     unsigned blocks = 1;
     SCORED_CUDA_CHECK(ResidentGrid(kernel, kThreads, num_tokens, &blocks));
-    kernel<<<blocks, kThreads, 0, stream>>>(x, x_stride, weight, num_tokens, hidden_size, eps, dout, out_stride, q,
-                                            scale);
+    kernel<<<blocks, kThreads, 0, stream>>>(x, x_stride, weight, num_tokens, hidden_size, eps, dout,
+                                            out_stride, q, scale);
     SCORED_CUDA_CHECK_LAUNCH();
     return absl::OkStatus();
   };

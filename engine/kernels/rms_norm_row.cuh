@@ -20,8 +20,8 @@
 
 namespace scored::kernels {
 
-constexpr int kRmsNormVecThreads = 256;  // threads per block of the vector path
-constexpr int kRmsNormVecChunk = 8;      // elements per vector access
+constexpr int kRmsNormVecThreads = 256;           // threads per block of the vector path
+constexpr int kRmsNormVecChunk = 8;               // elements per vector access
 constexpr int kRmsNormVecMaxChunksPerThread = 8;  // rows up to 8 * 8 * 256 = 16384 elements
 
 // Loads 8 consecutive elements (16-byte aligned) as fp32.
@@ -50,8 +50,8 @@ __device__ __forceinline__ void Store8(__nv_bfloat16* p, const float (&v)[8]) { 
 // and the sum is taken over the sums. Every thread of the block must call it (BlockSum has barriers);
 // scratch is 32 floats of shared memory, free again on return.
 template <bool kAddResidual, int kChunksPerThread, typename XT>
-__device__ __forceinline__ void RmsNormRowVec(const XT* x_row,                  // [hidden_size]
-                                              float* res_row,                   // [hidden_size] or unused
+__device__ __forceinline__ void RmsNormRowVec(const XT* x_row,                   // [hidden_size]
+                                              float* res_row,                    // [hidden_size] or unused
                                               const float* __restrict__ weight,  // [hidden_size]
                                               int chunks, int64_t hidden_size, float eps,
                                               float* scratch,  // [32], shared

@@ -37,7 +37,8 @@ int64_t OutStride(int64_t hidden) { return hidden + 16; }
 std::vector<float> ResidualRows(int64_t tokens, int64_t hidden, uint32_t seed) {
   const int64_t stride = XStride(hidden);
   std::vector<float> x = testing::RandomNormal(tokens * stride, seed, 2.0f);
-  if (tokens > kZeroRow) std::fill(x.begin() + kZeroRow * stride, x.begin() + kZeroRow * stride + hidden, 0.0f);
+  if (tokens > kZeroRow)
+    std::fill(x.begin() + kZeroRow * stride, x.begin() + kZeroRow * stride + hidden, 0.0f);
   if (tokens > kLargeRow) {
     for (int64_t i = 0; i < hidden; ++i) x[kLargeRow * stride + i] *= 3000.0f;
   }
@@ -72,9 +73,11 @@ TEST_F(RmsNormFp8Test, BitwiseEqualsRmsNormThenQuantize) {
       d_q_want.Poison();
       d_scale_want.Poison();
       ASSERT_TRUE(RmsNorm(d_x.get(), XStride(hidden), d_w.get(), tokens, hidden, kEps, d_normed.get(), hidden,
-                          stream_).ok());
-      ASSERT_TRUE(QuantizeFp8PerToken(d_normed.get(), hidden, tokens, hidden, d_q_want.get(), d_scale_want.get(),
-                                      stream_).ok());
+                          stream_)
+                      .ok());
+      ASSERT_TRUE(QuantizeFp8PerToken(d_normed.get(), hidden, tokens, hidden, d_q_want.get(),
+                                      d_scale_want.get(), stream_)
+                      .ok());
       Sync();
       const std::vector<bf16_t> normed = d_normed.Download();
       const std::vector<uint8_t> q_want = d_q_want.Download();
@@ -88,8 +91,9 @@ TEST_F(RmsNormFp8Test, BitwiseEqualsRmsNormThenQuantize) {
         d_q.Poison();
         d_scale.Poison();
         ASSERT_TRUE(RmsNormQuantFp8(d_x.get(), XStride(hidden), d_w.get(), tokens, hidden, kEps,
-                                    with_out ? d_out.get() : nullptr, OutStride(hidden), d_q.get(), d_scale.get(),
-                                    stream_).ok())
+                                    with_out ? d_out.get() : nullptr, OutStride(hidden), d_q.get(),
+                                    d_scale.get(), stream_)
+                        .ok())
             << name;
         Sync();
         const std::string what = name + (with_out ? " with out" : " without out");
@@ -97,7 +101,8 @@ TEST_F(RmsNormFp8Test, BitwiseEqualsRmsNormThenQuantize) {
         EXPECT_EQ(testing::CountBitDifferences(d_scale.Download(), scale_want), 0) << what << ": scale";
         const std::vector<bf16_t> out = d_out.Download();
         if (with_out) {
-          EXPECT_EQ(testing::CountBitDifferences(DenseRows(out, tokens, hidden, OutStride(hidden)), normed), 0)
+          EXPECT_EQ(testing::CountBitDifferences(DenseRows(out, tokens, hidden, OutStride(hidden)), normed),
+                    0)
               << what << ": out";
         } else {
           int64_t written = 0;
@@ -108,7 +113,8 @@ TEST_F(RmsNormFp8Test, BitwiseEqualsRmsNormThenQuantize) {
           const std::vector<float> scale = d_scale.Download();
           const std::vector<uint8_t> q = d_q.Download();
           EXPECT_EQ(scale[kZeroRow], 0.0f) << what;
-          for (int64_t i = 0; i < hidden; ++i) ASSERT_EQ(q[kZeroRow * hidden + i], 0) << what << " zero row at " << i;
+          for (int64_t i = 0; i < hidden; ++i)
+            ASSERT_EQ(q[kZeroRow * hidden + i], 0) << what << " zero row at " << i;
         }
       }
     }
@@ -128,14 +134,16 @@ TEST_F(RmsNormFp8Test, DequantizedWithinOneFp8StepOfReference) {
     const std::vector<float> x = ResidualRows(kTokens, hidden, 200 + static_cast<uint32_t>(hidden));
     const std::vector<float> w = Weights(hidden);
     std::vector<float> want(kTokens * hidden);
-    ref::RmsNorm(DenseRows(x, kTokens, hidden, XStride(hidden)).data(), w.data(), kTokens, hidden, kEps, want.data());
+    ref::RmsNorm(DenseRows(x, kTokens, hidden, XStride(hidden)).data(), w.data(), kTokens, hidden, kEps,
+                 want.data());
 
     DeviceArray<float> d_x(x), d_w(w), d_scale(kTokens);
     DeviceArray<uint8_t> d_q(kTokens * hidden);
     d_q.Poison();
     d_scale.Poison();
-    ASSERT_TRUE(RmsNormQuantFp8(d_x.get(), XStride(hidden), d_w.get(), kTokens, hidden, kEps, nullptr, 0, d_q.get(),
-                                d_scale.get(), stream_).ok());
+    ASSERT_TRUE(RmsNormQuantFp8(d_x.get(), XStride(hidden), d_w.get(), kTokens, hidden, kEps, nullptr, 0,
+                                d_q.get(), d_scale.get(), stream_)
+                    .ok());
     Sync();
     const std::vector<uint8_t> q = d_q.Download();
     const std::vector<float> scale = d_scale.Download();
@@ -172,7 +180,8 @@ TEST_F(RmsNormFp8Test, RowAloneEqualsRowInBatch) {
   d_scale.Poison();
   d_out.Poison();
   ASSERT_TRUE(RmsNormQuantFp8(d_x.get(), XStride(kHidden), d_w.get(), kTokens, kHidden, kEps, d_out.get(),
-                              OutStride(kHidden), d_q.get(), d_scale.get(), stream_).ok());
+                              OutStride(kHidden), d_q.get(), d_scale.get(), stream_)
+                  .ok());
   Sync();
   const std::vector<uint8_t> q = d_q.Download();
   const std::vector<float> scale = d_scale.Download();
@@ -181,17 +190,20 @@ TEST_F(RmsNormFp8Test, RowAloneEqualsRowInBatch) {
     d_q1.Poison();
     d_scale1.Poison();
     d_out1.Poison();
-    ASSERT_TRUE(RmsNormQuantFp8(d_x.get() + row * XStride(kHidden), XStride(kHidden), d_w.get(), 1, kHidden, kEps,
-                                d_out1.get(), kHidden, d_q1.get(), d_scale1.get(), stream_).ok());
+    ASSERT_TRUE(RmsNormQuantFp8(d_x.get() + row * XStride(kHidden), XStride(kHidden), d_w.get(), 1, kHidden,
+                                kEps, d_out1.get(), kHidden, d_q1.get(), d_scale1.get(), stream_)
+                    .ok());
     Sync();
-    EXPECT_EQ(testing::CountBitDifferences(
-                  d_q1.Download(), std::vector<uint8_t>(q.begin() + row * kHidden, q.begin() + (row + 1) * kHidden)),
-              0)
+    EXPECT_EQ(
+        testing::CountBitDifferences(d_q1.Download(), std::vector<uint8_t>(q.begin() + row * kHidden,
+                                                                           q.begin() + (row + 1) * kHidden)),
+        0)
         << "row " << row << ": q";
     EXPECT_EQ(testing::CountBitDifferences(d_scale1.Download(), std::vector<float>{scale[row]}), 0)
         << "row " << row << ": scale";
     const auto out_row = out.begin() + row * OutStride(kHidden);
-    EXPECT_EQ(testing::CountBitDifferences(d_out1.Download(), std::vector<bf16_t>(out_row, out_row + kHidden)), 0)
+    EXPECT_EQ(
+        testing::CountBitDifferences(d_out1.Download(), std::vector<bf16_t>(out_row, out_row + kHidden)), 0)
         << "row " << row << ": out";
   }
 }
@@ -204,8 +216,8 @@ TEST(RmsNormFp8ArgsTest, RejectsUnsupportedArguments) {
   alignas(16) static bf16_t out[2 * 16400];
   alignas(16) static uint8_t q[2 * 16400];
   alignas(16) static float scale[2];
-  auto call = [&](const float* px, int64_t x_stride, const float* pw, int64_t tokens, int64_t hidden, bf16_t* pout,
-                  int64_t out_stride, uint8_t* pq, float* ps) {
+  auto call = [&](const float* px, int64_t x_stride, const float* pw, int64_t tokens, int64_t hidden,
+                  bf16_t* pout, int64_t out_stride, uint8_t* pq, float* ps) {
     return RmsNormQuantFp8(px, x_stride, pw, tokens, hidden, kEps, pout, out_stride, pq, ps, nullptr).code();
   };
   constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
@@ -217,10 +229,10 @@ TEST(RmsNormFp8ArgsTest, RejectsUnsupportedArguments) {
   EXPECT_EQ(call(x, 1004, w, 2, 1004, out, 1004, q, scale), kInvalid);
   EXPECT_EQ(call(x, 16392, w, 2, 16392, out, 16392, q, scale), kInvalid);
   EXPECT_EQ(call(x, 256, w, -1, 256, out, 256, q, scale), kInvalid);
-  EXPECT_EQ(call(x, 260, w, 2, 256, out, 256, q, scale), kInvalid);      // x_stride not a multiple of 8
-  EXPECT_EQ(call(x, 248, w, 2, 256, out, 256, q, scale), kInvalid);      // x_stride < hidden
-  EXPECT_EQ(call(x, 256, w, 2, 256, out, 260, q, scale), kInvalid);      // out_stride not a multiple of 8
-  EXPECT_EQ(call(x, 256, w, 2, 256, out, 248, q, scale), kInvalid);      // out_stride < hidden
+  EXPECT_EQ(call(x, 260, w, 2, 256, out, 256, q, scale), kInvalid);  // x_stride not a multiple of 8
+  EXPECT_EQ(call(x, 248, w, 2, 256, out, 256, q, scale), kInvalid);  // x_stride < hidden
+  EXPECT_EQ(call(x, 256, w, 2, 256, out, 260, q, scale), kInvalid);  // out_stride not a multiple of 8
+  EXPECT_EQ(call(x, 256, w, 2, 256, out, 248, q, scale), kInvalid);  // out_stride < hidden
   EXPECT_EQ(call(nullptr, 256, w, 2, 256, out, 256, q, scale), kInvalid);
   EXPECT_EQ(call(x, 256, nullptr, 2, 256, out, 256, q, scale), kInvalid);
   EXPECT_EQ(call(x, 256, w, 2, 256, out, 256, nullptr, scale), kInvalid);
@@ -239,16 +251,17 @@ TEST(RmsNormFp8ArgsTest, RejectsUnsupportedArguments) {
 // only.
 TEST_F(RmsNormFp8Test, ThroughputLlama8B) {
   constexpr int64_t kTokens = 16384, kHidden = 4096;
-  DeviceArray<float> d_x(testing::RandomNormal(kTokens * kHidden, 400)), d_w(Weights(kHidden)), d_scale(kTokens);
+  DeviceArray<float> d_x(testing::RandomNormal(kTokens * kHidden, 400)), d_w(Weights(kHidden)),
+      d_scale(kTokens);
   DeviceArray<bf16_t> d_out(kTokens * kHidden);
   DeviceArray<uint8_t> d_q(kTokens * kHidden);
   auto fused = [&] {
-    return RmsNormQuantFp8(d_x.get(), kHidden, d_w.get(), kTokens, kHidden, kEps, nullptr, 0, d_q.get(), d_scale.get(),
-                           stream_);
+    return RmsNormQuantFp8(d_x.get(), kHidden, d_w.get(), kTokens, kHidden, kEps, nullptr, 0, d_q.get(),
+                           d_scale.get(), stream_);
   };
   auto fused_out = [&] {
-    return RmsNormQuantFp8(d_x.get(), kHidden, d_w.get(), kTokens, kHidden, kEps, d_out.get(), kHidden, d_q.get(),
-                           d_scale.get(), stream_);
+    return RmsNormQuantFp8(d_x.get(), kHidden, d_w.get(), kTokens, kHidden, kEps, d_out.get(), kHidden,
+                           d_q.get(), d_scale.get(), stream_);
   };
   auto two_pass = [&] {
     const absl::Status st =
@@ -265,9 +278,10 @@ TEST_F(RmsNormFp8Test, ThroughputLlama8B) {
   ASSERT_GT(ms_two_pass, 0.0f);
   testing::ReportBandwidth("rms_norm_fp8 fused 16384 x 4096", ms_fused, t * (5.0 * h + 4.0));
   testing::ReportBandwidth("rms_norm_fp8 fused + bf16 out 16384 x 4096", ms_fused_out, t * (7.0 * h + 4.0));
-  testing::ReportBandwidth("rms_norm + quantize_fp8 two passes 16384 x 4096", ms_two_pass, t * (9.0 * h + 4.0));
-  std::cout << "[ measured ] rms_norm_fp8 speedup over two passes: " << ms_two_pass / ms_fused << "x (with out "
-            << ms_two_pass / ms_fused_out << "x)" << std::endl;
+  testing::ReportBandwidth("rms_norm + quantize_fp8 two passes 16384 x 4096", ms_two_pass,
+                           t * (9.0 * h + 4.0));
+  std::cout << "[ measured ] rms_norm_fp8 speedup over two passes: " << ms_two_pass / ms_fused
+            << "x (with out " << ms_two_pass / ms_fused_out << "x)" << std::endl;
 }
 
 }  // namespace
