@@ -1,0 +1,88 @@
+// Device arithmetic of the SwiGLU ops, shared by swiglu.cu and swiglu_fp8.cu so that the fused W8A8 op
+// computes bitwise what the unfused sequence computes (private: included only by .cu files).
+//
+// SwiGluValue<D>(g, u) = silu(g) * u with silu(g) = g / (1 + exp(-g)), per storage type D:
+//   D = float (fp32 fidelity mode): IEEE operations in the reference's order, accurate expf,
+//     correctly rounded division, no FMA contraction.
+//   D = __nv_bfloat16: fast intrinsics, __fdividef(g, 1 + __expf(-g)) * u. The result is rounded to bf16
+//     (a rounding error of up to 2^-8 relative), so the fast-math error only shows where it moves a value across a rounding tie.
+//     Error before that rounding (CUDA Programming Guide, intrinsic functions: __expf within
+//     2 + floor(1.173 |x|) ulp, __fdividef within 2 ulp for divisors in [2^-126, 2^126]):
+//     for |g| <= 87 within 107 ulp, i.e. a relative error below 2^-16 (the first factor's error is
+//     damped by exp(-g) / (1 + exp(-g)) <= 1; the add and the product add half an ulp each);
+//     for g < -87.3 the divisor exceeds 2^126 and __fdividef gives (signed) 0 where the exact value is
+//     below 1.1e-36 |u| in magnitude: an absolute error of at most 1.1e-36 |u|.
+//     Special values as in the fp32 mode: g = +inf gives inf * u, g = -inf or NaN inputs give NaN.
+#ifndef SCORED_ENGINE_KERNELS_SWIGLU_MATH_CUH_
+#define SCORED_ENGINE_KERNELS_SWIGLU_MATH_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace scored::kernels {
+
+template <typename D>
+struct SwiGluMath;
+
+template <>
+struct SwiGluMath<float> {
+  static __device__ __forceinline__ float Value(float g, float u) {
+    const float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+    return __fmul_rn(silu, u);
+  }
+};
+
+template <>
+struct SwiGluMath<__nv_bfloat16> {
+  static __device__ __forceinline__ float Value(float g, float u) {
+    const float silu = __fdividef(g, __fadd_rn(1.0f, __expf(-g)));
+    return __fmul_rn(silu, u);
+  }
+};
+
+// 16 bytes as 8 bf16 values (element 0 in the low half of w.x), widened exactly to fp32.
+__device__ __forceinline__ void Bf16x8ToFloat(const uint4& w, float (&v)[8]) {
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    v[2 * j] = __uint_as_float(words[j] << 16);
+    v[2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
+  }
+}
+
+// 8 fp32 values rounded to bf16 (round-to-nearest-even, as __float2bfloat16_rn) into 16 bytes.
+__device__ __forceinline__ uint4 FloatToBf16x8(const float (&v)[8]) {
+  uint32_t words[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+    words[j] = *reinterpret_cast<const uint32_t*>(&pair);
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+// ApplyFp8Scales<bf16_t>'s value of one element (fp8_scale.cu): bf16(y * (x_scale * w_scale)), both
+// products IEEE fp32 with round-to-nearest-even, then one RNE rounding to bf16; returned widened to fp32.
+__device__ __forceinline__ float ScaleToBf16(float y, float x_scale, float w_scale) {
+  return __bfloat162float(__float2bfloat16_rn(__fmul_rn(y, __fmul_rn(x_scale, w_scale))));
+}
+
+// FP8 E4M3FN codes of x[0] (low byte) and x[1], bitwise what engine/base/dtype.h FloatToFp8E4M3 gives
+// (round-to-nearest-even with subnormals, |x| >= 448 and +-inf saturate to +-448, NaN -> sign | 0x7F).
+// The hardware conversion (cvt.rn.satfinite.e4m3x2.f32, sm_89+) rounds and saturates the same way
+// (cuda_fp8.hpp's host emulation of it equals FloatToFp8E4M3 on every non-NaN fp32 value: checked
+// exhaustively, and on a sample in swiglu_fp8_test.cc); it writes every NaN as 0x7F, so the sign of a NaN
+// is put back here.
+__device__ __forceinline__ uint32_t FloatToFp8E4M3x2(float x0, float x1) {
+  uint32_t codes = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
+  if (x0 != x0) codes = (codes & 0xFF00u) | 0x7Fu | ((__float_as_uint(x0) >> 24) & 0x80u);
+  if (x1 != x1) codes = (codes & 0x00FFu) | 0x7F00u | ((__float_as_uint(x1) >> 16) & 0x8000u);
+  return codes;
+}
+
+}  // namespace scored::kernels
+
+#endif  // SCORED_ENGINE_KERNELS_SWIGLU_MATH_CUH_
