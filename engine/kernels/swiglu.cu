@@ -39,7 +39,8 @@ __device__ __forceinline__ void Widen(const uint4& w, float (&v)[4]) {
 }
 __device__ __forceinline__ void Widen(const uint4& w, float (&v)[8]) { Bf16x8ToFloat(w, v); }
 __device__ __forceinline__ uint4 Narrow(const float (&v)[4]) {
-  return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+  return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
+                    __float_as_uint(v[3]));
 }
 __device__ __forceinline__ uint4 Narrow(const float (&v)[8]) { return FloatToBf16x8(v); }
 
@@ -49,9 +50,9 @@ template <typename Index, typename D>
 __global__ void __launch_bounds__(kThreads) SwiGluVecKernel(const D* gate,  // [num_tokens, in_stride]
                                                             const D* up,    // [num_tokens, in_stride]
                                                             Index in_stride,
-                                                            Index row_vecs,   // intermediate_size / kVec
-                                                            Index num_vecs,   // num_tokens * row_vecs
-                                                            D* out) {         // [num_tokens, intermediate_size]
+                                                            Index row_vecs,  // intermediate_size / kVec
+                                                            Index num_vecs,  // num_tokens * row_vecs
+                                                            D* out) {  // [num_tokens, intermediate_size]
   constexpr int kVec = Vec16<D>::kSize;
   constexpr Index kPerBlock = static_cast<Index>(kThreads) * kUnroll;
   const Index step = static_cast<Index>(gridDim.x) * kPerBlock;
@@ -85,11 +86,11 @@ __global__ void __launch_bounds__(kThreads) SwiGluVecKernel(const D* gate,  // [
 }
 
 template <typename D>
-__global__ void __launch_bounds__(kThreads) SwiGluKernel(const D* gate,  // [num_tokens, in_stride]
-                                                         const D* up,    // [num_tokens, in_stride]
-                                                         int64_t in_stride, int64_t num_tokens,
-                                                         int64_t intermediate_size,
-                                                         D* out) {       // [num_tokens, intermediate_size]
+__global__ void __launch_bounds__(kThreads)
+    SwiGluKernel(const D* gate,  // [num_tokens, in_stride]
+                 const D* up,    // [num_tokens, in_stride]
+                 int64_t in_stride, int64_t num_tokens, int64_t intermediate_size,
+                 D* out) {  // [num_tokens, intermediate_size]
   for (int64_t t = blockIdx.y; t < num_tokens; t += gridDim.y) {
     const D* g_row = gate + t * in_stride;
     const D* u_row = up + t * in_stride;
@@ -102,13 +103,14 @@ __global__ void __launch_bounds__(kThreads) SwiGluKernel(const D* gate,  // [num
 }
 
 template <typename Index, typename D>
-absl::Status LaunchVec(const D* gate, const D* up, int64_t in_stride, int64_t num_tokens, int64_t intermediate_size,
-                       D* out, cudaStream_t stream) {
+absl::Status LaunchVec(const D* gate, const D* up, int64_t in_stride, int64_t num_tokens,
+                       int64_t intermediate_size, D* out, cudaStream_t stream) {
   constexpr int64_t kVec = Vec16<D>::kSize;
   const int64_t row_vecs = intermediate_size / kVec;
   const int64_t num_vecs = num_tokens * row_vecs;
   unsigned blocks = 1;
-  SCORED_CUDA_CHECK(ResidentGrid(SwiGluVecKernel<Index, D>, kThreads, CeilDiv(num_vecs, kThreads * kUnroll), &blocks));
+  SCORED_CUDA_CHECK(
+      ResidentGrid(SwiGluVecKernel<Index, D>, kThreads, CeilDiv(num_vecs, kThreads * kUnroll), &blocks));
   SwiGluVecKernel<Index, D><<<blocks, kThreads, 0, stream>>>(gate, up, static_cast<Index>(in_stride),
                                                              static_cast<Index>(row_vecs),
                                                              static_cast<Index>(num_vecs), out);
@@ -122,10 +124,13 @@ template <typename T>
 absl::Status SwiGlu(const T* gate, const T* up, int64_t in_stride, int64_t num_tokens,
                     int64_t intermediate_size, T* out, cudaStream_t stream) {
   if (num_tokens < 0 || intermediate_size < 0 || in_stride < intermediate_size) {
-    return absl::InvalidArgumentError("SwiGlu: need num_tokens, intermediate_size >= 0, in_stride >= intermediate_size");
+    return absl::InvalidArgumentError(
+        "SwiGlu: need num_tokens, intermediate_size >= 0, in_stride >= intermediate_size");
   }
   if (num_tokens == 0 || intermediate_size == 0) return absl::OkStatus();
-  if (gate == nullptr || up == nullptr || out == nullptr) return absl::InvalidArgumentError("SwiGlu: null pointer");
+  if (gate == nullptr || up == nullptr || out == nullptr) {
+    return absl::InvalidArgumentError("SwiGlu: null pointer");
+  }
   constexpr int kVec = Vec16<T>::kSize;
   if (intermediate_size % kVec == 0 && in_stride % kVec == 0 && IsAligned(gate, 16) && IsAligned(up, 16) &&
       IsAligned(out, 16)) {
@@ -147,7 +152,8 @@ absl::Status SwiGlu(const T* gate, const T* up, int64_t in_stride, int64_t num_t
   return absl::OkStatus();
 }
 
-template absl::Status SwiGlu<float>(const float*, const float*, int64_t, int64_t, int64_t, float*, cudaStream_t);
+template absl::Status SwiGlu<float>(const float*, const float*, int64_t, int64_t, int64_t, float*,
+                                    cudaStream_t);
 template absl::Status SwiGlu<bf16_t>(const bf16_t*, const bf16_t*, int64_t, int64_t, int64_t, bf16_t*,
                                      cudaStream_t);
 

@@ -30,7 +30,7 @@ template <typename T>
 absl::Status SwiGlu(const T* gate,  // [num_tokens, in_stride], columns [0, intermediate_size)
                     const T* up,    // [num_tokens, in_stride], columns [0, intermediate_size)
                     int64_t in_stride, int64_t num_tokens, int64_t intermediate_size,
-                    T* out,         // [num_tokens, intermediate_size]
+                    T* out,  // [num_tokens, intermediate_size]
                     cudaStream_t stream);
 
 }  // namespace scored::kernels

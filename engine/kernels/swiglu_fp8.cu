@@ -43,12 +43,13 @@ __device__ __forceinline__ void Scale4(float* v, float x_scale, const float* w_s
 // threads per SM, so one block's loads overlap another's block max and stores. ptxas -v: no spills
 // unscaled; the scaled kVecs = 4 variants spill 12 bytes (3 words, to L1), cheaper than halving occupancy.
 template <int kThreads, int kVecs, bool kScaled>
-__global__ void __launch_bounds__(kThreads, 1024 / kThreads) SwiGluQuantFp8Kernel(const __nv_bfloat16* gate_up,  // [num_tokens, 2 * inter]
-                                                                 int64_t num_tokens, int inter,
-                                                                 const float* x_scale,  // [num_tokens]
-                                                                 const float* w_scale,  // [2 * inter]
-                                                                 uint8_t* q,            // [num_tokens, inter]
-                                                                 float* scale) {        // [num_tokens]
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
+    SwiGluQuantFp8Kernel(const __nv_bfloat16* gate_up,  // [num_tokens, 2 * inter]
+                         int64_t num_tokens, int inter,
+                         const float* x_scale,  // [num_tokens]
+                         const float* w_scale,  // [2 * inter]
+                         uint8_t* q,            // [num_tokens, inter]
+                         float* scale) {        // [num_tokens]
   __shared__ float scratch[32];
   const int vecs = inter / 8;
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
@@ -111,8 +112,8 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) SwiGluQuantFp8Kerne
 }
 
 template <int kThreads, int kVecs>
-void Launch(const __nv_bfloat16* gate_up, int64_t num_tokens, int inter, const float* x_scale, const float* w_scale,
-            uint8_t* q, float* scale, cudaStream_t stream) {
+void Launch(const __nv_bfloat16* gate_up, int64_t num_tokens, int inter, const float* x_scale,
+            const float* w_scale, uint8_t* q, float* scale, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
   if (x_scale != nullptr) {
     SwiGluQuantFp8Kernel<kThreads, kVecs, true>
@@ -132,7 +133,8 @@ absl::Status SwiGluQuantFp8(const bf16_t* gate_up, int64_t num_tokens, int64_t i
         "SwiGluQuantFp8: need num_tokens >= 0 and inter a positive multiple of 8 up to 32768");
   }
   if ((x_scale == nullptr) != (w_scale == nullptr)) {
-    return absl::InvalidArgumentError("SwiGluQuantFp8: x_scale and w_scale must both be given or both be null");
+    return absl::InvalidArgumentError(
+        "SwiGluQuantFp8: x_scale and w_scale must both be given or both be null");
   }
   if (num_tokens == 0) return absl::OkStatus();
   if (gate_up == nullptr || q == nullptr || scale == nullptr) {

@@ -1,18 +1,18 @@
 // Device arithmetic of the SwiGLU ops, shared by swiglu.cu and swiglu_fp8.cu so that the fused W8A8 op
 // computes bitwise what the unfused sequence computes (private: included only by .cu files).
 //
-// SwiGluValue<D>(g, u) = silu(g) * u with silu(g) = g / (1 + exp(-g)), per storage type D:
+// SwiGluMath<D>::Value(g, u) = silu(g) * u with silu(g) = g / (1 + exp(-g)), per storage type D:
 //   D = float (fp32 fidelity mode): IEEE operations in the reference's order, accurate expf,
 //     correctly rounded division, no FMA contraction.
-//   D = __nv_bfloat16: fast intrinsics, __fdividef(g, 1 + __expf(-g)) * u. The result is rounded to bf16
-//     (a rounding error of up to 2^-8 relative), so the fast-math error only shows where it moves a value across a rounding tie.
-//     Error before that rounding (CUDA Programming Guide, intrinsic functions: __expf within
-//     2 + floor(1.173 |x|) ulp, __fdividef within 2 ulp for divisors in [2^-126, 2^126]):
-//     for |g| <= 87 within 107 ulp, i.e. a relative error below 2^-16 (the first factor's error is
-//     damped by exp(-g) / (1 + exp(-g)) <= 1; the add and the product add half an ulp each);
-//     for g < -87.3 the divisor exceeds 2^126 and __fdividef gives (signed) 0 where the exact value is
-//     below 1.1e-36 |u| in magnitude: an absolute error of at most 1.1e-36 |u|.
-//     Special values as in the fp32 mode: g = +inf gives inf * u, g = -inf or NaN inputs give NaN.
+//   D = __nv_bfloat16: fast intrinsics, __fdividef(g, 1 + __expf(-g)) * u. The result is rounded to
+//     bf16 (a rounding error of up to 2^-8 relative), so the fast-math error only shows where it moves a
+//     value across a rounding tie. Error before that rounding, from the CUDA Programming Guide's bounds
+//     (__expf within 2 + floor(1.173 |x|) ulp; __fdividef within 2 ulp for divisors in [2^-126, 2^126]):
+//     - |g| <= 87: within 107 ulp, a relative error below 2^-16 (exp's error is damped by
+//       exp(-g) / (1 + exp(-g)) <= 1; the add and the product add half an ulp each);
+//     - g < -87.3: the divisor exceeds 2^126 and __fdividef gives (signed) 0 where the exact value is
+//       below 1.1e-36 |u| in magnitude (an absolute error of at most 1.1e-36 |u|).
+//     Special values as in the fp32 mode: g = +inf gives inf * u; g = -inf or a NaN input gives NaN.
 #ifndef SCORED_ENGINE_KERNELS_SWIGLU_MATH_CUH_
 #define SCORED_ENGINE_KERNELS_SWIGLU_MATH_CUH_
 

@@ -66,7 +66,7 @@ Inputs MakeInputs(int64_t num_tokens, int64_t inter, bool scaled, uint32_t seed)
 }
 
 struct Quantized {
-  std::vector<uint8_t> q;   // [num_tokens, inter]
+  std::vector<uint8_t> q;    // [num_tokens, inter]
   std::vector<float> scale;  // [num_tokens]
 };
 
@@ -86,7 +86,8 @@ class SwiGluQuantFp8Test : public testing::GpuTest {
       EXPECT_TRUE(ApplyFp8Scales(d_gate_up.get(), n, 2 * inter, d_xs.get(), d_ws.get(), stream_).ok());
       Sync();
     }
-    EXPECT_TRUE(SwiGlu(d_gate_up.get(), d_gate_up.get() + inter, 2 * inter, n, inter, d_m.get(), stream_).ok());
+    EXPECT_TRUE(
+        SwiGlu(d_gate_up.get(), d_gate_up.get() + inter, 2 * inter, n, inter, d_m.get(), stream_).ok());
     EXPECT_TRUE(QuantizeFp8PerToken(d_m.get(), inter, n, inter, d_q.get(), d_scale.get(), stream_).ok());
     Sync();
     return {d_q.Download(), d_scale.Download()};
@@ -101,9 +102,9 @@ class SwiGluQuantFp8Test : public testing::GpuTest {
     DeviceArray<float> d_scale(count);
     d_q.Poison();
     d_scale.Poison();
-    const absl::Status status =
-        SwiGluQuantFp8(d_gate_up.get() + first * 2 * inter, count, inter, in.scaled ? d_xs.get() + first : nullptr,
-                       in.scaled ? d_ws.get() : nullptr, d_q.get(), d_scale.get(), stream_);
+    const absl::Status status = SwiGluQuantFp8(
+        d_gate_up.get() + first * 2 * inter, count, inter, in.scaled ? d_xs.get() + first : nullptr,
+        in.scaled ? d_ws.get() : nullptr, d_q.get(), d_scale.get(), stream_);
     EXPECT_TRUE(status.ok()) << status;
     Sync();
     return {d_q.Download(), d_scale.Download()};
@@ -135,7 +136,8 @@ TEST_F(SwiGluQuantFp8Test, BitwiseEqualToUnfusedSequenceAndNearReference) {
   for (const int64_t inter : {768, 1376, 14336, 28672}) {
     for (const int64_t tokens : {1, 7, 300}) {
       for (const bool scaled : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << "inter " << inter << " tokens " << tokens << " scaled " << scaled);
+        SCOPED_TRACE(::testing::Message()
+                     << "inter " << inter << " tokens " << tokens << " scaled " << scaled);
         const Inputs in = MakeInputs(tokens, inter, scaled, seed += 3);
         const Quantized want_q = RunUnfused(in);
         const Quantized got = RunFused(in, 0, tokens);
@@ -149,7 +151,9 @@ TEST_F(SwiGluQuantFp8Test, BitwiseEqualToUnfusedSequenceAndNearReference) {
             dequant[t * inter + i] = Fp8E4M3ToFloat(got.q[t * inter + i]) * got.scale[t];
           }
         }
-        if (tokens == 300) testing::Report("swiglu_fp8 dequantized vs ref", testing::CompareArrays(dequant, want));
+        if (tokens == 300) {
+          testing::Report("swiglu_fp8 dequantized vs ref", testing::CompareArrays(dequant, want));
+        }
         for (int64_t t = 0; t < tokens; ++t) {
           ASSERT_TRUE(std::isfinite(got.scale[t])) << t;
           for (int64_t i = 0; i < inter; ++i) {
@@ -176,9 +180,10 @@ TEST_F(SwiGluQuantFp8Test, RowAloneEqualsRowInBatch) {
     const Inputs in = MakeInputs(kTokens, kInter, scaled, 800);
     const Quantized all = RunFused(in, 0, kTokens);
     const Quantized one = RunFused(in, kRow, 1);
-    EXPECT_EQ(testing::CountBitDifferences(
-                  std::vector<uint8_t>(all.q.begin() + kRow * kInter, all.q.begin() + (kRow + 1) * kInter), one.q),
-              0);
+    EXPECT_EQ(
+        testing::CountBitDifferences(
+            std::vector<uint8_t>(all.q.begin() + kRow * kInter, all.q.begin() + (kRow + 1) * kInter), one.q),
+        0);
     EXPECT_EQ(all.scale[kRow], one.scale[0]);
   }
 }
@@ -218,17 +223,17 @@ TEST(SwiGluQuantFp8ArgsTest, RejectsShapesAlignmentAndHalfGivenScales) {
     return SwiGluQuantFp8(g, n, inter, xs, ws, qq, scale, nullptr).code();
   };
   constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
-  EXPECT_EQ(code(gate_up, 1, 12, nullptr, nullptr, q), kInvalid);                // inter not a multiple of 8
-  EXPECT_EQ(code(gate_up, 1, 0, nullptr, nullptr, q), kInvalid);                 // inter 0
+  EXPECT_EQ(code(gate_up, 1, 12, nullptr, nullptr, q), kInvalid);  // inter not a multiple of 8
+  EXPECT_EQ(code(gate_up, 1, 0, nullptr, nullptr, q), kInvalid);   // inter 0
   EXPECT_EQ(code(gate_up, 1, kSwiGluQuantFp8MaxInter + 8, nullptr, nullptr, q), kInvalid);
   EXPECT_EQ(code(gate_up, -1, 8, nullptr, nullptr, q), kInvalid);
-  EXPECT_EQ(code(gate_up, 1, 8, scales, nullptr, q), kInvalid);                 // one scale vector only
+  EXPECT_EQ(code(gate_up, 1, 8, scales, nullptr, q), kInvalid);  // one scale vector only
   EXPECT_EQ(code(gate_up, 1, 8, nullptr, scales, q), kInvalid);
   EXPECT_EQ(code(nullptr, 1, 8, nullptr, nullptr, q), kInvalid);
   EXPECT_EQ(code(gate_up, 1, 8, nullptr, nullptr, nullptr), kInvalid);
-  EXPECT_EQ(code(gate_up + 1, 1, 8, nullptr, nullptr, q), kInvalid);             // gate_up misaligned
-  EXPECT_EQ(code(gate_up, 1, 8, scales + 1, scales + 1, q), kInvalid);           // w_scale misaligned
-  EXPECT_EQ(code(gate_up, 1, 8, nullptr, nullptr, q + 4), kInvalid);             // q misaligned
+  EXPECT_EQ(code(gate_up + 1, 1, 8, nullptr, nullptr, q), kInvalid);                 // gate_up misaligned
+  EXPECT_EQ(code(gate_up, 1, 8, scales + 1, scales + 1, q), kInvalid);               // w_scale misaligned
+  EXPECT_EQ(code(gate_up, 1, 8, nullptr, nullptr, q + 4), kInvalid);                 // q misaligned
   EXPECT_EQ(code(gate_up, 0, 8, nullptr, nullptr, nullptr), absl::StatusCode::kOk);  // nothing to do
 }
 
@@ -272,11 +277,13 @@ TEST_F(SwiGluQuantFp8Test, ThroughputLlama8B) {
   const float ms_unscaled = testing::MedianMs(
       stream_,
       [&] {
-        return SwiGluQuantFp8(d_gate_up.get(), kTokens, kInter, nullptr, nullptr, d_q.get(), d_scale.get(), stream_);
+        return SwiGluQuantFp8(d_gate_up.get(), kTokens, kInter, nullptr, nullptr, d_q.get(), d_scale.get(),
+                              stream_);
       },
       20);
   ASSERT_GT(ms_unscaled, 0.0f);
-  testing::ReportBandwidth("swiglu_fp8 fused 32768 x 14336 (unscaled)", ms_unscaled, kTokens * (5.0 * kInter + 4.0));
+  testing::ReportBandwidth("swiglu_fp8 fused 32768 x 14336 (unscaled)", ms_unscaled,
+                           kTokens * (5.0 * kInter + 4.0));
 }
 
 }  // namespace

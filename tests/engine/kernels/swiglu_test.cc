@@ -25,7 +25,8 @@ class SwiGluTest : public testing::GpuTest {};
 
 TEST_F(SwiGluTest, FusedGateUpLayoutMatchesReference) {
   constexpr int64_t kTokens = 23, kInter = 1376;
-  const std::vector<float> gate_up = testing::RoundedToBf16(testing::RandomFloats(kTokens * 2 * kInter, 61, -8.0f, 8.0f));
+  const std::vector<float> gate_up =
+      testing::RoundedToBf16(testing::RandomFloats(kTokens * 2 * kInter, 61, -8.0f, 8.0f));
   std::vector<float> gate(kTokens * kInter), up(kTokens * kInter);
   for (int64_t t = 0; t < kTokens; ++t) {
     for (int64_t i = 0; i < kInter; ++i) {
@@ -40,8 +41,10 @@ TEST_F(SwiGluTest, FusedGateUpLayoutMatchesReference) {
   DeviceArray<bf16_t> d_in16(testing::ToBf16(gate_up)), d_out16(kTokens * kInter);
   d_out32.Poison();
   d_out16.Poison();
-  ASSERT_TRUE(SwiGlu(d_in32.get(), d_in32.get() + kInter, 2 * kInter, kTokens, kInter, d_out32.get(), stream_).ok());
-  ASSERT_TRUE(SwiGlu(d_in16.get(), d_in16.get() + kInter, 2 * kInter, kTokens, kInter, d_out16.get(), stream_).ok());
+  ASSERT_TRUE(
+      SwiGlu(d_in32.get(), d_in32.get() + kInter, 2 * kInter, kTokens, kInter, d_out32.get(), stream_).ok());
+  ASSERT_TRUE(
+      SwiGlu(d_in16.get(), d_in16.get() + kInter, 2 * kInter, kTokens, kInter, d_out16.get(), stream_).ok());
   Sync();
   const testing::ErrorStats s = testing::CompareArrays(d_out32.Download(), want);
   testing::Report("swiglu fused f32", s);
@@ -73,7 +76,8 @@ TEST_F(SwiGluTest, SeparateInputsInPlace) {
 // equal to the same row inside the batch.
 TEST_F(SwiGluTest, ManyTokensMatchReferenceAndBatch) {
   constexpr int64_t kTokens = 2500, kInter = 512;
-  const std::vector<float> gate_up = testing::RoundedToBf16(testing::RandomFloats(kTokens * 2 * kInter, 65, -8.0f, 8.0f));
+  const std::vector<float> gate_up =
+      testing::RoundedToBf16(testing::RandomFloats(kTokens * 2 * kInter, 65, -8.0f, 8.0f));
   std::vector<float> gate(kTokens * kInter), up(kTokens * kInter);
   for (int64_t t = 0; t < kTokens; ++t) {
     for (int64_t i = 0; i < kInter; ++i) {
@@ -87,9 +91,11 @@ TEST_F(SwiGluTest, ManyTokensMatchReferenceAndBatch) {
   d_out.Poison();
   d_one.Poison();
   constexpr int64_t kRow = 1234;
-  ASSERT_TRUE(SwiGlu(d_in.get(), d_in.get() + kInter, 2 * kInter, kTokens, kInter, d_out.get(), stream_).ok());
-  ASSERT_TRUE(SwiGlu(d_in.get() + kRow * 2 * kInter, d_in.get() + kRow * 2 * kInter + kInter, 2 * kInter, 1, kInter,
-                     d_one.get(), stream_).ok());
+  ASSERT_TRUE(
+      SwiGlu(d_in.get(), d_in.get() + kInter, 2 * kInter, kTokens, kInter, d_out.get(), stream_).ok());
+  ASSERT_TRUE(SwiGlu(d_in.get() + kRow * 2 * kInter, d_in.get() + kRow * 2 * kInter + kInter, 2 * kInter, 1,
+                     kInter, d_one.get(), stream_)
+                  .ok());
   Sync();
   const std::vector<bf16_t> all = d_out.Download();
   const std::vector<float> got = testing::FromBf16(all);
@@ -97,8 +103,10 @@ TEST_F(SwiGluTest, ManyTokensMatchReferenceAndBatch) {
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_LE(std::fabs(got[i] - want[i]), kBf16RelTol * std::fabs(want[i]) + kAbsFloor) << i;
   }
-  EXPECT_EQ(testing::CountBitDifferences(std::vector<bf16_t>(all.begin() + kRow * kInter, all.begin() + (kRow + 1) * kInter),
-                                         d_one.Download()), 0);
+  EXPECT_EQ(testing::CountBitDifferences(
+                std::vector<bf16_t>(all.begin() + kRow * kInter, all.begin() + (kRow + 1) * kInter),
+                d_one.Download()),
+            0);
 }
 
 // Gate values over [-100, 100]: exp(-g) overflows (g < -88.7), the fast divisor passes 2^126
@@ -106,8 +114,10 @@ TEST_F(SwiGluTest, ManyTokensMatchReferenceAndBatch) {
 // scalar path (an odd row stride forces it) give bitwise the same values in both modes.
 TEST_F(SwiGluTest, WideRangeAndScalarPathMatchVectorPath) {
   constexpr int64_t kTokens = 9, kInter = 1376, kOddStride = 2 * kInter + 1;
-  std::vector<float> gate_up = testing::RoundedToBf16(testing::RandomFloats(kTokens * 2 * kInter, 66, -4.0f, 4.0f));
-  const std::vector<float> wide = testing::RoundedToBf16(testing::RandomFloats(kTokens * kInter, 67, -100.0f, 100.0f));
+  std::vector<float> gate_up =
+      testing::RoundedToBf16(testing::RandomFloats(kTokens * 2 * kInter, 66, -4.0f, 4.0f));
+  const std::vector<float> wide =
+      testing::RoundedToBf16(testing::RandomFloats(kTokens * kInter, 67, -100.0f, 100.0f));
   std::vector<float> gate(kTokens * kInter), up(kTokens * kInter), odd(kTokens * kOddStride, 0.5f);
   for (int64_t t = 0; t < kTokens; ++t) {
     for (int64_t i = 0; i < kInter; ++i) {
@@ -127,10 +137,16 @@ TEST_F(SwiGluTest, WideRangeAndScalarPathMatchVectorPath) {
   d_scalar16.Poison();
   d_vec32.Poison();
   d_scalar32.Poison();
-  ASSERT_TRUE(SwiGlu(d_in16.get(), d_in16.get() + kInter, 2 * kInter, kTokens, kInter, d_vec16.get(), stream_).ok());
-  ASSERT_TRUE(SwiGlu(d_odd16.get(), d_odd16.get() + kInter, kOddStride, kTokens, kInter, d_scalar16.get(), stream_).ok());
-  ASSERT_TRUE(SwiGlu(d_in32.get(), d_in32.get() + kInter, 2 * kInter, kTokens, kInter, d_vec32.get(), stream_).ok());
-  ASSERT_TRUE(SwiGlu(d_odd32.get(), d_odd32.get() + kInter, kOddStride, kTokens, kInter, d_scalar32.get(), stream_).ok());
+  ASSERT_TRUE(
+      SwiGlu(d_in16.get(), d_in16.get() + kInter, 2 * kInter, kTokens, kInter, d_vec16.get(), stream_).ok());
+  ASSERT_TRUE(
+      SwiGlu(d_odd16.get(), d_odd16.get() + kInter, kOddStride, kTokens, kInter, d_scalar16.get(), stream_)
+          .ok());
+  ASSERT_TRUE(
+      SwiGlu(d_in32.get(), d_in32.get() + kInter, 2 * kInter, kTokens, kInter, d_vec32.get(), stream_).ok());
+  ASSERT_TRUE(
+      SwiGlu(d_odd32.get(), d_odd32.get() + kInter, kOddStride, kTokens, kInter, d_scalar32.get(), stream_)
+          .ok());
   Sync();
   const std::vector<bf16_t> vec16 = d_vec16.Download();
   const std::vector<float> got16 = testing::FromBf16(vec16);
@@ -157,7 +173,8 @@ TEST_F(SwiGluTest, ThroughputLlama8B) {
   DeviceArray<bf16_t> d_in(kTokens * 2 * kInter), d_out(kTokens * kInter);
   // Random rows for the first kSeedTokens tokens, copied on the device to the rest.
   const std::vector<bf16_t> seed = testing::ToBf16(values);
-  ASSERT_EQ(cudaMemcpy(d_in.get(), seed.data(), seed.size() * sizeof(bf16_t), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_in.get(), seed.data(), seed.size() * sizeof(bf16_t), cudaMemcpyHostToDevice),
+            cudaSuccess);
   for (int64_t t = kSeedTokens; t < kTokens; t += kSeedTokens) {
     ASSERT_EQ(cudaMemcpy(d_in.get() + t * 2 * kInter, d_in.get(), seed.size() * sizeof(bf16_t),
                          cudaMemcpyDeviceToDevice),
