@@ -18,8 +18,10 @@
 #include "engine/kernels/kernel_types.h"
 #include "engine/kernels/qk_norm.h"
 #include "engine/kernels/rms_norm.h"
+#include "engine/kernels/rms_norm_fp8.h"
 #include "engine/kernels/rope.h"
 #include "engine/kernels/swiglu.h"
+#include "engine/kernels/swiglu_fp8.h"
 
 namespace scored::cuda {
 
@@ -32,6 +34,15 @@ int64_t ActBytes(ComputeDtype dtype) { return dtype == ComputeDtype::kBf16 ? 2 :
 int64_t QkvDim(const ModelConfig& c) { return (c.num_heads + 2 * c.num_kv_heads) * c.head_dim; }
 
 int64_t LogitsRows(int64_t max_tokens) { return std::min(max_tokens, kLmHeadChunkTokens); }
+
+// How one linear reads its input and writes its output (defaults: y = x . W^T).
+struct LinearIo {
+  bool accumulate = false;               // y += x . W^T (fp32 y: the residual stream)
+  const float* fp8_input_scale = nullptr;  // real FP8 GEMM only: x is already in act_fp8 with these per-token
+                                           // scales [n] (a fused norm / SwiGLU kernel wrote them); x unused
+  bool raw_fp8_output = false;  // real FP8 GEMM only: where the scales come after the GEMM, leave y unscaled
+                                // (the next op applies them; GemmRunner::Fp8ScalesInEpilogue says which)
+};
 
 // The forward pass for activation type T (bf16_t or float). Buffers first, then the ops in order.
 template <typename T>
@@ -69,6 +80,9 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   const int32_t* targets = acts->targets.as<int32_t>();        // [n]
   const float* inv_freq = model.rope_inv_freq.as<float>();     // [head_dim / 2]
   float* act_amax = acts->act_amax.as<float>();                // [n] (tp only)
+  uint8_t* act_fp8 = acts->act_fp8.as<uint8_t>();              // [n, in] W8A8: a real FP8 GEMM's input
+  float* fp8_scale_norm = acts->act_scale.as<float>();         // [n]: its per-token scales (qkv, o, gate_up)
+  float* fp8_scale_mlp = fp8_scale_norm + acts->max_tokens;    // [n]: those of down_proj's input
 
   // Tensor parallelism: sums every rank's fp32 partial [n, hidden] in place (the embedding).
   auto all_reduce = [&](float* x) -> absl::Status {
@@ -141,30 +155,33 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   // Other W8A8 (fp32 mode, per-group activations, shapes FP8 GEMMs cannot take): x is fake-quantized to FP8
   // first, one scale per token or per act_group_size columns of a token (x is contiguous, so a group is a
   // row of the [n * in / group, group] view), then the bf16 / fp32 GEMM runs on the dequantized weight.
-  // accumulate: y += x . W^T (fp32 y; a real FP8 GEMM writes proj and AddFp8Scaled joins it to y).
-  auto linear = [&](const DeviceLinear& w, T* x, void* y, GemmTypes y_types, bool accumulate) -> absl::Status {
+  // io.accumulate: y += x . W^T (fp32 y; a real FP8 GEMM writes proj and AddFp8Scaled joins it to y).
+  auto linear = [&](const DeviceLinear& w, T* x, void* y, GemmTypes y_types, const LinearIo& io) -> absl::Status {
     if (next >= order.size() || order[next] != &w) return absl::InternalError("linears used out of order");
     const size_t k = next++;
     SCORED_RETURN_IF_ERROR(prefetch(k + 1));
     if (w.fp8_resident()) {
-      // Real FP8 GEMM: x quantized per token into act_fp8 / act_scale; the GEMM applies both scales.
+      // Real FP8 GEMM: x quantized per token into act_fp8 / x_scale (unless a fused kernel did); the GEMM
+      // applies both scales.
       const int64_t in = w.in_features();
-      uint8_t* x_fp8 = acts->act_fp8.as<uint8_t>();  // [n, in]
-      float* x_scale = acts->act_scale.as<float>();  // [n]
-      if (w.act_amax_all_reduce() && tp != nullptr) {
+      uint8_t* x_fp8 = act_fp8;  // [n, in]
+      const float* x_scale = io.fp8_input_scale;  // [n]
+      if (x_scale == nullptr && w.act_amax_all_reduce() && tp != nullptr) {
         // Row-parallel shard: the token's scale is the amax over every rank's columns.
         SCORED_RETURN_IF_ERROR(kernels::Fp8RowAmax<T>(x, in, n, in, act_amax, stream));
         SCORED_RETURN_IF_ERROR(tp->comm->AllReduce(act_amax, act_amax, n, dist::ReduceDType::kF32,
                                                    dist::ReduceOp::kMax, stream));
         SCORED_RETURN_IF_ERROR(
-            kernels::QuantizeFp8PerTokenWithAmax<T>(x, in, n, in, act_amax, x_fp8, x_scale, stream));
-      } else {
-        SCORED_RETURN_IF_ERROR(kernels::QuantizeFp8PerToken<T>(x, in, n, in, x_fp8, x_scale, stream));
+            kernels::QuantizeFp8PerTokenWithAmax<T>(x, in, n, in, act_amax, x_fp8, fp8_scale_norm, stream));
+        x_scale = fp8_scale_norm;
+      } else if (x_scale == nullptr) {
+        SCORED_RETURN_IF_ERROR(kernels::QuantizeFp8PerToken<T>(x, in, n, in, x_fp8, fp8_scale_norm, stream));
+        x_scale = fp8_scale_norm;
       }
       const GemmTypes fp8_types = y_types == GemmTypes::kBf16ToBf16 ? GemmTypes::kFp8ToBf16 : GemmTypes::kFp8ToFp32;
-      if (!accumulate) {
+      if (!io.accumulate) {
         return gemm.Fp8Linear(x_fp8, x_scale, w.fp8_weight(), w.fp8_scale(), y, n, w.out_features(), in, fp8_types,
-                              stream);
+                              stream, io.raw_fp8_output);
       }
       if (fp8_types != GemmTypes::kFp8ToFp32) return absl::InternalError("FP8 accumulation needs an fp32 output");
       SCORED_ASSIGN_OR_RETURN(const bool scaled, gemm.Fp8ScalesInEpilogue(w.out_features(), in, fp8_types));
@@ -172,6 +189,9 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
                                             in, fp8_types, stream, /*leave_unscaled=*/true));
       return kernels::AddFp8Scaled(proj, n, w.out_features(), scaled ? nullptr : x_scale,
                                    scaled ? nullptr : w.fp8_scale(), static_cast<float*>(y), stream);
+    }
+    if (io.fp8_input_scale != nullptr || io.raw_fp8_output) {
+      return absl::InternalError("FP8 input / output requested of a linear without a real FP8 GEMM");
     }
     if (w.w8a8_dynamic_fp8() && w.act_amax_all_reduce() && tp != nullptr) {
       // Row-parallel shard: the token's scale is the amax over every rank's columns.
@@ -192,7 +212,7 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
       SCORED_CUDA_CHECK(cudaStreamWaitEvent(stream, acts->weight_ready[k % 2].get(), 0));
     }
     SCORED_RETURN_IF_ERROR(
-        gemm.Linear(x, weight, y, n, w.out_features(), w.in_features(), y_types, stream, accumulate));
+        gemm.Linear(x, weight, y, n, w.out_features(), w.in_features(), y_types, stream, io.accumulate));
     if (w.uses_scratch()) SCORED_CUDA_CHECK(cudaEventRecord(acts->weight_free[k % 2].get(), stream));
     return absl::OkStatus();
   };
@@ -200,7 +220,7 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   // linear() in row chunks: before(c, ..) is enqueued before chunk c's GEMM and after(c, ..) after it (either
   // may be null). W8A8 linears (whose input quantization takes every row) run every before(), the whole
   // linear, then every after(); so does everything when the forward is not pipelined.
-  auto chunked_linear = [&](const DeviceLinear& w, T* x, void* y, GemmTypes y_types, bool accumulate,
+  auto chunked_linear = [&](const DeviceLinear& w, T* x, void* y, GemmTypes y_types, const LinearIo& io,
                             const RowsFn& before, const RowsFn& after) -> absl::Status {
     const bool whole = !pipelined || w.fp8_resident() || w.w8a8_dynamic_fp8();
     if (whole) {
@@ -208,7 +228,7 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
         const int64_t begin = c * chunk_rows;
         SCORED_RETURN_IF_ERROR(before(c, begin, std::min(chunk_rows, n - begin)));
       }
-      SCORED_RETURN_IF_ERROR(linear(w, x, y, y_types, accumulate));
+      SCORED_RETURN_IF_ERROR(linear(w, x, y, y_types, io));
       for (int c = 0; c < num_chunks && after; ++c) {
         const int64_t begin = c * chunk_rows;
         SCORED_RETURN_IF_ERROR(after(c, begin, std::min(chunk_rows, n - begin)));
@@ -230,18 +250,36 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
       const int64_t begin = c * chunk_rows, rows = std::min(chunk_rows, n - begin);
       if (before) SCORED_RETURN_IF_ERROR(before(c, begin, rows));
       void* y_rows = static_cast<char*>(y) + begin * out * y_bytes;  // [rows, out]
-      SCORED_RETURN_IF_ERROR(gemm.Linear(x + begin * in, weight, y_rows, rows, out, in, y_types, stream, accumulate));
+      SCORED_RETURN_IF_ERROR(
+          gemm.Linear(x + begin * in, weight, y_rows, rows, out, in, y_types, stream, io.accumulate));
       if (after) SCORED_RETURN_IF_ERROR(after(c, begin, rows));
     }
     if (w.uses_scratch()) SCORED_CUDA_CHECK(cudaEventRecord(acts->weight_free[k % 2].get(), stream));
     return absl::OkStatus();
   };
   const RowsFn reduce_after = [&](int c, int64_t begin, int64_t rows) { return reduce_rows(c, begin, rows); };
-  // RmsNorm of chunk c's residual rows once their all-reduce is done.
-  auto norm_rows = [&](const float* weight, int c, int64_t begin, int64_t rows) -> absl::Status {
-    SCORED_RETURN_IF_ERROR(wait_reduced(c));
+  // W8A8 fusions (bf16 mode): a real FP8 GEMM whose input quantization needs only its own rank's columns
+  // (column-parallel, or tp 1) takes its input straight from the fused RmsNorm + FP8 kernel, and down_proj
+  // from the fused scales + SwiGLU + FP8 kernel. Results are bitwise those of the unfused kernels.
+  auto fp8_fed = [&](const DeviceLinear& w) {
+    return !kFp32 && w.fp8_resident() && !(tp != nullptr && w.act_amax_all_reduce());
+  };
+  const bool norm_fp8_ok = kernels::RmsNormQuantFp8Supports(hidden);
+  const bool swiglu_fp8_ok = inter % 8 == 0 && inter <= kernels::kSwiGluQuantFp8MaxInter;
+  // RmsNorm of residual rows [begin, begin + rows) into normed or, for an fp8_fed linear, straight into
+  // act_fp8 / fp8_scale_norm.
+  auto norm = [&](const float* weight, bool to_fp8, int64_t begin, int64_t rows) -> absl::Status {
+    if (to_fp8) {
+      return kernels::RmsNormQuantFp8(residual + begin * hidden, hidden, weight, rows, hidden, eps, nullptr, hidden,
+                                      act_fp8 + begin * hidden, fp8_scale_norm + begin, stream);
+    }
     return kernels::RmsNorm<float, T>(residual + begin * hidden, hidden, weight, rows, hidden, eps,
                                       normed + begin * hidden, hidden, stream);
+  };
+  // norm() of chunk c's rows once their all-reduce is done.
+  auto norm_rows = [&](const float* weight, bool to_fp8, int c, int64_t begin, int64_t rows) -> absl::Status {
+    SCORED_RETURN_IF_ERROR(wait_reduced(c));
+    return norm(weight, to_fp8, begin, rows);
   };
 
   kernels::AttentionShape attn_shape;
@@ -266,15 +304,16 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   for (size_t l = 0; l < model.layers.size(); ++l) {
     const DeviceLayer& layer = model.layers[l];
     // Attention block.
+    const bool qkv_fp8 = norm_fp8_ok && fp8_fed(layer.qkv);
+    const LinearIo qkv_io{false, qkv_fp8 ? fp8_scale_norm : nullptr, false};
     if (l == 0) {
-      SCORED_RETURN_IF_ERROR((kernels::RmsNorm<float, T>(residual, hidden, layer.input_norm.as<float>(), n,
-                                                         hidden, eps, normed, hidden, stream)));
-      SCORED_RETURN_IF_ERROR(linear(layer.qkv, normed, qkv, types, false));
+      SCORED_RETURN_IF_ERROR(norm(layer.input_norm.as<float>(), qkv_fp8, 0, n));
+      SCORED_RETURN_IF_ERROR(linear(layer.qkv, normed, qkv, types, qkv_io));
     } else {
       const RowsFn input_norm = [&](int c, int64_t begin, int64_t rows) {
-        return norm_rows(layer.input_norm.as<float>(), c, begin, rows);
+        return norm_rows(layer.input_norm.as<float>(), qkv_fp8, c, begin, rows);
       };
-      SCORED_RETURN_IF_ERROR(chunked_linear(layer.qkv, normed, qkv, types, false, input_norm, nullptr));
+      SCORED_RETURN_IF_ERROR(chunked_linear(layer.qkv, normed, qkv, types, qkv_io, input_norm, nullptr));
     }
     if (layer.qkv_bias.data() != nullptr) {
       SCORED_RETURN_IF_ERROR(
@@ -291,19 +330,36 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
     SCORED_RETURN_IF_ERROR(kernels::CausalAttention<T>(q, k, v, cu_seqlens, attn_shape, attn, stream));
     // o_proj joins the residual in row chunks, each chunk's all-reduce overlapping the next chunk's GEMM (tp > 1).
     SCORED_RETURN_IF_ERROR(
-        chunked_linear(layer.o, attn, residual, to_fp32, add_to_residual, nullptr, reduce_after));
+        chunked_linear(layer.o, attn, residual, to_fp32, {add_to_residual}, nullptr, reduce_after));
     // MLP block: chunk c's norm and gate_up GEMM start once chunk c is reduced.
+    const bool gate_up_fp8 = norm_fp8_ok && fp8_fed(layer.gate_up);
+    const bool swiglu_fp8 = swiglu_fp8_ok && layer.gate_up.fp8_resident() && fp8_fed(layer.down);
     const RowsFn post_norm = [&](int c, int64_t begin, int64_t rows) {
-      return norm_rows(layer.post_norm.as<float>(), c, begin, rows);
+      return norm_rows(layer.post_norm.as<float>(), gate_up_fp8, c, begin, rows);
     };
-    SCORED_RETURN_IF_ERROR(chunked_linear(layer.gate_up, normed, gate_up, types, false, post_norm, nullptr));
-    SCORED_RETURN_IF_ERROR(kernels::SwiGlu<T>(gate_up, gate_up + inter, 2 * inter, n, inter, mlp, stream));
-    SCORED_RETURN_IF_ERROR(
-        chunked_linear(layer.down, mlp, residual, to_fp32, add_to_residual, nullptr, reduce_after));
+    SCORED_RETURN_IF_ERROR(chunked_linear(layer.gate_up, normed, gate_up, types,
+                                          {false, gate_up_fp8 ? fp8_scale_norm : nullptr, swiglu_fp8}, post_norm,
+                                          nullptr));
+    if (swiglu_fp8) {
+      if constexpr (!kFp32) {
+        // gate_up's raw FP8 GEMM output: its scales, SwiGLU and down_proj's input quantization in one pass.
+        SCORED_ASSIGN_OR_RETURN(const bool scaled, gemm.Fp8ScalesInEpilogue(layer.gate_up.out_features(), hidden,
+                                                                            GemmTypes::kFp8ToBf16));
+        SCORED_RETURN_IF_ERROR(kernels::SwiGluQuantFp8(gate_up, n, inter, scaled ? nullptr : fp8_scale_norm,
+                                                       scaled ? nullptr : layer.gate_up.fp8_scale(), act_fp8,
+                                                       fp8_scale_mlp, stream));
+      }
+    } else {
+      SCORED_RETURN_IF_ERROR(kernels::SwiGlu<T>(gate_up, gate_up + inter, 2 * inter, n, inter, mlp, stream));
+    }
+    SCORED_RETURN_IF_ERROR(chunked_linear(layer.down, mlp, residual, to_fp32,
+                                          {add_to_residual, swiglu_fp8 ? fp8_scale_mlp : nullptr, false}, nullptr,
+                                          reduce_after));
   }
   for (int c = 0; c < num_chunks; ++c) {
     const int64_t begin = c * chunk_rows;
-    SCORED_RETURN_IF_ERROR(norm_rows(model.final_norm.as<float>(), c, begin, std::min(chunk_rows, n - begin)));
+    SCORED_RETURN_IF_ERROR(
+        norm_rows(model.final_norm.as<float>(), false, c, begin, std::min(chunk_rows, n - begin)));
   }
 
   // lm_head in chunks of rows: fp32 logits into the reusable chunk, then the per-row statistics.
@@ -357,7 +413,7 @@ int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model
                                               tp_size * kernels::kMaxTopK * 8) +
                         max_tokens * 4
                   : 0;
-  const int64_t fp8_bytes = model.max_fp8_in_features > 0 ? max_tokens * (model.max_fp8_in_features + 4) : 0;
+  const int64_t fp8_bytes = model.max_fp8_in_features > 0 ? max_tokens * (model.max_fp8_in_features + 8) : 0;
   return LogitsRows(max_tokens) * config.vocab_size * 4 + 2 * model.max_scratch_elements * ActBytes(model.dtype) +
          tp_bytes + fp8_bytes;
 }
@@ -392,7 +448,7 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
   if (model.max_fp8_in_features > 0) {
     SCORED_ASSIGN_OR_RETURN(a.act_fp8,
                             DeviceBuffer::Allocate(t * model.max_fp8_in_features, "FP8 GEMM activations"));
-    SCORED_ASSIGN_OR_RETURN(a.act_scale, DeviceBuffer::Allocate(t * 4, "FP8 activation scales"));
+    SCORED_ASSIGN_OR_RETURN(a.act_scale, DeviceBuffer::Allocate(2 * t * 4, "FP8 activation scales"));
   }
   SCORED_ASSIGN_OR_RETURN(
       a.logits, DeviceBuffer::Allocate(LogitsRows(t) * config.vocab_size * 4, "the fp32 logits chunk"));

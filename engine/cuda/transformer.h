@@ -53,7 +53,7 @@ struct Activations {
   // Models with fp8_resident() linears only (W8A8 run as real FP8 GEMMs): a linear's input quantized per
   // token, the GEMM's x and x_scale.
   DeviceBuffer act_fp8;    // [max_tokens, max_fp8_in_features] FP8 E4M3
-  DeviceBuffer act_scale;  // [max_tokens] fp32
+  DeviceBuffer act_scale;  // [2, max_tokens] fp32: row 0 qkv / o / gate_up inputs, row 1 down_proj's
   DeviceBuffer logits;  // [min(max_tokens, kLmHeadChunkTokens), vocab_size] fp32
   // Batch inputs and per-row results, indexed by packed row.
   DeviceBuffer tokens;      // [max_tokens] int32
