@@ -460,7 +460,7 @@ fi
 if [[ $steps == *tests* || $steps == *bench* || $steps == *quant* || $steps == *peer* || $steps == *stories* ]]; then
 echo "== summary (tok/s at ctx $ctx; same device, same call)"
 tps() {  # tok/s of batch $2 in log $1 (scored_bench or hf_baseline format)
-  awk -v b="B=$2" '($1=="scored" || $1=="batched_chunked") && $2==b {for(i=1;i<=NF;i++) if($i=="tok/s") print $(i-1)}' "$1" 2>/dev/null
+  awk -v b="B=$2" '($1=="scored" || $1=="batched_chunked") && $2==b {for(i=1;i<=NF;i++) if($i=="tok/s") {print $(i-1); exit}}' "$1" 2>/dev/null
 }
 schemes=${quant//,/ }
 printf '%-10s %10s' "windows" "scored"; for q in $schemes; do printf ' %12s' "$q"; done; printf ' %12s\n' "transformers"
@@ -471,7 +471,7 @@ for b in $(echo "${batches//,/ } ${quant_batches//,/ }" | tr ' ' '\n' | sort -n 
 done
 grep -h 'vs transformers\|^gate:' "$logs"/scored_bench*.log 2>/dev/null
 grep -h 'weights .* GiB on the GPU' "$logs"/scored_bench*.log 2>/dev/null
-grep -h 'B=8 ' "$logs"/scored_bench*.log 2>/dev/null | sed 's/.*GPU memory/GPU memory/' 
+grep -h 'B=8 ' "$logs"/scored_bench*.log 2>/dev/null | sed 's/.*\(ratio [0-9.]* (to the burst [0-9.]*)\).*GPU memory/\1, GPU memory/' 
 grep -h 'full_logits_window' "$logs/hf_baseline.log" 2>/dev/null
 fi
 exit $status

@@ -49,7 +49,8 @@ for b in map(int, a["--batches"].split(",")):
     tps = 36000.0 * (1.8 if tp > 1 else 1.0)
     steps.append(b * ctx / tps)
     print(f"scored B={b} T={ctx}: {steps[-1] * 1e3:8.1f} ms/step {tps:9.0f} tok/s {576 * tp:6.0f} TFLOP/s | plain "
-          f"cuBLASLt layer GEMMs  750 TFLOP/s, ratio 0.77 | FLOP-bound limit {47000 * tp} tok/s on {tp} GPU(s), "
+          f"cuBLASLt layer GEMMs  680 TFLOP/s sustained over 32 layers (one-layer burst  790), ratio 0.85 (to the burst "
+          f"0.73) | FLOP-bound limit {47000 * tp} tok/s on {tp} GPU(s), "
           f"ours 0.77 of it | GPU memory used {mem('9.5')} GiB")
 if tp > 1 and a.get("--nccl", "1") == "1":
     for b, dt in zip(map(int, a["--batches"].split(",")), steps):
