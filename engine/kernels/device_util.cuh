@@ -5,6 +5,7 @@
 #define SCORED_ENGINE_KERNELS_DEVICE_UTIL_CUH_
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -153,6 +154,19 @@ inline bool IsAligned(const void* p, uintptr_t bytes) {
 }
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// FP8 E4M3FN codes of x[0] (low byte) and x[1], bitwise what engine/base/dtype.h FloatToFp8E4M3 gives
+// (round-to-nearest-even with subnormals, |x| >= 448 and +-inf saturate to +-448, NaN -> sign | 0x7F).
+// The hardware conversion (cvt.rn.satfinite.e4m3x2.f32, sm_89+) rounds and saturates the same way
+// (cuda_fp8.hpp's host emulation of it equals FloatToFp8E4M3 on every non-NaN fp32 value: checked
+// exhaustively, and on a sample in swiglu_fp8_test.cc); it writes every NaN as 0x7F, so the sign of a NaN
+// is put back here.
+__device__ __forceinline__ uint32_t FloatToFp8E4M3x2(float x0, float x1) {
+  uint32_t codes = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
+  if (x0 != x0) codes = (codes & 0xFF00u) | 0x7Fu | ((__float_as_uint(x0) >> 24) & 0x80u);
+  if (x1 != x1) codes = (codes & 0x00FFu) | 0x7F00u | ((__float_as_uint(x1) >> 16) & 0x8000u);
+  return codes;
+}
 
 }  // namespace scored::kernels
 

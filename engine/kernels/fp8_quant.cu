@@ -5,7 +5,8 @@
 // QuantizeFp8PerToken(WithAmax) on bf16 rows of up to kFastMaxVecs * kThreads * 8 columns (16-byte aligned,
 // columns and stride multiples of 8: every W8A8 GEMM input of the engine) takes a fast path with the same
 // arithmetic: each thread loads its 8-column vectors once with 16-byte loads, keeps them in registers for
-// both passes and stores 8 codes at a time (the generic kernel re-reads the row and moves single elements).
+// both passes and stores 8 codes at a time (the generic kernel re-reads the row and moves single elements);
+// it converts with the hardware e4m3x2 instruction (FloatToFp8E4M3x2, device_util.cuh: the same codes).
 #include "engine/kernels/fp8_quant.h"
 
 #include <cstdint>
@@ -85,9 +86,9 @@ __global__ void __launch_bounds__(kThreads) QuantizeBf16RowsKernel(const __nv_bf
       if (c < vecs) {
         uint32_t words[2] = {0u, 0u};
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const uint32_t code = s == 0.0f ? 0u : FloatToFp8E4M3(__fdiv_rn(v[j][i], s));
-          words[i / 4] |= code << (8 * (i % 4));
+        for (int i = 0; i < 8; i += 2) {
+          const uint32_t codes = s == 0.0f ? 0u : FloatToFp8E4M3x2(__fdiv_rn(v[j][i], s), __fdiv_rn(v[j][i + 1], s));
+          words[i / 4] |= codes << (8 * (i % 4));
         }
         *reinterpret_cast<uint2*>(q + t * in_features + c * 8) = make_uint2(words[0], words[1]);
       }

@@ -10,8 +10,8 @@
 //
 // Launch shapes: kVecs <= 4 keeps the row's registers small (at most 4 x (8 + 4) words) at every width;
 // wider rows take more threads (256, 512, 1024) instead of more vectors per thread.
-// The FP8 conversion uses the hardware converter (swiglu_math.cuh, same codes) instead of the branchy
-// integer one: with the IEEE division m / scale, __expf, __fdividef and the bf16 roundings, the
+// The FP8 conversion uses the hardware converter (device_util.cuh FloatToFp8E4M3x2, same codes) instead of
+// the branchy integer one: with the IEEE division m / scale, __expf, __fdividef and the bf16 roundings, the
 // per-element instructions would otherwise outweigh the 5 bytes per element this op moves.
 #include "engine/kernels/swiglu_fp8.h"
 
