@@ -21,11 +21,41 @@
 namespace scored::kernels {
 
 template <typename T>
-absl::Status Rope(T* x,                      // [num_tokens, token_stride], heads at [h * head_dim, ...)
+absl::Status Rope(T* x,  // [num_tokens, token_stride], heads at [h * head_dim, ...)
                   int64_t token_stride,
                   const int32_t* positions,  // [num_tokens]
                   const float* inv_freq,     // [head_dim / 2]
                   int64_t num_tokens, int64_t num_heads, int64_t head_dim, cudaStream_t stream);
+
+// Fills the cos/sin table of positions [0, num_positions): for p < num_positions, i < half,
+//   angle = fp32(fp32(p) * inv_freq[i]);  table[p][i] = (fp32(cos(double(angle))), fp32(sin(double(angle))))
+// exactly the values Rope computes per call (same device code), so RopeWithTable(table) gives results
+// bit-identical to Rope(inv_freq). The engine builds it once at load for positions [0, max_seq_len):
+// Llama-3 (half 64) at 2048 positions is 1 MiB. inv_freq and table are device memory; table is written
+// entirely, inv_freq is not modified. Asynchronous on `stream`.
+// Limits: half >= 1, 0 <= num_positions <= 2^31 (positions are int32).
+// Errors: INVALID_ARGUMENT (shapes, null pointers), INTERNAL (launch).
+absl::Status RopeCosSinTable(const float* inv_freq,  // [half]
+                             int64_t num_positions, int64_t half,
+                             float* table,  // [num_positions, half, 2]: (cos, sin) of position p, pair i
+                             cudaStream_t stream);
+
+// Rope with cos/sin read from a table built by RopeCosSinTable (same half = head_dim / 2) instead of
+// evaluated per call: same contract, shapes and results (bit for bit, T = float and bf16_t) as Rope above.
+// Positions: the caller guarantees 0 <= positions[t] < num_positions (the engine's windows are at most
+// max_seq_len long). A token whose position falls outside is never read from the table (no out-of-bounds
+// access) and its rotated q|k elements are set to NaN, so the mistake shows in the output instead of
+// being clamped to a wrong angle; other tokens are unaffected. No status reports it (the positions live
+// in device memory).
+// Speed: memory-bound, one pass over the rotated elements with no per-token barrier; the table (L2
+// resident) adds no DRAM traffic. Limits as Rope; table 16-byte aligned for the vector path (cudaMalloc is).
+template <typename T>
+absl::Status RopeWithTable(T* x,  // [num_tokens, token_stride], heads at [h * head_dim, ...)
+                           int64_t token_stride,
+                           const int32_t* positions,  // [num_tokens]
+                           const float* table,        // [num_positions, head_dim / 2, 2]
+                           int64_t num_positions, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+                           cudaStream_t stream);
 
 }  // namespace scored::kernels
 
