@@ -27,12 +27,13 @@
 // in L2. Llama-3-8B, 40 of 48 heads rotated, head_dim 128, bf16, read + write:
 //   16384 tokens: 2 x 16384 x 40 x 128 x 2 B = 0.336 GB -> ~0.084 ms
 //   32768 tokens: 0.671 GB -> ~0.168 ms (the inv_freq vector path measured 0.28 ms).
+#include "engine/kernels/rope.h"
+
 #include <string>
 
 #include "engine/base/status_macros.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
-#include "engine/kernels/rope.h"
 
 namespace scored::kernels {
 namespace {
@@ -141,7 +142,9 @@ __global__ void __launch_bounds__(kThreads) RopeKernel(T* x,  // [num_tokens, to
 }
 
 constexpr int kTableThreads = 256;
-constexpr int kTableUnroll = 4;  // chunks per thread per step: 8 x 16 B of x in flight per thread
+// Chunks per thread per step: 8 x 16 B of x in flight per thread, as SwiGlu's vector path (measured there);
+// not tuned here. bf16: 128 registers, so 2 blocks (16 warps) per SM, ~64 KiB of x in flight per SM.
+constexpr int kTableUnroll = 4;
 constexpr int kCosSinThreads = 256;
 constexpr int64_t kMaxCosSinBlocks = 4096;
 
