@@ -78,7 +78,7 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   const int32_t* positions = acts->positions.as<int32_t>();    // [n]
   const int32_t* cu_seqlens = acts->cu_seqlens.as<int32_t>();  // [num_seqs + 1]
   const int32_t* targets = acts->targets.as<int32_t>();        // [n]
-  const float* inv_freq = model.rope_inv_freq.as<float>();     // [head_dim / 2]
+  const float* rope_table = acts->rope_table.as<float>();      // [max_tokens, head_dim / 2, 2]
   float* act_amax = acts->act_amax.as<float>();                // [n] (tp only)
   uint8_t* act_fp8 = acts->act_fp8.as<uint8_t>();              // [n, in] W8A8: a real FP8 GEMM's input
   float* fp8_scale_norm = acts->act_scale.as<float>();         // [n]: its per-token scales (qkv, o, gate_up)
@@ -326,7 +326,8 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
           kernels::QkNorm<T>(k, qkv_dim, layer.k_norm.as<float>(), n, num_kv_heads, head_dim, eps, stream));
     }
     SCORED_RETURN_IF_ERROR(
-        kernels::Rope<T>(qkv, qkv_dim, positions, inv_freq, n, num_heads + num_kv_heads, head_dim, stream));
+        kernels::RopeWithTable<T>(qkv, qkv_dim, positions, rope_table, acts->max_tokens, n, num_heads + num_kv_heads,
+                                  head_dim, stream));
     SCORED_RETURN_IF_ERROR(kernels::CausalAttention<T>(q, k, v, cu_seqlens, attn_shape, attn, stream));
     // o_proj joins the residual in row chunks, each chunk's all-reduce overlapping the next chunk's GEMM (tp > 1).
     SCORED_RETURN_IF_ERROR(
@@ -403,7 +404,8 @@ int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype) {
   const int64_t floats = 4 * 2 * config.hidden_size;  // residual, proj
   const int64_t acts = act * (config.hidden_size + QkvDim(config) + q_dim + 3 * config.intermediate_size);
   const int64_t per_row = 4 * 4 + 8 + 1 + 4 + 4 + kernels::kMaxTopK * 8;  // inputs, results
-  return floats + acts + per_row;
+  const int64_t rope_table = 4 * config.head_dim;                         // (cos, sin) of one position
+  return floats + acts + per_row + rope_table;
 }
 
 int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens,
@@ -454,6 +456,11 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
       a.logits, DeviceBuffer::Allocate(LogitsRows(t) * config.vocab_size * 4, "the fp32 logits chunk"));
   SCORED_ASSIGN_OR_RETURN(a.tokens, DeviceBuffer::Allocate(t * 4, "token ids"));
   SCORED_ASSIGN_OR_RETURN(a.positions, DeviceBuffer::Allocate(t * 4, "positions"));
+  // A window's positions are < its length <= max_tokens: one table for every forward, built once here.
+  SCORED_ASSIGN_OR_RETURN(a.rope_table, DeviceBuffer::Allocate(t * config.head_dim * 4, "the RoPE cos/sin table"));
+  SCORED_RETURN_IF_ERROR(kernels::RopeCosSinTable(model.rope_inv_freq.as<float>(), t, config.head_dim / 2,
+                                                  a.rope_table.as<float>(), nullptr));
+  SCORED_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   SCORED_ASSIGN_OR_RETURN(a.cu_seqlens, DeviceBuffer::Allocate((t + 1) * 4, "sequence offsets"));
   SCORED_ASSIGN_OR_RETURN(a.targets, DeviceBuffer::Allocate(t * 4, "targets"));
   SCORED_ASSIGN_OR_RETURN(a.logprob, DeviceBuffer::Allocate(t * 8, "logprobs"));

@@ -58,6 +58,7 @@ struct Activations {
   // Batch inputs and per-row results, indexed by packed row.
   DeviceBuffer tokens;      // [max_tokens] int32
   DeviceBuffer positions;   // [max_tokens] int32
+  DeviceBuffer rope_table;  // [max_tokens, head_dim / 2, 2] fp32: RoPE (cos, sin) of positions [0, max_tokens)
   DeviceBuffer cu_seqlens;  // [max_tokens + 1] int32
   DeviceBuffer targets;     // [max_tokens] int32: the next token of the row's sequence (0 at its last row)
   DeviceBuffer logprob;     // [max_tokens] double
