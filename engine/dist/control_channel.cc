@@ -330,11 +330,38 @@ std::string EncodeHello(int node_rank, int nnodes) {
   return body;
 }
 
+// Whether a connected TCP socket is connected to itself: a connect() to a local port nobody listens on can
+// pick that very port as its source and "succeed" (TCP simultaneous open), which would also keep the
+// leader from binding the port.
+bool ConnectedToItself(int fd) {
+  sockaddr_storage local, peer;
+  socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+    return false;
+  }
+  if (local.ss_family != peer.ss_family) return false;
+  if (local.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(local);
+    const auto& b = reinterpret_cast<const sockaddr_in&>(peer);
+    return a.sin_port == b.sin_port && a.sin_addr.s_addr == b.sin_addr.s_addr;
+  }
+  if (local.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(local);
+    const auto& b = reinterpret_cast<const sockaddr_in6&>(peer);
+    return a.sin6_port == b.sin6_port && std::memcmp(&a.sin6_addr, &b.sin6_addr, sizeof(a.sin6_addr)) == 0;
+  }
+  return false;
+}
+
 // Non-blocking connect to one address, bounded by `deadline`. Returns the connected socket.
 absl::StatusOr<ScopedFd> ConnectOnce(const addrinfo* ai, absl::Time deadline) {
   ScopedFd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
   if (!fd.valid()) return absl::UnavailableError(absl::StrCat("socket: ", ErrnoText(errno)));
-  if (connect(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0) return fd;
+  if (connect(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0) {
+    if (ConnectedToItself(fd.get())) return absl::UnavailableError("connected to itself (no listener yet)");
+    return fd;
+  }
   if (errno != EINPROGRESS && errno != EINTR) return absl::UnavailableError(ErrnoText(errno));
   while (true) {
     pollfd p = {fd.get(), POLLOUT, 0};
@@ -350,6 +377,7 @@ absl::StatusOr<ScopedFd> ConnectOnce(const addrinfo* ai, absl::Time deadline) {
   socklen_t len = sizeof(err);
   if (getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
   if (err != 0) return absl::UnavailableError(ErrnoText(err));
+  if (ConnectedToItself(fd.get())) return absl::UnavailableError("connected to itself (no listener yet)");
   return fd;
 }
 

@@ -283,21 +283,32 @@ class MultiProcessScoredTest : public ::testing::Test {
     dir_ = dir_template;
   }
 
-  // Starts follower (GPU 1) then leader (GPU 0) and waits for the leader's health SERVING.
+  // Starts follower (GPU 1) then leader (GPU 0) and waits for the leader's health SERVING. FreePort()'s port
+  // is free when chosen but released before the leader binds it, so another socket on the host can take it
+  // in between (seen once on a GPU machine: the leader failed with "Address already in use"): that case,
+  // and only that one, starts the pair again on a new port, at most 3 times.
   void StartPair() {
-    const int port = FreePort();
-    ASSERT_GT(port, 0);
-    absl::StatusOr<std::unique_ptr<FollowerProcess>> follower =
-        FollowerProcess::Start(binary_, NodeArgs(1, port), "1", dir_ + "/follower.log");
-    ASSERT_TRUE(follower.ok()) << follower.status();
-    follower_ = std::move(*follower);
-    ScopedEnv only_gpu0("CUDA_VISIBLE_DEVICES", "0");
-    ScoredProcessOptions options;
-    options.binary = binary_;
-    options.args = NodeArgs(0, port);
-    absl::StatusOr<std::unique_ptr<ScoredProcess>> leader = ScoredProcess::Start(options);
-    ASSERT_TRUE(leader.ok()) << leader.status() << "\nfollower log:\n" << follower_->LogTail();
-    leader_ = std::move(*leader);
+    for (int attempt = 1;; ++attempt) {
+      const int port = FreePort();
+      ASSERT_GT(port, 0);
+      absl::StatusOr<std::unique_ptr<FollowerProcess>> follower =
+          FollowerProcess::Start(binary_, NodeArgs(1, port), "1", dir_ + "/follower.log");
+      ASSERT_TRUE(follower.ok()) << follower.status();
+      follower_ = std::move(*follower);
+      ScopedEnv only_gpu0("CUDA_VISIBLE_DEVICES", "0");
+      ScoredProcessOptions options;
+      options.binary = binary_;
+      options.args = NodeArgs(0, port);
+      absl::StatusOr<std::unique_ptr<ScoredProcess>> leader = ScoredProcess::Start(options);
+      if (!leader.ok() && attempt < 3 &&
+          leader.status().message().find("Address already in use") != absl::string_view::npos) {
+        follower_.reset();  // SIGKILL, reaped
+        continue;
+      }
+      ASSERT_TRUE(leader.ok()) << leader.status() << "\nfollower log:\n" << follower_->LogTail();
+      leader_ = std::move(*leader);
+      return;
+    }
   }
 
   std::string Logs() const {
