@@ -155,6 +155,27 @@ inline bool IsAligned(const void* p, uintptr_t bytes) {
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// 16 bytes as 8 bf16 values (element 0 in the low half of w.x), widened exactly to fp32.
+__device__ __forceinline__ void Bf16x8ToFloat(const uint4& w, float (&v)[8]) {
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    v[2 * j] = __uint_as_float(words[j] << 16);
+    v[2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
+  }
+}
+
+// 8 fp32 values rounded to bf16 (round-to-nearest-even, as __float2bfloat16_rn) into 16 bytes.
+__device__ __forceinline__ uint4 FloatToBf16x8(const float (&v)[8]) {
+  uint32_t words[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+    words[j] = *reinterpret_cast<const uint32_t*>(&pair);
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
 // FP8 E4M3FN codes of x[0] (low byte) and x[1], bitwise what engine/base/dtype.h FloatToFp8E4M3 gives
 // (round-to-nearest-even with subnormals, |x| >= 448 and +-inf saturate to +-448, NaN -> sign | 0x7F).
 // The hardware conversion (cvt.rn.satfinite.e4m3x2.f32, sm_89+) rounds and saturates the same way

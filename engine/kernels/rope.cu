@@ -169,14 +169,7 @@ __device__ __forceinline__ void Widen(const uint4& w, float (&v)[4]) {
   v[2] = __uint_as_float(w.z);
   v[3] = __uint_as_float(w.w);
 }
-__device__ __forceinline__ void Widen(const uint4& w, float (&v)[8]) {
-  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    v[2 * j] = __uint_as_float(words[j] << 16);
-    v[2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
-  }
-}
+__device__ __forceinline__ void Widen(const uint4& w, float (&v)[8]) { Bf16x8ToFloat(w, v); }
 
 __device__ __forceinline__ bool InTable(int32_t position, int64_t num_positions) {
   return position >= 0 && static_cast<int64_t>(position) < num_positions;

@@ -42,27 +42,6 @@ struct SwiGluMath<__nv_bfloat16> {
   }
 };
 
-// 16 bytes as 8 bf16 values (element 0 in the low half of w.x), widened exactly to fp32.
-__device__ __forceinline__ void Bf16x8ToFloat(const uint4& w, float (&v)[8]) {
-  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    v[2 * j] = __uint_as_float(words[j] << 16);
-    v[2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
-  }
-}
-
-// 8 fp32 values rounded to bf16 (round-to-nearest-even, as __float2bfloat16_rn) into 16 bytes.
-__device__ __forceinline__ uint4 FloatToBf16x8(const float (&v)[8]) {
-  uint32_t words[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
-    words[j] = *reinterpret_cast<const uint32_t*>(&pair);
-  }
-  return make_uint4(words[0], words[1], words[2], words[3]);
-}
-
 // ApplyFp8Scales<bf16_t>'s value of one element (fp8_scale.cu): bf16(y * (x_scale * w_scale)), both
 // products IEEE fp32 with round-to-nearest-even, then one RNE rounding to bf16; returned widened to fp32.
 __device__ __forceinline__ float ScaleToBf16(float y, float x_scale, float w_scale) {
