@@ -11,6 +11,7 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
   if (text.empty()) return fault;
   constexpr absl::string_view kFatalAfter = "fatal_after:";
   constexpr absl::string_view kFatalAfterMs = "fatal_after_ms:";
+  constexpr absl::string_view kSlowLoadMs = "slow_load_ms:";
   int64_t n = -1;
   if (absl::StartsWith(text, kFatalAfter) && absl::SimpleAtoi(text.substr(kFatalAfter.size()), &n) && n >= 0) {
     fault.fatal_after_batches = n;
@@ -21,8 +22,13 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
     fault.fatal_after_ms = n;
     return fault;
   }
+  if (absl::StartsWith(text, kSlowLoadMs) && absl::SimpleAtoi(text.substr(kSlowLoadMs.size()), &n) && n >= 0) {
+    fault.slow_load_ms = n;
+    return fault;
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      "--fault_inject must be fatal_after:N or fatal_after_ms:T with N, T >= 0, got '", text, "'"));
+      "--fault_inject must be fatal_after:N, fatal_after_ms:T or slow_load_ms:T with N, T >= 0, got '", text,
+      "'"));
 }
 
 void FaultInjectingEngine::CheckTimedFault() const {

@@ -8,6 +8,9 @@
 // `--fault_inject=fatal_after_ms:T` instead turns fatal T ms after the wrapper is made, with or without
 // traffic, as a multi-process engine does when it loses a peer process while idle (the server must
 // notice through fatal_status() alone).
+// `--fault_inject=slow_load_ms:T` makes the server wait T ms before it creates the engine, as a large
+// checkpoint on a cold disk or a leader waiting for its follower processes does (a stop signal during
+// startup must end the process at once).
 //
 // Thread-safety: as Engine (Score() from one thread; fatal_status() and info() from any thread).
 #ifndef SCORED_SERVER_FAULT_INJECTION_H_
@@ -32,10 +35,11 @@ namespace scored {
 struct FaultInjection {
   int64_t fatal_after_batches = -1;  // -1 = no fault; N >= 0 = the (N+1)-th Score() batch fails fatally
   int64_t fatal_after_ms = -1;       // -1 = no fault; T >= 0 = fatal T ms after the engine is wrapped
+  int64_t slow_load_ms = -1;         // -1 = no fault; T >= 0 = T ms of waiting before the engine is made
 };
 
-// "" -> no fault; "fatal_after:N" or "fatal_after_ms:T" with N, T >= 0. INVALID_ARGUMENT names
-// --fault_inject otherwise.
+// "" -> no fault; "fatal_after:N", "fatal_after_ms:T" or "slow_load_ms:T" with N, T >= 0. INVALID_ARGUMENT
+// names --fault_inject otherwise.
 absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text);
 
 class FaultInjectingEngine final : public Engine {

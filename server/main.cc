@@ -2,8 +2,8 @@
 // Multi-process tensor parallelism: the same command on every node plus `--nnodes M --node_rank R
 // --rendezvous HOST:PORT`; node rank 0 serves, the others follow (server/multinode.h).
 //
-// Exit codes: 0 after SIGTERM/SIGINT once in-flight work is finished (a follower: after the leader's clean
-// shutdown); 1 when startup fails (bad flag, model load, port taken) or the engine fails fatally while
+// Exit codes: 0 after SIGTERM/SIGINT once in-flight work is finished, or at once when the signal comes
+// during startup (a follower: after the leader's clean shutdown); 1 when startup fails (bad flag, model load, port taken) or the engine fails fatally while
 // serving (a lost follower or leader included).
 #include <signal.h>
 #include <time.h>
@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -72,15 +73,27 @@ ABSL_FLAG(std::string, fault_inject, "",
 namespace {
 
 std::atomic<bool> g_stop_signal_thread{false};
+// The started server once it serves; null while it starts (model load, the wait for follower processes).
+std::atomic<scored::Server*> g_serving{nullptr};
 
-// Waits for SIGTERM/SIGINT (blocked in every thread, so only this one sees them) and asks the
-// server to stop. Polls so that it can also end when the server stops for another reason.
-void SignalLoop(scored::Server* server, sigset_t signals) {
+// Waits for SIGTERM/SIGINT (blocked in every thread, so only this one sees them). A started server is
+// asked to stop (it drains in-flight calls); during startup there is nothing to drain, so the process
+// ends at once with exit code 0 instead of finishing a load nobody wants (minutes for a large checkpoint
+// on a cold disk, or up to the follower join timeout). Polls so that it can also end when the server stops
+// for another reason.
+void SignalLoop(sigset_t signals) {
   const timespec poll = {0, 100 * 1000 * 1000};
   while (!g_stop_signal_thread.load()) {
     const int sig = sigtimedwait(&signals, nullptr, &poll);
     if (sig > 0) {
-      SCORED_LOG(INFO) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", shutting down";
+      const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+      scored::Server* server = g_serving.load();
+      if (server == nullptr) {
+        SCORED_LOG(INFO) << "received " << name << " while starting, exiting";
+        std::fflush(nullptr);
+        std::_Exit(0);
+      }
+      SCORED_LOG(INFO) << "received " << name << ", shutting down";
       server->RequestStop();
       return;
     }
@@ -172,21 +185,27 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  std::thread signal_thread(SignalLoop, signals);
+  auto stop_signal_thread = [&signal_thread] {
+    g_stop_signal_thread.store(true);
+    signal_thread.join();
+  };
   absl::StatusOr<std::unique_ptr<scored::Server>> server = scored::Server::Create(*options);
   if (!server.ok()) {
     SCORED_LOG(ERROR) << "startup failed: " << server.status().ToString();
+    stop_signal_thread();
     return 1;
   }
   absl::Status started = (*server)->Start();
   if (!started.ok()) {
     SCORED_LOG(ERROR) << "startup failed: " << started.ToString();
+    stop_signal_thread();
     return 1;
   }
-  std::thread signal_thread(SignalLoop, server->get(), signals);
+  g_serving.store(server->get());
   const absl::Status why = (*server)->Wait();
   (*server)->Shutdown();
-  g_stop_signal_thread.store(true);
-  signal_thread.join();
+  stop_signal_thread();
   if (!why.ok()) {
     SCORED_LOG(ERROR) << "exiting after a fatal engine error: " << why.ToString();
     return 1;

@@ -112,6 +112,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                      << " ranks on this node; waiting for the followers";
   }
   const absl::Time load_start = absl::Now();
+  if (options.fault.slow_load_ms >= 0) {
+    SCORED_LOG(WARNING) << "--fault_inject: waiting " << options.fault.slow_load_ms
+                        << " ms before loading (testing only)";
+    absl::SleepFor(absl::Milliseconds(options.fault.slow_load_ms));
+  }
   absl::StatusOr<std::unique_ptr<Engine>> engine = CreateEngine(server->options_.engine);
   if (!engine.ok()) {
     return absl::Status(engine.status().code(),

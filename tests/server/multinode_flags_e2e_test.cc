@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
@@ -79,6 +80,30 @@ TEST(MultiNodeFlagsTest, FollowerThatCannotFollowExitsOneWithItsRole) {
               HasSubstr("follower node rank 1 of 2 (tensor-parallel ranks 1..1 of 2 on local GPUs 0..0)"));
   EXPECT_THAT(run.output, HasSubstr("no gRPC listener on this node"));
   EXPECT_THAT(run.output, HasSubstr("exiting: "));
+}
+
+// SIGTERM while the server is still starting (here a 60 s load, --fault_inject=slow_load_ms; in real life a
+// large checkpoint on a cold disk, or node rank 0 waiting for its follower processes) ends it at once
+// with exit code 0 instead of after the load: nothing is in flight yet.
+TEST(MultiNodeFlagsTest, SigtermDuringStartupExitsAtOnce) {
+  const std::string command = absl::StrCat(
+      "'", testing::DefaultScoredBinary(), "' ", Model(),
+      " --backend=cpu --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --fault_inject=slow_load_ms:60000 2>&1 & "
+      "pid=$!; sleep 1; kill -TERM $pid; wait $pid; echo \"exit=$?\"");
+  const absl::Time start = absl::Now();
+  ProcessRun run;
+  FILE* pipe = popen(absl::StrCat("timeout 90 sh -c '", absl::StrReplaceAll(command, {{"'", "'\\''"}}), "'").c_str(),
+                     "r");
+  ASSERT_NE(pipe, nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) run.output.append(buf, n);
+  pclose(pipe);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_LT(took, absl::Seconds(20)) << run.output;  // 1 s before the signal; the load alone would take 60
+  EXPECT_THAT(run.output, HasSubstr("waiting 60000 ms before loading")) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("received SIGTERM while starting, exiting")) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("exit=0")) << run.output;
 }
 
 // What a lost follower looks like to node rank 0's server: the engine turns fatal on its own while no

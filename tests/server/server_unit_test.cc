@@ -379,6 +379,9 @@ TEST(FaultInjectionTest, Parses) {
   EXPECT_EQ(ParseFaultInjection("fatal_after:7")->fatal_after_batches, 7);
   EXPECT_EQ(ParseFaultInjection("fatal_after:7")->fatal_after_ms, -1);
   EXPECT_EQ(ParseFaultInjection("fatal_after_ms:1500")->fatal_after_ms, 1500);
+  EXPECT_EQ(ParseFaultInjection("slow_load_ms:20000")->slow_load_ms, 20000);
+  EXPECT_EQ(ParseFaultInjection("slow_load_ms:20000")->fatal_after_ms, -1);
+  EXPECT_FALSE(ParseFaultInjection("slow_load_ms:-1").ok());
   EXPECT_EQ(ParseFaultInjection("fatal_after_ms:1500")->fatal_after_batches, -1);
   for (const char* bad : {"fatal_after:", "fatal_after:-1", "fatal_after:x", "crash", "fatal_after_ms:-5",
                           "fatal_after_ms:"}) {
