@@ -255,6 +255,40 @@ TEST_F(PplResumeE2eTest, ClientKilledAndRerunWithTheJournal) {
               static_cast<long long>(at_kill), static_cast<long long>(NumWindows()));
 }
 
+// The journal identifies the data file by its bytes (SHA-256), not its timestamp: a touched copy resumes (here
+// the finished journal: nothing left to score), an edit of the same size is refused naming data_sha256.
+TEST_F(PplResumeE2eTest, DataFileIdentityIsItsContent) {
+  const std::string data = *dir_ + "/ppl_resume_data.raw";
+  const std::string journal = *dir_ + "/ppl_resume_data.journal";
+  const std::string json = *dir_ + "/ppl_resume_data.json";
+  const std::string err = *dir_ + "/ppl_resume_data.err";
+  std::string text = ReadText(std::string(SCORED_DATA_DIR) + "/wikitext-2-raw/wiki.test.raw");
+  ASSERT_GT(text.size(), 1000u);
+  auto write = [&](const std::string& bytes) {
+    std::ofstream out(data, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  };
+  write(text);
+  std::remove(journal.c_str());
+  std::vector<std::string> args = {absl::StrCat("--server=127.0.0.1:", port_), "--data=" + data, "--method=chunks",
+                                   "--ctx=512", "--max_windows=20", "--inflight=2", "--quiet", "--json=" + json,
+                                   "--journal=" + journal};
+  ASSERT_EQ(WaitChild(SpawnPpl(args, *dir_ + "/ppl_resume_data.out", err), kRunBound), 0) << ReadText(err);
+  ASSERT_EQ(CountLines(journal) - 1, 20);
+
+  // Same bytes, new modification time (rewritten a second later).
+  absl::SleepFor(absl::Milliseconds(1100));
+  write(text);
+  ASSERT_EQ(WaitChild(SpawnPpl(args, *dir_ + "/ppl_resume_data2.out", err), kRunBound), 0) << ReadText(err);
+  EXPECT_NE(ReadText(err).find("resuming from journal"), std::string::npos) << ReadText(err);
+
+  // One byte changed, same size.
+  text[text.size() / 2] = text[text.size() / 2] == 'x' ? 'y' : 'x';
+  write(text);
+  EXPECT_EQ(WaitChild(SpawnPpl(args, *dir_ + "/ppl_resume_data3.out", err), kRunBound), 1);
+  EXPECT_NE(ReadText(err).find("field 'data_sha256'"), std::string::npos) << ReadText(err);
+}
+
 }  // namespace
 }  // namespace ppl
 }  // namespace scored
