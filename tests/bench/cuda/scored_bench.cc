@@ -336,7 +336,8 @@ double TimeMs(Fn fn, int reps) {
   return Median(times);
 }
 
-// Per-op times of one forward at `tokens` rows in windows of `ctx` (random bf16 data), scaled to the model:
+// Per-op times of one forward at `tokens` rows in windows of `ctx` (random bf16 data; GEMMs tuned and RoPE from
+// the cos/sin table, as the engine runs them), scaled to the model:
 // where the forward's time goes.
 void Profile(const ModelConfig& c, int64_t tokens, int64_t ctx) {
   using kernels::bf16_t;
@@ -347,7 +348,7 @@ void Profile(const ModelConfig& c, int64_t tokens, int64_t ctx) {
   auto qkv = cuda::DeviceBuffer::Allocate(tokens * qkv_dim * 2, "qkv");
   auto attn = cuda::DeviceBuffer::Allocate(tokens * q_dim * 2, "attn");
   auto x = cuda::DeviceBuffer::Allocate(tokens * inter * 2 * 2, "x");
-  auto y = cuda::DeviceBuffer::Allocate(tokens * inter * 2, "y");
+  auto y = cuda::DeviceBuffer::Allocate(tokens * 2 * inter * 2, "y");  // gate|up's output, the widest
   auto w = cuda::DeviceBuffer::Allocate(c.vocab_size * hidden * 2, "w");
   auto residual = cuda::DeviceBuffer::Allocate(tokens * hidden * 4, "residual");
   auto norm_w = cuda::DeviceBuffer::Allocate(hidden * 4, "norm");
@@ -356,8 +357,10 @@ void Profile(const ModelConfig& c, int64_t tokens, int64_t ctx) {
   auto lp = cuda::DeviceBuffer::Allocate(tokens * 8, "lp");
   auto greedy = cuda::DeviceBuffer::Allocate(tokens, "greedy");
   auto inv_freq = cuda::DeviceBuffer::Allocate(hd * 2, "inv_freq");
+  auto rope_table = cuda::DeviceBuffer::Allocate(ctx * hd * 4, "rope_table");  // (cos, sin) of ctx positions
   if (!runner.ok() || !qkv.ok() || !attn.ok() || !x.ok() || !y.ok() || !w.ok() || !residual.ok() ||
-      !norm_w.ok() || !logits.ok() || !ints.ok() || !lp.ok() || !greedy.ok() || !inv_freq.ok()) {
+      !norm_w.ok() || !logits.ok() || !ints.ok() || !lp.ok() || !greedy.ok() || !inv_freq.ok() ||
+      !rope_table.ok()) {
     std::printf("profile: allocation failed\n");
     return;
   }
@@ -365,6 +368,7 @@ void Profile(const ModelConfig& c, int64_t tokens, int64_t ctx) {
   cudaMemset(residual->data(), 0x3c, residual->bytes());  // fp32 values ~0.01
   cudaMemset(norm_w->data(), 0x3f, norm_w->bytes());      // fp32 values ~0.75
   cudaMemset(inv_freq->data(), 0x3a, inv_freq->bytes());
+  (void)kernels::RopeCosSinTable(inv_freq->as<float>(), ctx, hd / 2, rope_table->as<float>(), nullptr);
   std::vector<int32_t> host_ints((tokens + 1) * 3, 0);
   int32_t* cu = host_ints.data();
   const int64_t seqs = tokens / ctx;
@@ -392,8 +396,10 @@ void Profile(const ModelConfig& c, int64_t tokens, int64_t ctx) {
     double ms;
     double per_forward;  // times per forward
   };
+  // Each layer shape (rows == tokens) tuned as the engine tunes it at load (GemmRunner::Tune), then timed.
   const auto gemm = [&](int64_t rows, int64_t out, int64_t in, cuda::GemmTypes types, void* dst,
                          bool accumulate = false) {
+    if (rows == tokens) (void)(*runner)->Tune(x->data(), w->data(), dst, out, in, types, nullptr);
     return TimeMs(
         [&] { (void)(*runner)->Linear(x->data(), w->data(), dst, rows, out, in, types, nullptr, accumulate); },
         reps);
@@ -418,8 +424,8 @@ void Profile(const ModelConfig& c, int64_t tokens, int64_t ctx) {
       {"rope",
        TimeMs(
            [&] {
-             (void)kernels::Rope<bf16_t>(q, qkv_dim, d_pos, inv_freq->as<float>(), tokens,
-                                         c.num_heads + c.num_kv_heads, hd, nullptr);
+             (void)kernels::RopeWithTable<bf16_t>(q, qkv_dim, d_pos, rope_table->as<float>(), ctx, tokens,
+                                                  c.num_heads + c.num_kv_heads, hd, nullptr);
            },
            reps),
        layers},
