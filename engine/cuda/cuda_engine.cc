@@ -21,6 +21,7 @@
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/peer_link.h"
 #include "engine/cuda/rank_worker.h"
 #include "engine/cuda/transformer.h"
 #include "engine/dist/control_channel.h"
@@ -66,9 +67,10 @@ absl::Status FillFromEmbedding(const DeviceModel& model, const cuda::DeviceBuffe
 
 // bf16 only: times the heuristic's top GEMM candidates of each decoder-layer shape at max_tokens rows on the
 // activation buffers (their contents are overwritten later by every forward) with layer 0's weights, and
-// pins the fastest (GemmRunner::Tune).
-absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activations& acts,
-                            cudaStream_t stream) {
+// pins the fastest (GemmRunner::Tune). one_gpu: o_proj / down_proj run as two GEMMs over their input column
+// halves where acts.row_parallel_halves says so (cuda::SumsInHalves); those shapes are the ones timed.
+absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activations& acts, cudaStream_t stream,
+                            bool one_gpu) {
   if (model.dtype != ComputeDtype::kBf16 || model.layers.empty()) return absl::OkStatus();
   for (const cuda::DeviceBuffer* b : {&acts.normed, &acts.attn, &acts.mlp}) {
     SCORED_RETURN_IF_ERROR(FillFromEmbedding(model, *b, stream));
@@ -79,11 +81,12 @@ absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activati
     const cuda::DeviceBuffer* x;
     const cuda::DeviceBuffer* y;
     cuda::GemmTypes types;
+    bool row_parallel;
   };
-  const Job jobs[] = {{&layer.qkv, &acts.normed, &acts.qkv, cuda::GemmTypes::kBf16ToBf16},
-                      {&layer.o, &acts.attn, &acts.proj, cuda::GemmTypes::kBf16ToFp32},
-                      {&layer.gate_up, &acts.normed, &acts.gate_up, cuda::GemmTypes::kBf16ToBf16},
-                      {&layer.down, &acts.mlp, &acts.proj, cuda::GemmTypes::kBf16ToFp32}};
+  const Job jobs[] = {{&layer.qkv, &acts.normed, &acts.qkv, cuda::GemmTypes::kBf16ToBf16, false},
+                      {&layer.o, &acts.attn, &acts.proj, cuda::GemmTypes::kBf16ToFp32, true},
+                      {&layer.gate_up, &acts.normed, &acts.gate_up, cuda::GemmTypes::kBf16ToBf16, false},
+                      {&layer.down, &acts.mlp, &acts.proj, cuda::GemmTypes::kBf16ToFp32, true}};
   for (const Job& job : jobs) {
     const int64_t out = job.linear->out_features(), in = job.linear->in_features();
     cuda::GemmTypes types = job.types;
@@ -97,6 +100,12 @@ absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activati
                                        stream, acts.act_scale.as<float>(), job.linear->fp8_scale()));
     } else {
       SCORED_ASSIGN_OR_RETURN(const void* w, job.linear->Materialize(model.dtype, acts.scratch.data(), stream));
+      if (job.row_parallel && one_gpu && acts.row_parallel_halves && cuda::SumsInHalves(*job.linear, model.dtype)) {
+        SCORED_RETURN_IF_ERROR(gemm.Tune(job.x->data(), w, job.y->data(), out, in / 2, types, stream, nullptr, nullptr, in));
+        SCORED_LOG(INFO) << "GEMM [" << acts.max_tokens << ", " << in / 2 << " of " << in << "] x [" << out << ", "
+                         << in / 2 << " of " << in << "]^T (each half): " << gemm.Choice(out, in / 2, types, in);
+        continue;
+      }
       SCORED_RETURN_IF_ERROR(gemm.Tune(job.x->data(), w, job.y->data(), out, in, types, stream));
     }
     SCORED_LOG(INFO) << "GEMM [" << acts.max_tokens << ", " << in << "] x [" << out << ", " << in
@@ -106,10 +115,10 @@ absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activati
 }
 
 // One batch packed on the host once and handed to every rank: rows of sequence s are
-// [cu_seqlens[s], cu_seqlens[s + 1]).
+// [fb.cu_seqlens[s], fb.cu_seqlens[s + 1]).
 struct PackedBatch {
   ForwardBatch fb;
-  std::vector<int32_t> tokens, positions, targets, cu_seqlens;  // [n], [n], [n], [num_seqs + 1]
+  std::vector<int32_t> tokens, positions, targets;  // [n] each
   std::vector<int64_t> first_row;  // per sequence: the first row whose logits are scored
 };
 
@@ -151,7 +160,7 @@ std::string SerializeBatch(const PackedBatch& b) {
   PutArray(&out, b.tokens);
   PutArray(&out, b.positions);
   PutArray(&out, b.targets);
-  PutArray(&out, b.cu_seqlens);
+  PutArray(&out, b.fb.cu_seqlens);
   return out;
 }
 
@@ -198,7 +207,7 @@ absl::StatusOr<PackedBatch> ParseBatch(const std::string& bytes, int64_t max_tok
     b.fb.lm_head_rows.push_back(span);
   }
   ok = ok && in.GetArray(b.fb.num_tokens, &b.tokens) && in.GetArray(b.fb.num_tokens, &b.positions) &&
-       in.GetArray(b.fb.num_tokens, &b.targets) && in.GetArray(int64_t{b.fb.num_seqs} + 1, &b.cu_seqlens) &&
+       in.GetArray(b.fb.num_tokens, &b.targets) && in.GetArray(int64_t{b.fb.num_seqs} + 1, &b.fb.cu_seqlens) &&
        in.done();
   if (!ok) return absl::InternalError("malformed batch from the leader");
   b.fb.options.want_rank = want_rank != 0;
@@ -231,9 +240,10 @@ std::string DeviceName(int device) {
   return absl::StrCat("GPU ", device, " (", prop.name, ")");
 }
 
-// Everything of one rank after its communicator: shard upload, activation reservation, GEMM choices.
+// Everything of one rank after its communicator: shard upload, activation reservation (with `link`: this
+// rank's peer-copy receive buffers too), GEMM choices.
 absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options, const ShardPlan* plan,
-                       Rank* rank, int64_t* activation_bytes) {
+                       cuda::PeerLink* link, Rank* rank, int64_t* activation_bytes) {
   const int64_t max_tokens = options.max_batch_tokens;
   const int tp_size = plan != nullptr ? plan->tp_size : 1;
   SCORED_ASSIGN_OR_RETURN(rank->stream, CudaStream::Create());
@@ -246,7 +256,9 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
   size_t free_bytes = 0, total_bytes = 0;
   SCORED_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   const int64_t per_token = cuda::ActivationBytesPerToken(config, options.dtype);
-  const int64_t fixed = cuda::FixedActivationBytes(config, model, max_tokens, tp_size);
+  const int64_t link_elements = max_tokens * config.hidden_size;
+  const int64_t fixed = cuda::FixedActivationBytes(config, model, max_tokens, tp_size) +
+                        (link != nullptr ? cuda::PeerLink::BytesPerRank(link_elements) : 0);
   const int64_t available = static_cast<int64_t>(free_bytes) - kReserveBytes;
   const auto too_big = [&]() {
     const int64_t fits = std::max<int64_t>(0, (available - fixed) / per_token);
@@ -262,6 +274,12 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
   if (absl::IsResourceExhausted(acts.status())) return too_big();
   if (!acts.ok()) return acts.status();
   rank->acts = *std::move(acts);
+  if (link != nullptr) {
+    const absl::Status linked = link->InitRank(rank->index, link_elements);
+    if (absl::IsResourceExhausted(linked)) return too_big();
+    SCORED_RETURN_IF_ERROR(linked);
+    rank->tp.peer = link;
+  }
   // Row-chunk pipelining of the tensor-parallel all-reduces (Activations::tp_row_chunks): SCORED_TP_ROW_CHUNKS
   // = 1 turns it off, c > 1 forces c chunks; unset or 0 is auto.
   if (const char* chunks = std::getenv("SCORED_TP_ROW_CHUNKS"); chunks != nullptr && tp_size > 1) {
@@ -271,6 +289,14 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
                                                      cuda::kMaxTpRowChunks));
     }
     rank->acts.tp_row_chunks = value;
+  }
+  // tp 1: o_proj / down_proj sum in two halves of their input, bitwise as tp 2 does (cuda::SumsInHalves);
+  // SCORED_ROW_PARALLEL_HALVES=0 runs one GEMM each instead.
+  if (const char* halves = std::getenv("SCORED_ROW_PARALLEL_HALVES"); halves != nullptr && halves[0] != '\0') {
+    if (std::string(halves) != "0" && std::string(halves) != "1") {
+      return absl::InvalidArgumentError(absl::StrCat("SCORED_ROW_PARALLEL_HALVES=", halves, ": want 0 or 1"));
+    }
+    rank->acts.row_parallel_halves = std::string(halves) == "1";
   }
   *activation_bytes = fixed + per_token * max_tokens;
 
@@ -287,7 +313,7 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
   }
 
   // Pin every GEMM algorithm before the first batch: the decoder-layer shapes timed, the rest by heuristic.
-  SCORED_RETURN_IF_ERROR(TuneLayerGemms(model, *rank->gemm, rank->acts, rank->stream.get()));
+  SCORED_RETURN_IF_ERROR(TuneLayerGemms(model, *rank->gemm, rank->acts, rank->stream.get(), plan == nullptr));
   const cuda::GemmTypes types =
       options.dtype == ComputeDtype::kBf16 ? cuda::GemmTypes::kBf16ToBf16 : cuda::GemmTypes::kFp32;
   const cuda::GemmTypes head_types =
@@ -298,7 +324,12 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
                                                  linear->fp8_resident() ? cuda::GemmTypes::kFp8ToBf16 : types));
     }
     for (const cuda::DeviceLinear* linear : {&layer.o, &layer.down}) {
-      SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), linear->in_features(),
+      const int64_t in = linear->in_features();
+      if (plan == nullptr && rank->acts.row_parallel_halves && cuda::SumsInHalves(*linear, options.dtype)) {
+        SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), in / 2, head_types, in));
+        continue;
+      }
+      SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), in,
                                                  linear->fp8_resident() ? cuda::GemmTypes::kFp8ToFp32 : head_types));
     }
   }
@@ -352,6 +383,7 @@ class CudaEngine final : public Engine {
   std::unique_ptr<ModelWeights> weights_;
   std::vector<std::unique_ptr<Rank>> ranks_;                // [tp]
   std::vector<std::unique_ptr<cuda::RankWorker>> workers_;  // [tp] at tp > 1, else empty
+  std::unique_ptr<cuda::PeerLink> peer_link_;               // tp 2 in one process, unless NCCL was asked for
   std::unique_ptr<dist::NcclWatchdog> watchdog_;
   std::unique_ptr<dist::ControlChannel> channel_;  // multi-process only: leader or follower end
   ModelInfo info_;
@@ -415,6 +447,23 @@ absl::Status CudaEngine::StartRanks(const EngineOptions& options, const dist::Nc
     ranks_.push_back(std::move(rank));
     workers_.push_back(std::make_unique<cuda::RankWorker>());
   }
+  // tp 2 in one process: the row-parallel partial products are summed by copy-engine peer copies (cuda::PeerLink,
+  // bitwise NCCL's sums) unless SCORED_TP_EXCHANGE=nccl; NCCL where the GPUs cannot reach each other's memory.
+  if (local == 2 && options.nnodes == 1) {
+    const char* exchange = std::getenv("SCORED_TP_EXCHANGE");
+    const std::string mode = exchange != nullptr && exchange[0] != '\0' ? exchange : "copy";
+    if (mode != "copy" && mode != "nccl") {
+      return absl::InvalidArgumentError(absl::StrCat("SCORED_TP_EXCHANGE=", mode, ": want copy or nccl"));
+    }
+    if (mode == "copy") {
+      absl::StatusOr<std::unique_ptr<cuda::PeerLink>> link = cuda::PeerLink::Create(0, 1);
+      if (link.ok()) {
+        peer_link_ = *std::move(link);
+      } else {
+        SCORED_LOG(WARNING) << link.status().message() << "; the row-parallel sums run as NCCL all-reduces";
+      }
+    }
+  }
   // Every rank joins the communicator first (a collective: all ranks at once), then loads its shard.
   SCORED_RETURN_IF_ERROR(OnAllRanks([&](Rank& rank) -> absl::Status {
     SCORED_CUDA_CHECK(cudaSetDevice(rank.device));
@@ -425,7 +474,7 @@ absl::Status CudaEngine::StartRanks(const EngineOptions& options, const dist::Nc
     rank.tp.vocab_size = config.vocab_size;
     rank.tp.vocab_begin = plan.vocab_begin;
     rank.tp.vocab_rows = plan.vocab_end - plan.vocab_begin;
-    return BuildRank(weights, options, &plan, &rank, &rank_bytes[rank.index - first_rank]);
+    return BuildRank(weights, options, &plan, peer_link_.get(), &rank, &rank_bytes[rank.index - first_rank]);
   }));
   std::vector<dist::NcclCommunicator*> comms;
   for (const auto& rank : ranks_) comms.push_back(rank->comm.get());
@@ -456,7 +505,9 @@ void CudaEngine::FillInfo(const EngineOptions& options, int64_t activation_bytes
   SCORED_LOG(INFO) << "cuda engine: " << config.architecture << " " << summary.format << ", "
                    << info.compute_dtype << ", tp " << tp_ << " (" << ranks_.size() << " GPU(s) here), weights "
                    << GiB(info.resident_bytes) << " GiB here, activations for " << options.max_batch_tokens
-                   << " tokens " << GiB(activation_bytes) << " GiB per GPU";
+                   << " tokens " << GiB(activation_bytes) << " GiB per GPU"
+                   << (tp_ == 1 ? "" : peer_link_ != nullptr ? ", row-parallel sums by peer copies"
+                                                              : ", row-parallel sums by NCCL all-reduce");
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& options) {
@@ -470,7 +521,8 @@ absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& 
     rank->config = engine->weights_->config();
     SCORED_CUDA_CHECK(cudaSetDevice(rank->device));
     int64_t activation_bytes = 0;
-    SCORED_RETURN_IF_ERROR(BuildRank(*engine->weights_, options, nullptr, rank.get(), &activation_bytes));
+    SCORED_RETURN_IF_ERROR(
+        BuildRank(*engine->weights_, options, nullptr, nullptr, rank.get(), &activation_bytes));
     engine->ranks_.push_back(std::move(rank));
     engine->FillInfo(options, activation_bytes);
     return std::unique_ptr<Engine>(std::move(engine));
@@ -538,8 +590,9 @@ CudaEngine::~CudaEngine() {
   watchdog_.reset();
   if (workers_.empty()) return;
   // Each rank's device state goes on its own thread, all at once (the communicators finalize together).
-  const absl::Status destroyed = OnAllRanks([](Rank& rank) -> absl::Status {
+  const absl::Status destroyed = OnAllRanks([this](Rank& rank) -> absl::Status {
     if (cudaSetDevice(rank.device) != cudaSuccess) return absl::InternalError("cudaSetDevice");
+    if (peer_link_ != nullptr) peer_link_->ReleaseRank(rank.index);
     Rank gone;
     std::swap(gone.comm, rank.comm);
     std::swap(gone.model, rank.model);
@@ -573,6 +626,7 @@ void CudaEngine::SetFatal(const absl::Status& status) {
 
 absl::Status CudaEngine::FailAllRanks(const absl::Status& status) {
   SetFatal(status);
+  if (peer_link_ != nullptr) peer_link_->Abort(status);
   for (const auto& rank : ranks_) {
     if (rank->comm != nullptr) rank->comm->Abort(status);
   }
@@ -680,8 +734,8 @@ absl::Status CudaEngine::RunRank(Rank& rank, const PackedBatch& batch, HostResul
       cudaMemcpyAsync(acts.positions.data(), batch.positions.data(), n * 4, cudaMemcpyHostToDevice, stream));
   SCORED_CUDA_CHECK(
       cudaMemcpyAsync(acts.targets.data(), batch.targets.data(), n * 4, cudaMemcpyHostToDevice, stream));
-  SCORED_CUDA_CHECK(cudaMemcpyAsync(acts.cu_seqlens.data(), batch.cu_seqlens.data(),
-                                    batch.cu_seqlens.size() * 4, cudaMemcpyHostToDevice, stream));
+  SCORED_CUDA_CHECK(cudaMemcpyAsync(acts.cu_seqlens.data(), batch.fb.cu_seqlens.data(),
+                                    batch.fb.cu_seqlens.size() * 4, cudaMemcpyHostToDevice, stream));
   SCORED_RETURN_IF_ERROR(cuda::Forward(rank.config, *rank.model, *rank.gemm, batch.fb, &acts, stream,
                                        rank.comm != nullptr ? &rank.tp : nullptr));
   if (out != nullptr) {
@@ -720,7 +774,7 @@ absl::Status CudaEngine::RunRank(Rank& rank, const PackedBatch& batch, HostResul
 absl::Status CudaEngine::ScoreGroup(absl::Span<const ScoreRequest> group, std::vector<ScoreResult>* results) {
   PackedBatch packed;
   ForwardBatch& fb = packed.fb;
-  packed.cu_seqlens = {0};
+  fb.cu_seqlens = {0};
   for (const ScoreRequest& r : group) {
     const int64_t n = static_cast<int64_t>(r.tokens.size());
     const int64_t offset = static_cast<int64_t>(packed.tokens.size());
@@ -730,7 +784,7 @@ absl::Status CudaEngine::ScoreGroup(absl::Span<const ScoreRequest> group, std::v
       packed.positions.push_back(static_cast<int32_t>(j));
       packed.targets.push_back(j + 1 < n ? r.tokens[j + 1] : 0);
     }
-    packed.cu_seqlens.push_back(static_cast<int32_t>(offset + n));
+    fb.cu_seqlens.push_back(static_cast<int32_t>(offset + n));
     fb.max_seqlen = std::max(fb.max_seqlen, static_cast<int32_t>(n));
     packed.first_row.push_back(offset + from - 1);
     const RowSpan span{offset + from - 1, offset + n - 1};
@@ -763,7 +817,7 @@ absl::Status CudaEngine::ScoreGroup(absl::Span<const ScoreRequest> group, std::v
   const int64_t top_k = fb.options.top_k;
   for (size_t s = 0; s < group.size(); ++s) {
     const ScoreRequest& r = group[s];
-    const int64_t last_row = packed.cu_seqlens[s + 1] - 1;  // exclusive: the last token predicts nothing
+    const int64_t last_row = fb.cu_seqlens[s + 1] - 1;  // exclusive: the last token predicts nothing
     ScoreResult result;
     for (int64_t row = packed.first_row[s]; row < last_row; ++row) {
       result.logprob.push_back(static_cast<float>(host.logprob[row]));

@@ -67,10 +67,10 @@ struct TokenLayouts {
     if (x != nullptr) cublasLtMatrixLayoutDestroy(x);
     if (y != nullptr) cublasLtMatrixLayoutDestroy(y);
   }
-  absl::Status Init(int64_t num_tokens, int64_t out_features, int64_t in_features, GemmTypes types) {
+  absl::Status Init(int64_t num_tokens, int64_t out_features, int64_t in_features, int64_t ld, GemmTypes types) {
     SCORED_RETURN_IF_ERROR(
         CublasStatus(cublasLtMatrixLayoutCreate(&x, InputType(types), static_cast<uint64_t>(in_features),
-                                                static_cast<uint64_t>(num_tokens), in_features),
+                                                static_cast<uint64_t>(num_tokens), ld),
                      "cublasLtMatrixLayoutCreate(x)"));
     return CublasStatus(cublasLtMatrixLayoutCreate(&y, OutputType(types), static_cast<uint64_t>(out_features),
                                                    static_cast<uint64_t>(num_tokens), out_features),
@@ -98,16 +98,18 @@ GemmRunner::~GemmRunner() {
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
-absl::Status GemmRunner::Prepare(int64_t out_features, int64_t in_features, GemmTypes types) {
-  return GetPlan(out_features, in_features, types).status();
+absl::Status GemmRunner::Prepare(int64_t out_features, int64_t in_features, GemmTypes types, int64_t ld) {
+  return GetPlan(out_features, in_features, types, ld).status();
 }
 
 absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features, int64_t in_features,
-                                                            GemmTypes types) {
-  const Key key{out_features, in_features, types};
+                                                            GemmTypes types, int64_t ld) {
+  if (ld == 0) ld = in_features;
+  const Key key{out_features, in_features, types, ld};
   if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
-  if (out_features <= 0 || in_features <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("GEMM shape [", out_features, ", ", in_features, "]"));
+  if (out_features <= 0 || in_features <= 0 || ld < in_features) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GEMM shape [", out_features, ", ", in_features, "] with row stride ", ld));
   }
 
   if (IsFp8(types) && (out_features % 16 != 0 || in_features % 16 != 0)) {
@@ -126,6 +128,7 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
     Plan plan;
     plan.out_features = out_features;
     plan.in_features = in_features;
+    plan.ld = ld;
     plan.fp8_outer_vec = outer_vec;
     status = FindCandidates(&plan, types);
     if (!status.ok()) {
@@ -143,7 +146,7 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
 
 absl::Status GemmRunner::FindCandidates(Plan* out, GemmTypes types) {
   Plan& plan = *out;
-  const int64_t out_features = plan.out_features, in_features = plan.in_features;
+  const int64_t out_features = plan.out_features, in_features = plan.in_features, ld = plan.ld;
   const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   SCORED_RETURN_IF_ERROR(
       CublasStatus(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate"));
@@ -162,11 +165,11 @@ absl::Status GemmRunner::FindCandidates(Plan* out, GemmTypes types) {
       "set TRANSB"));
   SCORED_RETURN_IF_ERROR(CublasStatus(
       cublasLtMatrixLayoutCreate(&plan.w_layout, InputType(types), static_cast<uint64_t>(in_features),
-                                 static_cast<uint64_t>(out_features), in_features),
+                                 static_cast<uint64_t>(out_features), ld),
       "cublasLtMatrixLayoutCreate(w)"));
 
   TokenLayouts layouts;
-  SCORED_RETURN_IF_ERROR(layouts.Init(max_tokens_, out_features, in_features, types));
+  SCORED_RETURN_IF_ERROR(layouts.Init(max_tokens_, out_features, in_features, ld, types));
 
   cublasLtMatmulPreference_t pref = nullptr;
   SCORED_RETURN_IF_ERROR(
@@ -230,7 +233,7 @@ cublasStatus_t GemmRunner::Run(const Plan& plan, const cublasLtMatmulAlgo_t& alg
     if (set != CUBLAS_STATUS_SUCCESS) return set;
   }
   TokenLayouts layouts;
-  if (!layouts.Init(num_tokens, plan.out_features, plan.in_features, types).ok()) {
+  if (!layouts.Init(num_tokens, plan.out_features, plan.in_features, plan.ld, types).ok()) {
     return CUBLAS_STATUS_INTERNAL_ERROR;
   }
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
@@ -240,12 +243,12 @@ cublasStatus_t GemmRunner::Run(const Plan& plan, const cublasLtMatmulAlgo_t& alg
 
 absl::Status GemmRunner::Tune(const void* x, const void* w, void* y, int64_t out_features,
                               int64_t in_features, GemmTypes types, cudaStream_t stream, const float* x_scale,
-                              const float* w_scale) {
+                              const float* w_scale, int64_t ld) {
   if (IsFp8(types) && (x_scale == nullptr || w_scale == nullptr)) {
     return absl::InvalidArgumentError("GemmRunner::Tune: FP8 needs both scale vectors");
   }
-  SCORED_ASSIGN_OR_RETURN(const Plan* found, GetPlan(out_features, in_features, types));
-  Plan& plan = plans_.at(Key{out_features, in_features, types});
+  SCORED_ASSIGN_OR_RETURN(const Plan* found, GetPlan(out_features, in_features, types, ld));
+  Plan& plan = plans_.at(Key{out_features, in_features, types, found->ld});
   if (found->tuned) return absl::OkStatus();
   cudaEvent_t start = nullptr, stop = nullptr;
   SCORED_CUDA_CHECK(cudaEventCreate(&start));
@@ -291,21 +294,21 @@ absl::Status GemmRunner::Tune(const void* x, const void* w, void* y, int64_t out
   return absl::OkStatus();
 }
 
-std::string GemmRunner::Choice(int64_t out_features, int64_t in_features, GemmTypes types) const {
-  auto it = plans_.find(Key{out_features, in_features, types});
+std::string GemmRunner::Choice(int64_t out_features, int64_t in_features, GemmTypes types, int64_t ld) const {
+  auto it = plans_.find(Key{out_features, in_features, types, ld == 0 ? in_features : ld});
   return it == plans_.end() ? std::string() : it->second.choice;
 }
 
 absl::Status GemmRunner::Linear(const void* x, const void* w, void* y, int64_t num_tokens,
                                 int64_t out_features, int64_t in_features, GemmTypes types,
-                                cudaStream_t stream, bool accumulate) {
+                                cudaStream_t stream, bool accumulate, int64_t ld) {
   if (IsFp8(types)) return absl::InvalidArgumentError("GemmRunner::Linear: FP8 types go through Fp8Linear");
   if (num_tokens < 0 || num_tokens > max_tokens_) {
     return absl::OutOfRangeError(
         absl::StrCat("GEMM with ", num_tokens, " tokens; the engine was sized for ", max_tokens_));
   }
   if (num_tokens == 0) return absl::OkStatus();
-  SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types));
+  SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types, ld));
   return CublasStatus(Run(*plan, plan->algo, x, w, y, num_tokens, types, nullptr, nullptr, stream, accumulate),
                       "cublasLtMatmul");
 }

@@ -74,7 +74,8 @@ class GemmRunner {
 
   // Chooses and pins the algorithm for one weight shape (also done lazily by Linear()). INTERNAL when
   // cuBLASLt offers no algorithm without split-K for it.
-  absl::Status Prepare(int64_t out_features, int64_t in_features, GemmTypes types);
+  // ld as in Linear().
+  absl::Status Prepare(int64_t out_features, int64_t in_features, GemmTypes types, int64_t ld = 0);
 
   // Times the heuristic's top candidates without split-K at max_tokens rows (a few runs each on `stream`,
   // synchronizing it) and pins the fastest, unless it beats the heuristic's first choice by less than
@@ -85,23 +86,26 @@ class GemmRunner {
                     const void* w,  // [out_features, in_features]
                     void* y,        // [max_tokens, out_features]
                     int64_t out_features, int64_t in_features, GemmTypes types, cudaStream_t stream,
-                    const float* x_scale = nullptr,   // [max_tokens], FP8 types only
-                    const float* w_scale = nullptr);  // [out_features], FP8 types only
+                    const float* x_scale = nullptr,  // [max_tokens], FP8 types only
+                    const float* w_scale = nullptr,  // [out_features], FP8 types only
+                    int64_t ld = 0);                 // as in Linear()
 
   // The algorithm pinned for a shape, as "heuristic candidate i of n, t ms" (tuned) or "heuristic first"
   // (not tuned); empty for a shape never prepared.
-  std::string Choice(int64_t out_features, int64_t in_features, GemmTypes types) const;
+  std::string Choice(int64_t out_features, int64_t in_features, GemmTypes types, int64_t ld = 0) const;
 
   // y = x · w^T on `stream`, or with `accumulate` y += x · w^T (cuBLASLt's epilogue with beta = 1 and C = y:
   // each element is acc + y rounded once to y's type, the same value as writing acc and adding y in a separate
   // pass; the pinned algorithm is the same). 0 <= num_tokens <= max_tokens. Pointers 16-byte aligned; x, w, y
-  // must not overlap. Asynchronous: errors of the launch itself are returned, execution errors surface at the
-  // next synchronization.
+  // must not overlap. ld: the row stride (elements) of both x and w, >= in_features (0: in_features), so that
+  // a GEMM can run over a block of input columns [k0, k0 + in_features) of wider x and w (pointers offset by
+  // k0); each ld is planned (and its algorithm pinned) as its own shape. Asynchronous: errors of the launch
+  // itself are returned, execution errors surface at the next synchronization.
   absl::Status Linear(const void* x,  // [num_tokens, in_features], bf16 or fp32 per `types`
                       const void* w,  // [out_features, in_features], bf16 or fp32 per `types`
                       void* y,        // [num_tokens, out_features], bf16 or fp32 per `types`
                       int64_t num_tokens, int64_t out_features, int64_t in_features, GemmTypes types,
-                      cudaStream_t stream, bool accumulate = false);
+                      cudaStream_t stream, bool accumulate = false, int64_t ld = 0);
 
   // FP8 W8A8: y[t, o] = bf16 or fp32 of (sum_k x[t, k] * w[o, k]) * x_scale[t] * w_scale[o] on `stream`,
   // types kFp8ToBf16 or kFp8ToFp32; x and w FP8 E4M3FN bit patterns. in_features and out_features must be
@@ -130,6 +134,7 @@ class GemmRunner {
     cublasLtMatrixLayout_t w_layout = nullptr;  // A: col-major [in, out], used transposed
     int64_t out_features = 0;
     int64_t in_features = 0;
+    int64_t ld = 0;  // row stride of x and w (elements)
     // FP8 only: scales in cuBLASLt's epilogue (outer vectors); false: unit scales, then ApplyFp8Scales.
     bool fp8_outer_vec = false;
     cublasLtMatmulAlgo_t algo;
@@ -137,10 +142,10 @@ class GemmRunner {
     bool tuned = false;
     std::string choice;
   };
-  using Key = std::tuple<int64_t, int64_t, GemmTypes>;
+  using Key = std::tuple<int64_t, int64_t, GemmTypes, int64_t>;  // out, in, types, ld
 
   GemmRunner() = default;
-  absl::StatusOr<const Plan*> GetPlan(int64_t out_features, int64_t in_features, GemmTypes types);
+  absl::StatusOr<const Plan*> GetPlan(int64_t out_features, int64_t in_features, GemmTypes types, int64_t ld = 0);
   // Creates plan->desc and w_layout (FP8: with outer-vector scale modes when plan->fp8_outer_vec) and fills
   // plan->candidates; on error nothing is left allocated.
   absl::Status FindCandidates(Plan* plan, GemmTypes types);

@@ -1,12 +1,12 @@
 #include "engine/cuda/transformer.h"
 
 #include <algorithm>
-#include <functional>
 #include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/cuda/peer_link.h"
 #include "engine/dist/nccl_communicator.h"
 #include "engine/dist/vocab_parallel_logprob.h"
 #include "engine/kernels/attention.h"
@@ -27,6 +27,8 @@ namespace scored::cuda {
 
 using kernels::bf16_t;
 
+static_assert(kMaxTpRowChunks <= PeerLink::kMaxChunks, "a peer push per row chunk");
+
 namespace {
 
 int64_t ActBytes(ComputeDtype dtype) { return dtype == ComputeDtype::kBf16 ? 2 : 4; }
@@ -42,7 +44,61 @@ struct LinearIo {
                                            // scales [n] (a fused norm / SwiGLU kernel wrote them); x unused
   bool raw_fp8_output = false;  // real FP8 GEMM only: where the scales come after the GEMM, leave y unscaled
                                 // (the next op applies them; GemmRunner::Fp8ScalesInEpilogue says which)
+  bool in_halves = false;  // with accumulate: y += x_a . W_a^T, then y += x_b . W_b^T over the two halves of
+                           // the input columns (SumsInHalves)
 };
+
+// A block of whole sequences of the packed batch (tensor-parallel row chunking).
+struct RowChunk {
+  int64_t begin = 0;  // packed rows [begin, begin + rows)
+  int64_t rows = 0;
+  int32_t first_seq = 0;  // sequences [first_seq, first_seq + num_seqs)
+  int32_t num_seqs = 0;
+  int32_t max_seqlen = 0;
+};
+
+// The batch's row chunks: one of the whole batch unless `chunked`; else at most `wanted` (0: auto, one per
+// kTpAutoChunkRows rows; at most kMaxTpRowChunks) of whole sequences, each closed once it holds n / wanted
+// rows or more (a batch of one sequence stays one chunk).
+std::vector<RowChunk> RowChunks(const ForwardBatch& batch, int wanted, bool chunked) {
+  const int64_t n = batch.num_tokens;
+  const std::vector<int32_t>& cu = batch.cu_seqlens;
+  if (wanted == 0) wanted = static_cast<int>(std::min<int64_t>(kMaxTpRowChunks, n / kTpAutoChunkRows));
+  wanted = std::max(1, std::min(wanted, kMaxTpRowChunks));
+  if (!chunked || wanted == 1 || cu.size() != static_cast<size_t>(batch.num_seqs) + 1) {
+    return {RowChunk{0, n, 0, batch.num_seqs, batch.max_seqlen}};
+  }
+  const int64_t target = (n + wanted - 1) / wanted;
+  std::vector<RowChunk> chunks;
+  RowChunk c;
+  for (int32_t s = 0; s < batch.num_seqs; ++s) {
+    if (c.num_seqs == 0) {
+      c.begin = cu[s];
+      c.first_seq = s;
+    }
+    ++c.num_seqs;
+    c.max_seqlen = std::max(c.max_seqlen, cu[s + 1] - cu[s]);
+    c.rows = cu[s + 1] - c.begin;
+    if (c.rows >= target && static_cast<int>(chunks.size()) + 1 < wanted) {
+      chunks.push_back(c);
+      c = RowChunk();
+    }
+  }
+  if (c.num_seqs > 0) chunks.push_back(c);
+  return chunks;
+}
+
+// Whether a tensor-parallel forward may run in row chunks: not where a row-parallel W8A8 linear all-reduces
+// its input's per-token amax on the forward's stream (NCCL work would then be pending on two streams at once;
+// those linears also need every rank's columns before their GEMM).
+bool Chunkable(const DeviceModel& model) {
+  for (const DeviceLayer& layer : model.layers) {
+    for (const DeviceLinear* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+      if ((w->fp8_resident() || w->w8a8_dynamic_fp8()) && w->act_amax_all_reduce()) return false;
+    }
+  }
+  return true;
+}
 
 // The forward pass for activation type T (bf16_t or float). Buffers first, then the ops in order.
 template <typename T>
@@ -90,43 +146,45 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
     return tp->comm->AllReduceSum(x, x, n * hidden, dist::ReduceDType::kF32, stream);
   };
 
-  // Row chunks of the row-parallel linears (one chunk at tp 1): chunk c is rows [c * chunk_rows,
-  // min(n, (c + 1) * chunk_rows)). Every row's result is the same whatever the chunking: GEMM algorithms
-  // are pinned per weight shape (gemm.h), the norms are per row, and the all-reduce of a row at tp 2 is one
-  // fp32 add (at tp > 2 NCCL's reduction order may depend on the message size).
-  int64_t chunk_rows = n;
-  if (tp != nullptr) {
-    int chunks = acts->tp_row_chunks;
-    if (chunks == 0) chunks = static_cast<int>(std::min<int64_t>(kMaxTpRowChunks, n / kTpAutoChunkRows));
-    chunks = std::max(1, std::min(chunks, kMaxTpRowChunks));
-    chunk_rows = (n + chunks - 1) / chunks;
-    if (chunks > 1) chunk_rows = std::min(n, (chunk_rows + 15) / 16 * 16);  // 16-row (64-byte) aligned starts
-  }
-  const int num_chunks = static_cast<int>((n + chunk_rows - 1) / chunk_rows);
+  // Row chunks (tp > 1, RowChunks): whole sequences each, so every op of a decoder layer runs chunk by chunk
+  // and chunk c's sum over ranks (after o_proj, after down_proj) overlaps the next chunks' compute. One chunk
+  // at tp 1. A row's result is the same whatever the chunking: GEMM algorithms are pinned per weight shape
+  // (gemm.h), norms and element-wise ops are per row, attention is per sequence, and a row's sum over two
+  // ranks is one fp32 add (at tp > 2 NCCL's reduction order may depend on the message size).
+  const std::vector<RowChunk> chunks = RowChunks(batch, acts->tp_row_chunks, tp != nullptr && Chunkable(model));
+  const int num_chunks = static_cast<int>(chunks.size());
   const bool pipelined = tp != nullptr && num_chunks > 1;
   const cudaStream_t cs = pipelined ? acts->comm_stream.get() : stream;
-  // Enqueues the all-reduce of rows [begin, begin + rows) of the residual (chunk c): on comm_stream after the
-  // chunk's GEMM when pipelined, else on the forward's stream.
-  auto reduce_rows = [&](int c, int64_t begin, int64_t rows) -> absl::Status {
+  // tp 2 in one process: the partial rows go to the peer by copy engine (PeerLink) on comm_stream, chunk by
+  // chunk, and the next norm adds the peer's rows to the rank's own. Receive buffer (parity) 0 takes o_proj's
+  // sums, 1 down_proj's; pushed[c] is chunk c's latest push.
+  PeerLink* const peer = tp != nullptr ? tp->peer : nullptr;
+  const int rank = tp != nullptr ? tp->comm->rank() : 0;
+  int64_t pushed[kMaxTpRowChunks] = {};
+  // Enqueues the sum over ranks of chunk c's residual rows (after the chunk's row-parallel GEMM): a peer copy
+  // on comm_stream, or an NCCL all-reduce (on comm_stream when pipelined, else on the forward's stream).
+  auto reduce_rows = [&](int parity, int c, const RowChunk& ch) -> absl::Status {
     if (tp == nullptr) return absl::OkStatus();
-    float* x = residual + begin * hidden;  // [rows, hidden]
-    if (!pipelined) return tp->comm->AllReduceSum(x, x, rows * hidden, dist::ReduceDType::kF32, stream);
+    float* x = residual + ch.begin * hidden;  // [rows, hidden]
+    if (peer != nullptr) {
+      const cudaStream_t copy = acts->comm_stream.get();
+      SCORED_CUDA_CHECK(cudaEventRecord(acts->chunk_ready[c].get(), stream));
+      SCORED_CUDA_CHECK(cudaStreamWaitEvent(copy, acts->chunk_ready[c].get(), 0));
+      SCORED_ASSIGN_OR_RETURN(pushed[c], peer->Push(rank, parity, c, x, ch.begin * hidden, ch.rows * hidden, copy));
+      return absl::OkStatus();
+    }
+    if (!pipelined) return tp->comm->AllReduceSum(x, x, ch.rows * hidden, dist::ReduceDType::kF32, stream);
     SCORED_CUDA_CHECK(cudaEventRecord(acts->chunk_ready[c].get(), stream));
     SCORED_CUDA_CHECK(cudaStreamWaitEvent(cs, acts->chunk_ready[c].get(), 0));
-    SCORED_RETURN_IF_ERROR(tp->comm->AllReduceSum(x, x, rows * hidden, dist::ReduceDType::kF32, cs));
+    SCORED_RETURN_IF_ERROR(tp->comm->AllReduceSum(x, x, ch.rows * hidden, dist::ReduceDType::kF32, cs));
     SCORED_CUDA_CHECK(cudaEventRecord(acts->chunk_reduced[c].get(), cs));
     return absl::OkStatus();
   };
-  // Makes the forward's stream wait for chunk c's all-reduce (nothing unless pipelined).
-  auto wait_reduced = [&](int c) -> absl::Status {
-    if (pipelined) SCORED_CUDA_CHECK(cudaStreamWaitEvent(stream, acts->chunk_reduced[c].get(), 0));
-    return absl::OkStatus();
-  };
-  using RowsFn = std::function<absl::Status(int, int64_t, int64_t)>;  // (chunk, first row, rows)
 
-  // Every linear of the forward in the order of use. Quantized ones are expanded into the two scratch
-  // buffers in turn on acts->dequant_stream, one linear ahead: linear k+1's dequantization (into the buffer
-  // linear k-1 used, once that GEMM is done) overlaps linear k's GEMM and the ops between them.
+  // Every linear of the forward in the order of first use. Quantized ones are expanded into the two scratch
+  // buffers in turn on acts->dequant_stream, two linears ahead: linear k+2's expansion (into the buffer linear
+  // k used) is enqueued once linear k's last GEMM is, and overlaps linear k+1 and the ops around it. Two
+  // linears are in use at a time (q|k|v and o, then gate|up and down, their chunks interleaved).
   std::vector<const DeviceLinear*> order;
   for (const DeviceLayer& layer : model.layers) {
     for (const DeviceLinear* l : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) order.push_back(l);
@@ -147,117 +205,101 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
     // Both buffers are free once everything before this forward on `stream` is done.
     for (const CudaEvent& e : acts->weight_free) SCORED_CUDA_CHECK(cudaEventRecord(e.get(), stream));
     SCORED_RETURN_IF_ERROR(prefetch(0));
+    SCORED_RETURN_IF_ERROR(prefetch(1));
   }
-  size_t next = 0;  // index into `order` of the next linear
-
-  // y[n, out] = x[n, in] . W^T, with a quantized weight taken from its scratch buffer. W8A8 resident in FP8
-  // (bf16 mode, per-token activations): x is quantized into act_fp8 / act_scale and a real FP8 GEMM runs.
-  // Other W8A8 (fp32 mode, per-group activations, shapes FP8 GEMMs cannot take): x is fake-quantized to FP8
-  // first, one scale per token or per act_group_size columns of a token (x is contiguous, so a group is a
-  // row of the [n * in / group, group] view), then the bf16 / fp32 GEMM runs on the dequantized weight.
-  // io.accumulate: y += x . W^T (fp32 y; a real FP8 GEMM writes proj and AddFp8Scaled joins it to y).
-  auto linear = [&](const DeviceLinear& w, T* x, void* y, GemmTypes y_types, const LinearIo& io) -> absl::Status {
+  size_t next = 0;  // index into `order` of the next linear to acquire
+  // A linear in use: its weight for the GEMMs (null for a resident FP8 linear) and its place in `order`.
+  struct InUse {
+    const DeviceLinear* w = nullptr;
+    const void* weight = nullptr;
+    size_t k = 0;
+  };
+  auto acquire = [&](const DeviceLinear& w) -> absl::StatusOr<InUse> {
     if (next >= order.size() || order[next] != &w) return absl::InternalError("linears used out of order");
-    const size_t k = next++;
-    SCORED_RETURN_IF_ERROR(prefetch(k + 1));
+    InUse use{&w, nullptr, next++};
+    if (w.resident_dense()) {
+      SCORED_ASSIGN_OR_RETURN(use.weight, w.Materialize(model.dtype, nullptr, stream));
+    } else if (w.uses_scratch()) {
+      SCORED_CUDA_CHECK(cudaStreamWaitEvent(stream, acts->weight_ready[use.k % 2].get(), 0));
+      use.weight = scratch[use.k % 2];
+    }
+    return use;
+  };
+  // After the linear's last GEMM: its scratch buffer is free for linear k+2.
+  auto release = [&](const InUse& use) -> absl::Status {
+    if (use.w->uses_scratch()) SCORED_CUDA_CHECK(cudaEventRecord(acts->weight_free[use.k % 2].get(), stream));
+    return prefetch(use.k + 2);
+  };
+
+  // y[rows, out] = x[rows, in] . W^T on chunk ch's rows. W8A8 resident in FP8 (bf16 mode, per-token
+  // activations): x is quantized into act_fp8 / act_scale and a real FP8 GEMM runs. Other W8A8 (fp32 mode,
+  // per-group activations, shapes FP8 GEMMs cannot take): x is fake-quantized to FP8 first, one scale per token
+  // or per act_group_size columns of a token (x is contiguous, so a group is a row of the [rows * in / group,
+  // group] view), then the bf16 / fp32 GEMM runs on the dequantized weight.
+  // io.accumulate: y += x . W^T (fp32 y; a real FP8 GEMM writes proj and AddFp8Scaled joins it to y).
+  auto gemm_rows = [&](const InUse& use, T* x, void* y, GemmTypes y_types, const LinearIo& io,
+                       const RowChunk& ch) -> absl::Status {
+    const DeviceLinear& w = *use.w;
+    const int64_t m = ch.rows, in = w.in_features(), out = w.out_features();
+    const int64_t y_elem = y_types == GemmTypes::kBf16ToBf16 ? 2 : 4;
+    T* x_rows = x + ch.begin * in;                                                 // [m, in]
+    void* y_rows = static_cast<char*>(y) + ch.begin * out * y_elem;               // [m, out]
+    float* scale_rows = fp8_scale_norm + ch.begin;                                 // [m]
     if (w.fp8_resident()) {
       // Real FP8 GEMM: x quantized per token into act_fp8 / x_scale (unless a fused kernel did); the GEMM
       // applies both scales.
-      const int64_t in = w.in_features();
-      uint8_t* x_fp8 = act_fp8;  // [n, in]
-      const float* x_scale = io.fp8_input_scale;  // [n]
+      uint8_t* x_fp8 = act_fp8 + ch.begin * in;  // [m, in]
+      const float* x_scale = io.fp8_input_scale != nullptr ? io.fp8_input_scale + ch.begin : nullptr;  // [m]
       if (x_scale == nullptr && w.act_amax_all_reduce() && tp != nullptr) {
         // Row-parallel shard: the token's scale is the amax over every rank's columns.
-        SCORED_RETURN_IF_ERROR(kernels::Fp8RowAmax<T>(x, in, n, in, act_amax, stream));
-        SCORED_RETURN_IF_ERROR(tp->comm->AllReduce(act_amax, act_amax, n, dist::ReduceDType::kF32,
-                                                   dist::ReduceOp::kMax, stream));
+        float* amax = act_amax + ch.begin;
+        SCORED_RETURN_IF_ERROR(kernels::Fp8RowAmax<T>(x_rows, in, m, in, amax, stream));
         SCORED_RETURN_IF_ERROR(
-            kernels::QuantizeFp8PerTokenWithAmax<T>(x, in, n, in, act_amax, x_fp8, fp8_scale_norm, stream));
-        x_scale = fp8_scale_norm;
+            tp->comm->AllReduce(amax, amax, m, dist::ReduceDType::kF32, dist::ReduceOp::kMax, stream));
+        SCORED_RETURN_IF_ERROR(
+            kernels::QuantizeFp8PerTokenWithAmax<T>(x_rows, in, m, in, amax, x_fp8, scale_rows, stream));
+        x_scale = scale_rows;
       } else if (x_scale == nullptr) {
-        SCORED_RETURN_IF_ERROR(kernels::QuantizeFp8PerToken<T>(x, in, n, in, x_fp8, fp8_scale_norm, stream));
-        x_scale = fp8_scale_norm;
+        SCORED_RETURN_IF_ERROR(kernels::QuantizeFp8PerToken<T>(x_rows, in, m, in, x_fp8, scale_rows, stream));
+        x_scale = scale_rows;
       }
       const GemmTypes fp8_types = y_types == GemmTypes::kBf16ToBf16 ? GemmTypes::kFp8ToBf16 : GemmTypes::kFp8ToFp32;
       if (!io.accumulate) {
-        return gemm.Fp8Linear(x_fp8, x_scale, w.fp8_weight(), w.fp8_scale(), y, n, w.out_features(), in, fp8_types,
-                              stream, io.raw_fp8_output);
+        return gemm.Fp8Linear(x_fp8, x_scale, w.fp8_weight(), w.fp8_scale(), y_rows, m, out, in, fp8_types, stream,
+                              io.raw_fp8_output);
       }
       if (fp8_types != GemmTypes::kFp8ToFp32) return absl::InternalError("FP8 accumulation needs an fp32 output");
-      SCORED_ASSIGN_OR_RETURN(const bool scaled, gemm.Fp8ScalesInEpilogue(w.out_features(), in, fp8_types));
-      SCORED_RETURN_IF_ERROR(gemm.Fp8Linear(x_fp8, x_scale, w.fp8_weight(), w.fp8_scale(), proj, n, w.out_features(),
-                                            in, fp8_types, stream, /*leave_unscaled=*/true));
-      return kernels::AddFp8Scaled(proj, n, w.out_features(), scaled ? nullptr : x_scale,
-                                   scaled ? nullptr : w.fp8_scale(), static_cast<float*>(y), stream);
+      SCORED_ASSIGN_OR_RETURN(const bool scaled, gemm.Fp8ScalesInEpilogue(out, in, fp8_types));
+      float* proj_rows = proj + ch.begin * out;  // [m, out]
+      SCORED_RETURN_IF_ERROR(gemm.Fp8Linear(x_fp8, x_scale, w.fp8_weight(), w.fp8_scale(), proj_rows, m, out, in,
+                                            fp8_types, stream, /*leave_unscaled=*/true));
+      return kernels::AddFp8Scaled(proj_rows, m, out, scaled ? nullptr : x_scale, scaled ? nullptr : w.fp8_scale(),
+                                   static_cast<float*>(y_rows), stream);
     }
     if (io.fp8_input_scale != nullptr || io.raw_fp8_output) {
       return absl::InternalError("FP8 input / output requested of a linear without a real FP8 GEMM");
     }
     if (w.w8a8_dynamic_fp8() && w.act_amax_all_reduce() && tp != nullptr) {
       // Row-parallel shard: the token's scale is the amax over every rank's columns.
-      SCORED_RETURN_IF_ERROR(kernels::Fp8RowAmax<T>(x, w.in_features(), n, w.in_features(), act_amax, stream));
-      SCORED_RETURN_IF_ERROR(tp->comm->AllReduce(act_amax, act_amax, n, dist::ReduceDType::kF32,
-                                                 dist::ReduceOp::kMax, stream));
-      SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeFp8PerTokenWithAmax<T>(x, w.in_features(), n, w.in_features(),
-                                                                         act_amax, stream));
-    } else if (w.w8a8_dynamic_fp8()) {
-      const int64_t group = w.act_group_size() > 0 ? w.act_group_size() : w.in_features();
+      float* amax = act_amax + ch.begin;
+      SCORED_RETURN_IF_ERROR(kernels::Fp8RowAmax<T>(x_rows, in, m, in, amax, stream));
       SCORED_RETURN_IF_ERROR(
-          kernels::FakeQuantizeFp8PerToken<T>(x, group, n * (w.in_features() / group), group, stream));
+          tp->comm->AllReduce(amax, amax, m, dist::ReduceDType::kF32, dist::ReduceOp::kMax, stream));
+      SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeFp8PerTokenWithAmax<T>(x_rows, in, m, in, amax, stream));
+    } else if (w.w8a8_dynamic_fp8()) {
+      const int64_t group = w.act_group_size() > 0 ? w.act_group_size() : in;
+      SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeFp8PerToken<T>(x_rows, group, m * (in / group), group, stream));
     }
-    const void* weight = scratch[k % 2];
-    if (w.resident_dense()) {
-      SCORED_ASSIGN_OR_RETURN(weight, w.Materialize(model.dtype, nullptr, stream));
-    } else {
-      SCORED_CUDA_CHECK(cudaStreamWaitEvent(stream, acts->weight_ready[k % 2].get(), 0));
+    if (io.in_halves) {
+      // Two GEMMs over the input column halves, each adding into y (SumsInHalves): tp 2's order of sums.
+      const int64_t half = in / 2;
+      SCORED_RETURN_IF_ERROR(gemm.Linear(x_rows, use.weight, y_rows, m, out, half, y_types, stream, true, in));
+      return gemm.Linear(x_rows + half, static_cast<const T*>(use.weight) + half, y_rows, m, out, half, y_types,
+                         stream, true, in);
     }
-    SCORED_RETURN_IF_ERROR(
-        gemm.Linear(x, weight, y, n, w.out_features(), w.in_features(), y_types, stream, io.accumulate));
-    if (w.uses_scratch()) SCORED_CUDA_CHECK(cudaEventRecord(acts->weight_free[k % 2].get(), stream));
-    return absl::OkStatus();
+    return gemm.Linear(x_rows, use.weight, y_rows, m, out, in, y_types, stream, io.accumulate);
   };
 
-  // linear() in row chunks: before(c, ..) is enqueued before chunk c's GEMM and after(c, ..) after it (either
-  // may be null). W8A8 linears (whose input quantization takes every row) run every before(), the whole
-  // linear, then every after(); so does everything when the forward is not pipelined.
-  auto chunked_linear = [&](const DeviceLinear& w, T* x, void* y, GemmTypes y_types, const LinearIo& io,
-                            const RowsFn& before, const RowsFn& after) -> absl::Status {
-    const bool whole = !pipelined || w.fp8_resident() || w.w8a8_dynamic_fp8();
-    if (whole) {
-      for (int c = 0; c < num_chunks && before; ++c) {
-        const int64_t begin = c * chunk_rows;
-        SCORED_RETURN_IF_ERROR(before(c, begin, std::min(chunk_rows, n - begin)));
-      }
-      SCORED_RETURN_IF_ERROR(linear(w, x, y, y_types, io));
-      for (int c = 0; c < num_chunks && after; ++c) {
-        const int64_t begin = c * chunk_rows;
-        SCORED_RETURN_IF_ERROR(after(c, begin, std::min(chunk_rows, n - begin)));
-      }
-      return absl::OkStatus();
-    }
-    if (next >= order.size() || order[next] != &w) return absl::InternalError("linears used out of order");
-    const size_t k = next++;
-    SCORED_RETURN_IF_ERROR(prefetch(k + 1));
-    const void* weight = scratch[k % 2];
-    if (w.resident_dense()) {
-      SCORED_ASSIGN_OR_RETURN(weight, w.Materialize(model.dtype, nullptr, stream));
-    } else {
-      SCORED_CUDA_CHECK(cudaStreamWaitEvent(stream, acts->weight_ready[k % 2].get(), 0));
-    }
-    const int64_t in = w.in_features(), out = w.out_features();
-    const int64_t y_bytes = y_types == GemmTypes::kBf16ToBf16 ? 2 : 4;
-    for (int c = 0; c < num_chunks; ++c) {
-      const int64_t begin = c * chunk_rows, rows = std::min(chunk_rows, n - begin);
-      if (before) SCORED_RETURN_IF_ERROR(before(c, begin, rows));
-      void* y_rows = static_cast<char*>(y) + begin * out * y_bytes;  // [rows, out]
-      SCORED_RETURN_IF_ERROR(
-          gemm.Linear(x + begin * in, weight, y_rows, rows, out, in, y_types, stream, io.accumulate));
-      if (after) SCORED_RETURN_IF_ERROR(after(c, begin, rows));
-    }
-    if (w.uses_scratch()) SCORED_CUDA_CHECK(cudaEventRecord(acts->weight_free[k % 2].get(), stream));
-    return absl::OkStatus();
-  };
-  const RowsFn reduce_after = [&](int c, int64_t begin, int64_t rows) { return reduce_rows(c, begin, rows); };
   // W8A8 fusions (bf16 mode): a real FP8 GEMM whose input quantization needs only its own rank's columns
   // (column-parallel, or tp 1) takes its input straight from the fused RmsNorm + FP8 kernel, and down_proj
   // from the fused scales + SwiGLU + FP8 kernel. Results are bitwise those of the unfused kernels.
@@ -266,26 +308,33 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   };
   const bool norm_fp8_ok = kernels::RmsNormQuantFp8Supports(hidden);
   const bool swiglu_fp8_ok = inter % 8 == 0 && inter <= kernels::kSwiGluQuantFp8MaxInter;
-  // RmsNorm of residual rows [begin, begin + rows) into normed or, for an fp8_fed linear, straight into
-  // act_fp8 / fp8_scale_norm.
-  auto norm = [&](const float* weight, bool to_fp8, int64_t begin, int64_t rows) -> absl::Status {
-    if (to_fp8) {
-      return kernels::RmsNormQuantFp8(residual + begin * hidden, hidden, weight, rows, hidden, eps, nullptr, hidden,
-                                      act_fp8 + begin * hidden, fp8_scale_norm + begin, stream);
+  // RmsNorm of chunk ch's residual rows into normed or, for an fp8_fed linear, straight into act_fp8 /
+  // fp8_scale_norm. after_sum (tp > 1): the rows' sum over ranks (reduce_rows(parity, c, ch)) is awaited
+  // first; with peer copies the peer's rows are added to the rank's own here (AddRmsNorm: bitwise the
+  // all-reduce's one add, then RmsNorm's values).
+  auto norm = [&](const float* weight, bool to_fp8, bool after_sum, int parity, int c,
+                  const RowChunk& ch) -> absl::Status {
+    float* rows = residual + ch.begin * hidden;  // [m, hidden]
+    if (after_sum && peer != nullptr) {
+      SCORED_RETURN_IF_ERROR(peer->AwaitPeer(rank, pushed[c], parity, c, stream));
+      const float* theirs = peer->received(rank, parity) + ch.begin * hidden;  // [m, hidden]
+      if (!to_fp8) {
+        return kernels::AddRmsNorm<float, T>(theirs, hidden, rows, weight, ch.rows, hidden, eps,
+                                             normed + ch.begin * hidden, hidden, stream);
+      }
+      SCORED_RETURN_IF_ERROR(kernels::AddFp8Scaled(theirs, ch.rows, hidden, nullptr, nullptr, rows, stream));
+    } else if (after_sum && pipelined) {
+      SCORED_CUDA_CHECK(cudaStreamWaitEvent(stream, acts->chunk_reduced[c].get(), 0));
     }
-    return kernels::RmsNorm<float, T>(residual + begin * hidden, hidden, weight, rows, hidden, eps,
-                                      normed + begin * hidden, hidden, stream);
-  };
-  // norm() of chunk c's rows once their all-reduce is done.
-  auto norm_rows = [&](const float* weight, bool to_fp8, int c, int64_t begin, int64_t rows) -> absl::Status {
-    SCORED_RETURN_IF_ERROR(wait_reduced(c));
-    return norm(weight, to_fp8, begin, rows);
+    if (to_fp8) {
+      return kernels::RmsNormQuantFp8(rows, hidden, weight, ch.rows, hidden, eps, nullptr, hidden,
+                                      act_fp8 + ch.begin * hidden, fp8_scale_norm + ch.begin, stream);
+    }
+    return kernels::RmsNorm<float, T>(rows, hidden, weight, ch.rows, hidden, eps, normed + ch.begin * hidden, hidden,
+                                      stream);
   };
 
   kernels::AttentionShape attn_shape;
-  attn_shape.num_tokens = n;
-  attn_shape.num_seqs = batch.num_seqs;
-  attn_shape.max_seqlen = batch.max_seqlen;
   attn_shape.num_heads = static_cast<int32_t>(num_heads);
   attn_shape.num_kv_heads = static_cast<int32_t>(num_kv_heads);
   attn_shape.head_dim = static_cast<int32_t>(head_dim);
@@ -301,66 +350,80 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
                                                               stream)));
     SCORED_RETURN_IF_ERROR(all_reduce(residual));
   }
+  constexpr int kAfterO = 0, kAfterDown = 1;  // the parity of each row-parallel sum
   for (size_t l = 0; l < model.layers.size(); ++l) {
     const DeviceLayer& layer = model.layers[l];
-    // Attention block.
+    // Attention block, chunk by chunk: norm, q|k|v, RoPE, attention over the chunk's sequences, o_proj joining
+    // the residual, then the chunk's sum over ranks.
     const bool qkv_fp8 = norm_fp8_ok && fp8_fed(layer.qkv);
-    const LinearIo qkv_io{false, qkv_fp8 ? fp8_scale_norm : nullptr, false};
-    if (l == 0) {
-      SCORED_RETURN_IF_ERROR(norm(layer.input_norm.as<float>(), qkv_fp8, 0, n));
-      SCORED_RETURN_IF_ERROR(linear(layer.qkv, normed, qkv, types, qkv_io));
-    } else {
-      const RowsFn input_norm = [&](int c, int64_t begin, int64_t rows) {
-        return norm_rows(layer.input_norm.as<float>(), qkv_fp8, c, begin, rows);
-      };
-      SCORED_RETURN_IF_ERROR(chunked_linear(layer.qkv, normed, qkv, types, qkv_io, input_norm, nullptr));
-    }
-    if (layer.qkv_bias.data() != nullptr) {
+    const LinearIo qkv_io{false, qkv_fp8 ? fp8_scale_norm : nullptr, false, false};
+    const LinearIo o_io{add_to_residual, nullptr, false,
+                        tp == nullptr && acts->row_parallel_halves && SumsInHalves(layer.o, model.dtype)};
+    SCORED_ASSIGN_OR_RETURN(const InUse qkv_w, acquire(layer.qkv));
+    SCORED_ASSIGN_OR_RETURN(const InUse o_w, acquire(layer.o));
+    for (int c = 0; c < num_chunks; ++c) {
+      const RowChunk& ch = chunks[c];
+      const int64_t b = ch.begin, m = ch.rows;
+      SCORED_RETURN_IF_ERROR(norm(layer.input_norm.as<float>(), qkv_fp8, l > 0, kAfterDown, c, ch));
+      SCORED_RETURN_IF_ERROR(gemm_rows(qkv_w, normed, qkv, types, qkv_io, ch));
+      if (c == num_chunks - 1) SCORED_RETURN_IF_ERROR(release(qkv_w));
+      T* qkv_rows = qkv + b * qkv_dim;  // [m, qkv_dim]
+      if (layer.qkv_bias.data() != nullptr) {
+        SCORED_RETURN_IF_ERROR(kernels::BiasAdd<T>(qkv_rows, qkv_dim, layer.qkv_bias.as<float>(), m, qkv_dim, stream));
+      }
+      if (layer.q_norm.data() != nullptr) {
+        SCORED_RETURN_IF_ERROR(
+            kernels::QkNorm<T>(qkv_rows, qkv_dim, layer.q_norm.as<float>(), m, num_heads, head_dim, eps, stream));
+        SCORED_RETURN_IF_ERROR(kernels::QkNorm<T>(qkv_rows + q_dim, qkv_dim, layer.k_norm.as<float>(), m,
+                                                  num_kv_heads, head_dim, eps, stream));
+      }
+      SCORED_RETURN_IF_ERROR(kernels::RopeWithTable<T>(qkv_rows, qkv_dim, positions + b, rope_table, acts->max_tokens,
+                                                       m, num_heads + num_kv_heads, head_dim, stream));
+      // The chunk's sequences: cu_seqlens holds absolute rows, so q / k / v / attn stay the batch's.
+      attn_shape.num_tokens = m;
+      attn_shape.num_seqs = ch.num_seqs;
+      attn_shape.max_seqlen = ch.max_seqlen;
       SCORED_RETURN_IF_ERROR(
-          kernels::BiasAdd<T>(qkv, qkv_dim, layer.qkv_bias.as<float>(), n, qkv_dim, stream));
+          kernels::CausalAttention<T>(q, k, v, cu_seqlens + ch.first_seq, attn_shape, attn, stream));
+      SCORED_RETURN_IF_ERROR(gemm_rows(o_w, attn, residual, to_fp32, o_io, ch));
+      if (c == num_chunks - 1) SCORED_RETURN_IF_ERROR(release(o_w));
+      SCORED_RETURN_IF_ERROR(reduce_rows(kAfterO, c, ch));
     }
-    if (layer.q_norm.data() != nullptr) {
-      SCORED_RETURN_IF_ERROR(
-          kernels::QkNorm<T>(q, qkv_dim, layer.q_norm.as<float>(), n, num_heads, head_dim, eps, stream));
-      SCORED_RETURN_IF_ERROR(
-          kernels::QkNorm<T>(k, qkv_dim, layer.k_norm.as<float>(), n, num_kv_heads, head_dim, eps, stream));
-    }
-    SCORED_RETURN_IF_ERROR(
-        kernels::RopeWithTable<T>(qkv, qkv_dim, positions, rope_table, acts->max_tokens, n, num_heads + num_kv_heads,
-                                  head_dim, stream));
-    SCORED_RETURN_IF_ERROR(kernels::CausalAttention<T>(q, k, v, cu_seqlens, attn_shape, attn, stream));
-    // o_proj joins the residual in row chunks, each chunk's all-reduce overlapping the next chunk's GEMM (tp > 1).
-    SCORED_RETURN_IF_ERROR(
-        chunked_linear(layer.o, attn, residual, to_fp32, {add_to_residual}, nullptr, reduce_after));
-    // MLP block: chunk c's norm and gate_up GEMM start once chunk c is reduced.
+    // MLP block, chunk by chunk: norm, gate|up, SwiGLU, down_proj joining the residual, the chunk's sum.
     const bool gate_up_fp8 = norm_fp8_ok && fp8_fed(layer.gate_up);
     const bool swiglu_fp8 = swiglu_fp8_ok && layer.gate_up.fp8_resident() && fp8_fed(layer.down);
-    const RowsFn post_norm = [&](int c, int64_t begin, int64_t rows) {
-      return norm_rows(layer.post_norm.as<float>(), gate_up_fp8, c, begin, rows);
-    };
-    SCORED_RETURN_IF_ERROR(chunked_linear(layer.gate_up, normed, gate_up, types,
-                                          {false, gate_up_fp8 ? fp8_scale_norm : nullptr, swiglu_fp8}, post_norm,
-                                          nullptr));
-    if (swiglu_fp8) {
-      if constexpr (!kFp32) {
-        // gate_up's raw FP8 GEMM output: its scales, SwiGLU and down_proj's input quantization in one pass.
-        SCORED_ASSIGN_OR_RETURN(const bool scaled, gemm.Fp8ScalesInEpilogue(layer.gate_up.out_features(), hidden,
-                                                                            GemmTypes::kFp8ToBf16));
-        SCORED_RETURN_IF_ERROR(kernels::SwiGluQuantFp8(gate_up, n, inter, scaled ? nullptr : fp8_scale_norm,
-                                                       scaled ? nullptr : layer.gate_up.fp8_scale(), act_fp8,
-                                                       fp8_scale_mlp, stream));
+    const LinearIo gate_up_io{false, gate_up_fp8 ? fp8_scale_norm : nullptr, swiglu_fp8, false};
+    const LinearIo down_io{add_to_residual, swiglu_fp8 ? fp8_scale_mlp : nullptr, false,
+                           tp == nullptr && acts->row_parallel_halves && SumsInHalves(layer.down, model.dtype)};
+    SCORED_ASSIGN_OR_RETURN(const InUse gate_up_w, acquire(layer.gate_up));
+    SCORED_ASSIGN_OR_RETURN(const InUse down_w, acquire(layer.down));
+    for (int c = 0; c < num_chunks; ++c) {
+      const RowChunk& ch = chunks[c];
+      const int64_t b = ch.begin, m = ch.rows;
+      SCORED_RETURN_IF_ERROR(norm(layer.post_norm.as<float>(), gate_up_fp8, tp != nullptr, kAfterO, c, ch));
+      SCORED_RETURN_IF_ERROR(gemm_rows(gate_up_w, normed, gate_up, types, gate_up_io, ch));
+      if (c == num_chunks - 1) SCORED_RETURN_IF_ERROR(release(gate_up_w));
+      T* gate_up_rows = gate_up + b * 2 * inter;  // [m, 2 inter]
+      if (swiglu_fp8) {
+        if constexpr (!kFp32) {
+          // gate_up's raw FP8 GEMM output: its scales, SwiGLU and down_proj's input quantization in one pass.
+          SCORED_ASSIGN_OR_RETURN(const bool scaled, gemm.Fp8ScalesInEpilogue(layer.gate_up.out_features(), hidden,
+                                                                              GemmTypes::kFp8ToBf16));
+          SCORED_RETURN_IF_ERROR(kernels::SwiGluQuantFp8(
+              gate_up_rows, m, inter, scaled ? nullptr : fp8_scale_norm + b, scaled ? nullptr : layer.gate_up.fp8_scale(),
+              act_fp8 + b * inter, fp8_scale_mlp + b, stream));
+        }
+      } else {
+        SCORED_RETURN_IF_ERROR(
+            kernels::SwiGlu<T>(gate_up_rows, gate_up_rows + inter, 2 * inter, m, inter, mlp + b * inter, stream));
       }
-    } else {
-      SCORED_RETURN_IF_ERROR(kernels::SwiGlu<T>(gate_up, gate_up + inter, 2 * inter, n, inter, mlp, stream));
+      SCORED_RETURN_IF_ERROR(gemm_rows(down_w, mlp, residual, to_fp32, down_io, ch));
+      if (c == num_chunks - 1) SCORED_RETURN_IF_ERROR(release(down_w));
+      SCORED_RETURN_IF_ERROR(reduce_rows(kAfterDown, c, ch));
     }
-    SCORED_RETURN_IF_ERROR(chunked_linear(layer.down, mlp, residual, to_fp32,
-                                          {add_to_residual, swiglu_fp8 ? fp8_scale_mlp : nullptr, false}, nullptr,
-                                          reduce_after));
   }
   for (int c = 0; c < num_chunks; ++c) {
-    const int64_t begin = c * chunk_rows;
-    SCORED_RETURN_IF_ERROR(
-        norm_rows(model.final_norm.as<float>(), false, c, begin, std::min(chunk_rows, n - begin)));
+    SCORED_RETURN_IF_ERROR(norm(model.final_norm.as<float>(), false, tp != nullptr, kAfterDown, c, chunks[c]));
   }
 
   // lm_head in chunks of rows: fp32 logits into the reusable chunk, then the per-row statistics.
@@ -397,6 +460,12 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
 }
 
 }  // namespace
+
+bool SumsInHalves(const DeviceLinear& linear, ComputeDtype dtype) {
+  const int64_t in = linear.in_features();
+  return !linear.fp8_resident() && !linear.w8a8_dynamic_fp8() && in % 2 == 0 &&
+         (in / 2 * ActBytes(dtype)) % 16 == 0;
+}
 
 int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype) {
   const int64_t act = ActBytes(dtype);
@@ -503,6 +572,8 @@ absl::Status Forward(const ModelConfig& config, const DeviceModel& model, GemmRu
   const absl::Status status = model.dtype == ComputeDtype::kBf16
                                   ? ForwardImpl<bf16_t>(config, model, gemm, batch, acts, stream, tp)
                                   : ForwardImpl<float>(config, model, gemm, batch, acts, stream, tp);
+  // A rank that stops enqueueing must not leave its peer waiting for pushes that will never come.
+  if (!status.ok() && tp != nullptr && tp->peer != nullptr) tp->peer->Abort(status);
   if (tp != nullptr && acts->comm_stream.get() != nullptr) {
     // Whatever was enqueued on comm_stream (all of it on success; up to the failure otherwise) finishes
     // before `stream` drains, so the caller's Synchronize(stream) (with its timeout and abort) covers it.

@@ -22,6 +22,8 @@ class NcclCommunicator;
 
 namespace scored::cuda {
 
+class PeerLink;
+
 // lm_head rows per GEMM: the fp32 logits chunk is [kLmHeadChunkTokens, vocab_size] (1 GiB at a 128k
 // vocabulary); cuBLASLt runs the 128256 x 4096 lm_head at ~706 TFLOP/s with 2048 rows (GPU.md).
 constexpr int64_t kLmHeadChunkTokens = 2048;
@@ -30,6 +32,18 @@ constexpr int64_t kLmHeadChunkTokens = 2048;
 // auto setting aims at (batches under 2 * kTpAutoChunkRows tokens run unchunked).
 constexpr int kMaxTpRowChunks = 8;
 constexpr int64_t kTpAutoChunkRows = 4096;
+
+// Row-parallel sums at tp 1. The one-GPU forward computes o_proj and down_proj over the two halves of their
+// input columns, [0, in/2) then [in/2, in), each GEMM adding into the fp32 residual in its epilogue:
+// residual = (residual + x_a . W_a^T) + x_b . W_b^T. That is bitwise what tp 2 computes: rank 0 adds x_a . W_a^T
+// to the residual, rank 1 writes x_b . W_b^T, and a two-rank fp32 all-reduce is one (commutative) add; the
+// column-parallel GEMMs of a shard give bitwise tp 1's columns (cuBLASLt without split-K sums each output over k
+// in the same order whatever the algorithm; gemm_test checks a shard planned on its own). So a model scores
+// bitwise the same on one GPU and on two (the vocab-parallel log-softmax aside: its per-token statistics combine
+// in another order, ~1e-7 relative). Linears that run FP8 GEMMs or fake-quantize their input (W8A8) keep one
+// GEMM, as does an input width whose half is not 16-byte aligned. Cost: each half re-reads and re-writes the
+// residual rows in the epilogue (tests/bench/RESULTS.md). Activations::row_parallel_halves turns it off.
+bool SumsInHalves(const DeviceLinear& linear, ComputeDtype dtype);
 
 // Reusable device memory of one forward; `act` is bf16 in bf16 mode, fp32 in fp32 mode.
 struct Activations {
@@ -80,6 +94,9 @@ struct Activations {
   // tp_row_chunks: 0 = auto (kTpAutoChunkRows rows per chunk, at most kMaxTpRowChunks), 1 = off, c > 1 =
   // c chunks whatever the batch size (tests). Set by the engine (env SCORED_TP_ROW_CHUNKS).
   int tp_row_chunks = 0;
+  // tp 1: o_proj / down_proj sum their input columns in two halves (SumsInHalves). Set by the engine (env
+  // SCORED_ROW_PARALLEL_HALVES=0 turns it off).
+  bool row_parallel_halves = true;
   CudaStream comm_stream;  // highest priority: NCCL blocks take SMs first as a GEMM chunk drains
   std::vector<CudaEvent> chunk_ready;     // [kMaxTpRowChunks]
   std::vector<CudaEvent> chunk_reduced;   // [kMaxTpRowChunks]
@@ -108,6 +125,8 @@ struct ForwardBatch {
   int64_t num_tokens = 0;
   int32_t num_seqs = 0;
   int32_t max_seqlen = 0;
+  std::vector<int32_t> cu_seqlens;    // [num_seqs + 1]: the host copy of acts->cu_seqlens (rows of sequence s
+                                      // are [cu_seqlens[s], cu_seqlens[s + 1])); row chunks cut between sequences
   std::vector<RowSpan> lm_head_rows;  // ascending, disjoint; logits are computed for these rows only
   kernels::LogprobOptions options;    // applied to every scored row
 };
@@ -119,6 +138,9 @@ struct TensorParallelContext {
   int64_t vocab_size = 0;                  // the full vocabulary (config.vocab_size is the padded shard)
   int64_t vocab_begin = 0;                 // first embedding / lm_head row of this rank
   int64_t vocab_rows = 0;                  // rows of this rank: [vocab_begin, vocab_begin + vocab_rows)
+  // tp 2 in one process: the row-parallel partial products are summed by peer copies (peer_link.h) instead
+  // of NCCL all-reduces (bitwise the same sums); null otherwise. Its ranks are the communicator's.
+  PeerLink* peer = nullptr;
 };
 
 // Runs the model on the packed batch and writes, for every row r inside lm_head_rows, acts->logprob[r],
@@ -126,7 +148,8 @@ struct TensorParallelContext {
 // sequence. Asynchronous on `stream`; the caller synchronizes and copies the per-row results back.
 // tp == nullptr: one GPU, `config` the model's. Otherwise `config` is the rank's LocalConfig, `model` its
 // shard; o_proj / down_proj add their partial products into the residual on rank 0 and write them over it on
-// the other ranks, and an all-reduce of the residual rows sums them,
+// the other ranks, and an all-reduce of the residual rows sums them (or, with tp->peer, each rank adds the
+// peer's copied rows to its own in the next norm),
 // the embedding lookup of the rank's rows is all-reduced, and the log-softmax combines per-token partial
 // statistics across ranks (dist::VocabParallelScore): every rank ends with the same per-row results.
 absl::Status Forward(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,

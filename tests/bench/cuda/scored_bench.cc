@@ -518,6 +518,7 @@ int ForwardTimings(const Args& args) {
     fb.num_tokens = n;
     fb.num_seqs = static_cast<int32_t>(b);
     fb.max_seqlen = static_cast<int32_t>(args.ctx);
+    fb.cu_seqlens = cu;
     fb.lm_head_rows.push_back({0, n - 1});
     const auto run = [&]() { return cuda::Forward(c, **model, **gemm, fb, &*acts, s); };
     // Direct enqueue.

@@ -217,6 +217,80 @@ TEST_F(GemmTest, AccumulateIsGemmPlusAdd) {
   }
 }
 
+// The one-GPU forward's row-parallel sums in halves (transformer.h SumsInHalves): y += x_a . W_a^T, then
+// y += x_b . W_b^T, run with ld = in over column blocks of the whole x and w, is bitwise what tp 2's ranks
+// compute on their contiguous shards (rank 0 adds its half to y, rank 1 writes its own, then one fp32 add),
+// for 8B o_proj / down_proj shapes and a small model's, bf16 -> fp32 and fp32.
+TEST_F(GemmTest, HalvesWithRowStrideAreBitwiseTheShardsSum) {
+  struct Case {
+    int64_t tokens, out, in;
+    GemmTypes types;
+  };
+  const Case cases[] = {{512, 4096, 4096, GemmTypes::kBf16ToFp32},
+                        {512, 4096, 14336, GemmTypes::kBf16ToFp32},
+                        {300, 256, 768, GemmTypes::kBf16ToFp32},
+                        {300, 256, 768, GemmTypes::kFp32}};
+  std::mt19937 rng(29);
+  std::normal_distribution<float> dist(0.0f, 4.0f);
+  for (const Case& c : cases) {
+    const bool fp32 = c.types == GemmTypes::kFp32;
+    const int64_t elem = fp32 ? 4 : 2, half = c.in / 2;
+    SCOPED_TRACE(std::to_string(c.out) + " x " + std::to_string(c.in) + (fp32 ? " fp32" : " bf16 -> fp32"));
+    std::vector<uint16_t> xb, wb;
+    std::vector<double> xv, wv;
+    RandomBf16(c.tokens * c.in, rng, &xb, &xv);
+    RandomBf16(c.out * c.in, rng, &wb, &wv);
+    std::vector<float> x32(xv.begin(), xv.end()), w32(wv.begin(), wv.end());
+    const char* xh = fp32 ? reinterpret_cast<const char*>(x32.data()) : reinterpret_cast<const char*>(xb.data());
+    const char* wh = fp32 ? reinterpret_cast<const char*>(w32.data()) : reinterpret_cast<const char*>(wb.data());
+    // Each rank's contiguous shard: columns [r * half, (r + 1) * half) of x and w.
+    std::vector<char> x_shard[2], w_shard[2];
+    for (int r = 0; r < 2; ++r) {
+      x_shard[r].resize(c.tokens * half * elem);
+      w_shard[r].resize(c.out * half * elem);
+      for (int64_t t = 0; t < c.tokens; ++t) {
+        std::memcpy(&x_shard[r][t * half * elem], xh + (t * c.in + r * half) * elem, half * elem);
+      }
+      for (int64_t o = 0; o < c.out; ++o) {
+        std::memcpy(&w_shard[r][o * half * elem], wh + (o * c.in + r * half) * elem, half * elem);
+      }
+    }
+    std::vector<float> residual(c.tokens * c.out);
+    for (float& v : residual) v = dist(rng);
+    auto x = UploadToDevice(xh, c.tokens * c.in * elem, "x");
+    auto w = UploadToDevice(wh, c.out * c.in * elem, "w");
+    auto x0 = UploadToDevice(x_shard[0].data(), x_shard[0].size(), "x0");
+    auto x1 = UploadToDevice(x_shard[1].data(), x_shard[1].size(), "x1");
+    auto w0 = UploadToDevice(w_shard[0].data(), w_shard[0].size(), "w0");
+    auto w1 = UploadToDevice(w_shard[1].data(), w_shard[1].size(), "w1");
+    auto one_gpu = UploadToDevice(residual.data(), residual.size() * 4, "one gpu");
+    auto rank0 = UploadToDevice(residual.data(), residual.size() * 4, "rank 0");
+    auto rank1 = DeviceBuffer::Allocate(residual.size() * 4, "rank 1");
+    ASSERT_TRUE(x.ok() && w.ok() && x0.ok() && x1.ok() && w0.ok() && w1.ok() && one_gpu.ok() && rank0.ok() &&
+                rank1.ok());
+    auto one = GemmRunner::Create(c.tokens);
+    auto ranks = GemmRunner::Create(c.tokens);
+    ASSERT_TRUE(one.ok() && ranks.ok());
+    ASSERT_TRUE((*one)->Linear(x->data(), w->data(), one_gpu->data(), c.tokens, c.out, half, c.types, nullptr, true,
+                               c.in).ok());
+    ASSERT_TRUE((*one)->Linear(x->as<char>() + half * elem, w->as<char>() + half * elem, one_gpu->data(), c.tokens,
+                               c.out, half, c.types, nullptr, true, c.in).ok());
+    ASSERT_TRUE((*ranks)->Linear(x0->data(), w0->data(), rank0->data(), c.tokens, c.out, half, c.types, nullptr,
+                                 true).ok());
+    ASSERT_TRUE((*ranks)->Linear(x1->data(), w1->data(), rank1->data(), c.tokens, c.out, half, c.types, nullptr).ok());
+    std::vector<float> got(residual.size()), p0(residual.size()), p1(residual.size());
+    ASSERT_EQ(cudaMemcpy(got.data(), one_gpu->data(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(p0.data(), rank0->data(), p0.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(p1.data(), rank1->data(), p1.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    int64_t differing = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float want = p0[i] + p1[i];  // the two-rank all-reduce
+      differing += std::memcmp(&got[i], &want, 4) != 0 ? 1 : 0;
+    }
+    EXPECT_EQ(differing, 0) << "of " << got.size();
+  }
+}
+
 TEST_F(GemmTest, RowsAreBatchInvariant) { CheckBatchInvariance(false); }
 
 TEST_F(GemmTest, TunedRowsAreBatchInvariant) { CheckBatchInvariance(true); }
