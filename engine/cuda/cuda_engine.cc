@@ -101,7 +101,8 @@ absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activati
     } else {
       SCORED_ASSIGN_OR_RETURN(const void* w, job.linear->Materialize(model.dtype, acts.scratch.data(), stream));
       if (job.row_parallel && one_gpu && acts.row_parallel_halves && cuda::SumsInHalves(*job.linear, model.dtype)) {
-        SCORED_RETURN_IF_ERROR(gemm.Tune(job.x->data(), w, job.y->data(), out, in / 2, types, stream, nullptr, nullptr, in));
+        SCORED_RETURN_IF_ERROR(
+            gemm.Tune(job.x->data(), w, job.y->data(), out, in / 2, types, stream, nullptr, nullptr, in));
         SCORED_LOG(INFO) << "GEMM [" << acts.max_tokens << ", " << in / 2 << " of " << in << "] x [" << out << ", "
                          << in / 2 << " of " << in << "]^T (each half): " << gemm.Choice(out, in / 2, types, in);
         continue;

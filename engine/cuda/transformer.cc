@@ -409,9 +409,9 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
           // gate_up's raw FP8 GEMM output: its scales, SwiGLU and down_proj's input quantization in one pass.
           SCORED_ASSIGN_OR_RETURN(const bool scaled, gemm.Fp8ScalesInEpilogue(layer.gate_up.out_features(), hidden,
                                                                               GemmTypes::kFp8ToBf16));
-          SCORED_RETURN_IF_ERROR(kernels::SwiGluQuantFp8(
-              gate_up_rows, m, inter, scaled ? nullptr : fp8_scale_norm + b, scaled ? nullptr : layer.gate_up.fp8_scale(),
-              act_fp8 + b * inter, fp8_scale_mlp + b, stream));
+          SCORED_RETURN_IF_ERROR(kernels::SwiGluQuantFp8(gate_up_rows, m, inter, scaled ? nullptr : fp8_scale_norm + b,
+                                                         scaled ? nullptr : layer.gate_up.fp8_scale(),
+                                                         act_fp8 + b * inter, fp8_scale_mlp + b, stream));
         }
       } else {
         SCORED_RETURN_IF_ERROR(
