@@ -57,13 +57,13 @@ struct RowChunk {
   int32_t max_seqlen = 0;
 };
 
-// The batch's row chunks: one of the whole batch unless `chunked`; else at most `wanted` (0: auto, one per
-// kTpAutoChunkRows rows; at most kMaxTpRowChunks) of whole sequences, each closed once it holds n / wanted
+// The batch's row chunks: one of the whole batch unless `chunked`; else at most `wanted` (0: auto,
+// kTpAutoChunks from kTpAutoMinTokens tokens; at most kMaxTpRowChunks) of whole sequences, each closed once it holds n / wanted
 // rows or more (a batch of one sequence stays one chunk).
 std::vector<RowChunk> RowChunks(const ForwardBatch& batch, int wanted, bool chunked) {
   const int64_t n = batch.num_tokens;
   const std::vector<int32_t>& cu = batch.cu_seqlens;
-  if (wanted == 0) wanted = static_cast<int>(std::min<int64_t>(kMaxTpRowChunks, n / kTpAutoChunkRows));
+  if (wanted == 0) wanted = n >= kTpAutoMinTokens ? kTpAutoChunks : 1;
   wanted = std::max(1, std::min(wanted, kMaxTpRowChunks));
   if (!chunked || wanted == 1 || cu.size() != static_cast<size_t>(batch.num_seqs) + 1) {
     return {RowChunk{0, n, 0, batch.num_seqs, batch.max_seqlen}};

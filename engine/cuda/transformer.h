@@ -28,10 +28,13 @@ class PeerLink;
 // vocabulary); cuBLASLt runs the 128256 x 4096 lm_head at ~706 TFLOP/s with 2048 rows (GPU.md).
 constexpr int64_t kLmHeadChunkTokens = 2048;
 
-// Row-chunk pipelining at tp > 1 (Activations::tp_row_chunks): the most chunks, and the rows per chunk the
-// auto setting aims at (batches under 2 * kTpAutoChunkRows tokens run unchunked).
+// Row-chunk pipelining at tp > 1 (Activations::tp_row_chunks): the most chunks; the auto setting's chunk
+// count and the batch size from which it applies (smaller batches run unchunked). Two chunks measured best on
+// 2 x H200 (8B W4A16, 8 and 16 windows of 2048: 2 chunks 245 / 485 ms per step, 4: 252 / 500, 8: 281 / 510;
+// tests/bench/RESULTS.md): every chunk's GEMMs are large, and half of each sum over ranks still overlaps.
 constexpr int kMaxTpRowChunks = 8;
-constexpr int64_t kTpAutoChunkRows = 4096;
+constexpr int kTpAutoChunks = 2;
+constexpr int64_t kTpAutoMinTokens = 8192;
 
 // Row-parallel sums at tp 1. The one-GPU forward computes o_proj and down_proj over the two halves of their
 // input columns, [0, in/2) then [in/2, in), each GEMM adding into the fp32 residual in its epilogue:
@@ -87,12 +90,12 @@ struct Activations {
   DeviceBuffer act_amax;        // [max_tokens] fp32: W8A8 per-token amax of a row-parallel input
   DeviceBuffer tp_topk_ids;     // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] int32
   DeviceBuffer tp_topk_values;  // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] fp32
-  // Row-chunk pipelining of the row-parallel linears (tp_size > 1 only): the o_proj / down_proj GEMM runs
-  // in row chunks on the forward's stream; chunk c's all-reduce runs on comm_stream (after chunk_ready[c])
-  // while chunk c+1's GEMM runs, and the following RmsNorm and GEMM of chunk c start after
-  // chunk_reduced[c]. The forward's stream waits for comm_stream before Forward returns.
-  // tp_row_chunks: 0 = auto (kTpAutoChunkRows rows per chunk, at most kMaxTpRowChunks), 1 = off, c > 1 =
-  // c chunks whatever the batch size (tests). Set by the engine (env SCORED_TP_ROW_CHUNKS).
+  // Row-chunk pipelining (tp_size > 1 only): every op of a layer runs per chunk of whole sequences on the
+  // forward's stream; chunk c's sum over ranks (all-reduce or peer copy) runs on comm_stream after
+  // chunk_ready[c] while the next chunks compute, and chunk c's next norm starts after chunk_reduced[c] (or
+  // the peer copies' events). The forward's stream waits for comm_stream before Forward returns.
+  // tp_row_chunks: 0 = auto (kTpAutoChunks from kTpAutoMinTokens tokens), 1 = off, c > 1 = at most c chunks
+  // whatever the batch size (tests). Set by the engine (env SCORED_TP_ROW_CHUNKS).
   int tp_row_chunks = 0;
   // tp 1: o_proj / down_proj sum their input columns in two halves (SumsInHalves). Set by the engine (env
   // SCORED_ROW_PARALLEL_HALVES=0 turns it off).
