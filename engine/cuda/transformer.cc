@@ -48,46 +48,6 @@ struct LinearIo {
                            // the input columns (SumsInHalves)
 };
 
-// A block of whole sequences of the packed batch (tensor-parallel row chunking).
-struct RowChunk {
-  int64_t begin = 0;  // packed rows [begin, begin + rows)
-  int64_t rows = 0;
-  int32_t first_seq = 0;  // sequences [first_seq, first_seq + num_seqs)
-  int32_t num_seqs = 0;
-  int32_t max_seqlen = 0;
-};
-
-// The batch's row chunks: one of the whole batch unless `chunked`; else at most `wanted` (0: auto,
-// kTpAutoChunks from kTpAutoMinTokens tokens; at most kMaxTpRowChunks) of whole sequences, each closed once it holds n / wanted
-// rows or more (a batch of one sequence stays one chunk).
-std::vector<RowChunk> RowChunks(const ForwardBatch& batch, int wanted, bool chunked) {
-  const int64_t n = batch.num_tokens;
-  const std::vector<int32_t>& cu = batch.cu_seqlens;
-  if (wanted == 0) wanted = n >= kTpAutoMinTokens ? kTpAutoChunks : 1;
-  wanted = std::max(1, std::min(wanted, kMaxTpRowChunks));
-  if (!chunked || wanted == 1 || cu.size() != static_cast<size_t>(batch.num_seqs) + 1) {
-    return {RowChunk{0, n, 0, batch.num_seqs, batch.max_seqlen}};
-  }
-  const int64_t target = (n + wanted - 1) / wanted;
-  std::vector<RowChunk> chunks;
-  RowChunk c;
-  for (int32_t s = 0; s < batch.num_seqs; ++s) {
-    if (c.num_seqs == 0) {
-      c.begin = cu[s];
-      c.first_seq = s;
-    }
-    ++c.num_seqs;
-    c.max_seqlen = std::max(c.max_seqlen, cu[s + 1] - cu[s]);
-    c.rows = cu[s + 1] - c.begin;
-    if (c.rows >= target && static_cast<int>(chunks.size()) + 1 < wanted) {
-      chunks.push_back(c);
-      c = RowChunk();
-    }
-  }
-  if (c.num_seqs > 0) chunks.push_back(c);
-  return chunks;
-}
-
 // Whether a tensor-parallel forward may run in row chunks: not where a row-parallel W8A8 linear all-reduces
 // its input's per-token amax on the forward's stream (NCCL work would then be pending on two streams at once;
 // those linears also need every rank's columns before their GEMM).
@@ -151,7 +111,8 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   // at tp 1. A row's result is the same whatever the chunking: GEMM algorithms are pinned per weight shape
   // (gemm.h), norms and element-wise ops are per row, attention is per sequence, and a row's sum over two
   // ranks is one fp32 add (at tp > 2 NCCL's reduction order may depend on the message size).
-  const std::vector<RowChunk> chunks = RowChunks(batch, acts->tp_row_chunks, tp != nullptr && Chunkable(model));
+  const std::vector<RowChunk> chunks = RowChunks(batch.cu_seqlens, n, batch.num_seqs, batch.max_seqlen,
+                                                 acts->tp_row_chunks, tp != nullptr && Chunkable(model));
   const int num_chunks = static_cast<int>(chunks.size());
   const bool pipelined = tp != nullptr && num_chunks > 1;
   const cudaStream_t cs = pipelined ? acts->comm_stream.get() : stream;

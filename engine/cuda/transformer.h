@@ -13,6 +13,7 @@
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/row_chunks.h"
 #include "engine/kernels/logprob.h"
 #include "engine/model/config.h"
 
@@ -28,13 +29,6 @@ class PeerLink;
 // vocabulary); cuBLASLt runs the 128256 x 4096 lm_head at ~706 TFLOP/s with 2048 rows (GPU.md).
 constexpr int64_t kLmHeadChunkTokens = 2048;
 
-// Row-chunk pipelining at tp > 1 (Activations::tp_row_chunks): the most chunks; the auto setting's chunk
-// count and the batch size from which it applies (smaller batches run unchunked). Two chunks measured best on
-// 2 x H200 (8B W4A16, 8 and 16 windows of 2048: 2 chunks 245 / 485 ms per step, 4: 252 / 500, 8: 281 / 510;
-// tests/bench/RESULTS.md): every chunk's GEMMs are large, and half of each sum over ranks still overlaps.
-constexpr int kMaxTpRowChunks = 8;
-constexpr int kTpAutoChunks = 2;
-constexpr int64_t kTpAutoMinTokens = 8192;
 
 // Row-parallel sums at tp 1. The one-GPU forward computes o_proj and down_proj over the two halves of their
 // input columns, [0, in/2) then [in/2, in), each GEMM adding into the fp32 residual in its epilogue:
