@@ -7,12 +7,13 @@
 //    engine. Measured on an H200 (2026-11-22): transformers' own bf16 run of these stories errs by 0.0208
 //    nats on average vs float64 (PPL 3.68551 vs 3.69240, 0.19%); rounding the fp32 checkpoint's weights to
 //    bf16 alone (reference engine, fp32 math) already costs 0.0057. 0.015 stays below the framework users
-//    compare with; the engine measured 0.0125 with bf16 o/down outputs (now fp32).
+//    compare with; the engine measured 0.0125 with bf16 o/down outputs, 0.0121 with fp32 ones (H100, 2026-11-25).
 //  - determinism: bitwise, run to run and alone vs in a batch (pinned GEMM algorithms, row-wise kernels).
 #include "engine/cuda/cuda_engine.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -27,6 +29,7 @@
 
 #include "engine/engine.h"
 #include "engine/reference/reference_engine.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "tests/engine/cuda/gpu_fixture.h"
 
 namespace scored {
@@ -113,6 +116,26 @@ void ExpectBitwiseEqual(const ScoreResult& a, const ScoreResult& b, const std::s
   EXPECT_EQ(std::memcmp(a.logprob.data(), b.logprob.data(), a.logprob.size() * sizeof(float)), 0) << what;
   EXPECT_EQ(a.greedy, b.greedy) << what;
   EXPECT_EQ(std::memcmp(&a.sum_logprob, &b.sum_logprob, sizeof(double)), 0) << what;
+}
+
+// num_windows windows of BOS + (window - 1) consecutive ids of WikiText-2 test through the stories260K tokenizer.
+std::vector<ScoreRequest> WikiTextWindows(int num_windows, int window) {
+  std::ifstream in(EnvOr("SCORED_DATA_DIR", SCORED_DATA_DIR) + "/wikitext-2-raw/wiki.test.raw");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.resize(std::min<size_t>(text.size(), 64 * 1024));
+  auto tokenizer = Tokenizer::Load(kStoriesDir);
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  if (!tokenizer.ok()) return {};
+  auto ids = (*tokenizer)->Encode(text);
+  EXPECT_TRUE(ids.ok()) << ids.status();
+  std::vector<ScoreRequest> windows;
+  for (int w = 0; ids.ok() && w < num_windows && static_cast<size_t>((w + 1) * (window - 1)) <= ids->size(); ++w) {
+    ScoreRequest r;
+    r.tokens.push_back((*tokenizer)->bos_id());
+    r.tokens.insert(r.tokens.end(), ids->begin() + w * (window - 1), ids->begin() + (w + 1) * (window - 1));
+    windows.push_back(std::move(r));
+  }
+  return windows;
 }
 
 class CudaEngineTest : public GpuTest {};
@@ -331,6 +354,72 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
     ++checked;
   }
   if (checked == 0) GTEST_SKIP() << "no checkpoints under " << root;
+}
+
+// bf16 mode on every weight-only fixture against the bound: mean |delta logprob| <= 0.01 nats and PPL
+// within 0.3% of the float32 reference, where bf16 arithmetic allows it.
+//  - mean |delta|, on the fixtures' own reference sequences, next to transformers' own bf16 run of the same
+//    weights and sequences (tests/fixtures/transformers_bf16.json, made by scripts/fixtures/transformers_bf16.py).
+//    Random weights scored on random tokens (PPL 1e3-1e5, logits of tens) put bf16's floor far above 0.01:
+//    transformers' bf16 errs by 0.028-0.054 there (H100, 2026-11-25). So: <= max(0.01, transformers' bf16
+//    error); measured 0.019-0.041, 20-35% below transformers' on every fixture.
+//  - PPL, against the CPU reference engine on real text: 16 windows of BOS + 255 tokens of WikiText-2 test (every
+//    fixture uses the stories260K tokenizer; 4080 scored). The PPL ratio is exp(mean signed delta), whose sampling
+//    noise at the references' 189 tokens (~0.3%) is as large as the bound; 4080 tokens bring it to ~0.07%, so the
+//    check sees a systematic bias, not the draw. Random tokens are no fair sample for the trained stories260K
+//    fixtures: they drive it to PPL 6e7, logits of +-30, where bf16's relative rounding turns into a PPL bias of
+//    0.4-0.75% (H100, 2026-11-25); the random-weight fixtures measured <= 0.15% there.
+TEST_F(CudaEngineTest, FixturesBf16AgainstBf16Floor) {
+  const std::filesystem::path root(EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR));
+  std::ifstream yardstick_file(root / "transformers_bf16.json");
+  if (!yardstick_file) GTEST_SKIP() << "no " << (root / "transformers_bf16.json");
+  const nlohmann::json yardstick = nlohmann::json::parse(yardstick_file);
+  const std::vector<ScoreRequest> sample = WikiTextWindows(16, 256);
+  ASSERT_EQ(sample.size(), 16u);
+  int checked = 0;
+  for (const auto& [name, theirs] : yardstick["fixtures"].items()) {
+    const std::string dir = (root / name).string();
+    SCOPED_TRACE(dir);
+    std::ifstream ref_file(root / name / "reference_logprobs.json");
+    ASSERT_TRUE(ref_file.good());
+    const nlohmann::json ref = nlohmann::json::parse(ref_file);
+    std::vector<ScoreRequest> requests;
+    std::vector<std::vector<double>> want;
+    for (const auto& s : ref["sequences"]) {
+      ScoreRequest r;
+      r.tokens = s["token_ids"].get<std::vector<int32_t>>();
+      requests.push_back(r);
+      want.push_back(s["token_logprobs"].get<std::vector<double>>());
+    }
+    auto engine = MakeCuda(dir, ComputeDtype::kBf16);
+    auto reference = MakeReference(dir);
+    ASSERT_NE(engine, nullptr);
+    ASSERT_NE(reference, nullptr);
+    auto got = engine->Score(requests);
+    ASSERT_TRUE(got.ok()) << got.status();
+    double sum_abs = 0.0;
+    int64_t count = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_EQ((*got)[i].num_scored, static_cast<int32_t>(want[i].size()));
+      for (size_t j = 0; j < want[i].size(); ++j) sum_abs += std::abs((*got)[i].logprob[j] - want[i][j]);
+      count += static_cast<int64_t>(want[i].size());
+    }
+    const double mean_abs = sum_abs / count;
+    const double their_mean = theirs["bf16_mean_abs_delta"].get<double>();
+
+    auto got_sample = engine->Score(sample);
+    auto want_sample = reference->Score(sample);
+    ASSERT_TRUE(got_sample.ok()) << got_sample.status();
+    ASSERT_TRUE(want_sample.ok()) << want_sample.status();
+    const Agreement a = Compare(*got_sample, *want_sample);
+    const double ppl_err = std::abs(a.ppl / a.ref_ppl - 1.0);
+    std::cout << "fixture " << name << " bf16: mean |delta| " << mean_abs << " (transformers bf16 " << their_mean
+              << "); WikiText PPL off by " << ppl_err << " (mean |delta| there " << a.mean_abs << ")\n";
+    EXPECT_LE(mean_abs, std::max(0.01, their_mean));
+    EXPECT_LE(ppl_err, 0.003);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
 }
 
 }  // namespace
