@@ -23,6 +23,9 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const EngineOptions& option
     if (options.tp != 1) {
       return absl::InvalidArgumentError("--tp > 1 needs the cuda backend; the cpu backend runs one process");
     }
+    if (options.fault_device_trap_after_batches >= 0) {
+      return absl::InvalidArgumentError("a device trap (--fault_inject=device_trap_after) needs the cuda backend");
+    }
     return CreateReferenceEngine(options);
   }
 #ifdef SCORED_WITH_CUDA

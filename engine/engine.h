@@ -38,6 +38,10 @@ struct EngineOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string rendezvous;
+  // Testing only (CUDA): -1 = off; N >= 0 = the (N+1)-th Score() call first runs a kernel that traps on the
+  // device (engine/kernels/device_trap.h), a real sticky device failure: that call and every later one return
+  // UNAVAILABLE and fatal_status() turns UNAVAILABLE. The CPU backend refuses it (INVALID_ARGUMENT).
+  int64_t fault_device_trap_after_batches = -1;
 };
 
 // One sequence to score. Positions j in [max(1, score_from), n) are scored.

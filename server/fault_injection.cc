@@ -12,6 +12,7 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
   constexpr absl::string_view kFatalAfter = "fatal_after:";
   constexpr absl::string_view kFatalAfterMs = "fatal_after_ms:";
   constexpr absl::string_view kSlowLoadMs = "slow_load_ms:";
+  constexpr absl::string_view kDeviceTrapAfter = "device_trap_after:";
   int64_t n = -1;
   if (absl::StartsWith(text, kFatalAfter) && absl::SimpleAtoi(text.substr(kFatalAfter.size()), &n) && n >= 0) {
     fault.fatal_after_batches = n;
@@ -26,8 +27,14 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
     fault.slow_load_ms = n;
     return fault;
   }
+  if (absl::StartsWith(text, kDeviceTrapAfter) && absl::SimpleAtoi(text.substr(kDeviceTrapAfter.size()), &n) &&
+      n >= 0) {
+    fault.device_trap_after_batches = n;
+    return fault;
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      "--fault_inject must be fatal_after:N, fatal_after_ms:T or slow_load_ms:T with N, T >= 0, got '", text,
+      "--fault_inject must be fatal_after:N, fatal_after_ms:T, slow_load_ms:T or device_trap_after:N with N, T >= 0, "
+      "got '", text,
       "'"));
 }
 

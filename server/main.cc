@@ -68,7 +68,8 @@ ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "Largest gRPC request message accepted, bytes; larger ones get RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, fault_inject, "",
           "Testing only: fatal_after:N makes the engine fail fatally after N Score batches; "
-          "fatal_after_ms:T, T ms after it loaded (no traffic needed)");
+          "fatal_after_ms:T, T ms after it loaded (no traffic needed); device_trap_after:N makes the CUDA "
+          "engine trap on the GPU before batch N+1 (a real sticky device failure)");
 
 namespace {
 
@@ -139,6 +140,7 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   auto fault = scored::ParseFaultInjection(absl::GetFlag(FLAGS_fault_inject));
   if (!fault.ok()) return fault.status();
   o.fault = *fault;
+  o.engine.fault_device_trap_after_batches = fault->device_trap_after_batches;
   if (o.engine.backend == scored::Backend::kAuto) {
     o.engine.backend = scored::CudaBackendAvailable() ? scored::Backend::kCuda : scored::Backend::kCpu;
   }

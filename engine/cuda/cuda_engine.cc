@@ -27,6 +27,7 @@
 #include "engine/dist/control_channel.h"
 #include "engine/dist/nccl_communicator.h"
 #include "engine/kernels/cuda_check.h"
+#include "engine/kernels/device_trap.h"
 #include "engine/kernels/fp8_quant.h"
 #include "engine/kernels/kernel_types.h"
 #include "engine/model/fingerprint.h"
@@ -379,6 +380,8 @@ class CudaEngine final : public Engine {
   absl::Status OnAllRanks(const std::function<absl::Status(Rank&)>& job);
 
   int tp_ = 1;
+  int64_t fault_device_trap_after_ = -1;  // EngineOptions::fault_device_trap_after_batches
+  int64_t score_calls_ = 0;               // Score() calls so far (Score() runs on one thread)
   int64_t max_seq_len_ = 0;
   int64_t max_tokens_ = 0;
   std::unique_ptr<ModelWeights> weights_;
@@ -412,6 +415,7 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
   std::unique_ptr<CudaEngine> engine(new CudaEngine());
   engine->tp_ = tp;
   engine->max_tokens_ = options.max_batch_tokens;
+  engine->fault_device_trap_after_ = options.fault_device_trap_after_batches;
 
   SCORED_ASSIGN_OR_RETURN(engine->weights_, ModelWeights::Load(options.model_dir));
   const ModelConfig& config = engine->weights_->config();
@@ -708,6 +712,10 @@ absl::Status CudaEngine::CheckSticky(absl::Status status) {
 absl::StatusOr<std::vector<ScoreResult>> CudaEngine::Score(absl::Span<const ScoreRequest> batch) {
   SCORED_RETURN_IF_ERROR(fatal_status());
   for (size_t i = 0; i < batch.size(); ++i) SCORED_RETURN_IF_ERROR(ValidateRequest(batch[i], i));
+  if (fault_device_trap_after_ >= 0 && score_calls_++ == fault_device_trap_after_) {
+    SCORED_LOG(WARNING) << "fault injection: a device trap before this batch's forward (testing only)";
+    SCORED_RETURN_IF_ERROR(CheckSticky(kernels::DeviceTrap(ranks_.front()->stream.get())));
+  }
   std::vector<ScoreResult> results;
   results.reserve(batch.size());
   // Consecutive requests share a forward while their tokens fit; results do not depend on the grouping.

@@ -116,7 +116,10 @@ std::string DefaultScoredBinary() {
   return std::string(SCORED_BINARY_DIR) + "/server/scored";
 }
 
-std::string StoriesModelDir() { return std::string(SCORED_DATA_DIR) + "/stories260K-hf"; }
+std::string StoriesModelDir() {
+  const char* data = std::getenv("SCORED_DATA_DIR");
+  return std::string(data != nullptr && data[0] != '\0' ? data : SCORED_DATA_DIR) + "/stories260K-hf";
+}
 
 absl::StatusOr<ScoredPorts> ReadPortFile(const std::string& path) {
   struct stat st;

@@ -42,7 +42,8 @@ namespace testing {
 // $SCORED_TEST_SCORED_BINARY if set (e.g. a sanitizer build of the daemon), else
 // $SCORED_BINARY_DIR/server/scored (the build tree's daemon).
 std::string DefaultScoredBinary();
-// $SCORED_DATA_DIR/stories260K-hf (the small real Llama every CPU test uses).
+// $SCORED_DATA_DIR/stories260K-hf (the small real Llama every CPU test uses): the environment's SCORED_DATA_DIR
+// if set (a copy of the tree on another machine), else the one compiled in.
 std::string StoriesModelDir();
 
 struct ScoredPorts {

@@ -386,6 +386,7 @@ TEST(LimitsE2eTest, BadLimitAndSecurityFlagsFailStartup) {
       {{"--auth_token_file=/nonexistent"}, "--auth_token_file: cannot read"},
       {{"--listen=0.0.0.0:0"}, "--allow_insecure_remote"},
       {{"--fault_inject=fatal_after:x"}, "--fault_inject must be fatal_after:N"},
+      {{"--fault_inject=device_trap_after:0"}, "a device trap (--fault_inject=device_trap_after) needs the cuda"},
   };
   for (const Case& c : cases) {
     ScoredProcessOptions o;
