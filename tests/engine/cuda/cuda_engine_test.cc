@@ -420,6 +420,20 @@ TEST_F(CudaEngineTest, FixturesBf16AgainstBf16Floor) {
     ++checked;
   }
   EXPECT_GT(checked, 0);
+  // Every weight-only fixture has its yardstick: a new one needs scripts/fixtures/transformers_bf16.py re-run.
+  for (const auto& entry : std::filesystem::directory_iterator(root)) {
+    std::ifstream config_file(entry.path() / "config.json");
+    if (!entry.is_directory() || !config_file) continue;
+    const nlohmann::json config = nlohmann::json::parse(config_file);
+    bool weight_only = true;
+    const nlohmann::json groups =
+        config.value("quantization_config", nlohmann::json::object()).value("config_groups", nlohmann::json::object());
+    for (const auto& [group_name, group] : groups.items()) {
+      weight_only = weight_only && group.value("input_activations", nlohmann::json()).is_null();
+    }
+    EXPECT_TRUE(!weight_only || yardstick["fixtures"].contains(entry.path().filename().string()))
+        << entry.path() << " is weight-only but has no entry in transformers_bf16.json";
+  }
 }
 
 }  // namespace
