@@ -149,6 +149,8 @@ gpu_mem() {
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
 
 if [[ $steps == *tests* ]]; then
+  # e2e tests that start the daemon (gpu_fault_e2e_test) take the bundled one when it is there.
+  [[ -x $bundle/bin/scored ]] && export SCORED_TEST_SCORED_BINARY=$bundle_abs/bin/scored
   for t in "$bundle"/bin/*_test; do
     name=$(basename "$t")
     echo "== $name"
