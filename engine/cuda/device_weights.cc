@@ -233,6 +233,15 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     keep->push_back(std::move(shard));
     return &keep->back().view;
   };
+  // Once a tensor is on the GPU its mmapped pages leave the process's RSS (they stay in the page cache), so host
+  // memory during the load stays near one layer's pages instead of growing to the checkpoint's size.
+  const TensorStore& store = weights.store();
+  auto release = [&](const LinearWeight& w) {
+    for (const TensorView* t : {&w.weight, &w.weight_packed, &w.weight_scale, &w.weight_zero_point, &w.weight_g_idx,
+                                &w.weight_global_scale, &w.input_global_scale, &w.bias}) {
+      store.ReleaseResidentPages(*t);
+    }
+  };
 
   const int64_t vocab_rows = plan != nullptr ? plan->vocab_end - plan->vocab_begin : config.vocab_size;
   LinearWeight embed;
@@ -248,6 +257,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
                           DeviceBuffer::Allocate(vocab_rows * config.hidden_size * ElementBytes(dtype),
                                                  "the token embedding"));
   SCORED_RETURN_IF_ERROR(UploadDenseInto(embed, dtype, model->embed.data()));
+  store.ReleaseResidentPages(weights.embed_tokens());
   SCORED_ASSIGN_OR_RETURN(model->final_norm, UploadFloat(weights.final_norm(), "model.norm.weight"));
   const std::vector<float> inv_freq = ref::RopeInvFreq(config);
   SCORED_ASSIGN_OR_RETURN(
@@ -263,6 +273,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     SCORED_ASSIGN_OR_RETURN(model->lm_head, DeviceModelLoader::Build({head}, dtype, "lm_head", false,
                                                                      GemmTypes::kFp8ToFp32, false));
     SCORED_RETURN_IF_ERROR(DeviceModelLoader::MakeResident(&model->lm_head, dtype, "lm_head"));
+    release(weights.lm_head());
   }
 
   model->layers.resize(weights.layers().size());
@@ -306,6 +317,13 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     SCORED_ASSIGN_OR_RETURN(dst.down,
                             DeviceModelLoader::Build({down}, dtype, prefix + "mlp.down_proj", down_amax,
                                                       GemmTypes::kFp8ToFp32));
+    for (const LinearWeight* w : {&src.q_proj, &src.k_proj, &src.v_proj, &src.o_proj, &src.gate_proj, &src.up_proj,
+                                  &src.down_proj}) {
+      release(*w);
+    }
+    for (const TensorView* t : {&src.input_layernorm, &src.post_attention_layernorm, &src.q_norm, &src.k_norm}) {
+      store.ReleaseResidentPages(*t);
+    }
     for (const DeviceLinear* linear : {&dst.qkv, &dst.o, &dst.gate_up, &dst.down}) {
       if (linear->uses_scratch()) {
         model->max_scratch_elements =

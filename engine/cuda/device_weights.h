@@ -18,7 +18,8 @@
 // Tensor parallelism: UploadModel with a ShardPlan uploads one rank's shard (engine/model/shard_plan.h):
 // q|k|v and gate|up of the rank's heads / intermediate slice, o and down of its input columns, embedding
 // and lm_head rows [vocab_begin, vocab_end). It cuts the shards layer by layer and frees each layer's
-// host copies (row-parallel slices) once uploaded, so the host peak is one layer's copies.
+// host copies (row-parallel slices) once uploaded, so the host peak is one layer's copies. Every tensor's mmapped
+// pages leave the process's RSS once it is on the GPU (TensorStore::ReleaseResidentPages).
 // Ownership: a DeviceModel owns every device buffer it points to and keeps no host pointer.
 // Thread-safety: immutable after Upload().
 #ifndef SCORED_ENGINE_CUDA_DEVICE_WEIGHTS_H_

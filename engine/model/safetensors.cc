@@ -228,6 +228,24 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_ != nullptr) munmap(map_, static_cast<size_t>(map_size_));
 }
 
+bool SafetensorsFile::Maps(const uint8_t* data, int64_t nbytes) const {
+  const auto begin = reinterpret_cast<uintptr_t>(map_);
+  const auto p = reinterpret_cast<uintptr_t>(data);
+  return map_ != nullptr && nbytes >= 0 && p >= begin && p - begin <= static_cast<uintptr_t>(map_size_) &&
+         static_cast<uintptr_t>(nbytes) <= static_cast<uintptr_t>(map_size_) - (p - begin);
+}
+
+void SafetensorsFile::ReleaseResidentPages(const uint8_t* data, int64_t nbytes) const {
+  if (nbytes <= 0 || !Maps(data, nbytes)) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto map_begin = reinterpret_cast<uintptr_t>(map_);  // page-aligned (mmap)
+  const uintptr_t map_end = map_begin + (static_cast<uintptr_t>(map_size_) + page - 1) / page * page;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(data) / page * page;
+  const uintptr_t last = std::min(map_end, (reinterpret_cast<uintptr_t>(data) + nbytes + page - 1) / page * page);
+  // Advice only: a failure leaves the pages resident, which is still correct.
+  madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 namespace {
 
 bool FileExists(const std::string& path) {
@@ -309,6 +327,16 @@ absl::StatusOr<TensorView> TensorStore::Get(const std::string& name) const {
 }
 
 bool TensorStore::Has(const std::string& name) const { return index_.count(name) != 0; }
+
+void TensorStore::ReleaseResidentPages(const TensorView& view) const {
+  if (!view.present()) return;
+  for (const auto& file : files_) {
+    if (file->Maps(view.data, view.nbytes)) {
+      file->ReleaseResidentPages(view.data, view.nbytes);
+      return;
+    }
+  }
+}
 
 std::vector<std::string> TensorStore::Names() const {
   std::vector<std::string> names;

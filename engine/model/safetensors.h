@@ -46,6 +46,12 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Whether [data, data + nbytes) lies inside this file's mapping.
+  bool Maps(const uint8_t* data, int64_t nbytes) const;
+  // Drops this process's resident pages of the whole pages [data, data + nbytes) spans, clamped to the mapping
+  // (madvise MADV_DONTNEED on a read-only private file mapping): the bytes stay readable and a later read faults
+  // them in again from the page cache or the file; RSS stops counting them. Requires Maps(data, nbytes).
+  void ReleaseResidentPages(const uint8_t* data, int64_t nbytes) const;
 
  private:
   SafetensorsFile() = default;
@@ -67,6 +73,10 @@ class TensorStore {
   absl::StatusOr<TensorView> Get(const std::string& name) const;
   bool Has(const std::string& name) const;
   std::vector<std::string> Names() const;
+  // For a loader that has copied `view` elsewhere (to a GPU): drops the process's resident pages under it (see
+  // SafetensorsFile::ReleaseResidentPages; pages shared with a neighbouring tensor are refaulted when that one is
+  // read). A no-op for an absent view or one that is not inside this store's mappings (a host copy). Thread-safe.
+  void ReleaseResidentPages(const TensorView& view) const;
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> files_;

@@ -228,7 +228,7 @@ if [[ $steps == *big* ]]; then
     du -sh "$big" | cut -f1 | sed 's/^/checkpoint on disk: /'
     run_logged "big" 300 "$bundle/run" scored_bench --model "$big" --tp "$big_tp" --ref "$big/ref_windows.bin" \
       --gate 0 --ctx "$ctx" --batches "$big_batches" --profile 0 --nccl 1
-    grep -E '^(scored_bench|load|scored B|nccl|vs transformers)' "$logs/big.log"
+    grep -E '^(scored_bench|load|host memory|scored B|nccl|vs transformers)' "$logs/big.log"
     echo "== big summary ($big_preset W4A16 g128, tp $big_tp, ctx $ctx)"
     echo "write: $(grep -o 'total [0-9.]*s' "$logs/make_w4a16_$big_preset.log" | head -n 1); load (open -> ready):" \
       "$(field_after "$logs/big.log" '^load:' "$big_tp,") s; after load GiB per GPU:" \

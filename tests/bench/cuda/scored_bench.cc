@@ -25,11 +25,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -296,6 +298,51 @@ std::string MemoryInUse(const std::vector<std::pair<int64_t, int64_t>>& memory) 
     out += buf;
   }
   return out.empty() ? "0.0" : out;
+}
+
+// A field of /proc/self/status in bytes ("RssAnon", "VmHWM", ...); -1 where it cannot be read.
+int64_t ProcStatusBytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::atoll(line.c_str() + field.size() + 1) * 1024;
+  }
+  return -1;
+}
+
+// Host memory while the model loads: the largest anonymous RSS seen (sampled every 20 ms; a full host copy of the
+// checkpoint would show here) and, at the end, the peak RSS including the checkpoint's mmap'd file pages (page
+// cache the kernel may drop, not a copy).
+class HostMemoryWatch {
+ public:
+  HostMemoryWatch()
+      : thread_([this] {
+          while (!done_.load()) {
+            peak_anon_ = std::max(peak_anon_.load(), ProcStatusBytes("RssAnon"));
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+        }) {}
+  // Stops sampling; the peak anonymous RSS in bytes.
+  int64_t Stop() {
+    done_ = true;
+    if (thread_.joinable()) thread_.join();
+    return std::max(peak_anon_.load(), ProcStatusBytes("RssAnon"));
+  }
+  ~HostMemoryWatch() { Stop(); }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::atomic<int64_t> peak_anon_{0};
+  std::thread thread_;
+};
+
+// Bytes of the checkpoint's *.safetensors files.
+int64_t CheckpointBytes(const std::string& dir) {
+  int64_t total = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() == ".safetensors") total += static_cast<int64_t>(entry.file_size());
+  }
+  return total;
 }
 
 // Fills a device buffer with random bf16 N(0, 1) values (never zeros: they run faster than real data).
@@ -590,18 +637,24 @@ int Main(int argc, char** argv) {
   options.tp = args.tp;
   options.max_batch_tokens = max_batch * args.ctx;
   const auto t_load = std::chrono::steady_clock::now();
+  HostMemoryWatch host_memory;
   auto engine = CreateCudaEngine(options);
   if (!engine.ok()) {
     std::fprintf(stderr, "%s\n", engine.status().ToString().c_str());
     return 1;
   }
   const double load_s = Seconds(std::chrono::steady_clock::now() - t_load);
+  const int64_t peak_anon = host_memory.Stop();
   const ModelInfo& info = (*engine)->info();
   std::printf("scored_bench: %s %s, %.2fB params, weights %.2f GiB on the GPU, loaded in %.1f s\n",
               info.architecture.c_str(), info.format.c_str(), info.num_parameters / 1e9,
               info.resident_bytes / 1073741824.0, load_s);
   std::printf("load: tp %d, %.1f s open -> ready, GPU memory in use after load %s GiB (per GPU)\n", info.tp, load_s,
               MemoryInUse((*engine)->DeviceMemory()).c_str());
+  std::printf("host memory during load: peak anonymous RSS %.2f GiB, peak RSS %.2f GiB (with the checkpoint's mmap'd "
+              "pages); checkpoint %.2f GiB on disk\n",
+              peak_anon / 1073741824.0, ProcStatusBytes("VmHWM") / 1073741824.0,
+              CheckpointBytes(args.model) / 1073741824.0);
   std::fflush(stdout);
 
   int rc = 0;

@@ -1,6 +1,10 @@
 #include "engine/model/safetensors.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -143,6 +147,66 @@ TEST(SafetensorsTest, ShardedIndex) {
     "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})"));
   bad = TensorStore::Open(dir.path());
   ASSERT_FALSE(bad.ok());
+}
+
+// This process's resident file-backed bytes (RssFile + RssShmem of /proc/self/status: a file on tmpfs counts as
+// shmem), -1 where unreadable.
+int64_t RssFileBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  int64_t total = -1;
+  for (const char* field : {"RssFile:", "RssShmem:"}) {
+    in.clear();
+    in.seekg(0);
+    while (std::getline(in, line)) {
+      if (line.rfind(field, 0) == 0) {
+        total = std::max<int64_t>(total, 0) + std::atoll(line.c_str() + std::strlen(field)) * 1024;
+      }
+    }
+  }
+  return total;
+}
+
+uint64_t Checksum(const uint8_t* data, int64_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t i = 0; i < n; ++i) h = (h ^ data[i]) * 1099511628211ull;
+  return h;
+}
+
+// A loader that copied a tensor to the GPU drops its mmapped pages from RSS; the bytes stay readable and equal.
+TEST(SafetensorsTest, ReleaseResidentPagesDropsRssKeepsBytes) {
+  TempDir dir;
+  constexpr int64_t kFloats = 8 << 20;  // 32 MiB per tensor
+  std::vector<float> values(kFloats);
+  for (int64_t i = 0; i < kFloats; ++i) values[i] = static_cast<float>((i * 2654435761u) % 1000003);
+  ASSERT_TRUE(WriteSafetensors(dir.path() + "/model.safetensors",
+                               {{"a", "F32", {kFloats}, Bytes(values)}, {"b", "F32", {kFloats}, Bytes(values)}}));
+  auto store = TensorStore::Open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto a = (*store)->Get("a");
+  auto b = (*store)->Get("b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  const uint64_t want = Checksum(reinterpret_cast<const uint8_t*>(values.data()), 4 * kFloats);
+  const int64_t before = RssFileBytes();
+  if (before < 0) GTEST_SKIP() << "no RssFile in /proc/self/status";
+  ASSERT_EQ(Checksum(a->data, a->nbytes), want);  // faults every page of a in
+  ASSERT_EQ(Checksum(b->data, b->nbytes), want);
+  const int64_t touched = RssFileBytes();
+  EXPECT_GE(touched - before, 48 << 20) << "reading 64 MiB of the mapping should count in RssFile";
+
+  (*store)->ReleaseResidentPages(*a);
+  const int64_t released = RssFileBytes();
+  EXPECT_LE(released, touched - (30 << 20)) << "a's 32 MiB should leave RssFile";
+  EXPECT_EQ(Checksum(a->data, a->nbytes), want) << "released pages read back the file's bytes";
+  EXPECT_EQ(Checksum(b->data, b->nbytes), want) << "the neighbour's shared edge page is intact";
+
+  // A view of memory the store does not map (a host copy) is left alone: never zeroed.
+  std::vector<uint8_t> copy(a->data, a->data + a->nbytes);
+  TensorView heap = *a;
+  heap.data = copy.data();
+  (*store)->ReleaseResidentPages(heap);
+  EXPECT_EQ(Checksum(copy.data(), static_cast<int64_t>(copy.size())), want);
+  (*store)->ReleaseResidentPages(TensorView{});  // absent: a no-op
 }
 
 TEST(SafetensorsTest, EmptyFolder) {
