@@ -55,6 +55,7 @@
 #include "engine/kernels/swiglu.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
+#include "tests/proc_status.h"
 
 namespace scored {
 namespace {
@@ -300,16 +301,6 @@ std::string MemoryInUse(const std::vector<std::pair<int64_t, int64_t>>& memory) 
   return out.empty() ? "0.0" : out;
 }
 
-// A field of /proc/self/status in bytes ("RssAnon", "VmHWM", ...); -1 where it cannot be read.
-int64_t ProcStatusBytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::atoll(line.c_str() + field.size() + 1) * 1024;
-  }
-  return -1;
-}
-
 // Host memory while the model loads: the largest anonymous RSS seen (sampled every 20 ms; a full host copy of the
 // checkpoint would show here) and, at the end, the peak RSS including the checkpoint's mmap'd file pages (page
 // cache the kernel may drop, not a copy).
@@ -318,7 +309,7 @@ class HostMemoryWatch {
   HostMemoryWatch()
       : thread_([this] {
           while (!done_.load()) {
-            peak_anon_ = std::max(peak_anon_.load(), ProcStatusBytes("RssAnon"));
+            peak_anon_ = std::max(peak_anon_.load(), testing::ProcStatusBytes("RssAnon"));
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
           }
         }) {}
@@ -326,7 +317,7 @@ class HostMemoryWatch {
   int64_t Stop() {
     done_ = true;
     if (thread_.joinable()) thread_.join();
-    return std::max(peak_anon_.load(), ProcStatusBytes("RssAnon"));
+    return std::max(peak_anon_.load(), testing::ProcStatusBytes("RssAnon"));
   }
   ~HostMemoryWatch() { Stop(); }
 
@@ -653,7 +644,7 @@ int Main(int argc, char** argv) {
               MemoryInUse((*engine)->DeviceMemory()).c_str());
   std::printf("host memory during load: peak anonymous RSS %.2f GiB, peak RSS %.2f GiB (with the checkpoint's mmap'd "
               "pages); checkpoint %.2f GiB on disk\n",
-              peak_anon / 1073741824.0, ProcStatusBytes("VmHWM") / 1073741824.0,
+              peak_anon / 1073741824.0, testing::ProcStatusBytes("VmHWM") / 1073741824.0,
               CheckpointBytes(args.model) / 1073741824.0);
   std::fflush(stdout);
 

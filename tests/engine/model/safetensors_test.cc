@@ -1,10 +1,7 @@
 #include "engine/model/safetensors.h"
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -12,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/engine/model/st_writer.h"
+#include "tests/proc_status.h"
 
 namespace scored {
 namespace {
@@ -149,22 +147,10 @@ TEST(SafetensorsTest, ShardedIndex) {
   ASSERT_FALSE(bad.ok());
 }
 
-// This process's resident file-backed bytes (RssFile + RssShmem of /proc/self/status: a file on tmpfs counts as
-// shmem), -1 where unreadable.
+// This process's resident file-backed bytes (a file on tmpfs counts as shmem), -1 where unreadable.
 int64_t RssFileBytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  int64_t total = -1;
-  for (const char* field : {"RssFile:", "RssShmem:"}) {
-    in.clear();
-    in.seekg(0);
-    while (std::getline(in, line)) {
-      if (line.rfind(field, 0) == 0) {
-        total = std::max<int64_t>(total, 0) + std::atoll(line.c_str() + std::strlen(field)) * 1024;
-      }
-    }
-  }
-  return total;
+  const int64_t file = testing::ProcStatusBytes("RssFile"), shmem = testing::ProcStatusBytes("RssShmem");
+  return file < 0 || shmem < 0 ? -1 : file + shmem;
 }
 
 uint64_t Checksum(const uint8_t* data, int64_t n) {
