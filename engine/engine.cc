@@ -24,7 +24,8 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const EngineOptions& option
       return absl::InvalidArgumentError("--tp > 1 needs the cuda backend; the cpu backend runs one process");
     }
     if (options.fault_device_trap_after_batches >= 0) {
-      return absl::InvalidArgumentError("a device trap (--fault_inject=device_trap_after) needs the cuda backend");
+      return absl::InvalidArgumentError(
+          "a device trap (--fault_inject=device_trap_after) needs the cuda backend");
     }
     return CreateReferenceEngine(options);
   }

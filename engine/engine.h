@@ -24,13 +24,13 @@ enum class Backend { kAuto, kCpu, kCuda };
 enum class ComputeDtype { kBf16, kFp32 };
 
 struct EngineOptions {
-  std::string model_dir;                 // HF-style folder: config.json, *.safetensors, tokenizer files
-  Backend backend = Backend::kAuto;      // kAuto: CUDA if a GPU is present and built in, else CPU
+  std::string model_dir;                     // HF-style folder: config.json, *.safetensors, tokenizer files
+  Backend backend = Backend::kAuto;          // kAuto: CUDA if a GPU is present and built in, else CPU
   ComputeDtype dtype = ComputeDtype::kBf16;  // CUDA only; the CPU reference always computes in fp32/fp64
-  int tp = 1;                            // tensor-parallel ranks (CUDA only)
-  int64_t max_batch_tokens = 16384;      // most tokens in one Score() batch (sum over sequences)
-  int64_t max_seq_len = 0;               // longest sequence; 0 = the model's max_position_embeddings
-  int num_threads = 0;                   // CPU backend worker threads; 0 = hardware concurrency
+  int tp = 1;                                // tensor-parallel ranks (CUDA only)
+  int64_t max_batch_tokens = 16384;          // most tokens in one Score() batch (sum over sequences)
+  int64_t max_seq_len = 0;                   // longest sequence; 0 = the model's max_position_embeddings
+  int num_threads = 0;                       // CPU backend worker threads; 0 = hardware concurrency
   // Multi-process tensor parallelism (CUDA only): nnodes processes, each driving tp / nnodes local GPUs
   // (devices 0 .. tp/nnodes - 1); global rank = node_rank * (tp / nnodes) + local index. node_rank 0 is
   // the leader (CreateEngine, serves Score); the others call RunFollower. rendezvous: the leader's
@@ -60,31 +60,31 @@ struct TopKEntry {
 
 // Per scored position, in order; all arrays have num_scored entries (rank/entropy/top_k only if asked).
 struct ScoreResult {
-  std::vector<float> logprob;                  // log P(tokens[j] | tokens[<j]), natural log
-  std::vector<uint8_t> greedy;                 // 1 if argmax (ties -> lowest id) == tokens[j]
-  std::vector<int32_t> rank;                   // if want_rank
-  std::vector<float> entropy;                  // if want_entropy
-  std::vector<std::vector<TopKEntry>> top_k;   // if top_k > 0: descending logprob, ties by lower id
-  double sum_logprob = 0.0;                    // sum of logprob computed in double before rounding
+  std::vector<float> logprob;                 // log P(tokens[j] | tokens[<j]), natural log
+  std::vector<uint8_t> greedy;                // 1 if argmax (ties -> lowest id) == tokens[j]
+  std::vector<int32_t> rank;                  // if want_rank
+  std::vector<float> entropy;                 // if want_entropy
+  std::vector<std::vector<TopKEntry>> top_k;  // if top_k > 0: descending logprob, ties by lower id
+  double sum_logprob = 0.0;                   // sum of logprob computed in double before rounding
   int32_t num_scored = 0;
 };
 
 // Static facts about the loaded model (GetModelInfo, metrics, logs).
 struct ModelInfo {
-  std::string architecture;      // e.g. "LlamaForCausalLM"
-  std::string format;            // "dense-bf16", "pack-quantized-w4a16-g128", "nvfp4a16", "fp8-w8a8", ...
-  std::string format_notes;      // e.g. "W4A4 checkpoint run weight-only (NVFP4A16)"; empty if none
-  std::string backend;           // "cpu" or "cuda"
-  std::string compute_dtype;     // "fp32" or "bf16"
+  std::string architecture;   // e.g. "LlamaForCausalLM"
+  std::string format;         // "dense-bf16", "pack-quantized-w4a16-g128", "nvfp4a16", "fp8-w8a8", ...
+  std::string format_notes;   // e.g. "W4A4 checkpoint run weight-only (NVFP4A16)"; empty if none
+  std::string backend;        // "cpu" or "cuda"
+  std::string compute_dtype;  // "fp32" or "bf16"
   int tp = 1;
-  int64_t vocab_size = 0;        // embedding rows from config.json
+  int64_t vocab_size = 0;  // embedding rows from config.json
   int64_t max_seq_len = 0;
   int64_t max_batch_tokens = 0;
-  int64_t num_parameters = 0;    // logical parameter count (unpacked), embeddings included
+  int64_t num_parameters = 0;            // logical parameter count (unpacked), embeddings included
   double bits_per_weight_decoder = 0.0;  // stored bits (values + scales + zeros) / decoder linear weights
   double bits_per_weight_head = 0.0;     // same for lm_head (tied: the embedding's)
-  int64_t resident_bytes = 0;    // bytes the weights occupy on the device (host for CPU)
-  std::string model_fingerprint; // see engine/model/fingerprint.h
+  int64_t resident_bytes = 0;            // bytes the weights occupy on the device (host for CPU)
+  std::string model_fingerprint;         // see engine/model/fingerprint.h
 };
 
 class Engine {

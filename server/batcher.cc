@@ -22,8 +22,7 @@ absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(Engine* engine, Batcher
   return std::unique_ptr<Batcher>(new Batcher(engine, std::move(options)));
 }
 
-Batcher::Batcher(Engine* engine, BatcherOptions options)
-    : engine_(engine), options_(std::move(options)) {
+Batcher::Batcher(Engine* engine, BatcherOptions options) : engine_(engine), options_(std::move(options)) {
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -32,8 +31,8 @@ Batcher::~Batcher() { Shutdown(); }
 absl::StatusOr<uint64_t> Batcher::Submit(ScoreRequest request, absl::Time deadline, DoneCallback done) {
   const int64_t n = static_cast<int64_t>(request.tokens.size());
   if (n > options_.max_batch_tokens) {
-    return absl::OutOfRangeError(absl::StrCat("sequence has ", n, " tokens; max_batch_tokens is ",
-                                              options_.max_batch_tokens));
+    return absl::OutOfRangeError(
+        absl::StrCat("sequence has ", n, " tokens; max_batch_tokens is ", options_.max_batch_tokens));
   }
   if (deadline <= absl::Now()) {
     return absl::DeadlineExceededError("the deadline passed before the request was queued");
@@ -46,8 +45,8 @@ absl::StatusOr<uint64_t> Batcher::Submit(ScoreRequest request, absl::Time deadli
     }
     if (stopping_) return absl::UnavailableError("the server is shutting down");
     if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the request queue is full (max_queue ", options_.max_queue, " requests); retry later"));
+      return absl::ResourceExhaustedError(absl::StrCat("the request queue is full (max_queue ",
+                                                       options_.max_queue, " requests); retry later"));
     }
     ticket = next_ticket_++;
     queued_tokens_ += n;
@@ -143,12 +142,13 @@ void Batcher::WorkerLoop() {
       ReportQueueDepth(static_cast<int64_t>(queue_.size()));
     }
     for (Item& item : expired) {
-      item.done(absl::DeadlineExceededError(
-          absl::StrCat("the deadline passed after ", absl::FormatDuration(absl::Now() - item.enqueued),
-                       " in the queue, before the request was scored")));
+      item.done(absl::DeadlineExceededError(absl::StrCat("the deadline passed after ",
+                                                         absl::FormatDuration(absl::Now() - item.enqueued),
+                                                         " in the queue, before the request was scored")));
     }
     for (Item& item : failed) {
-      item.done(absl::UnavailableError(absl::StrCat("the engine failed and cannot serve: ", fatal.message())));
+      item.done(
+          absl::UnavailableError(absl::StrCat("the engine failed and cannot serve: ", fatal.message())));
     }
     if (!batch.empty()) RunBatch(std::move(batch));
   }
@@ -195,8 +195,8 @@ void Batcher::RunBatch(std::vector<Item> batch) {
     return;
   }
   if (results.ok()) {
-    const absl::Status wrong = absl::InternalError(absl::StrCat(
-        "the engine returned ", results->size(), " results for ", batch.size(), " sequences"));
+    const absl::Status wrong = absl::InternalError(
+        absl::StrCat("the engine returned ", results->size(), " results for ", batch.size(), " sequences"));
     for (Item& item : batch) item.done(wrong);
     return;
   }

@@ -14,7 +14,8 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
   constexpr absl::string_view kSlowLoadMs = "slow_load_ms:";
   constexpr absl::string_view kDeviceTrapAfter = "device_trap_after:";
   int64_t n = -1;
-  if (absl::StartsWith(text, kFatalAfter) && absl::SimpleAtoi(text.substr(kFatalAfter.size()), &n) && n >= 0) {
+  if (absl::StartsWith(text, kFatalAfter) && absl::SimpleAtoi(text.substr(kFatalAfter.size()), &n) &&
+      n >= 0) {
     fault.fatal_after_batches = n;
     return fault;
   }
@@ -23,12 +24,13 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
     fault.fatal_after_ms = n;
     return fault;
   }
-  if (absl::StartsWith(text, kSlowLoadMs) && absl::SimpleAtoi(text.substr(kSlowLoadMs.size()), &n) && n >= 0) {
+  if (absl::StartsWith(text, kSlowLoadMs) && absl::SimpleAtoi(text.substr(kSlowLoadMs.size()), &n) &&
+      n >= 0) {
     fault.slow_load_ms = n;
     return fault;
   }
-  if (absl::StartsWith(text, kDeviceTrapAfter) && absl::SimpleAtoi(text.substr(kDeviceTrapAfter.size()), &n) &&
-      n >= 0) {
+  if (absl::StartsWith(text, kDeviceTrapAfter) &&
+      absl::SimpleAtoi(text.substr(kDeviceTrapAfter.size()), &n) && n >= 0) {
     fault.device_trap_after_batches = n;
     return fault;
   }

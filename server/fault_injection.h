@@ -8,9 +8,10 @@
 // `--fault_inject=fatal_after_ms:T` instead turns fatal T ms after the wrapper is made, with or without
 // traffic, as a multi-process engine does when it loses a peer process while idle (the server must
 // notice through fatal_status() alone).
-// `--fault_inject=device_trap_after:N` needs no wrapper: the CUDA engine itself runs a kernel that traps on the
-// device before its (N+1)-th batch (EngineOptions::fault_device_trap_after_batches), a real sticky CUDA failure,
-// so the whole path of a GPU failure runs: the engine's own sticky status, health NOT_SERVING, exit non-zero.
+// `--fault_inject=device_trap_after:N` needs no wrapper: the CUDA engine itself runs a kernel that traps on
+// the device before its (N+1)-th batch (EngineOptions::fault_device_trap_after_batches), a real sticky CUDA
+// failure, so the whole path of a GPU failure runs: the engine's own sticky status, health NOT_SERVING, exit
+// non-zero.
 // `--fault_inject=slow_load_ms:T` makes the server wait T ms before it creates the engine, as a large
 // checkpoint on a cold disk or a leader waiting for its follower processes does (a stop signal during
 // startup must end the process at once).
@@ -42,9 +43,8 @@ struct FaultInjection {
   int64_t device_trap_after_batches = -1;  // -1 = no fault; N >= 0 = the CUDA engine traps before batch N+1
 };
 
-// "" -> no fault; "fatal_after:N", "fatal_after_ms:T", "slow_load_ms:T" or "device_trap_after:N" with N, T >= 0.
-// INVALID_ARGUMENT
-// names --fault_inject otherwise.
+// "" -> no fault; "fatal_after:N", "fatal_after_ms:T", "slow_load_ms:T" or "device_trap_after:N" with N, T >=
+// 0. INVALID_ARGUMENT names --fault_inject otherwise.
 absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text);
 
 class FaultInjectingEngine final : public Engine {

@@ -3,8 +3,8 @@
 // --rendezvous HOST:PORT`; node rank 0 serves, the others follow (server/multinode.h).
 //
 // Exit codes: 0 after SIGTERM/SIGINT once in-flight work is finished, or at once when the signal comes
-// during startup (a follower: after the leader's clean shutdown); 1 when startup fails (bad flag, model load, port taken) or the engine fails fatally while
-// serving (a lost follower or leader included).
+// during startup (a follower: after the leader's clean shutdown); 1 when startup fails (bad flag, model load,
+// port taken) or the engine fails fatally while serving (a lost follower or leader included).
 #include <signal.h>
 #include <time.h>
 
@@ -42,7 +42,8 @@ ABSL_FLAG(int32_t, node_rank, 0,
 ABSL_FLAG(std::string, rendezvous, "",
           "HOST:PORT of node rank 0's control channel, the same on every node (required when --nnodes > 1); "
           "node rank 0 listens on every local address at PORT");
-ABSL_FLAG(std::string, dtype, "bf16", "Compute dtype of the cuda backend: bf16 | fp32 (cpu always computes fp32)");
+ABSL_FLAG(std::string, dtype, "bf16",
+          "Compute dtype of the cuda backend: bf16 | fp32 (cpu always computes fp32)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address host:port (port 0 picks a free port)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics address host:port (port 0 picks a free port; empty disables)");
@@ -53,7 +54,8 @@ ABSL_FLAG(std::string, port_file, "",
           "After binding, write {\"grpc\": P, \"metrics\": Q|null} here (temporary file, then rename)");
 ABSL_FLAG(int64_t, batch_timeout_us, 2000, "How long the batcher waits to fill a batch, microseconds");
 ABSL_FLAG(int32_t, stream_window, 32, "Most requests of one ScoreStream in flight before it stops reading");
-ABSL_FLAG(double, shutdown_grace_s, 30.0, "On SIGTERM, how long in-flight calls may take before being cancelled");
+ABSL_FLAG(double, shutdown_grace_s, 30.0,
+          "On SIGTERM, how long in-flight calls may take before being cancelled");
 ABSL_FLAG(int32_t, num_threads, 0, "CPU backend worker threads (0 = all cores)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve gRPC over TLS (needs --tls_key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");

@@ -1,6 +1,5 @@
 #include "server/metrics.h"
 
-
 #include "absl/strings/str_cat.h"
 #include "prometheus/text_serializer.h"
 #include "server/grpc_status.h"
@@ -88,7 +87,8 @@ void Metrics::SetDeviceMemory(const std::vector<std::pair<int64_t, int64_t>>& pe
   for (size_t d = 0; d < per_device.size(); ++d) {
     const std::string device = std::to_string(d);
     device_memory_->Add({{"device", device}, {"kind", "used"}}).Set(static_cast<double>(per_device[d].first));
-    device_memory_->Add({{"device", device}, {"kind", "total"}}).Set(static_cast<double>(per_device[d].second));
+    device_memory_->Add({{"device", device}, {"kind", "total"}})
+        .Set(static_cast<double>(per_device[d].second));
   }
 }
 

@@ -1,7 +1,8 @@
 // Prometheus metrics of `scored`, served as text exposition at http://<--metrics_listen>/metrics.
 //
 // Metric                                   type       labels                         meaning
-// scored_requests_total                    counter    method, code                   finished requests. method is
+// scored_requests_total                    counter    method, code                   finished requests.
+// method is
 //     Score | ScoreStream | Tokenize | GetModelInfo; code the gRPC code name (OK, INVALID_ARGUMENT, ...).
 //     Each request inside a ScoreStream counts once under method="ScoreStream" with its own code (the
 //     code of its `error`, or OK).

@@ -29,7 +29,8 @@ absl::Status SplitHostPort(const std::string& listen, std::string* host, std::st
   }
   *host = listen.substr(0, colon);
   *port = listen.substr(colon + 1);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']')
+    *host = host->substr(1, host->size() - 2);
   int port_number = 0;
   if (!absl::SimpleAtoi(*port, &port_number) || port_number < 0 || port_number > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("metrics address '", listen, "' has a bad port"));
@@ -46,8 +47,8 @@ void WriteAll(int fd, absl::string_view data) {
   }
 }
 
-void Respond(int fd, int code, absl::string_view reason, absl::string_view content_type, absl::string_view body,
-             bool head_only) {
+void Respond(int fd, int code, absl::string_view reason, absl::string_view content_type,
+             absl::string_view body, bool head_only) {
   WriteAll(fd, absl::StrCat("HTTP/1.0 ", code, " ", reason, "\r\nContent-Type: ", content_type,
                             "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n"));
   if (!head_only) WriteAll(fd, body);
@@ -58,14 +59,17 @@ void Respond(int fd, int code, absl::string_view reason, absl::string_view conte
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Create(
     const std::string& listen, std::function<std::string()> render) {
   std::string host, port;
-  if (absl::Status s = SplitHostPort(listen, &host, &port); !s.ok()) return absl::UnavailableError(s.message());
+  if (absl::Status s = SplitHostPort(listen, &host, &port); !s.ok())
+    return absl::UnavailableError(s.message());
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* result = nullptr;
-  if (const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &result); rc != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot resolve metrics address ", listen, ": ", gai_strerror(rc)));
+  if (const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &result);
+      rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve metrics address ", listen, ": ", gai_strerror(rc)));
   }
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   std::string last_error = "no address";
@@ -131,7 +135,8 @@ void MetricsHttpServer::HandleConnection(int fd) {
   std::string head;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kRequestTimeoutMs);
   while (head.find("\r\n\r\n") == std::string::npos && head.find("\n\n") == std::string::npos) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0 || head.size() > kMaxRequestHead) return;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return;
@@ -148,7 +153,8 @@ void MetricsHttpServer::HandleConnection(int fd) {
   const size_t sp2 = sp1 == absl::string_view::npos ? absl::string_view::npos : line.find(' ', sp1 + 1);
   if (sp1 == absl::string_view::npos) return;
   const absl::string_view method = line.substr(0, sp1);
-  absl::string_view target = line.substr(sp1 + 1, sp2 == absl::string_view::npos ? absl::string_view::npos : sp2 - sp1 - 1);
+  absl::string_view target =
+      line.substr(sp1 + 1, sp2 == absl::string_view::npos ? absl::string_view::npos : sp2 - sp1 - 1);
   target = target.substr(0, target.find('?'));
   const bool head_only = method == "HEAD";
   if (method != "GET" && !head_only) {

@@ -34,9 +34,10 @@ absl::Status ValidateMultiNode(const EngineOptions& e) {
                                                    ": every process runs --tp / --nnodes ranks"));
   }
   if (e.rendezvous.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--nnodes ", e.nnodes,
-                                                   " needs --rendezvous=HOST:PORT (node rank 0's address, the "
-                                                   "same on every node)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nnodes ", e.nnodes,
+                     " needs --rendezvous=HOST:PORT (node rank 0's address, the "
+                     "same on every node)"));
   }
   SCORED_RETURN_IF_ERROR(ValidateHostPort("rendezvous", e.rendezvous));
   int port = 0;
@@ -64,9 +65,12 @@ absl::StatusOr<ComputeDtype> ParseComputeDtype(const std::string& text) {
 
 const char* BackendName(Backend backend) {
   switch (backend) {
-    case Backend::kCpu: return "cpu";
-    case Backend::kCuda: return "cuda";
-    default: return "auto";
+    case Backend::kCpu:
+      return "cpu";
+    case Backend::kCuda:
+      return "cuda";
+    default:
+      return "auto";
   }
 }
 
@@ -78,18 +82,20 @@ absl::Status ValidateHostPort(const std::string& flag_name, const std::string& a
   }
   const std::string host = address.substr(0, colon);
   if (host.front() == '[' && host.back() != ']') {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag_name, ": malformed IPv6 host in '", address, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag_name, ": malformed IPv6 host in '", address, "'"));
   }
   int port = -1;
   if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag_name, ": port must be an integer in [0, 65535], got '",
-                                                   address.substr(colon + 1), "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag_name, ": port must be an integer in [0, 65535], got '", address.substr(colon + 1), "'"));
   }
   return absl::OkStatus();
 }
 
 bool ListensInsecurelyOnRemote(const ServerOptions& options) {
-  return !IsLoopbackListen(options.listen) && options.tls_cert_file.empty() && options.auth_token_file.empty();
+  return !IsLoopbackListen(options.listen) && options.tls_cert_file.empty() &&
+         options.auth_token_file.empty();
 }
 
 absl::Status ValidateServerOptions(const ServerOptions& options) {
@@ -113,9 +119,9 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
         "--max_seq_len must be 0 (the model's context) or >= 2, got ", options.engine.max_seq_len));
   }
   if (options.engine.max_seq_len > options.engine.max_batch_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("--max_seq_len ", options.engine.max_seq_len,
-                                                   " exceeds --max_batch_tokens ", options.engine.max_batch_tokens,
-                                                   ": a sequence must fit in one batch"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_seq_len ", options.engine.max_seq_len, " exceeds --max_batch_tokens ",
+                     options.engine.max_batch_tokens, ": a sequence must fit in one batch"));
   }
   if (options.max_queue < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--max_queue must be >= 1, got ", options.max_queue));
@@ -125,7 +131,8 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
                                                    absl::ToInt64Microseconds(options.batch_timeout)));
   }
   if (options.stream_window < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--stream_window must be >= 1, got ", options.stream_window));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stream_window must be >= 1, got ", options.stream_window));
   }
   if (options.shutdown_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--shutdown_grace_s must not be negative");

@@ -23,8 +23,8 @@ absl::Status ValidateScoreRequest(const ScoreRequest& request, const ScoreLimits
         absl::StrCat("sequence has ", n, " tokens; max_batch_tokens is ", limits.max_batch_tokens));
   }
   if (request.score_from >= n) {
-    return absl::InvalidArgumentError(absl::StrCat("score_from ", request.score_from,
-                                                   " must be less than the number of tokens ", n));
+    return absl::InvalidArgumentError(
+        absl::StrCat("score_from ", request.score_from, " must be less than the number of tokens ", n));
   }
   if (request.top_k < 0 || request.top_k > kMaxTopK) {
     return absl::InvalidArgumentError(
@@ -33,8 +33,8 @@ absl::Status ValidateScoreRequest(const ScoreRequest& request, const ScoreLimits
   for (int64_t j = 0; j < n; ++j) {
     const int32_t id = request.tokens[static_cast<size_t>(j)];
     if (id < 0 || id >= limits.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " at position ", j,
-                                                     " is out of range [0, ", limits.vocab_size, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", id, " at position ", j, " is out of range [0, ", limits.vocab_size, ")"));
     }
   }
   return absl::OkStatus();
@@ -60,9 +60,9 @@ absl::StatusOr<ScoreRequest> ToEngineRequest(const v1::ScoreRequest& proto, cons
         return absl::FailedPreconditionError(
             "`text` input needs a tokenizer, and the model folder has none; send `tokens`");
       }
-      SCORED_ASSIGN_OR_RETURN(request.tokens, TokenizeWithBos(*tokenizer, proto.text().text(),
-                                                              proto.text().has_add_bos(),
-                                                              proto.text().add_bos()));
+      SCORED_ASSIGN_OR_RETURN(request.tokens,
+                              TokenizeWithBos(*tokenizer, proto.text().text(), proto.text().has_add_bos(),
+                                              proto.text().add_bos()));
       break;
     }
     default:

@@ -299,8 +299,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
 
  private:
   // `ticket` is written by OnReadDone under mu_ before OnResult can take mu_.
-  void OnResult(const ScoreRequest& request, const std::shared_ptr<uint64_t>& ticket, uint64_t request_id, bool echo, absl::Time start,
-                absl::StatusOr<ScoreResult> result) {
+  void OnResult(const ScoreRequest& request, const std::shared_ptr<uint64_t>& ticket, uint64_t request_id,
+                bool echo, absl::Time start, absl::StatusOr<ScoreResult> result) {
     v1::ScoreResponse response;
     if (result.ok()) FillScoreResponse(request, *result, echo, request_id, &response);
     Actions a;
@@ -349,8 +349,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
     }
     const bool ending = reads_done_ || draining_ || cancelled_ || write_failed_;
     // Unwritten responses of a cancelled or broken stream can never be written: they do not count.
-    const bool idle = busy_ == 0 && !writing_ && pending_ == 0 &&
-                      (responses_.empty() || cancelled_ || write_failed_);
+    const bool idle =
+        busy_ == 0 && !writing_ && pending_ == 0 && (responses_.empty() || cancelled_ || write_failed_);
     // While reading normally, a read is always in flight; it may stay outstanding only if ending.
     if (ending && idle) {
       finish_called_ = true;

@@ -39,15 +39,15 @@ class StreamReactor;
 class ScorerService final : public v1::Scorer::CallbackService {
  public:
   struct Config {
-    Batcher* batcher = nullptr;          // not owned, outlives the service
+    Batcher* batcher = nullptr;            // not owned, outlives the service
     const Tokenizer* tokenizer = nullptr;  // not owned; null when the model has no tokenizer
-    Metrics* metrics = nullptr;          // not owned, required
+    Metrics* metrics = nullptr;            // not owned, required
     // Not owned; null = no token needed. Checked first on every call (UNAUTHENTICATED); after the
     // engine failed fatally every call is UNAVAILABLE.
     const BearerTokenAuth* auth = nullptr;
     ScoreLimits limits;
     int stream_window = 32;
-    v1::ModelInfo model_info;            // returned by GetModelInfo
+    v1::ModelInfo model_info;  // returned by GetModelInfo
   };
 
   explicit ScorerService(Config config);
@@ -59,7 +59,8 @@ class ScorerService final : public v1::Scorer::CallbackService {
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
                                      v1::TokenizeResponse* response) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
-                                         const v1::GetModelInfoRequest* request, v1::ModelInfo* response) override;
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
 
   // Server shutdown: every open ScoreStream stops reading, answers what it has in flight and then
   // finishes (UNAVAILABLE if the client had not half-closed). Called before grpc::Server::Shutdown()

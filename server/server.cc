@@ -119,9 +119,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   }
   absl::StatusOr<std::unique_ptr<Engine>> engine = CreateEngine(server->options_.engine);
   if (!engine.ok()) {
-    return absl::Status(engine.status().code(),
-                        absl::StrCat("loading the model from ", options.engine.model_dir, ": ",
-                                     engine.status().message()));
+    return absl::Status(
+        engine.status().code(),
+        absl::StrCat("loading the model from ", options.engine.model_dir, ": ", engine.status().message()));
   }
   server->engine_ = std::move(*engine);
   if (options.fault.fatal_after_batches >= 0 || options.fault.fatal_after_ms >= 0) {
@@ -145,7 +145,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
 
   const ModelInfo& info = server->engine_->info();
   ScoreLimits limits;
-  limits.max_batch_tokens = info.max_batch_tokens > 0 ? info.max_batch_tokens : options.engine.max_batch_tokens;
+  limits.max_batch_tokens =
+      info.max_batch_tokens > 0 ? info.max_batch_tokens : options.engine.max_batch_tokens;
   limits.max_seq_len = info.max_seq_len > 0 ? info.max_seq_len : options.engine.max_seq_len;
   if (limits.max_seq_len <= 0) limits.max_seq_len = limits.max_batch_tokens;
   limits.vocab_size = info.vocab_size;
@@ -163,8 +164,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
       info.model_fingerprint);
   if (server->tokenizer_) {
     SCORED_LOG(INFO) << "tokenizer " << server->tokenizer_->kind() << ": " << server->tokenizer_->vocab_size()
-                     << " entries, bos " << server->tokenizer_->bos_id() << ", eos " << server->tokenizer_->eos_id()
-                     << ", add_bos_by_default " << server->tokenizer_->add_bos_by_default();
+                     << " entries, bos " << server->tokenizer_->bos_id() << ", eos "
+                     << server->tokenizer_->eos_id() << ", add_bos_by_default "
+                     << server->tokenizer_->add_bos_by_default();
   }
   server->metrics_->SetModelInfo(info);
   server->metrics_->SetDeviceMemory(server->engine_->DeviceMemory());
@@ -182,7 +184,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   };
   batcher_options.on_queue_depth = [metrics](int64_t depth) { metrics->SetQueueDepth(depth); };
   batcher_options.on_fatal = [self](const absl::Status& status) { self->OnFatal(status); };
-  SCORED_ASSIGN_OR_RETURN(server->batcher_, Batcher::Create(server->engine_.get(), std::move(batcher_options)));
+  SCORED_ASSIGN_OR_RETURN(server->batcher_,
+                          Batcher::Create(server->engine_.get(), std::move(batcher_options)));
 
   ScorerService::Config config;
   config.batcher = server->batcher_.get();
@@ -210,11 +213,12 @@ absl::Status Server::Start() {
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || grpc_port_ == 0) {
     grpc_server_.reset();
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", options_.listen,
-        options_.tls_cert_file.empty() ? " (address in use or not local?)"
-                                       : " (address in use or not local, or --tls_cert/--tls_key/--tls_client_ca "
-                                         "not a valid certificate, key and CA?)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options_.listen,
+                     options_.tls_cert_file.empty()
+                         ? " (address in use or not local?)"
+                         : " (address in use or not local, or --tls_cert/--tls_key/--tls_client_ca "
+                           "not a valid certificate, key and CA?)"));
   }
   grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
   {
@@ -225,15 +229,15 @@ absl::Status Server::Start() {
   }
   const size_t colon = options_.listen.rfind(':');
   SCORED_LOG(INFO) << "serving gRPC on " << options_.listen.substr(0, colon) << ":" << grpc_port_
-                   << (options_.tls_cert_file.empty()          ? " (plaintext"
+                   << (options_.tls_cert_file.empty()        ? " (plaintext"
                        : options_.tls_client_ca_file.empty() ? " (TLS"
-                                                               : " (mTLS")
+                                                             : " (mTLS")
                    << (auth_ ? ", bearer token required)" : ")")
-                   << (metrics_->port() > 0
-                           ? absl::StrCat(", metrics on http://",
-                                          options_.metrics_listen.substr(0, options_.metrics_listen.rfind(':')),
-                                          ":", metrics_->port(), "/metrics")
-                           : std::string(", metrics disabled"));
+                   << (metrics_->port() > 0 ? absl::StrCat(", metrics on http://",
+                                                           options_.metrics_listen.substr(
+                                                               0, options_.metrics_listen.rfind(':')),
+                                                           ":", metrics_->port(), "/metrics")
+                                            : std::string(", metrics disabled"));
   return WritePortFile();
 }
 

@@ -1,4 +1,5 @@
-// This process's memory counters from /proc/self/status (Linux), for tests and benchmarks that check host memory.
+// This process's memory counters from /proc/self/status (Linux), for tests and benchmarks that check host
+// memory.
 #ifndef SCORED_TESTS_PROC_STATUS_H_
 #define SCORED_TESTS_PROC_STATUS_H_
 
@@ -9,7 +10,8 @@
 
 namespace scored::testing {
 
-// A "kB" field of /proc/self/status ("RssAnon", "RssFile", "RssShmem", "VmHWM", ...) in bytes; -1 when absent.
+// A "kB" field of /proc/self/status ("RssAnon", "RssFile", "RssShmem", "VmHWM", ...) in bytes; -1 when
+// absent.
 inline int64_t ProcStatusBytes(const std::string& field) {
   std::ifstream in("/proc/self/status");
   std::string line;

@@ -77,7 +77,8 @@ int64_t LengthSampler::Sample(std::mt19937_64& rng) const {
   const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
   const auto it = std::upper_bound(cumulative_.begin(), cumulative_.end(), u);
   // cumulative_.back() can round to just below 1; such draws belong to the last bucket.
-  const size_t index = it == cumulative_.end() ? mix_.size() - 1 : static_cast<size_t>(it - cumulative_.begin());
+  const size_t index =
+      it == cumulative_.end() ? mix_.size() - 1 : static_cast<size_t>(it - cumulative_.begin());
   return mix_[index].tokens;
 }
 

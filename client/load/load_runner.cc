@@ -68,15 +68,16 @@ class Shared {
 absl::Status CheckResponse(const scored::v1::ScoreResponse& response, int64_t n) {
   if (response.first_scored() != 1 || response.num_scored() != n - 1 || response.logprob_size() != n - 1 ||
       response.greedy_size() != n - 1) {
-    return absl::InternalError(absl::StrCat(
-        "malformed response for ", n, " tokens: first_scored ", response.first_scored(), ", num_scored ",
-        response.num_scored(), ", ", response.logprob_size(), " logprobs, ", response.greedy_size(),
-        " greedy flags"));
+    return absl::InternalError(absl::StrCat("malformed response for ", n, " tokens: first_scored ",
+                                            response.first_scored(), ", num_scored ", response.num_scored(),
+                                            ", ", response.logprob_size(), " logprobs, ",
+                                            response.greedy_size(), " greedy flags"));
   }
   for (int i = 0; i < response.logprob_size(); ++i) {
     const float lp = response.logprob(i);
     if (!std::isfinite(lp) || lp > 0.0f) {
-      return absl::InternalError(absl::StrCat("logprob ", lp, " at position ", i + 1, " is not finite and <= 0"));
+      return absl::InternalError(
+          absl::StrCat("logprob ", lp, " at position ", i + 1, " is not finite and <= 0"));
     }
   }
   return absl::OkStatus();
@@ -307,8 +308,8 @@ absl::Status ValidateLoadOptions(const LoadOptions& options) {
   if (options.lengths.empty()) return absl::InvalidArgumentError("the length mix is empty");
   for (const LengthBucket& b : options.lengths) {
     if (b.tokens < 2 || !std::isfinite(b.weight) || b.weight <= 0.0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("length mix entry ", b.tokens, ":", b.weight, " is invalid (tokens >= 2, weight > 0)"));
+      return absl::InvalidArgumentError(absl::StrCat("length mix entry ", b.tokens, ":", b.weight,
+                                                     " is invalid (tokens >= 2, weight > 0)"));
     }
   }
   if (options.deadline < absl::ZeroDuration()) return absl::InvalidArgumentError("deadline must be >= 0");
@@ -339,7 +340,8 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
     }
     const grpc::Status status = stub->GetModelInfo(&context, scored::v1::GetModelInfoRequest(), &info);
     if (!status.ok()) {
-      return absl::Status(FromGrpcCode(status.error_code()), absl::StrCat("GetModelInfo: ", status.error_message()));
+      return absl::Status(FromGrpcCode(status.error_code()),
+                          absl::StrCat("GetModelInfo: ", status.error_message()));
     }
   }
   if (info.vocab_size() < 1) {
@@ -347,12 +349,12 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
   }
   for (const LengthBucket& b : options.lengths) {
     if (info.max_seq_len() > 0 && b.tokens > info.max_seq_len()) {
-      return absl::InvalidArgumentError(absl::StrCat("length ", b.tokens, " exceeds the server's max_seq_len ",
-                                                     info.max_seq_len()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("length ", b.tokens, " exceeds the server's max_seq_len ", info.max_seq_len()));
     }
     if (info.max_batch_tokens() > 0 && b.tokens > info.max_batch_tokens()) {
-      return absl::InvalidArgumentError(absl::StrCat("length ", b.tokens, " exceeds the server's max_batch_tokens ",
-                                                     info.max_batch_tokens()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "length ", b.tokens, " exceeds the server's max_batch_tokens ", info.max_batch_tokens()));
     }
   }
 

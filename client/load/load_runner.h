@@ -106,17 +106,17 @@ struct LoadResult {
 
   // Measured. `wall` runs from the first request to the last outcome.
   absl::Duration wall = absl::ZeroDuration();
-  int64_t requests = 0;     // every request sent (or attempted)
+  int64_t requests = 0;  // every request sent (or attempted)
   int64_t requests_ok = 0;
-  int64_t tokens_ok = 0;    // ids sent in OK requests
-  double requests_per_s = 0.0;  // requests_ok / wall
-  double tokens_per_s = 0.0;    // tokens_ok / wall
-  LatencySummary latency_ok;    // OK requests only: send to response, milliseconds
-  std::map<absl::StatusCode, int64_t> codes;          // every outcome, OK included
+  int64_t tokens_ok = 0;                                  // ids sent in OK requests
+  double requests_per_s = 0.0;                            // requests_ok / wall
+  double tokens_per_s = 0.0;                              // tokens_ok / wall
+  LatencySummary latency_ok;                              // OK requests only: send to response, milliseconds
+  std::map<absl::StatusCode, int64_t> codes;              // every outcome, OK included
   std::map<absl::StatusCode, std::string> first_message;  // first message seen per non-OK code
-  int clients_finished = 0;          // clients that returned (== concurrency unless RunLoad failed)
+  int clients_finished = 0;             // clients that returned (== concurrency unless RunLoad failed)
   int clients_stopped_unavailable = 0;  // clients that stopped early on UNAVAILABLE
-  std::vector<RequestRecord> records;  // only with record_requests; in completion order per client
+  std::vector<RequestRecord> records;   // only with record_requests; in completion order per client
 
   int64_t errors() const { return requests - requests_ok; }
   int64_t count(absl::StatusCode code) const {

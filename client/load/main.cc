@@ -60,7 +60,8 @@ absl::StatusOr<scored::load::LoadOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError("give only one of --duration and --requests");
   }
   auto lengths = scored::load::ParseLengthMix(absl::GetFlag(FLAGS_lengths));
-  if (!lengths.ok()) return absl::InvalidArgumentError(absl::StrCat("--lengths: ", lengths.status().message()));
+  if (!lengths.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--lengths: ", lengths.status().message()));
   o.lengths = *lengths;
   o.seed = absl::GetFlag(FLAGS_seed);
   const int64_t deadline_ms = absl::GetFlag(FLAGS_deadline_ms);

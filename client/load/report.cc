@@ -9,15 +9,15 @@ namespace load {
 
 std::string FormatTable(const LoadResult& r) {
   std::string out;
-  absl::StrAppendFormat(&out, "scored-load  %s  %s, %d %s%s, lengths %s, seed %d\n", r.server, ModeName(r.mode),
-                        r.concurrency, r.mode == Mode::kUnary ? "clients" : "streams",
-                        r.mode == Mode::kStream ? absl::StrCat(" x ", r.inflight, " in flight") : "", r.lengths,
-                        r.seed);
+  absl::StrAppendFormat(&out, "scored-load  %s  %s, %d %s%s, lengths %s, seed %d\n", r.server,
+                        ModeName(r.mode), r.concurrency, r.mode == Mode::kUnary ? "clients" : "streams",
+                        r.mode == Mode::kStream ? absl::StrCat(" x ", r.inflight, " in flight") : "",
+                        r.lengths, r.seed);
   absl::StrAppendFormat(&out, "model        %s %s (%s), vocab %d, max_seq_len %d\n", r.model_architecture,
                         r.model_format, r.backend, r.vocab_size, r.max_seq_len);
   absl::StrAppendFormat(&out, "wall         %.2f s\n", absl::ToDoubleSeconds(r.wall));
-  absl::StrAppendFormat(&out, "requests     %d sent, %d ok, %d failed  %.1f req/s\n", r.requests, r.requests_ok,
-                        r.errors(), r.requests_per_s);
+  absl::StrAppendFormat(&out, "requests     %d sent, %d ok, %d failed  %.1f req/s\n", r.requests,
+                        r.requests_ok, r.errors(), r.requests_per_s);
   absl::StrAppendFormat(&out, "tokens       %d ok  %.0f tok/s\n", r.tokens_ok, r.tokens_per_s);
   const LatencySummary& l = r.latency_ok;
   absl::StrAppendFormat(&out, "latency ms   p50 %.2f  p90 %.2f  p99 %.2f  max %.2f  (mean %.2f, %d ok)\n",

@@ -5,14 +5,15 @@ namespace load {
 namespace {
 
 std::mt19937_64 SeededRng(uint64_t seed, int client) {
-  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(client)};
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                    static_cast<uint32_t>(client)};
   return std::mt19937_64(seq);
 }
 
 }  // namespace
 
-RequestGenerator::RequestGenerator(const LengthSampler* sampler, int64_t vocab_size, int32_t bos_id, uint64_t seed,
-                                   int client)
+RequestGenerator::RequestGenerator(const LengthSampler* sampler, int64_t vocab_size, int32_t bos_id,
+                                   uint64_t seed, int client)
     : sampler_(sampler), vocab_size_(vocab_size), bos_id_(bos_id), rng_(SeededRng(seed, client)) {}
 
 void RequestGenerator::Next(std::vector<int32_t>* ids) {

@@ -20,7 +20,8 @@ class RequestGenerator {
   // `sampler` must outlive the generator; vocab_size >= 1. bos_id outside [0, vocab_size) (e.g. -1:
   // the model has none) makes the first id random too. The stream of sequences is a pure function
   // of (sampler's mix, vocab_size, bos_id, seed, client).
-  RequestGenerator(const LengthSampler* sampler, int64_t vocab_size, int32_t bos_id, uint64_t seed, int client);
+  RequestGenerator(const LengthSampler* sampler, int64_t vocab_size, int32_t bos_id, uint64_t seed,
+                   int client);
 
   // Replaces *ids with the next sequence: n = sampler->Sample() ids, ids[0] = BOS, the rest uniform in
   // [0, vocab_size) (rng() % vocab_size; its bias is below vocab_size / 2^64, negligible).

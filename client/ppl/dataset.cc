@@ -181,8 +181,8 @@ absl::StatusOr<std::vector<std::string>> JsonlDocuments(absl::string_view conten
   return docs;
 }
 
-absl::StatusOr<Dataset> ParseDataset(absl::string_view content, Format format,
-                                     absl::string_view separator, const std::string& text_field) {
+absl::StatusOr<Dataset> ParseDataset(absl::string_view content, Format format, absl::string_view separator,
+                                     const std::string& text_field) {
   Dataset ds;
   ds.format = format;
   switch (format) {

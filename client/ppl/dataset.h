@@ -53,8 +53,8 @@ absl::StatusOr<std::vector<std::string>> JsonlDocuments(absl::string_view conten
                                                         const std::string& text_field);
 
 // Builds a Dataset from file content. `separator` is used by text only, `text_field` by jsonl only.
-absl::StatusOr<Dataset> ParseDataset(absl::string_view content, Format format,
-                                     absl::string_view separator, const std::string& text_field);
+absl::StatusOr<Dataset> ParseDataset(absl::string_view content, Format format, absl::string_view separator,
+                                     const std::string& text_field);
 // Reads `path` (NOT_FOUND / INTERNAL naming the path on I/O errors) and parses it.
 absl::StatusOr<Dataset> LoadDataset(const std::string& path, Format format, absl::string_view separator,
                                     const std::string& text_field);

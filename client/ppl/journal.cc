@@ -78,7 +78,7 @@ double NumberOrSpecial(const nlohmann::json& v) {
 
 std::string FormatRecordLine(const JournalRecord& r) {
   const std::string sum = std::isfinite(r.sum_logprob) ? absl::StrFormat("%.17g", r.sum_logprob)
-                                                      : absl::StrFormat("\"%g\"", r.sum_logprob);
+                                                       : absl::StrFormat("\"%g\"", r.sum_logprob);
   std::string line = absl::StrFormat("{\"w\":%d,\"s\":%s,\"n\":%d,\"b\":%d,\"lp\":[", r.window, sum,
                                      static_cast<int64_t>(r.logprobs.size()), r.num_bytes);
   for (size_t i = 0; i < r.logprobs.size(); ++i) {
@@ -123,7 +123,7 @@ absl::StatusOr<JournalRecord> ParseRecordLine(const std::string& line) {
 }
 
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
-                                                      const JournalIdentity& identity, int sync_every) {
+                                                       const JournalIdentity& identity, int sync_every) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return IoError("open", path);
   std::unique_ptr<Journal> journal(new Journal(path, fd, sync_every < 1 ? 1 : sync_every));
@@ -152,8 +152,8 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
         found.contains(name) && found[name].is_string() ? found[name].get<std::string>() : "<absent>";
     if (have != value) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "journal ", path, " belongs to another run: field '", name, "' is '", have,
-          "' there but '", value, "' now (use another --journal file, or delete this one to start over)"));
+          "journal ", path, " belongs to another run: field '", name, "' is '", have, "' there but '", value,
+          "' now (use another --journal file, or delete this one to start over)"));
     }
   }
 
@@ -165,9 +165,8 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
     absl::StatusOr<JournalRecord> record = ParseRecordLine(content->substr(pos, nl - pos));
     if (!record.ok()) {
       if (nl + 1 >= content->size()) break;  // unparseable last line: torn
-      return absl::DataLossError(absl::StrCat("journal ", path, ": record at byte ", pos,
-                                              " is corrupt (", record.status().message(),
-                                              "); delete the file to start over"));
+      return absl::DataLossError(absl::StrCat("journal ", path, ": record at byte ", pos, " is corrupt (",
+                                              record.status().message(), "); delete the file to start over"));
     }
     journal->resumed_.emplace(record->window, std::move(*record));
     pos = nl + 1;

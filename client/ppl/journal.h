@@ -63,7 +63,7 @@ class Journal {
   // the path: use another --journal file or delete this one) and loads its records. INTERNAL on I/O
   // errors, naming the path.
   static absl::StatusOr<std::unique_ptr<Journal>> Open(const std::string& path,
-                                                      const JournalIdentity& identity, int sync_every = 1);
+                                                       const JournalIdentity& identity, int sync_every = 1);
   ~Journal();
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;

@@ -94,8 +94,8 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
   const int64_t stride = absl::GetFlag(FLAGS_stride);
   o.method.ctx = ctx > 0 ? ctx : scored::ppl::DefaultCtx(*method);
   if (stride != 0 && !scored::ppl::MethodHasStride(*method)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--stride is not used by method ", scored::ppl::MethodName(*method), " (only exl3 and hf)"));
+    return absl::InvalidArgumentError(absl::StrCat("--stride is not used by method ",
+                                                   scored::ppl::MethodName(*method), " (only exl3 and hf)"));
   }
   o.method.stride = stride > 0 ? stride : scored::ppl::DefaultStride(*method);
   if (stride < 0) return absl::InvalidArgumentError("--stride must be >= 1");

@@ -88,10 +88,11 @@ absl::StatusOr<Plan> BuildPlan(const Dataset& dataset, const MethodParams& param
     }
   }
   if (plan.windows.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        name, " with ctx ", params.ctx, " gives no window for ", plan.num_input_tokens,
-        " tokens in ", plan.num_documents, " document(s) (exl3 needs more than ctx tokens; gptq and "
-        "llamacpp at least ctx)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, " with ctx ", params.ctx, " gives no window for ", plan.num_input_tokens,
+                     " tokens in ", plan.num_documents,
+                     " document(s) (exl3 needs more than ctx tokens; gptq and "
+                     "llamacpp at least ctx)"));
   }
   return plan;
 }

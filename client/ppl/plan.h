@@ -37,9 +37,9 @@ using TokenizeFn = std::function<absl::StatusOr<TokenStream>(const std::string& 
 
 struct Plan {
   std::vector<Window> windows;
-  bool add_bos = false;       // whether "with BOS" prepended bos_id
-  int32_t prefix_id = -1;     // rolling / chunks window prefix; -1 for the other methods
-  int64_t num_documents = 0;  // documents tokenized (1 for the single-text methods)
+  bool add_bos = false;          // whether "with BOS" prepended bos_id
+  int32_t prefix_id = -1;        // rolling / chunks window prefix; -1 for the other methods
+  int64_t num_documents = 0;     // documents tokenized (1 for the single-text methods)
   int64_t num_input_tokens = 0;  // tokens of the tokenized text(s), BOS included where added
 };
 

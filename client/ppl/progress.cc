@@ -39,9 +39,8 @@ std::string Progress::FormatLine(int64_t windows_done, int64_t total_windows, do
   const int filled = static_cast<int>(frac * kBarWidth);
   std::string bar(static_cast<size_t>(filled), '#');
   bar.append(static_cast<size_t>(kBarWidth - filled), ' ');
-  return absl::StrFormat("[%s] %d/%d windows  %s tok/s  ETA %s  ppl %.4f", bar, windows_done,
-                         total_windows, HumanRate(tokens_per_second), HumanDuration(eta_seconds),
-                         running_ppl);
+  return absl::StrFormat("[%s] %d/%d windows  %s tok/s  ETA %s  ppl %.4f", bar, windows_done, total_windows,
+                         HumanRate(tokens_per_second), HumanDuration(eta_seconds), running_ppl);
 }
 
 void Progress::Update(int64_t windows_done, int64_t tokens_done, double running_ppl) {
@@ -66,9 +65,8 @@ void Progress::Draw() {
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start_);
   const double rate = elapsed > 0 ? static_cast<double>(tokens_done_) / elapsed : 0.0;
   const double window_rate = elapsed > 0 ? static_cast<double>(windows_done_) / elapsed : 0.0;
-  const double eta = window_rate > 0
-                         ? static_cast<double>(total_windows_ - windows_done_) / window_rate
-                         : std::nan("");
+  const double eta =
+      window_rate > 0 ? static_cast<double>(total_windows_ - windows_done_) / window_rate : std::nan("");
   const std::string line = FormatLine(windows_done_, total_windows_, rate, eta, running_ppl_);
   // "\33[K" clears the rest of the line left over from a longer previous draw.
   std::fprintf(out_, "\r%s\33[K", line.c_str());

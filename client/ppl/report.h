@@ -38,10 +38,10 @@ class Aggregator {
   bool bytes_known() const { return bytes_known_; }
   int64_t num_bytes() const { return num_bytes_; }
 
-  double Ppl() const;         // NaN if nothing scored
-  double NllMean() const;     // NaN if nothing scored
-  double NllStderr() const;   // 0 if fewer than 2 tokens
-  double BitsPerByte() const; // NaN if bytes unknown or 0
+  double Ppl() const;          // NaN if nothing scored
+  double NllMean() const;      // NaN if nothing scored
+  double NllStderr() const;    // 0 if fewer than 2 tokens
+  double BitsPerByte() const;  // NaN if bytes unknown or 0
 
  private:
   int64_t num_windows_ = 0;
@@ -71,11 +71,11 @@ struct Report {
   int64_t num_tokens_sent = 0;  // sum of window lengths (tokens the server processed)
   // Method and data.
   MethodParams method;
-  int32_t prefix_id = -1;   // rolling / chunks window prefix (BOS, or EOS without one); -1 if unused
-  bool add_bos = false;     // "tokenize with BOS" prepended BOS
+  int32_t prefix_id = -1;  // rolling / chunks window prefix (BOS, or EOS without one); -1 if unused
+  bool add_bos = false;    // "tokenize with BOS" prepended BOS
   std::string data_path;
   std::string data_format;
-  std::string separator;    // text format only
+  std::string separator;  // text format only
   int64_t num_documents = 0;
   int64_t num_input_tokens = 0;  // tokens of the tokenized text(s) before windowing
   // Timing: wall_seconds covers the whole run (connect, tokenize, score); tokens_per_second =

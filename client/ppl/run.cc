@@ -49,8 +49,8 @@ absl::Status CheckWindows(const Plan& plan, const scored::v1::ModelInfo& info) {
     const int64_t n = static_cast<int64_t>(w.tokens.size());
     if (n > max_len || n > max_batch) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "window ", i, " has ", n, " tokens but the server accepts at most max_seq_len ",
-          info.max_seq_len(), " and max_batch_tokens ", info.max_batch_tokens(),
+          "window ", i, " has ", n, " tokens but the server accepts at most max_seq_len ", info.max_seq_len(),
+          " and max_batch_tokens ", info.max_batch_tokens(),
           " (lower --ctx, or start scored with larger limits; rolling sends ctx + 1 tokens per window)"));
     }
     for (size_t j = 0; j < w.tokens.size(); ++j) {
@@ -77,15 +77,15 @@ absl::StatusOr<TokenizerSetup> LocalTokenizer(const std::string& dir, const scor
   SCORED_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::Load(dir));
   if (tok->bos_id() != info.bos_id() || tok->eos_id() != info.eos_id() ||
       tok->add_bos_by_default() != info.add_bos_by_default()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "tokenizer in ", dir, " (bos ", tok->bos_id(), ", eos ", tok->eos_id(), ", add_bos ",
-        tok->add_bos_by_default(), ") does not match the server's (bos ", info.bos_id(), ", eos ",
-        info.eos_id(), ", add_bos ", info.add_bos_by_default(), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("tokenizer in ", dir, " (bos ", tok->bos_id(), ", eos ", tok->eos_id(), ", add_bos ",
+                     tok->add_bos_by_default(), ") does not match the server's (bos ", info.bos_id(),
+                     ", eos ", info.eos_id(), ", add_bos ", info.add_bos_by_default(), ")"));
   }
   if (tok->vocab_size() > info.vocab_size()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("tokenizer in ", dir, " has ", tok->vocab_size(), " ids but the model only ",
-                     info.vocab_size(), " embedding rows"));
+    return absl::FailedPreconditionError(absl::StrCat("tokenizer in ", dir, " has ", tok->vocab_size(),
+                                                      " ids but the model only ", info.vocab_size(),
+                                                      " embedding rows"));
   }
   std::shared_ptr<const Tokenizer> shared(std::move(tok));
   TokenizerSetup setup;
@@ -123,8 +123,7 @@ absl::StatusOr<std::string> FileSha256(const std::string& path) {
 // its bytes: a copy or a touch keeps the journal usable, any edit refuses it), the model and tokenizer
 // fingerprints and the resulting number of windows.
 absl::StatusOr<JournalIdentity> RunIdentity(const RunOptions& options, const Plan& plan,
-                                            const scored::v1::ModelInfo& info,
-                                            const TokenizerSetup& setup) {
+                                            const scored::v1::ModelInfo& info, const TokenizerSetup& setup) {
   struct stat st;
   if (::stat(options.data_path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat("cannot stat ", options.data_path));
@@ -187,21 +186,18 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
     SCORED_ASSIGN_OR_RETURN(client_options.tls_root_certs_pem, ReadPem(options.tls_ca_path, "--tls_ca"));
   }
   if (!options.tls_cert_path.empty()) {
-    SCORED_ASSIGN_OR_RETURN(client_options.tls_cert_chain_pem,
-                            ReadPem(options.tls_cert_path, "--tls_cert"));
-    SCORED_ASSIGN_OR_RETURN(client_options.tls_private_key_pem,
-                            ReadPem(options.tls_key_path, "--tls_key"));
+    SCORED_ASSIGN_OR_RETURN(client_options.tls_cert_chain_pem, ReadPem(options.tls_cert_path, "--tls_cert"));
+    SCORED_ASSIGN_OR_RETURN(client_options.tls_private_key_pem, ReadPem(options.tls_key_path, "--tls_key"));
   }
   SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ScorerClient> client, ScorerClient::Connect(client_options));
   SCORED_ASSIGN_OR_RETURN(scored::v1::ModelInfo info, client->GetModelInfo());
   if (info.vocab_size() <= 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("server at ", options.server, " reports vocab_size ", info.vocab_size(),
-                     ": not a compatible scored server"));
+    return absl::FailedPreconditionError(absl::StrCat("server at ", options.server, " reports vocab_size ",
+                                                      info.vocab_size(), ": not a compatible scored server"));
   }
 
-  SCORED_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(options.data_path, options.format,
-                                                       options.separator, options.text_field));
+  SCORED_ASSIGN_OR_RETURN(
+      Dataset dataset, LoadDataset(options.data_path, options.format, options.separator, options.text_field));
 
   TokenizerSetup setup;
   if (!options.tokenizer_dir.empty()) {
@@ -217,9 +213,9 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
 #endif
   } else {
     if (info.tokenizer_kind().empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the server at ", options.server,
-          " has no tokenizer (see its log); tokenize locally with --tokenizer DIR"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the server at ", options.server,
+                       " has no tokenizer (see its log); tokenize locally with --tokenizer DIR"));
     }
     setup.special = {info.bos_id(), info.eos_id(), info.add_bos_by_default()};
     setup.fingerprint = info.tokenizer_fingerprint();
@@ -307,9 +303,9 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
     const absl::Time now = absl::Now();
     if (failing_since == absl::InfiniteFuture()) failing_since = now;
     if (now - failing_since >= options.retry_timeout) {
-      return absl::UnavailableError(absl::StrCat(
-          "gave up after ", absl::FormatDuration(options.retry_timeout), " waiting for server ",
-          options.server, " (", status.message(), "); rerun with the same --journal to resume"));
+      return absl::UnavailableError(
+          absl::StrCat("gave up after ", absl::FormatDuration(options.retry_timeout), " waiting for server ",
+                       options.server, " (", status.message(), "); rerun with the same --journal to resume"));
     }
     std::fprintf(note_out, "\nscored-ppl: waiting for server %s (%s); %zu windows left, retrying in %s\n",
                  options.server.c_str(), std::string(status.message()).c_str(),
@@ -332,9 +328,9 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
       continue;
     }
     if (new_info->model_fingerprint() != info.model_fingerprint()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "server ", options.server, " came back with model ", new_info->model_fingerprint(),
-          " but the run started with ", info.model_fingerprint()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("server ", options.server, " came back with model ", new_info->model_fingerprint(),
+                       " but the run started with ", info.model_fingerprint()));
     }
     client = std::move(*reconnected);
   }

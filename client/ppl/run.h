@@ -29,9 +29,9 @@ namespace scored {
 namespace ppl {
 
 struct RunOptions {
-  std::string server;                 // "host:port"
+  std::string server;  // "host:port"
   absl::Duration connect_timeout = absl::Seconds(10);
-  std::string bearer_token;           // optional
+  std::string bearer_token;  // optional
   // TLS: on when tls_ca_path or tls_cert_path is set (PEM files; "" CA = the system's roots);
   // tls_cert_path + tls_key_path (both or neither): client certificate for mTLS.
   std::string tls_ca_path;
@@ -39,13 +39,13 @@ struct RunOptions {
   std::string tls_key_path;
   std::string data_path;
   Format format = Format::kWikiText;
-  std::string separator;              // text format: document separator ("" = whole file)
-  std::string text_field = "text";    // jsonl
+  std::string separator;            // text format: document separator ("" = whole file)
+  std::string text_field = "text";  // jsonl
   MethodParams method;
   int inflight = 16;                  // ScoreStream requests outstanding
   std::string tokenizer_dir;          // "" = tokenize through the server's Tokenize RPC
   bool progress = false;              // draw the progress line on `progress_out`
-  std::FILE* progress_out = nullptr;   // also gets the "waiting for server" lines (nullptr: stderr)
+  std::FILE* progress_out = nullptr;  // also gets the "waiting for server" lines (nullptr: stderr)
   // --journal: "" = none. See journal.h; sync every journal_sync_every records.
   std::string journal_path;
   int journal_sync_every = 1;

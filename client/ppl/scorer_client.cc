@@ -127,9 +127,8 @@ absl::StatusOr<TokenStream> ScorerClient::Tokenize(const std::string& text, bool
   return stream;
 }
 
-absl::Status ScorerClient::ScoreWindows(
-    const std::vector<Window>& windows, int inflight,
-    const std::function<void(int64_t, const WindowScore&)>& on_result) {
+absl::Status ScorerClient::ScoreWindows(const std::vector<Window>& windows, int inflight,
+                                        const std::function<void(int64_t, const WindowScore&)>& on_result) {
   const int64_t n = static_cast<int64_t>(windows.size());
   if (n == 0) return absl::OkStatus();
   grpc::ClientContext context;
@@ -170,10 +169,10 @@ absl::Status ScorerClient::ScoreWindows(
     const Window& w = windows[id];
     if (response.num_scored() != w.num_scored() || response.logprob_size() != w.num_scored() ||
         response.first_scored() != w.score_from) {
-      error = absl::InternalError(absl::StrCat(
-          "window ", id, ": expected ", w.num_scored(), " scored positions from ", w.score_from,
-          ", got num_scored ", response.num_scored(), " with ", response.logprob_size(),
-          " logprobs from ", response.first_scored()));
+      error = absl::InternalError(absl::StrCat("window ", id, ": expected ", w.num_scored(),
+                                               " scored positions from ", w.score_from, ", got num_scored ",
+                                               response.num_scored(), " with ", response.logprob_size(),
+                                               " logprobs from ", response.first_scored()));
       break;
     }
     seen[id] = true;
@@ -194,8 +193,7 @@ absl::Status ScorerClient::ScoreWindows(
   if (!error.ok()) return error;
   if (!finish.ok()) return FromGrpc(finish, "ScoreStream");
   if (received < n) {
-    return absl::InternalError(
-        absl::StrCat("ScoreStream ended after ", received, " of ", n, " responses"));
+    return absl::InternalError(absl::StrCat("ScoreStream ended after ", received, " of ", n, " responses"));
   }
   return absl::OkStatus();
 }

@@ -23,10 +23,10 @@ namespace scored {
 namespace ppl {
 
 struct ScorerClientOptions {
-  std::string address;                               // "host:port"
+  std::string address;                                 // "host:port"
   absl::Duration connect_timeout = absl::Seconds(10);  // channel must be READY within it
   absl::Duration rpc_timeout = absl::Seconds(600);     // GetModelInfo / Tokenize deadline
-  std::string bearer_token;                          // sent as "authorization: Bearer <token>" if set
+  std::string bearer_token;                            // sent as "authorization: Bearer <token>" if set
   // TLS (PEM contents, not paths): used when `tls` is set. Empty tls_root_certs_pem = the system's
   // roots; tls_cert_chain_pem + tls_private_key_pem (both or neither) = client certificate for mTLS.
   bool tls = false;

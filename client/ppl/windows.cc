@@ -62,12 +62,12 @@ std::string MethodName(Method method) {
 }
 
 absl::StatusOr<Method> ParseMethod(absl::string_view name) {
-  for (Method m : {Method::kExl3, Method::kGptq, Method::kHf, Method::kLlamaCpp, Method::kRolling,
-                   Method::kChunks}) {
+  for (Method m :
+       {Method::kExl3, Method::kGptq, Method::kHf, Method::kLlamaCpp, Method::kRolling, Method::kChunks}) {
     if (name == MethodName(m)) return m;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown method '", name, "' (expected exl3, gptq, hf, llamacpp, rolling or chunks)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown method '", name, "' (expected exl3, gptq, hf, llamacpp, rolling or chunks)"));
 }
 
 bool MethodHasStride(Method method) { return method == Method::kExl3 || method == Method::kHf; }
@@ -82,13 +82,11 @@ absl::Status ValidateParams(const MethodParams& params) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": ctx must be >= 2, got ", params.ctx));
   }
   if (params.method == Method::kLlamaCpp && (params.ctx < 4 || params.ctx % 2 != 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("llamacpp: ctx must be even and >= 4 (it scores ctx/2 - 1 tokens per chunk), got ",
-                     params.ctx));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "llamacpp: ctx must be even and >= 4 (it scores ctx/2 - 1 tokens per chunk), got ", params.ctx));
   }
   if (MethodHasStride(params.method) && params.stride < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": stride must be >= 1, got ", params.stride));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": stride must be >= 1, got ", params.stride));
   }
   if (params.max_windows < 0) {
     return absl::InvalidArgumentError(
@@ -180,8 +178,7 @@ std::vector<Window> BuildRollingWindows(const std::vector<TokenStream>& docs, co
   return windows;
 }
 
-std::vector<Window> ChunksWindows(const TokenStream& stream, const MethodParams& params,
-                                  int32_t prefix_id) {
+std::vector<Window> ChunksWindows(const TokenStream& stream, const MethodParams& params, int32_t prefix_id) {
   std::vector<Window> windows;
   const int64_t n = static_cast<int64_t>(stream.ids.size());
   const int64_t chunk = params.ctx - 1;

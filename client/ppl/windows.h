@@ -40,9 +40,9 @@ int64_t DefaultStride(Method method);  // 0 for methods without a stride
 
 struct MethodParams {
   Method method = Method::kExl3;
-  int64_t ctx = 2048;        // tokens per window, BOS included (rolling: tokens the model reads, see below)
-  int64_t stride = 0;        // exl3, hf only
-  int64_t max_windows = 0;   // 0 = all windows
+  int64_t ctx = 2048;       // tokens per window, BOS included (rolling: tokens the model reads, see below)
+  int64_t stride = 0;       // exl3, hf only
+  int64_t max_windows = 0;  // 0 = all windows
 };
 
 // INVALID_ARGUMENT if ctx / stride / max_windows are out of range for the method (ctx >= 2; llamacpp
@@ -97,8 +97,7 @@ std::vector<Window> BuildRollingWindows(const std::vector<TokenStream>& docs, co
 
 // chunks (llama2.c-style). `stream` is the whole text tokenized without BOS; consecutive chunks of
 // ctx - 1 ids (the last may be shorter); each window [prefix] + chunk with every chunk id scored.
-std::vector<Window> ChunksWindows(const TokenStream& stream, const MethodParams& params,
-                                  int32_t prefix_id);
+std::vector<Window> ChunksWindows(const TokenStream& stream, const MethodParams& params, int32_t prefix_id);
 
 }  // namespace ppl
 }  // namespace scored

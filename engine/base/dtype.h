@@ -98,14 +98,14 @@ SCORED_HOST_DEVICE inline uint16_t FloatToFp16(float f) {
   const uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN
   if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 (tie to even: inf)
-  const int e = static_cast<int>(a >> 23) - 127;  // unbiased exponent of |f|
+  const int e = static_cast<int>(a >> 23) - 127;                       // unbiased exponent of |f|
   if (e >= -14) {  // normal half; a carry out of the mantissa correctly bumps the exponent
     const uint32_t base = (static_cast<uint32_t>(e + 15) << 10) | ((a & 0x7fffffu) >> 13);
     const uint32_t rem = a & 0x1fffu;
     const uint32_t rounded = (rem > 0x1000u || (rem == 0x1000u && (base & 1u))) ? base + 1 : base;
     return static_cast<uint16_t>(sign | rounded);
   }
-  if ((a >> 23) == 0) return sign;  // fp32 subnormal: far below half's smallest subnormal
+  if ((a >> 23) == 0) return sign;                 // fp32 subnormal: far below half's smallest subnormal
   const uint32_t m = (a & 0x7fffffu) | 0x800000u;  // value = m * 2^(e-23); half subnormal unit 2^-24
   return static_cast<uint16_t>(sign | dtype_internal::ShiftRightRne(m, -e - 1));
 }
@@ -121,7 +121,7 @@ SCORED_HOST_DEVICE inline float Fp8E4M3ToFloat(uint8_t b) {
   const uint32_t exp = (b >> 3) & 0xfu;
   const uint32_t man = b & 0x7u;
   if (exp == 0xf && man == 0x7) return BitsToFloat(sign | 0x7fc00000u);  // NaN
-  if (exp == 0) {  // zero / subnormal: man * 2^-9
+  if (exp == 0) {                                                        // zero / subnormal: man * 2^-9
     const float mag = static_cast<float>(man) * 0.001953125f;
     return sign ? -mag : mag;
   }
@@ -132,7 +132,7 @@ SCORED_HOST_DEVICE inline uint8_t FloatToFp8E4M3(float f) {
   const uint32_t u = FloatBits(f);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);  // NaN
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);   // NaN
   if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448 or inf: saturate
   const int e = static_cast<int>(a >> 23) - 127;
   if (e >= -6) {  // normal fp8; a < 448 so rounding never reaches the NaN code
@@ -141,7 +141,7 @@ SCORED_HOST_DEVICE inline uint8_t FloatToFp8E4M3(float f) {
     const uint32_t rounded = (rem > 0x80000u || (rem == 0x80000u && (base & 1u))) ? base + 1 : base;
     return static_cast<uint8_t>(sign | rounded);
   }
-  if ((a >> 23) == 0) return sign;  // fp32 subnormal
+  if ((a >> 23) == 0) return sign;                 // fp32 subnormal
   const uint32_t m = (a & 0x7fffffu) | 0x800000u;  // value = m * 2^(e-23); fp8 subnormal unit 2^-9
   return static_cast<uint8_t>(sign | dtype_internal::ShiftRightRne(m, 14 - e));
 }

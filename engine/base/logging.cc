@@ -26,9 +26,9 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(leve
   localtime_r(&tv.tv_sec, &t);
   const char* base = std::strrchr(file, '/');
   char prefix[96];
-  std::snprintf(prefix, sizeof(prefix), "%c%02d%02d %02d:%02d:%02d.%03d %s:%d] ", "IWE"[static_cast<int>(level_)],
-                t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, static_cast<int>(tv.tv_usec / 1000),
-                base != nullptr ? base + 1 : file, line);
+  std::snprintf(prefix, sizeof(prefix), "%c%02d%02d %02d:%02d:%02d.%03d %s:%d] ",
+                "IWE"[static_cast<int>(level_)], t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec,
+                static_cast<int>(tv.tv_usec / 1000), base != nullptr ? base + 1 : file, line);
   stream_ << prefix;
 }
 

@@ -39,11 +39,9 @@ class LogMessage {
 #define SCORED_LOG_LEVEL_WARNING ::scored::LogLevel::kWarning
 #define SCORED_LOG_LEVEL_ERROR ::scored::LogLevel::kError
 
-#define SCORED_LOG(severity)                                             \
-  if (SCORED_LOG_LEVEL_##severity < ::scored::MinLogLevel()) {           \
-  } else                                                                 \
-    ::scored::internal::LogMessage(SCORED_LOG_LEVEL_##severity, __FILE__, \
-                                   __LINE__)                             \
-        .stream()
+#define SCORED_LOG(severity)                                   \
+  if (SCORED_LOG_LEVEL_##severity < ::scored::MinLogLevel()) { \
+  } else                                                       \
+    ::scored::internal::LogMessage(SCORED_LOG_LEVEL_##severity, __FILE__, __LINE__).stream()
 
 #endif  // SCORED_ENGINE_BASE_LOGGING_H_

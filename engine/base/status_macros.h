@@ -16,10 +16,10 @@
 #define SCORED_STATUS_CONCAT_INNER_(a, b) a##b
 #define SCORED_STATUS_CONCAT_(a, b) SCORED_STATUS_CONCAT_INNER_(a, b)
 
-#define SCORED_RETURN_IF_ERROR(expr)                                  \
-  do {                                                                \
-    ::absl::Status scored_status_ = (expr);                           \
-    if (!scored_status_.ok()) return scored_status_;                  \
+#define SCORED_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status scored_status_ = (expr);          \
+    if (!scored_status_.ok()) return scored_status_; \
   } while (0)
 
 #define SCORED_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \

@@ -70,8 +70,8 @@ absl::Status FillFromEmbedding(const DeviceModel& model, const cuda::DeviceBuffe
 // activation buffers (their contents are overwritten later by every forward) with layer 0's weights, and
 // pins the fastest (GemmRunner::Tune). one_gpu: o_proj / down_proj run as two GEMMs over their input column
 // halves where acts.row_parallel_halves says so (cuda::SumsInHalves); those shapes are the ones timed.
-absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activations& acts, cudaStream_t stream,
-                            bool one_gpu) {
+absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activations& acts,
+                            cudaStream_t stream, bool one_gpu) {
   if (model.dtype != ComputeDtype::kBf16 || model.layers.empty()) return absl::OkStatus();
   for (const cuda::DeviceBuffer* b : {&acts.normed, &acts.attn, &acts.mlp}) {
     SCORED_RETURN_IF_ERROR(FillFromEmbedding(model, *b, stream));
@@ -93,19 +93,23 @@ absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activati
     cuda::GemmTypes types = job.types;
     if (job.linear->fp8_resident()) {
       // FP8: the input buffer quantized per token (real codes and scales), the resident FP8 weight.
-      types = types == cuda::GemmTypes::kBf16ToBf16 ? cuda::GemmTypes::kFp8ToBf16 : cuda::GemmTypes::kFp8ToFp32;
-      SCORED_RETURN_IF_ERROR(kernels::QuantizeFp8PerToken(job.x->as<kernels::bf16_t>(), in, acts.max_tokens, in,
-                                                          acts.act_fp8.as<uint8_t>(), acts.act_scale.as<float>(),
-                                                          stream));
-      SCORED_RETURN_IF_ERROR(gemm.Tune(acts.act_fp8.data(), job.linear->fp8_weight(), job.y->data(), out, in, types,
-                                       stream, acts.act_scale.as<float>(), job.linear->fp8_scale()));
+      types =
+          types == cuda::GemmTypes::kBf16ToBf16 ? cuda::GemmTypes::kFp8ToBf16 : cuda::GemmTypes::kFp8ToFp32;
+      SCORED_RETURN_IF_ERROR(kernels::QuantizeFp8PerToken(job.x->as<kernels::bf16_t>(), in, acts.max_tokens,
+                                                          in, acts.act_fp8.as<uint8_t>(),
+                                                          acts.act_scale.as<float>(), stream));
+      SCORED_RETURN_IF_ERROR(gemm.Tune(acts.act_fp8.data(), job.linear->fp8_weight(), job.y->data(), out, in,
+                                       types, stream, acts.act_scale.as<float>(), job.linear->fp8_scale()));
     } else {
-      SCORED_ASSIGN_OR_RETURN(const void* w, job.linear->Materialize(model.dtype, acts.scratch.data(), stream));
-      if (job.row_parallel && one_gpu && acts.row_parallel_halves && cuda::SumsInHalves(*job.linear, model.dtype)) {
+      SCORED_ASSIGN_OR_RETURN(const void* w,
+                              job.linear->Materialize(model.dtype, acts.scratch.data(), stream));
+      if (job.row_parallel && one_gpu && acts.row_parallel_halves &&
+          cuda::SumsInHalves(*job.linear, model.dtype)) {
         SCORED_RETURN_IF_ERROR(
             gemm.Tune(job.x->data(), w, job.y->data(), out, in / 2, types, stream, nullptr, nullptr, in));
-        SCORED_LOG(INFO) << "GEMM [" << acts.max_tokens << ", " << in / 2 << " of " << in << "] x [" << out << ", "
-                         << in / 2 << " of " << in << "]^T (each half): " << gemm.Choice(out, in / 2, types, in);
+        SCORED_LOG(INFO) << "GEMM [" << acts.max_tokens << ", " << in / 2 << " of " << in << "] x [" << out
+                         << ", " << in / 2 << " of " << in
+                         << "]^T (each half): " << gemm.Choice(out, in / 2, types, in);
         continue;
       }
       SCORED_RETURN_IF_ERROR(gemm.Tune(job.x->data(), w, job.y->data(), out, in, types, stream));
@@ -121,7 +125,7 @@ absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activati
 struct PackedBatch {
   ForwardBatch fb;
   std::vector<int32_t> tokens, positions, targets;  // [n] each
-  std::vector<int64_t> first_row;  // per sequence: the first row whose logits are scored
+  std::vector<int64_t> first_row;                   // per sequence: the first row whose logits are scored
 };
 
 // Per-row results copied back from the device (rank 0 at tp > 1: every rank holds the same).
@@ -209,8 +213,8 @@ absl::StatusOr<PackedBatch> ParseBatch(const std::string& bytes, int64_t max_tok
     b.fb.lm_head_rows.push_back(span);
   }
   ok = ok && in.GetArray(b.fb.num_tokens, &b.tokens) && in.GetArray(b.fb.num_tokens, &b.positions) &&
-       in.GetArray(b.fb.num_tokens, &b.targets) && in.GetArray(int64_t{b.fb.num_seqs} + 1, &b.fb.cu_seqlens) &&
-       in.done();
+       in.GetArray(b.fb.num_tokens, &b.targets) &&
+       in.GetArray(int64_t{b.fb.num_seqs} + 1, &b.fb.cu_seqlens) && in.done();
   if (!ok) return absl::InternalError("malformed batch from the leader");
   b.fb.options.want_rank = want_rank != 0;
   b.fb.options.want_entropy = want_entropy != 0;
@@ -225,9 +229,9 @@ std::string MakePayload(const dist::NcclUniqueId& id, const std::string& fingerp
 // One rank's device state. At tp > 1 it is created, used and destroyed on the rank's RankWorker thread;
 // at tp == 1 on the engine's calling thread.
 struct Rank {
-  int index = 0;        // tp_rank
-  int device = 0;       // CUDA ordinal
-  ModelConfig config;   // the model's (tp == 1) or the rank's LocalConfig
+  int index = 0;       // tp_rank
+  int device = 0;      // CUDA ordinal
+  ModelConfig config;  // the model's (tp == 1) or the rank's LocalConfig
   CudaStream stream;
   std::unique_ptr<GemmRunner> gemm;
   std::unique_ptr<DeviceModel> model;
@@ -282,19 +286,20 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
     SCORED_RETURN_IF_ERROR(linked);
     rank->tp.peer = link;
   }
-  // Row-chunk pipelining of the tensor-parallel all-reduces (Activations::tp_row_chunks): SCORED_TP_ROW_CHUNKS
-  // = 1 turns it off, c > 1 forces c chunks; unset or 0 is auto.
+  // Row-chunk pipelining of the tensor-parallel all-reduces (Activations::tp_row_chunks):
+  // SCORED_TP_ROW_CHUNKS = 1 turns it off, c > 1 forces c chunks; unset or 0 is auto.
   if (const char* chunks = std::getenv("SCORED_TP_ROW_CHUNKS"); chunks != nullptr && tp_size > 1) {
     int value = 0;
     if (!absl::SimpleAtoi(chunks, &value) || value < 0 || value > cuda::kMaxTpRowChunks) {
-      return absl::InvalidArgumentError(absl::StrCat("SCORED_TP_ROW_CHUNKS=", chunks, ": want 0 (auto) to ",
-                                                     cuda::kMaxTpRowChunks));
+      return absl::InvalidArgumentError(
+          absl::StrCat("SCORED_TP_ROW_CHUNKS=", chunks, ": want 0 (auto) to ", cuda::kMaxTpRowChunks));
     }
     rank->acts.tp_row_chunks = value;
   }
   // tp 1: o_proj / down_proj sum in two halves of their input, bitwise as tp 2 does (cuda::SumsInHalves);
   // SCORED_ROW_PARALLEL_HALVES=0 runs one GEMM each instead.
-  if (const char* halves = std::getenv("SCORED_ROW_PARALLEL_HALVES"); halves != nullptr && halves[0] != '\0') {
+  if (const char* halves = std::getenv("SCORED_ROW_PARALLEL_HALVES");
+      halves != nullptr && halves[0] != '\0') {
     if (std::string(halves) != "0" && std::string(halves) != "1") {
       return absl::InvalidArgumentError(absl::StrCat("SCORED_ROW_PARALLEL_HALVES=", halves, ": want 0 or 1"));
     }
@@ -310,8 +315,9 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
     }
   }
   if (w8a8_linears > 0) {
-    SCORED_LOG(INFO) << DeviceName(rank->device) << ": W8A8 " << fp8_linears << " of " << w8a8_linears
-                     << " linear groups run as FP8 GEMMs, the rest emulated (bf16 GEMM on fake-quantized inputs)";
+    SCORED_LOG(INFO)
+        << DeviceName(rank->device) << ": W8A8 " << fp8_linears << " of " << w8a8_linears
+        << " linear groups run as FP8 GEMMs, the rest emulated (bf16 GEMM on fake-quantized inputs)";
   }
 
   // Pin every GEMM algorithm before the first batch: the decoder-layer shapes timed, the rest by heuristic.
@@ -322,8 +328,9 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
       options.dtype == ComputeDtype::kBf16 ? cuda::GemmTypes::kBf16ToFp32 : cuda::GemmTypes::kFp32;
   for (const cuda::DeviceLayer& layer : model.layers) {
     for (const cuda::DeviceLinear* linear : {&layer.qkv, &layer.gate_up}) {
-      SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), linear->in_features(),
-                                                 linear->fp8_resident() ? cuda::GemmTypes::kFp8ToBf16 : types));
+      SCORED_RETURN_IF_ERROR(
+          rank->gemm->Prepare(linear->out_features(), linear->in_features(),
+                              linear->fp8_resident() ? cuda::GemmTypes::kFp8ToBf16 : types));
     }
     for (const cuda::DeviceLinear* linear : {&layer.o, &layer.down}) {
       const int64_t in = linear->in_features();
@@ -331,8 +338,8 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
         SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), in / 2, head_types, in));
         continue;
       }
-      SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), in,
-                                                 linear->fp8_resident() ? cuda::GemmTypes::kFp8ToFp32 : head_types));
+      SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(
+          linear->out_features(), in, linear->fp8_resident() ? cuda::GemmTypes::kFp8ToFp32 : head_types));
     }
   }
   return rank->gemm->Prepare(model.lm_head.out_features(), model.lm_head.in_features(), head_types);
@@ -402,8 +409,8 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
   }
   if (options.nnodes < 1 || tp % options.nnodes != 0 || options.node_rank < 0 ||
       options.node_rank >= options.nnodes) {
-    return absl::InvalidArgumentError(absl::StrCat("--nnodes ", options.nnodes, " --node_rank ", options.node_rank,
-                                                   ": nnodes must divide --tp ", tp,
+    return absl::InvalidArgumentError(absl::StrCat("--nnodes ", options.nnodes, " --node_rank ",
+                                                   options.node_rank, ": nnodes must divide --tp ", tp,
                                                    " and node_rank lie in [0, nnodes)"));
   }
   if (options.nnodes > 1 && options.rendezvous.empty()) {
@@ -430,8 +437,8 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
     SCORED_RETURN_IF_ERROR(ValidateTensorParallel(*engine->weights_, tp));
     const int local = tp / options.nnodes;
     if (devices < local) {
-      return absl::FailedPreconditionError(absl::StrCat("--tp ", tp, " over ", options.nnodes, " process(es) needs ",
-                                                        local, " GPUs here; ", devices,
+      return absl::FailedPreconditionError(absl::StrCat("--tp ", tp, " over ", options.nnodes,
+                                                        " process(es) needs ", local, " GPUs here; ", devices,
                                                         " CUDA device(s) are visible"));
     }
   }
@@ -439,7 +446,8 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
   return engine;
 }
 
-absl::Status CudaEngine::StartRanks(const EngineOptions& options, const dist::NcclUniqueId& id, int first_rank) {
+absl::Status CudaEngine::StartRanks(const EngineOptions& options, const dist::NcclUniqueId& id,
+                                    int first_rank) {
   const int tp = tp_;
   const int local = tp / options.nnodes;
   const ModelWeights& weights = *weights_;
@@ -452,8 +460,9 @@ absl::Status CudaEngine::StartRanks(const EngineOptions& options, const dist::Nc
     ranks_.push_back(std::move(rank));
     workers_.push_back(std::make_unique<cuda::RankWorker>());
   }
-  // tp 2 in one process: the row-parallel partial products are summed by copy-engine peer copies (cuda::PeerLink,
-  // bitwise NCCL's sums) unless SCORED_TP_EXCHANGE=nccl; NCCL where the GPUs cannot reach each other's memory.
+  // tp 2 in one process: the row-parallel partial products are summed by copy-engine peer copies
+  // (cuda::PeerLink, bitwise NCCL's sums) unless SCORED_TP_EXCHANGE=nccl; NCCL where the GPUs cannot reach
+  // each other's memory.
   if (local == 2 && options.nnodes == 1) {
     const char* exchange = std::getenv("SCORED_TP_EXCHANGE");
     const std::string mode = exchange != nullptr && exchange[0] != '\0' ? exchange : "copy";
@@ -508,11 +517,12 @@ void CudaEngine::FillInfo(const EngineOptions& options, int64_t activation_bytes
   info.resident_bytes = 0;
   for (const auto& rank : ranks_) info.resident_bytes += rank->model->resident_bytes;
   SCORED_LOG(INFO) << "cuda engine: " << config.architecture << " " << summary.format << ", "
-                   << info.compute_dtype << ", tp " << tp_ << " (" << ranks_.size() << " GPU(s) here), weights "
-                   << GiB(info.resident_bytes) << " GiB here, activations for " << options.max_batch_tokens
-                   << " tokens " << GiB(activation_bytes) << " GiB per GPU"
-                   << (tp_ == 1 ? "" : peer_link_ != nullptr ? ", row-parallel sums by peer copies"
-                                                              : ", row-parallel sums by NCCL all-reduce");
+                   << info.compute_dtype << ", tp " << tp_ << " (" << ranks_.size()
+                   << " GPU(s) here), weights " << GiB(info.resident_bytes) << " GiB here, activations for "
+                   << options.max_batch_tokens << " tokens " << GiB(activation_bytes) << " GiB per GPU"
+                   << (tp_ == 1                ? ""
+                       : peer_link_ != nullptr ? ", row-parallel sums by peer copies"
+                                               : ", row-parallel sums by NCCL all-reduce");
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& options) {
@@ -536,58 +546,64 @@ absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& 
   if (options.nnodes > 1) {
     // Every follower gets the communicator id and our model's fingerprint (it refuses a different model).
     SCORED_ASSIGN_OR_RETURN(const std::string listen, dist::LeaderListenAddress(options.rendezvous));
-    SCORED_ASSIGN_OR_RETURN(
-        engine->channel_,
-        dist::ControlChannel::Leader(listen, options.nnodes, MakePayload(id, engine->info_.model_fingerprint)));
+    SCORED_ASSIGN_OR_RETURN(engine->channel_,
+                            dist::ControlChannel::Leader(listen, options.nnodes,
+                                                         MakePayload(id, engine->info_.model_fingerprint)));
   }
   SCORED_RETURN_IF_ERROR(engine->StartRanks(options, id, 0));
   if (engine->channel_ != nullptr) {
     CudaEngine* raw = engine.get();
-    engine->channel_->WatchPeers([raw](const absl::Status& status) { raw->FailAllRanks(status).IgnoreError(); });
+    engine->channel_->WatchPeers(
+        [raw](const absl::Status& status) { raw->FailAllRanks(status).IgnoreError(); });
   }
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
 absl::Status CudaEngine::RunFollower(const EngineOptions& options) {
   if (options.nnodes < 2 || options.node_rank < 1 || options.node_rank >= options.nnodes) {
-    return absl::InvalidArgumentError(absl::StrCat("a follower needs --nnodes >= 2 and --node_rank in [1, nnodes); got ",
-                                                   options.nnodes, " and ", options.node_rank));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a follower needs --nnodes >= 2 and --node_rank in [1, nnodes); got ", options.nnodes,
+                     " and ", options.node_rank));
   }
   SCORED_ASSIGN_OR_RETURN(std::unique_ptr<CudaEngine> engine, Load(options));
   if (engine->tp_ < 2) return absl::InvalidArgumentError("a follower needs --tp > 1");
-  SCORED_ASSIGN_OR_RETURN(engine->channel_,
-                          dist::ControlChannel::Follower(options.rendezvous, options.nnodes, options.node_rank));
+  SCORED_ASSIGN_OR_RETURN(engine->channel_, dist::ControlChannel::Follower(options.rendezvous, options.nnodes,
+                                                                           options.node_rank));
   const std::string& payload = engine->channel_->payload();
   dist::NcclUniqueId id;
   if (payload.size() < id.bytes.size()) return absl::InternalError("the leader's payload is too short");
   std::memcpy(id.bytes.data(), payload.data(), id.bytes.size());
   const std::string leader_fingerprint = payload.substr(id.bytes.size());
   if (leader_fingerprint != engine->info_.model_fingerprint) {
-    return absl::FailedPreconditionError(absl::StrCat("the leader serves model ", leader_fingerprint,
-                                                      " but this process loaded ", engine->info_.model_fingerprint,
-                                                      " from ", options.model_dir));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the leader serves model ", leader_fingerprint, " but this process loaded ",
+                     engine->info_.model_fingerprint, " from ", options.model_dir));
   }
   const int local = engine->tp_ / options.nnodes;
   SCORED_RETURN_IF_ERROR(engine->StartRanks(options, id, options.node_rank * local));
   CudaEngine* raw = engine.get();
-  engine->channel_->WatchPeers([raw](const absl::Status& status) { raw->FailAllRanks(status).IgnoreError(); });
+  engine->channel_->WatchPeers(
+      [raw](const absl::Status& status) { raw->FailAllRanks(status).IgnoreError(); });
   while (true) {
     absl::StatusOr<std::string> message = engine->channel_->Receive();
     if (absl::IsCancelled(message.status())) return absl::OkStatus();  // the leader's clean shutdown
     if (!message.ok()) {
-      return engine->FailAllRanks(absl::UnavailableError(absl::StrCat("lost the leader: ", message.status().message())));
+      return engine->FailAllRanks(
+          absl::UnavailableError(absl::StrCat("lost the leader: ", message.status().message())));
     }
     SCORED_RETURN_IF_ERROR(engine->fatal_status());
     absl::StatusOr<PackedBatch> batch = ParseBatch(*message, engine->max_tokens_);
     if (!batch.ok()) return engine->FailAllRanks(batch.status());
-    const absl::Status run = engine->OnAllRanks([&](Rank& rank) { return engine->RunRank(rank, *batch, nullptr); });
+    const absl::Status run =
+        engine->OnAllRanks([&](Rank& rank) { return engine->RunRank(rank, *batch, nullptr); });
     if (!run.ok()) return engine->FailAllRanks(run);
   }
 }
 
 CudaEngine::~CudaEngine() {
   if (channel_ != nullptr) {
-    const absl::Status shutdown = channel_->Shutdown();  // followers end cleanly (leader; no-op on a follower)
+    const absl::Status shutdown =
+        channel_->Shutdown();  // followers end cleanly (leader; no-op on a follower)
     if (!shutdown.ok()) {
       SCORED_LOG(WARNING) << "telling the followers to stop: " << shutdown;
     }
@@ -624,8 +640,8 @@ absl::Status CudaEngine::OnAllRanks(const std::function<absl::Status(Rank&)>& jo
 void CudaEngine::SetFatal(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   if (!fatal_.ok()) return;
-  fatal_ = absl::UnavailableError(
-      absl::StrCat("tensor-parallel communicator failed; the engine cannot serve any more: ", status.ToString()));
+  fatal_ = absl::UnavailableError(absl::StrCat(
+      "tensor-parallel communicator failed; the engine cannot serve any more: ", status.ToString()));
   SCORED_LOG(ERROR) << fatal_;
 }
 
@@ -650,7 +666,8 @@ std::vector<std::pair<int64_t, int64_t>> CudaEngine::DeviceMemory() const {
   std::vector<std::pair<int64_t, int64_t>> memory;
   for (const auto& rank : ranks_) {
     size_t free_bytes = 0, total_bytes = 0;
-    if (cudaSetDevice(rank->device) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
+    if (cudaSetDevice(rank->device) != cudaSuccess ||
+        cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
       return {};
     memory.emplace_back(static_cast<int64_t>(total_bytes - free_bytes), static_cast<int64_t>(total_bytes));
   }
@@ -682,7 +699,8 @@ absl::Status CudaEngine::ValidateRequest(const ScoreRequest& r, size_t index) co
   const int64_t smallest_shard = vocab - (tp_ - 1) * ((vocab + tp_ - 1) / tp_);
   if (r.top_k > smallest_shard) {
     return absl::InvalidArgumentError(absl::StrCat("request ", index, ": top_k ", r.top_k, " exceeds the ",
-                                                   smallest_shard, " vocabulary rows of the smallest --tp shard"));
+                                                   smallest_shard,
+                                                   " vocabulary rows of the smallest --tp shard"));
   }
   for (int64_t j = 0; j < n; ++j) {
     if (r.tokens[j] < 0 || r.tokens[j] >= vocab) {

@@ -83,8 +83,8 @@ absl::Status DequantizeInto(const QuantizedPart& part, ComputeDtype dtype, char*
 }
 
 // Whether the group `members` (all W8A8) can run as a real FP8 GEMM in compute dtype `dtype`.
-bool Fp8GemmEligible(const std::vector<const LinearWeight*>& members, ComputeDtype dtype, int64_t out_features,
-                     int64_t in_features, GemmTypes gemm_types) {
+bool Fp8GemmEligible(const std::vector<const LinearWeight*>& members, ComputeDtype dtype,
+                     int64_t out_features, int64_t in_features, GemmTypes gemm_types) {
   if (dtype != ComputeDtype::kBf16 || out_features % 16 != 0 || in_features % 16 != 0) return false;
   for (const LinearWeight* m : members) {
     if (!m->w8a8_dynamic_fp8 || m->act_group_size != 0 || m->format != WeightFormat::kFloatQuantized ||
@@ -131,7 +131,8 @@ class DeviceModelLoader {
   static absl::StatusOr<DeviceLinear> Build(const std::vector<const LinearWeight*>& members,
                                             ComputeDtype dtype, const std::string& what,
                                             bool act_amax_all_reduce = false,
-                                            GemmTypes fp8_types = GemmTypes::kFp8ToBf16, bool fp8_gemm = true) {
+                                            GemmTypes fp8_types = GemmTypes::kFp8ToBf16,
+                                            bool fp8_gemm = true) {
     DeviceLinear linear;
     linear.act_amax_all_reduce_ = act_amax_all_reduce;
     linear.in_features_ = members.front()->in_features;
@@ -172,14 +173,16 @@ class DeviceModelLoader {
       linear.dense_ptr_ = linear.dense_.data();
       return linear;
     }
-    if (fp8_gemm && all_w8a8 && Fp8GemmEligible(members, dtype, linear.out_features_, linear.in_features_, fp8_types)) {
+    if (fp8_gemm && all_w8a8 &&
+        Fp8GemmEligible(members, dtype, linear.out_features_, linear.in_features_, fp8_types)) {
       // The parts' E4M3 bytes stacked along `out`, their scales widened to fp32 (exact) per output row.
       SCORED_ASSIGN_OR_RETURN(linear.fp8_weight_,
                               DeviceBuffer::Allocate(linear.out_features_ * linear.in_features_, what));
       std::vector<float> scales(linear.out_features_);
       for (const LinearWeight* m : members) {
-        SCORED_CUDA_CHECK(cudaMemcpy(linear.fp8_weight_.as<uint8_t>() + row * linear.in_features_, m->weight.data,
-                                     static_cast<size_t>(m->weight.nbytes), cudaMemcpyHostToDevice));
+        SCORED_CUDA_CHECK(cudaMemcpy(linear.fp8_weight_.as<uint8_t>() + row * linear.in_features_,
+                                     m->weight.data, static_cast<size_t>(m->weight.nbytes),
+                                     cudaMemcpyHostToDevice));
         const int64_t count = m->weight_scale.NumElements();
         SCORED_RETURN_IF_ERROR(TensorToFloat(m->weight_scale, scales.data() + row, count));
         for (int64_t r = count; r < m->out_features; ++r) scales[row + r] = scales[row];  // tensor scale
@@ -187,7 +190,8 @@ class DeviceModelLoader {
       }
       SCORED_ASSIGN_OR_RETURN(
           linear.fp8_scale_,
-          UploadToDevice(scales.data(), static_cast<int64_t>(scales.size() * sizeof(float)), what + " scales"));
+          UploadToDevice(scales.data(), static_cast<int64_t>(scales.size() * sizeof(float)),
+                         what + " scales"));
       return linear;
     }
     for (const LinearWeight* m : members) {
@@ -233,12 +237,12 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     keep->push_back(std::move(shard));
     return &keep->back().view;
   };
-  // Once a tensor is on the GPU its mmapped pages leave the process's RSS (they stay in the page cache), so host
-  // memory during the load stays near one layer's pages instead of growing to the checkpoint's size.
+  // Once a tensor is on the GPU its mmapped pages leave the process's RSS (they stay in the page cache), so
+  // host memory during the load stays near one layer's pages instead of growing to the checkpoint's size.
   const TensorStore& store = weights.store();
   auto release = [&](const LinearWeight& w) {
-    for (const TensorView* t : {&w.weight, &w.weight_packed, &w.weight_scale, &w.weight_zero_point, &w.weight_g_idx,
-                                &w.weight_global_scale, &w.input_global_scale, &w.bias}) {
+    for (const TensorView* t : {&w.weight, &w.weight_packed, &w.weight_scale, &w.weight_zero_point,
+                                &w.weight_g_idx, &w.weight_global_scale, &w.input_global_scale, &w.bias}) {
       store.ReleaseResidentPages(*t);
     }
   };
@@ -253,9 +257,9 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
   } else {
     embed.weight = weights.embed_tokens();
   }
-  SCORED_ASSIGN_OR_RETURN(model->embed,
-                          DeviceBuffer::Allocate(vocab_rows * config.hidden_size * ElementBytes(dtype),
-                                                 "the token embedding"));
+  SCORED_ASSIGN_OR_RETURN(
+      model->embed,
+      DeviceBuffer::Allocate(vocab_rows * config.hidden_size * ElementBytes(dtype), "the token embedding"));
   SCORED_RETURN_IF_ERROR(UploadDenseInto(embed, dtype, model->embed.data()));
   store.ReleaseResidentPages(weights.embed_tokens());
   SCORED_ASSIGN_OR_RETURN(model->final_norm, UploadFloat(weights.final_norm(), "model.norm.weight"));
@@ -312,16 +316,16 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     }
     SCORED_ASSIGN_OR_RETURN(dst.qkv, DeviceModelLoader::Build({q, k, v}, dtype, prefix + "self_attn q|k|v"));
     SCORED_ASSIGN_OR_RETURN(dst.o, DeviceModelLoader::Build({o}, dtype, prefix + "self_attn.o_proj", o_amax,
-                                                             GemmTypes::kFp8ToFp32));
+                                                            GemmTypes::kFp8ToFp32));
     SCORED_ASSIGN_OR_RETURN(dst.gate_up, DeviceModelLoader::Build({gate, up}, dtype, prefix + "mlp gate|up"));
-    SCORED_ASSIGN_OR_RETURN(dst.down,
-                            DeviceModelLoader::Build({down}, dtype, prefix + "mlp.down_proj", down_amax,
-                                                      GemmTypes::kFp8ToFp32));
-    for (const LinearWeight* w : {&src.q_proj, &src.k_proj, &src.v_proj, &src.o_proj, &src.gate_proj, &src.up_proj,
-                                  &src.down_proj}) {
+    SCORED_ASSIGN_OR_RETURN(dst.down, DeviceModelLoader::Build({down}, dtype, prefix + "mlp.down_proj",
+                                                               down_amax, GemmTypes::kFp8ToFp32));
+    for (const LinearWeight* w :
+         {&src.q_proj, &src.k_proj, &src.v_proj, &src.o_proj, &src.gate_proj, &src.up_proj, &src.down_proj}) {
       release(*w);
     }
-    for (const TensorView* t : {&src.input_layernorm, &src.post_attention_layernorm, &src.q_norm, &src.k_norm}) {
+    for (const TensorView* t :
+         {&src.input_layernorm, &src.post_attention_layernorm, &src.q_norm, &src.k_norm}) {
       store.ReleaseResidentPages(*t);
     }
     for (const DeviceLinear* linear : {&dst.qkv, &dst.o, &dst.gate_up, &dst.down}) {

@@ -18,10 +18,10 @@
 // Tensor parallelism: UploadModel with a ShardPlan uploads one rank's shard (engine/model/shard_plan.h):
 // q|k|v and gate|up of the rank's heads / intermediate slice, o and down of its input columns, embedding
 // and lm_head rows [vocab_begin, vocab_end). It cuts the shards layer by layer and frees each layer's
-// host copies (row-parallel slices) once uploaded, so the host peak is one layer's copies. Every tensor's mmapped
-// pages leave the process's RSS once it is on the GPU (TensorStore::ReleaseResidentPages).
-// Ownership: a DeviceModel owns every device buffer it points to and keeps no host pointer.
-// Thread-safety: immutable after Upload().
+// host copies (row-parallel slices) once uploaded, so the host peak is one layer's copies. Every tensor's
+// mmapped pages leave the process's RSS once it is on the GPU (TensorStore::ReleaseResidentPages). Ownership:
+// a DeviceModel owns every device buffer it points to and keeps no host pointer. Thread-safety: immutable
+// after Upload().
 #ifndef SCORED_ENGINE_CUDA_DEVICE_WEIGHTS_H_
 #define SCORED_ENGINE_CUDA_DEVICE_WEIGHTS_H_
 
@@ -42,11 +42,11 @@ namespace scored::cuda {
 
 // One quantized (or dense-but-grouped-with-quantized) member of a fused linear.
 struct QuantizedPart {
-  int64_t out_features = 0;            // rows of this part
+  int64_t out_features = 0;  // rows of this part
   int64_t in_features = 0;
-  int64_t row_offset = 0;              // first row of this part in the fused [out_features, in_features]
-  std::vector<DeviceBuffer> stored;    // its tensors as in the checkpoint (values, scale, zero point, g_idx)
-  kernels::DequantParams params;       // device view of `stored`
+  int64_t row_offset = 0;            // first row of this part in the fused [out_features, in_features]
+  std::vector<DeviceBuffer> stored;  // its tensors as in the checkpoint (values, scale, zero point, g_idx)
+  kernels::DequantParams params;     // device view of `stored`
 };
 
 // A linear layer, or several stacked along `out` (q|k|v, gate|up), as one GEMM's weight.
@@ -106,7 +106,7 @@ struct DeviceLayer {
 
 struct DeviceModel {
   ComputeDtype dtype = ComputeDtype::kBf16;
-  DeviceBuffer embed;          // [vocab_size, hidden_size] compute dtype; a shard: [vocab_end - vocab_begin, ...]
+  DeviceBuffer embed;  // [vocab_size, hidden_size] compute dtype; a shard: [vocab_end - vocab_begin, ...]
   DeviceBuffer final_norm;     // [hidden_size] fp32
   DeviceBuffer rope_inv_freq;  // [head_dim / 2] fp32, as ref::RopeInvFreq
   DeviceLinear lm_head;        // [vocab_size, hidden_size]; tied: a view of `embed`; a shard: its rows

@@ -55,8 +55,9 @@ absl::Status SetFp8ScaleModes(cublasLtMatmulDesc_t desc) {
   SCORED_RETURN_IF_ERROR(CublasStatus(
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)),
       "set A_SCALE_MODE"));
-  return CublasStatus(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)),
-                      "set B_SCALE_MODE");
+  return CublasStatus(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)),
+      "set B_SCALE_MODE");
 }
 
 // B (x) and C (y) layouts for num_tokens rows: col-major [in, num_tokens] and [out, num_tokens].
@@ -67,7 +68,8 @@ struct TokenLayouts {
     if (x != nullptr) cublasLtMatrixLayoutDestroy(x);
     if (y != nullptr) cublasLtMatrixLayoutDestroy(y);
   }
-  absl::Status Init(int64_t num_tokens, int64_t out_features, int64_t in_features, int64_t ld, GemmTypes types) {
+  absl::Status Init(int64_t num_tokens, int64_t out_features, int64_t in_features, int64_t ld,
+                    GemmTypes types) {
     SCORED_RETURN_IF_ERROR(
         CublasStatus(cublasLtMatrixLayoutCreate(&x, InputType(types), static_cast<uint64_t>(in_features),
                                                 static_cast<uint64_t>(num_tokens), ld),
@@ -122,7 +124,8 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
   absl::Status status;
   std::string failures;
   // Probe runners (Fp8Supported) are told which mode to try; others take the mode the probe found.
-  const bool try_outer_vec = IsFp8(types) && (probe_outer_vec_ >= 0 ? probe_outer_vec_ == 1 : Fp8OuterVec(types));
+  const bool try_outer_vec =
+      IsFp8(types) && (probe_outer_vec_ >= 0 ? probe_outer_vec_ == 1 : Fp8OuterVec(types));
   for (const bool outer_vec : try_outer_vec ? std::vector<bool>{true, false} : std::vector<bool>{false}) {
     if (probe_outer_vec_ == 1 && !outer_vec) break;  // a probe of the outer-vector mode tries nothing else
     Plan plan;
@@ -136,7 +139,8 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
       continue;
     }
     plan.algo = plan.candidates.front();
-    plan.choice = IsFp8(types) ? (outer_vec ? "outer-vector scales; heuristic first" : "scales after the GEMM; heuristic first")
+    plan.choice = IsFp8(types) ? (outer_vec ? "outer-vector scales; heuristic first"
+                                            : "scales after the GEMM; heuristic first")
                                : "heuristic first";
     auto [it, inserted] = plans_.emplace(key, plan);
     return &it->second;
@@ -209,8 +213,8 @@ absl::Status GemmRunner::FindCandidates(Plan* out, GemmTypes types) {
   if (status.ok() && plan.candidates.empty()) {
     status = absl::InternalError(absl::StrCat(
         "cuBLASLt offers no algorithm without split-K for the ",
-        IsFp8(types) ? (plan.fp8_outer_vec ? "FP8 (outer-vector scales) " : "FP8 (unit scales) ") : "", "GEMM [",
-        max_tokens_, ", ", in_features, "] x [", out_features, ", ", in_features, "]^T"));
+        IsFp8(types) ? (plan.fp8_outer_vec ? "FP8 (outer-vector scales) " : "FP8 (unit scales) ") : "",
+        "GEMM [", max_tokens_, ", ", in_features, "] x [", out_features, ", ", in_features, "]^T"));
   }
   if (!status.ok()) {
     cublasLtMatrixLayoutDestroy(plan.w_layout);
@@ -220,9 +224,10 @@ absl::Status GemmRunner::FindCandidates(Plan* out, GemmTypes types) {
   return absl::OkStatus();
 }
 
-cublasStatus_t GemmRunner::Run(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const void* x, const void* w,
-                               void* y, int64_t num_tokens, GemmTypes types, const float* x_scale,
-                               const float* w_scale, cudaStream_t stream, bool accumulate) {
+cublasStatus_t GemmRunner::Run(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const void* x,
+                               const void* w, void* y, int64_t num_tokens, GemmTypes types,
+                               const float* x_scale, const float* w_scale, cudaStream_t stream,
+                               bool accumulate) {
   if (plan.fp8_outer_vec) {
     // A is w (scales per output channel), B is x (scales per token).
     cublasStatus_t set = cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
@@ -287,8 +292,9 @@ absl::Status GemmRunner::Tune(const void* x, const void* w, void* y, int64_t out
   if (medians[0] > 0 && medians[0] < kTuneMinMs) best = 0;
   plan.algo = plan.candidates[best];
   plan.tuned = true;
-  plan.choice = absl::StrCat(IsFp8(types) ? (plan.fp8_outer_vec ? "outer-vector scales; " : "scales after the GEMM; ") : "",
-                             "heuristic candidate ", best, " of ", count, " (ms:");
+  plan.choice = absl::StrCat(
+      IsFp8(types) ? (plan.fp8_outer_vec ? "outer-vector scales; " : "scales after the GEMM; ") : "",
+      "heuristic candidate ", best, " of ", count, " (ms:");
   for (int c = 0; c < count; ++c) absl::StrAppend(&plan.choice, " ", absl::SixDigits(medians[c]));
   absl::StrAppend(&plan.choice, ")");
   return absl::OkStatus();
@@ -309,13 +315,15 @@ absl::Status GemmRunner::Linear(const void* x, const void* w, void* y, int64_t n
   }
   if (num_tokens == 0) return absl::OkStatus();
   SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types, ld));
-  return CublasStatus(Run(*plan, plan->algo, x, w, y, num_tokens, types, nullptr, nullptr, stream, accumulate),
-                      "cublasLtMatmul");
+  return CublasStatus(
+      Run(*plan, plan->algo, x, w, y, num_tokens, types, nullptr, nullptr, stream, accumulate),
+      "cublasLtMatmul");
 }
 
-absl::Status GemmRunner::Fp8Linear(const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale,
-                                   void* y, int64_t num_tokens, int64_t out_features, int64_t in_features,
-                                   GemmTypes types, cudaStream_t stream, bool leave_unscaled) {
+absl::Status GemmRunner::Fp8Linear(const uint8_t* x, const float* x_scale, const uint8_t* w,
+                                   const float* w_scale, void* y, int64_t num_tokens, int64_t out_features,
+                                   int64_t in_features, GemmTypes types, cudaStream_t stream,
+                                   bool leave_unscaled) {
   if (!IsFp8(types)) return absl::InvalidArgumentError("GemmRunner::Fp8Linear: needs an FP8 GemmTypes");
   if (num_tokens < 0 || num_tokens > max_tokens_) {
     return absl::OutOfRangeError(
@@ -326,18 +334,20 @@ absl::Status GemmRunner::Fp8Linear(const uint8_t* x, const float* x_scale, const
     return absl::InvalidArgumentError("GemmRunner::Fp8Linear: null scale vector");
   }
   SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types));
-  SCORED_RETURN_IF_ERROR(CublasStatus(Run(*plan, plan->algo, x, w, y, num_tokens, types, x_scale, w_scale, stream),
-                                      "cublasLtMatmul (FP8)"));
+  SCORED_RETURN_IF_ERROR(CublasStatus(
+      Run(*plan, plan->algo, x, w, y, num_tokens, types, x_scale, w_scale, stream), "cublasLtMatmul (FP8)"));
   if (plan->fp8_outer_vec || leave_unscaled) return absl::OkStatus();
   if (types == GemmTypes::kFp8ToBf16) {
-    return kernels::ApplyFp8Scales(static_cast<kernels::bf16_t*>(y), num_tokens, out_features, x_scale, w_scale,
-                                   stream);
+    return kernels::ApplyFp8Scales(static_cast<kernels::bf16_t*>(y), num_tokens, out_features, x_scale,
+                                   w_scale, stream);
   }
   return kernels::ApplyFp8Scales(static_cast<float*>(y), num_tokens, out_features, x_scale, w_scale, stream);
 }
 
-absl::StatusOr<bool> GemmRunner::Fp8ScalesInEpilogue(int64_t out_features, int64_t in_features, GemmTypes types) {
-  if (!IsFp8(types)) return absl::InvalidArgumentError("GemmRunner::Fp8ScalesInEpilogue: needs an FP8 GemmTypes");
+absl::StatusOr<bool> GemmRunner::Fp8ScalesInEpilogue(int64_t out_features, int64_t in_features,
+                                                     GemmTypes types) {
+  if (!IsFp8(types))
+    return absl::InvalidArgumentError("GemmRunner::Fp8ScalesInEpilogue: needs an FP8 GemmTypes");
   SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types));
   return plan->fp8_outer_vec;
 }
@@ -386,8 +396,8 @@ absl::Status ProbeFp8(GemmRunner& runner, GemmTypes types) {
     for (int64_t o = 0; o < kN; ++o) {
       const float want = 64.0f * xs[t] * ws[o];
       if (got[t * kN + o] != want) {
-        return absl::InternalError(absl::StrCat("FP8 probe GEMM gave ", got[t * kN + o], " at [", t, ", ", o,
-                                                "], expected ", want));
+        return absl::InternalError(
+            absl::StrCat("FP8 probe GEMM gave ", got[t * kN + o], " at [", t, ", ", o, "], expected ", want));
       }
     }
   }
@@ -418,16 +428,16 @@ bool GemmRunner::Fp8Supported(GemmTypes types) {
         mode = outer_vec ? Fp8Mode::kOuterVec : Fp8Mode::kUnitScales;
         break;
       }
-      absl::StrAppend(&failures, failures.empty() ? "" : "; ", outer_vec ? "outer-vector scales: " : "unit scales: ",
-                      status.message());
+      absl::StrAppend(&failures, failures.empty() ? "" : "; ",
+                      outer_vec ? "outer-vector scales: " : "unit scales: ", status.message());
     }
   } else {
     failures = "needs compute capability 9.0 or newer";
   }
   const char* out = types == GemmTypes::kFp8ToBf16 ? "bf16" : "fp32";
   if (mode == Fp8Mode::kNone) {
-    SCORED_LOG(WARNING) << "GPU " << device << ": no FP8 GEMM to " << out << " (those W8A8 linears run emulated): "
-                        << failures;
+    SCORED_LOG(WARNING) << "GPU " << device << ": no FP8 GEMM to " << out
+                        << " (those W8A8 linears run emulated): " << failures;
   } else {
     SCORED_LOG(INFO) << "GPU " << device << ": FP8 GEMMs to " << out << " with "
                      << (mode == Fp8Mode::kOuterVec ? "outer-vector scales in cuBLASLt's epilogue"

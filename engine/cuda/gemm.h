@@ -52,7 +52,9 @@ enum class GemmTypes {
   kFp8ToFp32,   // x, w FP8 E4M3 with fp32 outer-vector scales; y fp32; fp32 accumulate (Fp8Linear only)
 };
 
-inline bool IsFp8(GemmTypes types) { return types == GemmTypes::kFp8ToBf16 || types == GemmTypes::kFp8ToFp32; }
+inline bool IsFp8(GemmTypes types) {
+  return types == GemmTypes::kFp8ToBf16 || types == GemmTypes::kFp8ToFp32;
+}
 
 class GemmRunner {
  public:
@@ -95,12 +97,12 @@ class GemmRunner {
   std::string Choice(int64_t out_features, int64_t in_features, GemmTypes types, int64_t ld = 0) const;
 
   // y = x · w^T on `stream`, or with `accumulate` y += x · w^T (cuBLASLt's epilogue with beta = 1 and C = y:
-  // each element is acc + y rounded once to y's type, the same value as writing acc and adding y in a separate
-  // pass; the pinned algorithm is the same). 0 <= num_tokens <= max_tokens. Pointers 16-byte aligned; x, w, y
-  // must not overlap. ld: the row stride (elements) of both x and w, >= in_features (0: in_features), so that
-  // a GEMM can run over a block of input columns [k0, k0 + in_features) of wider x and w (pointers offset by
-  // k0); each ld is planned (and its algorithm pinned) as its own shape. Asynchronous: errors of the launch
-  // itself are returned, execution errors surface at the next synchronization.
+  // each element is acc + y rounded once to y's type, the same value as writing acc and adding y in a
+  // separate pass; the pinned algorithm is the same). 0 <= num_tokens <= max_tokens. Pointers 16-byte
+  // aligned; x, w, y must not overlap. ld: the row stride (elements) of both x and w, >= in_features (0:
+  // in_features), so that a GEMM can run over a block of input columns [k0, k0 + in_features) of wider x and
+  // w (pointers offset by k0); each ld is planned (and its algorithm pinned) as its own shape. Asynchronous:
+  // errors of the launch itself are returned, execution errors surface at the next synchronization.
   absl::Status Linear(const void* x,  // [num_tokens, in_features], bf16 or fp32 per `types`
                       const void* w,  // [out_features, in_features], bf16 or fp32 per `types`
                       void* y,        // [num_tokens, out_features], bf16 or fp32 per `types`
@@ -110,11 +112,11 @@ class GemmRunner {
   // FP8 W8A8: y[t, o] = bf16 or fp32 of (sum_k x[t, k] * w[o, k]) * x_scale[t] * w_scale[o] on `stream`,
   // types kFp8ToBf16 or kFp8ToFp32; x and w FP8 E4M3FN bit patterns. in_features and out_features must be
   // multiples of 16 (cuBLASLt's FP8 alignment). Batch-invariant like Linear(); same errors.
-  absl::Status Fp8Linear(const uint8_t* x,       // [num_tokens, in_features] FP8 E4M3
-                         const float* x_scale,   // [num_tokens]
-                         const uint8_t* w,       // [out_features, in_features] FP8 E4M3
-                         const float* w_scale,   // [out_features]
-                         void* y,                // [num_tokens, out_features] bf16 or fp32 per `types`
+  absl::Status Fp8Linear(const uint8_t* x,      // [num_tokens, in_features] FP8 E4M3
+                         const float* x_scale,  // [num_tokens]
+                         const uint8_t* w,      // [out_features, in_features] FP8 E4M3
+                         const float* w_scale,  // [out_features]
+                         void* y,               // [num_tokens, out_features] bf16 or fp32 per `types`
                          int64_t num_tokens, int64_t out_features, int64_t in_features, GemmTypes types,
                          cudaStream_t stream, bool leave_unscaled = false);
   // leave_unscaled: where the shape's plan uses unit scales (Fp8ScalesInEpilogue false), y keeps the raw GEMM
@@ -145,14 +147,15 @@ class GemmRunner {
   using Key = std::tuple<int64_t, int64_t, GemmTypes, int64_t>;  // out, in, types, ld
 
   GemmRunner() = default;
-  absl::StatusOr<const Plan*> GetPlan(int64_t out_features, int64_t in_features, GemmTypes types, int64_t ld = 0);
+  absl::StatusOr<const Plan*> GetPlan(int64_t out_features, int64_t in_features, GemmTypes types,
+                                      int64_t ld = 0);
   // Creates plan->desc and w_layout (FP8: with outer-vector scale modes when plan->fp8_outer_vec) and fills
   // plan->candidates; on error nothing is left allocated.
   absl::Status FindCandidates(Plan* plan, GemmTypes types);
   // The matmul of one plan with algorithm `algo`; FP8 types set the scale pointers on the plan first.
   // accumulate: y += instead of y = (beta 1, C = y).
-  cublasStatus_t Run(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const void* x, const void* w, void* y,
-                     int64_t num_tokens, GemmTypes types, const float* x_scale, const float* w_scale,
+  cublasStatus_t Run(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const void* x, const void* w,
+                     void* y, int64_t num_tokens, GemmTypes types, const float* x_scale, const float* w_scale,
                      cudaStream_t stream, bool accumulate = false);
 
   // Fp8Supported's probe runners: 1 = FP8 plans with outer-vector scales only, 0 = unit scales only;

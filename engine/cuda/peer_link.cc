@@ -32,7 +32,8 @@ absl::StatusOr<std::unique_ptr<PeerLink>> PeerLink::Create(int device0, int devi
   for (const auto& [from, to] : {std::pair{device0, device1}, std::pair{device1, device0}}) {
     int can = 0;
     SCORED_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, from, to));
-    if (can == 0) return absl::UnavailableError(absl::StrCat("GPU ", from, " cannot reach GPU ", to, "'s memory"));
+    if (can == 0)
+      return absl::UnavailableError(absl::StrCat("GPU ", from, " cannot reach GPU ", to, "'s memory"));
   }
   int current = 0;
   SCORED_CUDA_CHECK(cudaGetDevice(&current));
@@ -78,7 +79,8 @@ absl::StatusOr<int64_t> PeerLink::Push(int rank, int parity, int chunk, const fl
   RankState& me = ranks_[rank];
   const RankState& peer = ranks_[1 - rank];
   float* dst = peer.receive[parity].as<float>() + offset;
-  SCORED_CUDA_CHECK(cudaMemcpyPeerAsync(dst, peer.device, src, me.device, static_cast<size_t>(count) * 4, copy_stream));
+  SCORED_CUDA_CHECK(
+      cudaMemcpyPeerAsync(dst, peer.device, src, me.device, static_cast<size_t>(count) * 4, copy_stream));
   SCORED_CUDA_CHECK(cudaEventRecord(me.pushed[parity][chunk].get(), copy_stream));
   const int64_t seq = ++me.pushes;
   me.published.store(seq, std::memory_order_release);
@@ -100,8 +102,9 @@ absl::Status PeerLink::AwaitPeer(int rank, int64_t seq, int parity, int chunk, c
       continue;
     }
     if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("tensor-parallel rank ", 1 - rank, " did not reach row exchange ",
-                                                      seq, " within ", absl::FormatDuration(kAwaitTimeout)));
+      return absl::DeadlineExceededError(absl::StrCat("tensor-parallel rank ", 1 - rank,
+                                                      " did not reach row exchange ", seq, " within ",
+                                                      absl::FormatDuration(kAwaitTimeout)));
     }
     absl::SleepFor(absl::Microseconds(50));
   }
@@ -113,7 +116,8 @@ absl::Status PeerLink::AwaitPeer(int rank, int64_t seq, int parity, int chunk, c
 void PeerLink::Abort(const absl::Status& why) {
   absl::MutexLock lock(&mu_);
   if (aborted_.load()) return;
-  abort_status_ = absl::FailedPreconditionError(absl::StrCat("tensor-parallel peer link aborted: ", why.message()));
+  abort_status_ =
+      absl::FailedPreconditionError(absl::StrCat("tensor-parallel peer link aborted: ", why.message()));
   aborted_.store(true);
 }
 

@@ -10,16 +10,17 @@
 // rows): after r's GEMM has written rows [b, b + n) of its partial product (in r's residual buffer), Push
 // copies them into p's receive buffer e % 2 at the same rows on r's copy stream, records event (r, e % 2, c)
 // there and publishes the push's sequence number. Before r's next norm reads those rows, AwaitPeer waits on
-// the host until p has published the same sequence number (so p's event is recorded: a CUDA stream cannot wait
-// for an event not yet recorded), then makes r's stream wait for p's event (p's rows have arrived) and for r's
-// own (r's copy has read its rows before the norm updates them). The norm then adds the received rows to
-// r's own: residual = mine + peer's, one fp32 add, bitwise the two-rank NCCL all-reduce (a + b == b + a), so
-// multi-process runs (NCCL) and one-process runs (this) give the same bits.
+// the host until p has published the same sequence number (so p's event is recorded: a CUDA stream cannot
+// wait for an event not yet recorded), then makes r's stream wait for p's event (p's rows have arrived) and
+// for r's own (r's copy has read its rows before the norm updates them). The norm then adds the received rows
+// to r's own: residual = mine + peer's, one fp32 add, bitwise the two-rank NCCL all-reduce (a + b == b + a),
+// so multi-process runs (NCCL) and one-process runs (this) give the same bits.
 //
 // Two receive buffers suffice: p's push of exchange e + 2 into buffer e % 2 comes after p's norm of exchange
-// e + 1, which waited for r's pushes of e + 1, which r enqueued after its whole-batch op (attention or SwiGLU)
-// that follows r's last read of buffer e % 2. Events are reused two exchanges later on the same argument (r
-// records (r, e % 2, c) again only after p has published e + 1, i.e. after p enqueued its wait on it).
+// e + 1, which waited for r's pushes of e + 1, which r enqueued after its whole-batch op (attention or
+// SwiGLU) that follows r's last read of buffer e % 2. Events are reused two exchanges later on the same
+// argument (r records (r, e % 2, c) again only after p has published e + 1, i.e. after p enqueued its wait on
+// it).
 //
 // Failure: a rank whose forward fails calls Abort; AwaitPeer then returns at once (and after kAwaitTimeout
 // without the peer in any case): no rank waits on a host spin forever. A link once aborted stays aborted.
@@ -71,8 +72,8 @@ class PeerLink {
   // element `offset`, on `copy_stream` (r's device; ordered after the GEMM that wrote src by the caller),
   // records event (r, parity, chunk) there and publishes the push. Returns the push's sequence number for
   // AwaitPeer. FAILED_PRECONDITION once aborted.
-  absl::StatusOr<int64_t> Push(int rank, int parity, int chunk, const float* src, int64_t offset, int64_t count,
-                               cudaStream_t copy_stream);
+  absl::StatusOr<int64_t> Push(int rank, int parity, int chunk, const float* src, int64_t offset,
+                               int64_t count, cudaStream_t copy_stream);
 
   // Rank r: waits (host) until the peer has published push `seq`, then makes `stream` wait for the peer's
   // event (parity, chunk) and r's own. The error of Abort, or DEADLINE_EXCEEDED after kAwaitTimeout.

@@ -27,8 +27,8 @@ struct RowChunk {
 
 // The chunks of a batch of num_tokens rows whose sequence s holds rows [cu_seqlens[s], cu_seqlens[s + 1]):
 // at most `wanted` (0: auto, kTpAutoChunks from kTpAutoMinTokens tokens, else 1; clamped to [1,
-// kMaxTpRowChunks]) of whole sequences, each closed once it holds ceil(num_tokens / wanted) rows or more, so a
-// batch of fewer sequences gets fewer chunks. One chunk of the whole batch (max_seqlen as given) when
+// kMaxTpRowChunks]) of whole sequences, each closed once it holds ceil(num_tokens / wanted) rows or more, so
+// a batch of fewer sequences gets fewer chunks. One chunk of the whole batch (max_seqlen as given) when
 // `chunked` is false, one chunk is wanted, or cu_seqlens does not have num_seqs + 1 entries.
 std::vector<RowChunk> RowChunks(const std::vector<int32_t>& cu_seqlens, int64_t num_tokens, int32_t num_seqs,
                                 int32_t max_seqlen, int wanted, bool chunked);

@@ -39,7 +39,7 @@ int64_t LogitsRows(int64_t max_tokens) { return std::min(max_tokens, kLmHeadChun
 
 // How one linear reads its input and writes its output (defaults: y = x . W^T).
 struct LinearIo {
-  bool accumulate = false;               // y += x . W^T (fp32 y: the residual stream)
+  bool accumulate = false;                 // y += x . W^T (fp32 y: the residual stream)
   const float* fp8_input_scale = nullptr;  // real FP8 GEMM only: x is already in act_fp8 with these per-token
                                            // scales [n] (a fused norm / SwiGLU kernel wrote them); x unused
   bool raw_fp8_output = false;  // real FP8 GEMM only: where the scales come after the GEMM, leave y unscaled
@@ -131,7 +131,8 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
       const cudaStream_t copy = acts->comm_stream.get();
       SCORED_CUDA_CHECK(cudaEventRecord(acts->chunk_ready[c].get(), stream));
       SCORED_CUDA_CHECK(cudaStreamWaitEvent(copy, acts->chunk_ready[c].get(), 0));
-      SCORED_ASSIGN_OR_RETURN(pushed[c], peer->Push(rank, parity, c, x, ch.begin * hidden, ch.rows * hidden, copy));
+      SCORED_ASSIGN_OR_RETURN(pushed[c],
+                              peer->Push(rank, parity, c, x, ch.begin * hidden, ch.rows * hidden, copy));
       return absl::OkStatus();
     }
     if (!pipelined) return tp->comm->AllReduceSum(x, x, ch.rows * hidden, dist::ReduceDType::kF32, stream);
@@ -143,9 +144,9 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
   };
 
   // Every linear of the forward in the order of first use. Quantized ones are expanded into the two scratch
-  // buffers in turn on acts->dequant_stream, two linears ahead: linear k+2's expansion (into the buffer linear
-  // k used) is enqueued once linear k's last GEMM is, and overlaps linear k+1 and the ops around it. Two
-  // linears are in use at a time (q|k|v and o, then gate|up and down, their chunks interleaved).
+  // buffers in turn on acts->dequant_stream, two linears ahead: linear k+2's expansion (into the buffer
+  // linear k used) is enqueued once linear k's last GEMM is, and overlaps linear k+1 and the ops around it.
+  // Two linears are in use at a time (q|k|v and o, then gate|up and down, their chunks interleaved).
   std::vector<const DeviceLinear*> order;
   for (const DeviceLayer& layer : model.layers) {
     for (const DeviceLinear* l : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) order.push_back(l);
@@ -194,18 +195,18 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
 
   // y[rows, out] = x[rows, in] . W^T on chunk ch's rows. W8A8 resident in FP8 (bf16 mode, per-token
   // activations): x is quantized into act_fp8 / act_scale and a real FP8 GEMM runs. Other W8A8 (fp32 mode,
-  // per-group activations, shapes FP8 GEMMs cannot take): x is fake-quantized to FP8 first, one scale per token
-  // or per act_group_size columns of a token (x is contiguous, so a group is a row of the [rows * in / group,
-  // group] view), then the bf16 / fp32 GEMM runs on the dequantized weight.
-  // io.accumulate: y += x . W^T (fp32 y; a real FP8 GEMM writes proj and AddFp8Scaled joins it to y).
+  // per-group activations, shapes FP8 GEMMs cannot take): x is fake-quantized to FP8 first, one scale per
+  // token or per act_group_size columns of a token (x is contiguous, so a group is a row of the [rows * in /
+  // group, group] view), then the bf16 / fp32 GEMM runs on the dequantized weight. io.accumulate: y += x .
+  // W^T (fp32 y; a real FP8 GEMM writes proj and AddFp8Scaled joins it to y).
   auto gemm_rows = [&](const InUse& use, T* x, void* y, GemmTypes y_types, const LinearIo& io,
                        const RowChunk& ch) -> absl::Status {
     const DeviceLinear& w = *use.w;
     const int64_t m = ch.rows, in = w.in_features(), out = w.out_features();
     const int64_t y_elem = y_types == GemmTypes::kBf16ToBf16 ? 2 : 4;
-    T* x_rows = x + ch.begin * in;                                                 // [m, in]
-    void* y_rows = static_cast<char*>(y) + ch.begin * out * y_elem;               // [m, out]
-    float* scale_rows = fp8_scale_norm + ch.begin;                                 // [m]
+    T* x_rows = x + ch.begin * in;                                   // [m, in]
+    void* y_rows = static_cast<char*>(y) + ch.begin * out * y_elem;  // [m, out]
+    float* scale_rows = fp8_scale_norm + ch.begin;                   // [m]
     if (w.fp8_resident()) {
       // Real FP8 GEMM: x quantized per token into act_fp8 / x_scale (unless a fused kernel did); the GEMM
       // applies both scales.
@@ -224,18 +225,20 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
         SCORED_RETURN_IF_ERROR(kernels::QuantizeFp8PerToken<T>(x_rows, in, m, in, x_fp8, scale_rows, stream));
         x_scale = scale_rows;
       }
-      const GemmTypes fp8_types = y_types == GemmTypes::kBf16ToBf16 ? GemmTypes::kFp8ToBf16 : GemmTypes::kFp8ToFp32;
+      const GemmTypes fp8_types =
+          y_types == GemmTypes::kBf16ToBf16 ? GemmTypes::kFp8ToBf16 : GemmTypes::kFp8ToFp32;
       if (!io.accumulate) {
-        return gemm.Fp8Linear(x_fp8, x_scale, w.fp8_weight(), w.fp8_scale(), y_rows, m, out, in, fp8_types, stream,
-                              io.raw_fp8_output);
+        return gemm.Fp8Linear(x_fp8, x_scale, w.fp8_weight(), w.fp8_scale(), y_rows, m, out, in, fp8_types,
+                              stream, io.raw_fp8_output);
       }
-      if (fp8_types != GemmTypes::kFp8ToFp32) return absl::InternalError("FP8 accumulation needs an fp32 output");
+      if (fp8_types != GemmTypes::kFp8ToFp32)
+        return absl::InternalError("FP8 accumulation needs an fp32 output");
       SCORED_ASSIGN_OR_RETURN(const bool scaled, gemm.Fp8ScalesInEpilogue(out, in, fp8_types));
       float* proj_rows = proj + ch.begin * out;  // [m, out]
-      SCORED_RETURN_IF_ERROR(gemm.Fp8Linear(x_fp8, x_scale, w.fp8_weight(), w.fp8_scale(), proj_rows, m, out, in,
-                                            fp8_types, stream, /*leave_unscaled=*/true));
-      return kernels::AddFp8Scaled(proj_rows, m, out, scaled ? nullptr : x_scale, scaled ? nullptr : w.fp8_scale(),
-                                   static_cast<float*>(y_rows), stream);
+      SCORED_RETURN_IF_ERROR(gemm.Fp8Linear(x_fp8, x_scale, w.fp8_weight(), w.fp8_scale(), proj_rows, m, out,
+                                            in, fp8_types, stream, /*leave_unscaled=*/true));
+      return kernels::AddFp8Scaled(proj_rows, m, out, scaled ? nullptr : x_scale,
+                                   scaled ? nullptr : w.fp8_scale(), static_cast<float*>(y_rows), stream);
     }
     if (io.fp8_input_scale != nullptr || io.raw_fp8_output) {
       return absl::InternalError("FP8 input / output requested of a linear without a real FP8 GEMM");
@@ -249,14 +252,16 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
       SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeFp8PerTokenWithAmax<T>(x_rows, in, m, in, amax, stream));
     } else if (w.w8a8_dynamic_fp8()) {
       const int64_t group = w.act_group_size() > 0 ? w.act_group_size() : in;
-      SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeFp8PerToken<T>(x_rows, group, m * (in / group), group, stream));
+      SCORED_RETURN_IF_ERROR(
+          kernels::FakeQuantizeFp8PerToken<T>(x_rows, group, m * (in / group), group, stream));
     }
     if (io.in_halves) {
       // Two GEMMs over the input column halves, each adding into y (SumsInHalves): tp 2's order of sums.
       const int64_t half = in / 2;
-      SCORED_RETURN_IF_ERROR(gemm.Linear(x_rows, use.weight, y_rows, m, out, half, y_types, stream, true, in));
-      return gemm.Linear(x_rows + half, static_cast<const T*>(use.weight) + half, y_rows, m, out, half, y_types,
-                         stream, true, in);
+      SCORED_RETURN_IF_ERROR(
+          gemm.Linear(x_rows, use.weight, y_rows, m, out, half, y_types, stream, true, in));
+      return gemm.Linear(x_rows + half, static_cast<const T*>(use.weight) + half, y_rows, m, out, half,
+                         y_types, stream, true, in);
     }
     return gemm.Linear(x_rows, use.weight, y_rows, m, out, in, y_types, stream, io.accumulate);
   };
@@ -291,8 +296,8 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
       return kernels::RmsNormQuantFp8(rows, hidden, weight, ch.rows, hidden, eps, nullptr, hidden,
                                       act_fp8 + ch.begin * hidden, fp8_scale_norm + ch.begin, stream);
     }
-    return kernels::RmsNorm<float, T>(rows, hidden, weight, ch.rows, hidden, eps, normed + ch.begin * hidden, hidden,
-                                      stream);
+    return kernels::RmsNorm<float, T>(rows, hidden, weight, ch.rows, hidden, eps, normed + ch.begin * hidden,
+                                      hidden, stream);
   };
 
   kernels::AttentionShape attn_shape;
@@ -306,16 +311,16 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
     SCORED_RETURN_IF_ERROR(
         (kernels::Embedding<T, float>(model.embed.as<T>(), tokens, n, vocab, hidden, residual, stream)));
   } else {
-    SCORED_RETURN_IF_ERROR((kernels::EmbeddingShard<T, float>(model.embed.as<T>(), tokens, n, tp->vocab_size,
-                                                              tp->vocab_begin, tp->vocab_rows, hidden, residual,
-                                                              stream)));
+    SCORED_RETURN_IF_ERROR(
+        (kernels::EmbeddingShard<T, float>(model.embed.as<T>(), tokens, n, tp->vocab_size, tp->vocab_begin,
+                                           tp->vocab_rows, hidden, residual, stream)));
     SCORED_RETURN_IF_ERROR(all_reduce(residual));
   }
   constexpr int kAfterO = 0, kAfterDown = 1;  // the parity of each row-parallel sum
   for (size_t l = 0; l < model.layers.size(); ++l) {
     const DeviceLayer& layer = model.layers[l];
-    // Attention block, chunk by chunk: norm, q|k|v, RoPE, attention over the chunk's sequences, o_proj joining
-    // the residual, then the chunk's sum over ranks.
+    // Attention block, chunk by chunk: norm, q|k|v, RoPE, attention over the chunk's sequences, o_proj
+    // joining the residual, then the chunk's sum over ranks.
     const bool qkv_fp8 = norm_fp8_ok && fp8_fed(layer.qkv);
     const LinearIo qkv_io{false, qkv_fp8 ? fp8_scale_norm : nullptr, false, false};
     const LinearIo o_io{add_to_residual, nullptr, false,
@@ -330,16 +335,18 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
       if (c == num_chunks - 1) SCORED_RETURN_IF_ERROR(release(qkv_w));
       T* qkv_rows = qkv + b * qkv_dim;  // [m, qkv_dim]
       if (layer.qkv_bias.data() != nullptr) {
-        SCORED_RETURN_IF_ERROR(kernels::BiasAdd<T>(qkv_rows, qkv_dim, layer.qkv_bias.as<float>(), m, qkv_dim, stream));
+        SCORED_RETURN_IF_ERROR(
+            kernels::BiasAdd<T>(qkv_rows, qkv_dim, layer.qkv_bias.as<float>(), m, qkv_dim, stream));
       }
       if (layer.q_norm.data() != nullptr) {
-        SCORED_RETURN_IF_ERROR(
-            kernels::QkNorm<T>(qkv_rows, qkv_dim, layer.q_norm.as<float>(), m, num_heads, head_dim, eps, stream));
+        SCORED_RETURN_IF_ERROR(kernels::QkNorm<T>(qkv_rows, qkv_dim, layer.q_norm.as<float>(), m, num_heads,
+                                                  head_dim, eps, stream));
         SCORED_RETURN_IF_ERROR(kernels::QkNorm<T>(qkv_rows + q_dim, qkv_dim, layer.k_norm.as<float>(), m,
                                                   num_kv_heads, head_dim, eps, stream));
       }
-      SCORED_RETURN_IF_ERROR(kernels::RopeWithTable<T>(qkv_rows, qkv_dim, positions + b, rope_table, acts->max_tokens,
-                                                       m, num_heads + num_kv_heads, head_dim, stream));
+      SCORED_RETURN_IF_ERROR(kernels::RopeWithTable<T>(qkv_rows, qkv_dim, positions + b, rope_table,
+                                                       acts->max_tokens, m, num_heads + num_kv_heads,
+                                                       head_dim, stream));
       // The chunk's sequences: cu_seqlens holds absolute rows, so q / k / v / attn stay the batch's.
       attn_shape.num_tokens = m;
       attn_shape.num_seqs = ch.num_seqs;
@@ -354,8 +361,9 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
     const bool gate_up_fp8 = norm_fp8_ok && fp8_fed(layer.gate_up);
     const bool swiglu_fp8 = swiglu_fp8_ok && layer.gate_up.fp8_resident() && fp8_fed(layer.down);
     const LinearIo gate_up_io{false, gate_up_fp8 ? fp8_scale_norm : nullptr, swiglu_fp8, false};
-    const LinearIo down_io{add_to_residual, swiglu_fp8 ? fp8_scale_mlp : nullptr, false,
-                           tp == nullptr && acts->row_parallel_halves && SumsInHalves(layer.down, model.dtype)};
+    const LinearIo down_io{
+        add_to_residual, swiglu_fp8 ? fp8_scale_mlp : nullptr, false,
+        tp == nullptr && acts->row_parallel_halves && SumsInHalves(layer.down, model.dtype)};
     SCORED_ASSIGN_OR_RETURN(const InUse gate_up_w, acquire(layer.gate_up));
     SCORED_ASSIGN_OR_RETURN(const InUse down_w, acquire(layer.down));
     for (int c = 0; c < num_chunks; ++c) {
@@ -368,15 +376,15 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
       if (swiglu_fp8) {
         if constexpr (!kFp32) {
           // gate_up's raw FP8 GEMM output: its scales, SwiGLU and down_proj's input quantization in one pass.
-          SCORED_ASSIGN_OR_RETURN(const bool scaled, gemm.Fp8ScalesInEpilogue(layer.gate_up.out_features(), hidden,
-                                                                              GemmTypes::kFp8ToBf16));
-          SCORED_RETURN_IF_ERROR(kernels::SwiGluQuantFp8(gate_up_rows, m, inter, scaled ? nullptr : fp8_scale_norm + b,
-                                                         scaled ? nullptr : layer.gate_up.fp8_scale(),
-                                                         act_fp8 + b * inter, fp8_scale_mlp + b, stream));
+          SCORED_ASSIGN_OR_RETURN(const bool scaled, gemm.Fp8ScalesInEpilogue(layer.gate_up.out_features(),
+                                                                              hidden, GemmTypes::kFp8ToBf16));
+          SCORED_RETURN_IF_ERROR(kernels::SwiGluQuantFp8(
+              gate_up_rows, m, inter, scaled ? nullptr : fp8_scale_norm + b,
+              scaled ? nullptr : layer.gate_up.fp8_scale(), act_fp8 + b * inter, fp8_scale_mlp + b, stream));
         }
       } else {
-        SCORED_RETURN_IF_ERROR(
-            kernels::SwiGlu<T>(gate_up_rows, gate_up_rows + inter, 2 * inter, m, inter, mlp + b * inter, stream));
+        SCORED_RETURN_IF_ERROR(kernels::SwiGlu<T>(gate_up_rows, gate_up_rows + inter, 2 * inter, m, inter,
+                                                  mlp + b * inter, stream));
       }
       SCORED_RETURN_IF_ERROR(gemm_rows(down_w, mlp, residual, to_fp32, down_io, ch));
       if (c == num_chunks - 1) SCORED_RETURN_IF_ERROR(release(down_w));
@@ -384,7 +392,8 @@ absl::Status ForwardImpl(const ModelConfig& config, const DeviceModel& model, Ge
     }
   }
   for (int c = 0; c < num_chunks; ++c) {
-    SCORED_RETURN_IF_ERROR(norm(model.final_norm.as<float>(), false, tp != nullptr, kAfterDown, c, chunks[c]));
+    SCORED_RETURN_IF_ERROR(
+        norm(model.final_norm.as<float>(), false, tp != nullptr, kAfterDown, c, chunks[c]));
   }
 
   // lm_head in chunks of rows: fp32 logits into the reusable chunk, then the per-row statistics.
@@ -441,13 +450,14 @@ int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype) {
 int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens,
                              int tp_size) {
   const int64_t tp_bytes =
-      tp_size > 1 ? LogitsRows(max_tokens) * (tp_size * static_cast<int64_t>(sizeof(kernels::LogitPartialStats)) + 4 +
-                                              tp_size * kernels::kMaxTopK * 8) +
-                        max_tokens * 4
-                  : 0;
+      tp_size > 1
+          ? LogitsRows(max_tokens) * (tp_size * static_cast<int64_t>(sizeof(kernels::LogitPartialStats)) + 4 +
+                                      tp_size * kernels::kMaxTopK * 8) +
+                max_tokens * 4
+          : 0;
   const int64_t fp8_bytes = model.max_fp8_in_features > 0 ? max_tokens * (model.max_fp8_in_features + 8) : 0;
-  return LogitsRows(max_tokens) * config.vocab_size * 4 + 2 * model.max_scratch_elements * ActBytes(model.dtype) +
-         tp_bytes + fp8_bytes;
+  return LogitsRows(max_tokens) * config.vocab_size * 4 +
+         2 * model.max_scratch_elements * ActBytes(model.dtype) + tp_bytes + fp8_bytes;
 }
 
 absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const DeviceModel& model,
@@ -487,7 +497,8 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
   SCORED_ASSIGN_OR_RETURN(a.tokens, DeviceBuffer::Allocate(t * 4, "token ids"));
   SCORED_ASSIGN_OR_RETURN(a.positions, DeviceBuffer::Allocate(t * 4, "positions"));
   // A window's positions are < its length <= max_tokens: one table for every forward, built once here.
-  SCORED_ASSIGN_OR_RETURN(a.rope_table, DeviceBuffer::Allocate(t * config.head_dim * 4, "the RoPE cos/sin table"));
+  SCORED_ASSIGN_OR_RETURN(a.rope_table,
+                          DeviceBuffer::Allocate(t * config.head_dim * 4, "the RoPE cos/sin table"));
   SCORED_RETURN_IF_ERROR(kernels::RopeCosSinTable(model.rope_inv_freq.as<float>(), t, config.head_dim / 2,
                                                   a.rope_table.as<float>(), nullptr));
   SCORED_CUDA_CHECK(cudaStreamSynchronize(nullptr));
@@ -502,15 +513,17 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
                           DeviceBuffer::Allocate(t * kernels::kMaxTopK * 4, "top-k logprobs"));
   if (tp_size > 1) {
     SCORED_ASSIGN_OR_RETURN(
-        a.tp_stats,
-        DeviceBuffer::Allocate(tp_size * LogitsRows(t) * static_cast<int64_t>(sizeof(kernels::LogitPartialStats)),
-                               "the vocab-parallel statistics"));
+        a.tp_stats, DeviceBuffer::Allocate(
+                        tp_size * LogitsRows(t) * static_cast<int64_t>(sizeof(kernels::LogitPartialStats)),
+                        "the vocab-parallel statistics"));
     SCORED_ASSIGN_OR_RETURN(a.tp_target_logit, DeviceBuffer::Allocate(LogitsRows(t) * 4, "target logits"));
     SCORED_ASSIGN_OR_RETURN(a.act_amax, DeviceBuffer::Allocate(t * 4, "activation amax"));
-    SCORED_ASSIGN_OR_RETURN(a.tp_topk_ids, DeviceBuffer::Allocate(tp_size * LogitsRows(t) * kernels::kMaxTopK * 4,
-                                                                  "vocab-parallel top-k ids"));
-    SCORED_ASSIGN_OR_RETURN(a.tp_topk_values, DeviceBuffer::Allocate(tp_size * LogitsRows(t) * kernels::kMaxTopK * 4,
-                                                                     "vocab-parallel top-k logits"));
+    SCORED_ASSIGN_OR_RETURN(
+        a.tp_topk_ids,
+        DeviceBuffer::Allocate(tp_size * LogitsRows(t) * kernels::kMaxTopK * 4, "vocab-parallel top-k ids"));
+    SCORED_ASSIGN_OR_RETURN(a.tp_topk_values,
+                            DeviceBuffer::Allocate(tp_size * LogitsRows(t) * kernels::kMaxTopK * 4,
+                                                   "vocab-parallel top-k logits"));
     SCORED_ASSIGN_OR_RETURN(a.comm_stream, CudaStream::CreateHighestPriority());
     for (int c = 0; c < kMaxTpRowChunks; ++c) {
       SCORED_ASSIGN_OR_RETURN(CudaEvent ready, CudaEvent::Create());

@@ -29,17 +29,17 @@ class PeerLink;
 // vocabulary); cuBLASLt runs the 128256 x 4096 lm_head at ~706 TFLOP/s with 2048 rows (GPU.md).
 constexpr int64_t kLmHeadChunkTokens = 2048;
 
-
 // Row-parallel sums at tp 1. The one-GPU forward computes o_proj and down_proj over the two halves of their
 // input columns, [0, in/2) then [in/2, in), each GEMM adding into the fp32 residual in its epilogue:
-// residual = (residual + x_a . W_a^T) + x_b . W_b^T. That is bitwise what tp 2 computes: rank 0 adds x_a . W_a^T
-// to the residual, rank 1 writes x_b . W_b^T, and a two-rank fp32 all-reduce is one (commutative) add; the
-// column-parallel GEMMs of a shard give bitwise tp 1's columns (cuBLASLt without split-K sums each output over k
-// in the same order whatever the algorithm; gemm_test checks a shard planned on its own). So a model scores
-// bitwise the same on one GPU and on two (the vocab-parallel log-softmax aside: its per-token statistics combine
-// in another order, ~1e-7 relative). Linears that run FP8 GEMMs or fake-quantize their input (W8A8) keep one
-// GEMM, as does an input width whose half is not 16-byte aligned. Cost: each half re-reads and re-writes the
-// residual rows in the epilogue (tests/bench/RESULTS.md). Activations::row_parallel_halves turns it off.
+// residual = (residual + x_a . W_a^T) + x_b . W_b^T. That is bitwise what tp 2 computes: rank 0 adds x_a .
+// W_a^T to the residual, rank 1 writes x_b . W_b^T, and a two-rank fp32 all-reduce is one (commutative) add;
+// the column-parallel GEMMs of a shard give bitwise tp 1's columns (cuBLASLt without split-K sums each output
+// over k in the same order whatever the algorithm; gemm_test checks a shard planned on its own). So a model
+// scores bitwise the same on one GPU and on two (the vocab-parallel log-softmax aside: its per-token
+// statistics combine in another order, ~1e-7 relative). Linears that run FP8 GEMMs or fake-quantize their
+// input (W8A8) keep one GEMM, as does an input width whose half is not 16-byte aligned. Cost: each half
+// re-reads and re-writes the residual rows in the epilogue (tests/bench/RESULTS.md).
+// Activations::row_parallel_halves turns it off.
 bool SumsInHalves(const DeviceLinear& linear, ComputeDtype dtype);
 
 // Reusable device memory of one forward; `act` is bf16 in bf16 mode, fp32 in fp32 mode.
@@ -49,10 +49,10 @@ struct Activations {
   DeviceBuffer normed;    // [max_tokens, hidden_size] act: RMSNorm output, GEMM input
   DeviceBuffer qkv;       // [max_tokens, q_dim + 2 kv_dim] act
   DeviceBuffer attn;      // [max_tokens, q_dim] act
-  DeviceBuffer proj;      // [max_tokens, hidden_size] fp32: a W8A8 o_proj / down_proj FP8 GEMM's output before
-                          // AddFp8Scaled joins it to the residual (others add in the GEMM's epilogue)
-  DeviceBuffer gate_up;   // [max_tokens, 2 intermediate_size] act
-  DeviceBuffer mlp;       // [max_tokens, intermediate_size] act: swiglu output
+  DeviceBuffer proj;     // [max_tokens, hidden_size] fp32: a W8A8 o_proj / down_proj FP8 GEMM's output before
+                         // AddFp8Scaled joins it to the residual (others add in the GEMM's epilogue)
+  DeviceBuffer gate_up;  // [max_tokens, 2 intermediate_size] act
+  DeviceBuffer mlp;      // [max_tokens, intermediate_size] act: swiglu output
   // Quantized models only: two [max_scratch_elements] compute-dtype buffers for dequantized weights, used in
   // turn. Linear k+1 is expanded into one on `dequant_stream` while linear k's GEMM reads the other on the
   // forward's stream (weight_ready[i]: buffer i holds its linear; weight_free[i]: buffer i's GEMM is done).
@@ -65,11 +65,12 @@ struct Activations {
   // token, the GEMM's x and x_scale.
   DeviceBuffer act_fp8;    // [max_tokens, max_fp8_in_features] FP8 E4M3
   DeviceBuffer act_scale;  // [2, max_tokens] fp32: row 0 qkv / o / gate_up inputs, row 1 down_proj's
-  DeviceBuffer logits;  // [min(max_tokens, kLmHeadChunkTokens), vocab_size] fp32
+  DeviceBuffer logits;     // [min(max_tokens, kLmHeadChunkTokens), vocab_size] fp32
   // Batch inputs and per-row results, indexed by packed row.
-  DeviceBuffer tokens;      // [max_tokens] int32
-  DeviceBuffer positions;   // [max_tokens] int32
-  DeviceBuffer rope_table;  // [max_tokens, head_dim / 2, 2] fp32: RoPE (cos, sin) of positions [0, max_tokens)
+  DeviceBuffer tokens;     // [max_tokens] int32
+  DeviceBuffer positions;  // [max_tokens] int32
+  DeviceBuffer
+      rope_table;  // [max_tokens, head_dim / 2, 2] fp32: RoPE (cos, sin) of positions [0, max_tokens)
   DeviceBuffer cu_seqlens;  // [max_tokens + 1] int32
   DeviceBuffer targets;     // [max_tokens] int32: the next token of the row's sequence (0 at its last row)
   DeviceBuffer logprob;     // [max_tokens] double
@@ -79,11 +80,11 @@ struct Activations {
   DeviceBuffer top_k_ids;   // [max_tokens, kMaxTopK] int32
   DeviceBuffer top_k_logprobs;  // [max_tokens, kMaxTopK] float
   // Tensor parallelism only (tp_size > 1), else empty:
-  DeviceBuffer tp_stats;        // [tp_size, min(max_tokens, kLmHeadChunkTokens)] kernels::LogitPartialStats
-  DeviceBuffer tp_target_logit; // [min(max_tokens, kLmHeadChunkTokens)] fp32
-  DeviceBuffer act_amax;        // [max_tokens] fp32: W8A8 per-token amax of a row-parallel input
-  DeviceBuffer tp_topk_ids;     // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] int32
-  DeviceBuffer tp_topk_values;  // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] fp32
+  DeviceBuffer tp_stats;         // [tp_size, min(max_tokens, kLmHeadChunkTokens)] kernels::LogitPartialStats
+  DeviceBuffer tp_target_logit;  // [min(max_tokens, kLmHeadChunkTokens)] fp32
+  DeviceBuffer act_amax;         // [max_tokens] fp32: W8A8 per-token amax of a row-parallel input
+  DeviceBuffer tp_topk_ids;      // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] int32
+  DeviceBuffer tp_topk_values;   // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] fp32
   // Row-chunk pipelining (tp_size > 1 only): every op of a layer runs per chunk of whole sequences on the
   // forward's stream; chunk c's sum over ranks (all-reduce or peer copy) runs on comm_stream after
   // chunk_ready[c] while the next chunks compute, and chunk c's next norm starts after chunk_reduced[c] (or
@@ -94,9 +95,9 @@ struct Activations {
   // tp 1: o_proj / down_proj sum their input columns in two halves (SumsInHalves). Set by the engine (env
   // SCORED_ROW_PARALLEL_HALVES=0 turns it off).
   bool row_parallel_halves = true;
-  CudaStream comm_stream;  // highest priority: NCCL blocks take SMs first as a GEMM chunk drains
-  std::vector<CudaEvent> chunk_ready;     // [kMaxTpRowChunks]
-  std::vector<CudaEvent> chunk_reduced;   // [kMaxTpRowChunks]
+  CudaStream comm_stream;              // highest priority: NCCL blocks take SMs first as a GEMM chunk drains
+  std::vector<CudaEvent> chunk_ready;  // [kMaxTpRowChunks]
+  std::vector<CudaEvent> chunk_reduced;  // [kMaxTpRowChunks]
   CudaEvent comm_done;
 };
 
@@ -122,8 +123,9 @@ struct ForwardBatch {
   int64_t num_tokens = 0;
   int32_t num_seqs = 0;
   int32_t max_seqlen = 0;
-  std::vector<int32_t> cu_seqlens;    // [num_seqs + 1]: the host copy of acts->cu_seqlens (rows of sequence s
-                                      // are [cu_seqlens[s], cu_seqlens[s + 1])); row chunks cut between sequences
+  std::vector<int32_t>
+      cu_seqlens;  // [num_seqs + 1]: the host copy of acts->cu_seqlens (rows of sequence s
+                   // are [cu_seqlens[s], cu_seqlens[s + 1])); row chunks cut between sequences
   std::vector<RowSpan> lm_head_rows;  // ascending, disjoint; logits are computed for these rows only
   kernels::LogprobOptions options;    // applied to every scored row
 };

@@ -61,11 +61,12 @@ absl::StatusOr<std::string> LeaderListenAddress(absl::string_view rendezvous);
 class ControlChannel {
  public:
   // Leader (node_rank 0). `address` is HOST:PORT to listen on (HOST may be 0.0.0.0 or [::], or empty for
-  // every address, see LeaderListenAddress(); PORT 0 picks a free port, see port()). Blocks until all nnodes-1 followers have connected and said hello (each
-  // node_rank in [1, nnodes) exactly once, same nnodes), then sends each of them `payload`.
-  // INVALID_ARGUMENT for a malformed address or nnodes < 2; DEADLINE_EXCEEDED naming the node ranks that did
-  // not join within connect_timeout; FAILED_PRECONDITION for a duplicate node_rank or nnodes mismatch.
-  // `on_listening(port)`, when set, is called once the socket listens (tests use it to learn the port).
+  // every address, see LeaderListenAddress(); PORT 0 picks a free port, see port()). Blocks until all
+  // nnodes-1 followers have connected and said hello (each node_rank in [1, nnodes) exactly once, same
+  // nnodes), then sends each of them `payload`. INVALID_ARGUMENT for a malformed address or nnodes < 2;
+  // DEADLINE_EXCEEDED naming the node ranks that did not join within connect_timeout; FAILED_PRECONDITION for
+  // a duplicate node_rank or nnodes mismatch. `on_listening(port)`, when set, is called once the socket
+  // listens (tests use it to learn the port).
   static absl::StatusOr<std::unique_ptr<ControlChannel>> Leader(
       absl::string_view address, int nnodes, absl::string_view payload,
       const ControlChannelOptions& options = ControlChannelOptions(),

@@ -31,7 +31,8 @@ absl::Status NcclError(const std::string& what, ncclResult_t r, ncclComm_t comm)
 }
 
 absl::Status CudaError(const std::string& what, cudaError_t e) {
-  return absl::InternalError(absl::StrCat(what, " failed: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
+  return absl::InternalError(
+      absl::StrCat(what, " failed: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
 }
 
 bool Ok(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
@@ -158,7 +159,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateRank(c
   ncclComm_t comm = nullptr;
   const ncclResult_t r = ncclCommInitRankConfig(&comm, num_ranks, id, rank, &config);
   absl::Status st;
-  if (!Ok(r)) st = NcclError(absl::StrCat("ncclCommInitRankConfig(rank ", rank, " of ", num_ranks, ")"), r, comm);
+  if (!Ok(r))
+    st = NcclError(absl::StrCat("ncclCommInitRankConfig(rank ", rank, " of ", num_ranks, ")"), r, comm);
   if (st.ok()) {
     st = PollUntilDone({comm}, absl::Now() + options.init_timeout, options.poll_interval,
                        absl::StrCat("NCCL init of rank ", rank, " of ", num_ranks));
@@ -232,7 +234,8 @@ absl::Status NcclCommunicator::WaitNotInProgress(absl::Time deadline, const char
       return Fail(NcclError(absl::StrCat(what, " on rank ", rank_), state, comm));
     }
     if (absl::Now() >= deadline) {
-      return Fail(absl::DeadlineExceededError(absl::StrCat(what, " on rank ", rank_, " did not finish in time")));
+      return Fail(
+          absl::DeadlineExceededError(absl::StrCat(what, " on rank ", rank_, " did not finish in time")));
     }
     absl::SleepFor(options_.poll_interval);
   }
@@ -256,7 +259,8 @@ absl::Status NcclCommunicator::AllReduce(const void* send, void* recv, int64_t c
 
 absl::Status NcclCommunicator::AllGatherBytes(const void* send, void* recv, int64_t bytes_per_rank,
                                               CUstream_st* stream) {
-  if (bytes_per_rank < 0) return absl::InvalidArgumentError(absl::StrCat("all-gather of ", bytes_per_rank, " bytes"));
+  if (bytes_per_rank < 0)
+    return absl::InvalidArgumentError(absl::StrCat("all-gather of ", bytes_per_rank, " bytes"));
   ncclResult_t r;
   {
     absl::MutexLock lock(&mu_);

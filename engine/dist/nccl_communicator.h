@@ -48,9 +48,9 @@ struct NcclUniqueId {
 };
 
 struct NcclOptions {
-  absl::Duration init_timeout = absl::Seconds(120);   // communicator creation
-  absl::Duration op_timeout = absl::Seconds(60);      // Synchronize() default
-  absl::Duration destroy_timeout = absl::Seconds(30); // finalize before destroy (then abort)
+  absl::Duration init_timeout = absl::Seconds(120);    // communicator creation
+  absl::Duration op_timeout = absl::Seconds(60);       // Synchronize() default
+  absl::Duration destroy_timeout = absl::Seconds(30);  // finalize before destroy (then abort)
   absl::Duration poll_interval = absl::Microseconds(50);
 };
 
@@ -66,9 +66,9 @@ class NcclCommunicator {
   // One rank, created by its own thread (every rank's thread calls this with the same id at about the same
   // time; the id comes from NewUniqueId() on one of them).
   static absl::StatusOr<NcclUniqueId> NewUniqueId();
-  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateRank(const NcclUniqueId& id, int num_ranks,
-                                                                      int rank, int device,
-                                                                      const NcclOptions& options = NcclOptions());
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateRank(
+      const NcclUniqueId& id, int num_ranks, int rank, int device,
+      const NcclOptions& options = NcclOptions());
 
   // Finalizes (flushing issued work, bounded by destroy_timeout) and destroys; aborts instead when the
   // communicator is in error or finalize times out. Never blocks longer than destroy_timeout.
@@ -83,10 +83,12 @@ class NcclCommunicator {
   // In-place allowed (send == recv). Enqueues a sum all-reduce of `count` elements on `stream` (a stream
   // of device()); returns once it is enqueued, not when it completes: call Synchronize() (or order later
   // work on the stream) to wait. send, recv: device arrays [count] of `dtype`.
-  absl::Status AllReduceSum(const void* send, void* recv, int64_t count, ReduceDType dtype, CUstream_st* stream) {
+  absl::Status AllReduceSum(const void* send, void* recv, int64_t count, ReduceDType dtype,
+                            CUstream_st* stream) {
     return AllReduce(send, recv, count, dtype, ReduceOp::kSum, stream);
   }
-  // kMax: e.g. the per-token activation amax of row-parallel W8A8 layers (ShardedLinear::act_amax_all_reduce).
+  // kMax: e.g. the per-token activation amax of row-parallel W8A8 layers
+  // (ShardedLinear::act_amax_all_reduce).
   absl::Status AllReduce(const void* send, void* recv, int64_t count, ReduceDType dtype, ReduceOp op,
                          CUstream_st* stream);
 

@@ -7,7 +7,8 @@
 namespace scored::dist {
 
 int64_t VocabParallelWorkspaceBytes(int num_ranks, int64_t num_tokens) {
-  return static_cast<int64_t>(num_ranks) * num_tokens * static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
+  return static_cast<int64_t>(num_ranks) * num_tokens *
+         static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
 }
 
 absl::Status VocabParallelLogprob(NcclCommunicator& comm, const float* logits, int64_t ld, int64_t shard_size,
@@ -18,7 +19,8 @@ absl::Status VocabParallelLogprob(NcclCommunicator& comm, const float* logits, i
   outputs.logprob = logprob;
   outputs.greedy = greedy;
   return VocabParallelScore(comm, logits, ld, shard_size, vocab_offset, targets, num_tokens,
-                            kernels::LogprobOptions(), workspace, /*target_logit=*/nullptr, /*topk_ids=*/nullptr,
+                            kernels::LogprobOptions(), workspace, /*target_logit=*/nullptr,
+                            /*topk_ids=*/nullptr,
                             /*topk_values=*/nullptr, outputs, stream);
 }
 
@@ -40,7 +42,8 @@ absl::Status VocabParallelScore(NcclCommunicator& comm, const float* logits, int
     return absl::InvalidArgumentError("vocab-parallel score: a requested output is missing");
   }
   if (num_tokens == 0) return absl::OkStatus();
-  kernels::LogitPartialStats* mine = workspace + static_cast<int64_t>(comm.rank()) * num_tokens;  // [num_tokens]
+  kernels::LogitPartialStats* mine =
+      workspace + static_cast<int64_t>(comm.rank()) * num_tokens;  // [num_tokens]
   SCORED_RETURN_IF_ERROR(kernels::ComputeLogitPartialStats(logits, ld, targets, num_tokens, shard_size,
                                                            vocab_offset, mine, stream));
   const int64_t bytes = num_tokens * static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
@@ -51,7 +54,8 @@ absl::Status VocabParallelScore(NcclCommunicator& comm, const float* logits, int
   if (options.want_rank) {
     SCORED_RETURN_IF_ERROR(kernels::CountLogitsAbove(logits, ld, num_tokens, shard_size, target_logit,
                                                      comm.rank() == 0 ? 1 : 0, outputs.rank, stream));
-    SCORED_RETURN_IF_ERROR(comm.AllReduceSum(outputs.rank, outputs.rank, num_tokens, ReduceDType::kI32, stream));
+    SCORED_RETURN_IF_ERROR(
+        comm.AllReduceSum(outputs.rank, outputs.rank, num_tokens, ReduceDType::kI32, stream));
   }
   if (options.top_k > 0) {
     const int64_t k = options.top_k;
@@ -59,7 +63,8 @@ absl::Status VocabParallelScore(NcclCommunicator& comm, const float* logits, int
     SCORED_RETURN_IF_ERROR(kernels::ShardTopK(logits, ld, num_tokens, shard_size, vocab_offset, options.top_k,
                                               topk_ids + mine_at, topk_values + mine_at, k, stream));
     SCORED_RETURN_IF_ERROR(comm.AllGatherBytes(topk_ids + mine_at, topk_ids, num_tokens * k * 4, stream));
-    SCORED_RETURN_IF_ERROR(comm.AllGatherBytes(topk_values + mine_at, topk_values, num_tokens * k * 4, stream));
+    SCORED_RETURN_IF_ERROR(
+        comm.AllGatherBytes(topk_values + mine_at, topk_values, num_tokens * k * 4, stream));
     SCORED_RETURN_IF_ERROR(kernels::MergeShardTopK(topk_ids, topk_values, k, workspace, comm.num_ranks(),
                                                    num_tokens, options.top_k, outputs.top_k_ids,
                                                    outputs.top_k_logprobs, stream));

@@ -27,13 +27,13 @@ int64_t VocabParallelWorkspaceBytes(int num_ranks, int64_t num_tokens);
 
 // logprob and greedy only: VocabParallelScore with no optional outputs.
 absl::Status VocabParallelLogprob(NcclCommunicator& comm,
-                                  const float* logits,      // [num_tokens, ld] this rank's shard, fp32
+                                  const float* logits,  // [num_tokens, ld] this rank's shard, fp32
                                   int64_t ld, int64_t shard_size, int64_t vocab_offset,
-                                  const int32_t* targets,   // [num_tokens] global ids
+                                  const int32_t* targets,  // [num_tokens] global ids
                                   int64_t num_tokens,
                                   kernels::LogitPartialStats* workspace,  // [num_ranks, num_tokens]
-                                  double* logprob,          // [num_tokens]
-                                  uint8_t* greedy,          // [num_tokens] 0/1
+                                  double* logprob,                        // [num_tokens]
+                                  uint8_t* greedy,                        // [num_tokens] 0/1
                                   CUstream_st* stream);
 
 // The same tail with the optional per-token outputs of kernels::ScoreLogits (logprob.h):
@@ -46,7 +46,7 @@ absl::Status VocabParallelLogprob(NcclCommunicator& comm,
 // Workspaces: target_logit [num_tokens] fp32 (want_rank); topk_ids / topk_values
 // [num_ranks, num_tokens, top_k] (top_k > 0). outputs: as ScoreLogits'.
 absl::Status VocabParallelScore(NcclCommunicator& comm,
-                                const float* logits,     // [num_tokens, ld] this rank's shard, fp32
+                                const float* logits,  // [num_tokens, ld] this rank's shard, fp32
                                 int64_t ld, int64_t shard_size, int64_t vocab_offset,
                                 const int32_t* targets,  // [num_tokens] global ids
                                 int64_t num_tokens, const kernels::LogprobOptions& options,

@@ -12,10 +12,11 @@
 // Tensor-core path (bf16, head_dim 32/64/128): 4 or 8 warps x 16 query rows, 64-key tiles. S = Q K^T and
 // O += P V with mma.sync.m16n8k16 (bf16 in, fp32 accumulate); Q fragments stay in registers; K and V
 // tiles arrive by cp.async in a two-stage ring, rows padded by 8 bf16 so each 8-lane ldmatrix phase
-// hits 32 distinct banks; V fragments come from ldmatrix .trans. Fragment layouts follow the PTX ISA's mma.m16n8k16 description: lane = 4 g + t,
-// A rows g and g + 8, columns 2t, 2t + 1 (+ 8); B column g, rows 2t, 2t + 1 (+ 8); C rows g / g + 8,
-// columns 2t, 2t + 1. The S accumulator of two adjacent 8-key blocks is exactly P's A fragment.
-// The 32-row variant (below, the default at head_dim 64 and 128) gives each warp two such 16-row tiles.
+// hits 32 distinct banks; V fragments come from ldmatrix .trans. Fragment layouts follow the PTX ISA's
+// mma.m16n8k16 description: lane = 4 g + t, A rows g and g + 8, columns 2t, 2t + 1 (+ 8); B column g, rows
+// 2t, 2t + 1 (+ 8); C rows g / g + 8, columns 2t, 2t + 1. The S accumulator of two adjacent 8-key blocks is
+// exactly P's A fragment. The 32-row variant (below, the default at head_dim 64 and 128) gives each warp two
+// such 16-row tiles.
 #include "engine/kernels/attention.h"
 
 #include <cmath>
@@ -55,12 +56,12 @@ constexpr int kSimtBlockQ = kSimtWarps * kSimtRowsPerWarp;
 constexpr int kSimtBlockK = 32;
 
 template <int kHeadDim, typename T>
-__global__ void __launch_bounds__(kSimtWarps * 32) AttentionSimtKernel(const T* __restrict__ q,  // [num_tokens, q_stride]
-                                                                       const T* __restrict__ k,  // [num_tokens, kv_stride]
-                                                                       const T* __restrict__ v,  // [num_tokens, kv_stride]
-                                                                       const int32_t* __restrict__ cu_seqlens,
-                                                                       const AttentionShape shape, float scale,
-                                                                       T* __restrict__ out) {  // [num_tokens, nh * hd]
+__global__ void __launch_bounds__(kSimtWarps * 32)
+    AttentionSimtKernel(const T* __restrict__ q,  // [num_tokens, q_stride]
+                        const T* __restrict__ k,  // [num_tokens, kv_stride]
+                        const T* __restrict__ v,  // [num_tokens, kv_stride]
+                        const int32_t* __restrict__ cu_seqlens, const AttentionShape shape, float scale,
+                        T* __restrict__ out) {  // [num_tokens, nh * hd]
   constexpr int kPerLane = (kHeadDim + 31) / 32;
   __shared__ float q_s[kSimtBlockQ][kHeadDim];
   __shared__ float k_s[kSimtBlockK][kHeadDim + 1];
@@ -176,7 +177,9 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&p);
 }
 
-__device__ __forceinline__ uint32_t LoadWord(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint32_t LoadWord(const __nv_bfloat16* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
 
 __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -184,7 +187,8 @@ __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
 
 // 16-byte global -> shared copy; src_bytes == 0 writes zeros (rows past the sequence end).
 __device__ __forceinline__ void CopyAsync16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddress(dst)), "l"(src), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddress(dst)), "l"(src),
+               "r"(src_bytes));
 }
 __device__ __forceinline__ void CopyAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
@@ -219,22 +223,20 @@ __host__ __device__ constexpr int MmaMinBlocks() {
 }
 
 template <int kHeadDim>
-__global__ void __launch_bounds__(MmaWarps<kHeadDim>() * 32, MmaMinBlocks<kHeadDim>()) AttentionMmaKernel(const __nv_bfloat16* __restrict__ q,
-                                                                     const __nv_bfloat16* __restrict__ k,
-                                                                     const __nv_bfloat16* __restrict__ v,
-                                                                     const int32_t* __restrict__ cu_seqlens,
-                                                                     const AttentionShape shape, float scale_log2,
-                                                                     __nv_bfloat16* __restrict__ out) {
-  constexpr int kDChunks = kHeadDim / 16;  // k-steps of S = Q K^T
-  constexpr int kDBlocks = kHeadDim / 8;   // n-blocks of O
-  constexpr int kKBlocks = kMmaBlockK / 8; // n-blocks of S
+__global__ void __launch_bounds__(MmaWarps<kHeadDim>() * 32, MmaMinBlocks<kHeadDim>())
+    AttentionMmaKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+                       const __nv_bfloat16* __restrict__ v, const int32_t* __restrict__ cu_seqlens,
+                       const AttentionShape shape, float scale_log2, __nv_bfloat16* __restrict__ out) {
+  constexpr int kDChunks = kHeadDim / 16;   // k-steps of S = Q K^T
+  constexpr int kDBlocks = kHeadDim / 8;    // n-blocks of O
+  constexpr int kKBlocks = kMmaBlockK / 8;  // n-blocks of S
   constexpr int kKChunks = kMmaBlockK / 16;
-  constexpr int kRow = kHeadDim + kPad;    // shared row length, elements
+  constexpr int kRow = kHeadDim + kPad;  // shared row length, elements
   constexpr int kStage = kMmaBlockK * kRow;
   constexpr int kCopiesPerRow = kHeadDim / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [2][kMmaBlockK][kRow]
-  __nv_bfloat16* v_s = k_s + 2 * kStage;                              // [2][kMmaBlockK][kRow]
+  __nv_bfloat16* v_s = k_s + 2 * kStage;                            // [2][kMmaBlockK][kRow]
 
   const int seq = blockIdx.z;
   const int head = blockIdx.y;
@@ -395,10 +397,12 @@ __global__ void __launch_bounds__(MmaWarps<kHeadDim>() * 32, MmaMinBlocks<kHeadD
   for (int n = 0; n < kDBlocks; ++n) {
     const int d = head * kHeadDim + n * 8 + 2 * t;
     if (row_a < len) {
-      *reinterpret_cast<uint32_t*>(out + (start + row_a) * out_stride + d) = PackBf16(o[n][0] * inv_a, o[n][1] * inv_a);
+      *reinterpret_cast<uint32_t*>(out + (start + row_a) * out_stride + d) =
+          PackBf16(o[n][0] * inv_a, o[n][1] * inv_a);
     }
     if (row_b < len) {
-      *reinterpret_cast<uint32_t*>(out + (start + row_b) * out_stride + d) = PackBf16(o[n][2] * inv_b, o[n][3] * inv_b);
+      *reinterpret_cast<uint32_t*>(out + (start + row_b) * out_stride + d) =
+          PackBf16(o[n][2] * inv_b, o[n][3] * inv_b);
     }
   }
 }
@@ -434,12 +438,10 @@ __host__ __device__ constexpr int WideMinBlocks() {
 }
 
 template <int kHeadDim, int kBlockK>
-__global__ void __launch_bounds__(kWideWarps * 32, WideMinBlocks<kHeadDim>()) AttentionMmaWideKernel(const __nv_bfloat16* __restrict__ q,
-                                                                          const __nv_bfloat16* __restrict__ k,
-                                                                          const __nv_bfloat16* __restrict__ v,
-                                                                          const int32_t* __restrict__ cu_seqlens,
-                                                                          const AttentionShape shape, float scale_log2,
-                                                                          __nv_bfloat16* __restrict__ out) {
+__global__ void __launch_bounds__(kWideWarps * 32, WideMinBlocks<kHeadDim>())
+    AttentionMmaWideKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+                           const __nv_bfloat16* __restrict__ v, const int32_t* __restrict__ cu_seqlens,
+                           const AttentionShape shape, float scale_log2, __nv_bfloat16* __restrict__ out) {
   constexpr int kDChunks = kHeadDim / 16;
   constexpr int kDBlocks = kHeadDim / 8;
   constexpr int kKBlocks = kBlockK / 8;
@@ -450,8 +452,8 @@ __global__ void __launch_bounds__(kWideWarps * 32, WideMinBlocks<kHeadDim>()) At
   constexpr int kThreads = kWideWarps * 32;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kWideBlockQ][kRow]
-  __nv_bfloat16* k_s = q_s + kWideBlockQ * kRow;                     // [2][kBlockK][kRow]
-  __nv_bfloat16* v_s = k_s + 2 * kStage;                             // [2][kBlockK][kRow]
+  __nv_bfloat16* k_s = q_s + kWideBlockQ * kRow;                    // [2][kBlockK][kRow]
+  __nv_bfloat16* v_s = k_s + 2 * kStage;                            // [2][kBlockK][kRow]
 
   const int seq = blockIdx.z;
   const int head = blockIdx.y;
@@ -966,16 +968,19 @@ absl::Status CheckShape(const void* q, const void* k, const void* v, const int32
                         const AttentionShape& s, const void* out) {
   if (s.num_tokens < 0 || s.num_seqs < 0 || s.max_seqlen < 0 || s.num_heads < 1 || s.num_kv_heads < 1 ||
       s.num_heads % s.num_kv_heads != 0) {
-    return absl::InvalidArgumentError("CausalAttention: bad sizes (num_heads must be a multiple of num_kv_heads)");
+    return absl::InvalidArgumentError(
+        "CausalAttention: bad sizes (num_heads must be a multiple of num_kv_heads)");
   }
   const int d = s.head_dim;
   if (d != 8 && d != 16 && d != 32 && d != 64 && d != 128) {
     return absl::InvalidArgumentError("CausalAttention: head_dim must be 8, 16, 32, 64 or 128");
   }
-  if (s.q_stride < static_cast<int64_t>(s.num_heads) * d || s.kv_stride < static_cast<int64_t>(s.num_kv_heads) * d) {
+  if (s.q_stride < static_cast<int64_t>(s.num_heads) * d ||
+      s.kv_stride < static_cast<int64_t>(s.num_kv_heads) * d) {
     return absl::InvalidArgumentError("CausalAttention: strides smaller than a token's heads");
   }
-  if (s.num_tokens > 0 && (q == nullptr || k == nullptr || v == nullptr || cu_seqlens == nullptr || out == nullptr)) {
+  if (s.num_tokens > 0 &&
+      (q == nullptr || k == nullptr || v == nullptr || cu_seqlens == nullptr || out == nullptr)) {
     return absl::InvalidArgumentError("CausalAttention: null pointer");
   }
   if (s.num_seqs > 65535) return absl::InvalidArgumentError("CausalAttention: more than 65535 sequences");
@@ -983,10 +988,10 @@ absl::Status CheckShape(const void* q, const void* k, const void* v, const int32
 }
 
 template <int kHeadDim, typename T>
-absl::Status LaunchSimt(const T* q, const T* k, const T* v, const int32_t* cu_seqlens, const AttentionShape& s,
-                        T* out, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kSimtBlockQ)), static_cast<unsigned>(s.num_heads),
-                  static_cast<unsigned>(s.num_seqs));
+absl::Status LaunchSimt(const T* q, const T* k, const T* v, const int32_t* cu_seqlens,
+                        const AttentionShape& s, T* out, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kSimtBlockQ)),
+                  static_cast<unsigned>(s.num_heads), static_cast<unsigned>(s.num_seqs));
   const float scale = 1.0f / sqrtf(static_cast<float>(kHeadDim));
   AttentionSimtKernel<kHeadDim><<<grid, kSimtWarps * 32, 0, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v),
                                                                       cu_seqlens, s, scale, ToDevice(out));
@@ -995,27 +1000,32 @@ absl::Status LaunchSimt(const T* q, const T* k, const T* v, const int32_t* cu_se
 }
 
 template <typename T>
-absl::Status DispatchSimt(const T* q, const T* k, const T* v, const int32_t* cu_seqlens, const AttentionShape& s,
-                          T* out, cudaStream_t stream) {
+absl::Status DispatchSimt(const T* q, const T* k, const T* v, const int32_t* cu_seqlens,
+                          const AttentionShape& s, T* out, cudaStream_t stream) {
   switch (s.head_dim) {
-    case 8: return LaunchSimt<8>(q, k, v, cu_seqlens, s, out, stream);
-    case 16: return LaunchSimt<16>(q, k, v, cu_seqlens, s, out, stream);
-    case 32: return LaunchSimt<32>(q, k, v, cu_seqlens, s, out, stream);
-    case 64: return LaunchSimt<64>(q, k, v, cu_seqlens, s, out, stream);
-    default: return LaunchSimt<128>(q, k, v, cu_seqlens, s, out, stream);
+    case 8:
+      return LaunchSimt<8>(q, k, v, cu_seqlens, s, out, stream);
+    case 16:
+      return LaunchSimt<16>(q, k, v, cu_seqlens, s, out, stream);
+    case 32:
+      return LaunchSimt<32>(q, k, v, cu_seqlens, s, out, stream);
+    case 64:
+      return LaunchSimt<64>(q, k, v, cu_seqlens, s, out, stream);
+    default:
+      return LaunchSimt<128>(q, k, v, cu_seqlens, s, out, stream);
   }
 }
 
 template <int kHeadDim>
 absl::Status LaunchMma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
                        const AttentionShape& s, bf16_t* out, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, MmaBlockQ<kHeadDim>())), static_cast<unsigned>(s.num_heads),
-                  static_cast<unsigned>(s.num_seqs));
+  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, MmaBlockQ<kHeadDim>())),
+                  static_cast<unsigned>(s.num_heads), static_cast<unsigned>(s.num_seqs));
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHeadDim));
   constexpr int kSmem = MmaSharedBytes<kHeadDim>();
   SCORED_CUDA_CHECK(EnsureDynamicSmem(reinterpret_cast<const void*>(AttentionMmaKernel<kHeadDim>), kSmem));
-  AttentionMmaKernel<kHeadDim><<<grid, MmaWarps<kHeadDim>() * 32, kSmem, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v),
-                                                                    cu_seqlens, s, scale_log2, ToDevice(out));
+  AttentionMmaKernel<kHeadDim><<<grid, MmaWarps<kHeadDim>() * 32, kSmem, stream>>>(
+      ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, scale_log2, ToDevice(out));
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
@@ -1023,8 +1033,8 @@ absl::Status LaunchMma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const 
 template <int kHeadDim, int kBlockK>
 absl::Status LaunchMmaWide(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
                            const AttentionShape& s, bf16_t* out, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kWideBlockQ)), static_cast<unsigned>(s.num_heads),
-                  static_cast<unsigned>(s.num_seqs));
+  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kWideBlockQ)),
+                  static_cast<unsigned>(s.num_heads), static_cast<unsigned>(s.num_seqs));
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHeadDim));
   constexpr int kSmem = WideSharedBytes<kHeadDim, kBlockK>();
   SCORED_CUDA_CHECK(
@@ -1066,8 +1076,8 @@ absl::Status LaunchWgmma(const bf16_t* q, const bf16_t* k, const bf16_t* v, cons
 }
 
 bool MmaAligned(const void* q, const void* k, const void* v, const void* out, const AttentionShape& s) {
-  return IsAligned(q, 4) && IsAligned(k, 16) && IsAligned(v, 16) && IsAligned(out, 4) && s.q_stride % 2 == 0 &&
-         s.kv_stride % 8 == 0;
+  return IsAligned(q, 4) && IsAligned(k, 16) && IsAligned(v, 16) && IsAligned(out, 4) &&
+         s.q_stride % 2 == 0 && s.kv_stride % 8 == 0;
 }
 
 // The 32-row kernel also copies the Q tile with 16-byte cp.async: q 16-byte aligned, q_stride % 8 == 0.
@@ -1094,12 +1104,16 @@ absl::Status CausalAttentionWith(AttentionKernel kernel, const bf16_t* q, const 
       if (aligned && shape.head_dim == 32) return LaunchMma<32>(q, k, v, cu_seqlens, shape, out, stream);
       break;
     case AttentionKernel::kMma32RowsK32:
-      if (wide_ok && shape.head_dim == 128) return LaunchMmaWide<128, 32>(q, k, v, cu_seqlens, shape, out, stream);
-      if (wide_ok && shape.head_dim == 64) return LaunchMmaWide<64, 32>(q, k, v, cu_seqlens, shape, out, stream);
+      if (wide_ok && shape.head_dim == 128)
+        return LaunchMmaWide<128, 32>(q, k, v, cu_seqlens, shape, out, stream);
+      if (wide_ok && shape.head_dim == 64)
+        return LaunchMmaWide<64, 32>(q, k, v, cu_seqlens, shape, out, stream);
       break;
     case AttentionKernel::kMma32RowsK64:
-      if (wide_ok && shape.head_dim == 128) return LaunchMmaWide<128, 64>(q, k, v, cu_seqlens, shape, out, stream);
-      if (wide_ok && shape.head_dim == 64) return LaunchMmaWide<64, 64>(q, k, v, cu_seqlens, shape, out, stream);
+      if (wide_ok && shape.head_dim == 128)
+        return LaunchMmaWide<128, 64>(q, k, v, cu_seqlens, shape, out, stream);
+      if (wide_ok && shape.head_dim == 64)
+        return LaunchMmaWide<64, 64>(q, k, v, cu_seqlens, shape, out, stream);
       break;
     case AttentionKernel::kWgmma:
       if (wide_ok && shape.head_dim == 128 && HopperAvailable()) {
@@ -1109,7 +1123,8 @@ absl::Status CausalAttentionWith(AttentionKernel kernel, const bf16_t* q, const 
     default:
       break;
   }
-  return absl::InvalidArgumentError("CausalAttentionWith: this kernel does not support the shape or alignment");
+  return absl::InvalidArgumentError(
+      "CausalAttentionWith: this kernel does not support the shape or alignment");
 }
 
 template <typename T>
@@ -1140,10 +1155,14 @@ absl::Status CausalAttention(const T* q, const T* k, const T* v, const int32_t* 
     }
     if (MmaAligned(q, k, v, out, shape)) {
       switch (shape.head_dim) {
-        case 32: return LaunchMma<32>(q, k, v, cu_seqlens, shape, out, stream);
-        case 64: return LaunchMma<64>(q, k, v, cu_seqlens, shape, out, stream);
-        case 128: return LaunchMma<128>(q, k, v, cu_seqlens, shape, out, stream);
-        default: break;
+        case 32:
+          return LaunchMma<32>(q, k, v, cu_seqlens, shape, out, stream);
+        case 64:
+          return LaunchMma<64>(q, k, v, cu_seqlens, shape, out, stream);
+        case 128:
+          return LaunchMma<128>(q, k, v, cu_seqlens, shape, out, stream);
+        default:
+          break;
       }
     }
   }

@@ -6,20 +6,18 @@
 //   out[t, h, :] = sum_j softmax(score)[j] * v[cu_seqlens[s] + j, g, :]
 // Softmax with max subtraction (online, per key tile), fp32 accumulation; one rounding to T at the end.
 // Tokens never see another sequence's keys.
-// Paths: T = bf16_t with head_dim in {32, 64, 128} (and the alignment below) uses tensor cores (mma.sync m16n8k16, bf16 inputs,
-// fp32 accumulate; the probabilities are rounded to bf16 before the P.V product, as flash-attention does;
-// at head_dim 64 and 128 with q also 16-byte aligned and q_stride % 8 == 0, the kernel with 32 rows per
-// warp; at head_dim 128 with that alignment on a compute capability 9.0 device, the Hopper wgmma kernel
-// instead, same math and rounding points);
-// everything else (T = float, or other head_dim) uses a SIMT fp32 kernel (slower).
-// Shapes (elements): q [num_tokens, q_stride] with head h at columns [h * head_dim, (h + 1) * head_dim);
-// k, v [num_tokens, kv_stride] with kv head g at [g * head_dim, ...); out [num_tokens, num_heads * head_dim]
-// contiguous. For a fused QKV output [num_tokens, (nh + 2 nkv) * hd]: q = qkv, k = qkv + nh*hd,
-// v = qkv + (nh + nkv) * hd, q_stride = kv_stride = (nh + 2 nkv) * hd.
-// cu_seqlens [num_seqs + 1] int32 device, cu_seqlens[0] = 0, non-decreasing, cu_seqlens[num_seqs] =
-// num_tokens; max_seqlen >= every sequence length (host value: it sizes the grid).
-// Not in place: out must not overlap q, k or v.
-// dtypes: T in {bf16_t, float}. Limits: head_dim in {8, 16, 32, 64, 128}, num_seqs <= 65535,
+// Paths: T = bf16_t with head_dim in {32, 64, 128} (and the alignment below) uses tensor cores (mma.sync
+// m16n8k16, bf16 inputs, fp32 accumulate; the probabilities are rounded to bf16 before the P.V product, as
+// flash-attention does; at head_dim 64 and 128 with q also 16-byte aligned and q_stride % 8 == 0, the kernel
+// with 32 rows per warp; at head_dim 128 with that alignment on a compute capability 9.0 device, the Hopper
+// wgmma kernel instead, same math and rounding points); everything else (T = float, or other head_dim) uses a
+// SIMT fp32 kernel (slower). Shapes (elements): q [num_tokens, q_stride] with head h at columns [h *
+// head_dim, (h + 1) * head_dim); k, v [num_tokens, kv_stride] with kv head g at [g * head_dim, ...); out
+// [num_tokens, num_heads * head_dim] contiguous. For a fused QKV output [num_tokens, (nh + 2 nkv) * hd]: q =
+// qkv, k = qkv + nh*hd, v = qkv + (nh + nkv) * hd, q_stride = kv_stride = (nh + 2 nkv) * hd. cu_seqlens
+// [num_seqs + 1] int32 device, cu_seqlens[0] = 0, non-decreasing, cu_seqlens[num_seqs] = num_tokens;
+// max_seqlen >= every sequence length (host value: it sizes the grid). Not in place: out must not overlap q,
+// k or v. dtypes: T in {bf16_t, float}. Limits: head_dim in {8, 16, 32, 64, 128}, num_seqs <= 65535,
 // num_heads a multiple of num_kv_heads. The tensor-core path also needs q and out 4-byte aligned with an
 // even q_stride, and k and v 16-byte aligned with kv_stride % 8 == 0 (a fused QKV buffer from cudaMalloc
 // qualifies); other inputs take the SIMT path.
@@ -35,23 +33,23 @@
 namespace scored::kernels {
 
 struct AttentionShape {
-  int64_t num_tokens = 0;   // rows of q/k/v/out (sum of the sequence lengths)
+  int64_t num_tokens = 0;  // rows of q/k/v/out (sum of the sequence lengths)
   int32_t num_seqs = 0;
-  int32_t max_seqlen = 0;   // >= the longest sequence
+  int32_t max_seqlen = 0;  // >= the longest sequence
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
-  int64_t q_stride = 0;     // elements between consecutive tokens of q
-  int64_t kv_stride = 0;    // elements between consecutive tokens of k and of v
+  int64_t q_stride = 0;   // elements between consecutive tokens of q
+  int64_t kv_stride = 0;  // elements between consecutive tokens of k and of v
 };
 
 template <typename T>
-absl::Status CausalAttention(const T* q,                // [num_tokens, q_stride]
-                             const T* k,                // [num_tokens, kv_stride]
-                             const T* v,                // [num_tokens, kv_stride]
+absl::Status CausalAttention(const T* q,                 // [num_tokens, q_stride]
+                             const T* k,                 // [num_tokens, kv_stride]
+                             const T* v,                 // [num_tokens, kv_stride]
                              const int32_t* cu_seqlens,  // [num_seqs + 1]
                              const AttentionShape& shape,
-                             T* out,                    // [num_tokens, num_heads * head_dim]
+                             T* out,  // [num_tokens, num_heads * head_dim]
                              cudaStream_t stream);
 
 // Forces the SIMT path (tests compare the two paths; the engine never needs it).
@@ -72,7 +70,7 @@ enum class AttentionKernel { kAuto, kSimt, kMma16Rows, kMma32RowsK32, kMma32Rows
 absl::Status CausalAttentionWith(AttentionKernel kernel, const bf16_t* q, const bf16_t* k, const bf16_t* v,
                                  const int32_t* cu_seqlens,  // [num_seqs + 1]
                                  const AttentionShape& shape,
-                                 bf16_t* out,                // [num_tokens, num_heads * head_dim]
+                                 bf16_t* out,  // [num_tokens, num_heads * head_dim]
                                  cudaStream_t stream);
 
 }  // namespace scored::kernels

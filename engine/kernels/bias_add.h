@@ -15,7 +15,7 @@
 namespace scored::kernels {
 
 template <typename T>
-absl::Status BiasAdd(T* x,              // [num_tokens, token_stride]
+absl::Status BiasAdd(T* x,  // [num_tokens, token_stride]
                      int64_t token_stride,
                      const float* bias,  // [width]
                      int64_t num_tokens, int64_t width, cudaStream_t stream);

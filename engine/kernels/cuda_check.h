@@ -25,12 +25,12 @@ inline absl::Status CudaCheckFailure(const char* expr, const char* file, int lin
 
 }  // namespace scored::kernels
 
-#define SCORED_CUDA_CHECK_GEN(expr, success, name_fn)                                               \
-  do {                                                                                              \
-    const auto scored_cuda_err_ = (expr);                                                           \
-    if (scored_cuda_err_ != (success)) {                                                            \
+#define SCORED_CUDA_CHECK_GEN(expr, success, name_fn)                                                   \
+  do {                                                                                                  \
+    const auto scored_cuda_err_ = (expr);                                                               \
+    if (scored_cuda_err_ != (success)) {                                                                \
       return ::scored::kernels::CudaCheckFailure(#expr, __FILE__, __LINE__, name_fn(scored_cuda_err_)); \
-    }                                                                                               \
+    }                                                                                                   \
   } while (0)
 
 #define SCORED_CUDA_CHECK(expr) SCORED_CUDA_CHECK_GEN(expr, cudaSuccess, cudaGetErrorName)

@@ -20,11 +20,16 @@ constexpr int64_t kMaxBlocksY = 65535;
 
 __device__ __forceinline__ float FloatAt(const void* data, DType dtype, int64_t i) {
   switch (dtype) {
-    case DType::kF32: return static_cast<const float*>(data)[i];
-    case DType::kF16: return Fp16ToFloat(static_cast<const uint16_t*>(data)[i]);
-    case DType::kBF16: return Bf16ToFloat(static_cast<const uint16_t*>(data)[i]);
-    case DType::kF8E4M3: return Fp8E4M3ToFloat(static_cast<const uint8_t*>(data)[i]);
-    default: return __int_as_float(0x7fc00000);
+    case DType::kF32:
+      return static_cast<const float*>(data)[i];
+    case DType::kF16:
+      return Fp16ToFloat(static_cast<const uint16_t*>(data)[i]);
+    case DType::kBF16:
+      return Bf16ToFloat(static_cast<const uint16_t*>(data)[i]);
+    case DType::kF8E4M3:
+      return Fp8E4M3ToFloat(static_cast<const uint8_t*>(data)[i]);
+    default:
+      return __int_as_float(0x7fc00000);
   }
 }
 
@@ -45,9 +50,12 @@ __device__ __forceinline__ int64_t GroupOf(const DequantParams& p, int64_t k) {
 
 __device__ __forceinline__ int64_t ScaleIndex(const DequantParams& p, int64_t o, int64_t g) {
   switch (p.strategy) {
-    case QuantStrategy::kTensor: return 0;
-    case QuantStrategy::kChannel: return o;
-    default: return o * p.scale_cols + g;
+    case QuantStrategy::kTensor:
+      return 0;
+    case QuantStrategy::kChannel:
+      return o;
+    default:
+      return o * p.scale_cols + g;
   }
 }
 
@@ -80,8 +88,9 @@ __device__ float DecodeElement(const DequantParams& p, int64_t o, int64_t k) {
       const int64_t si = ScaleIndex(p, o, GroupOf(p, k));
       int32_t zp = 0;
       if (p.zero_point != nullptr) {
-        zp = p.zero_point_dtype == DType::kI8 ? static_cast<int32_t>(static_cast<const int8_t*>(p.zero_point)[si])
-                                              : static_cast<const int32_t*>(p.zero_point)[si];
+        zp = p.zero_point_dtype == DType::kI8
+                 ? static_cast<int32_t>(static_cast<const int8_t*>(p.zero_point)[si])
+                 : static_cast<const int32_t*>(p.zero_point)[si];
       }
       return __fmul_rn(static_cast<float>(q - zp), FloatAt(p.scale, p.scale_dtype, si));
     }
@@ -121,9 +130,9 @@ __device__ __forceinline__ void StoreChunk(float* dst, const float (&v)[kChunk])
 
 // Any format: blockIdx.y strides over rows, x-blocks and threads over chunks of kChunk columns.
 template <typename OutT>
-__global__ void __launch_bounds__(kThreads) DequantKernel(const DequantParams p, int64_t row_begin, int64_t num_rows,
-                                                          bool vector_store,
-                                                          OutT* __restrict__ out) {  // [num_rows, in_features]
+__global__ void __launch_bounds__(kThreads)
+    DequantKernel(const DequantParams p, int64_t row_begin, int64_t num_rows, bool vector_store,
+                  OutT* __restrict__ out) {  // [num_rows, in_features]
   const int64_t chunks_per_row = (p.in_features + kChunk - 1) / kChunk;
   for (int64_t r = blockIdx.y; r < num_rows; r += gridDim.y) {
     const int64_t o = row_begin + r;
@@ -148,9 +157,9 @@ __global__ void __launch_bounds__(kThreads) DequantKernel(const DequantParams p,
 // 8 columns is 8 / (32 / b) whole words and lies in one scale group, so it costs 1-2 word loads, one
 // scale load and one 16-byte store. Same arithmetic as DecodeElement.
 template <int kBits, typename OutT>
-__global__ void __launch_bounds__(kThreads) DequantPackedKernel(const DequantParams p, int64_t row_begin,
-                                                                int64_t num_rows,
-                                                                OutT* __restrict__ out) {  // [num_rows, in]
+__global__ void __launch_bounds__(kThreads)
+    DequantPackedKernel(const DequantParams p, int64_t row_begin, int64_t num_rows,
+                        OutT* __restrict__ out) {  // [num_rows, in]
   constexpr int kPerWord = 32 / kBits;
   constexpr int kWords = kChunk / kPerWord;
   constexpr int32_t kOffset = 1 << (kBits - 1);
@@ -187,19 +196,22 @@ __global__ void __launch_bounds__(kThreads) DequantPackedKernel(const DequantPar
 // NVFP4 fast path (in_features % 16 == 0, packed bytes 4-aligned): 8 columns are one 32-bit word of
 // nibbles sharing one FP8 scale. Same arithmetic as DecodeElement.
 template <typename OutT>
-__global__ void __launch_bounds__(kThreads) DequantNvfp4Kernel(const DequantParams p, int64_t row_begin, int64_t num_rows,
-                                                               OutT* __restrict__ out) {  // [num_rows, in]
+__global__ void __launch_bounds__(kThreads)
+    DequantNvfp4Kernel(const DequantParams p, int64_t row_begin, int64_t num_rows,
+                       OutT* __restrict__ out) {  // [num_rows, in]
   const int32_t chunks_per_row = static_cast<int32_t>(p.in_features / kChunk);
   for (int64_t r = blockIdx.y; r < num_rows; r += gridDim.y) {
     const int64_t o = row_begin + r;
-    const uint32_t* row = reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(p.values) + o * p.values_cols);
+    const uint32_t* row =
+        reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(p.values) + o * p.values_cols);
     const uint8_t* scales = static_cast<const uint8_t*>(p.scale) + o * p.scale_cols;
     for (int32_t c = blockIdx.x * kThreads + threadIdx.x; c < chunks_per_row; c += gridDim.x * kThreads) {
       const uint32_t word = row[c];
       const float s = __fdiv_rn(Fp8E4M3ToFloat(scales[c / 2]), p.global_scale);
       float v[kChunk];
 #pragma unroll
-      for (int j = 0; j < kChunk; ++j) v[j] = RoundToBf16(__fmul_rn(E2M1ToFloat((word >> (4 * j)) & 0xfu), s));
+      for (int j = 0; j < kChunk; ++j)
+        v[j] = RoundToBf16(__fmul_rn(E2M1ToFloat((word >> (4 * j)) & 0xfu), s));
       StoreChunk(out + r * p.in_features + c * kChunk, v);
     }
   }
@@ -208,12 +220,14 @@ __global__ void __launch_bounds__(kThreads) DequantNvfp4Kernel(const DequantPara
 // FP8 float-quantized fast path (in_features % 8 == 0, values 8-aligned, block_cols % 8 == 0): 8 columns
 // are one 8-byte load sharing one scale.
 template <typename OutT>
-__global__ void __launch_bounds__(kThreads) DequantFp8Kernel(const DequantParams p, int64_t row_begin, int64_t num_rows,
-                                                             OutT* __restrict__ out) {  // [num_rows, in]
+__global__ void __launch_bounds__(kThreads)
+    DequantFp8Kernel(const DequantParams p, int64_t row_begin, int64_t num_rows,
+                     OutT* __restrict__ out) {  // [num_rows, in]
   const int32_t chunks_per_row = static_cast<int32_t>(p.in_features / kChunk);
   for (int64_t r = blockIdx.y; r < num_rows; r += gridDim.y) {
     const int64_t o = row_begin + r;
-    const uint2* row = reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.values) + o * p.in_features);
+    const uint2* row =
+        reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.values) + o * p.in_features);
     const int64_t scale_row = p.strategy == QuantStrategy::kBlock ? (o / p.block_rows) * p.scale_cols : 0;
     const int32_t block_cols = static_cast<int32_t>(p.block_cols);
     for (int32_t c = blockIdx.x * kThreads + threadIdx.x; c < chunks_per_row; c += gridDim.x * kThreads) {
@@ -252,15 +266,17 @@ absl::Status Dequantize(const DequantParams& params, int64_t row_begin, int64_t 
   const int64_t bx = CeilDiv(CeilDiv(params.in_features, kChunk), kThreads);
   const dim3 grid(static_cast<unsigned>(bx < kMaxBlocksX ? bx : kMaxBlocksX),
                   static_cast<unsigned>(num_rows < kMaxBlocksY ? num_rows : kMaxBlocksY));
-  const bool packed_fast = params.format == WeightFormat::kPackQuantized && vector_store && params.g_idx == nullptr &&
-                           (params.num_bits == 4 || params.num_bits == 8) &&
+  const bool packed_fast = params.format == WeightFormat::kPackQuantized && vector_store &&
+                           params.g_idx == nullptr && (params.num_bits == 4 || params.num_bits == 8) &&
                            params.in_features / kChunk < INT32_MAX &&
                            (params.strategy != QuantStrategy::kGroup || params.group_size % kChunk == 0) &&
                            (params.symmetric || params.zero_point != nullptr);
   const bool fast_rows = vector_store && params.in_features / kChunk < INT32_MAX;
   const bool nvfp4_fast = params.format == WeightFormat::kNvfp4PackQuantized && fast_rows &&
-                          params.in_features % 16 == 0 && IsAligned(params.values, 4) && params.values_cols * 2 == params.in_features;
-  const bool fp8_fast = params.format == WeightFormat::kFloatQuantized && fast_rows && IsAligned(params.values, 8) &&
+                          params.in_features % 16 == 0 && IsAligned(params.values, 4) &&
+                          params.values_cols * 2 == params.in_features;
+  const bool fp8_fast = params.format == WeightFormat::kFloatQuantized && fast_rows &&
+                        IsAligned(params.values, 8) &&
                         (params.strategy != QuantStrategy::kBlock || params.block_cols % kChunk == 0);
   if (nvfp4_fast) {
     DequantNvfp4Kernel<<<grid, kThreads, 0, stream>>>(params, row_begin, num_rows, ToDevice(out));

@@ -47,15 +47,15 @@ struct DequantParams {
   int64_t block_rows = 0, block_cols = 0;  // kBlock
   const void* values = nullptr;            // weight (dense / fp8 / int8) or weight_packed (I32 / U8)
   DType values_dtype = DType::kF32;
-  int64_t values_cols = 0;                 // row length of `values` in elements of values_dtype
-  const void* scale = nullptr;             // weight_scale; nullptr for kDense
+  int64_t values_cols = 0;      // row length of `values` in elements of values_dtype
+  const void* scale = nullptr;  // weight_scale; nullptr for kDense
   DType scale_dtype = DType::kF32;
-  int64_t scale_cols = 1;                  // row length of the scale (1 for [1] and [out, 1])
-  const void* zero_point = nullptr;        // weight_zero_point (asymmetric only)
+  int64_t scale_cols = 1;            // row length of the scale (1 for [1] and [out, 1])
+  const void* zero_point = nullptr;  // weight_zero_point (asymmetric only)
   DType zero_point_dtype = DType::kI32;
   int64_t zero_point_cols = 1;
-  const int32_t* g_idx = nullptr;          // weight_g_idx [in_features] (actorder group only)
-  float global_scale = 1.0f;               // nvfp4 weight_global_scale (a divisor), read on the host
+  const int32_t* g_idx = nullptr;  // weight_g_idx [in_features] (actorder group only)
+  float global_scale = 1.0f;       // nvfp4 weight_global_scale (a divisor), read on the host
 };
 
 // Device copies of a LinearWeight's tensors (nullptr where the weight has none). Each must hold exactly

@@ -49,7 +49,8 @@ absl::StatusOr<int64_t> CheckIntScale(const LinearWeight& w) {
       return int64_t{1};
     }
     case QuantStrategy::kGroup: {
-      if (s.shape.size() != 2 || s.shape[0] != w.out_features) return Invalid(w, "group weight_scale must be [out, groups]");
+      if (s.shape.size() != 2 || s.shape[0] != w.out_features)
+        return Invalid(w, "group weight_scale must be [out, groups]");
       if (!w.actorder_group) {
         if (w.group_size <= 0) return Invalid(w, "group_size must be positive");
         if (s.shape[1] != CeilDiv(w.in_features, w.group_size)) {
@@ -109,7 +110,8 @@ absl::StatusOr<DequantParams> MakeDequantParams(const LinearWeight& w, const Deq
         p.zero_point_dtype = DType::kI32;
         p.zero_point_cols = *groups;
       }
-      if (dev.weight_packed == nullptr || dev.weight_scale == nullptr) return Invalid(w, "missing device tensors");
+      if (dev.weight_packed == nullptr || dev.weight_scale == nullptr)
+        return Invalid(w, "missing device tensors");
       p.values = dev.weight_packed;
       p.values_dtype = DType::kI32;
       p.values_cols = w.weight_packed.shape[1];
@@ -156,7 +158,8 @@ absl::StatusOr<DequantParams> MakeDequantParams(const LinearWeight& w, const Deq
           Elements(w.weight_global_scale) != 1) {
         return Invalid(w, "nvfp4 needs an F32 weight_global_scale of one element");
       }
-      if (dev.weight_packed == nullptr || dev.weight_scale == nullptr) return Invalid(w, "missing device tensors");
+      if (dev.weight_packed == nullptr || dev.weight_scale == nullptr)
+        return Invalid(w, "missing device tensors");
       std::memcpy(&p.global_scale, w.weight_global_scale.data, sizeof(float));
       p.values = dev.weight_packed;
       p.values_dtype = DType::kU8;
@@ -195,9 +198,11 @@ absl::StatusOr<DequantParams> MakeDequantParams(const LinearWeight& w, const Deq
       break;
     }
   }
-  if (w.actorder_group && (w.format == WeightFormat::kPackQuantized || w.format == WeightFormat::kNaiveQuantized)) {
+  if (w.actorder_group &&
+      (w.format == WeightFormat::kPackQuantized || w.format == WeightFormat::kNaiveQuantized)) {
     if (w.strategy != QuantStrategy::kGroup) return Invalid(w, "g_idx needs the group strategy");
-    if (w.weight_g_idx.dtype != DType::kI32 || Elements(w.weight_g_idx) != in || w.weight_g_idx.data == nullptr) {
+    if (w.weight_g_idx.dtype != DType::kI32 || Elements(w.weight_g_idx) != in ||
+        w.weight_g_idx.data == nullptr) {
       return Invalid(w, "weight_g_idx must be I32 [in]");
     }
     for (int64_t k = 0; k < in; ++k) {

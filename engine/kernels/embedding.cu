@@ -19,12 +19,13 @@ __global__ void EmbeddingKernel(const TableT* __restrict__ table,    // [shard_r
                                 const int32_t* __restrict__ tokens,  // [num_tokens]
                                 int64_t num_tokens, int64_t vocab_size, int64_t vocab_offset,
                                 int64_t shard_rows, int64_t hidden_size,
-                                OutT* __restrict__ out) {            // [num_tokens, hidden_size]
+                                OutT* __restrict__ out) {  // [num_tokens, hidden_size]
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
     const int32_t id = tokens[t];
     OutT* dst = out + t * hidden_size;
     if (id < 0 || id >= vocab_size) {
-      for (int64_t i = threadIdx.x; i < hidden_size; i += blockDim.x) StoreFromFloat(dst + i, __int_as_float(0x7fc00000));
+      for (int64_t i = threadIdx.x; i < hidden_size; i += blockDim.x)
+        StoreFromFloat(dst + i, __int_as_float(0x7fc00000));
       continue;
     }
     const int64_t local = static_cast<int64_t>(id) - vocab_offset;
@@ -33,7 +34,8 @@ __global__ void EmbeddingKernel(const TableT* __restrict__ table,    // [shard_r
       continue;
     }
     const TableT* src = table + local * hidden_size;
-    for (int64_t i = threadIdx.x; i < hidden_size; i += blockDim.x) StoreFromFloat(dst + i, LoadAsFloat(src + i));
+    for (int64_t i = threadIdx.x; i < hidden_size; i += blockDim.x)
+      StoreFromFloat(dst + i, LoadAsFloat(src + i));
   }
 }
 
@@ -57,9 +59,9 @@ absl::Status Embedding(const TableT* table, const int32_t* tokens, int64_t num_t
 }
 
 template <typename TableT, typename OutT>
-absl::Status EmbeddingShard(const TableT* table, const int32_t* tokens, int64_t num_tokens, int64_t vocab_size,
-                            int64_t vocab_offset, int64_t shard_rows, int64_t hidden_size, OutT* out,
-                            cudaStream_t stream) {
+absl::Status EmbeddingShard(const TableT* table, const int32_t* tokens, int64_t num_tokens,
+                            int64_t vocab_size, int64_t vocab_offset, int64_t shard_rows, int64_t hidden_size,
+                            OutT* out, cudaStream_t stream) {
   if (num_tokens < 0 || vocab_size < 0 || hidden_size < 0 || vocab_offset < 0 || shard_rows < 0 ||
       vocab_offset + shard_rows > vocab_size) {
     return absl::InvalidArgumentError("EmbeddingShard: negative size or a shard outside the vocabulary");
@@ -75,11 +77,11 @@ absl::Status EmbeddingShard(const TableT* table, const int32_t* tokens, int64_t 
   return absl::OkStatus();
 }
 
-#define SCORED_INSTANTIATE_EMBEDDING(TableT, OutT)                                                      \
+#define SCORED_INSTANTIATE_EMBEDDING(TableT, OutT)                                                        \
   template absl::Status Embedding<TableT, OutT>(const TableT*, const int32_t*, int64_t, int64_t, int64_t, \
-                                                OutT*, cudaStream_t);                                \
-  template absl::Status EmbeddingShard<TableT, OutT>(const TableT*, const int32_t*, int64_t, int64_t, int64_t, \
-                                                     int64_t, int64_t, OutT*, cudaStream_t);
+                                                OutT*, cudaStream_t);                                     \
+  template absl::Status EmbeddingShard<TableT, OutT>(const TableT*, const int32_t*, int64_t, int64_t,     \
+                                                     int64_t, int64_t, int64_t, OutT*, cudaStream_t);
 SCORED_INSTANTIATE_EMBEDDING(float, float)
 SCORED_INSTANTIATE_EMBEDDING(float, bf16_t)
 SCORED_INSTANTIATE_EMBEDDING(bf16_t, float)

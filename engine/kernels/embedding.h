@@ -27,7 +27,7 @@ template <typename TableT, typename OutT>
 absl::Status Embedding(const TableT* table,    // [vocab_size, hidden_size]
                        const int32_t* tokens,  // [num_tokens]
                        int64_t num_tokens, int64_t vocab_size, int64_t hidden_size,
-                       OutT* out,              // [num_tokens, hidden_size]
+                       OutT* out,  // [num_tokens, hidden_size]
                        cudaStream_t stream);
 
 template <typename TableT, typename OutT>
@@ -35,7 +35,7 @@ absl::Status EmbeddingShard(const TableT* table,    // [shard_rows, hidden_size]
                             const int32_t* tokens,  // [num_tokens], global ids
                             int64_t num_tokens, int64_t vocab_size, int64_t vocab_offset, int64_t shard_rows,
                             int64_t hidden_size,
-                            OutT* out,              // [num_tokens, hidden_size]
+                            OutT* out,  // [num_tokens, hidden_size]
                             cudaStream_t stream);
 
 }  // namespace scored::kernels

@@ -24,12 +24,12 @@ constexpr int64_t kMaxBlocks = 65535;
 
 // given_amax: the rows' amax computed elsewhere (tensor parallelism), or nullptr to take it from the row.
 template <bool kFake, typename T>
-__global__ void __launch_bounds__(kThreads) Fp8PerTokenKernel(T* x,  // [num_tokens, x_stride]
-                                                              int64_t x_stride, int64_t num_tokens,
-                                                              int64_t in_features,
-                                                              const float* given_amax,  // [num_tokens]
-                                                              uint8_t* q,      // [num_tokens, in_features]
-                                                              float* scale) {  // [num_tokens]
+__global__ void __launch_bounds__(kThreads)
+    Fp8PerTokenKernel(T* x,  // [num_tokens, x_stride]
+                      int64_t x_stride, int64_t num_tokens, int64_t in_features,
+                      const float* given_amax,  // [num_tokens]
+                      uint8_t* q,               // [num_tokens, in_features]
+                      float* scale) {           // [num_tokens]
   __shared__ float scratch[32];
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
     T* row = x + t * x_stride;
@@ -37,7 +37,8 @@ __global__ void __launch_bounds__(kThreads) Fp8PerTokenKernel(T* x,  // [num_tok
     if (given_amax != nullptr) {
       amax = given_amax[t];
     } else {
-      for (int64_t i = threadIdx.x; i < in_features; i += kThreads) amax = fmaxf(amax, fabsf(LoadAsFloat(row + i)));
+      for (int64_t i = threadIdx.x; i < in_features; i += kThreads)
+        amax = fmaxf(amax, fabsf(LoadAsFloat(row + i)));
       amax = BlockMax(amax, scratch, 0.0f);
     }
     const float s = __fdiv_rn(amax, kFp8E4M3Max);
@@ -56,12 +57,12 @@ __global__ void __launch_bounds__(kThreads) Fp8PerTokenKernel(T* x,  // [num_tok
 constexpr int kFastMaxVecs = 8;  // per thread: rows up to 8 * 256 * 8 = 16384 columns
 
 template <int kVecs>
-__global__ void __launch_bounds__(kThreads) QuantizeBf16RowsKernel(const __nv_bfloat16* x,  // [num_tokens, x_stride]
-                                                                   int64_t x_stride, int64_t num_tokens,
-                                                                   int64_t in_features,
-                                                                   const float* given_amax,  // [num_tokens]
-                                                                   uint8_t* q,  // [num_tokens, in_features]
-                                                                   float* scale) {  // [num_tokens]
+__global__ void __launch_bounds__(kThreads)
+    QuantizeBf16RowsKernel(const __nv_bfloat16* x,  // [num_tokens, x_stride]
+                           int64_t x_stride, int64_t num_tokens, int64_t in_features,
+                           const float* given_amax,  // [num_tokens]
+                           uint8_t* q,               // [num_tokens, in_features]
+                           float* scale) {           // [num_tokens]
   __shared__ float scratch[32];
   const int64_t vecs = in_features / 8;
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
@@ -87,7 +88,8 @@ __global__ void __launch_bounds__(kThreads) QuantizeBf16RowsKernel(const __nv_bf
         uint32_t words[2] = {0u, 0u};
 #pragma unroll
         for (int i = 0; i < 8; i += 2) {
-          const uint32_t codes = s == 0.0f ? 0u : FloatToFp8E4M3x2(__fdiv_rn(v[j][i], s), __fdiv_rn(v[j][i + 1], s));
+          const uint32_t codes =
+              s == 0.0f ? 0u : FloatToFp8E4M3x2(__fdiv_rn(v[j][i], s), __fdiv_rn(v[j][i + 1], s));
           words[i / 4] |= codes << (8 * (i % 4));
         }
         *reinterpret_cast<uint2*>(q + t * in_features + c * 8) = make_uint2(words[0], words[1]);
@@ -112,13 +114,17 @@ absl::Status MaybeQuantizeFast(const T* x, int64_t x_stride, int64_t num_tokens,
     const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
     const __nv_bfloat16* dx = ToDevice(x);
     if (vecs <= kThreads) {
-      QuantizeBf16RowsKernel<1><<<blocks, kThreads, 0, stream>>>(dx, x_stride, num_tokens, in_features, given_amax, q, scale);
+      QuantizeBf16RowsKernel<1>
+          <<<blocks, kThreads, 0, stream>>>(dx, x_stride, num_tokens, in_features, given_amax, q, scale);
     } else if (vecs <= 2 * kThreads) {
-      QuantizeBf16RowsKernel<2><<<blocks, kThreads, 0, stream>>>(dx, x_stride, num_tokens, in_features, given_amax, q, scale);
+      QuantizeBf16RowsKernel<2>
+          <<<blocks, kThreads, 0, stream>>>(dx, x_stride, num_tokens, in_features, given_amax, q, scale);
     } else if (vecs <= 4 * kThreads) {
-      QuantizeBf16RowsKernel<4><<<blocks, kThreads, 0, stream>>>(dx, x_stride, num_tokens, in_features, given_amax, q, scale);
+      QuantizeBf16RowsKernel<4>
+          <<<blocks, kThreads, 0, stream>>>(dx, x_stride, num_tokens, in_features, given_amax, q, scale);
     } else {
-      QuantizeBf16RowsKernel<8><<<blocks, kThreads, 0, stream>>>(dx, x_stride, num_tokens, in_features, given_amax, q, scale);
+      QuantizeBf16RowsKernel<8>
+          <<<blocks, kThreads, 0, stream>>>(dx, x_stride, num_tokens, in_features, given_amax, q, scale);
     }
     SCORED_CUDA_CHECK_LAUNCH();
   }
@@ -126,10 +132,10 @@ absl::Status MaybeQuantizeFast(const T* x, int64_t x_stride, int64_t num_tokens,
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) RowAmaxKernel(const T* x,  // [num_tokens, x_stride]
-                                                          int64_t x_stride, int64_t num_tokens,
-                                                          int64_t in_features,
-                                                          float* amax) {  // [num_tokens]
+__global__ void __launch_bounds__(kThreads)
+    RowAmaxKernel(const T* x,  // [num_tokens, x_stride]
+                  int64_t x_stride, int64_t num_tokens, int64_t in_features,
+                  float* amax) {  // [num_tokens]
   __shared__ float scratch[32];
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
     const T* row = x + t * x_stride;
@@ -142,7 +148,8 @@ __global__ void __launch_bounds__(kThreads) RowAmaxKernel(const T* x,  // [num_t
 
 absl::Status CheckArgs(const void* x, int64_t x_stride, int64_t num_tokens, int64_t in_features) {
   if (num_tokens < 0 || in_features < 0 || x_stride < in_features) {
-    return absl::InvalidArgumentError("Fp8PerToken: need num_tokens, in_features >= 0, x_stride >= in_features");
+    return absl::InvalidArgumentError(
+        "Fp8PerToken: need num_tokens, in_features >= 0, x_stride >= in_features");
   }
   if (num_tokens > 0 && x == nullptr) return absl::InvalidArgumentError("Fp8PerToken: null pointer");
   return absl::OkStatus();
@@ -156,9 +163,11 @@ absl::Status QuantizeFp8PerToken(const T* x, int64_t x_stride, int64_t num_token
   const absl::Status args = CheckArgs(x, x_stride, num_tokens, in_features);
   if (!args.ok()) return args;
   if (num_tokens == 0) return absl::OkStatus();
-  if (q == nullptr || scale == nullptr) return absl::InvalidArgumentError("QuantizeFp8PerToken: null pointer");
+  if (q == nullptr || scale == nullptr)
+    return absl::InvalidArgumentError("QuantizeFp8PerToken: null pointer");
   bool fast = false;
-  const absl::Status launched = MaybeQuantizeFast(x, x_stride, num_tokens, in_features, nullptr, q, scale, stream, &fast);
+  const absl::Status launched =
+      MaybeQuantizeFast(x, x_stride, num_tokens, in_features, nullptr, q, scale, stream, &fast);
   if (fast || !launched.ok()) return launched;
   const int64_t blocks = num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks;
   // The kernel never writes x when kFake is false; the cast only shares one kernel body.
@@ -191,7 +200,7 @@ absl::Status Fp8RowAmax(const T* x, int64_t x_stride, int64_t num_tokens, int64_
   if (amax == nullptr) return absl::InvalidArgumentError("Fp8RowAmax: null pointer");
   const int64_t blocks = num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks;
   RowAmaxKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(ToDevice(x), x_stride, num_tokens,
-                                                                         in_features, amax);
+                                                                        in_features, amax);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
@@ -211,8 +220,9 @@ absl::Status FakeQuantizeFp8PerTokenWithAmax(T* x, int64_t x_stride, int64_t num
 }
 
 template <typename T>
-absl::Status QuantizeFp8PerTokenWithAmax(const T* x, int64_t x_stride, int64_t num_tokens, int64_t in_features,
-                                         const float* amax, uint8_t* q, float* scale, cudaStream_t stream) {
+absl::Status QuantizeFp8PerTokenWithAmax(const T* x, int64_t x_stride, int64_t num_tokens,
+                                         int64_t in_features, const float* amax, uint8_t* q, float* scale,
+                                         cudaStream_t stream) {
   const absl::Status args = CheckArgs(x, x_stride, num_tokens, in_features);
   if (!args.ok()) return args;
   if (num_tokens == 0) return absl::OkStatus();
@@ -220,20 +230,22 @@ absl::Status QuantizeFp8PerTokenWithAmax(const T* x, int64_t x_stride, int64_t n
     return absl::InvalidArgumentError("QuantizeFp8PerTokenWithAmax: null pointer");
   }
   bool fast = false;
-  const absl::Status launched = MaybeQuantizeFast(x, x_stride, num_tokens, in_features, amax, q, scale, stream, &fast);
+  const absl::Status launched =
+      MaybeQuantizeFast(x, x_stride, num_tokens, in_features, amax, q, scale, stream, &fast);
   if (fast || !launched.ok()) return launched;
   const int64_t blocks = num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks;
   // The kernel never writes x when kFake is false; the cast only shares one kernel body.
   Fp8PerTokenKernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      const_cast<typename DeviceType<T>::type*>(ToDevice(x)), x_stride, num_tokens, in_features, amax, q, scale);
+      const_cast<typename DeviceType<T>::type*>(ToDevice(x)), x_stride, num_tokens, in_features, amax, q,
+      scale);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
 
-template absl::Status QuantizeFp8PerTokenWithAmax<float>(const float*, int64_t, int64_t, int64_t, const float*,
-                                                         uint8_t*, float*, cudaStream_t);
-template absl::Status QuantizeFp8PerTokenWithAmax<bf16_t>(const bf16_t*, int64_t, int64_t, int64_t, const float*,
-                                                          uint8_t*, float*, cudaStream_t);
+template absl::Status QuantizeFp8PerTokenWithAmax<float>(const float*, int64_t, int64_t, int64_t,
+                                                         const float*, uint8_t*, float*, cudaStream_t);
+template absl::Status QuantizeFp8PerTokenWithAmax<bf16_t>(const bf16_t*, int64_t, int64_t, int64_t,
+                                                          const float*, uint8_t*, float*, cudaStream_t);
 template absl::Status QuantizeFp8PerToken<float>(const float*, int64_t, int64_t, int64_t, uint8_t*, float*,
                                                  cudaStream_t);
 template absl::Status QuantizeFp8PerToken<bf16_t>(const bf16_t*, int64_t, int64_t, int64_t, uint8_t*, float*,
@@ -244,7 +256,7 @@ template absl::Status Fp8RowAmax<float>(const float*, int64_t, int64_t, int64_t,
 template absl::Status Fp8RowAmax<bf16_t>(const bf16_t*, int64_t, int64_t, int64_t, float*, cudaStream_t);
 template absl::Status FakeQuantizeFp8PerTokenWithAmax<float>(float*, int64_t, int64_t, int64_t, const float*,
                                                              cudaStream_t);
-template absl::Status FakeQuantizeFp8PerTokenWithAmax<bf16_t>(bf16_t*, int64_t, int64_t, int64_t, const float*,
-                                                              cudaStream_t);
+template absl::Status FakeQuantizeFp8PerTokenWithAmax<bf16_t>(bf16_t*, int64_t, int64_t, int64_t,
+                                                              const float*, cudaStream_t);
 
 }  // namespace scored::kernels

@@ -27,8 +27,8 @@ namespace scored::kernels {
 template <typename T>
 absl::Status QuantizeFp8PerToken(const T* x,  // [num_tokens, x_stride]
                                  int64_t x_stride, int64_t num_tokens, int64_t in_features,
-                                 uint8_t* q,      // [num_tokens, in_features] FP8 E4M3FN bits
-                                 float* scale,    // [num_tokens]
+                                 uint8_t* q,    // [num_tokens, in_features] FP8 E4M3FN bits
+                                 float* scale,  // [num_tokens]
                                  cudaStream_t stream);
 
 template <typename T>

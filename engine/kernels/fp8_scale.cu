@@ -69,7 +69,8 @@ __global__ void __launch_bounds__(kThreads) AddScaledKernel(const float* y,  // 
 absl::Status AddFp8Scaled(const float* y, int64_t num_tokens, int64_t out_features, const float* x_scale,
                           const float* w_scale, float* acc, cudaStream_t stream) {
   if (num_tokens < 0 || out_features <= 0 || out_features % 8 != 0) {
-    return absl::InvalidArgumentError("AddFp8Scaled: need num_tokens >= 0 and out_features a positive multiple of 8");
+    return absl::InvalidArgumentError(
+        "AddFp8Scaled: need num_tokens >= 0 and out_features a positive multiple of 8");
   }
   if (num_tokens == 0) return absl::OkStatus();
   if (y == nullptr || acc == nullptr || (x_scale == nullptr) != (w_scale == nullptr)) {
@@ -80,8 +81,8 @@ absl::Status AddFp8Scaled(const float* y, int64_t num_tokens, int64_t out_featur
   }
   const int64_t needed = (num_tokens * out_features / 4 + kThreads - 1) / kThreads;
   const int64_t blocks = needed < kMaxBlocks ? needed : kMaxBlocks;
-  AddScaledKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(y, num_tokens, out_features, x_scale,
-                                                                          w_scale, acc);
+  AddScaledKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(y, num_tokens, out_features,
+                                                                          x_scale, w_scale, acc);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
@@ -90,13 +91,15 @@ template <typename T>
 absl::Status ApplyFp8Scales(T* y, int64_t num_tokens, int64_t out_features, const float* x_scale,
                             const float* w_scale, cudaStream_t stream) {
   if (num_tokens < 0 || out_features <= 0 || out_features % 8 != 0) {
-    return absl::InvalidArgumentError("ApplyFp8Scales: need num_tokens >= 0 and out_features a positive multiple of 8");
+    return absl::InvalidArgumentError(
+        "ApplyFp8Scales: need num_tokens >= 0 and out_features a positive multiple of 8");
   }
   if (num_tokens == 0) return absl::OkStatus();
   if (y == nullptr || x_scale == nullptr || w_scale == nullptr) {
     return absl::InvalidArgumentError("ApplyFp8Scales: null pointer");
   }
-  if (reinterpret_cast<uintptr_t>(y) % 16 != 0) return absl::InvalidArgumentError("ApplyFp8Scales: y not 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(y) % 16 != 0)
+    return absl::InvalidArgumentError("ApplyFp8Scales: y not 16-byte aligned");
   constexpr int64_t kPer = 16 / static_cast<int64_t>(sizeof(T));
   const int64_t vectors = num_tokens * out_features / kPer;
   const int64_t needed = (vectors + kThreads - 1) / kThreads;
@@ -107,7 +110,9 @@ absl::Status ApplyFp8Scales(T* y, int64_t num_tokens, int64_t out_features, cons
   return absl::OkStatus();
 }
 
-template absl::Status ApplyFp8Scales<float>(float*, int64_t, int64_t, const float*, const float*, cudaStream_t);
-template absl::Status ApplyFp8Scales<bf16_t>(bf16_t*, int64_t, int64_t, const float*, const float*, cudaStream_t);
+template absl::Status ApplyFp8Scales<float>(float*, int64_t, int64_t, const float*, const float*,
+                                            cudaStream_t);
+template absl::Status ApplyFp8Scales<bf16_t>(bf16_t*, int64_t, int64_t, const float*, const float*,
+                                             cudaStream_t);
 
 }  // namespace scored::kernels

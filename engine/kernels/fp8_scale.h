@@ -31,7 +31,7 @@ absl::Status ApplyFp8Scales(T* y,  // [num_tokens, out_features], in place
 // two fp32 roundings, bitwise ApplyFp8Scales<float> followed by an fp32 add. x_scale and w_scale both null:
 // y is already scaled (cuBLASLt's outer-vector epilogue) and is added as it is. y and acc must not overlap.
 // Shapes: y, acc [num_tokens, out_features] contiguous, 16-byte aligned; out_features a multiple of 8.
-absl::Status AddFp8Scaled(const float* y,       // [num_tokens, out_features]
+absl::Status AddFp8Scaled(const float* y,  // [num_tokens, out_features]
                           int64_t num_tokens, int64_t out_features,
                           const float* x_scale,  // [num_tokens] or nullptr
                           const float* w_scale,  // [out_features] or nullptr

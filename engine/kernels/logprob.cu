@@ -110,7 +110,7 @@ struct TopKShared {
 
 // Writes the top k (ids, x - lse) of the row, ordered by descending value, ties by lower id.
 __device__ void RowTopK(const float* row, int64_t n, int k, double lse, TopKShared& sh,
-                        int32_t* out_ids,      // [k]
+                        int32_t* out_ids,       // [k]
                         float* out_logprobs) {  // [k]
   uint32_t prefix = 0, mask = 0;
   int remaining = k;
@@ -193,11 +193,11 @@ __device__ void RowTopK(const float* row, int64_t n, int k, double lse, TopKShar
 }
 
 template <bool kEntropy, bool kRank>
-__global__ void __launch_bounds__(kThreads) ScoreLogitsKernel(const float* __restrict__ logits,  // [num_tokens, ld]
-                                                              int64_t ld,
-                                                              const int32_t* __restrict__ targets,  // [num_tokens]
-                                                              int64_t num_tokens, int64_t vocab_size, int top_k,
-                                                              LogprobOutputs out) {
+__global__ void __launch_bounds__(kThreads)
+    ScoreLogitsKernel(const float* __restrict__ logits,  // [num_tokens, ld]
+                      int64_t ld,
+                      const int32_t* __restrict__ targets,  // [num_tokens]
+                      int64_t num_tokens, int64_t vocab_size, int top_k, LogprobOutputs out) {
   __shared__ float scratch_f[32];
   __shared__ int32_t scratch_i[32];
   __shared__ double scratch_d[32];
@@ -224,12 +224,10 @@ __global__ void __launch_bounds__(kThreads) ScoreLogitsKernel(const float* __res
   }
 }
 
-__global__ void __launch_bounds__(kThreads) PartialStatsKernel(const float* __restrict__ logits,  // [num_tokens, ld]
-                                                               int64_t ld,
-                                                               const int32_t* __restrict__ targets,
-                                                               int64_t num_tokens, int64_t shard_size,
-                                                               int64_t vocab_offset,
-                                                               LogitPartialStats* __restrict__ stats) {
+__global__ void __launch_bounds__(kThreads)
+    PartialStatsKernel(const float* __restrict__ logits,  // [num_tokens, ld]
+                       int64_t ld, const int32_t* __restrict__ targets, int64_t num_tokens,
+                       int64_t shard_size, int64_t vocab_offset, LogitPartialStats* __restrict__ stats) {
   __shared__ float scratch_f[32];
   __shared__ int32_t scratch_i[32];
   __shared__ double scratch_d[32];
@@ -286,8 +284,8 @@ __global__ void CombineStatsKernel(const LogitPartialStats* __restrict__ stats, 
                                    int64_t num_shards, int64_t num_tokens,
                                    const int32_t* __restrict__ targets,  // [num_tokens]
                                    double* __restrict__ logprob, uint8_t* __restrict__ greedy,
-                                   float* __restrict__ entropy,              // [num_tokens] or nullptr
-                                   float* __restrict__ target_logit_out) {   // [num_tokens] or nullptr
+                                   float* __restrict__ entropy,             // [num_tokens] or nullptr
+                                   float* __restrict__ target_logit_out) {  // [num_tokens] or nullptr
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < num_tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const Combined c = CombineToken(stats, num_shards, num_tokens, t);
@@ -299,12 +297,12 @@ __global__ void CombineStatsKernel(const LogitPartialStats* __restrict__ stats, 
   }
 }
 
-__global__ void __launch_bounds__(kThreads) ShardTopKKernel(const float* __restrict__ logits,  // [num_tokens, ld]
-                                                            int64_t ld, int64_t num_tokens, int64_t shard_size,
-                                                            int64_t vocab_offset, int top_k,
-                                                            int32_t* __restrict__ ids,     // [num_tokens, stride]
-                                                            float* __restrict__ values,    // [num_tokens, stride]
-                                                            int64_t stride) {
+__global__ void __launch_bounds__(kThreads)
+    ShardTopKKernel(const float* __restrict__ logits,  // [num_tokens, ld]
+                    int64_t ld, int64_t num_tokens, int64_t shard_size, int64_t vocab_offset, int top_k,
+                    int32_t* __restrict__ ids,   // [num_tokens, stride]
+                    float* __restrict__ values,  // [num_tokens, stride]
+                    int64_t stride) {
   __shared__ TopKShared topk_shared;
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
     // lse 0: RowTopK writes float(double(x) - 0) = x, the raw logit.
@@ -315,12 +313,10 @@ __global__ void __launch_bounds__(kThreads) ShardTopKKernel(const float* __restr
 }
 
 // One block per token: candidate c's place is the number of candidates before it in (logit desc, id asc).
-__global__ void __launch_bounds__(kThreads) MergeTopKKernel(const int32_t* __restrict__ ids,
-                                                            const float* __restrict__ values, int64_t stride,
-                                                            const LogitPartialStats* __restrict__ stats,
-                                                            int64_t num_shards, int64_t num_tokens, int top_k,
-                                                            int32_t* __restrict__ top_ids,
-                                                            float* __restrict__ top_logprobs) {
+__global__ void __launch_bounds__(kThreads)
+    MergeTopKKernel(const int32_t* __restrict__ ids, const float* __restrict__ values, int64_t stride,
+                    const LogitPartialStats* __restrict__ stats, int64_t num_shards, int64_t num_tokens,
+                    int top_k, int32_t* __restrict__ top_ids, float* __restrict__ top_logprobs) {
   __shared__ int32_t cand_id[kThreads];
   __shared__ float cand_value[kThreads];
   const int count = static_cast<int>(num_shards) * top_k;  // <= 8 * 64 = kThreads
@@ -348,11 +344,12 @@ __global__ void __launch_bounds__(kThreads) MergeTopKKernel(const int32_t* __res
   }
 }
 
-__global__ void __launch_bounds__(kThreads) CountAboveKernel(const float* __restrict__ logits,  // [num_tokens, ld]
-                                                             int64_t ld, int64_t num_tokens, int64_t shard_size,
-                                                             const float* __restrict__ threshold,  // [num_tokens]
-                                                             int32_t base,
-                                                             int32_t* __restrict__ count) {  // [num_tokens]
+__global__ void __launch_bounds__(kThreads)
+    CountAboveKernel(const float* __restrict__ logits,  // [num_tokens, ld]
+                     int64_t ld, int64_t num_tokens, int64_t shard_size,
+                     const float* __restrict__ threshold,  // [num_tokens]
+                     int32_t base,
+                     int32_t* __restrict__ count) {  // [num_tokens]
   __shared__ int32_t scratch_i[32];
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
     const float* row = logits + t * ld;
@@ -370,35 +367,41 @@ absl::Status ScoreLogits(const float* logits, int64_t ld, const int32_t* targets
                          int64_t vocab_size, const LogprobOptions& options, const LogprobOutputs& outputs,
                          cudaStream_t stream) {
   if (num_tokens < 0 || vocab_size < 1 || vocab_size > INT32_MAX || ld < vocab_size) {
-    return absl::InvalidArgumentError("ScoreLogits: need num_tokens >= 0, 1 <= vocab_size < 2^31, ld >= vocab_size");
+    return absl::InvalidArgumentError(
+        "ScoreLogits: need num_tokens >= 0, 1 <= vocab_size < 2^31, ld >= vocab_size");
   }
   if (options.top_k < 0 || options.top_k > kMaxTopK || options.top_k > vocab_size) {
     return absl::InvalidArgumentError("ScoreLogits: top_k outside [0, min(64, vocab_size)]");
   }
   if (num_tokens == 0) return absl::OkStatus();
   if (logits == nullptr || targets == nullptr || outputs.logprob == nullptr || outputs.greedy == nullptr ||
-      (options.want_rank && outputs.rank == nullptr) || (options.want_entropy && outputs.entropy == nullptr) ||
+      (options.want_rank && outputs.rank == nullptr) ||
+      (options.want_entropy && outputs.entropy == nullptr) ||
       (options.top_k > 0 && (outputs.top_k_ids == nullptr || outputs.top_k_logprobs == nullptr))) {
     return absl::InvalidArgumentError("ScoreLogits: null input or requested output");
   }
   const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
   const int top_k = options.top_k;
   if (options.want_entropy && options.want_rank) {
-    ScoreLogitsKernel<true, true><<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
+    ScoreLogitsKernel<true, true>
+        <<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
   } else if (options.want_entropy) {
-    ScoreLogitsKernel<true, false><<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
+    ScoreLogitsKernel<true, false>
+        <<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
   } else if (options.want_rank) {
-    ScoreLogitsKernel<false, true><<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
+    ScoreLogitsKernel<false, true>
+        <<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
   } else {
-    ScoreLogitsKernel<false, false><<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
+    ScoreLogitsKernel<false, false>
+        <<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
   }
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
 
-absl::Status ComputeLogitPartialStats(const float* logits, int64_t ld, const int32_t* targets, int64_t num_tokens,
-                                      int64_t shard_size, int64_t vocab_offset, LogitPartialStats* stats,
-                                      cudaStream_t stream) {
+absl::Status ComputeLogitPartialStats(const float* logits, int64_t ld, const int32_t* targets,
+                                      int64_t num_tokens, int64_t shard_size, int64_t vocab_offset,
+                                      LogitPartialStats* stats, cudaStream_t stream) {
   if (num_tokens < 0 || shard_size < 1 || shard_size > INT32_MAX || ld < shard_size || vocab_offset < 0 ||
       vocab_offset + shard_size > INT32_MAX) {
     return absl::InvalidArgumentError("ComputeLogitPartialStats: bad sizes");
@@ -408,8 +411,8 @@ absl::Status ComputeLogitPartialStats(const float* logits, int64_t ld, const int
     return absl::InvalidArgumentError("ComputeLogitPartialStats: null pointer");
   }
   const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
-  PartialStatsKernel<<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, shard_size, vocab_offset,
-                                                       stats);
+  PartialStatsKernel<<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, shard_size,
+                                                      vocab_offset, stats);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
@@ -417,7 +420,8 @@ absl::Status ComputeLogitPartialStats(const float* logits, int64_t ld, const int
 absl::Status CombineLogitPartialStats(const LogitPartialStats* stats, int64_t num_shards, int64_t num_tokens,
                                       const int32_t* targets, double* logprob, uint8_t* greedy,
                                       cudaStream_t stream, float* entropy, float* target_logit) {
-  if (num_shards < 1 || num_tokens < 0) return absl::InvalidArgumentError("CombineLogitPartialStats: bad sizes");
+  if (num_shards < 1 || num_tokens < 0)
+    return absl::InvalidArgumentError("CombineLogitPartialStats: bad sizes");
   if (num_tokens == 0) return absl::OkStatus();
   if (stats == nullptr || targets == nullptr || logprob == nullptr || greedy == nullptr) {
     return absl::InvalidArgumentError("CombineLogitPartialStats: null pointer");
@@ -441,26 +445,27 @@ absl::Status ShardTopK(const float* logits, int64_t ld, int64_t num_tokens, int6
     return absl::InvalidArgumentError("ShardTopK: null pointer");
   }
   const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
-  ShardTopKKernel<<<blocks, kThreads, 0, stream>>>(logits, ld, num_tokens, shard_size, vocab_offset, top_k, ids,
-                                                    values, ids_stride);
+  ShardTopKKernel<<<blocks, kThreads, 0, stream>>>(logits, ld, num_tokens, shard_size, vocab_offset, top_k,
+                                                   ids, values, ids_stride);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
 
 absl::Status MergeShardTopK(const int32_t* ids, const float* values, int64_t ids_stride,
-                            const LogitPartialStats* stats, int64_t num_shards, int64_t num_tokens, int32_t top_k,
-                            int32_t* top_ids, float* top_logprobs, cudaStream_t stream) {
+                            const LogitPartialStats* stats, int64_t num_shards, int64_t num_tokens,
+                            int32_t top_k, int32_t* top_ids, float* top_logprobs, cudaStream_t stream) {
   if (num_shards < 1 || num_tokens < 0 || top_k < 1 || top_k > kMaxTopK || ids_stride < top_k ||
       num_shards * top_k > kThreads) {
     return absl::InvalidArgumentError("MergeShardTopK: bad sizes (num_shards * top_k must be <= 512)");
   }
   if (num_tokens == 0) return absl::OkStatus();
-  if (ids == nullptr || values == nullptr || stats == nullptr || top_ids == nullptr || top_logprobs == nullptr) {
+  if (ids == nullptr || values == nullptr || stats == nullptr || top_ids == nullptr ||
+      top_logprobs == nullptr) {
     return absl::InvalidArgumentError("MergeShardTopK: null pointer");
   }
   const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
-  MergeTopKKernel<<<blocks, kThreads, 0, stream>>>(ids, values, ids_stride, stats, num_shards, num_tokens, top_k,
-                                                    top_ids, top_logprobs);
+  MergeTopKKernel<<<blocks, kThreads, 0, stream>>>(ids, values, ids_stride, stats, num_shards, num_tokens,
+                                                   top_k, top_ids, top_logprobs);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
@@ -475,7 +480,8 @@ absl::Status CountLogitsAbove(const float* logits, int64_t ld, int64_t num_token
     return absl::InvalidArgumentError("CountLogitsAbove: null pointer");
   }
   const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
-  CountAboveKernel<<<blocks, kThreads, 0, stream>>>(logits, ld, num_tokens, shard_size, threshold, base, count);
+  CountAboveKernel<<<blocks, kThreads, 0, stream>>>(logits, ld, num_tokens, shard_size, threshold, base,
+                                                    count);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }

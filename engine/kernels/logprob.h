@@ -29,22 +29,22 @@ namespace scored::kernels {
 constexpr int32_t kMaxTopK = 64;
 
 struct LogprobOptions {
-  int32_t top_k = 0;        // 0..kMaxTopK
+  int32_t top_k = 0;  // 0..kMaxTopK
   bool want_rank = false;
   bool want_entropy = false;
 };
 
 // Device output arrays. logprob and greedy are required; the others are required when asked for.
 struct LogprobOutputs {
-  double* logprob = nullptr;         // [num_tokens]
-  uint8_t* greedy = nullptr;         // [num_tokens] 0/1
-  int32_t* rank = nullptr;           // [num_tokens]
-  float* entropy = nullptr;          // [num_tokens]
-  int32_t* top_k_ids = nullptr;      // [num_tokens, top_k]
-  float* top_k_logprobs = nullptr;   // [num_tokens, top_k]
+  double* logprob = nullptr;        // [num_tokens]
+  uint8_t* greedy = nullptr;        // [num_tokens] 0/1
+  int32_t* rank = nullptr;          // [num_tokens]
+  float* entropy = nullptr;         // [num_tokens]
+  int32_t* top_k_ids = nullptr;     // [num_tokens, top_k]
+  float* top_k_logprobs = nullptr;  // [num_tokens, top_k]
 };
 
-absl::Status ScoreLogits(const float* logits,    // [num_tokens, ld]
+absl::Status ScoreLogits(const float* logits,  // [num_tokens, ld]
                          int64_t ld,
                          const int32_t* targets,  // [num_tokens]
                          int64_t num_tokens, int64_t vocab_size, const LogprobOptions& options,
@@ -53,16 +53,16 @@ absl::Status ScoreLogits(const float* logits,    // [num_tokens, ld]
 // Partial statistics of one vocabulary shard [vocab_offset, vocab_offset + shard_size) of a token's logits,
 // for a vocab-parallel lm_head: ranks combine them (3 numbers and an id per token) instead of the logits.
 struct LogitPartialStats {
-  float max;              // max over the shard
-  int32_t argmax;         // global id of the max (ties -> lowest id)
-  double sum_exp;         // sum over the shard of exp(x - max), double accumulation as in ScoreLogits
-  double sum_exp_shifted; // sum over the shard of exp(x - max) (x - max), double (the entropy term T_r)
-  float target_logit;     // x[target] when the target is in this shard, else 0
-  int32_t has_target;     // 1 when the target is in this shard
+  float max;               // max over the shard
+  int32_t argmax;          // global id of the max (ties -> lowest id)
+  double sum_exp;          // sum over the shard of exp(x - max), double accumulation as in ScoreLogits
+  double sum_exp_shifted;  // sum over the shard of exp(x - max) (x - max), double (the entropy term T_r)
+  float target_logit;      // x[target] when the target is in this shard, else 0
+  int32_t has_target;      // 1 when the target is in this shard
 };
 
 // stats[t] for every token; targets are GLOBAL ids. Same reduction order as ScoreLogits.
-absl::Status ComputeLogitPartialStats(const float* logits,    // [num_tokens, ld], this shard's columns
+absl::Status ComputeLogitPartialStats(const float* logits,  // [num_tokens, ld], this shard's columns
                                       int64_t ld,
                                       const int32_t* targets,  // [num_tokens], global ids
                                       int64_t num_tokens, int64_t shard_size, int64_t vocab_offset,
@@ -88,31 +88,32 @@ absl::Status CombineLogitPartialStats(const LogitPartialStats* stats,  // [num_s
 // (vocab_offset + local index) by descending logit, ties by lower id, values[t, :] their raw fp32 logits.
 // Same selection as ScoreLogits' top-k. Limits: 1 <= top_k <= min(kMaxTopK, shard_size).
 absl::Status ShardTopK(const float* logits,  // [num_tokens, ld], this shard's columns
-                       int64_t ld, int64_t num_tokens, int64_t shard_size, int64_t vocab_offset, int32_t top_k,
-                       int32_t* ids,     // [num_tokens, ids_stride], first top_k used
-                       float* values,    // [num_tokens, ids_stride], first top_k used
+                       int64_t ld, int64_t num_tokens, int64_t shard_size, int64_t vocab_offset,
+                       int32_t top_k,
+                       int32_t* ids,   // [num_tokens, ids_stride], first top_k used
+                       float* values,  // [num_tokens, ids_stride], first top_k used
                        int64_t ids_stride, cudaStream_t stream);
 
 // Merges the shards' top-k candidates into the global top-k: candidate (r, t, j) at
 // ids[(r * num_tokens + t) * ids_stride + j] (every shard's ids are distinct, so (logit desc, id asc) is a
 // total order); writes top_ids[t, :] and top_logprobs[t, :] = float(double(logit) - lse[t]) with
 // lse[t] = M + log S from the shards' stats combined as in CombineLogitPartialStats (bitwise the same lse).
-absl::Status MergeShardTopK(const int32_t* ids,      // [num_shards, num_tokens, ids_stride]
-                            const float* values,     // [num_shards, num_tokens, ids_stride]
+absl::Status MergeShardTopK(const int32_t* ids,   // [num_shards, num_tokens, ids_stride]
+                            const float* values,  // [num_shards, num_tokens, ids_stride]
                             int64_t ids_stride,
                             const LogitPartialStats* stats,  // [num_shards, num_tokens]
                             int64_t num_shards, int64_t num_tokens, int32_t top_k,
-                            int32_t* top_ids,        // [num_tokens, top_k]
-                            float* top_logprobs,     // [num_tokens, top_k]
+                            int32_t* top_ids,     // [num_tokens, top_k]
+                            float* top_logprobs,  // [num_tokens, top_k]
                             cudaStream_t stream);
 
 // count[t] = base + #{i in [0, shard_size) : logits[t, i] > threshold[t]} (an exact integer count, so the
 // ranks' counts sum, by an int32 all-reduce, to ScoreLogits' rank when one rank passes base 1, the others 0).
-absl::Status CountLogitsAbove(const float* logits,     // [num_tokens, ld], this shard's columns
+absl::Status CountLogitsAbove(const float* logits,  // [num_tokens, ld], this shard's columns
                               int64_t ld, int64_t num_tokens, int64_t shard_size,
                               const float* threshold,  // [num_tokens]
                               int32_t base,
-                              int32_t* count,          // [num_tokens]
+                              int32_t* count,  // [num_tokens]
                               cudaStream_t stream);
 
 }  // namespace scored::kernels

@@ -17,11 +17,10 @@
 namespace scored::kernels {
 
 template <typename T>
-absl::Status QkNorm(T* x,                 // [num_tokens, token_stride], heads at [h * head_dim, ...)
+absl::Status QkNorm(T* x,  // [num_tokens, token_stride], heads at [h * head_dim, ...)
                     int64_t token_stride,
                     const float* weight,  // [head_dim]
-                    int64_t num_tokens, int64_t num_heads, int64_t head_dim, float eps,
-                    cudaStream_t stream);
+                    int64_t num_tokens, int64_t num_heads, int64_t head_dim, float eps, cudaStream_t stream);
 
 }  // namespace scored::kernels
 

@@ -8,10 +8,10 @@
 // hidden_size. The row arithmetic lives in rms_norm_row.cuh, shared with RmsNormQuantFp8 (rms_norm_fp8.cu),
 // which must stay bitwise equal to RmsNorm<float, bf16_t> here.
 //
-// Scalar path otherwise: one block of kThreads per token. Pass 1 (optionally adding x into the fp32 residual) accumulates the
-// sum of squares per thread in index order i = tid, tid + kThreads, ...; BlockSum combines the threads in
-// a fixed tree. Pass 2 re-reads the row (each thread the elements it wrote itself, so no barrier is
-// needed; the row is in L1/L2) and writes the normalized values.
+// Scalar path otherwise: one block of kThreads per token. Pass 1 (optionally adding x into the fp32 residual)
+// accumulates the sum of squares per thread in index order i = tid, tid + kThreads, ...; BlockSum combines
+// the threads in a fixed tree. Pass 2 re-reads the row (each thread the elements it wrote itself, so no
+// barrier is needed; the row is in L1/L2) and writes the normalized values.
 #include "engine/kernels/rms_norm.h"
 
 #include "engine/kernels/cuda_check.h"
@@ -57,13 +57,14 @@ __global__ void __launch_bounds__(kThreads) RmsNormKernel(const XT* x,  // [num_
 }
 
 template <bool kAddResidual, int kChunksPerThread, typename XT, typename OutT>
-__global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const XT* x,  // [num_tokens, x_stride]
-                                                             int64_t x_stride,
-                                                             float* residual,  // [num_tokens, hidden_size]
-                                                             const float* __restrict__ weight,  // [hidden_size]
-                                                             int64_t num_tokens, int64_t hidden_size, float eps,
-                                                             OutT* out,  // [num_tokens, out_stride]
-                                                             int64_t out_stride) {
+__global__ void __launch_bounds__(kThreads)
+    RmsNormVecKernel(const XT* x,  // [num_tokens, x_stride]
+                     int64_t x_stride,
+                     float* residual,                   // [num_tokens, hidden_size]
+                     const float* __restrict__ weight,  // [hidden_size]
+                     int64_t num_tokens, int64_t hidden_size, float eps,
+                     OutT* out,  // [num_tokens, out_stride]
+                     int64_t out_stride) {
   __shared__ float scratch[32];
   const int chunks = static_cast<int>(hidden_size / kChunk);
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
@@ -81,9 +82,9 @@ __global__ void __launch_bounds__(kThreads) RmsNormVecKernel(const XT* x,  // [n
 
 // Launches the vector path if the arguments allow it; *launched says whether it did.
 template <bool kAddResidual, typename XT, typename OutT>
-absl::Status TryLaunchVec(const XT* x, int64_t x_stride, float* residual, const float* weight, int64_t num_tokens,
-                          int64_t hidden_size, float eps, OutT* out, int64_t out_stride, cudaStream_t stream,
-                          bool* launched) {
+absl::Status TryLaunchVec(const XT* x, int64_t x_stride, float* residual, const float* weight,
+                          int64_t num_tokens, int64_t hidden_size, float eps, OutT* out, int64_t out_stride,
+                          cudaStream_t stream, bool* launched) {
   *launched = false;
   const int64_t chunks = hidden_size / kChunk;
   const bool shape_ok = hidden_size % kChunk == 0 && x_stride % kChunk == 0 && out_stride % kChunk == 0 &&
@@ -98,8 +99,8 @@ absl::Status TryLaunchVec(const XT* x, int64_t x_stride, float* residual, const 
   auto launch = [&](auto kernel) -> absl::Status {
     unsigned blocks = 1;
     SCORED_CUDA_CHECK(ResidentGrid(kernel, kThreads, num_tokens, &blocks));
-    kernel<<<blocks, kThreads, 0, stream>>>(dx, x_stride, residual, weight, num_tokens, hidden_size, eps, dout,
-                                            out_stride);
+    kernel<<<blocks, kThreads, 0, stream>>>(dx, x_stride, residual, weight, num_tokens, hidden_size, eps,
+                                            dout, out_stride);
     SCORED_CUDA_CHECK_LAUNCH();
     return absl::OkStatus();
   };
@@ -156,8 +157,8 @@ absl::Status AddRmsNorm(const XT* x, int64_t x_stride, float* residual, const fl
   if (num_tokens == 0) return absl::OkStatus();
   if (residual == nullptr) return absl::InvalidArgumentError("AddRmsNorm: null residual");
   bool launched = false;
-  const absl::Status vec = TryLaunchVec<true>(x, x_stride, residual, weight, num_tokens, hidden_size, eps, out,
-                                              out_stride, stream, &launched);
+  const absl::Status vec = TryLaunchVec<true>(x, x_stride, residual, weight, num_tokens, hidden_size, eps,
+                                              out, out_stride, stream, &launched);
   if (!vec.ok() || launched) return vec;
   const int64_t blocks = num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks;
   RmsNormKernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
@@ -166,9 +167,9 @@ absl::Status AddRmsNorm(const XT* x, int64_t x_stride, float* residual, const fl
   return absl::OkStatus();
 }
 
-#define SCORED_INSTANTIATE_RMS_NORM(XT, OutT)                                                             \
+#define SCORED_INSTANTIATE_RMS_NORM(XT, OutT)                                                               \
   template absl::Status RmsNorm<XT, OutT>(const XT*, int64_t, const float*, int64_t, int64_t, float, OutT*, \
-                                          int64_t, cudaStream_t);                                         \
+                                          int64_t, cudaStream_t);                                           \
   template absl::Status AddRmsNorm<XT, OutT>(const XT*, int64_t, float*, const float*, int64_t, int64_t,    \
                                              float, OutT*, int64_t, cudaStream_t);
 SCORED_INSTANTIATE_RMS_NORM(float, float)

@@ -22,20 +22,20 @@
 namespace scored::kernels {
 
 template <typename XT, typename OutT>
-absl::Status RmsNorm(const XT* x,           // [num_tokens, x_stride]
+absl::Status RmsNorm(const XT* x,  // [num_tokens, x_stride]
                      int64_t x_stride,
-                     const float* weight,   // [hidden_size]
+                     const float* weight,  // [hidden_size]
                      int64_t num_tokens, int64_t hidden_size, float eps,
-                     OutT* out,             // [num_tokens, out_stride]
+                     OutT* out,  // [num_tokens, out_stride]
                      int64_t out_stride, cudaStream_t stream);
 
 template <typename XT, typename OutT>
-absl::Status AddRmsNorm(const XT* x,          // [num_tokens, x_stride]
+absl::Status AddRmsNorm(const XT* x,  // [num_tokens, x_stride]
                         int64_t x_stride,
                         float* residual,      // [num_tokens, hidden_size], updated in place
                         const float* weight,  // [hidden_size]
                         int64_t num_tokens, int64_t hidden_size, float eps,
-                        OutT* out,            // [num_tokens, out_stride]
+                        OutT* out,  // [num_tokens, out_stride]
                         int64_t out_stride, cudaStream_t stream);
 
 }  // namespace scored::kernels

@@ -126,7 +126,8 @@ absl::StatusOr<ModuleScheme> BuildScheme(const std::string& group, const std::st
   if (format == "dense") {
     return s;
   }
-  if (!w.has_value()) return Unsupported(source, where, absl::StrCat("format '", format, "' without weights"));
+  if (!w.has_value())
+    return Unsupported(source, where, absl::StrCat("format '", format, "' without weights"));
   s.quantized = true;
   s.num_bits = w->num_bits;
   s.symmetric = w->symmetric;
@@ -138,8 +139,8 @@ absl::StatusOr<ModuleScheme> BuildScheme(const std::string& group, const std::st
     if (w->strategy != "group") return Unsupported(source, where, "actorder group without group strategy");
     s.actorder_group = true;
   }
-  auto strategy_of = [&](const std::string& st, std::initializer_list<const char*> allowed)
-      -> absl::StatusOr<QuantStrategy> {
+  auto strategy_of = [&](const std::string& st,
+                         std::initializer_list<const char*> allowed) -> absl::StatusOr<QuantStrategy> {
     bool ok = false;
     for (const char* a : allowed) ok = ok || st == a;
     if (!ok) return Unsupported(source, where, absl::StrCat("weight strategy '", st, "' for ", format));
@@ -151,8 +152,9 @@ absl::StatusOr<ModuleScheme> BuildScheme(const std::string& group, const std::st
 
   if (format == "pack-quantized") {
     if (w->type != "int" || w->num_bits < 2 || w->num_bits > 8) {
-      return Unsupported(source, where, absl::StrCat("pack-quantized weights of type ", w->type, " with ",
-                                                     w->num_bits, " bits"));
+      return Unsupported(
+          source, where,
+          absl::StrCat("pack-quantized weights of type ", w->type, " with ", w->num_bits, " bits"));
     }
     s.format = WeightFormat::kPackQuantized;
     SCORED_ASSIGN_OR_RETURN(s.strategy, strategy_of(w->strategy, {"tensor", "channel", "group"}));
@@ -162,7 +164,8 @@ absl::StatusOr<ModuleScheme> BuildScheme(const std::string& group, const std::st
   } else if (format == "nvfp4-pack-quantized") {
     if (w->type != "float" || w->num_bits != 4 || w->strategy != "tensor_group" || w->group_size != 16 ||
         !w->symmetric) {
-      return Unsupported(source, where, "nvfp4-pack-quantized weights other than float 4-bit tensor_group 16");
+      return Unsupported(source, where,
+                         "nvfp4-pack-quantized weights other than float 4-bit tensor_group 16");
     }
     s.format = WeightFormat::kNvfp4PackQuantized;
     s.strategy = QuantStrategy::kGroup;
@@ -176,8 +179,9 @@ absl::StatusOr<ModuleScheme> BuildScheme(const std::string& group, const std::st
       s.format = WeightFormat::kNaiveQuantized;
       SCORED_ASSIGN_OR_RETURN(s.strategy, strategy_of(w->strategy, {"tensor", "channel", "group"}));
     } else {
-      return Unsupported(source, where, absl::StrCat(format, " weights of type ", w->type, " with ", w->num_bits,
-                                                     " bits", w->symmetric ? "" : " (asymmetric)"));
+      return Unsupported(source, where,
+                         absl::StrCat(format, " weights of type ", w->type, " with ", w->num_bits, " bits",
+                                      w->symmetric ? "" : " (asymmetric)"));
     }
   } else {
     return Unsupported(source, where, absl::StrCat("format '", format, "'"));
@@ -218,14 +222,15 @@ bool NameMatches(const std::string& name, const std::string& target, absl::Statu
   pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                                  PCRE2_ANCHORED | PCRE2_UTF, &code, &offset, nullptr);
   if (re == nullptr) {
-    *error = absl::InvalidArgumentError(
-        absl::StrCat("quantization_config: target '", target, "' is not a valid regex (at offset ", offset, ")"));
+    *error = absl::InvalidArgumentError(absl::StrCat("quantization_config: target '", target,
+                                                     "' is not a valid regex (at offset ", offset, ")"));
     return false;
   }
   pcre2_match_context* context = pcre2_match_context_create(nullptr);
   pcre2_set_match_limit(context, kRegexMatchLimit);
   pcre2_match_data* match = pcre2_match_data_create_from_pattern(re, nullptr);
-  const int rc = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(name.data()), name.size(), 0, 0, match, context);
+  const int rc =
+      pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(name.data()), name.size(), 0, 0, match, context);
   pcre2_match_data_free(match);
   pcre2_match_context_free(context);
   pcre2_code_free(re);
@@ -244,14 +249,13 @@ bool ClassMatches(const std::string& target) { return target == "Linear" || targ
 absl::StatusOr<CompressedTensorsConfig> ParseCompressedTensorsConfig(std::string_view json_text,
                                                                      std::string_view source_name) {
   const std::string source(source_name);
-  SCORED_ASSIGN_OR_RETURN(Json j, json_util::ParseObject(absl::string_view(json_text.data(), json_text.size()),
-                                                         source));
+  SCORED_ASSIGN_OR_RETURN(
+      Json j, json_util::ParseObject(absl::string_view(json_text.data(), json_text.size()), source));
   CompressedTensorsConfig c;
-  SCORED_ASSIGN_OR_RETURN(std::string method, json_util::GetString(j, "quant_method", source,
-                                                                   std::string()));
+  SCORED_ASSIGN_OR_RETURN(std::string method, json_util::GetString(j, "quant_method", source, std::string()));
   if (method != "compressed-tensors") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": unsupported quantization_config quant_method '", method, "' (only compressed-tensors)"));
+    return absl::InvalidArgumentError(absl::StrCat(source, ": unsupported quantization_config quant_method '",
+                                                   method, "' (only compressed-tensors)"));
   }
   // Empty objects (llm-compressor writes "sparsity_config": {}) mean "none".
   if (const Json* sp = Find(j, "sparsity_config"); sp != nullptr && !(sp->is_object() && sp->empty())) {
@@ -314,8 +318,8 @@ absl::StatusOr<CompressedTensorsConfig> ParseCompressedTensorsConfig(std::string
         if (c.format.empty() || c.format == "mixed-precision") format = gf->get<std::string>();
       }
       if (format.empty() || format == "mixed-precision") {
-        return absl::InvalidArgumentError(absl::StrCat(ctx, ": no format (top-level format '", c.format,
-                                                       "' needs a per-group 'format')"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(ctx, ": no format (top-level format '", c.format, "' needs a per-group 'format')"));
       }
       SCORED_ASSIGN_OR_RETURN(group.scheme, BuildScheme(group.name, format, w, in, source));
       c.groups.push_back(std::move(group));

@@ -41,31 +41,31 @@ namespace scored {
 
 // How one config group stores its weights; also the resolution for one module.
 struct ModuleScheme {
-  bool quantized = false;            // false: dense (ignored or untargeted module)
-  std::string group;                 // config group name ("" when dense)
-  std::string format_name;           // compressed-tensors format string, e.g. "pack-quantized"
+  bool quantized = false;   // false: dense (ignored or untargeted module)
+  std::string group;        // config group name ("" when dense)
+  std::string format_name;  // compressed-tensors format string, e.g. "pack-quantized"
   WeightFormat format = WeightFormat::kDense;
   int num_bits = 16;
   bool symmetric = true;
   QuantStrategy strategy = QuantStrategy::kTensor;
-  int64_t group_size = 0;            // kGroup
+  int64_t group_size = 0;                  // kGroup
   int64_t block_rows = 0, block_cols = 0;  // kBlock
-  bool actorder_group = false;       // weight_g_idx expected
-  bool w8a8_dynamic_fp8 = false;     // float-quantized + dynamic FP8 activations (per token)
-  int64_t act_group_size = 0;        // w8a8_dynamic_fp8: 0 per token, else per token per group
-  bool w4a4_run_weight_only = false; // nvfp4 with FP4 input activations, run as W4A16
+  bool actorder_group = false;             // weight_g_idx expected
+  bool w8a8_dynamic_fp8 = false;           // float-quantized + dynamic FP8 activations (per token)
+  int64_t act_group_size = 0;              // w8a8_dynamic_fp8: 0 per token, else per token per group
+  bool w4a4_run_weight_only = false;       // nvfp4 with FP4 input activations, run as W4A16
 };
 
 struct CompressedTensorsConfig {
-  std::string format;                   // top-level format ("mixed-precision" allowed)
+  std::string format;  // top-level format ("mixed-precision" allowed)
   std::string quantization_status;
-  std::vector<std::string> ignore;      // names and "re:" regexes
+  std::vector<std::string> ignore;  // names and "re:" regexes
   struct Group {
     std::string name;
-    std::vector<std::string> targets;   // names, "re:" regexes, class names
-    ModuleScheme scheme;                // validated at parse time
+    std::vector<std::string> targets;  // names, "re:" regexes, class names
+    ModuleScheme scheme;               // validated at parse time
   };
-  std::vector<Group> groups;            // in config order
+  std::vector<Group> groups;  // in config order
 };
 
 // Parses and validates the raw quantization_config JSON (ModelConfig::quantization_config_json).

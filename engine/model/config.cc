@@ -64,7 +64,8 @@ absl::StatusOr<int64_t> GetPositive(const Json& obj, absl::string_view key, absl
   SCORED_ASSIGN_OR_RETURN(int64_t v, GetInt(obj, key, source, def));
   if (v <= 0) return Invalid(source, absl::StrCat("field '", key, "' must be positive, got ", v));
   if (v > kMaxShapeField) {
-    return Invalid(source, absl::StrCat("field '", key, "' = ", v, " exceeds the supported limit ", kMaxShapeField));
+    return Invalid(source,
+                   absl::StrCat("field '", key, "' = ", v, " exceeds the supported limit ", kMaxShapeField));
   }
   return v;
 }
@@ -75,7 +76,8 @@ absl::Status ParseRopeScaling(const Json& rs, absl::string_view field, absl::str
   if (!rs.is_object()) return Invalid(source, absl::StrCat("'", field, "' must be an object or null"));
   std::string type;
   if (const Json* t = Find(rs, "rope_type")) {
-    if (!t->is_string()) return json_util::TypeError(source, absl::StrCat(field, ".rope_type"), "a string", *t);
+    if (!t->is_string())
+      return json_util::TypeError(source, absl::StrCat(field, ".rope_type"), "a string", *t);
     type = t->get<std::string>();
   } else if (const Json* t2 = Find(rs, "type")) {
     if (!t2->is_string()) return json_util::TypeError(source, absl::StrCat(field, ".type"), "a string", *t2);
@@ -113,8 +115,8 @@ absl::Status ParseRopeScaling(const Json& rs, absl::string_view field, absl::str
 
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source_name) {
   const std::string source(source_name);
-  SCORED_ASSIGN_OR_RETURN(Json j, json_util::ParseObject(absl::string_view(json_text.data(), json_text.size()),
-                                                         source));
+  SCORED_ASSIGN_OR_RETURN(
+      Json j, json_util::ParseObject(absl::string_view(json_text.data(), json_text.size()), source));
   ModelConfig c;
 
   const Json* archs = Find(j, "architectures");
@@ -156,23 +158,21 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   SCORED_ASSIGN_OR_RETURN(c.vocab_size, GetPositive(j, "vocab_size", source));
   if (c.num_heads % c.num_kv_heads != 0) {
     return Invalid(source, absl::StrCat("num_attention_heads (", c.num_heads,
-                                        ") is not a multiple of num_key_value_heads (", c.num_kv_heads,
-                                        ")"));
+                                        ") is not a multiple of num_key_value_heads (", c.num_kv_heads, ")"));
   }
   if (Find(j, "head_dim") != nullptr) {
     SCORED_ASSIGN_OR_RETURN(c.head_dim, GetPositive(j, "head_dim", source));
   } else {
     if (c.hidden_size % c.num_heads != 0) {
-      return Invalid(source, absl::StrCat("hidden_size (", c.hidden_size,
-                                          ") is not a multiple of num_attention_heads (", c.num_heads,
-                                          ") and no head_dim is given"));
+      return Invalid(
+          source, absl::StrCat("hidden_size (", c.hidden_size, ") is not a multiple of num_attention_heads (",
+                               c.num_heads, ") and no head_dim is given"));
     }
     c.head_dim = c.hidden_size / c.num_heads;
   }
   if (c.head_dim % 2 != 0) return Invalid(source, absl::StrCat("head_dim must be even, got ", c.head_dim));
-  SCORED_ASSIGN_OR_RETURN(c.max_position_embeddings,
-                          GetPositive(j, "max_position_embeddings", source,
-                                      arch->default_max_position_embeddings));
+  SCORED_ASSIGN_OR_RETURN(c.max_position_embeddings, GetPositive(j, "max_position_embeddings", source,
+                                                                 arch->default_max_position_embeddings));
   SCORED_ASSIGN_OR_RETURN(c.rms_norm_eps, GetDouble(j, "rms_norm_eps", source, 1e-6));
   if (!(c.rms_norm_eps > 0.0)) return Invalid(source, "rms_norm_eps must be positive");
   SCORED_ASSIGN_OR_RETURN(c.tie_word_embeddings, GetBool(j, "tie_word_embeddings", source, false));
@@ -184,8 +184,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   if (rope_params != nullptr) {
     if (!rope_params->is_object()) return Invalid(source, "'rope_parameters' must be an object or null");
     if (Find(*rope_params, "rope_theta") != nullptr) {
-      SCORED_ASSIGN_OR_RETURN(c.rope_theta, GetDouble(*rope_params, "rope_theta",
-                                                      absl::StrCat(source, " (rope_parameters)")));
+      SCORED_ASSIGN_OR_RETURN(
+          c.rope_theta, GetDouble(*rope_params, "rope_theta", absl::StrCat(source, " (rope_parameters)")));
     }
     if (Find(*rope_params, "rope_type") != nullptr || Find(*rope_params, "type") != nullptr) {
       SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rope_params, "rope_parameters", source, &c.rope_scaling));
@@ -207,8 +207,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
     c.attention_bias = true;  // Qwen2 always has q/k/v bias and no o_proj bias
   } else if (attention_bias) {
     // Llama/Mistral/Qwen3 put the bias on o_proj as well, which no engine implements.
-    return Invalid(source, absl::StrCat("unsupported attention_bias: true for ", c.architecture,
-                                        " (bias on o_proj)"));
+    return Invalid(
+        source, absl::StrCat("unsupported attention_bias: true for ", c.architecture, " (bias on o_proj)"));
   }
   c.qk_norm = is_qwen3;
 

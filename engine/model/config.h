@@ -18,21 +18,21 @@ enum class RopeType { kDefault, kLlama3, kLinear };
 
 struct RopeScaling {
   RopeType type = RopeType::kDefault;
-  double factor = 1.0;                                // llama3, linear
-  double low_freq_factor = 1.0;                       // llama3
-  double high_freq_factor = 4.0;                      // llama3
-  int64_t original_max_position_embeddings = 8192;    // llama3
+  double factor = 1.0;                              // llama3, linear
+  double low_freq_factor = 1.0;                     // llama3
+  double high_freq_factor = 4.0;                    // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
 struct ModelConfig {
-  std::string architecture;     // "LlamaForCausalLM", ...
-  std::string model_type;       // "llama", "mistral", "qwen2", "qwen3"
+  std::string architecture;  // "LlamaForCausalLM", ...
+  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3"
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
-  int64_t num_layers = 0;       // num_hidden_layers
-  int64_t num_heads = 0;        // num_attention_heads
-  int64_t num_kv_heads = 0;     // num_key_value_heads (defaults to num_heads)
-  int64_t head_dim = 0;         // explicit head_dim, else hidden_size / num_heads
+  int64_t num_layers = 0;    // num_hidden_layers
+  int64_t num_heads = 0;     // num_attention_heads
+  int64_t num_kv_heads = 0;  // num_key_value_heads (defaults to num_heads)
+  int64_t head_dim = 0;      // explicit head_dim, else hidden_size / num_heads
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;

@@ -35,10 +35,14 @@ using raw_read::LoadPackedField;
 // Element i of an F32/F16/BF16 tensor, widened to fp32 (exact).
 inline float FloatAt(const TensorView& t, int64_t i) {
   switch (t.dtype) {
-    case DType::kF32: return Load<float>(t.data, i);
-    case DType::kF16: return Fp16ToFloat(Load<uint16_t>(t.data, i));
-    case DType::kBF16: return Bf16ToFloat(Load<uint16_t>(t.data, i));
-    default: return NAN;
+    case DType::kF32:
+      return Load<float>(t.data, i);
+    case DType::kF16:
+      return Fp16ToFloat(Load<uint16_t>(t.data, i));
+    case DType::kBF16:
+      return Bf16ToFloat(Load<uint16_t>(t.data, i));
+    default:
+      return NAN;
   }
 }
 
@@ -60,9 +64,12 @@ inline int64_t GroupOf(const LinearWeight& w, int64_t k) {
 
 inline int64_t ScaleIndex(const LinearWeight& w, int64_t o, int64_t g, int64_t num_groups) {
   switch (w.strategy) {
-    case QuantStrategy::kTensor: return 0;
-    case QuantStrategy::kChannel: return o;
-    default: return o * num_groups + g;
+    case QuantStrategy::kTensor:
+      return 0;
+    case QuantStrategy::kChannel:
+      return o;
+    default:
+      return o * num_groups + g;
   }
 }
 
@@ -83,7 +90,8 @@ void DecodePacked(const LinearWeight& w, int64_t o, float* out) {
       const int shift = static_cast<int>(bit & 31);
       uint64_t v = Load<uint32_t>(w.weight_zero_point.data, word * num_groups + g);
       if (shift + b > 32) {
-        v |= static_cast<uint64_t>(Load<uint32_t>(w.weight_zero_point.data, (word + 1) * num_groups + g)) << 32;
+        v |= static_cast<uint64_t>(Load<uint32_t>(w.weight_zero_point.data, (word + 1) * num_groups + g))
+             << 32;
       }
       zp = static_cast<int32_t>((v >> shift) & ((uint64_t{1} << b) - 1)) - offset;
     }
@@ -130,8 +138,8 @@ void DecodeFp8(const LinearWeight& w, int64_t o, float* out) {
 
 absl::Status LinearWeight::DequantizeRows(int64_t row_begin, int64_t row_end, float* out) const {
   if (row_begin < 0 || row_begin > row_end || row_end > out_features) {
-    return absl::OutOfRangeError(absl::StrCat(module, ": rows [", row_begin, ", ", row_end,
-                                              ") outside [0, ", out_features, ")"));
+    return absl::OutOfRangeError(
+        absl::StrCat(module, ": rows [", row_begin, ", ", row_end, ") outside [0, ", out_features, ")"));
   }
   if (out == nullptr && row_end > row_begin) {
     return absl::InvalidArgumentError(absl::StrCat(module, ": null output"));
@@ -142,10 +150,18 @@ absl::Status LinearWeight::DequantizeRows(int64_t row_begin, int64_t row_end, fl
       case WeightFormat::kDense:
         for (int64_t k = 0; k < in_features; ++k) row[k] = FloatAt(weight, o * in_features + k);
         break;
-      case WeightFormat::kPackQuantized: DecodePacked(*this, o, row); break;
-      case WeightFormat::kNaiveQuantized: DecodeNaive(*this, o, row); break;
-      case WeightFormat::kNvfp4PackQuantized: DecodeNvfp4(*this, o, row); break;
-      case WeightFormat::kFloatQuantized: DecodeFp8(*this, o, row); break;
+      case WeightFormat::kPackQuantized:
+        DecodePacked(*this, o, row);
+        break;
+      case WeightFormat::kNaiveQuantized:
+        DecodeNaive(*this, o, row);
+        break;
+      case WeightFormat::kNvfp4PackQuantized:
+        DecodeNvfp4(*this, o, row);
+        break;
+      case WeightFormat::kFloatQuantized:
+        DecodeFp8(*this, o, row);
+        break;
     }
   }
   return absl::OkStatus();
@@ -163,8 +179,8 @@ absl::Status TensorToFloat(const TensorView& t, float* out, int64_t out_size) {
   }
   const int64_t n = t.NumElements();
   if (out_size != n) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has ", n,
-                                                   " elements, output holds ", out_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t.name, "' has ", n, " elements, output holds ", out_size));
   }
   for (int64_t i = 0; i < n; ++i) out[i] = FloatAt(t, i);
   return absl::OkStatus();

@@ -76,7 +76,8 @@ absl::Status HashSafetensors(const std::string& dir, const std::string& name, Sh
   h->Update(name);
   PutU64(h, static_cast<uint64_t>(size));
   std::string buf;
-  if (size < 8) return absl::DataLossError(absl::StrCat(path, ": truncated: shorter than the 8-byte header length"));
+  if (size < 8)
+    return absl::DataLossError(absl::StrCat(path, ": truncated: shorter than the 8-byte header length"));
   SCORED_RETURN_IF_ERROR(ReadAt(f, path, 0, 8, &buf));
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(buf[static_cast<size_t>(i)]);

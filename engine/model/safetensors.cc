@@ -22,28 +22,44 @@ namespace scored {
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kF8E4M3: return "F8_E4M3";
-    case DType::kI8: return "I8";
-    case DType::kU8: return "U8";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
+    case DType::kI8:
+      return "I8";
+    case DType::kU8:
+      return "U8";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
   }
   return "?";
 }
 
 int64_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kF8E4M3: return 1;
-    case DType::kI8: return 1;
-    case DType::kU8: return 1;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kF8E4M3:
+      return 1;
+    case DType::kI8:
+      return 1;
+    case DType::kU8:
+      return 1;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
   }
   return 0;
 }
@@ -173,8 +189,8 @@ absl::Status SafetensorsParser::ParseHeader(SafetensorsFile* f, const uint8_t* b
     if (shape == nullptr || !shape->is_array()) return bad("missing or non-list 'shape'");
     int64_t count = 1;
     for (const json_util::Json& d : *shape) {
-      std::optional<int64_t> dim = d.is_number_integer() || d.is_number_unsigned() ? json_util::AsInt(d)
-                                                                                    : std::nullopt;
+      std::optional<int64_t> dim =
+          d.is_number_integer() || d.is_number_unsigned() ? json_util::AsInt(d) : std::nullopt;
       if (!dim.has_value() || *dim < 0) return bad(absl::StrCat("bad shape dimension ", d.dump()));
       t.shape.push_back(*dim);
       if (__builtin_mul_overflow(count, *dim, &count)) return bad("shape element count overflows");
@@ -182,7 +198,8 @@ absl::Status SafetensorsParser::ParseHeader(SafetensorsFile* f, const uint8_t* b
     int64_t nbytes = 0;
     if (__builtin_mul_overflow(count, DTypeSize(t.dtype), &nbytes)) return bad("shape byte size overflows");
     const json_util::Json* offs = json_util::Find(v, "data_offsets");
-    if (offs == nullptr || !offs->is_array() || offs->size() != 2) return bad("'data_offsets' must be [begin, end]");
+    if (offs == nullptr || !offs->is_array() || offs->size() != 2)
+      return bad("'data_offsets' must be [begin, end]");
     std::optional<int64_t> b = json_util::AsInt((*offs)[0]);
     std::optional<int64_t> e = json_util::AsInt((*offs)[1]);
     if (!b.has_value() || !e.has_value() || !(*offs)[0].is_number_integer() ||
@@ -211,8 +228,8 @@ absl::Status SafetensorsParser::ParseHeader(SafetensorsFile* f, const uint8_t* b
   for (const Range& r : ranges) {
     if (r.begin == r.end) continue;  // empty tensors occupy no bytes
     if (prev_name != nullptr && r.begin < prev_end) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", *r.name, "' overlaps tensor '",
-                                                     *prev_name, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor '", *r.name, "' overlaps tensor '", *prev_name, "'"));
     }
     prev_end = r.end;
     prev_name = r.name;
@@ -241,7 +258,8 @@ void SafetensorsFile::ReleaseResidentPages(const uint8_t* data, int64_t nbytes) 
   const auto map_begin = reinterpret_cast<uintptr_t>(map_);  // page-aligned (mmap)
   const uintptr_t map_end = map_begin + (static_cast<uintptr_t>(map_size_) + page - 1) / page * page;
   const uintptr_t first = reinterpret_cast<uintptr_t>(data) / page * page;
-  const uintptr_t last = std::min(map_end, (reinterpret_cast<uintptr_t>(data) + nbytes + page - 1) / page * page);
+  const uintptr_t last =
+      std::min(map_end, (reinterpret_cast<uintptr_t>(data) + nbytes + page - 1) / page * page);
   // Advice only: a failure leaves the pages resident, which is still correct.
   madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
@@ -310,8 +328,8 @@ absl::StatusOr<std::unique_ptr<TensorStore>> TensorStore::Open(const std::string
     for (const auto& [name, view] : f->tensors()) {
       auto [it, inserted] = store->index_.emplace(name, &view);
       if (!inserted) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' appears in both ",
-                                                       it->second->file, " and ", f->path()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", name, "' appears in both ", it->second->file, " and ", f->path()));
       }
     }
   }

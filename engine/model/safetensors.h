@@ -20,8 +20,8 @@ namespace scored {
 
 enum class DType { kF32, kF16, kBF16, kF8E4M3, kI8, kU8, kI32, kI64 };
 
-const char* DTypeName(DType dtype);   // safetensors spelling: "F32", "BF16", "F8_E4M3", ...
-int64_t DTypeSize(DType dtype);       // bytes per element
+const char* DTypeName(DType dtype);  // safetensors spelling: "F32", "BF16", "F8_E4M3", ...
+int64_t DTypeSize(DType dtype);      // bytes per element
 
 // A tensor inside an mmapped file. Valid while the owning SafetensorsFile / TensorStore lives.
 struct TensorView {
@@ -30,7 +30,7 @@ struct TensorView {
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;  // nullptr: absent
   int64_t nbytes = 0;
-  std::string file;               // path of the file it lives in (for error messages)
+  std::string file;  // path of the file it lives in (for error messages)
 
   bool present() const { return data != nullptr; }
   int64_t NumElements() const;
@@ -48,9 +48,10 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // Whether [data, data + nbytes) lies inside this file's mapping.
   bool Maps(const uint8_t* data, int64_t nbytes) const;
-  // Drops this process's resident pages of the whole pages [data, data + nbytes) spans, clamped to the mapping
-  // (madvise MADV_DONTNEED on a read-only private file mapping): the bytes stay readable and a later read faults
-  // them in again from the page cache or the file; RSS stops counting them. Requires Maps(data, nbytes).
+  // Drops this process's resident pages of the whole pages [data, data + nbytes) spans, clamped to the
+  // mapping (madvise MADV_DONTNEED on a read-only private file mapping): the bytes stay readable and a later
+  // read faults them in again from the page cache or the file; RSS stops counting them. Requires Maps(data,
+  // nbytes).
   void ReleaseResidentPages(const uint8_t* data, int64_t nbytes) const;
 
  private:
@@ -73,9 +74,10 @@ class TensorStore {
   absl::StatusOr<TensorView> Get(const std::string& name) const;
   bool Has(const std::string& name) const;
   std::vector<std::string> Names() const;
-  // For a loader that has copied `view` elsewhere (to a GPU): drops the process's resident pages under it (see
-  // SafetensorsFile::ReleaseResidentPages; pages shared with a neighbouring tensor are refaulted when that one is
-  // read). A no-op for an absent view or one that is not inside this store's mappings (a host copy). Thread-safe.
+  // For a loader that has copied `view` elsewhere (to a GPU): drops the process's resident pages under it
+  // (see SafetensorsFile::ReleaseResidentPages; pages shared with a neighbouring tensor are refaulted when
+  // that one is read). A no-op for an absent view or one that is not inside this store's mappings (a host
+  // copy). Thread-safe.
   void ReleaseResidentPages(const TensorView& view) const;
 
  private:

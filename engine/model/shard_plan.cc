@@ -20,7 +20,9 @@ std::string SliceText(const LinearWeight& w, const LinearSlice& s) {
 }
 
 // Bytes of one row of a tensor whose first dimension is its rows.
-int64_t RowBytes(const TensorView& t) { return t.shape.empty() || t.shape[0] == 0 ? 0 : t.nbytes / t.shape[0]; }
+int64_t RowBytes(const TensorView& t) {
+  return t.shape.empty() || t.shape[0] == 0 ? 0 : t.nbytes / t.shape[0];
+}
 
 // Rows [r0, r1) of t: a view into the same bytes.
 TensorView RowsView(const TensorView& t, int64_t r0, int64_t r1) {
@@ -62,7 +64,8 @@ TensorView GatherColumns(ShardedLinear* s, const TensorView& t, const std::vecto
     while (j < n) {
       int64_t run = 1;
       while (j + run < n && cols[static_cast<size_t>(j + run)] == cols[static_cast<size_t>(j)] + run) ++run;
-      std::memcpy(dst + j * esize, src + cols[static_cast<size_t>(j)] * esize, static_cast<size_t>(run * esize));
+      std::memcpy(dst + j * esize, src + cols[static_cast<size_t>(j)] * esize,
+                  static_cast<size_t>(run * esize));
       j += run;
     }
   }
@@ -129,7 +132,8 @@ uint32_t LoadZpField(const uint8_t* data, int64_t groups, int64_t o, int64_t g, 
   const int64_t word = bit >> 5;
   const int shift = static_cast<int>(bit & 31);
   uint64_t v = raw_read::Load<uint32_t>(data, word * groups + g);
-  if (shift + b > 32) v |= static_cast<uint64_t>(raw_read::Load<uint32_t>(data, (word + 1) * groups + g)) << 32;
+  if (shift + b > 32)
+    v |= static_cast<uint64_t>(raw_read::Load<uint32_t>(data, (word + 1) * groups + g)) << 32;
   return static_cast<uint32_t>((v >> shift) & ((uint64_t{1} << b) - 1));
 }
 
@@ -192,7 +196,8 @@ void ShardGroupParams(const LinearWeight& full, int64_t c0, int64_t c1, ShardedL
     groups = Range(c0 / full.group_size, CeilDiv(c1, full.group_size));
   }
   v.weight_scale = GatherColumns(s, full.weight_scale, groups);
-  if (full.weight_zero_point.present()) v.weight_zero_point = GatherColumns(s, full.weight_zero_point, groups);
+  if (full.weight_zero_point.present())
+    v.weight_zero_point = GatherColumns(s, full.weight_zero_point, groups);
 }
 
 absl::Status CheckRange(const LinearWeight& w, const LinearSlice& s) {
@@ -207,16 +212,22 @@ absl::Status CheckRange(const LinearWeight& w, const LinearSlice& s) {
 
 // A slice [b, e) of a dimension cut in blocks of `block` elements is expressible when it starts on a
 // block boundary (local index i maps to block b/block + i/block) or lies inside one block.
-bool BlockAligned(int64_t b, int64_t e, int64_t block) { return b % block == 0 || b / block == (e - 1) / block; }
+bool BlockAligned(int64_t b, int64_t e, int64_t block) {
+  return b % block == 0 || b / block == (e - 1) / block;
+}
 
 }  // namespace
 
 const char* ShardKindName(ShardKind kind) {
   switch (kind) {
-    case ShardKind::kReplicated: return "replicated";
-    case ShardKind::kColumnParallel: return "column-parallel";
-    case ShardKind::kRowParallel: return "row-parallel";
-    case ShardKind::kVocabParallel: return "vocab-parallel";
+    case ShardKind::kReplicated:
+      return "replicated";
+    case ShardKind::kColumnParallel:
+      return "column-parallel";
+    case ShardKind::kRowParallel:
+      return "row-parallel";
+    case ShardKind::kVocabParallel:
+      return "vocab-parallel";
   }
   return "?";
 }
@@ -229,8 +240,9 @@ absl::StatusOr<ShardPlan> ShardPlan::Create(const ModelConfig& c, int tp_size, i
   const int64_t tp = tp_size, r = tp_rank;
   if (c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.intermediate_size <= 0 ||
       c.vocab_size <= 0) {
-    return absl::InvalidArgumentError("model config has a non-positive head count, head_dim, "
-                                      "intermediate_size or vocab_size");
+    return absl::InvalidArgumentError(
+        "model config has a non-positive head count, head_dim, "
+        "intermediate_size or vocab_size");
   }
   if (c.num_heads % tp != 0) {
     return absl::InvalidArgumentError(
@@ -254,8 +266,8 @@ absl::StatusOr<ShardPlan> ShardPlan::Create(const ModelConfig& c, int tp_size, i
   p.vocab_size = c.vocab_size;
   p.vocab_per_rank = CeilDiv(c.vocab_size, tp);
   if ((tp - 1) * p.vocab_per_rank >= c.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("vocab_size ", c.vocab_size, " leaves a rank of tp ", tp,
-                                                   " without vocabulary rows"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab_size ", c.vocab_size, " leaves a rank of tp ", tp, " without vocabulary rows"));
   }
   const int64_t d = c.head_dim;
   p.num_heads_local = c.num_heads / tp;
@@ -293,14 +305,22 @@ absl::StatusOr<ShardPlan> ShardPlan::Create(const ModelConfig& c, int tp_size, i
 
 const LinearSlice& ShardPlan::ForLinear(LinearRole role) const {
   switch (role) {
-    case LinearRole::kQ: return q;
-    case LinearRole::kK: return k;
-    case LinearRole::kV: return v;
-    case LinearRole::kO: return o;
-    case LinearRole::kGate: return gate;
-    case LinearRole::kUp: return up;
-    case LinearRole::kDown: return down;
-    case LinearRole::kLmHead: return lm_head;
+    case LinearRole::kQ:
+      return q;
+    case LinearRole::kK:
+      return k;
+    case LinearRole::kV:
+      return v;
+    case LinearRole::kO:
+      return o;
+    case LinearRole::kGate:
+      return gate;
+    case LinearRole::kUp:
+      return up;
+    case LinearRole::kDown:
+      return down;
+    case LinearRole::kLmHead:
+      return lm_head;
   }
   return lm_head;
 }
@@ -335,7 +355,8 @@ absl::Status CheckShardable(const LinearWeight& w, const LinearSlice& s, int tp_
     case WeightFormat::kNvfp4PackQuantized:
       if (s.begin % 16 != 0 || s.end % 16 != 0) {
         return absl::InvalidArgumentError(absl::StrCat(SliceText(w, s), ": the split of in_features ",
-                                                       w.in_features, " is not on a multiple of 16 "
+                                                       w.in_features,
+                                                       " is not on a multiple of 16 "
                                                        "(one nvfp4 scale per 16 columns)"));
       }
       return absl::OkStatus();
@@ -384,7 +405,8 @@ absl::StatusOr<ShardedLinear> ShardLinear(const LinearWeight& full, const Linear
         v.weight = RowsView(full.weight, r0, r1);
         if (full.strategy != QuantStrategy::kTensor) {
           v.weight_scale = RowsView(full.weight_scale, r0, r1);
-          if (full.weight_zero_point.present()) v.weight_zero_point = RowsView(full.weight_zero_point, r0, r1);
+          if (full.weight_zero_point.present())
+            v.weight_zero_point = RowsView(full.weight_zero_point, r0, r1);
         }
         break;
       case WeightFormat::kNvfp4PackQuantized:
@@ -437,8 +459,8 @@ absl::StatusOr<ShardedLinear> ShardLinear(const LinearWeight& full, const Linear
 
 absl::StatusOr<TensorView> ShardEmbedding(const TensorView& embed, const ShardPlan& plan) {
   if (embed.shape.size() != 2 || embed.shape[0] != plan.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("embedding '", embed.name, "' is not [vocab_size ",
-                                                   plan.vocab_size, ", hidden]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding '", embed.name, "' is not [vocab_size ", plan.vocab_size, ", hidden]"));
   }
   return RowsView(embed, plan.vocab_begin, plan.vocab_end);
 }
@@ -457,9 +479,9 @@ absl::Status ValidateTensorParallel(const ModelWeights& weights, int tp_size) {
     SCORED_ASSIGN_OR_RETURN(const ShardPlan plan, ShardPlan::Create(weights.config(), tp_size, r));
     for (const LayerWeights& l : weights.layers()) {
       const std::pair<const LinearWeight*, LinearRole> linears[] = {
-          {&l.q_proj, LinearRole::kQ},       {&l.k_proj, LinearRole::kK},   {&l.v_proj, LinearRole::kV},
-          {&l.o_proj, LinearRole::kO},       {&l.gate_proj, LinearRole::kGate},
-          {&l.up_proj, LinearRole::kUp},     {&l.down_proj, LinearRole::kDown}};
+          {&l.q_proj, LinearRole::kQ},      {&l.k_proj, LinearRole::kK},       {&l.v_proj, LinearRole::kV},
+          {&l.o_proj, LinearRole::kO},      {&l.gate_proj, LinearRole::kGate}, {&l.up_proj, LinearRole::kUp},
+          {&l.down_proj, LinearRole::kDown}};
       for (const auto& [w, role] : linears) {
         SCORED_RETURN_IF_ERROR(CheckShardable(*w, plan.ForLinear(role), r));
       }

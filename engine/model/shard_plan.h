@@ -86,9 +86,9 @@ struct ShardPlan {
   int64_t intermediate_local = 0;  // intermediate_size / tp
 
   int64_t vocab_size = 0;
-  int64_t vocab_per_rank = 0;      // padded: ceil(vocab_size / tp), the width of every rank's logits
-  int64_t vocab_begin = 0;         // rows [vocab_begin, vocab_end) of embedding / lm_head
-  int64_t vocab_end = 0;           // <= vocab_begin + vocab_per_rank (the last rank may own fewer)
+  int64_t vocab_per_rank = 0;  // padded: ceil(vocab_size / tp), the width of every rank's logits
+  int64_t vocab_begin = 0;     // rows [vocab_begin, vocab_end) of embedding / lm_head
+  int64_t vocab_end = 0;       // <= vocab_begin + vocab_per_rank (the last rank may own fewer)
 
   LinearSlice q, k, v, o, gate, up, down, lm_head;
 
@@ -102,13 +102,13 @@ struct ShardPlan {
 
 // A rank's view of one linear. Move-only: `view`'s owned tensors point into `owned`.
 struct ShardedLinear {
-  LinearWeight view;         // out_features/in_features are the LOCAL shape; module unchanged
+  LinearWeight view;  // out_features/in_features are the LOCAL shape; module unchanged
   LinearSlice slice;
   // Row-parallel W8A8 with per-token dynamic FP8 activations: the activation scale of a token is
   // max|x| over ALL of its input columns, so ranks must all-reduce (max) their per-token amax before
   // quantizing. False otherwise.
   bool act_amax_all_reduce = false;
-  int64_t owned_bytes = 0;   // bytes copied/re-packed for this shard (0 when the view is all mmap)
+  int64_t owned_bytes = 0;  // bytes copied/re-packed for this shard (0 when the view is all mmap)
 
   ShardedLinear() = default;
   ShardedLinear(ShardedLinear&&) = default;

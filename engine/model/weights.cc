@@ -32,10 +32,12 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 absl::Status CheckInt8ZeroPoints(const TensorView& zp) {
   const int64_t n = zp.NumElements();
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t v = zp.dtype == DType::kI8 ? raw_read::Load<int8_t>(zp.data, i) : raw_read::Load<int32_t>(zp.data, i);
+    const int64_t v =
+        zp.dtype == DType::kI8 ? raw_read::Load<int8_t>(zp.data, i) : raw_read::Load<int32_t>(zp.data, i);
     if (v < -128 || v > 127) {
       return absl::InvalidArgumentError(absl::StrCat(zp.file, ": tensor ", zp.name, ": zero point ", v,
-                                                     " at index ", i, " is outside the int8 range [-128, 127]"));
+                                                     " at index ", i,
+                                                     " is outside the int8 range [-128, 127]"));
     }
   }
   return absl::OkStatus();
@@ -51,10 +53,14 @@ bool IsScalarShape(const std::vector<int64_t>& s) {
 std::string FormatLabel(const LinearWeight& w) {
   auto strategy = [&]() -> std::string {
     switch (w.strategy) {
-      case QuantStrategy::kTensor: return "tensor";
-      case QuantStrategy::kChannel: return "channel";
-      case QuantStrategy::kGroup: return absl::StrCat("g", w.group_size);
-      case QuantStrategy::kBlock: return absl::StrCat("block", w.block_rows, "x", w.block_cols);
+      case QuantStrategy::kTensor:
+        return "tensor";
+      case QuantStrategy::kChannel:
+        return "channel";
+      case QuantStrategy::kGroup:
+        return absl::StrCat("g", w.group_size);
+      case QuantStrategy::kBlock:
+        return absl::StrCat("block", w.block_rows, "x", w.block_cols);
     }
     return "?";
   };
@@ -167,13 +173,13 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
   }
   w->format = scheme.format;
   if (bias) {
-    SCORED_ASSIGN_OR_RETURN(w->bias, TakeChecked(module + ".bias", {out},
-                                                 {DType::kF32, DType::kF16, DType::kBF16}));
+    SCORED_ASSIGN_OR_RETURN(w->bias,
+                            TakeChecked(module + ".bias", {out}, {DType::kF32, DType::kF16, DType::kBF16}));
   }
   if (!scheme.quantized) {
     w->format = WeightFormat::kDense;
-    SCORED_ASSIGN_OR_RETURN(w->weight, TakeChecked(module + ".weight", {out, in},
-                                                   {DType::kF32, DType::kF16, DType::kBF16}));
+    SCORED_ASSIGN_OR_RETURN(
+        w->weight, TakeChecked(module + ".weight", {out, in}, {DType::kF32, DType::kF16, DType::kBF16}));
     return absl::OkStatus();
   }
   w->num_bits = scheme.num_bits;
@@ -202,15 +208,15 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
                                                        ", ", s1, "], expected [", out, ", ", in, "]"));
       }
       if (w->strategy == QuantStrategy::kGroup && !w->actorder_group && in % w->group_size != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": in_features ", in,
-                                                       " is not a multiple of group_size ", w->group_size));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": in_features ", in, " is not a multiple of group_size ", w->group_size));
       }
       SCORED_RETURN_IF_ERROR(LoadScale(w, module));
       const int64_t groups = w->weight_scale.shape.size() == 2 ? w->weight_scale.shape[1] : 1;
       if (!w->symmetric) {
-        SCORED_ASSIGN_OR_RETURN(w->weight_zero_point,
-                                TakeChecked(module + ".weight_zero_point", {CeilDiv(out * b, 32), groups},
-                                            {DType::kI32}));
+        SCORED_ASSIGN_OR_RETURN(
+            w->weight_zero_point,
+            TakeChecked(module + ".weight_zero_point", {CeilDiv(out * b, 32), groups}, {DType::kI32}));
       }
       if (w->actorder_group) {
         SCORED_ASSIGN_OR_RETURN(w->weight_g_idx, TakeChecked(module + ".weight_g_idx", {in}, {DType::kI32}));
@@ -237,26 +243,27 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
     case WeightFormat::kNaiveQuantized: {
       SCORED_ASSIGN_OR_RETURN(w->weight, TakeChecked(module + ".weight", {out, in}, {DType::kI8}));
       if (w->strategy == QuantStrategy::kGroup && in % w->group_size != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": in_features ", in,
-                                                       " is not a multiple of group_size ", w->group_size));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": in_features ", in, " is not a multiple of group_size ", w->group_size));
       }
       SCORED_RETURN_IF_ERROR(LoadScale(w, module));
       if (!w->symmetric) {
-        SCORED_ASSIGN_OR_RETURN(w->weight_zero_point, TakeChecked(module + ".weight_zero_point",
-                                                                  w->weight_scale.shape,
-                                                                  {DType::kI8, DType::kI32}));
+        SCORED_ASSIGN_OR_RETURN(
+            w->weight_zero_point,
+            TakeChecked(module + ".weight_zero_point", w->weight_scale.shape, {DType::kI8, DType::kI32}));
         SCORED_RETURN_IF_ERROR(CheckInt8ZeroPoints(w->weight_zero_point));
       }
       break;
     }
     case WeightFormat::kNvfp4PackQuantized: {
       if (in % 16 != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": in_features ", in, " is not a multiple of 16"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": in_features ", in, " is not a multiple of 16"));
       }
-      SCORED_ASSIGN_OR_RETURN(w->weight_packed, TakeChecked(module + ".weight_packed", {out, in / 2},
-                                                            {DType::kU8}));
-      SCORED_ASSIGN_OR_RETURN(w->weight_scale, TakeChecked(module + ".weight_scale", {out, in / 16},
-                                                           {DType::kF8E4M3}));
+      SCORED_ASSIGN_OR_RETURN(w->weight_packed,
+                              TakeChecked(module + ".weight_packed", {out, in / 2}, {DType::kU8}));
+      SCORED_ASSIGN_OR_RETURN(w->weight_scale,
+                              TakeChecked(module + ".weight_scale", {out, in / 16}, {DType::kF8E4M3}));
       SCORED_ASSIGN_OR_RETURN(w->weight_global_scale, Take(module + ".weight_global_scale"));
       if (w->weight_global_scale.dtype != DType::kF32 || !IsScalarShape(w->weight_global_scale.shape)) {
         return absl::InvalidArgumentError(absl::StrCat(w->weight_global_scale.file, ": tensor '",
@@ -295,8 +302,8 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
   SCORED_ASSIGN_OR_RETURN(m_->config_, LoadModelConfig(model_dir));
   const ModelConfig& c = m_->config_;
   if (c.has_quantization_config) {
-    SCORED_ASSIGN_OR_RETURN(quant_, ParseCompressedTensorsConfig(c.quantization_config_json,
-                                                                 model_dir + "/config.json"));
+    SCORED_ASSIGN_OR_RETURN(
+        quant_, ParseCompressedTensorsConfig(c.quantization_config_json, model_dir + "/config.json"));
   }
   SCORED_ASSIGN_OR_RETURN(m_->store_, TensorStore::Open(model_dir));
   const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
@@ -309,7 +316,8 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
   for (int64_t l = 0; l < c.num_layers; ++l) {
     LayerWeights& L = m_->layers_[static_cast<size_t>(l)];
     const std::string p = absl::StrCat("model.layers.", l, ".");
-    SCORED_ASSIGN_OR_RETURN(L.input_layernorm, TakeChecked(p + "input_layernorm.weight", {c.hidden_size}, kFloat));
+    SCORED_ASSIGN_OR_RETURN(L.input_layernorm,
+                            TakeChecked(p + "input_layernorm.weight", {c.hidden_size}, kFloat));
     SCORED_ASSIGN_OR_RETURN(L.post_attention_layernorm,
                             TakeChecked(p + "post_attention_layernorm.weight", {c.hidden_size}, kFloat));
     if (c.qk_norm) {
@@ -321,9 +329,12 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
     SCORED_RETURN_IF_ERROR(LoadLinear(p + "self_attn.k_proj", kv_out, c.hidden_size, b, &L.k_proj));
     SCORED_RETURN_IF_ERROR(LoadLinear(p + "self_attn.v_proj", kv_out, c.hidden_size, b, &L.v_proj));
     SCORED_RETURN_IF_ERROR(LoadLinear(p + "self_attn.o_proj", c.hidden_size, q_out, false, &L.o_proj));
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + "mlp.gate_proj", c.intermediate_size, c.hidden_size, false, &L.gate_proj));
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + "mlp.up_proj", c.intermediate_size, c.hidden_size, false, &L.up_proj));
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + "mlp.down_proj", c.hidden_size, c.intermediate_size, false, &L.down_proj));
+    SCORED_RETURN_IF_ERROR(
+        LoadLinear(p + "mlp.gate_proj", c.intermediate_size, c.hidden_size, false, &L.gate_proj));
+    SCORED_RETURN_IF_ERROR(
+        LoadLinear(p + "mlp.up_proj", c.intermediate_size, c.hidden_size, false, &L.up_proj));
+    SCORED_RETURN_IF_ERROR(
+        LoadLinear(p + "mlp.down_proj", c.hidden_size, c.intermediate_size, false, &L.down_proj));
   }
   if (c.tie_word_embeddings) {
     LinearWeight& h = m_->lm_head_;
@@ -347,8 +358,8 @@ void ModelWeightsLoader::Summarize() {
   std::map<std::string, int> labels;  // decoder linear format label -> count
   bool w4a4 = false;
   for (const LayerWeights& L : m_->layers_) {
-    for (const LinearWeight* w : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj,
-                                  &L.down_proj}) {
+    for (const LinearWeight* w :
+         {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
       s.decoder_linear_params += w->NumElements();
       decoder_bytes += w->StoredBytes();
       bias_params += w->bias.NumElements() * (w->bias.present() ? 1 : 0);

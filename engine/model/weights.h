@@ -32,33 +32,33 @@ enum class WeightFormat {
 enum class QuantStrategy { kTensor, kChannel, kGroup, kBlock };
 
 struct LinearWeight {
-  std::string module;        // e.g. "model.layers.0.self_attn.q_proj"
+  std::string module;  // e.g. "model.layers.0.self_attn.q_proj"
   int64_t out_features = 0;
   int64_t in_features = 0;
   WeightFormat format = WeightFormat::kDense;
 
   // Quantization parameters (meaningful when format != kDense).
-  int num_bits = 16;                 // 4 or 8 for pack-quantized; 4 for nvfp4; 8 for fp8/int8
+  int num_bits = 16;  // 4 or 8 for pack-quantized; 4 for nvfp4; 8 for fp8/int8
   bool symmetric = true;
   QuantStrategy strategy = QuantStrategy::kTensor;
-  int64_t group_size = 0;            // kGroup: elements of `in` per scale; nvfp4: 16
+  int64_t group_size = 0;                  // kGroup: elements of `in` per scale; nvfp4: 16
   int64_t block_rows = 0, block_cols = 0;  // kBlock (fp8): scale block shape, usually 128 x 128
-  bool actorder_group = false;       // weight_g_idx present: group of column k is g_idx[k]
-  bool w8a8_dynamic_fp8 = false;     // float-quantized with dynamic per-token FP8 input activations
+  bool actorder_group = false;             // weight_g_idx present: group of column k is g_idx[k]
+  bool w8a8_dynamic_fp8 = false;           // float-quantized with dynamic per-token FP8 input activations
   // w8a8_dynamic_fp8 only: 0 = one activation scale per token (strategy "token"); > 0 = one scale per
   // token per act_group_size consecutive input columns (strategy "group", e.g. 128 in FP8_BLOCK schemes).
   int64_t act_group_size = 0;
-  bool w4a4_run_weight_only = false; // nvfp4 W4A4 checkpoint (input_global_scale present), run as W4A16
+  bool w4a4_run_weight_only = false;  // nvfp4 W4A4 checkpoint (input_global_scale present), run as W4A16
 
   // Stored tensors (data == nullptr when absent).
-  TensorView weight;                 // kDense / kFloatQuantized / kNaiveQuantized
-  TensorView weight_packed;          // kPackQuantized / kNvfp4PackQuantized
+  TensorView weight;         // kDense / kFloatQuantized / kNaiveQuantized
+  TensorView weight_packed;  // kPackQuantized / kNvfp4PackQuantized
   TensorView weight_scale;
-  TensorView weight_zero_point;      // asymmetric only
-  TensorView weight_g_idx;           // actorder=group only
-  TensorView weight_global_scale;    // nvfp4 only: fp32 [1], a DIVISOR
-  TensorView input_global_scale;     // nvfp4 W4A4 only (ignored: weight-only run)
-  TensorView bias;                   // Qwen2 q/k/v bias, [out]; absent otherwise
+  TensorView weight_zero_point;    // asymmetric only
+  TensorView weight_g_idx;         // actorder=group only
+  TensorView weight_global_scale;  // nvfp4 only: fp32 [1], a DIVISOR
+  TensorView input_global_scale;   // nvfp4 W4A4 only (ignored: weight-only run)
+  TensorView bias;                 // Qwen2 q/k/v bias, [out]; absent otherwise
 
   // Decodes rows [row_begin, row_end) of W into out[(row - row_begin) * in_features + k], fp32.
   // Values are exactly compressed-tensors' decompression (DESIGN.md §6): for pack/naive/float-quantized
@@ -75,22 +75,22 @@ struct LinearWeight {
 };
 
 struct LayerWeights {
-  TensorView input_layernorm;           // [hidden_size]
-  TensorView post_attention_layernorm;  // [hidden_size]
-  TensorView q_norm, k_norm;            // Qwen3 only: [head_dim]; data == nullptr otherwise
+  TensorView input_layernorm;                   // [hidden_size]
+  TensorView post_attention_layernorm;          // [hidden_size]
+  TensorView q_norm, k_norm;                    // Qwen3 only: [head_dim]; data == nullptr otherwise
   LinearWeight q_proj, k_proj, v_proj, o_proj;  // [num_heads*head_dim | num_kv_heads*head_dim, hidden]
   LinearWeight gate_proj, up_proj, down_proj;   // [intermediate, hidden], [hidden, intermediate]
 };
 
 struct ModelSummary {
-  int64_t num_parameters = 0;           // logical (unpacked) count, embeddings and norms included
+  int64_t num_parameters = 0;  // logical (unpacked) count, embeddings and norms included
   int64_t decoder_linear_params = 0;
-  double bits_per_weight_decoder = 0.0; // 8 * stored bytes of decoder linears / decoder_linear_params
-  double bits_per_weight_head = 0.0;    // same for lm_head (tied: the embedding's)
-  int64_t resident_bytes = 0;           // all stored tensor bytes the engine keeps
-  std::string format;                   // short name, e.g. "w4a16-g128-sym", "nvfp4a16", "fp8-w8a8", "dense-f32"
-  std::string notes;                    // e.g. "W4A4 checkpoint run weight-only (NVFP4A16)"
-  std::string ToString() const;         // multi-line human summary for the startup log
+  double bits_per_weight_decoder = 0.0;  // 8 * stored bytes of decoder linears / decoder_linear_params
+  double bits_per_weight_head = 0.0;     // same for lm_head (tied: the embedding's)
+  int64_t resident_bytes = 0;            // all stored tensor bytes the engine keeps
+  std::string format;            // short name, e.g. "w4a16-g128-sym", "nvfp4a16", "fp8-w8a8", "dense-f32"
+  std::string notes;             // e.g. "W4A4 checkpoint run weight-only (NVFP4A16)"
+  std::string ToString() const;  // multi-line human summary for the startup log
 };
 
 class ModelWeights {

@@ -58,7 +58,7 @@ SCORED_REF_MULTIVERSION
 void QueryKeyDots(const float* q,   // [head_dim]
                   const float* kt,  // [head_dim, ld]
                   int64_t ld, int64_t head_dim, int64_t n,
-                  double* dots) {   // [n]
+                  double* dots) {  // [n]
   std::fill(dots, dots + n, 0.0);
   for (int64_t d = 0; d < head_dim; ++d) {
     const double qd = q[d];
@@ -93,7 +93,7 @@ float ScaleScores(const double* dots, int64_t n, double scale, float* scores) {
 // out[g, d, j] = in[j, g, d].
 void TransposeHeads(const float* in,  // [num_tokens, num_kv_heads, head_dim]
                     int64_t num_tokens, int64_t num_kv_heads, int64_t head_dim,
-                    float* out) {     // [num_kv_heads, head_dim, num_tokens]
+                    float* out) {  // [num_kv_heads, head_dim, num_tokens]
   for (int64_t j = 0; j < num_tokens; ++j)
     for (int64_t g = 0; g < num_kv_heads; ++g)
       for (int64_t d = 0; d < head_dim; ++d)
@@ -106,7 +106,7 @@ void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
                      const float* k,  // [num_tokens, num_kv_heads, head_dim]
                      const float* v,  // [num_tokens, num_kv_heads, head_dim]
                      int64_t num_tokens, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
-                     float* out,      // [num_tokens, num_heads, head_dim]
+                     float* out,  // [num_tokens, num_heads, head_dim]
                      ThreadPool* pool) {
   const int64_t group = num_heads / num_kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));

@@ -30,7 +30,7 @@ void LinearTokens(const float* x,     // [num_tokens, in_features]
                   const float* w,     // [out_features, in_features]
                   const float* bias,  // [out_features] or nullptr
                   int64_t t_begin, int64_t t_end, int64_t in_features, int64_t out_features,
-                  float* y) {         // [num_tokens, out_features]
+                  float* y) {                        // [num_tokens, out_features]
   std::vector<float> panel(in_features * kTileOut);  // [in_features, kTileOut]
   for (int64_t o0 = 0; o0 < out_features; o0 += kTileOut) {
     const int64_t width = std::min(kTileOut, out_features - o0);
@@ -82,7 +82,7 @@ void Linear(const float* x,     // [num_tokens, in_features]
             const float* w,     // [out_features, in_features]
             const float* bias,  // [out_features] or nullptr
             int64_t num_tokens, int64_t in_features, int64_t out_features,
-            float* y,           // [num_tokens, out_features]
+            float* y,  // [num_tokens, out_features]
             ThreadPool* pool) {
   // Split whole token tiles over the threads.
   const int64_t num_tiles = (num_tokens + kTileTokens - 1) / kTileTokens;

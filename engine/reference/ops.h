@@ -21,13 +21,13 @@ class ThreadPool;  // engine/reference/thread_pool.h; ops taking one split their
 absl::Status Embedding(const float* table,     // [vocab_size, hidden_size]
                        const int32_t* tokens,  // [num_tokens]
                        int64_t num_tokens, int64_t vocab_size, int64_t hidden_size,
-                       float* out);            // [num_tokens, hidden_size]
+                       float* out);  // [num_tokens, hidden_size]
 
 // out[t, i] = x[t, i] / sqrt(mean_i(x[t, :]^2) + eps) * weight[i]; the mean in double. out may alias x.
 void RmsNorm(const float* x,       // [num_tokens, hidden_size]
              const float* weight,  // [hidden_size]
              int64_t num_tokens, int64_t hidden_size, double eps,
-             float* out);          // [num_tokens, hidden_size]
+             float* out);  // [num_tokens, hidden_size]
 
 // Rotary frequencies inv_freq[i] for i < head_dim/2, as transformers computes them in fp32:
 // default 1/theta^(2i/d); linear: divided by factor; llama3: the wavelength-banded scaling.
@@ -51,7 +51,7 @@ void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
                      const float* k,  // [num_tokens, num_kv_heads, head_dim]
                      const float* v,  // [num_tokens, num_kv_heads, head_dim]
                      int64_t num_tokens, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
-                     float* out,      // [num_tokens, num_heads, head_dim]
+                     float* out,  // [num_tokens, num_heads, head_dim]
                      ThreadPool* pool = nullptr);
 
 // y[t, o] = sum_k x[t, k] * w[o, k] (+ bias[o]); dot products accumulated in double, rounded to fp32.
@@ -61,7 +61,7 @@ void Linear(const float* x,     // [num_tokens, in_features]
             const float* w,     // [out_features, in_features]
             const float* bias,  // [out_features] or nullptr
             int64_t num_tokens, int64_t in_features, int64_t out_features,
-            float* y,           // [num_tokens, out_features]
+            float* y,  // [num_tokens, out_features]
             ThreadPool* pool = nullptr);
 
 // out[t, i] = silu(gate[t, i]) * up[t, i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
@@ -96,8 +96,7 @@ struct TokenScore {
   std::vector<TopKEntry> top_k;
 };
 TokenScore ScoreLogits(const float* logits,  // [vocab_size]
-                       int64_t vocab_size, int32_t target, int32_t top_k, bool want_rank,
-                       bool want_entropy);
+                       int64_t vocab_size, int32_t target, int32_t top_k, bool want_rank, bool want_entropy);
 
 }  // namespace scored::ref
 

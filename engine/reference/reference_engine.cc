@@ -110,7 +110,7 @@ class ReferenceEngine : public Engine {
   // y = linear(x), with the W8A8 input quantization when the layer has it.
   void ApplyLinear(const DenseLinear& linear, const float* x,  // [n, in_features]
                    int64_t n,
-                   float* y) const;                            // [n, out_features]
+                   float* y) const;  // [n, out_features]
   // out[t, :] = RmsNorm(x[t, :]) for rows of `width` elements, rows split over the pool.
   void NormRows(const float* x, const std::vector<float>& weight, int64_t rows, int64_t width,
                 float* out) const;
@@ -118,11 +118,11 @@ class ReferenceEngine : public Engine {
   const ModelConfig config_;
   mutable ThreadPool pool_;
   ModelInfo info_;
-  std::vector<float> embed_;  // [vocab_size, hidden_size]
+  std::vector<float> embed_;       // [vocab_size, hidden_size]
   std::vector<float> final_norm_;  // [hidden_size]
   std::vector<float> inv_freq_;    // [head_dim / 2]
   std::vector<DenseLayer> layers_;
-  DenseLinear lm_head_;            // [vocab_size, hidden_size]
+  DenseLinear lm_head_;  // [vocab_size, hidden_size]
 };
 
 absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOptions& options) {
@@ -214,8 +214,7 @@ absl::Status ReferenceEngine::Validate(const ScoreRequest& request, size_t index
   const int64_t n = static_cast<int64_t>(request.tokens.size());
   const std::string where = absl::StrCat("sequence ", index, ": ");
   if (n > info_.max_seq_len) {
-    return absl::OutOfRangeError(
-        absl::StrCat(where, n, " tokens exceed max_seq_len ", info_.max_seq_len));
+    return absl::OutOfRangeError(absl::StrCat(where, n, " tokens exceed max_seq_len ", info_.max_seq_len));
   }
   if (n > info_.max_batch_tokens) {
     return absl::OutOfRangeError(
@@ -284,14 +283,14 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
   std::vector<int32_t> positions(n);
   for (int64_t t = 0; t < n; ++t) positions[t] = static_cast<int32_t>(t);
 
-  std::vector<float>& x = *hidden;                  // [n, hidden_size], the residual stream
+  std::vector<float>& x = *hidden;  // [n, hidden_size], the residual stream
   x.resize(n * c.hidden_size);
-  std::vector<float> normed(n * c.hidden_size);     // [n, hidden_size]
-  std::vector<float> q(n * q_width);                // [n, num_heads, head_dim]
-  std::vector<float> k(n * kv_width);               // [n, num_kv_heads, head_dim]
-  std::vector<float> v(n * kv_width);               // [n, num_kv_heads, head_dim]
-  std::vector<float> attn(n * q_width);             // [n, num_heads, head_dim]
-  std::vector<float> delta(n * c.hidden_size);      // [n, hidden_size]
+  std::vector<float> normed(n * c.hidden_size);      // [n, hidden_size]
+  std::vector<float> q(n * q_width);                 // [n, num_heads, head_dim]
+  std::vector<float> k(n * kv_width);                // [n, num_kv_heads, head_dim]
+  std::vector<float> v(n * kv_width);                // [n, num_kv_heads, head_dim]
+  std::vector<float> attn(n * q_width);              // [n, num_heads, head_dim]
+  std::vector<float> delta(n * c.hidden_size);       // [n, hidden_size]
   std::vector<float> gate(n * c.intermediate_size);  // [n, intermediate_size]
   std::vector<float> up(n * c.intermediate_size);    // [n, intermediate_size]
 

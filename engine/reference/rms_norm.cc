@@ -9,7 +9,7 @@ namespace scored::ref {
 void RmsNorm(const float* x,       // [num_tokens, hidden_size]
              const float* weight,  // [hidden_size]
              int64_t num_tokens, int64_t hidden_size, double eps,
-             float* out) {         // [num_tokens, hidden_size]
+             float* out) {  // [num_tokens, hidden_size]
   for (int64_t t = 0; t < num_tokens; ++t) {
     const float* row = x + t * hidden_size;
     double sum_sq = 0.0;

@@ -11,8 +11,7 @@
 namespace scored::ref {
 
 TokenScore ScoreLogits(const float* logits,  // [vocab_size]
-                       int64_t vocab_size, int32_t target, int32_t top_k, bool want_rank,
-                       bool want_entropy) {
+                       int64_t vocab_size, int32_t target, int32_t top_k, bool want_rank, bool want_entropy) {
   int64_t argmax = 0;
   for (int64_t j = 1; j < vocab_size; ++j) {
     if (logits[j] > logits[argmax]) argmax = j;

@@ -9,7 +9,7 @@ namespace scored::ref {
 void SwiGlu(const float* gate,  // [num_tokens, intermediate_size]
             const float* up,    // [num_tokens, intermediate_size]
             int64_t num_tokens, int64_t intermediate_size,
-            float* out) {       // [num_tokens, intermediate_size]
+            float* out) {  // [num_tokens, intermediate_size]
   const int64_t n = num_tokens * intermediate_size;
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];

@@ -41,8 +41,7 @@ std::vector<std::string_view> SplitLines(std::string_view text) {
   return lines;
 }
 
-int32_t FindToken(const std::string& content, const std::vector<AddedToken>& added,
-                  const BpeModel& model) {
+int32_t FindToken(const std::string& content, const std::vector<AddedToken>& added, const BpeModel& model) {
   for (const AddedToken& a : added) {
     if (a.content == content) return a.id;
   }
@@ -64,12 +63,12 @@ absl::Status ResolveSpecials(const HfTokenizerConfig& config, const SpecialDefau
   spec->bos_id = bos ? FindToken(*bos, spec->added_tokens, model) : defaults.template_bos;
   spec->eos_id = eos ? FindToken(*eos, spec->added_tokens, model) : -1;
   if (config.bos_token && spec->bos_id < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, ": bos_token '", *config.bos_token, "' (tokenizer config) is not a token"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": bos_token '", *config.bos_token, "' (tokenizer config) is not a token"));
   }
   if (config.eos_token && spec->eos_id < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, ": eos_token '", *config.eos_token, "' (tokenizer config) is not a token"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": eos_token '", *config.eos_token, "' (tokenizer config) is not a token"));
   }
   spec->add_bos = config.add_bos_token.value_or(defaults.add_bos);
   if (spec->add_bos && spec->bos_id < 0) {
@@ -82,8 +81,8 @@ absl::Status ResolveSpecials(const HfTokenizerConfig& config, const SpecialDefau
 // Merges the config's added tokens into `added` (those of tokenizer.json win on the same id).
 void MergeAddedTokens(const std::vector<AddedToken>& extra, std::vector<AddedToken>* added) {
   for (const AddedToken& t : extra) {
-    const bool present = std::any_of(added->begin(), added->end(),
-                                     [&t](const AddedToken& a) { return a.id == t.id; });
+    const bool present =
+        std::any_of(added->begin(), added->end(), [&t](const AddedToken& a) { return a.id == t.id; });
     if (!present) added->push_back(t);
   }
 }
@@ -112,18 +111,17 @@ struct PipelineConfig {
   bool add_prefix_space = false;
   std::string split_pattern;
   bool nfc = false;
-  bool prepend = false;        // legacy normalizer Prepend('▁') / Metaspace prepend
+  bool prepend = false;  // legacy normalizer Prepend('▁') / Metaspace prepend
   bool prepend_first_only = false;
   bool prepend_unless_present = false;
-  bool metaspace = false;      // Replace(' ' -> '▁') / Metaspace pre-tokenizer
+  bool metaspace = false;  // Replace(' ' -> '▁') / Metaspace pre-tokenizer
   bool metaspace_split = false;
   bool strip_leading_space = false;
   int32_t template_bos = -1;
 };
 
 absl::Status Unsupported(const std::string& path, const std::string& what, const json& j) {
-  return absl::UnimplementedError(
-      absl::StrCat(path, ": unsupported ", what, ": ", j.dump().substr(0, 200)));
+  return absl::UnimplementedError(absl::StrCat(path, ": unsupported ", what, ": ", j.dump().substr(0, 200)));
 }
 
 std::string TypeOf(const json& j) {
@@ -246,8 +244,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::st
   const json& m = *model_it;
   const std::string model_type = TypeOf(m);
   if (model_type != "BPE") {
-    return absl::UnimplementedError(absl::StrCat(path, ": model.type '", model_type,
-                                                 "' is not supported (BPE only)"));
+    return absl::UnimplementedError(
+        absl::StrCat(path, ": model.type '", model_type, "' is not supported (BPE only)"));
   }
   if (m.contains("dropout") && !m["dropout"].is_null() &&
       !(m["dropout"].is_number() && m["dropout"].get<double>() == 0.0)) {
@@ -417,8 +415,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadVocabMergesImpl(const std::string
     if (line.empty() || (line_no == 1 && line.substr(0, 8) == "#version")) continue;
     const size_t space = line.find(' ', 1);
     if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          merges_path, ": line ", line_no, ": expected two tokens separated by one space"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(merges_path, ": line ", line_no, ": expected two tokens separated by one space"));
     }
     merges.emplace_back(ToBytes(std::string(line.substr(0, space))),
                         ToBytes(std::string(line.substr(space + 1))));
@@ -427,8 +425,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadVocabMergesImpl(const std::string
   options.alphabet = BpeModel::Alphabet::kBytes;
   auto model = BpeModel::CreateFromMerges(std::move(tokens), merges, options);
   if (!model.ok()) {
-    return absl::Status(model.status().code(),
-                        absl::StrCat(merges_path, ": ", model.status().message()));
+    return absl::Status(model.status().code(), absl::StrCat(merges_path, ": ", model.status().message()));
   }
   SCORED_ASSIGN_OR_RETURN(const HfTokenizerConfig config, ReadHfTokenizerConfig(dir));
   BpeTokenizerSpec spec;
@@ -490,12 +487,16 @@ namespace {
 
 // Llama-3's special tokens, ids num_ranks + i (the reference tokenizer's order).
 std::vector<AddedToken> Llama3Specials(int32_t num_ranks) {
-  std::vector<std::string> names = {
-      "<|begin_of_text|>",           "<|end_of_text|>",
-      "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
-      "<|reserved_special_token_2|>", "<|reserved_special_token_3|>",
-      "<|start_header_id|>",         "<|end_header_id|>",
-      "<|reserved_special_token_4|>", "<|eot_id|>"};
+  std::vector<std::string> names = {"<|begin_of_text|>",
+                                    "<|end_of_text|>",
+                                    "<|reserved_special_token_0|>",
+                                    "<|reserved_special_token_1|>",
+                                    "<|reserved_special_token_2|>",
+                                    "<|reserved_special_token_3|>",
+                                    "<|start_header_id|>",
+                                    "<|end_header_id|>",
+                                    "<|reserved_special_token_4|>",
+                                    "<|eot_id|>"};
   constexpr int kNumSpecial = 256;
   for (int i = 5; names.size() < kNumSpecial; ++i) {
     names.push_back(absl::StrCat("<|reserved_special_token_", i, "|>"));
@@ -524,7 +525,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTiktoken(const std::string& dir) 
     const std::string rank_text(space == std::string_view::npos ? "" : line.substr(space + 1));
     const long rank = std::strtol(rank_text.c_str(), &end, 10);
     if (space == std::string_view::npos || rank_text.empty() || *end != '\0' || rank < 0 ||
-        rank > (1 << 24) || !absl::Base64Unescape(absl::string_view(line.data(), space), &token) || token.empty()) {
+        rank > (1 << 24) || !absl::Base64Unescape(absl::string_view(line.data(), space), &token) ||
+        token.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": line ", line_no, ": expected '<base64 token> <rank>'"));
     }

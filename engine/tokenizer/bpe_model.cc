@@ -35,8 +35,7 @@ absl::Status BpeModel::Init() {
     for (int b = 0; b < 256; ++b) {
       const int32_t id = TokenId(std::string(1, static_cast<char>(b)));
       if (id < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("byte-level vocabulary has no token for byte ", b));
+        return absl::InvalidArgumentError(absl::StrCat("byte-level vocabulary has no token for byte ", b));
       }
       byte_ids_[b] = id;
     }
@@ -70,18 +69,15 @@ absl::StatusOr<BpeModel> BpeModel::CreateFromMerges(
     const int32_t new_id = model.TokenId(a + b);
     if (a_id < 0 || b_id < 0 || new_id < 0) {
       const std::string& missing = a_id < 0 ? a : (b_id < 0 ? b : a + b);
-      return absl::InvalidArgumentError(absl::StrCat("merge ", rank, " ('", a, "' + '", b,
-                                                     "'): token '", missing,
-                                                     "' is not in the vocabulary"));
+      return absl::InvalidArgumentError(absl::StrCat("merge ", rank, " ('", a, "' + '", b, "'): token '",
+                                                     missing, "' is not in the vocabulary"));
     }
-    model.merges_.insert_or_assign(PairKey(a_id, b_id),
-                                   Merge{static_cast<int32_t>(rank), new_id});
+    model.merges_.insert_or_assign(PairKey(a_id, b_id), Merge{static_cast<int32_t>(rank), new_id});
   }
   return model;
 }
 
-absl::StatusOr<BpeModel> BpeModel::CreateFromRanks(std::vector<std::string> tokens,
-                                                   const Options& options) {
+absl::StatusOr<BpeModel> BpeModel::CreateFromRanks(std::vector<std::string> tokens, const Options& options) {
   BpeModel model;
   model.options_ = options;
   model.options_.alphabet = Alphabet::kBytes;

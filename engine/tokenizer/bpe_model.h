@@ -63,8 +63,7 @@ class BpeModel {
       const Options& options);
   // tiktoken: tokens[rank] are byte strings; two adjacent symbols may merge when their concatenation
   // is a token, with that token's rank (kBytes, ignore_merges as given).
-  static absl::StatusOr<BpeModel> CreateFromRanks(std::vector<std::string> tokens,
-                                                  const Options& options);
+  static absl::StatusOr<BpeModel> CreateFromRanks(std::vector<std::string> tokens, const Options& options);
 
   // Appends the ids of one pre-tokenized word. False (with *bad_char set to the code point) only
   // in kChars mode when a character has no token, no byte fallback and there is no unknown token.
@@ -93,7 +92,7 @@ class BpeModel {
   std::vector<std::string> tokens_;
   absl::flat_hash_map<std::string, int32_t> token_to_id_;
   absl::flat_hash_map<uint64_t, Merge> merges_;
-  std::array<int32_t, 256> byte_ids_{};           // kBytes: single-byte tokens; kChars: <0xNN>
+  std::array<int32_t, 256> byte_ids_{};              // kBytes: single-byte tokens; kChars: <0xNN>
   absl::flat_hash_map<uint32_t, int32_t> char_ids_;  // kChars: single-code-point tokens
 };
 

@@ -30,8 +30,7 @@ struct BpeTokenizer::EncodeState {
   std::string metaspaced;
 };
 
-absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel model,
-                                                                   BpeTokenizerSpec spec) {
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel model, BpeTokenizerSpec spec) {
   std::unique_ptr<BpeTokenizer> t(new BpeTokenizer(std::move(model), std::move(spec)));
   if (!t->spec_.split_pattern.empty()) {
     SCORED_ASSIGN_OR_RETURN(t->splitter_, RegexSplitter::Create(t->spec_.split_pattern));
@@ -60,10 +59,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
     t->metaspace_words_exact_ = true;
     for (int64_t id = 0; id < t->model_.size() && t->metaspace_words_exact_; ++id) {
       const std::string& tok = t->model_.token(static_cast<int32_t>(id));
-      for (size_t p = tok.find(kMetaspace, 1); p != std::string::npos;
-           p = tok.find(kMetaspace, p + 1)) {
-        if (p < kMetaspace.size() || tok.compare(p - kMetaspace.size(), kMetaspace.size(),
-                                                 kMetaspace) != 0) {
+      for (size_t p = tok.find(kMetaspace, 1); p != std::string::npos; p = tok.find(kMetaspace, p + 1)) {
+        if (p < kMetaspace.size() || tok.compare(p - kMetaspace.size(), kMetaspace.size(), kMetaspace) != 0) {
           t->metaspace_words_exact_ = false;
           break;
         }
@@ -116,9 +113,8 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text)
   size_t pos = 0;
   while (pos < text.size()) {
     size_t index = 0;
-    const size_t len = added_by_first_byte_[static_cast<uint8_t>(text[pos])].empty()
-                           ? 0
-                           : MatchAddedAt(text, pos, &index);
+    const size_t len =
+        added_by_first_byte_[static_cast<uint8_t>(text[pos])].empty() ? 0 : MatchAddedAt(text, pos, &index);
     if (len == 0) {
       ++pos;
       continue;
@@ -132,13 +128,12 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text)
     if (added.rstrip) {
       while (match_end < text.size() && IsAsciiSpace(text[match_end])) ++match_end;
     }
-    SCORED_RETURN_IF_ERROR(EncodeSegmentInto(
-        text.substr(segment_start, match_start - segment_start), segment_start == 0, &state, &ids));
+    SCORED_RETURN_IF_ERROR(EncodeSegmentInto(text.substr(segment_start, match_start - segment_start),
+                                             segment_start == 0, &state, &ids));
     ids.push_back(added.id);
     segment_start = pos = match_end;
   }
-  SCORED_RETURN_IF_ERROR(
-      EncodeSegmentInto(text.substr(segment_start), segment_start == 0, &state, &ids));
+  SCORED_RETURN_IF_ERROR(EncodeSegmentInto(text.substr(segment_start), segment_start == 0, &state, &ids));
   return ids;
 }
 
@@ -146,14 +141,14 @@ absl::Status BpeTokenizer::EncodeWordInto(std::string_view word, EncodeState* st
                                           std::vector<int32_t>* ids) const {
   uint32_t bad_char = 0;
   if (!model_.EncodeWord(word, &state->scratch, ids, &bad_char)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "character U+%04X has no token (no byte fallback, no unknown token)", bad_char));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("character U+%04X has no token (no byte fallback, no unknown token)", bad_char));
   }
   return absl::OkStatus();
 }
 
-absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_start,
-                                             EncodeState* state, std::vector<int32_t>* ids) const {
+absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_start, EncodeState* state,
+                                             std::vector<int32_t>* ids) const {
   if (segment.empty()) return absl::OkStatus();
   if (spec_.nfc) {
     SCORED_ASSIGN_OR_RETURN(state->normalized, NormalizeNfc(segment));
@@ -163,10 +158,9 @@ absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_s
     std::string& m = state->metaspaced;
     m.clear();
     m.reserve(segment.size() + 16);
-    const bool prepend =
-        spec_.metaspace_prepend && (!spec_.metaspace_prepend_first_only || at_start) &&
-        !(spec_.metaspace_prepend_unless_present &&
-          (segment[0] == ' ' || segment.substr(0, kMetaspace.size()) == kMetaspace));
+    const bool prepend = spec_.metaspace_prepend && (!spec_.metaspace_prepend_first_only || at_start) &&
+                         !(spec_.metaspace_prepend_unless_present &&
+                           (segment[0] == ' ' || segment.substr(0, kMetaspace.size()) == kMetaspace));
     if (prepend) m.append(kMetaspace);
     for (const char c : segment) {
       if (c == ' ') {
@@ -181,8 +175,7 @@ absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_s
       size_t word_start = 0;
       for (size_t p = s.find(kMetaspace, 1); p != std::string_view::npos;
            p = s.find(kMetaspace, p + kMetaspace.size())) {
-        if (p >= kMetaspace.size() &&
-            s.compare(p - kMetaspace.size(), kMetaspace.size(), kMetaspace) == 0) {
+        if (p >= kMetaspace.size() && s.compare(p - kMetaspace.size(), kMetaspace.size(), kMetaspace) == 0) {
           continue;  // inside a run of '▁': not a word start
         }
         SCORED_RETURN_IF_ERROR(EncodeCachedWordInto(s.substr(word_start, p - word_start), state, ids));
@@ -218,16 +211,14 @@ absl::Status BpeTokenizer::EncodeCachedWordInto(std::string_view word, EncodeSta
   const auto it = state->cache.find(absl::string_view(word.data(), word.size()));
   if (it != state->cache.end()) {
     const auto [offset, count] = it->second;
-    ids->insert(ids->end(), state->cache_ids.begin() + offset,
-                state->cache_ids.begin() + offset + count);
+    ids->insert(ids->end(), state->cache_ids.begin() + offset, state->cache_ids.begin() + offset + count);
     return absl::OkStatus();
   }
   const size_t before = ids->size();
   SCORED_RETURN_IF_ERROR(EncodeWordInto(word, state, ids));
   const int32_t offset = static_cast<int32_t>(state->cache_ids.size());
   state->cache_ids.insert(state->cache_ids.end(), ids->begin() + before, ids->end());
-  state->cache.emplace(std::string(word),
-                       std::make_pair(offset, static_cast<int32_t>(ids->size() - before)));
+  state->cache.emplace(std::string(word), std::make_pair(offset, static_cast<int32_t>(ids->size() - before)));
   return absl::OkStatus();
 }
 
@@ -237,8 +228,8 @@ absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids) 
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
     if (id < 0 || id >= vocab_size_) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " at position ", i,
-                                                     " is out of range [0, ", vocab_size_, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", id, " at position ", i, " is out of range [0, ", vocab_size_, ")"));
     }
     if (added_of_id_[id] >= 0) {
       out.append(spec_.added_tokens[added_of_id_[id]].content);

@@ -61,8 +61,7 @@ class BpeTokenizer : public Tokenizer {
  public:
   // INVALID_ARGUMENT if an added token's id is negative or its content empty, or the split
   // pattern does not compile.
-  static absl::StatusOr<std::unique_ptr<BpeTokenizer>> Create(BpeModel model,
-                                                              BpeTokenizerSpec spec);
+  static absl::StatusOr<std::unique_ptr<BpeTokenizer>> Create(BpeModel model, BpeTokenizerSpec spec);
 
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;
@@ -75,13 +74,11 @@ class BpeTokenizer : public Tokenizer {
   std::string fingerprint() const override { return spec_.fingerprint; }
 
  private:
-  BpeTokenizer(BpeModel model, BpeTokenizerSpec spec)
-      : model_(std::move(model)), spec_(std::move(spec)) {}
+  BpeTokenizer(BpeModel model, BpeTokenizerSpec spec) : model_(std::move(model)), spec_(std::move(spec)) {}
   struct EncodeState;  // working memory of one Encode call
   absl::Status EncodeSegmentInto(std::string_view segment, bool at_start, EncodeState* state,
                                  std::vector<int32_t>* ids) const;
-  absl::Status EncodeWordInto(std::string_view word, EncodeState* state,
-                              std::vector<int32_t>* ids) const;
+  absl::Status EncodeWordInto(std::string_view word, EncodeState* state, std::vector<int32_t>* ids) const;
   // EncodeWordInto through the per-call word cache.
   absl::Status EncodeCachedWordInto(std::string_view word, EncodeState* state,
                                     std::vector<int32_t>* ids) const;
@@ -97,8 +94,8 @@ class BpeTokenizer : public Tokenizer {
   // of a '▁' run, so the segment may be cut there into words without changing the result; the
   // short words then hit the word cache (measured ~x10 on wiki.test.raw, see tests/bench/tokenizer).
   bool metaspace_words_exact_ = false;
-  std::vector<int32_t> added_of_id_;        // [vocab_size] index into spec_.added_tokens, or -1
-  std::vector<int64_t> byte_length_;        // [vocab_size] TokenByteLength
+  std::vector<int32_t> added_of_id_;                      // [vocab_size] index into spec_.added_tokens, or -1
+  std::vector<int64_t> byte_length_;                      // [vocab_size] TokenByteLength
   std::vector<std::vector<size_t>> added_by_first_byte_;  // [256] added tokens, longest first
 };
 

@@ -34,8 +34,7 @@ absl::StatusOr<std::optional<std::string>> TokenField(const json& j, const char*
 absl::StatusOr<AddedToken> ParseAddedToken(const json& j, const std::string& path) {
   AddedToken t;
   const auto content = j.find("content");
-  if (!j.is_object() || content == j.end() || !content->is_string() ||
-      content->get<std::string>().empty()) {
+  if (!j.is_object() || content == j.end() || !content->is_string() || content->get<std::string>().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": an added token needs a non-empty string 'content'"));
   }

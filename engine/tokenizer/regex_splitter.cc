@@ -26,8 +26,8 @@ absl::StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(const std::
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                                    PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
   if (code == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("split regex does not compile at offset ",
-                                                   offset, ": ", Pcre2Message(error)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("split regex does not compile at offset ", offset, ": ", Pcre2Message(error)));
   }
   // JIT is an optimisation only: without it (unsupported platform) the interpreter runs.
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
@@ -36,22 +36,21 @@ absl::StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(const std::
   return splitter;
 }
 
-absl::Status RegexSplitter::Split(std::string_view text,
-                                  std::vector<std::string_view>* pieces) const {
+absl::Status RegexSplitter::Split(std::string_view text, std::vector<std::string_view>* pieces) const {
   auto* code = static_cast<pcre2_code*>(code_);
   std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> match(
       pcre2_match_data_create_from_pattern(code, nullptr), pcre2_match_data_free);
   if (match == nullptr) return absl::ResourceExhaustedError("cannot allocate PCRE2 match data");
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t pos = 0;     // where the next search starts
+  size_t pos = 0;      // where the next search starts
   size_t emitted = 0;  // text[0, emitted) is in pieces
   while (pos < text.size()) {
     int rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, match.get(), nullptr);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
       // Long runs (e.g. of whitespace under a lookahead) can exceed the JIT's default stack; the
       // interpreter keeps its backtracking state on the heap.
-      rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                       match.get(), nullptr);
+      rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, match.get(),
+                       nullptr);
     }
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) return absl::InternalError(absl::StrCat("split regex: ", Pcre2Message(rc)));

@@ -35,9 +35,10 @@ int PieceToByte(std::string_view piece) {
 
 absl::Status CheckIdentity(const Proto::Normalizer& n, const char* what) {
   if (n.precompiled_charsmap.empty() && n.normalization_rule_tsv.empty()) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(
-      what, " '", n.name, "' (a precompiled character map / rule table) is not supported; only "
-      "identity normalization is implemented"));
+  return absl::UnimplementedError(
+      absl::StrCat(what, " '", n.name,
+                   "' (a precompiled character map / rule table) is not supported; only "
+                   "identity normalization is implemented"));
 }
 
 const char* ModelTypeName(int32_t t) {
@@ -57,9 +58,8 @@ const char* ModelTypeName(int32_t t) {
 
 absl::StatusOr<SentencePieceBpe> SentencePieceBpe::Create(SentencePieceProto proto) {
   if (proto.model_type != Proto::kBpe) {
-    return absl::UnimplementedError(absl::StrCat("SentencePiece model_type ",
-                                                 ModelTypeName(proto.model_type), " (",
-                                                 proto.model_type, ") is not supported (BPE only)"));
+    return absl::UnimplementedError(absl::StrCat("SentencePiece model_type ", ModelTypeName(proto.model_type),
+                                                 " (", proto.model_type, ") is not supported (BPE only)"));
   }
   if (absl::Status s = CheckIdentity(proto.normalizer, "normalizer"); !s.ok()) return s;
   if (absl::Status s = CheckIdentity(proto.denormalizer, "denormalizer"); !s.ok()) return s;
@@ -86,14 +86,11 @@ absl::StatusOr<SentencePieceBpe> SentencePieceBpe::Create(SentencePieceProto pro
           absl::StrCat("piece ", i, " ('", p.piece, "') has unknown type ", p.type));
     }
     if (std::isnan(p.score)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("piece ", i, " ('", p.piece, "') has a NaN score"));
+      return absl::InvalidArgumentError(absl::StrCat("piece ", i, " ('", p.piece, "') has a NaN score"));
     }
-    const bool normal =
-        p.type == Proto::kNormal || p.type == Proto::kUserDefined || p.type == Proto::kUnused;
+    const bool normal = p.type == Proto::kNormal || p.type == Proto::kUserDefined || p.type == Proto::kUnused;
     if (!(normal ? m.normal_ids_ : m.reserved_ids_).emplace(p.piece, id).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("piece ", i, " ('", p.piece, "') is already defined"));
+      return absl::InvalidArgumentError(absl::StrCat("piece ", i, " ('", p.piece, "') is already defined"));
     }
     if (p.type == Proto::kUserDefined) {
       m.has_user_defined_ = true;
@@ -102,15 +99,15 @@ absl::StatusOr<SentencePieceBpe> SentencePieceBpe::Create(SentencePieceProto pro
     if (p.type == Proto::kUnused) m.has_unused_ = true;
     if (p.type == Proto::kUnknown) {
       if (m.unk_id_ >= 0) {
-        return absl::InvalidArgumentError(absl::StrCat("piece ", i, " ('", p.piece,
-                                                       "'): the unknown piece is already defined"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("piece ", i, " ('", p.piece, "'): the unknown piece is already defined"));
       }
       m.unk_id_ = id;
     }
     if (p.type == Proto::kByte) {
       if (!proto.byte_fallback) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "byte piece ", i, " ('", p.piece, "') is present although byte_fallback is false"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("byte piece ", i, " ('", p.piece, "') is present although byte_fallback is false"));
       }
       if (PieceToByte(p.piece) < 0) {
         return absl::InvalidArgumentError(
@@ -148,8 +145,7 @@ absl::StatusOr<SentencePieceBpe> SentencePieceBpe::Create(SentencePieceProto pro
   return m;
 }
 
-int32_t SentencePieceBpe::Find(const absl::flat_hash_map<std::string, int32_t>& map,
-                               std::string_view s) {
+int32_t SentencePieceBpe::Find(const absl::flat_hash_map<std::string, int32_t>& map, std::string_view s) {
   const auto it = map.find(absl::string_view(s.data(), s.size()));
   return it == map.end() ? -1 : it->second;
 }
@@ -174,8 +170,7 @@ void SentencePieceBpe::Normalize(std::string_view text, std::string* out) const 
   auto unit = [&](size_t pos) -> std::string_view {
     size_t n = has_user_defined_ ? MatchUserDefined(text, pos) : 0;
     if (n == 0) {
-      n = std::min<size_t>(Utf8SequenceLength(static_cast<unsigned char>(text[pos])),
-                           text.size() - pos);
+      n = std::min<size_t>(Utf8SequenceLength(static_cast<unsigned char>(text[pos])), text.size() - pos);
     }
     return text.substr(pos, n);
   };
@@ -218,8 +213,7 @@ void SentencePieceBpe::Normalize(std::string_view text, std::string* out) const 
   }
 }
 
-void SentencePieceBpe::MaybePush(std::string_view word, int32_t left, int32_t right,
-                                 Scratch* scratch) const {
+void SentencePieceBpe::MaybePush(std::string_view word, int32_t left, int32_t right, Scratch* scratch) const {
   if (left < 0 || right < 0) return;
   const Scratch::Symbol& l = scratch->symbols[left];
   const Scratch::Symbol& r = scratch->symbols[right];
@@ -234,8 +228,8 @@ void SentencePieceBpe::MaybePush(std::string_view word, int32_t left, int32_t ri
   }
 }
 
-void SentencePieceBpe::Emit(std::string_view word, int32_t begin, int32_t len,
-                            const Scratch& scratch, std::vector<int32_t>* ids) const {
+void SentencePieceBpe::Emit(std::string_view word, int32_t begin, int32_t len, const Scratch& scratch,
+                            std::vector<int32_t>* ids) const {
   const std::string_view s = word.substr(begin, len);
   const int32_t id = PieceToId(s);
   if (has_unused_ && pieces_[id].type == Proto::kUnused) {
@@ -266,8 +260,7 @@ void SentencePieceBpe::EncodeNormalized(std::string_view word, Scratch* scratch,
     size_t len = has_user_defined_ ? MatchUserDefined(word, pos) : 0;
     const bool freeze = len > 0;
     if (!freeze) {
-      len = std::min<size_t>(Utf8SequenceLength(static_cast<unsigned char>(word[pos])),
-                             word.size() - pos);
+      len = std::min<size_t>(Utf8SequenceLength(static_cast<unsigned char>(word[pos])), word.size() - pos);
     }
     const int32_t n = static_cast<int32_t>(symbols.size());
     symbols.push_back({static_cast<int32_t>(pos), static_cast<int32_t>(len), n - 1, -1, freeze});

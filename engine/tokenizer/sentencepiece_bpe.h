@@ -47,7 +47,7 @@ class SentencePieceBpe {
       int32_t len;    // bytes; 0 once merged into its left neighbour
       int32_t prev;
       int32_t next;
-      bool freeze;    // a user-defined piece: never merged
+      bool freeze;  // a user-defined piece: never merged
     };
     struct Pair {
       float score;
@@ -71,8 +71,7 @@ class SentencePieceBpe {
   // Appends the normalized form of `text` (valid UTF-8) to *out.
   void Normalize(std::string_view text, std::string* out) const;
   // Appends the ids of a normalized text (or of a word of it, see words_split_exact()).
-  void EncodeNormalized(std::string_view normalized, Scratch* scratch,
-                        std::vector<int32_t>* ids) const;
+  void EncodeNormalized(std::string_view normalized, Scratch* scratch, std::vector<int32_t>* ids) const;
   // Appends the decoded text of ids (all in range; control ids render as "").
   void DecodeRun(absl::Span<const int32_t> ids, std::string* out) const;
 
@@ -103,7 +102,7 @@ class SentencePieceBpe {
   SentencePieceProto::Normalizer normalizer_;
   bool byte_fallback_ = false;
   std::string unk_surface_;
-  std::string space_;  // "▁" when escape_whitespaces, else " "
+  std::string space_;                                       // "▁" when escape_whitespaces, else " "
   absl::flat_hash_map<std::string, int32_t> normal_ids_;    // NORMAL, USER_DEFINED, UNUSED
   absl::flat_hash_map<std::string, int32_t> reserved_ids_;  // CONTROL, UNKNOWN, BYTE
   std::vector<std::vector<int32_t>> user_by_first_byte_;    // [256] user-defined ids, longest first

@@ -52,20 +52,18 @@ class WireReader {
         return absl::OkStatus();
       }
       default:
-        return Error(absl::StrCat("field ", field->number, " has unsupported wire type ",
-                                  field->wire_type));
+        return Error(absl::StrCat("field ", field->number, " has unsupported wire type ", field->wire_type));
     }
   }
 
   absl::Status Expect(const Field& field, uint32_t wire_type) const {
     if (field.wire_type == wire_type) return absl::OkStatus();
-    return Error(absl::StrCat("field ", field.number, " has wire type ", field.wire_type,
-                              ", expected ", wire_type));
+    return Error(
+        absl::StrCat("field ", field.number, " has wire type ", field.wire_type, ", expected ", wire_type));
   }
 
   absl::Status Error(const std::string& what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed ", message_, " at byte ", pos_, ": ", what));
+    return absl::InvalidArgumentError(absl::StrCat("malformed ", message_, " at byte ", pos_, ": ", what));
   }
 
  private:

@@ -69,8 +69,7 @@ class SentencePieceTokenizer : public Tokenizer {
     const std::string_view s = normalized;
     const std::string_view space = model_.space_symbol();
     size_t word_start = 0;
-    for (size_t p = s.find(space, 1); p != std::string_view::npos;
-         p = s.find(space, p + space.size())) {
+    for (size_t p = s.find(space, 1); p != std::string_view::npos; p = s.find(space, p + space.size())) {
       if (p >= space.size() && s.compare(p - space.size(), space.size(), space) == 0) {
         continue;  // inside a run of spaces: not a word start
       }
@@ -87,8 +86,8 @@ class SentencePieceTokenizer : public Tokenizer {
     for (size_t i = 0; i < ids.size(); ++i) {
       const int32_t id = ids[i];
       if (id < 0 || id >= vocab_size_) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "token id ", id, " at position ", i, " is out of range [0, ", vocab_size_, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", id, " at position ", i, " is out of range [0, ", vocab_size_, ")"));
       }
       if (model_.type(id) == SentencePieceProto::kControl) {
         model_.DecodeRun(ids.subspan(run_start, i - run_start), &out);
@@ -115,13 +114,12 @@ class SentencePieceTokenizer : public Tokenizer {
     SCORED_ASSIGN_OR_RETURN(const std::string bytes, ReadFileBytes(path));
     auto proto = ParseSentencePieceProto(bytes);
     if (!proto.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": not a valid SentencePiece model: ",
-                                                     proto.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": not a valid SentencePiece model: ", proto.status().message()));
     }
     auto model = SentencePieceBpe::Create(*std::move(proto));
     if (!model.ok()) {
-      return absl::Status(model.status().code(),
-                          absl::StrCat(path, ": ", model.status().message()));
+      return absl::Status(model.status().code(), absl::StrCat(path, ": ", model.status().message()));
     }
     std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer(*std::move(model)));
     const SentencePieceBpe& m = t->model_;
@@ -153,8 +151,8 @@ class SentencePieceTokenizer : public Tokenizer {
       if (!name) return absl::OkStatus();
       const int32_t found = m.PieceToId(*name);
       if (m.piece(found) != *name) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            dir, ": ", what, " '", *name, "' (tokenizer config) is not a piece of ", path));
+        return absl::InvalidArgumentError(
+            absl::StrCat(dir, ": ", what, " '", *name, "' (tokenizer config) is not a piece of ", path));
       }
       *id = found;
       return absl::OkStatus();

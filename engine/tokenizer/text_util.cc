@@ -54,8 +54,7 @@ absl::Status ValidateUtf8(std::string_view text) {
     }
     if (ok && (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))) ok = false;
     if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("text is not valid UTF-8 at byte offset ", i));
+      return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 at byte offset ", i));
     }
     i += len;
   }
@@ -139,13 +138,11 @@ namespace {
 
 absl::Status AppendNfc(std::string_view chunk, std::string* out) {
   utf8proc_uint8_t* nfc = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(
-      reinterpret_cast<const utf8proc_uint8_t*>(chunk.data()),
-      static_cast<utf8proc_ssize_t>(chunk.size()), &nfc,
-      static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(chunk.data()),
+                                          static_cast<utf8proc_ssize_t>(chunk.size()), &nfc,
+                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   if (n < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("NFC normalization failed: ", utf8proc_errmsg(n)));
+    return absl::InvalidArgumentError(absl::StrCat("NFC normalization failed: ", utf8proc_errmsg(n)));
   }
   out->append(reinterpret_cast<const char*>(nfc), static_cast<size_t>(n));
   std::free(nfc);

@@ -37,8 +37,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& di
     auto json = tokenizer_internal::LoadHfTokenizerJson(dir);
     // A tokenizer.json using a feature we lack (e.g. a Unigram model) next to a tokenizer.model:
     // fall back to the latter, which the same models ship for the same vocabulary.
-    if (json.ok() || json.status().code() != absl::StatusCode::kUnimplemented ||
-        !FileExists(model_path)) {
+    if (json.ok() || json.status().code() != absl::StatusCode::kUnimplemented || !FileExists(model_path)) {
       return json;
     }
     SCORED_LOG(WARNING) << json.status().message() << "; using " << model_path << " instead";

@@ -53,11 +53,11 @@ class Tokenizer {
   // Which file(s) of a folder to load, for folders holding several formats (e.g. Llama-2's
   // tokenizer.json next to its tokenizer.model, which differ on literal "<s>" text).
   enum class Format {
-    kAuto,            // as Load(dir)
-    kHfTokenizerJson, // tokenizer.json
-    kSentencePiece,   // tokenizer.model (SentencePiece ModelProto)
-    kTiktoken,        // tokenizer.model (tiktoken "base64 rank" lines)
-    kVocabMerges,     // vocab.json + merges.txt
+    kAuto,             // as Load(dir)
+    kHfTokenizerJson,  // tokenizer.json
+    kSentencePiece,    // tokenizer.model (SentencePiece ModelProto)
+    kTiktoken,         // tokenizer.model (tiktoken "base64 rank" lines)
+    kVocabMerges,      // vocab.json + merges.txt
   };
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& dir, Format format);
 
@@ -74,13 +74,14 @@ class Tokenizer {
   // used for bits-per-byte. 0 for special/control tokens.
   virtual int64_t TokenByteLength(int32_t id) const = 0;
 
-  virtual int64_t vocab_size() const = 0;   // ids are in [0, vocab_size)
-  virtual int32_t bos_id() const = 0;       // -1 if none
-  virtual int32_t eos_id() const = 0;       // -1 if none
+  virtual int64_t vocab_size() const = 0;  // ids are in [0, vocab_size)
+  virtual int32_t bos_id() const = 0;      // -1 if none
+  virtual int32_t eos_id() const = 0;      // -1 if none
   // Whether "tokenize with BOS" prepends BOS by default (tokenizer_config add_bos_token, or the
   // Llama-3 convention of a begin_of_text token; SentencePiece default true).
   virtual bool add_bos_by_default() const = 0;
-  virtual std::string kind() const = 0;     // "sentencepiece", "hf-bpe-bytelevel", "hf-bpe-metaspace", "tiktoken"
+  virtual std::string kind()
+      const = 0;  // "sentencepiece", "hf-bpe-bytelevel", "hf-bpe-metaspace", "tiktoken"
   // Hex SHA-256 (64 lowercase chars) of the concatenated bytes of the tokenizer's files, i.e.
   // `cat FILES | sha256sum`, in this order: the model file(s) (tokenizer.json | tokenizer.model |
   // vocab.json merges.txt), then whichever of tokenizer_config.json, special_tokens_map.json,

@@ -178,10 +178,8 @@ struct MethodGolden {
   double sum_logprob;
 };
 constexpr MethodGolden kShortMethodGoldens[] = {
-    {"exl3", 8176, -40063.43190886802},
-    {"gptq", 8176, -38272.663161787241},
-    {"hf", 4351, -21623.246066512158},
-    {"llamacpp", 4080, -18867.237467113937},
+    {"exl3", 8176, -40063.43190886802},    {"gptq", 8176, -38272.663161787241},
+    {"hf", 4351, -21623.246066512158},     {"llamacpp", 4080, -18867.237467113937},
     {"rolling", 8192, -38122.68811108511},
 };
 
@@ -219,9 +217,9 @@ TEST_F(PplE2eTest, ReferenceMethods) {
                            short_run ? kShortMethodWindows : p.value("max_windows", int64_t{0}));
     auto report = RunPpl(o);
     ASSERT_TRUE(report.ok()) << report.status();
-    std::printf("[ measured ] %s, %lld windows: num_scored %lld, sum_logprob %.17g, ppl %.17g\n", name.c_str(),
-                static_cast<long long>(report->num_windows), static_cast<long long>(report->num_scored),
-                report->sum_logprob, report->ppl);
+    std::printf("[ measured ] %s, %lld windows: num_scored %lld, sum_logprob %.17g, ppl %.17g\n",
+                name.c_str(), static_cast<long long>(report->num_windows),
+                static_cast<long long>(report->num_scored), report->sum_logprob, report->ppl);
     EXPECT_EQ(report->num_windows, want_windows);
     EXPECT_EQ(report->num_scored, want_scored);
     ExpectRelNear(report->sum_logprob, want_sum, kPplRelTol, "sum_logprob");

@@ -135,8 +135,12 @@ bool WaitForRecords(const std::string& journal, int64_t records, pid_t child) {
 std::vector<std::string> PplArgs(int port, const std::string& json_path) {
   return {absl::StrCat("--server=127.0.0.1:", port),
           std::string("--data=") + SCORED_DATA_DIR + "/wikitext-2-raw/wiki.test.raw",
-          "--method=chunks", "--ctx=512", absl::StrCat("--max_windows=", NumWindows()), "--inflight=2",
-          "--quiet", "--json=" + json_path};
+          "--method=chunks",
+          "--ctx=512",
+          absl::StrCat("--max_windows=", NumWindows()),
+          "--inflight=2",
+          "--quiet",
+          "--json=" + json_path};
 }
 
 void ExpectSameResults(const nlohmann::json& got, const nlohmann::json& want) {
@@ -255,8 +259,8 @@ TEST_F(PplResumeE2eTest, ClientKilledAndRerunWithTheJournal) {
               static_cast<long long>(at_kill), static_cast<long long>(NumWindows()));
 }
 
-// The journal identifies the data file by its bytes (SHA-256), not its timestamp: a touched copy resumes (here
-// the finished journal: nothing left to score), an edit of the same size is refused naming data_sha256.
+// The journal identifies the data file by its bytes (SHA-256), not its timestamp: a touched copy resumes
+// (here the finished journal: nothing left to score), an edit of the same size is refused naming data_sha256.
 TEST_F(PplResumeE2eTest, DataFileIdentityIsItsContent) {
   const std::string data = *dir_ + "/ppl_resume_data.raw";
   const std::string journal = *dir_ + "/ppl_resume_data.journal";
@@ -270,8 +274,14 @@ TEST_F(PplResumeE2eTest, DataFileIdentityIsItsContent) {
   };
   write(text);
   std::remove(journal.c_str());
-  std::vector<std::string> args = {absl::StrCat("--server=127.0.0.1:", port_), "--data=" + data, "--method=chunks",
-                                   "--ctx=512", "--max_windows=20", "--inflight=2", "--quiet", "--json=" + json,
+  std::vector<std::string> args = {absl::StrCat("--server=127.0.0.1:", port_),
+                                   "--data=" + data,
+                                   "--method=chunks",
+                                   "--ctx=512",
+                                   "--max_windows=20",
+                                   "--inflight=2",
+                                   "--quiet",
+                                   "--json=" + json,
                                    "--journal=" + journal};
   ASSERT_EQ(WaitChild(SpawnPpl(args, *dir_ + "/ppl_resume_data.out", err), kRunBound), 0) << ReadText(err);
   ASSERT_EQ(CountLines(journal) - 1, 20);

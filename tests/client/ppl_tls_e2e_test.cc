@@ -40,15 +40,15 @@ bool HaveOpenssl() { return std::system("openssl version > /dev/null 2>&1") == 0
 bool MakeCerts(const std::string& dir, std::string* log) {
   const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
   const std::string script = absl::StrCat(
-      "set -e; cd '", dir, "'\n",
-      "openssl req -x509 ", ec, " -keyout ca.key -out ca.pem -days 30 -subj '/CN=scored-ppl test CA' ",
+      "set -e; cd '", dir, "'\n", "openssl req -x509 ", ec,
+      " -keyout ca.key -out ca.pem -days 30 -subj '/CN=scored-ppl test CA' ",
       "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign\n",
       "openssl req -new ", ec, " -keyout server.key -out server.csr -subj '/CN=localhost'\n",
       "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n",
       "extendedKeyUsage=serverAuth\\n' > server.ext\n",
       "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -set_serial 2 -days 30 ",
-      "-extfile server.ext -out server.pem\n",
-      "openssl req -new ", ec, " -keyout client.key -out client.csr -subj '/CN=scored-ppl test client'\n",
+      "-extfile server.ext -out server.pem\n", "openssl req -new ", ec,
+      " -keyout client.key -out client.csr -subj '/CN=scored-ppl test client'\n",
       "printf 'basicConstraints=CA:FALSE\\nextendedKeyUsage=clientAuth\\n' > client.ext\n",
       "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -set_serial 3 -days 30 ",
       "-extfile client.ext -out client.pem\n");
@@ -60,10 +60,10 @@ bool MakeCerts(const std::string& dir, std::string* log) {
 
 // Runs scored-ppl with `flags`; returns its exit code (stderr in `err_path`).
 int RunPpl(const std::string& flags, const std::string& err_path) {
-  const std::string cmd = absl::StrCat(SCORED_BINARY_DIR, "/client/ppl/scored-ppl ", flags, " --data ",
-                                       SCORED_DATA_DIR, "/wikitext-2-raw/wiki.test.raw",
-                                       " --method chunks --ctx 512 --max_windows 20 --quiet > /dev/null 2> ",
-                                       err_path);
+  const std::string cmd =
+      absl::StrCat(SCORED_BINARY_DIR, "/client/ppl/scored-ppl ", flags, " --data ", SCORED_DATA_DIR,
+                   "/wikitext-2-raw/wiki.test.raw",
+                   " --method chunks --ctx 512 --max_windows 20 --quiet > /dev/null 2> ", err_path);
   const int status = std::system(cmd.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
@@ -79,21 +79,21 @@ TEST(PplTlsE2eTest, MutualTlsWithTokenScoresAndRefusesWithoutCredentials) {
 
   testing::ScoredProcessOptions options;
   options.args = {"--model=" + testing::StoriesModelDir(), "--backend=cpu",
-                  "--tls_cert=" + dir + "/server.pem", "--tls_key=" + dir + "/server.key",
-                  "--tls_client_ca=" + dir + "/ca.pem", "--auth_token_file=" + dir + "/token"};
+                  "--tls_cert=" + dir + "/server.pem",     "--tls_key=" + dir + "/server.key",
+                  "--tls_client_ca=" + dir + "/ca.pem",    "--auth_token_file=" + dir + "/token"};
   options.wait_for_serving = false;  // the helper's health probe speaks plaintext
   auto proc = testing::ScoredProcess::Start(options);
   ASSERT_TRUE(proc.ok()) << proc.status();
   const std::string server = " --server " + (*proc)->grpc_address();
-  const std::string tls = " --tls_ca " + dir + "/ca.pem --tls_cert " + dir + "/client.pem --tls_key " +
-                          dir + "/client.key";
+  const std::string tls =
+      " --tls_ca " + dir + "/ca.pem --tls_cert " + dir + "/client.pem --tls_key " + dir + "/client.key";
   const std::string err = dir + "/ppl.err";
 
   const std::string json_path = dir + "/report.json";
-  ASSERT_EQ(RunPpl(server + tls + " --auth_token_file " + dir + "/token --connect_timeout_s 60 --json " +
-                       json_path,
-                   err),
-            0)
+  ASSERT_EQ(
+      RunPpl(server + tls + " --auth_token_file " + dir + "/token --connect_timeout_s 60 --json " + json_path,
+             err),
+      0)
       << ReadText(err);
   const nlohmann::json report = nlohmann::json::parse(ReadText(json_path));
   EXPECT_EQ(report["num_windows"].get<int64_t>(), 20);

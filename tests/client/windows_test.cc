@@ -241,8 +241,8 @@ TEST(DatasetTest, WikiTextRows) {
 // The real test split: 4358 rows (HF wikitext-2-raw-v1 test), 2891 of them non-empty (counted with
 // Python's `row if row.strip() else ""` over the file's lines).
 TEST(DatasetTest, WikiTextTestFile) {
-  auto ds = LoadDataset(std::string(SCORED_DATA_DIR) + "/wikitext-2-raw/wiki.test.raw", Format::kWikiText,
-                        "", "text");
+  auto ds = LoadDataset(std::string(SCORED_DATA_DIR) + "/wikitext-2-raw/wiki.test.raw", Format::kWikiText, "",
+                        "text");
   ASSERT_TRUE(ds.ok()) << ds.status();
   ASSERT_EQ(ds->rows.size(), 4358u);
   int64_t non_empty = 0;
@@ -343,8 +343,7 @@ TEST(PlanTest, TextPerMethod) {
   EXPECT_EQ(Decode(chunks->windows[2].tokens), "^d\n");
   EXPECT_EQ(chunks->num_input_tokens, 8);
   // rolling without a BOS falls back to EOS as the prefix.
-  auto rolling = BuildPlan(*ds, Params(Method::kRolling, 100, 0), SpecialTokens{-1, kEos, false},
-                           ByteTokens);
+  auto rolling = BuildPlan(*ds, Params(Method::kRolling, 100, 0), SpecialTokens{-1, kEos, false}, ByteTokens);
   ASSERT_TRUE(rolling.ok()) << rolling.status();
   EXPECT_EQ(rolling->prefix_id, kEos);
   ASSERT_EQ(rolling->windows.size(), 1u);

@@ -106,7 +106,7 @@ struct Params {
   std::string scale_dtype = "BF16";
   std::string zp_dtype = "I32";  // int-quantized only
   int64_t block_rows = 8, block_cols = 8;
-  int activations = 0;           // 0 none; nvfp4: 1 W4A4; fp8: 1 per token, 2 per group of 16
+  int activations = 0;  // 0 none; nvfp4: 1 W4A4; fp8: 1 per token, 2 per group of 16
   bool quantize_head = false;
   int64_t hidden = 16, head_dim = 8, intermediate = 16, vocab = 8;
 };
@@ -116,23 +116,22 @@ std::string WeightsJson(const Params& p) {
     case kPack:
     case kInt: {
       const char* st[] = {"tensor", "channel", "group"};
-      return absl::StrCat("{\"type\":\"int\",\"num_bits\":", p.format == kPack ? p.bits : 8,
-                          ",\"symmetric\":", p.symmetric ? "true" : "false", ",\"strategy\":\"",
-                          st[p.strategy], "\",\"group_size\":",
-                          p.strategy == 2 ? absl::StrCat(p.group_size) : std::string("null"),
-                          ",\"actorder\":", p.actorder && p.format == kPack ? "\"group\"" : "null",
-                          ",\"dynamic\":false}");
+      return absl::StrCat(
+          "{\"type\":\"int\",\"num_bits\":", p.format == kPack ? p.bits : 8,
+          ",\"symmetric\":", p.symmetric ? "true" : "false", ",\"strategy\":\"", st[p.strategy],
+          "\",\"group_size\":", p.strategy == 2 ? absl::StrCat(p.group_size) : std::string("null"),
+          ",\"actorder\":", p.actorder && p.format == kPack ? "\"group\"" : "null", ",\"dynamic\":false}");
     }
     case kNvfp4:
       return "{\"type\":\"float\",\"num_bits\":4,\"symmetric\":true,\"strategy\":\"tensor_group\","
              "\"group_size\":16,\"dynamic\":false}";
     case kFp8: {
       const char* st[] = {"tensor", "channel", "block"};
-      return absl::StrCat("{\"type\":\"float\",\"num_bits\":8,\"symmetric\":true,\"strategy\":\"",
-                          st[p.strategy], "\",\"block_structure\":",
-                          p.strategy == 2 ? absl::StrCat("[", p.block_rows, ",", p.block_cols, "]")
-                                          : std::string("null"),
-                          ",\"dynamic\":false}");
+      return absl::StrCat(
+          "{\"type\":\"float\",\"num_bits\":8,\"symmetric\":true,\"strategy\":\"", st[p.strategy],
+          "\",\"block_structure\":",
+          p.strategy == 2 ? absl::StrCat("[", p.block_rows, ",", p.block_cols, "]") : std::string("null"),
+          ",\"dynamic\":false}");
     }
   }
   return "null";
@@ -163,8 +162,8 @@ std::string ConfigJson(const Params& p) {
   return absl::StrCat(
       "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":", p.hidden,
       ",\"intermediate_size\":", p.intermediate,
-      ",\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":", p.head_dim,
-      ",\"vocab_size\":", p.vocab,
+      ",\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":",
+      p.head_dim, ",\"vocab_size\":", p.vocab,
       ",\"max_position_embeddings\":64,\"torch_dtype\":\"bfloat16\",\"tie_word_embeddings\":false,"
       "\"quantization_config\":",
       quant, "}");
@@ -195,12 +194,15 @@ void AddLinear(const Params& p, const std::string& m, int64_t out, int64_t in, P
       const int64_t dims[2] = {out, in};
       shape->bytes.assign(reinterpret_cast<const char*>(dims), sizeof(dims));
       add("weight_scale", p.scale_dtype, scale_shape);
-      if (!p.symmetric) add("weight_zero_point", "I32", {CeilDiv(out * p.bits, 32), scale_shape.size() == 2 ? scale_shape[1] : 1});
+      if (!p.symmetric)
+        add("weight_zero_point", "I32",
+            {CeilDiv(out * p.bits, 32), scale_shape.size() == 2 ? scale_shape[1] : 1});
       if (p.actorder && p.strategy == 2) {
         Tensor* g = add("weight_g_idx", "I32", {in});
         if (!p.raw_g_idx) {
           for (int64_t k = 0; k < in; ++k) {
-            const int32_t v = static_cast<int32_t>(static_cast<uint8_t>(g->bytes[static_cast<size_t>(4 * k)]) % groups);
+            const int32_t v =
+                static_cast<int32_t>(static_cast<uint8_t>(g->bytes[static_cast<size_t>(4 * k)]) % groups);
             g->bytes.replace(static_cast<size_t>(4 * k), 4, reinterpret_cast<const char*>(&v), 4);
           }
         }
@@ -291,7 +293,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // One hostile edit of the otherwise well-formed checkpoint.
   Tensor& victim = ts[perturb_at % ts.size()];
   switch (perturb) {
-    case 1: ts.erase(ts.begin() + static_cast<std::ptrdiff_t>(perturb_at % ts.size())); break;
+    case 1:
+      ts.erase(ts.begin() + static_cast<std::ptrdiff_t>(perturb_at % ts.size()));
+      break;
     case 2:
       victim.dtype = victim.dtype == "I32" ? "F32" : victim.dtype == "F32" ? "I32" : "I8";
       Fill(&victim, &pool);
@@ -310,7 +314,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 6:
       ts.push_back(Tensor{"model.layers.0.mlp.extra.weight", "F32", {2}, std::string(8, '\0')});
       break;
-    default: break;
+    default:
+      break;
   }
 
   const std::string& dir = scored::fuzz::ScratchDir();
@@ -330,8 +335,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(s.ok(), s.ToString());
     const absl::Status half = lw->DequantizeRows(lw->out_features / 2, lw->out_features, out.data());
     FUZZ_CHECK(half.ok(), half.ToString());
-    FUZZ_CHECK(lw->DequantizeRows(0, lw->out_features + 1, out.data()).code() == absl::StatusCode::kOutOfRange,
-               lw->module);
+    FUZZ_CHECK(
+        lw->DequantizeRows(0, lw->out_features + 1, out.data()).code() == absl::StatusCode::kOutOfRange,
+        lw->module);
     FUZZ_CHECK(lw->DequantizeRows(-1, 0, out.data()).code() == absl::StatusCode::kOutOfRange, lw->module);
     FUZZ_CHECK(lw->StoredBytes() >= 0, lw->module);
   }

@@ -124,8 +124,8 @@ bool CodeIsOneOf(const absl::Status& s, absl::StatusCode a, absl::StatusCode b, 
                  absl::StatusCode d) {
   if (s.message().empty()) return false;
   const absl::StatusCode code = s.code();
-  return code == a || (b != absl::StatusCode::kOk && code == b) || (c != absl::StatusCode::kOk && code == c) ||
-         (d != absl::StatusCode::kOk && code == d);
+  return code == a || (b != absl::StatusCode::kOk && code == b) ||
+         (c != absl::StatusCode::kOk && code == c) || (d != absl::StatusCode::kOk && code == d);
 }
 
 }  // namespace fuzz

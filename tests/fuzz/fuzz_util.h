@@ -12,9 +12,9 @@
 
 #include "absl/status/status.h"
 
-#define FUZZ_CHECK(cond, what)                                                        \
-  do {                                                                                \
-    if (!(cond)) ::scored::fuzz::Fail(__FILE__, __LINE__, #cond, (what));             \
+#define FUZZ_CHECK(cond, what)                                            \
+  do {                                                                    \
+    if (!(cond)) ::scored::fuzz::Fail(__FILE__, __LINE__, #cond, (what)); \
   } while (0)
 
 namespace scored {

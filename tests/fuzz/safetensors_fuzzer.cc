@@ -64,7 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(spans[i - 1].first + spans[i - 1].second <= spans[i].first, "overlapping tensors accepted");
     }
   }
-  for (const auto& [key, value] : (*f)->metadata()) checksum += static_cast<uint32_t>(key.size() + value.size());
+  for (const auto& [key, value] : (*f)->metadata())
+    checksum += static_cast<uint32_t>(key.size() + value.size());
   // Keeps the reads above from being optimized away.
   volatile uint32_t sink = checksum;
   (void)sink;

@@ -22,8 +22,9 @@ namespace {
 
 const scored::Tokenizer& Get() {
   static const scored::Tokenizer* tok = [] {
-    absl::StatusOr<std::unique_ptr<scored::Tokenizer>> t = scored::Tokenizer::Load(
-        scored::fuzz::DataPath(SCORED_FUZZ_TOKENIZER_DIR), scored::Tokenizer::Format::SCORED_FUZZ_TOKENIZER_FORMAT);
+    absl::StatusOr<std::unique_ptr<scored::Tokenizer>> t =
+        scored::Tokenizer::Load(scored::fuzz::DataPath(SCORED_FUZZ_TOKENIZER_DIR),
+                                scored::Tokenizer::Format::SCORED_FUZZ_TOKENIZER_FORMAT);
     FUZZ_CHECK(t.ok(), t.status().ToString());
     return t->release();
   }();
@@ -63,7 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (in_range) {
     FUZZ_CHECK(decoded.ok(), decoded.status().ToString());
   } else {
-    FUZZ_CHECK(CodeIsOneOf(decoded.status(), absl::StatusCode::kInvalidArgument), decoded.status().ToString());
+    FUZZ_CHECK(CodeIsOneOf(decoded.status(), absl::StatusCode::kInvalidArgument),
+               decoded.status().ToString());
   }
   return 0;
 }

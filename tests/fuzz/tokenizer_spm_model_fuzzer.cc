@@ -28,8 +28,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<std::unique_ptr<scored::Tokenizer>> tok =
       scored::Tokenizer::Load(dir, scored::Tokenizer::Format::kSentencePiece);
   if (!tok.ok()) {
-    FUZZ_CHECK(CodeIsOneOf(tok.status(), absl::StatusCode::kInvalidArgument, absl::StatusCode::kUnimplemented),
-               tok.status().ToString());
+    FUZZ_CHECK(
+        CodeIsOneOf(tok.status(), absl::StatusCode::kInvalidArgument, absl::StatusCode::kUnimplemented),
+        tok.status().ToString());
     return 0;
   }
   const int64_t vocab = (*tok)->vocab_size();
@@ -40,8 +41,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     absl::StatusOr<std::vector<int32_t>> ids = (*tok)->Encode(text);
     if (!ids.ok()) {
       // A vocabulary without the pieces a text needs (and no unknown piece / byte fallback) may refuse it.
-      FUZZ_CHECK(CodeIsOneOf(ids.status(), absl::StatusCode::kInvalidArgument, absl::StatusCode::kUnimplemented),
-                 ids.status().ToString());
+      FUZZ_CHECK(
+          CodeIsOneOf(ids.status(), absl::StatusCode::kInvalidArgument, absl::StatusCode::kUnimplemented),
+          ids.status().ToString());
       continue;
     }
     for (int32_t id : *ids) FUZZ_CHECK(id >= 0 && id < vocab, std::to_string(id));

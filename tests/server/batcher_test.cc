@@ -36,7 +36,8 @@ std::vector<Story> LoadStories() {
   const nlohmann::json j = nlohmann::json::parse(ss.str());
   std::vector<Story> stories;
   for (const auto& s : j["tinystories_sample"]["stories"]) {
-    stories.push_back({s["token_ids"].get<std::vector<int32_t>>(), s["token_logprobs"].get<std::vector<double>>()});
+    stories.push_back(
+        {s["token_ids"].get<std::vector<int32_t>>(), s["token_logprobs"].get<std::vector<double>>()});
   }
   return stories;
 }

@@ -89,8 +89,8 @@ struct RunResult {
 RunResult RunScored(const fs::path& model_dir, const fs::path& log_path) {
   RunResult result;
   const std::string binary = scored::testing::DefaultScoredBinary();
-  std::vector<std::string> args = {binary, "--model", model_dir.string(), "--backend=cpu",
-                                   "--listen=127.0.0.1:0", "--metrics_listen="};
+  std::vector<std::string> args = {
+      binary, "--model", model_dir.string(), "--backend=cpu", "--listen=127.0.0.1:0", "--metrics_listen="};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -265,8 +265,8 @@ TEST_F(BrokenModelTest, UnsupportedArchitecture) {
 
 TEST_F(BrokenModelTest, UnsupportedQuantizationGptq) {
   nlohmann::json config = ReadConfig();
-  config["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128},
-                                   {"desc_act", false}, {"sym", true}};
+  config["quantization_config"] = {
+      {"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}, {"desc_act", false}, {"sym", true}};
   WriteConfig(config);
   const std::string output = ExpectLoadFailure();
   EXPECT_THAT(output, HasSubstr("quant_method 'gptq'"));

@@ -92,8 +92,8 @@ TEST(MultiNodeFlagsTest, SigtermDuringStartupExitsAtOnce) {
       "pid=$!; sleep 1; kill -TERM $pid; wait $pid; echo \"exit=$?\"");
   const absl::Time start = absl::Now();
   ProcessRun run;
-  FILE* pipe = popen(absl::StrCat("timeout 90 sh -c '", absl::StrReplaceAll(command, {{"'", "'\\''"}}), "'").c_str(),
-                     "r");
+  FILE* pipe = popen(
+      absl::StrCat("timeout 90 sh -c '", absl::StrReplaceAll(command, {{"'", "'\\''"}}), "'").c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   char buf[4096];
   size_t n;

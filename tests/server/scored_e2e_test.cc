@@ -54,8 +54,9 @@ const std::vector<Story>& Stories() {
     const nlohmann::json j = nlohmann::json::parse(ss.str());
     auto* v = new std::vector<Story>();
     for (const auto& s : j["tinystories_sample"]["stories"]) {
-      v->push_back({s["token_ids"].get<std::vector<int32_t>>(), s["token_logprobs"].get<std::vector<double>>(),
-                    s["text"].get<std::string>(), s["sum_logprob"].get<double>()});
+      v->push_back({s["token_ids"].get<std::vector<int32_t>>(),
+                    s["token_logprobs"].get<std::vector<double>>(), s["text"].get<std::string>(),
+                    s["sum_logprob"].get<double>()});
     }
     return v;
   }();
@@ -101,7 +102,8 @@ void ExpectGolden(const v1::ScoreResponse& r, const Story& s) {
   EXPECT_EQ(r.first_scored(), 1);
   double max_diff = 0;
   for (size_t i = 0; i < s.logprobs.size(); ++i) {
-    max_diff = std::max(max_diff, std::abs(static_cast<double>(r.logprob(static_cast<int>(i))) - s.logprobs[i]));
+    max_diff =
+        std::max(max_diff, std::abs(static_cast<double>(r.logprob(static_cast<int>(i))) - s.logprobs[i]));
   }
   EXPECT_LE(max_diff, kLogprobTolerance);
   // The sum of n fp32 log-probs, each within 1e-4: n * 1e-4 bounds it.
@@ -132,9 +134,7 @@ bool WaitForMetric(const ScoredProcess& p, const std::string& sample, double wan
 
 class ScoredE2eTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    proc_ = StartOrDie({"--batch_timeout_us=1000"}).release();
-  }
+  static void SetUpTestSuite() { proc_ = StartOrDie({"--batch_timeout_us=1000"}).release(); }
   static void TearDownTestSuite() {
     delete proc_;
     proc_ = nullptr;
@@ -176,7 +176,8 @@ TEST_F(ScoredE2eTest, ReflectionListsTheServices) {
   grpc::CompletionQueue cq;
   void* tag = nullptr;
   bool ok = false;
-  auto call = generic.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto call =
+      generic.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   call->StartCall(reinterpret_cast<void*>(1));
   ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
   const std::string request("\x3a\x00", 2);
@@ -355,7 +356,8 @@ TEST_F(ScoredE2eTest, TokenizeMatchesGoldenIds) {
     req.set_want_byte_lengths(true);
     v1::TokenizeResponse resp;
     ASSERT_TRUE(stub_->Tokenize(&ctx, req, &resp).ok());
-    EXPECT_THAT(std::vector<int32_t>(resp.ids().begin(), resp.ids().end()), ::testing::ElementsAreArray(s.ids));
+    EXPECT_THAT(std::vector<int32_t>(resp.ids().begin(), resp.ids().end()),
+                ::testing::ElementsAreArray(s.ids));
     ASSERT_EQ(resp.byte_lengths_size(), resp.ids_size());
     EXPECT_EQ(resp.byte_lengths(0), 0) << "BOS contributes no bytes";
   }
@@ -426,7 +428,8 @@ TEST_F(ScoredE2eTest, MetricsCountRequestsTokensAndBatches) {
   const double bad0 = MetricValue(before, bad_score).value_or(0);
   const double tokens0 = MetricValue(before, "scored_tokens_scored_total").value_or(0);
   const double batches0 = MetricValue(before, "scored_batch_tokens_count").value_or(0);
-  const double latency0 = MetricValue(before, "scored_request_latency_seconds_count{method=\"Score\"}").value_or(0);
+  const double latency0 =
+      MetricValue(before, "scored_request_latency_seconds_count{method=\"Score\"}").value_or(0);
   const double info0 = MetricValue(before, info_ok).value_or(0);
 
   v1::ScoreResponse r;
@@ -442,10 +445,13 @@ TEST_F(ScoredE2eTest, MetricsCountRequestsTokensAndBatches) {
   EXPECT_EQ(MetricValue(after, bad_score).value_or(0), bad0 + 1);
   EXPECT_EQ(MetricValue(after, "scored_tokens_scored_total").value_or(0), tokens0 + 373);
   EXPECT_EQ(MetricValue(after, "scored_batch_tokens_count").value_or(0), batches0 + 1);
-  EXPECT_EQ(MetricValue(after, "scored_request_latency_seconds_count{method=\"Score\"}").value_or(0), latency0 + 2);
+  EXPECT_EQ(MetricValue(after, "scored_request_latency_seconds_count{method=\"Score\"}").value_or(0),
+            latency0 + 2);
   EXPECT_EQ(MetricValue(after, "scored_queue_depth").value_or(-1), 0);
-  EXPECT_EQ(MetricValue(after, "scored_model_info{architecture=\"LlamaForCausalLM\",backend=\"cpu\",dtype=\"fp32\","
-                               "format=\"" + info.format() + "\",tp=\"1\"}")
+  EXPECT_EQ(MetricValue(after,
+                        "scored_model_info{architecture=\"LlamaForCausalLM\",backend=\"cpu\",dtype=\"fp32\","
+                        "format=\"" +
+                            info.format() + "\",tp=\"1\"}")
                 .value_or(0),
             1);
   EXPECT_THAT(after, HasSubstr("# TYPE scored_request_latency_seconds histogram"));
@@ -618,7 +624,8 @@ TEST(ScoredE2eStandaloneTest, TokenizeAndTextInputWithGpt2Tokenizer) {
     for (int32_t b : resp.byte_lengths()) bytes += b;
     const std::string special = "<|endoftext|>";
     int64_t special_bytes = 0;
-    for (size_t at = req.text().find(special); at != std::string::npos; at = req.text().find(special, at + 1)) {
+    for (size_t at = req.text().find(special); at != std::string::npos;
+         at = req.text().find(special, at + 1)) {
       special_bytes += static_cast<int64_t>(special.size());
     }
     EXPECT_EQ(bytes, static_cast<int64_t>(req.text().size()) - special_bytes) << "case " << i;
@@ -643,7 +650,8 @@ TEST(ScoredE2eStandaloneTest, TokenizeAndTextInputWithGpt2Tokenizer) {
   text_req.set_request_id(9);
   st = CallScore(stub.get(), text_req, &r);
   ASSERT_TRUE(st.ok()) << st.error_message();
-  EXPECT_THAT(std::vector<int32_t>(r.tokens().begin(), r.tokens().end()), ::testing::ElementsAre(64, 11, 65, 13, 66));
+  EXPECT_THAT(std::vector<int32_t>(r.tokens().begin(), r.tokens().end()),
+              ::testing::ElementsAre(64, 11, 65, 13, 66));
   EXPECT_EQ(r.request_id(), 9u);
   v1::ScoreResponse by_ids;
   ASSERT_TRUE(CallScore(stub.get(), TokensRequest({64, 11, 65, 13, 66}), &by_ids).ok());
@@ -666,7 +674,8 @@ TEST(ScoredE2eStandaloneTest, SurvivesCancellationStorm) {
         const Story& s = Stories()[static_cast<size_t>(t + i) % Stories().size()];
         if (t % 2 == 0) {
           v1::ScoreResponse r;
-          grpc::Status st = CallScore(stub.get(), TokensRequest(s.ids), &r, absl::Milliseconds(1 + (i * 7) % 40));
+          grpc::Status st =
+              CallScore(stub.get(), TokensRequest(s.ids), &r, absl::Milliseconds(1 + (i * 7) % 40));
           if (st.ok()) ++ok_count;
         } else {
           grpc::ClientContext ctx;
@@ -732,7 +741,8 @@ TEST(ScoredE2eStandaloneTest, TakenPortFailsStartup) {
   auto first = StartOrDie({});
   ASSERT_NE(first, nullptr);
   ExpectStartupFailure({absl::StrCat("--listen=127.0.0.1:", first->grpc_port())}, "cannot listen");
-  ExpectStartupFailure({absl::StrCat("--metrics_listen=127.0.0.1:", first->metrics_port())}, "cannot serve metrics");
+  ExpectStartupFailure({absl::StrCat("--metrics_listen=127.0.0.1:", first->metrics_port())},
+                       "cannot serve metrics");
 }
 
 }  // namespace

@@ -140,8 +140,8 @@ absl::StatusOr<HealthStatus> CheckHealth(const std::string& address, const std::
   return CheckHealth(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), service, timeout);
 }
 
-absl::StatusOr<HealthStatus> CheckHealth(const std::shared_ptr<grpc::Channel>& channel, const std::string& service,
-                                         absl::Duration timeout) {
+absl::StatusOr<HealthStatus> CheckHealth(const std::shared_ptr<grpc::Channel>& channel,
+                                         const std::string& service, absl::Duration timeout) {
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
@@ -169,13 +169,12 @@ absl::Status WaitForHealthServing(const std::string& address, absl::Duration tim
   while (absl::Now() < deadline) {
     absl::StatusOr<HealthStatus> h = CheckHealth(address, "", absl::Seconds(2));
     if (h.ok() && *h == HealthStatus::kServing) return absl::OkStatus();
-    last = h.ok() ? absl::UnavailableError(absl::StrCat("health status ", static_cast<int>(*h)))
-                  : h.status();
+    last = h.ok() ? absl::UnavailableError(absl::StrCat("health status ", static_cast<int>(*h))) : h.status();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return absl::DeadlineExceededError(
-      absl::StrCat("health of ", address, " not SERVING after ", absl::FormatDuration(timeout),
-                   "; last: ", last.ToString()));
+  return absl::DeadlineExceededError(absl::StrCat("health of ", address, " not SERVING after ",
+                                                  absl::FormatDuration(timeout),
+                                                  "; last: ", last.ToString()));
 }
 
 absl::StatusOr<std::string> HttpGet(const std::string& host, int port, const std::string& path) {
@@ -269,7 +268,8 @@ absl::StatusOr<std::unique_ptr<ScoredProcess>> ScoredProcess::Start(const Scored
   c_argv.push_back(nullptr);
 
   const int log_fd = open(proc->log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (log_fd < 0) return absl::InternalError(absl::StrCat("open ", proc->log_path_, ": ", std::strerror(errno)));
+  if (log_fd < 0)
+    return absl::InternalError(absl::StrCat("open ", proc->log_path_, ": ", std::strerror(errno)));
   const pid_t pid = fork();
   if (pid < 0) {
     close(log_fd);
@@ -291,13 +291,14 @@ absl::StatusOr<std::unique_ptr<ScoredProcess>> ScoredProcess::Start(const Scored
   const absl::Time deadline = absl::Now() + options.startup_timeout;
   auto fail = [&](const std::string& what) {
     proc->keep_files_ = false;
-    return absl::UnavailableError(absl::StrCat("scored did not start (", what, "); command:",
-                                               [&] {
-                                                 std::string s;
-                                                 for (const std::string& a : argv) s += " " + a;
-                                                 return s;
-                                               }(),
-                                               "\nlog tail:\n", Tail(proc->ReadLog(), 4000)));
+    return absl::UnavailableError(absl::StrCat(
+        "scored did not start (", what, "); command:",
+        [&] {
+          std::string s;
+          for (const std::string& a : argv) s += " " + a;
+          return s;
+        }(),
+        "\nlog tail:\n", Tail(proc->ReadLog(), 4000)));
   };
   while (true) {
     absl::StatusOr<int> exited = proc->Wait(absl::ZeroDuration());

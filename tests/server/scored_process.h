@@ -42,8 +42,8 @@ namespace testing {
 // $SCORED_TEST_SCORED_BINARY if set (e.g. a sanitizer build of the daemon), else
 // $SCORED_BINARY_DIR/server/scored (the build tree's daemon).
 std::string DefaultScoredBinary();
-// $SCORED_DATA_DIR/stories260K-hf (the small real Llama every CPU test uses): the environment's SCORED_DATA_DIR
-// if set (a copy of the tree on another machine), else the one compiled in.
+// $SCORED_DATA_DIR/stories260K-hf (the small real Llama every CPU test uses): the environment's
+// SCORED_DATA_DIR if set (a copy of the tree on another machine), else the one compiled in.
 std::string StoriesModelDir();
 
 struct ScoredPorts {
@@ -62,7 +62,8 @@ enum class HealthStatus { kUnknown = 0, kServing = 1, kNotServing = 2, kServiceU
 absl::StatusOr<HealthStatus> CheckHealth(const std::string& address, const std::string& service,
                                          absl::Duration timeout = absl::Seconds(5));
 // The same over a caller's channel (e.g. TLS credentials).
-absl::StatusOr<HealthStatus> CheckHealth(const std::shared_ptr<grpc::Channel>& channel, const std::string& service,
+absl::StatusOr<HealthStatus> CheckHealth(const std::shared_ptr<grpc::Channel>& channel,
+                                         const std::string& service,
                                          absl::Duration timeout = absl::Seconds(5));
 
 // Polls CheckHealth(address, "") until SERVING or `timeout` passes (DEADLINE_EXCEEDED then).
@@ -78,9 +79,9 @@ absl::StatusOr<double> MetricValue(const std::string& exposition, const std::str
 
 struct ScoredProcessOptions {
   std::string binary = DefaultScoredBinary();
-  std::vector<std::string> args;                  // e.g. {"--model=DIR", "--backend=cpu"}
+  std::vector<std::string> args;  // e.g. {"--model=DIR", "--backend=cpu"}
   absl::Duration startup_timeout = absl::Seconds(120);
-  bool wait_for_serving = true;                   // false: return once the port file exists
+  bool wait_for_serving = true;  // false: return once the port file exists
 };
 
 class ScoredProcess {

@@ -83,8 +83,8 @@ class Certs {
     dir_ = tmpl;
     const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
     const std::string script = absl::StrCat(
-        "set -e; cd '", dir_, "'\n",
-        "openssl req -x509 ", ec, " -keyout ca.key -out ca.pem -days 30 -subj '/CN=scored test CA' ",
+        "set -e; cd '", dir_, "'\n", "openssl req -x509 ", ec,
+        " -keyout ca.key -out ca.pem -days 30 -subj '/CN=scored test CA' ",
         "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign\n",
         "openssl req -x509 ", ec, " -keyout other_ca.key -out other_ca.pem -days 30 ",
         "-subj '/CN=unrelated CA' ",
@@ -95,8 +95,8 @@ class Certs {
         "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -set_serial 2 -days 30 ",
         "-extfile server.ext -out server.pem\n",
         "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -set_serial 3 -days -1 ",
-        "-extfile server.ext -out expired.pem\n",
-        "openssl req -new ", ec, " -keyout client.key -out client.csr -subj '/CN=scored test client'\n",
+        "-extfile server.ext -out expired.pem\n", "openssl req -new ", ec,
+        " -keyout client.key -out client.csr -subj '/CN=scored test client'\n",
         "printf 'basicConstraints=CA:FALSE\\nextendedKeyUsage=clientAuth\\n' > client.ext\n",
         "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -set_serial 4 -days 30 ",
         "-extfile client.ext -out client.pem\n",
@@ -254,14 +254,14 @@ TEST_F(SecurityE2eTest, MutualTlsRequiresAClientCertificate) {
   ASSERT_NE(proc, nullptr);
   auto anonymous = NewStub(proc->grpc_address(), TlsCredentials(certs_->path("ca.pem")));
   EXPECT_EQ(CallGetModelInfo(anonymous.get()).error_code(), grpc::StatusCode::UNAVAILABLE);
-  auto foreign = NewStub(proc->grpc_address(), TlsCredentials(certs_->path("ca.pem"),
-                                                               certs_->path("other_client.pem"),
-                                                               certs_->path("client.key")));
+  auto foreign = NewStub(
+      proc->grpc_address(),
+      TlsCredentials(certs_->path("ca.pem"), certs_->path("other_client.pem"), certs_->path("client.key")));
   EXPECT_EQ(CallGetModelInfo(foreign.get()).error_code(), grpc::StatusCode::UNAVAILABLE)
       << "a client certificate from another CA";
-  auto with_cert = NewStub(proc->grpc_address(), TlsCredentials(certs_->path("ca.pem"),
-                                                                 certs_->path("client.pem"),
-                                                                 certs_->path("client.key")));
+  auto with_cert =
+      NewStub(proc->grpc_address(),
+              TlsCredentials(certs_->path("ca.pem"), certs_->path("client.pem"), certs_->path("client.key")));
   EXPECT_TRUE(CallGetModelInfo(with_cert.get()).ok());
   EXPECT_TRUE(CallScore(with_cert.get(), TokensRequest({1, 403, 407, 261, 378})).ok());
   EXPECT_THAT(proc->ReadLog(), HasSubstr("(mTLS)"));
@@ -386,7 +386,8 @@ TEST(LimitsE2eTest, BadLimitAndSecurityFlagsFailStartup) {
       {{"--auth_token_file=/nonexistent"}, "--auth_token_file: cannot read"},
       {{"--listen=0.0.0.0:0"}, "--allow_insecure_remote"},
       {{"--fault_inject=fatal_after:x"}, "--fault_inject must be fatal_after:N"},
-      {{"--fault_inject=device_trap_after:0"}, "a device trap (--fault_inject=device_trap_after) needs the cuda"},
+      {{"--fault_inject=device_trap_after:0"},
+       "a device trap (--fault_inject=device_trap_after) needs the cuda"},
   };
   for (const Case& c : cases) {
     ScoredProcessOptions o;
@@ -413,11 +414,10 @@ TEST(LimitsE2eTest, CancelledAndExpiredQueuedWorkIsDropped) {
   v1::ScoreResponse cancelled_response;
   grpc::Status cancelled_status;
   absl::Notification cancelled_done;
-  stub->async()->Score(&cancelled_ctx, &cancelled_request, &cancelled_response,
-                       [&](grpc::Status s) {
-                         cancelled_status = std::move(s);
-                         cancelled_done.Notify();
-                       });
+  stub->async()->Score(&cancelled_ctx, &cancelled_request, &cancelled_response, [&](grpc::Status s) {
+    cancelled_status = std::move(s);
+    cancelled_done.Notify();
+  });
   ASSERT_TRUE(WaitForMetric(*proc, "scored_queue_depth", 1)) << "the request is queued";
   cancelled_ctx.TryCancel();
   ASSERT_TRUE(cancelled_done.WaitForNotificationWithTimeout(absl::Seconds(10)));

@@ -61,8 +61,10 @@ TEST(RequestValidationTest, NeitherTokensNorText) {
 }
 
 TEST(RequestValidationTest, TooFewTokens) {
-  ExpectError(TokensRequest({}), absl::StatusCode::kInvalidArgument, "at least 2 tokens (the first is context only); got 0");
-  ExpectError(TokensRequest({1}), absl::StatusCode::kInvalidArgument, "at least 2 tokens (the first is context only); got 1");
+  ExpectError(TokensRequest({}), absl::StatusCode::kInvalidArgument,
+              "at least 2 tokens (the first is context only); got 0");
+  ExpectError(TokensRequest({1}), absl::StatusCode::kInvalidArgument,
+              "at least 2 tokens (the first is context only); got 1");
 }
 
 TEST(RequestValidationTest, LongerThanMaxSeqLen) {
@@ -256,10 +258,12 @@ TEST(ServerOptionsTest, ParsesBackendAndDtype) {
   EXPECT_EQ(*ParseBackend("cpu"), Backend::kCpu);
   EXPECT_EQ(*ParseBackend("cuda"), Backend::kCuda);
   EXPECT_EQ(*ParseBackend(""), Backend::kAuto);
-  EXPECT_THAT(std::string(ParseBackend("tpu").status().message()), HasSubstr("--backend must be cuda or cpu"));
+  EXPECT_THAT(std::string(ParseBackend("tpu").status().message()),
+              HasSubstr("--backend must be cuda or cpu"));
   EXPECT_EQ(*ParseComputeDtype("bf16"), ComputeDtype::kBf16);
   EXPECT_EQ(*ParseComputeDtype("fp32"), ComputeDtype::kFp32);
-  EXPECT_THAT(std::string(ParseComputeDtype("fp16").status().message()), HasSubstr("--dtype must be bf16 or fp32"));
+  EXPECT_THAT(std::string(ParseComputeDtype("fp16").status().message()),
+              HasSubstr("--dtype must be bf16 or fp32"));
 }
 
 TEST(GrpcStatusTest, MapsEveryCodeAndKeepsTheMessage) {
@@ -297,8 +301,9 @@ TEST(MetricsTest, ExposesEveryFamily) {
   EXPECT_THAT(text, HasSubstr("scored_tokens_scored_total 299"));
   EXPECT_THAT(text, HasSubstr("scored_batch_tokens_sum 300"));
   EXPECT_THAT(text, HasSubstr("scored_queue_depth 3"));
-  EXPECT_THAT(text, HasSubstr("scored_model_info{architecture=\"LlamaForCausalLM\",backend=\"cpu\",dtype=\"fp32\","
-                              "format=\"dense-f32\",tp=\"1\"} 1"));
+  EXPECT_THAT(text,
+              HasSubstr("scored_model_info{architecture=\"LlamaForCausalLM\",backend=\"cpu\",dtype=\"fp32\","
+                        "format=\"dense-f32\",tp=\"1\"} 1"));
   EXPECT_THAT(text, HasSubstr("scored_device_memory_bytes{device=\"0\",kind=\"used\"} 100"));
   EXPECT_THAT(text, HasSubstr("scored_device_memory_bytes{device=\"0\",kind=\"total\"} 1000"));
 }

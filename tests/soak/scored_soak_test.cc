@@ -130,8 +130,8 @@ std::string UnexpectedCodes(const LoadResult& r, const std::vector<absl::StatusC
   for (const auto& [code, count] : r.codes) {
     if (std::find(allowed.begin(), allowed.end(), code) != allowed.end()) continue;
     auto it = r.first_message.find(code);
-    absl::StrAppend(&out, absl::StatusCodeToString(code), "=", count, " (first: ",
-                    it == r.first_message.end() ? "" : it->second, ") ");
+    absl::StrAppend(&out, absl::StatusCodeToString(code), "=", count,
+                    " (first: ", it == r.first_message.end() ? "" : it->second, ") ");
   }
   return out;
 }
@@ -232,8 +232,8 @@ TEST(ScoredSoakTest, UnarySoakThenSigtermUnderLoad) {
   ASSERT_TRUE(r.ok()) << r.status();
   std::cout << "--- unary soak, " << seconds << " s ---\n" << FormatTable(*r);
   std::cout << "scored RSS (peaks over " << absl::FormatDuration(window) << " windows, " << samples
-            << " samples): after warm-up " << rss_warm_kb << " kB, at the end " << rss_end_kb
-            << " kB, max " << rss_max_kb << " kB\n";
+            << " samples): after warm-up " << rss_warm_kb << " kB, at the end " << rss_end_kb << " kB, max "
+            << rss_max_kb << " kB\n";
   ::testing::Test::RecordProperty("requests_per_s", std::to_string(r->requests_per_s));
   ::testing::Test::RecordProperty("tokens_per_s", std::to_string(r->tokens_per_s));
   ::testing::Test::RecordProperty("p50_ms", std::to_string(r->latency_ok.p50_ms));

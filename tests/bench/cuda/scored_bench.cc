@@ -14,8 +14,9 @@
 // GPU memory in use (cudaMemGetInfo: the engine reserves everything at start, so this is also its peak).
 // FLOP-bound limit: the same per-token count at the plain GEMM rate times the number of GPUs (tp), in tok/s;
 // our share of it. --nccl 1 (tp > 1): after the runs, NCCL all-reduces of the sizes the tensor-parallel
-// forward issues (2 per layer, fp32 [B*ctx, hidden]), timed alone on the same GPUs: their time per forward and
-// its share of the measured forward (the NCCL share, as far as the forward does not overlap them with compute).
+// forward issues (2 per layer, fp32 [B*ctx, hidden]), timed alone on the same GPUs: their time per forward
+// and its share of the measured forward (the NCCL share, as far as the forward does not overlap them with
+// compute).
 // --graph 1: for each B, the forward alone (cuda::Forward on the engine's own data structures, heuristic GEMM
 // choices) timed with events when enqueued directly and when replayed from a captured CUDA graph: the launch
 // gaps a graph would remove, and Score()'s host share (Score time minus the enqueued forward).
@@ -181,7 +182,8 @@ int CheckReference(Engine& engine, const std::string& path, bool gate) {
 
 // A plain cuBLASLt bf16 GEMM over one decoder layer's shapes at `tokens` rows, random data: TFLOP/s.
 // layers = 1: one layer's GEMMs per timed run (a burst of a few ms: the GPU at its highest clock);
-// layers = num_layers: as many GEMMs back to back as a forward runs (the rate the GPU sustains for that long).
+// layers = num_layers: as many GEMMs back to back as a forward runs (the rate the GPU sustains for that
+// long).
 double PlainGemmTflops(const ModelConfig& c, int64_t tokens, int reps, int64_t layers) {
   const int64_t qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim, q_dim = c.num_heads * c.head_dim;
   struct Shape {
@@ -235,8 +237,8 @@ double PlainGemmTflops(const ModelConfig& c, int64_t tokens, int reps, int64_t l
 }
 
 // Milliseconds for `count` fp32 sum all-reduces of `elements` each, issued back to back on every rank of `tp`
-// local GPUs 0..tp-1 (one host thread and stream per rank, as the engine's ranks): the median of `reps` rounds
-// after a warm-up round, the slowest rank's. Returns -1 (and says why on stderr) when NCCL fails.
+// local GPUs 0..tp-1 (one host thread and stream per rank, as the engine's ranks): the median of `reps`
+// rounds after a warm-up round, the slowest rank's. Returns -1 (and says why on stderr) when NCCL fails.
 double NcclAllReduceMs(int tp, int64_t elements, int count, int reps) {
   std::vector<int> devices(tp);
   for (int r = 0; r < tp; ++r) devices[r] = r;
@@ -301,9 +303,9 @@ std::string MemoryInUse(const std::vector<std::pair<int64_t, int64_t>>& memory) 
   return out.empty() ? "0.0" : out;
 }
 
-// Host memory while the model loads: the largest anonymous RSS seen (sampled every 20 ms; a full host copy of the
-// checkpoint would show here) and, at the end, the peak RSS including the checkpoint's mmap'd file pages (page
-// cache the kernel may drop, not a copy).
+// Host memory while the model loads: the largest anonymous RSS seen (sampled every 20 ms; a full host copy of
+// the checkpoint would show here) and, at the end, the peak RSS including the checkpoint's mmap'd file pages
+// (page cache the kernel may drop, not a copy).
 class HostMemoryWatch {
  public:
   HostMemoryWatch()
@@ -374,9 +376,8 @@ double TimeMs(Fn fn, int reps) {
   return Median(times);
 }
 
-// Per-op times of one forward at `tokens` rows in windows of `ctx` (random bf16 data; GEMMs tuned and RoPE from
-// the cos/sin table, as the engine runs them), scaled to the model:
-// where the forward's time goes.
+// Per-op times of one forward at `tokens` rows in windows of `ctx` (random bf16 data; GEMMs tuned and RoPE
+// from the cos/sin table, as the engine runs them), scaled to the model: where the forward's time goes.
 void Profile(const ModelConfig& c, int64_t tokens, int64_t ctx) {
   using kernels::bf16_t;
   const int64_t hidden = c.hidden_size, inter = c.intermediate_size, hd = c.head_dim;
@@ -436,10 +437,12 @@ void Profile(const ModelConfig& c, int64_t tokens, int64_t ctx) {
   };
   // Each layer shape (rows == tokens) tuned as the engine tunes it at load (GemmRunner::Tune), then timed.
   const auto gemm = [&](int64_t rows, int64_t out, int64_t in, cuda::GemmTypes types, void* dst,
-                         bool accumulate = false) {
+                        bool accumulate = false) {
     if (rows == tokens) (void)(*runner)->Tune(x->data(), w->data(), dst, out, in, types, nullptr);
     return TimeMs(
-        [&] { (void)(*runner)->Linear(x->data(), w->data(), dst, rows, out, in, types, nullptr, accumulate); },
+        [&] {
+          (void)(*runner)->Linear(x->data(), w->data(), dst, rows, out, in, types, nullptr, accumulate);
+        },
         reps);
   };
   const double layers = static_cast<double>(c.num_layers);
@@ -609,10 +612,9 @@ int ForwardTimings(const Args& args) {
 int Main(int argc, char** argv) {
   Args args;
   if (!ParseArgs(argc, argv, &args)) {
-    std::fprintf(
-        stderr,
-        "usage: scored_bench --model DIR [--tp 1] [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] "
-        "[--dtype bf16|fp32] [--ref FILE [--gate 1]] [--profile 1] [--graph 1] [--nccl 1]\n");
+    std::fprintf(stderr,
+                 "usage: scored_bench --model DIR [--tp 1] [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] "
+                 "[--dtype bf16|fp32] [--ref FILE [--gate 1]] [--profile 1] [--graph 1] [--nccl 1]\n");
     return 2;
   }
   auto config = LoadModelConfig(args.model);
@@ -640,12 +642,13 @@ int Main(int argc, char** argv) {
   std::printf("scored_bench: %s %s, %.2fB params, weights %.2f GiB on the GPU, loaded in %.1f s\n",
               info.architecture.c_str(), info.format.c_str(), info.num_parameters / 1e9,
               info.resident_bytes / 1073741824.0, load_s);
-  std::printf("load: tp %d, %.1f s open -> ready, GPU memory in use after load %s GiB (per GPU)\n", info.tp, load_s,
-              MemoryInUse((*engine)->DeviceMemory()).c_str());
-  std::printf("host memory during load: peak anonymous RSS %.2f GiB, peak RSS %.2f GiB (with the checkpoint's mmap'd "
-              "pages); checkpoint %.2f GiB on disk\n",
-              peak_anon / 1073741824.0, testing::ProcStatusBytes("VmHWM") / 1073741824.0,
-              CheckpointBytes(args.model) / 1073741824.0);
+  std::printf("load: tp %d, %.1f s open -> ready, GPU memory in use after load %s GiB (per GPU)\n", info.tp,
+              load_s, MemoryInUse((*engine)->DeviceMemory()).c_str());
+  std::printf(
+      "host memory during load: peak anonymous RSS %.2f GiB, peak RSS %.2f GiB (with the checkpoint's mmap'd "
+      "pages); checkpoint %.2f GiB on disk\n",
+      peak_anon / 1073741824.0, testing::ProcStatusBytes("VmHWM") / 1073741824.0,
+      CheckpointBytes(args.model) / 1073741824.0);
   std::fflush(stdout);
 
   int rc = 0;
@@ -707,8 +710,8 @@ int Main(int argc, char** argv) {
       std::printf(
           "nccl B=%lld T=%lld: %d all-reduces of %.0f MiB fp32 alone %.1f ms per forward = %.1f%% of the %.1f "
           "ms step (bus bandwidth %.0f GB/s)\n",
-          static_cast<long long>(args.batches[i]), static_cast<long long>(args.ctx), count, bytes / 1048576.0, ms,
-          100.0 * ms / (step_s[i] * 1e3), step_s[i] * 1e3,
+          static_cast<long long>(args.batches[i]), static_cast<long long>(args.ctx), count, bytes / 1048576.0,
+          ms, 100.0 * ms / (step_s[i] * 1e3), step_s[i] * 1e3,
           2.0 * (args.tp - 1) / args.tp * bytes * count / (ms * 1e-3) / 1e9);
       std::fflush(stdout);
     }

@@ -64,8 +64,8 @@ void BM_Encode(benchmark::State& state, const char* dir, Format format) {
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(text.size()));
   state.counters["tokens"] = static_cast<double>(tokens);
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(tokens) * state.iterations(),
-                                                  benchmark::Counter::kIsRate);
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(tokens) * state.iterations(), benchmark::Counter::kIsRate);
 }
 
 void BM_Load(benchmark::State& state, const char* dir, Format format) {
@@ -105,19 +105,17 @@ void BM_EncodeLibrary(benchmark::State& state, const char* dir) {
 }
 #endif
 
-#define SCORED_TOKENIZER_BENCH(name, dir, format)                                     \
-  BENCHMARK_CAPTURE(BM_Encode, name, dir, format)->Unit(benchmark::kMillisecond);   \
+#define SCORED_TOKENIZER_BENCH(name, dir, format)                                 \
+  BENCHMARK_CAPTURE(BM_Encode, name, dir, format)->Unit(benchmark::kMillisecond); \
   BENCHMARK_CAPTURE(BM_Load, name, dir, format)->Unit(benchmark::kMillisecond)
 
 SCORED_TOKENIZER_BENCH(stories260K_spm, "stories260K-hf", Format::kAuto);
 SCORED_TOKENIZER_BENCH(llama2_spm, "tokenizers/llama2", Format::kSentencePiece);
 SCORED_TOKENIZER_BENCH(mistral_spm, "tokenizers/mistral-7b-v0.1", Format::kAuto);
 SCORED_TOKENIZER_BENCH(llama2_tokenizer_json, "tokenizers/llama2", Format::kHfTokenizerJson);
-SCORED_TOKENIZER_BENCH(tinyllama_tokenizer_json, "models-configs/tinyllama-1.1b-chat-v1.0",
-                       Format::kAuto);
+SCORED_TOKENIZER_BENCH(tinyllama_tokenizer_json, "models-configs/tinyllama-1.1b-chat-v1.0", Format::kAuto);
 SCORED_TOKENIZER_BENCH(gpt2_vocab_merges, "tokenizers/gpt2", Format::kAuto);
-SCORED_TOKENIZER_BENCH(qwen2_5_vocab_merges, "models-configs/qwen2.5-0.5b-instruct",
-                       Format::kAuto);
+SCORED_TOKENIZER_BENCH(qwen2_5_vocab_merges, "models-configs/qwen2.5-0.5b-instruct", Format::kAuto);
 SCORED_TOKENIZER_BENCH(llama3_tiktoken, "tokenizers/llama3", Format::kAuto);
 #if SCORED_BENCH_SENTENCEPIECE_LIBRARY
 BENCHMARK_CAPTURE(BM_EncodeLibrary, stories260K_spm, "stories260K-hf")->Unit(benchmark::kMillisecond);

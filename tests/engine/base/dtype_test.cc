@@ -136,8 +136,8 @@ TEST(Fp8E4M3Test, WidenKnownValues) {
   EXPECT_EQ(Fp8E4M3ToFloat(0x3c), 1.5f);
   EXPECT_EQ(Fp8E4M3ToFloat(0x7e), 448.0f);
   EXPECT_EQ(Fp8E4M3ToFloat(0xfe), -448.0f);
-  EXPECT_EQ(Fp8E4M3ToFloat(0x08), 0.015625f);       // smallest normal 2^-6
-  EXPECT_EQ(Fp8E4M3ToFloat(0x01), 0.001953125f);    // smallest subnormal 2^-9
+  EXPECT_EQ(Fp8E4M3ToFloat(0x08), 0.015625f);     // smallest normal 2^-6
+  EXPECT_EQ(Fp8E4M3ToFloat(0x01), 0.001953125f);  // smallest subnormal 2^-9
   EXPECT_EQ(Fp8E4M3ToFloat(0x07), 7 * 0.001953125f);
   EXPECT_EQ(Fp8E4M3ToFloat(0x78), 256.0f);
   EXPECT_EQ(Fp8E4M3ToFloat(0x77), 240.0f);
@@ -201,8 +201,8 @@ TEST(Fp8E4M3Test, NarrowMatchesBruteForceOracle) {
 }
 
 TEST(Fp8E4M3Test, KnownTiesAndSaturation) {
-  EXPECT_EQ(FloatToFp8E4M3(1.0625f), 0x38);  // tie 1.0 / 1.125 -> 1.0 (even)
-  EXPECT_EQ(FloatToFp8E4M3(1.1875f), 0x3a);  // tie 1.125 / 1.25 -> 1.25 (even)
+  EXPECT_EQ(FloatToFp8E4M3(1.0625f), 0x38);                    // tie 1.0 / 1.125 -> 1.0 (even)
+  EXPECT_EQ(FloatToFp8E4M3(1.1875f), 0x3a);                    // tie 1.125 / 1.25 -> 1.25 (even)
   EXPECT_EQ(FloatToFp8E4M3(std::ldexp(1.0f, -10)), 0x00);      // half the smallest subnormal -> 0
   EXPECT_EQ(FloatToFp8E4M3(3 * std::ldexp(1.0f, -10)), 0x02);  // tie 1/2 subnormal units -> 2
   EXPECT_EQ(FloatToFp8E4M3(-3 * std::ldexp(1.0f, -10)), 0x82);
@@ -222,7 +222,7 @@ TEST(Fp8E4M3Test, KnownTiesAndSaturation) {
 // ---- E2M1 ----
 
 TEST(E2M1Test, AllSixteenCodes) {
-  const float expect[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+  const float expect[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
   for (int c = 0; c < 16; ++c) {
     EXPECT_EQ(Bits(E2M1ToFloat(static_cast<uint8_t>(c))), Bits(expect[c])) << c;

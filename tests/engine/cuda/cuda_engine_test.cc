@@ -7,10 +7,10 @@
 //    engine. Measured on an H200 (2026-11-22): transformers' own bf16 run of these stories errs by 0.0208
 //    nats on average vs float64 (PPL 3.68551 vs 3.69240, 0.19%); rounding the fp32 checkpoint's weights to
 //    bf16 alone (reference engine, fp32 math) already costs 0.0057. 0.015 stays below the framework users
-//    compare with; the engine measured 0.0125 with bf16 o/down outputs, 0.0121 with fp32 ones (H100, 2026-11-25).
-//    0.01 is out of bf16's reach here: bf16 activations alone, with exact float32 weights, cost 0.0105 (a numpy
-//    emulation of each rounding point, scripts/fixtures/bf16_error_budget.py; q/k as the attention product's bf16
-//    operands are the largest single term, 0.0075).
+//    compare with; the engine measured 0.0125 with bf16 o/down outputs, 0.0121 with fp32 ones (H100,
+//    2026-11-25). 0.01 is out of bf16's reach here: bf16 activations alone, with exact float32 weights, cost
+//    0.0105 (a numpy emulation of each rounding point, scripts/fixtures/bf16_error_budget.py; q/k as the
+//    attention product's bf16 operands are the largest single term, 0.0075).
 //  - determinism: bitwise, run to run and alone vs in a batch (pinned GEMM algorithms, row-wise kernels).
 #include "engine/cuda/cuda_engine.h"
 
@@ -121,7 +121,8 @@ void ExpectBitwiseEqual(const ScoreResult& a, const ScoreResult& b, const std::s
   EXPECT_EQ(std::memcmp(&a.sum_logprob, &b.sum_logprob, sizeof(double)), 0) << what;
 }
 
-// num_windows windows of BOS + (window - 1) consecutive ids of WikiText-2 test through the stories260K tokenizer.
+// num_windows windows of BOS + (window - 1) consecutive ids of WikiText-2 test through the stories260K
+// tokenizer.
 std::vector<ScoreRequest> WikiTextWindows(int num_windows, int window) {
   std::ifstream in(EnvOr("SCORED_DATA_DIR", SCORED_DATA_DIR) + "/wikitext-2-raw/wiki.test.raw");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -132,7 +133,8 @@ std::vector<ScoreRequest> WikiTextWindows(int num_windows, int window) {
   auto ids = (*tokenizer)->Encode(text);
   EXPECT_TRUE(ids.ok()) << ids.status();
   std::vector<ScoreRequest> windows;
-  for (int w = 0; ids.ok() && w < num_windows && static_cast<size_t>((w + 1) * (window - 1)) <= ids->size(); ++w) {
+  for (int w = 0; ids.ok() && w < num_windows && static_cast<size_t>((w + 1) * (window - 1)) <= ids->size();
+       ++w) {
     ScoreRequest r;
     r.tokens.push_back((*tokenizer)->bos_id());
     r.tokens.insert(r.tokens.end(), ids->begin() + w * (window - 1), ids->begin() + (w + 1) * (window - 1));
@@ -219,9 +221,11 @@ TEST_F(CudaEngineTest, BitwiseDeterministicAndBatchInvariant) {
 }
 
 // W8A8 in bf16 mode runs real FP8 GEMMs (per-token activation quantization is row-local, the GEMM's
-// algorithm is pinned without split-K): a request's results are bitwise the same alone or batched, run to run.
+// algorithm is pinned without split-K): a request's results are bitwise the same alone or batched, run to
+// run.
 TEST_F(CudaEngineTest, W8A8Fp8GemmsBatchInvariant) {
-  const std::string dir = std::string(EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR)) + "/llama-fp8-dynamic";
+  const std::string dir =
+      std::string(EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR)) + "/llama-fp8-dynamic";
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
   auto engine = MakeCuda(dir, ComputeDtype::kBf16);
   ASSERT_NE(engine, nullptr);
@@ -362,16 +366,19 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
 // bf16 mode on every weight-only fixture against the bound: mean |delta logprob| <= 0.01 nats and PPL
 // within 0.3% of the float32 reference, where bf16 arithmetic allows it.
 //  - mean |delta|, on the fixtures' own reference sequences, next to transformers' own bf16 run of the same
-//    weights and sequences (tests/fixtures/transformers_bf16.json, made by scripts/fixtures/transformers_bf16.py).
-//    Random weights scored on random tokens (PPL 1e3-1e5, logits of tens) put bf16's floor far above 0.01:
-//    transformers' bf16 errs by 0.028-0.054 there (H100, 2026-11-25). So: <= max(0.01, transformers' bf16
-//    error); measured 0.019-0.041, 20-35% below transformers' on every fixture.
-//  - PPL, against the CPU reference engine on real text: 16 windows of BOS + 255 tokens of WikiText-2 test (every
-//    fixture uses the stories260K tokenizer; 4080 scored). The PPL ratio is exp(mean signed delta), whose sampling
-//    noise at the references' 189 tokens (~0.3%) is as large as the bound; 4080 tokens bring it to ~0.07%, so the
-//    check sees a systematic bias, not the draw. Random tokens are no fair sample for the trained stories260K
-//    fixtures: they drive it to PPL 6e7, logits of +-30, where bf16's relative rounding turns into a PPL bias of
-//    0.4-0.75% (H100, 2026-11-25); the random-weight fixtures measured <= 0.15% there.
+//    weights and sequences (tests/fixtures/transformers_bf16.json, made by
+//    scripts/fixtures/transformers_bf16.py). Random weights scored on random tokens (PPL 1e3-1e5, logits of
+//    tens) put bf16's floor far above 0.01: transformers' bf16 errs by 0.028-0.054 there (H100, 2026-11-25).
+//    So: <= max(0.01, transformers' bf16 error); measured 0.019-0.041, 20-35% below transformers' on every
+//    fixture.
+//  - PPL, against the CPU reference engine on real text: 16 windows of BOS + 255 tokens of WikiText-2 test
+//  (every
+//    fixture uses the stories260K tokenizer; 4080 scored). The PPL ratio is exp(mean signed delta), whose
+//    sampling noise at the references' 189 tokens (~0.3%) is as large as the bound; 4080 tokens bring it to
+//    ~0.07%, so the check sees a systematic bias, not the draw. Random tokens are no fair sample for the
+//    trained stories260K fixtures: they drive it to PPL 6e7, logits of +-30, where bf16's relative rounding
+//    turns into a PPL bias of 0.4-0.75% (H100, 2026-11-25); the random-weight fixtures measured <= 0.15%
+//    there.
 TEST_F(CudaEngineTest, FixturesBf16AgainstBf16Floor) {
   const std::filesystem::path root(EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR));
   std::ifstream yardstick_file(root / "transformers_bf16.json");
@@ -416,21 +423,23 @@ TEST_F(CudaEngineTest, FixturesBf16AgainstBf16Floor) {
     ASSERT_TRUE(want_sample.ok()) << want_sample.status();
     const Agreement a = Compare(*got_sample, *want_sample);
     const double ppl_err = std::abs(a.ppl / a.ref_ppl - 1.0);
-    std::cout << "fixture " << name << " bf16: mean |delta| " << mean_abs << " (transformers bf16 " << their_mean
-              << "); WikiText PPL off by " << ppl_err << " (mean |delta| there " << a.mean_abs << ")\n";
+    std::cout << "fixture " << name << " bf16: mean |delta| " << mean_abs << " (transformers bf16 "
+              << their_mean << "); WikiText PPL off by " << ppl_err << " (mean |delta| there " << a.mean_abs
+              << ")\n";
     EXPECT_LE(mean_abs, std::max(0.01, their_mean));
     EXPECT_LE(ppl_err, 0.003);
     ++checked;
   }
   EXPECT_GT(checked, 0);
-  // Every weight-only fixture has its yardstick: a new one needs scripts/fixtures/transformers_bf16.py re-run.
+  // Every weight-only fixture has its yardstick: a new one needs scripts/fixtures/transformers_bf16.py
+  // re-run.
   for (const auto& entry : std::filesystem::directory_iterator(root)) {
     std::ifstream config_file(entry.path() / "config.json");
     if (!entry.is_directory() || !config_file) continue;
     const nlohmann::json config = nlohmann::json::parse(config_file);
     bool weight_only = true;
-    const nlohmann::json groups =
-        config.value("quantization_config", nlohmann::json::object()).value("config_groups", nlohmann::json::object());
+    const nlohmann::json groups = config.value("quantization_config", nlohmann::json::object())
+                                      .value("config_groups", nlohmann::json::object());
     for (const auto& [group_name, group] : groups.items()) {
       weight_only = weight_only && group.value("input_activations", nlohmann::json()).is_null();
     }

@@ -187,12 +187,15 @@ TEST_F(GemmTest, AccumulateIsGemmPlusAdd) {
   for (const GemmTypes types : {GemmTypes::kBf16ToFp32, GemmTypes::kFp32}) {
     SCOPED_TRACE(types == GemmTypes::kFp32 ? "fp32" : "bf16 -> fp32");
     const bool bf16 = types == GemmTypes::kBf16ToFp32;
-    auto x = bf16 ? UploadToDevice(xb.data(), xb.size() * 2, "x") : UploadToDevice(x32.data(), x32.size() * 4, "x");
-    auto w = bf16 ? UploadToDevice(wb.data(), wb.size() * 2, "w") : UploadToDevice(w32.data(), w32.size() * 4, "w");
+    auto x = bf16 ? UploadToDevice(xb.data(), xb.size() * 2, "x")
+                  : UploadToDevice(x32.data(), x32.size() * 4, "x");
+    auto w = bf16 ? UploadToDevice(wb.data(), wb.size() * 2, "w")
+                  : UploadToDevice(w32.data(), w32.size() * 4, "w");
     auto plain = DeviceBuffer::Allocate(max_tokens * out * 4, "plain");
     auto acc = UploadToDevice(base.data(), base.size() * 4, "acc");
     ASSERT_TRUE(x.ok() && w.ok() && plain.ok() && acc.ok());
-    ASSERT_TRUE((*runner)->Linear(x->data(), w->data(), plain->data(), max_tokens, out, in, types, nullptr).ok());
+    ASSERT_TRUE(
+        (*runner)->Linear(x->data(), w->data(), plain->data(), max_tokens, out, in, types, nullptr).ok());
     ASSERT_TRUE(
         (*runner)->Linear(x->data(), w->data(), acc->data(), max_tokens, out, in, types, nullptr, true).ok());
     std::vector<float> p(max_tokens * out), a(max_tokens * out);
@@ -208,8 +211,8 @@ TEST_F(GemmTest, AccumulateIsGemmPlusAdd) {
     ASSERT_TRUE(part.ok());
     const int64_t elem = bf16 ? 2 : 4;
     ASSERT_TRUE((*runner)
-                    ->Linear(static_cast<const char*>(x->data()) + first * in * elem, w->data(), part->data(), rows,
-                             out, in, types, nullptr, true)
+                    ->Linear(static_cast<const char*>(x->data()) + first * in * elem, w->data(), part->data(),
+                             rows, out, in, types, nullptr, true)
                     .ok());
     std::vector<float> got(rows * out);
     ASSERT_EQ(cudaMemcpy(got.data(), part->data(), part->bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -241,8 +244,10 @@ TEST_F(GemmTest, HalvesWithRowStrideAreBitwiseTheShardsSum) {
     RandomBf16(c.tokens * c.in, rng, &xb, &xv);
     RandomBf16(c.out * c.in, rng, &wb, &wv);
     std::vector<float> x32(xv.begin(), xv.end()), w32(wv.begin(), wv.end());
-    const char* xh = fp32 ? reinterpret_cast<const char*>(x32.data()) : reinterpret_cast<const char*>(xb.data());
-    const char* wh = fp32 ? reinterpret_cast<const char*>(w32.data()) : reinterpret_cast<const char*>(wb.data());
+    const char* xh =
+        fp32 ? reinterpret_cast<const char*>(x32.data()) : reinterpret_cast<const char*>(xb.data());
+    const char* wh =
+        fp32 ? reinterpret_cast<const char*>(w32.data()) : reinterpret_cast<const char*>(wb.data());
     // Each rank's contiguous shard: columns [r * half, (r + 1) * half) of x and w.
     std::vector<char> x_shard[2], w_shard[2];
     for (int r = 0; r < 2; ++r) {
@@ -271,13 +276,21 @@ TEST_F(GemmTest, HalvesWithRowStrideAreBitwiseTheShardsSum) {
     auto one = GemmRunner::Create(c.tokens);
     auto ranks = GemmRunner::Create(c.tokens);
     ASSERT_TRUE(one.ok() && ranks.ok());
-    ASSERT_TRUE((*one)->Linear(x->data(), w->data(), one_gpu->data(), c.tokens, c.out, half, c.types, nullptr, true,
-                               c.in).ok());
-    ASSERT_TRUE((*one)->Linear(x->as<char>() + half * elem, w->as<char>() + half * elem, one_gpu->data(), c.tokens,
-                               c.out, half, c.types, nullptr, true, c.in).ok());
-    ASSERT_TRUE((*ranks)->Linear(x0->data(), w0->data(), rank0->data(), c.tokens, c.out, half, c.types, nullptr,
-                                 true).ok());
-    ASSERT_TRUE((*ranks)->Linear(x1->data(), w1->data(), rank1->data(), c.tokens, c.out, half, c.types, nullptr).ok());
+    ASSERT_TRUE((*one)
+                    ->Linear(x->data(), w->data(), one_gpu->data(), c.tokens, c.out, half, c.types, nullptr,
+                             true, c.in)
+                    .ok());
+    ASSERT_TRUE((*one)
+                    ->Linear(x->as<char>() + half * elem, w->as<char>() + half * elem, one_gpu->data(),
+                             c.tokens, c.out, half, c.types, nullptr, true, c.in)
+                    .ok());
+    ASSERT_TRUE(
+        (*ranks)
+            ->Linear(x0->data(), w0->data(), rank0->data(), c.tokens, c.out, half, c.types, nullptr, true)
+            .ok());
+    ASSERT_TRUE((*ranks)
+                    ->Linear(x1->data(), w1->data(), rank1->data(), c.tokens, c.out, half, c.types, nullptr)
+                    .ok());
     std::vector<float> got(residual.size()), p0(residual.size()), p1(residual.size());
     ASSERT_EQ(cudaMemcpy(got.data(), one_gpu->data(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(p0.data(), rank0->data(), p0.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -358,9 +371,11 @@ TEST_F(Fp8GemmTest, Fp8MatchesFloat64) {
     ASSERT_TRUE(x.ok() && w.ok() && dxs.ok() && dws.ok() && y32.ok() && y16.ok());
     ASSERT_EQ(cudaMemset(y32->data(), 0xff, y32->bytes()), cudaSuccess);  // NaN poison
     ASSERT_EQ(cudaMemset(y16->data(), 0xff, y16->bytes()), cudaSuccess);
-    for (auto [y, types] : {std::pair{y32->data(), GemmTypes::kFp8ToFp32}, std::pair{y16->data(), GemmTypes::kFp8ToBf16}}) {
-      const absl::Status status = (*runner)->Fp8Linear(x->as<uint8_t>(), dxs->as<float>(), w->as<uint8_t>(),
-                                                       dws->as<float>(), y, s.tokens, s.out, s.in, types, stream->get());
+    for (auto [y, types] :
+         {std::pair{y32->data(), GemmTypes::kFp8ToFp32}, std::pair{y16->data(), GemmTypes::kFp8ToBf16}}) {
+      const absl::Status status =
+          (*runner)->Fp8Linear(x->as<uint8_t>(), dxs->as<float>(), w->as<uint8_t>(), dws->as<float>(), y,
+                               s.tokens, s.out, s.in, types, stream->get());
       ASSERT_TRUE(status.ok()) << status;
     }
     ASSERT_TRUE(stream->Synchronize().ok());
@@ -414,8 +429,8 @@ void CheckFp8BatchInvariance(bool tune) {
   }
   std::vector<uint16_t> full(max_tokens * out), part(max_tokens * out);
   ASSERT_TRUE((*runner)
-                  ->Fp8Linear(x->as<uint8_t>(), dxs->as<float>(), w->as<uint8_t>(), dws->as<float>(), y->data(),
-                              max_tokens, out, in, types, nullptr)
+                  ->Fp8Linear(x->as<uint8_t>(), dxs->as<float>(), w->as<uint8_t>(), dws->as<float>(),
+                              y->data(), max_tokens, out, in, types, nullptr)
                   .ok());
   ASSERT_EQ(cudaMemcpy(full.data(), y->data(), y->bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
   for (int64_t rows : {int64_t{1}, int64_t{3}, int64_t{64}, int64_t{333}, int64_t{1000}}) {
@@ -473,7 +488,8 @@ TEST_F(Fp8GemmTest, ThroughputAt8BShapes) {
     const GemmTypes fp8 = l.fp32_out ? GemmTypes::kFp8ToFp32 : GemmTypes::kFp8ToBf16;
     ASSERT_TRUE((*runner)->Tune(x->data(), w->data(), y->data(), l.out, l.in, bf16, nullptr).ok());
     ASSERT_TRUE((*runner)
-                    ->Tune(x->data(), w->data(), y->data(), l.out, l.in, fp8, nullptr, xs->as<float>(), ws->as<float>())
+                    ->Tune(x->data(), w->data(), y->data(), l.out, l.in, fp8, nullptr, xs->as<float>(),
+                           ws->as<float>())
                     .ok());
     double ms[2] = {0.0, 0.0};
     for (int pass = 0; pass < 2; ++pass) {
@@ -483,8 +499,8 @@ TEST_F(Fp8GemmTest, ThroughputAt8BShapes) {
         }
         const absl::Status status =
             pass == 0 ? (*runner)->Linear(x->data(), w->data(), y->data(), tokens, l.out, l.in, bf16, nullptr)
-                      : (*runner)->Fp8Linear(x->as<uint8_t>(), xs->as<float>(), w->as<uint8_t>(), ws->as<float>(),
-                                             y->data(), tokens, l.out, l.in, fp8, nullptr);
+                      : (*runner)->Fp8Linear(x->as<uint8_t>(), xs->as<float>(), w->as<uint8_t>(),
+                                             ws->as<float>(), y->data(), tokens, l.out, l.in, fp8, nullptr);
         ASSERT_TRUE(status.ok()) << status;
       }
       ASSERT_EQ(cudaEventRecord(stop, nullptr), cudaSuccess);
@@ -497,13 +513,14 @@ TEST_F(Fp8GemmTest, ThroughputAt8BShapes) {
     total_fp8 += ms[1];
     const double flop = 2.0 * tokens * l.out * l.in;
     std::printf("GEMM %-8s FP8 mode: %s\n", l.name, (*runner)->Choice(l.out, l.in, fp8).c_str());
-    std::printf("GEMM %-8s [%lld, %lld] x [%lld, %lld]^T: bf16 %.3f ms (%.0f TFLOP/s), fp8 %.3f ms (%.0f TFLOP/s), "
-                "%.2fx\n",
-                l.name, static_cast<long long>(tokens), static_cast<long long>(l.in), static_cast<long long>(l.out),
-                static_cast<long long>(l.in), ms[0], flop / ms[0] * 1e-9, ms[1], flop / ms[1] * 1e-9, ms[0] / ms[1]);
+    std::printf(
+        "GEMM %-8s [%lld, %lld] x [%lld, %lld]^T: bf16 %.3f ms (%.0f TFLOP/s), fp8 %.3f ms (%.0f TFLOP/s), "
+        "%.2fx\n",
+        l.name, static_cast<long long>(tokens), static_cast<long long>(l.in), static_cast<long long>(l.out),
+        static_cast<long long>(l.in), ms[0], flop / ms[0] * 1e-9, ms[1], flop / ms[1] * 1e-9, ms[0] / ms[1]);
   }
-  std::printf("GEMM layer total at %lld rows: bf16 %.3f ms, fp8 %.3f ms, %.2fx\n", static_cast<long long>(tokens),
-              total_bf16, total_fp8, total_bf16 / total_fp8);
+  std::printf("GEMM layer total at %lld rows: bf16 %.3f ms, fp8 %.3f ms, %.2fx\n",
+              static_cast<long long>(tokens), total_bf16, total_fp8, total_bf16 / total_fp8);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
 }

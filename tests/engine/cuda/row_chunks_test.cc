@@ -51,7 +51,7 @@ TEST(RowChunksTest, AutoIsTwoChunksFromTheThresholdAndOneBelow) {
   ASSERT_EQ(a.size(), 2u);
   EXPECT_EQ(a[0].num_seqs, 4);
   ExpectTiling(a, eight);
-  EXPECT_EQ(Chunks(three, 0).size(), 1u);  // 6144 tokens < kTpAutoMinTokens
+  EXPECT_EQ(Chunks(three, 0).size(), 1u);    // 6144 tokens < kTpAutoMinTokens
   const std::vector<int32_t> four(4, 2048);  // exactly the threshold
   EXPECT_EQ(Chunks(four, 0).size(), 2u);
 }

@@ -9,15 +9,17 @@
 // random tokens (any input is as good for them).
 //
 // Tolerances and why. The one-GPU engine sums o_proj and down_proj over the two halves of their input in
-// tp 2's order (engine/cuda/transformer.h SumsInHalves) and a shard's column-parallel GEMMs give bitwise tp 1's
-// columns, so tp 2 computes bitwise tp 1's hidden states; only the log-softmax differs (its per-token
+// tp 2's order (engine/cuda/transformer.h SumsInHalves) and a shard's column-parallel GEMMs give bitwise tp
+// 1's columns, so tp 2 computes bitwise tp 1's hidden states; only the log-softmax differs (its per-token
 // statistics combine from two vocabulary halves in double). Measured on 2 x H200, 2026-11-22:
-//  - weight-only formats whose halves are 16-byte aligned (every random-weight fixture), both modes: max |delta
+//  - weight-only formats whose halves are 16-byte aligned (every random-weight fixture), both modes: max
+//  |delta
 //    logprob| <= 1e-5 nats (measured <= 9.5e-7), entropy max |delta| <= 1e-5 (<= 2.4e-7), greedy flags and
 //    ranks identical. (Before the halves: bf16 mean |delta| 0.0032-0.0068, the random weights amplifying one
 //    activation rounded the other way under a reordered fp32 sum.)
 //  - the stories260K models (intermediate 172: half of it is 86 elements, not 16-byte aligned, so down_proj
-//    stays one GEMM at tp 1 and its sum order differs): the bounds. fp32: max |delta| <= 1e-4 (measured
+//    stays one GEMM at tp 1 and its sum order differs): the bounds. fp32: max |delta| <= 1e-4
+//    (measured
 //    <= 2.2e-5), entropy max <= 1e-4, greedy identical; bf16 (real text): mean |delta| <= 0.005 (measured
 //    0.0021-0.0046), PPL within 0.1% (<= 0.03%), entropy mean <= 0.005, greedy >= 99%.
 //  - W8A8 (FP8 activations), both modes, statistically (DESIGN.md §6): an activation a hair from an FP8
@@ -202,11 +204,12 @@ void CompareTp2WithTp1(ComputeDtype dtype) {
     const double rank_rate = static_cast<double>(c.rank_same) / c.count;
     const double rank_mean_abs = static_cast<double>(c.rank_abs) / c.count;
     const bool w8a8 = (*one)->info().format.find("w8a8") != std::string::npos;
-    std::cout << "tp2 vs tp1 " << (fp32 ? "fp32" : "bf16") << " " << std::filesystem::path(dir).filename().string()
-              << ": tokens " << c.count << ", max |d logprob| " << c.max_abs << ", mean " << c.sum_abs / c.count
-              << ", ppl " << ppl_a << " vs " << ppl_b << " (rel " << ppl_rel << "), entropy max |d| "
-              << c.max_entropy << " mean " << c.sum_entropy / c.count << ", greedy same " << greedy_rate
-              << ", rank same " << rank_rate << " mean |d rank| " << rank_mean_abs << (w8a8 ? " (w8a8)" : "")
+    std::cout << "tp2 vs tp1 " << (fp32 ? "fp32" : "bf16") << " "
+              << std::filesystem::path(dir).filename().string() << ": tokens " << c.count
+              << ", max |d logprob| " << c.max_abs << ", mean " << c.sum_abs / c.count << ", ppl " << ppl_a
+              << " vs " << ppl_b << " (rel " << ppl_rel << "), entropy max |d| " << c.max_entropy << " mean "
+              << c.sum_entropy / c.count << ", greedy same " << greedy_rate << ", rank same " << rank_rate
+              << " mean |d rank| " << rank_mean_abs << (w8a8 ? " (w8a8)" : "")
               << (IsStories(dir) ? " (real text)" : " (random tokens)") << "\n";
     EXPECT_LE(rank_mean_abs, 10.0);
     if (w8a8) {
@@ -260,11 +263,11 @@ TEST_F(TpEngineTest, Tp2IsBitwiseBatchInvariantAndRepeatable) {
 }
 
 // Row-chunk pipelining (SCORED_TP_ROW_CHUNKS: every op of a layer runs chunk by chunk, each chunk's sum over
-// ranks overlapping the next chunks): every row's result is bitwise the same as unchunked (GEMM algorithms are
-// pinned per weight shape, norms are per row, attention per sequence, a row's sum over two ranks is one fp32
-// add). Chunks hold whole sequences: the 434-token batch (sequences of 64, 37, 128, 5 and 200 tokens) runs as
-// 2 chunks when 3 are asked (229 and 205 rows) and as 3 when 8 are (64, 165, 205); the W8A8 fixture (a
-// row-parallel amax all-reduce) stays one chunk.
+// ranks overlapping the next chunks): every row's result is bitwise the same as unchunked (GEMM algorithms
+// are pinned per weight shape, norms are per row, attention per sequence, a row's sum over two ranks is one
+// fp32 add). Chunks hold whole sequences: the 434-token batch (sequences of 64, 37, 128, 5 and 200 tokens)
+// runs as 2 chunks when 3 are asked (229 and 205 rows) and as 3 when 8 are (64, 165, 205); the W8A8 fixture
+// (a row-parallel amax all-reduce) stays one chunk.
 TEST_F(TpEngineTest, Tp2RowChunkedIsBitwiseEqualToUnchunked) {
   for (const ComputeDtype dtype : {ComputeDtype::kBf16, ComputeDtype::kFp32}) {
     for (const std::string& dir : {kFixturesDir + "/llama-w4a16-g128", kFixturesDir + "/qwen3-w4a16-g128",

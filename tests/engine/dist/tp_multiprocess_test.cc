@@ -153,7 +153,8 @@ TEST_F(TpMultiProcessTest, DeadFollowerMakesLeaderUnavailable) {
   kill(follower, SIGKILL);
   waitpid(follower, nullptr, 0);
   const auto start = std::chrono::steady_clock::now();
-  while ((*leader)->fatal_status().ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+  while ((*leader)->fatal_status().ok() &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ((*leader)->fatal_status().code(), absl::StatusCode::kUnavailable) << (*leader)->fatal_status();

@@ -19,7 +19,7 @@ namespace scored::dist {
 namespace {
 
 constexpr int64_t kTokens = 33;
-constexpr int64_t kVocab = 32003;             // odd: the last rank's shard is one row short
+constexpr int64_t kVocab = 32003;               // odd: the last rank's shard is one row short
 constexpr int64_t kPerRank = (kVocab + 1) / 2;  // ShardPlan's padded width, the logits' ld
 
 int UsableGpus() {
@@ -44,7 +44,8 @@ std::vector<float> MakeLogits() {
 
 std::vector<int32_t> MakeTargets() {
   std::vector<int32_t> t(static_cast<size_t>(kTokens));
-  for (int64_t i = 0; i < kTokens; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 3) % kVocab);
+  for (int64_t i = 0; i < kTokens; ++i)
+    t[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 3) % kVocab);
   t[0] = 0;
   t[1] = static_cast<int32_t>(kPerRank - 1);
   t[2] = static_cast<int32_t>(kPerRank);
@@ -56,7 +57,8 @@ template <typename T>
 T* Upload(const std::vector<T>& host) {
   void* d = nullptr;
   if (cudaMalloc(&d, host.size() * sizeof(T)) != cudaSuccess) return nullptr;
-  if (cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) != cudaSuccess) return nullptr;
+  if (cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) != cudaSuccess)
+    return nullptr;
   return static_cast<T*>(d);
 }
 
@@ -92,7 +94,8 @@ Result OneGpu(const std::vector<float>& logits, const std::vector<int32_t>& targ
   r.greedy.resize(kTokens);
   EXPECT_EQ(cudaMemcpy(r.logprob.data(), lp, kTokens * sizeof(double), cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(cudaMemcpy(r.greedy.data(), greedy, kTokens, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (void* p : {static_cast<void*>(d_logits), static_cast<void*>(d_targets), stats, lp, greedy}) cudaFree(p);
+  for (void* p : {static_cast<void*>(d_logits), static_cast<void*>(d_targets), stats, lp, greedy})
+    cudaFree(p);
   return r;
 }
 
@@ -117,15 +120,17 @@ void RunRank(NcclCommunicator* comm, const std::vector<float>& logits, const std
             cudaSuccess);
   ASSERT_EQ(cudaMalloc(&lp, kTokens * sizeof(double)), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&greedy, kTokens), cudaSuccess);
-  const absl::Status st = VocabParallelLogprob(*comm, d_logits, kPerRank, size, begin, d_targets, kTokens,
-                                               static_cast<kernels::LogitPartialStats*>(ws),
-                                               static_cast<double*>(lp), static_cast<uint8_t*>(greedy), stream);
+  const absl::Status st =
+      VocabParallelLogprob(*comm, d_logits, kPerRank, size, begin, d_targets, kTokens,
+                           static_cast<kernels::LogitPartialStats*>(ws), static_cast<double*>(lp),
+                           static_cast<uint8_t*>(greedy), stream);
   ASSERT_TRUE(st.ok()) << st;
   const absl::Status sync = comm->Synchronize(stream, absl::Seconds(60));
   ASSERT_TRUE(sync.ok()) << sync;
   out->logprob.resize(kTokens);
   out->greedy.resize(kTokens);
-  ASSERT_EQ(cudaMemcpy(out->logprob.data(), lp, kTokens * sizeof(double), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(out->logprob.data(), lp, kTokens * sizeof(double), cudaMemcpyDeviceToHost),
+            cudaSuccess);
   ASSERT_EQ(cudaMemcpy(out->greedy.data(), greedy, kTokens, cudaMemcpyDeviceToHost), cudaSuccess);
   for (void* p : {static_cast<void*>(d_logits), static_cast<void*>(d_targets), ws, lp, greedy}) cudaFree(p);
   cudaStreamDestroy(stream);
@@ -141,13 +146,14 @@ TEST(VocabParallelLogprobTest, TwoGpusMatchOneGpuCombineBitwise) {
   Result got[2];
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
-    threads.emplace_back(RunRank, (*comms)[static_cast<size_t>(r)].get(), std::cref(logits), std::cref(targets),
-                         &got[r]);
+    threads.emplace_back(RunRank, (*comms)[static_cast<size_t>(r)].get(), std::cref(logits),
+                         std::cref(targets), &got[r]);
   }
   for (std::thread& t : threads) t.join();
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(got[r].logprob.size(), want.logprob.size());
-    EXPECT_EQ(std::memcmp(got[r].logprob.data(), want.logprob.data(), kTokens * sizeof(double)), 0) << "rank " << r;
+    EXPECT_EQ(std::memcmp(got[r].logprob.data(), want.logprob.data(), kTokens * sizeof(double)), 0)
+        << "rank " << r;
     EXPECT_EQ(got[r].greedy, want.greedy) << "rank " << r;
   }
   EXPECT_TRUE(DestroyCommunicators(&*comms).ok());

@@ -133,12 +133,18 @@ std::vector<float> RunAttentionWith(cudaStream_t stream, const Problem& p, Atten
 
 const char* KernelName(AttentionKernel kernel) {
   switch (kernel) {
-    case AttentionKernel::kAuto: return "auto";
-    case AttentionKernel::kSimt: return "simt";
-    case AttentionKernel::kMma16Rows: return "mma16rows";
-    case AttentionKernel::kMma32RowsK32: return "mma32rows_k32";
-    case AttentionKernel::kMma32RowsK64: return "mma32rows_k64";
-    case AttentionKernel::kWgmma: return "wgmma";
+    case AttentionKernel::kAuto:
+      return "auto";
+    case AttentionKernel::kSimt:
+      return "simt";
+    case AttentionKernel::kMma16Rows:
+      return "mma16rows";
+    case AttentionKernel::kMma32RowsK32:
+      return "mma32rows_k32";
+    case AttentionKernel::kMma32RowsK64:
+      return "mma32rows_k64";
+    case AttentionKernel::kWgmma:
+      return "wgmma";
   }
   return "?";
 }
@@ -173,7 +179,8 @@ TEST_F(AttentionTest, Bf16MatchesReference) {
   for (int32_t hd : {8, 16, 32, 64, 128}) {
     const Problem p = MakeProblem(kLengths, 8, 2, hd, 100 + hd);
     for (bool simt : {false, true}) {
-      const std::string name = std::string("attention bf16 ") + (simt ? "simt" : "default") + " hd=" + std::to_string(hd);
+      const std::string name =
+          std::string("attention bf16 ") + (simt ? "simt" : "default") + " hd=" + std::to_string(hd);
       const std::vector<float> got = RunAttention<bf16_t>(stream_, p, simt);
       const testing::ErrorStats s = testing::CompareArrays(got, p.want);
       const double mean = MeanAbsError(got, p.want);
@@ -189,17 +196,17 @@ TEST_F(AttentionTest, Bf16MatchesReference) {
 // tiles, several query blocks, a partial last block), with 4 and 1 kv heads; at 128 also a window of
 // exactly 8 x 128 tokens next to one of 128 + 1 (whole tiles, and a tile holding a single row).
 TEST_F(AttentionTest, Bf16KernelsMatchReference) {
-  const std::vector<Problem> problems = {MakeProblem(kLengths, 8, 2, 128, 500),
-                                         MakeProblem({700, 1, 333}, 4, 1, 128, 501),
-                                         MakeProblem({1024, 129}, 8, 2, 128, 504),
-                                         MakeProblem(kLengths, 8, 2, 64, 502),
-                                         MakeProblem({700, 1, 333}, 4, 1, 64, 503)};
+  const std::vector<Problem> problems = {
+      MakeProblem(kLengths, 8, 2, 128, 500), MakeProblem({700, 1, 333}, 4, 1, 128, 501),
+      MakeProblem({1024, 129}, 8, 2, 128, 504), MakeProblem(kLengths, 8, 2, 64, 502),
+      MakeProblem({700, 1, 333}, 4, 1, 64, 503)};
   for (const Problem& p : problems) {
     std::vector<AttentionKernel> kernels = TensorCoreKernels(p.head_dim);
     kernels.insert(kernels.begin(), AttentionKernel::kAuto);
     for (AttentionKernel kernel : kernels) {
-      const std::string name = std::string("attention bf16 ") + KernelName(kernel) + " hd=" +
-                               std::to_string(p.head_dim) + " tokens=" + std::to_string(p.num_tokens);
+      const std::string name = std::string("attention bf16 ") + KernelName(kernel) +
+                               " hd=" + std::to_string(p.head_dim) +
+                               " tokens=" + std::to_string(p.num_tokens);
       const std::vector<float> got = RunAttentionWith(stream_, p, kernel);
       const testing::ErrorStats s = testing::CompareArrays(got, p.want);
       const double mean = MeanAbsError(got, p.want);
@@ -233,12 +240,16 @@ TEST_F(AttentionTest, SequenceResultIndependentOfBatch) {
   const std::vector<float> all = RunAttention<bf16_t>(stream_, batch, false);
   const std::vector<float> one = RunAttention<bf16_t>(stream_, alone, false);
   const int64_t cols = 8 * 128;
-  EXPECT_EQ(testing::CountBitDifferences(std::vector<float>(all.begin() + 70 * cols, all.begin() + 103 * cols), one), 0);
+  EXPECT_EQ(testing::CountBitDifferences(
+                std::vector<float>(all.begin() + 70 * cols, all.begin() + 103 * cols), one),
+            0);
   for (AttentionKernel kernel : TensorCoreKernels(128)) {
     const std::vector<float> all_k = RunAttentionWith(stream_, batch, kernel);
     const std::vector<float> one_k = RunAttentionWith(stream_, alone, kernel);
-    EXPECT_EQ(testing::CountBitDifferences(std::vector<float>(all_k.begin() + 70 * cols, all_k.begin() + 103 * cols),
-                                           one_k), 0) << KernelName(kernel);
+    EXPECT_EQ(testing::CountBitDifferences(
+                  std::vector<float>(all_k.begin() + 70 * cols, all_k.begin() + 103 * cols), one_k),
+              0)
+        << KernelName(kernel);
   }
 }
 
@@ -280,15 +291,16 @@ void TimeAttention(cudaStream_t stream, int32_t head_dim, int iters,
                                    d_out.get(), stream);
       }
     }
-    return CausalAttention(q, q + kNh * head_dim, q + (kNh + kNkv) * head_dim, d_cu.get(), s, d_out.get(), stream);
+    return CausalAttention(q, q + kNh * head_dim, q + (kNh + kNkv) * head_dim, d_cu.get(), s, d_out.get(),
+                           stream);
   };
   const float ms = testing::MedianMs(stream, launch, iters);
   ASSERT_GT(ms, 0.0f);
   // Causal: QK^T and PV each 2 * hd FLOP per (query, key <= query) pair and head.
   const double flops = 4.0 * head_dim * kNh * kSeqs * (static_cast<double>(kLen) * (kLen + 1) / 2);
   std::cout << "[ measured ] attention " << (sizeof(T) == 2 ? "bf16" : "fp32") << " " << KernelName(kernel)
-            << " 8x2048 nh=32 nkv=8 hd=" << head_dim << ": " << ms << " ms, " << flops / ms / 1e9 << " TFLOP/s"
-            << std::endl;
+            << " 8x2048 nh=32 nkv=8 hd=" << head_dim << ": " << ms << " ms, " << flops / ms / 1e9
+            << " TFLOP/s" << std::endl;
 }
 
 TEST_F(AttentionTest, ThroughputLlama3Shapes) {

@@ -109,7 +109,8 @@ void CheckWeight(cudaStream_t stream, const LinearWeight& w, int64_t row_begin, 
   const int64_t diff32 = testing::CountBitDifferences(d32.Download(), want);
   const int64_t diff16 = testing::CountBitDifferences(d16.Download(), testing::ToBf16(want));
   std::cout << "[ measured ] dequant " << name << " rows [" << row_begin << ", " << row_end << ") x "
-            << w.in_features << ": fp32 bit mismatches " << diff32 << ", bf16 bit mismatches " << diff16 << std::endl;
+            << w.in_features << ": fp32 bit mismatches " << diff32 << ", bf16 bit mismatches " << diff16
+            << std::endl;
   EXPECT_EQ(diff32, 0) << name;
   EXPECT_EQ(diff16, 0) << name;
 }
@@ -130,7 +131,8 @@ TEST_F(DequantTest, PackQuantizedInt4GroupSymmetricBf16) {
   w.strategy = QuantStrategy::kGroup;
   w.group_size = kGroup;
   auto packed = MakeTensor("weight_packed", DType::kI32, {kOut, kIn / 8}, RandomWords(kOut * kIn / 8, 1));
-  auto scale = MakeTensor("weight_scale", DType::kBF16, {kOut, kIn / kGroup}, Bf16Scales(kOut * kIn / kGroup, 2));
+  auto scale =
+      MakeTensor("weight_scale", DType::kBF16, {kOut, kIn / kGroup}, Bf16Scales(kOut * kIn / kGroup, 2));
   w.weight_packed = packed->view;
   w.weight_scale = scale->view;
   CheckWeight(stream_, w, 0, kOut, w.module);
@@ -146,7 +148,8 @@ TEST_F(DequantTest, PackQuantizedInt4GroupAsymmetricZeroPoints) {
   w.group_size = kGroup;
   auto packed = MakeTensor("weight_packed", DType::kI32, {kOut, kIn / 8}, RandomWords(kOut * kIn / 8, 3));
   auto scale = MakeTensor("weight_scale", DType::kBF16, {kOut, 2}, Bf16Scales(kOut * 2, 4));
-  auto zp = MakeTensor("weight_zero_point", DType::kI32, {(kOut * 4 + 31) / 32, 2}, RandomWords(((kOut * 4 + 31) / 32) * 2, 5));
+  auto zp = MakeTensor("weight_zero_point", DType::kI32, {(kOut * 4 + 31) / 32, 2},
+                       RandomWords(((kOut * 4 + 31) / 32) * 2, 5));
   w.weight_packed = packed->view;
   w.weight_scale = scale->view;
   w.weight_zero_point = zp->view;
@@ -177,7 +180,8 @@ TEST_F(DequantTest, PackQuantizedInt8ChannelAndTensor) {
   constexpr int64_t kOut = 24, kIn = 200;  // in not a multiple of 8: the scalar store path
   for (QuantStrategy strategy : {QuantStrategy::kChannel, QuantStrategy::kTensor}) {
     const bool channel = strategy == QuantStrategy::kChannel;
-    LinearWeight w = Base(channel ? "int8-channel-fp16" : "int8-tensor-fp32", WeightFormat::kPackQuantized, kOut, kIn);
+    LinearWeight w =
+        Base(channel ? "int8-channel-fp16" : "int8-tensor-fp32", WeightFormat::kPackQuantized, kOut, kIn);
     w.num_bits = 8;
     w.strategy = strategy;
     auto packed = MakeTensor("weight_packed", DType::kI32, {kOut, kIn / 4}, RandomWords(kOut * kIn / 4, 9));
@@ -200,7 +204,8 @@ TEST_F(DequantTest, Nvfp4) {
   std::vector<uint8_t> bytes(kOut * kIn / 2);
   std::memcpy(bytes.data(), words.data(), bytes.size());
   auto packed = MakeTensor("weight_packed", DType::kU8, {kOut, kIn / 2}, bytes);
-  auto scale = MakeTensor("weight_scale", DType::kF8E4M3, {kOut, kIn / 16}, Fp8Codes(kOut * kIn / 16, 12, true));
+  auto scale =
+      MakeTensor("weight_scale", DType::kF8E4M3, {kOut, kIn / 16}, Fp8Codes(kOut * kIn / 16, 12, true));
   auto global = MakeTensor("weight_global_scale", DType::kF32, {1}, std::vector<float>{2771.37f});
   w.weight_packed = packed->view;
   w.weight_scale = scale->view;
@@ -210,7 +215,7 @@ TEST_F(DequantTest, Nvfp4) {
 }
 
 TEST_F(DequantTest, Fp8TensorChannelBlock) {
-  constexpr int64_t kOut = 200;  // partial 128 x 128 blocks on both axes
+  constexpr int64_t kOut = 200;                      // partial 128 x 128 blocks on both axes
   for (int64_t in : {int64_t{300}, int64_t{384}}) {  // 300: element-wise path; 384: 8-column chunks
     const std::string suffix = " in=" + std::to_string(in);
     auto values = MakeTensor("weight", DType::kF8E4M3, {kOut, in}, Fp8Codes(kOut * in, 13, false));
@@ -272,7 +277,8 @@ TEST_F(DequantTest, NaiveInt8WithAndWithoutZeroPoint) {
     LinearWeight w = Base("naive-int8-channel", WeightFormat::kNaiveQuantized, kOut, kIn);
     w.num_bits = 8;
     w.strategy = QuantStrategy::kChannel;
-    auto scale = MakeTensor("weight_scale", DType::kF32, {kOut, 1}, testing::RandomFloats(kOut, 18, 0.001f, 0.01f));
+    auto scale =
+        MakeTensor("weight_scale", DType::kF32, {kOut, 1}, testing::RandomFloats(kOut, 18, 0.001f, 0.01f));
     w.weight = values->view;
     w.weight_scale = scale->view;
     CheckWeight(stream_, w, 0, kOut, w.module);
@@ -334,8 +340,8 @@ TEST_F(DequantTest, CommittedFixturesBitExact) {
     absl::StatusOr<std::unique_ptr<ModelWeights>> weights = ModelWeights::Load(m);
     ASSERT_TRUE(weights.ok()) << m << ": " << weights.status();
     for (const LayerWeights& layer : (*weights)->layers()) {
-      for (const LinearWeight* lw : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj, &layer.gate_proj,
-                                     &layer.up_proj, &layer.down_proj}) {
+      for (const LinearWeight* lw : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj,
+                                     &layer.gate_proj, &layer.up_proj, &layer.down_proj}) {
         CheckWeight(stream_, *lw, 0, lw->out_features, m.substr(dir.size() + 1) + ":" + lw->module);
         ++checked;
       }
@@ -358,8 +364,10 @@ TEST_F(DequantTest, ThroughputLlama8BMlp) {
   int4.num_bits = 4;
   int4.strategy = QuantStrategy::kGroup;
   int4.group_size = 128;
-  auto int4_packed = MakeTensor("weight_packed", DType::kI32, {kOut, kIn / 8}, std::vector<uint32_t>(words.begin(), words.begin() + kOut * kIn / 8));
-  auto int4_scale = MakeTensor("weight_scale", DType::kBF16, {kOut, kIn / 128}, Bf16Scales(kOut * kIn / 128, 23));
+  auto int4_packed = MakeTensor("weight_packed", DType::kI32, {kOut, kIn / 8},
+                                std::vector<uint32_t>(words.begin(), words.begin() + kOut * kIn / 8));
+  auto int4_scale =
+      MakeTensor("weight_scale", DType::kBF16, {kOut, kIn / 128}, Bf16Scales(kOut * kIn / 128, 23));
   int4.weight_packed = int4_packed->view;
   int4.weight_scale = int4_scale->view;
 
@@ -368,7 +376,8 @@ TEST_F(DequantTest, ThroughputLlama8BMlp) {
   fp4.strategy = QuantStrategy::kGroup;
   fp4.group_size = 16;
   auto fp4_packed = MakeTensor("weight_packed", DType::kU8, {kOut, kIn / 2}, as_bytes(kOut * kIn / 2));
-  auto fp4_scale = MakeTensor("weight_scale", DType::kF8E4M3, {kOut, kIn / 16}, Fp8Codes(kOut * kIn / 16, 24, true));
+  auto fp4_scale =
+      MakeTensor("weight_scale", DType::kF8E4M3, {kOut, kIn / 16}, Fp8Codes(kOut * kIn / 16, 24, true));
   auto fp4_global = MakeTensor("weight_global_scale", DType::kF32, {1}, std::vector<float>{2771.37f});
   fp4.weight_packed = fp4_packed->view;
   fp4.weight_scale = fp4_scale->view;
@@ -379,7 +388,8 @@ TEST_F(DequantTest, ThroughputLlama8BMlp) {
   fp8.strategy = QuantStrategy::kBlock;
   fp8.block_rows = fp8.block_cols = 128;
   auto fp8_values = MakeTensor("weight", DType::kF8E4M3, {kOut, kIn}, Fp8Codes(kOut * kIn, 25, false));
-  auto fp8_scale = MakeTensor("weight_scale", DType::kBF16, {kOut / 128, kIn / 128}, Bf16Scales(kOut * kIn / 16384, 26));
+  auto fp8_scale =
+      MakeTensor("weight_scale", DType::kBF16, {kOut / 128, kIn / 128}, Bf16Scales(kOut * kIn / 16384, 26));
   fp8.weight = fp8_values->view;
   fp8.weight_scale = fp8_scale->view;
 

@@ -38,8 +38,10 @@ TEST_F(EmbeddingTest, Fp32TableAllOutputTypesBitExact) {
   DeviceArray<bf16_t> d_out16(kTokens * kHidden);
   d_out32.Poison();
   d_out16.Poison();
-  ASSERT_TRUE(Embedding(d_table.get(), d_tokens.get(), kTokens, kVocab, kHidden, d_out32.get(), stream_).ok());
-  ASSERT_TRUE(Embedding(d_table.get(), d_tokens.get(), kTokens, kVocab, kHidden, d_out16.get(), stream_).ok());
+  ASSERT_TRUE(
+      Embedding(d_table.get(), d_tokens.get(), kTokens, kVocab, kHidden, d_out32.get(), stream_).ok());
+  ASSERT_TRUE(
+      Embedding(d_table.get(), d_tokens.get(), kTokens, kVocab, kHidden, d_out16.get(), stream_).ok());
   Sync();
   EXPECT_EQ(testing::CountBitDifferences(d_out32.Download(), want), 0);
   EXPECT_EQ(testing::CountBitDifferences(d_out16.Download(), testing::ToBf16(want)), 0);
@@ -57,8 +59,10 @@ TEST_F(EmbeddingTest, Bf16TableAllOutputTypesBitExact) {
   DeviceArray<bf16_t> d_out16(kTokens * kHidden);
   d_out32.Poison();
   d_out16.Poison();
-  ASSERT_TRUE(Embedding(d_table.get(), d_tokens.get(), kTokens, kVocab, kHidden, d_out32.get(), stream_).ok());
-  ASSERT_TRUE(Embedding(d_table.get(), d_tokens.get(), kTokens, kVocab, kHidden, d_out16.get(), stream_).ok());
+  ASSERT_TRUE(
+      Embedding(d_table.get(), d_tokens.get(), kTokens, kVocab, kHidden, d_out32.get(), stream_).ok());
+  ASSERT_TRUE(
+      Embedding(d_table.get(), d_tokens.get(), kTokens, kVocab, kHidden, d_out16.get(), stream_).ok());
   Sync();
   EXPECT_EQ(testing::CountBitDifferences(d_out32.Download(), want), 0);
   EXPECT_EQ(testing::CountBitDifferences(d_out16.Download(), testing::ToBf16(want)), 0);
@@ -78,8 +82,8 @@ TEST_F(EmbeddingTest, ShardsWriteTheirRowsAndZerosElsewhere) {
   for (int r = 0; r < 3; ++r) {
     DeviceArray<float> d_out(kTokens * kHidden);
     d_out.Poison();
-    ASSERT_TRUE(EmbeddingShard(d_table.get() + shards[r] * kHidden, d_tokens.get(), kTokens, kVocab, shards[r],
-                               shards[r + 1] - shards[r], kHidden, d_out.get(), stream_)
+    ASSERT_TRUE(EmbeddingShard(d_table.get() + shards[r] * kHidden, d_tokens.get(), kTokens, kVocab,
+                               shards[r], shards[r + 1] - shards[r], kHidden, d_out.get(), stream_)
                     .ok());
     Sync();
     const std::vector<float> out = d_out.Download();
@@ -87,7 +91,8 @@ TEST_F(EmbeddingTest, ShardsWriteTheirRowsAndZerosElsewhere) {
       const bool mine = tokens[t] >= shards[r] && tokens[t] < shards[r + 1];
       for (int64_t i = 0; i < kHidden; ++i) {
         const float expect = mine ? want[t * kHidden + i] : 0.0f;
-        ASSERT_EQ(testing::CountBitDifferences(std::vector<float>{out[t * kHidden + i]}, std::vector<float>{expect}),
+        ASSERT_EQ(testing::CountBitDifferences(std::vector<float>{out[t * kHidden + i]},
+                                               std::vector<float>{expect}),
                   0)
             << "shard " << r << " token " << t << " column " << i;
         sum[t * kHidden + i] += out[t * kHidden + i];
@@ -116,11 +121,14 @@ TEST_F(EmbeddingTest, OutOfRangeIdGivesNanRow) {
 
 TEST_F(EmbeddingTest, RejectsBadArguments) {
   float* null_out = nullptr;
-  EXPECT_EQ(Embedding(static_cast<const float*>(nullptr), nullptr, 4, kVocab, kHidden, null_out, stream_).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Embedding(static_cast<const float*>(nullptr), nullptr, -1, kVocab, kHidden, null_out, stream_).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Embedding(static_cast<const float*>(nullptr), nullptr, 0, kVocab, kHidden, null_out, stream_).ok());
+  EXPECT_EQ(
+      Embedding(static_cast<const float*>(nullptr), nullptr, 4, kVocab, kHidden, null_out, stream_).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      Embedding(static_cast<const float*>(nullptr), nullptr, -1, kVocab, kHidden, null_out, stream_).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      Embedding(static_cast<const float*>(nullptr), nullptr, 0, kVocab, kHidden, null_out, stream_).ok());
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ constexpr int64_t kTokens = 17, kIn = 1000, kStride = 1024;
 std::vector<float> Inputs() {
   std::vector<float> x = testing::RoundedToBf16(testing::RandomNormal(kTokens * kStride, 91, 3.0f));
   for (int64_t i = 0; i < kStride; ++i) x[2 * kStride + i] = 0.0f;  // a zero row
-  x[5 * kStride + 7] = 1000.0f;                                      // an outlier row
+  x[5 * kStride + 7] = 1000.0f;                                     // an outlier row
   return x;
 }
 
@@ -43,7 +43,9 @@ TEST_F(Fp8QuantTest, FakeQuantBitExact) {
   ASSERT_TRUE(FakeQuantizeFp8PerToken(d_x16.get(), kStride, kTokens, kIn, stream_).ok());
   Sync();
   EXPECT_EQ(testing::CountBitDifferences(Dense(d_x32.Download()), want), 0);
-  EXPECT_EQ(testing::CountBitDifferences(Dense(testing::FromBf16(d_x16.Download())), testing::RoundedToBf16(want)), 0);
+  EXPECT_EQ(
+      testing::CountBitDifferences(Dense(testing::FromBf16(d_x16.Download())), testing::RoundedToBf16(want)),
+      0);
 }
 
 TEST_F(Fp8QuantTest, CodesAndScalesBitExact) {
@@ -99,7 +101,8 @@ TEST_F(Fp8QuantTest, SplitRowsWithSharedAmaxBitExact) {
   for (int h = 0; h < 2; ++h) {
     const int64_t cols = split[h + 1] - split[h];
     DeviceArray<float> d_half(halves[h]);
-    ASSERT_TRUE(FakeQuantizeFp8PerTokenWithAmax(d_half.get(), cols, kTokens, cols, d_amax.get(), stream_).ok());
+    ASSERT_TRUE(
+        FakeQuantizeFp8PerTokenWithAmax(d_half.get(), cols, kTokens, cols, d_amax.get(), stream_).ok());
     Sync();
     const std::vector<float> q = d_half.Download();
     for (int64_t t = 0; t < kTokens; ++t) {
@@ -145,8 +148,8 @@ TEST_F(Fp8QuantTest, SplitRowsCodesWithSharedAmaxBitExact) {
       const absl::Status status =
           bf16 ? QuantizeFp8PerTokenWithAmax(d_half16.get(), cols, kTokens, cols, d_amax.get(), d_hq.get(),
                                              d_hs.get(), stream_)
-               : QuantizeFp8PerTokenWithAmax(d_half.get(), cols, kTokens, cols, d_amax.get(), d_hq.get(), d_hs.get(),
-                                             stream_);
+               : QuantizeFp8PerTokenWithAmax(d_half.get(), cols, kTokens, cols, d_amax.get(), d_hq.get(),
+                                             d_hs.get(), stream_);
       ASSERT_TRUE(status.ok()) << status;
       Sync();
       const std::vector<uint8_t> q = d_hq.Download();
@@ -164,12 +167,12 @@ TEST_F(Fp8QuantTest, SplitRowsCodesWithSharedAmaxBitExact) {
 // generic path (a width not a multiple of 8), against the host computation: bit-exact codes and scales.
 TEST_F(Fp8QuantTest, CodesBitExactAtEveryRowWidth) {
   constexpr int64_t kRows = 5;
-  for (int64_t cols : {int64_t{8}, int64_t{2048}, int64_t{3000}, int64_t{6000}, int64_t{14336}, int64_t{16384},
-                       int64_t{1001}}) {
+  for (int64_t cols : {int64_t{8}, int64_t{2048}, int64_t{3000}, int64_t{6000}, int64_t{14336},
+                       int64_t{16384}, int64_t{1001}}) {
     SCOPED_TRACE(cols);
     std::vector<float> x = testing::RoundedToBf16(testing::RandomNormal(kRows * cols, 7, 3.0f));
     for (int64_t i = 0; i < cols; ++i) x[1 * cols + i] = 0.0f;  // a zero row
-    x[3 * cols + cols / 2] = -2000.0f;                            // an outlier
+    x[3 * cols + cols / 2] = -2000.0f;                          // an outlier
     std::vector<uint8_t> want_q(kRows * cols);
     std::vector<float> want_scale(kRows);
     for (int64_t t = 0; t < kRows; ++t) {

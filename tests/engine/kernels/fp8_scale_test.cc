@@ -31,7 +31,8 @@ TEST_F(Fp8ScaleTest, Fp32AndBf16BitExact) {
   ASSERT_TRUE(ApplyFp8Scales(d_y16.get(), kTokens, kOut, d_xs.get(), d_ws.get(), stream_).ok());
   Sync();
   EXPECT_EQ(testing::CountBitDifferences(d_y32.Download(), want), 0);
-  EXPECT_EQ(testing::CountBitDifferences(testing::FromBf16(d_y16.Download()), testing::RoundedToBf16(want)), 0);
+  EXPECT_EQ(testing::CountBitDifferences(testing::FromBf16(d_y16.Download()), testing::RoundedToBf16(want)),
+            0);
   EXPECT_EQ(ApplyFp8Scales(d_y32.get(), kTokens, 12, d_xs.get(), d_ws.get(), stream_).code(),
             absl::StatusCode::kInvalidArgument);
 }

@@ -37,7 +37,9 @@ class GpuTest : public ::testing::Test {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
   // Waits for the stream and fails the test on any CUDA error.
-  void Sync() { ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << cudaGetErrorName(cudaGetLastError()); }
+  void Sync() {
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << cudaGetErrorName(cudaGetLastError());
+  }
 
   cudaStream_t stream_ = nullptr;
 };

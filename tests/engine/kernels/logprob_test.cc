@@ -43,9 +43,15 @@ Problem MakeProblem(int64_t tokens, int64_t vocab, uint32_t seed) {
     row[b] = 16.0f;
     for (int j = 0; j < 80; ++j) row[rng() % vocab] = 9.5f;  // ties around the top-64 boundary
     switch (t % 4) {
-      case 0: p.targets[t] = std::min(a, b); break;
-      case 1: p.targets[t] = std::max(a, b); break;
-      default: p.targets[t] = static_cast<int32_t>(rng() % vocab); break;
+      case 0:
+        p.targets[t] = std::min(a, b);
+        break;
+      case 1:
+        p.targets[t] = std::max(a, b);
+        break;
+      default:
+        p.targets[t] = static_cast<int32_t>(rng() % vocab);
+        break;
     }
   }
   return p;
@@ -83,11 +89,12 @@ Outputs RunKernel(cudaStream_t stream, const Problem& p, const LogprobOptions& o
   out.entropy = d_entropy.get();
   out.top_k_ids = d_ids.get();
   out.top_k_logprobs = d_tlp.get();
-  const absl::Status st = ScoreLogits(d_logits.get(), p.ld, d_targets.get(), p.tokens, p.vocab, opt, out, stream);
+  const absl::Status st =
+      ScoreLogits(d_logits.get(), p.ld, d_targets.get(), p.tokens, p.vocab, opt, out, stream);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  return {d_lp.Download(), d_greedy.Download(), d_rank.Download(), d_entropy.Download(), d_ids.Download(),
-          d_tlp.Download()};
+  return {d_lp.Download(),      d_greedy.Download(), d_rank.Download(),
+          d_entropy.Download(), d_ids.Download(),    d_tlp.Download()};
 }
 
 void CheckAgainstReference(cudaStream_t stream, const Problem& p, int32_t top_k, const std::string& name) {
@@ -107,7 +114,8 @@ void CheckAgainstReference(cudaStream_t stream, const Problem& p, int32_t top_k,
     ASSERT_EQ(static_cast<int64_t>(want.top_k.size()), top_k);
     for (int32_t i = 0; i < top_k; ++i) {
       ASSERT_EQ(got.top_ids[t * top_k + i], want.top_k[i].id) << name << " token " << t << " rank " << i;
-      max_top = std::max(max_top, std::fabs(static_cast<double>(got.top_lp[t * top_k + i]) - want.top_k[i].logprob));
+      max_top = std::max(max_top,
+                         std::fabs(static_cast<double>(got.top_lp[t * top_k + i]) - want.top_k[i].logprob));
     }
   }
   std::cout << "[ measured ] " << name << ": logprob max_abs=" << max_lp << " entropy max_abs=" << max_ent
@@ -151,7 +159,8 @@ TEST_F(LogprobTest, VocabShardStatsCombineToFullResult) {
   DeviceArray<LogitPartialStats> d_stats(kShards * p.tokens);
   for (int64_t r = 0; r < kShards; ++r) {
     ASSERT_TRUE(ComputeLogitPartialStats(d_logits.get() + shards[r], p.ld, d_targets.get(), p.tokens,
-                                         shards[r + 1] - shards[r], shards[r], d_stats.get() + r * p.tokens, stream_)
+                                         shards[r + 1] - shards[r], shards[r], d_stats.get() + r * p.tokens,
+                                         stream_)
                     .ok());
   }
   DeviceArray<double> d_lp(p.tokens);
@@ -161,8 +170,9 @@ TEST_F(LogprobTest, VocabShardStatsCombineToFullResult) {
   d_greedy.Poison();
   d_entropy.Poison();
   d_target_logit.Poison();
-  ASSERT_TRUE(CombineLogitPartialStats(d_stats.get(), kShards, p.tokens, d_targets.get(), d_lp.get(), d_greedy.get(),
-                                       stream_, d_entropy.get(), d_target_logit.get()).ok());
+  ASSERT_TRUE(CombineLogitPartialStats(d_stats.get(), kShards, p.tokens, d_targets.get(), d_lp.get(),
+                                       d_greedy.get(), stream_, d_entropy.get(), d_target_logit.get())
+                  .ok());
   // Rank across shards: each shard counts its logits above the target's (shard 0 adds the 1); the counts
   // sum to the rank exactly (integers).
   std::vector<int32_t> rank(p.tokens, 0);
@@ -182,7 +192,8 @@ TEST_F(LogprobTest, VocabShardStatsCombineToFullResult) {
   const std::vector<float> target_logit = d_target_logit.Download();
   double max_err = 0.0, max_entropy_err = 0.0;
   for (int64_t t = 0; t < p.tokens; ++t) {
-    const ref::TokenScore want = ref::ScoreLogits(p.logits.data() + t * p.ld, p.vocab, p.targets[t], 0, true, true);
+    const ref::TokenScore want =
+        ref::ScoreLogits(p.logits.data() + t * p.ld, p.vocab, p.targets[t], 0, true, true);
     max_err = std::max(max_err, std::fabs(lp[t] - want.logprob));
     max_entropy_err = std::max(max_entropy_err, std::fabs(entropy[t] - want.entropy));
     EXPECT_EQ(greedy[t], want.greedy ? 1 : 0) << t;
@@ -202,8 +213,9 @@ TEST_F(LogprobTest, VocabShardStatsCombineToFullResult) {
     d_cand_ids.Poison();
     d_cand_values.Poison();
     for (int64_t r = 0; r < kShards; ++r) {
-      ASSERT_TRUE(ShardTopK(d_logits.get() + shards[r], p.ld, p.tokens, shards[r + 1] - shards[r], shards[r], k,
-                            d_cand_ids.get() + r * p.tokens * k, d_cand_values.get() + r * p.tokens * k, k, stream_)
+      ASSERT_TRUE(ShardTopK(d_logits.get() + shards[r], p.ld, p.tokens, shards[r + 1] - shards[r], shards[r],
+                            k, d_cand_ids.get() + r * p.tokens * k, d_cand_values.get() + r * p.tokens * k, k,
+                            stream_)
                       .ok());
     }
     DeviceArray<int32_t> d_top_ids(p.tokens * k);
@@ -218,14 +230,17 @@ TEST_F(LogprobTest, VocabShardStatsCombineToFullResult) {
     const std::vector<float> top_lps = d_top_lps.Download();
     double max_topk_err = 0.0;
     for (int64_t t = 0; t < p.tokens; ++t) {
-      const ref::TokenScore want = ref::ScoreLogits(p.logits.data() + t * p.ld, p.vocab, p.targets[t], k, false, false);
+      const ref::TokenScore want =
+          ref::ScoreLogits(p.logits.data() + t * p.ld, p.vocab, p.targets[t], k, false, false);
       ASSERT_EQ(want.top_k.size(), static_cast<size_t>(k));
       for (int32_t j = 0; j < k; ++j) {
         EXPECT_EQ(top_ids[t * k + j], want.top_k[j].id) << "k " << k << " token " << t << " entry " << j;
-        max_topk_err = std::max(max_topk_err, std::fabs(static_cast<double>(top_lps[t * k + j]) - want.top_k[j].logprob));
+        max_topk_err = std::max(max_topk_err,
+                                std::fabs(static_cast<double>(top_lps[t * k + j]) - want.top_k[j].logprob));
       }
     }
-    std::cout << "[ measured ] logprob 3-shard top-" << k << ": logprob max_abs=" << max_topk_err << std::endl;
+    std::cout << "[ measured ] logprob 3-shard top-" << k << ": logprob max_abs=" << max_topk_err
+              << std::endl;
     EXPECT_LE(max_topk_err, kTopKAbsTol);
   }
 }
@@ -234,10 +249,13 @@ TEST_F(LogprobTest, RejectsBadOptions) {
   LogprobOptions opt;
   opt.top_k = 65;
   LogprobOutputs out;
-  EXPECT_EQ(ScoreLogits(nullptr, 10, nullptr, 1, 10, opt, out, stream_).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ScoreLogits(nullptr, 10, nullptr, 1, 10, opt, out, stream_).code(),
+            absl::StatusCode::kInvalidArgument);
   opt.top_k = 0;
-  EXPECT_EQ(ScoreLogits(nullptr, 10, nullptr, 1, 10, opt, out, stream_).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ScoreLogits(nullptr, 5, nullptr, 1, 10, opt, out, stream_).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ScoreLogits(nullptr, 10, nullptr, 1, 10, opt, out, stream_).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ScoreLogits(nullptr, 5, nullptr, 1, 10, opt, out, stream_).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Times the tail at Llama-3 vocabulary (128256) for 2048 tokens with every option on. Reports only.
@@ -256,22 +274,25 @@ TEST_F(LogprobTest, ThroughputLlama3Vocab) {
     LogprobOptions opt;
     opt.top_k = k;
     opt.want_rank = opt.want_entropy = k > 0;
-    ASSERT_TRUE(ScoreLogits(d_logits.get(), kVocab, d_targets.get(), kTokens, kVocab, opt, out, stream_).ok());
+    ASSERT_TRUE(
+        ScoreLogits(d_logits.get(), kVocab, d_targets.get(), kTokens, kVocab, opt, out, stream_).ok());
     cudaEvent_t start, stop;
     cudaEventCreate(&start);
     cudaEventCreate(&stop);
     cudaEventRecord(start, stream_);
     constexpr int kIters = 5;
     for (int i = 0; i < kIters; ++i) {
-      ASSERT_TRUE(ScoreLogits(d_logits.get(), kVocab, d_targets.get(), kTokens, kVocab, opt, out, stream_).ok());
+      ASSERT_TRUE(
+          ScoreLogits(d_logits.get(), kVocab, d_targets.get(), kTokens, kVocab, opt, out, stream_).ok());
     }
     cudaEventRecord(stop, stream_);
     Sync();
     float ms = 0.0f;
     cudaEventElapsedTime(&ms, start, stop);
     ms /= kIters;
-    std::cout << "[ measured ] logprob 2048 x 128256 top_k=" << k << (k ? " +rank +entropy" : "") << ": " << ms
-              << " ms, " << kTokens * kVocab * 4.0 / ms / 1e9 << " TB/s of logits read once" << std::endl;
+    std::cout << "[ measured ] logprob 2048 x 128256 top_k=" << k << (k ? " +rank +entropy" : "") << ": "
+              << ms << " ms, " << kTokens * kVocab * 4.0 / ms / 1e9 << " TB/s of logits read once"
+              << std::endl;
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
   }

@@ -31,8 +31,12 @@ TEST_F(QkNormTest, KHeadsOfFusedQkvMatchReference) {
   }
   DeviceArray<float> d_x32(qkv), d_w(w);
   DeviceArray<bf16_t> d_x16(testing::ToBf16(qkv));
-  ASSERT_TRUE(QkNorm(d_x32.get() + kHeads * kHeadDim, kStride, d_w.get(), kTokens, kKvHeads, kHeadDim, kEps, stream_).ok());
-  ASSERT_TRUE(QkNorm(d_x16.get() + kHeads * kHeadDim, kStride, d_w.get(), kTokens, kKvHeads, kHeadDim, kEps, stream_).ok());
+  ASSERT_TRUE(
+      QkNorm(d_x32.get() + kHeads * kHeadDim, kStride, d_w.get(), kTokens, kKvHeads, kHeadDim, kEps, stream_)
+          .ok());
+  ASSERT_TRUE(
+      QkNorm(d_x16.get() + kHeads * kHeadDim, kStride, d_w.get(), kTokens, kKvHeads, kHeadDim, kEps, stream_)
+          .ok());
   Sync();
   const std::vector<float> got32 = d_x32.Download();
   const testing::ErrorStats s = testing::CompareArrays(got32, want);

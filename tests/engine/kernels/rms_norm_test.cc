@@ -48,7 +48,8 @@ struct Case {
 
 TEST_F(RmsNormTest, PlainMatchesReference) {
   // 1001: not a multiple of 8 (the scalar path); 2500 x 256: more tokens than the vector path's grid.
-  for (const Case c : {Case{33, 4096}, Case{5, 64}, Case{7, 1000}, Case{2, 12288}, Case{3, 1001}, Case{2500, 256}}) {
+  for (const Case c :
+       {Case{33, 4096}, Case{5, 64}, Case{7, 1000}, Case{2, 12288}, Case{3, 1001}, Case{2500, 256}}) {
     const std::string name = "rms_norm T=" + std::to_string(c.tokens) + " H=" + std::to_string(c.hidden);
     const int64_t stride = c.hidden + 8;  // rows with a gap: the stride is honoured
     std::vector<float> x = testing::RoundedToBf16(testing::RandomNormal(c.tokens * stride, 21, 2.0f));
@@ -64,8 +65,12 @@ TEST_F(RmsNormTest, PlainMatchesReference) {
     DeviceArray<bf16_t> d_x16(testing::ToBf16(x)), d_out16(c.tokens * c.hidden);
     d_out32.Poison();
     d_out16.Poison();
-    ASSERT_TRUE(RmsNorm(d_x.get(), stride, d_w.get(), c.tokens, c.hidden, kEps, d_out32.get(), c.hidden, stream_).ok());
-    ASSERT_TRUE(RmsNorm(d_x16.get(), stride, d_w.get(), c.tokens, c.hidden, kEps, d_out16.get(), c.hidden, stream_).ok());
+    ASSERT_TRUE(
+        RmsNorm(d_x.get(), stride, d_w.get(), c.tokens, c.hidden, kEps, d_out32.get(), c.hidden, stream_)
+            .ok());
+    ASSERT_TRUE(
+        RmsNorm(d_x16.get(), stride, d_w.get(), c.tokens, c.hidden, kEps, d_out16.get(), c.hidden, stream_)
+            .ok());
     Sync();
     ExpectClose(name + " f32->f32", d_out32.Download(), want, false);
     ExpectClose(name + " bf16->bf16", testing::FromBf16(d_out16.Download()), want, true);
@@ -89,17 +94,20 @@ TEST_F(RmsNormTest, FusedResidualAddMatchesReference) {
     d_out16.Poison();
     d_out32.Poison();
     if (variant == 0) {
-      ASSERT_TRUE(AddRmsNorm(d_x16.get(), kHidden, d_res.get(), d_w.get(), kTokens, kHidden, kEps, d_out16.get(),
-                             kHidden, stream_).ok());
+      ASSERT_TRUE(AddRmsNorm(d_x16.get(), kHidden, d_res.get(), d_w.get(), kTokens, kHidden, kEps,
+                             d_out16.get(), kHidden, stream_)
+                      .ok());
       Sync();
       ExpectClose("add_rms_norm bf16->bf16", testing::FromBf16(d_out16.Download()), want, true);
     } else {
-      ASSERT_TRUE(AddRmsNorm(d_x32.get(), kHidden, d_res.get(), d_w.get(), kTokens, kHidden, kEps, d_out32.get(),
-                             kHidden, stream_).ok());
+      ASSERT_TRUE(AddRmsNorm(d_x32.get(), kHidden, d_res.get(), d_w.get(), kTokens, kHidden, kEps,
+                             d_out32.get(), kHidden, stream_)
+                      .ok());
       Sync();
       ExpectClose("add_rms_norm f32->f32", d_out32.Download(), want, false);
     }
-    EXPECT_EQ(testing::CountBitDifferences(d_res.Download(), new_residual), 0) << "residual update, variant " << variant;
+    EXPECT_EQ(testing::CountBitDifferences(d_res.Download(), new_residual), 0)
+        << "residual update, variant " << variant;
   }
 }
 
@@ -109,23 +117,30 @@ TEST_F(RmsNormTest, InPlaceAndBatchIndependent) {
   const std::vector<float> w = testing::RandomFloats(kHidden, 42, 0.5f, 1.5f);
   DeviceArray<float> d_x(x), d_w(w), d_one(kHidden);
   d_one.Poison();
-  ASSERT_TRUE(RmsNorm(d_x.get() + 4 * kHidden, kHidden, d_w.get(), 1, kHidden, kEps, d_one.get(), kHidden, stream_).ok());
-  ASSERT_TRUE(RmsNorm(d_x.get(), kHidden, d_w.get(), kTokens, kHidden, kEps, d_x.get(), kHidden, stream_).ok());
+  ASSERT_TRUE(
+      RmsNorm(d_x.get() + 4 * kHidden, kHidden, d_w.get(), 1, kHidden, kEps, d_one.get(), kHidden, stream_)
+          .ok());
+  ASSERT_TRUE(
+      RmsNorm(d_x.get(), kHidden, d_w.get(), kTokens, kHidden, kEps, d_x.get(), kHidden, stream_).ok());
   Sync();
   const std::vector<float> all = d_x.Download();
   const std::vector<float> one = d_one.Download();
-  EXPECT_EQ(testing::CountBitDifferences(std::vector<float>(all.begin() + 4 * kHidden, all.begin() + 5 * kHidden), one), 0);
+  EXPECT_EQ(testing::CountBitDifferences(
+                std::vector<float>(all.begin() + 4 * kHidden, all.begin() + 5 * kHidden), one),
+            0);
 }
 
 // The engine's residual add + RMSNorm at Llama-3-8B width: fp32 x and residual, bf16 out, hidden 4096,
 // 16384 tokens: 0.94 GB moved (x read, residual read and written, out written). Reports only.
 TEST_F(RmsNormTest, ThroughputLlama8B) {
   constexpr int64_t kTokens = 16384, kHidden = 4096;
-  DeviceArray<float> d_x(testing::RandomNormal(kTokens * kHidden, 43)), d_res(testing::RandomNormal(kTokens * kHidden, 44));
+  DeviceArray<float> d_x(testing::RandomNormal(kTokens * kHidden, 43)),
+      d_res(testing::RandomNormal(kTokens * kHidden, 44));
   DeviceArray<float> d_w(testing::RandomFloats(kHidden, 45, 0.5f, 1.5f));
   DeviceArray<bf16_t> d_out(kTokens * kHidden);
   auto add = [&] {
-    return AddRmsNorm(d_x.get(), kHidden, d_res.get(), d_w.get(), kTokens, kHidden, kEps, d_out.get(), kHidden, stream_);
+    return AddRmsNorm(d_x.get(), kHidden, d_res.get(), d_w.get(), kTokens, kHidden, kEps, d_out.get(),
+                      kHidden, stream_);
   };
   const float ms = testing::MedianMs(stream_, add, 20);
   ASSERT_GT(ms, 0.0f);

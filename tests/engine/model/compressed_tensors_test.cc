@@ -57,7 +57,8 @@ TEST(CompressedTensorsTest, AsymmetricActorderGroupAndLegacyTrue) {
   for (const char* actorder : {"\"group\"", "true"}) {
     const std::string cfg = std::string(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
       "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int",
-      "symmetric": false, "strategy": "group", "group_size": 32, "actorder": )") + actorder + "}}}}";
+      "symmetric": false, "strategy": "group", "group_size": 32, "actorder": )") +
+                            actorder + "}}}}";
     auto c = ParseCompressedTensorsConfig(cfg, "cfg");
     ASSERT_TRUE(c.ok()) << c.status();
     const ModuleScheme s = Resolve(*c, "model.layers.3.mlp.down_proj");
@@ -68,7 +69,8 @@ TEST(CompressedTensorsTest, AsymmetricActorderGroupAndLegacyTrue) {
   // actorder "weight" changes calibration only: no g_idx.
   auto w = ParseCompressedTensorsConfig(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
       "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int",
-      "strategy": "channel", "actorder": "weight"}}}})", "cfg");
+      "strategy": "channel", "actorder": "weight"}}}})",
+                                        "cfg");
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_FALSE(Resolve(*w, "lm_head").actorder_group);
   EXPECT_EQ(Resolve(*w, "lm_head").strategy, QuantStrategy::kChannel);
@@ -84,7 +86,8 @@ TEST(CompressedTensorsTest, Nvfp4W4A4RunsWeightOnly) {
       "weights": {"dynamic": false, "group_size": 16, "num_bits": 4, "strategy": "tensor_group",
                   "symmetric": true, "type": "float"}}},
     "format": "nvfp4-pack-quantized", "ignore": ["lm_head"], "quant_method": "compressed-tensors",
-    "quantization_status": "compressed"})", "cfg");
+    "quantization_status": "compressed"})",
+                                        "cfg");
   ASSERT_TRUE(c.ok()) << c.status();
   const ModuleScheme s = Resolve(*c, "model.layers.0.mlp.up_proj");
   EXPECT_EQ(s.format, WeightFormat::kNvfp4PackQuantized);
@@ -98,7 +101,8 @@ TEST(CompressedTensorsTest, Fp8DynamicAndBlock) {
       "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true, "dynamic": false},
       "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true,
                             "symmetric": true}}},
-    "ignore": ["lm_head"]})", "cfg");
+    "ignore": ["lm_head"]})",
+                                        "cfg");
   ASSERT_TRUE(c.ok()) << c.status();
   const ModuleScheme s = Resolve(*c, "model.layers.0.self_attn.o_proj");
   EXPECT_EQ(s.format, WeightFormat::kFloatQuantized);
@@ -121,7 +125,8 @@ TEST(CompressedTensorsTest, Fp8DynamicAndBlock) {
     "config_groups": {"group_0": {"targets": ["Linear"],
       "weights": {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]},
       "input_activations": {"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128,
-                            "dynamic": true}}}})", "cfg");
+                            "dynamic": true}}}})",
+                                        "cfg");
   ASSERT_TRUE(g.ok()) << g.status();
   const ModuleScheme sg = Resolve(*g, "model.layers.0.mlp.up_proj");
   EXPECT_TRUE(sg.w8a8_dynamic_fp8);
@@ -131,10 +136,11 @@ TEST(CompressedTensorsTest, Fp8DynamicAndBlock) {
 
 TEST(CompressedTensorsTest, NaiveAndIntQuantizedInt8) {
   for (const char* fmt : {"naive-quantized", "int-quantized"}) {
-    auto c = ParseCompressedTensorsConfig(std::string(R"({"quant_method": "compressed-tensors", "format": ")") +
-                                              fmt + R"(", "config_groups": {"g": {"targets": ["Linear"],
+    auto c =
+        ParseCompressedTensorsConfig(std::string(R"({"quant_method": "compressed-tensors", "format": ")") +
+                                         fmt + R"(", "config_groups": {"g": {"targets": ["Linear"],
         "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": false}}}})",
-                                          "cfg");
+                                     "cfg");
     ASSERT_TRUE(c.ok()) << c.status();
     const ModuleScheme s = Resolve(*c, "model.layers.0.mlp.gate_proj");
     EXPECT_EQ(s.format, WeightFormat::kNaiveQuantized) << fmt;
@@ -154,7 +160,8 @@ TEST(CompressedTensorsTest, MixedPrecisionTargetsAndPriority) {
                 "weights": {"num_bits": 8, "type": "int", "strategy": "channel"}},
       "rest": {"format": "nvfp4-pack-quantized", "targets": ["Linear"],
                "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}}},
-    "ignore": ["lm_head", "re:model\\.layers\\.2\\..*"]})", "cfg");
+    "ignore": ["lm_head", "re:model\\.layers\\.2\\..*"]})",
+                                        "cfg");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(Resolve(*c, "model.layers.0.self_attn.q_proj").group, "attn");
   EXPECT_EQ(Resolve(*c, "model.layers.0.self_attn.q_proj").format, WeightFormat::kFloatQuantized);
@@ -175,7 +182,8 @@ TEST(CompressedTensorsTest, MixedPrecisionTargetsAndPriority) {
 TEST(CompressedTensorsTest, UntargetedModulesAreDense) {
   auto c = ParseCompressedTensorsConfig(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
     "config_groups": {"g": {"targets": ["re:.*mlp\\..*_proj"],
-      "weights": {"num_bits": 4, "type": "int", "strategy": "channel"}}}})", "cfg");
+      "weights": {"num_bits": 4, "type": "int", "strategy": "channel"}}}})",
+                                        "cfg");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(Resolve(*c, "model.layers.0.mlp.gate_proj").quantized);
   EXPECT_FALSE(Resolve(*c, "model.layers.0.self_attn.q_proj").quantized);
@@ -223,7 +231,8 @@ TEST(CompressedTensorsTest, UnsupportedFeaturesFailNamingThem) {
   const Case cases[] = {
       {"method", R"({"quant_method": "gptq", "bits": 4})", "gptq"},
       {"format", R"({"quant_method": "compressed-tensors", "format": "marlin-24",
-         "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4}}}})", "marlin-24"},
+         "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4}}}})",
+       "marlin-24"},
       {"int4_acts", R"({"quant_method": "compressed-tensors", "format": "int-quantized",
          "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"},
          "input_activations": {"num_bits": 4, "type": "int", "dynamic": true, "strategy": "token"}}}})",
@@ -234,15 +243,18 @@ TEST(CompressedTensorsTest, UnsupportedFeaturesFailNamingThem) {
        "static input activations"},
       {"output_acts", R"({"quant_method": "compressed-tensors", "format": "float-quantized",
          "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"},
-         "output_activations": {"num_bits": 8, "type": "float"}}}})", "output activation"},
+         "output_activations": {"num_bits": 8, "type": "float"}}}})",
+       "output activation"},
       {"fp4_group32", R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
          "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float",
-         "strategy": "group", "group_size": 32}}}})", "nvfp4-pack-quantized weights"},
+         "strategy": "group", "group_size": 32}}}})",
+       "nvfp4-pack-quantized weights"},
       {"pack_float", R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
          "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float"}}}})",
        "pack-quantized weights of type float"},
       {"status", R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
-         "quantization_status": "frozen", "config_groups": {}})", "frozen"},
+         "quantization_status": "frozen", "config_groups": {}})",
+       "frozen"},
       {"regex", R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
          "config_groups": {"g": {"targets": ["re:(unclosed"], "weights": {"num_bits": 4, "strategy": "channel"}}}})",
        "re:(unclosed"},
@@ -254,9 +266,11 @@ TEST(CompressedTensorsTest, UnsupportedFeaturesFailNamingThem) {
        "group_size"},
       {"dynamic_weights", R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
          "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "strategy": "channel",
-         "dynamic": true}}}})", "dynamic weight"},
+         "dynamic": true}}}})",
+       "dynamic weight"},
       {"transform", R"({"quant_method": "compressed-tensors", "format": "dense",
-         "transform_config": {"config_groups": {}}})", "transform"},
+         "transform_config": {"config_groups": {}}})",
+       "transform"},
       {"malformed", R"({"quant_method": )", "malformed"},
   };
   for (const Case& tc : cases) {

@@ -191,7 +191,8 @@ TEST(ConfigTest, RopeVariants) {
   EXPECT_EQ(params->rope_theta, 500000.0);
   EXPECT_EQ(params->rope_scaling.type, RopeType::kLlama3);
   EXPECT_EQ(params->rope_scaling.factor, 8.0);
-  auto dflt = ParseModelConfig(With(R"("rope_parameters": {"rope_theta": 1e6, "rope_type": "default"})"), "mem");
+  auto dflt =
+      ParseModelConfig(With(R"("rope_parameters": {"rope_theta": 1e6, "rope_type": "default"})"), "mem");
   ASSERT_TRUE(dflt.ok()) << dflt.status();
   EXPECT_EQ(dflt->rope_theta, 1e6);
   EXPECT_EQ(dflt->rope_scaling.type, RopeType::kDefault);
@@ -232,7 +233,8 @@ TEST(ConfigTest, BadConfigsFailNamingTheProblem) {
       {"act", With(R"("hidden_act": "gelu")"), "gelu"},
       {"rope", With(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})"), "yarn"},
       {"rope_missing_type", With(R"("rope_scaling": {"factor": 4.0})"), "rope_type"},
-      {"llama3_missing", With(R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})"), "low_freq_factor"},
+      {"llama3_missing", With(R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})"),
+       "low_freq_factor"},
       {"dtype", With(R"("torch_dtype": "float64")"), "float64"},
       {"gqa", With(R"("num_key_value_heads": 3)"), "num_key_value_heads"},
       {"mlp_bias", With(R"("mlp_bias": true)"), "mlp_bias"},

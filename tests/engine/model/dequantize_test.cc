@@ -76,10 +76,10 @@ TEST(DequantizeTest, HandWorkedPackInt4BF16) {
   // q * 0.10009765625, exact in fp32. Rounded to bf16 (8 significant bits), as compressed-tensors
   // computes in a bf16 model: 3 -> 0.30029296875 = 153.75/512 -> 154/512 = 0.30078125;
   // 7 -> 0.70068359375 = 179.375/256 -> 179/256 = 0.69921875; -3 -> -0.30078125; the others are exact.
-  const float expect[] = {-0.80078125f, -0.10009765625f, 0.0f, 0.10009765625f,
-                          0.2001953125f, 0.30029296875f, 0.70068359375f, -0.30029296875f};
-  const float expect_bf16[] = {-0.80078125f, -0.10009765625f, 0.0f, 0.10009765625f,
-                               0.2001953125f, 0.30078125f, 0.69921875f, -0.30078125f};
+  const float expect[] = {-0.80078125f,  -0.10009765625f, 0.0f,           0.10009765625f,
+                          0.2001953125f, 0.30029296875f,  0.70068359375f, -0.30029296875f};
+  const float expect_bf16[] = {-0.80078125f,  -0.10009765625f, 0.0f,        0.10009765625f,
+                               0.2001953125f, 0.30078125f,     0.69921875f, -0.30078125f};
   float out[8];
   ASSERT_TRUE(w.DequantizeRows(0, 1, out).ok());
   for (int k = 0; k < 8; ++k) {
@@ -287,7 +287,8 @@ TEST(DequantizeTest, DenseAndRangeChecks) {
   EXPECT_EQ(f[2], 1.5f);
   EXPECT_EQ(TensorToFloat(w.weight, f, 3).code(), absl::StatusCode::kInvalidArgument);
   const int32_t ints[] = {1};
-  EXPECT_EQ(TensorToFloat(View("i", DType::kI32, {1}, ints), f, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TensorToFloat(View("i", DType::kI32, {1}, ints), f, 1).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -26,8 +26,10 @@ TEST(FingerprintTest, Stories260KGolden) {
 TEST(FingerprintTest, ShardedAndSensitiveToConfigHeaderAndData) {
   TempDir dir;
   ASSERT_TRUE(WriteFile(dir.path() + "/config.json", "{\"a\": 1}"));
-  ASSERT_TRUE(WriteSafetensors(dir.path() + "/s1.safetensors", {{"x", "F32", {2}, Bytes(std::vector<float>{1, 2})}}));
-  ASSERT_TRUE(WriteSafetensors(dir.path() + "/s2.safetensors", {{"y", "F32", {1}, Bytes(std::vector<float>{3})}}));
+  ASSERT_TRUE(
+      WriteSafetensors(dir.path() + "/s1.safetensors", {{"x", "F32", {2}, Bytes(std::vector<float>{1, 2})}}));
+  ASSERT_TRUE(
+      WriteSafetensors(dir.path() + "/s2.safetensors", {{"y", "F32", {1}, Bytes(std::vector<float>{3})}}));
   ASSERT_TRUE(WriteFile(dir.path() + "/model.safetensors.index.json",
                         R"({"weight_map": {"y": "s2.safetensors", "x": "s1.safetensors"}})"));
   auto base = ModelFingerprint(dir.path());
@@ -35,7 +37,8 @@ TEST(FingerprintTest, ShardedAndSensitiveToConfigHeaderAndData) {
   EXPECT_EQ(base->size(), 64u);
   EXPECT_EQ(*ModelFingerprint(dir.path()), *base);  // deterministic
 
-  ASSERT_TRUE(WriteSafetensors(dir.path() + "/s2.safetensors", {{"y", "F32", {1}, Bytes(std::vector<float>{4})}}));
+  ASSERT_TRUE(
+      WriteSafetensors(dir.path() + "/s2.safetensors", {{"y", "F32", {1}, Bytes(std::vector<float>{4})}}));
   auto data = ModelFingerprint(dir.path());
   ASSERT_TRUE(data.ok());
   EXPECT_NE(*data, *base);
@@ -45,8 +48,8 @@ TEST(FingerprintTest, ShardedAndSensitiveToConfigHeaderAndData) {
   ASSERT_TRUE(cfg.ok());
   EXPECT_NE(*cfg, *data);
 
-  ASSERT_TRUE(WriteFile(dir.path() + "/model.safetensors.index.json",
-                        R"({"weight_map": {"y": "s3.safetensors"}})"));
+  ASSERT_TRUE(
+      WriteFile(dir.path() + "/model.safetensors.index.json", R"({"weight_map": {"y": "s3.safetensors"}})"));
   auto missing = ModelFingerprint(dir.path());
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(std::string(missing.status().message()).find("s3.safetensors"), std::string::npos);

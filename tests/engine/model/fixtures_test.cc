@@ -41,8 +41,8 @@ std::vector<std::string> FixtureDirs() {
 const LinearWeight* FindLinear(const ModelWeights& m, const std::string& module) {
   if (module == "lm_head") return &m.lm_head();
   for (const LayerWeights& L : m.layers()) {
-    for (const LinearWeight* w : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj,
-                                  &L.down_proj}) {
+    for (const LinearWeight* w :
+         {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
       if (w->module == module) return w;
     }
   }

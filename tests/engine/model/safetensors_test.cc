@@ -64,18 +64,19 @@ TEST(SafetensorsTest, RealStories260K) {
 TEST(SafetensorsTest, AllDtypesAndEmptyTensor) {
   TempDir dir;
   const std::string path = dir.path() + "/model.safetensors";
-  ASSERT_TRUE(WriteSafetensors(path, {
-      {"f32", "F32", {2}, Bytes(std::vector<float>{1.5f, -2.0f})},
-      {"f16", "F16", {1, 2}, Bytes(std::vector<uint16_t>{0x3c00, 0xc000})},
-      {"bf16", "BF16", {2}, Bytes(std::vector<uint16_t>{0x3f80, 0x4000})},
-      {"f8", "F8_E4M3", {3}, Bytes(std::vector<uint8_t>{0x38, 0x40, 0x7e})},
-      {"i8", "I8", {1}, Bytes(std::vector<int8_t>{-5})},
-      {"u8", "U8", {1}, Bytes(std::vector<uint8_t>{200})},
-      {"i32", "I32", {2, 1}, Bytes(std::vector<int32_t>{7, -7})},
-      {"i64", "I64", {2}, Bytes(std::vector<int64_t>{4096, 11008})},
-      {"empty", "F32", {0, 4}, ""},
-      {"scalar", "F32", {}, Bytes(std::vector<float>{3.0f})},
-  }));
+  ASSERT_TRUE(
+      WriteSafetensors(path, {
+                                 {"f32", "F32", {2}, Bytes(std::vector<float>{1.5f, -2.0f})},
+                                 {"f16", "F16", {1, 2}, Bytes(std::vector<uint16_t>{0x3c00, 0xc000})},
+                                 {"bf16", "BF16", {2}, Bytes(std::vector<uint16_t>{0x3f80, 0x4000})},
+                                 {"f8", "F8_E4M3", {3}, Bytes(std::vector<uint8_t>{0x38, 0x40, 0x7e})},
+                                 {"i8", "I8", {1}, Bytes(std::vector<int8_t>{-5})},
+                                 {"u8", "U8", {1}, Bytes(std::vector<uint8_t>{200})},
+                                 {"i32", "I32", {2, 1}, Bytes(std::vector<int32_t>{7, -7})},
+                                 {"i64", "I64", {2}, Bytes(std::vector<int64_t>{4096, 11008})},
+                                 {"empty", "F32", {0, 4}, ""},
+                                 {"scalar", "F32", {}, Bytes(std::vector<float>{3.0f})},
+                             }));
   auto f = SafetensorsFile::Open(path);
   ASSERT_TRUE(f.ok()) << f.status();
   const auto& t = (*f)->tensors();
@@ -159,14 +160,15 @@ uint64_t Checksum(const uint8_t* data, int64_t n) {
   return h;
 }
 
-// A loader that copied a tensor to the GPU drops its mmapped pages from RSS; the bytes stay readable and equal.
+// A loader that copied a tensor to the GPU drops its mmapped pages from RSS; the bytes stay readable and
+// equal.
 TEST(SafetensorsTest, ReleaseResidentPagesDropsRssKeepsBytes) {
   TempDir dir;
   constexpr int64_t kFloats = 8 << 20;  // 32 MiB per tensor
   std::vector<float> values(kFloats);
   for (int64_t i = 0; i < kFloats; ++i) values[i] = static_cast<float>((i * 2654435761u) % 1000003);
-  ASSERT_TRUE(WriteSafetensors(dir.path() + "/model.safetensors",
-                               {{"a", "F32", {kFloats}, Bytes(values)}, {"b", "F32", {kFloats}, Bytes(values)}}));
+  ASSERT_TRUE(WriteSafetensors(dir.path() + "/model.safetensors", {{"a", "F32", {kFloats}, Bytes(values)},
+                                                                   {"b", "F32", {kFloats}, Bytes(values)}}));
   auto store = TensorStore::Open(dir.path());
   ASSERT_TRUE(store.ok()) << store.status();
   auto a = (*store)->Get("a");
@@ -204,8 +206,8 @@ TEST(SafetensorsTest, EmptyFolder) {
 struct Malformed {
   const char* name;
   std::string bytes;
-  const char* expect;        // substring of the message besides the file name
-  const char* tensor;        // tensor the message must name ("" when none)
+  const char* expect;  // substring of the message besides the file name
+  const char* tensor;  // tensor the message must name ("" when none)
 };
 
 std::string Header(const std::string& entries) { return "{" + entries + "}"; }
@@ -213,8 +215,8 @@ std::string Header(const std::string& entries) { return "{" + entries + "}"; }
 std::vector<Malformed> MalformedCases() {
   const std::string four_floats = Bytes(std::vector<float>{1, 2, 3, 4});
   std::string truncated_len("\x10\x00\x00", 3);
-  std::string huge_len = RawFile(Header(R"("w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]})"),
-                                 four_floats);
+  std::string huge_len =
+      RawFile(Header(R"("w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]})"), four_floats);
   huge_len[5] = '\x01';  // header length now ~2^40
   std::string truncated_data =
       RawFile(Header(R"("w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]})"), four_floats);
@@ -243,8 +245,8 @@ std::vector<Malformed> MalformedCases() {
                four_floats),
        "overlaps", "v"},
       {"unknown_dtype",
-       RawFile(Header(R"("w": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]})"), four_floats),
-       "F64", "w"},
+       RawFile(Header(R"("w": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]})"), four_floats), "F64",
+       "w"},
       {"overflowing_shape",
        RawFile(Header(R"("w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 16]})"),
                four_floats),

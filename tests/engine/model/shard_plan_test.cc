@@ -30,7 +30,8 @@ std::vector<float> Full(const LinearWeight& w) {
 }
 
 // Expects view's decode == full[rows or columns of slice], bit for bit.
-void ExpectSliceEqual(const LinearWeight& full, const std::vector<float>& full_values, const ShardedLinear& s) {
+void ExpectSliceEqual(const LinearWeight& full, const std::vector<float>& full_values,
+                      const ShardedLinear& s) {
   const LinearWeight& v = s.view;
   std::vector<float> got(static_cast<size_t>(v.out_features * v.in_features));  // [out_local, in_local]
   const absl::Status st = v.DequantizeRows(0, v.out_features, got.data());
@@ -51,7 +52,8 @@ void ExpectSliceEqual(const LinearWeight& full, const std::vector<float>& full_v
                 want.size() * sizeof(float));
   }
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-      << full.module << " " << ShardKindName(s.slice.kind) << " [" << s.slice.begin << ", " << s.slice.end << ")";
+      << full.module << " " << ShardKindName(s.slice.kind) << " [" << s.slice.begin << ", " << s.slice.end
+      << ")";
 }
 
 bool PointsInto(const TensorView& part, const TensorView& whole) {
@@ -59,8 +61,8 @@ bool PointsInto(const TensorView& part, const TensorView& whole) {
 }
 
 struct Outcome {
-  int checked = 0;                               // (linear, rank) pairs compared
-  std::map<std::string, std::string> failures;   // module suffix -> first error message
+  int checked = 0;                              // (linear, rank) pairs compared
+  std::map<std::string, std::string> failures;  // module suffix -> first error message
 };
 
 // Shards every linear of every layer and lm_head for all ranks of tp; compares with the full decode.
@@ -75,15 +77,18 @@ Outcome ShardAll(const ModelWeights& m, int tp) {
   }
   std::vector<std::pair<const LinearWeight*, LinearRole>> linears;
   for (const LayerWeights& l : m.layers()) {
-    linears.insert(linears.end(), {{&l.q_proj, LinearRole::kQ}, {&l.k_proj, LinearRole::kK},
-                                   {&l.v_proj, LinearRole::kV}, {&l.o_proj, LinearRole::kO},
-                                   {&l.gate_proj, LinearRole::kGate}, {&l.up_proj, LinearRole::kUp},
+    linears.insert(linears.end(), {{&l.q_proj, LinearRole::kQ},
+                                   {&l.k_proj, LinearRole::kK},
+                                   {&l.v_proj, LinearRole::kV},
+                                   {&l.o_proj, LinearRole::kO},
+                                   {&l.gate_proj, LinearRole::kGate},
+                                   {&l.up_proj, LinearRole::kUp},
                                    {&l.down_proj, LinearRole::kDown}});
   }
   linears.push_back({&m.lm_head(), LinearRole::kLmHead});
   // The ranks' slices tile each dimension in rank order (kv heads: each replica group shares one slice).
-  for (LinearRole role : {LinearRole::kQ, LinearRole::kK, LinearRole::kO, LinearRole::kGate, LinearRole::kDown,
-                          LinearRole::kLmHead}) {
+  for (LinearRole role : {LinearRole::kQ, LinearRole::kK, LinearRole::kO, LinearRole::kGate,
+                          LinearRole::kDown, LinearRole::kLmHead}) {
     const int64_t step = role == LinearRole::kK ? plans[0].kv_replicas : 1;
     int64_t next = 0;
     for (int rank = 0; rank < tp; rank += static_cast<int>(step)) {
@@ -161,10 +166,9 @@ TEST_P(ShardFixtureTest, RanksDecodeTheirSliceExactly) {
 std::vector<Case> Cases() {
   std::vector<Case> cases;
   const std::vector<std::string> fixtures = {
-      "stories260k-w4a16-channel", "stories260k-w8a16-channel", "stories260k-fp8-dynamic",
-      "llama-w4a16-g128",          "llama-w4a16-g128-asym",     "llama-w4a16-g128-actorder",
-      "llama-nvfp4a16",            "llama-nvfp4",               "llama-fp8-w8a16",
-      "llama-fp8-dynamic",         "llama-fp8-block",           "qwen2-w4a16-g128",
+      "stories260k-w4a16-channel", "stories260k-w8a16-channel", "stories260k-fp8-dynamic", "llama-w4a16-g128",
+      "llama-w4a16-g128-asym",     "llama-w4a16-g128-actorder", "llama-nvfp4a16",          "llama-nvfp4",
+      "llama-fp8-w8a16",           "llama-fp8-dynamic",         "llama-fp8-block",         "qwen2-w4a16-g128",
       "qwen3-w4a16-g128",          "llama-trained-fp8-dynamic"};
   for (const std::string& f : fixtures) {
     for (int tp : {2, 4}) {
@@ -208,15 +212,15 @@ TEST(ShardLinearTest, ArbitrarySlicesRepackExactly) {
     bool owned;  // the slice needs re-packed buffers
   };
   const std::vector<Arbitrary> cases = {
-      {"llama-w4a16-g128-asym", {ShardKind::kColumnParallel, 3, 67}, true},     // zp bit 12 of a word
-      {"llama-w4a16-g128-asym", {ShardKind::kColumnParallel, 8, 100}, false},   // zp word aligned: a view
+      {"llama-w4a16-g128-asym", {ShardKind::kColumnParallel, 3, 67}, true},    // zp bit 12 of a word
+      {"llama-w4a16-g128-asym", {ShardKind::kColumnParallel, 8, 100}, false},  // zp word aligned: a view
       {"llama-w4a16-g128-asym", {ShardKind::kRowParallel, 128, 256}, true},
       {"stories260k-w4a16-channel", {ShardKind::kRowParallel, 5, 61}, true},
       {"stories260k-w8a16-channel", {ShardKind::kRowParallel, 13, 64}, true},
       {"llama-w4a16-g128-actorder", {ShardKind::kRowParallel, 37, 200}, true},
       {"llama-nvfp4a16", {ShardKind::kRowParallel, 32, 96}, true},
       {"llama-fp8-block", {ShardKind::kRowParallel, 128, 256}, true},
-      {"llama-fp8-block", {ShardKind::kColumnParallel, 130, 200}, false},       // inside row block 1
+      {"llama-fp8-block", {ShardKind::kColumnParallel, 130, 200}, false},  // inside row block 1
   };
   for (const Arbitrary& a : cases) {
     auto m = ModelWeights::Load(kFixtures + "/" + a.fixture);
@@ -263,7 +267,8 @@ TEST(ShardLinearTest, BadSlices) {
   auto m = ModelWeights::Load(kFixtures + "/llama-w4a16-g128");
   ASSERT_TRUE(m.ok()) << m.status();
   const LinearWeight& o = (*m)->layers()[0].o_proj;
-  EXPECT_EQ(ShardLinear(o, {ShardKind::kRowParallel, 0, 300}, 0).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(ShardLinear(o, {ShardKind::kRowParallel, 0, 300}, 0).status().code(),
+            absl::StatusCode::kOutOfRange);
   EXPECT_EQ(ShardLinear(o, {ShardKind::kColumnParallel, 5, 5}, 0).status().code(),
             absl::StatusCode::kOutOfRange);
   const absl::Status st = ShardLinear(o, {ShardKind::kRowParallel, 64, 128}, 1).status();
@@ -273,8 +278,9 @@ TEST(ShardLinearTest, BadSlices) {
 
   auto fp8 = ModelWeights::Load(kFixtures + "/llama-fp8-block");
   ASSERT_TRUE(fp8.ok()) << fp8.status();
-  EXPECT_THAT(ShardLinear((*fp8)->layers()[0].q_proj, {ShardKind::kRowParallel, 160, 250}, 0).status().message(),
-              HasSubstr("128-column activation scale group"));
+  EXPECT_THAT(
+      ShardLinear((*fp8)->layers()[0].q_proj, {ShardKind::kRowParallel, 160, 250}, 0).status().message(),
+      HasSubstr("128-column activation scale group"));
 }
 
 ModelConfig Config(int64_t heads, int64_t kv_heads, int64_t intermediate, int64_t vocab) {

@@ -44,9 +44,9 @@ inline bool WriteFile(const std::string& path, const std::string& bytes) {
 
 struct StTensor {
   std::string name;
-  std::string dtype;             // safetensors spelling
+  std::string dtype;  // safetensors spelling
   std::vector<int64_t> shape;
-  std::string bytes;             // raw little-endian data
+  std::string bytes;  // raw little-endian data
 };
 
 template <typename T>

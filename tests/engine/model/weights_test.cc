@@ -69,12 +69,10 @@ struct TinyModel {
                            kVocab = 16;
 
   explicit TinyModel(const std::string& arch = "LlamaForCausalLM", const std::string& type = "llama") {
-    config = {{"architectures", {arch}},       {"model_type", type},
-              {"hidden_size", kHidden},        {"intermediate_size", kInter},
-              {"num_hidden_layers", kLayers},  {"num_attention_heads", kHeads},
-              {"num_key_value_heads", kKv},    {"head_dim", kHeadDim},
-              {"vocab_size", kVocab},          {"rms_norm_eps", 1e-5},
-              {"tie_word_embeddings", false},  {"torch_dtype", "bfloat16"}};
+    config = {{"architectures", {arch}},     {"model_type", type},           {"hidden_size", kHidden},
+              {"intermediate_size", kInter}, {"num_hidden_layers", kLayers}, {"num_attention_heads", kHeads},
+              {"num_key_value_heads", kKv},  {"head_dim", kHeadDim},         {"vocab_size", kVocab},
+              {"rms_norm_eps", 1e-5},        {"tie_word_embeddings", false}, {"torch_dtype", "bfloat16"}};
     Dense("model.embed_tokens.weight", {kVocab, kHidden});
     Dense("model.norm.weight", {kHidden});
     Dense("lm_head.weight", {kVocab, kHidden});
@@ -87,9 +85,12 @@ struct TinyModel {
   }
 
   static std::vector<std::tuple<std::string, int64_t, int64_t>> Linears() {
-    return {{"self_attn.q_proj", kHeads * kHeadDim, kHidden}, {"self_attn.k_proj", kKv * kHeadDim, kHidden},
-            {"self_attn.v_proj", kKv * kHeadDim, kHidden},    {"self_attn.o_proj", kHidden, kHeads * kHeadDim},
-            {"mlp.gate_proj", kInter, kHidden},               {"mlp.up_proj", kInter, kHidden},
+    return {{"self_attn.q_proj", kHeads * kHeadDim, kHidden},
+            {"self_attn.k_proj", kKv * kHeadDim, kHidden},
+            {"self_attn.v_proj", kKv * kHeadDim, kHidden},
+            {"self_attn.o_proj", kHidden, kHeads * kHeadDim},
+            {"mlp.gate_proj", kInter, kHidden},
+            {"mlp.up_proj", kInter, kHidden},
             {"mlp.down_proj", kHidden, kInter}};
   }
 
@@ -109,14 +110,16 @@ struct TinyModel {
         Put(m + ".weight_packed", "I32", {out, in / 8}, 4);
         Put(m + ".weight_scale", "BF16", {out, in / 16}, 2);
         std::vector<int64_t> shape_vals = {out, in};
-        tensors[m + ".weight_shape"] = StTensor{m + ".weight_shape", "I64", {2}, testing_util::Bytes(shape_vals)};
+        tensors[m + ".weight_shape"] =
+            StTensor{m + ".weight_shape", "I64", {2}, testing_util::Bytes(shape_vals)};
         if (asym) Put(m + ".weight_zero_point", "I32", {out / 8, in / 16}, 4);
       }
     }
     config["quantization_config"] = nlohmann::json::parse(std::string(R"({
       "quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"],
       "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int",
-        "strategy": "group", "group_size": 16, "symmetric": )") + (asym ? "false" : "true") + "}}}}");
+        "strategy": "group", "group_size": 16, "symmetric": )") +
+                                                          (asym ? "false" : "true") + "}}}}");
   }
 
   void Nvfp4(bool w4a4) {
@@ -132,11 +135,13 @@ struct TinyModel {
       }
     }
     const char* acts = w4a4 ? R"(, "input_activations": {"num_bits": 4, "type": "float",
-        "strategy": "tensor_group", "group_size": 16, "dynamic": "local"})" : "";
+        "strategy": "tensor_group", "group_size": 16, "dynamic": "local"})"
+                            : "";
     config["quantization_config"] = nlohmann::json::parse(std::string(R"({
       "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": ["lm_head"],
       "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float",
-        "strategy": "tensor_group", "group_size": 16})") + acts + "}}}");
+        "strategy": "tensor_group", "group_size": 16})") + acts +
+                                                          "}}}");
   }
 
   absl::StatusOr<std::unique_ptr<ModelWeights>> WriteAndLoad(const TempDir& dir) const {
@@ -280,10 +285,12 @@ TEST(WeightsTest, PackQuantizedBadShapes) {
 
   TinyModel t2;
   t2.PackInt4Group16(false);
-  t2.tensors["model.layers.0.mlp.up_proj.weight_shape"].bytes = testing_util::Bytes(std::vector<int64_t>{64, 31});
+  t2.tensors["model.layers.0.mlp.up_proj.weight_shape"].bytes =
+      testing_util::Bytes(std::vector<int64_t>{64, 31});
   auto m2 = t2.WriteAndLoad(dir);
   ASSERT_FALSE(m2.ok());
-  EXPECT_THAT(std::string(m2.status().message()), HasSubstr("weight_shape' holds [64, 31], expected [64, 32]"));
+  EXPECT_THAT(std::string(m2.status().message()),
+              HasSubstr("weight_shape' holds [64, 31], expected [64, 32]"));
 }
 
 TEST(WeightsTest, Nvfp4W4A4IsRunWeightOnlyWithANote) {

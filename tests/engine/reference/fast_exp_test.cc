@@ -23,9 +23,9 @@ TEST(ExpToFloat, KnownValues) {
   EXPECT_EQ(ExpToFloat(0.0f), 1.0f);
   EXPECT_EQ(ExpToFloat(-1.0f), static_cast<float>(std::exp(-1.0)));
   EXPECT_EQ(ExpToFloat(-0.6931471805599453f), static_cast<float>(std::exp(-0.6931471805599453f)));
-  EXPECT_EQ(ExpToFloat(-800.0f), 0.0f);       // clamped at -700: e^-700 rounds to 0 in fp32
-  EXPECT_EQ(ExpToFloat(-INFINITY), 0.0f);     // a masked score
-  EXPECT_GT(ExpToFloat(-100.0f), 0.0f);       // e^-100 = 3.7e-44 is an fp32 subnormal
+  EXPECT_EQ(ExpToFloat(-800.0f), 0.0f);    // clamped at -700: e^-700 rounds to 0 in fp32
+  EXPECT_EQ(ExpToFloat(-INFINITY), 0.0f);  // a masked score
+  EXPECT_GT(ExpToFloat(-100.0f), 0.0f);    // e^-100 = 3.7e-44 is an fp32 subnormal
   EXPECT_EQ(ExpToFloat(-100.0f), static_cast<float>(std::exp(-100.0)));
 }
 

@@ -17,17 +17,17 @@ TEST(RoundToFp8E4M3, RepresentableValuesAreExact) {
 }
 
 TEST(RoundToFp8E4M3, RoundsToNearestEven) {
-  EXPECT_EQ(RoundToFp8E4M3(1.0625f), 1.0f);    // halfway 1 (mantissa 000) / 1.125 (001): even is 1
-  EXPECT_EQ(RoundToFp8E4M3(1.1875f), 1.25f);   // halfway 1.125 (001) / 1.25 (010): even is 1.25
-  EXPECT_EQ(RoundToFp8E4M3(1.07f), 1.125f);    // above halfway
-  EXPECT_EQ(RoundToFp8E4M3(17.0f), 16.0f);     // halfway 16 / 18 (step 2 in [16, 32))
-  EXPECT_EQ(RoundToFp8E4M3(19.0f), 20.0f);     // halfway 18 (001) / 20 (010)
+  EXPECT_EQ(RoundToFp8E4M3(1.0625f), 1.0f);   // halfway 1 (mantissa 000) / 1.125 (001): even is 1
+  EXPECT_EQ(RoundToFp8E4M3(1.1875f), 1.25f);  // halfway 1.125 (001) / 1.25 (010): even is 1.25
+  EXPECT_EQ(RoundToFp8E4M3(1.07f), 1.125f);   // above halfway
+  EXPECT_EQ(RoundToFp8E4M3(17.0f), 16.0f);    // halfway 16 / 18 (step 2 in [16, 32))
+  EXPECT_EQ(RoundToFp8E4M3(19.0f), 20.0f);    // halfway 18 (001) / 20 (010)
   EXPECT_EQ(RoundToFp8E4M3(-17.5f), -18.0f);
-  EXPECT_EQ(RoundToFp8E4M3(0.0009765625f), 0.0f);          // 2^-10: halfway 0 / 2^-9 -> 0
-  EXPECT_EQ(RoundToFp8E4M3(0.0029296875f), 0.00390625f);   // 1.5 * 2^-9: halfway 2^-9 / 2^-8 -> 2^-8
+  EXPECT_EQ(RoundToFp8E4M3(0.0009765625f), 0.0f);         // 2^-10: halfway 0 / 2^-9 -> 0
+  EXPECT_EQ(RoundToFp8E4M3(0.0029296875f), 0.00390625f);  // 1.5 * 2^-9: halfway 2^-9 / 2^-8 -> 2^-8
   EXPECT_EQ(RoundToFp8E4M3(0.0001f), 0.0f);
-  EXPECT_EQ(RoundToFp8E4M3(0.0157f), 0.015625f);           // 2^-6 + less than half a step (2^-9)
-  EXPECT_EQ(RoundToFp8E4M3(0.0156f), 0.015625f);           // just below 2^-6 rounds up to it
+  EXPECT_EQ(RoundToFp8E4M3(0.0157f), 0.015625f);  // 2^-6 + less than half a step (2^-9)
+  EXPECT_EQ(RoundToFp8E4M3(0.0156f), 0.015625f);  // just below 2^-6 rounds up to it
 }
 
 TEST(RoundToFp8E4M3, Saturates) {
@@ -39,10 +39,11 @@ TEST(RoundToFp8E4M3, Saturates) {
 }
 
 TEST(FakeQuantizeFp8PerToken, ScalesEachRowByItsAmax) {
-  std::vector<float> x = {1.0f, -2.0f, 0.5f, 4.0f,      // amax 4: x / scale = 112, -224, 56, 448 (exact E4M3)
-                          17.0f, 448.0f, 1.0625f, 3.0f,  // amax 448: scale 1, 17 -> 16, 1.0625 -> 1
-                          0.0f, 0.0f, 0.0f, 0.0f,        // zero row stays zero
-                          -1.0f, 0.0f, 0.0f, 0.0f};      // a lone negative amax: -448 * scale
+  std::vector<float> x = {
+      1.0f,  -2.0f,  0.5f,    4.0f,   // amax 4: x / scale = 112, -224, 56, 448 (exact E4M3)
+      17.0f, 448.0f, 1.0625f, 3.0f,   // amax 448: scale 1, 17 -> 16, 1.0625 -> 1
+      0.0f,  0.0f,   0.0f,    0.0f,   // zero row stays zero
+      -1.0f, 0.0f,   0.0f,    0.0f};  // a lone negative amax: -448 * scale
   FakeQuantizeFp8PerToken(x.data(), 4, 4);
   const float s0 = 4.0f / 448.0f;
   EXPECT_EQ(x[0], RoundToFp8E4M3(1.0f / s0) * s0);
@@ -61,8 +62,7 @@ TEST(FakeQuantizeFp8PerToken, ScalesEachRowByItsAmax) {
 
 TEST(FakeQuantizeFp8PerTokenGroup, EachGroupHasItsOwnScale) {
   // Row of 5 in groups of 2: (17, 448) scale 1 -> (16, 448); (1.0625, 0.5) scale 1.0625/448; (3) alone.
-  std::vector<float> x = {17.0f, 448.0f, 1.0625f, 0.5f, 3.0f,
-                          0.0f, 0.0f, -2.0f, 4.0f, 0.0f};
+  std::vector<float> x = {17.0f, 448.0f, 1.0625f, 0.5f, 3.0f, 0.0f, 0.0f, -2.0f, 4.0f, 0.0f};
   std::vector<float> expected = x;
   FakeQuantizeFp8PerToken(expected.data() + 0, 1, 2);
   FakeQuantizeFp8PerToken(expected.data() + 2, 1, 2);

@@ -11,9 +11,9 @@ namespace scored::ref {
 namespace {
 
 TEST(Linear, HandComputed) {
-  const std::vector<float> x = {1, 2, 3,     // token 0
+  const std::vector<float> x = {1,  2, 3,      // token 0
                                 -1, 0, 0.5f};  // token 1
-  const std::vector<float> w = {1, 0, 0,    // out 0
+  const std::vector<float> w = {1,    0, 0,    // out 0
                                 0.5f, 1, -1};  // out 1
   const std::vector<float> bias = {10, -10};
   std::vector<float> y(4, NAN);

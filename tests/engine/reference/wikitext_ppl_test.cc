@@ -108,10 +108,10 @@ TEST(WikiText2, Stories260KChunksPplMatchesGolden) {
   // window: 5.7e-4 max per window sum / 511 tokens = 1.1e-6).
   EXPECT_NEAR(ppl, golden_ppl, 1e-5 * golden_ppl);
   std::cout << "WikiText-2 test, stories260K, chunks of 511 + BOS, " << num_windows << " of " << all_windows
-            << " windows: PPL " << ppl << " (golden " << golden_ppl
-            << ", relative diff " << std::fabs(ppl - golden_ppl) / golden_ppl << "), max |window sum diff| "
-            << max_window_diff << ", " << num_scored << " tokens in " << seconds << " s = "
-            << num_scored / seconds << " tokens/s on " << (*engine)->info().backend << "\n";
+            << " windows: PPL " << ppl << " (golden " << golden_ppl << ", relative diff "
+            << std::fabs(ppl - golden_ppl) / golden_ppl << "), max |window sum diff| " << max_window_diff
+            << ", " << num_scored << " tokens in " << seconds << " s = " << num_scored / seconds
+            << " tokens/s on " << (*engine)->info().backend << "\n";
 }
 
 }  // namespace

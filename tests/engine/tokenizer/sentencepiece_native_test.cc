@@ -109,8 +109,7 @@ TEST_P(NativeVsLibraryTest, WikiText2Lines) {
 }
 
 TEST_P(NativeVsLibraryTest, GoldenCases) {
-  const auto golden =
-      nlohmann::json::parse(ReadAll(kData + "/tokenizer-golden/tokenizer_golden.json"));
+  const auto golden = nlohmann::json::parse(ReadAll(kData + "/tokenizer-golden/tokenizer_golden.json"));
   const auto& cases = golden["cases"];
   ASSERT_EQ(cases.size(), 14u);
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -120,11 +119,27 @@ TEST_P(NativeVsLibraryTest, GoldenCases) {
 
 TEST_P(NativeVsLibraryTest, EdgeCases) {
   const char* cases[] = {
-      "", " ", "   ", "a", " a", "a ", "  a  b  ", "a\tb\nc\r\nd", "\n\n", "<s></s><unk>",
-      "<0x41>", "\xE2\x96\x81", "\xE2\x96\x81\xE2\x96\x81x", "x\xE2\x96\x81y",
-      "\xF0\x9F\x98\x80\xF0\x9F\xA4\x96 emoji", "\xE4\xB8\xAD\xE6\x96\x87\xE5\xAD\x97 \xE9\xBE\x98",
-      "\xC3\xA9\xC3\xA8 cafe\xCC\x81", "\xEF\xBF\xBD \x7F \x01", "1234567890 3.14159",
-      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "                         x",
+      "",
+      " ",
+      "   ",
+      "a",
+      " a",
+      "a ",
+      "  a  b  ",
+      "a\tb\nc\r\nd",
+      "\n\n",
+      "<s></s><unk>",
+      "<0x41>",
+      "\xE2\x96\x81",
+      "\xE2\x96\x81\xE2\x96\x81x",
+      "x\xE2\x96\x81y",
+      "\xF0\x9F\x98\x80\xF0\x9F\xA4\x96 emoji",
+      "\xE4\xB8\xAD\xE6\x96\x87\xE5\xAD\x97 \xE9\xBE\x98",
+      "\xC3\xA9\xC3\xA8 cafe\xCC\x81",
+      "\xEF\xBF\xBD \x7F \x01",
+      "1234567890 3.14159",
+      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+      "                         x",
       "Hello world! How's it going?  Double  spaces,\ttabs.",
   };
   for (const char* c : cases) ExpectSame(c, "edge case");
@@ -134,10 +149,9 @@ TEST_P(NativeVsLibraryTest, EdgeCases) {
 // (many without a piece: byte fallback / unknown).
 TEST_P(NativeVsLibraryTest, PseudoRandomTexts) {
   std::mt19937 rng(12345);
-  const uint32_t blocks[][2] = {{0x20, 0x7E},     {0x20, 0x20},     {0xA0, 0x24F},
-                                {0x370, 0x52F},   {0x2000, 0x206F}, {0x2580, 0x259F},
-                                {0x4E00, 0x9FFF}, {0xAC00, 0xD7A3}, {0x1F300, 0x1FAFF},
-                                {0x1, 0x1F}};
+  const uint32_t blocks[][2] = {{0x20, 0x7E},       {0x20, 0x20},     {0xA0, 0x24F},    {0x370, 0x52F},
+                                {0x2000, 0x206F},   {0x2580, 0x259F}, {0x4E00, 0x9FFF}, {0xAC00, 0xD7A3},
+                                {0x1F300, 0x1FAFF}, {0x1, 0x1F}};
   for (int n = 0; n < 1500; ++n) {
     std::string text;
     const int len = static_cast<int>(rng() % 40);
@@ -182,8 +196,8 @@ TEST_P(NativeVsLibraryTest, DecodeRandomIds) {
     EXPECT_EQ(*decoded, LibraryDecode(ids)) << GetParam().name << " sequence " << n;
   }
   // Byte ids that form whole characters, at the start and after a piece.
-  const std::vector<int32_t> bytes = {
-      oracle_->PieceToId("<0xE4>"), oracle_->PieceToId("<0xB8>"), oracle_->PieceToId("<0xAD>")};
+  const std::vector<int32_t> bytes = {oracle_->PieceToId("<0xE4>"), oracle_->PieceToId("<0xB8>"),
+                                      oracle_->PieceToId("<0xAD>")};
   const int32_t word = pool[pool.size() / 2];
   for (const auto& ids : {bytes, std::vector<int32_t>{word, bytes[0], bytes[1], bytes[2]},
                           std::vector<int32_t>{bytes[0], bytes[1], bytes[2], word, word}}) {
@@ -263,8 +277,8 @@ TEST(SentencePieceProtoTest, UnsupportedAndInvalidModels) {
   EXPECT_EQ(unigram.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(unigram.status().message()), ::testing::HasSubstr("UNIGRAM"));
   // A normalizer with a precompiled character map (as nmt_nfkc has).
-  auto nfkc = LoadModelBytes(bytes + LengthDelimited(3, LengthDelimited(1, "nmt_nfkc") +
-                                                            LengthDelimited(2, "xxxx")));
+  auto nfkc =
+      LoadModelBytes(bytes + LengthDelimited(3, LengthDelimited(1, "nmt_nfkc") + LengthDelimited(2, "xxxx")));
   ASSERT_FALSE(nfkc.ok());
   EXPECT_EQ(nfkc.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(nfkc.status().message()), ::testing::HasSubstr("nmt_nfkc"));
@@ -273,8 +287,7 @@ TEST(SentencePieceProtoTest, UnsupportedAndInvalidModels) {
   ASSERT_FALSE(no_fallback.ok());
   EXPECT_EQ(no_fallback.status().code(), absl::StatusCode::kInvalidArgument);
   // A duplicate piece.
-  auto duplicate = LoadModelBytes(
-      bytes + LengthDelimited(1, LengthDelimited(1, "<s>") + VarintField(3, 3)));
+  auto duplicate = LoadModelBytes(bytes + LengthDelimited(1, LengthDelimited(1, "<s>") + VarintField(3, 3)));
   ASSERT_FALSE(duplicate.ok());
   EXPECT_EQ(duplicate.status().code(), absl::StatusCode::kInvalidArgument);
   // Not a model at all (wire-format error), and an empty file (no pieces; the default model_type

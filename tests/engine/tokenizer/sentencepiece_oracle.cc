@@ -29,9 +29,7 @@ std::string SentencePieceWrapper::Decode(const std::vector<int>& ids, std::strin
 
 int SentencePieceWrapper::piece_size() const { return sp_->GetPieceSize(); }
 std::string SentencePieceWrapper::IdToPiece(int id) const { return sp_->IdToPiece(id); }
-int SentencePieceWrapper::PieceToId(const std::string& piece) const {
-  return sp_->PieceToId(piece);
-}
+int SentencePieceWrapper::PieceToId(const std::string& piece) const { return sp_->PieceToId(piece); }
 bool SentencePieceWrapper::IsControl(int id) const { return sp_->IsControl(id); }
 bool SentencePieceWrapper::IsUnknown(int id) const { return sp_->IsUnknown(id); }
 bool SentencePieceWrapper::IsByte(int id) const { return sp_->IsByte(id); }

@@ -19,8 +19,7 @@ std::string WholeTextNfc(const std::string& text) {
   utf8proc_uint8_t* out = nullptr;
   const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
                                           static_cast<utf8proc_ssize_t>(text.size()), &out,
-                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE |
-                                                                         UTF8PROC_COMPOSE));
+                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   EXPECT_GE(n, 0);
   std::string result(reinterpret_cast<const char*>(out), n < 0 ? 0 : static_cast<size_t>(n));
   std::free(out);
@@ -28,9 +27,9 @@ std::string WholeTextNfc(const std::string& text) {
 }
 
 TEST(TextUtilTest, NfcKnownAnswers) {
-  EXPECT_EQ(NormalizeNfc("cafe\xCC\x81").value(), "caf\xC3\xA9");           // e + U+0301 -> é
-  EXPECT_EQ(NormalizeNfc("A\xCC\x8A!").value(), "\xC3\x85!");               // A + ring -> Å
-  EXPECT_EQ(NormalizeNfc("\xE2\x84\xAA").value(), "K");                     // Kelvin sign -> K
+  EXPECT_EQ(NormalizeNfc("cafe\xCC\x81").value(), "caf\xC3\xA9");          // e + U+0301 -> é
+  EXPECT_EQ(NormalizeNfc("A\xCC\x8A!").value(), "\xC3\x85!");              // A + ring -> Å
+  EXPECT_EQ(NormalizeNfc("\xE2\x84\xAA").value(), "K");                    // Kelvin sign -> K
   EXPECT_EQ(NormalizeNfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8").value(),  // Hangul L V T -> 각
             "\xEA\xB0\x81");
   // Combining marks out of canonical order are reordered (ogonek ccc 202 before acute ccc 230).

@@ -58,9 +58,7 @@ TEST_F(LoadTest, MissingFolder) {
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("nope"));
 }
 
-TEST_F(LoadTest, EmptyFolder) {
-  ExpectError(absl::StatusCode::kNotFound, dir_, "no tokenizer files");
-}
+TEST_F(LoadTest, EmptyFolder) { ExpectError(absl::StatusCode::kNotFound, dir_, "no tokenizer files"); }
 
 TEST_F(LoadTest, VocabWithoutMerges) {
   Write("vocab.json", "{\"a\": 0}");
@@ -108,8 +106,7 @@ TEST_F(LoadTest, TokenizerJsonWrongVocabType) {
 
 TEST_F(LoadTest, SentencePieceGarbage) {
   Write("tokenizer.model", std::string("\x0a\xff\xff\xff\x01garbage", 12));
-  ExpectError(absl::StatusCode::kInvalidArgument, "tokenizer.model",
-              "not a valid SentencePiece model");
+  ExpectError(absl::StatusCode::kInvalidArgument, "tokenizer.model", "not a valid SentencePiece model");
 }
 
 TEST_F(LoadTest, TiktokenBadLine) {

@@ -34,8 +34,8 @@ std::string ReadAll(const std::string& path) {
 }
 
 const nlohmann::json& Golden() {
-  static const nlohmann::json* golden = new nlohmann::json(
-      nlohmann::json::parse(ReadAll(kData + "/tokenizer-golden/tokenizer_golden.json")));
+  static const nlohmann::json* golden =
+      new nlohmann::json(nlohmann::json::parse(ReadAll(kData + "/tokenizer-golden/tokenizer_golden.json")));
   return *golden;
 }
 
@@ -55,8 +55,7 @@ const GoldenSource kGoldenSources[] = {
     {"mistral_v0.1_spm", "tokenizers/mistral-7b-v0.1", Format::kAuto, "sentencepiece"},
     {"llama2_tokjson_nospecial", "tokenizers/llama2", Format::kAuto, "hf-bpe-metaspace"},
     {"gpt2_slow", "tokenizers/gpt2", Format::kAuto, "hf-bpe-bytelevel"},
-    {"qwen2.5_slow_nospecial", "models-configs/qwen2.5-0.5b-instruct", Format::kAuto,
-     "hf-bpe-bytelevel"},
+    {"qwen2.5_slow_nospecial", "models-configs/qwen2.5-0.5b-instruct", Format::kAuto, "hf-bpe-bytelevel"},
     {"llama3_tiktoken_nospecial", "tokenizers/llama3", Format::kAuto, "tiktoken"},
 };
 
@@ -134,14 +133,13 @@ TEST_P(GoldenTest, TokenByteLengthsAddUp) {
   EXPECT_EQ(total, static_cast<int64_t>(tok->Decode(*ids).value().size()) + (dummy_prefix ? 1 : 0));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllGolden, GoldenTest, ::testing::ValuesIn(kGoldenSources),
-                         [](const auto& info) {
-                           std::string name = info.param.key;
-                           for (char& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(AllGolden, GoldenTest, ::testing::ValuesIn(kGoldenSources), [](const auto& info) {
+  std::string name = info.param.key;
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return name;
+});
 
 // TinyLlama ships the Llama-2 vocabulary as a tokenizer.json whose merges are [a, b] pairs; it must
 // tokenize exactly as Llama-2's tokenizer.json.
@@ -170,10 +168,10 @@ TEST(TokenizerTest, TinyLlamaTokenizerJsonMatchesLlama2) {
 TEST(TokenizerTest, Llama2MetaspacePreTokenizerForm) {
   auto j = nlohmann::json::parse(ReadAll(kData + "/tokenizers/llama2/tokenizer.json"));
   j["normalizer"] = nullptr;
-  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
-                        {"prepend_scheme", "first"}, {"split", false}};
-  j["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
-                  {"prepend_scheme", "first"}, {"split", false}};
+  j["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
+  j["decoder"] = {
+      {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
   std::string dir = ::testing::TempDir() + "llama2_metaspace_XXXXXX";
   ASSERT_NE(mkdtemp(dir.data()), nullptr);
   std::ofstream(dir + "/tokenizer.json") << j.dump();
@@ -204,9 +202,13 @@ TEST(TokenizerTest, Llama2MetaspacePreTokenizerForm) {
 std::string MakeByteLevelTokenizerJson(const std::string& src_dir, const nlohmann::json& normalizer,
                                        const nlohmann::json& pre_tokenizer,
                                        const nlohmann::json& added_tokens) {
-  nlohmann::json model = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                          {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""},
-                          {"fuse_unk", false}, {"byte_fallback", false}};
+  nlohmann::json model = {{"type", "BPE"},
+                          {"dropout", nullptr},
+                          {"unk_token", nullptr},
+                          {"continuing_subword_prefix", ""},
+                          {"end_of_word_suffix", ""},
+                          {"fuse_unk", false},
+                          {"byte_fallback", false}};
   model["vocab"] = nlohmann::json::parse(ReadAll(src_dir + "/vocab.json"));
   nlohmann::json merges = nlohmann::json::array();
   const std::string text = ReadAll(src_dir + "/merges.txt");
@@ -219,9 +221,9 @@ std::string MakeByteLevelTokenizerJson(const std::string& src_dir, const nlohman
     start = end + 1;
   }
   model["merges"] = merges;
-  nlohmann::json j = {{"version", "1.0"}, {"normalizer", normalizer},
-                      {"pre_tokenizer", pre_tokenizer}, {"model", model},
-                      {"decoder", {{"type", "ByteLevel"}}}, {"post_processor", nullptr}};
+  nlohmann::json j = {
+      {"version", "1.0"}, {"normalizer", normalizer},           {"pre_tokenizer", pre_tokenizer},
+      {"model", model},   {"decoder", {{"type", "ByteLevel"}}}, {"post_processor", nullptr}};
   j["added_tokens"] = added_tokens;
   return j.dump();
 }
@@ -257,12 +259,20 @@ TEST(TokenizerTest, ByteLevelTokenizerJsonForms) {
   };
   const std::string qwen_dir = kData + "/models-configs/qwen2.5-0.5b-instruct";
   const Form forms[] = {
-      {"gpt2_slow", "tokenizers/gpt2", nullptr,
-       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-        {"use_regex", true}},
-       {{{"id", 50256}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false},
-         {"rstrip", false}, {"normalized", true}, {"special", true}}}},
-      {"qwen2.5_slow_nospecial", "models-configs/qwen2.5-0.5b-instruct", {{"type", "NFC"}},
+      {"gpt2_slow",
+       "tokenizers/gpt2",
+       nullptr,
+       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}},
+       {{{"id", 50256},
+         {"content", "<|endoftext|>"},
+         {"single_word", false},
+         {"lstrip", false},
+         {"rstrip", false},
+         {"normalized", true},
+         {"special", true}}}},
+      {"qwen2.5_slow_nospecial",
+       "models-configs/qwen2.5-0.5b-instruct",
+       {{"type", "NFC"}},
        {{"type", "Sequence"},
         {"pretokenizers",
          {{{"type", "Split"},
@@ -277,9 +287,8 @@ TEST(TokenizerTest, ByteLevelTokenizerJsonForms) {
   };
   for (const Form& form : forms) {
     TempFolder folder;
-    folder.Write("tokenizer.json",
-                 MakeByteLevelTokenizerJson(kData + "/" + form.src, form.normalizer,
-                                            form.pre_tokenizer, form.added_tokens));
+    folder.Write("tokenizer.json", MakeByteLevelTokenizerJson(kData + "/" + form.src, form.normalizer,
+                                                              form.pre_tokenizer, form.added_tokens));
     if (std::string(form.golden_key) == "qwen2.5_slow_nospecial") {
       folder.Write("tokenizer_config.json", ReadAll(qwen_dir + "/tokenizer_config.json"));
     }
@@ -304,8 +313,8 @@ TEST(TokenizerTest, ByteLevelTokenizerJsonForms) {
 TEST(TokenizerTest, Stories260KWikiText2) {
   const auto tok = MustLoad("stories260K-hf", Format::kAuto);
   ASSERT_NE(tok, nullptr);
-  const auto ref = nlohmann::json::parse(
-      ReadAll(kData + "/stories260K-hf/reference_wikitext2_test_ppl.json"));
+  const auto ref =
+      nlohmann::json::parse(ReadAll(kData + "/stories260K-hf/reference_wikitext2_test_ppl.json"));
   const auto first64 = ref["first_64_token_ids"].get<std::vector<int32_t>>();
   ASSERT_EQ(first64.size(), 64u);
   const std::string text = ReadAll(kData + "/wikitext-2-raw/wiki.test.raw");
@@ -361,10 +370,12 @@ TEST(TokenizerTest, Llama3WholeFileRoundTripAndThreads) {
 // Long runs (whitespace under the `\s+(?!\S)` lookahead, one 200 KB word, digits) encode and
 // decode back exactly with every tokenizer.
 TEST(TokenizerTest, LongRunsRoundTrip) {
-  const std::vector<std::string> texts = {
-      std::string(200000, ' ') + "x", "x" + std::string(200000, ' '),
-      std::string(100000, '\n') + std::string(100000, '\t'), std::string(200000, 'a'),
-      std::string(100000, '7'), "word " + std::string(50000, '!') + " end"};
+  const std::vector<std::string> texts = {std::string(200000, ' ') + "x",
+                                          "x" + std::string(200000, ' '),
+                                          std::string(100000, '\n') + std::string(100000, '\t'),
+                                          std::string(200000, 'a'),
+                                          std::string(100000, '7'),
+                                          "word " + std::string(50000, '!') + " end"};
   for (const GoldenSource& src : kGoldenSources) {
     if (std::string(src.key) == "tok512_spm") continue;  // normalizes whitespace (see RoundTrip)
     const auto tok = MustLoad(src.dir, src.format);
@@ -445,26 +456,25 @@ TEST(TokenizerTest, TokenByteLength) {
     EXPECT_EQ(t->TokenByteLength(-1), 0);
     EXPECT_EQ(t->TokenByteLength(32000), 0);
   }
-  EXPECT_EQ(gpt2->TokenByteLength(995), 6);    // "Ġworld"
-  EXPECT_EQ(gpt2->TokenByteLength(628), 2);    // "ĊĊ"
-  EXPECT_EQ(gpt2->TokenByteLength(50256), 0);  // <|endoftext|>
+  EXPECT_EQ(gpt2->TokenByteLength(995), 6);     // "Ġworld"
+  EXPECT_EQ(gpt2->TokenByteLength(628), 2);     // "ĊĊ"
+  EXPECT_EQ(gpt2->TokenByteLength(50256), 0);   // <|endoftext|>
   EXPECT_EQ(llama3->TokenByteLength(1049), 3);  // "200"
   EXPECT_EQ(llama3->TokenByteLength(128000), 0);
 }
 
 TEST(TokenizerTest, DecodeAndEncodeErrors) {
-  for (const auto& [dir, format] : std::vector<std::pair<std::string, Format>>{
-           {"tokenizers/llama2", Format::kAuto},
-           {"tokenizers/llama2", Format::kSentencePiece},
-           {"tokenizers/gpt2", Format::kAuto},
-           {"tokenizers/llama3", Format::kAuto}}) {
+  for (const auto& [dir, format] :
+       std::vector<std::pair<std::string, Format>>{{"tokenizers/llama2", Format::kAuto},
+                                                   {"tokenizers/llama2", Format::kSentencePiece},
+                                                   {"tokenizers/gpt2", Format::kAuto},
+                                                   {"tokenizers/llama3", Format::kAuto}}) {
     const auto tok = MustLoad(dir, format);
     ASSERT_NE(tok, nullptr);
     const auto bad = tok->Decode(std::vector<int32_t>{1, static_cast<int32_t>(tok->vocab_size())});
     EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << dir;
     EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("position 1")) << dir;
-    EXPECT_EQ(tok->Decode(std::vector<int32_t>{-5}).status().code(),
-              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(tok->Decode(std::vector<int32_t>{-5}).status().code(), absl::StatusCode::kInvalidArgument);
     const auto invalid = tok->Encode(std::string("ok \xC3\x28 no"));
     EXPECT_EQ(invalid.status().code(), absl::StatusCode::kInvalidArgument) << dir;
     EXPECT_THAT(std::string(invalid.status().message()), ::testing::HasSubstr("offset 3"));
