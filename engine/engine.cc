@@ -33,7 +33,8 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const EngineOptions& option
   return CreateCudaEngine(options);
 #else
   return absl::FailedPreconditionError(
-      "the cuda backend is not built into this binary (configured with SCORED_ENABLE_CUDA=OFF); use --backend=cpu");
+      "the cuda backend is not built into this binary (configured with SCORED_ENABLE_CUDA=OFF); use "
+      "--backend=cpu");
 #endif
 }
 

@@ -34,10 +34,11 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
     fault.device_trap_after_batches = n;
     return fault;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--fault_inject must be fatal_after:N, fatal_after_ms:T, slow_load_ms:T or device_trap_after:N with N, T >= 0, "
-      "got '",
-      text, "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--fault_inject must be fatal_after:N, fatal_after_ms:T, slow_load_ms:T or "
+                   "device_trap_after:N with N, T >= 0, "
+                   "got '",
+                   text, "'"));
 }
 
 void FaultInjectingEngine::CheckTimedFault() const {

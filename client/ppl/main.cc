@@ -17,9 +17,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/ascii.h"
 #include "client/ppl/report.h"
 #include "client/ppl/run.h"
 

@@ -1,14 +1,13 @@
 #include "client/ppl/run.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <utility>
 #include <vector>
-
-#include <sys/stat.h>
-
-#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

@@ -1,9 +1,9 @@
 #include "engine/cuda/gemm.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <mutex>
-#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>

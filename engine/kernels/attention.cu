@@ -17,13 +17,12 @@
 // 2t, 2t + 1 (+ 8); C rows g / g + 8, columns 2t, 2t + 1. The S accumulator of two adjacent 8-key blocks is
 // exactly P's A fragment. The 32-row variant (below, the default at head_dim 64 and 128) gives each warp two
 // such 16-row tiles.
-#include "engine/kernels/attention.h"
-
 #include <cmath>
 #include <mutex>
 #include <set>
 #include <utility>
 
+#include "engine/kernels/attention.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
 

@@ -2,7 +2,6 @@
 //
 // A 2-D grid: blockIdx.y strides over tokens, x-blocks and threads over the columns.
 #include "engine/kernels/bias_add.h"
-
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
 

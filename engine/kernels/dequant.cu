@@ -4,10 +4,9 @@
 // LinearWeight::DequantizeRows (engine/model/dequantize.cc), through the exact converters of
 // engine/base/dtype.h, and stores them with one 16-byte store (bf16) when the row length and the output
 // pointer allow, element by element otherwise.
-#include "engine/kernels/dequant.h"
-
 #include "engine/base/dtype.h"
 #include "engine/kernels/cuda_check.h"
+#include "engine/kernels/dequant.h"
 #include "engine/kernels/device_util.cuh"
 
 namespace scored::kernels {

@@ -1,7 +1,6 @@
 // A kernel that traps. Contract: device_trap.h.
-#include "engine/kernels/device_trap.h"
-
 #include "engine/kernels/cuda_check.h"
+#include "engine/kernels/device_trap.h"
 
 namespace scored::kernels {
 namespace {

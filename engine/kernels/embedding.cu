@@ -2,10 +2,9 @@
 //
 // One block per token (grid-stride over tokens past the grid limit); threads stride over hidden_size.
 // Memory-bound copy: each element is read once and written once.
-#include "engine/kernels/embedding.h"
-
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
+#include "engine/kernels/embedding.h"
 
 namespace scored::kernels {
 namespace {

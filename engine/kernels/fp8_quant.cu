@@ -7,14 +7,13 @@
 // arithmetic: each thread loads its 8-column vectors once with 16-byte loads, keeps them in registers for
 // both passes and stores 8 codes at a time (the generic kernel re-reads the row and moves single elements);
 // it converts with the hardware e4m3x2 instruction (FloatToFp8E4M3x2, device_util.cuh: the same codes).
-#include "engine/kernels/fp8_quant.h"
-
 #include <cstdint>
 #include <type_traits>
 
 #include "engine/base/dtype.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
+#include "engine/kernels/fp8_quant.h"
 
 namespace scored::kernels {
 namespace {

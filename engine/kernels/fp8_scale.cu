@@ -2,12 +2,11 @@
 //
 // Each thread scales 16 bytes (8 bf16 or 4 fp32 values of one row: out_features is a multiple of 8), in a
 // grid-stride loop; memory-bound (one read, one write).
-#include "engine/kernels/fp8_scale.h"
-
 #include <cuda_bf16.h>
 
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
+#include "engine/kernels/fp8_scale.h"
 
 namespace scored::kernels {
 namespace {

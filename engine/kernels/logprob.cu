@@ -8,10 +8,9 @@
 // variant (per-thread running max, sums rebased in double when it grows) measured slower on an H200
 // (0.80 vs 0.62 ms for 2048 x 128256): early on most warps have a lane whose max grows, and the whole
 // warp waits for its double-precision rebase.
-#include "engine/kernels/logprob.h"
-
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
+#include "engine/kernels/logprob.h"
 
 namespace scored::kernels {
 namespace {

@@ -1,10 +1,9 @@
 // Per-head RMSNorm in place (Qwen3). Contract: qk_norm.h.
 //
 // One warp per (token, head): lanes stride over head_dim, WarpSum combines the squares in a fixed order.
-#include "engine/kernels/qk_norm.h"
-
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
+#include "engine/kernels/qk_norm.h"
 
 namespace scored::kernels {
 namespace {

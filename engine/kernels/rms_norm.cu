@@ -12,10 +12,9 @@
 // accumulates the sum of squares per thread in index order i = tid, tid + kThreads, ...; BlockSum combines
 // the threads in a fixed tree. Pass 2 re-reads the row (each thread the elements it wrote itself, so no
 // barrier is needed; the row is in L1/L2) and writes the normalized values.
-#include "engine/kernels/rms_norm.h"
-
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
+#include "engine/kernels/rms_norm.h"
 #include "engine/kernels/rms_norm_row.cuh"
 
 namespace scored::kernels {

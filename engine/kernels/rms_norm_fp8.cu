@@ -7,13 +7,12 @@
 // value| over its chunks; BlockMax gives the row's amax (a max: exact, order-independent, so equal to the
 // quantizer's); then the quantizer's arithmetic: scale = __fdiv_rn(amax, 448), code =
 // FloatToFp8E4M3(__fdiv_rn(value, scale)), 8 codes per 8-byte store.
-#include "engine/kernels/rms_norm_fp8.h"
-
 #include <cstdint>
 
 #include "engine/base/dtype.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
+#include "engine/kernels/rms_norm_fp8.h"
 #include "engine/kernels/rms_norm_row.cuh"
 
 namespace scored::kernels {

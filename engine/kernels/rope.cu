@@ -27,13 +27,12 @@
 // in L2. Llama-3-8B, 40 of 48 heads rotated, head_dim 128, bf16, read + write:
 //   16384 tokens: 2 x 16384 x 40 x 128 x 2 B = 0.336 GB -> ~0.084 ms
 //   32768 tokens: 0.671 GB -> ~0.168 ms (the inv_freq vector path measured 0.28 ms).
-#include "engine/kernels/rope.h"
-
 #include <string>
 
 #include "engine/base/status_macros.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
+#include "engine/kernels/rope.h"
 
 namespace scored::kernels {
 namespace {

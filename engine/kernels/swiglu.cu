@@ -14,12 +14,11 @@
 //
 // Predicted time: bytes / 4.0 TB/s (H200 copy rate). Llama-3-8B at 32768 tokens (inter 14336, bf16):
 // 3 x 32768 x 14336 x 2 B = 2.82 GB -> ~0.70 ms per call (the exact-math row-loop kernel took 1.19 ms).
-#include "engine/kernels/swiglu.h"
-
 #include <cstdint>
 
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
+#include "engine/kernels/swiglu.h"
 #include "engine/kernels/swiglu_math.cuh"
 
 namespace scored::kernels {

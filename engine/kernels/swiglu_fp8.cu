@@ -13,13 +13,12 @@
 // The FP8 conversion uses the hardware converter (device_util.cuh FloatToFp8E4M3x2, same codes) instead of
 // the branchy integer one: with the IEEE division m / scale, __expf, __fdividef and the bf16 roundings, the
 // per-element instructions would otherwise outweigh the 5 bytes per element this op moves.
-#include "engine/kernels/swiglu_fp8.h"
-
 #include <cstdint>
 
 #include "engine/base/dtype.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
+#include "engine/kernels/swiglu_fp8.h"
 #include "engine/kernels/swiglu_math.cuh"
 
 namespace scored::kernels {

@@ -1,12 +1,12 @@
 #include "engine/tokenizer/text_util.h"
 
+#include <sys/stat.h>
 #include <utf8proc.h>
 
 #include <array>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
-#include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
 

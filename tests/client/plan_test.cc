@@ -1,5 +1,7 @@
 // Plans of scored-ppl built with the real stories260K tokenizer (tokenizer.model): the token ids and
 // window counts every golden of ../shared/data/stories260K-hf depends on, checked without a server.
+#include "client/ppl/plan.h"
+
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "client/ppl/dataset.h"
-#include "client/ppl/plan.h"
 #include "client/ppl/windows.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"

@@ -1,6 +1,8 @@
 // Unit tests of scored-ppl's pure parts: each method's window arithmetic on small inputs with
 // hand-computed windows, dataset row parsing (against the real WikiText-2 and TinyStories files), the
 // plan's choice of text per method, and the report math on a fixed NLL vector.
+#include "client/ppl/windows.h"
+
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -12,7 +14,6 @@
 #include "client/ppl/plan.h"
 #include "client/ppl/progress.h"
 #include "client/ppl/report.h"
-#include "client/ppl/windows.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

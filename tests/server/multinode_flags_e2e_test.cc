@@ -86,10 +86,10 @@ TEST(MultiNodeFlagsTest, FollowerThatCannotFollowExitsOneWithItsRole) {
 // large checkpoint on a cold disk, or node rank 0 waiting for its follower processes) ends it at once
 // with exit code 0 instead of after the load: nothing is in flight yet.
 TEST(MultiNodeFlagsTest, SigtermDuringStartupExitsAtOnce) {
-  const std::string command = absl::StrCat(
-      "'", testing::DefaultScoredBinary(), "' ", Model(),
-      " --backend=cpu --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --fault_inject=slow_load_ms:60000 2>&1 & "
-      "pid=$!; sleep 1; kill -TERM $pid; wait $pid; echo \"exit=$?\"");
+  const std::string command = absl::StrCat("'", testing::DefaultScoredBinary(), "' ", Model(),
+                                           " --backend=cpu --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 "
+                                           "--fault_inject=slow_load_ms:60000 2>&1 & "
+                                           "pid=$!; sleep 1; kill -TERM $pid; wait $pid; echo \"exit=$?\"");
   const absl::Time start = absl::Now();
   ProcessRun run;
   FILE* pipe = popen(

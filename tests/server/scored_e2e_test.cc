@@ -8,9 +8,9 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
-#include <set>
 #include <thread>
 #include <vector>
 

@@ -6,12 +6,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/fault_injection.h"
 #include "server/grpc_status.h"
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/request_validation.h"
 #include "server/security.h"
-#include "server/fault_injection.h"
 
 namespace scored {
 namespace {

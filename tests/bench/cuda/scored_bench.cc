@@ -688,7 +688,8 @@ int Main(int argc, char** argv) {
     const double limit = gemm * 1e12 * args.tp / flops_per_token;  // tok/s at the plain GEMM rate on tp GPUs
     std::printf(
         "scored B=%lld T=%lld: %8.1f ms/step %9.0f tok/s %6.0f TFLOP/s | plain cuBLASLt layer GEMMs %4.0f "
-        "TFLOP/s sustained over %lld layers (one-layer burst %4.0f), ratio %.2f (to the burst %.2f) | FLOP-bound "
+        "TFLOP/s sustained over %lld layers (one-layer burst %4.0f), ratio %.2f (to the burst %.2f) | "
+        "FLOP-bound "
         "limit %.0f tok/s on %d GPU(s), ours %.2f of it | GPU memory used %s GiB\n",
         static_cast<long long>(b), static_cast<long long>(args.ctx), dt * 1e3, tokens / dt, tflops, gemm,
         static_cast<long long>(config->num_layers), burst, gemm > 0 ? tflops / gemm / args.tp : 0.0,
@@ -708,7 +709,8 @@ int Main(int argc, char** argv) {
       }
       const double bytes = elements * 4.0;
       std::printf(
-          "nccl B=%lld T=%lld: %d all-reduces of %.0f MiB fp32 alone %.1f ms per forward = %.1f%% of the %.1f "
+          "nccl B=%lld T=%lld: %d all-reduces of %.0f MiB fp32 alone %.1f ms per forward = %.1f%% of the "
+          "%.1f "
           "ms step (bus bandwidth %.0f GB/s)\n",
           static_cast<long long>(args.batches[i]), static_cast<long long>(args.ctx), count, bytes / 1048576.0,
           ms, 100.0 * ms / (step_s[i] * 1e3), step_s[i] * 1e3,

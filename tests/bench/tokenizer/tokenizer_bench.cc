@@ -9,14 +9,14 @@
 //     Load 0.3 ms (stories260K), 17 ms (Llama-2, Mistral)
 //   libsentencepiece 0.1.97 (BM_EncodeLibrary): stories260K 1.4 MB/s, Llama-2 0.65 MB/s
 //   Llama-2 tokenizer.json 33 MB/s, GPT-2 29 MB/s, Qwen2.5 22 MB/s, Llama-3 tiktoken 28 MB/s
+#include <benchmark/benchmark.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 #include "engine/tokenizer/tokenizer.h"
 #if SCORED_BENCH_SENTENCEPIECE_LIBRARY

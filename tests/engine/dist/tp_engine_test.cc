@@ -42,15 +42,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "engine/cuda/cuda_engine.h"
 #include "engine/engine.h"

@@ -4,12 +4,11 @@
 // kernels; an fp32 all-reduce of two partials is one commutative add). Destroying the leader ends the
 // follower cleanly (exit 0); a follower that dies makes the leader UNAVAILABLE without a hang.
 // Needs 2 GPUs (label multi_gpu); skips cleanly with fewer.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>

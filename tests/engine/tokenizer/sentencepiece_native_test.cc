@@ -2,19 +2,18 @@
 // binary only): identical ids on the whole of WikiText-2 test and on every golden case, edge cases
 // and pseudo-random texts, for the three shared `.model` files; identical decode; and malformed
 // or unsupported model files rejected with a status.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "engine/tokenizer/sentencepiece_bpe.h"
 #include "engine/tokenizer/sentencepiece_proto.h"

@@ -2,14 +2,13 @@
 // piecewise NFC (checked against utf8proc's whole-text NFC).
 #include "engine/tokenizer/text_util.h"
 
+#include <gtest/gtest.h>
 #include <utf8proc.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace scored {
 namespace tokenizer_internal {

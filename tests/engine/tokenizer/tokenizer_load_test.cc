@@ -1,6 +1,8 @@
 // Tokenizer::Load on assembled folders: failures (each names the file and the problem, with the
 // documented status code), tokenizer_config.json overrides, and a synthetic metaspace vocabulary.
 // Folders are written to a fresh temporary directory per test.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,9 +10,6 @@
 #include <fstream>
 #include <iterator>
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "engine/tokenizer/tokenizer.h"
 

@@ -3,6 +3,8 @@
 // byte lengths, fingerprints and the stories260K WikiText-2 tokenization.
 #include "engine/tokenizer/tokenizer.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,14 +13,11 @@
 #include <iterator>
 #include <map>
 #include <memory>
-#include <utility>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 namespace scored {
 namespace {
