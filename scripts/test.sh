@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: installs dependencies, builds (CUDA sources too where nvcc exists), runs ctest,
+# The whole test suite: installs dependencies, checks formatting (scripts/check_format.sh), builds (CUDA sources too where nvcc exists), runs ctest,
 # then the unit and e2e suites again under ASan + UBSan, then the fuzzers. GPU tests skip cleanly without a
 # device. Prints the time of each stage.
 # Usage: scripts/test.sh [extra ctest args...]
@@ -14,6 +14,8 @@ stage() { echo "== [$(( SECONDS - stage_start ))s] $*"; }
 
 stage "install dependencies"
 scripts/install_deps.sh
+stage "format"
+scripts/check_format.sh
 stage "python environment"
 scripts/setup_python.sh
 stage "configure"
