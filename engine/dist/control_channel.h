@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "engine/dist/control_transport.h"
 
 namespace scored::dist {
 
@@ -58,7 +59,8 @@ struct ControlChannelOptions {
 // name) or the address of one interface. INVALID_ARGUMENT for a malformed address or port 0.
 absl::StatusOr<std::string> LeaderListenAddress(absl::string_view rendezvous);
 
-class ControlChannel {
+// Plain TCP, no TLS and no authentication: superseded by the gRPC transport (server/control_service.h).
+class ControlChannel final : public ControlTransport {
  public:
   // Leader (node_rank 0). `address` is HOST:PORT to listen on (HOST may be 0.0.0.0 or [::], or empty for
   // every address, see LeaderListenAddress(); PORT 0 picks a free port, see port()). Blocks until all
@@ -83,29 +85,30 @@ class ControlChannel {
       absl::string_view address, int nnodes, int node_rank,
       const ControlChannelOptions& options = ControlChannelOptions());
 
-  ~ControlChannel();  // closes every connection (followers then see UNAVAILABLE, not a clean shutdown)
+  // Closes every connection (followers then see UNAVAILABLE, not a clean shutdown).
+  ~ControlChannel() override;
   ControlChannel(const ControlChannel&) = delete;
   ControlChannel& operator=(const ControlChannel&) = delete;
 
-  int node_rank() const;
-  int nnodes() const;
-  int port() const;                    // leader: the listening port
-  const std::string& payload() const;  // the leader's payload (on the leader too)
+  int node_rank() const override;
+  int nnodes() const override;
+  int port() const;                             // leader: the listening port
+  const std::string& payload() const override;  // the leader's payload (on the leader too)
 
   // Leader: sends `message` to every follower (in node_rank order). UNAVAILABLE naming the node rank whose
   // connection failed or stalled for peer_timeout; the channel is then broken (every later call fails).
-  absl::Status Broadcast(absl::string_view message);
+  absl::Status Broadcast(absl::string_view message) override;
 
   // Follower: blocks until the leader's next message. CANCELLED after the leader's Shutdown() (clean end);
   // UNAVAILABLE when the leader's connection closed or failed without a shutdown (the leader died);
   // INTERNAL after a protocol error (an unknown or oversized frame). Messages sent before the end are
   // all delivered first. Every later call returns the same end status.
-  absl::StatusOr<std::string> Receive();
+  absl::StatusOr<std::string> Receive() override;
 
   // Leader: tells every follower to end cleanly (their Receive() returns CANCELLED). Idempotent; after it,
   // Broadcast() fails with FAILED_PRECONDITION and WatchPeers() reports nothing. UNAVAILABLE naming the
   // first follower that could not be told (the others still are). On a follower: OK, does nothing.
-  absl::Status Shutdown();
+  absl::Status Shutdown() override;
 
   // Starts a thread that checks every peer connection each watch_interval; on the first peer that closed
   // or errored (a killed process: its socket closes at once; a vanished host: keepalive / send timeout)
@@ -113,7 +116,7 @@ class ControlChannel {
   // watches all followers. Stopped by the destructor. Call at most once. on_lost runs on the watch thread
   // and must not destroy the channel. The leader also reports a Broadcast() failure through it; a
   // follower also reports a protocol error from the leader (as UNAVAILABLE), never a clean shutdown.
-  void WatchPeers(std::function<void(const absl::Status&)> on_lost);
+  void WatchPeers(std::function<void(const absl::Status&)> on_lost) override;
 
  private:
   struct Impl;
