@@ -20,9 +20,10 @@
 // --graph 1: for each B, the forward alone (cuda::Forward on the engine's own data structures, heuristic GEMM
 // choices) timed with events when enqueued directly and when replayed from a captured CUDA graph: the launch
 // gaps a graph would remove, and Score()'s host share (Score time minus the enqueued forward).
-// --ref: scores the windows of make_random_llama.py's ref_windows.bin and prints mean/max |delta| against
-// transformers; with --gate 1 (default) exits 1 when the mean against transformers' fp32 forward exceeds
-// 0.01 nats (--gate 0 for a quantized checkpoint of the same weights: the difference is then quantization's).
+// --ref: scores the windows of make_random_llama.py's ref_windows.bin, prints the SHA-256 of the logprobs'
+// bytes (bitwise comparison of two builds) and mean/max |delta| against transformers; with --gate 1 (default)
+// exits 1 when the mean against transformers' fp32 forward exceeds 0.01 nats (--gate 0 for a quantized
+// checkpoint of the same weights: the difference is then quantization's).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -41,6 +42,7 @@
 #include <vector>
 
 #include "engine/base/dtype.h"
+#include "engine/base/sha256.h"
 #include "engine/cuda/cuda_engine.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
@@ -167,6 +169,11 @@ int CheckReference(Engine& engine, const std::string& path, bool gate) {
     return std::exp(-sum / count);
   };
   const double ours_vs_fp32 = mean_abs(ours, model32);
+  // The bytes of every logprob: two builds agree bit for bit exactly when their digests do.
+  std::printf(
+      "logprob digest: sha256 %s of %zu floats\n",
+      Sha256Hex(std::string_view(reinterpret_cast<const char*>(ours.data()), ours.size() * 4)).c_str(),
+      ours.size());
   std::printf(
       "vs transformers (%d windows x %d), mean |delta logprob|: ours-vs-fp32model %.5f, "
       "ours-vs-fp32head %.5f, ours-vs-bf16logits %.5f | transformers bf16 vs its fp32model: fp32head %.5f, "
