@@ -109,6 +109,18 @@ TableShape ShapeOf(const DeviceModel& model, int tp_size) {
 
 }  // namespace
 
+WeightScratch Activations::weight_scratch() const {
+  WeightScratch s;
+  s.buffer[0] = scratch.data();
+  s.buffer[1] = scratch2.data();
+  s.dequant_stream = dequant_stream.get();
+  for (int i = 0; i < 2; ++i) {
+    s.ready[i] = weight_ready[i].get();
+    s.free[i] = weight_free[i].get();
+  }
+  return s;
+}
+
 int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype) {
   TableShape s;
   s.dtype = dtype;

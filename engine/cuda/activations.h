@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
+#include "engine/cuda/weight_stream.h"
 #include "engine/model/config.h"
 
 namespace scored::cuda {
@@ -41,6 +42,8 @@ struct Activations {
   CudaStream dequant_stream;
   CudaEvent weight_ready[2];
   CudaEvent weight_free[2];
+  // The four above as a WeightStream borrows them.
+  WeightScratch weight_scratch() const;
   // Models with fp8_resident() linears only (W8A8 run as real FP8 GEMMs): a linear's input quantized per
   // token, the GEMM's x and x_scale.
   DeviceBuffer act_fp8;    // [max_tokens, max_fp8_in_features] FP8 E4M3

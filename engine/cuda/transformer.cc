@@ -59,18 +59,6 @@ bool Chunkable(const DeviceModel& model) {
   return true;
 }
 
-WeightScratch ScratchOf(const Activations& acts) {
-  WeightScratch s;
-  s.buffer[0] = acts.scratch.data();
-  s.buffer[1] = acts.scratch2.data();
-  s.dequant_stream = acts.dequant_stream.get();
-  for (int i = 0; i < 2; ++i) {
-    s.ready[i] = acts.weight_ready[i].get();
-    s.free[i] = acts.weight_free[i].get();
-  }
-  return s;
-}
-
 // The forward pass for activation type T (bf16_t or float): Run() calls the blocks in order; each block
 // calls its ops in order on named activations.
 //
@@ -96,7 +84,7 @@ class ForwardPass {
         tp_(tp),
         chunks_(RowChunks(batch.cu_seqlens, batch.num_tokens, batch.num_seqs, batch.max_seqlen,
                           acts->tp_row_chunks, tp != nullptr && Chunkable(model))),
-        weights_(model, ScratchOf(*acts), stream),
+        weights_(model, acts->weight_scratch(), stream),
         sums_(tp, acts, static_cast<int>(chunks_.size()), config.hidden_size, stream) {}
 
   absl::Status Run() {
