@@ -35,8 +35,9 @@ struct Activations {
   DeviceBuffer gate_up;  // [max_tokens, 2 intermediate_size] act
   DeviceBuffer mlp;      // [max_tokens, intermediate_size] act: swiglu output
   // Quantized models only: two [max_scratch_elements] compute-dtype buffers for dequantized weights, used in
-  // turn. Linear k+1 is expanded into one on `dequant_stream` while linear k's GEMM reads the other on the
-  // forward's stream (weight_ready[i]: buffer i holds its linear; weight_free[i]: buffer i's GEMM is done).
+  // turn by the forward's WeightStream (weight_stream.h): a linear is expanded into one on `dequant_stream`
+  // while the GEMMs of the one before read the other on the forward's stream (weight_ready[i]: buffer i
+  // holds its linear; weight_free[i]: buffer i's last GEMM is done).
   DeviceBuffer scratch;   // [max_scratch_elements] compute dtype
   DeviceBuffer scratch2;  // [max_scratch_elements] compute dtype
   CudaStream dequant_stream;
