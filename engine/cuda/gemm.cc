@@ -307,23 +307,23 @@ std::string GemmRunner::Choice(int64_t out_features, int64_t in_features, GemmTy
 
 absl::Status GemmRunner::Linear(const void* x, const void* w, void* y, int64_t num_tokens,
                                 int64_t out_features, int64_t in_features, GemmTypes types,
-                                cudaStream_t stream, bool accumulate, int64_t ld) {
+                                cudaStream_t stream, const LinearOptions& options) {
   if (IsFp8(types)) return absl::InvalidArgumentError("GemmRunner::Linear: FP8 types go through Fp8Linear");
   if (num_tokens < 0 || num_tokens > max_tokens_) {
     return absl::OutOfRangeError(
         absl::StrCat("GEMM with ", num_tokens, " tokens; the engine was sized for ", max_tokens_));
   }
   if (num_tokens == 0) return absl::OkStatus();
-  SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types, ld));
+  SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types, options.row_stride));
   return CublasStatus(
-      Run(*plan, plan->algo, x, w, y, num_tokens, types, nullptr, nullptr, stream, accumulate),
+      Run(*plan, plan->algo, x, w, y, num_tokens, types, nullptr, nullptr, stream, options.accumulate),
       "cublasLtMatmul");
 }
 
 absl::Status GemmRunner::Fp8Linear(const uint8_t* x, const float* x_scale, const uint8_t* w,
                                    const float* w_scale, void* y, int64_t num_tokens, int64_t out_features,
                                    int64_t in_features, GemmTypes types, cudaStream_t stream,
-                                   bool leave_unscaled) {
+                                   const Fp8LinearOptions& options) {
   if (!IsFp8(types)) return absl::InvalidArgumentError("GemmRunner::Fp8Linear: needs an FP8 GemmTypes");
   if (num_tokens < 0 || num_tokens > max_tokens_) {
     return absl::OutOfRangeError(
@@ -336,7 +336,7 @@ absl::Status GemmRunner::Fp8Linear(const uint8_t* x, const float* x_scale, const
   SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types));
   SCORED_RETURN_IF_ERROR(CublasStatus(
       Run(*plan, plan->algo, x, w, y, num_tokens, types, x_scale, w_scale, stream), "cublasLtMatmul (FP8)"));
-  if (plan->fp8_outer_vec || leave_unscaled) return absl::OkStatus();
+  if (plan->fp8_outer_vec || options.leave_unscaled) return absl::OkStatus();
   if (types == GemmTypes::kFp8ToBf16) {
     return kernels::ApplyFp8Scales(static_cast<kernels::bf16_t*>(y), num_tokens, out_features, x_scale,
                                    w_scale, stream);

@@ -56,6 +56,46 @@ inline bool IsFp8(GemmTypes types) {
   return types == GemmTypes::kFp8ToBf16 || types == GemmTypes::kFp8ToFp32;
 }
 
+// How GemmRunner::Linear writes y and reads x and w. The default is y = x · w^T over contiguous rows; build
+// others with the factories below or by named assignment (opts.accumulate = true), never positionally.
+struct LinearOptions {
+  // y += x · w^T instead of y = x · w^T (cuBLASLt's epilogue with beta = 1 and C = y: each element is
+  // acc + y rounded once to y's type, the same value as writing acc and adding y in a separate pass; the
+  // pinned algorithm is the same).
+  bool accumulate = false;
+  // The row stride (elements) of both x and w, >= in_features; 0: in_features. So that a GEMM can run over a
+  // block of input columns [k0, k0 + in_features) of wider x and w (pointers offset by k0); each stride is
+  // planned (and its algorithm pinned) as its own shape.
+  int64_t row_stride = 0;
+
+  // y += x · w^T.
+  static LinearOptions Accumulate() {
+    LinearOptions options;
+    options.accumulate = true;
+    return options;
+  }
+  // y += x · w^T over in_features of every row_stride columns of x and w.
+  static LinearOptions AccumulateColumns(int64_t row_stride) {
+    LinearOptions options = Accumulate();
+    options.row_stride = row_stride;
+    return options;
+  }
+};
+
+// How GemmRunner::Fp8Linear finishes y (default: scaled, y = (x · w^T) * x_scale * w_scale).
+struct Fp8LinearOptions {
+  // Where the shape's plan uses unit scales (Fp8ScalesInEpilogue false), y keeps the raw GEMM result and the
+  // caller applies the scales in its next op (kernels::AddFp8Scaled, SwiGluQuantFp8); with outer-vector
+  // scales y is scaled either way.
+  bool leave_unscaled = false;
+
+  static Fp8LinearOptions LeaveUnscaled() {
+    Fp8LinearOptions options;
+    options.leave_unscaled = true;
+    return options;
+  }
+};
+
 class GemmRunner {
  public:
   // max_tokens: the largest num_tokens any call will pass (algorithms are chosen for it).
@@ -76,7 +116,7 @@ class GemmRunner {
 
   // Chooses and pins the algorithm for one weight shape (also done lazily by Linear()). INTERNAL when
   // cuBLASLt offers no algorithm without split-K for it.
-  // ld as in Linear().
+  // ld: the row stride of x and w, as LinearOptions::row_stride.
   absl::Status Prepare(int64_t out_features, int64_t in_features, GemmTypes types, int64_t ld = 0);
 
   // Times the heuristic's top candidates without split-K at max_tokens rows (a few runs each on `stream`,
@@ -90,24 +130,20 @@ class GemmRunner {
                     int64_t out_features, int64_t in_features, GemmTypes types, cudaStream_t stream,
                     const float* x_scale = nullptr,  // [max_tokens], FP8 types only
                     const float* w_scale = nullptr,  // [out_features], FP8 types only
-                    int64_t ld = 0);                 // as in Linear()
+                    int64_t ld = 0);                 // LinearOptions::row_stride
 
   // The algorithm pinned for a shape, as "heuristic candidate i of n, t ms" (tuned) or "heuristic first"
   // (not tuned); empty for a shape never prepared.
   std::string Choice(int64_t out_features, int64_t in_features, GemmTypes types, int64_t ld = 0) const;
 
-  // y = x · w^T on `stream`, or with `accumulate` y += x · w^T (cuBLASLt's epilogue with beta = 1 and C = y:
-  // each element is acc + y rounded once to y's type, the same value as writing acc and adding y in a
-  // separate pass; the pinned algorithm is the same). 0 <= num_tokens <= max_tokens. Pointers 16-byte
-  // aligned; x, w, y must not overlap. ld: the row stride (elements) of both x and w, >= in_features (0:
-  // in_features), so that a GEMM can run over a block of input columns [k0, k0 + in_features) of wider x and
-  // w (pointers offset by k0); each ld is planned (and its algorithm pinned) as its own shape. Asynchronous:
-  // errors of the launch itself are returned, execution errors surface at the next synchronization.
-  absl::Status Linear(const void* x,  // [num_tokens, in_features], bf16 or fp32 per `types`
-                      const void* w,  // [out_features, in_features], bf16 or fp32 per `types`
+  // y = x · w^T on `stream`, or y += x · w^T and / or a row stride per `options` (LinearOptions).
+  // 0 <= num_tokens <= max_tokens. Pointers 16-byte aligned; x, w, y must not overlap. Asynchronous: errors
+  // of the launch itself are returned, execution errors surface at the next synchronization.
+  absl::Status Linear(const void* x,  // [num_tokens, in_features], row stride options.row_stride
+                      const void* w,  // [out_features, in_features], row stride options.row_stride
                       void* y,        // [num_tokens, out_features], bf16 or fp32 per `types`
                       int64_t num_tokens, int64_t out_features, int64_t in_features, GemmTypes types,
-                      cudaStream_t stream, bool accumulate = false, int64_t ld = 0);
+                      cudaStream_t stream, const LinearOptions& options = LinearOptions());
 
   // FP8 W8A8: y[t, o] = bf16 or fp32 of (sum_k x[t, k] * w[o, k]) * x_scale[t] * w_scale[o] on `stream`,
   // types kFp8ToBf16 or kFp8ToFp32; x and w FP8 E4M3FN bit patterns. in_features and out_features must be
@@ -118,10 +154,7 @@ class GemmRunner {
                          const float* w_scale,  // [out_features]
                          void* y,               // [num_tokens, out_features] bf16 or fp32 per `types`
                          int64_t num_tokens, int64_t out_features, int64_t in_features, GemmTypes types,
-                         cudaStream_t stream, bool leave_unscaled = false);
-  // leave_unscaled: where the shape's plan uses unit scales (Fp8ScalesInEpilogue false), y keeps the raw GEMM
-  // result and the caller applies the scales in its next op (kernels::AddFp8Scaled, SwiGluQuantFp8); with
-  // outer-vector scales y is scaled either way.
+                         cudaStream_t stream, const Fp8LinearOptions& options = Fp8LinearOptions());
 
   // Whether the FP8 plan of this shape applies the scales in cuBLASLt's epilogue (outer-vector mode) rather
   // than in a pass after the GEMM; plans the shape if needed (errors as Prepare).

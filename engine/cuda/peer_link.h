@@ -1,6 +1,6 @@
 // Two GPUs of one process summing a row-parallel linear's partial products with copy-engine peer copies
-// instead of an NCCL all-reduce (tensor parallelism at tp 2, one process; transformer.cc uses it when the
-// engine made one).
+// instead of an NCCL all-reduce (tensor parallelism at tp 2, one process; the forward's RowReducer,
+// row_reduce.h, uses it when the engine made one).
 //
 // Why: an NCCL all-reduce runs as kernels that take SMs (and HBM bandwidth) from the GEMM chunks it is meant
 // to overlap; at tp 2 on the 8B model only ~10 of its ~58 ms per forward hid behind compute
@@ -46,7 +46,7 @@ namespace scored::cuda {
 
 class PeerLink {
  public:
-  static constexpr int kMaxChunks = 8;  // row chunks per exchange (transformer.h kMaxTpRowChunks)
+  static constexpr int kMaxChunks = 8;  // row chunks per exchange (row_chunks.h kMaxTpRowChunks)
   static constexpr absl::Duration kAwaitTimeout = absl::Seconds(120);
 
   // Enables peer access between the two devices both ways. UNAVAILABLE when they cannot reach each other

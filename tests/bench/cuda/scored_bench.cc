@@ -444,12 +444,10 @@ void Profile(const ModelConfig& c, int64_t tokens, int64_t ctx) {
   };
   // Each layer shape (rows == tokens) tuned as the engine tunes it at load (GemmRunner::Tune), then timed.
   const auto gemm = [&](int64_t rows, int64_t out, int64_t in, cuda::GemmTypes types, void* dst,
-                        bool accumulate = false) {
+                        const cuda::LinearOptions& options = cuda::LinearOptions()) {
     if (rows == tokens) (void)(*runner)->Tune(x->data(), w->data(), dst, out, in, types, nullptr);
     return TimeMs(
-        [&] {
-          (void)(*runner)->Linear(x->data(), w->data(), dst, rows, out, in, types, nullptr, accumulate);
-        },
+        [&] { (void)(*runner)->Linear(x->data(), w->data(), dst, rows, out, in, types, nullptr, options); },
         reps);
   };
   const double layers = static_cast<double>(c.num_layers);
@@ -457,10 +455,14 @@ void Profile(const ModelConfig& c, int64_t tokens, int64_t ctx) {
   std::vector<Row> rows = {
       {"qkv GEMM", gemm(tokens, qkv_dim, hidden, cuda::GemmTypes::kBf16ToBf16, y->data()), layers},
       {"o GEMM (+= residual)",
-       gemm(tokens, hidden, q_dim, cuda::GemmTypes::kBf16ToFp32, residual->data(), true), layers},
+       gemm(tokens, hidden, q_dim, cuda::GemmTypes::kBf16ToFp32, residual->data(),
+            cuda::LinearOptions::Accumulate()),
+       layers},
       {"gate|up GEMM", gemm(tokens, 2 * inter, hidden, cuda::GemmTypes::kBf16ToBf16, y->data()), layers},
       {"down GEMM (+= residual)",
-       gemm(tokens, hidden, inter, cuda::GemmTypes::kBf16ToFp32, residual->data(), true), layers},
+       gemm(tokens, hidden, inter, cuda::GemmTypes::kBf16ToFp32, residual->data(),
+            cuda::LinearOptions::Accumulate()),
+       layers},
       {"attention",
        TimeMs(
            [&] {

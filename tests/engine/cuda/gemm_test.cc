@@ -196,8 +196,10 @@ TEST_F(GemmTest, AccumulateIsGemmPlusAdd) {
     ASSERT_TRUE(x.ok() && w.ok() && plain.ok() && acc.ok());
     ASSERT_TRUE(
         (*runner)->Linear(x->data(), w->data(), plain->data(), max_tokens, out, in, types, nullptr).ok());
-    ASSERT_TRUE(
-        (*runner)->Linear(x->data(), w->data(), acc->data(), max_tokens, out, in, types, nullptr, true).ok());
+    ASSERT_TRUE((*runner)
+                    ->Linear(x->data(), w->data(), acc->data(), max_tokens, out, in, types, nullptr,
+                             LinearOptions::Accumulate())
+                    .ok());
     std::vector<float> p(max_tokens * out), a(max_tokens * out);
     ASSERT_EQ(cudaMemcpy(p.data(), plain->data(), plain->bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(a.data(), acc->data(), acc->bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -212,7 +214,7 @@ TEST_F(GemmTest, AccumulateIsGemmPlusAdd) {
     const int64_t elem = bf16 ? 2 : 4;
     ASSERT_TRUE((*runner)
                     ->Linear(static_cast<const char*>(x->data()) + first * in * elem, w->data(), part->data(),
-                             rows, out, in, types, nullptr, true)
+                             rows, out, in, types, nullptr, LinearOptions::Accumulate())
                     .ok());
     std::vector<float> got(rows * out);
     ASSERT_EQ(cudaMemcpy(got.data(), part->data(), part->bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -278,16 +280,16 @@ TEST_F(GemmTest, HalvesWithRowStrideAreBitwiseTheShardsSum) {
     ASSERT_TRUE(one.ok() && ranks.ok());
     ASSERT_TRUE((*one)
                     ->Linear(x->data(), w->data(), one_gpu->data(), c.tokens, c.out, half, c.types, nullptr,
-                             true, c.in)
+                             LinearOptions::AccumulateColumns(c.in))
                     .ok());
     ASSERT_TRUE((*one)
                     ->Linear(x->as<char>() + half * elem, w->as<char>() + half * elem, one_gpu->data(),
-                             c.tokens, c.out, half, c.types, nullptr, true, c.in)
+                             c.tokens, c.out, half, c.types, nullptr, LinearOptions::AccumulateColumns(c.in))
                     .ok());
-    ASSERT_TRUE(
-        (*ranks)
-            ->Linear(x0->data(), w0->data(), rank0->data(), c.tokens, c.out, half, c.types, nullptr, true)
-            .ok());
+    ASSERT_TRUE((*ranks)
+                    ->Linear(x0->data(), w0->data(), rank0->data(), c.tokens, c.out, half, c.types, nullptr,
+                             LinearOptions::Accumulate())
+                    .ok());
     ASSERT_TRUE((*ranks)
                     ->Linear(x1->data(), w1->data(), rank1->data(), c.tokens, c.out, half, c.types, nullptr)
                     .ok());

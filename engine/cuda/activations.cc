@@ -1,0 +1,182 @@
+#include "engine/cuda/activations.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "engine/base/status_macros.h"
+#include "engine/cuda/row_chunks.h"
+#include "engine/kernels/cuda_check.h"
+#include "engine/kernels/logprob.h"
+#include "engine/kernels/rope.h"
+
+namespace scored::cuda {
+namespace {
+
+int64_t ActBytes(ComputeDtype dtype) { return dtype == ComputeDtype::kBf16 ? 2 : 4; }
+
+int64_t LogitsRows(int64_t max_tokens) { return std::min(max_tokens, kLmHeadChunkTokens); }
+
+// Which models a buffer exists for.
+enum class When {
+  kAlways,
+  kFp8Gemms,        // model.max_fp8_in_features > 0: real FP8 GEMMs
+  kTensorParallel,  // tp_size > 1
+};
+
+// One buffer of Activations: bytes = per_token * max_tokens + per_logits_row * LogitsRows(max_tokens) +
+// fixed + unestimated.
+struct BufferRow {
+  DeviceBuffer Activations::*buffer;
+  const char* what;  // names it in RESOURCE_EXHAUSTED
+  When when;
+  int64_t per_token = 0;
+  int64_t per_logits_row = 0;
+  int64_t fixed = 0;
+  int64_t unestimated = 0;  // allocated, left out of the estimates (cu_seqlens' entry max_tokens: 4 bytes)
+};
+
+// What the table's sizes depend on.
+struct TableShape {
+  ComputeDtype dtype = ComputeDtype::kBf16;
+  int64_t max_scratch_elements = 0;  // DeviceModel's
+  int64_t max_fp8_in_features = 0;   // DeviceModel's
+  int tp_size = 1;
+};
+
+// Every buffer of Activations, in allocation order.
+std::vector<BufferRow> ActivationTable(const ModelConfig& c, const TableShape& s) {
+  const int64_t act = ActBytes(s.dtype);
+  const int64_t hidden = c.hidden_size, inter = c.intermediate_size;
+  const int64_t q_dim = c.num_heads * c.head_dim, qkv_dim = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+  const int64_t top_k = kernels::kMaxTopK, tp = s.tp_size;
+  const int64_t stats = static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
+  using A = Activations;
+  constexpr When kAll = When::kAlways, kFp8 = When::kFp8Gemms, kTp = When::kTensorParallel;
+  return {
+      // buffer, what, when, per token, per logits row, fixed (, unestimated)
+      {&A::residual, "the residual stream", kAll, hidden * 4},
+      {&A::normed, "normed activations", kAll, hidden * act},
+      {&A::qkv, "q|k|v activations", kAll, qkv_dim * act},
+      {&A::attn, "attention output", kAll, q_dim * act},
+      {&A::proj, "projection output", kAll, hidden * 4},
+      {&A::gate_up, "gate|up activations", kAll, 2 * inter * act},
+      {&A::mlp, "swiglu output", kAll, inter * act},
+      {&A::scratch, "the dequantized-weight scratch", kAll, 0, 0, s.max_scratch_elements * act},
+      {&A::scratch2, "the second dequantized-weight scratch", kAll, 0, 0, s.max_scratch_elements * act},
+      {&A::act_fp8, "FP8 GEMM activations", kFp8, s.max_fp8_in_features},
+      {&A::act_scale, "FP8 activation scales", kFp8, 2 * 4},
+      {&A::logits, "the fp32 logits chunk", kAll, 0, c.vocab_size * 4},
+      {&A::tokens, "token ids", kAll, 4},
+      {&A::positions, "positions", kAll, 4},
+      {&A::rope_table, "the RoPE cos/sin table", kAll, c.head_dim * 4},
+      {&A::cu_seqlens, "sequence offsets", kAll, 4, 0, 0, 4},
+      {&A::targets, "targets", kAll, 4},
+      {&A::logprob, "logprobs", kAll, 8},
+      {&A::greedy, "greedy flags", kAll, 1},
+      {&A::rank, "ranks", kAll, 4},
+      {&A::entropy, "entropies", kAll, 4},
+      {&A::top_k_ids, "top-k ids", kAll, top_k * 4},
+      {&A::top_k_logprobs, "top-k logprobs", kAll, top_k * 4},
+      {&A::tp_stats, "the vocab-parallel statistics", kTp, 0, tp * stats},
+      {&A::tp_target_logit, "target logits", kTp, 0, 4},
+      {&A::act_amax, "activation amax", kTp, 4},
+      {&A::tp_topk_ids, "vocab-parallel top-k ids", kTp, 0, tp * top_k * 4},
+      {&A::tp_topk_values, "vocab-parallel top-k logits", kTp, 0, tp * top_k * 4},
+  };
+}
+
+bool Exists(const BufferRow& row, const TableShape& s) {
+  switch (row.when) {
+    case When::kAlways:
+      return true;
+    case When::kFp8Gemms:
+      return s.max_fp8_in_features > 0;
+    case When::kTensorParallel:
+      return s.tp_size > 1;
+  }
+  return false;
+}
+
+TableShape ShapeOf(const DeviceModel& model, int tp_size) {
+  TableShape s;
+  s.dtype = model.dtype;
+  s.max_scratch_elements = model.max_scratch_elements;
+  s.max_fp8_in_features = model.max_fp8_in_features;
+  s.tp_size = tp_size;
+  return s;
+}
+
+}  // namespace
+
+WeightScratch Activations::weight_scratch() const {
+  WeightScratch s;
+  s.buffer[0] = scratch.data();
+  s.buffer[1] = scratch2.data();
+  s.dequant_stream = dequant_stream.get();
+  for (int i = 0; i < 2; ++i) {
+    s.ready[i] = weight_ready[i].get();
+    s.free[i] = weight_free[i].get();
+  }
+  return s;
+}
+
+int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype) {
+  TableShape s;
+  s.dtype = dtype;
+  int64_t bytes = 0;
+  for (const BufferRow& row : ActivationTable(config, s)) {
+    if (row.when == When::kAlways) bytes += row.per_token;
+  }
+  return bytes;
+}
+
+int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens,
+                             int tp_size) {
+  const TableShape s = ShapeOf(model, tp_size);
+  int64_t bytes = 0;
+  for (const BufferRow& row : ActivationTable(config, s)) {
+    if (!Exists(row, s)) continue;
+    bytes += row.per_logits_row * LogitsRows(max_tokens) + row.fixed;
+    if (row.when != When::kAlways) bytes += row.per_token * max_tokens;  // not in ActivationBytesPerToken
+  }
+  return bytes;
+}
+
+absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const DeviceModel& model,
+                                                int64_t max_tokens, int tp_size) {
+  const int64_t t = max_tokens;
+  const TableShape s = ShapeOf(model, tp_size);
+  Activations a;
+  a.max_tokens = max_tokens;
+  for (const BufferRow& row : ActivationTable(config, s)) {
+    if (!Exists(row, s)) continue;
+    const int64_t bytes =
+        row.per_token * t + row.per_logits_row * LogitsRows(t) + row.fixed + row.unestimated;
+    SCORED_ASSIGN_OR_RETURN(a.*row.buffer, DeviceBuffer::Allocate(bytes, row.what));
+  }
+  // A window's positions are < its length <= max_tokens: one table for every forward, built once here.
+  SCORED_RETURN_IF_ERROR(kernels::RopeCosSinTable(model.rope_inv_freq.as<float>(), t, config.head_dim / 2,
+                                                  a.rope_table.as<float>(), nullptr));
+  SCORED_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  if (model.max_scratch_elements > 0) {
+    SCORED_ASSIGN_OR_RETURN(a.dequant_stream, CudaStream::Create());
+    for (int i = 0; i < 2; ++i) {
+      SCORED_ASSIGN_OR_RETURN(a.weight_ready[i], CudaEvent::Create());
+      SCORED_ASSIGN_OR_RETURN(a.weight_free[i], CudaEvent::Create());
+    }
+  }
+  if (tp_size > 1) {
+    SCORED_ASSIGN_OR_RETURN(a.comm_stream, CudaStream::CreateHighestPriority());
+    for (int c = 0; c < kMaxTpRowChunks; ++c) {
+      SCORED_ASSIGN_OR_RETURN(CudaEvent ready, CudaEvent::Create());
+      SCORED_ASSIGN_OR_RETURN(CudaEvent reduced, CudaEvent::Create());
+      a.chunk_ready.push_back(std::move(ready));
+      a.chunk_reduced.push_back(std::move(reduced));
+    }
+    SCORED_ASSIGN_OR_RETURN(a.comm_done, CudaEvent::Create());
+  }
+  return a;
+}
+
+}  // namespace scored::cuda
