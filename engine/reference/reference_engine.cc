@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/model/fingerprint.h"
+#include "engine/model/rope_freq.h"
 #include "engine/model/weights.h"
 #include "engine/reference/ops.h"
 #include "engine/reference/thread_pool.h"
@@ -135,7 +136,7 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
   }
   SCORED_ASSIGN_OR_RETURN(embed_, ToFloat(weights.embed_tokens(), c.vocab_size * c.hidden_size));
   SCORED_ASSIGN_OR_RETURN(final_norm_, ToFloat(weights.final_norm(), c.hidden_size));
-  inv_freq_ = ref::RopeInvFreq(c);
+  inv_freq_ = RopeInvFreq(c);
   ThreadPool* pool = &pool_;
   int64_t resident_floats = static_cast<int64_t>(embed_.size() + final_norm_.size());
   auto count = [&resident_floats](const DenseLinear& d) {
