@@ -110,6 +110,77 @@ absl::Status ParseRopeScaling(const Json& rs, absl::string_view field, absl::str
   return absl::OkStatus();
 }
 
+// rope_theta and rope scaling: rope_theta at top level, or (newer files) inside rope_parameters, which may
+// also carry the scaling; rope_scaling, when present and non-null, describes the scaling. The scaling type
+// must be one the family allows.
+absl::Status ParseRope(const Json& j, const FamilyTraits& family, const std::string& source,
+                       ModelConfig* out) {
+  ModelConfig& c = *out;
+  c.rope_theta = 10000.0;
+  const Json* rope_params = Find(j, "rope_parameters");
+  if (rope_params != nullptr) {
+    if (!rope_params->is_object()) return Invalid(source, "'rope_parameters' must be an object or null");
+    if (Find(*rope_params, "rope_theta") != nullptr) {
+      SCORED_ASSIGN_OR_RETURN(
+          c.rope_theta, GetDouble(*rope_params, "rope_theta", absl::StrCat(source, " (rope_parameters)")));
+    }
+    if (Find(*rope_params, "rope_type") != nullptr || Find(*rope_params, "type") != nullptr) {
+      SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rope_params, "rope_parameters", source, &c.rope_scaling));
+    }
+  }
+  if (Find(j, "rope_theta") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(c.rope_theta, GetDouble(j, "rope_theta", source));
+  }
+  if (!(c.rope_theta > 0.0)) return Invalid(source, "rope_theta must be positive");
+  if (const Json* rs = Find(j, "rope_scaling")) {
+    SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rs, "rope_scaling", source, &c.rope_scaling));
+  }
+  if ((family.rope_scalings & RopeTypeBit(c.rope_scaling.type)) == 0) {
+    return Invalid(source, absl::StrCat("rope scaling type '", RopeTypeName(c.rope_scaling.type),
+                                        "' is not supported for ", c.architecture));
+  }
+  return absl::OkStatus();
+}
+
+// The flags whose meaning differs by family (family.h): q/k/v bias, q/k norm, sliding window.
+absl::Status ApplyFamilyPolicies(const Json& j, const FamilyTraits& family, const std::string& source,
+                                 ModelConfig* out) {
+  ModelConfig& c = *out;
+  // Biases and norms.
+  SCORED_ASSIGN_OR_RETURN(bool mlp_bias, GetBool(j, "mlp_bias", source, false));
+  if (mlp_bias) return Invalid(source, "unsupported mlp_bias: true");
+  SCORED_ASSIGN_OR_RETURN(bool attention_bias, GetBool(j, "attention_bias", source, false));
+  switch (family.attention_bias) {
+    case AttentionBiasPolicy::kQkvAlways:
+      c.attention_bias = true;  // q/k/v bias, no o_proj bias, whatever attention_bias says
+      break;
+    case AttentionBiasPolicy::kNoneOrRejected:
+      // attention_bias: true puts the bias on o_proj as well, which no engine implements.
+      if (attention_bias) {
+        return Invalid(source, absl::StrCat("unsupported attention_bias: true for ", c.architecture,
+                                            " (bias on o_proj)"));
+      }
+      break;
+  }
+  c.qk_norm = family.qk_norm;
+
+  // Sliding window.
+  switch (family.sliding_window) {
+    case SlidingWindowPolicy::kUseSlidingWindowFlag: {
+      SCORED_ASSIGN_OR_RETURN(bool use_sw, GetBool(j, "use_sliding_window", source, false));
+      if (use_sw) return Invalid(source, "unsupported use_sliding_window: true");
+      break;
+    }
+    case SlidingWindowPolicy::kWindowField:
+      if (Find(j, "sliding_window") != nullptr) {
+        SCORED_ASSIGN_OR_RETURN(int64_t sw, GetPositive(j, "sliding_window", source));
+        c.sliding_window = sw < c.max_position_embeddings ? sw : 0;
+      }
+      break;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source_name) {
@@ -172,64 +243,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   SCORED_ASSIGN_OR_RETURN(c.tie_word_embeddings,
                           GetBool(j, "tie_word_embeddings", source, family->tie_word_embeddings_default));
 
-  // RoPE: rope_theta at top level, or (newer files) inside rope_parameters, which may also carry the
-  // scaling. rope_scaling, when present and non-null, describes the scaling.
-  c.rope_theta = 10000.0;
-  const Json* rope_params = Find(j, "rope_parameters");
-  if (rope_params != nullptr) {
-    if (!rope_params->is_object()) return Invalid(source, "'rope_parameters' must be an object or null");
-    if (Find(*rope_params, "rope_theta") != nullptr) {
-      SCORED_ASSIGN_OR_RETURN(
-          c.rope_theta, GetDouble(*rope_params, "rope_theta", absl::StrCat(source, " (rope_parameters)")));
-    }
-    if (Find(*rope_params, "rope_type") != nullptr || Find(*rope_params, "type") != nullptr) {
-      SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rope_params, "rope_parameters", source, &c.rope_scaling));
-    }
-  }
-  if (Find(j, "rope_theta") != nullptr) {
-    SCORED_ASSIGN_OR_RETURN(c.rope_theta, GetDouble(j, "rope_theta", source));
-  }
-  if (!(c.rope_theta > 0.0)) return Invalid(source, "rope_theta must be positive");
-  if (const Json* rs = Find(j, "rope_scaling")) {
-    SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rs, "rope_scaling", source, &c.rope_scaling));
-  }
-  if ((family->rope_scalings & RopeTypeBit(c.rope_scaling.type)) == 0) {
-    return Invalid(source, absl::StrCat("rope scaling type '", RopeTypeName(c.rope_scaling.type),
-                                        "' is not supported for ", c.architecture));
-  }
-
-  // Biases and norms.
-  SCORED_ASSIGN_OR_RETURN(bool mlp_bias, GetBool(j, "mlp_bias", source, false));
-  if (mlp_bias) return Invalid(source, "unsupported mlp_bias: true");
-  SCORED_ASSIGN_OR_RETURN(bool attention_bias, GetBool(j, "attention_bias", source, false));
-  switch (family->attention_bias) {
-    case AttentionBiasPolicy::kQkvAlways:
-      c.attention_bias = true;  // q/k/v bias, no o_proj bias, whatever attention_bias says
-      break;
-    case AttentionBiasPolicy::kNoneOrRejected:
-      // attention_bias: true puts the bias on o_proj as well, which no engine implements.
-      if (attention_bias) {
-        return Invalid(source, absl::StrCat("unsupported attention_bias: true for ", c.architecture,
-                                            " (bias on o_proj)"));
-      }
-      break;
-  }
-  c.qk_norm = family->qk_norm;
-
-  // Sliding window.
-  switch (family->sliding_window) {
-    case SlidingWindowPolicy::kUseSlidingWindowFlag: {
-      SCORED_ASSIGN_OR_RETURN(bool use_sw, GetBool(j, "use_sliding_window", source, false));
-      if (use_sw) return Invalid(source, "unsupported use_sliding_window: true");
-      break;
-    }
-    case SlidingWindowPolicy::kWindowField:
-      if (Find(j, "sliding_window") != nullptr) {
-        SCORED_ASSIGN_OR_RETURN(int64_t sw, GetPositive(j, "sliding_window", source));
-        c.sliding_window = sw < c.max_position_embeddings ? sw : 0;
-      }
-      break;
-  }
+  SCORED_RETURN_IF_ERROR(ParseRope(j, *family, source, &c));
+  SCORED_RETURN_IF_ERROR(ApplyFamilyPolicies(j, *family, source, &c));
 
   SCORED_ASSIGN_OR_RETURN(c.bos_token_id, GetTokenId(j, "bos_token_id", source));
   SCORED_ASSIGN_OR_RETURN(c.eos_token_id, GetTokenId(j, "eos_token_id", source));
