@@ -40,7 +40,7 @@ struct LinearWeight : StoredLinear {
 struct LayerWeights {
   TensorView input_layernorm;                   // [hidden_size]
   TensorView post_attention_layernorm;          // [hidden_size]
-  TensorView q_norm, k_norm;                    // Qwen3 only: [head_dim]; data == nullptr otherwise
+  TensorView q_norm, k_norm;                    // config.qk_norm only: [head_dim]; else data == nullptr
   LinearWeight q_proj, k_proj, v_proj, o_proj;  // [num_heads*head_dim | num_kv_heads*head_dim, hidden]
   LinearWeight gate_proj, up_proj, down_proj;   // [intermediate, hidden], [hidden, intermediate]
 };
