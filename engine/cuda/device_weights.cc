@@ -9,7 +9,7 @@
 #include "engine/cuda/gemm.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/kernel_types.h"
-#include "engine/reference/ops.h"
+#include "engine/model/rope_freq.h"
 
 namespace scored::cuda {
 
@@ -263,7 +263,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
   SCORED_RETURN_IF_ERROR(UploadDenseInto(embed, dtype, model->embed.data()));
   store.ReleaseResidentPages(weights.embed_tokens());
   SCORED_ASSIGN_OR_RETURN(model->final_norm, UploadFloat(weights.final_norm(), "model.norm.weight"));
-  const std::vector<float> inv_freq = ref::RopeInvFreq(config);
+  const std::vector<float> inv_freq = RopeInvFreq(config);
   SCORED_ASSIGN_OR_RETURN(
       model->rope_inv_freq,
       UploadToDevice(inv_freq.data(), static_cast<int64_t>(inv_freq.size() * sizeof(float)),
@@ -301,11 +301,11 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     SCORED_ASSIGN_OR_RETURN(dst.input_norm, UploadFloat(src.input_layernorm, prefix + "input_layernorm"));
     SCORED_ASSIGN_OR_RETURN(dst.post_norm,
                             UploadFloat(src.post_attention_layernorm, prefix + "post_attention_layernorm"));
-    if (src.q_norm.present()) {
+    if (config.qk_norm) {  // which optional tensors exist: the config's family flags (family.h)
       SCORED_ASSIGN_OR_RETURN(dst.q_norm, UploadFloat(src.q_norm, prefix + "self_attn.q_norm"));
       SCORED_ASSIGN_OR_RETURN(dst.k_norm, UploadFloat(src.k_norm, prefix + "self_attn.k_norm"));
     }
-    if (q->bias.present()) {
+    if (config.attention_bias) {
       const int64_t nq = q->out_features, nk = k->out_features, nv = v->out_features;
       std::vector<float> bias(nq + nk + nv);
       SCORED_RETURN_IF_ERROR(TensorToFloat(q->bias, bias.data(), nq));

@@ -108,7 +108,7 @@ struct DeviceModel {
   ComputeDtype dtype = ComputeDtype::kBf16;
   DeviceBuffer embed;  // [vocab_size, hidden_size] compute dtype; a shard: [vocab_end - vocab_begin, ...]
   DeviceBuffer final_norm;     // [hidden_size] fp32
-  DeviceBuffer rope_inv_freq;  // [head_dim / 2] fp32, as ref::RopeInvFreq
+  DeviceBuffer rope_inv_freq;  // [head_dim / 2] fp32, RopeInvFreq (engine/model/rope_freq.h)
   DeviceLinear lm_head;        // [vocab_size, hidden_size]; tied: a view of `embed`; a shard: its rows
   std::vector<DeviceLayer> layers;
   int64_t max_scratch_elements = 0;  // largest out*in of a linear that uses_scratch() (0 when none does)

@@ -1,8 +1,8 @@
 // Dequantization of one linear layer's stored weight into a dense compute-dtype matrix (DESIGN.md §6).
 //
 // out[(o - row_begin) * in_features + k] = OutT(W[o, k]) for o in [row_begin, row_end), where W[o, k] is
-// exactly the fp32 value LinearWeight::DequantizeRows gives and OutT rounds it to nearest even (bf16_t)
-// or keeps it (float):
+// exactly the fp32 value LinearWeight::DequantizeRows (engine/model/weights.h) gives and OutT rounds it to
+// nearest even (bf16_t) or keeps it (float):
 //   kDense            W = widen(weight[o, k])                                   (F32 / F16 / BF16)
 //   kPackQuantized    u = bits [k*b, k*b + b) of row o of weight_packed (int32 words, LSB first; b in 2..8);
 //                     u_zp = 2^(b-1) (symmetric) or field o of column g of weight_zero_point
@@ -28,13 +28,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/base/stored_weight.h"
 #include "engine/kernels/kernel_types.h"
-#include "engine/model/safetensors.h"
-#include "engine/model/weights.h"
 
 namespace scored::kernels {
 
-// Device view of one LinearWeight's stored tensors (bytes exactly as in the checkpoint) plus its format.
+// Device view of one linear layer's stored tensors (bytes exactly as in the checkpoint) plus its format.
 // Build it with MakeDequantParams; the pointers must outlive every Dequantize call that uses it.
 struct DequantParams {
   WeightFormat format = WeightFormat::kDense;
@@ -58,7 +57,7 @@ struct DequantParams {
   float global_scale = 1.0f;       // nvfp4 weight_global_scale (a divisor), read on the host
 };
 
-// Device copies of a LinearWeight's tensors (nullptr where the weight has none). Each must hold exactly
+// Device copies of a StoredLinear's tensors (nullptr where the weight has none). Each must hold exactly
 // the bytes of the TensorView of the same name.
 struct DequantDevicePointers {
   const void* weight = nullptr;
@@ -68,10 +67,11 @@ struct DequantDevicePointers {
   const void* weight_g_idx = nullptr;
 };
 
-// Fills DequantParams from the host LinearWeight (format, shapes, dtypes; the nvfp4 global scale is read
-// from weight_global_scale's host bytes) and the device pointers. Validates shapes and dtypes;
-// INVALID_ARGUMENT naming the module and the problem otherwise.
-absl::StatusOr<DequantParams> MakeDequantParams(const LinearWeight& weight, const DequantDevicePointers& dev);
+// Fills DequantParams from the host description of the stored weight (format, shapes, dtypes; the nvfp4
+// global scale and the g_idx are read from their host bytes) and the device pointers. engine/model's
+// LinearWeight is a StoredLinear. Validates shapes and dtypes; INVALID_ARGUMENT naming the module and the
+// problem otherwise.
+absl::StatusOr<DequantParams> MakeDequantParams(const StoredLinear& weight, const DequantDevicePointers& dev);
 
 template <typename OutT>
 absl::Status Dequantize(const DequantParams& params, int64_t row_begin, int64_t row_end,

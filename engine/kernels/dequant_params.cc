@@ -1,4 +1,4 @@
-// MakeDequantParams: host-side validation of a LinearWeight and its device copies. Contract: dequant.h.
+// MakeDequantParams: host-side validation of a StoredLinear and its device copies. Contract: dequant.h.
 #include <cstring>
 #include <vector>
 
@@ -17,11 +17,11 @@ int64_t Elements(const TensorView& t) {
 
 bool IsFloatDtype(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
 
-absl::Status Invalid(const LinearWeight& w, const std::string& what) {
+absl::Status Invalid(const StoredLinear& w, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(w.module, ": dequant: ", what));
 }
 
-absl::Status CheckShape(const LinearWeight& w, const TensorView& t, const char* name,
+absl::Status CheckShape(const StoredLinear& w, const TensorView& t, const char* name,
                         const std::vector<int64_t>& want) {
   if (t.shape != want) {
     std::string got, expected;
@@ -35,7 +35,7 @@ absl::Status CheckShape(const LinearWeight& w, const TensorView& t, const char* 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Scale shape for tensor/channel/group strategies; returns the number of groups (scale columns).
-absl::StatusOr<int64_t> CheckIntScale(const LinearWeight& w) {
+absl::StatusOr<int64_t> CheckIntScale(const StoredLinear& w) {
   const TensorView& s = w.weight_scale;
   if (!IsFloatDtype(s.dtype)) return Invalid(w, "weight_scale must be F32/F16/BF16");
   switch (w.strategy) {
@@ -67,7 +67,7 @@ absl::StatusOr<int64_t> CheckIntScale(const LinearWeight& w) {
 
 }  // namespace
 
-absl::StatusOr<DequantParams> MakeDequantParams(const LinearWeight& w, const DequantDevicePointers& dev) {
+absl::StatusOr<DequantParams> MakeDequantParams(const StoredLinear& w, const DequantDevicePointers& dev) {
   DequantParams p;
   p.format = w.format;
   p.strategy = w.strategy;

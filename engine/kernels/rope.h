@@ -4,7 +4,7 @@
 //   angle = fp32(positions[t] * inv_freq[i]);  c = fp32(cos(double(angle))), s likewise
 //   (x[i], x[i + head_dim/2]) <- (x[i] c - x[i + head_dim/2] s,  x[i + head_dim/2] c + x[i] s)
 // in fp32, rounded once to T. inv_freq [head_dim/2] fp32 in device memory is computed on the host exactly
-// like ref::RopeInvFreq (default / linear / llama3 scaling all live in the table).
+// like RopeInvFreq of engine/model/rope_freq.h (default / linear / llama3 scaling all live in the table).
 // q and k of a fused QKV GEMM output [num_tokens, (num_heads + 2 num_kv_heads) * head_dim] are rotated by
 // ONE call: base = qkv, num_heads = num_heads + num_kv_heads, token_stride = (nh + 2 nkv) * head_dim.
 // positions [num_tokens] int32: position of each token within its own window (varlen batches restart at 0).

@@ -21,19 +21,6 @@ using json_util::GetInt;
 using json_util::GetString;
 using json_util::Json;
 
-struct ArchInfo {
-  const char* architecture;
-  const char* model_type;
-  int64_t default_max_position_embeddings;  // the transformers config class default
-};
-
-constexpr ArchInfo kArchs[] = {
-    {"LlamaForCausalLM", "llama", 2048},
-    {"MistralForCausalLM", "mistral", 4096 * 32},
-    {"Qwen2ForCausalLM", "qwen2", 32768},
-    {"Qwen3ForCausalLM", "qwen3", 32768},
-};
-
 absl::Status Invalid(absl::string_view source, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", what));
 }
@@ -68,6 +55,18 @@ absl::StatusOr<int64_t> GetPositive(const Json& obj, absl::string_view key, absl
                    absl::StrCat("field '", key, "' = ", v, " exceeds the supported limit ", kMaxShapeField));
   }
   return v;
+}
+
+const char* RopeTypeName(RopeType type) {
+  switch (type) {
+    case RopeType::kDefault:
+      return "default";
+    case RopeType::kLinear:
+      return "linear";
+    case RopeType::kLlama3:
+      return "llama3";
+  }
+  return "?";
 }
 
 // rope_scaling (or the scaling part of rope_parameters). `field` names it in messages.
@@ -111,6 +110,77 @@ absl::Status ParseRopeScaling(const Json& rs, absl::string_view field, absl::str
   return absl::OkStatus();
 }
 
+// rope_theta and rope scaling: rope_theta at top level, or (newer files) inside rope_parameters, which may
+// also carry the scaling; rope_scaling, when present and non-null, describes the scaling. The scaling type
+// must be one the family allows.
+absl::Status ParseRope(const Json& j, const FamilyTraits& family, const std::string& source,
+                       ModelConfig* out) {
+  ModelConfig& c = *out;
+  c.rope_theta = 10000.0;
+  const Json* rope_params = Find(j, "rope_parameters");
+  if (rope_params != nullptr) {
+    if (!rope_params->is_object()) return Invalid(source, "'rope_parameters' must be an object or null");
+    if (Find(*rope_params, "rope_theta") != nullptr) {
+      SCORED_ASSIGN_OR_RETURN(
+          c.rope_theta, GetDouble(*rope_params, "rope_theta", absl::StrCat(source, " (rope_parameters)")));
+    }
+    if (Find(*rope_params, "rope_type") != nullptr || Find(*rope_params, "type") != nullptr) {
+      SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rope_params, "rope_parameters", source, &c.rope_scaling));
+    }
+  }
+  if (Find(j, "rope_theta") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(c.rope_theta, GetDouble(j, "rope_theta", source));
+  }
+  if (!(c.rope_theta > 0.0)) return Invalid(source, "rope_theta must be positive");
+  if (const Json* rs = Find(j, "rope_scaling")) {
+    SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rs, "rope_scaling", source, &c.rope_scaling));
+  }
+  if ((family.rope_scalings & RopeTypeBit(c.rope_scaling.type)) == 0) {
+    return Invalid(source, absl::StrCat("rope scaling type '", RopeTypeName(c.rope_scaling.type),
+                                        "' is not supported for ", c.architecture));
+  }
+  return absl::OkStatus();
+}
+
+// The flags whose meaning differs by family (family.h): q/k/v bias, q/k norm, sliding window.
+absl::Status ApplyFamilyPolicies(const Json& j, const FamilyTraits& family, const std::string& source,
+                                 ModelConfig* out) {
+  ModelConfig& c = *out;
+  // Biases and norms.
+  SCORED_ASSIGN_OR_RETURN(bool mlp_bias, GetBool(j, "mlp_bias", source, false));
+  if (mlp_bias) return Invalid(source, "unsupported mlp_bias: true");
+  SCORED_ASSIGN_OR_RETURN(bool attention_bias, GetBool(j, "attention_bias", source, false));
+  switch (family.attention_bias) {
+    case AttentionBiasPolicy::kQkvAlways:
+      c.attention_bias = true;  // q/k/v bias, no o_proj bias, whatever attention_bias says
+      break;
+    case AttentionBiasPolicy::kNoneOrRejected:
+      // attention_bias: true puts the bias on o_proj as well, which no engine implements.
+      if (attention_bias) {
+        return Invalid(source, absl::StrCat("unsupported attention_bias: true for ", c.architecture,
+                                            " (bias on o_proj)"));
+      }
+      break;
+  }
+  c.qk_norm = family.qk_norm;
+
+  // Sliding window.
+  switch (family.sliding_window) {
+    case SlidingWindowPolicy::kUseSlidingWindowFlag: {
+      SCORED_ASSIGN_OR_RETURN(bool use_sw, GetBool(j, "use_sliding_window", source, false));
+      if (use_sw) return Invalid(source, "unsupported use_sliding_window: true");
+      break;
+    }
+    case SlidingWindowPolicy::kWindowField:
+      if (Find(j, "sliding_window") != nullptr) {
+        SCORED_ASSIGN_OR_RETURN(int64_t sw, GetPositive(j, "sliding_window", source));
+        c.sliding_window = sw < c.max_position_embeddings ? sw : 0;
+      }
+      break;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source_name) {
@@ -124,22 +194,17 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
     return Invalid(source, "field 'architectures' must be a list of one string");
   }
   c.architecture = (*archs)[0].get<std::string>();
-  const ArchInfo* arch = nullptr;
-  for (const ArchInfo& a : kArchs) {
-    if (c.architecture == a.architecture) arch = &a;
-  }
-  if (arch == nullptr) {
+  const FamilyTraits* family = FindFamily(c.architecture);
+  if (family == nullptr) {
     return Invalid(source, absl::StrCat("unsupported architecture '", c.architecture,
-                                        "' (supported: LlamaForCausalLM, MistralForCausalLM, "
-                                        "Qwen2ForCausalLM, Qwen3ForCausalLM)"));
+                                        "' (supported: ", SupportedArchitectures(), ")"));
   }
-  SCORED_ASSIGN_OR_RETURN(c.model_type, GetString(j, "model_type", source, std::string(arch->model_type)));
-  if (c.model_type != arch->model_type) {
+  c.family = family;
+  SCORED_ASSIGN_OR_RETURN(c.model_type, GetString(j, "model_type", source, std::string(family->model_type)));
+  if (c.model_type != family->model_type) {
     return Invalid(source, absl::StrCat("model_type '", c.model_type, "' does not match architecture '",
-                                        c.architecture, "' (expected '", arch->model_type, "')"));
+                                        c.architecture, "' (expected '", family->model_type, "')"));
   }
-  const bool is_qwen2 = c.model_type == "qwen2";
-  const bool is_qwen3 = c.model_type == "qwen3";
 
   SCORED_ASSIGN_OR_RETURN(std::string act, GetString(j, "hidden_act", source, std::string("silu")));
   if (act != "silu") return Invalid(source, absl::StrCat("unsupported hidden_act '", act, "' (only silu)"));
@@ -172,54 +237,14 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   }
   if (c.head_dim % 2 != 0) return Invalid(source, absl::StrCat("head_dim must be even, got ", c.head_dim));
   SCORED_ASSIGN_OR_RETURN(c.max_position_embeddings, GetPositive(j, "max_position_embeddings", source,
-                                                                 arch->default_max_position_embeddings));
+                                                                 family->default_max_position_embeddings));
   SCORED_ASSIGN_OR_RETURN(c.rms_norm_eps, GetDouble(j, "rms_norm_eps", source, 1e-6));
   if (!(c.rms_norm_eps > 0.0)) return Invalid(source, "rms_norm_eps must be positive");
-  SCORED_ASSIGN_OR_RETURN(c.tie_word_embeddings, GetBool(j, "tie_word_embeddings", source, false));
+  SCORED_ASSIGN_OR_RETURN(c.tie_word_embeddings,
+                          GetBool(j, "tie_word_embeddings", source, family->tie_word_embeddings_default));
 
-  // RoPE: rope_theta at top level, or (newer files) inside rope_parameters, which may also carry the
-  // scaling. rope_scaling, when present and non-null, describes the scaling.
-  c.rope_theta = 10000.0;
-  const Json* rope_params = Find(j, "rope_parameters");
-  if (rope_params != nullptr) {
-    if (!rope_params->is_object()) return Invalid(source, "'rope_parameters' must be an object or null");
-    if (Find(*rope_params, "rope_theta") != nullptr) {
-      SCORED_ASSIGN_OR_RETURN(
-          c.rope_theta, GetDouble(*rope_params, "rope_theta", absl::StrCat(source, " (rope_parameters)")));
-    }
-    if (Find(*rope_params, "rope_type") != nullptr || Find(*rope_params, "type") != nullptr) {
-      SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rope_params, "rope_parameters", source, &c.rope_scaling));
-    }
-  }
-  if (Find(j, "rope_theta") != nullptr) {
-    SCORED_ASSIGN_OR_RETURN(c.rope_theta, GetDouble(j, "rope_theta", source));
-  }
-  if (!(c.rope_theta > 0.0)) return Invalid(source, "rope_theta must be positive");
-  if (const Json* rs = Find(j, "rope_scaling")) {
-    SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rs, "rope_scaling", source, &c.rope_scaling));
-  }
-
-  // Biases and norms.
-  SCORED_ASSIGN_OR_RETURN(bool mlp_bias, GetBool(j, "mlp_bias", source, false));
-  if (mlp_bias) return Invalid(source, "unsupported mlp_bias: true");
-  SCORED_ASSIGN_OR_RETURN(bool attention_bias, GetBool(j, "attention_bias", source, false));
-  if (is_qwen2) {
-    c.attention_bias = true;  // Qwen2 always has q/k/v bias and no o_proj bias
-  } else if (attention_bias) {
-    // Llama/Mistral/Qwen3 put the bias on o_proj as well, which no engine implements.
-    return Invalid(
-        source, absl::StrCat("unsupported attention_bias: true for ", c.architecture, " (bias on o_proj)"));
-  }
-  c.qk_norm = is_qwen3;
-
-  // Sliding window.
-  if (is_qwen2 || is_qwen3) {
-    SCORED_ASSIGN_OR_RETURN(bool use_sw, GetBool(j, "use_sliding_window", source, false));
-    if (use_sw) return Invalid(source, "unsupported use_sliding_window: true");
-  } else if (Find(j, "sliding_window") != nullptr) {
-    SCORED_ASSIGN_OR_RETURN(int64_t sw, GetPositive(j, "sliding_window", source));
-    c.sliding_window = sw < c.max_position_embeddings ? sw : 0;
-  }
+  SCORED_RETURN_IF_ERROR(ParseRope(j, *family, source, &c));
+  SCORED_RETURN_IF_ERROR(ApplyFamilyPolicies(j, *family, source, &c));
 
   SCORED_ASSIGN_OR_RETURN(c.bos_token_id, GetTokenId(j, "bos_token_id", source));
   SCORED_ASSIGN_OR_RETURN(c.eos_token_id, GetTokenId(j, "eos_token_id", source));

@@ -1,8 +1,11 @@
-// config.json of a supported causal LM (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-// Qwen3ForCausalLM), plus the raw quantization_config (parsed by compressed_tensors.h).
+// config.json of a supported causal LM (the families of family.h: LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM, Qwen3ForCausalLM), plus the raw quantization_config (parsed by compressed_tensors.h).
+// What differs between families is read from their FamilyTraits and lands in the flags below
+// (attention_bias, qk_norm, sliding_window, tie_word_embeddings): engines read those, never `architecture`.
 //
 // Anything unsupported (architecture, hidden_act other than silu, rope_scaling type other than
-// llama3/linear, sliding window in use, ...) fails with INVALID_ARGUMENT naming the field and value.
+// llama3/linear or not allowed for the family, sliding window in use, ...) fails with INVALID_ARGUMENT
+// naming the field and value.
 #ifndef SCORED_ENGINE_MODEL_CONFIG_H_
 #define SCORED_ENGINE_MODEL_CONFIG_H_
 
@@ -11,10 +14,9 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "engine/model/family.h"
 
 namespace scored {
-
-enum class RopeType { kDefault, kLlama3, kLinear };
 
 struct RopeScaling {
   RopeType type = RopeType::kDefault;
@@ -25,6 +27,9 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
+  // The family's traits (family.h, static storage). Set by ParseModelConfig; nullptr only in configs built
+  // by hand (tests), which readers treat as the Llama layout.
+  const FamilyTraits* family = nullptr;
   std::string architecture;  // "LlamaForCausalLM", ...
   std::string model_type;    // "llama", "mistral", "qwen2", "qwen3"
   int64_t hidden_size = 0;
@@ -38,16 +43,16 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
-  bool tie_word_embeddings = false;
-  bool attention_bias = false;  // q/k/v bias (Qwen2 always; Llama if attention_bias: true)
-  bool qk_norm = false;         // Qwen3: per-head RMSNorm of q and k before RoPE
-  int64_t bos_token_id = -1;    // -1 when absent
-  int64_t eos_token_id = -1;    // first id when a list
-  std::string torch_dtype;      // "float32", "bfloat16", "float16" ("dtype" in newer files); "float32"
-                                // when absent (the transformers default)
-  // Mistral: attention sees only the last sliding_window positions. 0 = none (also when the config's
-  // window is >= max_position_embeddings). Engines must cap their max context at it when > 0, since
-  // no sliding-window attention is implemented; positions up to the window are then exact.
+  bool tie_word_embeddings = false;  // lm_head is embed_tokens (the family's default when absent)
+  bool attention_bias = false;       // q/k/v bias, no o_proj bias (AttentionBiasPolicy::kQkvAlways: Qwen2)
+  bool qk_norm = false;              // per-head RMSNorm of q and k before RoPE (FamilyTraits::qk_norm: Qwen3)
+  int64_t bos_token_id = -1;         // -1 when absent
+  int64_t eos_token_id = -1;         // first id when a list
+  std::string torch_dtype;           // "float32", "bfloat16", "float16" ("dtype" in newer files); "float32"
+                                     // when absent (the transformers default)
+  // SlidingWindowPolicy::kWindowField (Mistral): attention sees only the last sliding_window positions. 0 =
+  // none (also when the config's window is >= max_position_embeddings). Engines must cap their max context at
+  // it when > 0, since no sliding-window attention is implemented; positions up to the window are then exact.
   int64_t sliding_window = 0;
   bool has_quantization_config = false;
   std::string quantization_config_json;  // raw JSON text of quantization_config ("" when absent);

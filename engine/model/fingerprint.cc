@@ -17,6 +17,7 @@
 #include "engine/base/json_util.h"
 #include "engine/base/sha256.h"
 #include "engine/base/status_macros.h"
+#include "engine/model/family.h"
 
 namespace scored {
 namespace {
@@ -102,6 +103,19 @@ absl::Status HashSafetensors(const std::string& dir, const std::string& name, Sh
   return absl::OkStatus();
 }
 
+// The checkpoint files of the family config.json names, read leniently: the fingerprint of a folder does
+// not depend on its config being supported, so an unparsable or unknown config gets the HF safetensors
+// layout (that of every family today).
+CheckpointFiles CheckpointFilesOf(const std::string& config_text) {
+  absl::StatusOr<json_util::Json> j = json_util::ParseObject(config_text, "config.json");
+  if (!j.ok()) return kHfSafetensorsCheckpoint;
+  const json_util::Json* archs = json_util::Find(*j, "architectures");
+  if (archs != nullptr && archs->is_array() && archs->size() == 1 && (*archs)[0].is_string()) {
+    if (const FamilyTraits* family = FindFamily((*archs)[0].get<std::string>())) return family->checkpoint;
+  }
+  return kHfSafetensorsCheckpoint;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> ModelFingerprint(const std::string& model_dir) {
@@ -111,8 +125,9 @@ absl::StatusOr<std::string> ModelFingerprint(const std::string& model_dir) {
   PutU64(&h, config.size());
   h.Update(config);
 
+  const CheckpointFiles checkpoint = CheckpointFilesOf(config);
   std::set<std::string> files;  // sorted
-  const std::string index_path = model_dir + "/model.safetensors.index.json";
+  const std::string index_path = absl::StrCat(model_dir, "/", checkpoint.index_file);
   struct stat st;
   if (stat(index_path.c_str(), &st) == 0) {
     SCORED_ASSIGN_OR_RETURN(std::string text, ReadWhole(index_path));
@@ -128,7 +143,7 @@ absl::StatusOr<std::string> ModelFingerprint(const std::string& model_dir) {
       files.insert(it.value().get<std::string>());
     }
   } else {
-    files.insert("model.safetensors");
+    files.insert(checkpoint.single_file);
   }
   for (const std::string& name : files) SCORED_RETURN_IF_ERROR(HashSafetensors(model_dir, name, &h));
   return h.HexDigest();

@@ -4,7 +4,8 @@
 //   "scored-model-fingerprint-v1\n"
 //   u64le(size of config.json) + the bytes of config.json
 //   for each safetensors file the model uses (model.safetensors, or every shard named by
-//   model.safetensors.index.json), in sorted file-name order:
+//   model.safetensors.index.json: the checkpoint files of config.json's family, FamilyTraits::checkpoint,
+//   those two for every family today and for an unknown or unparsable config), in sorted file-name order:
 //     u64le(length of the file name) + file name (no folder)
 //     u64le(file size)
 //     the 8-byte header length + the JSON header, as stored

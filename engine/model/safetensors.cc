@@ -20,56 +20,6 @@
 
 namespace scored {
 
-const char* DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "F32";
-    case DType::kF16:
-      return "F16";
-    case DType::kBF16:
-      return "BF16";
-    case DType::kF8E4M3:
-      return "F8_E4M3";
-    case DType::kI8:
-      return "I8";
-    case DType::kU8:
-      return "U8";
-    case DType::kI32:
-      return "I32";
-    case DType::kI64:
-      return "I64";
-  }
-  return "?";
-}
-
-int64_t DTypeSize(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return 4;
-    case DType::kF16:
-      return 2;
-    case DType::kBF16:
-      return 2;
-    case DType::kF8E4M3:
-      return 1;
-    case DType::kI8:
-      return 1;
-    case DType::kU8:
-      return 1;
-    case DType::kI32:
-      return 4;
-    case DType::kI64:
-      return 8;
-  }
-  return 0;
-}
-
-int64_t TensorView::NumElements() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 namespace {
 
 bool ParseDType(const std::string& s, DType* out) {
@@ -273,11 +223,12 @@ bool FileExists(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TensorStore>> TensorStore::Open(const std::string& model_dir) {
+absl::StatusOr<std::unique_ptr<TensorStore>> TensorStore::Open(const std::string& model_dir,
+                                                               const CheckpointFiles& files) {
   std::unique_ptr<TensorStore> store(new TensorStore());
   store->dir_ = model_dir;
-  const std::string index_path = model_dir + "/model.safetensors.index.json";
-  const std::string single_path = model_dir + "/model.safetensors";
+  const std::string index_path = absl::StrCat(model_dir, "/", files.index_file);
+  const std::string single_path = absl::StrCat(model_dir, "/", files.single_file);
   if (FileExists(index_path)) {
     std::ifstream in(index_path, std::ios::binary);
     if (!in) return absl::NotFoundError(absl::StrCat(index_path, ": cannot open"));
@@ -322,7 +273,7 @@ absl::StatusOr<std::unique_ptr<TensorStore>> TensorStore::Open(const std::string
     store->files_.push_back(std::move(f));
   } else {
     return absl::NotFoundError(
-        absl::StrCat(model_dir, ": neither model.safetensors nor model.safetensors.index.json found"));
+        absl::StrCat(model_dir, ": neither ", files.single_file, " nor ", files.index_file, " found"));
   }
   for (const auto& f : store->files_) {
     for (const auto& [name, view] : f->tensors()) {

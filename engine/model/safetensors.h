@@ -15,26 +15,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/base/stored_weight.h"  // DType, TensorView
+#include "engine/model/family.h"        // CheckpointFiles
 
 namespace scored {
-
-enum class DType { kF32, kF16, kBF16, kF8E4M3, kI8, kU8, kI32, kI64 };
-
-const char* DTypeName(DType dtype);  // safetensors spelling: "F32", "BF16", "F8_E4M3", ...
-int64_t DTypeSize(DType dtype);      // bytes per element
-
-// A tensor inside an mmapped file. Valid while the owning SafetensorsFile / TensorStore lives.
-struct TensorView {
-  std::string name;
-  DType dtype = DType::kF32;
-  std::vector<int64_t> shape;
-  const uint8_t* data = nullptr;  // nullptr: absent
-  int64_t nbytes = 0;
-  std::string file;  // path of the file it lives in (for error messages)
-
-  bool present() const { return data != nullptr; }
-  int64_t NumElements() const;
-};
 
 class SafetensorsFile {
  public:
@@ -64,11 +48,14 @@ class SafetensorsFile {
   friend class SafetensorsParser;
 };
 
-// All tensors of a model folder: model.safetensors, or the shards named by model.safetensors.index.json
-// (every shard listed is opened; a tensor the index names must be in that shard).
+// All tensors of a model folder: files.single_file (model.safetensors), or the shards named by
+// files.index_file (model.safetensors.index.json; every shard listed is opened; a tensor the index names
+// must be in that shard). The index wins when both exist. The files are the model family's
+// (FamilyTraits::checkpoint, family.h).
 class TensorStore {
  public:
-  static absl::StatusOr<std::unique_ptr<TensorStore>> Open(const std::string& model_dir);
+  static absl::StatusOr<std::unique_ptr<TensorStore>> Open(
+      const std::string& model_dir, const CheckpointFiles& files = kHfSafetensorsCheckpoint);
 
   // NOT_FOUND naming the tensor and the folder when absent.
   absl::StatusOr<TensorView> Get(const std::string& name) const;

@@ -237,6 +237,12 @@ absl::StatusOr<ShardPlan> ShardPlan::Create(const ModelConfig& c, int tp_size, i
   if (tp_rank < 0 || tp_rank >= tp_size) {
     return absl::InvalidArgumentError(absl::StrCat("tp rank ", tp_rank, " outside [0, ", tp_size, ")"));
   }
+  // The layout below is that of the dense Llama block; a family whose blocks it does not describe (experts,
+  // ...) says so in its traits. A hand-built config without a family is the Llama layout.
+  if (tp_size > 1 && c.family != nullptr && !c.family->tensor_parallel) {
+    return absl::UnimplementedError(
+        absl::StrCat("tensor parallelism is not implemented for ", c.family->architecture));
+  }
   const int64_t tp = tp_size, r = tp_rank;
   if (c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.intermediate_size <= 0 ||
       c.vocab_size <= 0) {

@@ -94,7 +94,8 @@ struct ShardPlan {
 
   // Validates divisibility (errors name the config field: num_attention_heads, num_key_value_heads,
   // intermediate_size, vocab_size) and computes the rank's slices. INVALID_ARGUMENT for tp_size < 1 or
-  // tp_rank outside [0, tp_size).
+  // tp_rank outside [0, tp_size); UNIMPLEMENTED for tp_size > 1 when the config's family is not
+  // FamilyTraits::tensor_parallel (family.h).
   static absl::StatusOr<ShardPlan> Create(const ModelConfig& config, int tp_size, int tp_rank);
 
   const LinearSlice& ForLinear(LinearRole role) const;

@@ -289,7 +289,11 @@ absl::Status ModelWeightsLoader::CheckLeftovers() const {
   for (const std::string& name : m_->store_->Names()) {
     if (consumed_.count(name) != 0) continue;
     if (absl::EndsWith(name, ".rotary_emb.inv_freq")) continue;  // a buffer older exports saved
-    if (name == "lm_head.weight" && m_->config_.tie_word_embeddings) continue;
+    // A tied checkpoint may still store the (identical) lm_head.
+    if (m_->config_.tie_word_embeddings &&
+        name == absl::StrCat(m_->config_.family->names.lm_head, ".weight")) {
+      continue;
+    }
     left.push_back(name);
   }
   if (left.empty()) return absl::OkStatus();
@@ -301,50 +305,51 @@ absl::Status ModelWeightsLoader::CheckLeftovers() const {
 absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
   SCORED_ASSIGN_OR_RETURN(m_->config_, LoadModelConfig(model_dir));
   const ModelConfig& c = m_->config_;
+  // Tensor names and files come from the family; which optional tensors exist from the config's flags.
+  const FamilyTraits& family = *c.family;
+  const TensorNames& n = family.names;
   if (c.has_quantization_config) {
     SCORED_ASSIGN_OR_RETURN(
         quant_, ParseCompressedTensorsConfig(c.quantization_config_json, model_dir + "/config.json"));
   }
-  SCORED_ASSIGN_OR_RETURN(m_->store_, TensorStore::Open(model_dir));
+  SCORED_ASSIGN_OR_RETURN(m_->store_, TensorStore::Open(model_dir, family.checkpoint));
   const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
   SCORED_ASSIGN_OR_RETURN(m_->embed_tokens_,
-                          TakeChecked("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, kFloat));
-  SCORED_ASSIGN_OR_RETURN(m_->final_norm_, TakeChecked("model.norm.weight", {c.hidden_size}, kFloat));
+                          TakeChecked(n.embed_tokens, {c.vocab_size, c.hidden_size}, kFloat));
+  SCORED_ASSIGN_OR_RETURN(m_->final_norm_, TakeChecked(n.final_norm, {c.hidden_size}, kFloat));
   const int64_t q_out = c.num_heads * c.head_dim;
   const int64_t kv_out = c.num_kv_heads * c.head_dim;
   m_->layers_.resize(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     LayerWeights& L = m_->layers_[static_cast<size_t>(l)];
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    SCORED_ASSIGN_OR_RETURN(L.input_layernorm,
-                            TakeChecked(p + "input_layernorm.weight", {c.hidden_size}, kFloat));
+    const std::string p = absl::StrCat(n.layer_prefix, l, ".");
+    SCORED_ASSIGN_OR_RETURN(L.input_layernorm, TakeChecked(p + n.input_layernorm, {c.hidden_size}, kFloat));
     SCORED_ASSIGN_OR_RETURN(L.post_attention_layernorm,
-                            TakeChecked(p + "post_attention_layernorm.weight", {c.hidden_size}, kFloat));
+                            TakeChecked(p + n.post_attention_layernorm, {c.hidden_size}, kFloat));
     if (c.qk_norm) {
-      SCORED_ASSIGN_OR_RETURN(L.q_norm, TakeChecked(p + "self_attn.q_norm.weight", {c.head_dim}, kFloat));
-      SCORED_ASSIGN_OR_RETURN(L.k_norm, TakeChecked(p + "self_attn.k_norm.weight", {c.head_dim}, kFloat));
+      SCORED_ASSIGN_OR_RETURN(L.q_norm, TakeChecked(p + n.q_norm, {c.head_dim}, kFloat));
+      SCORED_ASSIGN_OR_RETURN(L.k_norm, TakeChecked(p + n.k_norm, {c.head_dim}, kFloat));
     }
-    const bool b = c.attention_bias;
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + "self_attn.q_proj", q_out, c.hidden_size, b, &L.q_proj));
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + "self_attn.k_proj", kv_out, c.hidden_size, b, &L.k_proj));
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + "self_attn.v_proj", kv_out, c.hidden_size, b, &L.v_proj));
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + "self_attn.o_proj", c.hidden_size, q_out, false, &L.o_proj));
+    const bool b = c.attention_bias;  // q/k/v only: no family here has an o_proj bias
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.q_proj, q_out, c.hidden_size, b, &L.q_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.k_proj, kv_out, c.hidden_size, b, &L.k_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.v_proj, kv_out, c.hidden_size, b, &L.v_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.o_proj, c.hidden_size, q_out, false, &L.o_proj));
     SCORED_RETURN_IF_ERROR(
-        LoadLinear(p + "mlp.gate_proj", c.intermediate_size, c.hidden_size, false, &L.gate_proj));
+        LoadLinear(p + n.gate_proj, c.intermediate_size, c.hidden_size, false, &L.gate_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.up_proj, c.intermediate_size, c.hidden_size, false, &L.up_proj));
     SCORED_RETURN_IF_ERROR(
-        LoadLinear(p + "mlp.up_proj", c.intermediate_size, c.hidden_size, false, &L.up_proj));
-    SCORED_RETURN_IF_ERROR(
-        LoadLinear(p + "mlp.down_proj", c.hidden_size, c.intermediate_size, false, &L.down_proj));
+        LoadLinear(p + n.down_proj, c.hidden_size, c.intermediate_size, false, &L.down_proj));
   }
   if (c.tie_word_embeddings) {
     LinearWeight& h = m_->lm_head_;
-    h.module = "lm_head";
+    h.module = n.lm_head;
     h.out_features = c.vocab_size;
     h.in_features = c.hidden_size;
     h.format = WeightFormat::kDense;
     h.weight = m_->embed_tokens_;
   } else {
-    SCORED_RETURN_IF_ERROR(LoadLinear("lm_head", c.vocab_size, c.hidden_size, false, &m_->lm_head_));
+    SCORED_RETURN_IF_ERROR(LoadLinear(n.lm_head, c.vocab_size, c.hidden_size, false, &m_->lm_head_));
   }
   SCORED_RETURN_IF_ERROR(CheckLeftovers());
   Summarize();

@@ -15,51 +15,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/base/stored_weight.h"
 #include "engine/model/config.h"
 #include "engine/model/safetensors.h"
 
 namespace scored {
 
-// How one linear layer's weight is stored (resolved from quantization_config for that module).
-enum class WeightFormat {
-  kDense,               // `weight` F32/F16/BF16 [out, in]
-  kPackQuantized,       // int4/int8 `weight_packed` int32 [out, ceil(in*b/32)] + scale (+ zero point, g_idx)
-  kNvfp4PackQuantized,  // `weight_packed` uint8 [out, in/2] + fp8 `weight_scale` [out, in/16] + global scale
-  kFloatQuantized,      // FP8 E4M3 `weight` [out, in] + `weight_scale` (tensor/channel/block)
-  kNaiveQuantized,      // int8 `weight` [out, in] stored as I8 + scale (+ zero point) ("int-quantized")
-};
-
-enum class QuantStrategy { kTensor, kChannel, kGroup, kBlock };
-
-struct LinearWeight {
-  std::string module;  // e.g. "model.layers.0.self_attn.q_proj"
-  int64_t out_features = 0;
-  int64_t in_features = 0;
-  WeightFormat format = WeightFormat::kDense;
-
-  // Quantization parameters (meaningful when format != kDense).
-  int num_bits = 16;  // 4 or 8 for pack-quantized; 4 for nvfp4; 8 for fp8/int8
-  bool symmetric = true;
-  QuantStrategy strategy = QuantStrategy::kTensor;
-  int64_t group_size = 0;                  // kGroup: elements of `in` per scale; nvfp4: 16
-  int64_t block_rows = 0, block_cols = 0;  // kBlock (fp8): scale block shape, usually 128 x 128
-  bool actorder_group = false;             // weight_g_idx present: group of column k is g_idx[k]
-  bool w8a8_dynamic_fp8 = false;           // float-quantized with dynamic per-token FP8 input activations
-  // w8a8_dynamic_fp8 only: 0 = one activation scale per token (strategy "token"); > 0 = one scale per
-  // token per act_group_size consecutive input columns (strategy "group", e.g. 128 in FP8_BLOCK schemes).
-  int64_t act_group_size = 0;
-  bool w4a4_run_weight_only = false;  // nvfp4 W4A4 checkpoint (input_global_scale present), run as W4A16
-
-  // Stored tensors (data == nullptr when absent).
-  TensorView weight;         // kDense / kFloatQuantized / kNaiveQuantized
-  TensorView weight_packed;  // kPackQuantized / kNvfp4PackQuantized
-  TensorView weight_scale;
-  TensorView weight_zero_point;    // asymmetric only
-  TensorView weight_g_idx;         // actorder=group only
-  TensorView weight_global_scale;  // nvfp4 only: fp32 [1], a DIVISOR
-  TensorView input_global_scale;   // nvfp4 W4A4 only (ignored: weight-only run)
-  TensorView bias;                 // Qwen2 q/k/v bias, [out]; absent otherwise
-
+// One linear layer's stored tensors and format (engine/base/stored_weight.h) plus their exact decoding.
+struct LinearWeight : StoredLinear {
   // Decodes rows [row_begin, row_end) of W into out[(row - row_begin) * in_features + k], fp32.
   // Values are exactly compressed-tensors' decompression (DESIGN.md §6): for pack/naive/float-quantized
   // the product (q - zp) * scale, which is exact in fp32 (= its decompression with float32 parameters;
@@ -77,7 +40,7 @@ struct LinearWeight {
 struct LayerWeights {
   TensorView input_layernorm;                   // [hidden_size]
   TensorView post_attention_layernorm;          // [hidden_size]
-  TensorView q_norm, k_norm;                    // Qwen3 only: [head_dim]; data == nullptr otherwise
+  TensorView q_norm, k_norm;                    // config.qk_norm only: [head_dim]; else data == nullptr
   LinearWeight q_proj, k_proj, v_proj, o_proj;  // [num_heads*head_dim | num_kv_heads*head_dim, hidden]
   LinearWeight gate_proj, up_proj, down_proj;   // [intermediate, hidden], [hidden, intermediate]
 };

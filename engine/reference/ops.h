@@ -9,7 +9,6 @@
 
 #include "absl/status/status.h"
 #include "engine/engine.h"
-#include "engine/model/config.h"
 
 namespace scored::ref {
 
@@ -29,12 +28,9 @@ void RmsNorm(const float* x,       // [num_tokens, hidden_size]
              int64_t num_tokens, int64_t hidden_size, double eps,
              float* out);  // [num_tokens, hidden_size]
 
-// Rotary frequencies inv_freq[i] for i < head_dim/2, as transformers computes them in fp32:
-// default 1/theta^(2i/d); linear: divided by factor; llama3: the wavelength-banded scaling.
-std::vector<float> RopeInvFreq(const ModelConfig& config);
-
 // Rotates pairs (i, i + head_dim/2) of every head (HF "rotate_half" convention), in place:
-// angle = positions[t] * inv_freq[i] (fp32), cos/sin in fp32.
+// angle = positions[t] * inv_freq[i] (fp32), cos/sin in fp32. inv_freq: RopeInvFreq
+// (engine/model/rope_freq.h).
 void Rope(float* x,                  // [num_tokens, num_heads, head_dim]
           const int32_t* positions,  // [num_tokens]
           const float* inv_freq,     // [head_dim / 2]

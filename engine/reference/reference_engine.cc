@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/model/fingerprint.h"
+#include "engine/model/rope_freq.h"
 #include "engine/model/weights.h"
 #include "engine/reference/ops.h"
 #include "engine/reference/thread_pool.h"
@@ -60,8 +61,9 @@ absl::StatusOr<std::vector<float>> ToFloat(const TensorView& t, int64_t expected
   return out;
 }
 
-// Decodes a linear layer, splitting its rows over the pool.
-absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, ThreadPool* pool) {
+// Decodes a linear layer, splitting its rows over the pool. `bias`: whether the model has a bias on this
+// linear (ModelConfig::attention_bias for q/k/v; no family has one elsewhere), which the loader took iff so.
+absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, bool bias, ThreadPool* pool) {
   DenseLinear d;
   d.in_features = lw.in_features;
   d.out_features = lw.out_features;
@@ -76,7 +78,12 @@ absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, ThreadPool* pool) {
     status.Update(s);
   });
   SCORED_RETURN_IF_ERROR(status);
-  if (lw.bias.present()) {
+  if (bias != lw.bias.present()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(lw.module, bias ? ": the model has a bias here, the weights none"
+                                     : ": a bias the model does not have"));
+  }
+  if (bias) {
     SCORED_ASSIGN_OR_RETURN(d.bias, ToFloat(lw.bias, lw.out_features));
   }
   return d;
@@ -135,7 +142,7 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
   }
   SCORED_ASSIGN_OR_RETURN(embed_, ToFloat(weights.embed_tokens(), c.vocab_size * c.hidden_size));
   SCORED_ASSIGN_OR_RETURN(final_norm_, ToFloat(weights.final_norm(), c.hidden_size));
-  inv_freq_ = ref::RopeInvFreq(c);
+  inv_freq_ = RopeInvFreq(c);
   ThreadPool* pool = &pool_;
   int64_t resident_floats = static_cast<int64_t>(embed_.size() + final_norm_.size());
   auto count = [&resident_floats](const DenseLinear& d) {
@@ -149,13 +156,13 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
       SCORED_ASSIGN_OR_RETURN(layer.q_norm, ToFloat(lw.q_norm, c.head_dim));
       SCORED_ASSIGN_OR_RETURN(layer.k_norm, ToFloat(lw.k_norm, c.head_dim));
     }
-    SCORED_ASSIGN_OR_RETURN(layer.q, Decode(lw.q_proj, pool));
-    SCORED_ASSIGN_OR_RETURN(layer.k, Decode(lw.k_proj, pool));
-    SCORED_ASSIGN_OR_RETURN(layer.v, Decode(lw.v_proj, pool));
-    SCORED_ASSIGN_OR_RETURN(layer.o, Decode(lw.o_proj, pool));
-    SCORED_ASSIGN_OR_RETURN(layer.gate, Decode(lw.gate_proj, pool));
-    SCORED_ASSIGN_OR_RETURN(layer.up, Decode(lw.up_proj, pool));
-    SCORED_ASSIGN_OR_RETURN(layer.down, Decode(lw.down_proj, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.q, Decode(lw.q_proj, /*bias=*/c.attention_bias, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.k, Decode(lw.k_proj, /*bias=*/c.attention_bias, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.v, Decode(lw.v_proj, /*bias=*/c.attention_bias, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.o, Decode(lw.o_proj, /*bias=*/false, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.gate, Decode(lw.gate_proj, /*bias=*/false, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.up, Decode(lw.up_proj, /*bias=*/false, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.down, Decode(lw.down_proj, /*bias=*/false, pool));
     const struct {
       const DenseLinear* d;
       int64_t out, in;
@@ -182,7 +189,8 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
     return absl::InvalidArgumentError(
         absl::StrCat("the checkpoint has ", layers_.size(), " layers, config.json says ", c.num_layers));
   }
-  SCORED_ASSIGN_OR_RETURN(lm_head_, Decode(weights.lm_head(), pool));
+  // Tied (config.tie_word_embeddings): weights.lm_head() is a dense view of the embedding.
+  SCORED_ASSIGN_OR_RETURN(lm_head_, Decode(weights.lm_head(), /*bias=*/false, pool));
   if (lm_head_.out_features != c.vocab_size || lm_head_.in_features != c.hidden_size) {
     return absl::InvalidArgumentError(absl::StrCat("lm_head is [", lm_head_.out_features, ", ",
                                                    lm_head_.in_features, "], expected [", c.vocab_size, ", ",

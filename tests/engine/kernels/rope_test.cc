@@ -1,4 +1,4 @@
-// RoPE vs ref::Rope with the llama3 / linear / default tables of ref::RopeInvFreq.
+// RoPE vs ref::Rope with the llama3 / linear / default tables of RopeInvFreq (engine/model/rope_freq.h).
 // The kernel evaluates cos/sin in double and rounds once, like the oracle, and does the rotation in the
 // same fp32 operation order without FMA, so fp32 results are expected bit-exact; kFp32AbsTol = 1e-6
 // (a few ulp of |x| <= 4) only allows for a libm/CUDA double sin/cos that round differently in the last
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/model/config.h"
+#include "engine/model/rope_freq.h"
 #include "engine/reference/ops.h"
 #include "tests/engine/kernels/kernel_test_util.h"
 
@@ -61,7 +62,7 @@ TEST_F(RopeTest, FusedQkvLayoutMatchesReference) {
                         Case{RopeType::kLlama3, 128, 4, 1, 0, {2048, 1500, 900}}}) {
     const std::string name =
         "rope hd=" + std::to_string(c.head_dim) + " type=" + std::to_string(static_cast<int>(c.type));
-    const std::vector<float> inv_freq = ref::RopeInvFreq(Config(c.type, c.head_dim));
+    const std::vector<float> inv_freq = RopeInvFreq(Config(c.type, c.head_dim));
     const std::vector<int32_t> positions = Positions(c.lengths, c.offset);
     const int64_t tokens = static_cast<int64_t>(positions.size());
     const int64_t heads_qk = c.num_heads + c.num_kv_heads;
@@ -146,7 +147,7 @@ TEST_F(RopeTest, CosSinTableEqualsPerCallCosSin) {
     const std::string name = "cos/sin table hd=" + std::to_string(c.head_dim) +
                              " type=" + std::to_string(static_cast<int>(c.type));
     const int64_t half = c.head_dim / 2;
-    const std::vector<float> inv_freq = ref::RopeInvFreq(Config(c.type, c.head_dim));
+    const std::vector<float> inv_freq = RopeInvFreq(Config(c.type, c.head_dim));
     DeviceArray<float> d_f(inv_freq), d_table(c.num_positions * half * 2);
     const std::vector<float> table = BuildTable(d_f, &d_table, c.num_positions, half, stream_);
 
@@ -211,7 +212,7 @@ TEST_F(RopeTest, TablePathBitwiseEqualsInvFreqPath) {
                              " heads=" + std::to_string(c.heads_qk) + "/" + std::to_string(c.stride_heads) +
                              " extra=" + std::to_string(c.extra_stride);
     const int64_t half = c.head_dim / 2;
-    const std::vector<float> inv_freq = ref::RopeInvFreq(Config(c.type, c.head_dim));
+    const std::vector<float> inv_freq = RopeInvFreq(Config(c.type, c.head_dim));
     const std::vector<int32_t> positions = Positions(c.lengths, c.offset);
     const int64_t tokens = static_cast<int64_t>(positions.size());
     const int64_t stride = c.stride_heads * c.head_dim + c.extra_stride;
@@ -269,7 +270,7 @@ TEST_F(RopeTest, TablePathPoisonsOutOfRangePositions) {
     const std::vector<int32_t> positions = {0, 63, 64, -1, 5, 1 << 30, -2147483647 - 1, 17};
     const auto bad = [&](int64_t t) { return positions[t] < 0 || positions[t] >= kNumPositions; };
     const int64_t tokens = static_cast<int64_t>(positions.size());
-    const std::vector<float> inv_freq = ref::RopeInvFreq(Config(RopeType::kLlama3, kHeadDim));
+    const std::vector<float> inv_freq = RopeInvFreq(Config(RopeType::kLlama3, kHeadDim));
     const std::vector<float> x =
         testing::RoundedToBf16(testing::RandomFloats(tokens * stride, 54, -4.0f, 4.0f));
     // The inv_freq path for the in-range tokens: their positions are valid there too.
@@ -350,7 +351,7 @@ TEST(RopeArgsTest, RejectsBadArguments) {
 TEST_F(RopeTest, ThroughputLlama8B) {
   constexpr int64_t kTokens = 16384, kHeadDim = 128, kHeads = 32, kKvHeads = 8;
   constexpr int64_t kStride = (kHeads + 2 * kKvHeads) * kHeadDim;
-  const std::vector<float> inv_freq = ref::RopeInvFreq(Config(RopeType::kLlama3, kHeadDim));
+  const std::vector<float> inv_freq = RopeInvFreq(Config(RopeType::kLlama3, kHeadDim));
   std::vector<int32_t> positions(kTokens);
   for (int64_t t = 0; t < kTokens; ++t) positions[t] = static_cast<int32_t>(t % 2048);
   DeviceArray<float> d_f(inv_freq);
@@ -371,7 +372,7 @@ TEST_F(RopeTest, ThroughputLlama8B) {
 TEST_F(RopeTest, ThroughputLlama8BTable) {
   constexpr int64_t kHeadDim = 128, kHeads = 32, kKvHeads = 8, kPositions = 2048;
   constexpr int64_t kStride = (kHeads + 2 * kKvHeads) * kHeadDim;
-  const std::vector<float> inv_freq = ref::RopeInvFreq(Config(RopeType::kLlama3, kHeadDim));
+  const std::vector<float> inv_freq = RopeInvFreq(Config(RopeType::kLlama3, kHeadDim));
   DeviceArray<float> d_f(inv_freq), d_table(kPositions * kHeadDim), d_big_table(4 * kPositions * kHeadDim);
   BuildTable(d_f, &d_table, kPositions, kHeadDim / 2, stream_);
   const float table_ms = testing::MedianMs(

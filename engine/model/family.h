@@ -1,0 +1,134 @@
+// Model families: what makes Llama, Mistral, Qwen2 and Qwen3 checkpoints differ, as ONE table
+// (family.cc, kFamilies) instead of architecture-string tests spread over the code.
+//
+// Who reads it:
+//   - ParseModelConfig (config.cc) finds the family of config.json's `architectures`, checks `model_type`,
+//     and turns the traits plus the config's own fields into ModelConfig's flags (attention_bias, qk_norm,
+//     sliding_window, tie_word_embeddings, max_position_embeddings default, allowed rope_scaling types).
+//   - The weight loader (weights.cc) takes the tensor names of `names` and loads the optional tensors the
+//     flags ask for (q/k/v bias, q_norm/k_norm, lm_head unless tied), and opens the `checkpoint` files.
+//   - The shard plan (shard_plan.cc) refuses tensor parallelism for a family whose blocks its Megatron
+//     layout does not describe (`tensor_parallel`).
+//   - The fingerprint (fingerprint.cc) hashes the family's `checkpoint` files.
+//   - Both backends (engine/reference/reference_engine.cc, engine/cuda/device_weights.cc) decide which
+//     tensors exist from ModelConfig's flags only, never from the architecture string.
+// Adding a family: engine/README.md, "Adding a model family".
+//
+// Thread-safety: the table is immutable static data; every function here is thread-safe.
+#ifndef SCORED_ENGINE_MODEL_FAMILY_H_
+#define SCORED_ENGINE_MODEL_FAMILY_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace scored {
+
+// RoPE frequency scaling (config.json rope_scaling / rope_parameters type).
+enum class RopeType { kDefault, kLlama3, kLinear };
+
+// Bit set of RopeType values (bit 1 << int(type)).
+using RopeTypeSet = uint32_t;
+constexpr RopeTypeSet RopeTypeBit(RopeType t) { return RopeTypeSet{1} << static_cast<int>(t); }
+constexpr RopeTypeSet kAllRopeTypes =
+    RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kLinear) | RopeTypeBit(RopeType::kLlama3);
+
+// Where attention biases live in the family and what config.json's `attention_bias` means.
+enum class AttentionBiasPolicy {
+  // No bias by default; `attention_bias: true` puts one on q/k/v AND o_proj, which no engine implements,
+  // so it is rejected (Llama, Mistral, Qwen3).
+  kNoneOrRejected,
+  // q/k/v always carry a bias, o_proj never; `attention_bias` is ignored (Qwen2).
+  kQkvAlways,
+};
+
+// How config.json describes sliding-window attention in the family.
+enum class SlidingWindowPolicy {
+  // `sliding_window` (positive, absent or null) applies to every layer. A window >= max_position_embeddings
+  // is no window; a smaller one caps the engines' context (ModelConfig::sliding_window) (Mistral, Llama).
+  kWindowField,
+  // `use_sliding_window: true` turns a window on; that is rejected (no sliding-window attention is
+  // implemented) and `sliding_window` is then ignored (Qwen2, Qwen3).
+  kUseSlidingWindowFlag,
+};
+
+// The safetensors files a checkpoint folder holds: one file, or shards listed by an index's weight_map.
+struct CheckpointFiles {
+  const char* single_file;  // "model.safetensors"
+  const char* index_file;   // "model.safetensors.index.json"
+};
+inline constexpr CheckpointFiles kHfSafetensorsCheckpoint = {"model.safetensors",
+                                                             "model.safetensors.index.json"};
+
+// Tensor names of the checkpoint. Per-layer names are relative to layer_prefix + "<layer index>.".
+// Linear modules are names without ".weight" (their tensors are module + ".weight", ".weight_scale", ...).
+struct TensorNames {
+  const char* embed_tokens;              // [vocab_size, hidden_size]
+  const char* final_norm;                // [hidden_size]
+  const char* lm_head;                   // module; absent when tied
+  const char* layer_prefix;              // "model.layers."
+  const char* input_layernorm;           // [hidden_size]
+  const char* post_attention_layernorm;  // [hidden_size]
+  const char* q_norm;                    // [head_dim], qk_norm families only
+  const char* k_norm;                    // [head_dim], qk_norm families only
+  const char* q_proj;
+  const char* k_proj;
+  const char* v_proj;
+  const char* o_proj;
+  const char* gate_proj;
+  const char* up_proj;
+  const char* down_proj;
+};
+
+// The HF Llama layout, shared by Llama, Mistral, Qwen2 and Qwen3.
+inline constexpr TensorNames kLlamaTensorNames = {
+    "model.embed_tokens.weight",
+    "model.norm.weight",
+    "lm_head",
+    "model.layers.",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+};
+
+struct FamilyTraits {
+  const char* architecture;  // config.json "architectures"[0], e.g. "LlamaForCausalLM"
+  const char* model_type;    // config.json "model_type" (also its default), e.g. "llama"
+  // max_position_embeddings when config.json omits it: the transformers config class default.
+  int64_t default_max_position_embeddings;
+  AttentionBiasPolicy attention_bias;
+  bool qk_norm;                      // per-head RMSNorm of q and k (over head_dim) before RoPE (Qwen3)
+  RopeTypeSet rope_scalings;         // rope_scaling types config.json may ask for
+  bool tie_word_embeddings_default;  // when config.json omits tie_word_embeddings
+  SlidingWindowPolicy sliding_window;
+  // Whether shard_plan.h's Megatron layout (column-parallel q/k/v/gate/up, row-parallel o/down, replicated
+  // norms) describes every block of the family; false refuses --tp > 1 with UNIMPLEMENTED.
+  bool tensor_parallel;
+  TensorNames names;
+  CheckpointFiles checkpoint;
+};
+
+// The family whose `architecture` is `architecture`, or nullptr when unsupported.
+const FamilyTraits* FindFamily(std::string_view architecture);
+
+// "LlamaForCausalLM, MistralForCausalLM, ..." in table order, for error messages.
+std::string SupportedArchitectures();
+
+// Every family of the table, in table order.
+struct FamilyList {
+  const FamilyTraits* begin;
+  const FamilyTraits* end;
+};
+FamilyList AllFamilies();
+
+}  // namespace scored
+
+#endif  // SCORED_ENGINE_MODEL_FAMILY_H_

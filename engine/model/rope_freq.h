@@ -1,0 +1,33 @@
+// Rotary position embedding frequencies of a model: the one table both backends rotate q and k with
+// (the CPU reference, engine/reference, and the CUDA engine, which uploads it for kernels::ApplyRope), so a
+// mistake here cannot hide behind a GPU-vs-reference comparison: tests/engine/model/rope_freq_test.cc checks
+// it against the formula evaluated in double.
+//
+// inv_freq follows transformers' fp32 computation: e_i = fp32(2i) / fp32(head_dim);
+// inv_freq[i] = 1 / fp32(theta^e_i) (the power evaluated in double, then rounded). Scaling
+// (config.rope_scaling):
+//   default: unchanged.
+//   linear:  inv_freq[i] / factor.
+//   llama3:  wavelen = 2 pi / inv_freq; wavelen > orig / low_freq_factor -> inv_freq / factor;
+//            wavelen < orig / high_freq_factor -> unchanged; otherwise the smooth blend
+//            (1 - s) * inv_freq / factor + s * inv_freq, s = (orig / wavelen - low) / (high - low).
+// All of it in fp32 as written (this file is compiled with -ffp-contract=off: no fused multiply-add), as
+// transformers computes it on fp32 tensors. Which scalings a family accepts is its FamilyTraits' business
+// (family.h); this function computes any of them.
+#ifndef SCORED_ENGINE_MODEL_ROPE_FREQ_H_
+#define SCORED_ENGINE_MODEL_ROPE_FREQ_H_
+
+#include <vector>
+
+#include "engine/model/config.h"
+
+namespace scored {
+
+// inv_freq[i] for i < config.head_dim / 2 (radians per position), from config.head_dim, config.rope_theta
+// and config.rope_scaling. Requires head_dim even and positive (ParseModelConfig guarantees it). Pure
+// function; thread-safe.
+std::vector<float> RopeInvFreq(const ModelConfig& config);
+
+}  // namespace scored
+
+#endif  // SCORED_ENGINE_MODEL_ROPE_FREQ_H_

@@ -1,0 +1,256 @@
+// The model family table (engine/model/family.h): every family parses real config.json files, and its
+// traits flow into ModelConfig's flags, checked generically for every entry of the table (a new family is
+// covered by these tests as soon as it has an entry and a real config below).
+//
+// Real configs: ../shared/data/models-configs (Llama, Qwen2, as published on the Hugging Face Hub) and
+// tests/fixtures (a Qwen3 config written by transformers). Mistral and Qwen3 have no released config in
+// the data folder, so the fields of mistralai/Mistral-7B-v0.1's and Qwen/Qwen3-0.6B's config.json are
+// inlined here (values as published; bookkeeping fields such as transformers_version left out).
+#include "engine/model/family.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/model/config.h"
+#include "engine/model/shard_plan.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace scored {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kConfigs = std::string(SCORED_DATA_DIR) + "/models-configs";
+const std::string kFixtures = SCORED_FIXTURES_DIR;
+
+constexpr char kMistral7BV01[] = R"({
+  "architectures": ["MistralForCausalLM"],
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 32768,
+  "model_type": "mistral",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 10000.0,
+  "sliding_window": 4096,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "vocab_size": 32000
+})";
+
+constexpr char kQwen3_0_6B[] = R"({
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 1024,
+  "initializer_range": 0.02,
+  "intermediate_size": 3072,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 28,
+  "model_type": "qwen3",
+  "num_attention_heads": 16,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": null,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+// One real config and what it must parse to.
+struct RealConfig {
+  std::string name;
+  std::string dir;   // a folder holding config.json, or "" when `text` is given
+  std::string text;  // inline config.json
+  std::string architecture;
+  bool tie_word_embeddings;
+  int64_t sliding_window;
+  RopeType rope_type;
+};
+
+std::vector<RealConfig> RealConfigs() {
+  return {
+      {"llama-2-7b-hf", kConfigs + "/llama-2-7b-hf", "", "LlamaForCausalLM", false, 0, RopeType::kDefault},
+      {"llama-3.2-1b-instruct", kConfigs + "/llama-3.2-1b-instruct", "", "LlamaForCausalLM", true, 0,
+       RopeType::kLlama3},
+      {"tinyllama-1.1b-chat", kConfigs + "/tinyllama-1.1b-chat-v1.0", "", "LlamaForCausalLM", false, 0,
+       RopeType::kDefault},
+      {"qwen2.5-0.5b-instruct", kConfigs + "/qwen2.5-0.5b-instruct", "", "Qwen2ForCausalLM", true, 0,
+       RopeType::kDefault},
+      {"qwen3 fixture", kFixtures + "/qwen3-w4a16-g128", "", "Qwen3ForCausalLM", false, 0,
+       RopeType::kDefault},
+      {"Qwen3-0.6B", "", kQwen3_0_6B, "Qwen3ForCausalLM", true, 0, RopeType::kDefault},
+      {"Mistral-7B-v0.1", "", kMistral7BV01, "MistralForCausalLM", false, 4096, RopeType::kDefault},
+  };
+}
+
+absl::StatusOr<ModelConfig> Parse(const RealConfig& rc) {
+  if (!rc.dir.empty()) return LoadModelConfig(rc.dir);
+  return ParseModelConfig(rc.text, rc.name);
+}
+
+TEST(FamilyTable, EntriesAreUniqueAndFindable) {
+  std::set<std::string> architectures, model_types;
+  int n = 0;
+  for (const FamilyTraits* f = AllFamilies().begin; f != AllFamilies().end; ++f, ++n) {
+    EXPECT_TRUE(architectures.insert(f->architecture).second) << f->architecture;
+    EXPECT_TRUE(model_types.insert(f->model_type).second) << f->model_type;
+    EXPECT_EQ(FindFamily(f->architecture), f);
+    EXPECT_THAT(SupportedArchitectures(), HasSubstr(f->architecture));
+    EXPECT_GT(f->default_max_position_embeddings, 0) << f->architecture;
+    EXPECT_NE(f->rope_scalings & RopeTypeBit(RopeType::kDefault), 0u) << f->architecture;
+  }
+  EXPECT_EQ(n, 4);  // Llama, Mistral, Qwen2, Qwen3
+  EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
+  EXPECT_EQ(FindFamily(""), nullptr);
+}
+
+// Every family of the table has at least one real config here, and each parses to its family.
+TEST(FamilyTable, EveryFamilyParsesItsRealConfigs) {
+  std::set<std::string> covered;
+  for (const RealConfig& rc : RealConfigs()) {
+    SCOPED_TRACE(rc.name);
+    absl::StatusOr<ModelConfig> c = Parse(rc);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const FamilyTraits* family = FindFamily(rc.architecture);
+    ASSERT_NE(family, nullptr);
+    EXPECT_EQ(c->family, family);
+    EXPECT_EQ(c->architecture, rc.architecture);
+    EXPECT_EQ(c->model_type, family->model_type);
+    // Traits -> flags.
+    EXPECT_EQ(c->qk_norm, family->qk_norm);
+    EXPECT_EQ(c->attention_bias, family->attention_bias == AttentionBiasPolicy::kQkvAlways);
+    EXPECT_EQ(c->tie_word_embeddings, rc.tie_word_embeddings);
+    EXPECT_EQ(c->sliding_window, rc.sliding_window);
+    EXPECT_EQ(c->rope_scaling.type, rc.rope_type);
+    if (family->sliding_window == SlidingWindowPolicy::kUseSlidingWindowFlag) {
+      EXPECT_EQ(c->sliding_window, 0);
+    }
+    covered.insert(c->architecture);
+  }
+  for (const FamilyTraits* f = AllFamilies().begin; f != AllFamilies().end; ++f) {
+    EXPECT_EQ(covered.count(f->architecture), 1u) << f->architecture << " has no real config in this test";
+  }
+}
+
+// The smallest config of a family: only the required shape fields, so every default is the family's.
+std::string MinimalConfig(const FamilyTraits& f, const std::string& extra = "") {
+  return absl::StrCat(R"({"architectures": [")", f.architecture, R"("], "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100)",
+                      extra.empty() ? "" : ", ", extra, "}");
+}
+
+TEST(FamilyTraits, DefaultsFlowIntoModelConfig) {
+  for (const FamilyTraits* f = AllFamilies().begin; f != AllFamilies().end; ++f) {
+    SCOPED_TRACE(f->architecture);
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(MinimalConfig(*f), "mem");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->family, f);
+    EXPECT_EQ(c->model_type, f->model_type);  // model_type defaults to the family's
+    EXPECT_EQ(c->max_position_embeddings, f->default_max_position_embeddings);
+    EXPECT_EQ(c->tie_word_embeddings, f->tie_word_embeddings_default);
+    EXPECT_EQ(c->qk_norm, f->qk_norm);
+    EXPECT_EQ(c->attention_bias, f->attention_bias == AttentionBiasPolicy::kQkvAlways);
+    EXPECT_EQ(c->sliding_window, 0);
+    // A model_type of another family is refused.
+    const std::string other = std::string(f->model_type) == "llama" ? "qwen2" : "llama";
+    EXPECT_THAT(ParseModelConfig(MinimalConfig(*f, absl::StrCat(R"("model_type": ")", other, R"(")")), "mem")
+                    .status()
+                    .message(),
+                HasSubstr("does not match architecture"));
+  }
+}
+
+TEST(FamilyTraits, AttentionBiasPolicy) {
+  for (const FamilyTraits* f = AllFamilies().begin; f != AllFamilies().end; ++f) {
+    SCOPED_TRACE(f->architecture);
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(MinimalConfig(*f, R"("attention_bias": true)"), "mem");
+    if (f->attention_bias == AttentionBiasPolicy::kQkvAlways) {
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_TRUE(c->attention_bias);
+      c = ParseModelConfig(MinimalConfig(*f, R"("attention_bias": false)"), "mem");
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_TRUE(c->attention_bias);  // ignored: the family always has q/k/v bias
+    } else {
+      EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(c.status().message(), HasSubstr("o_proj"));
+    }
+  }
+}
+
+TEST(FamilyTraits, SlidingWindowPolicy) {
+  for (const FamilyTraits* f = AllFamilies().begin; f != AllFamilies().end; ++f) {
+    SCOPED_TRACE(f->architecture);
+    const std::string window = R"("max_position_embeddings": 4096, "sliding_window": 1024)";
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(MinimalConfig(*f, window), "mem");
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<ModelConfig> on =
+        ParseModelConfig(MinimalConfig(*f, window + R"(, "use_sliding_window": true)"), "mem");
+    if (f->sliding_window == SlidingWindowPolicy::kWindowField) {
+      EXPECT_EQ(c->sliding_window, 1024);
+    } else {
+      EXPECT_EQ(c->sliding_window, 0);  // without use_sliding_window the field means nothing
+      EXPECT_THAT(on.status().message(), HasSubstr("use_sliding_window"));
+    }
+  }
+}
+
+TEST(FamilyTraits, RopeScalingsAllowedByTheFamily) {
+  const std::string linear = R"("rope_scaling": {"type": "linear", "factor": 2.0})";
+  for (const FamilyTraits* f = AllFamilies().begin; f != AllFamilies().end; ++f) {
+    SCOPED_TRACE(f->architecture);
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(MinimalConfig(*f, linear), "mem");
+    if ((f->rope_scalings & RopeTypeBit(RopeType::kLinear)) != 0) {
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_EQ(c->rope_scaling.type, RopeType::kLinear);
+    } else {
+      EXPECT_THAT(c.status().message(), HasSubstr("not supported for"));
+    }
+  }
+}
+
+// The shard plan accepts every family of the table that declares tensor_parallel.
+TEST(FamilyTraits, ShardPlanReadsTensorParallel) {
+  for (const FamilyTraits* f = AllFamilies().begin; f != AllFamilies().end; ++f) {
+    SCOPED_TRACE(f->architecture);
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(MinimalConfig(*f), "mem");
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<ShardPlan> plan = ShardPlan::Create(*c, 2, 1);
+    if (f->tensor_parallel) {
+      EXPECT_TRUE(plan.ok()) << plan.status();
+    } else {
+      EXPECT_EQ(plan.status().code(), absl::StatusCode::kUnimplemented);
+    }
+  }
+  // A family that is not tensor-parallel is refused for tp > 1, accepted for tp 1.
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(MinimalConfig(*AllFamilies().begin), "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  FamilyTraits not_tp = *c->family;
+  not_tp.tensor_parallel = false;
+  c->family = &not_tp;
+  EXPECT_EQ(ShardPlan::Create(*c, 2, 0).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(ShardPlan::Create(*c, 1, 0).ok());
+}
+
+}  // namespace
+}  // namespace scored

@@ -1,0 +1,115 @@
+// RopeInvFreq (engine/model/rope_freq.h) against the RoPE frequency formula evaluated here, independently,
+// in double: plain, linear and llama3 scaling, over every index of real head dims and thetas.
+//
+// Tolerance: the function reproduces transformers' fp32 computation, whose first rounding is the exponent
+// 2i/d in fp32. That alone moves theta^(2i/d) by up to 2^-24 * ln(theta) relative (8e-7 at theta 5e5,
+// 9e-7 at 1e6); the fp32 power, reciprocal, division by the factor and the llama3 blend add a few 2^-24
+// each. kInvFreqRelTol = 2e-6 covers that and still fails any formula error (a wrong band, factor or
+// exponent is off by far more).
+#include "engine/model/rope_freq.h"
+
+#include <cmath>
+#include <vector>
+
+#include "engine/model/config.h"
+#include "gtest/gtest.h"
+
+namespace scored {
+namespace {
+
+constexpr double kInvFreqRelTol = 2e-6;
+constexpr double kPi = 3.14159265358979323846;
+
+ModelConfig MakeConfig(int64_t head_dim, double theta) {
+  ModelConfig config;
+  config.head_dim = head_dim;
+  config.rope_theta = theta;
+  return config;
+}
+
+// theta^(-2i/d), the unscaled frequency, in double.
+double PlainInvFreq(double theta, int64_t i, int64_t d) {
+  return std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+}
+
+// The llama3 scaling of one frequency (transformers' _compute_llama3_parameters), in double.
+double Llama3InvFreq(double inv, const RopeScaling& s) {
+  const double orig = static_cast<double>(s.original_max_position_embeddings);
+  const double wavelen = 2.0 * kPi / inv;
+  if (wavelen < orig / s.high_freq_factor) return inv;
+  if (wavelen > orig / s.low_freq_factor) return inv / s.factor;
+  const double smooth = (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  return (1.0 - smooth) * inv / s.factor + smooth * inv;
+}
+
+void ExpectNearFormula(const ModelConfig& config) {
+  const std::vector<float> f = RopeInvFreq(config);
+  ASSERT_EQ(static_cast<int64_t>(f.size()), config.head_dim / 2);
+  for (int64_t i = 0; i < config.head_dim / 2; ++i) {
+    double expected = PlainInvFreq(config.rope_theta, i, config.head_dim);
+    if (config.rope_scaling.type == RopeType::kLinear) expected /= config.rope_scaling.factor;
+    if (config.rope_scaling.type == RopeType::kLlama3)
+      expected = Llama3InvFreq(expected, config.rope_scaling);
+    EXPECT_NEAR(f[i], expected, expected * kInvFreqRelTol)
+        << "i " << i << ", head_dim " << config.head_dim << ", theta " << config.rope_theta;
+  }
+}
+
+TEST(RopeInvFreq, PlainSmallCaseIsPowersOfTheta) {
+  const std::vector<float> f = RopeInvFreq(MakeConfig(8, 10000.0));
+  ASSERT_EQ(f.size(), 4u);
+  const double expected[] = {1.0, 0.1, 0.01, 0.001};  // 10000^(-2i/8)
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(f[i], expected[i], expected[i] * kInvFreqRelTol) << i;
+  EXPECT_EQ(f[0], 1.0f);  // theta^0 is exact
+}
+
+// Head dims and thetas of the supported families: Llama-2 (128, 1e4), Llama-3 (128, 5e5), Qwen2.5 (64, 1e6),
+// Qwen3 (128, 1e6), stories260K (8, 1e4).
+TEST(RopeInvFreq, PlainMatchesFormula) {
+  for (const auto& [head_dim, theta] :
+       {std::pair<int64_t, double>{8, 1e4}, {64, 1e6}, {128, 1e4}, {128, 5e5}, {128, 1e6}, {256, 1e4}}) {
+    ExpectNearFormula(MakeConfig(head_dim, theta));
+  }
+}
+
+TEST(RopeInvFreq, LinearMatchesFormula) {
+  for (const double factor : {2.0, 4.0, 8.0}) {
+    ModelConfig config = MakeConfig(64, 10000.0);
+    config.rope_scaling.type = RopeType::kLinear;
+    config.rope_scaling.factor = factor;
+    ExpectNearFormula(config);
+  }
+}
+
+// Llama-3.1 (factor 8, low 1, high 4, original context 8192) and Llama-3.2 (factor 32) parameters.
+TEST(RopeInvFreq, Llama3MatchesFormula) {
+  for (const double factor : {8.0, 32.0}) {
+    ModelConfig config = MakeConfig(128, 500000.0);
+    config.rope_scaling.type = RopeType::kLlama3;
+    config.rope_scaling.factor = factor;
+    config.rope_scaling.low_freq_factor = 1.0;
+    config.rope_scaling.high_freq_factor = 4.0;
+    config.rope_scaling.original_max_position_embeddings = 8192;
+    ExpectNearFormula(config);
+  }
+}
+
+// The three llama3 bands are all exercised: the band edges worked out by hand for the Llama-3.1
+// parameters are wavelengths 1956 (i=28) < 2048 <= 2402 (i=29) and 6695 (i=34) <= 8192 < 8219 (i=35).
+TEST(RopeInvFreq, Llama3BandEdges) {
+  ModelConfig config = MakeConfig(128, 500000.0);
+  config.rope_scaling.type = RopeType::kLlama3;
+  config.rope_scaling.factor = 8.0;
+  config.rope_scaling.low_freq_factor = 1.0;
+  config.rope_scaling.high_freq_factor = 4.0;
+  config.rope_scaling.original_max_position_embeddings = 8192;
+  const std::vector<float> f = RopeInvFreq(config);
+  ASSERT_EQ(f.size(), 64u);
+  EXPECT_NEAR(f[28], PlainInvFreq(500000.0, 28, 128), 1e-8);        // high band: unchanged
+  EXPECT_LT(f[29], PlainInvFreq(500000.0, 29, 128) * 0.999);        // blend: below unscaled
+  EXPECT_GT(f[34], PlainInvFreq(500000.0, 34, 128) / 8.0 * 1.001);  // blend: above scaled
+  EXPECT_NEAR(f[35], PlainInvFreq(500000.0, 35, 128) / 8.0, 1e-9);  // low band: divided by 8
+}
+
+}  // namespace
+}  // namespace scored
