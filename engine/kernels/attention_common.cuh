@@ -294,18 +294,22 @@ __device__ __forceinline__ void PackProbabilities(uint32_t (&a)[4], const float 
   a[3] = PackBf16(p[2 * c + 1][2], p[2 * c + 1][3]);
 }
 
-// Sums each row's l over the 4 threads of its row group, divides the row's accumulators by it and stores
-// them as bf16: rows row_a and row_b = row_a + 8 (local indices of the sequence that starts at token
-// `start`; stored when < len), at out[(start + row) * out_stride + col0 + 8 n + 2 t] and the column after.
-template <int kBlocks>
-__device__ __forceinline__ void StoreNormalizedRows(const float (&o)[kBlocks][4], float l_a, float l_b,
-                                                    int row_a, int len, int t, int64_t start,
-                                                    int64_t out_stride, int col0, __nv_bfloat16* out) {
+// Sums each row's l over the 4 threads of its row group (each holds a quarter of the row's keys).
+__device__ __forceinline__ void SumOverRowGroup(float& l_a, float& l_b) {
 #pragma unroll
   for (int offset = 1; offset < 4; offset <<= 1) {
     l_a += __shfl_xor_sync(0xffffffffu, l_a, offset);
     l_b += __shfl_xor_sync(0xffffffffu, l_b, offset);
   }
+}
+
+// Divides one thread's share of a 16-row output tile by its rows' sums l (SumOverRowGroup) and stores it as
+// bf16: rows row_a and row_b = row_a + 8 (local indices of the sequence that starts at token `start`; stored
+// when < len), at out[(start + row) * out_stride + col0 + 8 n + 2 t] and the column after.
+template <int kBlocks>
+__device__ __forceinline__ void StoreNormalizedRows(const float (&o)[kBlocks][4], float l_a, float l_b,
+                                                    int row_a, int len, int t, int64_t start,
+                                                    int64_t out_stride, int col0, __nv_bfloat16* out) {
   const int row_b = row_a + 8;
   const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
 #pragma unroll

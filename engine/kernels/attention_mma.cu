@@ -173,6 +173,7 @@ __global__ void __launch_bounds__(Mma16Warps<kHeadDim>() * 32, Mma16MinBlocks<kH
     }
     __syncthreads();  // the next iteration's copies overwrite this stage
   }
+  SumOverRowGroup(l[0], l[1]);
   StoreNormalizedRows(o, l[0], l[1], row_a, w.len, t, w.start,
                       static_cast<int64_t>(shape.num_heads) * kHeadDim, w.head * kHeadDim, out);
 }
@@ -320,7 +321,9 @@ __global__ void __launch_bounds__(kMma32Warps * 32, Mma32MinBlocks<kHeadDim>())
   const int64_t out_stride = static_cast<int64_t>(shape.num_heads) * kHeadDim;
 #pragma unroll
   for (int rt = 0; rt < kMma32RowTiles; ++rt) {
-    StoreNormalizedRows(o[rt], l[rt][0], l[rt][1], warp_q0 + rt * 16 + g, w.len, t, w.start, out_stride,
+    float la = l[rt][0], lb = l[rt][1];
+    SumOverRowGroup(la, lb);
+    StoreNormalizedRows(o[rt], la, lb, warp_q0 + rt * 16 + g, w.len, t, w.start, out_stride,
                         w.head * kHeadDim, out);
   }
 }

@@ -256,6 +256,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
   FenceOperands(o);
 
   // o[i][e]: row (e < 2 ? row_a : row_b), dims 8 i + 2 t + (e & 1).
+  SumOverRowGroup(l[0], l[1]);
   StoreNormalizedRows(o, l[0], l[1], row_a, w.len, t, w.start,
                       static_cast<int64_t>(shape.num_heads) * kHopperHeadDim, w.head * kHopperHeadDim, out);
 #else
