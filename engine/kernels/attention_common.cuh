@@ -1,7 +1,9 @@
 // Device helpers shared by the attention kernel families (private: included only by attention_*.cu).
 //
+// - EnsureDynamicSmem (host): the per-(kernel, device) dynamic shared-memory attribute of the launchers.
 // - PTX wrappers: mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix (.trans), cp.async 16-byte copies
 //   and their groups, ex2.approx.
+// - LocateBlock: a block's sequence, head and query tile (grid: query tiles in reverse order, heads, seqs).
 // - The K/V tile loader of the mma.sync kernels: a two-stage cp.async ring, rows padded by kPad.
 // - The online softmax of one thread's two rows of a 16-row mma tile, for both score conventions: scores
 //   already in log2 units (ScaledScores: the 16-row kernel) or raw scores scaled inside the exponent
