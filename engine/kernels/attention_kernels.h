@@ -1,0 +1,47 @@
+// The attention kernel families' launchers (private to the attention files: attention.cu picks one, the
+// attention_*.cu files define them). Plain C++, no device code.
+//
+// Each launcher takes CausalAttention's arguments (attention.h) after attention.cu has checked the shape
+// (CheckShape) and skipped empty work, and after it has checked the family's own limits (head_dim, the
+// alignment predicates there): it launches the kernel on `stream` with the family's fixed configuration,
+// never synchronizes, and returns INTERNAL on a CUDA error (a failed launch, or setting the kernel's
+// dynamic shared-memory limit).
+#ifndef SCORED_ENGINE_KERNELS_ATTENTION_KERNELS_H_
+#define SCORED_ENGINE_KERNELS_ATTENTION_KERNELS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/kernels/attention.h"
+#include "engine/kernels/kernel_types.h"
+
+namespace scored::kernels::attention_internal {
+
+// SIMT fp32 kernel (attention_simt.cu): any head_dim of attention.h; T in {float, bf16_t}.
+template <typename T>
+absl::Status LaunchSimt(const T* q, const T* k, const T* v, const int32_t* cu_seqlens,
+                        const AttentionShape& shape, T* out, cudaStream_t stream);
+
+// mma.sync kernel with 16 query rows per warp (attention_mma.cu): kHeadDim in {32, 64, 128}; q and out
+// 4-byte aligned with q_stride even, k and v 16-byte aligned with kv_stride % 8 == 0.
+template <int kHeadDim>
+absl::Status LaunchMma16Rows(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
+                             const AttentionShape& shape, bf16_t* out, cudaStream_t stream);
+
+// mma.sync kernel with 32 query rows per warp and kBlockK-key tiles (attention_mma.cu): kHeadDim in {64,
+// 128}, kBlockK in {32, 64}; the 16-row kernel's alignment, and q 16-byte aligned with q_stride % 8 == 0.
+template <int kHeadDim, int kBlockK>
+absl::Status LaunchMma32Rows(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
+                             const AttentionShape& shape, bf16_t* out, cudaStream_t stream);
+
+// Whether the Hopper wgmma kernel can run here (attention_wgmma_sm90.cu): the library carries its sm_90a
+// code and the current device has compute capability 9.0.
+bool WgmmaAvailable();
+
+// Hopper wgmma kernel: head_dim 128, the 32-row kernel's alignment, WgmmaAvailable().
+absl::Status LaunchWgmma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
+                         const AttentionShape& shape, bf16_t* out, cudaStream_t stream);
+
+}  // namespace scored::kernels::attention_internal
+
+#endif  // SCORED_ENGINE_KERNELS_ATTENTION_KERNELS_H_
