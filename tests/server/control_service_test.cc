@@ -6,14 +6,20 @@
 // threads must not use gRPC).
 #include "server/control_service.h"
 
+#include <net/if.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <future>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -359,6 +365,26 @@ TEST(ControlServiceTest, BroadcastToAGoneFollowerFailsNamingIt) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("node rank 1"));
 }
 
+// Runs this test binary again as a child with `filter` and the extra environment `env` (fork + exec only:
+// see the header comment). Returns the child's pid, or -1.
+pid_t SpawnSelf(const std::string& filter, const std::vector<std::string>& env) {
+  static char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return -1;
+  self[n] = '\0';
+  std::string filter_arg = "--gtest_filter=" + filter;
+  char* argv[] = {self, filter_arg.data(), nullptr};
+  std::vector<char*> envp;
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const pid_t child = fork();
+  if (child == 0) {
+    execve(self, argv, envp.data());
+    _exit(127);
+  }
+  return child;
+}
+
 // --- a follower process killed with SIGKILL (this binary re-run as the follower) ---
 
 // The child's role: joins the leader at CONTROL_TEST_PORT as node rank 1 of 2, writes one byte to the fd
@@ -384,22 +410,10 @@ TEST(ControlServiceTest, LeaderWatchDetectsAFollowerProcessKilledWithSigkill) {
   ASSERT_GT(leader.port, 0);
   int joined_pipe[2];
   ASSERT_EQ(pipe(joined_pipe), 0);
-  const std::string port_env = absl::StrCat("CONTROL_TEST_PORT=", leader.port);
-  const std::string fd_env = absl::StrCat("CONTROL_TEST_JOINED_FD=", joined_pipe[1]);
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  ASSERT_GT(n, 0);
-  self[n] = '\0';
-  // Everything the child needs is prepared before fork(): between fork and exec only exec runs.
-  std::string filter = "--gtest_filter=ControlServiceChild.FollowerThatWaitsToBeKilled";
-  char* argv[] = {self, filter.data(), nullptr};
-  std::vector<char*> envp = {const_cast<char*>(port_env.c_str()), const_cast<char*>(fd_env.c_str()), nullptr};
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    execve(self, argv, envp.data());
-    _exit(127);
-  }
+  const pid_t child = SpawnSelf("ControlServiceChild.FollowerThatWaitsToBeKilled",
+                                {absl::StrCat("CONTROL_TEST_PORT=", leader.port),
+                                 absl::StrCat("CONTROL_TEST_JOINED_FD=", joined_pipe[1])});
+  ASSERT_GT(child, 0);
   close(joined_pipe[1]);
   TransportOr l = leader.Get();
   ASSERT_TRUE(l.ok()) << l.status();
@@ -420,6 +434,84 @@ TEST(ControlServiceTest, LeaderWatchDetectsAFollowerProcessKilledWithSigkill) {
   EXPECT_EQ(probe.status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(probe.status.message()), HasSubstr("lost node rank 1"));
   EXPECT_EQ((*l)->Broadcast("x").code(), absl::StatusCode::kUnavailable);
+}
+
+// Sets the loopback interface of this process's network namespace up or down. False without permission.
+bool SetLoopbackUp(bool up) {
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd < 0) return false;
+  ifreq ifr;
+  std::memset(&ifr, 0, sizeof(ifr));
+  std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  bool ok = ioctl(fd, SIOCGIFFLAGS, &ifr) == 0;
+  if (ok) {
+    ifr.ifr_flags = static_cast<short>(up ? (ifr.ifr_flags | IFF_UP) : (ifr.ifr_flags & ~IFF_UP));
+    ok = ioctl(fd, SIOCSIFFLAGS, &ifr) == 0;
+  }
+  close(fd);
+  return ok;
+}
+
+// The child's role in VanishedHostIsDetectedByKeepalive: in a private network namespace, a leader and a
+// follower on its loopback interface, which then goes down under them (no FIN, no RST: packets just stop,
+// as when a host loses power). Writes the seconds until both ends reported the loss to the fd
+// CONTROL_TEST_RESULT_FD; exits 77 without the permission for a namespace, 1 on a failure.
+TEST(ControlServiceChild, VanishedHost) {
+  const char* fd_text = std::getenv("CONTROL_TEST_RESULT_FD");
+  const char* in_flight_text = std::getenv("CONTROL_TEST_IN_FLIGHT");
+  int fd = -1;
+  if (fd_text == nullptr || in_flight_text == nullptr || !absl::SimpleAtoi(fd_text, &fd)) {
+    GTEST_SKIP() << "only run as the child of VanishedHostIsDetectedByKeepalive";
+  }
+  // Before gRPC starts any thread: every later thread is in the new namespace.
+  if (unshare(CLONE_NEWNET) != 0 || !SetLoopbackUp(true)) _exit(77);
+  Group g = JoinGroup(2, "id");
+  if (g.leader == nullptr || g.followers.size() != 1) _exit(1);
+  LostProbe leader_probe;
+  LostProbe follower_probe;
+  g.leader->WatchPeers(leader_probe.Callback());
+  g.followers[0]->WatchPeers(follower_probe.Callback());
+  if (!SetLoopbackUp(false)) _exit(77);
+  const absl::Time gone = absl::Now();
+  if (std::string(in_flight_text) == "1" && !g.leader->Broadcast("a batch").ok()) _exit(1);
+  const bool noticed =
+      leader_probe.fired.WaitForNotificationWithTimeout(absl::Seconds(20)) &&
+      follower_probe.fired.WaitForNotificationWithTimeout(absl::Seconds(20) - (absl::Now() - gone));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - gone);
+  if (write(fd, &seconds, sizeof(seconds)) != sizeof(seconds)) _exit(1);
+  // Threads may still wait on the dead connections: leave without running destructors.
+  _exit(noticed && absl::IsUnavailable(leader_probe.status) && absl::IsUnavailable(follower_probe.status)
+            ? 0
+            : 1);
+}
+
+// A peer host that vanishes without closing anything: both ends notice through HTTP/2 keepalive within
+// keepalive_time + keepalive_timeout (1 s + 1 s in these tests; 5 s + 5 s by default) plus scheduling
+// slack, idle and with a batch in flight. Needs permission for a private network namespace (root);
+// skipped otherwise.
+TEST(ControlServiceTest, VanishedHostIsDetectedByKeepalive) {
+  for (const bool in_flight : {false, true}) {
+    SCOPED_TRACE(in_flight ? "batch in flight" : "idle");
+    int result_pipe[2];
+    ASSERT_EQ(pipe(result_pipe), 0);
+    const pid_t child = SpawnSelf("ControlServiceChild.VanishedHost",
+                                  {absl::StrCat("CONTROL_TEST_RESULT_FD=", result_pipe[1]),
+                                   absl::StrCat("CONTROL_TEST_IN_FLIGHT=", in_flight ? 1 : 0)});
+    ASSERT_GT(child, 0);
+    close(result_pipe[1]);
+    int wstatus = 0;
+    ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+    double seconds = -1;
+    const bool got = read(result_pipe[0], &seconds, sizeof(seconds)) == sizeof(seconds);
+    close(result_pipe[0]);
+    ASSERT_TRUE(WIFEXITED(wstatus));
+    if (WEXITSTATUS(wstatus) == 77) GTEST_SKIP() << "no permission for a private network namespace";
+    EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "not noticed by both ends within 20 s";
+    EXPECT_TRUE(got);
+    EXPECT_LT(seconds, 8.0);
+    std::cout << "[ timing ] vanished host (" << (in_flight ? "batch in flight" : "idle")
+              << ") noticed by both ends after " << seconds << " s" << std::endl;
+  }
 }
 
 // --- security: the Score service's bearer token, TLS and mTLS ---
