@@ -13,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -50,6 +51,17 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& flag, const std::str
     return absl::InvalidArgumentError(absl::StrCat("--", flag, ": cannot read '", path, "'"));
   }
   return text.str();
+}
+
+// Whether a failed attempt got a TCP connection that the leader then closed during the TLS / HTTP/2
+// handshake (rather than no connection at all: refused, unresolvable, timed out). gRPC reports both as
+// UNAVAILABLE and tells them apart only in the message, so this is a best effort for a better error: a
+// miss leaves DEADLINE_EXCEEDED, which is what a leader that is not up gives.
+bool LooksLikeAHandshakeRefusal(const absl::Status& status) {
+  const absl::string_view m = status.message();
+  return absl::IsUnavailable(status) && !absl::StrContains(m, "Connection refused") &&
+         (absl::StrContains(m, "Socket closed") || absl::StrContains(m, "andshake") ||
+          absl::StrContains(m, "SSL") || absl::StrContains(m, "ssl") || absl::StrContains(m, "certificate"));
 }
 
 struct HostPort {
@@ -908,10 +920,19 @@ absl::StatusOr<std::unique_ptr<dist::ControlTransport>> GrpcControlTransportFact
     }
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      last_error = absl::DeadlineExceededError(
-          absl::StrCat("node rank ", node_rank, " could not reach the leader at ", address, " within ",
-                       absl::FormatDuration(options_.join_timeout), " (last error: ", last_error.ToString(),
-                       "; is the leader up, with the same TLS settings?)"));
+      if (LooksLikeAHandshakeRefusal(last_error)) {
+        last_error = absl::UnavailableError(absl::StrCat(
+            "node rank ", node_rank, " could not join the leader at ", address, " within ",
+            absl::FormatDuration(options_.join_timeout),
+            ": the leader closed every connection during the handshake (TLS on one side only, a leader "
+            "certificate this node does not trust, or no client certificate under mTLS?; last error: ",
+            last_error.ToString(), ")"));
+      } else {
+        last_error = absl::DeadlineExceededError(
+            absl::StrCat("node rank ", node_rank, " could not reach the leader at ", address, " within ",
+                         absl::FormatDuration(options_.join_timeout), " (last error: ", last_error.ToString(),
+                         "; is the leader up, with the same TLS settings?)"));
+      }
       break;
     }
     absl::SleepFor(std::min(absl::Milliseconds(200), deadline - now));

@@ -12,9 +12,11 @@
 // Follower: a gRPC channel to HOST:PORT, the token as `authorization: Bearer <token>` call metadata (as
 // the Score clients send it); until the join timeout each failed attempt (leader not listening yet) is
 // retried every ~200 ms. A refusal by the leader (FAILED_PRECONDITION, UNAUTHENTICATED) ends the join at
-// once. gRPC cannot tell a leader that is not up yet from a TLS handshake that fails (TLS on one side
-// only, an untrusted certificate, no client certificate under mTLS): both retry until the join timeout,
-// then DEADLINE_EXCEEDED carries gRPC's last error (which names the handshake failure).
+// once. A TLS handshake that fails (TLS on one side only, an untrusted certificate, no client certificate
+// under mTLS) looks to gRPC like a leader that is not up yet, so it is retried as well; at the join
+// timeout the follower returns UNAVAILABLE ("closed every connection during the handshake") when its
+// attempts got a connection that the leader closed, else DEADLINE_EXCEEDED ("could not reach the
+// leader"); both carry gRPC's last error.
 //
 // Security settings (ControlSecurity, from the Score flags; server/README.md "Security model"):
 //   leader    listens with BuildServerCredentials(tls) (plaintext, TLS or mTLS) and requires the token of

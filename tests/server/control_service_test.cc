@@ -639,7 +639,8 @@ TEST_F(ControlServiceTlsTest, PlaintextFollowerIsRefusedByATlsLeader) {
   std::future<TransportOr> f = StartFollower(leader.port, 2, 1, WithToken(kToken), o);
   TransportOr c = GetBounded(f);
   TransportOr l = leader.Get();
-  EXPECT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable) << c.status();
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("closed every connection during the handshake"));
   EXPECT_EQ(l.status().code(), absl::StatusCode::kDeadlineExceeded) << l.status();  // never joined
 }
 
@@ -660,7 +661,8 @@ TEST_F(ControlServiceTlsTest, MtlsWorksWithAClientCertificateOnly) {
   std::future<TransportOr> f = StartFollower(leader.port, 2, 1, anonymous, o);
   TransportOr c = GetBounded(f);
   TransportOr l = leader.Get();
-  EXPECT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable) << c.status();
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("closed every connection during the handshake"));
   EXPECT_EQ(l.status().code(), absl::StatusCode::kDeadlineExceeded) << l.status();
 }
 
