@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <deque>
 #include <fstream>
-#include <set>
 #include <sstream>
 #include <thread>
 #include <utility>
