@@ -18,6 +18,10 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
+namespace scored::dist {
+class ControlTransportFactory;
+}
+
 namespace scored {
 
 enum class Backend { kAuto, kCpu, kCuda };
@@ -38,6 +42,8 @@ struct EngineOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string rendezvous;
+  // Multi-process only: makes the control-plane ends (the server implements it over gRPC).
+  std::shared_ptr<dist::ControlTransportFactory> control_transport;
   // Testing only (CUDA): -1 = off; N >= 0 = the (N+1)-th Score() call first runs a kernel that traps on the
   // device (engine/kernels/device_trap.h), a real sticky device failure: that call and every later one return
   // UNAVAILABLE and fatal_status() turns UNAVAILABLE. The CPU backend refuses it (INVALID_ARGUMENT).

@@ -41,7 +41,8 @@ ABSL_FLAG(int32_t, node_rank, 0,
           "(a follower)");
 ABSL_FLAG(std::string, rendezvous, "",
           "HOST:PORT of node rank 0's control channel, the same on every node (required when --nnodes > 1); "
-          "node rank 0 listens on every local address at PORT");
+          "node rank 0 listens on every local address at PORT, with the Score service's --tls_* and "
+          "--auth_token_file (give every node the same ones)");
 ABSL_FLAG(std::string, dtype, "bf16",
           "Compute dtype of the cuda backend: bf16 | fp32 (cpu always computes fp32)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address host:port (port 0 picks a free port)");
@@ -148,6 +149,8 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   }
   absl::Status valid = scored::ValidateServerOptions(o);
   if (!valid.ok()) return valid;
+  absl::Status attached = scored::AttachControlTransport(&o);
+  if (!attached.ok()) return attached;
   return o;
 }
 

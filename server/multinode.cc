@@ -4,9 +4,25 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/logging.h"
+#include "engine/base/status_macros.h"
+#include "server/control_service.h"
 #include "server/server.h"
 
 namespace scored {
+
+absl::Status AttachControlTransport(ServerOptions* options) {
+  if (options->engine.nnodes <= 1) return absl::OkStatus();
+  ControlSecurity security;
+  security.tls = TlsFiles{options->tls_cert_file, options->tls_key_file, options->tls_client_ca_file};
+  security.auth_token_file = options->auth_token_file;
+  SCORED_ASSIGN_OR_RETURN(options->engine.control_transport, GrpcControlTransportFactory::Create(security));
+  if (options->tls_cert_file.empty() && options->auth_token_file.empty()) {
+    SCORED_LOG(WARNING) << "the control channel (--rendezvous " << options->engine.rendezvous
+                        << ") has neither TLS nor a bearer token: anyone who reaches node rank 0's port can "
+                           "join it; set --auth_token_file (and --tls_cert/--tls_key) on every node";
+  }
+  return absl::OkStatus();
+}
 
 absl::Status RunFollowerNode(const ServerOptions& options) {
   const EngineOptions& e = options.engine;
