@@ -63,6 +63,12 @@ absl::StatusOr<ComputeDtype> ParseComputeDtype(const std::string& text) {
   return absl::InvalidArgumentError(absl::StrCat("--dtype must be bf16 or fp32, got '", text, "'"));
 }
 
+absl::StatusOr<TpExchange> ParseTpExchange(const std::string& text) {
+  if (text == "copy") return TpExchange::kCopy;
+  if (text == "nccl") return TpExchange::kNccl;
+  return absl::InvalidArgumentError(absl::StrCat("--tp_exchange must be copy or nccl, got '", text, "'"));
+}
+
 const char* BackendName(Backend backend) {
   switch (backend) {
     case Backend::kCpu:

@@ -264,6 +264,17 @@ TEST(ServerOptionsTest, ParsesBackendAndDtype) {
   EXPECT_EQ(*ParseComputeDtype("fp32"), ComputeDtype::kFp32);
   EXPECT_THAT(std::string(ParseComputeDtype("fp16").status().message()),
               HasSubstr("--dtype must be bf16 or fp32"));
+  EXPECT_EQ(*ParseTpExchange("copy"), TpExchange::kCopy);
+  EXPECT_EQ(*ParseTpExchange("nccl"), TpExchange::kNccl);
+  EXPECT_THAT(std::string(ParseTpExchange("shared-memory").status().message()),
+              HasSubstr("--tp_exchange must be copy or nccl, got 'shared-memory'"));
+}
+
+TEST(ServerOptionsTest, AutoBackendResolvesToACompiledInOne) {
+  const Backend resolved = ResolveBackend(Backend::kAuto);
+  EXPECT_EQ(resolved, CudaBackendAvailable() ? Backend::kCuda : Backend::kCpu);
+  EXPECT_EQ(ResolveBackend(Backend::kCpu), Backend::kCpu);
+  EXPECT_EQ(ResolveBackend(Backend::kCuda), Backend::kCuda);
 }
 
 TEST(GrpcStatusTest, MapsEveryCodeAndKeepsTheMessage) {
