@@ -16,6 +16,9 @@
 namespace scored::cuda {
 namespace {
 
+// Device memory left free beyond what the engine sizes itself for (cuBLASLt and CUDA internals).
+constexpr int64_t kReserveBytes = int64_t{512} << 20;
+
 double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
 
 // Fills `dst` with copies of the token embedding table (finite, non-zero, weight-like values: GEMM timing

@@ -27,9 +27,6 @@
 
 namespace scored::cuda {
 
-// Device memory left free beyond what the engine sizes itself for (cuBLASLt and CUDA internals).
-constexpr int64_t kReserveBytes = int64_t{512} << 20;
-
 // One rank's device state. At tp > 1 it is created, used and destroyed on the rank's RankWorker thread;
 // at tp == 1 on the engine's calling thread.
 struct Rank {
