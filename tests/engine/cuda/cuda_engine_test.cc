@@ -14,6 +14,7 @@
 //  - determinism: bitwise, run to run and alone vs in a batch (pinned GEMM algorithms, row-wise kernels).
 #include "engine/cuda/cuda_engine.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -283,6 +284,21 @@ TEST_F(CudaEngineTest, RejectsBadRequestsAndReportsMemory) {
   ScoreRequest one;
   one.tokens = {1};
   EXPECT_EQ(ScoreAll(*engine, {one}).status().code(), absl::StatusCode::kInvalidArgument);
+  // A bad request fails alone: the others of its batch are scored, bitwise as when scored alone.
+  ScoreRequest good;
+  good.tokens = {1, 403, 407, 9, 27};
+  good.want_rank = true;
+  const std::vector<absl::StatusOr<ScoreResult>> mixed = engine->Score({good, bad_id, one, good});
+  ASSERT_EQ(mixed.size(), 4u);
+  EXPECT_EQ(mixed[1].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(mixed[1].status().message()), ::testing::HasSubstr("token id 600 at position 1"));
+  EXPECT_EQ(mixed[2].status().code(), absl::StatusCode::kInvalidArgument);
+  auto alone = ScoreAll(*engine, {good});
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  for (const size_t i : {size_t{0}, size_t{3}}) {
+    ASSERT_TRUE(mixed[i].ok()) << mixed[i].status();
+    ExpectBitwiseEqual(*mixed[i], (*alone)[0], "request " + std::to_string(i) + " of a mixed batch vs alone");
+  }
   EXPECT_TRUE(engine->fatal_status().ok());
   const auto memory = engine->DeviceMemory();
   ASSERT_EQ(memory.size(), 1u);
