@@ -59,7 +59,8 @@ struct EngineOptions {
   // row_parallel_halves does. CreateEngine returns INVALID_ARGUMENT naming the flag for a value out of range.
   // tp > 1: row-chunk pipelining of the row-parallel sums (each layer runs in chunks of whole sequences, a
   // chunk's sum over ranks overlapping the next chunk's compute). 0 = auto (2 chunks from 8192 tokens, else
-  // off), 1 = off, c in [2, 8] = at most c chunks whatever the batch size.
+  // off), 1 = off, c in [2, kMaxTpRowChunks] = at most c chunks whatever the batch size.
+  static constexpr int kMaxTpRowChunks = 8;
   int tp_row_chunks = 0;
   // tp 1: o_proj / down_proj sum their input columns in two halves, bitwise what tp 2 computes; false runs
   // one GEMM each (0.6-1.1% faster, and then tp 1 no longer matches tp 2 bit for bit).
@@ -146,7 +147,8 @@ Backend ResolveBackend(Backend requested);
 absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const EngineOptions& options);
 
 // A follower process of multi-process tensor parallelism (options.node_rank >= 1, nnodes > 1, the CUDA
-// backend): joins the leader at options.rendezvous, loads this process's ranks, then runs every batch
+// backend): joins the leader at options.rendezvous (through options.control_transport, plain TCP when it is
+// null), loads this process's ranks, then runs every batch
 // the leader broadcasts. Blocks. OK after the leader's clean shutdown; UNAVAILABLE when the leader is
 // lost or a communicator fails; FAILED_PRECONDITION when the leader's model fingerprint differs from
 // this process's model; load errors as CreateEngine's.

@@ -63,8 +63,7 @@ absl::StatusOr<ComputeDtype> ParseComputeDtype(const std::string& text);
 absl::StatusOr<TpExchange> ParseTpExchange(const std::string& text);
 const char* BackendName(Backend backend);
 
-// Checks every field; INVALID_ARGUMENT names the flag and the bad value (the CUDA engine checks the range
-// of --tp_row_chunks itself when it is created). The multi-process flags:
+// Checks every field; INVALID_ARGUMENT names the flag and the bad value. The multi-process flags:
 // nnodes >= 1, node_rank in [0, nnodes), tp a multiple of nnodes,
 // the cuda backend, and rendezvous HOST:PORT with a port > 0. A follower (node_rank > 0) listens on
 // nothing, so the --listen security check does not apply to it.

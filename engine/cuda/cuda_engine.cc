@@ -47,6 +47,8 @@ using cuda::PackedBatch;
 using cuda::Rank;
 
 constexpr int kSupportedHeadDims[] = {8, 16, 32, 64, 128, 256};
+static_assert(EngineOptions::kMaxTpRowChunks == cuda::kMaxTpRowChunks,
+              "EngineOptions::tp_row_chunks documents the row-chunk limit of engine/cuda/row_chunks.h");
 
 double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
 

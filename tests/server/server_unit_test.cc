@@ -168,6 +168,11 @@ TEST(ServerOptionsTest, ValidatesEveryFlag) {
   o.engine.tp = 2;
   ExpectBadOptions(o, "needs --backend=cuda");
   o = GoodOptions();
+  o.engine.tp_row_chunks = 9;
+  ExpectBadOptions(o, "--tp_row_chunks must be in [0, 8] (0 = auto), got 9");
+  o.engine.tp_row_chunks = -1;
+  ExpectBadOptions(o, "--tp_row_chunks must be in [0, 8]");
+  o = GoodOptions();
   o.engine.max_batch_tokens = 1;
   ExpectBadOptions(o, "--max_batch_tokens must be >= 2");
   o = GoodOptions();
