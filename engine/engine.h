@@ -49,8 +49,7 @@ struct EngineOptions {
   std::string rendezvous;
   // Multi-process only: makes the control-plane ends (the server implements it over gRPC).
   std::shared_ptr<dist::ControlTransportFactory> control_transport;
-  // Testing only (CUDA): -1 = off; N >= 0 = the (N+1)-th Score() call (counting calls with at least one valid
-  // request) first runs a kernel that traps on the
+  // Testing only (CUDA): -1 = off; N >= 0 = the (N+1)-th Score() call first runs a kernel that traps on the
   // device (engine/kernels/device_trap.h), a real sticky device failure: that call and every later one return
   // UNAVAILABLE and fatal_status() turns UNAVAILABLE. The CPU backend refuses it (INVALID_ARGUMENT).
   int64_t fault_device_trap_after_batches = -1;
