@@ -16,9 +16,13 @@ bool CudaBackendAvailable() {
 #endif
 }
 
+Backend ResolveBackend(Backend requested) {
+  if (requested != Backend::kAuto) return requested;
+  return CudaBackendAvailable() ? Backend::kCuda : Backend::kCpu;
+}
+
 absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const EngineOptions& options) {
-  Backend backend = options.backend;
-  if (backend == Backend::kAuto) backend = CudaBackendAvailable() ? Backend::kCuda : Backend::kCpu;
+  const Backend backend = ResolveBackend(options.backend);
   if (backend == Backend::kCpu) {
     if (options.tp != 1) {
       return absl::InvalidArgumentError("--tp > 1 needs the cuda backend; the cpu backend runs one process");

@@ -26,6 +26,11 @@ namespace scored {
 
 enum class Backend { kAuto, kCpu, kCuda };
 enum class ComputeDtype { kBf16, kFp32 };
+// How the two ranks of tp 2 in one process sum their row-parallel partial products (CUDA).
+enum class TpExchange {
+  kCopy,  // copy-engine peer copies (engine/cuda/peer_link.h); NCCL where the GPUs cannot reach each other
+  kNccl,  // NCCL all-reduces, as tp 4 / 8 and multi-process runs always do
+};
 
 struct EngineOptions {
   std::string model_dir;                     // HF-style folder: config.json, *.safetensors, tokenizer files
@@ -48,6 +53,19 @@ struct EngineOptions {
   // device (engine/kernels/device_trap.h), a real sticky device failure: that call and every later one return
   // UNAVAILABLE and fatal_status() turns UNAVAILABLE. The CPU backend refuses it (INVALID_ARGUMENT).
   int64_t fault_device_trap_after_batches = -1;
+  // CUDA execution settings, `scored` flags of the same names (engine/dist/README.md, tests/bench/RESULTS.md
+  // for what they cost). tp_row_chunks and tp_exchange never change a bit of a result (tests check it);
+  // row_parallel_halves does. CreateEngine returns INVALID_ARGUMENT naming the flag for a value out of range.
+  // tp > 1: row-chunk pipelining of the row-parallel sums (each layer runs in chunks of whole sequences, a
+  // chunk's sum over ranks overlapping the next chunk's compute). 0 = auto (2 chunks from 8192 tokens, else
+  // off), 1 = off, c in [2, kMaxTpRowChunks] = at most c chunks whatever the batch size.
+  static constexpr int kMaxTpRowChunks = 8;
+  int tp_row_chunks = 0;
+  // tp 1: o_proj / down_proj sum their input columns in two halves, bitwise what tp 2 computes; false runs
+  // one GEMM each (0.6-1.1% faster, and then tp 1 no longer matches tp 2 bit for bit).
+  bool row_parallel_halves = true;
+  // tp 2 in one process: see TpExchange.
+  TpExchange tp_exchange = TpExchange::kCopy;
 };
 
 // One sequence to score. Positions j in [max(1, score_from), n) are scored.
@@ -97,11 +115,14 @@ class Engine {
  public:
   virtual ~Engine() = default;
 
-  // Scores a batch of independent sequences. Results are identical (bitwise on a given backend) whatever
-  // the other sequences in the batch. Errors: INVALID_ARGUMENT / OUT_OF_RANGE for a malformed request
-  // (the server validates first, so this is a second line of defence); UNAVAILABLE after a sticky
-  // device failure (see fatal_status()).
-  virtual absl::StatusOr<std::vector<ScoreResult>> Score(absl::Span<const ScoreRequest> batch) = 0;
+  // Scores a batch of independent sequences: one entry per request of `batch`, in order, always
+  // batch.size() of them. A result is identical (bitwise on a given backend) whatever the other sequences
+  // in the batch, and a request that breaks the contract fails alone: its entry holds the
+  // ValidateScoreRequest error (engine/score_contract.h: INVALID_ARGUMENT / OUT_OF_RANGE; the server
+  // validates first, so this is a second line of defence) while the others are scored. A failure of the
+  // batch as a whole (UNAVAILABLE after a sticky device or communicator failure, see fatal_status(); an
+  // INTERNAL error of a forward) gives that status to every sequence it affected.
+  virtual std::vector<absl::StatusOr<ScoreResult>> Score(absl::Span<const ScoreRequest> batch) = 0;
 
   virtual const ModelInfo& info() const = 0;
 
@@ -116,12 +137,17 @@ class Engine {
 // Whether this build has the CUDA backend compiled in and a usable GPU is visible.
 bool CudaBackendAvailable();
 
+// The backend kAuto stands for on this machine (kCuda when CudaBackendAvailable(), else kCpu); kCpu and kCuda
+// unchanged. The one place "auto" is decided (CreateEngine, the server and its flags use it).
+Backend ResolveBackend(Backend requested);
+
 // Loads the model and builds the engine for the chosen backend. Errors name what is wrong
 // (missing/unsupported config field, malformed safetensors file and tensor, unsupported quantization).
 absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const EngineOptions& options);
 
 // A follower process of multi-process tensor parallelism (options.node_rank >= 1, nnodes > 1, the CUDA
-// backend): joins the leader at options.rendezvous, loads this process's ranks, then runs every batch
+// backend): joins the leader at options.rendezvous (through options.control_transport, plain TCP when it is
+// null), loads this process's ranks, then runs every batch
 // the leader broadcasts. Blocks. OK after the leader's clean shutdown; UNAVAILABLE when the leader is
 // lost or a communicator fails; FAILED_PRECONDITION when the leader's model fingerprint differs from
 // this process's model; load errors as CreateEngine's.

@@ -157,16 +157,11 @@ void Batcher::WorkerLoop() {
 void Batcher::RunBatch(std::vector<Item> batch) {
   std::vector<ScoreRequest> requests;
   requests.reserve(batch.size());
-  int64_t batch_tokens = 0;
-  for (Item& item : batch) {
-    batch_tokens += static_cast<int64_t>(item.request.tokens.size());
-    requests.push_back(std::move(item.request));
-  }
-  absl::StatusOr<std::vector<ScoreResult>> results = engine_->Score(requests);
+  for (Item& item : batch) requests.push_back(std::move(item.request));
+  std::vector<absl::StatusOr<ScoreResult>> results = engine_->Score(requests);
 
-  auto check_fatal = [&]() -> bool {
-    absl::Status fatal = engine_->fatal_status();
-    if (fatal.ok()) return false;
+  const absl::Status fatal = engine_->fatal_status();
+  if (!fatal.ok()) {
     bool first = false;
     {
       absl::MutexLock lock(&mu_);
@@ -174,54 +169,28 @@ void Batcher::RunBatch(std::vector<Item> batch) {
       if (first) fatal_ = fatal;
     }
     if (first && options_.on_fatal) options_.on_fatal(fatal);
-    return true;
-  };
-  auto fail_unavailable = [&](size_t from) {
-    for (size_t i = from; i < batch.size(); ++i) {
-      batch[i].done(absl::UnavailableError(
-          absl::StrCat("the engine failed and cannot serve: ", engine_->fatal_status().message())));
-    }
-  };
-
-  if (check_fatal()) {
-    fail_unavailable(0);
+    const absl::Status unavailable =
+        absl::UnavailableError(absl::StrCat("the engine failed and cannot serve: ", fatal.message()));
+    for (Item& item : batch) item.done(unavailable);
     return;
   }
-  if (results.ok() && results->size() == batch.size()) {
-    int64_t scored = 0;
-    for (const ScoreResult& r : *results) scored += r.num_scored;
-    if (options_.on_batch) options_.on_batch(batch_tokens, static_cast<int>(batch.size()), scored);
-    for (size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move((*results)[i]));
-    return;
-  }
-  if (results.ok()) {
+  if (results.size() != batch.size()) {
     const absl::Status wrong = absl::InternalError(
-        absl::StrCat("the engine returned ", results->size(), " results for ", batch.size(), " sequences"));
+        absl::StrCat("the engine returned ", results.size(), " results for ", batch.size(), " sequences"));
     for (Item& item : batch) item.done(wrong);
     return;
   }
-  if (batch.size() == 1) {
-    batch[0].done(results.status());
-    return;
-  }
-  // A non-fatal batch error: run each sequence alone so only the offending one fails.
+  // Each sequence has its own status: a rejected one fails alone, the others keep their results.
+  int64_t batch_tokens = 0, scored = 0;
+  int num_ok = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
-    absl::StatusOr<std::vector<ScoreResult>> one =
-        engine_->Score(absl::Span<const ScoreRequest>(&requests[i], 1));
-    if (check_fatal()) {
-      fail_unavailable(i);
-      return;
-    }
-    if (!one.ok()) {
-      batch[i].done(one.status());
-    } else if (one->size() != 1) {
-      batch[i].done(absl::InternalError("the engine returned a wrong number of results"));
-    } else {
-      const int64_t n = static_cast<int64_t>(requests[i].tokens.size());
-      if (options_.on_batch) options_.on_batch(n, 1, (*one)[0].num_scored);
-      batch[i].done(std::move((*one)[0]));
-    }
+    if (!results[i].ok()) continue;
+    batch_tokens += static_cast<int64_t>(requests[i].tokens.size());
+    scored += results[i]->num_scored;
+    ++num_ok;
   }
+  if (num_ok > 0 && options_.on_batch) options_.on_batch(batch_tokens, num_ok, scored);
+  for (size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move(results[i]));
 }
 
 }  // namespace scored

@@ -9,8 +9,8 @@
 // before the call. The engine promises bitwise-identical results for a sequence whatever else is in
 // the batch, so batching never changes a result.
 //
-// If a batched call fails with a non-fatal error (the engine's own validation, say), each request of
-// that batch is re-run alone so only the culprit fails. If the engine's fatal_status() turns non-OK,
+// Engine::Score() answers each sequence on its own, so a request the engine rejects fails alone and the
+// rest of its batch is served from the same call. If the engine's fatal_status() turns non-OK,
 // the batch and everything queued fail with UNAVAILABLE, later Submit() calls are refused with
 // UNAVAILABLE, and `on_fatal` is called once (from the worker thread).
 //
@@ -47,10 +47,10 @@ struct BatcherOptions {
   int64_t max_queue = 256;           // most requests waiting (not yet in an engine call)
   absl::Duration batch_timeout = absl::Microseconds(2000);  // longest wait to fill a batch
 
-  // Observers (optional). on_batch: from the worker thread after each successful engine call, with
-  // its summed tokens, number of sequences and scored positions. on_queue_depth: after every change
-  // of the queue, under the batcher's lock (so reports arrive in order; it must be cheap and must not
-  // call back into the Batcher).
+  // Observers (optional). on_batch: from the worker thread after each engine call that scored at least one
+  // sequence, with the summed tokens, number of sequences and scored positions of those it scored.
+  // on_queue_depth: after every change of the queue, under the batcher's lock (so reports arrive in order; it
+  // must be cheap and must not call back into the Batcher).
   std::function<void(int64_t batch_tokens, int num_sequences, int64_t num_scored)> on_batch;
   std::function<void(int64_t queue_depth)> on_queue_depth;
   std::function<void(const absl::Status& fatal)> on_fatal;

@@ -49,11 +49,11 @@ void FaultInjectingEngine::CheckTimedFault() const {
   }
 }
 
-absl::StatusOr<std::vector<ScoreResult>> FaultInjectingEngine::Score(absl::Span<const ScoreRequest> batch) {
+std::vector<absl::StatusOr<ScoreResult>> FaultInjectingEngine::Score(absl::Span<const ScoreRequest> batch) {
   {
     absl::MutexLock lock(&mu_);
     CheckTimedFault();
-    if (!fatal_.ok()) return fatal_;
+    if (!fatal_.ok()) return std::vector<absl::StatusOr<ScoreResult>>(batch.size(), fatal_);
   }
   if (fault_.fatal_after_batches >= 0 && batches_ >= fault_.fatal_after_batches) {
     absl::MutexLock lock(&mu_);
@@ -61,7 +61,7 @@ absl::StatusOr<std::vector<ScoreResult>> FaultInjectingEngine::Score(absl::Span<
       fatal_ = absl::UnavailableError(
           absl::StrCat("injected fatal engine error after ", batches_, " batches (--fault_inject)"));
     }
-    return fatal_;
+    return std::vector<absl::StatusOr<ScoreResult>>(batch.size(), fatal_);
   }
   ++batches_;
   return engine_->Score(batch);

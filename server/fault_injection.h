@@ -3,8 +3,8 @@
 // itself) can be exercised end to end on the CPU backend.
 //
 // FaultInjectingEngine forwards the first N Score() batches to the wrapped engine; from call N+1 on,
-// Score() returns UNAVAILABLE and fatal_status() returns the same UNAVAILABLE forever, exactly as a
-// failed device would. info() and DeviceMemory() forward unchanged.
+// Score() gives every sequence UNAVAILABLE and fatal_status() returns the same UNAVAILABLE forever, exactly
+// as a failed device would. info() and DeviceMemory() forward unchanged.
 // `--fault_inject=fatal_after_ms:T` instead turns fatal T ms after the wrapper is made, with or without
 // traffic, as a multi-process engine does when it loses a peer process while idle (the server must
 // notice through fatal_status() alone).
@@ -52,7 +52,7 @@ class FaultInjectingEngine final : public Engine {
   FaultInjectingEngine(std::unique_ptr<Engine> engine, FaultInjection fault)
       : engine_(std::move(engine)), fault_(fault), created_(absl::Now()) {}
 
-  absl::StatusOr<std::vector<ScoreResult>> Score(absl::Span<const ScoreRequest> batch) override;
+  std::vector<absl::StatusOr<ScoreResult>> Score(absl::Span<const ScoreRequest> batch) override;
   const ModelInfo& info() const override { return engine_->info(); }
   absl::Status fatal_status() const override;
   std::vector<std::pair<int64_t, int64_t>> DeviceMemory() const override { return engine_->DeviceMemory(); }

@@ -63,6 +63,12 @@ absl::StatusOr<ComputeDtype> ParseComputeDtype(const std::string& text) {
   return absl::InvalidArgumentError(absl::StrCat("--dtype must be bf16 or fp32, got '", text, "'"));
 }
 
+absl::StatusOr<TpExchange> ParseTpExchange(const std::string& text) {
+  if (text == "copy") return TpExchange::kCopy;
+  if (text == "nccl") return TpExchange::kNccl;
+  return absl::InvalidArgumentError(absl::StrCat("--tp_exchange must be copy or nccl, got '", text, "'"));
+}
+
 const char* BackendName(Backend backend) {
   switch (backend) {
     case Backend::kCpu:
@@ -110,6 +116,11 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
         absl::StrCat("--tp ", options.engine.tp, " needs --backend=cuda; the cpu backend runs one process"));
   }
   SCORED_RETURN_IF_ERROR(ValidateMultiNode(options.engine));
+  if (options.engine.tp_row_chunks < 0 || options.engine.tp_row_chunks > EngineOptions::kMaxTpRowChunks) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp_row_chunks must be in [0, ",
+                                                   EngineOptions::kMaxTpRowChunks, "] (0 = auto), got ",
+                                                   options.engine.tp_row_chunks));
+  }
   if (options.engine.max_batch_tokens < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_batch_tokens must be >= 2, got ", options.engine.max_batch_tokens));

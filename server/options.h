@@ -14,7 +14,8 @@
 namespace scored {
 
 struct ServerOptions {
-  // Model folder, backend, dtype, tp, max_batch_tokens, max_seq_len (0 = the model's context); and the
+  // Model folder, backend, dtype, tp, max_batch_tokens, max_seq_len (0 = the model's context), the CUDA
+  // execution settings tp_row_chunks, row_parallel_halves, tp_exchange (engine/engine.h); and the
   // multi-process tensor parallelism of server/multinode.h: nnodes, node_rank (0 serves gRPC, > 0
   // follows), rendezvous (HOST:PORT of node rank 0's control channel, required when nnodes > 1).
   EngineOptions engine;
@@ -58,6 +59,8 @@ struct ServerOptions {
 absl::StatusOr<Backend> ParseBackend(const std::string& text);
 // "bf16" | "fp32".
 absl::StatusOr<ComputeDtype> ParseComputeDtype(const std::string& text);
+// "copy" | "nccl" (--tp_exchange).
+absl::StatusOr<TpExchange> ParseTpExchange(const std::string& text);
 const char* BackendName(Backend backend);
 
 // Checks every field; INVALID_ARGUMENT names the flag and the bad value. The multi-process flags:

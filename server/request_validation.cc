@@ -3,42 +3,9 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 
 namespace scored {
-
-absl::Status ValidateScoreRequest(const ScoreRequest& request, const ScoreLimits& limits) {
-  const int64_t n = static_cast<int64_t>(request.tokens.size());
-  if (n < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a sequence needs at least 2 tokens (the first is context only); got ", n));
-  }
-  if (n > limits.max_seq_len) {
-    return absl::OutOfRangeError(
-        absl::StrCat("sequence has ", n, " tokens; max_seq_len is ", limits.max_seq_len));
-  }
-  if (n > limits.max_batch_tokens) {
-    return absl::OutOfRangeError(
-        absl::StrCat("sequence has ", n, " tokens; max_batch_tokens is ", limits.max_batch_tokens));
-  }
-  if (request.score_from >= n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("score_from ", request.score_from, " must be less than the number of tokens ", n));
-  }
-  if (request.top_k < 0 || request.top_k > kMaxTopK) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("top_k must be in [0, ", kMaxTopK, "], got ", request.top_k));
-  }
-  for (int64_t j = 0; j < n; ++j) {
-    const int32_t id = request.tokens[static_cast<size_t>(j)];
-    if (id < 0 || id >= limits.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token id ", id, " at position ", j, " is out of range [0, ", limits.vocab_size, ")"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::vector<int32_t>> TokenizeWithBos(const Tokenizer& tokenizer, const std::string& text,
                                                      bool has_add_bos, bool add_bos) {

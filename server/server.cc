@@ -83,9 +83,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   }
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
-  if (server->options_.engine.backend == Backend::kAuto) {
-    server->options_.engine.backend = CudaBackendAvailable() ? Backend::kCuda : Backend::kCpu;
-  }
+  server->options_.engine.backend = ResolveBackend(options.engine.backend);
   // Security files and the metrics port first: a bad certificate or a taken port should fail before
   // a long model load.
   SCORED_ASSIGN_OR_RETURN(server->credentials_,
@@ -153,6 +151,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (limits.vocab_size <= 0) {
     return absl::InternalError("the engine reports no vocab_size");
   }
+  if (info.tp > 1) limits.smallest_vocab_shard = SmallestVocabShard(info.vocab_size, info.tp);
   SCORED_LOG(INFO) << absl::StrFormat(
       "model loaded in %.2f s: %s, format %s%s, %d parameters, bits/weight decoder %.3f head %.3f, "
       "resident %d bytes, backend %s, dtype %s, tp %d, vocab %d, max_seq_len %d, max_batch_tokens %d, "

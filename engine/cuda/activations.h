@@ -74,10 +74,10 @@ struct Activations {
   // chunk_ready[c] while the next chunks compute, and chunk c's next norm starts after chunk_reduced[c] (or
   // the peer copies' events). The forward's stream waits for comm_stream before Forward returns.
   // tp_row_chunks: 0 = auto (kTpAutoChunks from kTpAutoMinTokens tokens), 1 = off, c > 1 = at most c chunks
-  // whatever the batch size (tests). Set by the engine (env SCORED_TP_ROW_CHUNKS).
+  // whatever the batch size (tests). Set by the engine (EngineOptions::tp_row_chunks, --tp_row_chunks).
   int tp_row_chunks = 0;
-  // tp 1: o_proj / down_proj sum their input columns in two halves (SumsInHalves). Set by the engine (env
-  // SCORED_ROW_PARALLEL_HALVES=0 turns it off).
+  // tp 1: o_proj / down_proj sum their input columns in two halves (SumsInHalves). Set by the engine
+  // (EngineOptions::row_parallel_halves, --row_parallel_halves).
   bool row_parallel_halves = true;
   CudaStream comm_stream;              // highest priority: NCCL blocks take SMs first as a GEMM chunk drains
   std::vector<CudaEvent> chunk_ready;  // [kMaxTpRowChunks]

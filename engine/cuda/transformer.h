@@ -13,6 +13,7 @@
 #include "engine/cuda/activations.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
+#include "engine/cuda/forward_batch.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/row_chunks.h"
 #include "engine/kernels/logprob.h"
@@ -38,24 +39,6 @@ class PeerLink;
 // re-reads and re-writes the residual rows in the epilogue (tests/bench/RESULTS.md).
 // Activations::row_parallel_halves turns it off.
 bool SumsInHalves(const DeviceLinear& linear, ComputeDtype dtype);
-
-// A half-open range of packed rows whose next-token logits are needed.
-struct RowSpan {
-  int64_t begin = 0;
-  int64_t end = 0;
-};
-
-// One packed batch: the device input arrays of `acts` hold it (tokens, positions, cu_seqlens, targets).
-struct ForwardBatch {
-  int64_t num_tokens = 0;
-  int32_t num_seqs = 0;
-  int32_t max_seqlen = 0;
-  std::vector<int32_t>
-      cu_seqlens;  // [num_seqs + 1]: the host copy of acts->cu_seqlens (rows of sequence s
-                   // are [cu_seqlens[s], cu_seqlens[s + 1])); row chunks cut between sequences
-  std::vector<RowSpan> lm_head_rows;  // ascending, disjoint; logits are computed for these rows only
-  kernels::LogprobOptions options;    // applied to every scored row
-};
 
 // One rank of a tensor-parallel forward (engine/model/shard_plan.h has the layout). Every rank runs
 // Forward on the same batch at the same time: the collectives of `comm` pair up in order.

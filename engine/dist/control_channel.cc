@@ -924,4 +924,19 @@ void ControlChannel::WatchPeers(std::function<void(const absl::Status&)> on_lost
   }
 }
 
+absl::StatusOr<std::unique_ptr<ControlTransport>> TcpControlTransportFactory::Leader(
+    absl::string_view rendezvous, int nnodes, absl::string_view payload) {
+  SCORED_ASSIGN_OR_RETURN(const std::string listen, LeaderListenAddress(rendezvous));
+  SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ControlChannel> channel,
+                          ControlChannel::Leader(listen, nnodes, payload, options_));
+  return std::unique_ptr<ControlTransport>(std::move(channel));
+}
+
+absl::StatusOr<std::unique_ptr<ControlTransport>> TcpControlTransportFactory::Follower(
+    absl::string_view rendezvous, int nnodes, int node_rank) {
+  SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ControlChannel> channel,
+                          ControlChannel::Follower(rendezvous, nnodes, node_rank, options_));
+  return std::unique_ptr<ControlTransport>(std::move(channel));
+}
+
 }  // namespace scored::dist

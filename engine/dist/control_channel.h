@@ -124,6 +124,22 @@ class ControlChannel final : public ControlTransport {
   std::unique_ptr<Impl> impl_;
 };
 
+// The ControlTransportFactory of the plain TCP channel above: the engine's fallback when
+// EngineOptions::control_transport is null. Leader() listens on LeaderListenAddress(rendezvous).
+class TcpControlTransportFactory final : public ControlTransportFactory {
+ public:
+  explicit TcpControlTransportFactory(const ControlChannelOptions& options = ControlChannelOptions())
+      : options_(options) {}
+
+  absl::StatusOr<std::unique_ptr<ControlTransport>> Leader(absl::string_view rendezvous, int nnodes,
+                                                           absl::string_view payload) override;
+  absl::StatusOr<std::unique_ptr<ControlTransport>> Follower(absl::string_view rendezvous, int nnodes,
+                                                             int node_rank) override;
+
+ private:
+  const ControlChannelOptions options_;
+};
+
 }  // namespace scored::dist
 
 #endif  // SCORED_ENGINE_DIST_CONTROL_CHANNEL_H_

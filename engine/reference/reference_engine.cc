@@ -22,13 +22,13 @@
 #include "engine/model/weights.h"
 #include "engine/reference/ops.h"
 #include "engine/reference/thread_pool.h"
+#include "engine/score_contract.h"
 
 namespace scored {
 namespace {
 
 using ref::ThreadPool;
 
-constexpr int32_t kMaxTopK = 64;  // DESIGN.md §3
 // lm_head rows are computed for this many positions at a time, so full-vocabulary fp32 logits are never
 // held for a whole sequence (128k vocab x 8k positions would be 4 GiB).
 constexpr int64_t kLogitChunk = 64;
@@ -105,11 +105,10 @@ class ReferenceEngine : public Engine {
 
   absl::Status Load(const ModelWeights& weights, const EngineOptions& options);
 
-  absl::StatusOr<std::vector<ScoreResult>> Score(absl::Span<const ScoreRequest> batch) override;
+  std::vector<absl::StatusOr<ScoreResult>> Score(absl::Span<const ScoreRequest> batch) override;
   const ModelInfo& info() const override { return info_; }
 
  private:
-  absl::Status Validate(const ScoreRequest& request, size_t index) const;
   // The final-norm hidden state of every position of one sequence.
   void Forward(const std::vector<int32_t>& tokens,
                std::vector<float>* hidden) const;  // [n, hidden_size]
@@ -218,42 +217,21 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
   return absl::OkStatus();
 }
 
-absl::Status ReferenceEngine::Validate(const ScoreRequest& request, size_t index) const {
-  const int64_t n = static_cast<int64_t>(request.tokens.size());
-  const std::string where = absl::StrCat("sequence ", index, ": ");
-  if (n > info_.max_seq_len) {
-    return absl::OutOfRangeError(absl::StrCat(where, n, " tokens exceed max_seq_len ", info_.max_seq_len));
-  }
-  if (n > info_.max_batch_tokens) {
-    return absl::OutOfRangeError(
-        absl::StrCat(where, n, " tokens exceed max_batch_tokens ", info_.max_batch_tokens));
-  }
-  if (n < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(where, "needs at least 2 tokens, got ", n));
-  }
-  if (request.score_from >= n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, "score_from ", request.score_from, " must be less than the ", n, " tokens"));
-  }
-  if (request.top_k < 0 || request.top_k > kMaxTopK) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, "top_k ", request.top_k, " is outside [0, ", kMaxTopK, "]"));
-  }
-  for (int64_t j = 0; j < n; ++j) {
-    const int32_t id = request.tokens[j];
-    if (id < 0 || id >= config_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "token id ", id, " at position ", j,
-                                                     " is outside [0, ", config_.vocab_size, ")"));
+std::vector<absl::StatusOr<ScoreResult>> ReferenceEngine::Score(absl::Span<const ScoreRequest> batch) {
+  ScoreLimits limits;
+  limits.max_seq_len = info_.max_seq_len;
+  limits.max_batch_tokens = info_.max_batch_tokens;
+  limits.vocab_size = config_.vocab_size;
+  std::vector<absl::StatusOr<ScoreResult>> results;
+  results.reserve(batch.size());
+  for (const ScoreRequest& request : batch) {
+    const absl::Status valid = ValidateScoreRequest(request, limits);
+    if (valid.ok()) {
+      results.push_back(ScoreSequence(request));
+    } else {
+      results.push_back(valid);
     }
   }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<ScoreResult>> ReferenceEngine::Score(absl::Span<const ScoreRequest> batch) {
-  for (size_t i = 0; i < batch.size(); ++i) SCORED_RETURN_IF_ERROR(Validate(batch[i], i));
-  std::vector<ScoreResult> results;
-  results.reserve(batch.size());
-  for (const ScoreRequest& request : batch) results.push_back(ScoreSequence(request));
   return results;
 }
 

@@ -9,12 +9,10 @@
 // lm_head in fp32 for the scored positions only; ref::ScoreLogits per position. A linear whose checkpoint
 // is W8A8 dynamic FP8 has each input row fake-quantized first (ref::FakeQuantizeFp8PerToken).
 //
-// Score(): sequences are validated (DESIGN.md §3 codes: OUT_OF_RANGE for n > max_seq_len or
-// n > max_batch_tokens; INVALID_ARGUMENT for n < 2, score_from >= n, top_k outside [0, 64], an id outside
-// [0, vocab_size) naming its position) before any work; one bad sequence fails the whole call. Each
-// sequence is then run alone, so batch composition never changes a result, and the thread count
-// (EngineOptions::num_threads; 0 = the CPUs in this process's affinity mask) never changes one either:
-// results are bitwise reproducible.
+// Score(): each sequence is validated (engine/score_contract.h) before any work of its own; a bad sequence
+// gets its error and the others are still scored. Each sequence is run alone, so batch composition never
+// changes a result, and the thread count (EngineOptions::num_threads; 0 = the CPUs in this process's affinity
+// mask) never changes one either: results are bitwise reproducible.
 #ifndef SCORED_ENGINE_REFERENCE_REFERENCE_ENGINE_H_
 #define SCORED_ENGINE_REFERENCE_REFERENCE_ENGINE_H_
 

@@ -57,6 +57,9 @@ TEST(MultiNodeFlagsTest, FlagErrorsExitOneNamingTheFlag) {
       {{Model(), "--nnodes=2", "--backend=cuda", "--tp=2", "--rendezvous=h:0"},
        "--rendezvous needs a port > 0"},
       {{Model(), "--rendezvous=h:1"}, "--rendezvous is for multi-process"},
+      // The tensor-parallel execution settings (EngineOptions::tp_row_chunks / tp_exchange).
+      {{Model(), "--tp_row_chunks=9"}, "--tp_row_chunks must be in [0, 8] (0 = auto), got 9"},
+      {{Model(), "--tp_exchange=shared-memory"}, "--tp_exchange must be copy or nccl, got 'shared-memory'"},
   };
   for (const auto& [args, message] : cases) {
     const ProcessRun run = RunScored(args);

@@ -168,6 +168,11 @@ TEST(ServerOptionsTest, ValidatesEveryFlag) {
   o.engine.tp = 2;
   ExpectBadOptions(o, "needs --backend=cuda");
   o = GoodOptions();
+  o.engine.tp_row_chunks = 9;
+  ExpectBadOptions(o, "--tp_row_chunks must be in [0, 8] (0 = auto), got 9");
+  o.engine.tp_row_chunks = -1;
+  ExpectBadOptions(o, "--tp_row_chunks must be in [0, 8]");
+  o = GoodOptions();
   o.engine.max_batch_tokens = 1;
   ExpectBadOptions(o, "--max_batch_tokens must be >= 2");
   o = GoodOptions();
@@ -264,6 +269,17 @@ TEST(ServerOptionsTest, ParsesBackendAndDtype) {
   EXPECT_EQ(*ParseComputeDtype("fp32"), ComputeDtype::kFp32);
   EXPECT_THAT(std::string(ParseComputeDtype("fp16").status().message()),
               HasSubstr("--dtype must be bf16 or fp32"));
+  EXPECT_EQ(*ParseTpExchange("copy"), TpExchange::kCopy);
+  EXPECT_EQ(*ParseTpExchange("nccl"), TpExchange::kNccl);
+  EXPECT_THAT(std::string(ParseTpExchange("shared-memory").status().message()),
+              HasSubstr("--tp_exchange must be copy or nccl, got 'shared-memory'"));
+}
+
+TEST(ServerOptionsTest, AutoBackendResolvesToACompiledInOne) {
+  const Backend resolved = ResolveBackend(Backend::kAuto);
+  EXPECT_EQ(resolved, CudaBackendAvailable() ? Backend::kCuda : Backend::kCpu);
+  EXPECT_EQ(ResolveBackend(Backend::kCpu), Backend::kCpu);
+  EXPECT_EQ(ResolveBackend(Backend::kCuda), Backend::kCuda);
 }
 
 TEST(GrpcStatusTest, MapsEveryCodeAndKeepsTheMessage) {

@@ -2,7 +2,10 @@
 //
 //   scored_bench --model DIR [--tp 1] [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32]
 //                [--ref DIR/ref_windows.bin [--gate 1]] [--profile 1] [--graph 1] [--nccl 1]
+//                [--tp_row_chunks 0] [--row_parallel_halves 1] [--tp_exchange copy|nccl]
 //
+// --tp_row_chunks, --row_parallel_halves, --tp_exchange: the EngineOptions fields (and `scored` flags) of the
+// same names (engine/engine.h), defaults as there.
 // --tp N: EngineOptions::tp (N GPUs, tensor-parallel). Load time = engine creation (open -> ready to score);
 // GPU memory in use is printed per device (Engine::DeviceMemory()).
 //
@@ -58,6 +61,7 @@
 #include "engine/kernels/swiglu.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
+#include "engine/score_contract.h"
 #include "tests/proc_status.h"
 
 namespace scored {
@@ -75,6 +79,9 @@ struct Args {
   bool gate = true;
   bool graph = false;
   ComputeDtype dtype = ComputeDtype::kBf16;
+  int tp_row_chunks = 0;
+  bool row_parallel_halves = true;
+  TpExchange tp_exchange = TpExchange::kCopy;
 };
 
 bool ParseArgs(int argc, char** argv, Args* args) {
@@ -96,6 +103,16 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       args->tp = std::stoi(value);
     } else if (key == "--nccl") {
       args->nccl = value == "1";
+    } else if (key == "--tp_row_chunks") {
+      args->tp_row_chunks = std::stoi(value);
+    } else if (key == "--row_parallel_halves") {
+      args->row_parallel_halves = value == "1";
+    } else if (key == "--tp_exchange") {
+      if (value != "copy" && value != "nccl") {
+        std::fprintf(stderr, "--tp_exchange must be copy or nccl, got '%s'\n", value.c_str());
+        return false;
+      }
+      args->tp_exchange = value == "nccl" ? TpExchange::kNccl : TpExchange::kCopy;
     } else if (key == "--reps") {
       args->reps = std::stoi(value);
     } else if (key == "--dtype") {
@@ -148,7 +165,7 @@ int CheckReference(Engine& engine, const std::string& path, bool gate) {
   std::vector<ScoreRequest> requests(windows);
   for (int32_t w = 0; w < windows; ++w)
     requests[w].tokens.assign(tokens.begin() + w * ctx, tokens.begin() + (w + 1) * ctx);
-  auto results = engine.Score(requests);
+  auto results = ScoreAll(engine, requests);
   if (!results.ok()) {
     std::fprintf(stderr, "Score failed: %s\n", results.status().ToString().c_str());
     return 1;
@@ -623,7 +640,8 @@ int Main(int argc, char** argv) {
   if (!ParseArgs(argc, argv, &args)) {
     std::fprintf(stderr,
                  "usage: scored_bench --model DIR [--tp 1] [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] "
-                 "[--dtype bf16|fp32] [--ref FILE [--gate 1]] [--profile 1] [--graph 1] [--nccl 1]\n");
+                 "[--dtype bf16|fp32] [--ref FILE [--gate 1]] [--profile 1] [--graph 1] [--nccl 1] "
+                 "[--tp_row_chunks 0] [--row_parallel_halves 1] [--tp_exchange copy|nccl]\n");
     return 2;
   }
   auto config = LoadModelConfig(args.model);
@@ -638,6 +656,9 @@ int Main(int argc, char** argv) {
   options.dtype = args.dtype;
   options.tp = args.tp;
   options.max_batch_tokens = max_batch * args.ctx;
+  options.tp_row_chunks = args.tp_row_chunks;
+  options.row_parallel_halves = args.row_parallel_halves;
+  options.tp_exchange = args.tp_exchange;
   const auto t_load = std::chrono::steady_clock::now();
   HostMemoryWatch host_memory;
   auto engine = CreateCudaEngine(options);
@@ -679,7 +700,7 @@ int Main(int argc, char** argv) {
     std::vector<double> times;
     for (int rep = 0; rep <= args.reps; ++rep) {
       const auto t0 = std::chrono::steady_clock::now();
-      auto results = (*engine)->Score(requests);
+      auto results = ScoreAll(*(*engine), requests);
       const double dt = Seconds(std::chrono::steady_clock::now() - t0);
       if (!results.ok()) {
         std::fprintf(stderr, "Score failed: %s\n", results.status().ToString().c_str());

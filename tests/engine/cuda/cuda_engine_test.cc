@@ -14,6 +14,7 @@
 //  - determinism: bitwise, run to run and alone vs in a batch (pinned GEMM algorithms, row-wise kernels).
 #include "engine/cuda/cuda_engine.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,6 +33,7 @@
 
 #include "engine/engine.h"
 #include "engine/reference/reference_engine.h"
+#include "engine/score_contract.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/engine/cuda/gpu_fixture.h"
 
@@ -149,7 +151,7 @@ TEST_F(CudaEngineTest, Fp32MatchesFloat64Golden) {
   const Golden golden = LoadStoriesGolden();
   auto engine = MakeCuda(kStoriesDir, ComputeDtype::kFp32);
   ASSERT_NE(engine, nullptr);
-  auto results = engine->Score(golden.requests);
+  auto results = ScoreAll(*engine, golden.requests);
   ASSERT_TRUE(results.ok()) << results.status();
   double max_abs = 0.0;
   for (size_t i = 0; i < golden.requests.size(); ++i) {
@@ -168,8 +170,8 @@ TEST_F(CudaEngineTest, Bf16MatchesReferenceEngine) {
   auto reference = MakeReference(kStoriesDir);
   ASSERT_NE(engine, nullptr);
   ASSERT_NE(reference, nullptr);
-  auto got = engine->Score(golden.requests);
-  auto want = reference->Score(golden.requests);
+  auto got = ScoreAll(*engine, golden.requests);
+  auto want = ScoreAll(*reference, golden.requests);
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_TRUE(want.ok()) << want.status();
   const Agreement a = Compare(*got, *want);
@@ -187,7 +189,7 @@ TEST_F(CudaEngineTest, GreedyFromBosIsArgmax) {
   r.want_rank = true;
   auto engine = MakeCuda(kStoriesDir, ComputeDtype::kFp32);
   ASSERT_NE(engine, nullptr);
-  auto results = engine->Score({r});
+  auto results = ScoreAll(*engine, {r});
   ASSERT_TRUE(results.ok()) << results.status();
   for (int32_t i = 0; i < (*results)[0].num_scored; ++i) {
     EXPECT_EQ((*results)[0].greedy[i], 1) << "position " << i + 1;
@@ -203,12 +205,12 @@ TEST_F(CudaEngineTest, BitwiseDeterministicAndBatchInvariant) {
     golden.requests[3].want_entropy = true;
     auto engine = MakeCuda(kStoriesDir, dtype);
     ASSERT_NE(engine, nullptr);
-    auto batched = engine->Score(golden.requests);
-    auto again = engine->Score(golden.requests);
+    auto batched = ScoreAll(*engine, golden.requests);
+    auto again = ScoreAll(*engine, golden.requests);
     ASSERT_TRUE(batched.ok()) << batched.status();
     ASSERT_TRUE(again.ok()) << again.status();
     for (size_t i = 0; i < golden.requests.size(); ++i) {
-      auto alone = engine->Score({golden.requests[i]});
+      auto alone = ScoreAll(*engine, {golden.requests[i]});
       ASSERT_TRUE(alone.ok()) << alone.status();
       ExpectBitwiseEqual((*batched)[i], (*again)[i], "run to run, request " + std::to_string(i));
       ExpectBitwiseEqual((*batched)[i], (*alone)[0], "alone vs batched, request " + std::to_string(i));
@@ -236,12 +238,12 @@ TEST_F(CudaEngineTest, W8A8Fp8GemmsBatchInvariant) {
     requests[i].tokens.resize(17 + 61 * i);
     for (int32_t& t : requests[i].tokens) t = id(rng);
   }
-  auto batched = engine->Score(requests);
-  auto again = engine->Score(requests);
+  auto batched = ScoreAll(*engine, requests);
+  auto again = ScoreAll(*engine, requests);
   ASSERT_TRUE(batched.ok()) << batched.status();
   ASSERT_TRUE(again.ok()) << again.status();
   for (size_t i = 0; i < requests.size(); ++i) {
-    auto alone = engine->Score({requests[i]});
+    auto alone = ScoreAll(*engine, {requests[i]});
     ASSERT_TRUE(alone.ok()) << alone.status();
     ExpectBitwiseEqual((*batched)[i], (*again)[i], "run to run, request " + std::to_string(i));
     ExpectBitwiseEqual((*batched)[i], (*alone)[0], "alone vs batched, request " + std::to_string(i));
@@ -254,15 +256,15 @@ TEST_F(CudaEngineTest, SplitsBatchesLargerThanMaxBatchTokens) {
   auto large = MakeCuda(kStoriesDir, ComputeDtype::kBf16, 4096);
   ASSERT_NE(small, nullptr);
   ASSERT_NE(large, nullptr);
-  auto a = small->Score(golden.requests);
-  auto b = large->Score(golden.requests);
+  auto a = ScoreAll(*small, golden.requests);
+  auto b = ScoreAll(*large, golden.requests);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   // Bitwise within one engine: the split batch equals each request alone. Two engines (two loads) may time
   // a different GEMM algorithm for a shape (gemm.h Tune), so across them the bound is fp32 accumulation
   // order in bf16 activations.
   for (size_t i = 0; i < golden.requests.size(); ++i) {
-    auto alone = small->Score({golden.requests[i]});
+    auto alone = ScoreAll(*small, {golden.requests[i]});
     ASSERT_TRUE(alone.ok()) << alone.status();
     ExpectBitwiseEqual((*a)[i], (*alone)[0], std::to_string(i));
   }
@@ -275,13 +277,28 @@ TEST_F(CudaEngineTest, RejectsBadRequestsAndReportsMemory) {
   ASSERT_NE(engine, nullptr);
   ScoreRequest bad_id;
   bad_id.tokens = {1, 600};
-  EXPECT_EQ(engine->Score({bad_id}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ScoreAll(*engine, {bad_id}).status().code(), absl::StatusCode::kInvalidArgument);
   ScoreRequest too_long;
   too_long.tokens.assign(2000, 5);
-  EXPECT_EQ(engine->Score({too_long}).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(ScoreAll(*engine, {too_long}).status().code(), absl::StatusCode::kOutOfRange);
   ScoreRequest one;
   one.tokens = {1};
-  EXPECT_EQ(engine->Score({one}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ScoreAll(*engine, {one}).status().code(), absl::StatusCode::kInvalidArgument);
+  // A bad request fails alone: the others of its batch are scored, bitwise as when scored alone.
+  ScoreRequest good;
+  good.tokens = {1, 403, 407, 9, 27};
+  good.want_rank = true;
+  const std::vector<absl::StatusOr<ScoreResult>> mixed = engine->Score({good, bad_id, one, good});
+  ASSERT_EQ(mixed.size(), 4u);
+  EXPECT_EQ(mixed[1].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(mixed[1].status().message()), ::testing::HasSubstr("token id 600 at position 1"));
+  EXPECT_EQ(mixed[2].status().code(), absl::StatusCode::kInvalidArgument);
+  auto alone = ScoreAll(*engine, {good});
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  for (const size_t i : {size_t{0}, size_t{3}}) {
+    ASSERT_TRUE(mixed[i].ok()) << mixed[i].status();
+    ExpectBitwiseEqual(*mixed[i], (*alone)[0], "request " + std::to_string(i) + " of a mixed batch vs alone");
+  }
   EXPECT_TRUE(engine->fatal_status().ok());
   const auto memory = engine->DeviceMemory();
   ASSERT_EQ(memory.size(), 1u);
@@ -336,13 +353,13 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
       requests[i].tokens.resize(64 + 40 * i);
       for (int32_t& t : requests[i].tokens) t = id(rng);
     }
-    auto want = reference->Score(requests);
+    auto want = ScoreAll(*reference, requests);
     ASSERT_TRUE(want.ok()) << want.status();
     const bool w8a8 = reference->info().format.find("w8a8") != std::string::npos;
     for (ComputeDtype dtype : {ComputeDtype::kFp32, ComputeDtype::kBf16}) {
       auto engine = MakeCuda(dir, dtype);
       ASSERT_NE(engine, nullptr);
-      auto got = engine->Score(requests);
+      auto got = ScoreAll(*engine, requests);
       ASSERT_TRUE(got.ok()) << got.status();
       const Agreement a = Compare(*got, *want);
       const bool fp32 = dtype == ComputeDtype::kFp32;
@@ -405,7 +422,7 @@ TEST_F(CudaEngineTest, FixturesBf16AgainstBf16Floor) {
     auto reference = MakeReference(dir);
     ASSERT_NE(engine, nullptr);
     ASSERT_NE(reference, nullptr);
-    auto got = engine->Score(requests);
+    auto got = ScoreAll(*engine, requests);
     ASSERT_TRUE(got.ok()) << got.status();
     double sum_abs = 0.0;
     int64_t count = 0;
@@ -417,8 +434,8 @@ TEST_F(CudaEngineTest, FixturesBf16AgainstBf16Floor) {
     const double mean_abs = sum_abs / count;
     const double their_mean = theirs["bf16_mean_abs_delta"].get<double>();
 
-    auto got_sample = engine->Score(sample);
-    auto want_sample = reference->Score(sample);
+    auto got_sample = ScoreAll(*engine, sample);
+    auto want_sample = ScoreAll(*reference, sample);
     ASSERT_TRUE(got_sample.ok()) << got_sample.status();
     ASSERT_TRUE(want_sample.ok()) << want_sample.status();
     const Agreement a = Compare(*got_sample, *want_sample);

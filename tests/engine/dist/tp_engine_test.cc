@@ -53,6 +53,7 @@
 
 #include "engine/cuda/cuda_engine.h"
 #include "engine/engine.h"
+#include "engine/score_contract.h"
 
 namespace scored {
 namespace {
@@ -72,15 +73,19 @@ class TpEngineTest : public ::testing::Test {
   }
 };
 
-absl::StatusOr<std::unique_ptr<Engine>> Make(const std::string& dir, int tp, ComputeDtype dtype,
-                                             int64_t max_batch_tokens = 4096) {
+EngineOptions Options(const std::string& dir, int tp, ComputeDtype dtype, int64_t max_batch_tokens = 4096) {
   EngineOptions options;
   options.model_dir = dir;
   options.backend = Backend::kCuda;
   options.dtype = dtype;
   options.tp = tp;
   options.max_batch_tokens = max_batch_tokens;
-  return CreateCudaEngine(options);
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Make(const std::string& dir, int tp, ComputeDtype dtype,
+                                             int64_t max_batch_tokens = 4096) {
+  return CreateCudaEngine(Options(dir, tp, dtype, max_batch_tokens));
 }
 
 // Every model folder: the fixtures (sorted) and the dense stories260K.
@@ -192,9 +197,9 @@ void CompareTp2WithTp1(ComputeDtype dtype) {
     auto two = Make(dir, 2, dtype);
     ASSERT_TRUE(two.ok()) << two.status();
     EXPECT_EQ((*two)->info().tp, 2);
-    auto a = (*one)->Score(requests);
+    auto a = ScoreAll(*(*one), requests);
     ASSERT_TRUE(a.ok()) << a.status();
-    auto b = (*two)->Score(requests);
+    auto b = ScoreAll(*(*two), requests);
     ASSERT_TRUE(b.ok()) << b.status();
     const Comparison c = Compare(*a, *b);
     const double ppl_a = std::exp(-c.sum_a / c.count), ppl_b = std::exp(-c.sum_b / c.count);
@@ -245,14 +250,14 @@ TEST_F(TpEngineTest, Tp2IsBitwiseBatchInvariantAndRepeatable) {
       auto engine = Make(dir, 2, dtype);
       ASSERT_TRUE(engine.ok()) << engine.status();
       const std::vector<ScoreRequest> requests = Requests(/*rank_and_entropy=*/true);
-      auto batched = (*engine)->Score(requests);
+      auto batched = ScoreAll(*(*engine), requests);
       ASSERT_TRUE(batched.ok()) << batched.status();
-      auto again = (*engine)->Score(requests);
+      auto again = ScoreAll(*(*engine), requests);
       ASSERT_TRUE(again.ok()) << again.status();
       ExpectBitwiseEqual(*batched, *again, "run to run");
       std::vector<ScoreResult> alone;
       for (const ScoreRequest& r : requests) {
-        auto one = (*engine)->Score({r});
+        auto one = ScoreAll(*(*engine), {r});
         ASSERT_TRUE(one.ok()) << one.status();
         alone.push_back((*one)[0]);
       }
@@ -261,12 +266,12 @@ TEST_F(TpEngineTest, Tp2IsBitwiseBatchInvariantAndRepeatable) {
   }
 }
 
-// Row-chunk pipelining (SCORED_TP_ROW_CHUNKS: every op of a layer runs chunk by chunk, each chunk's sum over
-// ranks overlapping the next chunks): every row's result is bitwise the same as unchunked (GEMM algorithms
-// are pinned per weight shape, norms are per row, attention per sequence, a row's sum over two ranks is one
-// fp32 add). Chunks hold whole sequences: the 434-token batch (sequences of 64, 37, 128, 5 and 200 tokens)
-// runs as 2 chunks when 3 are asked (229 and 205 rows) and as 3 when 8 are (64, 165, 205); the W8A8 fixture
-// (a row-parallel amax all-reduce) stays one chunk.
+// Row-chunk pipelining (EngineOptions::tp_row_chunks: every op of a layer runs chunk by chunk, each chunk's
+// sum over ranks overlapping the next chunks): every row's result is bitwise the same as unchunked (GEMM
+// algorithms are pinned per weight shape, norms are per row, attention per sequence, a row's sum over two
+// ranks is one fp32 add). Chunks hold whole sequences: the 434-token batch (sequences of 64, 37, 128, 5 and
+// 200 tokens) runs as 2 chunks when 3 are asked (229 and 205 rows) and as 3 when 8 are (64, 165, 205); the
+// W8A8 fixture (a row-parallel amax all-reduce) stays one chunk.
 TEST_F(TpEngineTest, Tp2RowChunkedIsBitwiseEqualToUnchunked) {
   for (const ComputeDtype dtype : {ComputeDtype::kBf16, ComputeDtype::kFp32}) {
     for (const std::string& dir : {kFixturesDir + "/llama-w4a16-g128", kFixturesDir + "/qwen3-w4a16-g128",
@@ -274,13 +279,13 @@ TEST_F(TpEngineTest, Tp2RowChunkedIsBitwiseEqualToUnchunked) {
       SCOPED_TRACE(dir);
       const std::vector<ScoreRequest> requests = Requests(/*rank_and_entropy=*/true);
       std::vector<std::vector<ScoreResult>> results;
-      for (const char* chunks : {"1", "3", "8"}) {
+      for (const int chunks : {1, 3, 8}) {
         SCOPED_TRACE(chunks);
-        ASSERT_EQ(setenv("SCORED_TP_ROW_CHUNKS", chunks, 1), 0);
-        auto engine = Make(dir, 2, dtype);
-        ASSERT_EQ(unsetenv("SCORED_TP_ROW_CHUNKS"), 0);
+        EngineOptions options = Options(dir, 2, dtype);
+        options.tp_row_chunks = chunks;
+        auto engine = CreateCudaEngine(options);
         ASSERT_TRUE(engine.ok()) << engine.status();
-        auto scored = (*engine)->Score(requests);
+        auto scored = ScoreAll(*(*engine), requests);
         ASSERT_TRUE(scored.ok()) << scored.status();
         results.push_back(*std::move(scored));
       }
@@ -291,26 +296,26 @@ TEST_F(TpEngineTest, Tp2RowChunkedIsBitwiseEqualToUnchunked) {
 }
 
 // tp 2 in one process sums the row-parallel partials with copy-engine peer copies (engine/cuda/peer_link.h)
-// and adds the peer's rows in the next norm; SCORED_TP_EXCHANGE=nccl runs NCCL all-reduces instead (what the
-// multi-process mode runs). Both give bitwise the same results: a two-rank sum is one fp32 add either way.
-// Unchunked and in 3 row chunks; weight-only, W8A8 (the FP8 norm path adds the peer's rows separately), Qwen2
-// and the dense stories260K.
+// and adds the peer's rows in the next norm; EngineOptions::tp_exchange kNccl runs NCCL all-reduces instead
+// (what the multi-process mode runs). Both give bitwise the same results: a two-rank sum is one fp32 add
+// either way. Unchunked and in 3 row chunks; weight-only, W8A8 (the FP8 norm path adds the peer's rows
+// separately), Qwen2 and the dense stories260K.
 TEST_F(TpEngineTest, Tp2PeerCopiesAreBitwiseTheNcclAllReduce) {
   for (const ComputeDtype dtype : {ComputeDtype::kBf16, ComputeDtype::kFp32}) {
     for (const std::string& dir : {kFixturesDir + "/llama-w4a16-g128", kFixturesDir + "/qwen2-w4a16-g128",
                                    kFixturesDir + "/llama-fp8-dynamic", kStoriesDir}) {
-      for (const char* chunks : {"1", "3"}) {
-        SCOPED_TRACE(dir + (dtype == ComputeDtype::kBf16 ? ", bf16" : ", fp32") + ", row chunks " + chunks);
+      for (const int chunks : {1, 3}) {
+        SCOPED_TRACE(dir + (dtype == ComputeDtype::kBf16 ? ", bf16" : ", fp32") + ", row chunks " +
+                     std::to_string(chunks));
         const std::vector<ScoreRequest> requests = Requests(/*rank_and_entropy=*/true);
         std::vector<std::vector<ScoreResult>> results;
-        for (const char* exchange : {"nccl", "copy"}) {
-          ASSERT_EQ(setenv("SCORED_TP_ROW_CHUNKS", chunks, 1), 0);
-          ASSERT_EQ(setenv("SCORED_TP_EXCHANGE", exchange, 1), 0);
-          auto engine = Make(dir, 2, dtype);
-          ASSERT_EQ(unsetenv("SCORED_TP_ROW_CHUNKS"), 0);
-          ASSERT_EQ(unsetenv("SCORED_TP_EXCHANGE"), 0);
+        for (const TpExchange exchange : {TpExchange::kNccl, TpExchange::kCopy}) {
+          EngineOptions options = Options(dir, 2, dtype);
+          options.tp_row_chunks = chunks;
+          options.tp_exchange = exchange;
+          auto engine = CreateCudaEngine(options);
           ASSERT_TRUE(engine.ok()) << engine.status();
-          auto scored = (*engine)->Score(requests);
+          auto scored = ScoreAll(*(*engine), requests);
           ASSERT_TRUE(scored.ok()) << scored.status();
           results.push_back(*std::move(scored));
         }
@@ -320,13 +325,15 @@ TEST_F(TpEngineTest, Tp2PeerCopiesAreBitwiseTheNcclAllReduce) {
   }
 }
 
-TEST_F(TpEngineTest, BadExchangeSettingFailsAtLoad) {
-  ASSERT_EQ(setenv("SCORED_TP_EXCHANGE", "shared-memory", 1), 0);
-  auto engine = Make(kStoriesDir, 2, ComputeDtype::kBf16);
-  ASSERT_EQ(unsetenv("SCORED_TP_EXCHANGE"), 0);
-  ASSERT_FALSE(engine.ok());
-  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument) << engine.status();
-  EXPECT_NE(engine.status().message().find("SCORED_TP_EXCHANGE"), std::string::npos) << engine.status();
+TEST_F(TpEngineTest, BadRowChunksSettingFailsAtLoad) {
+  for (const int chunks : {-1, 9}) {
+    EngineOptions options = Options(kStoriesDir, 2, ComputeDtype::kBf16);
+    options.tp_row_chunks = chunks;
+    auto engine = CreateCudaEngine(options);
+    ASSERT_FALSE(engine.ok());
+    EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument) << engine.status();
+    EXPECT_NE(engine.status().message().find("--tp_row_chunks"), std::string::npos) << engine.status();
+  }
 }
 
 TEST_F(TpEngineTest, NonShardableCheckpointFailsAtLoadNamingTheRule) {
@@ -350,9 +357,9 @@ TEST_F(TpEngineTest, TopKAtTp2MatchesTp1) {
     ASSERT_TRUE(two.ok()) << two.status();
     std::vector<ScoreRequest> requests = IsStories(dir) ? StoriesRequests() : Requests(false);
     for (size_t i = 0; i < requests.size(); ++i) requests[i].top_k = i % 2 == 0 ? 64 : 5;
-    auto a = (*one)->Score(requests);
+    auto a = ScoreAll(*(*one), requests);
     ASSERT_TRUE(a.ok()) << a.status();
-    auto b = (*two)->Score(requests);
+    auto b = ScoreAll(*(*two), requests);
     ASSERT_TRUE(b.ok()) << b.status();
     int64_t entries = 0, same_ids = 0;
     double max_abs = 0;
@@ -396,11 +403,11 @@ TEST_F(TpEngineTest, CommunicatorFaultMakesEngineUnavailableWithoutHanging) {
     for (int j = 0; j < 500; ++j) r.tokens.push_back((i * 31 + j * 7) % 512);
     big.push_back(r);
   }
-  ASSERT_TRUE(e->Score(big).ok());
+  ASSERT_TRUE(ScoreAll(*e, big).ok());
   // Fault in the middle of a run of batches.
   std::future<absl::Status> in_flight = std::async(std::launch::async, [&] {
     for (int k = 0; k < 100; ++k) {
-      auto result = e->Score(big);
+      auto result = ScoreAll(*e, big);
       if (!result.ok()) return result.status();
     }
     return absl::OkStatus();
@@ -418,7 +425,7 @@ TEST_F(TpEngineTest, CommunicatorFaultMakesEngineUnavailableWithoutHanging) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "fatal after " << seconds << " s: " << e->fatal_status() << "\n";
   EXPECT_EQ(e->fatal_status().code(), absl::StatusCode::kUnavailable);
-  auto later = e->Score(Requests(false));
+  auto later = ScoreAll(*e, Requests(false));
   EXPECT_EQ(later.status().code(), absl::StatusCode::kUnavailable) << later.status();
 }
 

@@ -19,6 +19,7 @@
 
 #include "engine/cuda/cuda_engine.h"
 #include "engine/engine.h"
+#include "engine/score_contract.h"
 
 extern char** environ;
 
@@ -114,7 +115,7 @@ TEST_F(TpMultiProcessTest, TwoProcessesMatchOneProcessBitwiseAndEndCleanly) {
   {
     auto single = CreateCudaEngine(Options(1, 0, ""));
     ASSERT_TRUE(single.ok()) << single.status();
-    auto result = (*single)->Score(Requests());
+    auto result = ScoreAll(*(*single), Requests());
     ASSERT_TRUE(result.ok()) << result.status();
     want = *std::move(result);
   }
@@ -127,7 +128,7 @@ TEST_F(TpMultiProcessTest, TwoProcessesMatchOneProcessBitwiseAndEndCleanly) {
     ASSERT_TRUE(leader.ok()) << leader.status();
     EXPECT_EQ((*leader)->info().tp, 2);
     for (int round = 0; round < 2; ++round) {
-      auto got = (*leader)->Score(Requests());
+      auto got = ScoreAll(*(*leader), Requests());
       ASSERT_TRUE(got.ok()) << got.status();
       ASSERT_EQ(got->size(), want.size());
       for (size_t s = 0; s < want.size(); ++s) {
@@ -148,7 +149,7 @@ TEST_F(TpMultiProcessTest, DeadFollowerMakesLeaderUnavailable) {
   auto leader = CreateCudaEngine(Options(2, 0, rendezvous));
   if (!leader.ok()) WaitFor(follower, std::chrono::seconds(1));
   ASSERT_TRUE(leader.ok()) << leader.status();
-  ASSERT_TRUE((*leader)->Score(Requests()).ok());
+  ASSERT_TRUE(ScoreAll(*(*leader), Requests()).ok());
   kill(follower, SIGKILL);
   waitpid(follower, nullptr, 0);
   const auto start = std::chrono::steady_clock::now();
@@ -157,7 +158,7 @@ TEST_F(TpMultiProcessTest, DeadFollowerMakesLeaderUnavailable) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ((*leader)->fatal_status().code(), absl::StatusCode::kUnavailable) << (*leader)->fatal_status();
-  auto later = (*leader)->Score(Requests());
+  auto later = ScoreAll(*(*leader), Requests());
   EXPECT_EQ(later.status().code(), absl::StatusCode::kUnavailable) << later.status();
 }
 

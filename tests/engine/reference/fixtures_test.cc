@@ -54,6 +54,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/reference/ops.h"
 #include "engine/reference/reference_engine.h"
+#include "engine/score_contract.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -130,7 +131,7 @@ std::vector<std::vector<float>> ScoreFixture(const std::string& name) {
   for (const nlohmann::json& seq : golden["sequences"]) {
     ScoreRequest request;
     request.tokens = seq["token_ids"].get<std::vector<int32_t>>();
-    absl::StatusOr<std::vector<ScoreResult>> r = (*engine)->Score({request});
+    absl::StatusOr<std::vector<ScoreResult>> r = ScoreAll(*(*engine), {request});
     EXPECT_TRUE(r.ok()) << r.status();
     out.push_back(r.ok() ? (*r)[0].logprob : std::vector<float>{});
   }
@@ -172,7 +173,7 @@ TEST_P(FixtureTest, LogprobsMatchReference) {
     request.tokens = seq["token_ids"].get<std::vector<int32_t>>();
     request.want_entropy = true;
     request.top_k = 2;
-    const absl::StatusOr<std::vector<ScoreResult>> results = (*engine)->Score({request});
+    const absl::StatusOr<std::vector<ScoreResult>> results = ScoreAll(*(*engine), {request});
     ASSERT_TRUE(results.ok()) << results.status();
     const ScoreResult& r = (*results)[0];
     const std::vector<double> expected = seq["token_logprobs"].get<std::vector<double>>();

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/score_contract.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -52,7 +53,7 @@ class ReferenceEngineTest : public ::testing::Test {
   void SetUp() override { ASSERT_NE(engine_, nullptr); }
 
   static ScoreResult ScoreOne(const ScoreRequest& request) {
-    absl::StatusOr<std::vector<ScoreResult>> r = engine_->Score({request});
+    absl::StatusOr<std::vector<ScoreResult>> r = ScoreAll(*engine_, {request});
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? (*r)[0] : ScoreResult{};
   }
@@ -141,7 +142,7 @@ TEST_F(ReferenceEngineTest, ResultsDoNotDependOnBatchOrThreads) {
   batch[1].tokens = stories[1]["token_ids"].get<std::vector<int32_t>>();
   batch[1].want_entropy = true;
   batch[2].tokens = {1, 403, 407};
-  const absl::StatusOr<std::vector<ScoreResult>> together = engine_->Score(batch);
+  const absl::StatusOr<std::vector<ScoreResult>> together = ScoreAll(*engine_, batch);
   ASSERT_TRUE(together.ok()) << together.status();
   std::unique_ptr<Engine> serial = MakeEngine(1);
   std::unique_ptr<Engine> wide = MakeEngine(3);
@@ -149,7 +150,7 @@ TEST_F(ReferenceEngineTest, ResultsDoNotDependOnBatchOrThreads) {
   ASSERT_NE(wide, nullptr);
   for (size_t i = 0; i < batch.size(); ++i) {
     for (Engine* e : {engine_, serial.get(), wide.get()}) {
-      const absl::StatusOr<std::vector<ScoreResult>> alone = e->Score({batch[i]});
+      const absl::StatusOr<std::vector<ScoreResult>> alone = ScoreAll(*e, {batch[i]});
       ASSERT_TRUE(alone.ok()) << alone.status();
       EXPECT_EQ((*alone)[0].logprob, (*together)[i].logprob) << i;
       EXPECT_EQ((*alone)[0].entropy, (*together)[i].entropy) << i;
@@ -200,7 +201,7 @@ TEST_F(ReferenceEngineTest, OptionalOutputsAreConsistent) {
 }
 
 TEST_F(ReferenceEngineTest, InvalidRequestsReturnTheContractCodes) {
-  auto code = [](const ScoreRequest& request) { return engine_->Score({request}).status().code(); };
+  auto code = [](const ScoreRequest& request) { return ScoreAll(*engine_, {request}).status().code(); };
   ScoreRequest ok;
   ok.tokens = {1, 403, 407};
   EXPECT_EQ(code(ok), absl::StatusCode::kOk);
@@ -218,7 +219,7 @@ TEST_F(ReferenceEngineTest, InvalidRequestsReturnTheContractCodes) {
   EXPECT_EQ(code(topk), absl::StatusCode::kInvalidArgument);
   ScoreRequest bad_id = ok;
   bad_id.tokens[2] = 512;
-  const absl::Status status = engine_->Score({bad_id}).status();
+  const absl::Status status = ScoreAll(*engine_, {bad_id}).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("position 2"), std::string::npos) << status;
   EXPECT_NE(status.message().find("512"), std::string::npos) << status;
@@ -226,11 +227,17 @@ TEST_F(ReferenceEngineTest, InvalidRequestsReturnTheContractCodes) {
   EXPECT_EQ(code(bad_id), absl::StatusCode::kInvalidArgument);
   ScoreRequest too_long;
   too_long.tokens.assign(513, 1);
-  const absl::Status long_status = engine_->Score({too_long}).status();
+  const absl::Status long_status = ScoreAll(*engine_, {too_long}).status();
   EXPECT_EQ(long_status.code(), absl::StatusCode::kOutOfRange);
-  EXPECT_NE(long_status.message().find("max_seq_len 512"), std::string::npos) << long_status;
-  // One bad request fails the batch; the engine keeps serving.
-  EXPECT_EQ(engine_->Score({ok, one}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(long_status.message().find("max_seq_len is 512"), std::string::npos) << long_status;
+  // One bad request fails alone: the others of its batch are scored, and the engine keeps serving.
+  const std::vector<absl::StatusOr<ScoreResult>> mixed = engine_->Score({ok, one, ok});
+  ASSERT_EQ(mixed.size(), 3u);
+  EXPECT_TRUE(mixed[0].ok()) << mixed[0].status();
+  EXPECT_EQ(mixed[1].status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(mixed[2].ok()) << mixed[2].status();
+  EXPECT_EQ(mixed[2]->logprob, mixed[0]->logprob);
+  EXPECT_EQ(ScoreAll(*engine_, {ok, one}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code(ok), absl::StatusCode::kOk);
   // A 512-token sequence (the limit) is fine.
   ScoreRequest longest;
@@ -258,11 +265,11 @@ TEST(ReferenceEngineLoad, MaxSeqLenOptionOverridesAndBatchLimitApplies) {
   EXPECT_EQ((*engine)->info().max_batch_tokens, 32);
   ScoreRequest request;
   request.tokens.assign(33, 1);
-  const absl::Status status = (*engine)->Score({request}).status();
+  const absl::Status status = ScoreAll(*(*engine), {request}).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange);
-  EXPECT_NE(status.message().find("max_batch_tokens 32"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("max_batch_tokens is 32"), std::string::npos) << status;
   request.tokens.assign(65, 1);
-  EXPECT_EQ((*engine)->Score({request}).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(ScoreAll(*(*engine), {request}).status().code(), absl::StatusCode::kOutOfRange);
 }
 
 // A Mistral config over the same weights with a 100-token sliding window: without sliding-window
@@ -292,13 +299,13 @@ TEST(ReferenceEngineLoad, MistralSlidingWindowCapsContext) {
   request.tokens = ReadJson(kModelDir + "/reference_logprobs.json")["greedy_from_bos"]["token_ids"]
                        .get<std::vector<int32_t>>();
   request.tokens.resize(100);
-  const absl::StatusOr<std::vector<ScoreResult>> a = (*mistral)->Score({request});
-  const absl::StatusOr<std::vector<ScoreResult>> b = llama->Score({request});
+  const absl::StatusOr<std::vector<ScoreResult>> a = ScoreAll(*(*mistral), {request});
+  const absl::StatusOr<std::vector<ScoreResult>> b = ScoreAll(*llama, {request});
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ((*a)[0].logprob, (*b)[0].logprob);
   request.tokens.push_back(1);
-  EXPECT_EQ((*mistral)->Score({request}).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(ScoreAll(*(*mistral), {request}).status().code(), absl::StatusCode::kOutOfRange);
   fs::remove_all(dir);
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/reference/reference_engine.h"
+#include "engine/score_contract.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -79,7 +80,7 @@ TEST(WikiText2, Stories260KChunksPplMatchesGolden) {
                             ids->begin() + std::min(n, (w + 1) * kChunk));
       batch.push_back(std::move(request));
     }
-    absl::StatusOr<std::vector<ScoreResult>> results = (*engine)->Score(batch);
+    absl::StatusOr<std::vector<ScoreResult>> results = ScoreAll(*(*engine), batch);
     ASSERT_TRUE(results.ok()) << results.status();
     for (size_t i = 0; i < results->size(); ++i) {
       const ScoreResult& r = (*results)[i];

@@ -1,0 +1,80 @@
+#include "engine/cuda/batch_pack.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace scored::cuda {
+
+void HostResults::Resize(const PackedBatch& batch) {
+  const int64_t n = batch.fb.num_tokens;
+  const int64_t top_k = batch.fb.options.top_k;
+  logprob.resize(n);
+  greedy.resize(n);
+  rank.resize(batch.fb.options.want_rank ? n : 0);
+  entropy.resize(batch.fb.options.want_entropy ? n : 0);
+  top_ids.resize(n * top_k);
+  top_lps.resize(n * top_k);
+}
+
+PackedBatch PackBatch(absl::Span<const ScoreRequest* const> group) {
+  PackedBatch packed;
+  ForwardBatch& fb = packed.fb;
+  fb.cu_seqlens = {0};
+  for (const ScoreRequest* request : group) {
+    const ScoreRequest& r = *request;
+    const int64_t n = static_cast<int64_t>(r.tokens.size());
+    const int64_t offset = static_cast<int64_t>(packed.tokens.size());
+    const int64_t from = std::max<int64_t>(1, r.score_from);
+    for (int64_t j = 0; j < n; ++j) {
+      packed.tokens.push_back(r.tokens[j]);
+      packed.positions.push_back(static_cast<int32_t>(j));
+      packed.targets.push_back(j + 1 < n ? r.tokens[j + 1] : 0);
+    }
+    fb.cu_seqlens.push_back(static_cast<int32_t>(offset + n));
+    fb.max_seqlen = std::max(fb.max_seqlen, static_cast<int32_t>(n));
+    packed.first_row.push_back(offset + from - 1);
+    const RowSpan span{offset + from - 1, offset + n - 1};
+    if (!fb.lm_head_rows.empty() && span.begin - fb.lm_head_rows.back().end <= kMaxSpanGap) {
+      fb.lm_head_rows.back().end = span.end;
+    } else {
+      fb.lm_head_rows.push_back(span);
+    }
+    fb.options.top_k = std::max(fb.options.top_k, r.top_k);
+    fb.options.want_rank = fb.options.want_rank || r.want_rank;
+    fb.options.want_entropy = fb.options.want_entropy || r.want_entropy;
+  }
+  fb.num_tokens = static_cast<int64_t>(packed.tokens.size());
+  fb.num_seqs = static_cast<int32_t>(group.size());
+  return packed;
+}
+
+std::vector<ScoreResult> UnpackResults(absl::Span<const ScoreRequest* const> group, const PackedBatch& batch,
+                                       const HostResults& host) {
+  const ForwardBatch& fb = batch.fb;
+  const int64_t top_k = fb.options.top_k;
+  std::vector<ScoreResult> results;
+  results.reserve(group.size());
+  for (size_t s = 0; s < group.size(); ++s) {
+    const ScoreRequest& r = *group[s];
+    const int64_t last_row = fb.cu_seqlens[s + 1] - 1;  // exclusive: the last token predicts nothing
+    ScoreResult result;
+    for (int64_t row = batch.first_row[s]; row < last_row; ++row) {
+      result.logprob.push_back(static_cast<float>(host.logprob[row]));
+      result.sum_logprob += host.logprob[row];
+      result.greedy.push_back(host.greedy[row]);
+      if (r.want_rank) result.rank.push_back(host.rank[row]);
+      if (r.want_entropy) result.entropy.push_back(host.entropy[row]);
+      if (r.top_k > 0) {
+        std::vector<TopKEntry> entries(r.top_k);
+        for (int32_t i = 0; i < r.top_k; ++i)
+          entries[i] = {host.top_ids[row * top_k + i], host.top_lps[row * top_k + i]};
+        result.top_k.push_back(std::move(entries));
+      }
+    }
+    result.num_scored = static_cast<int32_t>(result.logprob.size());
+    results.push_back(std::move(result));
+  }
+  return results;
+}
+
+}  // namespace scored::cuda

@@ -1,0 +1,215 @@
+#include "engine/cuda/rank.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/base/logging.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/cuda_check.h"
+#include "engine/kernels/fp8_quant.h"
+#include "engine/kernels/kernel_types.h"
+
+namespace scored::cuda {
+namespace {
+
+// Device memory left free beyond what the engine sizes itself for (cuBLASLt and CUDA internals).
+constexpr int64_t kReserveBytes = int64_t{512} << 20;
+
+double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
+
+// Fills `dst` with copies of the token embedding table (finite, non-zero, weight-like values: GEMM timing
+// on zeros runs faster than on real data).
+absl::Status FillFromEmbedding(const DeviceModel& model, const DeviceBuffer& dst, cudaStream_t stream) {
+  const int64_t chunk = model.embed.bytes();
+  for (int64_t off = 0; off < dst.bytes(); off += chunk) {
+    SCORED_CUDA_CHECK(cudaMemcpyAsync(dst.as<char>() + off, model.embed.data(),
+                                      static_cast<size_t>(std::min(chunk, dst.bytes() - off)),
+                                      cudaMemcpyDeviceToDevice, stream));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activations& acts,
+                            cudaStream_t stream, bool one_gpu) {
+  if (model.dtype != ComputeDtype::kBf16 || model.layers.empty()) return absl::OkStatus();
+  for (const DeviceBuffer* b : {&acts.normed, &acts.attn, &acts.mlp}) {
+    SCORED_RETURN_IF_ERROR(FillFromEmbedding(model, *b, stream));
+  }
+  const DeviceLayer& layer = model.layers.front();
+  struct Job {
+    const DeviceLinear* linear;
+    const DeviceBuffer* x;
+    const DeviceBuffer* y;
+    GemmTypes types;
+    bool row_parallel;
+  };
+  const Job jobs[] = {{&layer.qkv, &acts.normed, &acts.qkv, GemmTypes::kBf16ToBf16, false},
+                      {&layer.o, &acts.attn, &acts.proj, GemmTypes::kBf16ToFp32, true},
+                      {&layer.gate_up, &acts.normed, &acts.gate_up, GemmTypes::kBf16ToBf16, false},
+                      {&layer.down, &acts.mlp, &acts.proj, GemmTypes::kBf16ToFp32, true}};
+  for (const Job& job : jobs) {
+    const int64_t out = job.linear->out_features(), in = job.linear->in_features();
+    GemmTypes types = job.types;
+    if (job.linear->fp8_resident()) {
+      // FP8: the input buffer quantized per token (real codes and scales), the resident FP8 weight.
+      types = types == GemmTypes::kBf16ToBf16 ? GemmTypes::kFp8ToBf16 : GemmTypes::kFp8ToFp32;
+      SCORED_RETURN_IF_ERROR(kernels::QuantizeFp8PerToken(job.x->as<kernels::bf16_t>(), in, acts.max_tokens,
+                                                          in, acts.act_fp8.as<uint8_t>(),
+                                                          acts.act_scale.as<float>(), stream));
+      SCORED_RETURN_IF_ERROR(gemm.Tune(acts.act_fp8.data(), job.linear->fp8_weight(), job.y->data(), out, in,
+                                       types, stream, acts.act_scale.as<float>(), job.linear->fp8_scale()));
+    } else {
+      SCORED_ASSIGN_OR_RETURN(const void* w,
+                              job.linear->Materialize(model.dtype, acts.scratch.data(), stream));
+      if (job.row_parallel && one_gpu && acts.row_parallel_halves && SumsInHalves(*job.linear, model.dtype)) {
+        SCORED_RETURN_IF_ERROR(
+            gemm.Tune(job.x->data(), w, job.y->data(), out, in / 2, types, stream, nullptr, nullptr, in));
+        SCORED_LOG(INFO) << "GEMM [" << acts.max_tokens << ", " << in / 2 << " of " << in << "] x [" << out
+                         << ", " << in / 2 << " of " << in
+                         << "]^T (each half): " << gemm.Choice(out, in / 2, types, in);
+        continue;
+      }
+      SCORED_RETURN_IF_ERROR(gemm.Tune(job.x->data(), w, job.y->data(), out, in, types, stream));
+    }
+    SCORED_LOG(INFO) << "GEMM [" << acts.max_tokens << ", " << in << "] x [" << out << ", " << in
+                     << "]^T: " << gemm.Choice(out, in, types);
+  }
+  return absl::OkStatus();
+}
+
+std::string DeviceName(int device) {
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return absl::StrCat("GPU ", device);
+  return absl::StrCat("GPU ", device, " (", prop.name, ")");
+}
+
+// Everything of one rank after its communicator: shard upload, activation reservation (with `link`: this
+// rank's peer-copy receive buffers too), GEMM choices.
+absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options, const ShardPlan* plan,
+                       PeerLink* link, Rank* rank, int64_t* activation_bytes) {
+  const int64_t max_tokens = options.max_batch_tokens;
+  const int tp_size = plan != nullptr ? plan->tp_size : 1;
+  SCORED_ASSIGN_OR_RETURN(rank->stream, CudaStream::Create());
+  SCORED_ASSIGN_OR_RETURN(rank->gemm, GemmRunner::Create(max_tokens));
+  SCORED_ASSIGN_OR_RETURN(rank->model, UploadModel(weights, options.dtype, plan));
+  const DeviceModel& model = *rank->model;
+  const ModelConfig& config = rank->config;
+
+  // Reserve the activations of max_batch_tokens now, or say what would fit.
+  size_t free_bytes = 0, total_bytes = 0;
+  SCORED_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const int64_t per_token = ActivationBytesPerToken(config, options.dtype);
+  const int64_t link_elements = max_tokens * config.hidden_size;
+  const int64_t fixed = FixedActivationBytes(config, model, max_tokens, tp_size) +
+                        (link != nullptr ? PeerLink::BytesPerRank(link_elements) : 0);
+  const int64_t available = static_cast<int64_t>(free_bytes) - kReserveBytes;
+  const auto too_big = [&]() {
+    const int64_t fits = std::max<int64_t>(0, (available - fixed) / per_token);
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s: max_batch_tokens %d needs %.2f GiB of activations (%.2f MiB per token + %.2f GiB "
+        "fixed) but only %.2f GiB "
+        "of GPU memory is free after the %.2f GiB of weights; at most %d tokens fit",
+        DeviceName(rank->device), max_tokens, GiB(fixed + per_token * max_tokens), per_token / 1048576.0,
+        GiB(fixed), GiB(available), GiB(model.resident_bytes), fits));
+  };
+  if (fixed + per_token * max_tokens > available) return too_big();
+  absl::StatusOr<Activations> acts = AllocateActivations(config, model, max_tokens, tp_size);
+  if (absl::IsResourceExhausted(acts.status())) return too_big();
+  if (!acts.ok()) return acts.status();
+  rank->acts = *std::move(acts);
+  if (link != nullptr) {
+    const absl::Status linked = link->InitRank(rank->index, link_elements);
+    if (absl::IsResourceExhausted(linked)) return too_big();
+    SCORED_RETURN_IF_ERROR(linked);
+    rank->tp.peer = link;
+  }
+  // EngineOptions' execution settings (validated by the engine before anything loads).
+  if (tp_size > 1) rank->acts.tp_row_chunks = options.tp_row_chunks;
+  rank->acts.row_parallel_halves = options.row_parallel_halves;
+  *activation_bytes = fixed + per_token * max_tokens;
+
+  int fp8_linears = 0, w8a8_linears = 0;
+  for (const DeviceLayer& layer : model.layers) {
+    for (const DeviceLinear* linear : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+      fp8_linears += linear->fp8_resident() ? 1 : 0;
+      w8a8_linears += linear->w8a8_dynamic_fp8() ? 1 : 0;
+    }
+  }
+  if (w8a8_linears > 0) {
+    SCORED_LOG(INFO)
+        << DeviceName(rank->device) << ": W8A8 " << fp8_linears << " of " << w8a8_linears
+        << " linear groups run as FP8 GEMMs, the rest emulated (bf16 GEMM on fake-quantized inputs)";
+  }
+
+  // Pin every GEMM algorithm before the first batch: the decoder-layer shapes timed, the rest by heuristic.
+  SCORED_RETURN_IF_ERROR(TuneLayerGemms(model, *rank->gemm, rank->acts, rank->stream.get(), plan == nullptr));
+  const GemmTypes types = options.dtype == ComputeDtype::kBf16 ? GemmTypes::kBf16ToBf16 : GemmTypes::kFp32;
+  const GemmTypes head_types =
+      options.dtype == ComputeDtype::kBf16 ? GemmTypes::kBf16ToFp32 : GemmTypes::kFp32;
+  for (const DeviceLayer& layer : model.layers) {
+    for (const DeviceLinear* linear : {&layer.qkv, &layer.gate_up}) {
+      SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), linear->in_features(),
+                                                 linear->fp8_resident() ? GemmTypes::kFp8ToBf16 : types));
+    }
+    for (const DeviceLinear* linear : {&layer.o, &layer.down}) {
+      const int64_t in = linear->in_features();
+      if (plan == nullptr && rank->acts.row_parallel_halves && SumsInHalves(*linear, options.dtype)) {
+        SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), in / 2, head_types, in));
+        continue;
+      }
+      SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(
+          linear->out_features(), in, linear->fp8_resident() ? GemmTypes::kFp8ToFp32 : head_types));
+    }
+  }
+  return rank->gemm->Prepare(model.lm_head.out_features(), model.lm_head.in_features(), head_types);
+}
+
+absl::Status RunRank(Rank& rank, const PackedBatch& batch, HostResults* out) {
+  const int64_t n = batch.fb.num_tokens;
+  const cudaStream_t stream = rank.stream.get();
+  Activations& acts = rank.acts;
+  SCORED_CUDA_CHECK(
+      cudaMemcpyAsync(acts.tokens.data(), batch.tokens.data(), n * 4, cudaMemcpyHostToDevice, stream));
+  SCORED_CUDA_CHECK(
+      cudaMemcpyAsync(acts.positions.data(), batch.positions.data(), n * 4, cudaMemcpyHostToDevice, stream));
+  SCORED_CUDA_CHECK(
+      cudaMemcpyAsync(acts.targets.data(), batch.targets.data(), n * 4, cudaMemcpyHostToDevice, stream));
+  SCORED_CUDA_CHECK(cudaMemcpyAsync(acts.cu_seqlens.data(), batch.fb.cu_seqlens.data(),
+                                    batch.fb.cu_seqlens.size() * 4, cudaMemcpyHostToDevice, stream));
+  SCORED_RETURN_IF_ERROR(Forward(rank.config, *rank.model, *rank.gemm, batch.fb, &acts, stream,
+                                 rank.comm != nullptr ? &rank.tp : nullptr));
+  if (out != nullptr) {
+    // Only per-row results come back.
+    const int64_t top_k = batch.fb.options.top_k;
+    out->Resize(batch);
+    SCORED_CUDA_CHECK(
+        cudaMemcpyAsync(out->logprob.data(), acts.logprob.data(), n * 8, cudaMemcpyDeviceToHost, stream));
+    SCORED_CUDA_CHECK(
+        cudaMemcpyAsync(out->greedy.data(), acts.greedy.data(), n, cudaMemcpyDeviceToHost, stream));
+    if (!out->rank.empty()) {
+      SCORED_CUDA_CHECK(
+          cudaMemcpyAsync(out->rank.data(), acts.rank.data(), n * 4, cudaMemcpyDeviceToHost, stream));
+    }
+    if (!out->entropy.empty()) {
+      SCORED_CUDA_CHECK(
+          cudaMemcpyAsync(out->entropy.data(), acts.entropy.data(), n * 4, cudaMemcpyDeviceToHost, stream));
+    }
+    if (top_k > 0) {
+      SCORED_CUDA_CHECK(cudaMemcpyAsync(out->top_ids.data(), acts.top_k_ids.data(), n * top_k * 4,
+                                        cudaMemcpyDeviceToHost, stream));
+      SCORED_CUDA_CHECK(cudaMemcpyAsync(out->top_lps.data(), acts.top_k_logprobs.data(), n * top_k * 4,
+                                        cudaMemcpyDeviceToHost, stream));
+    }
+  }
+  // A rank waits with a deadline and the communicator's error in view: a lost peer cannot hang it.
+  if (rank.comm != nullptr) return rank.comm->Synchronize(stream);
+  return rank.stream.Synchronize();
+}
+
+}  // namespace scored::cuda

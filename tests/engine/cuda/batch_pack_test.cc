@@ -1,0 +1,87 @@
+// Host-side batch packing of the CUDA engine (engine/cuda/batch_pack.h): row layout, lm_head spans (merged
+// across small gaps), the union of the requests' options, and results unpacked per request. CPU only.
+#include "engine/cuda/batch_pack.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace scored::cuda {
+namespace {
+
+ScoreRequest Request(int n, int32_t score_from = 1, int32_t top_k = 0, bool rank = false) {
+  ScoreRequest r;
+  for (int i = 0; i < n; ++i) r.tokens.push_back(10 + i);
+  r.score_from = score_from;
+  r.top_k = top_k;
+  r.want_rank = rank;
+  return r;
+}
+
+TEST(BatchPackTest, PacksRowsTargetsAndSpans) {
+  const ScoreRequest a = Request(4), b = Request(3, 2, 2, true);
+  const std::vector<const ScoreRequest*> group = {&a, &b};
+  const PackedBatch p = PackBatch(group);
+  EXPECT_EQ(p.fb.num_tokens, 7);
+  EXPECT_EQ(p.fb.num_seqs, 2);
+  EXPECT_EQ(p.fb.max_seqlen, 4);
+  EXPECT_EQ(p.fb.cu_seqlens, (std::vector<int32_t>{0, 4, 7}));
+  EXPECT_EQ(p.tokens, (std::vector<int32_t>{10, 11, 12, 13, 10, 11, 12}));
+  EXPECT_EQ(p.positions, (std::vector<int32_t>{0, 1, 2, 3, 0, 1, 2}));
+  EXPECT_EQ(p.targets, (std::vector<int32_t>{11, 12, 13, 0, 11, 12, 0}));
+  EXPECT_EQ(p.first_row, (std::vector<int64_t>{0, 5}));
+  // Spans [0, 3) and [5, 6) are 2 rows apart: merged into one.
+  ASSERT_EQ(p.fb.lm_head_rows.size(), 1u);
+  EXPECT_EQ(p.fb.lm_head_rows[0].begin, 0);
+  EXPECT_EQ(p.fb.lm_head_rows[0].end, 6);
+  EXPECT_EQ(p.fb.options.top_k, 2);
+  EXPECT_TRUE(p.fb.options.want_rank);
+  EXPECT_FALSE(p.fb.options.want_entropy);
+}
+
+TEST(BatchPackTest, SpansFartherApartThanTheGapStaySeparate) {
+  const ScoreRequest a = Request(3), b = Request(100, 90);
+  const std::vector<const ScoreRequest*> group = {&a, &b};
+  const PackedBatch p = PackBatch(group);
+  ASSERT_EQ(p.fb.lm_head_rows.size(), 2u);
+  EXPECT_EQ(p.fb.lm_head_rows[0].end, 2);
+  EXPECT_EQ(p.fb.lm_head_rows[1].begin, 3 + 89);
+  EXPECT_EQ(p.fb.lm_head_rows[1].end, 3 + 99);
+}
+
+TEST(BatchPackTest, UnpackKeepsWhatEachRequestAskedFor) {
+  const ScoreRequest a = Request(3), b = Request(4, 2, 1, true);
+  const std::vector<const ScoreRequest*> group = {&a, &b};
+  const PackedBatch p = PackBatch(group);
+  HostResults host;
+  host.Resize(p);
+  ASSERT_EQ(host.top_ids.size(), 7u * 1);
+  ASSERT_EQ(host.rank.size(), 7u);
+  EXPECT_TRUE(host.entropy.empty());
+  for (int r = 0; r < 7; ++r) {
+    host.logprob[r] = -0.5 * r;
+    host.greedy[r] = r % 2;
+    host.rank[r] = 100 + r;
+    host.top_ids[r] = 200 + r;
+    host.top_lps[r] = -0.25f * r;
+  }
+  const std::vector<ScoreResult> results = UnpackResults(group, p, host);
+  ASSERT_EQ(results.size(), 2u);
+  // a: rows 0, 1 scored (row 2 is its last token).
+  EXPECT_EQ(results[0].num_scored, 2);
+  EXPECT_EQ(results[0].logprob, (std::vector<float>{0.0f, -0.5f}));
+  EXPECT_DOUBLE_EQ(results[0].sum_logprob, -0.5);
+  EXPECT_TRUE(results[0].rank.empty());
+  EXPECT_TRUE(results[0].top_k.empty());
+  // b: rows 3..6, score_from 2 -> rows 4, 5.
+  EXPECT_EQ(results[1].num_scored, 2);
+  EXPECT_EQ(results[1].logprob, (std::vector<float>{-2.0f, -2.5f}));
+  EXPECT_EQ(results[1].greedy, (std::vector<uint8_t>{0, 1}));
+  EXPECT_EQ(results[1].rank, (std::vector<int32_t>{104, 105}));
+  ASSERT_EQ(results[1].top_k.size(), 2u);
+  EXPECT_EQ(results[1].top_k[1][0].id, 205);
+  EXPECT_FLOAT_EQ(results[1].top_k[1][0].logprob, -1.25f);
+}
+
+}  // namespace
+}  // namespace scored::cuda
