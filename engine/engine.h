@@ -43,7 +43,7 @@ struct EngineOptions {
   // Multi-process tensor parallelism (CUDA only): nnodes processes, each driving tp / nnodes local GPUs
   // (devices 0 .. tp/nnodes - 1); global rank = node_rank * (tp / nnodes) + local index. node_rank 0 is
   // the leader (CreateEngine, serves Score); the others call RunFollower. rendezvous: the leader's
-  // HOST:PORT (engine/dist/control_channel.h).
+  // HOST:PORT (engine/dist/control_transport.h).
   int nnodes = 1;
   int node_rank = 0;
   std::string rendezvous;

@@ -18,12 +18,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/base/score_options.h"  // kMaxTopK
 #include "engine/engine.h"
 
 namespace scored {
-
-// Most (id, logprob) pairs a request may ask for per scored position.
-inline constexpr int32_t kMaxTopK = 64;
 
 struct ScoreLimits {
   int64_t max_seq_len = 0;       // longest sequence accepted (> 0)

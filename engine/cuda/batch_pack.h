@@ -8,7 +8,7 @@
 // targets[r] = tokens[j + 1] (0 at the sequence's last row, which predicts nothing); a sequence's rows from
 // first_row[s] = cu_seqlens[s] + max(1, score_from) - 1 to its second-to-last are scored. The lm_head runs
 // only on the scored rows: one RowSpan per sequence, merged with the previous one when the gap between
-// them is at most kMaxSpanGap rows. The group's LogprobOptions are the union of its requests' (largest
+// them is at most kMaxSpanGap rows. The group's RowStatsOptions are the union of its requests' (largest
 // top_k, any want_rank / want_entropy); each result keeps only what its own request asked for.
 // Thread-safety: stateless functions.
 #ifndef SCORED_ENGINE_CUDA_BATCH_PACK_H_

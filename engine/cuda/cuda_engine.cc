@@ -120,6 +120,11 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
   if (options.nnodes > 1 && options.rendezvous.empty()) {
     return absl::InvalidArgumentError("--nnodes > 1 needs --rendezvous HOST:PORT");
   }
+  if (options.nnodes > 1 && options.control_transport == nullptr) {
+    return absl::InvalidArgumentError(
+        "--nnodes > 1 needs a control transport (EngineOptions::control_transport; scored sets its gRPC "
+        "one)");
+  }
   if (options.max_batch_tokens <= 0) return absl::InvalidArgumentError("max_batch_tokens must be positive");
   if (options.tp_row_chunks < 0 || options.tp_row_chunks > cuda::kMaxTpRowChunks) {
     return absl::InvalidArgumentError(absl::StrCat("--tp_row_chunks ", options.tp_row_chunks,
@@ -256,10 +261,9 @@ absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& 
   if (options.nnodes > 1) {
     // Every follower gets the communicator id and our model's fingerprint (it refuses a different model).
     SCORED_ASSIGN_OR_RETURN(
-        engine->leader_,
-        dist::Leader::Start(*dist::FactoryOrTcp(options.control_transport), options.rendezvous,
-                            options.nnodes, absl::string_view(id.bytes.data(), id.bytes.size()),
-                            engine->info_.model_fingerprint));
+        engine->leader_, dist::Leader::Start(*options.control_transport, options.rendezvous, options.nnodes,
+                                             absl::string_view(id.bytes.data(), id.bytes.size()),
+                                             engine->info_.model_fingerprint));
   }
   SCORED_RETURN_IF_ERROR(engine->StartRanks(options, id, 0));
   if (engine->leader_ != nullptr) {
@@ -281,9 +285,8 @@ absl::Status CudaEngine::RunFollower(const EngineOptions& options) {
   dist::NcclUniqueId id;
   SCORED_ASSIGN_OR_RETURN(
       std::unique_ptr<dist::Follower> follower,
-      dist::Follower::Join(*dist::FactoryOrTcp(options.control_transport), options.rendezvous, options.nnodes,
-                           options.node_rank, id.bytes.size(), engine->info_.model_fingerprint,
-                           options.model_dir));
+      dist::Follower::Join(*options.control_transport, options.rendezvous, options.nnodes, options.node_rank,
+                           id.bytes.size(), engine->info_.model_fingerprint, options.model_dir));
   std::memcpy(id.bytes.data(), follower->nccl_id().data(), id.bytes.size());
   const int local = engine->tp_ / options.nnodes;
   SCORED_RETURN_IF_ERROR(engine->StartRanks(options, id, options.node_rank * local));

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/kernels/logprob.h"  // kernels::LogprobOptions: a plain struct (the header has no CUDA)
+#include "engine/base/score_options.h"
 
 namespace scored::cuda {
 
@@ -26,7 +26,7 @@ struct ForwardBatch {
       cu_seqlens;  // [num_seqs + 1]: the host copy of acts->cu_seqlens (rows of sequence s
                    // are [cu_seqlens[s], cu_seqlens[s + 1])); row chunks cut between sequences
   std::vector<RowSpan> lm_head_rows;  // ascending, disjoint; logits are computed for these rows only
-  kernels::LogprobOptions options;    // applied to every scored row
+  RowStatsOptions options;            // applied to every scored row
 };
 
 }  // namespace scored::cuda

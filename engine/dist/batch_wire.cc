@@ -94,8 +94,8 @@ absl::StatusOr<cuda::PackedBatch> ParseBatch(absl::string_view bytes, int64_t ma
   if (fb.num_seqs <= 0 || fb.num_seqs > fb.num_tokens) {
     return Malformed(absl::StrCat("num_seqs ", fb.num_seqs, " outside [1, ", fb.num_tokens, "]"));
   }
-  if (fb.options.top_k < 0 || fb.options.top_k > kernels::kMaxTopK) {
-    return Malformed(absl::StrCat("top_k ", fb.options.top_k, " outside [0, ", kernels::kMaxTopK, "]"));
+  if (fb.options.top_k < 0 || fb.options.top_k > kMaxTopK) {
+    return Malformed(absl::StrCat("top_k ", fb.options.top_k, " outside [0, ", kMaxTopK, "]"));
   }
   if (spans < 0 || spans > fb.num_seqs) {
     return Malformed(absl::StrCat("num_spans ", spans, " outside [0, ", fb.num_seqs, "]"));

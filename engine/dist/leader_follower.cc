@@ -5,14 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/dist/batch_wire.h"
-#include "engine/dist/control_channel.h"
 
 namespace scored::dist {
-
-std::shared_ptr<ControlTransportFactory> FactoryOrTcp(std::shared_ptr<ControlTransportFactory> factory) {
-  if (factory != nullptr) return factory;
-  return std::make_shared<TcpControlTransportFactory>();
-}
 
 std::string MakeBootstrapPayload(absl::string_view nccl_id, absl::string_view fingerprint) {
   return absl::StrCat(nccl_id, fingerprint);

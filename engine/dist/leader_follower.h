@@ -26,9 +26,6 @@
 
 namespace scored::dist {
 
-// `factory` when set, else the TCP control channel (TcpControlTransportFactory, control_channel.h).
-std::shared_ptr<ControlTransportFactory> FactoryOrTcp(std::shared_ptr<ControlTransportFactory> factory);
-
 // The leader's bootstrap payload: `nccl_id` (the communicator's unique id bytes), then `fingerprint`.
 std::string MakeBootstrapPayload(absl::string_view nccl_id, absl::string_view fingerprint);
 

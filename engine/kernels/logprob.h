@@ -22,17 +22,13 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "engine/base/score_options.h"
 #include "engine/kernels/kernel_types.h"
 
 namespace scored::kernels {
 
-constexpr int32_t kMaxTopK = 64;
-
-struct LogprobOptions {
-  int32_t top_k = 0;  // 0..kMaxTopK
-  bool want_rank = false;
-  bool want_entropy = false;
-};
+using ::scored::kMaxTopK;
+using LogprobOptions = ::scored::RowStatsOptions;
 
 // Device output arrays. logprob and greedy are required; the others are required when asked for.
 struct LogprobOutputs {

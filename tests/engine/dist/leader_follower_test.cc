@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "engine/dist/control_channel.h"
+#include "server/control_service.h"
 
 namespace scored::dist {
 namespace {
@@ -35,6 +35,14 @@ int FreePort() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+// The server's gRPC control transport: plaintext, no token (loopback only).
+std::shared_ptr<ControlTransportFactory> GrpcFactory() {
+  absl::StatusOr<std::shared_ptr<GrpcControlTransportFactory>> factory =
+      GrpcControlTransportFactory::Create(ControlSecurity());
+  EXPECT_TRUE(factory.ok()) << factory.status();
+  return factory.ok() ? *factory : nullptr;
 }
 
 cuda::PackedBatch Batch(int n, int32_t first_id) {
@@ -61,7 +69,8 @@ TEST(BootstrapPayloadTest, CarriesTheIdAndChecksTheFingerprint) {
 TEST(LeaderFollowerTest, BatchesArriveInOrderAndShutdownEndsTheFollower) {
   const std::string rendezvous = absl::StrCat("127.0.0.1:", FreePort());
   const std::string id(kIdBytes, 'i');
-  auto factory = FactoryOrTcp(nullptr);
+  std::shared_ptr<ControlTransportFactory> factory = GrpcFactory();
+  ASSERT_NE(factory, nullptr);
   std::vector<cuda::PackedBatch> received;
   absl::Status follower_end = absl::UnknownError("not run");
   std::string follower_id;
@@ -98,7 +107,8 @@ TEST(LeaderFollowerTest, BatchesArriveInOrderAndShutdownEndsTheFollower) {
 
 TEST(LeaderFollowerTest, AnotherModelIsRefusedByTheFollower) {
   const std::string rendezvous = absl::StrCat("127.0.0.1:", FreePort());
-  auto factory = FactoryOrTcp(nullptr);
+  std::shared_ptr<ControlTransportFactory> factory = GrpcFactory();
+  ASSERT_NE(factory, nullptr);
   absl::Status joined;
   std::thread follower_thread(
       [&] { joined = Follower::Join(*factory, rendezvous, 2, 1, kIdBytes, "mine", "/model").status(); });
@@ -111,7 +121,8 @@ TEST(LeaderFollowerTest, AnotherModelIsRefusedByTheFollower) {
 
 TEST(LeaderFollowerTest, ALostLeaderGoesToTheFailCallback) {
   const std::string rendezvous = absl::StrCat("127.0.0.1:", FreePort());
-  auto factory = FactoryOrTcp(nullptr);
+  std::shared_ptr<ControlTransportFactory> factory = GrpcFactory();
+  ASSERT_NE(factory, nullptr);
   absl::Status failed_with = absl::OkStatus();
   absl::Status follower_end;
   absl::Notification joined;
@@ -144,7 +155,8 @@ TEST(LeaderFollowerTest, ALostLeaderGoesToTheFailCallback) {
 
 TEST(LeaderFollowerTest, AMalformedBatchGoesToTheFailCallback) {
   const std::string rendezvous = absl::StrCat("127.0.0.1:", FreePort());
-  auto factory = FactoryOrTcp(nullptr);
+  std::shared_ptr<ControlTransportFactory> factory = GrpcFactory();
+  ASSERT_NE(factory, nullptr);
   absl::Status failed_with = absl::OkStatus();
   std::thread follower_thread([&] {
     absl::StatusOr<std::unique_ptr<Follower>> follower =

@@ -20,6 +20,7 @@
 #include "engine/cuda/cuda_engine.h"
 #include "engine/engine.h"
 #include "engine/score_contract.h"
+#include "server/control_service.h"
 
 extern char** environ;
 
@@ -44,6 +45,12 @@ EngineOptions Options(int nnodes, int node_rank, const std::string& rendezvous) 
   options.nnodes = nnodes;
   options.node_rank = node_rank;
   options.rendezvous = rendezvous;
+  if (nnodes > 1) {
+    // The server's gRPC control plane (plaintext, no token: loopback only), as scored sets it.
+    absl::StatusOr<std::shared_ptr<GrpcControlTransportFactory>> factory =
+        GrpcControlTransportFactory::Create(ControlSecurity());
+    if (factory.ok()) options.control_transport = *factory;
+  }
   return options;
 }
 
