@@ -1,6 +1,7 @@
 // What a Score request may ask for per scored position beyond logprob and greedy (DESIGN.md §3): plain
-// values shared by the Score contract (engine/score_contract.h), the packed batch (engine/cuda/forward_batch.h)
-// and the GPU kernels that compute them (engine/kernels/logprob.h, as kernels::LogprobOptions).
+// values shared by the Score contract (engine/score_contract.h), the packed batch
+// (engine/cuda/forward_batch.h) and the GPU kernels that compute them (engine/kernels/logprob.h, as
+// kernels::LogprobOptions).
 #ifndef SCORED_ENGINE_BASE_SCORE_OPTIONS_H_
 #define SCORED_ENGINE_BASE_SCORE_OPTIONS_H_
 
