@@ -43,6 +43,10 @@ ABSL_FLAG(std::string, rendezvous, "",
           "HOST:PORT of node rank 0's control channel, the same on every node (required when --nnodes > 1); "
           "node rank 0 listens on every local address at PORT, with the Score service's --tls_* and "
           "--auth_token_file (give every node the same ones)");
+ABSL_FLAG(
+    int32_t, rendezvous_timeout_s, 300,
+    "--nnodes > 1: how long node rank 0 waits for every follower to join, and a follower for node rank 0 "
+    "to answer (1..86400)");
 ABSL_FLAG(std::string, dtype, "bf16",
           "Compute dtype of the cuda backend: bf16 | fp32 (cpu always computes fp32)");
 ABSL_FLAG(int32_t, tp_row_chunks, 0,
@@ -128,6 +132,7 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   o.engine.nnodes = absl::GetFlag(FLAGS_nnodes);
   o.engine.node_rank = absl::GetFlag(FLAGS_node_rank);
   o.engine.rendezvous = absl::GetFlag(FLAGS_rendezvous);
+  o.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_s));
   o.engine.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   o.engine.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
   o.engine.tp_row_chunks = absl::GetFlag(FLAGS_tp_row_chunks);

@@ -15,7 +15,10 @@ absl::Status AttachControlTransport(ServerOptions* options) {
   ControlSecurity security;
   security.tls = TlsFiles{options->tls_cert_file, options->tls_key_file, options->tls_client_ca_file};
   security.auth_token_file = options->auth_token_file;
-  SCORED_ASSIGN_OR_RETURN(options->engine.control_transport, GrpcControlTransportFactory::Create(security));
+  ControlServiceOptions control;
+  control.join_timeout = options->rendezvous_timeout;
+  SCORED_ASSIGN_OR_RETURN(options->engine.control_transport,
+                          GrpcControlTransportFactory::Create(security, control));
   if (options->tls_cert_file.empty() && options->auth_token_file.empty()) {
     SCORED_LOG(WARNING) << "the control channel (--rendezvous " << options->engine.rendezvous
                         << ") has neither TLS nor a bearer token: anyone who reaches node rank 0's port can "

@@ -12,7 +12,7 @@ namespace {
 constexpr int64_t kMinMessageBytes = 1024;
 constexpr int64_t kMaxMessageBytes = 2147483647;
 
-absl::Status ValidateMultiNode(const EngineOptions& e) {
+absl::Status ValidateMultiNode(const EngineOptions& e, absl::Duration rendezvous_timeout) {
   if (e.nnodes < 1) return absl::InvalidArgumentError(absl::StrCat("--nnodes must be >= 1, got ", e.nnodes));
   if (e.node_rank < 0 || e.node_rank >= e.nnodes) {
     return absl::InvalidArgumentError(
@@ -40,6 +40,10 @@ absl::Status ValidateMultiNode(const EngineOptions& e) {
                      "same on every node)"));
   }
   SCORED_RETURN_IF_ERROR(ValidateHostPort("rendezvous", e.rendezvous));
+  if (rendezvous_timeout < absl::Seconds(1) || rendezvous_timeout > absl::Hours(24)) {
+    return absl::InvalidArgumentError(absl::StrCat("--rendezvous_timeout_s must be in [1, 86400], got ",
+                                                   absl::ToDoubleSeconds(rendezvous_timeout)));
+  }
   int port = 0;
   if (!absl::SimpleAtoi(e.rendezvous.substr(e.rendezvous.rfind(':') + 1), &port) || port == 0) {
     return absl::InvalidArgumentError(
@@ -115,7 +119,7 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tp ", options.engine.tp, " needs --backend=cuda; the cpu backend runs one process"));
   }
-  SCORED_RETURN_IF_ERROR(ValidateMultiNode(options.engine));
+  SCORED_RETURN_IF_ERROR(ValidateMultiNode(options.engine, options.rendezvous_timeout));
   if (options.engine.tp_row_chunks < 0 || options.engine.tp_row_chunks > EngineOptions::kMaxTpRowChunks) {
     return absl::InvalidArgumentError(absl::StrCat("--tp_row_chunks must be in [0, ",
                                                    EngineOptions::kMaxTpRowChunks, "] (0 = auto), got ",

@@ -19,6 +19,9 @@ struct ServerOptions {
   // multi-process tensor parallelism of server/multinode.h: nnodes, node_rank (0 serves gRPC, > 0
   // follows), rendezvous (HOST:PORT of node rank 0's control channel, required when nnodes > 1).
   EngineOptions engine;
+  // Multi-process only: how long node rank 0 waits for every follower to join, and a follower for node rank 0
+  // to answer (it may start later; a follower refused by TLS keeps retrying until then).
+  absl::Duration rendezvous_timeout = absl::Seconds(300);
   // Tokenizer folder; empty = the model folder; "none" = no tokenizer (Tokenize and `text` input then
   // fail with FAILED_PRECONDITION).
   std::string tokenizer_dir;

@@ -250,6 +250,13 @@ TEST(ServerOptionsTest, MultiProcessFlags) {
   o = good;
   o.engine.rendezvous = "[fd00::1]:29500";
   EXPECT_TRUE(ValidateServerOptions(o).ok());
+  o = good;
+  o.rendezvous_timeout = absl::ZeroDuration();
+  ExpectBadOptions(o, "--rendezvous_timeout_s must be in [1, 86400], got 0");
+  o.rendezvous_timeout = absl::Hours(25);
+  ExpectBadOptions(o, "--rendezvous_timeout_s must be in [1, 86400]");
+  o.rendezvous_timeout = absl::Seconds(1);
+  EXPECT_TRUE(ValidateServerOptions(o).ok());
   // A follower listens on nothing: an insecure remote --listen (shared pod args) is no concern there,
   // but still is on the leader.
   o = good;

@@ -7,7 +7,10 @@
 //   2. a follower killed with SIGKILL turns the leader's health NOT_SERVING and makes it exit non-zero
 //      within 60 s (the bound the control channel's peer watch easily meets: a killed process's socket
 //      closes at once);
-//   3. a leader killed with SIGKILL makes the follower exit non-zero within 60 s.
+//   3. a leader killed with SIGKILL makes the follower exit non-zero within 60 s;
+//   4. the control channel's protection: a follower with a wrong --auth_token_file is refused (it exits
+//      non-zero naming its credentials, the leader logs the refusal); with TLS on the leader, a plaintext
+//      follower never joins (it exits non-zero after --rendezvous_timeout_s).
 // Model: stories260K (real trained weights), token windows of WikiText-2 test, both under $SCORED_DATA_DIR
 // (default: the build's data folder). $SCORED_TEST_SCORED_BINARY picks the daemon (default: the build's).
 // Needs 2 GPUs (label multi_gpu); skips cleanly with fewer.
@@ -150,6 +153,7 @@ class FollowerProcess {
   }
 
   std::string LogTail() const { return Tail(log_path_); }
+  std::string Log() const { return Tail(log_path_, 1 << 20); }
 
  private:
   FollowerProcess() = default;
@@ -431,6 +435,78 @@ TEST_F(MultiProcessScoredTest, KilledLeaderMakesFollowerExitNonZero) {
   EXPECT_NE(*code, 0) << Logs();
   std::cout << "[ timing ] leader SIGKILL -> follower exited " << *code << " after "
             << absl::FormatDuration(absl::Now() - killed) << std::endl;
+}
+
+// Writes `text` to dir/name; returns the path.
+std::string WriteFile(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Node rank 0 that waits in its rendezvous (no follower it accepts joins): a plain process with a log.
+std::unique_ptr<FollowerProcess> StartWaitingLeader(const std::string& binary, int port,
+                                                    const std::vector<std::string>& extra,
+                                                    const std::string& log) {
+  std::vector<std::string> args = NodeArgs(0, port);
+  args.insert(args.end(), {"--listen=127.0.0.1:0", "--metrics_listen=", "--rendezvous_timeout_s=120"});
+  args.insert(args.end(), extra.begin(), extra.end());
+  absl::StatusOr<std::unique_ptr<FollowerProcess>> leader = FollowerProcess::Start(binary, args, "0", log);
+  return leader.ok() ? std::move(*leader) : nullptr;
+}
+
+TEST_F(MultiProcessScoredTest, FollowerWithAWrongTokenIsRefused) {
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  const std::string right = WriteFile(dir_, "right.token", "the-cluster-token\n");
+  const std::string wrong = WriteFile(dir_, "wrong.token", "not-the-cluster-token\n");
+  std::unique_ptr<FollowerProcess> leader =
+      StartWaitingLeader(binary_, port, {"--auth_token_file=" + right}, dir_ + "/leader.log");
+  ASSERT_NE(leader, nullptr);
+  std::vector<std::string> args = NodeArgs(1, port);
+  args.insert(args.end(), {"--auth_token_file=" + wrong, "--rendezvous_timeout_s=60"});
+  absl::StatusOr<std::unique_ptr<FollowerProcess>> follower =
+      FollowerProcess::Start(binary_, args, "1", dir_ + "/follower.log");
+  ASSERT_TRUE(follower.ok()) << follower.status();
+  const absl::StatusOr<int> code = (*follower)->Wait(kDetectBound);
+  ASSERT_TRUE(code.ok()) << "the follower with a wrong token still runs\n" << (*follower)->LogTail();
+  EXPECT_NE(*code, 0);
+  EXPECT_NE((*follower)->Log().find("refused node rank 1's credentials"), std::string::npos)
+      << (*follower)->LogTail();
+  EXPECT_EQ((*follower)->Log().find("joined the leader"), std::string::npos) << (*follower)->LogTail();
+  // The leader logs the refusal (it may write the line after the follower has exited).
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (leader->Log().find("control channel: refused a peer") == std::string::npos &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_NE(leader->Log().find("control channel: refused a peer"), std::string::npos) << leader->LogTail();
+}
+
+TEST_F(MultiProcessScoredTest, PlaintextFollowerOfATlsLeaderIsRefused) {
+  if (std::system("openssl version > /dev/null 2>&1") != 0) GTEST_SKIP() << "needs the openssl command";
+  const std::string make_cert = absl::StrCat(
+      "cd '", dir_, "' && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ",
+      "-keyout key.pem -out cert.pem -days 2 -subj /CN=localhost ",
+      "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 > openssl.log 2>&1");
+  ASSERT_EQ(std::system(make_cert.c_str()), 0) << Tail(dir_ + "/openssl.log");
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  std::unique_ptr<FollowerProcess> leader = StartWaitingLeader(
+      binary_, port, {"--tls_cert=" + dir_ + "/cert.pem", "--tls_key=" + dir_ + "/key.pem"},
+      dir_ + "/leader.log");
+  ASSERT_NE(leader, nullptr);
+  std::vector<std::string> args = NodeArgs(1, port);
+  args.push_back("--rendezvous_timeout_s=15");
+  absl::StatusOr<std::unique_ptr<FollowerProcess>> follower =
+      FollowerProcess::Start(binary_, args, "1", dir_ + "/follower.log");
+  ASSERT_TRUE(follower.ok()) << follower.status();
+  const absl::StatusOr<int> code = (*follower)->Wait(kDetectBound);
+  ASSERT_TRUE(code.ok()) << "the plaintext follower still runs\n" << (*follower)->LogTail();
+  EXPECT_NE(*code, 0);
+  EXPECT_NE((*follower)->Log().find("could not"), std::string::npos) << (*follower)->LogTail();
+  EXPECT_EQ((*follower)->Log().find("joined the leader"), std::string::npos) << (*follower)->LogTail();
+  EXPECT_EQ(leader->Log().find("node rank 1 joined from"), std::string::npos) << leader->LogTail();
 }
 
 }  // namespace
