@@ -396,8 +396,12 @@ std::vector<absl::StatusOr<ScoreResult>> CudaEngine::Score(absl::Span<const Scor
   std::vector<absl::StatusOr<ScoreResult>> results(batch.size(), absl::InternalError("not scored"));
   std::vector<size_t> valid;  // indices into `batch` of the requests that run
   for (size_t i = 0; i < batch.size(); ++i) {
-    results[i] = ValidateScoreRequest(batch[i], limits_);
-    if (results[i].ok()) valid.push_back(i);
+    // (A StatusOr may not be assigned an OK status: a valid request keeps "not scored" until it runs.)
+    if (absl::Status checked = ValidateScoreRequest(batch[i], limits_); !checked.ok()) {
+      results[i] = std::move(checked);
+    } else {
+      valid.push_back(i);
+    }
   }
   if (valid.empty()) return results;
   // A failure of the whole batch (the injected device trap, a forward) goes to every request still to run.
