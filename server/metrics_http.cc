@@ -152,6 +152,9 @@ void MetricsHttpServer::Serve() {
   };
   std::vector<pollfd> fds;
   std::vector<std::list<Connection>::iterator> polled;  // polled[i] is fds[i + 2]'s connection
+  // After the process ran out of descriptors, accepting pauses briefly (the listener would stay readable
+  // and spin the loop).
+  Clock::time_point accept_resumes = Clock::time_point::min();
   for (;;) {
     const Clock::time_point now = Clock::now();
     Clock::time_point next_deadline = Clock::time_point::max();
@@ -163,7 +166,9 @@ void MetricsHttpServer::Serve() {
         ++it;
       }
     }
-    fds.assign({{listen_fd_, POLLIN, 0}, {wake_fds_[0], POLLIN, 0}});
+    if (accept_resumes > now) next_deadline = std::min(next_deadline, accept_resumes);
+    const short accept_events = accept_resumes > now ? 0 : POLLIN;
+    fds.assign({{listen_fd_, accept_events, 0}, {wake_fds_[0], POLLIN, 0}});
     polled.clear();
     for (auto it = connections.begin(); it != connections.end(); ++it) {
       fds.push_back({it->fd, static_cast<short>(it->response.empty() ? POLLIN : POLLOUT), 0});
@@ -190,7 +195,13 @@ void MetricsHttpServer::Serve() {
     if ((fds[0].revents & POLLIN) == 0) continue;
     for (;;) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) break;  // EAGAIN: all taken; other errors (EMFILE, a reset peer): try again next round
+      if (fd < 0) {
+        // EAGAIN: all taken. Out of descriptors: retry in 100 ms. Others (a reset peer): next round.
+        if (errno == EMFILE || errno == ENFILE) {
+          accept_resumes = Clock::now() + std::chrono::milliseconds(100);
+        }
+        break;
+      }
       if (connections.size() >= static_cast<size_t>(kMaxConnections)) {
         // Full: drop the oldest connection that has not finished sending its request (an idle or slow
         // client), else the oldest one.
