@@ -221,7 +221,9 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "perplexity of the model served by scored.\n"
-      "  scored-ppl --server HOST:PORT --data wiki.test.raw --method exl3 [--ctx 2048 --stride 512]");
+      "  scored-ppl --server HOST:PORT --data wiki.test.raw --method exl3 [--ctx 2048 --stride 512]\n"
+      "Exit status: 0 done, 1 an error (on stderr), 2 a bad command line (unknown flag, bad value, or a "
+      "positional argument: scored-ppl takes only flags).");
   if (const absl::Status command_line = CheckCommandLine(argc, argv); !command_line.ok()) {
     std::fprintf(stderr, "scored-ppl: %s (see --help)\n", std::string(command_line.message()).c_str());
     return 2;
