@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -22,7 +23,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string WriteFile(const std::string& name, const std::string& bytes) {
-  const std::string path = ::testing::TempDir() + "/dataset_test_" + name;
+  const std::string path = absl::StrCat(::testing::TempDir(), "/dataset_test_", ::getpid(), "_", name);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
   return path;
@@ -69,7 +70,7 @@ TEST(ReadDataFileTest, ReadsARegularFile) {
   EXPECT_THAT(over.status().message(), HasSubstr("more than --max_data_bytes"));
   EXPECT_THAT(over.status().message(), HasSubstr(path));
   // Through a symlink.
-  const std::string link = ::testing::TempDir() + "/dataset_test_link.raw";
+  const std::string link = absl::StrCat(::testing::TempDir(), "/dataset_test_", ::getpid(), "_link.raw");
   std::remove(link.c_str());
   ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
   EXPECT_TRUE(ReadDataFile(link, kDefaultMaxDataBytes).ok());
@@ -93,7 +94,7 @@ TEST(ReadDataFileTest, RefusesADirectory) {
 }
 
 TEST(ReadDataFileTest, RefusesAFifoWithoutBlocking) {
-  const std::string fifo = ::testing::TempDir() + "/dataset_test_fifo";
+  const std::string fifo = absl::StrCat(::testing::TempDir(), "/dataset_test_", ::getpid(), "_fifo");
   std::remove(fifo.c_str());
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   absl::StatusOr<std::string> got = ReadDataFile(fifo, kDefaultMaxDataBytes);  // no writer: must not wait

@@ -41,7 +41,7 @@ std::string ReadText(const std::string& path) {
 
 // Runs scored-ppl with `args` (stderr to a file), killing it after `bound`.
 PplRun RunPpl(const std::vector<std::string>& args, absl::Duration bound = absl::Seconds(60)) {
-  const std::string err_path = ::testing::TempDir() + "/ppl_cli_e2e.err";
+  const std::string err_path = absl::StrCat(::testing::TempDir(), "/ppl_cli_e2e.", ::getpid(), ".err");
   std::vector<std::string> argv = {std::string(SCORED_BINARY_DIR) + "/client/ppl/scored-ppl"};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> cargv;
@@ -102,7 +102,7 @@ TEST(PplCliTest, BadCommandLineExitsTwoNamingIt) {
 }
 
 TEST(PplCliTest, DataMustBeARegularUtf8FileBelowTheLimit) {
-  const std::string bad_utf8 = ::testing::TempDir() + "/ppl_cli_bad_utf8.txt";
+  const std::string bad_utf8 = absl::StrCat(::testing::TempDir(), "/ppl_cli_bad_utf8.", ::getpid(), ".txt");
   {
     std::ofstream out(bad_utf8, std::ios::binary | std::ios::trunc);
     out << "Hello world.\nna\xefve\n";

@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -188,7 +189,9 @@ class PplResumeE2eTest : public ::testing::Test {
       return;
     }
     daemon_ = daemon->release();
-    dir_ = new std::string(::testing::TempDir());
+    // Per process: other runs of these tests on the machine must not share the journals and reports.
+    dir_ = new std::string(absl::StrCat(::testing::TempDir(), "/ppl_resume_", ::getpid()));
+    ::mkdir(dir_->c_str(), 0755);
     // The uninterrupted run every interrupted one must equal.
     const std::string base_json = *dir_ + "/ppl_resume_base.json";
     const std::string base_err = *dir_ + "/ppl_resume_base.err";

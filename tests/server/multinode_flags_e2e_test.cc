@@ -94,7 +94,9 @@ TEST(MultiNodeFlagsTest, FollowerThatCannotFollowExitsOneWithItsRole) {
 // its signal handling is in place. A signal sent earlier (a fixed delay on a loaded machine) could land
 // before main() and kill the process by the default action (exit 143).
 TEST(MultiNodeFlagsTest, SigtermDuringStartupExitsAtOnce) {
-  const std::string log_path = ::testing::TempDir() + "/sigterm_during_startup.log";
+  // Per process: other test runs on the machine must not write the log this test waits on.
+  const std::string log_path =
+      absl::StrCat(::testing::TempDir(), "/sigterm_during_startup.", ::getpid(), ".log");
   std::string binary = testing::DefaultScoredBinary();
   std::vector<std::string> args = {binary,
                                    Model(),
@@ -105,10 +107,14 @@ TEST(MultiNodeFlagsTest, SigtermDuringStartupExitsAtOnce) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // Emptied here, before the child exists: a log left by an earlier run must not be taken for this one's.
+  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(log_fd, 0) << log_path;
+  ::close(log_fd);
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int fd = ::open(log_path.c_str(), O_WRONLY | O_APPEND);
     if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) ::_exit(127);
     ::execv(argv[0], argv.data());
     ::_exit(127);
