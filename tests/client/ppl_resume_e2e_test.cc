@@ -239,7 +239,11 @@ TEST_F(PplResumeE2eTest, DaemonKilledAndRestartedOnTheSamePort) {
   EXPECT_LT(at_kill, NumWindows()) << "the run finished before the daemon was killed";
   delete daemon_;
   daemon_ = nullptr;
-  absl::SleepFor(absl::Seconds(1));  // the client sees the server gone and starts waiting
+  // The restart comes once the client has seen the server gone and started waiting for it.
+  const absl::Time wait_deadline = absl::Now() + kRunBound;
+  while (ReadText(err).find("waiting for server") == std::string::npos && absl::Now() < wait_deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   auto restarted = StartDaemon(port_);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   daemon_ = restarted->release();
