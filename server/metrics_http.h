@@ -15,12 +15,14 @@
 // closes every connection. A listen address that is not loopback (e.g. 0.0.0.0) logs a warning at Create:
 // the endpoint has no authentication or TLS.
 // Requests: GET /metrics (also "/metrics?..."): 200 text/plain; version=0.0.4. GET /: a short text pointing
-// to /metrics. Anything else: 404 (405 for methods other than GET/HEAD).
+// to /metrics. Anything else: 404 (405 for methods other than GET/HEAD, 400 for a line that is no request).
+// Out of file descriptors, accepting pauses for 100 ms at a time (the open connections are still served).
 // Thread-safety: `render` is called from the server thread (once per scrape, one at a time); it must be
 // thread-safe with respect to the rest of the program.
 #ifndef SCORED_SERVER_METRICS_HTTP_H_
 #define SCORED_SERVER_METRICS_HTTP_H_
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
