@@ -61,7 +61,8 @@ ABSL_FLAG(std::string, tp_exchange, "copy",
           "where the GPUs cannot reach each other), nccl by NCCL all-reduces. Results are bitwise the same");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address host:port (port 0 picks a free port)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
-          "Prometheus /metrics address host:port (port 0 picks a free port; empty disables)");
+          "Prometheus /metrics address host:port (port 0 picks a free port; empty disables); plain HTTP "
+          "without authentication: a non-loopback address logs a warning");
 ABSL_FLAG(int64_t, max_batch_tokens, 16384, "Most tokens per engine batch; also the longest request");
 ABSL_FLAG(int64_t, max_queue, 256, "Most requests waiting for the engine; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_seq_len, 0, "Longest sequence accepted; 0 = the model's max_position_embeddings");

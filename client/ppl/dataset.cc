@@ -1,11 +1,17 @@
 #include "client/ppl/dataset.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
+#include <cstring>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 
@@ -48,6 +54,15 @@ uint32_t DecodeAt(absl::string_view text, size_t i, size_t* len) {
   }
   *len = n;
   return c;
+}
+
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
 }
 
 // Python text-mode reading translates "\r\n" and lone "\r" to "\n" (universal newlines).
@@ -208,14 +223,111 @@ absl::StatusOr<Dataset> ParseDataset(absl::string_view content, Format format, a
   return ds;
 }
 
+int64_t FirstInvalidUtf8(absl::string_view text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char b0 = p[i];
+    if (b0 < 0x80) {
+      ++i;
+      continue;
+    }
+    // Length and the allowed range of the second byte (which rules out overlongs, surrogates and
+    // code points above U+10FFFF), per RFC 3629's table of well-formed sequences.
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (b0 >= 0xc2 && b0 <= 0xdf) {
+      len = 2;
+    } else if (b0 >= 0xe0 && b0 <= 0xef) {
+      len = 3;
+      if (b0 == 0xe0) lo = 0xa0;
+      if (b0 == 0xed) hi = 0x9f;
+    } else if (b0 >= 0xf0 && b0 <= 0xf4) {
+      len = 4;
+      if (b0 == 0xf0) lo = 0x90;
+      if (b0 == 0xf4) hi = 0x8f;
+    } else {
+      return static_cast<int64_t>(i);
+    }
+    if (i + len > n || p[i + 1] < lo || p[i + 1] > hi) return static_cast<int64_t>(i);
+    for (size_t k = 2; k < len; ++k) {
+      if ((p[i + k] & 0xc0) != 0x80) return static_cast<int64_t>(i);
+    }
+    i += len;
+  }
+  return -1;
+}
+
+absl::StatusOr<std::string> ReadDataFile(const std::string& path, int64_t max_bytes) {
+  // stat() before open(): opening a FIFO would block until a writer comes.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(absl::StrCat("no data file ", path));
+    return absl::InvalidArgumentError(absl::StrCat("cannot stat data file ", path, ": ", std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data file ", path, " is ", FileKind(st.st_mode), "; --data needs a regular file"));
+  }
+  if (st.st_size > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("data file ", path, " has ", st.st_size,
+                                                   " bytes, more than --max_data_bytes ", max_bytes));
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot open data file ", path, ": ", std::strerror(errno)));
+  }
+  // Re-checked on the opened file (the path may have been replaced since the stat), and the read is bounded
+  // by max_bytes + 1 whatever the size said: a file that grows meanwhile is refused, not read forever.
+  struct stat opened;
+  if (::fstat(fd, &opened) != 0 || !S_ISREG(opened.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("data file ", path, " is not a regular file"));
+  }
+  std::string content;
+  content.resize(static_cast<size_t>(opened.st_size));
+  size_t got = 0;
+  absl::Status status;
+  for (;;) {
+    if (got == content.size()) {
+      if (static_cast<int64_t>(got) > max_bytes) break;
+      content.resize(got + std::min<size_t>(size_t{1} << 20, static_cast<size_t>(max_bytes) + 1 - got));
+    }
+    const ssize_t n = ::read(fd, content.data() + got, content.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status =
+          absl::InternalError(absl::StrCat("error reading data file ", path, ": ", std::strerror(errno)));
+      break;
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (!status.ok()) return status;
+  content.resize(got);
+  if (static_cast<int64_t>(got) > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data file ", path, " grew past --max_data_bytes ", max_bytes, " while being read"));
+  }
+  if (content.empty()) return absl::InvalidArgumentError(absl::StrCat("data file ", path, " is empty"));
+  const int64_t bad = FirstInvalidUtf8(content);
+  if (bad >= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "data file %s is not valid UTF-8: invalid byte sequence at byte offset %d (byte 0x%02x)", path, bad,
+        static_cast<unsigned char>(content[static_cast<size_t>(bad)])));
+  }
+  return content;
+}
+
 absl::StatusOr<Dataset> LoadDataset(const std::string& path, Format format, absl::string_view separator,
-                                    const std::string& text_field) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open data file ", path));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) return absl::InternalError(absl::StrCat("error reading data file ", path));
-  return ParseDataset(buf.str(), format, separator, text_field);
+                                    const std::string& text_field, int64_t max_bytes) {
+  absl::StatusOr<std::string> content = ReadDataFile(path, max_bytes);
+  if (!content.ok()) return content.status();
+  return ParseDataset(*content, format, separator, text_field);
 }
 
 std::string JoinRows(const std::vector<std::string>& rows, bool drop_empty) {

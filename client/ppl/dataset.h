@@ -12,10 +12,16 @@
 // U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000), so strip() and the whitespace-only row
 // test agree with the Python tools whose numbers we reproduce.
 //
+// The data file itself (ReadDataFile, LoadDataset) must be a regular file (a symlink to one is fine) of at
+// most `max_bytes` bytes, non-empty, and valid UTF-8: a directory, device (/dev/zero), FIFO or socket, an
+// oversized file, and the first invalid byte sequence (named by its byte offset) are INVALID_ARGUMENT
+// before anything is read or parsed, so a bad --data fails at once instead of reading forever.
+//
 // Thread-safety: pure functions.
 #ifndef SCORED_CLIENT_PPL_DATASET_H_
 #define SCORED_CLIENT_PPL_DATASET_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -55,9 +61,23 @@ absl::StatusOr<std::vector<std::string>> JsonlDocuments(absl::string_view conten
 // Builds a Dataset from file content. `separator` is used by text only, `text_field` by jsonl only.
 absl::StatusOr<Dataset> ParseDataset(absl::string_view content, Format format, absl::string_view separator,
                                      const std::string& text_field);
-// Reads `path` (NOT_FOUND / INTERNAL naming the path on I/O errors) and parses it.
+// Default of --max_data_bytes: 1 GiB (WikiText-103's train split is 540 MB).
+inline constexpr int64_t kDefaultMaxDataBytes = int64_t{1} << 30;
+
+// Byte offset of the first byte of the first sequence that is not well-formed UTF-8 (RFC 3629: a stray
+// continuation byte, a truncated sequence, an overlong form, a surrogate U+D800..U+DFFF, a code point
+// above U+10FFFF, or the bytes 0xC0, 0xC1, 0xF5..0xFF), or -1 when all of `text` is valid.
+int64_t FirstInvalidUtf8(absl::string_view text);
+
+// The bytes of the data file `path`. NOT_FOUND when it does not exist; INVALID_ARGUMENT naming the path
+// when it is not a regular file, is empty, holds more than `max_bytes` bytes (also when it grows past
+// that while being read), or is not valid UTF-8 (the message gives the byte offset); INTERNAL on read
+// errors.
+absl::StatusOr<std::string> ReadDataFile(const std::string& path, int64_t max_bytes);
+
+// ReadDataFile, then ParseDataset.
 absl::StatusOr<Dataset> LoadDataset(const std::string& path, Format format, absl::string_view separator,
-                                    const std::string& text_field);
+                                    const std::string& text_field, int64_t max_bytes = kDefaultMaxDataBytes);
 
 // Joins all rows with "\n\n" (gptq, hf); with drop_empty, empty rows are left out first (exl3).
 std::string JoinRows(const std::vector<std::string>& rows, bool drop_empty);

@@ -5,26 +5,36 @@
 //   scored-ppl ... --tls_ca ca.pem --tls_cert client.pem --tls_key client.key --auth_token_file token
 //
 // Prints the report to stdout (and as JSON to --json FILE). Exit status 0 on success, 1 on any error
-// (message on stderr), 2 on bad flags.
+// (message on stderr), 2 on a bad command line: an unknown flag, a flag value that does not parse or is out
+// of range, or a positional argument (all of them named on stderr).
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/ppl/report.h"
 #include "client/ppl/run.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "scored address host:port");
-ABSL_FLAG(std::string, data, "", "dataset file (required)");
+ABSL_FLAG(std::string, data, "",
+          "dataset file (required): a regular file of valid UTF-8 of at most --max_data_bytes (a directory, "
+          "device, FIFO, larger file or invalid UTF-8 is refused, naming the byte offset)");
+ABSL_FLAG(int64_t, max_data_bytes, int64_t{1} << 30, "largest --data file accepted, bytes (default 1 GiB)");
 ABSL_FLAG(std::string, format, "",
           "wikitext | text | jsonl (default by extension: .raw -> wikitext, .jsonl/.json -> jsonl, "
           "else text)");
@@ -56,7 +66,7 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, journal, "",
           "append every finished window to this file and, when it already holds windows of the same run "
           "(method, params, data file, model, tokenizer), skip them: an interrupted run resumes and reports "
-          "exactly what an uninterrupted one would");
+          "exactly what an uninterrupted one would (its tokens/s and ETA count only the windows it scores)");
 ABSL_FLAG(int32_t, journal_sync_every, 1,
           "fdatasync the journal every N windows (1: every window is durable; larger N: fewer syncs, up to "
           "N - 1 windows rescored after a power loss)");
@@ -67,6 +77,70 @@ ABSL_FLAG(double, retry_timeout_s, 300.0,
 
 namespace {
 
+// absl's built-in usage flags (not registered as flags; ParseCommandLine handles them).
+bool IsUsageFlag(absl::string_view name) {
+  for (const char* usage : {"help", "helpfull", "helpshort", "helppackage", "version", "only_check_args",
+                            "helpon", "helpmatch"}) {
+    if (name == usage) return true;
+  }
+  return false;
+}
+
+// absl::ParseCommandLine exits 1 on an unknown flag or a bad value, and hands positional arguments back to
+// be ignored; both are a bad command line, exit status 2. This pass finds them first, by absl's rules:
+// "--name=value", "--name value", one or two dashes, booleans as "--name", "--name=false" or "--noname",
+// "--" ends the flags (what follows is positional). It sets flags it parses; ParseCommandLine then parses
+// the same arguments again (and handles --help, --flagfile).
+absl::Status CheckCommandLine(int argc, char** argv) {
+  std::vector<std::string> errors;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") {
+      for (++i; i < argc; ++i) positional.push_back(absl::StrCat("'", argv[i], "'"));
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') {
+      positional.push_back(absl::StrCat("'", arg, "'"));
+      continue;
+    }
+    arg.remove_prefix(arg[1] == '-' ? 2 : 1);
+    const size_t eq = arg.find('=');
+    const absl::string_view name = arg.substr(0, eq);
+    std::optional<absl::string_view> value;
+    if (eq != absl::string_view::npos) value = arg.substr(eq + 1);
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && absl::StartsWith(name, "no")) {
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>()) {
+        if (value.has_value()) errors.push_back(absl::StrCat("--", name, " takes no value"));
+        continue;
+      }
+    }
+    if (flag == nullptr) {
+      if (!IsUsageFlag(name)) errors.push_back(absl::StrCat("unknown flag --", name));
+      continue;
+    }
+    if (!value.has_value()) {
+      if (flag->IsOfType<bool>()) continue;
+      if (i + 1 >= argc) {
+        errors.push_back(absl::StrCat("--", name, " needs a value"));
+        continue;
+      }
+      value = argv[++i];
+    }
+    std::string error;
+    if (!flag->ParseFrom(*value, &error)) errors.push_back(absl::StrCat("--", name, ": ", error));
+  }
+  if (!positional.empty()) {
+    errors.push_back(absl::StrCat("unexpected argument", positional.size() > 1 ? "s " : " ",
+                                  absl::StrJoin(positional, " "),
+                                  " (scored-ppl takes only flags, e.g. --data FILE)"));
+  }
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
+}
+
 absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
   using scored::ppl::Format;
   using scored::ppl::Method;
@@ -74,6 +148,10 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
   o.server = absl::GetFlag(FLAGS_server);
   o.data_path = absl::GetFlag(FLAGS_data);
   if (o.data_path.empty()) return absl::InvalidArgumentError("--data FILE is required");
+  o.max_data_bytes = absl::GetFlag(FLAGS_max_data_bytes);
+  if (o.max_data_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_data_bytes must be >= 1, got ", o.max_data_bytes));
+  }
   const std::string format = absl::GetFlag(FLAGS_format);
   if (format.empty()) {
     o.format = scored::ppl::FormatForPath(o.data_path);
@@ -143,7 +221,13 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "perplexity of the model served by scored.\n"
-      "  scored-ppl --server HOST:PORT --data wiki.test.raw --method exl3 [--ctx 2048 --stride 512]");
+      "  scored-ppl --server HOST:PORT --data wiki.test.raw --method exl3 [--ctx 2048 --stride 512]\n"
+      "Exit status: 0 done, 1 an error (on stderr), 2 a bad command line (unknown flag, bad value, or a "
+      "positional argument: scored-ppl takes only flags).");
+  if (const absl::Status command_line = CheckCommandLine(argc, argv); !command_line.ok()) {
+    std::fprintf(stderr, "scored-ppl: %s (see --help)\n", std::string(command_line.message()).c_str());
+    return 2;
+  }
   absl::ParseCommandLine(argc, argv);
 
   auto options = OptionsFromFlags();

@@ -43,6 +43,20 @@ std::string Progress::FormatLine(int64_t windows_done, int64_t total_windows, do
                          HumanRate(tokens_per_second), HumanDuration(eta_seconds), running_ppl);
 }
 
+void Progress::StartScoring(int64_t windows_resumed) {
+  start_ = absl::Now();
+  windows_resumed_ = windows_resumed;
+  windows_done_ = windows_resumed;
+}
+
+double Progress::EtaSeconds(int64_t windows_done, int64_t windows_resumed, int64_t total_windows,
+                            double elapsed_seconds) {
+  const int64_t this_run = windows_done - windows_resumed;
+  if (this_run <= 0 || !(elapsed_seconds > 0)) return std::nan("");
+  const double window_rate = static_cast<double>(this_run) / elapsed_seconds;
+  return static_cast<double>(total_windows - windows_done) / window_rate;
+}
+
 void Progress::Update(int64_t windows_done, int64_t tokens_done, double running_ppl) {
   windows_done_ = windows_done;
   tokens_done_ = tokens_done;
@@ -64,9 +78,7 @@ void Progress::Finish() {
 void Progress::Draw() {
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start_);
   const double rate = elapsed > 0 ? static_cast<double>(tokens_done_) / elapsed : 0.0;
-  const double window_rate = elapsed > 0 ? static_cast<double>(windows_done_) / elapsed : 0.0;
-  const double eta =
-      window_rate > 0 ? static_cast<double>(total_windows_ - windows_done_) / window_rate : std::nan("");
+  const double eta = EtaSeconds(windows_done_, windows_resumed_, total_windows_, elapsed);
   const std::string line = FormatLine(windows_done_, total_windows_, rate, eta, running_ppl_);
   // "\33[K" clears the rest of the line left over from a longer previous draw.
   std::fprintf(out_, "\r%s\33[K", line.c_str());

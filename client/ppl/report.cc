@@ -101,6 +101,8 @@ nlohmann::json ReportToJson(const Report& r) {
   j["num_windows"] = r.num_windows;
   j["num_bytes"] = r.num_bytes >= 0 ? nlohmann::json(r.num_bytes) : nlohmann::json();
   j["num_tokens_sent"] = r.num_tokens_sent;
+  j["num_windows_resumed"] = r.num_windows_resumed;
+  j["num_tokens_sent_this_run"] = r.num_tokens_sent_this_run;
   j["method"] = method;
   j["data"] = data;
   j["wall_seconds"] = r.wall_seconds;
@@ -128,6 +130,10 @@ std::string ReportToText(const Report& r) {
     absl::StrAppendFormat(&out, "bits_per_byte  %.6f\n", r.bits_per_byte);
   }
   absl::StrAppendFormat(&out, "num_scored     %d in %d windows\n", r.num_scored, r.num_windows);
+  if (r.num_windows_resumed > 0) {
+    absl::StrAppendFormat(&out, "resumed        %d of %d windows from the journal\n", r.num_windows_resumed,
+                          r.num_windows);
+  }
   absl::StrAppendFormat(&out, "wall_seconds   %.3f (%.0f tokens/s scoring)\n", r.wall_seconds,
                         r.tokens_per_second);
   absl::StrAppendFormat(&out, "model          %s\n", r.model_fingerprint);

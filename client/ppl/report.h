@@ -69,6 +69,10 @@ struct Report {
   int64_t num_windows = 0;
   int64_t num_bytes = -1;       // -1 = unknown
   int64_t num_tokens_sent = 0;  // sum of window lengths (tokens the server processed)
+  // Resumed from a journal: windows taken from it, and the tokens of the windows this run sent (both
+  // windows and tokens of a run without a journal: 0 and num_tokens_sent).
+  int64_t num_windows_resumed = 0;
+  int64_t num_tokens_sent_this_run = 0;
   // Method and data.
   MethodParams method;
   int32_t prefix_id = -1;  // rolling / chunks window prefix (BOS, or EOS without one); -1 if unused
@@ -79,7 +83,7 @@ struct Report {
   int64_t num_documents = 0;
   int64_t num_input_tokens = 0;  // tokens of the tokenized text(s) before windowing
   // Timing: wall_seconds covers the whole run (connect, tokenize, score); tokens_per_second =
-  // num_tokens_sent / score_seconds (the scoring phase only).
+  // num_tokens_sent_this_run / score_seconds (the scoring phase only; 0 when the journal held every window).
   double wall_seconds = 0.0;
   double score_seconds = 0.0;
   double tokens_per_second = 0.0;

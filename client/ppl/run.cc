@@ -172,6 +172,9 @@ bool LocalTokenizerAvailable() {
 absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   const absl::Time start = absl::Now();
   SCORED_RETURN_IF_ERROR(ValidateParams(options.method));
+  // Local input first: a bad --data fails at once, without a server.
+  SCORED_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(options.data_path, options.format, options.separator,
+                                                       options.text_field, options.max_data_bytes));
 
   ScorerClientOptions client_options;
   client_options.address = options.server;
@@ -194,9 +197,6 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
     return absl::FailedPreconditionError(absl::StrCat("server at ", options.server, " reports vocab_size ",
                                                       info.vocab_size(), ": not a compatible scored server"));
   }
-
-  SCORED_ASSIGN_OR_RETURN(
-      Dataset dataset, LoadDataset(options.data_path, options.format, options.separator, options.text_field));
 
   TokenizerSetup setup;
   if (!options.tokenizer_dir.empty()) {
@@ -233,8 +233,8 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   std::FILE* note_out = options.progress_out != nullptr ? options.progress_out : stderr;
   std::vector<WindowScore> scores(n);
   std::vector<bool> done(n, false);
-  Aggregator live;  // completion order, for the progress line only
-  int64_t tokens_done = 0;
+  Aggregator live;          // completion order, for the progress line only
+  int64_t tokens_done = 0;  // sent by this run (journaled windows excluded)
   Progress progress(options.progress, static_cast<int64_t>(n), note_out);
 
   std::unique_ptr<Journal> journal;
@@ -259,6 +259,8 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
     }
   }
 
+  const int64_t windows_resumed = live.num_windows();
+  progress.StartScoring(windows_resumed);
   const absl::Time score_start = absl::Now();
   absl::Time failing_since = absl::InfiniteFuture();
   absl::Duration backoff = options.retry_initial;
@@ -346,6 +348,8 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   Report report;
   FillResults(agg, &report);
   report.num_tokens_sent = total_sent;
+  report.num_windows_resumed = windows_resumed;
+  report.num_tokens_sent_this_run = tokens_done;
   report.method = options.method;
   report.prefix_id = plan.prefix_id;
   report.add_bos = plan.add_bos;
@@ -357,7 +361,7 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   report.wall_seconds = absl::ToDoubleSeconds(end - start);
   report.score_seconds = absl::ToDoubleSeconds(end - score_start);
   report.tokens_per_second =
-      report.score_seconds > 0 ? static_cast<double>(total_sent) / report.score_seconds : 0.0;
+      report.score_seconds > 0 ? static_cast<double>(tokens_done) / report.score_seconds : 0.0;
   report.server = options.server;
   report.model_fingerprint = info.model_fingerprint();
   report.tokenizer_fingerprint = setup.fingerprint;

@@ -2,6 +2,8 @@
 // over ScoreStream and aggregate the report. The binary's main() parses flags into RunOptions and prints
 // the Report; tests may call RunPpl directly.
 //
+// The data file is read and checked (dataset.h: a regular file, at most max_data_bytes, valid UTF-8) before
+// the server is contacted.
 // Errors (the message says what to do): UNAVAILABLE when the server cannot be reached within
 // connect_timeout; FAILED_PRECONDITION when the server and the tokenizer disagree (vocab, BOS/EOS) or a
 // window is longer than the server's max_seq_len / max_batch_tokens; INVALID_ARGUMENT for bad options;
@@ -11,6 +13,8 @@
 // Results are aggregated in window-index order once every window is scored (not in completion order),
 // so the report does not depend on timing, retries or resuming from a journal: a resumed run reports
 // the same ppl / nll_mean / nll_stderr / bits_per_byte / counts, bit for bit, as an uninterrupted one.
+// Throughput (tokens_per_second, the progress line's tok/s and ETA) counts only the windows this run
+// scored, not those taken from the journal.
 //
 // Thread-safety: RunPpl may be called from any thread; it uses one helper thread while scoring.
 #ifndef SCORED_CLIENT_PPL_RUN_H_
@@ -38,6 +42,7 @@ struct RunOptions {
   std::string tls_cert_path;
   std::string tls_key_path;
   std::string data_path;
+  int64_t max_data_bytes = kDefaultMaxDataBytes;  // larger data files are refused (dataset.h)
   Format format = Format::kWikiText;
   std::string separator;            // text format: document separator ("" = whole file)
   std::string text_field = "text";  // jsonl

@@ -4,7 +4,8 @@
 //   - the daemon is killed (-9) mid-run and restarted on the same port: the client waits, re-sends the
 //     unfinished windows and its final report equals an uninterrupted run's;
 //   - the client is killed (-9) mid-run and rerun with the same journal: the rerun skips the journaled
-//     windows and its report equals an uninterrupted run's.
+//     windows and its report equals an uninterrupted run's; its throughput (tokens_per_second) counts only
+//     the windows it scored itself, not those taken from the journal.
 // "Equals" is bitwise for every result number (the report aggregates in window-index order and the
 // journal stores exact decimal forms), so no tolerance is needed.
 #include <arpa/inet.h>
@@ -12,6 +13,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -155,6 +157,26 @@ void ExpectSameResults(const nlohmann::json& got, const nlohmann::json& want) {
   EXPECT_EQ(got["num_windows"].get<int64_t>(), NumWindows());
 }
 
+// Throughput counts this run's windows only: num_windows_resumed came from the journal, and
+// tokens_per_second = num_tokens_sent_this_run / score_seconds.
+void ExpectThisRunsThroughput(const nlohmann::json& report, int64_t windows_resumed) {
+  EXPECT_EQ(report["num_windows_resumed"].get<int64_t>(), windows_resumed);
+  const int64_t sent = report["num_tokens_sent"].get<int64_t>();
+  const int64_t this_run = report["num_tokens_sent_this_run"].get<int64_t>();
+  const int64_t windows = report["num_windows"].get<int64_t>();
+  // Every window here is ctx (512) tokens long, so the tokens follow from the windows.
+  EXPECT_EQ(sent, windows * 512);
+  EXPECT_EQ(this_run, (windows - windows_resumed) * 512);
+  const double seconds = report["score_seconds"].get<double>();
+  const double rate = report["tokens_per_second"].get<double>();
+  if (this_run == 0) {
+    EXPECT_EQ(rate, 0.0) << "nothing was scored by this run";
+  } else {
+    ASSERT_GT(seconds, 0.0);
+    EXPECT_NEAR(rate, static_cast<double>(this_run) / seconds, 1e-6 * rate);
+  }
+}
+
 // One daemon and one uninterrupted baseline run for the suite (the daemon test replaces the daemon).
 class PplResumeE2eTest : public ::testing::Test {
  protected:
@@ -167,7 +189,9 @@ class PplResumeE2eTest : public ::testing::Test {
       return;
     }
     daemon_ = daemon->release();
-    dir_ = new std::string(::testing::TempDir());
+    // Per process: other runs of these tests on the machine must not share the journals and reports.
+    dir_ = new std::string(absl::StrCat(::testing::TempDir(), "/ppl_resume_", ::getpid()));
+    ::mkdir(dir_->c_str(), 0755);
     // The uninterrupted run every interrupted one must equal.
     const std::string base_json = *dir_ + "/ppl_resume_base.json";
     const std::string base_err = *dir_ + "/ppl_resume_base.err";
@@ -215,7 +239,11 @@ TEST_F(PplResumeE2eTest, DaemonKilledAndRestartedOnTheSamePort) {
   EXPECT_LT(at_kill, NumWindows()) << "the run finished before the daemon was killed";
   delete daemon_;
   daemon_ = nullptr;
-  absl::SleepFor(absl::Seconds(1));  // the client sees the server gone and starts waiting
+  // The restart comes once the client has seen the server gone and started waiting for it.
+  const absl::Time wait_deadline = absl::Now() + kRunBound;
+  while (ReadText(err).find("waiting for server") == std::string::npos && absl::Now() < wait_deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   auto restarted = StartDaemon(port_);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   daemon_ = restarted->release();
@@ -248,6 +276,8 @@ TEST_F(PplResumeE2eTest, ClientKilledAndRerunWithTheJournal) {
   EXPECT_NE(ReadText(err).find("resuming from journal"), std::string::npos) << ReadText(err);
   EXPECT_EQ(CountLines(journal) - 1, NumWindows());
   ExpectSameResults(nlohmann::json::parse(ReadText(json)), *base_);
+  ExpectThisRunsThroughput(nlohmann::json::parse(ReadText(json)), at_kill);
+  ExpectThisRunsThroughput(*base_, 0);
 
   // Another run's arguments against this journal: refused, naming the differing field.
   std::vector<std::string> other = args;
@@ -291,6 +321,8 @@ TEST_F(PplResumeE2eTest, DataFileIdentityIsItsContent) {
   write(text);
   ASSERT_EQ(WaitChild(SpawnPpl(args, *dir_ + "/ppl_resume_data2.out", err), kRunBound), 0) << ReadText(err);
   EXPECT_NE(ReadText(err).find("resuming from journal"), std::string::npos) << ReadText(err);
+  // Every window came from the journal: no throughput (it was all 20 windows' tokens over ~0 s).
+  ExpectThisRunsThroughput(nlohmann::json::parse(ReadText(json)), 20);
 
   // One byte changed, same size.
   text[text.size() / 2] = text[text.size() / 2] == 'x' ? 'y' : 'x';

@@ -444,6 +444,15 @@ TEST(ProgressTest, FormatLine) {
             "[                        ] 0/10 windows  0 tok/s  ETA --:--:--  ppl 0.0000");
 }
 
+// The ETA runs at this run's pace: 80 windows resumed from a journal, 10 scored in 5 s, 10 left: 5 s
+// (counting the resumed ones as this run's would say 10 / (90 / 5) = 0.56 s).
+TEST(ProgressTest, EtaCountsOnlyThisRunsWindows) {
+  EXPECT_DOUBLE_EQ(Progress::EtaSeconds(90, 80, 100, 5.0), 5.0);
+  EXPECT_DOUBLE_EQ(Progress::EtaSeconds(50, 0, 100, 10.0), 10.0);
+  EXPECT_TRUE(std::isnan(Progress::EtaSeconds(80, 80, 100, 5.0)));  // nothing scored yet by this run
+  EXPECT_TRUE(std::isnan(Progress::EtaSeconds(0, 0, 100, 0.0)));
+}
+
 }  // namespace
 }  // namespace ppl
 }  // namespace scored
