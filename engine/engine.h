@@ -33,11 +33,11 @@ enum class TpExchange {
 };
 
 struct EngineOptions {
-  std::string model_dir;                     // HF-style folder: config.json, *.safetensors, tokenizer files
-  // The reference model R (`--reference_model`), loaded next to this model Q for ScoreRequest::want_reference;
-  // empty = none. Any supported format. CreateEngine refuses (INVALID_ARGUMENT naming both values) an R whose
-  // vocabulary size differs from Q's. The CPU backend only for now: the CUDA backend returns UNIMPLEMENTED.
-  // Both models are held at once (CPU: both decoded to fp32 in host memory).
+  std::string model_dir;  // HF-style folder: config.json, *.safetensors, tokenizer files
+  // The reference model R (`--reference_model`), loaded next to this model Q for
+  // ScoreRequest::want_reference; empty = none. Any supported format. CreateEngine refuses (INVALID_ARGUMENT
+  // naming both values) an R whose vocabulary size differs from Q's. The CPU backend only for now: the CUDA
+  // backend returns UNIMPLEMENTED. Both models are held at once (CPU: both decoded to fp32 in host memory).
   std::string reference_model_dir;
   Backend backend = Backend::kAuto;          // kAuto: CUDA if a GPU is present and built in, else CPU
   ComputeDtype dtype = ComputeDtype::kBf16;  // CUDA only; the CPU reference always computes in fp32/fp64
@@ -101,8 +101,8 @@ struct ScoreResult {
   int32_t num_scored = 0;
   // If want_reference (R = the reference model, Q = this model), per scored position, from the fp32 logits of
   // both models with double reductions:
-  std::vector<float> ref_logprob;   // log P_R(tokens[j] | tokens[<j])
-  std::vector<float> kld;           // KL(P_R || P_Q) over the full vocabulary, nats; >= 0, exactly 0 if Q is R
+  std::vector<float> ref_logprob;  // log P_R(tokens[j] | tokens[<j])
+  std::vector<float> kld;          // KL(P_R || P_Q) over the full vocabulary, nats; >= 0, exactly 0 if Q is R
   std::vector<uint8_t> ref_greedy;  // 1 if R's argmax (ties -> lowest id) == tokens[j]
   std::vector<uint8_t> same_top;    // 1 if Q's and R's argmaxes (ties -> lowest id) are the same id
   double sum_ref_logprob = 0.0;     // sums in double before rounding

@@ -28,10 +28,11 @@
 #include "server/server.h"
 
 ABSL_FLAG(std::string, model, "", "Model folder (config.json, *.safetensors, tokenizer files). Required.");
-ABSL_FLAG(std::string, reference_model, "",
-          "Reference model folder R (any supported format, typically the dense original of --model): Score's "
-          "want_reference then compares --model against it (KL divergence, R's logprob, top-1 agreement). Same "
-          "vocabulary size and tokenizer content required. cpu backend only for now; both models held at once");
+ABSL_FLAG(
+    std::string, reference_model, "",
+    "Reference model folder R (any supported format, typically the dense original of --model): Score's "
+    "want_reference then compares --model against it (KL divergence, R's logprob, top-1 agreement). Same "
+    "vocabulary size and tokenizer content required. cpu backend only for now; both models held at once");
 ABSL_FLAG(std::string, tokenizer, "",
           "Tokenizer folder (default: --model); 'none' serves token ids only (no Tokenize, no text input)");
 ABSL_FLAG(std::string, backend, "",

@@ -85,10 +85,10 @@ absl::Status CheckReferenceTokenizer(const std::string& model_dir, const std::st
     return absl::OkStatus();
   }
   if (!model.ok() || !reference.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--reference_model: only one of the two folders has a tokenizer (model ", model_dir, ": ",
-        model.ok() ? "loaded" : model.status().ToString(), "; reference ", reference_dir, ": ",
-        reference.ok() ? "loaded" : reference.status().ToString(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reference_model: only one of the two folders has a tokenizer (model ", model_dir,
+                     ": ", model.ok() ? "loaded" : model.status().ToString(), "; reference ", reference_dir,
+                     ": ", reference.ok() ? "loaded" : reference.status().ToString(), ")"));
   }
   const absl::Status same = CompareTokenizerContent(**model, **reference);
   if (!same.ok()) {
@@ -141,8 +141,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   // The reference's tokenizer is compared before either model loads: it is the cheaper check.
   std::unique_ptr<Tokenizer> reference_tokenizer;
   if (!options.engine.reference_model_dir.empty()) {
-    SCORED_RETURN_IF_ERROR(CheckReferenceTokenizer(options.engine.model_dir, options.engine.reference_model_dir,
-                                                   &reference_tokenizer));
+    SCORED_RETURN_IF_ERROR(CheckReferenceTokenizer(options.engine.model_dir,
+                                                   options.engine.reference_model_dir, &reference_tokenizer));
   }
   const absl::Time load_start = absl::Now();
   if (options.fault.slow_load_ms >= 0) {

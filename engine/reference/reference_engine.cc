@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/model/config.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/rope_freq.h"
 #include "engine/model/weights.h"
@@ -89,6 +90,14 @@ absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, bool bias, ThreadPool
   return d;
 }
 
+// R and Q must index the same vocabulary: KL over the ids needs one id space.
+absl::Status CheckSameVocabulary(int64_t model_vocab_size, int64_t reference_vocab_size) {
+  if (model_vocab_size == reference_vocab_size) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--reference_model: the vocabulary sizes differ: the model has ", model_vocab_size,
+                   " embedding rows (config vocab_size), the reference model ", reference_vocab_size));
+}
+
 // CPUs this process may run on (its affinity mask: taskset, cgroup cpusets), else the hardware count.
 // More threads than that only contend.
 int UsableCpus() {
@@ -111,6 +120,7 @@ class ReferenceEngine : public Engine {
   // Holds `reference` (R) for want_reference; its vocabulary size must be this model's (INVALID_ARGUMENT
   // naming both otherwise). The longest sequence becomes the smaller of the two models' limits.
   absl::Status SetReference(std::unique_ptr<ReferenceEngine> reference);
+  int64_t vocab_size() const { return config_.vocab_size; }
 
  private:
   // The final-norm hidden state of every position of one sequence.
@@ -140,16 +150,12 @@ class ReferenceEngine : public Engine {
   std::vector<float> final_norm_;  // [hidden_size]
   std::vector<float> inv_freq_;    // [head_dim / 2]
   std::vector<DenseLayer> layers_;
-  DenseLinear lm_head_;  // [vocab_size, hidden_size]
+  DenseLinear lm_head_;                         // [vocab_size, hidden_size]
   std::unique_ptr<ReferenceEngine> reference_;  // R; null without --reference_model
 };
 
 absl::Status ReferenceEngine::SetReference(std::unique_ptr<ReferenceEngine> reference) {
-  if (reference->config_.vocab_size != config_.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--reference_model: the vocabulary sizes differ: the model has ", config_.vocab_size,
-        " embedding rows (config vocab_size), the reference model ", reference->config_.vocab_size));
-  }
+  SCORED_RETURN_IF_ERROR(CheckSameVocabulary(config_.vocab_size, reference->config_.vocab_size));
   info_.max_seq_len = std::min(info_.max_seq_len, reference->info_.max_seq_len);
   info_.reference = std::make_shared<const ModelInfo>(reference->info_);
   reference_ = std::move(reference);
@@ -408,9 +414,8 @@ void ReferenceEngine::CompareWithReference(const std::vector<int32_t>& tokens, i
         rows,
         [&](int64_t begin, int64_t end) {
           for (int64_t r = begin; r < end; ++r) {
-            compared[chunk + r] = ref::CompareWithReference(ref_logits.data() + r * vocab,
-                                                            logits.data() + r * vocab, vocab,
-                                                            tokens[first + chunk + r]);
+            compared[chunk + r] = ref::CompareWithReference(
+                ref_logits.data() + r * vocab, logits.data() + r * vocab, vocab, tokens[first + chunk + r]);
           }
         },
         ref::GrainFor(24 * vocab));
@@ -448,7 +453,10 @@ absl::StatusOr<std::unique_ptr<ReferenceEngine>> LoadOne(const EngineOptions& op
 absl::StatusOr<std::unique_ptr<Engine>> CreateReferenceEngine(const EngineOptions& options) {
   SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ReferenceEngine> engine, LoadOne(options));
   if (!options.reference_model_dir.empty()) {
-    // R is loaded by the same code path as Q, from its own folder.
+    // R's config first: a vocabulary mismatch is reported before R's weights are read. R is then loaded by
+    // the same code path as Q, from its own folder.
+    SCORED_ASSIGN_OR_RETURN(const ModelConfig reference_config, LoadModelConfig(options.reference_model_dir));
+    SCORED_RETURN_IF_ERROR(CheckSameVocabulary(engine->vocab_size(), reference_config.vocab_size));
     EngineOptions reference_options = options;
     reference_options.model_dir = options.reference_model_dir;
     reference_options.reference_model_dir.clear();

@@ -35,7 +35,9 @@ std::string Ids(const absl::StatusOr<std::vector<int32_t>>& ids) {
   return absl::StrCat("[", absl::StrJoin(*ids, ","), "]");
 }
 
-std::string Quoted(std::string_view text) { return absl::StrCat("\"", absl::CHexEscape(absl::string_view(text.data(), text.size())), "\""); }
+std::string Quoted(std::string_view text) {
+  return absl::StrCat("\"", absl::CHexEscape(absl::string_view(text.data(), text.size())), "\"");
+}
 
 struct Fact {
   std::string what;
