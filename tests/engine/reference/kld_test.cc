@@ -53,7 +53,8 @@ nlohmann::json ReadJson(const std::string& path) {
   return nlohmann::json::parse(ss.str());
 }
 
-absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const std::string& model_dir, const std::string& reference_dir) {
+absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const std::string& model_dir,
+                                                   const std::string& reference_dir) {
   EngineOptions options;
   options.model_dir = model_dir;
   options.reference_model_dir = reference_dir;
@@ -130,14 +131,14 @@ TEST_P(KldGoldenTest, MatchesFloat64Golden) {
     EXPECT_LE(floor_mean, kFp8FloorMean) << name << " sequence " << s;
     EXPECT_LE(floor_max, kFp8FloorMax) << name << " sequence " << s;
     if (exact_end < n) {
-      std::printf("%s sequence %zu after the first miss: |kld - golden| mean %.3e max %.3e\n", name.c_str(), s,
-                  floor_mean, floor_max);
+      std::printf("%s sequence %zu after the first miss: |kld - golden| mean %.3e max %.3e\n", name.c_str(),
+                  s, floor_mean, floor_max);
     }
     EXPECT_NEAR(r.sum_kld, sum_kld, 1e-6 * n);
     EXPECT_NEAR(r.sum_ref_logprob, sum_ref, 1e-5 * n);
     if (fp8) {
-      std::printf("%s sequence %zu: per-token KLD bound held on the first %zu of %zu positions\n", name.c_str(),
-                  s, exact_end, n);
+      std::printf("%s sequence %zu: per-token KLD bound held on the first %zu of %zu positions\n",
+                  name.c_str(), s, exact_end, n);
       EXPECT_GE(exact_end, static_cast<size_t>(kFp8MinExactPrefix)) << "sequence " << s;
     }
   }
