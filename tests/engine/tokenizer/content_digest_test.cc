@@ -32,7 +32,8 @@ class StoriesCopy {
       : dir_(std::filesystem::path(::testing::TempDir()) / (tag + "_" + std::to_string(::getpid()))) {
     std::filesystem::create_directories(dir_);
     for (const char* f : {"tokenizer.model", "special_tokens_map.json"}) {
-      std::filesystem::copy_file(kStories + "/" + f, dir_ / f, std::filesystem::copy_options::overwrite_existing);
+      std::filesystem::copy_file(kStories + "/" + f, dir_ / f,
+                                 std::filesystem::copy_options::overwrite_existing);
     }
     std::ofstream(dir_ / "tokenizer_config.json") << tokenizer_config;
   }
