@@ -33,7 +33,12 @@ enum class TpExchange {
 };
 
 struct EngineOptions {
-  std::string model_dir;                     // HF-style folder: config.json, *.safetensors, tokenizer files
+  std::string model_dir;  // HF-style folder: config.json, *.safetensors, tokenizer files
+  // The reference model R (`--reference_model`), loaded next to this model Q for
+  // ScoreRequest::want_reference; empty = none. Any supported format. CreateEngine refuses (INVALID_ARGUMENT
+  // naming both values) an R whose vocabulary size differs from Q's. The CPU backend only for now: the CUDA
+  // backend returns UNIMPLEMENTED. Both models are held at once (CPU: both decoded to fp32 in host memory).
+  std::string reference_model_dir;
   Backend backend = Backend::kAuto;          // kAuto: CUDA if a GPU is present and built in, else CPU
   ComputeDtype dtype = ComputeDtype::kBf16;  // CUDA only; the CPU reference always computes in fp32/fp64
   int tp = 1;                                // tensor-parallel ranks (CUDA only)
@@ -75,6 +80,9 @@ struct ScoreRequest {
   int32_t top_k = 0;            // 0..64: also return the top_k (id, logprob) pairs per scored position
   bool want_rank = false;       // rank[j] = 1 + #ids with a strictly larger logit
   bool want_entropy = false;    // entropy of the predicted distribution, nats
+  // Compare with the reference model R (EngineOptions::reference_model_dir; this model is Q): fills
+  // ScoreResult's ref_* / kld / same_top fields. INVALID_ARGUMENT without a reference model.
+  bool want_reference = false;
 };
 
 struct TopKEntry {
@@ -91,6 +99,14 @@ struct ScoreResult {
   std::vector<std::vector<TopKEntry>> top_k;  // if top_k > 0: descending logprob, ties by lower id
   double sum_logprob = 0.0;                   // sum of logprob computed in double before rounding
   int32_t num_scored = 0;
+  // If want_reference (R = the reference model, Q = this model), per scored position, from the fp32 logits of
+  // both models with double reductions:
+  std::vector<float> ref_logprob;  // log P_R(tokens[j] | tokens[<j])
+  std::vector<float> kld;          // KL(P_R || P_Q) over the full vocabulary, nats; >= 0, exactly 0 if Q is R
+  std::vector<uint8_t> ref_greedy;  // 1 if R's argmax (ties -> lowest id) == tokens[j]
+  std::vector<uint8_t> same_top;    // 1 if Q's and R's argmaxes (ties -> lowest id) are the same id
+  double sum_ref_logprob = 0.0;     // sums in double before rounding
+  double sum_kld = 0.0;
 };
 
 // Static facts about the loaded model (GetModelInfo, metrics, logs).
@@ -109,6 +125,9 @@ struct ModelInfo {
   double bits_per_weight_head = 0.0;     // same for lm_head (tied: the embedding's)
   int64_t resident_bytes = 0;            // bytes the weights occupy on the device (host for CPU)
   std::string model_fingerprint;         // see engine/model/fingerprint.h
+  // The reference model (EngineOptions::reference_model_dir) described the same way (its own reference is
+  // null); null when none is loaded.
+  std::shared_ptr<const ModelInfo> reference;
 };
 
 class Engine {

@@ -33,6 +33,11 @@ absl::Status ValidateScoreRequest(const ScoreRequest& request, const ScoreLimits
                                                    limits.smallest_vocab_shard,
                                                    " vocabulary rows of the smallest --tp shard"));
   }
+  if (request.want_reference && !limits.has_reference) {
+    return absl::InvalidArgumentError(
+        "want_reference: this server has no reference model; start scored with --reference_model DIR "
+        "(the original model to compare this one with) to score against one");
+  }
   for (int64_t j = 0; j < n; ++j) {
     const int32_t id = request.tokens[static_cast<size_t>(j)];
     if (id < 0 || id >= limits.vocab_size) {

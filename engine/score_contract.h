@@ -3,8 +3,9 @@
 //
 // Error codes and messages (each names the limit, position or id involved):
 //   INVALID_ARGUMENT  fewer than 2 tokens; score_from >= n; top_k outside [0, 64] or above the smallest
-//                     vocabulary shard of a tensor-parallel engine; a token id < 0 or >= vocab_size
-//                     (position and id named)
+//                     vocabulary shard of a tensor-parallel engine; want_reference without a reference
+//                     model (ScoreLimits::has_reference false: the message says so and names
+//                     --reference_model DIR); a token id < 0 or >= vocab_size (position and id named)
 //   OUT_OF_RANGE      n > max_seq_len or n > max_batch_tokens
 // Checks run in that order: the first failing one is reported. ScoreAll() collapses Score()'s per-sequence
 // statuses for all-or-nothing callers.
@@ -30,6 +31,8 @@ struct ScoreLimits {
   // Vocab-parallel top-k (tp > 1) takes top_k from every rank's vocabulary shard: top_k may not exceed the
   // rows of the smallest shard. 0: no such limit (one rank).
   int64_t smallest_vocab_shard = 0;
+  // Whether the engine holds a reference model (ModelInfo::reference): want_reference needs one.
+  bool has_reference = false;
 };
 
 // OK when `request` may be scored under `limits`; otherwise the contract's error (see above).

@@ -28,6 +28,11 @@
 #include "server/server.h"
 
 ABSL_FLAG(std::string, model, "", "Model folder (config.json, *.safetensors, tokenizer files). Required.");
+ABSL_FLAG(
+    std::string, reference_model, "",
+    "Reference model folder R (any supported format, typically the dense original of --model): Score's "
+    "want_reference then compares --model against it (KL divergence, R's logprob, top-1 agreement). Same "
+    "vocabulary size and tokenizer content required. cpu backend only for now; both models held at once");
 ABSL_FLAG(std::string, tokenizer, "",
           "Tokenizer folder (default: --model); 'none' serves token ids only (no Tokenize, no text input)");
 ABSL_FLAG(std::string, backend, "",
@@ -122,6 +127,7 @@ void SignalLoop(sigset_t signals) {
 absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   scored::ServerOptions o;
   o.engine.model_dir = absl::GetFlag(FLAGS_model);
+  o.engine.reference_model_dir = absl::GetFlag(FLAGS_reference_model);
   o.tokenizer_dir = absl::GetFlag(FLAGS_tokenizer);
   auto backend = scored::ParseBackend(absl::GetFlag(FLAGS_backend));
   if (!backend.ok()) return backend.status();

@@ -14,10 +14,11 @@
 namespace scored {
 
 struct ServerOptions {
-  // Model folder, backend, dtype, tp, max_batch_tokens, max_seq_len (0 = the model's context), the CUDA
-  // execution settings tp_row_chunks, row_parallel_halves, tp_exchange (engine/engine.h); and the
-  // multi-process tensor parallelism of server/multinode.h: nnodes, node_rank (0 serves gRPC, > 0
-  // follows), rendezvous (HOST:PORT of node rank 0's control channel, required when nnodes > 1).
+  // Model folder, reference model folder (--reference_model; empty = none), backend, dtype, tp,
+  // max_batch_tokens, max_seq_len (0 = the model's context), the CUDA execution settings tp_row_chunks,
+  // row_parallel_halves, tp_exchange (engine/engine.h); and the multi-process tensor parallelism of
+  // server/multinode.h: nnodes, node_rank (0 serves gRPC, > 0 follows), rendezvous (HOST:PORT of node rank
+  // 0's control channel, required when nnodes > 1).
   EngineOptions engine;
   // Multi-process only: how long node rank 0 waits for every follower to join, and a follower for node rank 0
   // to answer (it may start later; a follower refused by TLS keeps retrying until then).

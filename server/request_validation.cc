@@ -39,6 +39,7 @@ absl::StatusOr<ScoreRequest> ToEngineRequest(const v1::ScoreRequest& proto, cons
   request.top_k = proto.top_k();
   request.want_rank = proto.want_rank();
   request.want_entropy = proto.want_entropy();
+  request.want_reference = proto.want_reference();
   // Report the score_from the client sent (not the clamped one) if it is too large.
   ScoreRequest check = request;
   check.score_from = proto.score_from();
@@ -71,6 +72,18 @@ void FillScoreResponse(const ScoreRequest& request, const ScoreResult& result, b
   }
   response->set_sum_logprob(result.sum_logprob);
   response->set_num_scored(result.num_scored);
+  if (request.want_reference) {
+    response->mutable_ref_logprob()->Assign(result.ref_logprob.begin(), result.ref_logprob.end());
+    response->mutable_kld()->Assign(result.kld.begin(), result.kld.end());
+    auto* ref_greedy = response->mutable_ref_greedy();
+    ref_greedy->Reserve(static_cast<int>(result.ref_greedy.size()));
+    for (uint8_t g : result.ref_greedy) ref_greedy->Add(g != 0);
+    auto* same_top = response->mutable_same_top();
+    same_top->Reserve(static_cast<int>(result.same_top.size()));
+    for (uint8_t s : result.same_top) same_top->Add(s != 0);
+    response->set_sum_ref_logprob(result.sum_ref_logprob);
+    response->set_sum_kld(result.sum_kld);
+  }
 }
 
 }  // namespace scored

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/base/logging.h"
 #include "engine/base/status_macros.h"
+#include "engine/tokenizer/content_digest.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/fault_injection.h"
@@ -71,6 +72,34 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerGuarded(const std::strin
   }
 }
 
+// The tokenizer check of --reference_model: R must tokenize as Q does (engine/tokenizer/content_digest.h),
+// whatever its files' bytes. Folders without any tokenizer on both sides pass (token-id input only); one
+// side without one is refused.
+absl::Status CheckReferenceTokenizer(const std::string& model_dir, const std::string& reference_dir,
+                                     std::unique_ptr<Tokenizer>* reference_tokenizer) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> model = LoadTokenizerGuarded(model_dir);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> reference = LoadTokenizerGuarded(reference_dir);
+  if (!model.ok() && !reference.ok()) {
+    SCORED_LOG(WARNING) << "--reference_model: neither " << model_dir << " nor " << reference_dir
+                        << " has a tokenizer; their tokenizers are not compared";
+    return absl::OkStatus();
+  }
+  if (!model.ok() || !reference.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reference_model: only one of the two folders has a tokenizer (model ", model_dir,
+                     ": ", model.ok() ? "loaded" : model.status().ToString(), "; reference ", reference_dir,
+                     ": ", reference.ok() ? "loaded" : reference.status().ToString(), ")"));
+  }
+  const absl::Status same = CompareTokenizerContent(**model, **reference);
+  if (!same.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--reference_model ", reference_dir,
+                                                   ": its tokenizer does not tokenize as the model's (",
+                                                   model_dir, "): ", same.message()));
+  }
+  *reference_tokenizer = *std::move(reference);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const char* ServerVersion() { return SCORED_VERSION; }
@@ -108,6 +137,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                      << ", control channel on " << options.engine.rendezvous << ", "
                      << options.engine.tp / options.engine.nnodes << " of the " << options.engine.tp
                      << " ranks on this node; waiting for the followers";
+  }
+  // The reference's tokenizer is compared before either model loads: it is the cheaper check.
+  std::unique_ptr<Tokenizer> reference_tokenizer;
+  if (!options.engine.reference_model_dir.empty()) {
+    SCORED_RETURN_IF_ERROR(CheckReferenceTokenizer(options.engine.model_dir,
+                                                   options.engine.reference_model_dir, &reference_tokenizer));
   }
   const absl::Time load_start = absl::Now();
   if (options.fault.slow_load_ms >= 0) {
@@ -152,6 +187,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     return absl::InternalError("the engine reports no vocab_size");
   }
   if (info.tp > 1) limits.smallest_vocab_shard = SmallestVocabShard(info.vocab_size, info.tp);
+  limits.has_reference = info.reference != nullptr;
   SCORED_LOG(INFO) << absl::StrFormat(
       "model loaded in %.2f s: %s, format %s%s, %d parameters, bits/weight decoder %.3f head %.3f, "
       "resident %d bytes, backend %s, dtype %s, tp %d, vocab %d, max_seq_len %d, max_batch_tokens %d, "
@@ -161,6 +197,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
       info.bits_per_weight_decoder, info.bits_per_weight_head, info.resident_bytes, info.backend,
       info.compute_dtype, info.tp, limits.vocab_size, limits.max_seq_len, limits.max_batch_tokens,
       info.model_fingerprint);
+  if (info.reference != nullptr) {
+    const ModelInfo& r = *info.reference;
+    SCORED_LOG(INFO) << absl::StrFormat(
+        "reference model %s: %s, format %s, %d parameters, bits/weight decoder %.3f head %.3f, resident %d "
+        "bytes, vocab %d, fingerprint %s; tokenizer content matches the model's",
+        options.engine.reference_model_dir, r.architecture, r.format, r.num_parameters,
+        r.bits_per_weight_decoder, r.bits_per_weight_head, r.resident_bytes, r.vocab_size,
+        r.model_fingerprint);
+  }
   if (server->tokenizer_) {
     SCORED_LOG(INFO) << "tokenizer " << server->tokenizer_->kind() << ": " << server->tokenizer_->vocab_size()
                      << " entries, bos " << server->tokenizer_->bos_id() << ", eos "
@@ -194,6 +239,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   config.limits = limits;
   config.stream_window = options.stream_window;
   config.model_info = BuildModelInfo(info, limits, server->tokenizer_.get());
+  if (info.reference != nullptr) {
+    // The reference's own limits and tokenizer files (their bytes may differ from the model's).
+    ScoreLimits reference_limits = limits;
+    reference_limits.max_seq_len = info.reference->max_seq_len;
+    reference_limits.vocab_size = info.reference->vocab_size;
+    *config.model_info.mutable_reference() =
+        BuildModelInfo(*info.reference, reference_limits, reference_tokenizer.get());
+  }
   server->service_ = std::make_unique<ScorerService>(std::move(config));
   return server;
 }

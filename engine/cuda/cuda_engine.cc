@@ -134,6 +134,10 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
     return absl::InvalidArgumentError(
         absl::StrCat("--tp_exchange ", static_cast<int>(options.tp_exchange), ": want copy or nccl"));
   }
+  if (!options.reference_model_dir.empty()) {
+    return absl::UnimplementedError(
+        "--reference_model: the cuda backend does not load a reference model yet; run with --backend=cpu");
+  }
   const int devices = CudaDeviceCount();
   if (devices < 1) return absl::FailedPreconditionError("no usable CUDA device");
   std::unique_ptr<CudaEngine> engine(new CudaEngine());

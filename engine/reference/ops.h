@@ -94,6 +94,25 @@ struct TokenScore {
 TokenScore ScoreLogits(const float* logits,  // [vocab_size]
                        int64_t vocab_size, int32_t target, int32_t top_k, bool want_rank, bool want_entropy);
 
+// Compares one row of a reference model R's fp32 logits with the same position's row of a model Q, in double
+// (DESIGN.md §3, issue 17's contract):
+//   m_X = max logit of X; lse_X = m_X + log sum_i exp(l_X(i) - m_X)   (X = R, Q)
+//   ref_logprob = l_R(target) - lse_R
+//   kld = KL(P_R || P_Q) = sum_i p_R(i) d_i, p_R(i) = exp(l_R(i) - lse_R),
+//         d_i = (l_R(i) - l_Q(i)) - (lse_R - lse_Q)   (= log p_R(i) - log p_Q(i))
+//   ref_greedy = argmax_R == target; same_top = argmax_R == argmax_Q (each argmax: lowest id on ties).
+// Bitwise equal rows give every d_i exactly 0, so kld exactly 0.0. A rounding-sized negative sum (the true
+// value is >= 0) is returned as 0.
+struct ReferenceComparison {
+  double ref_logprob = 0.0;
+  double kld = 0.0;
+  bool ref_greedy = false;
+  bool same_top = false;
+};
+ReferenceComparison CompareWithReference(const float* ref_logits,    // [vocab_size], R's
+                                         const float* model_logits,  // [vocab_size], Q's
+                                         int64_t vocab_size, int32_t target);
+
 }  // namespace scored::ref
 
 #endif  // SCORED_ENGINE_REFERENCE_OPS_H_

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/model/config.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/rope_freq.h"
 #include "engine/model/weights.h"
@@ -89,6 +90,14 @@ absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, bool bias, ThreadPool
   return d;
 }
 
+// R and Q must index the same vocabulary: KL over the ids needs one id space.
+absl::Status CheckSameVocabulary(int64_t model_vocab_size, int64_t reference_vocab_size) {
+  if (model_vocab_size == reference_vocab_size) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--reference_model: the vocabulary sizes differ: the model has ", model_vocab_size,
+                   " embedding rows (config vocab_size), the reference model ", reference_vocab_size));
+}
+
 // CPUs this process may run on (its affinity mask: taskset, cgroup cpusets), else the hardware count.
 // More threads than that only contend.
 int UsableCpus() {
@@ -108,11 +117,24 @@ class ReferenceEngine : public Engine {
   std::vector<absl::StatusOr<ScoreResult>> Score(absl::Span<const ScoreRequest> batch) override;
   const ModelInfo& info() const override { return info_; }
 
+  // Holds `reference` (R) for want_reference; its vocabulary size must be this model's (INVALID_ARGUMENT
+  // naming both otherwise). The longest sequence becomes the smaller of the two models' limits.
+  absl::Status SetReference(std::unique_ptr<ReferenceEngine> reference);
+  int64_t vocab_size() const { return config_.vocab_size; }
+
  private:
   // The final-norm hidden state of every position of one sequence.
   void Forward(const std::vector<int32_t>& tokens,
                std::vector<float>* hidden) const;  // [n, hidden_size]
   ScoreResult ScoreSequence(const ScoreRequest& request) const;
+  // The lm_head logits of `rows` positions, from the final-norm hidden states of the positions before them.
+  void Logits(const float* hidden,  // [rows, hidden_size]
+              int64_t rows,
+              float* logits) const;  // [rows, vocab_size]
+  // Fills result's want_reference fields for the positions [first, n) of `tokens`, Q's hidden states given.
+  void CompareWithReference(const std::vector<int32_t>& tokens, int64_t first,
+                            const std::vector<float>& hidden,  // [n, hidden_size], this model's
+                            ScoreResult* result) const;
   // y = linear(x), with the W8A8 input quantization when the layer has it.
   void ApplyLinear(const DenseLinear& linear, const float* x,  // [n, in_features]
                    int64_t n,
@@ -128,8 +150,17 @@ class ReferenceEngine : public Engine {
   std::vector<float> final_norm_;  // [hidden_size]
   std::vector<float> inv_freq_;    // [head_dim / 2]
   std::vector<DenseLayer> layers_;
-  DenseLinear lm_head_;  // [vocab_size, hidden_size]
+  DenseLinear lm_head_;                         // [vocab_size, hidden_size]
+  std::unique_ptr<ReferenceEngine> reference_;  // R; null without --reference_model
 };
+
+absl::Status ReferenceEngine::SetReference(std::unique_ptr<ReferenceEngine> reference) {
+  SCORED_RETURN_IF_ERROR(CheckSameVocabulary(config_.vocab_size, reference->config_.vocab_size));
+  info_.max_seq_len = std::min(info_.max_seq_len, reference->info_.max_seq_len);
+  info_.reference = std::make_shared<const ModelInfo>(reference->info_);
+  reference_ = std::move(reference);
+  return absl::OkStatus();
+}
 
 absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOptions& options) {
   const ModelConfig& c = config_;
@@ -222,6 +253,7 @@ std::vector<absl::StatusOr<ScoreResult>> ReferenceEngine::Score(absl::Span<const
   limits.max_seq_len = info_.max_seq_len;
   limits.max_batch_tokens = info_.max_batch_tokens;
   limits.vocab_size = config_.vocab_size;
+  limits.has_reference = reference_ != nullptr;
   std::vector<absl::StatusOr<ScoreResult>> results;
   results.reserve(batch.size());
   for (const ScoreRequest& request : batch) {
@@ -323,7 +355,7 @@ ScoreResult ReferenceEngine::ScoreSequence(const ScoreRequest& request) const {
   for (int64_t chunk = 0; chunk < num_scored; chunk += kLogitChunk) {
     const int64_t rows = std::min(kLogitChunk, num_scored - chunk);
     // Position j = first + chunk + r is predicted from the hidden state of j - 1.
-    ApplyLinear(lm_head_, hidden.data() + (first + chunk - 1) * config_.hidden_size, rows, logits.data());
+    Logits(hidden.data() + (first + chunk - 1) * config_.hidden_size, rows, logits.data());
     // An exp costs about as much as 8 multiply-adds.
     pool_.ParallelFor(
         rows,
@@ -353,17 +385,89 @@ ScoreResult ReferenceEngine::ScoreSequence(const ScoreRequest& request) const {
     if (request.want_entropy) result.entropy[i] = static_cast<float>(s.entropy);
     if (request.top_k > 0) result.top_k[i] = std::move(s.top_k);
   }
+  if (request.want_reference) CompareWithReference(request.tokens, first, hidden, &result);
   return result;
+}
+
+void ReferenceEngine::Logits(const float* hidden, int64_t rows, float* logits) const {
+  ApplyLinear(lm_head_, hidden, rows, logits);
+}
+
+void ReferenceEngine::CompareWithReference(const std::vector<int32_t>& tokens, int64_t first,
+                                           const std::vector<float>& hidden, ScoreResult* result) const {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t num_scored = n - first;
+  const int64_t vocab = config_.vocab_size;
+  std::vector<float> ref_hidden;  // [n, hidden_size] of R
+  reference_->Forward(tokens, &ref_hidden);
+  const int64_t ref_hidden_size = reference_->config_.hidden_size;
+
+  std::vector<ref::ReferenceComparison> compared(num_scored);
+  std::vector<float> logits(kLogitChunk * vocab);      // [kLogitChunk, vocab_size], Q's
+  std::vector<float> ref_logits(kLogitChunk * vocab);  // [kLogitChunk, vocab_size], R's
+  for (int64_t chunk = 0; chunk < num_scored; chunk += kLogitChunk) {
+    const int64_t rows = std::min(kLogitChunk, num_scored - chunk);
+    Logits(hidden.data() + (first + chunk - 1) * config_.hidden_size, rows, logits.data());
+    reference_->Logits(ref_hidden.data() + (first + chunk - 1) * ref_hidden_size, rows, ref_logits.data());
+    // Two log-sum-exps and one more exp per logit: about 24 multiply-adds.
+    pool_.ParallelFor(
+        rows,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            compared[chunk + r] = ref::CompareWithReference(
+                ref_logits.data() + r * vocab, logits.data() + r * vocab, vocab, tokens[first + chunk + r]);
+          }
+        },
+        ref::GrainFor(24 * vocab));
+  }
+  result->ref_logprob.resize(num_scored);
+  result->kld.resize(num_scored);
+  result->ref_greedy.resize(num_scored);
+  result->same_top.resize(num_scored);
+  for (int64_t i = 0; i < num_scored; ++i) {
+    const ref::ReferenceComparison& c = compared[i];
+    result->ref_logprob[i] = static_cast<float>(c.ref_logprob);
+    result->kld[i] = static_cast<float>(c.kld);
+    result->ref_greedy[i] = c.ref_greedy ? 1 : 0;
+    result->same_top[i] = c.same_top ? 1 : 0;
+    result->sum_ref_logprob += c.ref_logprob;
+    result->sum_kld += c.kld;
+  }
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Engine>> CreateReferenceEngine(const EngineOptions& options) {
+namespace {
+
+absl::StatusOr<std::unique_ptr<ReferenceEngine>> LoadOne(const EngineOptions& options) {
   SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, ModelWeights::Load(options.model_dir));
   int num_threads = options.num_threads;
   if (num_threads <= 0) num_threads = UsableCpus();
   auto engine = std::make_unique<ReferenceEngine>(weights->config(), num_threads);
   SCORED_RETURN_IF_ERROR(engine->Load(*weights, options));
+  return engine;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> CreateReferenceEngine(const EngineOptions& options) {
+  SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ReferenceEngine> engine, LoadOne(options));
+  if (!options.reference_model_dir.empty()) {
+    // R's config first: a vocabulary mismatch is reported before R's weights are read. R is then loaded by
+    // the same code path as Q, from its own folder.
+    SCORED_ASSIGN_OR_RETURN(const ModelConfig reference_config, LoadModelConfig(options.reference_model_dir));
+    SCORED_RETURN_IF_ERROR(CheckSameVocabulary(engine->vocab_size(), reference_config.vocab_size));
+    EngineOptions reference_options = options;
+    reference_options.model_dir = options.reference_model_dir;
+    reference_options.reference_model_dir.clear();
+    absl::StatusOr<std::unique_ptr<ReferenceEngine>> reference = LoadOne(reference_options);
+    if (!reference.ok()) {
+      return absl::Status(reference.status().code(),
+                          absl::StrCat("loading the reference model from ", options.reference_model_dir, ": ",
+                                       reference.status().message()));
+    }
+    SCORED_RETURN_IF_ERROR(engine->SetReference(*std::move(reference)));
+  }
   return std::unique_ptr<Engine>(std::move(engine));
 }
 

@@ -9,6 +9,10 @@
 // lm_head in fp32 for the scored positions only; ref::ScoreLogits per position. A linear whose checkpoint
 // is W8A8 dynamic FP8 has each input row fake-quantized first (ref::FakeQuantizeFp8PerToken).
 //
+// A reference model R (EngineOptions::reference_model_dir) is loaded by the same path as the model Q, into a
+// second engine of the same kind (host memory: both models' fp32 weights). want_reference then runs R's
+// forward on the same tokens and compares each scored position's two logit rows (ref::CompareWithReference).
+//
 // Score(): each sequence is validated (engine/score_contract.h) before any work of its own; a bad sequence
 // gets its error and the others are still scored. Each sequence is run alone, so batch composition never
 // changes a result, and the thread count (EngineOptions::num_threads; 0 = the CPUs in this process's affinity
