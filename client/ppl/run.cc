@@ -264,8 +264,16 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
                             Journal::Open(options.journal_path, identity, options.journal_sync_every));
     for (const auto& [index, record] : journal->resumed()) {
       const Window* w = index < static_cast<int64_t>(n) ? &plan.windows[static_cast<size_t>(index)] : nullptr;
+      if (record.has_reference != options.kld) {
+        // Only this run's header fields are compared: a --kld journal passes a run without --kld there.
+        return absl::FailedPreconditionError(
+            absl::StrCat("journal ", options.journal_path, " was written by a run ",
+                         record.has_reference ? "with" : "without", " --kld and this one is ",
+                         options.kld ? "with" : "without",
+                         " it (use another --journal file, or delete this one to start over)"));
+      }
       if (w == nullptr || static_cast<int64_t>(record.logprobs.size()) != w->num_scored() ||
-          record.num_bytes != ScoredBytes(*w) || record.has_reference != options.kld) {
+          record.num_bytes != ScoredBytes(*w)) {
         return absl::DataLossError(absl::StrCat("journal ", options.journal_path, ": record of window ",
                                                 index, " does not match the plan; delete the file"));
       }
