@@ -6,10 +6,11 @@
 //     same windows and positions as a run without --kld (same ppl, bit for bit), KL(P || P) is 0 for every
 //     token (mean, max), same top p is 100 %, PPL(R) = PPL(Q); and a rerun with the --kld journal of the
 //     first run takes every window from it and reports the same statistics.
+//   - every method (--max_windows 6): the same windows and scored positions with and without --kld;
 //   - Q = the stories260k-w4a16-channel fixture against R = stories260K, chunks ctx 512, 4 windows: the
 //   report
 //     equals the float64 golden of tests/client/golden/kld_report_golden.py.
-// The last two need a scored that accepts --reference_model and answers ModelInfo.reference; against one
+// The last three need a scored that accepts --reference_model and answers ModelInfo.reference; against one
 // without the flag, they skip (saying why).
 #include <fcntl.h>
 #include <signal.h>
@@ -177,6 +178,44 @@ TEST(PplKldE2eTest, ModelAgainstItselfOverTheSameWindows) {
   EXPECT_EQ(r["num_windows_resumed"], k["num_windows"]);
   EXPECT_EQ(r["kld"], k["kld"]);
   std::remove(journal.c_str());
+}
+
+// Every method with --kld scores the windows and positions it scores without it (same counts, same ppl bit
+// for bit), and the model against itself gives KLD 0 and PPL(R) = PPL(Q) under each.
+TEST(PplKldE2eTest, EveryMethodKeepsItsWindows) {
+  testing::ScoredProcessOptions options;
+  options.args = {"--model=" + testing::StoriesModelDir(), "--backend=cpu",
+                  "--reference_model=" + testing::StoriesModelDir()};
+  auto daemon = testing::ScoredProcess::Start(options);
+  if (!daemon.ok() &&
+      absl::StrContains(daemon.status().message(), "Unknown command line flag 'reference_model'")) {
+    GTEST_SKIP() << "this scored has no --reference_model: " << daemon.status();
+  }
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  const std::string dir = ::testing::TempDir();
+  for (const char* method : {"exl3", "gptq", "hf", "llamacpp", "rolling", "chunks"}) {
+    SCOPED_TRACE(method);
+    const std::string plain_json = absl::StrCat(dir, "/ppl_kld_method_plain.", ::getpid(), ".json");
+    const std::string kld_json = absl::StrCat(dir, "/ppl_kld_method_kld.", ::getpid(), ".json");
+    std::vector<std::string> args = PplArgs((*daemon)->grpc_address(), plain_json);
+    args[2] = std::string("--method=") + method;
+    args[4] = "--max_windows=6";
+    if (std::string(method) == "exl3" || std::string(method) == "hf") args.push_back("--stride=64");
+    const PplRun plain = RunPpl(args);
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    args[6] = "--json=" + kld_json;
+    args.push_back("--kld");
+    const PplRun kld = RunPpl(args);
+    ASSERT_EQ(kld.exit_code, 0) << kld.err;
+    const nlohmann::json p = ReadJson(plain_json), k = ReadJson(kld_json);
+    EXPECT_EQ(k["method"], p["method"]);
+    EXPECT_EQ(k["num_windows"], p["num_windows"]);
+    EXPECT_EQ(k["num_scored"], p["num_scored"]);
+    EXPECT_EQ(k["ppl"], p["ppl"]);
+    EXPECT_EQ(k["kld"]["count"], p["num_scored"]);
+    EXPECT_EQ(k["kld"]["kld_percentiles"]["max"].get<double>(), 0.0);
+    EXPECT_EQ(k["kld"]["ppl_r"], k["kld"]["ppl_q"]);
+  }
 }
 
 // Q = the stories260k-w4a16-channel fixture, R = stories260K: the report's statistics equal the float64
