@@ -85,3 +85,16 @@ def test_ppl_report_has_no_kld(tmp_path):
     p = report(tmp_path, "bf16", "exl3", 16.0, 6.14, "bf16")
     with pytest.raises(plot.ReportError, match="--kld report"):
         plot.render([p], str(tmp_path / "x.png"), metric="kld")
+
+
+def test_renders_a_real_kld_report(tmp_path):
+    # A real scored-ppl --kld report (CPU backend, Q = stories260k-w4a16-channel, R = stories260K, llamacpp,
+    # 40 windows; only data.path and server were rewritten to neutral values) next to the C++ fixtures.
+    real = os.path.join(FIXTURES, "kld_report_real_stories260k_w4a16.json")
+    out = tmp_path / "real.png"
+    series = plot.render_many([real] + KLD_REPORTS, str(out), ["kld", "ppl_ratio"])
+    assert png_size(out) == (1920, 600)
+    (bpw, kld, label), = series["kld"]["llamacpp"]
+    assert label == "w4a16-channel-sym" and 4.0 < bpw < 5.0
+    assert kld == pytest.approx(0.413441, abs=1e-6)
+    assert series["ppl_ratio"]["llamacpp"][0][1] == pytest.approx(1.228175, abs=1e-6)
