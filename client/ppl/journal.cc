@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace scored {
@@ -74,23 +75,57 @@ double NumberOrSpecial(const nlohmann::json& v) {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
+// A double as "%.17g" (exact round trip), or a quoted "-inf" / "inf" / "nan" (not JSON numbers).
+std::string FormatDouble(double v) {
+  return std::isfinite(v) ? absl::StrFormat("%.17g", v) : absl::StrFormat("\"%g\"", v);
+}
+
+// A JSON array of floats, each "%.9g" (the exact round trip of a float) or a quoted non-finite value.
+void AppendFloats(const std::vector<float>& values, std::string* line) {
+  line->push_back('[');
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) line->push_back(',');
+    const double v = static_cast<double>(values[i]);
+    if (std::isfinite(v)) {
+      absl::StrAppendFormat(line, "%.9g", v);
+    } else {
+      absl::StrAppendFormat(line, "\"%g\"", v);
+    }
+  }
+  line->push_back(']');
+}
+
+// Reads an array of exactly `n` floats written by AppendFloats.
+absl::Status ParseFloats(const nlohmann::json& array, int64_t n, std::vector<float>* out) {
+  if (!array.is_array()) return absl::InvalidArgumentError("field of the wrong type");
+  if (n != static_cast<int64_t>(array.size())) return absl::InvalidArgumentError("inconsistent record");
+  out->reserve(static_cast<size_t>(n));
+  for (const auto& v : array) {
+    if (!IsNumberOrSpecial(v)) return absl::InvalidArgumentError("non-numeric value");
+    // %.9g text -> nearest double -> float is the float that was written (9 significant digits are
+    // far inside half a float ulp, so the double rounding cannot cross a float midpoint).
+    out->push_back(static_cast<float>(NumberOrSpecial(v)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string FormatRecordLine(const JournalRecord& r) {
-  const std::string sum = std::isfinite(r.sum_logprob) ? absl::StrFormat("%.17g", r.sum_logprob)
-                                                       : absl::StrFormat("\"%g\"", r.sum_logprob);
-  std::string line = absl::StrFormat("{\"w\":%d,\"s\":%s,\"n\":%d,\"b\":%d,\"lp\":[", r.window, sum,
-                                     static_cast<int64_t>(r.logprobs.size()), r.num_bytes);
-  for (size_t i = 0; i < r.logprobs.size(); ++i) {
-    if (i > 0) line.push_back(',');
-    const double lp = static_cast<double>(r.logprobs[i]);
-    if (std::isfinite(lp)) {
-      absl::StrAppendFormat(&line, "%.9g", lp);
-    } else {
-      absl::StrAppendFormat(&line, "\"%g\"", lp);  // "-inf" / "inf" / "nan": not JSON numbers
-    }
+  std::string line =
+      absl::StrFormat("{\"w\":%d,\"s\":%s,\"n\":%d,\"b\":%d,\"lp\":", r.window, FormatDouble(r.sum_logprob),
+                      static_cast<int64_t>(r.logprobs.size()), r.num_bytes);
+  AppendFloats(r.logprobs, &line);
+  if (r.has_reference) {
+    absl::StrAppend(&line, ",\"rs\":", FormatDouble(r.sum_ref_logprob), ",\"rl\":");
+    AppendFloats(r.ref_logprobs, &line);
+    line += ",\"k\":";
+    AppendFloats(r.kld, &line);
+    line += ",\"t\":\"";
+    for (uint8_t t : r.same_top) line.push_back(t != 0 ? '1' : '0');
+    line += "\"";
   }
-  line += "]}";
+  line += "}";
   return line;
 }
 
@@ -109,15 +144,26 @@ absl::StatusOr<JournalRecord> ParseRecordLine(const std::string& line) {
   r.sum_logprob = NumberOrSpecial(j["s"]);
   r.num_bytes = j["b"].get<int64_t>();
   const int64_t n = j["n"].get<int64_t>();
-  if (r.window < 0 || n != static_cast<int64_t>(j["lp"].size())) {
-    return absl::InvalidArgumentError("inconsistent record");
-  }
-  r.logprobs.reserve(static_cast<size_t>(n));
-  for (const auto& v : j["lp"]) {
-    if (!IsNumberOrSpecial(v)) return absl::InvalidArgumentError("non-numeric logprob");
-    // %.9g text -> nearest double -> float is the float that was written (9 significant digits are
-    // far inside half a float ulp, so the double rounding cannot cross a float midpoint).
-    r.logprobs.push_back(static_cast<float>(NumberOrSpecial(v)));
+  if (r.window < 0) return absl::InvalidArgumentError("inconsistent record");
+  SCORED_RETURN_IF_ERROR(ParseFloats(j["lp"], n, &r.logprobs));
+  if (j.contains("rs") || j.contains("rl") || j.contains("k") || j.contains("t")) {
+    for (const char* key : {"rs", "rl", "k", "t"}) {
+      if (!j.contains(key)) return absl::InvalidArgumentError(absl::StrCat("missing field ", key));
+    }
+    if (!IsNumberOrSpecial(j["rs"]) || !j["t"].is_string()) {
+      return absl::InvalidArgumentError("field of the wrong type");
+    }
+    r.has_reference = true;
+    r.sum_ref_logprob = NumberOrSpecial(j["rs"]);
+    SCORED_RETURN_IF_ERROR(ParseFloats(j["rl"], n, &r.ref_logprobs));
+    SCORED_RETURN_IF_ERROR(ParseFloats(j["k"], n, &r.kld));
+    const std::string& flags = j["t"].get_ref<const std::string&>();
+    if (static_cast<int64_t>(flags.size()) != n) return absl::InvalidArgumentError("inconsistent record");
+    r.same_top.reserve(flags.size());
+    for (char c : flags) {
+      if (c != '0' && c != '1') return absl::InvalidArgumentError("same-top flag not 0 or 1");
+      r.same_top.push_back(c == '1' ? 1 : 0);
+    }
   }
   return r;
 }

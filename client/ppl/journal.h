@@ -8,6 +8,10 @@
 //            {"w": window index, "s": sum_logprob as "%.17g" text (exact double round trip),
 //             "n": num_scored, "b": scored UTF-8 bytes (-1 unknown), "lp": [per-token logprobs, each
 //             written as "%.9g" text, the exact round trip of a float]}
+//            and, in a --kld run's journal, also the reference comparison of the window:
+//             "rs": sum_ref_logprob ("%.17g"), "rl": [reference logprobs], "k": [per-token KLDs] (both
+//             "%.9g", exact floats), "t": same-top flags as a text of '0' / '1', one per token
+//            (what the report's percentiles and correlation need, per token).
 // A crash can leave a torn last line (no "\n", or not parseable): Open() ignores it and truncates the
 // file back to the last complete record before appending. Duplicate records for one window (possible
 // only if the same window was written twice) keep the first.
@@ -49,6 +53,12 @@ struct JournalRecord {
   double sum_logprob = 0.0;
   std::vector<float> logprobs;  // [num_scored]
   int64_t num_bytes = -1;       // -1 = unknown
+  // --kld runs: the reference comparison (ScoreResponse fields 12-16), each [num_scored].
+  bool has_reference = false;
+  double sum_ref_logprob = 0.0;
+  std::vector<float> ref_logprobs;
+  std::vector<float> kld;
+  std::vector<uint8_t> same_top;  // 0 / 1
 };
 
 // Formats / parses one record line (without the "\n"). ParseRecordLine: INVALID_ARGUMENT if the line

@@ -6,7 +6,8 @@
 //
 // Prints the report to stdout (and as JSON to --json FILE). Exit status 0 on success, 1 on any error
 // (message on stderr), 2 on a bad command line: an unknown flag, a flag value that does not parse or is out
-// of range, or a positional argument (all of them named on stderr).
+// of range, or a positional argument (all of them named on stderr), or --kld against a server without a
+// reference model.
 #include <unistd.h>
 
 #include <cstdio>
@@ -70,6 +71,11 @@ ABSL_FLAG(std::string, journal, "",
 ABSL_FLAG(int32_t, journal_sync_every, 1,
           "fdatasync the journal every N windows (1: every window is durable; larger N: fewer syncs, up to "
           "N - 1 windows rescored after a power loss)");
+ABSL_FLAG(bool, kld, false,
+          "also compare with the server's reference model (scored --reference_model R): every request asks "
+          "want_reference and the report adds PPL(R), ln(PPL(Q)/PPL(R)), the NLL correlation, mean KLD and "
+          "its percentiles, same top p, delta p and |delta logprob| (llama-perplexity's KL-divergence "
+          "statistics) over the same windows; exit 2 when the server has no reference model");
 ABSL_FLAG(double, retry_timeout_s, 300.0,
           "while the server is unavailable during scoring, reconnect with backoff (0.5 s doubling to 10 s) "
           "and re-send the unfinished windows, for up to this many seconds without progress (0 = fail at "
@@ -211,6 +217,7 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
   const double retry = absl::GetFlag(FLAGS_retry_timeout_s);
   if (!(retry >= 0)) return absl::InvalidArgumentError("--retry_timeout_s must be >= 0");
   o.retry_timeout = absl::Seconds(retry);
+  o.kld = absl::GetFlag(FLAGS_kld);
   o.progress = !absl::GetFlag(FLAGS_quiet) && (absl::GetFlag(FLAGS_progress) || isatty(STDERR_FILENO));
   o.progress_out = stderr;
   return o;
@@ -222,8 +229,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "perplexity of the model served by scored.\n"
       "  scored-ppl --server HOST:PORT --data wiki.test.raw --method exl3 [--ctx 2048 --stride 512]\n"
-      "Exit status: 0 done, 1 an error (on stderr), 2 a bad command line (unknown flag, bad value, or a "
-      "positional argument: scored-ppl takes only flags).");
+      "Exit status: 0 done, 1 an error (on stderr), 2 a bad command line (unknown flag, bad value, a "
+      "positional argument: scored-ppl takes only flags; or --kld against a server without a reference "
+      "model).");
   if (const absl::Status command_line = CheckCommandLine(argc, argv); !command_line.ok()) {
     std::fprintf(stderr, "scored-ppl: %s (see --help)\n", std::string(command_line.message()).c_str());
     return 2;
@@ -237,6 +245,10 @@ int main(int argc, char** argv) {
   }
   auto report = scored::ppl::RunPpl(*options);
   if (!report.ok()) {
+    if (scored::ppl::IsUsageError(report.status())) {
+      std::fprintf(stderr, "scored-ppl: %s\n", std::string(report.status().message()).c_str());
+      return 2;
+    }
     std::fprintf(stderr, "scored-ppl: %s\n", report.status().ToString().c_str());
     return 1;
   }

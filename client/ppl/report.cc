@@ -113,6 +113,13 @@ nlohmann::json ReportToJson(const Report& r) {
   j["tokenizer_fingerprint"] = r.tokenizer_fingerprint;
   j["tokenizer_source"] = r.tokenizer_source;
   j["model_info"] = r.model_info;
+  if (r.kld) {
+    nlohmann::json kld = KldStatsToJson(r.kld_stats);
+    kld["reference"] = {{"model_fingerprint", r.reference_fingerprint}, {"format", r.reference_format}};
+    j["kld"] = kld;
+    j["kld_mean"] = NumberOrNull(r.kld_stats.kld_mean);
+    j["ppl_ratio"] = NumberOrNull(r.kld_stats.ppl_ratio);
+  }
   return j;
 }
 
@@ -138,6 +145,12 @@ std::string ReportToText(const Report& r) {
                         r.tokens_per_second);
   absl::StrAppendFormat(&out, "model          %s\n", r.model_fingerprint);
   absl::StrAppendFormat(&out, "tokenizer      %s (%s)\n", r.tokenizer_fingerprint, r.tokenizer_source);
+  if (r.kld) {
+    absl::StrAppendFormat(&out, "reference      %s (%s)\n", r.reference_fingerprint, r.reference_format);
+    absl::StrAppendFormat(&out, "====== Q = model, R = reference: %d scored tokens ======\n",
+                          r.kld_stats.count);
+    out += KldStatsToText(r.kld_stats);
+  }
   return out;
 }
 

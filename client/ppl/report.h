@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "client/ppl/kld.h"
 #include "client/ppl/windows.h"
 #include "nlohmann/json.hpp"
 
@@ -93,12 +94,19 @@ struct Report {
   std::string tokenizer_fingerprint;
   std::string tokenizer_source;  // "server" or the --tokenizer directory
   nlohmann::json model_info;     // the server's ModelInfo fields
+  // --kld (kld.h): the comparison with the server's reference model, and which model that is.
+  bool kld = false;
+  KldStats kld_stats;
+  std::string reference_fingerprint;
+  std::string reference_format;
 };
 
 // Fills the result fields of `report` from the aggregator.
 void FillResults(const Aggregator& agg, Report* report);
 
-// The report as JSON (stable keys; NaN values become null).
+// The report as JSON (stable keys; NaN values become null). A --kld report adds "kld" (KldStatsToJson)
+// with "reference": {"model_fingerprint", "format"} inside it, and top-level "kld_mean" and "ppl_ratio"
+// (PPL(Q)/PPL(R)) for charts.
 nlohmann::json ReportToJson(const Report& report);
 // A short human-readable summary (several lines, ending in "\n").
 std::string ReportToText(const Report& report);

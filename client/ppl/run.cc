@@ -9,10 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/ppl/journal.h"
+#include "client/ppl/kld.h"
 #include "client/ppl/plan.h"
 #include "client/ppl/progress.h"
 #include "client/ppl/scorer_client.h"
@@ -27,6 +29,9 @@
 namespace scored {
 namespace ppl {
 namespace {
+
+// Status payload marking a usage error (IsUsageError).
+constexpr char kUsageErrorPayload[] = "type.scored/ppl.UsageError";
 
 nlohmann::json ModelInfoToJson(const scored::v1::ModelInfo& info) {
   google::protobuf::util::JsonPrintOptions opts;
@@ -143,6 +148,11 @@ absl::StatusOr<JournalIdentity> RunIdentity(const RunOptions& options, const Pla
   id.Add("tokenizer_fingerprint", setup.fingerprint);
   id.Add("tokenizer_source", setup.source);
   id.Add("num_windows", absl::StrCat(plan.windows.size()));
+  // Only --kld runs add these, so journals of runs without it keep their header.
+  if (options.kld) {
+    id.Add("kld", "1");
+    id.Add("reference_fingerprint", info.reference().model_fingerprint());
+  }
   return id;
 }
 
@@ -160,6 +170,8 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
 }
 
 }  // namespace
+
+bool IsUsageError(const absl::Status& status) { return status.GetPayload(kUsageErrorPayload).has_value(); }
 
 bool LocalTokenizerAvailable() {
 #ifdef SCORED_PPL_HAVE_TOKENIZER
@@ -196,6 +208,14 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   if (info.vocab_size() <= 0) {
     return absl::FailedPreconditionError(absl::StrCat("server at ", options.server, " reports vocab_size ",
                                                       info.vocab_size(), ": not a compatible scored server"));
+  }
+  if (options.kld && !info.has_reference()) {
+    absl::Status refused = absl::FailedPreconditionError(
+        absl::StrCat("--kld compares the served model with a reference model, but the server at ",
+                     options.server, " (model ", info.model_fingerprint(),
+                     ") has none: start it with --reference_model R, or run without --kld"));
+    refused.SetPayload(kUsageErrorPayload, absl::Cord("kld"));
+    return refused;
   }
 
   TokenizerSetup setup;
@@ -244,12 +264,21 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
                             Journal::Open(options.journal_path, identity, options.journal_sync_every));
     for (const auto& [index, record] : journal->resumed()) {
       const Window* w = index < static_cast<int64_t>(n) ? &plan.windows[static_cast<size_t>(index)] : nullptr;
+      if (record.has_reference != options.kld) {
+        // Only this run's header fields are compared: a --kld journal passes a run without --kld there.
+        return absl::FailedPreconditionError(
+            absl::StrCat("journal ", options.journal_path, " was written by a run ",
+                         record.has_reference ? "with" : "without", " --kld and this one is ",
+                         options.kld ? "with" : "without",
+                         " it (use another --journal file, or delete this one to start over)"));
+      }
       if (w == nullptr || static_cast<int64_t>(record.logprobs.size()) != w->num_scored() ||
           record.num_bytes != ScoredBytes(*w)) {
         return absl::DataLossError(absl::StrCat("journal ", options.journal_path, ": record of window ",
                                                 index, " does not match the plan; delete the file"));
       }
-      scores[static_cast<size_t>(index)] = {record.sum_logprob, record.logprobs};
+      scores[static_cast<size_t>(index)] = {record.sum_logprob,  record.logprobs, record.sum_ref_logprob,
+                                            record.ref_logprobs, record.kld,      record.same_top};
       done[static_cast<size_t>(index)] = true;
       live.AddWindow(record.sum_logprob, record.logprobs, record.num_bytes);
     }
@@ -278,21 +307,24 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
     absl::Status journal_error;
     absl::Status status = absl::OkStatus();
     if (client != nullptr) {
-      status = client->ScoreWindows(batch, options.inflight, [&](int64_t k, const WindowScore& score) {
-        const int64_t index = pending[static_cast<size_t>(k)];
-        const Window& w = plan.windows[static_cast<size_t>(index)];
-        const int64_t bytes = ScoredBytes(w);
-        if (journal != nullptr && journal_error.ok()) {
-          journal_error = journal->Append({index, score.sum_logprob, score.logprobs, bytes});
-        }
-        scores[static_cast<size_t>(index)] = score;
-        done[static_cast<size_t>(index)] = true;
-        live.AddWindow(score.sum_logprob, score.logprobs, bytes);
-        tokens_done += static_cast<int64_t>(w.tokens.size());
-        progress.Update(live.num_windows(), tokens_done, live.Ppl());
-        failing_since = absl::InfiniteFuture();
-        backoff = options.retry_initial;
-      });
+      status = client->ScoreWindows(
+          batch, options.inflight, options.kld, [&](int64_t k, const WindowScore& score) {
+            const int64_t index = pending[static_cast<size_t>(k)];
+            const Window& w = plan.windows[static_cast<size_t>(index)];
+            const int64_t bytes = ScoredBytes(w);
+            if (journal != nullptr && journal_error.ok()) {
+              journal_error =
+                  journal->Append({index, score.sum_logprob, score.logprobs, bytes, options.kld,
+                                   score.sum_ref_logprob, score.ref_logprobs, score.kld, score.same_top});
+            }
+            scores[static_cast<size_t>(index)] = score;
+            done[static_cast<size_t>(index)] = true;
+            live.AddWindow(score.sum_logprob, score.logprobs, bytes);
+            tokens_done += static_cast<int64_t>(w.tokens.size());
+            progress.Update(live.num_windows(), tokens_done, live.Ppl());
+            failing_since = absl::InfiniteFuture();
+            backoff = options.retry_initial;
+          });
     } else {
       status = last_error;
     }
@@ -333,6 +365,12 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
           absl::StrCat("server ", options.server, " came back with model ", new_info->model_fingerprint(),
                        " but the run started with ", info.model_fingerprint()));
     }
+    if (options.kld && new_info->reference().model_fingerprint() != info.reference().model_fingerprint()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("server ", options.server, " came back with reference model '",
+                       new_info->reference().model_fingerprint(), "' but the --kld run started with '",
+                       info.reference().model_fingerprint(), "'"));
+    }
     client = std::move(*reconnected);
   }
   if (journal != nullptr) SCORED_RETURN_IF_ERROR(journal->Close());
@@ -341,6 +379,14 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   Aggregator agg;
   for (size_t i = 0; i < n; ++i) {
     agg.AddWindow(scores[i].sum_logprob, scores[i].logprobs, ScoredBytes(plan.windows[i]));
+  }
+  KldAggregator kld_agg;
+  if (options.kld) {
+    for (size_t i = 0; i < n; ++i) {
+      const WindowScore& s = scores[i];
+      SCORED_RETURN_IF_ERROR(
+          kld_agg.AddWindow(s.sum_logprob, s.sum_ref_logprob, s.logprobs, s.ref_logprobs, s.kld, s.same_top));
+    }
   }
   const absl::Time end = absl::Now();
   progress.Finish();
@@ -367,6 +413,12 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   report.tokenizer_fingerprint = setup.fingerprint;
   report.tokenizer_source = setup.source;
   report.model_info = ModelInfoToJson(info);
+  if (options.kld) {
+    report.kld = true;
+    report.kld_stats = kld_agg.Finish();
+    report.reference_fingerprint = info.reference().model_fingerprint();
+    report.reference_format = info.reference().format();
+  }
   return report;
 }
 

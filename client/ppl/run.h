@@ -16,6 +16,13 @@
 // Throughput (tokens_per_second, the progress line's tok/s and ETA) counts only the windows this run
 // scored, not those taken from the journal.
 //
+// --kld (kld.h): every Score request sets want_reference, and the report adds the comparison with the
+// server's reference model over the same windows and scored positions. A server whose ModelInfo has no
+// `reference` is refused before anything is tokenized or scored: FAILED_PRECONDITION marked as a usage
+// error (IsUsageError: the command line asked for something this server cannot do; scored-ppl exits 2).
+// A --kld journal records the reference values of every window; its run identity adds "kld" and the
+// reference's fingerprint, and a run that comes back to a server with another reference fails.
+//
 // Thread-safety: RunPpl may be called from any thread; it uses one helper thread while scoring.
 #ifndef SCORED_CLIENT_PPL_RUN_H_
 #define SCORED_CLIENT_PPL_RUN_H_
@@ -23,6 +30,7 @@
 #include <cstdio>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/ppl/dataset.h"
@@ -61,7 +69,12 @@ struct RunOptions {
   absl::Duration retry_timeout = absl::Seconds(300);
   absl::Duration retry_initial = absl::Milliseconds(500);
   absl::Duration retry_max = absl::Seconds(10);
+  bool kld = false;  // --kld: compare with the server's reference model (see above)
 };
+
+// Whether `status` is an error of the command line found only once the server answered (--kld without a
+// reference model): scored-ppl exits 2 on it, like on a bad flag.
+bool IsUsageError(const absl::Status& status);
 
 // Whether this build can tokenize locally (--tokenizer DIR).
 bool LocalTokenizerAvailable();

@@ -127,7 +127,7 @@ absl::StatusOr<TokenStream> ScorerClient::Tokenize(const std::string& text, bool
   return stream;
 }
 
-absl::Status ScorerClient::ScoreWindows(const std::vector<Window>& windows, int inflight,
+absl::Status ScorerClient::ScoreWindows(const std::vector<Window>& windows, int inflight, bool want_reference,
                                         const std::function<void(int64_t, const WindowScore&)>& on_result) {
   const int64_t n = static_cast<int64_t>(windows.size());
   if (n == 0) return absl::OkStatus();
@@ -145,6 +145,7 @@ absl::Status ScorerClient::ScoreWindows(const std::vector<Window>& windows, int 
       request.set_request_id(static_cast<uint64_t>(i));
       request.mutable_tokens()->mutable_ids()->Add(w.tokens.begin(), w.tokens.end());
       request.set_score_from(w.score_from);
+      request.set_want_reference(want_reference);
       if (!stream->Write(request)) break;
     }
     stream->WritesDone();
@@ -175,11 +176,24 @@ absl::Status ScorerClient::ScoreWindows(const std::vector<Window>& windows, int 
                                                " logprobs from ", response.first_scored()));
       break;
     }
+    if (want_reference &&
+        (response.ref_logprob_size() != w.num_scored() || response.kld_size() != w.num_scored() ||
+         response.same_top_size() != w.num_scored())) {
+      error = absl::InternalError(absl::StrCat("window ", id, ": want_reference asked but the response has ",
+                                               response.ref_logprob_size(), " ref_logprob, ",
+                                               response.kld_size(), " kld and ", response.same_top_size(),
+                                               " same_top values for ", w.num_scored(), " scored positions"));
+      break;
+    }
     seen[id] = true;
     ++received;
     gate.Release();
     score.sum_logprob = response.sum_logprob();
     score.logprobs.assign(response.logprob().begin(), response.logprob().end());
+    score.sum_ref_logprob = response.sum_ref_logprob();
+    score.ref_logprobs.assign(response.ref_logprob().begin(), response.ref_logprob().end());
+    score.kld.assign(response.kld().begin(), response.kld().end());
+    score.same_top.assign(response.same_top().begin(), response.same_top().end());
     on_result(static_cast<int64_t>(id), score);
   }
   if (received < n) {

@@ -36,9 +36,14 @@ struct ScorerClientOptions {
 };
 
 // One window's result: the server's double sum and the per-token logprobs of its scored positions.
+// With want_reference, also the reference model's per-position values (empty otherwise).
 struct WindowScore {
   double sum_logprob = 0.0;
   std::vector<float> logprobs;  // [num_scored]
+  double sum_ref_logprob = 0.0;
+  std::vector<float> ref_logprobs;  // [num_scored] or empty
+  std::vector<float> kld;           // [num_scored] or empty: KL(P_R || P_Q), nats
+  std::vector<uint8_t> same_top;    // [num_scored] or empty: 1 when Q's and R's argmax agree
 };
 
 class ScorerClient {
@@ -56,8 +61,9 @@ class ScorerClient {
   // carry request_id = window index and the window's score_from. `on_result(index, score)` runs once per
   // window, in completion order, on the calling thread. The first failed request (its Error), a response
   // whose size disagrees with the window, or a stream failure ends the call with that status (the
-  // message names the window index).
-  absl::Status ScoreWindows(const std::vector<Window>& windows, int inflight,
+  // message names the window index). want_reference sets ScoreRequest.want_reference; a response without
+  // num_scored ref_logprob / kld / same_top values is then INTERNAL.
+  absl::Status ScoreWindows(const std::vector<Window>& windows, int inflight, bool want_reference,
                             const std::function<void(int64_t, const WindowScore&)>& on_result);
 
  private:

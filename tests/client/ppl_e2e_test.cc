@@ -128,10 +128,11 @@ TEST_F(PplE2eTest, TinyStoriesGoldenIdsOverScoreStream) {
   }
   std::vector<WindowScore> scores(windows.size());
   Aggregator agg;
-  const absl::Status scored = (*client)->ScoreWindows(windows, 2, [&](int64_t i, const WindowScore& s) {
-    scores[static_cast<size_t>(i)] = s;
-    agg.AddWindow(s.sum_logprob, s.logprobs, -1);
-  });
+  const absl::Status scored =
+      (*client)->ScoreWindows(windows, 2, /*want_reference=*/false, [&](int64_t i, const WindowScore& s) {
+        scores[static_cast<size_t>(i)] = s;
+        agg.AddWindow(s.sum_logprob, s.logprobs, -1);
+      });
   ASSERT_TRUE(scored.ok()) << scored;
   for (size_t i = 0; i < stories.size(); ++i) {
     const auto lps = stories[i]["token_logprobs"].get<std::vector<double>>();
@@ -322,8 +323,8 @@ TEST_F(PplE2eTest, RejectedWindowEndsTheStream) {
   for (Window& w : windows) w.tokens = {1, 400, 401, 402};
   windows[17].tokens[2] = 512;  // one past the vocabulary
   int64_t results = 0;
-  const absl::Status status =
-      (*client)->ScoreWindows(windows, 8, [&](int64_t, const WindowScore&) { ++results; });
+  const absl::Status status = (*client)->ScoreWindows(windows, 8, /*want_reference=*/false,
+                                                      [&](int64_t, const WindowScore&) { ++results; });
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_NE(status.message().find("window 17"), std::string::npos) << status;
   EXPECT_LT(results, 40);

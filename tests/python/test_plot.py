@@ -1,5 +1,6 @@
 """PPL-vs-bits chart rendered from fixture reports."""
 import json
+import os
 import struct
 
 import pytest
@@ -39,3 +40,61 @@ def test_report_without_bits_is_an_error(tmp_path):
     p.write_text(json.dumps({"ppl": 5.0, "method": "exl3", "model_info": {}}))
     with pytest.raises(plot.ReportError, match="bits_per_weight_decoder"):
         plot.render([str(p)], str(tmp_path / "x.png"))
+
+
+# Reports written by the C++ report code (client/ppl/report.cc) from the known-answer token values of
+# tests/client/kld_test.cc, scaled per quant to mimic coarser / finer formats: synthetic numbers, but the
+# exact JSON scored-ppl --kld writes (kld_test checks these files against the code's output).
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+KLD_REPORTS = [os.path.join(FIXTURES, f"kld_report_{q}.json") for q in ("W4A16", "NVFP4A16", "FP8")]
+
+
+def test_renders_kld_and_ppl_ratio_panels_from_kld_reports(tmp_path):
+    out = tmp_path / "kld.png"
+    series = plot.render_many(KLD_REPORTS, str(out), ["kld", "ppl_ratio"], title="stories")
+    assert png_size(out) == (1920, 600)  # two 8 x 5 inch panels at 120 dpi
+    reports = {}
+    for path in KLD_REPORTS:
+        with open(path) as f:
+            r = json.load(f)
+        reports[r["model_info"]["bits_per_weight_decoder"]] = r
+    for metric, key in (("kld", "kld_mean"), ("ppl_ratio", "ppl_ratio")):
+        points = sorted(series[metric]["exl3"])
+        assert [p[0] for p in points] == [4.25, 4.5, 8.0]
+        for bpw, value, _ in points:
+            assert value == reports[bpw]["kld"][key]
+    # The finer quant moves less: FP8 (8 bits) has the smallest KLD of the three.
+    kld = dict((p[0], p[1]) for p in series["kld"]["exl3"])
+    assert kld[8.0] < kld[4.25] < kld[4.5]
+
+
+def test_single_kld_metric_and_cli(tmp_path):
+    out = tmp_path / "ratio.png"
+    series = plot.render(KLD_REPORTS, str(out), metric="ppl_ratio")
+    assert png_size(out) == (960, 600)
+    assert all(p[1] > 1.0 for p in series["exl3"])  # Q is worse than R in every fixture
+    import subprocess
+    import sys
+    cli = tmp_path / "cli.png"
+    subprocess.run([sys.executable, "-m", "scored_client.plot", *KLD_REPORTS, "-o", str(cli),
+                    "--metric", "kld,ppl_ratio"], check=True)
+    assert png_size(cli) == (1920, 600)
+
+
+def test_ppl_report_has_no_kld(tmp_path):
+    p = report(tmp_path, "bf16", "exl3", 16.0, 6.14, "bf16")
+    with pytest.raises(plot.ReportError, match="--kld report"):
+        plot.render([p], str(tmp_path / "x.png"), metric="kld")
+
+
+def test_renders_a_real_kld_report(tmp_path):
+    # A real scored-ppl --kld report (CPU backend, Q = stories260k-w4a16-channel, R = stories260K, llamacpp,
+    # 40 windows; only data.path and server were rewritten to neutral values) next to the C++ fixtures.
+    real = os.path.join(FIXTURES, "kld_report_real_stories260k_w4a16.json")
+    out = tmp_path / "real.png"
+    series = plot.render_many([real] + KLD_REPORTS, str(out), ["kld", "ppl_ratio"])
+    assert png_size(out) == (1920, 600)
+    (bpw, kld, label), = series["kld"]["llamacpp"]
+    assert label == "w4a16-channel-sym" and 4.0 < bpw < 5.0
+    assert kld == pytest.approx(0.413441, abs=1e-6)
+    assert series["ppl_ratio"]["llamacpp"][0][1] == pytest.approx(1.228175, abs=1e-6)

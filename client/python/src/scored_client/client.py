@@ -39,6 +39,15 @@ class ScoreResult:
     entropy: List[float] = dataclasses.field(default_factory=list)
     top_k: List[List[Tuple[int, float]]] = dataclasses.field(default_factory=list)
     tokens: List[int] = dataclasses.field(default_factory=list)  # echoed ids when text was scored
+    # With want_reference (the server's reference model R; this model is Q), per scored position: R's
+    # logprob of the target, KL(P_R || P_Q) in nats, whether the target is R's argmax, whether Q's and R's
+    # argmaxes agree; and the sums over the scored positions (double on the server). Empty / 0 otherwise.
+    ref_logprob: List[float] = dataclasses.field(default_factory=list)
+    kld: List[float] = dataclasses.field(default_factory=list)
+    ref_greedy: List[bool] = dataclasses.field(default_factory=list)
+    same_top: List[bool] = dataclasses.field(default_factory=list)
+    sum_ref_logprob: float = 0.0
+    sum_kld: float = 0.0
 
     @staticmethod
     def from_proto(r: "scorer_pb2.ScoreResponse") -> "ScoreResult":
@@ -46,7 +55,9 @@ class ScoreResult:
             request_id=r.request_id, first_scored=r.first_scored, logprob=list(r.logprob),
             greedy=list(r.greedy), sum_logprob=r.sum_logprob, num_scored=r.num_scored, rank=list(r.rank),
             entropy=list(r.entropy), top_k=[[(t.id, t.logprob) for t in tt.tokens] for tt in r.top_k],
-            tokens=list(r.tokens))
+            tokens=list(r.tokens), ref_logprob=list(r.ref_logprob), kld=list(r.kld),
+            ref_greedy=list(r.ref_greedy), same_top=list(r.same_top), sum_ref_logprob=r.sum_ref_logprob,
+            sum_kld=r.sum_kld)
 
 
 @dataclasses.dataclass
@@ -74,6 +85,14 @@ class ModelInfo:
     model_fingerprint: str
     tokenizer_fingerprint: str
     server_version: str
+    # The reference model (`scored --reference_model R`) described by the same fields; None without one.
+    reference: Optional["ModelInfo"] = None
+
+    @staticmethod
+    def from_proto(r: "scorer_pb2.ModelInfo") -> "ModelInfo":
+        fields = {f.name: getattr(r, f.name) for f in dataclasses.fields(ModelInfo) if f.name != "reference"}
+        reference = ModelInfo.from_proto(r.reference) if r.HasField("reference") else None
+        return ModelInfo(**fields, reference=reference)
 
 
 class ScorerClient:
@@ -111,12 +130,12 @@ class ScorerClient:
 
     def _request(self, tokens: Optional[Sequence[int]], text: Optional[str], add_bos: Optional[bool],
                  score_from: int, top_k: int, want_rank: bool, want_entropy: bool,
-                 request_id: Optional[int]) -> "scorer_pb2.ScoreRequest":
+                 request_id: Optional[int], want_reference: bool = False) -> "scorer_pb2.ScoreRequest":
         if (tokens is None) == (text is None):
             raise ValueError("give exactly one of tokens and text")
         req = scorer_pb2.ScoreRequest(request_id=next(self._ids) if request_id is None else request_id,
                                       score_from=score_from, top_k=top_k, want_rank=want_rank,
-                                      want_entropy=want_entropy)
+                                      want_entropy=want_entropy, want_reference=want_reference)
         if tokens is not None:
             req.tokens.ids.extend(int(t) for t in tokens)
         else:
@@ -127,12 +146,17 @@ class ScorerClient:
 
     def score(self, tokens: Optional[Sequence[int]] = None, *, text: Optional[str] = None,
               add_bos: Optional[bool] = None, score_from: int = 1, top_k: int = 0, want_rank: bool = False,
-              want_entropy: bool = False, timeout: Optional[float] = None) -> ScoreResult:
+              want_entropy: bool = False, want_reference: bool = False,
+              timeout: Optional[float] = None) -> ScoreResult:
         """Scores one sequence: logprob of every token at positions [max(1, score_from), n).
 
+        want_reference also compares with the server's reference model (ScoreResult.ref_logprob, kld,
+        ref_greedy, same_top and their sums); INVALID_ARGUMENT when the server has none
+        (model_info().reference is None).
         Raises ScoreError with the server's status code (INVALID_ARGUMENT, OUT_OF_RANGE, ...) on failure.
         """
-        req = self._request(tokens, text, add_bos, score_from, top_k, want_rank, want_entropy, None)
+        req = self._request(tokens, text, add_bos, score_from, top_k, want_rank, want_entropy, None,
+                            want_reference)
         try:
             resp = self._stub.Score(req, timeout=timeout or self._timeout, metadata=self._metadata)
         except grpc.RpcError as e:
@@ -141,7 +165,8 @@ class ScorerClient:
 
     def score_stream(self, sequences: Iterable[Tuple[Sequence[int], int]], *, inflight: int = 8,
                      top_k: int = 0, want_rank: bool = False,
-                     want_entropy: bool = False) -> Iterator[Tuple[int, ScoreResult]]:
+                     want_entropy: bool = False,
+                     want_reference: bool = False) -> Iterator[Tuple[int, ScoreResult]]:
         """Scores many (tokens, score_from) pairs over one ScoreStream, keeping `inflight` in flight.
 
         Yields (index into `sequences`, ScoreResult) in completion order. A failed request raises
@@ -155,7 +180,8 @@ class ScorerClient:
                 window.acquire()
                 if done.is_set():
                     return
-                yield self._request(tokens, None, None, score_from, top_k, want_rank, want_entropy, i)
+                yield self._request(tokens, None, None, score_from, top_k, want_rank, want_entropy, i,
+                                    want_reference)
 
         call = self._stub.ScoreStream(requests(), metadata=self._metadata)
         try:
@@ -190,7 +216,7 @@ class ScorerClient:
                                         metadata=self._metadata)
         except grpc.RpcError as e:
             raise ScoreError(e.code(), e.details()) from None
-        return ModelInfo(**{f.name: getattr(r, f.name) for f in dataclasses.fields(ModelInfo)})
+        return ModelInfo.from_proto(r)
 
     def health(self, timeout: float = 5.0) -> bool:
         """True when grpc.health.v1 reports SERVING for the whole server."""
