@@ -1,6 +1,8 @@
 // Unit tests of the server's pure logic: request validation (every bad input, fixed code mapping and
 // message), option checks, the absl -> gRPC code mapping, the metrics exposition, the security
 // helpers (loopback detection, constant-time compare, bearer-token check) and --fault_inject parsing.
+#include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -163,7 +165,7 @@ TEST(ServerOptionsTest, ValidatesEveryFlag) {
   ExpectBadOptions(o, "--model is required");
   o = GoodOptions();
   o.engine.tp = 0;
-  ExpectBadOptions(o, "--tp must be >= 1");
+  ExpectBadOptions(o, "--tp must be in [1, 256], got 0");
   o = GoodOptions();
   o.engine.tp = 2;
   ExpectBadOptions(o, "needs --backend=cuda");
@@ -174,7 +176,7 @@ TEST(ServerOptionsTest, ValidatesEveryFlag) {
   ExpectBadOptions(o, "--tp_row_chunks must be in [0, 8]");
   o = GoodOptions();
   o.engine.max_batch_tokens = 1;
-  ExpectBadOptions(o, "--max_batch_tokens must be >= 2");
+  ExpectBadOptions(o, "--max_batch_tokens must be in [2, 16777216], got 1");
   o = GoodOptions();
   o.engine.max_seq_len = -3;
   ExpectBadOptions(o, "--max_seq_len");
@@ -183,7 +185,7 @@ TEST(ServerOptionsTest, ValidatesEveryFlag) {
   ExpectBadOptions(o, "exceeds --max_batch_tokens");
   o = GoodOptions();
   o.max_queue = 0;
-  ExpectBadOptions(o, "--max_queue must be >= 1");
+  ExpectBadOptions(o, "--max_queue must be in [1, 65536], got 0");
   o = GoodOptions();
   o.batch_timeout = absl::Microseconds(-1);
   ExpectBadOptions(o, "--batch_timeout_us");
@@ -206,10 +208,88 @@ TEST(ServerOptionsTest, ValidatesEveryFlag) {
   EXPECT_TRUE(ValidateServerOptions(o).ok());
 }
 
+// Every numeric flag: the value just below its range, the bounds themselves, and just above.
+TEST(ServerOptionsTest, EveryNumericFlagHasARangeNamedInItsMessage) {
+  struct Flag {
+    std::string message;  // the expected message fragment for an out-of-range value
+    std::function<void(ServerOptions*, int64_t)> set;
+    int64_t lo, hi;
+  };
+  const std::vector<Flag> flags = {
+      {"--tp must be in [1, 256]", [](ServerOptions* o, int64_t v) { o->engine.tp = static_cast<int>(v); }, 1,
+       256},
+      {"--num_threads must be in [0, 1024] (0 = the usable CPUs)",
+       [](ServerOptions* o, int64_t v) { o->engine.num_threads = static_cast<int>(v); }, 0, 1024},
+      {"--max_batch_tokens must be in [2, 16777216]",
+       [](ServerOptions* o, int64_t v) { o->engine.max_batch_tokens = v; }, 2, 16777216},
+      {"--max_queue must be in [1, 65536]", [](ServerOptions* o, int64_t v) { o->max_queue = v; }, 1, 65536},
+      {"--stream_window must be in [1, 1024]",
+       [](ServerOptions* o, int64_t v) { o->stream_window = static_cast<int>(v); }, 1, 1024},
+      {"--tp_row_chunks must be in [0, 8] (0 = auto)",
+       [](ServerOptions* o, int64_t v) { o->engine.tp_row_chunks = static_cast<int>(v); }, 0, 8},
+      {"--batch_timeout_us must be in [0, 10000000]",
+       [](ServerOptions* o, int64_t v) { o->batch_timeout = absl::Microseconds(v); }, 0, 10000000},
+      {"--shutdown_grace_s must be in [0, 3600] seconds",
+       [](ServerOptions* o, int64_t v) { o->shutdown_grace = absl::Seconds(v); }, 0, 3600},
+      {"--rendezvous_timeout_s must be in [1, 86400]",
+       [](ServerOptions* o, int64_t v) { o->rendezvous_timeout = absl::Seconds(v); }, 1, 86400},
+      {"--max_message_bytes must be in [1024, 2147483647]",
+       [](ServerOptions* o, int64_t v) { o->max_message_bytes = v; }, 1024, 2147483647},
+  };
+  for (const Flag& f : flags) {
+    for (int64_t v : {f.lo, f.hi}) {
+      ServerOptions o = GoodOptions();
+      o.engine.backend = Backend::kCuda;  // --tp > 1 needs it
+      f.set(&o, v);
+      EXPECT_TRUE(ValidateServerOptions(o).ok())
+          << f.message << " at " << v << ": " << ValidateServerOptions(o);
+    }
+    for (int64_t v : {f.lo - 1, f.hi + 1, int64_t{-1000000}, int64_t{100000000000}}) {
+      if (v >= f.lo && v <= f.hi) continue;
+      ServerOptions o = GoodOptions();
+      o.engine.backend = Backend::kCuda;
+      f.set(&o, v);
+      ExpectBadOptions(o, f.message);
+    }
+  }
+  // The case, with the value in the message.
+  ServerOptions o = GoodOptions();
+  o.engine.num_threads = 100000;
+  ExpectBadOptions(o, "--num_threads must be in [0, 1024] (0 = the usable CPUs), got 100000");
+  // max_seq_len: 0 (the model's context) or 2..max_batch_tokens.
+  o = GoodOptions();
+  o.engine.max_seq_len = 1;
+  ExpectBadOptions(o, "--max_seq_len must be in [2, 16777216] or 0 (the model's context), got 1");
+  o.engine.max_seq_len = 16384;
+  EXPECT_TRUE(ValidateServerOptions(o).ok());
+  o.engine.max_seq_len = 16385;
+  ExpectBadOptions(o, "--max_seq_len 16385 exceeds --max_batch_tokens 16384");
+  // A NaN or infinite --shutdown_grace_s becomes an infinite duration (absl::Seconds), refused too.
+  o = GoodOptions();
+  o.shutdown_grace = absl::Seconds(std::numeric_limits<double>::quiet_NaN());
+  ExpectBadOptions(o, "--shutdown_grace_s must be in [0, 3600]");
+  o.shutdown_grace = absl::Seconds(-std::numeric_limits<double>::infinity());
+  ExpectBadOptions(o, "--shutdown_grace_s must be in [0, 3600]");
+  // --nnodes: 1..256 whatever --tp says (then it must divide --tp).
+  o = GoodOptions();
+  o.engine.backend = Backend::kCuda;
+  o.engine.nnodes = 257;
+  ExpectBadOptions(o, "--nnodes must be in [1, 256], got 257");
+  // Ports: 0..65535.
+  o = GoodOptions();
+  o.listen = "127.0.0.1:65535";
+  EXPECT_TRUE(ValidateServerOptions(o).ok());
+  o.listen = "127.0.0.1:-1";
+  ExpectBadOptions(o, "--listen: port must be an integer in [0, 65535]");
+  o = GoodOptions();
+  o.metrics_listen = "127.0.0.1:65536";
+  ExpectBadOptions(o, "--metrics_listen: port must be an integer in [0, 65535]");
+}
+
 TEST(ServerOptionsTest, MultiProcessFlags) {
   ServerOptions o = GoodOptions();
   o.engine.nnodes = 0;
-  ExpectBadOptions(o, "--nnodes must be >= 1");
+  ExpectBadOptions(o, "--nnodes must be in [1, 256], got 0");
   o = GoodOptions();
   o.engine.node_rank = 1;
   ExpectBadOptions(o, "--node_rank must be in [0, --nnodes) = [0, 1), got 1");
