@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/batcher.h"
 #include "server/fault_injection.h"
 #include "server/grpc_status.h"
 #include "server/metrics.h"
@@ -382,6 +383,44 @@ TEST(GrpcStatusTest, MapsEveryCodeAndKeepsTheMessage) {
   EXPECT_STREQ(GrpcCodeName(grpc::StatusCode::RESOURCE_EXHAUSTED), "RESOURCE_EXHAUSTED");
 }
 
+// A result with a NaN or an infinity is an INTERNAL error naming the sequence position of the first one.
+TEST(FiniteResultTest, NamesThePositionOfTheFirstNonFiniteValue) {
+  ScoreRequest request;
+  request.tokens = {1, 2, 3, 4, 5, 6, 7};
+  request.score_from = 3;  // positions 3..6
+  ScoreResult result;
+  result.logprob = {-1.0f, -2.5f, -0.1f, -7.0f};
+  result.num_scored = 4;
+  EXPECT_TRUE(CheckFiniteResult(request, result).ok());
+  result.entropy = {0.5f, 1.0f, 2.0f, 0.0f};
+  result.top_k = {{{1, -0.5f}}, {{2, -1.0f}}, {{3, -0.1f}}, {{4, -3.0f}}};
+  EXPECT_TRUE(CheckFiniteResult(request, result).ok());
+
+  ScoreResult nan = result;
+  nan.logprob[2] = std::numeric_limits<float>::quiet_NaN();
+  nan.logprob[3] = std::numeric_limits<float>::quiet_NaN();
+  absl::Status s = CheckFiniteResult(request, nan);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(s.message(),
+            "non-finite log-probability (nan) at position 5 (NaN/Inf in the model's activations)");
+
+  ScoreResult inf = result;
+  inf.logprob[0] = -std::numeric_limits<float>::infinity();
+  EXPECT_THAT(std::string(CheckFiniteResult(request, inf).message()),
+              HasSubstr("non-finite log-probability (-inf) at position 3"));
+  ScoreResult entropy = result;
+  entropy.entropy[1] = std::numeric_limits<float>::infinity();
+  EXPECT_THAT(std::string(CheckFiniteResult(request, entropy).message()),
+              HasSubstr("non-finite entropy (inf) at position 4"));
+  ScoreResult top_k = result;
+  top_k.top_k[3][0].logprob = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THAT(std::string(CheckFiniteResult(request, top_k).message()),
+              HasSubstr("non-finite top-k log-probability (nan) at position 6"));
+  // score_from below 1 acts as 1.
+  request.score_from = 0;
+  EXPECT_THAT(std::string(CheckFiniteResult(request, nan).message()), HasSubstr("at position 3"));
+}
+
 TEST(MetricsTest, ExposesEveryFamily) {
   auto m = Metrics::Create("");
   ASSERT_TRUE(m.ok());
@@ -397,7 +436,11 @@ TEST(MetricsTest, ExposesEveryFamily) {
   (*m)->RecordBatch(300, 299);
   (*m)->SetQueueDepth(3);
   (*m)->SetDeviceMemory({{100, 1000}});
+  EXPECT_THAT((*m)->Serialize(), HasSubstr("scored_nonfinite_results_total 0")) << "present from the start";
+  (*m)->RecordNonFiniteResult();
+  (*m)->RecordNonFiniteResult();
   const std::string text = (*m)->Serialize();
+  EXPECT_THAT(text, HasSubstr("scored_nonfinite_results_total 2"));
   EXPECT_THAT(text, HasSubstr("scored_requests_total{code=\"OK\",method=\"Score\"} 1"));
   EXPECT_THAT(text, HasSubstr("scored_requests_total{code=\"INVALID_ARGUMENT\",method=\"Score\"} 1"));
   EXPECT_THAT(text, HasSubstr("scored_request_latency_seconds_count{method=\"Score\"} 2"));
