@@ -99,7 +99,8 @@ ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
 ABSL_FLAG(std::string, fault_inject, "",
           "Testing only: fatal_after:N makes the engine fail fatally after N Score batches; "
           "fatal_after_ms:T, T ms after it loaded (no traffic needed); device_trap_after:N makes the CUDA "
-          "engine trap on the GPU before batch N+1 (a real sticky device failure)");
+          "engine trap on the GPU before batch N+1 (a real sticky device failure); slow_load_ms:T waits T ms "
+          "before the load. N, T in 0..1000000000");
 
 namespace {
 

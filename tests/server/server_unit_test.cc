@@ -531,6 +531,9 @@ TEST(FaultInjectionTest, Parses) {
   EXPECT_EQ(ParseFaultInjection("fatal_after:7")->fatal_after_ms, -1);
   EXPECT_EQ(ParseFaultInjection("fatal_after_ms:1500")->fatal_after_ms, 1500);
   EXPECT_EQ(ParseFaultInjection("slow_load_ms:20000")->slow_load_ms, 20000);
+  EXPECT_EQ(ParseFaultInjection("slow_load_ms:1000000000")->slow_load_ms, 1000000000);
+  EXPECT_THAT(std::string(ParseFaultInjection("fatal_after_ms:2000000000").status().message()),
+              HasSubstr("with N, T in [0, 1000000000]"));
   EXPECT_EQ(ParseFaultInjection("slow_load_ms:20000")->fatal_after_ms, -1);
   EXPECT_FALSE(ParseFaultInjection("slow_load_ms:-1").ok());
   EXPECT_EQ(ParseFaultInjection("fatal_after_ms:1500")->fatal_after_batches, -1);
@@ -538,7 +541,8 @@ TEST(FaultInjectionTest, Parses) {
   EXPECT_EQ(ParseFaultInjection("device_trap_after:3")->fatal_after_batches, -1);
   EXPECT_EQ(ParseFaultInjection("fatal_after:3")->device_trap_after_batches, -1);
   for (const char* bad : {"fatal_after:", "fatal_after:-1", "fatal_after:x", "crash", "fatal_after_ms:-5",
-                          "fatal_after_ms:", "device_trap_after:", "device_trap_after:-2"}) {
+                          "fatal_after_ms:", "device_trap_after:", "device_trap_after:-2",
+                          "slow_load_ms:1000000001", "fatal_after:99999999999"}) {
     EXPECT_EQ(ParseFaultInjection(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }
