@@ -19,6 +19,13 @@ absl::Status CheckFiniteResult(const ScoreRequest& request, const ScoreResult& r
   for (size_t i = 0; i < result.logprob.size(); ++i) {
     if (!std::isfinite(result.logprob[i])) return bad("log-probability", i, result.logprob[i]);
   }
+  for (size_t i = 0; i < result.ref_logprob.size(); ++i) {
+    if (!std::isfinite(result.ref_logprob[i]))
+      return bad("reference log-probability", i, result.ref_logprob[i]);
+  }
+  for (size_t i = 0; i < result.kld.size(); ++i) {
+    if (!std::isfinite(result.kld[i])) return bad("KL divergence", i, result.kld[i]);
+  }
   for (size_t i = 0; i < result.entropy.size(); ++i) {
     if (!std::isfinite(result.entropy[i])) return bad("entropy", i, result.entropy[i]);
   }

@@ -11,11 +11,11 @@
 //
 // Engine::Score() answers each sequence on its own, so a request the engine rejects fails alone and the
 // rest of its batch is served from the same call. A result holding a NaN or an infinity (a log-probability,
-// an entropy or a top-k log-probability: NaN/Inf in the model's activations, e.g. from a corrupted weight
-// the loader does not scan) is never passed on: that request fails alone with INTERNAL naming the first such
-// position (CheckFiniteResult) and `on_nonfinite` is called. If the engine's fatal_status() turns non-OK,
-// the batch and everything queued fail with UNAVAILABLE, later Submit() calls are refused with
-// UNAVAILABLE, and `on_fatal` is called once (from the worker thread).
+// an entropy, a top-k or reference log-probability, a KL divergence: NaN/Inf in a model's activations, e.g.
+// from a corrupted weight the loader does not scan) is never passed on: that request fails alone with
+// INTERNAL naming the first such position (CheckFiniteResult) and `on_nonfinite` is called. If the engine's
+// fatal_status() turns non-OK, the batch and everything queued fail with UNAVAILABLE, later Submit() calls
+// are refused with UNAVAILABLE, and `on_fatal` is called once (from the worker thread).
 //
 // Completion: for every accepted request `done` is called exactly once, from the worker thread or
 // from inside Cancel() / Shutdown(), with the result or one of
@@ -62,10 +62,10 @@ struct BatcherOptions {
   std::function<void()> on_nonfinite;
 };
 
-// OK when every log-probability, entropy and top-k log-probability of `result` is finite (a log-softmax of
-// finite logits always is); else INTERNAL "non-finite log-probability (nan) at position 17 (NaN/Inf in the
-// model's activations)", naming the first bad value's sequence position (result index i is position
-// max(1, request.score_from) + i).
+// OK when every log-probability, entropy, top-k log-probability, reference log-probability and KL divergence
+// of `result` is finite (a log-softmax of finite logits always is); else INTERNAL "non-finite log-probability
+// (nan) at position 17 (NaN/Inf in the model's activations)", naming the first bad value's sequence position
+// (result index i is position max(1, request.score_from) + i).
 absl::Status CheckFiniteResult(const ScoreRequest& request, const ScoreResult& result);
 
 class Batcher {

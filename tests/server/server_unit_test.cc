@@ -416,6 +416,16 @@ TEST(FiniteResultTest, NamesThePositionOfTheFirstNonFiniteValue) {
   top_k.top_k[3][0].logprob = std::numeric_limits<float>::quiet_NaN();
   EXPECT_THAT(std::string(CheckFiniteResult(request, top_k).message()),
               HasSubstr("non-finite top-k log-probability (nan) at position 6"));
+  ScoreResult reference = result;
+  reference.ref_logprob = {-1.0f, -2.0f, -3.0f, -4.0f};
+  reference.kld = {0.0f, 0.1f, 0.2f, 0.3f};
+  EXPECT_TRUE(CheckFiniteResult(request, reference).ok());
+  reference.kld[2] = std::numeric_limits<float>::infinity();
+  EXPECT_THAT(std::string(CheckFiniteResult(request, reference).message()),
+              HasSubstr("non-finite KL divergence (inf) at position 5"));
+  reference.ref_logprob[1] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THAT(std::string(CheckFiniteResult(request, reference).message()),
+              HasSubstr("non-finite reference log-probability (nan) at position 4"));
   // score_from below 1 acts as 1.
   request.score_from = 0;
   EXPECT_THAT(std::string(CheckFiniteResult(request, nan).message()), HasSubstr("at position 3"));
