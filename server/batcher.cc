@@ -1,11 +1,41 @@
 #include "server/batcher.h"
 
+#include <algorithm>
+#include <cmath>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 
 namespace scored {
+
+absl::Status CheckFiniteResult(const ScoreRequest& request, const ScoreResult& result) {
+  const int64_t first = std::max<int32_t>(1, request.score_from);
+  auto bad = [first](const char* what, size_t i, float v) {
+    return absl::InternalError(absl::StrCat(
+        "non-finite ", what, " (", std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf"), ") at position ",
+        first + static_cast<int64_t>(i), " (NaN/Inf in the model's activations)"));
+  };
+  for (size_t i = 0; i < result.logprob.size(); ++i) {
+    if (!std::isfinite(result.logprob[i])) return bad("log-probability", i, result.logprob[i]);
+  }
+  for (size_t i = 0; i < result.ref_logprob.size(); ++i) {
+    if (!std::isfinite(result.ref_logprob[i]))
+      return bad("reference log-probability", i, result.ref_logprob[i]);
+  }
+  for (size_t i = 0; i < result.kld.size(); ++i) {
+    if (!std::isfinite(result.kld[i])) return bad("KL divergence", i, result.kld[i]);
+  }
+  for (size_t i = 0; i < result.entropy.size(); ++i) {
+    if (!std::isfinite(result.entropy[i])) return bad("entropy", i, result.entropy[i]);
+  }
+  for (size_t i = 0; i < result.top_k.size(); ++i) {
+    for (const TopKEntry& e : result.top_k[i]) {
+      if (!std::isfinite(e.logprob)) return bad("top-k log-probability", i, e.logprob);
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(Engine* engine, BatcherOptions options) {
   if (engine == nullptr) return absl::InvalidArgumentError("Batcher needs an engine");
@@ -185,6 +215,12 @@ void Batcher::RunBatch(std::vector<Item> batch) {
   int num_ok = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!results[i].ok()) continue;
+    absl::Status finite = CheckFiniteResult(requests[i], *results[i]);
+    if (!finite.ok()) {
+      results[i] = std::move(finite);
+      if (options_.on_nonfinite) options_.on_nonfinite();
+      continue;
+    }
     batch_tokens += static_cast<int64_t>(requests[i].tokens.size());
     scored += results[i]->num_scored;
     ++num_ok;

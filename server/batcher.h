@@ -10,15 +10,19 @@
 // the batch, so batching never changes a result.
 //
 // Engine::Score() answers each sequence on its own, so a request the engine rejects fails alone and the
-// rest of its batch is served from the same call. If the engine's fatal_status() turns non-OK,
-// the batch and everything queued fail with UNAVAILABLE, later Submit() calls are refused with
-// UNAVAILABLE, and `on_fatal` is called once (from the worker thread).
+// rest of its batch is served from the same call. A result holding a NaN or an infinity (a log-probability,
+// an entropy, a top-k or reference log-probability, a KL divergence: NaN/Inf in a model's activations, e.g.
+// from a corrupted weight the loader does not scan) is never passed on: that request fails alone with
+// INTERNAL naming the first such position (CheckFiniteResult) and `on_nonfinite` is called. If the engine's
+// fatal_status() turns non-OK, the batch and everything queued fail with UNAVAILABLE, later Submit() calls
+// are refused with UNAVAILABLE, and `on_fatal` is called once (from the worker thread).
 //
 // Completion: for every accepted request `done` is called exactly once, from the worker thread or
 // from inside Cancel() / Shutdown(), with the result or one of
 //   DEADLINE_EXCEEDED  its deadline passed before its batch started
 //   CANCELLED          Cancel() removed it from the queue
 //   UNAVAILABLE        the engine failed fatally
+//   INTERNAL           its result was not finite (CheckFiniteResult)
 //   (any engine error) the engine rejected it
 // `done` must not call back into the Batcher (it may run under no batcher lock, but Cancel() and
 // Shutdown() invoke it synchronously).
@@ -54,7 +58,15 @@ struct BatcherOptions {
   std::function<void(int64_t batch_tokens, int num_sequences, int64_t num_scored)> on_batch;
   std::function<void(int64_t queue_depth)> on_queue_depth;
   std::function<void(const absl::Status& fatal)> on_fatal;
+  // From the worker thread, once per request whose result was not finite (before its `done`).
+  std::function<void()> on_nonfinite;
 };
+
+// OK when every log-probability, entropy, top-k log-probability, reference log-probability and KL divergence
+// of `result` is finite (a log-softmax of finite logits always is); else INTERNAL "non-finite log-probability
+// (nan) at position 17 (NaN/Inf in the model's activations)", naming the first bad value's sequence position
+// (result index i is position max(1, request.score_from) + i).
+absl::Status CheckFiniteResult(const ScoreRequest& request, const ScoreResult& result);
 
 class Batcher {
  public:

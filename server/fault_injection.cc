@@ -6,6 +6,14 @@
 
 namespace scored {
 
+namespace {
+
+// A bound on N and T (a billion batches, or 11.6 days): every test uses small values, and a typo with a few
+// digits too many should not turn into a process that sleeps for ever.
+constexpr int64_t kMaxFaultValue = 1000000000;
+
+}  // namespace
+
 absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
   FaultInjection fault;
   if (text.empty()) return fault;
@@ -15,28 +23,28 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
   constexpr absl::string_view kDeviceTrapAfter = "device_trap_after:";
   int64_t n = -1;
   if (absl::StartsWith(text, kFatalAfter) && absl::SimpleAtoi(text.substr(kFatalAfter.size()), &n) &&
-      n >= 0) {
+      n >= 0 && n <= kMaxFaultValue) {
     fault.fatal_after_batches = n;
     return fault;
   }
   if (absl::StartsWith(text, kFatalAfterMs) && absl::SimpleAtoi(text.substr(kFatalAfterMs.size()), &n) &&
-      n >= 0) {
+      n >= 0 && n <= kMaxFaultValue) {
     fault.fatal_after_ms = n;
     return fault;
   }
   if (absl::StartsWith(text, kSlowLoadMs) && absl::SimpleAtoi(text.substr(kSlowLoadMs.size()), &n) &&
-      n >= 0) {
+      n >= 0 && n <= kMaxFaultValue) {
     fault.slow_load_ms = n;
     return fault;
   }
   if (absl::StartsWith(text, kDeviceTrapAfter) &&
-      absl::SimpleAtoi(text.substr(kDeviceTrapAfter.size()), &n) && n >= 0) {
+      absl::SimpleAtoi(text.substr(kDeviceTrapAfter.size()), &n) && n >= 0 && n <= kMaxFaultValue) {
     fault.device_trap_after_batches = n;
     return fault;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--fault_inject must be fatal_after:N, fatal_after_ms:T, slow_load_ms:T or "
-                   "device_trap_after:N with N, T >= 0, "
+                   "device_trap_after:N with N, T in [0, 1000000000], "
                    "got '",
                    text, "'"));
 }

@@ -43,8 +43,8 @@ struct FaultInjection {
   int64_t device_trap_after_batches = -1;  // -1 = no fault; N >= 0 = the CUDA engine traps before batch N+1
 };
 
-// "" -> no fault; "fatal_after:N", "fatal_after_ms:T", "slow_load_ms:T" or "device_trap_after:N" with N, T >=
-// 0. INVALID_ARGUMENT names --fault_inject otherwise.
+// "" -> no fault; "fatal_after:N", "fatal_after_ms:T", "slow_load_ms:T" or "device_trap_after:N" with N, T in
+// [0, 1000000000]. INVALID_ARGUMENT names --fault_inject and the range otherwise.
 absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text);
 
 class FaultInjectingEngine final : public Engine {

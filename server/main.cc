@@ -37,10 +37,11 @@ ABSL_FLAG(std::string, tokenizer, "",
           "Tokenizer folder (default: --model); 'none' serves token ids only (no Tokenize, no text input)");
 ABSL_FLAG(std::string, backend, "",
           "cuda | cpu (default: cuda when this build has it and a GPU is visible, else cpu)");
-ABSL_FLAG(int32_t, tp, 1, "Tensor-parallel ranks in total (cuda backend), over all --nnodes processes");
+ABSL_FLAG(int32_t, tp, 1,
+          "Tensor-parallel ranks in total (cuda backend), over all --nnodes processes (1..256)");
 ABSL_FLAG(int32_t, nnodes, 1,
           "Processes (hosts) sharing the --tp ranks; each runs --tp / --nnodes ranks on its local GPUs "
-          "0, 1, ...");
+          "0, 1, ... (1..256, a divisor of --tp)");
 ABSL_FLAG(int32_t, node_rank, 0,
           "This process among --nnodes: 0 serves gRPC (the leader), > 0 only runs its GPU ranks "
           "(a follower)");
@@ -68,16 +69,21 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address host:port (port 
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics address host:port (port 0 picks a free port; empty disables); plain HTTP "
           "without authentication: a non-loopback address logs a warning");
-ABSL_FLAG(int64_t, max_batch_tokens, 16384, "Most tokens per engine batch; also the longest request");
-ABSL_FLAG(int64_t, max_queue, 256, "Most requests waiting for the engine; more get RESOURCE_EXHAUSTED");
-ABSL_FLAG(int64_t, max_seq_len, 0, "Longest sequence accepted; 0 = the model's max_position_embeddings");
+ABSL_FLAG(int64_t, max_batch_tokens, 16384,
+          "Most tokens per engine batch; also the longest request (2..16777216)");
+ABSL_FLAG(int64_t, max_queue, 256,
+          "Most requests waiting for the engine; more get RESOURCE_EXHAUSTED (1..65536)");
+ABSL_FLAG(int64_t, max_seq_len, 0,
+          "Longest sequence accepted; 0 = the model's max_position_embeddings (else 2..--max_batch_tokens)");
 ABSL_FLAG(std::string, port_file, "",
           "After binding, write {\"grpc\": P, \"metrics\": Q|null} here (temporary file, then rename)");
-ABSL_FLAG(int64_t, batch_timeout_us, 2000, "How long the batcher waits to fill a batch, microseconds");
-ABSL_FLAG(int32_t, stream_window, 32, "Most requests of one ScoreStream in flight before it stops reading");
+ABSL_FLAG(int64_t, batch_timeout_us, 2000,
+          "How long the batcher waits to fill a batch, microseconds (0..10000000)");
+ABSL_FLAG(int32_t, stream_window, 32,
+          "Most requests of one ScoreStream in flight before it stops reading (1..1024)");
 ABSL_FLAG(double, shutdown_grace_s, 30.0,
-          "On SIGTERM, how long in-flight calls may take before being cancelled");
-ABSL_FLAG(int32_t, num_threads, 0, "CPU backend worker threads (0 = all cores)");
+          "On SIGTERM, how long in-flight calls may take before being cancelled, seconds (0..3600)");
+ABSL_FLAG(int32_t, num_threads, 0, "CPU backend worker threads (0 = all usable cores; 0..1024)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve gRPC over TLS (needs --tls_key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -88,11 +94,13 @@ ABSL_FLAG(std::string, auth_token_file, "",
 ABSL_FLAG(bool, allow_insecure_remote, false,
           "Allow a non-loopback --listen without TLS or a token (logs a warning)");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
-          "Largest gRPC request message accepted, bytes; larger ones get RESOURCE_EXHAUSTED");
+          "Largest gRPC request message accepted, bytes; larger ones get RESOURCE_EXHAUSTED "
+          "(1024..2147483647)");
 ABSL_FLAG(std::string, fault_inject, "",
           "Testing only: fatal_after:N makes the engine fail fatally after N Score batches; "
           "fatal_after_ms:T, T ms after it loaded (no traffic needed); device_trap_after:N makes the CUDA "
-          "engine trap on the GPU before batch N+1 (a real sticky device failure)");
+          "engine trap on the GPU before batch N+1 (a real sticky device failure); slow_load_ms:T waits T ms "
+          "before the load. N, T in 0..1000000000");
 
 namespace {
 
@@ -148,9 +156,6 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   if (!exchange.ok()) return exchange.status();
   o.engine.tp_exchange = *exchange;
   o.engine.num_threads = absl::GetFlag(FLAGS_num_threads);
-  if (o.engine.num_threads < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--num_threads must be >= 0, got ", o.engine.num_threads));
-  }
   o.listen = absl::GetFlag(FLAGS_listen);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.max_queue = absl::GetFlag(FLAGS_max_queue);
@@ -158,9 +163,6 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   o.batch_timeout = absl::Microseconds(absl::GetFlag(FLAGS_batch_timeout_us));
   o.stream_window = absl::GetFlag(FLAGS_stream_window);
   o.shutdown_grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
-  if (!(absl::GetFlag(FLAGS_shutdown_grace_s) >= 0)) {
-    return absl::InvalidArgumentError("--shutdown_grace_s must be >= 0");
-  }
   o.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   o.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

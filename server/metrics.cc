@@ -35,6 +35,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                        .Help("Tokens per engine Score() call")
                        .Register(*registry_)
                        .Add({}, DoublingBuckets(16, 17));
+  nonfinite_results_ = &prometheus::BuildCounter()
+                            .Name("scored_nonfinite_results_total")
+                            .Help("Requests whose result held a NaN or an infinity (failed with INTERNAL)")
+                            .Register(*registry_)
+                            .Add({});
   queue_depth_ = &prometheus::BuildGauge()
                       .Name("scored_queue_depth")
                       .Help("Requests waiting for the engine")
@@ -70,6 +75,8 @@ void Metrics::RecordBatch(int64_t batch_tokens, int64_t num_scored) {
   batch_tokens_->Observe(static_cast<double>(batch_tokens));
   tokens_scored_->Increment(static_cast<double>(num_scored));
 }
+
+void Metrics::RecordNonFiniteResult() { nonfinite_results_->Increment(); }
 
 void Metrics::SetQueueDepth(int64_t depth) { queue_depth_->Set(static_cast<double>(depth)); }
 

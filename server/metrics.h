@@ -12,6 +12,8 @@
 //     (sum of num_scored) of successful engine batches.
 // scored_batch_tokens                      histogram  -                              tokens (sum of sequence
 //     lengths) per engine Score() call (buckets 16 .. 1Mi, doubling).
+// scored_nonfinite_results_total           counter    -                              requests whose result
+//     held a NaN or an infinity (NaN/Inf in the model's activations; each failed with INTERNAL instead).
 // scored_queue_depth                       gauge      -                              requests waiting for the
 //     engine (batcher queue, not counting the batch being computed).
 // scored_model_info                        gauge = 1  architecture, format, backend, dtype, tp
@@ -51,6 +53,7 @@ class Metrics {
 
   void RecordRequest(const std::string& method, grpc::StatusCode code, double latency_seconds);
   void RecordBatch(int64_t batch_tokens, int64_t num_scored);
+  void RecordNonFiniteResult();
   void SetQueueDepth(int64_t depth);
   void SetModelInfo(const ModelInfo& info);
   // One (used, total) pair per device, bytes.
@@ -69,6 +72,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* latency_;
   prometheus::Counter* tokens_scored_;
   prometheus::Histogram* batch_tokens_;
+  prometheus::Counter* nonfinite_results_;
   prometheus::Gauge* queue_depth_;
   prometheus::Family<prometheus::Gauge>* model_info_;
   prometheus::Family<prometheus::Gauge>* device_memory_;

@@ -2,6 +2,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "engine/base/status_macros.h"
 #include "server/security.h"
 
@@ -12,8 +14,22 @@ namespace {
 constexpr int64_t kMinMessageBytes = 1024;
 constexpr int64_t kMaxMessageBytes = 2147483647;
 
+// "--<flag> must be in [lo, hi]<note>, got <value>" unless lo <= value <= hi.
+absl::Status CheckRange(absl::string_view flag, int64_t value, int64_t lo, int64_t hi,
+                        absl::string_view note = "") {
+  if (value >= lo && value <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be in [", lo, ", ", hi, "]", note, ", got ", value));
+}
+
 absl::Status ValidateMultiNode(const EngineOptions& e, absl::Duration rendezvous_timeout) {
-  if (e.nnodes < 1) return absl::InvalidArgumentError(absl::StrCat("--nnodes must be >= 1, got ", e.nnodes));
+  // Every process runs at least one rank.
+  SCORED_RETURN_IF_ERROR(CheckRange("nnodes", e.nnodes, 1, ServerOptions::kMaxTp));
+  // Checked on one node too, so that a typo never waits for the day a second node is added.
+  if (rendezvous_timeout < absl::Seconds(1) || rendezvous_timeout > absl::Hours(24)) {
+    return absl::InvalidArgumentError(absl::StrCat("--rendezvous_timeout_s must be in [1, 86400], got ",
+                                                   absl::ToDoubleSeconds(rendezvous_timeout)));
+  }
   if (e.node_rank < 0 || e.node_rank >= e.nnodes) {
     return absl::InvalidArgumentError(
         absl::StrCat("--node_rank must be in [0, --nnodes) = [0, ", e.nnodes, "), got ", e.node_rank));
@@ -40,10 +56,6 @@ absl::Status ValidateMultiNode(const EngineOptions& e, absl::Duration rendezvous
                      "same on every node)"));
   }
   SCORED_RETURN_IF_ERROR(ValidateHostPort("rendezvous", e.rendezvous));
-  if (rendezvous_timeout < absl::Seconds(1) || rendezvous_timeout > absl::Hours(24)) {
-    return absl::InvalidArgumentError(absl::StrCat("--rendezvous_timeout_s must be in [1, 86400], got ",
-                                                   absl::ToDoubleSeconds(rendezvous_timeout)));
-  }
   int port = 0;
   if (!absl::SimpleAtoi(e.rendezvous.substr(e.rendezvous.rfind(':') + 1), &port) || port == 0) {
     return absl::InvalidArgumentError(
@@ -112,45 +124,41 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
   if (options.engine.model_dir.empty()) {
     return absl::InvalidArgumentError("--model is required (a folder with config.json and *.safetensors)");
   }
-  if (options.engine.tp < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--tp must be >= 1, got ", options.engine.tp));
-  }
-  if (options.engine.tp > 1 && options.engine.backend == Backend::kCpu) {
+  const EngineOptions& e = options.engine;
+  SCORED_RETURN_IF_ERROR(CheckRange("tp", e.tp, 1, ServerOptions::kMaxTp));
+  if (e.tp > 1 && e.backend == Backend::kCpu) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--tp ", options.engine.tp, " needs --backend=cuda; the cpu backend runs one process"));
+        absl::StrCat("--tp ", e.tp, " needs --backend=cuda; the cpu backend runs one process"));
   }
-  SCORED_RETURN_IF_ERROR(ValidateMultiNode(options.engine, options.rendezvous_timeout));
-  if (options.engine.tp_row_chunks < 0 || options.engine.tp_row_chunks > EngineOptions::kMaxTpRowChunks) {
-    return absl::InvalidArgumentError(absl::StrCat("--tp_row_chunks must be in [0, ",
-                                                   EngineOptions::kMaxTpRowChunks, "] (0 = auto), got ",
-                                                   options.engine.tp_row_chunks));
+  SCORED_RETURN_IF_ERROR(ValidateMultiNode(e, options.rendezvous_timeout));
+  SCORED_RETURN_IF_ERROR(
+      CheckRange("tp_row_chunks", e.tp_row_chunks, 0, EngineOptions::kMaxTpRowChunks, " (0 = auto)"));
+  SCORED_RETURN_IF_ERROR(
+      CheckRange("num_threads", e.num_threads, 0, ServerOptions::kMaxNumThreads, " (0 = the usable CPUs)"));
+  SCORED_RETURN_IF_ERROR(
+      CheckRange("max_batch_tokens", e.max_batch_tokens, 2, ServerOptions::kMaxBatchTokens));
+  if (e.max_seq_len != 0) {
+    SCORED_RETURN_IF_ERROR(CheckRange("max_seq_len", e.max_seq_len, 2, ServerOptions::kMaxBatchTokens,
+                                      " or 0 (the model's context)"));
   }
-  if (options.engine.max_batch_tokens < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max_batch_tokens must be >= 2, got ", options.engine.max_batch_tokens));
+  if (e.max_seq_len > e.max_batch_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_seq_len ", e.max_seq_len,
+                                                   " exceeds --max_batch_tokens ", e.max_batch_tokens,
+                                                   ": a sequence must fit in one batch"));
   }
-  if (options.engine.max_seq_len < 0 || options.engine.max_seq_len == 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_seq_len must be 0 (the model's context) or >= 2, got ", options.engine.max_seq_len));
-  }
-  if (options.engine.max_seq_len > options.engine.max_batch_tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max_seq_len ", options.engine.max_seq_len, " exceeds --max_batch_tokens ",
-                     options.engine.max_batch_tokens, ": a sequence must fit in one batch"));
-  }
-  if (options.max_queue < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--max_queue must be >= 1, got ", options.max_queue));
-  }
+  SCORED_RETURN_IF_ERROR(CheckRange("max_queue", options.max_queue, 1, ServerOptions::kMaxQueue));
   if (options.batch_timeout < absl::ZeroDuration() || options.batch_timeout > absl::Seconds(10)) {
     return absl::InvalidArgumentError(absl::StrCat("--batch_timeout_us must be in [0, 10000000], got ",
                                                    absl::ToInt64Microseconds(options.batch_timeout)));
   }
-  if (options.stream_window < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--stream_window must be >= 1, got ", options.stream_window));
-  }
-  if (options.shutdown_grace < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--shutdown_grace_s must not be negative");
+  SCORED_RETURN_IF_ERROR(
+      CheckRange("stream_window", options.stream_window, 1, ServerOptions::kMaxStreamWindow));
+  // absl::Seconds() of a NaN flag value is an infinite duration, so this refuses NaN and infinities too.
+  if (options.shutdown_grace < absl::ZeroDuration() ||
+      options.shutdown_grace > absl::Seconds(ServerOptions::kMaxShutdownGraceSeconds)) {
+    return absl::InvalidArgumentError(absl::StrCat("--shutdown_grace_s must be in [0, ",
+                                                   ServerOptions::kMaxShutdownGraceSeconds, "] seconds, got ",
+                                                   absl::FormatDuration(options.shutdown_grace)));
   }
   SCORED_RETURN_IF_ERROR(ValidateHostPort("listen", options.listen));
   if (!options.metrics_listen.empty()) {

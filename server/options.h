@@ -14,6 +14,31 @@
 namespace scored {
 
 struct ServerOptions {
+  // Upper bounds of the numeric flags (ValidateServerOptions refuses a value outside its range, naming the
+  // flag and the range, before anything is loaded; a typo such as --num_threads=100000 once made the CPU
+  // backend start 100000 threads and abort with std::system_error at 4 GB):
+  //   tp, nnodes      1..256: tp divides num_attention_heads, at most 128 in the largest models this
+  //                   field serves (Llama-3.1-405B); nnodes divides tp.
+  //   num_threads     0..1024 (0 = the usable CPUs): a fixed bound, the same on every machine (the largest
+  //                   two-socket hosts have 384-768 hardware threads; beyond them more workers only add
+  //                   contention, and each reserves a stack).
+  //   max_batch_tokens, max_seq_len  2..16777216: the most tokens config.json may declare for the context
+  //                   (engine/model/config.cc kMaxShapeField); the CUDA backend also checks that the
+  //                   activations of max_batch_tokens fit its memory.
+  //   max_queue       1..65536: Batcher::Cancel scans the queue; 65536 waiting requests are minutes of work
+  //                   at any throughput this server reaches, so more only turns into DEADLINE_EXCEEDED.
+  //   stream_window   1..1024: one stream's responses in flight; 1024 responses of up to ~1 MiB each
+  //                   (top_k 64 over 512 positions) are already 1 GiB for one client.
+  //   shutdown_grace_s 0..3600: a drain of more than an hour outlives every orchestrator's stop timeout.
+  //   batch_timeout_us 0..10000000, rendezvous_timeout_s 1..86400, tp_row_chunks 0..8,
+  //   max_message_bytes 1024..2147483647 (gRPC takes an int), ports 0..65535.
+  static constexpr int kMaxTp = 256;
+  static constexpr int kMaxNumThreads = 1024;
+  static constexpr int64_t kMaxBatchTokens = int64_t{1} << 24;
+  static constexpr int64_t kMaxQueue = 65536;
+  static constexpr int kMaxStreamWindow = 1024;
+  static constexpr int kMaxShutdownGraceSeconds = 3600;
+
   // Model folder, reference model folder (--reference_model; empty = none), backend, dtype, tp,
   // max_batch_tokens, max_seq_len (0 = the model's context), the CUDA execution settings tp_row_chunks,
   // row_parallel_halves, tp_exchange (engine/engine.h); and the multi-process tensor parallelism of
@@ -67,8 +92,9 @@ absl::StatusOr<ComputeDtype> ParseComputeDtype(const std::string& text);
 absl::StatusOr<TpExchange> ParseTpExchange(const std::string& text);
 const char* BackendName(Backend backend);
 
-// Checks every field; INVALID_ARGUMENT names the flag and the bad value. The multi-process flags:
-// nnodes >= 1, node_rank in [0, nnodes), tp a multiple of nnodes,
+// Checks every field; INVALID_ARGUMENT names the flag, its range ("--num_threads must be in [0, 1024] ...,
+// got 100000"; the bounds above) and the bad value. The multi-process flags:
+// nnodes in [1, 256], node_rank in [0, nnodes), tp a multiple of nnodes,
 // the cuda backend, and rendezvous HOST:PORT with a port > 0. A follower (node_rank > 0) listens on
 // nothing, so the --listen security check does not apply to it.
 absl::Status ValidateServerOptions(const ServerOptions& options);

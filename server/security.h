@@ -38,8 +38,16 @@ struct TlsFiles {
 };
 
 // Reads the files and builds the listener's credentials: insecure when `tls.cert_file` is empty,
-// else TLS (mTLS with a client CA). INVALID_ARGUMENT names the flag of a missing, unreadable or
-// non-PEM file, or a key without a certificate (or the reverse), or a client CA without TLS.
+// else TLS (mTLS with a client CA). Every file is parsed with OpenSSL and the key is matched against the
+// chain's first certificate (X509_check_private_key), so that a wrong file fails here, before the model
+// loads, and not when the listener starts or at a client's handshake. INVALID_ARGUMENT names the flag,
+// the file and what is wrong: missing or unreadable; not PEM (no BEGIN line, bad base64); no certificate
+// in it, or a certificate block that is no X.509 certificate; no private key, an encrypted key, or one
+// that cannot be parsed; a key that does not match the certificate; a server certificate (any of the
+// chain) whose notAfter has passed (refused: every client would fail its handshake); a client CA bundle
+// whose every certificate has expired. Only logged as warnings: a certificate not valid yet (the hosts'
+// clocks may differ a little) and an expired CA beside valid ones in the bundle. Also INVALID_ARGUMENT: a
+// key without a certificate (or the reverse), a client CA without TLS.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> BuildServerCredentials(const TlsFiles& tls);
 
 // Whether the host part of "host:port" is a loopback address: localhost, 127.0.0.0/8, [::1].

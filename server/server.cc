@@ -228,6 +228,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   };
   batcher_options.on_queue_depth = [metrics](int64_t depth) { metrics->SetQueueDepth(depth); };
   batcher_options.on_fatal = [self](const absl::Status& status) { self->OnFatal(status); };
+  batcher_options.on_nonfinite = [metrics] { metrics->RecordNonFiniteResult(); };
   SCORED_ASSIGN_OR_RETURN(server->batcher_,
                           Batcher::Create(server->engine_.get(), std::move(batcher_options)));
 

@@ -59,8 +59,10 @@ struct ModelSummary {
 class ModelWeights {
  public:
   // Loads config.json and the safetensors file(s) of `model_dir` (single file or sharded index), resolves
-  // every module's format. Errors name the file and tensor (missing, wrong shape/dtype, truncated),
-  // or the unsupported config/quantization feature.
+  // every module's format. Errors name the file and tensor (missing, wrong shape/dtype, truncated; a NaN or
+  // infinity in a quantization scale, an nvfp4 global scale (or one that is 0), a norm weight or a bias,
+  // with its index), or the unsupported config/quantization feature. Dense and quantized weight values are
+  // not scanned for NaN (a pass over the whole checkpoint).
   static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& model_dir);
 
   const ModelConfig& config() const { return config_; }

@@ -15,6 +15,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -22,8 +24,11 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "scored/v1/scorer.grpc.pb.h"
 #include "tests/server/scored_process.h"
 
 namespace scored {
@@ -75,6 +80,52 @@ std::string SerializeSafetensors(const nlohmann::json& header, const std::string
   uint64_t n = json.size();
   for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
   return out + json + data;
+}
+
+// One tensor of a rebuilt file: dtype, shape and raw little-endian bytes.
+struct RawTensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+// The file's tensors with `replace` applied (a tensor named there is replaced or added), in the original
+// order, the data section rebuilt.
+std::string RebuildSafetensors(const Safetensors& st, const std::map<std::string, RawTensor>& replace) {
+  std::vector<std::pair<int64_t, std::string>> by_offset;
+  for (const auto& [name, info] : st.header.items()) {
+    if (name != "__metadata__") by_offset.emplace_back(info["data_offsets"][0].get<int64_t>(), name);
+  }
+  std::sort(by_offset.begin(), by_offset.end());
+  for (const auto& [name, t] : replace) {
+    if (!st.header.contains(name)) by_offset.emplace_back(INT64_MAX, name);
+  }
+  nlohmann::json header;
+  if (st.header.contains("__metadata__")) header["__metadata__"] = st.header["__metadata__"];
+  std::string data;
+  for (const auto& [begin, name] : by_offset) {
+    const int64_t new_begin = static_cast<int64_t>(data.size());
+    auto it = replace.find(name);
+    if (it != replace.end()) {
+      data += it->second.bytes;
+      header[name] = {{"dtype", it->second.dtype}, {"shape", it->second.shape}};
+    } else {
+      const int64_t end = st.header[name]["data_offsets"][1].get<int64_t>();
+      data += st.data.substr(static_cast<size_t>(begin), static_cast<size_t>(end - begin));
+      header[name] = st.header[name];
+    }
+    header[name]["data_offsets"] = {new_begin, static_cast<int64_t>(data.size())};
+  }
+  return SerializeSafetensors(header, data);
+}
+
+// The F32 values of one tensor of the file.
+std::vector<float> TensorFloats(const Safetensors& st, const std::string& name) {
+  const int64_t begin = st.header[name]["data_offsets"][0].get<int64_t>();
+  const int64_t end = st.header[name]["data_offsets"][1].get<int64_t>();
+  std::vector<float> v(static_cast<size_t>(end - begin) / sizeof(float));
+  std::memcpy(v.data(), st.data.data() + begin, v.size() * sizeof(float));
+  return v;
 }
 
 struct RunResult {
@@ -309,6 +360,131 @@ TEST_F(BrokenModelTest, ShardedIndexNamesMissingShard) {
   const std::string output = ExpectLoadFailure();
   EXPECT_THAT(output, HasSubstr(Model(kShard2).string()));
   EXPECT_THAT(output, HasSubstr("cannot open"));
+}
+
+// A NaN in a quantization scale used to load and serve NaN log-probabilities (rank 1 and greedy false at
+// once). One linear of the model is stored as a real int8 per-channel checkpoint (compressed-tensors
+// "int-quantized"): with finite scales it loads and serves; with a NaN scale the load is refused, naming the
+// tensor and the index.
+TEST_F(BrokenModelTest, NanQuantizationScaleIsRefusedAtLoadNamingTheTensor) {
+  const std::string kModule = "model.layers.1.self_attn.q_proj";
+  const Safetensors st = ParseSafetensors(ReadFile(Model(kModelFile)));
+  const std::vector<float> w = TensorFloats(st, kModule + ".weight");  // [64, 64]
+  constexpr int64_t kRows = 64, kCols = 64;
+  ASSERT_EQ(w.size(), static_cast<size_t>(kRows * kCols));
+  std::string q(static_cast<size_t>(kRows * kCols), '\0');
+  std::vector<float> scale(kRows);
+  for (int64_t r = 0; r < kRows; ++r) {
+    float max_abs = 0.0f;
+    for (int64_t c = 0; c < kCols; ++c) max_abs = std::max(max_abs, std::fabs(w[r * kCols + c]));
+    scale[r] = max_abs / 127.0f;
+    for (int64_t c = 0; c < kCols; ++c) {
+      q[r * kCols + c] = static_cast<char>(static_cast<int8_t>(std::lround(w[r * kCols + c] / scale[r])));
+    }
+  }
+  nlohmann::json config = ReadConfig();
+  config["quantization_config"] = {
+      {"quant_method", "compressed-tensors"},
+      {"format", "int-quantized"},
+      {"quantization_status", "compressed"},
+      {"config_groups",
+       {{"group_0",
+         {{"targets", {kModule}},
+          {"weights", {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}}}}}}}};
+  WriteConfig(config);
+  auto write = [&](const std::vector<float>& scales) {
+    std::string scale_bytes(scales.size() * sizeof(float), '\0');
+    std::memcpy(scale_bytes.data(), scales.data(), scale_bytes.size());
+    WriteFile(Model(kModelFile),
+              RebuildSafetensors(st, {{kModule + ".weight", {"I8", {kRows, kCols}, q}},
+                                      {kModule + ".weight_scale", {"F32", {kRows, 1}, scale_bytes}}}));
+  };
+
+  write(scale);  // control: the finite int8 checkpoint loads and serves
+  {
+    scored::testing::ScoredProcessOptions opts;
+    opts.args = {"--model=" + model_dir_.string(), "--backend=cpu"};
+    auto proc = scored::testing::ScoredProcess::Start(opts);
+    ASSERT_TRUE(proc.ok()) << proc.status();
+    EXPECT_THAT((*proc)->ReadLog(), HasSubstr("int8-w8a16-channel-sym"));
+  }
+
+  std::vector<float> nan_scale = scale;
+  nan_scale[17] = std::numeric_limits<float>::quiet_NaN();
+  write(nan_scale);
+  const std::string output = ExpectLoadFailure();
+  EXPECT_THAT(output, HasSubstr(Model(kModelFile).string()));
+  EXPECT_THAT(output,
+              HasSubstr("tensor '" + kModule + ".weight_scale' holds a NaN or an infinity at index 17"));
+  EXPECT_THAT(output, ::testing::Not(HasSubstr("model loaded")));
+}
+
+double MetricOf(const scored::testing::ScoredProcess& p, const std::string& sample) {
+  auto text = scored::testing::HttpGet("127.0.0.1", p.metrics_port(), "/metrics");
+  EXPECT_TRUE(text.ok()) << text.status();
+  if (!text.ok()) return -1;
+  auto v = scored::testing::MetricValue(*text, sample);
+  EXPECT_TRUE(v.ok()) << sample << ": " << v.status();
+  return v.ok() ? *v : -1;
+}
+
+// A NaN in a dense weight (not scanned at load: that would be a pass over the whole checkpoint) makes the
+// real CPU engine compute NaN log-probabilities. They never reach the client: each request fails alone with
+// INTERNAL naming the position, is counted in scored_nonfinite_results_total, and the server keeps serving.
+TEST_F(BrokenModelTest, NanActivationsAreAPerRequestErrorAndAMetric) {
+  Safetensors st = ParseSafetensors(ReadFile(Model(kModelFile)));
+  const std::string kTensor = "model.layers.2.mlp.down_proj.weight";
+  std::vector<float> w = TensorFloats(st, kTensor);
+  w[5] = std::numeric_limits<float>::quiet_NaN();
+  std::string bytes(w.size() * sizeof(float), '\0');
+  std::memcpy(bytes.data(), w.data(), bytes.size());
+  WriteFile(Model(kModelFile), RebuildSafetensors(st, {{kTensor, {"F32", {64, 172}, bytes}}}));
+
+  scored::testing::ScoredProcessOptions opts;
+  opts.args = {"--model=" + model_dir_.string(), "--backend=cpu"};
+  auto proc = scored::testing::ScoredProcess::Start(opts);
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  EXPECT_EQ(MetricOf(**proc, "scored_nonfinite_results_total"), 0);
+  auto stub =
+      v1::Scorer::NewStub(grpc::CreateChannel((*proc)->grpc_address(), grpc::InsecureChannelCredentials()));
+
+  v1::ScoreRequest request;
+  for (int32_t id : {1, 403, 407, 261, 378}) request.mutable_tokens()->add_ids(id);
+  request.set_score_from(2);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::ScoreResponse response;
+  const grpc::Status status = stub->Score(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL) << status.error_message();
+  EXPECT_EQ(status.error_message(),
+            "non-finite log-probability (nan) at position 2 (NaN/Inf in the model's activations)");
+  EXPECT_EQ(MetricOf(**proc, "scored_nonfinite_results_total"), 1);
+  EXPECT_EQ(MetricOf(**proc, "scored_requests_total{code=\"INTERNAL\",method=\"Score\"}"), 1);
+
+  // In a stream each such request gets its own error response, and the stream goes on.
+  grpc::ClientContext stream_context;
+  stream_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = stub->ScoreStream(&stream_context);
+  for (uint64_t id : {7, 8}) {
+    request.set_request_id(id);
+    ASSERT_TRUE(stream->Write(request));
+  }
+  stream->WritesDone();
+  int errors = 0;
+  v1::ScoreResponse r;
+  while (stream->Read(&r)) {
+    EXPECT_TRUE(r.has_error());
+    EXPECT_EQ(r.error().code(), static_cast<int32_t>(grpc::StatusCode::INTERNAL));
+    EXPECT_THAT(r.error().message(), HasSubstr("non-finite log-probability (nan) at position 2"));
+    EXPECT_EQ(r.logprob_size(), 0) << "no NaN reaches the client";
+    ++errors;
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(errors, 2);
+  EXPECT_EQ(MetricOf(**proc, "scored_nonfinite_results_total"), 3);
+  auto health = scored::testing::CheckHealth((*proc)->grpc_address(), "");
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, scored::testing::HealthStatus::kServing) << "a per-request error, not a fatal one";
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ std::string Model() { return "--model=" + testing::StoriesModelDir(); }
 
 TEST(MultiNodeFlagsTest, FlagErrorsExitOneNamingTheFlag) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{Model(), "--nnodes=0"}, "--nnodes must be >= 1"},
+      {{Model(), "--nnodes=0"}, "--nnodes must be in [1, 256], got 0"},
       {{Model(), "--nnodes=2", "--node_rank=2", "--backend=cuda", "--tp=2"},
        "--node_rank must be in [0, --nnodes)"},
       {{Model(), "--nnodes=2", "--backend=cpu"}, "--nnodes 2 needs --backend=cuda"},

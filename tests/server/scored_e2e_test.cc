@@ -728,10 +728,10 @@ TEST(ScoredE2eStandaloneTest, BadFlagsFailWithClearErrors) {
   ExpectStartupFailure({}, "--model is required", /*base=*/false);
   ExpectStartupFailure({"--backend=tpu"}, "--backend must be cuda or cpu, got 'tpu'");
   ExpectStartupFailure({"--dtype=fp16"}, "--dtype must be bf16 or fp32, got 'fp16'");
-  ExpectStartupFailure({"--tp=0"}, "--tp must be >= 1");
+  ExpectStartupFailure({"--tp=0"}, "--tp must be in [1, 256], got 0");
   ExpectStartupFailure({"--tp=2"}, "needs --backend=cuda");
-  ExpectStartupFailure({"--max_queue=0"}, "--max_queue must be >= 1");
-  ExpectStartupFailure({"--max_batch_tokens=1"}, "--max_batch_tokens must be >= 2");
+  ExpectStartupFailure({"--max_queue=0"}, "--max_queue must be in [1, 65536], got 0");
+  ExpectStartupFailure({"--max_batch_tokens=1"}, "--max_batch_tokens must be in [2, 16777216], got 1");
   ExpectStartupFailure({"--listen=nohost"}, "--listen must be host:port");
   ExpectStartupFailure({"--batch_timeout_us=-5"}, "--batch_timeout_us");
   ExpectStartupFailure({"--model=/nonexistent/model", "--backend=cpu"}, "/nonexistent/model", /*base=*/false);

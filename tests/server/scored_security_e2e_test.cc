@@ -1,5 +1,6 @@
 // End-to-end security and robustness tests of the real `scored` binary (CPU backend, stories260K-hf):
-// TLS (right CA, wrong CA, expired server certificate), mTLS, bearer tokens (missing, wrong, right;
+// TLS (right CA, wrong CA), certificates and keys refused before the model loads (garbage, mismatched,
+// expired), mTLS, bearer tokens (missing, wrong, right;
 // health open; metrics), the message size limit, the remote-listen refusal, queued work of cancelled
 // and expired calls dropped, and the sticky fatal engine error through --fault_inject.
 //
@@ -240,13 +241,6 @@ TEST_F(SecurityE2eTest, TlsWithTheWrongCaFails) {
   EXPECT_EQ(CallGetModelInfo(stub.get()).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
-TEST_F(SecurityE2eTest, ExpiredServerCertificateFails) {
-  auto proc = StartOrDie(TlsArgs("expired.pem"), /*tls=*/true);
-  ASSERT_NE(proc, nullptr);
-  auto stub = NewStub(proc->grpc_address(), TlsCredentials(certs_->path("ca.pem")));
-  EXPECT_EQ(CallGetModelInfo(stub.get()).error_code(), grpc::StatusCode::UNAVAILABLE);
-}
-
 TEST_F(SecurityE2eTest, MutualTlsRequiresAClientCertificate) {
   std::vector<std::string> args = TlsArgs();
   args.push_back("--tls_client_ca=" + certs_->path("ca.pem"));
@@ -277,6 +271,52 @@ TEST_F(SecurityE2eTest, BadTlsFilesFailStartupNamingTheFlag) {
   ASSERT_FALSE(p.ok());
   EXPECT_THAT(std::string(p.status().message()), HasSubstr("--tls_key"));
   EXPECT_THAT(std::string(p.status().message()), HasSubstr("not a PEM file"));
+}
+
+// Certificates and keys are parsed and matched with OpenSSL before the model loads. A file with a PEM
+// "BEGIN" line but no certificate in it, a key of another certificate, a garbage client CA and an expired
+// certificate all used to pass the start-up check (which looked for "-----BEGIN") and failed only after the
+// model had loaded, with "cannot listen ... or not a valid certificate" (or, for the expired one, at every
+// client's handshake). Now each is refused with exit code 1 and a message naming the flag, the file and
+// what is wrong. --fault_inject=slow_load_ms makes a load take 10 minutes: an exit within the 30 s startup
+// timeout, with no "loading" line in the log, proves the refusal came first.
+TEST_F(SecurityE2eTest, BadCertificatesAndKeysAreRefusedBeforeTheModelLoads) {
+  // Valid base64 and PEM framing around bytes that are no DER certificate.
+  WriteFile(
+      certs_->path("garbage.pem"),
+      "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGUsIGp1c3QgdGV4dAo=\n-----END CERTIFICATE-----\n");
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> fragments;
+  };
+  const std::vector<Case> cases = {
+      {{"--tls_cert=" + certs_->path("garbage.pem"), "--tls_key=" + certs_->path("server.key")},
+       {"--tls_cert: '" + certs_->path("garbage.pem") + "'", "is not a valid X.509 certificate"}},
+      {{"--tls_cert=" + certs_->path("server.pem"), "--tls_key=" + certs_->path("client.key")},
+       {"--tls_key: '" + certs_->path("client.key") + "' does not match the certificate in --tls_cert '" +
+        certs_->path("server.pem") + "'"}},
+      {{"--tls_cert=" + certs_->path("server.key"), "--tls_key=" + certs_->path("server.key")},
+       {"--tls_cert: '" + certs_->path("server.key") + "' holds no certificate", "'PRIVATE KEY'"}},
+      {{"--tls_cert=" + certs_->path("server.pem"), "--tls_key=" + certs_->path("server.key"),
+        "--tls_client_ca=" + certs_->path("garbage.pem")},
+       {"--tls_client_ca: '" + certs_->path("garbage.pem") + "'", "is not a valid X.509 certificate"}},
+      // An expired certificate is refused, not served: every client would fail its handshake.
+      {{"--tls_cert=" + certs_->path("expired.pem"), "--tls_key=" + certs_->path("server.key")},
+       {"--tls_cert: '" + certs_->path("expired.pem") + "'", "(/CN=localhost) expired on"}},
+  };
+  for (const Case& c : cases) {
+    ScoredProcessOptions o;
+    o.args = BaseArgs();
+    for (const std::string& a : c.args) o.args.push_back(a);
+    o.args.push_back("--fault_inject=slow_load_ms:600000");
+    o.startup_timeout = absl::Seconds(30);
+    auto p = ScoredProcess::Start(o);
+    ASSERT_FALSE(p.ok()) << "started with " << c.args[0];
+    const std::string message(p.status().message());
+    EXPECT_THAT(message, HasSubstr("exited with code 1")) << message;
+    for (const std::string& f : c.fragments) EXPECT_THAT(message, HasSubstr(f));
+    EXPECT_THAT(message, ::testing::Not(HasSubstr("loading"))) << "refused before the model load";
+  }
 }
 
 class TokenE2eTest : public ::testing::Test {
@@ -398,6 +438,38 @@ TEST(LimitsE2eTest, BadLimitAndSecurityFlagsFailStartup) {
     ASSERT_FALSE(p.ok()) << "started with " << c.args[0];
     EXPECT_THAT(std::string(p.status().message()), HasSubstr("exited with code 1"));
     EXPECT_THAT(std::string(p.status().message()), HasSubstr(c.fragment));
+  }
+}
+
+// A numeric flag out of its range is refused with exit code 1 and a message naming the flag and the range,
+// before anything is loaded: --fault_inject=slow_load_ms makes a load take 10 minutes, so an exit within the
+// 30 s startup timeout can only come from the flag check. (--num_threads=100000 used to start 100000
+// threads in the CPU engine and abort with std::system_error, exit 134, at 4 GB.)
+TEST(LimitsE2eTest, OutOfRangeNumericFlagsExitOneBeforeLoading) {
+  struct Case {
+    std::string flag;
+    std::string fragment;
+  };
+  const std::vector<Case> cases = {
+      {"--num_threads=100000", "--num_threads must be in [0, 1024] (0 = the usable CPUs), got 100000"},
+      {"--stream_window=1000000", "--stream_window must be in [1, 1024], got 1000000"},
+      {"--max_queue=-1", "--max_queue must be in [1, 65536], got -1"},
+      {"--shutdown_grace_s=nan", "--shutdown_grace_s must be in [0, 3600] seconds"},
+  };
+  for (const Case& c : cases) {
+    ScoredProcessOptions o;
+    o.args = BaseArgs();
+    o.args.push_back(c.flag);
+    o.args.push_back("--fault_inject=slow_load_ms:600000");
+    o.startup_timeout = absl::Seconds(30);
+    const absl::Time start = absl::Now();
+    auto p = ScoredProcess::Start(o);
+    ASSERT_FALSE(p.ok()) << "started with " << c.flag;
+    const std::string message(p.status().message());
+    EXPECT_THAT(message, HasSubstr("exited with code 1")) << "refused, not crashed";
+    EXPECT_THAT(message, HasSubstr(c.fragment));
+    EXPECT_THAT(message, ::testing::Not(HasSubstr("loading"))) << "nothing was loaded";
+    EXPECT_LT(absl::Now() - start, absl::Seconds(20)) << c.flag;
   }
 }
 

@@ -1,11 +1,14 @@
 // Unit tests of the server's pure logic: request validation (every bad input, fixed code mapping and
 // message), option checks, the absl -> gRPC code mapping, the metrics exposition, the security
 // helpers (loopback detection, constant-time compare, bearer-token check) and --fault_inject parsing.
+#include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/batcher.h"
 #include "server/fault_injection.h"
 #include "server/grpc_status.h"
 #include "server/metrics.h"
@@ -163,7 +166,7 @@ TEST(ServerOptionsTest, ValidatesEveryFlag) {
   ExpectBadOptions(o, "--model is required");
   o = GoodOptions();
   o.engine.tp = 0;
-  ExpectBadOptions(o, "--tp must be >= 1");
+  ExpectBadOptions(o, "--tp must be in [1, 256], got 0");
   o = GoodOptions();
   o.engine.tp = 2;
   ExpectBadOptions(o, "needs --backend=cuda");
@@ -174,7 +177,7 @@ TEST(ServerOptionsTest, ValidatesEveryFlag) {
   ExpectBadOptions(o, "--tp_row_chunks must be in [0, 8]");
   o = GoodOptions();
   o.engine.max_batch_tokens = 1;
-  ExpectBadOptions(o, "--max_batch_tokens must be >= 2");
+  ExpectBadOptions(o, "--max_batch_tokens must be in [2, 16777216], got 1");
   o = GoodOptions();
   o.engine.max_seq_len = -3;
   ExpectBadOptions(o, "--max_seq_len");
@@ -183,7 +186,7 @@ TEST(ServerOptionsTest, ValidatesEveryFlag) {
   ExpectBadOptions(o, "exceeds --max_batch_tokens");
   o = GoodOptions();
   o.max_queue = 0;
-  ExpectBadOptions(o, "--max_queue must be >= 1");
+  ExpectBadOptions(o, "--max_queue must be in [1, 65536], got 0");
   o = GoodOptions();
   o.batch_timeout = absl::Microseconds(-1);
   ExpectBadOptions(o, "--batch_timeout_us");
@@ -206,10 +209,88 @@ TEST(ServerOptionsTest, ValidatesEveryFlag) {
   EXPECT_TRUE(ValidateServerOptions(o).ok());
 }
 
+// Every numeric flag: the value just below its range, the bounds themselves, and just above.
+TEST(ServerOptionsTest, EveryNumericFlagHasARangeNamedInItsMessage) {
+  struct Flag {
+    std::string message;  // the expected message fragment for an out-of-range value
+    std::function<void(ServerOptions*, int64_t)> set;
+    int64_t lo, hi;
+  };
+  const std::vector<Flag> flags = {
+      {"--tp must be in [1, 256]", [](ServerOptions* o, int64_t v) { o->engine.tp = static_cast<int>(v); }, 1,
+       256},
+      {"--num_threads must be in [0, 1024] (0 = the usable CPUs)",
+       [](ServerOptions* o, int64_t v) { o->engine.num_threads = static_cast<int>(v); }, 0, 1024},
+      {"--max_batch_tokens must be in [2, 16777216]",
+       [](ServerOptions* o, int64_t v) { o->engine.max_batch_tokens = v; }, 2, 16777216},
+      {"--max_queue must be in [1, 65536]", [](ServerOptions* o, int64_t v) { o->max_queue = v; }, 1, 65536},
+      {"--stream_window must be in [1, 1024]",
+       [](ServerOptions* o, int64_t v) { o->stream_window = static_cast<int>(v); }, 1, 1024},
+      {"--tp_row_chunks must be in [0, 8] (0 = auto)",
+       [](ServerOptions* o, int64_t v) { o->engine.tp_row_chunks = static_cast<int>(v); }, 0, 8},
+      {"--batch_timeout_us must be in [0, 10000000]",
+       [](ServerOptions* o, int64_t v) { o->batch_timeout = absl::Microseconds(v); }, 0, 10000000},
+      {"--shutdown_grace_s must be in [0, 3600] seconds",
+       [](ServerOptions* o, int64_t v) { o->shutdown_grace = absl::Seconds(v); }, 0, 3600},
+      {"--rendezvous_timeout_s must be in [1, 86400]",
+       [](ServerOptions* o, int64_t v) { o->rendezvous_timeout = absl::Seconds(v); }, 1, 86400},
+      {"--max_message_bytes must be in [1024, 2147483647]",
+       [](ServerOptions* o, int64_t v) { o->max_message_bytes = v; }, 1024, 2147483647},
+  };
+  for (const Flag& f : flags) {
+    for (int64_t v : {f.lo, f.hi}) {
+      ServerOptions o = GoodOptions();
+      o.engine.backend = Backend::kCuda;  // --tp > 1 needs it
+      f.set(&o, v);
+      EXPECT_TRUE(ValidateServerOptions(o).ok())
+          << f.message << " at " << v << ": " << ValidateServerOptions(o);
+    }
+    for (int64_t v : {f.lo - 1, f.hi + 1, int64_t{-1000000}, int64_t{100000000000}}) {
+      if (v >= f.lo && v <= f.hi) continue;
+      ServerOptions o = GoodOptions();
+      o.engine.backend = Backend::kCuda;
+      f.set(&o, v);
+      ExpectBadOptions(o, f.message);
+    }
+  }
+  // The case, with the value in the message.
+  ServerOptions o = GoodOptions();
+  o.engine.num_threads = 100000;
+  ExpectBadOptions(o, "--num_threads must be in [0, 1024] (0 = the usable CPUs), got 100000");
+  // max_seq_len: 0 (the model's context) or 2..max_batch_tokens.
+  o = GoodOptions();
+  o.engine.max_seq_len = 1;
+  ExpectBadOptions(o, "--max_seq_len must be in [2, 16777216] or 0 (the model's context), got 1");
+  o.engine.max_seq_len = 16384;
+  EXPECT_TRUE(ValidateServerOptions(o).ok());
+  o.engine.max_seq_len = 16385;
+  ExpectBadOptions(o, "--max_seq_len 16385 exceeds --max_batch_tokens 16384");
+  // A NaN or infinite --shutdown_grace_s becomes an infinite duration (absl::Seconds), refused too.
+  o = GoodOptions();
+  o.shutdown_grace = absl::Seconds(std::numeric_limits<double>::quiet_NaN());
+  ExpectBadOptions(o, "--shutdown_grace_s must be in [0, 3600]");
+  o.shutdown_grace = absl::Seconds(-std::numeric_limits<double>::infinity());
+  ExpectBadOptions(o, "--shutdown_grace_s must be in [0, 3600]");
+  // --nnodes: 1..256 whatever --tp says (then it must divide --tp).
+  o = GoodOptions();
+  o.engine.backend = Backend::kCuda;
+  o.engine.nnodes = 257;
+  ExpectBadOptions(o, "--nnodes must be in [1, 256], got 257");
+  // Ports: 0..65535.
+  o = GoodOptions();
+  o.listen = "127.0.0.1:65535";
+  EXPECT_TRUE(ValidateServerOptions(o).ok());
+  o.listen = "127.0.0.1:-1";
+  ExpectBadOptions(o, "--listen: port must be an integer in [0, 65535]");
+  o = GoodOptions();
+  o.metrics_listen = "127.0.0.1:65536";
+  ExpectBadOptions(o, "--metrics_listen: port must be an integer in [0, 65535]");
+}
+
 TEST(ServerOptionsTest, MultiProcessFlags) {
   ServerOptions o = GoodOptions();
   o.engine.nnodes = 0;
-  ExpectBadOptions(o, "--nnodes must be >= 1");
+  ExpectBadOptions(o, "--nnodes must be in [1, 256], got 0");
   o = GoodOptions();
   o.engine.node_rank = 1;
   ExpectBadOptions(o, "--node_rank must be in [0, --nnodes) = [0, 1), got 1");
@@ -302,6 +383,54 @@ TEST(GrpcStatusTest, MapsEveryCodeAndKeepsTheMessage) {
   EXPECT_STREQ(GrpcCodeName(grpc::StatusCode::RESOURCE_EXHAUSTED), "RESOURCE_EXHAUSTED");
 }
 
+// A result with a NaN or an infinity is an INTERNAL error naming the sequence position of the first one.
+TEST(FiniteResultTest, NamesThePositionOfTheFirstNonFiniteValue) {
+  ScoreRequest request;
+  request.tokens = {1, 2, 3, 4, 5, 6, 7};
+  request.score_from = 3;  // positions 3..6
+  ScoreResult result;
+  result.logprob = {-1.0f, -2.5f, -0.1f, -7.0f};
+  result.num_scored = 4;
+  EXPECT_TRUE(CheckFiniteResult(request, result).ok());
+  result.entropy = {0.5f, 1.0f, 2.0f, 0.0f};
+  result.top_k = {{{1, -0.5f}}, {{2, -1.0f}}, {{3, -0.1f}}, {{4, -3.0f}}};
+  EXPECT_TRUE(CheckFiniteResult(request, result).ok());
+
+  ScoreResult nan = result;
+  nan.logprob[2] = std::numeric_limits<float>::quiet_NaN();
+  nan.logprob[3] = std::numeric_limits<float>::quiet_NaN();
+  absl::Status s = CheckFiniteResult(request, nan);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(s.message(),
+            "non-finite log-probability (nan) at position 5 (NaN/Inf in the model's activations)");
+
+  ScoreResult inf = result;
+  inf.logprob[0] = -std::numeric_limits<float>::infinity();
+  EXPECT_THAT(std::string(CheckFiniteResult(request, inf).message()),
+              HasSubstr("non-finite log-probability (-inf) at position 3"));
+  ScoreResult entropy = result;
+  entropy.entropy[1] = std::numeric_limits<float>::infinity();
+  EXPECT_THAT(std::string(CheckFiniteResult(request, entropy).message()),
+              HasSubstr("non-finite entropy (inf) at position 4"));
+  ScoreResult top_k = result;
+  top_k.top_k[3][0].logprob = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THAT(std::string(CheckFiniteResult(request, top_k).message()),
+              HasSubstr("non-finite top-k log-probability (nan) at position 6"));
+  ScoreResult reference = result;
+  reference.ref_logprob = {-1.0f, -2.0f, -3.0f, -4.0f};
+  reference.kld = {0.0f, 0.1f, 0.2f, 0.3f};
+  EXPECT_TRUE(CheckFiniteResult(request, reference).ok());
+  reference.kld[2] = std::numeric_limits<float>::infinity();
+  EXPECT_THAT(std::string(CheckFiniteResult(request, reference).message()),
+              HasSubstr("non-finite KL divergence (inf) at position 5"));
+  reference.ref_logprob[1] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THAT(std::string(CheckFiniteResult(request, reference).message()),
+              HasSubstr("non-finite reference log-probability (nan) at position 4"));
+  // score_from below 1 acts as 1.
+  request.score_from = 0;
+  EXPECT_THAT(std::string(CheckFiniteResult(request, nan).message()), HasSubstr("at position 3"));
+}
+
 TEST(MetricsTest, ExposesEveryFamily) {
   auto m = Metrics::Create("");
   ASSERT_TRUE(m.ok());
@@ -317,7 +446,11 @@ TEST(MetricsTest, ExposesEveryFamily) {
   (*m)->RecordBatch(300, 299);
   (*m)->SetQueueDepth(3);
   (*m)->SetDeviceMemory({{100, 1000}});
+  EXPECT_THAT((*m)->Serialize(), HasSubstr("scored_nonfinite_results_total 0")) << "present from the start";
+  (*m)->RecordNonFiniteResult();
+  (*m)->RecordNonFiniteResult();
   const std::string text = (*m)->Serialize();
+  EXPECT_THAT(text, HasSubstr("scored_nonfinite_results_total 2"));
   EXPECT_THAT(text, HasSubstr("scored_requests_total{code=\"OK\",method=\"Score\"} 1"));
   EXPECT_THAT(text, HasSubstr("scored_requests_total{code=\"INVALID_ARGUMENT\",method=\"Score\"} 1"));
   EXPECT_THAT(text, HasSubstr("scored_request_latency_seconds_count{method=\"Score\"} 2"));
@@ -408,6 +541,9 @@ TEST(FaultInjectionTest, Parses) {
   EXPECT_EQ(ParseFaultInjection("fatal_after:7")->fatal_after_ms, -1);
   EXPECT_EQ(ParseFaultInjection("fatal_after_ms:1500")->fatal_after_ms, 1500);
   EXPECT_EQ(ParseFaultInjection("slow_load_ms:20000")->slow_load_ms, 20000);
+  EXPECT_EQ(ParseFaultInjection("slow_load_ms:1000000000")->slow_load_ms, 1000000000);
+  EXPECT_THAT(std::string(ParseFaultInjection("fatal_after_ms:2000000000").status().message()),
+              HasSubstr("with N, T in [0, 1000000000]"));
   EXPECT_EQ(ParseFaultInjection("slow_load_ms:20000")->fatal_after_ms, -1);
   EXPECT_FALSE(ParseFaultInjection("slow_load_ms:-1").ok());
   EXPECT_EQ(ParseFaultInjection("fatal_after_ms:1500")->fatal_after_batches, -1);
@@ -415,7 +551,8 @@ TEST(FaultInjectionTest, Parses) {
   EXPECT_EQ(ParseFaultInjection("device_trap_after:3")->fatal_after_batches, -1);
   EXPECT_EQ(ParseFaultInjection("fatal_after:3")->device_trap_after_batches, -1);
   for (const char* bad : {"fatal_after:", "fatal_after:-1", "fatal_after:x", "crash", "fatal_after_ms:-5",
-                          "fatal_after_ms:", "device_trap_after:", "device_trap_after:-2"}) {
+                          "fatal_after_ms:", "device_trap_after:", "device_trap_after:-2",
+                          "slow_load_ms:1000000001", "fatal_after:99999999999"}) {
     EXPECT_EQ(ParseFaultInjection(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }

@@ -1,5 +1,9 @@
 #include "engine/model/weights.h"
 
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -316,6 +320,91 @@ TEST(WeightsTest, Nvfp4W4A4IsRunWeightOnlyWithANote) {
   ASSERT_TRUE(m2.ok()) << m2.status();
   EXPECT_FALSE((*m2)->layers()[0].q_proj.w4a4_run_weight_only);
   EXPECT_THAT((*m2)->summary().notes, ::testing::Not(HasSubstr("W4A4")));
+}
+
+// A corrupted checkpoint with a NaN or an infinity in a quantization parameter, a norm or a bias used to
+// load and serve NaN log-probabilities; each is refused at load, naming the file, the tensor and the index.
+TEST(WeightsTest, NonFiniteScalesNormsAndBiasesAreRefusedNamingTheTensor) {
+  struct Case {
+    std::string what;
+    std::function<void(TinyModel*)> apply;
+    std::vector<std::string> fragments;
+  };
+  auto set_u16 = [](StTensor* t, size_t index, uint16_t bits) {
+    std::memcpy(&t->bytes[index * 2], &bits, 2);
+  };
+  const std::vector<Case> cases = {
+      {"bf16 NaN in a group scale",
+       [&](TinyModel* m) {
+         m->PackInt4Group16(false);
+         set_u16(&m->tensors["model.layers.1.mlp.up_proj.weight_scale"], 5, 0x7fc0);
+       },
+       {"tensor 'model.layers.1.mlp.up_proj.weight_scale' holds a NaN or an infinity at index 5 (BF16)",
+        "a quantization scale must be finite"}},
+      {"bf16 -inf in a group scale",
+       [&](TinyModel* m) {
+         m->PackInt4Group16(true);
+         set_u16(&m->tensors["model.layers.0.self_attn.k_proj.weight_scale"], 0, 0xff80);
+       },
+       {"'model.layers.0.self_attn.k_proj.weight_scale' holds a NaN or an infinity at index 0"}},
+      {"fp8 NaN in an nvfp4 block scale",
+       [&](TinyModel* m) {
+         m->Nvfp4(false);
+         m->tensors["model.layers.0.mlp.down_proj.weight_scale"].bytes[7] = '\x7f';
+       },
+       {"'model.layers.0.mlp.down_proj.weight_scale' holds a NaN or an infinity at index 7 (F8_E4M3)"}},
+      {"inf nvfp4 global scale",
+       [&](TinyModel* m) {
+         m->Nvfp4(false);
+         m->tensors["model.layers.1.self_attn.o_proj.weight_global_scale"].bytes =
+             testing_util::Bytes(std::vector<float>{std::numeric_limits<float>::infinity()});
+       },
+       {"'model.layers.1.self_attn.o_proj.weight_global_scale' holds a NaN or an infinity at index 0 (F32)",
+        "a global scale must be finite"}},
+      {"zero nvfp4 global scale",
+       [&](TinyModel* m) {
+         m->Nvfp4(false);
+         m->tensors["model.layers.1.self_attn.o_proj.weight_global_scale"].bytes =
+             testing_util::Bytes(std::vector<float>{0.0f});
+       },
+       {"'model.layers.1.self_attn.o_proj.weight_global_scale' is 0"}},
+      {"NaN in a norm weight",
+       [&](TinyModel* m) {
+         set_u16(&m->tensors["model.layers.1.post_attention_layernorm.weight"], 31, 0x7fc1);
+       },
+       {"'model.layers.1.post_attention_layernorm.weight' holds a NaN or an infinity at index 31",
+        "a norm weight must be finite"}},
+      {"NaN in the final norm",
+       [&](TinyModel* m) { set_u16(&m->tensors["model.norm.weight"], 2, 0xffc0); },
+       {"'model.norm.weight' holds a NaN or an infinity at index 2"}},
+  };
+  for (const Case& c : cases) {
+    TempDir dir;
+    TinyModel t;
+    c.apply(&t);
+    auto m = t.WriteAndLoad(dir);
+    ASSERT_FALSE(m.ok()) << c.what;
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << c.what;
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr(dir.path() + "/model.safetensors")) << c.what;
+    for (const std::string& f : c.fragments)
+      EXPECT_THAT(std::string(m.status().message()), HasSubstr(f)) << c.what;
+  }
+  // Finite extremes pass (the largest finite bf16, fp8 448, a negative scale), and dense weight values are
+  // not scanned: a NaN there is caught per request at scoring time.
+  TempDir dir;
+  TinyModel t;
+  t.PackInt4Group16(false);
+  set_u16(&t.tensors["model.layers.0.mlp.gate_proj.weight_scale"], 0, 0x7f7f);
+  set_u16(&t.tensors["model.layers.0.mlp.gate_proj.weight_scale"], 1, 0xc000);
+  set_u16(&t.tensors["lm_head.weight"], 3, 0x7fc0);
+  auto ok = t.WriteAndLoad(dir);
+  EXPECT_TRUE(ok.ok()) << ok.status();
+  TempDir dir2;
+  TinyModel f8;
+  f8.Nvfp4(false);
+  f8.tensors["model.layers.0.mlp.down_proj.weight_scale"].bytes[7] = '\x7e';  // 448, E4M3's largest
+  auto ok2 = f8.WriteAndLoad(dir2);
+  EXPECT_TRUE(ok2.ok()) << ok2.status();
 }
 
 TEST(WeightsTest, UnsupportedQuantizationFailsAtLoad) {
