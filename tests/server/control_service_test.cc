@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/server/test_certs.h"
 
 namespace scored {
 namespace {
@@ -561,49 +562,28 @@ TEST(ControlServiceTest, WrongOrMissingTokenIsRefusedAndLogged) {
 //   ca.pem/key      the cluster's CA
 //   node.pem/key    CN=localhost, SAN IP:127.0.0.1 + DNS:localhost, serverAuth + clientAuth, signed by ca
 //   chain.pem       node.pem then ca.pem (a certificate file that holds its root: TLS without a CA flag)
-class Certs {
- public:
-  static const Certs* Get() {
-    static const Certs* certs = [] {
-      auto* c = new Certs();
-      if (!c->Make()) {
-        delete c;
-        return static_cast<Certs*>(nullptr);
-      }
-      return c;
-    }();
-    return certs;
-  }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-
- private:
-  bool Make() {
-    char tmpl[] = "/tmp/scored_control_certs_XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) return false;
-    dir_ = tmpl;
-    const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-    const std::string script = absl::StrCat(
-        "set -e; cd '", dir_, "'\n", "openssl req -x509 ", ec,
-        " -keyout ca.key -out ca.pem -days 30 -subj '/CN=scored control test CA' ",
-        "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign\n",
-        "openssl req -new ", ec, " -keyout node.key -out node.csr -subj '/CN=localhost'\n",
-        "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n",
-        "extendedKeyUsage=serverAuth,clientAuth\\n' > node.ext\n",
-        "openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -set_serial 2 -days 30 ",
-        "-extfile node.ext -out node.pem\n", "cat node.pem ca.pem > chain.pem\n",
-        "openssl verify -CAfile ca.pem node.pem\n");
-    std::ofstream(path("make.sh")) << script;
-    const std::string command = absl::StrCat("bash '", path("make.sh"), "' > '", path("make.log"), "' 2>&1");
-    return std::system(command.c_str()) == 0;
-  }
-  std::string dir_;
-};
+const testing::TestCerts* Certs() {
+  const std::string ec = testing::kOpensslEcKey;
+  const std::string script = absl::StrCat(
+      "openssl req -x509 ", ec, " -keyout ca.key -out ca.pem -days 30 -subj '/CN=scored control test CA' ",
+      "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign\n",
+      "openssl req -new ", ec, " -keyout node.key -out node.csr -subj '/CN=localhost'\n",
+      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n",
+      "extendedKeyUsage=serverAuth,clientAuth\\n' > node.ext\n",
+      "openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -set_serial 2 -days 30 ",
+      "-extfile node.ext -out node.pem\n", "cat node.pem ca.pem > chain.pem\n",
+      "openssl verify -CAfile ca.pem node.pem\n");
+  std::string error;
+  const testing::TestCerts* certs = testing::TestCerts::Get("scored_control_certs", script, &error);
+  if (certs == nullptr) ADD_FAILURE() << "making the test certificates failed:\n" << error;
+  return certs;
+}
 
 class ControlServiceTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::system("openssl version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl command line";
-    certs_ = Certs::Get();
+    if (!testing::HaveOpenssl()) GTEST_SKIP() << "no openssl command line";
+    certs_ = Certs();
     ASSERT_NE(certs_, nullptr) << "making the test certificates failed";
   }
   ControlSecurity Tls(const std::string& token = "") const {
@@ -619,7 +599,7 @@ class ControlServiceTlsTest : public ::testing::Test {
     s.tls.client_ca_file = certs_->path("ca.pem");
     return s;
   }
-  const Certs* certs_ = nullptr;
+  const testing::TestCerts* certs_ = nullptr;
 };
 
 TEST_F(ControlServiceTlsTest, TlsAndTokenWork) {

@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "scored/v1/scorer.grpc.pb.h"
 #include "tests/server/scored_process.h"
+#include "tests/server/test_certs.h"
 
 namespace scored {
 namespace {
@@ -61,65 +62,33 @@ void WriteFile(const std::string& path, const std::string& text) {
 //   expired.pem         the same key and names, notAfter in the past
 //   client.pem/key      client certificate signed by ca
 //   other_client.pem    the same client key, signed by other_ca
-class Certs {
- public:
-  static const Certs* Get() {
-    static const Certs* certs = [] {
-      auto* c = new Certs();
-      if (!c->Make()) {
-        delete c;
-        return static_cast<Certs*>(nullptr);
-      }
-      return c;
-    }();
-    return certs;
-  }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-  const std::string& error() const { return error_; }
-
- private:
-  bool Make() {
-    char tmpl[] = "/tmp/scored_certs_XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) return false;
-    dir_ = tmpl;
-    const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-    const std::string script = absl::StrCat(
-        "set -e; cd '", dir_, "'\n", "openssl req -x509 ", ec,
-        " -keyout ca.key -out ca.pem -days 30 -subj '/CN=scored test CA' ",
-        "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign\n",
-        "openssl req -x509 ", ec, " -keyout other_ca.key -out other_ca.pem -days 30 ",
-        "-subj '/CN=unrelated CA' ",
-        "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign\n",
-        "openssl req -new ", ec, " -keyout server.key -out server.csr -subj '/CN=localhost'\n",
-        "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n",
-        "extendedKeyUsage=serverAuth\\n' > server.ext\n",
-        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -set_serial 2 -days 30 ",
-        "-extfile server.ext -out server.pem\n",
-        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -set_serial 3 -days -1 ",
-        "-extfile server.ext -out expired.pem\n", "openssl req -new ", ec,
-        " -keyout client.key -out client.csr -subj '/CN=scored test client'\n",
-        "printf 'basicConstraints=CA:FALSE\\nextendedKeyUsage=clientAuth\\n' > client.ext\n",
-        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -set_serial 4 -days 30 ",
-        "-extfile client.ext -out client.pem\n",
-        "openssl x509 -req -in client.csr -CA other_ca.pem -CAkey other_ca.key -set_serial 5 -days 30 ",
-        "-extfile client.ext -out other_client.pem\n",
-        "openssl verify -CAfile ca.pem server.pem client.pem\n",
-        "! openssl verify -CAfile ca.pem expired.pem\n");
-    WriteFile(path("make.sh"), script);
-    const std::string command = absl::StrCat("bash '", path("make.sh"), "' > '", path("make.log"), "' 2>&1");
-    const int rc = std::system(command.c_str());
-    if (rc != 0) {
-      error_ = ReadFile(path("make.log"));
-      return false;
-    }
-    return true;
-  }
-
-  std::string dir_;
-  std::string error_;
-};
-
-bool HaveOpenssl() { return std::system("openssl version > /dev/null 2>&1") == 0; }
+const testing::TestCerts* Certs() {
+  const std::string ec = testing::kOpensslEcKey;
+  const std::string script = absl::StrCat(
+      "openssl req -x509 ", ec, " -keyout ca.key -out ca.pem -days 30 -subj '/CN=scored test CA' ",
+      "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign\n",
+      "openssl req -x509 ", ec, " -keyout other_ca.key -out other_ca.pem -days 30 ",
+      "-subj '/CN=unrelated CA' ",
+      "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign\n",
+      "openssl req -new ", ec, " -keyout server.key -out server.csr -subj '/CN=localhost'\n",
+      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n",
+      "extendedKeyUsage=serverAuth\\n' > server.ext\n",
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -set_serial 2 -days 30 ",
+      "-extfile server.ext -out server.pem\n",
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -set_serial 3 -days -1 ",
+      "-extfile server.ext -out expired.pem\n", "openssl req -new ", ec,
+      " -keyout client.key -out client.csr -subj '/CN=scored test client'\n",
+      "printf 'basicConstraints=CA:FALSE\\nextendedKeyUsage=clientAuth\\n' > client.ext\n",
+      "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -set_serial 4 -days 30 ",
+      "-extfile client.ext -out client.pem\n",
+      "openssl x509 -req -in client.csr -CA other_ca.pem -CAkey other_ca.key -set_serial 5 -days 30 ",
+      "-extfile client.ext -out other_client.pem\n", "openssl verify -CAfile ca.pem server.pem client.pem\n",
+      "! openssl verify -CAfile ca.pem expired.pem\n");
+  std::string error;
+  const testing::TestCerts* certs = testing::TestCerts::Get("scored_certs", script, &error);
+  if (certs == nullptr) ADD_FAILURE() << "making the test certificates failed:\n" << error;
+  return certs;
+}
 
 std::vector<std::string> BaseArgs() {
   return {"--model=" + scored::testing::StoriesModelDir(), "--backend=cpu", "--batch_timeout_us=0"};
@@ -207,14 +176,14 @@ bool WaitForMetric(const ScoredProcess& p, const std::string& sample, double wan
 class SecurityE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!HaveOpenssl()) GTEST_SKIP() << "no openssl command line to make test certificates";
-    certs_ = Certs::Get();
+    if (!testing::HaveOpenssl()) GTEST_SKIP() << "no openssl command line to make test certificates";
+    certs_ = Certs();
     ASSERT_NE(certs_, nullptr) << "making the test certificates failed";
   }
   std::vector<std::string> TlsArgs(const std::string& cert = "server.pem") const {
     return {"--tls_cert=" + certs_->path(cert), "--tls_key=" + certs_->path("server.key")};
   }
-  const Certs* certs_ = nullptr;
+  const testing::TestCerts* certs_ = nullptr;
 };
 
 TEST_F(SecurityE2eTest, TlsWithTheRightCaWorksAndPlaintextDoesNot) {
