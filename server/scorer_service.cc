@@ -593,29 +593,27 @@ grpc::ServerUnaryReactor* ScorerService::Tokenize(grpc::CallbackServerContext* c
   const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::Status status = Admit(config_, *context);
-  v1::TokenizeRequest request_message;
-  v1::TokenizeRequest* const request = &request_message;
-  v1::TokenizeResponse response_message;
-  v1::TokenizeResponse* const response = &response_message;
-  if (status.ok()) status = ParseRequest(*raw_request, request, nullptr);
+  v1::TokenizeRequest request;
+  v1::TokenizeResponse response;
+  if (status.ok()) status = ParseRequest(*raw_request, &request, nullptr);
   if (status.ok() && config_.tokenizer == nullptr) {
     status = absl::FailedPreconditionError("the model folder has no tokenizer");
   }
   if (status.ok()) {
     absl::StatusOr<std::vector<int32_t>> ids =
-        TokenizeWithBos(*config_.tokenizer, request->text(), request->has_add_bos(), request->add_bos());
+        TokenizeWithBos(*config_.tokenizer, request.text(), request.has_add_bos(), request.add_bos());
     if (!ids.ok()) {
       status = ids.status();
     } else {
-      response->mutable_ids()->Assign(ids->begin(), ids->end());
-      if (request->want_byte_lengths()) {
+      response.mutable_ids()->Assign(ids->begin(), ids->end());
+      if (request.want_byte_lengths()) {
         for (int32_t id : *ids) {
-          response->add_byte_lengths(static_cast<int32_t>(config_.tokenizer->TokenByteLength(id)));
+          response.add_byte_lengths(static_cast<int32_t>(config_.tokenizer->TokenByteLength(id)));
         }
       }
     }
   }
-  if (status.ok()) *raw_response = Serialize(response_message);
+  if (status.ok()) *raw_response = Serialize(response);
   const grpc::Status g = ToGrpcStatus(status);
   config_.metrics->RecordRequest("Tokenize", g.error_code(), SecondsSince(start));
   reactor->Finish(g);
