@@ -3,10 +3,15 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/message.h"
 #include "server/grpc_status.h"
 
 namespace scored {
@@ -33,6 +38,139 @@ absl::Status ExplainCancel(const absl::Status& status, absl::Time deadline) {
   return status;
 }
 
+// What a walk over a message's wire bytes found; used only once the real parse has failed, to say why.
+struct WireScan {
+  std::string problem;  // the first problem found; empty: none found
+  bool has_request_id = false;
+  uint64_t request_id = 0;  // top-level field `request_id` (a varint), when it could be read
+};
+
+// The offset of the first byte of `s` that does not start a UTF-8 sequence as protobuf requires of a
+// proto3 string (no overlong forms, no surrogates, nothing past U+10FFFF); npos when `s` is valid.
+size_t FirstInvalidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto lead = static_cast<unsigned char>(s[i]);
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    uint32_t cp = 0;
+    uint32_t min_cp = 0;
+    if ((lead & 0xE0) == 0xC0) {
+      len = 2, cp = lead & 0x1F, min_cp = 0x80;
+    } else if ((lead & 0xF0) == 0xE0) {
+      len = 3, cp = lead & 0x0F, min_cp = 0x800;
+    } else if ((lead & 0xF8) == 0xF0) {
+      len = 4, cp = lead & 0x07, min_cp = 0x10000;
+    } else {
+      return i;
+    }
+    if (i + len > s.size()) return i;
+    for (size_t k = 1; k < len; ++k) {
+      const auto next = static_cast<unsigned char>(s[i + k]);
+      if ((next & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (next & 0x3F);
+    }
+    if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+// Nested messages deeper than this are not looked into (the request messages nest two levels).
+constexpr int kMaxScanDepth = 8;
+
+// Walks `bytes` as a `type` message by the wire format alone, looking into nested message fields and
+// checking the UTF-8 of every string field (protobuf's parser refuses a proto3 string that is not UTF-8
+// but does not say which). `path` prefixes field names ("text." for ScoreRequest.text). Stops at the first
+// bytes the wire format cannot explain (a truncated field, a bad tag or wire type).
+void ScanWire(std::string_view bytes, const google::protobuf::Descriptor& type, const std::string& path,
+              int depth, WireScan* scan) {
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  const auto note = [scan](std::string problem) {
+    if (scan->problem.empty()) scan->problem = std::move(problem);
+  };
+  while (in.CurrentPosition() < static_cast<int>(bytes.size())) {
+    const int at = in.CurrentPosition();
+    const uint32_t tag = in.ReadTag();  // 0 on a malformed or truncated tag
+    const int number = static_cast<int>(tag >> 3);
+    const uint32_t wire_type = tag & 7;
+    const google::protobuf::FieldDescriptor* field = number > 0 ? type.FindFieldByNumber(number) : nullptr;
+    const std::string name = field != nullptr ? path + field->name() : absl::StrCat(path, "#", number);
+    bool ok = number > 0;
+    if (ok && wire_type == 0) {  // varint
+      uint64_t value = 0;
+      ok = in.ReadVarint64(&value);
+      if (ok && depth == 0 && field != nullptr && field->name() == "request_id") {
+        scan->has_request_id = true;
+        scan->request_id = value;
+      }
+    } else if (ok && wire_type == 1) {  // fixed64
+      ok = in.Skip(8);
+    } else if (ok && wire_type == 5) {  // fixed32
+      ok = in.Skip(4);
+    } else if (ok && wire_type == 2) {  // length-delimited: string, bytes, message or packed
+      uint32_t length = 0;
+      ok = in.ReadVarint32(&length) &&
+           static_cast<uint64_t>(in.CurrentPosition()) + length <= static_cast<uint64_t>(bytes.size());
+      if (ok) {
+        const std::string_view value = bytes.substr(static_cast<size_t>(in.CurrentPosition()), length);
+        ok = in.Skip(static_cast<int>(length));
+        if (field != nullptr && field->type() == google::protobuf::FieldDescriptor::TYPE_STRING) {
+          const size_t bad = FirstInvalidUtf8(value);
+          if (bad != std::string_view::npos) {
+            note(absl::StrCat("invalid UTF-8 in field ", name, " (at byte ", bad, " of the string)"));
+          }
+        } else if (field != nullptr && field->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE &&
+                   depth < kMaxScanDepth) {
+          ScanWire(value, *field->message_type(), name + ".", depth + 1, scan);
+        }
+      }
+    } else {
+      ok = false;  // groups (3, 4) are not used by proto3; 6 and 7 do not exist
+    }
+    if (!ok) {
+      note(absl::StrCat("truncated or malformed protobuf at byte ", at,
+                        path.empty() ? "" : absl::StrCat(" of field ", path.substr(0, path.size() - 1)),
+                        " (field ", name, ")"));
+      return;
+    }
+  }
+}
+
+// Parses the received bytes as `message`. INVALID_ARGUMENT naming the problem when they do not parse;
+// `request_id` (may be null) then receives the message's field request_id if it could be read.
+absl::Status ParseRequest(const grpc::ByteBuffer& buffer, google::protobuf::Message* message,
+                          uint64_t* request_id) {
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (buffer.Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices)
+      bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  if (message->ParseFromString(bytes)) return absl::OkStatus();
+  WireScan scan;
+  ScanWire(bytes, *message->GetDescriptor(), "", 0, &scan);
+  if (request_id != nullptr && scan.has_request_id) *request_id = scan.request_id;
+  const std::string& type = message->GetDescriptor()->name();
+  return absl::InvalidArgumentError(
+      absl::StrCat("request is not a valid ", type, ": ",
+                   scan.problem.empty() ? absl::StrCat("the bytes do not parse as a ", type) : scan.problem));
+}
+
+// Serializes a response for a raw-bytes method.
+grpc::ByteBuffer Serialize(const google::protobuf::Message& message) {
+  grpc::ByteBuffer buffer;
+  bool own_buffer = false;
+  // Cannot fail for a message built in memory (only a size over 2 GiB could, far past any reply here).
+  grpc::SerializationTraits<google::protobuf::Message>::Serialize(message, &buffer, &own_buffer)
+      .IgnoreError();
+  return buffer;
+}
+
 // Every Scorer call first passes here: the bearer token (if configured), then the engine's health.
 absl::Status Admit(const ScorerService::Config& config, const grpc::CallbackServerContext& context) {
   if (config.auth != nullptr) {
@@ -47,27 +185,32 @@ absl::Status Admit(const ScorerService::Config& config, const grpc::CallbackServ
 }
 
 // A ScoreStream refused before its first read (no token, failed engine): finishes at once.
-class RejectedStreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1::ScoreResponse> {
+class RejectedStreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   explicit RejectedStreamReactor(const grpc::Status& status) { Finish(status); }
   void OnDone() override { delete this; }
 };
 
-// Unary Score: validate, queue, answer from the batcher's callback.
+// Unary Score: parse, validate, queue, answer from the batcher's callback.
 class ScoreReactor final : public grpc::ServerUnaryReactor {
  public:
   ScoreReactor(const ScorerService::Config* config, grpc::CallbackServerContext* context,
-               const v1::ScoreRequest* request, v1::ScoreResponse* response)
-      : config_(config), context_(context), request_(request), response_(response) {}
+               grpc::ByteBuffer* response)
+      : config_(config), context_(context), response_(response) {}
 
-  void Start() {
+  void Start(const grpc::ByteBuffer& raw_request) {
     absl::Status admitted = Admit(*config_, *context_);
     if (!admitted.ok()) {
       FinishWith(admitted);
       return;
     }
+    absl::Status parsed = ParseRequest(raw_request, &request_, nullptr);
+    if (!parsed.ok()) {
+      FinishWith(parsed);
+      return;
+    }
     absl::StatusOr<ScoreRequest> engine_request =
-        ToEngineRequest(*request_, config_->limits, config_->tokenizer);
+        ToEngineRequest(request_, config_->limits, config_->tokenizer);
     if (!engine_request.ok()) {
       FinishWith(engine_request.status());
       return;
@@ -111,7 +254,9 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
       FinishWith(ExplainCancel(result.status(), CallDeadline(context_)));
       return;
     }
-    FillScoreResponse(engine_request_, *result, request_->has_text(), request_->request_id(), response_);
+    v1::ScoreResponse response;
+    FillScoreResponse(engine_request_, *result, request_.has_text(), request_.request_id(), &response);
+    *response_ = Serialize(response);
     FinishWith(absl::OkStatus());
   }
 
@@ -123,8 +268,8 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
 
   const ScorerService::Config* const config_;
   grpc::CallbackServerContext* const context_;
-  const v1::ScoreRequest* const request_;
-  v1::ScoreResponse* const response_;
+  v1::ScoreRequest request_;  // parsed by Start
+  grpc::ByteBuffer* const response_;
   const absl::Time start_ = absl::Now();
   ScoreRequest engine_request_;
   absl::Mutex mu_;
@@ -139,13 +284,16 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
 // decided but not yet started, and Finish is only decided when nothing is busy, pending, being
 // written or (unless the stream is ending) being read, so `this` stays alive while a thread holds an
 // operation to run; a thread left with nothing to run must not touch it again (Perform).
-class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1::ScoreResponse> {
+//
+// Messages travel as bytes: each read is parsed here (one that does not parse is answered with an error
+// response, not taken as the end of the stream) and each response is serialized when it is queued.
+class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamReactor(ScorerService* service, grpc::CallbackServerContext* context)
       : service_(service), config_(&service->config()), context_(context) {}
 
   struct Actions {
-    const v1::ScoreResponse* write = nullptr;
+    const grpc::ByteBuffer* write = nullptr;
     bool read = false;
     bool finish = false;
     grpc::Status status;
@@ -207,10 +355,13 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
       Perform(this, a);
       return;
     }
-    v1::ScoreRequest request = std::move(read_buf_);
-    read_buf_.Clear();
+    grpc::ByteBuffer raw;
+    raw.Swap(&read_buf_);
     const absl::Time start = absl::Now();
-    const uint64_t request_id = request.request_id();
+    v1::ScoreRequest request;
+    uint64_t request_id = 0;  // read from the raw bytes when they do not parse
+    const absl::Status parsed = ParseRequest(raw, &request, &request_id);
+    if (parsed.ok()) request_id = request.request_id();
     const bool echo = request.has_text();
 
     absl::Status error;
@@ -222,6 +373,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
     }
     if (draining) {
       error = absl::UnavailableError("the server is shutting down");
+    } else if (!parsed.ok()) {
+      error = parsed;
     } else {
       engine_request = ToEngineRequest(request, config_->limits, config_->tokenizer);
       if (!engine_request.ok()) error = engine_request.status();
@@ -301,8 +454,12 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
   // `ticket` is written by OnReadDone under mu_ before OnResult can take mu_.
   void OnResult(const ScoreRequest& request, const std::shared_ptr<uint64_t>& ticket, uint64_t request_id,
                 bool echo, absl::Time start, absl::StatusOr<ScoreResult> result) {
-    v1::ScoreResponse response;
-    if (result.ok()) FillScoreResponse(request, *result, echo, request_id, &response);
+    grpc::ByteBuffer response;
+    if (result.ok()) {
+      v1::ScoreResponse message;
+      FillScoreResponse(request, *result, echo, request_id, &message);
+      response = Serialize(message);
+    }
     Actions a;
     {
       absl::MutexLock lock(&mu_);
@@ -328,7 +485,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
     response.set_request_id(request_id);
     response.mutable_error()->set_code(static_cast<int32_t>(code));
     response.mutable_error()->set_message(std::string(status.message()));
-    responses_.push_back(std::move(response));
+    responses_.push_back(Serialize(response));
   }
 
   Actions DecideLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -369,10 +526,11 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
   ScorerService* const service_;
   const ScorerService::Config* const config_;
   grpc::CallbackServerContext* const context_;
-  v1::ScoreRequest read_buf_;  // owned by the read in flight
+  grpc::ByteBuffer read_buf_;  // owned by the read in flight
 
   absl::Mutex mu_;
-  std::deque<v1::ScoreResponse> responses_ ABSL_GUARDED_BY(mu_);  // front is being written if writing_
+  // Serialized ScoreResponses; the front is being written if writing_.
+  std::deque<grpc::ByteBuffer> responses_ ABSL_GUARDED_BY(mu_);
   std::set<uint64_t> tickets_ ABSL_GUARDED_BY(mu_);
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
   int busy_ ABSL_GUARDED_BY(mu_) = 0;
@@ -388,13 +546,13 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ScoreRequest, v1:
 ScorerService::ScorerService(Config config) : config_(std::move(config)) {}
 
 grpc::ServerUnaryReactor* ScorerService::Score(grpc::CallbackServerContext* context,
-                                               const v1::ScoreRequest* request, v1::ScoreResponse* response) {
-  auto* reactor = new ScoreReactor(&config_, context, request, response);
-  reactor->Start();
+                                               const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  auto* reactor = new ScoreReactor(&config_, context, response);
+  reactor->Start(*request);
   return reactor;
 }
 
-grpc::ServerBidiReactor<v1::ScoreRequest, v1::ScoreResponse>* ScorerService::ScoreStream(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ScorerService::ScoreStream(
     grpc::CallbackServerContext* context) {
   absl::Status admitted = Admit(config_, *context);
   if (!admitted.ok()) {
@@ -430,28 +588,32 @@ void ScorerService::BeginShutdown() {
 }
 
 grpc::ServerUnaryReactor* ScorerService::Tokenize(grpc::CallbackServerContext* context,
-                                                  const v1::TokenizeRequest* request,
-                                                  v1::TokenizeResponse* response) {
+                                                  const grpc::ByteBuffer* raw_request,
+                                                  grpc::ByteBuffer* raw_response) {
   const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::Status status = Admit(config_, *context);
+  v1::TokenizeRequest request;
+  v1::TokenizeResponse response;
+  if (status.ok()) status = ParseRequest(*raw_request, &request, nullptr);
   if (status.ok() && config_.tokenizer == nullptr) {
     status = absl::FailedPreconditionError("the model folder has no tokenizer");
   }
   if (status.ok()) {
     absl::StatusOr<std::vector<int32_t>> ids =
-        TokenizeWithBos(*config_.tokenizer, request->text(), request->has_add_bos(), request->add_bos());
+        TokenizeWithBos(*config_.tokenizer, request.text(), request.has_add_bos(), request.add_bos());
     if (!ids.ok()) {
       status = ids.status();
     } else {
-      response->mutable_ids()->Assign(ids->begin(), ids->end());
-      if (request->want_byte_lengths()) {
+      response.mutable_ids()->Assign(ids->begin(), ids->end());
+      if (request.want_byte_lengths()) {
         for (int32_t id : *ids) {
-          response->add_byte_lengths(static_cast<int32_t>(config_.tokenizer->TokenByteLength(id)));
+          response.add_byte_lengths(static_cast<int32_t>(config_.tokenizer->TokenByteLength(id)));
         }
       }
     }
   }
+  if (status.ok()) *raw_response = Serialize(response);
   const grpc::Status g = ToGrpcStatus(status);
   config_.metrics->RecordRequest("Tokenize", g.error_code(), SecondsSince(start));
   reactor->Finish(g);

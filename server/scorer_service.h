@@ -11,6 +11,13 @@
 //   Tokenize      the model's tokenizer, no engine involved.
 //   GetModelInfo  engine->info() plus the tokenizer's facts and the server version.
 //
+// Score, ScoreStream and Tokenize receive the request's raw bytes and parse them here, so that bytes which
+// are not the method's request message (invalid UTF-8 in a string field, a truncated or malformed
+// protobuf) are answered INVALID_ARGUMENT naming the problem: as the RPC status for Score and Tokenize, as
+// a response with `error` set (and the request_id, when field 1 could be read) inside ScoreStream, which
+// goes on. gRPC's generated handlers would instead answer a unary call with an empty UNIMPLEMENTED and
+// take a stream message that fails to parse as the client's half-close, silently dropping the rest.
+//
 // Thread-safety: gRPC calls the service from its own threads; the batcher completes requests from its
 // worker thread. Every reactor guards its state with its own mutex and calls gRPC operations outside
 // of it; a reactor is deleted by gRPC's OnDone, which can only follow Finish.
@@ -36,7 +43,12 @@ namespace scored {
 
 class StreamReactor;
 
-class ScorerService final : public v1::Scorer::CallbackService {
+// The raw-bytes methods plus the generated typed GetModelInfo (its empty request cannot fail to parse).
+using ScorerServiceBase = v1::Scorer::WithRawCallbackMethod_Score<
+    v1::Scorer::WithRawCallbackMethod_ScoreStream<v1::Scorer::WithRawCallbackMethod_Tokenize<
+        v1::Scorer::WithCallbackMethod_GetModelInfo<v1::Scorer::Service>>>>;
+
+class ScorerService final : public ScorerServiceBase {
  public:
   struct Config {
     Batcher* batcher = nullptr;            // not owned, outlives the service
@@ -52,12 +64,15 @@ class ScorerService final : public v1::Scorer::CallbackService {
 
   explicit ScorerService(Config config);
 
-  grpc::ServerUnaryReactor* Score(grpc::CallbackServerContext* context, const v1::ScoreRequest* request,
-                                  v1::ScoreResponse* response) override;
-  grpc::ServerBidiReactor<v1::ScoreRequest, v1::ScoreResponse>* ScoreStream(
+  // `request` holds a serialized ScoreRequest, `response` receives a serialized ScoreResponse.
+  grpc::ServerUnaryReactor* Score(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
+  // Reads serialized ScoreRequests, writes serialized ScoreResponses.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ScoreStream(
       grpc::CallbackServerContext* context) override;
-  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
-                                     v1::TokenizeResponse* response) override;
+  // `request` holds a serialized TokenizeRequest, `response` receives a serialized TokenizeResponse.
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const v1::GetModelInfoRequest* request,
                                          v1::ModelInfo* response) override;
