@@ -36,8 +36,10 @@ struct EngineOptions {
   std::string model_dir;  // HF-style folder: config.json, *.safetensors, tokenizer files
   // The reference model R (`--reference_model`), loaded next to this model Q for
   // ScoreRequest::want_reference; empty = none. Any supported format. CreateEngine refuses (INVALID_ARGUMENT
-  // naming both values) an R whose vocabulary size differs from Q's. The CPU backend only for now: the CUDA
-  // backend returns UNIMPLEMENTED. Both models are held at once (CPU: both decoded to fp32 in host memory).
+  // naming both values) an R whose vocabulary size differs from Q's. Both models are held at once (CPU: both
+  // decoded to fp32 in host memory; CUDA: both on the same GPUs with the same tp, R sharded like Q, the
+  // activations shared; RESOURCE_EXHAUSTED naming both models' weights and a --tp that would fit when they
+  // do not, checked before R is uploaded). max_seq_len 0 then means the smaller of the two models'.
   std::string reference_model_dir;
   Backend backend = Backend::kAuto;          // kAuto: CUDA if a GPU is present and built in, else CPU
   ComputeDtype dtype = ComputeDtype::kBf16;  // CUDA only; the CPU reference always computes in fp32/fp64

@@ -16,6 +16,9 @@ struct RowStatsOptions {
   int32_t top_k = 0;          // 0..kMaxTopK: the top_k (id, logprob) pairs, descending, ties by lower id
   bool want_rank = false;     // 1 + the number of ids with a strictly larger logit
   bool want_entropy = false;  // entropy of the predicted distribution, nats
+  // The comparison with the reference model (ScoreRequest::want_reference,
+  // engine/kernels/reference_compare.h)
+  bool want_reference = false;
 };
 
 }  // namespace scored

@@ -8,6 +8,7 @@
 #include "engine/cuda/row_chunks.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/logprob.h"
+#include "engine/kernels/reference_compare.h"
 #include "engine/kernels/rope.h"
 
 namespace scored::cuda {
@@ -22,6 +23,7 @@ enum class When {
   kAlways,
   kFp8Gemms,        // model.max_fp8_in_features > 0: real FP8 GEMMs
   kTensorParallel,  // tp_size > 1
+  kReference,       // a reference model is loaded
 };
 
 // One buffer of Activations: bytes = per_token * max_tokens + per_logits_row * LogitsRows(max_tokens) +
@@ -42,17 +44,33 @@ struct TableShape {
   int64_t max_scratch_elements = 0;  // DeviceModel's
   int64_t max_fp8_in_features = 0;   // DeviceModel's
   int tp_size = 1;
+  const ModelConfig* reference = nullptr;  // R's config, or null
 };
 
+// The decoder-layer activation shapes that hold both Q's and R's forward: the larger of each dimension.
+ModelConfig LargerOfEach(ModelConfig c, const ModelConfig* r) {
+  if (r == nullptr) return c;
+  c.hidden_size = std::max(c.hidden_size, r->hidden_size);
+  c.intermediate_size = std::max(c.intermediate_size, r->intermediate_size);
+  c.num_heads = std::max(c.num_heads, r->num_heads);
+  c.num_kv_heads = std::max(c.num_kv_heads, r->num_kv_heads);
+  c.head_dim = std::max(c.head_dim, r->head_dim);
+  return c;
+}
+
 // Every buffer of Activations, in allocation order.
-std::vector<BufferRow> ActivationTable(const ModelConfig& c, const TableShape& s) {
+std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const TableShape& s) {
+  const ModelConfig c = LargerOfEach(model_config, s.reference);
+  const ModelConfig& r = s.reference != nullptr ? *s.reference : model_config;  // R's (unused without one)
   const int64_t act = ActBytes(s.dtype);
   const int64_t hidden = c.hidden_size, inter = c.intermediate_size;
   const int64_t q_dim = c.num_heads * c.head_dim, qkv_dim = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
   const int64_t top_k = kernels::kMaxTopK, tp = s.tp_size;
   const int64_t stats = static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
   using A = Activations;
+  const int64_t ref_stats = static_cast<int64_t>(sizeof(kernels::ReferencePartialStats));
   constexpr When kAll = When::kAlways, kFp8 = When::kFp8Gemms, kTp = When::kTensorParallel;
+  constexpr When kRef = When::kReference;
   return {
       // buffer, what, when, per token, per logits row, fixed (, unestimated)
       {&A::residual, "the residual stream", kAll, hidden * 4},
@@ -69,7 +87,7 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& c, const TableShape& s
       {&A::logits, "the fp32 logits chunk", kAll, 0, c.vocab_size * 4},
       {&A::tokens, "token ids", kAll, 4},
       {&A::positions, "positions", kAll, 4},
-      {&A::rope_table, "the RoPE cos/sin table", kAll, c.head_dim * 4},
+      {&A::rope_table, "the RoPE cos/sin table", kAll, model_config.head_dim * 4},
       {&A::cu_seqlens, "sequence offsets", kAll, 4, 0, 0, 4},
       {&A::targets, "targets", kAll, 4},
       {&A::logprob, "logprobs", kAll, 8},
@@ -83,6 +101,14 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& c, const TableShape& s
       {&A::act_amax, "activation amax", kTp, 4},
       {&A::tp_topk_ids, "vocab-parallel top-k ids", kTp, 0, tp * top_k * 4},
       {&A::tp_topk_values, "vocab-parallel top-k logits", kTp, 0, tp * top_k * 4},
+      {&A::ref_normed, "the reference model's normed rows", kRef, r.hidden_size * act},
+      {&A::ref_rope_table, "the reference model's RoPE table", kRef, r.head_dim * 4},
+      {&A::ref_logits, "the reference model's fp32 logits chunk", kRef, 0, r.vocab_size * 4},
+      {&A::ref_stats, "the reference comparison's statistics", kRef, 0, tp * ref_stats},
+      {&A::ref_logprob, "reference logprobs", kRef, 8},
+      {&A::kld, "KL divergences", kRef, 8},
+      {&A::ref_greedy, "reference greedy flags", kRef, 1},
+      {&A::same_top, "top-1 agreement flags", kRef, 1},
   };
 }
 
@@ -94,18 +120,30 @@ bool Exists(const BufferRow& row, const TableShape& s) {
       return s.max_fp8_in_features > 0;
     case When::kTensorParallel:
       return s.tp_size > 1;
+    case When::kReference:
+      return s.reference != nullptr;
   }
   return false;
 }
 
-TableShape ShapeOf(const DeviceModel& model, int tp_size) {
+TableShape ShapeOf(const DeviceModel& model, int tp_size, const ReferenceModel* reference) {
   TableShape s;
   s.dtype = model.dtype;
   s.max_scratch_elements = model.max_scratch_elements;
   s.max_fp8_in_features = model.max_fp8_in_features;
   s.tp_size = tp_size;
+  if (reference != nullptr) {
+    s.reference = reference->config;
+    if (reference->model != nullptr) {
+      s.max_scratch_elements = std::max(s.max_scratch_elements, reference->model->max_scratch_elements);
+      s.max_fp8_in_features = std::max(s.max_fp8_in_features, reference->model->max_fp8_in_features);
+    }
+  }
   return s;
 }
+
+// Per token: the buffers every model has, and with a reference model its own (both scale with the batch).
+bool PerTokenRow(const BufferRow& row) { return row.when == When::kAlways || row.when == When::kReference; }
 
 }  // namespace
 
@@ -121,32 +159,35 @@ WeightScratch Activations::weight_scratch() const {
   return s;
 }
 
-int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype) {
+int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype,
+                                const ReferenceModel* reference) {
   TableShape s;
   s.dtype = dtype;
+  s.reference = reference != nullptr ? reference->config : nullptr;
   int64_t bytes = 0;
   for (const BufferRow& row : ActivationTable(config, s)) {
-    if (row.when == When::kAlways) bytes += row.per_token;
+    if (PerTokenRow(row) && Exists(row, s)) bytes += row.per_token;
   }
   return bytes;
 }
 
 int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens,
-                             int tp_size) {
-  const TableShape s = ShapeOf(model, tp_size);
+                             int tp_size, const ReferenceModel* reference) {
+  const TableShape s = ShapeOf(model, tp_size, reference);
   int64_t bytes = 0;
   for (const BufferRow& row : ActivationTable(config, s)) {
     if (!Exists(row, s)) continue;
     bytes += row.per_logits_row * LogitsRows(max_tokens) + row.fixed;
-    if (row.when != When::kAlways) bytes += row.per_token * max_tokens;  // not in ActivationBytesPerToken
+    if (!PerTokenRow(row)) bytes += row.per_token * max_tokens;  // not in ActivationBytesPerToken
   }
   return bytes;
 }
 
 absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const DeviceModel& model,
-                                                int64_t max_tokens, int tp_size) {
+                                                int64_t max_tokens, int tp_size,
+                                                const ReferenceModel* reference) {
   const int64_t t = max_tokens;
-  const TableShape s = ShapeOf(model, tp_size);
+  const TableShape s = ShapeOf(model, tp_size, reference);
   Activations a;
   a.max_tokens = max_tokens;
   for (const BufferRow& row : ActivationTable(config, s)) {
@@ -158,8 +199,13 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
   // A window's positions are < its length <= max_tokens: one table for every forward, built once here.
   SCORED_RETURN_IF_ERROR(kernels::RopeCosSinTable(model.rope_inv_freq.as<float>(), t, config.head_dim / 2,
                                                   a.rope_table.as<float>(), nullptr));
+  if (reference != nullptr) {
+    SCORED_RETURN_IF_ERROR(kernels::RopeCosSinTable(reference->model->rope_inv_freq.as<float>(), t,
+                                                    reference->config->head_dim / 2,
+                                                    a.ref_rope_table.as<float>(), nullptr));
+  }
   SCORED_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-  if (model.max_scratch_elements > 0) {
+  if (s.max_scratch_elements > 0) {
     SCORED_ASSIGN_OR_RETURN(a.dequant_stream, CudaStream::Create());
     for (int i = 0; i < 2; ++i) {
       SCORED_ASSIGN_OR_RETURN(a.weight_ready[i], CudaEvent::Create());

@@ -4,7 +4,11 @@
 //
 // One table (activations.cc, ActivationTable) lists every buffer with its size (bytes per token, per row of
 // the logits chunk, fixed) and the models it exists for; AllocateActivations allocates its rows and the
-// estimates sum them, so the two cannot disagree. Thread-safety: none (one engine thread).
+// estimates sum them, so the two cannot disagree.
+// With a reference model R (--reference_model), R's forward runs in the same buffers before Q's (they are
+// sized for the larger of the two models in every dimension); what must outlive it has its own buffers:
+// R's final normed rows, its RoPE table, its logits chunk, the comparison's statistics and results.
+// Thread-safety: none (one engine thread).
 #ifndef SCORED_ENGINE_CUDA_ACTIVATIONS_H_
 #define SCORED_ENGINE_CUDA_ACTIVATIONS_H_
 
@@ -22,6 +26,13 @@ namespace scored::cuda {
 // lm_head rows per GEMM: the fp32 logits chunk is [kLmHeadChunkTokens, vocab_size] (1 GiB at a 128k
 // vocabulary); cuBLASLt runs the 128256 x 4096 lm_head at ~706 TFLOP/s with 2048 rows (GPU.md).
 constexpr int64_t kLmHeadChunkTokens = 2048;
+
+// The reference model R of an engine started with --reference_model, on one rank (tp > 1: its shard and
+// LocalConfig), as the forward and the activation table see it.
+struct ReferenceModel {
+  const ModelConfig* config = nullptr;
+  const DeviceModel* model = nullptr;
+};
 
 // Reusable device memory of one forward; `act` is bf16 in bf16 mode, fp32 in fp32 mode.
 struct Activations {
@@ -69,6 +80,15 @@ struct Activations {
   DeviceBuffer act_amax;         // [max_tokens] fp32: W8A8 per-token amax of a row-parallel input
   DeviceBuffer tp_topk_ids;      // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] int32
   DeviceBuffer tp_topk_values;   // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] fp32
+  // With a reference model only, else empty (act and the logits' vocabulary columns: R's):
+  DeviceBuffer ref_normed;      // [max_tokens, hidden_size of R] act: R's final-norm output
+  DeviceBuffer ref_rope_table;  // [max_tokens, head_dim of R / 2, 2] fp32: R's RoPE (cos, sin)
+  DeviceBuffer ref_logits;      // [min(max_tokens, kLmHeadChunkTokens), vocab_size] fp32: R's logits chunk
+  DeviceBuffer ref_stats;    // [tp_size, min(max_tokens, kLmHeadChunkTokens)] kernels::ReferencePartialStats
+  DeviceBuffer ref_logprob;  // [max_tokens] double
+  DeviceBuffer kld;          // [max_tokens] double
+  DeviceBuffer ref_greedy;   // [max_tokens] uint8
+  DeviceBuffer same_top;     // [max_tokens] uint8
   // Row-chunk pipelining (tp_size > 1 only): every op of a layer runs per chunk of whole sequences on the
   // forward's stream; chunk c's sum over ranks (all-reduce or peer copy) runs on comm_stream after
   // chunk_ready[c] while the next chunks compute, and chunk c's next norm starts after chunk_reduced[c] (or
@@ -90,16 +110,19 @@ struct Activations {
 // scratch, and the buffers only models with FP8 GEMMs or tensor parallelism have. Their sum at max_tokens is
 // what AllocateActivations allocates, but for cu_seqlens' one entry past max_tokens (4 bytes, left out as it
 // always was). With tensor parallelism `config` is the rank's LocalConfig (engine/model/shard_plan.h) and
-// tp_size the number of ranks.
-int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype);
+// tp_size the number of ranks. `reference`: the reference model's buffers too (null: none); its `model` may
+// be null before it is uploaded (the estimate then assumes R needs no more weight scratch than `model`).
+int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype,
+                                const ReferenceModel* reference = nullptr);
 int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens,
-                             int tp_size = 1);
+                             int tp_size = 1, const ReferenceModel* reference = nullptr);
 
 // Allocates every buffer of the table for `model` (its dtype and scratch / FP8 sizes) and tp_size, creates
-// the streams and events, and fills the RoPE table (synchronizing the default stream).
+// the streams and events, and fills the RoPE tables (synchronizing the default stream).
 // RESOURCE_EXHAUSTED (naming the buffer) when the device cannot hold them.
 absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const DeviceModel& model,
-                                                int64_t max_tokens, int tp_size = 1);
+                                                int64_t max_tokens, int tp_size = 1,
+                                                const ReferenceModel* reference = nullptr);
 
 }  // namespace scored::cuda
 

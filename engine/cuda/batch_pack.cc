@@ -14,6 +14,11 @@ void HostResults::Resize(const PackedBatch& batch) {
   entropy.resize(batch.fb.options.want_entropy ? n : 0);
   top_ids.resize(n * top_k);
   top_lps.resize(n * top_k);
+  const int64_t compared = batch.fb.options.want_reference ? n : 0;
+  ref_logprob.resize(compared);
+  kld.resize(compared);
+  ref_greedy.resize(compared);
+  same_top.resize(compared);
 }
 
 PackedBatch PackBatch(absl::Span<const ScoreRequest* const> group) {
@@ -42,6 +47,7 @@ PackedBatch PackBatch(absl::Span<const ScoreRequest* const> group) {
     fb.options.top_k = std::max(fb.options.top_k, r.top_k);
     fb.options.want_rank = fb.options.want_rank || r.want_rank;
     fb.options.want_entropy = fb.options.want_entropy || r.want_entropy;
+    fb.options.want_reference = fb.options.want_reference || r.want_reference;
   }
   fb.num_tokens = static_cast<int64_t>(packed.tokens.size());
   fb.num_seqs = static_cast<int32_t>(group.size());
@@ -69,6 +75,14 @@ std::vector<ScoreResult> UnpackResults(absl::Span<const ScoreRequest* const> gro
         for (int32_t i = 0; i < r.top_k; ++i)
           entries[i] = {host.top_ids[row * top_k + i], host.top_lps[row * top_k + i]};
         result.top_k.push_back(std::move(entries));
+      }
+      if (r.want_reference) {
+        result.ref_logprob.push_back(static_cast<float>(host.ref_logprob[row]));
+        result.kld.push_back(static_cast<float>(host.kld[row]));
+        result.ref_greedy.push_back(host.ref_greedy[row]);
+        result.same_top.push_back(host.same_top[row]);
+        result.sum_ref_logprob += host.ref_logprob[row];
+        result.sum_kld += host.kld[row];
       }
     }
     result.num_scored = static_cast<int32_t>(result.logprob.size());

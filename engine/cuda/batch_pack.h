@@ -42,6 +42,11 @@ struct HostResults {
   std::vector<float> entropy;    // [n] if fb.options.want_entropy, else empty
   std::vector<int32_t> top_ids;  // [n, fb.options.top_k]
   std::vector<float> top_lps;    // [n, fb.options.top_k]
+  // If fb.options.want_reference, else empty: the comparison with the reference model per row.
+  std::vector<double> ref_logprob;  // [n]
+  std::vector<double> kld;          // [n]
+  std::vector<uint8_t> ref_greedy;  // [n]
+  std::vector<uint8_t> same_top;    // [n]
 
   // Sizes every array for the n = batch.fb.num_tokens rows and the options of `batch`.
   void Resize(const PackedBatch& batch);

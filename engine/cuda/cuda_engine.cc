@@ -30,6 +30,7 @@
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_trap.h"
 #include "engine/kernels/kernel_types.h"
+#include "engine/model/config.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/shard_plan.h"
 #include "engine/model/weights.h"
@@ -51,6 +52,17 @@ static_assert(EngineOptions::kMaxTpRowChunks == cuda::kMaxTpRowChunks,
               "EngineOptions::tp_row_chunks documents the row-chunk limit of engine/cuda/row_chunks.h");
 
 double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
+
+// `whose`: "" or "the reference model's " (messages).
+absl::Status CheckHeadDim(const ModelConfig& config, const char* whose) {
+  if (std::find(std::begin(kSupportedHeadDims), std::end(kSupportedHeadDims), config.head_dim) !=
+      std::end(kSupportedHeadDims)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(whose, "head_dim ", config.head_dim,
+                   " is not supported by the attention kernel (8..256, powers of 2)"));
+}
 
 class CudaEngine final : public Engine {
  public:
@@ -96,6 +108,8 @@ class CudaEngine final : public Engine {
   int64_t max_tokens_ = 0;
   ScoreLimits limits_;  // the Score contract's, set once the model is loaded
   std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<ModelWeights> reference_;  // the reference model R (--reference_model), or null
+  std::string reference_fingerprint_;
   std::vector<std::unique_ptr<Rank>> ranks_;                // [tp]
   std::vector<std::unique_ptr<cuda::RankWorker>> workers_;  // [tp] at tp > 1, else empty
   std::unique_ptr<cuda::PeerLink> peer_link_;               // tp 2 in one process, unless NCCL was asked for
@@ -134,10 +148,6 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
     return absl::InvalidArgumentError(
         absl::StrCat("--tp_exchange ", static_cast<int>(options.tp_exchange), ": want copy or nccl"));
   }
-  if (!options.reference_model_dir.empty()) {
-    return absl::UnimplementedError(
-        "--reference_model: the cuda backend does not load a reference model yet; run with --backend=cpu");
-  }
   const int devices = CudaDeviceCount();
   if (devices < 1) return absl::FailedPreconditionError("no usable CUDA device");
   std::unique_ptr<CudaEngine> engine(new CudaEngine());
@@ -147,12 +157,26 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
 
   SCORED_ASSIGN_OR_RETURN(engine->weights_, ModelWeights::Load(options.model_dir));
   const ModelConfig& config = engine->weights_->config();
-  if (std::find(std::begin(kSupportedHeadDims), std::end(kSupportedHeadDims), config.head_dim) ==
-      std::end(kSupportedHeadDims)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "head_dim ", config.head_dim, " is not supported by the attention kernel (8..256, powers of 2)"));
-  }
+  SCORED_RETURN_IF_ERROR(CheckHeadDim(config, ""));
   engine->max_seq_len_ = options.max_seq_len > 0 ? options.max_seq_len : config.max_position_embeddings;
+  if (!options.reference_model_dir.empty()) {
+    // R's config first: a vocabulary mismatch is reported before R's weights are read (mapped).
+    SCORED_ASSIGN_OR_RETURN(const ModelConfig reference_config, LoadModelConfig(options.reference_model_dir));
+    SCORED_RETURN_IF_ERROR(CheckReferenceVocabulary(config.vocab_size, reference_config.vocab_size));
+    absl::StatusOr<std::unique_ptr<ModelWeights>> reference = ModelWeights::Load(options.reference_model_dir);
+    if (!reference.ok()) {
+      return absl::Status(reference.status().code(),
+                          absl::StrCat("loading the reference model from ", options.reference_model_dir, ": ",
+                                       reference.status().message()));
+    }
+    engine->reference_ = *std::move(reference);
+    SCORED_RETURN_IF_ERROR(CheckHeadDim(engine->reference_->config(), "the reference model's "));
+    if (options.max_seq_len <= 0) {
+      engine->max_seq_len_ =
+          std::min(engine->max_seq_len_, engine->reference_->config().max_position_embeddings);
+    }
+    engine->limits_.has_reference = true;
+  }
   engine->limits_.max_seq_len = engine->max_seq_len_;
   engine->limits_.max_batch_tokens = engine->max_tokens_;
   engine->limits_.vocab_size = config.vocab_size;
@@ -160,6 +184,10 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
   if (tp > 1) {
     // Refuse a checkpoint that cannot be cut before anything reaches a device.
     SCORED_RETURN_IF_ERROR(ValidateTensorParallel(*engine->weights_, tp));
+    if (engine->reference_ != nullptr) {
+      const absl::Status cut = ValidateTensorParallel(*engine->reference_, tp);
+      if (!cut.ok()) return absl::Status(cut.code(), absl::StrCat("the reference model: ", cut.message()));
+    }
     const int local = tp / options.nnodes;
     if (devices < local) {
       return absl::FailedPreconditionError(absl::StrCat("--tp ", tp, " over ", options.nnodes,
@@ -168,6 +196,9 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
     }
   }
   SCORED_ASSIGN_OR_RETURN(engine->info_.model_fingerprint, ModelFingerprint(options.model_dir));
+  if (engine->reference_ != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(engine->reference_fingerprint_, ModelFingerprint(options.reference_model_dir));
+  }
   return engine;
 }
 
@@ -206,7 +237,7 @@ absl::Status CudaEngine::StartRanks(const EngineOptions& options, const dist::Nc
     rank.tp.vocab_size = config.vocab_size;
     rank.tp.vocab_begin = plan.vocab_begin;
     rank.tp.vocab_rows = plan.vocab_end - plan.vocab_begin;
-    return cuda::BuildRank(weights, options, &plan, peer_link_.get(), &rank,
+    return cuda::BuildRank(weights, reference_.get(), options, &plan, peer_link_.get(), &rank,
                            &rank_bytes[rank.index - first_rank]);
   }));
   std::vector<dist::NcclCommunicator*> comms;
@@ -217,24 +248,44 @@ absl::Status CudaEngine::StartRanks(const EngineOptions& options, const dist::Nc
   return absl::OkStatus();
 }
 
-void CudaEngine::FillInfo(const EngineOptions& options, int64_t activation_bytes) {
-  const ModelConfig& config = weights_->config();
-  const ModelSummary& summary = weights_->summary();
-  ModelInfo& info = info_;
+// The static facts of `weights` on this engine (the model's, or the reference model's).
+ModelInfo DescribeModel(const ModelWeights& weights, const EngineOptions& options, int tp,
+                        int64_t max_seq_len) {
+  const ModelConfig& config = weights.config();
+  const ModelSummary& summary = weights.summary();
+  ModelInfo info;
   info.architecture = config.architecture;
   info.format = summary.format;
   info.format_notes = summary.notes;
   info.backend = "cuda";
   info.compute_dtype = options.dtype == ComputeDtype::kBf16 ? "bf16" : "fp32";
-  info.tp = tp_;
+  info.tp = tp;
   info.vocab_size = config.vocab_size;
-  info.max_seq_len = max_seq_len_;
+  info.max_seq_len = max_seq_len;
   info.max_batch_tokens = options.max_batch_tokens;
   info.num_parameters = summary.num_parameters;
   info.bits_per_weight_decoder = summary.bits_per_weight_decoder;
   info.bits_per_weight_head = summary.bits_per_weight_head;
-  info.resident_bytes = 0;
+  return info;
+}
+
+void CudaEngine::FillInfo(const EngineOptions& options, int64_t activation_bytes) {
+  const ModelConfig& config = weights_->config();
+  const ModelSummary& summary = weights_->summary();
+  std::string fingerprint = std::move(info_.model_fingerprint);
+  info_ = DescribeModel(*weights_, options, tp_, max_seq_len_);
+  info_.model_fingerprint = std::move(fingerprint);
+  ModelInfo& info = info_;
   for (const auto& rank : ranks_) info.resident_bytes += rank->model->resident_bytes;
+  if (reference_ != nullptr) {
+    ModelInfo reference = DescribeModel(*reference_, options, tp_, max_seq_len_);
+    for (const auto& rank : ranks_) reference.resident_bytes += rank->ref_model->resident_bytes;
+    reference.model_fingerprint = reference_fingerprint_;
+    info.reference = std::make_shared<const ModelInfo>(std::move(reference));
+    SCORED_LOG(INFO) << "reference model: " << reference_->config().architecture << " "
+                     << reference_->summary().format << ", weights " << GiB(info.reference->resident_bytes)
+                     << " GiB here (want_reference compares with it)";
+  }
   SCORED_LOG(INFO) << "cuda engine: " << config.architecture << " " << summary.format << ", "
                    << info.compute_dtype << ", tp " << tp_ << " (" << ranks_.size()
                    << " GPU(s) here), weights " << GiB(info.resident_bytes) << " GiB here, activations for "
@@ -255,8 +306,8 @@ absl::StatusOr<std::unique_ptr<Engine>> CudaEngine::Create(const EngineOptions& 
     rank->config = engine->weights_->config();
     SCORED_CUDA_CHECK(cudaSetDevice(rank->device));
     int64_t activation_bytes = 0;
-    SCORED_RETURN_IF_ERROR(
-        cuda::BuildRank(*engine->weights_, options, nullptr, nullptr, rank.get(), &activation_bytes));
+    SCORED_RETURN_IF_ERROR(cuda::BuildRank(*engine->weights_, engine->reference_.get(), options, nullptr,
+                                           nullptr, rank.get(), &activation_bytes));
     engine->ranks_.push_back(std::move(rank));
     engine->FillInfo(options, activation_bytes);
     return std::unique_ptr<Engine>(std::move(engine));
@@ -320,6 +371,7 @@ CudaEngine::~CudaEngine() {
     Rank gone;
     std::swap(gone.comm, rank.comm);
     std::swap(gone.model, rank.model);
+    std::swap(gone.ref_model, rank.ref_model);
     std::swap(gone.gemm, rank.gemm);
     std::swap(gone.acts, rank.acts);
     std::swap(gone.stream, rank.stream);

@@ -1,5 +1,6 @@
 #include "engine/cuda/device_weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -348,6 +349,24 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
   }
   model->resident_bytes = bytes;
   return model;
+}
+
+int64_t EstimateDeviceBytes(const ModelWeights& weights, ComputeDtype dtype, int tp_size) {
+  const ModelConfig& config = weights.config();
+  const int64_t act = dtype == ComputeDtype::kBf16 ? 2 : 4;
+  const auto linear_bytes = [act](const LinearWeight& w) {
+    return w.format == WeightFormat::kDense ? w.NumElements() * act : w.StoredBytes();
+  };
+  int64_t bytes = config.vocab_size * config.hidden_size * act;  // the embedding
+  if (!config.tie_word_embeddings) bytes += linear_bytes(weights.lm_head());
+  for (const LayerWeights& layer : weights.layers()) {
+    for (const LinearWeight* w : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj,
+                                  &layer.gate_proj, &layer.up_proj, &layer.down_proj}) {
+      bytes += linear_bytes(*w) + w->out_features * 4;  // + an fp32 bias or per-channel scale at most
+    }
+    bytes += 2 * config.hidden_size * 4 + 2 * config.head_dim * 4;  // norms
+  }
+  return bytes / std::max(tp_size, 1) + config.hidden_size * 4;
 }
 
 }  // namespace scored::cuda

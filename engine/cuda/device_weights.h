@@ -123,6 +123,13 @@ struct DeviceModel {
 absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype,
                                                          const ShardPlan* plan = nullptr);
 
+// About the device bytes UploadModel(weights, dtype, plan of one of tp_size ranks) will take, from the
+// checkpoint's tensors without reading them: dense weights at the compute dtype's width, quantized ones as
+// stored (an FP8-resident W8A8 group keeps its E4M3 bytes), the embedding and lm_head rows split over the
+// ranks, everything else divided evenly. For "does it fit" checks before an upload (the upload itself still
+// fails cleanly with RESOURCE_EXHAUSTED when the estimate was short).
+int64_t EstimateDeviceBytes(const ModelWeights& weights, ComputeDtype dtype, int tp_size = 1);
+
 }  // namespace scored::cuda
 
 #endif  // SCORED_ENGINE_CUDA_DEVICE_WEIGHTS_H_

@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -89,26 +91,85 @@ std::string DeviceName(int device) {
   return absl::StrCat("GPU ", device, " (", prop.name, ")");
 }
 
-// Everything of one rank after its communicator: shard upload, activation reservation (with `link`: this
-// rank's peer-copy receive buffers too), GEMM choices.
-absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options, const ShardPlan* plan,
-                       PeerLink* link, Rank* rank, int64_t* activation_bytes) {
-  const int64_t max_tokens = options.max_batch_tokens;
-  const int tp_size = plan != nullptr ? plan->tp_size : 1;
-  SCORED_ASSIGN_OR_RETURN(rank->stream, CudaStream::Create());
-  SCORED_ASSIGN_OR_RETURN(rank->gemm, GemmRunner::Create(max_tokens));
-  SCORED_ASSIGN_OR_RETURN(rank->model, UploadModel(weights, options.dtype, plan));
-  const DeviceModel& model = *rank->model;
-  const ModelConfig& config = rank->config;
+namespace {
 
-  // Reserve the activations of max_batch_tokens now, or say what would fit.
+// With a reference model, before its upload: whether its weights and the activations of both models fit the
+// free memory left after the model's weights; otherwise RESOURCE_EXHAUSTED naming both models' weights, the
+// activations and the --tp that would spread them (or the max_batch_tokens that would fit).
+absl::Status CheckReferenceFits(const ModelWeights& reference, const EngineOptions& options, int tp_size,
+                                const ReferenceModel& shapes, const Rank& rank) {
   size_t free_bytes = 0, total_bytes = 0;
   SCORED_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const int64_t per_token = ActivationBytesPerToken(config, options.dtype);
-  const int64_t link_elements = max_tokens * config.hidden_size;
-  const int64_t fixed = FixedActivationBytes(config, model, max_tokens, tp_size) +
+  const int64_t ref_bytes = EstimateDeviceBytes(reference, options.dtype, tp_size);
+  const int64_t per_token = ActivationBytesPerToken(rank.config, options.dtype, &shapes);
+  const int64_t acts =
+      per_token * options.max_batch_tokens +
+      FixedActivationBytes(rank.config, *rank.model, options.max_batch_tokens, tp_size, &shapes);
+  const int64_t available = static_cast<int64_t>(free_bytes) - kReserveBytes;
+  if (ref_bytes + acts <= available) return absl::OkStatus();
+  // Weights per GPU scale as 1 / tp; the activations barely shrink.
+  const int64_t weights_here = rank.model->resident_bytes + ref_bytes;
+  const int64_t usable = static_cast<int64_t>(total_bytes) - kReserveBytes;
+  std::string advice;
+  for (int tp = tp_size * 2; tp <= 8; tp *= 2) {
+    if (weights_here * tp_size / tp + acts <= usable) {
+      advice = absl::StrFormat("; at --tp %d each GPU would hold about %.1f GiB of weights: run on %d GPUs",
+                               tp, GiB(weights_here * tp_size / tp), tp);
+      break;
+    }
+  }
+  if (advice.empty() && ref_bytes < available) {
+    advice = absl::StrFormat(
+        "; a smaller --max_batch_tokens (at most %d) leaves room for the activations",
+        std::max<int64_t>(
+            0, (available - ref_bytes - (acts - per_token * options.max_batch_tokens)) / per_token));
+  }
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%s: --model and --reference_model do not fit together at --tp %d: the model's weights take %.2f GiB, "
+      "the reference model's need about %.2f GiB and the activations of both for max_batch_tokens %d "
+      "%.2f GiB, but %.2f GiB of the GPU's %.2f GiB are free after the model%s",
+      DeviceName(rank.device), tp_size, GiB(rank.model->resident_bytes), GiB(ref_bytes),
+      options.max_batch_tokens, GiB(acts), GiB(available), GiB(static_cast<int64_t>(total_bytes)), advice));
+}
+
+// Uploads the reference model (its shard of the same tp) after the fit check.
+absl::Status UploadReference(const ModelWeights& reference, const EngineOptions& options,
+                             const ShardPlan* plan, Rank* rank) {
+  const int tp_size = plan != nullptr ? plan->tp_size : 1;
+  std::optional<ShardPlan> ref_plan;
+  rank->ref_config = reference.config();
+  if (plan != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(ref_plan, ShardPlan::Create(reference.config(), plan->tp_size, plan->tp_rank));
+    rank->ref_config = LocalConfig(reference.config(), *ref_plan);
+  }
+  ReferenceModel shapes;
+  shapes.config = &rank->ref_config;
+  SCORED_RETURN_IF_ERROR(CheckReferenceFits(reference, options, tp_size, shapes, *rank));
+  SCORED_ASSIGN_OR_RETURN(rank->ref_model,
+                          UploadModel(reference, options.dtype, ref_plan.has_value() ? &*ref_plan : nullptr));
+  return absl::OkStatus();
+}
+
+// Reserves the activations of max_batch_tokens (both models' with a reference) and the peer-copy buffers,
+// or says what would fit.
+absl::Status ReserveActivations(const EngineOptions& options, int tp_size, PeerLink* link, Rank* rank,
+                                int64_t* activation_bytes) {
+  const int64_t max_tokens = options.max_batch_tokens;
+  const DeviceModel& model = *rank->model;
+  const ModelConfig& config = rank->config;
+  ReferenceModel reference;
+  reference.config = &rank->ref_config;
+  reference.model = rank->ref_model.get();
+  const ReferenceModel* with = rank->ref_model != nullptr ? &reference : nullptr;
+  size_t free_bytes = 0, total_bytes = 0;
+  SCORED_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const int64_t per_token = ActivationBytesPerToken(config, options.dtype, with);
+  const int64_t link_elements =
+      max_tokens * std::max(config.hidden_size, with != nullptr ? rank->ref_config.hidden_size : 0);
+  const int64_t fixed = FixedActivationBytes(config, model, max_tokens, tp_size, with) +
                         (link != nullptr ? PeerLink::BytesPerRank(link_elements) : 0);
   const int64_t available = static_cast<int64_t>(free_bytes) - kReserveBytes;
+  const int64_t weights = model.resident_bytes + (with != nullptr ? rank->ref_model->resident_bytes : 0);
   const auto too_big = [&]() {
     const int64_t fits = std::max<int64_t>(0, (available - fixed) / per_token);
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -116,10 +177,10 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
         "fixed) but only %.2f GiB "
         "of GPU memory is free after the %.2f GiB of weights; at most %d tokens fit",
         DeviceName(rank->device), max_tokens, GiB(fixed + per_token * max_tokens), per_token / 1048576.0,
-        GiB(fixed), GiB(available), GiB(model.resident_bytes), fits));
+        GiB(fixed), GiB(available), GiB(weights), fits));
   };
   if (fixed + per_token * max_tokens > available) return too_big();
-  absl::StatusOr<Activations> acts = AllocateActivations(config, model, max_tokens, tp_size);
+  absl::StatusOr<Activations> acts = AllocateActivations(config, model, max_tokens, tp_size, with);
   if (absl::IsResourceExhausted(acts.status())) return too_big();
   if (!acts.ok()) return acts.status();
   rank->acts = *std::move(acts);
@@ -129,26 +190,14 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
     SCORED_RETURN_IF_ERROR(linked);
     rank->tp.peer = link;
   }
-  // EngineOptions' execution settings (validated by the engine before anything loads).
-  if (tp_size > 1) rank->acts.tp_row_chunks = options.tp_row_chunks;
-  rank->acts.row_parallel_halves = options.row_parallel_halves;
   *activation_bytes = fixed + per_token * max_tokens;
+  return absl::OkStatus();
+}
 
-  int fp8_linears = 0, w8a8_linears = 0;
-  for (const DeviceLayer& layer : model.layers) {
-    for (const DeviceLinear* linear : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
-      fp8_linears += linear->fp8_resident() ? 1 : 0;
-      w8a8_linears += linear->w8a8_dynamic_fp8() ? 1 : 0;
-    }
-  }
-  if (w8a8_linears > 0) {
-    SCORED_LOG(INFO)
-        << DeviceName(rank->device) << ": W8A8 " << fp8_linears << " of " << w8a8_linears
-        << " linear groups run as FP8 GEMMs, the rest emulated (bf16 GEMM on fake-quantized inputs)";
-  }
-
-  // Pin every GEMM algorithm before the first batch: the decoder-layer shapes timed, the rest by heuristic.
-  SCORED_RETURN_IF_ERROR(TuneLayerGemms(model, *rank->gemm, rank->acts, rank->stream.get(), plan == nullptr));
+// Pins every GEMM algorithm of `model` before the first batch: the decoder-layer shapes timed (a shape the
+// other model of the rank already tuned keeps its choice), the rest by heuristic.
+absl::Status PinGemms(const DeviceModel& model, const EngineOptions& options, bool one_gpu, Rank* rank) {
+  SCORED_RETURN_IF_ERROR(TuneLayerGemms(model, *rank->gemm, rank->acts, rank->stream.get(), one_gpu));
   const GemmTypes types = options.dtype == ComputeDtype::kBf16 ? GemmTypes::kBf16ToBf16 : GemmTypes::kFp32;
   const GemmTypes head_types =
       options.dtype == ComputeDtype::kBf16 ? GemmTypes::kBf16ToFp32 : GemmTypes::kFp32;
@@ -159,7 +208,7 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
     }
     for (const DeviceLinear* linear : {&layer.o, &layer.down}) {
       const int64_t in = linear->in_features();
-      if (plan == nullptr && rank->acts.row_parallel_halves && SumsInHalves(*linear, options.dtype)) {
+      if (one_gpu && rank->acts.row_parallel_halves && SumsInHalves(*linear, options.dtype)) {
         SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), in / 2, head_types, in));
         continue;
       }
@@ -168,6 +217,44 @@ absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options
     }
   }
   return rank->gemm->Prepare(model.lm_head.out_features(), model.lm_head.in_features(), head_types);
+}
+
+void LogW8a8(const DeviceModel& model, int device) {
+  int fp8_linears = 0, w8a8_linears = 0;
+  for (const DeviceLayer& layer : model.layers) {
+    for (const DeviceLinear* linear : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+      fp8_linears += linear->fp8_resident() ? 1 : 0;
+      w8a8_linears += linear->w8a8_dynamic_fp8() ? 1 : 0;
+    }
+  }
+  if (w8a8_linears > 0) {
+    SCORED_LOG(INFO)
+        << DeviceName(device) << ": W8A8 " << fp8_linears << " of " << w8a8_linears
+        << " linear groups run as FP8 GEMMs, the rest emulated (bf16 GEMM on fake-quantized inputs)";
+  }
+}
+
+}  // namespace
+
+absl::Status BuildRank(const ModelWeights& weights, const ModelWeights* reference,
+                       const EngineOptions& options, const ShardPlan* plan, PeerLink* link, Rank* rank,
+                       int64_t* activation_bytes) {
+  const int tp_size = plan != nullptr ? plan->tp_size : 1;
+  SCORED_ASSIGN_OR_RETURN(rank->stream, CudaStream::Create());
+  SCORED_ASSIGN_OR_RETURN(rank->gemm, GemmRunner::Create(options.max_batch_tokens));
+  SCORED_ASSIGN_OR_RETURN(rank->model, UploadModel(weights, options.dtype, plan));
+  if (reference != nullptr) SCORED_RETURN_IF_ERROR(UploadReference(*reference, options, plan, rank));
+  SCORED_RETURN_IF_ERROR(ReserveActivations(options, tp_size, link, rank, activation_bytes));
+  // EngineOptions' execution settings (validated by the engine before anything loads).
+  if (tp_size > 1) rank->acts.tp_row_chunks = options.tp_row_chunks;
+  rank->acts.row_parallel_halves = options.row_parallel_halves;
+  LogW8a8(*rank->model, rank->device);
+  SCORED_RETURN_IF_ERROR(PinGemms(*rank->model, options, plan == nullptr, rank));
+  if (rank->ref_model != nullptr) {
+    LogW8a8(*rank->ref_model, rank->device);
+    SCORED_RETURN_IF_ERROR(PinGemms(*rank->ref_model, options, plan == nullptr, rank));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RunRank(Rank& rank, const PackedBatch& batch, HostResults* out) {
@@ -182,8 +269,12 @@ absl::Status RunRank(Rank& rank, const PackedBatch& batch, HostResults* out) {
       cudaMemcpyAsync(acts.targets.data(), batch.targets.data(), n * 4, cudaMemcpyHostToDevice, stream));
   SCORED_CUDA_CHECK(cudaMemcpyAsync(acts.cu_seqlens.data(), batch.fb.cu_seqlens.data(),
                                     batch.fb.cu_seqlens.size() * 4, cudaMemcpyHostToDevice, stream));
+  ReferenceModel reference;
+  reference.config = &rank.ref_config;
+  reference.model = rank.ref_model.get();
   SCORED_RETURN_IF_ERROR(Forward(rank.config, *rank.model, *rank.gemm, batch.fb, &acts, stream,
-                                 rank.comm != nullptr ? &rank.tp : nullptr));
+                                 rank.comm != nullptr ? &rank.tp : nullptr,
+                                 rank.ref_model != nullptr ? &reference : nullptr));
   if (out != nullptr) {
     // Only per-row results come back.
     const int64_t top_k = batch.fb.options.top_k;
@@ -205,6 +296,16 @@ absl::Status RunRank(Rank& rank, const PackedBatch& batch, HostResults* out) {
                                         cudaMemcpyDeviceToHost, stream));
       SCORED_CUDA_CHECK(cudaMemcpyAsync(out->top_lps.data(), acts.top_k_logprobs.data(), n * top_k * 4,
                                         cudaMemcpyDeviceToHost, stream));
+    }
+    if (!out->kld.empty()) {
+      SCORED_CUDA_CHECK(cudaMemcpyAsync(out->ref_logprob.data(), acts.ref_logprob.data(), n * 8,
+                                        cudaMemcpyDeviceToHost, stream));
+      SCORED_CUDA_CHECK(
+          cudaMemcpyAsync(out->kld.data(), acts.kld.data(), n * 8, cudaMemcpyDeviceToHost, stream));
+      SCORED_CUDA_CHECK(
+          cudaMemcpyAsync(out->ref_greedy.data(), acts.ref_greedy.data(), n, cudaMemcpyDeviceToHost, stream));
+      SCORED_CUDA_CHECK(
+          cudaMemcpyAsync(out->same_top.data(), acts.same_top.data(), n, cudaMemcpyDeviceToHost, stream));
     }
   }
   // A rank waits with a deadline and the communicator's error in view: a lost peer cannot hang it.

@@ -36,6 +36,10 @@ struct Rank {
   CudaStream stream;
   std::unique_ptr<GemmRunner> gemm;
   std::unique_ptr<DeviceModel> model;
+  // The reference model R (--reference_model), null without one: its config (tp > 1: its LocalConfig) and
+  // weights (its shard), on the same device, in the same activations and GEMM runner as the model.
+  ModelConfig ref_config;
+  std::unique_ptr<DeviceModel> ref_model;
   Activations acts;
   std::unique_ptr<dist::NcclCommunicator> comm;  // tp > 1 only
   TensorParallelContext tp;                      // tp > 1 only
@@ -44,13 +48,16 @@ struct Rank {
 // "GPU <ordinal> (<name>)" for messages.
 std::string DeviceName(int device);
 
-// Everything of one rank after its communicator: shard upload (`plan` null: the whole model, tp 1),
-// activation reservation (with `link`: this rank's peer-copy receive buffers too), the execution settings of
-// `options` (tp_row_chunks at tp > 1, row_parallel_halves), GEMM choices. rank->index, device and config are
-// set by the caller. *activation_bytes: the device bytes reserved for activations. RESOURCE_EXHAUSTED naming
-// the device, what max_batch_tokens needs and how many tokens would fit when it does not fit.
-absl::Status BuildRank(const ModelWeights& weights, const EngineOptions& options, const ShardPlan* plan,
-                       PeerLink* link, Rank* rank, int64_t* activation_bytes);
+// Everything of one rank after its communicator: shard upload (`plan` null: the whole model, tp 1), the
+// reference model's (`reference` non-null: its own shard of the same tp), activation reservation (with
+// `link`: this rank's peer-copy receive buffers too), the execution settings of `options` (tp_row_chunks at
+// tp > 1, row_parallel_halves), GEMM choices. rank->index, device and config are set by the caller.
+// *activation_bytes: the device bytes reserved for activations. RESOURCE_EXHAUSTED naming the device, what
+// max_batch_tokens needs and how many tokens would fit when it does not fit; with a reference model, checked
+// before the reference is uploaded: naming both models' weights and suggesting a larger --tp.
+absl::Status BuildRank(const ModelWeights& weights, const ModelWeights* reference,
+                       const EngineOptions& options, const ShardPlan* plan, PeerLink* link, Rank* rank,
+                       int64_t* activation_bytes);
 
 // bf16 only: times the heuristic's top GEMM candidates of each decoder-layer shape at max_tokens rows on the
 // activation buffers (their contents are overwritten later by every forward) with layer 0's weights, and

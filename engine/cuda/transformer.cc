@@ -19,6 +19,7 @@
 #include "engine/kernels/fp8_scale.h"
 #include "engine/kernels/kernel_types.h"
 #include "engine/kernels/qk_norm.h"
+#include "engine/kernels/reference_compare.h"
 #include "engine/kernels/rms_norm_fp8.h"
 #include "engine/kernels/rope.h"
 #include "engine/kernels/swiglu.h"
@@ -69,12 +70,17 @@ bool Chunkable(const DeviceModel& model) {
 // two ranks is one fp32 add (at tp > 2 NCCL's reduction order may depend on the message size).
 // Each linear's weight comes from the WeightStream between its Acquire (before its first chunk) and Release
 // (after its last chunk's GEMM).
+// Two roles: the scored model's pass (kModel: the lm_head, the per-row statistics and, with `reference`,
+// the comparison), and the reference model's pass (kReference: up to the final norm, written to
+// acts->ref_normed, with R's RoPE table), which runs first in the same activations.
+enum class PassRole { kModel, kReference };
+
 template <typename T>
 class ForwardPass {
  public:
   ForwardPass(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
               const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
-              const TensorParallelContext* tp)
+              const TensorParallelContext* tp, PassRole role, const ReferenceModel* reference)
       : config_(config),
         model_(model),
         gemm_(gemm),
@@ -82,6 +88,8 @@ class ForwardPass {
         acts_(acts),
         stream_(stream),
         tp_(tp),
+        role_(role),
+        reference_(reference),
         chunks_(RowChunks(batch.cu_seqlens, batch.num_tokens, batch.num_seqs, batch.max_seqlen,
                           acts->tp_row_chunks, tp != nullptr && Chunkable(model))),
         weights_(model, acts->weight_scratch(), stream),
@@ -95,11 +103,13 @@ class ForwardPass {
       SCORED_RETURN_IF_ERROR(AttentionBlock(layer, l > 0 ? RowSum::kAfterDown : RowSum::kNone));
       SCORED_RETURN_IF_ERROR(MlpBlock(layer));
     }
+    NormOutput<T> final_out = NormInto(false);
+    if (role_ == PassRole::kReference) final_out.normed = acts_->ref_normed.as<T>();
     for (int c = 0; c < num_chunks(); ++c) {
       SCORED_RETURN_IF_ERROR(sums_.Norm<T>(model_.final_norm.as<float>(), eps_, Summed(RowSum::kAfterDown), c,
-                                           chunks_[c], NormInto(false)));  // normed [n, hidden]
+                                           chunks_[c], final_out));  // normed (or ref_normed) [n, hidden]
     }
-    return LmHead();
+    return role_ == PassRole::kReference ? absl::OkStatus() : LmHead();
   }
 
  private:
@@ -226,6 +236,7 @@ class ForwardPass {
     const int64_t head_rows = model_.lm_head.out_features();
     const int64_t chunk = std::min(acts_->max_tokens, kLmHeadChunkTokens);
     const int64_t top_k = batch_.options.top_k;
+    const bool compare = reference_ != nullptr && batch_.options.want_reference;
     for (const RowSpan& span : batch_.lm_head_rows) {
       for (int64_t begin = span.begin; begin < span.end; begin += chunk) {
         const int64_t rows = std::min(chunk, span.end - begin);
@@ -249,9 +260,35 @@ class ForwardPass {
               acts_->tp_target_logit.as<float>(), acts_->tp_topk_ids.as<int32_t>(),
               acts_->tp_topk_values.as<float>(), out, stream_));
         }
+        if (compare) SCORED_RETURN_IF_ERROR(CompareWithReference(begin, rows));
       }
     }
     return absl::OkStatus();
+  }
+
+  // The reference model's logits of rows [begin, begin + rows) from its final normed rows, then the fused
+  // comparison with this model's logits of the same rows (logits_, just written).
+  absl::Status CompareWithReference(int64_t begin, int64_t rows) {
+    const DeviceModel& ref = *reference_->model;
+    SCORED_ASSIGN_OR_RETURN(const void* head, ref.lm_head.Materialize(ref.dtype, nullptr, stream_));
+    const int64_t ref_hidden = reference_->config->hidden_size, head_rows = ref.lm_head.out_features();
+    float* ref_logits = acts_->ref_logits.as<float>();  // [rows, head_rows]
+    // ref_logits [rows, head_rows] = R's normed rows . R's W_head^T
+    SCORED_RETURN_IF_ERROR(gemm_.Linear(acts_->ref_normed.as<T>() + begin * ref_hidden, head, ref_logits,
+                                        rows, head_rows, ref_hidden, to_fp32_, stream_));
+    kernels::ReferenceOutputs out;
+    out.ref_logprob = acts_->ref_logprob.as<double>() + begin;  // [rows]
+    out.kld = acts_->kld.as<double>() + begin;                  // [rows]
+    out.ref_greedy = acts_->ref_greedy.as<uint8_t>() + begin;   // [rows]
+    out.same_top = acts_->same_top.as<uint8_t>() + begin;       // [rows]
+    auto* stats = acts_->ref_stats.as<kernels::ReferencePartialStats>();
+    const int64_t q_rows = model_.lm_head.out_features();
+    if (tp_ == nullptr) {
+      return kernels::CompareWithReference(ref_logits, head_rows, logits_, q_rows, targets_ + begin, rows,
+                                           vocab_, stats, out, stream_);
+    }
+    return dist::VocabParallelCompare(*tp_->comm, ref_logits, head_rows, logits_, q_rows, q_rows,
+                                      tp_->vocab_begin, targets_ + begin, rows, stats, out, stream_);
   }
 
   // y[rows, out] = x[rows, in] . W^T on chunk ch's rows (io.add_to_output: y += x . W^T). W8A8 resident in
@@ -366,6 +403,8 @@ class ForwardPass {
   Activations* const acts_;
   const cudaStream_t stream_;
   const TensorParallelContext* const tp_;
+  const PassRole role_;
+  const ReferenceModel* const reference_;  // kModel with a reference model loaded, else null
 
   const int64_t n_ = batch_.num_tokens;
   const int64_t hidden_ = config_.hidden_size;
@@ -400,8 +439,9 @@ class ForwardPass {
   const int32_t* const positions_ = acts_->positions.as<int32_t>();    // [n]
   const int32_t* const cu_seqlens_ = acts_->cu_seqlens.as<int32_t>();  // [num_seqs + 1]
   const int32_t* const targets_ = acts_->targets.as<int32_t>();        // [n]
-  const float* const rope_table_ = acts_->rope_table.as<float>();      // [max_tokens, head_dim / 2, 2]
-  float* const act_amax_ = acts_->act_amax.as<float>();                // [n] (tp only)
+  const float* const rope_table_ =  // [max_tokens, head_dim / 2, 2]: the pass's model's
+      (role_ == PassRole::kReference ? acts_->ref_rope_table : acts_->rope_table).as<float>();
+  float* const act_amax_ = acts_->act_amax.as<float>();         // [n] (tp only)
   uint8_t* const act_fp8_ = acts_->act_fp8.as<uint8_t>();       // [n, in] W8A8: a real FP8 GEMM's input
   float* const fp8_scale_norm_ = acts_->act_scale.as<float>();  // [n]: its per-token scales (qkv, o, gate_up)
   float* const fp8_scale_mlp_ = fp8_scale_norm_ + acts_->max_tokens;  // [n]: those of down_proj's input
@@ -410,6 +450,19 @@ class ForwardPass {
   WeightStream weights_;
   RowReducer sums_;
 };
+
+// The reference model's pass when the batch asks for the comparison, then the model's.
+template <typename T>
+absl::Status RunPasses(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
+                       const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
+                       const TensorParallelContext* tp, const ReferenceModel* reference) {
+  if (reference != nullptr && batch.options.want_reference) {
+    SCORED_RETURN_IF_ERROR(ForwardPass<T>(*reference->config, *reference->model, gemm, batch, acts, stream,
+                                          tp, PassRole::kReference, nullptr)
+                               .Run());
+  }
+  return ForwardPass<T>(config, model, gemm, batch, acts, stream, tp, PassRole::kModel, reference).Run();
+}
 
 }  // namespace
 
@@ -421,14 +474,14 @@ bool SumsInHalves(const DeviceLinear& linear, ComputeDtype dtype) {
 
 absl::Status Forward(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
                      const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
-                     const TensorParallelContext* tp) {
+                     const TensorParallelContext* tp, const ReferenceModel* reference) {
   if (batch.num_tokens <= 0 || batch.num_tokens > acts->max_tokens) {
     return absl::OutOfRangeError(
         absl::StrCat("batch of ", batch.num_tokens, " tokens; the engine holds ", acts->max_tokens));
   }
   const absl::Status status = model.dtype == ComputeDtype::kBf16
-                                  ? ForwardPass<bf16_t>(config, model, gemm, batch, acts, stream, tp).Run()
-                                  : ForwardPass<float>(config, model, gemm, batch, acts, stream, tp).Run();
+                                  ? RunPasses<bf16_t>(config, model, gemm, batch, acts, stream, tp, reference)
+                                  : RunPasses<float>(config, model, gemm, batch, acts, stream, tp, reference);
   // A rank that stops enqueueing must not leave its peer waiting for pushes that will never come.
   if (!status.ok() && tp != nullptr && tp->peer != nullptr) tp->peer->Abort(status);
   if (tp != nullptr && acts->comm_stream.get() != nullptr) {

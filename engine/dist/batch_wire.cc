@@ -63,6 +63,7 @@ std::string SerializeBatch(const cuda::PackedBatch& b) {
   Put(&out, b.fb.options.top_k);
   Put(&out, static_cast<uint8_t>(b.fb.options.want_rank));
   Put(&out, static_cast<uint8_t>(b.fb.options.want_entropy));
+  Put(&out, static_cast<uint8_t>(b.fb.options.want_reference));
   Put(&out, static_cast<int64_t>(b.fb.lm_head_rows.size()));
   for (const cuda::RowSpan& span : b.fb.lm_head_rows) {
     Put(&out, span.begin);
@@ -79,7 +80,7 @@ absl::StatusOr<cuda::PackedBatch> ParseBatch(absl::string_view bytes, int64_t ma
   cuda::PackedBatch b;
   cuda::ForwardBatch& fb = b.fb;
   Reader in(bytes);
-  uint8_t want_rank = 0, want_entropy = 0;
+  uint8_t want_rank = 0, want_entropy = 0, want_reference = 0;
   int64_t spans = 0;
   SCORED_RETURN_IF_ERROR(in.Get("num_tokens", &fb.num_tokens));
   SCORED_RETURN_IF_ERROR(in.Get("num_seqs", &fb.num_seqs));
@@ -87,6 +88,7 @@ absl::StatusOr<cuda::PackedBatch> ParseBatch(absl::string_view bytes, int64_t ma
   SCORED_RETURN_IF_ERROR(in.Get("top_k", &fb.options.top_k));
   SCORED_RETURN_IF_ERROR(in.Get("want_rank", &want_rank));
   SCORED_RETURN_IF_ERROR(in.Get("want_entropy", &want_entropy));
+  SCORED_RETURN_IF_ERROR(in.Get("want_reference", &want_reference));
   SCORED_RETURN_IF_ERROR(in.Get("num_spans", &spans));
   if (fb.num_tokens <= 0 || fb.num_tokens > max_tokens) {
     return Malformed(absl::StrCat("num_tokens ", fb.num_tokens, " outside [1, ", max_tokens, "]"));
@@ -132,6 +134,7 @@ absl::StatusOr<cuda::PackedBatch> ParseBatch(absl::string_view bytes, int64_t ma
   }
   fb.options.want_rank = want_rank != 0;
   fb.options.want_entropy = want_entropy != 0;
+  fb.options.want_reference = want_reference != 0;
   return b;
 }
 

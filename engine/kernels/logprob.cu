@@ -11,6 +11,7 @@
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
 #include "engine/kernels/logprob.h"
+#include "engine/kernels/max_arg.cuh"
 
 namespace scored::kernels {
 namespace {
@@ -18,41 +19,6 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMaxBlocks = 65535;
-
-struct MaxArg {
-  float value;
-  int32_t index;
-};
-
-// a before b: larger value, ties to the lower index. NaN never wins.
-__device__ __forceinline__ bool Better(float av, int32_t ai, float bv, int32_t bi) {
-  return av > bv || (av == bv && ai < bi);
-}
-
-__device__ __forceinline__ MaxArg WarpMaxArg(MaxArg m) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, m.value, offset);
-    const int32_t i = __shfl_xor_sync(0xffffffffu, m.index, offset);
-    if (Better(v, i, m.value, m.index)) m = {v, i};
-  }
-  return m;
-}
-
-// Every thread gets the block's (max, lowest index of the max).
-__device__ MaxArg BlockMaxArg(MaxArg m, float* scratch_v, int32_t* scratch_i) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  m = WarpMaxArg(m);
-  if (lane == 0) {
-    scratch_v[warp] = m.value;
-    scratch_i[warp] = m.index;
-  }
-  __syncthreads();
-  MaxArg total = lane < kWarps ? MaxArg{scratch_v[lane], scratch_i[lane]} : MaxArg{-INFINITY, INT32_MAX};
-  total = WarpMaxArg(total);
-  __syncthreads();
-  return total;
-}
 
 // Pass 1 over one row: the max and the lowest index holding it.
 __device__ MaxArg RowMaxArg(const float* row, int64_t n, float* scratch_v, int32_t* scratch_i) {

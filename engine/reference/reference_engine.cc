@@ -90,14 +90,6 @@ absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, bool bias, ThreadPool
   return d;
 }
 
-// R and Q must index the same vocabulary: KL over the ids needs one id space.
-absl::Status CheckSameVocabulary(int64_t model_vocab_size, int64_t reference_vocab_size) {
-  if (model_vocab_size == reference_vocab_size) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("--reference_model: the vocabulary sizes differ: the model has ", model_vocab_size,
-                   " embedding rows (config vocab_size), the reference model ", reference_vocab_size));
-}
-
 // CPUs this process may run on (its affinity mask: taskset, cgroup cpusets), else the hardware count.
 // More threads than that only contend.
 int UsableCpus() {
@@ -155,7 +147,7 @@ class ReferenceEngine : public Engine {
 };
 
 absl::Status ReferenceEngine::SetReference(std::unique_ptr<ReferenceEngine> reference) {
-  SCORED_RETURN_IF_ERROR(CheckSameVocabulary(config_.vocab_size, reference->config_.vocab_size));
+  SCORED_RETURN_IF_ERROR(CheckReferenceVocabulary(config_.vocab_size, reference->config_.vocab_size));
   info_.max_seq_len = std::min(info_.max_seq_len, reference->info_.max_seq_len);
   info_.reference = std::make_shared<const ModelInfo>(reference->info_);
   reference_ = std::move(reference);
@@ -456,7 +448,7 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateReferenceEngine(const EngineOption
     // R's config first: a vocabulary mismatch is reported before R's weights are read. R is then loaded by
     // the same code path as Q, from its own folder.
     SCORED_ASSIGN_OR_RETURN(const ModelConfig reference_config, LoadModelConfig(options.reference_model_dir));
-    SCORED_RETURN_IF_ERROR(CheckSameVocabulary(engine->vocab_size(), reference_config.vocab_size));
+    SCORED_RETURN_IF_ERROR(CheckReferenceVocabulary(engine->vocab_size(), reference_config.vocab_size));
     EngineOptions reference_options = options;
     reference_options.model_dir = options.reference_model_dir;
     reference_options.reference_model_dir.clear();

@@ -122,7 +122,15 @@ int64_t AllocatedBytes(const Activations& a) {
                                 &a.tp_target_logit,
                                 &a.act_amax,
                                 &a.tp_topk_ids,
-                                &a.tp_topk_values}) {
+                                &a.tp_topk_values,
+                                &a.ref_normed,
+                                &a.ref_rope_table,
+                                &a.ref_logits,
+                                &a.ref_stats,
+                                &a.ref_logprob,
+                                &a.kld,
+                                &a.ref_greedy,
+                                &a.same_top}) {
     total += b->bytes();
   }
   return total;
@@ -152,6 +160,44 @@ TEST_F(ActivationsTest, AllocatedBytesAreTheEstimate) {
         EXPECT_EQ(acts->dequant_stream.get() != nullptr, (*model)->max_scratch_elements > 0);
         EXPECT_EQ(acts->chunk_ready.size(), tp_size > 1 ? static_cast<size_t>(kMaxTpRowChunks) : 0u);
       }
+    }
+  }
+}
+
+// With a reference model (here the dense original of the W4A16 model): the estimate is still exactly what
+// is allocated, the reference's own buffers exist, and nothing of the one-model table shrinks.
+TEST_F(ActivationsTest, AReferenceModelAddsItsBuffersToTheEstimate) {
+  const char* env = std::getenv("SCORED_FIXTURES_DIR");
+  const std::string fixtures = std::string(env != nullptr ? env : SCORED_FIXTURES_DIR);
+  auto weights = ModelWeights::Load(fixtures + "/stories260k-w4a16-channel");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  const char* data_env = std::getenv("SCORED_DATA_DIR");
+  auto ref_weights =
+      ModelWeights::Load(std::string(data_env != nullptr ? data_env : SCORED_DATA_DIR) + "/stories260K-hf");
+  ASSERT_TRUE(ref_weights.ok()) << ref_weights.status();
+  const ModelConfig& config = (*weights)->config();
+  const ModelConfig& ref_config = (*ref_weights)->config();
+  for (ComputeDtype dtype : {ComputeDtype::kBf16, ComputeDtype::kFp32}) {
+    auto model = UploadModel(**weights, dtype);
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto ref_model = UploadModel(**ref_weights, dtype);
+    ASSERT_TRUE(ref_model.ok()) << ref_model.status();
+    ReferenceModel reference;
+    reference.config = &ref_config;
+    reference.model = ref_model->get();
+    for (int tp_size : {1, 2}) {
+      const int64_t max_tokens = 300;
+      auto acts = AllocateActivations(config, **model, max_tokens, tp_size, &reference);
+      ASSERT_TRUE(acts.ok()) << acts.status();
+      EXPECT_EQ(AllocatedBytes(*acts),
+                ActivationBytesPerToken(config, dtype, &reference) * max_tokens +
+                    FixedActivationBytes(config, **model, max_tokens, tp_size, &reference) + 4)
+          << "tp " << tp_size;
+      EXPECT_GT(ActivationBytesPerToken(config, dtype, &reference), ActivationBytesPerToken(config, dtype));
+      EXPECT_EQ(acts->kld.bytes(), max_tokens * 8);
+      EXPECT_EQ(acts->ref_normed.bytes(),
+                max_tokens * ref_config.hidden_size * (dtype == ComputeDtype::kBf16 ? 2 : 4));
+      EXPECT_EQ(acts->ref_logits.bytes(), acts->logits.bytes());
     }
   }
 }

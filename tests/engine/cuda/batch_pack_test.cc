@@ -81,6 +81,35 @@ TEST(BatchPackTest, UnpackKeepsWhatEachRequestAskedFor) {
   ASSERT_EQ(results[1].top_k.size(), 2u);
   EXPECT_EQ(results[1].top_k[1][0].id, 205);
   EXPECT_FLOAT_EQ(results[1].top_k[1][0].logprob, -1.25f);
+  EXPECT_TRUE(results[1].kld.empty());
+}
+
+// The reference comparison's rows go to the requests that asked for it, summed in double.
+TEST(BatchPackTest, UnpackKeepsTheReferenceComparisonWhereAsked) {
+  ScoreRequest a = Request(3), b = Request(4, 2);
+  b.want_reference = true;
+  const std::vector<const ScoreRequest*> group = {&a, &b};
+  const PackedBatch p = PackBatch(group);
+  EXPECT_TRUE(p.fb.options.want_reference);
+  HostResults host;
+  host.Resize(p);
+  ASSERT_EQ(host.kld.size(), 7u);
+  for (int r = 0; r < 7; ++r) {
+    host.ref_logprob[r] = -0.5 * r;
+    host.kld[r] = 0.125 * r;
+    host.ref_greedy[r] = r % 2;
+    host.same_top[r] = 1 - r % 2;
+  }
+  const std::vector<ScoreResult> results = UnpackResults(group, p, host);
+  EXPECT_TRUE(results[0].kld.empty());
+  EXPECT_TRUE(results[0].ref_logprob.empty());
+  // b: rows 4, 5.
+  EXPECT_EQ(results[1].kld, (std::vector<float>{0.5f, 0.625f}));
+  EXPECT_EQ(results[1].ref_logprob, (std::vector<float>{-2.0f, -2.5f}));
+  EXPECT_EQ(results[1].ref_greedy, (std::vector<uint8_t>{0, 1}));
+  EXPECT_EQ(results[1].same_top, (std::vector<uint8_t>{1, 0}));
+  EXPECT_DOUBLE_EQ(results[1].sum_kld, 1.125);
+  EXPECT_DOUBLE_EQ(results[1].sum_ref_logprob, -4.5);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ cuda::PackedBatch Sample() {
     r.tokens.assign(200, 7);
     r.score_from = 150;
     r.want_entropy = true;
+    r.want_reference = true;
     return r;
   }();
   const std::vector<const ScoreRequest*> group = {&a, &b};
@@ -51,6 +52,7 @@ TEST(BatchWireTest, RoundTrip) {
   EXPECT_EQ(got->fb.options.top_k, 3);
   EXPECT_FALSE(got->fb.options.want_rank);
   EXPECT_TRUE(got->fb.options.want_entropy);
+  EXPECT_TRUE(got->fb.options.want_reference);
   ASSERT_EQ(got->fb.lm_head_rows.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(got->fb.lm_head_rows[i].begin, sent.fb.lm_head_rows[i].begin);
@@ -82,7 +84,8 @@ std::string With(size_t offset, T value) {
 }
 
 TEST(BatchWireTest, LimitsAreChecked) {
-  // Header offsets: num_tokens 0, num_seqs 8, max_seqlen 12, top_k 16, flags 20/21, num_spans 22, spans 30.
+  // Header offsets: num_tokens 0, num_seqs 8, max_seqlen 12, top_k 16, flags 20/21/22, num_spans 23,
+  // spans 31.
   ExpectMalformed(SerializeBatch(Sample()), 100, "num_tokens 205 outside [1, 100]");
   ExpectMalformed(With<int64_t>(0, 0), 1024, "num_tokens 0");
   ExpectMalformed(With<int64_t>(0, -5), 1024, "num_tokens -5");
@@ -90,10 +93,10 @@ TEST(BatchWireTest, LimitsAreChecked) {
   ExpectMalformed(With<int32_t>(8, 1000), 1024, "num_seqs 1000");
   ExpectMalformed(With<int32_t>(16, 65), 1024, "top_k 65");
   ExpectMalformed(With<int32_t>(16, -1), 1024, "top_k -1");
-  ExpectMalformed(With<int64_t>(22, 3), 1024, "num_spans 3");
-  ExpectMalformed(With<int64_t>(22, -1), 1024, "num_spans -1");
-  ExpectMalformed(With<int64_t>(30, -1), 1024, "span 0");
-  ExpectMalformed(With<int64_t>(38, 206), 1024, "span 0");
+  ExpectMalformed(With<int64_t>(23, 3), 1024, "num_spans 3");
+  ExpectMalformed(With<int64_t>(23, -1), 1024, "num_spans -1");
+  ExpectMalformed(With<int64_t>(31, -1), 1024, "span 0");
+  ExpectMalformed(With<int64_t>(39, 206), 1024, "span 0");
   ExpectMalformed(With<int32_t>(12, 7), 1024, "max_seqlen 7");
   // A huge num_tokens within max_tokens: an error, no allocation of that size.
   ExpectMalformed(With<int64_t>(0, int64_t{1} << 40), int64_t{1} << 41, "truncated");

@@ -249,23 +249,6 @@ TEST(KldTest, DifferentVocabularyIsRefusedNamingBothSizes) {
   std::filesystem::remove_all(dir);
 }
 
-// The CUDA backend does not load a reference model yet: it refuses the option before touching a device.
-TEST(KldTest, CudaBackendRefusesReferenceModel) {
-  EngineOptions options;
-  options.model_dir = kReferenceDir;
-  options.reference_model_dir = kReferenceDir;
-  options.backend = Backend::kCuda;
-  absl::StatusOr<std::unique_ptr<Engine>> engine = CreateEngine(options);
-  ASSERT_FALSE(engine.ok());
-  if (engine.status().code() == absl::StatusCode::kFailedPrecondition &&
-      absl::StrContains(engine.status().message(), "not built")) {
-    GTEST_SKIP() << "this build has no cuda backend";
-  }
-  EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnimplemented) << engine.status();
-  EXPECT_TRUE(absl::StrContains(engine.status().message(), "--reference_model")) << engine.status();
-  EXPECT_TRUE(absl::StrContains(engine.status().message(), "--backend=cpu")) << engine.status();
-}
-
 // The contract refuses want_reference without a reference model whatever the backend.
 TEST(KldTest, ContractRefusesWantReferenceWithoutReference) {
   ScoreLimits limits;
