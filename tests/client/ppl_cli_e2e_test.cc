@@ -3,13 +3,9 @@
 // positional argument) exits 2 naming it, as the usage says; a --data that is a device, a directory, too
 // large or not UTF-8 exits 1 at once naming the problem. Before: unknown flags exited 1, positional
 // arguments were ignored, /dev/zero was read forever and a directory scored as empty text.
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +15,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/child_process.h"
 
 namespace scored {
 namespace ppl {
@@ -26,52 +23,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct PplRun {
-  int exit_code = -1;  // -1: still running after the bound (then killed)
-  std::string err;
-  absl::Duration took;
-};
+using testing::ChildRun;
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
-
-// Runs scored-ppl with `args` (stderr to a file), killing it after `bound`.
-PplRun RunPpl(const std::vector<std::string>& args, absl::Duration bound = absl::Seconds(60)) {
-  const std::string err_path = absl::StrCat(::testing::TempDir(), "/ppl_cli_e2e.", ::getpid(), ".err");
+// Runs scored-ppl with `args`, killing it after `bound`.
+ChildRun RunPpl(const std::vector<std::string>& args, absl::Duration bound = absl::Seconds(60)) {
   std::vector<std::string> argv = {std::string(SCORED_BINARY_DIR) + "/client/ppl/scored-ppl"};
   argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<char*> cargv;
-  for (std::string& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  const absl::Time start = absl::Now();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int out = ::open("/dev/null", O_WRONLY);
-    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out < 0 || err < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) ::_exit(127);
-    ::execv(cargv[0], cargv.data());
-    ::_exit(127);
-  }
-  PplRun run;
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (absl::Now() - start > bound) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      run.took = absl::Now() - start;
-      run.err = ReadText(err_path);
-      return run;
-    }
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  run.took = absl::Now() - start;
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  run.err = ReadText(err_path);
-  return run;
+  return testing::RunToExit(argv, absl::StrCat(::testing::TempDir(), "/ppl_cli_e2e.", ::getpid()), bound);
 }
 
 std::string WikiTest() { return std::string(SCORED_DATA_DIR) + "/wikitext-2-raw/wiki.test.raw"; }
@@ -95,7 +53,7 @@ TEST(PplCliTest, BadCommandLineExitsTwoNamingIt) {
   for (const auto& [args, message] : cases) {
     std::vector<std::string> full = {kNoServer};  // first: the cases end in what they test
     full.insert(full.end(), args.begin(), args.end());
-    const PplRun run = RunPpl(full);
+    const ChildRun run = RunPpl(full);
     EXPECT_EQ(run.exit_code, 2) << absl::StrJoin(args, " ") << "\n" << run.err;
     EXPECT_THAT(run.err, HasSubstr(message)) << absl::StrJoin(args, " ");
   }
@@ -117,13 +75,13 @@ TEST(PplCliTest, DataMustBeARegularUtf8FileBelowTheLimit) {
     std::vector<std::string> full = {kNoServer};  // first: the cases end in what they test
     full.insert(full.end(), args.begin(), args.end());
     // /dev/zero used to be read until memory ran out; 60 s bounds that, and a check takes milliseconds.
-    const PplRun run = RunPpl(full);
+    const ChildRun run = RunPpl(full);
     EXPECT_EQ(run.exit_code, 1) << absl::StrJoin(args, " ") << "\n" << run.err;
     EXPECT_THAT(run.err, HasSubstr(message)) << absl::StrJoin(args, " ");
     EXPECT_LT(run.took, absl::Seconds(30)) << absl::StrJoin(args, " ");
   }
   // A good file passes the checks and only then meets the missing server.
-  const PplRun good = RunPpl({"--data=" + WikiTest(), kNoServer, "--connect_timeout_s=1"});
+  const ChildRun good = RunPpl({"--data=" + WikiTest(), kNoServer, "--connect_timeout_s=1"});
   EXPECT_EQ(good.exit_code, 1) << good.err;
   EXPECT_THAT(good.err, HasSubstr("UNAVAILABLE")) << good.err;
 }

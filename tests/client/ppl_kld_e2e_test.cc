@@ -12,9 +12,6 @@
 //     equals the float64 golden of tests/client/golden/kld_report_golden.py.
 // The last three need a scored that accepts --reference_model and answers ModelInfo.reference; against one
 // without the flag, they skip (saying why).
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -31,6 +28,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/child_process.h"
 #include "tests/server/scored_process.h"
 
 namespace scored {
@@ -39,56 +37,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
-
-struct PplRun {
-  int exit_code = -1;  // -1: still running after the bound (then killed)
-  std::string out;
-  std::string err;
-};
+using testing::ChildRun;
+using testing::ReadText;
 
 // Runs scored-ppl with `args`, killing it after `bound`.
-PplRun RunPpl(const std::vector<std::string>& args, absl::Duration bound = absl::Seconds(300)) {
-  const std::string base = absl::StrCat(::testing::TempDir(), "/ppl_kld_e2e.", ::getpid());
-  const std::string out_path = base + ".out", err_path = base + ".err";
+ChildRun RunPpl(const std::vector<std::string>& args, absl::Duration bound = absl::Seconds(300)) {
   std::vector<std::string> argv = {std::string(SCORED_BINARY_DIR) + "/client/ppl/scored-ppl"};
   argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<char*> cargv;
-  for (std::string& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out < 0 || err < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) ::_exit(127);
-    ::execv(cargv[0], cargv.data());
-    ::_exit(127);
-  }
-  PplRun run;
-  const absl::Time deadline = absl::Now() + bound;
-  while (true) {
-    int status = 0;
-    const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) {
-      run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      break;
-    }
-    if (r < 0) break;
-    if (absl::Now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  run.out = ReadText(out_path);
-  run.err = ReadText(err_path);
-  return run;
+  return testing::RunToExit(argv, absl::StrCat(::testing::TempDir(), "/ppl_kld_e2e.", ::getpid()), bound);
 }
 
 std::vector<std::string> PplArgs(const std::string& address, const std::string& json_path) {
@@ -112,7 +68,7 @@ TEST(PplKldE2eTest, ServerWithoutReferenceIsRefusedWithExit2) {
   std::vector<std::string> args = PplArgs((*daemon)->grpc_address(), json_path);
   args.push_back("--kld");
   const absl::Time start = absl::Now();
-  const PplRun run = RunPpl(args, absl::Seconds(60));
+  const ChildRun run = RunPpl(args, absl::Seconds(60));
   EXPECT_EQ(run.exit_code, 2) << run.err;
   EXPECT_THAT(run.err, HasSubstr("--kld"));
   EXPECT_THAT(run.err, HasSubstr("--reference_model"));
@@ -139,12 +95,12 @@ TEST(PplKldE2eTest, ModelAgainstItselfOverTheSameWindows) {
   const std::string journal = absl::StrCat(dir, "/ppl_kld.", ::getpid(), ".journal");
   std::remove(journal.c_str());
 
-  const PplRun plain = RunPpl(PplArgs((*daemon)->grpc_address(), plain_json));
+  const ChildRun plain = RunPpl(PplArgs((*daemon)->grpc_address(), plain_json));
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   std::vector<std::string> kld_args = PplArgs((*daemon)->grpc_address(), kld_json);
   kld_args.push_back("--kld");
   kld_args.push_back("--journal=" + journal);
-  const PplRun kld = RunPpl(kld_args);
+  const ChildRun kld = RunPpl(kld_args);
   ASSERT_EQ(kld.exit_code, 0) << kld.err;
   const nlohmann::json p = ReadJson(plain_json), k = ReadJson(kld_json);
   ASSERT_TRUE(k.contains("kld")) << kld.out;
@@ -172,7 +128,7 @@ TEST(PplKldE2eTest, ModelAgainstItselfOverTheSameWindows) {
   kld_args = PplArgs((*daemon)->grpc_address(), resumed_json);
   kld_args.push_back("--kld");
   kld_args.push_back("--journal=" + journal);
-  const PplRun resumed = RunPpl(kld_args);
+  const ChildRun resumed = RunPpl(kld_args);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   const nlohmann::json r = ReadJson(resumed_json);
   EXPECT_EQ(r["num_windows_resumed"], k["num_windows"]);
@@ -201,11 +157,11 @@ TEST(PplKldE2eTest, EveryMethodKeepsItsWindows) {
     args[2] = std::string("--method=") + method;
     args[4] = "--max_windows=6";
     if (std::string(method) == "exl3" || std::string(method) == "hf") args.push_back("--stride=64");
-    const PplRun plain = RunPpl(args);
+    const ChildRun plain = RunPpl(args);
     ASSERT_EQ(plain.exit_code, 0) << plain.err;
     args[6] = "--json=" + kld_json;
     args.push_back("--kld");
-    const PplRun kld = RunPpl(args);
+    const ChildRun kld = RunPpl(args);
     ASSERT_EQ(kld.exit_code, 0) << kld.err;
     const nlohmann::json p = ReadJson(plain_json), k = ReadJson(kld_json);
     EXPECT_EQ(k["method"], p["method"]);
@@ -239,11 +195,11 @@ TEST(PplKldE2eTest, QuantVsOriginalMatchesTheFloat64Golden) {
   }
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   const std::string json_path = absl::StrCat(::testing::TempDir(), "/ppl_kld_golden.", ::getpid(), ".json");
-  const PplRun run = RunPpl({"--server=" + (*daemon)->grpc_address(),
-                             std::string("--data=") + SCORED_DATA_DIR + "/wikitext-2-raw/wiki.test.raw",
-                             "--method=chunks", absl::StrCat("--ctx=", golden["ctx"].get<int>()),
-                             absl::StrCat("--max_windows=", golden["max_windows"].get<int>()), "--quiet",
-                             "--kld", "--json=" + json_path});
+  const ChildRun run = RunPpl({"--server=" + (*daemon)->grpc_address(),
+                               std::string("--data=") + SCORED_DATA_DIR + "/wikitext-2-raw/wiki.test.raw",
+                               "--method=chunks", absl::StrCat("--ctx=", golden["ctx"].get<int>()),
+                               absl::StrCat("--max_windows=", golden["max_windows"].get<int>()), "--quiet",
+                               "--kld", "--json=" + json_path});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const nlohmann::json report = ReadJson(json_path);
   const nlohmann::json& got = report["kld"];

@@ -9,20 +9,19 @@
 // "Equals" is bitwise for every result number (the report aggregates in window-index order and the
 // journal stores exact decimal forms), so no tolerance is needed.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,6 +30,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/child_process.h"
 #include "tests/e2e_windows.h"
 #include "tests/server/scored_process.h"
 
@@ -48,12 +48,7 @@ int64_t NumWindows() {
   return k > 0 ? std::max<int64_t>(k, 40) : 300;
 }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
+using testing::ReadText;
 
 int64_t CountLines(const std::string& path) {
   const std::string text = ReadText(path);
@@ -87,51 +82,30 @@ absl::StatusOr<std::unique_ptr<testing::ScoredProcess>> StartDaemon(int port) {
   return testing::ScoredProcess::Start(options);
 }
 
-// scored-ppl as a child process (stdout/stderr to files); the caller waits for or kills it.
-pid_t SpawnPpl(const std::vector<std::string>& args, const std::string& out_path,
-               const std::string& err_path) {
+// scored-ppl as a child process (stdout/stderr to files); null (and a test failure) if it cannot start.
+std::unique_ptr<testing::ChildProcess> SpawnPpl(const std::vector<std::string>& args,
+                                                const std::string& out_path, const std::string& err_path) {
   std::vector<std::string> argv = {std::string(SCORED_BINARY_DIR) + "/client/ppl/scored-ppl"};
   argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<char*> cargv;
-  for (std::string& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out < 0 || err < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) ::_exit(127);
-    ::execv(cargv[0], cargv.data());
-    ::_exit(127);
-  }
-  return pid;
+  absl::StatusOr<std::unique_ptr<testing::ChildProcess>> child =
+      testing::ChildProcess::Spawn(argv, out_path, err_path);
+  EXPECT_TRUE(child.ok()) << child.status();
+  return child.ok() ? *std::move(child) : nullptr;
 }
 
-// Exit code, 128 + signal, or -1 if still running after `timeout` (then it is killed).
-int WaitChild(pid_t pid, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    int status = 0;
-    const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (r < 0) return -1;
-    if (absl::Now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+// Runs scored-ppl to its end: its exit code, or -1 (killed) when still running after kRunBound.
+int RunPpl(const std::vector<std::string>& args, const std::string& out_path, const std::string& err_path) {
+  std::unique_ptr<testing::ChildProcess> child = SpawnPpl(args, out_path, err_path);
+  return child != nullptr ? child->Wait(kRunBound) : -1;
 }
 
-// Polls until the journal holds at least `records` records (header excluded) or the child exits.
-bool WaitForRecords(const std::string& journal, int64_t records, pid_t child) {
-  const absl::Time deadline = absl::Now() + kRunBound;
-  while (absl::Now() < deadline) {
-    if (CountLines(journal) - 1 >= records) return true;
-    if (::waitpid(child, nullptr, WNOHANG) == child) return false;
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  return false;
+// Waits (on the journal's writes, no polling) until it holds at least `records` records (header excluded);
+// false if the child exits first or kRunBound passes.
+bool WaitForRecords(testing::ChildProcess& child, const std::string& journal, int64_t records) {
+  return child
+      .WaitFor(
+          journal, [&] { return CountLines(journal) - 1 >= records; }, kRunBound)
+      .ok();
 }
 
 std::vector<std::string> PplArgs(int port, const std::string& json_path) {
@@ -196,8 +170,7 @@ class PplResumeE2eTest : public ::testing::Test {
     const std::string base_json = *dir_ + "/ppl_resume_base.json";
     const std::string base_err = *dir_ + "/ppl_resume_base.err";
     std::remove(base_json.c_str());
-    const pid_t pid = SpawnPpl(PplArgs(port_, base_json), *dir_ + "/ppl_resume_base.out", base_err);
-    if (WaitChild(pid, kRunBound) != 0) {
+    if (RunPpl(PplArgs(port_, base_json), *dir_ + "/ppl_resume_base.out", base_err) != 0) {
       *setup_error_ = "baseline run failed: " + ReadText(base_err);
       return;
     }
@@ -230,8 +203,9 @@ TEST_F(PplResumeE2eTest, DaemonKilledAndRestartedOnTheSamePort) {
   std::remove(journal.c_str());
   std::vector<std::string> args = PplArgs(port_, json);
   args.push_back("--journal=" + journal);
-  const pid_t pid = SpawnPpl(args, *dir_ + "/ppl_resume_daemon.out", err);
-  ASSERT_TRUE(WaitForRecords(journal, 20, pid)) << ReadText(err);
+  std::unique_ptr<testing::ChildProcess> ppl = SpawnPpl(args, *dir_ + "/ppl_resume_daemon.out", err);
+  ASSERT_NE(ppl, nullptr);
+  ASSERT_TRUE(WaitForRecords(*ppl, journal, 20)) << ReadText(err);
   ASSERT_TRUE(daemon_->SendSignal(SIGKILL).ok());
   auto code = daemon_->Wait(absl::Seconds(30));
   ASSERT_TRUE(code.ok()) << code.status();
@@ -240,15 +214,16 @@ TEST_F(PplResumeE2eTest, DaemonKilledAndRestartedOnTheSamePort) {
   delete daemon_;
   daemon_ = nullptr;
   // The restart comes once the client has seen the server gone and started waiting for it.
-  const absl::Time wait_deadline = absl::Now() + kRunBound;
-  while (ReadText(err).find("waiting for server") == std::string::npos && absl::Now() < wait_deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  ASSERT_TRUE(
+      ppl->WaitFor(
+             err, [&] { return ReadText(err).find("waiting for server") != std::string::npos; }, kRunBound)
+          .ok())
+      << ReadText(err);
   auto restarted = StartDaemon(port_);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   daemon_ = restarted->release();
 
-  ASSERT_EQ(WaitChild(pid, kRunBound), 0) << ReadText(err);
+  ASSERT_EQ(ppl->Wait(kRunBound), 0) << ReadText(err);
   EXPECT_NE(ReadText(err).find("waiting for server"), std::string::npos) << ReadText(err);
   EXPECT_EQ(CountLines(journal) - 1, NumWindows());
   ExpectSameResults(nlohmann::json::parse(ReadText(json)), *base_);
@@ -264,15 +239,15 @@ TEST_F(PplResumeE2eTest, ClientKilledAndRerunWithTheJournal) {
   std::remove(json.c_str());
   std::vector<std::string> args = PplArgs(port_, json);
   args.push_back("--journal=" + journal);
-  const pid_t first = SpawnPpl(args, *dir_ + "/ppl_resume_client.out", err);
-  ASSERT_TRUE(WaitForRecords(journal, 20, first)) << ReadText(err);
-  ::kill(first, SIGKILL);
-  EXPECT_EQ(WaitChild(first, absl::Seconds(30)), 128 + SIGKILL);
+  std::unique_ptr<testing::ChildProcess> first = SpawnPpl(args, *dir_ + "/ppl_resume_client.out", err);
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(WaitForRecords(*first, journal, 20)) << ReadText(err);
+  first->Kill(SIGKILL);
+  EXPECT_EQ(first->Wait(absl::Seconds(30)), 128 + SIGKILL);
   const int64_t at_kill = CountLines(journal) - 1;
   EXPECT_LT(at_kill, NumWindows()) << "the run finished before the client was killed";
 
-  const pid_t second = SpawnPpl(args, *dir_ + "/ppl_resume_client2.out", err);
-  ASSERT_EQ(WaitChild(second, kRunBound), 0) << ReadText(err);
+  ASSERT_EQ(RunPpl(args, *dir_ + "/ppl_resume_client2.out", err), 0) << ReadText(err);
   EXPECT_NE(ReadText(err).find("resuming from journal"), std::string::npos) << ReadText(err);
   EXPECT_EQ(CountLines(journal) - 1, NumWindows());
   ExpectSameResults(nlohmann::json::parse(ReadText(json)), *base_);
@@ -282,8 +257,7 @@ TEST_F(PplResumeE2eTest, ClientKilledAndRerunWithTheJournal) {
   // Another run's arguments against this journal: refused, naming the differing field.
   std::vector<std::string> other = args;
   other[3] = "--ctx=256";
-  const pid_t third = SpawnPpl(other, *dir_ + "/ppl_resume_client3.out", err);
-  EXPECT_EQ(WaitChild(third, kRunBound), 1);
+  EXPECT_EQ(RunPpl(other, *dir_ + "/ppl_resume_client3.out", err), 1);
   EXPECT_NE(ReadText(err).find("field 'ctx'"), std::string::npos) << ReadText(err);
   std::printf("[ measured ] client killed after %lld of %lld windows journaled\n",
               static_cast<long long>(at_kill), static_cast<long long>(NumWindows()));
@@ -313,13 +287,13 @@ TEST_F(PplResumeE2eTest, DataFileIdentityIsItsContent) {
                                    "--quiet",
                                    "--json=" + json,
                                    "--journal=" + journal};
-  ASSERT_EQ(WaitChild(SpawnPpl(args, *dir_ + "/ppl_resume_data.out", err), kRunBound), 0) << ReadText(err);
+  ASSERT_EQ(RunPpl(args, *dir_ + "/ppl_resume_data.out", err), 0) << ReadText(err);
   ASSERT_EQ(CountLines(journal) - 1, 20);
 
-  // Same bytes, new modification time (rewritten a second later).
-  absl::SleepFor(absl::Milliseconds(1100));
+  // Same bytes, new modification time (rewritten, then dated a minute later).
   write(text);
-  ASSERT_EQ(WaitChild(SpawnPpl(args, *dir_ + "/ppl_resume_data2.out", err), kRunBound), 0) << ReadText(err);
+  std::filesystem::last_write_time(data, std::filesystem::last_write_time(data) + std::chrono::minutes(1));
+  ASSERT_EQ(RunPpl(args, *dir_ + "/ppl_resume_data2.out", err), 0) << ReadText(err);
   EXPECT_NE(ReadText(err).find("resuming from journal"), std::string::npos) << ReadText(err);
   // Every window came from the journal: no throughput (it was all 20 windows' tokens over ~0 s).
   ExpectThisRunsThroughput(nlohmann::json::parse(ReadText(json)), 20);
@@ -327,7 +301,7 @@ TEST_F(PplResumeE2eTest, DataFileIdentityIsItsContent) {
   // One byte changed, same size.
   text[text.size() / 2] = text[text.size() / 2] == 'x' ? 'y' : 'x';
   write(text);
-  EXPECT_EQ(WaitChild(SpawnPpl(args, *dir_ + "/ppl_resume_data3.out", err), kRunBound), 1);
+  EXPECT_EQ(RunPpl(args, *dir_ + "/ppl_resume_data3.out", err), 1);
   EXPECT_NE(ReadText(err).find("field 'data_sha256'"), std::string::npos) << ReadText(err);
 }
 
