@@ -634,9 +634,9 @@ if has_step kldtp; then
     echo "write: $(grep -o 'total [0-9.]*s' "$logs/make_pair_$kldtp_preset.log" 2>/dev/null | head -n 1 || true);" \
       "load (open -> ready, both models): $(field_after "$l" '^load:' "$tp,") s; after load GiB per GPU:" \
       "$(sed -n 's/.*in use after load \(.*\) GiB.*/\1/p' "$l" | head -n 1)"
-    printf '%-8s %9s %-52s %s\n' windows tok/s "reference statistics (random windows)" "GPU_GiB"
+    printf '%-8s %9s %-62s %s\n' windows tok/s "reference statistics (random windows)" "GPU_GiB"
     for b in ${kldtp_batches//,/ }; do
-      printf '%-8s %9s %-52s %s\n' "$b" "$(prefixed_field "$l" pair "$b" tok/s)" \
+      printf '%-8s %9s %-62s %s\n' "$b" "$(prefixed_field "$l" pair "$b" tok/s)" \
         "$(grep -m 1 "^pair B=$b " "$l" | sed -n 's/.*| \(mean KLD .*positions\) |.*/\1/p')" \
         "$(awk -v b="B=$b" '$1=="pair" && $2==b {sub(/.*GPU memory used /, ""); sub(/ GiB.*/, ""); print; exit}' "$l")"
     done
