@@ -3,8 +3,8 @@
 # W4A16 / NVFP4A16 checkpoints of the same weights), scored_bench on each (agreement with transformers +
 # throughput + memory), the transformers peer baseline, then a short table.
 #
-#   scripts/bench/gpu_bench.sh [STEPS]      STEPS: any of tests,bench,quant,peer,stories,tp,big,soak,ppl
-#                                           (default tests,bench,quant,peer; tests/bench/README.md has the details)
+#   scripts/bench/gpu_bench.sh [STEPS]      STEPS: any of tests,bench,quant,peer,stories,tp,big,soak,ppl,kld,kldppl,
+#                                           kldtp (default tests,bench,quant,peer; tests/bench/README.md has the details)
 #
 # Tensor parallelism, large checkpoints and the GPU soak (each step self-contained, each ends with its own table):
 #   tp:   8B-shaped W4A16 g128 written by make_random_w4a16.py, scored_bench --tp 1 and --tp TP (8 x 2048 windows):
@@ -17,9 +17,21 @@
 #   ppl:  the real `scored --backend=cuda` on the 8B W4A16: load-to-SERVING (process start -> the port file, which
 #         scored writes once health is SERVING); then `scored-ppl` over the full WikiText-2 test file, method exl3, ctx 2048,
 #         stride 512 (its wall, the model loaded); PASS/FAIL against PPL_LOAD_TARGET_S and PPL_WALL_TARGET_S; SIGTERM.
+# KL divergence against a reference model (issue 17), each step self-contained with its own table:
+#   kld:  an 8B-shaped (Llama-3-8B) random bf16 checkpoint and the W4A16 g128 quantization of the same weights
+#         (make_random_w4a16.py --dense-out), scored_bench --model W4 --reference_model BF16 --want_reference 1 at
+#         KLD_BATCHES x CTX (the pair, then Q alone and R alone in the same process), then the transformers peer
+#         `$PEERS kld` (both models in bf16, full log-softmaxes): PASS/FAIL of pair tok/s / peer tok/s >=
+#         KLD_PEER_TARGET, pair / (1 / (1/r_Q + 1/r_R)) >= KLD_ALONE_TARGET, GPU memory <= both weights + 6 GiB.
+#   kldppl: the real `scored --backend=cuda --model W4 --reference_model BF16` (the kld step's pair, written when
+#         absent), then `scored-ppl --kld` over the full WikiText-2 test file as the ppl step runs it (the same code):
+#         load-to-SERVING recorded apart, scored-ppl's wall with both models loaded against KLDPPL_WALL_TARGET_S.
+#   kldtp: a KLDTP_PRESET (32b: Qwen2.5-32B shape, q/k/v biases) bf16 reference + its W4A16 written here,
+#         scored_bench pair at --tp TP, KLDTP_BATCHES x CTX: write and load time, tok/s, GPU memory per GPU.
 #   Bundle for these: device-bundle .bundle-X build/tests/bench/cuda/scored_bench build/server/scored
 #   build/client/load/scored-load build/client/ppl/scored-ppl (tp/big need scored_bench, soak the first three, ppl
-#   scored and scored-ppl plus $BUNDLE/data/wikitext-2-raw/wiki.test.raw and $BUNDLE/data/tokenizers/llama3).
+#   scored and scored-ppl plus $BUNDLE/data/wikitext-2-raw/wiki.test.raw and $BUNDLE/data/tokenizers/llama3;
+#   kld and kldtp scored_bench (kld also cp ../shared/bench/hf_peers.py .bundle-X/), kldppl what ppl needs).
 # Run from the repository root with the bundle made on the dev machine:
 #   ../shared/tools/device-bundle .bundle-cuda build-cuda/tests/engine/cuda/cuda_*_test build-cuda/tests/bench/cuda/scored_bench
 #   cp -r ../shared/data/stories260K-hf .bundle-cuda/data/; cp ../shared/bench/hf_baseline.py .bundle-cuda/
@@ -35,6 +47,13 @@
 # PPL_LOAD_TARGET_S (30), PPL_WALL_TARGET_S (40), PPL_START_LIMIT_S (180), PPL_LIMIT_S (240: scored-ppl's timeout),
 # PPL_COLD (0; 1 evicts the checkpoint's files from the page cache before scored starts: a cold-disk load),
 # PPL_EXPECT (none; a golden PPL: |ppl / PPL_EXPECT - 1| <= PPL_EXPECT_RTOL (0.001) or FAIL).
+# kld: KLD_DIR (/tmp/random-kld-8b: the W4A16 in KLD_DIR/w4a16, its bf16 original in KLD_DIR/bf16), KLD_BATCHES (8),
+# KLD_PEER_TARGET (1.2), KLD_ALONE_TARGET (0.95), PEERS ($BUNDLE/hf_peers.py); kldppl: the PPL_* settings above except
+# PPL_MODEL, PPL_LOAD_TARGET_S (the load is recorded, not judged), PPL_WALL_TARGET_S and PPL_EXPECT, plus KLDPPL_MODEL
+# and KLDPPL_REFERENCE (KLD_DIR's pair, written when unset), KLDPPL_WALL_TARGET_S (70), KLDPPL_EXPECT (none; a golden
+# PPL of the model, as PPL_EXPECT); kldtp: KLDTP_PRESET
+# (32b), KLDTP_DIR (/tmp/random-kld-KLDTP_PRESET; deleted after the step unless KEEP_BIG=1), KLDTP_BATCHES (8),
+# KLDTP_ALONE (0; 1 also loads and times each model alone at tp TP).
 set -uo pipefail
 steps=${1:-tests,bench,quant,peer}
 bundle=${BUNDLE:-.bundle-cuda}
@@ -44,7 +63,7 @@ batches=${BATCHES:-1,2,4,8,16}
 model=${MODEL_DIR:-/tmp/random-llama}
 quant=${QUANT:-w4a16,nvfp4a16}
 quant_batches=${QUANT_BATCHES:-1,4,8}
-[[ $steps == *quant* ]] || quant=""
+[[ ",$steps," == *,quant,* ]] || quant=""
 logs=${OUT:-/tmp/gpu_bench_logs}
 mkdir -p "$logs"
 export SCORED_DATA_DIR=$PWD/$bundle/data SCORED_FIXTURES_DIR=$PWD/tests/fixtures PYTHONUNBUFFERED=1
@@ -82,6 +101,23 @@ ppl_limit=${PPL_LIMIT_S:-240}
 ppl_expect=${PPL_EXPECT:-}  # a golden PPL for the run's exact parameters (the CPU check): a mismatch is a FAIL
 ppl_expect_rtol=${PPL_EXPECT_RTOL:-0.001}
 ppl_cold=${PPL_COLD:-0}  # 1: evict the checkpoint's files from the page cache first (a cold-disk load)
+kld_dir=${KLD_DIR:-/tmp/random-kld-8b}
+kld_batches=${KLD_BATCHES:-8}
+kld_peer_target=${KLD_PEER_TARGET:-1.2}
+kld_alone_target=${KLD_ALONE_TARGET:-0.95}
+peers=${PEERS:-$bundle/hf_peers.py}
+kldppl_model=${KLDPPL_MODEL:-}
+kldppl_reference=${KLDPPL_REFERENCE:-}
+kldppl_wall_target=${KLDPPL_WALL_TARGET_S:-70}
+kldppl_expect=${KLDPPL_EXPECT:-}
+kldtp_preset=${KLDTP_PRESET:-32b}
+kldtp_dir=${KLDTP_DIR:-/tmp/random-kld-$kldtp_preset}
+kldtp_batches=${KLDTP_BATCHES:-8}
+kldtp_alone=${KLDTP_ALONE:-0}
+
+has_step() {  # has_step NAME: NAME is one of the comma-separated STEPS
+  [[ ",$steps," == *",$1,"* ]]
+}
 
 fail() {  # a clear failure line; the run's exit status becomes 1
   echo "FAIL $*"
@@ -148,7 +184,7 @@ gpu_mem() {
 
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
 
-if [[ $steps == *tests* ]]; then
+if has_step tests; then
   # e2e tests that start the daemon (gpu_fault_e2e_test) take the bundled one when it is there.
   [[ -x $bundle/bin/scored ]] && export SCORED_TEST_SCORED_BINARY=$bundle_abs/bin/scored
   for t in "$bundle"/bin/*_test; do
@@ -163,19 +199,19 @@ if [[ $steps == *tests* ]]; then
   done
 fi
 
-if [[ $steps == *stories* ]]; then
+if has_step stories; then
   echo "== transformers on stories260K (the bf16 yardstick)"
   python3 scripts/bench/hf_stories_bf16.py "$SCORED_DATA_DIR/stories260K-hf" 2>&1 | grep -vi warn
 fi
 
-if [[ $steps == *bench* || $steps == *quant* ]]; then
+if has_step bench || has_step quant; then
   echo "== make_random_llama (layers $layers, quantized: ${quant:--})"
   python3 scripts/bench/make_random_llama.py --out "$model" --layers "$layers" --ctx "$ctx" --quant "$quant" \
     2>&1 | tail -n 4
   df -h "$(dirname "$model")" | tail -n 1
 fi
 
-if [[ $steps == *bench* ]]; then
+if has_step bench; then
   echo "== scored_bench bf16"
   "$bundle/run" scored_bench --model "$model" --ref "$model/ref_windows.bin" --ctx "$ctx" --batches "$batches" \
     --profile "${PROFILE:-1}" --graph "${GRAPH:-0}" 2>&1 | tee "$logs/scored_bench.log" | grep -vE '^I[0-9].*(loaded|cuda engine)'
@@ -190,12 +226,12 @@ for scheme in ${quant//,/ }; do
   rm -rf "$model-$scheme"
 done
 
-if [[ $steps == *peer* ]]; then
+if has_step peer; then
   echo "== transformers baseline (layers $layers)"
   python3 "$bundle/hf_baseline.py" "$layers" 2>&1 | tee "$logs/hf_baseline.log" | grep -vi warn
 fi
 
-if [[ $steps == *tp* ]]; then
+if has_step tp; then
   echo "== tp: 8B-shaped W4A16 g128, scored_bench --tp 1 and --tp $tp, $tp_batches x $ctx"
   if make_w4 "$w4" 8b 180; then
     for t in 1 "$tp"; do
@@ -221,7 +257,7 @@ if [[ $steps == *tp* ]]; then
   fi
 fi
 
-if [[ $steps == *big* ]]; then
+if has_step big; then
   echo "== big: $big_preset W4A16 g128 written here, scored_bench --tp $big_tp, $big_batches x $ctx"
   df -h "$(dirname "$big")" | tail -n 1
   if make_w4 "$big" "$big_preset" 300; then
@@ -246,7 +282,7 @@ if [[ $steps == *big* ]]; then
   [[ ${KEEP_BIG:-0} == 1 ]] || rm -rf "$big" "$big.complete"
 fi
 
-if [[ $steps == *soak* ]]; then
+if has_step soak; then
   echo "== soak: scored --backend=$soak_backend --tp=$soak_tp on the 8B W4A16, $soak_clients clients x ${soak_seconds}s, lengths $soak_lengths"
   if [[ ! -x $bundle/bin/scored || ! -x $bundle/bin/scored-load || ! -x $bundle/bin/scored_bench ]]; then
     fail "soak: $bundle/bin needs scored, scored-load and scored_bench"
@@ -328,25 +364,35 @@ PY
   fi
 fi
 
-if [[ $steps == *ppl* ]]; then
-  echo "== ppl: scored --backend=$ppl_backend --tp=$ppl_tp, scored-ppl --method=$ppl_method --ctx=$ppl_ctx" \
-    "--stride=$ppl_stride over $(basename "$ppl_data") (max_windows $ppl_max_windows)"
-  ppl_ready=""
-  cache_note=""
-  if [[ ! -x $bundle/bin/scored || ! -x $bundle/bin/scored-ppl ]]; then
-    fail "ppl: $bundle/bin needs scored and scored-ppl"
-  elif [[ ! -f $ppl_data || ! -d $ppl_tokenizer ]]; then
-    fail "ppl: missing $ppl_data or $ppl_tokenizer (copy them into $bundle/data)"
-  elif [[ -n $ppl_model ]]; then
-    ppl_ready=1
-  elif make_w4 "$w4" 8b 180; then
-    ppl_model=$w4
-    ppl_ready=1
-    cache_note=" (the checkpoint's files are in the page cache: written or used earlier on this machine)"
+# verdict NAME VALUE LIMIT: one row of a ppl-style table; VALUE <= LIMIT passes, a miss (or no value) is a FAIL;
+# LIMIT "-" records the value without a target.
+verdict() {
+  if [[ $3 == - ]]; then
+    printf '%-16s %9s %7s  %s\n' "$1" "${2:--}" - recorded
+  elif awk -v v="$2" -v l="$3" 'BEGIN {exit !(v != "" && v + 0 <= l + 0)}'; then
+    printf '%-16s %9s %7s  %s\n' "$1" "$2" "$3" PASS
+  else
+    printf '%-16s %9s %7s  %s\n' "$1" "${2:--}" "$3" FAIL
+    status=1
   fi
-  if [[ -n $ppl_ready && $ppl_cold == 1 ]]; then
-    # posix_fadvise DONTNEED drops a file's clean cached pages without privileges.
-    if python3 - "$ppl_model" <<'PY'; then
+}
+
+# serve_ppl NAME MODEL REFERENCE LOAD_TARGET WALL_TARGET EXPECT CACHE_NOTE: the real scored on MODEL (with
+# --reference_model REFERENCE unless it is empty; scored-ppl then runs with --kld), load-to-SERVING (process start ->
+# the port file), scored-ppl over $ppl_data with the PPL_* settings, SIGTERM, then NAME's summary table. Logs:
+# $logs/scored_NAME.log, NAME_client.log, NAME.json. The steps ppl and kldppl.
+serve_ppl() {
+  local name=$1 model=$2 reference=$3 load_target=$4 wall_target=$5 expect=$6 cache_note=$7
+  local ref_flags=() kld_flags=() dir spid port t_start t_serving t0 t1 t2 t3 load_s engine_load prc wall_s stopped src
+  if [[ -n $reference ]]; then
+    ref_flags=(--reference_model="$reference")
+    kld_flags=(--kld)
+  fi
+  if [[ $ppl_cold == 1 ]]; then
+    cache_note=" (cold: the checkpoint's files were evicted from the page cache first)"
+    for dir in "$model" ${reference:+"$reference"}; do
+      # posix_fadvise DONTNEED drops a file's clean cached pages without privileges.
+      if python3 - "$dir" <<'PY'; then
 import os, sys
 os.sync()
 for name in os.listdir(sys.argv[1]):
@@ -356,71 +402,73 @@ for name in os.listdir(sys.argv[1]):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)
 PY
-      cache_note=" (cold: the checkpoint's files were evicted from the page cache first)"
-      [[ $(stat -f -c %T "$ppl_model") == tmpfs ]] && cache_note=" (not cold: the checkpoint lies on tmpfs, in memory)"
-    else
-      fail "ppl: could not evict $ppl_model from the page cache"
-    fi
-  fi
-  if [[ -n $ppl_ready ]]; then
-    rm -f "$logs/ppl_port.json" "$logs/ppl.json"
-    t_start=$(date +%s.%N)
-    "$bundle/run" scored --model="$ppl_model" --tokenizer="$ppl_tokenizer" --backend="$ppl_backend" --tp="$ppl_tp" \
-      --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --port_file="$logs/ppl_port.json" \
-      --max_batch_tokens="$ppl_max_batch_tokens" > "$logs/scored_ppl.log" 2>&1 &
-    spid=$!
-    # scored writes the port file after it marks health SERVING (server/server.h): its appearance is SERVING.
-    for _ in $(seq 1 $((ppl_start_limit * 20))); do
-      [[ -s $logs/ppl_port.json ]] && break
-      kill -0 "$spid" 2>/dev/null || break
-      sleep 0.05
-    done
-    t_serving=$(date +%s.%N)
-    port=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["grpc"])' "$logs/ppl_port.json" 2>/dev/null)
-    if [[ -z $port ]]; then
-      if kill -0 "$spid" 2>/dev/null; then
-        fail "ppl: scored not SERVING within ${ppl_start_limit} s (last lines follow)"
+        [[ $(stat -f -c %T "$dir") == tmpfs ]] && cache_note=" (not cold: the checkpoint lies on tmpfs, in memory)"
       else
-        fail "ppl: scored exited before SERVING (last lines follow)"
+        fail "$name: could not evict $dir from the page cache"
       fi
-      tail -n 8 "$logs/scored_ppl.log"
-      kill -KILL "$spid" 2>/dev/null
-      wait "$spid" 2>/dev/null
+    done
+  fi
+  rm -f "$logs/${name}_port.json" "$logs/$name.json"
+  t_start=$(date +%s.%N)
+  "$bundle/run" scored --model="$model" ${ref_flags[@]+"${ref_flags[@]}"} --tokenizer="$ppl_tokenizer" \
+    --backend="$ppl_backend" --tp="$ppl_tp" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
+    --port_file="$logs/${name}_port.json" --max_batch_tokens="$ppl_max_batch_tokens" > "$logs/scored_$name.log" 2>&1 &
+  spid=$!
+  # scored writes the port file after it marks health SERVING (server/server.h): its appearance is SERVING.
+  for _ in $(seq 1 $((ppl_start_limit * 20))); do
+    [[ -s $logs/${name}_port.json ]] && break
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.05
+  done
+  t_serving=$(date +%s.%N)
+  port=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["grpc"])' "$logs/${name}_port.json" 2>/dev/null)
+  if [[ -z $port ]]; then
+    if kill -0 "$spid" 2>/dev/null; then
+      fail "$name: scored not SERVING within ${ppl_start_limit} s (last lines follow)"
     else
-      load_s=$(awk -v a="$t_start" -v b="$t_serving" 'BEGIN {printf "%.1f", b - a}')
-      engine_load=$(grep -m 1 -o 'model loaded in [0-9.]* s' "$logs/scored_ppl.log" | awk '{print $4}')
-      grep -m 1 'model loaded in' "$logs/scored_ppl.log" | sed 's/, fingerprint .*//'
-      t0=$(date +%s.%N)
-      run_logged ppl_client "$ppl_limit" "$bundle/run" scored-ppl --server="127.0.0.1:$port" --data="$ppl_data" \
-        --method="$ppl_method" --ctx="$ppl_ctx" --stride="$ppl_stride" --max_windows="$ppl_max_windows" \
-        --inflight="$ppl_inflight" --json="$logs/ppl.json" --quiet
-      prc=$?
-      t1=$(date +%s.%N)
-      wall_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
-      [[ $prc == 0 ]] && grep -E '^(data|ppl|num_scored|wall_seconds) ' "$logs/ppl_client.log"
-      # SIGTERM with no traffic left: scored must exit 0.
-      t2=$(date +%s.%N)
-      kill -TERM "$spid" 2>/dev/null
-      stopped=""
-      for _ in $(seq 1 120); do
-        kill -0 "$spid" 2>/dev/null || { stopped=1; break; }
-        sleep 0.5
-      done
-      if [[ -z $stopped ]]; then
-        fail "ppl: scored still running 60 s after SIGTERM; killed"
-        kill -KILL "$spid" 2>/dev/null
-      fi
-      wait "$spid" 2>/dev/null
-      src=$?
-      t3=$(date +%s.%N)
-      if [[ $src != 0 ]]; then
-        fail "ppl: scored exited $src after SIGTERM (last lines follow)"
-        tail -n 8 "$logs/scored_ppl.log"
-      fi
-      echo "== ppl summary ($(basename "$ppl_model"), backend $ppl_backend, tp $ppl_tp; $ppl_method ctx $ppl_ctx" \
-        "stride $ppl_stride over $(basename "$ppl_data"))"
-      if [[ $prc == 0 ]]; then
-        python3 - "$logs/ppl.json" "$wall_s" "$ppl_expect" "$ppl_expect_rtol" <<'PY' ||
+      fail "$name: scored exited before SERVING (last lines follow)"
+    fi
+    tail -n 8 "$logs/scored_$name.log"
+    kill -KILL "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+    return 1
+  fi
+  load_s=$(awk -v a="$t_start" -v b="$t_serving" 'BEGIN {printf "%.1f", b - a}')
+  engine_load=$(grep -m 1 -o 'model loaded in [0-9.]* s' "$logs/scored_$name.log" | awk '{print $4}')
+  grep -m 1 'model loaded in' "$logs/scored_$name.log" | sed 's/, fingerprint .*//'
+  [[ -n $reference ]] && grep -m 1 'reference model ' "$logs/scored_$name.log" | sed 's/, fingerprint .*//'
+  t0=$(date +%s.%N)
+  run_logged "${name}_client" "$ppl_limit" "$bundle/run" scored-ppl --server="127.0.0.1:$port" --data="$ppl_data" \
+    --method="$ppl_method" --ctx="$ppl_ctx" --stride="$ppl_stride" --max_windows="$ppl_max_windows" \
+    --inflight="$ppl_inflight" ${kld_flags[@]+"${kld_flags[@]}"} --json="$logs/$name.json" --quiet
+  prc=$?
+  t1=$(date +%s.%N)
+  wall_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
+  [[ $prc == 0 ]] && grep -E '^(data|ppl|num_scored|wall_seconds) |^Mean +(PPL|KLD|ln)|^Same top' \
+    "$logs/${name}_client.log"
+  # SIGTERM with no traffic left: scored must exit 0.
+  t2=$(date +%s.%N)
+  kill -TERM "$spid" 2>/dev/null
+  stopped=""
+  for _ in $(seq 1 120); do
+    kill -0 "$spid" 2>/dev/null || { stopped=1; break; }
+    sleep 0.5
+  done
+  if [[ -z $stopped ]]; then
+    fail "$name: scored still running 60 s after SIGTERM; killed"
+    kill -KILL "$spid" 2>/dev/null
+  fi
+  wait "$spid" 2>/dev/null
+  src=$?
+  t3=$(date +%s.%N)
+  if [[ $src != 0 ]]; then
+    fail "$name: scored exited $src after SIGTERM (last lines follow)"
+    tail -n 8 "$logs/scored_$name.log"
+  fi
+  echo "== $name summary ($(basename "$model")${reference:+ vs reference $(basename "$reference")}, backend" \
+    "$ppl_backend, tp $ppl_tp; $ppl_method ctx $ppl_ctx stride $ppl_stride over $(basename "$ppl_data"))"
+  if [[ $prc == 0 ]]; then
+    python3 - "$logs/$name.json" "$wall_s" "$expect" "$ppl_expect_rtol" "${reference:+kld}" <<'PY' ||
 import json, math, sys
 r = json.load(open(sys.argv[1]))
 wall = float(sys.argv[2])
@@ -437,29 +485,168 @@ print(f"ppl {r['ppl']:.4f}  windows {r['num_windows']}  tokens scored {r['num_sc
 print(f"wall {wall:.1f} s (scored-ppl process; its own report {r['wall_seconds']:.1f} s, of it scoring "
       f"{r['score_seconds']:.1f} s)  {r['num_tokens_sent'] / wall:.0f} tok/s processed  "
       f"{r['num_scored'] / wall:.0f} tok/s scored")
+if sys.argv[5]:
+    k = r.get("kld")
+    if not k or k.get("kld_mean") is None or not k.get("count"):
+        sys.exit("the --kld report has no KL-divergence statistics")
+    print(f"kld over {k['count']} tokens: PPL(Q) {k['ppl_q']:.4f}  PPL(R) {k['ppl_r']:.4f}  ln(PPL(Q)/PPL(R)) "
+          f"{k['ln_ppl_ratio']:.6f} +- {k['ln_ppl_ratio_error']:.6f}  mean KLD {k['kld_mean']:.6f} +- "
+          f"{k['kld_error']:.6f}  same top {100 * k['same_top']:.3f}%  (reference {k['reference']['format']})")
 PY
-          { fail "ppl: no usable scored-ppl report, or not the expected PPL ($logs/ppl.json)"; status=1; }
-      fi
-      verdict() {  # verdict NAME SECONDS LIMIT: one table row; a miss (or no value) is a FAIL
-        if awk -v v="$2" -v l="$3" 'BEGIN {exit !(v != "" && v + 0 <= l + 0)}'; then
-          printf '%-16s %9s %7s  %s\n' "$1" "$2" "$3" PASS
-        else
-          printf '%-16s %9s %7s  %s\n' "$1" "${2:--}" "$3" FAIL
-          status=1
-        fi
-      }
-      printf '%-16s %9s %7s  %s\n' target seconds limit result
-      verdict load-to-SERVING "$load_s" "$ppl_load_target"
-      [[ $prc == 0 ]] || wall_s=""
-      verdict ppl-wall "$wall_s" "$ppl_wall_target"
-      echo "load-to-SERVING is process start -> health SERVING; the engine's own line says" \
-        "${engine_load:--} s$cache_note"
-      echo "SIGTERM: scored exit $src after $(awk -v a="$t2" -v b="$t3" 'BEGIN {printf "%.1f", b - a}') s"
-    fi
+      { fail "$name: no usable scored-ppl report, or not the expected PPL ($logs/$name.json)"; status=1; }
+  fi
+  printf '%-16s %9s %7s  %s\n' target seconds limit result
+  verdict load-to-SERVING "$load_s" "$load_target"
+  [[ $prc == 0 ]] || wall_s=""
+  verdict "$name-wall" "$wall_s" "$wall_target"
+  echo "load-to-SERVING is process start -> health SERVING; the engine's own line says" \
+    "${engine_load:--} s$cache_note"
+  echo "SIGTERM: scored exit $src after $(awk -v a="$t2" -v b="$t3" 'BEGIN {printf "%.1f", b - a}') s"
+}
+
+if has_step ppl; then
+  echo "== ppl: scored --backend=$ppl_backend --tp=$ppl_tp, scored-ppl --method=$ppl_method --ctx=$ppl_ctx" \
+    "--stride=$ppl_stride over $(basename "$ppl_data") (max_windows $ppl_max_windows)"
+  if [[ ! -x $bundle/bin/scored || ! -x $bundle/bin/scored-ppl ]]; then
+    fail "ppl: $bundle/bin needs scored and scored-ppl"
+  elif [[ ! -f $ppl_data || ! -d $ppl_tokenizer ]]; then
+    fail "ppl: missing $ppl_data or $ppl_tokenizer (copy them into $bundle/data)"
+  elif [[ -n $ppl_model ]]; then
+    serve_ppl ppl "$ppl_model" "" "$ppl_load_target" "$ppl_wall_target" "$ppl_expect" ""
+  elif make_w4 "$w4" 8b 180; then
+    serve_ppl ppl "$w4" "" "$ppl_load_target" "$ppl_wall_target" "$ppl_expect" \
+      " (the checkpoint's files are in the page cache: written or used earlier on this machine)"
   fi
 fi
 
-if [[ $steps == *tests* || $steps == *bench* || $steps == *quant* || $steps == *peer* || $steps == *stories* ]]; then
+# make_pair DIR PRESET LIMIT_S: a random PRESET checkpoint pair, the bf16 original in DIR/bf16 and the W4A16 g128
+# quantization of the same weights in DIR/w4a16 (make_random_w4a16.py --dense-out; no reference windows), kept
+# while the machine lives (DIR.complete marks a finished pair: kld and kldppl share it).
+make_pair() {
+  local dir=$1 preset=$2 limit=$3 need avail
+  if [[ -f $dir.complete && $(cat "$dir.complete") == "pair $preset" ]]; then
+    echo "(reusing $dir)"
+    return 0
+  fi
+  rm -rf "$dir" "$dir.complete"
+  # GiB on disk of both: 8b 5.3 + 15.0, 32b 17.9 + 61.0, 70b 36.8 + 131.
+  need=$(case $preset in 8b) echo 22 ;; 32b) echo 81 ;; *) echo 170 ;; esac)
+  mkdir -p "$(dirname "$dir")"
+  avail=$(df --output=avail -BG "$(dirname "$dir")" | tail -n 1 | tr -dc 0-9)
+  if (( avail < need )); then
+    fail "make_pair $preset: $avail GiB free under $(dirname "$dir"), needs $need"
+    return 1
+  fi
+  run_logged "make_pair_$preset" "$limit" python3 scripts/bench/make_random_w4a16.py --out "$dir/w4a16" \
+    --dense-out "$dir/bf16" --preset "$preset" --windows 0 || return 1
+  grep '^make_random_w4a16' "$logs/make_pair_$preset.log"
+  echo "pair $preset" > "$dir.complete"
+}
+
+# prefixed_field LOG PREFIX B WORD: the field before WORD on the line of LOG whose first two fields are PREFIX and
+# B=<B> (scored_bench's "pair B=8 ..." lines, hf_peers.py's "kld B=8 ..." lines).
+prefixed_field() {
+  awk -v p="$2" -v b="B=$3" -v w="$4" '$1==p && $2==b {for(i=3;i<=NF;i++) if($i==w) {print $(i-1); exit}}' "$1" \
+    2>/dev/null
+}
+# kld_row TARGET WINDOWS OURS REFERENCE OP LIMIT: one row of the kld table, ratio OURS / REFERENCE against LIMIT
+# (OP >= or <=); a miss or a missing value is a FAIL.
+kld_row() {
+  local ratio result
+  ratio=$(awk -v a="$3" -v b="$4" 'BEGIN {if (a != "" && b + 0 > 0) printf "%.3f", a / b}')
+  if [[ -n $ratio ]] && awk -v r="$ratio" -v op="$5" -v l="$6" 'BEGIN {exit !(op == ">=" ? r >= l : r <= l)}'; then
+    result=PASS
+  else
+    result=FAIL
+    status=1
+  fi
+  printf '%-14s %7s %11s %11s %7s %8s  %s\n' "$1" "$2" "${3:--}" "${4:--}" "${ratio:--}" "$5$6" "$result"
+}
+
+if has_step kld; then
+  echo "== kld: 8B-shaped bf16 original + its W4A16 g128 on one GPU, scored_bench pair and each model alone," \
+    "$kld_batches x $ctx; peer $(basename "$peers") kld"
+  if [[ ! -x $bundle/bin/scored_bench ]]; then
+    fail "kld: $bundle/bin needs scored_bench"
+  elif make_pair "$kld_dir" 8b 300; then
+    run_logged kld_bench 420 "$bundle/run" scored_bench --model "$kld_dir/w4a16" --reference_model "$kld_dir/bf16" \
+      --want_reference 1 --alone 1 --ctx "$ctx" --batches "$kld_batches" --profile 0 --nccl 0
+    grep -E '^(scored_bench|reference|load|host memory|pair|memory|alone|ratio)' "$logs/kld_bench.log"
+    if [[ -f $peers ]]; then
+      run_logged kld_peer 420 python3 "$peers" kld --batches "$kld_batches" --ctx "$ctx"
+      grep -viE 'warn|^ *$' "$logs/kld_peer.log"
+    else
+      fail "kld: no peer script $peers (cp ../shared/bench/hf_peers.py into the bundle, or set PEERS)"
+    fi
+    l=$logs/kld_bench.log
+    echo "== kld summary (8B W4A16 g128 vs its bf16 original, one GPU, ctx $ctx; tok/s = the windows' tokens per" \
+      "second, each token through both models)"
+    printf '%-14s %7s %11s %11s %7s %8s  %s\n' target windows ours reference ratio limit result
+    for b in ${kld_batches//,/ }; do
+      pair=$(prefixed_field "$l" pair "$b" tok/s)
+      kld_row vs-peer "$b" "$pair" "$(prefixed_field "$logs/kld_peer.log" kld "$b" tok/s)" '>=' "$kld_peer_target"
+      kld_row vs-alone "$b" "$pair" "$(field_after "$l" "^ratio B=$b " implied)" '>=' "$kld_alone_target"
+    done
+    kld_row memory-GiB - "$(field_after "$l" '^memory:' use)" "$(field_after "$l" '^memory:' =)" '<=' 1
+    echo "vs-peer: transformers with both models in bf16 ($(basename "$peers") kld, the same windows' shape); vs-alone:" \
+      "reference = 1 / (1/r_Q + 1/r_R) of Q alone and R alone, each its own engine in the same process; memory:" \
+      "GPU memory in use vs both models' weights (resident bytes) + 6 GiB"
+    for b in ${kld_batches//,/ }; do
+      echo "B=$b: Q alone $(field_after "$l" "^ratio B=$b " alone) tok/s, R alone" \
+        "$(awk -v b="B=$b" '$1=="ratio" && $2==b {for(i=1;i<NF;i++) if($i=="R" && $(i+1)=="alone") {print $(i+2); exit}}' "$l")" \
+        "tok/s, pair-Q-only $(prefixed_field "$l" pair-Q-only "$b" tok/s) tok/s; $(grep -m 1 "^pair B=$b " "$l" |
+          sed -n 's/.*| \(mean KLD .*positions\) |.*/\1/p') (random windows: a sanity figure)"
+    done
+  fi
+fi
+
+if has_step kldppl; then
+  echo "== kldppl: scored --backend=$ppl_backend --tp=$ppl_tp --reference_model, scored-ppl --kld" \
+    "--method=$ppl_method --ctx=$ppl_ctx --stride=$ppl_stride over $(basename "$ppl_data") (max_windows $ppl_max_windows)"
+  if [[ ! -x $bundle/bin/scored || ! -x $bundle/bin/scored-ppl ]]; then
+    fail "kldppl: $bundle/bin needs scored and scored-ppl"
+  elif [[ ! -f $ppl_data || ! -d $ppl_tokenizer ]]; then
+    fail "kldppl: missing $ppl_data or $ppl_tokenizer (copy them into $bundle/data)"
+  elif [[ -n $kldppl_model && -n $kldppl_reference ]]; then
+    serve_ppl kldppl "$kldppl_model" "$kldppl_reference" - "$kldppl_wall_target" "$kldppl_expect" ""
+  elif [[ -n $kldppl_model || -n $kldppl_reference ]]; then
+    fail "kldppl: set both KLDPPL_MODEL and KLDPPL_REFERENCE, or neither"
+  elif make_pair "$kld_dir" 8b 300; then
+    serve_ppl kldppl "$kld_dir/w4a16" "$kld_dir/bf16" - "$kldppl_wall_target" "$kldppl_expect" \
+      " (the checkpoints' files are in the page cache: written or used earlier on this machine)"
+  fi
+fi
+
+if has_step kldtp; then
+  echo "== kldtp: $kldtp_preset bf16 original + its W4A16 g128 written here, scored_bench pair --tp $tp," \
+    "$kldtp_batches x $ctx"
+  df -h "$(dirname "$kldtp_dir")" | tail -n 1
+  if [[ ! -x $bundle/bin/scored_bench ]]; then
+    fail "kldtp: $bundle/bin needs scored_bench"
+  elif make_pair "$kldtp_dir" "$kldtp_preset" 420; then
+    du -sh "$kldtp_dir/w4a16" "$kldtp_dir/bf16" | awk '{printf "%s %s  ", $2, $1} END {print ""}' |
+      sed 's/^/checkpoints on disk: /'
+    run_logged kldtp 420 "$bundle/run" scored_bench --model "$kldtp_dir/w4a16" --reference_model "$kldtp_dir/bf16" \
+      --want_reference 1 --alone "$kldtp_alone" --tp "$tp" --ctx "$ctx" --batches "$kldtp_batches" --profile 0 --nccl 0
+    grep -E '^(scored_bench|reference|load|host memory|pair|memory|alone|ratio)' "$logs/kldtp.log"
+    l=$logs/kldtp.log
+    echo "== kldtp summary ($kldtp_preset W4A16 g128 + its bf16 original, tp $tp, ctx $ctx)"
+    echo "write: $(grep -o 'total [0-9.]*s' "$logs/make_pair_$kldtp_preset.log" 2>/dev/null | head -n 1 || true);" \
+      "load (open -> ready, both models): $(field_after "$l" '^load:' "$tp,") s; after load GiB per GPU:" \
+      "$(sed -n 's/.*in use after load \(.*\) GiB.*/\1/p' "$l" | head -n 1)"
+    printf '%-8s %9s %-62s %s\n' windows tok/s "reference statistics (random windows)" "GPU_GiB"
+    for b in ${kldtp_batches//,/ }; do
+      printf '%-8s %9s %-62s %s\n' "$b" "$(prefixed_field "$l" pair "$b" tok/s)" \
+        "$(grep -m 1 "^pair B=$b " "$l" | sed -n 's/.*| \(mean KLD .*positions\) |.*/\1/p')" \
+        "$(awk -v b="B=$b" '$1=="pair" && $2==b {sub(/.*GPU memory used /, ""); sub(/ GiB.*/, ""); print; exit}' "$l")"
+    done
+    sed -n 's/^memory: /memory (all GPUs): /p' "$l"
+    [[ -n $(prefixed_field "$l" pair "${kldtp_batches##*,}" tok/s) ]] || fail "kldtp: no pair tok/s in $l"
+  fi
+  [[ ${KEEP_BIG:-0} == 1 ]] || rm -rf "$kldtp_dir" "$kldtp_dir.complete"
+fi
+
+if has_step tests || has_step bench || has_step quant || has_step peer || has_step stories; then
 echo "== summary (tok/s at ctx $ctx; same device, same call)"
 tps() {  # tok/s of batch $2 in log $1 (scored_bench or hf_baseline format)
   awk -v b="B=$2" '($1=="scored" || $1=="batched_chunked") && $2==b {for(i=1;i<=NF;i++) if($i=="tok/s") {print $(i-1); exit}}' "$1" 2>/dev/null

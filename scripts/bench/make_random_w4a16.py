@@ -1,15 +1,25 @@
 #!/usr/bin/env python3
-"""Writes a random-weight Llama/Mistral-shaped W4A16 group-128 symmetric checkpoint directly in compressed-tensors
-`pack-quantized` form (no dense bf16 copy of the decoder on disk or in memory), plus reference log-probs of a few
-windows computed from the very weights written.
+"""Writes a random-weight Llama/Mistral/Qwen2-shaped W4A16 group-128 symmetric checkpoint directly in
+compressed-tensors `pack-quantized` form (no dense bf16 copy of the decoder in memory), plus reference log-probs of
+a few windows computed from the very weights written; optionally (--dense-out) the dense bf16 original as well.
 
-  make_random_w4a16.py --out DIR --preset 8b|70b|123b [--layers N] [--windows 2] [--ctx 2048] [--ref-fp32 1]
+  make_random_w4a16.py --out DIR --preset 8b|70b|123b|32b [--layers N] [--windows 2] [--ctx 2048] [--ref-fp32 1]
+                       [--dense-out DIR2]
   make_random_w4a16.py --out DIR --hidden 256 --intermediate 512 --layers 2 --heads 4 --kv-heads 2 --vocab 1000
 
 Presets: 8b = Llama-3-8B (hidden 4096, 32 layers, 32/8 heads, intermediate 14336, vocab 128256); 70b =
 Llama-3-70B (8192, 80 layers, 64/8, 28672, 128256); 123b = Mistral-Large-2 (12288, 88 layers, 96/8, 28672,
-vocab 32768, rope_theta 1e6). Flags given after --preset override its fields (--layers 4 makes a short model of
-the same widths).
+vocab 32768, rope_theta 1e6); 32b = Qwen2.5-32B (Qwen2ForCausalLM: 5120, 64 layers, 40/8 heads, 27648, vocab
+152064, rope_theta 1e6, q/k/v biases). Flags given after --preset override its fields (--layers 4 makes a short
+model of the same widths; --architecture Qwen2ForCausalLM gives any shape the Qwen2 layout with q/k/v biases).
+
+--dense-out DIR2: also writes the unquantized original, a dense bf16 checkpoint of the same shape and names
+(every Linear as `weight` bf16 [out, in], no quantization_config: what the W4A16 was made from), in the same
+pass. The drawn fp32 values are rounded to bf16 first and the W4A16 is the quantization of those bf16 weights,
+as a quantization tool makes it from a bf16 original (without --dense-out the fp32 draws are quantized directly,
+which gives the same checkpoints as before this option; the two differ in the odd rounding tie). The biases,
+norms, embedding and lm_head are the same tensors in both. DIR2 gets no ref_windows.bin. It is the reference
+model of issue 17's KL-divergence benchmarks (scored --model DIR --reference_model DIR2).
 
 Layout (what llm-compressor + compressed-tensors 0.19 save for W4A16, see scripts/bench/ct_writer.py): every
 decoder Linear as weight_packed int32 [out, in/8] + weight_scale bf16 [out, in/128] + weight_shape int64 [2];
@@ -22,18 +32,19 @@ aligned to its element size.
 
 Values (well conditioned over 80-88 layers; the rules of make_random_llama.py): q/k/v/gate/up ~ N(0, 0.02),
 o/down ~ N(0, 0.02 / sqrt(2 * layers)), quantized by ct_writer.quantize_w4a16 (scale = bf16(amax / 7.5) per
-group of 128, q = clamp(round(w / scale), -8, 7)); norms 1; lm_head ~ N(0, LOGIT_STD / sqrt(hidden));
-embedding std calibrated (--calibrate passes of a 256-token probe through the dense layers) so the final
-residual keeps a correlation of about EMBED_SHARE with the current token's embedding. Every tensor has its own
-seeded generator, so calibration and the final pass see identical values.
+group of 128, q = clamp(round(w / scale), -8, 7)); q/k/v biases (Qwen2) bf16 ~ N(0, BIAS_STD); norms 1;
+lm_head ~ N(0, LOGIT_STD / sqrt(hidden)); embedding std calibrated (--calibrate passes of a 256-token probe
+through the dense layers) so the final residual keeps a correlation of about EMBED_SHARE with the current token's
+embedding. Every tensor has its own seeded generator, so calibration and the final pass see identical values.
 
 DIR/ref_windows.bin: the format of make_random_llama.py (int32 windows, int32 ctx, int32 tokens[windows][ctx],
 then float32 [windows][ctx-1] arrays fp32head, bf16logits, fp32model), computed here by a plain Llama forward
-(transformers' semantics: bf16 residual, fp32 RMSNorm statistics, rotate-half RoPE, SDPA causal attention) on
-the DEQUANTIZED weights decoded back from the packed words written to disk: fp32head = bf16 forward with an
-fp32 lm_head; bf16logits = bf16 forward, bf16 logits; fp32model = the same weights in fp32, fp32 matmuls
-without TF32 (--ref-fp32 0 skips it and stores fp32head there). Windows are chains sampled from the model's
-bigram part (t[j+1] ~ softmax(lm_head . rmsnorm(embed[t[j]]))), so PPL lands in the tens to hundreds.
+(transformers' semantics: bf16 residual, fp32 RMSNorm statistics, q/k/v biases added in the compute dtype,
+rotate-half RoPE, SDPA causal attention) on the DEQUANTIZED weights decoded back from the packed words written to
+disk: fp32head = bf16 forward with an fp32 lm_head; bf16logits = bf16 forward, bf16 logits; fp32model = the same
+weights in fp32, fp32 matmuls without TF32 (--ref-fp32 0 skips it and stores fp32head there). Windows are
+chains sampled from the model's bigram part (t[j+1] ~ softmax(lm_head . rmsnorm(embed[t[j]]))), so PPL lands in
+the tens to hundreds.
 scripts/bench/test_writer.py checks a tiny checkpoint against compressed-tensors' decompression and
 transformers' forward.
 
@@ -59,6 +70,9 @@ import ct_writer  # noqa: E402
 
 LOGIT_STD = 5.0
 EMBED_SHARE = 0.95
+# q/k/v bias std (Qwen2): q/k/v entries over a normed input have std 0.02 * sqrt(hidden) (1.3-2.3 for these
+# shapes), so 0.1 moves every head a little without dominating the attention scores.
+BIAS_STD = 0.1
 GROUP = 128
 PROBE_TOKENS = 256
 WRITE_CHUNK = 256 << 20  # bytes per writer job (pwrite calls are also capped below 2 GiB by Linux)
@@ -73,7 +87,11 @@ PRESETS = {
     "123b": dict(architecture="MistralForCausalLM", model_type="mistral", hidden=12288, intermediate=28672,
                  layers=88, heads=96, kv_heads=8, head_dim=128, vocab=32768, rope_theta=1000000.0, max_pos=131072,
                  bos=1, eos=2),
+    "32b": dict(architecture="Qwen2ForCausalLM", model_type="qwen2", hidden=5120, intermediate=27648, layers=64,
+                heads=40, kv_heads=8, head_dim=128, vocab=152064, rope_theta=1000000.0, max_pos=131072, bos=151643,
+                eos=151643),
 }
+MODEL_TYPE = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
 SAFETENSORS_DTYPE = {torch.bfloat16: "BF16", torch.int32: "I32", torch.int64: "I64"}
 ITEMSIZE = {"BF16": 2, "I32": 4, "I64": 8}
 
@@ -86,7 +104,7 @@ def parse_args(argv=None):
                  "eos"):
         ap.add_argument(f"--{flag}", type=int)
     ap.add_argument("--rope-theta", type=float)
-    ap.add_argument("--architecture", choices=["LlamaForCausalLM", "MistralForCausalLM"])
+    ap.add_argument("--architecture", choices=sorted(MODEL_TYPE))
     ap.add_argument("--windows", type=int, default=2, help="reference windows (0: no ref_windows.bin)")
     ap.add_argument("--ctx", type=int, default=2048)
     ap.add_argument("--ref-fp32", type=int, default=1, help="1: also the fp32 forward (the near-exact answer)")
@@ -96,6 +114,7 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=8, help="writer threads")
     ap.add_argument("--inflight-gb", type=float, default=4.0, help="pinned host buffers for pending writes")
     ap.add_argument("--tokenizer", default="", help="file(s) to copy into DIR, comma-separated (tokenizer.model)")
+    ap.add_argument("--dense-out", default="", help="also write the dense bf16 original of the same weights here")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args(argv)
     shape = dict(PRESETS[args.preset]) if args.preset else dict(
@@ -107,7 +126,8 @@ def parse_args(argv=None):
         if value is not None:
             shape[key] = value
     if args.architecture:
-        shape["model_type"] = "mistral" if args.architecture == "MistralForCausalLM" else "llama"
+        shape["model_type"] = MODEL_TYPE[args.architecture]
+    shape["qkv_bias"] = shape["model_type"] == "qwen2"
     missing = [k for k in ("hidden", "intermediate", "layers", "heads", "kv_heads", "vocab") if k not in shape]
     if missing:
         ap.error(f"give --preset or --{', --'.join(m.replace('_', '-') for m in missing)}")
@@ -121,11 +141,14 @@ def parse_args(argv=None):
         ap.error("heads must be a multiple of kv-heads")
     if args.windows and not 2 <= args.ctx <= shape["max_pos"]:
         ap.error(f"--ctx must be in [2, {shape['max_pos']}]")
+    if args.dense_out and os.path.abspath(args.dense_out) == os.path.abspath(args.out):
+        ap.error("--dense-out must differ from --out")
     return args, shape
 
 
-def config_json(s):
-    """config.json as transformers writes it for the shape, with llm-compressor's quantization_config."""
+def config_json(s, quantized=True):
+    """config.json as transformers writes it for the shape, with llm-compressor's quantization_config when
+    `quantized` (the W4A16 checkpoint; the dense original has none)."""
     conf = {
         "architectures": [s["architecture"]], "attention_bias": False, "attention_dropout": 0.0,
         "bos_token_id": s["bos"], "eos_token_id": s["eos"], "head_dim": s["head_dim"], "hidden_act": "silu",
@@ -137,9 +160,13 @@ def config_json(s):
     }
     if s["model_type"] == "llama":
         conf.update({"mlp_bias": False, "pretraining_tp": 1})
-    else:
+    elif s["model_type"] == "mistral":
         conf["sliding_window"] = None
-    conf["quantization_config"] = ct_writer.quantization_config("w4a16")
+    else:  # qwen2: q/k/v biases always (Qwen2Config has no attention_bias field), full attention in every layer
+        del conf["attention_bias"]
+        conf.update({"max_window_layers": s["layers"], "sliding_window": s["max_pos"], "use_sliding_window": False})
+    if quantized:
+        conf["quantization_config"] = ct_writer.quantization_config("w4a16")
     return conf
 
 
@@ -151,8 +178,13 @@ def linears(s):
             ("mlp.down_proj", h, inter)]
 
 
-def tensor_plan(s):
-    """[(name, safetensors dtype, shape)] in HF order (embedding, layers, norm, lm_head)."""
+DENSE_LAYOUT = {"weight": ("BF16", lambda o, i: [o, i])}
+
+
+def tensor_plan(s, dense=False):
+    """[(name, safetensors dtype, shape)] in HF order (embedding, layers, norm, lm_head); `dense`: the bf16
+    original's plan (each Linear's `weight`) instead of the W4A16 one."""
+    layout = DENSE_LAYOUT if dense else ct_writer.LAYOUT["w4a16"]
     plan = [("model.embed_tokens.weight", "BF16", [s["vocab"], s["hidden"]])]
     for layer in range(s["layers"]):
         p = f"model.layers.{layer}."
@@ -161,8 +193,10 @@ def tensor_plan(s):
                 plan.append((p + "input_layernorm.weight", "BF16", [s["hidden"]]))
             if i == 4:
                 plan.append((p + "post_attention_layernorm.weight", "BF16", [s["hidden"]]))
-            for suffix, (dtype, shape) in ct_writer.LAYOUT["w4a16"].items():
+            for suffix, (dtype, shape) in layout.items():
                 plan.append((f"{p}{mod}.{suffix}", dtype, shape(out_f, in_f)))
+            if s.get("qkv_bias") and i < 3:
+                plan.append((f"{p}{mod}.bias", "BF16", [out_f]))
     plan.append(("model.norm.weight", "BF16", [s["hidden"]]))
     plan.append(("lm_head.weight", "BF16", [s["vocab"], s["hidden"]]))
     return plan
@@ -273,6 +307,13 @@ def dense_weight(s, layer, i, device, seed):
     return torch.randn((out_f, in_f), generator=g, device=device, dtype=torch.float32).mul_(std)
 
 
+def qkv_bias(s, layer, i, device, seed):
+    """The bf16 bias [out] of q/k/v projection i (0, 1, 2) of `layer` (Qwen2)."""
+    _, out_f, _ = linears(s)[i]
+    g = generator(device, seed, layer, i, "bias")
+    return torch.randn((out_f,), generator=g, device=device, dtype=torch.float32).mul_(BIAS_STD).to(torch.bfloat16)
+
+
 def unit_embedding(s, device, seed):
     """Embedding rows before scaling, fp32 N(0, 1) [vocab, hidden]."""
     return torch.randn((s["vocab"], s["hidden"]), generator=generator(device, seed, "embed"), device=device)
@@ -315,15 +356,16 @@ class Forward:
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * self.cos + rotated * self.sin
 
-    def layer(self, w):
-        """w: the 7 linears' weights ([out, in], any dtype) in linears() order."""
+    def layer(self, w, bias=None):
+        """w: the 7 linears' weights ([out, in], any dtype) in linears() order; bias: None or the q/k/v biases."""
         s, x = self.s, self.x
         wq, wk, wv, wo, wg, wu, wd = (t.to(self.dtype) for t in w)
+        bq, bk, bv = (None, None, None) if bias is None else (t.to(self.dtype) for t in bias)
         nb, t, hd = x.shape[0], x.shape[1], s["head_dim"]
         h = self.norm(x)
-        q = F.linear(h, wq).view(nb, t, s["heads"], hd).transpose(1, 2)
-        k = F.linear(h, wk).view(nb, t, s["kv_heads"], hd).transpose(1, 2)
-        v = F.linear(h, wv).view(nb, t, s["kv_heads"], hd).transpose(1, 2)
+        q = F.linear(h, wq, bq).view(nb, t, s["heads"], hd).transpose(1, 2)
+        k = F.linear(h, wk, bk).view(nb, t, s["kv_heads"], hd).transpose(1, 2)
+        v = F.linear(h, wv, bv).view(nb, t, s["kv_heads"], hd).transpose(1, 2)
         rep = s["heads"] // s["kv_heads"]
         q, k = self.rope(q), self.rope(k)
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -350,7 +392,8 @@ def calibrate(s, embed_unit, device, seed, passes):
         e = (embed_unit[probe] * std).to(torch.bfloat16)
         fwd = Forward(s, e, torch.bfloat16)
         for layer in range(s["layers"]):
-            fwd.layer([dense_weight(s, layer, i, device, seed).to(torch.bfloat16) for i in range(7)])
+            bias = [qkv_bias(s, layer, i, device, seed) for i in range(3)] if s["qkv_bias"] else None
+            fwd.layer([dense_weight(s, layer, i, device, seed).to(torch.bfloat16) for i in range(7)], bias)
         layers_rms = (fwd.x.float() - e.float()).pow(2).mean().sqrt().item()
         std = layers_rms * EMBED_SHARE / math.sqrt(1 - EMBED_SHARE ** 2)
     return std, layers_rms
@@ -379,10 +422,20 @@ def main(argv=None):
     conf = config_json(s)
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(conf, f, indent=1)
+    out_dirs = [args.out] + ([args.dense_out] if args.dense_out else [])
+    for d in out_dirs[1:]:
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(config_json(s, quantized=False), f, indent=1)
     for path in filter(None, args.tokenizer.split(",")):
-        shutil.copy(path, args.out)
+        for d in out_dirs:
+            shutil.copy(path, d)
     writer = ShardedWriter(args.out, tensor_plan(s), int(args.shard_gb * 2**30), args.threads,
                            int(args.inflight_gb * 2**30))
+    # The dense original: every tensor the W4A16 checkpoint holds unquantized is put into both writers.
+    dense = ShardedWriter(args.dense_out, tensor_plan(s, dense=True), int(args.shard_gb * 2**30), args.threads,
+                          int(args.inflight_gb * 2**30)) if args.dense_out else None
+    writers = [w for w in (writer, dense) if w is not None]
 
     with torch.inference_mode():
         embed_unit = unit_embedding(s, device, args.seed)
@@ -391,9 +444,10 @@ def main(argv=None):
         del embed_unit
         head = lm_head(s, device, args.seed)
         ones = torch.ones(s["hidden"], dtype=torch.bfloat16, device=device)
-        writer.put("model.embed_tokens.weight", embed)
-        writer.put("lm_head.weight", head)
-        writer.put("model.norm.weight", ones)
+        for w in writers:
+            w.put("model.embed_tokens.weight", embed)
+            w.put("lm_head.weight", head)
+            w.put("model.norm.weight", ones)
         ids = sample_windows(s, embed, head, args.windows, args.ctx, device, args.seed) if args.windows else None
         fwd16 = Forward(s, embed[ids], torch.bfloat16) if args.windows else None
         fwd32 = Forward(s, embed[ids], torch.float32) if args.windows and args.ref_fp32 else None
@@ -402,12 +456,22 @@ def main(argv=None):
         t_quant = t_fwd = 0.0
         for layer in range(s["layers"]):
             p = f"model.layers.{layer}."
-            writer.put(p + "input_layernorm.weight", ones)
-            writer.put(p + "post_attention_layernorm.weight", ones)
+            for w in writers:
+                w.put(p + "input_layernorm.weight", ones)
+                w.put(p + "post_attention_layernorm.weight", ones)
             dequant = []
+            bias = [qkv_bias(s, layer, i, device, args.seed) for i in range(3)] if s["qkv_bias"] else None
             for i, (mod, _, _) in enumerate(linears(s)):
+                if bias is not None and i < 3:
+                    for w in writers:
+                        w.put(f"{p}{mod}.bias", bias[i])
+                weight = dense_weight(s, layer, i, device, args.seed)
+                if dense is not None:
+                    # The original is bf16; the W4A16 is made from it, as from a real bf16 checkpoint.
+                    weight = weight.to(torch.bfloat16)
+                    dense.put(f"{p}{mod}.weight", weight)
                 tq = time.time()
-                parts = ct_writer.quantize_w4a16(dense_weight(s, layer, i, device, args.seed))
+                parts = ct_writer.quantize_w4a16(weight)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 t_quant += time.time() - tq
@@ -418,7 +482,7 @@ def main(argv=None):
                 del parts
             tf = time.time()
             for fwd in filter(None, (fwd16, fwd32)):
-                fwd.layer(dequant)
+                fwd.layer(dequant, bias)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t_fwd += time.time() - tf
@@ -437,19 +501,26 @@ def main(argv=None):
                     f.write(arr.float().cpu().numpy().astype("<f4").tobytes())
             ppl = math.exp(-lpf.double().mean().item())
         tw = time.time()
-        writer.close()
+        for w in writers:
+            w.close()
         t_drain = time.time() - tw
 
+    biases = s["layers"] * sum(o for _, o, _ in linears(s)[:3]) if s["qkv_bias"] else 0
     n_params = 2 * s["vocab"] * s["hidden"] + (2 * s["layers"] + 1) * s["hidden"] + s["layers"] * sum(
-        o * i for _, o, i in linears(s))
+        o * i for _, o, i in linears(s)) + biases
     print(f"make_random_w4a16: {s['architecture']} hidden {s['hidden']}, {s['layers']} layers, heads "
-          f"{s['heads']}/{s['kv_heads']}, intermediate {s['intermediate']}, vocab {s['vocab']}: "
+          f"{s['heads']}/{s['kv_heads']}, intermediate {s['intermediate']}, vocab {s['vocab']}"
+          f"{', q/k/v biases' if s['qkv_bias'] else ''}: "
           f"{n_params / 1e9:.2f}B params, {len(writer.fds)} shards, {writer.total / 2**30:.2f} GiB")
+    if dense is not None:
+        print(f"make_random_w4a16: dense bf16 original in {args.dense_out}: {len(dense.fds)} shards, "
+              f"{dense.total / 2**30:.2f} GiB (the W4A16 is its quantization)")
     print(f"make_random_w4a16: embed std {embed_std:.3f} (layers' final residual rms {layers_rms:.3f}), lm_head std "
           f"{LOGIT_STD / math.sqrt(s['hidden']):.4f}; ref windows {args.windows} x {args.ctx}"
           + (f", PPL {'fp32' if args.ref_fp32 else 'bf16'} forward {ppl:.1f}" if args.windows else ""))
     print(f"make_random_w4a16: total {time.time() - t0:.1f}s (setup+calibration {t_setup:.1f}s, quantize "
-          f"{t_quant:.1f}s, reference forward {t_fwd:.1f}s, device-to-host copies {writer.copy_s:.1f}s, final "
+          f"{t_quant:.1f}s, reference forward {t_fwd:.1f}s, device-to-host copies "
+          f"{sum(w.copy_s for w in writers):.1f}s, final "
           f"write drain {t_drain:.1f}s) on {device}", flush=True)
     return 0
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Checks gpu_bench.sh's tp, 70b, soak and ppl steps without a GPU: stand-in scored_bench / scored / scored-load /
-# scored-ppl and a python3 wrapper that fakes make_random_w4a16.py print the real tools' output formats, so what is
-# checked is the step logic (checkpoint reuse, timeouts, FAIL lines, the closing tables, the SIGTERM drain bookkeeping).
+# Checks gpu_bench.sh's tp, 70b, soak, ppl, kld, kldppl and kldtp steps without a GPU: stand-in scored_bench / scored /
+# scored-load / scored-ppl / hf_peers.py and a python3 wrapper that fakes make_random_w4a16.py print the real tools'
+# output formats, so what is checked is the step logic (checkpoint reuse, timeouts, FAIL lines, the closing tables, the
+# SIGTERM drain bookkeeping, the PASS/FAIL rows of the targets).
 #
 #   bash scripts/bench/test_gpu_bench.sh        (from the repository root; exit 0 = pass)
 #
 # The real tools' formats are those of tests/bench/cuda/scored_bench.cc, client/load/report.cc (the JSON),
-# client/ppl/report.cc (text and JSON), server/server.cc's "model loaded in" line and make_random_w4a16.py; a
-# change there must be mirrored here. The ppl step against the real scored and scored-ppl (CPU backend,
+# client/ppl/report.cc and kld.cc (text and JSON), server/server.cc's "model loaded in" and "reference model" lines,
+# ../shared/bench/hf_peers.py and make_random_w4a16.py; a change there must be mirrored here. The ppl step against the real scored and scored-ppl (CPU backend,
 # stories260K) is a separate command: tests/bench/README.md.
 set -uo pipefail
 root=$PWD
@@ -32,12 +33,39 @@ exec "$here/bin/$bin" "$@"
 EOF
 cat > "$tmp/ok/bin/scored_bench" <<'EOF'
 #!/usr/bin/env python3
-import sys
+import os, sys
 a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
 tp, ctx = int(a.get("--tp", 1)), int(a["--ctx"])
 mem = lambda v: " / ".join([v] * tp)
 print(f"scored_bench: LlamaForCausalLM w4a16-g128-sym, 8.03B params, weights 5.31 GiB on the GPU, loaded in {3.0 * tp:.1f} s")
 print(f"load: tp {tp}, {3.0 * tp:.1f} s open -> ready, GPU memory in use after load {mem('5.1')} GiB (per GPU)")
+if "--reference_model" in a:  # the pair: FAKE_PAIR_TOKS sets its rate (Q alone 52000, R alone 30000 tok/s)
+    pair_tps = float(os.environ.get("FAKE_PAIR_TOKS", "20000"))
+    print(f"reference: LlamaForCausalLM dense-bf16, 8.03B params, weights 14.96 GiB on the GPU ({a['--reference_model']}); "
+          "model 5.31 GiB")
+    line = lambda label, b, tps, note: print(f"{label} B={b} T={ctx}: {b * ctx / tps * 1e3:8.1f} ms/step {tps:9.0f} tok/s "
+                                             f"| {note} | GPU memory used {mem('24.1')} GiB")
+    batches = list(map(int, a["--batches"].split(",")))
+    for b in batches:
+        line("pair", b, pair_tps, f"mean KLD 0.012345 nats, same top 95.12% over {b * (ctx - 1)} positions")
+    print(f"memory: GPU memory in use {24.1 * tp:.2f} GiB (per GPU now {mem('24.1')}), weights Q 5.31 GiB + R 14.96 GiB "
+          f"+ 6 GiB x {tp} GPU(s) = {20.27 + 6 * tp:.2f} GiB, used/limit {24.1 * tp / (20.27 + 6 * tp):.3f} (target <= 1: "
+          "PASS)")
+    if a.get("--alone", "1") == "1":
+        for b in batches:
+            line("pair-Q-only", b, 50000.0, "want_reference off on the pair engine (R resident)")
+        for label in ("alone-Q", "alone-R"):
+            print(f"{label} load: DIR, LlamaForCausalLM fmt, weights 5.31 GiB, 2.0 s open -> ready, GPU memory in use "
+                  f"after load {mem('6.0')} GiB")
+            for b in batches:
+                line(label, b, 52000.0 if label == "alone-Q" else 30000.0, "alone")
+        for b in batches:
+            implied = 1 / (1 / 52000 + 1 / 30000)
+            r = pair_tps / implied
+            print(f"ratio B={b} T={ctx}: pair {pair_tps:.0f} tok/s, Q alone 52000 tok/s, R alone 30000 tok/s, implied "
+                  f"{implied:.0f} tok/s (1 / (1/r_Q + 1/r_R)), pair/implied {r:.3f} (target >= 0.95: "
+                  f"{'PASS' if r >= 0.95 else 'FAIL'}); pair-Q-only 50000 tok/s = 1.040 of Q alone")
+    sys.exit(0)
 if "--ref" in a:
     print("vs transformers (2 windows x 2048), mean |delta logprob|: ours-vs-fp32model 0.00791, ours-vs-fp32head "
           "0.00312, ours-vs-bf16logits 0.04000 | transformers bf16 vs its fp32model: fp32head 0.00700, bf16logits "
@@ -59,10 +87,13 @@ if tp > 1 and a.get("--nccl", "1") == "1":
 EOF
 cat > "$tmp/ok/bin/scored" <<'EOF'
 #!/usr/bin/env bash
-for a in "$@"; do case $a in --port_file=*) pf=${a#--port_file=} ;; esac; done
+ref=""
+for a in "$@"; do case $a in --port_file=*) pf=${a#--port_file=} ;; --reference_model=*) ref=${a#--reference_model=} ;; esac; done
 trap 'echo "received SIGTERM, shutting down"; exit 0' TERM
 sleep 1
 echo "I1122 04:17:40.353 server.cc:150] model loaded in 0.93 s: LlamaForCausalLM, format w4a16, fingerprint 5a3d"
+[[ -z $ref ]] || echo "I1122 04:17:40.353 server.cc:202] reference model $ref: LlamaForCausalLM, format dense-bf16," \
+  "8030261248 parameters, fingerprint 77aa; tokenizer content matches the model's"
 echo '{"grpc": 43210, "metrics": null}' > "$pf.tmp" && mv "$pf.tmp" "$pf"
 while true; do sleep 0.2; done
 EOF
@@ -77,7 +108,8 @@ echo "{\"tokens_per_s\": 30500.0, \"requests_per_s\": 20.1, \"requests_ok\": 120
 EOF
 cat > "$tmp/ok/bin/scored-ppl" <<'EOF'
 #!/usr/bin/env bash
-for a in "$@"; do case $a in --json=*) js=${a#--json=} ;; --data=*) data=${a#--data=} ;; esac; done
+kld=""
+for a in "$@"; do case $a in --json=*) js=${a#--json=} ;; --data=*) data=${a#--data=} ;; --kld) kld=1 ;; esac; done
 sleep 1
 cat <<TXT
 method         exl3 ctx=2048 stride=512
@@ -87,17 +119,40 @@ nll_mean       11.783530 +- 0.000500
 num_scored     1148367 in 561 windows
 wall_seconds   1.020 (1125850 tokens/s scoring)
 TXT
+block=""
+if [[ -n $kld ]]; then
+  cat <<TXT
+Mean PPL(Q)                   : 131072.500000 +-  60.000000
+Mean PPL(R)                   : 130000.000000 +-  60.000000
+Mean    KLD:   0.012345 +-   0.000100
+Same top p : 95.120 +- 0.020 %
+TXT
+  block=', "kld": {"count": 1148367, "ppl_q": 131072.5, "ppl_r": 130000.0, "ln_ppl_ratio": 0.008216, "ln_ppl_ratio_error":
+    0.0001, "kld_mean": 0.012345, "kld_error": 0.0001, "same_top": 0.9512, "reference": {"format": "dense-bf16"}}'
+fi
 echo '{"ppl": 131072.5, "num_scored": 1148367, "num_windows": 561, "num_tokens_sent": 1148928, "data":' \
-  '{"num_input_tokens": 289077}, "wall_seconds": 1.02, "score_seconds": 0.98}' > "$js"
+  '{"num_input_tokens": 289077}, "wall_seconds": 1.02, "score_seconds": 0.98'"$block}" > "$js"
+EOF
+cat > "$tmp/ok/hf_peers.py" <<'EOF'
+import sys
+print("transformers 4.57.0 torch 2.9.0 (stand-in)")
+print("kld llama: 8.03B params, 7.50B active linear, 32 layers")
+for b in sys.argv[sys.argv.index("--batches") + 1].split(","):
+    print(f"{'kld':12s} B={b} T=2048: {int(b) * 2048 / 15200 * 1e3:8.1f} ms/step  {15200:9.0f} tok/s  peak 40.1 GiB")
 EOF
 real_python=$(command -v python3)
 cat > "$tmp/py/python3" <<EOF
 #!/usr/bin/env bash
 if [[ \$1 == scripts/bench/make_random_w4a16.py ]]; then
   shift
-  while [[ \$# -gt 0 ]]; do [[ \$1 == --out ]] && out=\$2; shift; done
+  dense=""
+  while [[ \$# -gt 0 ]]; do [[ \$1 == --out ]] && out=\$2; [[ \$1 == --dense-out ]] && dense=\$2; shift; done
   mkdir -p "\$out" && : > "\$out/ref_windows.bin" && echo x > "\$out/model-00001-of-00001.safetensors"
   echo "make_random_w4a16: (stand-in) 8.03B params"
+  if [[ -n \$dense ]]; then
+    mkdir -p "\$dense" && echo x > "\$dense/model-00001-of-00001.safetensors"
+    echo "make_random_w4a16: dense bf16 original in \$dense: 1 shards, 14.96 GiB (the W4A16 is its quantization)"
+  fi
   echo "make_random_w4a16: total 12.3s (setup+calibration 1.0s)"
   exit 0
 fi
@@ -178,10 +233,59 @@ rc=$?
 [[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: missed ppl target exited $rc, not 1"; failures=$((failures + 1)); }
 expect "$tmp/out4.txt" '^ppl-wall +1\.[0-9] +0\.5  FAIL$' "ppl target missed"
 
+# 5. kld, kldppl, kldtp (issue 17): the pair's table against the peer and each model alone, kldppl on the kld step's
+#    pair (reused) through the ppl step's code with --reference_model / --kld, kldtp's table and its checkpoint
+#    deleted; whole step names only (no tp or ppl step runs).
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs5" KLD_DIR="$tmp/kld" KLDTP_DIR="$tmp/kldtp" KLDTP_PRESET=8b \
+  bash "$root/scripts/bench/gpu_bench.sh" kld,kldppl,kldtp > "$tmp/out5.txt" 2>&1
+rc=$?
+[[ $rc == 0 ]] || { echo "FAIL test_gpu_bench: good kld run exited $rc"; failures=$((failures + 1)); }
+expect "$tmp/out5.txt" '^vs-peer +8 +20000 +15200 +1\.316 +>=1\.2  PASS$' "kld: pair vs peer row"
+expect "$tmp/out5.txt" '^vs-alone +8 +20000 +19024 +1\.051 +>=0\.95  PASS$' "kld: pair vs alone row"
+expect "$tmp/out5.txt" '^memory-GiB +- +24\.10 +26\.27 +0\.917 +<=1  PASS$' "kld: memory row"
+expect "$tmp/out5.txt" '^B=8: Q alone 52000 tok/s, R alone 30000 tok/s, pair-Q-only 50000 tok/s; mean KLD 0\.012345 nats, same top 95\.12% over 16376 positions' \
+  "kld: alone rates and KLD sanity"
+expect "$tmp/out5.txt" "^\\(reusing $tmp/kld\\)$" "kldppl reuses the kld step's pair"
+expect "$tmp/out5.txt" 'reference model .*/kld/bf16: LlamaForCausalLM, format dense-bf16' "kldppl: scored's reference line"
+expect "$tmp/out5.txt" \
+  '^== kldppl summary \(w4a16 vs reference bf16, backend cuda, tp 1; exl3 ctx 2048 stride 512 over wiki\.test\.raw\)$' \
+  "kldppl summary header"
+expect "$tmp/out5.txt" \
+  '^kld over 1148367 tokens: PPL\(Q\) 131072\.5000  PPL\(R\) 130000\.0000 .*mean KLD 0\.012345 \+- 0\.000100  same top 95\.120%' \
+  "kldppl: the KL-divergence statistics"
+expect "$tmp/out5.txt" '^load-to-SERVING +1\.[0-9] +-  recorded$' "kldppl: load recorded, not judged"
+expect "$tmp/out5.txt" '^kldppl-wall +1\.[0-9] +70  PASS$' "kldppl wall row"
+expect "$tmp/out5.txt" '^SIGTERM: scored exit 0 after' "kldppl SIGTERM"
+expect "$tmp/out5.txt" '^== kldtp summary \(8b W4A16 g128 \+ its bf16 original, tp 2, ctx 2048\)$' "kldtp summary header"
+expect "$tmp/out5.txt" '^write: total 12\.3s; load \(open -> ready, both models\): 6\.0 s; after load GiB per GPU: 5\.1 / 5\.1$' \
+  "kldtp write and load"
+expect "$tmp/out5.txt" '^8 +20000 mean KLD 0\.012345 nats, same top 95\.12% over 16376 positions +24\.1 / 24\.1$' \
+  "kldtp table row"
+expect "$tmp/out5.txt" '^memory \(all GPUs\): GPU memory in use 48\.20 GiB' "kldtp memory line"
+[[ ! -e $tmp/kldtp ]] || { echo "FAIL test_gpu_bench: the kldtp checkpoints were kept"; failures=$((failures + 1)); }
+if grep -qE '^== (tp|ppl):' "$tmp/out5.txt"; then
+  echo "FAIL test_gpu_bench: kldtp / kldppl also ran the tp / ppl step"
+  failures=$((failures + 1))
+fi
+
+# 6. kld targets missed (a slow pair: FAIL rows, exit 1), then no peer script (a FAIL line and a FAIL row).
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs6" KLD_DIR="$tmp/kld" FAKE_PAIR_TOKS=14000 \
+  bash "$root/scripts/bench/gpu_bench.sh" kld > "$tmp/out6.txt" 2>&1
+rc=$?
+[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: missed kld targets exited $rc, not 1"; failures=$((failures + 1)); }
+expect "$tmp/out6.txt" '^vs-peer +8 +14000 +15200 +0\.921 +>=1\.2  FAIL$' "kld: peer target missed"
+expect "$tmp/out6.txt" '^vs-alone +8 +14000 +19024 +0\.736 +>=0\.95  FAIL$' "kld: alone target missed"
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs7" KLD_DIR="$tmp/kld" PEERS="$tmp/none.py" \
+  bash "$root/scripts/bench/gpu_bench.sh" kld > "$tmp/out7.txt" 2>&1
+rc=$?
+[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: kld without a peer exited $rc, not 1"; failures=$((failures + 1)); }
+expect "$tmp/out7.txt" '^FAIL kld: no peer script' "kld: missing peer line"
+expect "$tmp/out7.txt" '^vs-peer +8 +20000 +- +- +>=1\.2  FAIL$' "kld: peer row without a peer"
+
 if [[ $failures == 0 ]]; then
   echo "test_gpu_bench: passed"
 else
   echo "test_gpu_bench: $failures failed"
-  sed 's/^/  | /' "$tmp/out1.txt" "$tmp/out2.txt" "$tmp/out3.txt" "$tmp/out4.txt"
+  sed 's/^/  | /' "$tmp"/out[1-7].txt
 fi
 [[ $failures == 0 ]]

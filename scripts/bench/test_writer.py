@@ -19,8 +19,8 @@ compressed-tensors 0.19):
 (The E4M3 and bf16 casts themselves are torch's; only the layout and the rules around them are checked here.)
 
 Then make_random_w4a16.py (the packed writer of the large benchmark checkpoints), when torch, transformers and
-compressed-tensors import (python from /work/venv-fixtures; otherwise this part prints SKIPPED): a tiny Llama and a
-tiny Mistral written on the CPU in several shards are
+compressed-tensors import (python from /work/venv-fixtures; otherwise this part prints SKIPPED): a tiny Llama, a
+tiny Mistral and a tiny Qwen2 (q/k/v biases) written on the CPU in several shards are
   - valid safetensors shards (header length a multiple of 8, offsets contiguous from 0 to the file's end, every
     tensor aligned to its element size) covered exactly by model.safetensors.index.json;
   - loaded by transformers + compressed-tensors' own decompression (dequantize to dense bf16): every decoder
@@ -29,6 +29,12 @@ tiny Mistral written on the CPU in several shards are
   - ref_windows.bin equals transformers' forward of the decompressed model on its windows: fp32model within
     1e-4 nats (both fp32; only summation order differs), fp32head and bf16logits within 0.02 nats mean (bf16
     activations: the same ops in a different order round differently).
+The Qwen2 one is written with --dense-out, and its dense bf16 original is checked too: valid shards, the W4A16's
+config.json less quantization_config, the same tensor names with each Linear's `weight` in place of the packed
+triple; loaded by transformers, every Linear equals the writer's drawn values rounded to bf16 bit for bit and
+every other tensor equals the W4A16 checkpoint's; the W4A16's packed words and scales are ct_writer.quantize_w4a16
+of those bf16 weights bit for bit; the KL divergence of the W4A16 model from the original on the windows (fp32
+forwards) is positive and small (the two are one model up to quantization).
 """
 import json
 import math
@@ -191,11 +197,14 @@ def check_random_w4a16(failures):
     import make_random_w4a16 as mrw
     from safetensors import safe_open
     compared = 0
-    for arch in ("LlamaForCausalLM", "MistralForCausalLM"):
-        with tempfile.TemporaryDirectory() as d:
+    for arch in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"):
+        with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as dense_dir:
             argv = ["--out", d, "--architecture", arch, "--hidden", "256", "--intermediate", "512", "--layers", "3",
                     "--heads", "4", "--kv-heads", "2", "--vocab", "1000", "--windows", "2", "--ctx", "64",
                     "--shard-gb", "0.0005", "--threads", "3", "--device", "cpu"]
+            with_dense = arch == "Qwen2ForCausalLM"
+            if with_dense:
+                argv += ["--dense-out", dense_dir]
             _, shape = mrw.parse_args(argv)
             mrw.main(argv)
             where = check_shard_layout(d, failures)
@@ -247,7 +256,70 @@ def check_random_w4a16(failures):
                   f"{dh:.2e}, bf16logits {dl:.2e}; PPL {math.exp(-refs[2].double().mean().item()):.1f}")
             check(d32 <= 1e-4, f"{arch}: fp32model differs from transformers by {d32}", failures)
             check(dh <= 0.02 and dl <= 0.02, f"{arch}: bf16 references differ from transformers", failures)
+            if with_dense:
+                compared += check_dense_original(mrw, shape, d, dense_dir, where, model, ids, failures)
     return compared
+
+
+def check_dense_original(mrw, shape, d, dense_dir, where, quant_model, ids, failures):
+    """--dense-out: the dense bf16 original against the W4A16 written in the same run (see the top)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from safetensors import safe_open
+    arch = shape["architecture"]
+    dense_where = check_shard_layout(dense_dir, failures)
+    expected = {n for n in where if not n.endswith((".weight_packed", ".weight_scale", ".weight_shape"))}
+    expected |= {n[: -len("_packed")] for n in where if n.endswith(".weight_packed")}
+    check(set(dense_where) == expected, f"{arch} dense: tensor names differ from the W4A16's", failures)
+    with open(os.path.join(d, "config.json")) as f:
+        quant_conf = json.load(f)
+    with open(os.path.join(dense_dir, "config.json")) as f:
+        dense_conf = json.load(f)
+    quant_conf.pop("quantization_config")
+    check(dense_conf == quant_conf, f"{arch} dense: config.json is not the W4A16's less quantization_config",
+          failures)
+    model = AutoModelForCausalLM.from_pretrained(dense_dir, dtype=torch.bfloat16)
+    params = dict(model.named_parameters())
+    quant_params = dict(quant_model.named_parameters())  # quant_model is fp32 by now: compare widened values
+    compared = 0
+    for name, p in params.items():
+        m = re_linear_module(name)
+        if m is not None:
+            layer, mod = m
+            i = [x[0] for x in mrw.linears(shape)].index(mod)
+            drawn = mrw.dense_weight(shape, layer, i, "cpu", 1234).to(torch.bfloat16)
+            check(p.dtype == torch.bfloat16 and torch.equal(p.detach().view(torch.int16), drawn.view(torch.int16)),
+                  f"{arch} dense: {name} is not the drawn values in bf16", failures)
+            prefix = name[: -len("weight")]
+            with safe_open(os.path.join(d, where[prefix + "weight_packed"]), "pt") as f:
+                packed = f.get_tensor(prefix + "weight_packed")
+            with safe_open(os.path.join(d, where[prefix + "weight_scale"]), "pt") as f:
+                scale = f.get_tensor(prefix + "weight_scale")
+            ours = ct_writer.quantize_w4a16(p.detach())
+            check(torch.equal(ours["weight_packed"], packed) and torch.equal(ours["weight_scale"].view(torch.int16),
+                                                                           scale.view(torch.int16)),
+                  f"{arch} dense: the W4A16 {prefix}* is not quantize_w4a16 of the original", failures)
+            compared += 1
+        else:
+            check(torch.equal(p.detach().float(), quant_params[name].detach().float()),
+                  f"{arch} dense: {name} differs from the W4A16 checkpoint's", failures)
+    check(any(n.endswith("q_proj.bias") for n in params), f"{arch} dense: no q/k/v biases", failures)
+    with torch.no_grad():
+        lp_r = torch.log_softmax(model.float()(ids).logits[:, :-1].double(), -1)
+        lp_q = torch.log_softmax(quant_model(ids).logits[:, :-1].double(), -1)
+    kld = (lp_r.exp() * (lp_r - lp_q)).sum(-1).mean().item()
+    print(f"random_w4a16 {arch} --dense-out: {compared} linears are the original's bf16 draws; mean KLD(original "
+          f"|| W4A16) {kld:.5f} nats over the windows")
+    check(0 < kld < 0.1, f"{arch} dense: mean KLD {kld} of the W4A16 from its original is not in (0, 0.1)", failures)
+    return compared
+
+
+def re_linear_module(name):
+    """(layer, module suffix) of a decoder Linear's weight name, else None."""
+    if not ct_writer.QUANTIZED_LINEAR.match(name):
+        return None
+    parts = name.split(".")
+    return int(parts[2]), ".".join(parts[3:5])
 
 
 def main():

@@ -3,6 +3,7 @@
 //   scored_bench --model DIR [--tp 1] [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32]
 //                [--ref DIR/ref_windows.bin [--gate 1]] [--profile 1] [--graph 1] [--nccl 1]
 //                [--tp_row_chunks 0] [--row_parallel_halves 1] [--tp_exchange copy|nccl]
+//                [--reference_model DIR [--want_reference 1] [--alone 1]]
 //
 // --tp_row_chunks, --row_parallel_halves, --tp_exchange: the EngineOptions fields (and `scored` flags) of the
 // same names (engine/engine.h), defaults as there.
@@ -27,6 +28,17 @@
 // bytes (bitwise comparison of two builds) and mean/max |delta| against transformers; with --gate 1 (default)
 // exits 1 when the mean against transformers' fp32 forward exceeds 0.01 nats (--gate 0 for a quantized
 // checkpoint of the same weights: the difference is then quantization's).
+// --reference_model DIR: EngineOptions::reference_model_dir (R; --model is Q): one engine holds both models.
+// With --want_reference 1 every request sets ScoreRequest::want_reference and, for each B, the pair's rate is
+// printed (tokens/s, each token through both models: the windows' tokens / the Score() time) with the mean
+// KLD and same-top share over the timed windows (a sanity figure: random windows); then (--alone 1, the
+// default) the pair engine scores the same windows with want_reference off (Q, R resident), the pair engine
+// is destroyed, and an engine of Q alone and one of R alone are created, timed on the same windows and
+// destroyed one after the other: the "ratio" line compares the pair's rate with 1 / (1/r_Q + 1/r_R), the rate
+// of scoring each model alone (issue 17's target: >= 0.95). The "memory" line: the pair engine's GPU memory
+// in use (all GPUs, the largest reading after load and after each B) against ModelInfo::resident_bytes of Q
+// and of ModelInfo::reference + 6 GiB per GPU (the target). With --want_reference 0 the pair engine scores Q
+// only (R resident): Q's rate and the memory line. The TFLOP/s and plain-GEMM comparisons are not run then.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -82,6 +94,9 @@ struct Args {
   int tp_row_chunks = 0;
   bool row_parallel_halves = true;
   TpExchange tp_exchange = TpExchange::kCopy;
+  std::string reference_model;
+  bool want_reference = false;
+  bool alone = true;
 };
 
 bool ParseArgs(int argc, char** argv, Args* args) {
@@ -91,6 +106,12 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       args->model = value;
     } else if (key == "--ref") {
       args->ref = value;
+    } else if (key == "--reference_model") {
+      args->reference_model = value;
+    } else if (key == "--want_reference") {
+      args->want_reference = value == "1";
+    } else if (key == "--alone") {
+      args->alone = value == "1";
     } else if (key == "--ctx") {
       args->ctx = std::stoll(value);
     } else if (key == "--profile") {
@@ -127,6 +148,10 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       return false;
     }
   }
+  if (args->want_reference && args->reference_model.empty()) {
+    std::fprintf(stderr, "--want_reference 1 needs --reference_model\n");
+    return false;
+  }
   return !args->model.empty() && args->reps > 0 && args->tp > 0 && !args->batches.empty();
 }
 
@@ -135,6 +160,22 @@ double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// Seconds of one Score() call of `requests`: the median of `reps` timed calls (host clock around the
+// synchronous call) after one warm-up call. *last: the results of the last call.
+absl::StatusOr<double> TimeScore(Engine& engine, const std::vector<ScoreRequest>& requests, int reps,
+                                 std::vector<ScoreResult>* last) {
+  std::vector<double> times;
+  for (int rep = 0; rep <= reps; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto results = ScoreAll(engine, requests);
+    const double dt = Seconds(std::chrono::steady_clock::now() - t0);
+    if (!results.ok()) return results.status();
+    if (rep > 0) times.push_back(dt);
+    if (rep == reps) *last = *std::move(results);
+  }
+  return Median(times);
 }
 
 // Mean |delta| of the engine's logprobs against the transformers references of make_random_llama.py's file
@@ -635,13 +676,172 @@ int ForwardTimings(const Args& args) {
   return 0;
 }
 
+// ---- --reference_model: the pair (Q + R in one engine) against each model alone ----
+
+constexpr double kGiB = 1073741824.0;
+// Issue 17's targets: the pair's rate against scoring each model alone, and its memory over the weights.
+constexpr double kPairRateTarget = 0.95;
+constexpr double kPairMemoryMarginGiB = 6.0;  // per GPU, over both models' weights
+
+// Device bytes in use, summed over the engine's GPUs.
+int64_t UsedBytes(const Engine& engine) {
+  int64_t used = 0;
+  for (const auto& [device_used, total] : engine.DeviceMemory()) used += device_used;
+  return used;
+}
+
+// B random windows of ctx tokens for each B of --batches: every engine of a --reference_model run scores the
+// very same windows.
+std::vector<std::vector<ScoreRequest>> RandomWindows(const Args& args, int64_t vocab_size) {
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab_size) - 1);
+  std::vector<std::vector<ScoreRequest>> windows;
+  for (int64_t b : args.batches) {
+    std::vector<ScoreRequest> requests(b);
+    for (ScoreRequest& r : requests) {
+      r.tokens.resize(args.ctx);
+      for (int32_t& t : r.tokens) t = id(rng);
+    }
+    windows.push_back(std::move(requests));
+  }
+  return windows;
+}
+
+// "mean KLD X nats, same top Y% over N positions" of want_reference results; false when a result lacks the
+// reference fields.
+bool ReferenceSummary(const std::vector<ScoreResult>& results, std::string* out) {
+  double sum_kld = 0.0;
+  int64_t positions = 0, same_top = 0;
+  for (const ScoreResult& r : results) {
+    if (r.kld.size() != static_cast<size_t>(r.num_scored) || r.same_top.size() != r.kld.size()) return false;
+    sum_kld += r.sum_kld;
+    positions += r.num_scored;
+    for (uint8_t s : r.same_top) same_top += s;
+  }
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "mean KLD %.6f nats, same top %.2f%% over %lld positions",
+                positions > 0 ? sum_kld / positions : 0.0, positions > 0 ? 100.0 * same_top / positions : 0.0,
+                static_cast<long long>(positions));
+  *out = buf;
+  return true;
+}
+
+// Times every batch of `windows` on `engine` with want_reference set as given: one line per B, "LABEL B=..
+// T=..: X ms/step Y tok/s | NOTE | GPU memory used Z GiB" (NOTE: the KLD summary when want_reference, else
+// `note`). Returns the seconds per B, or empty after printing why. *max_used: raised to the largest memory
+// reading (UsedBytes) seen.
+std::vector<double> TimeBatches(Engine& engine, const char* label, const Args& args,
+                                std::vector<std::vector<ScoreRequest>> windows, bool want_reference,
+                                const char* note, int64_t* max_used) {
+  std::vector<double> seconds;
+  for (size_t i = 0; i < windows.size(); ++i) {
+    for (ScoreRequest& r : windows[i]) r.want_reference = want_reference;
+    std::vector<ScoreResult> results;
+    const absl::StatusOr<double> dt = TimeScore(engine, windows[i], args.reps, &results);
+    if (!dt.ok()) {
+      std::fprintf(stderr, "%s: Score failed: %s\n", label, dt.status().ToString().c_str());
+      return {};
+    }
+    std::string summary = note;
+    if (want_reference && !ReferenceSummary(results, &summary)) {
+      std::fprintf(stderr, "%s: want_reference results without the reference fields (kld, same_top)\n",
+                   label);
+      return {};
+    }
+    *max_used = std::max(*max_used, UsedBytes(engine));
+    const int64_t b = args.batches[i];
+    std::printf("%s B=%lld T=%lld: %8.1f ms/step %9.0f tok/s | %s | GPU memory used %s GiB\n", label,
+                static_cast<long long>(b), static_cast<long long>(args.ctx), *dt * 1e3,
+                static_cast<double>(b * args.ctx) / *dt, summary.c_str(),
+                MemoryInUse(engine.DeviceMemory()).c_str());
+    std::fflush(stdout);
+    seconds.push_back(*dt);
+  }
+  return seconds;
+}
+
+// Creates the engine of `options` (one model), times the windows on it as TimeBatches does, destroys it.
+std::vector<double> TimeAlone(const char* label, const EngineOptions& options, const Args& args,
+                              const std::vector<std::vector<ScoreRequest>>& windows) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto engine = CreateCudaEngine(options);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "%s: %s\n", label, engine.status().ToString().c_str());
+    return {};
+  }
+  std::printf(
+      "%s load: %s, %s %s, weights %.2f GiB, %.1f s open -> ready, GPU memory in use after load %s GiB\n",
+      label, options.model_dir.c_str(), (*engine)->info().architecture.c_str(),
+      (*engine)->info().format.c_str(), (*engine)->info().resident_bytes / kGiB,
+      Seconds(std::chrono::steady_clock::now() - t0), MemoryInUse((*engine)->DeviceMemory()).c_str());
+  int64_t unused = 0;
+  return TimeBatches(**engine, label, args, windows, false, "alone", &unused);
+}
+
+// The --reference_model run on the loaded pair engine (see the top of the file). Returns the exit status.
+int ReferenceRuns(const Args& args, EngineOptions options, std::unique_ptr<Engine> engine) {
+  if (engine->info().reference == nullptr) {
+    std::fprintf(stderr,
+                 "--reference_model: the engine describes no reference model (ModelInfo::reference)\n");
+    return 1;
+  }
+  // Copied now: the engine is destroyed before the alone runs.
+  const ModelInfo q_info = engine->info();
+  const ModelInfo r_info = *q_info.reference;
+  std::printf("reference: %s %s, %.2fB params, weights %.2f GiB on the GPU (%s); model %.2f GiB\n",
+              r_info.architecture.c_str(), r_info.format.c_str(), r_info.num_parameters / 1e9,
+              r_info.resident_bytes / kGiB, args.reference_model.c_str(), q_info.resident_bytes / kGiB);
+  std::fflush(stdout);
+  const std::vector<std::vector<ScoreRequest>> windows = RandomWindows(args, q_info.vocab_size);
+  int64_t max_used = UsedBytes(*engine);
+  const std::vector<double> pair = TimeBatches(*engine, "pair", args, windows, args.want_reference,
+                                               "want_reference off (Q scored, R resident)", &max_used);
+  if (pair.empty()) return 1;
+  const int gpus = std::max<int>(1, static_cast<int>(engine->DeviceMemory().size()));
+  const double limit = (q_info.resident_bytes + r_info.resident_bytes) / kGiB + kPairMemoryMarginGiB * gpus;
+  const double used = max_used / kGiB;
+  std::printf(
+      "memory: GPU memory in use %.2f GiB (per GPU now %s), weights Q %.2f GiB + R %.2f GiB + %.0f GiB x %d "
+      "GPU(s) = %.2f GiB, used/limit %.3f (target <= 1: %s)\n",
+      used, MemoryInUse(engine->DeviceMemory()).c_str(), q_info.resident_bytes / kGiB,
+      r_info.resident_bytes / kGiB, kPairMemoryMarginGiB, gpus, limit, used / limit,
+      used <= limit ? "PASS" : "FAIL");
+  std::fflush(stdout);
+  if (!args.want_reference || !args.alone) return 0;
+
+  const std::vector<double> q_only =
+      TimeBatches(*engine, "pair-Q-only", args, windows, false,
+                  "want_reference off on the pair engine (R resident)", &max_used);
+  engine.reset();
+  options.reference_model_dir.clear();
+  const std::vector<double> q = TimeAlone("alone-Q", options, args, windows);
+  options.model_dir = args.reference_model;
+  const std::vector<double> r = TimeAlone("alone-R", options, args, windows);
+  if (q_only.empty() || q.empty() || r.empty()) return 1;
+  for (size_t i = 0; i < pair.size(); ++i) {
+    const double tokens = static_cast<double>(args.batches[i] * args.ctx);
+    const double r_pair = tokens / pair[i], r_q = tokens / q[i], r_r = tokens / r[i];
+    const double implied = 1.0 / (1.0 / r_q + 1.0 / r_r);
+    std::printf(
+        "ratio B=%lld T=%lld: pair %.0f tok/s, Q alone %.0f tok/s, R alone %.0f tok/s, implied %.0f tok/s "
+        "(1 / (1/r_Q + 1/r_R)), pair/implied %.3f (target >= %.2f: %s); pair-Q-only %.0f tok/s = %.3f of Q "
+        "alone\n",
+        static_cast<long long>(args.batches[i]), static_cast<long long>(args.ctx), r_pair, r_q, r_r, implied,
+        r_pair / implied, kPairRateTarget, r_pair / implied >= kPairRateTarget ? "PASS" : "FAIL",
+        tokens / q_only[i], q[i] / q_only[i]);
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Args args;
   if (!ParseArgs(argc, argv, &args)) {
     std::fprintf(stderr,
                  "usage: scored_bench --model DIR [--tp 1] [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] "
                  "[--dtype bf16|fp32] [--ref FILE [--gate 1]] [--profile 1] [--graph 1] [--nccl 1] "
-                 "[--tp_row_chunks 0] [--row_parallel_halves 1] [--tp_exchange copy|nccl]\n");
+                 "[--tp_row_chunks 0] [--row_parallel_halves 1] [--tp_exchange copy|nccl] "
+                 "[--reference_model DIR [--want_reference 1] [--alone 1]]\n");
     return 2;
   }
   auto config = LoadModelConfig(args.model);
@@ -652,6 +852,7 @@ int Main(int argc, char** argv) {
   const int64_t max_batch = *std::max_element(args.batches.begin(), args.batches.end());
   EngineOptions options;
   options.model_dir = args.model;
+  options.reference_model_dir = args.reference_model;
   options.backend = Backend::kCuda;
   options.dtype = args.dtype;
   options.tp = args.tp;
@@ -683,6 +884,10 @@ int Main(int argc, char** argv) {
 
   int rc = 0;
   if (!args.ref.empty()) rc = CheckReference(**engine, args.ref, args.gate);
+  if (!args.reference_model.empty()) {
+    const int pair_rc = ReferenceRuns(args, options, *std::move(engine));
+    return rc != 0 ? rc : pair_rc;
+  }
 
   const double n_lin = static_cast<double>(info.num_parameters) -
                        static_cast<double>(config->vocab_size) * config->hidden_size;
@@ -697,18 +902,13 @@ int Main(int argc, char** argv) {
       r.tokens.resize(args.ctx);
       for (int32_t& t : r.tokens) t = id(rng);
     }
-    std::vector<double> times;
-    for (int rep = 0; rep <= args.reps; ++rep) {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto results = ScoreAll(*(*engine), requests);
-      const double dt = Seconds(std::chrono::steady_clock::now() - t0);
-      if (!results.ok()) {
-        std::fprintf(stderr, "Score failed: %s\n", results.status().ToString().c_str());
-        return 1;
-      }
-      if (rep > 0) times.push_back(dt);
+    std::vector<ScoreResult> results;
+    const absl::StatusOr<double> timed = TimeScore(**engine, requests, args.reps, &results);
+    if (!timed.ok()) {
+      std::fprintf(stderr, "Score failed: %s\n", timed.status().ToString().c_str());
+      return 1;
     }
-    const double dt = Median(times);
+    const double dt = *timed;
     step_s.push_back(dt);
     const double tokens = static_cast<double>(b * args.ctx);
     const double tflops = flops_per_token * tokens / dt / 1e12;
