@@ -44,7 +44,8 @@ class ChildProcess {
 
   // Blocks until condition() holds (checked at once and after every write to a file of path's folder), the
   // child exits (FAILED_PRECONDITION, with the exit code) or `timeout` passes (DEADLINE_EXCEEDED).
-  absl::Status WaitFor(const std::string& path, const std::function<bool()>& condition, absl::Duration timeout);
+  absl::Status WaitFor(const std::string& path, const std::function<bool()>& condition,
+                       absl::Duration timeout);
 
   // Sends `signal` (the child is reaped by Wait).
   void Kill(int signal);
