@@ -78,6 +78,10 @@ class MemoryBudget {
   // ScoreStreams together may fill the budget only up to limit - limit / kStreamHeadroomDivisor: the rest is
   // kept for unary calls, so that streams whose clients never read cannot lock out a unary client.
   static constexpr int64_t kStreamHeadroomDivisor = 4;
+  // One ScoreStream may hold at most 1/kStreamShareDivisor of the streams' part (and always its first
+  // request): a few streams that never read cannot take all of it from the others. At the default budget
+  // the --stream_window binds first.
+  static constexpr int64_t kStreamShareDivisor = 8;
 
  private:
   void Add(int64_t delta);

@@ -504,7 +504,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   };
 
   // Charges `p` to the memory budget (its ids and the bound of its response; streams may fill the budget up
-  // to its last 1/kStreamHeadroomDivisor) and queues it. When the budget is spent and this stream has
+  // to its last 1/kStreamHeadroomDivisor, one stream to 1/kStreamShareDivisor of that unless it holds
+  // nothing) and queues it. When the budget or the stream's share is spent and this stream has
   // responses of its own in flight or unwritten, `p` is parked instead: the stream stops reading and
   // DecideLocked retries it after each of its own events (a result, a write), which free memory. With none
   // (nothing of its own would ever free memory for it), the budget's RESOURCE_EXHAUSTED is returned, to be
@@ -512,10 +513,16 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   absl::Status QueueLocked(Parked p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const int64_t bytes = kQueuedBytesPerToken * static_cast<int64_t>(p.request.tokens.size()) +
                           EstimateScoreResponseBytes(p.request);
+    const int64_t headroom = config_->budget->limit() / MemoryBudget::kStreamHeadroomDivisor;
+    const int64_t share = (config_->budget->limit() - headroom) / MemoryBudget::kStreamShareDivisor;
+    int64_t own = pending_bytes_;
+    for (const Buffered& b : responses_) own += b.charge.bytes();
     absl::StatusOr<MemoryBudget::Charge> charge =
-        config_->budget->TryCharge(bytes, config_->budget->limit() / MemoryBudget::kStreamHeadroomDivisor);
+        own > 0 && own + bytes > share
+            ? absl::ResourceExhaustedError("this stream holds its share of the memory budget")
+            : config_->budget->TryCharge(bytes, headroom);
     if (!charge.ok()) {
-      if (pending_ > 0 || !responses_.empty()) {
+      if (own > 0 || pending_ > 0 || !responses_.empty()) {
         config_->metrics->AddPausedStreams(1);
         parked_ = std::move(p);
         return absl::OkStatus();
@@ -527,6 +534,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     auto in_flight = std::make_shared<InFlight>();
     in_flight->charge = std::move(*charge);
     ++pending_;
+    pending_bytes_ += bytes;
     // Held across Submit: the result callback needs mu_, so it runs after this step is complete. When Submit
     // fails it destroys the callback, and with it the reservation.
     const uint64_t request_id = p.request_id;
@@ -539,6 +547,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
         });
     if (!ticket.ok()) {
       --pending_;
+      pending_bytes_ -= bytes;
       return ticket.status();
     }
     in_flight->ticket = *ticket;
@@ -580,6 +589,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       tickets_.erase(in_flight->ticket);
       // The reservation becomes the response's charge; released here if the response is not kept.
       MemoryBudget::Charge charge = std::move(in_flight->charge);
+      pending_bytes_ -= charge.bytes();
       if (result.ok()) {
         config_->metrics->RecordRequest("ScoreStream", grpc::StatusCode::OK, SecondsSince(start));
         if (!cancelled_ && !write_failed_) {
@@ -658,6 +668,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   std::optional<Parked> parked_ ABSL_GUARDED_BY(mu_);
   std::set<uint64_t> tickets_ ABSL_GUARDED_BY(mu_);
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // the reservations of the pending_ requests
   int busy_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool read_in_flight_ ABSL_GUARDED_BY(mu_) = false;

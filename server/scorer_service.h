@@ -9,7 +9,8 @@
 //                 go out in completion order with their request_id; a failed request yields a response
 //                 with `error` set and the stream goes on.
 //                 Memory budget: each request is charged before it is queued (its ids and a bound of its
-//                 response), streams together up to 3/4 of the budget. When that is spent, a stream with
+//                 response), streams together up to 3/4 of the budget, one stream up to 1/8 of that
+//                 beyond its first request. When that is spent, a stream with
 //                 responses of its own in flight or unwritten keeps the request it read and stops reading
 //                 (back-pressure) until they are written; a stream with none answers the request with a
 //                 RESOURCE_EXHAUSTED `error` and goes on. Every request read gets a response.
