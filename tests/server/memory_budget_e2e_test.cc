@@ -8,6 +8,8 @@
 //   - --max_streams_per_connection: a second call on a connection waits while the first holds its only
 //     stream.
 // Behaviour only: conditions are waited for on the server's metrics, never for a fixed time.
+#include <signal.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -213,6 +215,34 @@ TEST(MemoryBudgetE2eTest, NonReadingStreamsAreHeldWithinTheBudgetAndOthersAreSer
   })) << watch.last();
   EXPECT_GT(watch.max_buffered(), 0);
   EXPECT_LE(watch.max_buffered(), static_cast<double>(kBudget));
+}
+
+// SIGTERM while streams are held for the budget: each parked request is answered UNAVAILABLE, the streams end
+// (their clients never read, so the grace period cancels them) and the server exits 0.
+TEST(MemoryBudgetE2eTest, ShutdownWithPausedStreamsExitsCleanly) {
+  auto proc = StartOrDie({"--max_buffered_bytes=" + std::to_string(kBudget), "--shutdown_grace_s=2"});
+  ASSERT_NE(proc, nullptr);
+  MetricsWatch watch(proc.get());
+  auto stub = v1::Scorer::NewStub(NewConnection(proc->grpc_address(), /*hold_window=*/true));
+  std::vector<OpenStream> streams(20);
+  for (size_t s = 0; s < streams.size(); ++s) {
+    streams[s].context = std::make_unique<grpc::ClientContext>();
+    streams[s].rw = stub->ScoreStream(streams[s].context.get());
+    for (int k = 0; k < kRequestsPerStream; ++k) {
+      ASSERT_TRUE(streams[s].rw->Write(LongTopKRequest(static_cast<uint64_t>(s * 10 + k))));
+    }
+  }
+  ASSERT_TRUE(watch.WaitFor([&](const std::string& m) {
+    return watch.Value(m, "scored_streams_paused") >= 5;
+  })) << watch.last();
+  ASSERT_TRUE(proc->SendSignal(SIGTERM).ok());
+  absl::StatusOr<int> code = proc->Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << proc->ReadLog();
+  for (OpenStream& stream : streams) {
+    stream.context->TryCancel();
+    stream.rw->Finish().IgnoreError();
+  }
 }
 
 TEST(MemoryBudgetE2eTest, UnaryWorkBeyondTheBudgetIsResourceExhausted) {
