@@ -3,11 +3,14 @@
 //     the streams get back-pressure (they stop being read) or RESOURCE_EXHAUSTED, the bytes the server
 //     reports on /metrics stay within the budget, another client's Score is still answered, and once the
 //     streams read, every request they sent has exactly one response (scored, or RESOURCE_EXHAUSTED naming
-//     the flag) and the budget returns to 0.
+//     the flag) and the budget returns to 0. SIGTERM while streams are held exits 0. A Tokenize whose output
+//     could pass the budget is refused before any work.
 //   - --max_connections: a call on a second connection is refused while the first has a call in progress.
 //   - --max_streams_per_connection: a second call on a connection waits while the first holds its only
 //     stream.
-// Behaviour only: conditions are waited for on the server's metrics, never for a fixed time.
+// Behaviour only: conditions are waited for on the server's metrics, never for a fixed time (the
+// streams-per-connection test ends a waiting call with a 2 s deadline and checks it never reached the
+// server).
 #include <signal.h>
 
 #include <chrono>
