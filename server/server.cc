@@ -247,6 +247,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
       options.max_connections, options.max_streams_per_connection, options.stream_window, options.max_queue,
       options.max_message_bytes);
 
+  ScoreRequest largest;  // the largest request this server accepts: max_seq_len tokens, top_k 64
+  largest.tokens.resize(static_cast<size_t>(limits.max_seq_len));
+  largest.top_k = 64;
+  const int64_t largest_bytes =
+      kQueuedBytesPerToken * limits.max_seq_len + EstimateScoreResponseBytes(largest);
+  if (largest_bytes > budget_bytes - budget_bytes / MemoryBudget::kStreamHeadroomDivisor) {
+    SCORED_LOG(WARNING) << "--max_buffered_bytes " << budget_bytes << ": a top_k 64 request of max_seq_len "
+                        << limits.max_seq_len << " tokens reserves " << largest_bytes
+                        << " bytes, more than ScoreStreams may use; such requests get RESOURCE_EXHAUSTED";
+  }
+
   ScorerService::Config config;
   config.budget = server->budget_.get();
   config.connections = server->connections_.get();
