@@ -96,6 +96,19 @@ ABSL_FLAG(bool, allow_insecure_remote, false,
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "Largest gRPC request message accepted, bytes; larger ones get RESOURCE_EXHAUSTED "
           "(1024..2147483647)");
+ABSL_FLAG(
+    int64_t, max_buffered_bytes, 0,
+    "One memory budget for the whole server, bytes: queued requests and responses not yet sent to their "
+    "clients are charged to it; beyond it new Score / Tokenize calls get RESOURCE_EXHAUSTED and "
+    "ScoreStreams stop reading (back-pressure). 0 = a quarter of the physical memory (or the cgroup's "
+    "limit), clamped to [256 MiB, 16 GiB]; else 1048576..1099511627776");
+ABSL_FLAG(int32_t, max_streams_per_connection, 100,
+          "Most concurrent calls (HTTP/2 streams) on one client connection; more wait in the client "
+          "(1..65536)");
+ABSL_FLAG(int64_t, max_connections, 1024,
+          "Most client connections with Scorer calls in progress; a call on another connection gets "
+          "RESOURCE_EXHAUSTED. Idle connections are not capped (gRPC 1.51 offers no cap on accepted "
+          "connections) (1..65536)");
 ABSL_FLAG(std::string, fault_inject, "",
           "Testing only: fatal_after:N makes the engine fail fatally after N Score batches; "
           "fatal_after_ms:T, T ms after it loaded (no traffic needed); device_trap_after:N makes the CUDA "
@@ -169,6 +182,9 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   o.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   o.allow_insecure_remote = absl::GetFlag(FLAGS_allow_insecure_remote);
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  o.max_buffered_bytes = absl::GetFlag(FLAGS_max_buffered_bytes);
+  o.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
+  o.max_connections = absl::GetFlag(FLAGS_max_connections);
   auto fault = scored::ParseFaultInjection(absl::GetFlag(FLAGS_fault_inject));
   if (!fault.ok()) return fault.status();
   o.fault = *fault;

@@ -45,6 +45,30 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                       .Help("Requests waiting for the engine")
                       .Register(*registry_)
                       .Add({});
+  buffered_bytes_ = &prometheus::BuildGauge()
+                         .Name("scored_buffered_bytes")
+                         .Help("Bytes charged to the memory budget: queued requests, responses not yet sent")
+                         .Register(*registry_)
+                         .Add({});
+  buffered_bytes_limit_ = &prometheus::BuildGauge()
+                               .Name("scored_buffered_bytes_limit")
+                               .Help("The memory budget, bytes (--max_buffered_bytes)")
+                               .Register(*registry_)
+                               .Add({});
+  limit_rejections_ = &prometheus::BuildCounter()
+                           .Name("scored_limit_rejections_total")
+                           .Help("Requests refused with RESOURCE_EXHAUSTED by a server-wide limit")
+                           .Register(*registry_);
+  streams_paused_ = &prometheus::BuildGauge()
+                         .Name("scored_streams_paused")
+                         .Help("ScoreStreams not reading because the memory budget is spent")
+                         .Register(*registry_)
+                         .Add({});
+  connections_ = &prometheus::BuildGauge()
+                      .Name("scored_connections")
+                      .Help("Client connections with Scorer calls in progress")
+                      .Register(*registry_)
+                      .Add({});
   model_info_ = &prometheus::BuildGauge()
                      .Name("scored_model_info")
                      .Help("The loaded model (value 1)")
@@ -79,6 +103,26 @@ void Metrics::RecordBatch(int64_t batch_tokens, int64_t num_scored) {
 void Metrics::RecordNonFiniteResult() { nonfinite_results_->Increment(); }
 
 void Metrics::SetQueueDepth(int64_t depth) { queue_depth_->Set(static_cast<double>(depth)); }
+
+void Metrics::SetBufferedBytes(int64_t used_bytes) { buffered_bytes_->Set(static_cast<double>(used_bytes)); }
+
+void Metrics::SetBufferedBytesLimit(int64_t limit_bytes) {
+  buffered_bytes_limit_->Set(static_cast<double>(limit_bytes));
+}
+
+void Metrics::RecordLimitRejection(const std::string& limit, const std::string& method) {
+  limit_rejections_->Add({{"limit", limit}, {"method", method}}).Increment();
+}
+
+void Metrics::AddPausedStreams(int delta) {
+  if (delta >= 0) {
+    streams_paused_->Increment(static_cast<double>(delta));
+  } else {
+    streams_paused_->Decrement(static_cast<double>(-delta));
+  }
+}
+
+void Metrics::SetConnections(int64_t connections) { connections_->Set(static_cast<double>(connections)); }
 
 void Metrics::SetModelInfo(const ModelInfo& info) {
   model_info_

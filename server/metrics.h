@@ -16,6 +16,17 @@
 //     held a NaN or an infinity (NaN/Inf in the model's activations; each failed with INTERNAL instead).
 // scored_queue_depth                       gauge      -                              requests waiting for the
 //     engine (batcher queue, not counting the batch being computed).
+// scored_buffered_bytes                    gauge      -                              bytes charged to the
+//     memory budget now (server/memory_budget.h: queued requests, responses not yet sent).
+// scored_buffered_bytes_limit              gauge      -                              --max_buffered_bytes.
+// scored_limit_rejections_total            counter    limit, method                  requests refused with
+//     RESOURCE_EXHAUSTED by a server-wide limit: limit = max_buffered_bytes | max_connections; method as
+//     above (a ScoreStream request refused inside its stream counts once; a refused stream counts once).
+// scored_streams_paused                    gauge      -                              ScoreStreams that
+// stopped
+//     reading because the memory budget is spent (they resume once their own responses are read).
+// scored_connections                       gauge      -                              client connections with
+//     Scorer calls in progress (counted against --max_connections).
 // scored_model_info                        gauge = 1  architecture, format, backend, dtype, tp
 // scored_device_memory_bytes               gauge      device, kind (used | total)    per-device memory, only
 //     when the engine reports devices (CUDA backend); refreshed at start and after each batch.
@@ -55,6 +66,14 @@ class Metrics {
   void RecordBatch(int64_t batch_tokens, int64_t num_scored);
   void RecordNonFiniteResult();
   void SetQueueDepth(int64_t depth);
+  // The memory budget and the connection cap (server/memory_budget.h).
+  void SetBufferedBytes(int64_t used_bytes);
+  void SetBufferedBytesLimit(int64_t limit_bytes);
+  // `limit`: "max_buffered_bytes" | "max_connections"; `method`: the Scorer method refused.
+  void RecordLimitRejection(const std::string& limit, const std::string& method);
+  // +1 when a ScoreStream stops reading for the budget, -1 when it resumes or ends.
+  void AddPausedStreams(int delta);
+  void SetConnections(int64_t connections);
   void SetModelInfo(const ModelInfo& info);
   // One (used, total) pair per device, bytes.
   void SetDeviceMemory(const std::vector<std::pair<int64_t, int64_t>>& per_device);
@@ -74,6 +93,11 @@ class Metrics {
   prometheus::Histogram* batch_tokens_;
   prometheus::Counter* nonfinite_results_;
   prometheus::Gauge* queue_depth_;
+  prometheus::Gauge* buffered_bytes_;
+  prometheus::Gauge* buffered_bytes_limit_;
+  prometheus::Family<prometheus::Counter>* limit_rejections_;
+  prometheus::Gauge* streams_paused_;
+  prometheus::Gauge* connections_;
   prometheus::Family<prometheus::Gauge>* model_info_;
   prometheus::Family<prometheus::Gauge>* device_memory_;
 };

@@ -5,6 +5,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "engine/base/status_macros.h"
+#include "server/memory_budget.h"
 #include "server/security.h"
 
 namespace scored {
@@ -168,6 +169,14 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("--max_message_bytes must be in [", kMinMessageBytes, ", ",
                                                    kMaxMessageBytes, "], got ", options.max_message_bytes));
   }
+  if (options.max_buffered_bytes != 0) {
+    SCORED_RETURN_IF_ERROR(CheckRange("max_buffered_bytes", options.max_buffered_bytes, kMinMaxBufferedBytes,
+                                      kMaxMaxBufferedBytes, " or 0 (a quarter of the memory)"));
+  }
+  SCORED_RETURN_IF_ERROR(CheckRange("max_streams_per_connection", options.max_streams_per_connection, 1,
+                                    ServerOptions::kMaxStreamsPerConnection));
+  SCORED_RETURN_IF_ERROR(
+      CheckRange("max_connections", options.max_connections, 1, ServerOptions::kMaxConnections));
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
     return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
   }

@@ -80,6 +80,22 @@ struct ServerOptions {
   // before reaching the service. A request holds at most max_seq_len ids (<= 5 bytes each as packed
   // varints: 0.6 MiB for a 128k window), so 64 MiB only matters for `text` input.
   int64_t max_message_bytes = 64 << 20;
+  // Server-wide limits (server/memory_budget.h; server/README.md "Memory budget and connection caps"):
+  //   max_buffered_bytes  one memory budget for queued requests and responses not yet sent, bytes; beyond
+  //                       it new unary work gets RESOURCE_EXHAUSTED and ScoreStreams stop reading.
+  //                       0 = DefaultMaxBufferedBytes() (a quarter of the memory, clamped to [256 MiB, 16
+  //                       GiB]); else [kMinMaxBufferedBytes, kMaxMaxBufferedBytes] = [1 MiB, 1 TiB].
+  //   max_streams_per_connection  concurrent calls (HTTP/2 streams) per client connection
+  //                       (GRPC_ARG_MAX_CONCURRENT_STREAMS; the client waits for a free one); 1..65536,
+  //                       default 100, the least HTTP/2 recommends.
+  //   max_connections     client connections with Scorer calls in progress; a call on another connection
+  //                       beyond it gets RESOURCE_EXHAUSTED (idle connections are not capped: gRPC 1.51 has
+  //                       no such setting); 1..65536.
+  static constexpr int kMaxStreamsPerConnection = 65536;
+  static constexpr int64_t kMaxConnections = 65536;
+  int64_t max_buffered_bytes = 0;
+  int max_streams_per_connection = 100;
+  int64_t max_connections = 1024;
   // Testing only (--fault_inject): see server/fault_injection.h.
   FaultInjection fault;
 };

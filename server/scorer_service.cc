@@ -3,6 +3,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -184,6 +185,31 @@ absl::Status Admit(const ScorerService::Config& config, const grpc::CallbackServ
   return absl::OkStatus();
 }
 
+// The server-wide limits (server/memory_budget.h). A refusal is RESOURCE_EXHAUSTED naming the flag, counted
+// in scored_limit_rejections_total{limit, method}.
+absl::Status TakeConnectionSlot(const ScorerService::Config& config,
+                                const grpc::CallbackServerContext& context, const char* method,
+                                ConnectionLimiter::Slot* slot) {
+  absl::StatusOr<ConnectionLimiter::Slot> taken = config.connections->Acquire(context.peer());
+  if (!taken.ok()) {
+    config.metrics->RecordLimitRejection("max_connections", method);
+    return taken.status();
+  }
+  *slot = std::move(*taken);
+  return absl::OkStatus();
+}
+
+absl::Status ChargeBudget(const ScorerService::Config& config, int64_t bytes, int64_t headroom,
+                          const char* method, MemoryBudget::Charge* charge) {
+  absl::StatusOr<MemoryBudget::Charge> taken = config.budget->TryCharge(bytes, headroom);
+  if (!taken.ok()) {
+    config.metrics->RecordLimitRejection("max_buffered_bytes", method);
+    return taken.status();
+  }
+  *charge = std::move(*taken);
+  return absl::OkStatus();
+}
+
 // A ScoreStream refused before its first read (no token, failed engine): finishes at once.
 class RejectedStreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
@@ -200,6 +226,7 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
 
   void Start(const grpc::ByteBuffer& raw_request) {
     absl::Status admitted = Admit(*config_, *context_);
+    if (admitted.ok()) admitted = TakeConnectionSlot(*config_, *context_, "Score", &slot_);
     if (!admitted.ok()) {
       FinishWith(admitted);
       return;
@@ -213,6 +240,19 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
         ToEngineRequest(request_, config_->limits, config_->tokenizer);
     if (!engine_request.ok()) {
       FinishWith(engine_request.status());
+      return;
+    }
+    // Held until the call is done: gRPC's copy of the request bytes, the parsed message, the ids (ours and
+    // the batcher's) and the response, reserved at its upper bound until it is known.
+    held_bytes_ = static_cast<int64_t>(raw_request.Length() + request_.ByteSizeLong()) +
+                  static_cast<int64_t>(sizeof(int32_t) * engine_request->tokens.size());
+    absl::Status charged =
+        ChargeBudget(*config_,
+                     held_bytes_ + static_cast<int64_t>(sizeof(int32_t) * engine_request->tokens.size()) +
+                         EstimateScoreResponseBytes(*engine_request),
+                     0, "Score", &charge_);
+    if (!charged.ok()) {
+      FinishWith(charged);
       return;
     }
     engine_request_ = *engine_request;
@@ -257,6 +297,7 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
     v1::ScoreResponse response;
     FillScoreResponse(engine_request_, *result, request_.has_text(), request_.request_id(), &response);
     *response_ = Serialize(response);
+    charge_.Resize(held_bytes_ + static_cast<int64_t>(response_->Length()));
     FinishWith(absl::OkStatus());
   }
 
@@ -272,6 +313,10 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
   grpc::ByteBuffer* const response_;
   const absl::Time start_ = absl::Now();
   ScoreRequest engine_request_;
+  // Taken by Start, released when gRPC deletes the reactor (after the response was sent).
+  ConnectionLimiter::Slot slot_;
+  MemoryBudget::Charge charge_;
+  int64_t held_bytes_ = 0;  // the charge besides the response
   absl::Mutex mu_;
   uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -289,8 +334,13 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
 // response, not taken as the end of the stream) and each response is serialized when it is queued.
 class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  StreamReactor(ScorerService* service, grpc::CallbackServerContext* context)
-      : service_(service), config_(&service->config()), context_(context) {}
+  StreamReactor(ScorerService* service, grpc::CallbackServerContext* context, ConnectionLimiter::Slot slot)
+      : service_(service), config_(&service->config()), context_(context), slot_(std::move(slot)) {}
+
+  ~StreamReactor() override {
+    absl::MutexLock lock(&mu_);
+    if (parked_) config_->metrics->AddPausedStreams(-1);  // not reached: Finish waits for it
+  }
 
   struct Actions {
     const grpc::ByteBuffer* write = nullptr;
@@ -389,24 +439,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       if (error.ok() && (finish_called_ || cancelled_ || write_failed_)) {
         error = absl::CancelledError("the stream ended before the request was queued");
       }
-      if (error.ok()) {
-        auto kept = std::make_shared<const ScoreRequest>(*engine_request);
-        auto ticket_slot = std::make_shared<uint64_t>(0);  // written below, before OnResult can run
-        ++pending_;
-        // Held across Submit: the result callback needs mu_, so it runs after this step is complete.
-        absl::StatusOr<uint64_t> ticket = config_->batcher->Submit(
-            std::move(*engine_request), CallDeadline(context_),
-            [this, kept, ticket_slot, request_id, echo, start](absl::StatusOr<ScoreResult> r) {
-              OnResult(*kept, ticket_slot, request_id, echo, start, std::move(r));
-            });
-        if (ticket.ok()) {
-          *ticket_slot = *ticket;
-          tickets_.insert(*ticket);
-        } else {
-          --pending_;
-          error = ticket.status();
-        }
-      }
+      if (error.ok()) error = QueueLocked(Parked{std::move(*engine_request), request_id, echo, start});
       if (!error.ok()) EnqueueErrorLocked(request_id, error, start);
       a = DecideLocked();
     }
@@ -418,7 +451,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
-      responses_.pop_front();
+      responses_.pop_front();  // releases its charge
       if (!ok) {
         write_failed_ = true;
         responses_.clear();
@@ -451,8 +484,97 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   }
 
  private:
-  // `ticket` is written by OnReadDone under mu_ before OnResult can take mu_.
-  void OnResult(const ScoreRequest& request, const std::shared_ptr<uint64_t>& ticket, uint64_t request_id,
+  // A serialized ScoreResponse and its charge to the memory budget, released once it is written.
+  struct Buffered {
+    grpc::ByteBuffer bytes;
+    MemoryBudget::Charge charge;
+  };
+  // A validated request not yet queued: one that waits for the budget (parked_) or is being queued.
+  struct Parked {
+    ScoreRequest request;
+    uint64_t request_id;
+    bool echo;  // the request gave text: echo its token ids
+    absl::Time start;
+  };
+  // A queued request: its ticket (written by QueueLocked under mu_ before OnResult can take mu_) and its
+  // reservation, which OnResult turns into the response's charge.
+  struct InFlight {
+    uint64_t ticket = 0;
+    MemoryBudget::Charge charge;
+  };
+
+  // Charges `p` to the memory budget (its ids and the bound of its response; streams may fill the budget up
+  // to its last 1/kStreamHeadroomDivisor, one stream to 1/kStreamShareDivisor of that unless it holds
+  // nothing) and queues it. When the budget or the stream's share is spent and this stream has
+  // responses of its own in flight or unwritten, `p` is parked instead: the stream stops reading and
+  // DecideLocked retries it after each of its own events (a result, a write), which free memory. With none
+  // (nothing of its own would ever free memory for it), the budget's RESOURCE_EXHAUSTED is returned, to be
+  // answered as an `error` response. Any other error of Batcher::Submit is returned too.
+  absl::Status QueueLocked(Parked p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const int64_t bytes = kQueuedBytesPerToken * static_cast<int64_t>(p.request.tokens.size()) +
+                          EstimateScoreResponseBytes(p.request);
+    const int64_t headroom = config_->budget->limit() / MemoryBudget::kStreamHeadroomDivisor;
+    const int64_t share = (config_->budget->limit() - headroom) / MemoryBudget::kStreamShareDivisor;
+    int64_t own = pending_bytes_;
+    for (const Buffered& b : responses_) own += b.charge.bytes();
+    absl::StatusOr<MemoryBudget::Charge> charge =
+        own > 0 && own + bytes > share
+            ? absl::ResourceExhaustedError("this stream holds its share of the memory budget")
+            : config_->budget->TryCharge(bytes, headroom);
+    if (!charge.ok()) {
+      if (own > 0 || pending_ > 0 || !responses_.empty()) {
+        config_->metrics->AddPausedStreams(1);
+        parked_ = std::move(p);
+        return absl::OkStatus();
+      }
+      config_->metrics->RecordLimitRejection("max_buffered_bytes", "ScoreStream");
+      return charge.status();
+    }
+    auto kept = std::make_shared<const ScoreRequest>(p.request);
+    auto in_flight = std::make_shared<InFlight>();
+    in_flight->charge = std::move(*charge);
+    ++pending_;
+    pending_bytes_ += bytes;
+    // Held across Submit: the result callback needs mu_, so it runs after this step is complete. When Submit
+    // fails it destroys the callback, and with it the reservation.
+    const uint64_t request_id = p.request_id;
+    const bool echo = p.echo;
+    const absl::Time start = p.start;
+    absl::StatusOr<uint64_t> ticket = config_->batcher->Submit(
+        std::move(p.request), CallDeadline(context_),
+        [this, kept, in_flight, request_id, echo, start](absl::StatusOr<ScoreResult> r) {
+          OnResult(*kept, in_flight, request_id, echo, start, std::move(r));
+        });
+    if (!ticket.ok()) {
+      --pending_;
+      pending_bytes_ -= bytes;
+      return ticket.status();
+    }
+    in_flight->ticket = *ticket;
+    tickets_.insert(*ticket);
+    return absl::OkStatus();
+  }
+
+  // The parked request, if any: answered (cancelled or shutting down) or queued again (see QueueLocked).
+  void ResolveParkedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!parked_) return;
+    Parked p = std::move(*parked_);
+    parked_.reset();
+    config_->metrics->AddPausedStreams(-1);
+    const uint64_t request_id = p.request_id;
+    const absl::Time start = p.start;
+    absl::Status error;
+    if (cancelled_ || write_failed_) {
+      error = absl::CancelledError("the stream ended before the request was queued");
+    } else if (draining_) {
+      error = absl::UnavailableError("the server is shutting down");
+    } else {
+      error = QueueLocked(std::move(p));
+    }
+    if (!error.ok()) EnqueueErrorLocked(request_id, error, start);
+  }
+
+  void OnResult(const ScoreRequest& request, const std::shared_ptr<InFlight>& in_flight, uint64_t request_id,
                 bool echo, absl::Time start, absl::StatusOr<ScoreResult> result) {
     grpc::ByteBuffer response;
     if (result.ok()) {
@@ -464,10 +586,16 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     {
       absl::MutexLock lock(&mu_);
       --pending_;
-      tickets_.erase(*ticket);
+      tickets_.erase(in_flight->ticket);
+      // The reservation becomes the response's charge; released here if the response is not kept.
+      MemoryBudget::Charge charge = std::move(in_flight->charge);
+      pending_bytes_ -= charge.bytes();
       if (result.ok()) {
         config_->metrics->RecordRequest("ScoreStream", grpc::StatusCode::OK, SecondsSince(start));
-        if (!cancelled_ && !write_failed_) responses_.push_back(std::move(response));
+        if (!cancelled_ && !write_failed_) {
+          charge.Resize(static_cast<int64_t>(response.Length()));
+          responses_.push_back(Buffered{std::move(response), std::move(charge)});
+        }
       } else {
         EnqueueErrorLocked(request_id, ExplainCancel(result.status(), CallDeadline(context_)), start);
       }
@@ -485,17 +613,21 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     response.set_request_id(request_id);
     response.mutable_error()->set_code(static_cast<int32_t>(code));
     response.mutable_error()->set_message(std::string(status.message()));
-    responses_.push_back(Serialize(response));
+    grpc::ByteBuffer bytes = Serialize(response);
+    // Owed to the client whatever the budget: a few hundred bytes, at most stream_window per stream.
+    MemoryBudget::Charge charge = config_->budget->ForceCharge(static_cast<int64_t>(bytes.Length()));
+    responses_.push_back(Buffered{std::move(bytes), std::move(charge)});
   }
 
   Actions DecideLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Actions a;
     if (finish_called_) return a;
+    ResolveParkedLocked();
     if (!writing_ && !responses_.empty() && !cancelled_ && !write_failed_) {
       writing_ = true;
-      a.write = &responses_.front();  // deque: push_back never moves the front element
+      a.write = &responses_.front().bytes;  // deque: push_back never moves the front element
     }
-    if (!read_in_flight_ && !reads_done_ && !draining_ && !cancelled_ && !write_failed_ &&
+    if (!read_in_flight_ && !reads_done_ && !draining_ && !cancelled_ && !write_failed_ && !parked_ &&
         pending_ + static_cast<int>(responses_.size()) < config_->stream_window) {
       read_in_flight_ = true;
       a.read = true;
@@ -506,8 +638,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     }
     const bool ending = reads_done_ || draining_ || cancelled_ || write_failed_;
     // Unwritten responses of a cancelled or broken stream can never be written: they do not count.
-    const bool idle =
-        busy_ == 0 && !writing_ && pending_ == 0 && (responses_.empty() || cancelled_ || write_failed_);
+    const bool idle = busy_ == 0 && !writing_ && pending_ == 0 && !parked_ &&
+                      (responses_.empty() || cancelled_ || write_failed_);
     // While reading normally, a read is always in flight; it may stay outstanding only if ending.
     if (ending && idle) {
       finish_called_ = true;
@@ -526,13 +658,17 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   ScorerService* const service_;
   const ScorerService::Config* const config_;
   grpc::CallbackServerContext* const context_;
-  grpc::ByteBuffer read_buf_;  // owned by the read in flight
+  grpc::ByteBuffer read_buf_;           // owned by the read in flight
+  const ConnectionLimiter::Slot slot_;  // this call's connection slot, released when gRPC deletes the reactor
 
   absl::Mutex mu_;
   // Serialized ScoreResponses; the front is being written if writing_.
-  std::deque<grpc::ByteBuffer> responses_ ABSL_GUARDED_BY(mu_);
+  std::deque<Buffered> responses_ ABSL_GUARDED_BY(mu_);
+  // The request read while the budget was spent (no read is started while it is set; see QueueLocked).
+  std::optional<Parked> parked_ ABSL_GUARDED_BY(mu_);
   std::set<uint64_t> tickets_ ABSL_GUARDED_BY(mu_);
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // the reservations of the pending_ requests
   int busy_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool read_in_flight_ ABSL_GUARDED_BY(mu_) = false;
@@ -560,7 +696,14 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ScorerService::Scor
     config_.metrics->RecordRequest("ScoreStream", g.error_code(), 0.0);
     return new RejectedStreamReactor(g);
   }
-  auto* reactor = new StreamReactor(this, context);
+  ConnectionLimiter::Slot slot;
+  admitted = TakeConnectionSlot(config_, *context, "ScoreStream", &slot);
+  if (!admitted.ok()) {
+    const grpc::Status g = ToGrpcStatus(admitted);
+    config_.metrics->RecordRequest("ScoreStream", g.error_code(), 0.0);
+    return new RejectedStreamReactor(g);
+  }
+  auto* reactor = new StreamReactor(this, context, std::move(slot));
   bool draining = false;
   {
     absl::MutexLock lock(&streams_mu_);
@@ -595,7 +738,19 @@ grpc::ServerUnaryReactor* ScorerService::Tokenize(grpc::CallbackServerContext* c
   absl::Status status = Admit(config_, *context);
   v1::TokenizeRequest request;
   v1::TokenizeResponse response;
+  ConnectionLimiter::Slot slot;
+  MemoryBudget::Charge charge;
+  if (status.ok()) status = TakeConnectionSlot(config_, *context, "Tokenize", &slot);
   if (status.ok()) status = ParseRequest(*raw_request, &request, nullptr);
+  if (status.ok()) {
+    // The request bytes and message, then at most one id per byte of text (+ BOS): 4 bytes in the vector,
+    // <= 5 as a packed varint, <= 5 more for its byte length. The tokenizer's working memory is not counted.
+    const int64_t per_id = 4 + 5 + (request.want_byte_lengths() ? 5 : 0);
+    status = ChargeBudget(config_,
+                          static_cast<int64_t>(raw_request->Length() + request.ByteSizeLong()) +
+                              (static_cast<int64_t>(request.text().size()) + 1) * per_id,
+                          0, "Tokenize", &charge);
+  }
   if (status.ok() && config_.tokenizer == nullptr) {
     status = absl::FailedPreconditionError("the model folder has no tokenizer");
   }

@@ -8,6 +8,12 @@
 //                 one is written, so a client that never reads cannot grow the server's memory). Responses
 //                 go out in completion order with their request_id; a failed request yields a response
 //                 with `error` set and the stream goes on.
+//                 Memory budget: each request is charged before it is queued (its ids and a bound of its
+//                 response), streams together up to 3/4 of the budget, one stream up to 1/8 of that
+//                 beyond its first request. When that is spent, a stream with
+//                 responses of its own in flight or unwritten keeps the request it read and stops reading
+//                 (back-pressure) until they are written; a stream with none answers the request with a
+//                 RESOURCE_EXHAUSTED `error` and goes on. Every request read gets a response.
 //   Tokenize      the model's tokenizer, no engine involved.
 //   GetModelInfo  engine->info() plus the tokenizer's facts and the server version.
 //
@@ -35,6 +41,7 @@
 #include "grpcpp/grpcpp.h"
 #include "scored/v1/scorer.grpc.pb.h"
 #include "server/batcher.h"
+#include "server/memory_budget.h"
 #include "server/metrics.h"
 #include "server/request_validation.h"
 #include "server/security.h"
@@ -59,6 +66,11 @@ class ScorerService final : public ScorerServiceBase {
     const BearerTokenAuth* auth = nullptr;
     ScoreLimits limits;
     int stream_window = 32;
+    // Not owned, required, outlive the service: the server-wide memory budget (--max_buffered_bytes) and the
+    // connection cap (--max_connections) of server/memory_budget.h. Score, ScoreStream and Tokenize take a
+    // connection slot for their duration and charge the budget (see the ScoreStream note above).
+    MemoryBudget* budget = nullptr;
+    ConnectionLimiter* connections = nullptr;
     v1::ModelInfo model_info;  // returned by GetModelInfo
   };
 

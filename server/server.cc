@@ -232,7 +232,35 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   SCORED_ASSIGN_OR_RETURN(server->batcher_,
                           Batcher::Create(server->engine_.get(), std::move(batcher_options)));
 
+  std::string budget_source = "--max_buffered_bytes";
+  const int64_t budget_bytes =
+      options.max_buffered_bytes > 0 ? options.max_buffered_bytes : DefaultMaxBufferedBytes(&budget_source);
+  metrics->SetBufferedBytesLimit(budget_bytes);
+  server->budget_ = std::make_unique<MemoryBudget>(
+      budget_bytes, [metrics](int64_t used) { metrics->SetBufferedBytes(used); });
+  server->connections_ = std::make_unique<ConnectionLimiter>(
+      options.max_connections, [metrics](int64_t n) { metrics->SetConnections(n); });
+  SCORED_LOG(INFO) << absl::StrFormat(
+      "limits: max_buffered_bytes %d (%s; streams may fill %d of it), max_connections %d, "
+      "max_streams_per_connection %d, stream_window %d, max_queue %d, max_message_bytes %d",
+      budget_bytes, budget_source, budget_bytes - budget_bytes / MemoryBudget::kStreamHeadroomDivisor,
+      options.max_connections, options.max_streams_per_connection, options.stream_window, options.max_queue,
+      options.max_message_bytes);
+
+  ScoreRequest largest;  // the largest request this server accepts: max_seq_len tokens, top_k 64
+  largest.tokens.resize(static_cast<size_t>(limits.max_seq_len));
+  largest.top_k = 64;
+  const int64_t largest_bytes =
+      kQueuedBytesPerToken * limits.max_seq_len + EstimateScoreResponseBytes(largest);
+  if (largest_bytes > budget_bytes - budget_bytes / MemoryBudget::kStreamHeadroomDivisor) {
+    SCORED_LOG(WARNING) << "--max_buffered_bytes " << budget_bytes << ": a top_k 64 request of max_seq_len "
+                        << limits.max_seq_len << " tokens reserves " << largest_bytes
+                        << " bytes, more than ScoreStreams may use; such requests get RESOURCE_EXHAUSTED";
+  }
+
   ScorerService::Config config;
+  config.budget = server->budget_.get();
+  config.connections = server->connections_.get();
   config.batcher = server->batcher_.get();
   config.tokenizer = server->tokenizer_.get();
   config.metrics = metrics;
@@ -263,6 +291,8 @@ absl::Status Server::Start() {
   builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
   // gRPC enables SO_REUSEPORT by default, which would let a second daemon bind the same port silently.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Announced in HTTP/2 SETTINGS: a client opens at most this many concurrent calls on one connection.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options_.max_streams_per_connection);
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || grpc_port_ == 0) {
     grpc_server_.reset();

@@ -29,6 +29,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "grpcpp/grpcpp.h"
 #include "server/batcher.h"
+#include "server/memory_budget.h"
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/scorer_service.h"
@@ -75,6 +76,9 @@ class Server {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  // Before batcher_ and service_: queued work and streams hold charges and slots until they are destroyed.
+  std::unique_ptr<MemoryBudget> budget_;
+  std::unique_ptr<ConnectionLimiter> connections_;
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<ScorerService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
