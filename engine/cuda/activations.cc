@@ -16,8 +16,6 @@ namespace {
 
 int64_t ActBytes(ComputeDtype dtype) { return dtype == ComputeDtype::kBf16 ? 2 : 4; }
 
-int64_t LogitsRows(int64_t max_tokens) { return std::min(max_tokens, kLmHeadChunkTokens); }
-
 // Which models a buffer exists for.
 enum class When {
   kAlways,
@@ -26,8 +24,8 @@ enum class When {
   kReference,       // a reference model is loaded
 };
 
-// One buffer of Activations: bytes = per_token * max_tokens + per_logits_row * LogitsRows(max_tokens) +
-// fixed + unestimated.
+// One buffer of Activations: bytes = per_token * max_tokens + per_logits_row * LogitsRows(shape, max_tokens)
+// + fixed + unestimated.
 struct BufferRow {
   DeviceBuffer Activations::*buffer;
   const char* what;  // names it in RESOURCE_EXHAUSTED
@@ -46,6 +44,13 @@ struct TableShape {
   int tp_size = 1;
   const ModelConfig* reference = nullptr;  // R's config, or null
 };
+
+// Rows of the logits chunk: kLmHeadChunkTokens (cuBLASLt runs a 128k-vocabulary lm_head near its peak there),
+// half as many with a reference model, whose logits chunk doubles the memory otherwise (the lm_head GEMMs of
+// 1024 rows lose little; tests/bench/RESULTS.md).
+int64_t LogitsRows(const TableShape& s, int64_t max_tokens) {
+  return std::min(max_tokens, s.reference != nullptr ? kLmHeadChunkTokens / 2 : kLmHeadChunkTokens);
+}
 
 // The decoder-layer activation shapes that hold both Q's and R's forward: the larger of each dimension.
 ModelConfig LargerOfEach(ModelConfig c, const ModelConfig* r) {
@@ -177,7 +182,7 @@ int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model
   int64_t bytes = 0;
   for (const BufferRow& row : ActivationTable(config, s)) {
     if (!Exists(row, s)) continue;
-    bytes += row.per_logits_row * LogitsRows(max_tokens) + row.fixed;
+    bytes += row.per_logits_row * LogitsRows(s, max_tokens) + row.fixed;
     if (!PerTokenRow(row)) bytes += row.per_token * max_tokens;  // not in ActivationBytesPerToken
   }
   return bytes;
@@ -190,10 +195,11 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
   const TableShape s = ShapeOf(model, tp_size, reference);
   Activations a;
   a.max_tokens = max_tokens;
+  a.logits_rows = LogitsRows(s, max_tokens);
   for (const BufferRow& row : ActivationTable(config, s)) {
     if (!Exists(row, s)) continue;
     const int64_t bytes =
-        row.per_token * t + row.per_logits_row * LogitsRows(t) + row.fixed + row.unestimated;
+        row.per_token * t + row.per_logits_row * LogitsRows(s, t) + row.fixed + row.unestimated;
     SCORED_ASSIGN_OR_RETURN(a.*row.buffer, DeviceBuffer::Allocate(bytes, row.what));
   }
   // A window's positions are < its length <= max_tokens: one table for every forward, built once here.

@@ -24,7 +24,8 @@
 namespace scored::cuda {
 
 // lm_head rows per GEMM: the fp32 logits chunk is [kLmHeadChunkTokens, vocab_size] (1 GiB at a 128k
-// vocabulary); cuBLASLt runs the 128256 x 4096 lm_head at ~706 TFLOP/s with 2048 rows (GPU.md).
+// vocabulary; with a reference model, whose logits need a chunk of their own, both chunks have half as many
+// rows) vocabulary); cuBLASLt runs the 128256 x 4096 lm_head at ~706 TFLOP/s with 2048 rows (GPU.md).
 constexpr int64_t kLmHeadChunkTokens = 2048;
 
 // The reference model R of an engine started with --reference_model, on one rank (tp > 1: its shard and
@@ -37,10 +38,11 @@ struct ReferenceModel {
 // Reusable device memory of one forward; `act` is bf16 in bf16 mode, fp32 in fp32 mode.
 struct Activations {
   int64_t max_tokens = 0;
-  DeviceBuffer residual;  // [max_tokens, hidden_size] fp32, the residual stream
-  DeviceBuffer normed;    // [max_tokens, hidden_size] act: RMSNorm output, GEMM input
-  DeviceBuffer qkv;       // [max_tokens, q_dim + 2 kv_dim] act
-  DeviceBuffer attn;      // [max_tokens, q_dim] act
+  int64_t logits_rows = 0;  // rows of the logits chunk(s): logits_rows, halved with R
+  DeviceBuffer residual;    // [max_tokens, hidden_size] fp32, the residual stream
+  DeviceBuffer normed;      // [max_tokens, hidden_size] act: RMSNorm output, GEMM input
+  DeviceBuffer qkv;         // [max_tokens, q_dim + 2 kv_dim] act
+  DeviceBuffer attn;        // [max_tokens, q_dim] act
   DeviceBuffer proj;     // [max_tokens, hidden_size] fp32: a W8A8 o_proj / down_proj FP8 GEMM's output before
                          // AddFp8Scaled joins it to the residual (others add in the GEMM's epilogue)
   DeviceBuffer gate_up;  // [max_tokens, 2 intermediate_size] act
@@ -60,7 +62,7 @@ struct Activations {
   // token, the GEMM's x and x_scale.
   DeviceBuffer act_fp8;    // [max_tokens, max_fp8_in_features] FP8 E4M3
   DeviceBuffer act_scale;  // [2, max_tokens] fp32: row 0 qkv / o / gate_up inputs, row 1 down_proj's
-  DeviceBuffer logits;     // [min(max_tokens, kLmHeadChunkTokens), vocab_size] fp32
+  DeviceBuffer logits;     // [logits_rows, vocab_size] fp32
   // Batch inputs and per-row results, indexed by packed row.
   DeviceBuffer tokens;     // [max_tokens] int32
   DeviceBuffer positions;  // [max_tokens] int32
@@ -75,20 +77,20 @@ struct Activations {
   DeviceBuffer top_k_ids;   // [max_tokens, kMaxTopK] int32
   DeviceBuffer top_k_logprobs;  // [max_tokens, kMaxTopK] float
   // Tensor parallelism only (tp_size > 1), else empty:
-  DeviceBuffer tp_stats;         // [tp_size, min(max_tokens, kLmHeadChunkTokens)] kernels::LogitPartialStats
-  DeviceBuffer tp_target_logit;  // [min(max_tokens, kLmHeadChunkTokens)] fp32
+  DeviceBuffer tp_stats;         // [tp_size, logits_rows] kernels::LogitPartialStats
+  DeviceBuffer tp_target_logit;  // [logits_rows] fp32
   DeviceBuffer act_amax;         // [max_tokens] fp32: W8A8 per-token amax of a row-parallel input
-  DeviceBuffer tp_topk_ids;      // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] int32
-  DeviceBuffer tp_topk_values;   // [tp_size, min(max_tokens, kLmHeadChunkTokens), kMaxTopK] fp32
+  DeviceBuffer tp_topk_ids;      // [tp_size, logits_rows, kMaxTopK] int32
+  DeviceBuffer tp_topk_values;   // [tp_size, logits_rows, kMaxTopK] fp32
   // With a reference model only, else empty (act and the logits' vocabulary columns: R's):
   DeviceBuffer ref_normed;      // [max_tokens, hidden_size of R] act: R's final-norm output
   DeviceBuffer ref_rope_table;  // [max_tokens, head_dim of R / 2, 2] fp32: R's RoPE (cos, sin)
-  DeviceBuffer ref_logits;      // [min(max_tokens, kLmHeadChunkTokens), vocab_size] fp32: R's logits chunk
-  DeviceBuffer ref_stats;    // [tp_size, min(max_tokens, kLmHeadChunkTokens)] kernels::ReferencePartialStats
-  DeviceBuffer ref_logprob;  // [max_tokens] double
-  DeviceBuffer kld;          // [max_tokens] double
-  DeviceBuffer ref_greedy;   // [max_tokens] uint8
-  DeviceBuffer same_top;     // [max_tokens] uint8
+  DeviceBuffer ref_logits;      // [logits_rows, vocab_size] fp32: R's logits chunk
+  DeviceBuffer ref_stats;       // [tp_size, logits_rows] kernels::ReferencePartialStats
+  DeviceBuffer ref_logprob;     // [max_tokens] double
+  DeviceBuffer kld;             // [max_tokens] double
+  DeviceBuffer ref_greedy;      // [max_tokens] uint8
+  DeviceBuffer same_top;        // [max_tokens] uint8
   // Row-chunk pipelining (tp_size > 1 only): every op of a layer runs per chunk of whole sequences on the
   // forward's stream; chunk c's sum over ranks (all-reduce or peer copy) runs on comm_stream after
   // chunk_ready[c] while the next chunks compute, and chunk c's next norm starts after chunk_reduced[c] (or

@@ -234,7 +234,7 @@ class ForwardPass {
   absl::Status LmHead() {
     SCORED_ASSIGN_OR_RETURN(const void* head, model_.lm_head.Materialize(model_.dtype, nullptr, stream_));
     const int64_t head_rows = model_.lm_head.out_features();
-    const int64_t chunk = std::min(acts_->max_tokens, kLmHeadChunkTokens);
+    const int64_t chunk = acts_->logits_rows;
     const int64_t top_k = batch_.options.top_k;
     const bool compare = reference_ != nullptr && batch_.options.want_reference;
     for (const RowSpan& span : batch_.lm_head_rows) {
@@ -434,7 +434,7 @@ class ForwardPass {
   float* const proj_ = acts_->proj.as<float>();          // [n, hidden]: a W8A8 o / down GEMM's own output
   T* const gate_up_ = acts_->gate_up.as<T>();            // [n, 2 inter]: gate | up of each token
   T* const mlp_ = acts_->mlp.as<T>();                    // [n, inter]
-  float* const logits_ = acts_->logits.as<float>();      // [kLmHeadChunkTokens, vocab] (tp: the rank's shard)
+  float* const logits_ = acts_->logits.as<float>();      // [logits_rows, vocab] (tp: the rank's shard)
   const int32_t* const tokens_ = acts_->tokens.as<int32_t>();          // [n]
   const int32_t* const positions_ = acts_->positions.as<int32_t>();    // [n]
   const int32_t* const cu_seqlens_ = acts_->cu_seqlens.as<int32_t>();  // [num_seqs + 1]

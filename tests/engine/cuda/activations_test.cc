@@ -159,13 +159,15 @@ TEST_F(ActivationsTest, AllocatedBytesAreTheEstimate) {
             << "tp " << tp_size << " max_tokens " << max_tokens;
         EXPECT_EQ(acts->dequant_stream.get() != nullptr, (*model)->max_scratch_elements > 0);
         EXPECT_EQ(acts->chunk_ready.size(), tp_size > 1 ? static_cast<size_t>(kMaxTpRowChunks) : 0u);
+        EXPECT_EQ(acts->logits_rows, std::min(max_tokens, kLmHeadChunkTokens));
       }
     }
   }
 }
 
 // With a reference model (here the dense original of the W4A16 model): the estimate is still exactly what
-// is allocated, the reference's own buffers exist, and nothing of the one-model table shrinks.
+// is allocated, the reference's own buffers exist, the two logits chunks have half the rows, and nothing else
+// of the one-model table shrinks.
 TEST_F(ActivationsTest, AReferenceModelAddsItsBuffersToTheEstimate) {
   const char* env = std::getenv("SCORED_FIXTURES_DIR");
   const std::string fixtures = std::string(env != nullptr ? env : SCORED_FIXTURES_DIR);
@@ -186,7 +188,7 @@ TEST_F(ActivationsTest, AReferenceModelAddsItsBuffersToTheEstimate) {
     reference.config = &ref_config;
     reference.model = ref_model->get();
     for (int tp_size : {1, 2}) {
-      const int64_t max_tokens = 300;
+      const int64_t max_tokens = 3000;
       auto acts = AllocateActivations(config, **model, max_tokens, tp_size, &reference);
       ASSERT_TRUE(acts.ok()) << acts.status();
       EXPECT_EQ(AllocatedBytes(*acts),
@@ -198,6 +200,9 @@ TEST_F(ActivationsTest, AReferenceModelAddsItsBuffersToTheEstimate) {
       EXPECT_EQ(acts->ref_normed.bytes(),
                 max_tokens * ref_config.hidden_size * (dtype == ComputeDtype::kBf16 ? 2 : 4));
       EXPECT_EQ(acts->ref_logits.bytes(), acts->logits.bytes());
+      // Two logits chunks of half the rows each.
+      EXPECT_EQ(acts->logits_rows, kLmHeadChunkTokens / 2);
+      EXPECT_EQ(acts->logits.bytes(), kLmHeadChunkTokens / 2 * config.vocab_size * 4);
     }
   }
 }
