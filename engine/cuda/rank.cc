@@ -91,6 +91,13 @@ std::string DeviceName(int device) {
   return absl::StrCat("GPU ", device, " (", prop.name, ")");
 }
 
+int SmallestTpThatFits(int64_t weights_at_tp, int tp, int64_t activations, int64_t usable) {
+  for (int larger = tp * 2; larger <= 8; larger *= 2) {
+    if (weights_at_tp * tp / larger + activations <= usable) return larger;
+  }
+  return 0;
+}
+
 namespace {
 
 // With a reference model, before its upload: whether its weights and the activations of both models fit the
@@ -107,16 +114,13 @@ absl::Status CheckReferenceFits(const ModelWeights& reference, const EngineOptio
       FixedActivationBytes(rank.config, *rank.model, options.max_batch_tokens, tp_size, &shapes);
   const int64_t available = static_cast<int64_t>(free_bytes) - kReserveBytes;
   if (ref_bytes + acts <= available) return absl::OkStatus();
-  // Weights per GPU scale as 1 / tp; the activations barely shrink.
   const int64_t weights_here = rank.model->resident_bytes + ref_bytes;
-  const int64_t usable = static_cast<int64_t>(total_bytes) - kReserveBytes;
+  const int tp =
+      SmallestTpThatFits(weights_here, tp_size, acts, static_cast<int64_t>(total_bytes) - kReserveBytes);
   std::string advice;
-  for (int tp = tp_size * 2; tp <= 8; tp *= 2) {
-    if (weights_here * tp_size / tp + acts <= usable) {
-      advice = absl::StrFormat("; at --tp %d each GPU would hold about %.1f GiB of weights: run on %d GPUs",
-                               tp, GiB(weights_here * tp_size / tp), tp);
-      break;
-    }
+  if (tp > 0) {
+    advice = absl::StrFormat("; at --tp %d each GPU would hold about %.1f GiB of weights: run on %d GPUs", tp,
+                             GiB(weights_here * tp_size / tp), tp);
   }
   if (advice.empty() && ref_bytes < available) {
     advice = absl::StrFormat(

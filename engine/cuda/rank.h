@@ -59,6 +59,12 @@ absl::Status BuildRank(const ModelWeights& weights, const ModelWeights* referenc
                        const EngineOptions& options, const ShardPlan* plan, PeerLink* link, Rank* rank,
                        int64_t* activation_bytes);
 
+// The smallest tensor-parallel size above `tp` (2, 4 or 8) at which `weights_at_tp` bytes per GPU (at `tp`)
+// spread over the GPUs (they scale as 1 / tp) plus `activations` bytes per GPU (they barely shrink) fit in
+// `usable` bytes per GPU; 0 when not even 8 does. For the start-up error of a reference model that does not
+// fit.
+int SmallestTpThatFits(int64_t weights_at_tp, int tp, int64_t activations, int64_t usable);
+
 // bf16 only: times the heuristic's top GEMM candidates of each decoder-layer shape at max_tokens rows on the
 // activation buffers (their contents are overwritten later by every forward) with layer 0's weights, and
 // pins the fastest (GemmRunner::Tune). one_gpu: o_proj / down_proj run as two GEMMs over their input column
