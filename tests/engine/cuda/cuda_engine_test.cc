@@ -42,12 +42,7 @@ namespace {
 
 using ::scored::testing::GpuTest;
 
-// The asset folders are compiled in; SCORED_DATA_DIR / SCORED_FIXTURES_DIR in the environment override them
-// (the GPU machine gets a copy of the tree at another path).
-std::string EnvOr(const char* name, const char* compiled) {
-  const char* value = std::getenv(name);
-  return value != nullptr && value[0] != '\0' ? value : compiled;
-}
+using ::scored::testing::EnvOr;
 
 const std::string kStoriesDir = EnvOr("SCORED_DATA_DIR", SCORED_DATA_DIR) + "/stories260K-hf";
 

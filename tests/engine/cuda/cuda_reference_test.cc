@@ -40,10 +40,7 @@ namespace {
 
 using ::scored::testing::GpuTest;
 
-std::string EnvOr(const char* name, const char* compiled) {
-  const char* value = std::getenv(name);
-  return value != nullptr && value[0] != '\0' ? value : compiled;
-}
+using ::scored::testing::EnvOr;
 
 const std::string kStoriesDir = EnvOr("SCORED_DATA_DIR", SCORED_DATA_DIR) + "/stories260K-hf";
 const std::string kFixturesDir = EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR);

@@ -1,5 +1,5 @@
-// SmallestTpThatFits (engine/cuda/rank.h): the --tp that the start-up error of a reference model that does not
-// fit suggests, on the README's "what fits where" cases. Host code: runs without a GPU.
+// SmallestTpThatFits (engine/cuda/rank.h): the --tp that the start-up error of a reference model that does
+// not fit suggests, on the README's "what fits where" cases. Host code: runs without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -54,14 +54,12 @@
 #include "engine/cuda/cuda_engine.h"
 #include "engine/engine.h"
 #include "engine/score_contract.h"
+#include "tests/engine/cuda/gpu_fixture.h"
 
 namespace scored {
 namespace {
 
-std::string EnvOr(const char* name, const char* compiled) {
-  const char* value = std::getenv(name);
-  return value != nullptr && value[0] != '\0' ? value : compiled;
-}
+using ::scored::testing::EnvOr;
 
 const std::string kFixturesDir = EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR);
 const std::string kStoriesDir = EnvOr("SCORED_DATA_DIR", SCORED_DATA_DIR) + "/stories260K-hf";

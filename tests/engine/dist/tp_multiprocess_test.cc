@@ -21,16 +21,14 @@
 #include "engine/engine.h"
 #include "engine/score_contract.h"
 #include "server/control_service.h"
+#include "tests/engine/cuda/gpu_fixture.h"
 
 extern char** environ;
 
 namespace scored {
 namespace {
 
-std::string EnvOr(const char* name, const char* compiled) {
-  const char* value = std::getenv(name);
-  return value != nullptr && value[0] != '\0' ? value : compiled;
-}
+using ::scored::testing::EnvOr;
 
 const std::string kFixturesDir = EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR);
 constexpr char kFollowerEnv[] = "SCORED_TP_FOLLOWER_RENDEZVOUS";
