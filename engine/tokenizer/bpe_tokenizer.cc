@@ -21,6 +21,8 @@ bool IsAsciiSpace(char c) {
 }  // namespace
 
 struct BpeTokenizer::EncodeState {
+  explicit EncodeState(const EncodeLimits& limits) : guard(limits) {}
+  EncodeGuard guard;
   BpeModel::Scratch scratch;
   std::vector<std::string_view> pieces;
   // Byte-level word cache: word -> [offset, count) in cache_ids. Words repeat a lot in text.
@@ -104,11 +106,15 @@ size_t BpeTokenizer::MatchAddedAt(std::string_view text, size_t pos, size_t* ind
   return 0;
 }
 
-absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text) const {
+absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text,
+                                                          const EncodeLimits& limits) const {
   SCORED_RETURN_IF_ERROR(ValidateUtf8(text));
   std::vector<int32_t> ids;
-  ids.reserve(text.size() / 3 + 8);
-  EncodeState state;
+  // A limit bounds the ids kept; reserving for the whole text would cost its full size up front.
+  const size_t expected = text.size() / 3 + 8;
+  ids.reserve(limits.max_tokens >= 0 ? std::min<size_t>(expected, limits.max_tokens + 1) : expected);
+  EncodeState state(limits);
+  SCORED_RETURN_IF_ERROR(state.guard.Poll(0));
   size_t segment_start = 0;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -131,6 +137,7 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text)
     SCORED_RETURN_IF_ERROR(EncodeSegmentInto(text.substr(segment_start, match_start - segment_start),
                                              segment_start == 0, &state, &ids));
     ids.push_back(added.id);
+    SCORED_RETURN_IF_ERROR(state.guard.Word(ids.size()));
     segment_start = pos = match_end;
   }
   SCORED_RETURN_IF_ERROR(EncodeSegmentInto(text.substr(segment_start), segment_start == 0, &state, &ids));
@@ -144,7 +151,7 @@ absl::Status BpeTokenizer::EncodeWordInto(std::string_view word, EncodeState* st
     return absl::InvalidArgumentError(
         absl::StrFormat("character U+%04X has no token (no byte fallback, no unknown token)", bad_char));
   }
-  return absl::OkStatus();
+  return state->guard.Word(ids->size());
 }
 
 absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_start, EncodeState* state,
@@ -153,6 +160,7 @@ absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_s
   if (spec_.nfc) {
     SCORED_ASSIGN_OR_RETURN(state->normalized, NormalizeNfc(segment));
     segment = state->normalized;
+    SCORED_RETURN_IF_ERROR(state->guard.Poll(ids->size()));
   }
   if (model_.options().alphabet == BpeModel::Alphabet::kChars) {
     std::string& m = state->metaspaced;
@@ -200,6 +208,7 @@ absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_s
   if (splitter_ == nullptr) return EncodeWordInto(segment, state, ids);
   state->pieces.clear();
   SCORED_RETURN_IF_ERROR(splitter_->Split(segment, &state->pieces));
+  SCORED_RETURN_IF_ERROR(state->guard.Poll(ids->size()));
   for (const std::string_view piece : state->pieces) {
     SCORED_RETURN_IF_ERROR(EncodeCachedWordInto(piece, state, ids));
   }
@@ -212,7 +221,7 @@ absl::Status BpeTokenizer::EncodeCachedWordInto(std::string_view word, EncodeSta
   if (it != state->cache.end()) {
     const auto [offset, count] = it->second;
     ids->insert(ids->end(), state->cache_ids.begin() + offset, state->cache_ids.begin() + offset + count);
-    return absl::OkStatus();
+    return state->guard.Word(ids->size());
   }
   const size_t before = ids->size();
   SCORED_RETURN_IF_ERROR(EncodeWordInto(word, state, ids));

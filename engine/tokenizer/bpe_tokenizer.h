@@ -63,7 +63,9 @@ class BpeTokenizer : public Tokenizer {
   // pattern does not compile.
   static absl::StatusOr<std::unique_ptr<BpeTokenizer>> Create(BpeModel model, BpeTokenizerSpec spec);
 
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
+  using Tokenizer::Encode;
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
+                                              const EncodeLimits& limits) const override;
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;
   int64_t TokenByteLength(int32_t id) const override;
   int64_t vocab_size() const override { return vocab_size_; }
@@ -75,7 +77,7 @@ class BpeTokenizer : public Tokenizer {
 
  private:
   BpeTokenizer(BpeModel model, BpeTokenizerSpec spec) : model_(std::move(model)), spec_(std::move(spec)) {}
-  struct EncodeState;  // working memory of one Encode call
+  struct EncodeState;  // working memory and limits of one Encode call
   absl::Status EncodeSegmentInto(std::string_view segment, bool at_start, EncodeState* state,
                                  std::vector<int32_t>* ids) const;
   absl::Status EncodeWordInto(std::string_view word, EncodeState* state, std::vector<int32_t>* ids) const;

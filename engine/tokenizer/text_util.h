@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace scored {
 namespace tokenizer_internal {
@@ -38,6 +39,34 @@ void AppendUtf8(uint32_t code_point, std::string* out);
 uint32_t ByteToUnicode(uint8_t byte);
 // Inverse over a whole token string: false if some character is not in the alphabet.
 bool ByteLevelToBytes(std::string_view token, std::string* bytes);
+
+// Applies EncodeLimits inside an Encode call: Word() after each word's ids were appended, Poll() after a
+// whole-text pass. Not thread-safe (one per call).
+class EncodeGuard {
+ public:
+  explicit EncodeGuard(const EncodeLimits& limits) : limits_(limits) {}
+  // OUT_OF_RANGE once num_ids > max_tokens; every kPollWords calls, Poll().
+  absl::Status Word(size_t num_ids) {
+    if (limits_.max_tokens >= 0 && static_cast<int64_t>(num_ids) > limits_.max_tokens) {
+      return TooMany(num_ids);
+    }
+    if (limits_.stop && ++words_since_poll_ >= EncodeLimits::kPollWords) return Poll(num_ids);
+    return absl::OkStatus();
+  }
+  // CANCELLED if limits.stop returns true.
+  absl::Status Poll(size_t num_ids) {
+    words_since_poll_ = 0;
+    if (limits_.stop && limits_.stop()) return Stopped(num_ids);
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status TooMany(size_t num_ids) const;
+  absl::Status Stopped(size_t num_ids) const;
+
+  const EncodeLimits& limits_;
+  int words_since_poll_ = 0;
+};
 
 // Canonical composition (NFC) via utf8proc. `text` must be valid UTF-8.
 absl::StatusOr<std::string> NormalizeNfc(std::string_view text);
