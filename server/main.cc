@@ -96,6 +96,13 @@ ABSL_FLAG(bool, allow_insecure_remote, false,
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "Largest gRPC request message accepted, bytes; larger ones get RESOURCE_EXHAUSTED "
           "(1024..2147483647)");
+ABSL_FLAG(int64_t, max_text_bytes, 4 << 20,
+          "Longest `text` of a Tokenize or Score request, bytes; longer ones get OUT_OF_RANGE before any "
+          "tokenization (1..536870912)");
+ABSL_FLAG(int32_t, tokenize_threads, 2,
+          "Threads that tokenize request text, apart from those serving token-id requests (1..64)");
+ABSL_FLAG(int32_t, tokenize_queue, 64,
+          "Most texts waiting for a tokenize thread; more get RESOURCE_EXHAUSTED (1..65536)");
 ABSL_FLAG(std::string, fault_inject, "",
           "Testing only: fatal_after:N makes the engine fail fatally after N Score batches; "
           "fatal_after_ms:T, T ms after it loaded (no traffic needed); device_trap_after:N makes the CUDA "
@@ -169,6 +176,9 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   o.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   o.allow_insecure_remote = absl::GetFlag(FLAGS_allow_insecure_remote);
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  o.max_text_bytes = absl::GetFlag(FLAGS_max_text_bytes);
+  o.tokenize_threads = absl::GetFlag(FLAGS_tokenize_threads);
+  o.tokenize_queue = absl::GetFlag(FLAGS_tokenize_queue);
   auto fault = scored::ParseFaultInjection(absl::GetFlag(FLAGS_fault_inject));
   if (!fault.ok()) return fault.status();
   o.fault = *fault;

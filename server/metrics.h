@@ -16,6 +16,10 @@
 //     held a NaN or an infinity (NaN/Inf in the model's activations; each failed with INTERNAL instead).
 // scored_queue_depth                       gauge      -                              requests waiting for the
 //     engine (batcher queue, not counting the batch being computed).
+// scored_tokenizations_stopped_total      counter    reason                         texts whose tokenization
+//     stopped part-way (README "Text limits"): max_seq_len (a Score text passed max_seq_len tokens),
+//     cancelled (the call was cancelled), deadline (its deadline passed), shutdown (the server's shutdown
+//     grace ended).
 // scored_model_info                        gauge = 1  architecture, format, backend, dtype, tp
 // scored_device_memory_bytes               gauge      device, kind (used | total)    per-device memory, only
 //     when the engine reports devices (CUDA backend); refreshed at start and after each batch.
@@ -54,6 +58,8 @@ class Metrics {
   void RecordRequest(const std::string& method, grpc::StatusCode code, double latency_seconds);
   void RecordBatch(int64_t batch_tokens, int64_t num_scored);
   void RecordNonFiniteResult();
+  // reason: max_seq_len | cancelled | deadline | shutdown (scored_tokenizations_stopped_total).
+  void RecordTokenizationStopped(const std::string& reason);
   void SetQueueDepth(int64_t depth);
   void SetModelInfo(const ModelInfo& info);
   // One (used, total) pair per device, bytes.
@@ -73,6 +79,7 @@ class Metrics {
   prometheus::Counter* tokens_scored_;
   prometheus::Histogram* batch_tokens_;
   prometheus::Counter* nonfinite_results_;
+  prometheus::Family<prometheus::Counter>* tokenizations_stopped_;
   prometheus::Gauge* queue_depth_;
   prometheus::Family<prometheus::Gauge>* model_info_;
   prometheus::Family<prometheus::Gauge>* device_memory_;

@@ -80,6 +80,17 @@ struct ServerOptions {
   // before reaching the service. A request holds at most max_seq_len ids (<= 5 bytes each as packed
   // varints: 0.6 MiB for a 128k window), so 64 MiB only matters for `text` input.
   int64_t max_message_bytes = 64 << 20;
+  // Text limits (Tokenize and `text` Score input; README "Text limits"). max_text_bytes: the longest
+  // `text`, bytes (1..536870912, SentencePiece's own bound); a longer one is OUT_OF_RANGE before any
+  // tokenization. Texts are tokenized on a pool of tokenize_threads threads (1..64), never on gRPC's
+  // threads, so a long text cannot delay token-id requests; at most tokenize_queue texts (1..65536) wait
+  // for a pool thread, more get RESOURCE_EXHAUSTED.
+  static constexpr int64_t kMaxTextBytes = int64_t{1} << 29;
+  static constexpr int kMaxTokenizeThreads = 64;
+  static constexpr int kMaxTokenizeQueue = 65536;
+  int64_t max_text_bytes = 4 << 20;
+  int tokenize_threads = 2;
+  int tokenize_queue = 64;
   // Testing only (--fault_inject): see server/fault_injection.h.
   FaultInjection fault;
 };

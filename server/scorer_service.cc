@@ -1,5 +1,6 @@
 #include "server/scorer_service.h"
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/logging.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/message.h"
@@ -184,6 +186,85 @@ absl::Status Admit(const ScorerService::Config& config, const grpc::CallbackServ
   return absl::OkStatus();
 }
 
+// Texts from this size on are logged when their tokenization starts and when it stops part-way (smaller
+// ones only count in the metric: they are frequent and cheap).
+constexpr size_t kLogTextBytes = size_t{1} << 20;
+
+// The checks of a `text` input before any tokenization work: a tokenizer exists, the text fits
+// --max_text_bytes.
+absl::Status CheckText(const ScorerService::Config& config, const std::string& text) {
+  if (config.tokenizer == nullptr) {
+    return absl::FailedPreconditionError(
+        "`text` input needs a tokenizer, and the model folder has none; send `tokens`");
+  }
+  if (static_cast<int64_t>(text.size()) > config.max_text_bytes) {
+    return absl::OutOfRangeError(absl::StrCat("text of ", text.size(),
+                                              " bytes is longer than --max_text_bytes (",
+                                              config.max_text_bytes, " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+// What stops a call's tokenization part-way.
+struct TokenizeStop {
+  const std::atomic<bool>* cancelled = nullptr;  // set by the call's OnCancel
+  absl::Time deadline = absl::InfiniteFuture();  // the call's deadline
+};
+
+// Tokenizes a call's text (on a pool thread) with the BOS policy of TokenizeWithBos, under `max_tokens`
+// (< 0: none; counts the BOS) and `stop`, polled between words. A stop becomes the call's status
+// (OUT_OF_RANGE past max_seq_len, CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE at the end of the shutdown grace)
+// and counts in scored_tokenizations_stopped_total.
+absl::StatusOr<std::vector<int32_t>> TokenizeCallText(const ScorerService::Config& config, const char* method,
+                                                      const std::string& text, bool has_add_bos, bool add_bos,
+                                                      int64_t max_tokens, const TokenizeStop& stop) {
+  const bool large = text.size() >= kLogTextBytes;
+  if (large) {
+    SCORED_LOG(INFO) << method << ": tokenizing " << text.size() << " bytes of text";
+  }
+  const TokenizePool* pool = config.tokenize_pool;
+  EncodeLimits limits;
+  limits.max_tokens = max_tokens;
+  limits.stop = [&stop, pool] {
+    return stop.cancelled->load(std::memory_order_relaxed) || pool->stopping() ||
+           absl::Now() >= stop.deadline;
+  };
+  absl::StatusOr<std::vector<int32_t>> ids =
+      TokenizeWithBos(*config.tokenizer, text, has_add_bos, add_bos, std::move(limits));
+  if (ids.ok()) return ids;
+  const absl::Status& status = ids.status();
+  absl::Status stopped;
+  std::string reason;
+  if (status.code() == absl::StatusCode::kOutOfRange && max_tokens >= 0) {
+    reason = "max_seq_len";
+    stopped =
+        absl::OutOfRangeError(absl::StrCat("sequence has more than ", max_tokens, " tokens; max_seq_len is ",
+                                           max_tokens, " (the text was tokenized no further)"));
+  } else if (status.code() == absl::StatusCode::kCancelled) {
+    if (pool->stopping()) {
+      reason = "shutdown";
+      stopped = absl::UnavailableError(absl::StrCat(
+          "the server is shutting down: the text's tokenization was stopped (", status.message(), ")"));
+    } else if (stop.cancelled->load()) {
+      reason = "cancelled";
+      stopped = absl::CancelledError(absl::StrCat(
+          "the call was cancelled: its text's tokenization was stopped (", status.message(), ")"));
+    } else {
+      reason = "deadline";
+      stopped = absl::DeadlineExceededError(
+          absl::StrCat("the deadline passed while the text was tokenized (", status.message(), ")"));
+    }
+  } else {
+    return status;
+  }
+  config.metrics->RecordTokenizationStopped(reason);
+  if (large) {
+    SCORED_LOG(INFO) << method << ": tokenization of " << text.size() << " bytes stopped (" << reason
+                     << "): " << stopped.message();
+  }
+  return stopped;
+}
+
 // A ScoreStream refused before its first read (no token, failed engine): finishes at once.
 class RejectedStreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
@@ -209,6 +290,47 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
       FinishWith(parsed);
       return;
     }
+    if (!request_.has_text()) {
+      Queue();
+      return;
+    }
+    // Text: checked here, tokenized on the pool, which then queues the ids.
+    has_text_ = true;
+    absl::Status queued = CheckText(*config_, request_.text().text());
+    if (queued.ok()) queued = config_->tokenize_pool->Submit([this] { TokenizeThenQueue(); });
+    if (!queued.ok()) FinishWith(queued);
+  }
+
+  void OnCancel() override {
+    tokenize_cancelled_.store(true);
+    uint64_t ticket = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      ticket = ticket_;
+    }
+    if (ticket != 0) config_->batcher->Cancel(ticket);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // On a pool thread: the text becomes the request's token ids (stopping past max_seq_len), then Queue().
+  void TokenizeThenQueue() {
+    const v1::TextInput& input = request_.text();
+    absl::StatusOr<std::vector<int32_t>> ids = TokenizeCallText(
+        *config_, "Score", input.text(), input.has_add_bos(), input.add_bos(), config_->limits.max_seq_len,
+        TokenizeStop{&tokenize_cancelled_, CallDeadline(context_)});
+    if (!ids.ok()) {
+      FinishWith(ids.status());
+      return;
+    }
+    request_.mutable_tokens()->mutable_ids()->Assign(ids->begin(), ids->end());  // frees the text (oneof)
+    Queue();
+  }
+
+  // Validates request_ (token ids by now) and submits it to the batcher.
+  void Queue() {
     absl::StatusOr<ScoreRequest> engine_request =
         ToEngineRequest(request_, config_->limits, config_->tokenizer);
     if (!engine_request.ok()) {
@@ -235,19 +357,6 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
     if (cancel_now) config_->batcher->Cancel(*ticket);
   }
 
-  void OnCancel() override {
-    uint64_t ticket = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      cancelled_ = true;
-      ticket = ticket_;
-    }
-    if (ticket != 0) config_->batcher->Cancel(ticket);
-  }
-
-  void OnDone() override { delete this; }
-
- private:
   void OnResult(absl::StatusOr<ScoreResult> result) {
     { absl::MutexLock lock(&mu_); }  // Start() has returned from Submit
     if (!result.ok()) {
@@ -255,7 +364,7 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
       return;
     }
     v1::ScoreResponse response;
-    FillScoreResponse(engine_request_, *result, request_.has_text(), request_.request_id(), &response);
+    FillScoreResponse(engine_request_, *result, has_text_, request_.request_id(), &response);
     *response_ = Serialize(response);
     FinishWith(absl::OkStatus());
   }
@@ -268,13 +377,67 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
 
   const ScorerService::Config* const config_;
   grpc::CallbackServerContext* const context_;
-  v1::ScoreRequest request_;  // parsed by Start
+  v1::ScoreRequest request_;  // parsed by Start; a text is replaced by its ids before Queue()
+  bool has_text_ = false;     // the request gave text (its ids are echoed)
+  std::atomic<bool> tokenize_cancelled_{false};
   grpc::ByteBuffer* const response_;
   const absl::Time start_ = absl::Now();
   ScoreRequest engine_request_;
   absl::Mutex mu_;
   uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Tokenize: parse and check here, tokenize on the pool, answer from there.
+class TokenizeReactor final : public grpc::ServerUnaryReactor {
+ public:
+  TokenizeReactor(const ScorerService::Config* config, grpc::CallbackServerContext* context,
+                  grpc::ByteBuffer* response)
+      : config_(config), context_(context), response_(response) {}
+
+  void Start(const grpc::ByteBuffer& raw_request) {
+    absl::Status status = Admit(*config_, *context_);
+    if (status.ok()) status = ParseRequest(raw_request, &request_, nullptr);
+    if (status.ok()) status = CheckText(*config_, request_.text());
+    if (status.ok()) status = config_->tokenize_pool->Submit([this] { Run(); });
+    if (!status.ok()) FinishWith(status);
+  }
+
+  void OnCancel() override { cancelled_.store(true); }
+  void OnDone() override { delete this; }
+
+ private:
+  void Run() {
+    absl::StatusOr<std::vector<int32_t>> ids =
+        TokenizeCallText(*config_, "Tokenize", request_.text(), request_.has_add_bos(), request_.add_bos(),
+                         /*max_tokens=*/-1, TokenizeStop{&cancelled_, CallDeadline(context_)});
+    if (!ids.ok()) {
+      FinishWith(ids.status());
+      return;
+    }
+    v1::TokenizeResponse response;
+    response.mutable_ids()->Assign(ids->begin(), ids->end());
+    if (request_.want_byte_lengths()) {
+      for (int32_t id : *ids) {
+        response.add_byte_lengths(static_cast<int32_t>(config_->tokenizer->TokenByteLength(id)));
+      }
+    }
+    *response_ = Serialize(response);
+    FinishWith(absl::OkStatus());
+  }
+
+  void FinishWith(const absl::Status& status) {
+    const grpc::Status g = ToGrpcStatus(status);
+    config_->metrics->RecordRequest("Tokenize", g.error_code(), SecondsSince(start_));
+    Finish(g);
+  }
+
+  const ScorerService::Config* const config_;
+  grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer* const response_;
+  const absl::Time start_ = absl::Now();
+  v1::TokenizeRequest request_;  // parsed by Start, read by Run (after the pool's queue hand-off)
+  std::atomic<bool> cancelled_{false};
 };
 
 }  // namespace
@@ -375,6 +538,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       error = absl::UnavailableError("the server is shutting down");
     } else if (!parsed.ok()) {
       error = parsed;
+    } else if (echo) {
+      error = CheckText(*config_, request.text().text());  // then tokenized on the pool
     } else {
       engine_request = ToEngineRequest(request, config_->limits, config_->tokenizer);
       if (!engine_request.ok()) error = engine_request.status();
@@ -389,23 +554,16 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       if (error.ok() && (finish_called_ || cancelled_ || write_failed_)) {
         error = absl::CancelledError("the stream ended before the request was queued");
       }
-      if (error.ok()) {
-        auto kept = std::make_shared<const ScoreRequest>(*engine_request);
-        auto ticket_slot = std::make_shared<uint64_t>(0);  // written below, before OnResult can run
+      if (error.ok() && echo) {
+        // Counts as pending (the stream cannot finish) until TokenizeThenSubmit has queued or answered it.
         ++pending_;
-        // Held across Submit: the result callback needs mu_, so it runs after this step is complete.
-        absl::StatusOr<uint64_t> ticket = config_->batcher->Submit(
-            std::move(*engine_request), CallDeadline(context_),
-            [this, kept, ticket_slot, request_id, echo, start](absl::StatusOr<ScoreResult> r) {
-              OnResult(*kept, ticket_slot, request_id, echo, start, std::move(r));
-            });
-        if (ticket.ok()) {
-          *ticket_slot = *ticket;
-          tickets_.insert(*ticket);
-        } else {
-          --pending_;
-          error = ticket.status();
-        }
+        auto text_request = std::make_shared<v1::ScoreRequest>(std::move(request));
+        error = config_->tokenize_pool->Submit([this, text_request, request_id, start] {
+          TokenizeThenSubmit(text_request.get(), request_id, start);
+        });
+        if (!error.ok()) --pending_;
+      } else if (error.ok()) {
+        error = SubmitLocked(std::move(*engine_request), request_id, echo, start);
       }
       if (!error.ok()) EnqueueErrorLocked(request_id, error, start);
       a = DecideLocked();
@@ -429,6 +587,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   }
 
   void OnCancel() override {
+    tokenize_cancelled_.store(true);
     std::vector<uint64_t> tickets;
     {
       absl::MutexLock lock(&mu_);
@@ -451,6 +610,55 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   }
 
  private:
+  // Submits a validated request to the batcher; its result comes back through OnResult.
+  absl::Status SubmitLocked(ScoreRequest engine_request, uint64_t request_id, bool echo, absl::Time start)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto kept = std::make_shared<const ScoreRequest>(engine_request);
+    auto ticket_slot = std::make_shared<uint64_t>(0);  // written below, before OnResult can run
+    ++pending_;
+    // Held across Submit: the result callback needs mu_, so it runs after this step is complete.
+    absl::StatusOr<uint64_t> ticket = config_->batcher->Submit(
+        std::move(engine_request), CallDeadline(context_),
+        [this, kept, ticket_slot, request_id, echo, start](absl::StatusOr<ScoreResult> r) {
+          OnResult(*kept, ticket_slot, request_id, echo, start, std::move(r));
+        });
+    if (!ticket.ok()) {
+      --pending_;
+      return ticket.status();
+    }
+    *ticket_slot = *ticket;
+    tickets_.insert(*ticket);
+    return absl::OkStatus();
+  }
+
+  // On a pool thread: tokenizes a text request (stopping past max_seq_len), then submits its ids or
+  // answers its error. OnReadDone counted it in pending_, which keeps the reactor alive until here.
+  void TokenizeThenSubmit(v1::ScoreRequest* request, uint64_t request_id, absl::Time start) {
+    const v1::TextInput& input = request->text();
+    absl::StatusOr<std::vector<int32_t>> ids = TokenizeCallText(
+        *config_, "ScoreStream", input.text(), input.has_add_bos(), input.add_bos(),
+        config_->limits.max_seq_len, TokenizeStop{&tokenize_cancelled_, CallDeadline(context_)});
+    absl::Status error = ids.status();
+    absl::StatusOr<ScoreRequest> engine_request;
+    if (ids.ok()) {
+      request->mutable_tokens()->mutable_ids()->Assign(ids->begin(), ids->end());  // frees the text (oneof)
+      engine_request = ToEngineRequest(*request, config_->limits, config_->tokenizer);
+      error = engine_request.status();
+    }
+    Actions a;
+    {
+      absl::MutexLock lock(&mu_);
+      --pending_;
+      if (error.ok() && (cancelled_ || write_failed_)) {
+        error = absl::CancelledError("the stream ended before the request was queued");
+      }
+      if (error.ok()) error = SubmitLocked(std::move(*engine_request), request_id, /*echo=*/true, start);
+      if (!error.ok()) EnqueueErrorLocked(request_id, error, start);
+      a = DecideLocked();
+    }
+    Perform(this, a);
+  }
+
   // `ticket` is written by OnReadDone under mu_ before OnResult can take mu_.
   void OnResult(const ScoreRequest& request, const std::shared_ptr<uint64_t>& ticket, uint64_t request_id,
                 bool echo, absl::Time start, absl::StatusOr<ScoreResult> result) {
@@ -526,7 +734,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   ScorerService* const service_;
   const ScorerService::Config* const config_;
   grpc::CallbackServerContext* const context_;
-  grpc::ByteBuffer read_buf_;  // owned by the read in flight
+  grpc::ByteBuffer read_buf_;                    // owned by the read in flight
+  std::atomic<bool> tokenize_cancelled_{false};  // set by OnCancel, polled by running tokenizations
 
   absl::Mutex mu_;
   // Serialized ScoreResponses; the front is being written if writing_.
@@ -590,33 +799,8 @@ void ScorerService::BeginShutdown() {
 grpc::ServerUnaryReactor* ScorerService::Tokenize(grpc::CallbackServerContext* context,
                                                   const grpc::ByteBuffer* raw_request,
                                                   grpc::ByteBuffer* raw_response) {
-  const absl::Time start = absl::Now();
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = Admit(config_, *context);
-  v1::TokenizeRequest request;
-  v1::TokenizeResponse response;
-  if (status.ok()) status = ParseRequest(*raw_request, &request, nullptr);
-  if (status.ok() && config_.tokenizer == nullptr) {
-    status = absl::FailedPreconditionError("the model folder has no tokenizer");
-  }
-  if (status.ok()) {
-    absl::StatusOr<std::vector<int32_t>> ids =
-        TokenizeWithBos(*config_.tokenizer, request.text(), request.has_add_bos(), request.add_bos());
-    if (!ids.ok()) {
-      status = ids.status();
-    } else {
-      response.mutable_ids()->Assign(ids->begin(), ids->end());
-      if (request.want_byte_lengths()) {
-        for (int32_t id : *ids) {
-          response.add_byte_lengths(static_cast<int32_t>(config_.tokenizer->TokenByteLength(id)));
-        }
-      }
-    }
-  }
-  if (status.ok()) *raw_response = Serialize(response);
-  const grpc::Status g = ToGrpcStatus(status);
-  config_.metrics->RecordRequest("Tokenize", g.error_code(), SecondsSince(start));
-  reactor->Finish(g);
+  auto* reactor = new TokenizeReactor(&config_, context, raw_response);
+  reactor->Start(*raw_request);
   return reactor;
 }
 

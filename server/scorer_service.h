@@ -9,6 +9,14 @@
 //                 go out in completion order with their request_id; a failed request yields a response
 //                 with `error` set and the stream goes on.
 //   Tokenize      the model's tokenizer, no engine involved.
+//
+// Text (Tokenize, and `text` input of Score and ScoreStream; README "Text limits"): a text over
+// max_text_bytes is OUT_OF_RANGE before any tokenization; otherwise it is tokenized on the TokenizePool,
+// never on a gRPC thread, so token-id requests are not delayed by it (a full pool queue: RESOURCE_EXHAUSTED).
+// A Score text stops being tokenized once it passes max_seq_len tokens (OUT_OF_RANGE, the rest of the text
+// untouched). A tokenization stops part-way when its call is cancelled (CANCELLED), its deadline passes
+// (DEADLINE_EXCEEDED) or the server's shutdown grace ends (UNAVAILABLE); each stop counts in
+// scored_tokenizations_stopped_total.
 //   GetModelInfo  engine->info() plus the tokenizer's facts and the server version.
 //
 // Score, ScoreStream and Tokenize receive the request's raw bytes and parse them here, so that bytes which
@@ -38,6 +46,7 @@
 #include "server/metrics.h"
 #include "server/request_validation.h"
 #include "server/security.h"
+#include "server/tokenize_pool.h"
 
 namespace scored {
 
@@ -59,6 +68,9 @@ class ScorerService final : public ScorerServiceBase {
     const BearerTokenAuth* auth = nullptr;
     ScoreLimits limits;
     int stream_window = 32;
+    // Text input: not owned, required when `tokenizer` is set; the longest text accepted, bytes.
+    TokenizePool* tokenize_pool = nullptr;
+    int64_t max_text_bytes = int64_t{4} << 20;
     v1::ModelInfo model_info;  // returned by GetModelInfo
   };
 
