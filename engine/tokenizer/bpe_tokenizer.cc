@@ -21,7 +21,7 @@ bool IsAsciiSpace(char c) {
 }  // namespace
 
 struct BpeTokenizer::EncodeState {
-  explicit EncodeState(const EncodeLimits& limits) : guard(limits) {}
+  explicit EncodeState(const EncodeLimits& limits) : guard(limits) { scratch.stop = guard.stop(); }
   EncodeGuard guard;
   BpeModel::Scratch scratch;
   std::vector<std::string_view> pieces;
@@ -151,6 +151,7 @@ absl::Status BpeTokenizer::EncodeWordInto(std::string_view word, EncodeState* st
     return absl::InvalidArgumentError(
         absl::StrFormat("character U+%04X has no token (no byte fallback, no unknown token)", bad_char));
   }
+  if (state->scratch.stopped) return state->guard.Stopped(ids->size());
   return state->guard.Word(ids->size());
 }
 

@@ -54,8 +54,10 @@ class SentencePieceTokenizer : public Tokenizer {
     const size_t expected = normalized.size() / 3 + 8;
     ids.reserve(limits.max_tokens >= 0 ? std::min<size_t>(expected, limits.max_tokens + 1) : expected);
     SentencePieceBpe::Scratch scratch;
+    scratch.stop = guard.stop();
     if (!model_.words_split_exact()) {
       model_.EncodeNormalized(normalized, &scratch, &ids);
+      if (scratch.stopped) return guard.Stopped(ids.size());
       SCORED_RETURN_IF_ERROR(guard.Word(ids.size()));
       return ids;
     }
@@ -71,6 +73,7 @@ class SentencePieceTokenizer : public Tokenizer {
       }
       const size_t before = ids.size();
       model_.EncodeNormalized(word, &scratch, &ids);
+      if (scratch.stopped) return guard.Stopped(ids.size());
       const int32_t offset = static_cast<int32_t>(cache_ids.size());
       cache_ids.insert(cache_ids.end(), ids.begin() + before, ids.end());
       cache.emplace(word, std::make_pair(offset, static_cast<int32_t>(ids.size() - before)));

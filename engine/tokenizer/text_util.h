@@ -3,6 +3,7 @@
 #define SCORED_ENGINE_TOKENIZER_TEXT_UTIL_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -59,10 +60,13 @@ class EncodeGuard {
     if (limits_.stop && limits_.stop()) return Stopped(num_ids);
     return absl::OkStatus();
   }
+  // The CANCELLED status of a stop (e.g. found inside a long word).
+  absl::Status Stopped(size_t num_ids) const;
+  // For the scratch of a word encoder (BpeModel, SentencePieceBpe): null when nothing can stop.
+  const std::function<bool()>* stop() const { return limits_.stop ? &limits_.stop : nullptr; }
 
  private:
   absl::Status TooMany(size_t num_ids) const;
-  absl::Status Stopped(size_t num_ids) const;
 
   const EncodeLimits& limits_;
   int words_since_poll_ = 0;

@@ -146,6 +146,36 @@ TEST_P(EncodeLimitsTest, StopPredicateCancelsMidText) {
   EXPECT_EQ(StoppedAfter(ids.status()), 0) << ids.status();
 }
 
+// A text that is one word (no spaces): the stop predicate is polled inside the word's merges too, so a long
+// word is no shelter from it.
+TEST_P(EncodeLimitsTest, StopPolledInsideOneLongWord) {
+  // The letters of the text, four times over (about 800 KiB): English letter sequences, many merges.
+  std::string word;
+  for (int i = 0; i < 4; ++i) {
+    for (const char c : Text()) {
+      if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) word.push_back(c);
+    }
+  }
+  int polls = 0;
+  EncodeLimits limits;
+  limits.stop = [&polls] {
+    ++polls;
+    return false;
+  };
+  auto ids = tokenizer_->Encode(word, limits);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, tokenizer_->Encode(word).value());
+  const int total_polls = polls;
+  // A handful of polls at most come from the word level; the rest from within the merges.
+  EXPECT_GE(total_polls, 8);
+
+  polls = 0;
+  limits.stop = [&polls, total_polls] { return ++polls >= total_polls - 2; };
+  ids = tokenizer_->Encode(word, limits);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kCancelled) << ids.status();
+}
+
 // Stopped from another thread (as a server cancels a call): a flag set while a long text is encoded.
 TEST_P(EncodeLimitsTest, StopFromAnotherThread) {
   std::string text;
