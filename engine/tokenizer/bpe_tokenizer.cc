@@ -21,7 +21,9 @@ bool IsAsciiSpace(char c) {
 }  // namespace
 
 struct BpeTokenizer::EncodeState {
-  explicit EncodeState(const EncodeLimits& limits) : guard(limits) { scratch.stop = guard.stop(); }
+  EncodeState(const EncodeLimits& limits, size_t max_bytes_per_token) : guard(limits, max_bytes_per_token) {
+    scratch.stop = guard.stop();
+  }
   EncodeGuard guard;
   BpeModel::Scratch scratch;
   std::vector<std::string_view> pieces;
@@ -69,6 +71,27 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
       }
     }
   }
+  // A word's id stands for a token of the vocabulary, a character (<= 4 bytes) or a fallback byte; a fused
+  // run of unknown characters has no bound (it cannot occur when every byte has a fallback token).
+  const BpeModel::Options& options = t->model_.options();
+  std::vector<bool> has_byte(256, false);
+  int bytes_covered = 0;
+  for (int64_t id = 0; id < t->model_.size(); ++id) {
+    const int byte = t->model_.ByteOfToken(static_cast<int32_t>(id));
+    if (byte >= 0 && !has_byte[byte]) {
+      has_byte[byte] = true;
+      ++bytes_covered;
+    }
+  }
+  const bool unknown_runs =
+      options.unk_id >= 0 && options.fuse_unk && !(options.byte_fallback && bytes_covered == 256);
+  if (!unknown_runs) {
+    t->max_bytes_per_token_ = 4;
+    for (int64_t id = 0; id < t->model_.size(); ++id) {
+      t->max_bytes_per_token_ =
+          std::max(t->max_bytes_per_token_, t->model_.token(static_cast<int32_t>(id)).size());
+    }
+  }
   t->byte_length_.assign(t->vocab_size_, 0);
   for (int64_t id = 0; id < t->vocab_size_; ++id) {
     const int32_t added = t->added_of_id_[id];
@@ -113,7 +136,7 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text,
   // A limit bounds the ids kept; reserving for the whole text would cost its full size up front.
   const size_t expected = text.size() / 3 + 8;
   ids.reserve(limits.max_tokens >= 0 ? std::min<size_t>(expected, limits.max_tokens + 1) : expected);
-  EncodeState state(limits);
+  EncodeState state(limits, max_bytes_per_token_);
   SCORED_RETURN_IF_ERROR(state.guard.Poll(0));
   size_t segment_start = 0;
   size_t pos = 0;
@@ -146,6 +169,7 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text,
 
 absl::Status BpeTokenizer::EncodeWordInto(std::string_view word, EncodeState* state,
                                           std::vector<int32_t>* ids) const {
+  SCORED_RETURN_IF_ERROR(state->guard.BeforeWord(ids->size(), word.size()));
   uint32_t bad_char = 0;
   if (!model_.EncodeWord(word, &state->scratch, ids, &bad_char)) {
     return absl::InvalidArgumentError(

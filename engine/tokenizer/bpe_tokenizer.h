@@ -96,6 +96,8 @@ class BpeTokenizer : public Tokenizer {
   // of a '▁' run, so the segment may be cut there into words without changing the result; the
   // short words then hit the word cache (measured ~x10 on wiki.test.raw, see tests/bench/tokenizer).
   bool metaspace_words_exact_ = false;
+  // EncodeGuard::BeforeWord: the longest token (at least a 4-byte character); 0 with fused unknown runs.
+  size_t max_bytes_per_token_ = 0;
   std::vector<int32_t> added_of_id_;                      // [vocab_size] index into spec_.added_tokens, or -1
   std::vector<int64_t> byte_length_;                      // [vocab_size] TokenByteLength
   std::vector<std::vector<size_t>> added_by_first_byte_;  // [256] added tokens, longest first

@@ -44,7 +44,7 @@ class SentencePieceTokenizer : public Tokenizer {
                                                      " bytes is longer than the SentencePiece limit of ",
                                                      kMaxTextBytes, " bytes"));
     }
-    EncodeGuard guard(limits);
+    EncodeGuard guard(limits, max_bytes_per_token_);
     SCORED_RETURN_IF_ERROR(guard.Poll(0));
     std::string normalized;
     model_.Normalize(text, &normalized);
@@ -56,6 +56,7 @@ class SentencePieceTokenizer : public Tokenizer {
     SentencePieceBpe::Scratch scratch;
     scratch.stop = guard.stop();
     if (!model_.words_split_exact()) {
+      SCORED_RETURN_IF_ERROR(guard.BeforeWord(0, normalized.size()));
       model_.EncodeNormalized(normalized, &scratch, &ids);
       if (scratch.stopped) return guard.Stopped(ids.size());
       SCORED_RETURN_IF_ERROR(guard.Word(ids.size()));
@@ -71,6 +72,7 @@ class SentencePieceTokenizer : public Tokenizer {
         ids.insert(ids.end(), cache_ids.begin() + offset, cache_ids.begin() + offset + count);
         return guard.Word(ids.size());
       }
+      SCORED_RETURN_IF_ERROR(guard.BeforeWord(ids.size(), word.size()));
       const size_t before = ids.size();
       model_.EncodeNormalized(word, &scratch, &ids);
       if (scratch.stopped) return guard.Stopped(ids.size());
@@ -155,6 +157,11 @@ class SentencePieceTokenizer : public Tokenizer {
         t->byte_length_[id] = n;
       }
     }
+    // An id stands for one vocabulary piece, one character (<= 4 bytes) or, with byte fallback, one byte.
+    t->max_bytes_per_token_ = 4;
+    for (int32_t id = 0; id < t->vocab_size_; ++id) {
+      t->max_bytes_per_token_ = std::max(t->max_bytes_per_token_, m.piece(id).size());
+    }
     t->bos_id_ = m.bos_id();
     t->eos_id_ = m.eos_id();
     t->add_bos_ = t->bos_id_ >= 0;
@@ -192,6 +199,7 @@ class SentencePieceTokenizer : public Tokenizer {
   int32_t bos_id_ = -1;
   int32_t eos_id_ = -1;
   bool add_bos_ = true;
+  size_t max_bytes_per_token_ = 4;  // EncodeGuard::BeforeWord
   std::string fingerprint_;
 };
 

@@ -45,7 +45,18 @@ bool ByteLevelToBytes(std::string_view token, std::string* bytes);
 // whole-text pass. Not thread-safe (one per call).
 class EncodeGuard {
  public:
-  explicit EncodeGuard(const EncodeLimits& limits) : limits_(limits) {}
+  // max_bytes_per_token: the most bytes of a word one id can stand for (the longest vocabulary entry, at
+  // least a 4-byte character); 0 when no such bound holds (e.g. fused unknown-token runs).
+  EncodeGuard(const EncodeLimits& limits, size_t max_bytes_per_token)
+      : limits_(limits), max_bytes_per_token_(max_bytes_per_token) {}
+  // Before a word of `word_bytes` is encoded: OUT_OF_RANGE when it cannot fit, i.e. when even at
+  // max_bytes_per_token bytes an id it would pass max_tokens (a long word is then never encoded).
+  absl::Status BeforeWord(size_t num_ids, size_t word_bytes) const {
+    if (limits_.max_tokens < 0 || max_bytes_per_token_ == 0) return absl::OkStatus();
+    const size_t fewest = (word_bytes + max_bytes_per_token_ - 1) / max_bytes_per_token_;
+    if (static_cast<int64_t>(num_ids + fewest) > limits_.max_tokens) return TooMany(num_ids);
+    return absl::OkStatus();
+  }
   // OUT_OF_RANGE once num_ids > max_tokens; every kPollWords calls, Poll().
   absl::Status Word(size_t num_ids) {
     if (limits_.max_tokens >= 0 && static_cast<int64_t>(num_ids) > limits_.max_tokens) {
@@ -69,6 +80,7 @@ class EncodeGuard {
   absl::Status TooMany(size_t num_ids) const;
 
   const EncodeLimits& limits_;
+  const size_t max_bytes_per_token_;
   int words_since_poll_ = 0;
 };
 

@@ -50,7 +50,9 @@ namespace scored {
 // span spaces; a caller bounds that by the text's size).
 struct EncodeLimits {
   // More than this many ids: the call stops with OUT_OF_RANGE ("more than N tokens") as soon as the ids
-  // produced so far pass it (they are a prefix of the full result, so the full text has more). < 0: none.
+  // produced so far pass it (they are a prefix of the full result, so the full text has more), or before
+  // a word whose length alone says it cannot fit (an id stands for at most the longest vocabulary entry;
+  // not applied where fused unknown-token runs void that bound). < 0: none.
   int64_t max_tokens = -1;
   // Polled before encoding and then every kPollWords words (and after each whole-text pass such as
   // normalization); returning true stops the call with CANCELLED. Empty: never. Runs on the encoding

@@ -204,6 +204,13 @@ TEST_F(OneTokenizeThreadTest, ScoreTextFarOverMaxSeqLenStopsAtTheLimit) {
       HasSubstr("sequence has more than 64 tokens; max_seq_len is 64 (the text was tokenized no further)"));
   EXPECT_EQ(Metric(*proc_, Stopped("max_seq_len")), before + 1);
 
+  // One 1 MiB word (no spaces): refused by its length alone, before its merges.
+  grpc::ClientContext word_context;
+  const grpc::Status word = stub->Score(&word_context, TextRequest(std::string(1 << 20, 'a')), &response);
+  EXPECT_EQ(word.error_code(), grpc::StatusCode::OUT_OF_RANGE) << word.error_message();
+  EXPECT_THAT(word.error_message(), HasSubstr("sequence has more than 64 tokens"));
+  EXPECT_EQ(Metric(*proc_, Stopped("max_seq_len")), before + 2);
+
   // A text within the limit is scored, its ids echoed (BOS first).
   grpc::ClientContext ok_context;
   const grpc::Status ok =

@@ -106,15 +106,15 @@ TEST_P(EncodeLimitsTest, TokenLimitStopsRightAfterItIsPassed) {
   EXPECT_EQ(ids.status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_THAT(ids.status().message(), HasSubstr(absl::StrCat("more than ", full_.size() - 1, " tokens")));
 
-  // A small limit on a long text: the encoding ends within one word of the limit, i.e. long before the
-  // text's own tens of thousands of tokens.
+  // A small limit on a long text: the encoding ends within a word of the limit (at the word that passes
+  // it, or before a word that cannot fit), i.e. long before the text's own tens of thousands of tokens.
   limits.max_tokens = 100;
   ids = tokenizer_->Encode(Text(), limits);
   ASSERT_FALSE(ids.ok());
   EXPECT_EQ(ids.status().code(), absl::StatusCode::kOutOfRange) << ids.status();
   EXPECT_THAT(ids.status().message(), HasSubstr("more than 100 tokens"));
   const int64_t stopped_after = StoppedAfter(ids.status());
-  EXPECT_GT(stopped_after, 100) << ids.status();
+  EXPECT_GT(stopped_after, 50) << ids.status();
   EXPECT_LT(stopped_after, 200) << ids.status();
 
   // max_tokens 0 refuses any text with a token; an empty text passes.
@@ -174,6 +174,33 @@ TEST_P(EncodeLimitsTest, StopPolledInsideOneLongWord) {
   ids = tokenizer_->Encode(word, limits);
   ASSERT_FALSE(ids.ok());
   EXPECT_EQ(ids.status().code(), absl::StatusCode::kCancelled) << ids.status();
+}
+
+// A word that cannot fit the token limit is not encoded at all: each id stands for at most the longest
+// vocabulary entry, so its length alone says it has too many tokens.
+TEST_P(EncodeLimitsTest, LongWordOverTheTokenLimitIsNotEncoded) {
+  std::string word;
+  for (const char c : Text()) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) word.push_back(c);
+  }
+  int polls = 0;
+  EncodeLimits limits;
+  limits.max_tokens = 100;
+  limits.stop = [&polls] {
+    ++polls;
+    return false;
+  };
+  auto ids = tokenizer_->Encode(word, limits);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kOutOfRange) << ids.status();
+  EXPECT_EQ(StoppedAfter(ids.status()), 0) << ids.status();
+  EXPECT_LE(polls, 4);  // the whole-text passes only, no merges
+  // The same word within a limit its length allows: encoded as without limits.
+  const auto full = tokenizer_->Encode(word).value();
+  limits.max_tokens = static_cast<int64_t>(full.size());
+  ids = tokenizer_->Encode(word, limits);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, full);
 }
 
 // Stopped from another thread (as a server cancels a call): a flag set while a long text is encoded.
