@@ -245,11 +245,11 @@ absl::StatusOr<std::vector<int32_t>> TokenizeCallText(const ScorerService::Confi
       reason = "shutdown";
       stopped = absl::UnavailableError(absl::StrCat(
           "the server is shutting down: the text's tokenization was stopped (", status.message(), ")"));
-    } else if (stop.cancelled->load()) {
+    } else if (stop.cancelled->load() && absl::Now() + kDeadlineSlack < stop.deadline) {
       reason = "cancelled";
       stopped = absl::CancelledError(absl::StrCat(
           "the call was cancelled: its text's tokenization was stopped (", status.message(), ")"));
-    } else {
+    } else {  // the deadline passed (a cancellation this close to it is the client's deadline timer)
       reason = "deadline";
       stopped = absl::DeadlineExceededError(
           absl::StrCat("the deadline passed while the text was tokenized (", status.message(), ")"));
@@ -398,6 +398,9 @@ class TokenizeReactor final : public grpc::ServerUnaryReactor {
   void Start(const grpc::ByteBuffer& raw_request) {
     absl::Status status = Admit(*config_, *context_);
     if (status.ok()) status = ParseRequest(raw_request, &request_, nullptr);
+    if (status.ok() && config_->tokenizer == nullptr) {
+      status = absl::FailedPreconditionError("the model folder has no tokenizer");
+    }
     if (status.ok()) status = CheckText(*config_, request_.text());
     if (status.ok()) status = config_->tokenize_pool->Submit([this] { Run(); });
     if (!status.ok()) FinishWith(status);

@@ -280,6 +280,43 @@ TEST_F(OneTokenizeThreadTest, BigTokenizeNeitherDelaysScoringNorSurvivesItsCance
   EXPECT_TRUE(stream->Finish().ok());
 }
 
+// A text whose deadline passes while it waits for the busy tokenize thread is stopped at its first check:
+// DEADLINE_EXCEEDED for the client, reason "deadline" on the server.
+TEST_F(OneTokenizeThreadTest, DeadlinePassedWhileQueuedStopsTheTokenization) {
+  ASSERT_NE(proc_, nullptr);
+  auto stub = NewStub(*proc_);
+  const double deadline_before = Metric(*proc_, Stopped("deadline"));
+  // Half as long again as kBigTextBytes (seconds more of work than the deadline below), and a log line of its
+  // own in this server's log.
+  const size_t big_bytes = 60'000'000;
+  AsyncTokenize big;
+  big.Start(stub.get(), RandomWords(big_bytes));
+  ASSERT_TRUE(
+      proc_
+          ->WaitForLog(absl::StrCat("Tokenize: tokenizing ", big_bytes, " bytes of text"), absl::Seconds(120))
+          .ok());
+
+  // Logged (>= 1 MiB), and small enough to arrive well within its deadline.
+  const size_t late_bytes = (1 << 20) + 1;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+  v1::TokenizeRequest request;
+  request.set_text(RandomWords(late_bytes));
+  v1::TokenizeResponse response;
+  const grpc::Status late = stub->Tokenize(&context, request, &response);
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << late.error_message();
+
+  EXPECT_FALSE(big.done.HasBeenNotified()) << "the big Tokenize ended early: " << big.status.error_message();
+  big.context.TryCancel();
+  big.done.WaitForNotification();
+  ASSERT_TRUE(
+      proc_
+          ->WaitForLog(absl::StrCat("Tokenize: tokenization of ", late_bytes, " bytes stopped (deadline)"),
+                       absl::Seconds(60))
+          .ok());
+  EXPECT_EQ(Metric(*proc_, Stopped("deadline")), deadline_before + 1);
+}
+
 TEST(TextLimitsShutdownE2eTest, SigtermDuringALongTokenizationExitsAfterTheGrace) {
   auto proc = StartOrDie({"--max_text_bytes=60000000", "--shutdown_grace_s=1"});
   ASSERT_NE(proc, nullptr);
