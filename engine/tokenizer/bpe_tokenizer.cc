@@ -135,7 +135,8 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text,
   std::vector<int32_t> ids;
   // A limit bounds the ids kept; reserving for the whole text would cost its full size up front.
   const size_t expected = text.size() / 3 + 8;
-  ids.reserve(limits.max_tokens >= 0 ? std::min<size_t>(expected, limits.max_tokens + 1) : expected);
+  ids.reserve(limits.max_tokens >= 0 ? std::min<size_t>(expected, static_cast<size_t>(limits.max_tokens) + 1)
+                                     : expected);
   EncodeState state(limits, max_bytes_per_token_);
   SCORED_RETURN_IF_ERROR(state.guard.Poll(0));
   size_t segment_start = 0;

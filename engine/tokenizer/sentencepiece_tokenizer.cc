@@ -52,7 +52,9 @@ class SentencePieceTokenizer : public Tokenizer {
     std::vector<int32_t> ids;
     // A limit bounds the ids kept; reserving for the whole text would cost its full size up front.
     const size_t expected = normalized.size() / 3 + 8;
-    ids.reserve(limits.max_tokens >= 0 ? std::min<size_t>(expected, limits.max_tokens + 1) : expected);
+    ids.reserve(limits.max_tokens >= 0
+                    ? std::min<size_t>(expected, static_cast<size_t>(limits.max_tokens) + 1)
+                    : expected);
     SentencePieceBpe::Scratch scratch;
     scratch.stop = guard.stop();
     if (!model_.words_split_exact()) {
