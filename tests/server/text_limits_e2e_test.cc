@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -96,18 +97,22 @@ v1::ScoreRequest TextRequest(const std::string& text, uint64_t request_id = 0) {
   return r;
 }
 
-// A Tokenize in flight on the callback API.
+// A Tokenize in flight, on a thread of its own (a blocking call; TryCancel ends it).
 struct AsyncTokenize {
   grpc::ClientContext context;
   v1::TokenizeRequest request;
   v1::TokenizeResponse response;
   grpc::Status status;
   absl::Notification done;
+  std::thread thread;
 
+  ~AsyncTokenize() {
+    if (thread.joinable()) thread.join();
+  }
   void Start(v1::Scorer::Stub* stub, std::string text) {
     request.set_text(std::move(text));
-    stub->async()->Tokenize(&context, &request, &response, [this](grpc::Status s) {
-      status = std::move(s);
+    thread = std::thread([this, stub] {
+      status = stub->Tokenize(&context, request, &response);
       done.Notify();
     });
   }
