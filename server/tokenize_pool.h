@@ -2,7 +2,7 @@
 // gRPC's threads and the batcher's: a long text then occupies one of these few threads instead of a thread
 // that token-id requests need, and a bounded queue in front of them refuses texts beyond it.
 //
-//   TokenizePool pool({.threads = 2, .max_queue = 64});
+//   TokenizePool pool(TokenizePool::Options{/*threads=*/2, /*max_queue=*/64});
 //   absl::Status queued = pool.Submit([...] { /* tokenize; EncodeLimits::stop polls pool.stopping() */ });
 //   ...
 //   pool.BeginShutdown(absl::Now() + grace);   // refuse new jobs; stopping() is true from then on
