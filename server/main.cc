@@ -109,6 +109,13 @@ ABSL_FLAG(int64_t, max_connections, 1024,
           "Most client connections with Scorer calls in progress; a call on another connection gets "
           "RESOURCE_EXHAUSTED. Idle connections are not capped (gRPC 1.51 offers no cap on accepted "
           "connections) (1..65536)");
+ABSL_FLAG(int64_t, max_text_bytes, 4 << 20,
+          "Longest `text` of a Tokenize or Score request, bytes; longer ones get OUT_OF_RANGE before any "
+          "tokenization (1..536870912)");
+ABSL_FLAG(int32_t, tokenize_threads, 2,
+          "Threads that tokenize request text, apart from those serving token-id requests (1..64)");
+ABSL_FLAG(int32_t, tokenize_queue, 64,
+          "Most texts waiting for a tokenize thread; more get RESOURCE_EXHAUSTED (1..65536)");
 ABSL_FLAG(std::string, fault_inject, "",
           "Testing only: fatal_after:N makes the engine fail fatally after N Score batches; "
           "fatal_after_ms:T, T ms after it loaded (no traffic needed); device_trap_after:N makes the CUDA "
@@ -185,6 +192,9 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   o.max_buffered_bytes = absl::GetFlag(FLAGS_max_buffered_bytes);
   o.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
   o.max_connections = absl::GetFlag(FLAGS_max_connections);
+  o.max_text_bytes = absl::GetFlag(FLAGS_max_text_bytes);
+  o.tokenize_threads = absl::GetFlag(FLAGS_tokenize_threads);
+  o.tokenize_queue = absl::GetFlag(FLAGS_tokenize_queue);
   auto fault = scored::ParseFaultInjection(absl::GetFlag(FLAGS_fault_inject));
   if (!fault.ok()) return fault.status();
   o.fault = *fault;

@@ -40,6 +40,14 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                             .Help("Requests whose result held a NaN or an infinity (failed with INTERNAL)")
                             .Register(*registry_)
                             .Add({});
+  tokenizations_stopped_ = &prometheus::BuildCounter()
+                                .Name("scored_tokenizations_stopped_total")
+                                .Help("Texts whose tokenization stopped part-way, by reason")
+                                .Register(*registry_);
+  // Every reason from the start (0), so that a scrape tells "none yet" from "not exported".
+  for (const char* reason : {"max_seq_len", "cancelled", "deadline", "shutdown"}) {
+    tokenizations_stopped_->Add({{"reason", reason}});
+  }
   queue_depth_ = &prometheus::BuildGauge()
                       .Name("scored_queue_depth")
                       .Help("Requests waiting for the engine")
@@ -101,6 +109,10 @@ void Metrics::RecordBatch(int64_t batch_tokens, int64_t num_scored) {
 }
 
 void Metrics::RecordNonFiniteResult() { nonfinite_results_->Increment(); }
+
+void Metrics::RecordTokenizationStopped(const std::string& reason) {
+  tokenizations_stopped_->Add({{"reason", reason}}).Increment();
+}
 
 void Metrics::SetQueueDepth(int64_t depth) { queue_depth_->Set(static_cast<double>(depth)); }
 

@@ -27,6 +27,10 @@
 //     reading because the memory budget is spent (they resume once their own responses are read).
 // scored_connections                       gauge      -                              client connections with
 //     Scorer calls in progress (counted against --max_connections).
+// scored_tokenizations_stopped_total      counter    reason                         texts whose tokenization
+//     stopped part-way (README "Text limits"): max_seq_len (a Score text passed max_seq_len tokens),
+//     cancelled (the call was cancelled), deadline (its deadline passed), shutdown (the server's shutdown
+//     grace ended).
 // scored_model_info                        gauge = 1  architecture, format, backend, dtype, tp
 // scored_device_memory_bytes               gauge      device, kind (used | total)    per-device memory, only
 //     when the engine reports devices (CUDA backend); refreshed at start and after each batch.
@@ -65,6 +69,8 @@ class Metrics {
   void RecordRequest(const std::string& method, grpc::StatusCode code, double latency_seconds);
   void RecordBatch(int64_t batch_tokens, int64_t num_scored);
   void RecordNonFiniteResult();
+  // reason: max_seq_len | cancelled | deadline | shutdown (scored_tokenizations_stopped_total).
+  void RecordTokenizationStopped(const std::string& reason);
   void SetQueueDepth(int64_t depth);
   // The memory budget and the connection cap (server/memory_budget.h).
   void SetBufferedBytes(int64_t used_bytes);
@@ -92,6 +98,7 @@ class Metrics {
   prometheus::Counter* tokens_scored_;
   prometheus::Histogram* batch_tokens_;
   prometheus::Counter* nonfinite_results_;
+  prometheus::Family<prometheus::Counter>* tokenizations_stopped_;
   prometheus::Gauge* queue_depth_;
   prometheus::Gauge* buffered_bytes_;
   prometheus::Gauge* buffered_bytes_limit_;

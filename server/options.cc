@@ -177,6 +177,12 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
                                     ServerOptions::kMaxStreamsPerConnection));
   SCORED_RETURN_IF_ERROR(
       CheckRange("max_connections", options.max_connections, 1, ServerOptions::kMaxConnections));
+  SCORED_RETURN_IF_ERROR(
+      CheckRange("max_text_bytes", options.max_text_bytes, 1, ServerOptions::kMaxTextBytes));
+  SCORED_RETURN_IF_ERROR(
+      CheckRange("tokenize_threads", options.tokenize_threads, 1, ServerOptions::kMaxTokenizeThreads));
+  SCORED_RETURN_IF_ERROR(
+      CheckRange("tokenize_queue", options.tokenize_queue, 1, ServerOptions::kMaxTokenizeQueue));
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
     return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
   }

@@ -96,6 +96,17 @@ struct ServerOptions {
   int64_t max_buffered_bytes = 0;
   int max_streams_per_connection = 100;
   int64_t max_connections = 1024;
+  // Text limits (Tokenize and `text` Score input; README "Text limits"). max_text_bytes: the longest
+  // `text`, bytes (1..536870912, SentencePiece's own bound); a longer one is OUT_OF_RANGE before any
+  // tokenization. Texts are tokenized on a pool of tokenize_threads threads (1..64), never on gRPC's
+  // threads, so a long text cannot delay token-id requests; at most tokenize_queue texts (1..65536) wait
+  // for a pool thread, more get RESOURCE_EXHAUSTED.
+  static constexpr int64_t kMaxTextBytes = int64_t{1} << 29;
+  static constexpr int kMaxTokenizeThreads = 64;
+  static constexpr int kMaxTokenizeQueue = 65536;
+  int64_t max_text_bytes = 4 << 20;
+  int tokenize_threads = 2;
+  int tokenize_queue = 64;
   // Testing only (--fault_inject): see server/fault_injection.h.
   FaultInjection fault;
 };

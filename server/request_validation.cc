@@ -8,10 +8,11 @@
 namespace scored {
 
 absl::StatusOr<std::vector<int32_t>> TokenizeWithBos(const Tokenizer& tokenizer, const std::string& text,
-                                                     bool has_add_bos, bool add_bos) {
-  SCORED_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer.Encode(text));
-  const bool want_bos = has_add_bos ? add_bos : tokenizer.add_bos_by_default();
-  if (want_bos && tokenizer.bos_id() >= 0) ids.insert(ids.begin(), tokenizer.bos_id());
+                                                     bool has_add_bos, bool add_bos, EncodeLimits limits) {
+  const bool want_bos = (has_add_bos ? add_bos : tokenizer.add_bos_by_default()) && tokenizer.bos_id() >= 0;
+  if (want_bos && limits.max_tokens > 0) --limits.max_tokens;
+  SCORED_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer.Encode(text, limits));
+  if (want_bos) ids.insert(ids.begin(), tokenizer.bos_id());
   return ids;
 }
 

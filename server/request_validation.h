@@ -28,9 +28,11 @@ namespace scored {
 absl::StatusOr<ScoreRequest> ToEngineRequest(const v1::ScoreRequest& proto, const ScoreLimits& limits,
                                              const Tokenizer* tokenizer);
 
-// Text -> ids with the BOS policy above (shared by Score and Tokenize).
+// Text -> ids with the BOS policy above (shared by Score and Tokenize), under `limits`
+// (Tokenizer::Encode; limits.max_tokens counts the BOS too).
 absl::StatusOr<std::vector<int32_t>> TokenizeWithBos(const Tokenizer& tokenizer, const std::string& text,
-                                                     bool has_add_bos, bool add_bos);
+                                                     bool has_add_bos, bool add_bos,
+                                                     EncodeLimits limits = {});
 
 // Fills `response` (request_id, first_scored, arrays, sums) from an engine result; echoes the
 // request's tokens when `echo_tokens` (the request gave text).

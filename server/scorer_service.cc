@@ -1,5 +1,6 @@
 #include "server/scorer_service.h"
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/logging.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/message.h"
@@ -210,6 +212,85 @@ absl::Status ChargeBudget(const ScorerService::Config& config, int64_t bytes, in
   return absl::OkStatus();
 }
 
+// Texts from this size on are logged when their tokenization starts and when it stops part-way (smaller
+// ones only count in the metric: they are frequent and cheap).
+constexpr size_t kLogTextBytes = size_t{1} << 20;
+
+// The checks of a `text` input before any tokenization work: a tokenizer exists, the text fits
+// --max_text_bytes.
+absl::Status CheckText(const ScorerService::Config& config, const std::string& text) {
+  if (config.tokenizer == nullptr) {
+    return absl::FailedPreconditionError(
+        "`text` input needs a tokenizer, and the model folder has none; send `tokens`");
+  }
+  if (static_cast<int64_t>(text.size()) > config.max_text_bytes) {
+    return absl::OutOfRangeError(absl::StrCat("text of ", text.size(),
+                                              " bytes is longer than --max_text_bytes (",
+                                              config.max_text_bytes, " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+// What stops a call's tokenization part-way.
+struct TokenizeStop {
+  const std::atomic<bool>* cancelled = nullptr;  // set by the call's OnCancel
+  absl::Time deadline = absl::InfiniteFuture();  // the call's deadline
+};
+
+// Tokenizes a call's text (on a pool thread) with the BOS policy of TokenizeWithBos, under `max_tokens`
+// (< 0: none; counts the BOS) and `stop`, polled between words. A stop becomes the call's status
+// (OUT_OF_RANGE past max_seq_len, CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE at the end of the shutdown grace)
+// and counts in scored_tokenizations_stopped_total.
+absl::StatusOr<std::vector<int32_t>> TokenizeCallText(const ScorerService::Config& config, const char* method,
+                                                      const std::string& text, bool has_add_bos, bool add_bos,
+                                                      int64_t max_tokens, const TokenizeStop& stop) {
+  const bool large = text.size() >= kLogTextBytes;
+  if (large) {
+    SCORED_LOG(INFO) << method << ": tokenizing " << text.size() << " bytes of text";
+  }
+  const TokenizePool* pool = config.tokenize_pool;
+  EncodeLimits limits;
+  limits.max_tokens = max_tokens;
+  limits.stop = [&stop, pool] {
+    return stop.cancelled->load(std::memory_order_relaxed) || pool->stopping() ||
+           absl::Now() >= stop.deadline;
+  };
+  absl::StatusOr<std::vector<int32_t>> ids =
+      TokenizeWithBos(*config.tokenizer, text, has_add_bos, add_bos, std::move(limits));
+  if (ids.ok()) return ids;
+  const absl::Status& status = ids.status();
+  absl::Status stopped;
+  std::string reason;
+  if (status.code() == absl::StatusCode::kOutOfRange && max_tokens >= 0) {
+    reason = "max_seq_len";
+    stopped =
+        absl::OutOfRangeError(absl::StrCat("sequence has more than ", max_tokens, " tokens; max_seq_len is ",
+                                           max_tokens, " (the text was tokenized no further)"));
+  } else if (status.code() == absl::StatusCode::kCancelled) {
+    if (pool->stopping()) {
+      reason = "shutdown";
+      stopped = absl::UnavailableError(absl::StrCat(
+          "the server is shutting down: the text's tokenization was stopped (", status.message(), ")"));
+    } else if (stop.cancelled->load() && absl::Now() + kDeadlineSlack < stop.deadline) {
+      reason = "cancelled";
+      stopped = absl::CancelledError(absl::StrCat(
+          "the call was cancelled: its text's tokenization was stopped (", status.message(), ")"));
+    } else {  // the deadline passed (a cancellation this close to it is the client's deadline timer)
+      reason = "deadline";
+      stopped = absl::DeadlineExceededError(
+          absl::StrCat("the deadline passed while the text was tokenized (", status.message(), ")"));
+    }
+  } else {
+    return status;
+  }
+  config.metrics->RecordTokenizationStopped(reason);
+  if (large) {
+    SCORED_LOG(INFO) << method << ": tokenization of " << text.size() << " bytes stopped (" << reason
+                     << "): " << stopped.message();
+  }
+  return stopped;
+}
+
 // A ScoreStream refused before its first read (no token, failed engine): finishes at once.
 class RejectedStreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
@@ -236,6 +317,48 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
       FinishWith(parsed);
       return;
     }
+    raw_bytes_ = static_cast<int64_t>(raw_request.Length());
+    if (!request_.has_text()) {
+      Queue();
+      return;
+    }
+    // Text: checked here, tokenized on the pool, which then queues the ids.
+    has_text_ = true;
+    absl::Status queued = CheckText(*config_, request_.text().text());
+    if (queued.ok()) queued = config_->tokenize_pool->Submit([this] { TokenizeThenQueue(); });
+    if (!queued.ok()) FinishWith(queued);
+  }
+
+  void OnCancel() override {
+    tokenize_cancelled_.store(true);
+    uint64_t ticket = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      ticket = ticket_;
+    }
+    if (ticket != 0) config_->batcher->Cancel(ticket);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // On a pool thread: the text becomes the request's token ids (stopping past max_seq_len), then Queue().
+  void TokenizeThenQueue() {
+    const v1::TextInput& input = request_.text();
+    absl::StatusOr<std::vector<int32_t>> ids = TokenizeCallText(
+        *config_, "Score", input.text(), input.has_add_bos(), input.add_bos(), config_->limits.max_seq_len,
+        TokenizeStop{&tokenize_cancelled_, CallDeadline(context_)});
+    if (!ids.ok()) {
+      FinishWith(ids.status());
+      return;
+    }
+    request_.mutable_tokens()->mutable_ids()->Assign(ids->begin(), ids->end());  // frees the text (oneof)
+    Queue();
+  }
+
+  // Validates request_ (token ids by now) and submits it to the batcher.
+  void Queue() {
     absl::StatusOr<ScoreRequest> engine_request =
         ToEngineRequest(request_, config_->limits, config_->tokenizer);
     if (!engine_request.ok()) {
@@ -244,7 +367,7 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
     }
     // Held until the call is done: gRPC's copy of the request bytes, the parsed message, the ids (ours and
     // the batcher's) and the response, reserved at its upper bound until it is known.
-    held_bytes_ = static_cast<int64_t>(raw_request.Length() + request_.ByteSizeLong()) +
+    held_bytes_ = raw_bytes_ + static_cast<int64_t>(request_.ByteSizeLong()) +
                   static_cast<int64_t>(sizeof(int32_t) * engine_request->tokens.size());
     absl::Status charged =
         ChargeBudget(*config_,
@@ -275,19 +398,6 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
     if (cancel_now) config_->batcher->Cancel(*ticket);
   }
 
-  void OnCancel() override {
-    uint64_t ticket = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      cancelled_ = true;
-      ticket = ticket_;
-    }
-    if (ticket != 0) config_->batcher->Cancel(ticket);
-  }
-
-  void OnDone() override { delete this; }
-
- private:
   void OnResult(absl::StatusOr<ScoreResult> result) {
     { absl::MutexLock lock(&mu_); }  // Start() has returned from Submit
     if (!result.ok()) {
@@ -295,7 +405,7 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
       return;
     }
     v1::ScoreResponse response;
-    FillScoreResponse(engine_request_, *result, request_.has_text(), request_.request_id(), &response);
+    FillScoreResponse(engine_request_, *result, has_text_, request_.request_id(), &response);
     *response_ = Serialize(response);
     charge_.Resize(held_bytes_ + static_cast<int64_t>(response_->Length()));
     FinishWith(absl::OkStatus());
@@ -309,17 +419,88 @@ class ScoreReactor final : public grpc::ServerUnaryReactor {
 
   const ScorerService::Config* const config_;
   grpc::CallbackServerContext* const context_;
-  v1::ScoreRequest request_;  // parsed by Start
+  v1::ScoreRequest request_;  // parsed by Start; a text is replaced by its ids before Queue()
+  bool has_text_ = false;     // the request gave text (its ids are echoed)
+  std::atomic<bool> tokenize_cancelled_{false};
   grpc::ByteBuffer* const response_;
   const absl::Time start_ = absl::Now();
   ScoreRequest engine_request_;
   // Taken by Start, released when gRPC deletes the reactor (after the response was sent).
   ConnectionLimiter::Slot slot_;
   MemoryBudget::Charge charge_;
+  int64_t raw_bytes_ = 0;   // gRPC's copy of the request, held until the call is done
   int64_t held_bytes_ = 0;  // the charge besides the response
   absl::Mutex mu_;
   uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Tokenize: parse and check here, tokenize on the pool, answer from there.
+class TokenizeReactor final : public grpc::ServerUnaryReactor {
+ public:
+  TokenizeReactor(const ScorerService::Config* config, grpc::CallbackServerContext* context,
+                  grpc::ByteBuffer* response)
+      : config_(config), context_(context), response_(response) {}
+
+  void Start(const grpc::ByteBuffer& raw_request) {
+    absl::Status status = Admit(*config_, *context_);
+    if (status.ok()) status = TakeConnectionSlot(*config_, *context_, "Tokenize", &slot_);
+    if (status.ok()) status = ParseRequest(raw_request, &request_, nullptr);
+    if (status.ok() && config_->tokenizer == nullptr) {
+      status = absl::FailedPreconditionError("the model folder has no tokenizer");
+    }
+    if (status.ok()) status = CheckText(*config_, request_.text());
+    if (status.ok()) {
+      // The request bytes and message, then at most one id per byte of text (+ BOS): 4 bytes in the vector,
+      // <= 5 as a packed varint, <= 5 more for its byte length. The tokenizer's working memory is not
+      // counted. Held until gRPC deletes the reactor (the response sent).
+      const int64_t per_id = 4 + 5 + (request_.want_byte_lengths() ? 5 : 0);
+      status = ChargeBudget(*config_,
+                            static_cast<int64_t>(raw_request.Length() + request_.ByteSizeLong()) +
+                                (static_cast<int64_t>(request_.text().size()) + 1) * per_id,
+                            0, "Tokenize", &charge_);
+    }
+    if (status.ok()) status = config_->tokenize_pool->Submit([this] { Run(); });
+    if (!status.ok()) FinishWith(status);
+  }
+
+  void OnCancel() override { cancelled_.store(true); }
+  void OnDone() override { delete this; }
+
+ private:
+  void Run() {
+    absl::StatusOr<std::vector<int32_t>> ids =
+        TokenizeCallText(*config_, "Tokenize", request_.text(), request_.has_add_bos(), request_.add_bos(),
+                         /*max_tokens=*/-1, TokenizeStop{&cancelled_, CallDeadline(context_)});
+    if (!ids.ok()) {
+      FinishWith(ids.status());
+      return;
+    }
+    v1::TokenizeResponse response;
+    response.mutable_ids()->Assign(ids->begin(), ids->end());
+    if (request_.want_byte_lengths()) {
+      for (int32_t id : *ids) {
+        response.add_byte_lengths(static_cast<int32_t>(config_->tokenizer->TokenByteLength(id)));
+      }
+    }
+    *response_ = Serialize(response);
+    FinishWith(absl::OkStatus());
+  }
+
+  void FinishWith(const absl::Status& status) {
+    const grpc::Status g = ToGrpcStatus(status);
+    config_->metrics->RecordRequest("Tokenize", g.error_code(), SecondsSince(start_));
+    Finish(g);
+  }
+
+  const ScorerService::Config* const config_;
+  grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer* const response_;
+  const absl::Time start_ = absl::Now();
+  v1::TokenizeRequest request_;  // parsed by Start, read by Run (after the pool's queue hand-off)
+  std::atomic<bool> cancelled_{false};
+  ConnectionLimiter::Slot slot_;  // taken by Start, released when gRPC deletes the reactor
+  MemoryBudget::Charge charge_;   // likewise
 };
 
 }  // namespace
@@ -339,7 +520,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
   ~StreamReactor() override {
     absl::MutexLock lock(&mu_);
-    if (parked_) config_->metrics->AddPausedStreams(-1);  // not reached: Finish waits for it
+    if (paused_) config_->metrics->AddPausedStreams(-1);  // not reached: Finish waits for the parked requests
   }
 
   struct Actions {
@@ -425,6 +606,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       error = absl::UnavailableError("the server is shutting down");
     } else if (!parsed.ok()) {
       error = parsed;
+    } else if (echo) {
+      error = CheckText(*config_, request.text().text());  // then tokenized on the pool
     } else {
       engine_request = ToEngineRequest(request, config_->limits, config_->tokenizer);
       if (!engine_request.ok()) error = engine_request.status();
@@ -439,7 +622,17 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       if (error.ok() && (finish_called_ || cancelled_ || write_failed_)) {
         error = absl::CancelledError("the stream ended before the request was queued");
       }
-      if (error.ok()) error = QueueLocked(Parked{std::move(*engine_request), request_id, echo, start});
+      if (error.ok() && echo) {
+        // Counts as pending (the stream cannot finish) until TokenizeThenSubmit has queued or answered it.
+        ++pending_;
+        auto text_request = std::make_shared<v1::ScoreRequest>(std::move(request));
+        error = config_->tokenize_pool->Submit([this, text_request, request_id, start] {
+          TokenizeThenSubmit(text_request.get(), request_id, start);
+        });
+        if (!error.ok()) --pending_;
+      } else if (error.ok()) {
+        error = QueueLocked(Parked{std::move(*engine_request), request_id, echo, start});
+      }
       if (!error.ok()) EnqueueErrorLocked(request_id, error, start);
       a = DecideLocked();
     }
@@ -462,6 +655,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   }
 
   void OnCancel() override {
+    tokenize_cancelled_.store(true);
     std::vector<uint64_t> tickets;
     {
       absl::MutexLock lock(&mu_);
@@ -510,7 +704,13 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   // DecideLocked retries it after each of its own events (a result, a write), which free memory. With none
   // (nothing of its own would ever free memory for it), the budget's RESOURCE_EXHAUSTED is returned, to be
   // answered as an `error` response. Any other error of Batcher::Submit is returned too.
-  absl::Status QueueLocked(Parked p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Requests park in order: one arriving while others are parked (a text whose tokenization finished, a read
+  // completing) joins the end of the line; ResolveParkedLocked passes at_front for the head of the line.
+  absl::Status QueueLocked(Parked p, bool at_front = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!at_front && !parked_.empty()) {
+      parked_.push_back(std::move(p));
+      return absl::OkStatus();
+    }
     const int64_t bytes = kQueuedBytesPerToken * static_cast<int64_t>(p.request.tokens.size()) +
                           EstimateScoreResponseBytes(p.request);
     const int64_t headroom = config_->budget->limit() / MemoryBudget::kStreamHeadroomDivisor;
@@ -523,8 +723,12 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
             : config_->budget->TryCharge(bytes, headroom);
     if (!charge.ok()) {
       if (own > 0 || pending_ > 0 || !responses_.empty()) {
-        config_->metrics->AddPausedStreams(1);
-        parked_ = std::move(p);
+        if (at_front) {
+          parked_.push_front(std::move(p));
+        } else {
+          parked_.push_back(std::move(p));
+        }
+        UpdatePausedLocked();
         return absl::OkStatus();
       }
       config_->metrics->RecordLimitRejection("max_buffered_bytes", "ScoreStream");
@@ -557,21 +761,61 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
   // The parked request, if any: answered (cancelled or shutting down) or queued again (see QueueLocked).
   void ResolveParkedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!parked_) return;
-    Parked p = std::move(*parked_);
-    parked_.reset();
-    config_->metrics->AddPausedStreams(-1);
-    const uint64_t request_id = p.request_id;
-    const absl::Time start = p.start;
-    absl::Status error;
-    if (cancelled_ || write_failed_) {
-      error = absl::CancelledError("the stream ended before the request was queued");
-    } else if (draining_) {
-      error = absl::UnavailableError("the server is shutting down");
-    } else {
-      error = QueueLocked(std::move(p));
+    while (!parked_.empty()) {
+      Parked p = std::move(parked_.front());
+      parked_.pop_front();
+      const size_t behind = parked_.size();
+      const uint64_t request_id = p.request_id;
+      const absl::Time start = p.start;
+      absl::Status error;
+      if (cancelled_ || write_failed_) {
+        error = absl::CancelledError("the stream ended before the request was queued");
+      } else if (draining_) {
+        error = absl::UnavailableError("the server is shutting down");
+      } else {
+        error = QueueLocked(std::move(p), /*at_front=*/true);
+      }
+      if (!error.ok()) EnqueueErrorLocked(request_id, error, start);
+      if (parked_.size() > behind) break;  // parked again: the budget is still spent
     }
-    if (!error.ok()) EnqueueErrorLocked(request_id, error, start);
+    UpdatePausedLocked();
+  }
+
+  // scored_streams_paused counts this stream while it has parked requests.
+  void UpdatePausedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (paused_ == parked_.empty()) {
+      paused_ = !parked_.empty();
+      config_->metrics->AddPausedStreams(paused_ ? 1 : -1);
+    }
+  }
+
+  // On a pool thread: tokenizes a text request (stopping past max_seq_len), then submits its ids or
+  // answers its error. OnReadDone counted it in pending_, which keeps the reactor alive until here.
+  void TokenizeThenSubmit(v1::ScoreRequest* request, uint64_t request_id, absl::Time start) {
+    const v1::TextInput& input = request->text();
+    absl::StatusOr<std::vector<int32_t>> ids = TokenizeCallText(
+        *config_, "ScoreStream", input.text(), input.has_add_bos(), input.add_bos(),
+        config_->limits.max_seq_len, TokenizeStop{&tokenize_cancelled_, CallDeadline(context_)});
+    absl::Status error = ids.status();
+    absl::StatusOr<ScoreRequest> engine_request;
+    if (ids.ok()) {
+      request->mutable_tokens()->mutable_ids()->Assign(ids->begin(), ids->end());  // frees the text (oneof)
+      engine_request = ToEngineRequest(*request, config_->limits, config_->tokenizer);
+      error = engine_request.status();
+    }
+    Actions a;
+    {
+      absl::MutexLock lock(&mu_);
+      --pending_;
+      if (error.ok() && (cancelled_ || write_failed_)) {
+        error = absl::CancelledError("the stream ended before the request was queued");
+      }
+      if (error.ok())
+        error = QueueLocked(Parked{std::move(*engine_request), request_id, /*echo=*/true, start});
+      if (!error.ok()) EnqueueErrorLocked(request_id, error, start);
+      a = DecideLocked();
+    }
+    Perform(this, a);
   }
 
   void OnResult(const ScoreRequest& request, const std::shared_ptr<InFlight>& in_flight, uint64_t request_id,
@@ -627,7 +871,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       writing_ = true;
       a.write = &responses_.front().bytes;  // deque: push_back never moves the front element
     }
-    if (!read_in_flight_ && !reads_done_ && !draining_ && !cancelled_ && !write_failed_ && !parked_ &&
+    if (!read_in_flight_ && !reads_done_ && !draining_ && !cancelled_ && !write_failed_ && parked_.empty() &&
         pending_ + static_cast<int>(responses_.size()) < config_->stream_window) {
       read_in_flight_ = true;
       a.read = true;
@@ -638,7 +882,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     }
     const bool ending = reads_done_ || draining_ || cancelled_ || write_failed_;
     // Unwritten responses of a cancelled or broken stream can never be written: they do not count.
-    const bool idle = busy_ == 0 && !writing_ && pending_ == 0 && !parked_ &&
+    const bool idle = busy_ == 0 && !writing_ && pending_ == 0 && parked_.empty() &&
                       (responses_.empty() || cancelled_ || write_failed_);
     // While reading normally, a read is always in flight; it may stay outstanding only if ending.
     if (ending && idle) {
@@ -660,12 +904,15 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   grpc::CallbackServerContext* const context_;
   grpc::ByteBuffer read_buf_;           // owned by the read in flight
   const ConnectionLimiter::Slot slot_;  // this call's connection slot, released when gRPC deletes the reactor
+  std::atomic<bool> tokenize_cancelled_{false};  // set by OnCancel, polled by running tokenizations
 
   absl::Mutex mu_;
   // Serialized ScoreResponses; the front is being written if writing_.
   std::deque<Buffered> responses_ ABSL_GUARDED_BY(mu_);
-  // The request read while the budget was spent (no read is started while it is set; see QueueLocked).
-  std::optional<Parked> parked_ ABSL_GUARDED_BY(mu_);
+  // Requests that wait for the budget, in order (no read is started while any does; see QueueLocked): the one
+  // read while it was spent, and texts whose tokenization finished meanwhile.
+  std::deque<Parked> parked_ ABSL_GUARDED_BY(mu_);
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;  // counted in scored_streams_paused
   std::set<uint64_t> tickets_ ABSL_GUARDED_BY(mu_);
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // the reservations of the pending_ requests
@@ -733,45 +980,8 @@ void ScorerService::BeginShutdown() {
 grpc::ServerUnaryReactor* ScorerService::Tokenize(grpc::CallbackServerContext* context,
                                                   const grpc::ByteBuffer* raw_request,
                                                   grpc::ByteBuffer* raw_response) {
-  const absl::Time start = absl::Now();
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = Admit(config_, *context);
-  v1::TokenizeRequest request;
-  v1::TokenizeResponse response;
-  ConnectionLimiter::Slot slot;
-  MemoryBudget::Charge charge;
-  if (status.ok()) status = TakeConnectionSlot(config_, *context, "Tokenize", &slot);
-  if (status.ok()) status = ParseRequest(*raw_request, &request, nullptr);
-  if (status.ok()) {
-    // The request bytes and message, then at most one id per byte of text (+ BOS): 4 bytes in the vector,
-    // <= 5 as a packed varint, <= 5 more for its byte length. The tokenizer's working memory is not counted.
-    const int64_t per_id = 4 + 5 + (request.want_byte_lengths() ? 5 : 0);
-    status = ChargeBudget(config_,
-                          static_cast<int64_t>(raw_request->Length() + request.ByteSizeLong()) +
-                              (static_cast<int64_t>(request.text().size()) + 1) * per_id,
-                          0, "Tokenize", &charge);
-  }
-  if (status.ok() && config_.tokenizer == nullptr) {
-    status = absl::FailedPreconditionError("the model folder has no tokenizer");
-  }
-  if (status.ok()) {
-    absl::StatusOr<std::vector<int32_t>> ids =
-        TokenizeWithBos(*config_.tokenizer, request.text(), request.has_add_bos(), request.add_bos());
-    if (!ids.ok()) {
-      status = ids.status();
-    } else {
-      response.mutable_ids()->Assign(ids->begin(), ids->end());
-      if (request.want_byte_lengths()) {
-        for (int32_t id : *ids) {
-          response.add_byte_lengths(static_cast<int32_t>(config_.tokenizer->TokenByteLength(id)));
-        }
-      }
-    }
-  }
-  if (status.ok()) *raw_response = Serialize(response);
-  const grpc::Status g = ToGrpcStatus(status);
-  config_.metrics->RecordRequest("Tokenize", g.error_code(), SecondsSince(start));
-  reactor->Finish(g);
+  auto* reactor = new TokenizeReactor(&config_, context, raw_response);
+  reactor->Start(*raw_request);
   return reactor;
 }
 

@@ -15,6 +15,14 @@
 //                 (back-pressure) until they are written; a stream with none answers the request with a
 //                 RESOURCE_EXHAUSTED `error` and goes on. Every request read gets a response.
 //   Tokenize      the model's tokenizer, no engine involved.
+//
+// Text (Tokenize, and `text` input of Score and ScoreStream; README "Text limits"): a text over
+// max_text_bytes is OUT_OF_RANGE before any tokenization; otherwise it is tokenized on the TokenizePool,
+// never on a gRPC thread, so token-id requests are not delayed by it (a full pool queue: RESOURCE_EXHAUSTED).
+// A Score text stops being tokenized once it passes max_seq_len tokens (OUT_OF_RANGE, the rest of the text
+// untouched). A tokenization stops part-way when its call is cancelled (CANCELLED), its deadline passes
+// (DEADLINE_EXCEEDED) or the server's shutdown grace ends (UNAVAILABLE); each stop counts in
+// scored_tokenizations_stopped_total.
 //   GetModelInfo  engine->info() plus the tokenizer's facts and the server version.
 //
 // Score, ScoreStream and Tokenize receive the request's raw bytes and parse them here, so that bytes which
@@ -45,6 +53,7 @@
 #include "server/metrics.h"
 #include "server/request_validation.h"
 #include "server/security.h"
+#include "server/tokenize_pool.h"
 
 namespace scored {
 
@@ -71,6 +80,9 @@ class ScorerService final : public ScorerServiceBase {
     // connection slot for their duration and charge the budget (see the ScoreStream note above).
     MemoryBudget* budget = nullptr;
     ConnectionLimiter* connections = nullptr;
+    // Text input: not owned, required when `tokenizer` is set; the longest text accepted, bytes.
+    TokenizePool* tokenize_pool = nullptr;
+    int64_t max_text_bytes = int64_t{4} << 20;
     v1::ModelInfo model_info;  // returned by GetModelInfo
   };
 

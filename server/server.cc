@@ -257,11 +257,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                         << limits.max_seq_len << " tokens reserves " << largest_bytes
                         << " bytes, more than ScoreStreams may use; such requests get RESOURCE_EXHAUSTED";
   }
+  server->tokenize_pool_ =
+      std::make_unique<TokenizePool>(TokenizePool::Options{options.tokenize_threads, options.tokenize_queue});
+  SCORED_LOG(INFO) << "text limits: --max_text_bytes " << options.max_text_bytes << ", --tokenize_threads "
+                   << options.tokenize_threads << ", --tokenize_queue " << options.tokenize_queue;
 
   ScorerService::Config config;
   config.budget = server->budget_.get();
   config.connections = server->connections_.get();
   config.batcher = server->batcher_.get();
+  config.tokenize_pool = server->tokenize_pool_.get();
+  config.max_text_bytes = options.max_text_bytes;
   config.tokenizer = server->tokenizer_.get();
   config.metrics = metrics;
   config.auth = server->auth_.get();
@@ -396,9 +402,15 @@ void Server::Shutdown() {
     SCORED_LOG(INFO) << "shutting down: finishing in-flight requests (grace "
                      << absl::FormatDuration(options_.shutdown_grace) << ")";
     if (service_) service_->BeginShutdown();
-    grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.shutdown_grace));
+    const absl::Time grace_end = absl::Now() + options_.shutdown_grace;
+    // Tokenizations still running when the grace ends stop there (their calls answer UNAVAILABLE), so that
+    // a long text cannot hold the shutdown past it.
+    if (tokenize_pool_) tokenize_pool_->BeginShutdown(grace_end);
+    grpc_server_->Shutdown(absl::ToChronoTime(grace_end));
     grpc_server_->Wait();
   }
+  // Before the batcher: a pool job may still submit to it.
+  if (tokenize_pool_) tokenize_pool_->Shutdown();
   if (batcher_) batcher_->Shutdown();
   SCORED_LOG(INFO) << "shut down";
 }

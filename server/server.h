@@ -11,7 +11,8 @@
 //
 // Shutdown order: health NOT_SERVING; open ScoreStreams are told to drain; grpc::Server::Shutdown with
 // `shutdown_grace` (new calls get UNAVAILABLE, in-flight calls complete; after the grace they are
-// cancelled); then the batcher drains and stops; then the metrics endpoint.
+// cancelled, and tokenizations still running stop); then the tokenize pool's threads; then the batcher
+// drains and stops; then the metrics endpoint.
 //
 // Thread-safety: RequestStop() and the accessors are thread-safe; Start/Wait/Shutdown are called from
 // one controlling thread.
@@ -34,6 +35,7 @@
 #include "server/options.h"
 #include "server/scorer_service.h"
 #include "server/security.h"
+#include "server/tokenize_pool.h"
 
 namespace scored {
 
@@ -80,6 +82,7 @@ class Server {
   std::unique_ptr<MemoryBudget> budget_;
   std::unique_ptr<ConnectionLimiter> connections_;
   std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<TokenizePool> tokenize_pool_;  // texts of Tokenize and Score (README "Text limits")
   std::unique_ptr<ScorerService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int grpc_port_ = 0;

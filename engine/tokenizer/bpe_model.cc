@@ -172,7 +172,15 @@ bool BpeModel::EncodeWord(std::string_view word, Scratch* scratch, std::vector<i
   for (int32_t pos = 0; pos + 1 < static_cast<int32_t>(symbols.size()); ++pos) {
     PushCandidate(pos, scratch);
   }
+  int until_poll = Scratch::kPollMerges;
   while (!heap.empty()) {
+    if (scratch->stop != nullptr && --until_poll == 0) {
+      until_poll = Scratch::kPollMerges;
+      if ((*scratch->stop)()) {
+        scratch->stopped = true;
+        return true;
+      }
+    }
     std::pop_heap(heap.begin(), heap.end(), HeapAfter);
     const Scratch::Candidate top = heap.back();
     heap.pop_back();

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -52,6 +53,11 @@ class BpeModel {
     };
     std::vector<Symbol> symbols;
     std::vector<Candidate> heap;
+    // Polled every kPollMerges merges of one word (a long word is most of an encoding's work); when it
+    // returns true the word is abandoned: nothing is appended and `stopped` is set. Null: never.
+    const std::function<bool()>* stop = nullptr;
+    bool stopped = false;
+    static constexpr int kPollMerges = 1 << 14;
   };
 
   // `tokens[id]` is the token of id (empty for an id the vocabulary skips). `merges` are pairs of

@@ -21,6 +21,10 @@ bool IsAsciiSpace(char c) {
 }  // namespace
 
 struct BpeTokenizer::EncodeState {
+  EncodeState(const EncodeLimits& limits, size_t max_bytes_per_token) : guard(limits, max_bytes_per_token) {
+    scratch.stop = guard.stop();
+  }
+  EncodeGuard guard;
   BpeModel::Scratch scratch;
   std::vector<std::string_view> pieces;
   // Byte-level word cache: word -> [offset, count) in cache_ids. Words repeat a lot in text.
@@ -67,6 +71,27 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
       }
     }
   }
+  // A word's id stands for a token of the vocabulary, a character (<= 4 bytes) or a fallback byte; a fused
+  // run of unknown characters has no bound (it cannot occur when every byte has a fallback token).
+  const BpeModel::Options& options = t->model_.options();
+  std::vector<bool> has_byte(256, false);
+  int bytes_covered = 0;
+  for (int64_t id = 0; id < t->model_.size(); ++id) {
+    const int byte = t->model_.ByteOfToken(static_cast<int32_t>(id));
+    if (byte >= 0 && !has_byte[byte]) {
+      has_byte[byte] = true;
+      ++bytes_covered;
+    }
+  }
+  const bool unknown_runs =
+      options.unk_id >= 0 && options.fuse_unk && !(options.byte_fallback && bytes_covered == 256);
+  if (!unknown_runs) {
+    t->max_bytes_per_token_ = 4;
+    for (int64_t id = 0; id < t->model_.size(); ++id) {
+      t->max_bytes_per_token_ =
+          std::max(t->max_bytes_per_token_, t->model_.token(static_cast<int32_t>(id)).size());
+    }
+  }
   t->byte_length_.assign(t->vocab_size_, 0);
   for (int64_t id = 0; id < t->vocab_size_; ++id) {
     const int32_t added = t->added_of_id_[id];
@@ -104,11 +129,16 @@ size_t BpeTokenizer::MatchAddedAt(std::string_view text, size_t pos, size_t* ind
   return 0;
 }
 
-absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text) const {
+absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text,
+                                                          const EncodeLimits& limits) const {
   SCORED_RETURN_IF_ERROR(ValidateUtf8(text));
   std::vector<int32_t> ids;
-  ids.reserve(text.size() / 3 + 8);
-  EncodeState state;
+  // A limit bounds the ids kept; reserving for the whole text would cost its full size up front.
+  const size_t expected = text.size() / 3 + 8;
+  ids.reserve(limits.max_tokens >= 0 ? std::min<size_t>(expected, static_cast<size_t>(limits.max_tokens) + 1)
+                                     : expected);
+  EncodeState state(limits, max_bytes_per_token_);
+  SCORED_RETURN_IF_ERROR(state.guard.Poll(0));
   size_t segment_start = 0;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -131,6 +161,7 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text)
     SCORED_RETURN_IF_ERROR(EncodeSegmentInto(text.substr(segment_start, match_start - segment_start),
                                              segment_start == 0, &state, &ids));
     ids.push_back(added.id);
+    SCORED_RETURN_IF_ERROR(state.guard.Word(ids.size()));
     segment_start = pos = match_end;
   }
   SCORED_RETURN_IF_ERROR(EncodeSegmentInto(text.substr(segment_start), segment_start == 0, &state, &ids));
@@ -139,12 +170,14 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text)
 
 absl::Status BpeTokenizer::EncodeWordInto(std::string_view word, EncodeState* state,
                                           std::vector<int32_t>* ids) const {
+  SCORED_RETURN_IF_ERROR(state->guard.BeforeWord(ids->size(), word.size()));
   uint32_t bad_char = 0;
   if (!model_.EncodeWord(word, &state->scratch, ids, &bad_char)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("character U+%04X has no token (no byte fallback, no unknown token)", bad_char));
   }
-  return absl::OkStatus();
+  if (state->scratch.stopped) return state->guard.Stopped(ids->size());
+  return state->guard.Word(ids->size());
 }
 
 absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_start, EncodeState* state,
@@ -153,6 +186,7 @@ absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_s
   if (spec_.nfc) {
     SCORED_ASSIGN_OR_RETURN(state->normalized, NormalizeNfc(segment));
     segment = state->normalized;
+    SCORED_RETURN_IF_ERROR(state->guard.Poll(ids->size()));
   }
   if (model_.options().alphabet == BpeModel::Alphabet::kChars) {
     std::string& m = state->metaspaced;
@@ -200,6 +234,7 @@ absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_s
   if (splitter_ == nullptr) return EncodeWordInto(segment, state, ids);
   state->pieces.clear();
   SCORED_RETURN_IF_ERROR(splitter_->Split(segment, &state->pieces));
+  SCORED_RETURN_IF_ERROR(state->guard.Poll(ids->size()));
   for (const std::string_view piece : state->pieces) {
     SCORED_RETURN_IF_ERROR(EncodeCachedWordInto(piece, state, ids));
   }
@@ -212,7 +247,7 @@ absl::Status BpeTokenizer::EncodeCachedWordInto(std::string_view word, EncodeSta
   if (it != state->cache.end()) {
     const auto [offset, count] = it->second;
     ids->insert(ids->end(), state->cache_ids.begin() + offset, state->cache_ids.begin() + offset + count);
-    return absl::OkStatus();
+    return state->guard.Word(ids->size());
   }
   const size_t before = ids->size();
   SCORED_RETURN_IF_ERROR(EncodeWordInto(word, state, ids));

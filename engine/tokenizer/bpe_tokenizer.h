@@ -63,7 +63,9 @@ class BpeTokenizer : public Tokenizer {
   // pattern does not compile.
   static absl::StatusOr<std::unique_ptr<BpeTokenizer>> Create(BpeModel model, BpeTokenizerSpec spec);
 
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
+  using Tokenizer::Encode;
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
+                                              const EncodeLimits& limits) const override;
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;
   int64_t TokenByteLength(int32_t id) const override;
   int64_t vocab_size() const override { return vocab_size_; }
@@ -75,7 +77,7 @@ class BpeTokenizer : public Tokenizer {
 
  private:
   BpeTokenizer(BpeModel model, BpeTokenizerSpec spec) : model_(std::move(model)), spec_(std::move(spec)) {}
-  struct EncodeState;  // working memory of one Encode call
+  struct EncodeState;  // working memory and limits of one Encode call
   absl::Status EncodeSegmentInto(std::string_view segment, bool at_start, EncodeState* state,
                                  std::vector<int32_t>* ids) const;
   absl::Status EncodeWordInto(std::string_view word, EncodeState* state, std::vector<int32_t>* ids) const;
@@ -94,6 +96,8 @@ class BpeTokenizer : public Tokenizer {
   // of a '▁' run, so the segment may be cut there into words without changing the result; the
   // short words then hit the word cache (measured ~x10 on wiki.test.raw, see tests/bench/tokenizer).
   bool metaspace_words_exact_ = false;
+  // EncodeGuard::BeforeWord: the longest token (at least a 4-byte character); 0 with fused unknown runs.
+  size_t max_bytes_per_token_ = 0;
   std::vector<int32_t> added_of_id_;                      // [vocab_size] index into spec_.added_tokens, or -1
   std::vector<int64_t> byte_length_;                      // [vocab_size] TokenByteLength
   std::vector<std::vector<size_t>> added_by_first_byte_;  // [256] added tokens, longest first

@@ -270,7 +270,15 @@ void SentencePieceBpe::EncodeNormalized(std::string_view word, Scratch* scratch,
   for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) {
     MaybePush(word, i - 1, i, scratch);
   }
+  int until_poll = Scratch::kPollMerges;
   while (!heap.empty()) {
+    if (scratch->stop != nullptr && --until_poll == 0) {
+      until_poll = Scratch::kPollMerges;
+      if ((*scratch->stop)()) {
+        scratch->stopped = true;
+        return;
+      }
+    }
     std::pop_heap(heap.begin(), heap.end(), PairBelow);
     const Scratch::Pair top = heap.back();
     heap.pop_back();

@@ -26,6 +26,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -59,6 +60,11 @@ class SentencePieceBpe {
     std::vector<Pair> heap;
     // UNUSED piece id -> {left begin, left len, right begin, right len} of its last merge.
     absl::flat_hash_map<int32_t, std::array<int32_t, 4>> unused_splits;
+    // Polled every kPollMerges merges of one word (a long word is most of an encoding's work); when it
+    // returns true the word is abandoned: nothing is appended and `stopped` is set. Null: never.
+    const std::function<bool()>* stop = nullptr;
+    bool stopped = false;
+    static constexpr int kPollMerges = 1 << 14;
   };
 
   // Validates the model: BPE model_type (UNIGRAM/WORD/CHAR: UNIMPLEMENTED), identity normalizer

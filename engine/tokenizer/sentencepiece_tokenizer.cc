@@ -9,6 +9,7 @@
 // rendered as their piece text between runs.
 // BOS/EOS/add_bos: the model's own ids and "add BOS", overridden by tokenizer_config.json /
 // special_tokens_map.json where present.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -34,20 +35,33 @@ constexpr size_t kMaxTextBytes = size_t{1} << 29;
 
 class SentencePieceTokenizer : public Tokenizer {
  public:
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override {
+  using Tokenizer::Encode;
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
+                                              const EncodeLimits& limits) const override {
     SCORED_RETURN_IF_ERROR(ValidateUtf8(text));
     if (text.size() > kMaxTextBytes) {
       return absl::InvalidArgumentError(absl::StrCat("text of ", text.size(),
                                                      " bytes is longer than the SentencePiece limit of ",
                                                      kMaxTextBytes, " bytes"));
     }
+    EncodeGuard guard(limits, max_bytes_per_token_);
+    SCORED_RETURN_IF_ERROR(guard.Poll(0));
     std::string normalized;
     model_.Normalize(text, &normalized);
+    SCORED_RETURN_IF_ERROR(guard.Poll(0));
     std::vector<int32_t> ids;
-    ids.reserve(normalized.size() / 3 + 8);
+    // A limit bounds the ids kept; reserving for the whole text would cost its full size up front.
+    const size_t expected = normalized.size() / 3 + 8;
+    ids.reserve(limits.max_tokens >= 0
+                    ? std::min<size_t>(expected, static_cast<size_t>(limits.max_tokens) + 1)
+                    : expected);
     SentencePieceBpe::Scratch scratch;
+    scratch.stop = guard.stop();
     if (!model_.words_split_exact()) {
+      SCORED_RETURN_IF_ERROR(guard.BeforeWord(0, normalized.size()));
       model_.EncodeNormalized(normalized, &scratch, &ids);
+      if (scratch.stopped) return guard.Stopped(ids.size());
+      SCORED_RETURN_IF_ERROR(guard.Word(ids.size()));
       return ids;
     }
     // Word -> [offset, count) in cache_ids.
@@ -58,13 +72,16 @@ class SentencePieceTokenizer : public Tokenizer {
       if (it != cache.end()) {
         const auto [offset, count] = it->second;
         ids.insert(ids.end(), cache_ids.begin() + offset, cache_ids.begin() + offset + count);
-        return;
+        return guard.Word(ids.size());
       }
+      SCORED_RETURN_IF_ERROR(guard.BeforeWord(ids.size(), word.size()));
       const size_t before = ids.size();
       model_.EncodeNormalized(word, &scratch, &ids);
+      if (scratch.stopped) return guard.Stopped(ids.size());
       const int32_t offset = static_cast<int32_t>(cache_ids.size());
       cache_ids.insert(cache_ids.end(), ids.begin() + before, ids.end());
       cache.emplace(word, std::make_pair(offset, static_cast<int32_t>(ids.size() - before)));
+      return guard.Word(ids.size());
     };
     const std::string_view s = normalized;
     const std::string_view space = model_.space_symbol();
@@ -73,10 +90,10 @@ class SentencePieceTokenizer : public Tokenizer {
       if (p >= space.size() && s.compare(p - space.size(), space.size(), space) == 0) {
         continue;  // inside a run of spaces: not a word start
       }
-      encode_word(s.substr(word_start, p - word_start));
+      SCORED_RETURN_IF_ERROR(encode_word(s.substr(word_start, p - word_start)));
       word_start = p;
     }
-    encode_word(s.substr(word_start));
+    SCORED_RETURN_IF_ERROR(encode_word(s.substr(word_start)));
     return ids;
   }
 
@@ -142,6 +159,11 @@ class SentencePieceTokenizer : public Tokenizer {
         t->byte_length_[id] = n;
       }
     }
+    // An id stands for one vocabulary piece, one character (<= 4 bytes) or, with byte fallback, one byte.
+    t->max_bytes_per_token_ = 4;
+    for (int32_t id = 0; id < t->vocab_size_; ++id) {
+      t->max_bytes_per_token_ = std::max(t->max_bytes_per_token_, m.piece(id).size());
+    }
     t->bos_id_ = m.bos_id();
     t->eos_id_ = m.eos_id();
     t->add_bos_ = t->bos_id_ >= 0;
@@ -179,6 +201,7 @@ class SentencePieceTokenizer : public Tokenizer {
   int32_t bos_id_ = -1;
   int32_t eos_id_ = -1;
   bool add_bos_ = true;
+  size_t max_bytes_per_token_ = 4;  // EncodeGuard::BeforeWord
   std::string fingerprint_;
 };
 

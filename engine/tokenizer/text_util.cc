@@ -177,5 +177,14 @@ absl::StatusOr<std::string> NormalizeNfc(std::string_view text) {
   return out;
 }
 
+absl::Status EncodeGuard::TooMany(size_t num_ids) const {
+  return absl::OutOfRangeError(absl::StrCat("the text has more than ", limits_.max_tokens,
+                                            " tokens (encoding stopped after ", num_ids, " tokens)"));
+}
+
+absl::Status EncodeGuard::Stopped(size_t num_ids) const {
+  return absl::CancelledError(absl::StrCat("encoding was stopped after ", num_ids, " tokens"));
+}
+
 }  // namespace tokenizer_internal
 }  // namespace scored

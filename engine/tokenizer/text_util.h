@@ -3,11 +3,13 @@
 #define SCORED_ENGINE_TOKENIZER_TEXT_UTIL_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace scored {
 namespace tokenizer_internal {
@@ -38,6 +40,49 @@ void AppendUtf8(uint32_t code_point, std::string* out);
 uint32_t ByteToUnicode(uint8_t byte);
 // Inverse over a whole token string: false if some character is not in the alphabet.
 bool ByteLevelToBytes(std::string_view token, std::string* bytes);
+
+// Applies EncodeLimits inside an Encode call: Word() after each word's ids were appended, Poll() after a
+// whole-text pass. Not thread-safe (one per call).
+class EncodeGuard {
+ public:
+  // max_bytes_per_token: the most bytes of a word one id can stand for (the longest vocabulary entry, at
+  // least a 4-byte character); 0 when no such bound holds (e.g. fused unknown-token runs).
+  EncodeGuard(const EncodeLimits& limits, size_t max_bytes_per_token)
+      : limits_(limits), max_bytes_per_token_(max_bytes_per_token) {}
+  // Before a word of `word_bytes` is encoded: OUT_OF_RANGE when it cannot fit, i.e. when even at
+  // max_bytes_per_token bytes an id it would pass max_tokens (a long word is then never encoded).
+  absl::Status BeforeWord(size_t num_ids, size_t word_bytes) const {
+    if (limits_.max_tokens < 0 || max_bytes_per_token_ == 0) return absl::OkStatus();
+    const size_t fewest = (word_bytes + max_bytes_per_token_ - 1) / max_bytes_per_token_;
+    if (static_cast<int64_t>(num_ids + fewest) > limits_.max_tokens) return TooMany(num_ids);
+    return absl::OkStatus();
+  }
+  // OUT_OF_RANGE once num_ids > max_tokens; every kPollWords calls, Poll().
+  absl::Status Word(size_t num_ids) {
+    if (limits_.max_tokens >= 0 && static_cast<int64_t>(num_ids) > limits_.max_tokens) {
+      return TooMany(num_ids);
+    }
+    if (limits_.stop && ++words_since_poll_ >= EncodeLimits::kPollWords) return Poll(num_ids);
+    return absl::OkStatus();
+  }
+  // CANCELLED if limits.stop returns true.
+  absl::Status Poll(size_t num_ids) {
+    words_since_poll_ = 0;
+    if (limits_.stop && limits_.stop()) return Stopped(num_ids);
+    return absl::OkStatus();
+  }
+  // The CANCELLED status of a stop (e.g. found inside a long word).
+  absl::Status Stopped(size_t num_ids) const;
+  // For the scratch of a word encoder (BpeModel, SentencePieceBpe): null when nothing can stop.
+  const std::function<bool()>* stop() const { return limits_.stop ? &limits_.stop : nullptr; }
+
+ private:
+  absl::Status TooMany(size_t num_ids) const;
+
+  const EncodeLimits& limits_;
+  const size_t max_bytes_per_token_;
+  int words_since_poll_ = 0;
+};
 
 // Canonical composition (NFC) via utf8proc. `text` must be valid UTF-8.
 absl::StatusOr<std::string> NormalizeNfc(std::string_view text);

@@ -28,6 +28,7 @@
 #define SCORED_ENGINE_TOKENIZER_TOKENIZER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -37,6 +38,28 @@
 #include "absl/types/span.h"
 
 namespace scored {
+
+// Bounds of one Tokenizer::Encode call, for callers that must not spend unbounded work on a text (a server
+// tokenizing clients' text). The default bounds nothing; with or without bounds the ids are bit-identical
+// when no bound is hit.
+//
+// Encoding is checked between words: the independent pieces the format encodes one by one (the split of
+// SentencePiece and metaspace at the start of each run of '▁', the pre-tokenizer's pieces, the segments
+// between added tokens). A single word is encoded whole, so one check interval costs at most the longest
+// word (the whole text for a format that cannot be cut into words, e.g. a SentencePiece model whose pieces
+// span spaces; a caller bounds that by the text's size).
+struct EncodeLimits {
+  // More than this many ids: the call stops with OUT_OF_RANGE ("more than N tokens") as soon as the ids
+  // produced so far pass it (they are a prefix of the full result, so the full text has more), or before
+  // a word whose length alone says it cannot fit (an id stands for at most the longest vocabulary entry;
+  // not applied where fused unknown-token runs void that bound). < 0: none.
+  int64_t max_tokens = -1;
+  // Polled before encoding and then every kPollWords words (and after each whole-text pass such as
+  // normalization); returning true stops the call with CANCELLED. Empty: never. Runs on the encoding
+  // thread and must be cheap (an atomic load, a clock read).
+  std::function<bool()> stop;
+  static constexpr int kPollWords = 256;
+};
 
 class Tokenizer {
  public:
@@ -65,7 +88,11 @@ class Tokenizer {
   // where the format does so by default, e.g. "<|endoftext|>" for tiktoken/HF added tokens).
   // INVALID_ARGUMENT (naming the byte offset) if `text` is not valid UTF-8; SentencePiece also
   // for a text over 512 MiB.
-  virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const = 0;
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const { return Encode(text, {}); }
+  // The same under `limits`: additionally OUT_OF_RANGE once the ids pass limits.max_tokens, CANCELLED
+  // once limits.stop returns true (both messages say how many ids were produced by then).
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
+                                                      const EncodeLimits& limits) const = 0;
   // Decodes ids to text (special tokens included as their text). INVALID_ARGUMENT for an id out of
   // range (naming its position). Bytes are returned as decoded, even where the ids cut a UTF-8
   // character. Metaspace/SentencePiece drop the dummy-prefix space at the start.

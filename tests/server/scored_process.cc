@@ -4,12 +4,15 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -340,6 +343,31 @@ ScoredProcess::~ScoredProcess() {
 std::string ScoredProcess::grpc_address() const { return absl::StrCat("127.0.0.1:", ports_.grpc); }
 
 std::string ScoredProcess::ReadLog() const { return ReadFileOrEmpty(log_path_); }
+
+absl::Status ScoredProcess::WaitForLog(const std::string& text, absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  const int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (fd < 0) return absl::InternalError(absl::StrCat("inotify_init1: ", std::strerror(errno)));
+  // Watched before the first read: a line written after that read wakes the poll below.
+  const bool watched = ::inotify_add_watch(fd, log_path_.c_str(), IN_MODIFY) >= 0;
+  absl::Status result = absl::OkStatus();
+  while (ReadLog().find(text) == std::string::npos) {
+    const absl::Duration left = deadline - absl::Now();
+    if (!watched || left <= absl::ZeroDuration()) {
+      result = absl::DeadlineExceededError(absl::StrCat("the log of scored never showed '", text, "' within ",
+                                                        absl::FormatDuration(timeout), "; its tail:\n",
+                                                        Tail(ReadLog(), 4000)));
+      break;
+    }
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 60000)));
+    char events[4096];
+    while (::read(fd, events, sizeof(events)) > 0) {
+    }
+  }
+  ::close(fd);
+  return result;
+}
 
 absl::Status ScoredProcess::SendSignal(int signal_number) {
   if (exited_) return absl::FailedPreconditionError("scored already exited");

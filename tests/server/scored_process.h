@@ -103,6 +103,9 @@ class ScoredProcess {
   const std::string& log_path() const { return log_path_; }
   const std::string& port_file() const { return port_file_; }
   std::string ReadLog() const;
+  // Blocks (inotify on the log file, no polling) until the log holds `text`; DEADLINE_EXCEEDED naming it,
+  // with the log's tail, if `timeout` passes first.
+  absl::Status WaitForLog(const std::string& text, absl::Duration timeout) const;
 
   // Sends `signal_number` to the child; a death by that signal is then expected (see ~ScoredProcess).
   absl::Status SendSignal(int signal_number);

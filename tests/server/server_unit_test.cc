@@ -236,6 +236,13 @@ TEST(ServerOptionsTest, EveryNumericFlagHasARangeNamedInItsMessage) {
        [](ServerOptions* o, int64_t v) { o->rendezvous_timeout = absl::Seconds(v); }, 1, 86400},
       {"--max_message_bytes must be in [1024, 2147483647]",
        [](ServerOptions* o, int64_t v) { o->max_message_bytes = v; }, 1024, 2147483647},
+      // Text limits.
+      {"--max_text_bytes must be in [1, 536870912]",
+       [](ServerOptions* o, int64_t v) { o->max_text_bytes = v; }, 1, 536870912},
+      {"--tokenize_threads must be in [1, 64]",
+       [](ServerOptions* o, int64_t v) { o->tokenize_threads = static_cast<int>(v); }, 1, 64},
+      {"--tokenize_queue must be in [1, 65536]",
+       [](ServerOptions* o, int64_t v) { o->tokenize_queue = static_cast<int>(v); }, 1, 65536},
   };
   for (const Flag& f : flags) {
     for (int64_t v : {f.lo, f.hi}) {
