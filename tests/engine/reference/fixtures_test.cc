@@ -277,13 +277,15 @@ TEST(Fixtures, TrainedFp8DynamicBoundRejectsWeightOnly) {
   EXPECT_GT(to_weight_only.max, 0.05);
 }
 
-// The activation quantization itself, bit for bit: reference_act_quant.safetensors holds real float32
-// Linear inputs of the stories260k-fp8-dynamic forward (tinystories_0, 8 positions, the q/o/gate/down
-// inputs of all 5 layers) and what compressed-tensors' forward_quantize made of them. Our per-token FP8
-// fake quantization must give exactly the same floats (no tolerance: same fp32 operations).
-TEST(Fixtures, Fp8ActivationQuantMatchesCompressedTensorsBitwise) {
+// Checks an activation fake quantizer against compressed-tensors bit for bit: `fixture`'s
+// reference_act_quant.safetensors holds real float32 Linear inputs of its reference forward (8 or so
+// positions of its real-text sequence, the q/o/gate/down inputs of every layer) and what compressed-tensors'
+// forward_quantize made of them. `quantize` must give exactly the same floats (no tolerance: the same fp32
+// operations).
+template <typename Quantize>
+void ExpectActQuantMatchesBitwise(const std::string& fixture, int64_t expected_modules, Quantize quantize) {
   const std::string path =
-      std::string(SCORED_FIXTURES_DIR) + "/stories260k-fp8-dynamic/reference_act_quant.safetensors";
+      std::string(SCORED_FIXTURES_DIR) + "/" + fixture + "/reference_act_quant.safetensors";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "fixture absent";
   absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status();
@@ -302,7 +304,7 @@ TEST(Fixtures, Fp8ActivationQuantMatchesCompressedTensorsBitwise) {
     std::vector<float> expected(x.size());                   // [rows, cols]
     std::memcpy(x.data(), input.data, x.size() * sizeof(float));
     std::memcpy(expected.data(), qdq->second.data, expected.size() * sizeof(float));
-    ref::FakeQuantizeFp8PerToken(x.data(), rows, cols);
+    quantize(x.data(), rows, cols);
     for (size_t i = 0; i < x.size(); ++i) {
       if (x[i] != expected[i] && ++mismatches <= 5) {
         ADD_FAILURE() << name << " element " << i << ": " << x[i] << " vs " << expected[i];
@@ -311,10 +313,32 @@ TEST(Fixtures, Fp8ActivationQuantMatchesCompressedTensorsBitwise) {
     ++modules;
     elements += rows * cols;
   }
-  EXPECT_EQ(modules, 20);
+  EXPECT_EQ(modules, expected_modules);
   EXPECT_EQ(mismatches, 0);
-  std::cout << "FP8 activation quantization vs compressed-tensors: " << modules << " Linear inputs, "
+  std::cout << fixture << ": activation quantization vs compressed-tensors: " << modules << " Linear inputs, "
             << elements << " elements, " << mismatches << " differ\n";
+}
+
+// Per-token FP8 (stories260k-fp8-dynamic: tinystories_0, 8 positions, 5 layers).
+TEST(Fixtures, Fp8ActivationQuantMatchesCompressedTensorsBitwise) {
+  ExpectActQuantMatchesBitwise("stories260k-fp8-dynamic", 20, [](float* x, int64_t rows, int64_t cols) {
+    ref::FakeQuantizeFp8PerToken(x, rows, cols);
+  });
+}
+
+// Per-token symmetric int8 (stories260k-int8-w8a8: tinystories_0, 8 positions, 5 layers) and asymmetric int8
+// with a zero point per token (llama-trained-int8-w8a8-g128-asym: wikitext_test_0, 6 positions, 2 layers).
+TEST(Fixtures, Int8ActivationQuantMatchesCompressedTensorsBitwise) {
+  ExpectActQuantMatchesBitwise("stories260k-int8-w8a8", 20, [](float* x, int64_t rows, int64_t cols) {
+    ref::FakeQuantizeInt8PerToken(x, rows, cols, /*symmetric=*/true);
+  });
+}
+
+TEST(Fixtures, Int8AsymActivationQuantMatchesCompressedTensorsBitwise) {
+  ExpectActQuantMatchesBitwise("llama-trained-int8-w8a8-g128-asym", 8,
+                               [](float* x, int64_t rows, int64_t cols) {
+                                 ref::FakeQuantizeInt8PerToken(x, rows, cols, /*symmetric=*/false);
+                               });
 }
 
 // llama-nvfp4 (W4A4) is run weight-only; its weights equal llama-nvfp4a16's, so it must reproduce the
