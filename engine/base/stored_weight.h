@@ -66,6 +66,11 @@ struct StoredLinear {
   // w8a8_dynamic_fp8 only: 0 = one activation scale per token (strategy "token"); > 0 = one scale per
   // token per act_group_size consecutive input columns (strategy "group", e.g. 128 in FP8_BLOCK schemes).
   int64_t act_group_size = 0;
+  // kNaiveQuantized (int8 weights) with dynamic int8 input activations, one scale per token ("int-quantized",
+  // llm-compressor's W8A8 / INT8 schemes): each input row is quantize-dequantized to int8 before the product
+  // (engine/reference/ops.h FakeQuantizeInt8PerToken has the exact arithmetic).
+  bool w8a8_dynamic_int8 = false;
+  bool act_symmetric = true;          // w8a8_dynamic_int8 only: false = asymmetric, a zero point per token
   bool w4a4_run_weight_only = false;  // nvfp4 W4A4 checkpoint (input_global_scale present), run as W4A16
 
   // Stored tensors (data == nullptr when absent).

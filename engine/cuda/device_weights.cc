@@ -139,6 +139,11 @@ class DeviceModelLoader {
     linear.in_features_ = members.front()->in_features;
     bool all_dense = true, any_w8a8 = false, all_w8a8 = true;
     for (const LinearWeight* m : members) {
+      if (m->w8a8_dynamic_int8) {
+        return absl::UnimplementedError(absl::StrCat(
+            m->module,
+            ": input_activations int8 dynamic: not implemented on the cuda backend yet; --backend=cpu"));
+      }
       if (m->in_features != linear.in_features_) {
         return absl::InvalidArgumentError(absl::StrCat(what, ": ", m->module, " has ", m->in_features,
                                                        " input features, expected ", linear.in_features_));

@@ -191,17 +191,27 @@ absl::StatusOr<ModuleScheme> BuildScheme(const std::string& group, const std::st
   }
 
   if (in.has_value()) {
-    const std::string desc = absl::StrCat("input activations (type ", in->type, ", ", in->num_bits,
-                                          " bits, strategy ", in->strategy, ", dynamic ", in->dynamic, ")");
+    const std::string desc =
+        absl::StrCat("input_activations (type ", in->type, ", ", in->num_bits, " bits, strategy ",
+                     in->strategy, ", dynamic ", in->dynamic, in->symmetric ? "" : ", asymmetric", ")");
     if (s.format == WeightFormat::kFloatQuantized && in->type == "float" && in->num_bits == 8 &&
         in->dynamic == "true" && in->symmetric && (in->strategy == "token" || in->strategy == "group")) {
       s.w8a8_dynamic_fp8 = true;
       s.act_group_size = in->strategy == "group" ? in->group_size : 0;
+    } else if (s.format == WeightFormat::kNaiveQuantized && in->type == "int" && in->num_bits == 8 &&
+               in->dynamic == "true" && in->strategy == "token") {
+      s.w8a8_dynamic_int8 = true;
+      s.act_symmetric = in->symmetric;
     } else if (s.format == WeightFormat::kNvfp4PackQuantized && in->type == "float" && in->num_bits == 4 &&
                in->strategy == "tensor_group") {
       s.w4a4_run_weight_only = true;
     } else if (in->dynamic == "false") {
       return Unsupported(source, where, absl::StrCat("static ", desc));
+    } else if (in->type == "int" && in->num_bits == 8 && in->strategy == "token") {
+      // e.g. W4A8 (int4 pack-quantized weights with int8 activations): implemented for int8 weights only.
+      return Unsupported(
+          source, where,
+          absl::StrCat(desc, " with ", format, " weights of type ", w->type, " with ", w->num_bits, " bits"));
     } else {
       return Unsupported(source, where, desc);
     }

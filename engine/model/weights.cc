@@ -116,7 +116,9 @@ std::string FormatLabel(const LinearWeight& w) {
       return absl::StrCat("w", w.num_bits, "a16-", strategy(), w.symmetric ? "-sym" : "-asym",
                           w.actorder_group ? "-actorder" : "");
     case WeightFormat::kNaiveQuantized:
-      return absl::StrCat("int8-w8a16-", strategy(), w.symmetric ? "-sym" : "-asym");
+      return absl::StrCat(w.w8a8_dynamic_int8 ? "int8-w8a8-" : "int8-w8a16-", strategy(),
+                          w.symmetric ? "-sym" : "-asym",
+                          w.w8a8_dynamic_int8 && !w.act_symmetric ? "-act-asym" : "");
     case WeightFormat::kNvfp4PackQuantized:
       return "nvfp4a16";
     case WeightFormat::kFloatQuantized:
@@ -234,6 +236,8 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
   w->actorder_group = scheme.actorder_group;
   w->w8a8_dynamic_fp8 = scheme.w8a8_dynamic_fp8;
   w->act_group_size = scheme.act_group_size;
+  w->w8a8_dynamic_int8 = scheme.w8a8_dynamic_int8;
+  w->act_symmetric = scheme.act_symmetric;
   w->w4a4_run_weight_only = scheme.w4a4_run_weight_only;
   const std::string where = absl::StrCat(module, " (", scheme.format_name, ", group '", scheme.group, "')");
 

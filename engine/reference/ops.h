@@ -80,6 +80,31 @@ void FakeQuantizeFp8PerToken(float* x,  // [num_tokens, in_features]
 void FakeQuantizeFp8PerTokenGroup(float* x,  // [num_tokens, in_features]
                                   int64_t num_tokens, int64_t in_features, int64_t group_size);
 
+// W8A8 INT8 dynamic per-token activation quantization (compressed-tensors "int-quantized" checkpoints,
+// llm-compressor's W8A8 / INT8 schemes), bit-identical to what compressed-tensors 0.19 computes in a float32
+// transformers forward (quantization/utils/helpers.py compute_dynamic_scales_and_zp + calculate_qparams,
+// quantization/lifecycle/forward_helpers.py _quantize_dequantize, quant_args.py
+// round_to_quantized_type_args / round_to_quantized_type_dtype), every step one fp32 operation:
+//   lo = min(min_k x[k], 0), hi = max(max_k x[k], 0)
+//   symmetric:  scale = max(|lo|, |hi|) / 127.5 (bit_range 255 / 2), zero_point = 0
+//   asymmetric: scale = (hi - lo) / 255, zero_point = round_half_even(clamp(-128 - lo / scale, -128, 127))
+//               (computed before the next line; NaN, from 0 / 0, becomes 0 as torch's .to(int8) gives)
+//   scale == 0 (an all-zero row) -> scale = FLT_EPSILON (torch.finfo(float32).eps)
+//   q = round_half_even(clamp(x / scale + zero_point, -128, 127)) (true division), x = (q - zero_point) *
+//   scale
+// Note the symmetric scale divides by 127.5, not 127: x = -amax maps to -127.5 and rounds to -128 (ties to
+// even), x = +amax clamps to 127.
+struct Int8TokenParams {
+  float scale = 0.0f;       // fp32, > 0
+  float zero_point = 0.0f;  // an integer in [-128, 127]; 0 when symmetric
+};
+Int8TokenParams Int8TokenQuantParams(const float* x, int64_t n, bool symmetric);  // x: [n], one token
+void FakeQuantizeInt8Span(float* x, int64_t n, const Int8TokenParams& params);    // in place, x: [n]
+
+// Both steps over every row of x, in place.
+void FakeQuantizeInt8PerToken(float* x,  // [num_tokens, in_features]
+                              int64_t num_tokens, int64_t in_features, bool symmetric);
+
 // Per-position outputs from one row of fp32 logits, by the Score contract (DESIGN.md §3):
 // logprob = logit[target] - logsumexp (max-subtracted, sum in double); greedy = argmax (lowest id on
 // ties) == target; rank = 1 + #{logit > logit[target]}; entropy = -sum p log p (double);

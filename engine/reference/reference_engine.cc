@@ -42,6 +42,8 @@ struct DenseLinear {
   std::vector<float> bias;           // [out_features]; empty when the layer has none
   bool fake_quantize_input = false;  // W8A8 dynamic FP8: quantize each input row first
   int64_t act_group_size = 0;        // fake_quantize_input: 0 one scale per row, else per column group
+  bool int8_input = false;           // W8A8 dynamic INT8: quantize each input row to int8 first
+  bool int8_input_symmetric = true;  // int8_input: false = a zero point per row
 };
 
 struct DenseLayer {
@@ -70,6 +72,8 @@ absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, bool bias, ThreadPool
   d.out_features = lw.out_features;
   d.fake_quantize_input = lw.w8a8_dynamic_fp8;
   d.act_group_size = lw.act_group_size;
+  d.int8_input = lw.w8a8_dynamic_int8;
+  d.int8_input_symmetric = lw.act_symmetric;
   d.w.resize(lw.out_features * lw.in_features);
   std::mutex mu;
   absl::Status status;
@@ -261,12 +265,14 @@ std::vector<absl::StatusOr<ScoreResult>> ReferenceEngine::Score(absl::Span<const
 
 void ReferenceEngine::ApplyLinear(const DenseLinear& linear, const float* x, int64_t n, float* y) const {
   const float* bias = linear.bias.empty() ? nullptr : linear.bias.data();
-  if (!linear.fake_quantize_input) {
+  if (!linear.fake_quantize_input && !linear.int8_input) {
     ref::Linear(x, linear.w.data(), bias, n, linear.in_features, linear.out_features, y, &pool_);
     return;
   }
   std::vector<float> quantized(x, x + n * linear.in_features);  // [n, in_features]
-  if (linear.act_group_size > 0) {
+  if (linear.int8_input) {
+    ref::FakeQuantizeInt8PerToken(quantized.data(), n, linear.in_features, linear.int8_input_symmetric);
+  } else if (linear.act_group_size > 0) {
     ref::FakeQuantizeFp8PerTokenGroup(quantized.data(), n, linear.in_features, linear.act_group_size);
   } else {
     ref::FakeQuantizeFp8PerToken(quantized.data(), n, linear.in_features);

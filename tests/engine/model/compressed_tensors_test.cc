@@ -148,6 +148,79 @@ TEST(CompressedTensorsTest, NaiveAndIntQuantizedInt8) {
   }
 }
 
+// llm-compressor's W8A8 (INT8) as it writes it (tests/fixtures/stories260k-int8-w8a8/config.json), and the
+// asymmetric variant (llama-trained-int8-w8a8-g128-asym): int8 weights + dynamic per-token int8 activations.
+TEST(CompressedTensorsTest, Int8W8A8DynamicActivations) {
+  for (const bool sym : {true, false}) {
+    const std::string flag = sym ? "true" : "false";
+    auto c = ParseCompressedTensorsConfig(
+        R"({"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups": {"group_0": {
+        "format": "int-quantized", "targets": ["Linear"], "output_activations": null,
+        "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": true, "dynamic": false,
+                    "group_size": null, "observer": "memoryless_minmax", "zp_dtype": null},
+        "input_activations": {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": true,
+                              "group_size": null, "observer": null, "symmetric": )" +
+            flag + R"(, "zp_dtype": )" + (sym ? "null" : R"("torch.int8")") + R"(}}},
+        "ignore": ["lm_head"], "quantization_status": "compressed", "sparsity_config": {},
+        "transform_config": {}, "kv_cache_scheme": null})",
+        "cfg");
+    ASSERT_TRUE(c.ok()) << c.status();
+    const ModuleScheme s = Resolve(*c, "model.layers.0.self_attn.q_proj");
+    EXPECT_EQ(s.format, WeightFormat::kNaiveQuantized);
+    EXPECT_EQ(s.strategy, QuantStrategy::kChannel);
+    EXPECT_TRUE(s.w8a8_dynamic_int8);
+    EXPECT_FALSE(s.w8a8_dynamic_fp8);
+    EXPECT_EQ(s.act_symmetric, sym);
+    EXPECT_FALSE(Resolve(*c, "lm_head").w8a8_dynamic_int8);
+  }
+}
+
+// int8 activation variants not implemented fail at load naming the field and what it holds.
+TEST(CompressedTensorsTest, Int8ActivationVariantsNotImplementedNameTheField) {
+  struct Case {
+    const char* name;
+    const char* format;
+    const char* weights;
+    const char* acts;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"static", "int-quantized", R"({"num_bits": 8, "type": "int", "strategy": "channel"})",
+       R"({"num_bits": 8, "type": "int", "strategy": "tensor", "dynamic": false})",
+       "static input_activations (type int, 8 bits, strategy tensor, dynamic false)"},
+      {"static_asym", "int-quantized", R"({"num_bits": 8, "type": "int", "strategy": "channel"})",
+       R"({"num_bits": 8, "type": "int", "strategy": "tensor", "dynamic": false, "symmetric": false})",
+       "static input_activations (type int, 8 bits, strategy tensor, dynamic false, asymmetric)"},
+      {"dynamic_tensor", "int-quantized", R"({"num_bits": 8, "type": "int", "strategy": "channel"})",
+       R"({"num_bits": 8, "type": "int", "strategy": "tensor", "dynamic": true})",
+       "input_activations (type int, 8 bits, strategy tensor, dynamic true)"},
+      {"dynamic_group", "int-quantized", R"({"num_bits": 8, "type": "int", "strategy": "channel"})",
+       R"({"num_bits": 8, "type": "int", "strategy": "group", "group_size": 128, "dynamic": true})",
+       "input_activations (type int, 8 bits, strategy group, dynamic true)"},
+      {"w4a8", "pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128})",
+       R"({"num_bits": 8, "type": "int", "strategy": "token", "dynamic": true})",
+       "input_activations (type int, 8 bits, strategy token, dynamic true) with pack-quantized weights of "
+       "type "
+       "int with 4 bits"},
+      {"fp8_weights", "float-quantized", R"({"num_bits": 8, "type": "float", "strategy": "channel"})",
+       R"({"num_bits": 8, "type": "int", "strategy": "token", "dynamic": true})",
+       "with float-quantized weights of type float with 8 bits"},
+  };
+  for (const Case& tc : cases) {
+    auto c = ParseCompressedTensorsConfig(
+        std::string(R"({"quant_method": "compressed-tensors", "format": ")") + tc.format +
+            R"(", "config_groups": {"group_0": {"targets": ["Linear"],
+        "weights": )" +
+            tc.weights + R"(, "input_activations": )" + tc.acts + "}}}",
+        "qcfg.json");
+    ASSERT_FALSE(c.ok()) << tc.name;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << tc.name;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr(tc.expect)) << tc.name;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("group 'group_0'")) << tc.name;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("qcfg.json")) << tc.name;
+  }
+}
+
 TEST(CompressedTensorsTest, MixedPrecisionTargetsAndPriority) {
   auto c = ParseCompressedTensorsConfig(R"({
     "quant_method": "compressed-tensors", "format": "mixed-precision",
@@ -212,7 +285,7 @@ TEST(CompressedTensorsTest, RealFp8StaticActivationConfigsAreRejected) {
     ASSERT_TRUE(cfg.ok()) << cfg.status();
     auto c = ParseCompressedTensorsConfig(cfg->quantization_config_json, f);
     ASSERT_FALSE(c.ok()) << f;
-    EXPECT_THAT(std::string(c.status().message()), HasSubstr("static input activations")) << f;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("static input_activations")) << f;
     EXPECT_THAT(std::string(c.status().message()), HasSubstr("group_0")) << f;
   }
   auto kv = ParseModelConfig(ReadFile(dir + "fp8-default-kv_config.json"), "kv");
@@ -236,11 +309,11 @@ TEST(CompressedTensorsTest, UnsupportedFeaturesFailNamingThem) {
       {"int4_acts", R"({"quant_method": "compressed-tensors", "format": "int-quantized",
          "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"},
          "input_activations": {"num_bits": 4, "type": "int", "dynamic": true, "strategy": "token"}}}})",
-       "input activations (type int, 4 bits"},
+       "input_activations (type int, 4 bits"},
       {"static_fp8", R"({"quant_method": "compressed-tensors", "format": "float-quantized",
          "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"},
          "input_activations": {"num_bits": 8, "type": "float", "dynamic": false, "strategy": "tensor"}}}})",
-       "static input activations"},
+       "static input_activations"},
       {"output_acts", R"({"quant_method": "compressed-tensors", "format": "float-quantized",
          "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"},
          "output_activations": {"num_bits": 8, "type": "float"}}}})",

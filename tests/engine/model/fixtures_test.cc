@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "engine/base/sha256.h"
 #include "engine/model/weights.h"
 #include "gmock/gmock.h"
@@ -104,6 +105,40 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
     ++checked;
   }
   EXPECT_GT(checked, 0);
+}
+
+// The activation quantization each decoder linear carries follows config.json's input_activations: dynamic
+// per-token int8 (INT8 W8A8, symmetric or not) -> w8a8_dynamic_int8 / act_symmetric; float 8 bits ->
+// w8a8_dynamic_fp8; none -> neither. lm_head (ignored) never quantizes its input.
+TEST_P(FixturesTest, ActivationQuantizationFollowsConfig) {
+  const std::string dir = kFixtures + "/" + GetParam();
+  std::ifstream in(dir + "/config.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json groups = nlohmann::json::parse(ss.str())["quantization_config"]["config_groups"];
+  ASSERT_EQ(groups.size(), 1u);
+  const nlohmann::json act = groups.begin().value().value("input_activations", nlohmann::json());
+  const bool int8 = !act.is_null() && act["type"] == "int" && act["num_bits"] == 8;
+  const bool fp8 = !act.is_null() && act["type"] == "float" && act["num_bits"] == 8;
+  auto m = ModelWeights::Load(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  for (const LayerWeights& L : (*m)->layers()) {
+    for (const LinearWeight* w :
+         {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
+      EXPECT_EQ(w->w8a8_dynamic_int8, int8) << w->module;
+      EXPECT_EQ(w->w8a8_dynamic_fp8, fp8) << w->module;
+      if (int8) {
+        EXPECT_EQ(w->format, WeightFormat::kNaiveQuantized) << w->module;
+        EXPECT_EQ(w->act_symmetric, act["symmetric"].get<bool>()) << w->module;
+      }
+    }
+  }
+  EXPECT_FALSE((*m)->lm_head().w8a8_dynamic_int8);
+  EXPECT_FALSE((*m)->lm_head().w8a8_dynamic_fp8);
+  if (int8) {
+    EXPECT_THAT((*m)->summary().format, ::testing::StartsWith("int8-w8a8-"));
+    EXPECT_EQ(absl::StrContains((*m)->summary().format, "-act-asym"), !act["symmetric"].get<bool>());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, FixturesTest, ::testing::ValuesIn(FixtureDirs()),
