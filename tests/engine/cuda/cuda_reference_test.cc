@@ -115,7 +115,8 @@ class CudaReferenceTest : public GpuTest {};
 // fp32 mode against the float64 golden and the CPU oracle, on every weight-only fixture of the golden.
 TEST_F(CudaReferenceTest, Fp32MatchesTheCpuOracleAndTheFloat64Golden) {
   const nlohmann::json golden = ReadJson(kFixturesDir + "/kld_golden.json");
-  for (const std::string name : {"stories260k-w4a16-channel", "stories260k-w8a16-channel"}) {
+  for (const std::string name :
+       {"stories260k-w4a16-channel", "stories260k-w8a16-channel", "stories260k-nvfp4a16"}) {
     SCOPED_TRACE(name);
     auto gpu = MakeEngine(kFixturesDir + "/" + name, kStoriesDir, Backend::kCuda);
     ASSERT_TRUE(gpu.ok()) << gpu.status();

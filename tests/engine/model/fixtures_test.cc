@@ -70,8 +70,16 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
     EXPECT_EQ(L.q_norm.present(), c.model_type == "qwen3");
   }
   const ModelSummary& s = w.summary();
+  // A fixture that keeps some decoder linears dense (stories260k-nvfp4a16's down_proj, 172 inputs: not a
+  // multiple of NVFP4's group of 16) averages their F32 32 bits in.
+  std::ifstream config_in(dir + "/config.json");
+  const nlohmann::json config = nlohmann::json::parse(config_in);
+  bool dense_decoder_linears = false;
+  for (const auto& ignored : config["quantization_config"].value("ignore", nlohmann::json::array())) {
+    dense_decoder_linears |= ignored.get<std::string>().find("layers.") != std::string::npos;
+  }
   EXPECT_GT(s.bits_per_weight_decoder, 3.9);
-  EXPECT_LT(s.bits_per_weight_decoder, 9.0);
+  EXPECT_LT(s.bits_per_weight_decoder, dense_decoder_linears ? 16.0 : 9.0);
   EXPECT_FALSE(s.format.empty());
   EXPECT_THAT(s.ToString(), ::testing::HasSubstr(s.format));
 

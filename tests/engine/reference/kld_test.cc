@@ -152,7 +152,7 @@ TEST_P(KldGoldenTest, MatchesFloat64Golden) {
 
 INSTANTIATE_TEST_SUITE_P(Stories260k, KldGoldenTest,
                          ::testing::Values("stories260k-w4a16-channel", "stories260k-w8a16-channel",
-                                           "stories260k-fp8-dynamic"),
+                                           "stories260k-fp8-dynamic", "stories260k-nvfp4a16"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
