@@ -421,16 +421,12 @@ class StreamClient {
     std::string message;
     scored::v1::ScoreResponse response;
     absl::MutexLock lock(&mu_);
-    auto it = pending_.end();
-    if (!ParseBuffer(buffer, &response)) {
+    const bool parsed = ParseBuffer(buffer, &response);
+    auto it = parsed ? pending_.find(response.request_id()) : pending_.end();
+    if (!parsed) {
       record.start = record.end;
       record.code = absl::StatusCode::kInternal;
       message = "ScoreStream sent a response that does not parse";
-    } else {
-      it = pending_.find(response.request_id());
-    }
-    if (record.code != absl::StatusCode::kOk) {
-      // counted below as it is
     } else if (it == pending_.end()) {
       record.start = record.end;
       record.code = absl::StatusCode::kInternal;
