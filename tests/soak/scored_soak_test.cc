@@ -348,7 +348,9 @@ TEST(ScoredSoakTest, CancelledAndMalformedRequestsAreExpectedOutcomes) {
     int64_t malformed = 0;
     for (RequestKind k : {RequestKind::kMalformedOutOfVocab, RequestKind::kMalformedEmpty,
                           RequestKind::kMalformedTopK, RequestKind::kMalformedRawBytes}) {
-      if (r->requests >= 500) EXPECT_GT(r->kinds[k], 0) << RequestKindName(k);
+      if (r->requests >= 500) {
+        EXPECT_GT(r->kinds[k], 0) << RequestKindName(k);
+      }
       malformed += r->kinds[k];
     }
     EXPECT_GT(malformed, 0);
