@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <random>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -11,8 +13,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "client/load/request_gen.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "scored/v1/scorer.grpc.pb.h"
 
 namespace scored {
@@ -41,10 +47,14 @@ class Shared {
     return true;
   }
 
-  // Client `client`'s request stream.
+  // Client `client`'s request stream and request kinds.
   RequestGenerator Generator(int client) const {
     return RequestGenerator(&sampler_, vocab_size_, bos_id_, options_.seed, client);
   }
+  KindSampler Kinds(int client) const {
+    return KindSampler(options_.cancel_fraction, options_.malformed_fraction, options_.seed, client);
+  }
+  int64_t vocab_size() const { return vocab_size_; }
 
   void Prepare(grpc::ClientContext* context, absl::Time deadline) const {
     if (deadline != absl::InfiniteFuture()) context->set_deadline(absl::ToChronoTime(deadline));
@@ -83,56 +93,181 @@ absl::Status CheckResponse(const scored::v1::ScoreResponse& response, int64_t n)
   return absl::OkStatus();
 }
 
+// How a result counts, given what the request was meant to exercise. `stream_cancelled`: the request's
+// stream was cancelled by the client before it was answered.
+Outcome Classify(RequestKind kind, absl::StatusCode code, bool stream_cancelled) {
+  if (IsMalformed(kind)) {
+    if (code == absl::StatusCode::kInvalidArgument) return Outcome::kRefused;
+    if (code == absl::StatusCode::kCancelled && stream_cancelled) return Outcome::kCancelled;
+    return Outcome::kUnexpected;  // a malformed request answered OK is unexpected too
+  }
+  if (code == absl::StatusCode::kOk) return Outcome::kOk;
+  if (code == absl::StatusCode::kCancelled && (kind == RequestKind::kCancel || stream_cancelled)) {
+    return Outcome::kCancelled;
+  }
+  return Outcome::kUnexpected;
+}
+
 // One client's tallies; merged into the LoadResult after every client finished.
 struct ClientStats {
   int64_t requests = 0;
   int64_t requests_ok = 0;
+  int64_t cancelled = 0;
+  int64_t refused = 0;
+  int64_t unexpected = 0;
+  std::string first_unexpected;
+  std::map<RequestKind, int64_t> kinds;
   int64_t tokens_ok = 0;
   std::vector<double> latencies_ms;  // OK requests
   std::map<absl::StatusCode, int64_t> codes;
   std::map<absl::StatusCode, std::string> first_message;
   std::vector<RequestRecord> records;
   bool stopped_unavailable = false;
+  absl::Duration last_ok_latency = absl::Milliseconds(2);  // bounds the delay before a cancel
 
-  void Add(const RequestRecord& record, absl::string_view message, bool keep_record) {
+  // `record.outcome` is set here from its kind and code.
+  void Add(RequestRecord record, absl::string_view message, bool keep_record, bool stream_cancelled = false) {
+    record.outcome = Classify(record.kind, record.code, stream_cancelled);
     ++requests;
+    ++kinds[record.kind];
     ++codes[record.code];
-    if (record.code == absl::StatusCode::kOk) {
-      ++requests_ok;
-      tokens_ok += record.tokens;
-      latencies_ms.push_back(absl::ToDoubleMilliseconds(record.end - record.start));
-    } else if (first_message.find(record.code) == first_message.end()) {
+    switch (record.outcome) {
+      case Outcome::kOk:
+        ++requests_ok;
+        tokens_ok += record.tokens;
+        latencies_ms.push_back(absl::ToDoubleMilliseconds(record.end - record.start));
+        last_ok_latency = record.end - record.start;
+        break;
+      case Outcome::kCancelled:
+        ++cancelled;
+        break;
+      case Outcome::kRefused:
+        ++refused;
+        break;
+      case Outcome::kUnexpected:
+        if (unexpected++ == 0) {
+          first_unexpected =
+              absl::StrCat(RequestKindName(record.kind), ": ", absl::StatusCodeToString(record.code), ": ",
+                           record.code == absl::StatusCode::kOk ? "a malformed request was answered OK"
+                                                                : std::string(message));
+        }
+        break;
+    }
+    if (record.code != absl::StatusCode::kOk && first_message.find(record.code) == first_message.end()) {
       first_message[record.code] = std::string(message);
     }
     if (keep_record) records.push_back(record);
   }
 };
 
-void RunUnaryClient(int client, Shared* shared, scored::v1::Scorer::Stub* stub, ClientStats* stats) {
+// A ScoreRequest of `kind` from the ids drawn for it (kMalformedRawBytes is never built as a message).
+scored::v1::ScoreRequest BuildRequest(RequestKind kind, uint64_t id, const std::vector<int32_t>& ids,
+                                      int64_t vocab_size) {
+  scored::v1::ScoreRequest request;
+  request.set_request_id(id);
+  if (kind == RequestKind::kMalformedEmpty) {
+    request.mutable_tokens();  // the tokens input set, with no ids
+    return request;
+  }
+  request.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+  if (kind == RequestKind::kMalformedOutOfVocab) {
+    request.mutable_tokens()->set_ids(request.tokens().ids_size() - 1, static_cast<int32_t>(vocab_size));
+  }
+  if (kind == RequestKind::kMalformedTopK) request.set_top_k(65);
+  return request;
+}
+
+grpc::ByteBuffer ToBuffer(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+bool ParseBuffer(const grpc::ByteBuffer& buffer, google::protobuf::MessageLite* message) {
+  grpc::Slice single;
+  if (!buffer.DumpToSingleSlice(&single).ok()) return false;
+  return message->ParseFromArray(single.begin(), static_cast<int>(single.size()));
+}
+
+// A delay before cancelling: uniform in [0, last OK latency], so the cancel likely lands mid-flight.
+absl::Duration CancelDelay(absl::Duration last_ok_latency, std::mt19937_64* rng) {
+  const double u = static_cast<double>((*rng)() >> 11) * 0x1.0p-53;
+  return last_ok_latency * u;
+}
+
+// One unary Score call of raw bytes through a generic stub (the generated one would serialize).
+grpc::Status GenericUnaryScore(grpc::Channel* channel, grpc::ClientContext* context,
+                               const std::string& bytes) {
+  grpc::GenericStub generic(channel->shared_from_this());
+  grpc::CompletionQueue cq;
+  auto call = generic.PrepareUnaryCall(context, "/scored.v1.Scorer/Score", ToBuffer(bytes), &cq);
+  call->StartCall();
+  grpc::ByteBuffer in;
+  grpc::Status status;
+  call->Finish(&in, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return status;
+}
+
+// Starts the call, cancels it from this thread after `delay` unless it finished first, and waits.
+grpc::Status CancelledScore(scored::v1::Scorer::Stub* stub, grpc::ClientContext* context,
+                            const scored::v1::ScoreRequest& request, scored::v1::ScoreResponse* response,
+                            absl::Duration delay) {
+  grpc::Status status;
+  absl::Notification done;
+  stub->async()->Score(context, &request, response, [&status, &done](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  if (!done.WaitForNotificationWithTimeout(delay)) context->TryCancel();
+  done.WaitForNotification();
+  return status;
+}
+
+void RunUnaryClient(int client, Shared* shared, scored::v1::Scorer::Stub* stub, grpc::Channel* channel,
+                    ClientStats* stats) {
   const LoadOptions& options = shared->options();
   RequestGenerator generator = shared->Generator(client);
+  KindSampler kinds = shared->Kinds(client);
+  std::mt19937_64 delay_rng(static_cast<uint64_t>(client) * 0x9e3779b97f4a7c15ull + options.seed);
   std::vector<int32_t> ids;
   uint64_t next_id = 0;
   while (shared->TakeTicket()) {
+    const RequestKind kind = kinds.Next();
     generator.Next(&ids);
-    scored::v1::ScoreRequest request;
-    request.set_request_id(next_id++);
-    request.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
-    const int64_t n = request.tokens().ids_size();
+    const uint64_t id = next_id++;
     grpc::ClientContext context;
     const absl::Time start = absl::Now();
     shared->Prepare(&context, options.deadline > absl::ZeroDuration() ? start + options.deadline
                                                                       : absl::InfiniteFuture());
     scored::v1::ScoreResponse response;
-    const grpc::Status status = stub->Score(&context, request, &response);
+    grpc::Status status;
+    int64_t n = static_cast<int64_t>(ids.size());
+    if (kind == RequestKind::kMalformedRawBytes) {
+      status = GenericUnaryScore(channel, &context, InvalidUtf8ScoreRequest(id));
+    } else {
+      const scored::v1::ScoreRequest request = BuildRequest(kind, id, ids, shared->vocab_size());
+      n = request.tokens().ids_size();
+      if (kind == RequestKind::kCancel) {
+        status = CancelledScore(stub, &context, request, &response,
+                                CancelDelay(stats->last_ok_latency, &delay_rng));
+      } else {
+        status = stub->Score(&context, request, &response);
+      }
+    }
     RequestRecord record;
     record.client = client;
     record.start = start;
     record.end = absl::Now();
     record.tokens = n;
+    record.kind = kind;
     record.code = FromGrpcCode(status.error_code());
     std::string message = status.error_message();
-    if (status.ok()) {
+    if (status.ok() && !IsMalformed(kind)) {
       const absl::Status shape = CheckResponse(response, n);
       record.code = shape.code();
       message = std::string(shape.message());
@@ -145,12 +280,21 @@ void RunUnaryClient(int client, Shared* shared, scored::v1::Scorer::Stub* stub, 
   }
 }
 
-// One ScoreStream: a writer thread keeps up to `inflight` requests outstanding, this thread reads the
-// responses and matches them by request_id.
+// One client's ScoreStream calls: a writer thread keeps up to `inflight` requests outstanding, the
+// client's thread reads the responses and matches them by request_id. Messages go as raw bytes
+// (ByteBuffer) so that a malformed one can be sent as it is; the stream is opened the way the
+// generated stub opens it. After the client cancels a stream (a cancel-kind request), it opens the
+// next one.
 class StreamClient {
  public:
-  StreamClient(int client, Shared* shared, scored::v1::Scorer::Stub* stub, ClientStats* stats)
-      : client_(client), shared_(shared), stub_(stub), stats_(stats) {}
+  StreamClient(int client, Shared* shared, grpc::Channel* channel, ClientStats* stats)
+      : client_(client),
+        shared_(shared),
+        channel_(channel),
+        stats_(stats),
+        generator_(shared->Generator(client)),
+        kinds_(shared->Kinds(client)),
+        delay_rng_(static_cast<uint64_t>(client) * 0x9e3779b97f4a7c15ull + shared->options().seed) {}
 
   void Run() {
     const LoadOptions& options = shared_->options();
@@ -159,12 +303,35 @@ class StreamClient {
       deadline = absl::Now() + options.deadline +
                  (options.duration > absl::ZeroDuration() ? options.duration : absl::ZeroDuration());
     }
-    shared_->Prepare(&context_, deadline);
-    stream_ = stub_->ScoreStream(&context_);
+    while (RunOneStream(deadline)) {
+    }
+  }
+
+ private:
+  struct Pending {
+    absl::Time start;
+    int64_t tokens = 0;
+    RequestKind kind = RequestKind::kNormal;
+  };
+
+  // One ScoreStream call; true when the client cancelled it and should open another.
+  bool RunOneStream(absl::Time deadline) {
+    static const grpc::internal::RpcMethod kScoreStream("/scored.v1.Scorer/ScoreStream",
+                                                        grpc::internal::RpcMethod::BIDI_STREAMING);
+    const LoadOptions& options = shared_->options();
+    context_ = std::make_unique<grpc::ClientContext>();
+    shared_->Prepare(context_.get(), deadline);
+    stream_.reset(grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+        channel_, kScoreStream, context_.get()));
+    {
+      absl::MutexLock lock(&mu_);
+      stop_writing_ = false;
+      cancelled_ = false;
+    }
     std::thread writer([this] { WriteLoop(); });
 
-    scored::v1::ScoreResponse response;
-    while (stream_->Read(&response)) HandleResponse(response);
+    grpc::ByteBuffer buffer;
+    while (stream_->Read(&buffer)) HandleResponse(buffer);
     {
       absl::MutexLock lock(&mu_);
       stop_writing_ = true;
@@ -183,6 +350,7 @@ class StreamClient {
       record.start = pending.start;
       record.end = absl::Now();
       record.tokens = pending.tokens;
+      record.kind = pending.kind;
       std::string message;
       if (finish.ok()) {
         record.code = absl::StatusCode::kInternal;
@@ -194,22 +362,15 @@ class StreamClient {
       if (record.code == absl::StatusCode::kUnavailable && options.stop_on_unavailable) {
         stats_->stopped_unavailable = true;
       }
-      stats_->Add(record, message, options.record_requests);
+      stats_->Add(record, message, options.record_requests, cancelled_);
     }
     pending_.clear();
+    return cancelled_ && !stats_->stopped_unavailable;
   }
-
- private:
-  struct Pending {
-    absl::Time start;
-    int64_t tokens = 0;
-  };
 
   void WriteLoop() {
     const int inflight = shared_->options().inflight;
-    RequestGenerator generator = shared_->Generator(client_);
     std::vector<int32_t> ids;
-    uint64_t next_id = 0;
     while (true) {
       {
         absl::MutexLock lock(&mu_);
@@ -220,41 +381,65 @@ class StreamClient {
         if (stop_writing_) break;
       }
       if (!shared_->TakeTicket()) break;
-      const uint64_t id = next_id++;
-      generator.Next(&ids);
-      scored::v1::ScoreRequest request;
-      request.set_request_id(id);
-      request.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+      const uint64_t id = next_id_++;
+      const RequestKind kind = kinds_.Next();
+      generator_.Next(&ids);
+      std::string bytes;
+      int64_t n = static_cast<int64_t>(ids.size());
+      if (kind == RequestKind::kMalformedRawBytes) {
+        bytes = InvalidUtf8ScoreRequest(id);
+      } else {
+        const scored::v1::ScoreRequest request = BuildRequest(kind, id, ids, shared_->vocab_size());
+        n = request.tokens().ids_size();
+        bytes = request.SerializeAsString();
+      }
+      absl::Duration cancel_delay;
       {
         // Registered before the write so that a fast response always finds its entry.
         absl::MutexLock lock(&mu_);
-        pending_[id] = Pending{absl::Now(), request.tokens().ids_size()};
+        pending_[id] = Pending{absl::Now(), n, kind};
+        cancel_delay = CancelDelay(stats_->last_ok_latency, &delay_rng_);
       }
-      if (!stream_->Write(request)) break;  // the call is over; Finish() gives the reason
+      if (!stream_->Write(ToBuffer(bytes))) break;  // the call is over; Finish() gives the reason
+      if (kind == RequestKind::kCancel) {
+        absl::SleepFor(cancel_delay);
+        absl::MutexLock lock(&mu_);
+        if (stop_writing_) break;  // the stream ended meanwhile
+        cancelled_ = true;
+        context_->TryCancel();
+        return;
+      }
     }
     stream_->WritesDone();
   }
 
-  void HandleResponse(const scored::v1::ScoreResponse& response) {
+  void HandleResponse(const grpc::ByteBuffer& buffer) {
     const LoadOptions& options = shared_->options();
     RequestRecord record;
     record.client = client_;
     record.end = absl::Now();
     std::string message;
+    scored::v1::ScoreResponse response;
     absl::MutexLock lock(&mu_);
-    auto it = pending_.find(response.request_id());
-    if (it == pending_.end()) {
+    const bool parsed = ParseBuffer(buffer, &response);
+    auto it = parsed ? pending_.find(response.request_id()) : pending_.end();
+    if (!parsed) {
+      record.start = record.end;
+      record.code = absl::StatusCode::kInternal;
+      message = "ScoreStream sent a response that does not parse";
+    } else if (it == pending_.end()) {
       record.start = record.end;
       record.code = absl::StatusCode::kInternal;
       message = absl::StrCat("ScoreStream answered unknown or repeated request_id ", response.request_id());
     } else {
       record.start = it->second.start;
       record.tokens = it->second.tokens;
+      record.kind = it->second.kind;
       pending_.erase(it);
       if (response.has_error()) {
         record.code = static_cast<absl::StatusCode>(response.error().code());
         message = response.error().message();
-      } else {
+      } else if (!IsMalformed(record.kind)) {
         const absl::Status shape = CheckResponse(response, record.tokens);
         record.code = shape.code();
         message = std::string(shape.message());
@@ -269,17 +454,38 @@ class StreamClient {
 
   const int client_;
   Shared* const shared_;
-  scored::v1::Scorer::Stub* const stub_;
+  grpc::Channel* const channel_;
   ClientStats* const stats_;  // written under mu_ while the writer runs, by Run() after it ended
-  grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<scored::v1::ScoreRequest, scored::v1::ScoreResponse>> stream_;
+  // Used by the writer thread only (across streams).
+  RequestGenerator generator_;
+  KindSampler kinds_;
+  uint64_t next_id_ = 0;
+  std::mt19937_64 delay_rng_ ABSL_GUARDED_BY(mu_);
+  // Per stream; replaced by RunOneStream while no writer runs.
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
   bool stop_writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // this stream was cancelled by the writer
 };
 
 }  // namespace
+
+const char* OutcomeName(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kOk:
+      return "ok";
+    case Outcome::kCancelled:
+      return "cancelled";
+    case Outcome::kRefused:
+      return "refused";
+    case Outcome::kUnexpected:
+      return "unexpected";
+  }
+  return "unknown";
+}
 
 absl::StatusOr<Mode> ParseMode(absl::string_view text) {
   if (text == "unary") return Mode::kUnary;
@@ -313,6 +519,15 @@ absl::Status ValidateLoadOptions(const LoadOptions& options) {
     }
   }
   if (options.deadline < absl::ZeroDuration()) return absl::InvalidArgumentError("deadline must be >= 0");
+  for (const auto& [name, f] : {std::pair<const char*, double>{"cancel_fraction", options.cancel_fraction},
+                                {"malformed_fraction", options.malformed_fraction}}) {
+    if (!(f >= 0.0 && f <= 1.0)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be in [0, 1], got ", f));
+    }
+  }
+  if (options.cancel_fraction + options.malformed_fraction > 1.0) {
+    return absl::InvalidArgumentError("cancel_fraction + malformed_fraction must be <= 1");
+  }
   return absl::OkStatus();
 }
 
@@ -365,6 +580,8 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
   result.inflight = options.mode == Mode::kStream ? options.inflight : 1;
   result.lengths = FormatLengthMix(options.lengths);
   result.seed = options.seed;
+  result.cancel_fraction = options.cancel_fraction;
+  result.malformed_fraction = options.malformed_fraction;
   result.model_architecture = info.architecture();
   result.model_format = info.format();
   result.backend = info.backend();
@@ -379,9 +596,9 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
   for (int c = 0; c < options.concurrency; ++c) {
     ClientStats* s = &stats[static_cast<size_t>(c)];
     if (options.mode == Mode::kUnary) {
-      threads.emplace_back(RunUnaryClient, c, &shared, stub.get(), s);
+      threads.emplace_back(RunUnaryClient, c, &shared, stub.get(), channel.get(), s);
     } else {
-      threads.emplace_back([c, &shared, &stub, s] { StreamClient(c, &shared, stub.get(), s).Run(); });
+      threads.emplace_back([c, &shared, &channel, s] { StreamClient(c, &shared, channel.get(), s).Run(); });
     }
   }
   for (std::thread& t : threads) t.join();
@@ -393,6 +610,11 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
     if (s.stopped_unavailable) ++result.clients_stopped_unavailable;
     result.requests += s.requests;
     result.requests_ok += s.requests_ok;
+    result.cancelled += s.cancelled;
+    result.refused += s.refused;
+    result.unexpected += s.unexpected;
+    if (result.first_unexpected.empty()) result.first_unexpected = s.first_unexpected;
+    for (const auto& [kind, count] : s.kinds) result.kinds[kind] += count;
     result.tokens_ok += s.tokens_ok;
     latencies.insert(latencies.end(), s.latencies_ms.begin(), s.latencies_ms.end());
     for (const auto& [code, count] : s.codes) result.codes[code] += count;

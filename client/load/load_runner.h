@@ -16,6 +16,20 @@
 // Stream mode: `concurrency` ScoreStream calls, each keeping up to `inflight` requests outstanding
 // (a writer thread per stream; responses are matched by request_id).
 //
+// Request kinds (--cancel_fraction, --malformed_fraction; see KindSampler in request_gen.h):
+//   - cancelled: unary: the call is started asynchronously and ClientContext::TryCancel is called from
+//     the client's thread after a delay drawn uniformly from [0, that client's last OK latency] (so it
+//     is likely mid-flight); CANCELLED is expected, OK (it finished first) counts as ok. Stream: one
+//     stream cannot cancel one request, so a cancel-kind request is written and, after such a delay,
+//     the whole stream is cancelled (TryCancel); every request of that stream still unanswered then
+//     counts as cancelled (expected), and the client opens a new stream and goes on. Stream mode
+//     therefore cancels more requests than the fraction (about inflight times as many).
+//   - malformed: one id == vocab_size, an empty token list, top_k 65, or a message whose `text` holds
+//     invalid UTF-8 (raw bytes sent through a generic call, so it reaches the server's parser);
+//     INVALID_ARGUMENT is expected (an error response on a stream).
+// Each outcome is one of ok, cancelled (expected), refused (INVALID_ARGUMENT for a malformed request,
+// expected) or unexpected (any other code, a malformed request answered OK, a normal request failing).
+//
 // Graceful on server shutdown: an UNAVAILABLE outcome (the server is draining, or the connection is
 // refused) is counted, and with `stop_on_unavailable` that client sends nothing more; its requests
 // still in flight are awaited. The run ends when every client has finished.
@@ -40,6 +54,7 @@
 #include "absl/time/time.h"
 #include "client/load/latency.h"
 #include "client/load/length_mix.h"
+#include "client/load/request_gen.h"
 
 namespace scored {
 namespace load {
@@ -75,10 +90,17 @@ struct LoadOptions {
   // When non-null and set to true (from any thread), clients stop sending; in-flight requests are
   // awaited.
   const std::atomic<bool>* stop = nullptr;
+  // Fractions of requests cancelled by the client and malformed on purpose; each in [0, 1], sum <= 1.
+  double cancel_fraction = 0.0;
+  double malformed_fraction = 0.0;
 };
 
 // Checks the options (INVALID_ARGUMENT naming the field).
 absl::Status ValidateLoadOptions(const LoadOptions& options);
+
+// How a request's result counts.
+enum class Outcome { kOk, kCancelled, kRefused, kUnexpected };
+const char* OutcomeName(Outcome outcome);  // "ok", "cancelled", "refused", "unexpected"
 
 // One request's outcome.
 struct RequestRecord {
@@ -87,6 +109,8 @@ struct RequestRecord {
   absl::Time end;
   int64_t tokens = 0;
   absl::StatusCode code = absl::StatusCode::kOk;
+  RequestKind kind = RequestKind::kNormal;
+  Outcome outcome = Outcome::kOk;
 };
 
 struct LoadResult {
@@ -97,6 +121,8 @@ struct LoadResult {
   int inflight = 0;
   std::string lengths;  // FormatLengthMix
   uint64_t seed = 0;
+  double cancel_fraction = 0.0;
+  double malformed_fraction = 0.0;
   // From GetModelInfo.
   std::string model_architecture;
   std::string model_format;
@@ -106,13 +132,19 @@ struct LoadResult {
 
   // Measured. `wall` runs from the first request to the last outcome.
   absl::Duration wall = absl::ZeroDuration();
-  int64_t requests = 0;  // every request sent (or attempted)
-  int64_t requests_ok = 0;
-  int64_t tokens_ok = 0;                                  // ids sent in OK requests
-  double requests_per_s = 0.0;                            // requests_ok / wall
-  double tokens_per_s = 0.0;                              // tokens_ok / wall
-  LatencySummary latency_ok;                              // OK requests only: send to response, milliseconds
-  std::map<absl::StatusCode, int64_t> codes;              // every outcome, OK included
+  int64_t requests = 0;     // every request sent (or attempted)
+  int64_t requests_ok = 0;  // outcome ok: OK and well-formed, of a normal or cancel-kind request
+  // Outcomes: ok == requests_ok; ok + cancelled + refused + unexpected == requests.
+  int64_t cancelled = 0;                      // CANCELLED after the client cancelled it (expected)
+  int64_t refused = 0;                        // INVALID_ARGUMENT for a malformed request (expected)
+  int64_t unexpected = 0;                     // anything else
+  std::string first_unexpected;               // "kind: CODE: message" of the first unexpected outcome seen
+  std::map<RequestKind, int64_t> kinds;       // requests sent per kind
+  int64_t tokens_ok = 0;                      // ids sent in OK requests
+  double requests_per_s = 0.0;                // requests_ok / wall
+  double tokens_per_s = 0.0;                  // tokens_ok / wall
+  LatencySummary latency_ok;                  // OK requests only: send to response, milliseconds
+  std::map<absl::StatusCode, int64_t> codes;  // every outcome, OK included
   std::map<absl::StatusCode, std::string> first_message;  // first message seen per non-OK code
   int clients_finished = 0;             // clients that returned (== concurrency unless RunLoad failed)
   int clients_stopped_unavailable = 0;  // clients that stopped early on UNAVAILABLE

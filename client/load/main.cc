@@ -4,8 +4,11 @@
 //               --lengths 64:0.5,512:0.4,2048:0.1 --json load.json
 //
 // Prints a table (throughput, latency percentiles, outcomes by gRPC status code) to stdout and, with
-// --json FILE, the same as JSON. Exit status: 0 when every request succeeded, 3 when some failed
-// (the report is still printed), 1 when the run could not start, 2 on bad flags.
+// --json FILE, the same as JSON. With --cancel_fraction F a fraction of requests is cancelled by the
+// client (CANCELLED expected); with --malformed_fraction F a fraction is malformed on purpose
+// (INVALID_ARGUMENT expected): see load_runner.h. Exit status: 0 when no outcome was unexpected (with both
+// fractions 0: every request succeeded), 3 when some were (the report is still printed), 1 when the run
+// could not start, 2 on bad flags.
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -33,6 +36,13 @@ ABSL_FLAG(std::string, lengths, "64:0.5,512:0.4,2048:0.1",
 ABSL_FLAG(uint64_t, seed, 0, "random seed of the request contents and lengths");
 ABSL_FLAG(int64_t, deadline_ms, 0,
           "per-request deadline in ms (0 = none); stream mode: per stream, on top of --duration");
+ABSL_FLAG(double, cancel_fraction, 0.0,
+          "fraction of requests the client cancels shortly after sending (unary: TryCancel after a delay "
+          "up to the last OK latency; stream: the whole stream is cancelled after such a request is sent, "
+          "its unanswered requests count as cancelled, and a new stream is opened)");
+ABSL_FLAG(double, malformed_fraction, 0.0,
+          "fraction of requests malformed on purpose, which the server must refuse with INVALID_ARGUMENT: "
+          "an out-of-vocabulary id, an empty token list, top_k 65, or raw bytes with invalid UTF-8 text");
 ABSL_FLAG(std::string, json, "", "also write the report as JSON to this file");
 ABSL_FLAG(double, connect_timeout_s, 10.0, "seconds to wait for the server to accept the connection");
 ABSL_FLAG(std::string, auth_token, "", "bearer token, if the server requires one");
@@ -72,6 +82,8 @@ absl::StatusOr<scored::load::LoadOptions> OptionsFromFlags() {
   o.connect_timeout = absl::Seconds(connect_timeout);
   o.bearer_token = absl::GetFlag(FLAGS_auth_token);
   o.stop_on_unavailable = absl::GetFlag(FLAGS_stop_on_unavailable);
+  o.cancel_fraction = absl::GetFlag(FLAGS_cancel_fraction);
+  o.malformed_fraction = absl::GetFlag(FLAGS_malformed_fraction);
   absl::Status valid = scored::load::ValidateLoadOptions(o);
   if (!valid.ok()) return valid;
   return o;
@@ -83,8 +95,10 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "scored-load --server host:port [--mode unary|stream] [--concurrency N] [--inflight M]\n"
       "            (--duration S | --requests N) [--lengths 64:0.5,512:0.5] [--seed S] [--json OUT]\n"
+      "            [--cancel_fraction F] [--malformed_fraction F]\n"
       "Drives a scored server with random-token Score requests and reports throughput, latency\n"
-      "percentiles and errors by gRPC status code.");
+      "percentiles, outcomes (ok, cancelled, refused as expected, unexpected) and gRPC status codes.\n"
+      "Exit 0: no unexpected outcome; 3: some; 1: could not start; 2: bad flags.");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr, "scored-load: unexpected argument '%s' (flags are --name=value)\n", positional[1]);
@@ -110,5 +124,5 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  return result->errors() == 0 ? 0 : 3;
+  return result->unexpected == 0 ? 0 : 3;
 }

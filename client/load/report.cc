@@ -18,6 +18,16 @@ std::string FormatTable(const LoadResult& r) {
   absl::StrAppendFormat(&out, "wall         %.2f s\n", absl::ToDoubleSeconds(r.wall));
   absl::StrAppendFormat(&out, "requests     %d sent, %d ok, %d failed  %.1f req/s\n", r.requests,
                         r.requests_ok, r.errors(), r.requests_per_s);
+  absl::StrAppendFormat(&out, "outcomes     ok %d, cancelled %d, refused %d (expected), unexpected %d\n",
+                        r.requests_ok, r.cancelled, r.refused, r.unexpected);
+  if (r.cancel_fraction > 0.0 || r.malformed_fraction > 0.0) {
+    absl::StrAppendFormat(&out, "kinds        cancel fraction %g, malformed fraction %g:", r.cancel_fraction,
+                          r.malformed_fraction);
+    for (const auto& [kind, count] : r.kinds)
+      absl::StrAppendFormat(&out, " %s %d", RequestKindName(kind), count);
+    absl::StrAppend(&out, "\n");
+  }
+  if (r.unexpected > 0) absl::StrAppend(&out, "unexpected   first: ", r.first_unexpected, "\n");
   absl::StrAppendFormat(&out, "tokens       %d ok  %.0f tok/s\n", r.tokens_ok, r.tokens_per_s);
   const LatencySummary& l = r.latency_ok;
   absl::StrAppendFormat(&out, "latency ms   p50 %.2f  p90 %.2f  p99 %.2f  max %.2f  (mean %.2f, %d ok)\n",
@@ -50,6 +60,17 @@ nlohmann::json ToJson(const LoadResult& r) {
   j["requests"] = r.requests;
   j["requests_ok"] = r.requests_ok;
   j["errors"] = r.errors();
+  j["cancel_fraction"] = r.cancel_fraction;
+  j["malformed_fraction"] = r.malformed_fraction;
+  j["outcomes"] = {{"ok", r.requests_ok},
+                   {"cancelled", r.cancelled},
+                   {"refused", r.refused},
+                   {"unexpected", r.unexpected}};
+  j["unexpected"] = r.unexpected;
+  j["first_unexpected"] = r.first_unexpected;
+  nlohmann::json kinds = nlohmann::json::object();
+  for (const auto& [kind, count] : r.kinds) kinds[RequestKindName(kind)] = count;
+  j["kinds"] = kinds;
   j["tokens_ok"] = r.tokens_ok;
   j["requests_per_s"] = r.requests_per_s;
   j["tokens_per_s"] = r.tokens_per_s;

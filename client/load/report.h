@@ -10,14 +10,20 @@
 namespace scored {
 namespace load {
 
-// Multi-line table: what ran, requests and tokens per second, latency percentiles (OK requests, ms),
-// and one line per gRPC status code with the first message seen for each error code.
+// Multi-line table: what ran, requests and tokens per second, outcomes (ok, cancelled, refused,
+// unexpected; with the first unexpected one), requests per kind when a fraction is set, latency
+// percentiles (OK requests, ms), and one line per gRPC status code with the first message seen for each
+// error code.
 std::string FormatTable(const LoadResult& result);
 
 // JSON object:
 //   {"server", "mode", "concurrency", "inflight", "lengths", "seed",
 //    "model": {"architecture", "format", "backend", "vocab_size", "max_seq_len"},
-//    "wall_s", "requests", "requests_ok", "errors", "tokens_ok", "requests_per_s", "tokens_per_s",
+//    "wall_s", "requests", "requests_ok", "errors" (requests - requests_ok),
+//    "cancel_fraction", "malformed_fraction",
+//    "outcomes": {"ok", "cancelled", "refused", "unexpected"}, "unexpected", "first_unexpected",
+//    "kinds": {"normal": n, "cancel": n, "oov": n, "empty": n, "top_k": n, "raw_bytes": n},  // sent
+//    "tokens_ok", "requests_per_s", "tokens_per_s",
 //    "latency_ms": {"count", "mean", "min", "p50", "p90", "p99", "max"},
 //    "codes": {"OK": n, "UNAVAILABLE": m, ...},            // absl::StatusCodeToString names
 //    "first_error": {"UNAVAILABLE": "message", ...},

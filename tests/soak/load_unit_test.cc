@@ -1,4 +1,5 @@
-// Unit tests of scored-load's pure parts: length-mix parsing and sampling, percentile math, the report.
+// Unit tests of scored-load's pure parts: length-mix parsing and sampling, the request-kind mix,
+// percentile math, the report.
 #include <cmath>
 #include <map>
 #include <random>
@@ -158,6 +159,73 @@ TEST(RequestGeneratorTest, NoBosMeansRandomFirstId) {
   EXPECT_GT(first.size(), 50u);
 }
 
+// Kinds drawn by `sampler` over `n` draws.
+std::map<RequestKind, int64_t> DrawKinds(KindSampler* sampler, int n, std::vector<RequestKind>* sequence) {
+  std::map<RequestKind, int64_t> counts;
+  for (int i = 0; i < n; ++i) {
+    const RequestKind k = sampler->Next();
+    ++counts[k];
+    if (sequence != nullptr) sequence->push_back(k);
+  }
+  return counts;
+}
+
+TEST(KindSamplerTest, FractionsHonouredAndMalformedKindsMixed) {
+  constexpr int kDraws = 200000;
+  KindSampler sampler(/*cancel_fraction=*/0.05, /*malformed_fraction=*/0.05, /*seed=*/7, /*client=*/2);
+  std::map<RequestKind, int64_t> counts = DrawKinds(&sampler, kDraws, nullptr);
+  // Binomial(200000, 0.05): sd ~97 requests (0.05%); 0.5% is > 10 sd.
+  EXPECT_NEAR(static_cast<double>(counts[RequestKind::kCancel]) / kDraws, 0.05, 0.005);
+  const int64_t malformed = counts[RequestKind::kMalformedOutOfVocab] + counts[RequestKind::kMalformedEmpty] +
+                            counts[RequestKind::kMalformedTopK] + counts[RequestKind::kMalformedRawBytes];
+  EXPECT_NEAR(static_cast<double>(malformed) / kDraws, 0.05, 0.005);
+  EXPECT_NEAR(static_cast<double>(counts[RequestKind::kNormal]) / kDraws, 0.90, 0.007);
+  // Each malformed kind ~1/4 of the malformed ones (~2500 each, sd ~43).
+  for (RequestKind k : {RequestKind::kMalformedOutOfVocab, RequestKind::kMalformedEmpty,
+                        RequestKind::kMalformedTopK, RequestKind::kMalformedRawBytes}) {
+    EXPECT_NEAR(static_cast<double>(counts[k]) / static_cast<double>(malformed), 0.25, 0.04)
+        << RequestKindName(k);
+    EXPECT_TRUE(IsMalformed(k));
+  }
+  EXPECT_FALSE(IsMalformed(RequestKind::kNormal));
+  EXPECT_FALSE(IsMalformed(RequestKind::kCancel));
+}
+
+TEST(KindSamplerTest, DeterministicBySeedAndClient) {
+  KindSampler a(0.2, 0.3, 11, 0);
+  KindSampler b(0.2, 0.3, 11, 0);
+  KindSampler other_client(0.2, 0.3, 11, 1);
+  KindSampler other_seed(0.2, 0.3, 12, 0);
+  std::vector<RequestKind> x, y, z, w;
+  DrawKinds(&a, 500, &x);
+  DrawKinds(&b, 500, &y);
+  DrawKinds(&other_client, 500, &z);
+  DrawKinds(&other_seed, 500, &w);
+  EXPECT_EQ(x, y);
+  EXPECT_NE(x, z);
+  EXPECT_NE(x, w);
+}
+
+TEST(KindSamplerTest, ZeroFractionsAlwaysNormalAndFullFractionsAlwaysThatKind) {
+  KindSampler none(0.0, 0.0, 3, 0);
+  EXPECT_EQ(DrawKinds(&none, 1000, nullptr)[RequestKind::kNormal], 1000);
+  KindSampler all_cancel(1.0, 0.0, 3, 0);
+  EXPECT_EQ(DrawKinds(&all_cancel, 1000, nullptr)[RequestKind::kCancel], 1000);
+  KindSampler all_malformed(0.0, 1.0, 3, 0);
+  std::map<RequestKind, int64_t> counts = DrawKinds(&all_malformed, 1000, nullptr);
+  EXPECT_EQ(counts.count(RequestKind::kNormal) + counts.count(RequestKind::kCancel), 0u);
+  EXPECT_EQ(counts.size(), 4u);  // all four malformed kinds appear
+}
+
+TEST(KindSamplerTest, InvalidUtf8RequestBytes) {
+  // request_id 300 is the varint ac 02; then field 3 (0x1a), length 6, TextInput{1: "ab\xff\xfe"}.
+  const std::string bytes = InvalidUtf8ScoreRequest(300);
+  EXPECT_EQ(bytes, std::string("\x08\xac\x02\x1a\x06\x0a\x04"
+                               "ab\xff\xfe",
+                               11));
+  EXPECT_EQ(InvalidUtf8ScoreRequest(5).substr(0, 3), std::string("\x08\x05\x1a", 3));
+}
+
 TEST(PercentileTest, NearestRankKnownAnswers) {
   std::vector<double> v;
   for (int i = 1; i <= 100; ++i) v.push_back(i);
@@ -219,6 +287,18 @@ TEST(LoadOptionsTest, Validation) {
   LoadOptions no_lengths = o;
   no_lengths.lengths.clear();
   EXPECT_THAT(ValidateLoadOptions(no_lengths).ToString(), HasSubstr("length mix"));
+  LoadOptions fractions = o;
+  fractions.cancel_fraction = 0.05;
+  fractions.malformed_fraction = 0.05;
+  EXPECT_TRUE(ValidateLoadOptions(fractions).ok());
+  fractions.cancel_fraction = -0.1;
+  EXPECT_THAT(ValidateLoadOptions(fractions).ToString(), HasSubstr("cancel_fraction"));
+  fractions.cancel_fraction = 0.7;
+  fractions.malformed_fraction = 0.4;
+  EXPECT_THAT(ValidateLoadOptions(fractions).ToString(), HasSubstr("<= 1"));
+  fractions.cancel_fraction = 0.0;
+  fractions.malformed_fraction = std::nan("");
+  EXPECT_THAT(ValidateLoadOptions(fractions).ToString(), HasSubstr("malformed_fraction"));
   EXPECT_EQ(*ParseMode("unary"), Mode::kUnary);
   EXPECT_EQ(*ParseMode("stream"), Mode::kStream);
   EXPECT_FALSE(ParseMode("batch").ok());
@@ -267,6 +347,34 @@ TEST(ReportTest, TableAndJson) {
   EXPECT_EQ(j["first_error"]["UNAVAILABLE"], "the server is shutting down");
   EXPECT_DOUBLE_EQ(j["wall_s"].get<double>(), 2.0);
   EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), 320.0);
+}
+
+TEST(ReportTest, OutcomesAndKinds) {
+  LoadResult r;
+  r.lengths = "64:1";
+  r.requests = 20;
+  r.requests_ok = 14;
+  r.cancelled = 2;
+  r.refused = 3;
+  r.unexpected = 1;
+  r.first_unexpected = "normal: INTERNAL: boom";
+  r.cancel_fraction = 0.1;
+  r.malformed_fraction = 0.2;
+  r.kinds[RequestKind::kNormal] = 14;
+  r.kinds[RequestKind::kCancel] = 2;
+  r.kinds[RequestKind::kMalformedRawBytes] = 4;
+  const std::string table = FormatTable(r);
+  EXPECT_THAT(table, HasSubstr("ok 14, cancelled 2, refused 3 (expected), unexpected 1"));
+  EXPECT_THAT(table, HasSubstr("normal 14 cancel 2 raw_bytes 4"));
+  EXPECT_THAT(table, HasSubstr("unexpected   first: normal: INTERNAL: boom"));
+  const nlohmann::json j = ToJson(r);
+  EXPECT_EQ(j["outcomes"]["ok"], 14);
+  EXPECT_EQ(j["outcomes"]["cancelled"], 2);
+  EXPECT_EQ(j["outcomes"]["refused"], 3);
+  EXPECT_EQ(j["outcomes"]["unexpected"], 1);
+  EXPECT_EQ(j["unexpected"], 1);
+  EXPECT_EQ(j["kinds"]["raw_bytes"], 4);
+  EXPECT_DOUBLE_EQ(j["malformed_fraction"].get<double>(), 0.2);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 //     UNAVAILABLE, and the load run ends (no hang);
 //   - the same for a shorter ScoreStream run;
 //   - a deliberately tiny queue (--max_queue=1): only OK and RESOURCE_EXHAUSTED;
+//   - 10% cancelled and 10% malformed requests, unary and stream: no unexpected outcome, every
+//     malformed kind refused with INVALID_ARGUMENT, cancellations seen, the daemon still exits 0;
 //   - the scored-load binary itself: flags, exit codes, --json.
 #include <signal.h>
 #include <sys/types.h>
@@ -317,6 +319,57 @@ TEST(ScoredSoakTest, TinyQueueGivesOnlyOkAndResourceExhausted) {
   EXPECT_EQ(*exit_code, 0);
 }
 
+// Short unary and stream runs with cancelled and malformed requests mixed in.
+TEST(ScoredSoakTest, CancelledAndMalformedRequestsAreExpectedOutcomes) {
+  absl::StatusOr<std::unique_ptr<ScoredProcess>> proc = StartScored({});
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  for (Mode mode : {Mode::kUnary, Mode::kStream}) {
+    LoadOptions o = BaseOptions(**proc, mode, 8);
+    o.inflight = 4;
+    o.duration = absl::Seconds(4);
+    o.cancel_fraction = 0.1;
+    o.malformed_fraction = 0.1;
+    absl::StatusOr<LoadResult> r;
+    {
+      AsyncLoad load(o);
+      ASSERT_TRUE(load.WaitFor(absl::Seconds(90))) << "the run hung";
+      r = load.Get();
+    }
+    ASSERT_TRUE(r.ok()) << r.status();
+    std::cout << "--- " << ModeName(mode) << ", 10% cancelled, 10% malformed ---\n" << FormatTable(*r);
+    EXPECT_EQ(r->unexpected, 0) << r->first_unexpected;
+    EXPECT_EQ(r->requests_ok + r->cancelled + r->refused + r->unexpected, r->requests);
+    EXPECT_EQ(r->clients_finished, 8);
+    EXPECT_GT(r->requests_ok, 0);
+    EXPECT_GT(r->cancelled, 0);
+    EXPECT_EQ(r->count(absl::StatusCode::kCancelled), r->cancelled);
+    // Every malformed request was refused, and each kind was sent at least once (~700 requests on 2
+    // cores, 2.5% of each kind: P(a kind absent) ~ 1e-8; checked from 500 requests on, P < 3e-6).
+    int64_t malformed = 0;
+    for (RequestKind k : {RequestKind::kMalformedOutOfVocab, RequestKind::kMalformedEmpty,
+                          RequestKind::kMalformedTopK, RequestKind::kMalformedRawBytes}) {
+      if (r->requests >= 500) {
+        EXPECT_GT(r->kinds[k], 0) << RequestKindName(k);
+      }
+      malformed += r->kinds[k];
+    }
+    EXPECT_GT(malformed, 0);
+    if (mode == Mode::kUnary) {
+      EXPECT_EQ(r->refused, malformed);
+    } else {
+      // A malformed request still unanswered when its stream is cancelled counts as cancelled.
+      EXPECT_GT(r->refused, 0);
+      EXPECT_LE(r->refused, malformed);
+    }
+    EXPECT_EQ(r->count(absl::StatusCode::kInvalidArgument), r->refused);
+  }
+  // The daemon is unharmed: it still drains and exits 0.
+  ASSERT_TRUE((*proc)->SendSignal(SIGTERM).ok());
+  absl::StatusOr<int> exit_code = (*proc)->Wait(absl::Seconds(60));
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status();
+  EXPECT_EQ(*exit_code, 0) << (*proc)->ReadLog();
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::ostringstream ss;
@@ -358,6 +411,23 @@ TEST(ScoredLoadCliTest, FlagsExitCodesAndJson) {
 
   EXPECT_EQ(RunScoredLoad(absl::StrCat(server, " --concurrency=3 --requests=10 --lengths=32"), log), 0)
       << ReadFile(log);
+  // Cancelled and malformed requests are expected outcomes: exit 0, counted by kind.
+  ASSERT_EQ(
+      RunScoredLoad(absl::StrCat(server, " --concurrency=4 --requests=200 --lengths=16:1,64:1 ",
+                                 "--cancel_fraction=0.1 --malformed_fraction=0.2 --seed=5 --json=", json),
+                    log),
+      0)
+      << ReadFile(log);
+  EXPECT_THAT(ReadFile(log), ::testing::HasSubstr("unexpected 0"));
+  const nlohmann::json f = nlohmann::json::parse(ReadFile(json), nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(f.is_discarded()) << ReadFile(json);
+  EXPECT_EQ(f["unexpected"], 0);
+  EXPECT_EQ(f["requests"], 200);
+  EXPECT_GT(f["outcomes"]["refused"].get<int64_t>(), 0);
+  EXPECT_EQ(f["outcomes"]["refused"].get<int64_t>(),
+            f["kinds"]["oov"].get<int64_t>() + f["kinds"]["empty"].get<int64_t>() +
+                f["kinds"]["top_k"].get<int64_t>() + f["kinds"]["raw_bytes"].get<int64_t>());
+  EXPECT_EQ(RunScoredLoad(absl::StrCat(server, " --requests=3 --lengths=32 --cancel_fraction=1.5"), log), 2);
   // Bad flags: 2. A length the server cannot take, or no server: 1.
   EXPECT_EQ(RunScoredLoad(absl::StrCat(server, " --requests=3 --lengths=1:1"), log), 2) << ReadFile(log);
   EXPECT_EQ(RunScoredLoad(absl::StrCat(server, " --requests=3 --duration=1 --lengths=32"), log), 2);
