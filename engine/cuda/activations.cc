@@ -103,7 +103,7 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
       {&A::top_k_logprobs, "top-k logprobs", kAll, top_k * 4},
       {&A::tp_stats, "the vocab-parallel statistics", kTp, 0, tp * stats},
       {&A::tp_target_logit, "target logits", kTp, 0, 4},
-      {&A::act_amax, "activation amax", kTp, 4},
+      {&A::act_amax, "activation amax", kTp, 2 * 4},
       {&A::tp_topk_ids, "vocab-parallel top-k ids", kTp, 0, tp * top_k * 4},
       {&A::tp_topk_values, "vocab-parallel top-k logits", kTp, 0, tp * top_k * 4},
       {&A::ref_normed, "the reference model's normed rows", kRef, r.hidden_size * act},

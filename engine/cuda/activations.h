@@ -79,9 +79,10 @@ struct Activations {
   // Tensor parallelism only (tp_size > 1), else empty:
   DeviceBuffer tp_stats;         // [tp_size, logits_rows] kernels::LogitPartialStats
   DeviceBuffer tp_target_logit;  // [logits_rows] fp32
-  DeviceBuffer act_amax;         // [max_tokens] fp32: W8A8 per-token amax of a row-parallel input
-  DeviceBuffer tp_topk_ids;      // [tp_size, logits_rows, kMaxTopK] int32
-  DeviceBuffer tp_topk_values;   // [tp_size, logits_rows, kMaxTopK] fp32
+  DeviceBuffer act_amax;  // [max_tokens, 2] fp32: W8A8 per-token amax (FP8: [max_tokens]) or (hi, -lo) (INT8)
+                          // of a row-parallel input
+  DeviceBuffer tp_topk_ids;     // [tp_size, logits_rows, kMaxTopK] int32
+  DeviceBuffer tp_topk_values;  // [tp_size, logits_rows, kMaxTopK] fp32
   // With a reference model only, else empty (act and the logits' vocabulary columns: R's):
   DeviceBuffer ref_normed;      // [max_tokens, hidden_size of R] act: R's final-norm output
   DeviceBuffer ref_rope_table;  // [max_tokens, head_dim of R / 2, 2] fp32: R's RoPE (cos, sin)

@@ -138,11 +138,12 @@ class DeviceModelLoader {
     linear.act_amax_all_reduce_ = act_amax_all_reduce;
     linear.in_features_ = members.front()->in_features;
     bool all_dense = true, any_w8a8 = false, all_w8a8 = true;
+    const LinearWeight& first = *members.front();
     for (const LinearWeight* m : members) {
-      if (m->w8a8_dynamic_int8) {
-        return absl::UnimplementedError(absl::StrCat(
-            m->module,
-            ": input_activations int8 dynamic: not implemented on the cuda backend yet; --backend=cpu"));
+      if (m->w8a8_dynamic_int8 != first.w8a8_dynamic_int8 ||
+          (m->w8a8_dynamic_int8 && m->act_symmetric != first.act_symmetric)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": int8 activation quantization differs between the modules sharing one input"));
       }
       if (m->in_features != linear.in_features_) {
         return absl::InvalidArgumentError(absl::StrCat(what, ": ", m->module, " has ", m->in_features,
@@ -158,6 +159,8 @@ class DeviceModelLoader {
           absl::StrCat(what, ": W8A8 dynamic FP8 on some but not all of the modules sharing one input"));
     }
     linear.w8a8_ = all_w8a8;
+    linear.w8a8_int8_ = first.w8a8_dynamic_int8;
+    linear.act_symmetric_ = first.act_symmetric;
     linear.act_group_size_ = members.front()->act_group_size;
     for (const LinearWeight* m : members) {
       if (m->act_group_size != linear.act_group_size_ ||

@@ -63,6 +63,11 @@ class DeviceLinear {
   const float* fp8_scale() const { return fp8_scale_.as<float>(); }        // [out_features] fp32
   // W8A8 dynamic FP8 (every part): the GEMM's input is fake-quantized per token first.
   bool w8a8_dynamic_fp8() const { return w8a8_; }
+  // W8A8 INT8 (every part): the GEMM's input is fake-quantized to int8 per token first
+  // (kernels/int8_quant.h), symmetric or with a zero point per token (act_symmetric()); the weight is
+  // expanded like any other.
+  bool w8a8_dynamic_int8() const { return w8a8_int8_; }
+  bool act_symmetric() const { return act_symmetric_; }
   // W8A8 only: 0 = one activation scale per token, > 0 = one per token per this many input columns.
   int64_t act_group_size() const { return act_group_size_; }
   // Tensor parallelism, W8A8 per-token on a row-parallel shard: the activation scale needs the amax over
@@ -83,6 +88,8 @@ class DeviceLinear {
   int64_t out_features_ = 0;
   int64_t in_features_ = 0;
   bool w8a8_ = false;
+  bool w8a8_int8_ = false;
+  bool act_symmetric_ = true;
   int64_t act_group_size_ = 0;
   bool act_amax_all_reduce_ = false;
   DeviceBuffer dense_;               // [out_features, in_features] compute dtype, when resident_dense()

@@ -17,6 +17,7 @@
 #include "engine/kernels/embedding.h"
 #include "engine/kernels/fp8_quant.h"
 #include "engine/kernels/fp8_scale.h"
+#include "engine/kernels/int8_quant.h"
 #include "engine/kernels/kernel_types.h"
 #include "engine/kernels/qk_norm.h"
 #include "engine/kernels/reference_compare.h"
@@ -54,7 +55,10 @@ struct LinearInOut {
 bool Chunkable(const DeviceModel& model) {
   for (const DeviceLayer& layer : model.layers) {
     for (const DeviceLinear* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
-      if ((w->fp8_resident() || w->w8a8_dynamic_fp8()) && w->act_amax_all_reduce()) return false;
+      if ((w->fp8_resident() || w->w8a8_dynamic_fp8() || w->w8a8_dynamic_int8()) &&
+          w->act_amax_all_reduce()) {
+        return false;
+      }
     }
   }
   return true;
@@ -318,6 +322,8 @@ class ForwardPass {
       const int64_t group = w.act_group_size() > 0 ? w.act_group_size() : in;
       SCORED_RETURN_IF_ERROR(
           kernels::FakeQuantizeFp8PerToken<T>(x_rows, group, m * (in / group), group, stream_));
+    } else if (w.w8a8_dynamic_int8()) {
+      SCORED_RETURN_IF_ERROR(Int8FakeQuantize(w, x_rows, ch));
     }
     if (io.sum_in_halves) {
       // Two GEMMs over the input column halves, each adding into y (SumsInHalves): tp 2's order of sums.
@@ -331,6 +337,21 @@ class ForwardPass {
     LinearOptions options;
     options.accumulate = io.add_to_output;
     return gemm_.Linear(x_rows, use.weight, y_rows, m, out, in, y_types, stream_, options);
+  }
+
+  // W8A8 INT8: x_rows [m, in] quantize-dequantized to int8 per token in place (kernels/int8_quant.h); on a
+  // row-parallel shard with each token's (hi, -lo) all-reduced (max) over the ranks first.
+  absl::Status Int8FakeQuantize(const DeviceLinear& w, T* x_rows, const RowChunk& ch) {
+    const int64_t m = ch.rows, in = w.in_features();
+    if (!(w.act_amax_all_reduce() && tp_ != nullptr)) {
+      return kernels::FakeQuantizeInt8PerToken<T>(x_rows, in, m, in, w.act_symmetric(), stream_);
+    }
+    float* range = act_amax_ + 2 * ch.begin;  // [m, 2]
+    SCORED_RETURN_IF_ERROR(kernels::Int8RowRange<T>(x_rows, in, m, in, range, stream_));
+    SCORED_RETURN_IF_ERROR(
+        tp_->comm->AllReduce(range, range, 2 * m, dist::ReduceDType::kF32, dist::ReduceOp::kMax, stream_));
+    return kernels::FakeQuantizeInt8PerTokenWithRange<T>(x_rows, in, m, in, w.act_symmetric(), range,
+                                                         stream_);
   }
 
   // Real FP8 GEMM of chunk ch's rows x_rows [m, in] into y_rows [m, out]: x quantized per token into act_fp8
@@ -441,7 +462,7 @@ class ForwardPass {
   const int32_t* const targets_ = acts_->targets.as<int32_t>();        // [n]
   const float* const rope_table_ =  // [max_tokens, head_dim / 2, 2]: the pass's model's
       (role_ == PassRole::kReference ? acts_->ref_rope_table : acts_->rope_table).as<float>();
-  float* const act_amax_ = acts_->act_amax.as<float>();         // [n] (tp only)
+  float* const act_amax_ = acts_->act_amax.as<float>();         // [n, 2] (tp only)
   uint8_t* const act_fp8_ = acts_->act_fp8.as<uint8_t>();       // [n, in] W8A8: a real FP8 GEMM's input
   float* const fp8_scale_norm_ = acts_->act_scale.as<float>();  // [n]: its per-token scales (qkv, o, gate_up)
   float* const fp8_scale_mlp_ = fp8_scale_norm_ + acts_->max_tokens;  // [n]: those of down_proj's input
@@ -468,7 +489,7 @@ absl::Status RunPasses(const ModelConfig& config, const DeviceModel& model, Gemm
 
 bool SumsInHalves(const DeviceLinear& linear, ComputeDtype dtype) {
   const int64_t in = linear.in_features();
-  return !linear.fp8_resident() && !linear.w8a8_dynamic_fp8() && in % 2 == 0 &&
+  return !linear.fp8_resident() && !linear.w8a8_dynamic_fp8() && !linear.w8a8_dynamic_int8() && in % 2 == 0 &&
          (in / 2 * ActBytes(dtype)) % 16 == 0;
 }
 

@@ -446,6 +446,7 @@ absl::StatusOr<ShardedLinear> ShardLinear(const LinearWeight& full, const Linear
     case WeightFormat::kNaiveQuantized:
       v.weight = GatherColumns(&s, full.weight, Range(c0, c1));
       if (HasGroupColumns(full)) ShardGroupParams(full, c0, c1, &s);
+      s.act_amax_all_reduce = full.w8a8_dynamic_int8;  // int8 activations: the token's range over all ranks
       break;
     case WeightFormat::kNvfp4PackQuantized:
       v.weight_packed = GatherColumns(&s, full.weight_packed, Range(c0 / 2, c1 / 2));

@@ -27,8 +27,9 @@
 //   - nvfp4: row-parallel splits on multiples of 16 (one fp8 scale per 16 columns); the global scale is
 //     per tensor and shared by every shard of it.
 //   - fp8 block scales: a slice must start on a block boundary or lie inside one block.
-//   - fp8 W8A8 with per-token dynamic activation scales: a row-parallel shard sees only part of a token's
-//     input, so its activation scale needs the max over all ranks (ShardedLinear::act_amax_all_reduce);
+//   - fp8 (int8) W8A8 with per-token dynamic activation scales: a row-parallel shard sees only part of a
+//     token's input, so its activation scale needs the max (int8: min and max) over all ranks
+//     (ShardedLinear::act_amax_all_reduce);
 //     with per-group activation scales the split must fall on a multiple of act_group_size.
 //   - bit-packed values (int4/int8 in int32) whose row-parallel split is not word aligned are re-packed.
 //
@@ -105,9 +106,9 @@ struct ShardPlan {
 struct ShardedLinear {
   LinearWeight view;  // out_features/in_features are the LOCAL shape; module unchanged
   LinearSlice slice;
-  // Row-parallel W8A8 with per-token dynamic FP8 activations: the activation scale of a token is
-  // max|x| over ALL of its input columns, so ranks must all-reduce (max) their per-token amax before
-  // quantizing. False otherwise.
+  // Row-parallel W8A8 with per-token dynamic FP8 (INT8) activations: the activation scale of a token is
+  // max|x| (int8: max and min of x) over ALL of its input columns, so ranks must all-reduce (max) their
+  // per-token amax (range) before quantizing. False otherwise.
   bool act_amax_all_reduce = false;
   int64_t owned_bytes = 0;  // bytes copied/re-packed for this shard (0 when the view is all mmap)
 

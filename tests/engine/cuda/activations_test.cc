@@ -42,7 +42,7 @@ int64_t OldFixedActivationBytes(const ModelConfig& config, const DeviceModel& mo
       tp_size > 1
           ? OldLogitsRows(max_tokens) * (tp_size * static_cast<int64_t>(sizeof(kernels::LogitPartialStats)) +
                                          4 + tp_size * kernels::kMaxTopK * 8) +
-                max_tokens * 4
+                max_tokens * 2 * 4  // act_amax: [max_tokens] FP8 amax, since INT8 W8A8 [max_tokens, 2] ranges
           : 0;
   const int64_t fp8_bytes = model.max_fp8_in_features > 0 ? max_tokens * (model.max_fp8_in_features + 8) : 0;
   return OldLogitsRows(max_tokens) * config.vocab_size * 4 +

@@ -348,20 +348,6 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
       requests[i].tokens.resize(64 + 40 * i);
       for (int32_t& t : requests[i].tokens) t = id(rng);
     }
-    // INT8 W8A8 (int8 activations) runs on the CPU backend only for now: the CUDA engine refuses it at load,
-    // naming the field.
-    if (reference->info().format.rfind("int8-w8a8", 0) == 0) {
-      EngineOptions options;
-      options.model_dir = dir;
-      options.backend = Backend::kCuda;
-      auto refused = CreateCudaEngine(options);
-      EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented) << refused.status();
-      EXPECT_NE(refused.status().message().find("input_activations int8"), std::string::npos)
-          << refused.status();
-      std::cout << "fixture " << entry.path().filename().string() << " (" << reference->info().format
-                << "): refused by the cuda backend (int8 activations not implemented on the GPU yet)\n";
-      continue;
-    }
     auto want = ScoreAll(*reference, requests);
     ASSERT_TRUE(want.ok()) << want.status();
     const bool w8a8 = reference->info().format.find("w8a8") != std::string::npos;

@@ -86,25 +86,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Make(const std::string& dir, int tp, Com
   return CreateCudaEngine(Options(dir, tp, dtype, max_batch_tokens));
 }
 
-// Whether config.json quantizes linear inputs to int8 (INT8 W8A8): the CUDA engine refuses those for now
-// (cuda_engine_test checks the refusal).
-bool Int8Activations(const std::filesystem::path& dir) {
-  std::ifstream in(dir / "config.json");
-  const nlohmann::json config = nlohmann::json::parse(in);
-  if (!config.contains("quantization_config")) return false;
-  for (const auto& [name, group] : config["quantization_config"]["config_groups"].items()) {
-    const nlohmann::json& acts = group.value("input_activations", nlohmann::json());
-    if (acts.is_object() && acts.value("type", "") == "int") return true;
-  }
-  return false;
-}
-
-// Every model folder the CUDA engine runs: the fixtures (sorted) and the dense stories260K.
+// Every model folder: the fixtures (sorted) and the dense stories260K.
 std::vector<std::string> ModelDirs() {
   std::vector<std::string> dirs;
   for (const auto& entry : std::filesystem::directory_iterator(kFixturesDir)) {
-    if (entry.is_directory() && std::filesystem::exists(entry.path() / "config.json") &&
-        !Int8Activations(entry.path())) {
+    if (entry.is_directory() && std::filesystem::exists(entry.path() / "config.json")) {
       dirs.push_back(entry.path().string());
     }
   }

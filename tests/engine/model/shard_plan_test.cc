@@ -263,6 +263,25 @@ TEST(ShardLinearTest, RowParallelPerTokenFp8NeedsGlobalAmax) {
   EXPECT_FALSE(gate->act_amax_all_reduce);
 }
 
+// INT8 W8A8: a row-parallel shard needs every token's min and max over all ranks (the same flag), sym and asym.
+TEST(ShardLinearTest, RowParallelPerTokenInt8NeedsGlobalRange) {
+  for (const char* name : {"/llama-trained-int8-w8a8", "/llama-trained-int8-w8a8-g128-asym"}) {
+    SCOPED_TRACE(name);
+    auto m = ModelWeights::Load(kFixtures + name);
+    ASSERT_TRUE(m.ok()) << m.status();
+    auto plan = ShardPlan::Create((*m)->config(), 2, 1);
+    ASSERT_TRUE(plan.ok());
+    auto down = ShardLinear((*m)->layers()[0].down_proj, plan->down, 1);
+    auto o = ShardLinear((*m)->layers()[0].o_proj, plan->o, 1);
+    auto gate = ShardLinear((*m)->layers()[0].gate_proj, plan->gate, 1);
+    ASSERT_TRUE(down.ok() && o.ok() && gate.ok());
+    EXPECT_TRUE(down->act_amax_all_reduce);
+    EXPECT_TRUE(o->act_amax_all_reduce);
+    EXPECT_FALSE(gate->act_amax_all_reduce);
+    ExpectSliceEqual((*m)->layers()[0].down_proj, Full((*m)->layers()[0].down_proj), *down);
+  }
+}
+
 TEST(ShardLinearTest, BadSlices) {
   auto m = ModelWeights::Load(kFixtures + "/llama-w4a16-g128");
   ASSERT_TRUE(m.ok()) << m.status();
