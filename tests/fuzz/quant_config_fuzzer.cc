@@ -68,6 +68,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (s->w8a8_dynamic_fp8) FUZZ_CHECK(s->format == WeightFormat::kFloatQuantized, what);
     if (s->w8a8_dynamic_fp8) FUZZ_CHECK(s->act_group_size >= 0, what);
+    // INT8 W8A8: int8 weights (int-quantized / naive), never together with FP8 activations.
+    if (s->w8a8_dynamic_int8) {
+      FUZZ_CHECK(s->format == WeightFormat::kNaiveQuantized && s->num_bits == 8 && !s->w8a8_dynamic_fp8,
+                 what);
+    }
   }
   return 0;
 }
