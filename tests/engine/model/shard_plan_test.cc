@@ -263,7 +263,8 @@ TEST(ShardLinearTest, RowParallelPerTokenFp8NeedsGlobalAmax) {
   EXPECT_FALSE(gate->act_amax_all_reduce);
 }
 
-// INT8 W8A8: a row-parallel shard needs every token's min and max over all ranks (the same flag), sym and asym.
+// INT8 W8A8: a row-parallel shard needs every token's min and max over all ranks (the same flag), sym and
+// asym.
 TEST(ShardLinearTest, RowParallelPerTokenInt8NeedsGlobalRange) {
   for (const char* name : {"/llama-trained-int8-w8a8", "/llama-trained-int8-w8a8-g128-asym"}) {
     SCOPED_TRACE(name);
