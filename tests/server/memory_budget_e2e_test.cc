@@ -220,6 +220,62 @@ TEST(MemoryBudgetE2eTest, NonReadingStreamsAreHeldWithinTheBudgetAndOthersAreSer
   EXPECT_LE(watch.max_buffered(), static_cast<double>(kBudget));
 }
 
+// Text requests on held streams: a text is tokenized on the tokenize pool while the stream goes on reading,
+// so a tokenization can finish while another request is parked; the parked requests form a line. Every
+// request still gets exactly one response (scored, with its ids echoed, or RESOURCE_EXHAUSTED naming the
+// flag).
+TEST(MemoryBudgetE2eTest, TextRequestsOnHeldStreamsEachGetOneResponse) {
+  auto proc = StartOrDie({"--max_buffered_bytes=" + std::to_string(kBudget)});
+  ASSERT_NE(proc, nullptr);
+  MetricsWatch watch(proc.get());
+  constexpr int kTextStreams = 24;
+  std::string text;
+  while (text.size() < 480)
+    text += "Once upon a time, a little girl named Lily found a shiny red ball in the park. ";
+  auto stub = v1::Scorer::NewStub(NewConnection(proc->grpc_address(), /*hold_window=*/true));
+  std::vector<OpenStream> streams(kTextStreams);
+  for (int s = 0; s < kTextStreams; ++s) {
+    streams[s].context = std::make_unique<grpc::ClientContext>();
+    streams[s].rw = stub->ScoreStream(streams[s].context.get());
+    for (int k = 0; k < kRequestsPerStream; ++k) {
+      const uint64_t id = static_cast<uint64_t>(s * 10 + k);
+      v1::ScoreRequest request = LongTopKRequest(id);
+      if (k % 2 == 1) {  // every other request as text
+        request.mutable_text()->set_text(text);
+      }
+      ASSERT_TRUE(streams[s].rw->Write(request));
+    }
+  }
+  ASSERT_TRUE(watch.WaitFor([&](const std::string& m) {
+    return watch.Value(m, "scored_streams_paused") >= 3;
+  })) << "the streams were not held back; last scrape:\n"
+      << watch.last();
+  int scored_text = 0;
+  for (int s = 0; s < kTextStreams; ++s) {
+    ASSERT_TRUE(streams[s].rw->WritesDone());
+    std::set<uint64_t> ids;
+    v1::ScoreResponse response;
+    while (streams[s].rw->Read(&response)) {
+      EXPECT_TRUE(ids.insert(response.request_id()).second) << "two responses for " << response.request_id();
+      if (response.has_error()) {
+        EXPECT_EQ(response.error().code(), static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED))
+            << response.error().message();
+      } else if (response.request_id() % 2 == 1) {
+        EXPECT_GT(response.tokens_size(), 80);  // a text request: its ids are echoed
+        ++scored_text;
+      }
+    }
+    EXPECT_TRUE(streams[s].rw->Finish().ok()) << "stream " << s;
+    std::set<uint64_t> want;
+    for (int k = 0; k < kRequestsPerStream; ++k) want.insert(static_cast<uint64_t>(s * 10 + k));
+    EXPECT_EQ(ids, want) << "stream " << s;
+  }
+  EXPECT_GE(scored_text, 1);
+  EXPECT_TRUE(watch.WaitFor([&](const std::string& m) {
+    return watch.Value(m, "scored_buffered_bytes") == 0 && watch.Value(m, "scored_streams_paused") == 0;
+  })) << watch.last();
+}
+
 // SIGTERM while streams are held for the budget: each parked request is answered UNAVAILABLE, the streams end
 // (their clients never read, so the grace period cancels them) and the server exits 0.
 TEST(MemoryBudgetE2eTest, ShutdownWithPausedStreamsExitsCleanly) {
