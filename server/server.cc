@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <exception>
+#include <mutex>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +13,7 @@
 #include "engine/base/logging.h"
 #include "engine/base/status_macros.h"
 #include "engine/tokenizer/content_digest.h"
+#include "google/protobuf/stubs/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/fault_injection.h"
@@ -21,6 +24,19 @@
 
 namespace scored {
 namespace {
+
+// protobuf logs an ERROR line for every message whose string field holds invalid UTF-8; scored answers such a
+// request with INVALID_ARGUMENT naming the field (and counts it), so that line would only let any client
+// write to the server's log at will (one line per request: 4,163 of them in a 30-minute soak). Dropped;
+// protobuf's other messages go to the server's log.
+void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+  if (message.find("contains invalid UTF-8 data") != std::string::npos) return;
+  if (level >= google::protobuf::LOGLEVEL_ERROR) {
+    SCORED_LOG(ERROR) << "protobuf " << file << ":" << line << ": " << message;
+  } else {
+    SCORED_LOG(WARNING) << "protobuf " << file << ":" << line << ": " << message;
+  }
+}
 
 constexpr char kScorerServiceName[] = "scored.v1.Scorer";
 
@@ -105,6 +121,8 @@ absl::Status CheckReferenceTokenizer(const std::string& model_dir, const std::st
 const char* ServerVersion() { return SCORED_VERSION; }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
+  static std::once_flag protobuf_log;
+  std::call_once(protobuf_log, [] { google::protobuf::SetLogHandler(&ProtobufLog); });
   SCORED_RETURN_IF_ERROR(ValidateServerOptions(options));
   if (options.engine.node_rank > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
