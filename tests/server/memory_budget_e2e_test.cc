@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -112,6 +113,8 @@ class MetricsWatch {
         if (done(*text)) return true;
       }
       if (absl::Now() > deadline) return false;
+      // The interval between two scrapes, not a wait for anything: the outcome is decided by `done` on a
+      // scrape, whenever it holds (a loaded machine only takes more scrapes), or by the 120 s deadline.
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
@@ -130,6 +133,43 @@ struct OpenStream {
   std::unique_ptr<grpc::ClientReaderWriter<v1::ScoreRequest, v1::ScoreResponse>> rw;
 };
 
+// Request k of stream s: id s * 10 + k.
+uint64_t RequestId(int s, int k) { return static_cast<uint64_t>(s * 10 + k); }
+
+// `count` ScoreStreams, stream s on stubs[s % stubs.size()], each sending request(s, k) for k in
+// [0, kRequestsPerStream) and reading nothing (yet). False when a write fails.
+bool OpenStreams(const std::vector<std::unique_ptr<v1::Scorer::Stub>>& stubs, int count,
+                 const std::function<v1::ScoreRequest(int s, int k)>& request,
+                 std::vector<OpenStream>* streams) {
+  streams->resize(count);
+  for (int s = 0; s < count; ++s) {
+    OpenStream& stream = (*streams)[s];
+    stream.context = std::make_unique<grpc::ClientContext>();
+    stream.rw = stubs[s % stubs.size()]->ScoreStream(stream.context.get());
+    for (int k = 0; k < kRequestsPerStream; ++k) {
+      if (!stream.rw->Write(request(s, k))) return false;
+    }
+  }
+  return true;
+}
+
+// Ends stream s's writes, reads every response (each passed to `each`) and finishes it: the stream ends OK
+// and each request it sent has exactly one response.
+void DrainStream(OpenStream& stream, int s, const std::function<void(const v1::ScoreResponse&)>& each) {
+  ASSERT_TRUE(stream.rw->WritesDone());
+  std::set<uint64_t> ids;
+  v1::ScoreResponse response;
+  while (stream.rw->Read(&response)) {
+    EXPECT_TRUE(ids.insert(response.request_id()).second) << "two responses for " << response.request_id();
+    each(response);
+  }
+  const grpc::Status status = stream.rw->Finish();
+  EXPECT_TRUE(status.ok()) << "stream " << s << ": " << status.error_message();
+  std::set<uint64_t> want;
+  for (int k = 0; k < kRequestsPerStream; ++k) want.insert(RequestId(s, k));
+  EXPECT_EQ(ids, want) << "stream " << s;
+}
+
 TEST(MemoryBudgetE2eTest, NonReadingStreamsAreHeldWithinTheBudgetAndOthersAreServed) {
   auto proc = StartOrDie({"--max_buffered_bytes=" + std::to_string(kBudget)});
   ASSERT_NE(proc, nullptr);
@@ -144,14 +184,9 @@ TEST(MemoryBudgetE2eTest, NonReadingStreamsAreHeldWithinTheBudgetAndOthersAreSer
   for (int c = 0; c < kConnections; ++c) {
     stubs.push_back(v1::Scorer::NewStub(NewConnection(proc->grpc_address(), /*hold_window=*/true)));
   }
-  std::vector<OpenStream> streams(kStreams);
-  for (int s = 0; s < kStreams; ++s) {
-    streams[s].context = std::make_unique<grpc::ClientContext>();
-    streams[s].rw = stubs[s % kConnections]->ScoreStream(streams[s].context.get());
-    for (int k = 0; k < kRequestsPerStream; ++k) {
-      ASSERT_TRUE(streams[s].rw->Write(LongTopKRequest(static_cast<uint64_t>(s * 10 + k))));
-    }
-  }
+  std::vector<OpenStream> streams;
+  ASSERT_TRUE(OpenStreams(
+      stubs, kStreams, [](int s, int k) { return LongTopKRequest(RequestId(s, k)); }, &streams));
 
   // The budget fills (about 14 reservations): a stream whose own response holds part of it parks the next
   // request it reads and stops reading; a stream with nothing of its own outstanding gets RESOURCE_EXHAUSTED.
@@ -184,11 +219,7 @@ TEST(MemoryBudgetE2eTest, NonReadingStreamsAreHeldWithinTheBudgetAndOthersAreSer
   int scored = 0;
   int refused = 0;
   for (int s = 0; s < kStreams; ++s) {
-    ASSERT_TRUE(streams[s].rw->WritesDone());
-    std::set<uint64_t> ids;
-    v1::ScoreResponse response;
-    while (streams[s].rw->Read(&response)) {
-      EXPECT_TRUE(ids.insert(response.request_id()).second) << "two responses for " << response.request_id();
+    DrainStream(streams[s], s, [&](const v1::ScoreResponse& response) {
       if (response.has_error()) {
         EXPECT_EQ(response.error().code(), static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
         EXPECT_THAT(response.error().message(), HasSubstr("--max_buffered_bytes=4194304"));
@@ -198,12 +229,7 @@ TEST(MemoryBudgetE2eTest, NonReadingStreamsAreHeldWithinTheBudgetAndOthersAreSer
         EXPECT_EQ(response.top_k(0).tokens_size(), kTopK);
         ++scored;
       }
-    }
-    const grpc::Status status = streams[s].rw->Finish();
-    EXPECT_TRUE(status.ok()) << "stream " << s << ": " << status.error_message();
-    std::set<uint64_t> want;
-    for (int k = 0; k < kRequestsPerStream; ++k) want.insert(static_cast<uint64_t>(s * 10 + k));
-    EXPECT_EQ(ids, want) << "stream " << s;
+    });
   }
   std::printf("%d requests scored, %d refused (RESOURCE_EXHAUSTED); at most %.0f bytes buffered of %lld\n",
               scored, refused, watch.max_buffered(), static_cast<long long>(kBudget));
@@ -232,31 +258,24 @@ TEST(MemoryBudgetE2eTest, TextRequestsOnHeldStreamsEachGetOneResponse) {
   std::string text;
   while (text.size() < 480)
     text += "Once upon a time, a little girl named Lily found a shiny red ball in the park. ";
-  auto stub = v1::Scorer::NewStub(NewConnection(proc->grpc_address(), /*hold_window=*/true));
-  std::vector<OpenStream> streams(kTextStreams);
-  for (int s = 0; s < kTextStreams; ++s) {
-    streams[s].context = std::make_unique<grpc::ClientContext>();
-    streams[s].rw = stub->ScoreStream(streams[s].context.get());
-    for (int k = 0; k < kRequestsPerStream; ++k) {
-      const uint64_t id = static_cast<uint64_t>(s * 10 + k);
-      v1::ScoreRequest request = LongTopKRequest(id);
-      if (k % 2 == 1) {  // every other request as text
-        request.mutable_text()->set_text(text);
-      }
-      ASSERT_TRUE(streams[s].rw->Write(request));
-    }
-  }
+  std::vector<std::unique_ptr<v1::Scorer::Stub>> stubs;
+  stubs.push_back(v1::Scorer::NewStub(NewConnection(proc->grpc_address(), /*hold_window=*/true)));
+  std::vector<OpenStream> streams;
+  ASSERT_TRUE(OpenStreams(
+      stubs, kTextStreams,
+      [&](int s, int k) {
+        v1::ScoreRequest request = LongTopKRequest(RequestId(s, k));
+        if (k % 2 == 1) request.mutable_text()->set_text(text);  // every other request as text
+        return request;
+      },
+      &streams));
   ASSERT_TRUE(watch.WaitFor([&](const std::string& m) {
     return watch.Value(m, "scored_streams_paused") >= 3;
   })) << "the streams were not held back; last scrape:\n"
       << watch.last();
   int scored_text = 0;
   for (int s = 0; s < kTextStreams; ++s) {
-    ASSERT_TRUE(streams[s].rw->WritesDone());
-    std::set<uint64_t> ids;
-    v1::ScoreResponse response;
-    while (streams[s].rw->Read(&response)) {
-      EXPECT_TRUE(ids.insert(response.request_id()).second) << "two responses for " << response.request_id();
+    DrainStream(streams[s], s, [&](const v1::ScoreResponse& response) {
       if (response.has_error()) {
         EXPECT_EQ(response.error().code(), static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED))
             << response.error().message();
@@ -264,11 +283,7 @@ TEST(MemoryBudgetE2eTest, TextRequestsOnHeldStreamsEachGetOneResponse) {
         EXPECT_GT(response.tokens_size(), 80);  // a text request: its ids are echoed
         ++scored_text;
       }
-    }
-    EXPECT_TRUE(streams[s].rw->Finish().ok()) << "stream " << s;
-    std::set<uint64_t> want;
-    for (int k = 0; k < kRequestsPerStream; ++k) want.insert(static_cast<uint64_t>(s * 10 + k));
-    EXPECT_EQ(ids, want) << "stream " << s;
+    });
   }
   EXPECT_GE(scored_text, 1);
   EXPECT_TRUE(watch.WaitFor([&](const std::string& m) {
@@ -282,15 +297,11 @@ TEST(MemoryBudgetE2eTest, ShutdownWithPausedStreamsExitsCleanly) {
   auto proc = StartOrDie({"--max_buffered_bytes=" + std::to_string(kBudget), "--shutdown_grace_s=2"});
   ASSERT_NE(proc, nullptr);
   MetricsWatch watch(proc.get());
-  auto stub = v1::Scorer::NewStub(NewConnection(proc->grpc_address(), /*hold_window=*/true));
-  std::vector<OpenStream> streams(20);
-  for (size_t s = 0; s < streams.size(); ++s) {
-    streams[s].context = std::make_unique<grpc::ClientContext>();
-    streams[s].rw = stub->ScoreStream(streams[s].context.get());
-    for (int k = 0; k < kRequestsPerStream; ++k) {
-      ASSERT_TRUE(streams[s].rw->Write(LongTopKRequest(static_cast<uint64_t>(s * 10 + k))));
-    }
-  }
+  std::vector<std::unique_ptr<v1::Scorer::Stub>> stubs;
+  stubs.push_back(v1::Scorer::NewStub(NewConnection(proc->grpc_address(), /*hold_window=*/true)));
+  std::vector<OpenStream> streams;
+  ASSERT_TRUE(OpenStreams(
+      stubs, 20, [](int s, int k) { return LongTopKRequest(RequestId(s, k)); }, &streams));
   ASSERT_TRUE(watch.WaitFor([&](const std::string& m) {
     return watch.Value(m, "scored_streams_paused") >= 5;
   })) << watch.last();
