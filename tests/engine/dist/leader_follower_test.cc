@@ -175,8 +175,11 @@ TEST(LeaderFollowerTest, AMalformedBatchGoesToTheFailCallback) {
   absl::StatusOr<std::unique_ptr<Leader>> leader =
       Leader::Start(*factory, rendezvous, 2, std::string(kIdBytes, 'i'), "fp");
   ASSERT_TRUE(leader.ok()) << leader.status();
-  ASSERT_TRUE((*leader)->Broadcast(Batch(5, 1)).ok());
+  // The follower may refuse the batch and leave before the back-pressure wait returns: then the
+  // broadcast reports the lost follower, which is as right as OK.
+  const absl::Status sent = (*leader)->Broadcast(Batch(5, 1));
   follower_thread.join();
+  EXPECT_TRUE(sent.ok() || absl::IsUnavailable(sent)) << sent;
   EXPECT_EQ(failed_with.code(), absl::StatusCode::kInternal) << failed_with;
   EXPECT_THAT(std::string(failed_with.message()), HasSubstr("num_tokens 5 outside [1, 4]"));
 }
