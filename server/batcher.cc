@@ -116,6 +116,16 @@ int64_t Batcher::queue_depth() const {
   return static_cast<int64_t>(queue_.size());
 }
 
+int64_t Batcher::outstanding() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(queue_.size()) + running_;
+}
+
+int64_t Batcher::answered_ok() const {
+  absl::MutexLock lock(&mu_);
+  return answered_ok_;
+}
+
 absl::Status Batcher::fatal_status() const {
   absl::MutexLock lock(&mu_);
   return fatal_;
@@ -169,6 +179,7 @@ void Batcher::WorkerLoop() {
           queue_.pop_front();
         }
       }
+      running_ = static_cast<int64_t>(batch.size());
       ReportQueueDepth(static_cast<int64_t>(queue_.size()));
     }
     for (Item& item : expired) {
@@ -181,6 +192,8 @@ void Batcher::WorkerLoop() {
           absl::UnavailableError(absl::StrCat("the engine failed and cannot serve: ", fatal.message())));
     }
     if (!batch.empty()) RunBatch(std::move(batch));
+    absl::MutexLock lock(&mu_);
+    running_ = 0;
   }
 }
 
@@ -226,6 +239,10 @@ void Batcher::RunBatch(std::vector<Item> batch) {
     ++num_ok;
   }
   if (num_ok > 0 && options_.on_batch) options_.on_batch(batch_tokens, num_ok, scored);
+  {
+    absl::MutexLock lock(&mu_);
+    answered_ok_ += num_ok;
+  }
   for (size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move(results[i]));
 }
 

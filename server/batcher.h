@@ -96,6 +96,11 @@ class Batcher {
 
   int64_t queue_depth() const;
 
+  // Requests queued or in the engine's current batch: what a drain still owes its callers.
+  int64_t outstanding() const;
+  // Requests answered with a result (OK) since the Batcher started: a drain's progress.
+  int64_t answered_ok() const;
+
   // OK until the engine failed fatally; then that failure, forever.
   absl::Status fatal_status() const;
 
@@ -120,6 +125,8 @@ class Batcher {
   mutable absl::Mutex mu_;
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   int64_t queued_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t running_ ABSL_GUARDED_BY(mu_) = 0;      // requests of the batch in the engine now
+  int64_t answered_ok_ ABSL_GUARDED_BY(mu_) = 0;  // results handed to `done`
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);

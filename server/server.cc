@@ -416,8 +416,12 @@ void Server::Shutdown() {
     // Under mu_ so that OnFatal never touches the health service concurrently with its shutdown.
     if (grpc_server_ != nullptr) grpc_server_->GetHealthCheckService()->Shutdown();
   }
+  // The drain's account: every request queued or running when it began is answered (the count of results
+  // handed out during the drain covers them), later ones get UNAVAILABLE.
+  const int64_t owed = batcher_ ? batcher_->outstanding() : 0;
+  const int64_t answered_before = batcher_ ? batcher_->answered_ok() : 0;
   if (grpc_server_ != nullptr) {
-    SCORED_LOG(INFO) << "shutting down: finishing in-flight requests (grace "
+    SCORED_LOG(INFO) << "shutting down: finishing " << owed << " in-flight requests (grace "
                      << absl::FormatDuration(options_.shutdown_grace) << ")";
     if (service_) service_->BeginShutdown();
     const absl::Time grace_end = absl::Now() + options_.shutdown_grace;
@@ -430,7 +434,8 @@ void Server::Shutdown() {
   // Before the batcher: a pool job may still submit to it.
   if (tokenize_pool_) tokenize_pool_->Shutdown();
   if (batcher_) batcher_->Shutdown();
-  SCORED_LOG(INFO) << "shut down";
+  SCORED_LOG(INFO) << "shut down: " << (batcher_ ? batcher_->answered_ok() - answered_before : 0)
+                   << " requests answered during the drain";
 }
 
 }  // namespace scored

@@ -12,7 +12,11 @@
 // Shutdown order: health NOT_SERVING; open ScoreStreams are told to drain; grpc::Server::Shutdown with
 // `shutdown_grace` (new calls get UNAVAILABLE, in-flight calls complete; after the grace they are
 // cancelled, and tokenizations still running stop); then the tokenize pool's threads; then the batcher
-// drains and stops; then the metrics endpoint.
+// drains and stops; then the metrics endpoint. What a drain owes: every request queued or running in the
+// batcher when it began is answered (the log's "finishing N in-flight requests" and "N requests answered
+// during the drain"); a stream message the server had not read yet gets UNAVAILABLE (its own, or the
+// stream's). Responses are handed to gRPC before the process exits; on a connection the client keeps
+// writing to, the kernel may still reset the connection at exit, and the client then sees UNAVAILABLE.
 //
 // Thread-safety: RequestStop() and the accessors are thread-safe; Start/Wait/Shutdown are called from
 // one controlling thread.
