@@ -199,8 +199,8 @@ void SigtermUnderLoad(ScoredProcess* proc, AsyncLoad* load, int concurrency) {
   }
   EXPECT_GT(inflight_ok, 0) << "no request in flight at SIGTERM was completed";
   std::cout << "in flight at SIGTERM and completed OK: " << inflight_ok << "; server: " << owed
-            << " accepted when the drain began, " << answered << " answered during it; sent after the exit: "
-            << after_exit << "\n";
+            << " accepted when the drain began, " << answered
+            << " answered during it; sent after the exit: " << after_exit << "\n";
 }
 
 TEST(ScoredSoakTest, UnarySoakThenSigtermUnderLoad) {
