@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Python virtual environment for the Python client, lm-eval adapter and test helpers: .venv at the
-# repository root, packages from PyPI pinned in scripts/requirements-test.txt.
+# repository root, packages from PyPI pinned in scripts/requirements-build.txt (CUTLASS's headers for the
+# CUDA build) and scripts/requirements-test.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${SCORED_VENV:-.venv}
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -r scripts/requirements-build.txt
 if [ -f scripts/requirements-test.txt ]; then
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
 fi

@@ -60,7 +60,7 @@ struct Activations {
   WeightScratch weight_scratch() const;
   // Models with fp8_resident() linears only (W8A8 run as real FP8 GEMMs): a linear's input quantized per
   // token, the GEMM's x and x_scale.
-  DeviceBuffer act_fp8;    // [max_tokens, max_fp8_in_features] FP8 E4M3
+  DeviceBuffer act_fp8;    // [max_tokens, max_fp8_in_features] FP8 E4M3 (or int8 for an INT8 GEMM)
   DeviceBuffer act_scale;  // [2, max_tokens] fp32: row 0 qkv / o / gate_up inputs, row 1 down_proj's
   DeviceBuffer logits;     // [logits_rows, vocab_size] fp32
   // Batch inputs and per-row results, indexed by packed row.

@@ -9,6 +9,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/cuda/gemm.h"
 #include "engine/kernels/cuda_check.h"
+#include "engine/kernels/int8_gemm.h"
 #include "engine/kernels/kernel_types.h"
 #include "engine/model/rope_freq.h"
 
@@ -101,12 +102,40 @@ bool Fp8GemmEligible(const std::vector<const LinearWeight*>& members, ComputeDty
   return GemmRunner::Fp8Supported(gemm_types);
 }
 
+// Whether the group `members` (all W8A8 INT8) can run on int8 tensor cores (kernels/int8_gemm.h) in compute
+// dtype `dtype`: bf16 mode (fp32 mode keeps the emulated path, as FP8 does), channel- or tensor-wise
+// symmetric int8 weights, symmetric per-token activations, shapes the kernel takes, a device that runs it.
+bool Int8GemmEligible(const std::vector<const LinearWeight*>& members, ComputeDtype dtype,
+                      int64_t out_features, int64_t in_features) {
+  if (dtype != ComputeDtype::kBf16 || !kernels::CheckInt8GemmShape(1, out_features, in_features).ok()) {
+    return false;
+  }
+  for (const LinearWeight* m : members) {
+    if (!m->w8a8_dynamic_int8 || !m->act_symmetric || m->act_group_size != 0 ||
+        m->format != WeightFormat::kNaiveQuantized || !m->symmetric || m->weight_zero_point.present() ||
+        m->weight.dtype != DType::kI8 || !m->weight.present() || !m->weight_scale.present() ||
+        m->weight.nbytes != m->out_features * m->in_features) {
+      return false;
+    }
+    const int64_t scales = m->weight_scale.NumElements();
+    const bool tensor = m->strategy == QuantStrategy::kTensor && scales == 1;
+    const bool channel = m->strategy == QuantStrategy::kChannel && scales == m->out_features;
+    if (!tensor && !channel) return false;
+  }
+  int device = 0;
+  return cudaGetDevice(&device) == cudaSuccess && kernels::Int8GemmSupported(device);
+}
+
 }  // namespace
 
 absl::StatusOr<const void*> DeviceLinear::Materialize(ComputeDtype dtype, void* scratch,
                                                       cudaStream_t stream) const {
   if (fp8_resident()) {
     return absl::FailedPreconditionError("an FP8-resident linear is not materialized: run it with Fp8Linear");
+  }
+  if (int8_resident()) {
+    return absl::FailedPreconditionError(
+        "an INT8-resident linear is not materialized: run it with Int8Linear");
   }
   if (resident_dense()) return dense_ptr_;
   for (const QuantizedPart& part : parts_) {
@@ -116,7 +145,8 @@ absl::StatusOr<const void*> DeviceLinear::Materialize(ComputeDtype dtype, void* 
 }
 
 int64_t DeviceLinear::DeviceBytes() const {
-  int64_t bytes = dense_.bytes() + fp8_weight_.bytes() + fp8_scale_.bytes();
+  int64_t bytes =
+      dense_.bytes() + fp8_weight_.bytes() + fp8_scale_.bytes() + int8_weight_.bytes() + int8_scale_.bytes();
   for (const QuantizedPart& part : parts_) {
     for (const DeviceBuffer& b : part.stored) bytes += b.bytes();
   }
@@ -199,6 +229,26 @@ class DeviceModelLoader {
       }
       SCORED_ASSIGN_OR_RETURN(
           linear.fp8_scale_,
+          UploadToDevice(scales.data(), static_cast<int64_t>(scales.size() * sizeof(float)),
+                         what + " scales"));
+      return linear;
+    }
+    if (Int8GemmEligible(members, dtype, linear.out_features_, linear.in_features_)) {
+      // The parts' int8 bytes stacked along `out`, their scales widened to fp32 (exact) per output row.
+      SCORED_ASSIGN_OR_RETURN(linear.int8_weight_,
+                              DeviceBuffer::Allocate(linear.out_features_ * linear.in_features_, what));
+      std::vector<float> scales(linear.out_features_);
+      for (const LinearWeight* m : members) {
+        SCORED_CUDA_CHECK(cudaMemcpy(linear.int8_weight_.as<int8_t>() + row * linear.in_features_,
+                                     m->weight.data, static_cast<size_t>(m->weight.nbytes),
+                                     cudaMemcpyHostToDevice));
+        const int64_t count = m->weight_scale.NumElements();
+        SCORED_RETURN_IF_ERROR(TensorToFloat(m->weight_scale, scales.data() + row, count));
+        for (int64_t r = count; r < m->out_features; ++r) scales[row + r] = scales[row];  // tensor scale
+        row += m->out_features;
+      }
+      SCORED_ASSIGN_OR_RETURN(
+          linear.int8_scale_,
           UploadToDevice(scales.data(), static_cast<int64_t>(scales.size() * sizeof(float)),
                          what + " scales"));
       return linear;
@@ -342,7 +392,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
         model->max_scratch_elements =
             std::max(model->max_scratch_elements, linear->out_features() * linear->in_features());
       }
-      if (linear->fp8_resident()) {
+      if (linear->fp8_resident() || linear->int8_resident()) {
         model->max_fp8_in_features = std::max(model->max_fp8_in_features, linear->in_features());
       }
     }

@@ -11,7 +11,9 @@
 // W8A8 per-token FP8 (FP8_DYNAMIC: E4M3 weights with a tensor or per-channel scale) in bf16 mode, where
 // cuBLASLt runs outer-vector-scaled FP8 GEMMs (GemmRunner::Fp8Supported) and both dimensions are multiples
 // of 16: the group stays resident in FP8 instead, its parts' E4M3 bytes stacked into one [out, in] matrix
-// and their scales widened (exactly) to one fp32 [out] vector, and runs as a real FP8 GEMM. fp32 mode
+// and their scales widened (exactly) to one fp32 [out] vector, and runs as a real FP8 GEMM. W8A8 INT8 with
+// symmetric channel (or tensor) weights and symmetric per-token activations likewise stays resident in int8
+// for an int8 tensor-core GEMM (kernels/int8_gemm.h) in bf16 mode on devices that run it. fp32 mode
 // (the fidelity mode), FP8_BLOCK (block weight scales, per-group activations) and W8A16 keep the
 // dequantize-to-scratch path above.
 // Norm weights, q/k/v biases and the RoPE table are fp32 (what the kernels take).
@@ -54,7 +56,7 @@ class DeviceLinear {
  public:
   int64_t out_features() const { return out_features_; }
   int64_t in_features() const { return in_features_; }
-  bool resident_dense() const { return parts_.empty() && !fp8_resident(); }
+  bool resident_dense() const { return parts_.empty() && !fp8_resident() && !int8_resident(); }
   // Expanded into a scratch buffer before each GEMM (Materialize).
   bool uses_scratch() const { return !parts_.empty(); }
   // Resident in FP8 for a real FP8 GEMM (W8A8 per-token, bf16 mode): fp8_weight() and fp8_scale().
@@ -67,6 +69,11 @@ class DeviceLinear {
   // (kernels/int8_quant.h), symmetric or with a zero point per token (act_symmetric()); the weight is
   // expanded like any other.
   bool w8a8_dynamic_int8() const { return w8a8_int8_; }
+  // W8A8 INT8 resident in int8 for an int8 tensor-core GEMM (bf16 mode, symmetric channel weights and
+  // per-token activations, kernels/int8_gemm.h): int8_weight() and int8_scale(); else the weight is expanded.
+  bool int8_resident() const { return int8_weight_.bytes() > 0; }
+  const int8_t* int8_weight() const { return int8_weight_.as<int8_t>(); }  // [out_features, in_features]
+  const float* int8_scale() const { return int8_scale_.as<float>(); }      // [out_features] fp32
   bool act_symmetric() const { return act_symmetric_; }
   // W8A8 only: 0 = one activation scale per token, > 0 = one per token per this many input columns.
   int64_t act_group_size() const { return act_group_size_; }
@@ -95,8 +102,10 @@ class DeviceLinear {
   DeviceBuffer dense_;               // [out_features, in_features] compute dtype, when resident_dense()
   const void* dense_ptr_ = nullptr;  // dense_.data(), or the embedding table for a tied lm_head
   std::vector<QuantizedPart> parts_;
-  DeviceBuffer fp8_weight_;  // [out_features, in_features] FP8 E4M3, when fp8_resident()
-  DeviceBuffer fp8_scale_;   // [out_features] fp32, when fp8_resident()
+  DeviceBuffer fp8_weight_;   // [out_features, in_features] FP8 E4M3, when fp8_resident()
+  DeviceBuffer fp8_scale_;    // [out_features] fp32, when fp8_resident()
+  DeviceBuffer int8_weight_;  // [out_features, in_features] int8, when int8_resident()
+  DeviceBuffer int8_scale_;   // [out_features] fp32, when int8_resident()
 };
 
 struct DeviceLayer {
@@ -119,7 +128,7 @@ struct DeviceModel {
   DeviceLinear lm_head;        // [vocab_size, hidden_size]; tied: a view of `embed`; a shard: its rows
   std::vector<DeviceLayer> layers;
   int64_t max_scratch_elements = 0;  // largest out*in of a linear that uses_scratch() (0 when none does)
-  int64_t max_fp8_in_features = 0;   // largest in_features of an fp8_resident() linear (0 when none is)
+  int64_t max_fp8_in_features = 0;   // largest in_features of an fp8_ or int8_resident() linear (0: none)
   int64_t resident_bytes = 0;        // device bytes of all the above
 };
 

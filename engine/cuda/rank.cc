@@ -224,19 +224,19 @@ absl::Status PinGemms(const DeviceModel& model, const EngineOptions& options, bo
 }
 
 void LogW8a8(const DeviceModel& model, int device) {
-  int fp8_linears = 0, w8a8_linears = 0, int8_linears = 0;
+  int fp8_linears = 0, w8a8_linears = 0, int8_linears = 0, int8_resident = 0;
   for (const DeviceLayer& layer : model.layers) {
     for (const DeviceLinear* linear : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
       fp8_linears += linear->fp8_resident() ? 1 : 0;
       w8a8_linears += linear->w8a8_dynamic_fp8() ? 1 : 0;
       int8_linears += linear->w8a8_dynamic_int8() ? 1 : 0;
+      int8_resident += linear->int8_resident() ? 1 : 0;
     }
   }
   if (int8_linears > 0) {
-    SCORED_LOG(INFO)
-        << DeviceName(device) << ": W8A8 INT8: " << int8_linears
-        << " linear groups take int8 per-token quantize-dequantized inputs and run bf16 / fp32 GEMMs "
-           "on their int8 weights expanded (no int8 tensor-core GEMM yet)";
+    SCORED_LOG(INFO) << DeviceName(device) << ": W8A8 INT8: " << int8_resident << " of " << int8_linears
+                     << " linear groups run as int8 tensor-core GEMMs, the rest emulated (int8 per-token "
+                        "quantize-dequantized inputs, bf16 / fp32 GEMMs on the int8 weights expanded)";
   }
   if (w8a8_linears > 0) {
     SCORED_LOG(INFO)

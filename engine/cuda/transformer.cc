@@ -17,6 +17,7 @@
 #include "engine/kernels/embedding.h"
 #include "engine/kernels/fp8_quant.h"
 #include "engine/kernels/fp8_scale.h"
+#include "engine/kernels/int8_gemm.h"
 #include "engine/kernels/int8_quant.h"
 #include "engine/kernels/kernel_types.h"
 #include "engine/kernels/qk_norm.h"
@@ -308,6 +309,7 @@ class ForwardPass {
     T* x_rows = x + ch.begin * in;                                   // [m, in]
     void* y_rows = static_cast<char*>(y) + ch.begin * out * y_elem;  // [m, out]
     if (w.fp8_resident()) return Fp8Linear(w, x_rows, y_rows, y_types, io, ch);
+    if (w.int8_resident()) return Int8Linear(w, x_rows, y_rows, y_types, io, ch);
     if (io.fp8_input_scales != nullptr || io.unscaled_fp8_output) {
       return absl::InternalError("FP8 input / output requested of a linear without a real FP8 GEMM");
     }
@@ -352,6 +354,39 @@ class ForwardPass {
         tp_->comm->AllReduce(range, range, 2 * m, dist::ReduceDType::kF32, dist::ReduceOp::kMax, stream_));
     return kernels::FakeQuantizeInt8PerTokenWithRange<T>(x_rows, in, m, in, w.act_symmetric(), range,
                                                          stream_);
+  }
+
+  // INT8 GEMM on int8 tensor cores of chunk ch's rows x_rows [m, in] into y_rows [m, out]
+  // (kernels/int8_gemm.h): x quantized per token into act_fp8's bytes (int8) and a per-token scale, on a
+  // row-parallel shard with each token's (hi, -lo) all-reduced (max) over the ranks first; with
+  // io.add_to_output y (fp32) += the result.
+  absl::Status Int8Linear(const DeviceLinear& w, T* x_rows, void* y_rows, GemmTypes y_types,
+                          const LinearInOut& io, const RowChunk& ch) {
+    if (io.fp8_input_scales != nullptr || io.unscaled_fp8_output) {
+      return absl::InternalError("FP8 input / output requested of an INT8 linear");
+    }
+    const int64_t m = ch.rows, in = w.in_features(), out = w.out_features();
+    int8_t* x_q = reinterpret_cast<int8_t*>(act_fp8_ + ch.begin * in);  // [m, in]
+    float* scale_rows = fp8_scale_norm_ + ch.begin;                     // [m]
+    const float* range = nullptr;
+    if (w.act_amax_all_reduce() && tp_ != nullptr) {
+      float* r = act_amax_ + 2 * ch.begin;  // [m, 2]
+      SCORED_RETURN_IF_ERROR(kernels::Int8RowRange<T>(x_rows, in, m, in, r, stream_));
+      SCORED_RETURN_IF_ERROR(
+          tp_->comm->AllReduce(r, r, 2 * m, dist::ReduceDType::kF32, dist::ReduceOp::kMax, stream_));
+      range = r;
+    }
+    SCORED_RETURN_IF_ERROR(
+        kernels::QuantizeInt8PerToken<T>(x_rows, in, m, in, range, x_q, scale_rows, stream_));
+    kernels::Int8GemmOutput output = kernels::Int8GemmOutput::kFp32;
+    if (y_types == GemmTypes::kBf16ToBf16) {
+      if (io.add_to_output) return absl::InternalError("INT8 accumulation needs an fp32 output");
+      output = kernels::Int8GemmOutput::kBf16;
+    } else if (io.add_to_output) {
+      output = kernels::Int8GemmOutput::kFp32Accumulate;
+    }
+    return kernels::Int8ScaledGemm(x_q, scale_rows, w.int8_weight(), w.int8_scale(), y_rows, m, out, in,
+                                   output, stream_);
   }
 
   // Real FP8 GEMM of chunk ch's rows x_rows [m, in] into y_rows [m, out]: x quantized per token into act_fp8

@@ -78,6 +78,30 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Symmetric only: q[t, i] = rint(clamp(x[t, i] / scale)) as int8, scale[t] = the token's scale.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    QuantizeKernel(const T* x, int64_t x_stride, int64_t num_tokens, int64_t in_features,
+                   const float* given_range, int8_t* q, float* scale) {
+  __shared__ float scratch[32];
+  for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
+    const T* row = x + t * x_stride;
+    float hi = 0.0f, neg_lo = 0.0f;
+    if (given_range != nullptr) {
+      hi = given_range[2 * t];
+      neg_lo = given_range[2 * t + 1];
+    } else {
+      RowRange(row, in_features, scratch, &hi, &neg_lo);
+    }
+    const Params p = TokenParams(hi, neg_lo, /*symmetric=*/true);
+    int8_t* q_row = q + t * in_features;
+    for (int64_t i = threadIdx.x; i < in_features; i += kThreads) {
+      q_row[i] = static_cast<int8_t>(rintf(Clamp(__fdiv_rn(LoadAsFloat(row + i), p.scale))));
+    }
+    if (threadIdx.x == 0) scale[t] = p.scale;
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     RowRangeKernel(const T* x, int64_t x_stride, int64_t num_tokens, int64_t in_features, float* range) {
@@ -143,6 +167,23 @@ absl::Status FakeQuantizeInt8PerTokenWithRange(T* x, int64_t x_stride, int64_t n
   return absl::OkStatus();
 }
 
+template <typename T>
+absl::Status QuantizeInt8PerToken(const T* x, int64_t x_stride, int64_t num_tokens, int64_t in_features,
+                                  const float* range, int8_t* q, float* scale, cudaStream_t stream) {
+  const absl::Status args = CheckArgs(x, x_stride, num_tokens, in_features);
+  if (!args.ok() || num_tokens == 0) return args;
+  if (q == nullptr || scale == nullptr)
+    return absl::InvalidArgumentError("QuantizeInt8PerToken: null output");
+  QuantizeKernel<<<Blocks(num_tokens), kThreads, 0, stream>>>(ToDevice(x), x_stride, num_tokens, in_features,
+                                                              range, q, scale);
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+template absl::Status QuantizeInt8PerToken<float>(const float*, int64_t, int64_t, int64_t, const float*,
+                                                  int8_t*, float*, cudaStream_t);
+template absl::Status QuantizeInt8PerToken<bf16_t>(const bf16_t*, int64_t, int64_t, int64_t, const float*,
+                                                   int8_t*, float*, cudaStream_t);
 template absl::Status FakeQuantizeInt8PerToken<float>(float*, int64_t, int64_t, int64_t, bool, cudaStream_t);
 template absl::Status FakeQuantizeInt8PerToken<bf16_t>(bf16_t*, int64_t, int64_t, int64_t, bool,
                                                        cudaStream_t);

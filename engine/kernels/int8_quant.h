@@ -42,6 +42,19 @@ absl::Status FakeQuantizeInt8PerTokenWithRange(T* x,  // [num_tokens, x_stride],
                                                const float* range,  // [num_tokens, 2], as Int8RowRange's
                                                cudaStream_t stream);
 
+// The real quantization for an int8 GEMM (kernels/int8_gemm.h), symmetric only: q[t, i] = the int8 value
+// rint(clamp(x[t, i] / scale)) and scale[t] = the token's scale, exactly those FakeQuantizeInt8PerToken(x,
+// symmetric) multiplies back (so q * scale is bitwise its fp32 result). `range` [num_tokens, 2] as
+// Int8RowRange's (tensor parallelism), or nullptr to take each row's own. q is dense [num_tokens,
+// in_features].
+template <typename T>
+absl::Status QuantizeInt8PerToken(const T* x,  // [num_tokens, x_stride]
+                                  int64_t x_stride, int64_t num_tokens, int64_t in_features,
+                                  const float* range,  // [num_tokens, 2] or nullptr
+                                  int8_t* q,           // [num_tokens, in_features]
+                                  float* scale,        // [num_tokens]
+                                  cudaStream_t stream);
+
 }  // namespace scored::kernels
 
 #endif  // SCORED_ENGINE_KERNELS_INT8_QUANT_H_

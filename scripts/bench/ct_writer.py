@@ -1,5 +1,6 @@
 """Writes compressed-tensors checkpoints (W4A16 group-128 symmetric `pack-quantized`, NVFP4A16
-`nvfp4-pack-quantized`, FP8 W8A8 `float-quantized` as llm-compressor's FP8_DYNAMIC) from dense weights, in the layout compressed-tensors itself saves (see
+`nvfp4-pack-quantized`, FP8 W8A8 `float-quantized` as llm-compressor's FP8_DYNAMIC, INT8 W8A8 `int-quantized` as
+its W8A8 scheme) from dense weights, in the layout compressed-tensors itself saves (see
 tests/fixtures/README.md, "Decode rules"; scripts/bench/test_writer.py re-packs two fixtures bit for bit).
 
 The bit packing is written once for numpy and torch arrays alike (an `ArrayOps` adapter supplies the few
@@ -12,6 +13,8 @@ choice, rounding) need torch; they follow compressed-tensors' min-max observers:
           {0, .5, 1, 1.5, 2, 3, 4, 6} (sign kept, |x| > 6 clamped), 2 per byte, element 2i in the low nibble.
   FP8:    scale[o] = bf16(max |w[o, :]| / 448), weight = e4m3(w / scale) (round to nearest even, torch's cast);
           activations are quantized per token at run time (dynamic), nothing stored for them.
+  INT8:   scale[o] = bf16(max |w[o, :]| / 127.5), weight = clamp(round(w / scale), -128, 127) as int8 (symmetric
+          channel-wise, compressed-tensors' min-max observer); activations int8 per token at run time.
 """
 import json
 import os
@@ -32,11 +35,13 @@ LAYOUT = {
               "weight_shape": ("I64", lambda o, i: [2])},
     "fp8_dynamic": {"weight": ("F8_E4M3", lambda o, i: [o, i]),
                     "weight_scale": ("BF16", lambda o, i: [o, 1])},
+    "int8_w8a8": {"weight": ("I8", lambda o, i: [o, i]),
+                  "weight_scale": ("BF16", lambda o, i: [o, 1])},
     "nvfp4a16": {"weight_packed": ("U8", lambda o, i: [o, i // 2]),
                  "weight_scale": ("F8_E4M3", lambda o, i: [o, i // 16]),
                  "weight_global_scale": ("F32", lambda o, i: [1])},
 }
-TORCH_TO_SAFETENSORS = {"torch.int32": "I32", "torch.int64": "I64", "torch.uint8": "U8", "torch.bfloat16": "BF16",
+TORCH_TO_SAFETENSORS = {"torch.int8": "I8", "torch.int32": "I32", "torch.int64": "I64", "torch.uint8": "U8", "torch.bfloat16": "BF16",
                         "torch.float8_e4m3fn": "F8_E4M3", "torch.float32": "F32"}
 
 
@@ -55,6 +60,10 @@ def quantization_config(scheme):
     elif scheme == "fp8_dynamic":
         fmt, weights = "float-quantized", _weights_block(8, None, "channel", "float", None)
         inputs = _weights_block(8, None, "token", "float", None)
+        inputs.update({"dynamic": True, "observer": None})
+    elif scheme == "int8_w8a8":
+        fmt, weights = "int-quantized", _weights_block(8, None, "channel", "int", None)
+        inputs = _weights_block(8, None, "token", "int", None)
         inputs.update({"dynamic": True, "observer": None})
     elif scheme == "nvfp4a16":
         fmt, weights = "nvfp4-pack-quantized", _weights_block(4, 16, "tensor_group", "float",
@@ -153,12 +162,22 @@ def quantize_fp8(w):
     return {"weight": q, "weight_scale": scale}
 
 
+def quantize_int8(w):
+    """w: [out, in] torch tensor -> {suffix: tensor} of one INT8 (per-channel symmetric weight scale) linear."""
+    import torch
+    wf = w.float()
+    scale = (wf.abs().amax(-1, keepdim=True) / 127.5).clamp(min=1e-30).to(torch.bfloat16)    # [out, 1]
+    q = torch.round(wf / scale.float()).clamp(-128, 127).to(torch.int8)
+    return {"weight": q, "weight_scale": scale}
+
+
 def write_checkpoint(state, config, out_dir, scheme, shard_bytes=4 << 30):
     """Quantizes every decoder Linear of `state` ({name: torch tensor}, a dense Llama) per `scheme`, keeps the
     rest as is, and writes out_dir/{config.json, model-*.safetensors, model.safetensors.index.json}.
     `config`: the dense config.json dict. Returns the bytes written."""
     from safetensors.torch import save_file
-    quantize = {"w4a16": quantize_w4a16, "nvfp4a16": quantize_nvfp4, "fp8_dynamic": quantize_fp8}[scheme]
+    quantize = {"w4a16": quantize_w4a16, "nvfp4a16": quantize_nvfp4, "fp8_dynamic": quantize_fp8,
+                "int8_w8a8": quantize_int8}[scheme]
     os.makedirs(out_dir, exist_ok=True)
     shards, cur, cur_bytes = [], {}, 0
     for name, t in state.items():

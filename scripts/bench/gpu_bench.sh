@@ -36,7 +36,7 @@
 #   ../shared/tools/device-bundle .bundle-cuda build-cuda/tests/engine/cuda/cuda_*_test build-cuda/tests/bench/cuda/scored_bench
 #   cp -r ../shared/data/stories260K-hf .bundle-cuda/data/; cp ../shared/bench/hf_baseline.py .bundle-cuda/
 # Environment: BUNDLE (.bundle-cuda), LAYERS (32), CTX (2048), BATCHES (1,2,4,8,16), MODEL_DIR (/tmp/random-llama),
-# QUANT (w4a16,nvfp4a16; fp8_dynamic also writes and runs W8A8), QUANT_BATCHES (1,4,8: the 8 x 2048-token memory target), PROFILE (1), GRAPH (0; 1 adds
+# QUANT (w4a16,nvfp4a16; fp8_dynamic and int8_w8a8 also write and run W8A8 FP8 / INT8), QUANT_BATCHES (1,4,8: the 8 x 2048-token memory target), PROFILE (1), GRAPH (0; 1 adds
 # scored_bench's forward-only timings, direct enqueue vs CUDA graph replay), OUT (logs go there when set);
 # tp/big/soak: W4_DIR (/tmp/random-w4a16-8b), TP (2), TP_BATCHES (8), BIG_PRESET (70b), BIG_DIR (/tmp/random-w4a16-BIG),
 # BIG_TP (2), BIG_BATCHES (1,2,4,8), KEEP_BIG (0: the big checkpoint is deleted after its step), SOAK_SECONDS (60),

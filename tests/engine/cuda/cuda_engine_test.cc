@@ -218,30 +218,32 @@ TEST_F(CudaEngineTest, BitwiseDeterministicAndBatchInvariant) {
 }
 
 // W8A8 in bf16 mode runs real FP8 GEMMs (per-token activation quantization is row-local, the GEMM's
-// algorithm is pinned without split-K): a request's results are bitwise the same alone or batched, run to
-// run.
-TEST_F(CudaEngineTest, W8A8Fp8GemmsBatchInvariant) {
-  const std::string dir =
-      std::string(EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR)) + "/llama-fp8-dynamic";
-  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
-  auto engine = MakeCuda(dir, ComputeDtype::kBf16);
-  ASSERT_NE(engine, nullptr);
-  std::mt19937 rng(23);
-  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(engine->info().vocab_size) - 1);
-  std::vector<ScoreRequest> requests(4);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    requests[i].tokens.resize(17 + 61 * i);
-    for (int32_t& t : requests[i].tokens) t = id(rng);
-  }
-  auto batched = ScoreAll(*engine, requests);
-  auto again = ScoreAll(*engine, requests);
-  ASSERT_TRUE(batched.ok()) << batched.status();
-  ASSERT_TRUE(again.ok()) << again.status();
-  for (size_t i = 0; i < requests.size(); ++i) {
-    auto alone = ScoreAll(*engine, {requests[i]});
-    ASSERT_TRUE(alone.ok()) << alone.status();
-    ExpectBitwiseEqual((*batched)[i], (*again)[i], "run to run, request " + std::to_string(i));
-    ExpectBitwiseEqual((*batched)[i], (*alone)[0], "alone vs batched, request " + std::to_string(i));
+// algorithm is pinned without split-K) and INT8 GEMMs on int8 tensor cores (exact int32 sums, row-local
+// epilogue scales): a request's results are bitwise the same alone or batched, run to run.
+TEST_F(CudaEngineTest, W8A8GemmsBatchInvariant) {
+  for (const char* name : {"llama-fp8-dynamic", "llama-trained-int8-w8a8"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = std::string(EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR)) + "/" + name;
+    if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
+    auto engine = MakeCuda(dir, ComputeDtype::kBf16);
+    ASSERT_NE(engine, nullptr);
+    std::mt19937 rng(23);
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(engine->info().vocab_size) - 1);
+    std::vector<ScoreRequest> requests(4);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      requests[i].tokens.resize(17 + 61 * i);
+      for (int32_t& t : requests[i].tokens) t = id(rng);
+    }
+    auto batched = ScoreAll(*engine, requests);
+    auto again = ScoreAll(*engine, requests);
+    ASSERT_TRUE(batched.ok()) << batched.status();
+    ASSERT_TRUE(again.ok()) << again.status();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto alone = ScoreAll(*engine, {requests[i]});
+      ASSERT_TRUE(alone.ok()) << alone.status();
+      ExpectBitwiseEqual((*batched)[i], (*again)[i], "run to run, request " + std::to_string(i));
+      ExpectBitwiseEqual((*batched)[i], (*alone)[0], "alone vs batched, request " + std::to_string(i));
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include "engine/kernels/int8_quant.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "engine/reference/ops.h"
 #include "tests/engine/kernels/kernel_test_util.h"
@@ -85,6 +86,41 @@ TEST_F(Int8QuantTest, RangeCombinedOverShardsIsTheWholeRows) {
     ASSERT_TRUE(FakeQuantizeInt8PerToken(whole.get(), kStride, kTokens, kIn, symmetric, stream_).ok());
     Sync();
     EXPECT_EQ(testing::CountBitDifferences(Dense(split.Download()), Dense(whole.Download())), 0);
+  }
+}
+
+// The real quantization for the int8 GEMM: q * scale is bitwise the fake quantization's fp32 value (and its
+// bf16 rounding for bf16 inputs), with each row's own range and with a given (all-reduced) one.
+TEST_F(Int8QuantTest, QuantizeGivesTheFakeQuantizationsIntegersAndScales) {
+  const std::vector<float> x = Inputs();
+  std::vector<float> want = Dense(x);
+  ref::FakeQuantizeInt8PerToken(want.data(), kTokens, kIn, /*symmetric=*/true);
+  DeviceArray<float> d_x32(x);
+  DeviceArray<bf16_t> d_x16(testing::ToBf16(x));
+  DeviceArray<float> range(kTokens * 2);
+  ASSERT_TRUE(Int8RowRange(d_x32.get(), kStride, kTokens, kIn, range.get(), stream_).ok());
+  for (const bool given_range : {false, true}) {
+    SCOPED_TRACE(given_range ? "given range" : "own range");
+    const float* r = given_range ? range.get() : nullptr;
+    DeviceArray<int8_t> q32(kTokens * kIn), q16(kTokens * kIn);
+    DeviceArray<float> s32(kTokens), s16(kTokens);
+    ASSERT_TRUE(
+        QuantizeInt8PerToken(d_x32.get(), kStride, kTokens, kIn, r, q32.get(), s32.get(), stream_).ok());
+    ASSERT_TRUE(
+        QuantizeInt8PerToken(d_x16.get(), kStride, kTokens, kIn, r, q16.get(), s16.get(), stream_).ok());
+    Sync();
+    for (auto [q, s, is_bf16] : {std::make_tuple(q32.Download(), s32.Download(), false),
+                                 std::make_tuple(q16.Download(), s16.Download(), true)}) {
+      std::vector<float> got(kTokens * kIn);
+      for (int64_t t = 0; t < kTokens; ++t) {
+        for (int64_t i = 0; i < kIn; ++i) got[t * kIn + i] = static_cast<float>(q[t * kIn + i]) * s[t];
+      }
+      if (is_bf16) {
+        EXPECT_EQ(testing::CountBitDifferences(testing::RoundedToBf16(got), testing::RoundedToBf16(want)), 0);
+      } else {
+        EXPECT_EQ(testing::CountBitDifferences(got, want), 0);
+      }
+    }
   }
 }
 
