@@ -3,8 +3,6 @@
 // accumulator, converted to fp32, by the weight's channel scale (a row vector broadcast over the tile's
 // rows), then by the token's scale (a column vector broadcast over its columns), and for kFp32Accumulate adds
 // the output's previous value.
-#include "engine/kernels/int8_gemm.h"
-
 #include <array>
 #include <mutex>
 
@@ -18,6 +16,7 @@
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
+#include "engine/kernels/int8_gemm.h"
 
 namespace scored::kernels {
 namespace {
@@ -63,8 +62,8 @@ struct ScaledGemm {
       cutlass::epilogue::collective::EpilogueTileAuto, int32_t, float, ElementC, LayoutD, kAlignD, ElementD,
       LayoutD, kAlignD, EpilogueSchedule, Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, int8_t, LayoutA, kAlignAB, int8_t, LayoutB, kAlignAB,
-      int32_t, TileShape, ClusterShape,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, int8_t, LayoutA, kAlignAB, int8_t, LayoutB,
+      kAlignAB, int32_t, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename Epilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
@@ -104,8 +103,8 @@ absl::Status Run(const typename G::Gemm::Arguments& args, cudaStream_t stream) {
 }
 
 template <typename G, typename FusionArgs>
-typename G::Gemm::Arguments MakeArguments(const int8_t* x, const int8_t* w, const void* c, void* y, int m, int n,
-                                          int k, FusionArgs fusion, int device) {
+typename G::Gemm::Arguments MakeArguments(const int8_t* x, const int8_t* w, const void* c, void* y, int m,
+                                          int n, int k, FusionArgs fusion, int device) {
   using StrideA = typename G::Gemm::GemmKernel::StrideA;
   using StrideB = typename G::Gemm::GemmKernel::StrideB;
   using StrideC = typename G::Gemm::GemmKernel::StrideC;
@@ -150,8 +149,9 @@ absl::Status CheckInt8GemmShape(int64_t m, int64_t n, int64_t k) {
   return absl::OkStatus();
 }
 
-absl::Status Int8ScaledGemm(const int8_t* x, const float* x_scale, const int8_t* w, const float* w_scale, void* y,
-                            int64_t m, int64_t n, int64_t k, Int8GemmOutput output, cudaStream_t stream) {
+absl::Status Int8ScaledGemm(const int8_t* x, const float* x_scale, const int8_t* w, const float* w_scale,
+                            void* y, int64_t m, int64_t n, int64_t k, Int8GemmOutput output,
+                            cudaStream_t stream) {
   const absl::Status shape = CheckInt8GemmShape(m, n, k);
   if (!shape.ok()) return shape;
   int device = 0;

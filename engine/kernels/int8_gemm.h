@@ -36,8 +36,9 @@ absl::Status CheckInt8GemmShape(int64_t m, int64_t n, int64_t k);
 // int8 with 16-byte-aligned rows, x_scale [m] and w_scale [n] fp32, y [m, n] row-major (bf16 or fp32 per
 // `output`). INVALID_ARGUMENT for a shape CheckInt8GemmShape refuses, FAILED_PRECONDITION where
 // !Int8GemmSupported, INTERNAL for a launch error. Thread-safe (no state besides CUDA's).
-absl::Status Int8ScaledGemm(const int8_t* x, const float* x_scale, const int8_t* w, const float* w_scale, void* y,
-                            int64_t m, int64_t n, int64_t k, Int8GemmOutput output, cudaStream_t stream);
+absl::Status Int8ScaledGemm(const int8_t* x, const float* x_scale, const int8_t* w, const float* w_scale,
+                            void* y, int64_t m, int64_t n, int64_t k, Int8GemmOutput output,
+                            cudaStream_t stream);
 
 }  // namespace scored::kernels
 

@@ -101,15 +101,18 @@ TEST_F(Int8GemmTest, MatchesTheExactIntegerProductScaled) {
 TEST_F(Int8GemmTest, RefusesShapesItCannotTake) {
   DeviceArray<int8_t> a(64 * 64);
   DeviceArray<float> s(64), y(64 * 64);
-  EXPECT_EQ(Int8ScaledGemm(a.get(), s.get(), a.get(), s.get(), y.get(), 4, 24, 16, Int8GemmOutput::kFp32, stream_)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Int8ScaledGemm(a.get(), s.get(), a.get(), s.get(), y.get(), 4, 16, 40, Int8GemmOutput::kFp32, stream_)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Int8ScaledGemm(a.get(), s.get(), a.get(), s.get(), y.get(), 0, 16, 16, Int8GemmOutput::kFp32, stream_)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      Int8ScaledGemm(a.get(), s.get(), a.get(), s.get(), y.get(), 4, 24, 16, Int8GemmOutput::kFp32, stream_)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      Int8ScaledGemm(a.get(), s.get(), a.get(), s.get(), y.get(), 4, 16, 40, Int8GemmOutput::kFp32, stream_)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      Int8ScaledGemm(a.get(), s.get(), a.get(), s.get(), y.get(), 0, 16, 16, Int8GemmOutput::kFp32, stream_)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
