@@ -66,6 +66,8 @@ absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activati
                                                           acts.act_scale.as<float>(), stream));
       SCORED_RETURN_IF_ERROR(gemm.Tune(acts.act_fp8.data(), job.linear->fp8_weight(), job.y->data(), out, in,
                                        types, stream, acts.act_scale.as<float>(), job.linear->fp8_scale()));
+    } else if (job.linear->int8_resident()) {
+      continue;  // the int8 GEMM has one fixed configuration: nothing to tune
     } else {
       SCORED_ASSIGN_OR_RETURN(const void* w,
                               job.linear->Materialize(model.dtype, acts.scratch.data(), stream));

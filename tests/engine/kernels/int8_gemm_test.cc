@@ -7,6 +7,7 @@
 #include "engine/kernels/int8_gemm.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "tests/engine/kernels/kernel_test_util.h"
@@ -54,6 +55,17 @@ std::vector<float> Expected(const std::vector<int8_t>& x, const std::vector<floa
   return y;
 }
 
+// Bitwise equality, naming the first difference.
+void ExpectBitwise(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  const int64_t differ = testing::CountBitDifferences(got, want);
+  if (differ == 0) return;
+  size_t i = 0;
+  while (i < got.size() && std::memcmp(&got[i], &want[i], sizeof(float)) == 0) ++i;
+  ADD_FAILURE() << what << ": " << differ << " of " << got.size() << " values differ; first at " << i
+                << ": got " << got[i] << " want " << want[i];
+}
+
 TEST_F(Int8GemmTest, MatchesTheExactIntegerProductScaled) {
   // An extreme row and column: all -128 against all -128 gives the largest sum, 16384 * k.
   for (const Case& c : {Case{1, 16, 16}, Case{77, 208, 96}, Case{300, 384, 1040}, Case{129, 256, 4096}}) {
@@ -75,12 +87,11 @@ TEST_F(Int8GemmTest, MatchesTheExactIntegerProductScaled) {
                                Int8GemmOutput::kBf16, stream_)
                     .ok());
     Sync();
-    EXPECT_EQ(testing::CountBitDifferences(d_y32.Download(), want), 0);
-    EXPECT_EQ(testing::CountBitDifferences(testing::FromBf16(d_y16.Download()), testing::RoundedToBf16(want)),
-              0);
+    ExpectBitwise(d_y32.Download(), want, "fp32 output");
+    ExpectBitwise(testing::FromBf16(d_y16.Download()), testing::RoundedToBf16(want), "bf16 output");
 
-    // Accumulating: y = previous + the scaled product (one rounding when fused, two otherwise: at most an
-    // ulp of the sum apart).
+    // Accumulating: y = previous + the scaled product, the last multiply fused with the add or not: within an
+    // ulp of the sum plus an ulp of the product (its own rounding, which a fused multiply-add skips).
     const std::vector<float> previous = testing::RandomNormal(c.m * c.n, 15, 100.0f);
     DeviceArray<float> d_acc(previous);
     ASSERT_TRUE(Int8ScaledGemm(d_x.get(), d_xs.get(), d_w.get(), d_ws.get(), d_acc.get(), c.m, c.n, c.k,
@@ -91,7 +102,8 @@ TEST_F(Int8GemmTest, MatchesTheExactIntegerProductScaled) {
     double worst_ulps = 0.0;
     for (size_t i = 0; i < got.size(); ++i) {
       const double exact = static_cast<double>(previous[i]) + static_cast<double>(want[i]);
-      const double ulp = std::ldexp(1.0, std::ilogb(std::fabs(exact) + 1e-30) - 23);
+      const double ulp = std::ldexp(1.0, std::ilogb(std::fabs(exact) + 1e-30) - 23) +
+                         std::ldexp(1.0, std::ilogb(std::fabs(static_cast<double>(want[i])) + 1e-30) - 23);
       worst_ulps = std::max(worst_ulps, std::fabs(got[i] - exact) / ulp);
     }
     EXPECT_LE(worst_ulps, 1.0);

@@ -89,8 +89,9 @@ TEST_F(Int8QuantTest, RangeCombinedOverShardsIsTheWholeRows) {
   }
 }
 
-// The real quantization for the int8 GEMM: q * scale is bitwise the fake quantization's fp32 value (and its
-// bf16 rounding for bf16 inputs), with each row's own range and with a given (all-reduced) one.
+// The real quantization for the int8 GEMM: q * scale is the fake quantization's fp32 value (and its bf16
+// rounding for bf16 inputs; bitwise but for the sign of zero), with each row's own range and with a given
+// (all-reduced) one.
 TEST_F(Int8QuantTest, QuantizeGivesTheFakeQuantizationsIntegersAndScales) {
   const std::vector<float> x = Inputs();
   std::vector<float> want = Dense(x);
@@ -115,10 +116,17 @@ TEST_F(Int8QuantTest, QuantizeGivesTheFakeQuantizationsIntegersAndScales) {
       for (int64_t t = 0; t < kTokens; ++t) {
         for (int64_t i = 0; i < kIn; ++i) got[t * kIn + i] = static_cast<float>(q[t * kIn + i]) * s[t];
       }
-      if (is_bf16) {
-        EXPECT_EQ(testing::CountBitDifferences(testing::RoundedToBf16(got), testing::RoundedToBf16(want)), 0);
-      } else {
-        EXPECT_EQ(testing::CountBitDifferences(got, want), 0);
+      const std::vector<float> g = is_bf16 ? testing::RoundedToBf16(got) : got;
+      const std::vector<float> w = is_bf16 ? testing::RoundedToBf16(want) : want;
+      // Equal as values: an int8 code 0 is +0 where the fake quantization keeps rint's -0 (the same product).
+      int64_t differ = 0;
+      for (size_t i = 0; i < g.size(); ++i) differ += g[i] == w[i] ? 0 : 1;
+      EXPECT_EQ(differ, 0) << (is_bf16 ? "bf16" : "fp32");
+      for (size_t i = 0; differ > 0 && i < g.size(); ++i) {
+        if (g[i] == w[i]) continue;
+        ADD_FAILURE() << "first difference: token " << i / kIn << " column " << i % kIn << ": got " << g[i]
+                      << " (q " << int{q[i]} << ", scale " << s[i / kIn] << ") want " << w[i];
+        break;
       }
     }
   }
