@@ -62,10 +62,12 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/weights.h"
 #include "engine/reference/ops.h"
 #include "engine/reference/reference_engine.h"
 #include "engine/score_contract.h"
@@ -307,8 +309,15 @@ TEST(Fixtures, TrainedFp8DynamicBoundRejectsWeightOnly) {
 // 0.05) of the W8A8 reference, and the weight-only reference of the same weights is outside it, so the bound
 // rejects an engine that drops the int8 activation quantization (measured: weight-only mean 0.0108 / max
 // 0.109 and mean 0.0088 / max 0.061).
+// The same for static activation scales (llama-trained-fp8-static: llm-compressor's FP8, per-tensor FP8
+// input_scale; llama-trained-int8-static(-asym): int8 input_scale, and input_zero_point) and for int4 weights
+// with dynamic 8-bit activations (llama-trained-w4afp8 / -w4a8: llm-compressor's W4AFP8 / W4A8). Measured in
+// tests/fixtures/README.md ("Static activation scales and W4A8").
 TEST(Fixtures, TrainedInt8W8A8BoundRejectsWeightOnly) {
-  for (const std::string name : {"llama-trained-int8-w8a8", "llama-trained-int8-w8a8-g128-asym"}) {
+  for (const std::string name :
+       {"llama-trained-int8-w8a8", "llama-trained-int8-w8a8-g128-asym", "llama-trained-fp8-static",
+        "llama-trained-int8-static", "llama-trained-int8-static-asym", "llama-trained-w4afp8",
+        "llama-trained-w4a8"}) {
     const std::vector<std::vector<float>> ours = ScoreFixture(name);
     if (ours.empty()) GTEST_SKIP() << name << " absent";
     nlohmann::json golden =
@@ -332,7 +341,9 @@ TEST(Fixtures, TrainedInt8W8A8BoundRejectsWeightOnly) {
 // engine that runs them weight-only.
 TEST(Fixtures, TrainedW8A8PerplexityWithin1e4) {
   for (const std::string name :
-       {"llama-trained-fp8-dynamic", "llama-trained-int8-w8a8", "llama-trained-int8-w8a8-g128-asym"}) {
+       {"llama-trained-fp8-dynamic", "llama-trained-int8-w8a8", "llama-trained-int8-w8a8-g128-asym",
+        "llama-trained-fp8-static", "llama-trained-int8-static", "llama-trained-int8-static-asym",
+        "llama-trained-w4afp8", "llama-trained-w4a8"}) {
     const std::vector<std::vector<float>> ours = ScoreFixture(name);
     if (ours.empty()) GTEST_SKIP() << name << " absent";
     const nlohmann::json golden =
@@ -361,8 +372,8 @@ TEST(Fixtures, TrainedW8A8PerplexityWithin1e4) {
 // Checks an activation fake quantizer against compressed-tensors bit for bit: `fixture`'s
 // reference_act_quant.safetensors holds real float32 Linear inputs of its reference forward (8 or so
 // positions of its real-text sequence, the q/o/gate/down inputs of every layer) and what compressed-tensors'
-// forward_quantize made of them. `quantize` must give exactly the same floats (no tolerance: the same fp32
-// operations).
+// forward_quantize made of them. `quantize(module, x, rows, cols)` (module: e.g.
+// "model.layers.0.mlp.down_proj") must give exactly the same floats (no tolerance: the same fp32 operations).
 template <typename Quantize>
 void ExpectActQuantMatchesBitwise(const std::string& fixture, int64_t expected_modules, Quantize quantize) {
   const std::string path =
@@ -385,7 +396,7 @@ void ExpectActQuantMatchesBitwise(const std::string& fixture, int64_t expected_m
     std::vector<float> expected(x.size());                   // [rows, cols]
     std::memcpy(x.data(), input.data, x.size() * sizeof(float));
     std::memcpy(expected.data(), qdq->second.data, expected.size() * sizeof(float));
-    quantize(x.data(), rows, cols);
+    quantize(name.substr(0, name.size() - std::string(".input").size()), x.data(), rows, cols);
     for (size_t i = 0; i < x.size(); ++i) {
       if (x[i] != expected[i] && ++mismatches <= 5) {
         ADD_FAILURE() << name << " element " << i << ": " << x[i] << " vs " << expected[i];
@@ -402,23 +413,90 @@ void ExpectActQuantMatchesBitwise(const std::string& fixture, int64_t expected_m
 
 // Per-token FP8 (stories260k-fp8-dynamic: tinystories_0, 8 positions, 5 layers).
 TEST(Fixtures, Fp8ActivationQuantMatchesCompressedTensorsBitwise) {
-  ExpectActQuantMatchesBitwise("stories260k-fp8-dynamic", 20, [](float* x, int64_t rows, int64_t cols) {
-    ref::FakeQuantizeFp8PerToken(x, rows, cols);
-  });
+  ExpectActQuantMatchesBitwise("stories260k-fp8-dynamic", 20,
+                               [](const std::string&, float* x, int64_t rows, int64_t cols) {
+                                 ref::FakeQuantizeFp8PerToken(x, rows, cols);
+                               });
 }
 
 // Per-token symmetric int8 (stories260k-int8-w8a8: tinystories_0, 8 positions, 5 layers) and asymmetric int8
 // with a zero point per token (llama-trained-int8-w8a8-g128-asym: wikitext_test_0, 6 positions, 2 layers).
 TEST(Fixtures, Int8ActivationQuantMatchesCompressedTensorsBitwise) {
-  ExpectActQuantMatchesBitwise("stories260k-int8-w8a8", 20, [](float* x, int64_t rows, int64_t cols) {
-    ref::FakeQuantizeInt8PerToken(x, rows, cols, /*symmetric=*/true);
-  });
+  ExpectActQuantMatchesBitwise("stories260k-int8-w8a8", 20,
+                               [](const std::string&, float* x, int64_t rows, int64_t cols) {
+                                 ref::FakeQuantizeInt8PerToken(x, rows, cols, /*symmetric=*/true);
+                               });
 }
 
 TEST(Fixtures, Int8AsymActivationQuantMatchesCompressedTensorsBitwise) {
   ExpectActQuantMatchesBitwise("llama-trained-int8-w8a8-g128-asym", 8,
-                               [](float* x, int64_t rows, int64_t cols) {
+                               [](const std::string&, float* x, int64_t rows, int64_t cols) {
                                  ref::FakeQuantizeInt8PerToken(x, rows, cols, /*symmetric=*/false);
+                               });
+}
+
+// The stored static activation parameters of `module` in `fixture`'s model.safetensors: {input_scale,
+// input_zero_point or 0}.
+ref::Int8TokenParams StaticInputParams(const std::string& fixture, const std::string& module) {
+  ref::Int8TokenParams p;
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
+      SafetensorsFile::Open(std::string(SCORED_FIXTURES_DIR) + "/" + fixture + "/model.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return p;
+  const std::map<std::string, TensorView>& tensors = (*file)->tensors();
+  const auto scale = tensors.find(module + ".input_scale");
+  EXPECT_NE(scale, tensors.end()) << module;
+  if (scale == tensors.end()) return p;
+  EXPECT_TRUE(TensorToFloat(scale->second, &p.scale, 1).ok()) << module;
+  if (const auto zp = tensors.find(module + ".input_zero_point"); zp != tensors.end()) {
+    EXPECT_EQ(zp->second.dtype, DType::kI8) << module;
+    p.zero_point = static_cast<float>(static_cast<int8_t>(zp->second.data[0]));
+  }
+  return p;
+}
+
+// Static per-tensor activation scales, FP8 (llm-compressor's FP8 scheme, stories260K: tinystories_0, 8
+// positions, 5 layers; the trained Llama: wikitext_test_0, 6 positions, 2 layers) and int8 (symmetric, and
+// with the stored input_zero_point): each Linear input quantized with that module's stored input_scale.
+TEST(Fixtures, StaticFp8ActivationQuantMatchesCompressedTensorsBitwise) {
+  for (const auto& [fixture, modules] : std::vector<std::pair<std::string, int64_t>>{
+           {"stories260k-fp8-static", 20}, {"llama-trained-fp8-static", 8}}) {
+    ExpectActQuantMatchesBitwise(fixture, modules,
+                                 [&](const std::string& module, float* x, int64_t rows, int64_t cols) {
+                                   const float scale = StaticInputParams(fixture, module).scale;
+                                   ref::FakeQuantizeFp8Static(x, rows * cols, scale);
+                                 });
+  }
+}
+
+TEST(Fixtures, StaticInt8ActivationQuantMatchesCompressedTensorsBitwise) {
+  for (const std::string fixture : {"llama-trained-int8-static", "llama-trained-int8-static-asym"}) {
+    int nonzero_zero_points = 0;
+    ExpectActQuantMatchesBitwise(fixture, 8,
+                                 [&](const std::string& module, float* x, int64_t rows, int64_t cols) {
+                                   const ref::Int8TokenParams p = StaticInputParams(fixture, module);
+                                   nonzero_zero_points += p.zero_point != 0.0f ? 1 : 0;
+                                   ref::FakeQuantizeInt8Span(x, rows * cols, p);
+                                 });
+    // The asymmetric fixture exercises the zero point (some inputs, e.g. after a norm, calibrate to 0).
+    if (fixture == "llama-trained-int8-static-asym") {
+      EXPECT_GT(nonzero_zero_points, 0);
+    } else {
+      EXPECT_EQ(nonzero_zero_points, 0);
+    }
+  }
+}
+
+// W4AFP8 / W4A8: int4 weights with llm-compressor's dynamic per-token FP8 / symmetric int8 activations (the
+// same quantizers as W8A8's, on the inputs of an int4 model).
+TEST(Fixtures, W4A8ActivationQuantMatchesCompressedTensorsBitwise) {
+  ExpectActQuantMatchesBitwise("llama-trained-w4afp8", 8,
+                               [](const std::string&, float* x, int64_t rows, int64_t cols) {
+                                 ref::FakeQuantizeFp8PerToken(x, rows, cols);
+                               });
+  ExpectActQuantMatchesBitwise("llama-trained-w4a8", 8,
+                               [](const std::string&, float* x, int64_t rows, int64_t cols) {
+                                 ref::FakeQuantizeInt8PerToken(x, rows, cols, /*symmetric=*/true);
                                });
 }
 
