@@ -56,7 +56,9 @@
 //     input changes mean <= 1.0e-3, max <= 0.0497), each rejecting weight-only and within 1e-4 of the
 //     reference's wikitext perplexity; this engine mean 6.3e-7..5.2e-4, max 4.6e-5..0.0125.
 //     stories260k-fp8-static: chaotic like stories260k-fp8-dynamic (own spread up to mean 0.025 / max 0.36),
-//     the same bound; this engine mean 0.0248 / max 0.34. The quantizers match compressed-tensors bitwise
+//     so held to stories260k-int8-w8a8's bound (mean <= 0.05 / max <= 0.6); this engine mean 0.0248 / max
+//     0.34, the weight-only reference at mean 0.110 / max 1.34
+//     (Stories260kFp8DynamicAppliesActivationQuant...). The quantizers match compressed-tensors bitwise
 //     (Static*ActivationQuantMatchesCompressedTensorsBitwise, W4A8ActivationQuant...Bitwise).
 //   W4A4 (NVFP4 with FP4 activations): the engine runs the weights only (W4A16, DESIGN.md §6), unlike the
 //     reference; it is compared with the reference of its weight-only twin (NvFp4W4A4RunsAsW4A16).
@@ -185,6 +187,8 @@ TEST_P(FixtureTest, LogprobsMatchReference) {
   const int act_bits = ActivationBits(config);
   const bool w8a8 = act_bits == 8;
   const bool int8_acts = w8a8 && InputActivations(config).value("type", "") == "int";
+  const nlohmann::json act = InputActivations(config);
+  const bool static_acts = w8a8 && act.contains("dynamic") && act["dynamic"] == false;
 
   EngineOptions options;
   options.model_dir = dir;
@@ -240,7 +244,9 @@ TEST_P(FixtureTest, LogprobsMatchReference) {
   if (w8a8 && golden["base_model"] == "llama-trained") {
     EXPECT_LE(mean_delta, 2e-3);
     EXPECT_LE(max_delta, 0.05);
-  } else if (int8_acts && golden["base_model"] == "stories260k") {
+  } else if ((int8_acts || static_acts) && golden["base_model"] == "stories260k") {
+    // The reference's own spread under 1-ulp input changes: int8 mean 0.030-0.040 / max 0.26-0.56; static
+    // FP8 up to mean 0.025 / max 0.36 (tests/fixtures/README.md).
     EXPECT_LE(mean_delta, 0.05);
     EXPECT_LE(max_delta, 0.6);
   } else if (w8a8 && golden["base_model"] == "stories260k") {
@@ -279,18 +285,22 @@ TEST(Fixtures, Fp8DynamicAppliesActivationQuantization) {
 
 // stories260k-fp8-dynamic's reference file also holds the weight-only log-probs of the same weights. Ours
 // must sit much closer to the W8A8 ones (measured: mean 0.012 vs 0.089 nats), i.e. the activation
-// quantization is applied; the reference's own spread is a small part of the gap (see the header).
+// quantization is applied; the reference's own spread is a small part of the gap (see the header). The same
+// for the static FP8 one (stories260k-fp8-static: its static scale costs more, and its own spread is larger).
 TEST(Fixtures, Stories260kFp8DynamicAppliesActivationQuantization) {
-  const std::vector<std::vector<float>> ours = ScoreFixture("stories260k-fp8-dynamic");
-  if (ours.empty()) GTEST_SKIP() << "fixture absent";
-  nlohmann::json golden =
-      ReadJson(std::string(SCORED_FIXTURES_DIR) + "/stories260k-fp8-dynamic/reference_logprobs.json");
-  const Deltas to_w8a8 = Compare(ours, golden);
-  for (nlohmann::json& seq : golden["sequences"]) seq["token_logprobs"] = seq["weight_only_token_logprobs"];
-  const Deltas to_weight_only = Compare(ours, golden);
-  std::cout << "stories260k-fp8-dynamic: mean |delta| to its W8A8 reference " << to_w8a8.mean
-            << ", to the weight-only reference of the same weights " << to_weight_only.mean << "\n";
-  EXPECT_LT(4.0 * to_w8a8.mean, to_weight_only.mean);
+  for (const auto& [name, factor] : std::vector<std::pair<std::string, double>>{
+           {"stories260k-fp8-dynamic", 4.0}, {"stories260k-fp8-static", 3.0}}) {
+    const std::vector<std::vector<float>> ours = ScoreFixture(name);
+    if (ours.empty()) GTEST_SKIP() << name << " absent";
+    nlohmann::json golden =
+        ReadJson(std::string(SCORED_FIXTURES_DIR) + "/" + name + "/reference_logprobs.json");
+    const Deltas to_w8a8 = Compare(ours, golden);
+    for (nlohmann::json& seq : golden["sequences"]) seq["token_logprobs"] = seq["weight_only_token_logprobs"];
+    const Deltas to_weight_only = Compare(ours, golden);
+    std::cout << name << ": mean |delta| to its W8A8 reference " << to_w8a8.mean
+              << ", to the weight-only reference of the same weights " << to_weight_only.mean << "\n";
+    EXPECT_LT(factor * to_w8a8.mean, to_weight_only.mean) << name;
+  }
 }
 
 // llama-trained-fp8-dynamic: its W8A8 bound (mean <= 2e-3, max <= 0.05 in LogprobsMatchReference) is a real
