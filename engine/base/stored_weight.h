@@ -62,15 +62,23 @@ struct StoredLinear {
   int64_t group_size = 0;                  // kGroup: elements of `in` per scale; nvfp4: 16
   int64_t block_rows = 0, block_cols = 0;  // kBlock (fp8): scale block shape, usually 128 x 128
   bool actorder_group = false;             // weight_g_idx present: group of column k is g_idx[k]
-  bool w8a8_dynamic_fp8 = false;           // float-quantized with dynamic per-token FP8 input activations
+  // Dynamic per-token FP8 input activations: FP8 weights (W8A8, float-quantized) or int4 weights (W4AFP8).
+  bool w8a8_dynamic_fp8 = false;
   // w8a8_dynamic_fp8 only: 0 = one activation scale per token (strategy "token"); > 0 = one scale per
   // token per act_group_size consecutive input columns (strategy "group", e.g. 128 in FP8_BLOCK schemes).
   int64_t act_group_size = 0;
   // kNaiveQuantized (int8 weights) with dynamic int8 input activations, one scale per token ("int-quantized",
   // llm-compressor's W8A8 / INT8 schemes): each input row is quantize-dequantized to int8 before the product
   // (engine/reference/ops.h FakeQuantizeInt8PerToken has the exact arithmetic).
+  // Also set for int4 weights with dynamic int8 activations (llm-compressor's W4A8).
   bool w8a8_dynamic_int8 = false;
-  bool act_symmetric = true;          // w8a8_dynamic_int8 only: false = asymmetric, a zero point per token
+  // Static input activations (input_activations.dynamic false, strategy tensor): every input element is
+  // quantize-dequantized with the stored per-tensor `input_scale` (and `input_zero_point` when asymmetric),
+  // to FP8 E4M3 (static_input_fp8, llm-compressor's FP8 scheme) or int8 (static_input_int8).
+  bool static_input_fp8 = false;
+  bool static_input_int8 = false;
+  // w8a8_dynamic_int8 / static_input_int8: false = asymmetric (a zero point per token / input_zero_point).
+  bool act_symmetric = true;
   bool w4a4_run_weight_only = false;  // nvfp4 W4A4 checkpoint (input_global_scale present), run as W4A16
 
   // Stored tensors (data == nullptr when absent).
@@ -81,6 +89,8 @@ struct StoredLinear {
   TensorView weight_g_idx;         // actorder=group only
   TensorView weight_global_scale;  // nvfp4 only: fp32 [1], a DIVISOR
   TensorView input_global_scale;   // nvfp4 W4A4 only (ignored: weight-only run)
+  TensorView input_scale;          // static_input_*: F32/BF16/F16 [1]
+  TensorView input_zero_point;     // static_input_int8 asymmetric: I8 [1]
   TensorView bias;                 // q/k/v bias of families with one (Qwen2), [out]; absent otherwise
 };
 

@@ -170,6 +170,17 @@ class DeviceModelLoader {
     bool all_dense = true, any_w8a8 = false, all_w8a8 = true;
     const LinearWeight& first = *members.front();
     for (const LinearWeight* m : members) {
+      if (m->static_input_fp8 || m->static_input_int8) {
+        return absl::UnimplementedError(absl::StrCat(
+            m->module, ": input_activations.dynamic false (static activation scales, input_scale) is not ",
+            "implemented on the CUDA backend yet; use --backend=cpu"));
+      }
+      if ((m->w8a8_dynamic_fp8 || m->w8a8_dynamic_int8) && m->num_bits != 8) {
+        return absl::UnimplementedError(
+            absl::StrCat(m->module, ": ", m->num_bits,
+                         "-bit weights with 8-bit input_activations (W4AFP8 / W4A8) are not ",
+                         "implemented on the CUDA backend yet; use --backend=cpu"));
+      }
       if (m->w8a8_dynamic_int8 != first.w8a8_dynamic_int8 ||
           (m->w8a8_dynamic_int8 && m->act_symmetric != first.act_symmetric)) {
         return absl::InvalidArgumentError(absl::StrCat(

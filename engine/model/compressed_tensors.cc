@@ -115,6 +115,51 @@ absl::StatusOr<QuantArgs> ParseArgs(const Json& j, absl::string_view ctx) {
   return a;
 }
 
+// Sets the activation fields of `s` (weights already resolved) from `input_activations`, or fails naming
+// the field and its values.
+absl::Status ResolveInputActivations(const QuantArgs& w, const QuantArgs& in, const std::string& format,
+                                     absl::string_view source, const std::string& where, ModuleScheme* s) {
+  const std::string desc =
+      absl::StrCat("input_activations (type ", in.type, ", ", in.num_bits, " bits, strategy ", in.strategy,
+                   ", dynamic ", in.dynamic, in.symmetric ? "" : ", asymmetric", ")");
+  const bool fp8_weights = s->format == WeightFormat::kFloatQuantized;
+  const bool int8_weights = s->format == WeightFormat::kNaiveQuantized && s->num_bits == 8;
+  // int4 (any int below 8 bits) weights with 8-bit activations: W4AFP8 / W4A8, stored int- or pack-quantized.
+  const bool narrow_int_weights =
+      (s->format == WeightFormat::kNaiveQuantized || s->format == WeightFormat::kPackQuantized) &&
+      s->num_bits < 8;
+  if (in.dynamic == "true" && in.type == "float" && in.num_bits == 8 && in.symmetric &&
+      (in.strategy == "token" || (in.strategy == "group" && fp8_weights)) &&
+      (fp8_weights || narrow_int_weights)) {
+    s->w8a8_dynamic_fp8 = true;
+    s->act_group_size = in.strategy == "group" ? in.group_size : 0;
+  } else if (in.dynamic == "true" && in.type == "int" && in.num_bits == 8 && in.strategy == "token" &&
+             (int8_weights || narrow_int_weights)) {
+    s->w8a8_dynamic_int8 = true;
+    s->act_symmetric = in.symmetric;
+  } else if (s->format == WeightFormat::kNvfp4PackQuantized && in.type == "float" && in.num_bits == 4 &&
+             in.strategy == "tensor_group") {
+    s->w4a4_run_weight_only = true;
+  } else if (in.dynamic == "false" && in.strategy == "tensor" && in.num_bits == 8 &&
+             ((in.type == "float" && in.symmetric && fp8_weights) || (in.type == "int" && int8_weights))) {
+    // Static activation scales: `input_scale` (and `input_zero_point`) per linear, calibrated at export.
+    s->static_input_fp8 = in.type == "float";
+    s->static_input_int8 = in.type == "int";
+    s->act_symmetric = in.symmetric;
+  } else if (in.dynamic == "false") {
+    return Unsupported(source, where,
+                       absl::StrCat("static ", desc, " with ", format, " weights of type ", w.type, " with ",
+                                    w.num_bits, " bits"));
+  } else if (in.num_bits == 8 && (in.strategy == "token" || in.strategy == "group")) {
+    return Unsupported(
+        source, where,
+        absl::StrCat(desc, " with ", format, " weights of type ", w.type, " with ", w.num_bits, " bits"));
+  } else {
+    return Unsupported(source, where, desc);
+  }
+  return absl::OkStatus();
+}
+
 // Builds and validates the scheme of one group.
 absl::StatusOr<ModuleScheme> BuildScheme(const std::string& group, const std::string& format,
                                          const std::optional<QuantArgs>& w,
@@ -175,7 +220,9 @@ absl::StatusOr<ModuleScheme> BuildScheme(const std::string& group, const std::st
     if (w->type == "float" && w->num_bits == 8 && w->symmetric) {
       s.format = WeightFormat::kFloatQuantized;
       SCORED_ASSIGN_OR_RETURN(s.strategy, strategy_of(w->strategy, {"tensor", "channel", "block"}));
-    } else if (w->type == "int" && w->num_bits == 8) {
+    } else if (w->type == "int" && w->num_bits >= 2 && w->num_bits <= 8) {
+      // int-quantized stores one value per int8 whatever num_bits (llm-compressor's W4AFP8 / W4A8 write
+      // int4 weights this way); the decode is the same.
       s.format = WeightFormat::kNaiveQuantized;
       SCORED_ASSIGN_OR_RETURN(s.strategy, strategy_of(w->strategy, {"tensor", "channel", "group"}));
     } else {
@@ -190,32 +237,7 @@ absl::StatusOr<ModuleScheme> BuildScheme(const std::string& group, const std::st
     return Unsupported(source, where, absl::StrCat("actorder group with ", format));
   }
 
-  if (in.has_value()) {
-    const std::string desc =
-        absl::StrCat("input_activations (type ", in->type, ", ", in->num_bits, " bits, strategy ",
-                     in->strategy, ", dynamic ", in->dynamic, in->symmetric ? "" : ", asymmetric", ")");
-    if (s.format == WeightFormat::kFloatQuantized && in->type == "float" && in->num_bits == 8 &&
-        in->dynamic == "true" && in->symmetric && (in->strategy == "token" || in->strategy == "group")) {
-      s.w8a8_dynamic_fp8 = true;
-      s.act_group_size = in->strategy == "group" ? in->group_size : 0;
-    } else if (s.format == WeightFormat::kNaiveQuantized && in->type == "int" && in->num_bits == 8 &&
-               in->dynamic == "true" && in->strategy == "token") {
-      s.w8a8_dynamic_int8 = true;
-      s.act_symmetric = in->symmetric;
-    } else if (s.format == WeightFormat::kNvfp4PackQuantized && in->type == "float" && in->num_bits == 4 &&
-               in->strategy == "tensor_group") {
-      s.w4a4_run_weight_only = true;
-    } else if (in->dynamic == "false") {
-      return Unsupported(source, where, absl::StrCat("static ", desc));
-    } else if (in->type == "int" && in->num_bits == 8 && in->strategy == "token") {
-      // e.g. W4A8 (int4 pack-quantized weights with int8 activations): implemented for int8 weights only.
-      return Unsupported(
-          source, where,
-          absl::StrCat(desc, " with ", format, " weights of type ", w->type, " with ", w->num_bits, " bits"));
-    } else {
-      return Unsupported(source, where, desc);
-    }
-  }
+  if (in.has_value()) SCORED_RETURN_IF_ERROR(ResolveInputActivations(*w, *in, format, source, where, &s));
   return s;
 }
 

@@ -10,15 +10,22 @@
 //                                                                 tensor_group (W4A4: run weight-only)
 //   float-quantized     float 8 bits, tensor|channel|block        none (W8A16) or dynamic float 8 bits
 //                                                                 per token or per token-group (W8A8
-//                                                                 dynamic FP8, e.g. FP8_BLOCK)
+//                                                                 dynamic FP8, e.g. FP8_BLOCK) or static
+//                                                                 float 8 bits per tensor (FP8 scheme,
+//                                                                 `input_scale`)
 //   naive-quantized /   int 8 bits, tensor|channel|group, sym     none (W8A16) or dynamic int 8 bits per
-//   int-quantized       or asym                                   token, sym or asym (W8A8 INT8)
+//   int-quantized       or asym                                   token, sym or asym (W8A8 INT8), or static
+//                                                                 int 8 bits per tensor, sym or asym
+//                                                                 (`input_scale`, `input_zero_point`)
+//   int-quantized /     int 2..7 bits (one value per int8),       dynamic float 8 or int 8 bits per token
+//   pack-quantized      tensor|channel|group                      (W4AFP8 / W4A8; pack-quantized also none)
 // float-, naive- and int-quantized are one compressor upstream: the weights' type picks FP8 (float 8)
 // or int8 for any of the three names.
 // Top-level `format` applies to every group; "mixed-precision" means each group carries its own.
 // Rejected: sparsity_config (e.g. sparse-24-bitmask), transform_config, kv_cache_scheme, static input
-// activations, int activations other than the above (per tensor, per group, other widths, with other
-// weights), output activations, quantization_status other than "compressed".
+// activations other than per tensor with 8-bit weights of the same type, activations other than the above
+// (per tensor dynamic, per group int, other widths), output activations, quantization_status other than
+// "compressed".
 //
 // Target matching follows compressed-tensors: a module matches a target that equals its name, a
 // "re:" regex that matches at the start of its name (Python re.match), or the class name "Linear" (every
@@ -52,10 +59,12 @@ struct ModuleScheme {
   int64_t group_size = 0;                  // kGroup
   int64_t block_rows = 0, block_cols = 0;  // kBlock
   bool actorder_group = false;             // weight_g_idx expected
-  bool w8a8_dynamic_fp8 = false;           // float-quantized + dynamic FP8 activations (per token)
+  bool w8a8_dynamic_fp8 = false;           // FP8 or int4 weights + dynamic FP8 activations (per token)
   int64_t act_group_size = 0;              // w8a8_dynamic_fp8: 0 per token, else per token per group
-  bool w8a8_dynamic_int8 = false;          // int8 weights + dynamic int8 activations (per token)
-  bool act_symmetric = true;               // w8a8_dynamic_int8: false = a zero point per token
+  bool w8a8_dynamic_int8 = false;          // int8 or int4 weights + dynamic int8 activations (per token)
+  bool static_input_fp8 = false;           // FP8 weights + static per-tensor FP8 activations (input_scale)
+  bool static_input_int8 = false;          // int8 weights + static per-tensor int8 activations (input_scale)
+  bool act_symmetric = true;               // int8 activations: false = a zero point per token / tensor
   bool w4a4_run_weight_only = false;       // nvfp4 with FP4 input activations, run as W4A16
 };
 

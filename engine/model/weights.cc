@@ -1,6 +1,7 @@
 #include "engine/model/weights.h"
 
 #include <cctype>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -93,6 +94,12 @@ bool IsScalarShape(const std::vector<int64_t>& s) {
 }
 
 std::string FormatLabel(const LinearWeight& w) {
+  // The activation part of a label: "a16-", "afp8-" (dynamic per token), "a8-" (int8 per token).
+  auto acts = [&]() -> std::string {
+    if (w.w8a8_dynamic_fp8) return "afp8-";
+    if (w.w8a8_dynamic_int8) return w.act_symmetric ? "a8-" : "a8-asym-";
+    return "a16-";
+  };
   auto strategy = [&]() -> std::string {
     switch (w.strategy) {
       case QuantStrategy::kTensor:
@@ -113,17 +120,20 @@ std::string FormatLabel(const LinearWeight& w) {
       return absl::StrCat("dense-", d);
     }
     case WeightFormat::kPackQuantized:
-      return absl::StrCat("w", w.num_bits, "a16-", strategy(), w.symmetric ? "-sym" : "-asym",
+      return absl::StrCat("w", w.num_bits, acts(), strategy(), w.symmetric ? "-sym" : "-asym",
                           w.actorder_group ? "-actorder" : "");
     case WeightFormat::kNaiveQuantized:
-      return absl::StrCat(w.w8a8_dynamic_int8 ? "int8-w8a8-" : "int8-w8a16-", strategy(),
-                          w.symmetric ? "-sym" : "-asym",
-                          w.w8a8_dynamic_int8 && !w.act_symmetric ? "-act-asym" : "");
+      if (w.num_bits != 8) return absl::StrCat("int-w", w.num_bits, acts(), strategy());
+      return absl::StrCat(w.w8a8_dynamic_int8 || w.static_input_int8 ? "int8-w8a8-" : "int8-w8a16-",
+                          strategy(), w.symmetric ? "-sym" : "-asym",
+                          (w.w8a8_dynamic_int8 || w.static_input_int8) && !w.act_symmetric ? "-act-asym" : "",
+                          w.static_input_int8 ? "-act-static" : "");
     case WeightFormat::kNvfp4PackQuantized:
       return "nvfp4a16";
     case WeightFormat::kFloatQuantized:
-      return absl::StrCat(w.w8a8_dynamic_fp8 ? "fp8-w8a8-" : "fp8-w8a16-", strategy(),
-                          w.act_group_size > 0 ? absl::StrCat("-act-g", w.act_group_size) : "");
+      return absl::StrCat(w.w8a8_dynamic_fp8 || w.static_input_fp8 ? "fp8-w8a8-" : "fp8-w8a16-", strategy(),
+                          w.act_group_size > 0 ? absl::StrCat("-act-g", w.act_group_size) : "",
+                          w.static_input_fp8 ? "-act-static" : "");
   }
   return "?";
 }
@@ -144,6 +154,8 @@ class ModelWeightsLoader {
   absl::Status CheckShape(const TensorView& t, const std::vector<int64_t>& shape) const;
   absl::Status LoadLinear(const std::string& module, int64_t out, int64_t in, bool bias, LinearWeight* w);
   absl::Status LoadScale(LinearWeight* w, const std::string& module);
+  // static_input_*: the per-tensor input_scale (and input_zero_point when asymmetric), validated.
+  absl::Status LoadInputScale(LinearWeight* w, const std::string& module);
   absl::Status CheckLeftovers() const;
   absl::Status CheckFiniteParameters() const;
   void Summarize();
@@ -207,6 +219,32 @@ absl::Status ModelWeightsLoader::LoadScale(LinearWeight* w, const std::string& m
   return absl::OkStatus();
 }
 
+absl::Status ModelWeightsLoader::LoadInputScale(LinearWeight* w, const std::string& module) {
+  SCORED_ASSIGN_OR_RETURN(w->input_scale, Take(module + ".input_scale"));
+  const TensorView& s = w->input_scale;
+  if (!IsFloatDType(s.dtype) || !IsScalarShape(s.shape)) {
+    return absl::InvalidArgumentError(absl::StrCat(s.file, ": tensor '", s.name, "' has dtype ",
+                                                   DTypeName(s.dtype), " and shape ", ShapeString(s.shape),
+                                                   ", expected F32, F16 or BF16 [1] (a per-tensor scale)"));
+  }
+  // The scale divides every input element: a zero, negative or non-finite one cannot have come from
+  // calibration.
+  float scale = 0.0f;
+  SCORED_RETURN_IF_ERROR(TensorToFloat(s, &scale, 1));
+  if (!(scale > 0.0f) || !std::isfinite(scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(s.file, ": tensor '", s.name, "' is ", scale, ", expected a finite scale > 0"));
+  }
+  if (w->static_input_int8 && !w->act_symmetric) {
+    SCORED_ASSIGN_OR_RETURN(w->input_zero_point, Take(module + ".input_zero_point"));
+    if (w->input_zero_point.dtype != DType::kI8 || !IsScalarShape(w->input_zero_point.shape)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(w->input_zero_point.file, ": tensor '", w->input_zero_point.name, "' must be I8 [1]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t out, int64_t in, bool bias,
                                             LinearWeight* w) {
   w->module = module;
@@ -237,6 +275,8 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
   w->w8a8_dynamic_fp8 = scheme.w8a8_dynamic_fp8;
   w->act_group_size = scheme.act_group_size;
   w->w8a8_dynamic_int8 = scheme.w8a8_dynamic_int8;
+  w->static_input_fp8 = scheme.static_input_fp8;
+  w->static_input_int8 = scheme.static_input_int8;
   w->act_symmetric = scheme.act_symmetric;
   w->w4a4_run_weight_only = scheme.w4a4_run_weight_only;
   const std::string where = absl::StrCat(module, " (", scheme.format_name, ", group '", scheme.group, "')");
@@ -328,6 +368,7 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
       break;
     }
   }
+  if (w->static_input_fp8 || w->static_input_int8) SCORED_RETURN_IF_ERROR(LoadInputScale(w, module));
   return absl::OkStatus();
 }
 

@@ -105,6 +105,16 @@ void FakeQuantizeInt8Span(float* x, int64_t n, const Int8TokenParams& params);  
 void FakeQuantizeInt8PerToken(float* x,  // [num_tokens, in_features]
                               int64_t num_tokens, int64_t in_features, bool symmetric);
 
+// Static per-tensor activation quantization (input_activations.dynamic false, strategy tensor: the stored
+// `input_scale` / `input_zero_point` of llm-compressor's FP8 scheme and of static INT8 W8A8), bit-identical
+// to compressed-tensors 0.19's forward_quantize with a static scale (quantization/lifecycle/forward.py: the
+// module's input_scale, widened to fp32 in a float32 model, then forward_helpers.py _quantize_dequantize),
+// one fp32 operation per step, in place over x[0, n):
+//   FP8:  q = fp8_e4m3(clamp(x / scale, -448, 448)) (round to nearest even, true division), x = fp32(q) *
+//   scale int8: FakeQuantizeInt8Span with {scale, zero_point} (zero_point 0 when symmetric)
+// scale must be finite and > 0 (the loader checks it).
+void FakeQuantizeFp8Static(float* x, int64_t n, float scale);
+
 // Per-position outputs from one row of fp32 logits, by the Score contract (DESIGN.md §3):
 // logprob = logit[target] - logsumexp (max-subtracted, sum in double); greedy = argmax (lowest id on
 // ties) == target; rank = 1 + #{logit > logit[target]}; entropy = -sum p log p (double);

@@ -44,6 +44,10 @@ struct DenseLinear {
   int64_t act_group_size = 0;        // fake_quantize_input: 0 one scale per row, else per column group
   bool int8_input = false;           // W8A8 dynamic INT8: quantize each input row to int8 first
   bool int8_input_symmetric = true;  // int8_input: false = a zero point per row
+  // Static per-tensor activation quantization with the stored input_scale (and input_zero_point).
+  bool static_fp8_input = false;
+  bool static_int8_input = false;
+  ref::Int8TokenParams static_params;  // static_*_input: {input_scale, input_zero_point or 0}
 };
 
 struct DenseLayer {
@@ -74,6 +78,14 @@ absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, bool bias, ThreadPool
   d.act_group_size = lw.act_group_size;
   d.int8_input = lw.w8a8_dynamic_int8;
   d.int8_input_symmetric = lw.act_symmetric;
+  d.static_fp8_input = lw.static_input_fp8;
+  d.static_int8_input = lw.static_input_int8;
+  if (d.static_fp8_input || d.static_int8_input) {
+    SCORED_RETURN_IF_ERROR(TensorToFloat(lw.input_scale, &d.static_params.scale, 1));
+    if (lw.input_zero_point.present()) {
+      d.static_params.zero_point = static_cast<float>(static_cast<int8_t>(lw.input_zero_point.data[0]));
+    }
+  }
   d.w.resize(lw.out_features * lw.in_features);
   std::mutex mu;
   absl::Status status;
@@ -265,12 +277,17 @@ std::vector<absl::StatusOr<ScoreResult>> ReferenceEngine::Score(absl::Span<const
 
 void ReferenceEngine::ApplyLinear(const DenseLinear& linear, const float* x, int64_t n, float* y) const {
   const float* bias = linear.bias.empty() ? nullptr : linear.bias.data();
-  if (!linear.fake_quantize_input && !linear.int8_input) {
+  if (!linear.fake_quantize_input && !linear.int8_input && !linear.static_fp8_input &&
+      !linear.static_int8_input) {
     ref::Linear(x, linear.w.data(), bias, n, linear.in_features, linear.out_features, y, &pool_);
     return;
   }
   std::vector<float> quantized(x, x + n * linear.in_features);  // [n, in_features]
-  if (linear.int8_input) {
+  if (linear.static_fp8_input) {
+    ref::FakeQuantizeFp8Static(quantized.data(), n * linear.in_features, linear.static_params.scale);
+  } else if (linear.static_int8_input) {
+    ref::FakeQuantizeInt8Span(quantized.data(), n * linear.in_features, linear.static_params);
+  } else if (linear.int8_input) {
     ref::FakeQuantizeInt8PerToken(quantized.data(), n, linear.in_features, linear.int8_input_symmetric);
   } else if (linear.act_group_size > 0) {
     ref::FakeQuantizeFp8PerTokenGroup(quantized.data(), n, linear.in_features, linear.act_group_size);

@@ -191,6 +191,8 @@ void CompareTp2WithTp1(ComputeDtype dtype) {
     SCOPED_TRACE(dir);
     const std::vector<ScoreRequest>& requests = IsStories(dir) ? stories_requests : random_requests;
     auto one = Make(dir, 1, dtype);
+    // Formats the CUDA backend refuses at load (static activation scales, W4AFP8 / W4A8: CPU only).
+    if (!one.ok() && one.status().code() == absl::StatusCode::kUnimplemented) continue;
     ASSERT_TRUE(one.ok()) << one.status();
     auto two = Make(dir, 2, dtype);
     ASSERT_TRUE(two.ok()) << two.status();

@@ -126,27 +126,40 @@ TEST_P(FixturesTest, ActivationQuantizationFollowsConfig) {
   const nlohmann::json groups = nlohmann::json::parse(ss.str())["quantization_config"]["config_groups"];
   ASSERT_EQ(groups.size(), 1u);
   const nlohmann::json act = groups.begin().value().value("input_activations", nlohmann::json());
+  const bool dynamic = !act.is_null() && act["dynamic"] == true;
   const bool int8 = !act.is_null() && act["type"] == "int" && act["num_bits"] == 8;
   const bool fp8 = !act.is_null() && act["type"] == "float" && act["num_bits"] == 8;
+  const int weight_bits = groups.begin().value()["weights"]["num_bits"].get<int>();
   auto m = ModelWeights::Load(dir);
   ASSERT_TRUE(m.ok()) << m.status();
   for (const LayerWeights& L : (*m)->layers()) {
     for (const LinearWeight* w :
          {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
-      EXPECT_EQ(w->w8a8_dynamic_int8, int8) << w->module;
-      EXPECT_EQ(w->w8a8_dynamic_fp8, fp8) << w->module;
+      EXPECT_EQ(w->w8a8_dynamic_int8, int8 && dynamic) << w->module;
+      EXPECT_EQ(w->w8a8_dynamic_fp8, fp8 && dynamic) << w->module;
+      EXPECT_EQ(w->static_input_int8, int8 && !dynamic) << w->module;
+      EXPECT_EQ(w->static_input_fp8, fp8 && !dynamic) << w->module;
+      // Static scales are loaded with their module: a zero point exactly when asymmetric.
+      EXPECT_EQ(w->input_scale.present(), (int8 || fp8) && !dynamic) << w->module;
+      EXPECT_EQ(w->input_zero_point.present(), int8 && !dynamic && !act["symmetric"].get<bool>())
+          << w->module;
+      if (w->format != WeightFormat::kDense) {
+        EXPECT_EQ(w->num_bits, weight_bits) << w->module;
+      }
       if (int8) {
         EXPECT_EQ(w->format, WeightFormat::kNaiveQuantized) << w->module;
         EXPECT_EQ(w->act_symmetric, act["symmetric"].get<bool>()) << w->module;
       }
     }
   }
-  EXPECT_FALSE((*m)->lm_head().w8a8_dynamic_int8);
-  EXPECT_FALSE((*m)->lm_head().w8a8_dynamic_fp8);
-  if (int8) {
+  const LinearWeight& head = (*m)->lm_head();
+  EXPECT_FALSE(head.w8a8_dynamic_int8 || head.w8a8_dynamic_fp8 || head.static_input_int8 ||
+               head.static_input_fp8);
+  if (int8 && weight_bits == 8) {
     EXPECT_THAT((*m)->summary().format, ::testing::StartsWith("int8-w8a8-"));
     EXPECT_EQ(absl::StrContains((*m)->summary().format, "-act-asym"), !act["symmetric"].get<bool>());
   }
+  EXPECT_EQ(absl::StrContains((*m)->summary().format, "-act-static"), (int8 || fp8) && !dynamic);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, FixturesTest, ::testing::ValuesIn(FixtureDirs()),

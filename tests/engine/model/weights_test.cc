@@ -148,6 +148,27 @@ struct TinyModel {
                                                           "}}}");
   }
 
+  // Replaces every decoder linear's weight with INT8 W8A8 static tensors: int8 channel weights, a per-tensor
+  // input_scale of `input_scale`, and an int8 input_zero_point when asymmetric.
+  void Int8Static(bool asym, float input_scale) {
+    for (int64_t l = 0; l < kLayers; ++l) {
+      for (const auto& [name, out, in] : Linears()) {
+        const std::string m = "model.layers." + std::to_string(l) + "." + name;
+        Put(m + ".weight", "I8", {out, in}, 1);
+        Put(m + ".weight_scale", "BF16", {out, 1}, 2);
+        tensors[m + ".input_scale"] =
+            StTensor{m + ".input_scale", "F32", {1}, testing_util::Bytes(std::vector<float>{input_scale})};
+        if (asym) tensors[m + ".input_zero_point"] = StTensor{m + ".input_zero_point", "I8", {1}, "\xfb"};
+      }
+    }
+    config["quantization_config"] = nlohmann::json::parse(std::string(R"({
+      "quant_method": "compressed-tensors", "format": "int-quantized", "ignore": ["lm_head"],
+      "config_groups": {"group_0": {"targets": ["Linear"],
+        "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": true},
+        "input_activations": {"num_bits": 8, "type": "int", "strategy": "tensor", "dynamic": false,
+          "symmetric": )") + (asym ? "false" : "true") + "}}}}");
+  }
+
   absl::StatusOr<std::unique_ptr<ModelWeights>> WriteAndLoad(const TempDir& dir) const {
     std::vector<StTensor> list;
     for (const auto& [name, t] : tensors) list.push_back(t);
@@ -320,6 +341,48 @@ TEST(WeightsTest, Nvfp4W4A4IsRunWeightOnlyWithANote) {
   ASSERT_TRUE(m2.ok()) << m2.status();
   EXPECT_FALSE((*m2)->layers()[0].q_proj.w4a4_run_weight_only);
   EXPECT_THAT((*m2)->summary().notes, ::testing::Not(HasSubstr("W4A4")));
+}
+
+// Static activation scales: input_scale (and input_zero_point when asymmetric) are loaded with their linear;
+// a missing, zero or non-finite one fails at load naming the tensor.
+TEST(WeightsTest, StaticInputScalesLoadAndAreChecked) {
+  for (const bool asym : {false, true}) {
+    TempDir dir;
+    TinyModel t;
+    t.Int8Static(asym, 0.0625f);
+    auto m = t.WriteAndLoad(dir);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const LinearWeight& k = (*m)->layers()[1].k_proj;
+    EXPECT_TRUE(k.static_input_int8);
+    EXPECT_FALSE(k.static_input_fp8 || k.w8a8_dynamic_int8);
+    EXPECT_EQ(k.act_symmetric, !asym);
+    ASSERT_TRUE(k.input_scale.present());
+    float scale = 0.0f;
+    ASSERT_TRUE(TensorToFloat(k.input_scale, &scale, 1).ok());
+    EXPECT_EQ(scale, 0.0625f);
+    EXPECT_EQ(k.input_zero_point.present(), asym);
+    if (asym) {
+      EXPECT_EQ(static_cast<int8_t>(k.input_zero_point.data[0]), -5);
+    }
+    EXPECT_EQ((*m)->summary().format,
+              asym ? "int8-w8a8-channel-sym-act-asym-act-static" : "int8-w8a8-channel-sym-act-static");
+  }
+  for (const float bad : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+    TempDir dir;
+    TinyModel t;
+    t.Int8Static(false, bad);
+    auto m = t.WriteAndLoad(dir);
+    ASSERT_FALSE(m.ok()) << bad;
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr("input_scale' is "));
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr("expected a finite scale > 0"));
+  }
+  TempDir dir;
+  TinyModel t;
+  t.Int8Static(true, 0.5f);
+  t.tensors.erase("model.layers.0.mlp.up_proj.input_zero_point");
+  auto m = t.WriteAndLoad(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("model.layers.0.mlp.up_proj.input_zero_point"));
 }
 
 // A corrupted checkpoint with a NaN or an infinity in a quantization parameter, a norm or a bias used to
