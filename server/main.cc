@@ -19,8 +19,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/str_cat.h"
+#include "cli/flags_help.h"
 #include "engine/base/logging.h"
 #include "server/fault_injection.h"
 #include "server/multinode.h"
@@ -124,6 +123,30 @@ ABSL_FLAG(std::string, fault_inject, "",
 
 namespace {
 
+constexpr char kUsage[] =
+    "scored --model DIR [--backend cuda|cpu] [--tp N] [--listen host:port] ...\n"
+    "scored --model DIR --tp N --nnodes M --node_rank R --rendezvous HOST:PORT ...  (one per node)\n"
+    "Serves exact per-token log-probabilities of a causal LM over gRPC (scored.v1.Scorer).";
+
+// --help's sections (cli/flags_help.h); a flag left out still shows, under "Other flags".
+const std::vector<scored::cli::FlagGroup>& HelpGroups() {
+  static const auto* const groups = new std::vector<scored::cli::FlagGroup>{
+      {"Model", {"model", "tokenizer", "reference_model", "backend", "dtype", "max_seq_len", "num_threads"}},
+      {"Serving",
+       {"listen", "metrics_listen", "port_file", "batch_timeout_us", "stream_window", "shutdown_grace_s",
+        "tokenize_threads"}},
+      {"Limits",
+       {"max_batch_tokens", "max_queue", "max_message_bytes", "max_buffered_bytes",
+        "max_streams_per_connection", "max_connections", "max_text_bytes", "tokenize_queue"}},
+      {"TLS and authentication",
+       {"tls_cert", "tls_key", "tls_client_ca", "auth_token_file", "allow_insecure_remote"}},
+      {"Tensor parallelism (cuda)", {"tp", "tp_row_chunks", "row_parallel_halves", "tp_exchange"}},
+      {"Distributed (several processes)", {"nnodes", "node_rank", "rendezvous", "rendezvous_timeout_s"}},
+      {"Testing", {"fault_inject"}},
+  };
+  return *groups;
+}
+
 std::atomic<bool> g_stop_signal_thread{false};
 // The started server once it serves; null while it starts (model load, the wait for follower processes).
 std::atomic<scored::Server*> g_serving{nullptr};
@@ -218,13 +241,12 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  absl::FlagsUsageConfig usage_config;
-  usage_config.version_string = [] { return absl::StrCat("scored ", scored::ServerVersion(), "\n"); };
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::SetProgramUsageMessage(
-      "scored --model DIR [--backend cuda|cpu] [--tp N] [--listen host:port] ...\n"
-      "scored --model DIR --tp N --nnodes M --node_rank R --rendezvous HOST:PORT ...  (one per node)\n"
-      "Serves exact per-token log-probabilities of a causal LM over gRPC (scored.v1.Scorer).");
+  scored::cli::SetUsageConfig("scored");
+  absl::SetProgramUsageMessage(kUsage);
+  if (scored::cli::WantsHelp(argc, argv)) {
+    std::fputs(scored::cli::GroupedHelp(kUsage, HelpGroups(), __FILE__).c_str(), stdout);
+    return 0;
+  }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr, "scored: unexpected argument '%s' (flags are --name=value)\n", positional[1]);
