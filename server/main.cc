@@ -24,6 +24,7 @@
 #include "server/fault_injection.h"
 #include "server/multinode.h"
 #include "server/options.h"
+#include "server/sd_notify.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, model, "", "Model folder (config.json, *.safetensors, tokenizer files). Required.");
@@ -147,6 +148,15 @@ const std::vector<scored::cli::FlagGroup>& HelpGroups() {
   return *groups;
 }
 
+// Tells systemd (Type=notify, deploy/systemd/scored.service) where the process stands; a failure to tell
+// is logged, never fatal (the service manager then times out and says so).
+void NotifySystemd(absl::string_view state) {
+  const absl::Status told = scored::NotifyServiceManager(state);
+  if (!told.ok()) {
+    SCORED_LOG(WARNING) << "cannot notify the service manager: " << told.ToString();
+  }
+}
+
 std::atomic<bool> g_stop_signal_thread{false};
 // The started server once it serves; null while it starts (model load, the wait for follower processes).
 std::atomic<scored::Server*> g_serving{nullptr};
@@ -260,6 +270,9 @@ int main(int argc, char** argv) {
   if (options->engine.node_rank > 0) {
     // A follower has no server to drain: SIGTERM/SIGINT end it at once (the leader then reports it lost).
     pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
+    // A follower serves nothing of its own: it is "ready" once started, so that a Type=notify unit does
+    // not time out while it waits for node rank 0.
+    NotifySystemd("READY=1\nSTATUS=follower of node rank 0");
     const absl::Status followed = scored::RunFollowerNode(*options);
     if (!followed.ok()) {
       SCORED_LOG(ERROR) << "exiting: " << followed.ToString();
@@ -285,7 +298,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   g_serving.store(server->get());
+  // Start() has bound the listeners and marked health SERVING.
+  NotifySystemd("READY=1\nSTATUS=serving");
   const absl::Status why = (*server)->Wait();
+  // Draining (after SIGTERM / SIGINT, or a fatal engine error): in-flight calls finish, new ones are refused.
+  NotifySystemd("STOPPING=1\nSTATUS=draining");
   (*server)->Shutdown();
   stop_signal_thread();
   if (!why.ok()) {
