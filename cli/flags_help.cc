@@ -96,9 +96,9 @@ std::string GroupedHelp(absl::string_view usage, const std::vector<FlagGroup>& g
   }
   absl::StrAppend(
       &out,
-      "\nFlags take --name=value or --name value; booleans also --name / --noname. --flagfile=FILE "
-      "reads flags from FILE.\n--helpfull lists every flag (absl's own included); --version "
-      "prints the version.\n");
+      "\nFlags take --name=value or --name value; booleans also --name / --noname.\n"
+      "--flagfile=FILE reads flags from FILE; --helpfull lists every flag (absl's own included);\n"
+      "--version prints the version.\n");
   return out;
 }
 

@@ -91,8 +91,8 @@ namespace {
 constexpr char kUsage[] =
     "perplexity of the model served by scored.\n"
     "  scored-ppl --server HOST:PORT --data wiki.test.raw --method exl3 [--ctx 2048 --stride 512]\n"
-    "Exit status: 0 done, 1 an error (on stderr), 2 a bad command line (unknown flag, bad value, a "
-    "positional argument: scored-ppl takes only flags; or --kld against a server without a reference "
+    "Exit status: 0 done, 1 an error (on stderr), 2 a bad command line (unknown flag, bad value, a\n"
+    "positional argument: scored-ppl takes only flags; or --kld against a server without a reference\n"
     "model).";
 
 // --help's sections (cli/flags_help.h); a flag left out still shows, under "Other flags".

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "cli/version.h"
 #include "gmock/gmock.h"
@@ -65,6 +66,7 @@ TEST(CliHelpTest, HelpListsTheProgramsFlagsGroupedByPurpose) {
       EXPECT_THAT(run.out, Not(HasSubstr("not a flag of this program"))) << arg;
       // Every flag is in a named group.
       EXPECT_THAT(run.out, Not(HasSubstr("Other flags:"))) << arg;
+      for (absl::string_view line : absl::StrSplit(run.out, '\n')) EXPECT_LE(line.size(), 100u) << line;
       for (const char* group : binary.groups) {
         EXPECT_THAT(run.out, HasSubstr(absl::StrCat("\n", group, "\n"))) << arg;
       }
