@@ -73,6 +73,29 @@ def test_dockerfile_copies_only_what_the_install_puts_there(prefix):
     assert "bin/" in sources and "share/" in sources
 
 
+def needed_libraries(path):
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("readelf is not installed")
+    run = subprocess.run([readelf, "-d", path], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return set(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", run.stdout))
+
+
+def test_dockerfile_installs_the_cuda_libraries_scored_links(prefix):
+    needed = needed_libraries(os.path.join(prefix, "bin", "scored"))
+    if not any(lib.startswith("libcublasLt.so") for lib in needed):
+        pytest.skip("a build without CUDA: the image's CUDA libraries are not checked")
+    with open(os.path.join(REPO, "docker", "Dockerfile")) as f:
+        runtime = f.read().split(" AS runtime", 1)[1]
+    installs = " ".join(re.findall(r"apt-get install ([^&]+)", runtime.replace("\\\n", " ")))
+    # Each CUDA library's Debian package (NVIDIA's repository) is installed exactly when scored needs it.
+    for prefix_of_lib, package in (("libcublasLt.so", "libcublas-"), ("libnccl.so", "libnccl2"),
+                                   ("libcudart.so", "cuda-cudart-")):
+        linked = any(lib.startswith(prefix_of_lib) for lib in needed)
+        assert linked == (package in installs), (prefix_of_lib, package, sorted(needed))
+
+
 def test_dockerignore_keeps_build_outputs_out():
     with open(os.path.join(REPO, ".dockerignore")) as f:
         patterns = {line.strip() for line in f if line.strip() and not line.startswith("#")}
