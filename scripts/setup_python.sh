@@ -14,3 +14,8 @@ if [ -f scripts/requirements-test.txt ]; then
 fi
 # The project's own Python client (gRPC stubs generated from proto/ at build time).
 "$venv/bin/python" -m pip install -q --disable-pip-version-check ./client/python
+# The client's declared dependency floors, installed alone in a fresh venv, import it
+# (SCORED_SKIP_PYTHON_FLOORS=1 skips this check).
+if [ "${SCORED_SKIP_PYTHON_FLOORS:-0}" != 1 ]; then
+  PYTHON=python3 scripts/check_python_floors.sh
+fi

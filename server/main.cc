@@ -19,12 +19,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/str_cat.h"
+#include "cli/flags_help.h"
 #include "engine/base/logging.h"
 #include "server/fault_injection.h"
 #include "server/multinode.h"
 #include "server/options.h"
+#include "server/sd_notify.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, model, "", "Model folder (config.json, *.safetensors, tokenizer files). Required.");
@@ -124,6 +124,39 @@ ABSL_FLAG(std::string, fault_inject, "",
 
 namespace {
 
+constexpr char kUsage[] =
+    "scored --model DIR [--backend cuda|cpu] [--tp N] [--listen host:port] ...\n"
+    "scored --model DIR --tp N --nnodes M --node_rank R --rendezvous HOST:PORT ...  (one per node)\n"
+    "Serves exact per-token log-probabilities of a causal LM over gRPC (scored.v1.Scorer).";
+
+// --help's sections (cli/flags_help.h); a flag left out still shows, under "Other flags".
+const std::vector<scored::cli::FlagGroup>& HelpGroups() {
+  static const auto* const groups = new std::vector<scored::cli::FlagGroup>{
+      {"Model", {"model", "tokenizer", "reference_model", "backend", "dtype", "max_seq_len", "num_threads"}},
+      {"Serving",
+       {"listen", "metrics_listen", "port_file", "batch_timeout_us", "stream_window", "shutdown_grace_s",
+        "tokenize_threads"}},
+      {"Limits",
+       {"max_batch_tokens", "max_queue", "max_message_bytes", "max_buffered_bytes",
+        "max_streams_per_connection", "max_connections", "max_text_bytes", "tokenize_queue"}},
+      {"TLS and authentication",
+       {"tls_cert", "tls_key", "tls_client_ca", "auth_token_file", "allow_insecure_remote"}},
+      {"Tensor parallelism (cuda)", {"tp", "tp_row_chunks", "row_parallel_halves", "tp_exchange"}},
+      {"Distributed (several processes)", {"nnodes", "node_rank", "rendezvous", "rendezvous_timeout_s"}},
+      {"Testing", {"fault_inject"}},
+  };
+  return *groups;
+}
+
+// Tells systemd (Type=notify, deploy/systemd/scored.service) where the process stands; a failure to tell
+// is logged, never fatal (the service manager then times out and says so).
+void NotifySystemd(absl::string_view state) {
+  const absl::Status told = scored::NotifyServiceManager(state);
+  if (!told.ok()) {
+    SCORED_LOG(WARNING) << "cannot notify the service manager: " << told.ToString();
+  }
+}
+
 std::atomic<bool> g_stop_signal_thread{false};
 // The started server once it serves; null while it starts (model load, the wait for follower processes).
 std::atomic<scored::Server*> g_serving{nullptr};
@@ -218,13 +251,12 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  absl::FlagsUsageConfig usage_config;
-  usage_config.version_string = [] { return absl::StrCat("scored ", scored::ServerVersion(), "\n"); };
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::SetProgramUsageMessage(
-      "scored --model DIR [--backend cuda|cpu] [--tp N] [--listen host:port] ...\n"
-      "scored --model DIR --tp N --nnodes M --node_rank R --rendezvous HOST:PORT ...  (one per node)\n"
-      "Serves exact per-token log-probabilities of a causal LM over gRPC (scored.v1.Scorer).");
+  scored::cli::SetUsageConfig("scored");
+  absl::SetProgramUsageMessage(kUsage);
+  if (scored::cli::WantsHelp(argc, argv)) {
+    std::fputs(scored::cli::GroupedHelp(kUsage, HelpGroups(), __FILE__).c_str(), stdout);
+    return 0;
+  }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr, "scored: unexpected argument '%s' (flags are --name=value)\n", positional[1]);
@@ -238,6 +270,9 @@ int main(int argc, char** argv) {
   if (options->engine.node_rank > 0) {
     // A follower has no server to drain: SIGTERM/SIGINT end it at once (the leader then reports it lost).
     pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
+    // A follower serves nothing of its own: it is "ready" once started, so that a Type=notify unit does
+    // not time out while it waits for node rank 0.
+    NotifySystemd("READY=1\nSTATUS=follower of node rank 0");
     const absl::Status followed = scored::RunFollowerNode(*options);
     if (!followed.ok()) {
       SCORED_LOG(ERROR) << "exiting: " << followed.ToString();
@@ -263,7 +298,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   g_serving.store(server->get());
+  // Start() has bound the listeners and marked health SERVING.
+  NotifySystemd("READY=1\nSTATUS=serving");
   const absl::Status why = (*server)->Wait();
+  // Draining (after SIGTERM / SIGINT, or a fatal engine error): in-flight calls finish, new ones are refused.
+  NotifySystemd("STOPPING=1\nSTATUS=draining");
   (*server)->Shutdown();
   stop_signal_thread();
   if (!why.ok()) {

@@ -20,6 +20,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "cli/flags_help.h"
 #include "client/load/length_mix.h"
 #include "client/load/load_runner.h"
 #include "client/load/report.h"
@@ -50,6 +51,25 @@ ABSL_FLAG(bool, stop_on_unavailable, true,
           "a client that gets UNAVAILABLE (server draining or gone) stops sending");
 
 namespace {
+
+constexpr char kUsage[] =
+    "scored-load --server host:port [--mode unary|stream] [--concurrency N] [--inflight M]\n"
+    "            (--duration S | --requests N) [--lengths 64:0.5,512:0.5] [--seed S] [--json OUT]\n"
+    "            [--cancel_fraction F] [--malformed_fraction F]\n"
+    "Drives a scored server with random-token Score requests and reports throughput, latency\n"
+    "percentiles, outcomes (ok, cancelled, refused as expected, unexpected) and gRPC status codes.\n"
+    "Exit 0: no unexpected outcome; 3: some; 1: could not start; 2: bad flags.";
+
+// --help's sections (cli/flags_help.h); a flag left out still shows, under "Other flags".
+const std::vector<scored::cli::FlagGroup>& HelpGroups() {
+  static const auto* const groups = new std::vector<scored::cli::FlagGroup>{
+      {"Server connection", {"server", "connect_timeout_s", "auth_token", "stop_on_unavailable"}},
+      {"Load shape", {"mode", "concurrency", "inflight", "duration", "requests", "deadline_ms"}},
+      {"Request contents", {"lengths", "seed", "cancel_fraction", "malformed_fraction"}},
+      {"Output", {"json"}},
+  };
+  return *groups;
+}
 
 absl::StatusOr<scored::load::LoadOptions> OptionsFromFlags() {
   scored::load::LoadOptions o;
@@ -92,13 +112,12 @@ absl::StatusOr<scored::load::LoadOptions> OptionsFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "scored-load --server host:port [--mode unary|stream] [--concurrency N] [--inflight M]\n"
-      "            (--duration S | --requests N) [--lengths 64:0.5,512:0.5] [--seed S] [--json OUT]\n"
-      "            [--cancel_fraction F] [--malformed_fraction F]\n"
-      "Drives a scored server with random-token Score requests and reports throughput, latency\n"
-      "percentiles, outcomes (ok, cancelled, refused as expected, unexpected) and gRPC status codes.\n"
-      "Exit 0: no unexpected outcome; 3: some; 1: could not start; 2: bad flags.");
+  scored::cli::SetUsageConfig("scored-load");
+  absl::SetProgramUsageMessage(kUsage);
+  if (scored::cli::WantsHelp(argc, argv)) {
+    std::fputs(scored::cli::GroupedHelp(kUsage, HelpGroups(), __FILE__).c_str(), stdout);
+    return 0;
+  }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr, "scored-load: unexpected argument '%s' (flags are --name=value)\n", positional[1]);

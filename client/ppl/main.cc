@@ -1,4 +1,5 @@
-// scored-ppl: perplexity of the model a `scored` server holds, by one of the methods of DESIGN.md §5.
+// scored-ppl: perplexity of the model a `scored` server holds, by one of the window methods of
+// client/ppl/windows.h (README.md, "Using it", compares them).
 //
 //   scored-ppl --server 127.0.0.1:50051 --data wiki.test.raw --method exl3 --ctx 2048 --stride 512
 //   scored-ppl ... --journal run.journal   # rerun the same command after a crash to resume
@@ -28,6 +29,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cli/flags_help.h"
 #include "client/ppl/report.h"
 #include "client/ppl/run.h"
 
@@ -44,7 +46,10 @@ ABSL_FLAG(std::string, separator, "",
           "document); C escapes are decoded ('\\n\\n' is two newlines); each piece is stripped of "
           "surrounding whitespace");
 ABSL_FLAG(std::string, text_field, "text", "jsonl format: the field holding each document's text");
-ABSL_FLAG(std::string, method, "exl3", "exl3 | gptq | hf | llamacpp | rolling | chunks (DESIGN.md §5)");
+ABSL_FLAG(
+    std::string, method, "exl3",
+    "exl3 | gptq | hf | llamacpp | rolling | chunks: the window method (README.md \"Using it\" compares "
+    "them; client/ppl/windows.h defines them)");
 ABSL_FLAG(int64_t, ctx, 0,
           "tokens per window, BOS included (0 = the method's default: llamacpp 512, others 2048)");
 ABSL_FLAG(int64_t, stride, 0, "exl3 / hf: window stride (0 = default 512)");
@@ -82,6 +87,26 @@ ABSL_FLAG(double, retry_timeout_s, 300.0,
           "once)");
 
 namespace {
+
+constexpr char kUsage[] =
+    "perplexity of the model served by scored.\n"
+    "  scored-ppl --server HOST:PORT --data wiki.test.raw --method exl3 [--ctx 2048 --stride 512]\n"
+    "Exit status: 0 done, 1 an error (on stderr), 2 a bad command line (unknown flag, bad value, a\n"
+    "positional argument: scored-ppl takes only flags; or --kld against a server without a reference\n"
+    "model).";
+
+// --help's sections (cli/flags_help.h); a flag left out still shows, under "Other flags".
+const std::vector<scored::cli::FlagGroup>& HelpGroups() {
+  static const auto* const groups = new std::vector<scored::cli::FlagGroup>{
+      {"Data", {"data", "format", "separator", "text_field", "max_data_bytes", "tokenizer"}},
+      {"Method", {"method", "ctx", "stride", "max_windows", "kld"}},
+      {"Server connection", {"server", "inflight", "connect_timeout_s", "retry_timeout_s"}},
+      {"TLS and authentication", {"tls_ca", "tls_cert", "tls_key", "auth_token", "auth_token_file"}},
+      {"Output", {"json", "quiet", "progress"}},
+      {"Resume", {"journal", "journal_sync_every"}},
+  };
+  return *groups;
+}
 
 // absl's built-in usage flags (not registered as flags; ParseCommandLine handles them).
 bool IsUsageFlag(absl::string_view name) {
@@ -226,12 +251,12 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "perplexity of the model served by scored.\n"
-      "  scored-ppl --server HOST:PORT --data wiki.test.raw --method exl3 [--ctx 2048 --stride 512]\n"
-      "Exit status: 0 done, 1 an error (on stderr), 2 a bad command line (unknown flag, bad value, a "
-      "positional argument: scored-ppl takes only flags; or --kld against a server without a reference "
-      "model).");
+  scored::cli::SetUsageConfig("scored-ppl");
+  absl::SetProgramUsageMessage(kUsage);
+  if (scored::cli::WantsHelp(argc, argv)) {
+    std::fputs(scored::cli::GroupedHelp(kUsage, HelpGroups(), __FILE__).c_str(), stdout);
+    return 0;
+  }
   if (const absl::Status command_line = CheckCommandLine(argc, argv); !command_line.ok()) {
     std::fprintf(stderr, "scored-ppl: %s (see --help)\n", std::string(command_line.message()).c_str());
     return 2;

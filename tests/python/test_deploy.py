@@ -4,10 +4,13 @@ import configparser
 import json
 import os
 import re
+import shutil
+import subprocess
 
+import pytest
 import yaml
 
-from conftest import REPO
+from conftest import BUILD, REPO
 
 
 def load_yaml_docs(*parts):
@@ -110,15 +113,42 @@ def test_prometheus_config_targets_metrics_port():
     assert job["static_configs"][0]["targets"][0].endswith(":9464")
 
 
+SYSTEMD_UNIT = os.path.join(REPO, "deploy", "systemd", "scored.service")
+
+
 def test_systemd_unit():
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.optionxform = str
-    unit.read(os.path.join(REPO, "deploy", "systemd", "scored.service"))
+    unit.read(SYSTEMD_UNIT)
     svc = unit["Service"]
     assert svc["ExecStart"].split()[0].endswith("/scored")
     assert svc["Restart"] == "on-failure" and int(svc["RestartSec"]) >= 1
     assert svc["KillSignal"] == "SIGTERM" and unit["Install"]["WantedBy"] == "multi-user.target"
     assert svc["User"] != "root"
+    # Readiness over sd_notify (server/sd_notify.h; tests/server/sd_notify_e2e_test.cc sends it for real).
+    assert svc["Type"] == "notify" and svc["NotifyAccess"] == "main"
+    assert int(svc["TimeoutStartSec"]) >= 600  # a large model's load
+    # The restart limit is a [Unit] setting: systemd ignores it in [Service] and restarts forever.
+    assert "StartLimitIntervalSec" not in svc and "StartLimitBurst" not in svc
+    assert int(unit["Unit"]["StartLimitIntervalSec"]) > 0 and int(unit["Unit"]["StartLimitBurst"]) >= 1
+
+
+def test_systemd_analyze_verify(tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    # verify requires ExecStart's binary to exist: point it at the build's scored (else any executable).
+    binary = os.path.join(BUILD, "server", "scored")
+    if not os.access(binary, os.X_OK):
+        binary = shutil.which("true")
+    with open(SYSTEMD_UNIT) as f:
+        text = f.read()
+    assert "ExecStart=/usr/local/bin/scored " in text
+    unit = tmp_path / "scored.service"
+    unit.write_text(text.replace("ExecStart=/usr/local/bin/scored ", f"ExecStart={binary} "))
+    run = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=120)
+    complaints = [line for line in (run.stdout + run.stderr).splitlines() if "scored.service" in line]
+    assert run.returncode == 0 and not complaints, run.stdout + run.stderr
 
 
 def test_grafana_dashboard_is_valid_json_with_queries():

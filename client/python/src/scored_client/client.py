@@ -14,6 +14,8 @@ from scored_client._gen.scored.v1 import scorer_pb2, scorer_pb2_grpc
 
 # Token lists of a few 100k ids exceed gRPC's default 4 MiB message limit.
 _MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                   ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES)]
 
 
 class ScoreError(RuntimeError):
@@ -107,12 +109,10 @@ class ScorerClient:
 
     def __init__(self, address: str, timeout: Optional[float] = 600.0,
                  credentials: Optional[grpc.ChannelCredentials] = None, token: Optional[str] = None):
-        options = [("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-                   ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES)]
         if credentials is None:
-            self._channel = grpc.insecure_channel(address, options=options)
+            self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         else:
-            self._channel = grpc.secure_channel(address, credentials, options=options)
+            self._channel = grpc.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
         self._stub = scorer_pb2_grpc.ScorerStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._timeout = timeout
@@ -131,18 +131,8 @@ class ScorerClient:
     def _request(self, tokens: Optional[Sequence[int]], text: Optional[str], add_bos: Optional[bool],
                  score_from: int, top_k: int, want_rank: bool, want_entropy: bool,
                  request_id: Optional[int], want_reference: bool = False) -> "scorer_pb2.ScoreRequest":
-        if (tokens is None) == (text is None):
-            raise ValueError("give exactly one of tokens and text")
-        req = scorer_pb2.ScoreRequest(request_id=next(self._ids) if request_id is None else request_id,
-                                      score_from=score_from, top_k=top_k, want_rank=want_rank,
-                                      want_entropy=want_entropy, want_reference=want_reference)
-        if tokens is not None:
-            req.tokens.ids.extend(int(t) for t in tokens)
-        else:
-            req.text.text = text
-            if add_bos is not None:
-                req.text.add_bos = add_bos
-        return req
+        return score_request(next(self._ids) if request_id is None else request_id, tokens, text, add_bos,
+                             score_from, top_k, want_rank, want_entropy, want_reference)
 
     def score(self, tokens: Optional[Sequence[int]] = None, *, text: Optional[str] = None,
               add_bos: Optional[bool] = None, score_from: int = 1, top_k: int = 0, want_rank: bool = False,
@@ -225,6 +215,24 @@ class ScorerClient:
         except grpc.RpcError:
             return False
         return r.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def score_request(request_id: int, tokens: Optional[Sequence[int]], text: Optional[str],
+                  add_bos: Optional[bool], score_from: int, top_k: int, want_rank: bool, want_entropy: bool,
+                  want_reference: bool) -> "scorer_pb2.ScoreRequest":
+    """The ScoreRequest of one sequence (shared by ScorerClient and scored_client.aio.AsyncScorerClient)."""
+    if (tokens is None) == (text is None):
+        raise ValueError("give exactly one of tokens and text")
+    req = scorer_pb2.ScoreRequest(request_id=request_id, score_from=score_from, top_k=top_k,
+                                  want_rank=want_rank, want_entropy=want_entropy,
+                                  want_reference=want_reference)
+    if tokens is not None:
+        req.tokens.ids.extend(int(t) for t in tokens)
+    else:
+        req.text.text = text
+        if add_bos is not None:
+            req.text.add_bos = add_bos
+    return req
 
 
 def _status_code(code: int) -> grpc.StatusCode:

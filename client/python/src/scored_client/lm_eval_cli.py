@@ -7,6 +7,9 @@ import sys
 
 
 def main() -> None:
+    from scored_client._scripts import require
+
+    require("scored-lm-eval", "lm_eval", "lm-eval")
     import scored_client.lm_eval_adapter  # noqa: F401  (registers the "scored" model)
     from lm_eval.__main__ import cli_evaluate
 

@@ -1,0 +1,29 @@
+"""Console-script entry points of the extras: each checks that its extra is installed first and otherwise
+says which one to install (exit status 1) instead of failing with ModuleNotFoundError."""
+import importlib.util
+import sys
+
+DISTRIBUTION = "scored-client"
+
+
+def require(script: str, module: str, extra: str) -> None:
+    """Exits 1 naming `pip install 'scored-client[extra]'` when `module` cannot be imported."""
+    if importlib.util.find_spec(module) is None:
+        sys.stderr.write(f"{script}: needs the '{extra}' extra ({module} is not installed): "
+                         f"pip install '{DISTRIBUTION}[{extra}]'\n")
+        sys.exit(1)
+
+
+def lm_eval_main() -> None:
+    """scored-lm-eval: lm-eval's command line with the "scored" model registered."""
+    from scored_client.lm_eval_cli import main
+
+    main()
+
+
+def plot_main() -> None:
+    """scored-plot: perplexity / KLD against bits per weight from scored-ppl reports."""
+    require("scored-plot", "matplotlib", "plot")
+    from scored_client.plot import main
+
+    main()
