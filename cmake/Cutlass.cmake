@@ -3,15 +3,15 @@
 # .venv by scripts/setup_python.sh; -DSCORED_CUTLASS_DIR=<folder holding include/ and tools/util/include/>
 # points at another copy (a CUTLASS source checkout has the same layout).
 #
-# Defines the INTERFACE target scored_cutlass (SYSTEM includes: the headers' own warnings are not ours).
+# Defines the INTERFACE target cutlass_headers (SYSTEM includes: the headers' own warnings are not ours).
 set(SCORED_CUTLASS_DIR "" CACHE PATH "CUTLASS source folder (include/, tools/util/include/); default: .venv's nvidia-cutlass")
 if(NOT SCORED_CUTLASS_DIR)
-  file(GLOB scored_cutlass_candidates
+  file(GLOB cutlass_headers_candidates
        "${PROJECT_SOURCE_DIR}/.venv/lib/python3*/site-packages/cutlass_library/source")
-  list(LENGTH scored_cutlass_candidates scored_cutlass_count)
-  if(scored_cutlass_count GREATER 0)
-    list(GET scored_cutlass_candidates 0 scored_cutlass_found)
-    set(SCORED_CUTLASS_DIR "${scored_cutlass_found}" CACHE PATH "CUTLASS source folder" FORCE)
+  list(LENGTH cutlass_headers_candidates cutlass_headers_count)
+  if(cutlass_headers_count GREATER 0)
+    list(GET cutlass_headers_candidates 0 cutlass_headers_found)
+    set(SCORED_CUTLASS_DIR "${cutlass_headers_found}" CACHE PATH "CUTLASS source folder" FORCE)
   endif()
 endif()
 if(NOT EXISTS "${SCORED_CUTLASS_DIR}/include/cutlass/cutlass.h")
@@ -21,6 +21,6 @@ if(NOT EXISTS "${SCORED_CUTLASS_DIR}/include/cutlass/cutlass.h")
     "-DSCORED_CUTLASS_DIR=<CUTLASS folder>, or configure with -DSCORED_ENABLE_CUDA=OFF.")
 endif()
 message(STATUS "scored: CUTLASS headers from ${SCORED_CUTLASS_DIR}")
-add_library(scored_cutlass INTERFACE)
-target_include_directories(scored_cutlass SYSTEM INTERFACE
+add_library(cutlass_headers INTERFACE)
+target_include_directories(cutlass_headers SYSTEM INTERFACE
   "${SCORED_CUTLASS_DIR}/include" "${SCORED_CUTLASS_DIR}/tools/util/include")
