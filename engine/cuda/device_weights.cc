@@ -169,18 +169,8 @@ class DeviceModelLoader {
     linear.in_features_ = members.front()->in_features;
     bool all_dense = true, any_w8a8 = false, all_w8a8 = true;
     const LinearWeight& first = *members.front();
+    SCORED_RETURN_IF_ERROR(SetStaticActivations(members, what, &linear));
     for (const LinearWeight* m : members) {
-      if (m->static_input_fp8 || m->static_input_int8) {
-        return absl::UnimplementedError(absl::StrCat(
-            m->module, ": input_activations.dynamic false (static activation scales, input_scale) is not ",
-            "implemented on the CUDA backend yet; use --backend=cpu"));
-      }
-      if ((m->w8a8_dynamic_fp8 || m->w8a8_dynamic_int8) && m->num_bits != 8) {
-        return absl::UnimplementedError(
-            absl::StrCat(m->module, ": ", m->num_bits,
-                         "-bit weights with 8-bit input_activations (W4AFP8 / W4A8) are not ",
-                         "implemented on the CUDA backend yet; use --backend=cpu"));
-      }
       if (m->w8a8_dynamic_int8 != first.w8a8_dynamic_int8 ||
           (m->w8a8_dynamic_int8 && m->act_symmetric != first.act_symmetric)) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -270,6 +260,38 @@ class DeviceModelLoader {
       row += m->out_features;
     }
     return linear;
+  }
+
+  // Static per-tensor activation quantization (input_activations.dynamic false): the members sharing one
+  // input must agree on it (calibration observes the same tensor for q, k and v, or gate and up, so
+  // llm-compressor stores equal scales); a group that does not is refused naming both modules.
+  static absl::Status SetStaticActivations(const std::vector<const LinearWeight*>& members,
+                                           const std::string& what, DeviceLinear* linear) {
+    const LinearWeight& first = *members.front();
+    for (const LinearWeight* m : members) {
+      DeviceLinear::StaticAct kind = DeviceLinear::StaticAct::kNone;
+      float scale = 0.0f, zero_point = 0.0f;
+      if (m->static_input_fp8 || m->static_input_int8) {
+        kind = m->static_input_fp8 ? DeviceLinear::StaticAct::kFp8 : DeviceLinear::StaticAct::kInt8;
+        SCORED_RETURN_IF_ERROR(TensorToFloat(m->input_scale, &scale, 1));
+        if (m->input_zero_point.present()) {
+          zero_point = static_cast<float>(static_cast<int8_t>(m->input_zero_point.data[0]));
+        }
+      }
+      if (m == &first) {
+        linear->static_act_ = kind;
+        linear->static_scale_ = scale;
+        linear->static_zero_point_ = zero_point;
+      } else if (kind != linear->static_act_ || scale != linear->static_scale_ ||
+                 zero_point != linear->static_zero_point_) {
+        return absl::UnimplementedError(absl::StrCat(
+            what, ": ", first.module, " and ", m->module,
+            " share one input but differ in input_activations / input_scale / input_zero_point (static "
+            "activation quantization per module of a fused group is not implemented on the CUDA backend; use "
+            "--backend=cpu)"));
+      }
+    }
+    return absl::OkStatus();
   }
 
   // A quantized lm_head (rare: most checkpoints ignore it) is expanded once at load.

@@ -14,16 +14,15 @@
 // and their scales widened (exactly) to one fp32 [out] vector, and runs as a real FP8 GEMM. W8A8 INT8 with
 // symmetric channel (or tensor) weights and symmetric per-token activations likewise stays resident in int8
 // for an int8 tensor-core GEMM (kernels/int8_gemm.h) in bf16 mode on devices that run it. fp32 mode
-// (the fidelity mode), FP8_BLOCK (block weight scales, per-group activations) and W8A16 keep the
-// dequantize-to-scratch path above.
-// Norm weights, q/k/v biases and the RoPE table are fp32 (what the kernels take).
-// Tensor parallelism: UploadModel with a ShardPlan uploads one rank's shard (engine/model/shard_plan.h):
-// q|k|v and gate|up of the rank's heads / intermediate slice, o and down of its input columns, embedding
-// and lm_head rows [vocab_begin, vocab_end). It cuts the shards layer by layer and frees each layer's
-// host copies (row-parallel slices) once uploaded, so the host peak is one layer's copies. Every tensor's
-// mmapped pages leave the process's RSS once it is on the GPU (TensorStore::ReleaseResidentPages). Ownership:
-// a DeviceModel owns every device buffer it points to and keeps no host pointer. Thread-safety: immutable
-// after Upload().
+// (the fidelity mode), FP8_BLOCK (block weight scales, per-group activations), W4AFP8 / W4A8, static
+// activation scales and W8A16 keep the dequantize-to-scratch path above. Norm weights, q/k/v biases and the
+// RoPE table are fp32 (what the kernels take). Tensor parallelism: UploadModel with a ShardPlan uploads one
+// rank's shard (engine/model/shard_plan.h): q|k|v and gate|up of the rank's heads / intermediate slice, o and
+// down of its input columns, embedding and lm_head rows [vocab_begin, vocab_end). It cuts the shards layer by
+// layer and frees each layer's host copies (row-parallel slices) once uploaded, so the host peak is one
+// layer's copies. Every tensor's mmapped pages leave the process's RSS once it is on the GPU
+// (TensorStore::ReleaseResidentPages). Ownership: a DeviceModel owns every device buffer it points to and
+// keeps no host pointer. Thread-safety: immutable after Upload().
 #ifndef SCORED_ENGINE_CUDA_DEVICE_WEIGHTS_H_
 #define SCORED_ENGINE_CUDA_DEVICE_WEIGHTS_H_
 
@@ -75,6 +74,13 @@ class DeviceLinear {
   const int8_t* int8_weight() const { return int8_weight_.as<int8_t>(); }  // [out_features, in_features]
   const float* int8_scale() const { return int8_scale_.as<float>(); }      // [out_features] fp32
   bool act_symmetric() const { return act_symmetric_; }
+  // Static per-tensor activation quantization (input_activations.dynamic false, llm-compressor's FP8 scheme
+  // and static INT8): the GEMM's input is fake-quantized with the stored scale (and zero point) first
+  // (kernels/static_act_quant.h); the weight is expanded like any other.
+  enum class StaticAct { kNone, kFp8, kInt8 };
+  StaticAct static_act() const { return static_act_; }
+  float static_scale() const { return static_scale_; }            // input_scale widened to fp32
+  float static_zero_point() const { return static_zero_point_; }  // input_zero_point, 0 when symmetric
   // W8A8 only: 0 = one activation scale per token, > 0 = one per token per this many input columns.
   int64_t act_group_size() const { return act_group_size_; }
   // Tensor parallelism, W8A8 per-token on a row-parallel shard: the activation scale needs the amax over
@@ -99,6 +105,9 @@ class DeviceLinear {
   bool act_symmetric_ = true;
   int64_t act_group_size_ = 0;
   bool act_amax_all_reduce_ = false;
+  StaticAct static_act_ = StaticAct::kNone;
+  float static_scale_ = 0.0f;
+  float static_zero_point_ = 0.0f;
   DeviceBuffer dense_;               // [out_features, in_features] compute dtype, when resident_dense()
   const void* dense_ptr_ = nullptr;  // dense_.data(), or the embedding table for a tied lm_head
   std::vector<QuantizedPart> parts_;

@@ -24,6 +24,7 @@
 #include "engine/kernels/reference_compare.h"
 #include "engine/kernels/rms_norm_fp8.h"
 #include "engine/kernels/rope.h"
+#include "engine/kernels/static_act_quant.h"
 #include "engine/kernels/swiglu.h"
 #include "engine/kernels/swiglu_fp8.h"
 
@@ -326,6 +327,11 @@ class ForwardPass {
           kernels::FakeQuantizeFp8PerToken<T>(x_rows, group, m * (in / group), group, stream_));
     } else if (w.w8a8_dynamic_int8()) {
       SCORED_RETURN_IF_ERROR(Int8FakeQuantize(w, x_rows, ch));
+    } else if (w.static_act() == DeviceLinear::StaticAct::kFp8) {
+      SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeFp8Static<T>(x_rows, in, m, in, w.static_scale(), stream_));
+    } else if (w.static_act() == DeviceLinear::StaticAct::kInt8) {
+      SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeInt8Static<T>(x_rows, in, m, in, w.static_scale(),
+                                                                w.static_zero_point(), stream_));
     }
     if (io.sum_in_halves) {
       // Two GEMMs over the input column halves, each adding into y (SumsInHalves): tp 2's order of sums.
