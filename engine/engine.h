@@ -47,6 +47,10 @@ struct EngineOptions {
   int64_t max_batch_tokens = 16384;          // most tokens in one Score() batch (sum over sequences)
   int64_t max_seq_len = 0;                   // longest sequence; 0 = the model's max_position_embeddings
   int num_threads = 0;                       // CPU backend worker threads; 0 = hardware concurrency
+  // A checkpoint's kv_cache_scheme (static per-tensor FP8 K and V, ModelWeights::kv_cache_fp8) is applied as
+  // compressed-tensors' transformers integration applies it; false ignores it (`--kv_cache_quant=off`). The
+  // engine's ModelInfo::format says which ("+kv-fp8" / "+kv-fp8-ignored"). Also for the reference model.
+  bool kv_cache_quant = true;
   // Multi-process tensor parallelism (CUDA only): nnodes processes, each driving tp / nnodes local GPUs
   // (devices 0 .. tp/nnodes - 1); global rank = node_rank * (tp / nnodes) + local index. node_rank 0 is
   // the leader (CreateEngine, serves Score); the others call RunFollower. rendezvous: the leader's

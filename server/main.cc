@@ -19,6 +19,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "cli/flags_help.h"
 #include "engine/base/logging.h"
 #include "server/fault_injection.h"
@@ -53,6 +54,10 @@ ABSL_FLAG(
     int32_t, rendezvous_timeout_s, 300,
     "--nnodes > 1: how long node rank 0 waits for every follower to join, and a follower for node rank 0 "
     "to answer (1..86400)");
+ABSL_FLAG(std::string, kv_cache_quant, "auto",
+          "A checkpoint's kv_cache_scheme (FP8 K and V with per-layer k_scale / v_scale): auto applies it as "
+          "compressed-tensors' transformers integration does, off ignores it; the model's format says which "
+          "(+kv-fp8 / +kv-fp8-ignored), in the startup log, GetModelInfo and every report");
 ABSL_FLAG(std::string, dtype, "bf16",
           "Compute dtype of the cuda backend: bf16 | fp32 (cpu always computes fp32)");
 ABSL_FLAG(int32_t, tp_row_chunks, 0,
@@ -132,7 +137,9 @@ constexpr char kUsage[] =
 // --help's sections (cli/flags_help.h); a flag left out still shows, under "Other flags".
 const std::vector<scored::cli::FlagGroup>& HelpGroups() {
   static const auto* const groups = new std::vector<scored::cli::FlagGroup>{
-      {"Model", {"model", "tokenizer", "reference_model", "backend", "dtype", "max_seq_len", "num_threads"}},
+      {"Model",
+       {"model", "tokenizer", "reference_model", "backend", "dtype", "max_seq_len", "num_threads",
+        "kv_cache_quant"}},
       {"Serving",
        {"listen", "metrics_listen", "port_file", "batch_timeout_us", "stream_window", "shutdown_grace_s",
         "tokenize_threads"}},
@@ -196,6 +203,11 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   auto dtype = scored::ParseComputeDtype(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) return dtype.status();
   o.engine.dtype = *dtype;
+  const std::string kv = absl::GetFlag(FLAGS_kv_cache_quant);
+  if (kv != "auto" && kv != "off") {
+    return absl::InvalidArgumentError(absl::StrCat("--kv_cache_quant must be auto or off, got '", kv, "'"));
+  }
+  o.engine.kv_cache_quant = kv == "auto";
   o.engine.tp = absl::GetFlag(FLAGS_tp);
   o.engine.nnodes = absl::GetFlag(FLAGS_nnodes);
   o.engine.node_rank = absl::GetFlag(FLAGS_node_rank);

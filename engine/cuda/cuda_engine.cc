@@ -255,7 +255,7 @@ ModelInfo DescribeModel(const ModelWeights& weights, const EngineOptions& option
   const ModelSummary& summary = weights.summary();
   ModelInfo info;
   info.architecture = config.architecture;
-  info.format = summary.format;
+  info.format = weights.EngineFormat(options.kv_cache_quant);
   info.format_notes = summary.notes;
   info.backend = "cuda";
   info.compute_dtype = options.dtype == ComputeDtype::kBf16 ? "bf16" : "fp32";

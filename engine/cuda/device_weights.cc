@@ -316,7 +316,7 @@ class DeviceModelLoader {
 };
 
 absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype,
-                                                         const ShardPlan* plan) {
+                                                         const ShardPlan* plan, bool kv_cache_quant) {
   const ModelConfig& config = weights.config();
   auto model = std::make_unique<DeviceModel>();
   model->dtype = dtype;
@@ -377,6 +377,10 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     const LayerWeights& src = weights.layers()[l];
     DeviceLayer& dst = model->layers[l];
     const std::string prefix = absl::StrCat("model.layers.", l, ".");
+    if (weights.kv_cache_fp8() && kv_cache_quant) {
+      SCORED_RETURN_IF_ERROR(TensorToFloat(src.k_scale, &dst.k_scale, 1));
+      SCORED_RETURN_IF_ERROR(TensorToFloat(src.v_scale, &dst.v_scale, 1));
+    }
     // This layer's shards (host copies of row-parallel slices), freed at the end of the iteration. The
     // reserve keeps the views' addresses stable while the vector fills.
     std::vector<ShardedLinear> keep;

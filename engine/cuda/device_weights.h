@@ -127,6 +127,9 @@ struct DeviceLayer {
   DeviceLinear o;           // [hidden_size, q_dim]
   DeviceLinear gate_up;     // [2 intermediate_size, hidden_size]
   DeviceLinear down;        // [hidden_size, intermediate_size]
+  // FP8 KV cache (the checkpoint's kv_cache_scheme, applied): K after RoPE and V quantize-dequantized
+  // with these (kernels/static_act_quant.h); 0 = off.
+  float k_scale = 0.0f, v_scale = 0.0f;
 };
 
 struct DeviceModel {
@@ -145,8 +148,10 @@ struct DeviceModel {
 // when the weights do not fit (naming what was being uploaded).
 // `plan` nullptr: the whole model; else rank plan->tp_rank's shard. Errors as ShardLinear's (naming the
 // module and the split) for a checkpoint that cannot be cut.
+// `kv_cache_quant`: apply a kv_cache_scheme the checkpoint has (EngineOptions::kv_cache_quant).
 absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype,
-                                                         const ShardPlan* plan = nullptr);
+                                                         const ShardPlan* plan = nullptr,
+                                                         bool kv_cache_quant = true);
 
 // About the device bytes UploadModel(weights, dtype, plan of one of tp_size ranks) will take, from the
 // checkpoint's tensors without reading them: dense weights at the compute dtype's width, quantized ones as

@@ -173,6 +173,13 @@ class ForwardPass {
       SCORED_RETURN_IF_ERROR(kernels::RopeWithTable<T>(qkv_rows, qkv_dim_, positions_ + b, rope_table_,
                                                        acts_->max_tokens, m, num_heads_ + num_kv_heads_,
                                                        head_dim_, stream_));
+      if (layer.k_scale > 0.0f) {  // FP8 KV cache: post-RoPE K and V quantize-dequantized per tensor
+        const int64_t kv_dim = (qkv_dim_ - q_dim_) / 2;
+        SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeFp8Static<T>(qkv_rows + q_dim_, qkv_dim_, m, kv_dim,
+                                                                 layer.k_scale, stream_));
+        SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeFp8Static<T>(qkv_rows + q_dim_ + kv_dim, qkv_dim_, m,
+                                                                 kv_dim, layer.v_scale, stream_));
+      }
       // attn [n, q_dim] over the chunk's sequences: cu_seqlens holds absolute rows, so q / k / v / attn stay
       // the batch's.
       shape.num_tokens = m;

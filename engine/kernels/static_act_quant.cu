@@ -16,8 +16,8 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65535;
 
 template <bool kInt8, typename T>
-__global__ void __launch_bounds__(kThreads)
-    StaticKernel(T* x, int64_t x_stride, int64_t num_tokens, int64_t in_features, float scale, float zero_point) {
+__global__ void __launch_bounds__(kThreads) StaticKernel(T* x, int64_t x_stride, int64_t num_tokens,
+                                                         int64_t in_features, float scale, float zero_point) {
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
     T* row = x + t * x_stride;
     for (int64_t i = threadIdx.x; i < in_features; i += kThreads) {
@@ -30,7 +30,8 @@ __global__ void __launch_bounds__(kThreads)
         out = __fmul_rn(__fsub_rn(q, zero_point), scale);
       } else {
         const float scaled = __fdiv_rn(v, scale);
-        const float clamped = scaled < -kFp8E4M3Max ? -kFp8E4M3Max : (scaled > kFp8E4M3Max ? kFp8E4M3Max : scaled);
+        const float clamped =
+            scaled < -kFp8E4M3Max ? -kFp8E4M3Max : (scaled > kFp8E4M3Max ? kFp8E4M3Max : scaled);
         out = __fmul_rn(Fp8E4M3ToFloat(FloatToFp8E4M3(clamped)), scale);
       }
       StoreFromFloat(row + i, out);
@@ -38,11 +39,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-absl::Status CheckArgs(const void* x, int64_t x_stride, int64_t num_tokens, int64_t in_features, float scale) {
+absl::Status CheckArgs(const void* x, int64_t x_stride, int64_t num_tokens, int64_t in_features,
+                       float scale) {
   if (num_tokens < 0 || in_features < 1 || x_stride < in_features) {
     return absl::InvalidArgumentError("static activation quantization: bad sizes");
   }
-  if (num_tokens > 0 && x == nullptr) return absl::InvalidArgumentError("static activation quantization: null x");
+  if (num_tokens > 0 && x == nullptr)
+    return absl::InvalidArgumentError("static activation quantization: null x");
   if (!(std::isfinite(scale) && scale > 0.0f)) {
     return absl::InvalidArgumentError("static activation quantization: input_scale must be finite and > 0");
   }
@@ -56,8 +59,8 @@ unsigned Blocks(int64_t num_tokens) {
 }  // namespace
 
 template <typename T>
-absl::Status FakeQuantizeFp8Static(T* x, int64_t x_stride, int64_t num_tokens, int64_t in_features, float scale,
-                                   cudaStream_t stream) {
+absl::Status FakeQuantizeFp8Static(T* x, int64_t x_stride, int64_t num_tokens, int64_t in_features,
+                                   float scale, cudaStream_t stream) {
   const absl::Status args = CheckArgs(x, x_stride, num_tokens, in_features, scale);
   if (!args.ok() || num_tokens == 0) return args;
   StaticKernel<false><<<Blocks(num_tokens), kThreads, 0, stream>>>(ToDevice(x), x_stride, num_tokens,
@@ -67,8 +70,8 @@ absl::Status FakeQuantizeFp8Static(T* x, int64_t x_stride, int64_t num_tokens, i
 }
 
 template <typename T>
-absl::Status FakeQuantizeInt8Static(T* x, int64_t x_stride, int64_t num_tokens, int64_t in_features, float scale,
-                                    float zero_point, cudaStream_t stream) {
+absl::Status FakeQuantizeInt8Static(T* x, int64_t x_stride, int64_t num_tokens, int64_t in_features,
+                                    float scale, float zero_point, cudaStream_t stream) {
   const absl::Status args = CheckArgs(x, x_stride, num_tokens, in_features, scale);
   if (!args.ok() || num_tokens == 0) return args;
   StaticKernel<true><<<Blocks(num_tokens), kThreads, 0, stream>>>(ToDevice(x), x_stride, num_tokens,

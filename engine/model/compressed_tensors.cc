@@ -115,6 +115,22 @@ absl::StatusOr<QuantArgs> ParseArgs(const Json& j, absl::string_view ctx) {
   return a;
 }
 
+// kv_cache_scheme: only static per-tensor symmetric FP8 E4M3 (llm-compressor's usual FP8 KV cache: one
+// k_scale and v_scale per attention layer); anything else is refused naming the field.
+absl::StatusOr<bool> ParseKvCacheScheme(const Json& j, absl::string_view source) {
+  const std::string ctx = absl::StrCat(source, ": quantization_config kv_cache_scheme");
+  SCORED_ASSIGN_OR_RETURN(QuantArgs a, ParseArgs(j, ctx));
+  if (a.type != "float" || a.num_bits != 8 || a.strategy != "tensor" || a.dynamic != "false" ||
+      !a.symmetric) {
+    return Unsupported(
+        source, "kv_cache_scheme",
+        absl::StrCat("KV-cache quantization (type ", a.type, ", ", a.num_bits, " bits, strategy ", a.strategy,
+                     ", dynamic ", a.dynamic, a.symmetric ? "" : ", asymmetric",
+                     "): only static per-tensor symmetric FP8 (float, 8 bits) is implemented"));
+  }
+  return true;
+}
+
 // Sets the activation fields of `s` (weights already resolved) from `input_activations`, or fails naming
 // the field and its values.
 absl::Status ResolveInputActivations(const QuantArgs& w, const QuantArgs& in, const std::string& format,
@@ -298,8 +314,8 @@ absl::StatusOr<CompressedTensorsConfig> ParseCompressedTensorsConfig(std::string
   if (const Json* tc = Find(j, "transform_config"); tc != nullptr && !(tc->is_object() && tc->empty())) {
     return Unsupported(source, "transform_config", "transforms");
   }
-  if (Find(j, "kv_cache_scheme") != nullptr) {
-    return Unsupported(source, "kv_cache_scheme", "KV-cache quantization");
+  if (const Json* kv = Find(j, "kv_cache_scheme"); kv != nullptr && !kv->is_null()) {
+    SCORED_ASSIGN_OR_RETURN(c.kv_cache_fp8, ParseKvCacheScheme(*kv, source));
   }
   SCORED_ASSIGN_OR_RETURN(c.quantization_status,
                           json_util::GetString(j, "quantization_status", source, std::string("compressed")));

@@ -22,7 +22,8 @@
 // float-, naive- and int-quantized are one compressor upstream: the weights' type picks FP8 (float 8)
 // or int8 for any of the three names.
 // Top-level `format` applies to every group; "mixed-precision" means each group carries its own.
-// Rejected: sparsity_config (e.g. sparse-24-bitmask), transform_config, kv_cache_scheme, static input
+// kv_cache_scheme: static per-tensor symmetric FP8 only (kv_cache_fp8).
+// Rejected: sparsity_config (e.g. sparse-24-bitmask), transform_config, other kv_cache_schemes, static input
 // activations other than per tensor with 8-bit weights of the same type, activations other than the above
 // (per tensor dynamic, per group int, other widths), output activations, quantization_status other than
 // "compressed".
@@ -78,6 +79,10 @@ struct CompressedTensorsConfig {
     ModuleScheme scheme;               // validated at parse time
   };
   std::vector<Group> groups;  // in config order
+  // kv_cache_scheme static per-tensor FP8: K (after RoPE) and V of every attention layer are
+  // quantize-dequantized to FP8 E4M3 with the layer's stored k_scale / v_scale, as compressed-tensors'
+  // QuantizedKVCache does in a transformers forward (Q untouched).
+  bool kv_cache_fp8 = false;
 };
 
 // Parses and validates the raw quantization_config JSON (ModelConfig::quantization_config_json).

@@ -156,6 +156,10 @@ class ModelWeightsLoader {
   absl::Status LoadScale(LinearWeight* w, const std::string& module);
   // static_input_*: the per-tensor input_scale (and input_zero_point when asymmetric), validated.
   absl::Status LoadInputScale(LinearWeight* w, const std::string& module);
+  // A kv_cache_scheme's self_attn.k_scale / v_scale.
+  absl::Status LoadKvScale(const std::string& name, TensorView* scale);
+  // F32/F16/BF16 [1] (or a scalar), finite and > 0: a scale every element is divided by.
+  absl::Status CheckPerTensorScale(const TensorView& s) const;
   absl::Status CheckLeftovers() const;
   absl::Status CheckFiniteParameters() const;
   void Summarize();
@@ -221,7 +225,23 @@ absl::Status ModelWeightsLoader::LoadScale(LinearWeight* w, const std::string& m
 
 absl::Status ModelWeightsLoader::LoadInputScale(LinearWeight* w, const std::string& module) {
   SCORED_ASSIGN_OR_RETURN(w->input_scale, Take(module + ".input_scale"));
-  const TensorView& s = w->input_scale;
+  SCORED_RETURN_IF_ERROR(CheckPerTensorScale(w->input_scale));
+  if (w->static_input_int8 && !w->act_symmetric) {
+    SCORED_ASSIGN_OR_RETURN(w->input_zero_point, Take(module + ".input_zero_point"));
+    if (w->input_zero_point.dtype != DType::kI8 || !IsScalarShape(w->input_zero_point.shape)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(w->input_zero_point.file, ": tensor '", w->input_zero_point.name, "' must be I8 [1]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelWeightsLoader::LoadKvScale(const std::string& name, TensorView* scale) {
+  SCORED_ASSIGN_OR_RETURN(*scale, Take(name));
+  return CheckPerTensorScale(*scale);
+}
+
+absl::Status ModelWeightsLoader::CheckPerTensorScale(const TensorView& s) const {
   if (!IsFloatDType(s.dtype) || !IsScalarShape(s.shape)) {
     return absl::InvalidArgumentError(absl::StrCat(s.file, ": tensor '", s.name, "' has dtype ",
                                                    DTypeName(s.dtype), " and shape ", ShapeString(s.shape),
@@ -234,13 +254,6 @@ absl::Status ModelWeightsLoader::LoadInputScale(LinearWeight* w, const std::stri
   if (!(scale > 0.0f) || !std::isfinite(scale)) {
     return absl::InvalidArgumentError(
         absl::StrCat(s.file, ": tensor '", s.name, "' is ", scale, ", expected a finite scale > 0"));
-  }
-  if (w->static_input_int8 && !w->act_symmetric) {
-    SCORED_ASSIGN_OR_RETURN(w->input_zero_point, Take(module + ".input_zero_point"));
-    if (w->input_zero_point.dtype != DType::kI8 || !IsScalarShape(w->input_zero_point.shape)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(w->input_zero_point.file, ": tensor '", w->input_zero_point.name, "' must be I8 [1]"));
-    }
   }
   return absl::OkStatus();
 }
@@ -428,6 +441,7 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
   if (c.has_quantization_config) {
     SCORED_ASSIGN_OR_RETURN(
         quant_, ParseCompressedTensorsConfig(c.quantization_config_json, model_dir + "/config.json"));
+    m_->kv_cache_fp8_ = quant_->kv_cache_fp8;
   }
   SCORED_ASSIGN_OR_RETURN(m_->store_, TensorStore::Open(model_dir, family.checkpoint));
   const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
@@ -457,6 +471,10 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.up_proj, c.intermediate_size, c.hidden_size, false, &L.up_proj));
     SCORED_RETURN_IF_ERROR(
         LoadLinear(p + n.down_proj, c.hidden_size, c.intermediate_size, false, &L.down_proj));
+    if (m_->kv_cache_fp8_) {
+      SCORED_RETURN_IF_ERROR(LoadKvScale(p + "self_attn.k_scale", &L.k_scale));
+      SCORED_RETURN_IF_ERROR(LoadKvScale(p + "self_attn.v_scale", &L.v_scale));
+    }
   }
   if (c.tie_word_embeddings) {
     LinearWeight& h = m_->lm_head_;
@@ -512,6 +530,10 @@ void ModelWeightsLoader::Summarize() {
   s.format = names.size() == 1 ? names[0] : absl::StrCat("mixed(", absl::StrJoin(names, ","), ")");
   std::vector<std::string> notes;
   if (w4a4) notes.push_back("W4A4 checkpoint run weight-only (NVFP4A16): input_global_scale ignored");
+  if (m_->kv_cache_fp8_) {
+    notes.push_back(
+        "kv_cache_scheme FP8: K (after RoPE) and V quantize-dequantized with per-layer k_scale / v_scale");
+  }
   if (names.size() > 1) {
     std::vector<std::string> parts;
     for (const auto& [label, count] : labels) parts.push_back(absl::StrCat(label, " x", count));
@@ -521,6 +543,11 @@ void ModelWeightsLoader::Summarize() {
     notes.push_back(absl::StrCat("lm_head ", FormatLabel(head), c.tie_word_embeddings ? " (tied)" : ""));
   }
   s.notes = absl::StrJoin(notes, "; ");
+}
+
+std::string ModelWeights::EngineFormat(bool kv_cache_quant) const {
+  if (!kv_cache_fp8_) return summary_.format;
+  return absl::StrCat(summary_.format, kv_cache_quant ? "+kv-fp8" : "+kv-fp8-ignored");
 }
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& model_dir) {

@@ -43,6 +43,9 @@ struct LayerWeights {
   TensorView q_norm, k_norm;                    // config.qk_norm only: [head_dim]; else data == nullptr
   LinearWeight q_proj, k_proj, v_proj, o_proj;  // [num_heads*head_dim | num_kv_heads*head_dim, hidden]
   LinearWeight gate_proj, up_proj, down_proj;   // [intermediate, hidden], [hidden, intermediate]
+  // kv_cache_fp8 checkpoints only (else data == nullptr): self_attn.k_scale / v_scale, F32/BF16/F16 [1],
+  // finite and > 0 (checked at load).
+  TensorView k_scale, v_scale;
 };
 
 struct ModelSummary {
@@ -72,6 +75,12 @@ class ModelWeights {
   const LinearWeight& lm_head() const { return lm_head_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
   const ModelSummary& summary() const { return summary_; }
+  // The checkpoint's kv_cache_scheme is static per-tensor FP8 (CompressedTensorsConfig::kv_cache_fp8): every
+  // layer has k_scale / v_scale.
+  bool kv_cache_fp8() const { return kv_cache_fp8_; }
+  // The format an engine reports: summary().format, plus "+kv-fp8" when the FP8 KV cache is applied or
+  // "+kv-fp8-ignored" when the checkpoint has one and `kv_cache_quant` is false (EngineOptions).
+  std::string EngineFormat(bool kv_cache_quant) const;
   const TensorStore& store() const { return *store_; }
 
  private:
@@ -85,6 +94,7 @@ class ModelWeights {
   LinearWeight lm_head_;
   std::vector<LayerWeights> layers_;
   ModelSummary summary_;
+  bool kv_cache_fp8_ = false;
 };
 
 // Converts an F32/F16/BF16 tensor to fp32 (exact widening). INVALID_ARGUMENT for other dtypes or

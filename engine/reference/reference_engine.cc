@@ -55,6 +55,8 @@ struct DenseLayer {
   std::vector<float> post_attention_norm;  // [hidden_size]
   std::vector<float> q_norm, k_norm;       // [head_dim]; empty unless the model has qk_norm
   DenseLinear q, k, v, o, gate, up, down;
+  // FP8 KV cache (kv_cache_scheme, applied): K after RoPE and V quantize-dequantized with these; 0 = off.
+  float k_scale = 0.0f, v_scale = 0.0f;
 };
 
 absl::StatusOr<std::vector<float>> ToFloat(const TensorView& t, int64_t expected_elements) {
@@ -201,6 +203,10 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
     SCORED_ASSIGN_OR_RETURN(layer.gate, Decode(lw.gate_proj, /*bias=*/false, pool));
     SCORED_ASSIGN_OR_RETURN(layer.up, Decode(lw.up_proj, /*bias=*/false, pool));
     SCORED_ASSIGN_OR_RETURN(layer.down, Decode(lw.down_proj, /*bias=*/false, pool));
+    if (weights.kv_cache_fp8() && options.kv_cache_quant) {
+      SCORED_RETURN_IF_ERROR(TensorToFloat(lw.k_scale, &layer.k_scale, 1));
+      SCORED_RETURN_IF_ERROR(TensorToFloat(lw.v_scale, &layer.v_scale, 1));
+    }
     const struct {
       const DenseLinear* d;
       int64_t out, in;
@@ -238,7 +244,7 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
 
   const ModelSummary& summary = weights.summary();
   info_.architecture = c.architecture;
-  info_.format = summary.format;
+  info_.format = weights.EngineFormat(options.kv_cache_quant);
   info_.format_notes = summary.notes;
   info_.backend = "cpu";
   info_.compute_dtype = "fp32";
@@ -341,6 +347,10 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
     }
     ref::Rope(q.data(), positions.data(), inv_freq_.data(), n, c.num_heads, c.head_dim);
     ref::Rope(k.data(), positions.data(), inv_freq_.data(), n, c.num_kv_heads, c.head_dim);
+    if (layer.k_scale > 0.0f) {  // FP8 KV cache: compressed-tensors' QuantizedKVCache on post-RoPE K and V
+      ref::FakeQuantizeFp8Static(k.data(), n * kv_width, layer.k_scale);
+      ref::FakeQuantizeFp8Static(v.data(), n * kv_width, layer.v_scale);
+    }
     ref::CausalAttention(q.data(), k.data(), v.data(), n, c.num_heads, c.num_kv_heads, c.head_dim,
                          attn.data(), &pool_);
     ApplyLinear(layer.o, attn.data(), n, delta.data());

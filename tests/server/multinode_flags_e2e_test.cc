@@ -64,6 +64,7 @@ TEST(MultiNodeFlagsTest, FlagErrorsExitOneNamingTheFlag) {
       // The tensor-parallel execution settings (EngineOptions::tp_row_chunks / tp_exchange).
       {{Model(), "--tp_row_chunks=9"}, "--tp_row_chunks must be in [0, 8] (0 = auto), got 9"},
       {{Model(), "--tp_exchange=shared-memory"}, "--tp_exchange must be copy or nccl, got 'shared-memory'"},
+      {{Model(), "--kv_cache_quant=on"}, "--kv_cache_quant must be auto or off, got 'on'"},
   };
   for (const auto& [args, message] : cases) {
     const ProcessRun run = RunScored(args);

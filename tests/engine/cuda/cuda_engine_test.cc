@@ -352,10 +352,12 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
     }
     auto want = ScoreAll(*reference, requests);
     ASSERT_TRUE(want.ok()) << want.status();
-    // Activation quantization (W8A8, W4AFP8 / W4A8, static scales): the statistical bound below.
+    // Activation quantization (W8A8, W4AFP8 / W4A8, static scales, an FP8 KV cache): the statistical bound
+    // below.
     const std::string& format = reference->info().format;
     const bool w8a8 = format.find("w8a8") != std::string::npos || format.find("w4a8") != std::string::npos ||
-                      format.find("w4afp8") != std::string::npos;
+                      format.find("w4afp8") != std::string::npos ||
+                      format.find("+kv-fp8") != std::string::npos;
     for (ComputeDtype dtype : {ComputeDtype::kFp32, ComputeDtype::kBf16}) {
       auto engine = MakeCuda(dir, dtype);
       ASSERT_NE(engine, nullptr);

@@ -207,10 +207,11 @@ void CompareTp2WithTp1(ComputeDtype dtype) {
     const double greedy_rate = static_cast<double>(c.greedy_same) / c.count;
     const double rank_rate = static_cast<double>(c.rank_same) / c.count;
     const double rank_mean_abs = static_cast<double>(c.rank_abs) / c.count;
-    // Activation quantization (W8A8, W4AFP8 / W4A8, static scales): the statistical bounds.
+    // Activation quantization (W8A8, W4AFP8 / W4A8, static scales, an FP8 KV cache): the statistical bounds.
     const std::string& format = (*one)->info().format;
     const bool w8a8 = format.find("w8a8") != std::string::npos || format.find("w4a8") != std::string::npos ||
-                      format.find("w4afp8") != std::string::npos;
+                      format.find("w4afp8") != std::string::npos ||
+                      format.find("+kv-fp8") != std::string::npos;
     std::cout << "tp2 vs tp1 " << (fp32 ? "fp32" : "bf16") << " "
               << std::filesystem::path(dir).filename().string() << ": tokens " << c.count
               << ", max |d logprob| " << c.max_abs << ", mean " << c.sum_abs / c.count << ", ppl " << ppl_a

@@ -1,7 +1,8 @@
 // Static per-tensor activation fake quantization vs the CPU oracle (ref::FakeQuantizeFp8Static,
-// ref::FakeQuantizeInt8Span with the stored scale and zero point): the same fp32 operations in the same order,
-// so fp32 results are bit-exact; bf16 rows are the oracle's results on the same (bf16) inputs rounded to bf16.
-// Inputs reach past the clamps (x / scale beyond +-448 and beyond the int8 range) and sit on exact halves.
+// ref::FakeQuantizeInt8Span with the stored scale and zero point): the same fp32 operations in the same
+// order, so fp32 results are bit-exact; bf16 rows are the oracle's results on the same (bf16) inputs rounded
+// to bf16. Inputs reach past the clamps (x / scale beyond +-448 and beyond the int8 range) and sit on exact
+// halves.
 #include "engine/kernels/static_act_quant.h"
 
 #include "engine/reference/ops.h"
@@ -37,10 +38,11 @@ TEST_F(StaticActQuantTest, Fp8AndInt8BitExact) {
     bool int8;
     float scale, zero_point;
   };
-  for (const Case& c : {Case{false, 0.0078125f, 0.0f}, Case{false, 0.00885009765625f, 0.0f},
-                        Case{true, 0.5f, 0.0f}, Case{true, 0.03076171875f, 5.0f}, Case{true, 1.5703125f, -2.0f}}) {
-    SCOPED_TRACE(::testing::Message() << (c.int8 ? "int8" : "fp8") << " scale " << c.scale << " zp "
-                                      << c.zero_point);
+  for (const Case& c :
+       {Case{false, 0.0078125f, 0.0f}, Case{false, 0.00885009765625f, 0.0f}, Case{true, 0.5f, 0.0f},
+        Case{true, 0.03076171875f, 5.0f}, Case{true, 1.5703125f, -2.0f}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << (c.int8 ? "int8" : "fp8") << " scale " << c.scale << " zp " << c.zero_point);
     const std::vector<float> x = Inputs();
     std::vector<float> want = Dense(x);
     if (c.int8) {
@@ -51,8 +53,10 @@ TEST_F(StaticActQuantTest, Fp8AndInt8BitExact) {
     DeviceArray<float> d32(x);
     DeviceArray<bf16_t> d16(testing::ToBf16(x));
     if (c.int8) {
-      ASSERT_TRUE(FakeQuantizeInt8Static(d32.get(), kStride, kTokens, kIn, c.scale, c.zero_point, stream_).ok());
-      ASSERT_TRUE(FakeQuantizeInt8Static(d16.get(), kStride, kTokens, kIn, c.scale, c.zero_point, stream_).ok());
+      ASSERT_TRUE(
+          FakeQuantizeInt8Static(d32.get(), kStride, kTokens, kIn, c.scale, c.zero_point, stream_).ok());
+      ASSERT_TRUE(
+          FakeQuantizeInt8Static(d16.get(), kStride, kTokens, kIn, c.scale, c.zero_point, stream_).ok());
     } else {
       ASSERT_TRUE(FakeQuantizeFp8Static(d32.get(), kStride, kTokens, kIn, c.scale, stream_).ok());
       ASSERT_TRUE(FakeQuantizeFp8Static(d16.get(), kStride, kTokens, kIn, c.scale, stream_).ok());
@@ -60,8 +64,9 @@ TEST_F(StaticActQuantTest, Fp8AndInt8BitExact) {
     Sync();
     const std::vector<float> got = Dense(d32.Download());
     EXPECT_EQ(testing::CountBitDifferences(got, want), 0);
-    EXPECT_EQ(testing::CountBitDifferences(Dense(testing::FromBf16(d16.Download())), testing::RoundedToBf16(want)),
-              0);
+    EXPECT_EQ(
+        testing::CountBitDifferences(Dense(testing::FromBf16(d16.Download())), testing::RoundedToBf16(want)),
+        0);
     int moved = 0;
     for (size_t i = 0; i < got.size(); ++i) moved += got[i] != Dense(x)[i] ? 1 : 0;
     EXPECT_GT(moved, static_cast<int>(got.size()) / 4);  // the quantization did something
@@ -70,8 +75,8 @@ TEST_F(StaticActQuantTest, Fp8AndInt8BitExact) {
 
 TEST_F(StaticActQuantTest, RefusesBadArguments) {
   DeviceArray<float> x(16);
-  EXPECT_FALSE(FakeQuantizeFp8Static<float>(x.get(), 4, 1, 8, 1.0f, stream_).ok());       // stride < in
-  EXPECT_FALSE(FakeQuantizeFp8Static<float>(x.get(), 8, 1, 8, 0.0f, stream_).ok());       // scale 0
+  EXPECT_FALSE(FakeQuantizeFp8Static<float>(x.get(), 4, 1, 8, 1.0f, stream_).ok());          // stride < in
+  EXPECT_FALSE(FakeQuantizeFp8Static<float>(x.get(), 8, 1, 8, 0.0f, stream_).ok());          // scale 0
   EXPECT_FALSE(FakeQuantizeInt8Static<float>(x.get(), 8, 1, 8, -1.0f, 0.0f, stream_).ok());  // scale < 0
   EXPECT_FALSE(FakeQuantizeInt8Static<float>(nullptr, 8, 1, 8, 1.0f, 0.0f, stream_).ok());
 }

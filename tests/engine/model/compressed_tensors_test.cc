@@ -368,9 +368,31 @@ TEST(CompressedTensorsTest, RealFp8StaticActivationConfigsResolve) {
   }
   auto kv = ParseModelConfig(ReadFile(dir + "fp8-default-kv_config.json"), "kv");
   ASSERT_TRUE(kv.ok()) << kv.status();
+  // Its kv_cache_scheme (FP8 per tensor, static and symmetric by default) is the FP8 KV cache.
   auto c = ParseCompressedTensorsConfig(kv->quantization_config_json, "kv");
-  ASSERT_FALSE(c.ok());
-  EXPECT_THAT(std::string(c.status().message()), HasSubstr("kv_cache_scheme"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->kv_cache_fp8);
+  EXPECT_TRUE(Resolve(*c, "model.layers.3.mlp.down_proj").static_input_fp8);
+}
+
+// Only static per-tensor symmetric FP8 KV caches are implemented; every other kv_cache_scheme is refused
+// naming the field and what it asked for. A null one (what llm-compressor writes without one) is none.
+TEST(CompressedTensorsTest, KvCacheSchemesOtherThanStaticFp8AreRefused) {
+  const std::string head =
+      R"({"quant_method": "compressed-tensors", "format": "dense", "config_groups": {}, "kv_cache_scheme": )";
+  auto none = ParseCompressedTensorsConfig(head + "null}", "c");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->kv_cache_fp8);
+  for (const char* scheme : {R"({"num_bits": 8, "type": "int", "strategy": "tensor"})",
+                             R"({"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": true})",
+                             R"({"num_bits": 8, "type": "float", "strategy": "channel"})",
+                             R"({"num_bits": 4, "type": "float", "strategy": "tensor"})"}) {
+    auto c = ParseCompressedTensorsConfig(head + scheme + "}", "config.json");
+    ASSERT_FALSE(c.ok()) << scheme;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("kv_cache_scheme")) << scheme;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("only static per-tensor symmetric FP8"))
+        << scheme;
+  }
 }
 
 TEST(CompressedTensorsTest, UnsupportedFeaturesFailNamingThem) {

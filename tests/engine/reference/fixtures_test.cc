@@ -149,13 +149,15 @@ Deltas Compare(const std::vector<std::vector<float>>& ours, const nlohmann::json
 }
 
 // Our log-probs for every sequence of the fixture `name`; empty if the fixture folder is absent.
-std::vector<std::vector<float>> ScoreFixture(const std::string& name) {
+// `kv_cache_quant`: EngineOptions::kv_cache_quant (apply a kv_cache_scheme).
+std::vector<std::vector<float>> ScoreFixture(const std::string& name, bool kv_cache_quant = true) {
   const std::string dir = std::string(SCORED_FIXTURES_DIR) + "/" + name;
   std::vector<std::vector<float>> out;
   if (!std::filesystem::exists(dir + "/reference_logprobs.json")) return out;
   EngineOptions options;
   options.model_dir = dir;
   options.backend = Backend::kCpu;
+  options.kv_cache_quant = kv_cache_quant;
   absl::StatusOr<std::unique_ptr<Engine>> engine = CreateReferenceEngine(options);
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (!engine.ok()) return out;
@@ -520,6 +522,43 @@ TEST(Fixtures, W4A8ActivationQuantMatchesCompressedTensorsBitwise) {
 
 // llama-nvfp4 (W4A4) is run weight-only; its weights equal llama-nvfp4a16's, so it must reproduce the
 // NVFP4A16 reference at the weight-only tolerance (2e-4).
+// llama-trained-w4a16-kv-fp8 (W4A16 weights + llm-compressor's FP8 KV cache: static per-tensor k_scale /
+// v_scale): by default K (after RoPE) and V are quantize-dequantized as compressed-tensors' QuantizedKVCache
+// does, within the weight-only bound (2e-4) of its reference, and the bound is a real check: the same
+// checkpoint with --kv_cache_quant=off matches the kv-off reference (weight_only_token_logprobs: the forward
+// with quantization switched off, the weights still the decompressed ones) and misses the kv-on one.
+TEST(Fixtures, KvCacheFp8AppliedByDefaultAndIgnorable) {
+  const std::string name = "llama-trained-w4a16-kv-fp8";
+  const std::vector<std::vector<float>> on = ScoreFixture(name);
+  if (on.empty()) GTEST_SKIP() << name << " absent";
+  const std::vector<std::vector<float>> off = ScoreFixture(name, /*kv_cache_quant=*/false);
+  const nlohmann::json kv_on =
+      ReadJson(std::string(SCORED_FIXTURES_DIR) + "/" + name + "/reference_logprobs.json");
+  nlohmann::json kv_off = kv_on;
+  for (nlohmann::json& seq : kv_off["sequences"]) seq["token_logprobs"] = seq["weight_only_token_logprobs"];
+  const Deltas on_on = Compare(on, kv_on), on_off = Compare(on, kv_off);
+  const Deltas off_off = Compare(off, kv_off), off_on = Compare(off, kv_on);
+  std::cout << name << ": kv applied vs its reference mean " << on_on.mean << " max " << on_on.max
+            << ", vs the kv-off reference max " << on_off.max
+            << "; --kv_cache_quant=off vs kv-off reference max " << off_off.max
+            << ", vs the kv-on reference max " << off_on.max << "\n";
+  EXPECT_LE(on_on.max, 2e-4);
+  EXPECT_LE(off_off.max, 2e-4);
+  EXPECT_GT(on_off.max, 10 * 2e-4);
+  EXPECT_GT(off_on.max, 10 * 2e-4);
+
+  EngineOptions options;
+  options.model_dir = std::string(SCORED_FIXTURES_DIR) + "/" + name;
+  options.backend = Backend::kCpu;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = CreateReferenceEngine(options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->info().format, "w4a16-g128-sym+kv-fp8");
+  options.kv_cache_quant = false;
+  engine = CreateReferenceEngine(options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->info().format, "w4a16-g128-sym+kv-fp8-ignored");
+}
+
 TEST(Fixtures, NvFp4W4A4RunsAsW4A16) {
   const std::vector<std::vector<float>> ours = ScoreFixture("llama-nvfp4");
   const std::string a16 = std::string(SCORED_FIXTURES_DIR) + "/llama-nvfp4a16/reference_logprobs.json";
