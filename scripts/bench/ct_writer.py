@@ -35,6 +35,14 @@ LAYOUT = {
               "weight_shape": ("I64", lambda o, i: [2])},
     "fp8_dynamic": {"weight": ("F8_E4M3", lambda o, i: [o, i]),
                     "weight_scale": ("BF16", lambda o, i: [o, 1])},
+    "w4a8": {"weight": ("I8", lambda o, i: [o, i]),
+             "weight_scale": ("BF16", lambda o, i: [o, i // 128])},
+    "fp8_static": {"weight": ("F8_E4M3", lambda o, i: [o, i]),
+                   "weight_scale": ("BF16", lambda o, i: [1]),
+                   "input_scale": ("BF16", lambda o, i: [1])},
+    "w4a16_kv_fp8": {"weight_packed": ("I32", lambda o, i: [o, i // 8]),
+                     "weight_scale": ("BF16", lambda o, i: [o, i // 128]),
+                     "weight_shape": ("I64", lambda o, i: [2])},
     "int8_w8a8": {"weight": ("I8", lambda o, i: [o, i]),
                   "weight_scale": ("BF16", lambda o, i: [o, 1])},
     "nvfp4a16": {"weight_packed": ("U8", lambda o, i: [o, i // 2]),
@@ -54,13 +62,24 @@ def _weights_block(num_bits, group_size, strategy, type_, scale_dtype):
 
 def quantization_config(scheme):
     """The `quantization_config` block of config.json, as compressed-tensors 0.19 writes it."""
-    inputs = None
+    inputs, kv = None, None
     if scheme == "w4a16":
         fmt, weights = "pack-quantized", _weights_block(4, 128, "group", "int", None)
     elif scheme == "fp8_dynamic":
         fmt, weights = "float-quantized", _weights_block(8, None, "channel", "float", None)
         inputs = _weights_block(8, None, "token", "float", None)
         inputs.update({"dynamic": True, "observer": None})
+    elif scheme == "w4a8":
+        fmt, weights = "int-quantized", _weights_block(4, 128, "group", "int", None)
+        inputs = _weights_block(8, None, "token", "int", None)
+        inputs.update({"dynamic": True, "observer": None})
+    elif scheme == "fp8_static":
+        fmt, weights = "float-quantized", _weights_block(8, None, "tensor", "float", None)
+        inputs = _weights_block(8, None, "tensor", "float", None)
+    elif scheme == "w4a16_kv_fp8":
+        fmt, weights = "pack-quantized", _weights_block(4, 128, "group", "int", None)
+        kv = _weights_block(8, None, "tensor", "float", None)
+        kv["observer"] = None
     elif scheme == "int8_w8a8":
         fmt, weights = "int-quantized", _weights_block(8, None, "channel", "int", None)
         inputs = _weights_block(8, None, "token", "int", None)
@@ -72,7 +91,8 @@ def quantization_config(scheme):
         raise ValueError(f"unknown scheme {scheme}")
     return {"config_groups": {"group_0": {"format": fmt, "input_activations": inputs, "output_activations": None,
                                           "targets": ["Linear"], "weights": weights}},
-            "format": fmt, "global_compression_ratio": None, "ignore": ["lm_head"], "kv_cache_scheme": None,
+            "format": fmt, "global_compression_ratio": None, "ignore": ["lm_head"],
+            "kv_cache_scheme": kv if scheme == "w4a16_kv_fp8" else None,
             "quant_method": "compressed-tensors", "quantization_status": "compressed", "sparsity_config": {},
             "transform_config": {}, "version": "0.19.0"}
 
@@ -171,16 +191,52 @@ def quantize_int8(w):
     return {"weight": q, "weight_scale": scale}
 
 
+def quantize_w4a8(w):
+    """w: [out, in] -> int4 group-128 symmetric values stored one per int8 (llm-compressor's W4A8 layout)."""
+    import torch
+    wf = w.float()
+    out, inn = wf.shape
+    g = wf.reshape(out, inn // 128, 128)
+    scale = (g.abs().amax(-1) / 7.5).clamp(min=1e-30).to(torch.bfloat16)                    # [out, in/128]
+    q = torch.round(g / scale.float()[..., None]).clamp(-8, 7).to(torch.int8).reshape(out, inn)
+    return {"weight": q, "weight_scale": scale}
+
+
+# Static scales for the speed benchmark's random model (no calibration: the values only have to be plausible
+# for inputs of rms ~1; --gate 0 runs judge no quality).
+BENCH_INPUT_SCALE = 0.02
+BENCH_KV_SCALE = 0.05
+
+
+def quantize_fp8_static(w):
+    """w: [out, in] -> FP8 per-tensor weight + a per-tensor static input_scale (llm-compressor's FP8 layout)."""
+    import torch
+    wf = w.float()
+    scale = (wf.abs().amax() / 448.0).clamp(min=1e-30).to(torch.bfloat16).reshape(1)
+    q = (wf / scale.float()).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return {"weight": q, "weight_scale": scale,
+            "input_scale": torch.tensor([BENCH_INPUT_SCALE], dtype=torch.bfloat16)}
+
+
 def write_checkpoint(state, config, out_dir, scheme, shard_bytes=4 << 30):
     """Quantizes every decoder Linear of `state` ({name: torch tensor}, a dense Llama) per `scheme`, keeps the
     rest as is, and writes out_dir/{config.json, model-*.safetensors, model.safetensors.index.json}.
     `config`: the dense config.json dict. Returns the bytes written."""
     from safetensors.torch import save_file
     quantize = {"w4a16": quantize_w4a16, "nvfp4a16": quantize_nvfp4, "fp8_dynamic": quantize_fp8,
-                "int8_w8a8": quantize_int8}[scheme]
+                "int8_w8a8": quantize_int8, "w4a8": quantize_w4a8, "fp8_static": quantize_fp8_static,
+                "w4a16_kv_fp8": quantize_w4a16}[scheme]
     os.makedirs(out_dir, exist_ok=True)
     shards, cur, cur_bytes = [], {}, 0
-    for name, t in state.items():
+    items = list(state.items())
+    if scheme == "w4a16_kv_fp8":  # the FP8 KV cache's per-layer scales
+        import torch
+        layers = sorted({int(m.group(1)) for m in (re.match(r"^model\.layers\.(\d+)\.", k) for k in state) if m})
+        for l in layers:
+            for kv in ("k_scale", "v_scale"):
+                items.append((f"model.layers.{l}.self_attn.{kv}",
+                               torch.tensor([BENCH_KV_SCALE], dtype=torch.bfloat16)))
+    for name, t in items:
         parts = {name: t}
         if QUANTIZED_LINEAR.match(name):
             prefix = name[: -len("weight")]
