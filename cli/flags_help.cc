@@ -67,6 +67,23 @@ bool WantsHelp(int argc, char* const* argv) {
   return false;
 }
 
+namespace {
+
+// Whether a flag's Filename() names `defining_file` (a __FILE__): absl normalizes the names it reports, and
+// __FILE__ is absolute or relative depending on how the build passed the source (a compiler launcher may
+// rewrite it), so both lose their leading '.' and '/' and one may extend the other at a '/'.
+bool SameSourceFile(absl::string_view flag_file, absl::string_view defining_file) {
+  auto strip = [](absl::string_view f) {
+    const size_t first = f.find_first_not_of("./");
+    return first == absl::string_view::npos ? absl::string_view() : f.substr(first);
+  };
+  const absl::string_view a = strip(flag_file), b = strip(defining_file);
+  if (a.empty() || b.empty()) return false;
+  return a == b || absl::EndsWith(a, absl::StrCat("/", b)) || absl::EndsWith(b, absl::StrCat("/", a));
+}
+
+}  // namespace
+
 std::string GroupedHelp(absl::string_view usage, const std::vector<FlagGroup>& groups,
                         absl::string_view defining_file) {
   std::string out = absl::StrCat(usage, "\n");
@@ -85,7 +102,9 @@ std::string GroupedHelp(absl::string_view usage, const std::vector<FlagGroup>& g
   }
   std::vector<const absl::CommandLineFlag*> others;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
-    if (flag->Filename() == defining_file && listed.count(std::string(name)) == 0) others.push_back(flag);
+    if (SameSourceFile(flag->Filename(), defining_file) && listed.count(std::string(name)) == 0) {
+      others.push_back(flag);
+    }
   }
   if (!others.empty()) {
     std::sort(
