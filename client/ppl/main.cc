@@ -3,6 +3,7 @@
 //
 //   scored-ppl --server 127.0.0.1:50051 --data wiki.test.raw --method exl3 --ctx 2048 --stride 512
 //   scored-ppl ... --journal run.journal   # rerun the same command after a crash to resume
+//   scored-ppl compare --csv table.csv a.json b.json  # a markdown table (and CSV) across --json reports
 //   scored-ppl ... --tls_ca ca.pem --tls_cert client.pem --tls_key client.key --auth_token_file token
 //
 // Prints the report to stdout (and as JSON to --json FILE). Exit status 0 on success, 1 on any error
@@ -30,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/flags_help.h"
+#include "client/ppl/compare.h"
 #include "client/ppl/report.h"
 #include "client/ppl/run.h"
 
@@ -57,6 +59,9 @@ ABSL_FLAG(int64_t, max_windows, 0, "score only the first N windows (0 = all)");
 ABSL_FLAG(int32_t, inflight, 16,
           "ScoreStream requests kept outstanding (enough to keep the server's batcher full)");
 ABSL_FLAG(std::string, json, "", "also write the report as JSON to this file");
+ABSL_FLAG(std::string, label, "",
+          "the report's name for this run, e.g. in `scored-ppl compare` tables (default: the name of the "
+          "model folder the server loaded)");
 ABSL_FLAG(std::string, tokenizer, "",
           "tokenize locally with the tokenizer files in this folder (default: the server's Tokenize RPC)");
 ABSL_FLAG(bool, quiet, false, "no progress line");
@@ -91,6 +96,8 @@ namespace {
 constexpr char kUsage[] =
     "perplexity of the model served by scored.\n"
     "  scored-ppl --server HOST:PORT --data wiki.test.raw --method exl3 [--ctx 2048 --stride 512]\n"
+    "  scored-ppl compare [--csv OUT] [--force] REPORT.json...   (a table across --json reports; compare\n"
+    "    --help says more)\n"
     "Exit status: 0 done, 1 an error (on stderr), 2 a bad command line (unknown flag, bad value, a\n"
     "positional argument: scored-ppl takes only flags; or --kld against a server without a reference\n"
     "model).";
@@ -102,7 +109,7 @@ const std::vector<scored::cli::FlagGroup>& HelpGroups() {
       {"Method", {"method", "ctx", "stride", "max_windows", "kld"}},
       {"Server connection", {"server", "inflight", "connect_timeout_s", "retry_timeout_s"}},
       {"TLS and authentication", {"tls_ca", "tls_cert", "tls_key", "auth_token", "auth_token_file"}},
-      {"Output", {"json", "quiet", "progress"}},
+      {"Output", {"json", "label", "quiet", "progress"}},
       {"Resume", {"journal", "journal_sync_every"}},
   };
   return *groups;
@@ -210,6 +217,7 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
   if (stride < 0) return absl::InvalidArgumentError("--stride must be >= 1");
   if (ctx < 0) return absl::InvalidArgumentError("--ctx must be >= 2");
   o.method.max_windows = absl::GetFlag(FLAGS_max_windows);
+  o.label = absl::GetFlag(FLAGS_label);
   o.inflight = absl::GetFlag(FLAGS_inflight);
   if (o.inflight < 1) return absl::InvalidArgumentError("--inflight must be >= 1");
   o.tokenizer_dir = absl::GetFlag(FLAGS_tokenizer);
@@ -251,6 +259,9 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "compare") {
+    return scored::ppl::CompareCommand(std::vector<std::string>(argv + 2, argv + argc), stdout, stderr);
+  }
   scored::cli::SetUsageConfig("scored-ppl");
   absl::SetProgramUsageMessage(kUsage);
   if (scored::cli::WantsHelp(argc, argv)) {

@@ -33,6 +33,26 @@ namespace {
 // Status payload marking a usage error (IsUsageError).
 constexpr char kUsageErrorPayload[] = "type.scored/ppl.UsageError";
 
+// Protobuf's JSON mapping writes 64-bit integers as strings (JavaScript numbers lose precision above 2^53);
+// a report is read by tools that compare and plot numbers, and no ModelInfo count comes near 2^53, so
+// they become JSON numbers here, in `message` and its nested messages.
+void Int64FieldsToNumbers(const google::protobuf::Descriptor& message, nlohmann::json* j) {
+  if (!j->is_object()) return;
+  for (int i = 0; i < message.field_count(); ++i) {
+    const google::protobuf::FieldDescriptor& field = *message.field(i);
+    auto it = j->find(std::string(field.name()));
+    if (it == j->end()) continue;
+    using Cpp = google::protobuf::FieldDescriptor;
+    if (field.cpp_type() == Cpp::CPPTYPE_MESSAGE && !field.is_repeated()) {
+      Int64FieldsToNumbers(*field.message_type(), &*it);
+    } else if (field.cpp_type() == Cpp::CPPTYPE_INT64 && it->is_string()) {
+      *it = std::stoll(it->get<std::string>());
+    } else if (field.cpp_type() == Cpp::CPPTYPE_UINT64 && it->is_string()) {
+      *it = std::stoull(it->get<std::string>());
+    }
+  }
+}
+
 nlohmann::json ModelInfoToJson(const scored::v1::ModelInfo& info) {
   google::protobuf::util::JsonPrintOptions opts;
   opts.preserve_proto_field_names = true;
@@ -40,7 +60,19 @@ nlohmann::json ModelInfoToJson(const scored::v1::ModelInfo& info) {
   std::string text;
   if (!google::protobuf::util::MessageToJsonString(info, &text, opts).ok()) return nlohmann::json();
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  return j.is_discarded() ? nlohmann::json() : j;
+  if (j.is_discarded()) return nlohmann::json();
+  Int64FieldsToNumbers(*scored::v1::ModelInfo::descriptor(), &j);
+  return j;
+}
+
+// The report's default label: the last component of the model folder, else a fingerprint prefix.
+std::string DefaultLabel(const scored::v1::ModelInfo& info) {
+  std::string path = info.model_path();
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.find_last_of('/');
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (!name.empty()) return name;
+  return info.model_fingerprint().substr(0, 12);
 }
 
 // Every id inside the model's vocabulary and every window within the server's limits, checked before
@@ -400,6 +432,7 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   report.prefix_id = plan.prefix_id;
   report.add_bos = plan.add_bos;
   report.data_path = options.data_path;
+  SCORED_ASSIGN_OR_RETURN(report.data_sha256, FileSha256(options.data_path));
   report.data_format = FormatName(options.format);
   if (options.format == Format::kText) report.separator = options.separator;
   report.num_documents = plan.num_documents;
@@ -408,6 +441,8 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   report.score_seconds = absl::ToDoubleSeconds(end - score_start);
   report.tokens_per_second =
       report.score_seconds > 0 ? static_cast<double>(tokens_done) / report.score_seconds : 0.0;
+  report.label = options.label.empty() ? DefaultLabel(info) : options.label;
+  report.model_path = info.model_path();
   report.server = options.server;
   report.model_fingerprint = info.model_fingerprint();
   report.tokenizer_fingerprint = setup.fingerprint;
