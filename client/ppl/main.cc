@@ -13,9 +13,7 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,12 +23,12 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/flags_help.h"
+#include "client/connect/security.h"
 #include "client/ppl/compare.h"
 #include "client/ppl/report.h"
 #include "client/ppl/run.h"
@@ -67,13 +65,7 @@ ABSL_FLAG(std::string, tokenizer, "",
 ABSL_FLAG(bool, quiet, false, "no progress line");
 ABSL_FLAG(bool, progress, false, "draw the progress line even when stderr is not a terminal");
 ABSL_FLAG(double, connect_timeout_s, 10.0, "seconds to wait for the server to accept the connection");
-ABSL_FLAG(std::string, auth_token, "", "bearer token, if the server requires one");
-ABSL_FLAG(std::string, auth_token_file, "",
-          "file holding the bearer token (surrounding whitespace ignored); sent as authorization: Bearer");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA bundle that signed the server's certificate: connect over TLS (default: plaintext)");
-ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate chain for mTLS (with --tls_key; implies TLS)");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+// --auth_token, --auth_token_file, --tls_ca, --tls_cert, --tls_key: client/connect/security.h.
 ABSL_FLAG(std::string, journal, "",
           "append every finished window to this file and, when it already holds windows of the same run "
           "(method, params, data file, model, tokenizer), skip them: an interrupted run resumes and reports "
@@ -224,26 +216,14 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
   const double timeout = absl::GetFlag(FLAGS_connect_timeout_s);
   if (!(timeout > 0)) return absl::InvalidArgumentError("--connect_timeout_s must be > 0");
   o.connect_timeout = absl::Seconds(timeout);
-  o.bearer_token = absl::GetFlag(FLAGS_auth_token);
-  const std::string token_file = absl::GetFlag(FLAGS_auth_token_file);
-  if (!token_file.empty()) {
-    if (!o.bearer_token.empty()) {
-      return absl::InvalidArgumentError("give --auth_token or --auth_token_file, not both");
-    }
-    std::ifstream in(token_file, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (!in.is_open()) {
-      return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: cannot read ", token_file));
-    }
-    o.bearer_token = std::string(absl::StripAsciiWhitespace(text.str()));
-    if (o.bearer_token.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: ", token_file, " is empty"));
-    }
-  }
-  o.tls_ca_path = absl::GetFlag(FLAGS_tls_ca);
-  o.tls_cert_path = absl::GetFlag(FLAGS_tls_cert);
-  o.tls_key_path = absl::GetFlag(FLAGS_tls_key);
+  const scored::client::SecurityFlags security = scored::client::SecurityFlagsFromCommandLine();
+  absl::StatusOr<std::string> token =
+      scored::client::BearerToken(security.auth_token, security.auth_token_file);
+  if (!token.ok()) return token.status();
+  o.bearer_token = *token;
+  o.tls_ca_path = security.tls_ca;
+  o.tls_cert_path = security.tls_cert;
+  o.tls_key_path = security.tls_key;
   o.journal_path = absl::GetFlag(FLAGS_journal);
   o.journal_sync_every = absl::GetFlag(FLAGS_journal_sync_every);
   if (o.journal_sync_every < 1) return absl::InvalidArgumentError("--journal_sync_every must be >= 1");

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/connect/security.h"
 #include "client/ppl/journal.h"
 #include "client/ppl/kld.h"
 #include "client/ppl/plan.h"
@@ -188,19 +189,6 @@ absl::StatusOr<JournalIdentity> RunIdentity(const RunOptions& options, const Pla
   return id;
 }
 
-absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) return absl::InternalError(absl::StrCat(flag, ": error reading ", path));
-  return text;
-}
-
 }  // namespace
 
 bool IsUsageError(const absl::Status& status) { return status.GetPayload(kUsageErrorPayload).has_value(); }
@@ -224,17 +212,15 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   client_options.address = options.server;
   client_options.connect_timeout = options.connect_timeout;
   client_options.bearer_token = options.bearer_token;
-  if (options.tls_cert_path.empty() != options.tls_key_path.empty()) {
-    return absl::InvalidArgumentError("--tls_cert and --tls_key go together (mTLS client certificate)");
-  }
-  client_options.tls = !options.tls_ca_path.empty() || !options.tls_cert_path.empty();
-  if (!options.tls_ca_path.empty()) {
-    SCORED_ASSIGN_OR_RETURN(client_options.tls_root_certs_pem, ReadPem(options.tls_ca_path, "--tls_ca"));
-  }
-  if (!options.tls_cert_path.empty()) {
-    SCORED_ASSIGN_OR_RETURN(client_options.tls_cert_chain_pem, ReadPem(options.tls_cert_path, "--tls_cert"));
-    SCORED_ASSIGN_OR_RETURN(client_options.tls_private_key_pem, ReadPem(options.tls_key_path, "--tls_key"));
-  }
+  client::SecurityFlags security_flags;
+  security_flags.tls_ca = options.tls_ca_path;
+  security_flags.tls_cert = options.tls_cert_path;
+  security_flags.tls_key = options.tls_key_path;
+  SCORED_ASSIGN_OR_RETURN(const client::ClientSecurity security, client::LoadSecurity(security_flags));
+  client_options.tls = security.tls;
+  client_options.tls_root_certs_pem = security.root_certs_pem;
+  client_options.tls_cert_chain_pem = security.cert_chain_pem;
+  client_options.tls_private_key_pem = security.private_key_pem;
   SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ScorerClient> client, ScorerClient::Connect(client_options));
   SCORED_ASSIGN_OR_RETURN(scored::v1::ModelInfo info, client->GetModelInfo());
   if (info.vocab_size() <= 0) {
