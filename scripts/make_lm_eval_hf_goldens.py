@@ -6,8 +6,9 @@ default; max_length: the model config's), float32 on the CPU, batch size 1, on t
 tests/python/lm_eval_local_tasks.py (lm-eval's wikitext task definition on full WikiText-2 test articles, and
 a small multiple-choice task), and writes every request's log-likelihood (and is_greedy) and every metric.
 
-    python scripts/make_lm_eval_hf_goldens.py [--data /work/shared/data] \
-        [--out tests/python/fixtures/lm_eval_hf_golden.json] [--add_bos_token true|false]
+    python scripts/make_lm_eval_hf_goldens.py --data DATA
+    python scripts/make_lm_eval_hf_goldens.py --data DATA --add_bos_token false \
+        --out tests/python/fixtures/lm_eval_hf_golden_no_bos.json
 
 Needs torch, transformers and lm-eval (not the project's test venv: its tests need no torch); no hub access
 (the model and the data are local).

@@ -9,7 +9,8 @@ on full WikiText-2 test articles, and a small multiple-choice task; no hub acces
   contexts at its defaults).
 - A server at its default --max_seq_len (512): the defaults still work on full-length documents (max_length
   511: before, rolling windows of max_seq_len + 1 ids were refused with OUT_OF_RANGE).
-- add_bos_token=false: no BOS, as HF with add_bos_token=False.
+- add_bos_token=false: no BOS, equal to HF with add_bos_token=False (its own goldens, made with
+  --add_bos_token false).
 """
 import glob
 import json
@@ -67,10 +68,9 @@ def run_lm_eval(tmp_path, address, model_args=""):
     return metrics, requests
 
 
-def test_defaults_equal_the_hf_backend(tmp_path, daemon_513, hf_golden):
-    assert hf_golden["max_length"] == 512 and hf_golden["add_bos_token"] is None
+def assert_equals_golden(metrics, requests, hf_golden):
+    """Every metric (1e-6 relative), every request's log-likelihood and is_greedy, as HF's."""
     assert hf_golden["wiki_docs"] == lm_eval_local_tasks.WIKI_DOCS
-    metrics, requests = run_lm_eval(tmp_path, daemon_513.address)
     for task, golden in hf_golden["tasks"].items():
         assert set(metrics[task]) == set(golden["metrics"]), task
         for name, value in golden["metrics"].items():
@@ -81,6 +81,12 @@ def test_defaults_equal_the_hf_backend(tmp_path, daemon_513, hf_golden):
             for g, w in zip(got, want):
                 assert g[0] == pytest.approx(w[0], rel=REL, abs=ABS), f"{task} doc {doc}"
                 assert g[1:] == w[1:], f"{task} doc {doc}: is_greedy"  # multiple choice only
+
+
+def test_defaults_equal_the_hf_backend(tmp_path, daemon_513, hf_golden):
+    assert hf_golden["max_length"] == 512 and hf_golden["add_bos_token"] is None
+    metrics, requests = run_lm_eval(tmp_path, daemon_513.address)
+    assert_equals_golden(metrics, requests, hf_golden)
     # The same accuracy, from the same per-request numbers.
     assert metrics["scored_story_mc"]["acc"] == hf_golden["tasks"]["scored_story_mc"]["metrics"]["acc"]
     # The documents really are full length: longer than one window.
@@ -107,7 +113,11 @@ def test_add_bos_token_override(tmp_path, daemon_513):
 
     from scored_client import ScorerClient
 
-    _, requests = run_lm_eval(tmp_path, daemon_513.address, ",add_bos_token=false")
+    metrics, requests = run_lm_eval(tmp_path, daemon_513.address, ",add_bos_token=false")
+    with open(os.path.join(HERE, "fixtures", "lm_eval_hf_golden_no_bos.json")) as f:
+        no_bos_golden = json.load(f)
+    assert no_bos_golden["max_length"] == 512 and no_bos_golden["add_bos_token"] is False
+    assert_equals_golden(metrics, requests, no_bos_golden)
     with open(tmp_path / "tasks" / "wikitext_docs.jsonl") as f:
         docs = [json.loads(line) for line in f]
     from lm_eval.tasks.wikitext.preprocess_wikitext import wikitext_detokenizer
