@@ -145,6 +145,43 @@ TEST_F(PplCompareE2eTest, ReportsNameTheModelAndCompareTabulatesThem) {
   EXPECT_EQ(RunPplBinary({"compare", Temp("missing.json")}).exit_code, 1);
 }
 
+// A --kld report (the model as its own reference) next to a plain one: the KLD columns appear, empty for the
+// plain report; Q = R gives KLD 0, PPL(Q)/PPL(R) 1 and same top p 100 %.
+TEST_F(PplCompareE2eTest, KldColumnsFromARealKldReport) {
+  testing::ScoredProcessOptions options;
+  options.args = {"--model=" + testing::StoriesModelDir(), "--backend=cpu",
+                  "--reference_model=" + testing::StoriesModelDir()};
+  auto with_reference = testing::ScoredProcess::Start(options);
+  ASSERT_TRUE(with_reference.ok()) << with_reference.status();
+  const std::string plain = Temp("kld_plain.json"), kld = Temp("kld.json");
+  ASSERT_EQ(Score(128, plain).exit_code, 0);
+  std::vector<std::string> args = {"--server=" + (*with_reference)->grpc_address(),
+                                   "--data=" + std::string(SCORED_DATA_DIR) + "/wikitext-2-raw/wiki.test.raw",
+                                   "--method=chunks",
+                                   "--ctx=128",
+                                   "--max_windows=8",
+                                   "--quiet",
+                                   "--kld",
+                                   "--label=self-reference",
+                                   "--json=" + kld};
+  const ChildRun kld_run = RunPplBinary(args);
+  ASSERT_EQ(kld_run.exit_code, 0) << kld_run.err;
+  const std::string csv = Temp("kld.csv");
+  const ChildRun table = RunPplBinary({"compare", plain, kld, "--csv=" + csv});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr(" | KLD ± err | PPL(Q)/PPL(R) ± err | same top p |\n"));
+  EXPECT_THAT(table.out, HasSubstr(" | 1.0000 | 32.000 |  |  |  |\n"));
+  EXPECT_THAT(table.out, HasSubstr("| self-reference | "));
+  EXPECT_THAT(table.out,
+              HasSubstr(" | 1.0000 | 32.000 | 0.000000 ± 0.000000 | 1.0000 ± 0.0000 | 100.000 % |\n"));
+  const std::vector<std::string> lines = absl::StrSplit(ReadText(csv), "\r\n", absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0],
+            "label,report,ppl,ppl_stderr,ratio,bits_per_weight,kld_mean,kld_error,ppl_ratio_ref,"
+            "ppl_ratio_ref_error,same_top");
+  EXPECT_THAT(lines[2], HasSubstr(",0,0,1,0,1"));
+}
+
 }  // namespace
 }  // namespace ppl
 }  // namespace scored
