@@ -288,7 +288,9 @@ struct OpenLoopTally {
   int64_t max_outstanding = 0;
 };
 
-class OpenLoop {
+// Shared-owned: each call's callback holds a reference, so that a callback still returning from the final
+// Unlock never outlives the object Run's thread was waiting on.
+class OpenLoop : public std::enable_shared_from_this<OpenLoop> {
  public:
   OpenLoop(Shared* shared, scored::v1::Scorer::Stub* stub, absl::Time start, ClientStats* stats)
       : shared_(shared), stub_(stub), start_(start), stats_(stats), generator_(shared->Generator(0)) {}
@@ -320,8 +322,9 @@ class OpenLoop {
         tally_.max_outstanding = std::max(tally_.max_outstanding, ++outstanding_);
       }
       const absl::Time sent = absl::Now();
-      stub_->async()->Score(&call->context, &call->request, &call->response,
-                            [this, call](grpc::Status status) { Finish(call, status); });
+      stub_->async()->Score(
+          &call->context, &call->request, &call->response,
+          [self = shared_from_this(), call](grpc::Status status) { self->Finish(call, status); });
       if (started++ == 0) first_sent = sent;
       last_sent = sent;
       tally_.lag_max_ms = std::max(tally_.lag_max_ms, absl::ToDoubleMilliseconds(sent - scheduled));
@@ -386,7 +389,7 @@ class OpenLoop {
 
 OpenLoopTally RunOpenLoop(Shared* shared, scored::v1::Scorer::Stub* stub, absl::Time start,
                           ClientStats* stats) {
-  return OpenLoop(shared, stub, start, stats).Run();
+  return std::make_shared<OpenLoop>(shared, stub, start, stats)->Run();
 }
 
 // One client's ScoreStream calls: a writer thread keeps up to `inflight` requests outstanding, the
