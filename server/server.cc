@@ -292,6 +292,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   config.limits = limits;
   config.stream_window = options.stream_window;
   config.model_info = BuildModelInfo(info, limits, server->tokenizer_.get());
+  config.model_info.set_model_path(options.engine.model_dir);
   if (info.reference != nullptr) {
     // The reference's own limits and tokenizer files (their bytes may differ from the model's).
     ScoreLimits reference_limits = limits;
@@ -299,6 +300,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     reference_limits.vocab_size = info.reference->vocab_size;
     *config.model_info.mutable_reference() =
         BuildModelInfo(*info.reference, reference_limits, reference_tokenizer.get());
+    config.model_info.mutable_reference()->set_model_path(options.engine.reference_model_dir);
   }
   server->service_ = std::make_unique<ScorerService>(std::move(config));
   return server;

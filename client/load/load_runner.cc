@@ -58,12 +58,11 @@ class Shared {
 
   void Prepare(grpc::ClientContext* context, absl::Time deadline) const {
     if (deadline != absl::InfiniteFuture()) context->set_deadline(absl::ToChronoTime(deadline));
-    if (!options_.bearer_token.empty()) {
-      context->AddMetadata("authorization", absl::StrCat("Bearer ", options_.bearer_token));
-    }
+    client::AddAuthorization(options_.security.bearer_token, context);
   }
 
   const LoadOptions& options() const { return options_; }
+  absl::Time send_until() const { return send_until_; }
 
  private:
   const LoadOptions& options_;
@@ -278,6 +277,119 @@ void RunUnaryClient(int client, Shared* shared, scored::v1::Scorer::Stub* stub, 
       break;
     }
   }
+}
+
+// Open loop: one scheduler thread starts request i at start + i / rate through the callback API; each call's
+// callback records it with the latency from its scheduled start. The tally is guarded by a mutex (callbacks
+// run on gRPC's threads).
+struct OpenLoopTally {
+  double rate_achieved = 0.0;
+  double lag_max_ms = 0.0;
+  int64_t max_outstanding = 0;
+};
+
+// Shared-owned: each call's callback holds a reference, so that a callback still returning from the final
+// Unlock never outlives the object Run's thread was waiting on.
+class OpenLoop : public std::enable_shared_from_this<OpenLoop> {
+ public:
+  OpenLoop(Shared* shared, scored::v1::Scorer::Stub* stub, absl::Time start, ClientStats* stats)
+      : shared_(shared), stub_(stub), start_(start), stats_(stats), generator_(shared->Generator(0)) {}
+
+  OpenLoopTally Run() {
+    const LoadOptions& options = shared_->options();
+    absl::Time first_sent = absl::InfinitePast(), last_sent = absl::InfinitePast();
+    int64_t started = 0;
+    std::vector<int32_t> ids;
+    for (int64_t i = 0;; ++i) {
+      // i / rate in double: no rounding of a per-request interval accumulates over a long run.
+      const absl::Time scheduled = start_ + absl::Seconds(static_cast<double>(i) / options.rate);
+      // Wait for the slot in short slices so that `stop` and an UNAVAILABLE end the wait early.
+      for (absl::Time now = absl::Now(); now < scheduled && !Stopping(); now = absl::Now()) {
+        absl::SleepFor(std::min(scheduled - now, absl::Milliseconds(50)));
+      }
+      if (Stopping() || scheduled >= shared_->send_until()) break;
+      if (options.num_requests > 0 && !shared_->TakeTicket()) break;
+      generator_.Next(&ids);
+      auto* call = new Call;
+      call->scheduled = scheduled;
+      call->tokens = static_cast<int64_t>(ids.size());
+      call->request =
+          BuildRequest(RequestKind::kNormal, static_cast<uint64_t>(i), ids, shared_->vocab_size());
+      shared_->Prepare(&call->context, options.deadline > absl::ZeroDuration() ? scheduled + options.deadline
+                                                                               : absl::InfiniteFuture());
+      {
+        absl::MutexLock lock(&mu_);
+        tally_.max_outstanding = std::max(tally_.max_outstanding, ++outstanding_);
+      }
+      const absl::Time sent = absl::Now();
+      stub_->async()->Score(
+          &call->context, &call->request, &call->response,
+          [self = shared_from_this(), call](grpc::Status status) { self->Finish(call, status); });
+      if (started++ == 0) first_sent = sent;
+      last_sent = sent;
+      tally_.lag_max_ms = std::max(tally_.lag_max_ms, absl::ToDoubleMilliseconds(sent - scheduled));
+    }
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int64_t* outstanding) { return *outstanding == 0; }, &outstanding_));
+    if (started >= 2 && last_sent > first_sent) {
+      tally_.rate_achieved = static_cast<double>(started - 1) / absl::ToDoubleSeconds(last_sent - first_sent);
+    }
+    return tally_;
+  }
+
+ private:
+  struct Call {
+    absl::Time scheduled;
+    int64_t tokens = 0;
+    grpc::ClientContext context;
+    scored::v1::ScoreRequest request;
+    scored::v1::ScoreResponse response;
+  };
+
+  bool Stopping() const {
+    const std::atomic<bool>* stop = shared_->options().stop;
+    return unavailable_.load() || (stop != nullptr && stop->load());
+  }
+
+  void Finish(Call* call, const grpc::Status& status) {
+    RequestRecord record;
+    record.start = call->scheduled;
+    record.end = absl::Now();
+    record.tokens = call->tokens;
+    record.kind = RequestKind::kNormal;
+    record.code = FromGrpcCode(status.error_code());
+    std::string message = status.error_message();
+    if (status.ok()) {
+      const absl::Status shape = CheckResponse(call->response, call->tokens);
+      record.code = shape.code();
+      message = std::string(shape.message());
+    }
+    delete call;
+    const LoadOptions& options = shared_->options();
+    if (record.code == absl::StatusCode::kUnavailable && options.stop_on_unavailable) {
+      unavailable_.store(true);
+    }
+    absl::MutexLock lock(&mu_);
+    stats_->Add(record, message, options.record_requests);
+    if (unavailable_.load()) stats_->stopped_unavailable = true;
+    --outstanding_;
+  }
+
+  Shared* const shared_;
+  scored::v1::Scorer::Stub* const stub_;
+  const absl::Time start_;
+  ClientStats* const stats_;
+  RequestGenerator generator_;
+  std::atomic<bool> unavailable_{false};
+  OpenLoopTally tally_;  // max_outstanding under mu_; the rest by Run's thread
+  absl::Mutex mu_;
+  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+OpenLoopTally RunOpenLoop(Shared* shared, scored::v1::Scorer::Stub* stub, absl::Time start,
+                          ClientStats* stats) {
+  return std::make_shared<OpenLoop>(shared, stub, start, stats)->Run();
 }
 
 // One client's ScoreStream calls: a writer thread keeps up to `inflight` requests outstanding, the
@@ -528,6 +640,17 @@ absl::Status ValidateLoadOptions(const LoadOptions& options) {
   if (options.cancel_fraction + options.malformed_fraction > 1.0) {
     return absl::InvalidArgumentError("cancel_fraction + malformed_fraction must be <= 1");
   }
+  if (!(options.rate >= 0.0) || !std::isfinite(options.rate)) {
+    return absl::InvalidArgumentError(absl::StrCat("rate must be >= 0, got ", options.rate));
+  }
+  if (options.rate > 0.0) {
+    if (options.mode != Mode::kUnary) return absl::InvalidArgumentError("rate (open loop) needs unary mode");
+    if (options.cancel_fraction > 0.0 || options.malformed_fraction > 0.0) {
+      return absl::InvalidArgumentError(
+          "rate (open loop) sends normal requests only: cancel_fraction and "
+          "malformed_fraction must be 0");
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -539,10 +662,15 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
+      grpc::CreateCustomChannel(options.server, client::ChannelCredentials(options.security), args);
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
-    return absl::UnavailableError(absl::StrCat("cannot connect to scored at ", options.server, " within ",
-                                               absl::FormatDuration(options.connect_timeout)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to scored at ", options.server, " within ",
+                     absl::FormatDuration(options.connect_timeout),
+                     options.security.tls
+                         ? " (is the server running there, speaking TLS with a certificate --tls_ca trusts, "
+                           "and accepting this client's certificate?)"
+                         : " (is the server running and listening there?)"));
   }
   std::unique_ptr<scored::v1::Scorer::Stub> stub = scored::v1::Scorer::NewStub(channel);
 
@@ -550,9 +678,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
   {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + options.connect_timeout));
-    if (!options.bearer_token.empty()) {
-      context.AddMetadata("authorization", absl::StrCat("Bearer ", options.bearer_token));
-    }
+    client::AddAuthorization(options.security.bearer_token, &context);
     const grpc::Status status = stub->GetModelInfo(&context, scored::v1::GetModelInfoRequest(), &info);
     if (!status.ok()) {
       return absl::Status(FromGrpcCode(status.error_code()),
@@ -588,12 +714,20 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
   result.vocab_size = info.vocab_size();
   result.max_seq_len = info.max_seq_len();
 
+  result.rate = options.rate;
   const absl::Time start = absl::Now();
   Shared shared(options, info.vocab_size(), info.bos_id(), start);
-  std::vector<ClientStats> stats(static_cast<size_t>(options.concurrency));
+  std::vector<ClientStats> stats(static_cast<size_t>(options.rate > 0.0 ? 1 : options.concurrency));
   std::vector<std::thread> threads;
   threads.reserve(stats.size());
-  for (int c = 0; c < options.concurrency; ++c) {
+  if (options.rate > 0.0) {
+    result.concurrency = 0;
+    const OpenLoopTally tally = RunOpenLoop(&shared, stub.get(), start, &stats[0]);
+    result.rate_achieved = tally.rate_achieved;
+    result.schedule_lag_max_ms = tally.lag_max_ms;
+    result.max_outstanding = tally.max_outstanding;
+  }
+  for (int c = 0; c < options.concurrency && options.rate <= 0.0; ++c) {
     ClientStats* s = &stats[static_cast<size_t>(c)];
     if (options.mode == Mode::kUnary) {
       threads.emplace_back(RunUnaryClient, c, &shared, stub.get(), channel.get(), s);

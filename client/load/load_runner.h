@@ -30,6 +30,15 @@
 // Each outcome is one of ok, cancelled (expected), refused (INVALID_ARGUMENT for a malformed request,
 // expected) or unexpected (any other code, a malformed request answered OK, a normal request failing).
 //
+// Open loop (`rate` > 0, unary mode): request i is started at start + i / rate on a fixed schedule, through
+// the asynchronous stub, whether or not earlier ones have finished (no client count: `concurrency` is not
+// used), until `duration` has passed or `num_requests` were started. A request's latency runs from its
+// scheduled start, not from when it was actually sent, so a client that falls behind its schedule (or a
+// server whose queue grows) shows up in the latencies rather than hiding as fewer requests (coordinated
+// omission). The result reports the rate achieved: (started - 1) / (last start - first start), with the
+// largest lag of an actual start behind its scheduled time. Open-loop runs send normal requests only
+// (cancel_fraction and malformed_fraction must be 0).
+//
 // Graceful on server shutdown: an UNAVAILABLE outcome (the server is draining, or the connection is
 // refused) is counted, and with `stop_on_unavailable` that client sends nothing more; its requests
 // still in flight are awaited. The run ends when every client has finished.
@@ -52,6 +61,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/connect/security.h"
 #include "client/load/latency.h"
 #include "client/load/length_mix.h"
 #include "client/load/request_gen.h"
@@ -82,7 +92,10 @@ struct LoadOptions {
   absl::Duration deadline = absl::ZeroDuration();
   // Gives up (UNAVAILABLE) when the server does not accept the connection within this.
   absl::Duration connect_timeout = absl::Seconds(10);
-  std::string bearer_token;  // sent as "authorization: Bearer <token>" when set
+  // TLS / mTLS and the bearer token, as client/connect/security.h loads them from the shared flags.
+  client::ClientSecurity security;
+  // > 0: open loop at this many requests per second (above; unary mode only).
+  double rate = 0.0;
   bool stop_on_unavailable = true;
   // Keep one RequestRecord per request in LoadResult::records (tests use it to check ordering
   // around a shutdown).
@@ -130,6 +143,13 @@ struct LoadResult {
   int64_t vocab_size = 0;
   int64_t max_seq_len = 0;
 
+  // Open loop: the rate asked for (0 = closed loop), the rate achieved and the largest lag of an actual
+  // start behind its schedule; the most requests outstanding at once.
+  double rate = 0.0;
+  double rate_achieved = 0.0;
+  double schedule_lag_max_ms = 0.0;
+  int64_t max_outstanding = 0;
+
   // Measured. `wall` runs from the first request to the last outcome.
   absl::Duration wall = absl::ZeroDuration();
   int64_t requests = 0;     // every request sent (or attempted)
@@ -143,7 +163,8 @@ struct LoadResult {
   int64_t tokens_ok = 0;                      // ids sent in OK requests
   double requests_per_s = 0.0;                // requests_ok / wall
   double tokens_per_s = 0.0;                  // tokens_ok / wall
-  LatencySummary latency_ok;                  // OK requests only: send to response, milliseconds
+  LatencySummary latency_ok;                  // OK requests only: send (open loop: scheduled start) to
+                                              // response, milliseconds
   std::map<absl::StatusCode, int64_t> codes;  // every outcome, OK included
   std::map<absl::StatusCode, std::string> first_message;  // first message seen per non-OK code
   int clients_finished = 0;             // clients that returned (== concurrency unless RunLoad failed)

@@ -8,11 +8,13 @@
 // client (CANCELLED expected); with --malformed_fraction F a fraction is malformed on purpose
 // (INVALID_ARGUMENT expected): see load_runner.h. Exit status: 0 when no outcome was unexpected (with both
 // fractions 0: every request succeeded), 3 when some were (the report is still printed), 1 when the run
-// could not start, 2 on bad flags.
+// could not start, 2 on bad flags. With --rate R the load is open loop (load_runner.h): R requests per second
+// on a fixed schedule, latencies from the scheduled starts. TLS and token flags are scored-ppl's.
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -21,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "cli/flags_help.h"
+#include "client/connect/security.h"
 #include "client/load/length_mix.h"
 #include "client/load/load_runner.h"
 #include "client/load/report.h"
@@ -46,7 +49,12 @@ ABSL_FLAG(double, malformed_fraction, 0.0,
           "an out-of-vocabulary id, an empty token list, top_k 65, or raw bytes with invalid UTF-8 text");
 ABSL_FLAG(std::string, json, "", "also write the report as JSON to this file");
 ABSL_FLAG(double, connect_timeout_s, 10.0, "seconds to wait for the server to accept the connection");
-ABSL_FLAG(std::string, auth_token, "", "bearer token, if the server requires one");
+// --auth_token, --auth_token_file, --tls_ca, --tls_cert, --tls_key: client/connect/security.h (the same flags
+// as scored-ppl's).
+ABSL_FLAG(double, rate, 0.0,
+          "open loop: start this many requests per second on a fixed schedule whatever the completions "
+          "(unary mode; --concurrency unused), latency measured from each request's scheduled start; the "
+          "report gives the rate achieved (0 = closed loop: --concurrency clients)");
 ABSL_FLAG(bool, stop_on_unavailable, true,
           "a client that gets UNAVAILABLE (server draining or gone) stops sending");
 
@@ -55,7 +63,8 @@ namespace {
 constexpr char kUsage[] =
     "scored-load --server host:port [--mode unary|stream] [--concurrency N] [--inflight M]\n"
     "            (--duration S | --requests N) [--lengths 64:0.5,512:0.5] [--seed S] [--json OUT]\n"
-    "            [--cancel_fraction F] [--malformed_fraction F]\n"
+    "            [--cancel_fraction F] [--malformed_fraction F] [--rate R]\n"
+    "            [--tls_ca CA.pem [--tls_cert C.pem --tls_key K.pem]] [--auth_token_file F]\n"
     "Drives a scored server with random-token Score requests and reports throughput, latency\n"
     "percentiles, outcomes (ok, cancelled, refused as expected, unexpected) and gRPC status codes.\n"
     "Exit 0: no unexpected outcome; 3: some; 1: could not start; 2: bad flags.";
@@ -63,8 +72,9 @@ constexpr char kUsage[] =
 // --help's sections (cli/flags_help.h); a flag left out still shows, under "Other flags".
 const std::vector<scored::cli::FlagGroup>& HelpGroups() {
   static const auto* const groups = new std::vector<scored::cli::FlagGroup>{
-      {"Server connection", {"server", "connect_timeout_s", "auth_token", "stop_on_unavailable"}},
-      {"Load shape", {"mode", "concurrency", "inflight", "duration", "requests", "deadline_ms"}},
+      {"Server connection", {"server", "connect_timeout_s", "stop_on_unavailable"}},
+      {"TLS and authentication", {"tls_ca", "tls_cert", "tls_key", "auth_token", "auth_token_file"}},
+      {"Load shape", {"mode", "concurrency", "inflight", "rate", "duration", "requests", "deadline_ms"}},
       {"Request contents", {"lengths", "seed", "cancel_fraction", "malformed_fraction"}},
       {"Output", {"json"}},
   };
@@ -100,7 +110,11 @@ absl::StatusOr<scored::load::LoadOptions> OptionsFromFlags() {
   const double connect_timeout = absl::GetFlag(FLAGS_connect_timeout_s);
   if (!(connect_timeout > 0.0)) return absl::InvalidArgumentError("--connect_timeout_s must be > 0");
   o.connect_timeout = absl::Seconds(connect_timeout);
-  o.bearer_token = absl::GetFlag(FLAGS_auth_token);
+  absl::StatusOr<scored::client::ClientSecurity> security =
+      scored::client::LoadSecurity(scored::client::SecurityFlagsFromCommandLine());
+  if (!security.ok()) return security.status();
+  o.security = *std::move(security);
+  o.rate = absl::GetFlag(FLAGS_rate);
   o.stop_on_unavailable = absl::GetFlag(FLAGS_stop_on_unavailable);
   o.cancel_fraction = absl::GetFlag(FLAGS_cancel_fraction);
   o.malformed_fraction = absl::GetFlag(FLAGS_malformed_fraction);

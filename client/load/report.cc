@@ -9,12 +9,22 @@ namespace load {
 
 std::string FormatTable(const LoadResult& r) {
   std::string out;
-  absl::StrAppendFormat(&out, "scored-load  %s  %s, %d %s%s, lengths %s, seed %d\n", r.server,
-                        ModeName(r.mode), r.concurrency, r.mode == Mode::kUnary ? "clients" : "streams",
-                        r.mode == Mode::kStream ? absl::StrCat(" x ", r.inflight, " in flight") : "",
-                        r.lengths, r.seed);
+  const std::string shape =
+      r.rate > 0.0
+          ? absl::StrFormat("open loop at %g req/s", r.rate)
+          : absl::StrCat(r.concurrency, r.mode == Mode::kUnary ? " clients" : " streams",
+                         r.mode == Mode::kStream ? absl::StrCat(" x ", r.inflight, " in flight") : "");
+  absl::StrAppendFormat(&out, "scored-load  %s  %s, %s, lengths %s, seed %d\n", r.server, ModeName(r.mode),
+                        shape, r.lengths, r.seed);
   absl::StrAppendFormat(&out, "model        %s %s (%s), vocab %d, max_seq_len %d\n", r.model_architecture,
                         r.model_format, r.backend, r.vocab_size, r.max_seq_len);
+  if (r.rate > 0.0) {
+    absl::StrAppendFormat(
+        &out,
+        "open loop    %.2f req/s asked, %.2f achieved (start lag max %.2f ms, %d outstanding "
+        "max); latency from the scheduled start\n",
+        r.rate, r.rate_achieved, r.schedule_lag_max_ms, r.max_outstanding);
+  }
   absl::StrAppendFormat(&out, "wall         %.2f s\n", absl::ToDoubleSeconds(r.wall));
   absl::StrAppendFormat(&out, "requests     %d sent, %d ok, %d failed  %.1f req/s\n", r.requests,
                         r.requests_ok, r.errors(), r.requests_per_s);
@@ -56,6 +66,12 @@ nlohmann::json ToJson(const LoadResult& r) {
                 {"backend", r.backend},
                 {"vocab_size", r.vocab_size},
                 {"max_seq_len", r.max_seq_len}};
+  if (r.rate > 0.0) {
+    j["open_loop"] = {{"rate", r.rate},
+                      {"rate_achieved", r.rate_achieved},
+                      {"schedule_lag_max_ms", r.schedule_lag_max_ms},
+                      {"max_outstanding", r.max_outstanding}};
+  }
   j["wall_s"] = absl::ToDoubleSeconds(r.wall);
   j["requests"] = r.requests;
   j["requests_ok"] = r.requests_ok;

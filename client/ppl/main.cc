@@ -3,6 +3,7 @@
 //
 //   scored-ppl --server 127.0.0.1:50051 --data wiki.test.raw --method exl3 --ctx 2048 --stride 512
 //   scored-ppl ... --journal run.journal   # rerun the same command after a crash to resume
+//   scored-ppl compare --csv table.csv a.json b.json  # a markdown table (and CSV) across --json reports
 //   scored-ppl ... --tls_ca ca.pem --tls_cert client.pem --tls_key client.key --auth_token_file token
 //
 // Prints the report to stdout (and as JSON to --json FILE). Exit status 0 on success, 1 on any error
@@ -12,9 +13,7 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,12 +23,13 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/flags_help.h"
+#include "client/connect/security.h"
+#include "client/ppl/compare.h"
 #include "client/ppl/report.h"
 #include "client/ppl/run.h"
 
@@ -57,18 +57,15 @@ ABSL_FLAG(int64_t, max_windows, 0, "score only the first N windows (0 = all)");
 ABSL_FLAG(int32_t, inflight, 16,
           "ScoreStream requests kept outstanding (enough to keep the server's batcher full)");
 ABSL_FLAG(std::string, json, "", "also write the report as JSON to this file");
+ABSL_FLAG(std::string, label, "",
+          "the report's name for this run, e.g. in `scored-ppl compare` tables (default: the name of the "
+          "model folder the server loaded)");
 ABSL_FLAG(std::string, tokenizer, "",
           "tokenize locally with the tokenizer files in this folder (default: the server's Tokenize RPC)");
 ABSL_FLAG(bool, quiet, false, "no progress line");
 ABSL_FLAG(bool, progress, false, "draw the progress line even when stderr is not a terminal");
 ABSL_FLAG(double, connect_timeout_s, 10.0, "seconds to wait for the server to accept the connection");
-ABSL_FLAG(std::string, auth_token, "", "bearer token, if the server requires one");
-ABSL_FLAG(std::string, auth_token_file, "",
-          "file holding the bearer token (surrounding whitespace ignored); sent as authorization: Bearer");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA bundle that signed the server's certificate: connect over TLS (default: plaintext)");
-ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate chain for mTLS (with --tls_key; implies TLS)");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+// --auth_token, --auth_token_file, --tls_ca, --tls_cert, --tls_key: client/connect/security.h.
 ABSL_FLAG(std::string, journal, "",
           "append every finished window to this file and, when it already holds windows of the same run "
           "(method, params, data file, model, tokenizer), skip them: an interrupted run resumes and reports "
@@ -91,6 +88,8 @@ namespace {
 constexpr char kUsage[] =
     "perplexity of the model served by scored.\n"
     "  scored-ppl --server HOST:PORT --data wiki.test.raw --method exl3 [--ctx 2048 --stride 512]\n"
+    "  scored-ppl compare [--csv OUT] [--force] REPORT.json...   (a table across --json reports; compare\n"
+    "    --help says more)\n"
     "Exit status: 0 done, 1 an error (on stderr), 2 a bad command line (unknown flag, bad value, a\n"
     "positional argument: scored-ppl takes only flags; or --kld against a server without a reference\n"
     "model).";
@@ -102,7 +101,7 @@ const std::vector<scored::cli::FlagGroup>& HelpGroups() {
       {"Method", {"method", "ctx", "stride", "max_windows", "kld"}},
       {"Server connection", {"server", "inflight", "connect_timeout_s", "retry_timeout_s"}},
       {"TLS and authentication", {"tls_ca", "tls_cert", "tls_key", "auth_token", "auth_token_file"}},
-      {"Output", {"json", "quiet", "progress"}},
+      {"Output", {"json", "label", "quiet", "progress"}},
       {"Resume", {"journal", "journal_sync_every"}},
   };
   return *groups;
@@ -210,32 +209,21 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
   if (stride < 0) return absl::InvalidArgumentError("--stride must be >= 1");
   if (ctx < 0) return absl::InvalidArgumentError("--ctx must be >= 2");
   o.method.max_windows = absl::GetFlag(FLAGS_max_windows);
+  o.label = absl::GetFlag(FLAGS_label);
   o.inflight = absl::GetFlag(FLAGS_inflight);
   if (o.inflight < 1) return absl::InvalidArgumentError("--inflight must be >= 1");
   o.tokenizer_dir = absl::GetFlag(FLAGS_tokenizer);
   const double timeout = absl::GetFlag(FLAGS_connect_timeout_s);
   if (!(timeout > 0)) return absl::InvalidArgumentError("--connect_timeout_s must be > 0");
   o.connect_timeout = absl::Seconds(timeout);
-  o.bearer_token = absl::GetFlag(FLAGS_auth_token);
-  const std::string token_file = absl::GetFlag(FLAGS_auth_token_file);
-  if (!token_file.empty()) {
-    if (!o.bearer_token.empty()) {
-      return absl::InvalidArgumentError("give --auth_token or --auth_token_file, not both");
-    }
-    std::ifstream in(token_file, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (!in.is_open()) {
-      return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: cannot read ", token_file));
-    }
-    o.bearer_token = std::string(absl::StripAsciiWhitespace(text.str()));
-    if (o.bearer_token.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: ", token_file, " is empty"));
-    }
-  }
-  o.tls_ca_path = absl::GetFlag(FLAGS_tls_ca);
-  o.tls_cert_path = absl::GetFlag(FLAGS_tls_cert);
-  o.tls_key_path = absl::GetFlag(FLAGS_tls_key);
+  const scored::client::SecurityFlags security = scored::client::SecurityFlagsFromCommandLine();
+  absl::StatusOr<std::string> token =
+      scored::client::BearerToken(security.auth_token, security.auth_token_file);
+  if (!token.ok()) return token.status();
+  o.bearer_token = *token;
+  o.tls_ca_path = security.tls_ca;
+  o.tls_cert_path = security.tls_cert;
+  o.tls_key_path = security.tls_key;
   o.journal_path = absl::GetFlag(FLAGS_journal);
   o.journal_sync_every = absl::GetFlag(FLAGS_journal_sync_every);
   if (o.journal_sync_every < 1) return absl::InvalidArgumentError("--journal_sync_every must be >= 1");
@@ -251,6 +239,9 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "compare") {
+    return scored::ppl::CompareCommand(std::vector<std::string>(argv + 2, argv + argc), stdout, stderr);
+  }
   scored::cli::SetUsageConfig("scored-ppl");
   absl::SetProgramUsageMessage(kUsage);
   if (scored::cli::WantsHelp(argc, argv)) {

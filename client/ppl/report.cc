@@ -65,6 +65,7 @@ void FillResults(const Aggregator& agg, Report* report) {
   report->ppl = agg.Ppl();
   report->nll_mean = agg.NllMean();
   report->nll_stderr = agg.NllStderr();
+  report->ppl_stderr = report->ppl * report->nll_stderr;
   report->bits_per_byte = agg.BitsPerByte();
   report->sum_logprob = agg.sum_logprob();
   report->num_scored = agg.num_scored();
@@ -90,9 +91,13 @@ nlohmann::json ReportToJson(const Report& r) {
                          {"num_documents", r.num_documents},
                          {"num_input_tokens", r.num_input_tokens}};
   if (!r.separator.empty()) data["separator"] = r.separator;
+  if (!r.data_sha256.empty()) data["sha256"] = r.data_sha256;
 
   nlohmann::json j;
+  j["label"] = r.label;
+  j["model_path"] = r.model_path;
   j["ppl"] = NumberOrNull(r.ppl);
+  j["ppl_stderr"] = NumberOrNull(r.ppl_stderr);
   j["nll_mean"] = NumberOrNull(r.nll_mean);
   j["nll_stderr"] = NumberOrNull(r.nll_stderr);
   j["bits_per_byte"] = NumberOrNull(r.bits_per_byte);
@@ -128,10 +133,13 @@ std::string ReportToText(const Report& r) {
   if (MethodHasStride(r.method.method)) absl::StrAppend(&method, " stride=", r.method.stride);
   if (r.method.max_windows > 0) absl::StrAppend(&method, " max_windows=", r.method.max_windows);
   std::string out;
+  absl::StrAppendFormat(&out, "label          %s\n", r.label);
+  absl::StrAppendFormat(&out, "model_path     %s\n",
+                        r.model_path.empty() ? "(not given by the server)" : r.model_path);
   absl::StrAppendFormat(&out, "method         %s\n", method);
   absl::StrAppendFormat(&out, "data           %s (%s, %d document(s), %d tokens)\n", r.data_path,
                         r.data_format, r.num_documents, r.num_input_tokens);
-  absl::StrAppendFormat(&out, "ppl            %.6f\n", r.ppl);
+  absl::StrAppendFormat(&out, "ppl            %.6f +- %.6f\n", r.ppl, r.ppl_stderr);
   absl::StrAppendFormat(&out, "nll_mean       %.6f +- %.6f\n", r.nll_mean, r.nll_stderr);
   if (std::isfinite(r.bits_per_byte)) {
     absl::StrAppendFormat(&out, "bits_per_byte  %.6f\n", r.bits_per_byte);

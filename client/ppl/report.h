@@ -1,6 +1,8 @@
 // Aggregation of scored windows into a perplexity report (DESIGN.md §5) and its JSON / text forms.
 //
 //   ppl           = exp(-sum_logprob / num_scored)      (sum_logprob = sum of the windows' double sums)
+//   ppl_stderr    = ppl * nll_stderr: the first-order (delta-method) error of exp(nll_mean), since
+//                   d exp(m) / dm = exp(m); the same convention as llama-perplexity's "PPL = X +/- Y"
 //   nll_mean      = -sum_logprob / num_scored
 //   nll_stderr    = sample standard deviation (n - 1 denominator, as lm-eval's mean_stderr) of the
 //                   per-token NLLs / sqrt(num_scored); 0 when num_scored < 2
@@ -64,6 +66,7 @@ struct Report {
   double ppl = 0.0;
   double nll_mean = 0.0;
   double nll_stderr = 0.0;
+  double ppl_stderr = 0.0;     // ppl * nll_stderr (above)
   double bits_per_byte = 0.0;  // NaN = unknown
   double sum_logprob = 0.0;
   int64_t num_scored = 0;
@@ -79,6 +82,7 @@ struct Report {
   int32_t prefix_id = -1;  // rolling / chunks window prefix (BOS, or EOS without one); -1 if unused
   bool add_bos = false;    // "tokenize with BOS" prepended BOS
   std::string data_path;
+  std::string data_sha256;  // hex SHA-256 of the data file's bytes (what `compare` checks); "" = unknown
   std::string data_format;
   std::string separator;  // text format only
   int64_t num_documents = 0;
@@ -88,7 +92,10 @@ struct Report {
   double wall_seconds = 0.0;
   double score_seconds = 0.0;
   double tokens_per_second = 0.0;
-  // Provenance.
+  // Provenance. label: --label, else the last component of model_path (the folder the server loaded,
+  // from its ModelInfo), else the first 12 hex digits of the model fingerprint (a server too old to say).
+  std::string label;
+  std::string model_path;
   std::string server;
   std::string model_fingerprint;
   std::string tokenizer_fingerprint;
@@ -104,9 +111,9 @@ struct Report {
 // Fills the result fields of `report` from the aggregator.
 void FillResults(const Aggregator& agg, Report* report);
 
-// The report as JSON (stable keys; NaN values become null). A --kld report adds "kld" (KldStatsToJson)
-// with "reference": {"model_fingerprint", "format"} inside it, and top-level "kld_mean" and "ppl_ratio"
-// (PPL(Q)/PPL(R)) for charts.
+// The report as JSON (stable keys; NaN values become null; every number, int64 included, is a JSON number). A
+// --kld report adds "kld" (KldStatsToJson) with "reference": {"model_fingerprint", "format"} inside it, and
+// top-level "kld_mean" and "ppl_ratio" (PPL(Q)/PPL(R)) for charts.
 nlohmann::json ReportToJson(const Report& report);
 // A short human-readable summary (several lines, ending in "\n").
 std::string ReportToText(const Report& report);

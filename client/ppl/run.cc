@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/connect/security.h"
 #include "client/ppl/journal.h"
 #include "client/ppl/kld.h"
 #include "client/ppl/plan.h"
@@ -33,6 +34,26 @@ namespace {
 // Status payload marking a usage error (IsUsageError).
 constexpr char kUsageErrorPayload[] = "type.scored/ppl.UsageError";
 
+// Protobuf's JSON mapping writes 64-bit integers as strings (JavaScript numbers lose precision above 2^53);
+// a report is read by tools that compare and plot numbers, and no ModelInfo count comes near 2^53, so
+// they become JSON numbers here, in `message` and its nested messages.
+void Int64FieldsToNumbers(const google::protobuf::Descriptor& message, nlohmann::json* j) {
+  if (!j->is_object()) return;
+  for (int i = 0; i < message.field_count(); ++i) {
+    const google::protobuf::FieldDescriptor& field = *message.field(i);
+    auto it = j->find(std::string(field.name()));
+    if (it == j->end()) continue;
+    using Cpp = google::protobuf::FieldDescriptor;
+    if (field.cpp_type() == Cpp::CPPTYPE_MESSAGE && !field.is_repeated()) {
+      Int64FieldsToNumbers(*field.message_type(), &*it);
+    } else if (field.cpp_type() == Cpp::CPPTYPE_INT64 && it->is_string()) {
+      *it = std::stoll(it->get<std::string>());
+    } else if (field.cpp_type() == Cpp::CPPTYPE_UINT64 && it->is_string()) {
+      *it = std::stoull(it->get<std::string>());
+    }
+  }
+}
+
 nlohmann::json ModelInfoToJson(const scored::v1::ModelInfo& info) {
   google::protobuf::util::JsonPrintOptions opts;
   opts.preserve_proto_field_names = true;
@@ -40,7 +61,19 @@ nlohmann::json ModelInfoToJson(const scored::v1::ModelInfo& info) {
   std::string text;
   if (!google::protobuf::util::MessageToJsonString(info, &text, opts).ok()) return nlohmann::json();
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  return j.is_discarded() ? nlohmann::json() : j;
+  if (j.is_discarded()) return nlohmann::json();
+  Int64FieldsToNumbers(*scored::v1::ModelInfo::descriptor(), &j);
+  return j;
+}
+
+// The report's default label: the last component of the model folder, else a fingerprint prefix.
+std::string DefaultLabel(const scored::v1::ModelInfo& info) {
+  std::string path = info.model_path();
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.find_last_of('/');
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (!name.empty()) return name;
+  return info.model_fingerprint().substr(0, 12);
 }
 
 // Every id inside the model's vocabulary and every window within the server's limits, checked before
@@ -156,19 +189,6 @@ absl::StatusOr<JournalIdentity> RunIdentity(const RunOptions& options, const Pla
   return id;
 }
 
-absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) return absl::InternalError(absl::StrCat(flag, ": error reading ", path));
-  return text;
-}
-
 }  // namespace
 
 bool IsUsageError(const absl::Status& status) { return status.GetPayload(kUsageErrorPayload).has_value(); }
@@ -192,17 +212,15 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   client_options.address = options.server;
   client_options.connect_timeout = options.connect_timeout;
   client_options.bearer_token = options.bearer_token;
-  if (options.tls_cert_path.empty() != options.tls_key_path.empty()) {
-    return absl::InvalidArgumentError("--tls_cert and --tls_key go together (mTLS client certificate)");
-  }
-  client_options.tls = !options.tls_ca_path.empty() || !options.tls_cert_path.empty();
-  if (!options.tls_ca_path.empty()) {
-    SCORED_ASSIGN_OR_RETURN(client_options.tls_root_certs_pem, ReadPem(options.tls_ca_path, "--tls_ca"));
-  }
-  if (!options.tls_cert_path.empty()) {
-    SCORED_ASSIGN_OR_RETURN(client_options.tls_cert_chain_pem, ReadPem(options.tls_cert_path, "--tls_cert"));
-    SCORED_ASSIGN_OR_RETURN(client_options.tls_private_key_pem, ReadPem(options.tls_key_path, "--tls_key"));
-  }
+  client::SecurityFlags security_flags;
+  security_flags.tls_ca = options.tls_ca_path;
+  security_flags.tls_cert = options.tls_cert_path;
+  security_flags.tls_key = options.tls_key_path;
+  SCORED_ASSIGN_OR_RETURN(const client::ClientSecurity security, client::LoadSecurity(security_flags));
+  client_options.tls = security.tls;
+  client_options.tls_root_certs_pem = security.root_certs_pem;
+  client_options.tls_cert_chain_pem = security.cert_chain_pem;
+  client_options.tls_private_key_pem = security.private_key_pem;
   SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ScorerClient> client, ScorerClient::Connect(client_options));
   SCORED_ASSIGN_OR_RETURN(scored::v1::ModelInfo info, client->GetModelInfo());
   if (info.vocab_size() <= 0) {
@@ -400,6 +418,7 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   report.prefix_id = plan.prefix_id;
   report.add_bos = plan.add_bos;
   report.data_path = options.data_path;
+  SCORED_ASSIGN_OR_RETURN(report.data_sha256, FileSha256(options.data_path));
   report.data_format = FormatName(options.format);
   if (options.format == Format::kText) report.separator = options.separator;
   report.num_documents = plan.num_documents;
@@ -408,6 +427,8 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   report.score_seconds = absl::ToDoubleSeconds(end - score_start);
   report.tokens_per_second =
       report.score_seconds > 0 ? static_cast<double>(tokens_done) / report.score_seconds : 0.0;
+  report.label = options.label.empty() ? DefaultLabel(info) : options.label;
+  report.model_path = info.model_path();
   report.server = options.server;
   report.model_fingerprint = info.model_fingerprint();
   report.tokenizer_fingerprint = setup.fingerprint;

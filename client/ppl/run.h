@@ -55,6 +55,7 @@ struct RunOptions {
   std::string separator;            // text format: document separator ("" = whole file)
   std::string text_field = "text";  // jsonl
   MethodParams method;
+  std::string label;                  // the report's label ("" = the model folder's name, report.h)
   int inflight = 16;                  // ScoreStream requests outstanding
   std::string tokenizer_dir;          // "" = tokenize through the server's Tokenize RPC
   bool progress = false;              // draw the progress line on `progress_out`

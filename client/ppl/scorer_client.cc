@@ -7,6 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/connect/security.h"
 #include "grpcpp/grpcpp.h"
 
 namespace scored {
@@ -64,14 +65,12 @@ absl::StatusOr<std::unique_ptr<ScorerClient>> ScorerClient::Connect(const Scorer
   // Tokenize responses of a whole dataset and long windows exceed gRPC's 4 MiB default.
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (options.tls) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = options.tls_root_certs_pem;
-    ssl.pem_cert_chain = options.tls_cert_chain_pem;
-    ssl.pem_private_key = options.tls_private_key_pem;
-    credentials = grpc::SslCredentials(ssl);
-  }
+  client::ClientSecurity security;
+  security.tls = options.tls;
+  security.root_certs_pem = options.tls_root_certs_pem;
+  security.cert_chain_pem = options.tls_cert_chain_pem;
+  security.private_key_pem = options.tls_private_key_pem;
+  std::shared_ptr<grpc::ChannelCredentials> credentials = client::ChannelCredentials(security);
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options.address, credentials, args);
   if (!channel->WaitForConnected(DeadlineAfter(options.connect_timeout))) {
     return absl::UnavailableError(absl::StrCat(
@@ -86,9 +85,7 @@ absl::StatusOr<std::unique_ptr<ScorerClient>> ScorerClient::Connect(const Scorer
 
 void ScorerClient::Prepare(grpc::ClientContext* context, bool with_deadline) const {
   if (with_deadline) context->set_deadline(DeadlineAfter(options_.rpc_timeout));
-  if (!options_.bearer_token.empty()) {
-    context->AddMetadata("authorization", absl::StrCat("Bearer ", options_.bearer_token));
-  }
+  client::AddAuthorization(options_.bearer_token, context);
 }
 
 absl::StatusOr<scored::v1::ModelInfo> ScorerClient::GetModelInfo() {

@@ -298,7 +298,7 @@ TEST_F(PplE2eTest, BinaryWikiTextChunks) {
   EXPECT_EQ(r["model_fingerprint"].get<std::string>().size(), 64u);
   EXPECT_EQ(r["tokenizer_fingerprint"].get<std::string>().size(), 64u);
   EXPECT_EQ(r["tokenizer_source"], "server");
-  EXPECT_EQ(r["model_info"]["vocab_size"], "512");  // int64 fields are strings in proto3 JSON
+  EXPECT_EQ(r["model_info"]["vocab_size"], 512);  // int64 fields are JSON numbers, not proto3 JSON strings
   std::printf("[ measured ] chunks ctx 512 on the CPU backend: %.0f tokens/s, %.1f s wall\n",
               r["tokens_per_second"].get<double>(), r["wall_seconds"].get<double>());
 }

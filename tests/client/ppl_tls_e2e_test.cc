@@ -6,14 +6,13 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/client/test_certs.h"
 #include "tests/server/scored_process.h"
 
 namespace scored {
@@ -22,41 +21,8 @@ namespace {
 
 constexpr char kToken[] = "ppl-tls-test-token-0123456789abcdef";
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
-
-bool HaveOpenssl() { return std::system("openssl version > /dev/null 2>&1") == 0; }
-
-// CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA.
-bool MakeCerts(const std::string& dir, std::string* log) {
-  const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-  const std::string script = absl::StrCat(
-      "set -e; cd '", dir, "'\n", "openssl req -x509 ", ec,
-      " -keyout ca.key -out ca.pem -days 30 -subj '/CN=scored-ppl test CA' ",
-      "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign\n",
-      "openssl req -new ", ec, " -keyout server.key -out server.csr -subj '/CN=localhost'\n",
-      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n",
-      "extendedKeyUsage=serverAuth\\n' > server.ext\n",
-      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -set_serial 2 -days 30 ",
-      "-extfile server.ext -out server.pem\n", "openssl req -new ", ec,
-      " -keyout client.key -out client.csr -subj '/CN=scored-ppl test client'\n",
-      "printf 'basicConstraints=CA:FALSE\\nextendedKeyUsage=clientAuth\\n' > client.ext\n",
-      "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -set_serial 3 -days 30 ",
-      "-extfile client.ext -out client.pem\n");
-  WriteText(dir + "/make.sh", script);
-  const int rc = std::system(absl::StrCat("bash '", dir, "/make.sh' > '", dir, "/make.log' 2>&1").c_str());
-  if (rc != 0) *log = ReadText(dir + "/make.log");
-  return rc == 0;
-}
+using testing::HaveOpenssl;
+using testing::ReadTextFile;
 
 // Runs scored-ppl with `flags`; returns its exit code (stderr in `err_path`).
 int RunPpl(const std::string& flags, const std::string& err_path) {
@@ -74,8 +40,8 @@ TEST(PplTlsE2eTest, MutualTlsWithTokenScoresAndRefusesWithoutCredentials) {
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   std::string log;
-  ASSERT_TRUE(MakeCerts(dir, &log)) << log;
-  WriteText(dir + "/token", std::string(kToken) + "\n");
+  ASSERT_TRUE(testing::MakeTestCerts(dir, &log)) << log;
+  testing::WriteTextFile(dir + "/token", std::string(kToken) + "\n");
 
   testing::ScoredProcessOptions options;
   options.args = {"--model=" + testing::StoriesModelDir(), "--backend=cpu",
@@ -94,26 +60,26 @@ TEST(PplTlsE2eTest, MutualTlsWithTokenScoresAndRefusesWithoutCredentials) {
       RunPpl(server + tls + " --auth_token_file " + dir + "/token --connect_timeout_s 60 --json " + json_path,
              err),
       0)
-      << ReadText(err);
-  const nlohmann::json report = nlohmann::json::parse(ReadText(json_path));
+      << ReadTextFile(err);
+  const nlohmann::json report = nlohmann::json::parse(ReadTextFile(json_path));
   EXPECT_EQ(report["num_windows"].get<int64_t>(), 20);
   EXPECT_EQ(report["num_scored"].get<int64_t>(), 20 * 511);
   EXPECT_GT(report["ppl"].get<double>(), 1.0);
 
   // No token: the server refuses the first call.
   EXPECT_EQ(RunPpl(server + tls + " --connect_timeout_s 10", err), 1);
-  EXPECT_NE(ReadText(err).find("UNAUTHENTICATED"), std::string::npos) << ReadText(err);
+  EXPECT_NE(ReadTextFile(err).find("UNAUTHENTICATED"), std::string::npos) << ReadTextFile(err);
 
   // No client certificate: the TLS handshake fails, so the channel never connects.
   EXPECT_EQ(RunPpl(server + " --tls_ca " + dir + "/ca.pem --auth_token_file " + dir +
                        "/token --connect_timeout_s 2",
                    err),
             1);
-  EXPECT_NE(ReadText(err).find("cannot connect"), std::string::npos) << ReadText(err);
+  EXPECT_NE(ReadTextFile(err).find("cannot connect"), std::string::npos) << ReadTextFile(err);
 
   // Plaintext against the TLS listener: never connects either.
   EXPECT_EQ(RunPpl(server + " --auth_token_file " + dir + "/token --connect_timeout_s 2", err), 1);
-  EXPECT_NE(ReadText(err).find("cannot connect"), std::string::npos) << ReadText(err);
+  EXPECT_NE(ReadTextFile(err).find("cannot connect"), std::string::npos) << ReadTextFile(err);
 
   std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
 }

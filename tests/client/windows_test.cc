@@ -394,7 +394,10 @@ TEST(ReportTest, FixedNllVector) {
                           "model_fingerprint", "tokenizer_fingerprint"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
-  EXPECT_NE(ReportToText(report).find("ppl            12.182494"), std::string::npos);
+  // PPL's error is first order in the NLL's: ppl * nll_stderr.
+  EXPECT_NEAR(j["ppl_stderr"].get<double>(), 12.182493960703473 * 0.6454972243679028, 1e-11);
+  EXPECT_NE(ReportToText(report).find("ppl            12.182494 +- 7.863766"), std::string::npos)
+      << ReportToText(report);
 }
 
 // Unknown byte counts make bits-per-byte unknown (JSON null); one token has no stderr.

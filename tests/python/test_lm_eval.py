@@ -69,9 +69,10 @@ def run_lm_eval(tmp_path, daemon, tasks, model_args=""):
 
 
 def encode_pair(client, context, continuation):
-    """lm-eval's causal convention: encode the whole, split at the context's length."""
-    whole, _ = client.tokenize(context + continuation, add_bos=False)
-    ctx, _ = client.tokenize(context, add_bos=False)
+    """lm-eval's causal convention: encode the whole, split at the context's length; both with the
+    tokenizer's default BOS, as lm-eval's HF backend at its defaults."""
+    whole, _ = client.tokenize(context + continuation)
+    ctx, _ = client.tokenize(context)
     return ctx, whole[len(ctx):]
 
 
@@ -97,7 +98,8 @@ def test_rolling_task_equals_direct_scores(tmp_path, daemon, client, golden, max
     data = tmp_path / "stories.jsonl"
     data.write_text("".join(json.dumps({"text": s["text"]}) + "\n" for s in stories))
     (tmp_path / "rolling.yaml").write_text(ROLLING_TASK.format(data=data))
-    extra = f",max_length={max_length}" if max_length else ""
+    # Without BOS (add_bos_token=false, as HF's override): the stories' goldens are [BOS] + story windows.
+    extra = ",add_bos_token=false" + (f",max_length={max_length}" if max_length else "")
     samples = run_lm_eval(tmp_path, daemon, "scored_story_rolling", extra)["scored_story_rolling"]
     assert len(samples) == len(stories)
     for s in samples:

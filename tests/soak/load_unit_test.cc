@@ -1,6 +1,7 @@
 // Unit tests of scored-load's pure parts: length-mix parsing and sampling, the request-kind mix,
 // percentile math, the report.
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -302,6 +303,49 @@ TEST(LoadOptionsTest, Validation) {
   EXPECT_EQ(*ParseMode("unary"), Mode::kUnary);
   EXPECT_EQ(*ParseMode("stream"), Mode::kStream);
   EXPECT_FALSE(ParseMode("batch").ok());
+}
+
+// Open loop (--rate): unary mode with normal requests only, a finite rate >= 0.
+TEST(LoadOptionsTest, OpenLoopValidation) {
+  LoadOptions o;
+  o.lengths = *ParseLengthMix("64:1");
+  o.num_requests = 10;
+  o.rate = 25.0;
+  EXPECT_TRUE(ValidateLoadOptions(o).ok());
+  LoadOptions stream = o;
+  stream.mode = Mode::kStream;
+  EXPECT_THAT(ValidateLoadOptions(stream).ToString(), HasSubstr("needs unary mode"));
+  LoadOptions cancel = o;
+  cancel.cancel_fraction = 0.1;
+  EXPECT_THAT(ValidateLoadOptions(cancel).ToString(), HasSubstr("normal requests only"));
+  LoadOptions malformed = o;
+  malformed.malformed_fraction = 0.1;
+  EXPECT_THAT(ValidateLoadOptions(malformed).ToString(), HasSubstr("normal requests only"));
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    LoadOptions r = o;
+    r.rate = bad;
+    EXPECT_THAT(ValidateLoadOptions(r).ToString(), HasSubstr("rate must be >= 0")) << bad;
+  }
+}
+
+TEST(ReportTest, OpenLoopLineAndJson) {
+  LoadResult r;
+  r.lengths = "16:1";
+  r.rate = 50.0;
+  r.rate_achieved = 49.5;
+  r.schedule_lag_max_ms = 1.25;
+  r.max_outstanding = 3;
+  const std::string table = FormatTable(r);
+  EXPECT_THAT(table, HasSubstr("unary, open loop at 50 req/s, lengths 16:1"));
+  EXPECT_THAT(table, HasSubstr("open loop    50.00 req/s asked, 49.50 achieved (start lag max 1.25 ms, 3 "
+                               "outstanding max); latency from the scheduled start\n"));
+  const nlohmann::json j = ToJson(r);
+  EXPECT_DOUBLE_EQ(j["open_loop"]["rate"].get<double>(), 50.0);
+  EXPECT_DOUBLE_EQ(j["open_loop"]["rate_achieved"].get<double>(), 49.5);
+  EXPECT_DOUBLE_EQ(j["open_loop"]["schedule_lag_max_ms"].get<double>(), 1.25);
+  EXPECT_EQ(j["open_loop"]["max_outstanding"].get<int64_t>(), 3);
+  r.rate = 0.0;
+  EXPECT_FALSE(ToJson(r).contains("open_loop"));
 }
 
 TEST(LoadOptionsTest, NoServerMeansUnavailableNotAHang) {

@@ -2,10 +2,22 @@
 
     python -m scored_client.lm_eval_cli run --model scored --model_args server=127.0.0.1:50051 --tasks ...
 
-Conventions follow lm-eval's HF causal LM: contexts are tokenized without BOS (add_bos=True to change it);
-an empty context is replaced by the prefix token (BOS, or EOS where there is no BOS); sequences longer than
-max_length keep their last max_length + 1 tokens; loglikelihood_rolling uses lm-eval's own disjoint rolling
-windows (get_rolling_token_windows with context_len 1). Requests run concurrently over one ScoreStream.
+Conventions are those of the installed lm-eval's HF causal LM backend (lm_eval/models/huggingface.py), so that
+the same task gives the same numbers at the same settings:
+
+- Tokenization (tok_encode) follows HF's add_bos_token: unset (the default) uses the tokenizer's own default
+  (the server's ModelInfo.add_bos_by_default: BOS for Llama tokenizers), True / False force BOS on / off;
+  an explicit add_special_tokens=False (lm-eval passes it for a continuation with an empty context) never
+  adds one. So contexts, whole strings and rolling documents are tokenized as HF tokenizes them, BOS included.
+- An empty context is replaced by prefix_token_id (BOS, else EOS; or the prefix_token_id model arg).
+- A (context, continuation) pair keeps its last max_length + 1 tokens (HF's model sees max_length inputs;
+  the last token is only a target); loglikelihood_rolling uses lm-eval's own disjoint rolling windows
+  (get_rolling_token_windows, context_len 1), each max_length + 1 ids long.
+- max_length defaults to the server's max_seq_len - 1, so that every such sequence fits what the server
+  accepts (a server started with --max_seq_len C + 1 gives max_length C, HF's default for a model whose
+  config says C). A larger max_length is refused at once.
+
+Requests run concurrently over one ScoreStream.
 """
 from __future__ import annotations
 
@@ -18,21 +30,45 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from scored_client.client import ScorerClient
 
 
+def _parse_bool(value) -> Optional[bool]:
+    """lm-eval passes model_args as strings: "True"/"false"/"1"; None stays None."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes"):
+        return True
+    if text in ("0", "false", "no"):
+        return False
+    if text in ("", "none"):
+        return None
+    raise ValueError(f"expected a boolean, got {value!r}")
+
+
 @register_model("scored")
 class ScoredLM(TemplateLM):
-    """model_args: server=HOST:PORT (required), max_length (default: the server's max_seq_len),
-    inflight (concurrent requests, default 16), add_bos (default False), token (bearer token)."""
+    """model_args: server=HOST:PORT (required), max_length (default: the server's max_seq_len - 1),
+    add_bos_token (default: the tokenizer's default, as lm-eval's HF backend; add_bos is an older name),
+    prefix_token_id (default: BOS, else EOS), inflight (concurrent requests, default 16), token (bearer token)."""
 
     def __init__(self, server: str, max_length: Optional[int] = None, inflight: int = 16,
-                 add_bos: bool = False, token: Optional[str] = None, batch_size=None, device=None,
-                 **kwargs) -> None:
+                 add_bos_token=None, add_bos=None, prefix_token_id: Optional[int] = None,
+                 token: Optional[str] = None, batch_size=None, device=None, **kwargs) -> None:
         super().__init__()
         del batch_size, device, kwargs  # lm-eval passes these to every model; the server batches itself
         self._client = ScorerClient(server, token=token)
         self._info = self._client.model_info()
-        self._max_length = int(max_length) if max_length else int(self._info.max_seq_len)
+        limit = int(self._info.max_seq_len) - 1  # a sequence is max_length + 1 ids
+        if limit < 1:
+            raise ValueError(f"server at {server} reports max_seq_len {self._info.max_seq_len}: too small")
+        self._max_length = int(max_length) if max_length else limit
+        if self._max_length > limit:
+            raise ValueError(f"max_length {self._max_length} needs sequences of {self._max_length + 1} ids, "
+                             f"but the server accepts at most max_seq_len {self._info.max_seq_len}: use "
+                             f"max_length <= {limit}, or start scored with --max_seq_len "
+                             f"{self._max_length + 1}")
         self._inflight = int(inflight)
-        self._add_bos = str(add_bos).lower() in ("1", "true", "yes")
+        self._add_bos_token = _parse_bool(add_bos_token if add_bos_token is not None else add_bos)
+        self._prefix_token_id = int(prefix_token_id) if prefix_token_id is not None else None
 
     @property
     def eot_token_id(self) -> int:
@@ -40,6 +76,8 @@ class ScoredLM(TemplateLM):
 
     @property
     def prefix_token_id(self) -> int:
+        if self._prefix_token_id is not None:
+            return self._prefix_token_id
         return self._info.bos_id if self._info.bos_id >= 0 else self._info.eos_id
 
     @property
@@ -51,7 +89,11 @@ class ScoredLM(TemplateLM):
         return self._info.tokenizer_fingerprint
 
     def tok_encode(self, string: str, add_special_tokens: Optional[bool] = None, **kwargs) -> List[int]:
-        add_bos = self._add_bos if add_special_tokens is None else bool(add_special_tokens)
+        # HF: encode(string, add_special_tokens=...) with its tokenizer built with add_bos_token when given.
+        if add_special_tokens is False:
+            add_bos: Optional[bool] = False
+        else:
+            add_bos = self._add_bos_token  # None: the tokenizer's default
         ids, _ = self._client.tokenize(string, add_bos=add_bos)
         return ids
 
@@ -76,7 +118,7 @@ class ScoredLM(TemplateLM):
         for i, req in enumerate(requests):
             (text,) = req.args
             windows = map(make_disjoint_window, get_rolling_token_windows(
-                token_list=self.tok_encode(text, add_special_tokens=False), prefix_token=self.prefix_token_id,
+                token_list=self.tok_encode(text), prefix_token=self.prefix_token_id,
                 max_seq_len=self._max_length, context_len=1))
             for context, pred in windows:
                 sequences.append((context + pred, len(context)))
