@@ -8,6 +8,7 @@
 //                       none|weight|group (weight_g_idx)
 //   nvfp4-pack-quantized float 4 bits, tensor_group, group 16     none (NVFP4A16) or float 4 bits
 //                                                                 tensor_group (W4A4: run weight-only)
+//   mxfp4-pack-quantized float 4 bits, group 32, E8M0 scales   none (MXFP4A16); MXFP4 W4A4 is refused
 //   float-quantized     float 8 bits, tensor|channel|block        none (W8A16) or dynamic float 8 bits
 //                                                                 per token or per token-group (W8A8
 //                                                                 dynamic FP8, e.g. FP8_BLOCK) or static
@@ -22,7 +23,10 @@
 // float-, naive- and int-quantized are one compressor upstream: the weights' type picks FP8 (float 8)
 // or int8 for any of the three names.
 // Top-level `format` applies to every group; "mixed-precision" means each group carries its own.
-// Rejected: sparsity_config (e.g. sparse-24-bitmask), transform_config, kv_cache_scheme, static input
+// sparsity_config: "dense" or empty, or "sparse-24-bitmask" with sparsity_structure "2:4" on dense, FP8
+// (float-quantized) or int8 (int/naive-quantized) weights, as compressed-tensors wrote it (releases up to
+// 0.14; later ones write 2:4 sparse models dense); other formats and structures are rejected naming the field.
+// Rejected: transform_config, kv_cache_scheme, static input
 // activations other than per tensor with 8-bit weights of the same type, activations other than the above
 // (per tensor dynamic, per group int, other widths), output activations, quantization_status other than
 // "compressed".
@@ -78,6 +82,13 @@ struct CompressedTensorsConfig {
     ModuleScheme scheme;               // validated at parse time
   };
   std::vector<Group> groups;  // in config order
+  // sparsity_config with format "sparse-24-bitmask" (structure "2:4"): the matched linears store
+  // shape/compressed/bitmask instead of `weight` (engine/model/sparse24.h), decompressed at load.
+  struct Sparsity {
+    bool sparse24 = false;
+    std::vector<std::string> targets;  // names, "re:" regexes, class names
+    std::vector<std::string> ignore;
+  } sparsity;
 };
 
 // Parses and validates the raw quantization_config JSON (ModelConfig::quantization_config_json).
@@ -89,6 +100,10 @@ absl::StatusOr<CompressedTensorsConfig> ParseCompressedTensorsConfig(std::string
 // INVALID_ARGUMENT when a "re:" pattern is not a valid regex.
 absl::StatusOr<ModuleScheme> ResolveModuleScheme(const CompressedTensorsConfig& config,
                                                  const std::string& module);
+
+// Whether `module` is a target of a sparse-24-bitmask sparsity_config (its targets, minus its ignore, by
+// the matching rules above). False when there is none. INVALID_ARGUMENT for a bad regex.
+absl::StatusOr<bool> IsSparse24Module(const CompressedTensorsConfig& config, const std::string& module);
 
 }  // namespace scored
 

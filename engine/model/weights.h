@@ -2,12 +2,13 @@
 // layer, the compressed-tensors format its tensors are in. Decoding to real values is exact
 // (DESIGN.md §6): DequantizeRows() gives bit for bit what compressed-tensors' own decompression gives.
 //
-// Ownership: ModelWeights owns the mmaps; every TensorView and LinearWeight points into them and lives as
-// long as the ModelWeights. Thread-safety: immutable after Load(); all const methods are thread-safe.
+// Ownership: ModelWeights owns the mmaps (and the dense weights it decompressed from 2:4 sparse storage);
+// every TensorView and LinearWeight points into them and lives as long as the ModelWeights. Thread-safety: immutable after Load(); all const methods are thread-safe.
 #ifndef SCORED_ENGINE_MODEL_WEIGHTS_H_
 #define SCORED_ENGINE_MODEL_WEIGHTS_H_
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,6 +86,9 @@ class ModelWeights {
   LinearWeight lm_head_;
   std::vector<LayerWeights> layers_;
   ModelSummary summary_;
+  // Weights decompressed at load (sparse-24-bitmask): their TensorViews point here. A list, so that no
+  // buffer ever moves.
+  std::list<std::vector<uint8_t>> decompressed_;
 };
 
 // Converts an F32/F16/BF16 tensor to fp32 (exact widening). INVALID_ARGUMENT for other dtypes or
