@@ -218,7 +218,8 @@ absl::StatusOr<ModuleScheme> BuildScheme(const std::string& group, const std::st
     // compressed-tensors' MXFP4 compressor: FP4 E2M1 values packed as nvfp4, one E8M0 exponent per 32.
     if (w->type != "float" || w->num_bits != 4 || w->strategy != "group" || w->group_size != 32 ||
         !w->symmetric) {
-      return Unsupported(source, where, "mxfp4-pack-quantized weights other than float 4-bit symmetric group 32");
+      return Unsupported(source, where,
+                         "mxfp4-pack-quantized weights other than float 4-bit symmetric group 32");
     }
     if (in.has_value()) {
       // MXFP4 (W4A4) quantizes every activation to FP4 with its own E8M0 scale per 32 in the library's
@@ -293,7 +294,8 @@ bool NameMatches(const std::string& name, const std::string& target, absl::Statu
 bool ClassMatches(const std::string& target) { return target == "Linear" || target == "Module"; }
 
 // A list of strings at `key` of `j` (absent: empty).
-absl::Status StringList(const Json& j, const char* key, const std::string& ctx, std::vector<std::string>* out) {
+absl::Status StringList(const Json& j, const char* key, const std::string& ctx,
+                        std::vector<std::string>* out) {
   const Json* v = Find(j, key);
   if (v == nullptr || v->is_null()) return absl::OkStatus();
   if (!v->is_array()) return json_util::TypeError(ctx, key, "a list of strings", *v);
@@ -306,13 +308,15 @@ absl::Status StringList(const Json& j, const char* key, const std::string& ctx, 
 
 // sparsity_config: "dense" (nothing to do) or "sparse-24-bitmask" with structure 2:4; anything else fails
 // naming the field.
-absl::Status ParseSparsity(const Json& sp, const std::string& source, CompressedTensorsConfig::Sparsity* out) {
+absl::Status ParseSparsity(const Json& sp, const std::string& source,
+                           CompressedTensorsConfig::Sparsity* out) {
   if (!sp.is_object()) return json_util::TypeError(source, "sparsity_config", "an object", sp);
   std::string fmt = "?";
   if (const Json* f = Find(sp, "format"); f != nullptr && f->is_string()) fmt = f->get<std::string>();
   if (fmt == "dense") return absl::OkStatus();
   if (fmt != "sparse-24-bitmask") {
-    return Unsupported(source, "sparsity_config", absl::StrCat("format '", fmt, "' (only sparse-24-bitmask)"));
+    return Unsupported(source, "sparsity_config",
+                       absl::StrCat("format '", fmt, "' (only sparse-24-bitmask)"));
   }
   std::string structure = "unstructured";  // compressed-tensors' default for a missing / null structure
   if (const Json* st = Find(sp, "sparsity_structure"); st != nullptr && st->is_string()) {

@@ -25,11 +25,10 @@
 // Top-level `format` applies to every group; "mixed-precision" means each group carries its own.
 // sparsity_config: "dense" or empty, or "sparse-24-bitmask" with sparsity_structure "2:4" on dense, FP8
 // (float-quantized) or int8 (int/naive-quantized) weights, as compressed-tensors wrote it (releases up to
-// 0.14; later ones write 2:4 sparse models dense); other formats and structures are rejected naming the field.
-// Rejected: transform_config, kv_cache_scheme, static input
-// activations other than per tensor with 8-bit weights of the same type, activations other than the above
-// (per tensor dynamic, per group int, other widths), output activations, quantization_status other than
-// "compressed".
+// 0.14; later ones write 2:4 sparse models dense); other formats and structures are rejected naming the
+// field. Rejected: transform_config, kv_cache_scheme, static input activations other than per tensor with
+// 8-bit weights of the same type, activations other than the above (per tensor dynamic, per group int, other
+// widths), output activations, quantization_status other than "compressed".
 //
 // Target matching follows compressed-tensors: a module matches a target that equals its name, a
 // "re:" regex that matches at the start of its name (Python re.match), or the class name "Linear" (every

@@ -11,8 +11,9 @@ namespace scored {
 namespace {
 
 absl::Status Bad(const TensorView& t, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(t.file, ": tensor '", t.name, "' (dtype ", DTypeName(t.dtype),
-                                                 ", shape [", absl::StrJoin(t.shape, ", "), "]): ", what));
+  return absl::InvalidArgumentError(absl::StrCat(t.file, ": tensor '", t.name, "' (dtype ",
+                                                 DTypeName(t.dtype), ", shape [",
+                                                 absl::StrJoin(t.shape, ", "), "]): ", what));
 }
 
 }  // namespace
@@ -52,7 +53,8 @@ absl::StatusOr<std::vector<uint8_t>> DecompressSparse24(const TensorView& shape,
                                      "' (a 2:4 mask keeps 2 of every 4)"));
   }
   const int64_t elem = DTypeSize(d);
-  std::vector<uint8_t> dense(static_cast<size_t>(out * in * elem), 0);  // +0 of every dtype D is all zero bits
+  std::vector<uint8_t> dense(static_cast<size_t>(out * in * elem),
+                             0);  // +0 of every dtype D is all zero bits
   int64_t v = 0;
   for (int64_t o = 0; o < out; ++o) {
     for (int64_t k = 0; k < in; ++k) {

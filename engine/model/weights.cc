@@ -96,8 +96,8 @@ absl::Status CheckE8M0Scales(const LinearWeight& w) {
   for (int64_t i = 0; i < n; ++i) {
     if (w.weight_scale.data[i] == 0xff) {
       return absl::InvalidArgumentError(absl::StrCat(
-          w.weight_scale.file, ": tensor '", w.weight_scale.name, "' holds the E8M0 NaN code 255 at index ", i,
-          ": a quantization scale must be finite; the checkpoint is corrupted"));
+          w.weight_scale.file, ": tensor '", w.weight_scale.name, "' holds the E8M0 NaN code 255 at index ",
+          i, ": a quantization scale must be finite; the checkpoint is corrupted"));
     }
   }
   return absl::OkStatus();
@@ -206,7 +206,8 @@ absl::StatusOr<TensorView> ModelWeightsLoader::TakeWeight(const std::string& mod
                                                    "' has dtype ", DTypeName(compressed.dtype),
                                                    ", not the dtype of this module's weight format"));
   }
-  SCORED_ASSIGN_OR_RETURN(std::vector<uint8_t> dense, DecompressSparse24(shape, compressed, bitmask, out, in));
+  SCORED_ASSIGN_OR_RETURN(std::vector<uint8_t> dense,
+                          DecompressSparse24(shape, compressed, bitmask, out, in));
   m_->decompressed_.push_back(std::move(dense));
   const std::vector<uint8_t>& bytes = m_->decompressed_.back();
   TensorView t;
@@ -322,9 +323,9 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
   if (scheme.format != WeightFormat::kFloatQuantized && scheme.format != WeightFormat::kNaiveQuantized) {
     SCORED_ASSIGN_OR_RETURN(bool sparse, IsSparse24Module(*quant_, module));
     if (sparse) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          module, ": quantization_config sparsity_config: unsupported sparse-24-bitmask on ",
-          scheme.format_name, " weights (only dense, float-quantized and int/naive-quantized)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(module, ": quantization_config sparsity_config: unsupported sparse-24-bitmask on ",
+                       scheme.format_name, " weights (only dense, float-quantized and int/naive-quantized)"));
     }
   }
   w->num_bits = scheme.num_bits;

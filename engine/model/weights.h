@@ -3,7 +3,8 @@
 // (DESIGN.md §6): DequantizeRows() gives bit for bit what compressed-tensors' own decompression gives.
 //
 // Ownership: ModelWeights owns the mmaps (and the dense weights it decompressed from 2:4 sparse storage);
-// every TensorView and LinearWeight points into them and lives as long as the ModelWeights. Thread-safety: immutable after Load(); all const methods are thread-safe.
+// every TensorView and LinearWeight points into them and lives as long as the ModelWeights. Thread-safety:
+// immutable after Load(); all const methods are thread-safe.
 #ifndef SCORED_ENGINE_MODEL_WEIGHTS_H_
 #define SCORED_ENGINE_MODEL_WEIGHTS_H_
 
