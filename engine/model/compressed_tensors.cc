@@ -337,21 +337,6 @@ absl::Status ParseSparsity(const Json& sp, const std::string& source,
 
 }  // namespace
 
-absl::StatusOr<bool> IsSparse24Module(const CompressedTensorsConfig& config, const std::string& module) {
-  if (!config.sparsity.sparse24) return false;
-  absl::Status error;
-  for (const std::string& t : config.sparsity.ignore) {
-    if (NameMatches(module, t, &error) || ClassMatches(t)) return false;
-  }
-  SCORED_RETURN_IF_ERROR(error);
-  bool matched = false;
-  for (const std::string& t : config.sparsity.targets) {
-    matched = matched || NameMatches(module, t, &error) || ClassMatches(t);
-  }
-  SCORED_RETURN_IF_ERROR(error);
-  return matched;
-}
-
 absl::StatusOr<CompressedTensorsConfig> ParseCompressedTensorsConfig(std::string_view json_text,
                                                                      std::string_view source_name) {
   const std::string source(source_name);

@@ -23,10 +23,11 @@
 // float-, naive- and int-quantized are one compressor upstream: the weights' type picks FP8 (float 8)
 // or int8 for any of the three names.
 // Top-level `format` applies to every group; "mixed-precision" means each group carries its own.
-// sparsity_config: "dense" or empty, or "sparse-24-bitmask" with sparsity_structure "2:4" on dense, FP8
-// (float-quantized) or int8 (int/naive-quantized) weights, as compressed-tensors wrote it (releases up to
-// 0.14; later ones write 2:4 sparse models dense); other formats and structures are rejected naming the
-// field. Rejected: transform_config, kv_cache_scheme, static input activations other than per tensor with
+// sparsity_config: "dense" or empty, or "sparse-24-bitmask" with sparsity_structure "2:4", as
+// compressed-tensors wrote it (releases up to 0.14; later ones write 2:4 sparse models dense). Its
+// compressor ran after quantization and rewrote only tensors named `weight` (dense, FP8, int8); packed
+// formats stay as they are. Other formats and structures are rejected naming the field.
+// Rejected: transform_config, kv_cache_scheme, static input activations other than per tensor with
 // 8-bit weights of the same type, activations other than the above (per tensor dynamic, per group int, other
 // widths), output activations, quantization_status other than "compressed".
 //
@@ -81,8 +82,9 @@ struct CompressedTensorsConfig {
     ModuleScheme scheme;               // validated at parse time
   };
   std::vector<Group> groups;  // in config order
-  // sparsity_config with format "sparse-24-bitmask" (structure "2:4"): the matched linears store
-  // shape/compressed/bitmask instead of `weight` (engine/model/sparse24.h), decompressed at load.
+  // sparsity_config with format "sparse-24-bitmask" (structure "2:4"): linears that store
+  // shape/compressed/bitmask instead of `weight` (engine/model/sparse24.h) are decompressed at load.
+  // targets / ignore are kept for the record: decompression, like the library's, follows the tensors.
   struct Sparsity {
     bool sparse24 = false;
     std::vector<std::string> targets;  // names, "re:" regexes, class names
@@ -99,10 +101,6 @@ absl::StatusOr<CompressedTensorsConfig> ParseCompressedTensorsConfig(std::string
 // INVALID_ARGUMENT when a "re:" pattern is not a valid regex.
 absl::StatusOr<ModuleScheme> ResolveModuleScheme(const CompressedTensorsConfig& config,
                                                  const std::string& module);
-
-// Whether `module` is a target of a sparse-24-bitmask sparsity_config (its targets, minus its ignore, by
-// the matching rules above). False when there is none. INVALID_ARGUMENT for a bad regex.
-absl::StatusOr<bool> IsSparse24Module(const CompressedTensorsConfig& config, const std::string& module);
 
 }  // namespace scored
 

@@ -175,8 +175,11 @@ class ModelWeightsLoader {
   absl::Status LoadScale(LinearWeight* w, const std::string& module);
   // static_input_*: the per-tensor input_scale (and input_zero_point when asymmetric), validated.
   absl::Status LoadInputScale(LinearWeight* w, const std::string& module);
-  // `<module>.weight` [out, in] of one of `dtypes`, or, for a target of a sparse-24-bitmask
-  // sparsity_config, the same tensor decompressed from shape/compressed/bitmask (sparse24.h).
+  // `<module>.weight` [out, in] of one of `dtypes`, or, under a sparse-24-bitmask sparsity_config when
+  // `<module>.compressed` is stored, the same tensor decompressed from shape/compressed/bitmask
+  // (sparse24.h). Packed formats (pack-quantized, nvfp4, mxfp4) never ask for it: the library's sparse
+  // compressor left their tensors as they were, so they load as usual; stray sparse tensors on such a
+  // module fail the unused-tensor check.
   absl::StatusOr<TensorView> TakeWeight(const std::string& module, int64_t out, int64_t in,
                                         std::initializer_list<DType> dtypes);
   absl::Status CheckLeftovers() const;
@@ -191,10 +194,10 @@ class ModelWeightsLoader {
 
 absl::StatusOr<TensorView> ModelWeightsLoader::TakeWeight(const std::string& module, int64_t out, int64_t in,
                                                           std::initializer_list<DType> dtypes) {
-  bool sparse = false;
-  if (quant_.has_value()) {
-    SCORED_ASSIGN_OR_RETURN(sparse, IsSparse24Module(*quant_, module));
-  }
+  // As compressed-tensors' decompression: driven by the tensors present, not by the targets (its
+  // compressor only ever rewrote a module's `weight`, after quantization).
+  const bool sparse =
+      quant_.has_value() && quant_->sparsity.sparse24 && m_->store_->Has(module + ".compressed");
   if (!sparse) return TakeChecked(module + ".weight", {out, in}, dtypes);
   SCORED_ASSIGN_OR_RETURN(TensorView shape, Take(module + ".shape"));
   SCORED_ASSIGN_OR_RETURN(TensorView compressed, Take(module + ".compressed"));
@@ -319,14 +322,6 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
     w->format = WeightFormat::kDense;
     SCORED_ASSIGN_OR_RETURN(w->weight, TakeWeight(module, out, in, {DType::kF32, DType::kF16, DType::kBF16}));
     return absl::OkStatus();
-  }
-  if (scheme.format != WeightFormat::kFloatQuantized && scheme.format != WeightFormat::kNaiveQuantized) {
-    SCORED_ASSIGN_OR_RETURN(bool sparse, IsSparse24Module(*quant_, module));
-    if (sparse) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(module, ": quantization_config sparsity_config: unsupported sparse-24-bitmask on ",
-                       scheme.format_name, " weights (only dense, float-quantized and int/naive-quantized)"));
-    }
   }
   w->num_bits = scheme.num_bits;
   w->symmetric = scheme.symmetric;

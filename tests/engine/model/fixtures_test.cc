@@ -90,8 +90,9 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
     EXPECT_GT(s.bits_per_weight_decoder, 3.9);
     EXPECT_LT(s.bits_per_weight_decoder, dense_decoder_linears ? 16.0 : 9.0);
   }
-  if (config["quantization_config"].contains("sparsity_config") &&
-      !config["quantization_config"]["sparsity_config"].empty()) {
+  // llama-sparse24-w4a16's sparsity_config is format "dense" (2:4 zeros in ordinary packed weights).
+  if (config["quantization_config"].value("sparsity_config", nlohmann::json::object()).value("format", "") ==
+      "sparse-24-bitmask") {
     EXPECT_THAT(s.notes, ::testing::HasSubstr("sparse-24-bitmask"));
   }
   EXPECT_FALSE(s.format.empty());
