@@ -215,7 +215,8 @@ TEST_F(DequantTest, Nvfp4) {
 }
 
 // MXFP4: nvfp4's nibbles with one E8M0 exponent byte per 32 columns. Exponents span 0 (the subnormal
-// 2^-127) to 200 (no overflow: 6 * 2^73); 255 is rejected by the loader.
+// 2^-127) to 254 (products from 2 * 2^127 up overflow to infinity, on the host as on the device); 255 is
+// rejected by the loader (its 0 * infinity NaN has no one bit pattern to compare).
 TEST_F(DequantTest, Mxfp4) {
   constexpr int64_t kOut = 40, kIn = 256;
   LinearWeight w = Base("mxfp4", WeightFormat::kMxfp4PackQuantized, kOut, kIn);
@@ -233,6 +234,8 @@ TEST_F(DequantTest, Mxfp4) {
   exps[1] = 1;
   exps[2] = 127;
   exps[3] = 200;
+  exps[4] = 253;
+  exps[5] = 254;
   auto scale = MakeTensor("weight_scale", DType::kU8, {kOut, kIn / 32}, exps);
   w.weight_packed = packed->view;
   w.weight_scale = scale->view;
