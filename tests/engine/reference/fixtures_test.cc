@@ -303,6 +303,27 @@ TEST(Fixtures, Stories260kFp8DynamicAppliesActivationQuantization) {
   }
 }
 
+// The 2:4 sparse FP8 W8A8 checkpoint (sparse-24-bitmask over FP8 weights, decompressed at load): the
+// decompressed weights feed the same activation quantization, so ours sit much closer to the W8A8 reference
+// than to the weight-only one of the same weights (measured: mean 0.020 vs 0.194 nats). The int8 one on
+// stories260K cannot show it (0.046 vs 0.067: int8 per-token rounding on this model is chaotic, see the
+// header); its trained-Llama twin does, in LogprobsMatchReference's trained bound.
+TEST(Fixtures, Sparse24W8A8AppliesActivationQuantization) {
+  for (const auto& [name, factor] :
+       std::vector<std::pair<std::string, double>>{{"stories260k-sparse24-fp8-dynamic", 4.0}}) {
+    const std::vector<std::vector<float>> ours = ScoreFixture(name);
+    if (ours.empty()) GTEST_SKIP() << name << " absent";
+    nlohmann::json golden =
+        ReadJson(std::string(SCORED_FIXTURES_DIR) + "/" + name + "/reference_logprobs.json");
+    const Deltas to_w8a8 = Compare(ours, golden);
+    for (nlohmann::json& seq : golden["sequences"]) seq["token_logprobs"] = seq["weight_only_token_logprobs"];
+    const Deltas to_weight_only = Compare(ours, golden);
+    std::cout << name << ": mean |delta| to its W8A8 reference " << to_w8a8.mean
+              << ", to the weight-only reference of the same weights " << to_weight_only.mean << "\n";
+    EXPECT_LT(factor * to_w8a8.mean, to_weight_only.mean) << name;
+  }
+}
+
 // llama-trained-fp8-dynamic: its W8A8 bound (mean <= 2e-3, max <= 0.05 in LogprobsMatchReference) is a real
 // check, i.e. an engine that ran the checkpoint weight-only would fail it: our log-probs must sit within the
 // bound of the W8A8 reference and well outside it from the weight-only reference of the same weights.
