@@ -42,10 +42,17 @@ absl::StatusOr<std::vector<uint8_t>> DecompressSparse24(const TensorView& shape,
   if (bitmask.dtype != DType::kU8 || bitmask.shape != std::vector<int64_t>{out, mask_cols}) {
     return Bad(bitmask, absl::StrCat("expected U8 [", out, ", ", mask_cols, "]"));
   }
-  // Count first: the library's boolean-mask assignment needs exactly one stored value per set bit.
+  // Count first: the library's boolean-mask assignment needs exactly one stored value per set bit. Bits past
+  // `in` in a row's last byte are padding (numpy unpackbits with count=in ignores them).
+  const int tail_bits = static_cast<int>(in - (mask_cols - 1) * 8);
+  const uint8_t tail_mask = static_cast<uint8_t>((1u << tail_bits) - 1u);
+  auto row_byte = [&](int64_t o, int64_t b) -> uint8_t {
+    const uint8_t v = bitmask.data[o * mask_cols + b];
+    return b == mask_cols - 1 ? static_cast<uint8_t>(v & tail_mask) : v;
+  };
   int64_t set = 0;
   for (int64_t o = 0; o < out; ++o) {
-    for (int64_t k = 0; k < in; ++k) set += (bitmask.data[o * mask_cols + k / 8] >> (k % 8)) & 1;
+    for (int64_t b = 0; b < mask_cols; ++b) set += __builtin_popcount(row_byte(o, b));
   }
   const int64_t values = out * (in / 2);
   if (set != values) {
@@ -55,12 +62,14 @@ absl::StatusOr<std::vector<uint8_t>> DecompressSparse24(const TensorView& shape,
   const int64_t elem = DTypeSize(d);
   std::vector<uint8_t> dense(static_cast<size_t>(out * in * elem),
                              0);  // +0 of every dtype D is all zero bits
-  int64_t v = 0;
+  const uint8_t* src = compressed.data;
   for (int64_t o = 0; o < out; ++o) {
-    for (int64_t k = 0; k < in; ++k) {
-      if (((bitmask.data[o * mask_cols + k / 8] >> (k % 8)) & 1) == 0) continue;
-      std::memcpy(dense.data() + (o * in + k) * elem, compressed.data + v * elem, static_cast<size_t>(elem));
-      ++v;
+    uint8_t* row = dense.data() + o * in * elem;
+    for (int64_t b = 0; b < mask_cols; ++b) {
+      for (unsigned bits = row_byte(o, b); bits != 0; bits &= bits - 1) {
+        std::memcpy(row + (b * 8 + __builtin_ctz(bits)) * elem, src, static_cast<size_t>(elem));
+        src += elem;
+      }
     }
   }
   return dense;
