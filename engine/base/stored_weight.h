@@ -43,6 +43,7 @@ enum class WeightFormat {
   kNvfp4PackQuantized,  // `weight_packed` uint8 [out, in/2] + fp8 `weight_scale` [out, in/16] + global scale
   kFloatQuantized,      // FP8 E4M3 `weight` [out, in] + `weight_scale` (tensor/channel/block)
   kNaiveQuantized,      // int8 `weight` [out, in] stored as I8 + scale (+ zero point) ("int-quantized")
+  kMxfp4PackQuantized,  // `weight_packed` uint8 [out, in/2] (as nvfp4) + E8M0 `weight_scale` U8 [out, in/32]
 };
 
 enum class QuantStrategy { kTensor, kChannel, kGroup, kBlock };
@@ -56,10 +57,10 @@ struct StoredLinear {
   WeightFormat format = WeightFormat::kDense;
 
   // Quantization parameters (meaningful when format != kDense).
-  int num_bits = 16;  // 4 or 8 for pack-quantized; 4 for nvfp4; 8 for fp8/int8
+  int num_bits = 16;  // 4 or 8 for pack-quantized; 4 for nvfp4 / mxfp4; 8 for fp8/int8
   bool symmetric = true;
   QuantStrategy strategy = QuantStrategy::kTensor;
-  int64_t group_size = 0;                  // kGroup: elements of `in` per scale; nvfp4: 16
+  int64_t group_size = 0;                  // kGroup: elements of `in` per scale; nvfp4: 16; mxfp4: 32
   int64_t block_rows = 0, block_cols = 0;  // kBlock (fp8): scale block shape, usually 128 x 128
   bool actorder_group = false;             // weight_g_idx present: group of column k is g_idx[k]
   // Dynamic per-token FP8 input activations: FP8 weights (W8A8, float-quantized) or int4 weights (W4AFP8).
@@ -83,7 +84,7 @@ struct StoredLinear {
 
   // Stored tensors (data == nullptr when absent).
   TensorView weight;               // kDense / kFloatQuantized / kNaiveQuantized
-  TensorView weight_packed;        // kPackQuantized / kNvfp4PackQuantized
+  TensorView weight_packed;        // kPackQuantized / kNvfp4PackQuantized / kMxfp4PackQuantized
   TensorView weight_scale;         // quantized formats
   TensorView weight_zero_point;    // asymmetric only
   TensorView weight_g_idx;         // actorder=group only

@@ -58,6 +58,12 @@ __device__ __forceinline__ int64_t ScaleIndex(const DequantParams& p, int64_t o,
   }
 }
 
+// E8M0 exponent byte e -> 2^(e - 127) (compressed-tensors' decompress_mx_scale): 0 is the subnormal
+// 2^-127, 255 is infinity (the loader rejects it). Bit-built, so no flush-to-zero setting changes it.
+__device__ __forceinline__ float E8M0ToFloat(uint8_t e) {
+  return __uint_as_float(e == 0 ? 0x00400000u : static_cast<uint32_t>(e) << 23);
+}
+
 __device__ float DecodeElement(const DequantParams& p, int64_t o, int64_t k) {
   switch (p.format) {
     case WeightFormat::kDense:
@@ -99,6 +105,12 @@ __device__ float DecodeElement(const DequantParams& p, int64_t o, int64_t k) {
       const uint8_t s8 = static_cast<const uint8_t*>(p.scale)[o * p.scale_cols + k / 16];
       const float s = __fdiv_rn(Fp8E4M3ToFloat(s8), p.global_scale);
       return RoundToBf16(__fmul_rn(E2M1ToFloat(nibble), s));
+    }
+    case WeightFormat::kMxfp4PackQuantized: {
+      const uint8_t byte = static_cast<const uint8_t*>(p.values)[o * p.values_cols + k / 2];
+      const uint8_t nibble = (k & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xf);
+      const uint8_t e = static_cast<const uint8_t*>(p.scale)[o * p.scale_cols + k / 32];
+      return __fmul_rn(E2M1ToFloat(nibble), E8M0ToFloat(e));
     }
     case WeightFormat::kFloatQuantized: {
       const float v = Fp8E4M3ToFloat(static_cast<const uint8_t*>(p.values)[o * p.in_features + k]);

@@ -11,6 +11,8 @@
 //   kNvfp4PackQuantized  e = nibble k of weight_packed[o, k / 2] (even k low nibble), E2M1;
 //                     W = round_bf16(E2M1(e) * (fp32(scale_e4m3[o, k / 16]) / global_scale))  (fp32
 //                     math; compressed-tensors decodes FP4 in bf16, so even fp32 output holds bf16 values)
+//   kMxfp4PackQuantized  e = nibble k of weight_packed[o, k / 2] as nvfp4; W = E2M1(e) * 2^(u - 127) with
+//                     u = weight_scale U8 [out, in / 32] at (o, k / 32) (E8M0; exact in fp32 and bf16)
 //   kFloatQuantized   W = fp32(weight_e4m3[o, k]) * scale[...]   scale tensor [1], channel [out, 1] or
 //                     block [ceil(out/br), ceil(in/bc)] at (o / br, k / bc)
 //   kNaiveQuantized   W = float(q - zp) * scale[o, g], q = weight int8, zp (asymmetric only) an unpacked
@@ -42,7 +44,7 @@ struct DequantParams {
   int64_t in_features = 0;
   int num_bits = 16;
   bool symmetric = true;
-  int64_t group_size = 0;                  // kGroup / nvfp4 (16)
+  int64_t group_size = 0;                  // kGroup / nvfp4 (16) / mxfp4 (32)
   int64_t block_rows = 0, block_cols = 0;  // kBlock
   const void* values = nullptr;            // weight (dense / fp8 / int8) or weight_packed (I32 / U8)
   DType values_dtype = DType::kF32;

@@ -171,6 +171,26 @@ absl::StatusOr<DequantParams> MakeDequantParams(const StoredLinear& w, const Deq
       p.strategy = QuantStrategy::kGroup;
       break;
     }
+    case WeightFormat::kMxfp4PackQuantized: {
+      if (in % 32 != 0) return Invalid(w, "mxfp4 needs in_features % 32 == 0");
+      if (w.weight_packed.dtype != DType::kU8) return Invalid(w, "mxfp4 weight_packed must be U8");
+      absl::Status s = CheckShape(w, w.weight_packed, "weight_packed", {out, in / 2});
+      if (!s.ok()) return s;
+      if (w.weight_scale.dtype != DType::kU8) return Invalid(w, "mxfp4 weight_scale must be U8 (E8M0)");
+      s = CheckShape(w, w.weight_scale, "weight_scale", {out, in / 32});
+      if (!s.ok()) return s;
+      if (dev.weight_packed == nullptr || dev.weight_scale == nullptr)
+        return Invalid(w, "missing device tensors");
+      p.values = dev.weight_packed;
+      p.values_dtype = DType::kU8;
+      p.values_cols = in / 2;
+      p.scale = dev.weight_scale;
+      p.scale_dtype = DType::kU8;
+      p.scale_cols = in / 32;
+      p.group_size = 32;
+      p.strategy = QuantStrategy::kGroup;
+      break;
+    }
     case WeightFormat::kFloatQuantized: {
       if (w.weight.dtype != DType::kF8E4M3) return Invalid(w, "float-quantized weight must be F8_E4M3");
       absl::Status s = CheckShape(w, w.weight, "weight", {out, in});

@@ -230,6 +230,23 @@ absl::StatusOr<ModuleScheme> BuildScheme(const std::string& group, const std::st
     }
     s.format = WeightFormat::kNvfp4PackQuantized;
     s.strategy = QuantStrategy::kGroup;
+  } else if (format == "mxfp4-pack-quantized") {
+    // compressed-tensors' MXFP4 compressor: FP4 E2M1 values packed as nvfp4, one E8M0 exponent per 32.
+    if (w->type != "float" || w->num_bits != 4 || w->strategy != "group" || w->group_size != 32 ||
+        !w->symmetric) {
+      return Unsupported(source, where,
+                         "mxfp4-pack-quantized weights other than float 4-bit symmetric group 32");
+    }
+    if (in.has_value()) {
+      // MXFP4 (W4A4) quantizes every activation to FP4 with its own E8M0 scale per 32 in the library's
+      // forward; scored has no such activation path and does not silently run it weight-only.
+      return Unsupported(source, absl::StrCat(where, " input_activations"),
+                         absl::StrCat("activation quantization with mxfp4-pack-quantized weights (type ",
+                                      in->type, ", ", in->num_bits, " bits, strategy ", in->strategy,
+                                      "): only MXFP4A16 (no input_activations) is supported"));
+    }
+    s.format = WeightFormat::kMxfp4PackQuantized;
+    s.strategy = QuantStrategy::kGroup;
   } else if (format == "float-quantized" || format == "naive-quantized" || format == "int-quantized") {
     // One compressor in compressed-tensors: `weight` stored in the quantized dtype, decoded by the
     // weights' type (FP8 E4M3 or int8) whatever the format name says.
@@ -292,6 +309,48 @@ bool NameMatches(const std::string& name, const std::string& target, absl::Statu
 
 bool ClassMatches(const std::string& target) { return target == "Linear" || target == "Module"; }
 
+// A list of strings at `key` of `j` (absent: empty).
+absl::Status StringList(const Json& j, const char* key, const std::string& ctx,
+                        std::vector<std::string>* out) {
+  const Json* v = Find(j, key);
+  if (v == nullptr || v->is_null()) return absl::OkStatus();
+  if (!v->is_array()) return json_util::TypeError(ctx, key, "a list of strings", *v);
+  for (const Json& e : *v) {
+    if (!e.is_string()) return json_util::TypeError(ctx, key, "a list of strings", *v);
+    out->push_back(e.get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+// sparsity_config: "dense" (nothing to do) or "sparse-24-bitmask" with structure 2:4; anything else fails
+// naming the field.
+absl::Status ParseSparsity(const Json& sp, const std::string& source,
+                           CompressedTensorsConfig::Sparsity* out) {
+  if (!sp.is_object()) return json_util::TypeError(source, "sparsity_config", "an object", sp);
+  std::string fmt = "?";
+  if (const Json* f = Find(sp, "format"); f != nullptr && f->is_string()) fmt = f->get<std::string>();
+  if (fmt == "dense") return absl::OkStatus();
+  if (fmt != "sparse-24-bitmask") {
+    return Unsupported(source, "sparsity_config",
+                       absl::StrCat("format '", fmt, "' (only sparse-24-bitmask)"));
+  }
+  std::string structure = "unstructured";  // compressed-tensors' default for a missing / null structure
+  if (const Json* st = Find(sp, "sparsity_structure"); st != nullptr && st->is_string()) {
+    structure = st->get<std::string>();
+  }
+  if (structure != "2:4") {
+    return Unsupported(source, "sparsity_config sparsity_structure",
+                       absl::StrCat("'", structure, "' with sparse-24-bitmask (only 2:4)"));
+  }
+  out->sparse24 = true;
+  SCORED_RETURN_IF_ERROR(StringList(sp, "targets", source + ": sparsity_config", &out->targets));
+  SCORED_RETURN_IF_ERROR(StringList(sp, "ignore", source + ": sparsity_config", &out->ignore));
+  if (out->targets.empty()) {
+    return Unsupported(source, "sparsity_config", "sparse-24-bitmask without targets");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CompressedTensorsConfig> ParseCompressedTensorsConfig(std::string_view json_text,
@@ -307,9 +366,7 @@ absl::StatusOr<CompressedTensorsConfig> ParseCompressedTensorsConfig(std::string
   }
   // Empty objects (llm-compressor writes "sparsity_config": {}) mean "none".
   if (const Json* sp = Find(j, "sparsity_config"); sp != nullptr && !(sp->is_object() && sp->empty())) {
-    std::string fmt = "?";
-    if (const Json* f = Find(*sp, "format"); f != nullptr && f->is_string()) fmt = f->get<std::string>();
-    if (fmt != "dense") return Unsupported(source, "sparsity_config", absl::StrCat("format '", fmt, "'"));
+    SCORED_RETURN_IF_ERROR(ParseSparsity(*sp, source, &c.sparsity));
   }
   if (const Json* tc = Find(j, "transform_config"); tc != nullptr && !(tc->is_object() && tc->empty())) {
     return Unsupported(source, "transform_config", "transforms");
@@ -379,6 +436,8 @@ absl::StatusOr<CompressedTensorsConfig> ParseCompressedTensorsConfig(std::string
     for (const auto& t : g.targets) NameMatches("", t, &regex_error);
   }
   for (const auto& t : c.ignore) NameMatches("", t, &regex_error);
+  for (const auto& t : c.sparsity.targets) NameMatches("", t, &regex_error);
+  for (const auto& t : c.sparsity.ignore) NameMatches("", t, &regex_error);
   if (!regex_error.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", regex_error.message()));
   }

@@ -8,6 +8,7 @@
 //                       none|weight|group (weight_g_idx)
 //   nvfp4-pack-quantized float 4 bits, tensor_group, group 16     none (NVFP4A16) or float 4 bits
 //                                                                 tensor_group (W4A4: run weight-only)
+//   mxfp4-pack-quantized float 4 bits, group 32, E8M0 scales   none (MXFP4A16); MXFP4 W4A4 is refused
 //   float-quantized     float 8 bits, tensor|channel|block        none (W8A16) or dynamic float 8 bits
 //                                                                 per token or per token-group (W8A8
 //                                                                 dynamic FP8, e.g. FP8_BLOCK) or static
@@ -23,10 +24,13 @@
 // or int8 for any of the three names.
 // Top-level `format` applies to every group; "mixed-precision" means each group carries its own.
 // kv_cache_scheme: static per-tensor symmetric FP8 only (kv_cache_fp8).
-// Rejected: sparsity_config (e.g. sparse-24-bitmask), transform_config, other kv_cache_schemes, static input
-// activations other than per tensor with 8-bit weights of the same type, activations other than the above
-// (per tensor dynamic, per group int, other widths), output activations, quantization_status other than
-// "compressed".
+// sparsity_config: "dense" or empty, or "sparse-24-bitmask" with sparsity_structure "2:4", as
+// compressed-tensors wrote it (releases up to 0.14; later ones write 2:4 sparse models dense). Its
+// compressor ran after quantization and rewrote only tensors named `weight` (dense, FP8, int8); packed
+// formats stay as they are. Other formats and structures are rejected naming the field.
+// Rejected: transform_config, other kv_cache_schemes, static input activations other than per tensor with
+// 8-bit weights of the same type, activations other than the above (per tensor dynamic, per group int, other
+// widths), output activations, quantization_status other than "compressed".
 //
 // Target matching follows compressed-tensors: a module matches a target that equals its name, a
 // "re:" regex that matches at the start of its name (Python re.match), or the class name "Linear" (every
@@ -83,6 +87,14 @@ struct CompressedTensorsConfig {
   // quantize-dequantized to FP8 E4M3 with the layer's stored k_scale / v_scale, as compressed-tensors'
   // QuantizedKVCache does in a transformers forward (Q untouched).
   bool kv_cache_fp8 = false;
+  // sparsity_config with format "sparse-24-bitmask" (structure "2:4"): linears that store
+  // shape/compressed/bitmask instead of `weight` (engine/model/sparse24.h) are decompressed at load.
+  // targets / ignore are kept for the record: decompression, like the library's, follows the tensors.
+  struct Sparsity {
+    bool sparse24 = false;
+    std::vector<std::string> targets;  // names, "re:" regexes, class names
+    std::vector<std::string> ignore;
+  } sparsity;
 };
 
 // Parses and validates the raw quantization_config JSON (ModelConfig::quantization_config_json).

@@ -9,6 +9,7 @@
 //   naive/int        same with q = int8 weight[o,k] and an unpacked int8/int32 zero point
 //   float-quantized  W = fp32(w_fp8[o,k]) * scale[...]
 //   nvfp4            s = fp32(scale_fp8[o,k/16]) / global_scale (fp32); W = round_bf16(e2m1(q) * s)
+//   mxfp4            W = e2m1(q) * 2^(scale_u8[o,k/32] - 127)  (exact; E8M0 scales)
 //
 // For the first three the product is EXACT in fp32: |q - zp| <= 255 (8 significant bits) or an FP8 value
 // (4 bits) times a bf16/fp16/fp32 scale fits in 24 bits when the scale is bf16 (8) or fp16 (11); an fp32
@@ -19,6 +20,7 @@
 // the model dtype, so the bf16 rounding is part of its result.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -123,6 +125,28 @@ void DecodeNvfp4(const LinearWeight& w, int64_t o, float* out) {
   }
 }
 
+// E8M0 exponent byte e -> 2^(e - 127), as compressed-tensors' decompress_mx_scale (bf16, exact: bf16
+// has fp32's exponent range): 0 gives the subnormal 2^-127, 255 gives 2^128 = infinity (rejected at load).
+inline float E8M0ToFloat(uint8_t e) {
+  const uint32_t bits = e == 0 ? 0x00400000u : static_cast<uint32_t>(e) << 23;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// MXFP4: E2M1 (nvfp4's nibble order) times a power of two: the product is exact in fp32 and in bf16
+// (2 significant bits; the smallest, 0.5 * 2^-127, is a bf16 subnormal), so it equals the library's bf16
+// result widened.
+void DecodeMxfp4(const LinearWeight& w, int64_t o, float* out) {
+  const int64_t bytes_per_row = w.in_features / 2;
+  const int64_t scales_per_row = w.weight_scale.shape[1];
+  for (int64_t k = 0; k < w.in_features; ++k) {
+    const uint8_t byte = w.weight_packed.data[o * bytes_per_row + k / 2];
+    const uint8_t nibble = (k & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xf);
+    out[k] = E2M1ToFloat(nibble) * E8M0ToFloat(w.weight_scale.data[o * scales_per_row + k / 32]);
+  }
+}
+
 void DecodeFp8(const LinearWeight& w, int64_t o, float* out) {
   const int64_t col_blocks = w.strategy == QuantStrategy::kBlock ? w.weight_scale.shape[1] : 0;
   for (int64_t k = 0; k < w.in_features; ++k) {
@@ -161,6 +185,9 @@ absl::Status LinearWeight::DequantizeRows(int64_t row_begin, int64_t row_end, fl
         break;
       case WeightFormat::kFloatQuantized:
         DecodeFp8(*this, o, row);
+        break;
+      case WeightFormat::kMxfp4PackQuantized:
+        DecodeMxfp4(*this, o, row);
         break;
     }
   }

@@ -358,6 +358,14 @@ absl::Status CheckShardable(const LinearWeight& w, const LinearSlice& s, int tp_
                                                        w.group_size));
       }
       return absl::OkStatus();
+    case WeightFormat::kMxfp4PackQuantized:
+      if (s.begin % 32 != 0 || s.end % 32 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(SliceText(w, s), ": the split of in_features ",
+                                                       w.in_features,
+                                                       " is not on a multiple of 32 "
+                                                       "(one mxfp4 scale per 32 columns)"));
+      }
+      return absl::OkStatus();
     case WeightFormat::kNvfp4PackQuantized:
       if (s.begin % 16 != 0 || s.end % 16 != 0) {
         return absl::InvalidArgumentError(absl::StrCat(SliceText(w, s), ": the split of in_features ",
@@ -416,6 +424,7 @@ absl::StatusOr<ShardedLinear> ShardLinear(const LinearWeight& full, const Linear
         }
         break;
       case WeightFormat::kNvfp4PackQuantized:
+      case WeightFormat::kMxfp4PackQuantized:
         v.weight_packed = RowsView(full.weight_packed, r0, r1);
         v.weight_scale = RowsView(full.weight_scale, r0, r1);
         break;
@@ -451,6 +460,10 @@ absl::StatusOr<ShardedLinear> ShardLinear(const LinearWeight& full, const Linear
     case WeightFormat::kNvfp4PackQuantized:
       v.weight_packed = GatherColumns(&s, full.weight_packed, Range(c0 / 2, c1 / 2));
       v.weight_scale = GatherColumns(&s, full.weight_scale, Range(c0 / 16, c1 / 16));
+      break;
+    case WeightFormat::kMxfp4PackQuantized:
+      v.weight_packed = GatherColumns(&s, full.weight_packed, Range(c0 / 2, c1 / 2));
+      v.weight_scale = GatherColumns(&s, full.weight_scale, Range(c0 / 32, c1 / 32));
       break;
     case WeightFormat::kFloatQuantized:
       v.weight = GatherColumns(&s, full.weight, Range(c0, c1));

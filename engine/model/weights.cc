@@ -17,6 +17,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/model/compressed_tensors.h"
 #include "engine/model/raw_read.h"
+#include "engine/model/sparse24.h"
 
 namespace scored {
 namespace {
@@ -86,6 +87,22 @@ absl::Status CheckFinite(const TensorView& t, absl::string_view role) {
                    DTypeName(t.dtype), "): ", role, " must be finite; the checkpoint is corrupted"));
 }
 
+// mxfp4 E8M0 scales: compressed-tensors decodes exponent byte e as 2^(e - 127) in bf16, so 255 (the
+// format's NaN code) becomes infinity and every weight of its block infinity or NaN. Such a checkpoint
+// is corrupted, like a NaN float scale: INVALID_ARGUMENT naming the tensor and index.
+absl::Status CheckE8M0Scales(const LinearWeight& w) {
+  if (w.format != WeightFormat::kMxfp4PackQuantized || !w.weight_scale.present()) return absl::OkStatus();
+  const int64_t n = w.weight_scale.NumElements();
+  for (int64_t i = 0; i < n; ++i) {
+    if (w.weight_scale.data[i] == 0xff) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          w.weight_scale.file, ": tensor '", w.weight_scale.name, "' holds the E8M0 NaN code 255 at index ",
+          i, ": a quantization scale must be finite; the checkpoint is corrupted"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Scale tensors of one element may be stored as [], [1] or [1, 1].
 bool IsScalarShape(const std::vector<int64_t>& s) {
   int64_t n = 1;
@@ -130,6 +147,8 @@ std::string FormatLabel(const LinearWeight& w) {
                           w.static_input_int8 ? "-act-static" : "");
     case WeightFormat::kNvfp4PackQuantized:
       return "nvfp4a16";
+    case WeightFormat::kMxfp4PackQuantized:
+      return "mxfp4a16";
     case WeightFormat::kFloatQuantized:
       return absl::StrCat(w.w8a8_dynamic_fp8 || w.static_input_fp8 ? "fp8-w8a8-" : "fp8-w8a16-", strategy(),
                           w.act_group_size > 0 ? absl::StrCat("-act-g", w.act_group_size) : "",
@@ -160,6 +179,13 @@ class ModelWeightsLoader {
   absl::Status LoadKvScale(const std::string& name, TensorView* scale);
   // F32/F16/BF16 [1] (or a scalar), finite and > 0: a scale every element is divided by.
   absl::Status CheckPerTensorScale(const TensorView& s) const;
+  // `<module>.weight` [out, in] of one of `dtypes`, or, under a sparse-24-bitmask sparsity_config when
+  // `<module>.compressed` is stored, the same tensor decompressed from shape/compressed/bitmask
+  // (sparse24.h). Packed formats (pack-quantized, nvfp4, mxfp4) never ask for it: the library's sparse
+  // compressor left their tensors as they were, so they load as usual; stray sparse tensors on such a
+  // module fail the unused-tensor check.
+  absl::StatusOr<TensorView> TakeWeight(const std::string& module, int64_t out, int64_t in,
+                                        std::initializer_list<DType> dtypes);
   absl::Status CheckLeftovers() const;
   absl::Status CheckFiniteParameters() const;
   void Summarize();
@@ -167,7 +193,40 @@ class ModelWeightsLoader {
   ModelWeights* m_;
   std::optional<CompressedTensorsConfig> quant_;
   std::set<std::string> consumed_;
+  int sparse24_linears_ = 0;
 };
+
+absl::StatusOr<TensorView> ModelWeightsLoader::TakeWeight(const std::string& module, int64_t out, int64_t in,
+                                                          std::initializer_list<DType> dtypes) {
+  // As compressed-tensors' decompression: driven by the tensors present, not by the targets (its
+  // compressor only ever rewrote a module's `weight`, after quantization).
+  const bool sparse =
+      quant_.has_value() && quant_->sparsity.sparse24 && m_->store_->Has(module + ".compressed");
+  if (!sparse) return TakeChecked(module + ".weight", {out, in}, dtypes);
+  SCORED_ASSIGN_OR_RETURN(TensorView shape, Take(module + ".shape"));
+  SCORED_ASSIGN_OR_RETURN(TensorView compressed, Take(module + ".compressed"));
+  SCORED_ASSIGN_OR_RETURN(TensorView bitmask, Take(module + ".bitmask"));
+  bool ok = false;
+  for (DType d : dtypes) ok = ok || compressed.dtype == d;
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(compressed.file, ": tensor '", compressed.name,
+                                                   "' has dtype ", DTypeName(compressed.dtype),
+                                                   ", not the dtype of this module's weight format"));
+  }
+  SCORED_ASSIGN_OR_RETURN(std::vector<uint8_t> dense,
+                          DecompressSparse24(shape, compressed, bitmask, out, in));
+  m_->decompressed_.push_back(std::move(dense));
+  const std::vector<uint8_t>& bytes = m_->decompressed_.back();
+  TensorView t;
+  t.name = module + ".weight";
+  t.dtype = compressed.dtype;
+  t.shape = {out, in};
+  t.data = bytes.data();
+  t.nbytes = static_cast<int64_t>(bytes.size());
+  t.file = compressed.file + " (sparse-24-bitmask, decompressed at load)";
+  ++sparse24_linears_;
+  return t;
+}
 
 absl::StatusOr<TensorView> ModelWeightsLoader::Take(const std::string& name) {
   SCORED_ASSIGN_OR_RETURN(TensorView t, m_->store_->Get(name));
@@ -274,8 +333,7 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
   }
   if (!scheme.quantized) {
     w->format = WeightFormat::kDense;
-    SCORED_ASSIGN_OR_RETURN(
-        w->weight, TakeChecked(module + ".weight", {out, in}, {DType::kF32, DType::kF16, DType::kBF16}));
+    SCORED_ASSIGN_OR_RETURN(w->weight, TakeWeight(module, out, in, {DType::kF32, DType::kF16, DType::kBF16}));
     return absl::OkStatus();
   }
   w->num_bits = scheme.num_bits;
@@ -341,7 +399,7 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
       break;
     }
     case WeightFormat::kNaiveQuantized: {
-      SCORED_ASSIGN_OR_RETURN(w->weight, TakeChecked(module + ".weight", {out, in}, {DType::kI8}));
+      SCORED_ASSIGN_OR_RETURN(w->weight, TakeWeight(module, out, in, {DType::kI8}));
       if (w->strategy == QuantStrategy::kGroup && in % w->group_size != 0) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": in_features ", in, " is not a multiple of group_size ", w->group_size));
@@ -375,8 +433,19 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
       }
       break;
     }
+    case WeightFormat::kMxfp4PackQuantized: {
+      if (in % 32 != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": in_features ", in, " is not a multiple of 32"));
+      }
+      SCORED_ASSIGN_OR_RETURN(w->weight_packed,
+                              TakeChecked(module + ".weight_packed", {out, in / 2}, {DType::kU8}));
+      SCORED_ASSIGN_OR_RETURN(w->weight_scale,
+                              TakeChecked(module + ".weight_scale", {out, in / 32}, {DType::kU8}));
+      break;
+    }
     case WeightFormat::kFloatQuantized: {
-      SCORED_ASSIGN_OR_RETURN(w->weight, TakeChecked(module + ".weight", {out, in}, {DType::kF8E4M3}));
+      SCORED_ASSIGN_OR_RETURN(w->weight, TakeWeight(module, out, in, {DType::kF8E4M3}));
       SCORED_RETURN_IF_ERROR(LoadScale(w, module));
       break;
     }
@@ -394,6 +463,7 @@ absl::Status ModelWeightsLoader::CheckFiniteParameters() const {
   auto check_linear = [](const LinearWeight& w) -> absl::Status {
     SCORED_RETURN_IF_ERROR(CheckFinite(w.weight_scale, "a quantization scale"));
     SCORED_RETURN_IF_ERROR(CheckFinite(w.weight_global_scale, "a global scale"));
+    SCORED_RETURN_IF_ERROR(CheckE8M0Scales(w));
     if (w.weight_global_scale.present() && raw_read::Load<float>(w.weight_global_scale.data, 0) == 0.0f) {
       return absl::InvalidArgumentError(absl::StrCat(w.weight_global_scale.file, ": tensor '",
                                                      w.weight_global_scale.name,
@@ -533,6 +603,10 @@ void ModelWeightsLoader::Summarize() {
   if (m_->kv_cache_fp8_) {
     notes.push_back(
         "kv_cache_scheme FP8: K (after RoPE) and V quantize-dequantized with per-layer k_scale / v_scale");
+  }
+  if (sparse24_linears_ > 0) {
+    notes.push_back(absl::StrCat("2:4 sparse (sparse-24-bitmask): ", sparse24_linears_,
+                                 " linears decompressed at load, dense GEMMs"));
   }
   if (names.size() > 1) {
     std::vector<std::string> parts;

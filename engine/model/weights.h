@@ -2,12 +2,14 @@
 // layer, the compressed-tensors format its tensors are in. Decoding to real values is exact
 // (DESIGN.md §6): DequantizeRows() gives bit for bit what compressed-tensors' own decompression gives.
 //
-// Ownership: ModelWeights owns the mmaps; every TensorView and LinearWeight points into them and lives as
-// long as the ModelWeights. Thread-safety: immutable after Load(); all const methods are thread-safe.
+// Ownership: ModelWeights owns the mmaps (and the dense weights it decompressed from 2:4 sparse storage);
+// every TensorView and LinearWeight points into them and lives as long as the ModelWeights. Thread-safety:
+// immutable after Load(); all const methods are thread-safe.
 #ifndef SCORED_ENGINE_MODEL_WEIGHTS_H_
 #define SCORED_ENGINE_MODEL_WEIGHTS_H_
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,8 +29,10 @@ struct LinearWeight : StoredLinear {
   // Values are exactly compressed-tensors' decompression (DESIGN.md §6): for pack/naive/float-quantized
   // the product (q - zp) * scale, which is exact in fp32 (= its decompression with float32 parameters;
   // rounding it RNE to the scale's dtype bf16/fp16 gives exactly its decompression in that dtype); for
-  // nvfp4 the product rounded to bf16 (compressed-tensors always decompresses NVFP4 to bf16). Dense
-  // weights are widened exactly. OUT_OF_RANGE for a bad row range. Thread-safe.
+  // nvfp4 the product rounded to bf16 (compressed-tensors always decompresses NVFP4 to bf16); for mxfp4
+  // E2M1 x 2^(e - 127), exact in fp32 and in the bf16 it decompresses to. Dense weights (also those
+  // decompressed from sparse-24-bitmask at load) are widened exactly. OUT_OF_RANGE for a bad row range.
+  // Thread-safe.
   absl::Status DequantizeRows(int64_t row_begin, int64_t row_end, float* out) const;
 
   // Bytes of every stored tensor of this weight (values, scales, zero points, g_idx; not bias).
@@ -64,7 +68,9 @@ class ModelWeights {
   // Loads config.json and the safetensors file(s) of `model_dir` (single file or sharded index), resolves
   // every module's format. Errors name the file and tensor (missing, wrong shape/dtype, truncated; a NaN or
   // infinity in a quantization scale, an nvfp4 global scale (or one that is 0), a norm weight or a bias,
-  // with its index), or the unsupported config/quantization feature. Dense and quantized weight values are
+  // with its index; an mxfp4 E8M0 scale of 255; a sparse-24-bitmask weight whose shape / compressed /
+  // bitmask disagree), or the unsupported config/quantization feature. sparse-24-bitmask weights are
+  // decompressed here, into buffers this object owns. Dense and quantized weight values are
   // not scanned for NaN (a pass over the whole checkpoint).
   static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& model_dir);
 
@@ -95,6 +101,9 @@ class ModelWeights {
   std::vector<LayerWeights> layers_;
   ModelSummary summary_;
   bool kv_cache_fp8_ = false;
+  // Weights decompressed at load (sparse-24-bitmask): their TensorViews point here. A list, so that no
+  // buffer ever moves.
+  std::list<std::vector<uint8_t>> decompressed_;
 };
 
 // Converts an F32/F16/BF16 tensor to fp32 (exact widening). INVALID_ARGUMENT for other dtypes or

@@ -214,6 +214,35 @@ TEST_F(DequantTest, Nvfp4) {
   CheckWeight(stream_, w, 3, 4, w.module);
 }
 
+// MXFP4: nvfp4's nibbles with one E8M0 exponent byte per 32 columns. Exponents span 0 (the subnormal
+// 2^-127) to 254 (products from 2 * 2^127 up overflow to infinity, on the host as on the device); 255 is
+// rejected by the loader (its 0 * infinity NaN has no one bit pattern to compare).
+TEST_F(DequantTest, Mxfp4) {
+  constexpr int64_t kOut = 40, kIn = 256;
+  LinearWeight w = Base("mxfp4", WeightFormat::kMxfp4PackQuantized, kOut, kIn);
+  w.num_bits = 4;
+  w.strategy = QuantStrategy::kGroup;
+  w.group_size = 32;
+  std::vector<uint32_t> words = RandomWords(kOut * kIn / 8, 31);
+  std::vector<uint8_t> bytes(kOut * kIn / 2);
+  std::memcpy(bytes.data(), words.data(), bytes.size());
+  auto packed = MakeTensor("weight_packed", DType::kU8, {kOut, kIn / 2}, bytes);
+  std::vector<uint32_t> scale_words = RandomWords(kOut * kIn / 32, 32);
+  std::vector<uint8_t> exps(kOut * kIn / 32);
+  for (size_t i = 0; i < exps.size(); ++i) exps[i] = static_cast<uint8_t>(100 + scale_words[i] % 60);
+  exps[0] = 0;
+  exps[1] = 1;
+  exps[2] = 127;
+  exps[3] = 200;
+  exps[4] = 253;
+  exps[5] = 254;
+  auto scale = MakeTensor("weight_scale", DType::kU8, {kOut, kIn / 32}, exps);
+  w.weight_packed = packed->view;
+  w.weight_scale = scale->view;
+  CheckWeight(stream_, w, 0, kOut, w.module);
+  CheckWeight(stream_, w, 3, 4, w.module);
+}
+
 TEST_F(DequantTest, Fp8TensorChannelBlock) {
   constexpr int64_t kOut = 200;                      // partial 128 x 128 blocks on both axes
   for (int64_t in : {int64_t{300}, int64_t{384}}) {  // 300: element-wise path; 384: 8-column chunks

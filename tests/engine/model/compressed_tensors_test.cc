@@ -95,6 +95,46 @@ TEST(CompressedTensorsTest, Nvfp4W4A4RunsWeightOnly) {
   EXPECT_TRUE(s.w4a4_run_weight_only);
 }
 
+// As llm-compressor 0.14 writes MXFP4A16 (tests/fixtures/llama-mxfp4a16); its MXFP4 (W4A4) scheme adds
+// dynamic FP4 group-32 activations, which scored refuses naming the field.
+TEST(CompressedTensorsTest, Mxfp4WeightsResolveAndW4A4IsRefused) {
+  constexpr char kWeights[] = R"("weights": {"dynamic": false, "group_size": 32, "num_bits": 4,
+      "observer": "memoryless_minmax", "scale_dtype": "torch.uint8", "strategy": "group", "symmetric": true,
+      "type": "float", "zp_dtype": null})";
+  auto c = ParseCompressedTensorsConfig(
+      std::string(R"({"config_groups": {"group_0": {"format": "mxfp4-pack-quantized",
+      "input_activations": null, "output_activations": null, "targets": ["Linear"], )") +
+          kWeights + R"(}}, "format": "mxfp4-pack-quantized", "ignore": ["lm_head"],
+      "kv_cache_scheme": null, "quant_method": "compressed-tensors", "quantization_status": "compressed",
+      "sparsity_config": {}, "transform_config": {}, "version": "0.19.0"})",
+      "cfg");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const ModuleScheme s = Resolve(*c, "model.layers.1.self_attn.o_proj");
+  EXPECT_EQ(s.format, WeightFormat::kMxfp4PackQuantized);
+  EXPECT_EQ(s.strategy, QuantStrategy::kGroup);
+  EXPECT_EQ(s.group_size, 32);
+  EXPECT_EQ(s.num_bits, 4);
+  EXPECT_FALSE(s.w4a4_run_weight_only || s.w8a8_dynamic_fp8 || s.w8a8_dynamic_int8);
+
+  auto w4a4 = ParseCompressedTensorsConfig(
+      std::string(R"({"config_groups": {"group_0": {"format": "mxfp4-pack-quantized",
+      "input_activations": {"dynamic": true, "group_size": 32, "num_bits": 4, "scale_dtype": "torch.uint8",
+      "strategy": "group", "symmetric": true, "type": "float"}, "targets": ["Linear"], )") +
+          kWeights + R"(}}, "format": "mxfp4-pack-quantized", "quant_method": "compressed-tensors"})",
+      "cfg");
+  ASSERT_FALSE(w4a4.ok());
+  EXPECT_EQ(w4a4.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(w4a4.status().message()), HasSubstr("group 'group_0' input_activations"));
+  EXPECT_THAT(std::string(w4a4.status().message()), HasSubstr("mxfp4-pack-quantized"));
+
+  auto group16 = ParseCompressedTensorsConfig(R"({"quant_method": "compressed-tensors",
+      "format": "mxfp4-pack-quantized", "config_groups": {"g": {"targets": ["Linear"],
+      "weights": {"num_bits": 4, "type": "float", "strategy": "group", "group_size": 16}}}})",
+                                              "cfg");
+  ASSERT_FALSE(group16.ok());
+  EXPECT_THAT(std::string(group16.status().message()), HasSubstr("mxfp4-pack-quantized weights"));
+}
+
 TEST(CompressedTensorsTest, Fp8DynamicAndBlock) {
   auto c = ParseCompressedTensorsConfig(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
     "config_groups": {"group_0": {"targets": ["Linear"],
@@ -341,13 +381,41 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-TEST(CompressedTensorsTest, RealSparse24ConfigIsRejected) {
+// A published 2:4 sparse checkpoint's config (sparsity only, no quantization groups): every Linear but
+// lm_head is sparse-24-bitmask, values dense.
+TEST(CompressedTensorsTest, RealSparse24ConfigResolves) {
   auto cfg = LoadModelConfig(kConfigs + "/compressed-tensors/llama2.c-stories42M-pruned2.4-compressed");
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   auto c = ParseCompressedTensorsConfig(cfg->quantization_config_json, "config.json");
-  ASSERT_FALSE(c.ok());
-  EXPECT_THAT(std::string(c.status().message()), HasSubstr("sparse-24-bitmask"));
-  EXPECT_THAT(std::string(c.status().message()), HasSubstr("config.json"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->sparsity.sparse24);
+  EXPECT_EQ(c->sparsity.targets, std::vector<std::string>{"Linear"});
+  EXPECT_EQ(c->sparsity.ignore, std::vector<std::string>{"lm_head"});
+  EXPECT_FALSE(Resolve(*c, "model.layers.0.self_attn.q_proj").quantized);
+}
+
+TEST(CompressedTensorsTest, OtherSparsityFormatsAndStructuresFailNamingTheField) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"quant_method": "compressed-tensors", "sparsity_config": {"format": "sparse-bitmask",
+          "sparsity_structure": "unstructured", "targets": ["Linear"]}})",
+       "sparsity_config: unsupported format 'sparse-bitmask'"},
+      {R"({"quant_method": "compressed-tensors", "sparsity_config": {"format": "marlin-24",
+          "sparsity_structure": "2:4", "targets": ["Linear"]}})",
+       "sparsity_config: unsupported format 'marlin-24'"},
+      {R"({"quant_method": "compressed-tensors", "sparsity_config": {"format": "sparse-24-bitmask",
+          "sparsity_structure": "unstructured", "targets": ["Linear"]}})",
+       "sparsity_config sparsity_structure: unsupported 'unstructured'"},
+      {R"({"quant_method": "compressed-tensors", "sparsity_config": {"format": "sparse-24-bitmask",
+          "targets": ["Linear"]}})",
+       "sparsity_structure"},
+  };
+  for (const auto& [json, expect] : cases) {
+    auto c = ParseCompressedTensorsConfig(json, "qcfg.json");
+    ASSERT_FALSE(c.ok()) << expect;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr(expect));
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("qcfg.json"));
+  }
 }
 
 // llm-compressor's FP8 scheme (FP8 per-tensor weights, static per-tensor FP8 activations) as published

@@ -2,8 +2,10 @@
 // gen_dequant_golden.py (an independent pure-Python implementation); the hand-worked cases at the top
 // spell a few values out. Comparisons are bit-exact: the decode is specified to equal
 // compressed-tensors' own, so no tolerance applies.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -107,6 +109,46 @@ TEST(DequantizeTest, HandWorkedNvfp4) {
   EXPECT_EQ(out[0], 0.333984375f);
   EXPECT_EQ(out[1], -4.0f);
   for (int k = 2; k < 16; ++k) EXPECT_EQ(out[k], 4.0f) << k;
+}
+
+// MXFP4: every E8M0 exponent byte (one row each) times every E2M1 nibble (columns 0..15, twice): the float32
+// product E2M1(n) * 2^(e - 127), exponent 0 the subnormal 2^-127, overflow to infinity past 2^128, and 255
+// (E8M0's NaN code) infinity, so NaN for a zero nibble. scripts/fixtures/check_mxfp4_decode.py checks that
+// compressed-tensors' MXFP4PackedCompressor.decompress gives these 256 x 16 values (in bf16, exactly).
+TEST(DequantizeTest, Mxfp4EveryExponentAndNibble) {
+  static uint8_t packed[256 * 16];
+  static uint8_t scale[256];
+  for (int e = 0; e < 256; ++e) {
+    scale[e] = static_cast<uint8_t>(e);
+    for (int b = 0; b < 16; ++b)
+      packed[e * 16 + b] = static_cast<uint8_t>(((2 * b + 1) % 16) << 4 | (2 * b) % 16);
+  }
+  LinearWeight w = Linear("mxfp4", WeightFormat::kMxfp4PackQuantized, 256, 32);
+  w.num_bits = 4;
+  w.strategy = QuantStrategy::kGroup;
+  w.group_size = 32;
+  w.weight_packed = View("p", DType::kU8, {256, 16}, packed);
+  w.weight_scale = View("s", DType::kU8, {256, 1}, scale);
+  std::vector<float> out(256 * 32);
+  ASSERT_TRUE(w.DequantizeRows(0, 256, out.data()).ok());
+  const float e2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  for (int e = 0; e < 256; ++e) {
+    const float s = std::ldexp(1.0f, e - 127);  // 2^128 is infinity in float
+    for (int k = 0; k < 32; ++k) {
+      const int n = k % 16;
+      const float want = (n & 8 ? -e2m1[n & 7] : e2m1[n & 7]) * s;
+      const float got = out[e * 32 + k];
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << e << " " << n;
+      } else {
+        EXPECT_EQ(got, want) << e << " " << n;
+        EXPECT_EQ(std::signbit(got), std::signbit(want)) << e << " " << n;
+      }
+    }
+  }
+  EXPECT_EQ(out[0 * 32 + 1], 0x1p-128f);                                 // 0.5 * 2^-127: a subnormal
+  EXPECT_EQ(out[254 * 32 + 3], 0x1.8p127f);                              // 1.5 * 2^127: finite
+  EXPECT_EQ(out[254 * 32 + 4], std::numeric_limits<float>::infinity());  // 2 * 2^127 overflows
 }
 
 TEST(DequantizeTest, HandWorkedFp8Channel) {

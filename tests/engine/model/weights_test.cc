@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/base/dtype.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -146,6 +147,44 @@ struct TinyModel {
       "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float",
         "strategy": "tensor_group", "group_size": 16})") + acts +
                                                           "}}}");
+  }
+
+  // Replaces every decoder linear's weight with MXFP4A16 tensors: packed E2M1 and E8M0 scale bytes 127 (1.0).
+  void Mxfp4() {
+    for (int64_t l = 0; l < kLayers; ++l) {
+      for (const auto& [name, out, in] : Linears()) {
+        const std::string m = "model.layers." + std::to_string(l) + "." + name;
+        tensors.erase(m + ".weight");
+        Put(m + ".weight_packed", "U8", {out, in / 2}, 1);
+        tensors[m + ".weight_scale"] = StTensor{m + ".weight_scale",
+                                                "U8",
+                                                {out, in / 32},
+                                                std::string(static_cast<size_t>(out * in / 32), '\x7f')};
+      }
+    }
+    config["quantization_config"] = nlohmann::json::parse(R"({
+      "quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized", "ignore": ["lm_head"],
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float",
+        "strategy": "group", "group_size": 32, "scale_dtype": "torch.uint8"}}}})");
+  }
+
+  // Stores every decoder linear's BF16 weight as sparse-24-bitmask: shape, compressed [out, in/2] and a
+  // bitmask keeping columns 0, 1 of every 4 (bytes 0x33), under a sparsity-only quantization_config.
+  void Sparse24() {
+    for (int64_t l = 0; l < kLayers; ++l) {
+      for (const auto& [name, out, in] : Linears()) {
+        const std::string m = "model.layers." + std::to_string(l) + "." + name;
+        tensors.erase(m + ".weight");
+        std::vector<int64_t> shape_vals = {out, in};
+        tensors[m + ".shape"] = StTensor{m + ".shape", "I64", {2, 1}, testing_util::Bytes(shape_vals)};
+        Put(m + ".compressed", "BF16", {out, in / 2}, 2);
+        tensors[m + ".bitmask"] = StTensor{
+            m + ".bitmask", "U8", {out, in / 8}, std::string(static_cast<size_t>(out * in / 8), '\x33')};
+      }
+    }
+    config["quantization_config"] = nlohmann::json::parse(R"({"quant_method": "compressed-tensors",
+      "sparsity_config": {"format": "sparse-24-bitmask", "sparsity_structure": "2:4", "targets": ["Linear"],
+        "ignore": ["lm_head"], "global_sparsity": 0.5}})");
   }
 
   // Replaces every decoder linear's weight with INT8 W8A8 static tensors: int8 channel weights, a per-tensor
@@ -341,6 +380,68 @@ TEST(WeightsTest, Nvfp4W4A4IsRunWeightOnlyWithANote) {
   ASSERT_TRUE(m2.ok()) << m2.status();
   EXPECT_FALSE((*m2)->layers()[0].q_proj.w4a4_run_weight_only);
   EXPECT_THAT((*m2)->summary().notes, ::testing::Not(HasSubstr("W4A4")));
+}
+
+TEST(WeightsTest, Mxfp4LoadsAndRefusesTheE8M0NanCode) {
+  TempDir dir;
+  TinyModel t;
+  t.Mxfp4();
+  auto m = t.WriteAndLoad(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const LinearWeight& d = (*m)->layers()[1].down_proj;
+  EXPECT_EQ(d.format, WeightFormat::kMxfp4PackQuantized);
+  EXPECT_EQ(d.group_size, 32);
+  EXPECT_EQ((*m)->summary().format, "mxfp4a16");
+  // 4 bits + an 8-bit scale per 32.
+  EXPECT_DOUBLE_EQ((*m)->summary().bits_per_weight_decoder, 4.25);
+  // Byte 0x11: nibbles 1 (0.5) twice, times 2^(127 - 127).
+  std::vector<float> row(static_cast<size_t>(d.in_features));
+  ASSERT_TRUE(d.DequantizeRows(3, 4, row.data()).ok());
+  EXPECT_EQ(row[0], 0.5f);
+  EXPECT_EQ(row[63], 0.5f);
+
+  // 255 is E8M0's NaN code; compressed-tensors decodes it to 2^128 = infinity.
+  TempDir dir2;
+  TinyModel bad;
+  bad.Mxfp4();
+  bad.tensors["model.layers.0.mlp.gate_proj.weight_scale"].bytes[9] = '\xff';
+  auto m2 = bad.WriteAndLoad(dir2);
+  ASSERT_FALSE(m2.ok());
+  EXPECT_EQ(m2.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      std::string(m2.status().message()),
+      HasSubstr("'model.layers.0.mlp.gate_proj.weight_scale' holds the E8M0 NaN code 255 at index 9"));
+}
+
+TEST(WeightsTest, Sparse24IsDecompressedAtLoad) {
+  TempDir dir;
+  TinyModel t;
+  t.Sparse24();
+  auto m = t.WriteAndLoad(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const LinearWeight& o = (*m)->layers()[0].o_proj;
+  EXPECT_EQ(o.format, WeightFormat::kDense);
+  EXPECT_EQ(o.weight.dtype, DType::kBF16);
+  EXPECT_EQ(o.weight.shape,
+            (std::vector<int64_t>{TinyModel::kHidden, TinyModel::kHeads * TinyModel::kHeadDim}));
+  // Columns 0, 1 of every 4 hold the stored BF16 0x1111, columns 2, 3 zero.
+  std::vector<float> row(static_cast<size_t>(o.in_features));
+  ASSERT_TRUE(o.DequantizeRows(5, 6, row.data()).ok());
+  for (size_t k = 0; k < row.size(); ++k) EXPECT_EQ(row[k], k % 4 < 2 ? Bf16ToFloat(0x1111) : 0.0f) << k;
+  EXPECT_EQ((*m)->summary().format, "dense-bf16");
+  EXPECT_THAT((*m)->summary().notes,
+              HasSubstr("2:4 sparse (sparse-24-bitmask): 14 linears decompressed at load"));
+  EXPECT_DOUBLE_EQ((*m)->summary().bits_per_weight_decoder, 16.0);
+
+  // A bitmask with one bit too many for the stored values fails naming it.
+  TempDir dir2;
+  TinyModel bad;
+  bad.Sparse24();
+  bad.tensors["model.layers.1.mlp.up_proj.bitmask"].bytes[2] = '\x37';
+  auto m2 = bad.WriteAndLoad(dir2);
+  ASSERT_FALSE(m2.ok());
+  EXPECT_THAT(std::string(m2.status().message()), HasSubstr("model.layers.1.mlp.up_proj.bitmask"));
+  EXPECT_THAT(std::string(m2.status().message()), HasSubstr("set bits for"));
 }
 
 // Static activation scales: input_scale (and input_zero_point when asymmetric) are loaded with their linear;
