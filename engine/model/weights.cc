@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -17,6 +18,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/model/compressed_tensors.h"
 #include "engine/model/raw_read.h"
+#include "engine/model/toolkit_quant.h"
 
 namespace scored {
 namespace {
@@ -138,6 +140,18 @@ std::string FormatLabel(const LinearWeight& w) {
   return "?";
 }
 
+// ModelOpt's hf_quant_config.json, read when config.json has no quantization_config; nullopt when absent.
+absl::StatusOr<std::optional<ToolkitQuantConfig>> LoadHfQuantConfig(const std::string& model_dir) {
+  const std::string path = model_dir + "/hf_quant_config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::optional<ToolkitQuantConfig>();
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  SCORED_ASSIGN_OR_RETURN(ToolkitQuantConfig c, ParseToolkitQuantConfig(ss.str(), path));
+  return std::optional<ToolkitQuantConfig>(std::move(c));
+}
+
 }  // namespace
 
 class ModelWeightsLoader {
@@ -162,6 +176,7 @@ class ModelWeightsLoader {
 
   ModelWeights* m_;
   std::optional<CompressedTensorsConfig> quant_;
+  std::optional<ToolkitQuantConfig> toolkit_;  // GPTQ / AWQ / ModelOpt checkpoints (toolkit_quant.h)
   std::set<std::string> consumed_;
 };
 
@@ -258,6 +273,12 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
   if (bias) {
     SCORED_ASSIGN_OR_RETURN(w->bias,
                             TakeChecked(module + ".bias", {out}, {DType::kF32, DType::kF16, DType::kBF16}));
+  }
+  if (toolkit_.has_value() && ToolkitModuleQuantized(*toolkit_, *m_->store_, module)) {
+    std::vector<std::string> used;
+    SCORED_RETURN_IF_ERROR(LoadToolkitLinear(*toolkit_, *m_->store_, w, &used, &m_->transcoded_));
+    consumed_.insert(used.begin(), used.end());
+    return absl::OkStatus();
   }
   if (!scheme.quantized) {
     w->format = WeightFormat::kDense;
@@ -425,9 +446,14 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
   // Tensor names and files come from the family; which optional tensors exist from the config's flags.
   const FamilyTraits& family = *c.family;
   const TensorNames& n = family.names;
-  if (c.has_quantization_config) {
+  if (c.has_quantization_config && IsToolkitQuantMethod(c.quantization_config_json)) {
+    SCORED_ASSIGN_OR_RETURN(toolkit_,
+                            ParseToolkitQuantConfig(c.quantization_config_json, model_dir + "/config.json"));
+  } else if (c.has_quantization_config) {
     SCORED_ASSIGN_OR_RETURN(
         quant_, ParseCompressedTensorsConfig(c.quantization_config_json, model_dir + "/config.json"));
+  } else {
+    SCORED_ASSIGN_OR_RETURN(toolkit_, LoadHfQuantConfig(model_dir));
   }
   SCORED_ASSIGN_OR_RETURN(m_->store_, TensorStore::Open(model_dir, family.checkpoint));
   const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
@@ -517,7 +543,10 @@ void ModelWeightsLoader::Summarize() {
     for (const auto& [label, count] : labels) parts.push_back(absl::StrCat(label, " x", count));
     notes.push_back(absl::StrCat("decoder linears: ", absl::StrJoin(parts, ", ")));
   }
-  if (quant_.has_value()) {
+  if (toolkit_.has_value()) {
+    notes.push_back(absl::StrCat(toolkit_->label, " checkpoint, decoded at load to the format above"));
+  }
+  if (quant_.has_value() || toolkit_.has_value()) {
     notes.push_back(absl::StrCat("lm_head ", FormatLabel(head), c.tie_word_embeddings ? " (tied)" : ""));
   }
   s.notes = absl::StrJoin(notes, "; ");

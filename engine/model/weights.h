@@ -85,6 +85,8 @@ class ModelWeights {
   LinearWeight lm_head_;
   std::vector<LayerWeights> layers_;
   ModelSummary summary_;
+  // Tensors transcoded at load from other toolkits' layouts (toolkit_quant.h); views point into them.
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> transcoded_;
 };
 
 // Converts an F32/F16/BF16 tensor to fp32 (exact widening). INVALID_ARGUMENT for other dtypes or
