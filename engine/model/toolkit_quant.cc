@@ -256,6 +256,8 @@ absl::Status LoadGptq(const ToolkitQuantConfig& c, const TensorStore& store, Lin
     }
   }
   SetZeroPoints(z, groups, qzeros, w, buffers);
+  // Only the transcoded copies are read from here on: the source pages leave the RSS.
+  for (const TensorView* t : {&qweight, &qzeros, &scales}) store.ReleaseResidentPages(*t);
   return SetGroupsAndScales(c, scales, g_idx ? &*g_idx : nullptr, groups, w, buffers);
 }
 
@@ -295,6 +297,8 @@ absl::Status LoadAwq(const ToolkitQuantConfig& c, const TensorStore& store, Line
     }
   }
   SetZeroPoints(z, groups, qzeros, w, buffers);
+  // Only the transcoded copies are read from here on: the source pages leave the RSS.
+  for (const TensorView* t : {&qweight, &qzeros, &scales}) store.ReleaseResidentPages(*t);
   return SetGroupsAndScales(c, scales, nullptr, groups, w, buffers);
 }
 
