@@ -124,9 +124,9 @@ TEST_P(FixturesTest, ActivationQuantizationFollowsConfig) {
   std::stringstream ss;
   ss << in.rdbuf();
   const nlohmann::json qc = nlohmann::json::parse(ss.str())["quantization_config"];
-  if (qc.value("quant_method", "") != "compressed-tensors") {
+  if (!qc.contains("config_groups")) {  // GPTQ / AWQ: no activation quantization to follow
     GTEST_SKIP() << GetParam() << ": " << qc.value("quant_method", "")
-                 << " (toolkit_fixtures_test checks it)";
+                 << " (model_toolkit_quant_test checks it)";
   }
   const nlohmann::json groups = qc["config_groups"];
   ASSERT_EQ(groups.size(), 1u);

@@ -39,8 +39,8 @@ TEST(ToolkitQuantTest, RecognizesToolkitMethodsOnly) {
 }
 
 TEST(ToolkitQuantTest, ParsesGptqFormats) {
-  absl::StatusOr<ToolkitQuantConfig> v1 =
-      ParseToolkitQuantConfig(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": true})", "c");
+  absl::StatusOr<ToolkitQuantConfig> v1 = ParseToolkitQuantConfig(
+      R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": true})", "c");
   ASSERT_TRUE(v1.ok()) << v1.status();
   EXPECT_TRUE(v1->zero_point_minus_one) << "no checkpoint_format means AutoGPTQ's v1 'gptq'";
   EXPECT_TRUE(v1->desc_act);
@@ -112,12 +112,14 @@ TEST(ToolkitQuantTest, FixturesTranscodeToPackQuantized) {
         EXPECT_EQ(w->group_size, e.group_size) << e.fixture;
         EXPECT_EQ(w->actorder_group, e.actorder) << e.fixture;
         EXPECT_EQ(w->weight_g_idx.present(), e.actorder) << e.fixture;
-        EXPECT_EQ(w->weight_packed.shape, (std::vector<int64_t>{w->out_features, w->in_features * e.bits / 32}));
+        EXPECT_EQ(w->weight_packed.shape,
+                  (std::vector<int64_t>{w->out_features, w->in_features * e.bits / 32}));
       }
     }
     EXPECT_EQ((*m)->lm_head().format, WeightFormat::kDense);
     EXPECT_THAT((*m)->summary().notes, HasSubstr(e.label + " checkpoint"));
-    EXPECT_NEAR((*m)->summary().bits_per_weight_decoder, e.bits + (e.bits == 4 ? 0.25 : 0.0), 0.35) << e.fixture;
+    EXPECT_NEAR((*m)->summary().bits_per_weight_decoder, e.bits + (e.bits == 4 ? 0.25 : 0.0), 0.35)
+        << e.fixture;
   }
 }
 
@@ -133,7 +135,8 @@ int64_t DataOffset(const std::string& path, const std::string& name) {
 }
 
 // A copy of a fixture with 4 bytes of one tensor replaced.
-void CopyWithPatch(const std::string& fixture, const std::string& dst, const std::string& tensor, uint32_t value) {
+void CopyWithPatch(const std::string& fixture, const std::string& dst, const std::string& tensor,
+                   uint32_t value) {
   std::filesystem::copy(kFixtures + "/" + fixture, dst, std::filesystem::copy_options::recursive);
   const std::string st = dst + "/model.safetensors";
   const int64_t off = DataOffset(st, tensor);
