@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/base/dtype.h"
 #include "engine/base/json_util.h"
 #include "engine/base/status_macros.h"
 #include "engine/model/raw_read.h"
@@ -101,19 +102,27 @@ absl::Status ParseAwq(const Json& j, absl::string_view src, ToolkitQuantConfig* 
 // `q` is the object holding quant_algo: config.json's quantization_config or hf_quant_config.json's
 // "quantization".
 absl::Status ParseModelOpt(const Json& q, absl::string_view src, ToolkitQuantConfig* c) {
-  c->method = ToolkitQuantConfig::Method::kModelOptFp8;
   SCORED_ASSIGN_OR_RETURN(std::string algo, json_util::GetString(q, "quant_algo", src));
-  if (algo != "FP8") {
-    return Unsupported(
-        src, "quant_algo", absl::StrCat("'", algo, "'"),
-        "only ModelOpt FP8 (per-tensor weights, static per-tensor activations) is implemented");
+  if (algo == "NVFP4") {
+    SCORED_ASSIGN_OR_RETURN(int64_t group, json_util::GetInt(q, "group_size", src, 16));
+    if (group != 16)
+      return Unsupported(src, "group_size", absl::StrCat(group), "NVFP4 blocks are 16 elements");
+    c->method = ToolkitQuantConfig::Method::kModelOptNvfp4;
+    c->bits = 4;
+    c->label = "modelopt-nvfp4";
+  } else if (algo == "FP8") {
+    c->method = ToolkitQuantConfig::Method::kModelOptFp8;
+    c->bits = 8;
+    c->label = "modelopt-fp8";
+  } else {
+    return Unsupported(src, "quant_algo", absl::StrCat("'", algo, "'"),
+                       "only ModelOpt FP8 (per-tensor weights, static per-tensor activations) and NVFP4 are "
+                       "implemented");
   }
   const Json* kv = Find(q, "kv_cache_quant_algo");
   if (kv != nullptr) {
     return Unsupported(src, "kv_cache_quant_algo", kv->dump(), "quantized K/V caches are not implemented");
   }
-  c->bits = 8;
-  c->label = "modelopt-fp8";
   return absl::OkStatus();
 }
 
@@ -323,6 +332,98 @@ absl::StatusOr<TensorView> TakeScalarScale(const TensorStore& store, const std::
   return t;
 }
 
+// A float32 divisor g for which the compressed-tensors NVFP4 decode bf16(e2m1 * fp32(fp32(s) / g)) equals
+// ModelOpt's bf16(e2m1 * fp32(fp32(s) * multiplier)) for every e2m1 value and every block-scale code s that
+// `scale` holds (so every element of the weight decodes the same); nullopt when no float within 64 ulps of
+// 1 / multiplier does (fp32(s / g) and fp32(s * m) can differ by an ulp, which the bf16 rounding hides
+// unless it sits on a bf16 rounding boundary).
+std::optional<float> ExactDivisor(float multiplier, const TensorView& scale) {
+  bool used[256] = {};
+  for (int64_t i = 0; i < scale.nbytes; ++i) used[scale.data[i] & 0x7f] = true;  // the sign only flips
+  static constexpr float kE2m1[] = {0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float first = 1.0f / multiplier;
+  for (int step = 0; step <= 64; ++step) {
+    for (int sign : {1, -1}) {
+      uint32_t bits;
+      std::memcpy(&bits, &first, 4);
+      bits = static_cast<uint32_t>(static_cast<int64_t>(bits) + sign * step);
+      float g;
+      std::memcpy(&g, &bits, 4);
+      bool ok = std::isfinite(g) && g > 0.0f;
+      for (int code = 1; ok && code < 0x7f; ++code) {  // 0 decodes to 0 either way; 0x7f is NaN
+        if (!used[code]) continue;
+        const float v = Fp8E4M3ToFloat(static_cast<uint8_t>(code));
+        const float ours = v / g, theirs = v * multiplier;
+        for (float e : kE2m1) ok = ok && FloatToBf16(e * ours) == FloatToBf16(e * theirs);
+      }
+      if (ok) return g;
+    }
+  }
+  return std::nullopt;
+}
+
+// ModelOpt NVFP4: P.weight U8 [out, in/2] (element 2i in the low nibble), P.weight_scale F8_E4M3 [out,
+// in/16], P.weight_scale_2 F32 [] (a multiplier: ModelOpt's NVFP4QTensor.dequantize computes bf16(e2m1 *
+// fp32(fp32(scale) * weight_scale_2)), with code 8 read as +0), P.input_scale F32 [] (FP4 activations: run
+// weight-only, like compressed-tensors' W4A4). When a divisor gives the same value for every element
+// (ExactDivisor) the module stays NVFP4 (nibble 8 rewritten to 0 so that zero is +0, as ModelOpt has it);
+// otherwise it is decoded at load to dense BF16, the same values.
+absl::Status LoadModelOptNvfp4(const TensorStore& store, LinearWeight* w, std::vector<std::string>* consumed,
+                               TranscodedBuffers* buffers) {
+  const std::string& p = w->module;
+  const int64_t out = w->out_features, in = w->in_features;
+  if (in % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(p, ": in_features ", in, " is not a multiple of 16"));
+  }
+  SCORED_ASSIGN_OR_RETURN(TensorView packed,
+                          TakeTensor(store, p + ".weight", {out, in / 2}, {DType::kU8}, consumed));
+  SCORED_ASSIGN_OR_RETURN(TensorView scale,
+                          TakeTensor(store, p + ".weight_scale", {out, in / 16}, {DType::kF8E4M3}, consumed));
+  SCORED_ASSIGN_OR_RETURN(TensorView scale2, TakeScalarScale(store, p + ".weight_scale_2", consumed));
+  float multiplier = 0.0f;
+  SCORED_RETURN_IF_ERROR(TensorToFloat(scale2, &multiplier, 1));
+  if (store.Has(p + ".input_scale")) {
+    SCORED_ASSIGN_OR_RETURN(TensorView ignored, TakeScalarScale(store, p + ".input_scale", consumed));
+    (void)ignored;
+    w->w4a4_run_weight_only = true;
+  }
+  w->num_bits = 4;
+  const std::optional<float> divisor = ExactDivisor(multiplier, scale);
+  if (divisor.has_value()) {
+    w->format = WeightFormat::kNvfp4PackQuantized;
+    w->strategy = QuantStrategy::kGroup;
+    w->group_size = 16;
+    w->weight_scale = scale;
+    w->weight_packed =
+        NewTensor(packed, packed.name + " (+0 for code 8)", DType::kU8, {out, in / 2}, buffers);
+    uint8_t* dst = const_cast<uint8_t*>(w->weight_packed.data);
+    for (int64_t i = 0; i < packed.nbytes; ++i) {
+      uint8_t b = packed.data[i];
+      if ((b & 0x0f) == 0x08) b &= 0xf0;
+      if ((b & 0xf0) == 0x80) b &= 0x0f;
+      dst[i] = b;
+    }
+    w->weight_global_scale = NewTensor(scale2, scale2.name + " (as a divisor)", DType::kF32, {1}, buffers);
+    std::memcpy(const_cast<uint8_t*>(w->weight_global_scale.data), &*divisor, 4);
+    store.ReleaseResidentPages(packed);
+    return absl::OkStatus();
+  }
+  w->format = WeightFormat::kDense;
+  w->weight = NewTensor(packed, packed.name + " (decoded to BF16)", DType::kBF16, {out, in}, buffers);
+  uint16_t* dst = reinterpret_cast<uint16_t*>(const_cast<uint8_t*>(w->weight.data));
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t k = 0; k < in; ++k) {
+      const uint8_t byte = packed.data[o * (in / 2) + k / 2];
+      const uint8_t nibble = (k & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xf);
+      const float block = Fp8E4M3ToFloat(scale.data[o * (in / 16) + k / 16]) * multiplier;
+      const float e2m1 = nibble == 8 ? 0.0f : E2M1ToFloat(nibble);
+      dst[o * in + k] = FloatToBf16(e2m1 * block);
+    }
+  }
+  for (const TensorView* t : {&packed, &scale}) store.ReleaseResidentPages(*t);
+  return absl::OkStatus();
+}
+
 absl::Status LoadModelOptFp8(const TensorStore& store, LinearWeight* w, std::vector<std::string>* consumed) {
   const std::string& p = w->module;
   SCORED_ASSIGN_OR_RETURN(w->weight, TakeTensor(store, p + ".weight", {w->out_features, w->in_features},
@@ -375,7 +476,10 @@ absl::StatusOr<ToolkitQuantConfig> ParseToolkitQuantConfig(absl::string_view jso
 
 bool ToolkitModuleQuantized(const ToolkitQuantConfig& config, const TensorStore& store,
                             const std::string& module) {
-  if (config.method == ToolkitQuantConfig::Method::kModelOptFp8) return store.Has(module + ".weight_scale");
+  if (config.method == ToolkitQuantConfig::Method::kModelOptFp8 ||
+      config.method == ToolkitQuantConfig::Method::kModelOptNvfp4) {
+    return store.Has(module + ".weight_scale");
+  }
   return store.Has(module + ".qweight");
 }
 
@@ -388,6 +492,8 @@ absl::Status LoadToolkitLinear(const ToolkitQuantConfig& config, const TensorSto
       return LoadAwq(config, store, w, consumed, buffers);
     case ToolkitQuantConfig::Method::kModelOptFp8:
       return LoadModelOptFp8(store, w, consumed);
+    case ToolkitQuantConfig::Method::kModelOptNvfp4:
+      return LoadModelOptNvfp4(store, w, consumed, buffers);
   }
   return absl::InternalError("unknown toolkit method");
 }

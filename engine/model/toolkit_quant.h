@@ -1,6 +1,6 @@
 // Checkpoints written by other quantization toolkits than compressed-tensors (DESIGN.md §6): GPTQ
 // (GPTQModel / AutoGPTQ, `quantization_config.quant_method: "gptq"`), AWQ (AutoAWQ, `"awq"`, GEMM
-// packing) and NVIDIA ModelOpt FP8 (`"modelopt"` or hf_quant_config.json). Each module's tensors are
+// packing) and NVIDIA ModelOpt FP8 / NVFP4 (`"modelopt"` or hf_quant_config.json). Each module's tensors are
 // transcoded at load into the compressed-tensors representation LinearWeight already has, so the
 // exact host decoding (weights.h), the CPU reference and every CUDA kernel run unchanged:
 //
@@ -17,6 +17,12 @@
 //         P.scales F16 [groups, out]
 //   ModelOpt FP8  P.weight F8_E4M3 [out, in], P.weight_scale -> kFloatQuantized, per tensor; static FP8
 //         F32 [] (a multiplier), P.input_scale F32 []       input activations when input_scale is stored
+//   ModelOpt NVFP4  P.weight U8 [out, in/2],            -> kNvfp4PackQuantized with weight_global_scale =
+//         P.weight_scale F8_E4M3 [out, in/16],              a divisor that decodes every element exactly as
+//         P.weight_scale_2 F32 [] (a multiplier),           the multiplier does (nibble 8 rewritten to 0:
+//         P.input_scale F32 [] (FP4 activations)            ModelOpt reads it as +0), else kDense BF16
+//         decoded
+//                                                           at load (the same values); run weight-only (W4A4)
 //
 // Values: GPTQ and AWQ decode to w = (q - z) * scale with z the stored zero point (GPTQ's "gptq" v1
 // checkpoint format stores z - 1, "gptq_v2" stores z); the engine keeps that product exact in fp32, the
@@ -28,7 +34,8 @@
 // formats other than gptq / gptq_v2 (marlin, bitblas, ...), pack_dtype other than int32, `dynamic`
 // per-module overrides, a v1 zero point that overflows (stored 2^b - 1); AWQ `version` other than gemm
 // (gemv, gemv_fast, marlin, exllama, ipex), zero_point false, bits other than 4; ModelOpt quant_algo
-// other than FP8 (NVFP4, FP8_PER_CHANNEL_PER_TOKEN, W4A8_AWQ, ...) and any kv_cache_quant_algo.
+// other than FP8 and NVFP4 (FP8_PER_CHANNEL_PER_TOKEN, W4A8_AWQ, ...), NVFP4 group_size other than 16, and
+// any kv_cache_quant_algo.
 //
 // Thread-safety: pure functions; a parsed config is immutable.
 #ifndef SCORED_ENGINE_MODEL_TOOLKIT_QUANT_H_
@@ -48,7 +55,7 @@
 namespace scored {
 
 struct ToolkitQuantConfig {
-  enum class Method { kGptq, kAwq, kModelOptFp8 };
+  enum class Method { kGptq, kAwq, kModelOptFp8, kModelOptNvfp4 };
   Method method = Method::kGptq;
   std::string source;                 // file the config came from (error messages)
   int bits = 4;                       // GPTQ / AWQ

@@ -65,7 +65,10 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
     EXPECT_EQ(L.q_proj.out_features, c.num_heads * c.head_dim);
     EXPECT_EQ(L.k_proj.out_features, c.num_kv_heads * c.head_dim);
     EXPECT_EQ(L.down_proj.in_features, c.intermediate_size);
-    EXPECT_NE(L.q_proj.format, WeightFormat::kDense) << "decoder linears of a fixture are quantized";
+    // ModelOpt NVFP4 modules whose weight_scale_2 has no exact divisor are decoded to dense BF16 at load.
+    if (GetParam() != "llama-modelopt-nvfp4") {
+      EXPECT_NE(L.q_proj.format, WeightFormat::kDense) << "decoder linears of a fixture are quantized";
+    }
     EXPECT_EQ(L.q_proj.bias.present(), c.model_type == "qwen2");
     EXPECT_EQ(L.q_norm.present(), c.model_type == "qwen3");
   }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -68,7 +69,9 @@ TEST(ToolkitQuantTest, RefusesVariantsNamingTheField) {
       {R"({"quant_method": "awq", "w_bit": 8})", "field 'w_bit' is 8"},
       {R"({"quant_method": "awq", "bits": 4, "zero_point": false})", "field 'zero_point'"},
       {R"({"quant_method": "awq", "bits": 4, "backend": "llm-awq"})", "field 'backend'"},
-      {R"({"quant_method": "modelopt", "quant_algo": "NVFP4"})", "field 'quant_algo' is 'NVFP4'"},
+      {R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 32})",
+       "field 'group_size' is 32"},
+      {R"({"quant_method": "modelopt", "quant_algo": "FP8_PER_CHANNEL_PER_TOKEN"})", "field 'quant_algo'"},
       {R"({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"})",
        "field 'kv_cache_quant_algo'"},
       {R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "W4A8_AWQ"}})",
@@ -121,6 +124,39 @@ TEST(ToolkitQuantTest, FixturesTranscodeToPackQuantized) {
     EXPECT_NEAR((*m)->summary().bits_per_weight_decoder, e.bits + (e.bits == 4 ? 0.25 : 0.0), 0.35)
         << e.fixture;
   }
+}
+
+// ModelOpt NVFP4 (made by ModelOpt itself): a module stays NVFP4 when a compressed-tensors global scale
+// (a divisor) decodes every element exactly as ModelOpt's weight_scale_2 (a multiplier) does, else it is
+// decoded to dense BF16 at load; both are bit-exact (model_fixtures_test). This fixture has both kinds. Its
+// FP4 activations are not emulated (run weight-only, said in the summary).
+TEST(ToolkitQuantTest, ModelOptNvfp4KeepsFp4WhereADivisorIsExact) {
+  absl::StatusOr<std::unique_ptr<ModelWeights>> m = ModelWeights::Load(kFixtures + "/llama-modelopt-nvfp4");
+  ASSERT_TRUE(m.ok()) << m.status();
+  int nvfp4 = 0, dense = 0;
+  for (const LayerWeights& L : (*m)->layers()) {
+    for (const LinearWeight* w :
+         {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
+      EXPECT_TRUE(w->w4a4_run_weight_only) << w->module;
+      if (w->format == WeightFormat::kNvfp4PackQuantized) {
+        ++nvfp4;
+        EXPECT_EQ(w->weight_global_scale.dtype, DType::kF32);
+        // Nibble 8 (-0 in compressed-tensors' table) is rewritten to 0: ModelOpt reads code 8 as +0.
+        for (int64_t i = 0; i < w->weight_packed.nbytes; ++i) {
+          ASSERT_NE(w->weight_packed.data[i] & 0x0f, 0x08) << w->module;
+          ASSERT_NE(w->weight_packed.data[i] & 0xf0, 0x80) << w->module;
+        }
+      } else {
+        ++dense;
+        EXPECT_EQ(w->format, WeightFormat::kDense) << w->module;
+        EXPECT_EQ(w->weight.dtype, DType::kBF16) << w->module;
+      }
+    }
+  }
+  std::cout << "llama-modelopt-nvfp4: " << nvfp4 << " linears kept NVFP4, " << dense << " decoded to BF16\n";
+  EXPECT_GT(nvfp4, 0);
+  EXPECT_THAT((*m)->summary().notes, HasSubstr("modelopt-nvfp4 checkpoint"));
+  EXPECT_THAT((*m)->summary().notes, HasSubstr("W4A4"));
 }
 
 // Byte offset of tensor `name`'s data in a safetensors file.

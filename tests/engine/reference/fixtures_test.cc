@@ -424,6 +424,20 @@ TEST(Fixtures, ModelOptFp8BoundAndPerplexityRejectWeightOnly) {
   EXPECT_GT(std::fabs(weight_only_rel), 1e-4);
 }
 
+// NVIDIA ModelOpt NVFP4 (llama-modelopt-nvfp4, made by ModelOpt): a W4A4 checkpoint, run weight-only (FP4
+// activations are not emulated, as for compressed-tensors' W4A4, so the parameterized test skips it); its
+// reference is the weight-only forward on ModelOpt's own dequantized weights, held to the weight-only 2e-4.
+TEST(Fixtures, ModelOptNvfp4RunsWeightOnlyWithin2e4) {
+  const std::string name = "llama-modelopt-nvfp4";
+  const std::vector<std::vector<float>> ours = ScoreFixture(name);
+  if (ours.empty()) GTEST_SKIP() << name << " absent";
+  const nlohmann::json golden =
+      ReadJson(std::string(SCORED_FIXTURES_DIR) + "/" + name + "/reference_logprobs.json");
+  const Deltas d = Compare(ours, golden);
+  std::cout << name << ": |delta| to its weight-only reference mean " << d.mean << " max " << d.max << "\n";
+  EXPECT_LE(d.max, 2e-4);
+}
+
 // Checks an activation fake quantizer against compressed-tensors bit for bit: `fixture`'s
 // reference_act_quant.safetensors holds real float32 Linear inputs of its reference forward (8 or so
 // positions of its real-text sequence, the q/o/gate/down inputs of every layer) and what compressed-tensors'
