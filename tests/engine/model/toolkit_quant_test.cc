@@ -159,6 +159,39 @@ TEST(ToolkitQuantTest, ModelOptNvfp4KeepsFp4WhereADivisorIsExact) {
   EXPECT_THAT((*m)->summary().notes, HasSubstr("W4A4"));
 }
 
+// Older ModelOpt exports describe the quantization only in hf_quant_config.json: without a
+// quantization_config in config.json the loader reads that file and gets the same weights.
+TEST(ToolkitQuantTest, ModelOptHfQuantConfigAloneIsRead) {
+  TempDir dir;
+  const std::string d = dir.path() + "/m";
+  std::filesystem::copy(kFixtures + "/llama-trained-modelopt-fp8", d,
+                        std::filesystem::copy_options::recursive);
+  std::ifstream in(d + "/config.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json config = nlohmann::json::parse(ss.str());
+  config.erase("quantization_config");
+  ASSERT_TRUE(testing_util::WriteFile(d + "/config.json", config.dump()));
+  absl::StatusOr<std::unique_ptr<ModelWeights>> m = ModelWeights::Load(d);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const LinearWeight& w = (*m)->layers()[1].down_proj;
+  EXPECT_EQ(w.format, WeightFormat::kFloatQuantized);
+  EXPECT_EQ(w.strategy, QuantStrategy::kTensor);
+  EXPECT_TRUE(w.static_input_fp8);
+  EXPECT_EQ(w.weight_scale.shape, (std::vector<int64_t>{1}));
+  EXPECT_EQ(w.input_scale.shape, (std::vector<int64_t>{1}));
+  EXPECT_EQ((*m)->summary().format, "fp8-w8a8-tensor-act-static");
+  EXPECT_THAT((*m)->summary().notes, HasSubstr("modelopt-fp8 checkpoint"));
+  // The same file with an algorithm that is not implemented names it.
+  ASSERT_TRUE(testing_util::WriteFile(
+      d + "/hf_quant_config.json",
+      R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "INT4_AWQ"}})"));
+  absl::StatusOr<std::unique_ptr<ModelWeights>> refused = ModelWeights::Load(d);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("hf_quant_config.json"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("field 'quant_algo' is 'INT4_AWQ'"));
+}
+
 // Byte offset of tensor `name`'s data in a safetensors file.
 int64_t DataOffset(const std::string& path, const std::string& name) {
   std::ifstream in(path, std::ios::binary);
