@@ -140,16 +140,25 @@ std::string FormatLabel(const LinearWeight& w) {
   return "?";
 }
 
-// ModelOpt's hf_quant_config.json, read when config.json has no quantization_config; nullopt when absent.
-absl::StatusOr<std::optional<ToolkitQuantConfig>> LoadHfQuantConfig(const std::string& model_dir) {
+// The GPTQ / AWQ / ModelOpt config (toolkit_quant.h): config.json's quantization_config when it names one
+// of those methods, else ModelOpt's hf_quant_config.json when config.json has no quantization_config;
+// nullopt otherwise (compressed-tensors or dense).
+absl::StatusOr<std::optional<ToolkitQuantConfig>> LoadToolkitQuantConfig(const ModelConfig& c,
+                                                                         const std::string& model_dir) {
+  if (c.has_quantization_config) {
+    if (!IsToolkitQuantMethod(c.quantization_config_json)) return std::optional<ToolkitQuantConfig>();
+    SCORED_ASSIGN_OR_RETURN(ToolkitQuantConfig t,
+                            ParseToolkitQuantConfig(c.quantization_config_json, model_dir + "/config.json"));
+    return std::optional<ToolkitQuantConfig>(std::move(t));
+  }
   const std::string path = model_dir + "/hf_quant_config.json";
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::optional<ToolkitQuantConfig>();
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  SCORED_ASSIGN_OR_RETURN(ToolkitQuantConfig c, ParseToolkitQuantConfig(ss.str(), path));
-  return std::optional<ToolkitQuantConfig>(std::move(c));
+  SCORED_ASSIGN_OR_RETURN(ToolkitQuantConfig t, ParseToolkitQuantConfig(ss.str(), path));
+  return std::optional<ToolkitQuantConfig>(std::move(t));
 }
 
 }  // namespace
@@ -446,14 +455,10 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
   // Tensor names and files come from the family; which optional tensors exist from the config's flags.
   const FamilyTraits& family = *c.family;
   const TensorNames& n = family.names;
-  if (c.has_quantization_config && IsToolkitQuantMethod(c.quantization_config_json)) {
-    SCORED_ASSIGN_OR_RETURN(toolkit_,
-                            ParseToolkitQuantConfig(c.quantization_config_json, model_dir + "/config.json"));
-  } else if (c.has_quantization_config) {
+  SCORED_ASSIGN_OR_RETURN(toolkit_, LoadToolkitQuantConfig(c, model_dir));
+  if (c.has_quantization_config && !toolkit_.has_value()) {
     SCORED_ASSIGN_OR_RETURN(
         quant_, ParseCompressedTensorsConfig(c.quantization_config_json, model_dir + "/config.json"));
-  } else {
-    SCORED_ASSIGN_OR_RETURN(toolkit_, LoadHfQuantConfig(model_dir));
   }
   SCORED_ASSIGN_OR_RETURN(m_->store_, TensorStore::Open(model_dir, family.checkpoint));
   const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
