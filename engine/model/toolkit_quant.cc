@@ -83,17 +83,18 @@ absl::Status ParseAwq(const Json& j, absl::string_view src, ToolkitQuantConfig* 
   if (!zero_point) {
     return Unsupported(src, "zero_point", "false", "AWQ without zero points is not implemented");
   }
-  SCORED_ASSIGN_OR_RETURN(std::string version, json_util::GetString(j, "version", src, std::string("gemm")));
-  if (absl::AsciiStrToLower(version) != "gemm") {
-    return Unsupported(
-        src, "version", absl::StrCat("'", version, "'"),
-        "only AutoAWQ's GEMM packing is implemented (not GEMV, GEMV_fast, Marlin, ExLlama, IPEX)");
+  // The storage layout: `version` (AutoAWQ) or `format` (transformers 5); `backend` only picks a kernel,
+  // except "llm-awq", the original repository's own packing.
+  const char* format_key = Find(j, "format") != nullptr ? "format" : "version";
+  SCORED_ASSIGN_OR_RETURN(std::string format, json_util::GetString(j, format_key, src, std::string("gemm")));
+  if (absl::AsciiStrToLower(format) != "gemm") {
+    return Unsupported(src, format_key, absl::StrCat("'", format, "'"),
+                       "only AutoAWQ's GEMM packing is implemented (not GEMV, GEMV_fast, llm-awq)");
   }
-  SCORED_ASSIGN_OR_RETURN(std::string backend,
-                          json_util::GetString(j, "backend", src, std::string("autoawq")));
-  if (backend != "autoawq") {
-    return Unsupported(src, "backend", absl::StrCat("'", backend, "'"),
-                       "only autoawq checkpoints are implemented");
+  SCORED_ASSIGN_OR_RETURN(std::string backend, json_util::GetString(j, "backend", src, std::string("auto")));
+  if (backend == "llm-awq") {
+    return Unsupported(src, "backend", "'llm-awq'",
+                       "llm-awq's packing is not implemented (AutoAWQ GEMM only)");
   }
   c->label = "awq-gemm";
   return absl::OkStatus();

@@ -32,8 +32,8 @@
 //
 // Refused with INVALID_ARGUMENT naming the field: GPTQ bits other than 4 and 8 (2/3-bit), checkpoint
 // formats other than gptq / gptq_v2 (marlin, bitblas, ...), pack_dtype other than int32, `dynamic`
-// per-module overrides, a v1 zero point that overflows (stored 2^b - 1); AWQ `version` other than gemm
-// (gemv, gemv_fast, marlin, exllama, ipex), zero_point false, bits other than 4; ModelOpt quant_algo
+// per-module overrides, a v1 zero point that overflows (stored 2^b - 1); AWQ `version` / `format` other than
+// gemm (gemv, gemv_fast, llm-awq), backend llm-awq, zero_point false, bits other than 4; ModelOpt quant_algo
 // other than FP8 and NVFP4 (FP8_PER_CHANNEL_PER_TOKEN, W4A8_AWQ, ...), NVFP4 group_size other than 16, and
 // any kv_cache_quant_algo.
 //

@@ -65,7 +65,7 @@ TEST(ToolkitQuantTest, RefusesVariantsNamingTheField) {
       {R"({"quant_method": "gptq", "bits": 4, "group_size": 0})", "field 'group_size'"},
       {R"({"quant_method": "awq", "bits": 4, "version": "gemv"})", "field 'version' is 'gemv'"},
       {R"({"quant_method": "awq", "bits": 4, "version": "GEMV_FAST"})", "field 'version'"},
-      {R"({"quant_method": "awq", "bits": 4, "version": "exllama"})", "field 'version'"},
+      {R"({"quant_method": "awq", "bits": 4, "format": "gemv"})", "field 'format' is 'gemv'"},
       {R"({"quant_method": "awq", "w_bit": 8})", "field 'w_bit' is 8"},
       {R"({"quant_method": "awq", "bits": 4, "zero_point": false})", "field 'zero_point'"},
       {R"({"quant_method": "awq", "bits": 4, "backend": "llm-awq"})", "field 'backend'"},
@@ -82,6 +82,8 @@ TEST(ToolkitQuantTest, RefusesVariantsNamingTheField) {
     EXPECT_THAT(ErrorOf(json), HasSubstr(want)) << json;
   }
   EXPECT_EQ(ErrorOf(R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}})"), "ok");
+  // A kernel choice is no storage format: transformers 5's AwqConfig writes backend "auto" and format "gemm".
+  EXPECT_EQ(ErrorOf(R"({"quant_method": "awq", "bits": 4, "format": "gemm", "backend": "marlin"})"), "ok");
 }
 
 struct Expected {
