@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -18,6 +19,7 @@
 #include "engine/model/compressed_tensors.h"
 #include "engine/model/raw_read.h"
 #include "engine/model/sparse24.h"
+#include "engine/model/toolkit_quant.h"
 
 namespace scored {
 namespace {
@@ -157,6 +159,27 @@ std::string FormatLabel(const LinearWeight& w) {
   return "?";
 }
 
+// The GPTQ / AWQ / ModelOpt config (toolkit_quant.h): config.json's quantization_config when it names one
+// of those methods, else ModelOpt's hf_quant_config.json when config.json has no quantization_config;
+// nullopt otherwise (compressed-tensors or dense).
+absl::StatusOr<std::optional<ToolkitQuantConfig>> LoadToolkitQuantConfig(const ModelConfig& c,
+                                                                         const std::string& model_dir) {
+  if (c.has_quantization_config) {
+    if (!IsToolkitQuantMethod(c.quantization_config_json)) return std::optional<ToolkitQuantConfig>();
+    SCORED_ASSIGN_OR_RETURN(ToolkitQuantConfig t,
+                            ParseToolkitQuantConfig(c.quantization_config_json, model_dir + "/config.json"));
+    return std::optional<ToolkitQuantConfig>(std::move(t));
+  }
+  const std::string path = model_dir + "/hf_quant_config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::optional<ToolkitQuantConfig>();
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  SCORED_ASSIGN_OR_RETURN(ToolkitQuantConfig t, ParseToolkitQuantConfig(ss.str(), path));
+  return std::optional<ToolkitQuantConfig>(std::move(t));
+}
+
 }  // namespace
 
 class ModelWeightsLoader {
@@ -192,6 +215,7 @@ class ModelWeightsLoader {
 
   ModelWeights* m_;
   std::optional<CompressedTensorsConfig> quant_;
+  std::optional<ToolkitQuantConfig> toolkit_;  // GPTQ / AWQ / ModelOpt checkpoints (toolkit_quant.h)
   std::set<std::string> consumed_;
   int sparse24_linears_ = 0;
 };
@@ -330,6 +354,12 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
   if (bias) {
     SCORED_ASSIGN_OR_RETURN(w->bias,
                             TakeChecked(module + ".bias", {out}, {DType::kF32, DType::kF16, DType::kBF16}));
+  }
+  if (toolkit_.has_value() && ToolkitModuleQuantized(*toolkit_, *m_->store_, module)) {
+    std::vector<std::string> used;
+    SCORED_RETURN_IF_ERROR(LoadToolkitLinear(*toolkit_, *m_->store_, w, &used, &m_->transcoded_));
+    consumed_.insert(used.begin(), used.end());
+    return absl::OkStatus();
   }
   if (!scheme.quantized) {
     w->format = WeightFormat::kDense;
@@ -508,7 +538,8 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
   // Tensor names and files come from the family; which optional tensors exist from the config's flags.
   const FamilyTraits& family = *c.family;
   const TensorNames& n = family.names;
-  if (c.has_quantization_config) {
+  SCORED_ASSIGN_OR_RETURN(toolkit_, LoadToolkitQuantConfig(c, model_dir));
+  if (c.has_quantization_config && !toolkit_.has_value()) {
     SCORED_ASSIGN_OR_RETURN(
         quant_, ParseCompressedTensorsConfig(c.quantization_config_json, model_dir + "/config.json"));
     m_->kv_cache_fp8_ = quant_->kv_cache_fp8;
@@ -613,7 +644,10 @@ void ModelWeightsLoader::Summarize() {
     for (const auto& [label, count] : labels) parts.push_back(absl::StrCat(label, " x", count));
     notes.push_back(absl::StrCat("decoder linears: ", absl::StrJoin(parts, ", ")));
   }
-  if (quant_.has_value()) {
+  if (toolkit_.has_value()) {
+    notes.push_back(absl::StrCat(toolkit_->label, " checkpoint, decoded at load to the format above"));
+  }
+  if (quant_.has_value() || toolkit_.has_value()) {
     notes.push_back(absl::StrCat("lm_head ", FormatLabel(head), c.tie_word_embeddings ? " (tied)" : ""));
   }
   s.notes = absl::StrJoin(notes, "; ");

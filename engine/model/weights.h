@@ -95,6 +95,8 @@ class ModelWeights {
 
   ModelConfig config_;
   std::unique_ptr<TensorStore> store_;
+  // Tensors transcoded at load from other toolkits' layouts (toolkit_quant.h); views point into them.
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> transcoded_;
   TensorView embed_tokens_;
   TensorView final_norm_;
   LinearWeight lm_head_;

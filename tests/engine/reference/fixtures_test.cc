@@ -642,6 +642,57 @@ TEST(Fixtures, NvFp4W4A4RunsAsW4A16) {
             << "\n";
 }
 
+// NVIDIA ModelOpt FP8 (llama-trained-modelopt-fp8, made by ModelOpt's own quantize + HF export): per-tensor
+// FP8 weights and static per-tensor FP8 activations, read as FP8 W8A8 static. The W8A8 bound on every token,
+// the perplexity within 1e-4 on wikitext_test_0, and both fail for a weight-only reading of the checkpoint.
+TEST(Fixtures, ModelOptFp8BoundAndPerplexityRejectWeightOnly) {
+  const std::string name = "llama-trained-modelopt-fp8";
+  const std::vector<std::vector<float>> ours = ScoreFixture(name);
+  if (ours.empty()) GTEST_SKIP() << name << " absent";
+  nlohmann::json golden =
+      ReadJson(std::string(SCORED_FIXTURES_DIR) + "/" + name + "/reference_logprobs.json");
+  const Deltas to_w8a8 = Compare(ours, golden);
+  double ours_rel = 0.0, weight_only_rel = 0.0;
+  bool found = false;
+  for (size_t s = 0; s < ours.size(); ++s) {
+    const nlohmann::json& seq = golden["sequences"][s];
+    if (seq["name"] != "wikitext_test_0") continue;
+    found = true;
+    double sum = 0.0;
+    for (const float lp : ours[s]) sum += lp;
+    const double n = seq["num_scored"].get<double>();
+    ours_rel = std::expm1((seq["sum_logprob"].get<double>() - sum) / n);
+    weight_only_rel =
+        std::expm1((seq["sum_logprob"].get<double>() - seq["weight_only_sum_logprob"].get<double>()) / n);
+  }
+  for (nlohmann::json& seq : golden["sequences"]) seq["token_logprobs"] = seq["weight_only_token_logprobs"];
+  const Deltas to_weight_only = Compare(ours, golden);
+  std::cout << name << ": |delta| to its W8A8 reference mean " << to_w8a8.mean << " max " << to_w8a8.max
+            << ", to the weight-only reference mean " << to_weight_only.mean << " max " << to_weight_only.max
+            << "; wikitext_test_0 PPL relative " << ours_rel << ", weight-only " << weight_only_rel << "\n";
+  ASSERT_TRUE(found);
+  EXPECT_LE(to_w8a8.mean, 2e-3);
+  EXPECT_LE(to_w8a8.max, 0.05);
+  EXPECT_GT(to_weight_only.mean, 2.0 * 2e-3);
+  EXPECT_GT(to_weight_only.max, 0.05);
+  EXPECT_LE(std::fabs(ours_rel), 1e-4);
+  EXPECT_GT(std::fabs(weight_only_rel), 1e-4);
+}
+
+// NVIDIA ModelOpt NVFP4 (llama-modelopt-nvfp4, made by ModelOpt): a W4A4 checkpoint, run weight-only (FP4
+// activations are not emulated, as for compressed-tensors' W4A4, so the parameterized test skips it); its
+// reference is the weight-only forward on ModelOpt's own dequantized weights, held to the weight-only 2e-4.
+TEST(Fixtures, ModelOptNvfp4RunsWeightOnlyWithin2e4) {
+  const std::string name = "llama-modelopt-nvfp4";
+  const std::vector<std::vector<float>> ours = ScoreFixture(name);
+  if (ours.empty()) GTEST_SKIP() << name << " absent";
+  const nlohmann::json golden =
+      ReadJson(std::string(SCORED_FIXTURES_DIR) + "/" + name + "/reference_logprobs.json");
+  const Deltas d = Compare(ours, golden);
+  std::cout << name << ": |delta| to its weight-only reference mean " << d.mean << " max " << d.max << "\n";
+  EXPECT_LE(d.max, 2e-4);
+}
+
 TEST(Fixtures, FolderIsPopulated) { EXPECT_GE(FixtureNames().size(), 1u) << SCORED_FIXTURES_DIR; }
 
 }  // namespace
