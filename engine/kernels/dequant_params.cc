@@ -65,6 +65,42 @@ absl::StatusOr<int64_t> CheckIntScale(const StoredLinear& w) {
   return Invalid(w, "unknown strategy");
 }
 
+// NVFP4 (E2M1 values, an E4M3 scale per 16, an fp32 global-scale divisor) and MXFP4 (E2M1 values, an E8M0
+// scale per 32): values packed two per byte.
+absl::Status SetFp4Params(const StoredLinear& w, const DequantDevicePointers& dev, DequantParams* p) {
+  const bool nv = w.format == WeightFormat::kNvfp4PackQuantized;
+  const int64_t out = w.out_features, in = w.in_features, group = nv ? 16 : 32;
+  const char* name = nv ? "nvfp4" : "mxfp4";
+  if (in % group != 0) return Invalid(w, absl::StrCat(name, " needs in_features % ", group, " == 0"));
+  if (w.weight_packed.dtype != DType::kU8) return Invalid(w, absl::StrCat(name, " weight_packed must be U8"));
+  absl::Status s = CheckShape(w, w.weight_packed, "weight_packed", {out, in / 2});
+  if (!s.ok()) return s;
+  const DType scale_dtype = nv ? DType::kF8E4M3 : DType::kU8;
+  if (w.weight_scale.dtype != scale_dtype) {
+    return Invalid(w, nv ? "nvfp4 weight_scale must be F8_E4M3" : "mxfp4 weight_scale must be U8 (E8M0)");
+  }
+  s = CheckShape(w, w.weight_scale, "weight_scale", {out, in / group});
+  if (!s.ok()) return s;
+  if (nv) {
+    if (!w.weight_global_scale.present() || w.weight_global_scale.dtype != DType::kF32 ||
+        Elements(w.weight_global_scale) != 1) {
+      return Invalid(w, "nvfp4 needs an F32 weight_global_scale of one element");
+    }
+    std::memcpy(&p->global_scale, w.weight_global_scale.data, sizeof(float));
+  }
+  if (dev.weight_packed == nullptr || dev.weight_scale == nullptr)
+    return Invalid(w, "missing device tensors");
+  p->values = dev.weight_packed;
+  p->values_dtype = DType::kU8;
+  p->values_cols = in / 2;
+  p->scale = dev.weight_scale;
+  p->scale_dtype = scale_dtype;
+  p->scale_cols = in / group;
+  p->group_size = group;
+  p->strategy = QuantStrategy::kGroup;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<DequantParams> MakeDequantParams(const StoredLinear& w, const DequantDevicePointers& dev) {
@@ -146,49 +182,10 @@ absl::StatusOr<DequantParams> MakeDequantParams(const StoredLinear& w, const Deq
       p.scale_dtype = w.weight_scale.dtype;
       break;
     }
-    case WeightFormat::kNvfp4PackQuantized: {
-      if (in % 16 != 0) return Invalid(w, "nvfp4 needs in_features % 16 == 0");
-      if (w.weight_packed.dtype != DType::kU8) return Invalid(w, "nvfp4 weight_packed must be U8");
-      absl::Status s = CheckShape(w, w.weight_packed, "weight_packed", {out, in / 2});
-      if (!s.ok()) return s;
-      if (w.weight_scale.dtype != DType::kF8E4M3) return Invalid(w, "nvfp4 weight_scale must be F8_E4M3");
-      s = CheckShape(w, w.weight_scale, "weight_scale", {out, in / 16});
-      if (!s.ok()) return s;
-      if (!w.weight_global_scale.present() || w.weight_global_scale.dtype != DType::kF32 ||
-          Elements(w.weight_global_scale) != 1) {
-        return Invalid(w, "nvfp4 needs an F32 weight_global_scale of one element");
-      }
-      if (dev.weight_packed == nullptr || dev.weight_scale == nullptr)
-        return Invalid(w, "missing device tensors");
-      std::memcpy(&p.global_scale, w.weight_global_scale.data, sizeof(float));
-      p.values = dev.weight_packed;
-      p.values_dtype = DType::kU8;
-      p.values_cols = in / 2;
-      p.scale = dev.weight_scale;
-      p.scale_dtype = DType::kF8E4M3;
-      p.scale_cols = in / 16;
-      p.group_size = 16;
-      p.strategy = QuantStrategy::kGroup;
-      break;
-    }
+    case WeightFormat::kNvfp4PackQuantized:
     case WeightFormat::kMxfp4PackQuantized: {
-      if (in % 32 != 0) return Invalid(w, "mxfp4 needs in_features % 32 == 0");
-      if (w.weight_packed.dtype != DType::kU8) return Invalid(w, "mxfp4 weight_packed must be U8");
-      absl::Status s = CheckShape(w, w.weight_packed, "weight_packed", {out, in / 2});
+      absl::Status s = SetFp4Params(w, dev, &p);
       if (!s.ok()) return s;
-      if (w.weight_scale.dtype != DType::kU8) return Invalid(w, "mxfp4 weight_scale must be U8 (E8M0)");
-      s = CheckShape(w, w.weight_scale, "weight_scale", {out, in / 32});
-      if (!s.ok()) return s;
-      if (dev.weight_packed == nullptr || dev.weight_scale == nullptr)
-        return Invalid(w, "missing device tensors");
-      p.values = dev.weight_packed;
-      p.values_dtype = DType::kU8;
-      p.values_cols = in / 2;
-      p.scale = dev.weight_scale;
-      p.scale_dtype = DType::kU8;
-      p.scale_cols = in / 32;
-      p.group_size = 32;
-      p.strategy = QuantStrategy::kGroup;
       break;
     }
     case WeightFormat::kFloatQuantized: {

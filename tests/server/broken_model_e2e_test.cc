@@ -314,28 +314,43 @@ TEST_F(BrokenModelTest, UnsupportedArchitecture) {
   EXPECT_THAT(output, HasSubstr("unsupported architecture"));
 }
 
-TEST_F(BrokenModelTest, UnsupportedQuantizationGptq) {
+// GPTQ loads (engine/model/toolkit_quant.h), but not every variant: 3-bit packing is refused naming the
+// field.
+TEST_F(BrokenModelTest, UnsupportedQuantizationGptq3Bit) {
   nlohmann::json config = ReadConfig();
   config["quantization_config"] = {
-      {"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}, {"desc_act", false}, {"sym", true}};
+      {"quant_method", "gptq"}, {"bits", 3}, {"group_size", 128}, {"desc_act", false}, {"sym", true}};
   WriteConfig(config);
   const std::string output = ExpectLoadFailure();
-  EXPECT_THAT(output, HasSubstr("quant_method 'gptq'"));
+  EXPECT_THAT(output, HasSubstr("bits"));
   EXPECT_THAT(output, HasSubstr(Model("config.json").string()));
 }
 
-TEST_F(BrokenModelTest, UnsupportedQuantizationSparse24) {
-  // The quantization_config of a real 2:4-sparse compressed-tensors checkpoint.
+// A quant_method no loader knows is refused naming it.
+TEST_F(BrokenModelTest, UnsupportedQuantizationMethod) {
+  nlohmann::json config = ReadConfig();
+  config["quantization_config"] = {{"quant_method", "exl2"}, {"bits", 4}};
+  WriteConfig(config);
+  const std::string output = ExpectLoadFailure();
+  EXPECT_THAT(output, HasSubstr("exl2"));
+  EXPECT_THAT(output, HasSubstr(Model("config.json").string()));
+}
+
+// 2:4 sparse-24-bitmask loads (engine/model/sparse24.h); another sparsity structure is refused naming the
+// field.
+TEST_F(BrokenModelTest, UnsupportedSparsityStructure) {
+  // The quantization_config of a real 2:4-sparse compressed-tensors checkpoint, its structure changed.
   const nlohmann::json sparse = nlohmann::json::parse(
       ReadFile(fs::path(SCORED_DATA_DIR) /
                "models-configs/compressed-tensors/llama2.c-stories42M-pruned2.4-compressed/config.json"));
   ASSERT_EQ(sparse["quantization_config"]["sparsity_config"]["format"], "sparse-24-bitmask");
   nlohmann::json config = ReadConfig();
   config["quantization_config"] = sparse["quantization_config"];
+  config["quantization_config"]["sparsity_config"]["sparsity_structure"] = "unstructured";
   WriteConfig(config);
   const std::string output = ExpectLoadFailure();
-  EXPECT_THAT(output, HasSubstr("sparsity_config"));
-  EXPECT_THAT(output, HasSubstr("sparse-24-bitmask"));
+  EXPECT_THAT(output, HasSubstr("sparsity_structure"));
+  EXPECT_THAT(output, HasSubstr("unstructured"));
 }
 
 TEST_F(BrokenModelTest, MissingConfigJson) {

@@ -63,8 +63,9 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
   EXPECT_EQ(w.embed_tokens().shape, (std::vector<int64_t>{c.vocab_size, c.hidden_size}));
   // A 2:4 sparse fixture without quantization (llama-sparse24) has dense (decompressed) decoder linears.
   std::ifstream sparsity_in(dir + "/config.json");
-  const bool sparsity_only =
-      !nlohmann::json::parse(sparsity_in)["quantization_config"].contains("config_groups");
+  const nlohmann::json quantization = nlohmann::json::parse(sparsity_in)["quantization_config"];
+  const bool sparsity_only = quantization.value("quant_method", "") == "compressed-tensors" &&
+                             !quantization.contains("config_groups");
   for (const LayerWeights& L : w.layers()) {
     EXPECT_EQ(L.q_proj.out_features, c.num_heads * c.head_dim);
     EXPECT_EQ(L.k_proj.out_features, c.num_kv_heads * c.head_dim);
