@@ -20,6 +20,8 @@ const char* DTypeName(DType dtype) {
       return "I32";
     case DType::kI64:
       return "I64";
+    case DType::kF64:
+      return "F64";
   }
   return "?";
 }
@@ -41,6 +43,8 @@ int64_t DTypeSize(DType dtype) {
     case DType::kI32:
       return 4;
     case DType::kI64:
+      return 8;
+    case DType::kF64:
       return 8;
   }
   return 0;

@@ -18,7 +18,7 @@
 namespace scored {
 
 // safetensors element types.
-enum class DType { kF32, kF16, kBF16, kF8E4M3, kI8, kU8, kI32, kI64 };
+enum class DType { kF32, kF16, kBF16, kF8E4M3, kI8, kU8, kI32, kI64, kF64 };
 
 const char* DTypeName(DType dtype);  // safetensors spelling: "F32", "BF16", "F8_E4M3", ...
 int64_t DTypeSize(DType dtype);      // bytes per element

@@ -169,6 +169,14 @@ class DeviceModelLoader {
     linear.in_features_ = members.front()->in_features;
     bool all_dense = true, any_w8a8 = false, all_w8a8 = true;
     const LinearWeight& first = *members.front();
+    for (const LinearWeight* m : members) {
+      if (!m->transforms.empty()) {
+        return absl::UnimplementedError(absl::StrCat(
+            m->module,
+            ": transform_config's online rotations (QuIP / SpinQuant) are not implemented on the CUDA ",
+            "backend yet; use --backend=cpu"));
+      }
+    }
     SCORED_RETURN_IF_ERROR(SetStaticActivations(members, what, &linear));
     for (const LinearWeight* m : members) {
       if (m->w8a8_dynamic_int8 != first.w8a8_dynamic_int8 ||

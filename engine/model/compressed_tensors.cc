@@ -353,6 +353,10 @@ absl::Status ParseSparsity(const Json& sp, const std::string& source,
 
 }  // namespace
 
+bool TargetMatches(const std::string& module, const std::string& target, absl::Status* error) {
+  return NameMatches(module, target, error) || (!module.empty() && ClassMatches(target));
+}
+
 absl::StatusOr<CompressedTensorsConfig> ParseCompressedTensorsConfig(std::string_view json_text,
                                                                      std::string_view source_name) {
   const std::string source(source_name);
@@ -368,8 +372,10 @@ absl::StatusOr<CompressedTensorsConfig> ParseCompressedTensorsConfig(std::string
   if (const Json* sp = Find(j, "sparsity_config"); sp != nullptr && !(sp->is_object() && sp->empty())) {
     SCORED_RETURN_IF_ERROR(ParseSparsity(*sp, source, &c.sparsity));
   }
-  if (const Json* tc = Find(j, "transform_config"); tc != nullptr && !(tc->is_object() && tc->empty())) {
-    return Unsupported(source, "transform_config", "transforms");
+  if (const Json* tc = Find(j, "transform_config"); tc != nullptr && tc->is_object() && !tc->empty()) {
+    SCORED_ASSIGN_OR_RETURN(c.transforms, ParseTransformConfig(tc->dump(), source));
+  } else if (tc != nullptr && !tc->is_null() && !tc->is_object()) {
+    return json_util::TypeError(source, "transform_config", "an object", *tc);
   }
   if (const Json* kv = Find(j, "kv_cache_scheme"); kv != nullptr && !kv->is_null()) {
     SCORED_ASSIGN_OR_RETURN(c.kv_cache_fp8, ParseKvCacheScheme(*kv, source));

@@ -24,11 +24,12 @@
 // or int8 for any of the three names.
 // Top-level `format` applies to every group; "mixed-precision" means each group carries its own.
 // kv_cache_scheme: static per-tensor symmetric FP8 only (kv_cache_fp8).
+// transform_config: online input / output Hadamard rotations of Linears (engine/model/transform_config.h).
 // sparsity_config: "dense" or empty, or "sparse-24-bitmask" with sparsity_structure "2:4", as
 // compressed-tensors wrote it (releases up to 0.14; later ones write 2:4 sparse models dense). Its
 // compressor ran after quantization and rewrote only tensors named `weight` (dense, FP8, int8); packed
 // formats stay as they are. Other formats and structures are rejected naming the field.
-// Rejected: transform_config, other kv_cache_schemes, static input activations other than per tensor with
+// Rejected: other transforms, other kv_cache_schemes, static input activations other than per tensor with
 // 8-bit weights of the same type, activations other than the above (per tensor dynamic, per group int, other
 // widths), output activations, quantization_status other than "compressed".
 //
@@ -48,6 +49,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model/transform_config.h"
 #include "engine/model/weights.h"
 
 namespace scored {
@@ -87,6 +89,8 @@ struct CompressedTensorsConfig {
   // quantize-dequantized to FP8 E4M3 with the layer's stored k_scale / v_scale, as compressed-tensors'
   // QuantizedKVCache does in a transformers forward (Q untouched).
   bool kv_cache_fp8 = false;
+  // transform_config (QuIP / SpinQuant rotations): its online transforms (engine/model/transform_config.h).
+  TransformConfig transforms;
   // sparsity_config with format "sparse-24-bitmask" (structure "2:4"): linears that store
   // shape/compressed/bitmask instead of `weight` (engine/model/sparse24.h) are decompressed at load.
   // targets / ignore are kept for the record: decompression, like the library's, follows the tensors.
@@ -101,6 +105,11 @@ struct CompressedTensorsConfig {
 // source names the file in error messages.
 absl::StatusOr<CompressedTensorsConfig> ParseCompressedTensorsConfig(std::string_view json_text,
                                                                      std::string_view source);
+
+// Whether `module` matches `target` as compressed-tensors matches targets (the name, an anchored "re:" regex,
+// or the class names "Linear" / "Module" for a non-empty module name). A bad regex sets *error and matches
+// nothing.
+bool TargetMatches(const std::string& module, const std::string& target, absl::Status* error);
 
 // The scheme of the linear module `module` (e.g. "model.layers.0.self_attn.q_proj", "lm_head").
 // INVALID_ARGUMENT when a "re:" pattern is not a valid regex.

@@ -24,8 +24,9 @@ namespace {
 
 bool ParseDType(const std::string& s, DType* out) {
   static const std::pair<const char*, DType> kNames[] = {
-      {"F32", DType::kF32}, {"F16", DType::kF16}, {"BF16", DType::kBF16}, {"F8_E4M3", DType::kF8E4M3},
-      {"I8", DType::kI8},   {"U8", DType::kU8},   {"I32", DType::kI32},   {"I64", DType::kI64},
+      {"F64", DType::kF64},   {"F32", DType::kF32},        {"F16", DType::kF16},
+      {"BF16", DType::kBF16}, {"F8_E4M3", DType::kF8E4M3}, {"I8", DType::kI8},
+      {"U8", DType::kU8},     {"I32", DType::kI32},        {"I64", DType::kI64},
   };
   for (const auto& [name, dtype] : kNames) {
     if (s == name) {

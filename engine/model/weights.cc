@@ -198,6 +198,8 @@ class ModelWeightsLoader {
   absl::Status LoadScale(LinearWeight* w, const std::string& module);
   // static_input_*: the per-tensor input_scale (and input_zero_point when asymmetric), validated.
   absl::Status LoadInputScale(LinearWeight* w, const std::string& module);
+  // The online transforms of `module` (transform_config) and their stored matrices.
+  absl::Status LoadTransforms(const std::string& module, LinearWeight* w);
   // A kv_cache_scheme's self_attn.k_scale / v_scale.
   absl::Status LoadKvScale(const std::string& name, TensorView* scale);
   // F32/F16/BF16 [1] (or a scalar), finite and > 0: a scale every element is divided by.
@@ -319,6 +321,43 @@ absl::Status ModelWeightsLoader::LoadInputScale(LinearWeight* w, const std::stri
   return absl::OkStatus();
 }
 
+absl::Status ModelWeightsLoader::LoadTransforms(const std::string& module, LinearWeight* w) {
+  if (!quant_.has_value() || quant_->transforms.empty()) return absl::OkStatus();
+  SCORED_ASSIGN_OR_RETURN(std::vector<OnlineTransform> online, ResolveTransforms(quant_->transforms, module));
+  for (const OnlineTransform& t : online) {
+    const bool output = t.location == "output";
+    const int64_t width = output ? w->out_features : w->in_features;
+    const int64_t n = t.head_dim > 0 ? t.head_dim : width;
+    if (width % n != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(module, ": transform '", t.scheme, "' of size ", n,
+                                                     " does not divide the ", t.location, " width ", width));
+    }
+    // The scheme's matrices are saved once per size, under the first module that uses each (tied weights).
+    const std::string suffix = t.TensorSuffix();
+    std::string found;
+    for (const std::string& name : m_->store_->Names()) {
+      if (!absl::EndsWith(name, suffix)) continue;
+      SCORED_ASSIGN_OR_RETURN(TensorView candidate, m_->store_->Get(name));
+      if (candidate.shape == std::vector<int64_t>{n, n}) {
+        if (!found.empty()) {
+          return absl::InvalidArgumentError(absl::StrCat(module, ": transform '", t.scheme,
+                                                         "' has two stored ", n, "x", n, " matrices, ", found,
+                                                         " and ", name));
+        }
+        found = name;
+      }
+    }
+    if (found.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(module, ": transform_config '", t.scheme, "' (",
+                                                     t.location, ") needs a stored ", n, "x", n, " matrix '*",
+                                                     suffix, "', none in the checkpoint"));
+    }
+    SCORED_ASSIGN_OR_RETURN(TensorView matrix, TakeChecked(found, {n, n}, {DType::kF64, DType::kF32}));
+    w->transforms.push_back(LinearTransform{output, t.inverse, matrix});
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ModelWeightsLoader::LoadKvScale(const std::string& name, TensorView* scale) {
   SCORED_ASSIGN_OR_RETURN(*scale, Take(name));
   return CheckPerTensorScale(*scale);
@@ -351,6 +390,7 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
     SCORED_ASSIGN_OR_RETURN(scheme, ResolveModuleScheme(*quant_, module));
   }
   w->format = scheme.format;
+  SCORED_RETURN_IF_ERROR(LoadTransforms(module, w));
   if (bias) {
     SCORED_ASSIGN_OR_RETURN(w->bias,
                             TakeChecked(module + ".bias", {out}, {DType::kF32, DType::kF16, DType::kBF16}));
@@ -631,6 +671,17 @@ void ModelWeightsLoader::Summarize() {
   s.format = names.size() == 1 ? names[0] : absl::StrCat("mixed(", absl::StrJoin(names, ","), ")");
   std::vector<std::string> notes;
   if (w4a4) notes.push_back("W4A4 checkpoint run weight-only (NVFP4A16): input_global_scale ignored");
+  int rotated = 0;
+  for (const LayerWeights& L : m_->layers_) {
+    for (const LinearWeight* w :
+         {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
+      rotated += w->transforms.empty() ? 0 : 1;
+    }
+  }
+  if (rotated > 0) {
+    notes.push_back(
+        absl::StrCat("transform_config: online Hadamard rotations on ", rotated, " decoder linears"));
+  }
   if (m_->kv_cache_fp8_) {
     notes.push_back(
         "kv_cache_scheme FP8: K (after RoPE) and V quantize-dequantized with per-layer k_scale / v_scale");

@@ -24,7 +24,17 @@
 namespace scored {
 
 // One linear layer's stored tensors and format (engine/base/stored_weight.h) plus their exact decoding.
+// One online transform of a linear (transform_config, engine/model/transform_config.h) with its stored
+// matrix: x -> fp32((double(x) . T) / sqrt(n)) (T^T when inverse) on the input before the product, or on the
+// output after it, per block of n = matrix rows elements (head_dim blocks, or the whole row).
+struct LinearTransform {
+  bool output = false;  // false: the input
+  bool inverse = false;
+  TensorView matrix;  // F64 or F32 [n, n], n divides the row's width
+};
+
 struct LinearWeight : StoredLinear {
+  std::vector<LinearTransform> transforms;  // inputs first, then outputs: the order they apply in
   // Decodes rows [row_begin, row_end) of W into out[(row - row_begin) * in_features + k], fp32.
   // Values are exactly compressed-tensors' decompression (DESIGN.md §6): for pack/naive/float-quantized
   // the product (q - zp) * scale, which is exact in fp32 (= its decompression with float32 parameters;

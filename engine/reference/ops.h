@@ -115,6 +115,12 @@ void FakeQuantizeInt8PerToken(float* x,  // [num_tokens, in_features]
 // scale must be finite and > 0 (the loader checks it).
 void FakeQuantizeFp8Static(float* x, int64_t n, float scale);
 
+// transform_config's online rotation of each row of x [rows, width] in place, per block of `size` elements
+// (width % size == 0): v -> float32((double(v) . T) / sqrt(size)), T the [size, size] float64 matrix t (T^T
+// when inverse), the product summed in float64: compressed-tensors 0.19's HadamardTransform.forward at
+// precision float64 (factory/hadamard.py, utils/matrix.py _multihead_matmul).
+void RotateRows(float* x, int64_t rows, int64_t width, const double* t, int64_t size, bool inverse);
+
 // Per-position outputs from one row of fp32 logits, by the Score contract (DESIGN.md §3):
 // logprob = logit[target] - logsumexp (max-subtracted, sum in double); greedy = argmax (lowest id on
 // ties) == target; rank = 1 + #{logit > logit[target]}; entropy = -sum p log p (double);

@@ -19,6 +19,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/model/config.h"
 #include "engine/model/fingerprint.h"
+#include "engine/model/raw_read.h"
 #include "engine/model/rope_freq.h"
 #include "engine/model/weights.h"
 #include "engine/reference/ops.h"
@@ -48,6 +49,14 @@ struct DenseLinear {
   bool static_fp8_input = false;
   bool static_int8_input = false;
   ref::Int8TokenParams static_params;  // static_*_input: {input_scale, input_zero_point or 0}
+  // transform_config's online rotations (LinearWeight::transforms), the matrices widened to double.
+  struct Transform {
+    bool output = false;
+    bool inverse = false;
+    int64_t size = 0;
+    std::vector<double> matrix;  // [size, size]
+  };
+  std::vector<Transform> transforms;
 };
 
 struct DenseLayer {
@@ -87,6 +96,16 @@ absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, bool bias, ThreadPool
     if (lw.input_zero_point.present()) {
       d.static_params.zero_point = static_cast<float>(static_cast<int8_t>(lw.input_zero_point.data[0]));
     }
+  }
+  for (const LinearTransform& t : lw.transforms) {
+    DenseLinear::Transform dt{t.output, t.inverse, t.matrix.shape[0], {}};
+    dt.matrix.resize(static_cast<size_t>(dt.size * dt.size));
+    for (int64_t i = 0; i < dt.size * dt.size; ++i) {
+      dt.matrix[i] = t.matrix.dtype == DType::kF64
+                         ? raw_read::Load<double>(t.matrix.data, i)
+                         : static_cast<double>(raw_read::Load<float>(t.matrix.data, i));
+    }
+    d.transforms.push_back(std::move(dt));
   }
   d.w.resize(lw.out_features * lw.in_features);
   std::mutex mu;
@@ -149,6 +168,8 @@ class ReferenceEngine : public Engine {
   void ApplyLinear(const DenseLinear& linear, const float* x,  // [n, in_features]
                    int64_t n,
                    float* y) const;  // [n, out_features]
+  // ApplyLinear without the transforms: input quantization (if any), then the product and bias.
+  void ApplyProduct(const DenseLinear& linear, const float* x, int64_t n, float* y) const;
   // out[t, :] = RmsNorm(x[t, :]) for rows of `width` elements, rows split over the pool.
   void NormRows(const float* x, const std::vector<float>& weight, int64_t rows, int64_t width,
                 float* out) const;
@@ -282,6 +303,23 @@ std::vector<absl::StatusOr<ScoreResult>> ReferenceEngine::Score(absl::Span<const
 }
 
 void ReferenceEngine::ApplyLinear(const DenseLinear& linear, const float* x, int64_t n, float* y) const {
+  if (!linear.transforms.empty()) {
+    // Online rotations: the input's before the product, the output's after it (transform_config.h).
+    std::vector<float> rotated(x, x + n * linear.in_features);
+    for (const DenseLinear::Transform& t : linear.transforms) {
+      if (!t.output)
+        ref::RotateRows(rotated.data(), n, linear.in_features, t.matrix.data(), t.size, t.inverse);
+    }
+    ApplyProduct(linear, rotated.data(), n, y);
+    for (const DenseLinear::Transform& t : linear.transforms) {
+      if (t.output) ref::RotateRows(y, n, linear.out_features, t.matrix.data(), t.size, t.inverse);
+    }
+    return;
+  }
+  ApplyProduct(linear, x, n, y);
+}
+
+void ReferenceEngine::ApplyProduct(const DenseLinear& linear, const float* x, int64_t n, float* y) const {
   const float* bias = linear.bias.empty() ? nullptr : linear.bias.data();
   if (!linear.fake_quantize_input && !linear.int8_input && !linear.static_fp8_input &&
       !linear.static_int8_input) {

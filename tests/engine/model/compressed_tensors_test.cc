@@ -514,8 +514,8 @@ TEST(CompressedTensorsTest, UnsupportedFeaturesFailNamingThem) {
          "dynamic": true}}}})",
        "dynamic weight"},
       {"transform", R"({"quant_method": "compressed-tensors", "format": "dense",
-         "transform_config": {"config_groups": {}}})",
-       "transform"},
+         "transform_config": {"config_groups": {"r": {"type": "random-matrix", "apply": []}}}})",
+       "transform_config group 'r': unsupported type 'random-matrix'"},
       {"malformed", R"({"quant_method": )", "malformed"},
   };
   for (const Case& tc : cases) {
@@ -524,6 +524,62 @@ TEST(CompressedTensorsTest, UnsupportedFeaturesFailNamingThem) {
     EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << tc.name;
     EXPECT_THAT(std::string(c.status().message()), HasSubstr(tc.expect)) << tc.name;
     EXPECT_THAT(std::string(c.status().message()), HasSubstr("qcfg.json")) << tc.name;
+  }
+}
+
+}  // namespace
+}  // namespace scored
+
+namespace scored {
+namespace {
+
+// transform_config as llm-compressor's QuIPModifier writes it
+// (tests/fixtures/stories260k-quip-w4a16-channel): one random-Hadamard scheme "v", online on every Linear's
+// input but lm_head, its inverse fused into the weights.
+constexpr char kQuipConfig[] =
+    R"({"quant_method": "compressed-tensors", "format": "dense", "config_groups": {},
+  "transform_config": {"config_groups": {"v": {"apply": [
+    {"ignore": ["lm_head"], "inverse": false, "location": "input", "targets": ["Linear"]},
+    {"ignore": ["lm_head"], "inverse": true, "location": "weight_input", "targets": ["Linear"]}],
+  "head_dim": null, "precision": "torch.float64", "randomize": false, "requires_grad": false,
+  "type": "random-hadamard"}}}})";
+
+TEST(TransformConfigTest, QuipInputRotationResolvesPerModule) {
+  auto c = ParseCompressedTensorsConfig(kQuipConfig, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->transforms.schemes.size(), 1u);
+  auto q = ResolveTransforms(c->transforms, "model.layers.0.self_attn.q_proj");
+  ASSERT_TRUE(q.ok()) << q.status();
+  ASSERT_EQ(q->size(), 1u);  // the offline weight_input entry needs nothing at inference
+  EXPECT_EQ((*q)[0].location, "input");
+  EXPECT_FALSE((*q)[0].inverse);
+  EXPECT_EQ((*q)[0].head_dim, 0);
+  EXPECT_EQ((*q)[0].TensorSuffix(), ".v_input.weight");
+  auto head = ResolveTransforms(c->transforms, "lm_head");
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_TRUE(head->empty());
+}
+
+TEST(TransformConfigTest, WhatIsNotImplementedIsRefusedNamingIt) {
+  struct Case {
+    const char* scheme;
+    const char* expect;
+  };
+  for (const Case& c : {
+           Case{R"({"type": "random-matrix", "apply": []})", "type 'random-matrix'"},
+           Case{R"({"type": "hadamard", "randomize": true, "apply": []})", "randomize"},
+           Case{R"({"type": "hadamard", "apply": [{"targets": ["re:.*q_proj"], "location": "q_attn"}]})",
+                "q_attn"},
+           Case{R"({"type": "hadamard", "apply": [{"targets": ["re:("], "location": "input"}]})",
+                "not a valid regex"},
+       }) {
+    const std::string json =
+        std::string(R"({"quant_method": "compressed-tensors", "format": "dense", "config_groups": {},
+      "transform_config": {"config_groups": {"r": )") +
+        c.scheme + "}}}";
+    auto parsed = ParseCompressedTensorsConfig(json, "config.json");
+    ASSERT_FALSE(parsed.ok()) << c.scheme;
+    EXPECT_THAT(std::string(parsed.status().message()), ::testing::HasSubstr(c.expect)) << c.scheme;
   }
 }
 

@@ -245,7 +245,7 @@ std::vector<Malformed> MalformedCases() {
                four_floats),
        "overlaps", "v"},
       {"unknown_dtype",
-       RawFile(Header(R"("w": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]})"), four_floats), "F64",
+       RawFile(Header(R"("w": {"dtype": "C64", "shape": [2], "data_offsets": [0, 16]})"), four_floats), "C64",
        "w"},
       {"overflowing_shape",
        RawFile(Header(R"("w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 16]})"),
