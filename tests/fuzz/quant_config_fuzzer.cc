@@ -54,11 +54,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case WeightFormat::kNvfp4PackQuantized:
         FUZZ_CHECK(s->num_bits == 4 && s->group_size == 16 && s->symmetric, what);
         break;
+      case WeightFormat::kMxfp4PackQuantized:
+        FUZZ_CHECK(s->num_bits == 4 && s->group_size == 32 && s->symmetric, what);
+        FUZZ_CHECK(!s->w8a8_dynamic_fp8 && !s->w8a8_dynamic_int8, what);  // MXFP4A16 only
+        break;
       case WeightFormat::kFloatQuantized:
         FUZZ_CHECK(s->num_bits == 8 && s->symmetric && s->strategy != QuantStrategy::kGroup, what);
         break;
-      case WeightFormat::kNaiveQuantized:
-        FUZZ_CHECK(s->num_bits == 8 && s->strategy != QuantStrategy::kBlock, what);
+      case WeightFormat::kNaiveQuantized:  // int8, or 2..7-bit ints one per int8 (W4AFP8 / W4A8)
+        FUZZ_CHECK(s->num_bits >= 2 && s->num_bits <= 8 && s->strategy != QuantStrategy::kBlock, what);
         break;
     }
     if (s->strategy == QuantStrategy::kGroup) FUZZ_CHECK(s->group_size > 0, what);
@@ -66,11 +70,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (s->actorder_group) {
       FUZZ_CHECK(s->format == WeightFormat::kPackQuantized && s->strategy == QuantStrategy::kGroup, what);
     }
-    if (s->w8a8_dynamic_fp8) FUZZ_CHECK(s->format == WeightFormat::kFloatQuantized, what);
+    // Dynamic FP8 activations: FP8 weights (W8A8), or int weights below 8 bits (W4AFP8).
+    if (s->w8a8_dynamic_fp8) {
+      FUZZ_CHECK(s->format == WeightFormat::kFloatQuantized ||
+                     ((s->format == WeightFormat::kNaiveQuantized || s->format == WeightFormat::kPackQuantized) &&
+                      s->num_bits < 8),
+                 what);
+    }
     if (s->w8a8_dynamic_fp8) FUZZ_CHECK(s->act_group_size >= 0, what);
-    // INT8 W8A8: int8 weights (int-quantized / naive), never together with FP8 activations.
+    // INT8 activations: int8 weights (int-quantized / naive, W8A8) or int weights below 8 bits (W4A8), never
+    // together with FP8 activations.
     if (s->w8a8_dynamic_int8) {
-      FUZZ_CHECK(s->format == WeightFormat::kNaiveQuantized && s->num_bits == 8 && !s->w8a8_dynamic_fp8,
+      FUZZ_CHECK((s->format == WeightFormat::kNaiveQuantized ||
+                  (s->format == WeightFormat::kPackQuantized && s->num_bits < 8)) &&
+                     !s->w8a8_dynamic_fp8,
                  what);
     }
   }
