@@ -72,9 +72,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     // Dynamic FP8 activations: FP8 weights (W8A8), or int weights below 8 bits (W4AFP8).
     if (s->w8a8_dynamic_fp8) {
-      FUZZ_CHECK(s->format == WeightFormat::kFloatQuantized ||
-                     ((s->format == WeightFormat::kNaiveQuantized || s->format == WeightFormat::kPackQuantized) &&
-                      s->num_bits < 8),
+      FUZZ_CHECK(s->format == WeightFormat::kFloatQuantized || ((s->format == WeightFormat::kNaiveQuantized ||
+                                                                 s->format == WeightFormat::kPackQuantized) &&
+                                                                s->num_bits < 8),
                  what);
     }
     if (s->w8a8_dynamic_fp8) FUZZ_CHECK(s->act_group_size >= 0, what);
