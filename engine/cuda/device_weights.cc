@@ -1,7 +1,9 @@
 #include "engine/cuda/device_weights.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/int8_gemm.h"
 #include "engine/kernels/kernel_types.h"
+#include "engine/model/hadamard_factors.h"
 #include "engine/model/rope_freq.h"
 
 namespace scored::cuda {
@@ -153,6 +156,125 @@ int64_t DeviceLinear::DeviceBytes() const {
   return bytes;
 }
 
+// transform_config's rotations of a model: every distinct stored matrix (compressed-tensors ties one per
+// size to every module using it) factored (engine/model/hadamard_factors.h) and uploaded once.
+class RotationTables {
+ public:
+  // Sets `linear`'s rotations from its members' transforms (stacked along `out` in member order).
+  // `output_allowed`: whether the linear's output is written in the compute dtype (q|k|v without a bias,
+  // gate|up), where an output rotation can run after the GEMM. UNIMPLEMENTED naming the module for what the
+  // CUDA backend does not run: members with different input rotations, an output rotation elsewhere, a
+  // rotation whose blocks a tensor-parallel shard cuts, a size over the device's shared memory.
+  absl::Status Attach(const std::vector<const LinearWeight*>& members, const std::string& what,
+                      bool output_allowed, DeviceLinear* linear) {
+    const LinearWeight& first = *members.front();
+    for (const LinearWeight* m : members) {
+      if (!SameRotations(Inputs(*m), Inputs(first))) {
+        return Unimplemented(what, absl::StrCat(first.module, " and ", m->module,
+                                                " share one input but differ in their input rotations"));
+      }
+    }
+    for (const LinearTransform* t : Inputs(first)) {
+      SCORED_ASSIGN_OR_RETURN(DeviceRotation r, Rotation(*t, first, first.in_features));
+      r.width = first.in_features;
+      linear->input_rotations_.push_back(r);
+    }
+    int64_t row = 0;
+    for (const LinearWeight* m : members) {
+      for (const LinearTransform& t : m->transforms) {
+        if (!t.output) continue;
+        if (!output_allowed) {
+          return Unimplemented(m->module,
+                               "an output rotation of a linear whose output has a bias or is added "
+                               "into the residual stream");
+        }
+        SCORED_ASSIGN_OR_RETURN(DeviceRotation r, Rotation(t, *m, m->out_features));
+        r.col_offset = row;
+        r.width = m->out_features;
+        linear->output_rotations_.push_back(r);
+      }
+      row += m->out_features;
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<DeviceBuffer> Release() { return std::move(buffers_); }
+
+ private:
+  static std::vector<const LinearTransform*> Inputs(const LinearWeight& w) {
+    std::vector<const LinearTransform*> inputs;
+    for (const LinearTransform& t : w.transforms) {
+      if (!t.output) inputs.push_back(&t);
+    }
+    return inputs;
+  }
+  // The same matrices (tied: the same stored tensor) in the same directions and order.
+  static bool SameRotations(const std::vector<const LinearTransform*>& a,
+                            const std::vector<const LinearTransform*>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i]->matrix.data != b[i]->matrix.data || a[i]->inverse != b[i]->inverse) return false;
+    }
+    return true;
+  }
+  static absl::Status Unimplemented(const std::string& what, const std::string& why) {
+    return absl::UnimplementedError(absl::StrCat(
+        what, ": transform_config: ", why, " is not implemented on the CUDA backend; use --backend=cpu"));
+  }
+
+  // The rotation by t's matrix of a row `width` wide (a shard's width under tensor parallelism).
+  absl::StatusOr<DeviceRotation> Rotation(const LinearTransform& t, const LinearWeight& w, int64_t width) {
+    const int64_t n = t.matrix.shape.empty() ? 0 : t.matrix.shape[0];
+    if (n <= 0 || width % n != 0) {
+      return Unimplemented(w.module, absl::StrCat("a rotation of size ", n, " over ", width,
+                                                  " columns (a tensor-parallel shard cuts its blocks)"));
+    }
+    int device = 0;
+    SCORED_CUDA_CHECK(cudaGetDevice(&device));
+    if (n > kernels::MaxHadamardRotationSize(device)) {
+      return Unimplemented(w.module, absl::StrCat("a rotation of size ", n,
+                                                  " (this device's shared memory "
+                                                  "holds at most ",
+                                                  kernels::MaxHadamardRotationSize(device), ")"));
+    }
+    auto it = tables_.find(t.matrix.data);
+    if (it == tables_.end()) {
+      SCORED_ASSIGN_OR_RETURN(const HadamardFactors f, FactorHadamard(t.matrix));
+      if (f.core_size > kernels::kMaxHadamardCore) {
+        return Unimplemented(w.module, absl::StrCat("a rotation whose matrix factors no further than a ",
+                                                    f.core_size, "x", f.core_size, " core"));
+      }
+      // views[0]: forward, views[1]: inverse; they share the signs.
+      std::array<kernels::HadamardRotation, 2> views;
+      SCORED_ASSIGN_OR_RETURN(DeviceBuffer signs,
+                              UploadToDevice(f.signs.data(), f.size, t.matrix.name + " signs"));
+      for (int inverse = 0; inverse < 2; ++inverse) {
+        const std::vector<uint8_t> bits =
+            kernels::PackHadamardCore(f.core, static_cast<int32_t>(f.core_size), inverse == 1);
+        SCORED_ASSIGN_OR_RETURN(
+            DeviceBuffer core,
+            UploadToDevice(bits.data(), static_cast<int64_t>(bits.size()), t.matrix.name + " core"));
+        kernels::HadamardRotation& view = views[inverse];
+        view.size = static_cast<int32_t>(f.size);
+        view.chunk = static_cast<int32_t>(f.chunk);
+        view.core_size = static_cast<int32_t>(f.core_size);
+        view.signs = signs.as<int8_t>();
+        view.core_bits = core.as<uint8_t>();
+        view.inverse = inverse == 1;
+        buffers_.push_back(std::move(core));
+      }
+      buffers_.push_back(std::move(signs));
+      it = tables_.emplace(t.matrix.data, views).first;
+    }
+    DeviceRotation r;
+    r.view = it->second[t.inverse ? 1 : 0];
+    return r;
+  }
+
+  std::map<const uint8_t*, std::array<kernels::HadamardRotation, 2>> tables_;
+  std::vector<DeviceBuffer> buffers_;
+};
+
 class DeviceModelLoader {
  public:
   // Stacks `members` along `out` into one linear. All dense: one resident matrix; W8A8 per-token FP8 that a
@@ -169,14 +291,6 @@ class DeviceModelLoader {
     linear.in_features_ = members.front()->in_features;
     bool all_dense = true, any_w8a8 = false, all_w8a8 = true;
     const LinearWeight& first = *members.front();
-    for (const LinearWeight* m : members) {
-      if (!m->transforms.empty()) {
-        return absl::UnimplementedError(absl::StrCat(
-            m->module,
-            ": transform_config's online rotations (QuIP / SpinQuant) are not implemented on the CUDA ",
-            "backend yet; use --backend=cpu"));
-      }
-    }
     SCORED_RETURN_IF_ERROR(SetStaticActivations(members, what, &linear));
     for (const LinearWeight* m : members) {
       if (m->w8a8_dynamic_int8 != first.w8a8_dynamic_int8 ||
@@ -368,6 +482,12 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
       model->rope_inv_freq,
       UploadToDevice(inv_freq.data(), static_cast<int64_t>(inv_freq.size() * sizeof(float)),
                      "the RoPE frequency table"));
+  RotationTables rotations;
+  if (!weights.lm_head().transforms.empty()) {
+    return absl::UnimplementedError(
+        "lm_head: transform_config's rotations of the lm_head are not implemented on the CUDA backend; use "
+        "--backend=cpu");
+  }
   if (config.tie_word_embeddings) {
     DeviceModelLoader::TieTo(&model->lm_head, model->embed, vocab_rows, config.hidden_size);
   } else {
@@ -424,6 +544,13 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     SCORED_ASSIGN_OR_RETURN(dst.gate_up, DeviceModelLoader::Build({gate, up}, dtype, prefix + "mlp gate|up"));
     SCORED_ASSIGN_OR_RETURN(dst.down, DeviceModelLoader::Build({down}, dtype, prefix + "mlp.down_proj",
                                                                down_amax, GemmTypes::kFp8ToFp32));
+    // transform_config's online rotations: an output rotation runs after the GEMM only where the output is
+    // written in the compute dtype with no bias to add after it (q|k|v without a bias, gate|up).
+    SCORED_RETURN_IF_ERROR(
+        rotations.Attach({q, k, v}, prefix + "self_attn q|k|v", !config.attention_bias, &dst.qkv));
+    SCORED_RETURN_IF_ERROR(rotations.Attach({o}, prefix + "self_attn.o_proj", false, &dst.o));
+    SCORED_RETURN_IF_ERROR(rotations.Attach({gate, up}, prefix + "mlp gate|up", true, &dst.gate_up));
+    SCORED_RETURN_IF_ERROR(rotations.Attach({down}, prefix + "mlp.down_proj", false, &dst.down));
     for (const LinearWeight* w :
          {&src.q_proj, &src.k_proj, &src.v_proj, &src.o_proj, &src.gate_proj, &src.up_proj, &src.down_proj}) {
       release(*w);
@@ -443,6 +570,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     }
   }
 
+  model->rotation_tables = rotations.Release();
   int64_t bytes = model->embed.bytes() + model->final_norm.bytes() + model->rope_inv_freq.bytes() +
                   model->lm_head.DeviceBytes();
   for (const DeviceLayer& layer : model->layers) {
@@ -450,6 +578,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
              layer.k_norm.bytes() + layer.qkv_bias.bytes() + layer.qkv.DeviceBytes() + layer.o.DeviceBytes() +
              layer.gate_up.DeviceBytes() + layer.down.DeviceBytes();
   }
+  for (const DeviceBuffer& table : model->rotation_tables) bytes += table.bytes();
   model->resident_bytes = bytes;
   return model;
 }

@@ -36,6 +36,7 @@
 #include "engine/cuda/device_buffer.h"
 #include "engine/engine.h"
 #include "engine/kernels/dequant.h"
+#include "engine/kernels/hadamard_rotate.h"
 #include "engine/model/shard_plan.h"
 #include "engine/model/weights.h"
 
@@ -48,6 +49,16 @@ struct QuantizedPart {
   int64_t row_offset = 0;            // first row of this part in the fused [out_features, in_features]
   std::vector<DeviceBuffer> stored;  // its tensors as in the checkpoint (values, scale, zero point, g_idx)
   kernels::DequantParams params;     // device view of `stored`
+};
+
+// One transform_config online rotation of a linear (engine/model/transform_config.h), run by
+// kernels::HadamardRotate over columns [col_offset, col_offset + width) of each row: of the GEMM's input
+// (the whole row: col_offset 0, width in_features) or of its output (one part's columns of a stacked group).
+// The tables `view` points to are the owning DeviceModel's (DeviceModel::rotation_tables).
+struct DeviceRotation {
+  int64_t col_offset = 0;
+  int64_t width = 0;
+  kernels::HadamardRotation view;
 };
 
 // A linear layer, or several stacked along `out` (q|k|v, gate|up), as one GEMM's weight.
@@ -87,6 +98,13 @@ class DeviceLinear {
   // every rank's input columns (engine/model/shard_plan.h ShardedLinear::act_amax_all_reduce).
   bool act_amax_all_reduce() const { return act_amax_all_reduce_; }
 
+  // transform_config's online rotations: the input's run in place on the GEMM's input rows before anything
+  // else (activation quantization included), in order; the outputs' on the GEMM's output after it (only
+  // where that output is written in the compute dtype, not added into the residual: the upload refuses the
+  // rest). Empty for checkpoints without transform_config.
+  const std::vector<DeviceRotation>& input_rotations() const { return input_rotations_; }
+  const std::vector<DeviceRotation>& output_rotations() const { return output_rotations_; }
+
   // The weight [out_features, in_features] in the compute dtype for a GEMM on `stream`: the resident
   // matrix, or `scratch` after enqueuing the dequantization of every part into it.
   absl::StatusOr<const void*> Materialize(ComputeDtype dtype,
@@ -98,6 +116,7 @@ class DeviceLinear {
 
  private:
   friend class DeviceModelLoader;
+  friend class RotationTables;
   int64_t out_features_ = 0;
   int64_t in_features_ = 0;
   bool w8a8_ = false;
@@ -115,6 +134,8 @@ class DeviceLinear {
   DeviceBuffer fp8_scale_;    // [out_features] fp32, when fp8_resident()
   DeviceBuffer int8_weight_;  // [out_features, in_features] int8, when int8_resident()
   DeviceBuffer int8_scale_;   // [out_features] fp32, when int8_resident()
+  std::vector<DeviceRotation> input_rotations_;
+  std::vector<DeviceRotation> output_rotations_;
 };
 
 struct DeviceLayer {
@@ -139,6 +160,8 @@ struct DeviceModel {
   DeviceBuffer rope_inv_freq;  // [head_dim / 2] fp32, RopeInvFreq (engine/model/rope_freq.h)
   DeviceLinear lm_head;        // [vocab_size, hidden_size]; tied: a view of `embed`; a shard: its rows
   std::vector<DeviceLayer> layers;
+  // The factor tables (signs, core) of every distinct transform_config matrix the linears' rotations use.
+  std::vector<DeviceBuffer> rotation_tables;
   int64_t max_scratch_elements = 0;  // largest out*in of a linear that uses_scratch() (0 when none does)
   int64_t max_fp8_in_features = 0;   // largest in_features of an fp8_ or int8_resident() linear (0: none)
   int64_t resident_bytes = 0;        // device bytes of all the above

@@ -17,6 +17,7 @@
 #include "engine/kernels/embedding.h"
 #include "engine/kernels/fp8_quant.h"
 #include "engine/kernels/fp8_scale.h"
+#include "engine/kernels/hadamard_rotate.h"
 #include "engine/kernels/int8_gemm.h"
 #include "engine/kernels/int8_quant.h"
 #include "engine/kernels/kernel_types.h"
@@ -198,7 +199,8 @@ class ForwardPass {
   // Chunk by chunk: norm, gate|up, SwiGLU, down_proj joining the residual, then the chunk's sum over ranks.
   absl::Status MlpBlock(const DeviceLayer& layer) {
     const bool gate_up_fp8 = norm_fp8_ok_ && FedFp8(layer.gate_up);
-    const bool swiglu_fp8 = swiglu_fp8_ok_ && layer.gate_up.fp8_resident() && FedFp8(layer.down);
+    const bool swiglu_fp8 = swiglu_fp8_ok_ && layer.gate_up.fp8_resident() &&
+                            layer.gate_up.output_rotations().empty() && FedFp8(layer.down);
     LinearInOut gate_up_io;
     gate_up_io.fp8_input_scales = gate_up_fp8 ? fp8_scale_norm_ : nullptr;
     gate_up_io.unscaled_fp8_output = swiglu_fp8;
@@ -311,6 +313,31 @@ class ForwardPass {
   // the bf16 / fp32 GEMM runs on the dequantized weight.
   absl::Status Linear(const WeightStream::Lease& use, T* x, void* y, GemmTypes y_types, const LinearInOut& io,
                       const RowChunk& ch) {
+    const DeviceLinear& w = *use.linear;
+    if (w.input_rotations().empty() && w.output_rotations().empty())
+      return Product(use, x, y, y_types, io, ch);
+    // transform_config's online rotations (device_weights.h DeviceRotation): the input's in place before the
+    // product, the outputs' on their parts' columns after it.
+    const int64_t m = ch.rows, in = w.in_features(), out = w.out_features();
+    for (const DeviceRotation& r : w.input_rotations()) {
+      SCORED_RETURN_IF_ERROR(kernels::HadamardRotate<T>(x + ch.begin * in, in, m, r.width, r.view, stream_));
+    }
+    SCORED_RETURN_IF_ERROR(Product(use, x, y, y_types, io, ch));
+    if (w.output_rotations().empty()) return absl::OkStatus();
+    if (io.add_to_output || io.unscaled_fp8_output || y_types != types_) {
+      return absl::InternalError(
+          "an output rotation of a linear whose output is not written in the compute dtype");
+    }
+    for (const DeviceRotation& r : w.output_rotations()) {
+      SCORED_RETURN_IF_ERROR(kernels::HadamardRotate<T>(static_cast<T*>(y) + ch.begin * out + r.col_offset,
+                                                        out, m, r.width, r.view, stream_));
+    }
+    return absl::OkStatus();
+  }
+
+  // Linear without the rotations.
+  absl::Status Product(const WeightStream::Lease& use, T* x, void* y, GemmTypes y_types,
+                       const LinearInOut& io, const RowChunk& ch) {
     const DeviceLinear& w = *use.linear;
     const int64_t m = ch.rows, in = w.in_features(), out = w.out_features();
     const int64_t y_elem = y_types == GemmTypes::kBf16ToBf16 ? 2 : 4;
@@ -445,8 +472,11 @@ class ForwardPass {
   // W8A8 fusions (bf16 mode): a real FP8 GEMM whose input quantization needs only its own rank's columns
   // (column-parallel, or tp 1) takes its input straight from the fused RmsNorm + FP8 kernel, and down_proj
   // from the fused scales + SwiGLU + FP8 kernel. Results are bitwise those of the unfused kernels.
+  // Not with an input rotation (it must run on the input first) or output rotations (they need the scaled
+  // output).
   bool FedFp8(const DeviceLinear& w) const {
-    return !kFp32 && w.fp8_resident() && !(tp_ != nullptr && w.act_amax_all_reduce());
+    return !kFp32 && w.fp8_resident() && !(tp_ != nullptr && w.act_amax_all_reduce()) &&
+           w.input_rotations().empty() && w.output_rotations().empty();
   }
   // A norm's output: normed, or for an FP8-fed linear act_fp8 / fp8_scale_norm.
   NormOutput<T> NormInto(bool to_fp8) const {

@@ -1,7 +1,7 @@
 // kernels_bench: the attention and element-wise kernels alone, at the engine's Llama-3-8B shapes, old path
 // against new where both exist.
 //
-//   kernels_bench [--reps 5]
+//   kernels_bench [--reps 5] [--only attention|swiglu|add_rms_norm|hadamard]
 //
 // Every case: two warm-up launches, then --reps launches each timed with its own pair of CUDA events on one
 // stream; the median is printed. Shapes:
@@ -13,6 +13,10 @@
 //   swiglu     bf16 fused gate|up [32768, 2 * 14336] -> [32768, 14336]; GB/s = bytes read + written.
 //   add_rms_norm  fp32 x [32768, 4096] into the fp32 residual (read and written), bf16 out (the engine's
 //              call); GB/s counts x, residual twice, out and the weight.
+//   hadamard   transform_config's online rotation (kernels/hadamard_rotate.h) of bf16 rows in place, 16384
+//              tokens (8 x 2048): a 4096-wide input whole (one Walsh-Hadamard transform, K = 1) and in 128
+//              blocks, the 14336-wide down_proj input whole (compressed-tensors' 224 x 64 factors: a K = 224
+//              core, random signs) and in 128 blocks; GB/s = bytes read + written.
 // Inputs are pseudo-random (a fixed 16 Mi-value block, repeated), bf16-representable.
 // Exit status 1 when a launch fails or no CUDA device is visible.
 #include <cuda_runtime_api.h>
@@ -31,6 +35,7 @@
 #include "absl/status/status.h"
 #include "engine/base/dtype.h"
 #include "engine/kernels/attention.h"
+#include "engine/kernels/hadamard_rotate.h"
 #include "engine/kernels/kernel_types.h"
 #include "engine/kernels/rms_norm.h"
 #include "engine/kernels/swiglu.h"
@@ -231,16 +236,62 @@ bool BenchAddRmsNorm(cudaStream_t stream, int reps) {
   return true;
 }
 
+bool BenchHadamard(cudaStream_t stream, int reps) {
+  constexpr int64_t kTokens = 8 * 2048;
+  bool ok = true;
+  const struct {
+    int64_t width, n, core_size;
+    const char* what;
+  } cases[] = {{kHidden, kHidden, 1, "hadamard 16384x4096 n 4096 K 1"},
+               {kHidden, 128, 1, "hadamard 16384x4096 n 128 K 1"},
+               {kInter, kInter, 224, "hadamard 16384x14336 n 14336 K 224"},
+               {kInter, 128, 1, "hadamard 16384x14336 n 128 K 1"}};
+  std::mt19937 rng(700);
+  for (const auto& c : cases) {
+    Buffer<bf16_t> x(kTokens * c.width);
+    Buffer<int8_t> signs(c.n);
+    std::vector<int8_t> host_signs(c.n), core(c.core_size * c.core_size);
+    for (int8_t& v : host_signs) v = (rng() & 1) ? 1 : -1;
+    for (int8_t& v : core) v = (rng() & 1) ? 1 : -1;
+    const std::vector<uint8_t> bits = PackHadamardCore(core, static_cast<int32_t>(c.core_size), false);
+    Buffer<uint8_t> core_bits(bits.size());
+    if (!x.ok() || !signs.ok() || !core_bits.ok() || !FillRandom(x, 1.0f, 701) ||
+        !Check(cudaMemcpy(signs.get(), host_signs.data(), c.n, cudaMemcpyHostToDevice), "signs") ||
+        !Check(cudaMemcpy(core_bits.get(), bits.data(), bits.size(), cudaMemcpyHostToDevice), "core")) {
+      return false;
+    }
+    HadamardRotation r;
+    r.size = static_cast<int32_t>(c.n);
+    r.chunk = static_cast<int32_t>(c.n / c.core_size);
+    r.core_size = static_cast<int32_t>(c.core_size);
+    r.signs = signs.get();
+    r.core_bits = core_bits.get();
+    const float ms = MedianMs(
+        stream, [&] { return HadamardRotate(x.get(), c.width, kTokens, c.width, r, stream); }, reps);
+    if (ms <= 0) {
+      ok = false;
+      continue;
+    }
+    PrintRate(c.what, "current", ms, 0, 2.0 * kTokens * c.width * 2);
+  }
+  return ok;
+}
+
 int Main(int argc, char** argv) {
   int reps = 5;
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--reps") == 0) {
       reps = std::max(1, std::atoi(argv[i + 1]));
+    } else if (std::strcmp(argv[i], "--only") == 0) {
+      only = argv[i + 1];
     } else {
-      std::fprintf(stderr, "usage: kernels_bench [--reps N]\n");
+      std::fprintf(stderr,
+                   "usage: kernels_bench [--reps N] [--only attention|swiglu|add_rms_norm|hadamard]\n");
       return 2;
     }
   }
+  const auto wanted = [&](const char* name) { return only.empty() || only == name; };
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::fprintf(stderr, "kernels_bench: no CUDA device\n");
@@ -252,10 +303,11 @@ int Main(int argc, char** argv) {
               reps);
   cudaStream_t stream;
   if (!Check(cudaStreamCreate(&stream), "stream")) return 1;
-  bool ok = BenchAttention(stream, 8, reps);
-  ok = BenchAttention(stream, 16, reps) && ok;
-  ok = BenchSwiGlu(stream, reps) && ok;
-  ok = BenchAddRmsNorm(stream, reps) && ok;
+  bool ok = true;
+  if (wanted("attention")) ok = BenchAttention(stream, 8, reps) && BenchAttention(stream, 16, reps) && ok;
+  if (wanted("swiglu")) ok = BenchSwiGlu(stream, reps) && ok;
+  if (wanted("add_rms_norm")) ok = BenchAddRmsNorm(stream, reps) && ok;
+  if (wanted("hadamard")) ok = BenchHadamard(stream, reps) && ok;
   cudaStreamDestroy(stream);
   return ok ? 0 : 1;
 }
