@@ -5,6 +5,7 @@
 //   - a second server with another model is refused before scoring, naming the server and the field;
 //   - a server SIGKILLed after it answered its first window: its unanswered windows go to the other server
 //     (a line names it), and the report still equals the one-server run;
+//   - both servers SIGKILLed mid-run: the run fails (exit 1) saying that every server failed;
 //   - a server that does not answer at start is refused naming its address.
 #include <signal.h>
 
@@ -185,6 +186,38 @@ TEST_F(PplMultiServerTest, KilledServerWindowsMoveToTheOther) {
   ExpectSameResults(ReadJson(json), one);
   EXPECT_GT(WindowsServedBy(text, d->grpc_address()), 0) << text;
   EXPECT_GT(WindowsServedBy(text, c->grpc_address()), 0) << text;
+}
+
+TEST_F(PplMultiServerTest, RunFailsOnlyWhenNoServerIsLeft) {
+  std::unique_ptr<testing::ScoredProcess> c = StartDaemon(testing::StoriesModelDir());
+  std::unique_ptr<testing::ScoredProcess> d = StartDaemon(testing::StoriesModelDir());
+  ASSERT_TRUE(c != nullptr && d != nullptr);
+  const std::string json = TempPath("all.json");
+  const std::string err = TempPath("all.err");
+  auto ppl = testing::ChildProcess::Spawn(
+      PplArgv(absl::StrCat(c->grpc_address(), ",", d->grpc_address()), json), TempPath("all.out"), err);
+  ASSERT_TRUE(ppl.ok()) << ppl.status();
+  const std::string first_d = absl::StrCat("server ", d->grpc_address(), " answered its first window");
+  ASSERT_TRUE(
+      (*ppl)
+          ->WaitFor(
+              err, [&] { return testing::ReadText(err).find(first_d) != std::string::npos; }, kRunBound)
+          .ok())
+      << testing::ReadText(err);
+  ASSERT_TRUE(d->SendSignal(SIGKILL).ok());
+  // C takes D's windows (the line says so), then C goes too.
+  const std::string moved = absl::StrCat("server ", d->grpc_address(), " failed (");
+  ASSERT_TRUE((*ppl)
+                  ->WaitFor(
+                      err, [&] { return testing::ReadText(err).find(moved) != std::string::npos; }, kRunBound)
+                  .ok())
+      << testing::ReadText(err);
+  ASSERT_TRUE(c->SendSignal(SIGKILL).ok());
+  EXPECT_EQ((*ppl)->Wait(kRunBound), 1) << testing::ReadText(err);
+  const std::string text = testing::ReadText(err);
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("every server failed; the last, ", c->grpc_address())));
+  EXPECT_THAT(text, HasSubstr("rerun with the same --journal to resume"));
+  EXPECT_THAT(text, Not(HasSubstr("windows per server")));
 }
 
 }  // namespace
