@@ -49,8 +49,7 @@ std::unique_ptr<testing::ScoredProcess> StartDaemon(const std::string& model_dir
 }
 
 std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/ppl_multi_", ::getpid(), "_", name);
+  return absl::StrCat(::testing::TempDir(), "ppl_multi_", ::getpid(), "_", name);
 }
 
 std::vector<std::string> PplArgv(const std::string& servers, const std::string& json_path) {
