@@ -133,6 +133,7 @@ absl::Status Batcher::fatal_status() const {
 
 void Batcher::ReportQueueDepth(int64_t depth) {
   if (options_.on_queue_depth) options_.on_queue_depth(depth);
+  if (options_.on_in_flight) options_.on_in_flight(depth + running_);
 }
 
 void Batcher::WorkerLoop() {
@@ -194,6 +195,7 @@ void Batcher::WorkerLoop() {
     if (!batch.empty()) RunBatch(std::move(batch));
     absl::MutexLock lock(&mu_);
     running_ = 0;
+    ReportQueueDepth(static_cast<int64_t>(queue_.size()));
   }
 }
 
@@ -201,7 +203,13 @@ void Batcher::RunBatch(std::vector<Item> batch) {
   std::vector<ScoreRequest> requests;
   requests.reserve(batch.size());
   for (Item& item : batch) requests.push_back(std::move(item.request));
+  const absl::Time compute_start = absl::Now();
+  if (options_.on_queue_wait) {
+    for (const Item& item : batch)
+      options_.on_queue_wait(absl::ToDoubleSeconds(compute_start - item.enqueued));
+  }
   std::vector<absl::StatusOr<ScoreResult>> results = engine_->Score(requests);
+  if (options_.on_compute) options_.on_compute(absl::ToDoubleSeconds(absl::Now() - compute_start));
 
   const absl::Status fatal = engine_->fatal_status();
   if (!fatal.ok()) {

@@ -60,6 +60,13 @@ struct BatcherOptions {
   std::function<void(const absl::Status& fatal)> on_fatal;
   // From the worker thread, once per request whose result was not finite (before its `done`).
   std::function<void()> on_nonfinite;
+  // on_in_flight: requests queued or in the engine's batch (outstanding()), after every change, under the
+  // batcher's lock like on_queue_depth. on_queue_wait: from the worker thread, once per request that goes
+  // into an engine call, its seconds from Submit to that call. on_compute: from the worker thread, each
+  // Engine::Score() call's wall time in seconds.
+  std::function<void(int64_t in_flight)> on_in_flight;
+  std::function<void(double seconds)> on_queue_wait;
+  std::function<void(double seconds)> on_compute;
 };
 
 // OK when every log-probability, entropy, top-k log-probability, reference log-probability and KL divergence

@@ -1,6 +1,15 @@
 #include "server/metrics.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cli/version.h"
 #include "prometheus/text_serializer.h"
 #include "server/grpc_status.h"
 
@@ -14,7 +23,100 @@ std::vector<double> DoublingBuckets(double first, int count) {
   return b;
 }
 
+prometheus::MetricFamily OneValueFamily(const char* name, const char* help, prometheus::MetricType type,
+                                        double value) {
+  prometheus::MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = type;
+  prometheus::ClientMetric metric;
+  if (type == prometheus::MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  family.metric.push_back(metric);
+  return family;
+}
+
+// The fields of /proc/self/stat after the command name (which may hold spaces and parentheses, so the
+// split starts after its last ')'): [0] is field 3 (state), so field N of proc(5) is at [N - 3].
+std::vector<std::string> ProcSelfStatFields() {
+  std::ifstream in("/proc/self/stat");
+  std::string line;
+  if (!std::getline(in, line)) return {};
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return {};
+  return absl::StrSplit(line.substr(close + 1), ' ', absl::SkipEmpty());
+}
+
+// Seconds since the epoch at boot (/proc/stat "btime"); -1 when unknown.
+double BootTimeSeconds() {
+  std::ifstream in("/proc/stat");
+  std::string key;
+  double value = 0;
+  while (in >> key) {
+    if (key == "btime" && in >> value) return value;
+    in.ignore(1 << 20, '\n');
+  }
+  return -1;
+}
+
+int64_t CountOpenFds() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int64_t n = 0;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n - 1;  // the descriptor opendir itself holds
+}
+
+#ifndef SCORED_BUILD_CUDA
+#define SCORED_BUILD_CUDA 0
+#endif
+
 }  // namespace
+
+std::vector<prometheus::MetricFamily> ProcessMetricFamilies() {
+  using prometheus::MetricType;
+  std::vector<prometheus::MetricFamily> families;
+  const std::vector<std::string> f = ProcSelfStatFields();
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  auto field = [&f](int n) {
+    double v = 0;
+    return absl::SimpleAtod(f[static_cast<size_t>(n - 3)], &v) ? v : 0.0;
+  };
+  if (f.size() >= 22 && ticks > 0 && page > 0) {
+    families.push_back(OneValueFamily("process_cpu_seconds_total", "Total user and system CPU time, seconds",
+                                      MetricType::Counter, (field(14) + field(15)) / ticks));
+    families.push_back(OneValueFamily("process_resident_memory_bytes", "Resident memory size, bytes",
+                                      MetricType::Gauge, field(24) * page));
+    families.push_back(OneValueFamily("process_virtual_memory_bytes", "Virtual memory size, bytes",
+                                      MetricType::Gauge, field(23)));
+    families.push_back(
+        OneValueFamily("process_threads", "Operating system threads", MetricType::Gauge, field(20)));
+    const double boot = BootTimeSeconds();
+    if (boot >= 0) {
+      families.push_back(OneValueFamily("process_start_time_seconds",
+                                        "Start time of the process since the Unix epoch, seconds",
+                                        MetricType::Gauge, boot + field(22) / ticks));
+    }
+  }
+  const int64_t fds = CountOpenFds();
+  if (fds >= 0) {
+    families.push_back(OneValueFamily("process_open_fds", "Open file descriptors", MetricType::Gauge,
+                                      static_cast<double>(fds)));
+  }
+  rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    families.push_back(OneValueFamily("process_max_fds", "Maximum number of open file descriptors",
+                                      MetricType::Gauge, static_cast<double>(limit.rlim_cur)));
+  }
+  return families;
+}
 
 Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   requests_ = &prometheus::BuildCounter()
@@ -67,6 +169,13 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                            .Name("scored_limit_rejections_total")
                            .Help("Requests refused with RESOURCE_EXHAUSTED by a server-wide limit")
                            .Register(*registry_);
+  // Every (limit, method) from the start at 0, so that alert rules and rate() see the series before a
+  // refusal.
+  for (const char* limit : {"max_buffered_bytes", "max_connections"}) {
+    for (const char* method : {"Score", "ScoreStream", "Tokenize"}) {
+      limit_rejections_->Add({{"limit", limit}, {"method", method}});
+    }
+  }
   streams_paused_ = &prometheus::BuildGauge()
                          .Name("scored_streams_paused")
                          .Help("ScoreStreams not reading because the memory budget is spent")
@@ -85,6 +194,35 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Name("scored_device_memory_bytes")
                         .Help("Device memory per device, bytes (kind used or total)")
                         .Register(*registry_);
+  prometheus::BuildGauge()
+      .Name("scored_build_info")
+      .Help("The scored binary (value 1): project version, git commit, CUDA backend built in")
+      .Register(*registry_)
+      .Add({{"version", cli::ProjectVersion()},
+            {"git_commit", cli::GitCommit()},
+            {"cuda", SCORED_BUILD_CUDA ? "on" : "off"}})
+      .Set(1);
+  serving_ = &prometheus::BuildGauge()
+                  .Name("scored_serving")
+                  .Help("1 while health reports SERVING, else 0 (loading, failed, draining)")
+                  .Register(*registry_)
+                  .Add({});
+  in_flight_ = &prometheus::BuildGauge()
+                    .Name("scored_requests_in_flight")
+                    .Help("Score requests in the batcher: queued or in the engine's current batch")
+                    .Register(*registry_)
+                    .Add({});
+  // Queue waits start well below a batch (the batch timeout is 2 ms by default): 0.1 ms .. ~105 s.
+  queue_wait_ = &prometheus::BuildHistogram()
+                     .Name("scored_queue_wait_seconds")
+                     .Help("Wait of a request in the batcher queue before its engine call, seconds")
+                     .Register(*registry_)
+                     .Add({}, DoublingBuckets(0.0001, 21));
+  batch_compute_ = &prometheus::BuildHistogram()
+                        .Name("scored_batch_compute_seconds")
+                        .Help("Wall time of one engine Score() call (one batch), seconds")
+                        .Register(*registry_)
+                        .Add({}, DoublingBuckets(0.0005, 18));
 }
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& listen) {
@@ -155,8 +293,18 @@ void Metrics::SetDeviceMemory(const std::vector<std::pair<int64_t, int64_t>>& pe
   }
 }
 
+void Metrics::SetServing(bool serving) { serving_->Set(serving ? 1 : 0); }
+
+void Metrics::SetInFlight(int64_t requests) { in_flight_->Set(static_cast<double>(requests)); }
+
+void Metrics::RecordQueueWait(double seconds) { queue_wait_->Observe(seconds); }
+
+void Metrics::RecordBatchCompute(double seconds) { batch_compute_->Observe(seconds); }
+
 std::string Metrics::Serialize() const {
-  return prometheus::TextSerializer().Serialize(registry_->Collect());
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (prometheus::MetricFamily& f : ProcessMetricFamilies()) families.push_back(std::move(f));
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 }  // namespace scored

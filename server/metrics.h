@@ -21,7 +21,8 @@
 // scored_buffered_bytes_limit              gauge      -                              --max_buffered_bytes.
 // scored_limit_rejections_total            counter    limit, method                  requests refused with
 //     RESOURCE_EXHAUSTED by a server-wide limit: limit = max_buffered_bytes | max_connections; method as
-//     above (a ScoreStream request refused inside its stream counts once; a refused stream counts once).
+//     above (a ScoreStream request refused inside its stream counts once; a refused stream counts once). The
+//     series of both limits for Score, ScoreStream and Tokenize exist from the start (0).
 // scored_streams_paused                    gauge      -                              ScoreStreams that
 // stopped
 //     reading because the memory budget is spent (they resume once their own responses are read).
@@ -34,6 +35,21 @@
 // scored_model_info                        gauge = 1  architecture, format, backend, dtype, tp
 // scored_device_memory_bytes               gauge      device, kind (used | total)    per-device memory, only
 //     when the engine reports devices (CUDA backend); refreshed at start and after each batch.
+// scored_build_info                        gauge = 1  version, git_commit, cuda      the binary: project
+//     version, git commit at configure time ("" when unknown), cuda "on" when the CUDA backend is built in.
+// scored_serving                           gauge      -                              1 while health reports
+//     SERVING (model loaded, listener up, no fatal engine error), 0 while loading, after a fatal error and
+//     during the shutdown drain.
+// scored_requests_in_flight                gauge      -                              score requests the
+//     batcher holds: queued or in the engine's current batch (what a drain still owes).
+// scored_queue_wait_seconds                histogram  -                              per request that reached
+//     the engine: Submit -> its batch's Engine::Score() call starts (buckets 0.1 ms .. ~105 s, doubling).
+// scored_batch_compute_seconds             histogram  -                              wall time of each
+//     Engine::Score() call (buckets 0.5 ms .. ~65 s, doubling).
+// Process metrics (the names every Prometheus client library exports), read from /proc at each scrape:
+//   process_cpu_seconds_total (counter; user + system), process_resident_memory_bytes,
+//   process_virtual_memory_bytes, process_open_fds, process_max_fds (RLIMIT_NOFILE soft limit),
+//   process_start_time_seconds (Unix time), process_threads. Absent where /proc cannot be read.
 //
 // Thread-safety: every method is thread-safe.
 #ifndef SCORED_SERVER_METRICS_H_
@@ -52,6 +68,7 @@
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
+#include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "server/metrics_http.h"
 
@@ -83,6 +100,13 @@ class Metrics {
   void SetModelInfo(const ModelInfo& info);
   // One (used, total) pair per device, bytes.
   void SetDeviceMemory(const std::vector<std::pair<int64_t, int64_t>>& per_device);
+  // Whether health reports SERVING (scored_serving).
+  void SetServing(bool serving);
+  // The batcher's requests, queued or computing (Batcher::outstanding()).
+  void SetInFlight(int64_t requests);
+  // One request's wait in the batcher queue, seconds; one Engine::Score() call's wall time, seconds.
+  void RecordQueueWait(double seconds);
+  void RecordBatchCompute(double seconds);
 
   // The current exposition text (as the endpoint would serve it).
   std::string Serialize() const;
@@ -107,7 +131,14 @@ class Metrics {
   prometheus::Gauge* connections_;
   prometheus::Family<prometheus::Gauge>* model_info_;
   prometheus::Family<prometheus::Gauge>* device_memory_;
+  prometheus::Gauge* serving_;
+  prometheus::Gauge* in_flight_;
+  prometheus::Histogram* queue_wait_;
+  prometheus::Histogram* batch_compute_;
 };
+
+// The process_* families above for this process, read from /proc/self now (empty where /proc is missing).
+std::vector<prometheus::MetricFamily> ProcessMetricFamilies();
 
 }  // namespace scored
 

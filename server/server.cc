@@ -245,6 +245,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     metrics->SetDeviceMemory(engine_ptr->DeviceMemory());
   };
   batcher_options.on_queue_depth = [metrics](int64_t depth) { metrics->SetQueueDepth(depth); };
+  batcher_options.on_in_flight = [metrics](int64_t n) { metrics->SetInFlight(n); };
+  batcher_options.on_queue_wait = [metrics](double seconds) { metrics->RecordQueueWait(seconds); };
+  batcher_options.on_compute = [metrics](double seconds) { metrics->RecordBatchCompute(seconds); };
   batcher_options.on_fatal = [self](const absl::Status& status) { self->OnFatal(status); };
   batcher_options.on_nonfinite = [metrics] { metrics->RecordNonFiniteResult(); };
   SCORED_ASSIGN_OR_RETURN(server->batcher_,
@@ -335,6 +338,7 @@ absl::Status Server::Start() {
     const bool serving = fatal_.ok();
     health->SetServingStatus("", serving);
     health->SetServingStatus(kScorerServiceName, serving);
+    metrics_->SetServing(serving);
   }
   const size_t colon = options_.listen.rfind(':');
   SCORED_LOG(INFO) << "serving gRPC on " << options_.listen.substr(0, colon) << ":" << grpc_port_
@@ -404,6 +408,7 @@ void Server::OnFatal(const absl::Status& status) {
   SCORED_LOG(ERROR) << "engine failed, no longer serving: " << status.ToString();
   absl::MutexLock lock(&mu_);
   fatal_ = status;
+  if (metrics_ != nullptr) metrics_->SetServing(false);
   if (grpc_server_ != nullptr && !shut_down_) {
     grpc_server_->GetHealthCheckService()->SetServingStatus("", false);
     grpc_server_->GetHealthCheckService()->SetServingStatus(kScorerServiceName, false);
@@ -415,6 +420,7 @@ void Server::Shutdown() {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
+    if (metrics_ != nullptr) metrics_->SetServing(false);
     // Under mu_ so that OnFatal never touches the health service concurrently with its shutdown.
     if (grpc_server_ != nullptr) grpc_server_->GetHealthCheckService()->Shutdown();
   }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "client/connect/servers.h"
 #include "client/load/request_gen.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -286,14 +287,23 @@ struct OpenLoopTally {
   double rate_achieved = 0.0;
   double lag_max_ms = 0.0;
   int64_t max_outstanding = 0;
+  std::vector<int64_t> per_server;  // requests started per stub
 };
 
 // Shared-owned: each call's callback holds a reference, so that a callback still returning from the final
 // Unlock never outlives the object Run's thread was waiting on.
 class OpenLoop : public std::enable_shared_from_this<OpenLoop> {
  public:
-  OpenLoop(Shared* shared, scored::v1::Scorer::Stub* stub, absl::Time start, ClientStats* stats)
-      : shared_(shared), stub_(stub), start_(start), stats_(stats), generator_(shared->Generator(0)) {}
+  // One stub per server; each request goes to the server with the fewest outstanding (round-robin on ties).
+  OpenLoop(Shared* shared, std::vector<scored::v1::Scorer::Stub*> stubs, absl::Time start, ClientStats* stats)
+      : shared_(shared),
+        stubs_(std::move(stubs)),
+        start_(start),
+        stats_(stats),
+        generator_(shared->Generator(0)),
+        outstanding_per_server_(stubs_.size(), 0) {
+    tally_.per_server.assign(stubs_.size(), 0);
+  }
 
   OpenLoopTally Run() {
     const LoadOptions& options = shared_->options();
@@ -320,9 +330,19 @@ class OpenLoop : public std::enable_shared_from_this<OpenLoop> {
       {
         absl::MutexLock lock(&mu_);
         tally_.max_outstanding = std::max(tally_.max_outstanding, ++outstanding_);
+        // Fewest outstanding; ties go round-robin (scanned from the one after the last choice).
+        const size_t n = outstanding_per_server_.size();
+        call->server = next_server_ % n;
+        for (size_t k = 1; k < n; ++k) {
+          const size_t i = (next_server_ + k) % n;
+          if (outstanding_per_server_[i] < outstanding_per_server_[call->server]) call->server = i;
+        }
+        next_server_ = call->server + 1;
+        ++outstanding_per_server_[call->server];
+        ++tally_.per_server[call->server];
       }
       const absl::Time sent = absl::Now();
-      stub_->async()->Score(
+      stubs_[call->server]->async()->Score(
           &call->context, &call->request, &call->response,
           [self = shared_from_this(), call](grpc::Status status) { self->Finish(call, status); });
       if (started++ == 0) first_sent = sent;
@@ -341,6 +361,7 @@ class OpenLoop : public std::enable_shared_from_this<OpenLoop> {
  private:
   struct Call {
     absl::Time scheduled;
+    size_t server = 0;  // index into stubs_
     int64_t tokens = 0;
     grpc::ClientContext context;
     scored::v1::ScoreRequest request;
@@ -365,6 +386,7 @@ class OpenLoop : public std::enable_shared_from_this<OpenLoop> {
       record.code = shape.code();
       message = std::string(shape.message());
     }
+    const size_t server = call->server;
     delete call;
     const LoadOptions& options = shared_->options();
     if (record.code == absl::StatusCode::kUnavailable && options.stop_on_unavailable) {
@@ -373,11 +395,12 @@ class OpenLoop : public std::enable_shared_from_this<OpenLoop> {
     absl::MutexLock lock(&mu_);
     stats_->Add(record, message, options.record_requests);
     if (unavailable_.load()) stats_->stopped_unavailable = true;
+    --outstanding_per_server_[server];
     --outstanding_;
   }
 
   Shared* const shared_;
-  scored::v1::Scorer::Stub* const stub_;
+  const std::vector<scored::v1::Scorer::Stub*> stubs_;
   const absl::Time start_;
   ClientStats* const stats_;
   RequestGenerator generator_;
@@ -385,11 +408,13 @@ class OpenLoop : public std::enable_shared_from_this<OpenLoop> {
   OpenLoopTally tally_;  // max_outstanding under mu_; the rest by Run's thread
   absl::Mutex mu_;
   int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> outstanding_per_server_ ABSL_GUARDED_BY(mu_);
+  size_t next_server_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-OpenLoopTally RunOpenLoop(Shared* shared, scored::v1::Scorer::Stub* stub, absl::Time start,
+OpenLoopTally RunOpenLoop(Shared* shared, std::vector<scored::v1::Scorer::Stub*> stubs, absl::Time start,
                           ClientStats* stats) {
-  return std::make_shared<OpenLoop>(shared, stub, start, stats)->Run();
+  return std::make_shared<OpenLoop>(shared, std::move(stubs), start, stats)->Run();
 }
 
 // One client's ScoreStream calls: a writer thread keeps up to `inflight` requests outstanding, the
@@ -654,50 +679,79 @@ absl::Status ValidateLoadOptions(const LoadOptions& options) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// One server of the run: its channel, stub and model.
+struct Target {
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<scored::v1::Scorer::Stub> stub;
+  scored::v1::ModelInfo info;
+};
+
+absl::StatusOr<Target> Connect(const LoadOptions& options, const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  Target t;
+  t.address = address;
+  t.channel = grpc::CreateCustomChannel(address, client::ChannelCredentials(options.security), args);
+  if (!t.channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot connect to scored at ", address, " within ", absl::FormatDuration(options.connect_timeout),
+        options.security.tls
+            ? " (is the server running there, speaking TLS with a certificate --tls_ca trusts, "
+              "and accepting this client's certificate?)"
+            : " (is the server running and listening there?)"));
+  }
+  t.stub = scored::v1::Scorer::NewStub(t.channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options.connect_timeout));
+  client::AddAuthorization(options.security.bearer_token, &context);
+  const grpc::Status status = t.stub->GetModelInfo(&context, scored::v1::GetModelInfoRequest(), &t.info);
+  if (!status.ok()) {
+    return absl::Status(FromGrpcCode(status.error_code()),
+                        absl::StrCat("GetModelInfo", address == options.server ? "" : " of " + address, ": ",
+                                     status.error_message()));
+  }
+  if (t.info.vocab_size() < 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("server ", address, " reports vocab_size ", t.info.vocab_size()));
+  }
+  for (const LengthBucket& b : options.lengths) {
+    if (t.info.max_seq_len() > 0 && b.tokens > t.info.max_seq_len()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("length ", b.tokens, " exceeds the server's max_seq_len ", t.info.max_seq_len(),
+                       address == options.server ? "" : " (" + address + ")"));
+    }
+    if (t.info.max_batch_tokens() > 0 && b.tokens > t.info.max_batch_tokens()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("length ", b.tokens, " exceeds the server's max_batch_tokens ",
+                       t.info.max_batch_tokens(), address == options.server ? "" : " (" + address + ")"));
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
 absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
   absl::Status valid = ValidateLoadOptions(options);
   if (!valid.ok()) return valid;
 
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.server, client::ChannelCredentials(options.security), args);
-  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot connect to scored at ", options.server, " within ",
-                     absl::FormatDuration(options.connect_timeout),
-                     options.security.tls
-                         ? " (is the server running there, speaking TLS with a certificate --tls_ca trusts, "
-                           "and accepting this client's certificate?)"
-                         : " (is the server running and listening there?)"));
+  absl::StatusOr<std::vector<std::string>> addresses = client::ResolveServers(options.server);
+  if (!addresses.ok()) return addresses.status();
+  std::vector<Target> targets;
+  std::vector<scored::v1::ModelInfo> infos;
+  for (const std::string& address : *addresses) {
+    absl::StatusOr<Target> t = Connect(options, address);
+    if (!t.ok()) return t.status();
+    infos.push_back(t->info);
+    targets.push_back(*std::move(t));
   }
-  std::unique_ptr<scored::v1::Scorer::Stub> stub = scored::v1::Scorer::NewStub(channel);
-
-  scored::v1::ModelInfo info;
-  {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + options.connect_timeout));
-    client::AddAuthorization(options.security.bearer_token, &context);
-    const grpc::Status status = stub->GetModelInfo(&context, scored::v1::GetModelInfoRequest(), &info);
-    if (!status.ok()) {
-      return absl::Status(FromGrpcCode(status.error_code()),
-                          absl::StrCat("GetModelInfo: ", status.error_message()));
-    }
-  }
-  if (info.vocab_size() < 1) {
-    return absl::FailedPreconditionError(absl::StrCat("server reports vocab_size ", info.vocab_size()));
-  }
-  for (const LengthBucket& b : options.lengths) {
-    if (info.max_seq_len() > 0 && b.tokens > info.max_seq_len()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("length ", b.tokens, " exceeds the server's max_seq_len ", info.max_seq_len()));
-    }
-    if (info.max_batch_tokens() > 0 && b.tokens > info.max_batch_tokens()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "length ", b.tokens, " exceeds the server's max_batch_tokens ", info.max_batch_tokens()));
-    }
-  }
+  absl::Status same = client::CheckSameModel(*addresses, infos);
+  if (!same.ok()) return same;
+  const scored::v1::ModelInfo& info = targets[0].info;
 
   LoadResult result;
   result.server = options.server;
@@ -720,26 +774,36 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
   std::vector<ClientStats> stats(static_cast<size_t>(options.rate > 0.0 ? 1 : options.concurrency));
   std::vector<std::thread> threads;
   threads.reserve(stats.size());
+  result.servers = *addresses;
+  result.requests_per_server.assign(targets.size(), 0);
   if (options.rate > 0.0) {
     result.concurrency = 0;
-    const OpenLoopTally tally = RunOpenLoop(&shared, stub.get(), start, &stats[0]);
+    std::vector<scored::v1::Scorer::Stub*> stubs;
+    for (Target& t : targets) stubs.push_back(t.stub.get());
+    const OpenLoopTally tally = RunOpenLoop(&shared, std::move(stubs), start, &stats[0]);
+    result.requests_per_server = tally.per_server;
     result.rate_achieved = tally.rate_achieved;
     result.schedule_lag_max_ms = tally.lag_max_ms;
     result.max_outstanding = tally.max_outstanding;
   }
+  // Closed loop: client c talks to server c mod the number of servers.
   for (int c = 0; c < options.concurrency && options.rate <= 0.0; ++c) {
     ClientStats* s = &stats[static_cast<size_t>(c)];
+    Target& t = targets[static_cast<size_t>(c) % targets.size()];
+    grpc::Channel* channel = t.channel.get();
     if (options.mode == Mode::kUnary) {
-      threads.emplace_back(RunUnaryClient, c, &shared, stub.get(), channel.get(), s);
+      threads.emplace_back(RunUnaryClient, c, &shared, t.stub.get(), channel, s);
     } else {
-      threads.emplace_back([c, &shared, &channel, s] { StreamClient(c, &shared, channel.get(), s).Run(); });
+      threads.emplace_back([c, &shared, channel, s] { StreamClient(c, &shared, channel, s).Run(); });
     }
   }
   for (std::thread& t : threads) t.join();
   result.wall = absl::Now() - start;
 
   std::vector<double> latencies;
-  for (ClientStats& s : stats) {
+  for (size_t c = 0; c < stats.size(); ++c) {
+    ClientStats& s = stats[c];
+    if (options.rate <= 0.0) result.requests_per_server[c % targets.size()] += s.requests;
     ++result.clients_finished;
     if (s.stopped_unavailable) ++result.clients_stopped_unavailable;
     result.requests += s.requests;

@@ -76,7 +76,12 @@ absl::StatusOr<Mode> ParseMode(absl::string_view text);
 const char* ModeName(Mode mode);
 
 struct LoadOptions {
-  std::string server = "127.0.0.1:50051";  // host:port
+  // host:port, or several servers serving the same model: "host:port,host:port" or "dns:///name:port"
+  // (client/connect/servers.h). Each is connected and its GetModelInfo read first; they must agree
+  // (CheckSameModel, FAILED_PRECONDITION naming the server and field). Closed loop: client (or stream) c
+  // talks to server c mod the number of servers; open loop: each request goes to the server with the fewest
+  // requests outstanding (round-robin among equals).
+  std::string server = "127.0.0.1:50051";
   Mode mode = Mode::kUnary;
   int concurrency = 1;  // unary clients, or ScoreStream streams; >= 1
   int inflight = 8;     // stream mode: outstanding requests per stream; >= 1
@@ -127,8 +132,11 @@ struct RequestRecord {
 };
 
 struct LoadResult {
-  // What ran.
+  // What ran. `server` as given; `servers` the addresses it named, `requests_per_server` the requests sent
+  // to each (same order).
   std::string server;
+  std::vector<std::string> servers;
+  std::vector<int64_t> requests_per_server;
   Mode mode = Mode::kUnary;
   int concurrency = 0;
   int inflight = 0;

@@ -28,7 +28,11 @@
 #include "client/load/load_runner.h"
 #include "client/load/report.h"
 
-ABSL_FLAG(std::string, server, "127.0.0.1:50051", "scored address host:port");
+ABSL_FLAG(
+    std::string, server, "127.0.0.1:50051",
+    "scored address host:port; several servers serving the same model: a comma list or dns:///NAME:PORT "
+    "(every address NAME resolves to); clients are spread round-robin over them, open loop sends each "
+    "request to the one with the fewest outstanding");
 ABSL_FLAG(std::string, mode, "unary", "unary (one Score call at a time per client) | stream (ScoreStream)");
 ABSL_FLAG(int32_t, concurrency, 8, "concurrent unary clients, or ScoreStream streams");
 ABSL_FLAG(int32_t, inflight, 8, "stream mode: requests kept outstanding per stream");

@@ -18,6 +18,14 @@ std::string FormatTable(const LoadResult& r) {
                         shape, r.lengths, r.seed);
   absl::StrAppendFormat(&out, "model        %s %s (%s), vocab %d, max_seq_len %d\n", r.model_architecture,
                         r.model_format, r.backend, r.vocab_size, r.max_seq_len);
+  if (r.servers.size() > 1) {
+    absl::StrAppend(&out, "servers     ");
+    for (size_t i = 0; i < r.servers.size(); ++i) {
+      absl::StrAppendFormat(&out, "%s %s %d requests", i == 0 ? "" : ",", r.servers[i],
+                            i < r.requests_per_server.size() ? r.requests_per_server[i] : 0);
+    }
+    absl::StrAppend(&out, "\n");
+  }
   if (r.rate > 0.0) {
     absl::StrAppendFormat(
         &out,
@@ -56,6 +64,8 @@ std::string FormatTable(const LoadResult& r) {
 nlohmann::json ToJson(const LoadResult& r) {
   nlohmann::json j;
   j["server"] = r.server;
+  j["servers"] = r.servers;
+  j["requests_per_server"] = r.requests_per_server;
   j["mode"] = ModeName(r.mode);
   j["concurrency"] = r.concurrency;
   j["inflight"] = r.inflight;

@@ -3,6 +3,7 @@
 //
 //   scored-ppl --server 127.0.0.1:50051 --data wiki.test.raw --method exl3 --ctx 2048 --stride 512
 //   scored-ppl ... --journal run.journal   # rerun the same command after a crash to resume
+//   scored-ppl --server 10.0.0.6:50051,10.0.0.7:50051 ...  # one run over several servers (same model)
 //   scored-ppl compare --csv table.csv a.json b.json  # a markdown table (and CSV) across --json reports
 //   scored-ppl ... --tls_ca ca.pem --tls_cert client.pem --tls_key client.key --auth_token_file token
 //
@@ -33,7 +34,12 @@
 #include "client/ppl/report.h"
 #include "client/ppl/run.h"
 
-ABSL_FLAG(std::string, server, "127.0.0.1:50051", "scored address host:port");
+ABSL_FLAG(
+    std::string, server, "127.0.0.1:50051",
+    "scored address host:port; several servers serving the same model: a comma list host:port,host:port "
+    "or dns:///NAME:PORT (every address NAME resolves to): windows are spread over all of them, a failed "
+    "server's windows move to the others, and the report equals a one-server run (README \"Many "
+    "replicas\")");
 ABSL_FLAG(std::string, data, "",
           "dataset file (required): a regular file of valid UTF-8 of at most --max_data_bytes (a directory, "
           "device, FIFO, larger file or invalid UTF-8 is refused, naming the byte offset)");

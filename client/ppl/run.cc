@@ -5,15 +5,20 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/connect/security.h"
+#include "client/connect/servers.h"
 #include "client/ppl/journal.h"
 #include "client/ppl/kld.h"
 #include "client/ppl/plan.h"
@@ -189,6 +194,74 @@ absl::StatusOr<JournalIdentity> RunIdentity(const RunOptions& options, const Pla
   return id;
 }
 
+// One connected server of a multi-server run.
+struct ServerConn {
+  std::string address;
+  std::unique_ptr<ScorerClient> client;
+};
+
+// Scores plan windows `pending` over every server at once (WindowPool: each keeps `inflight` outstanding);
+// `record(index, score)` runs once per window, serialized. A server whose stream fails with IsServerLost has
+// its unanswered windows requeued for the others (a line on `note_out`); the run fails when none is left, or
+// at once on any other error.
+absl::Status ScoreOverServers(const std::vector<ServerConn>& servers, const std::vector<Window>& windows,
+                              const std::vector<int64_t>& pending, int inflight, bool want_reference,
+                              std::FILE* note_out,
+                              const std::function<void(int64_t, const WindowScore&)>& record) {
+  std::vector<Window> batch;
+  batch.reserve(pending.size());
+  for (int64_t i : pending) batch.push_back(windows[static_cast<size_t>(i)]);
+  std::vector<int64_t> answered(servers.size(), 0);  // under the pool's serialization
+  WindowPool pool(static_cast<int64_t>(batch.size()), [&](int stream, int64_t k, const WindowScore& score) {
+    if (answered[static_cast<size_t>(stream)]++ == 0) {
+      std::fprintf(note_out, "\nscored-ppl: server %s answered its first window\n",
+                   servers[static_cast<size_t>(stream)].address.c_str());
+    }
+    record(pending[static_cast<size_t>(k)], score);
+  });
+  absl::Mutex mu;
+  int alive = static_cast<int>(servers.size());
+  std::vector<std::thread> threads;
+  for (size_t s = 0; s < servers.size(); ++s) {
+    threads.emplace_back([&, s] {
+      std::vector<int64_t> unanswered;
+      const absl::Status status = servers[s].client->ScoreShared(&pool, static_cast<int>(s), batch, inflight,
+                                                                 want_reference, &unanswered);
+      if (status.ok()) return;
+      if (!IsServerLost(status)) {
+        pool.Fail(
+            absl::Status(status.code(), absl::StrCat("server ", servers[s].address, ": ", status.message())));
+        return;
+      }
+      absl::MutexLock lock(&mu);
+      --alive;
+      if (alive == 0) {
+        pool.Fail(absl::UnavailableError(absl::StrCat("every server failed; the last, ", servers[s].address,
+                                                      ": ", status.message(),
+                                                      " (rerun with the same --journal to resume)")));
+        return;
+      }
+      std::fprintf(note_out,
+                   "\nscored-ppl: server %s failed (%s): retrying its %zu unanswered windows on the %d "
+                   "server(s) left\n",
+                   servers[s].address.c_str(), std::string(status.message()).c_str(), unanswered.size(),
+                   alive);
+      pool.Requeue(unanswered);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  SCORED_RETURN_IF_ERROR(pool.status());
+  if (pool.remaining() != 0) {
+    return absl::InternalError(absl::StrCat(pool.remaining(), " windows were never answered"));
+  }
+  std::string tally;
+  for (size_t s = 0; s < servers.size(); ++s) {
+    absl::StrAppend(&tally, s == 0 ? "" : ", ", servers[s].address, " ", answered[s]);
+  }
+  std::fprintf(note_out, "\nscored-ppl: windows per server: %s\n", tally.c_str());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool IsUsageError(const absl::Status& status) { return status.GetPayload(kUsageErrorPayload).has_value(); }
@@ -221,8 +294,24 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   client_options.tls_root_certs_pem = security.root_certs_pem;
   client_options.tls_cert_chain_pem = security.cert_chain_pem;
   client_options.tls_private_key_pem = security.private_key_pem;
+  SCORED_ASSIGN_OR_RETURN(const std::vector<std::string> servers, client::ResolveServers(options.server));
+  client_options.address = servers[0];
   SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ScorerClient> client, ScorerClient::Connect(client_options));
   SCORED_ASSIGN_OR_RETURN(scored::v1::ModelInfo info, client->GetModelInfo());
+  // Several servers: every one connected and serving the same model before anything is tokenized.
+  std::vector<ServerConn> extra;  // servers[1..]
+  std::vector<scored::v1::ModelInfo> infos = {info};
+  for (size_t s = 1; s < servers.size(); ++s) {
+    ScorerClientOptions o = client_options;
+    o.address = servers[s];
+    SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ScorerClient> c, ScorerClient::Connect(o));
+    absl::StatusOr<scored::v1::ModelInfo> i = c->GetModelInfo();
+    if (!i.ok())
+      return absl::Status(i.status().code(), absl::StrCat("server ", servers[s], ": ", i.status().message()));
+    infos.push_back(*std::move(i));
+    extra.push_back({servers[s], std::move(c)});
+  }
+  SCORED_RETURN_IF_ERROR(client::CheckSameModel(servers, infos));
   if (info.vocab_size() <= 0) {
     return absl::FailedPreconditionError(absl::StrCat("server at ", options.server, " reports vocab_size ",
                                                       info.vocab_size(), ": not a compatible scored server"));
@@ -262,7 +351,11 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   }
 
   SCORED_ASSIGN_OR_RETURN(Plan plan, BuildPlan(dataset, options.method, setup.special, setup.tokenize));
-  SCORED_RETURN_IF_ERROR(CheckWindows(plan, info));
+  for (size_t s = 0; s < infos.size(); ++s) {
+    absl::Status fits = CheckWindows(plan, infos[s]);
+    if (!fits.ok())
+      return absl::Status(fits.code(), absl::StrCat("server ", servers[s], ": ", fits.message()));
+  }
 
   int64_t total_sent = 0;
   for (const Window& w : plan.windows) total_sent += static_cast<int64_t>(w.tokens.size());
@@ -312,6 +405,34 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   absl::Time failing_since = absl::InfiniteFuture();
   absl::Duration backoff = options.retry_initial;
   absl::Status last_error;  // of the last reconnection attempt
+  if (!extra.empty()) {
+    std::vector<int64_t> pending;
+    for (size_t i = 0; i < n; ++i) {
+      if (!done[i]) pending.push_back(static_cast<int64_t>(i));
+    }
+    std::vector<ServerConn> all;
+    all.push_back({servers[0], std::move(client)});
+    for (ServerConn& c : extra) all.push_back(std::move(c));
+    absl::Status journal_error;
+    const absl::Status status = ScoreOverServers(
+        all, plan.windows, pending, options.inflight, options.kld, note_out,
+        [&](int64_t index, const WindowScore& score) {
+          const Window& w = plan.windows[static_cast<size_t>(index)];
+          const int64_t bytes = ScoredBytes(w);
+          if (journal != nullptr && journal_error.ok()) {
+            journal_error =
+                journal->Append({index, score.sum_logprob, score.logprobs, bytes, options.kld,
+                                 score.sum_ref_logprob, score.ref_logprobs, score.kld, score.same_top});
+          }
+          scores[static_cast<size_t>(index)] = score;
+          done[static_cast<size_t>(index)] = true;
+          live.AddWindow(score.sum_logprob, score.logprobs, bytes);
+          tokens_done += static_cast<int64_t>(w.tokens.size());
+          progress.Update(live.num_windows(), tokens_done, live.Ppl());
+        });
+    SCORED_RETURN_IF_ERROR(journal_error);
+    SCORED_RETURN_IF_ERROR(status);
+  }
   while (true) {
     std::vector<int64_t> pending;
     for (size_t i = 0; i < n; ++i) {

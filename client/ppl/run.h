@@ -23,7 +23,19 @@
 // A --kld journal records the reference values of every window; its run identity adds "kld" and the
 // reference's fingerprint, and a run that comes back to a server with another reference fails.
 //
-// Thread-safety: RunPpl may be called from any thread; it uses one helper thread while scoring.
+// Several servers (`server` a comma list or dns:///NAME:PORT, client/connect/servers.h): every one is
+// connected and its ModelInfo read first; FAILED_PRECONDITION naming the server and the field unless they all
+// serve the same model (CheckSameModel), and every window must fit each server's limits. Tokenization goes
+// to the first server. Then one ScoreStream per server takes windows from a shared pool (WindowPool:
+// `inflight` outstanding per server, the next window to the first free slot); a server whose stream fails
+// (IsServerLost: killed, draining, unreachable) has its unanswered windows moved to the others, with a line
+// on `progress_out`; UNAVAILABLE once no server is left, any other error at once. A lost server is not
+// reconnected (the retry_* options apply to one server only). Lines on `progress_out` name each server's
+// first answered window and, at the end, the windows each server answered. The results are aggregated in
+// window order as above, so they equal a one-server run's.
+//
+// Thread-safety: RunPpl may be called from any thread; it uses one helper thread while scoring (one per
+// server, plus one writer each, with several servers).
 #ifndef SCORED_CLIENT_PPL_RUN_H_
 #define SCORED_CLIENT_PPL_RUN_H_
 
@@ -41,7 +53,7 @@ namespace scored {
 namespace ppl {
 
 struct RunOptions {
-  std::string server;  // "host:port"
+  std::string server;  // "host:port", or several: "host:port,host:port" / "dns:///name:port" (above)
   absl::Duration connect_timeout = absl::Seconds(10);
   std::string bearer_token;  // optional
   // TLS: on when tls_ca_path or tls_cert_path is set (PEM files; "" CA = the system's roots);

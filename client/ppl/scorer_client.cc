@@ -1,6 +1,7 @@
 #include "client/ppl/scorer_client.h"
 
 #include <chrono>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -55,7 +56,115 @@ class InflightGate {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// The checked WindowScore of `response` for `w` (id = its request_id, for messages); the window's own error
+// response comes back as its status.
+absl::Status ReadWindowScore(const scored::v1::ScoreResponse& response, uint64_t id, const Window& w,
+                             bool want_reference, WindowScore* score) {
+  if (response.has_error()) {
+    return absl::Status(static_cast<absl::StatusCode>(response.error().code()),
+                        absl::StrCat("window ", id, ": ", response.error().message()));
+  }
+  if (response.num_scored() != w.num_scored() || response.logprob_size() != w.num_scored() ||
+      response.first_scored() != w.score_from) {
+    return absl::InternalError(absl::StrCat("window ", id, ": expected ", w.num_scored(),
+                                            " scored positions from ", w.score_from, ", got num_scored ",
+                                            response.num_scored(), " with ", response.logprob_size(),
+                                            " logprobs from ", response.first_scored()));
+  }
+  if (want_reference &&
+      (response.ref_logprob_size() != w.num_scored() || response.kld_size() != w.num_scored() ||
+       response.same_top_size() != w.num_scored())) {
+    return absl::InternalError(absl::StrCat("window ", id, ": want_reference asked but the response has ",
+                                            response.ref_logprob_size(), " ref_logprob, ",
+                                            response.kld_size(), " kld and ", response.same_top_size(),
+                                            " same_top values for ", w.num_scored(), " scored positions"));
+  }
+  score->sum_logprob = response.sum_logprob();
+  score->logprobs.assign(response.logprob().begin(), response.logprob().end());
+  score->sum_ref_logprob = response.sum_ref_logprob();
+  score->ref_logprobs.assign(response.ref_logprob().begin(), response.ref_logprob().end());
+  score->kld.assign(response.kld().begin(), response.kld().end());
+  score->same_top.assign(response.same_top().begin(), response.same_top().end());
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+bool IsServerLost(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kAborted:
+      return true;
+    default:
+      return false;
+  }
+}
+
+WindowPool::WindowPool(int64_t num_windows, ResultFn on_result)
+    : on_result_(std::move(on_result)),
+      done_(static_cast<size_t>(num_windows), false),
+      remaining_(num_windows) {
+  for (int64_t i = 0; i < num_windows; ++i) queue_.push_back(i);
+}
+
+bool WindowPool::TakeReady(TakeArgs* a) {
+  const WindowPool& p = *a->pool;
+  return !p.queue_.empty() || p.remaining_ == 0 || !p.status_.ok() || p.stopped_.count(a->stream) > 0;
+}
+
+int64_t WindowPool::Take(int stream) {
+  absl::MutexLock lock(&mu_);
+  TakeArgs args{this, stream};
+  mu_.Await(absl::Condition(&WindowPool::TakeReady, &args));
+  if (queue_.empty() || remaining_ == 0 || !status_.ok() || stopped_.count(stream) > 0) return -1;
+  const int64_t index = queue_.front();
+  queue_.pop_front();
+  return index;
+}
+
+void WindowPool::Done(int stream, int64_t index, const WindowScore& score) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (index < 0 || index >= static_cast<int64_t>(done_.size()) || done_[static_cast<size_t>(index)]) return;
+    done_[static_cast<size_t>(index)] = true;
+  }
+  {
+    absl::MutexLock lock(&result_mu_);
+    on_result_(stream, index, score);
+  }
+  // Counted after on_result: when remaining() reaches 0 every result has been handed over.
+  absl::MutexLock lock(&mu_);
+  --remaining_;
+}
+
+void WindowPool::Requeue(const std::vector<int64_t>& indices) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = indices.rbegin(); it != indices.rend(); ++it) {
+    if (!done_[static_cast<size_t>(*it)]) queue_.push_front(*it);
+  }
+}
+
+void WindowPool::StopStream(int stream) {
+  absl::MutexLock lock(&mu_);
+  stopped_.insert(stream);
+}
+
+void WindowPool::Fail(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (status_.ok()) status_ = status;
+}
+
+absl::Status WindowPool::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+int64_t WindowPool::remaining() const {
+  absl::MutexLock lock(&mu_);
+  return remaining_;
+}
 
 ScorerClient::ScorerClient(ScorerClientOptions options, std::unique_ptr<scored::v1::Scorer::Stub> stub)
     : options_(std::move(options)), stub_(std::move(stub)) {}
@@ -205,6 +314,77 @@ absl::Status ScorerClient::ScoreWindows(const std::vector<Window>& windows, int 
   if (!finish.ok()) return FromGrpc(finish, "ScoreStream");
   if (received < n) {
     return absl::InternalError(absl::StrCat("ScoreStream ended after ", received, " of ", n, " responses"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ScorerClient::ScoreShared(WindowPool* pool, int stream_id, const std::vector<Window>& windows,
+                                       int inflight, bool want_reference, std::vector<int64_t>* unanswered) {
+  grpc::ClientContext context;
+  Prepare(&context, false);
+  std::unique_ptr<grpc::ClientReaderWriter<scored::v1::ScoreRequest, scored::v1::ScoreResponse>> stream =
+      stub_->ScoreStream(&context);
+  InflightGate gate(inflight < 1 ? 1 : inflight);
+  absl::Mutex sent_mu;
+  std::set<int64_t> sent;  // taken from the pool and not answered yet (ABSL_GUARDED_BY(sent_mu))
+
+  std::thread writer([&] {
+    while (gate.Acquire()) {
+      const int64_t index = pool->Take(stream_id);
+      if (index < 0) break;
+      {
+        absl::MutexLock lock(&sent_mu);
+        sent.insert(index);  // before Write: a window lost with the stream is requeued
+      }
+      const Window& w = windows[static_cast<size_t>(index)];
+      scored::v1::ScoreRequest request;
+      request.set_request_id(static_cast<uint64_t>(index));
+      request.mutable_tokens()->mutable_ids()->Add(w.tokens.begin(), w.tokens.end());
+      request.set_score_from(w.score_from);
+      request.set_want_reference(want_reference);
+      if (!stream->Write(request)) break;
+    }
+    stream->WritesDone();
+  });
+
+  absl::Status error;
+  scored::v1::ScoreResponse response;
+  WindowScore score;
+  while (stream->Read(&response)) {
+    const uint64_t id = response.request_id();
+    bool known = false;
+    {
+      absl::MutexLock lock(&sent_mu);
+      known = sent.count(static_cast<int64_t>(id)) > 0;
+    }
+    if (!known || id >= windows.size()) {
+      error = absl::InternalError(absl::StrCat("ScoreStream answered unknown or repeated request_id ", id));
+      break;
+    }
+    error = ReadWindowScore(response, id, windows[id], want_reference, &score);
+    if (!error.ok()) break;
+    pool->Done(stream_id, static_cast<int64_t>(id), score);
+    {
+      absl::MutexLock lock(&sent_mu);
+      sent.erase(static_cast<int64_t>(id));
+    }
+    gate.Release();
+  }
+  // The stream is over (the pool ran out and the server answered everything, or it failed): wake the writer.
+  pool->StopStream(stream_id);
+  gate.Stop();
+  if (!error.ok()) context.TryCancel();
+  writer.join();
+  const grpc::Status finish = stream->Finish();
+  {
+    absl::MutexLock lock(&sent_mu);
+    unanswered->assign(sent.begin(), sent.end());
+  }
+  if (!error.ok()) return error;
+  if (!finish.ok()) return FromGrpc(finish, "ScoreStream");
+  if (!unanswered->empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("ScoreStream ended with ", unanswered->size(), " windows unanswered"));
   }
   return absl::OkStatus();
 }

@@ -7,13 +7,17 @@
 #define SCORED_CLIENT_PPL_SCORER_CLIENT_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/ppl/windows.h"
@@ -46,6 +50,54 @@ struct WindowScore {
   std::vector<uint8_t> same_top;    // [num_scored] or empty: 1 when Q's and R's argmax agree
 };
 
+// The windows of one run shared by several ScoreStreams, one per server (scored-ppl --server a,b,...): a
+// stream takes the next unsent window whenever it has a free slot (so each server keeps `inflight` windows
+// outstanding and the windows go to whichever server has fewest outstanding, i.e. a free slot, first); the
+// unanswered windows of a stream whose server failed go back to the front of the queue for the others.
+// Thread-safety: every method is thread-safe.
+class WindowPool {
+ public:
+  // Windows 0 .. num_windows - 1, all unsent; `on_result` (stream, index, score) runs once per window,
+  // serialized (never two at once), on the thread of the stream that answered it.
+  using ResultFn = std::function<void(int stream, int64_t index, const WindowScore& score)>;
+  WindowPool(int64_t num_windows, ResultFn on_result);
+
+  // Blocks until a window is free (its index), or until every window is answered, the pool failed or
+  // StopStream(stream) was called (-1).
+  int64_t Take(int stream);
+  // Window `index` was answered by `stream` (a repeated answer is ignored).
+  void Done(int stream, int64_t index, const WindowScore& score);
+  // Puts taken but unanswered windows back, first in line.
+  void Requeue(const std::vector<int64_t>& indices);
+  // Wakes stream `stream`'s Take with -1 from now on.
+  void StopStream(int stream);
+  // Ends the run: every Take returns -1; status() returns `status` (the first one given).
+  void Fail(const absl::Status& status);
+  absl::Status status() const;
+  int64_t remaining() const;
+
+ private:
+  struct TakeArgs {
+    const WindowPool* pool;
+    int stream;
+  };
+  static bool TakeReady(TakeArgs* args) ABSL_NO_THREAD_SAFETY_ANALYSIS;  // under mu_
+
+  const ResultFn on_result_;
+  mutable absl::Mutex mu_;
+  std::deque<int64_t> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> done_ ABSL_GUARDED_BY(mu_);
+  int64_t remaining_ ABSL_GUARDED_BY(mu_);
+  std::set<int> stopped_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex result_mu_;  // serializes on_result_
+};
+
+// Whether a multi-server run should move a failed stream's windows to the other servers: the server is gone,
+// draining or unreachable (UNAVAILABLE), or the stream was cut (CANCELLED / DEADLINE_EXCEEDED / ABORTED by
+// the transport); any other error (a window the server refuses) fails the run as with one server.
+bool IsServerLost(const absl::Status& status);
+
 class ScorerClient {
  public:
   // UNAVAILABLE "cannot connect to ADDR within Ns" if the channel is not READY by the deadline.
@@ -65,6 +117,15 @@ class ScorerClient {
   // num_scored ref_logprob / kld / same_top values is then INTERNAL.
   absl::Status ScoreWindows(const std::vector<Window>& windows, int inflight, bool want_reference,
                             const std::function<void(int64_t, const WindowScore&)>& on_result);
+
+  // One stream of a multi-server run: takes windows of `pool` (as stream `stream`; indices into `windows`,
+  // sent as request_id) with at most `inflight` outstanding until the pool has none left, and hands each
+  // answer to pool->Done. Returns OK when the pool ran out; else the stream's failure, with the windows it
+  // took but did not get answered in *unanswered (the caller requeues them or fails the run). A window's own
+  // error response other than UNAVAILABLE (the server refused it) is returned the same way; the caller
+  // decides (IsServerLost).
+  absl::Status ScoreShared(WindowPool* pool, int stream, const std::vector<Window>& windows, int inflight,
+                           bool want_reference, std::vector<int64_t>* unanswered);
 
  private:
   ScorerClient(ScorerClientOptions options, std::unique_ptr<scored::v1::Scorer::Stub> stub);

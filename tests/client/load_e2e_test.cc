@@ -2,6 +2,8 @@
 // Over mTLS with a bearer token (the TLS and token flags scored-ppl has): a run succeeds with all of them
 // and is refused without the token or the certificates. Open loop (--rate): the requests asked for are all
 // sent and answered, and the achieved rate is near the one asked for (generous bounds: 2 shared cores).
+// Several servers (a comma list with a dns:/// entry): streams and open-loop requests reach every one, and a
+// server with another model is refused naming it and the field.
 #include <unistd.h>
 
 #include <string>
@@ -125,6 +127,57 @@ TEST(LoadE2eTest, MutualTlsWithTokenAndOpenLoopRate) {
   EXPECT_THAT(stream.err, HasSubstr("needs unary mode"));
 
   std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
+}
+
+TEST(LoadE2eTest, SeveralServersShareTheLoad) {
+  testing::ScoredProcessOptions options;
+  options.args = {"--model=" + testing::StoriesModelDir(), "--backend=cpu"};
+  auto a = testing::ScoredProcess::Start(options);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = testing::ScoredProcess::Start(options);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::string servers =
+      absl::StrCat("--server=", (*a)->grpc_address(), ",dns:///127.0.0.1:", (*b)->grpc_port());
+  const std::string json = absl::StrCat(::testing::TempDir(), "/load_multi.", ::getpid(), ".json");
+
+  // Closed loop, 4 streams: streams 0 and 2 on A, 1 and 3 on B.
+  const ChildRun streams = RunLoadBinary({servers, "--mode=stream", "--concurrency=4", "--inflight=2",
+                                          "--requests=40", "--lengths=16:1", "--json=" + json});
+  ASSERT_EQ(streams.exit_code, 0) << streams.err << streams.out;
+  nlohmann::json report = nlohmann::json::parse(testing::ReadTextFile(json));
+  EXPECT_EQ(report["requests_ok"].get<int64_t>(), 40);
+  EXPECT_EQ(report["servers"], nlohmann::json::array({(*a)->grpc_address(), (*b)->grpc_address()}));
+  const std::vector<int64_t> per_server = report["requests_per_server"].get<std::vector<int64_t>>();
+  ASSERT_EQ(per_server.size(), 2u);
+  EXPECT_GT(per_server[0], 0);
+  EXPECT_GT(per_server[1], 0);
+  EXPECT_EQ(per_server[0] + per_server[1], 40);
+  EXPECT_THAT(streams.out, HasSubstr("servers      " + (*a)->grpc_address()));
+
+  // Open loop: every request to the server with the fewest outstanding; both get some.
+  const ChildRun open =
+      RunLoadBinary({servers, "--rate=200", "--requests=40", "--lengths=16:1", "--json=" + json});
+  ASSERT_EQ(open.exit_code, 0) << open.err << open.out;
+  report = nlohmann::json::parse(testing::ReadTextFile(json));
+  EXPECT_EQ(report["requests_ok"].get<int64_t>(), 40);
+  const std::vector<int64_t> open_per_server = report["requests_per_server"].get<std::vector<int64_t>>();
+  ASSERT_EQ(open_per_server.size(), 2u);
+  EXPECT_GT(open_per_server[0], 0);
+  EXPECT_GT(open_per_server[1], 0);
+  EXPECT_EQ(open_per_server[0] + open_per_server[1], 40);
+
+  // A third server with another model: refused before any request, naming it and the field.
+  testing::ScoredProcessOptions other_options;
+  other_options.args = {"--model=" + std::string(SCORED_FIXTURES_DIR) + "/stories260k-w4a16-channel",
+                        "--backend=cpu"};
+  auto other = testing::ScoredProcess::Start(other_options);
+  ASSERT_TRUE(other.ok()) << other.status();
+  const ChildRun refused =
+      RunLoadBinary({absl::StrCat("--server=", (*a)->grpc_address(), ",", (*other)->grpc_address()),
+                     "--requests=4", "--lengths=16:1"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr(absl::StrCat("server ", (*other)->grpc_address(), " differs from ",
+                                                  (*a)->grpc_address(), " in model_fingerprint")));
 }
 
 }  // namespace
