@@ -275,6 +275,10 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A client that closes its connection while a response is being written must cost that write, not the
+  // process: cpp-httplib (the OpenAI endpoint) and OpenSSL write with plain send()/write(), which raise
+  // SIGPIPE (gRPC and the metrics endpoint pass MSG_NOSIGNAL themselves).
+  signal(SIGPIPE, SIG_IGN);
 
   scored::cli::SetUsageConfig("scored");
   absl::SetProgramUsageMessage(kUsage);

@@ -27,6 +27,9 @@
 // holding only their socket (no request has been read). Reads and writes time out after 5 s without progress;
 // a request waiting for the engine has no deadline (HTTP carries none) and completes when its batch does.
 //
+// SIGPIPE: the library writes with send() without MSG_NOSIGNAL (and OpenSSL with write()), so the process
+// must ignore SIGPIPE, or a client closing its connection mid-response kills it (scored's main() does).
+//
 // Lifecycle: Create() checks the options; Start() binds (port 0 picks one) and serves on its own thread;
 // BeginShutdown() stops accepting; Shutdown() waits for the requests in progress (the batcher still runs)
 // and joins. Thread-safety: handlers run concurrently on the pool; the objects in Config must outlive
