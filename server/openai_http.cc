@@ -232,15 +232,16 @@ absl::StatusOr<std::vector<int32_t>> TokenizeOnPool(const OpenAiHttpServer::Conf
 
 // Scores every request of `requests` (nullopt: nothing to score) through the batcher, all queued before the
 // first is waited for, so they may share a batch. The first failure is returned after every queued one
-// finished (the others are cancelled).
+// finished (the others are cancelled). `charges` receives their memory-budget charges, which the caller holds
+// until the response is built.
 absl::StatusOr<std::vector<ScoreResult>> ScoreAllQueued(
-    const OpenAiHttpServer::Config& config, const std::vector<std::optional<ScoreRequest>>& requests) {
+    const OpenAiHttpServer::Config& config, const std::vector<std::optional<ScoreRequest>>& requests,
+    std::vector<MemoryBudget::Charge>* charges) {
   PendingScores pending;
   {
     absl::MutexLock lock(&pending.mu);
     pending.results.resize(requests.size(), absl::UnknownError("not scored"));
   }
-  std::vector<MemoryBudget::Charge> charges;
   std::vector<uint64_t> tickets;
   absl::Status failed;
   for (size_t i = 0; i < requests.size() && failed.ok(); ++i) {
@@ -256,7 +257,7 @@ absl::StatusOr<std::vector<ScoreResult>> ScoreAllQueued(
       failed = charge.status();
       break;
     }
-    charges.push_back(*std::move(charge));
+    charges->push_back(*std::move(charge));
     {
       absl::MutexLock lock(&pending.mu);
       ++pending.remaining;
@@ -352,7 +353,8 @@ void OpenAiHttpServer::Completions(const httplib::Request& req, httplib::Respons
     }
     engine_requests.push_back(openai::EngineRequestFor(*request, p.ids));
   }
-  absl::StatusOr<std::vector<ScoreResult>> results = ScoreAllQueued(config_, engine_requests);
+  std::vector<MemoryBudget::Charge> charges;  // released once the response is built
+  absl::StatusOr<std::vector<ScoreResult>> results = ScoreAllQueued(config_, engine_requests, &charges);
   if (!results.ok()) {
     Reply(route, start, results.status(), "", res);
     return;
