@@ -91,7 +91,8 @@ ABSL_FLAG(int64_t, max_queue, 256,
 ABSL_FLAG(int64_t, max_seq_len, 0,
           "Longest sequence accepted; 0 = the model's max_position_embeddings (else 2..--max_batch_tokens)");
 ABSL_FLAG(std::string, port_file, "",
-          "After binding, write {\"grpc\": P, \"metrics\": Q|null} here (temporary file, then rename)");
+          "After binding, write {\"grpc\": P, \"metrics\": Q|null, \"openai\": R|null} here (temporary "
+          "file, then rename)");
 ABSL_FLAG(int64_t, batch_timeout_us, 2000,
           "How long the batcher waits to fill a batch, microseconds (0..10000000)");
 ABSL_FLAG(int32_t, stream_window, 32,
