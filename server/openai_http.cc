@@ -351,6 +351,17 @@ void OpenAiHttpServer::Completions(const httplib::Request& req, httplib::Respons
           "", res);
       return;
     }
+    // Checked here too: a prompt that needs no scoring still has its ids decoded for the response.
+    for (size_t i = 0; i < p.ids.size(); ++i) {
+      if (p.ids[i] >= config_.limits.vocab_size) {
+        Reply(
+            route, start,
+            absl::InvalidArgumentError(absl::StrCat("token id ", p.ids[i], " at position ", i,
+                                                    " is out of range [0, ", config_.limits.vocab_size, ")")),
+            "", res);
+        return;
+      }
+    }
     engine_requests.push_back(openai::EngineRequestFor(*request, p.ids));
   }
   std::vector<MemoryBudget::Charge> charges;  // released once the response is built

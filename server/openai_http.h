@@ -15,7 +15,8 @@
 // /health; `Authorization: Bearer <token>`, checked by BearerTokenAuth::CheckHeader), --max_text_bytes and
 // the tokenize pool (--tokenize_threads / --tokenize_queue) for text, ValidateScoreRequest under the same
 // ScoreLimits (max_seq_len, max_batch_tokens, top_k), the memory budget (--max_buffered_bytes), the
-// connection cap (--max_connections, peers counted as "http:ADDR:PORT"), and the one Batcher (--max_queue),
+// connection cap (--max_connections, peers counted as "http:ADDR:PORT"), and the one Batcher (--max_queue;
+// each prompt is one queued request: a request of more prompts than the queue holds gets 429),
 // so HTTP and gRPC requests share batches. TLS / mTLS from --tls_cert / --tls_key / --tls_client_ca when
 // given (OpenSSL through the library). Requests count in scored_requests_total{method="OpenAI/<route>"}.
 //

@@ -111,6 +111,8 @@ def test_auth_and_errors(oa):
                  "gpt-4")
     assert_error(post(oa, "/v1/completions", {"prompt": [1, 999], "max_tokens": 0, "echo": True,
                                               "logprobs": 0}), 400, "999")
+    # Ids outside the vocabulary, also where nothing needs scoring.
+    assert_error(post(oa, "/v1/completions", {"prompt": [1, 512], "max_tokens": 0}), 400, "out of range [0, 512)")
     # max_seq_len 512: 512 ids score, but not with one more generated token.
     ids = [1] + [400] * 511
     assert len(completion(oa, prompt=ids, max_tokens=0, echo=True, logprobs=0)["choices"][0]["logprobs"]
