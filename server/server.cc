@@ -146,6 +146,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     SCORED_LOG(WARNING) << "listening on " << options.listen
                         << " without TLS: the bearer token and all data cross the network in clear text";
   }
+  if (!options.openai_listen.empty() && !IsLoopbackListen(options.openai_listen) &&
+      options.tls_cert_file.empty()) {
+    SCORED_LOG(WARNING) << "--openai_listen " << options.openai_listen
+                        << " without TLS: the bearer token and all data cross the network in clear text";
+  }
   SCORED_ASSIGN_OR_RETURN(server->metrics_, Metrics::Create(options.metrics_listen));
 
   SCORED_LOG(INFO) << "scored " << ServerVersion() << ": loading " << options.engine.model_dir << " (backend "
