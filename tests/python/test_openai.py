@@ -157,9 +157,11 @@ def test_logprobs_equal_grpc_score(oa, grpc_client):
             # The greedy next token: the argmax after the whole prompt, as gRPC finds it (any appended id).
             nxt = grpc_client.score(ids + [ids[-1]], score_from=n, top_k=1).top_k[0][0]
             assert lp["token_logprobs"][n] == nxt[1]
-            gen = grpc_client.tokenize(text + choice["text"][len(text):], add_bos=True)[0]
-            assert choice["text"].startswith(text) and len(choice["text"]) > len(text)
-            assert gen[:n] == ids and nxt[0] in gen[n:]
+            # Its string: what it adds to the decoded prompt; the text is the prompt and that string.
+            before = post(oa, "/detokenize", {"tokens": ids}).json()["prompt"]
+            after = post(oa, "/detokenize", {"tokens": ids + [nxt[0]]}).json()["prompt"]
+            assert after.startswith(before) and lp["tokens"][n] == after[len(before):] != ""
+            assert choice["text"] == text + lp["tokens"][n]
     # Without echo: only the generated token.
     out = completion(oa, prompt=ids, max_tokens=1, logprobs=1)
     lp = out["choices"][0]["logprobs"]
