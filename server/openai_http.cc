@@ -2,15 +2,17 @@
 
 #include <httplib.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "engine/base/logging.h"
 #include "server/grpc_status.h"
 #include "server/openai_api.h"
 #include "server/options.h"
@@ -35,13 +37,6 @@ std::pair<std::string, int> SplitListen(const std::string& listen) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   return {host, std::atoi(listen.c_str() + colon + 1)};
 }
-
-// Runs on a handler thread: waits for the scoring of every prompt of one request.
-struct PendingScores {
-  absl::Mutex mu;
-  int remaining ABSL_GUARDED_BY(mu) = 0;
-  std::vector<absl::StatusOr<ScoreResult>> results ABSL_GUARDED_BY(mu);
-};
 
 }  // namespace
 
@@ -237,11 +232,13 @@ absl::StatusOr<std::vector<int32_t>> TokenizeOnPool(const OpenAiHttpServer::Conf
 absl::StatusOr<std::vector<ScoreResult>> ScoreAllQueued(
     const OpenAiHttpServer::Config& config, const std::vector<std::optional<ScoreRequest>>& requests,
     std::vector<MemoryBudget::Charge>* charges) {
-  PendingScores pending;
-  {
-    absl::MutexLock lock(&pending.mu);
-    pending.results.resize(requests.size(), absl::UnknownError("not scored"));
-  }
+  // One slot per submitted request: the batcher's callback stores the result, then notifies; a Notification
+  // may be destroyed as soon as WaitForNotification returns, even while Notify is still returning.
+  struct Slot {
+    absl::StatusOr<ScoreResult> result = absl::UnknownError("not scored");
+    absl::Notification done;
+  };
+  std::vector<std::unique_ptr<Slot>> slots(requests.size());
   std::vector<uint64_t> tickets;
   absl::Status failed;
   for (size_t i = 0; i < requests.size() && failed.ok(); ++i) {
@@ -258,37 +255,32 @@ absl::StatusOr<std::vector<ScoreResult>> ScoreAllQueued(
       break;
     }
     charges->push_back(*std::move(charge));
-    {
-      absl::MutexLock lock(&pending.mu);
-      ++pending.remaining;
-    }
+    auto slot = std::make_unique<Slot>();
+    Slot* s = slot.get();
     absl::StatusOr<uint64_t> ticket =
-        config.batcher->Submit(r, absl::InfiniteFuture(), [&pending, i](absl::StatusOr<ScoreResult> result) {
-          absl::MutexLock lock(&pending.mu);
-          pending.results[i] = std::move(result);
-          --pending.remaining;
+        config.batcher->Submit(r, absl::InfiniteFuture(), [s](absl::StatusOr<ScoreResult> result) {
+          s->result = std::move(result);
+          s->done.Notify();
         });
     if (!ticket.ok()) {
-      absl::MutexLock lock(&pending.mu);
-      --pending.remaining;
       failed = ticket.status();
       break;
     }
+    slots[i] = std::move(slot);
     tickets.push_back(*ticket);
   }
   if (!failed.ok()) {
     for (uint64_t t : tickets) config.batcher->Cancel(t);
   }
-  pending.mu.LockWhen(absl::Condition(
-      +[](int* remaining) { return *remaining == 0; }, &pending.remaining));
-  std::vector<absl::StatusOr<ScoreResult>> results = std::move(pending.results);
-  pending.mu.Unlock();
+  for (const std::unique_ptr<Slot>& slot : slots) {
+    if (slot != nullptr) slot->done.WaitForNotification();
+  }
   if (!failed.ok()) return failed;
   std::vector<ScoreResult> out(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
-    if (!requests[i].has_value()) continue;
-    if (!results[i].ok()) return results[i].status();
-    out[i] = *std::move(results[i]);
+    if (slots[i] == nullptr) continue;
+    if (!slots[i]->result.ok()) return slots[i]->result.status();
+    out[i] = *std::move(slots[i]->result);
   }
   return out;
 }
