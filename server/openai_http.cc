@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "engine/base/logging.h"
 #include "server/grpc_status.h"
 #include "server/openai_api.h"
 #include "server/options.h"
@@ -79,11 +80,26 @@ absl::Status OpenAiHttpServer::Start() {
     return absl::UnavailableError(absl::StrCat("--openai_listen: cannot listen on ", config_.listen,
                                                " (address in use or not local?)"));
   }
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  thread_ = std::thread([this] {
+    http_->listen_after_bind();
+    listener_returned_.store(true);
+    // The library ends its accept loop on an accept() error other than EMFILE / EINTR: say so, it is
+    // otherwise silent.
+    if (!stopping_.load()) {
+      SCORED_LOG(ERROR)
+          << "--openai_listen " << config_.listen
+          << ": the HTTP listener stopped (accept failed); the OpenAI-compatible API is no longer "
+             "served";
+    }
+  });
   // httplib::Server::stop() does nothing before listen_after_bind() has marked the server running (its first
   // statement), and 0.11.4 has no notification for it: wait those few microseconds here, so that a
   // Shutdown() right after Start() cannot miss the stop and wait forever.
-  while (!http_->is_running()) std::this_thread::yield();
+  while (!http_->is_running() && !listener_returned_.load()) std::this_thread::yield();
+  if (listener_returned_.load()) {
+    return absl::UnavailableError(absl::StrCat("--openai_listen: the listener on ", config_.listen,
+                                               " stopped at once (accept failed)"));
+  }
   return absl::OkStatus();
 }
 

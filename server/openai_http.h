@@ -112,6 +112,7 @@ class OpenAiHttpServer {
   std::thread thread_;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> listener_returned_{false};  // listen_after_bind() returned
   std::atomic<uint64_t> next_id_{1};
 };
 
