@@ -205,19 +205,29 @@ def run_lm_eval(tmp_path, cli_module, model, model_args, env_extra=None, extra_a
     return metrics, per_request, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("batch_size", [1, 4])
-def test_lm_eval_local_completions_equals_the_grpc_adapter(tmp_path, oa, batch_size):
+@pytest.fixture(scope="module")
+def grpc_adapter(oa, tmp_path_factory):
+    """The gRPC lm-eval adapter on the same tasks. The remote tokenizer never adds BOS (add_special_tokens
+    false): the adapter with add_bos_token=false; its max_length keeps the same ids per request."""
+    grpc_args = f"server={oa.address},token={TOKEN},max_length={LOCAL_MAX_LENGTH - 2},add_bos_token=false"
+    metrics, requests, _ = run_lm_eval(tmp_path_factory.mktemp("grpc"), "scored_client.lm_eval_cli", "scored",
+                                       grpc_args)
+    return metrics, requests
+
+
+# batch_size 4: lists of prompts per request; num_concurrent 4: lm-eval's asyncio path, requests at once.
+@pytest.mark.parametrize("batch_size,num_concurrent", [(1, 1), (4, 1), (1, 4)])
+def test_lm_eval_local_completions_equals_the_grpc_adapter(tmp_path, oa, grpc_adapter, batch_size,
+                                                           num_concurrent):
     require("tenacity")  # lm-eval's API models import it
     # Stock local-completions: the tokenizer backend is auto-detected (the server's /tokenizer_info and
     # /tokenize routes), requests are token ids, the key comes from OPENAI_API_KEY and auth_token.
     local_args = (f"base_url={oa.base}/v1/completions,model={MODEL},max_length={LOCAL_MAX_LENGTH},"
-                  f"auth_token={TOKEN}")
+                  f"auth_token={TOKEN},num_concurrent={num_concurrent}")
     local, local_requests, log = run_lm_eval(tmp_path / "local", "lm_eval", "local-completions", local_args,
                                              {"OPENAI_API_KEY": TOKEN}, ["--batch_size", str(batch_size)])
     assert "Auto-detected remote tokenizer support" in log, log[-3000:]
-    # The remote tokenizer never adds BOS (add_special_tokens false): the adapter with add_bos_token=false.
-    grpc_args = f"server={oa.address},token={TOKEN},max_length={LOCAL_MAX_LENGTH - 2},add_bos_token=false"
-    grpc, grpc_requests, _ = run_lm_eval(tmp_path / "grpc", "scored_client.lm_eval_cli", "scored", grpc_args)
+    grpc, grpc_requests = grpc_adapter
     assert set(local) == set(grpc)
     assert len(grpc_requests["scored_story_mc"]) == len(lm_eval_local_tasks.MC_DOCS)
     assert len(grpc_requests["scored_wikitext_local"]) == lm_eval_local_tasks.WIKI_DOCS
