@@ -53,8 +53,9 @@ absl::StatusOr<std::vector<int32_t>> TokenIds(const Json& list, const std::strin
   for (size_t i = 0; i < list.size(); ++i) {
     const Json& v = list[i];
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+      // A number is shown; anything else by its type only (dumping a deeply nested value would recurse).
       return FieldError(where, absl::StrCat("must hold token ids (integers >= 0); element ", i, " is ",
-                                            v.dump(-1, ' ', false, Json::error_handler_t::replace)));
+                                            v.is_number() ? v.dump() : std::string("a ") + v.type_name()));
     }
     ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }

@@ -69,6 +69,7 @@ TEST(OpenAiParse, Refusals) {
       {R"({"prompt": [[1], []], "max_tokens": 0})", "'prompt[1]' is an empty list"},
       {R"({"prompt": [1, -2], "max_tokens": 0})", "element 1 is -2"},
       {R"({"prompt": [1, 2.5], "max_tokens": 0})", "element 1 is 2.5"},
+      {R"({"prompt": [1, "a"], "max_tokens": 0})", "element 1 is a string"},
       {R"({"prompt": 7, "max_tokens": 0})", "must be a string or a list"},
       {R"({"prompt": "x"})", "got 16 (the default)"},
       {R"({"prompt": "x", "max_tokens": 2})", "got 2"},
@@ -87,6 +88,13 @@ TEST(OpenAiParse, Refusals) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.body;
     EXPECT_NE(r.status().message().find(c.says), absl::string_view::npos) << c.body << ": " << r.status();
   }
+  // A deeply nested prompt is refused by its type (no recursion over its depth).
+  const std::string deep =
+      R"({"max_tokens": 0, "prompt": [[)" + std::string(200000, '[') + std::string(200000, ']') + "]]}";
+  absl::StatusOr<CompletionRequest> nested = ParseCompletionRequest(deep, 64);
+  ASSERT_FALSE(nested.ok());
+  EXPECT_NE(nested.status().message().find("element 0 is a array"), absl::string_view::npos)
+      << nested.status();
   // The tensor-parallel shard bound replaces 64.
   absl::StatusOr<CompletionRequest> shard =
       ParseCompletionRequest(R"({"prompt": "x", "max_tokens": 0, "logprobs": 9})", 8);
