@@ -10,7 +10,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl openssl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev nlohmann-json3-dev
-  libsentencepiece-dev libpcre2-dev libutf8proc-dev libssl-dev
+  libsentencepiece-dev libpcre2-dev libutf8proc-dev libssl-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev clang-format clang-tidy
   python3 python3-venv python3-pip
@@ -20,6 +20,7 @@ packages=(
 runtime_packages=(
   ca-certificates libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623
   libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libsentencepiece0 libpcre2-8-0 libutf8proc2 libssl3
+  libcpp-httplib0.11
 )
 if [ "${1:-}" = "--runtime" ]; then packages=("${runtime_packages[@]}"); fi
 

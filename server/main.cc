@@ -74,6 +74,16 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address host:port (port 
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics address host:port (port 0 picks a free port; empty disables); plain HTTP "
           "without authentication: a non-loopback address logs a warning");
+ABSL_FLAG(
+    std::string, openai_listen, "",
+    "OpenAI-compatible HTTP address host:port (/v1/completions, /v1/models, /health, /tokenize, "
+    "/detokenize, /tokenizer_info; port 0 picks a free port; empty, the default, disables it); the same "
+    "TLS, token and limits as gRPC");
+ABSL_FLAG(int32_t, openai_threads, 16,
+          "--openai_listen: HTTP connections served at once, each on its own thread (1..1024)");
+ABSL_FLAG(
+    std::string, openai_model_name, "",
+    "--openai_listen: the model's name in /v1/models and requests (default: the --model folder's name)");
 ABSL_FLAG(int64_t, max_batch_tokens, 16384,
           "Most tokens per engine batch; also the longest request (2..16777216)");
 ABSL_FLAG(int64_t, max_queue, 256,
@@ -81,7 +91,8 @@ ABSL_FLAG(int64_t, max_queue, 256,
 ABSL_FLAG(int64_t, max_seq_len, 0,
           "Longest sequence accepted; 0 = the model's max_position_embeddings (else 2..--max_batch_tokens)");
 ABSL_FLAG(std::string, port_file, "",
-          "After binding, write {\"grpc\": P, \"metrics\": Q|null} here (temporary file, then rename)");
+          "After binding, write {\"grpc\": P, \"metrics\": Q|null, \"openai\": R|null} here (temporary "
+          "file, then rename)");
 ABSL_FLAG(int64_t, batch_timeout_us, 2000,
           "How long the batcher waits to fill a batch, microseconds (0..10000000)");
 ABSL_FLAG(int32_t, stream_window, 32,
@@ -141,8 +152,8 @@ const std::vector<scored::cli::FlagGroup>& HelpGroups() {
        {"model", "tokenizer", "reference_model", "backend", "dtype", "max_seq_len", "num_threads",
         "kv_cache_quant"}},
       {"Serving",
-       {"listen", "metrics_listen", "port_file", "batch_timeout_us", "stream_window", "shutdown_grace_s",
-        "tokenize_threads"}},
+       {"listen", "metrics_listen", "openai_listen", "openai_threads", "openai_model_name", "port_file",
+        "batch_timeout_us", "stream_window", "shutdown_grace_s", "tokenize_threads"}},
       {"Limits",
        {"max_batch_tokens", "max_queue", "max_message_bytes", "max_buffered_bytes",
         "max_streams_per_connection", "max_connections", "max_text_bytes", "tokenize_queue"}},
@@ -223,6 +234,9 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   o.engine.num_threads = absl::GetFlag(FLAGS_num_threads);
   o.listen = absl::GetFlag(FLAGS_listen);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.openai_listen = absl::GetFlag(FLAGS_openai_listen);
+  o.openai_threads = absl::GetFlag(FLAGS_openai_threads);
+  o.openai_model_name = absl::GetFlag(FLAGS_openai_model_name);
   o.max_queue = absl::GetFlag(FLAGS_max_queue);
   o.port_file = absl::GetFlag(FLAGS_port_file);
   o.batch_timeout = absl::Microseconds(absl::GetFlag(FLAGS_batch_timeout_us));
@@ -262,6 +276,10 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A client that closes its connection while a response is being written must cost that write, not the
+  // process: cpp-httplib (the OpenAI endpoint) and OpenSSL write with plain send()/write(), which raise
+  // SIGPIPE (gRPC and the metrics endpoint pass MSG_NOSIGNAL themselves).
+  signal(SIGPIPE, SIG_IGN);
 
   scored::cli::SetUsageConfig("scored");
   absl::SetProgramUsageMessage(kUsage);

@@ -117,8 +117,9 @@ absl::Status ValidateHostPort(const std::string& flag_name, const std::string& a
 }
 
 bool ListensInsecurelyOnRemote(const ServerOptions& options) {
-  return !IsLoopbackListen(options.listen) && options.tls_cert_file.empty() &&
-         options.auth_token_file.empty();
+  const bool remote = !IsLoopbackListen(options.listen) ||
+                      (!options.openai_listen.empty() && !IsLoopbackListen(options.openai_listen));
+  return remote && options.tls_cert_file.empty() && options.auth_token_file.empty();
 }
 
 absl::Status ValidateServerOptions(const ServerOptions& options) {
@@ -165,6 +166,11 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
   if (!options.metrics_listen.empty()) {
     SCORED_RETURN_IF_ERROR(ValidateHostPort("metrics_listen", options.metrics_listen));
   }
+  if (!options.openai_listen.empty()) {
+    SCORED_RETURN_IF_ERROR(ValidateHostPort("openai_listen", options.openai_listen));
+  }
+  SCORED_RETURN_IF_ERROR(
+      CheckRange("openai_threads", options.openai_threads, 1, ServerOptions::kMaxOpenAiThreads));
   if (options.max_message_bytes < kMinMessageBytes || options.max_message_bytes > kMaxMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat("--max_message_bytes must be in [", kMinMessageBytes, ", ",
                                                    kMaxMessageBytes, "], got ", options.max_message_bytes));
@@ -191,7 +197,9 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
   }
   if (options.engine.node_rank == 0 && ListensInsecurelyOnRemote(options) && !options.allow_insecure_remote) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--listen ", options.listen, " is not a loopback address and neither TLS (--tls_cert/--tls_key) nor ",
+        "--listen ", options.listen,
+        options.openai_listen.empty() ? "" : absl::StrCat(" or --openai_listen ", options.openai_listen),
+        " is not a loopback address and neither TLS (--tls_cert/--tls_key) nor ",
         "--auth_token_file is configured: anyone who can reach the port could use the model. Configure one, ",
         "or pass --allow_insecure_remote to accept that"));
   }

@@ -55,6 +55,14 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:50051";
   // Prometheus endpoint "host:port" (GET /metrics); empty disables it; port 0 picks a free port.
   std::string metrics_listen = "127.0.0.1:9464";
+  // The OpenAI-compatible HTTP endpoint "host:port" (server/openai_http.h); empty (the default) disables it;
+  // port 0 picks a free port (logged and written to port_file). A host that is not loopback needs TLS or a
+  // token, as --listen. openai_threads (1..1024): connections served at once. openai_model_name: the model's
+  // name in /v1/models and requests; empty = the model folder's last component.
+  static constexpr int kMaxOpenAiThreads = 1024;
+  std::string openai_listen;
+  int openai_threads = 16;
+  std::string openai_model_name;
   // Most requests waiting for the engine; more are refused with RESOURCE_EXHAUSTED.
   int64_t max_queue = 256;
   // Longest time the batcher waits for more requests to fill a batch.
@@ -62,7 +70,8 @@ struct ServerOptions {
   // Most requests of one ScoreStream in flight at once; the stream stops reading beyond it
   // (back-pressure through HTTP/2 flow control instead of RESOURCE_EXHAUSTED errors).
   int stream_window = 32;
-  // If non-empty: after binding, write {"grpc": P, "metrics": Q|null} here atomically (tmp + rename).
+  // If non-empty: after binding, write {"grpc": P, "metrics": Q|null, "openai": R|null} here atomically
+  // (tmp + rename).
   std::string port_file;
   // How long Shutdown() lets in-flight calls finish before cancelling them.
   absl::Duration shutdown_grace = absl::Seconds(30);
@@ -126,8 +135,8 @@ const char* BackendName(Backend backend);
 // nothing, so the --listen security check does not apply to it.
 absl::Status ValidateServerOptions(const ServerOptions& options);
 
-// Whether options.listen is remote (not loopback) with neither TLS nor a token: Create() refuses such a
-// configuration unless allow_insecure_remote is set.
+// Whether options.listen (or options.openai_listen, when set) is remote (not loopback) with neither TLS nor a
+// token: Create() refuses such a configuration unless allow_insecure_remote is set.
 bool ListensInsecurelyOnRemote(const ServerOptions& options);
 
 // Splits "host:port" ("[v6]:port" too); port in [0, 65535]. INVALID_ARGUMENT otherwise.

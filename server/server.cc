@@ -146,6 +146,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     SCORED_LOG(WARNING) << "listening on " << options.listen
                         << " without TLS: the bearer token and all data cross the network in clear text";
   }
+  if (!options.openai_listen.empty() && !IsLoopbackListen(options.openai_listen) &&
+      options.tls_cert_file.empty()) {
+    SCORED_LOG(WARNING) << "--openai_listen " << options.openai_listen
+                        << " without TLS: the bearer token and all data cross the network in clear text";
+  }
   SCORED_ASSIGN_OR_RETURN(server->metrics_, Metrics::Create(options.metrics_listen));
 
   SCORED_LOG(INFO) << "scored " << ServerVersion() << ": loading " << options.engine.model_dir << " (backend "
@@ -306,6 +311,31 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     config.model_info.mutable_reference()->set_model_path(options.engine.reference_model_dir);
   }
   server->service_ = std::make_unique<ScorerService>(std::move(config));
+  if (!options.openai_listen.empty()) {
+    OpenAiHttpServer::Config http;
+    http.listen = options.openai_listen;
+    http.model_name = options.openai_model_name;
+    if (http.model_name.empty()) {
+      std::string dir = options.engine.model_dir;
+      while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+      http.model_name = dir.substr(dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/') + 1);
+    }
+    http.threads = options.openai_threads;
+    http.max_body_bytes = options.max_message_bytes;
+    http.max_text_bytes = options.max_text_bytes;
+    http.limits = limits;
+    http.tls_cert_file = options.tls_cert_file;
+    http.tls_key_file = options.tls_key_file;
+    http.tls_client_ca_file = options.tls_client_ca_file;
+    http.batcher = server->batcher_.get();
+    http.tokenizer = server->tokenizer_.get();
+    http.auth = server->auth_.get();
+    http.metrics = metrics;
+    http.budget = server->budget_.get();
+    http.connections = server->connections_.get();
+    http.tokenize_pool = server->tokenize_pool_.get();
+    SCORED_ASSIGN_OR_RETURN(server->openai_, OpenAiHttpServer::Create(std::move(http)));
+  }
   return server;
 }
 
@@ -351,14 +381,22 @@ absl::Status Server::Start() {
                                                                0, options_.metrics_listen.rfind(':')),
                                                            ":", metrics_->port(), "/metrics")
                                             : std::string(", metrics disabled"));
+  if (openai_ != nullptr) {
+    SCORED_RETURN_IF_ERROR(openai_->Start());
+    SCORED_LOG(INFO) << "serving the OpenAI-compatible API on "
+                     << (options_.tls_cert_file.empty() ? "http" : "https") << "://"
+                     << options_.openai_listen.substr(0, options_.openai_listen.rfind(':')) << ":"
+                     << openai_->port() << "/v1 (" << (auth_ ? "bearer token required" : "no token") << ")";
+  }
   return WritePortFile();
 }
 
 absl::Status Server::WritePortFile() const {
   if (options_.port_file.empty()) return absl::OkStatus();
-  const std::string text =
-      absl::StrCat("{\"grpc\": ", grpc_port_, ", \"metrics\": ",
-                   metrics_->port() > 0 ? std::to_string(metrics_->port()) : std::string("null"), "}\n");
+  const std::string text = absl::StrCat(
+      "{\"grpc\": ", grpc_port_,
+      ", \"metrics\": ", metrics_->port() > 0 ? std::to_string(metrics_->port()) : std::string("null"),
+      ", \"openai\": ", openai_ ? std::to_string(openai_->port()) : std::string("null"), "}\n");
   const std::string tmp = absl::StrCat(options_.port_file, ".tmp.", getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "w");
   if (f == nullptr) return absl::UnavailableError(absl::StrCat("cannot write --port_file ", tmp));
@@ -431,6 +469,7 @@ void Server::Shutdown() {
   if (grpc_server_ != nullptr) {
     SCORED_LOG(INFO) << "shutting down: finishing " << owed << " in-flight requests (grace "
                      << absl::FormatDuration(options_.shutdown_grace) << ")";
+    if (openai_) openai_->BeginShutdown();
     if (service_) service_->BeginShutdown();
     const absl::Time grace_end = absl::Now() + options_.shutdown_grace;
     // Tokenizations still running when the grace ends stop there (their calls answer UNAVAILABLE), so that
@@ -439,6 +478,8 @@ void Server::Shutdown() {
     grpc_server_->Shutdown(absl::ToChronoTime(grace_end));
     grpc_server_->Wait();
   }
+  // Before the tokenize pool and the batcher: its requests in progress wait for both.
+  if (openai_) openai_->Shutdown();
   // Before the batcher: a pool job may still submit to it.
   if (tokenize_pool_) tokenize_pool_->Shutdown();
   if (batcher_) batcher_->Shutdown();

@@ -9,12 +9,16 @@
 // everything, SERVING after, NOT_SERVING for good once the engine's fatal_status() is not OK or
 // Shutdown() begins.
 //
-// Shutdown order: health NOT_SERVING; open ScoreStreams are told to drain; grpc::Server::Shutdown with
-// `shutdown_grace` (new calls get UNAVAILABLE, in-flight calls complete; after the grace they are
-// cancelled, and tokenizations still running stop); then the tokenize pool's threads; then the batcher
-// drains and stops; then the metrics endpoint. What a drain owes: every request queued or running in the
-// batcher when it began is answered (the log's "finishing N in-flight requests" and "N requests answered
-// during the drain"); a stream message the server had not read yet gets UNAVAILABLE (its own, or the
+// The OpenAI-compatible HTTP endpoint (--openai_listen, server/openai_http.h) starts after gRPC and shares
+// its batcher, tokenize pool, memory budget, connection cap and token; its /health follows the engine.
+//
+// Shutdown order: health NOT_SERVING; the HTTP endpoint stops accepting; open ScoreStreams are told to drain;
+// grpc::Server::Shutdown with `shutdown_grace` (new calls get UNAVAILABLE, in-flight calls complete; after
+// the grace they are cancelled, and tokenizations still running stop); then the tokenize pool's threads; then
+// the batcher drains and stops; then the metrics endpoint. The HTTP endpoint's requests in progress finish
+// (the batcher still runs) before the tokenize pool stops. What a drain owes: every request queued or running
+// in the batcher when it began is answered (the log's "finishing N in-flight requests" and "N requests
+// answered during the drain"); a stream message the server had not read yet gets UNAVAILABLE (its own, or the
 // stream's). Responses are handed to gRPC before the process exits; on a connection the client keeps
 // writing to, the kernel may still reset the connection at exit, and the client then sees UNAVAILABLE.
 //
@@ -36,6 +40,7 @@
 #include "server/batcher.h"
 #include "server/memory_budget.h"
 #include "server/metrics.h"
+#include "server/openai_http.h"
 #include "server/options.h"
 #include "server/scorer_service.h"
 #include "server/security.h"
@@ -69,6 +74,7 @@ class Server {
 
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+  int openai_port() const { return openai_ ? openai_->port() : 0; }
   const ModelInfo& model_info() const { return engine_->info(); }
 
  private:
@@ -88,6 +94,7 @@ class Server {
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<TokenizePool> tokenize_pool_;  // texts of Tokenize and Score (README "Text limits")
   std::unique_ptr<ScorerService> service_;
+  std::unique_ptr<OpenAiHttpServer> openai_;  // null without --openai_listen
   std::unique_ptr<grpc::Server> grpc_server_;
   int grpc_port_ = 0;
 

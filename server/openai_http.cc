@@ -1,0 +1,445 @@
+#include "server/openai_http.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "engine/base/logging.h"
+#include "server/grpc_status.h"
+#include "server/openai_api.h"
+#include "server/options.h"
+#include "server/request_validation.h"
+
+namespace scored {
+namespace {
+
+using openai::Json;
+
+// A JSON response is several times the size of the protobuf one EstimateScoreResponseBytes bounds (a
+// top_logprobs entry is a quoted token string and a decimal float instead of 13 bytes): the budget charge
+// for a response is that bound times this factor.
+constexpr int64_t kJsonBytesFactor = 8;
+
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+// "host:port" / "[v6]:port" -> host ("v6" without brackets), port.
+std::pair<std::string, int> SplitListen(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return {host, std::atoi(listen.c_str() + colon + 1)};
+}
+
+}  // namespace
+
+OpenAiHttpServer::OpenAiHttpServer(Config config) : config_(std::move(config)) {}
+
+absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::Create(Config config) {
+  absl::Status listen = ValidateHostPort("--openai_listen", config.listen);
+  if (!listen.ok()) return listen;
+  if (config.batcher == nullptr || config.metrics == nullptr || config.budget == nullptr ||
+      config.connections == nullptr || config.tokenize_pool == nullptr || config.threads < 1) {
+    return absl::InvalidArgumentError("OpenAiHttpServer::Config: a required member is missing");
+  }
+  std::unique_ptr<OpenAiHttpServer> server(new OpenAiHttpServer(std::move(config)));
+  const Config& c = server->config_;
+  if (!c.tls_cert_file.empty()) {
+    server->http_ = std::make_unique<httplib::SSLServer>(
+        c.tls_cert_file.c_str(), c.tls_key_file.c_str(),
+        c.tls_client_ca_file.empty() ? nullptr : c.tls_client_ca_file.c_str());
+  } else {
+    server->http_ = std::make_unique<httplib::Server>();
+  }
+  if (!server->http_->is_valid()) {
+    return absl::InvalidArgumentError(absl::StrCat("--openai_listen: cannot set up TLS from --tls_cert ",
+                                                   c.tls_cert_file, " and --tls_key ", c.tls_key_file));
+  }
+  const int threads = c.threads;
+  server->http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  server->http_->set_payload_max_length(static_cast<size_t>(c.max_body_bytes));
+  server->Route();
+  return server;
+}
+
+OpenAiHttpServer::~OpenAiHttpServer() { Shutdown(); }
+
+absl::Status OpenAiHttpServer::Start() {
+  const auto [host, port] = SplitListen(config_.listen);
+  port_ = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
+  if (port_ <= 0) {
+    port_ = 0;
+    return absl::UnavailableError(absl::StrCat("--openai_listen: cannot listen on ", config_.listen,
+                                               " (address in use or not local?)"));
+  }
+  thread_ = std::thread([this] {
+    http_->listen_after_bind();
+    listener_returned_.store(true);
+    // The library ends its accept loop on an accept() error other than EMFILE / EINTR: say so, it is
+    // otherwise silent.
+    if (!stopping_.load()) {
+      SCORED_LOG(ERROR)
+          << "--openai_listen " << config_.listen
+          << ": the HTTP listener stopped (accept failed); the OpenAI-compatible API is no longer "
+             "served";
+    }
+  });
+  // httplib::Server::stop() does nothing before listen_after_bind() has marked the server running (its first
+  // statement), and 0.11.4 has no notification for it: wait those few microseconds here, so that a
+  // Shutdown() right after Start() cannot miss the stop and wait forever.
+  while (!http_->is_running() && !listener_returned_.load()) std::this_thread::yield();
+  if (listener_returned_.load()) {
+    return absl::UnavailableError(absl::StrCat("--openai_listen: the listener on ", config_.listen,
+                                               " stopped at once (accept failed)"));
+  }
+  return absl::OkStatus();
+}
+
+void OpenAiHttpServer::BeginShutdown() {
+  if (stopping_.exchange(true)) return;
+  if (http_) http_->stop();
+}
+
+void OpenAiHttpServer::Shutdown() {
+  BeginShutdown();
+  // listen_after_bind returns once the pool has finished the connections in progress.
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status OpenAiHttpServer::Admit(const httplib::Request& req) const {
+  if (config_.auth != nullptr) {
+    const bool present = req.has_header("Authorization");
+    absl::Status ok =
+        config_.auth->CheckHeader(present, present ? req.get_header_value("Authorization") : "");
+    if (!ok.ok()) return ok;
+  }
+  const absl::Status fatal = config_.batcher->fatal_status();
+  if (!fatal.ok()) {
+    return absl::UnavailableError(absl::StrCat("the engine failed and cannot serve: ", fatal.message()));
+  }
+  return absl::OkStatus();
+}
+
+void OpenAiHttpServer::Reply(const char* route, absl::Time start, const absl::Status& status,
+                             const std::string& json, httplib::Response& res) const {
+  config_.metrics->RecordRequest(absl::StrCat("OpenAI", route), ToGrpcCode(status.code()),
+                                 absl::ToDoubleSeconds(absl::Now() - start));
+  if (status.ok()) {
+    res.status = 200;
+    res.set_content(json, "application/json");
+    return;
+  }
+  res.status = openai::HttpStatusOf(status.code());
+  if (res.status == 401) res.set_header("WWW-Authenticate", "Bearer");
+  res.set_content(Dump(openai::ErrorBody(res.status, status.message())), "application/json");
+}
+
+void OpenAiHttpServer::Route() {
+  http_->Post("/v1/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { Completions(req, res); });
+  http_->Post("/tokenize",
+              [this](const httplib::Request& req, httplib::Response& res) { Tokenize(req, res); });
+  http_->Post("/detokenize",
+              [this](const httplib::Request& req, httplib::Response& res) { Detokenize(req, res); });
+  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const absl::Status fatal = config_.batcher->fatal_status();
+    if (!fatal.ok() || stopping_.load()) {
+      res.status = 503;
+      res.set_content(Dump(openai::ErrorBody(
+                          503, fatal.ok() ? "the server is shutting down" : std::string(fatal.message()))),
+                      "application/json");
+      return;
+    }
+    res.set_content(R"({"status": "ok"})", "application/json");
+  });
+  http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    const absl::Time start = absl::Now();
+    const absl::Status admitted = Admit(req);
+    Json model = {{"id", config_.model_name},
+                  {"object", "model"},
+                  {"created", 0},
+                  {"owned_by", "scored"},
+                  {"max_model_len", config_.limits.max_seq_len}};
+    Json list = {{"object", "list"}, {"data", Json::array({model})}};
+    Reply("/v1/models", start, admitted, Dump(list), res);
+  });
+  http_->Get("/tokenizer_info", [this](const httplib::Request& req, httplib::Response& res) {
+    const absl::Time start = absl::Now();
+    absl::Status admitted = Admit(req);
+    if (admitted.ok() && config_.tokenizer == nullptr) {
+      admitted = absl::NotFoundError("the model has no tokenizer (token ids only)");
+    }
+    Reply("/tokenizer_info", start, admitted,
+          admitted.ok() ? Dump(openai::TokenizerInfo(*config_.tokenizer, config_.limits.max_seq_len)) : "",
+          res);
+  });
+  // Errors the library itself answers (404 unknown route, 413 body too large, 400 unparsable request)
+  // get an OpenAI error body too; the routes' own errors already have one.
+  http_->set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        const char* what = res.status == 404   ? "no such route"
+                           : res.status == 413 ? "the request body is larger than --max_message_bytes"
+                           : res.status == 405 ? "method not allowed"
+                                               : "bad request";
+        res.set_content(Dump(openai::ErrorBody(res.status, what)), "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    res.status = 500;
+    res.set_content(Dump(openai::ErrorBody(500, "internal error")), "application/json");
+  });
+}
+
+namespace {
+
+// Tokenizes `text` on the tokenize pool (as gRPC Score's text) and waits for it. OUT_OF_RANGE past
+// max_tokens ids; UNAVAILABLE when the server's shutdown stopped it.
+absl::StatusOr<std::vector<int32_t>> TokenizeOnPool(const OpenAiHttpServer::Config& config,
+                                                    const std::string& text, bool has_add_bos, bool add_bos,
+                                                    int64_t max_tokens) {
+  if (config.tokenizer == nullptr) {
+    return absl::FailedPreconditionError(
+        "text input needs a tokenizer, and the model folder has none; send "
+        "token ids");
+  }
+  if (static_cast<int64_t>(text.size()) > config.max_text_bytes) {
+    return absl::OutOfRangeError(absl::StrCat("text of ", text.size(),
+                                              " bytes is longer than --max_text_bytes (",
+                                              config.max_text_bytes, " bytes)"));
+  }
+  absl::Notification done;
+  absl::StatusOr<std::vector<int32_t>> ids;
+  TokenizePool* pool = config.tokenize_pool;
+  absl::Status queued = pool->Submit([&] {
+    EncodeLimits limits;
+    limits.max_tokens = max_tokens;
+    limits.stop = [pool] { return pool->stopping(); };
+    ids = TokenizeWithBos(*config.tokenizer, text, has_add_bos, add_bos, std::move(limits));
+    done.Notify();
+  });
+  if (!queued.ok()) return queued;
+  done.WaitForNotification();
+  if (ids.ok()) return ids;
+  if (ids.status().code() == absl::StatusCode::kOutOfRange && max_tokens >= 0) {
+    config.metrics->RecordTokenizationStopped("max_seq_len");
+    return absl::OutOfRangeError(absl::StrCat("the prompt has more than ", max_tokens,
+                                              " tokens; max_seq_len is ", config.limits.max_seq_len));
+  }
+  if (ids.status().code() == absl::StatusCode::kCancelled) {
+    config.metrics->RecordTokenizationStopped("shutdown");
+    return absl::UnavailableError("the server is shutting down: the prompt's tokenization was stopped");
+  }
+  return ids;
+}
+
+// Scores every request of `requests` (nullopt: nothing to score) through the batcher, all queued before the
+// first is waited for, so they may share a batch. The first failure is returned after every queued one
+// finished (the others are cancelled). `charges` receives their memory-budget charges, which the caller holds
+// until the response is built.
+absl::StatusOr<std::vector<ScoreResult>> ScoreAllQueued(
+    const OpenAiHttpServer::Config& config, const std::vector<std::optional<ScoreRequest>>& requests,
+    std::vector<MemoryBudget::Charge>* charges) {
+  // One slot per submitted request: the batcher's callback stores the result, then notifies; a Notification
+  // may be destroyed as soon as WaitForNotification returns, even while Notify is still returning.
+  struct Slot {
+    absl::StatusOr<ScoreResult> result = absl::UnknownError("not scored");
+    absl::Notification done;
+  };
+  std::vector<std::unique_ptr<Slot>> slots(requests.size());
+  std::vector<uint64_t> tickets;
+  absl::Status failed;
+  for (size_t i = 0; i < requests.size() && failed.ok(); ++i) {
+    if (!requests[i].has_value()) continue;
+    const ScoreRequest& r = *requests[i];
+    failed = ValidateScoreRequest(r, config.limits);
+    if (!failed.ok()) break;
+    absl::StatusOr<MemoryBudget::Charge> charge =
+        config.budget->TryCharge(kQueuedBytesPerToken * static_cast<int64_t>(r.tokens.size()) +
+                                 kJsonBytesFactor * EstimateScoreResponseBytes(r));
+    if (!charge.ok()) {
+      config.metrics->RecordLimitRejection("max_buffered_bytes", "OpenAI/v1/completions");
+      failed = charge.status();
+      break;
+    }
+    charges->push_back(*std::move(charge));
+    auto slot = std::make_unique<Slot>();
+    Slot* s = slot.get();
+    absl::StatusOr<uint64_t> ticket =
+        config.batcher->Submit(r, absl::InfiniteFuture(), [s](absl::StatusOr<ScoreResult> result) {
+          s->result = std::move(result);
+          s->done.Notify();
+        });
+    if (!ticket.ok()) {
+      failed = ticket.status();
+      break;
+    }
+    slots[i] = std::move(slot);
+    tickets.push_back(*ticket);
+  }
+  if (!failed.ok()) {
+    for (uint64_t t : tickets) config.batcher->Cancel(t);
+  }
+  for (const std::unique_ptr<Slot>& slot : slots) {
+    if (slot != nullptr) slot->done.WaitForNotification();
+  }
+  if (!failed.ok()) return failed;
+  std::vector<ScoreResult> out(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (slots[i] == nullptr) continue;
+    if (!slots[i]->result.ok()) return slots[i]->result.status();
+    out[i] = *std::move(slots[i]->result);
+  }
+  return out;
+}
+
+}  // namespace
+
+void OpenAiHttpServer::Completions(const httplib::Request& req, httplib::Response& res) {
+  const absl::Time start = absl::Now();
+  const char* route = "/v1/completions";
+  absl::Status status = Admit(req);
+  ConnectionLimiter::Slot slot;
+  if (status.ok()) {
+    absl::StatusOr<ConnectionLimiter::Slot> taken =
+        config_.connections->Acquire(absl::StrCat("http:", req.remote_addr, ":", req.remote_port));
+    if (taken.ok()) {
+      slot = *std::move(taken);
+    } else {
+      config_.metrics->RecordLimitRejection("max_connections", "OpenAI/v1/completions");
+      status = taken.status();
+    }
+  }
+  const int max_logprobs =
+      static_cast<int>(config_.limits.smallest_vocab_shard > 0
+                           ? std::min<int64_t>(kMaxTopK, config_.limits.smallest_vocab_shard)
+                           : kMaxTopK);
+  absl::StatusOr<openai::CompletionRequest> request =
+      status.ok() ? openai::ParseCompletionRequest(req.body, max_logprobs)
+                  : absl::StatusOr<openai::CompletionRequest>(status);
+  if (request.ok() && !request->model.empty() && request->model != config_.model_name) {
+    request = absl::NotFoundError(absl::StrCat(
+        "The model `", request->model, "` does not exist; this server has `", config_.model_name, "`"));
+  }
+  if (!request.ok()) {
+    Reply(route, start, request.status(), "", res);
+    return;
+  }
+  // Prompt ids: texts tokenized (stopping past what fits), ids checked for the room max_tokens needs.
+  const int64_t room = config_.limits.max_seq_len - request->max_tokens;
+  std::vector<std::optional<ScoreRequest>> engine_requests;
+  for (openai::Prompt& p : request->prompts) {
+    if (p.is_text) {
+      absl::StatusOr<std::vector<int32_t>> ids = TokenizeOnPool(config_, p.text, request->add_bos.has_value(),
+                                                                request->add_bos.value_or(false), room);
+      if (!ids.ok()) {
+        Reply(route, start, ids.status(), "", res);
+        return;
+      }
+      if (ids->empty()) {
+        Reply(route, start, absl::InvalidArgumentError("a prompt text gave no tokens"), "", res);
+        return;
+      }
+      p.ids = *std::move(ids);
+    }
+    if (static_cast<int64_t>(p.ids.size()) > room) {
+      Reply(
+          route, start,
+          absl::OutOfRangeError(absl::StrCat(
+              "a prompt of ", p.ids.size(), " tokens with max_tokens ", request->max_tokens, " needs ",
+              p.ids.size() + request->max_tokens, " positions; max_seq_len is ", config_.limits.max_seq_len)),
+          "", res);
+      return;
+    }
+    // Checked here too: a prompt that needs no scoring still has its ids decoded for the response.
+    for (size_t i = 0; i < p.ids.size(); ++i) {
+      if (p.ids[i] >= config_.limits.vocab_size) {
+        Reply(
+            route, start,
+            absl::InvalidArgumentError(absl::StrCat("token id ", p.ids[i], " at position ", i,
+                                                    " is out of range [0, ", config_.limits.vocab_size, ")")),
+            "", res);
+        return;
+      }
+    }
+    engine_requests.push_back(openai::EngineRequestFor(*request, p.ids));
+  }
+  std::vector<MemoryBudget::Charge> charges;  // released once the response is built
+  absl::StatusOr<std::vector<ScoreResult>> results = ScoreAllQueued(config_, engine_requests, &charges);
+  if (!results.ok()) {
+    Reply(route, start, results.status(), "", res);
+    return;
+  }
+  const openai::TokenStrings strings(config_.tokenizer);
+  std::vector<Json> choices;
+  for (size_t i = 0; i < request->prompts.size(); ++i) {
+    const openai::Prompt& p = request->prompts[i];
+    choices.push_back(openai::BuildChoice(*request, static_cast<int>(i), p, p.ids,
+                                          engine_requests[i].has_value() ? &(*results)[i] : nullptr,
+                                          strings));
+  }
+  const std::string id = absl::StrFormat("cmpl-%x%08x", absl::ToUnixNanos(start), next_id_.fetch_add(1));
+  Reply(route, start, absl::OkStatus(),
+        Dump(openai::BuildCompletionResponse(*request, config_.model_name, id, absl::ToUnixSeconds(start),
+                                             std::move(choices))),
+        res);
+}
+
+void OpenAiHttpServer::Tokenize(const httplib::Request& req, httplib::Response& res) {
+  const absl::Time start = absl::Now();
+  absl::Status status = Admit(req);
+  absl::StatusOr<openai::TokenizeRequest> request =
+      status.ok() ? openai::ParseTokenizeRequest(req.body) : absl::StatusOr<openai::TokenizeRequest>(status);
+  if (!request.ok()) {
+    Reply("/tokenize", start, request.status(), "", res);
+    return;
+  }
+  absl::StatusOr<std::vector<int32_t>> ids;
+  const int32_t special =
+      config_.tokenizer != nullptr ? openai::SpecialTokenIdOf(*config_.tokenizer, request->prompt) : -1;
+  if (special >= 0) {
+    ids = std::vector<int32_t>{special};
+    if (request->add_special_tokens && config_.tokenizer->add_bos_by_default() &&
+        config_.tokenizer->bos_id() >= 0) {
+      ids->insert(ids->begin(), config_.tokenizer->bos_id());
+    }
+  } else {
+    // add_special_tokens true: the tokenizer's default BOS (as Score's text); false: none.
+    ids = TokenizeOnPool(config_, request->prompt, !request->add_special_tokens, false, -1);
+  }
+  if (!ids.ok()) {
+    Reply("/tokenize", start, ids.status(), "", res);
+    return;
+  }
+  Json out = {{"count", ids->size()},
+              {"max_model_len", config_.limits.max_seq_len},
+              {"tokens", *ids},
+              {"token_strs", nullptr}};
+  Reply("/tokenize", start, absl::OkStatus(), Dump(out), res);
+}
+
+void OpenAiHttpServer::Detokenize(const httplib::Request& req, httplib::Response& res) {
+  const absl::Time start = absl::Now();
+  absl::Status status = Admit(req);
+  if (status.ok() && config_.tokenizer == nullptr) {
+    status = absl::FailedPreconditionError("the model has no tokenizer (token ids only)");
+  }
+  absl::StatusOr<std::vector<int32_t>> ids =
+      status.ok() ? openai::ParseDetokenizeRequest(req.body) : absl::StatusOr<std::vector<int32_t>>(status);
+  absl::StatusOr<std::string> text = ids.ok() ? config_.tokenizer->Decode(*ids) : ids.status();
+  if (!text.ok()) {
+    Reply("/detokenize", start, text.status(), "", res);
+    return;
+  }
+  Reply("/detokenize", start, absl::OkStatus(), Dump(Json{{"prompt", openai::ValidUtf8(*text)}}), res);
+}
+
+}  // namespace scored
