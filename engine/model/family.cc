@@ -6,6 +6,27 @@
 namespace scored {
 namespace {
 
+// Qwen2-MoE / Qwen3-MoE expert tensors (transformers' save_pretrained and llm-compressor write one module per
+// expert).
+constexpr MoeTensorNames kQwenMoeNames = {
+    "mlp.gate",  "mlp.experts.",       "gate_proj",
+    "up_proj",   "down_proj",          "gate_up_proj",
+    "down_proj", "mlp.shared_expert.", "mlp.shared_expert_gate",
+};
+
+// Mixtral's original layout (w1 = gate, w3 = up, w2 = down), which transformers 5 still saves.
+constexpr MoeTensorNames kMixtralNames = {
+    "block_sparse_moe.gate",
+    "block_sparse_moe.experts.",
+    "w1",
+    "w3",
+    "w2",
+    "gate_up_proj",
+    "down_proj",
+    nullptr,
+    nullptr,
+};
+
 // One entry per supported architecture. The defaults are the transformers config classes' defaults.
 constexpr FamilyTraits kFamilies[] = {
     {
@@ -20,6 +41,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
     },
     {
         /*architecture=*/"MistralForCausalLM",
@@ -33,6 +55,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
     },
     {
         /*architecture=*/"Qwen2ForCausalLM",
@@ -46,6 +69,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
     },
     {
         /*architecture=*/"Qwen3ForCausalLM",
@@ -59,6 +83,49 @@ constexpr FamilyTraits kFamilies[] = {
         /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
+    },
+    {
+        /*architecture=*/"MixtralForCausalLM",
+        /*model_type=*/"mixtral",
+        /*default_max_position_embeddings=*/4096 * 32,
+        /*attention_bias=*/AttentionBiasPolicy::kNoneOrRejected,
+        /*qk_norm=*/false,
+        /*rope_scalings=*/kAllRopeTypes,
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kWindowField,
+        /*tensor_parallel=*/false,  // shard_plan.h does not split experts yet
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kMixtral, /*shared_expert=*/false, kMixtralNames},
+    },
+    {
+        /*architecture=*/"Qwen2MoeForCausalLM",
+        /*model_type=*/"qwen2_moe",
+        /*default_max_position_embeddings=*/32768,
+        /*attention_bias=*/AttentionBiasPolicy::kQkvBiasField,
+        /*qk_norm=*/false,
+        /*rope_scalings=*/kAllRopeTypes,
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*tensor_parallel=*/false,
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/true, kQwenMoeNames},
+    },
+    {
+        /*architecture=*/"Qwen3MoeForCausalLM",
+        /*model_type=*/"qwen3_moe",
+        /*default_max_position_embeddings=*/32768,
+        /*attention_bias=*/AttentionBiasPolicy::kNoneOrRejected,
+        /*qk_norm=*/true,
+        /*rope_scalings=*/kAllRopeTypes,
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*tensor_parallel=*/false,
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/false, kQwenMoeNames},
     },
 };
 
