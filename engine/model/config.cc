@@ -195,8 +195,18 @@ absl::Status ParseMoe(const Json& j, const FamilyTraits& family, const std::stri
   const MoePolicy policy = family.moe.policy;
   if (policy == MoePolicy::kNone) return absl::OkStatus();
   const bool mixtral = policy == MoePolicy::kMixtral;
-  const char* experts_field = mixtral ? "num_local_experts" : "num_experts";
+  // Mixtral names the count num_local_experts; Qwen num_experts, but transformers 5's Qwen3MoeConfig maps
+  // that to num_local_experts and saves it so. Both present must agree.
+  const char* experts_field =
+      mixtral || Find(j, "num_experts") == nullptr ? "num_local_experts" : "num_experts";
   SCORED_ASSIGN_OR_RETURN(c.num_experts, GetPositive(j, experts_field, source));
+  if (!mixtral && Find(j, "num_experts") != nullptr && Find(j, "num_local_experts") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(int64_t other, GetPositive(j, "num_local_experts", source));
+    if (other != c.num_experts) {
+      return Invalid(source, absl::StrCat("fields 'num_experts' (", c.num_experts,
+                                          ") and 'num_local_experts' (", other, ") disagree"));
+    }
+  }
   SCORED_ASSIGN_OR_RETURN(c.num_experts_per_tok, GetPositive(j, "num_experts_per_tok", source));
   if (c.num_experts_per_tok > c.num_experts) {
     return Invalid(source, absl::StrCat("field 'num_experts_per_tok' = ", c.num_experts_per_tok, " exceeds '",

@@ -9,22 +9,35 @@ namespace {
 // Qwen2-MoE / Qwen3-MoE expert tensors (transformers' save_pretrained and llm-compressor write one module per
 // expert).
 constexpr MoeTensorNames kQwenMoeNames = {
-    "mlp.gate",  "mlp.experts.",       "gate_proj",
-    "up_proj",   "down_proj",          "gate_up_proj",
-    "down_proj", "mlp.shared_expert.", "mlp.shared_expert_gate",
+    /*router=*/"mlp.gate",
+    /*experts=*/"mlp.experts.",
+    /*expert_gate=*/"gate_proj",
+    /*expert_up=*/"up_proj",
+    /*expert_down=*/"down_proj",
+    /*expert_gate_alt=*/nullptr,
+    /*expert_up_alt=*/nullptr,
+    /*expert_down_alt=*/nullptr,
+    /*fused_gate_up=*/"gate_up_proj",
+    /*fused_down=*/"down_proj",
+    /*shared_expert=*/"mlp.shared_expert.",
+    /*shared_expert_gate=*/"mlp.shared_expert_gate",
 };
 
-// Mixtral's original layout (w1 = gate, w3 = up, w2 = down), which transformers 5 still saves.
+// Mixtral's original layout (w1 = gate, w3 = up, w2 = down), which transformers 5 still saves; quantized by
+// llm-compressor 0.14 its experts are named gate_proj / up_proj / down_proj under the same prefix.
 constexpr MoeTensorNames kMixtralNames = {
-    "block_sparse_moe.gate",
-    "block_sparse_moe.experts.",
-    "w1",
-    "w3",
-    "w2",
-    "gate_up_proj",
-    "down_proj",
-    nullptr,
-    nullptr,
+    /*router=*/"block_sparse_moe.gate",
+    /*experts=*/"block_sparse_moe.experts.",
+    /*expert_gate=*/"w1",
+    /*expert_up=*/"w3",
+    /*expert_down=*/"w2",
+    /*expert_gate_alt=*/"gate_proj",
+    /*expert_up_alt=*/"up_proj",
+    /*expert_down_alt=*/"down_proj",
+    /*fused_gate_up=*/"gate_up_proj",
+    /*fused_down=*/"down_proj",
+    /*shared_expert=*/nullptr,
+    /*shared_expert_gate=*/nullptr,
 };
 
 // One entry per supported architecture. The defaults are the transformers config classes' defaults.

@@ -79,6 +79,11 @@ struct MoeTensorNames {
   const char* expert_gate;  // [moe_intermediate, hidden]: "gate_proj" (Mixtral "w1")
   const char* expert_up;    // [moe_intermediate, hidden]: "up_proj" (Mixtral "w3")
   const char* expert_down;  // [hidden, moe_intermediate]: "down_proj" (Mixtral "w2")
+  // Other per-expert module names the family's checkpoints use, or nullptr: llm-compressor 0.14 writes a
+  // quantized Mixtral's experts as "block_sparse_moe.experts.<e>.gate_proj" / "up_proj" / "down_proj".
+  const char* expert_gate_alt;
+  const char* expert_up_alt;
+  const char* expert_down_alt;
   // Experts stored fused (transformers 5's in-memory layout, dense only): experts + fused_gate_up is one
   // tensor [num_experts, 2 * moe_intermediate, hidden] (gate rows, then up rows, per expert), experts +
   // fused_down one tensor [num_experts, hidden, moe_intermediate].
