@@ -339,6 +339,8 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
   if (!std::filesystem::exists(root)) GTEST_SKIP() << "no fixtures folder";
   for (const auto& entry : std::filesystem::directory_iterator(root)) {
     if (!std::filesystem::exists(entry.path() / "config.json")) continue;
+    // Mixture-of-experts fixtures: refused by the CUDA backend until its MoE path lands (issue 20).
+    if (entry.path().filename().string().find("-moe-") != std::string::npos) continue;
     const std::string dir = entry.path().string();
     SCOPED_TRACE(dir);
     auto reference = MakeReference(dir);
@@ -468,6 +470,7 @@ TEST_F(CudaEngineTest, FixturesBf16AgainstBf16Floor) {
   for (const auto& entry : std::filesystem::directory_iterator(root)) {
     std::ifstream config_file(entry.path() / "config.json");
     if (!entry.is_directory() || !config_file) continue;
+    if (entry.path().filename().string().find("-moe-") != std::string::npos) continue;  // as above
     const nlohmann::json config = nlohmann::json::parse(config_file);
     // An FP8 KV cache (kv_cache_scheme) quantizes activations too: no bf16 yardstick for it; nor for a
     // transform_config, which the CUDA backend refuses.

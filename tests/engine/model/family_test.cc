@@ -7,7 +7,8 @@
 // the data folder, so the fields of mistralai/Mistral-7B-v0.1's and Qwen/Qwen3-0.6B's config.json are
 // inlined here (values as published; bookkeeping fields such as transformers_version left out). The same for
 // the mixture-of-experts families: mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen1.5-MoE-A2.7B and
-// Qwen/Qwen3-30B-A3B, next to the tiny fixtures transformers 5.17 wrote (tests/fixtures/*-moe-*).
+// Qwen/Qwen3-30B-A3B, next to the tiny fixtures transformers 5.17 and llm-compressor 0.14 wrote
+// (tests/fixtures/*-moe-*; transformers 5.17 saves Qwen3-MoE's expert count as num_local_experts).
 #include "engine/model/family.h"
 
 #include <set>
@@ -190,6 +191,7 @@ struct RealConfig {
   int64_t expert_intermediate = 0;
   int64_t shared_expert_intermediate = 0;
   bool norm_topk_prob = false;
+  int64_t dense_layer = -1;  // a layer mlp_only_layers makes dense
 };
 
 std::vector<RealConfig> RealConfigs() {
@@ -211,6 +213,12 @@ std::vector<RealConfig> RealConfigs() {
        1408, 5632, false},
       {"Qwen3-30B-A3B", "", kQwen3_30B_A3B, "Qwen3MoeForCausalLM", false, 0, RopeType::kDefault, 128, 8, 768,
        0, true},
+      {"mixtral fixture", kFixtures + "/mixtral-moe-w4a16-g32", "", "MixtralForCausalLM", true, 0,
+       RopeType::kDefault, 4, 2, 32, 0, true},
+      {"qwen2-moe fixture", kFixtures + "/qwen2-moe-bf16", "", "Qwen2MoeForCausalLM", true, 0,
+       RopeType::kDefault, 4, 2, 32, 64, false},
+      {"qwen3-moe fixture", kFixtures + "/qwen3-moe-bf16", "", "Qwen3MoeForCausalLM", true, 0,
+       RopeType::kDefault, 4, 2, 32, 0, true, /*dense_layer=*/1},
   };
 }
 
@@ -259,7 +267,7 @@ TEST(FamilyTable, EveryFamilyParsesItsRealConfigs) {
     EXPECT_EQ(c->norm_topk_prob, rc.norm_topk_prob);
     if (c->moe()) {
       ASSERT_EQ(static_cast<int64_t>(c->sparse_layers.size()), c->num_layers);
-      for (int64_t l = 0; l < c->num_layers; ++l) EXPECT_TRUE(c->IsSparseLayer(l)) << l;
+      for (int64_t l = 0; l < c->num_layers; ++l) EXPECT_EQ(c->IsSparseLayer(l), l != rc.dense_layer) << l;
     }
     EXPECT_EQ(c->sliding_window, rc.sliding_window);
     EXPECT_EQ(c->rope_scaling.type, rc.rope_type);
