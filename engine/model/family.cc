@@ -107,7 +107,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kWindowField,
-        /*tensor_parallel=*/false,  // shard_plan.h does not split experts yet
+        /*tensor_parallel=*/true,  // experts split like the dense MLP (shard_plan.h)
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kMixtral, /*shared_expert=*/false, kMixtralNames},
@@ -121,7 +121,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
-        /*tensor_parallel=*/false,
+        /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/true, kQwenMoeNames},
@@ -135,7 +135,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
-        /*tensor_parallel=*/false,
+        /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/false, kQwenMoeNames},

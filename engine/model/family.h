@@ -160,7 +160,8 @@ struct FamilyTraits {
   bool tie_word_embeddings_default;  // when config.json omits tie_word_embeddings
   SlidingWindowPolicy sliding_window;
   // Whether shard_plan.h's Megatron layout (column-parallel q/k/v/gate/up, row-parallel o/down, replicated
-  // norms) describes every block of the family; false refuses --tp > 1 with UNIMPLEMENTED.
+  // norms; every expert split like the MLP, routers replicated) describes every block of the family; false
+  // refuses --tp > 1 with UNIMPLEMENTED.
   bool tensor_parallel;
   TensorNames names;
   CheckpointFiles checkpoint;
