@@ -71,6 +71,10 @@ struct ExpertWeights {
 // Any other layout fails at load naming a tensor. The router is always kDense (F32/F16/BF16 [E, H]): a
 // router stored quantized is refused at load, because the routing must come from fp32 logits of the
 // stored weights. shared_expert_gate may be in any format (llm-compressor's recipes leave it dense).
+// Values: DequantizeRows of an expert is the exact fp32 decode like any linear's; the CPU oracle then rounds
+// a QUANTIZED expert's values to its scale dtype (BF16 / F16; reference_engine.cc, Decode's
+// round_to_scale_dtype), which is what transformers 5.17 computes with. A GPU fp32 mode must do the same
+// to match the oracle; a bf16 mode gets it from its own rounding.
 struct MoeWeights {
   LinearWeight router;                 // [num_experts, hidden_size], kDense
   std::vector<ExpertWeights> experts;  // [num_experts]
