@@ -157,6 +157,10 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
     return absl::InvalidArgumentError(
         absl::StrCat("--tp_exchange ", static_cast<int>(options.tp_exchange), ": want copy or nccl"));
   }
+  {  // Before any device work: a mixture-of-experts checkpoint is refused on every machine.
+    SCORED_ASSIGN_OR_RETURN(const ModelConfig early, LoadModelConfig(options.model_dir));
+    SCORED_RETURN_IF_ERROR(CheckNotMoe(early, ""));
+  }
   const int devices = CudaDeviceCount();
   if (devices < 1) return absl::FailedPreconditionError("no usable CUDA device");
   std::unique_ptr<CudaEngine> engine(new CudaEngine());
