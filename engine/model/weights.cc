@@ -666,9 +666,9 @@ absl::Status ModelWeightsLoader::LoadMoe(const std::string& prefix, MoeWeights* 
   const ModelConfig& c = m_->config_;
   const MoeTensorNames& n = c.family->moe.names;
   SCORED_RETURN_IF_ERROR(LoadRouter(prefix + n.router, &moe->router));
-  // The layout, by name: expert 0's gate module (any format's tensors), or the fused gate/up tensor.
+  // The layout, by name: expert 0's gate module in any format's tensors (under the family's names or their
+  // alternative), or the fused gate/up tensor.
   const std::string experts = prefix + n.experts;
-  // Expert 0's gate module is stored (under the family's names or their alternative).
   auto stored = [&](const char* gate) {
     if (gate == nullptr) return false;
     const std::string module = absl::StrCat(experts, "0.", gate);
