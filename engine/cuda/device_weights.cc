@@ -440,6 +440,10 @@ class DeviceModelLoader {
 absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype,
                                                          const ShardPlan* plan, bool kv_cache_quant) {
   const ModelConfig& config = weights.config();
+  if (config.moe()) {  // sparse layers hold experts, not gate/up/down (LayerWeights::moe)
+    return absl::UnimplementedError(absl::StrCat(
+        config.architecture, ": mixture-of-experts blocks are not implemented on the CUDA backend yet"));
+  }
   auto model = std::make_unique<DeviceModel>();
   model->dtype = dtype;
   const int tp_rank = plan != nullptr ? plan->tp_rank : 0;

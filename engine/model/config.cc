@@ -1,9 +1,11 @@
 #include "engine/model/config.h"
 
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -154,6 +156,10 @@ absl::Status ApplyFamilyPolicies(const Json& j, const FamilyTraits& family, cons
     case AttentionBiasPolicy::kQkvAlways:
       c.attention_bias = true;  // q/k/v bias, no o_proj bias, whatever attention_bias says
       break;
+    case AttentionBiasPolicy::kQkvBiasField: {
+      SCORED_ASSIGN_OR_RETURN(c.attention_bias, GetBool(j, "qkv_bias", source, true));
+      break;
+    }
     case AttentionBiasPolicy::kNoneOrRejected:
       // attention_bias: true puts the bias on o_proj as well, which no engine implements.
       if (attention_bias) {
@@ -177,6 +183,63 @@ absl::Status ApplyFamilyPolicies(const Json& j, const FamilyTraits& family, cons
         c.sliding_window = sw < c.max_position_embeddings ? sw : 0;
       }
       break;
+  }
+  return absl::OkStatus();
+}
+
+// The mixture-of-experts fields (MoePolicy): expert count, top k, expert width, renormalization, which
+// layers are sparse. Every error names the config.json field.
+absl::Status ParseMoe(const Json& j, const FamilyTraits& family, const std::string& source,
+                      ModelConfig* out) {
+  ModelConfig& c = *out;
+  const MoePolicy policy = family.moe.policy;
+  if (policy == MoePolicy::kNone) return absl::OkStatus();
+  const bool mixtral = policy == MoePolicy::kMixtral;
+  // Mixtral names the count num_local_experts; Qwen num_experts, but transformers 5's Qwen3MoeConfig maps
+  // that to num_local_experts and saves it so. Both present must agree.
+  const char* experts_field =
+      mixtral || Find(j, "num_experts") == nullptr ? "num_local_experts" : "num_experts";
+  SCORED_ASSIGN_OR_RETURN(c.num_experts, GetPositive(j, experts_field, source));
+  if (!mixtral && Find(j, "num_experts") != nullptr && Find(j, "num_local_experts") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(int64_t other, GetPositive(j, "num_local_experts", source));
+    if (other != c.num_experts) {
+      return Invalid(source, absl::StrCat("fields 'num_experts' (", c.num_experts,
+                                          ") and 'num_local_experts' (", other, ") disagree"));
+    }
+  }
+  SCORED_ASSIGN_OR_RETURN(c.num_experts_per_tok, GetPositive(j, "num_experts_per_tok", source));
+  if (c.num_experts_per_tok > c.num_experts) {
+    return Invalid(source, absl::StrCat("field 'num_experts_per_tok' = ", c.num_experts_per_tok, " exceeds '",
+                                        experts_field, "' = ", c.num_experts));
+  }
+  c.sparse_layers.assign(static_cast<size_t>(c.num_layers), true);
+  if (mixtral) {
+    c.moe_intermediate_size = c.intermediate_size;
+    c.norm_topk_prob = true;
+    return absl::OkStatus();
+  }
+  SCORED_ASSIGN_OR_RETURN(c.moe_intermediate_size, GetPositive(j, "moe_intermediate_size", source));
+  SCORED_ASSIGN_OR_RETURN(c.norm_topk_prob, GetBool(j, "norm_topk_prob", source, false));
+  if (family.moe.shared_expert) {
+    SCORED_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
+                            GetPositive(j, "shared_expert_intermediate_size", source));
+  }
+  SCORED_ASSIGN_OR_RETURN(int64_t step, GetPositive(j, "decoder_sparse_step", source, 1));
+  std::vector<bool> mlp_only(static_cast<size_t>(c.num_layers), false);
+  if (const Json* list = Find(j, "mlp_only_layers")) {
+    if (!list->is_array())
+      return json_util::TypeError(source, "mlp_only_layers", "a list of layer indices", *list);
+    for (const Json& v : *list) {
+      std::optional<int64_t> l = json_util::AsInt(v);
+      if (!l.has_value() || *l < 0 || *l >= c.num_layers) {
+        return Invalid(source, absl::StrCat("field 'mlp_only_layers' holds ", v.dump(),
+                                            ", not a layer index in [0, ", c.num_layers, ")"));
+      }
+      mlp_only[static_cast<size_t>(*l)] = true;
+    }
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    c.sparse_layers[static_cast<size_t>(l)] = !mlp_only[static_cast<size_t>(l)] && (l + 1) % step == 0;
   }
   return absl::OkStatus();
 }
@@ -245,6 +308,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
 
   SCORED_RETURN_IF_ERROR(ParseRope(j, *family, source, &c));
   SCORED_RETURN_IF_ERROR(ApplyFamilyPolicies(j, *family, source, &c));
+  SCORED_RETURN_IF_ERROR(ParseMoe(j, *family, source, &c));
 
   SCORED_ASSIGN_OR_RETURN(c.bos_token_id, GetTokenId(j, "bos_token_id", source));
   SCORED_ASSIGN_OR_RETURN(c.eos_token_id, GetTokenId(j, "eos_token_id", source));

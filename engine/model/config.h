@@ -1,7 +1,8 @@
 // config.json of a supported causal LM (the families of family.h: LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM, Qwen3ForCausalLM), plus the raw quantization_config (parsed by compressed_tensors.h).
-// What differs between families is read from their FamilyTraits and lands in the flags below
-// (attention_bias, qk_norm, sliding_window, tie_word_embeddings): engines read those, never `architecture`.
+// Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM), plus the
+// raw quantization_config (parsed by compressed_tensors.h). What differs between families is read from their
+// FamilyTraits and lands in the flags below (attention_bias, qk_norm, sliding_window, tie_word_embeddings,
+// the mixture-of-experts fields): engines read those, never `architecture`.
 //
 // Anything unsupported (architecture, hidden_act other than silu, rope_scaling type other than
 // llama3/linear or not allowed for the family, sliding window in use, ...) fails with INVALID_ARGUMENT
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/model/family.h"
@@ -54,6 +56,21 @@ struct ModelConfig {
   // none (also when the config's window is >= max_position_embeddings). Engines must cap their max context at
   // it when > 0, since no sliding-window attention is implemented; positions up to the window are then exact.
   int64_t sliding_window = 0;
+  // Mixture-of-experts (FamilyTraits::moe, MoePolicy). num_experts == 0: a dense model, every layer one
+  // SwiGLU MLP of intermediate_size. Otherwise each layer l with sparse_layers[l] replaces its MLP by:
+  //   p = softmax(fp32 router logits) over num_experts; the num_experts_per_tok largest (exact ties: the
+  //   lower expert id first); their weights p / sum(p of the top k) when norm_topk_prob, else p; y = sum over
+  //   the top k (in descending weight order) of weight * SwiGLU_e(x), summed in fp32
+  //   (+ sigmoid(shared_expert_gate . x) * SharedSwiGLU(x) when shared_expert_intermediate_size > 0).
+  // Layers with sparse_layers[l] false are dense MLPs of intermediate_size.
+  int64_t num_experts = 0;                      // num_local_experts (Mixtral) / num_experts (Qwen)
+  int64_t num_experts_per_tok = 0;              // top k, 1..num_experts
+  int64_t moe_intermediate_size = 0;            // each expert's (Mixtral: intermediate_size)
+  int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE's shared expert; 0 = none
+  bool norm_topk_prob = false;                  // renormalize the top k (Mixtral: always true)
+  std::vector<bool> sparse_layers;              // [num_layers] when num_experts > 0, else empty
+  bool moe() const { return num_experts > 0; }
+  bool IsSparseLayer(int64_t layer) const { return moe() && sparse_layers[static_cast<size_t>(layer)]; }
   bool has_quantization_config = false;
   std::string quantization_config_json;  // raw JSON text of quantization_config ("" when absent);
                                          // older files name it "compression_config"

@@ -6,6 +6,40 @@
 namespace scored {
 namespace {
 
+// Qwen2-MoE / Qwen3-MoE expert tensors (transformers' save_pretrained and llm-compressor write one module per
+// expert).
+constexpr MoeTensorNames kQwenMoeNames = {
+    /*router=*/"mlp.gate",
+    /*experts=*/"mlp.experts.",
+    /*expert_gate=*/"gate_proj",
+    /*expert_up=*/"up_proj",
+    /*expert_down=*/"down_proj",
+    /*expert_gate_alt=*/nullptr,
+    /*expert_up_alt=*/nullptr,
+    /*expert_down_alt=*/nullptr,
+    /*fused_gate_up=*/"gate_up_proj",
+    /*fused_down=*/"down_proj",
+    /*shared_expert=*/"mlp.shared_expert.",
+    /*shared_expert_gate=*/"mlp.shared_expert_gate",
+};
+
+// Mixtral's original layout (w1 = gate, w3 = up, w2 = down), which transformers 5 still saves; quantized by
+// llm-compressor 0.14 its experts are named gate_proj / up_proj / down_proj under the same prefix.
+constexpr MoeTensorNames kMixtralNames = {
+    /*router=*/"block_sparse_moe.gate",
+    /*experts=*/"block_sparse_moe.experts.",
+    /*expert_gate=*/"w1",
+    /*expert_up=*/"w3",
+    /*expert_down=*/"w2",
+    /*expert_gate_alt=*/"gate_proj",
+    /*expert_up_alt=*/"up_proj",
+    /*expert_down_alt=*/"down_proj",
+    /*fused_gate_up=*/"gate_up_proj",
+    /*fused_down=*/"down_proj",
+    /*shared_expert=*/nullptr,
+    /*shared_expert_gate=*/nullptr,
+};
+
 // One entry per supported architecture. The defaults are the transformers config classes' defaults.
 constexpr FamilyTraits kFamilies[] = {
     {
@@ -20,6 +54,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
     },
     {
         /*architecture=*/"MistralForCausalLM",
@@ -33,6 +68,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
     },
     {
         /*architecture=*/"Qwen2ForCausalLM",
@@ -46,6 +82,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
     },
     {
         /*architecture=*/"Qwen3ForCausalLM",
@@ -59,6 +96,49 @@ constexpr FamilyTraits kFamilies[] = {
         /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
+    },
+    {
+        /*architecture=*/"MixtralForCausalLM",
+        /*model_type=*/"mixtral",
+        /*default_max_position_embeddings=*/4096 * 32,
+        /*attention_bias=*/AttentionBiasPolicy::kNoneOrRejected,
+        /*qk_norm=*/false,
+        /*rope_scalings=*/kAllRopeTypes,
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kWindowField,
+        /*tensor_parallel=*/true,  // experts split like the dense MLP (shard_plan.h)
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kMixtral, /*shared_expert=*/false, kMixtralNames},
+    },
+    {
+        /*architecture=*/"Qwen2MoeForCausalLM",
+        /*model_type=*/"qwen2_moe",
+        /*default_max_position_embeddings=*/32768,
+        /*attention_bias=*/AttentionBiasPolicy::kQkvBiasField,
+        /*qk_norm=*/false,
+        /*rope_scalings=*/kAllRopeTypes,
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*tensor_parallel=*/true,
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/true, kQwenMoeNames},
+    },
+    {
+        /*architecture=*/"Qwen3MoeForCausalLM",
+        /*model_type=*/"qwen3_moe",
+        /*default_max_position_embeddings=*/32768,
+        /*attention_bias=*/AttentionBiasPolicy::kNoneOrRejected,
+        /*qk_norm=*/true,
+        /*rope_scalings=*/kAllRopeTypes,
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*tensor_parallel=*/true,
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/false, kQwenMoeNames},
     },
 };
 

@@ -1,4 +1,5 @@
-// Model families: what makes Llama, Mistral, Qwen2 and Qwen3 checkpoints differ, as ONE table
+// Model families: what makes Llama, Mistral, Qwen2, Qwen3 and the mixture-of-experts Mixtral, Qwen2-MoE and
+// Qwen3-MoE checkpoints differ, as ONE table
 // (family.cc, kFamilies) instead of architecture-string tests spread over the code.
 //
 // Who reads it:
@@ -40,6 +41,9 @@ enum class AttentionBiasPolicy {
   kNoneOrRejected,
   // q/k/v always carry a bias, o_proj never; `attention_bias` is ignored (Qwen2).
   kQkvAlways,
+  // q/k/v carry a bias iff config.json's `qkv_bias` (default true), o_proj never; `attention_bias` is
+  // ignored (Qwen2-MoE).
+  kQkvBiasField,
 };
 
 // How config.json describes sliding-window attention in the family.
@@ -51,6 +55,52 @@ enum class SlidingWindowPolicy {
   // implemented) and `sliding_window` is then ignored (Qwen2, Qwen3).
   kUseSlidingWindowFlag,
 };
+
+// What the MLP block of a layer is.
+enum class MoePolicy {
+  // One SwiGLU MLP of intermediate_size per layer (Llama, Mistral, Qwen2, Qwen3).
+  kNone,
+  // Every layer is a mixture of `num_local_experts` SwiGLU experts of intermediate_size; the top-k
+  // probabilities are always renormalized (Mixtral).
+  kMixtral,
+  // `num_experts` experts of moe_intermediate_size, renormalized iff `norm_topk_prob`; layer l is sparse iff
+  // l is not in `mlp_only_layers` and (l + 1) % decoder_sparse_step == 0, the others are SwiGLU MLPs of
+  // intermediate_size (Qwen2-MoE, Qwen3-MoE). shared_expert adds Qwen2-MoE's shared expert (a SwiGLU MLP of
+  // shared_expert_intermediate_size) scaled by sigmoid(shared_expert_gate(x)).
+  kQwenMoe,
+};
+
+// Per-layer tensor names of a mixture-of-experts block, relative to layer_prefix + "<layer index>.".
+// Modules are names without ".weight", as in TensorNames.
+struct MoeTensorNames {
+  const char* router;  // module, [num_experts, hidden_size]: "mlp.gate"
+  // Experts stored one module per expert: experts + "<e>." + expert_gate / expert_up / expert_down.
+  const char* experts;      // "mlp.experts."
+  const char* expert_gate;  // [moe_intermediate, hidden]: "gate_proj" (Mixtral "w1")
+  const char* expert_up;    // [moe_intermediate, hidden]: "up_proj" (Mixtral "w3")
+  const char* expert_down;  // [hidden, moe_intermediate]: "down_proj" (Mixtral "w2")
+  // Other per-expert module names the family's checkpoints use, or nullptr: llm-compressor 0.14 writes a
+  // quantized Mixtral's experts as "block_sparse_moe.experts.<e>.gate_proj" / "up_proj" / "down_proj".
+  const char* expert_gate_alt;
+  const char* expert_up_alt;
+  const char* expert_down_alt;
+  // Experts stored fused (transformers 5's in-memory layout, dense only): experts + fused_gate_up is one
+  // tensor [num_experts, 2 * moe_intermediate, hidden] (gate rows, then up rows, per expert), experts +
+  // fused_down one tensor [num_experts, hidden, moe_intermediate].
+  const char* fused_gate_up;  // "gate_up_proj"
+  const char* fused_down;     // "down_proj"
+  // shared_expert families only.
+  const char* shared_expert;       // prefix of its gate_proj / up_proj / down_proj: "mlp.shared_expert."
+  const char* shared_expert_gate;  // module, [1, hidden_size]: "mlp.shared_expert_gate"
+};
+
+struct MoeTraits {
+  MoePolicy policy;
+  bool shared_expert;  // kQwenMoe only
+  MoeTensorNames names;
+};
+
+inline constexpr MoeTraits kNoMoe = {MoePolicy::kNone, false, {}};
 
 // The safetensors files a checkpoint folder holds: one file, or shards listed by an index's weight_map.
 struct CheckpointFiles {
@@ -110,10 +160,12 @@ struct FamilyTraits {
   bool tie_word_embeddings_default;  // when config.json omits tie_word_embeddings
   SlidingWindowPolicy sliding_window;
   // Whether shard_plan.h's Megatron layout (column-parallel q/k/v/gate/up, row-parallel o/down, replicated
-  // norms) describes every block of the family; false refuses --tp > 1 with UNIMPLEMENTED.
+  // norms; every expert split like the MLP, routers replicated) describes every block of the family; false
+  // refuses --tp > 1 with UNIMPLEMENTED.
   bool tensor_parallel;
   TensorNames names;
   CheckpointFiles checkpoint;
+  MoeTraits moe;  // kNoMoe for dense families
 };
 
 // The family whose `architecture` is `architecture`, or nullptr when unsupported.

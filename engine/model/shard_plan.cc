@@ -266,6 +266,17 @@ absl::StatusOr<ShardPlan> ShardPlan::Create(const ModelConfig& c, int tp_size, i
     return absl::InvalidArgumentError(
         absl::StrCat("intermediate_size ", c.intermediate_size, " is not divisible by tp ", tp));
   }
+  if (c.moe() && c.moe_intermediate_size % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        c.family != nullptr && c.family->moe.policy == MoePolicy::kMixtral ? "intermediate_size "
+                                                                           : "moe_intermediate_size ",
+        c.moe_intermediate_size, " (each expert's) is not divisible by tp ", tp));
+  }
+  if (c.shared_expert_intermediate_size % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("shared_expert_intermediate_size ",
+                                                   c.shared_expert_intermediate_size,
+                                                   " is not divisible by tp ", tp));
+  }
   ShardPlan p;
   p.tp_size = tp_size;
   p.tp_rank = tp_rank;
@@ -298,11 +309,24 @@ absl::StatusOr<ShardPlan> ShardPlan::Create(const ModelConfig& c, int tp_size, i
   p.gate = {ShardKind::kColumnParallel, i0, i1};
   p.up = {ShardKind::kColumnParallel, i0, i1};
   p.down = {ShardKind::kRowParallel, i0, i1};
+  p.moe_intermediate_local = c.moe_intermediate_size / tp;
+  p.shared_intermediate_local = c.shared_expert_intermediate_size / tp;
+  const int64_t e0 = r * p.moe_intermediate_local, e1 = e0 + p.moe_intermediate_local;
+  const int64_t s0 = r * p.shared_intermediate_local, s1 = s0 + p.shared_intermediate_local;
+  p.router = {ShardKind::kReplicated, 0, c.num_experts};
+  p.expert_gate = {ShardKind::kColumnParallel, e0, e1};
+  p.expert_up = {ShardKind::kColumnParallel, e0, e1};
+  p.expert_down = {ShardKind::kRowParallel, e0, e1};
+  p.shared_gate = {ShardKind::kColumnParallel, s0, s1};
+  p.shared_up = {ShardKind::kColumnParallel, s0, s1};
+  p.shared_down = {ShardKind::kRowParallel, s0, s1};
+  p.shared_expert_gate = {ShardKind::kReplicated, 0, 1};
   p.vocab_begin = r * p.vocab_per_rank;
   p.vocab_end = std::min(p.vocab_begin + p.vocab_per_rank, c.vocab_size);
   p.lm_head = {ShardKind::kVocabParallel, p.vocab_begin, p.vocab_end};
   if (tp == 1) {
-    for (LinearSlice* s : {&p.q, &p.k, &p.v, &p.o, &p.gate, &p.up, &p.down, &p.lm_head}) {
+    for (LinearSlice* s : {&p.q, &p.k, &p.v, &p.o, &p.gate, &p.up, &p.down, &p.lm_head, &p.expert_gate,
+                           &p.expert_up, &p.expert_down, &p.shared_gate, &p.shared_up, &p.shared_down}) {
       s->kind = ShardKind::kReplicated;
     }
   }
@@ -327,6 +351,22 @@ const LinearSlice& ShardPlan::ForLinear(LinearRole role) const {
       return down;
     case LinearRole::kLmHead:
       return lm_head;
+    case LinearRole::kRouter:
+      return router;
+    case LinearRole::kExpertGate:
+      return expert_gate;
+    case LinearRole::kExpertUp:
+      return expert_up;
+    case LinearRole::kExpertDown:
+      return expert_down;
+    case LinearRole::kSharedGate:
+      return shared_gate;
+    case LinearRole::kSharedUp:
+      return shared_up;
+    case LinearRole::kSharedDown:
+      return shared_down;
+    case LinearRole::kSharedExpertGate:
+      return shared_expert_gate;
   }
   return lm_head;
 }
@@ -490,6 +530,8 @@ ModelConfig LocalConfig(const ModelConfig& config, const ShardPlan& plan) {
   local.num_heads = plan.num_heads_local;
   local.num_kv_heads = plan.num_kv_heads_local;
   local.intermediate_size = plan.intermediate_local;
+  local.moe_intermediate_size = plan.moe_intermediate_local;
+  local.shared_expert_intermediate_size = plan.shared_intermediate_local;
   local.vocab_size = plan.vocab_per_rank;
   return local;
 }
@@ -498,10 +540,29 @@ absl::Status ValidateTensorParallel(const ModelWeights& weights, int tp_size) {
   for (int r = 0; r < tp_size; ++r) {
     SCORED_ASSIGN_OR_RETURN(const ShardPlan plan, ShardPlan::Create(weights.config(), tp_size, r));
     for (const LayerWeights& l : weights.layers()) {
-      const std::pair<const LinearWeight*, LinearRole> linears[] = {
-          {&l.q_proj, LinearRole::kQ},      {&l.k_proj, LinearRole::kK},       {&l.v_proj, LinearRole::kV},
-          {&l.o_proj, LinearRole::kO},      {&l.gate_proj, LinearRole::kGate}, {&l.up_proj, LinearRole::kUp},
-          {&l.down_proj, LinearRole::kDown}};
+      std::vector<std::pair<const LinearWeight*, LinearRole>> linears = {{&l.q_proj, LinearRole::kQ},
+                                                                         {&l.k_proj, LinearRole::kK},
+                                                                         {&l.v_proj, LinearRole::kV},
+                                                                         {&l.o_proj, LinearRole::kO}};
+      if (!l.sparse) {
+        linears.insert(linears.end(), {{&l.gate_proj, LinearRole::kGate},
+                                       {&l.up_proj, LinearRole::kUp},
+                                       {&l.down_proj, LinearRole::kDown}});
+      } else {
+        linears.push_back({&l.moe.router, LinearRole::kRouter});
+        for (const ExpertWeights& e : l.moe.experts) {
+          linears.insert(linears.end(), {{&e.gate_proj, LinearRole::kExpertGate},
+                                         {&e.up_proj, LinearRole::kExpertUp},
+                                         {&e.down_proj, LinearRole::kExpertDown}});
+        }
+        if (!l.moe.shared_expert_gate.module.empty()) {
+          const ExpertWeights& sh = l.moe.shared_expert;
+          linears.insert(linears.end(), {{&sh.gate_proj, LinearRole::kSharedGate},
+                                         {&sh.up_proj, LinearRole::kSharedUp},
+                                         {&sh.down_proj, LinearRole::kSharedDown},
+                                         {&l.moe.shared_expert_gate, LinearRole::kSharedExpertGate}});
+        }
+      }
       for (const auto& [w, role] : linears) {
         SCORED_RETURN_IF_ERROR(CheckShardable(*w, plan.ForLinear(role), r));
       }

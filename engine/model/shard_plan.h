@@ -16,6 +16,12 @@
 //                on their rank, and the log-softmax combines per-token partial statistics
 //                (kernels::ComputeLogitPartialStats / CombineLogitPartialStats) instead of the logits.
 //   norms, q_norm/k_norm (per head_dim): replicated.
+//   Mixture-of-experts layers (ModelConfig::IsSparseLayer) split every expert like the dense MLP: each
+//   expert's gate/up column-parallel over rows [r*Ie/tp, (r+1)*Ie/tp) of moe_intermediate_size Ie, its
+//   down row-parallel over the same columns; the shared expert likewise over shared_expert_intermediate_size.
+//   The router and shared_expert_gate are replicated: every rank computes the same routing (and the same
+//   shared-expert gate) from the replicated activations, runs its slice of every expert, weights its partial
+//   outputs, and one all-reduce sums the block (the combine is linear in the expert outputs).
 //
 // Quantized weights (what ShardLinear checks, with errors naming the module, the dimension and the split):
 //   - pack-quantized group strategy (no g_idx): a row-parallel split must fall on a multiple of group_size;
@@ -73,7 +79,25 @@ struct LinearSlice {
 };
 
 // The linears of a decoder layer, for ShardPlan::ForLinear.
-enum class LinearRole { kQ, kK, kV, kO, kGate, kUp, kDown, kLmHead };
+enum class LinearRole {
+  kQ,
+  kK,
+  kV,
+  kO,
+  kGate,
+  kUp,
+  kDown,
+  kLmHead,
+  // Mixture-of-experts layers (weights.h MoeWeights): every expert, the shared expert, and the two gates.
+  kRouter,
+  kExpertGate,
+  kExpertUp,
+  kExpertDown,
+  kSharedGate,
+  kSharedUp,
+  kSharedDown,
+  kSharedExpertGate,
+};
 
 struct ShardPlan {
   int tp_size = 1;
@@ -85,6 +109,8 @@ struct ShardPlan {
   int64_t kv_head_begin = 0;       // first global kv head
   int64_t kv_replicas = 1;         // ranks holding the same kv head: tp / num_kv_heads when KV < tp, else 1
   int64_t intermediate_local = 0;  // intermediate_size / tp
+  int64_t moe_intermediate_local = 0;     // moe_intermediate_size / tp (0 for a dense model)
+  int64_t shared_intermediate_local = 0;  // shared_expert_intermediate_size / tp (0: no shared expert)
 
   int64_t vocab_size = 0;
   int64_t vocab_per_rank = 0;  // padded: ceil(vocab_size / tp), the width of every rank's logits
@@ -92,11 +118,14 @@ struct ShardPlan {
   int64_t vocab_end = 0;       // <= vocab_begin + vocab_per_rank (the last rank may own fewer)
 
   LinearSlice q, k, v, o, gate, up, down, lm_head;
+  // Mixture-of-experts: the same slices for every expert; router and shared_expert_gate replicated.
+  LinearSlice router, expert_gate, expert_up, expert_down, shared_gate, shared_up, shared_down,
+      shared_expert_gate;
 
   // Validates divisibility (errors name the config field: num_attention_heads, num_key_value_heads,
-  // intermediate_size, vocab_size) and computes the rank's slices. INVALID_ARGUMENT for tp_size < 1 or
-  // tp_rank outside [0, tp_size); UNIMPLEMENTED for tp_size > 1 when the config's family is not
-  // FamilyTraits::tensor_parallel (family.h).
+  // intermediate_size, moe_intermediate_size, shared_expert_intermediate_size, vocab_size) and computes the
+  // rank's slices. INVALID_ARGUMENT for tp_size < 1 or tp_rank outside [0, tp_size); UNIMPLEMENTED for
+  // tp_size > 1 when the config's family is not FamilyTraits::tensor_parallel (family.h).
   static absl::StatusOr<ShardPlan> Create(const ModelConfig& config, int tp_size, int tp_rank);
 
   const LinearSlice& ForLinear(LinearRole role) const;
@@ -135,9 +164,11 @@ absl::StatusOr<ShardedLinear> ShardLinear(const LinearWeight& full, const Linear
 // Rows [plan.vocab_begin, plan.vocab_end) of the embedding [vocab, hidden]: a view into the mmap.
 absl::StatusOr<TensorView> ShardEmbedding(const TensorView& embed_tokens, const ShardPlan& plan);
 
-// The model as rank plan.tp_rank computes it: num_heads, num_kv_heads and intermediate_size are the
-// rank's (num_heads_local, num_kv_heads_local, intermediate_local) and vocab_size is vocab_per_rank (the
-// width of the rank's logits); everything else as `config`. Used to size a rank's activations.
+// The model as rank plan.tp_rank computes it: num_heads, num_kv_heads, intermediate_size,
+// moe_intermediate_size and shared_expert_intermediate_size are the rank's (num_heads_local,
+// num_kv_heads_local, intermediate_local, moe_intermediate_local, shared_intermediate_local) and vocab_size
+// is vocab_per_rank (the width of the rank's logits); everything else as `config`. Used to size a rank's
+// activations.
 ModelConfig LocalConfig(const ModelConfig& config, const ShardPlan& plan);
 
 // Create() for every rank and CheckShardable() for every linear of every rank: the startup check of

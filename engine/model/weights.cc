@@ -180,6 +180,32 @@ absl::StatusOr<std::optional<ToolkitQuantConfig>> LoadToolkitQuantConfig(const M
   return std::optional<ToolkitQuantConfig>(std::move(t));
 }
 
+// The decoder linears of a layer that are present: attention, then the dense MLP or every expert (and the
+// shared expert). Routers and shared-expert gates are not in it (`gates` adds them).
+std::vector<const LinearWeight*> LayerLinears(const LayerWeights& L, bool gates = false) {
+  std::vector<const LinearWeight*> out = {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj};
+  if (!L.sparse) {
+    out.insert(out.end(), {&L.gate_proj, &L.up_proj, &L.down_proj});
+    return out;
+  }
+  for (const ExpertWeights& e : L.moe.experts)
+    out.insert(out.end(), {&e.gate_proj, &e.up_proj, &e.down_proj});
+  const ExpertWeights& sh = L.moe.shared_expert;
+  if (!sh.gate_proj.module.empty()) out.insert(out.end(), {&sh.gate_proj, &sh.up_proj, &sh.down_proj});
+  if (gates) {
+    out.push_back(&L.moe.router);
+    if (!L.moe.shared_expert_gate.module.empty()) out.push_back(&L.moe.shared_expert_gate);
+  }
+  return out;
+}
+
+// Tensor suffixes that mark a module as stored quantized (compressed-tensors, GPTQ / AWQ, ModelOpt).
+constexpr const char* kQuantizedSuffixes[] = {
+    ".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_global_scale", ".weight_shape",
+    ".weight_g_idx",  ".input_scale",  ".input_zero_point",  ".input_global_scale",  ".qweight",
+    ".qzeros",        ".scales",       ".weight_scale_2",
+};
+
 }  // namespace
 
 class ModelWeightsLoader {
@@ -211,6 +237,13 @@ class ModelWeightsLoader {
   // module fail the unused-tensor check.
   absl::StatusOr<TensorView> TakeWeight(const std::string& module, int64_t out, int64_t in,
                                         std::initializer_list<DType> dtypes);
+  // The mixture-of-experts block of sparse layer `prefix` ("model.layers.<l>.").
+  absl::Status LoadMoe(const std::string& prefix, MoeWeights* moe);
+  absl::Status LoadRouter(const std::string& module, LinearWeight* w);
+  // Experts stored fused: kDense views into the two tensors (MoeWeights).
+  absl::Status LoadFusedExperts(const std::string& experts, MoeWeights* moe);
+  absl::Status LoadSwiGlu(const std::string& prefix, const char* gate, const char* up, const char* down,
+                          int64_t intermediate, ExpertWeights* e);
   absl::Status CheckLeftovers() const;
   absl::Status CheckFiniteParameters() const;
   void Summarize();
@@ -546,12 +579,147 @@ absl::Status ModelWeightsLoader::CheckFiniteParameters() const {
     for (const TensorView* t : {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm}) {
       SCORED_RETURN_IF_ERROR(CheckFinite(*t, "a norm weight"));
     }
-    for (const LinearWeight* w :
-         {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
-      SCORED_RETURN_IF_ERROR(check_linear(*w));
-    }
+    for (const LinearWeight* w : LayerLinears(L, /*gates=*/true)) SCORED_RETURN_IF_ERROR(check_linear(*w));
   }
   return check_linear(m_->lm_head_);
+}
+
+absl::Status ModelWeightsLoader::LoadRouter(const std::string& module, LinearWeight* w) {
+  const ModelConfig& c = m_->config_;
+  // The routing is defined on fp32 logits of the stored weights (config.h): a router stored quantized,
+  // which no MoE recipe makes, is refused rather than decoded and multiplied as if it were dense.
+  for (const char* suffix : kQuantizedSuffixes) {
+    if (!m_->store_->Has(module + suffix)) continue;
+    SCORED_ASSIGN_OR_RETURN(TensorView t, m_->store_->Get(module + suffix));
+    return absl::InvalidArgumentError(absl::StrCat(
+        t.file, ": the router '", module, "' is stored quantized (tensor '", t.name,
+        "'): quantized routers are not supported; the router must stay dense (llm-compressor's MoE "
+        "recipes list it in quantization_config.ignore)"));
+  }
+  if (m_->store_->Has(module + ".weight")) {
+    SCORED_ASSIGN_OR_RETURN(TensorView t, m_->store_->Get(module + ".weight"));
+    if (!IsFloatDType(t.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t.file, ": the router weight '", t.name, "' has dtype ", DTypeName(t.dtype),
+                       ": quantized routers are not supported; the router must stay dense (F32, F16 or BF16; "
+                       "llm-compressor's MoE recipes list it in quantization_config.ignore)"));
+    }
+  }
+  w->module = module;
+  w->out_features = c.num_experts;
+  w->in_features = c.hidden_size;
+  w->format = WeightFormat::kDense;
+  SCORED_ASSIGN_OR_RETURN(w->weight, TakeChecked(module + ".weight", {c.num_experts, c.hidden_size},
+                                                 {DType::kF32, DType::kF16, DType::kBF16}));
+  return absl::OkStatus();
+}
+
+absl::Status ModelWeightsLoader::LoadSwiGlu(const std::string& prefix, const char* gate, const char* up,
+                                            const char* down, int64_t intermediate, ExpertWeights* e) {
+  const int64_t h = m_->config_.hidden_size;
+  SCORED_RETURN_IF_ERROR(LoadLinear(prefix + gate, intermediate, h, false, &e->gate_proj));
+  SCORED_RETURN_IF_ERROR(LoadLinear(prefix + up, intermediate, h, false, &e->up_proj));
+  return LoadLinear(prefix + down, h, intermediate, false, &e->down_proj);
+}
+
+absl::Status ModelWeightsLoader::LoadFusedExperts(const std::string& experts, MoeWeights* moe) {
+  const ModelConfig& c = m_->config_;
+  const MoeTensorNames& n = c.family->moe.names;
+  const int64_t num = c.num_experts, inter = c.moe_intermediate_size, h = c.hidden_size;
+  const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
+  SCORED_ASSIGN_OR_RETURN(TensorView gate_up,
+                          TakeChecked(experts + n.fused_gate_up, {num, 2 * inter, h}, kFloat));
+  SCORED_ASSIGN_OR_RETURN(TensorView down, TakeChecked(experts + n.fused_down, {num, h, inter}, kFloat));
+  const int64_t elem = DTypeSize(gate_up.dtype);
+  if (DTypeSize(down.dtype) != elem || down.dtype != gate_up.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(down.file, ": fused expert tensors '", gate_up.name, "' (",
+                                                   DTypeName(gate_up.dtype), ") and '", down.name, "' (",
+                                                   DTypeName(down.dtype), ") differ in dtype"));
+  }
+  // A kDense view of `rows` x `cols` elements of `t` starting at element `first`.
+  auto view = [&](const TensorView& t, int64_t first, int64_t rows, int64_t cols, const std::string& what,
+                  LinearWeight* w) {
+    w->module = absl::StrCat(t.name, what);
+    w->out_features = rows;
+    w->in_features = cols;
+    w->format = WeightFormat::kDense;
+    w->weight.name = w->module;
+    w->weight.dtype = t.dtype;
+    w->weight.shape = {rows, cols};
+    w->weight.data = t.data + first * elem;
+    w->weight.nbytes = rows * cols * elem;
+    w->weight.file = t.file;
+  };
+  moe->fused = true;
+  moe->experts.resize(static_cast<size_t>(num));
+  for (int64_t e = 0; e < num; ++e) {
+    ExpertWeights& x = moe->experts[static_cast<size_t>(e)];
+    view(gate_up, e * 2 * inter * h, inter, h, absl::StrCat("[", e, "][0:", inter, "]"), &x.gate_proj);
+    view(gate_up, (e * 2 + 1) * inter * h, inter, h, absl::StrCat("[", e, "][", inter, ":", 2 * inter, "]"),
+         &x.up_proj);
+    view(down, e * h * inter, h, inter, absl::StrCat("[", e, "]"), &x.down_proj);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelWeightsLoader::LoadMoe(const std::string& prefix, MoeWeights* moe) {
+  const ModelConfig& c = m_->config_;
+  const MoeTensorNames& n = c.family->moe.names;
+  SCORED_RETURN_IF_ERROR(LoadRouter(prefix + n.router, &moe->router));
+  // The layout, by name: expert 0's gate module in any format's tensors (under the family's names or their
+  // alternative), or the fused gate/up tensor.
+  const std::string experts = prefix + n.experts;
+  auto stored = [&](const char* gate) {
+    if (gate == nullptr) return false;
+    const std::string module = absl::StrCat(experts, "0.", gate);
+    for (const char* suffix : {".weight", ".weight_packed", ".compressed", ".qweight"}) {
+      if (m_->store_->Has(module + suffix)) return true;
+    }
+    return false;
+  };
+  const bool alt = !stored(n.expert_gate) && stored(n.expert_gate_alt);
+  const char* gate = alt ? n.expert_gate_alt : n.expert_gate;
+  const char* up = alt ? n.expert_up_alt : n.expert_up;
+  const char* down = alt ? n.expert_down_alt : n.expert_down;
+  const std::string first = absl::StrCat(experts, "0.", gate);
+  const bool per_expert = stored(gate);
+  const bool fused = m_->store_->Has(experts + n.fused_gate_up);
+  if (per_expert && fused) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint stores the experts of '", experts,
+                                                   "' both per expert ('", first, "') and fused ('", experts,
+                                                   n.fused_gate_up, "')"));
+  }
+  if (fused) {
+    SCORED_RETURN_IF_ERROR(LoadFusedExperts(experts, moe));
+  } else if (per_expert) {
+    moe->experts.resize(static_cast<size_t>(c.num_experts));
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      SCORED_RETURN_IF_ERROR(LoadSwiGlu(absl::StrCat(experts, e, "."), gate, up, down,
+                                        c.moe_intermediate_size, &moe->experts[static_cast<size_t>(e)]));
+    }
+  } else {
+    // Name what the checkpoint does hold there, if anything.
+    std::string found;
+    for (const std::string& name : m_->store_->Names()) {
+      if (absl::StartsWith(name, experts)) {
+        found = absl::StrCat("; it holds '", name, "'");
+        break;
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown expert layout in '", experts, "'", found.empty() ? ": no expert tensors" : found,
+        ". Supported: one module per expert ('", first, ".weight' or its quantized tensors, for e = 0..",
+        c.num_experts - 1, ") or fused dense tensors '", experts, n.fused_gate_up, "' [", c.num_experts, ", ",
+        2 * c.moe_intermediate_size, ", ", c.hidden_size, "] and '", experts, n.fused_down, "' [",
+        c.num_experts, ", ", c.hidden_size, ", ", c.moe_intermediate_size, "]"));
+  }
+  if (c.shared_expert_intermediate_size > 0) {
+    SCORED_RETURN_IF_ERROR(LoadSwiGlu(prefix + n.shared_expert, "gate_proj", "up_proj", "down_proj",
+                                      c.shared_expert_intermediate_size, &moe->shared_expert));
+    SCORED_RETURN_IF_ERROR(
+        LoadLinear(prefix + n.shared_expert_gate, 1, c.hidden_size, false, &moe->shared_expert_gate));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ModelWeightsLoader::CheckLeftovers() const {
@@ -607,11 +775,17 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.k_proj, kv_out, c.hidden_size, b, &L.k_proj));
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.v_proj, kv_out, c.hidden_size, b, &L.v_proj));
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.o_proj, c.hidden_size, q_out, false, &L.o_proj));
-    SCORED_RETURN_IF_ERROR(
-        LoadLinear(p + n.gate_proj, c.intermediate_size, c.hidden_size, false, &L.gate_proj));
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.up_proj, c.intermediate_size, c.hidden_size, false, &L.up_proj));
-    SCORED_RETURN_IF_ERROR(
-        LoadLinear(p + n.down_proj, c.hidden_size, c.intermediate_size, false, &L.down_proj));
+    L.sparse = c.IsSparseLayer(l);
+    if (L.sparse) {
+      SCORED_RETURN_IF_ERROR(LoadMoe(p, &L.moe));
+    } else {
+      SCORED_RETURN_IF_ERROR(
+          LoadLinear(p + n.gate_proj, c.intermediate_size, c.hidden_size, false, &L.gate_proj));
+      SCORED_RETURN_IF_ERROR(
+          LoadLinear(p + n.up_proj, c.intermediate_size, c.hidden_size, false, &L.up_proj));
+      SCORED_RETURN_IF_ERROR(
+          LoadLinear(p + n.down_proj, c.hidden_size, c.intermediate_size, false, &L.down_proj));
+    }
     if (m_->kv_cache_fp8_) {
       SCORED_RETURN_IF_ERROR(LoadKvScale(p + "self_attn.k_scale", &L.k_scale));
       SCORED_RETURN_IF_ERROR(LoadKvScale(p + "self_attn.v_scale", &L.v_scale));
@@ -639,9 +813,15 @@ void ModelWeightsLoader::Summarize() {
   int64_t decoder_bytes = 0, norm_params = 0, bias_params = 0, resident = 0;
   std::map<std::string, int> labels;  // decoder linear format label -> count
   bool w4a4 = false;
+  int64_t gate_params = 0;  // routers and shared-expert gates
   for (const LayerWeights& L : m_->layers_) {
-    for (const LinearWeight* w :
-         {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
+    if (L.sparse) {
+      for (const LinearWeight* g : {&L.moe.router, &L.moe.shared_expert_gate}) {
+        gate_params += g->NumElements();
+        resident += g->StoredBytes();
+      }
+    }
+    for (const LinearWeight* w : LayerLinears(L)) {
       s.decoder_linear_params += w->NumElements();
       decoder_bytes += w->StoredBytes();
       bias_params += w->bias.NumElements() * (w->bias.present() ? 1 : 0);
@@ -660,7 +840,7 @@ void ModelWeightsLoader::Summarize() {
   const LinearWeight& head = m_->lm_head_;
   if (!c.tie_word_embeddings) resident += head.StoredBytes();
   s.num_parameters = m_->embed_tokens_.NumElements() + norm_params + bias_params + s.decoder_linear_params +
-                     (c.tie_word_embeddings ? 0 : head.NumElements());
+                     gate_params + (c.tie_word_embeddings ? 0 : head.NumElements());
   s.bits_per_weight_decoder =
       s.decoder_linear_params > 0 ? 8.0 * static_cast<double>(decoder_bytes) / s.decoder_linear_params : 0.0;
   s.bits_per_weight_head =
@@ -671,12 +851,20 @@ void ModelWeightsLoader::Summarize() {
   s.format = names.size() == 1 ? names[0] : absl::StrCat("mixed(", absl::StrJoin(names, ","), ")");
   std::vector<std::string> notes;
   if (w4a4) notes.push_back("W4A4 checkpoint run weight-only (NVFP4A16): input_global_scale ignored");
-  int rotated = 0;
+  int rotated = 0, sparse_layers = 0, fused_layers = 0;
   for (const LayerWeights& L : m_->layers_) {
-    for (const LinearWeight* w :
-         {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
-      rotated += w->transforms.empty() ? 0 : 1;
-    }
+    for (const LinearWeight* w : LayerLinears(L)) rotated += w->transforms.empty() ? 0 : 1;
+    sparse_layers += L.sparse ? 1 : 0;
+    fused_layers += L.moe.fused ? 1 : 0;
+  }
+  if (c.moe()) {
+    notes.push_back(absl::StrCat(
+        "mixture-of-experts: ", sparse_layers, " of ", c.num_layers, " layers sparse, ", c.num_experts,
+        " experts (top ", c.num_experts_per_tok, c.norm_topk_prob ? ", renormalized" : "", ")",
+        c.shared_expert_intermediate_size > 0 ? " + a gated shared expert" : "",
+        fused_layers > 0 ? absl::StrCat(", ", fused_layers, " layers with fused expert tensors") : "",
+        "; routers", c.shared_expert_intermediate_size > 0 ? " and shared-expert gates" : "", " ",
+        gate_params, " parameters, dense"));
   }
   if (rotated > 0) {
     notes.push_back(

@@ -51,12 +51,49 @@ struct LinearWeight : StoredLinear {
   int64_t NumElements() const { return out_features * in_features; }
 };
 
+// One SwiGLU expert of a mixture-of-experts layer: y = down(silu(gate(x)) * up(x)).
+struct ExpertWeights {
+  LinearWeight gate_proj, up_proj;  // [moe_intermediate_size, hidden_size]
+  LinearWeight down_proj;           // [hidden_size, moe_intermediate_size]
+};
+
+// The mixture-of-experts block of a sparse layer (ModelConfig::IsSparseLayer; semantics in config.h).
+//
+// Contract for a consumer (the CPU reference; a GPU upload): every expert is an ordinary LinearWeight, in
+// whatever compressed-tensors format the checkpoint gave it (the targets / ignore logic resolved it by its
+// module name, e.g. "model.layers.0.mlp.experts.3.gate_proj"), experts[e] being expert id e. Two storage
+// layouts are recognised by name (family.h MoeTensorNames), both ending here in the same form:
+//   - one module per expert (`<experts>.<e>.gate_proj.weight[_packed]`, Mixtral `w1`/`w3`/`w2`): what
+//     transformers' save_pretrained and llm-compressor write; any format.
+//   - fused tensors `<experts>.gate_up_proj` [E, 2I, H] and `<experts>.down_proj` [E, H, I] (transformers 5's
+//     in-memory layout), dense F32/F16/BF16 only: each expert's gate_proj / up_proj / down_proj is then a
+//     kDense view (rows [0, I) and [I, 2I) of slice e, and slice e) into those tensors, `fused` true.
+// Any other layout fails at load naming a tensor. The router is always kDense (F32/F16/BF16 [E, H]): a
+// router stored quantized is refused at load, because the routing must come from fp32 logits of the
+// stored weights. shared_expert_gate may be in any format (llm-compressor's recipes leave it dense).
+// Values: DequantizeRows of an expert is the exact fp32 decode like any linear's; the CPU oracle then rounds
+// a QUANTIZED expert's values to its scale dtype (BF16 / F16; reference_engine.cc, Decode's
+// round_to_scale_dtype), which is what transformers 5.17 computes with. A GPU fp32 mode must do the same
+// to match the oracle; a bf16 mode gets it from its own rounding.
+struct MoeWeights {
+  LinearWeight router;                 // [num_experts, hidden_size], kDense
+  std::vector<ExpertWeights> experts;  // [num_experts]
+  bool fused = false;                  // experts are views into the fused tensors
+  // shared_expert_intermediate_size > 0 only (Qwen2-MoE), else empty (module "", no tensors):
+  ExpertWeights shared_expert;      // [shared_expert_intermediate_size, hidden_size], ...
+  LinearWeight shared_expert_gate;  // [1, hidden_size]
+};
+
 struct LayerWeights {
   TensorView input_layernorm;                   // [hidden_size]
   TensorView post_attention_layernorm;          // [hidden_size]
   TensorView q_norm, k_norm;                    // config.qk_norm only: [head_dim]; else data == nullptr
   LinearWeight q_proj, k_proj, v_proj, o_proj;  // [num_heads*head_dim | num_kv_heads*head_dim, hidden]
-  LinearWeight gate_proj, up_proj, down_proj;   // [intermediate, hidden], [hidden, intermediate]
+  // Dense layers only ([intermediate, hidden], [hidden, intermediate]); in sparse layers empty (module "",
+  // no tensors) and `moe` holds the block instead.
+  LinearWeight gate_proj, up_proj, down_proj;
+  bool sparse = false;  // ModelConfig::IsSparseLayer
+  MoeWeights moe;       // sparse layers only
   // kv_cache_fp8 checkpoints only (else data == nullptr): self_attn.k_scale / v_scale, F32/BF16/F16 [1],
   // finite and > 0 (checked at load).
   TensorView k_scale, v_scale;
@@ -68,6 +105,8 @@ struct ModelSummary {
   double bits_per_weight_decoder = 0.0;  // 8 * stored bytes of decoder linears / decoder_linear_params
   double bits_per_weight_head = 0.0;     // same for lm_head (tied: the embedding's)
   int64_t resident_bytes = 0;            // all stored tensor bytes the engine keeps
+  // Every decoder linear counts (experts included) but routers and shared-expert gates, which are kept
+  // dense by every MoE recipe: counted in num_parameters and resident_bytes, not in the format.
   std::string format;            // short name, e.g. "w4a16-g128-sym", "nvfp4a16", "fp8-w8a8", "dense-f32"
   std::string notes;             // e.g. "W4A4 checkpoint run weight-only (NVFP4A16)"
   std::string ToString() const;  // multi-line human summary for the startup log

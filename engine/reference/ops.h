@@ -63,6 +63,31 @@ void Linear(const float* x,     // [num_tokens, in_features]
 // out[t, i] = silu(gate[t, i]) * up[t, i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
 void SwiGlu(const float* gate, const float* up, int64_t num_tokens, int64_t intermediate_size, float* out);
 
+// Mixture-of-experts routing of each token (engine/model/config.h, ModelConfig; transformers' Mixtral /
+// Qwen2-MoE / Qwen3-MoE TopKRouter):
+//   m = max_e l[e]; p[e] = fp32(exp(double(l[e] - m)) / sum_e exp(double(l[e] - m)))  (softmax, fp32 result)
+//   the top_k largest p, in descending order; EXACTLY equal p: the lower expert id first
+//   weight = renormalize ? fp32(double(p) / sum of the top_k p in double) : p
+// router_logits are the fp32 outputs of the router GEMM. 1 <= top_k <= num_experts.
+void MoeRoute(const float* router_logits,  // [num_tokens, num_experts]
+              int64_t num_tokens, int64_t num_experts, int64_t top_k, bool renormalize,
+              int32_t* expert_ids,     // [num_tokens, top_k], descending probability
+              float* expert_weights);  // [num_tokens, top_k]
+
+// The weighted combine of each token's chosen experts' outputs, in fp32 in a fixed order:
+//   o = 0.0f; for the top_k slots in ascending expert id: o = fp32(o + fp32(y_slot * weight_slot));
+//   then, with a shared expert (Qwen2-MoE): o = fp32(o + fp32(sigmoid(shared_gate) * shared_out)),
+//   sigmoid(g) = 1 / (1 + expf(-g)) in fp32.
+// expert_out[t, j] is the output of expert expert_ids[t, j] on token t. shared_out / shared_gate: both
+// nullptr or both given.
+void MoeCombine(const float* expert_out,      // [num_tokens, top_k, hidden_size]
+                const int32_t* expert_ids,    // [num_tokens, top_k]
+                const float* expert_weights,  // [num_tokens, top_k]
+                int64_t num_tokens, int64_t top_k, int64_t hidden_size,
+                const float* shared_out,   // [num_tokens, hidden_size] or nullptr
+                const float* shared_gate,  // [num_tokens] (the shared_expert_gate logit) or nullptr
+                float* out);               // [num_tokens, hidden_size]
+
 // Rounds to the nearest FP8 E4M3FN value (round-to-nearest-even; subnormals down to 2^-9), saturating to
 // +-448 (what torch's clamp(-448, 448) then .to(float8_e4m3fn) gives). NaN stays NaN.
 float RoundToFp8E4M3(float x);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/dtype.h"
 #include "engine/base/status_macros.h"
 #include "engine/model/config.h"
 #include "engine/model/fingerprint.h"
@@ -59,11 +60,28 @@ struct DenseLinear {
   std::vector<Transform> transforms;
 };
 
+// One SwiGLU MLP (an expert, the shared expert).
+struct DenseSwiGlu {
+  DenseLinear gate, up, down;
+};
+
+// A sparse layer's mixture-of-experts block (LayerWeights::moe).
+struct DenseMoe {
+  DenseLinear router;                // [num_experts, hidden_size]
+  std::vector<DenseSwiGlu> experts;  // [num_experts]
+  bool shared = false;               // Qwen2-MoE's gated shared expert
+  DenseSwiGlu shared_expert;
+  DenseLinear shared_gate;  // [1, hidden_size]
+};
+
 struct DenseLayer {
   std::vector<float> input_norm;           // [hidden_size]
   std::vector<float> post_attention_norm;  // [hidden_size]
   std::vector<float> q_norm, k_norm;       // [head_dim]; empty unless the model has qk_norm
-  DenseLinear q, k, v, o, gate, up, down;
+  DenseLinear q, k, v, o;
+  DenseLinear gate, up, down;  // dense layers
+  bool sparse = false;         // ModelConfig::IsSparseLayer: `moe` instead of gate/up/down
+  DenseMoe moe;
   // FP8 KV cache (kv_cache_scheme, applied): K after RoPE and V quantize-dequantized with these; 0 = off.
   float k_scale = 0.0f, v_scale = 0.0f;
 };
@@ -81,7 +99,13 @@ absl::StatusOr<std::vector<float>> ToFloat(const TensorView& t, int64_t expected
 
 // Decodes a linear layer, splitting its rows over the pool. `bias`: whether the model has a bias on this
 // linear (ModelConfig::attention_bias for q/k/v; no family has one elsewhere), which the loader took iff so.
-absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, bool bias, ThreadPool* pool) {
+//
+// round_to_scale_dtype: a quantized weight whose scales are BF16 / F16 is rounded (RNE) to that dtype after
+// decoding, i.e. compressed-tensors' decompression in the scale dtype. That is what transformers 5.17 hands
+// the fused experts of a quantized MoE checkpoint (it decompresses each stored expert before widening it
+// to the model's dtype), unlike ordinary Linears, whose scales it widens first (exact fp32 products).
+absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, bool bias, ThreadPool* pool,
+                                   bool round_to_scale_dtype = false) {
   DenseLinear d;
   d.in_features = lw.in_features;
   d.out_features = lw.out_features;
@@ -116,6 +140,14 @@ absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, bool bias, ThreadPool
     status.Update(s);
   });
   SCORED_RETURN_IF_ERROR(status);
+  if (round_to_scale_dtype && lw.format != WeightFormat::kDense) {
+    const DType sd = lw.weight_scale.dtype;
+    if (sd == DType::kBF16) {
+      for (float& v : d.w) v = RoundToBf16(v);
+    } else if (sd == DType::kF16) {
+      for (float& v : d.w) v = RoundToFp16(v);
+    }
+  }
   if (bias != lw.bias.present()) {
     return absl::InvalidArgumentError(
         absl::StrCat(lw.module, bias ? ": the model has a bias here, the weights none"
@@ -125,6 +157,34 @@ absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, bool bias, ThreadPool
     SCORED_ASSIGN_OR_RETURN(d.bias, ToFloat(lw.bias, lw.out_features));
   }
   return d;
+}
+
+// A sparse layer's block: the router and the shared-expert gate exactly as stored, the experts in their
+// scale dtype (Decode's round_to_scale_dtype: transformers' reading of quantized experts).
+absl::Status DecodeMoe(const ModelConfig& c, const MoeWeights& mw, ThreadPool* pool, DenseMoe* out) {
+  SCORED_ASSIGN_OR_RETURN(out->router, Decode(mw.router, /*bias=*/false, pool));
+  if (static_cast<int64_t>(mw.experts.size()) != c.num_experts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a sparse layer has ", mw.experts.size(), " experts, the config ", c.num_experts));
+  }
+  out->experts.resize(mw.experts.size());
+  for (size_t e = 0; e < mw.experts.size(); ++e) {
+    const ExpertWeights& x = mw.experts[e];
+    DenseSwiGlu& d = out->experts[e];
+    SCORED_ASSIGN_OR_RETURN(d.gate, Decode(x.gate_proj, /*bias=*/false, pool, /*round_to_scale_dtype=*/true));
+    SCORED_ASSIGN_OR_RETURN(d.up, Decode(x.up_proj, /*bias=*/false, pool, /*round_to_scale_dtype=*/true));
+    SCORED_ASSIGN_OR_RETURN(d.down, Decode(x.down_proj, /*bias=*/false, pool, /*round_to_scale_dtype=*/true));
+  }
+  out->shared = c.shared_expert_intermediate_size > 0;
+  if (out->shared) {
+    const ExpertWeights& x = mw.shared_expert;
+    DenseSwiGlu& d = out->shared_expert;
+    SCORED_ASSIGN_OR_RETURN(d.gate, Decode(x.gate_proj, /*bias=*/false, pool));
+    SCORED_ASSIGN_OR_RETURN(d.up, Decode(x.up_proj, /*bias=*/false, pool));
+    SCORED_ASSIGN_OR_RETURN(d.down, Decode(x.down_proj, /*bias=*/false, pool));
+    SCORED_ASSIGN_OR_RETURN(out->shared_gate, Decode(mw.shared_expert_gate, /*bias=*/false, pool));
+  }
+  return absl::OkStatus();
 }
 
 // CPUs this process may run on (its affinity mask: taskset, cgroup cpusets), else the hardware count.
@@ -170,6 +230,13 @@ class ReferenceEngine : public Engine {
                    float* y) const;  // [n, out_features]
   // ApplyLinear without the transforms: input quantization (if any), then the product and bias.
   void ApplyProduct(const DenseLinear& linear, const float* x, int64_t n, float* y) const;
+  // y = the mixture-of-experts block on x (config.h's semantics): router, MoeRoute, each expert on the
+  // tokens routed to it (row by row, so a token's values do not depend on the others), MoeCombine.
+  void MoeBlock(const DenseMoe& moe, const float* x,  // [n, hidden_size]
+                int64_t n,
+                float* y) const;  // [n, hidden_size]
+  // y = down(silu(gate(x)) * up(x)).
+  void SwiGluMlp(const DenseSwiGlu& mlp, const float* x, int64_t n, float* y) const;
   // out[t, :] = RmsNorm(x[t, :]) for rows of `width` elements, rows split over the pool.
   void NormRows(const float* x, const std::vector<float>& weight, int64_t rows, int64_t width,
                 float* out) const;
@@ -221,23 +288,43 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
     SCORED_ASSIGN_OR_RETURN(layer.k, Decode(lw.k_proj, /*bias=*/c.attention_bias, pool));
     SCORED_ASSIGN_OR_RETURN(layer.v, Decode(lw.v_proj, /*bias=*/c.attention_bias, pool));
     SCORED_ASSIGN_OR_RETURN(layer.o, Decode(lw.o_proj, /*bias=*/false, pool));
-    SCORED_ASSIGN_OR_RETURN(layer.gate, Decode(lw.gate_proj, /*bias=*/false, pool));
-    SCORED_ASSIGN_OR_RETURN(layer.up, Decode(lw.up_proj, /*bias=*/false, pool));
-    SCORED_ASSIGN_OR_RETURN(layer.down, Decode(lw.down_proj, /*bias=*/false, pool));
+    layer.sparse = lw.sparse;
+    if (lw.sparse) {
+      SCORED_RETURN_IF_ERROR(DecodeMoe(c, lw.moe, pool, &layer.moe));
+    } else {
+      SCORED_ASSIGN_OR_RETURN(layer.gate, Decode(lw.gate_proj, /*bias=*/false, pool));
+      SCORED_ASSIGN_OR_RETURN(layer.up, Decode(lw.up_proj, /*bias=*/false, pool));
+      SCORED_ASSIGN_OR_RETURN(layer.down, Decode(lw.down_proj, /*bias=*/false, pool));
+    }
     if (weights.kv_cache_fp8() && options.kv_cache_quant) {
       SCORED_RETURN_IF_ERROR(TensorToFloat(lw.k_scale, &layer.k_scale, 1));
       SCORED_RETURN_IF_ERROR(TensorToFloat(lw.v_scale, &layer.v_scale, 1));
     }
-    const struct {
+    struct Shape {
       const DenseLinear* d;
       int64_t out, in;
-    } shapes[] = {{&layer.q, c.num_heads * c.head_dim, c.hidden_size},
-                  {&layer.k, c.num_kv_heads * c.head_dim, c.hidden_size},
-                  {&layer.v, c.num_kv_heads * c.head_dim, c.hidden_size},
-                  {&layer.o, c.hidden_size, c.num_heads * c.head_dim},
-                  {&layer.gate, c.intermediate_size, c.hidden_size},
-                  {&layer.up, c.intermediate_size, c.hidden_size},
-                  {&layer.down, c.hidden_size, c.intermediate_size}};
+    };
+    std::vector<Shape> shapes = {{&layer.q, c.num_heads * c.head_dim, c.hidden_size},
+                                 {&layer.k, c.num_kv_heads * c.head_dim, c.hidden_size},
+                                 {&layer.v, c.num_kv_heads * c.head_dim, c.hidden_size},
+                                 {&layer.o, c.hidden_size, c.num_heads * c.head_dim}};
+    auto swiglu = [&](const DenseLinear& gate, const DenseLinear& up, const DenseLinear& down,
+                      int64_t inter) {
+      shapes.push_back({&gate, inter, c.hidden_size});
+      shapes.push_back({&up, inter, c.hidden_size});
+      shapes.push_back({&down, c.hidden_size, inter});
+    };
+    if (layer.sparse) {
+      shapes.push_back({&layer.moe.router, c.num_experts, c.hidden_size});
+      for (const DenseSwiGlu& e : layer.moe.experts) swiglu(e.gate, e.up, e.down, c.moe_intermediate_size);
+      if (layer.moe.shared) {
+        const DenseSwiGlu& sh = layer.moe.shared_expert;
+        swiglu(sh.gate, sh.up, sh.down, c.shared_expert_intermediate_size);
+        shapes.push_back({&layer.moe.shared_gate, 1, c.hidden_size});
+      }
+    } else {
+      swiglu(layer.gate, layer.up, layer.down, c.intermediate_size);
+    }
     for (const auto& s : shapes) {
       if (s.d->out_features != s.out || s.d->in_features != s.in) {
         return absl::InvalidArgumentError(absl::StrCat("layer ", layers_.size(), ": a linear weight is [",
@@ -352,6 +439,50 @@ void ReferenceEngine::NormRows(const float* x, const std::vector<float>& weight,
       ref::GrainFor(width));
 }
 
+void ReferenceEngine::SwiGluMlp(const DenseSwiGlu& mlp, const float* x, int64_t n, float* y) const {
+  const int64_t inter = mlp.gate.out_features;
+  std::vector<float> gate(n * inter), up(n * inter);  // [n, inter]
+  ApplyLinear(mlp.gate, x, n, gate.data());
+  ApplyLinear(mlp.up, x, n, up.data());
+  ref::SwiGlu(gate.data(), up.data(), n, inter, gate.data());
+  ApplyLinear(mlp.down, gate.data(), n, y);
+}
+
+void ReferenceEngine::MoeBlock(const DenseMoe& moe, const float* x, int64_t n, float* y) const {
+  const ModelConfig& c = config_;
+  const int64_t num_experts = c.num_experts, k = c.num_experts_per_tok, h = c.hidden_size;
+  std::vector<float> logits(n * num_experts);  // [n, num_experts], fp32 router logits
+  ApplyLinear(moe.router, x, n, logits.data());
+  std::vector<int32_t> ids(n * k);
+  std::vector<float> weights(n * k);
+  ref::MoeRoute(logits.data(), n, num_experts, k, c.norm_topk_prob, ids.data(), weights.data());
+  std::vector<float> expert_out(n * k * h);  // [n, k, hidden_size]
+  std::vector<int64_t> slots;                // t * k + j of the tokens routed to expert e
+  std::vector<float> rows, out;              // [m, hidden_size]
+  for (int64_t e = 0; e < num_experts; ++e) {
+    slots.clear();
+    for (int64_t s = 0; s < n * k; ++s) {
+      if (ids[s] == e) slots.push_back(s);
+    }
+    if (slots.empty()) continue;
+    const int64_t m = static_cast<int64_t>(slots.size());
+    rows.resize(m * h);
+    out.resize(m * h);
+    for (int64_t r = 0; r < m; ++r) std::copy_n(x + (slots[r] / k) * h, h, rows.data() + r * h);
+    SwiGluMlp(moe.experts[e], rows.data(), m, out.data());
+    for (int64_t r = 0; r < m; ++r) std::copy_n(out.data() + r * h, h, expert_out.data() + slots[r] * h);
+  }
+  std::vector<float> shared_out, shared_gate;
+  if (moe.shared) {
+    shared_out.resize(n * h);
+    shared_gate.resize(n);
+    SwiGluMlp(moe.shared_expert, x, n, shared_out.data());
+    ApplyLinear(moe.shared_gate, x, n, shared_gate.data());
+  }
+  ref::MoeCombine(expert_out.data(), ids.data(), weights.data(), n, k, h,
+                  moe.shared ? shared_out.data() : nullptr, moe.shared ? shared_gate.data() : nullptr, y);
+}
+
 void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<float>* hidden) const {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -394,8 +525,13 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
     ApplyLinear(layer.o, attn.data(), n, delta.data());
     for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += delta[i];
 
-    // MLP block (SwiGLU).
+    // MLP block (SwiGLU), or the mixture of experts in a sparse layer.
     NormRows(x.data(), layer.post_attention_norm, n, c.hidden_size, normed.data());
+    if (layer.sparse) {
+      MoeBlock(layer.moe, normed.data(), n, delta.data());
+      for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += delta[i];
+      continue;
+    }
     ApplyLinear(layer.gate, normed.data(), n, gate.data());
     ApplyLinear(layer.up, normed.data(), n, up.data());
     ref::SwiGlu(gate.data(), up.data(), n, c.intermediate_size, gate.data());

@@ -333,12 +333,32 @@ TEST_F(CudaEngineTest, StartupSaysWhatFits) {
 //    codes are the same rule, the accumulation differs, so the same statistical bound applies. Emulated-path
 //    numbers on an H200, 2026-11-22: llama-fp8-dynamic bf16 mean |delta| 0.30, PPL -1.9%;
 //    llama-trained-fp8-dynamic bf16 0.019 (fp32 0.00054); llama-fp8-block bf16 0.32, PPL +0.8%.
+// Mixture-of-experts checkpoints are refused with UNIMPLEMENTED naming the architecture, before any device
+// work (so this runs on machines without a GPU too), until the CUDA MoE path lands (issue 20).
+TEST(CudaEngineMoe, RefusedNamingTheArchitecture) {
+  for (const char* name : {"mixtral-moe-bf16", "qwen2-moe-w4a16-g32", "qwen3-moe-nvfp4a16"}) {
+    EngineOptions options;
+    options.model_dir = std::string(SCORED_FIXTURES_DIR) + "/" + name;
+    options.backend = Backend::kCuda;
+    options.max_batch_tokens = 4096;
+    auto engine = CreateCudaEngine(options);
+    ASSERT_FALSE(engine.ok()) << name;
+    EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnimplemented) << engine.status();
+    EXPECT_THAT(
+        std::string(engine.status().message()),
+        ::testing::HasSubstr("mixture-of-experts blocks are not implemented on the CUDA backend yet"));
+    EXPECT_THAT(std::string(engine.status().message()), ::testing::HasSubstr("ForCausalLM"));
+  }
+}
+
 TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
   const std::filesystem::path root(EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR));
   int checked = 0;
   if (!std::filesystem::exists(root)) GTEST_SKIP() << "no fixtures folder";
   for (const auto& entry : std::filesystem::directory_iterator(root)) {
     if (!std::filesystem::exists(entry.path() / "config.json")) continue;
+    // Mixture-of-experts fixtures: refused by the CUDA backend until its MoE path lands (issue 20).
+    if (entry.path().filename().string().find("-moe-") != std::string::npos) continue;
     const std::string dir = entry.path().string();
     SCOPED_TRACE(dir);
     auto reference = MakeReference(dir);
@@ -455,6 +475,7 @@ TEST_F(CudaEngineTest, FixturesBf16AgainstBf16Floor) {
   for (const auto& entry : std::filesystem::directory_iterator(root)) {
     std::ifstream config_file(entry.path() / "config.json");
     if (!entry.is_directory() || !config_file) continue;
+    if (entry.path().filename().string().find("-moe-") != std::string::npos) continue;  // as above
     const nlohmann::json config = nlohmann::json::parse(config_file);
     // An FP8 KV cache (kv_cache_scheme) quantizes activations too: no bf16 yardstick for it; nor for a
     // transform_config, which transformers 5.17 does not apply at load (its bf16 run would score another

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "engine/base/dtype.h"
 #include "engine/model/weights.h"
@@ -369,8 +370,18 @@ TEST_F(DequantTest, CommittedFixturesBitExact) {
     absl::StatusOr<std::unique_ptr<ModelWeights>> weights = ModelWeights::Load(m);
     ASSERT_TRUE(weights.ok()) << m << ": " << weights.status();
     for (const LayerWeights& layer : (*weights)->layers()) {
-      for (const LinearWeight* lw : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj,
-                                     &layer.gate_proj, &layer.up_proj, &layer.down_proj}) {
+      std::vector<const LinearWeight*> linears = {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj};
+      if (!layer.sparse) {
+        linears.insert(linears.end(), {&layer.gate_proj, &layer.up_proj, &layer.down_proj});
+      } else {  // mixture-of-experts layers: every expert (and the shared expert)
+        for (const ExpertWeights& e : layer.moe.experts) {
+          linears.insert(linears.end(), {&e.gate_proj, &e.up_proj, &e.down_proj});
+        }
+        const ExpertWeights& sh = layer.moe.shared_expert;
+        if (!sh.gate_proj.module.empty())
+          linears.insert(linears.end(), {&sh.gate_proj, &sh.up_proj, &sh.down_proj});
+      }
+      for (const LinearWeight* lw : linears) {
         CheckWeight(stream_, *lw, 0, lw->out_features, m.substr(dir.size() + 1) + ":" + lw->module);
         ++checked;
       }

@@ -5,7 +5,10 @@
 // Real configs: ../shared/data/models-configs (Llama, Qwen2, as published on the Hugging Face Hub) and
 // tests/fixtures (a Qwen3 config written by transformers). Mistral and Qwen3 have no released config in
 // the data folder, so the fields of mistralai/Mistral-7B-v0.1's and Qwen/Qwen3-0.6B's config.json are
-// inlined here (values as published; bookkeeping fields such as transformers_version left out).
+// inlined here (values as published; bookkeeping fields such as transformers_version left out). The same for
+// the mixture-of-experts families: mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen1.5-MoE-A2.7B and
+// Qwen/Qwen3-30B-A3B, next to the tiny fixtures transformers 5.17 and llm-compressor 0.14 wrote
+// (tests/fixtures/*-moe-*; transformers 5.17 saves Qwen3-MoE's expert count as num_local_experts).
 #include "engine/model/family.h"
 
 #include <set>
@@ -77,6 +80,102 @@ constexpr char kQwen3_0_6B[] = R"({
   "vocab_size": 151936
 })";
 
+constexpr char kMixtral8x7BV01[] = R"({
+  "architectures": ["MixtralForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 32768,
+  "model_type": "mixtral",
+  "num_attention_heads": 32,
+  "num_experts_per_tok": 2,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "num_local_experts": 8,
+  "output_router_logits": false,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.02,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "vocab_size": 32000
+})";
+
+constexpr char kQwen15MoeA27B[] = R"({
+  "architectures": ["Qwen2MoeForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151643,
+  "decoder_sparse_step": 1,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 5632,
+  "max_position_embeddings": 8192,
+  "max_window_layers": 21,
+  "model_type": "qwen2_moe",
+  "moe_intermediate_size": 1408,
+  "norm_topk_prob": false,
+  "num_attention_heads": 16,
+  "num_experts": 60,
+  "num_experts_per_tok": 4,
+  "num_hidden_layers": 24,
+  "num_key_value_heads": 16,
+  "output_router_logits": false,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.001,
+  "shared_expert_intermediate_size": 5632,
+  "sliding_window": 32768,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+constexpr char kQwen3_30B_A3B[] = R"({
+  "architectures": ["Qwen3MoeForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "decoder_sparse_step": 1,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 6144,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 48,
+  "mlp_only_layers": [],
+  "model_type": "qwen3_moe",
+  "moe_intermediate_size": 768,
+  "norm_topk_prob": true,
+  "num_attention_heads": 32,
+  "num_experts": 128,
+  "num_experts_per_tok": 8,
+  "num_hidden_layers": 48,
+  "num_key_value_heads": 4,
+  "output_router_logits": false,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.001,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
 // One real config and what it must parse to.
 struct RealConfig {
   std::string name;
@@ -86,6 +185,13 @@ struct RealConfig {
   bool tie_word_embeddings;
   int64_t sliding_window;
   RopeType rope_type;
+  // Mixture-of-experts: 0 experts for dense families.
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  int64_t expert_intermediate = 0;
+  int64_t shared_expert_intermediate = 0;
+  bool norm_topk_prob = false;
+  int64_t dense_layer = -1;  // a layer mlp_only_layers makes dense
 };
 
 std::vector<RealConfig> RealConfigs() {
@@ -101,6 +207,18 @@ std::vector<RealConfig> RealConfigs() {
        RopeType::kDefault},
       {"Qwen3-0.6B", "", kQwen3_0_6B, "Qwen3ForCausalLM", true, 0, RopeType::kDefault},
       {"Mistral-7B-v0.1", "", kMistral7BV01, "MistralForCausalLM", false, 4096, RopeType::kDefault},
+      {"Mixtral-8x7B-v0.1", "", kMixtral8x7BV01, "MixtralForCausalLM", false, 0, RopeType::kDefault, 8, 2,
+       14336, 0, true},
+      {"Qwen1.5-MoE-A2.7B", "", kQwen15MoeA27B, "Qwen2MoeForCausalLM", false, 0, RopeType::kDefault, 60, 4,
+       1408, 5632, false},
+      {"Qwen3-30B-A3B", "", kQwen3_30B_A3B, "Qwen3MoeForCausalLM", false, 0, RopeType::kDefault, 128, 8, 768,
+       0, true},
+      {"mixtral fixture", kFixtures + "/mixtral-moe-w4a16-g32", "", "MixtralForCausalLM", true, 0,
+       RopeType::kDefault, 4, 2, 32, 0, true},
+      {"qwen2-moe fixture", kFixtures + "/qwen2-moe-bf16", "", "Qwen2MoeForCausalLM", true, 0,
+       RopeType::kDefault, 4, 2, 32, 64, false},
+      {"qwen3-moe fixture", kFixtures + "/qwen3-moe-bf16", "", "Qwen3MoeForCausalLM", true, 0,
+       RopeType::kDefault, 4, 2, 32, 0, true, /*dense_layer=*/1},
   };
 }
 
@@ -120,7 +238,7 @@ TEST(FamilyTable, EntriesAreUniqueAndFindable) {
     EXPECT_GT(f->default_max_position_embeddings, 0) << f->architecture;
     EXPECT_NE(f->rope_scalings & RopeTypeBit(RopeType::kDefault), 0u) << f->architecture;
   }
-  EXPECT_EQ(n, 4);  // Llama, Mistral, Qwen2, Qwen3
+  EXPECT_EQ(n, 7);  // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE
   EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
   EXPECT_EQ(FindFamily(""), nullptr);
 }
@@ -139,8 +257,18 @@ TEST(FamilyTable, EveryFamilyParsesItsRealConfigs) {
     EXPECT_EQ(c->model_type, family->model_type);
     // Traits -> flags.
     EXPECT_EQ(c->qk_norm, family->qk_norm);
-    EXPECT_EQ(c->attention_bias, family->attention_bias == AttentionBiasPolicy::kQkvAlways);
+    EXPECT_EQ(c->attention_bias, family->attention_bias != AttentionBiasPolicy::kNoneOrRejected);
     EXPECT_EQ(c->tie_word_embeddings, rc.tie_word_embeddings);
+    EXPECT_EQ(c->num_experts, rc.num_experts);
+    EXPECT_EQ(c->moe(), family->moe.policy != MoePolicy::kNone);
+    EXPECT_EQ(c->num_experts_per_tok, rc.top_k);
+    EXPECT_EQ(c->moe_intermediate_size, rc.expert_intermediate);
+    EXPECT_EQ(c->shared_expert_intermediate_size, rc.shared_expert_intermediate);
+    EXPECT_EQ(c->norm_topk_prob, rc.norm_topk_prob);
+    if (c->moe()) {
+      ASSERT_EQ(static_cast<int64_t>(c->sparse_layers.size()), c->num_layers);
+      for (int64_t l = 0; l < c->num_layers; ++l) EXPECT_EQ(c->IsSparseLayer(l), l != rc.dense_layer) << l;
+    }
     EXPECT_EQ(c->sliding_window, rc.sliding_window);
     EXPECT_EQ(c->rope_scaling.type, rc.rope_type);
     if (family->sliding_window == SlidingWindowPolicy::kUseSlidingWindowFlag) {
@@ -154,10 +282,17 @@ TEST(FamilyTable, EveryFamilyParsesItsRealConfigs) {
 }
 
 // The smallest config of a family: only the required shape fields, so every default is the family's.
+// Mixture-of-experts families also get the expert fields they require.
 std::string MinimalConfig(const FamilyTraits& f, const std::string& extra = "") {
+  std::string moe;
+  if (f.moe.policy == MoePolicy::kMixtral) moe = R"(, "num_local_experts": 4, "num_experts_per_tok": 2)";
+  if (f.moe.policy == MoePolicy::kQwenMoe) {
+    moe = R"(, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32)";
+    if (f.moe.shared_expert) moe += R"(, "shared_expert_intermediate_size": 48)";
+  }
   return absl::StrCat(R"({"architectures": [")", f.architecture, R"("], "hidden_size": 64,
       "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100)",
-                      extra.empty() ? "" : ", ", extra, "}");
+                      moe, extra.empty() ? "" : ", ", extra, "}");
 }
 
 TEST(FamilyTraits, DefaultsFlowIntoModelConfig) {
@@ -170,8 +305,9 @@ TEST(FamilyTraits, DefaultsFlowIntoModelConfig) {
     EXPECT_EQ(c->max_position_embeddings, f->default_max_position_embeddings);
     EXPECT_EQ(c->tie_word_embeddings, f->tie_word_embeddings_default);
     EXPECT_EQ(c->qk_norm, f->qk_norm);
-    EXPECT_EQ(c->attention_bias, f->attention_bias == AttentionBiasPolicy::kQkvAlways);
+    EXPECT_EQ(c->attention_bias, f->attention_bias != AttentionBiasPolicy::kNoneOrRejected);
     EXPECT_EQ(c->sliding_window, 0);
+    EXPECT_EQ(c->norm_topk_prob, f->moe.policy == MoePolicy::kMixtral);  // Qwen: false unless the config says
     // A model_type of another family is refused.
     const std::string other = std::string(f->model_type) == "llama" ? "qwen2" : "llama";
     EXPECT_THAT(ParseModelConfig(MinimalConfig(*f, absl::StrCat(R"("model_type": ")", other, R"(")")), "mem")
@@ -185,7 +321,7 @@ TEST(FamilyTraits, AttentionBiasPolicy) {
   for (const FamilyTraits* f = AllFamilies().begin; f != AllFamilies().end; ++f) {
     SCOPED_TRACE(f->architecture);
     absl::StatusOr<ModelConfig> c = ParseModelConfig(MinimalConfig(*f, R"("attention_bias": true)"), "mem");
-    if (f->attention_bias == AttentionBiasPolicy::kQkvAlways) {
+    if (f->attention_bias != AttentionBiasPolicy::kNoneOrRejected) {
       ASSERT_TRUE(c.ok()) << c.status();
       EXPECT_TRUE(c->attention_bias);
       c = ParseModelConfig(MinimalConfig(*f, R"("attention_bias": false)"), "mem");
@@ -250,6 +386,74 @@ TEST(FamilyTraits, ShardPlanReadsTensorParallel) {
   c->family = &not_tp;
   EXPECT_EQ(ShardPlan::Create(*c, 2, 0).status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_TRUE(ShardPlan::Create(*c, 1, 0).ok());
+}
+
+// Qwen2-MoE: q/k/v bias iff qkv_bias (default true); attention_bias means nothing there.
+TEST(FamilyTraits, QkvBiasField) {
+  const FamilyTraits* f = FindFamily("Qwen2MoeForCausalLM");
+  ASSERT_NE(f, nullptr);
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(MinimalConfig(*f, R"("qkv_bias": false)"), "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_THAT(ParseModelConfig(MinimalConfig(*f, R"("qkv_bias": 3)"), "mem").status().message(),
+              HasSubstr("qkv_bias"));
+}
+
+// Which layers are sparse: decoder_sparse_step and mlp_only_layers, as transformers' Qwen MoE decoder layers
+// decide it.
+TEST(MoeConfig, SparseLayersFollowStepAndMlpOnlyLayers) {
+  const FamilyTraits* f = FindFamily("Qwen3MoeForCausalLM");
+  ASSERT_NE(f, nullptr);
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(
+      MinimalConfig(*f, R"("num_hidden_layers": 6, "decoder_sparse_step": 2, "mlp_only_layers": [3])"),
+      "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::vector<bool> expected = {false, true, false, false, false, true};
+  EXPECT_EQ(c->sparse_layers, expected);
+  EXPECT_FALSE(c->IsSparseLayer(0));
+  EXPECT_TRUE(c->IsSparseLayer(5));
+  // Dense families have no sparse layer.
+  c = ParseModelConfig(MinimalConfig(*FindFamily("Qwen3ForCausalLM")), "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->moe());
+  EXPECT_FALSE(c->IsSparseLayer(0));
+}
+
+TEST(MoeConfig, ErrorsNameTheField) {
+  const FamilyTraits* qwen3 = FindFamily("Qwen3MoeForCausalLM");
+  const FamilyTraits* qwen2 = FindFamily("Qwen2MoeForCausalLM");
+  const FamilyTraits* mixtral = FindFamily("MixtralForCausalLM");
+  ASSERT_TRUE(qwen3 != nullptr && qwen2 != nullptr && mixtral != nullptr);
+  const struct {
+    std::string config;
+    std::string message;
+  } cases[] = {
+      {MinimalConfig(*qwen3, R"("num_experts_per_tok": 5)"),
+       "field 'num_experts_per_tok' = 5 exceeds 'num_experts' = 4"},
+      {MinimalConfig(*mixtral, R"("num_experts_per_tok": 9)"),
+       "field 'num_experts_per_tok' = 9 exceeds 'num_local_experts' = 4"},
+      {MinimalConfig(*qwen3, R"("num_experts": 0)"), "field 'num_experts' must be positive"},
+      {MinimalConfig(*qwen3, R"("moe_intermediate_size": -1)"), "moe_intermediate_size"},
+      {MinimalConfig(*qwen3, R"("mlp_only_layers": [2])"), "field 'mlp_only_layers' holds 2"},
+      {MinimalConfig(*qwen3, R"("mlp_only_layers": 1)"), "mlp_only_layers"},
+      {MinimalConfig(*qwen3, R"("decoder_sparse_step": 0)"), "decoder_sparse_step"},
+      {MinimalConfig(*qwen3, R"("norm_topk_prob": "yes")"), "norm_topk_prob"},
+      {MinimalConfig(*qwen2, R"("shared_expert_intermediate_size": 0)"), "shared_expert_intermediate_size"},
+  };
+  for (const auto& tc : cases) {
+    SCOPED_TRACE(tc.config);
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(tc.config, "mem");
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(c.status().message(), HasSubstr(tc.message));
+  }
+  // Required fields: a Mixtral config without num_local_experts, a Qwen one without moe_intermediate_size.
+  EXPECT_THAT(ParseModelConfig(R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+      "num_experts_per_tok": 2})",
+                               "mem")
+                  .status()
+                  .message(),
+              HasSubstr("num_local_experts"));
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/model/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -356,6 +357,51 @@ TEST(ShardPlanTest, GqaReplicatesKvHeadsAndPadsVocab) {
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->q.kind, ShardKind::kReplicated);
   EXPECT_EQ(one->vocab_per_rank, 128257);
+}
+
+// Mixture-of-experts: every expert split like the dense MLP, router and shared-expert gate replicated.
+TEST(ShardPlanTest, ExpertsSplitLikeTheDenseMlp) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(R"({"architectures": ["Qwen2MoeForCausalLM"],
+      "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "vocab_size": 100, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+      "shared_expert_intermediate_size": 50})",
+                                                   "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int rank = 0; rank < 2; ++rank) {
+    auto p = ShardPlan::Create(*c, 2, rank);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->ForLinear(LinearRole::kRouter).kind, ShardKind::kReplicated);
+    EXPECT_EQ(p->ForLinear(LinearRole::kSharedExpertGate).kind, ShardKind::kReplicated);
+    const LinearSlice& gate = p->ForLinear(LinearRole::kExpertGate);
+    EXPECT_EQ(gate.kind, ShardKind::kColumnParallel);
+    EXPECT_EQ(gate.begin, rank * 16);
+    EXPECT_EQ(gate.end, rank * 16 + 16);
+    const LinearSlice& down = p->ForLinear(LinearRole::kExpertDown);
+    EXPECT_EQ(down.kind, ShardKind::kRowParallel);
+    EXPECT_EQ(down.begin, gate.begin);
+    EXPECT_EQ(p->ForLinear(LinearRole::kSharedUp).begin, rank * 25);
+    EXPECT_EQ(p->ForLinear(LinearRole::kSharedDown).size(), 25);
+    const ModelConfig local = LocalConfig(*c, *p);
+    EXPECT_EQ(local.moe_intermediate_size, 16);
+    EXPECT_EQ(local.shared_expert_intermediate_size, 25);
+    EXPECT_EQ(local.num_experts, 4);  // every rank holds a slice of every expert
+  }
+  EXPECT_THAT(ShardPlan::Create(*c, 4, 0).status().message(),
+              HasSubstr("shared_expert_intermediate_size 50"));
+  ModelConfig odd = *c;
+  odd.moe_intermediate_size = 30;
+  EXPECT_THAT(ShardPlan::Create(odd, 4, 0).status().message(), HasSubstr("moe_intermediate_size 30"));
+
+  // On real checkpoints: NVFP4 experts of 32 split on 16 (one scale per 16 columns); W4A16 group 32 does
+  // not split its down_proj at tp 2 (16 columns, not a multiple of the group), naming the expert.
+  auto nvfp4 = ModelWeights::Load(kFixtures + "/qwen2-moe-nvfp4a16");
+  ASSERT_TRUE(nvfp4.ok()) << nvfp4.status();
+  EXPECT_TRUE(ValidateTensorParallel(**nvfp4, 2).ok());
+  auto w4 = ModelWeights::Load(kFixtures + "/qwen3-moe-w4a16-g32");
+  ASSERT_TRUE(w4.ok()) << w4.status();
+  const absl::Status refused = ValidateTensorParallel(**w4, 2);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_THAT(refused.message(), HasSubstr("model.layers.0.mlp.experts.0.down_proj"));
 }
 
 TEST(ShardPlanTest, EmbeddingRowsAreAView) {
