@@ -22,6 +22,8 @@ enum class When {
   kFp8Gemms,        // model.max_fp8_in_features > 0: real FP8 GEMMs
   kTensorParallel,  // tp_size > 1
   kReference,       // a reference model is loaded
+  kMoe,             // a mixture-of-experts model (ModelConfig::moe())
+  kMoeShared,       // one with a shared expert
 };
 
 // One buffer of Activations: bytes = per_token * max_tokens + per_logits_row * LogitsRows(shape, max_tokens)
@@ -43,6 +45,7 @@ struct TableShape {
   int64_t max_fp8_in_features = 0;   // DeviceModel's
   int tp_size = 1;
   const ModelConfig* reference = nullptr;  // R's config, or null
+  bool moe = false, moe_shared = false;    // the model's (ModelConfig::moe(), a shared expert)
 };
 
 // Rows of the logits chunk: kLmHeadChunkTokens (cuBLASLt runs a 128k-vocabulary lm_head near its peak there),
@@ -68,14 +71,17 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
   const ModelConfig c = LargerOfEach(model_config, s.reference);
   const ModelConfig& r = s.reference != nullptr ? *s.reference : model_config;  // R's (unused without one)
   const int64_t act = ActBytes(s.dtype);
-  const int64_t hidden = c.hidden_size, inter = c.intermediate_size;
+  const int64_t hidden = c.hidden_size;
+  const int64_t inter = std::max({c.intermediate_size, model_config.moe_intermediate_size,
+                                  model_config.shared_expert_intermediate_size});
+  const int64_t experts = model_config.num_experts, top = model_config.num_experts_per_tok;
   const int64_t q_dim = c.num_heads * c.head_dim, qkv_dim = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
   const int64_t top_k = kernels::kMaxTopK, tp = s.tp_size;
   const int64_t stats = static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
   using A = Activations;
   const int64_t ref_stats = static_cast<int64_t>(sizeof(kernels::ReferencePartialStats));
   constexpr When kAll = When::kAlways, kFp8 = When::kFp8Gemms, kTp = When::kTensorParallel;
-  constexpr When kRef = When::kReference;
+  constexpr When kRef = When::kReference, kMoe = When::kMoe, kShared = When::kMoeShared;
   return {
       // buffer, what, when, per token, per logits row, fixed (, unestimated)
       {&A::residual, "the residual stream", kAll, hidden * 4},
@@ -89,6 +95,15 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
       {&A::scratch2, "the second dequantized-weight scratch", kAll, 0, 0, s.max_scratch_elements * act},
       {&A::act_fp8, "FP8 / INT8 GEMM activations", kFp8, s.max_fp8_in_features},
       {&A::act_scale, "FP8 / INT8 activation scales", kFp8, 2 * 4},
+      {&A::router_logits, "the router logits", kMoe, RouterColumns(model_config) * 4},
+      {&A::moe_ids, "the experts of each token", kMoe, top * 4},
+      {&A::moe_weights, "the expert weights of each token", kMoe, top * 4},
+      {&A::moe_slots, "the token slots by expert", kMoe, top * 4},
+      {&A::moe_counts, "the slot counts per expert", kMoe, 0, 0, experts * 4},
+      {&A::moe_x, "an expert's input rows", kMoe, hidden * act},
+      {&A::moe_y, "an expert's output rows", kMoe, hidden * 4},
+      {&A::moe_acc, "the expert sum", kMoe, hidden * 4},
+      {&A::moe_shared, "the shared expert's output", kShared, hidden * 4},
       {&A::logits, "the fp32 logits chunk", kAll, 0, c.vocab_size * 4},
       {&A::tokens, "token ids", kAll, 4},
       {&A::positions, "positions", kAll, 4},
@@ -127,6 +142,10 @@ bool Exists(const BufferRow& row, const TableShape& s) {
       return s.tp_size > 1;
     case When::kReference:
       return s.reference != nullptr;
+    case When::kMoe:
+      return s.moe;
+    case When::kMoeShared:
+      return s.moe_shared;
   }
   return false;
 }
@@ -147,8 +166,19 @@ TableShape ShapeOf(const DeviceModel& model, int tp_size, const ReferenceModel* 
   return s;
 }
 
-// Per token: the buffers every model has, and with a reference model its own (both scale with the batch).
-bool PerTokenRow(const BufferRow& row) { return row.when == When::kAlways || row.when == When::kReference; }
+// The model's own kinds of buffers.
+TableShape WithModel(TableShape s, const ModelConfig& config) {
+  s.moe = config.moe();
+  s.moe_shared = config.shared_expert_intermediate_size > 0;
+  return s;
+}
+
+// Per token: the buffers every model has, with a reference model its own, a mixture-of-experts model's (all
+// scale with the batch).
+bool PerTokenRow(const BufferRow& row) {
+  return row.when == When::kAlways || row.when == When::kReference || row.when == When::kMoe ||
+         row.when == When::kMoeShared;
+}
 
 }  // namespace
 
@@ -164,11 +194,17 @@ WeightScratch Activations::weight_scratch() const {
   return s;
 }
 
+int64_t RouterColumns(const ModelConfig& config) {
+  const int64_t columns = config.num_experts + (config.shared_expert_intermediate_size > 0 ? 1 : 0);
+  return (columns + 3) / 4 * 4;
+}
+
 int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype,
                                 const ReferenceModel* reference) {
   TableShape s;
   s.dtype = dtype;
   s.reference = reference != nullptr ? reference->config : nullptr;
+  s = WithModel(s, config);
   int64_t bytes = 0;
   for (const BufferRow& row : ActivationTable(config, s)) {
     if (PerTokenRow(row) && Exists(row, s)) bytes += row.per_token;
@@ -178,7 +214,7 @@ int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype,
 
 int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens,
                              int tp_size, const ReferenceModel* reference) {
-  const TableShape s = ShapeOf(model, tp_size, reference);
+  const TableShape s = WithModel(ShapeOf(model, tp_size, reference), config);
   int64_t bytes = 0;
   for (const BufferRow& row : ActivationTable(config, s)) {
     if (!Exists(row, s)) continue;
@@ -192,7 +228,7 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
                                                 int64_t max_tokens, int tp_size,
                                                 const ReferenceModel* reference) {
   const int64_t t = max_tokens;
-  const TableShape s = ShapeOf(model, tp_size, reference);
+  const TableShape s = WithModel(ShapeOf(model, tp_size, reference), config);
   Activations a;
   a.max_tokens = max_tokens;
   a.logits_rows = LogitsRows(s, max_tokens);

@@ -62,7 +62,19 @@ struct Activations {
   // token, the GEMM's x and x_scale.
   DeviceBuffer act_fp8;    // [max_tokens, max_fp8_in_features] FP8 E4M3 (or int8 for an INT8 GEMM)
   DeviceBuffer act_scale;  // [2, max_tokens] fp32: row 0 qkv / o / gate_up inputs, row 1 down_proj's
-  DeviceBuffer logits;     // [logits_rows, vocab_size] fp32
+  // Mixture-of-experts models only (ModelConfig::moe()), else empty. E = num_experts, k =
+  // num_experts_per_tok; gate_up / mlp above hold the largest of the dense, expert and shared-expert
+  // intermediate sizes.
+  DeviceBuffer router_logits;  // [max_tokens, RouterColumns] fp32: the router's logits (+ the shared gate's)
+  DeviceBuffer moe_ids;        // [max_tokens, k] int32: each token's experts, descending probability
+  DeviceBuffer moe_weights;    // [max_tokens, k] fp32: their combine weights
+  DeviceBuffer moe_slots;      // [max_tokens * k] int32: slots t * k + j grouped by expert
+  DeviceBuffer moe_counts;     // [E] int32: slots per expert
+  DeviceBuffer moe_x;          // [max_tokens, hidden_size] act: one expert's gathered input rows
+  DeviceBuffer moe_y;          // [max_tokens, hidden_size] fp32: one expert's output rows
+  DeviceBuffer moe_acc;        // [max_tokens, hidden_size] fp32: the weighted sum of the experts so far
+  DeviceBuffer moe_shared;     // [max_tokens, hidden_size] fp32: the shared expert's output (Qwen2-MoE)
+  DeviceBuffer logits;         // [logits_rows, vocab_size] fp32
   // Batch inputs and per-row results, indexed by packed row.
   DeviceBuffer tokens;     // [max_tokens] int32
   DeviceBuffer positions;  // [max_tokens] int32
@@ -107,6 +119,9 @@ struct Activations {
   std::vector<CudaEvent> chunk_reduced;  // [kMaxTpRowChunks]
   CudaEvent comm_done;
 };
+
+// Columns of Activations::router_logits: the experts', the shared expert's gate (Qwen2-MoE), rounded up to 4.
+int64_t RouterColumns(const ModelConfig& config);
 
 // Device bytes of the Activations buffers every model has, per token of max_tokens (for "what fits"
 // messages). FixedActivationBytes is the rest at max_tokens: the logits chunk, the dequantized-weight

@@ -13,6 +13,7 @@
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/int8_gemm.h"
 #include "engine/kernels/kernel_types.h"
+#include "engine/kernels/round_bf16.h"
 #include "engine/model/hadamard_factors.h"
 #include "engine/model/rope_freq.h"
 
@@ -143,6 +144,10 @@ absl::StatusOr<const void*> DeviceLinear::Materialize(ComputeDtype dtype, void* 
   if (resident_dense()) return dense_ptr_;
   for (const QuantizedPart& part : parts_) {
     SCORED_RETURN_IF_ERROR(DequantizeInto(part, dtype, static_cast<char*>(scratch), stream));
+  }
+  if (round_to_bf16_ && dtype == ComputeDtype::kFp32) {
+    SCORED_RETURN_IF_ERROR(
+        kernels::RoundToBf16InPlace(static_cast<float*>(scratch), out_features_ * in_features_, stream));
   }
   return static_cast<const void*>(scratch);
 }
@@ -429,6 +434,50 @@ class DeviceModelLoader {
     return absl::OkStatus();
   }
 
+  // A sparse layer's block (DeviceMoe). Quantized experts with bf16 scales are rounded to bf16 in fp32 mode.
+  static absl::Status BuildMoe(const ModelConfig& config, const MoeWeights& src, ComputeDtype dtype,
+                               const std::string& prefix, RotationTables* rotations, DeviceMoe* dst) {
+    const std::string mlp = prefix + "mlp.";
+    std::vector<const LinearWeight*> router = {&src.router};
+    dst->shared = config.shared_expert_intermediate_size > 0;
+    if (dst->shared) router.push_back(&src.shared_expert_gate);
+    SCORED_ASSIGN_OR_RETURN(dst->router,
+                            Build(router, dtype, mlp + "gate (router)", false, GemmTypes::kFp8ToFp32, false));
+    for (const LinearWeight* w : router) {  // the experts read the router's input after it: not rotated
+      if (!w->transforms.empty()) {
+        return absl::UnimplementedError(absl::StrCat(w->module,
+                                                     ": transform_config rotations of the router "
+                                                     "are not implemented on the CUDA backend"));
+      }
+    }
+    const auto expert = [&](const ExpertWeights& x, const std::string& what, DeviceLinear* gate_up,
+                            DeviceLinear* down) -> absl::Status {
+      SCORED_ASSIGN_OR_RETURN(*gate_up, Build({&x.gate_proj, &x.up_proj}, dtype, what + " gate|up"));
+      SCORED_ASSIGN_OR_RETURN(
+          *down, Build({&x.down_proj}, dtype, what + ".down_proj", false, GemmTypes::kFp8ToFp32));
+      SCORED_RETURN_IF_ERROR(rotations->Attach({&x.gate_proj, &x.up_proj}, what + " gate|up", true, gate_up));
+      SCORED_RETURN_IF_ERROR(rotations->Attach({&x.down_proj}, what + ".down_proj", false, down));
+      for (const auto& [linear, w] :
+           {std::pair<DeviceLinear*, const LinearWeight*>{gate_up, &x.gate_proj}, {down, &x.down_proj}}) {
+        linear->round_to_bf16_ = linear->uses_scratch() && w->format != WeightFormat::kDense &&
+                                 w->weight_scale.dtype == DType::kBF16;
+      }
+      return absl::OkStatus();
+    };
+    dst->gate_up.resize(src.experts.size());
+    dst->down.resize(src.experts.size());
+    for (size_t e = 0; e < src.experts.size(); ++e) {
+      SCORED_RETURN_IF_ERROR(
+          expert(src.experts[e], absl::StrCat(mlp, "experts.", e), &dst->gate_up[e], &dst->down[e]));
+    }
+    if (dst->shared) {
+      SCORED_RETURN_IF_ERROR(
+          expert(src.shared_expert, mlp + "shared_expert", &dst->shared_gate_up, &dst->shared_down));
+      dst->shared_gate_up.round_to_bf16_ = dst->shared_down.round_to_bf16_ = false;  // an ordinary MLP
+    }
+    return absl::OkStatus();
+  }
+
   static void TieTo(DeviceLinear* linear, const DeviceBuffer& table, int64_t vocab_size,
                     int64_t hidden_size) {
     linear->out_features_ = vocab_size;
@@ -437,12 +486,74 @@ class DeviceModelLoader {
   }
 };
 
+namespace {
+
+// Once a tensor is on the GPU its mmapped pages leave the process's RSS (they stay in the page cache), so
+// host memory during the load stays near one layer's pages instead of growing to the checkpoint's size.
+void ReleaseLinearPages(const TensorStore& store, const LinearWeight& w) {
+  for (const TensorView* t : {&w.weight, &w.weight_packed, &w.weight_scale, &w.weight_zero_point,
+                              &w.weight_g_idx, &w.weight_global_scale, &w.input_global_scale, &w.bias}) {
+    store.ReleaseResidentPages(*t);
+  }
+}
+
+void ReleaseLayerPages(const TensorStore& store, const LayerWeights& src) {
+  for (const LinearWeight* w :
+       {&src.q_proj, &src.k_proj, &src.v_proj, &src.o_proj, &src.gate_proj, &src.up_proj, &src.down_proj,
+        &src.moe.router, &src.moe.shared_expert_gate, &src.moe.shared_expert.gate_proj,
+        &src.moe.shared_expert.up_proj, &src.moe.shared_expert.down_proj}) {
+    ReleaseLinearPages(store, *w);
+  }
+  for (const ExpertWeights& x : src.moe.experts) {
+    for (const LinearWeight* w : {&x.gate_proj, &x.up_proj, &x.down_proj}) ReleaseLinearPages(store, *w);
+  }
+  for (const TensorView* t :
+       {&src.input_layernorm, &src.post_attention_layernorm, &src.q_norm, &src.k_norm}) {
+    store.ReleaseResidentPages(*t);
+  }
+}
+
+int64_t ResidentBytes(const DeviceModel& model) {
+  int64_t bytes = model.embed.bytes() + model.final_norm.bytes() + model.rope_inv_freq.bytes() +
+                  model.lm_head.DeviceBytes();
+  for (const DeviceLayer& layer : model.layers) {
+    bytes += layer.input_norm.bytes() + layer.post_norm.bytes() + layer.q_norm.bytes() +
+             layer.k_norm.bytes() + layer.qkv_bias.bytes();
+    for (const DeviceLinear* linear : LinearsInOrder(layer)) bytes += linear->DeviceBytes();
+  }
+  for (const DeviceBuffer& table : model.rotation_tables) bytes += table.bytes();
+  return bytes;
+}
+
+}  // namespace
+
+std::vector<const DeviceLinear*> LinearsInOrder(const DeviceLayer& layer) {
+  std::vector<const DeviceLinear*> order = {&layer.qkv, &layer.o};
+  if (!layer.sparse) {
+    order.push_back(&layer.gate_up);
+    order.push_back(&layer.down);
+    return order;
+  }
+  order.push_back(&layer.moe.router);
+  for (size_t e = 0; e < layer.moe.gate_up.size(); ++e) {
+    order.push_back(&layer.moe.gate_up[e]);
+    order.push_back(&layer.moe.down[e]);
+  }
+  if (layer.moe.shared) {
+    order.push_back(&layer.moe.shared_gate_up);
+    order.push_back(&layer.moe.shared_down);
+  }
+  return order;
+}
+
 absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype,
                                                          const ShardPlan* plan, bool kv_cache_quant) {
   const ModelConfig& config = weights.config();
-  if (config.moe()) {  // sparse layers hold experts, not gate/up/down (LayerWeights::moe)
-    return absl::UnimplementedError(absl::StrCat(
-        config.architecture, ": mixture-of-experts blocks are not implemented on the CUDA backend yet"));
+  if (config.moe() && plan != nullptr) {  // the MoE shard plan exists (shard_plan.h); its upload does not
+    return absl::UnimplementedError(
+        absl::StrCat(config.architecture,
+                     ": mixture-of-experts blocks run at --tp 1 only on the CUDA "
+                     "backend (tensor parallelism is not implemented for them yet)"));
   }
   auto model = std::make_unique<DeviceModel>();
   model->dtype = dtype;
@@ -455,15 +566,8 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     keep->push_back(std::move(shard));
     return &keep->back().view;
   };
-  // Once a tensor is on the GPU its mmapped pages leave the process's RSS (they stay in the page cache), so
-  // host memory during the load stays near one layer's pages instead of growing to the checkpoint's size.
   const TensorStore& store = weights.store();
-  auto release = [&](const LinearWeight& w) {
-    for (const TensorView* t : {&w.weight, &w.weight_packed, &w.weight_scale, &w.weight_zero_point,
-                                &w.weight_g_idx, &w.weight_global_scale, &w.input_global_scale, &w.bias}) {
-      store.ReleaseResidentPages(*t);
-    }
-  };
+  auto release = [&](const LinearWeight& w) { ReleaseLinearPages(store, w); };
 
   const int64_t vocab_rows = plan != nullptr ? plan->vocab_end - plan->vocab_begin : config.vocab_size;
   LinearWeight embed;
@@ -522,10 +626,15 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     SCORED_ASSIGN_OR_RETURN(const LinearWeight* v, cut(src.v_proj, LinearRole::kV, &keep));
     SCORED_ASSIGN_OR_RETURN(const LinearWeight* o, cut(src.o_proj, LinearRole::kO, &keep));
     const bool o_amax = plan != nullptr && keep.back().act_amax_all_reduce;
-    SCORED_ASSIGN_OR_RETURN(const LinearWeight* gate, cut(src.gate_proj, LinearRole::kGate, &keep));
-    SCORED_ASSIGN_OR_RETURN(const LinearWeight* up, cut(src.up_proj, LinearRole::kUp, &keep));
-    SCORED_ASSIGN_OR_RETURN(const LinearWeight* down, cut(src.down_proj, LinearRole::kDown, &keep));
-    const bool down_amax = plan != nullptr && keep.back().act_amax_all_reduce;
+    dst.sparse = config.IsSparseLayer(static_cast<int64_t>(l));
+    const LinearWeight *gate = nullptr, *up = nullptr, *down = nullptr;
+    bool down_amax = false;
+    if (!dst.sparse) {
+      SCORED_ASSIGN_OR_RETURN(gate, cut(src.gate_proj, LinearRole::kGate, &keep));
+      SCORED_ASSIGN_OR_RETURN(up, cut(src.up_proj, LinearRole::kUp, &keep));
+      SCORED_ASSIGN_OR_RETURN(down, cut(src.down_proj, LinearRole::kDown, &keep));
+      down_amax = plan != nullptr && keep.back().act_amax_all_reduce;
+    }
     SCORED_ASSIGN_OR_RETURN(dst.input_norm, UploadFloat(src.input_layernorm, prefix + "input_layernorm"));
     SCORED_ASSIGN_OR_RETURN(dst.post_norm,
                             UploadFloat(src.post_attention_layernorm, prefix + "post_attention_layernorm"));
@@ -545,25 +654,24 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     SCORED_ASSIGN_OR_RETURN(dst.qkv, DeviceModelLoader::Build({q, k, v}, dtype, prefix + "self_attn q|k|v"));
     SCORED_ASSIGN_OR_RETURN(dst.o, DeviceModelLoader::Build({o}, dtype, prefix + "self_attn.o_proj", o_amax,
                                                             GemmTypes::kFp8ToFp32));
-    SCORED_ASSIGN_OR_RETURN(dst.gate_up, DeviceModelLoader::Build({gate, up}, dtype, prefix + "mlp gate|up"));
-    SCORED_ASSIGN_OR_RETURN(dst.down, DeviceModelLoader::Build({down}, dtype, prefix + "mlp.down_proj",
-                                                               down_amax, GemmTypes::kFp8ToFp32));
+    if (dst.sparse) {
+      SCORED_RETURN_IF_ERROR(
+          DeviceModelLoader::BuildMoe(config, src.moe, dtype, prefix, &rotations, &dst.moe));
+    } else {
+      SCORED_ASSIGN_OR_RETURN(dst.gate_up,
+                              DeviceModelLoader::Build({gate, up}, dtype, prefix + "mlp gate|up"));
+      SCORED_ASSIGN_OR_RETURN(dst.down, DeviceModelLoader::Build({down}, dtype, prefix + "mlp.down_proj",
+                                                                 down_amax, GemmTypes::kFp8ToFp32));
+      SCORED_RETURN_IF_ERROR(rotations.Attach({gate, up}, prefix + "mlp gate|up", true, &dst.gate_up));
+      SCORED_RETURN_IF_ERROR(rotations.Attach({down}, prefix + "mlp.down_proj", false, &dst.down));
+    }
     // transform_config's online rotations: an output rotation runs after the GEMM only where the output is
     // written in the compute dtype with no bias to add after it (q|k|v without a bias, gate|up).
     SCORED_RETURN_IF_ERROR(
         rotations.Attach({q, k, v}, prefix + "self_attn q|k|v", !config.attention_bias, &dst.qkv));
     SCORED_RETURN_IF_ERROR(rotations.Attach({o}, prefix + "self_attn.o_proj", false, &dst.o));
-    SCORED_RETURN_IF_ERROR(rotations.Attach({gate, up}, prefix + "mlp gate|up", true, &dst.gate_up));
-    SCORED_RETURN_IF_ERROR(rotations.Attach({down}, prefix + "mlp.down_proj", false, &dst.down));
-    for (const LinearWeight* w :
-         {&src.q_proj, &src.k_proj, &src.v_proj, &src.o_proj, &src.gate_proj, &src.up_proj, &src.down_proj}) {
-      release(*w);
-    }
-    for (const TensorView* t :
-         {&src.input_layernorm, &src.post_attention_layernorm, &src.q_norm, &src.k_norm}) {
-      store.ReleaseResidentPages(*t);
-    }
-    for (const DeviceLinear* linear : {&dst.qkv, &dst.o, &dst.gate_up, &dst.down}) {
+    ReleaseLayerPages(store, src);
+    for (const DeviceLinear* linear : LinearsInOrder(dst)) {
       if (linear->uses_scratch()) {
         model->max_scratch_elements =
             std::max(model->max_scratch_elements, linear->out_features() * linear->in_features());
@@ -575,15 +683,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
   }
 
   model->rotation_tables = rotations.Release();
-  int64_t bytes = model->embed.bytes() + model->final_norm.bytes() + model->rope_inv_freq.bytes() +
-                  model->lm_head.DeviceBytes();
-  for (const DeviceLayer& layer : model->layers) {
-    bytes += layer.input_norm.bytes() + layer.post_norm.bytes() + layer.q_norm.bytes() +
-             layer.k_norm.bytes() + layer.qkv_bias.bytes() + layer.qkv.DeviceBytes() + layer.o.DeviceBytes() +
-             layer.gate_up.DeviceBytes() + layer.down.DeviceBytes();
-  }
-  for (const DeviceBuffer& table : model->rotation_tables) bytes += table.bytes();
-  model->resident_bytes = bytes;
+  model->resident_bytes = ResidentBytes(*model);
   return model;
 }
 
@@ -596,8 +696,22 @@ int64_t EstimateDeviceBytes(const ModelWeights& weights, ComputeDtype dtype, int
   int64_t bytes = config.vocab_size * config.hidden_size * act;  // the embedding
   if (!config.tie_word_embeddings) bytes += linear_bytes(weights.lm_head());
   for (const LayerWeights& layer : weights.layers()) {
-    for (const LinearWeight* w : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj,
-                                  &layer.gate_proj, &layer.up_proj, &layer.down_proj}) {
+    std::vector<const LinearWeight*> linears = {&layer.q_proj,
+                                                &layer.k_proj,
+                                                &layer.v_proj,
+                                                &layer.o_proj,
+                                                &layer.gate_proj,
+                                                &layer.up_proj,
+                                                &layer.down_proj,
+                                                &layer.moe.router,
+                                                &layer.moe.shared_expert_gate,
+                                                &layer.moe.shared_expert.gate_proj,
+                                                &layer.moe.shared_expert.up_proj,
+                                                &layer.moe.shared_expert.down_proj};
+    for (const ExpertWeights& x : layer.moe.experts) {
+      for (const LinearWeight* w : {&x.gate_proj, &x.up_proj, &x.down_proj}) linears.push_back(w);
+    }
+    for (const LinearWeight* w : linears) {  // absent ones (a dense layer's MoE, a sparse one's MLP) count 0
       bytes += linear_bytes(*w) + w->out_features * 4;  // + an fp32 bias or per-channel scale at most
     }
     bytes += 2 * config.hidden_size * 4 + 2 * config.head_dim * 4;  // norms

@@ -98,6 +98,8 @@ class DeviceLinear {
   // every rank's input columns (engine/model/shard_plan.h ShardedLinear::act_amax_all_reduce).
   bool act_amax_all_reduce() const { return act_amax_all_reduce_; }
 
+  // fp32 mode, quantized mixture-of-experts weights: Materialize rounds the expansion to bf16 values.
+  bool round_to_bf16() const { return round_to_bf16_; }
   // transform_config's online rotations: the input's run in place on the GEMM's input rows before anything
   // else (activation quantization included), in order; the outputs' on the GEMM's output after it (only
   // where that output is written in the compute dtype, not added into the residual: the upload refuses the
@@ -136,6 +138,21 @@ class DeviceLinear {
   DeviceBuffer int8_scale_;   // [out_features] fp32, when int8_resident()
   std::vector<DeviceRotation> input_rotations_;
   std::vector<DeviceRotation> output_rotations_;
+  bool round_to_bf16_ = false;
+};
+
+// A sparse layer's mixture-of-experts block (ModelConfig::IsSparseLayer; semantics in engine/model/config.h),
+// every linear as the dense MLP's are (any format). The router's GEMM writes fp32 logits (every mode);
+// Qwen2-MoE's shared_expert_gate is stacked under it as row num_experts, so that one GEMM gives the routing
+// logits and the gate's. In fp32 mode a quantized expert is expanded and then rounded to bf16 values
+// (DeviceLinear::round_to_bf16): the CPU oracle's (and transformers') reading of quantized experts.
+struct DeviceMoe {
+  DeviceLinear router;                // [num_experts (+ 1: the shared expert's gate), hidden_size]
+  std::vector<DeviceLinear> gate_up;  // [num_experts] each [2 moe_intermediate_size, hidden_size]
+  std::vector<DeviceLinear> down;     // [num_experts] each [hidden_size, moe_intermediate_size]
+  bool shared = false;                // Qwen2-MoE's shared expert (then the two below)
+  DeviceLinear shared_gate_up;        // [2 shared_expert_intermediate_size, hidden_size]
+  DeviceLinear shared_down;           // [hidden_size, shared_expert_intermediate_size]
 };
 
 struct DeviceLayer {
@@ -146,12 +163,20 @@ struct DeviceLayer {
   DeviceBuffer qkv_bias;    // [q_dim + 2 kv_dim] fp32 (Qwen2 / attention_bias), else empty
   DeviceLinear qkv;         // [q_dim + 2 kv_dim, hidden_size]
   DeviceLinear o;           // [hidden_size, q_dim]
-  DeviceLinear gate_up;     // [2 intermediate_size, hidden_size]
-  DeviceLinear down;        // [hidden_size, intermediate_size]
+  DeviceLinear gate_up;     // [2 intermediate_size, hidden_size]; a sparse layer: empty
+  DeviceLinear down;        // [hidden_size, intermediate_size]; a sparse layer: empty
+  bool sparse = false;      // ModelConfig::IsSparseLayer: `moe` instead of gate_up / down
+  DeviceMoe moe;
   // FP8 KV cache (the checkpoint's kv_cache_scheme, applied): K after RoPE and V quantize-dequantized
   // with these (kernels/static_act_quant.h); 0 = off.
   float k_scale = 0.0f, v_scale = 0.0f;
 };
+
+// Every linear of `layer` in the order the forward uses them: q|k|v, o, then gate|up, down; a sparse layer's
+// router, each expert's gate|up and down in ascending expert id, then its shared expert's gate|up and down
+// (Qwen2-MoE; last, as its input rotation, if any, runs in place on the input the experts gather from).
+// (WeightStream streams them in this order.)
+std::vector<const DeviceLinear*> LinearsInOrder(const DeviceLayer& layer);
 
 struct DeviceModel {
   ComputeDtype dtype = ComputeDtype::kBf16;

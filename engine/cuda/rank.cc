@@ -57,6 +57,7 @@ absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activati
                       {&layer.down, &acts.mlp, &acts.proj, GemmTypes::kBf16ToFp32, true}};
   for (const Job& job : jobs) {
     const int64_t out = job.linear->out_features(), in = job.linear->in_features();
+    if (out == 0) continue;  // a sparse layer's gate|up / down: its experts are planned lazily
     GemmTypes types = job.types;
     if (job.linear->fp8_resident()) {
       // FP8: the input buffer quantized per token (real codes and scales), the resident FP8 weight.
@@ -210,11 +211,13 @@ absl::Status PinGemms(const DeviceModel& model, const EngineOptions& options, bo
       options.dtype == ComputeDtype::kBf16 ? GemmTypes::kBf16ToFp32 : GemmTypes::kFp32;
   for (const DeviceLayer& layer : model.layers) {
     for (const DeviceLinear* linear : {&layer.qkv, &layer.gate_up}) {
+      if (linear->out_features() == 0) continue;  // sparse layer: experts planned lazily by Linear()
       SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), linear->in_features(),
                                                  linear->fp8_resident() ? GemmTypes::kFp8ToBf16 : types));
     }
     for (const DeviceLinear* linear : {&layer.o, &layer.down}) {
       const int64_t in = linear->in_features();
+      if (linear->out_features() == 0) continue;
       if (one_gpu && rank->acts.row_parallel_halves && SumsInHalves(*linear, options.dtype)) {
         SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), in / 2, head_types, in));
         continue;
@@ -229,7 +232,7 @@ absl::Status PinGemms(const DeviceModel& model, const EngineOptions& options, bo
 void LogW8a8(const DeviceModel& model, int device) {
   int fp8_linears = 0, w8a8_linears = 0, int8_linears = 0, int8_resident = 0;
   for (const DeviceLayer& layer : model.layers) {
-    for (const DeviceLinear* linear : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+    for (const DeviceLinear* linear : LinearsInOrder(layer)) {
       fp8_linears += linear->fp8_resident() ? 1 : 0;
       w8a8_linears += linear->w8a8_dynamic_fp8() ? 1 : 0;
       int8_linears += linear->w8a8_dynamic_int8() ? 1 : 0;

@@ -21,6 +21,9 @@
 #include "engine/kernels/int8_gemm.h"
 #include "engine/kernels/int8_quant.h"
 #include "engine/kernels/kernel_types.h"
+#include "engine/kernels/moe_combine.h"
+#include "engine/kernels/moe_dispatch.h"
+#include "engine/kernels/moe_route.h"
 #include "engine/kernels/qk_norm.h"
 #include "engine/kernels/reference_compare.h"
 #include "engine/kernels/rms_norm_fp8.h"
@@ -108,7 +111,7 @@ class ForwardPass {
     for (size_t l = 0; l < model_.layers.size(); ++l) {
       const DeviceLayer& layer = model_.layers[l];
       SCORED_RETURN_IF_ERROR(AttentionBlock(layer, l > 0 ? RowSum::kAfterDown : RowSum::kNone));
-      SCORED_RETURN_IF_ERROR(MlpBlock(layer));
+      SCORED_RETURN_IF_ERROR(layer.sparse ? MoeBlock(layer) : MlpBlock(layer));
     }
     NormOutput<T> final_out = NormInto(false);
     if (role_ == PassRole::kReference) final_out.normed = acts_->ref_normed.as<T>();
@@ -241,6 +244,86 @@ class ForwardPass {
       SCORED_RETURN_IF_ERROR(sums_.Reduce(RowSum::kAfterDown, c, ch));
     }
     return absl::OkStatus();
+  }
+
+  // A sparse layer (DeviceMoe; config.h has the semantics), tp 1, one chunk: norm, the router's fp32 logits,
+  // the routing, the slots grouped by expert (their counts copied to the host: the expert GEMMs' row
+  // counts; the one host synchronization of the layer), then each expert in ascending id on its gathered
+  // rows (gate|up, SwiGLU, down to fp32) accumulated with its weights, the shared expert, and their sum into
+  // the residual (kernels/moe_combine.h: the oracle's order of fp32 adds). A token's rows are computed with
+  // the GEMM algorithm pinned for the expert's shape whatever the row count, so its result does not depend
+  // on the rest of the batch.
+  absl::Status MoeBlock(const DeviceLayer& layer) {
+    if (tp_ != nullptr || num_chunks() != 1) {
+      return absl::UnimplementedError("mixture-of-experts layers under tensor parallelism");
+    }
+    const DeviceMoe& moe = layer.moe;
+    const int64_t experts = config_.num_experts, k = config_.num_experts_per_tok;
+    SCORED_RETURN_IF_ERROR(sums_.Norm<T>(layer.post_norm.as<float>(), eps_, Summed(RowSum::kAfterO), 0,
+                                         chunks_[0], NormInto(false)));  // normed [n, hidden]
+    RowChunk all;
+    all.rows = n_;
+    float* const logits = acts_->router_logits.as<float>();  // [n, columns]
+    const int64_t columns = moe.router.out_features();
+    int32_t* const ids = acts_->moe_ids.as<int32_t>();      // [n, k]
+    float* const weights = acts_->moe_weights.as<float>();  // [n, k]
+    int32_t* const slots = acts_->moe_slots.as<int32_t>();  // [n * k]
+    float* const acc = acts_->moe_acc.as<float>();          // [n, hidden]
+    SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease router_w, weights_.Acquire(moe.router));
+    SCORED_RETURN_IF_ERROR(Linear(router_w, normed_, logits, to_fp32_, LinearInOut{}, all));
+    SCORED_RETURN_IF_ERROR(weights_.Release(router_w));
+    SCORED_RETURN_IF_ERROR(
+        kernels::MoeRoute(logits, columns, n_, experts, k, config_.norm_topk_prob, ids, weights, stream_));
+    SCORED_RETURN_IF_ERROR(
+        kernels::MoeGroupByExpert(ids, n_ * k, experts, acts_->moe_counts.as<int32_t>(), slots, stream_));
+    std::vector<int32_t> counts(static_cast<size_t>(experts));
+    SCORED_CUDA_CHECK(cudaMemcpyAsync(counts.data(), acts_->moe_counts.data(), experts * sizeof(int32_t),
+                                      cudaMemcpyDeviceToHost, stream_));
+    SCORED_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    SCORED_CUDA_CHECK(cudaMemsetAsync(acc, 0, n_ * hidden_ * sizeof(float), stream_));
+    int64_t offset = 0;
+    for (int64_t e = 0; e < experts; ++e) {  // every expert's lease, in order, even one with no tokens
+      SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease gate_up_w, weights_.Acquire(moe.gate_up[e]));
+      SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease down_w, weights_.Acquire(moe.down[e]));
+      const int64_t m = counts[e];
+      if (m > 0) {
+        const int32_t* expert_slots = slots + offset;
+        T* const x = acts_->moe_x.as<T>();          // [m, hidden]
+        float* const y = acts_->moe_y.as<float>();  // [m, hidden]
+        SCORED_RETURN_IF_ERROR(
+            kernels::MoeGatherRows<T>(normed_, hidden_, expert_slots, m, k, hidden_, x, stream_));
+        SCORED_RETURN_IF_ERROR(ExpertMlp(gate_up_w, down_w, x, m, y));
+        SCORED_RETURN_IF_ERROR(kernels::MoeAccumulate(y, expert_slots, m, k, weights, hidden_, acc, stream_));
+      }
+      SCORED_RETURN_IF_ERROR(weights_.Release(gate_up_w));
+      SCORED_RETURN_IF_ERROR(weights_.Release(down_w));
+      offset += m;
+    }
+    float* shared = nullptr;
+    if (moe.shared) {
+      SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease gate_up_w, weights_.Acquire(moe.shared_gate_up));
+      SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease down_w, weights_.Acquire(moe.shared_down));
+      shared = acts_->moe_shared.as<float>();  // [n, hidden]
+      SCORED_RETURN_IF_ERROR(ExpertMlp(gate_up_w, down_w, normed_, n_, shared));
+      SCORED_RETURN_IF_ERROR(weights_.Release(gate_up_w));
+      SCORED_RETURN_IF_ERROR(weights_.Release(down_w));
+    }
+    // residual += acc (+ sigmoid(gate) * shared); the gate's logit is the router output's column `experts`
+    SCORED_RETURN_IF_ERROR(
+        kernels::MoeFinish(acc, shared, logits + experts, columns, n_, hidden_, residual_, stream_));
+    return sums_.Reduce(RowSum::kAfterDown, 0, chunks_[0]);
+  }
+
+  // y [m, hidden] fp32 = down(silu(gate(x)) * up(x)) for x [m, hidden] (gate_up_ / mlp_ as scratch).
+  absl::Status ExpertMlp(const WeightStream::Lease& gate_up_w, const WeightStream::Lease& down_w, T* x,
+                         int64_t m, float* y) {
+    RowChunk rows;
+    rows.rows = m;
+    const int64_t inter = gate_up_w.linear->out_features() / 2;
+    SCORED_RETURN_IF_ERROR(Linear(gate_up_w, x, gate_up_, types_, LinearInOut{}, rows));
+    SCORED_RETURN_IF_ERROR(
+        kernels::SwiGlu<T>(gate_up_, gate_up_ + inter, 2 * inter, m, inter, mlp_, stream_));
+    return Linear(down_w, mlp_, y, to_fp32_, LinearInOut{}, rows);
   }
 
   // lm_head in chunks of rows: fp32 logits into the reusable chunk, then the per-row statistics.

@@ -333,20 +333,20 @@ TEST_F(CudaEngineTest, StartupSaysWhatFits) {
 //    codes are the same rule, the accumulation differs, so the same statistical bound applies. Emulated-path
 //    numbers on an H200, 2026-11-22: llama-fp8-dynamic bf16 mean |delta| 0.30, PPL -1.9%;
 //    llama-trained-fp8-dynamic bf16 0.019 (fp32 0.00054); llama-fp8-block bf16 0.32, PPL +0.8%.
-// Mixture-of-experts checkpoints are refused with UNIMPLEMENTED naming the architecture, before any device
-// work (so this runs on machines without a GPU too), until the CUDA MoE path lands (issue 20).
-TEST(CudaEngineMoe, RefusedNamingTheArchitecture) {
+// Mixture-of-experts checkpoints run at --tp 1; --tp 2 is refused with UNIMPLEMENTED naming the architecture
+// and the flag, before any device work (so this runs on machines without a GPU too), until the MoE shard plan
+// is uploaded and run (issue 20).
+TEST(CudaEngineMoe, TensorParallelRefusedNamingTheArchitecture) {
   for (const char* name : {"mixtral-moe-bf16", "qwen2-moe-w4a16-g32", "qwen3-moe-nvfp4a16"}) {
     EngineOptions options;
     options.model_dir = std::string(SCORED_FIXTURES_DIR) + "/" + name;
     options.backend = Backend::kCuda;
     options.max_batch_tokens = 4096;
+    options.tp = 2;
     auto engine = CreateCudaEngine(options);
     ASSERT_FALSE(engine.ok()) << name;
     EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnimplemented) << engine.status();
-    EXPECT_THAT(
-        std::string(engine.status().message()),
-        ::testing::HasSubstr("mixture-of-experts blocks are not implemented on the CUDA backend yet"));
+    EXPECT_THAT(std::string(engine.status().message()), ::testing::HasSubstr("--tp 1 only"));
     EXPECT_THAT(std::string(engine.status().message()), ::testing::HasSubstr("ForCausalLM"));
   }
 }
@@ -357,8 +357,6 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
   if (!std::filesystem::exists(root)) GTEST_SKIP() << "no fixtures folder";
   for (const auto& entry : std::filesystem::directory_iterator(root)) {
     if (!std::filesystem::exists(entry.path() / "config.json")) continue;
-    // Mixture-of-experts fixtures: refused by the CUDA backend until its MoE path lands (issue 20).
-    if (entry.path().filename().string().find("-moe-") != std::string::npos) continue;
     const std::string dir = entry.path().string();
     SCOPED_TRACE(dir);
     auto reference = MakeReference(dir);
@@ -378,6 +376,14 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
     const bool w8a8 = format.find("w8a8") != std::string::npos || format.find("w4a8") != std::string::npos ||
                       format.find("w4afp8") != std::string::npos ||
                       format.find("+kv-fp8") != std::string::npos;
+    // Random-weight mixture-of-experts models in bf16 mode: routing on random weights and tokens is a coin
+    // flip near ties, and bf16's rounding of the router's input flips some tokens' experts (a whole expert's
+    // difference, up to nats per token): statistical, like W8A8 (measured on an H200, 2026-11-26: mean
+    // |delta| 0.021-0.054, max 5.9, PPL within 1.9%). The trained MoE's bf16 run has its real bound
+    // (TrainedMoeBf16OnRealText).
+    const std::string folder = entry.path().filename().string();
+    const bool random_moe =
+        folder.find("-moe-") != std::string::npos && folder.find("trained") == std::string::npos;
     for (ComputeDtype dtype : {ComputeDtype::kFp32, ComputeDtype::kBf16}) {
       auto engine = MakeCuda(dir, dtype);
       ASSERT_NE(engine, nullptr);
@@ -390,6 +396,9 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
                 << " PPL " << a.ppl << " vs reference " << a.ref_ppl << "\n";
       if (w8a8) {
         EXPECT_LE(std::abs(a.ppl / a.ref_ppl - 1.0), 0.05);
+      } else if (random_moe && !fp32) {
+        EXPECT_LE(a.mean_abs, 0.1);
+        EXPECT_LE(std::abs(a.ppl / a.ref_ppl - 1.0), 0.04);
       } else if (fp32) {
         EXPECT_LE(a.max_abs, 1e-3);
       } else {
@@ -400,6 +409,30 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
     ++checked;
   }
   if (checked == 0) GTEST_SKIP() << "no checkpoints under " << root;
+}
+
+// The trained mixture-of-experts fixture (routing learned on WikiText, so its decisions are not coin flips)
+// in bf16 mode on real text against the CPU oracle: mean |delta logprob| <= 0.01 nats and PPL within 0.3%
+// (issue 20's bound; transformers' own bf16 run of MoE checkpoints is no yardstick here, see the fixtures'
+// README). Its fp32 run is checked against the oracle to 1e-3 with the other fixtures.
+TEST_F(CudaEngineTest, TrainedMoeBf16OnRealText) {
+  const std::string dir = EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR) + "/qwen3-moe-trained-bf16";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "no " << dir;
+  const std::vector<ScoreRequest> sample = WikiTextWindows(16, 256);
+  ASSERT_EQ(sample.size(), 16u);
+  auto engine = MakeCuda(dir, ComputeDtype::kBf16);
+  auto reference = MakeReference(dir);
+  ASSERT_NE(engine, nullptr);
+  ASSERT_NE(reference, nullptr);
+  auto got = ScoreAll(*engine, sample);
+  auto want = ScoreAll(*reference, sample);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(want.ok()) << want.status();
+  const Agreement a = Compare(*got, *want);
+  std::cout << "qwen3-moe-trained-bf16 bf16 on WikiText: mean |delta| " << a.mean_abs << " max " << a.max_abs
+            << " PPL " << a.ppl << " vs " << a.ref_ppl << "\n";
+  EXPECT_LE(a.mean_abs, 0.01);
+  EXPECT_LE(std::abs(a.ppl / a.ref_ppl - 1.0), 0.003);
 }
 
 // bf16 mode on every weight-only fixture against the issue's bound: mean |delta logprob| <= 0.01 nats and PPL
@@ -475,7 +508,9 @@ TEST_F(CudaEngineTest, FixturesBf16AgainstBf16Floor) {
   for (const auto& entry : std::filesystem::directory_iterator(root)) {
     std::ifstream config_file(entry.path() / "config.json");
     if (!entry.is_directory() || !config_file) continue;
-    if (entry.path().filename().string().find("-moe-") != std::string::npos) continue;  // as above
+    // Mixture-of-experts fixtures: no transformers bf16 yardstick (transformers 5.17 misreads quantized
+    // fused experts: tests/fixtures/README.md), so not in the loop above either.
+    if (entry.path().filename().string().find("-moe-") != std::string::npos) continue;
     const nlohmann::json config = nlohmann::json::parse(config_file);
     // An FP8 KV cache (kv_cache_scheme) quantizes activations too: no bf16 yardstick for it; nor for a
     // transform_config, which transformers 5.17 does not apply at load (its bf16 run would score another

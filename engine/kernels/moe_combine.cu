@@ -1,0 +1,60 @@
+// Mixture-of-experts combine. Contract: moe_combine.h.
+#include <cstdint>
+
+#include "engine/kernels/cuda_check.h"
+#include "engine/kernels/moe_combine.h"
+
+namespace scored::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void AccumulateKernel(const float* y, const int32_t* slots, int64_t top_k, const float* weights,
+                                 int64_t hidden, float* acc) {
+  const int64_t r = blockIdx.x;
+  const int32_t slot = slots[r];
+  const float w = weights[slot];
+  const float* from = y + r * hidden;
+  float* to = acc + (slot / top_k) * hidden;
+  for (int64_t i = threadIdx.x; i < hidden; i += kThreads) to[i] = __fadd_rn(to[i], __fmul_rn(from[i], w));
+}
+
+__global__ void FinishKernel(const float* acc, const float* shared, const float* gate, int64_t gate_stride,
+                             int64_t hidden, float* residual) {
+  const int64_t t = blockIdx.x;
+  float s = 0.0f;
+  if (shared != nullptr) s = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[t * gate_stride])));
+  for (int64_t i = threadIdx.x; i < hidden; i += kThreads) {
+    float o = acc[t * hidden + i];
+    if (shared != nullptr) o = __fadd_rn(o, __fmul_rn(s, shared[t * hidden + i]));
+    residual[t * hidden + i] = __fadd_rn(residual[t * hidden + i], o);
+  }
+}
+
+}  // namespace
+
+absl::Status MoeAccumulate(const float* y, const int32_t* slots, int64_t rows, int64_t top_k,
+                           const float* weights, int64_t hidden, float* acc, cudaStream_t stream) {
+  if (rows < 0 || rows > int64_t{0x7fffffff} || top_k < 1 || hidden < 1) {
+    return absl::InvalidArgumentError("MoE accumulate: bad shapes");
+  }
+  if (rows == 0) return absl::OkStatus();
+  AccumulateKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(y, slots, top_k, weights, hidden, acc);
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+absl::Status MoeFinish(const float* acc, const float* shared, const float* gate, int64_t gate_stride,
+                       int64_t num_tokens, int64_t hidden, float* residual, cudaStream_t stream) {
+  if (num_tokens < 0 || num_tokens > int64_t{0x7fffffff} || hidden < 1 ||
+      (shared != nullptr && gate == nullptr)) {
+    return absl::InvalidArgumentError("MoE finish: bad shapes");
+  }
+  if (num_tokens == 0) return absl::OkStatus();
+  FinishKernel<<<static_cast<unsigned>(num_tokens), kThreads, 0, stream>>>(acc, shared, gate, gate_stride,
+                                                                           hidden, residual);
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+}  // namespace scored::kernels

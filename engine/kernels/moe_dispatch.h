@@ -1,0 +1,33 @@
+// Mixture-of-experts dispatch on the GPU: the token slots grouped by expert, and an expert's input rows
+// gathered. A slot is t * top_k + j, token t's j-th chosen expert (kernels/moe_route.h's expert_ids).
+//   MoeGroupByExpert: counts[e] = the number of slots routed to expert e, and sorted_slots = every slot,
+//     grouped by expert in ascending expert id, each expert's slots in ascending slot (token) order: expert e's
+//     slots are sorted_slots[offset_e, offset_e + counts[e]), offset_e = counts[0] + ... + counts[e - 1]. Fully
+//     determined by expert_ids (no atomics), so a token's rows land in the same order whatever the launch.
+//   MoeGatherRows: dst[r] = src[slots[r] / top_k] for r < rows (dst contiguous, src rows ld apart).
+// T in {bf16_t, float}. Errors: INVALID_ARGUMENT (shapes), INTERNAL (launch).
+#ifndef SCORED_ENGINE_KERNELS_MOE_DISPATCH_H_
+#define SCORED_ENGINE_KERNELS_MOE_DISPATCH_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/kernels/kernel_types.h"
+
+namespace scored::kernels {
+
+absl::Status MoeGroupByExpert(const int32_t* expert_ids,  // [num_slots]
+                              int64_t num_slots, int64_t num_experts,
+                              int32_t* counts,        // [num_experts]
+                              int32_t* sorted_slots,  // [num_slots]
+                              cudaStream_t stream);
+
+template <typename T>
+absl::Status MoeGatherRows(const T* src,  // [tokens, ld]
+                           int64_t ld, const int32_t* slots, int64_t rows, int64_t top_k, int64_t width,
+                           T* dst,  // [rows, width]
+                           cudaStream_t stream);
+
+}  // namespace scored::kernels
+
+#endif  // SCORED_ENGINE_KERNELS_MOE_DISPATCH_H_

@@ -1,0 +1,122 @@
+// The mixture-of-experts kernels against the CPU oracle (ref::MoeRoute, ref::MoeCombine) and the grouping's
+// contract: routing with exact ties (the lower expert id first) and with renormalization, every slot grouped
+// by expert in slot order, the weighted combine in ascending expert id with a shared expert.
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "engine/kernels/moe_combine.h"
+#include "engine/kernels/moe_dispatch.h"
+#include "engine/kernels/moe_route.h"
+#include "engine/reference/ops.h"
+#include "tests/engine/kernels/kernel_test_util.h"
+
+namespace scored::kernels {
+namespace {
+
+using testing::DeviceArray;
+
+class MoeKernelsTest : public testing::GpuTest {};
+
+constexpr int64_t kTokens = 37, kExperts = 60, kTopK = 4, kStride = 64, kHidden = 48;
+
+std::vector<float> Logits() {
+  std::vector<float> l = testing::RandomNormal(kTokens * kStride, 5, 2.0f);
+  for (int64_t t = 0; t < kTokens; t += 3) {  // exact ties among the likely winners
+    float* row = l.data() + t * kStride;
+    row[7] = row[11] = row[40] = 6.0f;
+  }
+  return l;
+}
+
+TEST_F(MoeKernelsTest, RouteMatchesOracle) {
+  const std::vector<float> l = Logits();
+  std::vector<float> dense(kTokens * kExperts);
+  for (int64_t t = 0; t < kTokens; ++t) std::copy_n(l.data() + t * kStride, kExperts, dense.data() + t * kExperts);
+  for (bool renormalize : {false, true}) {
+    std::vector<int32_t> want_ids(kTokens * kTopK);
+    std::vector<float> want_w(kTokens * kTopK);
+    ref::MoeRoute(dense.data(), kTokens, kExperts, kTopK, renormalize, want_ids.data(), want_w.data());
+    DeviceArray<float> d_l(l);
+    DeviceArray<int32_t> d_ids(kTokens * kTopK);
+    DeviceArray<float> d_w(kTokens * kTopK);
+    ASSERT_TRUE(MoeRoute(d_l.get(), kStride, kTokens, kExperts, kTopK, renormalize, d_ids.get(), d_w.get(),
+                         stream_)
+                    .ok());
+    Sync();
+    const std::vector<int32_t> ids = d_ids.Download();
+    const std::vector<float> w = d_w.Download();
+    EXPECT_EQ(ids, want_ids) << "renormalize " << renormalize;
+    for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], want_w[i], 2e-7f * want_w[i]) << i;
+    EXPECT_EQ(ids[0 * kTopK], 7);  // the tie at 6.0: ids 7, 11, 40 in that order
+    EXPECT_EQ(ids[0 * kTopK + 1], 11);
+    EXPECT_EQ(ids[0 * kTopK + 2], 40);
+  }
+}
+
+TEST_F(MoeKernelsTest, GroupCombineMatchesOracle) {
+  std::mt19937 rng(9);
+  std::vector<int32_t> ids(kTokens * kTopK);
+  for (int64_t t = 0; t < kTokens; ++t) {  // k distinct experts per token, some experts unused
+    std::vector<int32_t> all(kExperts);
+    for (int32_t e = 0; e < kExperts; ++e) all[e] = e;
+    std::shuffle(all.begin(), all.begin() + 20, rng);
+    std::copy_n(all.begin(), kTopK, ids.begin() + t * kTopK);
+  }
+  const std::vector<float> weights = testing::RandomFloats(kTokens * kTopK, 10, 0.0f, 1.0f);
+  // expert_out[t, j]: a deterministic function of (token, expert), as an expert's output would be
+  std::vector<float> expert_out(kTokens * kTopK * kHidden);
+  for (int64_t s = 0; s < kTokens * kTopK; ++s) {
+    for (int64_t i = 0; i < kHidden; ++i) {
+      expert_out[s * kHidden + i] = std::sin(0.1f * static_cast<float>((s / kTopK) * 131 + ids[s] * 7 + i));
+    }
+  }
+  const std::vector<float> shared = testing::RandomNormal(kTokens * kHidden, 11);
+  const std::vector<float> gate = testing::RandomNormal(kTokens * 2, 12);  // column 1 of a [t, 2] matrix
+  std::vector<float> gate_col(kTokens);
+  for (int64_t t = 0; t < kTokens; ++t) gate_col[t] = gate[t * 2 + 1];
+  std::vector<float> want(kTokens * kHidden);
+  ref::MoeCombine(expert_out.data(), ids.data(), weights.data(), kTokens, kTopK, kHidden, shared.data(),
+                  gate_col.data(), want.data());
+  const std::vector<float> residual = testing::RandomNormal(kTokens * kHidden, 13);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += residual[i];
+
+  DeviceArray<int32_t> d_ids(ids), d_counts(kExperts), d_slots(kTokens * kTopK);
+  ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), kTokens * kTopK, kExperts, d_counts.get(), d_slots.get(), stream_)
+                  .ok());
+  Sync();
+  const std::vector<int32_t> counts = d_counts.Download(), slots = d_slots.Download();
+  int64_t offset = 0;
+  DeviceArray<float> d_w(weights), d_acc(std::vector<float>(kTokens * kHidden, 0.0f));
+  for (int32_t e = 0; e < kExperts; ++e) {
+    std::vector<int32_t> expect;
+    for (int64_t s = 0; s < kTokens * kTopK; ++s) {
+      if (ids[s] == e) expect.push_back(static_cast<int32_t>(s));
+    }
+    ASSERT_EQ(counts[e], static_cast<int32_t>(expect.size())) << e;
+    ASSERT_TRUE(std::equal(expect.begin(), expect.end(), slots.begin() + offset)) << e;
+    if (counts[e] > 0) {  // this expert's output rows in its slots' order, accumulated
+      std::vector<float> y(counts[e] * kHidden);
+      for (int32_t r = 0; r < counts[e]; ++r) {
+        std::copy_n(expert_out.data() + expect[r] * kHidden, kHidden, y.data() + r * kHidden);
+      }
+      DeviceArray<float> d_y(y);
+      ASSERT_TRUE(MoeAccumulate(d_y.get(), d_slots.get() + offset, counts[e], kTopK, d_w.get(), kHidden,
+                                d_acc.get(), stream_)
+                      .ok());
+      Sync();
+    }
+    offset += counts[e];
+  }
+  EXPECT_EQ(offset, kTokens * kTopK);
+  DeviceArray<float> d_shared(shared), d_gate(gate), d_residual(residual);
+  ASSERT_TRUE(MoeFinish(d_acc.get(), d_shared.get(), d_gate.get() + 1, 2, kTokens, kHidden, d_residual.get(),
+                        stream_)
+                  .ok());
+  Sync();
+  const std::vector<float> got = d_residual.Download();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6f * (1.0f + std::fabs(want[i]))) << i;
+}
+
+}  // namespace
+}  // namespace scored::kernels
