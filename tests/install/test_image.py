@@ -1,5 +1,6 @@
-"""docker/Dockerfile against the installed package. No container engine runs on the CI machine (rootless
-podman there fails in its OCI runtime: setrlimit is not permitted), so the image is checked statically:
+"""docker/Dockerfile against the installed package. No container engine runs on the CI machine (Debian's
+podman there fails in its OCI runtime, crun: setrlimit refused, cgroups in hybrid mode), so the image is
+checked statically:
 - its runtime stage installs exactly the Debian packages that own the shared libraries the installed binaries
   link (readelf NEEDED, resolved by ldd, owner by dpkg -S), minus those of the debian:12-slim base; every
   other library ldd lists comes with those packages' dependencies; the CUDA libraries (not Debian packages:
