@@ -17,10 +17,13 @@ packages=(
   prometheus
 )
 
+# Exactly the packages owning the libraries the installed binaries link (readelf NEEDED; libc6, libgcc-s1,
+# libstdc++6 come with debian:12-slim), plus the CA roots: tests/install/test_image.py compares this list with
+# ldd + dpkg -S of `cmake --install`'s binaries. The CUDA libraries come from NVIDIA's repository
+# (docker/Dockerfile).
 runtime_packages=(
   ca-certificates libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623
-  libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libsentencepiece0 libpcre2-8-0 libutf8proc2 libssl3
-  libcpp-httplib0.11
+  libprometheus-cpp-core1.0 libpcre2-8-0 libutf8proc2 libssl3 libcpp-httplib0.11
 )
 if [ "${1:-}" = "--runtime" ]; then packages=("${runtime_packages[@]}"); fi
 

@@ -22,6 +22,7 @@ using attention_internal::LaunchMma16Rows;
 using attention_internal::LaunchMma32Rows;
 using attention_internal::LaunchSimt;
 using attention_internal::LaunchWgmma;
+using attention_internal::Mma32RowsFits;
 using attention_internal::WgmmaAvailable;
 
 absl::Status CheckShape(const void* q, const void* k, const void* v, const int32_t* cu_seqlens,
@@ -66,9 +67,12 @@ bool Supports(AttentionKernel kernel, const bf16_t* q, const bf16_t* k, const bf
       return true;
     case AttentionKernel::kMma16Rows:
       return MmaAligned(q, k, v, out, s) && (d == 128 || d == 64 || d == 32);
+    // The 64-key tiles at head_dim 128 need more shared memory than sm_86 / sm_89 / sm_120 have: there kAuto
+    // takes the 16-row kernel.
     case AttentionKernel::kMma32RowsK32:
+      return Mma32RowsAligned(q, k, v, out, s) && (d == 128 || d == 64) && Mma32RowsFits(d, 32);
     case AttentionKernel::kMma32RowsK64:
-      return Mma32RowsAligned(q, k, v, out, s) && (d == 128 || d == 64);
+      return Mma32RowsAligned(q, k, v, out, s) && (d == 128 || d == 64) && Mma32RowsFits(d, 64);
     case AttentionKernel::kWgmma:
       return Mma32RowsAligned(q, k, v, out, s) && d == 128 && WgmmaAvailable();
     default:

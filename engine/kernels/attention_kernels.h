@@ -34,6 +34,11 @@ template <int kHeadDim, int kBlockK>
 absl::Status LaunchMma32Rows(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
                              const AttentionShape& shape, bf16_t* out, cudaStream_t stream);
 
+// Whether the current device gives one block the shared memory of the 32-row kernel (attention_mma.cu) at
+// head_dim {64, 128} and block_k {32, 64}: 102 KiB at 128 with 64-key tiles, more than sm_86 / sm_89 /
+// sm_120 offer (99 KiB; sm_80, sm_90 and sm_100 have 163 KiB or more). False on a CUDA error.
+bool Mma32RowsFits(int head_dim, int block_k);
+
 // Whether the Hopper wgmma kernel can run here (attention_wgmma_sm90.cu): the library carries its sm_90a
 // code and the current device has compute capability 9.0.
 bool WgmmaAvailable();

@@ -345,6 +345,19 @@ absl::Status LaunchMma16Rows(const bf16_t* q, const bf16_t* k, const bf16_t* v, 
   return absl::OkStatus();
 }
 
+bool Mma32RowsFits(int head_dim, int block_k) {
+  const int bytes = head_dim == 128
+                        ? (block_k == 64 ? Mma32SharedBytes<128, 64>() : Mma32SharedBytes<128, 32>())
+                        : (block_k == 64 ? Mma32SharedBytes<64, 64>() : Mma32SharedBytes<64, 32>());
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return bytes <= optin;
+}
+
 template <int kHeadDim, int kBlockK>
 absl::Status LaunchMma32Rows(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
                              const AttentionShape& s, bf16_t* out, cudaStream_t stream) {

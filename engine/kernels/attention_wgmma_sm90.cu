@@ -46,6 +46,9 @@ constexpr int kHopperTileBytes = 2 * kHopperHalfBytes;  // a 128 x 128 bf16 tile
 constexpr int kHopperSmem = (1 + 2 * kHopperStages) * kHopperTileBytes + 1024;  // + room to align to 1024
 static_assert(kHopperSmem <= 227 * 1024, "Hopper attention tiles exceed shared memory");
 
+// The helpers below are referenced only by the sm_90a body of the kernel: a multi-architecture build (the
+// release list, cmake/CudaArchitectures.cmake) compiles them unused for every other target.
+#pragma nv_diag_suppress 177
 // Shared-memory matrix descriptor: start address, leading and stride byte offsets (16-byte units),
 // 128-byte swizzle (mode 1 in bits 62-63). Base offset 0: tiles start on 1024-byte boundaries.
 __device__ __forceinline__ uint64_t WgmmaDesc(uint32_t smem_address, uint32_t leading_bytes,
@@ -139,6 +142,8 @@ __device__ __forceinline__ void LoadSwizzledTile(uint32_t tile,
     CopyAsync16To(dst, src + (valid ? static_cast<int64_t>(r) * stride + c * 8 : 0), valid ? 16 : 0);
   }
 }
+
+#pragma nv_diag_default 177
 
 __global__ void __launch_bounds__(kHopperThreads, 1)
     AttentionWgmmaKernel(const __nv_bfloat16* __restrict__ q,     // [num_tokens, q_stride]
@@ -266,13 +271,15 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
 
 }  // namespace
 
-// The kernel runs on compute capability 9.0 devices, when this library carries its sm_90a code
-// (CMAKE_CUDA_ARCHITECTURES 90a-real; without it the kernel is a trap and is never chosen).
+// The kernel runs on compute capability 9.0 devices, when the code loaded is its sm_90a cubin
+// (CMAKE_CUDA_ARCHITECTURES with 90a-real). Any other loaded code traps and is never chosen: another
+// target's cubin, or the compute_80 PTX JIT-compiled for an H100 (binaryVersion 90 but ptxVersion 80: a
+// release build under CUDA_FORCE_PTX_JIT=1).
 bool WgmmaAvailable() {
   static const bool compiled = [] {
     cudaFuncAttributes attributes;
     return cudaFuncGetAttributes(&attributes, AttentionWgmmaKernel) == cudaSuccess &&
-           attributes.binaryVersion == 90;
+           attributes.binaryVersion == 90 && attributes.ptxVersion >= 90;
   }();
   if (!compiled) return false;
   int device = 0, major = 0, minor = 0;

@@ -123,10 +123,28 @@ typename G::Gemm::Arguments MakeArguments(const int8_t* x, const int8_t* w, cons
   return args;
 }
 
+#if defined(SCORED_INT8_GEMM_SM90)
+// Which code of this file's module the device loaded: CUTLASS's SM90 kernels do work only in the sm_90a
+// cubin; in another target's cubin, or the compute_80 PTX JIT-compiled for the device (a release build under
+// CUDA_FORCE_PTX_JIT=1), they are empty. Same module, so this kernel's versions are theirs.
+__global__ void Int8GemmModuleProbe() {}
+
+bool LoadedSm90aCode() {
+  static const bool sm90a = [] {
+    cudaFuncAttributes attributes;
+    const bool ok = cudaFuncGetAttributes(&attributes, Int8GemmModuleProbe) == cudaSuccess;
+    if (!ok) cudaGetLastError();
+    return ok && attributes.binaryVersion == 90 && attributes.ptxVersion >= 90;
+  }();
+  return sm90a;
+}
+#endif
+
 }  // namespace
 
 bool Int8GemmSupported(int device) {
 #if defined(SCORED_INT8_GEMM_SM90)
+  if (!LoadedSm90aCode()) return false;
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
