@@ -39,7 +39,8 @@ absl::Status MoeAccumulate(const float* y, const int32_t* slots, int64_t rows, i
     return absl::InvalidArgumentError("MoE accumulate: bad shapes");
   }
   if (rows == 0) return absl::OkStatus();
-  AccumulateKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(y, slots, top_k, weights, hidden, acc);
+  AccumulateKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(y, slots, top_k, weights, hidden,
+                                                                         acc);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }

@@ -14,7 +14,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-__global__ void __launch_bounds__(kThreads) CountKernel(const int32_t* ids, int64_t num_slots, int32_t* counts) {
+__global__ void __launch_bounds__(kThreads)
+    CountKernel(const int32_t* ids, int64_t num_slots, int32_t* counts) {
   __shared__ int warp_counts[kWarps];
   const int e = blockIdx.x;
   int count = 0;
@@ -70,8 +71,8 @@ __global__ void GatherKernel(const T* src, int64_t ld, const int32_t* slots, int
 
 }  // namespace
 
-absl::Status MoeGroupByExpert(const int32_t* expert_ids, int64_t num_slots, int64_t num_experts, int32_t* counts,
-                              int32_t* sorted_slots, cudaStream_t stream) {
+absl::Status MoeGroupByExpert(const int32_t* expert_ids, int64_t num_slots, int64_t num_experts,
+                              int32_t* counts, int32_t* sorted_slots, cudaStream_t stream) {
   if (num_slots < 0 || num_slots > int64_t{0x7fffffff} || num_experts < 1 || num_experts > 65535) {
     return absl::InvalidArgumentError("MoE grouping: bad shapes");
   }

@@ -1,9 +1,10 @@
 // Mixture-of-experts dispatch on the GPU: the token slots grouped by expert, and an expert's input rows
 // gathered. A slot is t * top_k + j, token t's j-th chosen expert (kernels/moe_route.h's expert_ids).
 //   MoeGroupByExpert: counts[e] = the number of slots routed to expert e, and sorted_slots = every slot,
-//     grouped by expert in ascending expert id, each expert's slots in ascending slot (token) order: expert e's
-//     slots are sorted_slots[offset_e, offset_e + counts[e]), offset_e = counts[0] + ... + counts[e - 1]. Fully
-//     determined by expert_ids (no atomics), so a token's rows land in the same order whatever the launch.
+//     grouped by expert in ascending expert id, each expert's slots in ascending slot (token) order: expert
+//     e's slots are sorted_slots[offset_e, offset_e + counts[e]), offset_e = counts[0] + ... + counts[e - 1].
+//     Fully determined by expert_ids (no atomics), so a token's rows land in the same order whatever the
+//     launch.
 //   MoeGatherRows: dst[r] = src[slots[r] / top_k] for r < rows (dst contiguous, src rows ld apart).
 // T in {bf16_t, float}. Errors: INVALID_ARGUMENT (shapes), INTERNAL (launch).
 #ifndef SCORED_ENGINE_KERNELS_MOE_DISPATCH_H_

@@ -69,9 +69,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 
 }  // namespace
 
-absl::Status MoeRoute(const float* router_logits, int64_t logits_stride, int64_t num_tokens, int64_t num_experts,
-                      int64_t top_k, bool renormalize, int32_t* expert_ids, float* expert_weights,
-                      cudaStream_t stream) {
+absl::Status MoeRoute(const float* router_logits, int64_t logits_stride, int64_t num_tokens,
+                      int64_t num_experts, int64_t top_k, bool renormalize, int32_t* expert_ids,
+                      float* expert_weights, cudaStream_t stream) {
   if (num_tokens < 0 || num_experts < 1 || num_experts > kMaxExperts || top_k < 1 || top_k > num_experts ||
       logits_stride < num_experts) {
     return absl::InvalidArgumentError("MoE routing: bad shapes");

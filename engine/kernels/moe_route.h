@@ -21,8 +21,8 @@ inline constexpr int64_t kMaxExperts = 1024;
 absl::Status MoeRoute(const float* router_logits,  // [num_tokens, logits_stride]
                       int64_t logits_stride, int64_t num_tokens, int64_t num_experts, int64_t top_k,
                       bool renormalize,
-                      int32_t* expert_ids,     // [num_tokens, top_k], descending probability
-                      float* expert_weights,   // [num_tokens, top_k]
+                      int32_t* expert_ids,    // [num_tokens, top_k], descending probability
+                      float* expert_weights,  // [num_tokens, top_k]
                       cudaStream_t stream);
 
 }  // namespace scored::kernels

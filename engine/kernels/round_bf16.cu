@@ -19,7 +19,8 @@ __global__ void RoundKernel(float* x, int64_t n) {
 }  // namespace
 
 absl::Status RoundToBf16InPlace(float* x, int64_t n, cudaStream_t stream) {
-  if (n < 0 || (n > 0 && x == nullptr)) return absl::InvalidArgumentError("RoundToBf16InPlace: bad arguments");
+  if (n < 0 || (n > 0 && x == nullptr))
+    return absl::InvalidArgumentError("RoundToBf16InPlace: bad arguments");
   if (n == 0) return absl::OkStatus();
   const int64_t blocks = (n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535;
   RoundKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, n);

@@ -1,6 +1,7 @@
 // x = fp32(bf16_rne(x)) in place: an fp32 matrix rounded to bf16 values. The fp32 mode's reading of quantized
 // mixture-of-experts weights, which transformers 5.17 decompresses in their scale dtype (bf16) and the CPU
-// oracle rounds the same way (engine/model/weights.h MoeWeights). Errors: INVALID_ARGUMENT, INTERNAL (launch).
+// oracle rounds the same way (engine/model/weights.h MoeWeights). Errors: INVALID_ARGUMENT, INTERNAL
+// (launch).
 #ifndef SCORED_ENGINE_KERNELS_ROUND_BF16_H_
 #define SCORED_ENGINE_KERNELS_ROUND_BF16_H_
 

@@ -32,7 +32,8 @@ std::vector<float> Logits() {
 TEST_F(MoeKernelsTest, RouteMatchesOracle) {
   const std::vector<float> l = Logits();
   std::vector<float> dense(kTokens * kExperts);
-  for (int64_t t = 0; t < kTokens; ++t) std::copy_n(l.data() + t * kStride, kExperts, dense.data() + t * kExperts);
+  for (int64_t t = 0; t < kTokens; ++t)
+    std::copy_n(l.data() + t * kStride, kExperts, dense.data() + t * kExperts);
   for (bool renormalize : {false, true}) {
     std::vector<int32_t> want_ids(kTokens * kTopK);
     std::vector<float> want_w(kTokens * kTopK);
@@ -40,9 +41,9 @@ TEST_F(MoeKernelsTest, RouteMatchesOracle) {
     DeviceArray<float> d_l(l);
     DeviceArray<int32_t> d_ids(kTokens * kTopK);
     DeviceArray<float> d_w(kTokens * kTopK);
-    ASSERT_TRUE(MoeRoute(d_l.get(), kStride, kTokens, kExperts, kTopK, renormalize, d_ids.get(), d_w.get(),
-                         stream_)
-                    .ok());
+    ASSERT_TRUE(
+        MoeRoute(d_l.get(), kStride, kTokens, kExperts, kTopK, renormalize, d_ids.get(), d_w.get(), stream_)
+            .ok());
     Sync();
     const std::vector<int32_t> ids = d_ids.Download();
     const std::vector<float> w = d_w.Download();
@@ -82,8 +83,8 @@ TEST_F(MoeKernelsTest, GroupCombineMatchesOracle) {
   for (size_t i = 0; i < want.size(); ++i) want[i] += residual[i];
 
   DeviceArray<int32_t> d_ids(ids), d_counts(kExperts), d_slots(kTokens * kTopK);
-  ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), kTokens * kTopK, kExperts, d_counts.get(), d_slots.get(), stream_)
-                  .ok());
+  ASSERT_TRUE(
+      MoeGroupByExpert(d_ids.get(), kTokens * kTopK, kExperts, d_counts.get(), d_slots.get(), stream_).ok());
   Sync();
   const std::vector<int32_t> counts = d_counts.Download(), slots = d_slots.Download();
   int64_t offset = 0;
@@ -110,12 +111,13 @@ TEST_F(MoeKernelsTest, GroupCombineMatchesOracle) {
   }
   EXPECT_EQ(offset, kTokens * kTopK);
   DeviceArray<float> d_shared(shared), d_gate(gate), d_residual(residual);
-  ASSERT_TRUE(MoeFinish(d_acc.get(), d_shared.get(), d_gate.get() + 1, 2, kTokens, kHidden, d_residual.get(),
-                        stream_)
-                  .ok());
+  ASSERT_TRUE(
+      MoeFinish(d_acc.get(), d_shared.get(), d_gate.get() + 1, 2, kTokens, kHidden, d_residual.get(), stream_)
+          .ok());
   Sync();
   const std::vector<float> got = d_residual.Download();
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6f * (1.0f + std::fabs(want[i]))) << i;
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-6f * (1.0f + std::fabs(want[i]))) << i;
 }
 
 }  // namespace
