@@ -105,9 +105,10 @@ absl::Status GemmRunner::Prepare(int64_t out_features, int64_t in_features, Gemm
 }
 
 absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features, int64_t in_features,
-                                                            GemmTypes types, int64_t ld) {
+                                                            GemmTypes types, int64_t ld, int64_t plan_rows) {
   if (ld == 0) ld = in_features;
-  const Key key{out_features, in_features, types, ld};
+  plan_rows = plan_rows <= 0 ? max_tokens_ : std::min(plan_rows, max_tokens_);
+  const Key key{out_features, in_features, types, ld, plan_rows};
   if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
   if (out_features <= 0 || in_features <= 0 || ld < in_features) {
     return absl::InvalidArgumentError(
@@ -132,6 +133,7 @@ absl::StatusOr<const GemmRunner::Plan*> GemmRunner::GetPlan(int64_t out_features
     plan.out_features = out_features;
     plan.in_features = in_features;
     plan.ld = ld;
+    plan.plan_rows = plan_rows;
     plan.fp8_outer_vec = outer_vec;
     status = FindCandidates(&plan, types);
     if (!status.ok()) {
@@ -173,7 +175,7 @@ absl::Status GemmRunner::FindCandidates(Plan* out, GemmTypes types) {
       "cublasLtMatrixLayoutCreate(w)"));
 
   TokenLayouts layouts;
-  SCORED_RETURN_IF_ERROR(layouts.Init(max_tokens_, out_features, in_features, ld, types));
+  SCORED_RETURN_IF_ERROR(layouts.Init(plan.plan_rows, out_features, in_features, ld, types));
 
   cublasLtMatmulPreference_t pref = nullptr;
   SCORED_RETURN_IF_ERROR(
@@ -253,7 +255,7 @@ absl::Status GemmRunner::Tune(const void* x, const void* w, void* y, int64_t out
     return absl::InvalidArgumentError("GemmRunner::Tune: FP8 needs both scale vectors");
   }
   SCORED_ASSIGN_OR_RETURN(const Plan* found, GetPlan(out_features, in_features, types, ld));
-  Plan& plan = plans_.at(Key{out_features, in_features, types, found->ld});
+  Plan& plan = plans_.at(Key{out_features, in_features, types, found->ld, found->plan_rows});
   if (found->tuned) return absl::OkStatus();
   cudaEvent_t start = nullptr, stop = nullptr;
   SCORED_CUDA_CHECK(cudaEventCreate(&start));
@@ -301,7 +303,7 @@ absl::Status GemmRunner::Tune(const void* x, const void* w, void* y, int64_t out
 }
 
 std::string GemmRunner::Choice(int64_t out_features, int64_t in_features, GemmTypes types, int64_t ld) const {
-  auto it = plans_.find(Key{out_features, in_features, types, ld == 0 ? in_features : ld});
+  auto it = plans_.find(Key{out_features, in_features, types, ld == 0 ? in_features : ld, max_tokens_});
   return it == plans_.end() ? std::string() : it->second.choice;
 }
 
@@ -314,7 +316,8 @@ absl::Status GemmRunner::Linear(const void* x, const void* w, void* y, int64_t n
         absl::StrCat("GEMM with ", num_tokens, " tokens; the engine was sized for ", max_tokens_));
   }
   if (num_tokens == 0) return absl::OkStatus();
-  SCORED_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(out_features, in_features, types, options.row_stride));
+  SCORED_ASSIGN_OR_RETURN(const Plan* plan,
+                          GetPlan(out_features, in_features, types, options.row_stride, options.plan_rows));
   return CublasStatus(
       Run(*plan, plan->algo, x, w, y, num_tokens, types, nullptr, nullptr, stream, options.accumulate),
       "cublasLtMatmul");

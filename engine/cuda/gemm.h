@@ -67,6 +67,11 @@ struct LinearOptions {
   // block of input columns [k0, k0 + in_features) of wider x and w (pointers offset by k0); each stride is
   // planned (and its algorithm pinned) as its own shape.
   int64_t row_stride = 0;
+  // The row count the algorithm is chosen for (0: the runner's max_tokens), planned and pinned as its own
+  // shape like row_stride: for GEMMs whose row count is usually far below max_tokens (a mixture-of-experts
+  // expert gets about max_tokens * top_k / num_experts rows), so that the pinned algorithm's tiles fit them.
+  // Any row count up to max_tokens still runs, with that algorithm (batch invariance holds per shape).
+  int64_t plan_rows = 0;
 
   // y += x · w^T.
   static LinearOptions Accumulate() {
@@ -169,7 +174,8 @@ class GemmRunner {
     cublasLtMatrixLayout_t w_layout = nullptr;  // A: col-major [in, out], used transposed
     int64_t out_features = 0;
     int64_t in_features = 0;
-    int64_t ld = 0;  // row stride of x and w (elements)
+    int64_t ld = 0;         // row stride of x and w (elements)
+    int64_t plan_rows = 0;  // rows the heuristic chose for (LinearOptions::plan_rows resolved)
     // FP8 only: scales in cuBLASLt's epilogue (outer vectors); false: unit scales, then ApplyFp8Scales.
     bool fp8_outer_vec = false;
     cublasLtMatmulAlgo_t algo;
@@ -177,11 +183,11 @@ class GemmRunner {
     bool tuned = false;
     std::string choice;
   };
-  using Key = std::tuple<int64_t, int64_t, GemmTypes, int64_t>;  // out, in, types, ld
+  using Key = std::tuple<int64_t, int64_t, GemmTypes, int64_t, int64_t>;  // out, in, types, ld, plan rows
 
   GemmRunner() = default;
   absl::StatusOr<const Plan*> GetPlan(int64_t out_features, int64_t in_features, GemmTypes types,
-                                      int64_t ld = 0);
+                                      int64_t ld = 0, int64_t plan_rows = 0);
   // Creates plan->desc and w_layout (FP8: with outer-vector scale modes when plan->fp8_outer_vec) and fills
   // plan->candidates; on error nothing is left allocated.
   absl::Status FindCandidates(Plan* plan, GemmTypes types);

@@ -53,6 +53,8 @@ struct LinearInOut {
   // With add_to_output: y += x_a . W_a^T, then y += x_b . W_b^T over the two halves of the input columns
   // (SumsInHalves).
   bool sum_in_halves = false;
+  // LinearOptions::plan_rows of the bf16 / fp32 GEMMs (0: max_tokens): a mixture-of-experts expert's.
+  int64_t plan_rows = 0;
 };
 
 // Whether a tensor-parallel forward may run in row chunks: not where a row-parallel W8A8 linear all-reduces
@@ -320,10 +322,15 @@ class ForwardPass {
     RowChunk rows;
     rows.rows = m;
     const int64_t inter = gate_up_w.linear->out_features() / 2;
-    SCORED_RETURN_IF_ERROR(Linear(gate_up_w, x, gate_up_, types_, LinearInOut{}, rows));
+    // GEMM algorithms chosen for an expert's usual row count (max_tokens * top_k / num_experts), not
+    // max_tokens: tiles sized for 16k rows leave most of the GPU idle on an expert's ~1k.
+    LinearInOut io;
+    io.plan_rows = std::max<int64_t>(
+        64, acts_->max_tokens * config_.num_experts_per_tok / std::max<int64_t>(config_.num_experts, 1));
+    SCORED_RETURN_IF_ERROR(Linear(gate_up_w, x, gate_up_, types_, io, rows));
     SCORED_RETURN_IF_ERROR(
         kernels::SwiGlu<T>(gate_up_, gate_up_ + inter, 2 * inter, m, inter, mlp_, stream_));
-    return Linear(down_w, mlp_, y, to_fp32_, LinearInOut{}, rows);
+    return Linear(down_w, mlp_, y, to_fp32_, io, rows);
   }
 
   // lm_head in chunks of rows: fp32 logits into the reusable chunk, then the per-row statistics.
@@ -453,7 +460,8 @@ class ForwardPass {
     if (io.sum_in_halves) {
       // Two GEMMs over the input column halves, each adding into y (SumsInHalves): tp 2's order of sums.
       const int64_t half = in / 2;
-      const LinearOptions halves = LinearOptions::AccumulateColumns(in);
+      LinearOptions halves = LinearOptions::AccumulateColumns(in);
+      halves.plan_rows = io.plan_rows;
       SCORED_RETURN_IF_ERROR(
           gemm_.Linear(x_rows, use.weight, y_rows, m, out, half, y_types, stream_, halves));
       return gemm_.Linear(x_rows + half, static_cast<const T*>(use.weight) + half, y_rows, m, out, half,
@@ -461,6 +469,7 @@ class ForwardPass {
     }
     LinearOptions options;
     options.accumulate = io.add_to_output;
+    options.plan_rows = io.plan_rows;
     return gemm_.Linear(x_rows, use.weight, y_rows, m, out, in, y_types, stream_, options);
   }
 
