@@ -12,6 +12,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "engine/kernels/attention_kernels.h"
 #include "engine/reference/ops.h"
 #include "tests/engine/kernels/kernel_test_util.h"
 
@@ -149,20 +150,12 @@ const char* KernelName(AttentionKernel kernel) {
   return "?";
 }
 
-// The Hopper kernel needs a compute capability 9.0 device; elsewhere CausalAttentionWith refuses it.
-bool DeviceIsHopper() {
-  int device = 0, major = 0, minor = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-         major == 9 && minor == 0;
-}
-
 // The tensor-core kernels that take head_dim hd on this device.
 std::vector<AttentionKernel> TensorCoreKernels(int32_t hd) {
   std::vector<AttentionKernel> kernels = {AttentionKernel::kMma16Rows, AttentionKernel::kMma32RowsK32,
                                           AttentionKernel::kMma32RowsK64};
-  if (hd == 128 && DeviceIsHopper()) kernels.push_back(AttentionKernel::kWgmma);
+  // wgmma: sm_90a code on a 9.0 device (not a build run from its compute_80 PTX, CUDA_FORCE_PTX_JIT=1).
+  if (hd == 128 && attention_internal::WgmmaAvailable()) kernels.push_back(AttentionKernel::kWgmma);
   return kernels;
 }
 
@@ -308,7 +301,7 @@ TEST_F(AttentionTest, ThroughputLlama3Shapes) {
   TimeAttention<bf16_t>(stream_, 128, 10, AttentionKernel::kMma16Rows);
   TimeAttention<bf16_t>(stream_, 128, 10, AttentionKernel::kMma32RowsK32);
   TimeAttention<bf16_t>(stream_, 128, 10, AttentionKernel::kMma32RowsK64);
-  if (DeviceIsHopper()) TimeAttention<bf16_t>(stream_, 128, 10, AttentionKernel::kWgmma);
+  if (attention_internal::WgmmaAvailable()) TimeAttention<bf16_t>(stream_, 128, 10, AttentionKernel::kWgmma);
   TimeAttention<bf16_t>(stream_, 64, 10);
   TimeAttention<bf16_t>(stream_, 64, 10, AttentionKernel::kMma32RowsK32);
   TimeAttention<bf16_t>(stream_, 64, 10, AttentionKernel::kMma32RowsK64);
