@@ -1,5 +1,6 @@
 #include "engine/model/config.h"
 
+#include <cmath>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -67,8 +68,29 @@ const char* RopeTypeName(RopeType type) {
       return "linear";
     case RopeType::kLlama3:
       return "llama3";
+    case RopeType::kLongrope:
+      return "longrope";
   }
   return "?";
+}
+
+// A list of positive numbers (longrope's short_factor / long_factor).
+absl::Status GetFactorList(const Json& obj, absl::string_view key, absl::string_view source,
+                           std::vector<double>* out) {
+  const Json* v = Find(obj, key);
+  if (v == nullptr || !v->is_array()) {
+    return Invalid(source, absl::StrCat("field '", key, "' must be a list of numbers"));
+  }
+  out->clear();
+  for (const Json& x : *v) {
+    if (!x.is_number()) return json_util::TypeError(source, key, "a list of numbers", *v);
+    const double f = x.get<double>();
+    if (!(f > 0.0) || !std::isfinite(f)) {
+      return Invalid(source, absl::StrCat("field '", key, "' holds ", x.dump(), ", not a positive number"));
+    }
+    out->push_back(f);
+  }
+  return absl::OkStatus();
 }
 
 // rope_scaling (or the scaling part of rope_parameters). `field` names it in messages.
@@ -104,11 +126,90 @@ absl::Status ParseRopeScaling(const Json& rs, absl::string_view field, absl::str
     if (!(out->high_freq_factor > out->low_freq_factor)) {
       return Invalid(source, absl::StrCat(field, ": high_freq_factor must exceed low_freq_factor"));
     }
+  } else if (type == "longrope" || type == "su") {  // "su": Phi-3's older name (transformers maps it)
+    out->type = RopeType::kLongrope;
+    SCORED_RETURN_IF_ERROR(GetFactorList(rs, "short_factor", ctx, &out->short_factor));
+    SCORED_RETURN_IF_ERROR(GetFactorList(rs, "long_factor", ctx, &out->long_factor));
+    out->factor = 0.0;  // absent: ParseRope derives it from max_position_embeddings
+    if (Find(rs, "factor") != nullptr && !(*Find(rs, "factor")).is_null()) {
+      SCORED_ASSIGN_OR_RETURN(out->factor, GetDouble(rs, "factor", ctx));
+      if (!(out->factor > 0.0)) return Invalid(source, absl::StrCat(field, ".factor must be positive"));
+    }
+    out->attention_factor = 0.0;  // absent: ParseRope computes it
+    if (Find(rs, "attention_factor") != nullptr && !(*Find(rs, "attention_factor")).is_null()) {
+      SCORED_ASSIGN_OR_RETURN(out->attention_factor, GetDouble(rs, "attention_factor", ctx));
+      if (!(out->attention_factor > 0.0)) {
+        return Invalid(source, absl::StrCat(field, ".attention_factor must be positive"));
+      }
+    }
+    out->original_max_position_embeddings = 0;  // absent: ParseRope takes the top-level field
+    if (Find(rs, "original_max_position_embeddings") != nullptr) {
+      SCORED_ASSIGN_OR_RETURN(out->original_max_position_embeddings,
+                              GetPositive(rs, "original_max_position_embeddings", ctx));
+    }
+    return absl::OkStatus();
   } else {
     return Invalid(source, absl::StrCat("unsupported ", field, " type '", type,
-                                        "' (supported: default, linear, llama3)"));
+                                        "' (supported: default, linear, llama3, longrope)"));
   }
   if (!(out->factor > 0.0)) return Invalid(source, absl::StrCat(field, ".factor must be positive"));
+  return absl::OkStatus();
+}
+
+// rotary_dim = int(head_dim * partial_rotary_factor) (top level, else rope_parameters, else 1).
+absl::Status ParsePartialRotary(const Json& j, const Json* rope_params, const FamilyTraits& family,
+                                const std::string& source, ModelConfig* out) {
+  ModelConfig& c = *out;
+  c.rotary_dim = c.head_dim;
+  double factor = 1.0;
+  const char* field = "partial_rotary_factor";
+  if (Find(j, "partial_rotary_factor") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(factor, GetDouble(j, "partial_rotary_factor", source));
+  } else if (rope_params != nullptr && Find(*rope_params, "partial_rotary_factor") != nullptr) {
+    field = "rope_parameters.partial_rotary_factor";
+    SCORED_ASSIGN_OR_RETURN(factor, GetDouble(*rope_params, "partial_rotary_factor", source));
+  }
+  if (factor == 1.0) return absl::OkStatus();
+  if (!family.partial_rotary) {
+    return Invalid(source, absl::StrCat("unsupported ", field, " ", factor, " for ", c.architecture));
+  }
+  if (!(factor > 0.0 && factor <= 1.0)) {
+    return Invalid(source, absl::StrCat("field '", field, "' = ", factor, " is not in (0, 1]"));
+  }
+  // transformers: dim = int(head_dim * partial_rotary_factor), truncated.
+  c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);
+  if (c.rotary_dim <= 0 || c.rotary_dim % 2 != 0) {
+    return Invalid(source, absl::StrCat("field '", field, "' = ", factor, " gives ", c.rotary_dim,
+                                        " rotary dimensions of head_dim ", c.head_dim, ": not even and > 0"));
+  }
+  return absl::OkStatus();
+}
+
+// longrope's defaults (transformers' _compute_longrope_parameters with Phi-3's config): the top-level
+// original_max_position_embeddings wins over the scaling's own; factor defaults to max_position_embeddings /
+// original; attention_factor to sqrt(1 + ln(factor) / ln(original)) (1 when factor <= 1).
+absl::Status FinishLongrope(const Json& j, const std::string& source, ModelConfig* out) {
+  ModelConfig& c = *out;
+  RopeScaling& r = c.rope_scaling;
+  if (Find(j, "original_max_position_embeddings") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(r.original_max_position_embeddings,
+                            GetPositive(j, "original_max_position_embeddings", source));
+  } else if (r.original_max_position_embeddings == 0) {
+    r.original_max_position_embeddings = 4096;  // Phi3Config's default
+  }
+  const double original = static_cast<double>(r.original_max_position_embeddings);
+  if (r.factor == 0.0) r.factor = static_cast<double>(c.max_position_embeddings) / original;
+  if (r.attention_factor == 0.0) {
+    r.attention_factor = r.factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(r.factor) / std::log(original));
+  }
+  const size_t half = static_cast<size_t>(c.rotary_dim / 2);
+  for (const auto* list : {&r.short_factor, &r.long_factor}) {
+    if (list->size() != half) {
+      return Invalid(
+          source, absl::StrCat("rope scaling '", list == &r.short_factor ? "short" : "long", "_factor' has ",
+                               list->size(), " entries, expected rotary_dim / 2 = ", half));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -141,6 +242,8 @@ absl::Status ParseRope(const Json& j, const FamilyTraits& family, const std::str
     return Invalid(source, absl::StrCat("rope scaling type '", RopeTypeName(c.rope_scaling.type),
                                         "' is not supported for ", c.architecture));
   }
+  SCORED_RETURN_IF_ERROR(ParsePartialRotary(j, rope_params, family, source, &c));
+  if (c.rope_scaling.type == RopeType::kLongrope) SCORED_RETURN_IF_ERROR(FinishLongrope(j, source, &c));
   return absl::OkStatus();
 }
 
@@ -175,6 +278,14 @@ absl::Status ApplyFamilyPolicies(const Json& j, const FamilyTraits& family, cons
     case SlidingWindowPolicy::kUseSlidingWindowFlag: {
       SCORED_ASSIGN_OR_RETURN(bool use_sw, GetBool(j, "use_sliding_window", source, false));
       if (use_sw) return Invalid(source, "unsupported use_sliding_window: true");
+      break;
+    }
+    case SlidingWindowPolicy::kWindowFieldMasked: {
+      const Json* sw = Find(j, "sliding_window");
+      if (sw != nullptr && !sw->is_null()) {
+        SCORED_ASSIGN_OR_RETURN(int64_t w, GetPositive(j, "sliding_window", source));
+        c.layer_window.assign(static_cast<size_t>(c.num_layers), w);
+      }
       break;
     }
     case SlidingWindowPolicy::kWindowField:

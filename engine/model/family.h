@@ -1,5 +1,5 @@
-// Model families: what makes Llama, Mistral, Qwen2, Qwen3 and the mixture-of-experts Mixtral, Qwen2-MoE and
-// Qwen3-MoE checkpoints differ, as ONE table
+// Model families: what makes Llama, Mistral, Qwen2, Qwen3, Phi-3 and the mixture-of-experts Mixtral,
+// Qwen2-MoE and Qwen3-MoE checkpoints differ, as ONE table
 // (family.cc, kFamilies) instead of architecture-string tests spread over the code.
 //
 // Who reads it:
@@ -26,7 +26,7 @@
 namespace scored {
 
 // RoPE frequency scaling (config.json rope_scaling / rope_parameters type).
-enum class RopeType { kDefault, kLlama3, kLinear };
+enum class RopeType { kDefault, kLlama3, kLinear, kLongrope };
 
 // Bit set of RopeType values (bit 1 << int(type)).
 using RopeTypeSet = uint32_t;
@@ -54,6 +54,9 @@ enum class SlidingWindowPolicy {
   // `use_sliding_window: true` turns a window on; that is rejected (no sliding-window attention is
   // implemented) and `sliding_window` is then ignored (Qwen2, Qwen3).
   kUseSlidingWindowFlag,
+  // `sliding_window` (positive, absent or null) masks every layer as transformers' sliding-window causal
+  // mask does (ModelConfig::layer_window; Phi-3). No context cap.
+  kWindowFieldMasked,
 };
 
 // What the MLP block of a layer is.
@@ -128,6 +131,11 @@ struct TensorNames {
   const char* gate_proj;
   const char* up_proj;
   const char* down_proj;
+  // Fused checkpoint modules, or nullptr: qkv_proj is [q rows; k rows; v rows] (replacing q/k/v_proj),
+  // gate_up_proj [gate rows; up rows] (replacing gate/up_proj); the loader splits them into the separate
+  // LinearWeights by rows (Phi-3).
+  const char* qkv_proj;
+  const char* gate_up_proj;
 };
 
 // The HF Llama layout, shared by Llama, Mistral, Qwen2 and Qwen3.
@@ -147,6 +155,29 @@ inline constexpr TensorNames kLlamaTensorNames = {
     "mlp.gate_proj",
     "mlp.up_proj",
     "mlp.down_proj",
+    /*qkv_proj=*/nullptr,
+    /*gate_up_proj=*/nullptr,
+};
+
+// Phi-3's layout: the Llama names with fused q/k/v and gate/up modules.
+inline constexpr TensorNames kPhi3TensorNames = {
+    "model.embed_tokens.weight",
+    "model.norm.weight",
+    "lm_head",
+    "model.layers.",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    /*qkv_proj=*/"self_attn.qkv_proj",
+    /*gate_up_proj=*/"mlp.gate_up_proj",
 };
 
 struct FamilyTraits {
@@ -159,6 +190,9 @@ struct FamilyTraits {
   RopeTypeSet rope_scalings;         // rope_scaling types config.json may ask for
   bool tie_word_embeddings_default;  // when config.json omits tie_word_embeddings
   SlidingWindowPolicy sliding_window;
+  // Whether config.json's partial_rotary_factor (top level or in rope_parameters) is read (Phi-3); other
+  // families refuse a value other than 1.
+  bool partial_rotary;
   // Whether shard_plan.h's Megatron layout (column-parallel q/k/v/gate/up, row-parallel o/down, replicated
   // norms; every expert split like the MLP, routers replicated) describes every block of the family; false
   // refuses --tp > 1 with UNIMPLEMENTED.

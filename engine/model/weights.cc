@@ -18,6 +18,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/model/compressed_tensors.h"
 #include "engine/model/raw_read.h"
+#include "engine/model/shard_plan.h"
 #include "engine/model/sparse24.h"
 #include "engine/model/toolkit_quant.h"
 
@@ -242,6 +243,18 @@ class ModelWeightsLoader {
   absl::Status LoadRouter(const std::string& module, LinearWeight* w);
   // Experts stored fused: kDense views into the two tensors (MoeWeights).
   absl::Status LoadFusedExperts(const std::string& experts, MoeWeights* moe);
+  // A fused module (FamilyTraits names qkv_proj / gate_up_proj) of parts[0].rows + parts[1].rows + ...
+  // output rows, loaded whole and split by rows into one LinearWeight per part: each a view of the same
+  // stored tensors (shard_plan.h ShardLinear's column-parallel cut: packed weights, per-row and group scales
+  // by rows, per-tensor scales shared, packed zero points re-packed when a part does not start on a packing
+  // boundary; re-packed tensors are owned by the ModelWeights). Quantized with fp8 blocks, a part must start
+  // on a block boundary (INVALID_ARGUMENT naming the module otherwise).
+  struct FusedPart {
+    int64_t rows;
+    const char* name;  // for the part's module name: "<module>[q]"
+    LinearWeight* out;
+  };
+  absl::Status LoadFused(const std::string& module, int64_t in, std::initializer_list<FusedPart> parts);
   absl::Status LoadSwiGlu(const std::string& prefix, const char* gate, const char* up, const char* down,
                           int64_t intermediate, ExpertWeights* e);
   absl::Status CheckLeftovers() const;
@@ -662,6 +675,33 @@ absl::Status ModelWeightsLoader::LoadFusedExperts(const std::string& experts, Mo
   return absl::OkStatus();
 }
 
+absl::Status ModelWeightsLoader::LoadFused(const std::string& module, int64_t in,
+                                           std::initializer_list<FusedPart> parts) {
+  int64_t total = 0;
+  for (const FusedPart& p : parts) total += p.rows;
+  LinearWeight fused;
+  SCORED_RETURN_IF_ERROR(LoadLinear(module, total, in, /*bias=*/false, &fused));
+  for (const LinearTransform& t : fused.transforms) {
+    if (t.output) {
+      return absl::UnimplementedError(
+          absl::StrCat(module, ": an online output rotation on a fused module is not supported"));
+    }
+  }
+  int64_t begin = 0;
+  for (const FusedPart& p : parts) {
+    const LinearSlice slice{ShardKind::kColumnParallel, begin, begin + p.rows};
+    SCORED_ASSIGN_OR_RETURN(ShardedLinear part, ShardLinear(fused, slice, /*tp_rank=*/0));
+    // Re-packed tensors: move their buffers (the views point into them; a moved vector keeps its buffer).
+    for (std::vector<uint8_t>& owned : part.owned) {
+      m_->transcoded_.push_back(std::make_unique<std::vector<uint8_t>>(std::move(owned)));
+    }
+    *p.out = std::move(part.view);
+    p.out->module = absl::StrCat(module, "[", p.name, "]");
+    begin += p.rows;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ModelWeightsLoader::LoadMoe(const std::string& prefix, MoeWeights* moe) {
   const ModelConfig& c = m_->config_;
   const MoeTensorNames& n = c.family->moe.names;
@@ -771,13 +811,25 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
       SCORED_ASSIGN_OR_RETURN(L.k_norm, TakeChecked(p + n.k_norm, {c.head_dim}, kFloat));
     }
     const bool b = c.attention_bias;  // q/k/v only: no family here has an o_proj bias
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.q_proj, q_out, c.hidden_size, b, &L.q_proj));
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.k_proj, kv_out, c.hidden_size, b, &L.k_proj));
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.v_proj, kv_out, c.hidden_size, b, &L.v_proj));
+    if (n.qkv_proj != nullptr) {      // fused (Phi-3): no family with one has a q/k/v bias
+      SCORED_RETURN_IF_ERROR(
+          LoadFused(p + n.qkv_proj, c.hidden_size,
+                    {{q_out, "q", &L.q_proj}, {kv_out, "k", &L.k_proj}, {kv_out, "v", &L.v_proj}}));
+    } else {
+      SCORED_RETURN_IF_ERROR(LoadLinear(p + n.q_proj, q_out, c.hidden_size, b, &L.q_proj));
+      SCORED_RETURN_IF_ERROR(LoadLinear(p + n.k_proj, kv_out, c.hidden_size, b, &L.k_proj));
+      SCORED_RETURN_IF_ERROR(LoadLinear(p + n.v_proj, kv_out, c.hidden_size, b, &L.v_proj));
+    }
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.o_proj, c.hidden_size, q_out, false, &L.o_proj));
     L.sparse = c.IsSparseLayer(l);
     if (L.sparse) {
       SCORED_RETURN_IF_ERROR(LoadMoe(p, &L.moe));
+    } else if (n.gate_up_proj != nullptr) {
+      SCORED_RETURN_IF_ERROR(
+          LoadFused(p + n.gate_up_proj, c.hidden_size,
+                    {{c.intermediate_size, "gate", &L.gate_proj}, {c.intermediate_size, "up", &L.up_proj}}));
+      SCORED_RETURN_IF_ERROR(
+          LoadLinear(p + n.down_proj, c.hidden_size, c.intermediate_size, false, &L.down_proj));
     } else {
       SCORED_RETURN_IF_ERROR(
           LoadLinear(p + n.gate_proj, c.intermediate_size, c.hidden_size, false, &L.gate_proj));

@@ -9,6 +9,7 @@
 #endif
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -244,9 +245,11 @@ class ReferenceEngine : public Engine {
   const ModelConfig config_;
   mutable ThreadPool pool_;
   ModelInfo info_;
-  std::vector<float> embed_;       // [vocab_size, hidden_size]
-  std::vector<float> final_norm_;  // [hidden_size]
-  std::vector<float> inv_freq_;    // [head_dim / 2]
+  std::vector<float> embed_;          // [vocab_size, hidden_size]
+  std::vector<float> final_norm_;     // [hidden_size]
+  std::vector<float> inv_freq_;       // [rotary_dim / 2]
+  std::vector<float> inv_freq_long_;  // longrope: for sequences beyond original_max_position_embeddings
+  float rope_scaling_ = 1.0f;         // RopeAttentionScaling
   std::vector<DenseLayer> layers_;
   DenseLinear lm_head_;                         // [vocab_size, hidden_size]
   std::unique_ptr<ReferenceEngine> reference_;  // R; null without --reference_model
@@ -271,6 +274,8 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
   SCORED_ASSIGN_OR_RETURN(embed_, ToFloat(weights.embed_tokens(), c.vocab_size * c.hidden_size));
   SCORED_ASSIGN_OR_RETURN(final_norm_, ToFloat(weights.final_norm(), c.hidden_size));
   inv_freq_ = RopeInvFreq(c);
+  inv_freq_long_ = RopeInvFreqForLength(c, std::numeric_limits<int64_t>::max());
+  rope_scaling_ = RopeAttentionScaling(c);
   ThreadPool* pool = &pool_;
   int64_t resident_floats = static_cast<int64_t>(embed_.size() + final_norm_.size());
   auto count = [&resident_floats](const DenseLinear& d) {
@@ -502,9 +507,18 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
   std::vector<float> gate(n * c.intermediate_size);  // [n, intermediate_size]
   std::vector<float> up(n * c.intermediate_size);    // [n, intermediate_size]
 
+  // longrope: the factors of this sequence's own length (RopeInvFreqForLength).
+  const std::vector<float>& inv_freq =
+      c.rope_scaling.type == RopeType::kLongrope && n > c.rope_scaling.original_max_position_embeddings
+          ? inv_freq_long_
+          : inv_freq_;
+
   // Ids were validated by Score().
   ref::Embedding(embed_.data(), tokens.data(), n, c.vocab_size, c.hidden_size, x.data()).IgnoreError();
-  for (const DenseLayer& layer : layers_) {
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const DenseLayer& layer = layers_[l];
+    ref::AttentionOptions attention;
+    attention.window = c.LayerWindow(static_cast<int64_t>(l));
     // Attention block.
     NormRows(x.data(), layer.input_norm, n, c.hidden_size, normed.data());
     ApplyLinear(layer.q, normed.data(), n, q.data());
@@ -514,14 +528,16 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
       NormRows(q.data(), layer.q_norm, n * c.num_heads, c.head_dim, q.data());
       NormRows(k.data(), layer.k_norm, n * c.num_kv_heads, c.head_dim, k.data());
     }
-    ref::Rope(q.data(), positions.data(), inv_freq_.data(), n, c.num_heads, c.head_dim);
-    ref::Rope(k.data(), positions.data(), inv_freq_.data(), n, c.num_kv_heads, c.head_dim);
+    ref::Rope(q.data(), positions.data(), inv_freq.data(), n, c.num_heads, c.head_dim, c.rotary_dim,
+              rope_scaling_);
+    ref::Rope(k.data(), positions.data(), inv_freq.data(), n, c.num_kv_heads, c.head_dim, c.rotary_dim,
+              rope_scaling_);
     if (layer.k_scale > 0.0f) {  // FP8 KV cache: compressed-tensors' QuantizedKVCache on post-RoPE K and V
       ref::FakeQuantizeFp8Static(k.data(), n * kv_width, layer.k_scale);
       ref::FakeQuantizeFp8Static(v.data(), n * kv_width, layer.v_scale);
     }
     ref::CausalAttention(q.data(), k.data(), v.data(), n, c.num_heads, c.num_kv_heads, c.head_dim,
-                         attn.data(), &pool_);
+                         attn.data(), &pool_, attention);
     ApplyLinear(layer.o, attn.data(), n, delta.data());
     for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += delta[i];
 

@@ -9,8 +9,12 @@
 // the mixture-of-experts families: mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen1.5-MoE-A2.7B and
 // Qwen/Qwen3-30B-A3B, next to the tiny fixtures transformers 5.17 and llm-compressor 0.14 wrote
 // (tests/fixtures/*-moe-*; transformers 5.17 saves Qwen3-MoE's expert count as num_local_experts).
+// Phi-3: microsoft/Phi-3.5-mini-instruct's config.json (longrope over 48 rotary pairs; its factor lists as
+// published, checked against a public copy) and microsoft/phi-4's (no scaling, no window), inlined, plus
+// the tiny tests/fixtures/phi3-w4a16-g32 transformers 5.17 wrote (partial rotary, rope_parameters).
 #include "engine/model/family.h"
 
+#include <cmath>
 #include <set>
 #include <string>
 #include <vector>
@@ -177,6 +181,86 @@ constexpr char kQwen3_30B_A3B[] = R"({
 })";
 
 // One real config and what it must parse to.
+constexpr char kPhi35MiniInstruct[] = R"({
+  "architectures": ["Phi3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "embd_pdrop": 0.0,
+  "eos_token_id": 32000,
+  "hidden_act": "silu",
+  "hidden_size": 3072,
+  "initializer_range": 0.02,
+  "intermediate_size": 8192,
+  "max_position_embeddings": 131072,
+  "model_type": "phi3",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 32,
+  "original_max_position_embeddings": 4096,
+  "pad_token_id": 32000,
+  "resid_pdrop": 0.0,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {
+    "long_factor": [1.0800000429153442, 1.1100000143051147, 1.1399999856948853, 1.340000033378601,
+      1.5899999141693115, 1.600000023841858, 1.6200000047683716, 2.620000123977661, 3.2300000190734863,
+      3.2300000190734863, 4.789999961853027, 7.400000095367432, 7.700000286102295, 9.09000015258789,
+      12.199999809265137, 17.670000076293945, 24.46000099182129, 28.57000160217285, 30.420001983642578,
+      30.840002059936523, 32.590003967285156, 32.93000411987305, 42.320003509521484, 44.96000289916992,
+      50.340003967285156, 50.45000457763672, 57.55000305175781, 57.93000411987305, 58.21000289916992,
+      60.1400032043457, 62.61000442504883, 62.62000274658203, 62.71000289916992, 63.1400032043457,
+      63.1400032043457, 63.77000427246094, 63.93000411987305, 63.96000289916992, 63.970001220703125,
+      64.02999877929688, 64.06999969482422, 64.08000183105469, 64.12000274658203, 64.41000366210938,
+      64.4800033569336, 64.51000213623047, 64.52999877929688, 64.83999633789062],
+    "short_factor": [1.0, 1.0199999809265137, 1.0299999713897705, 1.0299999713897705, 1.0499999523162842,
+      1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0699999332427979,
+      1.0999999046325684, 1.1099998950958252, 1.1599998474121094, 1.1599998474121094, 1.1699998378753662,
+      1.2899998426437378, 1.339999794960022, 1.679999828338623, 1.7899998426437378, 1.8199998140335083,
+      1.8499997854232788, 1.8799997568130493, 1.9099997282028198, 1.9399996995925903, 1.9899996519088745,
+      2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346,
+      2.0199997425079346, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+      2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+      2.0799996852874756, 2.0899996757507324, 2.189999580383301, 2.2199995517730713, 2.5899994373321533,
+      2.729999542236328, 2.749999523162842, 2.8399994373321533],
+    "type": "longrope"
+  },
+  "rope_theta": 10000.0,
+  "sliding_window": 262144,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "vocab_size": 32064
+})";
+
+constexpr char kPhi4[] = R"({
+  "architectures": ["Phi3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 100257,
+  "embd_pdrop": 0.0,
+  "eos_token_id": 100257,
+  "hidden_act": "silu",
+  "hidden_size": 5120,
+  "initializer_range": 0.02,
+  "intermediate_size": 17920,
+  "max_position_embeddings": 16384,
+  "model_type": "phi3",
+  "num_attention_heads": 40,
+  "num_hidden_layers": 40,
+  "num_key_value_heads": 10,
+  "original_max_position_embeddings": 16384,
+  "pad_token_id": 100257,
+  "resid_pdrop": 0.0,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "rope_theta": 250000,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "vocab_size": 100352
+})";
+
 struct RealConfig {
   std::string name;
   std::string dir;   // a folder holding config.json, or "" when `text` is given
@@ -219,6 +303,9 @@ std::vector<RealConfig> RealConfigs() {
        RopeType::kDefault, 4, 2, 32, 64, false},
       {"qwen3-moe fixture", kFixtures + "/qwen3-moe-bf16", "", "Qwen3MoeForCausalLM", true, 0,
        RopeType::kDefault, 4, 2, 32, 0, true, /*dense_layer=*/1},
+      {"Phi-3.5-mini-instruct", "", kPhi35MiniInstruct, "Phi3ForCausalLM", false, 0, RopeType::kLongrope},
+      {"phi-4", "", kPhi4, "Phi3ForCausalLM", false, 0, RopeType::kDefault},
+      {"phi3 fixture", kFixtures + "/phi3-w4a16-g32", "", "Phi3ForCausalLM", false, 0, RopeType::kLongrope},
   };
 }
 
@@ -238,7 +325,7 @@ TEST(FamilyTable, EntriesAreUniqueAndFindable) {
     EXPECT_GT(f->default_max_position_embeddings, 0) << f->architecture;
     EXPECT_NE(f->rope_scalings & RopeTypeBit(RopeType::kDefault), 0u) << f->architecture;
   }
-  EXPECT_EQ(n, 7);  // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE
+  EXPECT_EQ(n, 8);  // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3
   EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
   EXPECT_EQ(FindFamily(""), nullptr);
 }
@@ -344,6 +431,10 @@ TEST(FamilyTraits, SlidingWindowPolicy) {
         ParseModelConfig(MinimalConfig(*f, window + R"(, "use_sliding_window": true)"), "mem");
     if (f->sliding_window == SlidingWindowPolicy::kWindowField) {
       EXPECT_EQ(c->sliding_window, 1024);
+    } else if (f->sliding_window == SlidingWindowPolicy::kWindowFieldMasked) {
+      EXPECT_EQ(c->sliding_window, 0);  // no context cap: every layer is masked instead
+      EXPECT_EQ(c->layer_window, std::vector<int64_t>(2, 1024));
+      EXPECT_EQ(c->LayerWindow(1), 1024);
     } else {
       EXPECT_EQ(c->sliding_window, 0);  // without use_sliding_window the field means nothing
       EXPECT_THAT(on.status().message(), HasSubstr("use_sliding_window"));
@@ -397,6 +488,65 @@ TEST(FamilyTraits, QkvBiasField) {
   EXPECT_FALSE(c->attention_bias);
   EXPECT_THAT(ParseModelConfig(MinimalConfig(*f, R"("qkv_bias": 3)"), "mem").status().message(),
               HasSubstr("qkv_bias"));
+}
+
+// Phi-3's real configs: longrope's defaults as transformers' _compute_longrope_parameters derives them,
+// partial rotary, the masked window.
+TEST(Phi3Config, RealConfigsParseToTransformersValues) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kPhi35MiniInstruct, "phi-3.5");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rotary_dim, 96);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 4096);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.factor, 32.0);  // 131072 / 4096
+  EXPECT_NEAR(c->rope_scaling.attention_factor, std::sqrt(1.0 + std::log(32.0) / std::log(4096.0)), 1e-15);
+  EXPECT_NEAR(c->rope_scaling.attention_factor, 1.1902380714238083, 1e-15);
+  ASSERT_EQ(c->rope_scaling.long_factor.size(), 48u);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.long_factor[47], 64.83999633789062);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.short_factor[0], 1.0);
+  EXPECT_EQ(c->layer_window, std::vector<int64_t>(32, 262144));
+
+  c = ParseModelConfig(kPhi4, "phi-4");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->rotary_dim, 128);
+  EXPECT_TRUE(c->layer_window.empty());  // "sliding_window": null
+
+  c = LoadModelConfig(kFixtures + "/phi3-w4a16-g32");  // transformers 5's rope_parameters form
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_EQ(c->rotary_dim, 12);  // int(16 * 0.75)
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 16);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.factor, 8.0);  // 128 / 16
+  EXPECT_EQ(c->rope_scaling.short_factor.size(), 6u);
+  EXPECT_EQ(c->layer_window, std::vector<int64_t>(2, 48));
+}
+
+// What is not implemented fails at load naming the field and the value.
+TEST(Phi3Config, UnsupportedFieldsAreNamed) {
+  const FamilyTraits* phi3 = FindFamily("Phi3ForCausalLM");
+  const FamilyTraits* llama = FindFamily("LlamaForCausalLM");
+  ASSERT_NE(phi3, nullptr);
+  ASSERT_NE(llama, nullptr);
+  auto message = [](const std::string& text) {
+    return std::string(ParseModelConfig(text, "mem").status().message());
+  };
+  EXPECT_THAT(message(MinimalConfig(*phi3, R"("rope_scaling": {"type": "yarn", "factor": 4.0})")),
+              HasSubstr("unsupported rope_scaling type 'yarn'"));
+  EXPECT_THAT(message(MinimalConfig(*phi3, R"("rope_scaling": {"type": "linear", "factor": 4.0})")),
+              HasSubstr("rope scaling type 'linear' is not supported for Phi3ForCausalLM"));
+  EXPECT_THAT(message(MinimalConfig(*llama, R"("partial_rotary_factor": 0.5)")),
+              HasSubstr("unsupported partial_rotary_factor 0.5 for LlamaForCausalLM"));
+  EXPECT_THAT(message(MinimalConfig(*phi3, R"("partial_rotary_factor": 0.1)")),  // 16 * 0.1 -> 1
+              HasSubstr("partial_rotary_factor"));
+  EXPECT_THAT(message(MinimalConfig(*phi3, R"("rope_scaling": {"type": "longrope", "short_factor": [1, 2],
+      "long_factor": [1, 2]})")),
+              HasSubstr("'short_factor' has 2 entries, expected rotary_dim / 2 = 8"));
+  EXPECT_THAT(
+      message(MinimalConfig(*phi3, R"("rope_scaling": {"type": "longrope", "short_factor": [1, 2]})")),
+      HasSubstr("long_factor"));
+  EXPECT_THAT(message(MinimalConfig(*llama, R"("rope_scaling": {"type": "longrope", "short_factor": [1],
+      "long_factor": [1]})")),
+              HasSubstr("not supported for LlamaForCausalLM"));
 }
 
 // Which layers are sparse: decoder_sparse_step and mlp_only_layers, as transformers' Qwen MoE decoder layers

@@ -584,3 +584,54 @@ TEST(WeightsTest, UnsupportedQuantizationFailsAtLoad) {
 
 }  // namespace
 }  // namespace scored
+
+namespace scored {
+namespace {
+
+// Phi-3's fused modules (tests/fixtures/phi3-w4a16-g32: int4, group-32 BF16 scales): the loader's q/k/v and
+// gate/up views decode to exactly the rows of the stored fused tensor, decoded whole.
+TEST(WeightsTest, Phi3FusedModulesSplitByRows) {
+  auto m = ModelWeights::Load(std::string(SCORED_FIXTURES_DIR) + "/phi3-w4a16-g32");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig& c = (*m)->config();
+  const LayerWeights& L = (*m)->layers()[1];
+  struct Fused {
+    std::string module;
+    std::vector<const LinearWeight*> parts;
+  };
+  const std::vector<Fused> fused = {
+      {"model.layers.1.self_attn.qkv_proj", {&L.q_proj, &L.k_proj, &L.v_proj}},
+      {"model.layers.1.mlp.gate_up_proj", {&L.gate_proj, &L.up_proj}},
+  };
+  EXPECT_EQ(L.q_proj.out_features, c.num_heads * c.head_dim);
+  EXPECT_EQ(L.k_proj.out_features, c.num_kv_heads * c.head_dim);
+  EXPECT_EQ(L.up_proj.out_features, c.intermediate_size);
+  EXPECT_EQ(L.k_proj.module, "model.layers.1.self_attn.qkv_proj[k]");
+  for (const Fused& f : fused) {
+    SCOPED_TRACE(f.module);
+    // The whole fused weight: the q part's description over the full stored tensors.
+    LinearWeight whole = *f.parts[0];
+    auto packed = (*m)->store().Get(f.module + ".weight_packed");
+    auto scale = (*m)->store().Get(f.module + ".weight_scale");
+    ASSERT_TRUE(packed.ok() && scale.ok());
+    whole.weight_packed = *packed;
+    whole.weight_scale = *scale;
+    whole.out_features = packed->shape[0];
+    std::vector<float> all(whole.out_features * whole.in_features);
+    ASSERT_TRUE(whole.DequantizeRows(0, whole.out_features, all.data()).ok());
+    int64_t row = 0;
+    for (const LinearWeight* part : f.parts) {
+      EXPECT_EQ(part->format, WeightFormat::kPackQuantized);
+      std::vector<float> got(part->out_features * part->in_features);
+      ASSERT_TRUE(part->DequantizeRows(0, part->out_features, got.data()).ok());
+      const std::vector<float> want(all.begin() + row * whole.in_features,
+                                    all.begin() + (row + part->out_features) * whole.in_features);
+      EXPECT_EQ(got, want) << part->module;
+      row += part->out_features;
+    }
+    EXPECT_EQ(row, whole.out_features);
+  }
+}
+
+}  // namespace
+}  // namespace scored
