@@ -84,10 +84,18 @@ absl::Status CheckMoeSupported(const ModelConfig& config, const char* whose, int
 }
 
 // Model features that load and run on the CPU backend but have no CUDA path yet: the Phi-3 family's partial
-// rotary, longrope and masked sliding window (issue 22). Refused before any device work.
+// rotary, longrope and masked sliding window, the Gemma 2 / 3 block (issue 22). Refused before any device
+// work.
 absl::Status CheckFamilySupported(const ModelConfig& config, const char* whose) {
   const char* missing = nullptr;
-  if (config.rotary_dim != 0 && config.rotary_dim != config.head_dim) {
+  if (config.gemma_norm || config.sandwich_norms || config.mlp_activation != MlpActivation::kSilu) {
+    missing = "the Gemma block ((1 + weight) RMSNorm, sandwich norms, GeGLU) is";
+  } else if (config.attn_logit_softcap > 0.0f || config.final_logit_softcap > 0.0f) {
+    missing = "logit soft-capping is";
+  } else if (config.attention_scale > 0.0 || config.embedding_scale > 0.0f ||
+             !config.layer_local_rope.empty()) {
+    missing = "query_pre_attn_scalar, embedding scaling and per-layer RoPE are";
+  } else if (config.rotary_dim != 0 && config.rotary_dim != config.head_dim) {
     missing = "partial rotary embeddings (partial_rotary_factor) are";
   } else if (config.rope_scaling.type == RopeType::kLongrope) {
     missing = "longrope rope scaling is";

@@ -213,6 +213,52 @@ absl::Status FinishLongrope(const Json& j, const std::string& source, ModelConfi
   return absl::OkStatus();
 }
 
+absl::Status ParseRope(const Json& j, const FamilyTraits& family, const std::string& source,
+                       ModelConfig* out);
+
+// Gemma 3: the global RoPE (full layers) and the local one (sliding layers). transformers 5 writes
+// rope_parameters {"full_attention": {rope_type, rope_theta, ...}, "sliding_attention": {...}}; older files
+// rope_theta (global, default 1e6), rope_local_base_freq (local, default 1e4) and rope_scaling (global).
+absl::Status ParseLocalGlobalRope(const Json& j, const FamilyTraits& family, const std::string& source,
+                                  ModelConfig* out) {
+  ModelConfig& c = *out;
+  const Json* rp = Find(j, "rope_parameters");
+  if (rp != nullptr && rp->is_object() && Find(*rp, "full_attention") != nullptr) {
+    struct Part {
+      const char* key;
+      double* theta;
+      RopeScaling* scaling;
+    };
+    for (const Part& p : {Part{"full_attention", &c.rope_theta, &c.rope_scaling},
+                          Part{"sliding_attention", &c.local_rope_theta, &c.local_rope_scaling}}) {
+      const Json* sub = Find(*rp, p.key);
+      const std::string field = absl::StrCat("rope_parameters.", p.key);
+      if (sub == nullptr || !sub->is_object()) return Invalid(source, absl::StrCat("'", field, "' missing"));
+      SCORED_ASSIGN_OR_RETURN(*p.theta,
+                              GetDouble(*sub, "rope_theta", absl::StrCat(source, " (", field, ")")));
+      if (!(*p.theta > 0.0)) return Invalid(source, absl::StrCat(field, ".rope_theta must be positive"));
+      SCORED_RETURN_IF_ERROR(ParseRopeScaling(*sub, field, source, p.scaling));
+    }
+  } else {
+    SCORED_ASSIGN_OR_RETURN(c.rope_theta, GetDouble(j, "rope_theta", source, 1000000.0));
+    SCORED_ASSIGN_OR_RETURN(c.local_rope_theta, GetDouble(j, "rope_local_base_freq", source, 10000.0));
+    if (!(c.rope_theta > 0.0) || !(c.local_rope_theta > 0.0)) {
+      return Invalid(source, "rope_theta and rope_local_base_freq must be positive");
+    }
+    if (const Json* rs = Find(j, "rope_scaling")) {
+      SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rs, "rope_scaling", source, &c.rope_scaling));
+    }
+  }
+  for (const RopeScaling* r : {&c.rope_scaling, &c.local_rope_scaling}) {
+    if ((family.rope_scalings & RopeTypeBit(r->type)) == 0) {
+      return Invalid(source, absl::StrCat("rope scaling type '", RopeTypeName(r->type),
+                                          "' is not supported for ", c.architecture));
+    }
+  }
+  c.rotary_dim = c.head_dim;
+  return absl::OkStatus();
+}
+
 // rope_theta and rope scaling: rope_theta at top level, or (newer files) inside rope_parameters, which may
 // also carry the scaling; rope_scaling, when present and non-null, describes the scaling. The scaling type
 // must be one the family allows.
@@ -221,6 +267,7 @@ absl::Status ParseRope(const Json& j, const FamilyTraits& family, const std::str
   ModelConfig& c = *out;
   c.rope_theta = 10000.0;
   const Json* rope_params = Find(j, "rope_parameters");
+  if (family.gemma.local_rope) return ParseLocalGlobalRope(j, family, source, out);
   if (rope_params != nullptr) {
     if (!rope_params->is_object()) return Invalid(source, "'rope_parameters' must be an object or null");
     if (Find(*rope_params, "rope_theta") != nullptr) {
@@ -244,6 +291,43 @@ absl::Status ParseRope(const Json& j, const FamilyTraits& family, const std::str
   }
   SCORED_RETURN_IF_ERROR(ParsePartialRotary(j, rope_params, family, source, &c));
   if (c.rope_scaling.type == RopeType::kLongrope) SCORED_RETURN_IF_ERROR(FinishLongrope(j, source, &c));
+  return absl::OkStatus();
+}
+
+// SlidingWindowPolicy::kLayerTypes: layer_window from layer_types (or the family's pattern) and
+// sliding_window; Gemma 3's local RoPE goes to the sliding layers.
+absl::Status ParseLayerTypes(const Json& j, const FamilyTraits& family, const std::string& source,
+                             ModelConfig* out) {
+  ModelConfig& c = *out;
+  const size_t n = static_cast<size_t>(c.num_layers);
+  std::vector<bool> sliding(n);
+  if (const Json* types = Find(j, "layer_types")) {
+    if (!types->is_array() || types->size() != n) {
+      return Invalid(
+          source, absl::StrCat("field 'layer_types' must be a list of num_hidden_layers (", n, ") strings"));
+    }
+    for (size_t l = 0; l < n; ++l) {
+      const Json& t = (*types)[l];
+      if (t == "sliding_attention") {
+        sliding[l] = true;
+      } else if (t != "full_attention") {
+        return Invalid(source, absl::StrCat("unsupported layer_types[", l, "] ", t.dump(),
+                                            " (supported: sliding_attention, full_attention)"));
+      }
+    }
+  } else {
+    SCORED_ASSIGN_OR_RETURN(int64_t pattern,
+                            GetPositive(j, "sliding_window_pattern", source, family.gemma.sliding_pattern));
+    for (size_t l = 0; l < n; ++l) sliding[l] = (static_cast<int64_t>(l) + 1) % pattern != 0;
+  }
+  int64_t window = 4096;  // Gemma2Config / Gemma3TextConfig default
+  const Json* sw = Find(j, "sliding_window");
+  if (sw != nullptr && !sw->is_null()) {
+    SCORED_ASSIGN_OR_RETURN(window, GetPositive(j, "sliding_window", source));
+  }
+  c.layer_window.assign(n, 0);
+  for (size_t l = 0; l < n; ++l) c.layer_window[l] = sliding[l] ? window : 0;
+  if (family.gemma.local_rope) c.layer_local_rope = sliding;
   return absl::OkStatus();
 }
 
@@ -288,6 +372,9 @@ absl::Status ApplyFamilyPolicies(const Json& j, const FamilyTraits& family, cons
       }
       break;
     }
+    case SlidingWindowPolicy::kLayerTypes:
+      SCORED_RETURN_IF_ERROR(ParseLayerTypes(j, family, source, &c));
+      break;
     case SlidingWindowPolicy::kWindowField:
       if (Find(j, "sliding_window") != nullptr) {
         SCORED_ASSIGN_OR_RETURN(int64_t sw, GetPositive(j, "sliding_window", source));
@@ -355,6 +442,37 @@ absl::Status ParseMoe(const Json& j, const FamilyTraits& family, const std::stri
   return absl::OkStatus();
 }
 
+// The Gemma block's fields (GemmaTraits): query_pre_attn_scalar, the soft caps, the embedding scale.
+absl::Status ParseGemma(const Json& j, const FamilyTraits& family, const std::string& source,
+                        ModelConfig* out) {
+  if (!family.gemma.enabled) return absl::OkStatus();
+  ModelConfig& c = *out;
+  c.gemma_norm = true;
+  c.sandwich_norms = true;
+  c.embedding_scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
+  SCORED_ASSIGN_OR_RETURN(double scalar, GetDouble(j, "query_pre_attn_scalar", source, 256.0));
+  if (!(scalar > 0.0)) return Invalid(source, "query_pre_attn_scalar must be positive");
+  c.attention_scale = std::pow(scalar, -0.5);  // transformers: query_pre_attn_scalar**-0.5
+  auto cap = [&](const char* field, double def, float* value) -> absl::Status {
+    double v = def;
+    if (j.contains(field) && j.at(field).is_null()) {
+      v = 0.0;  // an explicit null: no cap (Find treats null as absent, which would give the default)
+    } else if (Find(j, field) != nullptr) {
+      SCORED_ASSIGN_OR_RETURN(v, GetDouble(j, field, source));
+      if (!(v > 0.0)) return Invalid(source, absl::StrCat("field '", field, "' must be positive or null"));
+    }
+    *value = static_cast<float>(v);
+    return absl::OkStatus();
+  };
+  SCORED_RETURN_IF_ERROR(
+      cap("attn_logit_softcapping", family.gemma.attn_softcap_default, &c.attn_logit_softcap));
+  SCORED_RETURN_IF_ERROR(
+      cap("final_logit_softcapping", family.gemma.final_softcap_default, &c.final_logit_softcap));
+  SCORED_ASSIGN_OR_RETURN(bool bidirectional, GetBool(j, "use_bidirectional_attention", source, false));
+  if (bidirectional) return Invalid(source, "unsupported use_bidirectional_attention: true");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source_name) {
@@ -380,8 +498,18 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
                                         c.architecture, "' (expected '", family->model_type, "')"));
   }
 
-  SCORED_ASSIGN_OR_RETURN(std::string act, GetString(j, "hidden_act", source, std::string("silu")));
-  if (act != "silu") return Invalid(source, absl::StrCat("unsupported hidden_act '", act, "' (only silu)"));
+  if (family->gemma.enabled) {
+    // transformers' Gemma 2 / 3 read hidden_activation (published configs may carry both).
+    const char* field = Find(j, "hidden_activation") != nullptr ? "hidden_activation" : "hidden_act";
+    SCORED_ASSIGN_OR_RETURN(std::string act, GetString(j, field, source, std::string("gelu_pytorch_tanh")));
+    if (act != "gelu_pytorch_tanh") {
+      return Invalid(source, absl::StrCat("unsupported ", field, " '", act, "' (only gelu_pytorch_tanh)"));
+    }
+    c.mlp_activation = MlpActivation::kGeluTanh;
+  } else {
+    SCORED_ASSIGN_OR_RETURN(std::string act, GetString(j, "hidden_act", source, std::string("silu")));
+    if (act != "silu") return Invalid(source, absl::StrCat("unsupported hidden_act '", act, "' (only silu)"));
+  }
 
   SCORED_ASSIGN_OR_RETURN(c.hidden_size, GetPositive(j, "hidden_size", source));
   SCORED_ASSIGN_OR_RETURN(c.intermediate_size, GetPositive(j, "intermediate_size", source));
@@ -420,6 +548,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   SCORED_RETURN_IF_ERROR(ParseRope(j, *family, source, &c));
   SCORED_RETURN_IF_ERROR(ApplyFamilyPolicies(j, *family, source, &c));
   SCORED_RETURN_IF_ERROR(ParseMoe(j, *family, source, &c));
+  SCORED_RETURN_IF_ERROR(ParseGemma(j, *family, source, &c));
 
   SCORED_ASSIGN_OR_RETURN(c.bos_token_id, GetTokenId(j, "bos_token_id", source));
   SCORED_ASSIGN_OR_RETURN(c.eos_token_id, GetTokenId(j, "eos_token_id", source));

@@ -37,6 +37,9 @@ struct RopeScaling {
   double attention_factor = 1.0;
 };
 
+// The MLP's gate activation: SwiGLU (silu) or GeGLU with tanh GELU (Gemma's gelu_pytorch_tanh).
+enum class MlpActivation { kSilu, kGeluTanh };
+
 struct ModelConfig {
   // The family's traits (family.h, static storage). Set by ParseModelConfig; nullptr only in configs built
   // by hand (tests), which readers treat as the Llama layout.
@@ -90,6 +93,22 @@ struct ModelConfig {
   std::vector<bool> sparse_layers;              // [num_layers] when num_experts > 0, else empty
   bool moe() const { return num_experts > 0; }
   bool IsSparseLayer(int64_t layer) const { return moe() && sparse_layers[static_cast<size_t>(layer)]; }
+  // Gemma 2 / Gemma 3 (FamilyTraits::gemma; semantics in family.h GemmaTraits). Defaults: the Llama block.
+  bool gemma_norm = false;           // every RMSNorm (final, layers, q/k) multiplies by fp32(1 + weight)
+  bool sandwich_norms = false;       // post_attention_layernorm on the attention output; pre/post feedforward
+  float embedding_scale = 0.0f;      // > 0: embeddings times it in fp32: fp32(sqrt(hidden_size))
+  double attention_scale = 0.0;      // > 0: score scale query_pre_attn_scalar^-0.5; 0: 1/sqrt(head_dim)
+  float attn_logit_softcap = 0.0f;   // > 0: scores = tanh(scores / cap) * cap
+  float final_logit_softcap = 0.0f;  // > 0: logits = tanh(logits / cap) * cap
+  MlpActivation mlp_activation = MlpActivation::kSilu;
+  // RoPE of the layers with layer_local_rope[l] (Gemma 3's sliding layers): local_rope_theta and
+  // local_rope_scaling instead of rope_theta / rope_scaling. Empty: every layer the global one.
+  double local_rope_theta = 10000.0;
+  RopeScaling local_rope_scaling;
+  std::vector<bool> layer_local_rope;
+  bool LocalRope(int64_t layer) const {
+    return !layer_local_rope.empty() && layer_local_rope[static_cast<size_t>(layer)];
+  }
   bool has_quantization_config = false;
   std::string quantization_config_json;  // raw JSON text of quantization_config ("" when absent);
                                          // older files name it "compression_config"

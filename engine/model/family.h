@@ -57,7 +57,26 @@ enum class SlidingWindowPolicy {
   // `sliding_window` (positive, absent or null) masks every layer as transformers' sliding-window causal
   // mask does (ModelConfig::layer_window; Phi-3). No context cap.
   kWindowFieldMasked,
+  // Per-layer `layer_types` ("sliding_attention" / "full_attention"; absent: every `sliding_pattern`-th layer
+  // full, the others sliding, Gemma 3's `sliding_window_pattern` overriding the family's) and the window
+  // `sliding_window` of the sliding layers, masked as transformers does (ModelConfig::layer_window; Gemma).
+  kLayerTypes,
 };
+
+// The Gemma 2 / Gemma 3 decoder block (FamilyTraits::gemma): RMSNorm with (1 + weight) everywhere, embeddings
+// times sqrt(hidden_size), GeGLU with tanh GELU, norms before and after attention and MLP, scores scaled by
+// query_pre_attn_scalar^-0.5, optional attention-logit and final-logit soft-capping.
+struct GemmaTraits {
+  bool enabled;
+  int64_t sliding_pattern;       // kLayerTypes default: layer i full iff (i + 1) % sliding_pattern == 0
+  double attn_softcap_default;   // attn_logit_softcapping when absent (0: none)
+  double final_softcap_default;  // final_logit_softcapping when absent (0: none)
+  // RoPE per layer type (Gemma 3): sliding layers rotate with rope_local_base_freq (default scaling), full
+  // layers with rope_theta and the scaling; transformers 5's rope_parameters {"full_attention": {...},
+  // "sliding_attention": {...}} also accepted.
+  bool local_rope;
+};
+inline constexpr GemmaTraits kNotGemma = {false, 0, 0.0, 0.0, false};
 
 // What the MLP block of a layer is.
 enum class MoePolicy {
@@ -136,6 +155,10 @@ struct TensorNames {
   // LinearWeights by rows (Phi-3).
   const char* qkv_proj;
   const char* gate_up_proj;
+  // Gemma's norms around the MLP ([hidden_size]); nullptr in other families. In Gemma families
+  // post_attention_layernorm normalizes the attention OUTPUT (before the residual add).
+  const char* pre_feedforward_layernorm;
+  const char* post_feedforward_layernorm;
 };
 
 // The HF Llama layout, shared by Llama, Mistral, Qwen2 and Qwen3.
@@ -157,6 +180,31 @@ inline constexpr TensorNames kLlamaTensorNames = {
     "mlp.down_proj",
     /*qkv_proj=*/nullptr,
     /*gate_up_proj=*/nullptr,
+    /*pre_feedforward_layernorm=*/nullptr,
+    /*post_feedforward_layernorm=*/nullptr,
+};
+
+// Gemma 2 / Gemma 3 (text): the Llama names plus the norms around the MLP.
+inline constexpr TensorNames kGemmaTensorNames = {
+    "model.embed_tokens.weight",
+    "model.norm.weight",
+    "lm_head",
+    "model.layers.",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    /*qkv_proj=*/nullptr,
+    /*gate_up_proj=*/nullptr,
+    /*pre_feedforward_layernorm=*/"pre_feedforward_layernorm.weight",
+    /*post_feedforward_layernorm=*/"post_feedforward_layernorm.weight",
 };
 
 // Phi-3's layout: the Llama names with fused q/k/v and gate/up modules.
@@ -178,6 +226,8 @@ inline constexpr TensorNames kPhi3TensorNames = {
     "mlp.down_proj",
     /*qkv_proj=*/"self_attn.qkv_proj",
     /*gate_up_proj=*/"mlp.gate_up_proj",
+    /*pre_feedforward_layernorm=*/nullptr,
+    /*post_feedforward_layernorm=*/nullptr,
 };
 
 struct FamilyTraits {
@@ -193,6 +243,7 @@ struct FamilyTraits {
   // Whether config.json's partial_rotary_factor (top level or in rope_parameters) is read (Phi-3); other
   // families refuse a value other than 1.
   bool partial_rotary;
+  GemmaTraits gemma;
   // Whether shard_plan.h's Megatron layout (column-parallel q/k/v/gate/up, row-parallel o/down, replicated
   // norms; every expert split like the MLP, routers replicated) describes every block of the family; false
   // refuses --tp > 1 with UNIMPLEMENTED.

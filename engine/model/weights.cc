@@ -589,7 +589,8 @@ absl::Status ModelWeightsLoader::CheckFiniteParameters() const {
   };
   SCORED_RETURN_IF_ERROR(CheckFinite(m_->final_norm_, "a norm weight"));
   for (const LayerWeights& L : m_->layers_) {
-    for (const TensorView* t : {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm}) {
+    for (const TensorView* t : {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm,
+                                &L.pre_feedforward_layernorm, &L.post_feedforward_layernorm}) {
       SCORED_RETURN_IF_ERROR(CheckFinite(*t, "a norm weight"));
     }
     for (const LinearWeight* w : LayerLinears(L, /*gates=*/true)) SCORED_RETURN_IF_ERROR(check_linear(*w));
@@ -806,6 +807,12 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
     SCORED_ASSIGN_OR_RETURN(L.input_layernorm, TakeChecked(p + n.input_layernorm, {c.hidden_size}, kFloat));
     SCORED_ASSIGN_OR_RETURN(L.post_attention_layernorm,
                             TakeChecked(p + n.post_attention_layernorm, {c.hidden_size}, kFloat));
+    if (c.sandwich_norms) {
+      SCORED_ASSIGN_OR_RETURN(L.pre_feedforward_layernorm,
+                              TakeChecked(p + n.pre_feedforward_layernorm, {c.hidden_size}, kFloat));
+      SCORED_ASSIGN_OR_RETURN(L.post_feedforward_layernorm,
+                              TakeChecked(p + n.post_feedforward_layernorm, {c.hidden_size}, kFloat));
+    }
     if (c.qk_norm) {
       SCORED_ASSIGN_OR_RETURN(L.q_norm, TakeChecked(p + n.q_norm, {c.head_dim}, kFloat));
       SCORED_ASSIGN_OR_RETURN(L.k_norm, TakeChecked(p + n.k_norm, {c.head_dim}, kFloat));
@@ -881,7 +888,8 @@ void ModelWeightsLoader::Summarize() {
       labels[FormatLabel(*w)]++;
       w4a4 = w4a4 || w->w4a4_run_weight_only;
     }
-    for (const TensorView* t : {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm}) {
+    for (const TensorView* t : {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm,
+                                &L.pre_feedforward_layernorm, &L.post_feedforward_layernorm}) {
       if (!t->present()) continue;
       norm_params += t->NumElements();
       resident += t->nbytes;

@@ -94,7 +94,7 @@ float ScaleScores(const double* dots, int64_t n, double scale, float* scores) {
 
 // scores[j] = fp32(tanh(fp32(scores[j] / cap)) * cap) (Gemma 2's attention-logit soft-capping, tanh in
 // double rounded once); returns the new maximum.
-float SoftCap(float* scores, int64_t n, float cap) {
+float CapScores(float* scores, int64_t n, float cap) {
   float max_score = -INFINITY;
   for (int64_t j = 0; j < n; ++j) {
     const float x = scores[j] / cap;
@@ -147,7 +147,7 @@ void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
           const float* vt_g = vt.data() + g * head_dim * num_tokens + j0;
           QueryKeyDots(q + (t * num_heads + h) * head_dim, kt_g, num_tokens, head_dim, n, dots.data());
           float max_score = ScaleScores(dots.data(), n, scale, probs.data());
-          if (cap > 0.0f) max_score = SoftCap(probs.data(), n, cap);
+          if (cap > 0.0f) max_score = CapScores(probs.data(), n, cap);
           const double sum = ExpShiftedSum(probs.data(), n, max_score);
           float* o = out + (t * num_heads + h) * head_dim;
           for (int64_t d = 0; d < head_dim; ++d) {

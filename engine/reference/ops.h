@@ -73,6 +73,20 @@ void Linear(const float* x,     // [num_tokens, in_features]
 // out[t, i] = silu(gate[t, i]) * up[t, i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
 void SwiGlu(const float* gate, const float* up, int64_t num_tokens, int64_t intermediate_size, float* out);
 
+// GeGLU (Gemma): out[t, i] = GeluTanh(gate[t, i]) * up[t, i] in fp32, GeluTanh(x) =
+// fp32(0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))) evaluated in double (torch's
+// gelu(approximate="tanh")). out may alias gate or up.
+float GeluTanh(float x);
+void GeluTanhGlu(const float* gate, const float* up, int64_t num_tokens, int64_t intermediate_size,
+                 float* out);
+
+// Soft-capping in place: x[i] = fp32(fp32(tanh(fp32(x[i] / cap))) * cap), tanh in double rounded once
+// (Gemma 2's final_logit_softcapping; the attention-logit cap is AttentionOptions::softcap). cap > 0.
+void SoftCap(float* x, int64_t n, float cap);
+
+// Gemma's (1 + weight) RMSNorm as the plain RmsNorm: weight[i] = fp32(1 + weight[i]) in place.
+void OffsetNormWeight(float* weight, int64_t n);
+
 // Mixture-of-experts routing of each token (engine/model/config.h, ModelConfig; transformers' Mixtral /
 // Qwen2-MoE / Qwen3-MoE TopKRouter):
 //   m = max_e l[e]; p[e] = fp32(exp(double(l[e] - m)) / sum_e exp(double(l[e] - m)))  (softmax, fp32 result)

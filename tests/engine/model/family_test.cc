@@ -12,6 +12,9 @@
 // Phi-3: microsoft/Phi-3.5-mini-instruct's config.json (longrope over 48 rotary pairs; its factor lists as
 // published, checked against a public copy) and microsoft/phi-4's (no scaling, no window), inlined, plus
 // the tiny tests/fixtures/phi3-w4a16-g32 transformers 5.17 wrote (partial rotary, rope_parameters).
+// Gemma: google/gemma-2-9b's config.json and google/gemma-3-1b-it's (both as published, quoted in public
+// copies), and the tiny gemma2 / gemma3 fixtures (transformers 5's layer_types and per-layer-type
+// rope_parameters).
 #include "engine/model/family.h"
 
 #include <cmath>
@@ -261,6 +264,69 @@ constexpr char kPhi4[] = R"({
   "vocab_size": 100352
 })";
 
+constexpr char kGemma2_9B[] = R"({
+  "architectures": ["Gemma2ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "attn_logit_softcapping": 50.0,
+  "bos_token_id": 2,
+  "cache_implementation": "hybrid",
+  "eos_token_id": 1,
+  "final_logit_softcapping": 30.0,
+  "head_dim": 256,
+  "hidden_act": "gelu_pytorch_tanh",
+  "hidden_activation": "gelu_pytorch_tanh",
+  "hidden_size": 3584,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 8192,
+  "model_type": "gemma2",
+  "num_attention_heads": 16,
+  "num_hidden_layers": 42,
+  "num_key_value_heads": 8,
+  "pad_token_id": 0,
+  "query_pre_attn_scalar": 256,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 10000.0,
+  "sliding_window": 4096,
+  "sliding_window_size": 4096,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "vocab_size": 256000
+})";
+
+constexpr char kGemma3_1B[] = R"({
+  "architectures": ["Gemma3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "attn_logit_softcapping": null,
+  "bos_token_id": 2,
+  "cache_implementation": "hybrid",
+  "eos_token_id": [1, 106],
+  "final_logit_softcapping": null,
+  "head_dim": 256,
+  "hidden_activation": "gelu_pytorch_tanh",
+  "hidden_size": 1152,
+  "initializer_range": 0.02,
+  "intermediate_size": 6912,
+  "max_position_embeddings": 32768,
+  "model_type": "gemma3_text",
+  "num_attention_heads": 4,
+  "num_hidden_layers": 26,
+  "num_key_value_heads": 1,
+  "pad_token_id": 0,
+  "query_pre_attn_scalar": 256,
+  "rms_norm_eps": 1e-06,
+  "rope_local_base_freq": 10000,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": 512,
+  "sliding_window_pattern": 6,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "vocab_size": 262144
+})";
+
 struct RealConfig {
   std::string name;
   std::string dir;   // a folder holding config.json, or "" when `text` is given
@@ -306,6 +372,12 @@ std::vector<RealConfig> RealConfigs() {
       {"Phi-3.5-mini-instruct", "", kPhi35MiniInstruct, "Phi3ForCausalLM", false, 0, RopeType::kLongrope},
       {"phi-4", "", kPhi4, "Phi3ForCausalLM", false, 0, RopeType::kDefault},
       {"phi3 fixture", kFixtures + "/phi3-w4a16-g32", "", "Phi3ForCausalLM", false, 0, RopeType::kLongrope},
+      {"gemma-2-9b", "", kGemma2_9B, "Gemma2ForCausalLM", true, 0, RopeType::kDefault},
+      {"gemma2 fixture", kFixtures + "/gemma2-w4a16-g32", "", "Gemma2ForCausalLM", true, 0,
+       RopeType::kDefault},
+      {"gemma-3-1b-it", "", kGemma3_1B, "Gemma3ForCausalLM", true, 0, RopeType::kDefault},
+      {"gemma3 fixture", kFixtures + "/gemma3-w4a16-g32", "", "Gemma3ForCausalLM", true, 0,
+       RopeType::kLinear},
   };
 }
 
@@ -325,7 +397,7 @@ TEST(FamilyTable, EntriesAreUniqueAndFindable) {
     EXPECT_GT(f->default_max_position_embeddings, 0) << f->architecture;
     EXPECT_NE(f->rope_scalings & RopeTypeBit(RopeType::kDefault), 0u) << f->architecture;
   }
-  EXPECT_EQ(n, 8);  // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3
+  EXPECT_EQ(n, 10);  // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3
   EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
   EXPECT_EQ(FindFamily(""), nullptr);
 }
@@ -431,6 +503,11 @@ TEST(FamilyTraits, SlidingWindowPolicy) {
         ParseModelConfig(MinimalConfig(*f, window + R"(, "use_sliding_window": true)"), "mem");
     if (f->sliding_window == SlidingWindowPolicy::kWindowField) {
       EXPECT_EQ(c->sliding_window, 1024);
+    } else if (f->sliding_window == SlidingWindowPolicy::kLayerTypes) {
+      EXPECT_EQ(c->sliding_window, 0);
+      ASSERT_EQ(c->layer_window.size(), 2u);  // layer 0 sliding; layer 1 full for Gemma 2, sliding for 3
+      EXPECT_EQ(c->layer_window[0], 1024);
+      EXPECT_EQ(c->layer_window[1], f->gemma.sliding_pattern == 2 ? 0 : 1024);
     } else if (f->sliding_window == SlidingWindowPolicy::kWindowFieldMasked) {
       EXPECT_EQ(c->sliding_window, 0);  // no context cap: every layer is masked instead
       EXPECT_EQ(c->layer_window, std::vector<int64_t>(2, 1024));
@@ -547,6 +624,64 @@ TEST(Phi3Config, UnsupportedFieldsAreNamed) {
   EXPECT_THAT(message(MinimalConfig(*llama, R"("rope_scaling": {"type": "longrope", "short_factor": [1],
       "long_factor": [1]})")),
               HasSubstr("not supported for LlamaForCausalLM"));
+}
+
+// Gemma's real configs: the block's constants as transformers derives them.
+TEST(GemmaConfig, RealConfigsParseToTransformersValues) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kGemma2_9B, "gemma-2-9b");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->gemma_norm);
+  EXPECT_TRUE(c->sandwich_norms);
+  EXPECT_EQ(c->mlp_activation, MlpActivation::kGeluTanh);
+  EXPECT_EQ(c->head_dim, 256);
+  EXPECT_EQ(c->embedding_scale, static_cast<float>(std::sqrt(3584.0)));
+  EXPECT_DOUBLE_EQ(c->attention_scale, 1.0 / 16.0);
+  EXPECT_EQ(c->attn_logit_softcap, 50.0f);
+  EXPECT_EQ(c->final_logit_softcap, 30.0f);
+  ASSERT_EQ(c->layer_window.size(), 42u);
+  EXPECT_EQ(c->layer_window[0], 4096);  // even layers slide (transformers: (i + 1) % 2 != 0)
+  EXPECT_EQ(c->layer_window[1], 0);
+  EXPECT_TRUE(c->layer_local_rope.empty());
+
+  c = ParseModelConfig(kGemma3_1B, "gemma-3-1b");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->attn_logit_softcap, 0.0f);  // null
+  EXPECT_EQ(c->final_logit_softcap, 0.0f);
+  EXPECT_TRUE(c->qk_norm);
+  ASSERT_EQ(c->layer_window.size(), 26u);
+  for (int64_t l = 0; l < 26; ++l) {
+    const bool full = (l + 1) % 6 == 0;
+    EXPECT_EQ(c->layer_window[l], full ? 0 : 512) << l;
+    EXPECT_EQ(c->LocalRope(l), !full) << l;
+  }
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->local_rope_theta, 1e4);
+
+  c = LoadModelConfig(kFixtures + "/gemma3-w4a16-g32");  // rope_parameters per layer type
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->rope_scaling.type, RopeType::kLinear);
+  EXPECT_EQ(c->rope_scaling.factor, 4.0);
+  EXPECT_EQ(c->local_rope_theta, 1e4);
+  EXPECT_EQ(c->local_rope_scaling.type, RopeType::kDefault);
+  EXPECT_EQ(c->layer_window, (std::vector<int64_t>{8, 8, 0}));
+  EXPECT_DOUBLE_EQ(c->attention_scale, std::pow(20.0, -0.5));
+
+  // Unsupported values are named.
+  const FamilyTraits* g2 = FindFamily("Gemma2ForCausalLM");
+  ASSERT_NE(g2, nullptr);
+  EXPECT_THAT(
+      ParseModelConfig(MinimalConfig(*g2, R"("hidden_activation": "gelu")"), "mem").status().message(),
+      HasSubstr("unsupported hidden_activation 'gelu'"));
+  EXPECT_THAT(
+      ParseModelConfig(MinimalConfig(*g2, R"("layer_types": ["full_attention", "chunked_attention"])"), "mem")
+          .status()
+          .message(),
+      HasSubstr("layer_types[1]"));
+  c = ParseModelConfig(MinimalConfig(*g2, R"("attn_logit_softcapping": null)"), "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->attn_logit_softcap, 0.0f);  // explicit null: no cap (not the default 50)
+  EXPECT_EQ(c->final_logit_softcap, 30.0f);
 }
 
 // Which layers are sparse: decoder_sparse_step and mlp_only_layers, as transformers' Qwen MoE decoder layers
