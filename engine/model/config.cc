@@ -473,6 +473,24 @@ absl::Status ParseGemma(const Json& j, const FamilyTraits& family, const std::st
   return absl::OkStatus();
 }
 
+// TextOnlyTraits: the language model's config: `text_config`, plus the top level's other fields (model_type,
+// architectures, quantization_config, torch_dtype, token ids, ...) where text_config lacks them; the
+// top level's model_type wins (it names the family).
+absl::StatusOr<Json> TextConfig(const Json& j, const std::string& source) {
+  const Json* text = Find(j, "text_config");
+  if (text == nullptr || !text->is_object()) {
+    return Invalid(source, "field 'text_config' must be an object (the language model's config)");
+  }
+  Json merged = *text;
+  merged.erase("model_type");
+  for (const auto& item : j.items()) {
+    if (item.key() == "text_config" || item.key() == "vision_config") continue;
+    if (item.key() == "model_type" || merged.find(item.key()) == merged.end())
+      merged[item.key()] = item.value();
+  }
+  return merged;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source_name) {
@@ -492,6 +510,16 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
                                         "' (supported: ", SupportedArchitectures(), ")"));
   }
   c.family = family;
+  if (family->text_only.enabled) {
+    SCORED_ASSIGN_OR_RETURN(j, TextConfig(j, source));
+  }
+  if (family->config_defaults != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(Json defaults,
+                            json_util::ParseObject(family->config_defaults, "the family's config defaults"));
+    for (const auto& item : defaults.items()) {
+      if (Find(j, item.key()) == nullptr) j[item.key()] = item.value();
+    }
+  }
   SCORED_ASSIGN_OR_RETURN(c.model_type, GetString(j, "model_type", source, std::string(family->model_type)));
   if (c.model_type != family->model_type) {
     return Invalid(source, absl::StrCat("model_type '", c.model_type, "' does not match architecture '",

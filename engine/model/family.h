@@ -207,6 +207,51 @@ inline constexpr TensorNames kGemmaTensorNames = {
     /*post_feedforward_layernorm=*/"post_feedforward_layernorm.weight",
 };
 
+// Gemma3ForConditionalGeneration's language model as transformers 5 saves it ("model.language_model.*")
+// and as transformers 4 did ("language_model.model.*").
+inline constexpr TensorNames kGemma3VlmTensorNames = {
+    "model.language_model.embed_tokens.weight",
+    "model.language_model.norm.weight",
+    "lm_head",
+    "model.language_model.layers.",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    /*qkv_proj=*/nullptr,
+    /*gate_up_proj=*/nullptr,
+    /*pre_feedforward_layernorm=*/"pre_feedforward_layernorm.weight",
+    /*post_feedforward_layernorm=*/"post_feedforward_layernorm.weight",
+};
+inline constexpr TensorNames kGemma3VlmV4TensorNames = {
+    "language_model.model.embed_tokens.weight",
+    "language_model.model.norm.weight",
+    "language_model.lm_head",
+    "language_model.model.layers.",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    /*qkv_proj=*/nullptr,
+    /*gate_up_proj=*/nullptr,
+    /*pre_feedforward_layernorm=*/"pre_feedforward_layernorm.weight",
+    /*post_feedforward_layernorm=*/"post_feedforward_layernorm.weight",
+};
+
 // Phi-3's layout: the Llama names with fused q/k/v and gate/up modules.
 inline constexpr TensorNames kPhi3TensorNames = {
     "model.embed_tokens.weight",
@@ -230,6 +275,19 @@ inline constexpr TensorNames kPhi3TensorNames = {
     /*post_feedforward_layernorm=*/nullptr,
 };
 
+// A multimodal checkpoint scored through its language model only (Gemma3ForConditionalGeneration): the
+// config's `text_config` describes the model (the top level's other fields, e.g. quantization_config and
+// torch_dtype, apply too), the other towers' tensors are not read.
+struct TextOnlyTraits {
+  bool enabled;
+  // The other saved layout's names (transformers 4: "language_model.model.*"), used when the checkpoint
+  // holds its embedding and not `names`' one; nullptr: none.
+  const TensorNames* alt_names;
+  // Prefixes of the tensors left unread (the vision tower and projector, in both layouts); nullptr-ended.
+  const char* ignored_prefixes[5];
+};
+inline constexpr TextOnlyTraits kNotTextOnly = {false, nullptr, {nullptr}};
+
 struct FamilyTraits {
   const char* architecture;  // config.json "architectures"[0], e.g. "LlamaForCausalLM"
   const char* model_type;    // config.json "model_type" (also its default), e.g. "llama"
@@ -244,6 +302,11 @@ struct FamilyTraits {
   // families refuse a value other than 1.
   bool partial_rotary;
   GemmaTraits gemma;
+  // Defaults of the transformers config class for fields ParseModelConfig otherwise requires or defaults
+  // differently (JSON object text, merged under absent keys), or nullptr. Gemma's published configs leave
+  // e.g. num_key_value_heads and head_dim to them.
+  const char* config_defaults;
+  TextOnlyTraits text_only;
   // Whether shard_plan.h's Megatron layout (column-parallel q/k/v/gate/up, row-parallel o/down, replicated
   // norms; every expert split like the MLP, routers replicated) describes every block of the family; false
   // refuses --tp > 1 with UNIMPLEMENTED.

@@ -258,6 +258,8 @@ class ModelWeightsLoader {
   absl::Status LoadSwiGlu(const std::string& prefix, const char* gate, const char* up, const char* down,
                           int64_t intermediate, ExpertWeights* e);
   absl::Status CheckLeftovers() const;
+  // A tensor of a tower TextOnlyTraits leaves unread.
+  bool IgnoredTower(const std::string& name) const;
   absl::Status CheckFiniteParameters() const;
   void Summarize();
 
@@ -265,6 +267,8 @@ class ModelWeightsLoader {
   std::optional<CompressedTensorsConfig> quant_;
   std::optional<ToolkitQuantConfig> toolkit_;  // GPTQ / AWQ / ModelOpt checkpoints (toolkit_quant.h)
   std::set<std::string> consumed_;
+  // The tensor names in use: the family's, or its TextOnlyTraits::alt_names layout.
+  const TensorNames* names_ = nullptr;
   int sparse24_linears_ = 0;
 };
 
@@ -763,16 +767,21 @@ absl::Status ModelWeightsLoader::LoadMoe(const std::string& prefix, MoeWeights* 
   return absl::OkStatus();
 }
 
+bool ModelWeightsLoader::IgnoredTower(const std::string& name) const {
+  for (const char* const* p = m_->config_.family->text_only.ignored_prefixes; *p != nullptr; ++p) {
+    if (absl::StartsWith(name, *p)) return true;
+  }
+  return false;
+}
+
 absl::Status ModelWeightsLoader::CheckLeftovers() const {
   std::vector<std::string> left;
   for (const std::string& name : m_->store_->Names()) {
     if (consumed_.count(name) != 0) continue;
     if (absl::EndsWith(name, ".rotary_emb.inv_freq")) continue;  // a buffer older exports saved
     // A tied checkpoint may still store the (identical) lm_head.
-    if (m_->config_.tie_word_embeddings &&
-        name == absl::StrCat(m_->config_.family->names.lm_head, ".weight")) {
-      continue;
-    }
+    if (m_->config_.tie_word_embeddings && name == absl::StrCat(names_->lm_head, ".weight")) continue;
+    if (IgnoredTower(name)) continue;
     left.push_back(name);
   }
   if (left.empty()) return absl::OkStatus();
@@ -786,7 +795,6 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
   const ModelConfig& c = m_->config_;
   // Tensor names and files come from the family; which optional tensors exist from the config's flags.
   const FamilyTraits& family = *c.family;
-  const TensorNames& n = family.names;
   SCORED_ASSIGN_OR_RETURN(toolkit_, LoadToolkitQuantConfig(c, model_dir));
   if (c.has_quantization_config && !toolkit_.has_value()) {
     SCORED_ASSIGN_OR_RETURN(
@@ -794,6 +802,12 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
     m_->kv_cache_fp8_ = quant_->kv_cache_fp8;
   }
   SCORED_ASSIGN_OR_RETURN(m_->store_, TensorStore::Open(model_dir, family.checkpoint));
+  names_ = &family.names;
+  const TensorNames* alt = family.text_only.alt_names;
+  if (alt != nullptr && !m_->store_->Has(family.names.embed_tokens) && m_->store_->Has(alt->embed_tokens)) {
+    names_ = alt;
+  }
+  const TensorNames& n = *names_;
   const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
   SCORED_ASSIGN_OR_RETURN(m_->embed_tokens_,
                           TakeChecked(n.embed_tokens, {c.vocab_size, c.hidden_size}, kFloat));
@@ -948,6 +962,13 @@ void ModelWeightsLoader::Summarize() {
   }
   if (quant_.has_value() || toolkit_.has_value()) {
     notes.push_back(absl::StrCat("lm_head ", FormatLabel(head), c.tie_word_embeddings ? " (tied)" : ""));
+  }
+  if (c.family != nullptr && c.family->text_only.enabled) {
+    int64_t ignored = 0;
+    for (const std::string& name : m_->store_->Names()) ignored += IgnoredTower(name) ? 1 : 0;
+    notes.push_back(absl::StrCat("text only: ", c.architecture,
+                                 "'s language model is scored; the vision tower (", ignored,
+                                 " tensors) is not loaded"));
   }
   s.notes = absl::StrJoin(notes, "; ");
 }

@@ -327,6 +327,42 @@ constexpr char kGemma3_1B[] = R"({
   "vocab_size": 262144
 })";
 
+// google/gemma-3-27b-it: a vision-language checkpoint whose text_config leaves most fields to
+// Gemma3TextConfig's defaults (vocab_size 262208, rope_theta 1e6, rope_local_base_freq 1e4, ...).
+constexpr char kGemma3_27B_It[] = R"({
+  "architectures": ["Gemma3ForConditionalGeneration"],
+  "boi_token_index": 255999,
+  "eoi_token_index": 256000,
+  "eos_token_id": [1, 106],
+  "image_token_index": 262144,
+  "initializer_range": 0.02,
+  "mm_tokens_per_image": 256,
+  "model_type": "gemma3",
+  "text_config": {
+    "head_dim": 128,
+    "hidden_size": 5376,
+    "intermediate_size": 21504,
+    "model_type": "gemma3_text",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 62,
+    "num_key_value_heads": 16,
+    "query_pre_attn_scalar": 168,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+    "sliding_window": 1024
+  },
+  "torch_dtype": "bfloat16",
+  "vision_config": {
+    "hidden_size": 1152,
+    "image_size": 896,
+    "intermediate_size": 4304,
+    "model_type": "siglip_vision_model",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 27,
+    "patch_size": 14,
+    "vision_use_head": false
+  }
+})";
+
 struct RealConfig {
   std::string name;
   std::string dir;   // a folder holding config.json, or "" when `text` is given
@@ -378,6 +414,7 @@ std::vector<RealConfig> RealConfigs() {
       {"gemma-3-1b-it", "", kGemma3_1B, "Gemma3ForCausalLM", true, 0, RopeType::kDefault},
       {"gemma3 fixture", kFixtures + "/gemma3-w4a16-g32", "", "Gemma3ForCausalLM", true, 0,
        RopeType::kLinear},
+      {"gemma-3-27b-it", "", kGemma3_27B_It, "Gemma3ForConditionalGeneration", true, 0, RopeType::kLinear},
   };
 }
 
@@ -397,7 +434,8 @@ TEST(FamilyTable, EntriesAreUniqueAndFindable) {
     EXPECT_GT(f->default_max_position_embeddings, 0) << f->architecture;
     EXPECT_NE(f->rope_scalings & RopeTypeBit(RopeType::kDefault), 0u) << f->architecture;
   }
-  EXPECT_EQ(n, 10);  // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3
+  EXPECT_EQ(n,
+            11);  // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3 (x2)
   EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
   EXPECT_EQ(FindFamily(""), nullptr);
 }
@@ -449,9 +487,15 @@ std::string MinimalConfig(const FamilyTraits& f, const std::string& extra = "") 
     moe = R"(, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32)";
     if (f.moe.shared_expert) moe += R"(, "shared_expert_intermediate_size": 48)";
   }
-  return absl::StrCat(R"({"architectures": [")", f.architecture, R"("], "hidden_size": 64,
+  const std::string fields = absl::StrCat(R"("hidden_size": 64,
       "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100)",
-                      moe, extra.empty() ? "" : ", ", extra, "}");
+                                          moe);
+  const std::string more = extra.empty() ? "" : absl::StrCat(", ", extra);
+  if (f.text_only.enabled) {  // the language model's fields live in text_config; `extra` at the top level
+    return absl::StrCat(R"({"architectures": [")", f.architecture, R"("], "text_config": {)", fields, "}",
+                        more, "}");
+  }
+  return absl::StrCat(R"({"architectures": [")", f.architecture, R"("], )", fields, more, "}");
 }
 
 TEST(FamilyTraits, DefaultsFlowIntoModelConfig) {
@@ -682,6 +726,29 @@ TEST(GemmaConfig, RealConfigsParseToTransformersValues) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->attn_logit_softcap, 0.0f);  // explicit null: no cap (not the default 50)
   EXPECT_EQ(c->final_logit_softcap, 30.0f);
+}
+
+// Gemma3ForConditionalGeneration: the text_config is the model, with Gemma3TextConfig's defaults; the
+// top level's model_type names the family.
+TEST(GemmaConfig, ConditionalGenerationReadsTextConfig) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kGemma3_27B_It, "gemma-3-27b-it");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model_type, "gemma3");
+  EXPECT_EQ(c->hidden_size, 5376);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->vocab_size, 262208);  // Gemma3TextConfig's default
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->local_rope_theta, 1e4);
+  EXPECT_EQ(c->rope_scaling.factor, 8.0);
+  EXPECT_DOUBLE_EQ(c->attention_scale, std::pow(168.0, -0.5));
+  EXPECT_EQ(c->eos_token_id, 1);
+  EXPECT_EQ(c->torch_dtype, "bfloat16");
+  ASSERT_EQ(c->layer_window.size(), 62u);
+  EXPECT_EQ(c->layer_window[5], 0);
+  EXPECT_EQ(c->layer_window[6], 1024);
+  EXPECT_THAT(
+      ParseModelConfig(R"({"architectures": ["Gemma3ForConditionalGeneration"]})", "mem").status().message(),
+      HasSubstr("text_config"));
 }
 
 // Which layers are sparse: decoder_sparse_step and mlp_only_layers, as transformers' Qwen MoE decoder layers
