@@ -1,13 +1,14 @@
 // config.json of a supported causal LM (the families of family.h: LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM,
+// Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM,
+// Gemma3ForConditionalGeneration (its text_config), MixtralForCausalLM, Qwen2MoeForCausalLM,
 // Qwen3MoeForCausalLM), plus the raw quantization_config (parsed by compressed_tensors.h). What differs
 // between families is read from their FamilyTraits and lands in the flags below (attention_bias, qk_norm,
-// sliding_window, tie_word_embeddings, the mixture-of-experts fields): engines read those, never
-// `architecture`.
+// sliding_window / layer_window, rotary_dim, tie_word_embeddings, the Gemma block's fields, the
+// mixture-of-experts fields): engines read those, never `architecture`.
 //
-// Anything unsupported (architecture, hidden_act other than silu, rope_scaling type other than
-// llama3/linear or not allowed for the family, sliding window in use, ...) fails with INVALID_ARGUMENT
-// naming the field and value.
+// Anything unsupported (architecture, hidden_act other than silu (Gemma: gelu_pytorch_tanh), rope_scaling
+// type other than llama3/linear/longrope or not allowed for the family, a partial_rotary_factor outside
+// Phi-3, use_sliding_window on Qwen, ...) fails with INVALID_ARGUMENT naming the field and value.
 #ifndef SCORED_ENGINE_MODEL_CONFIG_H_
 #define SCORED_ENGINE_MODEL_CONFIG_H_
 
