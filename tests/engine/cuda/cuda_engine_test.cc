@@ -352,6 +352,20 @@ TEST(CudaEngineFamilies, Phi3RefusedNamingTheFeature) {
   EXPECT_THAT(std::string(engine.status().message()), ::testing::HasSubstr("partial rotary"));
 }
 
+// Gemma 2 / Gemma 3: refused naming the Gemma block (issue 22).
+TEST(CudaEngineFamilies, GemmaRefusedNamingTheFeature) {
+  for (const char* name : {"gemma2-w4a16-g32", "gemma3-w4a16-g32"}) {
+    EngineOptions options;
+    options.model_dir = std::string(SCORED_FIXTURES_DIR) + "/" + name;
+    options.backend = Backend::kCuda;
+    options.max_batch_tokens = 4096;
+    auto engine = CreateCudaEngine(options);
+    ASSERT_FALSE(engine.ok()) << name;
+    EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnimplemented) << engine.status();
+    EXPECT_THAT(std::string(engine.status().message()), ::testing::HasSubstr("ForCausalLM: the Gemma block"));
+  }
+}
+
 // Mixture-of-experts checkpoints run at --tp 1; --tp 2 is refused with UNIMPLEMENTED naming the architecture
 // and the flag, before any device work (so this runs on machines without a GPU too), until the MoE shard plan
 // is uploaded and run (issue 20).
