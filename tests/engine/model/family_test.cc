@@ -414,6 +414,8 @@ std::vector<RealConfig> RealConfigs() {
       {"gemma-3-1b-it", "", kGemma3_1B, "Gemma3ForCausalLM", true, 0, RopeType::kDefault},
       {"gemma3 fixture", kFixtures + "/gemma3-w4a16-g32", "", "Gemma3ForCausalLM", true, 0,
        RopeType::kLinear},
+      {"gemma3-vlm fixture", kFixtures + "/gemma3-vlm-w4a16-g32", "", "Gemma3ForConditionalGeneration", true,
+       0, RopeType::kLinear},
       {"gemma-3-27b-it", "", kGemma3_27B_It, "Gemma3ForConditionalGeneration", true, 0, RopeType::kLinear},
   };
 }
