@@ -1,5 +1,6 @@
 #include "engine/model/config.h"
 
+#include <cmath>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -67,8 +68,29 @@ const char* RopeTypeName(RopeType type) {
       return "linear";
     case RopeType::kLlama3:
       return "llama3";
+    case RopeType::kLongrope:
+      return "longrope";
   }
   return "?";
+}
+
+// A list of positive numbers (longrope's short_factor / long_factor).
+absl::Status GetFactorList(const Json& obj, absl::string_view key, absl::string_view source,
+                           std::vector<double>* out) {
+  const Json* v = Find(obj, key);
+  if (v == nullptr || !v->is_array()) {
+    return Invalid(source, absl::StrCat("field '", key, "' must be a list of numbers"));
+  }
+  out->clear();
+  for (const Json& x : *v) {
+    if (!x.is_number()) return json_util::TypeError(source, key, "a list of numbers", *v);
+    const double f = x.get<double>();
+    if (!(f > 0.0) || !std::isfinite(f)) {
+      return Invalid(source, absl::StrCat("field '", key, "' holds ", x.dump(), ", not a positive number"));
+    }
+    out->push_back(f);
+  }
+  return absl::OkStatus();
 }
 
 // rope_scaling (or the scaling part of rope_parameters). `field` names it in messages.
@@ -104,11 +126,136 @@ absl::Status ParseRopeScaling(const Json& rs, absl::string_view field, absl::str
     if (!(out->high_freq_factor > out->low_freq_factor)) {
       return Invalid(source, absl::StrCat(field, ": high_freq_factor must exceed low_freq_factor"));
     }
+  } else if (type == "longrope" || type == "su") {  // "su": Phi-3's older name (transformers maps it)
+    out->type = RopeType::kLongrope;
+    SCORED_RETURN_IF_ERROR(GetFactorList(rs, "short_factor", ctx, &out->short_factor));
+    SCORED_RETURN_IF_ERROR(GetFactorList(rs, "long_factor", ctx, &out->long_factor));
+    out->factor = 0.0;  // absent: ParseRope derives it from max_position_embeddings
+    if (Find(rs, "factor") != nullptr && !(*Find(rs, "factor")).is_null()) {
+      SCORED_ASSIGN_OR_RETURN(out->factor, GetDouble(rs, "factor", ctx));
+      if (!(out->factor > 0.0)) return Invalid(source, absl::StrCat(field, ".factor must be positive"));
+    }
+    out->attention_factor = 0.0;  // absent: ParseRope computes it
+    if (Find(rs, "attention_factor") != nullptr && !(*Find(rs, "attention_factor")).is_null()) {
+      SCORED_ASSIGN_OR_RETURN(out->attention_factor, GetDouble(rs, "attention_factor", ctx));
+      if (!(out->attention_factor > 0.0)) {
+        return Invalid(source, absl::StrCat(field, ".attention_factor must be positive"));
+      }
+    }
+    out->original_max_position_embeddings = 0;  // absent: ParseRope takes the top-level field
+    if (Find(rs, "original_max_position_embeddings") != nullptr) {
+      SCORED_ASSIGN_OR_RETURN(out->original_max_position_embeddings,
+                              GetPositive(rs, "original_max_position_embeddings", ctx));
+    }
+    return absl::OkStatus();
   } else {
     return Invalid(source, absl::StrCat("unsupported ", field, " type '", type,
-                                        "' (supported: default, linear, llama3)"));
+                                        "' (supported: default, linear, llama3, longrope)"));
   }
   if (!(out->factor > 0.0)) return Invalid(source, absl::StrCat(field, ".factor must be positive"));
+  return absl::OkStatus();
+}
+
+// rotary_dim = int(head_dim * partial_rotary_factor) (top level, else rope_parameters, else 1).
+absl::Status ParsePartialRotary(const Json& j, const Json* rope_params, const FamilyTraits& family,
+                                const std::string& source, ModelConfig* out) {
+  ModelConfig& c = *out;
+  c.rotary_dim = c.head_dim;
+  double factor = 1.0;
+  const char* field = "partial_rotary_factor";
+  if (Find(j, "partial_rotary_factor") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(factor, GetDouble(j, "partial_rotary_factor", source));
+  } else if (rope_params != nullptr && Find(*rope_params, "partial_rotary_factor") != nullptr) {
+    field = "rope_parameters.partial_rotary_factor";
+    SCORED_ASSIGN_OR_RETURN(factor, GetDouble(*rope_params, "partial_rotary_factor", source));
+  }
+  if (factor == 1.0) return absl::OkStatus();
+  if (!family.partial_rotary) {
+    return Invalid(source, absl::StrCat("unsupported ", field, " ", factor, " for ", c.architecture));
+  }
+  if (!(factor > 0.0 && factor <= 1.0)) {
+    return Invalid(source, absl::StrCat("field '", field, "' = ", factor, " is not in (0, 1]"));
+  }
+  // transformers: dim = int(head_dim * partial_rotary_factor), truncated.
+  c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);
+  if (c.rotary_dim <= 0 || c.rotary_dim % 2 != 0) {
+    return Invalid(source, absl::StrCat("field '", field, "' = ", factor, " gives ", c.rotary_dim,
+                                        " rotary dimensions of head_dim ", c.head_dim, ": not even and > 0"));
+  }
+  return absl::OkStatus();
+}
+
+// longrope's defaults (transformers' _compute_longrope_parameters with Phi-3's config): the top-level
+// original_max_position_embeddings wins over the scaling's own; factor defaults to max_position_embeddings /
+// original; attention_factor to sqrt(1 + ln(factor) / ln(original)) (1 when factor <= 1).
+absl::Status FinishLongrope(const Json& j, const std::string& source, ModelConfig* out) {
+  ModelConfig& c = *out;
+  RopeScaling& r = c.rope_scaling;
+  if (Find(j, "original_max_position_embeddings") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(r.original_max_position_embeddings,
+                            GetPositive(j, "original_max_position_embeddings", source));
+  } else if (r.original_max_position_embeddings == 0) {
+    r.original_max_position_embeddings = 4096;  // Phi3Config's default
+  }
+  const double original = static_cast<double>(r.original_max_position_embeddings);
+  if (r.factor == 0.0) r.factor = static_cast<double>(c.max_position_embeddings) / original;
+  if (r.attention_factor == 0.0) {
+    r.attention_factor = r.factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(r.factor) / std::log(original));
+  }
+  const size_t half = static_cast<size_t>(c.rotary_dim / 2);
+  for (const auto* list : {&r.short_factor, &r.long_factor}) {
+    if (list->size() != half) {
+      return Invalid(
+          source, absl::StrCat("rope scaling '", list == &r.short_factor ? "short" : "long", "_factor' has ",
+                               list->size(), " entries, expected rotary_dim / 2 = ", half));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseRope(const Json& j, const FamilyTraits& family, const std::string& source,
+                       ModelConfig* out);
+
+// Gemma 3: the global RoPE (full layers) and the local one (sliding layers). transformers 5 writes
+// rope_parameters {"full_attention": {rope_type, rope_theta, ...}, "sliding_attention": {...}}; older files
+// rope_theta (global, default 1e6), rope_local_base_freq (local, default 1e4) and rope_scaling (global).
+absl::Status ParseLocalGlobalRope(const Json& j, const FamilyTraits& family, const std::string& source,
+                                  ModelConfig* out) {
+  ModelConfig& c = *out;
+  const Json* rp = Find(j, "rope_parameters");
+  if (rp != nullptr && rp->is_object() && Find(*rp, "full_attention") != nullptr) {
+    struct Part {
+      const char* key;
+      double* theta;
+      RopeScaling* scaling;
+    };
+    for (const Part& p : {Part{"full_attention", &c.rope_theta, &c.rope_scaling},
+                          Part{"sliding_attention", &c.local_rope_theta, &c.local_rope_scaling}}) {
+      const Json* sub = Find(*rp, p.key);
+      const std::string field = absl::StrCat("rope_parameters.", p.key);
+      if (sub == nullptr || !sub->is_object()) return Invalid(source, absl::StrCat("'", field, "' missing"));
+      SCORED_ASSIGN_OR_RETURN(*p.theta,
+                              GetDouble(*sub, "rope_theta", absl::StrCat(source, " (", field, ")")));
+      if (!(*p.theta > 0.0)) return Invalid(source, absl::StrCat(field, ".rope_theta must be positive"));
+      SCORED_RETURN_IF_ERROR(ParseRopeScaling(*sub, field, source, p.scaling));
+    }
+  } else {
+    SCORED_ASSIGN_OR_RETURN(c.rope_theta, GetDouble(j, "rope_theta", source, 1000000.0));
+    SCORED_ASSIGN_OR_RETURN(c.local_rope_theta, GetDouble(j, "rope_local_base_freq", source, 10000.0));
+    if (!(c.rope_theta > 0.0) || !(c.local_rope_theta > 0.0)) {
+      return Invalid(source, "rope_theta and rope_local_base_freq must be positive");
+    }
+    if (const Json* rs = Find(j, "rope_scaling")) {
+      SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rs, "rope_scaling", source, &c.rope_scaling));
+    }
+  }
+  for (const RopeScaling* r : {&c.rope_scaling, &c.local_rope_scaling}) {
+    if ((family.rope_scalings & RopeTypeBit(r->type)) == 0) {
+      return Invalid(source, absl::StrCat("rope scaling type '", RopeTypeName(r->type),
+                                          "' is not supported for ", c.architecture));
+    }
+  }
+  c.rotary_dim = c.head_dim;
   return absl::OkStatus();
 }
 
@@ -120,6 +267,7 @@ absl::Status ParseRope(const Json& j, const FamilyTraits& family, const std::str
   ModelConfig& c = *out;
   c.rope_theta = 10000.0;
   const Json* rope_params = Find(j, "rope_parameters");
+  if (family.gemma.local_rope) return ParseLocalGlobalRope(j, family, source, out);
   if (rope_params != nullptr) {
     if (!rope_params->is_object()) return Invalid(source, "'rope_parameters' must be an object or null");
     if (Find(*rope_params, "rope_theta") != nullptr) {
@@ -141,6 +289,45 @@ absl::Status ParseRope(const Json& j, const FamilyTraits& family, const std::str
     return Invalid(source, absl::StrCat("rope scaling type '", RopeTypeName(c.rope_scaling.type),
                                         "' is not supported for ", c.architecture));
   }
+  SCORED_RETURN_IF_ERROR(ParsePartialRotary(j, rope_params, family, source, &c));
+  if (c.rope_scaling.type == RopeType::kLongrope) SCORED_RETURN_IF_ERROR(FinishLongrope(j, source, &c));
+  return absl::OkStatus();
+}
+
+// SlidingWindowPolicy::kLayerTypes: layer_window from layer_types (or the family's pattern) and
+// sliding_window; Gemma 3's local RoPE goes to the sliding layers.
+absl::Status ParseLayerTypes(const Json& j, const FamilyTraits& family, const std::string& source,
+                             ModelConfig* out) {
+  ModelConfig& c = *out;
+  const size_t n = static_cast<size_t>(c.num_layers);
+  std::vector<bool> sliding(n);
+  if (const Json* types = Find(j, "layer_types")) {
+    if (!types->is_array() || types->size() != n) {
+      return Invalid(
+          source, absl::StrCat("field 'layer_types' must be a list of num_hidden_layers (", n, ") strings"));
+    }
+    for (size_t l = 0; l < n; ++l) {
+      const Json& t = (*types)[l];
+      if (t == "sliding_attention") {
+        sliding[l] = true;
+      } else if (t != "full_attention") {
+        return Invalid(source, absl::StrCat("unsupported layer_types[", l, "] ", t.dump(),
+                                            " (supported: sliding_attention, full_attention)"));
+      }
+    }
+  } else {
+    SCORED_ASSIGN_OR_RETURN(int64_t pattern,
+                            GetPositive(j, "sliding_window_pattern", source, family.gemma.sliding_pattern));
+    for (size_t l = 0; l < n; ++l) sliding[l] = (static_cast<int64_t>(l) + 1) % pattern != 0;
+  }
+  int64_t window = 4096;  // Gemma2Config / Gemma3TextConfig default
+  const Json* sw = Find(j, "sliding_window");
+  if (sw != nullptr && !sw->is_null()) {
+    SCORED_ASSIGN_OR_RETURN(window, GetPositive(j, "sliding_window", source));
+  }
+  c.layer_window.assign(n, 0);
+  for (size_t l = 0; l < n; ++l) c.layer_window[l] = sliding[l] ? window : 0;
+  if (family.gemma.local_rope) c.layer_local_rope = sliding;
   return absl::OkStatus();
 }
 
@@ -177,6 +364,17 @@ absl::Status ApplyFamilyPolicies(const Json& j, const FamilyTraits& family, cons
       if (use_sw) return Invalid(source, "unsupported use_sliding_window: true");
       break;
     }
+    case SlidingWindowPolicy::kWindowFieldMasked: {
+      const Json* sw = Find(j, "sliding_window");
+      if (sw != nullptr && !sw->is_null()) {
+        SCORED_ASSIGN_OR_RETURN(int64_t w, GetPositive(j, "sliding_window", source));
+        c.layer_window.assign(static_cast<size_t>(c.num_layers), w);
+      }
+      break;
+    }
+    case SlidingWindowPolicy::kLayerTypes:
+      SCORED_RETURN_IF_ERROR(ParseLayerTypes(j, family, source, &c));
+      break;
     case SlidingWindowPolicy::kWindowField:
       if (Find(j, "sliding_window") != nullptr) {
         SCORED_ASSIGN_OR_RETURN(int64_t sw, GetPositive(j, "sliding_window", source));
@@ -244,6 +442,55 @@ absl::Status ParseMoe(const Json& j, const FamilyTraits& family, const std::stri
   return absl::OkStatus();
 }
 
+// The Gemma block's fields (GemmaTraits): query_pre_attn_scalar, the soft caps, the embedding scale.
+absl::Status ParseGemma(const Json& j, const FamilyTraits& family, const std::string& source,
+                        ModelConfig* out) {
+  if (!family.gemma.enabled) return absl::OkStatus();
+  ModelConfig& c = *out;
+  c.gemma_norm = true;
+  c.sandwich_norms = true;
+  c.embedding_scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
+  SCORED_ASSIGN_OR_RETURN(double scalar, GetDouble(j, "query_pre_attn_scalar", source, 256.0));
+  if (!(scalar > 0.0)) return Invalid(source, "query_pre_attn_scalar must be positive");
+  c.attention_scale = std::pow(scalar, -0.5);  // transformers: query_pre_attn_scalar**-0.5
+  auto cap = [&](const char* field, double def, float* value) -> absl::Status {
+    double v = def;
+    if (j.contains(field) && j.at(field).is_null()) {
+      v = 0.0;  // an explicit null: no cap (Find treats null as absent, which would give the default)
+    } else if (Find(j, field) != nullptr) {
+      SCORED_ASSIGN_OR_RETURN(v, GetDouble(j, field, source));
+      if (!(v > 0.0)) return Invalid(source, absl::StrCat("field '", field, "' must be positive or null"));
+    }
+    *value = static_cast<float>(v);
+    return absl::OkStatus();
+  };
+  SCORED_RETURN_IF_ERROR(
+      cap("attn_logit_softcapping", family.gemma.attn_softcap_default, &c.attn_logit_softcap));
+  SCORED_RETURN_IF_ERROR(
+      cap("final_logit_softcapping", family.gemma.final_softcap_default, &c.final_logit_softcap));
+  SCORED_ASSIGN_OR_RETURN(bool bidirectional, GetBool(j, "use_bidirectional_attention", source, false));
+  if (bidirectional) return Invalid(source, "unsupported use_bidirectional_attention: true");
+  return absl::OkStatus();
+}
+
+// TextOnlyTraits: the language model's config: `text_config`, plus the top level's other fields (model_type,
+// architectures, quantization_config, torch_dtype, token ids, ...) where text_config lacks them; the
+// top level's model_type wins (it names the family).
+absl::StatusOr<Json> TextConfig(const Json& j, const std::string& source) {
+  const Json* text = Find(j, "text_config");
+  if (text == nullptr || !text->is_object()) {
+    return Invalid(source, "field 'text_config' must be an object (the language model's config)");
+  }
+  Json merged = *text;
+  merged.erase("model_type");
+  for (const auto& item : j.items()) {
+    if (item.key() == "text_config" || item.key() == "vision_config") continue;
+    if (item.key() == "model_type" || merged.find(item.key()) == merged.end())
+      merged[item.key()] = item.value();
+  }
+  return merged;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source_name) {
@@ -263,14 +510,34 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
                                         "' (supported: ", SupportedArchitectures(), ")"));
   }
   c.family = family;
+  if (family->text_only.enabled) {
+    SCORED_ASSIGN_OR_RETURN(j, TextConfig(j, source));
+  }
+  if (family->config_defaults != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(Json defaults,
+                            json_util::ParseObject(family->config_defaults, "the family's config defaults"));
+    for (const auto& item : defaults.items()) {
+      if (Find(j, item.key()) == nullptr) j[item.key()] = item.value();
+    }
+  }
   SCORED_ASSIGN_OR_RETURN(c.model_type, GetString(j, "model_type", source, std::string(family->model_type)));
   if (c.model_type != family->model_type) {
     return Invalid(source, absl::StrCat("model_type '", c.model_type, "' does not match architecture '",
                                         c.architecture, "' (expected '", family->model_type, "')"));
   }
 
-  SCORED_ASSIGN_OR_RETURN(std::string act, GetString(j, "hidden_act", source, std::string("silu")));
-  if (act != "silu") return Invalid(source, absl::StrCat("unsupported hidden_act '", act, "' (only silu)"));
+  if (family->gemma.enabled) {
+    // transformers' Gemma 2 / 3 read hidden_activation (published configs may carry both).
+    const char* field = Find(j, "hidden_activation") != nullptr ? "hidden_activation" : "hidden_act";
+    SCORED_ASSIGN_OR_RETURN(std::string act, GetString(j, field, source, std::string("gelu_pytorch_tanh")));
+    if (act != "gelu_pytorch_tanh") {
+      return Invalid(source, absl::StrCat("unsupported ", field, " '", act, "' (only gelu_pytorch_tanh)"));
+    }
+    c.mlp_activation = MlpActivation::kGeluTanh;
+  } else {
+    SCORED_ASSIGN_OR_RETURN(std::string act, GetString(j, "hidden_act", source, std::string("silu")));
+    if (act != "silu") return Invalid(source, absl::StrCat("unsupported hidden_act '", act, "' (only silu)"));
+  }
 
   SCORED_ASSIGN_OR_RETURN(c.hidden_size, GetPositive(j, "hidden_size", source));
   SCORED_ASSIGN_OR_RETURN(c.intermediate_size, GetPositive(j, "intermediate_size", source));
@@ -309,6 +576,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   SCORED_RETURN_IF_ERROR(ParseRope(j, *family, source, &c));
   SCORED_RETURN_IF_ERROR(ApplyFamilyPolicies(j, *family, source, &c));
   SCORED_RETURN_IF_ERROR(ParseMoe(j, *family, source, &c));
+  SCORED_RETURN_IF_ERROR(ParseGemma(j, *family, source, &c));
 
   SCORED_ASSIGN_OR_RETURN(c.bos_token_id, GetTokenId(j, "bos_token_id", source));
   SCORED_ASSIGN_OR_RETURN(c.eos_token_id, GetTokenId(j, "eos_token_id", source));

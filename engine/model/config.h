@@ -1,12 +1,14 @@
 // config.json of a supported causal LM (the families of family.h: LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM), plus the
-// raw quantization_config (parsed by compressed_tensors.h). What differs between families is read from their
-// FamilyTraits and lands in the flags below (attention_bias, qk_norm, sliding_window, tie_word_embeddings,
-// the mixture-of-experts fields): engines read those, never `architecture`.
+// Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM,
+// Gemma3ForConditionalGeneration (its text_config), MixtralForCausalLM, Qwen2MoeForCausalLM,
+// Qwen3MoeForCausalLM), plus the raw quantization_config (parsed by compressed_tensors.h). What differs
+// between families is read from their FamilyTraits and lands in the flags below (attention_bias, qk_norm,
+// sliding_window / layer_window, rotary_dim, tie_word_embeddings, the Gemma block's fields, the
+// mixture-of-experts fields): engines read those, never `architecture`.
 //
-// Anything unsupported (architecture, hidden_act other than silu, rope_scaling type other than
-// llama3/linear or not allowed for the family, sliding window in use, ...) fails with INVALID_ARGUMENT
-// naming the field and value.
+// Anything unsupported (architecture, hidden_act other than silu (Gemma: gelu_pytorch_tanh), rope_scaling
+// type other than llama3/linear/longrope or not allowed for the family, a partial_rotary_factor outside
+// Phi-3, use_sliding_window on Qwen, ...) fails with INVALID_ARGUMENT naming the field and value.
 #ifndef SCORED_ENGINE_MODEL_CONFIG_H_
 #define SCORED_ENGINE_MODEL_CONFIG_H_
 
@@ -25,8 +27,19 @@ struct RopeScaling {
   double factor = 1.0;                              // llama3, linear
   double low_freq_factor = 1.0;                     // llama3
   double high_freq_factor = 4.0;                    // llama3
-  int64_t original_max_position_embeddings = 8192;  // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3, longrope
+  // longrope (Phi-3 "longrope" / "su"): inv_freq[i] = 1 / (factor_i * theta^(2i/rotary_dim)) with
+  // factor_i = long_factor[i] for a sequence longer than original_max_position_embeddings, else
+  // short_factor[i] (both [rotary_dim / 2]); cos and sin are multiplied by attention_factor (config.json's,
+  // else sqrt(1 + ln(f) / ln(original)) with f = factor, or max_position_embeddings / original when factor
+  // is absent; 1 when f <= 1). transformers picks the factors by the longest sequence of a BATCH; here each
+  // sequence by its own length (a batch of one in transformers).
+  std::vector<double> short_factor, long_factor;
+  double attention_factor = 1.0;
 };
+
+// The MLP's gate activation: SwiGLU (silu) or GeGLU with tanh GELU (Gemma's gelu_pytorch_tanh).
+enum class MlpActivation { kSilu, kGeluTanh };
 
 struct ModelConfig {
   // The family's traits (family.h, static storage). Set by ParseModelConfig; nullptr only in configs built
@@ -40,6 +53,9 @@ struct ModelConfig {
   int64_t num_heads = 0;     // num_attention_heads
   int64_t num_kv_heads = 0;  // num_key_value_heads (defaults to num_heads)
   int64_t head_dim = 0;      // explicit head_dim, else hidden_size / num_heads
+  // RoPE rotates the first rotary_dim elements of each head, the rest pass through: head_dim, or
+  // int(head_dim * partial_rotary_factor) (FamilyTraits::partial_rotary: Phi-3). Even, > 0.
+  int64_t rotary_dim = 0;
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
@@ -56,6 +72,13 @@ struct ModelConfig {
   // none (also when the config's window is >= max_position_embeddings). Engines must cap their max context at
   // it when > 0, since no sliding-window attention is implemented; positions up to the window are then exact.
   int64_t sliding_window = 0;
+  // SlidingWindowPolicy::kWindowFieldMasked (Phi-3): per layer, 0 = full causal attention, w > 0 = query t
+  // sees keys j with t - w < j <= t (transformers' sliding-window mask). Empty for the other policies.
+  // An engine that does not implement it must refuse the model.
+  std::vector<int64_t> layer_window;
+  int64_t LayerWindow(int64_t layer) const {
+    return layer_window.empty() ? 0 : layer_window[static_cast<size_t>(layer)];
+  }
   // Mixture-of-experts (FamilyTraits::moe, MoePolicy). num_experts == 0: a dense model, every layer one
   // SwiGLU MLP of intermediate_size. Otherwise each layer l with sparse_layers[l] replaces its MLP by:
   //   p = softmax(fp32 router logits) over num_experts; the num_experts_per_tok largest (exact ties: the
@@ -71,6 +94,22 @@ struct ModelConfig {
   std::vector<bool> sparse_layers;              // [num_layers] when num_experts > 0, else empty
   bool moe() const { return num_experts > 0; }
   bool IsSparseLayer(int64_t layer) const { return moe() && sparse_layers[static_cast<size_t>(layer)]; }
+  // Gemma 2 / Gemma 3 (FamilyTraits::gemma; semantics in family.h GemmaTraits). Defaults: the Llama block.
+  bool gemma_norm = false;           // every RMSNorm (final, layers, q/k) multiplies by fp32(1 + weight)
+  bool sandwich_norms = false;       // post_attention_layernorm on the attention output; pre/post feedforward
+  float embedding_scale = 0.0f;      // > 0: embeddings times it in fp32: fp32(sqrt(hidden_size))
+  double attention_scale = 0.0;      // > 0: score scale query_pre_attn_scalar^-0.5; 0: 1/sqrt(head_dim)
+  float attn_logit_softcap = 0.0f;   // > 0: scores = tanh(scores / cap) * cap
+  float final_logit_softcap = 0.0f;  // > 0: logits = tanh(logits / cap) * cap
+  MlpActivation mlp_activation = MlpActivation::kSilu;
+  // RoPE of the layers with layer_local_rope[l] (Gemma 3's sliding layers): local_rope_theta and
+  // local_rope_scaling instead of rope_theta / rope_scaling. Empty: every layer the global one.
+  double local_rope_theta = 10000.0;
+  RopeScaling local_rope_scaling;
+  std::vector<bool> layer_local_rope;
+  bool LocalRope(int64_t layer) const {
+    return !layer_local_rope.empty() && layer_local_rope[static_cast<size_t>(layer)];
+  }
   bool has_quantization_config = false;
   std::string quantization_config_json;  // raw JSON text of quantization_config ("" when absent);
                                          // older files name it "compression_config"

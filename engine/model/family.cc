@@ -40,6 +40,14 @@ constexpr MoeTensorNames kMixtralNames = {
     /*shared_expert_gate=*/nullptr,
 };
 
+// transformers' Gemma2Config / Gemma3TextConfig defaults of the shape fields.
+constexpr char kGemma2Defaults[] =
+    R"({"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6})";
+constexpr char kGemma3TextDefaults[] =
+    R"({"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6})";
+
 // One entry per supported architecture. The defaults are the transformers config classes' defaults.
 constexpr FamilyTraits kFamilies[] = {
     {
@@ -51,6 +59,10 @@ constexpr FamilyTraits kFamilies[] = {
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kWindowField,
+        /*partial_rotary=*/false,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/nullptr,
+        /*text_only=*/kNotTextOnly,
         /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
@@ -65,6 +77,10 @@ constexpr FamilyTraits kFamilies[] = {
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kWindowField,
+        /*partial_rotary=*/false,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/nullptr,
+        /*text_only=*/kNotTextOnly,
         /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
@@ -79,6 +95,10 @@ constexpr FamilyTraits kFamilies[] = {
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/false,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/nullptr,
+        /*text_only=*/kNotTextOnly,
         /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
@@ -93,6 +113,10 @@ constexpr FamilyTraits kFamilies[] = {
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/false,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/nullptr,
+        /*text_only=*/kNotTextOnly,
         /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
@@ -107,6 +131,10 @@ constexpr FamilyTraits kFamilies[] = {
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kWindowField,
+        /*partial_rotary=*/false,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/nullptr,
+        /*text_only=*/kNotTextOnly,
         /*tensor_parallel=*/true,  // experts split like the dense MLP (shard_plan.h)
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
@@ -121,6 +149,10 @@ constexpr FamilyTraits kFamilies[] = {
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/false,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/nullptr,
+        /*text_only=*/kNotTextOnly,
         /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
@@ -135,10 +167,106 @@ constexpr FamilyTraits kFamilies[] = {
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/false,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/nullptr,
+        /*text_only=*/kNotTextOnly,
         /*tensor_parallel=*/true,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/false, kQwenMoeNames},
+    },
+    {
+        // Phi-3, Phi-3.5, Phi-4: fused qkv_proj / gate_up_proj, partial rotary, longrope, a masked sliding
+        // window. No tensor parallelism yet (the fused modules are split at load, but no engine that shards
+        // runs the family).
+        /*architecture=*/"Phi3ForCausalLM",
+        /*model_type=*/"phi3",
+        /*default_max_position_embeddings=*/4096,
+        /*attention_bias=*/AttentionBiasPolicy::kNoneOrRejected,
+        /*qk_norm=*/false,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kLongrope),
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kWindowFieldMasked,
+        /*partial_rotary=*/true,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/nullptr,
+        /*text_only=*/kNotTextOnly,
+        /*tensor_parallel=*/false,
+        /*names=*/kPhi3TensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
+    },
+    {
+        // Gemma 2: soft-capping (50 / 30 by default), sliding window on alternating layers (0, 2, ...).
+        /*architecture=*/"Gemma2ForCausalLM",
+        /*model_type=*/"gemma2",
+        /*default_max_position_embeddings=*/8192,
+        /*attention_bias=*/AttentionBiasPolicy::kNoneOrRejected,
+        /*qk_norm=*/false,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault),
+        /*tie_word_embeddings_default=*/true,
+        /*sliding_window=*/SlidingWindowPolicy::kLayerTypes,
+        /*partial_rotary=*/false,
+        /*gemma=*/
+        {true, /*sliding_pattern=*/2, /*attn_softcap_default=*/50.0, /*final_softcap_default=*/30.0,
+         /*local_rope=*/false},
+        /*config_defaults=*/kGemma2Defaults,
+        /*text_only=*/kNotTextOnly,
+        /*tensor_parallel=*/false,
+        /*names=*/kGemmaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
+    },
+    {
+        // Gemma 3 text: q/k norm, 5 sliding : 1 full layers by default, local and global RoPE, no
+        // soft-capping by default.
+        /*architecture=*/"Gemma3ForCausalLM",
+        /*model_type=*/"gemma3_text",
+        /*default_max_position_embeddings=*/131072,
+        /*attention_bias=*/AttentionBiasPolicy::kNoneOrRejected,
+        /*qk_norm=*/true,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kLinear) |
+            RopeTypeBit(RopeType::kLlama3),
+        /*tie_word_embeddings_default=*/true,
+        /*sliding_window=*/SlidingWindowPolicy::kLayerTypes,
+        /*partial_rotary=*/false,
+        /*gemma=*/
+        {true, /*sliding_pattern=*/6, /*attn_softcap_default=*/0.0, /*final_softcap_default=*/0.0,
+         /*local_rope=*/true},
+        /*config_defaults=*/kGemma3TextDefaults,
+        /*text_only=*/kNotTextOnly,
+        /*tensor_parallel=*/false,
+        /*names=*/kGemmaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
+    },
+    {
+        // Gemma 3 4B-27B releases: Gemma 3 text inside a vision-language checkpoint; only the language model
+        // is read (the vision tower is ignored; ModelSummary::notes says so).
+        /*architecture=*/"Gemma3ForConditionalGeneration",
+        /*model_type=*/"gemma3",
+        /*default_max_position_embeddings=*/131072,
+        /*attention_bias=*/AttentionBiasPolicy::kNoneOrRejected,
+        /*qk_norm=*/true,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kLinear) |
+            RopeTypeBit(RopeType::kLlama3),
+        /*tie_word_embeddings_default=*/true,
+        /*sliding_window=*/SlidingWindowPolicy::kLayerTypes,
+        /*partial_rotary=*/false,
+        /*gemma=*/
+        {true, /*sliding_pattern=*/6, /*attn_softcap_default=*/0.0, /*final_softcap_default=*/0.0,
+         /*local_rope=*/true},
+        /*config_defaults=*/kGemma3TextDefaults,
+        /*text_only=*/
+        {true,
+         &kGemma3VlmV4TensorNames,
+         {"model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector.",
+          nullptr}},
+        /*tensor_parallel=*/false,
+        /*names=*/kGemma3VlmTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
     },
 };
 

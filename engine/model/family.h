@@ -1,5 +1,5 @@
-// Model families: what makes Llama, Mistral, Qwen2, Qwen3 and the mixture-of-experts Mixtral, Qwen2-MoE and
-// Qwen3-MoE checkpoints differ, as ONE table
+// Model families: what makes Llama, Mistral, Qwen2, Qwen3, Phi-3 and the mixture-of-experts Mixtral,
+// Qwen2-MoE and Qwen3-MoE checkpoints differ, as ONE table
 // (family.cc, kFamilies) instead of architecture-string tests spread over the code.
 //
 // Who reads it:
@@ -26,7 +26,7 @@
 namespace scored {
 
 // RoPE frequency scaling (config.json rope_scaling / rope_parameters type).
-enum class RopeType { kDefault, kLlama3, kLinear };
+enum class RopeType { kDefault, kLlama3, kLinear, kLongrope };
 
 // Bit set of RopeType values (bit 1 << int(type)).
 using RopeTypeSet = uint32_t;
@@ -54,7 +54,29 @@ enum class SlidingWindowPolicy {
   // `use_sliding_window: true` turns a window on; that is rejected (no sliding-window attention is
   // implemented) and `sliding_window` is then ignored (Qwen2, Qwen3).
   kUseSlidingWindowFlag,
+  // `sliding_window` (positive, absent or null) masks every layer as transformers' sliding-window causal
+  // mask does (ModelConfig::layer_window; Phi-3). No context cap.
+  kWindowFieldMasked,
+  // Per-layer `layer_types` ("sliding_attention" / "full_attention"; absent: every `sliding_pattern`-th layer
+  // full, the others sliding, Gemma 3's `sliding_window_pattern` overriding the family's) and the window
+  // `sliding_window` of the sliding layers, masked as transformers does (ModelConfig::layer_window; Gemma).
+  kLayerTypes,
 };
+
+// The Gemma 2 / Gemma 3 decoder block (FamilyTraits::gemma): RMSNorm with (1 + weight) everywhere, embeddings
+// times sqrt(hidden_size), GeGLU with tanh GELU, norms before and after attention and MLP, scores scaled by
+// query_pre_attn_scalar^-0.5, optional attention-logit and final-logit soft-capping.
+struct GemmaTraits {
+  bool enabled;
+  int64_t sliding_pattern;       // kLayerTypes default: layer i full iff (i + 1) % sliding_pattern == 0
+  double attn_softcap_default;   // attn_logit_softcapping when absent (0: none)
+  double final_softcap_default;  // final_logit_softcapping when absent (0: none)
+  // RoPE per layer type (Gemma 3): sliding layers rotate with rope_local_base_freq (default scaling), full
+  // layers with rope_theta and the scaling; transformers 5's rope_parameters {"full_attention": {...},
+  // "sliding_attention": {...}} also accepted.
+  bool local_rope;
+};
+inline constexpr GemmaTraits kNotGemma = {false, 0, 0.0, 0.0, false};
 
 // What the MLP block of a layer is.
 enum class MoePolicy {
@@ -128,6 +150,15 @@ struct TensorNames {
   const char* gate_proj;
   const char* up_proj;
   const char* down_proj;
+  // Fused checkpoint modules, or nullptr: qkv_proj is [q rows; k rows; v rows] (replacing q/k/v_proj),
+  // gate_up_proj [gate rows; up rows] (replacing gate/up_proj); the loader splits them into the separate
+  // LinearWeights by rows (Phi-3).
+  const char* qkv_proj;
+  const char* gate_up_proj;
+  // Gemma's norms around the MLP ([hidden_size]); nullptr in other families. In Gemma families
+  // post_attention_layernorm normalizes the attention OUTPUT (before the residual add).
+  const char* pre_feedforward_layernorm;
+  const char* post_feedforward_layernorm;
 };
 
 // The HF Llama layout, shared by Llama, Mistral, Qwen2 and Qwen3.
@@ -147,7 +178,115 @@ inline constexpr TensorNames kLlamaTensorNames = {
     "mlp.gate_proj",
     "mlp.up_proj",
     "mlp.down_proj",
+    /*qkv_proj=*/nullptr,
+    /*gate_up_proj=*/nullptr,
+    /*pre_feedforward_layernorm=*/nullptr,
+    /*post_feedforward_layernorm=*/nullptr,
 };
+
+// Gemma 2 / Gemma 3 (text): the Llama names plus the norms around the MLP.
+inline constexpr TensorNames kGemmaTensorNames = {
+    "model.embed_tokens.weight",
+    "model.norm.weight",
+    "lm_head",
+    "model.layers.",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    /*qkv_proj=*/nullptr,
+    /*gate_up_proj=*/nullptr,
+    /*pre_feedforward_layernorm=*/"pre_feedforward_layernorm.weight",
+    /*post_feedforward_layernorm=*/"post_feedforward_layernorm.weight",
+};
+
+// Gemma3ForConditionalGeneration's language model as transformers 5 saves it ("model.language_model.*")
+// and as transformers 4 did ("language_model.model.*").
+inline constexpr TensorNames kGemma3VlmTensorNames = {
+    "model.language_model.embed_tokens.weight",
+    "model.language_model.norm.weight",
+    "lm_head",
+    "model.language_model.layers.",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    /*qkv_proj=*/nullptr,
+    /*gate_up_proj=*/nullptr,
+    /*pre_feedforward_layernorm=*/"pre_feedforward_layernorm.weight",
+    /*post_feedforward_layernorm=*/"post_feedforward_layernorm.weight",
+};
+inline constexpr TensorNames kGemma3VlmV4TensorNames = {
+    "language_model.model.embed_tokens.weight",
+    "language_model.model.norm.weight",
+    "language_model.lm_head",
+    "language_model.model.layers.",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    /*qkv_proj=*/nullptr,
+    /*gate_up_proj=*/nullptr,
+    /*pre_feedforward_layernorm=*/"pre_feedforward_layernorm.weight",
+    /*post_feedforward_layernorm=*/"post_feedforward_layernorm.weight",
+};
+
+// Phi-3's layout: the Llama names with fused q/k/v and gate/up modules.
+inline constexpr TensorNames kPhi3TensorNames = {
+    "model.embed_tokens.weight",
+    "model.norm.weight",
+    "lm_head",
+    "model.layers.",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    /*qkv_proj=*/"self_attn.qkv_proj",
+    /*gate_up_proj=*/"mlp.gate_up_proj",
+    /*pre_feedforward_layernorm=*/nullptr,
+    /*post_feedforward_layernorm=*/nullptr,
+};
+
+// A multimodal checkpoint scored through its language model only (Gemma3ForConditionalGeneration): the
+// config's `text_config` describes the model (the top level's other fields, e.g. quantization_config and
+// torch_dtype, apply too), the other towers' tensors are not read.
+struct TextOnlyTraits {
+  bool enabled;
+  // The other saved layout's names (transformers 4: "language_model.model.*"), used when the checkpoint
+  // holds its embedding and not `names`' one; nullptr: none.
+  const TensorNames* alt_names;
+  // Prefixes of the tensors left unread (the vision tower and projector, in both layouts); nullptr-ended.
+  const char* ignored_prefixes[5];
+};
+inline constexpr TextOnlyTraits kNotTextOnly = {false, nullptr, {nullptr}};
 
 struct FamilyTraits {
   const char* architecture;  // config.json "architectures"[0], e.g. "LlamaForCausalLM"
@@ -159,6 +298,15 @@ struct FamilyTraits {
   RopeTypeSet rope_scalings;         // rope_scaling types config.json may ask for
   bool tie_word_embeddings_default;  // when config.json omits tie_word_embeddings
   SlidingWindowPolicy sliding_window;
+  // Whether config.json's partial_rotary_factor (top level or in rope_parameters) is read (Phi-3); other
+  // families refuse a value other than 1.
+  bool partial_rotary;
+  GemmaTraits gemma;
+  // Defaults of the transformers config class for fields ParseModelConfig otherwise requires or defaults
+  // differently (JSON object text, merged under absent keys), or nullptr. Gemma's published configs leave
+  // e.g. num_key_value_heads and head_dim to them.
+  const char* config_defaults;
+  TextOnlyTraits text_only;
   // Whether shard_plan.h's Megatron layout (column-parallel q/k/v/gate/up, row-parallel o/down, replicated
   // norms; every expert split like the MLP, routers replicated) describes every block of the family; false
   // refuses --tp > 1 with UNIMPLEMENTED.

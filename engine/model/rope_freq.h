@@ -6,7 +6,9 @@
 // inv_freq follows transformers' fp32 computation: e_i = fp32(2i) / fp32(head_dim);
 // inv_freq[i] = 1 / fp32(theta^e_i) (the power evaluated in double, then rounded). Scaling
 // (config.rope_scaling):
+// (head_dim stands for config.rotary_dim under partial rotary.)
 //   default: unchanged.
+//   longrope: 1 / fp32(fp32(factor_i) * fp32(theta^e_i)), factor_i short or long (RopeInvFreqForLength).
 //   linear:  inv_freq[i] / factor.
 //   llama3:  wavelen = 2 pi / inv_freq; wavelen > orig / low_freq_factor -> inv_freq / factor;
 //            wavelen < orig / high_freq_factor -> unchanged; otherwise the smooth blend
@@ -23,10 +25,17 @@
 
 namespace scored {
 
-// inv_freq[i] for i < config.head_dim / 2 (radians per position), from config.head_dim, config.rope_theta
-// and config.rope_scaling. Requires head_dim even and positive (ParseModelConfig guarantees it). Pure
-// function; thread-safe.
+// inv_freq[i] for i < config.rotary_dim / 2 (radians per position), from config.rotary_dim (head_dim when
+// 0), config.rope_theta and config.rope_scaling; for longrope the short factors. Requires rotary_dim even
+// and positive (ParseModelConfig guarantees it). Pure function; thread-safe.
 std::vector<float> RopeInvFreq(const ModelConfig& config);
+
+// The frequencies a sequence of seq_len tokens is rotated with: RopeInvFreq, except for longrope beyond
+// original_max_position_embeddings: 1 / fp32(fp32(long_factor[i]) * fp32(theta^e_i)).
+std::vector<float> RopeInvFreqForLength(const ModelConfig& config, int64_t seq_len);
+
+// What cos and sin are multiplied by (fp32): longrope's attention_factor, else 1.
+float RopeAttentionScaling(const ModelConfig& config);
 
 }  // namespace scored
 

@@ -18,6 +18,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/model/compressed_tensors.h"
 #include "engine/model/raw_read.h"
+#include "engine/model/shard_plan.h"
 #include "engine/model/sparse24.h"
 #include "engine/model/toolkit_quant.h"
 
@@ -242,9 +243,23 @@ class ModelWeightsLoader {
   absl::Status LoadRouter(const std::string& module, LinearWeight* w);
   // Experts stored fused: kDense views into the two tensors (MoeWeights).
   absl::Status LoadFusedExperts(const std::string& experts, MoeWeights* moe);
+  // A fused module (FamilyTraits names qkv_proj / gate_up_proj) of parts[0].rows + parts[1].rows + ...
+  // output rows, loaded whole and split by rows into one LinearWeight per part: each a view of the same
+  // stored tensors (shard_plan.h ShardLinear's column-parallel cut: packed weights, per-row and group scales
+  // by rows, per-tensor scales shared, packed zero points re-packed when a part does not start on a packing
+  // boundary; re-packed tensors are owned by the ModelWeights). Quantized with fp8 blocks, a part must start
+  // on a block boundary (INVALID_ARGUMENT naming the module otherwise).
+  struct FusedPart {
+    int64_t rows;
+    const char* name;  // for the part's module name: "<module>[q]"
+    LinearWeight* out;
+  };
+  absl::Status LoadFused(const std::string& module, int64_t in, std::initializer_list<FusedPart> parts);
   absl::Status LoadSwiGlu(const std::string& prefix, const char* gate, const char* up, const char* down,
                           int64_t intermediate, ExpertWeights* e);
   absl::Status CheckLeftovers() const;
+  // A tensor of a tower TextOnlyTraits leaves unread.
+  bool IgnoredTower(const std::string& name) const;
   absl::Status CheckFiniteParameters() const;
   void Summarize();
 
@@ -252,6 +267,8 @@ class ModelWeightsLoader {
   std::optional<CompressedTensorsConfig> quant_;
   std::optional<ToolkitQuantConfig> toolkit_;  // GPTQ / AWQ / ModelOpt checkpoints (toolkit_quant.h)
   std::set<std::string> consumed_;
+  // The tensor names in use: the family's, or its TextOnlyTraits::alt_names layout.
+  const TensorNames* names_ = nullptr;
   int sparse24_linears_ = 0;
 };
 
@@ -576,7 +593,8 @@ absl::Status ModelWeightsLoader::CheckFiniteParameters() const {
   };
   SCORED_RETURN_IF_ERROR(CheckFinite(m_->final_norm_, "a norm weight"));
   for (const LayerWeights& L : m_->layers_) {
-    for (const TensorView* t : {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm}) {
+    for (const TensorView* t : {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm,
+                                &L.pre_feedforward_layernorm, &L.post_feedforward_layernorm}) {
       SCORED_RETURN_IF_ERROR(CheckFinite(*t, "a norm weight"));
     }
     for (const LinearWeight* w : LayerLinears(L, /*gates=*/true)) SCORED_RETURN_IF_ERROR(check_linear(*w));
@@ -662,6 +680,33 @@ absl::Status ModelWeightsLoader::LoadFusedExperts(const std::string& experts, Mo
   return absl::OkStatus();
 }
 
+absl::Status ModelWeightsLoader::LoadFused(const std::string& module, int64_t in,
+                                           std::initializer_list<FusedPart> parts) {
+  int64_t total = 0;
+  for (const FusedPart& p : parts) total += p.rows;
+  LinearWeight fused;
+  SCORED_RETURN_IF_ERROR(LoadLinear(module, total, in, /*bias=*/false, &fused));
+  for (const LinearTransform& t : fused.transforms) {
+    if (t.output) {
+      return absl::UnimplementedError(
+          absl::StrCat(module, ": an online output rotation on a fused module is not supported"));
+    }
+  }
+  int64_t begin = 0;
+  for (const FusedPart& p : parts) {
+    const LinearSlice slice{ShardKind::kColumnParallel, begin, begin + p.rows};
+    SCORED_ASSIGN_OR_RETURN(ShardedLinear part, ShardLinear(fused, slice, /*tp_rank=*/0));
+    // Re-packed tensors: move their buffers (the views point into them; a moved vector keeps its buffer).
+    for (std::vector<uint8_t>& owned : part.owned) {
+      m_->transcoded_.push_back(std::make_unique<std::vector<uint8_t>>(std::move(owned)));
+    }
+    *p.out = std::move(part.view);
+    p.out->module = absl::StrCat(module, "[", p.name, "]");
+    begin += p.rows;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ModelWeightsLoader::LoadMoe(const std::string& prefix, MoeWeights* moe) {
   const ModelConfig& c = m_->config_;
   const MoeTensorNames& n = c.family->moe.names;
@@ -722,16 +767,21 @@ absl::Status ModelWeightsLoader::LoadMoe(const std::string& prefix, MoeWeights* 
   return absl::OkStatus();
 }
 
+bool ModelWeightsLoader::IgnoredTower(const std::string& name) const {
+  for (const char* const* p = m_->config_.family->text_only.ignored_prefixes; *p != nullptr; ++p) {
+    if (absl::StartsWith(name, *p)) return true;
+  }
+  return false;
+}
+
 absl::Status ModelWeightsLoader::CheckLeftovers() const {
   std::vector<std::string> left;
   for (const std::string& name : m_->store_->Names()) {
     if (consumed_.count(name) != 0) continue;
     if (absl::EndsWith(name, ".rotary_emb.inv_freq")) continue;  // a buffer older exports saved
     // A tied checkpoint may still store the (identical) lm_head.
-    if (m_->config_.tie_word_embeddings &&
-        name == absl::StrCat(m_->config_.family->names.lm_head, ".weight")) {
-      continue;
-    }
+    if (m_->config_.tie_word_embeddings && name == absl::StrCat(names_->lm_head, ".weight")) continue;
+    if (IgnoredTower(name)) continue;
     left.push_back(name);
   }
   if (left.empty()) return absl::OkStatus();
@@ -745,7 +795,6 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
   const ModelConfig& c = m_->config_;
   // Tensor names and files come from the family; which optional tensors exist from the config's flags.
   const FamilyTraits& family = *c.family;
-  const TensorNames& n = family.names;
   SCORED_ASSIGN_OR_RETURN(toolkit_, LoadToolkitQuantConfig(c, model_dir));
   if (c.has_quantization_config && !toolkit_.has_value()) {
     SCORED_ASSIGN_OR_RETURN(
@@ -753,6 +802,12 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
     m_->kv_cache_fp8_ = quant_->kv_cache_fp8;
   }
   SCORED_ASSIGN_OR_RETURN(m_->store_, TensorStore::Open(model_dir, family.checkpoint));
+  names_ = &family.names;
+  const TensorNames* alt = family.text_only.alt_names;
+  if (alt != nullptr && !m_->store_->Has(family.names.embed_tokens) && m_->store_->Has(alt->embed_tokens)) {
+    names_ = alt;
+  }
+  const TensorNames& n = *names_;
   const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
   SCORED_ASSIGN_OR_RETURN(m_->embed_tokens_,
                           TakeChecked(n.embed_tokens, {c.vocab_size, c.hidden_size}, kFloat));
@@ -766,18 +821,36 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
     SCORED_ASSIGN_OR_RETURN(L.input_layernorm, TakeChecked(p + n.input_layernorm, {c.hidden_size}, kFloat));
     SCORED_ASSIGN_OR_RETURN(L.post_attention_layernorm,
                             TakeChecked(p + n.post_attention_layernorm, {c.hidden_size}, kFloat));
+    if (c.sandwich_norms) {
+      SCORED_ASSIGN_OR_RETURN(L.pre_feedforward_layernorm,
+                              TakeChecked(p + n.pre_feedforward_layernorm, {c.hidden_size}, kFloat));
+      SCORED_ASSIGN_OR_RETURN(L.post_feedforward_layernorm,
+                              TakeChecked(p + n.post_feedforward_layernorm, {c.hidden_size}, kFloat));
+    }
     if (c.qk_norm) {
       SCORED_ASSIGN_OR_RETURN(L.q_norm, TakeChecked(p + n.q_norm, {c.head_dim}, kFloat));
       SCORED_ASSIGN_OR_RETURN(L.k_norm, TakeChecked(p + n.k_norm, {c.head_dim}, kFloat));
     }
     const bool b = c.attention_bias;  // q/k/v only: no family here has an o_proj bias
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.q_proj, q_out, c.hidden_size, b, &L.q_proj));
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.k_proj, kv_out, c.hidden_size, b, &L.k_proj));
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.v_proj, kv_out, c.hidden_size, b, &L.v_proj));
+    if (n.qkv_proj != nullptr) {      // fused (Phi-3): no family with one has a q/k/v bias
+      SCORED_RETURN_IF_ERROR(
+          LoadFused(p + n.qkv_proj, c.hidden_size,
+                    {{q_out, "q", &L.q_proj}, {kv_out, "k", &L.k_proj}, {kv_out, "v", &L.v_proj}}));
+    } else {
+      SCORED_RETURN_IF_ERROR(LoadLinear(p + n.q_proj, q_out, c.hidden_size, b, &L.q_proj));
+      SCORED_RETURN_IF_ERROR(LoadLinear(p + n.k_proj, kv_out, c.hidden_size, b, &L.k_proj));
+      SCORED_RETURN_IF_ERROR(LoadLinear(p + n.v_proj, kv_out, c.hidden_size, b, &L.v_proj));
+    }
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.o_proj, c.hidden_size, q_out, false, &L.o_proj));
     L.sparse = c.IsSparseLayer(l);
     if (L.sparse) {
       SCORED_RETURN_IF_ERROR(LoadMoe(p, &L.moe));
+    } else if (n.gate_up_proj != nullptr) {
+      SCORED_RETURN_IF_ERROR(
+          LoadFused(p + n.gate_up_proj, c.hidden_size,
+                    {{c.intermediate_size, "gate", &L.gate_proj}, {c.intermediate_size, "up", &L.up_proj}}));
+      SCORED_RETURN_IF_ERROR(
+          LoadLinear(p + n.down_proj, c.hidden_size, c.intermediate_size, false, &L.down_proj));
     } else {
       SCORED_RETURN_IF_ERROR(
           LoadLinear(p + n.gate_proj, c.intermediate_size, c.hidden_size, false, &L.gate_proj));
@@ -829,7 +902,8 @@ void ModelWeightsLoader::Summarize() {
       labels[FormatLabel(*w)]++;
       w4a4 = w4a4 || w->w4a4_run_weight_only;
     }
-    for (const TensorView* t : {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm}) {
+    for (const TensorView* t : {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm,
+                                &L.pre_feedforward_layernorm, &L.post_feedforward_layernorm}) {
       if (!t->present()) continue;
       norm_params += t->NumElements();
       resident += t->nbytes;
@@ -888,6 +962,13 @@ void ModelWeightsLoader::Summarize() {
   }
   if (quant_.has_value() || toolkit_.has_value()) {
     notes.push_back(absl::StrCat("lm_head ", FormatLabel(head), c.tie_word_embeddings ? " (tied)" : ""));
+  }
+  if (c.family != nullptr && c.family->text_only.enabled) {
+    int64_t ignored = 0;
+    for (const std::string& name : m_->store_->Names()) ignored += IgnoredTower(name) ? 1 : 0;
+    notes.push_back(absl::StrCat("text only: ", c.architecture,
+                                 "'s language model is scored; the vision tower (", ignored,
+                                 " tensors) is not loaded"));
   }
   s.notes = absl::StrJoin(notes, "; ");
 }

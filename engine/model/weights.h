@@ -85,8 +85,10 @@ struct MoeWeights {
 };
 
 struct LayerWeights {
-  TensorView input_layernorm;                   // [hidden_size]
-  TensorView post_attention_layernorm;          // [hidden_size]
+  TensorView input_layernorm;           // [hidden_size]
+  TensorView post_attention_layernorm;  // [hidden_size]; Gemma: on the attention output
+  // config.sandwich_norms (Gemma) only: before and after the MLP, [hidden_size]; else data == nullptr.
+  TensorView pre_feedforward_layernorm, post_feedforward_layernorm;
   TensorView q_norm, k_norm;                    // config.qk_norm only: [head_dim]; else data == nullptr
   LinearWeight q_proj, k_proj, v_proj, o_proj;  // [num_heads*head_dim | num_kv_heads*head_dim, hidden]
   // Dense layers only ([intermediate, hidden], [hidden, intermediate]); in sparse layers empty (module "",

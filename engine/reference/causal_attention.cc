@@ -1,5 +1,7 @@
 // Causal grouped-query self-attention of one sequence, fp32 values with double reductions:
 //   s[j] = fp32(dot(q[t, h], k[j, g]) * scale), dot over d ascending in double, scale = 1 / sqrt(head_dim)
+//   (or AttentionOptions::scale); with a soft cap c: s[j] = fp32(fp32(tanh(fp32(s[j] / c))) * c); with a
+//   window w only the keys j > t - w take part
 //   p[j] = exp(s[j] - max_{j <= t} s[j]) rounded to fp32 (ExpToFloat, fast_exp.h),  j <= t
 //   out[t, h, d] = fp32(LaneSum_j(double(p[j]) * v[j, g, d]) / LaneSum_j(double(p[j])))
 // with kv head g = h / (num_heads / num_kv_heads). LaneSum adds term j into partial sum j % 8 and combines
@@ -90,6 +92,18 @@ float ScaleScores(const double* dots, int64_t n, double scale, float* scores) {
   return max_score;
 }
 
+// scores[j] = fp32(tanh(fp32(scores[j] / cap)) * cap) (Gemma 2's attention-logit soft-capping, tanh in
+// double rounded once); returns the new maximum.
+float CapScores(float* scores, int64_t n, float cap) {
+  float max_score = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    const float x = scores[j] / cap;
+    scores[j] = static_cast<float>(std::tanh(static_cast<double>(x))) * cap;
+    max_score = std::max(max_score, scores[j]);
+  }
+  return max_score;
+}
+
 // out[g, d, j] = in[j, g, d].
 void TransposeHeads(const float* in,  // [num_tokens, num_kv_heads, head_dim]
                     int64_t num_tokens, int64_t num_kv_heads, int64_t head_dim,
@@ -107,9 +121,10 @@ void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
                      const float* v,  // [num_tokens, num_kv_heads, head_dim]
                      int64_t num_tokens, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
                      float* out,  // [num_tokens, num_heads, head_dim]
-                     ThreadPool* pool) {
+                     ThreadPool* pool, const AttentionOptions& options) {
   const int64_t group = num_heads / num_kv_heads;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const double scale = options.scale > 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const float cap = options.softcap;
   std::vector<float> kt(num_kv_heads * head_dim * num_tokens);  // [num_kv_heads, head_dim, num_tokens]
   std::vector<float> vt(num_kv_heads * head_dim * num_tokens);  // [num_kv_heads, head_dim, num_tokens]
   TransposeHeads(k, num_tokens, num_kv_heads, head_dim, kt.data());
@@ -125,11 +140,14 @@ void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
           const int64_t h = i / num_tokens;
           const int64_t t = i % num_tokens;
           const int64_t g = h / group;
-          const int64_t n = t + 1;  // keys 0..t
-          const float* kt_g = kt.data() + g * head_dim * num_tokens;
-          const float* vt_g = vt.data() + g * head_dim * num_tokens;
+          // keys j0..t: all of them, or the last `window` (transformers: kv_idx > q_idx - window)
+          const int64_t j0 = options.window > 0 ? std::max<int64_t>(0, t - options.window + 1) : 0;
+          const int64_t n = t + 1 - j0;
+          const float* kt_g = kt.data() + g * head_dim * num_tokens + j0;
+          const float* vt_g = vt.data() + g * head_dim * num_tokens + j0;
           QueryKeyDots(q + (t * num_heads + h) * head_dim, kt_g, num_tokens, head_dim, n, dots.data());
-          const float max_score = ScaleScores(dots.data(), n, scale, probs.data());
+          float max_score = ScaleScores(dots.data(), n, scale, probs.data());
+          if (cap > 0.0f) max_score = CapScores(probs.data(), n, cap);
           const double sum = ExpShiftedSum(probs.data(), n, max_score);
           float* o = out + (t * num_heads + h) * head_dim;
           for (int64_t d = 0; d < head_dim; ++d) {

@@ -28,13 +28,23 @@ void RmsNorm(const float* x,       // [num_tokens, hidden_size]
              int64_t num_tokens, int64_t hidden_size, double eps,
              float* out);  // [num_tokens, hidden_size]
 
-// Rotates pairs (i, i + head_dim/2) of every head (HF "rotate_half" convention), in place:
-// angle = positions[t] * inv_freq[i] (fp32), cos/sin in fp32. inv_freq: RopeInvFreq
-// (engine/model/rope_freq.h).
+// Rotates pairs (i, i + r/2) of the first r = rotary_dim elements of every head (HF "rotate_half"
+// convention; rotary_dim 0 means head_dim), in place; elements [r, head_dim) pass through (partial rotary,
+// Phi-3's partial_rotary_factor). angle = positions[t] * inv_freq[i] (fp32); c = fp32(cos(angle)) *
+// attention_scaling, s likewise, each product rounded to fp32 (longrope's attention factor; 1 is exact).
+// inv_freq: RopeInvFreq (engine/model/rope_freq.h).
 void Rope(float* x,                  // [num_tokens, num_heads, head_dim]
           const int32_t* positions,  // [num_tokens]
-          const float* inv_freq,     // [head_dim / 2]
-          int64_t num_tokens, int64_t num_heads, int64_t head_dim);
+          const float* inv_freq,     // [rotary_dim / 2]
+          int64_t num_tokens, int64_t num_heads, int64_t head_dim, int64_t rotary_dim = 0,
+          float attention_scaling = 1.0f);
+
+// Per-model attention variants (all default: plain causal attention with scale 1/sqrt(head_dim)).
+struct AttentionOptions {
+  double scale = 0.0;    // > 0: the score scale (Gemma: query_pre_attn_scalar^-0.5); 0: 1/sqrt(head_dim)
+  int64_t window = 0;    // > 0: query t sees keys j with t - window < j <= t (transformers' sliding window)
+  float softcap = 0.0f;  // > 0: s = tanh(s / softcap) * softcap after scaling (Gemma 2)
+};
 
 // Causal self-attention of ONE sequence with grouped-query heads (head h reads kv head
 // h / (num_heads / num_kv_heads)); scale 1/sqrt(head_dim); softmax with max subtraction, sums in double.
@@ -48,7 +58,7 @@ void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
                      const float* v,  // [num_tokens, num_kv_heads, head_dim]
                      int64_t num_tokens, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
                      float* out,  // [num_tokens, num_heads, head_dim]
-                     ThreadPool* pool = nullptr);
+                     ThreadPool* pool = nullptr, const AttentionOptions& options = AttentionOptions());
 
 // y[t, o] = sum_k x[t, k] * w[o, k] (+ bias[o]); dot products accumulated in double, rounded to fp32.
 // Precisely: y = fp32(sum_{k ascending} double(x[t, k]) * double(w[o, k]) + double(bias[o])) (each product
@@ -62,6 +72,20 @@ void Linear(const float* x,     // [num_tokens, in_features]
 
 // out[t, i] = silu(gate[t, i]) * up[t, i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
 void SwiGlu(const float* gate, const float* up, int64_t num_tokens, int64_t intermediate_size, float* out);
+
+// GeGLU (Gemma): out[t, i] = GeluTanh(gate[t, i]) * up[t, i] in fp32, GeluTanh(x) =
+// fp32(0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))) evaluated in double (torch's
+// gelu(approximate="tanh")). out may alias gate or up.
+float GeluTanh(float x);
+void GeluTanhGlu(const float* gate, const float* up, int64_t num_tokens, int64_t intermediate_size,
+                 float* out);
+
+// Soft-capping in place: x[i] = fp32(fp32(tanh(fp32(x[i] / cap))) * cap), tanh in double rounded once
+// (Gemma 2's final_logit_softcapping; the attention-logit cap is AttentionOptions::softcap). cap > 0.
+void SoftCap(float* x, int64_t n, float cap);
+
+// Gemma's (1 + weight) RMSNorm as the plain RmsNorm: weight[i] = fp32(1 + weight[i]) in place.
+void OffsetNormWeight(float* weight, int64_t n);
 
 // Mixture-of-experts routing of each token (engine/model/config.h, ModelConfig; transformers' Mixtral /
 // Qwen2-MoE / Qwen3-MoE TopKRouter):

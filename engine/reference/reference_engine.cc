@@ -9,6 +9,7 @@
 #endif
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -78,6 +79,9 @@ struct DenseLayer {
   std::vector<float> input_norm;           // [hidden_size]
   std::vector<float> post_attention_norm;  // [hidden_size]
   std::vector<float> q_norm, k_norm;       // [head_dim]; empty unless the model has qk_norm
+  // sandwich_norms (Gemma) only, [hidden_size]: around the MLP (post_attention_norm then normalizes the
+  // attention output). Gemma's norms are stored here as fp32(1 + weight) (OffsetNormWeight).
+  std::vector<float> pre_ff_norm, post_ff_norm;
   DenseLinear q, k, v, o;
   DenseLinear gate, up, down;  // dense layers
   bool sparse = false;         // ModelConfig::IsSparseLayer: `moe` instead of gate/up/down
@@ -244,9 +248,12 @@ class ReferenceEngine : public Engine {
   const ModelConfig config_;
   mutable ThreadPool pool_;
   ModelInfo info_;
-  std::vector<float> embed_;       // [vocab_size, hidden_size]
-  std::vector<float> final_norm_;  // [hidden_size]
-  std::vector<float> inv_freq_;    // [head_dim / 2]
+  std::vector<float> embed_;           // [vocab_size, hidden_size]
+  std::vector<float> final_norm_;      // [hidden_size]
+  std::vector<float> inv_freq_;        // [rotary_dim / 2]
+  std::vector<float> inv_freq_long_;   // longrope: for sequences beyond original_max_position_embeddings
+  float rope_scaling_ = 1.0f;          // RopeAttentionScaling
+  std::vector<float> inv_freq_local_;  // layer_local_rope layers (Gemma 3's sliding layers)
   std::vector<DenseLayer> layers_;
   DenseLinear lm_head_;                         // [vocab_size, hidden_size]
   std::unique_ptr<ReferenceEngine> reference_;  // R; null without --reference_model
@@ -270,7 +277,16 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
   }
   SCORED_ASSIGN_OR_RETURN(embed_, ToFloat(weights.embed_tokens(), c.vocab_size * c.hidden_size));
   SCORED_ASSIGN_OR_RETURN(final_norm_, ToFloat(weights.final_norm(), c.hidden_size));
+  if (c.gemma_norm) ref::OffsetNormWeight(final_norm_.data(), static_cast<int64_t>(final_norm_.size()));
   inv_freq_ = RopeInvFreq(c);
+  if (!c.layer_local_rope.empty()) {
+    ModelConfig local = c;
+    local.rope_theta = c.local_rope_theta;
+    local.rope_scaling = c.local_rope_scaling;
+    inv_freq_local_ = RopeInvFreq(local);
+  }
+  inv_freq_long_ = RopeInvFreqForLength(c, std::numeric_limits<int64_t>::max());
+  rope_scaling_ = RopeAttentionScaling(c);
   ThreadPool* pool = &pool_;
   int64_t resident_floats = static_cast<int64_t>(embed_.size() + final_norm_.size());
   auto count = [&resident_floats](const DenseLinear& d) {
@@ -283,6 +299,16 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
     if (c.qk_norm) {
       SCORED_ASSIGN_OR_RETURN(layer.q_norm, ToFloat(lw.q_norm, c.head_dim));
       SCORED_ASSIGN_OR_RETURN(layer.k_norm, ToFloat(lw.k_norm, c.head_dim));
+    }
+    if (c.sandwich_norms) {
+      SCORED_ASSIGN_OR_RETURN(layer.pre_ff_norm, ToFloat(lw.pre_feedforward_layernorm, c.hidden_size));
+      SCORED_ASSIGN_OR_RETURN(layer.post_ff_norm, ToFloat(lw.post_feedforward_layernorm, c.hidden_size));
+    }
+    if (c.gemma_norm) {
+      for (std::vector<float>* w : {&layer.input_norm, &layer.post_attention_norm, &layer.q_norm,
+                                    &layer.k_norm, &layer.pre_ff_norm, &layer.post_ff_norm}) {
+        ref::OffsetNormWeight(w->data(), static_cast<int64_t>(w->size()));
+      }
     }
     SCORED_ASSIGN_OR_RETURN(layer.q, Decode(lw.q_proj, /*bias=*/c.attention_bias, pool));
     SCORED_ASSIGN_OR_RETURN(layer.k, Decode(lw.k_proj, /*bias=*/c.attention_bias, pool));
@@ -334,7 +360,8 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
       count(*s.d);
     }
     resident_floats += static_cast<int64_t>(layer.input_norm.size() + layer.post_attention_norm.size() +
-                                            layer.q_norm.size() + layer.k_norm.size());
+                                            layer.q_norm.size() + layer.k_norm.size() +
+                                            layer.pre_ff_norm.size() + layer.post_ff_norm.size());
     layers_.push_back(std::move(layer));
   }
   if (static_cast<int64_t>(layers_.size()) != c.num_layers) {
@@ -502,31 +529,51 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
   std::vector<float> gate(n * c.intermediate_size);  // [n, intermediate_size]
   std::vector<float> up(n * c.intermediate_size);    // [n, intermediate_size]
 
+  // longrope: the factors of this sequence's own length (RopeInvFreqForLength).
+  const std::vector<float>& inv_freq =
+      c.rope_scaling.type == RopeType::kLongrope && n > c.rope_scaling.original_max_position_embeddings
+          ? inv_freq_long_
+          : inv_freq_;
+
   // Ids were validated by Score().
   ref::Embedding(embed_.data(), tokens.data(), n, c.vocab_size, c.hidden_size, x.data()).IgnoreError();
-  for (const DenseLayer& layer : layers_) {
+  if (c.embedding_scale > 0.0f) {  // Gemma: times fp32(sqrt(hidden_size)), in fp32
+    for (float& e : x) e *= c.embedding_scale;
+  }
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const DenseLayer& layer = layers_[l];
+    ref::AttentionOptions attention;
+    attention.window = c.LayerWindow(static_cast<int64_t>(l));
+    attention.scale = c.attention_scale;
+    attention.softcap = c.attn_logit_softcap;
+    const std::vector<float>& layer_inv_freq =
+        c.LocalRope(static_cast<int64_t>(l)) ? inv_freq_local_ : inv_freq;
     // Attention block.
     NormRows(x.data(), layer.input_norm, n, c.hidden_size, normed.data());
     ApplyLinear(layer.q, normed.data(), n, q.data());
     ApplyLinear(layer.k, normed.data(), n, k.data());
     ApplyLinear(layer.v, normed.data(), n, v.data());
-    if (c.qk_norm) {  // Qwen3: RMSNorm over head_dim of every head, before RoPE
+    if (c.qk_norm) {  // Qwen3, Gemma 3: RMSNorm over head_dim of every head, before RoPE
       NormRows(q.data(), layer.q_norm, n * c.num_heads, c.head_dim, q.data());
       NormRows(k.data(), layer.k_norm, n * c.num_kv_heads, c.head_dim, k.data());
     }
-    ref::Rope(q.data(), positions.data(), inv_freq_.data(), n, c.num_heads, c.head_dim);
-    ref::Rope(k.data(), positions.data(), inv_freq_.data(), n, c.num_kv_heads, c.head_dim);
+    ref::Rope(q.data(), positions.data(), layer_inv_freq.data(), n, c.num_heads, c.head_dim, c.rotary_dim,
+              rope_scaling_);
+    ref::Rope(k.data(), positions.data(), layer_inv_freq.data(), n, c.num_kv_heads, c.head_dim, c.rotary_dim,
+              rope_scaling_);
     if (layer.k_scale > 0.0f) {  // FP8 KV cache: compressed-tensors' QuantizedKVCache on post-RoPE K and V
       ref::FakeQuantizeFp8Static(k.data(), n * kv_width, layer.k_scale);
       ref::FakeQuantizeFp8Static(v.data(), n * kv_width, layer.v_scale);
     }
     ref::CausalAttention(q.data(), k.data(), v.data(), n, c.num_heads, c.num_kv_heads, c.head_dim,
-                         attn.data(), &pool_);
+                         attn.data(), &pool_, attention);
     ApplyLinear(layer.o, attn.data(), n, delta.data());
+    if (c.sandwich_norms) NormRows(delta.data(), layer.post_attention_norm, n, c.hidden_size, delta.data());
     for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += delta[i];
 
-    // MLP block (SwiGLU), or the mixture of experts in a sparse layer.
-    NormRows(x.data(), layer.post_attention_norm, n, c.hidden_size, normed.data());
+    // MLP block (SwiGLU / GeGLU), or the mixture of experts in a sparse layer.
+    NormRows(x.data(), c.sandwich_norms ? layer.pre_ff_norm : layer.post_attention_norm, n, c.hidden_size,
+             normed.data());
     if (layer.sparse) {
       MoeBlock(layer.moe, normed.data(), n, delta.data());
       for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += delta[i];
@@ -534,8 +581,13 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
     }
     ApplyLinear(layer.gate, normed.data(), n, gate.data());
     ApplyLinear(layer.up, normed.data(), n, up.data());
-    ref::SwiGlu(gate.data(), up.data(), n, c.intermediate_size, gate.data());
+    if (c.mlp_activation == MlpActivation::kGeluTanh) {
+      ref::GeluTanhGlu(gate.data(), up.data(), n, c.intermediate_size, gate.data());
+    } else {
+      ref::SwiGlu(gate.data(), up.data(), n, c.intermediate_size, gate.data());
+    }
     ApplyLinear(layer.down, gate.data(), n, delta.data());
+    if (c.sandwich_norms) NormRows(delta.data(), layer.post_ff_norm, n, c.hidden_size, delta.data());
     for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += delta[i];
   }
   NormRows(x.data(), final_norm_, n, c.hidden_size, x.data());
@@ -590,6 +642,9 @@ ScoreResult ReferenceEngine::ScoreSequence(const ScoreRequest& request) const {
 
 void ReferenceEngine::Logits(const float* hidden, int64_t rows, float* logits) const {
   ApplyLinear(lm_head_, hidden, rows, logits);
+  if (config_.final_logit_softcap > 0.0f) {  // Gemma 2
+    ref::SoftCap(logits, rows * config_.vocab_size, config_.final_logit_softcap);
+  }
 }
 
 void ReferenceEngine::CompareWithReference(const std::vector<int32_t>& tokens, int64_t first,

@@ -9,8 +9,15 @@
 // the mixture-of-experts families: mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen1.5-MoE-A2.7B and
 // Qwen/Qwen3-30B-A3B, next to the tiny fixtures transformers 5.17 and llm-compressor 0.14 wrote
 // (tests/fixtures/*-moe-*; transformers 5.17 saves Qwen3-MoE's expert count as num_local_experts).
+// Phi-3: microsoft/Phi-3.5-mini-instruct's config.json (longrope over 48 rotary pairs; its factor lists as
+// published, checked against a public copy) and microsoft/phi-4's (no scaling, no window), inlined, plus
+// the tiny tests/fixtures/phi3-w4a16-g32 transformers 5.17 wrote (partial rotary, rope_parameters).
+// Gemma: google/gemma-2-9b's config.json and google/gemma-3-1b-it's (both as published, quoted in public
+// copies), and the tiny gemma2 / gemma3 fixtures (transformers 5's layer_types and per-layer-type
+// rope_parameters).
 #include "engine/model/family.h"
 
+#include <cmath>
 #include <set>
 #include <string>
 #include <vector>
@@ -177,6 +184,185 @@ constexpr char kQwen3_30B_A3B[] = R"({
 })";
 
 // One real config and what it must parse to.
+constexpr char kPhi35MiniInstruct[] = R"({
+  "architectures": ["Phi3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "embd_pdrop": 0.0,
+  "eos_token_id": 32000,
+  "hidden_act": "silu",
+  "hidden_size": 3072,
+  "initializer_range": 0.02,
+  "intermediate_size": 8192,
+  "max_position_embeddings": 131072,
+  "model_type": "phi3",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 32,
+  "original_max_position_embeddings": 4096,
+  "pad_token_id": 32000,
+  "resid_pdrop": 0.0,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {
+    "long_factor": [1.0800000429153442, 1.1100000143051147, 1.1399999856948853, 1.340000033378601,
+      1.5899999141693115, 1.600000023841858, 1.6200000047683716, 2.620000123977661, 3.2300000190734863,
+      3.2300000190734863, 4.789999961853027, 7.400000095367432, 7.700000286102295, 9.09000015258789,
+      12.199999809265137, 17.670000076293945, 24.46000099182129, 28.57000160217285, 30.420001983642578,
+      30.840002059936523, 32.590003967285156, 32.93000411987305, 42.320003509521484, 44.96000289916992,
+      50.340003967285156, 50.45000457763672, 57.55000305175781, 57.93000411987305, 58.21000289916992,
+      60.1400032043457, 62.61000442504883, 62.62000274658203, 62.71000289916992, 63.1400032043457,
+      63.1400032043457, 63.77000427246094, 63.93000411987305, 63.96000289916992, 63.970001220703125,
+      64.02999877929688, 64.06999969482422, 64.08000183105469, 64.12000274658203, 64.41000366210938,
+      64.4800033569336, 64.51000213623047, 64.52999877929688, 64.83999633789062],
+    "short_factor": [1.0, 1.0199999809265137, 1.0299999713897705, 1.0299999713897705, 1.0499999523162842,
+      1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0699999332427979,
+      1.0999999046325684, 1.1099998950958252, 1.1599998474121094, 1.1599998474121094, 1.1699998378753662,
+      1.2899998426437378, 1.339999794960022, 1.679999828338623, 1.7899998426437378, 1.8199998140335083,
+      1.8499997854232788, 1.8799997568130493, 1.9099997282028198, 1.9399996995925903, 1.9899996519088745,
+      2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346,
+      2.0199997425079346, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+      2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+      2.0799996852874756, 2.0899996757507324, 2.189999580383301, 2.2199995517730713, 2.5899994373321533,
+      2.729999542236328, 2.749999523162842, 2.8399994373321533],
+    "type": "longrope"
+  },
+  "rope_theta": 10000.0,
+  "sliding_window": 262144,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "vocab_size": 32064
+})";
+
+constexpr char kPhi4[] = R"({
+  "architectures": ["Phi3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 100257,
+  "embd_pdrop": 0.0,
+  "eos_token_id": 100257,
+  "hidden_act": "silu",
+  "hidden_size": 5120,
+  "initializer_range": 0.02,
+  "intermediate_size": 17920,
+  "max_position_embeddings": 16384,
+  "model_type": "phi3",
+  "num_attention_heads": 40,
+  "num_hidden_layers": 40,
+  "num_key_value_heads": 10,
+  "original_max_position_embeddings": 16384,
+  "pad_token_id": 100257,
+  "resid_pdrop": 0.0,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "rope_theta": 250000,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "vocab_size": 100352
+})";
+
+constexpr char kGemma2_9B[] = R"({
+  "architectures": ["Gemma2ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "attn_logit_softcapping": 50.0,
+  "bos_token_id": 2,
+  "cache_implementation": "hybrid",
+  "eos_token_id": 1,
+  "final_logit_softcapping": 30.0,
+  "head_dim": 256,
+  "hidden_act": "gelu_pytorch_tanh",
+  "hidden_activation": "gelu_pytorch_tanh",
+  "hidden_size": 3584,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 8192,
+  "model_type": "gemma2",
+  "num_attention_heads": 16,
+  "num_hidden_layers": 42,
+  "num_key_value_heads": 8,
+  "pad_token_id": 0,
+  "query_pre_attn_scalar": 256,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 10000.0,
+  "sliding_window": 4096,
+  "sliding_window_size": 4096,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "vocab_size": 256000
+})";
+
+constexpr char kGemma3_1B[] = R"({
+  "architectures": ["Gemma3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "attn_logit_softcapping": null,
+  "bos_token_id": 2,
+  "cache_implementation": "hybrid",
+  "eos_token_id": [1, 106],
+  "final_logit_softcapping": null,
+  "head_dim": 256,
+  "hidden_activation": "gelu_pytorch_tanh",
+  "hidden_size": 1152,
+  "initializer_range": 0.02,
+  "intermediate_size": 6912,
+  "max_position_embeddings": 32768,
+  "model_type": "gemma3_text",
+  "num_attention_heads": 4,
+  "num_hidden_layers": 26,
+  "num_key_value_heads": 1,
+  "pad_token_id": 0,
+  "query_pre_attn_scalar": 256,
+  "rms_norm_eps": 1e-06,
+  "rope_local_base_freq": 10000,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": 512,
+  "sliding_window_pattern": 6,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "vocab_size": 262144
+})";
+
+// google/gemma-3-27b-it: a vision-language checkpoint whose text_config leaves most fields to
+// Gemma3TextConfig's defaults (vocab_size 262208, rope_theta 1e6, rope_local_base_freq 1e4, ...).
+constexpr char kGemma3_27B_It[] = R"({
+  "architectures": ["Gemma3ForConditionalGeneration"],
+  "boi_token_index": 255999,
+  "eoi_token_index": 256000,
+  "eos_token_id": [1, 106],
+  "image_token_index": 262144,
+  "initializer_range": 0.02,
+  "mm_tokens_per_image": 256,
+  "model_type": "gemma3",
+  "text_config": {
+    "head_dim": 128,
+    "hidden_size": 5376,
+    "intermediate_size": 21504,
+    "model_type": "gemma3_text",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 62,
+    "num_key_value_heads": 16,
+    "query_pre_attn_scalar": 168,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+    "sliding_window": 1024
+  },
+  "torch_dtype": "bfloat16",
+  "vision_config": {
+    "hidden_size": 1152,
+    "image_size": 896,
+    "intermediate_size": 4304,
+    "model_type": "siglip_vision_model",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 27,
+    "patch_size": 14,
+    "vision_use_head": false
+  }
+})";
+
 struct RealConfig {
   std::string name;
   std::string dir;   // a folder holding config.json, or "" when `text` is given
@@ -219,6 +405,18 @@ std::vector<RealConfig> RealConfigs() {
        RopeType::kDefault, 4, 2, 32, 64, false},
       {"qwen3-moe fixture", kFixtures + "/qwen3-moe-bf16", "", "Qwen3MoeForCausalLM", true, 0,
        RopeType::kDefault, 4, 2, 32, 0, true, /*dense_layer=*/1},
+      {"Phi-3.5-mini-instruct", "", kPhi35MiniInstruct, "Phi3ForCausalLM", false, 0, RopeType::kLongrope},
+      {"phi-4", "", kPhi4, "Phi3ForCausalLM", false, 0, RopeType::kDefault},
+      {"phi3 fixture", kFixtures + "/phi3-w4a16-g32", "", "Phi3ForCausalLM", false, 0, RopeType::kLongrope},
+      {"gemma-2-9b", "", kGemma2_9B, "Gemma2ForCausalLM", true, 0, RopeType::kDefault},
+      {"gemma2 fixture", kFixtures + "/gemma2-w4a16-g32", "", "Gemma2ForCausalLM", true, 0,
+       RopeType::kDefault},
+      {"gemma-3-1b-it", "", kGemma3_1B, "Gemma3ForCausalLM", true, 0, RopeType::kDefault},
+      {"gemma3 fixture", kFixtures + "/gemma3-w4a16-g32", "", "Gemma3ForCausalLM", true, 0,
+       RopeType::kLinear},
+      {"gemma3-vlm fixture", kFixtures + "/gemma3-vlm-w4a16-g32", "", "Gemma3ForConditionalGeneration", true,
+       0, RopeType::kLinear},
+      {"gemma-3-27b-it", "", kGemma3_27B_It, "Gemma3ForConditionalGeneration", true, 0, RopeType::kLinear},
   };
 }
 
@@ -238,7 +436,8 @@ TEST(FamilyTable, EntriesAreUniqueAndFindable) {
     EXPECT_GT(f->default_max_position_embeddings, 0) << f->architecture;
     EXPECT_NE(f->rope_scalings & RopeTypeBit(RopeType::kDefault), 0u) << f->architecture;
   }
-  EXPECT_EQ(n, 7);  // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE
+  EXPECT_EQ(n,
+            11);  // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3 (x2)
   EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
   EXPECT_EQ(FindFamily(""), nullptr);
 }
@@ -290,9 +489,15 @@ std::string MinimalConfig(const FamilyTraits& f, const std::string& extra = "") 
     moe = R"(, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32)";
     if (f.moe.shared_expert) moe += R"(, "shared_expert_intermediate_size": 48)";
   }
-  return absl::StrCat(R"({"architectures": [")", f.architecture, R"("], "hidden_size": 64,
+  const std::string fields = absl::StrCat(R"("hidden_size": 64,
       "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100)",
-                      moe, extra.empty() ? "" : ", ", extra, "}");
+                                          moe);
+  const std::string more = extra.empty() ? "" : absl::StrCat(", ", extra);
+  if (f.text_only.enabled) {  // the language model's fields live in text_config; `extra` at the top level
+    return absl::StrCat(R"({"architectures": [")", f.architecture, R"("], "text_config": {)", fields, "}",
+                        more, "}");
+  }
+  return absl::StrCat(R"({"architectures": [")", f.architecture, R"("], )", fields, more, "}");
 }
 
 TEST(FamilyTraits, DefaultsFlowIntoModelConfig) {
@@ -344,6 +549,15 @@ TEST(FamilyTraits, SlidingWindowPolicy) {
         ParseModelConfig(MinimalConfig(*f, window + R"(, "use_sliding_window": true)"), "mem");
     if (f->sliding_window == SlidingWindowPolicy::kWindowField) {
       EXPECT_EQ(c->sliding_window, 1024);
+    } else if (f->sliding_window == SlidingWindowPolicy::kLayerTypes) {
+      EXPECT_EQ(c->sliding_window, 0);
+      ASSERT_EQ(c->layer_window.size(), 2u);  // layer 0 sliding; layer 1 full for Gemma 2, sliding for 3
+      EXPECT_EQ(c->layer_window[0], 1024);
+      EXPECT_EQ(c->layer_window[1], f->gemma.sliding_pattern == 2 ? 0 : 1024);
+    } else if (f->sliding_window == SlidingWindowPolicy::kWindowFieldMasked) {
+      EXPECT_EQ(c->sliding_window, 0);  // no context cap: every layer is masked instead
+      EXPECT_EQ(c->layer_window, std::vector<int64_t>(2, 1024));
+      EXPECT_EQ(c->LayerWindow(1), 1024);
     } else {
       EXPECT_EQ(c->sliding_window, 0);  // without use_sliding_window the field means nothing
       EXPECT_THAT(on.status().message(), HasSubstr("use_sliding_window"));
@@ -397,6 +611,146 @@ TEST(FamilyTraits, QkvBiasField) {
   EXPECT_FALSE(c->attention_bias);
   EXPECT_THAT(ParseModelConfig(MinimalConfig(*f, R"("qkv_bias": 3)"), "mem").status().message(),
               HasSubstr("qkv_bias"));
+}
+
+// Phi-3's real configs: longrope's defaults as transformers' _compute_longrope_parameters derives them,
+// partial rotary, the masked window.
+TEST(Phi3Config, RealConfigsParseToTransformersValues) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kPhi35MiniInstruct, "phi-3.5");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rotary_dim, 96);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 4096);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.factor, 32.0);  // 131072 / 4096
+  EXPECT_NEAR(c->rope_scaling.attention_factor, std::sqrt(1.0 + std::log(32.0) / std::log(4096.0)), 1e-15);
+  EXPECT_NEAR(c->rope_scaling.attention_factor, 1.1902380714238083, 1e-15);
+  ASSERT_EQ(c->rope_scaling.long_factor.size(), 48u);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.long_factor[47], 64.83999633789062);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.short_factor[0], 1.0);
+  EXPECT_EQ(c->layer_window, std::vector<int64_t>(32, 262144));
+
+  c = ParseModelConfig(kPhi4, "phi-4");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->rotary_dim, 128);
+  EXPECT_TRUE(c->layer_window.empty());  // "sliding_window": null
+
+  c = LoadModelConfig(kFixtures + "/phi3-w4a16-g32");  // transformers 5's rope_parameters form
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_EQ(c->rotary_dim, 12);  // int(16 * 0.75)
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 16);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.factor, 8.0);  // 128 / 16
+  EXPECT_EQ(c->rope_scaling.short_factor.size(), 6u);
+  EXPECT_EQ(c->layer_window, std::vector<int64_t>(2, 48));
+}
+
+// What is not implemented fails at load naming the field and the value.
+TEST(Phi3Config, UnsupportedFieldsAreNamed) {
+  const FamilyTraits* phi3 = FindFamily("Phi3ForCausalLM");
+  const FamilyTraits* llama = FindFamily("LlamaForCausalLM");
+  ASSERT_NE(phi3, nullptr);
+  ASSERT_NE(llama, nullptr);
+  auto message = [](const std::string& text) {
+    return std::string(ParseModelConfig(text, "mem").status().message());
+  };
+  EXPECT_THAT(message(MinimalConfig(*phi3, R"("rope_scaling": {"type": "yarn", "factor": 4.0})")),
+              HasSubstr("unsupported rope_scaling type 'yarn'"));
+  EXPECT_THAT(message(MinimalConfig(*phi3, R"("rope_scaling": {"type": "linear", "factor": 4.0})")),
+              HasSubstr("rope scaling type 'linear' is not supported for Phi3ForCausalLM"));
+  EXPECT_THAT(message(MinimalConfig(*llama, R"("partial_rotary_factor": 0.5)")),
+              HasSubstr("unsupported partial_rotary_factor 0.5 for LlamaForCausalLM"));
+  EXPECT_THAT(message(MinimalConfig(*phi3, R"("partial_rotary_factor": 0.1)")),  // 16 * 0.1 -> 1
+              HasSubstr("partial_rotary_factor"));
+  EXPECT_THAT(message(MinimalConfig(*phi3, R"("rope_scaling": {"type": "longrope", "short_factor": [1, 2],
+      "long_factor": [1, 2]})")),
+              HasSubstr("'short_factor' has 2 entries, expected rotary_dim / 2 = 8"));
+  EXPECT_THAT(
+      message(MinimalConfig(*phi3, R"("rope_scaling": {"type": "longrope", "short_factor": [1, 2]})")),
+      HasSubstr("long_factor"));
+  EXPECT_THAT(message(MinimalConfig(*llama, R"("rope_scaling": {"type": "longrope", "short_factor": [1],
+      "long_factor": [1]})")),
+              HasSubstr("not supported for LlamaForCausalLM"));
+}
+
+// Gemma's real configs: the block's constants as transformers derives them.
+TEST(GemmaConfig, RealConfigsParseToTransformersValues) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kGemma2_9B, "gemma-2-9b");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->gemma_norm);
+  EXPECT_TRUE(c->sandwich_norms);
+  EXPECT_EQ(c->mlp_activation, MlpActivation::kGeluTanh);
+  EXPECT_EQ(c->head_dim, 256);
+  EXPECT_EQ(c->embedding_scale, static_cast<float>(std::sqrt(3584.0)));
+  EXPECT_DOUBLE_EQ(c->attention_scale, 1.0 / 16.0);
+  EXPECT_EQ(c->attn_logit_softcap, 50.0f);
+  EXPECT_EQ(c->final_logit_softcap, 30.0f);
+  ASSERT_EQ(c->layer_window.size(), 42u);
+  EXPECT_EQ(c->layer_window[0], 4096);  // even layers slide (transformers: (i + 1) % 2 != 0)
+  EXPECT_EQ(c->layer_window[1], 0);
+  EXPECT_TRUE(c->layer_local_rope.empty());
+
+  c = ParseModelConfig(kGemma3_1B, "gemma-3-1b");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->attn_logit_softcap, 0.0f);  // null
+  EXPECT_EQ(c->final_logit_softcap, 0.0f);
+  EXPECT_TRUE(c->qk_norm);
+  ASSERT_EQ(c->layer_window.size(), 26u);
+  for (int64_t l = 0; l < 26; ++l) {
+    const bool full = (l + 1) % 6 == 0;
+    EXPECT_EQ(c->layer_window[l], full ? 0 : 512) << l;
+    EXPECT_EQ(c->LocalRope(l), !full) << l;
+  }
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->local_rope_theta, 1e4);
+
+  c = LoadModelConfig(kFixtures + "/gemma3-w4a16-g32");  // rope_parameters per layer type
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->rope_scaling.type, RopeType::kLinear);
+  EXPECT_EQ(c->rope_scaling.factor, 4.0);
+  EXPECT_EQ(c->local_rope_theta, 1e4);
+  EXPECT_EQ(c->local_rope_scaling.type, RopeType::kDefault);
+  EXPECT_EQ(c->layer_window, (std::vector<int64_t>{8, 8, 0}));
+  EXPECT_DOUBLE_EQ(c->attention_scale, std::pow(20.0, -0.5));
+
+  // Unsupported values are named.
+  const FamilyTraits* g2 = FindFamily("Gemma2ForCausalLM");
+  ASSERT_NE(g2, nullptr);
+  EXPECT_THAT(
+      ParseModelConfig(MinimalConfig(*g2, R"("hidden_activation": "gelu")"), "mem").status().message(),
+      HasSubstr("unsupported hidden_activation 'gelu'"));
+  EXPECT_THAT(
+      ParseModelConfig(MinimalConfig(*g2, R"("layer_types": ["full_attention", "chunked_attention"])"), "mem")
+          .status()
+          .message(),
+      HasSubstr("layer_types[1]"));
+  c = ParseModelConfig(MinimalConfig(*g2, R"("attn_logit_softcapping": null)"), "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->attn_logit_softcap, 0.0f);  // explicit null: no cap (not the default 50)
+  EXPECT_EQ(c->final_logit_softcap, 30.0f);
+}
+
+// Gemma3ForConditionalGeneration: the text_config is the model, with Gemma3TextConfig's defaults; the
+// top level's model_type names the family.
+TEST(GemmaConfig, ConditionalGenerationReadsTextConfig) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kGemma3_27B_It, "gemma-3-27b-it");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model_type, "gemma3");
+  EXPECT_EQ(c->hidden_size, 5376);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->vocab_size, 262208);  // Gemma3TextConfig's default
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->local_rope_theta, 1e4);
+  EXPECT_EQ(c->rope_scaling.factor, 8.0);
+  EXPECT_DOUBLE_EQ(c->attention_scale, std::pow(168.0, -0.5));
+  EXPECT_EQ(c->eos_token_id, 1);
+  EXPECT_EQ(c->torch_dtype, "bfloat16");
+  ASSERT_EQ(c->layer_window.size(), 62u);
+  EXPECT_EQ(c->layer_window[5], 0);
+  EXPECT_EQ(c->layer_window[6], 1024);
+  EXPECT_THAT(
+      ParseModelConfig(R"({"architectures": ["Gemma3ForConditionalGeneration"]})", "mem").status().message(),
+      HasSubstr("text_config"));
 }
 
 // Which layers are sparse: decoder_sparse_step and mlp_only_layers, as transformers' Qwen MoE decoder layers

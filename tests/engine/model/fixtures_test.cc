@@ -98,7 +98,8 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
       EXPECT_NE(L.q_proj.format, WeightFormat::kDense) << "decoder linears of a fixture are quantized";
     }
     EXPECT_EQ(L.q_proj.bias.present(), c.model_type == "qwen2" || c.model_type == "qwen2_moe");
-    EXPECT_EQ(L.q_norm.present(), c.model_type == "qwen3" || c.model_type == "qwen3_moe");
+    EXPECT_EQ(L.q_norm.present(), c.model_type == "qwen3" || c.model_type == "qwen3_moe" ||
+                                      c.model_type == "gemma3_text" || c.model_type == "gemma3");
   }
   const ModelSummary& s = w.summary();
   // A fixture that keeps some decoder linears dense (stories260k-nvfp4a16's down_proj, 172 inputs: not a

@@ -111,5 +111,37 @@ TEST(RopeInvFreq, Llama3BandEdges) {
   EXPECT_NEAR(f[35], PlainInvFreq(500000.0, 35, 128) / 8.0, 1e-9);  // low band: divided by 8
 }
 
+// longrope with partial rotary (Phi-3.5-mini-shaped: head_dim 96 at full rotary, here a partial 0.75 of
+// 128 = 96): 1 / (factor_i * theta^(2i/rotary_dim)), short factors up to original_max_position_embeddings
+// tokens, long ones beyond; attention scaling only for longrope.
+TEST(RopeInvFreq, LongropePicksFactorsBySequenceLength) {
+  ModelConfig config = MakeConfig(128, 10000.0);
+  config.rotary_dim = 96;
+  config.rope_scaling.type = RopeType::kLongrope;
+  config.rope_scaling.original_max_position_embeddings = 4096;
+  config.rope_scaling.attention_factor = 1.19;
+  for (int64_t i = 0; i < 48; ++i) {
+    config.rope_scaling.short_factor.push_back(1.0 + 0.02 * static_cast<double>(i));
+    config.rope_scaling.long_factor.push_back(1.0 + 1.3 * static_cast<double>(i));
+  }
+  const std::vector<float> base = RopeInvFreq(config);
+  const std::vector<float> at_original = RopeInvFreqForLength(config, 4096);
+  const std::vector<float> beyond = RopeInvFreqForLength(config, 4097);
+  ASSERT_EQ(base.size(), 48u);
+  EXPECT_EQ(base, at_original);  // seq_len <= original: short factors (transformers: seq_len > original)
+  for (int64_t i = 0; i < 48; ++i) {
+    const double plain = PlainInvFreq(10000.0, i, 96);
+    const double s = plain / config.rope_scaling.short_factor[i];
+    const double l = plain / config.rope_scaling.long_factor[i];
+    EXPECT_NEAR(base[i], s, s * kInvFreqRelTol) << i;
+    EXPECT_NEAR(beyond[i], l, l * kInvFreqRelTol) << i;
+  }
+  EXPECT_FLOAT_EQ(RopeAttentionScaling(config), 1.19f);
+  config.rope_scaling.type = RopeType::kDefault;
+  EXPECT_EQ(RopeAttentionScaling(config), 1.0f);
+  // Without longrope the length changes nothing.
+  EXPECT_EQ(RopeInvFreqForLength(config, 1 << 20), RopeInvFreq(config));
+}
+
 }  // namespace
 }  // namespace scored

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -580,6 +581,123 @@ TEST(WeightsTest, UnsupportedQuantizationFailsAtLoad) {
   ASSERT_FALSE(m.ok());
   EXPECT_THAT(std::string(m.status().message()), HasSubstr("sparse-24-bitmask"));
   EXPECT_THAT(std::string(m.status().message()), HasSubstr("config.json"));
+}
+
+}  // namespace
+}  // namespace scored
+
+namespace scored {
+namespace {
+
+// Phi-3's fused modules (tests/fixtures/phi3-w4a16-g32: int4, group-32 BF16 scales): the loader's q/k/v and
+// gate/up views decode to exactly the rows of the stored fused tensor, decoded whole.
+TEST(WeightsTest, Phi3FusedModulesSplitByRows) {
+  auto m = ModelWeights::Load(std::string(SCORED_FIXTURES_DIR) + "/phi3-w4a16-g32");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig& c = (*m)->config();
+  const LayerWeights& L = (*m)->layers()[1];
+  struct Fused {
+    std::string module;
+    std::vector<const LinearWeight*> parts;
+  };
+  const std::vector<Fused> fused = {
+      {"model.layers.1.self_attn.qkv_proj", {&L.q_proj, &L.k_proj, &L.v_proj}},
+      {"model.layers.1.mlp.gate_up_proj", {&L.gate_proj, &L.up_proj}},
+  };
+  EXPECT_EQ(L.q_proj.out_features, c.num_heads * c.head_dim);
+  EXPECT_EQ(L.k_proj.out_features, c.num_kv_heads * c.head_dim);
+  EXPECT_EQ(L.up_proj.out_features, c.intermediate_size);
+  EXPECT_EQ(L.k_proj.module, "model.layers.1.self_attn.qkv_proj[k]");
+  for (const Fused& f : fused) {
+    SCOPED_TRACE(f.module);
+    // The whole fused weight: the q part's description over the full stored tensors.
+    LinearWeight whole = *f.parts[0];
+    auto packed = (*m)->store().Get(f.module + ".weight_packed");
+    auto scale = (*m)->store().Get(f.module + ".weight_scale");
+    ASSERT_TRUE(packed.ok() && scale.ok());
+    whole.weight_packed = *packed;
+    whole.weight_scale = *scale;
+    whole.out_features = packed->shape[0];
+    std::vector<float> all(whole.out_features * whole.in_features);
+    ASSERT_TRUE(whole.DequantizeRows(0, whole.out_features, all.data()).ok());
+    int64_t row = 0;
+    for (const LinearWeight* part : f.parts) {
+      EXPECT_EQ(part->format, WeightFormat::kPackQuantized);
+      std::vector<float> got(part->out_features * part->in_features);
+      ASSERT_TRUE(part->DequantizeRows(0, part->out_features, got.data()).ok());
+      const std::vector<float> want(all.begin() + row * whole.in_features,
+                                    all.begin() + (row + part->out_features) * whole.in_features);
+      EXPECT_EQ(got, want) << part->module;
+      row += part->out_features;
+    }
+    EXPECT_EQ(row, whole.out_features);
+  }
+}
+
+}  // namespace
+}  // namespace scored
+
+namespace scored {
+namespace {
+
+using testing_util::Bytes;
+using testing_util::StTensor;
+using testing_util::TempDir;
+using testing_util::WriteFile;
+using testing_util::WriteSafetensors;
+
+// Gemma3ForConditionalGeneration: the gemma3-w4a16-g32 fixture's tensors under either saved layout of the
+// vision-language class (transformers 5 "model.language_model.*", transformers 4 / llm-compressor 0.14
+// "language_model.model.*"), next to a vision-tower tensor, with the config nested as text_config, load to
+// the same language model; the vision tower is left unread and the summary says so.
+TEST(WeightsTest, Gemma3ConditionalGenerationReadsTheLanguageModel) {
+  const std::string src = std::string(SCORED_FIXTURES_DIR) + "/gemma3-w4a16-g32";
+  auto base = ModelWeights::Load(src);
+  ASSERT_TRUE(base.ok()) << base.status();
+  std::ifstream in(src + "/config.json");
+  nlohmann::json text = nlohmann::json::parse(in);
+  nlohmann::json top;
+  top["architectures"] = {"Gemma3ForConditionalGeneration"};
+  top["model_type"] = "gemma3";
+  top["quantization_config"] = text["quantization_config"];
+  top["vision_config"] = {{"hidden_size", 2}, {"model_type", "siglip_vision_model"}};
+  text.erase("quantization_config");
+  text.erase("architectures");
+  text["model_type"] = "gemma3_text";
+  top["text_config"] = text;
+  struct Layout {
+    std::string language, vision;
+  };
+  for (const Layout& layout : {Layout{"model.language_model.", "model.vision_tower."},
+                               Layout{"language_model.model.", "vision_tower."}}) {
+    SCOPED_TRACE(layout.language);
+    TempDir dir;
+    std::vector<StTensor> tensors;
+    for (const std::string& name : (*base)->store().Names()) {
+      absl::StatusOr<TensorView> view = (*base)->store().Get(name);
+      ASSERT_TRUE(view.ok()) << view.status();
+      const TensorView& t = *view;
+      ASSERT_EQ(name.rfind("model.", 0), 0u) << name;
+      tensors.push_back({layout.language + name.substr(6), DTypeName(t.dtype), t.shape,
+                         std::string(reinterpret_cast<const char*>(t.data), t.nbytes)});
+    }
+    tensors.push_back(
+        {layout.vision + "encoder.layers.0.mlp.fc1.weight", "F32", {2, 2}, Bytes(std::vector<float>(4))});
+    ASSERT_TRUE(WriteSafetensors(dir.path() + "/model.safetensors", tensors));
+    ASSERT_TRUE(WriteFile(dir.path() + "/config.json", top.dump()));
+    auto m = ModelWeights::Load(dir.path());
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ((*m)->config().architecture, "Gemma3ForConditionalGeneration");
+    EXPECT_EQ((*m)->config().layer_window, (*base)->config().layer_window);
+    EXPECT_THAT((*m)->summary().notes, ::testing::HasSubstr("the vision tower (1 tensors) is not loaded"));
+    const LinearWeight& a = (*m)->layers()[2].down_proj;
+    const LinearWeight& b = (*base)->layers()[2].down_proj;
+    std::vector<float> wa(a.NumElements()), wb(b.NumElements());
+    ASSERT_TRUE(a.DequantizeRows(0, a.out_features, wa.data()).ok());
+    ASSERT_TRUE(b.DequantizeRows(0, b.out_features, wb.data()).ok());
+    EXPECT_EQ(wa, wb);
+    EXPECT_EQ((*m)->layers()[1].q_norm.name, layout.language + "layers.1.self_attn.q_norm.weight");
+  }
 }
 
 }  // namespace

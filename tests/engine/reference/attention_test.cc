@@ -1,5 +1,6 @@
 // CausalAttention: hand-computed causal weights, GQA head mapping, and agreement with a direct double
 // implementation on random inputs (bitwise for any thread count).
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -29,6 +30,42 @@ TEST(CausalAttention, WeightsFollowScoresAndMask) {
     EXPECT_NEAR(out[t], num / den, 1e-5 * (1 + num / den)) << t;  // fp32 logs of k, expf: ~1e-7 relative
   }
   EXPECT_EQ(out[0], 0.0f);  // the first token sees only itself
+}
+
+// A sliding window w: query t sees keys t - w < j <= t (transformers' sliding_window_overlay), so with
+// uniform scores out[t] is the mean of the last min(w, t + 1) values.
+TEST(CausalAttention, SlidingWindowAveragesTheLastWKeys) {
+  const int64_t n = 7;
+  std::vector<float> q(n, 0.0f), k(n, 0.0f), v(n), out(n);
+  for (int64_t j = 0; j < n; ++j) v[j] = static_cast<float>(j * j);
+  for (int64_t w : {1, 3, 7, 100}) {
+    AttentionOptions options;
+    options.window = w;
+    CausalAttention(q.data(), k.data(), v.data(), n, 1, 1, 1, out.data(), nullptr, options);
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t j0 = std::max<int64_t>(0, t - w + 1);
+      double mean = 0;
+      for (int64_t j = j0; j <= t; ++j) mean += j * j;
+      mean /= static_cast<double>(t + 1 - j0);
+      EXPECT_NEAR(out[t], mean, 1e-5 * (1 + mean)) << "w " << w << " t " << t;
+    }
+  }
+}
+
+// Soft-capping and an explicit scale: s = tanh(dot * scale / cap) * cap. Two keys (t = 1): weight of key 1
+// is sigmoid(s1 - s0).
+TEST(CausalAttention, SoftCapAndScale) {
+  const int64_t n = 2;
+  std::vector<float> q = {2.0f, 2.0f}, k = {0.0f, 3.0f}, v = {0.0f, 1.0f}, out(n);
+  AttentionOptions options;
+  options.scale = 0.5;
+  options.softcap = 2.0f;
+  CausalAttention(q.data(), k.data(), v.data(), n, 1, 1, 1, out.data(), nullptr, options);
+  const double s1 = std::tanh(2.0 * 3.0 * 0.5 / 2.0) * 2.0;  // s0 = 0
+  EXPECT_NEAR(out[1], 1.0 / (1.0 + std::exp(-s1)), 1e-6);
+  options.softcap = 0.0f;  // no cap: sigmoid(3)
+  CausalAttention(q.data(), k.data(), v.data(), n, 1, 1, 1, out.data(), nullptr, options);
+  EXPECT_NEAR(out[1], 1.0 / (1.0 + std::exp(-3.0)), 1e-6);
 }
 
 TEST(CausalAttention, GroupedQueryHeadsReadTheirKvHead) {

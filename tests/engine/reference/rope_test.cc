@@ -42,5 +42,30 @@ TEST(Rope, PairsIAndIPlusHalfForEveryHead) {
   }
 }
 
+// Partial rotary (Phi-3): head_dim 6, rotary_dim 4: pairs (0, 2) and (1, 3) rotate, elements 4 and 5 pass
+// through untouched; the attention scaling multiplies cos and sin (longrope), not the pass-through part.
+TEST(Rope, PartialRotaryLeavesTheTailAndScalesCosSin) {
+  const float inv_freq[] = {1.0f, 0.25f};
+  const int32_t positions[] = {2};
+  std::vector<float> x = {1, 2, 3, 4, 5, 6};
+  const std::vector<float> in = x;
+  const float scaling = 1.25f;
+  Rope(x.data(), positions, inv_freq, 1, 1, 6, /*rotary_dim=*/4, scaling);
+  for (int i = 0; i < 2; ++i) {
+    const double angle = 2.0 * (i == 0 ? 1.0 : 0.25);
+    const double c = std::cos(angle) * scaling, sn = std::sin(angle) * scaling;
+    EXPECT_NEAR(x[i], in[i] * c - in[i + 2] * sn, 1e-6);
+    EXPECT_NEAR(x[i + 2], in[i + 2] * c + in[i] * sn, 1e-6);
+  }
+  EXPECT_EQ(x[4], 5.0f);
+  EXPECT_EQ(x[5], 6.0f);
+  // rotary_dim 0 = head_dim, scaling 1: the plain rotation, bit for bit.
+  std::vector<float> a = in, b = in;
+  const float inv3[] = {1.0f, 0.5f, 0.25f};
+  Rope(a.data(), positions, inv3, 1, 1, 6);
+  Rope(b.data(), positions, inv3, 1, 1, 6, 6, 1.0f);
+  EXPECT_EQ(a, b);
+}
+
 }  // namespace
 }  // namespace scored::ref
