@@ -126,6 +126,11 @@ int64_t Batcher::answered_ok() const {
   return answered_ok_;
 }
 
+Batcher::Account Batcher::account() const {
+  absl::MutexLock lock(&mu_);
+  return Account{static_cast<int64_t>(queue_.size()) + running_, answered_ok_};
+}
+
 absl::Status Batcher::fatal_status() const {
   absl::MutexLock lock(&mu_);
   return fatal_;
@@ -250,6 +255,7 @@ void Batcher::RunBatch(std::vector<Item> batch) {
   {
     absl::MutexLock lock(&mu_);
     answered_ok_ += num_ok;
+    running_ = 0;  // answered: out of outstanding() in the same step (Account)
   }
   for (size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move(results[i]));
 }

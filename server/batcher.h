@@ -103,10 +103,18 @@ class Batcher {
 
   int64_t queue_depth() const;
 
-  // Requests queued or in the engine's current batch: what a drain still owes its callers.
+  // Requests queued or in the engine's current batch: what a drain still owes its callers. A batch leaves
+  // it in the same step as its results enter answered_ok(), so the two read together (Account) never count a
+  // request in both.
   int64_t outstanding() const;
   // Requests answered with a result (OK) since the Batcher started: a drain's progress.
   int64_t answered_ok() const;
+  // outstanding() and answered_ok() at one instant.
+  struct Account {
+    int64_t outstanding = 0;
+    int64_t answered_ok = 0;
+  };
+  Account account() const;
 
   // OK until the engine failed fatally; then that failure, forever.
   absl::Status fatal_status() const;

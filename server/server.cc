@@ -464,8 +464,9 @@ void Server::Shutdown() {
   }
   // The drain's account: every request queued or running when it began is answered (the count of results
   // handed out during the drain covers them), later ones get UNAVAILABLE.
-  const int64_t owed = batcher_ ? batcher_->outstanding() : 0;
-  const int64_t answered_before = batcher_ ? batcher_->answered_ok() : 0;
+  const Batcher::Account account = batcher_ ? batcher_->account() : Batcher::Account{};
+  const int64_t owed = account.outstanding;
+  const int64_t answered_before = account.answered_ok;
   if (grpc_server_ != nullptr) {
     SCORED_LOG(INFO) << "shutting down: finishing " << owed << " in-flight requests (grace "
                      << absl::FormatDuration(options_.shutdown_grace) << ")";
