@@ -7,11 +7,11 @@
 #include "engine/kernels/hadamard_rotate.h"
 
 #include <cmath>
-#include <random>
 
 #include "engine/model/hadamard_factors.h"
 #include "engine/reference/ops.h"
 #include "tests/engine/kernels/kernel_test_util.h"
+#include "tests/engine/model/hadamard_matrices.h"
 
 namespace scored::kernels {
 namespace {
@@ -20,22 +20,7 @@ using testing::DeviceArray;
 
 class HadamardRotateTest : public testing::GpuTest {};
 
-int Sylvester(int64_t a, int64_t b) { return (__builtin_popcountll(a & b) & 1) ? -1 : 1; }
-
-std::vector<double> Structured(int64_t core_size, int64_t chunk, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const int64_t n = core_size * chunk;
-  std::vector<int> signs(n), core(core_size * core_size);
-  for (int& s : signs) s = (rng() & 1) ? 1 : -1;
-  for (int& c : core) c = (rng() & 1) ? 1 : -1;
-  std::vector<double> t(n * n);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      t[i * n + j] = signs[i] * core[(j / chunk) * core_size + i / chunk] * Sylvester(j % chunk, i % chunk);
-    }
-  }
-  return t;
-}
+using testing_hadamard::Structured;
 
 struct Case {
   int64_t core_size, chunk, rows, blocks;  // blocks: n-element blocks per row
@@ -50,12 +35,7 @@ TEST_F(HadamardRotateTest, MatchesDenseFloat64Product) {
     const int64_t kRows = c.rows;
     const int64_t n = c.core_size * c.chunk, width = c.blocks * n, ld = width + kPad;
     const std::vector<double> t = Structured(c.core_size, c.chunk, static_cast<uint32_t>(n));
-    TensorView view;
-    view.name = "t";
-    view.dtype = DType::kF64;
-    view.shape = {n, n};
-    view.data = reinterpret_cast<const uint8_t*>(t.data());
-    view.nbytes = static_cast<int64_t>(t.size() * 8);
+    const TensorView view = testing_hadamard::F64View(t, n, "t");
     auto factors = FactorHadamard(view);
     ASSERT_TRUE(factors.ok()) << factors.status();
     ASSERT_EQ(factors->chunk, c.chunk);

@@ -7,44 +7,20 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "engine/model/safetensors.h"
+#include "tests/engine/model/hadamard_matrices.h"
 
 namespace scored {
 namespace {
 
 const std::string kFixtures = SCORED_FIXTURES_DIR;
 
-int Sylvester(int64_t a, int64_t b) { return (__builtin_popcountll(a & b) & 1) ? -1 : 1; }
+using testing_hadamard::Structured;
 
-// T[i][j] = signs[i] core[j_hi][i_hi] H_L[j_lo][i_lo] with random signs and core.
-std::vector<double> Structured(int64_t core_size, int64_t chunk, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const int64_t n = core_size * chunk;
-  std::vector<int> signs(n), core(core_size * core_size);
-  for (int& s : signs) s = (rng() & 1) ? 1 : -1;
-  for (int& c : core) c = (rng() & 1) ? 1 : -1;
-  std::vector<double> t(n * n);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      t[i * n + j] = signs[i] * core[(j / chunk) * core_size + i / chunk] * Sylvester(j % chunk, i % chunk);
-    }
-  }
-  return t;
-}
-
-TensorView View(const std::vector<double>& t, int64_t n) {
-  TensorView v;
-  v.name = "test.matrix";
-  v.dtype = DType::kF64;
-  v.shape = {n, n};
-  v.data = reinterpret_cast<const uint8_t*>(t.data());
-  v.nbytes = static_cast<int64_t>(t.size() * sizeof(double));
-  return v;
-}
+TensorView View(const std::vector<double>& t, int64_t n) { return testing_hadamard::F64View(t, n); }
 
 void ExpectReproduces(const HadamardFactors& f, const TensorView& m) {
   const int64_t n = m.shape[0];
