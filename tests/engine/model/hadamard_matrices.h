@@ -15,8 +15,8 @@ namespace scored::testing_hadamard {
 // Sylvester's H[a][b] = (-1)^popcount(a & b).
 inline int Sylvester(int64_t a, int64_t b) { return (__builtin_popcountll(a & b) & 1) ? -1 : 1; }
 
-// [n, n] row-major, n = core_size * chunk: T[i][j] = signs[i] core[j_hi][i_hi] H_chunk[j_lo][i_lo] with random
-// +-1 signs and core (seeded).
+// [n, n] row-major, n = core_size * chunk: T[i][j] = signs[i] core[j_hi][i_hi] H_chunk[j_lo][i_lo] with
+// random +-1 signs and core (seeded).
 inline std::vector<double> Structured(int64_t core_size, int64_t chunk, uint32_t seed) {
   std::mt19937 rng(seed);
   const int64_t n = core_size * chunk;
