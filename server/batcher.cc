@@ -204,6 +204,13 @@ void Batcher::WorkerLoop() {
   }
 }
 
+void Batcher::LeaveOutstanding(int num_ok) {
+  absl::MutexLock lock(&mu_);
+  answered_ok_ += num_ok;
+  running_ = 0;
+  ReportQueueDepth(static_cast<int64_t>(queue_.size()));
+}
+
 void Batcher::RunBatch(std::vector<Item> batch) {
   std::vector<ScoreRequest> requests;
   requests.reserve(batch.size());
@@ -227,12 +234,14 @@ void Batcher::RunBatch(std::vector<Item> batch) {
     if (first && options_.on_fatal) options_.on_fatal(fatal);
     const absl::Status unavailable =
         absl::UnavailableError(absl::StrCat("the engine failed and cannot serve: ", fatal.message()));
+    LeaveOutstanding(0);
     for (Item& item : batch) item.done(unavailable);
     return;
   }
   if (results.size() != batch.size()) {
     const absl::Status wrong = absl::InternalError(
         absl::StrCat("the engine returned ", results.size(), " results for ", batch.size(), " sequences"));
+    LeaveOutstanding(0);
     for (Item& item : batch) item.done(wrong);
     return;
   }
@@ -252,11 +261,7 @@ void Batcher::RunBatch(std::vector<Item> batch) {
     ++num_ok;
   }
   if (num_ok > 0 && options_.on_batch) options_.on_batch(batch_tokens, num_ok, scored);
-  {
-    absl::MutexLock lock(&mu_);
-    answered_ok_ += num_ok;
-    running_ = 0;  // answered: out of outstanding() in the same step (Account)
-  }
+  LeaveOutstanding(num_ok);
   for (size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move(results[i]));
 }
 

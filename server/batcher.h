@@ -132,6 +132,9 @@ class Batcher {
   void WorkerLoop();
   // Runs one batch; fails all of it with UNAVAILABLE if the engine turns fatal.
   void RunBatch(std::vector<Item> batch);
+  // The batch's requests leave outstanding() and the in-flight report in one locked step, before any of their
+  // `done` runs: a client that holds its answer sees neither count still owing it (Account, the metrics).
+  void LeaveOutstanding(int num_ok) ABSL_LOCKS_EXCLUDED(mu_);
   void ReportQueueDepth(int64_t depth) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Engine* const engine_;

@@ -318,6 +318,37 @@ TEST_F(BatcherTest, QueueDepthIsReported) {
   EXPECT_EQ(depths.back(), 0);
 }
 
+// The in-flight report reaches 0 before a request's `done` runs: a client holding its answer and then
+// scraping the metrics must not see itself still owed (the gauge used to drop only after every `done`).
+TEST_F(BatcherTest, InFlightIsZeroBeforeDone) {
+  absl::Mutex mu;
+  std::vector<int64_t> reports;
+  BatcherOptions options;
+  options.on_in_flight = [&](int64_t n) {
+    absl::MutexLock lock(&mu);
+    reports.push_back(n);
+  };
+  auto batcher = MakeBatcher(options);
+  const std::vector<int32_t> ids((*stories_)[0].ids.begin(), (*stories_)[0].ids.begin() + 20);
+  int64_t seen_at_done = -1;
+  absl::Notification done;
+  ASSERT_TRUE(batcher
+                  ->Submit(Request(ids), absl::InfiniteFuture(),
+                           [&](absl::StatusOr<ScoreResult> r) {
+                             EXPECT_TRUE(r.ok()) << r.status();
+                             absl::MutexLock lock(&mu);
+                             seen_at_done = reports.back();
+                             done.Notify();
+                           })
+                  .ok());
+  done.WaitForNotification();
+  batcher->Shutdown();
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(seen_at_done, 0);
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.front(), 1);
+}
+
 TEST_F(BatcherTest, CreateValidatesOptions) {
   BatcherOptions o;
   o.max_queue = 0;
