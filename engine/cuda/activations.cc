@@ -55,6 +55,16 @@ int64_t LogitsRows(const TableShape& s, int64_t max_tokens) {
   return std::min(max_tokens, s.reference != nullptr ? kLmHeadChunkTokens / 2 : kLmHeadChunkTokens);
 }
 
+// Bytes per position of a model's RoPE tables ([max_tokens, rotary_dim / 2, 2] fp32): the main one,
+// longrope's long-sequence one, the local layers' one (0 where the model has none).
+struct RopeTableBytes {
+  int64_t main = 0, long_seq = 0, local = 0;
+};
+RopeTableBytes RopeBytes(const ModelConfig& c) {
+  const int64_t row = (c.rotary_dim > 0 ? c.rotary_dim : c.head_dim) * 4;
+  return {row, c.rope_scaling.type == RopeType::kLongrope ? row : 0, c.layer_local_rope.empty() ? 0 : row};
+}
+
 // The decoder-layer activation shapes that hold both Q's and R's forward: the larger of each dimension.
 ModelConfig LargerOfEach(ModelConfig c, const ModelConfig* r) {
   if (r == nullptr) return c;
@@ -80,6 +90,7 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
   const int64_t stats = static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
   using A = Activations;
   const int64_t ref_stats = static_cast<int64_t>(sizeof(kernels::ReferencePartialStats));
+  const RopeTableBytes rope = RopeBytes(model_config), ref_rope = RopeBytes(r);
   constexpr When kAll = When::kAlways, kFp8 = When::kFp8Gemms, kTp = When::kTensorParallel;
   constexpr When kRef = When::kReference, kMoe = When::kMoe, kShared = When::kMoeShared;
   return {
@@ -107,7 +118,9 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
       {&A::logits, "the fp32 logits chunk", kAll, 0, c.vocab_size * 4},
       {&A::tokens, "token ids", kAll, 4},
       {&A::positions, "positions", kAll, 4},
-      {&A::rope_table, "the RoPE cos/sin table", kAll, model_config.head_dim * 4},
+      {&A::rope_table, "the RoPE cos/sin table", kAll, rope.main},
+      {&A::rope_table_long, "the RoPE table of long sequences", kAll, rope.long_seq},
+      {&A::rope_table_local, "the local layers' RoPE table", kAll, rope.local},
       {&A::cu_seqlens, "sequence offsets", kAll, 4, 0, 0, 4},
       {&A::targets, "targets", kAll, 4},
       {&A::logprob, "logprobs", kAll, 8},
@@ -122,7 +135,10 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
       {&A::tp_topk_ids, "vocab-parallel top-k ids", kTp, 0, tp * top_k * 4},
       {&A::tp_topk_values, "vocab-parallel top-k logits", kTp, 0, tp * top_k * 4},
       {&A::ref_normed, "the reference model's normed rows", kRef, r.hidden_size * act},
-      {&A::ref_rope_table, "the reference model's RoPE table", kRef, r.head_dim * 4},
+      {&A::ref_rope_table, "the reference model's RoPE table", kRef, ref_rope.main},
+      {&A::ref_rope_table_long, "the reference model's RoPE table of long sequences", kRef,
+       ref_rope.long_seq},
+      {&A::ref_rope_table_local, "the reference model's local RoPE table", kRef, ref_rope.local},
       {&A::ref_logits, "the reference model's fp32 logits chunk", kRef, 0, r.vocab_size * 4},
       {&A::ref_stats, "the reference comparison's statistics", kRef, 0, tp * ref_stats},
       {&A::ref_logprob, "reference logprobs", kRef, 8},
@@ -178,6 +194,22 @@ TableShape WithModel(TableShape s, const ModelConfig& config) {
 bool PerTokenRow(const BufferRow& row) {
   return row.when == When::kAlways || row.when == When::kReference || row.when == When::kMoe ||
          row.when == When::kMoeShared;
+}
+
+// Fills a model's RoPE tables (allocated by the table above) for positions [0, positions), cos and sin times
+// its attention scaling (longrope).
+absl::Status BuildRopeTables(const ModelConfig& config, const DeviceModel& model, int64_t positions,
+                             DeviceBuffer* main, DeviceBuffer* long_seq, DeviceBuffer* local) {
+  const int64_t half = (config.rotary_dim > 0 ? config.rotary_dim : config.head_dim) / 2;
+  const std::pair<const DeviceBuffer*, DeviceBuffer*> tables[] = {{&model.rope_inv_freq, main},
+                                                                  {&model.rope_inv_freq_long, long_seq},
+                                                                  {&model.rope_inv_freq_local, local}};
+  for (const auto& [inv_freq, table] : tables) {
+    if (table->data() == nullptr || inv_freq->data() == nullptr) continue;
+    SCORED_RETURN_IF_ERROR(kernels::RopeCosSinTable(inv_freq->as<float>(), positions, half,
+                                                    model.rope_scaling, table->as<float>(), nullptr));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -238,13 +270,12 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
         row.per_token * t + row.per_logits_row * LogitsRows(s, t) + row.fixed + row.unestimated;
     SCORED_ASSIGN_OR_RETURN(a.*row.buffer, DeviceBuffer::Allocate(bytes, row.what));
   }
-  // A window's positions are < its length <= max_tokens: one table for every forward, built once here.
-  SCORED_RETURN_IF_ERROR(kernels::RopeCosSinTable(model.rope_inv_freq.as<float>(), t, config.head_dim / 2,
-                                                  a.rope_table.as<float>(), nullptr));
+  // A window's positions are < its length <= max_tokens: the tables serve every forward, built once here.
+  SCORED_RETURN_IF_ERROR(
+      BuildRopeTables(config, model, t, &a.rope_table, &a.rope_table_long, &a.rope_table_local));
   if (reference != nullptr) {
-    SCORED_RETURN_IF_ERROR(kernels::RopeCosSinTable(reference->model->rope_inv_freq.as<float>(), t,
-                                                    reference->config->head_dim / 2,
-                                                    a.ref_rope_table.as<float>(), nullptr));
+    SCORED_RETURN_IF_ERROR(BuildRopeTables(*reference->config, *reference->model, t, &a.ref_rope_table,
+                                           &a.ref_rope_table_long, &a.ref_rope_table_local));
   }
   SCORED_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   if (s.max_scratch_elements > 0) {

@@ -79,14 +79,16 @@ struct Activations {
   DeviceBuffer tokens;     // [max_tokens] int32
   DeviceBuffer positions;  // [max_tokens] int32
   DeviceBuffer
-      rope_table;  // [max_tokens, head_dim / 2, 2] fp32: RoPE (cos, sin) of positions [0, max_tokens)
-  DeviceBuffer cu_seqlens;  // [max_tokens + 1] int32
-  DeviceBuffer targets;     // [max_tokens] int32: the next token of the row's sequence (0 at its last row)
-  DeviceBuffer logprob;     // [max_tokens] double
-  DeviceBuffer greedy;      // [max_tokens] uint8
-  DeviceBuffer rank;        // [max_tokens] int32
-  DeviceBuffer entropy;     // [max_tokens] float
-  DeviceBuffer top_k_ids;   // [max_tokens, kMaxTopK] int32
+      rope_table;  // [max_tokens, rotary_dim / 2, 2] fp32: RoPE (cos, sin) of positions [0, max_tokens)
+  DeviceBuffer rope_table_long;   // longrope: the same for sequences beyond original_max_position_embeddings
+  DeviceBuffer rope_table_local;  // ModelConfig::layer_local_rope: the local layers' (Gemma 3)
+  DeviceBuffer cu_seqlens;        // [max_tokens + 1] int32
+  DeviceBuffer targets;    // [max_tokens] int32: the next token of the row's sequence (0 at its last row)
+  DeviceBuffer logprob;    // [max_tokens] double
+  DeviceBuffer greedy;     // [max_tokens] uint8
+  DeviceBuffer rank;       // [max_tokens] int32
+  DeviceBuffer entropy;    // [max_tokens] float
+  DeviceBuffer top_k_ids;  // [max_tokens, kMaxTopK] int32
   DeviceBuffer top_k_logprobs;  // [max_tokens, kMaxTopK] float
   // Tensor parallelism only (tp_size > 1), else empty:
   DeviceBuffer tp_stats;         // [tp_size, logits_rows] kernels::LogitPartialStats
@@ -96,14 +98,16 @@ struct Activations {
   DeviceBuffer tp_topk_ids;     // [tp_size, logits_rows, kMaxTopK] int32
   DeviceBuffer tp_topk_values;  // [tp_size, logits_rows, kMaxTopK] fp32
   // With a reference model only, else empty (act and the logits' vocabulary columns: R's):
-  DeviceBuffer ref_normed;      // [max_tokens, hidden_size of R] act: R's final-norm output
-  DeviceBuffer ref_rope_table;  // [max_tokens, head_dim of R / 2, 2] fp32: R's RoPE (cos, sin)
-  DeviceBuffer ref_logits;      // [logits_rows, vocab_size] fp32: R's logits chunk
-  DeviceBuffer ref_stats;       // [tp_size, logits_rows] kernels::ReferencePartialStats
-  DeviceBuffer ref_logprob;     // [max_tokens] double
-  DeviceBuffer kld;             // [max_tokens] double
-  DeviceBuffer ref_greedy;      // [max_tokens] uint8
-  DeviceBuffer same_top;        // [max_tokens] uint8
+  DeviceBuffer ref_normed;            // [max_tokens, hidden_size of R] act: R's final-norm output
+  DeviceBuffer ref_rope_table;        // [max_tokens, rotary_dim of R / 2, 2] fp32: R's RoPE (cos, sin)
+  DeviceBuffer ref_rope_table_long;   // R's rope_table_long
+  DeviceBuffer ref_rope_table_local;  // R's rope_table_local
+  DeviceBuffer ref_logits;            // [logits_rows, vocab_size] fp32: R's logits chunk
+  DeviceBuffer ref_stats;             // [tp_size, logits_rows] kernels::ReferencePartialStats
+  DeviceBuffer ref_logprob;           // [max_tokens] double
+  DeviceBuffer kld;                   // [max_tokens] double
+  DeviceBuffer ref_greedy;            // [max_tokens] uint8
+  DeviceBuffer same_top;              // [max_tokens] uint8
   // Row-chunk pipelining (tp_size > 1 only): every op of a layer runs per chunk of whole sequences on the
   // forward's stream; chunk c's sum over ranks (all-reduce or peer copy) runs on comm_stream after
   // chunk_ready[c] while the next chunks compute, and chunk c's next norm starts after chunk_reduced[c] (or

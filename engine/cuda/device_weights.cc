@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <utility>
 #include <vector>
@@ -27,10 +28,18 @@ int64_t ElementBytes(ComputeDtype dtype) { return dtype == ComputeDtype::kBf16 ?
 
 DType StorageDType(ComputeDtype dtype) { return dtype == ComputeDtype::kBf16 ? DType::kBF16 : DType::kF32; }
 
-// A norm weight / bias widened to fp32 on the device.
-absl::StatusOr<DeviceBuffer> UploadFloat(const TensorView& t, const std::string& what) {
+// A norm weight widened to fp32; Gemma's (config.gemma_norm) stored as fp32(1 + weight), what its RMSNorm
+// multiplies by (ref::OffsetNormWeight: the same fp32 add).
+absl::StatusOr<DeviceBuffer> UploadNorm(const TensorView& t, const std::string& what, bool offset) {
   std::vector<float> host(t.NumElements());
   SCORED_RETURN_IF_ERROR(TensorToFloat(t, host.data(), static_cast<int64_t>(host.size())));
+  if (offset) {
+    for (float& w : host) w = 1.0f + w;
+  }
+  return UploadToDevice(host.data(), static_cast<int64_t>(host.size() * sizeof(float)), what);
+}
+
+absl::StatusOr<DeviceBuffer> UploadFloats(const std::vector<float>& host, const std::string& what) {
   return UploadToDevice(host.data(), static_cast<int64_t>(host.size() * sizeof(float)), what);
 }
 
@@ -507,22 +516,66 @@ void ReleaseLayerPages(const TensorStore& store, const LayerWeights& src) {
   for (const ExpertWeights& x : src.moe.experts) {
     for (const LinearWeight* w : {&x.gate_proj, &x.up_proj, &x.down_proj}) ReleaseLinearPages(store, *w);
   }
-  for (const TensorView* t :
-       {&src.input_layernorm, &src.post_attention_layernorm, &src.q_norm, &src.k_norm}) {
-    store.ReleaseResidentPages(*t);
+  for (const TensorView* t : {&src.input_layernorm, &src.post_attention_layernorm, &src.q_norm, &src.k_norm,
+                              &src.pre_feedforward_layernorm, &src.post_feedforward_layernorm}) {
+    if (t->present()) store.ReleaseResidentPages(*t);
   }
 }
 
 int64_t ResidentBytes(const DeviceModel& model) {
   int64_t bytes = model.embed.bytes() + model.final_norm.bytes() + model.rope_inv_freq.bytes() +
+                  model.rope_inv_freq_long.bytes() + model.rope_inv_freq_local.bytes() +
                   model.lm_head.DeviceBytes();
   for (const DeviceLayer& layer : model.layers) {
     bytes += layer.input_norm.bytes() + layer.post_norm.bytes() + layer.q_norm.bytes() +
-             layer.k_norm.bytes() + layer.qkv_bias.bytes();
+             layer.k_norm.bytes() + layer.qkv_bias.bytes() + layer.pre_ff_norm.bytes() +
+             layer.post_ff_norm.bytes();
     for (const DeviceLinear* linear : LinearsInOrder(layer)) bytes += linear->DeviceBytes();
   }
   for (const DeviceBuffer& table : model.rotation_tables) bytes += table.bytes();
   return bytes;
+}
+
+// The RoPE frequencies: the model's (RopeInvFreq), longrope's long factors, the local layers' (Gemma 3), and
+// longrope's attention factor.
+absl::Status UploadRopeFrequencies(const ModelConfig& config, DeviceModel* model) {
+  SCORED_ASSIGN_OR_RETURN(model->rope_inv_freq,
+                          UploadFloats(RopeInvFreq(config), "the RoPE frequency table"));
+  if (config.rope_scaling.type == RopeType::kLongrope) {
+    SCORED_ASSIGN_OR_RETURN(model->rope_inv_freq_long,
+                            UploadFloats(RopeInvFreqForLength(config, std::numeric_limits<int64_t>::max()),
+                                         "the RoPE frequency table of long sequences"));
+  }
+  if (!config.layer_local_rope.empty()) {
+    ModelConfig local = config;
+    local.rope_theta = config.local_rope_theta;
+    local.rope_scaling = config.local_rope_scaling;
+    SCORED_ASSIGN_OR_RETURN(model->rope_inv_freq_local,
+                            UploadFloats(RopeInvFreq(local), "the local layers' RoPE frequency table"));
+  }
+  model->rope_scaling = RopeAttentionScaling(config);
+  return absl::OkStatus();
+}
+
+// A layer's norm weights: which optional ones exist follows the config's family flags (family.h).
+absl::Status UploadLayerNorms(const ModelConfig& config, const LayerWeights& src, const std::string& prefix,
+                              DeviceLayer* dst) {
+  const bool offset = config.gemma_norm;
+  SCORED_ASSIGN_OR_RETURN(dst->input_norm,
+                          UploadNorm(src.input_layernorm, prefix + "input_layernorm", offset));
+  SCORED_ASSIGN_OR_RETURN(
+      dst->post_norm, UploadNorm(src.post_attention_layernorm, prefix + "post_attention_layernorm", offset));
+  if (config.sandwich_norms) {
+    SCORED_ASSIGN_OR_RETURN(dst->pre_ff_norm, UploadNorm(src.pre_feedforward_layernorm,
+                                                         prefix + "pre_feedforward_layernorm", offset));
+    SCORED_ASSIGN_OR_RETURN(dst->post_ff_norm, UploadNorm(src.post_feedforward_layernorm,
+                                                          prefix + "post_feedforward_layernorm", offset));
+  }
+  if (config.qk_norm) {
+    SCORED_ASSIGN_OR_RETURN(dst->q_norm, UploadNorm(src.q_norm, prefix + "self_attn.q_norm", offset));
+    SCORED_ASSIGN_OR_RETURN(dst->k_norm, UploadNorm(src.k_norm, prefix + "self_attn.k_norm", offset));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -584,12 +637,9 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
       DeviceBuffer::Allocate(vocab_rows * config.hidden_size * ElementBytes(dtype), "the token embedding"));
   SCORED_RETURN_IF_ERROR(UploadDenseInto(embed, dtype, model->embed.data()));
   store.ReleaseResidentPages(weights.embed_tokens());
-  SCORED_ASSIGN_OR_RETURN(model->final_norm, UploadFloat(weights.final_norm(), "model.norm.weight"));
-  const std::vector<float> inv_freq = RopeInvFreq(config);
-  SCORED_ASSIGN_OR_RETURN(
-      model->rope_inv_freq,
-      UploadToDevice(inv_freq.data(), static_cast<int64_t>(inv_freq.size() * sizeof(float)),
-                     "the RoPE frequency table"));
+  SCORED_ASSIGN_OR_RETURN(model->final_norm,
+                          UploadNorm(weights.final_norm(), "model.norm.weight", config.gemma_norm));
+  SCORED_RETURN_IF_ERROR(UploadRopeFrequencies(config, model.get()));
   RotationTables rotations;
   if (!weights.lm_head().transforms.empty()) {
     return absl::UnimplementedError(
@@ -635,13 +685,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
       SCORED_ASSIGN_OR_RETURN(down, cut(src.down_proj, LinearRole::kDown, &keep));
       down_amax = plan != nullptr && keep.back().act_amax_all_reduce;
     }
-    SCORED_ASSIGN_OR_RETURN(dst.input_norm, UploadFloat(src.input_layernorm, prefix + "input_layernorm"));
-    SCORED_ASSIGN_OR_RETURN(dst.post_norm,
-                            UploadFloat(src.post_attention_layernorm, prefix + "post_attention_layernorm"));
-    if (config.qk_norm) {  // which optional tensors exist: the config's family flags (family.h)
-      SCORED_ASSIGN_OR_RETURN(dst.q_norm, UploadFloat(src.q_norm, prefix + "self_attn.q_norm"));
-      SCORED_ASSIGN_OR_RETURN(dst.k_norm, UploadFloat(src.k_norm, prefix + "self_attn.k_norm"));
-    }
+    SCORED_RETURN_IF_ERROR(UploadLayerNorms(config, src, prefix, &dst));
     if (config.attention_bias) {
       const int64_t nq = q->out_features, nk = k->out_features, nv = v->out_features;
       std::vector<float> bias(nq + nk + nv);
@@ -714,7 +758,7 @@ int64_t EstimateDeviceBytes(const ModelWeights& weights, ComputeDtype dtype, int
     for (const LinearWeight* w : linears) {  // absent ones (a dense layer's MoE, a sparse one's MLP) count 0
       bytes += linear_bytes(*w) + w->out_features * 4;  // + an fp32 bias or per-channel scale at most
     }
-    bytes += 2 * config.hidden_size * 4 + 2 * config.head_dim * 4;  // norms
+    bytes += 4 * config.hidden_size * 4 + 2 * config.head_dim * 4;  // norms (Gemma: four per layer)
   }
   return bytes / std::max(tp_size, 1) + config.hidden_size * 4;
 }

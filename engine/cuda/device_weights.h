@@ -157,15 +157,20 @@ struct DeviceMoe {
 
 struct DeviceLayer {
   DeviceBuffer input_norm;  // [hidden_size] fp32
-  DeviceBuffer post_norm;   // [hidden_size] fp32
-  DeviceBuffer q_norm;      // [head_dim] fp32 (Qwen3), else empty
-  DeviceBuffer k_norm;      // [head_dim] fp32 (Qwen3), else empty
-  DeviceBuffer qkv_bias;    // [q_dim + 2 kv_dim] fp32 (Qwen2 / attention_bias), else empty
-  DeviceLinear qkv;         // [q_dim + 2 kv_dim, hidden_size]
-  DeviceLinear o;           // [hidden_size, q_dim]
-  DeviceLinear gate_up;     // [2 intermediate_size, hidden_size]; a sparse layer: empty
-  DeviceLinear down;        // [hidden_size, intermediate_size]; a sparse layer: empty
-  bool sparse = false;      // ModelConfig::IsSparseLayer: `moe` instead of gate_up / down
+  DeviceBuffer post_norm;   // [hidden_size] fp32 (Gemma: post_attention_layernorm, on the attention output)
+  // Gemma (ModelConfig::sandwich_norms): pre_feedforward_layernorm (the MLP's input norm) and
+  // post_feedforward_layernorm (on the MLP output), [hidden_size] fp32; else empty. Every Gemma norm weight
+  // here is stored as fp32(1 + weight) (ModelConfig::gemma_norm).
+  DeviceBuffer q_norm;        // [head_dim] fp32 (Qwen3), else empty
+  DeviceBuffer k_norm;        // [head_dim] fp32 (Qwen3), else empty
+  DeviceBuffer pre_ff_norm;   // see post_norm
+  DeviceBuffer post_ff_norm;  // see post_norm
+  DeviceBuffer qkv_bias;      // [q_dim + 2 kv_dim] fp32 (Qwen2 / attention_bias), else empty
+  DeviceLinear qkv;           // [q_dim + 2 kv_dim, hidden_size]
+  DeviceLinear o;             // [hidden_size, q_dim]
+  DeviceLinear gate_up;       // [2 intermediate_size, hidden_size]; a sparse layer: empty
+  DeviceLinear down;          // [hidden_size, intermediate_size]; a sparse layer: empty
+  bool sparse = false;        // ModelConfig::IsSparseLayer: `moe` instead of gate_up / down
   DeviceMoe moe;
   // FP8 KV cache (the checkpoint's kv_cache_scheme, applied): K after RoPE and V quantize-dequantized
   // with these (kernels/static_act_quant.h); 0 = off.
@@ -182,8 +187,15 @@ struct DeviceModel {
   ComputeDtype dtype = ComputeDtype::kBf16;
   DeviceBuffer embed;  // [vocab_size, hidden_size] compute dtype; a shard: [vocab_end - vocab_begin, ...]
   DeviceBuffer final_norm;     // [hidden_size] fp32
-  DeviceBuffer rope_inv_freq;  // [head_dim / 2] fp32, RopeInvFreq (engine/model/rope_freq.h)
-  DeviceLinear lm_head;        // [vocab_size, hidden_size]; tied: a view of `embed`; a shard: its rows
+  DeviceBuffer rope_inv_freq;  // [rotary_dim / 2] fp32, RopeInvFreq (engine/model/rope_freq.h)
+  // longrope only: the frequencies of sequences longer than original_max_position_embeddings
+  // (RopeInvFreqForLength); else empty.
+  DeviceBuffer rope_inv_freq_long;
+  // ModelConfig::layer_local_rope only (Gemma 3's sliding layers): local_rope_theta / local_rope_scaling's
+  // frequencies; else empty.
+  DeviceBuffer rope_inv_freq_local;
+  float rope_scaling = 1.0f;  // RopeAttentionScaling: what cos and sin are multiplied by
+  DeviceLinear lm_head;       // [vocab_size, hidden_size]; tied: a view of `embed`; a shard: its rows
   std::vector<DeviceLayer> layers;
   // The factor tables (signs, core) of every distinct transform_config matrix the linears' rotations use.
   std::vector<DeviceBuffer> rotation_tables;

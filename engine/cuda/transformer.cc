@@ -1,6 +1,7 @@
 #include "engine/cuda/transformer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -26,8 +27,10 @@
 #include "engine/kernels/moe_route.h"
 #include "engine/kernels/qk_norm.h"
 #include "engine/kernels/reference_compare.h"
+#include "engine/kernels/rms_norm.h"
 #include "engine/kernels/rms_norm_fp8.h"
 #include "engine/kernels/rope.h"
+#include "engine/kernels/soft_cap.h"
 #include "engine/kernels/static_act_quant.h"
 #include "engine/kernels/swiglu.h"
 #include "engine/kernels/swiglu_fp8.h"
@@ -39,6 +42,16 @@ using kernels::bf16_t;
 namespace {
 
 int64_t ActBytes(ComputeDtype dtype) { return dtype == ComputeDtype::kBf16 ? 2 : 4; }
+
+// x rounded to bf16 (nearest even) and widened back: a bf16 constant's value (finite x).
+float RoundedToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  float y;
+  std::memcpy(&y, &bits, sizeof(y));
+  return y;
+}
 
 // How the forward runs one linear on a chunk's rows; the default is y = x . W^T. Set by named field.
 struct LinearInOut {
@@ -112,14 +125,15 @@ class ForwardPass {
     SCORED_RETURN_IF_ERROR(Embed());
     for (size_t l = 0; l < model_.layers.size(); ++l) {
       const DeviceLayer& layer = model_.layers[l];
-      SCORED_RETURN_IF_ERROR(AttentionBlock(layer, l > 0 ? RowSum::kAfterDown : RowSum::kNone));
+      SCORED_RETURN_IF_ERROR(
+          AttentionBlock(layer, static_cast<int64_t>(l), l > 0 ? RowSum::kAfterDown : RowSum::kNone));
       SCORED_RETURN_IF_ERROR(layer.sparse ? MoeBlock(layer) : MlpBlock(layer));
     }
     NormOutput<T> final_out = NormInto(false);
     if (role_ == PassRole::kReference) final_out.normed = acts_->ref_normed.as<T>();
     for (int c = 0; c < num_chunks(); ++c) {
-      SCORED_RETURN_IF_ERROR(sums_.Norm<T>(model_.final_norm.as<float>(), eps_, Summed(RowSum::kAfterDown), c,
-                                           chunks_[c], final_out));  // normed (or ref_normed) [n, hidden]
+      SCORED_RETURN_IF_ERROR(OpenNorm(model_.final_norm, Summed(RowSum::kAfterDown), c, chunks_[c],
+                                      final_out));  // normed (or ref_normed) [n, hidden]
     }
     return role_ == PassRole::kReference ? absl::OkStatus() : LmHead();
   }
@@ -129,26 +143,81 @@ class ForwardPass {
 
   // residual [n, hidden] = the embedding rows of the tokens (tp: the sum over ranks of their vocabulary
   // rows').
+  // Gemma: times the normalizer sqrt(hidden_size), in the compute dtype as transformers does (bf16: a bf16
+  // normalizer and the product rounded to bf16; fp32: config.embedding_scale).
   absl::Status Embed() {
     if (tp_ == nullptr) {
-      return kernels::Embedding<T, float>(model_.embed.as<T>(), tokens_, n_, vocab_, hidden_, residual_,
-                                          stream_);
+      SCORED_RETURN_IF_ERROR((kernels::Embedding<T, float>(model_.embed.as<T>(), tokens_, n_, vocab_, hidden_,
+                                                           residual_, stream_)));
+    } else {
+      SCORED_RETURN_IF_ERROR((
+          kernels::EmbeddingShard<T, float>(model_.embed.as<T>(), tokens_, n_, tp_->vocab_size,
+                                            tp_->vocab_begin, tp_->vocab_rows, hidden_, residual_, stream_)));
+      SCORED_RETURN_IF_ERROR(sums_.AllReduceResidual(n_));
     }
-    SCORED_RETURN_IF_ERROR(
-        (kernels::EmbeddingShard<T, float>(model_.embed.as<T>(), tokens_, n_, tp_->vocab_size,
-                                           tp_->vocab_begin, tp_->vocab_rows, hidden_, residual_, stream_)));
-    return sums_.AllReduceResidual(n_);
+    if (config_.embedding_scale <= 0.0f) return absl::OkStatus();
+    const float scale = kFp32 ? config_.embedding_scale : RoundedToBf16(config_.embedding_scale);
+    return kernels::ScaleEmbedding(residual_, n_ * hidden_, scale, !kFp32, stream_);
+  }
+
+  // The norm that opens a block (or the final norm) of chunk c: the residual rows' once `sum` is in, or in
+  // the Gemma block (sandwich norms) first the previous block's normed output, pending in proj, added into
+  // the residual in fp32 in the same kernel.
+  absl::Status OpenNorm(const DeviceBuffer& weight, RowSum sum, int c, const RowChunk& ch,
+                        const NormOutput<T>& out) {
+    if (!config_.sandwich_norms) return sums_.Norm<T>(weight.as<float>(), eps_, sum, c, ch, out);
+    if (out.to_fp8 || tp_ != nullptr) {
+      return absl::InternalError("the Gemma block's norms run at tp 1 without an FP8-fed input");
+    }
+    const int64_t b = ch.begin * hidden_;
+    return kernels::AddRmsNorm<float, T>(proj_ + b, hidden_, residual_ + b, weight.as<float>(), ch.rows,
+                                         hidden_, eps_, out.normed + b, hidden_, stream_);
+  }
+
+  // A block's output y in proj (fp32) becomes RMSNorm(y) * weight in place: the Gemma block's post-attention
+  // / post-feedforward norm; the next OpenNorm adds it to the residual.
+  absl::Status CloseNorm(const DeviceBuffer& weight, const RowChunk& ch) {
+    float* rows = proj_ + ch.begin * hidden_;
+    return kernels::RmsNorm<float, float>(rows, hidden_, weight.as<float>(), ch.rows, hidden_, eps_, rows,
+                                          hidden_, stream_);
+  }
+
+  // RoPE of chunk ch's q and k heads with layer `layer`'s table: the local layers' (Gemma 3) or the model's;
+  // under longrope each sequence with the table of its own length (long_factor beyond
+  // original_max_position_embeddings), one call per run of sequences of the same kind.
+  absl::Status ApplyRope(int64_t layer, T* qkv_rows, const RowChunk& ch) {
+    const int64_t heads = num_heads_ + num_kv_heads_;
+    if (config_.LocalRope(layer) || config_.rope_scaling.type != RopeType::kLongrope) {
+      const float* table = config_.LocalRope(layer) ? rope_local_ : rope_table_;
+      return kernels::RopeWithTable<T>(qkv_rows, qkv_dim_, positions_ + ch.begin, table, acts_->max_tokens,
+                                       ch.rows, heads, head_dim_, rotary_dim_, stream_);
+    }
+    const std::vector<int32_t>& cu = batch_.cu_seqlens;
+    const int64_t original = config_.rope_scaling.original_max_position_embeddings;
+    auto is_long = [&](int s) { return cu[s + 1] - cu[s] > original; };
+    for (int s = ch.first_seq; s < ch.first_seq + ch.num_seqs;) {
+      int e = s + 1;
+      while (e < ch.first_seq + ch.num_seqs && is_long(e) == is_long(s)) ++e;
+      const int64_t begin = cu[s], rows = cu[e] - cu[s];
+      SCORED_RETURN_IF_ERROR(kernels::RopeWithTable<T>(
+          qkv_ + begin * qkv_dim_, qkv_dim_, positions_ + begin, is_long(s) ? rope_long_ : rope_table_,
+          acts_->max_tokens, rows, heads, head_dim_, rotary_dim_, stream_));
+      s = e;
+    }
+    return absl::OkStatus();
   }
 
   // Chunk by chunk: norm, q|k|v, bias / q-k norm, RoPE, attention over the chunk's sequences, o_proj joining
   // the residual, then the chunk's sum over ranks. input_sum: the sum the input norm awaits.
-  absl::Status AttentionBlock(const DeviceLayer& layer, RowSum input_sum) {
+  absl::Status AttentionBlock(const DeviceLayer& layer, int64_t l, RowSum input_sum) {
     const bool qkv_fp8 = norm_fp8_ok_ && FedFp8(layer.qkv);
     LinearInOut qkv_io;
     qkv_io.fp8_input_scales = qkv_fp8 ? fp8_scale_norm_ : nullptr;
+    // o_proj joins the residual in its epilogue, or in the Gemma block writes proj for the post-attention
+    // norm.
     LinearInOut o_io;
-    o_io.add_to_output = add_to_residual_;
-    o_io.sum_in_halves = InHalves(layer.o);
+    o_io.add_to_output = add_to_residual_ && !config_.sandwich_norms;
+    o_io.sum_in_halves = o_io.add_to_output && InHalves(layer.o);
     SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease qkv_w, weights_.Acquire(layer.qkv));
     SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease o_w, weights_.Acquire(layer.o));
     kernels::AttentionShape shape;
@@ -157,12 +226,14 @@ class ForwardPass {
     shape.head_dim = static_cast<int32_t>(head_dim_);
     shape.q_stride = qkv_dim_;
     shape.kv_stride = qkv_dim_;
+    shape.scale = static_cast<float>(config_.attention_scale);
+    shape.softcap = config_.attn_logit_softcap;
+    shape.window = static_cast<int32_t>(config_.LayerWindow(l));
     for (int c = 0; c < num_chunks(); ++c) {
       const RowChunk& ch = chunks_[c];
       const int64_t b = ch.begin, m = ch.rows;
       // normed [n, hidden] (or act_fp8 / fp8_scale_norm), then qkv [n, qkv_dim]
-      SCORED_RETURN_IF_ERROR(
-          sums_.Norm<T>(layer.input_norm.as<float>(), eps_, input_sum, c, ch, NormInto(qkv_fp8)));
+      SCORED_RETURN_IF_ERROR(OpenNorm(layer.input_norm, input_sum, c, ch, NormInto(qkv_fp8)));
       SCORED_RETURN_IF_ERROR(Linear(qkv_w, normed_, qkv_, types_, qkv_io, ch));
       if (c == num_chunks() - 1) SCORED_RETURN_IF_ERROR(weights_.Release(qkv_w));
       T* qkv_rows = qkv_ + b * qkv_dim_;  // [m, qkv_dim]
@@ -176,9 +247,7 @@ class ForwardPass {
         SCORED_RETURN_IF_ERROR(kernels::QkNorm<T>(qkv_rows + q_dim_, qkv_dim_, layer.k_norm.as<float>(), m,
                                                   num_kv_heads_, head_dim_, eps_, stream_));
       }
-      SCORED_RETURN_IF_ERROR(kernels::RopeWithTable<T>(qkv_rows, qkv_dim_, positions_ + b, rope_table_,
-                                                       acts_->max_tokens, m, num_heads_ + num_kv_heads_,
-                                                       head_dim_, stream_));
+      SCORED_RETURN_IF_ERROR(ApplyRope(l, qkv_rows, ch));
       if (layer.k_scale > 0.0f) {  // FP8 KV cache: post-RoPE K and V quantize-dequantized per tensor
         const int64_t kv_dim = (qkv_dim_ - q_dim_) / 2;
         SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeFp8Static<T>(qkv_rows + q_dim_, qkv_dim_, m, kv_dim,
@@ -193,8 +262,14 @@ class ForwardPass {
       shape.max_seqlen = ch.max_seqlen;
       SCORED_RETURN_IF_ERROR(
           kernels::CausalAttention<T>(q_, k_, v_, cu_seqlens_ + ch.first_seq, shape, attn_, stream_));
-      // residual [n, hidden] += attn . W_o^T (tp: this rank's partial product), then its sum over ranks
-      SCORED_RETURN_IF_ERROR(Linear(o_w, attn_, residual_, to_fp32_, o_io, ch));
+      // residual [n, hidden] += attn . W_o^T (tp: this rank's partial product), then its sum over ranks; the
+      // Gemma block: proj [n, hidden] = post_attention_norm(attn . W_o^T), added by the next OpenNorm
+      if (config_.sandwich_norms) {
+        SCORED_RETURN_IF_ERROR(Linear(o_w, attn_, proj_, to_fp32_, o_io, ch));
+        SCORED_RETURN_IF_ERROR(CloseNorm(layer.post_norm, ch));
+      } else {
+        SCORED_RETURN_IF_ERROR(Linear(o_w, attn_, residual_, to_fp32_, o_io, ch));
+      }
       if (c == num_chunks() - 1) SCORED_RETURN_IF_ERROR(weights_.Release(o_w));
       SCORED_RETURN_IF_ERROR(sums_.Reduce(RowSum::kAfterO, c, ch));
     }
@@ -210,17 +285,18 @@ class ForwardPass {
     gate_up_io.fp8_input_scales = gate_up_fp8 ? fp8_scale_norm_ : nullptr;
     gate_up_io.unscaled_fp8_output = swiglu_fp8;
     LinearInOut down_io;
-    down_io.add_to_output = add_to_residual_;
+    down_io.add_to_output = add_to_residual_ && !config_.sandwich_norms;
     down_io.fp8_input_scales = swiglu_fp8 ? fp8_scale_mlp_ : nullptr;
-    down_io.sum_in_halves = InHalves(layer.down);
+    down_io.sum_in_halves = down_io.add_to_output && InHalves(layer.down);
+    // The MLP's input norm: post_attention_layernorm, or the Gemma block's pre_feedforward_layernorm.
+    const DeviceBuffer& input_norm = config_.sandwich_norms ? layer.pre_ff_norm : layer.post_norm;
     SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease gate_up_w, weights_.Acquire(layer.gate_up));
     SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease down_w, weights_.Acquire(layer.down));
     for (int c = 0; c < num_chunks(); ++c) {
       const RowChunk& ch = chunks_[c];
       const int64_t b = ch.begin, m = ch.rows;
       // normed [n, hidden] (or act_fp8 / fp8_scale_norm), then gate_up [n, 2 inter]
-      SCORED_RETURN_IF_ERROR(sums_.Norm<T>(layer.post_norm.as<float>(), eps_, Summed(RowSum::kAfterO), c, ch,
-                                           NormInto(gate_up_fp8)));
+      SCORED_RETURN_IF_ERROR(OpenNorm(input_norm, Summed(RowSum::kAfterO), c, ch, NormInto(gate_up_fp8)));
       SCORED_RETURN_IF_ERROR(Linear(gate_up_w, normed_, gate_up_, types_, gate_up_io, ch));
       if (c == num_chunks() - 1) SCORED_RETURN_IF_ERROR(weights_.Release(gate_up_w));
       T* gate_up_rows = gate_up_ + b * 2 * inter_;  // [m, 2 inter]
@@ -236,12 +312,21 @@ class ForwardPass {
                                                          scaled ? nullptr : layer.gate_up.fp8_scale(),
                                                          act_fp8_ + b * inter_, fp8_scale_mlp_ + b, stream_));
         }
+      } else if (config_.mlp_activation == MlpActivation::kGeluTanh) {
+        SCORED_RETURN_IF_ERROR(kernels::GeluTanhGlu<T>(gate_up_rows, gate_up_rows + inter_, 2 * inter_, m,
+                                                       inter_, mlp_ + b * inter_, stream_));
       } else {
         SCORED_RETURN_IF_ERROR(kernels::SwiGlu<T>(gate_up_rows, gate_up_rows + inter_, 2 * inter_, m, inter_,
                                                   mlp_ + b * inter_, stream_));
       }
-      // residual [n, hidden] += mlp . W_down^T (tp: this rank's partial product), then its sum over ranks
-      SCORED_RETURN_IF_ERROR(Linear(down_w, mlp_, residual_, to_fp32_, down_io, ch));
+      // residual [n, hidden] += mlp . W_down^T (tp: this rank's partial product), then its sum over ranks;
+      // the Gemma block: proj [n, hidden] = post_feedforward_norm(mlp . W_down^T), added by the next OpenNorm
+      if (config_.sandwich_norms) {
+        SCORED_RETURN_IF_ERROR(Linear(down_w, mlp_, proj_, to_fp32_, down_io, ch));
+        SCORED_RETURN_IF_ERROR(CloseNorm(layer.post_ff_norm, ch));
+      } else {
+        SCORED_RETURN_IF_ERROR(Linear(down_w, mlp_, residual_, to_fp32_, down_io, ch));
+      }
       if (c == num_chunks() - 1) SCORED_RETURN_IF_ERROR(weights_.Release(down_w));
       SCORED_RETURN_IF_ERROR(sums_.Reduce(RowSum::kAfterDown, c, ch));
     }
@@ -348,6 +433,10 @@ class ForwardPass {
         // logits [rows, head_rows] = normed rows . W_head^T
         SCORED_RETURN_IF_ERROR(gemm_.Linear(normed_ + begin * hidden_, head, logits_, rows, head_rows,
                                             hidden_, to_fp32_, stream_));
+        if (config_.final_logit_softcap > 0.0f) {  // Gemma 2
+          SCORED_RETURN_IF_ERROR(
+              kernels::SoftCap(logits_, rows, head_rows, head_rows, config_.final_logit_softcap, stream_));
+        }
         kernels::LogprobOutputs out;
         out.logprob = acts_->logprob.as<double>() + begin;                       // [rows]
         out.greedy = acts_->greedy.as<uint8_t>() + begin;                        // [rows]
@@ -381,6 +470,10 @@ class ForwardPass {
     // ref_logits [rows, head_rows] = R's normed rows . R's W_head^T
     SCORED_RETURN_IF_ERROR(gemm_.Linear(acts_->ref_normed.as<T>() + begin * ref_hidden, head, ref_logits,
                                         rows, head_rows, ref_hidden, to_fp32_, stream_));
+    if (reference_->config->final_logit_softcap > 0.0f) {
+      SCORED_RETURN_IF_ERROR(kernels::SoftCap(ref_logits, rows, head_rows, head_rows,
+                                              reference_->config->final_logit_softcap, stream_));
+    }
     kernels::ReferenceOutputs out;
     out.ref_logprob = acts_->ref_logprob.as<double>() + begin;  // [rows]
     out.kld = acts_->kld.as<double>() + begin;                  // [rows]
@@ -601,6 +694,7 @@ class ForwardPass {
   const int64_t hidden_ = config_.hidden_size;
   const int64_t num_heads_ = config_.num_heads, num_kv_heads_ = config_.num_kv_heads;
   const int64_t head_dim_ = config_.head_dim;
+  const int64_t rotary_dim_ = config_.rotary_dim > 0 ? config_.rotary_dim : config_.head_dim;
   const int64_t q_dim_ = num_heads_ * head_dim_, kv_dim_ = num_kv_heads_ * head_dim_;
   const int64_t qkv_dim_ = q_dim_ + 2 * kv_dim_;
   const int64_t inter_ = config_.intermediate_size, vocab_ = config_.vocab_size;
@@ -611,8 +705,11 @@ class ForwardPass {
   // other ranks write theirs over it, and the sum over ranks of the residual rows is the full result.
   const GemmTypes to_fp32_ = kFp32 ? GemmTypes::kFp32 : GemmTypes::kBf16ToFp32;
   const bool add_to_residual_ = tp_ == nullptr || tp_->comm->rank() == 0;
-  const bool norm_fp8_ok_ = kernels::RmsNormQuantFp8Supports(hidden_);
-  const bool swiglu_fp8_ok_ = inter_ % 8 == 0 && inter_ <= kernels::kSwiGluQuantFp8MaxInter;
+  // The fused norm + FP8 and SwiGLU + FP8 kernels: not in the Gemma block (its norms add a pending delta;
+  // GeGLU).
+  const bool norm_fp8_ok_ = kernels::RmsNormQuantFp8Supports(hidden_) && !config_.sandwich_norms;
+  const bool swiglu_fp8_ok_ = inter_ % 8 == 0 && inter_ <= kernels::kSwiGluQuantFp8MaxInter &&
+                              config_.mlp_activation == MlpActivation::kSilu;
 
   // The activations (acts_'s buffers), rows in packed order.
   float* const residual_ = acts_->residual.as<float>();  // [n, hidden]
@@ -630,8 +727,13 @@ class ForwardPass {
   const int32_t* const positions_ = acts_->positions.as<int32_t>();    // [n]
   const int32_t* const cu_seqlens_ = acts_->cu_seqlens.as<int32_t>();  // [num_seqs + 1]
   const int32_t* const targets_ = acts_->targets.as<int32_t>();        // [n]
-  const float* const rope_table_ =  // [max_tokens, head_dim / 2, 2]: the pass's model's
-      (role_ == PassRole::kReference ? acts_->ref_rope_table : acts_->rope_table).as<float>();
+  // [max_tokens, rotary_dim / 2, 2] each: the pass's model's RoPE tables (activations.h)
+  const bool ref_pass_ = role_ == PassRole::kReference;
+  const float* const rope_table_ = (ref_pass_ ? acts_->ref_rope_table : acts_->rope_table).as<float>();
+  const float* const rope_long_ =
+      (ref_pass_ ? acts_->ref_rope_table_long : acts_->rope_table_long).as<float>();
+  const float* const rope_local_ =
+      (ref_pass_ ? acts_->ref_rope_table_local : acts_->rope_table_local).as<float>();
   float* const act_amax_ = acts_->act_amax.as<float>();         // [n, 2] (tp only)
   uint8_t* const act_fp8_ = acts_->act_fp8.as<uint8_t>();       // [n, in] W8A8: a real FP8 GEMM's input
   float* const fp8_scale_norm_ = acts_->act_scale.as<float>();  // [n]: its per-token scales (qkv, o, gate_up)

@@ -41,6 +41,14 @@ struct AttentionShape {
   int32_t head_dim = 0;
   int64_t q_stride = 0;   // elements between consecutive tokens of q
   int64_t kv_stride = 0;  // elements between consecutive tokens of k and of v
+  // Score scale: > 0 replaces head_dim^-1/2 (Gemma: query_pre_attn_scalar^-1/2).
+  float scale = 0.0f;
+  // > 0: every score s (after the scale) becomes tanh(s / softcap) * softcap before the softmax (Gemma 2's
+  // attn_logit_softcapping).
+  float softcap = 0.0f;
+  // > 0: the query at local index i of its sequence sees only keys j with i - window < j <= i (transformers'
+  // sliding-window causal mask); 0: every j <= i.
+  int32_t window = 0;
 };
 
 template <typename T>

@@ -76,6 +76,30 @@ absl::Status EmbeddingShard(const TableT* table, const int32_t* tokens, int64_t 
   return absl::OkStatus();
 }
 
+namespace {
+
+__global__ void __launch_bounds__(kThreads)
+    ScaleEmbeddingKernel(float* x, int64_t n, float scale, bool round) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const float v = __fmul_rn(x[i], scale);
+    x[i] = round ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+  }
+}
+
+}  // namespace
+
+absl::Status ScaleEmbedding(float* x, int64_t n, float scale, bool round_to_bf16, cudaStream_t stream) {
+  if (n < 0) return absl::InvalidArgumentError("ScaleEmbedding: n < 0");
+  if (n == 0) return absl::OkStatus();
+  if (x == nullptr) return absl::InvalidArgumentError("ScaleEmbedding: null pointer");
+  unsigned blocks = 1;
+  SCORED_CUDA_CHECK(ResidentGrid(ScaleEmbeddingKernel, kThreads, CeilDiv(n, kThreads), &blocks));
+  ScaleEmbeddingKernel<<<blocks, kThreads, 0, stream>>>(x, n, scale, round_to_bf16);
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
 #define SCORED_INSTANTIATE_EMBEDDING(TableT, OutT)                                                        \
   template absl::Status Embedding<TableT, OutT>(const TableT*, const int32_t*, int64_t, int64_t, int64_t, \
                                                 OutT*, cudaStream_t);                                     \

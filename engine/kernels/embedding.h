@@ -38,6 +38,13 @@ absl::Status EmbeddingShard(const TableT* table,    // [shard_rows, hidden_size]
                             OutT* out,  // [num_tokens, hidden_size]
                             cudaStream_t stream);
 
+// Gemma's embedding normalizer, in place on the lookup's fp32 rows: x[i] = fp32(x[i] * scale) for i < n; with
+// round_to_bf16 the product is then rounded to bf16 (RNE) and widened back: the bf16 mode's
+// embeddings(bf16) * normalizer(bf16) as transformers computes it (the caller passes the normalizer rounded
+// to bf16). Element-wise. Errors: INVALID_ARGUMENT (n < 0, null pointer), INTERNAL (launch).
+absl::Status ScaleEmbedding(float* x,  // [n]
+                            int64_t n, float scale, bool round_to_bf16, cudaStream_t stream);
+
 }  // namespace scored::kernels
 
 #endif  // SCORED_ENGINE_KERNELS_EMBEDDING_H_

@@ -149,15 +149,18 @@ constexpr int64_t kMaxCosSinBlocks = 4096;
 
 __global__ void __launch_bounds__(kCosSinThreads)
     RopeCosSinTableKernel(const float* __restrict__ inv_freq,  // [half]
-                          int64_t num_positions, int64_t half,
+                          int64_t num_positions, int64_t half, float scaling,
                           float* __restrict__ table) {  // [num_positions, half, 2]
   const int64_t n = num_positions * half;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(kCosSinThreads) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * kCosSinThreads) {
     const int64_t p = k / half;
     // fp32(p) as the per-call kernels compute fp32(positions[t]) from the int32 position.
-    CosSin(static_cast<float>(static_cast<int32_t>(p)), inv_freq[k - p * half], &table[2 * k],
-           &table[2 * k + 1]);
+    float c, s;
+    CosSin(static_cast<float>(static_cast<int32_t>(p)), inv_freq[k - p * half], &c, &s);
+    // Times the attention scaling in fp32 (exact for 1), as ref::Rope.
+    table[2 * k] = __fmul_rn(c, scaling);
+    table[2 * k + 1] = __fmul_rn(s, scaling);
   }
 }
 
@@ -183,6 +186,7 @@ __global__ void __launch_bounds__(kTableThreads)
                        const int32_t* __restrict__ positions,  // [num_tokens]
                        const float* __restrict__ table,        // [num_positions, half, 2]
                        int64_t num_positions, Index half,
+                       Index head_stride,      // elements between heads (head_dim)
                        Index chunks_per_head,  // half / kVec
                        Index row_chunks,       // num_heads * chunks_per_head
                        Index num_chunks) {     // num_tokens * row_chunks
@@ -205,7 +209,7 @@ __global__ void __launch_bounds__(kTableThreads)
         const Index rem = v - t * row_chunks;
         const Index h = rem / chunks_per_head;
         const Index i0 = (rem - h * chunks_per_head) * kVec;
-        offset[r] = t * token_stride + h * 2 * half + i0;
+        offset[r] = t * token_stride + h * head_stride + i0;
         a_bits[r] = *reinterpret_cast<const uint4*>(x + offset[r]);
         b_bits[r] = *reinterpret_cast<const uint4*>(x + offset[r] + half);
         const int32_t position = positions[t];
@@ -247,7 +251,8 @@ __global__ void __launch_bounds__(kThreads)
                     int64_t token_stride,
                     const int32_t* __restrict__ positions,  // [num_tokens]
                     const float* __restrict__ table,        // [num_positions, half, 2]
-                    int64_t num_positions, int64_t num_tokens, int64_t num_heads, int64_t half) {
+                    int64_t num_positions, int64_t num_tokens, int64_t num_heads, int64_t half,
+                    int64_t head_stride) {
   const int64_t row_pairs = num_heads * half;
   const int64_t pairs = num_tokens * row_pairs;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; k < pairs;
@@ -256,7 +261,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t rem = k - t * row_pairs;
     const int64_t h = rem / half;
     const int64_t i = rem - h * half;
-    D* v = x + t * token_stride + h * 2 * half;
+    D* v = x + t * token_stride + h * head_stride;
     const int32_t position = positions[t];
     if (!InTable(position, num_positions)) {
       StoreFromFloat(v + i, __int_as_float(0x7fffffff));
@@ -276,7 +281,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename Index, typename D>
 absl::Status LaunchTableVec(D* x, int64_t token_stride, const int32_t* positions, const float* table,
                             int64_t num_positions, int64_t num_tokens, int64_t num_heads, int64_t half,
-                            cudaStream_t stream) {
+                            int64_t head_stride, cudaStream_t stream) {
   constexpr int64_t kVec = Vec16<D>::kSize;
   const int64_t chunks_per_head = half / kVec;
   const int64_t row_chunks = num_heads * chunks_per_head;
@@ -286,7 +291,8 @@ absl::Status LaunchTableVec(D* x, int64_t token_stride, const int32_t* positions
                                  CeilDiv(num_chunks, int64_t{kTableThreads} * kTableUnroll), &blocks));
   RopeTableVecKernel<Index, D><<<blocks, kTableThreads, 0, stream>>>(
       x, static_cast<Index>(token_stride), positions, table, num_positions, static_cast<Index>(half),
-      static_cast<Index>(chunks_per_head), static_cast<Index>(row_chunks), static_cast<Index>(num_chunks));
+      static_cast<Index>(head_stride), static_cast<Index>(chunks_per_head), static_cast<Index>(row_chunks),
+      static_cast<Index>(num_chunks));
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
@@ -307,6 +313,11 @@ absl::Status CheckShapes(const char* op, int64_t token_stride, int64_t num_token
 
 absl::Status RopeCosSinTable(const float* inv_freq, int64_t num_positions, int64_t half, float* table,
                              cudaStream_t stream) {
+  return RopeCosSinTable(inv_freq, num_positions, half, 1.0f, table, stream);
+}
+
+absl::Status RopeCosSinTable(const float* inv_freq, int64_t num_positions, int64_t half, float scaling,
+                             float* table, cudaStream_t stream) {
   if (num_positions < 0 || num_positions > (int64_t{1} << 31) || half < 1) {
     return absl::InvalidArgumentError("RopeCosSinTable: need 0 <= num_positions <= 2^31 and half >= 1");
   }
@@ -315,7 +326,7 @@ absl::Status RopeCosSinTable(const float* inv_freq, int64_t num_positions, int64
     return absl::InvalidArgumentError("RopeCosSinTable: null pointer");
   const int64_t blocks = CeilDiv(num_positions * half, kCosSinThreads);
   RopeCosSinTableKernel<<<static_cast<unsigned>(blocks < kMaxCosSinBlocks ? blocks : kMaxCosSinBlocks),
-                          kCosSinThreads, 0, stream>>>(inv_freq, num_positions, half, table);
+                          kCosSinThreads, 0, stream>>>(inv_freq, num_positions, half, scaling, table);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
@@ -324,29 +335,41 @@ template <typename T>
 absl::Status RopeWithTable(T* x, int64_t token_stride, const int32_t* positions, const float* table,
                            int64_t num_positions, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
                            cudaStream_t stream) {
+  return RopeWithTable(x, token_stride, positions, table, num_positions, num_tokens, num_heads, head_dim,
+                       head_dim, stream);
+}
+
+template <typename T>
+absl::Status RopeWithTable(T* x, int64_t token_stride, const int32_t* positions, const float* table,
+                           int64_t num_positions, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+                           int64_t rotary_dim, cudaStream_t stream) {
   SCORED_RETURN_IF_ERROR(CheckShapes("RopeWithTable", token_stride, num_tokens, num_heads, head_dim));
+  if (rotary_dim < 2 || rotary_dim % 2 != 0 || rotary_dim > head_dim) {
+    return absl::InvalidArgumentError("RopeWithTable: rotary_dim must be even, in [2, head_dim]");
+  }
   if (num_positions < 0) return absl::InvalidArgumentError("RopeWithTable: num_positions < 0");
   if (num_tokens == 0 || num_heads == 0) return absl::OkStatus();
   if (x == nullptr || positions == nullptr || (table == nullptr && num_positions > 0)) {
     return absl::InvalidArgumentError("RopeWithTable: null pointer");
   }
-  const int64_t half = head_dim / 2;
+  const int64_t half = rotary_dim / 2;
   constexpr int kVec = Vec16<T>::kSize;
-  if (half % kVec == 0 && token_stride % kVec == 0 && IsAligned(x, 16) && IsAligned(table, 16)) {
+  if (half % kVec == 0 && head_dim % kVec == 0 && token_stride % kVec == 0 && IsAligned(x, 16) &&
+      IsAligned(table, 16)) {
     // num_tokens * token_stride < 2^32 bounds every element offset; chunk indices are smaller still, so
     // index + one grid step (a few hundred thousand) cannot wrap either.
     if (num_tokens <= (int64_t{1} << 32) / token_stride - 1) {
       return LaunchTableVec<uint32_t>(ToDevice(x), token_stride, positions, table, num_positions, num_tokens,
-                                      num_heads, half, stream);
+                                      num_heads, half, head_dim, stream);
     }
     return LaunchTableVec<int64_t>(ToDevice(x), token_stride, positions, table, num_positions, num_tokens,
-                                   num_heads, half, stream);
+                                   num_heads, half, head_dim, stream);
   }
   unsigned blocks = 1;
   SCORED_CUDA_CHECK(ResidentGrid(RopeTableKernel<typename DeviceType<T>::type>, kThreads,
                                  CeilDiv(num_tokens * num_heads * half, kThreads), &blocks));
   RopeTableKernel<<<blocks, kThreads, 0, stream>>>(ToDevice(x), token_stride, positions, table, num_positions,
-                                                   num_tokens, num_heads, half);
+                                                   num_tokens, num_heads, half, head_dim);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
@@ -386,5 +409,9 @@ template absl::Status RopeWithTable<float>(float*, int64_t, const int32_t*, cons
                                            int64_t, int64_t, cudaStream_t);
 template absl::Status RopeWithTable<bf16_t>(bf16_t*, int64_t, const int32_t*, const float*, int64_t, int64_t,
                                             int64_t, int64_t, cudaStream_t);
+template absl::Status RopeWithTable<float>(float*, int64_t, const int32_t*, const float*, int64_t, int64_t,
+                                           int64_t, int64_t, int64_t, cudaStream_t);
+template absl::Status RopeWithTable<bf16_t>(bf16_t*, int64_t, const int32_t*, const float*, int64_t, int64_t,
+                                            int64_t, int64_t, int64_t, cudaStream_t);
 
 }  // namespace scored::kernels

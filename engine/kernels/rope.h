@@ -39,6 +39,12 @@ absl::Status RopeCosSinTable(const float* inv_freq,  // [half]
                              int64_t num_positions, int64_t half,
                              float* table,  // [num_positions, half, 2]: (cos, sin) of position p, pair i
                              cudaStream_t stream);
+// The same table with both values then multiplied by `scaling` in fp32 (longrope's attention factor; exact
+// for 1), as ref::Rope multiplies them.
+absl::Status RopeCosSinTable(const float* inv_freq,  // [half]
+                             int64_t num_positions, int64_t half, float scaling,
+                             float* table,  // [num_positions, half, 2]
+                             cudaStream_t stream);
 
 // Rope with cos/sin read from a table built by RopeCosSinTable (same half = head_dim / 2) instead of
 // evaluated per call: same contract, shapes and results (bit for bit, T = float and bf16_t) as Rope above.
@@ -56,6 +62,19 @@ absl::Status RopeWithTable(T* x,  // [num_tokens, token_stride], heads at [h * h
                            const float* table,        // [num_positions, head_dim / 2, 2]
                            int64_t num_positions, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
                            cudaStream_t stream);
+
+// Partial rotary (Phi-3's partial_rotary_factor): each head is head_dim elements wide, and only its first
+// rotary_dim are rotated, as pairs (i, i + rotary_dim / 2) with the table of half = rotary_dim / 2; the other
+// head_dim - rotary_dim elements are left unchanged. rotary_dim == head_dim is the function above. Limits:
+// rotary_dim even, 2 <= rotary_dim <= head_dim; the vector path also needs head_dim % (16 B / sizeof(T)) ==
+// 0.
+template <typename T>
+absl::Status RopeWithTable(T* x,  // [num_tokens, token_stride], heads at [h * head_dim, ...)
+                           int64_t token_stride,
+                           const int32_t* positions,  // [num_tokens]
+                           const float* table,        // [num_positions, rotary_dim / 2, 2]
+                           int64_t num_positions, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+                           int64_t rotary_dim, cudaStream_t stream);
 
 }  // namespace scored::kernels
 

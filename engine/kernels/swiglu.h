@@ -33,6 +33,17 @@ absl::Status SwiGlu(const T* gate,  // [num_tokens, in_stride], columns [0, inte
                     T* out,  // [num_tokens, intermediate_size]
                     cudaStream_t stream);
 
+// GeGLU gate (Gemma's gelu_pytorch_tanh MLP): out[t, i] = T(gelu_tanh(gate[t, i]) * up[t, i]),
+// gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))). Shapes, aliasing, speed and errors as
+// SwiGlu. Numerics (swiglu_math.cuh GeluTanhGluMath): float as ref::GeluTanhGlu (the GELU in double, rounded
+// once; the product in fp32); bf16_t in fp32 with tanhf, a few fp32 ulp before the rounding to bf16.
+template <typename T>
+absl::Status GeluTanhGlu(const T* gate,  // [num_tokens, in_stride], columns [0, intermediate_size)
+                         const T* up,    // [num_tokens, in_stride], columns [0, intermediate_size)
+                         int64_t in_stride, int64_t num_tokens, int64_t intermediate_size,
+                         T* out,  // [num_tokens, intermediate_size]
+                         cudaStream_t stream);
+
 }  // namespace scored::kernels
 
 #endif  // SCORED_ENGINE_KERNELS_SWIGLU_H_

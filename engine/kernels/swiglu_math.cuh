@@ -1,5 +1,6 @@
-// Device arithmetic of the SwiGLU ops, shared by swiglu.cu and swiglu_fp8.cu so that the fused W8A8 op
-// computes bitwise what the unfused sequence computes (private: included only by .cu files).
+// Device arithmetic of the gated MLP activations (SwiGLU, GeGLU), shared by swiglu.cu and swiglu_fp8.cu so
+// that the fused W8A8 op computes bitwise what the unfused sequence computes (private: included only by .cu
+// files).
 //
 // SwiGluMath<D>::Value(g, u) = silu(g) * u with silu(g) = g / (1 + exp(-g)), per storage type D:
 //   D = float (fp32 fidelity mode): IEEE operations in the reference's order, accurate expf,
@@ -39,6 +40,32 @@ struct SwiGluMath<__nv_bfloat16> {
   static __device__ __forceinline__ float Value(float g, float u) {
     const float silu = __fdividef(g, __fadd_rn(1.0f, __expf(-g)));
     return __fmul_rn(silu, u);
+  }
+};
+
+// GeluTanhGluMath<D>::Value(g, u) = gelu_tanh(g) * u (Gemma's GeGLU, torch's gelu(approximate="tanh")):
+//   D = float: gelu_tanh evaluated in double and rounded once, the product in fp32: ref::GeluTanhGlu's
+//     arithmetic (the CUDA and host double tanh may differ in the last double bit, far below fp32's ulp).
+//   D = __nv_bfloat16: in fp32, 0.5 g (1 + tanhf(sqrt(2 / pi) (g + 0.044715 g^3))) * u (tanhf within 2
+//     ulp): errors of a few fp32 ulp before the rounding to bf16.
+template <typename D>
+struct GeluTanhGluMath;
+
+template <>
+struct GeluTanhGluMath<float> {
+  static __device__ __forceinline__ float Value(float g, float u) {
+    const double v = g;
+    const double k = 0.79788456080286535588;  // sqrt(2 / pi)
+    const float gelu = static_cast<float>(0.5 * v * (1.0 + tanh(k * (v + 0.044715 * v * v * v))));
+    return __fmul_rn(gelu, u);
+  }
+};
+
+template <>
+struct GeluTanhGluMath<__nv_bfloat16> {
+  static __device__ __forceinline__ float Value(float g, float u) {
+    const float inner = 0.79788456f * (g + 0.044715f * g * g * g);
+    return 0.5f * g * (1.0f + tanhf(inner)) * u;
   }
 };
 

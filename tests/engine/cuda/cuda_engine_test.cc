@@ -333,40 +333,6 @@ TEST_F(CudaEngineTest, StartupSaysWhatFits) {
 //    codes are the same rule, the accumulation differs, so the same statistical bound applies. Emulated-path
 //    numbers on an H200, 2026-11-22: llama-fp8-dynamic bf16 mean |delta| 0.30, PPL -1.9%;
 //    llama-trained-fp8-dynamic bf16 0.019 (fp32 0.00054); llama-fp8-block bf16 0.32, PPL +0.8%.
-// Fixture folders of families the CUDA backend refuses (CudaEngineFamilies below, issue 22).
-bool NotOnCuda(const std::string& folder) {
-  return folder.rfind("phi3-", 0) == 0 || folder.rfind("gemma2-", 0) == 0 || folder.rfind("gemma3-", 0) == 0;
-}
-
-// Phi-3 (partial rotary, longrope, sliding window, fused modules): refused with UNIMPLEMENTED naming the
-// architecture and the first missing feature, before any device work (issue 22).
-TEST(CudaEngineFamilies, Phi3RefusedNamingTheFeature) {
-  EngineOptions options;
-  options.model_dir = std::string(SCORED_FIXTURES_DIR) + "/phi3-w4a16-g32";
-  options.backend = Backend::kCuda;
-  options.max_batch_tokens = 4096;
-  auto engine = CreateCudaEngine(options);
-  ASSERT_FALSE(engine.ok());
-  EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnimplemented) << engine.status();
-  EXPECT_THAT(std::string(engine.status().message()), ::testing::HasSubstr("Phi3ForCausalLM"));
-  EXPECT_THAT(std::string(engine.status().message()), ::testing::HasSubstr("partial rotary"));
-}
-
-// Gemma 2 / Gemma 3: refused naming the Gemma block (issue 22).
-TEST(CudaEngineFamilies, GemmaRefusedNamingTheFeature) {
-  for (const char* name : {"gemma2-w4a16-g32", "gemma3-w4a16-g32", "gemma3-vlm-w4a16-g32"}) {
-    EngineOptions options;
-    options.model_dir = std::string(SCORED_FIXTURES_DIR) + "/" + name;
-    options.backend = Backend::kCuda;
-    options.max_batch_tokens = 4096;
-    auto engine = CreateCudaEngine(options);
-    ASSERT_FALSE(engine.ok()) << name;
-    EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnimplemented) << engine.status();
-    EXPECT_THAT(std::string(engine.status().message()), ::testing::HasSubstr("Gemma"));
-    EXPECT_THAT(std::string(engine.status().message()), ::testing::HasSubstr(": the Gemma block"));
-  }
-}
-
 // Mixture-of-experts checkpoints run at --tp 1; --tp 2 is refused with UNIMPLEMENTED naming the architecture
 // and the flag, before any device work (so this runs on machines without a GPU too), until the MoE shard plan
 // is uploaded and run (issue 20).
@@ -391,17 +357,18 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
   if (!std::filesystem::exists(root)) GTEST_SKIP() << "no fixtures folder";
   for (const auto& entry : std::filesystem::directory_iterator(root)) {
     if (!std::filesystem::exists(entry.path() / "config.json")) continue;
-    // The Phi-3 / Gemma families: refused by the CUDA backend until their paths land (issue 22).
-    if (NotOnCuda(entry.path().filename().string())) continue;
     const std::string dir = entry.path().string();
     SCOPED_TRACE(dir);
     auto reference = MakeReference(dir);
     ASSERT_NE(reference, nullptr);
     std::mt19937 rng(17);
     std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(reference->info().vocab_size) - 1);
-    std::vector<ScoreRequest> requests(3);
+    // 64, 104 and 144 tokens, and 12: longer and shorter than the Phi-3 fixture's longrope
+    // original_max_position_embeddings (16), so one batch rotates with both factor tables; longer than the
+    // Gemma and Phi-3 fixtures' sliding windows (8, 48).
+    std::vector<ScoreRequest> requests(4);
     for (size_t i = 0; i < requests.size(); ++i) {
-      requests[i].tokens.resize(64 + 40 * i);
+      requests[i].tokens.resize(i < 3 ? 64 + 40 * i : 12);
       for (int32_t& t : requests[i].tokens) t = id(rng);
     }
     auto want = ScoreAll(*reference, requests);
@@ -547,7 +514,6 @@ TEST_F(CudaEngineTest, FixturesBf16AgainstBf16Floor) {
     // Mixture-of-experts fixtures: no transformers bf16 yardstick (transformers 5.17 misreads quantized
     // fused experts: tests/fixtures/README.md), so not in the loop above either.
     if (entry.path().filename().string().find("-moe-") != std::string::npos) continue;
-    if (NotOnCuda(entry.path().filename().string())) continue;  // refused (issue 22)
     const nlohmann::json config = nlohmann::json::parse(config_file);
     // An FP8 KV cache (kv_cache_scheme) quantizes activations too: no bf16 yardstick for it; nor for a
     // transform_config, which transformers 5.17 does not apply at load (its bf16 run would score another

@@ -131,5 +131,28 @@ TEST_F(EmbeddingTest, RejectsBadArguments) {
       Embedding(static_cast<const float*>(nullptr), nullptr, 0, kVocab, kHidden, null_out, stream_).ok());
 }
 
+// Gemma's normalizer: fp32 rows times the scale (fp32 mode: bit-exact fp32 products, as the oracle's
+// `e *= embedding_scale`), or with the bf16 rounding (bf16 mode): each product rounded to bf16 once.
+TEST_F(EmbeddingTest, ScaleEmbeddingFp32AndBf16Rounding) {
+  const std::vector<float> x = testing::RoundedToBf16(testing::RandomNormal(kTokens * kHidden, 13));
+  const float scale = std::sqrt(2304.0f);      // Gemma-2-2B's hidden size: 48, exact
+  const float scale_odd = std::sqrt(3840.0f);  // Gemma-3-12B's: not a bf16 value
+  for (const bool round : {false, true}) {
+    for (const float s : {scale, scale_odd}) {
+      DeviceArray<float> d_x(x);
+      ASSERT_TRUE(ScaleEmbedding(d_x.get(), kTokens * kHidden, s, round, stream_).ok());
+      Sync();
+      const std::vector<float> got = d_x.Download();
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float product = x[i] * s;
+        const float want = round ? testing::RoundedToBf16(std::vector<float>{product})[0] : product;
+        ASSERT_EQ(got[i], want) << "round=" << round << " scale=" << s << " at " << i;
+      }
+    }
+  }
+  EXPECT_FALSE(ScaleEmbedding(nullptr, 4, 2.0f, false, stream_).ok());
+  EXPECT_TRUE(ScaleEmbedding(nullptr, 0, 2.0f, false, stream_).ok());
+}
+
 }  // namespace
 }  // namespace scored::kernels

@@ -405,5 +405,79 @@ TEST_F(RopeTest, ThroughputLlama8BTable) {
   }
 }
 
+// Partial rotary (Phi-3's partial_rotary_factor) and an attention scaling baked into the table (longrope's
+// attention factor) against ref::Rope with the same rotary_dim and scaling: only the first rotary_dim
+// elements of each head move, the rest stay bit for bit. head_dim 16 / rotary 12 (the fixture's; the
+// scalar path), head_dim 128 / rotary 64 and 96 / 96 (vector paths; head stride != rotary_dim in the first).
+TEST_F(RopeTest, PartialRotaryAndScaledTableMatchReference) {
+  struct Case {
+    int64_t head_dim, rotary_dim, heads_qk, stride_heads;
+    float scaling;
+  };
+  for (const Case& c : {Case{16, 12, 6, 8, 1.0f}, Case{16, 12, 6, 8, 1.1902f}, Case{128, 64, 10, 12, 1.0f},
+                        Case{96, 96, 64, 96, 1.1902f}, Case{96, 48, 3, 5, 1.25f}}) {
+    const std::string name = "partial rotary hd=" + std::to_string(c.head_dim) +
+                             " rot=" + std::to_string(c.rotary_dim) + " scaling=" + std::to_string(c.scaling);
+    ModelConfig config = Config(RopeType::kDefault, c.head_dim);
+    config.rotary_dim = c.rotary_dim;
+    const std::vector<float> inv_freq = RopeInvFreq(config);
+    ASSERT_EQ(static_cast<int64_t>(inv_freq.size()), c.rotary_dim / 2);
+    const std::vector<int32_t> positions = Positions({300, 7, 65}, 0);
+    const int64_t tokens = static_cast<int64_t>(positions.size());
+    const int64_t stride = c.stride_heads * c.head_dim;
+    const std::vector<float> x =
+        testing::RoundedToBf16(testing::RandomFloats(tokens * stride, 57, -4.0f, 4.0f));
+
+    std::vector<float> qk(tokens * c.heads_qk * c.head_dim);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::copy(x.begin() + t * stride, x.begin() + t * stride + c.heads_qk * c.head_dim,
+                qk.begin() + t * c.heads_qk * c.head_dim);
+    }
+    ref::Rope(qk.data(), positions.data(), inv_freq.data(), tokens, c.heads_qk, c.head_dim, c.rotary_dim,
+              c.scaling);
+    std::vector<float> want = x;
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::copy(qk.begin() + t * c.heads_qk * c.head_dim, qk.begin() + (t + 1) * c.heads_qk * c.head_dim,
+                want.begin() + t * stride);
+    }
+    constexpr int64_t kNumPositions = 512;
+    const int64_t half = c.rotary_dim / 2;
+    DeviceArray<float> d_f(inv_freq), d_table(kNumPositions * half * 2);
+    d_table.Poison();
+    ASSERT_TRUE(RopeCosSinTable(d_f.get(), kNumPositions, half, c.scaling, d_table.get(), stream_).ok());
+    DeviceArray<int32_t> d_pos(positions);
+    DeviceArray<float> d_x32(x);
+    DeviceArray<bf16_t> d_x16(testing::ToBf16(x));
+    ASSERT_TRUE(RopeWithTable(d_x32.get(), stride, d_pos.get(), d_table.get(), kNumPositions, tokens,
+                              c.heads_qk, c.head_dim, c.rotary_dim, stream_)
+                    .ok());
+    ASSERT_TRUE(RopeWithTable(d_x16.get(), stride, d_pos.get(), d_table.get(), kNumPositions, tokens,
+                              c.heads_qk, c.head_dim, c.rotary_dim, stream_)
+                    .ok());
+    Sync();
+    const std::vector<float> got32 = d_x32.Download();
+    const testing::ErrorStats s = testing::CompareArrays(got32, want);
+    testing::Report(name + " f32", s);
+    EXPECT_EQ(s.not_finite, 0) << name;
+    EXPECT_LE(s.max_abs, kFp32AbsTol) << name;
+    const std::vector<float> got16 = testing::FromBf16(d_x16.Download());
+    int64_t moved = 0;
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t j = 0; j < stride; ++j) {
+        const int64_t e = t * stride + j;
+        ASSERT_LE(std::fabs(got16[e] - want[e]), kBf16RelTol * std::fabs(want[e]) + 1e-6)
+            << name << " at " << e;
+        const bool rotated = j < c.heads_qk * c.head_dim && j % c.head_dim < c.rotary_dim;
+        if (!rotated) {
+          ASSERT_EQ(got32[e], x[e]) << name << " unrotated element " << j << " of token " << t;
+        } else {
+          moved += got32[e] != x[e];
+        }
+      }
+    }
+    EXPECT_GT(moved, tokens * c.heads_qk * c.rotary_dim / 4) << name;
+  }
+}
+
 }  // namespace
 }  // namespace scored::kernels

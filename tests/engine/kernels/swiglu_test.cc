@@ -8,6 +8,7 @@
 #include "engine/kernels/swiglu.h"
 
 #include <cmath>
+#include <string>
 
 #include "engine/reference/ops.h"
 #include "tests/engine/kernels/kernel_test_util.h"
@@ -195,6 +196,49 @@ TEST_F(SwiGluTest, ThroughputLlama8B) {
   const float ms32 = testing::MedianMs(stream_, fp32, 20);
   ASSERT_GT(ms32, 0.0f);
   testing::ReportBandwidth("swiglu fp32 2048 x 14336 (fused gate|up)", ms32, 3.0 * kTokens32 * kInter * 4);
+}
+
+// GeGLU (Gemma's gelu_pytorch_tanh) vs ref::GeluTanhGlu, on the fused layout (vector path) and an odd width
+// (scalar path). fp32: the GELU in double rounded once and the product in fp32, as the oracle: within
+// kFp32RelTol (the device and host double tanh may differ in the last double bit). bf16: tanhf in fp32 (a
+// few ulp), then one rounding to bf16: kBf16RelTol, as SwiGLU's.
+TEST_F(SwiGluTest, GeluTanhGluMatchesReference) {
+  for (const int64_t inter : {int64_t{1376}, int64_t{999}}) {
+    constexpr int64_t kTokens = 19;
+    const std::vector<float> gate_up =
+        testing::RoundedToBf16(testing::RandomFloats(kTokens * 2 * inter, 67, -9.0f, 9.0f));
+    std::vector<float> gate(kTokens * inter), up(kTokens * inter);
+    for (int64_t t = 0; t < kTokens; ++t) {
+      for (int64_t i = 0; i < inter; ++i) {
+        gate[t * inter + i] = gate_up[t * 2 * inter + i];
+        up[t * inter + i] = gate_up[t * 2 * inter + inter + i];
+      }
+    }
+    std::vector<float> want(kTokens * inter);
+    ref::GeluTanhGlu(gate.data(), up.data(), kTokens, inter, want.data());
+    DeviceArray<float> d_in32(gate_up), d_out32(kTokens * inter);
+    DeviceArray<bf16_t> d_in16(testing::ToBf16(gate_up)), d_out16(kTokens * inter);
+    d_out32.Poison();
+    d_out16.Poison();
+    ASSERT_TRUE(
+        GeluTanhGlu(d_in32.get(), d_in32.get() + inter, 2 * inter, kTokens, inter, d_out32.get(), stream_)
+            .ok());
+    ASSERT_TRUE(
+        GeluTanhGlu(d_in16.get(), d_in16.get() + inter, 2 * inter, kTokens, inter, d_out16.get(), stream_)
+            .ok());
+    Sync();
+    const std::string name = "geglu inter=" + std::to_string(inter);
+    const testing::ErrorStats s = testing::CompareArrays(d_out32.Download(), want);
+    testing::Report(name + " f32", s);
+    EXPECT_EQ(s.not_finite, 0);
+    EXPECT_LE(s.max_rel, kFp32RelTol) << name;
+    const std::vector<float> got16 = testing::FromBf16(d_out16.Download());
+    testing::Report(name + " bf16", testing::CompareArrays(got16, want));
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_LE(std::fabs(got16[i] - want[i]), kBf16RelTol * std::fabs(want[i]) + kAbsFloor)
+          << name << " " << i;
+    }
+  }
 }
 
 }  // namespace
