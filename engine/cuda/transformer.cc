@@ -73,7 +73,10 @@ struct LinearInOut {
 // Whether a tensor-parallel forward may run in row chunks: not where a row-parallel W8A8 linear all-reduces
 // its input's per-token amax on the forward's stream (NCCL work would then be pending on two streams at once;
 // those linears also need every rank's columns before their GEMM).
-bool Chunkable(const DeviceModel& model) {
+// Nor in the Gemma block (its row-parallel outputs are summed in proj before their norms, one all-reduce on
+// the forward's stream).
+bool Chunkable(const ModelConfig& config, const DeviceModel& model) {
+  if (config.sandwich_norms) return false;
   for (const DeviceLayer& layer : model.layers) {
     for (const DeviceLinear* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
       if ((w->fp8_resident() || w->w8a8_dynamic_fp8() || w->w8a8_dynamic_int8()) &&
@@ -116,7 +119,7 @@ class ForwardPass {
         role_(role),
         reference_(reference),
         chunks_(RowChunks(batch.cu_seqlens, batch.num_tokens, batch.num_seqs, batch.max_seqlen,
-                          acts->tp_row_chunks, tp != nullptr && Chunkable(model))),
+                          acts->tp_row_chunks, tp != nullptr && Chunkable(config, model))),
         weights_(model, acts->weight_scratch(), stream),
         sums_(tp, acts, static_cast<int>(chunks_.size()), config.hidden_size, stream) {}
 
@@ -166,19 +169,36 @@ class ForwardPass {
   absl::Status OpenNorm(const DeviceBuffer& weight, RowSum sum, int c, const RowChunk& ch,
                         const NormOutput<T>& out) {
     if (!config_.sandwich_norms) return sums_.Norm<T>(weight.as<float>(), eps_, sum, c, ch, out);
-    if (out.to_fp8 || tp_ != nullptr) {
-      return absl::InternalError("the Gemma block's norms run at tp 1 without an FP8-fed input");
-    }
+    if (out.to_fp8) return absl::InternalError("the Gemma block's norms have no FP8-fed input");
     const int64_t b = ch.begin * hidden_;
     return kernels::AddRmsNorm<float, T>(proj_ + b, hidden_, residual_ + b, weight.as<float>(), ch.rows,
                                          hidden_, eps_, out.normed + b, hidden_, stream_);
   }
 
-  // A block's output y in proj (fp32) becomes RMSNorm(y) * weight in place: the Gemma block's post-attention
-  // / post-feedforward norm; the next OpenNorm adds it to the residual.
-  absl::Status CloseNorm(const DeviceBuffer& weight, const RowChunk& ch) {
-    float* rows = proj_ + ch.begin * hidden_;
-    return kernels::RmsNorm<float, float>(rows, hidden_, weight.as<float>(), ch.rows, hidden_, eps_, rows,
+  // A row-parallel linear's output (o_proj, down_proj) of chunk c from x: it joins the residual in the GEMM's
+  // epilogue (tp: rank 0 adds its partial product, the others write theirs) and `sum` starts the rows' sum
+  // over ranks. The Gemma block instead: proj = post_norm(x . W^T) in fp32, added into the residual by the
+  // next OpenNorm; at tp 1 over the input column halves into zeroed proj ((0 + x_a . W_a^T) + x_b . W_b^T,
+  // SumsInHalves), at tp > 1 each rank's partial product in proj, all-reduced: the same sum bit for bit.
+  absl::Status RowParallelOut(const WeightStream::Lease& w, T* x, LinearInOut io,
+                              const DeviceBuffer& post_norm, RowSum sum, int c, const RowChunk& ch) {
+    io.sum_in_halves = InHalves(*w.linear);
+    if (!config_.sandwich_norms) {
+      io.add_to_output = add_to_residual_;
+      SCORED_RETURN_IF_ERROR(Linear(w, x, residual_, to_fp32_, io, ch));
+      return sums_.Reduce(sum, c, ch);
+    }
+    float* rows = proj_ + ch.begin * hidden_;  // [m, hidden]
+    io.add_to_output = io.sum_in_halves;
+    if (io.add_to_output) {
+      SCORED_CUDA_CHECK(cudaMemsetAsync(rows, 0, ch.rows * hidden_ * sizeof(float), stream_));
+    }
+    SCORED_RETURN_IF_ERROR(Linear(w, x, proj_, to_fp32_, io, ch));
+    if (tp_ != nullptr) {
+      SCORED_RETURN_IF_ERROR(
+          tp_->comm->AllReduceSum(rows, rows, ch.rows * hidden_, dist::ReduceDType::kF32, stream_));
+    }
+    return kernels::RmsNorm<float, float>(rows, hidden_, post_norm.as<float>(), ch.rows, hidden_, eps_, rows,
                                           hidden_, stream_);
   }
 
@@ -213,11 +233,6 @@ class ForwardPass {
     const bool qkv_fp8 = norm_fp8_ok_ && FedFp8(layer.qkv);
     LinearInOut qkv_io;
     qkv_io.fp8_input_scales = qkv_fp8 ? fp8_scale_norm_ : nullptr;
-    // o_proj joins the residual in its epilogue, or in the Gemma block writes proj for the post-attention
-    // norm.
-    LinearInOut o_io;
-    o_io.add_to_output = add_to_residual_ && !config_.sandwich_norms;
-    o_io.sum_in_halves = o_io.add_to_output && InHalves(layer.o);
     SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease qkv_w, weights_.Acquire(layer.qkv));
     SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease o_w, weights_.Acquire(layer.o));
     kernels::AttentionShape shape;
@@ -262,16 +277,11 @@ class ForwardPass {
       shape.max_seqlen = ch.max_seqlen;
       SCORED_RETURN_IF_ERROR(
           kernels::CausalAttention<T>(q_, k_, v_, cu_seqlens_ + ch.first_seq, shape, attn_, stream_));
-      // residual [n, hidden] += attn . W_o^T (tp: this rank's partial product), then its sum over ranks; the
-      // Gemma block: proj [n, hidden] = post_attention_norm(attn . W_o^T), added by the next OpenNorm
-      if (config_.sandwich_norms) {
-        SCORED_RETURN_IF_ERROR(Linear(o_w, attn_, proj_, to_fp32_, o_io, ch));
-        SCORED_RETURN_IF_ERROR(CloseNorm(layer.post_norm, ch));
-      } else {
-        SCORED_RETURN_IF_ERROR(Linear(o_w, attn_, residual_, to_fp32_, o_io, ch));
-      }
+      // residual [n, hidden] += attn . W_o^T (tp: this rank's partial product), then its sum over ranks (the
+      // Gemma block: proj = post_attention_norm(attn . W_o^T))
+      SCORED_RETURN_IF_ERROR(
+          RowParallelOut(o_w, attn_, LinearInOut{}, layer.post_norm, RowSum::kAfterO, c, ch));
       if (c == num_chunks() - 1) SCORED_RETURN_IF_ERROR(weights_.Release(o_w));
-      SCORED_RETURN_IF_ERROR(sums_.Reduce(RowSum::kAfterO, c, ch));
     }
     return absl::OkStatus();
   }
@@ -285,9 +295,7 @@ class ForwardPass {
     gate_up_io.fp8_input_scales = gate_up_fp8 ? fp8_scale_norm_ : nullptr;
     gate_up_io.unscaled_fp8_output = swiglu_fp8;
     LinearInOut down_io;
-    down_io.add_to_output = add_to_residual_ && !config_.sandwich_norms;
     down_io.fp8_input_scales = swiglu_fp8 ? fp8_scale_mlp_ : nullptr;
-    down_io.sum_in_halves = down_io.add_to_output && InHalves(layer.down);
     // The MLP's input norm: post_attention_layernorm, or the Gemma block's pre_feedforward_layernorm.
     const DeviceBuffer& input_norm = config_.sandwich_norms ? layer.pre_ff_norm : layer.post_norm;
     SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease gate_up_w, weights_.Acquire(layer.gate_up));
@@ -319,16 +327,11 @@ class ForwardPass {
         SCORED_RETURN_IF_ERROR(kernels::SwiGlu<T>(gate_up_rows, gate_up_rows + inter_, 2 * inter_, m, inter_,
                                                   mlp_ + b * inter_, stream_));
       }
-      // residual [n, hidden] += mlp . W_down^T (tp: this rank's partial product), then its sum over ranks;
-      // the Gemma block: proj [n, hidden] = post_feedforward_norm(mlp . W_down^T), added by the next OpenNorm
-      if (config_.sandwich_norms) {
-        SCORED_RETURN_IF_ERROR(Linear(down_w, mlp_, proj_, to_fp32_, down_io, ch));
-        SCORED_RETURN_IF_ERROR(CloseNorm(layer.post_ff_norm, ch));
-      } else {
-        SCORED_RETURN_IF_ERROR(Linear(down_w, mlp_, residual_, to_fp32_, down_io, ch));
-      }
+      // residual [n, hidden] += mlp . W_down^T (tp: this rank's partial product), then its sum over ranks
+      // (the Gemma block: proj = post_feedforward_norm(mlp . W_down^T))
+      SCORED_RETURN_IF_ERROR(
+          RowParallelOut(down_w, mlp_, down_io, layer.post_ff_norm, RowSum::kAfterDown, c, ch));
       if (c == num_chunks() - 1) SCORED_RETURN_IF_ERROR(weights_.Release(down_w));
-      SCORED_RETURN_IF_ERROR(sums_.Reduce(RowSum::kAfterDown, c, ch));
     }
     return absl::OkStatus();
   }
