@@ -5,6 +5,8 @@
 //   and their groups, ex2.approx.
 // - LocateBlock: a block's sequence, head and query tile (grid: query tiles in reverse order, heads, seqs).
 // - The K/V tile loader of the mma.sync kernels: a two-stage cp.async ring, rows padded by kPad.
+// - ScoreTransform (scale and soft cap in log2 units) and the causal / sliding-window mask, FirstKeyTile
+//   (the first key tile a query tile needs under a window).
 // - The online softmax of one thread's two rows of a 16-row mma tile, for both score conventions: scores
 //   already in log2 units (ScaledScores: the 16-row kernel) or raw scores scaled inside the exponent
 //   (RawScores: the 32-row and wgmma kernels, one FFMA + ex2 per score).
@@ -97,6 +99,50 @@ __device__ __forceinline__ float FastExp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// ---------------------------------------------------------------- scores: scale, soft cap, mask
+
+// What every tensor-core kernel does to a raw score x = q . k, in log2 units (log2e folded in so the
+// softmax runs on exp2): without a cap, x * units with units = scale * log2e; with cap c, tanhf(x *
+// cap_in) * units with cap_in = scale / c and units = c * log2e (tanh(x * scale / c) * c, the cap of
+// attention.h; tanhf's error is ~2 ulp, far below the bf16 rounding of P). The raw-score kernels keep
+// Transform(x) (x itself without a cap) as their score and multiply by units inside the exponent.
+struct ScoreTransform {
+  float units;   // log2 units of one transformed score
+  float cap_in;  // > 0: the cap is on, Transform(x) = tanhf(x * cap_in)
+  __device__ __forceinline__ float Transform(float x) const { return cap_in > 0.0f ? tanhf(x * cap_in) : x; }
+};
+
+// The transform of a checked shape: scale = shape.scale, or head_dim^-1/2 (as log2e / sqrt(head_dim), the
+// value the kernels used before the scale was a parameter).
+inline ScoreTransform MakeScoreTransform(const AttentionShape& shape) {
+  const float scale = shape.scale > 0.0f ? shape.scale : 1.0f / sqrtf(static_cast<float>(shape.head_dim));
+  if (shape.softcap > 0.0f) return ScoreTransform{shape.softcap * kLog2e, scale / shape.softcap};
+  const float units =
+      shape.scale > 0.0f ? kLog2e * shape.scale : kLog2e / sqrtf(static_cast<float>(shape.head_dim));
+  return ScoreTransform{units, 0.0f};
+}
+
+// The lowest key a query row may NOT see below it: keys key with WindowFloor(row) < key <= row take part
+// (window 0: every key <= row; keys are >= 0, so -1 masks nothing).
+__device__ __forceinline__ int WindowFloor(int row, int window) { return window > 0 ? row - window : -1; }
+
+// The first key tile (of block_k keys) that query rows >= q0 need: the tiles wholly before the window of
+// row q0 hold no key of any row of the tile (0 without a window).
+__device__ __forceinline__ int FirstKeyTile(int q0, int window, int block_k) {
+  return window > 0 ? max(0, q0 - window + 1) / block_k : 0;
+}
+
+// Whether the key tile [k0, k0 + block_k) holds a key that some row in [first_row, last_row] sees.
+__device__ __forceinline__ bool TileInReach(int k0, int block_k, int first_row, int last_row, int window) {
+  return k0 <= last_row && k0 + block_k - 1 > WindowFloor(first_row, window);
+}
+
+// Whether a key tile [k0, k0 + block_k) needs a mask for a 16-row tile whose first row is first_row: some
+// key lies after the first row (causal; also keys >= len), or before the window of the last row.
+__device__ __forceinline__ bool TileNeedsMask(int k0, int block_k, int first_row, int window) {
+  return k0 + block_k - 1 > first_row || k0 <= WindowFloor(first_row + 15, window);
 }
 
 // ---------------------------------------------------------------- the block's query tile
@@ -203,19 +249,21 @@ struct RawScores {
   }
 };
 
-// Masks the keys after the query in one thread's share of a score tile whose first key is k0 (this also
-// covers keys >= len); a tile whose last key (k0 + 8 kBlocks - 1) precedes the tile's first query row
-// needs no mask.
+// Masks (to -inf) the keys outside each row's reach in one thread's share of a score tile whose first key
+// is k0: keys after the row (this also covers keys >= len) and, with a window, keys at or below
+// WindowFloor(row). A tile that TileNeedsMask says is whole for the 16-row tile at first_row is left as is.
 template <int kBlocks>
-__device__ __forceinline__ void MaskCausal(float (&s)[kBlocks][4], int k0, int first_row, int row_a,
-                                           int row_b, int t) {
-  if (k0 + kBlocks * 8 - 1 > first_row) {
+__device__ __forceinline__ void MaskScores(float (&s)[kBlocks][4], int k0, int first_row, int row_a,
+                                           int row_b, int t, int window) {
+  if (TileNeedsMask(k0, kBlocks * 8, first_row, window)) {
+    const int lo_a = WindowFloor(row_a, window), lo_b = WindowFloor(row_b, window);
 #pragma unroll
     for (int n = 0; n < kBlocks; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = k0 + n * 8 + 2 * t + (e & 1);
-        if (key > (e < 2 ? row_a : row_b)) s[n][e] = -INFINITY;
+        const bool seen = e < 2 ? (key <= row_a && key > lo_a) : (key <= row_b && key > lo_b);
+        if (!seen) s[n][e] = -INFINITY;
       }
     }
   }
@@ -262,16 +310,26 @@ __device__ __forceinline__ void SoftmaxStep(const Units& units, float max_a, flo
   l[1] = l[1] * alpha[1] + sum_b;
 }
 
-// The raw-score kernels' step (32-row and wgmma): causal mask, row maxima, online softmax (as SoftmaxStep).
+// The raw-score kernels' step (32-row and wgmma): soft cap (ScoreTransform::Transform, before the mask so a
+// masked score stays -inf), mask (MaskScores), row maxima, online softmax (as SoftmaxStep) in the
+// transform's units.
 template <int kBlocks>
-__device__ __forceinline__ void MaskedSoftmaxStepRaw(float scale_log2, int k0, int first_row, int row_a,
-                                                     int row_b, int t, float (&s)[kBlocks][4], float (&m)[2],
-                                                     float (&l)[2], float (&alpha)[2]) {
-  MaskCausal(s, k0, first_row, row_a, row_b, t);
+__device__ __forceinline__ void MaskedSoftmaxStepRaw(const ScoreTransform& st, int window, int k0,
+                                                     int first_row, int row_a, int row_b, int t,
+                                                     float (&s)[kBlocks][4], float (&m)[2], float (&l)[2],
+                                                     float (&alpha)[2]) {
+  if (st.cap_in > 0.0f) {
+#pragma unroll
+    for (int n = 0; n < kBlocks; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = tanhf(s[n][e] * st.cap_in);
+    }
+  }
+  MaskScores(s, k0, first_row, row_a, row_b, t, window);
   float max_a = -INFINITY, max_b = -INFINITY;
 #pragma unroll
   for (int n = 0; n < kBlocks; ++n) FoldRowMax(s, n, max_a, max_b);
-  SoftmaxStep(RawScores{scale_log2}, max_a, max_b, s, m, l, alpha);
+  SoftmaxStep(RawScores{st.units}, max_a, max_b, s, m, l, alpha);
 }
 
 // Rescales one thread's share of an output tile by its rows' alpha.

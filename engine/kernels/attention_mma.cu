@@ -1,30 +1,37 @@
 // Causal GQA attention, tensor-core kernels (mma.sync m16n8k16, bf16 in, fp32 accumulate): 16 or 32 query
 // rows per warp. Contract of the op: attention.h; the dispatch that picks a kernel: attention.cu.
 //
-// Formula: per query row, S = Q K^T * head_dim^-1/2 over the keys up to the row (causal, own sequence),
-// online softmax per key tile (running max m, running sum l, unnormalized O += P V), out = O / l. P is
+// Formula: per query row, S = Q K^T times the scale (attention.h; with a soft cap, tanh(S * scale / cap) *
+// cap) over the keys in reach of the row (causal, own sequence, and the window where there is one), online
+// softmax per key tile (running max m, running sum l, unnormalized O += P V), out = O / l. P is
 // rounded to bf16 before P V, as flash-attention does; one rounding of O / l to bf16 at the end.
 // Shapes: q [num_tokens, q_stride], k and v [num_tokens, kv_stride], out [num_tokens, num_heads *
 // head_dim] (AttentionShape). dtypes: bf16 in and out, fp32 accumulation and softmax.
 // Grid: (query tiles, heads, sequences), query tiles in reverse launch order (the longest, last tiles start
 // first, shortening the tail); a block whose tile starts past its sequence's end exits at once. Key tiles
-// [0, last query of the block] are walked in order, so a token's result depends only on its own sequence.
+// [FirstKeyTile, last query of the block] are walked in order (with a window, the tiles wholly before the
+// window of the block's first query are never loaded; a warp also skips the loaded tiles out of its rows'
+// reach), so a token's result depends only on its own sequence.
 // K and V tiles arrive by cp.async in a two-stage ring (tile i + 1 loads while tile i is multiplied), rows
 // padded by 8 bf16 so each 8-lane ldmatrix phase hits 32 distinct banks; K fragments come from ldmatrix,
 // V fragments from ldmatrix .trans. The S accumulator of two adjacent 8-key blocks is exactly P's A
 // fragment (attention_common.cuh).
 //
-// 16 rows per warp (AttentionMma16RowsKernel; head_dim 32, 64, 128): 4 warps (8 at head_dim 128) x 16
-// rows, 64-key tiles, Q fragments in registers; scores scaled into log2 units with the mask, p = exp2f(s -
-// m). Limits: q and out 4-byte aligned with q_stride even, k and v 16-byte aligned with kv_stride % 8 == 0.
+// 16 rows per warp (AttentionMma16RowsKernel; head_dim 32, 64, 96, 128): 4 warps (8 at head_dim 128) x 16
+// rows, 64-key tiles, Q fragments in registers; scores capped and scaled into log2 units with the mask, p =
+// exp2f(s - m). Limits: q and out 4-byte aligned with q_stride even, k and v 16-byte aligned with kv_stride %
+// 8 == 0.
 //
-// 32 rows per warp (AttentionMma32RowsKernel; head_dim 64, 128; 32- or 64-key tiles): each warp owns two
-// 16-row tiles, so every K and V fragment loaded from shared memory feeds two mma instead of one; Q is
+// 32 rows per warp (AttentionMma32RowsKernel; head_dim 64, 96, 128; 32- or 64-key tiles): each warp owns
+// two 16-row tiles, so every K and V fragment loaded from shared memory feeds two mma instead of one; Q is
 // staged in shared memory (cp.async, with the first K/V tile) and re-read per key tile through ldmatrix,
 // which keeps the registers for the 2 x 16 x head_dim fp32 output accumulators. 4 warps x 32 rows = 128
-// queries per block. Softmax in raw score units: m is a raw score and p = 2^(s * scale_log2 - m *
-// scale_log2), one FFMA and one ex2 per score. Limits: those of the 16-row kernel, and q 16-byte aligned
-// with q_stride % 8 == 0 (16-byte Q copies).
+// queries per block. At head_dim 256 the same kernel runs one 16-row tile per warp (16 x 256 accumulators
+// are already 128 registers a thread, as in flash-attention 2's head_dim 256) and 8 warps, still 128
+// queries per block: 135 KiB of shared memory with 32-key tiles, 198 KiB with 64 (one block per SM).
+// Softmax in raw score units (ScoreTransform): m is a (capped) raw score and p = 2^(s * units - m * units),
+// one FFMA and one ex2 per score. Limits: those of the 16-row kernel, and q 16-byte aligned with q_stride %
+// 8 == 0 (16-byte Q copies).
 #include <cmath>
 
 #include "engine/kernels/attention_common.cuh"
@@ -56,9 +63,10 @@ __host__ __device__ constexpr int Mma16SharedBytes() {
 
 // Three blocks per SM (12 warps) for head_dim <= 64: more warps to hide the copy and exp latency. At
 // head_dim 128 the accumulators need ~176+ registers (capping them lower spilled, per ptxas): one block.
+// At 96 (48 accumulators, 24 Q registers) two blocks leave the compiler its 255 registers.
 template <int kHeadDim>
 __host__ __device__ constexpr int Mma16MinBlocks() {
-  return kHeadDim >= 128 ? 1 : 3;
+  return kHeadDim >= 128 ? 1 : (kHeadDim >= 96 ? 2 : 3);
 }
 
 __device__ __forceinline__ uint32_t LoadWord(const __nv_bfloat16* p) {
@@ -71,7 +79,7 @@ __global__ void __launch_bounds__(Mma16Warps<kHeadDim>() * 32, Mma16MinBlocks<kH
                              const __nv_bfloat16* __restrict__ k,     // [num_tokens, kv_stride]
                              const __nv_bfloat16* __restrict__ v,     // [num_tokens, kv_stride]
                              const int32_t* __restrict__ cu_seqlens,  // [num_seqs + 1]
-                             const AttentionShape shape, float scale_log2,
+                             const AttentionShape shape, const ScoreTransform st,
                              __nv_bfloat16* __restrict__ out) {  // [num_tokens, nh * hd]
   constexpr int kWarps = Mma16Warps<kHeadDim>();
   constexpr int kBlockQ = Mma16BlockQ<kHeadDim>();
@@ -91,13 +99,18 @@ __global__ void __launch_bounds__(Mma16Warps<kHeadDim>() * 32, Mma16MinBlocks<kH
   const int g = lane >> 2, t = lane & 3;
   const int row_a = w.q0 + warp * 16 + g;  // query rows of this thread (local indices)
   const int row_b = row_a + 8;
-  const int warp_last = min(w.q0 + warp * 16 + 15, w.len - 1);
+  const int warp_first = w.q0 + warp * 16;
+  const int warp_last = min(warp_first + 15, w.len - 1);
+  const int window = shape.window;
+  const int lo_a = WindowFloor(row_a, window), lo_b = WindowFloor(row_b, window);
   const __nv_bfloat16* k_head = k + w.start * shape.kv_stride + w.kv_head * kHeadDim;
   const __nv_bfloat16* v_head = v + w.start * shape.kv_stride + w.kv_head * kHeadDim;
 
   const int key_end = min(w.len, w.q0 + kBlockQ);
   const int num_tiles = (key_end + kMma16BlockK - 1) / kMma16BlockK;
-  LoadKvTile<kHeadDim, kMma16BlockK, kWarps * 32>(k_s, v_s, k_head, v_head, shape.kv_stride, w.len, 0, 0);
+  const int first_tile = FirstKeyTile(w.q0, window, kMma16BlockK);
+  LoadKvTile<kHeadDim, kMma16BlockK, kWarps * 32>(k_s, v_s, k_head, v_head, shape.kv_stride, w.len,
+                                                  first_tile, first_tile & 1);
 
   uint32_t qf[kDChunks][4];
   {
@@ -121,12 +134,13 @@ __global__ void __launch_bounds__(Mma16Warps<kHeadDim>() * 32, Mma16MinBlocks<kH
   // ldmatrix row addresses: lane L reads row L % 8 of matrix L / 8.
   const int mat = lane >> 3, mrow = lane & 7;
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
+  for (int tile = first_tile; tile < num_tiles; ++tile) {
     const int stage = tile & 1;
     AwaitKvTile<kHeadDim, kMma16BlockK, kWarps * 32>(k_s, v_s, k_head, v_head, shape.kv_stride, w.len, tile,
                                                      stage, num_tiles);
     const int k0 = tile * kMma16BlockK;
-    if (k0 <= warp_last) {  // else every key of this tile lies after this warp's queries
+    // Else every key of this tile lies after this warp's queries or before their window.
+    if (TileInReach(k0, kMma16BlockK, warp_first, warp_last, window)) {
       const __nv_bfloat16* kt = k_s + stage * kStage;
       const __nv_bfloat16* vt = v_s + stage * kStage;
       float s[kKBlocks][4];
@@ -141,17 +155,17 @@ __global__ void __launch_bounds__(Mma16Warps<kHeadDim>() * 32, Mma16MinBlocks<kH
           MmaBf16(s[n], qf[c + 1][0], qf[c + 1][1], qf[c + 1][2], qf[c + 1][3], b[2], b[3]);
         }
       }
-      // Scale into log2 units and mask keys after the query (this also covers keys >= len). A tile whose
-      // last key precedes the warp's first query needs no mask.
-      const bool full_tile = k0 + kMma16BlockK - 1 <= w.q0 + warp * 16;
+      // Cap, scale into log2 units and mask keys after the query (this also covers keys >= len) or before
+      // its window. A tile whose keys all lie in reach of every row of the warp needs no mask.
+      const bool full_tile = !TileNeedsMask(k0, kMma16BlockK, warp_first, window);
       float max_a = -INFINITY, max_b = -INFINITY;
 #pragma unroll
       for (int n = 0; n < kKBlocks; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = k0 + n * 8 + 2 * t + (e & 1);
-          const int qrow = e < 2 ? row_a : row_b;
-          s[n][e] = (full_tile || key <= qrow) ? s[n][e] * scale_log2 : -INFINITY;
+          const bool seen = e < 2 ? (key <= row_a && key > lo_a) : (key <= row_b && key > lo_b);
+          s[n][e] = (full_tile || seen) ? st.Transform(s[n][e]) * st.units : -INFINITY;
         }
         FoldRowMax(s, n, max_a, max_b);
       }
@@ -180,9 +194,20 @@ __global__ void __launch_bounds__(Mma16Warps<kHeadDim>() * 32, Mma16MinBlocks<kH
 
 // ---------------------------------------------------------------- 32 rows per warp
 
-constexpr int kMma32Warps = 4;
-constexpr int kMma32RowTiles = 2;
-constexpr int kMma32BlockQ = kMma32Warps * kMma32RowTiles * 16;
+// 16-row tiles per warp and warps per block: 2 x 4 up to head_dim 128, 1 x 8 at 256 (see the file comment).
+// Either way 128 queries per block.
+template <int kHeadDim>
+__host__ __device__ constexpr int Mma32RowTiles() {
+  return kHeadDim >= 256 ? 1 : 2;
+}
+template <int kHeadDim>
+__host__ __device__ constexpr int Mma32Warps() {
+  return kHeadDim >= 256 ? 8 : 4;
+}
+constexpr int kMma32BlockQ = 128;
+static_assert(Mma32RowTiles<128>() * Mma32Warps<128>() * 16 == kMma32BlockQ &&
+                  Mma32RowTiles<256>() * Mma32Warps<256>() * 16 == kMma32BlockQ,
+              "the staged-Q kernel's block is 128 queries");
 
 template <int kHeadDim, int kBlockK>
 __host__ __device__ constexpr int Mma32SharedBytes() {
@@ -190,20 +215,22 @@ __host__ __device__ constexpr int Mma32SharedBytes() {
 }
 
 // Blocks per SM: at head_dim 128 the 2 x 16 x 128 accumulators take the registers of two blocks (255
-// each, a few bytes spilled); at 64 three fit.
+// each, a few bytes spilled); at 96 two as well; at 64 three fit; at 256 (8 warps, 198 KiB) one.
 template <int kHeadDim>
 __host__ __device__ constexpr int Mma32MinBlocks() {
-  return kHeadDim >= 128 ? 2 : 3;
+  return kHeadDim >= 256 ? 1 : (kHeadDim >= 96 ? 2 : 3);
 }
 
 template <int kHeadDim, int kBlockK>
-__global__ void __launch_bounds__(kMma32Warps * 32, Mma32MinBlocks<kHeadDim>())
+__global__ void __launch_bounds__(Mma32Warps<kHeadDim>() * 32, Mma32MinBlocks<kHeadDim>())
     AttentionMma32RowsKernel(const __nv_bfloat16* __restrict__ q,     // [num_tokens, q_stride]
                              const __nv_bfloat16* __restrict__ k,     // [num_tokens, kv_stride]
                              const __nv_bfloat16* __restrict__ v,     // [num_tokens, kv_stride]
                              const int32_t* __restrict__ cu_seqlens,  // [num_seqs + 1]
-                             const AttentionShape shape, float scale_log2,
+                             const AttentionShape shape, const ScoreTransform st,
                              __nv_bfloat16* __restrict__ out) {  // [num_tokens, nh * hd]
+  constexpr int kMma32RowTiles = Mma32RowTiles<kHeadDim>();
+  constexpr int kRowsPerWarp = kMma32RowTiles * 16;
   constexpr int kDChunks = kHeadDim / 16;
   constexpr int kDBlocks = kHeadDim / 8;
   constexpr int kKBlocks = kBlockK / 8;
@@ -211,7 +238,7 @@ __global__ void __launch_bounds__(kMma32Warps * 32, Mma32MinBlocks<kHeadDim>())
   constexpr int kRow = kHeadDim + kPad;
   constexpr int kStage = kBlockK * kRow;
   constexpr int kCopiesPerRow = kHeadDim / 8;
-  constexpr int kThreads = kMma32Warps * 32;
+  constexpr int kThreads = Mma32Warps<kHeadDim>() * 32;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kMma32BlockQ][kRow]
   __nv_bfloat16* k_s = q_s + kMma32BlockQ * kRow;                   // [2][kBlockK][kRow]
@@ -221,8 +248,9 @@ __global__ void __launch_bounds__(kMma32Warps * 32, Mma32MinBlocks<kHeadDim>())
   if (!LocateBlock(cu_seqlens, shape, kMma32BlockQ, w)) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int warp_q0 = w.q0 + warp * 32;  // first query row of this warp (local index)
-  const int warp_last = min(warp_q0 + 31, w.len - 1);
+  const int warp_q0 = w.q0 + warp * kRowsPerWarp;  // first query row of this warp (local index)
+  const int warp_last = min(warp_q0 + kRowsPerWarp - 1, w.len - 1);
+  const int window = shape.window;
   const __nv_bfloat16* k_head = k + w.start * shape.kv_stride + w.kv_head * kHeadDim;
   const __nv_bfloat16* v_head = v + w.start * shape.kv_stride + w.kv_head * kHeadDim;
 
@@ -240,8 +268,10 @@ __global__ void __launch_bounds__(kMma32Warps * 32, Mma32MinBlocks<kHeadDim>())
 
   const int key_end = min(w.len, w.q0 + kMma32BlockQ);
   const int num_tiles = (key_end + kBlockK - 1) / kBlockK;
+  const int first_tile = FirstKeyTile(w.q0, window, kBlockK);
   // Commits the Q copies too.
-  LoadKvTile<kHeadDim, kBlockK, kThreads>(k_s, v_s, k_head, v_head, shape.kv_stride, w.len, 0, 0);
+  LoadKvTile<kHeadDim, kBlockK, kThreads>(k_s, v_s, k_head, v_head, shape.kv_stride, w.len, first_tile,
+                                          first_tile & 1);
 
   float o[kMma32RowTiles][kDBlocks][4];
   float m[kMma32RowTiles][2], l[kMma32RowTiles][2];
@@ -256,14 +286,14 @@ __global__ void __launch_bounds__(kMma32Warps * 32, Mma32MinBlocks<kHeadDim>())
   const int mat = lane >> 3, mrow = lane & 7;
   // ldmatrix row address of this lane in the Q tile for row tile rt (A fragment: matrices a0..a3 are
   // rows 0-7 / 8-15 of columns 0-7, then of columns 8-15).
-  const __nv_bfloat16* q_lane = q_s + (warp * 32 + (mat & 1) * 8 + mrow) * kRow + (mat >> 1) * 8;
+  const __nv_bfloat16* q_lane = q_s + (warp * kRowsPerWarp + (mat & 1) * 8 + mrow) * kRow + (mat >> 1) * 8;
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
+  for (int tile = first_tile; tile < num_tiles; ++tile) {
     const int stage = tile & 1;
     AwaitKvTile<kHeadDim, kBlockK, kThreads>(k_s, v_s, k_head, v_head, shape.kv_stride, w.len, tile, stage,
                                              num_tiles);
     const int k0 = tile * kBlockK;
-    if (k0 <= warp_last) {
+    if (TileInReach(k0, kBlockK, warp_q0, warp_last, window)) {
       const __nv_bfloat16* kt = k_s + stage * kStage;
       const __nv_bfloat16* vt = v_s + stage * kStage;
       float s[kMma32RowTiles][kKBlocks][4];
@@ -297,7 +327,7 @@ __global__ void __launch_bounds__(kMma32Warps * 32, Mma32MinBlocks<kHeadDim>())
         const int rt_q0 = warp_q0 + rt * 16;
         const int row_a = rt_q0 + g, row_b = row_a + 8;
         float alpha[2];
-        MaskedSoftmaxStepRaw(scale_log2, k0, rt_q0, row_a, row_b, t, s[rt], m[rt], l[rt], alpha);
+        MaskedSoftmaxStepRaw(st, window, k0, rt_q0, row_a, row_b, t, s[rt], m[rt], l[rt], alpha);
         RescaleRows(o[rt], alpha);
 #pragma unroll
         for (int c = 0; c < kKChunks; ++c) PackProbabilities(pa[rt][c], s[rt], c);
@@ -335,20 +365,19 @@ absl::Status LaunchMma16Rows(const bf16_t* q, const bf16_t* k, const bf16_t* v, 
                              const AttentionShape& s, bf16_t* out, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, Mma16BlockQ<kHeadDim>())),
                   static_cast<unsigned>(s.num_heads), static_cast<unsigned>(s.num_seqs));
-  const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHeadDim));
   constexpr int kSmem = Mma16SharedBytes<kHeadDim>();
   SCORED_CUDA_CHECK(
       EnsureDynamicSmem(reinterpret_cast<const void*>(AttentionMma16RowsKernel<kHeadDim>), kSmem));
   AttentionMma16RowsKernel<kHeadDim><<<grid, Mma16Warps<kHeadDim>() * 32, kSmem, stream>>>(
-      ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, scale_log2, ToDevice(out));
+      ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, MakeScoreTransform(s), ToDevice(out));
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
 
 bool Mma32RowsFits(int head_dim, int block_k) {
-  const int bytes = head_dim == 128
-                        ? (block_k == 64 ? Mma32SharedBytes<128, 64>() : Mma32SharedBytes<128, 32>())
-                        : (block_k == 64 ? Mma32SharedBytes<64, 64>() : Mma32SharedBytes<64, 32>());
+  // Shared memory grows linearly with the row length: (128 + 4 block_k) rows of head_dim + kPad bf16.
+  const int bytes = (kMma32BlockQ + 4 * block_k) * (head_dim + kPad) * 2;
+  static_assert(Mma32SharedBytes<256, 64>() == (kMma32BlockQ + 4 * 64) * (256 + kPad) * 2, "Mma32RowsFits");
   int device = 0, optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
@@ -363,12 +392,11 @@ absl::Status LaunchMma32Rows(const bf16_t* q, const bf16_t* k, const bf16_t* v, 
                              const AttentionShape& s, bf16_t* out, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kMma32BlockQ)),
                   static_cast<unsigned>(s.num_heads), static_cast<unsigned>(s.num_seqs));
-  const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHeadDim));
   constexpr int kSmem = Mma32SharedBytes<kHeadDim, kBlockK>();
   SCORED_CUDA_CHECK(
       EnsureDynamicSmem(reinterpret_cast<const void*>(AttentionMma32RowsKernel<kHeadDim, kBlockK>), kSmem));
-  AttentionMma32RowsKernel<kHeadDim, kBlockK><<<grid, kMma32Warps * 32, kSmem, stream>>>(
-      ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, scale_log2, ToDevice(out));
+  AttentionMma32RowsKernel<kHeadDim, kBlockK><<<grid, Mma32Warps<kHeadDim>() * 32, kSmem, stream>>>(
+      ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, MakeScoreTransform(s), ToDevice(out));
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
@@ -377,12 +405,22 @@ template absl::Status LaunchMma16Rows<32>(const bf16_t*, const bf16_t*, const bf
                                           const AttentionShape&, bf16_t*, cudaStream_t);
 template absl::Status LaunchMma16Rows<64>(const bf16_t*, const bf16_t*, const bf16_t*, const int32_t*,
                                           const AttentionShape&, bf16_t*, cudaStream_t);
+template absl::Status LaunchMma16Rows<96>(const bf16_t*, const bf16_t*, const bf16_t*, const int32_t*,
+                                          const AttentionShape&, bf16_t*, cudaStream_t);
 template absl::Status LaunchMma16Rows<128>(const bf16_t*, const bf16_t*, const bf16_t*, const int32_t*,
                                            const AttentionShape&, bf16_t*, cudaStream_t);
 template absl::Status LaunchMma32Rows<64, 32>(const bf16_t*, const bf16_t*, const bf16_t*, const int32_t*,
                                               const AttentionShape&, bf16_t*, cudaStream_t);
 template absl::Status LaunchMma32Rows<64, 64>(const bf16_t*, const bf16_t*, const bf16_t*, const int32_t*,
                                               const AttentionShape&, bf16_t*, cudaStream_t);
+template absl::Status LaunchMma32Rows<96, 32>(const bf16_t*, const bf16_t*, const bf16_t*, const int32_t*,
+                                              const AttentionShape&, bf16_t*, cudaStream_t);
+template absl::Status LaunchMma32Rows<96, 64>(const bf16_t*, const bf16_t*, const bf16_t*, const int32_t*,
+                                              const AttentionShape&, bf16_t*, cudaStream_t);
+template absl::Status LaunchMma32Rows<256, 32>(const bf16_t*, const bf16_t*, const bf16_t*, const int32_t*,
+                                               const AttentionShape&, bf16_t*, cudaStream_t);
+template absl::Status LaunchMma32Rows<256, 64>(const bf16_t*, const bf16_t*, const bf16_t*, const int32_t*,
+                                               const AttentionShape&, bf16_t*, cudaStream_t);
 template absl::Status LaunchMma32Rows<128, 32>(const bf16_t*, const bf16_t*, const bf16_t*, const int32_t*,
                                                const AttentionShape&, bf16_t*, cudaStream_t);
 template absl::Status LaunchMma32Rows<128, 64>(const bf16_t*, const bf16_t*, const bf16_t*, const int32_t*,

@@ -2,10 +2,12 @@
 // attention.h; the dispatch that picks it (compute capability 9.0 device, library built for sm_90a, the
 // 32-row mma.sync kernel's alignment): attention.cu.
 //
-// Formula: per query row, S = Q K^T * 128^-1/2 over the keys up to the row (causal, own sequence), online
-// softmax per 128-key tile in raw score units (p = 2^(s * scale_log2 - m * scale_log2), one FFMA + ex2 per
-// score), O += P V with P rounded to bf16, out = O / l rounded once to bf16: the arithmetic of the 32-row
-// mma.sync kernel (attention_mma.cu), same rounding points.
+// Formula: per query row, S = Q K^T times the scale (with a soft cap, tanh(S * scale / cap) * cap) over the
+// keys in reach of the row (causal, own sequence, the window where there is one), online softmax per
+// 128-key tile in raw score units (ScoreTransform: p = 2^(s * units - m * units), one FFMA + ex2 per score),
+// O += P V with P rounded to bf16, out = O / l rounded once to bf16: the arithmetic of the 32-row mma.sync
+// kernel (attention_mma.cu), same rounding points. With a window the key tiles wholly before the window of
+// the block's first query are never loaded (FirstKeyTile).
 // Shapes: q [num_tokens, q_stride], k and v [num_tokens, kv_stride], out [num_tokens, num_heads * 128]
 // (AttentionShape). dtypes: bf16 in and out, fp32 accumulation and softmax.
 // Grid: (query tiles of 128, heads, sequences), longest tiles first; 256 threads, one block per SM (225 KiB
@@ -150,7 +152,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
                          const __nv_bfloat16* __restrict__ k,     // [num_tokens, kv_stride]
                          const __nv_bfloat16* __restrict__ v,     // [num_tokens, kv_stride]
                          const int32_t* __restrict__ cu_seqlens,  // [num_seqs + 1]
-                         const AttentionShape shape, float scale_log2,
+                         const AttentionShape shape, const ScoreTransform st,
                          __nv_bfloat16* __restrict__ out) {  // [num_tokens, nh * 128]
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -171,6 +173,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
   const __nv_bfloat16* k_head = k + w.start * shape.kv_stride + w.kv_head * kHopperHeadDim;
   const __nv_bfloat16* v_head = v + w.start * shape.kv_stride + w.kv_head * kHopperHeadDim;
   const int num_tiles = (min(w.len, w.q0 + kHopperBlockQ) + kHopperBlockK - 1) / kHopperBlockK;
+  const int first_tile = FirstKeyTile(w.q0, shape.window, kHopperBlockK);
 
   LoadSwizzledTile(q_tile, q + (w.start + w.q0) * shape.q_stride + w.head * kHopperHeadDim, shape.q_stride,
                    w.len - w.q0);
@@ -182,9 +185,9 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     LoadSwizzledTile(v_tile(stage), v_head + static_cast<int64_t>(k0) * shape.kv_stride, shape.kv_stride,
                      w.len - k0);
   };
-  load_kv(0);
+  load_kv(first_tile);
   CopyAsyncCommit();
-  if (num_tiles > 1) load_kv(1);
+  if (first_tile + 1 < num_tiles) load_kv(first_tile + 1);
   CopyAsyncCommit();
 
   Accumulator o;
@@ -206,11 +209,11 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     WgmmaCommit();
   };
 
-  CopyAsyncWait<1>();  // Q and tile 0 have landed; tile 1 may still be in flight
+  CopyAsyncWait<1>();  // Q and the first tile have landed; the second may still be in flight
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async writes -> wgmma reads
   __syncthreads();
   WgmmaFence();
-  issue_scores(0);
+  issue_scores(first_tile % kHopperStages);
   WgmmaWaitAll();
   FenceOperands(s);
 
@@ -218,13 +221,13 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
   // into P, waits for that P.V, rescales O, then (after the barrier that makes tile + 1 visible and frees
   // the stage of tile - 1 for tile + 2) issues S of tile + 1 and P.V of tile, and waits only for the S:
   // the P.V runs on while the next iteration's softmax does.
-  for (int tile = 0; tile < num_tiles; ++tile) {
+  for (int tile = first_tile; tile < num_tiles; ++tile) {
     const int stage = tile % kHopperStages;
     const int k0 = tile * kHopperBlockK;
 
     // s[i][e]: row (e < 2 ? row_a : row_b), key k0 + 8 i + 2 t + (e & 1).
     float alpha[2];
-    MaskedSoftmaxStepRaw(scale_log2, k0, warp_row0, row_a, row_b, t, s, m, l, alpha);
+    MaskedSoftmaxStepRaw(st, shape.window, k0, warp_row0, row_a, row_b, t, s, m, l, alpha);
     WgmmaWaitAll();  // P.V of tile - 1: its P registers are free and O is final
     FenceOperands(o);
     uint32_t p[kHopperBlockK / 16][4];
@@ -295,10 +298,9 @@ absl::Status LaunchWgmma(const bf16_t* q, const bf16_t* k, const bf16_t* v, cons
                          const AttentionShape& s, bf16_t* out, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kHopperBlockQ)),
                   static_cast<unsigned>(s.num_heads), static_cast<unsigned>(s.num_seqs));
-  const float scale_log2 = kLog2e / sqrtf(static_cast<float>(kHopperHeadDim));
   SCORED_CUDA_CHECK(EnsureDynamicSmem(reinterpret_cast<const void*>(AttentionWgmmaKernel), kHopperSmem));
   AttentionWgmmaKernel<<<grid, kHopperThreads, kHopperSmem, stream>>>(
-      ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, scale_log2, ToDevice(out));
+      ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, MakeScoreTransform(s), ToDevice(out));
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }

@@ -1,7 +1,7 @@
 // kernels_bench: the attention and element-wise kernels alone, at the engine's Llama-3-8B shapes, old path
 // against new where both exist.
 //
-//   kernels_bench [--reps 5] [--only attention|swiglu|add_rms_norm|hadamard]
+//   kernels_bench [--reps 5] [--only attention|attention_models|swiglu|add_rms_norm|hadamard]
 //
 // Every case: two warm-up launches, then --reps launches each timed with its own pair of CUDA events on one
 // stream; the median is printed. Shapes:
@@ -10,6 +10,13 @@
 //              (4 * head_dim * heads * len * (len + 1) / 2 per window, the count of the engine's profile).
 //              Old: the 32-rows-per-warp mma.sync kernel (the previous default); new: the wgmma kernel.
 //              After timing, the largest |new - old| over the 8-window output (both bf16).
+//   attention_models (also run by `attention`)  bf16, fused q|k|v, every kernel that takes the shape and
+//              kAuto (named with the kernel it picks), at 8 x 2048 and 2 x 8192 tokens: head_dim 96 with
+//              32 / 32 heads (Phi-3-mini); head_dim 256 with 16 / 8 and 8 / 4 heads (Gemma 2 9B, Gemma 3
+//              4B), causal and with Gemma 2's window 4096, cap 50, scale 256^-1/2; head_dim 128 32 / 8
+//              with a 4096 window. TFLOP/s count the (query, key) pairs in reach: 4 * head_dim * heads *
+//              sum_i min(i + 1, window) per sequence (a 4096 window on 8192 tokens is ~3/4 of the causal
+//              work's pairs, and the kernels should take about that share of the causal time).
 //   swiglu     bf16 fused gate|up [32768, 2 * 14336] -> [32768, 14336]; GB/s = bytes read + written.
 //   add_rms_norm  fp32 x [32768, 4096] into the fp32 residual (read and written), bf16 out (the engine's
 //              call); GB/s counts x, residual twice, out and the weight.
@@ -200,6 +207,102 @@ bool BenchAttention(cudaStream_t stream, int32_t windows, int reps) {
   return ok;
 }
 
+const char* AttentionKernelName(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::kAuto:
+      return "auto";
+    case AttentionKernel::kSimt:
+      return "simt";
+    case AttentionKernel::kMma16Rows:
+      return "mma16";
+    case AttentionKernel::kMma32RowsK32:
+      return "mma32_k32";
+    case AttentionKernel::kMma32RowsK64:
+      return "mma32_k64";
+    case AttentionKernel::kWgmma:
+      return "wgmma";
+  }
+  return "?";
+}
+
+struct ModelAttention {
+  const char* name;
+  int32_t heads, kv_heads, head_dim;
+  float scale, softcap;
+  int32_t window;
+};
+
+// One model shape at seqs x len tokens through every kernel that takes it but SIMT (too slow to matter),
+// and kAuto.
+bool BenchModelAttention(cudaStream_t stream, const ModelAttention& m, int32_t seqs, int32_t len, int reps) {
+  const int64_t tokens = static_cast<int64_t>(seqs) * len;
+  const int64_t stride = static_cast<int64_t>(m.heads + 2 * m.kv_heads) * m.head_dim;
+  Buffer<bf16_t> qkv(tokens * stride), out(tokens * m.heads * m.head_dim);
+  Buffer<int32_t> cu(seqs + 1);
+  if (!qkv.ok() || !out.ok() || !cu.ok() || !FillRandom(qkv, 1.0f, 410 + m.head_dim)) return false;
+  std::vector<int32_t> cu_host(seqs + 1);
+  for (int32_t i = 0; i <= seqs; ++i) cu_host[i] = i * len;
+  if (!Check(cudaMemcpy(cu.get(), cu_host.data(), cu_host.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+             "cu")) {
+    return false;
+  }
+  AttentionShape s;
+  s.num_tokens = tokens;
+  s.num_seqs = seqs;
+  s.max_seqlen = len;
+  s.num_heads = m.heads;
+  s.num_kv_heads = m.kv_heads;
+  s.head_dim = m.head_dim;
+  s.q_stride = s.kv_stride = stride;
+  s.scale = m.scale;
+  s.softcap = m.softcap;
+  s.window = m.window;
+  const bf16_t* q = qkv.get();
+  const bf16_t* k = q + static_cast<int64_t>(m.heads) * m.head_dim;
+  const bf16_t* v = k + static_cast<int64_t>(m.kv_heads) * m.head_dim;
+  double pairs = 0.0;  // (query, key) pairs in reach, per sequence and head
+  for (int64_t i = 0; i < len; ++i) pairs += m.window > 0 ? std::min<int64_t>(i + 1, m.window) : i + 1;
+  const double flops = 4.0 * m.head_dim * m.heads * seqs * pairs;
+  const std::string what =
+      std::string("attention ") + std::to_string(seqs) + "x" + std::to_string(len) + " " + m.name;
+  const std::string auto_name =
+      std::string("auto=") + AttentionKernelName(CausalAttentionAutoKernel(q, k, v, out.get(), s));
+  bool ok = true;
+  for (AttentionKernel kernel :
+       {AttentionKernel::kMma16Rows, AttentionKernel::kMma32RowsK32, AttentionKernel::kMma32RowsK64,
+        AttentionKernel::kWgmma, AttentionKernel::kAuto}) {
+    if (!CausalAttentionSupports(kernel, q, k, v, out.get(), s)) continue;
+    const float ms = MedianMs(
+        stream, [&] { return CausalAttentionWith(kernel, q, k, v, cu.get(), s, out.get(), stream); }, reps);
+    if (ms <= 0) {
+      ok = false;
+      continue;
+    }
+    PrintRate(what.c_str(),
+              kernel == AttentionKernel::kAuto ? auto_name.c_str() : AttentionKernelName(kernel), ms, flops,
+              0);
+  }
+  return ok;
+}
+
+bool BenchModelAttentions(cudaStream_t stream, int reps) {
+  const float gemma2_scale = 1.0f / 16.0f;  // query_pre_attn_scalar 256
+  const ModelAttention models[] = {
+      {"32/32 hd96", 32, 32, 96, 0.0f, 0.0f, 0},
+      {"16/8 hd256", 16, 8, 256, 0.0f, 0.0f, 0},
+      {"16/8 hd256 w4096 cap50", 16, 8, 256, gemma2_scale, 50.0f, 4096},
+      {"8/4 hd256", 8, 4, 256, 0.0f, 0.0f, 0},
+      {"32/8 hd128 w4096", 32, 8, 128, 0.0f, 0.0f, 4096},
+      {"32/8 hd128", 32, 8, 128, 0.0f, 0.0f, 0},
+  };
+  bool ok = true;
+  for (const ModelAttention& m : models) {
+    ok = BenchModelAttention(stream, m, 8, 2048, reps) && ok;
+    ok = BenchModelAttention(stream, m, 2, 8192, reps) && ok;
+  }
+  return ok;
+}
+
 bool BenchSwiGlu(cudaStream_t stream, int reps) {
   Buffer<bf16_t> gate_up(kElementwiseTokens * 2 * kInter), out(kElementwiseTokens * kInter);
   if (!gate_up.ok() || !out.ok() || !FillRandom(gate_up, 2.0f, 500)) return false;
@@ -287,7 +390,8 @@ int Main(int argc, char** argv) {
       only = argv[i + 1];
     } else {
       std::fprintf(stderr,
-                   "usage: kernels_bench [--reps N] [--only attention|swiglu|add_rms_norm|hadamard]\n");
+                   "usage: kernels_bench [--reps N] [--only "
+                   "attention|attention_models|swiglu|add_rms_norm|hadamard]\n");
       return 2;
     }
   }
@@ -305,6 +409,7 @@ int Main(int argc, char** argv) {
   if (!Check(cudaStreamCreate(&stream), "stream")) return 1;
   bool ok = true;
   if (wanted("attention")) ok = BenchAttention(stream, 8, reps) && BenchAttention(stream, 16, reps) && ok;
+  if (wanted("attention") || only == "attention_models") ok = BenchModelAttentions(stream, reps) && ok;
   if (wanted("swiglu")) ok = BenchSwiGlu(stream, reps) && ok;
   if (wanted("add_rms_norm")) ok = BenchAddRmsNorm(stream, reps) && ok;
   if (wanted("hadamard")) ok = BenchHadamard(stream, reps) && ok;

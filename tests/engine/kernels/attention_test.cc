@@ -1,4 +1,5 @@
-// Causal GQA varlen attention vs ref::CausalAttention, one oracle call per sequence.
+// Causal GQA varlen attention vs ref::CausalAttention (with ref::AttentionOptions: scale, soft cap, sliding
+// window), one oracle call per sequence, through every kernel that takes the input.
 // Tolerances (v in [-1, 1], so |out| <= 1):
 //   fp32 (SIMT): fp32 dot products and sums vs double in the oracle: scores off by ~1e-6, outputs by
 //     less; kFp32AbsTol = 1e-5.
@@ -10,7 +11,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdint>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "engine/kernels/attention_kernels.h"
 #include "engine/reference/ops.h"
@@ -30,6 +34,7 @@ class AttentionTest : public testing::GpuTest {};
 struct Problem {
   std::vector<int32_t> lengths;
   int32_t num_heads, num_kv_heads, head_dim;
+  ref::AttentionOptions options;
   std::vector<int32_t> cu_seqlens;
   int64_t num_tokens = 0, stride = 0;
   std::vector<float> qkv;   // [num_tokens, stride] fused q|k|v, bf16-representable
@@ -45,13 +50,19 @@ struct Problem {
     s.head_dim = head_dim;
     s.q_stride = stride;
     s.kv_stride = stride;
+    s.scale = static_cast<float>(options.scale);
+    s.softcap = options.softcap;
+    s.window = static_cast<int32_t>(options.window);
     return s;
   }
 };
 
-Problem MakeProblem(std::vector<int32_t> lengths, int32_t nh, int32_t nkv, int32_t hd, uint32_t seed) {
+// options.scale must be a float value (the kernels take a float scale).
+Problem MakeProblem(std::vector<int32_t> lengths, int32_t nh, int32_t nkv, int32_t hd, uint32_t seed,
+                    const ref::AttentionOptions& options = ref::AttentionOptions()) {
   Problem p;
   p.lengths = std::move(lengths);
+  p.options = options;
   p.num_heads = nh;
   p.num_kv_heads = nkv;
   p.head_dim = hd;
@@ -81,7 +92,7 @@ Problem MakeProblem(std::vector<int32_t> lengths, int32_t nh, int32_t nkv, int32
       std::copy(row + q_cols, row + q_cols + kv_cols, k.begin() + i * kv_cols);
       std::copy(row + q_cols + kv_cols, row + q_cols + 2 * kv_cols, v.begin() + i * kv_cols);
     }
-    ref::CausalAttention(q.data(), k.data(), v.data(), n, nh, nkv, hd, out.data());
+    ref::CausalAttention(q.data(), k.data(), v.data(), n, nh, nkv, hd, out.data(), nullptr, options);
     std::copy(out.begin(), out.end(), p.want.begin() + t0 * q_cols);
   }
   return p;
@@ -150,12 +161,29 @@ const char* KernelName(AttentionKernel kernel) {
   return "?";
 }
 
-// The tensor-core kernels that take head_dim hd on this device.
-std::vector<AttentionKernel> TensorCoreKernels(int32_t hd) {
-  std::vector<AttentionKernel> kernels = {AttentionKernel::kMma16Rows, AttentionKernel::kMma32RowsK32,
-                                          AttentionKernel::kMma32RowsK64};
-  // wgmma: sm_90a code on a 9.0 device (not a build run from its compute_80 PTX, CUDA_FORCE_PTX_JIT=1).
-  if (hd == 128 && attention_internal::WgmmaAvailable()) kernels.push_back(AttentionKernel::kWgmma);
+// kAuto, then every kernel that CausalAttentionWith takes for p's fused q|k|v buffer on this device (SIMT
+// always; wgmma only for sm_90a code on a 9.0 device, not a build run from its compute_80 PTX under
+// CUDA_FORCE_PTX_JIT=1).
+std::vector<AttentionKernel> KernelsFor(const Problem& p) {
+  DeviceArray<bf16_t> d_qkv(p.num_tokens * p.stride), d_out(p.num_tokens * p.num_heads * p.head_dim);
+  const bf16_t* q = d_qkv.get();
+  const bf16_t* k = q + static_cast<int64_t>(p.num_heads) * p.head_dim;
+  const bf16_t* v = k + static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+  std::vector<AttentionKernel> kernels = {AttentionKernel::kAuto};
+  for (AttentionKernel kernel :
+       {AttentionKernel::kSimt, AttentionKernel::kMma16Rows, AttentionKernel::kMma32RowsK32,
+        AttentionKernel::kMma32RowsK64, AttentionKernel::kWgmma}) {
+    if (CausalAttentionSupports(kernel, q, k, v, d_out.get(), p.Shape())) kernels.push_back(kernel);
+  }
+  return kernels;
+}
+
+// The kernels of KernelsFor but kSimt and kAuto.
+std::vector<AttentionKernel> TensorCoreKernels(const Problem& p) {
+  std::vector<AttentionKernel> kernels;
+  for (AttentionKernel kernel : KernelsFor(p)) {
+    if (kernel != AttentionKernel::kAuto && kernel != AttentionKernel::kSimt) kernels.push_back(kernel);
+  }
   return kernels;
 }
 
@@ -169,7 +197,7 @@ double MeanAbsError(const std::vector<float>& got, const std::vector<float>& wan
 const std::vector<int32_t> kLengths = {1, 17, 0, 64, 100, 130, 257};
 
 TEST_F(AttentionTest, Bf16MatchesReference) {
-  for (int32_t hd : {8, 16, 32, 64, 128}) {
+  for (int32_t hd : {8, 16, 24, 32, 64, 96, 128, 256}) {
     const Problem p = MakeProblem(kLengths, 8, 2, hd, 100 + hd);
     for (bool simt : {false, true}) {
       const std::string name =
@@ -194,9 +222,7 @@ TEST_F(AttentionTest, Bf16KernelsMatchReference) {
       MakeProblem({1024, 129}, 8, 2, 128, 504), MakeProblem(kLengths, 8, 2, 64, 502),
       MakeProblem({700, 1, 333}, 4, 1, 64, 503)};
   for (const Problem& p : problems) {
-    std::vector<AttentionKernel> kernels = TensorCoreKernels(p.head_dim);
-    kernels.insert(kernels.begin(), AttentionKernel::kAuto);
-    for (AttentionKernel kernel : kernels) {
+    for (AttentionKernel kernel : KernelsFor(p)) {
       const std::string name = std::string("attention bf16 ") + KernelName(kernel) +
                                " hd=" + std::to_string(p.head_dim) +
                                " tokens=" + std::to_string(p.num_tokens);
@@ -212,7 +238,7 @@ TEST_F(AttentionTest, Bf16KernelsMatchReference) {
 }
 
 TEST_F(AttentionTest, Fp32MatchesReference) {
-  for (int32_t hd : {8, 32, 64, 128}) {
+  for (int32_t hd : {8, 32, 64, 96, 128, 256}) {
     const Problem p = MakeProblem(kLengths, 4, 4, hd, 200 + hd);
     const std::vector<float> got = RunAttention<float>(stream_, p, false);
     const testing::ErrorStats s = testing::CompareArrays(got, p.want);
@@ -236,13 +262,120 @@ TEST_F(AttentionTest, SequenceResultIndependentOfBatch) {
   EXPECT_EQ(testing::CountBitDifferences(
                 std::vector<float>(all.begin() + 70 * cols, all.begin() + 103 * cols), one),
             0);
-  for (AttentionKernel kernel : TensorCoreKernels(128)) {
+  const std::vector<AttentionKernel> kernels = TensorCoreKernels(batch);
+  EXPECT_FALSE(kernels.empty());
+  for (AttentionKernel kernel : kernels) {
     const std::vector<float> all_k = RunAttentionWith(stream_, batch, kernel);
     const std::vector<float> one_k = RunAttentionWith(stream_, alone, kernel);
     EXPECT_EQ(testing::CountBitDifferences(
                   std::vector<float>(all_k.begin() + 70 * cols, all_k.begin() + 103 * cols), one_k),
               0)
         << KernelName(kernel);
+  }
+}
+
+// ---------------------------------------------------------------- scale, soft cap, sliding window
+
+struct OptionCase {
+  const char* name;
+  ref::AttentionOptions options;
+};
+
+ref::AttentionOptions Options(double scale, float softcap, int64_t window) {
+  ref::AttentionOptions o;
+  o.scale = static_cast<float>(scale);  // a float value: the kernels take a float scale
+  o.softcap = softcap;
+  o.window = window;
+  return o;
+}
+
+const double kScale20 = 1.0 / std::sqrt(20.0);  // Gemma-like query_pre_attn_scalar^-1/2, not head_dim^-1/2
+
+// Windows of 1 (a row sees only itself), 8 and 37 (not a multiple of any key tile); scale and caps alone
+// and with the window (Gemma 2's combination).
+const std::vector<OptionCase> kOptionCases = {
+    {"default", Options(0.0, 0.0f, 0)},   {"scale", Options(kScale20, 0.0f, 0)},
+    {"softcap5", Options(0.0, 5.0f, 0)},  {"softcap50+scale", Options(kScale20, 50.0f, 0)},
+    {"window1", Options(0.0, 0.0f, 1)},   {"window8", Options(0.0, 0.0f, 8)},
+    {"window37", Options(0.0, 0.0f, 37)}, {"window37+softcap50+scale", Options(kScale20, 50.0f, 37)},
+};
+
+// Lengths around the windows: shorter than 8 and 37, exactly 37 and one more, and several times longer;
+// an empty sequence.
+const std::vector<int32_t> kOptionLengths = {1, 17, 0, 37, 38, 100, 130, 300};
+
+// Checks p through every kernel that takes it (bf16 tolerances) and through the fp32 SIMT path (fp32
+// tolerance).
+void CheckAllKernels(cudaStream_t stream, const Problem& p, const std::string& what) {
+  for (AttentionKernel kernel : KernelsFor(p)) {
+    const std::string name = "attention bf16 " + what + " " + KernelName(kernel);
+    const std::vector<float> got = RunAttentionWith(stream, p, kernel);
+    const testing::ErrorStats s = testing::CompareArrays(got, p.want);
+    const double mean = MeanAbsError(got, p.want);
+    testing::Report(name + " (mean_abs=" + std::to_string(mean) + ")", s);
+    EXPECT_EQ(s.not_finite, 0) << name;
+    EXPECT_LE(s.max_abs, kBf16AbsTol) << name;
+    EXPECT_LE(mean, kBf16MeanAbsTol) << name;
+  }
+  const std::vector<float> got = RunAttention<float>(stream, p, false);
+  const testing::ErrorStats s = testing::CompareArrays(got, p.want);
+  testing::Report("attention f32 " + what, s);
+  EXPECT_EQ(s.not_finite, 0) << what;
+  EXPECT_LE(s.max_abs, kFp32AbsTol) << what;
+}
+
+// Every option case at head_dims 16 and 24 (SIMT only), 64, 96, 128 and 256, 4 heads on 2 kv heads.
+TEST_F(AttentionTest, OptionsMatchReference) {
+  for (int32_t hd : {16, 24, 64, 96, 128, 256}) {
+    for (size_t c = 0; c < kOptionCases.size(); ++c) {
+      const Problem p = MakeProblem(kOptionLengths, 4, 2, hd, 600 + 10 * hd + c, kOptionCases[c].options);
+      CheckAllKernels(stream_, p, std::string(kOptionCases[c].name) + " hd=" + std::to_string(hd));
+    }
+  }
+}
+
+// Windows on sequences of several query blocks of every kernel (128 queries), where whole key tiles lie
+// before a block's window and are skipped: 37, 200 (more than a tile), and 1000 (longer than the sequences:
+// the plain causal result). 8 heads on 1 kv head.
+TEST_F(AttentionTest, WindowsOnLongSequencesMatchReference) {
+  for (int32_t hd : {64, 96, 128, 256}) {
+    for (int64_t window : {37, 200, 1000}) {
+      const ref::AttentionOptions options =
+          Options(hd == 256 ? kScale20 : 0.0, hd == 256 ? 50.0f : 0.0f, window);
+      const Problem p = MakeProblem({700, 1, 333}, 8, 1, hd, 700 + hd + window, options);
+      CheckAllKernels(stream_, p, "window" + std::to_string(window) + " hd=" + std::to_string(hd) + " long");
+    }
+  }
+}
+
+// Sequence `seq` of a batch as a batch of its own (same q|k|v rows, same options).
+Problem Alone(const Problem& batch, size_t seq) {
+  Problem alone = batch;
+  const int64_t t0 = batch.cu_seqlens[seq], n = batch.lengths[seq];
+  alone.lengths = {batch.lengths[seq]};
+  alone.cu_seqlens = {0, batch.lengths[seq]};
+  alone.num_tokens = n;
+  alone.qkv.assign(batch.qkv.begin() + t0 * batch.stride, batch.qkv.begin() + (t0 + n) * batch.stride);
+  const int64_t cols = static_cast<int64_t>(batch.num_heads) * batch.head_dim;
+  alone.want.assign(batch.want.begin() + t0 * cols, batch.want.begin() + (t0 + n) * cols);
+  return alone;
+}
+
+// With a window (and the cap and scale), a sequence's result is bitwise the same alone and in a batch,
+// through every kernel.
+TEST_F(AttentionTest, WindowedSequenceResultIndependentOfBatch) {
+  for (int32_t hd : {96, 128, 256}) {
+    const Problem batch = MakeProblem({300, 150, 129}, 8, 2, hd, 800 + hd, Options(kScale20, 50.0f, 37));
+    const Problem alone = Alone(batch, 1);
+    const int64_t cols = static_cast<int64_t>(batch.num_heads) * hd;
+    for (AttentionKernel kernel : KernelsFor(batch)) {
+      const std::vector<float> all = RunAttentionWith(stream_, batch, kernel);
+      const std::vector<float> one = RunAttentionWith(stream_, alone, kernel);
+      EXPECT_EQ(testing::CountBitDifferences(
+                    std::vector<float>(all.begin() + 300 * cols, all.begin() + 450 * cols), one),
+                0)
+          << KernelName(kernel) << " hd=" << hd;
+    }
   }
 }
 
@@ -306,6 +439,37 @@ TEST_F(AttentionTest, ThroughputLlama3Shapes) {
   TimeAttention<bf16_t>(stream_, 64, 10, AttentionKernel::kMma32RowsK32);
   TimeAttention<bf16_t>(stream_, 64, 10, AttentionKernel::kMma32RowsK64);
   TimeAttention<float>(stream_, 128, 1);
+}
+
+// Shapes and options outside attention.h's limits are INVALID_ARGUMENT before any CUDA call (no GPU needed;
+// the pointers are never read).
+TEST(AttentionArgumentsTest, RejectsBadShapesAndOptions) {
+  alignas(16) static bf16_t buffer[64];
+  static const int32_t cu[2] = {0, 1};
+  auto shape_with = [](int32_t hd, float scale, float softcap, int32_t window) {
+    AttentionShape s;
+    s.num_tokens = 1;
+    s.num_seqs = 1;
+    s.max_seqlen = 1;
+    s.num_heads = 1;
+    s.num_kv_heads = 1;
+    s.head_dim = hd;
+    s.q_stride = s.kv_stride = 256;
+    s.scale = scale;
+    s.softcap = softcap;
+    s.window = window;
+    return s;
+  };
+  const std::vector<AttentionShape> bad = {
+      shape_with(20, 0.0f, 0.0f, 0),  shape_with(264, 0.0f, 0.0f, 0), shape_with(0, 0.0f, 0.0f, 0),
+      shape_with(64, -1.0f, 0.0f, 0), shape_with(64, NAN, 0.0f, 0),   shape_with(64, INFINITY, 0.0f, 0),
+      shape_with(64, 0.0f, -5.0f, 0), shape_with(64, 0.0f, NAN, 0),   shape_with(64, 0.0f, 0.0f, -1)};
+  for (const AttentionShape& s : bad) {
+    const absl::Status st = CausalAttention<bf16_t>(buffer, buffer, buffer, cu, s, buffer, nullptr);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument)
+        << "hd=" << s.head_dim << " scale=" << s.scale << " softcap=" << s.softcap << " window=" << s.window;
+    EXPECT_FALSE(CausalAttentionSupports(AttentionKernel::kSimt, buffer, buffer, buffer, buffer, s));
+  }
 }
 
 }  // namespace
