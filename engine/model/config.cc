@@ -219,44 +219,62 @@ absl::Status ParseRope(const Json& j, const FamilyTraits& family, const std::str
 // Gemma 3: the global RoPE (full layers) and the local one (sliding layers). transformers 5 writes
 // rope_parameters {"full_attention": {rope_type, rope_theta, ...}, "sliding_attention": {...}}; older files
 // rope_theta (global, default 1e6), rope_local_base_freq (local, default 1e4) and rope_scaling (global).
+// As Gemma3TextConfig.convert_rope_params_to_dict: a part absent from rope_parameters is the default type,
+// and a part's absent rope_theta is the older field's value. What that function would read differently is
+// refused: keys other than the two layer types, rope_scaling next to rope_parameters (it merges them), and a
+// partial_rotary_factor (transformers' default RoPE honours it, this family's engine does not).
 absl::Status ParseLocalGlobalRope(const Json& j, const FamilyTraits& family, const std::string& source,
                                   ModelConfig* out) {
   ModelConfig& c = *out;
-  const Json* rp = Find(j, "rope_parameters");
-  if (rp != nullptr && rp->is_object() && Find(*rp, "full_attention") != nullptr) {
-    struct Part {
-      const char* key;
-      double* theta;
-      RopeScaling* scaling;
-    };
-    for (const Part& p : {Part{"full_attention", &c.rope_theta, &c.rope_scaling},
-                          Part{"sliding_attention", &c.local_rope_theta, &c.local_rope_scaling}}) {
+  struct Part {
+    const char* key;
+    const char* theta_field;  // the older files' field, and the default when it is absent
+    double theta_default;
+    double* theta;
+    RopeScaling* scaling;
+  };
+  const Part parts[] = {
+      {"full_attention", "rope_theta", 1000000.0, &c.rope_theta, &c.rope_scaling},
+      {"sliding_attention", "rope_local_base_freq", 10000.0, &c.local_rope_theta, &c.local_rope_scaling}};
+  for (const Part& p : parts) {
+    SCORED_ASSIGN_OR_RETURN(*p.theta, GetDouble(j, p.theta_field, source, p.theta_default));
+    if (!(*p.theta > 0.0)) return Invalid(source, absl::StrCat(p.theta_field, " must be positive"));
+  }
+  const Json* rs = Find(j, "rope_scaling");
+  if (const Json* rp = Find(j, "rope_parameters")) {
+    if (!rp->is_object()) return Invalid(source, "'rope_parameters' must be an object or null");
+    for (const auto& item : rp->items()) {
+      if (item.key() != "full_attention" && item.key() != "sliding_attention") {
+        return Invalid(source,
+                       absl::StrCat("unsupported rope_parameters key '", item.key(), "' for ", c.architecture,
+                                    " (expected one entry per layer type: full_attention, "
+                                    "sliding_attention)"));
+      }
+    }
+    if (rs != nullptr) {
+      return Invalid(source, absl::StrCat("both rope_parameters and rope_scaling (", rs->dump(),
+                                          ") are set for ", c.architecture, ": not supported"));
+    }
+    for (const Part& p : parts) {
       const Json* sub = Find(*rp, p.key);
+      if (sub == nullptr) continue;  // the default type with the older field's theta
       const std::string field = absl::StrCat("rope_parameters.", p.key);
-      if (sub == nullptr || !sub->is_object()) return Invalid(source, absl::StrCat("'", field, "' missing"));
-      SCORED_ASSIGN_OR_RETURN(*p.theta,
-                              GetDouble(*sub, "rope_theta", absl::StrCat(source, " (", field, ")")));
+      SCORED_ASSIGN_OR_RETURN(
+          *p.theta, GetDouble(*sub, "rope_theta", absl::StrCat(source, " (", field, ")"), *p.theta));
       if (!(*p.theta > 0.0)) return Invalid(source, absl::StrCat(field, ".rope_theta must be positive"));
       SCORED_RETURN_IF_ERROR(ParseRopeScaling(*sub, field, source, p.scaling));
+      SCORED_RETURN_IF_ERROR(ParsePartialRotary(j, sub, family, source, &c));
     }
-  } else {
-    SCORED_ASSIGN_OR_RETURN(c.rope_theta, GetDouble(j, "rope_theta", source, 1000000.0));
-    SCORED_ASSIGN_OR_RETURN(c.local_rope_theta, GetDouble(j, "rope_local_base_freq", source, 10000.0));
-    if (!(c.rope_theta > 0.0) || !(c.local_rope_theta > 0.0)) {
-      return Invalid(source, "rope_theta and rope_local_base_freq must be positive");
-    }
-    if (const Json* rs = Find(j, "rope_scaling")) {
-      SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rs, "rope_scaling", source, &c.rope_scaling));
+  } else if (rs != nullptr) {
+    SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rs, "rope_scaling", source, &c.rope_scaling));
+  }
+  for (const Part& p : parts) {
+    if ((family.rope_scalings & RopeTypeBit(p.scaling->type)) == 0) {
+      return Invalid(source, absl::StrCat("rope scaling type '", RopeTypeName(p.scaling->type), "' (", p.key,
+                                          ") is not supported for ", c.architecture));
     }
   }
-  for (const RopeScaling* r : {&c.rope_scaling, &c.local_rope_scaling}) {
-    if ((family.rope_scalings & RopeTypeBit(r->type)) == 0) {
-      return Invalid(source, absl::StrCat("rope scaling type '", RopeTypeName(r->type),
-                                          "' is not supported for ", c.architecture));
-    }
-  }
-  c.rotary_dim = c.head_dim;
-  return absl::OkStatus();
+  return ParsePartialRotary(j, nullptr, family, source, &c);
 }
 
 // rope_theta and rope scaling: rope_theta at top level, or (newer files) inside rope_parameters, which may
@@ -270,6 +288,12 @@ absl::Status ParseRope(const Json& j, const FamilyTraits& family, const std::str
   if (family.gemma.local_rope) return ParseLocalGlobalRope(j, family, source, out);
   if (rope_params != nullptr) {
     if (!rope_params->is_object()) return Invalid(source, "'rope_parameters' must be an object or null");
+    for (const char* layer_type : {"full_attention", "sliding_attention"}) {
+      if (Find(*rope_params, layer_type) != nullptr) {  // Gemma 3's form: one RoPE per layer type
+        return Invalid(source, absl::StrCat("rope_parameters per layer type ('", layer_type,
+                                            "') is not supported for ", c.architecture));
+      }
+    }
     if (Find(*rope_params, "rope_theta") != nullptr) {
       SCORED_ASSIGN_OR_RETURN(
           c.rope_theta, GetDouble(*rope_params, "rope_theta", absl::StrCat(source, " (rope_parameters)")));

@@ -35,6 +35,10 @@ triple; loaded by transformers, every Linear equals the writer's drawn values ro
 every other tensor equals the W4A16 checkpoint's; the W4A16's packed words and scales are ct_writer.quantize_w4a16
 of those bf16 weights bit for bit; the KL divergence of the W4A16 model from the original on the windows (fp32
 forwards) is positive and small (the two are one model up to quantization).
+Then make_random_family.py (Gemma-3- and Phi-3/Phi-4-shaped W4A16, issue 22), under the same condition: each
+preset's config read back by transformers has the published shape, and a tiny checkpoint of each loads in
+transformers + compressed-tensors with every Linear (Phi-3's fused ones too) bit for bit the stored words' decode
+(check_random_family).
 """
 import json
 import math
@@ -314,6 +318,114 @@ def check_dense_original(mrw, shape, d, dense_dir, where, quant_model, ids, fail
     return compared
 
 
+# Tiny shapes of make_random_family.py's presets: the preset's layout (fused or not, tied or not, head_dim 256 / 96
+# kept where it matters), hidden and intermediate shrunk; 6 layers give Gemma 3 its one full-attention layer.
+FAMILY_TINY = {
+    "gemma3-27b": ["--hidden", "256", "--heads", "4", "--kv-heads", "2", "--head-dim", "128", "--intermediate", "512",
+                   "--layers", "6"],
+    "gemma3-12b": ["--hidden", "256", "--heads", "2", "--kv-heads", "1", "--head-dim", "256", "--intermediate", "512",
+                   "--layers", "6"],
+    "phi4": ["--hidden", "256", "--heads", "4", "--kv-heads", "1", "--intermediate", "512", "--layers", "2"],
+    "phi3.5-mini": ["--hidden", "384", "--heads", "4", "--kv-heads", "4", "--intermediate", "512", "--layers", "2"],
+}
+
+
+def check_random_family(failures):
+    """make_random_family.py: each preset's published shape read back by transformers' own config classes, and a
+    tiny checkpoint of each written on the CPU in several shards: valid shards covered by the index; loaded by
+    transformers + compressed-tensors' decompression, every decoder Linear (Phi-3's fused qkv_proj / gate_up_proj
+    included) equals make_random_w4a16.unpack_w4a16 of the stored words bit for bit and lies within one scale step
+    of the drawn values; norms and embeddings as documented; a forward gives finite log-probs. Returns the linears
+    compared or None when torch / transformers are missing."""
+    try:
+        import tempfile
+
+        import torch
+        import compressed_tensors  # noqa: F401
+        from transformers import AutoConfig, AutoModelForCausalLM, CompressedTensorsConfig
+    except ImportError as e:
+        print(f"random_family: SKIPPED ({e}; run with /work/venv-fixtures/bin/python)")
+        return None
+    import make_random_family as mrf
+    import make_random_w4a16 as mrw
+    from safetensors import safe_open
+    published = {  # (layers, hidden, heads, kv heads, head_dim, intermediate, vocab) of the real checkpoints
+        "gemma3-27b": (62, 5376, 32, 16, 128, 21504, 262208),
+        "gemma3-12b": (48, 3840, 16, 8, 256, 15360, 262208),
+        "phi4": (40, 5120, 40, 10, 128, 17920, 100352),
+        "phi3.5-mini": (32, 3072, 32, 32, 96, 8192, 32064),
+    }
+    compared = 0
+    for arch, tiny in FAMILY_TINY.items():
+        # The full shape, as transformers reads the config.json the script writes.
+        _, full = mrf.parse_args(["--out", "unused", "--arch", arch])
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump(mrf.config_json(full), f)
+            c = AutoConfig.from_pretrained(d)
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        got = (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, head_dim,
+               c.intermediate_size, c.vocab_size)
+        check(got == published[arch], f"{arch}: transformers reads {got}, published {published[arch]}", failures)
+        if full["family"] == "gemma3":
+            check(c.layer_types.count("full_attention") == (10 if arch == "gemma3-27b" else 8),
+                  f"{arch}: layer_types {c.layer_types[:6]}...", failures)
+            check(c.query_pre_attn_scalar == {"gemma3-27b": 168, "gemma3-12b": 256}[arch] and c.sliding_window == 1024,
+                  f"{arch}: query_pre_attn_scalar / sliding_window", failures)
+        else:
+            rope = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
+            longrope = rope.get("rope_type", rope.get("type")) == "longrope"
+            check(longrope == (arch == "phi3.5-mini"), f"{arch}: rope {rope.get('rope_type')}", failures)
+            if longrope:
+                check(len(rope["long_factor"]) == 48 and len(rope["short_factor"]) == 48, f"{arch}: factors", failures)
+
+        with tempfile.TemporaryDirectory() as d:
+            argv = ["--out", d, "--arch", arch, "--vocab", "512", "--shard-gb", "0.0005", "--threads", "3",
+                    "--device", "cpu"] + tiny
+            _, shape = mrf.parse_args(argv)
+            mrf.main(argv)
+            where = check_shard_layout(d, failures)
+            check(len(set(where.values())) >= 3, f"{arch}: expected several shards", failures)
+            try:
+                qc = CompressedTensorsConfig(dequantize=True)
+            except TypeError:
+                qc = CompressedTensorsConfig(run_compressed=False)
+            model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16, quantization_config=qc)
+            params = dict(model.named_parameters())
+            for layer in range(shape["layers"]):
+                for i, (mod, out_f, in_f, _) in enumerate(mrf.linears(shape)):
+                    prefix = f"model.layers.{layer}.{mod}."
+                    with safe_open(os.path.join(d, where[prefix + "weight_packed"]), "pt") as f:
+                        packed = f.get_tensor(prefix + "weight_packed")
+                    with safe_open(os.path.join(d, where[prefix + "weight_scale"]), "pt") as f:
+                        scale = f.get_tensor(prefix + "weight_scale")
+                    ours = mrw.unpack_w4a16(packed, scale)
+                    theirs = params[prefix + "weight"].detach()
+                    check(list(theirs.shape) == [out_f, in_f] and torch.equal(ours.view(torch.int16),
+                                                                              theirs.view(torch.int16)),
+                          f"{arch}: {prefix}weight differs from compressed-tensors' decompression", failures)
+                    dense = mrf.dense_weight(shape, layer, i, "cpu", 1234)
+                    step = scale.float().repeat_interleave(mrw.GROUP, dim=1) * (1 + 2.0 ** -7)
+                    check(bool(((dense - ours.float()).abs() <= step).all()),
+                          f"{arch}: {prefix}weight is not within a scale step of the dense values", failures)
+                    compared += 1
+            gemma = shape["family"] == "gemma3"
+            gains = [p for n, p in params.items() if "norm" in n]
+            check(len(gains) == shape["layers"] * (6 if gemma else 2) + 1 and all(
+                bool((p == (0.0 if gemma else 1.0)).all()) for p in gains), f"{arch}: norm gains", failures)
+            tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr() or torch.equal(
+                model.lm_head.weight, model.model.embed_tokens.weight)
+            check(tied == gemma, f"{arch}: lm_head tied {tied}", failures)
+            ids = torch.arange(1, 41, dtype=torch.long)[None] * 7 % 512
+            with torch.no_grad():
+                lp = torch.log_softmax(model.float()(ids).logits[0, :-1].double(), -1)
+            lp = lp.gather(-1, ids[0, 1:, None])
+            check(bool(torch.isfinite(lp).all()), f"{arch}: non-finite log-probs", failures)
+            print(f"random_family {arch}: {shape['layers']} layers, {len(set(where.values()))} shards, loaded by "
+                  f"transformers; mean log-prob {lp.mean().item():.2f} on 40 tokens")
+    return compared
+
+
 def re_linear_module(name):
     """(layer, module suffix) of a decoder Linear's weight name, else None."""
     if not ct_writer.QUANTIZED_LINEAR.match(name):
@@ -328,6 +440,7 @@ def main():
                                                              ("llama-nvfp4a16", "nvfp4a16"),
                                                              ("llama-fp8-dynamic", "fp8_dynamic"))}
     counts["random_w4a16"] = check_random_w4a16(failures)
+    counts["random_family"] = check_random_family(failures)
     for f in failures:
         print("FAIL", f)
     print(f"test_writer: {counts} linears re-packed; {'FAILED' if failures else 'passed'}")

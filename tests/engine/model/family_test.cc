@@ -672,6 +672,110 @@ TEST(Phi3Config, UnsupportedFieldsAreNamed) {
               HasSubstr("not supported for LlamaForCausalLM"));
 }
 
+// Phi-3: the other scaling types transformers knows, in both config forms, and factor lists or a partial
+// rotary factor that do not fit the rotary dimensions (MinimalConfig: head_dim 16).
+TEST(Phi3Config, UnimplementedRopeFailsNamingFieldAndValue) {
+  const FamilyTraits* phi3 = FindFamily("Phi3ForCausalLM");
+  ASSERT_NE(phi3, nullptr);
+  auto message = [&](const std::string& extra) {
+    return std::string(ParseModelConfig(MinimalConfig(*phi3, extra), "mem").status().message());
+  };
+  for (const char* type : {"yarn", "dynamic", "ntk"}) {
+    SCOPED_TRACE(type);
+    EXPECT_THAT(message(absl::StrCat(R"("rope_scaling": {"rope_type": ")", type, R"(", "factor": 4.0})")),
+                HasSubstr(absl::StrCat("unsupported rope_scaling type '", type, "'")));
+    EXPECT_THAT(message(absl::StrCat(R"("rope_parameters": {"rope_type": ")", type,
+                                     R"(", "factor": 4.0, "rope_theta": 10000.0})")),
+                HasSubstr(absl::StrCat("unsupported rope_parameters type '", type, "'")));
+  }
+  EXPECT_THAT(message(R"("rope_scaling": {"type": "longrope", "short_factor": [1, 1, 1, 1, 1, 1, 1, 1],
+      "long_factor": [1, 2, 3]})"),
+              HasSubstr("'long_factor' has 3 entries, expected rotary_dim / 2 = 8"));
+  // partial_rotary_factor 0.75 -> 12 rotary dimensions: 8 factors are the wrong length.
+  EXPECT_THAT(message(R"("partial_rotary_factor": 0.75, "rope_scaling": {"type": "longrope",
+      "short_factor": [1, 1, 1, 1, 1, 1, 1, 1], "long_factor": [1, 1, 1, 1, 1, 1, 1, 1]})"),
+              HasSubstr("'short_factor' has 8 entries, expected rotary_dim / 2 = 6"));
+  // int(16 * 0.5625) = 9: odd.
+  EXPECT_THAT(message(R"("partial_rotary_factor": 0.5625)"),
+              HasSubstr("'partial_rotary_factor' = 0.5625 gives 9 rotary dimensions of head_dim 16"));
+  EXPECT_THAT(message(R"("rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+      "partial_rotary_factor": 0.5625})"),
+              HasSubstr("'rope_parameters.partial_rotary_factor' = 0.5625 gives 9 rotary dimensions"));
+  EXPECT_THAT(message(R"("partial_rotary_factor": 1.5)"), HasSubstr("'partial_rotary_factor' = 1.5"));
+  // Gemma 3's per-layer-type form is not Phi-3's.
+  EXPECT_THAT(
+      message(R"("rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4}})"),
+      HasSubstr("rope_parameters per layer type ('full_attention') is not supported for Phi3ForCausalLM"));
+  // What is implemented parses (the same shapes with fitting values).
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(
+      MinimalConfig(*phi3, R"("partial_rotary_factor": 0.75, "rope_scaling": {"type": "longrope",
+      "short_factor": [1, 1, 1, 1, 1, 1], "long_factor": [1, 2, 3, 4, 5, 6]})"),
+      "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rotary_dim, 12);
+}
+
+// Gemma 3: RoPE per layer type (transformers 5's rope_parameters) and the older fields. Unknown types in
+// either part, types the family does not implement, and forms transformers would read differently fail at
+// load naming the field and the value.
+TEST(GemmaConfig, UnimplementedRopeFailsNamingFieldAndValue) {
+  const FamilyTraits* g3 = FindFamily("Gemma3ForCausalLM");
+  const FamilyTraits* g2 = FindFamily("Gemma2ForCausalLM");
+  ASSERT_NE(g3, nullptr);
+  ASSERT_NE(g2, nullptr);
+  auto message = [](const FamilyTraits& f, const std::string& extra) {
+    return std::string(ParseModelConfig(MinimalConfig(f, extra), "mem").status().message());
+  };
+  auto per_layer = [](const std::string& full, const std::string& sliding) {
+    return absl::StrCat(R"("rope_parameters": {"full_attention": )", full, R"(, "sliding_attention": )",
+                        sliding, "}");
+  };
+  const std::string plain = R"({"rope_type": "default", "rope_theta": 10000.0})";
+  for (const char* type : {"yarn", "dynamic", "ntk"}) {
+    SCOPED_TRACE(type);
+    const std::string bad =
+        absl::StrCat(R"({"rope_type": ")", type, R"(", "factor": 8.0, "rope_theta": 1e6})");
+    EXPECT_THAT(message(*g3, per_layer(bad, plain)),
+                HasSubstr(absl::StrCat("unsupported rope_parameters.full_attention type '", type, "'")));
+    EXPECT_THAT(message(*g3, per_layer(plain, bad)),
+                HasSubstr(absl::StrCat("unsupported rope_parameters.sliding_attention type '", type, "'")));
+    EXPECT_THAT(
+        message(*g3, absl::StrCat(R"("rope_scaling": {"rope_type": ")", type, R"(", "factor": 8.0})")),
+        HasSubstr(absl::StrCat("unsupported rope_scaling type '", type, "'")));
+  }
+  EXPECT_THAT(
+      message(*g3, per_layer(plain, R"({"rope_type": "longrope", "rope_theta": 1e4,
+      "short_factor": [1, 1], "long_factor": [1, 1]})")),
+      HasSubstr("rope scaling type 'longrope' (sliding_attention) is not supported for Gemma3ForCausalLM"));
+  EXPECT_THAT(message(*g3, R"("rope_parameters": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6})"),
+              HasSubstr("unsupported rope_parameters key 'factor' for Gemma3ForCausalLM"));
+  EXPECT_THAT(
+      message(*g3, per_layer(plain, plain) + R"(, "rope_scaling": {"rope_type": "linear", "factor": 8})"),
+      HasSubstr("both rope_parameters and rope_scaling"));
+  EXPECT_THAT(message(*g3, R"("partial_rotary_factor": 0.5)"),
+              HasSubstr("unsupported partial_rotary_factor 0.5 for Gemma3ForCausalLM"));
+  EXPECT_THAT(
+      message(*g3, per_layer(R"({"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5})",
+                             plain)),
+      HasSubstr("unsupported rope_parameters.partial_rotary_factor 0.5 for Gemma3ForCausalLM"));
+  EXPECT_THAT(message(*g2, R"("rope_scaling": {"rope_type": "linear", "factor": 2.0})"),
+              HasSubstr("rope scaling type 'linear' is not supported for Gemma2ForCausalLM"));
+  EXPECT_THAT(message(*g2, R"("rope_scaling": {"rope_type": "yarn", "factor": 2.0})"),
+              HasSubstr("unsupported rope_scaling type 'yarn'"));
+
+  // As transformers: a part absent from rope_parameters is the default type, and its theta (like a part's
+  // absent rope_theta) the older field's value or its default.
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(MinimalConfig(*g3, R"("rope_local_base_freq": 20000.0,
+      "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0}})"),
+                                                   "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->rope_scaling.type, RopeType::kLinear);
+  EXPECT_EQ(c->rope_scaling.factor, 8.0);
+  EXPECT_EQ(c->local_rope_theta, 20000.0);
+  EXPECT_EQ(c->local_rope_scaling.type, RopeType::kDefault);
+}
+
 // Gemma's real configs: the block's constants as transformers derives them.
 TEST(GemmaConfig, RealConfigsParseToTransformersValues) {
   absl::StatusOr<ModelConfig> c = ParseModelConfig(kGemma2_9B, "gemma-2-9b");
