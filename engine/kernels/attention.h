@@ -81,8 +81,9 @@ absl::Status CausalAttentionSimt(const T* q, const T* k, const T* v, const int32
 //     fp32 accumulators would not fit a thread's registers. Needs q also 16-byte aligned with q_stride % 8
 //     == 0, and the device's shared memory (64-key tiles at 128: not sm_86 / sm_89 / sm_120; at 256: 198
 //     KiB, sm_90 / sm_100 only; 32-key tiles at 256: 135 KiB).
-//   kWgmma: the Hopper kernel (wgmma.mma_async, two warpgroups x 64 query rows, 128-key tiles; head_dim
-//     128, the 32-row kernel's alignment, a compute capability 9.0 device and a library built for sm_90a).
+//   kWgmma: the Hopper kernels (wgmma.mma_async, two warpgroups x 64 query rows; head_dim 128 with 128-key
+//     tiles, 256 with 64-key tiles; the 32-row kernel's alignment, a compute capability 9.0 device and a
+//     library built for sm_90a).
 // kAuto (attention.cu, AutoKernel): the first that takes the input of kWgmma, kMma32RowsK64, kMma32RowsK32
 // (head_dim 256 only), kMma16Rows, else kSimt.
 enum class AttentionKernel { kAuto, kSimt, kMma16Rows, kMma32RowsK32, kMma32RowsK64, kWgmma };
