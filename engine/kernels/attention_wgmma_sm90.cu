@@ -39,6 +39,11 @@ namespace {
 // one barrier per tile (the copies go out right after the two products below). Per warpgroup, S of tile
 // i + 1 and P.V of tile i are issued back to back and only the S is awaited, so the tensor cores run P.V
 // while the softmax of tile i + 1 runs. O is rescaled only when some row's maximum moved (alpha != 1).
+//
+// The constants and helpers below are referenced only by the sm_90a bodies of the kernels (and some of the
+// constants by the host code): a multi-architecture build (the release list, cmake/CudaArchitectures.cmake)
+// compiles them unused for every other target.
+#pragma nv_diag_suppress 177
 constexpr int kHopperHeadDim = 128;
 constexpr int kHopperBlockQ = 128;
 constexpr int kHopperBlockK = 128;
@@ -49,9 +54,6 @@ constexpr int kHopperTileBytes = 2 * kHopperHalfBytes;  // a 128 x 128 bf16 tile
 constexpr int kHopperSmem = (1 + 2 * kHopperStages) * kHopperTileBytes + 1024;  // + room to align to 1024
 static_assert(kHopperSmem <= 227 * 1024, "Hopper attention tiles exceed shared memory");
 
-// The helpers below are referenced only by the sm_90a body of the kernel: a multi-architecture build (the
-// release list, cmake/CudaArchitectures.cmake) compiles them unused for every other target.
-#pragma nv_diag_suppress 177
 // Shared-memory matrix descriptor: start address, leading and stride byte offsets (16-byte units),
 // 128-byte swizzle (mode 1 in bits 62-63). Base offset 0: tiles start on 1024-byte boundaries.
 __device__ __forceinline__ uint64_t WgmmaDesc(uint32_t smem_address, uint32_t leading_bytes,
@@ -175,8 +177,6 @@ __device__ __forceinline__ void LoadSwizzledTile(uint32_t tile,
     CopyAsync16To(dst, src + (valid ? static_cast<int64_t>(r) * stride + c * 8 : 0), valid ? 16 : 0);
   }
 }
-
-#pragma nv_diag_default 177
 
 template <bool kCap>
 __global__ void __launch_bounds__(kHopperThreads, 1)
@@ -324,6 +324,7 @@ constexpr int kWideQColumnBytes = kHopperBlockQ * 128;         // one 64-column 
 constexpr int kWideKvColumnBytes = kWideBlockK * 128;          // one 64-column block of a K or V tile
 constexpr int kWideSmem = kWideQBytes + (kWideKStages + kWideVStages) * kWideKvBytes + 1024;  // + alignment
 static_assert(kWideSmem <= 227 * 1024, "Hopper head_dim-256 attention tiles exceed shared memory");
+#pragma nv_diag_default 177
 
 template <bool kCap>
 __global__ void __launch_bounds__(kHopperThreads, 1)
