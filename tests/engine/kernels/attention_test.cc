@@ -213,14 +213,17 @@ TEST_F(AttentionTest, Bf16MatchesReference) {
   }
 }
 
-// Every tensor-core kernel at head_dim 128 and 64, on the varlen batch above and on long windows (many key
-// tiles, several query blocks, a partial last block), with 4 and 1 kv heads; at 128 also a window of
-// exactly 8 x 128 tokens next to one of 128 + 1 (whole tiles, and a tile holding a single row).
+// Every kernel that takes the input (kAuto, SIMT, the tensor-core kernels) at head_dim 128, 64, 96 and 256,
+// on the varlen batch above and on long windows (many key tiles, several query blocks, a partial last
+// block), with 4 and 1 kv heads; at 128 and 256 also a window of exactly 8 x 128 tokens next to one of 128
+// + 1 (whole tiles, and a tile holding a single row).
 TEST_F(AttentionTest, Bf16KernelsMatchReference) {
   const std::vector<Problem> problems = {
-      MakeProblem(kLengths, 8, 2, 128, 500), MakeProblem({700, 1, 333}, 4, 1, 128, 501),
-      MakeProblem({1024, 129}, 8, 2, 128, 504), MakeProblem(kLengths, 8, 2, 64, 502),
-      MakeProblem({700, 1, 333}, 4, 1, 64, 503)};
+      MakeProblem(kLengths, 8, 2, 128, 500),      MakeProblem({700, 1, 333}, 4, 1, 128, 501),
+      MakeProblem({1024, 129}, 8, 2, 128, 504),   MakeProblem(kLengths, 8, 2, 64, 502),
+      MakeProblem({700, 1, 333}, 4, 1, 64, 503),  MakeProblem(kLengths, 8, 2, 96, 505),
+      MakeProblem({700, 1, 333}, 4, 1, 96, 506),  MakeProblem(kLengths, 8, 2, 256, 507),
+      MakeProblem({700, 1, 333}, 4, 1, 256, 508), MakeProblem({1024, 129}, 4, 2, 256, 509)};
   for (const Problem& p : problems) {
     for (AttentionKernel kernel : KernelsFor(p)) {
       const std::string name = std::string("attention bf16 ") + KernelName(kernel) +
