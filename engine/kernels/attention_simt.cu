@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kSimtWarps * 32)
       m[r] = m_new;
 #pragma unroll
       for (int c = 0; c < kPerLane; ++c) acc[r][c] *= alpha;
-      const int jmin = max(0, lo + 1 - k0);
+      const int jmin = lo < k0 ? 0 : lo + 1 - k0;  // (lo + 1 - k0 could overflow for a huge window)
       const int jmax = min(kSimtBlockK, qi - k0 + 1);
       for (int j = jmin; j < jmax; ++j) {
         const float pj = __shfl_sync(0xffffffffu, p, j);

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -338,14 +339,15 @@ TEST_F(AttentionTest, OptionsMatchReference) {
 }
 
 // Windows on sequences of several query blocks of every kernel (128 queries), where whole key tiles lie
-// before a block's window and are skipped: 37, 200 (more than a tile), and 1000 (longer than the sequences:
-// the plain causal result). 8 heads on 1 kv head.
+// before a block's window and are skipped: 37, 200 (more than a tile), and the largest int32 (longer than
+// the sequences: the plain causal result; no overflow in the window arithmetic). 8 heads on 1 kv head.
 TEST_F(AttentionTest, WindowsOnLongSequencesMatchReference) {
   for (int32_t hd : {64, 96, 128, 256}) {
-    for (int64_t window : {37, 200, 1000}) {
+    for (int64_t window : {int64_t{37}, int64_t{200}, int64_t{std::numeric_limits<int32_t>::max()}}) {
       const ref::AttentionOptions options =
           Options(hd == 256 ? kScale20 : 0.0, hd == 256 ? 50.0f : 0.0f, window);
-      const Problem p = MakeProblem({700, 1, 333}, 8, 1, hd, 700 + hd + window, options);
+      const Problem p =
+          MakeProblem({700, 1, 333}, 8, 1, hd, static_cast<uint32_t>(700 + hd + window), options);
       CheckAllKernels(stream_, p, "window" + std::to_string(window) + " hd=" + std::to_string(hd) + " long");
     }
   }
