@@ -7,7 +7,7 @@
 // - attention_simt.cu: fp32 SIMT kernel, any dtype and head_dim (the fp32 mode's path, and the fallback).
 // - attention_mma.cu: bf16 tensor-core kernels (mma.sync m16n8k16) with 16 or 32 query rows per warp
 //   (head_dim 32 to 128, and 256 with Q staged in shared memory).
-// - attention_wgmma_sm90.cu: the Hopper kernel (wgmma.mma_async, sm_90a only), head_dim 128.
+// - attention_wgmma_sm90.cu: the Hopper kernels (wgmma.mma_async, sm_90a only), head_dim 128 and 256.
 // attention_common.cuh holds what the tensor-core kernels share (PTX wrappers, the K/V tile loader, the
 // online-softmax step and the final store); attention_kernels.h declares the families' launchers.
 #include <cmath>
@@ -91,7 +91,7 @@ bool Supports(AttentionKernel kernel, const bf16_t* q, const bf16_t* k, const bf
       return Mma32RowsAligned(q, k, v, out, s) && (d == 256 || d == 128 || d == 96 || d == 64) &&
              Mma32RowsFits(d, 64);
     case AttentionKernel::kWgmma:
-      return Mma32RowsAligned(q, k, v, out, s) && d == 128 && WgmmaAvailable();
+      return Mma32RowsAligned(q, k, v, out, s) && (d == 128 || d == 256) && WgmmaAvailable();
     default:
       return false;
   }

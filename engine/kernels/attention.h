@@ -10,7 +10,8 @@
 // max subtraction (online, per key tile), fp32 accumulation; one rounding to T at the end. Tokens never see
 // another sequence's keys, and a token's result depends only on its own sequence (batch-invariant). Every
 // kernel below takes scale, softcap and window; with a window, key tiles wholly before a query tile's window
-// are skipped (a window w costs about w / len of the causal work on long sequences).
+// are skipped, so the work follows the (query, key) pairs in reach: about w len - w^2 / 2 per sequence of
+// length len >= w, against len^2 / 2 causal (3/4 of it for w = len / 2).
 // Paths (kAuto's choice, CausalAttentionWith below): T = bf16_t with head_dim in {32, 64, 96, 128, 256} and
 // the alignment below uses tensor cores (mma.sync m16n8k16 or, on Hopper, wgmma; bf16 inputs, fp32
 // accumulate; the probabilities are rounded to bf16 before the P.V product, as flash-attention does; the
@@ -24,8 +25,9 @@
 // not overlap q, k or v. dtypes: T in {bf16_t, float}. Limits: head_dim a multiple of 8 in [8, 256],
 // num_seqs <= 65535, num_heads a multiple of num_kv_heads, scale >= 0, softcap >= 0, window >= 0 (all
 // finite). The tensor-core path also needs q and out 4-byte aligned with an even q_stride, and k and v
-// 16-byte aligned with kv_stride % 8 == 0 (a fused QKV buffer from cudaMalloc qualifies); other inputs take
-// the SIMT path.
+// 16-byte aligned with kv_stride % 8 == 0 (a fused QKV buffer from cudaMalloc qualifies); at head_dim 256
+// also q 16-byte aligned with q_stride % 8 == 0 and a device with 135 KiB of shared memory per block
+// (sm_80, sm_90, sm_100; not sm_86 / sm_89 / sm_120); other inputs take the SIMT path.
 // Errors: INVALID_ARGUMENT (shapes, unsupported head_dim, bad scale / softcap / window, null pointers),
 // INTERNAL (launch).
 #ifndef SCORED_ENGINE_KERNELS_ATTENTION_H_
@@ -81,8 +83,9 @@ absl::Status CausalAttentionSimt(const T* q, const T* k, const T* v, const int32
 //     fp32 accumulators would not fit a thread's registers. Needs q also 16-byte aligned with q_stride % 8
 //     == 0, and the device's shared memory (64-key tiles at 128: not sm_86 / sm_89 / sm_120; at 256: 198
 //     KiB, sm_90 / sm_100 only; 32-key tiles at 256: 135 KiB).
-//   kWgmma: the Hopper kernel (wgmma.mma_async, two warpgroups x 64 query rows, 128-key tiles; head_dim
-//     128, the 32-row kernel's alignment, a compute capability 9.0 device and a library built for sm_90a).
+//   kWgmma: the Hopper kernels (wgmma.mma_async, two warpgroups x 64 query rows; head_dim 128 with 128-key
+//     tiles, 256 with 64-key tiles; the 32-row kernel's alignment, a compute capability 9.0 device and a
+//     library built for sm_90a).
 // kAuto (attention.cu, AutoKernel): the first that takes the input of kWgmma, kMma32RowsK64, kMma32RowsK32
 // (head_dim 256 only), kMma16Rows, else kSimt.
 enum class AttentionKernel { kAuto, kSimt, kMma16Rows, kMma32RowsK32, kMma32RowsK64, kWgmma };

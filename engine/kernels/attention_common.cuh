@@ -107,11 +107,16 @@ __device__ __forceinline__ float FastExp2(float x) {
 // softmax runs on exp2): without a cap, x * units with units = scale * log2e; with cap c, tanhf(x *
 // cap_in) * units with cap_in = scale / c and units = c * log2e (tanh(x * scale / c) * c, the cap of
 // attention.h; tanhf's error is ~2 ulp, far below the bf16 rounding of P). The raw-score kernels keep
-// Transform(x) (x itself without a cap) as their score and multiply by units inside the exponent.
+// Transform(x) (x itself without a cap) as their score and multiply by units inside the exponent. The
+// kernels are instantiated with and without the cap (kCap == cap_in > 0): the tanhf code and its registers
+// stay out of the uncapped kernels.
 struct ScoreTransform {
   float units;   // log2 units of one transformed score
   float cap_in;  // > 0: the cap is on, Transform(x) = tanhf(x * cap_in)
-  __device__ __forceinline__ float Transform(float x) const { return cap_in > 0.0f ? tanhf(x * cap_in) : x; }
+  template <bool kCap>
+  __device__ __forceinline__ float Transform(float x) const {
+    return kCap ? tanhf(x * cap_in) : x;
+  }
 };
 
 // The transform of a checked shape: scale = shape.scale, or head_dim^-1/2 (as log2e / sqrt(head_dim), the
@@ -313,16 +318,16 @@ __device__ __forceinline__ void SoftmaxStep(const Units& units, float max_a, flo
 // The raw-score kernels' step (32-row and wgmma): soft cap (ScoreTransform::Transform, before the mask so a
 // masked score stays -inf), mask (MaskScores), row maxima, online softmax (as SoftmaxStep) in the
 // transform's units.
-template <int kBlocks>
+template <bool kCap, int kBlocks>
 __device__ __forceinline__ void MaskedSoftmaxStepRaw(const ScoreTransform& st, int window, int k0,
                                                      int first_row, int row_a, int row_b, int t,
                                                      float (&s)[kBlocks][4], float (&m)[2], float (&l)[2],
                                                      float (&alpha)[2]) {
-  if (st.cap_in > 0.0f) {
+  if constexpr (kCap) {
 #pragma unroll
     for (int n = 0; n < kBlocks; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = tanhf(s[n][e] * st.cap_in);
+      for (int e = 0; e < 4; ++e) s[n][e] = st.Transform<true>(s[n][e]);
     }
   }
   MaskScores(s, k0, first_row, row_a, row_b, t, window);

@@ -47,7 +47,7 @@ bool Mma32RowsFits(int head_dim, int block_k);
 // code and the current device has compute capability 9.0.
 bool WgmmaAvailable();
 
-// Hopper wgmma kernel: head_dim 128, the 32-row kernel's alignment, WgmmaAvailable().
+// Hopper wgmma kernels: head_dim 128 or 256, the 32-row kernel's alignment, WgmmaAvailable().
 absl::Status LaunchWgmma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
                          const AttentionShape& shape, bf16_t* out, cudaStream_t stream);
 

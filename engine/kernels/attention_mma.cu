@@ -73,7 +73,7 @@ __device__ __forceinline__ uint32_t LoadWord(const __nv_bfloat16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
-template <int kHeadDim>
+template <int kHeadDim, bool kCap>
 __global__ void __launch_bounds__(Mma16Warps<kHeadDim>() * 32, Mma16MinBlocks<kHeadDim>())
     AttentionMma16RowsKernel(const __nv_bfloat16* __restrict__ q,     // [num_tokens, q_stride]
                              const __nv_bfloat16* __restrict__ k,     // [num_tokens, kv_stride]
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(Mma16Warps<kHeadDim>() * 32, Mma16MinBlocks<kH
         for (int e = 0; e < 4; ++e) {
           const int key = k0 + n * 8 + 2 * t + (e & 1);
           const bool seen = e < 2 ? (key <= row_a && key > lo_a) : (key <= row_b && key > lo_b);
-          s[n][e] = (full_tile || seen) ? st.Transform(s[n][e]) * st.units : -INFINITY;
+          s[n][e] = (full_tile || seen) ? st.template Transform<kCap>(s[n][e]) * st.units : -INFINITY;
         }
         FoldRowMax(s, n, max_a, max_b);
       }
@@ -221,7 +221,7 @@ __host__ __device__ constexpr int Mma32MinBlocks() {
   return kHeadDim >= 256 ? 1 : (kHeadDim >= 96 ? 2 : 3);
 }
 
-template <int kHeadDim, int kBlockK>
+template <int kHeadDim, int kBlockK, bool kCap>
 __global__ void __launch_bounds__(Mma32Warps<kHeadDim>() * 32, Mma32MinBlocks<kHeadDim>())
     AttentionMma32RowsKernel(const __nv_bfloat16* __restrict__ q,     // [num_tokens, q_stride]
                              const __nv_bfloat16* __restrict__ k,     // [num_tokens, kv_stride]
@@ -327,7 +327,7 @@ __global__ void __launch_bounds__(Mma32Warps<kHeadDim>() * 32, Mma32MinBlocks<kH
         const int rt_q0 = warp_q0 + rt * 16;
         const int row_a = rt_q0 + g, row_b = row_a + 8;
         float alpha[2];
-        MaskedSoftmaxStepRaw(st, window, k0, rt_q0, row_a, row_b, t, s[rt], m[rt], l[rt], alpha);
+        MaskedSoftmaxStepRaw<kCap>(st, window, k0, rt_q0, row_a, row_b, t, s[rt], m[rt], l[rt], alpha);
         RescaleRows(o[rt], alpha);
 #pragma unroll
         for (int c = 0; c < kKChunks; ++c) PackProbabilities(pa[rt][c], s[rt], c);
@@ -358,20 +358,44 @@ __global__ void __launch_bounds__(Mma32Warps<kHeadDim>() * 32, Mma32MinBlocks<kH
   }
 }
 
+template <int kHeadDim, bool kCap>
+absl::Status LaunchMma16RowsCap(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
+                                const AttentionShape& s, const ScoreTransform& st, bf16_t* out,
+                                cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, Mma16BlockQ<kHeadDim>())),
+                  static_cast<unsigned>(s.num_heads), static_cast<unsigned>(s.num_seqs));
+  constexpr int kSmem = Mma16SharedBytes<kHeadDim>();
+  auto* kernel = AttentionMma16RowsKernel<kHeadDim, kCap>;
+  SCORED_CUDA_CHECK(EnsureDynamicSmem(reinterpret_cast<const void*>(kernel), kSmem));
+  kernel<<<grid, Mma16Warps<kHeadDim>() * 32, kSmem, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v),
+                                                               cu_seqlens, s, st, ToDevice(out));
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+template <int kHeadDim, int kBlockK, bool kCap>
+absl::Status LaunchMma32RowsCap(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
+                                const AttentionShape& s, const ScoreTransform& st, bf16_t* out,
+                                cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kMma32BlockQ)),
+                  static_cast<unsigned>(s.num_heads), static_cast<unsigned>(s.num_seqs));
+  constexpr int kSmem = Mma32SharedBytes<kHeadDim, kBlockK>();
+  auto* kernel = AttentionMma32RowsKernel<kHeadDim, kBlockK, kCap>;
+  SCORED_CUDA_CHECK(EnsureDynamicSmem(reinterpret_cast<const void*>(kernel), kSmem));
+  kernel<<<grid, Mma32Warps<kHeadDim>() * 32, kSmem, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v),
+                                                               cu_seqlens, s, st, ToDevice(out));
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 template <int kHeadDim>
 absl::Status LaunchMma16Rows(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
                              const AttentionShape& s, bf16_t* out, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, Mma16BlockQ<kHeadDim>())),
-                  static_cast<unsigned>(s.num_heads), static_cast<unsigned>(s.num_seqs));
-  constexpr int kSmem = Mma16SharedBytes<kHeadDim>();
-  SCORED_CUDA_CHECK(
-      EnsureDynamicSmem(reinterpret_cast<const void*>(AttentionMma16RowsKernel<kHeadDim>), kSmem));
-  AttentionMma16RowsKernel<kHeadDim><<<grid, Mma16Warps<kHeadDim>() * 32, kSmem, stream>>>(
-      ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, MakeScoreTransform(s), ToDevice(out));
-  SCORED_CUDA_CHECK_LAUNCH();
-  return absl::OkStatus();
+  const ScoreTransform st = MakeScoreTransform(s);
+  return st.cap_in > 0.0f ? LaunchMma16RowsCap<kHeadDim, true>(q, k, v, cu_seqlens, s, st, out, stream)
+                          : LaunchMma16RowsCap<kHeadDim, false>(q, k, v, cu_seqlens, s, st, out, stream);
 }
 
 bool Mma32RowsFits(int head_dim, int block_k) {
@@ -390,15 +414,10 @@ bool Mma32RowsFits(int head_dim, int block_k) {
 template <int kHeadDim, int kBlockK>
 absl::Status LaunchMma32Rows(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
                              const AttentionShape& s, bf16_t* out, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kMma32BlockQ)),
-                  static_cast<unsigned>(s.num_heads), static_cast<unsigned>(s.num_seqs));
-  constexpr int kSmem = Mma32SharedBytes<kHeadDim, kBlockK>();
-  SCORED_CUDA_CHECK(
-      EnsureDynamicSmem(reinterpret_cast<const void*>(AttentionMma32RowsKernel<kHeadDim, kBlockK>), kSmem));
-  AttentionMma32RowsKernel<kHeadDim, kBlockK><<<grid, Mma32Warps<kHeadDim>() * 32, kSmem, stream>>>(
-      ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, MakeScoreTransform(s), ToDevice(out));
-  SCORED_CUDA_CHECK_LAUNCH();
-  return absl::OkStatus();
+  const ScoreTransform st = MakeScoreTransform(s);
+  return st.cap_in > 0.0f
+             ? LaunchMma32RowsCap<kHeadDim, kBlockK, true>(q, k, v, cu_seqlens, s, st, out, stream)
+             : LaunchMma32RowsCap<kHeadDim, kBlockK, false>(q, k, v, cu_seqlens, s, st, out, stream);
 }
 
 template absl::Status LaunchMma16Rows<32>(const bf16_t*, const bf16_t*, const bf16_t*, const int32_t*,

@@ -60,10 +60,11 @@ __global__ void __launch_bounds__(kSimtWarps * 32)
   const int window = shape.window;
   const float softcap = shape.softcap;
 
-  for (int idx = threadIdx.x; idx < kSimtBlockQ * hd; idx += blockDim.x) {
-    const int r = idx / hd, d = idx - r * hd;
+  // Tiles are copied a row per warp (no division by the run-time head_dim), lanes along the row.
+  for (int r = warp; r < kSimtBlockQ; r += kSimtWarps) {
     const int qi = q0 + r;
-    q_s[idx] = qi < len ? LoadAsFloat(q + (start + qi) * shape.q_stride + head * hd + d) : 0.0f;
+    const T* src = q + (qi < len ? (start + qi) * shape.q_stride + head * hd : 0);
+    for (int d = lane; d < hd; d += 32) q_s[r * hd + d] = qi < len ? LoadAsFloat(src + d) : 0.0f;
   }
 
   float m[kSimtRowsPerWarp], l[kSimtRowsPerWarp], acc[kSimtRowsPerWarp][kPerLane];
@@ -80,12 +81,13 @@ __global__ void __launch_bounds__(kSimtWarps * 32)
   const int key_begin = window > 0 ? max(0, q0 - window + 1) / kSimtBlockK * kSimtBlockK : 0;
   for (int k0 = key_begin; k0 < key_end; k0 += kSimtBlockK) {
     __syncthreads();
-    for (int idx = threadIdx.x; idx < kSimtBlockK * hd; idx += blockDim.x) {
-      const int j = idx / hd, d = idx - j * hd;
+    for (int j = warp; j < kSimtBlockK; j += kSimtWarps) {
       const int kj = k0 + j;
-      const int64_t off = (start + kj) * shape.kv_stride + kv_head * hd + d;
-      k_s[j * (hd + 1) + d] = kj < len ? LoadAsFloat(k + off) : 0.0f;
-      v_s[idx] = kj < len ? LoadAsFloat(v + off) : 0.0f;
+      const int64_t off = kj < len ? (start + kj) * shape.kv_stride + kv_head * hd : 0;
+      for (int d = lane; d < hd; d += 32) {
+        k_s[j * (hd + 1) + d] = kj < len ? LoadAsFloat(k + off + d) : 0.0f;
+        v_s[j * hd + d] = kj < len ? LoadAsFloat(v + off + d) : 0.0f;
+      }
     }
     __syncthreads();
 #pragma unroll
@@ -114,7 +116,7 @@ __global__ void __launch_bounds__(kSimtWarps * 32)
       m[r] = m_new;
 #pragma unroll
       for (int c = 0; c < kPerLane; ++c) acc[r][c] *= alpha;
-      const int jmin = max(0, lo + 1 - k0);
+      const int jmin = lo < k0 ? 0 : lo + 1 - k0;  // (lo + 1 - k0 could overflow for a huge window)
       const int jmax = min(kSimtBlockK, qi - k0 + 1);
       for (int j = jmin; j < jmax; ++j) {
         const float pj = __shfl_sync(0xffffffffu, p, j);

@@ -1,6 +1,7 @@
-// Causal GQA attention, Hopper kernel (sm_90a: wgmma.mma_async, head_dim 128). Contract of the op:
-// attention.h; the dispatch that picks it (compute capability 9.0 device, library built for sm_90a, the
-// 32-row mma.sync kernel's alignment): attention.cu.
+// Causal GQA attention, Hopper kernels (sm_90a: wgmma.mma_async, head_dim 128 and 256). Contract of the op:
+// attention.h; the dispatch that picks them (compute capability 9.0 device, library built for sm_90a, the
+// 32-row mma.sync kernel's alignment): attention.cu. The head_dim-256 kernel (AttentionWgmma256Kernel, at
+// the end) is this one with 64-key tiles; its comment says what differs.
 //
 // Formula: per query row, S = Q K^T times the scale (with a soft cap, tanh(S * scale / cap) * cap) over the
 // keys in reach of the row (causal, own sequence, the window where there is one), online softmax per
@@ -11,10 +12,10 @@
 // Shapes: q [num_tokens, q_stride], k and v [num_tokens, kv_stride], out [num_tokens, num_heads * 128]
 // (AttentionShape). dtypes: bf16 in and out, fp32 accumulation and softmax.
 // Grid: (query tiles of 128, heads, sequences), longest tiles first; 256 threads, one block per SM (225 KiB
-// of dynamic shared memory). Limits: head_dim 128; q, k, v 16-byte aligned with q_stride % 8 == 0 and
-// kv_stride % 8 == 0, out 4-byte aligned.
-// Built only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); compiled for another target the kernel traps, and
-// WgmmaAvailable() (which checks the kernel's binary version and the device) keeps it from being chosen.
+// of dynamic shared memory). Limits: head_dim 128 (256: the second kernel); q, k, v 16-byte aligned with
+// q_stride % 8 == 0 and kv_stride % 8 == 0, out 4-byte aligned. Built only for sm_90a
+// (__CUDA_ARCH_FEAT_SM90_ALL); compiled for another target the kernel traps, and WgmmaAvailable() (which
+// checks the kernel's binary version and the device) keeps it from being chosen.
 #include <cmath>
 
 #include "engine/kernels/attention_common.cuh"
@@ -38,6 +39,11 @@ namespace {
 // one barrier per tile (the copies go out right after the two products below). Per warpgroup, S of tile
 // i + 1 and P.V of tile i are issued back to back and only the S is awaited, so the tensor cores run P.V
 // while the softmax of tile i + 1 runs. O is rescaled only when some row's maximum moved (alpha != 1).
+//
+// The constants and helpers below are referenced only by the sm_90a bodies of the kernels (and some of the
+// constants by the host code): a multi-architecture build (the release list, cmake/CudaArchitectures.cmake)
+// compiles them unused for every other target.
+#pragma nv_diag_suppress 177
 constexpr int kHopperHeadDim = 128;
 constexpr int kHopperBlockQ = 128;
 constexpr int kHopperBlockK = 128;
@@ -48,9 +54,6 @@ constexpr int kHopperTileBytes = 2 * kHopperHalfBytes;  // a 128 x 128 bf16 tile
 constexpr int kHopperSmem = (1 + 2 * kHopperStages) * kHopperTileBytes + 1024;  // + room to align to 1024
 static_assert(kHopperSmem <= 227 * 1024, "Hopper attention tiles exceed shared memory");
 
-// The helpers below are referenced only by the sm_90a body of the kernel: a multi-architecture build (the
-// release list, cmake/CudaArchitectures.cmake) compiles them unused for every other target.
-#pragma nv_diag_suppress 177
 // Shared-memory matrix descriptor: start address, leading and stride byte offsets (16-byte units),
 // 128-byte swizzle (mode 1 in bits 62-63). Base offset 0: tiles start on 1024-byte boundaries.
 __device__ __forceinline__ uint64_t WgmmaDesc(uint32_t smem_address, uint32_t leading_bytes,
@@ -74,10 +77,14 @@ __device__ __forceinline__ void WgmmaWaitAll() { WgmmaWait<0>(); }
 // blocks (attention_common.cuh), element [i][e] is the instruction's register 4 i + e.
 using Accumulator = float[16][4];
 
+// The m64n64 accumulator of the head_dim-256 kernel's scores (8 8-column blocks, same layout).
+using Accumulator64 = float[8][4];
+
 // Keeps the compiler from moving reads or writes of an accumulator across the asynchronous wgmma.
-__device__ __forceinline__ void FenceOperands(Accumulator& d) {
+template <int kBlocks>
+__device__ __forceinline__ void FenceOperands(float (&d)[kBlocks][4]) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
+  for (int i = 0; i < kBlocks; ++i) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
   }
@@ -121,6 +128,28 @@ __device__ __forceinline__ void WgmmaRS(Accumulator& d, const uint32_t (&a)[4], 
 #endif
 }
 
+#define SCORED_WGMMA_ACC32 \
+  SCORED_WGMMA_ACC8(0), SCORED_WGMMA_ACC8(2), SCORED_WGMMA_ACC8(4), SCORED_WGMMA_ACC8(6)
+#define SCORED_WGMMA_D32                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+// d[64 x 64 per warpgroup] (+)= A[64 x 16] * B[16 x 64]: A and B K-major in shared memory (the head_dim-256
+// kernel's scores of a 64-key tile). accumulate == 0 overwrites d.
+__device__ __forceinline__ void WgmmaSS64(Accumulator64& d, uint64_t desc_a, uint64_t desc_b,
+                                          int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SCORED_WGMMA_D32
+      ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : SCORED_WGMMA_ACC32
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+#endif
+}
+
+#undef SCORED_WGMMA_D32
+#undef SCORED_WGMMA_ACC32
 #undef SCORED_WGMMA_D64
 #undef SCORED_WGMMA_ACC64
 #undef SCORED_WGMMA_ACC8
@@ -130,23 +159,26 @@ __device__ __forceinline__ void CopyAsync16To(uint32_t smem_address, const void*
                "r"(src_bytes));
 }
 
-// Copies rows [0, 128) of a [rows, 128] bf16 tile (row stride `stride` elements) into the swizzled
-// layout at `tile`; rows >= valid_rows are zero-filled. 16 consecutive threads copy one 256-byte row.
+// Copies rows [0, kRows) of a [rows, kDims] bf16 tile (row stride `stride` elements) into the swizzled
+// layout at `tile`: kDims / 64 column blocks of kRows * 128 bytes; rows >= valid_rows are zero-filled.
+// kDims / 8 consecutive threads copy one row.
+template <int kRows, int kDims>
 __device__ __forceinline__ void LoadSwizzledTile(uint32_t tile,
                                                  const __nv_bfloat16* src,  // [valid_rows, stride]
                                                  int64_t stride, int valid_rows) {
+  constexpr int kChunks = kDims / 8;  // 16-byte chunks of a row
+  static_assert(kRows * kChunks % kHopperThreads == 0, "whole copy rounds");
 #pragma unroll
-  for (int i = 0; i < kHopperBlockK * 16 / kHopperThreads; ++i) {
+  for (int i = 0; i < kRows * kChunks / kHopperThreads; ++i) {
     const int idx = threadIdx.x + i * kHopperThreads;
-    const int r = idx >> 4, c = idx & 15;
+    const int r = idx / kChunks, c = idx % kChunks;
     const bool valid = r < valid_rows;
-    const uint32_t dst = tile + (c >> 3) * kHopperHalfBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+    const uint32_t dst = tile + (c >> 3) * (kRows * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
     CopyAsync16To(dst, src + (valid ? static_cast<int64_t>(r) * stride + c * 8 : 0), valid ? 16 : 0);
   }
 }
 
-#pragma nv_diag_default 177
-
+template <bool kCap>
 __global__ void __launch_bounds__(kHopperThreads, 1)
     AttentionWgmmaKernel(const __nv_bfloat16* __restrict__ q,     // [num_tokens, q_stride]
                          const __nv_bfloat16* __restrict__ k,     // [num_tokens, kv_stride]
@@ -175,15 +207,15 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
   const int num_tiles = (min(w.len, w.q0 + kHopperBlockQ) + kHopperBlockK - 1) / kHopperBlockK;
   const int first_tile = FirstKeyTile(w.q0, shape.window, kHopperBlockK);
 
-  LoadSwizzledTile(q_tile, q + (w.start + w.q0) * shape.q_stride + w.head * kHopperHeadDim, shape.q_stride,
-                   w.len - w.q0);
+  LoadSwizzledTile<kHopperBlockQ, kHopperHeadDim>(
+      q_tile, q + (w.start + w.q0) * shape.q_stride + w.head * kHopperHeadDim, shape.q_stride, w.len - w.q0);
   auto load_kv = [&](int tile) {
     const int k0 = tile * kHopperBlockK;
     const int stage = tile % kHopperStages;
-    LoadSwizzledTile(k_tile(stage), k_head + static_cast<int64_t>(k0) * shape.kv_stride, shape.kv_stride,
-                     w.len - k0);
-    LoadSwizzledTile(v_tile(stage), v_head + static_cast<int64_t>(k0) * shape.kv_stride, shape.kv_stride,
-                     w.len - k0);
+    LoadSwizzledTile<kHopperBlockK, kHopperHeadDim>(
+        k_tile(stage), k_head + static_cast<int64_t>(k0) * shape.kv_stride, shape.kv_stride, w.len - k0);
+    LoadSwizzledTile<kHopperBlockK, kHopperHeadDim>(
+        v_tile(stage), v_head + static_cast<int64_t>(k0) * shape.kv_stride, shape.kv_stride, w.len - k0);
   };
   load_kv(first_tile);
   CopyAsyncCommit();
@@ -227,7 +259,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
 
     // s[i][e]: row (e < 2 ? row_a : row_b), key k0 + 8 i + 2 t + (e & 1).
     float alpha[2];
-    MaskedSoftmaxStepRaw(st, shape.window, k0, warp_row0, row_a, row_b, t, s, m, l, alpha);
+    MaskedSoftmaxStepRaw<kCap>(st, shape.window, k0, warp_row0, row_a, row_b, t, s, m, l, alpha);
     WgmmaWaitAll();  // P.V of tile - 1: its P registers are free and O is final
     FenceOperands(o);
     uint32_t p[kHopperBlockK / 16][4];
@@ -272,6 +304,161 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
 #endif
 }
 
+// ---------------------------------------------------------------- head_dim 256
+
+// The head_dim-256 kernel: the same two warpgroups x 64 query rows and the same arithmetic, with 64-key
+// tiles. Per warpgroup, S = Q K^T of a tile is one wgmma.m64n64k16 chain (16 k-steps over the head dim) and
+// O += P V two m64n128k16 chains (dims 0-127 into o_lo, 128-255 into o_hi: 128 fp32 accumulators a thread,
+// 32 for S, 16 for P). Shared memory (225 KiB, one block per SM): Q 128 x 256 (64 KiB), K in two stages and
+// V in three (32 KiB each), all in the 128-byte swizzled layout of 64-column blocks (rows x 128 bytes each).
+// The pipeline is the head_dim-128 kernel's: at the barrier of iteration i, S of tile i has completed
+// (its K stage takes tile i + 2) and P.V of tile i - 1 has (its V stage takes tile i + 2); K(i + 1) and
+// V(i), read by the products issued next, sit in the other stages.
+constexpr int kWideHeadDim = 256;
+constexpr int kWideBlockK = 64;
+constexpr int kWideKStages = 2;
+constexpr int kWideVStages = 3;
+constexpr int kWideQBytes = kHopperBlockQ * kWideHeadDim * 2;  // 64 KiB
+constexpr int kWideKvBytes = kWideBlockK * kWideHeadDim * 2;   // 32 KiB: one K or V tile
+constexpr int kWideQColumnBytes = kHopperBlockQ * 128;         // one 64-column block of the Q tile
+constexpr int kWideKvColumnBytes = kWideBlockK * 128;          // one 64-column block of a K or V tile
+constexpr int kWideSmem = kWideQBytes + (kWideKStages + kWideVStages) * kWideKvBytes + 1024;  // + alignment
+static_assert(kWideSmem <= 227 * 1024, "Hopper head_dim-256 attention tiles exceed shared memory");
+#pragma nv_diag_default 177
+
+template <bool kCap>
+__global__ void __launch_bounds__(kHopperThreads, 1)
+    AttentionWgmma256Kernel(const __nv_bfloat16* __restrict__ q,     // [num_tokens, q_stride]
+                            const __nv_bfloat16* __restrict__ k,     // [num_tokens, kv_stride]
+                            const __nv_bfloat16* __restrict__ v,     // [num_tokens, kv_stride]
+                            const int32_t* __restrict__ cu_seqlens,  // [num_seqs + 1]
+                            const AttentionShape shape, const ScoreTransform st,
+                            __nv_bfloat16* __restrict__ out) {  // [num_tokens, nh * 256]
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t smem_base = (SharedAddress(smem_raw) + 1023u) & ~1023u;
+  const uint32_t q_tile = smem_base;
+  auto k_tile = [&](int tile) { return smem_base + kWideQBytes + (tile % kWideKStages) * kWideKvBytes; };
+  auto v_tile = [&](int tile) {
+    return smem_base + kWideQBytes + (kWideKStages + tile % kWideVStages) * kWideKvBytes;
+  };
+
+  BlockWork w;
+  if (!LocateBlock(cu_seqlens, shape, kHopperBlockQ, w)) return;
+  const int warpgroup = threadIdx.x >> 7;
+  const int warp_in_group = (threadIdx.x >> 5) & 3;
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int warp_row0 = w.q0 + warpgroup * 64 + warp_in_group * 16;  // first query row of this warp (local)
+  const int row_a = warp_row0 + g, row_b = row_a + 8;
+  const __nv_bfloat16* k_head = k + w.start * shape.kv_stride + w.kv_head * kWideHeadDim;
+  const __nv_bfloat16* v_head = v + w.start * shape.kv_stride + w.kv_head * kWideHeadDim;
+  const int num_tiles = (min(w.len, w.q0 + kHopperBlockQ) + kWideBlockK - 1) / kWideBlockK;
+  const int first_tile = FirstKeyTile(w.q0, shape.window, kWideBlockK);
+
+  LoadSwizzledTile<kHopperBlockQ, kWideHeadDim>(
+      q_tile, q + (w.start + w.q0) * shape.q_stride + w.head * kWideHeadDim, shape.q_stride, w.len - w.q0);
+  auto load_kv = [&](int tile) {
+    const int k0 = tile * kWideBlockK;
+    LoadSwizzledTile<kWideBlockK, kWideHeadDim>(
+        k_tile(tile), k_head + static_cast<int64_t>(k0) * shape.kv_stride, shape.kv_stride, w.len - k0);
+    LoadSwizzledTile<kWideBlockK, kWideHeadDim>(
+        v_tile(tile), v_head + static_cast<int64_t>(k0) * shape.kv_stride, shape.kv_stride, w.len - k0);
+  };
+  load_kv(first_tile);
+  CopyAsyncCommit();
+  if (first_tile + 1 < num_tiles) load_kv(first_tile + 1);
+  CopyAsyncCommit();
+
+  Accumulator o_lo, o_hi;  // dims 0-127, 128-255
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    o_lo[i][0] = o_lo[i][1] = o_lo[i][2] = o_lo[i][3] = 0.0f;
+    o_hi[i][0] = o_hi[i][1] = o_hi[i][2] = o_hi[i][3] = 0.0f;
+  }
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const uint32_t q_rows = q_tile + warpgroup * 64 * 128;  // this warpgroup's 64 rows of each column block
+  Accumulator64 s;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+  // S = Q K^T of one tile into s (issued, not awaited; the caller fences first). k-step kk reads 16 dims:
+  // column block kk / 4, bytes 32 (kk % 4) into each 128-byte row.
+  auto issue_scores = [&](int tile) {
+    FenceOperands(s);
+    const uint32_t kt = k_tile(tile);
+#pragma unroll
+    for (int kk = 0; kk < kWideHeadDim / 16; ++kk) {
+      const uint32_t in_row = (kk & 3) * 32;
+      WgmmaSS64(s, WgmmaDesc(q_rows + (kk >> 2) * kWideQColumnBytes + in_row, 16, 1024),
+                WgmmaDesc(kt + (kk >> 2) * kWideKvColumnBytes + in_row, 16, 1024), kk > 0);
+    }
+    WgmmaCommit();
+  };
+
+  CopyAsyncWait<1>();  // Q and the first tile have landed; the second may still be in flight
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async writes -> wgmma reads
+  __syncthreads();
+  WgmmaFence();
+  issue_scores(first_tile);
+  WgmmaWaitAll();
+  FenceOperands(s);
+
+  // As the head_dim-128 kernel's loop: softmax of tile, wait for P.V of tile - 1, rescale O, barrier, S of
+  // tile + 1 and P.V of tile issued, copies of tile + 2, wait for the S only.
+  for (int tile = first_tile; tile < num_tiles; ++tile) {
+    float alpha[2];
+    MaskedSoftmaxStepRaw<kCap>(st, shape.window, tile * kWideBlockK, warp_row0, row_a, row_b, t, s, m, l,
+                               alpha);
+    WgmmaWaitAll();  // P.V of tile - 1: its P registers are free and O is final
+    FenceOperands(o_lo);
+    FenceOperands(o_hi);
+    uint32_t p[kWideBlockK / 16][4];
+#pragma unroll
+    for (int c = 0; c < kWideBlockK / 16; ++c) PackProbabilities(p[c], s, c);
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+      RescaleRows(o_lo, alpha);
+      RescaleRows(o_hi, alpha);
+    }
+    WgmmaFence();  // O, P (and s, below) were written by ordinary instructions
+    FenceOperands(o_lo);
+    FenceOperands(o_hi);
+    const bool more = tile + 1 < num_tiles;  // uniform over the block
+    if (more) {
+      CopyAsyncWait<0>();  // tile + 1 has landed
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      __syncthreads();  // every thread is past S of tile and P.V of tile - 1: their stages take tile + 2
+      issue_scores(tile + 1);
+    }
+    const uint32_t vt = v_tile(tile);
+#pragma unroll
+    for (int c = 0; c < kWideBlockK / 16; ++c) {
+      // Keys 16 c .. 16 c + 15 (two 8-key groups of 1024 bytes) of dims 0-127 (column blocks 0, 1) and
+      // 128-255 (blocks 2, 3).
+      WgmmaRS(o_lo, p[c], WgmmaDesc(vt + c * 2048, kWideKvColumnBytes, 1024));
+      WgmmaRS(o_hi, p[c], WgmmaDesc(vt + 2 * kWideKvColumnBytes + c * 2048, kWideKvColumnBytes, 1024));
+    }
+    WgmmaCommit();
+    if (more) {
+      if (tile + 2 < num_tiles) load_kv(tile + 2);
+      CopyAsyncCommit();
+    }
+    WgmmaWait<1>();  // S of tile + 1 (when issued); P.V of tile may still run
+    FenceOperands(s);
+  }
+  WgmmaWaitAll();
+  FenceOperands(o_lo);
+  FenceOperands(o_hi);
+
+  SumOverRowGroup(l[0], l[1]);
+  const int64_t out_stride = static_cast<int64_t>(shape.num_heads) * kWideHeadDim;
+  StoreNormalizedRows(o_lo, l[0], l[1], row_a, w.len, t, w.start, out_stride, w.head * kWideHeadDim, out);
+  StoreNormalizedRows(o_hi, l[0], l[1], row_a, w.len, t, w.start, out_stride, w.head * kWideHeadDim + 128,
+                      out);
+#else
+  __trap();  // not built for sm_90a: WgmmaAvailable() never lets a launch reach this
+#endif
+}
+
 }  // namespace
 
 // The kernel runs on compute capability 9.0 devices, when the code loaded is its sm_90a cubin
@@ -281,7 +468,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
 bool WgmmaAvailable() {
   static const bool compiled = [] {
     cudaFuncAttributes attributes;
-    return cudaFuncGetAttributes(&attributes, AttentionWgmmaKernel) == cudaSuccess &&
+    return cudaFuncGetAttributes(&attributes, AttentionWgmmaKernel<false>) == cudaSuccess &&
            attributes.binaryVersion == 90 && attributes.ptxVersion >= 90;
   }();
   if (!compiled) return false;
@@ -294,15 +481,31 @@ bool WgmmaAvailable() {
   return major == 9 && minor == 0;
 }
 
-absl::Status LaunchWgmma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
-                         const AttentionShape& s, bf16_t* out, cudaStream_t stream) {
+namespace {
+
+template <bool kCap>
+absl::Status LaunchWgmmaCap(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
+                            const AttentionShape& s, const ScoreTransform& st, bf16_t* out,
+                            cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(CeilDiv(s.max_seqlen, kHopperBlockQ)),
                   static_cast<unsigned>(s.num_heads), static_cast<unsigned>(s.num_seqs));
-  SCORED_CUDA_CHECK(EnsureDynamicSmem(reinterpret_cast<const void*>(AttentionWgmmaKernel), kHopperSmem));
-  AttentionWgmmaKernel<<<grid, kHopperThreads, kHopperSmem, stream>>>(
-      ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, MakeScoreTransform(s), ToDevice(out));
+  const bool wide = s.head_dim == kWideHeadDim;
+  auto* kernel = wide ? AttentionWgmma256Kernel<kCap> : AttentionWgmmaKernel<kCap>;
+  const int smem = wide ? kWideSmem : kHopperSmem;
+  SCORED_CUDA_CHECK(EnsureDynamicSmem(reinterpret_cast<const void*>(kernel), smem));
+  kernel<<<grid, kHopperThreads, smem, stream>>>(ToDevice(q), ToDevice(k), ToDevice(v), cu_seqlens, s, st,
+                                                 ToDevice(out));
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LaunchWgmma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const int32_t* cu_seqlens,
+                         const AttentionShape& s, bf16_t* out, cudaStream_t stream) {
+  const ScoreTransform st = MakeScoreTransform(s);
+  return st.cap_in > 0.0f ? LaunchWgmmaCap<true>(q, k, v, cu_seqlens, s, st, out, stream)
+                          : LaunchWgmmaCap<false>(q, k, v, cu_seqlens, s, st, out, stream);
 }
 
 }  // namespace scored::kernels::attention_internal

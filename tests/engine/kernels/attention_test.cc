@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -213,14 +214,17 @@ TEST_F(AttentionTest, Bf16MatchesReference) {
   }
 }
 
-// Every tensor-core kernel at head_dim 128 and 64, on the varlen batch above and on long windows (many key
-// tiles, several query blocks, a partial last block), with 4 and 1 kv heads; at 128 also a window of
-// exactly 8 x 128 tokens next to one of 128 + 1 (whole tiles, and a tile holding a single row).
+// Every kernel that takes the input (kAuto, SIMT, the tensor-core kernels) at head_dim 128, 64, 96 and 256,
+// on the varlen batch above and on long windows (many key tiles, several query blocks, a partial last
+// block), with 4 and 1 kv heads; at 128 and 256 also a window of exactly 8 x 128 tokens next to one of 128
+// + 1 (whole tiles, and a tile holding a single row).
 TEST_F(AttentionTest, Bf16KernelsMatchReference) {
   const std::vector<Problem> problems = {
-      MakeProblem(kLengths, 8, 2, 128, 500), MakeProblem({700, 1, 333}, 4, 1, 128, 501),
-      MakeProblem({1024, 129}, 8, 2, 128, 504), MakeProblem(kLengths, 8, 2, 64, 502),
-      MakeProblem({700, 1, 333}, 4, 1, 64, 503)};
+      MakeProblem(kLengths, 8, 2, 128, 500),      MakeProblem({700, 1, 333}, 4, 1, 128, 501),
+      MakeProblem({1024, 129}, 8, 2, 128, 504),   MakeProblem(kLengths, 8, 2, 64, 502),
+      MakeProblem({700, 1, 333}, 4, 1, 64, 503),  MakeProblem(kLengths, 8, 2, 96, 505),
+      MakeProblem({700, 1, 333}, 4, 1, 96, 506),  MakeProblem(kLengths, 8, 2, 256, 507),
+      MakeProblem({700, 1, 333}, 4, 1, 256, 508), MakeProblem({1024, 129}, 4, 2, 256, 509)};
   for (const Problem& p : problems) {
     for (AttentionKernel kernel : KernelsFor(p)) {
       const std::string name = std::string("attention bf16 ") + KernelName(kernel) +
@@ -335,14 +339,15 @@ TEST_F(AttentionTest, OptionsMatchReference) {
 }
 
 // Windows on sequences of several query blocks of every kernel (128 queries), where whole key tiles lie
-// before a block's window and are skipped: 37, 200 (more than a tile), and 1000 (longer than the sequences:
-// the plain causal result). 8 heads on 1 kv head.
+// before a block's window and are skipped: 37, 200 (more than a tile), and the largest int32 (longer than
+// the sequences: the plain causal result; no overflow in the window arithmetic). 8 heads on 1 kv head.
 TEST_F(AttentionTest, WindowsOnLongSequencesMatchReference) {
   for (int32_t hd : {64, 96, 128, 256}) {
-    for (int64_t window : {37, 200, 1000}) {
+    for (int64_t window : {int64_t{37}, int64_t{200}, int64_t{std::numeric_limits<int32_t>::max()}}) {
       const ref::AttentionOptions options =
           Options(hd == 256 ? kScale20 : 0.0, hd == 256 ? 50.0f : 0.0f, window);
-      const Problem p = MakeProblem({700, 1, 333}, 8, 1, hd, 700 + hd + window, options);
+      const Problem p =
+          MakeProblem({700, 1, 333}, 8, 1, hd, static_cast<uint32_t>(700 + hd + window), options);
       CheckAllKernels(stream_, p, "window" + std::to_string(window) + " hd=" + std::to_string(hd) + " long");
     }
   }
