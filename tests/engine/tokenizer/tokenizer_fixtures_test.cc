@@ -148,6 +148,12 @@ TEST(GemmaStyleTest, NoDummyPrefixAndByteFallback) {
   EXPECT_EQ(tok.Decode(ids).value(), "\xF0\x9F\x98\x80");
   // Literal special-token text is matched as the special token.
   EXPECT_THAT(tok.Encode("<start_of_turn><end_of_turn>").value(), ElementsAreArray({5, 6}));
+  // "▁▁" (id 266) is an added token of the user-defined kind: matched on the raw text (a literal "▁▁"),
+  // and, as every token, decoded through the decoder: two spaces, 2 bytes.
+  EXPECT_THAT(tok.Encode("\xE2\x96\x81\xE2\x96\x81").value(), ElementsAreArray({266}));
+  EXPECT_EQ(tok.Decode({266}).value(), "  ");
+  EXPECT_EQ(tok.TokenByteLength(266), 2);
+  EXPECT_EQ(tok.TokenByteLength(2), 0);  // <bos>
 }
 
 // tokenizer.json variants in a temporary folder: the fixture with one field replaced.
