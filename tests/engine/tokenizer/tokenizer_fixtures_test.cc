@@ -240,5 +240,21 @@ TEST_F(FixtureVariantTest, EquivalentFormsLoad) {
   EXPECT_FALSE((*t)->add_bos_by_default());
 }
 
+// A byte-level added token decodes through the ByteLevel decoder as in HF (checked with the library:
+// an added "ĠHello" decodes to " Hello"); one with a character outside the byte-level alphabet keeps
+// its text.
+TEST_F(FixtureVariantTest, ByteLevelAddedTokensDecodeThroughTheDecoder) {
+  nlohmann::json added =
+      nlohmann::json::parse(ReadAll(kFixtures + "/phi4-style/tokenizer.json"))["added_tokens"];
+  added.push_back({{"id", 2610}, {"content", "\xC4\xA0Hello"}, {"special", false}, {"normalized", false}});
+  added.push_back({{"id", 2611}, {"content", "\xE4\xBD\xA0\xE5\xA5\xBD"}, {"special", false}});
+  const auto t = LoadWith("phi4-style", "added_tokens", added.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_THAT((*t)->Encode("\xC4\xA0Hello").value(), ElementsAreArray({2610}));
+  EXPECT_EQ((*t)->Decode({2610}).value(), " Hello");
+  EXPECT_EQ((*t)->TokenByteLength(2610), 6);
+  EXPECT_EQ((*t)->Decode({2611}).value(), "\xE4\xBD\xA0\xE5\xA5\xBD");  // 你好
+}
+
 }  // namespace
 }  // namespace scored
