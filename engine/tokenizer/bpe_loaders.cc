@@ -113,7 +113,8 @@ struct PipelineConfig {
   bool prepend = false;  // legacy normalizer Prepend('▁') / Metaspace prepend
   bool prepend_first_only = false;
   bool prepend_unless_present = false;
-  bool metaspace = false;  // Replace(' ' -> '▁') / Metaspace pre-tokenizer
+  bool metaspace = false;        // Replace(' ' -> '▁') / Metaspace pre-tokenizer
+  bool spaces_replaced = false;  // the normalizer Replace(' ' -> '▁'): no ' ' reaches the pre-tokenizer
   bool metaspace_split = false;
   bool strip_leading_space = false;
   int32_t template_bos = -1;
@@ -154,9 +155,25 @@ absl::Status ParseNormalizer(const json& j, const std::string& path, PipelineCon
       j["pattern"].value("String", std::string("?")) == " " &&
       j.value("content", std::string()) == kMetaspace) {
     p->metaspace = true;
+    p->spaces_replaced = true;
     return absl::OkStatus();
   }
   return Unsupported(path, "normalizer", j);
+}
+
+// A Split on the literal " " (not inverted) that runs after a normalizer replaced every ' ' by '▁'
+// (Gemma's tokenizer.json): it finds no delimiter, so under every behavior it keeps the text whole.
+bool IsNoOpSpaceSplit(const json& j, const PipelineConfig& p) {
+  static const char* const kBehaviors[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext",
+                                           "Contiguous"};
+  const auto pattern = j.find("pattern");
+  if (!p.spaces_replaced || pattern == j.end() || !pattern->is_object() ||
+      pattern->value("String", std::string("?")) != " " || BoolField(j, "invert", false)) {
+    return false;
+  }
+  const std::string behavior = j.value("behavior", std::string());
+  return std::any_of(std::begin(kBehaviors), std::end(kBehaviors),
+                     [&behavior](const char* b) { return behavior == b; });
 }
 
 absl::Status ParsePreTokenizer(const json& j, const std::string& path, PipelineConfig* p) {
@@ -170,6 +187,8 @@ absl::Status ParsePreTokenizer(const json& j, const std::string& path, PipelineC
     p->byte_level = true;
     p->add_prefix_space = BoolField(j, "add_prefix_space", false);
     p->byte_level_regex = BoolField(j, "use_regex", true);
+  } else if (type == "Split" && IsNoOpSpaceSplit(j, *p)) {
+    // Gemma's Split(" ", MergedWithPrevious) after its Replace(' ' -> '▁') normalizer: nothing to split.
   } else if (type == "Split") {
     const auto pattern = j.find("pattern");
     if (pattern == j.end() || !pattern->is_object() || !pattern->contains("Regex") ||
@@ -198,38 +217,59 @@ absl::Status ParsePreTokenizer(const json& j, const std::string& path, PipelineC
   return absl::OkStatus();
 }
 
-void ParseDecoder(const json& j, PipelineConfig* p) {
-  if (!j.is_object()) return;
+// Decoders: those that invert what this file's pipelines encode (byte-level bytes, '▁' -> ' ',
+// <0xNN> -> byte, one stripped leading space). Any other decoder is UNIMPLEMENTED, naming it.
+absl::Status ParseDecoder(const json& j, const std::string& path, PipelineConfig* p) {
+  if (j.is_null()) return absl::OkStatus();
   const std::string type = TypeOf(j);
   if (type == "Sequence" && j.contains("decoders") && j["decoders"].is_array()) {
-    for (const json& d : j["decoders"]) ParseDecoder(d, p);
+    for (const json& d : j["decoders"]) SCORED_RETURN_IF_ERROR(ParseDecoder(d, path, p));
   } else if (type == "Strip") {
-    p->strip_leading_space = j.value("content", std::string()) == " " && j.value("start", 0) > 0;
+    const int start = j.value("start", 0);
+    if (j.value("content", std::string()) != " " || start < 0 || start > 1 || j.value("stop", 0) != 0) {
+      return Unsupported(path, "decoder", j);
+    }
+    p->strip_leading_space = start == 1;
   } else if (type == "Metaspace") {
+    if (j.value("replacement", std::string(kMetaspace)) != kMetaspace) return Unsupported(path, "decoder", j);
     const std::string scheme =
         j.value("prepend_scheme", BoolField(j, "add_prefix_space", true) ? "always" : "never");
     p->strip_leading_space = scheme != "never";
+  } else if (type == "Replace") {
+    if (!j.contains("pattern") || !j["pattern"].is_object() ||
+        j["pattern"].value("String", std::string("?")) != kMetaspace ||
+        j.value("content", std::string()) != " ") {
+      return Unsupported(path, "decoder", j);
+    }
+  } else if (type != "ByteFallback" && type != "Fuse" && type != "ByteLevel") {
+    return Unsupported(path, "decoder", j);
   }
+  return absl::OkStatus();
 }
 
-void ParsePostProcessor(const json& j, PipelineConfig* p) {
-  if (!j.is_object()) return;
+// Post-processors: only where the pipeline adds a leading special token (BOS) is read; ByteLevel
+// adds nothing to ids. Others (BertProcessing, RobertaProcessing, ...) are UNIMPLEMENTED, naming them.
+absl::Status ParsePostProcessor(const json& j, const std::string& path, PipelineConfig* p) {
+  if (j.is_null()) return absl::OkStatus();
   const std::string type = TypeOf(j);
   if (type == "Sequence" && j.contains("processors") && j["processors"].is_array()) {
-    for (const json& d : j["processors"]) ParsePostProcessor(d, p);
+    for (const json& d : j["processors"]) SCORED_RETURN_IF_ERROR(ParsePostProcessor(d, path, p));
   } else if (type == "TemplateProcessing") {
     const auto single = j.find("single");
-    if (single == j.end() || !single->is_array() || single->empty()) return;
+    if (single == j.end() || !single->is_array() || single->empty()) return absl::OkStatus();
     const json& first = (*single)[0];
-    if (!first.is_object() || !first.contains("SpecialToken")) return;
+    if (!first.is_object() || !first.contains("SpecialToken")) return absl::OkStatus();
     const std::string name = first["SpecialToken"].value("id", std::string());
     const auto specials = j.find("special_tokens");
-    if (specials == j.end() || !specials->is_object() || !specials->contains(name)) return;
+    if (specials == j.end() || !specials->is_object() || !specials->contains(name)) return absl::OkStatus();
     const json& ids = (*specials)[name].value("ids", json::array());
     if (ids.is_array() && ids.size() == 1 && ids[0].is_number_integer()) {
       p->template_bos = ids[0].get<int32_t>();
     }
+  } else if (type != "ByteLevel") {
+    return Unsupported(path, "post_processor", j);
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::string& dir) {
@@ -248,18 +288,20 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::st
   }
   if (m.contains("dropout") && !m["dropout"].is_null() &&
       !(m["dropout"].is_number() && m["dropout"].get<double>() == 0.0)) {
-    return absl::UnimplementedError(path + ": BPE dropout is not supported");
+    return absl::UnimplementedError(
+        absl::StrCat(path, ": model.dropout ", m["dropout"].dump(), " is not supported (BPE dropout)"));
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (m.contains(key) && !m[key].is_null() && m[key] != "") {
-      return absl::UnimplementedError(absl::StrCat(path, ": model.", key, " is not supported"));
+      return absl::UnimplementedError(
+          absl::StrCat(path, ": model.", key, " ", m[key].dump(), " is not supported"));
     }
   }
   PipelineConfig p;
   SCORED_RETURN_IF_ERROR(ParseNormalizer(root.value("normalizer", json()), path, &p));
   SCORED_RETURN_IF_ERROR(ParsePreTokenizer(root.value("pre_tokenizer", json()), path, &p));
-  ParseDecoder(root.value("decoder", json()), &p);
-  ParsePostProcessor(root.value("post_processor", json()), &p);
+  SCORED_RETURN_IF_ERROR(ParseDecoder(root.value("decoder", json()), path, &p));
+  SCORED_RETURN_IF_ERROR(ParsePostProcessor(root.value("post_processor", json()), path, &p));
   if (p.byte_level && (p.metaspace || p.prepend)) {
     return absl::UnimplementedError(path + ": byte-level combined with metaspace is not supported");
   }

@@ -18,6 +18,31 @@ bool IsAsciiSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
+// Appends a metaspace token's text: every '▁' as ' '.
+void AppendMetaspaceText(std::string_view tok, std::string* out) {
+  for (size_t p = 0; p < tok.size();) {
+    if (tok.compare(p, kMetaspace.size(), kMetaspace) == 0) {
+      out->push_back(' ');
+      p += kMetaspace.size();
+    } else {
+      out->push_back(tok[p++]);
+    }
+  }
+}
+
+// The decoded text of an added token. HF's decode runs added tokens through the decoder as any token:
+// metaspace '▁' -> ' ' (Gemma's "▁▁" added tokens decode to two spaces), byte-level characters to their
+// bytes when every character is in the byte-level alphabet (else the text as it is).
+std::string AddedTokenText(const AddedToken& a, bool chars) {
+  std::string out;
+  if (chars) {
+    AppendMetaspaceText(a.content, &out);
+  } else if (!ByteLevelToBytes(a.content, &out)) {
+    out = a.content;
+  }
+  return out;
+}
+
 }  // namespace
 
 struct BpeTokenizer::EncodeState {
@@ -93,11 +118,14 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
     }
   }
   t->byte_length_.assign(t->vocab_size_, 0);
+  for (const AddedToken& a : t->spec_.added_tokens) {
+    t->added_text_.push_back(AddedTokenText(a, t->model_.options().alphabet == BpeModel::Alphabet::kChars));
+  }
   for (int64_t id = 0; id < t->vocab_size_; ++id) {
     const int32_t added = t->added_of_id_[id];
     if (added >= 0) {
-      const AddedToken& a = t->spec_.added_tokens[added];
-      t->byte_length_[id] = a.special ? 0 : static_cast<int64_t>(a.content.size());
+      t->byte_length_[id] =
+          t->spec_.added_tokens[added].special ? 0 : static_cast<int64_t>(t->added_text_[added].size());
       continue;
     }
     if (id >= t->model_.size()) continue;
@@ -267,7 +295,7 @@ absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids) 
           absl::StrCat("token id ", id, " at position ", i, " is out of range [0, ", vocab_size_, ")"));
     }
     if (added_of_id_[id] >= 0) {
-      out.append(spec_.added_tokens[added_of_id_[id]].content);
+      out.append(added_text_[added_of_id_[id]]);
       continue;
     }
     if (id >= model_.size()) continue;
@@ -281,14 +309,7 @@ absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids) 
       out.push_back(static_cast<char>(byte));
       continue;
     }
-    for (size_t p = 0; p < tok.size();) {
-      if (tok.compare(p, kMetaspace.size(), kMetaspace) == 0) {
-        out.push_back(' ');
-        p += kMetaspace.size();
-      } else {
-        out.push_back(tok[p++]);
-      }
-    }
+    AppendMetaspaceText(tok, &out);
   }
   if (chars && spec_.decode_strip_leading_space && !out.empty() && out[0] == ' ') out.erase(0, 1);
   return out;

@@ -7,8 +7,10 @@
 //      Llama-2 legacy normalizer form),
 //   4. each word goes through BpeModel (byte-level words are cached for the duration of one call).
 // Decode inverts it (metaspace: '▁' -> ' ', <0xNN> -> byte, one leading space stripped when the
-// decoder does so); added tokens decode to their content. Decoded bytes are returned as they are,
-// even where a token sequence cuts a UTF-8 character (no U+FFFD substitution).
+// decoder does so); added tokens decode to their content through the same decoder, as HF's decode
+// does (metaspace: '▁' -> ' ', so Gemma's "▁▁" added token decodes to two spaces; byte-level: the
+// content's bytes when every character is in the byte-level alphabet, else the content). Decoded bytes are
+// returned as they are, even where a token sequence cuts a UTF-8 character (no U+FFFD substitution).
 //
 // Thread-safety: immutable after construction; Encode/Decode may run concurrently.
 #ifndef SCORED_ENGINE_TOKENIZER_BPE_TOKENIZER_H_
@@ -99,6 +101,7 @@ class BpeTokenizer : public Tokenizer {
   // EncodeGuard::BeforeWord: the longest token (at least a 4-byte character); 0 with fused unknown runs.
   size_t max_bytes_per_token_ = 0;
   std::vector<int32_t> added_of_id_;                      // [vocab_size] index into spec_.added_tokens, or -1
+  std::vector<std::string> added_text_;                   // [added_tokens] decoded text (AddedTokenText)
   std::vector<int64_t> byte_length_;                      // [vocab_size] TokenByteLength
   std::vector<std::vector<size_t>> added_by_first_byte_;  // [256] added tokens, longest first
 };

@@ -1,7 +1,8 @@
 // Tokenizers of the supported models, loaded from a model (or tokenizer) folder:
 //   - SentencePiece `tokenizer.model` (protobuf; native BPE, no libsentencepiece) (Llama-2, Mistral,
 //     stories260K)
-//   - HF `tokenizer.json` BPE: byte-level (GPT-2, Llama-3, Qwen2 incl. NFC) and metaspace (Llama-2 style)
+//   - HF `tokenizer.json` BPE: byte-level (GPT-2, Llama-3, Qwen2 incl. NFC, Phi-4's cl100k split) and
+//     metaspace (Llama-2 style; Gemma 2 / 3: no dummy prefix, byte fallback)
 //   - `vocab.json` + `merges.txt` byte-level BPE (GPT-2, Qwen2)
 //   - tiktoken `tokenizer.model` (base64 token + rank per line; Llama-3, with its pattern and specials)
 // Special tokens and BOS/EOS come from tokenizer_config.json / special_tokens_map.json where present.
@@ -12,10 +13,17 @@
 //   - tokenizer.json: added_tokens (and tokenizer_config.json's added_tokens_decoder) are matched
 //     first, leftmost-longest on the raw text (lstrip/rstrip honoured for ASCII whitespace;
 //     `normalized` and `single_word` are not used). Normalizers NFC, Prepend('▁'), Replace(' ',
-//     '▁'); pre-tokenizers ByteLevel, Split(Regex, Isolated), Metaspace, Sequence; BPE options
-//     byte_fallback, fuse_unk, ignore_merges, unk_token. Anything else: UNIMPLEMENTED naming it.
-//     add BOS: tokenizer_config add_bos_token, else whether post_processor's template starts with
-//     a special token. EOS without a config: "</s>" (metaspace) / "<|endoftext|>" (byte-level).
+//     '▁'); pre-tokenizers ByteLevel, Split(Regex, Isolated), Metaspace, Sequence, and Split(String
+//     ' ', not inverted) after Replace(' ', '▁') (Gemma's: it finds nothing); BPE options
+//     byte_fallback, fuse_unk, ignore_merges, unk_token; decoders ByteLevel, Metaspace,
+//     Replace('▁', ' '), ByteFallback, Fuse, Strip(' ', 0 or 1, 0), Sequence; post-processors
+//     TemplateProcessing, ByteLevel, Sequence. Anything else: UNIMPLEMENTED naming the field and
+//     its JSON. add BOS: tokenizer_config add_bos_token, else whether post_processor's template
+//     starts with a special token. EOS without a config: "</s>" (metaspace) / "<|endoftext|>"
+//     (byte-level).
+//     Gemma 2 / 3 and Phi-4: the real vocabularies are not available offline; their pipelines are
+//     reproduced from the published files on small trained vocabularies (tests/fixtures/tokenizers,
+//     with its README's sources) and checked on the HF tokenizers library's ids.
 //   - vocab.json + merges.txt: byte-level. Rule: tokenizer_config.json tokenizer_class starting
 //     with "Qwen2" selects Qwen2's split pattern + NFC; otherwise GPT-2's pattern. <|endoftext|>
 //     is a special token (and BOS/EOS for GPT-2, EOS for Qwen2) unless the config says otherwise.

@@ -34,7 +34,12 @@ their offsets from a thread pool, through pinned host buffers).
 Values: q/k/v/gate/up ~ N(0, 0.02), o/down ~ N(0, 0.02 / sqrt(2 * layers)) (quantized by ct_writer.quantize_w4a16);
 norm gains 1 (Gemma's (1 + weight) norms store 0, q/k norms included); Gemma's embedding N(0, 1 / hidden) (the
 model multiplies it by sqrt(hidden)), Phi's N(0, 1) with lm_head N(0, 1 / sqrt(hidden)). Every tensor has its own
-seeded generator (make_random_w4a16.generator). Runs on CUDA when present, else on the CPU (tiny shapes in tests).
+seeded generator (make_random_w4a16.generator). With Gemma's tied embeddings the residual stream stays close to
+the current token's own embedding, so such a model mostly predicts the current token again (log-probs of other
+tokens far below -log(vocab); measured: mean -35.7 nats on 200 tokens, gemma3-12b at 1 layer): meaningless as
+a language model, irrelevant to speed.
+Runs on CUDA when present, else on the CPU (tiny shapes in tests). Checked on the CPU: --layers 1 of phi3.5-mini,
+gemma3-12b and phi4 at full width (0.4 / 2.0 / 2.1 GiB) load in `scored --backend=cpu` and score 200 tokens.
 """
 import argparse
 import json

@@ -65,6 +65,19 @@ const LinearWeight* FindLinear(const ModelWeights& m, const std::string& module)
   return nullptr;
 }
 
+// The linears that hold the stored module `module`: itself, or for a fused module (Phi-3's qkv_proj /
+// gate_up_proj) the loader's row views "<module>[q]", "[k]", ... in row order. Empty when none does.
+std::vector<const LinearWeight*> StoredModuleParts(const ModelWeights& m, const std::string& module) {
+  if (const LinearWeight* lw = FindLinear(m, module)) return {lw};
+  std::vector<const LinearWeight*> parts;
+  for (const LayerWeights& L : m.layers()) {
+    for (const LinearWeight* w : DecoderLinears(L)) {
+      if (absl::StartsWith(w->module, module + "[")) parts.push_back(w);
+    }
+  }
+  return parts;
+}
+
 class FixturesTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
@@ -131,12 +144,18 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
   const nlohmann::json ref = nlohmann::json::parse(ss.str());
   int checked = 0;
   for (const auto& [module, r] : ref.at("modules").items()) {
-    const LinearWeight* lw = FindLinear(w, module);
-    ASSERT_NE(lw, nullptr) << module;
-    ASSERT_EQ(r.at("shape")[0].get<int64_t>(), lw->out_features) << module;
-    ASSERT_EQ(r.at("shape")[1].get<int64_t>(), lw->in_features) << module;
-    std::vector<float> values(static_cast<size_t>(lw->NumElements()));
-    ASSERT_TRUE(lw->DequantizeRows(0, lw->out_features, values.data()).ok());
+    const std::vector<const LinearWeight*> parts = StoredModuleParts(w, module);
+    ASSERT_FALSE(parts.empty()) << module;
+    std::vector<float> values;
+    for (const LinearWeight* lw : parts) {  // a fused module: its views' rows, in order
+      ASSERT_EQ(r.at("shape")[1].get<int64_t>(), lw->in_features) << module;
+      std::vector<float> rows(static_cast<size_t>(lw->NumElements()));
+      ASSERT_TRUE(lw->DequantizeRows(0, lw->out_features, rows.data()).ok());
+      values.insert(values.end(), rows.begin(), rows.end());
+    }
+    ASSERT_EQ(r.at("shape")[0].get<int64_t>() * r.at("shape")[1].get<int64_t>(),
+              static_cast<int64_t>(values.size()))
+        << module;
     double sum = 0.0, sum_abs = 0.0;
     for (float v : values) {
       sum += v;
