@@ -45,7 +45,8 @@ struct TableShape {
   int64_t max_fp8_in_features = 0;   // DeviceModel's
   int tp_size = 1;
   const ModelConfig* reference = nullptr;  // R's config, or null
-  bool moe = false, moe_shared = false;    // the model's (ModelConfig::moe(), a shared expert)
+  bool moe = false,
+       moe_shared = false;  // the model's or its reference's (ModelConfig::moe(), a shared expert)
 };
 
 // Rows of the logits chunk: kLmHeadChunkTokens (cuBLASLt runs a 128k-vocabulary lm_head near its peak there),
@@ -73,6 +74,12 @@ ModelConfig LargerOfEach(ModelConfig c, const ModelConfig* r) {
   c.num_heads = std::max(c.num_heads, r->num_heads);
   c.num_kv_heads = std::max(c.num_kv_heads, r->num_kv_heads);
   c.head_dim = std::max(c.head_dim, r->head_dim);
+  // Mixture-of-experts buffers hold either model's sparse layers (a dense model's fields are 0).
+  c.num_experts = std::max(c.num_experts, r->num_experts);
+  c.num_experts_per_tok = std::max(c.num_experts_per_tok, r->num_experts_per_tok);
+  c.moe_intermediate_size = std::max(c.moe_intermediate_size, r->moe_intermediate_size);
+  c.shared_expert_intermediate_size =
+      std::max(c.shared_expert_intermediate_size, r->shared_expert_intermediate_size);
   return c;
 }
 
@@ -82,9 +89,9 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
   const ModelConfig& r = s.reference != nullptr ? *s.reference : model_config;  // R's (unused without one)
   const int64_t act = ActBytes(s.dtype);
   const int64_t hidden = c.hidden_size;
-  const int64_t inter = std::max({c.intermediate_size, model_config.moe_intermediate_size,
-                                  model_config.shared_expert_intermediate_size});
-  const int64_t experts = model_config.num_experts, top = model_config.num_experts_per_tok;
+  const int64_t inter =
+      std::max({c.intermediate_size, c.moe_intermediate_size, c.shared_expert_intermediate_size});
+  const int64_t experts = c.num_experts, top = c.num_experts_per_tok;
   const int64_t q_dim = c.num_heads * c.head_dim, qkv_dim = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
   const int64_t top_k = kernels::kMaxTopK, tp = s.tp_size;
   const int64_t stats = static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
@@ -106,7 +113,7 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
       {&A::scratch2, "the second dequantized-weight scratch", kAll, 0, 0, s.max_scratch_elements * act},
       {&A::act_fp8, "FP8 / INT8 GEMM activations", kFp8, s.max_fp8_in_features},
       {&A::act_scale, "FP8 / INT8 activation scales", kFp8, 2 * 4},
-      {&A::router_logits, "the router logits", kMoe, RouterColumns(model_config) * 4},
+      {&A::router_logits, "the router logits", kMoe, RouterColumns(c) * 4},
       {&A::moe_ids, "the experts of each token", kMoe, top * 4},
       {&A::moe_weights, "the expert weights of each token", kMoe, top * 4},
       {&A::moe_slots, "the token slots by expert", kMoe, top * 4},
@@ -182,10 +189,11 @@ TableShape ShapeOf(const DeviceModel& model, int tp_size, const ReferenceModel* 
   return s;
 }
 
-// The model's own kinds of buffers.
+// The model's (and its reference model's) own kinds of buffers.
 TableShape WithModel(TableShape s, const ModelConfig& config) {
-  s.moe = config.moe();
-  s.moe_shared = config.shared_expert_intermediate_size > 0;
+  const ModelConfig c = LargerOfEach(config, s.reference);
+  s.moe = c.moe();
+  s.moe_shared = c.shared_expert_intermediate_size > 0;
   return s;
 }
 

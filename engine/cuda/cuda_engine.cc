@@ -61,25 +61,6 @@ absl::Status CheckHeadDim(const ModelConfig& config, const char* whose) {
                                                  "up to 256)"));
 }
 
-// Mixture-of-experts checkpoints (ModelConfig::moe(): Mixtral, Qwen2-MoE, Qwen3-MoE) run on one GPU
-// (transformer.cc MoeBlock); tensor parallelism and a mixture-of-experts reference model (whose forward
-// would need the MoE activations sized for it too) are not implemented yet (issue 20).
-absl::Status CheckMoeSupported(const ModelConfig& config, const char* whose, int tp) {
-  if (!config.moe()) return absl::OkStatus();
-  if (*whose != '\0') {
-    return absl::UnimplementedError(absl::StrCat(whose, config.architecture,
-                                                 ": a mixture-of-experts reference model is not implemented "
-                                                 "on the CUDA backend yet; use --backend=cpu"));
-  }
-  if (tp > 1) {
-    return absl::UnimplementedError(absl::StrCat(config.architecture,
-                                                 ": mixture-of-experts blocks run at --tp 1 only on the CUDA "
-                                                 "backend (tensor parallelism for them is not implemented "
-                                                 "yet); use --tp 1 or --backend=cpu"));
-  }
-  return absl::OkStatus();
-}
-
 class CudaEngine final : public Engine {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
@@ -164,10 +145,6 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
     return absl::InvalidArgumentError(
         absl::StrCat("--tp_exchange ", static_cast<int>(options.tp_exchange), ": want copy or nccl"));
   }
-  {  // Before any device work: what the CUDA backend does not run of a mixture-of-experts checkpoint.
-    SCORED_ASSIGN_OR_RETURN(const ModelConfig early, LoadModelConfig(options.model_dir));
-    SCORED_RETURN_IF_ERROR(CheckMoeSupported(early, "", tp));
-  }
   const int devices = CudaDeviceCount();
   if (devices < 1) return absl::FailedPreconditionError("no usable CUDA device");
   std::unique_ptr<CudaEngine> engine(new CudaEngine());
@@ -177,7 +154,6 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
 
   SCORED_ASSIGN_OR_RETURN(engine->weights_, ModelWeights::Load(options.model_dir));
   const ModelConfig& config = engine->weights_->config();
-  SCORED_RETURN_IF_ERROR(CheckMoeSupported(config, "", tp));
   SCORED_RETURN_IF_ERROR(CheckHeadDim(config, ""));
   engine->max_seq_len_ = options.max_seq_len > 0 ? options.max_seq_len : config.max_position_embeddings;
   if (!options.reference_model_dir.empty()) {
@@ -191,7 +167,6 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
                                        reference.status().message()));
     }
     engine->reference_ = *std::move(reference);
-    SCORED_RETURN_IF_ERROR(CheckMoeSupported(engine->reference_->config(), "the reference model's ", tp));
     SCORED_RETURN_IF_ERROR(CheckHeadDim(engine->reference_->config(), "the reference model's "));
     if (options.max_seq_len <= 0) {
       engine->max_seq_len_ =

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <map>
 #include <utility>
@@ -289,6 +290,32 @@ class RotationTables {
   std::vector<DeviceBuffer> buffers_;
 };
 
+// The rank's view of each linear: the whole linear without a shard plan, else its ShardLinear cut, whose host
+// copies (row-parallel slices, re-packed group scales) this object owns until Clear() (one layer's worth).
+// std::deque: the views keep their addresses while more are cut.
+class LinearCutter {
+ public:
+  explicit LinearCutter(const ShardPlan* plan) : plan_(plan) {}
+
+  absl::StatusOr<const LinearWeight*> Cut(const LinearWeight& full, LinearRole role) {
+    last_amax_ = false;
+    if (plan_ == nullptr) return &full;
+    SCORED_ASSIGN_OR_RETURN(ShardedLinear shard, ShardLinear(full, plan_->ForLinear(role), plan_->tp_rank));
+    last_amax_ = shard.act_amax_all_reduce;
+    keep_.push_back(std::move(shard));
+    return &keep_.back().view;
+  }
+  // Whether the last cut is a row-parallel W8A8 shard whose per-token activation amax is all-reduced
+  // (ShardedLinear::act_amax_all_reduce).
+  bool last_act_amax_all_reduce() const { return last_amax_; }
+  void Clear() { keep_.clear(); }
+
+ private:
+  const ShardPlan* plan_;
+  std::deque<ShardedLinear> keep_;
+  bool last_amax_ = false;
+};
+
 class DeviceModelLoader {
  public:
   // Stacks `members` along `out` into one linear. All dense: one resident matrix; W8A8 per-token FP8 that a
@@ -444,12 +471,19 @@ class DeviceModelLoader {
   }
 
   // A sparse layer's block (DeviceMoe). Quantized experts with bf16 scales are rounded to bf16 in fp32 mode.
+  // A sparse layer's router (replicated, with the shared expert's gate as its last row) and experts (each
+  // split like the dense MLP under a shard plan: `cut`).
   static absl::Status BuildMoe(const ModelConfig& config, const MoeWeights& src, ComputeDtype dtype,
-                               const std::string& prefix, RotationTables* rotations, DeviceMoe* dst) {
+                               const std::string& prefix, LinearCutter* cut, RotationTables* rotations,
+                               DeviceMoe* dst) {
     const std::string mlp = prefix + "mlp.";
-    std::vector<const LinearWeight*> router = {&src.router};
     dst->shared = config.shared_expert_intermediate_size > 0;
-    if (dst->shared) router.push_back(&src.shared_expert_gate);
+    std::vector<const LinearWeight*> router;
+    SCORED_ASSIGN_OR_RETURN(router.emplace_back(), cut->Cut(src.router, LinearRole::kRouter));
+    if (dst->shared) {
+      SCORED_ASSIGN_OR_RETURN(router.emplace_back(),
+                              cut->Cut(src.shared_expert_gate, LinearRole::kSharedExpertGate));
+    }
     SCORED_ASSIGN_OR_RETURN(dst->router,
                             Build(router, dtype, mlp + "gate (router)", false, GemmTypes::kFp8ToFp32, false));
     for (const LinearWeight* w : router) {  // the experts read the router's input after it: not rotated
@@ -459,15 +493,24 @@ class DeviceModelLoader {
                                                      "are not implemented on the CUDA backend"));
       }
     }
-    const auto expert = [&](const ExpertWeights& x, const std::string& what, DeviceLinear* gate_up,
-                            DeviceLinear* down) -> absl::Status {
-      SCORED_ASSIGN_OR_RETURN(*gate_up, Build({&x.gate_proj, &x.up_proj}, dtype, what + " gate|up"));
+    const auto expert = [&](const ExpertWeights& x, bool shared, const std::string& what,
+                            DeviceLinear* gate_up, DeviceLinear* down) -> absl::Status {
       SCORED_ASSIGN_OR_RETURN(
-          *down, Build({&x.down_proj}, dtype, what + ".down_proj", false, GemmTypes::kFp8ToFp32));
-      SCORED_RETURN_IF_ERROR(rotations->Attach({&x.gate_proj, &x.up_proj}, what + " gate|up", true, gate_up));
-      SCORED_RETURN_IF_ERROR(rotations->Attach({&x.down_proj}, what + ".down_proj", false, down));
+          const LinearWeight* gate,
+          cut->Cut(x.gate_proj, shared ? LinearRole::kSharedGate : LinearRole::kExpertGate));
+      SCORED_ASSIGN_OR_RETURN(const LinearWeight* up,
+                              cut->Cut(x.up_proj, shared ? LinearRole::kSharedUp : LinearRole::kExpertUp));
+      SCORED_ASSIGN_OR_RETURN(
+          const LinearWeight* dn,
+          cut->Cut(x.down_proj, shared ? LinearRole::kSharedDown : LinearRole::kExpertDown));
+      const bool down_amax = cut->last_act_amax_all_reduce();
+      SCORED_ASSIGN_OR_RETURN(*gate_up, Build({gate, up}, dtype, what + " gate|up"));
+      SCORED_ASSIGN_OR_RETURN(*down,
+                              Build({dn}, dtype, what + ".down_proj", down_amax, GemmTypes::kFp8ToFp32));
+      SCORED_RETURN_IF_ERROR(rotations->Attach({gate, up}, what + " gate|up", true, gate_up));
+      SCORED_RETURN_IF_ERROR(rotations->Attach({dn}, what + ".down_proj", false, down));
       for (const auto& [linear, w] :
-           {std::pair<DeviceLinear*, const LinearWeight*>{gate_up, &x.gate_proj}, {down, &x.down_proj}}) {
+           {std::pair<DeviceLinear*, const LinearWeight*>{gate_up, gate}, {down, dn}}) {
         linear->round_to_bf16_ = linear->uses_scratch() && w->format != WeightFormat::kDense &&
                                  w->weight_scale.dtype == DType::kBF16;
       }
@@ -477,11 +520,12 @@ class DeviceModelLoader {
     dst->down.resize(src.experts.size());
     for (size_t e = 0; e < src.experts.size(); ++e) {
       SCORED_RETURN_IF_ERROR(
-          expert(src.experts[e], absl::StrCat(mlp, "experts.", e), &dst->gate_up[e], &dst->down[e]));
+          expert(src.experts[e], false, absl::StrCat(mlp, "experts.", e), &dst->gate_up[e], &dst->down[e]));
+      cut->Clear();  // the expert is on the device: its shards' host copies can go
     }
     if (dst->shared) {
       SCORED_RETURN_IF_ERROR(
-          expert(src.shared_expert, mlp + "shared_expert", &dst->shared_gate_up, &dst->shared_down));
+          expert(src.shared_expert, true, mlp + "shared_expert", &dst->shared_gate_up, &dst->shared_down));
       dst->shared_gate_up.round_to_bf16_ = dst->shared_down.round_to_bf16_ = false;  // an ordinary MLP
     }
     return absl::OkStatus();
@@ -602,23 +646,9 @@ std::vector<const DeviceLinear*> LinearsInOrder(const DeviceLayer& layer) {
 absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype,
                                                          const ShardPlan* plan, bool kv_cache_quant) {
   const ModelConfig& config = weights.config();
-  if (config.moe() && plan != nullptr) {  // the MoE shard plan exists (shard_plan.h); its upload does not
-    return absl::UnimplementedError(
-        absl::StrCat(config.architecture,
-                     ": mixture-of-experts blocks run at --tp 1 only on the CUDA "
-                     "backend (tensor parallelism is not implemented for them yet)"));
-  }
   auto model = std::make_unique<DeviceModel>();
   model->dtype = dtype;
-  const int tp_rank = plan != nullptr ? plan->tp_rank : 0;
-  // The rank's view of one linear (the whole linear without a plan). `keep` owns its host copies.
-  auto cut = [&](const LinearWeight& full, LinearRole role,
-                 std::vector<ShardedLinear>* keep) -> absl::StatusOr<const LinearWeight*> {
-    if (plan == nullptr) return &full;
-    SCORED_ASSIGN_OR_RETURN(ShardedLinear shard, ShardLinear(full, plan->ForLinear(role), tp_rank));
-    keep->push_back(std::move(shard));
-    return &keep->back().view;
-  };
+  LinearCutter cut(plan);
   const TensorStore& store = weights.store();
   auto release = [&](const LinearWeight& w) { ReleaseLinearPages(store, w); };
 
@@ -649,13 +679,12 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
   if (config.tie_word_embeddings) {
     DeviceModelLoader::TieTo(&model->lm_head, model->embed, vocab_rows, config.hidden_size);
   } else {
-    std::vector<ShardedLinear> keep;
-    keep.reserve(1);
-    SCORED_ASSIGN_OR_RETURN(const LinearWeight* head, cut(weights.lm_head(), LinearRole::kLmHead, &keep));
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* head, cut.Cut(weights.lm_head(), LinearRole::kLmHead));
     SCORED_ASSIGN_OR_RETURN(model->lm_head, DeviceModelLoader::Build({head}, dtype, "lm_head", false,
                                                                      GemmTypes::kFp8ToFp32, false));
     SCORED_RETURN_IF_ERROR(DeviceModelLoader::MakeResident(&model->lm_head, dtype, "lm_head"));
     release(weights.lm_head());
+    cut.Clear();
   }
 
   model->layers.resize(weights.layers().size());
@@ -667,23 +696,20 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
       SCORED_RETURN_IF_ERROR(TensorToFloat(src.k_scale, &dst.k_scale, 1));
       SCORED_RETURN_IF_ERROR(TensorToFloat(src.v_scale, &dst.v_scale, 1));
     }
-    // This layer's shards (host copies of row-parallel slices), freed at the end of the iteration. The
-    // reserve keeps the views' addresses stable while the vector fills.
-    std::vector<ShardedLinear> keep;
-    keep.reserve(7);
-    SCORED_ASSIGN_OR_RETURN(const LinearWeight* q, cut(src.q_proj, LinearRole::kQ, &keep));
-    SCORED_ASSIGN_OR_RETURN(const LinearWeight* k, cut(src.k_proj, LinearRole::kK, &keep));
-    SCORED_ASSIGN_OR_RETURN(const LinearWeight* v, cut(src.v_proj, LinearRole::kV, &keep));
-    SCORED_ASSIGN_OR_RETURN(const LinearWeight* o, cut(src.o_proj, LinearRole::kO, &keep));
-    const bool o_amax = plan != nullptr && keep.back().act_amax_all_reduce;
+    // This layer's shards (host copies of row-parallel slices) live in `cut` until the end of the iteration.
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* q, cut.Cut(src.q_proj, LinearRole::kQ));
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* k, cut.Cut(src.k_proj, LinearRole::kK));
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* v, cut.Cut(src.v_proj, LinearRole::kV));
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* o, cut.Cut(src.o_proj, LinearRole::kO));
+    const bool o_amax = cut.last_act_amax_all_reduce();
     dst.sparse = config.IsSparseLayer(static_cast<int64_t>(l));
     const LinearWeight *gate = nullptr, *up = nullptr, *down = nullptr;
     bool down_amax = false;
     if (!dst.sparse) {
-      SCORED_ASSIGN_OR_RETURN(gate, cut(src.gate_proj, LinearRole::kGate, &keep));
-      SCORED_ASSIGN_OR_RETURN(up, cut(src.up_proj, LinearRole::kUp, &keep));
-      SCORED_ASSIGN_OR_RETURN(down, cut(src.down_proj, LinearRole::kDown, &keep));
-      down_amax = plan != nullptr && keep.back().act_amax_all_reduce;
+      SCORED_ASSIGN_OR_RETURN(gate, cut.Cut(src.gate_proj, LinearRole::kGate));
+      SCORED_ASSIGN_OR_RETURN(up, cut.Cut(src.up_proj, LinearRole::kUp));
+      SCORED_ASSIGN_OR_RETURN(down, cut.Cut(src.down_proj, LinearRole::kDown));
+      down_amax = cut.last_act_amax_all_reduce();
     }
     SCORED_RETURN_IF_ERROR(UploadLayerNorms(config, src, prefix, &dst));
     if (config.attention_bias) {
@@ -698,9 +724,14 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     SCORED_ASSIGN_OR_RETURN(dst.qkv, DeviceModelLoader::Build({q, k, v}, dtype, prefix + "self_attn q|k|v"));
     SCORED_ASSIGN_OR_RETURN(dst.o, DeviceModelLoader::Build({o}, dtype, prefix + "self_attn.o_proj", o_amax,
                                                             GemmTypes::kFp8ToFp32));
-    if (dst.sparse) {
+    // transform_config's online rotations: an output rotation runs after the GEMM only where the output is
+    // written in the compute dtype with no bias to add after it (q|k|v without a bias, gate|up).
+    SCORED_RETURN_IF_ERROR(
+        rotations.Attach({q, k, v}, prefix + "self_attn q|k|v", !config.attention_bias, &dst.qkv));
+    SCORED_RETURN_IF_ERROR(rotations.Attach({o}, prefix + "self_attn.o_proj", false, &dst.o));
+    if (dst.sparse) {  // (BuildMoe clears `cut` expert by expert: q / k / v / o are not read after this)
       SCORED_RETURN_IF_ERROR(
-          DeviceModelLoader::BuildMoe(config, src.moe, dtype, prefix, &rotations, &dst.moe));
+          DeviceModelLoader::BuildMoe(config, src.moe, dtype, prefix, &cut, &rotations, &dst.moe));
     } else {
       SCORED_ASSIGN_OR_RETURN(dst.gate_up,
                               DeviceModelLoader::Build({gate, up}, dtype, prefix + "mlp gate|up"));
@@ -709,12 +740,8 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
       SCORED_RETURN_IF_ERROR(rotations.Attach({gate, up}, prefix + "mlp gate|up", true, &dst.gate_up));
       SCORED_RETURN_IF_ERROR(rotations.Attach({down}, prefix + "mlp.down_proj", false, &dst.down));
     }
-    // transform_config's online rotations: an output rotation runs after the GEMM only where the output is
-    // written in the compute dtype with no bias to add after it (q|k|v without a bias, gate|up).
-    SCORED_RETURN_IF_ERROR(
-        rotations.Attach({q, k, v}, prefix + "self_attn q|k|v", !config.attention_bias, &dst.qkv));
-    SCORED_RETURN_IF_ERROR(rotations.Attach({o}, prefix + "self_attn.o_proj", false, &dst.o));
     ReleaseLayerPages(store, src);
+    cut.Clear();
     for (const DeviceLinear* linear : LinearsInOrder(dst)) {
       if (linear->uses_scratch()) {
         model->max_scratch_elements =

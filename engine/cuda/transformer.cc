@@ -74,9 +74,9 @@ struct LinearInOut {
 // its input's per-token amax on the forward's stream (NCCL work would then be pending on two streams at once;
 // those linears also need every rank's columns before their GEMM).
 // Nor in the Gemma block (its row-parallel outputs are summed in proj before their norms, one all-reduce on
-// the forward's stream).
+// the forward's stream), nor in a mixture-of-experts model (its sparse layers route the whole batch at once).
 bool Chunkable(const ModelConfig& config, const DeviceModel& model) {
-  if (config.sandwich_norms) return false;
+  if (config.sandwich_norms || config.moe()) return false;
   for (const DeviceLayer& layer : model.layers) {
     for (const DeviceLinear* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
       if ((w->fp8_resident() || w->w8a8_dynamic_fp8() || w->w8a8_dynamic_int8()) &&
@@ -164,12 +164,16 @@ class ForwardPass {
   }
 
   // The norm that opens a block (or the final norm) of chunk c: the residual rows' once `sum` is in, or in
-  // the Gemma block (sandwich norms) first the previous block's normed output, pending in proj, added into
-  // the residual in fp32 in the same kernel.
+  // the Gemma block (sandwich norms), after the first layer's input norm, first the previous block's normed
+  // output, pending in proj (proj_pending_; the block runs in one row chunk), added into the residual in fp32
+  // in the same kernel.
   absl::Status OpenNorm(const DeviceBuffer& weight, RowSum sum, int c, const RowChunk& ch,
                         const NormOutput<T>& out) {
-    if (!config_.sandwich_norms) return sums_.Norm<T>(weight.as<float>(), eps_, sum, c, ch, out);
-    if (out.to_fp8) return absl::InternalError("the Gemma block's norms have no FP8-fed input");
+    if (!proj_pending_) return sums_.Norm<T>(weight.as<float>(), eps_, sum, c, ch, out);
+    if (out.to_fp8 || num_chunks() != 1) {
+      return absl::InternalError("the Gemma block's norms run in one row chunk without an FP8-fed input");
+    }
+    proj_pending_ = false;
     const int64_t b = ch.begin * hidden_;
     return kernels::AddRmsNorm<float, T>(proj_ + b, hidden_, residual_ + b, weight.as<float>(), ch.rows,
                                          hidden_, eps_, out.normed + b, hidden_, stream_);
@@ -198,6 +202,7 @@ class ForwardPass {
       SCORED_RETURN_IF_ERROR(
           tp_->comm->AllReduceSum(rows, rows, ch.rows * hidden_, dist::ReduceDType::kF32, stream_));
     }
+    proj_pending_ = true;
     return kernels::RmsNorm<float, float>(rows, hidden_, post_norm.as<float>(), ch.rows, hidden_, eps_, rows,
                                           hidden_, stream_);
   }
@@ -336,17 +341,15 @@ class ForwardPass {
     return absl::OkStatus();
   }
 
-  // A sparse layer (DeviceMoe; config.h has the semantics), tp 1, one chunk: norm, the router's fp32 logits,
-  // the routing, the slots grouped by expert (their counts copied to the host: the expert GEMMs' row
-  // counts; the one host synchronization of the layer), then each expert in ascending id on its gathered
-  // rows (gate|up, SwiGLU, down to fp32) accumulated with its weights, the shared expert, and their sum into
-  // the residual (kernels/moe_combine.h: the oracle's order of fp32 adds). A token's rows are computed with
-  // the GEMM algorithm pinned for the expert's shape whatever the row count, so its result does not depend
-  // on the rest of the batch.
+  // A sparse layer (DeviceMoe; config.h has the semantics), one chunk (tensor parallelism: the rank's slice
+  // of every expert, shard_plan.h): norm, the router's fp32 logits, the routing, the slots grouped by expert
+  // (their counts copied to the host: the expert GEMMs' row counts; the one host synchronization of the
+  // layer), then each expert in ascending id on its gathered rows (gate|up, SwiGLU, down to fp32) accumulated
+  // with its weights, the shared expert, and their sum into the residual (kernels/moe_combine.h: the oracle's
+  // order of fp32 adds). A token's rows are computed with the GEMM algorithm pinned for the expert's shape
+  // whatever the row count, so its result does not depend on the rest of the batch.
   absl::Status MoeBlock(const DeviceLayer& layer) {
-    if (tp_ != nullptr || num_chunks() != 1) {
-      return absl::UnimplementedError("mixture-of-experts layers under tensor parallelism");
-    }
+    if (num_chunks() != 1) return absl::InternalError("a mixture-of-experts layer runs in one row chunk");
     const DeviceMoe& moe = layer.moe;
     const int64_t experts = config_.num_experts, k = config_.num_experts_per_tok;
     SCORED_RETURN_IF_ERROR(sums_.Norm<T>(layer.post_norm.as<float>(), eps_, Summed(RowSum::kAfterO), 0,
@@ -398,7 +401,11 @@ class ForwardPass {
       SCORED_RETURN_IF_ERROR(weights_.Release(gate_up_w));
       SCORED_RETURN_IF_ERROR(weights_.Release(down_w));
     }
-    // residual += acc (+ sigmoid(gate) * shared); the gate's logit is the router output's column `experts`
+    // residual += acc (+ sigmoid(gate) * shared); the gate's logit is the router output's column `experts`.
+    // Tensor parallelism: acc and shared are the rank's partial sums (its slice of every expert); rank 0 adds
+    // them to the residual, the others write them over it (0 + ...), and the sum over ranks completes it.
+    if (!add_to_residual_)
+      SCORED_CUDA_CHECK(cudaMemsetAsync(residual_, 0, n_ * hidden_ * sizeof(float), stream_));
     SCORED_RETURN_IF_ERROR(
         kernels::MoeFinish(acc, shared, logits + experts, columns, n_, hidden_, residual_, stream_));
     return sums_.Reduce(RowSum::kAfterDown, 0, chunks_[0]);
@@ -745,6 +752,7 @@ class ForwardPass {
   const std::vector<RowChunk> chunks_;
   WeightStream weights_;
   RowReducer sums_;
+  bool proj_pending_ = false;  // the Gemma block: proj holds a block's normed output not yet in the residual
 };
 
 // The reference model's pass when the batch asks for the comparison, then the model's.

@@ -90,10 +90,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Make(const std::string& dir, int tp, Com
 std::vector<std::string> ModelDirs() {
   std::vector<std::string> dirs;
   for (const auto& entry : std::filesystem::directory_iterator(kFixturesDir)) {
-    // Mixture-of-experts fixtures: refused at tp > 1 by the CUDA backend until their path lands (issue 20).
-    const std::string folder = entry.path().filename().string();
-    const bool refused = folder.find("-moe-") != std::string::npos;
-    if (entry.is_directory() && std::filesystem::exists(entry.path() / "config.json") && !refused) {
+    if (entry.is_directory() && std::filesystem::exists(entry.path() / "config.json")) {
       dirs.push_back(entry.path().string());
     }
   }
@@ -222,8 +219,15 @@ void CompareTp2WithTp1(ComputeDtype dtype) {
               << c.sum_entropy / c.count << ", greedy same " << greedy_rate << ", rank same " << rank_rate
               << " mean |d rank| " << rank_mean_abs << (w8a8 ? " (w8a8)" : "")
               << (IsStories(dir) ? " (real text)" : " (random tokens)") << "\n";
+    // Mixture-of-experts fixtures: tp 2 sums each rank's weighted slice of every expert, tp 1 weights the
+    // whole expert output (another order of fp32 adds), and on random weights a near-tie of router scores
+    // turns that rounding into another expert: the random-MoE bound of cuda_engine_test (statistical).
+    const bool moe = dir.find("-moe-") != std::string::npos;
     EXPECT_LE(rank_mean_abs, 10.0);
-    if (w8a8) {
+    if (moe) {
+      EXPECT_LE(c.sum_abs / c.count, 0.1);
+      EXPECT_LE(ppl_rel, 0.04);
+    } else if (w8a8) {
       EXPECT_LE(c.sum_abs / c.count, 0.1);
       EXPECT_LE(ppl_rel, 0.01);
       EXPECT_LE(c.sum_entropy / c.count, 0.05);
