@@ -244,7 +244,9 @@ TEST_P(FixtureTest, LogprobsMatchReference) {
     }
   }
   const double mean_delta = sum_delta / static_cast<double>(count);
-  if (w8a8 && golden["base_model"] == "llama-trained") {
+  // Briefly trained bases ("llama-trained", "phi3-trained", "gemma2-trained", "gemma3-trained"): the trained
+  // W8A8 bound (header).
+  if (w8a8 && absl::EndsWith(golden.value("base_model", ""), "-trained")) {
     EXPECT_LE(mean_delta, 2e-3);
     EXPECT_LE(max_delta, 0.05);
   } else if ((int8_acts || static_acts) && golden["base_model"] == "stories260k") {
@@ -370,23 +372,29 @@ TEST(Fixtures, FamilyFp8AndNvfp4) {
   }
 }
 
-// llama-trained-fp8-dynamic: its W8A8 bound (mean <= 2e-3, max <= 0.05 in LogprobsMatchReference) is a real
-// check, i.e. an engine that ran the checkpoint weight-only would fail it: our log-probs must sit within the
-// bound of the W8A8 reference and well outside it from the weight-only reference of the same weights.
+// The FP8 W8A8 checkpoints of the briefly trained bases (llama-trained-fp8-dynamic, and the Phi-3 / Gemma 2 /
+// Gemma 3 ones of make_family_fixtures.py): their W8A8 bound (mean <= 2e-3, max <= 0.05 in
+// LogprobsMatchReference) is a real check, i.e. an engine that ran the checkpoint weight-only would fail it:
+// our log-probs must sit within the bound of the W8A8 reference and well outside it from the weight-only
+// reference of the same weights. Every folder is present (a missing one fails here, not silently).
 TEST(Fixtures, TrainedFp8DynamicBoundRejectsWeightOnly) {
-  const std::vector<std::vector<float>> ours = ScoreFixture("llama-trained-fp8-dynamic");
-  if (ours.empty()) GTEST_SKIP() << "fixture absent";
-  nlohmann::json golden =
-      ReadJson(std::string(SCORED_FIXTURES_DIR) + "/llama-trained-fp8-dynamic/reference_logprobs.json");
-  const Deltas to_w8a8 = Compare(ours, golden);
-  for (nlohmann::json& seq : golden["sequences"]) seq["token_logprobs"] = seq["weight_only_token_logprobs"];
-  const Deltas to_weight_only = Compare(ours, golden);
-  std::cout << "llama-trained-fp8-dynamic: |delta| to its W8A8 reference mean " << to_w8a8.mean << " max "
-            << to_w8a8.max << ", to the weight-only reference mean " << to_weight_only.mean << " max "
-            << to_weight_only.max << "\n";
-  EXPECT_LE(to_w8a8.mean, 2e-3);
-  EXPECT_GT(to_weight_only.mean, 4.0 * 2e-3);
-  EXPECT_GT(to_weight_only.max, 0.05);
+  for (const std::string name : {"llama-trained-fp8-dynamic", "phi3-trained-fp8-dynamic",
+                                 "gemma2-trained-fp8-dynamic", "gemma3-trained-fp8-dynamic"}) {
+    const std::vector<std::vector<float>> ours = ScoreFixture(name);
+    ASSERT_FALSE(ours.empty()) << name << " absent";
+    nlohmann::json golden =
+        ReadJson(std::string(SCORED_FIXTURES_DIR) + "/" + name + "/reference_logprobs.json");
+    const Deltas to_w8a8 = Compare(ours, golden);
+    for (nlohmann::json& seq : golden["sequences"]) seq["token_logprobs"] = seq["weight_only_token_logprobs"];
+    const Deltas to_weight_only = Compare(ours, golden);
+    std::cout << name << ": |delta| to its W8A8 reference mean " << to_w8a8.mean << " max " << to_w8a8.max
+              << ", to the weight-only reference mean " << to_weight_only.mean << " max " << to_weight_only.max
+              << "\n";
+    EXPECT_LE(to_w8a8.mean, 2e-3) << name;
+    EXPECT_LE(to_w8a8.max, 0.05) << name;
+    EXPECT_GT(to_weight_only.mean, 4.0 * 2e-3) << name;
+    EXPECT_GT(to_weight_only.max, 0.05) << name;
+  }
 }
 
 // The INT8 W8A8 checkpoints of the trained Llama (symmetric, llm-compressor's W8A8; asymmetric group-128
