@@ -197,10 +197,9 @@ void Batcher::WorkerLoop() {
       item.done(
           absl::UnavailableError(absl::StrCat("the engine failed and cannot serve: ", fatal.message())));
     }
+    // RunBatch leaves outstanding() and reports it (LeaveOutstanding) before the batch's answers go out; a
+    // pass with no batch (only expired or failed requests) has running_ 0 and was reported above.
     if (!batch.empty()) RunBatch(std::move(batch));
-    absl::MutexLock lock(&mu_);
-    running_ = 0;
-    ReportQueueDepth(static_cast<int64_t>(queue_.size()));
   }
 }
 

@@ -22,8 +22,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kMetaspace[] = "\xE2\x96\x81";  // U+2581 '▁'
-
 // Lines of a text file, without their '\n'.
 std::vector<std::string_view> SplitLines(std::string_view text) {
   std::vector<std::string_view> lines;

@@ -12,22 +12,8 @@ namespace scored {
 namespace tokenizer_internal {
 namespace {
 
-constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581 '▁'
-
 bool IsAsciiSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
-// Appends a metaspace token's text: every '▁' as ' '.
-void AppendMetaspaceText(std::string_view tok, std::string* out) {
-  for (size_t p = 0; p < tok.size();) {
-    if (tok.compare(p, kMetaspace.size(), kMetaspace) == 0) {
-      out->push_back(' ');
-      p += kMetaspace.size();
-    } else {
-      out->push_back(tok[p++]);
-    }
-  }
 }
 
 // The decoded text of an added token. HF's decode runs added tokens through the decoder as any token:

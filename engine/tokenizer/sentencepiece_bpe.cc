@@ -12,8 +12,6 @@ namespace {
 
 using Proto = SentencePieceProto;
 
-constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581 '▁'
-
 // Heap order of the library's merge agenda: the highest score on top, the leftmost on ties.
 bool PairBelow(const SentencePieceBpe::Scratch::Pair& a, const SentencePieceBpe::Scratch::Pair& b) {
   return a.score < b.score || (a.score == b.score && a.left > b.left);
@@ -321,14 +319,7 @@ void SentencePieceBpe::DecodeRun(absl::Span<const int32_t> ids, std::string* out
       // With remove_extra_whitespaces every leading '▁' piece is dropped, not only the first.
       bos_ws_seen = !normalizer_.remove_extra_whitespaces;
     }
-    for (size_t i = 0; i < s.size();) {
-      if (s.compare(i, kMetaspace.size(), kMetaspace) == 0) {
-        out->push_back(' ');
-        i += kMetaspace.size();
-      } else {
-        out->push_back(s[i++]);
-      }
-    }
+    AppendMetaspaceText(s, out);
   }
 }
 

@@ -29,7 +29,6 @@ namespace scored {
 namespace tokenizer_internal {
 namespace {
 
-constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581 '▁'
 // SentencePieceBpe keeps int32 byte offsets; normalizing at most triples the size (' ' -> '▁').
 constexpr size_t kMaxTextBytes = size_t{1} << 29;
 

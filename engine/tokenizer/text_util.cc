@@ -72,6 +72,17 @@ uint32_t DecodeUtf8At(std::string_view text, size_t pos, int* len) {
   return cp;
 }
 
+void AppendMetaspaceText(std::string_view piece, std::string* out) {
+  for (size_t p = 0; p < piece.size();) {
+    if (piece.compare(p, kMetaspace.size(), kMetaspace) == 0) {
+      out->push_back(' ');
+      p += kMetaspace.size();
+    } else {
+      out->push_back(piece[p++]);
+    }
+  }
+}
+
 void AppendUtf8(uint32_t cp, std::string* out) {
   if (cp < 0x80) {
     out->push_back(static_cast<char>(cp));

@@ -14,6 +14,12 @@
 namespace scored {
 namespace tokenizer_internal {
 
+// SentencePiece's word-boundary marker U+2581 '▁' (UTF-8), the metaspace that stands for ' '.
+inline constexpr std::string_view kMetaspace = "\xE2\x96\x81";
+
+// Appends `piece` with every '▁' as ' ' (how SentencePiece-style pipelines decode a piece).
+void AppendMetaspaceText(std::string_view piece, std::string* out);
+
 // Whole file as bytes. NOT_FOUND naming `path` if it does not exist, INTERNAL on a read error.
 absl::StatusOr<std::string> ReadFileBytes(const std::string& path);
 bool FileExists(const std::string& path);

@@ -187,6 +187,43 @@ def check_shard_layout(folder, failures):
     return found
 
 
+def load_and_compare_linears(d, where, shape, linears, dense_weight, arch, failures):
+    """Loads the random W4A16 checkpoint `d` (shards `where`, check_shard_layout's) in transformers with
+    compressed-tensors' decompression and checks every decoder Linear of `linears` (a writer's linears(shape):
+    (module, out_features, in_features, ...)): bf16 [out, in], equal bit for bit to make_random_w4a16.unpack_w4a16
+    of the stored words, within one scale step of dense_weight(shape, layer, i, "cpu", 1234), the values drawn.
+    Returns (the bf16 model, the number of Linears compared)."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+    import make_random_w4a16 as mrw
+    try:
+        qc = CompressedTensorsConfig(dequantize=True)
+    except TypeError:
+        qc = CompressedTensorsConfig(run_compressed=False)
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16, quantization_config=qc)
+    params = dict(model.named_parameters())
+    compared = 0
+    for layer in range(shape["layers"]):
+        for i, (mod, out_f, in_f, *_) in enumerate(linears):
+            prefix = f"model.layers.{layer}.{mod}."
+            with safe_open(os.path.join(d, where[prefix + "weight_packed"]), "pt") as f:
+                packed = f.get_tensor(prefix + "weight_packed")
+            with safe_open(os.path.join(d, where[prefix + "weight_scale"]), "pt") as f:
+                scale = f.get_tensor(prefix + "weight_scale")
+            ours = mrw.unpack_w4a16(packed, scale)
+            theirs = params[prefix + "weight"].detach()
+            check(theirs.dtype == torch.bfloat16 and list(theirs.shape) == [out_f, in_f]
+                  and torch.equal(ours.view(torch.int16), theirs.view(torch.int16)),
+                  f"{arch}: {prefix}weight differs from compressed-tensors' decompression", failures)
+            dense = dense_weight(shape, layer, i, "cpu", 1234)
+            step = scale.float().repeat_interleave(mrw.GROUP, dim=1) * (1 + 2.0 ** -7)
+            check(bool(((dense - ours.float()).abs() <= step).all()),
+                  f"{arch}: {prefix}weight is not within a scale step of the dense values", failures)
+            compared += 1
+    return model, compared
+
+
 def check_random_w4a16(failures):
     """make_random_w4a16.py against compressed-tensors and transformers; returns the linears compared or None."""
     try:
@@ -194,12 +231,11 @@ def check_random_w4a16(failures):
 
         import torch
         import compressed_tensors  # noqa: F401
-        from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+        from transformers import CompressedTensorsConfig  # noqa: F401  (load_and_compare_linears needs it)
     except ImportError as e:
         print(f"random_w4a16: SKIPPED ({e}; run with /work/venv-fixtures/bin/python)")
         return None
     import make_random_w4a16 as mrw
-    from safetensors import safe_open
     compared = 0
     for arch in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"):
         with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as dense_dir:
@@ -213,29 +249,9 @@ def check_random_w4a16(failures):
             mrw.main(argv)
             where = check_shard_layout(d, failures)
             check(len(set(where.values())) >= 3, f"{arch}: expected several shards", failures)
-            try:
-                qc = CompressedTensorsConfig(dequantize=True)
-            except TypeError:
-                qc = CompressedTensorsConfig(run_compressed=False)
-            model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16, quantization_config=qc)
-            params = dict(model.named_parameters())
-            for layer in range(shape["layers"]):
-                for i, (mod, out_f, in_f) in enumerate(mrw.linears(shape)):
-                    prefix = f"model.layers.{layer}.{mod}."
-                    with safe_open(os.path.join(d, where[prefix + "weight_packed"]), "pt") as f:
-                        packed = f.get_tensor(prefix + "weight_packed")
-                    with safe_open(os.path.join(d, where[prefix + "weight_scale"]), "pt") as f:
-                        scale = f.get_tensor(prefix + "weight_scale")
-                    ours = mrw.unpack_w4a16(packed, scale)
-                    theirs = params[prefix + "weight"].detach()
-                    check(theirs.dtype == torch.bfloat16 and torch.equal(ours.view(torch.int16),
-                                                                          theirs.view(torch.int16)),
-                          f"{arch}: {prefix}weight differs from compressed-tensors' decompression", failures)
-                    dense = mrw.dense_weight(shape, layer, i, "cpu", 1234)
-                    step = scale.float().repeat_interleave(mrw.GROUP, dim=1) * (1 + 2.0 ** -7)
-                    check(bool(((dense - ours.float()).abs() <= step).all()),
-                          f"{arch}: {prefix}weight is not within a scale step of the dense values", failures)
-                    compared += 1
+            model, n = load_and_compare_linears(d, where, shape, mrw.linears(shape), mrw.dense_weight, arch,
+                                                failures)
+            compared += n
             with open(os.path.join(d, "ref_windows.bin"), "rb") as f:
                 windows, ctx = struct.unpack("<ii", f.read(8))
                 ids = torch.from_numpy(np.frombuffer(f.read(windows * ctx * 4), dtype="<i4").reshape(windows, ctx)
@@ -342,13 +358,11 @@ def check_random_family(failures):
 
         import torch
         import compressed_tensors  # noqa: F401
-        from transformers import AutoConfig, AutoModelForCausalLM, CompressedTensorsConfig
+        from transformers import AutoConfig, CompressedTensorsConfig  # noqa: F401  (CompressedTensorsConfig: as above)
     except ImportError as e:
         print(f"random_family: SKIPPED ({e}; run with /work/venv-fixtures/bin/python)")
         return None
     import make_random_family as mrf
-    import make_random_w4a16 as mrw
-    from safetensors import safe_open
     published = {  # (layers, hidden, heads, kv heads, head_dim, intermediate, vocab) of the real checkpoints
         "gemma3-27b": (62, 5376, 32, 16, 128, 21504, 262208),
         "gemma3-12b": (48, 3840, 16, 8, 256, 15360, 262208),
@@ -386,29 +400,10 @@ def check_random_family(failures):
             mrf.main(argv)
             where = check_shard_layout(d, failures)
             check(len(set(where.values())) >= 3, f"{arch}: expected several shards", failures)
-            try:
-                qc = CompressedTensorsConfig(dequantize=True)
-            except TypeError:
-                qc = CompressedTensorsConfig(run_compressed=False)
-            model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16, quantization_config=qc)
+            model, n = load_and_compare_linears(d, where, shape, mrf.linears(shape), mrf.dense_weight, arch,
+                                                failures)
+            compared += n
             params = dict(model.named_parameters())
-            for layer in range(shape["layers"]):
-                for i, (mod, out_f, in_f, _) in enumerate(mrf.linears(shape)):
-                    prefix = f"model.layers.{layer}.{mod}."
-                    with safe_open(os.path.join(d, where[prefix + "weight_packed"]), "pt") as f:
-                        packed = f.get_tensor(prefix + "weight_packed")
-                    with safe_open(os.path.join(d, where[prefix + "weight_scale"]), "pt") as f:
-                        scale = f.get_tensor(prefix + "weight_scale")
-                    ours = mrw.unpack_w4a16(packed, scale)
-                    theirs = params[prefix + "weight"].detach()
-                    check(list(theirs.shape) == [out_f, in_f] and torch.equal(ours.view(torch.int16),
-                                                                              theirs.view(torch.int16)),
-                          f"{arch}: {prefix}weight differs from compressed-tensors' decompression", failures)
-                    dense = mrf.dense_weight(shape, layer, i, "cpu", 1234)
-                    step = scale.float().repeat_interleave(mrw.GROUP, dim=1) * (1 + 2.0 ** -7)
-                    check(bool(((dense - ours.float()).abs() <= step).all()),
-                          f"{arch}: {prefix}weight is not within a scale step of the dense values", failures)
-                    compared += 1
             gemma = shape["family"] == "gemma3"
             gains = [p for n, p in params.items() if "norm" in n]
             check(len(gains) == shape["layers"] * (6 if gemma else 2) + 1 and all(

@@ -155,6 +155,25 @@ Deltas Compare(const std::vector<std::vector<float>>& ours, const nlohmann::json
   return d;
 }
 
+// A W8A8 fixture's distances: our log-probs to its reference (token_logprobs) and to the weight-only
+// reference of the same weights (weight_only_token_logprobs), printed.
+struct W8A8Distances {
+  Deltas to_w8a8, to_weight_only;
+};
+W8A8Distances DistancesToBothReferences(const std::string& name,
+                                        const std::vector<std::vector<float>>& ours) {
+  nlohmann::json golden =
+      ReadJson(std::string(SCORED_FIXTURES_DIR) + "/" + name + "/reference_logprobs.json");
+  W8A8Distances d;
+  d.to_w8a8 = Compare(ours, golden);
+  for (nlohmann::json& seq : golden["sequences"]) seq["token_logprobs"] = seq["weight_only_token_logprobs"];
+  d.to_weight_only = Compare(ours, golden);
+  std::cout << name << ": |delta| to its W8A8 reference mean " << d.to_w8a8.mean << " max " << d.to_w8a8.max
+            << ", to the weight-only reference mean " << d.to_weight_only.mean << " max "
+            << d.to_weight_only.max << "\n";
+  return d;
+}
+
 // Our log-probs for every sequence of the fixture `name`; empty if the fixture folder is absent.
 // `kv_cache_quant`: EngineOptions::kv_cache_quant (apply a kv_cache_scheme).
 std::vector<std::vector<float>> ScoreFixture(const std::string& name, bool kv_cache_quant = true) {
@@ -391,14 +410,7 @@ TEST(Fixtures, TrainedFp8DynamicBoundRejectsWeightOnly) {
                                  "gemma2-trained-fp8-dynamic", "gemma3-trained-fp8-dynamic"}) {
     const std::vector<std::vector<float>> ours = ScoreFixture(name);
     ASSERT_FALSE(ours.empty()) << name << " absent";
-    nlohmann::json golden =
-        ReadJson(std::string(SCORED_FIXTURES_DIR) + "/" + name + "/reference_logprobs.json");
-    const Deltas to_w8a8 = Compare(ours, golden);
-    for (nlohmann::json& seq : golden["sequences"]) seq["token_logprobs"] = seq["weight_only_token_logprobs"];
-    const Deltas to_weight_only = Compare(ours, golden);
-    std::cout << name << ": |delta| to its W8A8 reference mean " << to_w8a8.mean << " max " << to_w8a8.max
-              << ", to the weight-only reference mean " << to_weight_only.mean << " max "
-              << to_weight_only.max << "\n";
+    const auto [to_w8a8, to_weight_only] = DistancesToBothReferences(name, ours);
     EXPECT_LE(to_w8a8.mean, 2e-3) << name;
     EXPECT_LE(to_w8a8.max, 0.05) << name;
     EXPECT_GT(to_weight_only.mean, 4.0 * 2e-3) << name;
@@ -422,14 +434,7 @@ TEST(Fixtures, TrainedInt8W8A8BoundRejectsWeightOnly) {
         "llama-trained-w4a8"}) {
     const std::vector<std::vector<float>> ours = ScoreFixture(name);
     if (ours.empty()) GTEST_SKIP() << name << " absent";
-    nlohmann::json golden =
-        ReadJson(std::string(SCORED_FIXTURES_DIR) + "/" + name + "/reference_logprobs.json");
-    const Deltas to_w8a8 = Compare(ours, golden);
-    for (nlohmann::json& seq : golden["sequences"]) seq["token_logprobs"] = seq["weight_only_token_logprobs"];
-    const Deltas to_weight_only = Compare(ours, golden);
-    std::cout << name << ": |delta| to its W8A8 reference mean " << to_w8a8.mean << " max " << to_w8a8.max
-              << ", to the weight-only reference mean " << to_weight_only.mean << " max "
-              << to_weight_only.max << "\n";
+    const auto [to_w8a8, to_weight_only] = DistancesToBothReferences(name, ours);
     EXPECT_LE(to_w8a8.mean, 2e-3) << name;
     EXPECT_LE(to_w8a8.max, 0.05) << name;
     EXPECT_GT(to_weight_only.mean, 2.0 * 2e-3) << name;
