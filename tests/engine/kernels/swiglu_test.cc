@@ -200,8 +200,8 @@ TEST_F(SwiGluTest, ThroughputLlama8B) {
 
 // GeGLU (Gemma's gelu_pytorch_tanh) vs ref::GeluTanhGlu, on the fused layout (vector path) and an odd width
 // (scalar path). fp32: the GELU in double rounded once and the product in fp32, as the oracle: within
-// kFp32RelTol (the device and host double tanh may differ in the last double bit). bf16: tanhf in fp32 (a
-// few ulp), then one rounding to bf16: kBf16RelTol, as SwiGLU's.
+// kFp32RelTol (the device and host double tanh may differ in the last double bit). bf16: fast intrinsics in
+// fp32 (below 2^-16 relative, swiglu_math.cuh), then one rounding to bf16: kBf16RelTol, as SwiGLU's.
 TEST_F(SwiGluTest, GeluTanhGluMatchesReference) {
   for (const int64_t inter : {int64_t{1376}, int64_t{999}}) {
     constexpr int64_t kTokens = 19;
