@@ -257,7 +257,8 @@ double AttentionFlopsPerToken(const ModelConfig& c, int64_t ctx) {
     const int64_t w = c.LayerWindow(l);
     if (w <= 0 || w >= ctx) {
       keys += ctx / 2.0;
-    } else {  // positions 1..w see p keys, the rest w: the mean of min(p, w) over p = 1..ctx (~ctx/2 at w = ctx)
+    } else {  // positions 1..w see p keys, the rest w: the mean of min(p, w) over p = 1..ctx (~ctx/2 at w =
+              // ctx)
       keys += (w * (w + 1) / 2.0 + static_cast<double>(ctx - w) * w) / ctx;
     }
   }
@@ -910,9 +911,9 @@ int Main(int argc, char** argv) {
 
   // Every GEMM's weights: the parameters less the embedding table, whose rows are gathered, plus the lm_head
   // GEMM it doubles as when tied (Gemma).
-  const double n_lin = static_cast<double>(info.num_parameters) -
-                       (config->tie_word_embeddings ? 0.0
-                                                    : static_cast<double>(config->vocab_size) * config->hidden_size);
+  const double n_lin =
+      static_cast<double>(info.num_parameters) -
+      (config->tie_word_embeddings ? 0.0 : static_cast<double>(config->vocab_size) * config->hidden_size);
   const double flops_per_token = 2.0 * n_lin + AttentionFlopsPerToken(*config, args.ctx);
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(config->vocab_size) - 1);
