@@ -206,6 +206,13 @@ void CompareTp2WithTp1(ComputeDtype dtype) {
     const std::vector<ScoreRequest> requests =
         CappedAt(IsStories(dir) ? stories_requests : random_requests, (*one)->info().max_seq_len);
     auto two = Make(dir, 2, dtype);
+    // A tiny fixture whose grouped scales cannot be cut in two (gemma2-w4a16-g32: o_proj's 96 input columns
+    // in groups of 32) is refused at load, naming the tensor: that refusal is the behaviour under test there.
+    if (!two.ok() &&
+        std::string(two.status().message()).find("not on a multiple of group_size") != std::string::npos) {
+      std::cout << "tp2 refused " << dir << ": " << two.status() << "\n";
+      continue;
+    }
     ASSERT_TRUE(two.ok()) << two.status();
     EXPECT_EQ((*two)->info().tp, 2);
     auto a = ScoreAll(*(*one), requests);
