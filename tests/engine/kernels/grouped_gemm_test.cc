@@ -1,0 +1,359 @@
+// GroupedGemm / GroupedGemmInt4 (grouped_gemm.h) against ref::Linear (double accumulation) per expert, with
+// expert row counts of 0, 1, 127, 128, 129 and 300 (on and off the 128-row tile boundary), n = 192 (a
+// partial 128-column tile), leading dimensions wider than the rows, and rows past offsets[E] that must stay
+// untouched. The 4-bit variant's weights are decoded on the host (float(u - zp) * scale, rounded once to
+// bf16), checked bitwise against kernels::Dequantize, and the int4 GEMM must equal the dense grouped GEMM
+// over those bf16 weights bit for bit (same values, same accumulation order). Batch invariance: an expert's
+// rows give bitwise the same outputs when every other expert's count and the rows' offset change.
+//
+// Tolerance (fp32 output): the kernel accumulates k bf16 products (exact in fp32) in fp32, so
+// |y - exact| <= k * 2^-24 * sum_k |x w| (the classic recursive-summation bound; ref::Linear's double
+// result is exact to 2^-53 before its fp32 rounding, 2^-24 |y| more). bf16 output adds the final rounding,
+// 2^-9 |y|; we allow 2^-8 |y|.
+#include "engine/kernels/grouped_gemm.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "engine/base/dtype.h"
+#include "engine/kernels/dequant.h"
+#include "engine/reference/ops.h"
+#include "tests/engine/kernels/kernel_test_util.h"
+
+namespace scored::kernels {
+namespace {
+
+using testing::DeviceArray;
+
+class GroupedGemmTest : public testing::GpuTest {};
+
+constexpr int64_t kN = 192, kK = 256, kLdx = kK + 8, kLdy = kN + 2, kSpareRows = 3;
+const std::vector<int32_t> kCounts = {0, 1, 127, 128, 129, 300, 5};
+
+std::vector<int32_t> Offsets(const std::vector<int32_t>& counts) {
+  std::vector<int32_t> offsets(counts.size() + 1, 0);
+  for (size_t e = 0; e < counts.size(); ++e) offsets[e + 1] = offsets[e] + counts[e];
+  return offsets;
+}
+
+// x [rows, kLdx] with bf16 values (the columns past kK random too: the kernel must not read them into y).
+std::vector<float> RandomX(int64_t rows, uint32_t seed) {
+  return testing::RoundedToBf16(testing::RandomFloats(rows * kLdx, seed));
+}
+
+// The exact products of expert e's rows: want[r, o] (ref::Linear) and bound[r, o] = sum_k |x w|.
+struct Expected {
+  std::vector<float> want;    // [rows, kN]
+  std::vector<double> bound;  // [rows, kN]
+};
+
+Expected Reference(const std::vector<float>& x, const std::vector<int32_t>& offsets,
+                   const std::vector<std::vector<float>>& w, int64_t rows) {
+  Expected out;
+  out.want.assign(rows * kN, 0.0f);
+  out.bound.assign(rows * kN, 0.0);
+  std::vector<float> xs;
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    const int64_t m = offsets[e + 1] - offsets[e];
+    if (m == 0) continue;
+    xs.assign(m * kK, 0.0f);
+    for (int64_t r = 0; r < m; ++r) std::memcpy(&xs[r * kK], &x[(offsets[e] + r) * kLdx], kK * sizeof(float));
+    ref::Linear(xs.data(), w[e].data(), nullptr, m, kK, kN, out.want.data() + offsets[e] * kN);
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t o = 0; o < kN; ++o) {
+        double s = 0.0;
+        for (int64_t c = 0; c < kK; ++c) s += std::fabs(double{xs[r * kK + c]} * w[e][o * kK + c]);
+        out.bound[(offsets[e] + r) * kN + o] = s;
+      }
+    }
+  }
+  return out;
+}
+
+// Checks y [rows, kLdy] (fp32 values of the output type) against `ref` for the rows below `total`, and that
+// the columns past kN and the rows from `total` on still hold the poison (NaN).
+void ExpectMatches(const std::vector<float>& y, const Expected& ref, int64_t total, int64_t rows, bool bf16,
+                   const std::string& what) {
+  testing::ErrorStats stats;
+  int64_t bad = 0, touched = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < kLdy; ++o) {
+      const float got = y[r * kLdy + o];
+      if (r >= total || o >= kN) {
+        touched += !std::isnan(got);
+        continue;
+      }
+      const double want = ref.want[r * kN + o];
+      const double tol =
+          kK * std::ldexp(ref.bound[r * kN + o], -24) + std::ldexp(std::fabs(want), bf16 ? -8 : -23);
+      const double err = std::fabs(double{got} - want);
+      if (!(err <= tol)) ++bad;
+      if (err > stats.max_abs) stats.max_abs = err;
+    }
+  }
+  testing::Report(what, stats);
+  EXPECT_EQ(bad, 0) << what;
+  EXPECT_EQ(touched, 0) << what << ": wrote outside its rows / columns";
+}
+
+// The dense weights of every expert on the device and their pointer table.
+struct DenseWeights {
+  std::vector<std::unique_ptr<DeviceArray<bf16_t>>> arrays;
+  std::unique_ptr<DeviceArray<const bf16_t*>> table;
+};
+DenseWeights UploadDense(const std::vector<std::vector<float>>& w) {
+  DenseWeights d;
+  std::vector<const bf16_t*> ptrs;
+  for (const std::vector<float>& we : w) {
+    d.arrays.push_back(std::make_unique<DeviceArray<bf16_t>>(testing::ToBf16(we)));
+    ptrs.push_back(d.arrays.back()->get());
+  }
+  d.table = std::make_unique<DeviceArray<const bf16_t*>>(ptrs);
+  return d;
+}
+
+GroupedGemmShape Shape(int64_t experts, int64_t rows) {
+  GroupedGemmShape s;
+  s.num_experts = experts;
+  s.rows = rows;
+  s.n = kN;
+  s.k = kK;
+  s.ldx = kLdx;
+  s.ldy = kLdy;
+  return s;
+}
+
+template <typename OutT>
+std::vector<OutT> RunDense(cudaStream_t stream, const std::vector<float>& x,
+                           const std::vector<int32_t>& offsets, const DenseWeights& w, int64_t rows) {
+  DeviceArray<bf16_t> d_x(testing::ToBf16(x));
+  DeviceArray<int32_t> d_off(offsets);
+  DeviceArray<OutT> d_y(rows * kLdy);
+  d_y.Poison();
+  const absl::Status st =
+      GroupedGemm<OutT>(d_x.get(), d_off.get(), w.table->get(),
+                        Shape(static_cast<int64_t>(offsets.size()) - 1, rows), d_y.get(), stream);
+  EXPECT_TRUE(st.ok()) << st;
+  return d_y.Download();
+}
+
+TEST_F(GroupedGemmTest, DenseMatchesReference) {
+  const std::vector<int32_t> offsets = Offsets(kCounts);
+  const int64_t total = offsets.back(), rows = total + kSpareRows;
+  const std::vector<float> x = RandomX(rows, 1);
+  std::vector<std::vector<float>> w;
+  for (size_t e = 0; e < kCounts.size(); ++e) {
+    w.push_back(testing::RoundedToBf16(testing::RandomFloats(kN * kK, 100 + static_cast<uint32_t>(e))));
+  }
+  const Expected ref = Reference(x, offsets, w, total);
+  const DenseWeights dw = UploadDense(w);
+  ExpectMatches(RunDense<float>(stream_, x, offsets, dw, rows), ref, total, rows, false, "grouped fp32 out");
+  ExpectMatches(testing::FromBf16(RunDense<bf16_t>(stream_, x, offsets, dw, rows)), ref, total, rows, true,
+                "grouped bf16 out");
+}
+
+TEST_F(GroupedGemmTest, RowsAreBatchInvariant) {
+  // Expert 2's 130 rows, first alone with small neighbours, then with other counts, 70 more rows of its own
+  // after them, and a different offset: its first 130 rows' outputs must not change by one bit.
+  const int64_t kRows = 130;
+  const std::vector<float> own = RandomX(kRows + 70, 7);
+  std::vector<std::vector<float>> w;
+  for (int e = 0; e < 5; ++e) {
+    w.push_back(testing::RoundedToBf16(testing::RandomFloats(kN * kK, 200 + static_cast<uint32_t>(e))));
+  }
+  const DenseWeights dw = UploadDense(w);
+  std::vector<std::vector<float>> outs;
+  const std::vector<std::vector<int32_t>> runs = {{3, 0, kRows, 1, 0}, {250, 17, kRows + 70, 0, 129}};
+  for (const std::vector<int32_t>& counts : runs) {
+    const std::vector<int32_t> offsets = Offsets(counts);
+    const int64_t rows = offsets.back();
+    std::vector<float> x = RandomX(rows, 8 + static_cast<uint32_t>(counts[0]));
+    std::memcpy(&x[offsets[2] * kLdx], own.data(), counts[2] * kLdx * sizeof(float));
+    const std::vector<float> y = RunDense<float>(stream_, x, offsets, dw, rows);
+    outs.emplace_back(y.begin() + offsets[2] * kLdy, y.begin() + (offsets[2] + kRows) * kLdy);
+  }
+  EXPECT_EQ(testing::CountBitDifferences(outs[0], outs[1]), 0);
+}
+
+// ---------------------------------------------------------------- 4-bit pack-quantized
+
+struct Int4Case {
+  const char* name;
+  bool symmetric;
+  int64_t group_size;  // 0 = channel
+  DType scale_dtype;
+};
+
+// One part's stored tensors (host) and their decoded bf16 values.
+struct HostPart {
+  int64_t rows = 0;
+  std::vector<int32_t> packed;  // [rows, kK / 8]
+  std::vector<uint8_t> scale;   // [rows, scale_cols] of scale_dtype
+  std::vector<int32_t> zp;      // [ceil(rows / 8), scale_cols] (asymmetric)
+  std::vector<float> decoded;   // [rows, kK], bf16 values
+};
+
+HostPart MakePart(const Int4Case& c, int64_t rows, uint32_t seed) {
+  HostPart p;
+  p.rows = rows;
+  const int64_t scale_cols = c.group_size > 0 ? kK / c.group_size : 1;
+  std::mt19937 rng(seed);
+  p.packed.resize(rows * kK / 8);
+  for (int32_t& v : p.packed) v = static_cast<int32_t>(rng());
+  p.zp.resize((rows + 7) / 8 * scale_cols);
+  for (int32_t& v : p.zp) v = static_cast<int32_t>(rng());
+  const std::vector<float> s = testing::RandomFloats(rows * scale_cols, seed + 1, 0.002f, 0.05f);
+  const size_t width = c.scale_dtype == DType::kF32 ? 4 : 2;
+  p.scale.resize(s.size() * width);
+  std::vector<float> scale_values(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    const float v = i % 3 == 0 ? -s[i] : s[i];
+    if (c.scale_dtype == DType::kF32) {
+      std::memcpy(&p.scale[4 * i], &v, 4);
+      scale_values[i] = v;
+    } else {
+      const uint16_t h = c.scale_dtype == DType::kF16 ? FloatToFp16(v) : FloatToBf16(v);
+      std::memcpy(&p.scale[2 * i], &h, 2);
+      scale_values[i] = c.scale_dtype == DType::kF16 ? Fp16ToFloat(h) : Bf16ToFloat(h);
+    }
+  }
+  p.decoded.resize(rows * kK);
+  for (int64_t o = 0; o < rows; ++o) {
+    for (int64_t k = 0; k < kK; ++k) {
+      const int64_t g = c.group_size > 0 ? k / c.group_size : 0;
+      const uint32_t word = static_cast<uint32_t>(p.packed[o * (kK / 8) + k / 8]);
+      const int32_t u = static_cast<int32_t>((word >> ((k % 8) * 4)) & 0xf);
+      int32_t zp = 8;
+      if (!c.symmetric) {
+        const uint32_t zword = static_cast<uint32_t>(p.zp[(o / 8) * scale_cols + g]);
+        zp = static_cast<int32_t>((zword >> ((o % 8) * 4)) & 0xf);
+      }
+      const float product = static_cast<float>(u - zp) * scale_values[o * scale_cols + g];
+      p.decoded[o * kK + k] = RoundToBf16(product);
+    }
+  }
+  return p;
+}
+
+struct DevicePart {
+  std::unique_ptr<DeviceArray<int32_t>> packed, zp;
+  std::unique_ptr<DeviceArray<uint8_t>> scale;
+};
+
+TEST_F(GroupedGemmTest, Int4MatchesDequantizedDense) {
+  const std::vector<Int4Case> cases = {{"sym g128 bf16", true, 128, DType::kBF16},
+                                       {"asym g32 f16", false, 32, DType::kF16},
+                                       {"sym channel f32", true, 0, DType::kF32},
+                                       {"asym channel bf16", false, 0, DType::kBF16},
+                                       {"asym g64 f32", false, 64, DType::kF32}};
+  const std::vector<int32_t> offsets = Offsets(kCounts);
+  const int64_t experts = static_cast<int64_t>(kCounts.size());
+  const int64_t total = offsets.back(), rows = total + kSpareRows;
+  const int64_t split = 96;  // gate|up-like: two parts, the split inside a 128-column tile
+  const std::vector<float> x = RandomX(rows, 3);
+  for (const Int4Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<std::vector<float>> w;  // decoded [kN, kK] per expert
+    std::vector<DevicePart> dev;
+    std::vector<GroupedInt4Expert> table(experts);
+    const int64_t scale_cols = c.group_size > 0 ? kK / c.group_size : 1;
+    for (int64_t e = 0; e < experts; ++e) {
+      std::vector<float> we;
+      table[e].split = split;
+      for (int part = 0; part < 2; ++part) {
+        const int64_t part_rows = part == 0 ? split : kN - split;
+        HostPart hp = MakePart(c, part_rows, static_cast<uint32_t>(1000 * e + 10 * part + 5));
+        DevicePart dp;
+        dp.packed = std::make_unique<DeviceArray<int32_t>>(hp.packed);
+        dp.scale = std::make_unique<DeviceArray<uint8_t>>(hp.scale);
+        dp.zp = std::make_unique<DeviceArray<int32_t>>(hp.zp);
+        table[e].parts[part].packed = dp.packed->get();
+        table[e].parts[part].scale = dp.scale->get();
+        table[e].parts[part].zero_point = c.symmetric ? nullptr : dp.zp->get();
+        if (e == 3) {  // the host decode is kernels::Dequantize's, bit for bit
+          DequantParams dq;
+          dq.format = WeightFormat::kPackQuantized;
+          dq.strategy = c.group_size > 0 ? QuantStrategy::kGroup : QuantStrategy::kChannel;
+          dq.out_features = part_rows;
+          dq.in_features = kK;
+          dq.num_bits = 4;
+          dq.symmetric = c.symmetric;
+          dq.group_size = c.group_size;
+          dq.values = dp.packed->get();
+          dq.values_dtype = DType::kI32;
+          dq.values_cols = kK / 8;
+          dq.scale = dp.scale->get();
+          dq.scale_dtype = c.scale_dtype;
+          dq.scale_cols = scale_cols;
+          dq.zero_point = c.symmetric ? nullptr : dp.zp->get();
+          dq.zero_point_dtype = DType::kI32;
+          dq.zero_point_cols = scale_cols;
+          DeviceArray<bf16_t> d_dq(part_rows * kK);
+          ASSERT_TRUE(Dequantize<bf16_t>(dq, 0, part_rows, d_dq.get(), stream_).ok());
+          EXPECT_EQ(testing::CountBitDifferences(d_dq.Download(), testing::ToBf16(hp.decoded)), 0);
+        }
+        we.insert(we.end(), hp.decoded.begin(), hp.decoded.end());
+        dev.push_back(std::move(dp));
+      }
+      w.push_back(std::move(we));
+    }
+    DeviceArray<GroupedInt4Expert> d_table(table);
+    GroupedInt4Format format;
+    format.scale_dtype = c.scale_dtype;
+    format.group_size = c.group_size;
+    format.symmetric = c.symmetric;
+    const Expected ref = Reference(x, offsets, w, total);
+    const DenseWeights dw = UploadDense(w);
+    DeviceArray<bf16_t> d_x(testing::ToBf16(x));
+    DeviceArray<int32_t> d_off(offsets);
+    DeviceArray<float> d_y(rows * kLdy);
+    DeviceArray<bf16_t> d_yb(rows * kLdy);
+    d_y.Poison();
+    d_yb.Poison();
+    ASSERT_TRUE(GroupedGemmInt4<float>(d_x.get(), d_off.get(), d_table.get(), format, Shape(experts, rows),
+                                       d_y.get(), stream_)
+                    .ok());
+    ASSERT_TRUE(GroupedGemmInt4<bf16_t>(d_x.get(), d_off.get(), d_table.get(), format, Shape(experts, rows),
+                                        d_yb.get(), stream_)
+                    .ok());
+    const std::vector<float> y = d_y.Download();
+    const std::vector<bf16_t> yb = d_yb.Download();
+    ExpectMatches(y, ref, total, rows, false, std::string("int4 fp32 out, ") + c.name);
+    ExpectMatches(testing::FromBf16(yb), ref, total, rows, true, std::string("int4 bf16 out, ") + c.name);
+    EXPECT_EQ(testing::CountBitDifferences(y, RunDense<float>(stream_, x, offsets, dw, rows)), 0);
+    EXPECT_EQ(testing::CountBitDifferences(yb, RunDense<bf16_t>(stream_, x, offsets, dw, rows)), 0);
+  }
+}
+
+TEST_F(GroupedGemmTest, RejectsUnsupportedShapes) {
+  DeviceArray<bf16_t> x(256 * 128);
+  DeviceArray<int32_t> off(3);
+  DeviceArray<const bf16_t*> table(2);
+  DeviceArray<float> y(256 * 128);
+  GroupedGemmShape s;
+  s.num_experts = 2;
+  s.rows = 16;
+  s.n = 96;  // not a multiple of 64
+  s.k = 128;
+  s.ldx = 128;
+  s.ldy = 128;
+  EXPECT_EQ(GroupedGemm<float>(x.get(), off.get(), table.get(), s, y.get(), stream_).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(GroupedGemmSupports(96, 128));
+  EXPECT_TRUE(GroupedGemmSupports(1536, 2048));
+  s.n = 128;
+  s.ldx = 100;  // not a multiple of 8
+  EXPECT_EQ(GroupedGemm<float>(x.get(), off.get(), table.get(), s, y.get(), stream_).code(),
+            absl::StatusCode::kInvalidArgument);
+  s.ldx = 128;
+  GroupedInt4Format f;
+  f.group_size = 16;
+  DeviceArray<GroupedInt4Expert> experts(2);
+  EXPECT_EQ(GroupedGemmInt4<float>(x.get(), off.get(), experts.get(), f, s, y.get(), stream_).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace scored::kernels
