@@ -69,6 +69,41 @@ __global__ void GatherKernel(const T* src, int64_t ld, const int32_t* slots, int
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) to[i] = from[i];
 }
 
+// One block: the exclusive scan of the counts, kThreads experts per round (warp shuffles, then the warp
+// totals in warp order).
+__global__ void __launch_bounds__(kThreads)
+    OffsetsKernel(const int32_t* counts, int64_t num_experts, int32_t* offsets) {
+  __shared__ int warp_sums[kWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int before = 0;
+  for (int64_t base = 0; base < num_experts; base += kThreads) {
+    const int64_t e = base + threadIdx.x;
+    const int count = e < num_experts ? counts[e] : 0;
+    int incl = count;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += v;
+    }
+    if (lane == 31) warp_sums[warp] = incl;
+    __syncthreads();
+    int warp_before = 0, total = 0;
+    for (int w = 0; w < kWarps; ++w) {
+      warp_before += w < warp ? warp_sums[w] : 0;
+      total += warp_sums[w];
+    }
+    if (e < num_experts) offsets[e] = before + warp_before + incl - count;
+    before += total;
+    __syncthreads();  // warp_sums is rewritten next round
+  }
+  if (threadIdx.x == 0) offsets[num_experts] = before;
+}
+
+__global__ void SlotRowsKernel(const int32_t* sorted_slots, int64_t num_slots, int32_t* slot_rows) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r < num_slots) slot_rows[sorted_slots[r]] = static_cast<int32_t>(r);
+}
+
 }  // namespace
 
 absl::Status MoeGroupByExpert(const int32_t* expert_ids, int64_t num_slots, int64_t num_experts,
@@ -94,6 +129,20 @@ absl::Status MoeGatherRows(const T* src, int64_t ld, const int32_t* slots, int64
   if (rows == 0) return absl::OkStatus();
   GatherKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(ToDevice(src), ld, slots, top_k, width,
                                                                 ToDevice(dst));
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+absl::Status MoeGroupedRows(const int32_t* counts, int64_t num_experts, const int32_t* sorted_slots,
+                            int64_t num_slots, int32_t* offsets, int32_t* slot_rows, cudaStream_t stream) {
+  if (num_slots < 0 || num_slots > int64_t{0x7fffffff} || num_experts < 1 || num_experts > 65535) {
+    return absl::InvalidArgumentError("MoE grouped rows: bad shapes");
+  }
+  OffsetsKernel<<<1, kThreads, 0, stream>>>(counts, num_experts, offsets);
+  SCORED_CUDA_CHECK_LAUNCH();
+  if (num_slots == 0) return absl::OkStatus();
+  SlotRowsKernel<<<static_cast<unsigned>((num_slots + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      sorted_slots, num_slots, slot_rows);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }

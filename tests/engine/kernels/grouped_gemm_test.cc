@@ -15,10 +15,13 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "engine/base/dtype.h"
 #include "engine/kernels/dequant.h"
+#include "engine/kernels/moe_combine.h"
+#include "engine/kernels/moe_dispatch.h"
 #include "engine/reference/ops.h"
 #include "tests/engine/kernels/kernel_test_util.h"
 
@@ -325,6 +328,51 @@ TEST_F(GroupedGemmTest, Int4MatchesDequantizedDense) {
     EXPECT_EQ(testing::CountBitDifferences(y, RunDense<float>(stream_, x, offsets, dw, rows)), 0);
     EXPECT_EQ(testing::CountBitDifferences(yb, RunDense<bf16_t>(stream_, x, offsets, dw, rows)), 0);
   }
+}
+
+// The grouped layout (MoeGroupedRows: offsets = the counts' exclusive scan, slot_rows = the inverse of the
+// grouping) and MoeCombineGrouped, bitwise the per-expert MoeAccumulate into a zeroed acc.
+TEST_F(GroupedGemmTest, GroupedCombineMatchesPerExpertAccumulate) {
+  constexpr int64_t kTokens = 301, kExperts = 300, kTopK = 8, kHidden = 96;  // > 256 experts: two scan rounds
+  std::mt19937 rng(31);
+  std::vector<int32_t> ids(kTokens * kTopK);
+  std::vector<int32_t> all(kExperts);
+  for (int32_t e = 0; e < kExperts; ++e) all[e] = e;
+  for (int64_t t = 0; t < kTokens; ++t) {
+    std::shuffle(all.begin(), all.begin() + 40, rng);  // experts >= 40 get no token
+    std::copy_n(all.begin(), kTopK, ids.begin() + t * kTopK);
+  }
+  const std::vector<float> weights = testing::RandomFloats(kTokens * kTopK, 32, 0.0f, 1.0f);
+  const std::vector<float> y = testing::RandomNormal(kTokens * kTopK * kHidden, 33);
+  DeviceArray<int32_t> d_ids(ids), counts(kExperts), slots(kTokens * kTopK), offsets(kExperts + 1),
+      slot_rows(kTokens * kTopK);
+  DeviceArray<float> d_w(weights), d_y(y), acc_old(kTokens * kHidden), acc_new(kTokens * kHidden);
+  offsets.Poison();
+  slot_rows.Poison();
+  acc_new.Poison();
+  ASSERT_TRUE(
+      MoeGroupByExpert(d_ids.get(), kTokens * kTopK, kExperts, counts.get(), slots.get(), stream_).ok());
+  ASSERT_TRUE(MoeGroupedRows(counts.get(), kExperts, slots.get(), kTokens * kTopK, offsets.get(),
+                             slot_rows.get(), stream_)
+                  .ok());
+  ASSERT_TRUE(MoeCombineGrouped(d_y.get(), slot_rows.get(), d_w.get(), kTokens, kTopK, kHidden, acc_new.get(),
+                                stream_)
+                  .ok());
+  Sync();
+  const std::vector<int32_t> host_counts = counts.Download(), host_offsets = offsets.Download();
+  const std::vector<int32_t> host_slots = slots.Download(), host_rows = slot_rows.Download();
+  std::vector<int32_t> want_offsets(kExperts + 1, 0);
+  for (int64_t e = 0; e < kExperts; ++e) want_offsets[e + 1] = want_offsets[e] + host_counts[e];
+  EXPECT_EQ(host_offsets, want_offsets);
+  for (int64_t r = 0; r < kTokens * kTopK; ++r) EXPECT_EQ(host_rows[host_slots[r]], r);
+  ASSERT_EQ(cudaMemset(acc_old.get(), 0, kTokens * kHidden * sizeof(float)), cudaSuccess);
+  for (int64_t e = 0; e < kExperts; ++e) {
+    ASSERT_TRUE(MoeAccumulate(d_y.get() + int64_t{want_offsets[e]} * kHidden, slots.get() + want_offsets[e],
+                              host_counts[e], kTopK, d_w.get(), kHidden, acc_old.get(), stream_)
+                    .ok());
+  }
+  Sync();
+  EXPECT_EQ(testing::CountBitDifferences(acc_new.Download(), acc_old.Download()), 0);
 }
 
 TEST_F(GroupedGemmTest, RejectsUnsupportedShapes) {
