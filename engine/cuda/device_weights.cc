@@ -589,11 +589,11 @@ class DeviceModelLoader {
     if (dtype != ComputeDtype::kBf16 || moe->gate_up.empty()) return absl::OkStatus();
     const DeviceLinear& gu0 = moe->gate_up[0];
     const DeviceLinear& dn0 = moe->down[0];
-    if (!kernels::GroupedGemmSupports(gu0.out_features(), gu0.in_features()) ||
-        !kernels::GroupedGemmSupports(dn0.out_features(), dn0.in_features()) ||
-        dn0.in_features() * 2 != gu0.out_features()) {
-      return absl::OkStatus();
-    }
+    const auto supports = [&](bool int4) {
+      return kernels::GroupedGemmSupports(gu0.out_features(), gu0.in_features(), int4) &&
+             kernels::GroupedGemmSupports(dn0.out_features(), dn0.in_features(), int4);
+    };
+    if (!supports(false) || dn0.in_features() * 2 != gu0.out_features()) return absl::OkStatus();
     const size_t experts = moe->gate_up.size();
     std::vector<const void*> dense_gu, dense_dn;
     std::vector<kernels::GroupedInt4Expert> int4_gu(experts), int4_dn(experts);
@@ -626,7 +626,7 @@ class DeviceModelLoader {
                                                         "the grouped gate|up weight table"));
       SCORED_ASSIGN_OR_RETURN(
           g.down, UploadToDevice(dense_dn.data(), experts * sizeof(void*), "the grouped down weight table"));
-    } else if (dense_gu.empty()) {
+    } else if (dense_gu.empty() && supports(true)) {
       const int64_t bytes = static_cast<int64_t>(experts * sizeof(kernels::GroupedInt4Expert));
       SCORED_ASSIGN_OR_RETURN(
           g.gate_up, UploadToDevice(int4_gu.data(), bytes, "the grouped 4-bit gate|up weight table"));
@@ -636,7 +636,7 @@ class DeviceModelLoader {
       g.gate_up_format = gu_format;
       g.down_format = dn_format;
     } else {
-      return absl::OkStatus();  // some experts dense, some quantized: one by one
+      return absl::OkStatus();  // some experts dense, some quantized, or an int4 k not a multiple of 32
     }
     g.enabled = true;
     moe->grouped = std::move(g);

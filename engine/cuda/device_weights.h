@@ -146,10 +146,10 @@ class DeviceLinear {
 // every expert's weight, built once at load. Enabled only in bf16 mode where every expert's gate|up and down
 // are resident dense bf16 (all of them) or 4-bit pack-quantized with one format (all of them: group 32 / 64 /
 // 128 or channel, F32 / F16 / BF16 scales, symmetric or int32 zero points; no g_idx), with no activation
-// quantization and no rotations, and both shapes multiples of 64 (GroupedGemmSupports). Otherwise (fp32 mode,
-// NVFP4 / FP8 / INT8 experts, mixed formats, the tiny fixtures' shapes) `enabled` is false and the forward
-// runs the experts one by one. Where enabled, the forward's WeightStream skips the experts
-// (LinearsInOrder(layer, true)): nothing is expanded into the scratch for them.
+// quantization and no rotations, in shapes GroupedGemmSupports takes (multiples of 8; int4: k of 32).
+// Otherwise (fp32 mode, NVFP4 / FP8 / INT8 experts, mixed formats) `enabled` is false and the forward runs
+// the experts one by one. Where enabled, the forward's WeightStream skips the experts (LinearsInOrder(layer,
+// true)): nothing is expanded into the scratch for them.
 struct GroupedExperts {
   bool enabled = false;
   bool int4 = false;     // 4-bit pack-quantized (else dense bf16)

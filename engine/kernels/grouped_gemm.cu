@@ -128,29 +128,30 @@ __device__ TileWork FindTile(const int32_t* __restrict__ offsets, int num_expert
 
 // ---------------------------------------------------------------- tile loads
 
-// x rows [row_begin, row_begin + kBM) (zeros past row_end), columns [k0, k0 + kBK), into an A stage.
+// x rows [row_begin, row_begin + kBM) (zeros past row_end), columns [k0, k0 + kBK) (zeros past k: a k that
+// is a multiple of 8 but not of kBK ends in a partial tile), into an A stage.
 __device__ __forceinline__ void LoadATile(__nv_bfloat16* a_s, const __nv_bfloat16* __restrict__ x,
-                                          int64_t ldx, const TileWork& w, int k0) {
+                                          int64_t ldx, int64_t k, const TileWork& w, int k0) {
   // 128 rows x 4 chunks of 16 bytes: 2 per thread.
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int c = threadIdx.x + i * kThreads;
     const int row = c >> 2, chunk = c & 3;
     const int r = w.row_begin + row;
-    const bool valid = r < w.row_end;
+    const bool valid = r < w.row_end && k0 + chunk * 8 < k;
     const __nv_bfloat16* src = valid ? x + static_cast<int64_t>(r) * ldx + k0 + chunk * 8 : x;
     CopyAsync16(a_s + row * kLds + chunk * 8, src, valid ? 16 : 0);
   }
 }
 
-// W rows [n0, n0 + kBN) (zeros past n), columns [k0, k0 + kBK), into a B stage.
+// W rows [n0, n0 + kBN) (zeros past n), columns [k0, k0 + kBK) (zeros past k), into a B stage.
 __device__ __forceinline__ void LoadBTile(__nv_bfloat16* b_s, const __nv_bfloat16* __restrict__ wt, int64_t k,
                                           int n, int n0, int k0) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int c = threadIdx.x + i * kThreads;
     const int row = c >> 2, chunk = c & 3;
-    const bool valid = n0 + row < n;
+    const bool valid = n0 + row < n && k0 + chunk * 8 < k;
     const __nv_bfloat16* src = valid ? wt + static_cast<int64_t>(n0 + row) * k + k0 + chunk * 8 : wt;
     CopyAsync16(b_s + row * kLds + chunk * 8, src, valid ? 16 : 0);
   }
@@ -306,12 +307,12 @@ __global__ void __launch_bounds__(kThreads)
   __nv_bfloat16* b_s = a_s + kStages * kTileElems;              // [kStages][kBN][kLds]
   const __nv_bfloat16* wt = reinterpret_cast<const __nv_bfloat16*>(weights[w.expert]);
   const int warp = threadIdx.x >> 5, warp_m = warp >> 2, warp_n = warp & 3;
-  const int k_tiles = static_cast<int>(args.k / kBK);
+  const int k_tiles = static_cast<int>((args.k + kBK - 1) / kBK);
   float acc[kMTiles][kNTiles][4] = {};
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < k_tiles) {
-      LoadATile(a_s + s * kTileElems, args.x, args.ldx, w, s * kBK);
+      LoadATile(a_s + s * kTileElems, args.x, args.ldx, args.k, w, s * kBK);
       LoadBTile(b_s + s * kTileElems, wt, args.k, args.n, n0, s * kBK);
     }
     CopyAsyncCommit();
@@ -322,7 +323,7 @@ __global__ void __launch_bounds__(kThreads)
     const int next = kt + kStages - 1;
     if (next < k_tiles) {
       const int s = next % kStages;
-      LoadATile(a_s + s * kTileElems, args.x, args.ldx, w, next * kBK);
+      LoadATile(a_s + s * kTileElems, args.x, args.ldx, args.k, w, next * kBK);
       LoadBTile(b_s + s * kTileElems, wt, args.k, args.n, n0, next * kBK);
     }
     CopyAsyncCommit();
@@ -346,12 +347,12 @@ __global__ void __launch_bounds__(kThreads)
   const GroupedInt4Expert& ex = experts[w.expert];  // read through L1 (no local copy)
   const int scale_cols = format.group_size > 0 ? static_cast<int>(args.k / format.group_size) : 1;
   const int warp = threadIdx.x >> 5, warp_m = warp >> 2, warp_n = warp & 3;
-  const int k_tiles = static_cast<int>(args.k / kBK);
+  const int k_tiles = static_cast<int>((args.k + kBK - 1) / kBK);
   float acc[kMTiles][kNTiles][4] = {};
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < k_tiles) {
-      LoadATile(a_s + s * kTileElems, args.x, args.ldx, w, s * kBK);
+      LoadATile(a_s + s * kTileElems, args.x, args.ldx, args.k, w, s * kBK);
       LoadPackedTile(p_s + s * kBN * kPackedWords, ex, args.k, args.n, n0, s * kBK);
     }
     CopyAsyncCommit();
@@ -363,7 +364,7 @@ __global__ void __launch_bounds__(kThreads)
     const int next = kt + kStages - 1;
     if (next < k_tiles) {
       const int s = next % kStages;
-      LoadATile(a_s + s * kTileElems, args.x, args.ldx, w, next * kBK);
+      LoadATile(a_s + s * kTileElems, args.x, args.ldx, args.k, w, next * kBK);
       LoadPackedTile(p_s + s * kBN * kPackedWords, ex, args.k, args.n, n0, next * kBK);
     }
     CopyAsyncCommit();
@@ -393,12 +394,14 @@ cudaError_t EnsureDynamicSmem(const void* kernel, int bytes) {
 }
 
 template <typename OutT>
-absl::Status CheckShape(const bf16_t* x, const int32_t* offsets, const GroupedGemmShape& s, const OutT* y) {
+absl::Status CheckShape(const bf16_t* x, const int32_t* offsets, const GroupedGemmShape& s, const OutT* y,
+                        bool int4) {
   if (x == nullptr || offsets == nullptr || y == nullptr) {
     return absl::InvalidArgumentError("GroupedGemm: null pointer");
   }
-  if (!GroupedGemmSupports(s.n, s.k)) {
-    return absl::InvalidArgumentError("GroupedGemm: n and k must be positive multiples of 64");
+  if (!GroupedGemmSupports(s.n, s.k, int4)) {
+    return absl::InvalidArgumentError(int4 ? "GroupedGemmInt4: n must be a multiple of 8 and k of 32"
+                                           : "GroupedGemm: n and k must be positive multiples of 8");
   }
   if (s.num_experts < 1 || s.num_experts > 65535 || s.rows < 0 || s.rows > int64_t{0x7fffffff}) {
     return absl::InvalidArgumentError("GroupedGemm: bad expert or row count");
@@ -428,14 +431,15 @@ int64_t GridBlocks(const GroupedGemmShape& s) { return (s.rows / kBM + s.num_exp
 
 }  // namespace
 
-bool GroupedGemmSupports(int64_t n, int64_t k) {
-  return n > 0 && k > 0 && n % 64 == 0 && k % 64 == 0 && n <= int64_t{0x7fffffff} && k <= int64_t{0x7fffffff};
+bool GroupedGemmSupports(int64_t n, int64_t k, bool int4) {
+  return n > 0 && k > 0 && n % 8 == 0 && k % (int4 ? 32 : 8) == 0 && n <= int64_t{0x7fffffff} &&
+         k <= int64_t{0x7fffffff};
 }
 
 template <typename OutT>
 absl::Status GroupedGemm(const bf16_t* x, const int32_t* offsets, const bf16_t* const* weights,
                          const GroupedGemmShape& shape, OutT* y, cudaStream_t stream) {
-  SCORED_RETURN_IF_ERROR(CheckShape(x, offsets, shape, y));
+  SCORED_RETURN_IF_ERROR(CheckShape(x, offsets, shape, y, false));
   if (weights == nullptr) return absl::InvalidArgumentError("GroupedGemm: null weight table");
   if (shape.rows == 0) return absl::OkStatus();
   const int64_t blocks = GridBlocks(shape);
@@ -452,7 +456,7 @@ template <typename OutT>
 absl::Status GroupedGemmInt4(const bf16_t* x, const int32_t* offsets, const GroupedInt4Expert* experts,
                              const GroupedInt4Format& format, const GroupedGemmShape& shape, OutT* y,
                              cudaStream_t stream) {
-  SCORED_RETURN_IF_ERROR(CheckShape(x, offsets, shape, y));
+  SCORED_RETURN_IF_ERROR(CheckShape(x, offsets, shape, y, true));
   if (experts == nullptr) return absl::InvalidArgumentError("GroupedGemmInt4: null expert table");
   const int64_t g = format.group_size;
   if (!(g == 0 || ((g == 32 || g == 64 || g == 128) && shape.k % g == 0))) {

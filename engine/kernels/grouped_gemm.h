@@ -24,13 +24,14 @@
 //                    (dequant.h) gives for the same tensors. A fused gate|up weight is two parts stacked
 //                    along n: rows [0, split) read parts[0], rows [split, n) read parts[1] at row o - split.
 //
-// Layout and limits (INVALID_ARGUMENT otherwise; the MoE shapes in use all qualify: Mixtral 14336 / 4096,
-// Qwen2-MoE 1408 or 2560 / 2048..3584, Qwen3-MoE 768 / 2048, 1536 / 4096, and their tp slices down to 64):
-//   n and k multiples of 64, 1 <= num_experts <= 65535, rows <= 2^31 - 1;
+// Layout and limits (INVALID_ARGUMENT otherwise; GroupedGemmSupports): n a multiple of 8; k a multiple of 8
+// (dense) or 32 (int4: a 32-column k tile is one 16-byte copy of packed words a row). The MoE shapes in use
+// all qualify (Mixtral 14336 / 4096, Qwen2-MoE 1408 or 2560 / 2048..3584, Qwen3-MoE 768 / 2048 and
+// 1536 / 4096, their tp slices, the 32-wide test fixtures); 1 <= num_experts <= 65535, rows <= 2^31 - 1;
 //   x [rows, k] bf16 with leading dimension ldx >= k, ldx a multiple of 8, x 16-byte aligned;
-//   weights[e] 16-byte aligned (bf16) / packed rows 16-byte aligned (int4: k / 8 words a row, k % 64 == 0);
-//   y [rows, n] with leading dimension ldy >= n, ldy even, y 8-byte aligned;
-//   offsets [num_experts + 1] int32 on the device, non-decreasing, offsets[0] == 0 and
+//   weights[e] 16-byte aligned (bf16; rows of k * 2 bytes) / packed 16-byte aligned (int4: k / 8 words a
+//   row); y [rows, n] with leading dimension ldy >= n, ldy even, y 8-byte aligned; offsets [num_experts + 1]
+//   int32 on the device, non-decreasing, offsets[0] == 0 and
 //     offsets[num_experts] <= rows (the launch covers sum_e ceil(count_e / 128) <= rows / 128 + num_experts
 //     row tiles; surplus blocks exit at once). Rows >= offsets[num_experts] are not written.
 //   int4: group_size 32, 64 or 128 dividing k, or 0 (channel: one scale per row); scale dtype F32, F16 or
@@ -80,8 +81,9 @@ struct GroupedInt4Format {
   bool symmetric = true;             // false: every part has a zero_point
 };
 
-// Whether GroupedGemm / GroupedGemmInt4 accept n x k (multiples of 64). Host-only, for choosing a path.
-bool GroupedGemmSupports(int64_t n, int64_t k);
+// Whether GroupedGemm (int4 false) / GroupedGemmInt4 (int4 true) accept an [n, k] weight. Host-only, for
+// choosing a path.
+bool GroupedGemmSupports(int64_t n, int64_t k, bool int4);
 
 template <typename OutT>                                // bf16_t or float
 absl::Status GroupedGemm(const bf16_t* x,               // [rows, ldx]

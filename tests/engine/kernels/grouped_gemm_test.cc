@@ -32,7 +32,12 @@ using testing::DeviceArray;
 
 class GroupedGemmTest : public testing::GpuTest {};
 
-constexpr int64_t kN = 192, kK = 256, kLdx = kK + 8, kLdy = kN + 2, kSpareRows = 3;
+// Output columns, input columns and the leading dimensions of x and y (wider than the rows).
+struct Dims {
+  int64_t n, k, ldx, ldy;
+};
+constexpr Dims kDims = {192, 256, 264, 194};
+constexpr int64_t kSpareRows = 3;
 const std::vector<int32_t> kCounts = {0, 1, 127, 128, 129, 300, 5};
 
 std::vector<int32_t> Offsets(const std::vector<int32_t>& counts) {
@@ -41,56 +46,57 @@ std::vector<int32_t> Offsets(const std::vector<int32_t>& counts) {
   return offsets;
 }
 
-// x [rows, kLdx] with bf16 values (the columns past kK random too: the kernel must not read them into y).
-std::vector<float> RandomX(int64_t rows, uint32_t seed) {
-  return testing::RoundedToBf16(testing::RandomFloats(rows * kLdx, seed));
+// x [rows, d.ldx] with bf16 values (the columns past d.k random too: the kernel must not read them into y).
+std::vector<float> RandomX(int64_t rows, const Dims& d, uint32_t seed) {
+  return testing::RoundedToBf16(testing::RandomFloats(rows * d.ldx, seed));
 }
 
 // The exact products of expert e's rows: want[r, o] (ref::Linear) and bound[r, o] = sum_k |x w|.
 struct Expected {
-  std::vector<float> want;    // [rows, kN]
-  std::vector<double> bound;  // [rows, kN]
+  std::vector<float> want;    // [rows, d.n]
+  std::vector<double> bound;  // [rows, d.n]
 };
 
 Expected Reference(const std::vector<float>& x, const std::vector<int32_t>& offsets,
-                   const std::vector<std::vector<float>>& w, int64_t rows) {
+                   const std::vector<std::vector<float>>& w, int64_t rows, const Dims& d) {
   Expected out;
-  out.want.assign(rows * kN, 0.0f);
-  out.bound.assign(rows * kN, 0.0);
+  out.want.assign(rows * d.n, 0.0f);
+  out.bound.assign(rows * d.n, 0.0);
   std::vector<float> xs;
   for (size_t e = 0; e + 1 < offsets.size(); ++e) {
     const int64_t m = offsets[e + 1] - offsets[e];
     if (m == 0) continue;
-    xs.assign(m * kK, 0.0f);
-    for (int64_t r = 0; r < m; ++r) std::memcpy(&xs[r * kK], &x[(offsets[e] + r) * kLdx], kK * sizeof(float));
-    ref::Linear(xs.data(), w[e].data(), nullptr, m, kK, kN, out.want.data() + offsets[e] * kN);
+    xs.assign(m * d.k, 0.0f);
+    for (int64_t r = 0; r < m; ++r)
+      std::memcpy(&xs[r * d.k], &x[(offsets[e] + r) * d.ldx], d.k * sizeof(float));
+    ref::Linear(xs.data(), w[e].data(), nullptr, m, d.k, d.n, out.want.data() + offsets[e] * d.n);
     for (int64_t r = 0; r < m; ++r) {
-      for (int64_t o = 0; o < kN; ++o) {
+      for (int64_t o = 0; o < d.n; ++o) {
         double s = 0.0;
-        for (int64_t c = 0; c < kK; ++c) s += std::fabs(double{xs[r * kK + c]} * w[e][o * kK + c]);
-        out.bound[(offsets[e] + r) * kN + o] = s;
+        for (int64_t c = 0; c < d.k; ++c) s += std::fabs(double{xs[r * d.k + c]} * w[e][o * d.k + c]);
+        out.bound[(offsets[e] + r) * d.n + o] = s;
       }
     }
   }
   return out;
 }
 
-// Checks y [rows, kLdy] (fp32 values of the output type) against `ref` for the rows below `total`, and that
-// the columns past kN and the rows from `total` on still hold the poison (NaN).
+// Checks y [rows, d.ldy] (fp32 values of the output type) against `ref` for the rows below `total`, and that
+// the columns past d.n and the rows from `total` on still hold the poison (NaN).
 void ExpectMatches(const std::vector<float>& y, const Expected& ref, int64_t total, int64_t rows, bool bf16,
-                   const std::string& what) {
+                   const std::string& what, const Dims& d) {
   testing::ErrorStats stats;
   int64_t bad = 0, touched = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t o = 0; o < kLdy; ++o) {
-      const float got = y[r * kLdy + o];
-      if (r >= total || o >= kN) {
+    for (int64_t o = 0; o < d.ldy; ++o) {
+      const float got = y[r * d.ldy + o];
+      if (r >= total || o >= d.n) {
         touched += !std::isnan(got);
         continue;
       }
-      const double want = ref.want[r * kN + o];
+      const double want = ref.want[r * d.n + o];
       const double tol =
-          kK * std::ldexp(ref.bound[r * kN + o], -24) + std::ldexp(std::fabs(want), bf16 ? -8 : -23);
+          d.k * std::ldexp(ref.bound[r * d.n + o], -24) + std::ldexp(std::fabs(want), bf16 ? -8 : -23);
       const double err = std::fabs(double{got} - want);
       if (!(err <= tol)) ++bad;
       if (err > stats.max_abs) stats.max_abs = err;
@@ -117,54 +123,64 @@ DenseWeights UploadDense(const std::vector<std::vector<float>>& w) {
   return d;
 }
 
-GroupedGemmShape Shape(int64_t experts, int64_t rows) {
+GroupedGemmShape Shape(int64_t experts, int64_t rows, const Dims& d) {
   GroupedGemmShape s;
   s.num_experts = experts;
   s.rows = rows;
-  s.n = kN;
-  s.k = kK;
-  s.ldx = kLdx;
-  s.ldy = kLdy;
+  s.n = d.n;
+  s.k = d.k;
+  s.ldx = d.ldx;
+  s.ldy = d.ldy;
   return s;
 }
 
 template <typename OutT>
 std::vector<OutT> RunDense(cudaStream_t stream, const std::vector<float>& x,
-                           const std::vector<int32_t>& offsets, const DenseWeights& w, int64_t rows) {
+                           const std::vector<int32_t>& offsets, const DenseWeights& w, int64_t rows,
+                           const Dims& d) {
   DeviceArray<bf16_t> d_x(testing::ToBf16(x));
   DeviceArray<int32_t> d_off(offsets);
-  DeviceArray<OutT> d_y(rows * kLdy);
+  DeviceArray<OutT> d_y(rows * d.ldy);
   d_y.Poison();
   const absl::Status st =
       GroupedGemm<OutT>(d_x.get(), d_off.get(), w.table->get(),
-                        Shape(static_cast<int64_t>(offsets.size()) - 1, rows), d_y.get(), stream);
+                        Shape(static_cast<int64_t>(offsets.size()) - 1, rows, d), d_y.get(), stream);
   EXPECT_TRUE(st.ok()) << st;
   return d_y.Download();
 }
 
+// The Qwen3-like case, the test fixtures' gate|up and down (n 64 / 32, k 32: a single k tile), and a k that
+// ends in a partial k tile (40 = 32 + 8) with n 24.
 TEST_F(GroupedGemmTest, DenseMatchesReference) {
+  const Dims cases[] = {kDims, {64, 32, 32, 64}, {32, 32, 40, 34}, {24, 40, 48, 26}};
   const std::vector<int32_t> offsets = Offsets(kCounts);
   const int64_t total = offsets.back(), rows = total + kSpareRows;
-  const std::vector<float> x = RandomX(rows, 1);
-  std::vector<std::vector<float>> w;
-  for (size_t e = 0; e < kCounts.size(); ++e) {
-    w.push_back(testing::RoundedToBf16(testing::RandomFloats(kN * kK, 100 + static_cast<uint32_t>(e))));
+  for (const Dims& d : cases) {
+    const std::string name = "n " + std::to_string(d.n) + " k " + std::to_string(d.k);
+    SCOPED_TRACE(name);
+    const std::vector<float> x = RandomX(rows, d, 1);
+    std::vector<std::vector<float>> w;
+    for (size_t e = 0; e < kCounts.size(); ++e) {
+      w.push_back(testing::RoundedToBf16(testing::RandomFloats(d.n * d.k, 100 + static_cast<uint32_t>(e))));
+    }
+    const Expected ref = Reference(x, offsets, w, total, d);
+    const DenseWeights dw = UploadDense(w);
+    ExpectMatches(RunDense<float>(stream_, x, offsets, dw, rows, d), ref, total, rows, false,
+                  "grouped fp32 out, " + name, d);
+    ExpectMatches(testing::FromBf16(RunDense<bf16_t>(stream_, x, offsets, dw, rows, d)), ref, total, rows,
+                  true, "grouped bf16 out, " + name, d);
   }
-  const Expected ref = Reference(x, offsets, w, total);
-  const DenseWeights dw = UploadDense(w);
-  ExpectMatches(RunDense<float>(stream_, x, offsets, dw, rows), ref, total, rows, false, "grouped fp32 out");
-  ExpectMatches(testing::FromBf16(RunDense<bf16_t>(stream_, x, offsets, dw, rows)), ref, total, rows, true,
-                "grouped bf16 out");
 }
 
 TEST_F(GroupedGemmTest, RowsAreBatchInvariant) {
   // Expert 2's 130 rows, first alone with small neighbours, then with other counts, 70 more rows of its own
   // after them, and a different offset: its first 130 rows' outputs must not change by one bit.
   const int64_t kRows = 130;
-  const std::vector<float> own = RandomX(kRows + 70, 7);
+  const Dims d = kDims;
+  const std::vector<float> own = RandomX(kRows + 70, d, 7);
   std::vector<std::vector<float>> w;
   for (int e = 0; e < 5; ++e) {
-    w.push_back(testing::RoundedToBf16(testing::RandomFloats(kN * kK, 200 + static_cast<uint32_t>(e))));
+    w.push_back(testing::RoundedToBf16(testing::RandomFloats(d.n * d.k, 200 + static_cast<uint32_t>(e))));
   }
   const DenseWeights dw = UploadDense(w);
   std::vector<std::vector<float>> outs;
@@ -172,10 +188,10 @@ TEST_F(GroupedGemmTest, RowsAreBatchInvariant) {
   for (const std::vector<int32_t>& counts : runs) {
     const std::vector<int32_t> offsets = Offsets(counts);
     const int64_t rows = offsets.back();
-    std::vector<float> x = RandomX(rows, 8 + static_cast<uint32_t>(counts[0]));
-    std::memcpy(&x[offsets[2] * kLdx], own.data(), counts[2] * kLdx * sizeof(float));
-    const std::vector<float> y = RunDense<float>(stream_, x, offsets, dw, rows);
-    outs.emplace_back(y.begin() + offsets[2] * kLdy, y.begin() + (offsets[2] + kRows) * kLdy);
+    std::vector<float> x = RandomX(rows, d, 8 + static_cast<uint32_t>(counts[0]));
+    std::memcpy(&x[offsets[2] * d.ldx], own.data(), counts[2] * d.ldx * sizeof(float));
+    const std::vector<float> y = RunDense<float>(stream_, x, offsets, dw, rows, d);
+    outs.emplace_back(y.begin() + offsets[2] * d.ldy, y.begin() + (offsets[2] + kRows) * d.ldy);
   }
   EXPECT_EQ(testing::CountBitDifferences(outs[0], outs[1]), 0);
 }
@@ -192,18 +208,18 @@ struct Int4Case {
 // One part's stored tensors (host) and their decoded bf16 values.
 struct HostPart {
   int64_t rows = 0;
-  std::vector<int32_t> packed;  // [rows, kK / 8]
+  std::vector<int32_t> packed;  // [rows, d.k / 8]
   std::vector<uint8_t> scale;   // [rows, scale_cols] of scale_dtype
   std::vector<int32_t> zp;      // [ceil(rows / 8), scale_cols] (asymmetric)
-  std::vector<float> decoded;   // [rows, kK], bf16 values
+  std::vector<float> decoded;   // [rows, d.k], bf16 values
 };
 
-HostPart MakePart(const Int4Case& c, int64_t rows, uint32_t seed) {
+HostPart MakePart(const Int4Case& c, int64_t rows, const Dims& d, uint32_t seed) {
   HostPart p;
   p.rows = rows;
-  const int64_t scale_cols = c.group_size > 0 ? kK / c.group_size : 1;
+  const int64_t scale_cols = c.group_size > 0 ? d.k / c.group_size : 1;
   std::mt19937 rng(seed);
-  p.packed.resize(rows * kK / 8);
+  p.packed.resize(rows * d.k / 8);
   for (int32_t& v : p.packed) v = static_cast<int32_t>(rng());
   p.zp.resize((rows + 7) / 8 * scale_cols);
   for (int32_t& v : p.zp) v = static_cast<int32_t>(rng());
@@ -222,11 +238,11 @@ HostPart MakePart(const Int4Case& c, int64_t rows, uint32_t seed) {
       scale_values[i] = c.scale_dtype == DType::kF16 ? Fp16ToFloat(h) : Bf16ToFloat(h);
     }
   }
-  p.decoded.resize(rows * kK);
+  p.decoded.resize(rows * d.k);
   for (int64_t o = 0; o < rows; ++o) {
-    for (int64_t k = 0; k < kK; ++k) {
+    for (int64_t k = 0; k < d.k; ++k) {
       const int64_t g = c.group_size > 0 ? k / c.group_size : 0;
-      const uint32_t word = static_cast<uint32_t>(p.packed[o * (kK / 8) + k / 8]);
+      const uint32_t word = static_cast<uint32_t>(p.packed[o * (d.k / 8) + k / 8]);
       const int32_t u = static_cast<int32_t>((word >> ((k % 8) * 4)) & 0xf);
       int32_t zp = 8;
       if (!c.symmetric) {
@@ -234,7 +250,7 @@ HostPart MakePart(const Int4Case& c, int64_t rows, uint32_t seed) {
         zp = static_cast<int32_t>((zword >> ((o % 8) * 4)) & 0xf);
       }
       const float product = static_cast<float>(u - zp) * scale_values[o * scale_cols + g];
-      p.decoded[o * kK + k] = RoundToBf16(product);
+      p.decoded[o * d.k + k] = RoundToBf16(product);
     }
   }
   return p;
@@ -251,23 +267,24 @@ TEST_F(GroupedGemmTest, Int4MatchesDequantizedDense) {
                                        {"sym channel f32", true, 0, DType::kF32},
                                        {"asym channel bf16", false, 0, DType::kBF16},
                                        {"asym g64 f32", false, 64, DType::kF32}};
+  const Dims d = kDims;
   const std::vector<int32_t> offsets = Offsets(kCounts);
   const int64_t experts = static_cast<int64_t>(kCounts.size());
   const int64_t total = offsets.back(), rows = total + kSpareRows;
   const int64_t split = 96;  // gate|up-like: two parts, the split inside a 128-column tile
-  const std::vector<float> x = RandomX(rows, 3);
+  const std::vector<float> x = RandomX(rows, d, 3);
   for (const Int4Case& c : cases) {
     SCOPED_TRACE(c.name);
-    std::vector<std::vector<float>> w;  // decoded [kN, kK] per expert
+    std::vector<std::vector<float>> w;  // decoded [d.n, d.k] per expert
     std::vector<DevicePart> dev;
     std::vector<GroupedInt4Expert> table(experts);
-    const int64_t scale_cols = c.group_size > 0 ? kK / c.group_size : 1;
+    const int64_t scale_cols = c.group_size > 0 ? d.k / c.group_size : 1;
     for (int64_t e = 0; e < experts; ++e) {
       std::vector<float> we;
       table[e].split = split;
       for (int part = 0; part < 2; ++part) {
-        const int64_t part_rows = part == 0 ? split : kN - split;
-        HostPart hp = MakePart(c, part_rows, static_cast<uint32_t>(1000 * e + 10 * part + 5));
+        const int64_t part_rows = part == 0 ? split : d.n - split;
+        HostPart hp = MakePart(c, part_rows, d, static_cast<uint32_t>(1000 * e + 10 * part + 5));
         DevicePart dp;
         dp.packed = std::make_unique<DeviceArray<int32_t>>(hp.packed);
         dp.scale = std::make_unique<DeviceArray<uint8_t>>(hp.scale);
@@ -280,20 +297,20 @@ TEST_F(GroupedGemmTest, Int4MatchesDequantizedDense) {
           dq.format = WeightFormat::kPackQuantized;
           dq.strategy = c.group_size > 0 ? QuantStrategy::kGroup : QuantStrategy::kChannel;
           dq.out_features = part_rows;
-          dq.in_features = kK;
+          dq.in_features = d.k;
           dq.num_bits = 4;
           dq.symmetric = c.symmetric;
           dq.group_size = c.group_size;
           dq.values = dp.packed->get();
           dq.values_dtype = DType::kI32;
-          dq.values_cols = kK / 8;
+          dq.values_cols = d.k / 8;
           dq.scale = dp.scale->get();
           dq.scale_dtype = c.scale_dtype;
           dq.scale_cols = scale_cols;
           dq.zero_point = c.symmetric ? nullptr : dp.zp->get();
           dq.zero_point_dtype = DType::kI32;
           dq.zero_point_cols = scale_cols;
-          DeviceArray<bf16_t> d_dq(part_rows * kK);
+          DeviceArray<bf16_t> d_dq(part_rows * d.k);
           ASSERT_TRUE(Dequantize<bf16_t>(dq, 0, part_rows, d_dq.get(), stream_).ok());
           EXPECT_EQ(testing::CountBitDifferences(d_dq.Download(), testing::ToBf16(hp.decoded)), 0);
         }
@@ -307,26 +324,26 @@ TEST_F(GroupedGemmTest, Int4MatchesDequantizedDense) {
     format.scale_dtype = c.scale_dtype;
     format.group_size = c.group_size;
     format.symmetric = c.symmetric;
-    const Expected ref = Reference(x, offsets, w, total);
+    const Expected ref = Reference(x, offsets, w, total, d);
     const DenseWeights dw = UploadDense(w);
     DeviceArray<bf16_t> d_x(testing::ToBf16(x));
     DeviceArray<int32_t> d_off(offsets);
-    DeviceArray<float> d_y(rows * kLdy);
-    DeviceArray<bf16_t> d_yb(rows * kLdy);
+    DeviceArray<float> d_y(rows * d.ldy);
+    DeviceArray<bf16_t> d_yb(rows * d.ldy);
     d_y.Poison();
     d_yb.Poison();
-    ASSERT_TRUE(GroupedGemmInt4<float>(d_x.get(), d_off.get(), d_table.get(), format, Shape(experts, rows),
+    ASSERT_TRUE(GroupedGemmInt4<float>(d_x.get(), d_off.get(), d_table.get(), format, Shape(experts, rows, d),
                                        d_y.get(), stream_)
                     .ok());
-    ASSERT_TRUE(GroupedGemmInt4<bf16_t>(d_x.get(), d_off.get(), d_table.get(), format, Shape(experts, rows),
-                                        d_yb.get(), stream_)
+    ASSERT_TRUE(GroupedGemmInt4<bf16_t>(d_x.get(), d_off.get(), d_table.get(), format,
+                                        Shape(experts, rows, d), d_yb.get(), stream_)
                     .ok());
     const std::vector<float> y = d_y.Download();
     const std::vector<bf16_t> yb = d_yb.Download();
-    ExpectMatches(y, ref, total, rows, false, std::string("int4 fp32 out, ") + c.name);
-    ExpectMatches(testing::FromBf16(yb), ref, total, rows, true, std::string("int4 bf16 out, ") + c.name);
-    EXPECT_EQ(testing::CountBitDifferences(y, RunDense<float>(stream_, x, offsets, dw, rows)), 0);
-    EXPECT_EQ(testing::CountBitDifferences(yb, RunDense<bf16_t>(stream_, x, offsets, dw, rows)), 0);
+    ExpectMatches(y, ref, total, rows, false, std::string("int4 fp32 out, ") + c.name, d);
+    ExpectMatches(testing::FromBf16(yb), ref, total, rows, true, std::string("int4 bf16 out, ") + c.name, d);
+    EXPECT_EQ(testing::CountBitDifferences(y, RunDense<float>(stream_, x, offsets, dw, rows, d)), 0);
+    EXPECT_EQ(testing::CountBitDifferences(yb, RunDense<bf16_t>(stream_, x, offsets, dw, rows, d)), 0);
   }
 }
 
@@ -383,14 +400,17 @@ TEST_F(GroupedGemmTest, RejectsUnsupportedShapes) {
   GroupedGemmShape s;
   s.num_experts = 2;
   s.rows = 16;
-  s.n = 96;  // not a multiple of 64
+  s.n = 100;  // not a multiple of 8
   s.k = 128;
   s.ldx = 128;
   s.ldy = 128;
   EXPECT_EQ(GroupedGemm<float>(x.get(), off.get(), table.get(), s, y.get(), stream_).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(GroupedGemmSupports(96, 128));
-  EXPECT_TRUE(GroupedGemmSupports(1536, 2048));
+  EXPECT_FALSE(GroupedGemmSupports(100, 128, false));
+  EXPECT_TRUE(GroupedGemmSupports(1536, 2048, false));
+  EXPECT_TRUE(GroupedGemmSupports(64, 16, false));
+  EXPECT_FALSE(GroupedGemmSupports(64, 16, true));  // int4: k a multiple of 32
+  EXPECT_TRUE(GroupedGemmSupports(64, 32, true));
   s.n = 128;
   s.ldx = 100;  // not a multiple of 8
   EXPECT_EQ(GroupedGemm<float>(x.get(), off.get(), table.get(), s, y.get(), stream_).code(),
