@@ -11,9 +11,9 @@
 // counts (a few hundred cycles against the tile's 64+ k steps); slots past the last tile exit.
 //
 // The int4 variant copies the packed words of a k tile (16 bytes a row) through the same ring, and after the
-// tile's wait each thread decodes 16 weights of one row into a bf16 tile in shared memory (the arithmetic of
-// dequant.cu's DequantPackedKernel: __fmul_rn(float(u - zp), scale) rounded to nearest even bf16), which
-// the warps then read like the dense weight tile.
+// tile's wait each thread decodes 16 weights of one row into a bf16 tile in shared memory (dequant.cu's
+// arithmetic, shared through dequant_decode.cuh: PackedIntValue rounded to nearest even bf16), which the
+// warps then read like the dense weight tile.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -24,6 +24,7 @@
 #include "engine/base/dtype.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/cuda_check.h"
+#include "engine/kernels/dequant_decode.cuh"
 #include "engine/kernels/device_util.cuh"
 #include "engine/kernels/grouped_gemm.h"
 
@@ -174,17 +175,6 @@ __device__ __forceinline__ void LoadPackedTile(int32_t* p_s, const GroupedInt4Ex
   CopyAsync16(p_s + row * kPackedWords, src, valid ? 16 : 0);
 }
 
-__device__ __forceinline__ float ScaleAt(const void* scale, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::kF32:
-      return static_cast<const float*>(scale)[i];
-    case DType::kF16:
-      return Fp16ToFloat(static_cast<const uint16_t*>(scale)[i]);
-    default:
-      return Bf16ToFloat(static_cast<const uint16_t*>(scale)[i]);
-  }
-}
-
 // The scale and zero point (as the value subtracted from u) of W row n0 + threadIdx.x / 2 for the k tile at
 // k0. Rows past n get scale 0 (their packed words are zeros, so the decoded tile row is zeros anyway).
 struct RowQuant {
@@ -200,7 +190,7 @@ __device__ __forceinline__ RowQuant LoadRowQuant(const GroupedInt4Expert& ex, co
   const GroupedInt4Part& part = second ? ex.parts[1] : ex.parts[0];
   const int64_t local = second ? o - ex.split : o;
   const int64_t g = f.group_size > 0 ? k0 / f.group_size : 0;
-  q.scale = ScaleAt(part.scale, f.scale_dtype, local * scale_cols + g);
+  q.scale = FloatAt(part.scale, f.scale_dtype, local * scale_cols + g);
   if (!f.symmetric) {
     const uint32_t word = static_cast<uint32_t>(part.zero_point[(local >> 3) * scale_cols + g]);
     q.zp = static_cast<int32_t>((word >> ((local & 7) * 4)) & 0xfu);
@@ -219,8 +209,8 @@ __device__ __forceinline__ void DecodePackedTile(__nv_bfloat16* b_s, const int32
     const int shift = (2 * j % 8) * 4;
     const int32_t u0 = static_cast<int32_t>((word >> shift) & 0xfu);
     const int32_t u1 = static_cast<int32_t>((word >> (shift + 4)) & 0xfu);
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(__fmul_rn(static_cast<float>(u0 - q.zp), q.scale),
-                                                      __fmul_rn(static_cast<float>(u1 - q.zp), q.scale));
+    const __nv_bfloat162 pair =
+        __floats2bfloat162_rn(PackedIntValue(u0, q.zp, q.scale), PackedIntValue(u1, q.zp, q.scale));
     out[j] = *reinterpret_cast<const uint32_t*>(&pair);
   }
   uint4* dst = reinterpret_cast<uint4*>(b_s + row * kLds + half * 16);
