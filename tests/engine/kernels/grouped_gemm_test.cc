@@ -22,6 +22,7 @@
 #include "engine/kernels/dequant.h"
 #include "engine/kernels/moe_combine.h"
 #include "engine/kernels/moe_dispatch.h"
+#include "engine/kernels/swiglu.h"
 #include "engine/reference/ops.h"
 #include "tests/engine/kernels/kernel_test_util.h"
 
@@ -390,6 +391,101 @@ TEST_F(GroupedGemmTest, GroupedCombineMatchesPerExpertAccumulate) {
   }
   Sync();
   EXPECT_EQ(testing::CountBitDifferences(acc_new.Download(), acc_old.Download()), 0);
+}
+
+// The engine's grouped expert MLP (transformer.cc RunGroupedExperts: group, offsets, one gather, grouped
+// gate|up, SwiGLU, grouped down, MoeCombineGrouped) against the same kernels run expert by expert (each
+// expert's rows alone, a one-expert GroupedGemm, MoeAccumulate into a zeroed acc, the old path's order):
+// bitwise equal, as each row's GEMM result does not depend on the rows around it.
+TEST_F(GroupedGemmTest, GroupedMlpMatchesExpertByExpert) {
+  constexpr int64_t kTokens = 203, kExperts = 16, kTopK = 4, kHidden = 64, kInter = 32;
+  const int64_t slots_n = kTokens * kTopK;
+  std::mt19937 rng(41);
+  std::vector<int32_t> ids(slots_n);
+  std::vector<int32_t> all(kExperts);
+  for (int32_t e = 0; e < kExperts; ++e) all[e] = e;
+  for (int64_t t = 0; t < kTokens; ++t) {
+    std::shuffle(all.begin(), all.end() - 3, rng);  // the last 3 experts get no token
+    std::copy_n(all.begin(), kTopK, ids.begin() + t * kTopK);
+  }
+  std::vector<std::unique_ptr<DeviceArray<bf16_t>>> w_gu, w_dn;
+  std::vector<const bf16_t*> p_gu, p_dn;
+  for (int64_t e = 0; e < kExperts; ++e) {
+    const uint32_t seed = 500 + 2 * static_cast<uint32_t>(e);
+    w_gu.push_back(std::make_unique<DeviceArray<bf16_t>>(
+        testing::ToBf16(testing::RandomFloats(2 * kInter * kHidden, seed, -0.2f, 0.2f))));
+    w_dn.push_back(std::make_unique<DeviceArray<bf16_t>>(
+        testing::ToBf16(testing::RandomFloats(kHidden * kInter, seed + 1, -0.2f, 0.2f))));
+    p_gu.push_back(w_gu.back()->get());
+    p_dn.push_back(w_dn.back()->get());
+  }
+  DeviceArray<const bf16_t*> t_gu(p_gu), t_dn(p_dn);
+  DeviceArray<bf16_t> x(testing::ToBf16(testing::RandomNormal(kTokens * kHidden, 42)));
+  DeviceArray<float> weights(testing::RandomFloats(slots_n, 43, 0.0f, 1.0f));
+  DeviceArray<int32_t> d_ids(ids), counts(kExperts), slots(slots_n), offsets(kExperts + 1),
+      slot_rows(slots_n);
+  DeviceArray<bf16_t> in(slots_n * kHidden), gate_up(slots_n * 2 * kInter), mlp(slots_n * kInter);
+  DeviceArray<float> out(slots_n * kHidden), acc_new(kTokens * kHidden), acc_old(kTokens * kHidden);
+  acc_new.Poison();
+  GroupedGemmShape up;
+  up.num_experts = kExperts;
+  up.rows = slots_n;
+  up.n = 2 * kInter;
+  up.k = kHidden;
+  up.ldx = kHidden;
+  up.ldy = 2 * kInter;
+  GroupedGemmShape down = up;
+  down.n = kHidden;
+  down.k = kInter;
+  down.ldx = kInter;
+  down.ldy = kHidden;
+  ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), slots_n, kExperts, counts.get(), slots.get(), stream_).ok());
+  ASSERT_TRUE(
+      MoeGroupedRows(counts.get(), kExperts, slots.get(), slots_n, offsets.get(), slot_rows.get(), stream_)
+          .ok());
+  ASSERT_TRUE(
+      MoeGatherRows<bf16_t>(x.get(), kHidden, slots.get(), slots_n, kTopK, kHidden, in.get(), stream_).ok());
+  ASSERT_TRUE(GroupedGemm<bf16_t>(in.get(), offsets.get(), t_gu.get(), up, gate_up.get(), stream_).ok());
+  ASSERT_TRUE(
+      SwiGlu<bf16_t>(gate_up.get(), gate_up.get() + kInter, 2 * kInter, slots_n, kInter, in.get(), stream_)
+          .ok());
+  ASSERT_TRUE(GroupedGemm<float>(in.get(), offsets.get(), t_dn.get(), down, out.get(), stream_).ok());
+  ASSERT_TRUE(MoeCombineGrouped(out.get(), slot_rows.get(), weights.get(), kTokens, kTopK, kHidden,
+                                acc_new.get(), stream_)
+                  .ok());
+  Sync();
+  // Expert by expert, each alone in its GEMMs (one-expert tables: the expert's entry of the same tables).
+  const std::vector<int32_t> host_counts = counts.Download();
+  ASSERT_EQ(cudaMemset(acc_old.get(), 0, kTokens * kHidden * sizeof(float)), cudaSuccess);
+  DeviceArray<int32_t> one(2);
+  int64_t offset = 0;
+  for (int64_t e = 0; e < kExperts; ++e) {
+    const int64_t m = host_counts[e];
+    if (m == 0) continue;
+    one.Upload({0, static_cast<int32_t>(m)});
+    GroupedGemmShape up1 = up, down1 = down;
+    up1.num_experts = down1.num_experts = 1;
+    up1.rows = down1.rows = m;
+    const int32_t* expert_slots = slots.get() + offset;
+    ASSERT_TRUE(
+        MoeGatherRows<bf16_t>(x.get(), kHidden, expert_slots, m, kTopK, kHidden, in.get(), stream_).ok());
+    ASSERT_TRUE(GroupedGemm<bf16_t>(in.get(), one.get(), t_gu.get() + e, up1, gate_up.get(), stream_).ok());
+    ASSERT_TRUE(
+        SwiGlu<bf16_t>(gate_up.get(), gate_up.get() + kInter, 2 * kInter, m, kInter, mlp.get(), stream_)
+            .ok());
+    ASSERT_TRUE(GroupedGemm<float>(mlp.get(), one.get(), t_dn.get() + e, down1, out.get(), stream_).ok());
+    ASSERT_TRUE(
+        MoeAccumulate(out.get(), expert_slots, m, kTopK, weights.get(), kHidden, acc_old.get(), stream_)
+            .ok());
+    Sync();  // `one` is rewritten next expert
+    offset += m;
+  }
+  EXPECT_EQ(offset, slots_n);
+  const std::vector<float> got = acc_new.Download();
+  EXPECT_EQ(testing::CountBitDifferences(got, acc_old.Download()), 0);
+  int64_t not_finite = 0;
+  for (float v : got) not_finite += !std::isfinite(v);
+  EXPECT_EQ(not_finite, 0);
 }
 
 TEST_F(GroupedGemmTest, RejectsUnsupportedShapes) {
