@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/logging.h"
 #include "engine/base/status_macros.h"
 #include "engine/cuda/gemm.h"
 #include "engine/kernels/cuda_check.h"
@@ -868,6 +869,17 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
 
   model->rotation_tables = rotations.Release();
   model->resident_bytes = ResidentBytes(*model);
+  int sparse = 0, grouped = 0, grouped_int4 = 0;
+  for (const DeviceLayer& layer : model->layers) {
+    sparse += layer.sparse ? 1 : 0;
+    grouped += layer.sparse && layer.moe.grouped.enabled ? 1 : 0;
+    grouped_int4 += layer.sparse && layer.moe.grouped.enabled && layer.moe.grouped.int4 ? 1 : 0;
+  }
+  if (sparse > 0) {  // which MoE path runs (DeviceMoe::grouped), for the benchmarks' and tests' logs
+    SCORED_LOG(INFO) << "mixture of experts: " << grouped << " of " << sparse
+                     << " sparse layers run their experts as grouped GEMMs (" << grouped_int4
+                     << " from 4-bit weights), the rest one expert at a time";
+  }
   return model;
 }
 
