@@ -24,14 +24,13 @@
 //              tokens (8 x 2048): a 4096-wide input whole (one Walsh-Hadamard transform, K = 1) and in 128
 //              blocks, the 14336-wide down_proj input whole (compressed-tensors' 224 x 64 factors: a K = 224
 //              core, random signs) and in 128 blocks; GB/s = bytes read + written.
-//   grouped_gemm  mixture-of-experts grouped GEMMs (kernels/grouped_gemm.h) at the Qwen3-30B-A3B expert
-//   shapes:
-//              16384 tokens x 8 slots = 131072 rows over 128 experts, gate|up [1536, 2048] -> bf16 and down
-//              [2048, 768] -> fp32, dense bf16 and W4A16 (symmetric, group 128, bf16 scales) weights, with
-//              uniform counts (1024 rows each) and skewed ones (expert e drawn with weight (e + 1)^-1; the
-//              largest expert then has several thousand rows); next to it, in the same run, one dense
-//              cuBLASLt GEMM (engine/cuda/gemm.h, pinned algorithm, no split-K) of the same total FLOPs:
-//              131072 x n x k.
+//   grouped_gemm  mixture-of-experts grouped GEMMs (kernels/grouped_gemm.h) at the Qwen3-30B-A3B
+//              expert shapes: 16384 tokens x 8 slots = 131072 rows over 128 experts, gate|up [1536, 2048]
+//              -> bf16 and down [2048, 768] -> fp32, dense bf16 and W4A16 (symmetric, group 128, bf16
+//              scales) weights, with uniform counts (1024 rows each) and skewed ones (expert e drawn with
+//              weight (e + 1)^-1: the largest expert gets ~24k rows, the smallest ~190); next to them, in the
+//              same run, one dense cuBLASLt GEMM (engine/cuda/gemm.h, pinned algorithm, no split-K) of the
+//              same total FLOPs: 131072 x n x k.
 // Inputs are pseudo-random (a fixed 16 Mi-value block, repeated), bf16-representable.
 // Exit status 1 when a launch fails or no CUDA device is visible.
 #include <cuda_runtime_api.h>
