@@ -444,6 +444,11 @@ class ForwardPass {
       bf16_t* const in = acts_->moe_grouped_in.as<bf16_t>();          // [rows, hidden], then [rows, inter]
       bf16_t* const gate_up = acts_->moe_grouped_gate_up.as<bf16_t>();  // [rows, 2 inter]
       float* const out = acts_->moe_grouped_out.as<float>();            // [rows, hidden]
+      if (acts_->moe_grouped_gate_up.bytes() < rows * 2 * inter * 2 ||
+          acts_->moe_grouped_in.bytes() < rows * std::max(hidden_, inter) * 2 ||
+          acts_->moe_grouped_out.bytes() < rows * hidden_ * 4) {
+        return absl::InternalError("the grouped experts' activations are smaller than the layer's shapes");
+      }
       SCORED_RETURN_IF_ERROR(kernels::MoeGroupedRows(acts_->moe_counts.as<int32_t>(), experts, slots, rows,
                                                      offsets, slot_rows, stream_));
       SCORED_RETURN_IF_ERROR(
