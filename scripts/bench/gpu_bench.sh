@@ -4,7 +4,7 @@
 # throughput + memory), the transformers peer baseline, then a short table.
 #
 #   scripts/bench/gpu_bench.sh [STEPS]      STEPS: any of tests,bench,quant,peer,stories,tp,big,soak,ppl,kld,kldppl,
-#                                           kldtp (default tests,bench,quant,peer; tests/bench/README.md has the details)
+#                                           kldtp,family (default tests,bench,quant,peer; tests/bench/README.md has the details)
 #
 # Tensor parallelism, large checkpoints and the GPU soak (each step self-contained, each ends with its own table):
 #   tp:   8B-shaped W4A16 g128 written by make_random_w4a16.py, scored_bench --tp 1 and --tp TP (8 x 2048 windows):
@@ -28,6 +28,14 @@
 #         load-to-SERVING recorded apart, scored-ppl's wall with both models loaded against KLDPPL_WALL_TARGET_S.
 #   kldtp: a KLDTP_PRESET (32b: Qwen2.5-32B shape, q/k/v biases) bf16 reference + its W4A16 written here,
 #         scored_bench pair at --tp TP, KLDTP_BATCHES x CTX: write and load time, tok/s, GPU memory per GPU.
+# Dense families (issue 22):
+#   family: for each of FAMILY_ARCHS (make_random_family.py's presets), a random W4A16 g128 checkpoint written under
+#         FAMILY_DIR, scored_bench at FAMILY_BATCHES x CTX: tok/s, weights on the GPU, GPU memory, and the share of
+#         the same call's FLOP-bound limit (the per-token FLOPs at the sustained plain cuBLASLt GEMM rate over the
+#         model's layer shapes): PASS at >= FAMILY_TARGET. Each checkpoint is deleted after its run, except that of
+#         FAMILY_PPL_ARCH, on which the ppl step's end-to-end run follows first (scored + scored-ppl over the full
+#         WikiText-2 test file, the PPL_* settings; tokenizer FAMILY_PPL_TOKENIZER: any tokenizer whose ids fit the model's
+#         vocabulary times the same, random weights have no real tokenizer); load and wall recorded, not judged.
 #   Bundle for these: device-bundle .bundle-X build/tests/bench/cuda/scored_bench build/server/scored
 #   build/client/load/scored-load build/client/ppl/scored-ppl (tp/big need scored_bench, soak the first three, ppl
 #   scored and scored-ppl plus $BUNDLE/data/wikitext-2-raw/wiki.test.raw and $BUNDLE/data/tokenizers/llama3;
@@ -114,6 +122,12 @@ kldtp_preset=${KLDTP_PRESET:-32b}
 kldtp_dir=${KLDTP_DIR:-/tmp/random-kld-$kldtp_preset}
 kldtp_batches=${KLDTP_BATCHES:-8}
 kldtp_alone=${KLDTP_ALONE:-0}
+family_archs=${FAMILY_ARCHS:-gemma3-27b,gemma3-12b,phi4,phi3.5-mini}
+family_dir=${FAMILY_DIR:-/tmp/random-family}
+family_batches=${FAMILY_BATCHES:-8}
+family_target=${FAMILY_TARGET:-0.8}
+family_ppl_arch=${FAMILY_PPL_ARCH:-phi4}
+family_ppl_tokenizer=${FAMILY_PPL_TOKENIZER:-$bundle_abs/data/tokenizers/gpt2}
 
 has_step() {  # has_step NAME: NAME is one of the comma-separated STEPS
   [[ ",$steps," == *",$1,"* ]]
@@ -644,6 +658,55 @@ if has_step kldtp; then
     [[ -n $(prefixed_field "$l" pair "${kldtp_batches##*,}" tok/s) ]] || fail "kldtp: no pair tok/s in $l"
   fi
   [[ ${KEEP_BIG:-0} == 1 ]] || rm -rf "$kldtp_dir" "$kldtp_dir.complete"
+fi
+
+# at_least NAME VALUE TARGET: a PASS / FAIL line for VALUE >= TARGET.
+at_least() {
+  if awk -v v="$2" -v t="$3" 'BEGIN {exit !(v != "" && v + 0 >= t + 0)}'; then
+    printf '%-22s %6s >= %s  PASS\n' "$1" "$2" "$3"
+  else
+    printf '%-22s %6s >= %s  FAIL\n' "$1" "${2:--}" "$3"
+    status=1
+  fi
+}
+
+if has_step family; then
+  echo "== family: random W4A16 g128 ($family_archs) written here, scored_bench $family_batches x $ctx"
+  rows=()
+  for arch in ${family_archs//,/ }; do
+    dir=$family_dir-$arch
+    rm -rf "$dir"
+    if ! run_logged "make_family_$arch" 900 python3 scripts/bench/make_random_family.py --out "$dir" --arch "$arch"; then
+      continue
+    fi
+    grep '^make_random_family' "$logs/make_family_$arch.log"
+    l=$logs/family_$arch.log
+    if run_logged "family_$arch" 600 "$bundle/run" scored_bench --model "$dir" --ctx "$ctx" \
+      --batches "$family_batches" --profile 0; then
+      grep -E '^(scored_bench|load|scored B=)' "$l"
+      b=${family_batches##*,}
+      share=$(awk -v b="B=$b" '$1=="scored" && $2==b {for(i=1;i<=NF;i++) if($i=="ours") {print $(i+1); exit}}' "$l")
+      rows+=("$(printf '%-12s %9s %8s %10s %6s' "$arch" "$(bench_field "$l" "$b" tok/s)" \
+        "$(sed -n 's/.*weights \([0-9.]*\) GiB on the GPU.*/\1/p' "$l" | head -n 1)" \
+        "$(field_after "$l" "^scored B=$b " GEMMs)" "$share")")
+      at_least "family-$arch-bound" "$share" "$family_target"
+    fi
+    if [[ $arch == "$family_ppl_arch" ]]; then
+      echo "== family ppl: scored + scored-ppl over $(basename "$ppl_data") on the $arch shape" \
+        "(tokenizer $(basename "$family_ppl_tokenizer"))"
+      if [[ ! -x $bundle/bin/scored || ! -x $bundle/bin/scored-ppl || ! -d $family_ppl_tokenizer ]]; then
+        fail "family ppl: $bundle needs bin/scored, bin/scored-ppl and $family_ppl_tokenizer"
+      else
+        ppl_tokenizer=$family_ppl_tokenizer serve_ppl "ppl-$arch" "$dir" "" - - "" \
+          " (the checkpoint's files are in the page cache: written just before)"
+      fi
+    fi
+    rm -rf "$dir"
+  done
+  echo "== family summary ($family_batches x $ctx, W4A16 g128; bound = the FLOP-bound limit at the sustained plain" \
+    "cuBLASLt rate)"
+  printf '%-12s %9s %8s %10s %6s\n' arch tok/s weights GEMM_TF/s share
+  for r in "${rows[@]}"; do echo "$r"; done
 fi
 
 if has_step tests || has_step bench || has_step quant || has_step peer || has_step stories; then

@@ -13,7 +13,8 @@
 // For each batch size B: B random windows of ctx tokens per Score() call (one varlen forward), one warm-up
 // call, then the median of --reps timed calls (host clock around the synchronous Score()). Reports tokens/s;
 // TFLOP/s counted as DESIGN.md §7 (2 x non-embedding parameters + causal attention 2*2*(ctx/2)*hidden per
-// layer, per token, the same count as the transformers baseline script); the rate of a plain cuBLASLt bf16
+// layer, per token, the same count as the transformers baseline script; q_dim for hidden where they differ,
+// and the keys a sliding window leaves: AttentionFlopsPerToken); the rate of a plain cuBLASLt bf16
 // GEMM over the same decoder-layer shapes at B*ctx rows measured in the same run, and our ratio to it;
 // GPU memory in use (cudaMemGetInfo: the engine reserves everything at start, so this is also its peak).
 // FLOP-bound limit: the same per-token count at the plain GEMM rate times the number of GPUs (tp), in tok/s;
@@ -243,6 +244,25 @@ int CheckReference(Engine& engine, const std::string& path, bool gate) {
   const bool pass = ours_vs_fp32 <= 0.01;
   std::printf("gate: ours-vs-fp32model %.5f <= 0.01: %s\n", ours_vs_fp32, pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;
+}
+
+// Causal attention's multiply-adds per token of a ctx-long window, summed over the layers: QK^T and PV, 2 x 2
+// x q_dim FLOPs per visible key, averaged over the window's positions: ctx / 2 keys for full causal attention
+// (DESIGN.md §7's 2 * 2 * (ctx / 2) * hidden where q_dim = hidden), fewer on a sliding-window layer (Gemma,
+// Phi-3: position p sees min(p, w) keys).
+double AttentionFlopsPerToken(const ModelConfig& c, int64_t ctx) {
+  const double q_dim = static_cast<double>(c.num_heads * c.head_dim);
+  double keys = 0.0;  // sum over layers of the mean number of keys a position sees
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const int64_t w = c.LayerWindow(l);
+    if (w <= 0 || w >= ctx) {
+      keys += ctx / 2.0;
+    } else {  // positions 1..w see p keys, the rest w: the mean of min(p, w) over p = 1..ctx (~ctx/2 at w =
+              // ctx)
+      keys += (w * (w + 1) / 2.0 + static_cast<double>(ctx - w) * w) / ctx;
+    }
+  }
+  return 2.0 * 2.0 * q_dim * keys;
 }
 
 // A plain cuBLASLt bf16 GEMM over one decoder layer's shapes at `tokens` rows, random data: TFLOP/s.
@@ -889,10 +909,12 @@ int Main(int argc, char** argv) {
     return rc != 0 ? rc : pair_rc;
   }
 
-  const double n_lin = static_cast<double>(info.num_parameters) -
-                       static_cast<double>(config->vocab_size) * config->hidden_size;
-  const double flops_per_token =
-      2.0 * n_lin + 2.0 * 2.0 * (args.ctx / 2.0) * config->hidden_size * config->num_layers;
+  // Every GEMM's weights: the parameters less the embedding table, whose rows are gathered, plus the lm_head
+  // GEMM it doubles as when tied (Gemma).
+  const double n_lin =
+      static_cast<double>(info.num_parameters) -
+      (config->tie_word_embeddings ? 0.0 : static_cast<double>(config->vocab_size) * config->hidden_size);
+  const double flops_per_token = 2.0 * n_lin + AttentionFlopsPerToken(*config, args.ctx);
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(config->vocab_size) - 1);
   std::vector<double> step_s;

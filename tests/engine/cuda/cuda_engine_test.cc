@@ -324,7 +324,11 @@ TEST_F(CudaEngineTest, StartupSaysWhatFits) {
 //    (measured 0.027-0.042 for every weight-only format alike, while fp32 mode agrees to 4e-5: activation
 //    noise, not dequantization): mean |delta| <= 0.05, PPL within 2% (|ln(PPL ratio)| is the mean signed
 //    delta, bounded by the mean |delta|; measured <= 0.6% on the random Llamas, 1.07% on
-//    stories260k-w4a16-channel, whose random-token PPL is 6e7, on an H200, 2026-11-22).
+//    stories260k-w4a16-channel, whose random-token PPL is 6e7, on an H200, 2026-11-22). Where transformers'
+//    own bf16 run of the fixture is further off its float32 reference than 0.05 (transformers_bf16.json:
+//    the random Gemma 3 fixtures, whose tied embeddings give logprobs of -20 to -60 nats, 0.11-0.13 there),
+//    the bound is theirs: no worse than transformers' bf16 (TransformersBf16Error; measured 0.076-0.091 on an
+//    H200, 2026-11-26).
 //  - W8A8 (FP8 activations), both modes, statistically (DESIGN.md §6): an activation a hair from an FP8
 //    rounding boundary rounds differently after any difference in accumulation order, moving that value by a
 //    whole FP8 step (1/16..1/8 relative), and on these sensitive random models a few such flips per layer
@@ -333,16 +337,33 @@ TEST_F(CudaEngineTest, StartupSaysWhatFits) {
 //    codes are the same rule, the accumulation differs, so the same statistical bound applies. Emulated-path
 //    numbers on an H200, 2026-11-22: llama-fp8-dynamic bf16 mean |delta| 0.30, PPL -1.9%;
 //    llama-trained-fp8-dynamic bf16 0.019 (fp32 0.00054); llama-fp8-block bf16 0.32, PPL +0.8%.
+// transformers' own bf16 mean |delta| on fixture `name` (transformers_bf16.json's entries), or on its
+// family's W4A16 sibling made from the same base model where the fixture has none (the family fixtures' NVFP4
+// W4A4 checkpoints, which transformers runs with FP4 activations: no weight-only yardstick of their own); 0
+// when neither is there.
+double TransformersBf16Error(const nlohmann::json& yardstick, const std::string& name) {
+  const std::string sibling = name.substr(0, name.find('-')) + "-w4a16-g32";
+  for (const std::string& key : {name, sibling}) {
+    if (yardstick.contains(key)) return yardstick[key]["bf16_mean_abs_delta"].get<double>();
+  }
+  return 0.0;
+}
+
 TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
   const std::filesystem::path root(EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR));
   int checked = 0;
   if (!std::filesystem::exists(root)) GTEST_SKIP() << "no fixtures folder";
+  std::ifstream yardstick_file(root / "transformers_bf16.json");
+  const nlohmann::json yardstick =
+      yardstick_file ? nlohmann::json::parse(yardstick_file)["fixtures"] : nlohmann::json::object();
   for (const auto& entry : std::filesystem::directory_iterator(root)) {
     if (!std::filesystem::exists(entry.path() / "config.json")) continue;
     const std::string dir = entry.path().string();
     SCOPED_TRACE(dir);
     auto reference = MakeReference(dir);
     ASSERT_NE(reference, nullptr);
+    const double bf16_bound =
+        std::max(0.05, TransformersBf16Error(yardstick, entry.path().filename().string()));
     std::mt19937 rng(17);
     std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(reference->info().vocab_size) - 1);
     // 64, 104 and 144 tokens (at most the fixture's max_position_embeddings, 128 for the family fixtures),
@@ -389,7 +410,7 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
       } else if (fp32) {
         EXPECT_LE(a.max_abs, 1e-3);
       } else {
-        EXPECT_LE(a.mean_abs, 0.05);
+        EXPECT_LE(a.mean_abs, bf16_bound);
         EXPECT_LE(std::abs(a.ppl / a.ref_ppl - 1.0), 0.02);
       }
     }
