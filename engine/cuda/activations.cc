@@ -24,6 +24,7 @@ enum class When {
   kReference,       // a reference model is loaded
   kMoe,             // a mixture-of-experts model (ModelConfig::moe())
   kMoeShared,       // one with a shared expert
+  kMoeGrouped,      // one with a layer whose experts run as grouped GEMMs (DeviceMoe::grouped)
 };
 
 // One buffer of Activations: bytes = per_token * max_tokens + per_logits_row * LogitsRows(shape, max_tokens)
@@ -46,7 +47,8 @@ struct TableShape {
   int tp_size = 1;
   const ModelConfig* reference = nullptr;  // R's config, or null
   bool moe = false,
-       moe_shared = false;  // the model's or its reference's (ModelConfig::moe(), a shared expert)
+       moe_shared = false;   // the model's or its reference's (ModelConfig::moe(), a shared expert)
+  bool moe_grouped = false;  // the model or its reference has grouped experts (DeviceMoe::grouped)
 };
 
 // Rows of the logits chunk: kLmHeadChunkTokens (cuBLASLt runs a 128k-vocabulary lm_head near its peak there),
@@ -100,6 +102,8 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
   const RopeTableBytes rope = RopeBytes(model_config), ref_rope = RopeBytes(r);
   constexpr When kAll = When::kAlways, kFp8 = When::kFp8Gemms, kTp = When::kTensorParallel;
   constexpr When kRef = When::kReference, kMoe = When::kMoe, kShared = When::kMoeShared;
+  constexpr When kGrouped = When::kMoeGrouped;
+  const int64_t moe_inter = c.moe_intermediate_size;
   return {
       // buffer, what, when, per token, per logits row, fixed (, unestimated)
       {&A::residual, "the residual stream", kAll, hidden * 4},
@@ -122,6 +126,12 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
       {&A::moe_y, "an expert's output rows", kMoe, hidden * 4},
       {&A::moe_acc, "the expert sum", kMoe, hidden * 4},
       {&A::moe_shared, "the shared expert's output", kShared, hidden * 4},
+      {&A::moe_offsets, "the grouped experts' row offsets", kGrouped, 0, 0, (experts + 1) * 4},
+      {&A::moe_slot_rows, "each slot's grouped row", kGrouped, top * 4},
+      {&A::moe_grouped_in, "the grouped experts' input rows", kGrouped,
+       top * std::max(hidden, moe_inter) * 2},
+      {&A::moe_grouped_gate_up, "the grouped experts' gate|up rows", kGrouped, top * 2 * moe_inter * 2},
+      {&A::moe_grouped_out, "the grouped experts' output rows", kGrouped, top * hidden * 4},
       {&A::logits, "the fp32 logits chunk", kAll, 0, c.vocab_size * 4},
       {&A::tokens, "token ids", kAll, 4},
       {&A::positions, "positions", kAll, 4},
@@ -169,12 +179,22 @@ bool Exists(const BufferRow& row, const TableShape& s) {
       return s.moe;
     case When::kMoeShared:
       return s.moe_shared;
+    case When::kMoeGrouped:
+      return s.moe_grouped;
+  }
+  return false;
+}
+
+bool HasGroupedExperts(const DeviceModel& model) {
+  for (const DeviceLayer& layer : model.layers) {
+    if (layer.sparse && layer.moe.grouped.enabled) return true;
   }
   return false;
 }
 
 TableShape ShapeOf(const DeviceModel& model, int tp_size, const ReferenceModel* reference) {
   TableShape s;
+  s.moe_grouped = HasGroupedExperts(model);
   s.dtype = model.dtype;
   s.max_scratch_elements = model.max_scratch_elements;
   s.max_fp8_in_features = model.max_fp8_in_features;
@@ -184,6 +204,7 @@ TableShape ShapeOf(const DeviceModel& model, int tp_size, const ReferenceModel* 
     if (reference->model != nullptr) {
       s.max_scratch_elements = std::max(s.max_scratch_elements, reference->model->max_scratch_elements);
       s.max_fp8_in_features = std::max(s.max_fp8_in_features, reference->model->max_fp8_in_features);
+      s.moe_grouped = s.moe_grouped || HasGroupedExperts(*reference->model);
     }
   }
   return s;
@@ -198,7 +219,8 @@ TableShape WithModel(TableShape s, const ModelConfig& config) {
 }
 
 // Per token: the buffers every model has, with a reference model its own, a mixture-of-experts model's (all
-// scale with the batch).
+// scale with the batch). The grouped experts' buffers (kMoeGrouped) depend on the loaded weights' formats, so
+// like the FP8 ones they are counted with the model (FixedActivationBytes), not per token before the load.
 bool PerTokenRow(const BufferRow& row) {
   return row.when == When::kAlways || row.when == When::kReference || row.when == When::kMoe ||
          row.when == When::kMoeShared;

@@ -74,7 +74,15 @@ struct Activations {
   DeviceBuffer moe_y;          // [max_tokens, hidden_size] fp32: one expert's output rows
   DeviceBuffer moe_acc;        // [max_tokens, hidden_size] fp32: the weighted sum of the experts so far
   DeviceBuffer moe_shared;     // [max_tokens, hidden_size] fp32: the shared expert's output (Qwen2-MoE)
-  DeviceBuffer logits;         // [logits_rows, vocab_size] fp32
+  // Models with a layer whose experts run as grouped GEMMs (DeviceMoe::grouped, bf16 mode) only: every slot's
+  // row at once, grouped by expert (moe_slots' order).
+  DeviceBuffer moe_offsets;          // [E + 1] int32: each expert's first grouped row
+  DeviceBuffer moe_slot_rows;        // [max_tokens * k] int32: each slot's grouped row
+  DeviceBuffer moe_grouped_in;       // [max_tokens * k, max(hidden, moe_inter)] bf16: the gathered input
+                                     // rows, then (gate|up has read them) the SwiGLU output
+  DeviceBuffer moe_grouped_gate_up;  // [max_tokens * k, 2 moe_inter] bf16
+  DeviceBuffer moe_grouped_out;      // [max_tokens * k, hidden_size] fp32: every expert's output rows
+  DeviceBuffer logits;               // [logits_rows, vocab_size] fp32
   // Batch inputs and per-row results, indexed by packed row.
   DeviceBuffer tokens;     // [max_tokens] int32
   DeviceBuffer positions;  // [max_tokens] int32

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/logging.h"
 #include "engine/base/status_macros.h"
 #include "engine/cuda/gemm.h"
 #include "engine/kernels/cuda_check.h"
@@ -528,6 +529,118 @@ class DeviceModelLoader {
           expert(src.shared_expert, true, mlp + "shared_expert", &dst->shared_gate_up, &dst->shared_down));
       dst->shared_gate_up.round_to_bf16_ = dst->shared_down.round_to_bf16_ = false;  // an ordinary MLP
     }
+    return BuildGroupedExperts(dtype, dst);
+  }
+
+  // A linear the grouped GEMMs can read as it is: no activation quantization, rotations or FP8 / INT8
+  // residency, the shape of expert 0's.
+  static bool GroupedPlain(const DeviceLinear& l, const DeviceLinear& first) {
+    return !l.w8a8_ && !l.w8a8_int8_ && l.static_act_ == DeviceLinear::StaticAct::kNone &&
+           l.input_rotations_.empty() && l.output_rotations_.empty() && !l.fp8_resident() &&
+           !l.int8_resident() && l.out_features_ == first.out_features_ &&
+           l.in_features_ == first.in_features_;
+  }
+
+  // A 4-bit pack-quantized linear (one or two stacked parts) as a GroupedInt4Expert, with its format; false
+  // where the grouped kernel cannot read it (GroupedGemmInt4's limits).
+  static bool GroupedInt4(const DeviceLinear& l, kernels::GroupedInt4Expert* ex,
+                          kernels::GroupedInt4Format* f) {
+    if (l.parts_.empty() || l.parts_.size() > 2) return false;
+    const int64_t k = l.in_features_;
+    for (size_t i = 0; i < l.parts_.size(); ++i) {
+      const QuantizedPart& part = l.parts_[i];
+      const kernels::DequantParams& p = part.params;
+      const bool group = p.strategy == QuantStrategy::kGroup;
+      const int64_t group_size = group ? p.group_size : 0;
+      const int64_t scale_cols = group ? (group_size > 0 ? k / group_size : 0) : 1;
+      if (p.format != WeightFormat::kPackQuantized || p.num_bits != 4 || p.g_idx != nullptr ||
+          p.values_dtype != DType::kI32 || p.values_cols != k / 8 || p.in_features != k ||
+          (!group && p.strategy != QuantStrategy::kChannel) ||
+          (group && group_size != 32 && group_size != 64 && group_size != 128) ||
+          (group && k % group_size != 0) || p.scale_cols != scale_cols ||
+          (p.scale_dtype != DType::kF32 && p.scale_dtype != DType::kF16 && p.scale_dtype != DType::kBF16) ||
+          (!p.symmetric && (p.zero_point == nullptr || p.zero_point_dtype != DType::kI32 ||
+                            p.zero_point_cols != scale_cols)) ||
+          part.row_offset != (i == 0 ? 0 : l.parts_[0].out_features)) {
+        return false;
+      }
+      kernels::GroupedInt4Format part_format;
+      part_format.scale_dtype = p.scale_dtype;
+      part_format.group_size = group_size;
+      part_format.symmetric = p.symmetric;
+      if (i == 0) {
+        *f = part_format;
+      } else if (part_format.scale_dtype != f->scale_dtype || part_format.group_size != f->group_size ||
+                 part_format.symmetric != f->symmetric) {
+        return false;
+      }
+      ex->parts[i].packed = static_cast<const int32_t*>(p.values);
+      ex->parts[i].scale = p.scale;
+      ex->parts[i].zero_point = p.symmetric ? nullptr : static_cast<const int32_t*>(p.zero_point);
+    }
+    const int64_t last = static_cast<int64_t>(l.parts_.size()) - 1;
+    if (l.parts_[last].row_offset + l.parts_[last].out_features != l.out_features_) return false;
+    ex->split = l.parts_.size() == 2 ? l.parts_[1].row_offset : l.out_features_;
+    return true;
+  }
+
+  // DeviceMoe::grouped: the experts' tables where every expert qualifies (GroupedExperts), else disabled.
+  static absl::Status BuildGroupedExperts(ComputeDtype dtype, DeviceMoe* moe) {
+    moe->grouped = GroupedExperts();
+    if (dtype != ComputeDtype::kBf16 || moe->gate_up.empty()) return absl::OkStatus();
+    const DeviceLinear& gu0 = moe->gate_up[0];
+    const DeviceLinear& dn0 = moe->down[0];
+    const auto supports = [&](bool int4) {
+      return kernels::GroupedGemmSupports(gu0.out_features(), gu0.in_features(), int4) &&
+             kernels::GroupedGemmSupports(dn0.out_features(), dn0.in_features(), int4);
+    };
+    if (!supports(false) || dn0.in_features() * 2 != gu0.out_features()) return absl::OkStatus();
+    const size_t experts = moe->gate_up.size();
+    std::vector<const void*> dense_gu, dense_dn;
+    std::vector<kernels::GroupedInt4Expert> int4_gu(experts), int4_dn(experts);
+    kernels::GroupedInt4Format gu_format, dn_format;
+    for (size_t e = 0; e < experts; ++e) {
+      const DeviceLinear& gu = moe->gate_up[e];
+      const DeviceLinear& dn = moe->down[e];
+      if (!GroupedPlain(gu, gu0) || !GroupedPlain(dn, dn0)) return absl::OkStatus();
+      if (gu.resident_dense() && dn.resident_dense()) {
+        dense_gu.push_back(gu.dense_ptr_);
+        dense_dn.push_back(dn.dense_ptr_);
+        continue;
+      }
+      kernels::GroupedInt4Format f_gu, f_dn;
+      if (!GroupedInt4(gu, &int4_gu[e], &f_gu) || !GroupedInt4(dn, &int4_dn[e], &f_dn))
+        return absl::OkStatus();
+      const auto same = [](const kernels::GroupedInt4Format& a, const kernels::GroupedInt4Format& b) {
+        return a.scale_dtype == b.scale_dtype && a.group_size == b.group_size && a.symmetric == b.symmetric;
+      };
+      if (e == 0) {
+        gu_format = f_gu;
+        dn_format = f_dn;
+      } else if (!same(f_gu, gu_format) || !same(f_dn, dn_format)) {
+        return absl::OkStatus();
+      }
+    }
+    GroupedExperts g;
+    if (dense_gu.size() == experts) {
+      SCORED_ASSIGN_OR_RETURN(g.gate_up, UploadToDevice(dense_gu.data(), experts * sizeof(void*),
+                                                        "the grouped gate|up weight table"));
+      SCORED_ASSIGN_OR_RETURN(
+          g.down, UploadToDevice(dense_dn.data(), experts * sizeof(void*), "the grouped down weight table"));
+    } else if (dense_gu.empty() && supports(true)) {
+      const int64_t bytes = static_cast<int64_t>(experts * sizeof(kernels::GroupedInt4Expert));
+      SCORED_ASSIGN_OR_RETURN(
+          g.gate_up, UploadToDevice(int4_gu.data(), bytes, "the grouped 4-bit gate|up weight table"));
+      SCORED_ASSIGN_OR_RETURN(g.down,
+                              UploadToDevice(int4_dn.data(), bytes, "the grouped 4-bit down weight table"));
+      g.int4 = true;
+      g.gate_up_format = gu_format;
+      g.down_format = dn_format;
+    } else {
+      return absl::OkStatus();  // some experts dense, some quantized, or an int4 k not a multiple of 32
+    }
+    g.enabled = true;
+    moe->grouped = std::move(g);
     return absl::OkStatus();
   }
 
@@ -624,7 +737,7 @@ absl::Status UploadLayerNorms(const ModelConfig& config, const LayerWeights& src
 
 }  // namespace
 
-std::vector<const DeviceLinear*> LinearsInOrder(const DeviceLayer& layer) {
+std::vector<const DeviceLinear*> LinearsInOrder(const DeviceLayer& layer, bool skip_grouped_experts) {
   std::vector<const DeviceLinear*> order = {&layer.qkv, &layer.o};
   if (!layer.sparse) {
     order.push_back(&layer.gate_up);
@@ -632,7 +745,8 @@ std::vector<const DeviceLinear*> LinearsInOrder(const DeviceLayer& layer) {
     return order;
   }
   order.push_back(&layer.moe.router);
-  for (size_t e = 0; e < layer.moe.gate_up.size(); ++e) {
+  const bool skip = skip_grouped_experts && layer.moe.grouped.enabled;
+  for (size_t e = 0; !skip && e < layer.moe.gate_up.size(); ++e) {
     order.push_back(&layer.moe.gate_up[e]);
     order.push_back(&layer.moe.down[e]);
   }
@@ -742,7 +856,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     }
     ReleaseLayerPages(store, src);
     cut.Clear();
-    for (const DeviceLinear* linear : LinearsInOrder(dst)) {
+    for (const DeviceLinear* linear : LinearsInOrder(dst, /*skip_grouped_experts=*/true)) {
       if (linear->uses_scratch()) {
         model->max_scratch_elements =
             std::max(model->max_scratch_elements, linear->out_features() * linear->in_features());
@@ -755,6 +869,17 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
 
   model->rotation_tables = rotations.Release();
   model->resident_bytes = ResidentBytes(*model);
+  int sparse = 0, grouped = 0, grouped_int4 = 0;
+  for (const DeviceLayer& layer : model->layers) {
+    sparse += layer.sparse ? 1 : 0;
+    grouped += layer.sparse && layer.moe.grouped.enabled ? 1 : 0;
+    grouped_int4 += layer.sparse && layer.moe.grouped.enabled && layer.moe.grouped.int4 ? 1 : 0;
+  }
+  if (sparse > 0) {  // which MoE path runs (DeviceMoe::grouped), for the benchmarks' and tests' logs
+    SCORED_LOG(INFO) << "mixture of experts: " << grouped << " of " << sparse
+                     << " sparse layers run their experts as grouped GEMMs (" << grouped_int4
+                     << " from 4-bit weights), the rest one expert at a time";
+  }
   return model;
 }
 

@@ -36,6 +36,7 @@
 #include "engine/cuda/device_buffer.h"
 #include "engine/engine.h"
 #include "engine/kernels/dequant.h"
+#include "engine/kernels/grouped_gemm.h"
 #include "engine/kernels/hadamard_rotate.h"
 #include "engine/model/shard_plan.h"
 #include "engine/model/weights.h"
@@ -141,6 +142,23 @@ class DeviceLinear {
   bool round_to_bf16_ = false;
 };
 
+// A sparse layer's experts as the grouped expert GEMMs (kernels/grouped_gemm.h) read them: device tables of
+// every expert's weight, built once at load. Enabled only in bf16 mode where every expert's gate|up and down
+// are resident dense bf16 (all of them) or 4-bit pack-quantized with one format (all of them: group 32 / 64 /
+// 128 or channel, F32 / F16 / BF16 scales, symmetric or int32 zero points; no g_idx), with no activation
+// quantization and no rotations, in shapes GroupedGemmSupports takes (multiples of 8; int4: k of 32).
+// Otherwise (fp32 mode, NVFP4 / FP8 / INT8 experts, mixed formats) `enabled` is false and the forward runs
+// the experts one by one. Where enabled, the forward's WeightStream skips the experts (LinearsInOrder(layer,
+// true)): nothing is expanded into the scratch for them.
+struct GroupedExperts {
+  bool enabled = false;
+  bool int4 = false;     // 4-bit pack-quantized (else dense bf16)
+  DeviceBuffer gate_up;  // [num_experts] const bf16_t* ([2 inter, hidden] each), or GroupedInt4Expert (int4)
+  DeviceBuffer down;     // [num_experts] const bf16_t* ([hidden, inter] each), or GroupedInt4Expert (int4)
+  kernels::GroupedInt4Format gate_up_format;  // int4 only
+  kernels::GroupedInt4Format down_format;     // int4 only
+};
+
 // A sparse layer's mixture-of-experts block (ModelConfig::IsSparseLayer; semantics in engine/model/config.h),
 // every linear as the dense MLP's are (any format). The router's GEMM writes fp32 logits (every mode);
 // Qwen2-MoE's shared_expert_gate is stacked under it as row num_experts, so that one GEMM gives the routing
@@ -153,6 +171,7 @@ struct DeviceMoe {
   bool shared = false;                // Qwen2-MoE's shared expert (then the two below)
   DeviceLinear shared_gate_up;        // [2 shared_expert_intermediate_size, hidden_size]
   DeviceLinear shared_down;           // [hidden_size, shared_expert_intermediate_size]
+  GroupedExperts grouped;             // the experts as one grouped GEMM's tables, where enabled
 };
 
 struct DeviceLayer {
@@ -180,8 +199,9 @@ struct DeviceLayer {
 // Every linear of `layer` in the order the forward uses them: q|k|v, o, then gate|up, down; a sparse layer's
 // router, each expert's gate|up and down in ascending expert id, then its shared expert's gate|up and down
 // (Qwen2-MoE; last, as its input rotation, if any, runs in place on the input the experts gather from).
-// (WeightStream streams them in this order.)
-std::vector<const DeviceLinear*> LinearsInOrder(const DeviceLayer& layer);
+// (WeightStream streams them in this order.) skip_grouped_experts: leave out the experts of a layer whose
+// moe.grouped is enabled (the forward runs them from the grouped tables, not one linear at a time).
+std::vector<const DeviceLinear*> LinearsInOrder(const DeviceLayer& layer, bool skip_grouped_experts = false);
 
 struct DeviceModel {
   ComputeDtype dtype = ComputeDtype::kBf16;

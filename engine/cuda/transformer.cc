@@ -18,6 +18,7 @@
 #include "engine/kernels/embedding.h"
 #include "engine/kernels/fp8_quant.h"
 #include "engine/kernels/fp8_scale.h"
+#include "engine/kernels/grouped_gemm.h"
 #include "engine/kernels/hadamard_rotate.h"
 #include "engine/kernels/int8_gemm.h"
 #include "engine/kernels/int8_quant.h"
@@ -342,12 +343,13 @@ class ForwardPass {
   }
 
   // A sparse layer (DeviceMoe; config.h has the semantics), one chunk (tensor parallelism: the rank's slice
-  // of every expert, shard_plan.h): norm, the router's fp32 logits, the routing, the slots grouped by expert
-  // (their counts copied to the host: the expert GEMMs' row counts; the one host synchronization of the
-  // layer), then each expert in ascending id on its gathered rows (gate|up, SwiGLU, down to fp32) accumulated
-  // with its weights, the shared expert, and their sum into the residual (kernels/moe_combine.h: the oracle's
-  // order of fp32 adds). A token's rows are computed with the GEMM algorithm pinned for the expert's shape
-  // whatever the row count, so its result does not depend on the rest of the batch.
+  // of every expert, shard_plan.h): norm, the router's fp32 logits, the routing, the slots grouped by expert,
+  // then the experts (as grouped GEMMs where DeviceMoe::grouped is enabled, RunGroupedExperts; else one by
+  // one in ascending id, ExpertsOneByOne) weighted and summed per token in ascending expert id, the shared
+  // expert, and their sum into the residual (kernels/moe_combine.h: the oracle's order of fp32 adds). A
+  // token's rows are computed with the GEMM algorithm pinned for the expert's shape whatever the row count
+  // (the grouped kernel: one fixed k order per output element), so its result does not depend on the rest of
+  // the batch.
   absl::Status MoeBlock(const DeviceLayer& layer) {
     if (num_chunks() != 1) return absl::InternalError("a mixture-of-experts layer runs in one row chunk");
     const DeviceMoe& moe = layer.moe;
@@ -369,6 +371,35 @@ class ForwardPass {
         kernels::MoeRoute(logits, columns, n_, experts, k, config_.norm_topk_prob, ids, weights, stream_));
     SCORED_RETURN_IF_ERROR(
         kernels::MoeGroupByExpert(ids, n_ * k, experts, acts_->moe_counts.as<int32_t>(), slots, stream_));
+    if (moe.grouped.enabled) {
+      SCORED_RETURN_IF_ERROR(RunGroupedExperts(moe, slots, weights, acc));
+    } else {
+      SCORED_RETURN_IF_ERROR(ExpertsOneByOne(moe, slots, weights, acc));
+    }
+    float* shared = nullptr;
+    if (moe.shared) {
+      SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease gate_up_w, weights_.Acquire(moe.shared_gate_up));
+      SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease down_w, weights_.Acquire(moe.shared_down));
+      shared = acts_->moe_shared.as<float>();  // [n, hidden]
+      SCORED_RETURN_IF_ERROR(ExpertMlp(gate_up_w, down_w, normed_, n_, shared));
+      SCORED_RETURN_IF_ERROR(weights_.Release(gate_up_w));
+      SCORED_RETURN_IF_ERROR(weights_.Release(down_w));
+    }
+    // residual += acc (+ sigmoid(gate) * shared); the gate's logit is the router output's column `experts`.
+    // Tensor parallelism: acc and shared are the rank's partial sums (its slice of every expert); rank 0 adds
+    // them to the residual, the others write them over it (0 + ...), and the sum over ranks completes it.
+    if (!add_to_residual_)
+      SCORED_CUDA_CHECK(cudaMemsetAsync(residual_, 0, n_ * hidden_ * sizeof(float), stream_));
+    SCORED_RETURN_IF_ERROR(
+        kernels::MoeFinish(acc, shared, logits + experts, columns, n_, hidden_, residual_, stream_));
+    return sums_.Reduce(RowSum::kAfterDown, 0, chunks_[0]);
+  }
+
+  // acc [n, hidden] = every token's experts' outputs weighted and summed in ascending expert id, one expert
+  // at a time: the counts copied to the host (the expert GEMMs' row counts; the one host synchronization of
+  // the layer), then per expert its gathered rows' MLP accumulated (kernels::MoeAccumulate).
+  absl::Status ExpertsOneByOne(const DeviceMoe& moe, const int32_t* slots, const float* weights, float* acc) {
+    const int64_t experts = config_.num_experts, k = config_.num_experts_per_tok;
     std::vector<int32_t> counts(static_cast<size_t>(experts));
     SCORED_CUDA_CHECK(cudaMemcpyAsync(counts.data(), acts_->moe_counts.data(), experts * sizeof(int32_t),
                                       cudaMemcpyDeviceToHost, stream_));
@@ -392,23 +423,67 @@ class ForwardPass {
       SCORED_RETURN_IF_ERROR(weights_.Release(down_w));
       offset += m;
     }
-    float* shared = nullptr;
-    if (moe.shared) {
-      SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease gate_up_w, weights_.Acquire(moe.shared_gate_up));
-      SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease down_w, weights_.Acquire(moe.shared_down));
-      shared = acts_->moe_shared.as<float>();  // [n, hidden]
-      SCORED_RETURN_IF_ERROR(ExpertMlp(gate_up_w, down_w, normed_, n_, shared));
-      SCORED_RETURN_IF_ERROR(weights_.Release(gate_up_w));
-      SCORED_RETURN_IF_ERROR(weights_.Release(down_w));
+    return absl::OkStatus();
+  }
+
+  // The same acc from the grouped tables (DeviceMoe::grouped; bf16 mode), every expert at once and nothing
+  // copied to the host: the expert offsets and each slot's row on the device, all n * k slot rows gathered
+  // once, one grouped gate|up GEMM, one SwiGLU, one grouped down GEMM to fp32, then every token's k rows
+  // combined in ascending expert id (kernels::MoeCombineGrouped: the adds of ExpertsOneByOne, in its order).
+  // The experts are not in the WeightStream's order (LinearsInOrder skips them): no lease.
+  absl::Status RunGroupedExperts(const DeviceMoe& moe, const int32_t* slots, const float* weights,
+                                 float* acc) {
+    if constexpr (kFp32) {
+      return absl::InternalError("grouped expert GEMMs run in bf16 mode only");
+    } else {
+      const GroupedExperts& g = moe.grouped;
+      const int64_t experts = config_.num_experts, k = config_.num_experts_per_tok, rows = n_ * k;
+      const int64_t inter = moe.down[0].in_features();                // the rank's slice (tensor parallelism)
+      int32_t* const offsets = acts_->moe_offsets.as<int32_t>();      // [experts + 1]
+      int32_t* const slot_rows = acts_->moe_slot_rows.as<int32_t>();  // [rows]
+      bf16_t* const in = acts_->moe_grouped_in.as<bf16_t>();          // [rows, hidden], then [rows, inter]
+      bf16_t* const gate_up = acts_->moe_grouped_gate_up.as<bf16_t>();  // [rows, 2 inter]
+      float* const out = acts_->moe_grouped_out.as<float>();            // [rows, hidden]
+      if (acts_->moe_grouped_gate_up.bytes() < rows * 2 * inter * 2 ||
+          acts_->moe_grouped_in.bytes() < rows * std::max(hidden_, inter) * 2 ||
+          acts_->moe_grouped_out.bytes() < rows * hidden_ * 4) {
+        return absl::InternalError("the grouped experts' activations are smaller than the layer's shapes");
+      }
+      SCORED_RETURN_IF_ERROR(kernels::MoeGroupedRows(acts_->moe_counts.as<int32_t>(), experts, slots, rows,
+                                                     offsets, slot_rows, stream_));
+      SCORED_RETURN_IF_ERROR(
+          kernels::MoeGatherRows<T>(normed_, hidden_, slots, rows, k, hidden_, in, stream_));
+      kernels::GroupedGemmShape up_shape;
+      up_shape.num_experts = experts;
+      up_shape.rows = rows;
+      up_shape.n = 2 * inter;
+      up_shape.k = hidden_;
+      up_shape.ldx = hidden_;
+      up_shape.ldy = 2 * inter;
+      kernels::GroupedGemmShape down_shape = up_shape;
+      down_shape.n = hidden_;
+      down_shape.k = inter;
+      down_shape.ldx = inter;
+      down_shape.ldy = hidden_;
+      if (g.int4) {
+        SCORED_RETURN_IF_ERROR(
+            kernels::GroupedGemmInt4<bf16_t>(in, offsets, g.gate_up.as<kernels::GroupedInt4Expert>(),
+                                             g.gate_up_format, up_shape, gate_up, stream_));
+      } else {
+        SCORED_RETURN_IF_ERROR(kernels::GroupedGemm<bf16_t>(in, offsets, g.gate_up.as<const bf16_t*>(),
+                                                            up_shape, gate_up, stream_));
+      }
+      SCORED_RETURN_IF_ERROR(
+          kernels::SwiGlu<T>(gate_up, gate_up + inter, 2 * inter, rows, inter, in, stream_));
+      if (g.int4) {
+        SCORED_RETURN_IF_ERROR(kernels::GroupedGemmInt4<float>(
+            in, offsets, g.down.as<kernels::GroupedInt4Expert>(), g.down_format, down_shape, out, stream_));
+      } else {
+        SCORED_RETURN_IF_ERROR(
+            kernels::GroupedGemm<float>(in, offsets, g.down.as<const bf16_t*>(), down_shape, out, stream_));
+      }
+      return kernels::MoeCombineGrouped(out, slot_rows, weights, n_, k, hidden_, acc, stream_);
     }
-    // residual += acc (+ sigmoid(gate) * shared); the gate's logit is the router output's column `experts`.
-    // Tensor parallelism: acc and shared are the rank's partial sums (its slice of every expert); rank 0 adds
-    // them to the residual, the others write them over it (0 + ...), and the sum over ranks completes it.
-    if (!add_to_residual_)
-      SCORED_CUDA_CHECK(cudaMemsetAsync(residual_, 0, n_ * hidden_ * sizeof(float), stream_));
-    SCORED_RETURN_IF_ERROR(
-        kernels::MoeFinish(acc, shared, logits + experts, columns, n_, hidden_, residual_, stream_));
-    return sums_.Reduce(RowSum::kAfterDown, 0, chunks_[0]);
   }
 
   // y [m, hidden] fp32 = down(silu(gate(x)) * up(x)) for x [m, hidden] (gate_up_ / mlp_ as scratch).

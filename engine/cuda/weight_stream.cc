@@ -10,7 +10,7 @@ namespace scored::cuda {
 std::vector<const DeviceLinear*> WeightStream::Order(const DeviceModel& model) {
   std::vector<const DeviceLinear*> order;
   for (const DeviceLayer& layer : model.layers) {
-    for (const DeviceLinear* l : LinearsInOrder(layer)) order.push_back(l);
+    for (const DeviceLinear* l : LinearsInOrder(layer, /*skip_grouped_experts=*/true)) order.push_back(l);
   }
   return order;
 }

@@ -50,7 +50,8 @@ class WeightStream {
     size_t index = 0;  // its place in Order()
   };
 
-  // Every linear of the forward in the order of first use: per layer q|k|v, o, gate|up, down.
+  // Every linear of the forward in the order of first use: per layer q|k|v, o, gate|up, down
+  // (LinearsInOrder; a sparse layer's experts left out where they run as grouped GEMMs, DeviceMoe::grouped).
   static std::vector<const DeviceLinear*> Order(const DeviceModel& model);
 
   // `model` and `scratch` must outlive this object; `stream` is the forward's stream (the GEMMs').

@@ -7,6 +7,7 @@
 #include "engine/base/dtype.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/dequant.h"
+#include "engine/kernels/dequant_decode.cuh"
 #include "engine/kernels/device_util.cuh"
 
 namespace scored::kernels {
@@ -16,21 +17,6 @@ constexpr int kThreads = 256;
 constexpr int kChunk = 8;
 constexpr int64_t kMaxBlocksX = 65535;
 constexpr int64_t kMaxBlocksY = 65535;
-
-__device__ __forceinline__ float FloatAt(const void* data, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::kF32:
-      return static_cast<const float*>(data)[i];
-    case DType::kF16:
-      return Fp16ToFloat(static_cast<const uint16_t*>(data)[i]);
-    case DType::kBF16:
-      return Bf16ToFloat(static_cast<const uint16_t*>(data)[i]);
-    case DType::kF8E4M3:
-      return Fp8E4M3ToFloat(static_cast<const uint8_t*>(data)[i]);
-    default:
-      return __int_as_float(0x7fc00000);
-  }
-}
 
 // `bits`-wide unsigned field at bit position `bit` of a little-endian uint32 word array (may straddle).
 __device__ __forceinline__ uint32_t PackedField(const uint32_t* words, int64_t bit, int bits) {
@@ -86,7 +72,7 @@ __device__ float DecodeElement(const DequantParams& p, int64_t o, int64_t k) {
         zp = static_cast<int32_t>((v >> shift) & ((uint64_t{1} << b) - 1)) - offset;
       }
       const float scale = FloatAt(p.scale, p.scale_dtype, ScaleIndex(p, o, g));
-      return __fmul_rn(static_cast<float>(q - zp), scale);
+      return PackedIntValue(q, zp, scale);
     }
     case WeightFormat::kNaiveQuantized: {
       const int32_t q = static_cast<const int8_t*>(p.values)[o * p.in_features + k];
@@ -197,7 +183,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
         const int32_t u = static_cast<int32_t>((words[j / kPerWord] >> ((j % kPerWord) * kBits)) & kMask);
-        v[j] = __fmul_rn(static_cast<float>(u - zp), scale);
+        v[j] = PackedIntValue(u, zp, scale);
       }
       StoreChunk(out + r * p.in_features + k0, v);
     }

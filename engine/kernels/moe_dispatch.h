@@ -6,6 +6,10 @@
 //     Fully determined by expert_ids (no atomics), so a token's rows land in the same order whatever the
 //     launch.
 //   MoeGatherRows: dst[r] = src[slots[r] / top_k] for r < rows (dst contiguous, src rows ld apart).
+//   MoeGroupedRows (the grouped expert GEMMs' layout, kernels/grouped_gemm.h, read on the device with no
+//     host copy of the counts): offsets[e] = counts[0] + ... + counts[e - 1] for e <= num_experts (so
+//     offsets[num_experts] = num_slots), and slot_rows[sorted_slots[r]] = r for r < num_slots (the row of
+//     every slot in the grouped order).
 // T in {bf16_t, float}. Errors: INVALID_ARGUMENT (shapes), INTERNAL (launch).
 #ifndef SCORED_ENGINE_KERNELS_MOE_DISPATCH_H_
 #define SCORED_ENGINE_KERNELS_MOE_DISPATCH_H_
@@ -28,6 +32,14 @@ absl::Status MoeGatherRows(const T* src,  // [tokens, ld]
                            int64_t ld, const int32_t* slots, int64_t rows, int64_t top_k, int64_t width,
                            T* dst,  // [rows, width]
                            cudaStream_t stream);
+
+absl::Status MoeGroupedRows(const int32_t* counts,  // [num_experts]
+                            int64_t num_experts,
+                            const int32_t* sorted_slots,  // [num_slots]
+                            int64_t num_slots,
+                            int32_t* offsets,    // [num_experts + 1]
+                            int32_t* slot_rows,  // [num_slots]
+                            cudaStream_t stream);
 
 }  // namespace scored::kernels
 

@@ -1,7 +1,7 @@
 // kernels_bench: the attention and element-wise kernels alone, at the engine's Llama-3-8B shapes, old path
 // against new where both exist.
 //
-//   kernels_bench [--reps 5] [--only attention|attention_models|swiglu|add_rms_norm|hadamard]
+//   kernels_bench [--reps 5] [--only attention|attention_models|swiglu|add_rms_norm|hadamard|grouped_gemm]
 //
 // Every case: two warm-up launches, then --reps launches each timed with its own pair of CUDA events on one
 // stream; the median is printed. Shapes:
@@ -24,6 +24,13 @@
 //              tokens (8 x 2048): a 4096-wide input whole (one Walsh-Hadamard transform, K = 1) and in 128
 //              blocks, the 14336-wide down_proj input whole (compressed-tensors' 224 x 64 factors: a K = 224
 //              core, random signs) and in 128 blocks; GB/s = bytes read + written.
+//   grouped_gemm  mixture-of-experts grouped GEMMs (kernels/grouped_gemm.h) at the Qwen3-30B-A3B
+//              expert shapes: 16384 tokens x 8 slots = 131072 rows over 128 experts, gate|up [1536, 2048]
+//              -> bf16 and down [2048, 768] -> fp32, dense bf16 and W4A16 (symmetric, group 128, bf16
+//              scales) weights, with uniform counts (1024 rows each) and skewed ones (expert e drawn with
+//              weight (e + 1)^-1: the largest expert gets ~24k rows, the smallest ~190); next to them, in the
+//              same run, one dense cuBLASLt GEMM (engine/cuda/gemm.h, pinned algorithm, no split-K) of the
+//              same total FLOPs: 131072 x n x k.
 // Inputs are pseudo-random (a fixed 16 Mi-value block, repeated), bf16-representable.
 // Exit status 1 when a launch fails or no CUDA device is visible.
 #include <cuda_runtime_api.h>
@@ -41,7 +48,9 @@
 
 #include "absl/status/status.h"
 #include "engine/base/dtype.h"
+#include "engine/cuda/gemm.h"
 #include "engine/kernels/attention.h"
+#include "engine/kernels/grouped_gemm.h"
 #include "engine/kernels/hadamard_rotate.h"
 #include "engine/kernels/kernel_types.h"
 #include "engine/kernels/rms_norm.h"
@@ -380,6 +389,134 @@ bool BenchHadamard(cudaStream_t stream, int reps) {
   return ok;
 }
 
+// Expert row counts of `slots` slots over `experts` experts: uniform, or drawn with weight (e + 1)^-1.
+std::vector<int32_t> ExpertOffsets(int64_t slots, int64_t experts, bool skewed) {
+  std::vector<int32_t> counts(experts, static_cast<int32_t>(slots / experts));
+  if (skewed) {
+    std::vector<double> weights(experts);
+    for (int64_t e = 0; e < experts; ++e) weights[e] = 1.0 / static_cast<double>(e + 1);
+    std::mt19937 rng(900);
+    std::discrete_distribution<int64_t> pick(weights.begin(), weights.end());
+    std::fill(counts.begin(), counts.end(), 0);
+    for (int64_t s = 0; s < slots; ++s) ++counts[pick(rng)];
+  }
+  std::vector<int32_t> offsets(experts + 1, 0);
+  for (int64_t e = 0; e < experts; ++e) offsets[e + 1] = offsets[e] + counts[e];
+  return offsets;
+}
+
+bool BenchGroupedGemm(cudaStream_t stream, int reps) {
+  constexpr int64_t kExperts = 128, kRows = 16384 * 8, kModelHidden = 2048, kMoeInter = 768;
+  const struct {
+    int64_t n, k;
+    bool fp32_out;
+    const char* what;
+  } shapes[] = {{2 * kMoeInter, kModelHidden, false, "gate|up 131072x1536x2048"},
+                {kModelHidden, kMoeInter, true, "down 131072x2048x768"}};
+  Buffer<bf16_t> x(kRows * kModelHidden), y_bf16(kRows * kModelHidden);
+  Buffer<float> y_fp32(kRows * kModelHidden);
+  Buffer<int32_t> offsets(kExperts + 1);
+  if (!x.ok() || !y_bf16.ok() || !y_fp32.ok() || !offsets.ok() || !FillRandom(x, 1.0f, 901)) return false;
+  absl::StatusOr<std::unique_ptr<cuda::GemmRunner>> gemm = cuda::GemmRunner::Create(kRows);
+  if (!gemm.ok()) {
+    std::fprintf(stderr, "kernels_bench: %s\n", std::string(gemm.status().message()).c_str());
+    return false;
+  }
+  bool ok = true;
+  for (const auto& s : shapes) {
+    // Dense bf16 experts (one allocation, kExperts slices) and W4A16 ones (packed words + bf16 scales).
+    Buffer<bf16_t> w(kExperts * s.n * s.k);
+    Buffer<int32_t> packed(kExperts * s.n * s.k / 8);
+    Buffer<bf16_t> scales(kExperts * s.n * s.k / 128);
+    if (!w.ok() || !packed.ok() || !scales.ok() || !FillRandom(w, 0.02f, 902) ||
+        !FillRandom(scales, 0.01f, 903)) {
+      return false;
+    }
+    std::vector<int32_t> words(std::min<size_t>(packed.size(), kBlockValues));
+    std::mt19937 rng(904);
+    for (int32_t& v : words) v = static_cast<int32_t>(rng());
+    for (size_t off = 0; off < packed.size(); off += words.size()) {
+      const size_t n = std::min(words.size(), packed.size() - off);
+      if (!Check(cudaMemcpy(packed.get() + off, words.data(), n * 4, cudaMemcpyHostToDevice), "upload")) {
+        return false;
+      }
+    }
+    std::vector<const bf16_t*> ptrs(kExperts);
+    std::vector<GroupedInt4Expert> experts(kExperts);
+    for (int64_t e = 0; e < kExperts; ++e) {
+      ptrs[e] = w.get() + e * s.n * s.k;
+      experts[e].parts[0].packed = packed.get() + e * s.n * s.k / 8;
+      experts[e].parts[0].scale = scales.get() + e * s.n * s.k / 128;
+      experts[e].split = s.n;
+    }
+    Buffer<const bf16_t*> ptr_table(kExperts);
+    Buffer<GroupedInt4Expert> expert_table(kExperts);
+    if (!ptr_table.ok() || !expert_table.ok() ||
+        !Check(cudaMemcpy(ptr_table.get(), ptrs.data(), kExperts * sizeof(ptrs[0]), cudaMemcpyHostToDevice),
+               "upload") ||
+        !Check(cudaMemcpy(expert_table.get(), experts.data(), kExperts * sizeof(experts[0]),
+                          cudaMemcpyHostToDevice),
+               "upload")) {
+      return false;
+    }
+    GroupedGemmShape shape;
+    shape.num_experts = kExperts;
+    shape.rows = kRows;
+    shape.n = s.n;
+    shape.k = s.k;
+    shape.ldx = s.k;
+    shape.ldy = s.n;
+    GroupedInt4Format format;
+    format.scale_dtype = DType::kBF16;
+    format.group_size = 128;
+    const double flops = 2.0 * kRows * s.n * s.k;
+    void* y = s.fp32_out ? static_cast<void*>(y_fp32.get()) : static_cast<void*>(y_bf16.get());
+    const float dense_ms = MedianMs(
+        stream,
+        [&] {
+          return (*gemm)->Linear(x.get(), w.get(), y, kRows, s.n, s.k,
+                                 s.fp32_out ? cuda::GemmTypes::kBf16ToFp32 : cuda::GemmTypes::kBf16ToBf16,
+                                 stream);
+        },
+        reps);
+    if (dense_ms <= 0) return false;
+    PrintRate(s.what, "cuBLASLt dense", dense_ms, flops, 0);
+    for (bool skewed : {false, true}) {
+      const std::vector<int32_t> host_offsets = ExpertOffsets(kRows, kExperts, skewed);
+      if (!Check(
+              cudaMemcpy(offsets.get(), host_offsets.data(), host_offsets.size() * 4, cudaMemcpyHostToDevice),
+              "upload")) {
+        return false;
+      }
+      const float bf16_ms = MedianMs(
+          stream,
+          [&] {
+            return s.fp32_out ? GroupedGemm<float>(x.get(), offsets.get(), ptr_table.get(), shape,
+                                                   y_fp32.get(), stream)
+                              : GroupedGemm<bf16_t>(x.get(), offsets.get(), ptr_table.get(), shape,
+                                                    y_bf16.get(), stream);
+          },
+          reps);
+      const float int4_ms = MedianMs(
+          stream,
+          [&] {
+            return s.fp32_out ? GroupedGemmInt4<float>(x.get(), offsets.get(), expert_table.get(), format,
+                                                       shape, y_fp32.get(), stream)
+                              : GroupedGemmInt4<bf16_t>(x.get(), offsets.get(), expert_table.get(), format,
+                                                        shape, y_bf16.get(), stream);
+          },
+          reps);
+      if (bf16_ms <= 0 || int4_ms <= 0) {
+        ok = false;
+        continue;
+      }
+      PrintRate(s.what, skewed ? "grouped skewed" : "grouped unif.", bf16_ms, flops, 0);
+      PrintRate(s.what, skewed ? "w4a16 skewed" : "w4a16 unif.", int4_ms, flops, 0);
+    }
+  }
+  return ok;
+}
+
 int Main(int argc, char** argv) {
   int reps = 5;
   std::string only;
@@ -391,7 +528,7 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: kernels_bench [--reps N] [--only "
-                   "attention|attention_models|swiglu|add_rms_norm|hadamard]\n");
+                   "attention|attention_models|swiglu|add_rms_norm|hadamard|grouped_gemm]\n");
       return 2;
     }
   }
@@ -413,6 +550,7 @@ int Main(int argc, char** argv) {
   if (wanted("swiglu")) ok = BenchSwiGlu(stream, reps) && ok;
   if (wanted("add_rms_norm")) ok = BenchAddRmsNorm(stream, reps) && ok;
   if (wanted("hadamard")) ok = BenchHadamard(stream, reps) && ok;
+  if (wanted("grouped_gemm")) ok = BenchGroupedGemm(stream, reps) && ok;
   cudaStreamDestroy(stream);
   return ok ? 0 : 1;
 }
