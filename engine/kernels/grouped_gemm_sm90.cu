@@ -75,6 +75,11 @@ struct Sm90Grouped {
   using StrideA = typename Kernel::InternalStrideA;
   using StrideB = typename Kernel::InternalStrideB;
   using StrideD = typename Kernel::InternalStrideD;
+  // FillTablesKernel sets only mode 0 of each stride (the row step); the others are the layouts' constants.
+  static_assert(cute::is_static_v<decltype(cute::get<1>(StrideA{}))> &&
+                    cute::is_static_v<decltype(cute::get<1>(StrideB{}))> &&
+                    cute::is_static_v<decltype(cute::get<1>(StrideD{}))>,
+                "unit column strides expected");
 };
 
 // The per-expert arrays at the front of the workspace (each 256-byte aligned), CUTLASS's own workspace after.
@@ -125,18 +130,20 @@ typename G::Gemm::Arguments MakeArguments(void* workspace, int64_t num_experts, 
   using ElementD = typename G::ElementD;
   const Tables t = TableOffsets<G>(num_experts);
   char* const base = static_cast<char*>(workspace);
+  // The table at byte `offset` of the workspace (null without one: sizing only).
+  const auto at = [base](int64_t offset) -> void* { return base != nullptr ? base + offset : nullptr; };
   typename G::Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::kGrouped,
-      {static_cast<int>(num_experts), reinterpret_cast<UnderlyingShape*>(base + t.shapes), nullptr},
-      {reinterpret_cast<const cutlass::bfloat16_t**>(base + t.ptr_a),
-       reinterpret_cast<typename G::StrideA*>(base + t.stride_a),
-       reinterpret_cast<const cutlass::bfloat16_t**>(base + t.ptr_b),
-       reinterpret_cast<typename G::StrideB*>(base + t.stride_b)},
+      {static_cast<int>(num_experts), static_cast<UnderlyingShape*>(at(t.shapes)), nullptr},
+      {static_cast<const cutlass::bfloat16_t**>(at(t.ptr_a)),
+       static_cast<typename G::StrideA*>(at(t.stride_a)),
+       static_cast<const cutlass::bfloat16_t**>(at(t.ptr_b)),
+       static_cast<typename G::StrideB*>(at(t.stride_b))},
       {{},
        nullptr,
        nullptr,
-       reinterpret_cast<ElementD**>(base + t.ptr_d),
-       reinterpret_cast<typename G::StrideD*>(base + t.stride_d)}};
+       static_cast<ElementD**>(at(t.ptr_d)),
+       static_cast<typename G::StrideD*>(at(t.stride_d))}};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = 0.0f;
   args.hw_info.device_id = device;
