@@ -642,9 +642,22 @@ class DeviceModelLoader {
       return absl::OkStatus();  // some experts dense, some quantized, or an int4 k not a multiple of 32
     }
     SCORED_ASSIGN_OR_RETURN(g.path, ChooseGroupedPath(g.int4, gu0, dn0));
+    SCORED_ASSIGN_OR_RETURN(g.sm90_schedule, ChooseSm90Schedule());
     g.enabled = true;
     moe->grouped = std::move(g);
     return absl::OkStatus();
+  }
+
+  // GroupedExperts::sm90_schedule: SCORED_MOE_SM90_SCHEDULE, read once per process.
+  static absl::StatusOr<kernels::GroupedGemmSm90Schedule> ChooseSm90Schedule() {
+    static const std::string* const choice = [] {
+      const char* env = std::getenv("SCORED_MOE_SM90_SCHEDULE");
+      return new std::string(env != nullptr ? env : "");
+    }();
+    if (choice->empty() || *choice == "cooperative") return kernels::GroupedGemmSm90Schedule::kCooperative;
+    if (*choice == "pingpong") return kernels::GroupedGemmSm90Schedule::kPingpong;
+    return absl::InvalidArgumentError(
+        absl::StrCat("SCORED_MOE_SM90_SCHEDULE='", *choice, "': expected cooperative or pingpong"));
   }
 
   // GroupedExperts::path for a layer whose experts are grouped (SCORED_MOE_GEMM, the device, the shapes).

@@ -157,7 +157,9 @@ class DeviceLinear {
 //                 (GroupedGemmSm90Supported: an sm_90 device, a 90a build), 4-bit ones on GroupedGemmInt4;
 //   sm90_dequant  as sm90, and 4-bit experts dequantized into Activations::moe_grouped_stacked (one
 //                 DequantizeGroupedInt4 per GEMM) then GroupedGemmSm90Stacked.
-// Elsewhere (no sm_90a) every path falls back to kMma. An unknown value fails the load (INVALID_ARGUMENT).
+// Elsewhere (no sm_90a) every path falls back to kMma. SCORED_MOE_SM90_SCHEDULE=cooperative (default) |
+// pingpong picks GroupedGemmSm90's schedule (sm90_schedule). An unknown value of either fails the load
+// (INVALID_ARGUMENT).
 enum class GroupedGemmPath {
   kMma,         // GroupedGemm / GroupedGemmInt4
   kSm90,        // GroupedGemmSm90 over the dense tables
@@ -168,6 +170,7 @@ struct GroupedExperts {
   bool enabled = false;
   bool int4 = false;  // 4-bit pack-quantized (else dense bf16)
   GroupedGemmPath path = GroupedGemmPath::kMma;
+  kernels::GroupedGemmSm90Schedule sm90_schedule = kernels::GroupedGemmSm90Schedule::kCooperative;
   DeviceBuffer gate_up;  // [num_experts] const bf16_t* ([2 inter, hidden] each), or GroupedInt4Expert (int4)
   DeviceBuffer down;     // [num_experts] const bf16_t* ([hidden, inter] each), or GroupedInt4Expert (int4)
   kernels::GroupedInt4Format gate_up_format;  // int4 only

@@ -490,7 +490,7 @@ class ForwardPass {
       case GroupedGemmPath::kSm90:
         if (g.int4) return absl::InternalError("the sm90 grouped path reads dense experts only");
         return kernels::GroupedGemmSm90<OutT>(x, acts_->moe_offsets.as<int32_t>(), table.as<const bf16_t*>(),
-                                              shape, y, ws, ws_bytes, stream_);
+                                              shape, y, ws, ws_bytes, stream_, g.sm90_schedule);
       case GroupedGemmPath::kSm90Dequant: {
         if (!g.int4) return absl::InternalError("the sm90_dequant grouped path reads 4-bit experts only");
         bf16_t* const stacked = acts_->moe_grouped_stacked.as<bf16_t>();
@@ -501,7 +501,7 @@ class ForwardPass {
                                                               shape.num_experts, shape.n, shape.k, stacked,
                                                               stream_));
         return kernels::GroupedGemmSm90Stacked<OutT>(x, acts_->moe_offsets.as<int32_t>(), stacked, shape, y,
-                                                     ws, ws_bytes, stream_);
+                                                     ws, ws_bytes, stream_, g.sm90_schedule);
       }
     }
     if (g.int4) {

@@ -104,9 +104,10 @@ absl::Status GroupedGemmInt4(const bf16_t* x,                   // [rows, ldx]
 // ---------------------------------------------------------------- Hopper (sm_90a): grouped_gemm_sm90.cu
 // The dense GroupedGemm's contract (same y, same fp32 accumulation and one rounding, bitwise batch-invariant:
 // each output tile is one CTA's with k ascending, no split-K / stream-K) on CUTLASS 3's SM90 ptr-array
-// grouped GEMM (TMA, wgmma, 128 x 256 x 64 tiles, persistent grid). The problem shapes stay on the device: a
-// small kernel writes each expert's {m_e, n, k}, pointers and strides into `workspace` first, then the GEMM
-// launches (two launches, no host synchronization; the workspace must stay untouched until both ran, so
+// grouped GEMM (TMA, wgmma, a persistent grid; schedule: cooperative 128 x 256 x 64 tiles or ping-pong
+// 128 x 128 x 64 ones, each batch-invariant, not bitwise equal to each other). The problem shapes stay on the
+// device: a small kernel writes each expert's {m_e, n, k}, pointers and strides into `workspace`, then the
+// GEMM launches (two launches, no host synchronization; the workspace must stay untouched until both ran, so
 // calls sharing one workspace go on one stream).
 //
 // Results equal GroupedGemm's up to the fp32 sum order inside a k step (different tensor-core instructions);
@@ -116,6 +117,8 @@ absl::Status GroupedGemmInt4(const bf16_t* x,                   // [rows, ldx]
 // 8 (bf16 y) or 4 (fp32 y); x and y 16-byte aligned; weights 16-byte aligned; workspace 256-byte aligned and
 // at least GroupedGemmSm90WorkspaceBytes(num_experts) bytes. FAILED_PRECONDITION where
 // !GroupedGemmSm90Supported(device) (not an sm_90 device, or a build without 90a).
+
+enum class GroupedGemmSm90Schedule { kCooperative, kPingpong };
 
 // Whether `device` runs the sm_90a kernels (an sm_90 device and this build's 90a cubin loaded).
 bool GroupedGemmSm90Supported(int device);
@@ -131,7 +134,8 @@ absl::Status GroupedGemmSm90(const bf16_t* x,               // [rows, ldx]
                              const bf16_t* const* weights,  // [num_experts] device array of [n, k] pointers
                              const GroupedGemmShape& shape,
                              OutT* y,  // [rows, ldy]
-                             void* workspace, int64_t workspace_bytes, cudaStream_t stream);
+                             void* workspace, int64_t workspace_bytes, cudaStream_t stream,
+                             GroupedGemmSm90Schedule schedule = GroupedGemmSm90Schedule::kCooperative);
 
 // The same with every expert's weight in one stacked buffer: W_e = stacked + e * n * k ([num_experts, n, k]
 // bf16, row-major), e.g. 4-bit experts dequantized once per layer (DequantizeGroupedInt4).
@@ -139,7 +143,8 @@ template <typename OutT>                              // bf16_t or float
 absl::Status GroupedGemmSm90Stacked(const bf16_t* x,  // [rows, ldx]
                                     const int32_t* offsets, const bf16_t* stacked,
                                     const GroupedGemmShape& shape, OutT* y, void* workspace,
-                                    int64_t workspace_bytes, cudaStream_t stream);
+                                    int64_t workspace_bytes, cudaStream_t stream,
+                                    GroupedGemmSm90Schedule schedule = GroupedGemmSm90Schedule::kCooperative);
 
 // Every expert's 4-bit weight decoded into stacked [num_experts, n, k] bf16 (row-major, 16-byte aligned):
 // bitwise the values GroupedGemmInt4 multiplies (and kernels::Dequantize writes). One launch; any device

@@ -42,15 +42,27 @@ using cute::Shape;
 using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // {m_e, n, k} per expert
 using UnderlyingShape = ProblemShape::UnderlyingProblemShape;
 
-// 128 x 256 output tiles (two consumer warp groups of 64 x 256 each), 64-column k slices (one 128-byte
-// swizzle row of bf16), no clusters: a small expert's tile never waits for a partner CTA.
-using TileShape = Shape<_128, _256, _64>;
+// 64-column k slices (one 128-byte swizzle row of bf16), no clusters (a small expert's tile never waits for
+// a partner CTA). Cooperative: 128 x 256 output tiles, both consumer warp groups on one (64 x 256 each).
+// Ping-pong: 128 x 128 tiles, the two consumer warp groups on alternate tiles, one's epilogue overlapping the
+// other's math (short k loops: the down GEMM's k 768 is 12 slices).
 using ClusterShape = Shape<_1, _1, _1>;
-using MainloopSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+struct Cooperative {
+  using TileShape = Shape<_128, _256, _64>;
+  using MainloopSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+struct Pingpong {
+  using TileShape = Shape<_128, _128, _64>;
+  using MainloopSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
 
-template <typename OutT>
+template <typename OutT, typename Config>
 struct Sm90Grouped {
+  using TileShape = typename Config::TileShape;
+  using MainloopSchedule = typename Config::MainloopSchedule;
+  using EpilogueSchedule = typename Config::EpilogueSchedule;
   using ElementD = std::conditional_t<std::is_same_v<OutT, float>, float, cutlass::bfloat16_t>;
   using LayoutA = cutlass::layout::RowMajor;     // x rows [m_e, k], leading dimension ldx
   using LayoutB = cutlass::layout::ColumnMajor;  // W_e [n, k] row-major = [k, n] column-major
@@ -254,11 +266,11 @@ absl::Status CheckSm90(const bf16_t* x, const int32_t* offsets, const GroupedGem
   return absl::OkStatus();
 }
 
-template <typename OutT>
+template <typename OutT, typename Config>
 absl::Status RunSm90(const bf16_t* x, const int32_t* offsets, const bf16_t* const* weights,
                      const bf16_t* stacked, const GroupedGemmShape& shape, OutT* y, void* workspace,
                      int64_t workspace_bytes, cudaStream_t stream) {
-  using G = Sm90Grouped<OutT>;
+  using G = Sm90Grouped<OutT, Config>;
   SCORED_RETURN_IF_ERROR(CheckSm90(x, offsets, shape, y, workspace));
   if (weights == nullptr && stacked == nullptr) {
     return absl::InvalidArgumentError("GroupedGemmSm90: null weights");
@@ -297,6 +309,21 @@ absl::Status RunSm90(const bf16_t* x, const int32_t* offsets, const bf16_t* cons
   return absl::OkStatus();
 }
 
+template <typename OutT>
+absl::Status RunSm90(const bf16_t* x, const int32_t* offsets, const bf16_t* const* weights,
+                     const bf16_t* stacked, const GroupedGemmShape& shape, OutT* y, void* workspace,
+                     int64_t workspace_bytes, GroupedGemmSm90Schedule schedule, cudaStream_t stream) {
+  switch (schedule) {
+    case GroupedGemmSm90Schedule::kCooperative:
+      return RunSm90<OutT, Cooperative>(x, offsets, weights, stacked, shape, y, workspace, workspace_bytes,
+                                        stream);
+    case GroupedGemmSm90Schedule::kPingpong:
+      return RunSm90<OutT, Pingpong>(x, offsets, weights, stacked, shape, y, workspace, workspace_bytes,
+                                     stream);
+  }
+  return absl::InvalidArgumentError("GroupedGemmSm90: unknown schedule");
+}
+
 }  // namespace
 
 bool GroupedGemmSm90Supported(int device) {
@@ -331,24 +358,27 @@ int64_t GroupedGemmSm90WorkspaceBytes(int64_t num_experts) {
   }
   // Sized for the device's SM count (CUTLASS keeps tensor maps per SM), at least 132 (an H100 SXM).
   const int sm_count = std::max(SmCount(device), 132);
-  return std::max(WorkspaceBytesFor<Sm90Grouped<bf16_t>>(num_experts, device, sm_count),
-                  WorkspaceBytesFor<Sm90Grouped<float>>(num_experts, device, sm_count));
+  return std::max({WorkspaceBytesFor<Sm90Grouped<bf16_t, Cooperative>>(num_experts, device, sm_count),
+                   WorkspaceBytesFor<Sm90Grouped<float, Cooperative>>(num_experts, device, sm_count),
+                   WorkspaceBytesFor<Sm90Grouped<bf16_t, Pingpong>>(num_experts, device, sm_count),
+                   WorkspaceBytesFor<Sm90Grouped<float, Pingpong>>(num_experts, device, sm_count)});
 }
 
 template <typename OutT>
 absl::Status GroupedGemmSm90(const bf16_t* x, const int32_t* offsets, const bf16_t* const* weights,
                              const GroupedGemmShape& shape, OutT* y, void* workspace, int64_t workspace_bytes,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, GroupedGemmSm90Schedule schedule) {
   if (weights == nullptr) return absl::InvalidArgumentError("GroupedGemmSm90: null weight table");
-  return RunSm90<OutT>(x, offsets, weights, nullptr, shape, y, workspace, workspace_bytes, stream);
+  return RunSm90<OutT>(x, offsets, weights, nullptr, shape, y, workspace, workspace_bytes, schedule, stream);
 }
 
 template <typename OutT>
 absl::Status GroupedGemmSm90Stacked(const bf16_t* x, const int32_t* offsets, const bf16_t* stacked,
                                     const GroupedGemmShape& shape, OutT* y, void* workspace,
-                                    int64_t workspace_bytes, cudaStream_t stream) {
+                                    int64_t workspace_bytes, cudaStream_t stream,
+                                    GroupedGemmSm90Schedule schedule) {
   if (stacked == nullptr) return absl::InvalidArgumentError("GroupedGemmSm90Stacked: null weights");
-  return RunSm90<OutT>(x, offsets, nullptr, stacked, shape, y, workspace, workspace_bytes, stream);
+  return RunSm90<OutT>(x, offsets, nullptr, stacked, shape, y, workspace, workspace_bytes, schedule, stream);
 }
 
 absl::Status DequantizeGroupedInt4(const GroupedInt4Expert* experts, const GroupedInt4Format& format,
@@ -377,14 +407,16 @@ absl::Status DequantizeGroupedInt4(const GroupedInt4Expert* experts, const Group
 }
 
 template absl::Status GroupedGemmSm90<bf16_t>(const bf16_t*, const int32_t*, const bf16_t* const*,
-                                              const GroupedGemmShape&, bf16_t*, void*, int64_t, cudaStream_t);
+                                              const GroupedGemmShape&, bf16_t*, void*, int64_t, cudaStream_t,
+                                              GroupedGemmSm90Schedule);
 template absl::Status GroupedGemmSm90<float>(const bf16_t*, const int32_t*, const bf16_t* const*,
-                                             const GroupedGemmShape&, float*, void*, int64_t, cudaStream_t);
+                                             const GroupedGemmShape&, float*, void*, int64_t, cudaStream_t,
+                                             GroupedGemmSm90Schedule);
 template absl::Status GroupedGemmSm90Stacked<bf16_t>(const bf16_t*, const int32_t*, const bf16_t*,
                                                      const GroupedGemmShape&, bf16_t*, void*, int64_t,
-                                                     cudaStream_t);
+                                                     cudaStream_t, GroupedGemmSm90Schedule);
 template absl::Status GroupedGemmSm90Stacked<float>(const bf16_t*, const int32_t*, const bf16_t*,
                                                     const GroupedGemmShape&, float*, void*, int64_t,
-                                                    cudaStream_t);
+                                                    cudaStream_t, GroupedGemmSm90Schedule);
 
 }  // namespace scored::kernels

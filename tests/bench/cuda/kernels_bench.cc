@@ -31,9 +31,10 @@
 //              weight (e + 1)^-1: the largest expert gets ~24k rows, the smallest ~190); next to them, in the
 //              same run, one dense cuBLASLt GEMM (engine/cuda/gemm.h, pinned algorithm, no split-K) of the
 //              same total FLOPs: 131072 x n x k. Where the device offers GroupedGemmSm90 (sm_90a), its rows
-//              too: "sm90" (dense bf16 experts), "w4a16 sm90dq" (DequantizeGroupedInt4 of all 128 experts
-//              into a stacked bf16 buffer, then GroupedGemmSm90Stacked: the engine's sm90_dequant path per
-//              GEMM) and "dequant only" (GB/s: packed words and scales read, bf16 written).
+//              too, for its cooperative (co) and ping-pong (pp) schedules: "sm90co" / "sm90pp" (dense bf16
+//              experts), "w4 dq+co" / "w4 dq+pp" (DequantizeGroupedInt4 of all 128 experts into a stacked
+//              bf16 buffer, then GroupedGemmSm90Stacked: the engine's sm90_dequant path per GEMM; TFLOP/s
+//              of the pair) and "dequant only" (GB/s: packed words and scales read, bf16 written).
 // Inputs are pseudo-random (a fixed 16 Mi-value block, repeated), bf16-representable.
 // Exit status 1 when a launch fails or no CUDA device is visible.
 #include <cuda_runtime_api.h>
@@ -418,36 +419,44 @@ bool BenchGroupedSm90(cudaStream_t stream, int reps, Buffer<bf16_t>& x, Buffer<i
   const double flops = 2.0 * shape.rows * shape.n * shape.k;
   Buffer<bf16_t> stacked(shape.num_experts * shape.n * shape.k);
   if (!stacked.ok()) return false;
-  const float dense_ms = MedianMs(
-      stream,
-      [&] {
-        return fp32_out ? GroupedGemmSm90<float>(x.get(), offsets.get(), ptr_table.get(), shape, y_fp32.get(),
-                                                 workspace, ws_bytes, stream)
-                        : GroupedGemmSm90<bf16_t>(x.get(), offsets.get(), ptr_table.get(), shape,
-                                                  y_bf16.get(), workspace, ws_bytes, stream);
-      },
-      reps);
   const auto dequant = [&] {
     return DequantizeGroupedInt4(expert_table.get(), format, shape.num_experts, shape.n, shape.k,
                                  stacked.get(), stream);
   };
   const float dequant_ms = MedianMs(stream, dequant, reps);
-  const float dq_ms = MedianMs(
-      stream,
-      [&] {
-        const absl::Status st = dequant();
-        if (!st.ok()) return st;
-        return fp32_out ? GroupedGemmSm90Stacked<float>(x.get(), offsets.get(), stacked.get(), shape,
-                                                        y_fp32.get(), workspace, ws_bytes, stream)
-                        : GroupedGemmSm90Stacked<bf16_t>(x.get(), offsets.get(), stacked.get(), shape,
-                                                         y_bf16.get(), workspace, ws_bytes, stream);
-      },
-      reps);
-  if (dense_ms <= 0 || dequant_ms <= 0 || dq_ms <= 0) return false;
+  if (dequant_ms <= 0) return false;
   const double weights = static_cast<double>(shape.num_experts) * shape.n * shape.k;
-  PrintRate(what, skewed ? "sm90 skewed" : "sm90 unif.", dense_ms, flops, 0);
-  PrintRate(what, skewed ? "w4a16 sm90dq sk" : "w4a16 sm90dq un", dq_ms, flops, 0);
   if (!skewed) PrintRate(what, "dequant only", dequant_ms, 0, weights / 2 + weights / 128 * 2 + weights * 2);
+  for (const GroupedGemmSm90Schedule schedule :
+       {GroupedGemmSm90Schedule::kCooperative, GroupedGemmSm90Schedule::kPingpong}) {
+    const bool coop = schedule == GroupedGemmSm90Schedule::kCooperative;
+    const float dense_ms = MedianMs(
+        stream,
+        [&] {
+          return fp32_out ? GroupedGemmSm90<float>(x.get(), offsets.get(), ptr_table.get(), shape,
+                                                   y_fp32.get(), workspace, ws_bytes, stream, schedule)
+                          : GroupedGemmSm90<bf16_t>(x.get(), offsets.get(), ptr_table.get(), shape,
+                                                    y_bf16.get(), workspace, ws_bytes, stream, schedule);
+        },
+        reps);
+    const float dq_ms = MedianMs(
+        stream,
+        [&] {
+          const absl::Status st = dequant();
+          if (!st.ok()) return st;
+          return fp32_out
+                     ? GroupedGemmSm90Stacked<float>(x.get(), offsets.get(), stacked.get(), shape,
+                                                     y_fp32.get(), workspace, ws_bytes, stream, schedule)
+                     : GroupedGemmSm90Stacked<bf16_t>(x.get(), offsets.get(), stacked.get(), shape,
+                                                      y_bf16.get(), workspace, ws_bytes, stream, schedule);
+        },
+        reps);
+    if (dense_ms <= 0 || dq_ms <= 0) return false;
+    const std::string dense_row = std::string(coop ? "sm90co " : "sm90pp ") + (skewed ? "skewed" : "unif.");
+    const std::string dq_row = std::string(coop ? "w4 dq+co " : "w4 dq+pp ") + (skewed ? "sk" : "un");
+    PrintRate(what, dense_row.c_str(), dense_ms, flops, 0);
+    PrintRate(what, dq_row.c_str(), dq_ms, flops, 0);
+  }
   return true;
 }
 

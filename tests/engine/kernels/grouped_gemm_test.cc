@@ -49,8 +49,11 @@ class GroupedGemmTest : public testing::GpuTest {
 };
 
 // Which grouped kernel a run uses.
-enum class Path { kMma, kSm90 };
-const char* Name(Path p) { return p == Path::kMma ? "mma.sync" : "sm90"; }
+enum class Path { kMma, kSm90, kSm90Pingpong };
+const char* Name(Path p) {
+  return p == Path::kMma ? "mma.sync" : p == Path::kSm90 ? "sm90 cooperative" : "sm90 ping-pong";
+}
+constexpr Path kSm90Paths[] = {Path::kSm90, Path::kSm90Pingpong};
 
 // Output columns, input columns and the leading dimensions of x and y (wider than the rows).
 struct Dims {
@@ -174,11 +177,13 @@ absl::Status Launch(Path path, const bf16_t* x, const int32_t* offsets, const bf
                     const bf16_t* stacked = nullptr) {
   if (path == Path::kMma) return GroupedGemm<OutT>(x, offsets, table, shape, y, stream);
   const std::unique_ptr<DeviceArray<uint8_t>> ws = Sm90Workspace(shape.num_experts);
-  const absl::Status st = stacked != nullptr
-                              ? GroupedGemmSm90Stacked<OutT>(x, offsets, stacked, shape, y, ws->get(),
-                                                             static_cast<int64_t>(ws->size()), stream)
-                              : GroupedGemmSm90<OutT>(x, offsets, table, shape, y, ws->get(),
-                                                      static_cast<int64_t>(ws->size()), stream);
+  const GroupedGemmSm90Schedule schedule =
+      path == Path::kSm90 ? GroupedGemmSm90Schedule::kCooperative : GroupedGemmSm90Schedule::kPingpong;
+  const int64_t bytes = static_cast<int64_t>(ws->size());
+  const absl::Status st =
+      stacked != nullptr
+          ? GroupedGemmSm90Stacked<OutT>(x, offsets, stacked, shape, y, ws->get(), bytes, stream, schedule)
+          : GroupedGemmSm90<OutT>(x, offsets, table, shape, y, ws->get(), bytes, stream, schedule);
   // The workspace is freed on return: wait for the launches that read it.
   if (cudaStreamSynchronize(stream) != cudaSuccess) {
     return absl::InternalError(cudaGetErrorString(cudaGetLastError()));
@@ -203,7 +208,7 @@ std::vector<OutT> RunDense(cudaStream_t stream, const std::vector<float>& x,
 
 // The paths this device runs.
 std::vector<Path> Paths(bool sm90) {
-  if (sm90) return {Path::kMma, Path::kSm90};
+  if (sm90) return {Path::kMma, Path::kSm90, Path::kSm90Pingpong};
   std::printf("GroupedGemmSm90 not offered on this device / build: the mma.sync kernel only\n");
   return {Path::kMma};
 }
@@ -225,7 +230,7 @@ TEST_F(GroupedGemmTest, DenseMatchesReference) {
     const Expected ref = Reference(x, offsets, w, total, d);
     const DenseWeights dw = UploadDense(w);
     for (Path path : Paths(Sm90())) {
-      const Dims pd = path == Path::kSm90 ? Sm90Dims(d) : d;
+      const Dims pd = path != Path::kMma ? Sm90Dims(d) : d;
       const std::string what = std::string(Name(path)) + ", " + name;
       ExpectMatches(RunDense<float>(stream_, x, offsets, dw, rows, pd, path), ref, total, rows, false,
                     "grouped fp32 out, " + what, pd);
@@ -252,10 +257,13 @@ TEST_F(GroupedGemmTest, Sm90ManyExpertsMatchReference) {
   }
   const Expected ref = Reference(x, offsets, w, total, d);
   const DenseWeights dw = UploadDense(w);
-  ExpectMatches(RunDense<float>(stream_, x, offsets, dw, rows, d, Path::kSm90), ref, total, rows, false,
-                "sm90 fp32 out, 150 experts", d);
-  ExpectMatches(testing::FromBf16(RunDense<bf16_t>(stream_, x, offsets, dw, rows, d, Path::kSm90)), ref,
-                total, rows, true, "sm90 bf16 out, 150 experts", d);
+  for (Path path : kSm90Paths) {
+    const std::string what = std::string(Name(path)) + ", 150 experts";
+    ExpectMatches(RunDense<float>(stream_, x, offsets, dw, rows, d, path), ref, total, rows, false,
+                  "fp32 out, " + what, d);
+    ExpectMatches(testing::FromBf16(RunDense<bf16_t>(stream_, x, offsets, dw, rows, d, path)), ref, total,
+                  rows, true, "bf16 out, " + what, d);
+  }
 }
 
 TEST_F(GroupedGemmTest, RowsAreBatchInvariant) {
@@ -271,7 +279,7 @@ TEST_F(GroupedGemmTest, RowsAreBatchInvariant) {
   const DenseWeights dw = UploadDense(w);
   for (Path path : Paths(Sm90())) {
     SCOPED_TRACE(Name(path));
-    const Dims pd = path == Path::kSm90 ? Sm90Dims(d) : d;
+    const Dims pd = path != Path::kMma ? Sm90Dims(d) : d;
     std::vector<std::vector<float>> outs;
     const std::vector<std::vector<int32_t>> runs = {{3, 0, kRows, 1, 0}, {250, 17, kRows + 70, 0, 129}};
     for (const std::vector<int32_t>& counts : runs) {
@@ -423,21 +431,19 @@ TEST_F(GroupedGemmTest, Int4MatchesDequantizedDense) {
     std::vector<float> all_w;
     for (const std::vector<float>& we : w) all_w.insert(all_w.end(), we.begin(), we.end());
     EXPECT_EQ(testing::CountBitDifferences(stacked.Download(), testing::ToBf16(all_w)), 0);
-    if (Sm90()) {
+    for (Path path : kSm90Paths) {
+      if (!Sm90()) break;
       const Dims sd = Sm90Dims(d);
-      const std::vector<float> ys =
-          RunDense<float>(stream_, x, offsets, dw, rows, sd, Path::kSm90, stacked.get());
+      const std::string what = std::string(Name(path)) + " stacked, " + c.name;
+      const std::vector<float> ys = RunDense<float>(stream_, x, offsets, dw, rows, sd, path, stacked.get());
       const std::vector<bf16_t> ysb =
-          RunDense<bf16_t>(stream_, x, offsets, dw, rows, sd, Path::kSm90, stacked.get());
-      ExpectMatches(ys, ref, total, rows, false, std::string("sm90 stacked fp32 out, ") + c.name, sd);
-      ExpectMatches(testing::FromBf16(ysb), ref, total, rows, true,
-                    std::string("sm90 stacked bf16 out, ") + c.name, sd);
-      EXPECT_EQ(
-          testing::CountBitDifferences(ys, RunDense<float>(stream_, x, offsets, dw, rows, sd, Path::kSm90)),
-          0);
-      EXPECT_EQ(
-          testing::CountBitDifferences(ysb, RunDense<bf16_t>(stream_, x, offsets, dw, rows, sd, Path::kSm90)),
-          0);
+          RunDense<bf16_t>(stream_, x, offsets, dw, rows, sd, path, stacked.get());
+      ExpectMatches(ys, ref, total, rows, false, "fp32 out, " + what, sd);
+      ExpectMatches(testing::FromBf16(ysb), ref, total, rows, true, "bf16 out, " + what, sd);
+      EXPECT_EQ(testing::CountBitDifferences(ys, RunDense<float>(stream_, x, offsets, dw, rows, sd, path)),
+                0);
+      EXPECT_EQ(testing::CountBitDifferences(ysb, RunDense<bf16_t>(stream_, x, offsets, dw, rows, sd, path)),
+                0);
     }
     DeviceArray<bf16_t> d_x(testing::ToBf16(x));
     DeviceArray<int32_t> d_off(offsets);
