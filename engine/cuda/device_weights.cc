@@ -655,9 +655,10 @@ class DeviceModelLoader {
       return new std::string(env != nullptr ? env : "");
     }();
     if (choice->empty() || *choice == "cooperative") return kernels::GroupedGemmSm90Schedule::kCooperative;
+    if (*choice == "cooperative2x1") return kernels::GroupedGemmSm90Schedule::kCooperative2x1;
     if (*choice == "pingpong") return kernels::GroupedGemmSm90Schedule::kPingpong;
-    return absl::InvalidArgumentError(
-        absl::StrCat("SCORED_MOE_SM90_SCHEDULE='", *choice, "': expected cooperative or pingpong"));
+    return absl::InvalidArgumentError(absl::StrCat("SCORED_MOE_SM90_SCHEDULE='", *choice,
+                                                   "': expected cooperative, cooperative2x1 or pingpong"));
   }
 
   // GroupedExperts::path for a layer whose experts are grouped (SCORED_MOE_GEMM, the device, the shapes).

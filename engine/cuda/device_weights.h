@@ -158,8 +158,8 @@ class DeviceLinear {
 //   sm90_dequant  as sm90, and 4-bit experts dequantized into Activations::moe_grouped_stacked (one
 //                 DequantizeGroupedInt4 per GEMM) then GroupedGemmSm90Stacked.
 // Elsewhere (no sm_90a) every path falls back to kMma. SCORED_MOE_SM90_SCHEDULE=cooperative (default) |
-// pingpong picks GroupedGemmSm90's schedule (sm90_schedule). An unknown value of either fails the load
-// (INVALID_ARGUMENT).
+// cooperative2x1 | pingpong picks GroupedGemmSm90's schedule (sm90_schedule). An unknown value of either
+// fails the load (INVALID_ARGUMENT).
 enum class GroupedGemmPath {
   kMma,         // GroupedGemm / GroupedGemmInt4
   kSm90,        // GroupedGemmSm90 over the dense tables

@@ -104,8 +104,9 @@ absl::Status GroupedGemmInt4(const bf16_t* x,                   // [rows, ldx]
 // ---------------------------------------------------------------- Hopper (sm_90a): grouped_gemm_sm90.cu
 // The dense GroupedGemm's contract (same y, same fp32 accumulation and one rounding, bitwise batch-invariant:
 // each output tile is one CTA's with k ascending, no split-K / stream-K) on CUTLASS 3's SM90 ptr-array
-// grouped GEMM (TMA, wgmma, a persistent grid; schedule: cooperative 128 x 256 x 64 tiles or ping-pong
-// 128 x 128 x 64 ones, each batch-invariant, not bitwise equal to each other). The problem shapes stay on the
+// grouped GEMM (TMA, wgmma, a persistent grid; schedule: cooperative 128 x 256 x 64 tiles, the same in
+// 2-CTA clusters along m, or ping-pong 128 x 128 x 64 ones: each batch-invariant, the two cooperative ones
+// bitwise equal, ping-pong not bitwise theirs). The problem shapes stay on the
 // device: a small kernel writes each expert's {m_e, n, k}, pointers and strides into `workspace`, then the
 // GEMM launches (two launches, no host synchronization; the workspace must stay untouched until both ran, so
 // calls sharing one workspace go on one stream).
@@ -118,7 +119,7 @@ absl::Status GroupedGemmInt4(const bf16_t* x,                   // [rows, ldx]
 // at least GroupedGemmSm90WorkspaceBytes(num_experts) bytes. FAILED_PRECONDITION where
 // !GroupedGemmSm90Supported(device) (not an sm_90 device, or a build without 90a).
 
-enum class GroupedGemmSm90Schedule { kCooperative, kPingpong };
+enum class GroupedGemmSm90Schedule { kCooperative, kCooperative2x1, kPingpong };
 
 // Whether `device` runs the sm_90a kernels (an sm_90 device and this build's 90a cubin loaded).
 bool GroupedGemmSm90Supported(int device);

@@ -35,6 +35,7 @@ namespace {
 
 using cute::_1;
 using cute::_128;
+using cute::_2;
 using cute::_256;
 using cute::_64;
 using cute::Shape;
@@ -42,18 +43,24 @@ using cute::Shape;
 using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // {m_e, n, k} per expert
 using UnderlyingShape = ProblemShape::UnderlyingProblemShape;
 
-// 64-column k slices (one 128-byte swizzle row of bf16), no clusters (a small expert's tile never waits for
-// a partner CTA). Cooperative: 128 x 256 output tiles, both consumer warp groups on one (64 x 256 each).
-// Ping-pong: 128 x 128 tiles, the two consumer warp groups on alternate tiles, one's epilogue overlapping the
-// other's math (short k loops: the down GEMM's k 768 is 12 slices).
-using ClusterShape = Shape<_1, _1, _1>;
+// 64-column k slices (one 128-byte swizzle row of bf16). Cooperative: 128 x 256 output tiles, both consumer
+// warp groups on one (64 x 256 each); without clusters (a small expert's tile never waits for a partner CTA)
+// or in clusters of two CTAs along m, which share each weight tile's load (TMA multicast: half the weight
+// traffic from L2; an expert's odd last row tile pairs with an empty one). Ping-pong: 128 x 128 tiles, no
+// clusters, the two consumer warp groups on alternate tiles, one's epilogue overlapping the other's math
+// (short k loops: the down GEMM's k 768 is 12 slices).
 struct Cooperative {
   using TileShape = Shape<_128, _256, _64>;
+  using ClusterShape = Shape<_1, _1, _1>;
   using MainloopSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
 };
+struct Cooperative2x1 : Cooperative {
+  using ClusterShape = Shape<_2, _1, _1>;
+};
 struct Pingpong {
   using TileShape = Shape<_128, _128, _64>;
+  using ClusterShape = Shape<_1, _1, _1>;
   using MainloopSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
@@ -61,6 +68,7 @@ struct Pingpong {
 template <typename OutT, typename Config>
 struct Sm90Grouped {
   using TileShape = typename Config::TileShape;
+  using ClusterShape = typename Config::ClusterShape;
   using MainloopSchedule = typename Config::MainloopSchedule;
   using EpilogueSchedule = typename Config::EpilogueSchedule;
   using ElementD = std::conditional_t<std::is_same_v<OutT, float>, float, cutlass::bfloat16_t>;
@@ -317,6 +325,9 @@ absl::Status RunSm90(const bf16_t* x, const int32_t* offsets, const bf16_t* cons
     case GroupedGemmSm90Schedule::kCooperative:
       return RunSm90<OutT, Cooperative>(x, offsets, weights, stacked, shape, y, workspace, workspace_bytes,
                                         stream);
+    case GroupedGemmSm90Schedule::kCooperative2x1:
+      return RunSm90<OutT, Cooperative2x1>(x, offsets, weights, stacked, shape, y, workspace, workspace_bytes,
+                                           stream);
     case GroupedGemmSm90Schedule::kPingpong:
       return RunSm90<OutT, Pingpong>(x, offsets, weights, stacked, shape, y, workspace, workspace_bytes,
                                      stream);
@@ -360,6 +371,8 @@ int64_t GroupedGemmSm90WorkspaceBytes(int64_t num_experts) {
   const int sm_count = std::max(SmCount(device), 132);
   return std::max({WorkspaceBytesFor<Sm90Grouped<bf16_t, Cooperative>>(num_experts, device, sm_count),
                    WorkspaceBytesFor<Sm90Grouped<float, Cooperative>>(num_experts, device, sm_count),
+                   WorkspaceBytesFor<Sm90Grouped<bf16_t, Cooperative2x1>>(num_experts, device, sm_count),
+                   WorkspaceBytesFor<Sm90Grouped<float, Cooperative2x1>>(num_experts, device, sm_count),
                    WorkspaceBytesFor<Sm90Grouped<bf16_t, Pingpong>>(num_experts, device, sm_count),
                    WorkspaceBytesFor<Sm90Grouped<float, Pingpong>>(num_experts, device, sm_count)});
 }

@@ -31,10 +31,11 @@
 //              weight (e + 1)^-1: the largest expert gets ~24k rows, the smallest ~190); next to them, in the
 //              same run, one dense cuBLASLt GEMM (engine/cuda/gemm.h, pinned algorithm, no split-K) of the
 //              same total FLOPs: 131072 x n x k. Where the device offers GroupedGemmSm90 (sm_90a), its rows
-//              too, for its cooperative (co) and ping-pong (pp) schedules: "sm90co" / "sm90pp" (dense bf16
-//              experts), "w4 dq+co" / "w4 dq+pp" (DequantizeGroupedInt4 of all 128 experts into a stacked
-//              bf16 buffer, then GroupedGemmSm90Stacked: the engine's sm90_dequant path per GEMM; TFLOP/s
-//              of the pair) and "dequant only" (GB/s: packed words and scales read, bf16 written).
+//              too, for its cooperative (co), cooperative 2x1-cluster (c2) and ping-pong (pp) schedules:
+//              "sm90co" etc. (dense bf16 experts), "w4 dq+co" etc. (DequantizeGroupedInt4 of all 128 experts
+//              into a stacked bf16 buffer, then GroupedGemmSm90Stacked: the engine's sm90_dequant path per
+//              GEMM; TFLOP/s of the pair) and "dequant only" (GB/s: packed words and scales read, bf16
+//              written).
 // Inputs are pseudo-random (a fixed 16 Mi-value block, repeated), bf16-representable.
 // Exit status 1 when a launch fails or no CUDA device is visible.
 #include <cuda_runtime_api.h>
@@ -428,8 +429,11 @@ bool BenchGroupedSm90(cudaStream_t stream, int reps, Buffer<bf16_t>& x, Buffer<i
   const double weights = static_cast<double>(shape.num_experts) * shape.n * shape.k;
   if (!skewed) PrintRate(what, "dequant only", dequant_ms, 0, weights / 2 + weights / 128 * 2 + weights * 2);
   for (const GroupedGemmSm90Schedule schedule :
-       {GroupedGemmSm90Schedule::kCooperative, GroupedGemmSm90Schedule::kPingpong}) {
-    const bool coop = schedule == GroupedGemmSm90Schedule::kCooperative;
+       {GroupedGemmSm90Schedule::kCooperative, GroupedGemmSm90Schedule::kCooperative2x1,
+        GroupedGemmSm90Schedule::kPingpong}) {
+    const char* tag = schedule == GroupedGemmSm90Schedule::kCooperative      ? "co"
+                      : schedule == GroupedGemmSm90Schedule::kCooperative2x1 ? "c2"
+                                                                             : "pp";
     const float dense_ms = MedianMs(
         stream,
         [&] {
@@ -452,8 +456,8 @@ bool BenchGroupedSm90(cudaStream_t stream, int reps, Buffer<bf16_t>& x, Buffer<i
         },
         reps);
     if (dense_ms <= 0 || dq_ms <= 0) return false;
-    const std::string dense_row = std::string(coop ? "sm90co " : "sm90pp ") + (skewed ? "skewed" : "unif.");
-    const std::string dq_row = std::string(coop ? "w4 dq+co " : "w4 dq+pp ") + (skewed ? "sk" : "un");
+    const std::string dense_row = std::string("sm90") + tag + (skewed ? " skewed" : " unif.");
+    const std::string dq_row = std::string("w4 dq+") + tag + (skewed ? " sk" : " un");
     PrintRate(what, dense_row.c_str(), dense_ms, flops, 0);
     PrintRate(what, dq_row.c_str(), dq_ms, flops, 0);
   }

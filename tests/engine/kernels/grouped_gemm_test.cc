@@ -49,11 +49,21 @@ class GroupedGemmTest : public testing::GpuTest {
 };
 
 // Which grouped kernel a run uses.
-enum class Path { kMma, kSm90, kSm90Pingpong };
+enum class Path { kMma, kSm90, kSm90Cluster, kSm90Pingpong };
 const char* Name(Path p) {
-  return p == Path::kMma ? "mma.sync" : p == Path::kSm90 ? "sm90 cooperative" : "sm90 ping-pong";
+  switch (p) {
+    case Path::kMma:
+      return "mma.sync";
+    case Path::kSm90:
+      return "sm90 cooperative";
+    case Path::kSm90Cluster:
+      return "sm90 cooperative 2x1";
+    case Path::kSm90Pingpong:
+      return "sm90 ping-pong";
+  }
+  return "?";
 }
-constexpr Path kSm90Paths[] = {Path::kSm90, Path::kSm90Pingpong};
+constexpr Path kSm90Paths[] = {Path::kSm90, Path::kSm90Cluster, Path::kSm90Pingpong};
 
 // Output columns, input columns and the leading dimensions of x and y (wider than the rows).
 struct Dims {
@@ -177,8 +187,10 @@ absl::Status Launch(Path path, const bf16_t* x, const int32_t* offsets, const bf
                     const bf16_t* stacked = nullptr) {
   if (path == Path::kMma) return GroupedGemm<OutT>(x, offsets, table, shape, y, stream);
   const std::unique_ptr<DeviceArray<uint8_t>> ws = Sm90Workspace(shape.num_experts);
-  const GroupedGemmSm90Schedule schedule =
-      path == Path::kSm90 ? GroupedGemmSm90Schedule::kCooperative : GroupedGemmSm90Schedule::kPingpong;
+  const GroupedGemmSm90Schedule schedule = path == Path::kSm90 ? GroupedGemmSm90Schedule::kCooperative
+                                           : path == Path::kSm90Cluster
+                                               ? GroupedGemmSm90Schedule::kCooperative2x1
+                                               : GroupedGemmSm90Schedule::kPingpong;
   const int64_t bytes = static_cast<int64_t>(ws->size());
   const absl::Status st =
       stacked != nullptr
@@ -208,7 +220,7 @@ std::vector<OutT> RunDense(cudaStream_t stream, const std::vector<float>& x,
 
 // The paths this device runs.
 std::vector<Path> Paths(bool sm90) {
-  if (sm90) return {Path::kMma, Path::kSm90, Path::kSm90Pingpong};
+  if (sm90) return {Path::kMma, Path::kSm90, Path::kSm90Cluster, Path::kSm90Pingpong};
   std::printf("GroupedGemmSm90 not offered on this device / build: the mma.sync kernel only\n");
   return {Path::kMma};
 }
@@ -257,13 +269,16 @@ TEST_F(GroupedGemmTest, Sm90ManyExpertsMatchReference) {
   }
   const Expected ref = Reference(x, offsets, w, total, d);
   const DenseWeights dw = UploadDense(w);
+  std::vector<std::vector<float>> fp32_outs;
   for (Path path : kSm90Paths) {
     const std::string what = std::string(Name(path)) + ", 150 experts";
-    ExpectMatches(RunDense<float>(stream_, x, offsets, dw, rows, d, path), ref, total, rows, false,
-                  "fp32 out, " + what, d);
+    fp32_outs.push_back(RunDense<float>(stream_, x, offsets, dw, rows, d, path));
+    ExpectMatches(fp32_outs.back(), ref, total, rows, false, "fp32 out, " + what, d);
     ExpectMatches(testing::FromBf16(RunDense<bf16_t>(stream_, x, offsets, dw, rows, d, path)), ref, total,
                   rows, true, "bf16 out, " + what, d);
   }
+  // The clusters only share loads: the same tiles, the same k order, bitwise the same results.
+  EXPECT_EQ(testing::CountBitDifferences(fp32_outs[0], fp32_outs[1]), 0);
 }
 
 TEST_F(GroupedGemmTest, RowsAreBatchInvariant) {
