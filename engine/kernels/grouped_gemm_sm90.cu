@@ -1,9 +1,9 @@
 // The Hopper grouped expert GEMM of kernels/grouped_gemm.h (GroupedGemmSm90): CUTLASS 3's SM90 ptr-array
 // grouped GEMM (TMA loads whose descriptors the kernel rewrites per expert, wgmma bf16 x bf16 -> fp32,
-// warp-specialized cooperative consumers, a persistent grid over every expert's tiles) with the problem
-// shapes only on the device: a one-block kernel first writes, per expert, the arrays CUTLASS reads (its {m_e,
-// n, k} from the device offsets, the A / B / D pointers, the strides) into the caller's workspace, so nothing
-// is read back to the host and the pair can be captured in a CUDA graph.
+// warp-specialized cooperative or ping-pong consumers, a persistent grid over every expert's tiles) with the
+// problem shapes only on the device: a small kernel (a thread per expert) first writes the arrays CUTLASS
+// reads (its {m_e, n, k} from the device offsets, the A / B / D pointers, the strides) into the caller's
+// workspace, so nothing is read back to the host and the pair can be captured in a CUDA graph.
 //
 // Batch invariance: GroupProblemShape kernels have no split-K or stream-K (PersistentTileSchedulerSm90Group
 // hands out whole output tiles): each output tile is one CTA's, its k loop is the tiles in ascending order,
@@ -204,38 +204,43 @@ __global__ void FillTablesKernel(const bf16_t* x, const int32_t* __restrict__ of
   reinterpret_cast<typename G::StrideD*>(workspace + t.stride_d)[e] = stride_d;
 }
 
-// One thread per packed word (8 weights) of row o of expert e: stacked[e, o, 8 c .. 8 c + 8), the 4-bit
-// decode of GroupedGemmInt4 (dequant_decode.cuh's PackedIntValue rounded to nearest even bf16).
+// One block per row (expert e's row o) at a time, a thread per packed word (8 weights) of it:
+// stacked[e, o, 8 c .. 8 c + 8), the 4-bit decode of GroupedGemmInt4 (dequant_decode.cuh's PackedIntValue
+// rounded to nearest even bf16). The row's part, scales and zero points are the block's; one 64-bit division
+// a row, none a word.
 __global__ void DequantizeGroupedInt4Kernel(const GroupedInt4Expert* __restrict__ experts,
                                             const GroupedInt4Format f, int64_t num_experts, int64_t n,
                                             int64_t k, bf16_t* __restrict__ stacked) {
-  const int64_t words = k / 8, total = num_experts * n * words;
+  const int words = static_cast<int>(k / 8);
   const int64_t scale_cols = f.group_size > 0 ? k / f.group_size : 1;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t c = i % words, row = i / words, e = row / n, o = row % n;
+  for (int64_t row = blockIdx.x; row < num_experts * n; row += gridDim.x) {
+    const int64_t e = row / n, o = row - e * n;
     const GroupedInt4Expert& ex = experts[e];
     const bool second = o >= ex.split;
     const GroupedInt4Part& part = second ? ex.parts[1] : ex.parts[0];
     const int64_t local = second ? o - ex.split : o;
-    const int64_t g = f.group_size > 0 ? c * 8 / f.group_size : 0;
-    const float scale = FloatAt(part.scale, f.scale_dtype, local * scale_cols + g);
-    int32_t zp = 8;
-    if (!f.symmetric) {
-      const uint32_t z = static_cast<uint32_t>(part.zero_point[(local >> 3) * scale_cols + g]);
-      zp = static_cast<int32_t>((z >> ((local & 7) * 4)) & 0xfu);
-    }
-    const uint32_t word = static_cast<uint32_t>(part.packed[local * words + c]);
-    uint32_t out[4];
+    const int32_t* const packed = part.packed + local * words;
+    uint4* const out_row = reinterpret_cast<uint4*>(stacked + row * k);
+    for (int c = threadIdx.x; c < words; c += blockDim.x) {
+      const int64_t g = f.group_size > 0 ? c * 8 / static_cast<int>(f.group_size) : 0;
+      const float scale = FloatAt(part.scale, f.scale_dtype, local * scale_cols + g);
+      int32_t zp = 8;
+      if (!f.symmetric) {
+        const uint32_t z = static_cast<uint32_t>(part.zero_point[(local >> 3) * scale_cols + g]);
+        zp = static_cast<int32_t>((z >> ((local & 7) * 4)) & 0xfu);
+      }
+      const uint32_t word = static_cast<uint32_t>(packed[c]);
+      uint32_t out[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int32_t u0 = static_cast<int32_t>((word >> (8 * j)) & 0xfu);
-      const int32_t u1 = static_cast<int32_t>((word >> (8 * j + 4)) & 0xfu);
-      const __nv_bfloat162 pair =
-          __floats2bfloat162_rn(PackedIntValue(u0, zp, scale), PackedIntValue(u1, zp, scale));
-      out[j] = *reinterpret_cast<const uint32_t*>(&pair);
+      for (int j = 0; j < 4; ++j) {
+        const int32_t u0 = static_cast<int32_t>((word >> (8 * j)) & 0xfu);
+        const int32_t u1 = static_cast<int32_t>((word >> (8 * j + 4)) & 0xfu);
+        const __nv_bfloat162 pair =
+            __floats2bfloat162_rn(PackedIntValue(u0, zp, scale), PackedIntValue(u1, zp, scale));
+        out[j] = *reinterpret_cast<const uint32_t*>(&pair);
+      }
+      out_row[c] = make_uint4(out[0], out[1], out[2], out[3]);
     }
-    *reinterpret_cast<uint4*>(stacked + row * k + c * 8) = make_uint4(out[0], out[1], out[2], out[3]);
   }
 }
 
@@ -409,9 +414,8 @@ absl::Status DequantizeGroupedInt4(const GroupedInt4Expert* experts, const Group
                                                    " k ", k, " group ", format.group_size,
                                                    " (or a stacked buffer not 16-byte aligned)"));
   }
-  constexpr int kThreads = 256;
-  const int64_t total = num_experts * n * (k / 8);
-  const int blocks = static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, 65535 * 8));
+  constexpr int kThreads = 128;  // >= k / 8 words for k <= 1024; longer rows loop
+  const int blocks = static_cast<int>(std::min<int64_t>(num_experts * n, int64_t{1} << 30));
   DequantizeGroupedInt4Kernel<<<blocks, kThreads, 0, stream>>>(experts, format, num_experts, n, k, stacked);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("DequantizeGroupedInt4 launch failed: ", cudaGetErrorString(e)));
