@@ -497,9 +497,9 @@ class ForwardPass {
         if (acts_->moe_grouped_stacked.bytes() < shape.num_experts * shape.n * shape.k * 2) {
           return absl::InternalError("the dequantized experts' scratch is smaller than the layer's experts");
         }
-        SCORED_RETURN_IF_ERROR(kernels::DequantizeGroupedInt4(table.as<kernels::GroupedInt4Expert>(), format,
-                                                              shape.num_experts, shape.n, shape.k, stacked,
-                                                              stream_));
+        SCORED_RETURN_IF_ERROR(kernels::DequantizeGroupedInt4(
+            table.as<kernels::GroupedInt4Expert>(), acts_->moe_offsets.as<int32_t>(), format,
+            shape.num_experts, shape.n, shape.k, stacked, stream_));
         return kernels::GroupedGemmSm90Stacked<OutT>(x, acts_->moe_offsets.as<int32_t>(), stacked, shape, y,
                                                      ws, ws_bytes, stream_, g.sm90_schedule);
       }

@@ -148,9 +148,12 @@ absl::Status GroupedGemmSm90Stacked(const bf16_t* x,  // [rows, ldx]
                                     GroupedGemmSm90Schedule schedule = GroupedGemmSm90Schedule::kCooperative);
 
 // Every expert's 4-bit weight decoded into stacked [num_experts, n, k] bf16 (row-major, 16-byte aligned):
-// bitwise the values GroupedGemmInt4 multiplies (and kernels::Dequantize writes). One launch; any device
-// GroupedGemmInt4 runs on. Same limits on n, k, group_size and the tables as GroupedGemmInt4.
+// bitwise the values GroupedGemmInt4 multiplies (and kernels::Dequantize writes). With offsets (GroupedGemm's
+// [num_experts + 1] device row offsets), experts without rows are skipped (their slices left as they were:
+// the grouped GEMM reads none of them); nullptr decodes all. One launch; any device GroupedGemmInt4 runs on.
+// Same limits on n, k, group_size and the tables as GroupedGemmInt4.
 absl::Status DequantizeGroupedInt4(const GroupedInt4Expert* experts,  // [num_experts] device array
+                                   const int32_t* offsets,            // [num_experts + 1] device, or nullptr
                                    const GroupedInt4Format& format, int64_t num_experts, int64_t n, int64_t k,
                                    bf16_t* stacked, cudaStream_t stream);
 

@@ -207,14 +207,16 @@ __global__ void FillTablesKernel(const bf16_t* x, const int32_t* __restrict__ of
 // One block per row (expert e's row o) at a time, a thread per packed word (8 weights) of it:
 // stacked[e, o, 8 c .. 8 c + 8), the 4-bit decode of GroupedGemmInt4 (dequant_decode.cuh's PackedIntValue
 // rounded to nearest even bf16). The row's part, scales and zero points are the block's; one 64-bit division
-// a row, none a word.
+// a row, none a word. Experts without rows (offsets, where given) are skipped.
 __global__ void DequantizeGroupedInt4Kernel(const GroupedInt4Expert* __restrict__ experts,
-                                            const GroupedInt4Format f, int64_t num_experts, int64_t n,
-                                            int64_t k, bf16_t* __restrict__ stacked) {
+                                            const int32_t* __restrict__ offsets, const GroupedInt4Format f,
+                                            int64_t num_experts, int64_t n, int64_t k,
+                                            bf16_t* __restrict__ stacked) {
   const int words = static_cast<int>(k / 8);
   const int64_t scale_cols = f.group_size > 0 ? k / f.group_size : 1;
   for (int64_t row = blockIdx.x; row < num_experts * n; row += gridDim.x) {
     const int64_t e = row / n, o = row - e * n;
+    if (offsets != nullptr && offsets[e] == offsets[e + 1]) continue;
     const GroupedInt4Expert& ex = experts[e];
     const bool second = o >= ex.split;
     const GroupedInt4Part& part = second ? ex.parts[1] : ex.parts[0];
@@ -399,9 +401,9 @@ absl::Status GroupedGemmSm90Stacked(const bf16_t* x, const int32_t* offsets, con
   return RunSm90<OutT>(x, offsets, nullptr, stacked, shape, y, workspace, workspace_bytes, schedule, stream);
 }
 
-absl::Status DequantizeGroupedInt4(const GroupedInt4Expert* experts, const GroupedInt4Format& format,
-                                   int64_t num_experts, int64_t n, int64_t k, bf16_t* stacked,
-                                   cudaStream_t stream) {
+absl::Status DequantizeGroupedInt4(const GroupedInt4Expert* experts, const int32_t* offsets,
+                                   const GroupedInt4Format& format, int64_t num_experts, int64_t n, int64_t k,
+                                   bf16_t* stacked, cudaStream_t stream) {
   if (experts == nullptr || stacked == nullptr) {
     return absl::InvalidArgumentError("DequantizeGroupedInt4: null pointer");
   }
@@ -416,7 +418,8 @@ absl::Status DequantizeGroupedInt4(const GroupedInt4Expert* experts, const Group
   }
   constexpr int kThreads = 128;  // >= k / 8 words for k <= 1024; longer rows loop
   const int blocks = static_cast<int>(std::min<int64_t>(num_experts * n, int64_t{1} << 30));
-  DequantizeGroupedInt4Kernel<<<blocks, kThreads, 0, stream>>>(experts, format, num_experts, n, k, stacked);
+  DequantizeGroupedInt4Kernel<<<blocks, kThreads, 0, stream>>>(experts, offsets, format, num_experts, n, k,
+                                                               stacked);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("DequantizeGroupedInt4 launch failed: ", cudaGetErrorString(e)));
   }

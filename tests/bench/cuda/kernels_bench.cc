@@ -421,8 +421,8 @@ bool BenchGroupedSm90(cudaStream_t stream, int reps, Buffer<bf16_t>& x, Buffer<i
   Buffer<bf16_t> stacked(shape.num_experts * shape.n * shape.k);
   if (!stacked.ok()) return false;
   const auto dequant = [&] {
-    return DequantizeGroupedInt4(expert_table.get(), format, shape.num_experts, shape.n, shape.k,
-                                 stacked.get(), stream);
+    return DequantizeGroupedInt4(expert_table.get(), offsets.get(), format, shape.num_experts, shape.n,
+                                 shape.k, stacked.get(), stream);
   };
   const float dequant_ms = MedianMs(stream, dequant, reps);
   if (dequant_ms <= 0) return false;

@@ -442,10 +442,24 @@ TEST_F(GroupedGemmTest, Int4MatchesDequantizedDense) {
     // Every expert decoded at once into [E, n, k] (the sm90_dequant path's weights): the host decode,
     // bitwise; the Hopper kernel over them: the reference, and bitwise itself over the same values as tables.
     DeviceArray<bf16_t> stacked(experts * d.n * d.k);
-    ASSERT_TRUE(DequantizeGroupedInt4(d_table.get(), format, experts, d.n, d.k, stacked.get(), stream_).ok());
+    ASSERT_TRUE(
+        DequantizeGroupedInt4(d_table.get(), nullptr, format, experts, d.n, d.k, stacked.get(), stream_)
+            .ok());
     std::vector<float> all_w;
     for (const std::vector<float>& we : w) all_w.insert(all_w.end(), we.begin(), we.end());
     EXPECT_EQ(testing::CountBitDifferences(stacked.Download(), testing::ToBf16(all_w)), 0);
+    {  // with the offsets: expert 0 (no rows) left as it was (the poison), the others decoded
+      DeviceArray<int32_t> d_offsets(offsets);
+      DeviceArray<bf16_t> skipping(experts * d.n * d.k);
+      skipping.Poison();
+      ASSERT_TRUE(DequantizeGroupedInt4(d_table.get(), d_offsets.get(), format, experts, d.n, d.k,
+                                        skipping.get(), stream_)
+                      .ok());
+      std::vector<bf16_t> want = testing::ToBf16(all_w);
+      std::fill(want.begin(), want.begin() + d.n * d.k, bf16_t{0xFFFF});
+      ASSERT_EQ(kCounts[0], 0);
+      EXPECT_EQ(testing::CountBitDifferences(skipping.Download(), want), 0);
+    }
     for (Path path : kSm90Paths) {
       if (!Sm90()) break;
       const Dims sd = Sm90Dims(d);
