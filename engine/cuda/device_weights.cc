@@ -669,7 +669,7 @@ class DeviceModelLoader {
       const char* env = std::getenv("SCORED_MOE_GEMM");
       return new std::string(env != nullptr ? env : "");
     }();
-    const bool dequant = *choice == "sm90_dequant";
+    const bool dequant = choice->empty() || *choice == "sm90_dequant";  // the default
     if (*choice == "mma") return GroupedGemmPath::kMma;
     if (!choice->empty() && *choice != "sm90" && !dequant) {
       return absl::InvalidArgumentError(
