@@ -7,6 +7,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/cuda/row_chunks.h"
 #include "engine/kernels/cuda_check.h"
+#include "engine/kernels/grouped_gemm.h"
 #include "engine/kernels/logprob.h"
 #include "engine/kernels/reference_compare.h"
 #include "engine/kernels/rope.h"
@@ -25,6 +26,8 @@ enum class When {
   kMoe,             // a mixture-of-experts model (ModelConfig::moe())
   kMoeShared,       // one with a shared expert
   kMoeGrouped,      // one with a layer whose experts run as grouped GEMMs (DeviceMoe::grouped)
+  kMoeSm90,         // one whose grouped GEMMs run GroupedGemmSm90 (GroupedExperts::path kSm90 / kSm90Dequant)
+  kMoeSm90Dequant,  // one whose 4-bit experts are dequantized for it (kSm90Dequant)
 };
 
 // One buffer of Activations: bytes = per_token * max_tokens + per_logits_row * LogitsRows(shape, max_tokens)
@@ -47,8 +50,10 @@ struct TableShape {
   int tp_size = 1;
   const ModelConfig* reference = nullptr;  // R's config, or null
   bool moe = false,
-       moe_shared = false;   // the model's or its reference's (ModelConfig::moe(), a shared expert)
-  bool moe_grouped = false;  // the model or its reference has grouped experts (DeviceMoe::grouped)
+       moe_shared = false;        // the model's or its reference's (ModelConfig::moe(), a shared expert)
+  bool moe_grouped = false;       // the model or its reference has grouped experts (DeviceMoe::grouped)
+  bool moe_sm90 = false;          // ... some on the Hopper kernel (GroupedExperts::path != kMma)
+  bool moe_sm90_dequant = false;  // ... some dequantized for it (kSm90Dequant)
 };
 
 // Rows of the logits chunk: kLmHeadChunkTokens (cuBLASLt runs a 128k-vocabulary lm_head near its peak there),
@@ -132,6 +137,10 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
        top * std::max(hidden, moe_inter) * 2},
       {&A::moe_grouped_gate_up, "the grouped experts' gate|up rows", kGrouped, top * 2 * moe_inter * 2},
       {&A::moe_grouped_out, "the grouped experts' output rows", kGrouped, top * hidden * 4},
+      {&A::moe_grouped_workspace, "the sm90 grouped GEMM's workspace", When::kMoeSm90, 0, 0,
+       s.moe_sm90 ? kernels::GroupedGemmSm90WorkspaceBytes(experts) : 0},
+      {&A::moe_grouped_stacked, "the dequantized experts of one grouped GEMM", When::kMoeSm90Dequant, 0, 0,
+       experts * 2 * moe_inter * hidden * 2},
       {&A::logits, "the fp32 logits chunk", kAll, 0, c.vocab_size * 4},
       {&A::tokens, "token ids", kAll, 4},
       {&A::positions, "positions", kAll, 4},
@@ -181,20 +190,27 @@ bool Exists(const BufferRow& row, const TableShape& s) {
       return s.moe_shared;
     case When::kMoeGrouped:
       return s.moe_grouped;
+    case When::kMoeSm90:
+      return s.moe_sm90;
+    case When::kMoeSm90Dequant:
+      return s.moe_sm90_dequant;
   }
   return false;
 }
 
-bool HasGroupedExperts(const DeviceModel& model) {
+// Sets s's grouped-expert flags for the model's sparse layers (or-ed into what is there).
+void AddGroupedExperts(const DeviceModel& model, TableShape* s) {
   for (const DeviceLayer& layer : model.layers) {
-    if (layer.sparse && layer.moe.grouped.enabled) return true;
+    if (!layer.sparse || !layer.moe.grouped.enabled) continue;
+    s->moe_grouped = true;
+    s->moe_sm90 = s->moe_sm90 || layer.moe.grouped.path != GroupedGemmPath::kMma;
+    s->moe_sm90_dequant = s->moe_sm90_dequant || layer.moe.grouped.path == GroupedGemmPath::kSm90Dequant;
   }
-  return false;
 }
 
 TableShape ShapeOf(const DeviceModel& model, int tp_size, const ReferenceModel* reference) {
   TableShape s;
-  s.moe_grouped = HasGroupedExperts(model);
+  AddGroupedExperts(model, &s);
   s.dtype = model.dtype;
   s.max_scratch_elements = model.max_scratch_elements;
   s.max_fp8_in_features = model.max_fp8_in_features;
@@ -204,7 +220,7 @@ TableShape ShapeOf(const DeviceModel& model, int tp_size, const ReferenceModel* 
     if (reference->model != nullptr) {
       s.max_scratch_elements = std::max(s.max_scratch_elements, reference->model->max_scratch_elements);
       s.max_fp8_in_features = std::max(s.max_fp8_in_features, reference->model->max_fp8_in_features);
-      s.moe_grouped = s.moe_grouped || HasGroupedExperts(*reference->model);
+      AddGroupedExperts(*reference->model, &s);
     }
   }
   return s;

@@ -82,7 +82,13 @@ struct Activations {
                                      // rows, then (gate|up has read them) the SwiGLU output
   DeviceBuffer moe_grouped_gate_up;  // [max_tokens * k, 2 moe_inter] bf16
   DeviceBuffer moe_grouped_out;      // [max_tokens * k, hidden_size] fp32: every expert's output rows
-  DeviceBuffer logits;               // [logits_rows, vocab_size] fp32
+  // Where a layer's grouped GEMMs run GroupedGemmSm90 (GroupedExperts::path): its workspace
+  // (GroupedGemmSm90WorkspaceBytes(E): the per-expert argument arrays and CUTLASS's tensor maps; the layer's
+  // GEMMs reuse it one after another on the forward's stream), and for kSm90Dequant the 4-bit experts of one
+  // GEMM dequantized: [E, 2 moe_inter, hidden] bf16 (the larger of gate|up's and down's [E, n, k]).
+  DeviceBuffer moe_grouped_workspace;
+  DeviceBuffer moe_grouped_stacked;
+  DeviceBuffer logits;  // [logits_rows, vocab_size] fp32
   // Batch inputs and per-row results, indexed by packed row.
   DeviceBuffer tokens;     // [max_tokens] int32
   DeviceBuffer positions;  // [max_tokens] int32

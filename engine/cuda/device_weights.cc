@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <limits>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -639,9 +641,62 @@ class DeviceModelLoader {
     } else {
       return absl::OkStatus();  // some experts dense, some quantized, or an int4 k not a multiple of 32
     }
+    SCORED_ASSIGN_OR_RETURN(g.path, ChooseGroupedPath(g.int4, gu0, dn0));
+    SCORED_ASSIGN_OR_RETURN(g.sm90_schedule, ChooseSm90Schedule());
     g.enabled = true;
     moe->grouped = std::move(g);
     return absl::OkStatus();
+  }
+
+  // GroupedExperts::sm90_schedule: SCORED_MOE_SM90_SCHEDULE, read once per process.
+  static absl::StatusOr<kernels::GroupedGemmSm90Schedule> ChooseSm90Schedule() {
+    static const std::string* const choice = [] {
+      const char* env = std::getenv("SCORED_MOE_SM90_SCHEDULE");
+      return new std::string(env != nullptr ? env : "");
+    }();
+    if (choice->empty() || *choice == "cooperative") return kernels::GroupedGemmSm90Schedule::kCooperative;
+    if (*choice == "cooperative2x1") return kernels::GroupedGemmSm90Schedule::kCooperative2x1;
+    if (*choice == "pingpong") return kernels::GroupedGemmSm90Schedule::kPingpong;
+    return absl::InvalidArgumentError(absl::StrCat("SCORED_MOE_SM90_SCHEDULE='", *choice,
+                                                   "': expected cooperative, cooperative2x1 or pingpong"));
+  }
+
+  // GroupedExperts::path for a layer whose experts are grouped (SCORED_MOE_GEMM, the device, the shapes).
+  static absl::StatusOr<GroupedGemmPath> ChooseGroupedPath(bool int4, const DeviceLinear& gu0,
+                                                           const DeviceLinear& dn0) {
+    // The variable's value, read once per process ("" when unset).
+    static const std::string* const choice = [] {
+      const char* env = std::getenv("SCORED_MOE_GEMM");
+      return new std::string(env != nullptr ? env : "");
+    }();
+    const bool dequant = choice->empty() || *choice == "sm90_dequant";  // the default
+    if (*choice == "mma") return GroupedGemmPath::kMma;
+    if (!choice->empty() && *choice != "sm90" && !dequant) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SCORED_MOE_GEMM='", *choice, "': expected mma, sm90 or sm90_dequant"));
+    }
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+      cudaGetLastError();
+      return GroupedGemmPath::kMma;
+    }
+    if (!kernels::GroupedGemmSm90Supported(device)) return GroupedGemmPath::kMma;
+    kernels::GroupedGemmShape up;  // RunGroupedExperts' shapes (rows and experts do not matter here)
+    up.num_experts = 1;
+    up.n = gu0.out_features();
+    up.k = gu0.in_features();
+    up.ldx = up.k;
+    up.ldy = up.n;
+    kernels::GroupedGemmShape down = up;
+    down.n = dn0.out_features();
+    down.k = dn0.in_features();
+    down.ldx = down.k;
+    down.ldy = down.n;
+    if (!kernels::GroupedGemmSm90Supports(up, false) || !kernels::GroupedGemmSm90Supports(down, true)) {
+      return GroupedGemmPath::kMma;
+    }
+    if (!int4) return GroupedGemmPath::kSm90;
+    return dequant ? GroupedGemmPath::kSm90Dequant : GroupedGemmPath::kMma;
   }
 
   static void TieTo(DeviceLinear* linear, const DeviceBuffer& table, int64_t vocab_size,
@@ -869,16 +924,20 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
 
   model->rotation_tables = rotations.Release();
   model->resident_bytes = ResidentBytes(*model);
-  int sparse = 0, grouped = 0, grouped_int4 = 0;
+  int sparse = 0, grouped = 0, grouped_int4 = 0, sm90 = 0, sm90_dequant = 0;
   for (const DeviceLayer& layer : model->layers) {
     sparse += layer.sparse ? 1 : 0;
-    grouped += layer.sparse && layer.moe.grouped.enabled ? 1 : 0;
-    grouped_int4 += layer.sparse && layer.moe.grouped.enabled && layer.moe.grouped.int4 ? 1 : 0;
+    const bool on = layer.sparse && layer.moe.grouped.enabled;
+    grouped += on ? 1 : 0;
+    grouped_int4 += on && layer.moe.grouped.int4 ? 1 : 0;
+    sm90 += on && layer.moe.grouped.path == GroupedGemmPath::kSm90 ? 1 : 0;
+    sm90_dequant += on && layer.moe.grouped.path == GroupedGemmPath::kSm90Dequant ? 1 : 0;
   }
   if (sparse > 0) {  // which MoE path runs (DeviceMoe::grouped), for the benchmarks' and tests' logs
     SCORED_LOG(INFO) << "mixture of experts: " << grouped << " of " << sparse
                      << " sparse layers run their experts as grouped GEMMs (" << grouped_int4
-                     << " from 4-bit weights), the rest one expert at a time";
+                     << " from 4-bit weights; " << sm90 << " on the sm90 kernel, " << sm90_dequant
+                     << " dequantized then sm90, the rest mma.sync), the rest one expert at a time";
   }
   return model;
 }

@@ -150,9 +150,28 @@ class DeviceLinear {
 // Otherwise (fp32 mode, NVFP4 / FP8 / INT8 experts, mixed formats) `enabled` is false and the forward runs
 // the experts one by one. Where enabled, the forward's WeightStream skips the experts (LinearsInOrder(layer,
 // true)): nothing is expanded into the scratch for them.
+//
+// `path` picks the kernels, once at load: the environment variable SCORED_MOE_GEMM (read once per process)
+//   mma           GroupedGemm / GroupedGemmInt4 (mma.sync, any sm_80+ device) for every layer;
+//   sm90          dense bf16 experts on GroupedGemmSm90 where the device offers it
+//                 (GroupedGemmSm90Supported: an sm_90 device, a 90a build), 4-bit ones on GroupedGemmInt4;
+//   sm90_dequant  (default) as sm90, and 4-bit experts dequantized into Activations::moe_grouped_stacked (one
+//                 DequantizeGroupedInt4 per GEMM) then GroupedGemmSm90Stacked: measured 1.64x sm90 on the
+//                 Qwen3-30B-A3B shape and 2.8x on Mixtral-8x7B's at 8 x 2048 (H200, tests/bench/RESULTS.md).
+// Elsewhere (no sm_90a) every path falls back to kMma. SCORED_MOE_SM90_SCHEDULE=cooperative (default) |
+// cooperative2x1 | pingpong picks GroupedGemmSm90's schedule (sm90_schedule). An unknown value of either
+// fails the load (INVALID_ARGUMENT).
+enum class GroupedGemmPath {
+  kMma,         // GroupedGemm / GroupedGemmInt4
+  kSm90,        // GroupedGemmSm90 over the dense tables
+  kSm90Dequant  // 4-bit: DequantizeGroupedInt4 into a stacked bf16 scratch, then GroupedGemmSm90Stacked
+};
+
 struct GroupedExperts {
   bool enabled = false;
-  bool int4 = false;     // 4-bit pack-quantized (else dense bf16)
+  bool int4 = false;  // 4-bit pack-quantized (else dense bf16)
+  GroupedGemmPath path = GroupedGemmPath::kMma;
+  kernels::GroupedGemmSm90Schedule sm90_schedule = kernels::GroupedGemmSm90Schedule::kCooperative;
   DeviceBuffer gate_up;  // [num_experts] const bf16_t* ([2 inter, hidden] each), or GroupedInt4Expert (int4)
   DeviceBuffer down;     // [num_experts] const bf16_t* ([hidden, inter] each), or GroupedInt4Expert (int4)
   kernels::GroupedInt4Format gate_up_format;  // int4 only

@@ -465,25 +465,52 @@ class ForwardPass {
       down_shape.k = inter;
       down_shape.ldx = inter;
       down_shape.ldy = hidden_;
-      if (g.int4) {
-        SCORED_RETURN_IF_ERROR(
-            kernels::GroupedGemmInt4<bf16_t>(in, offsets, g.gate_up.as<kernels::GroupedInt4Expert>(),
-                                             g.gate_up_format, up_shape, gate_up, stream_));
-      } else {
-        SCORED_RETURN_IF_ERROR(kernels::GroupedGemm<bf16_t>(in, offsets, g.gate_up.as<const bf16_t*>(),
-                                                            up_shape, gate_up, stream_));
-      }
+      SCORED_RETURN_IF_ERROR(
+          GroupedExpertGemm<bf16_t>(g, g.gate_up, g.gate_up_format, in, up_shape, gate_up));
       SCORED_RETURN_IF_ERROR(
           kernels::SwiGlu<T>(gate_up, gate_up + inter, 2 * inter, rows, inter, in, stream_));
-      if (g.int4) {
-        SCORED_RETURN_IF_ERROR(kernels::GroupedGemmInt4<float>(
-            in, offsets, g.down.as<kernels::GroupedInt4Expert>(), g.down_format, down_shape, out, stream_));
-      } else {
-        SCORED_RETURN_IF_ERROR(
-            kernels::GroupedGemm<float>(in, offsets, g.down.as<const bf16_t*>(), down_shape, out, stream_));
-      }
+      SCORED_RETURN_IF_ERROR(GroupedExpertGemm<float>(g, g.down, g.down_format, in, down_shape, out));
       return kernels::MoeCombineGrouped(out, slot_rows, weights, n_, k, hidden_, acc, stream_);
     }
+  }
+
+  // One grouped GEMM of RunGroupedExperts (table: g.gate_up or g.down, format its 4-bit format) on the
+  // layer's path (GroupedExperts::path): mma.sync, the Hopper kernel over the dense tables, or the 4-bit
+  // experts dequantized into moe_grouped_stacked then the Hopper kernel. The workspace and the stacked
+  // scratch are reused by the next GEMM only after this one on the same stream.
+  template <typename OutT>
+  absl::Status GroupedExpertGemm(const GroupedExperts& g, const DeviceBuffer& table,
+                                 const kernels::GroupedInt4Format& format, const bf16_t* x,
+                                 const kernels::GroupedGemmShape& shape, OutT* y) {
+    void* const ws = acts_->moe_grouped_workspace.data();
+    const int64_t ws_bytes = acts_->moe_grouped_workspace.bytes();
+    switch (g.path) {
+      case GroupedGemmPath::kMma:
+        break;
+      case GroupedGemmPath::kSm90:
+        if (g.int4) return absl::InternalError("the sm90 grouped path reads dense experts only");
+        return kernels::GroupedGemmSm90<OutT>(x, acts_->moe_offsets.as<int32_t>(), table.as<const bf16_t*>(),
+                                              shape, y, ws, ws_bytes, stream_, g.sm90_schedule);
+      case GroupedGemmPath::kSm90Dequant: {
+        if (!g.int4) return absl::InternalError("the sm90_dequant grouped path reads 4-bit experts only");
+        bf16_t* const stacked = acts_->moe_grouped_stacked.as<bf16_t>();
+        if (acts_->moe_grouped_stacked.bytes() < shape.num_experts * shape.n * shape.k * 2) {
+          return absl::InternalError("the dequantized experts' scratch is smaller than the layer's experts");
+        }
+        SCORED_RETURN_IF_ERROR(kernels::DequantizeGroupedInt4(
+            table.as<kernels::GroupedInt4Expert>(), acts_->moe_offsets.as<int32_t>(), format,
+            shape.num_experts, shape.n, shape.k, stacked, stream_));
+        return kernels::GroupedGemmSm90Stacked<OutT>(x, acts_->moe_offsets.as<int32_t>(), stacked, shape, y,
+                                                     ws, ws_bytes, stream_, g.sm90_schedule);
+      }
+    }
+    if (g.int4) {
+      return kernels::GroupedGemmInt4<OutT>(x, acts_->moe_offsets.as<int32_t>(),
+                                            table.as<kernels::GroupedInt4Expert>(), format, shape, y,
+                                            stream_);
+    }
+    return kernels::GroupedGemm<OutT>(x, acts_->moe_offsets.as<int32_t>(), table.as<const bf16_t*>(), shape,
+                                      y, stream_);
   }
 
   // y [m, hidden] fp32 = down(silu(gate(x)) * up(x)) for x [m, hidden] (gate_up_ / mlp_ as scratch).

@@ -101,6 +101,62 @@ absl::Status GroupedGemmInt4(const bf16_t* x,                   // [rows, ldx]
                              OutT* y,  // [rows, ldy]
                              cudaStream_t stream);
 
+// ---------------------------------------------------------------- Hopper (sm_90a): grouped_gemm_sm90.cu
+// The dense GroupedGemm's contract (same y, same fp32 accumulation and one rounding, bitwise batch-invariant:
+// each output tile is one CTA's with k ascending, no split-K / stream-K) on CUTLASS 3's SM90 ptr-array
+// grouped GEMM (TMA, wgmma, a persistent grid; schedule: cooperative 128 x 256 x 64 tiles, the same in
+// 2-CTA clusters along m, or ping-pong 128 x 128 x 64 ones: each batch-invariant, the two cooperative ones
+// bitwise equal, ping-pong not bitwise theirs). The problem shapes stay on the
+// device: a small kernel writes each expert's {m_e, n, k}, pointers and strides into `workspace`, then the
+// GEMM launches (two launches, no host synchronization; the workspace must stay untouched until both ran, so
+// calls sharing one workspace go on one stream).
+//
+// Results equal GroupedGemm's up to the fp32 sum order inside a k step (different tensor-core instructions);
+// not bitwise GroupedGemm's.
+//
+// Limits (INVALID_ARGUMENT otherwise; GroupedGemmSm90Supports): n, k, ldx multiples of 8; ldy a multiple of
+// 8 (bf16 y) or 4 (fp32 y); x and y 16-byte aligned; weights 16-byte aligned; workspace 256-byte aligned and
+// at least GroupedGemmSm90WorkspaceBytes(num_experts) bytes. FAILED_PRECONDITION where
+// !GroupedGemmSm90Supported(device) (not an sm_90 device, or a build without 90a).
+
+enum class GroupedGemmSm90Schedule { kCooperative, kCooperative2x1, kPingpong };
+
+// Whether `device` runs the sm_90a kernels (an sm_90 device and this build's 90a cubin loaded).
+bool GroupedGemmSm90Supported(int device);
+// Whether GroupedGemmSm90 takes the shape (fp32_out: y is float). Host-only.
+bool GroupedGemmSm90Supports(const GroupedGemmShape& shape, bool fp32_out);
+// Workspace bytes for num_experts experts on the current device (either OutT; enough for up to the device's
+// SM count, at least 132 SMs). Host-only; asks the device's SM count once.
+int64_t GroupedGemmSm90WorkspaceBytes(int64_t num_experts);
+
+template <typename OutT>                                    // bf16_t or float
+absl::Status GroupedGemmSm90(const bf16_t* x,               // [rows, ldx]
+                             const int32_t* offsets,        // [num_experts + 1] device
+                             const bf16_t* const* weights,  // [num_experts] device array of [n, k] pointers
+                             const GroupedGemmShape& shape,
+                             OutT* y,  // [rows, ldy]
+                             void* workspace, int64_t workspace_bytes, cudaStream_t stream,
+                             GroupedGemmSm90Schedule schedule = GroupedGemmSm90Schedule::kCooperative);
+
+// The same with every expert's weight in one stacked buffer: W_e = stacked + e * n * k ([num_experts, n, k]
+// bf16, row-major), e.g. 4-bit experts dequantized once per layer (DequantizeGroupedInt4).
+template <typename OutT>                              // bf16_t or float
+absl::Status GroupedGemmSm90Stacked(const bf16_t* x,  // [rows, ldx]
+                                    const int32_t* offsets, const bf16_t* stacked,
+                                    const GroupedGemmShape& shape, OutT* y, void* workspace,
+                                    int64_t workspace_bytes, cudaStream_t stream,
+                                    GroupedGemmSm90Schedule schedule = GroupedGemmSm90Schedule::kCooperative);
+
+// Every expert's 4-bit weight decoded into stacked [num_experts, n, k] bf16 (row-major, 16-byte aligned):
+// bitwise the values GroupedGemmInt4 multiplies (and kernels::Dequantize writes). With offsets (GroupedGemm's
+// [num_experts + 1] device row offsets), experts without rows are skipped (their slices left as they were:
+// the grouped GEMM reads none of them); nullptr decodes all. One launch; any device GroupedGemmInt4 runs on.
+// Same limits on n, k, group_size and the tables as GroupedGemmInt4.
+absl::Status DequantizeGroupedInt4(const GroupedInt4Expert* experts,  // [num_experts] device array
+                                   const int32_t* offsets,            // [num_experts + 1] device, or nullptr
+                                   const GroupedInt4Format& format, int64_t num_experts, int64_t n, int64_t k,
+                                   bf16_t* stacked, cudaStream_t stream);
+
 }  // namespace scored::kernels
 
 #endif  // SCORED_ENGINE_KERNELS_GROUPED_GEMM_H_

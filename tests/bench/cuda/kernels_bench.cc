@@ -30,7 +30,12 @@
 //              scales) weights, with uniform counts (1024 rows each) and skewed ones (expert e drawn with
 //              weight (e + 1)^-1: the largest expert gets ~24k rows, the smallest ~190); next to them, in the
 //              same run, one dense cuBLASLt GEMM (engine/cuda/gemm.h, pinned algorithm, no split-K) of the
-//              same total FLOPs: 131072 x n x k.
+//              same total FLOPs: 131072 x n x k. Where the device offers GroupedGemmSm90 (sm_90a), its rows
+//              too, for its cooperative (co), cooperative 2x1-cluster (c2) and ping-pong (pp) schedules:
+//              "sm90co" etc. (dense bf16 experts), "w4 dq+co" etc. (DequantizeGroupedInt4 of all 128 experts
+//              into a stacked bf16 buffer, then GroupedGemmSm90Stacked: the engine's sm90_dequant path per
+//              GEMM; TFLOP/s of the pair) and "dequant only" (GB/s: packed words and scales read, bf16
+//              written).
 // Inputs are pseudo-random (a fixed 16 Mi-value block, repeated), bf16-representable.
 // Exit status 1 when a launch fails or no CUDA device is visible.
 #include <cuda_runtime_api.h>
@@ -405,6 +410,60 @@ std::vector<int32_t> ExpertOffsets(int64_t slots, int64_t experts, bool skewed) 
   return offsets;
 }
 
+// The sm90 rows of BenchGroupedGemm for one shape and one set of counts (the stacked dequantized experts
+// reuse one [E, n, k] bf16 buffer).
+bool BenchGroupedSm90(cudaStream_t stream, int reps, Buffer<bf16_t>& x, Buffer<int32_t>& offsets,
+                      Buffer<const bf16_t*>& ptr_table, Buffer<GroupedInt4Expert>& expert_table,
+                      const GroupedInt4Format& format, const GroupedGemmShape& shape, bool fp32_out,
+                      Buffer<float>& y_fp32, Buffer<bf16_t>& y_bf16, void* workspace, int64_t ws_bytes,
+                      bool skewed, const char* what) {
+  const double flops = 2.0 * shape.rows * shape.n * shape.k;
+  Buffer<bf16_t> stacked(shape.num_experts * shape.n * shape.k);
+  if (!stacked.ok()) return false;
+  const auto dequant = [&] {
+    return DequantizeGroupedInt4(expert_table.get(), offsets.get(), format, shape.num_experts, shape.n,
+                                 shape.k, stacked.get(), stream);
+  };
+  const float dequant_ms = MedianMs(stream, dequant, reps);
+  if (dequant_ms <= 0) return false;
+  const double weights = static_cast<double>(shape.num_experts) * shape.n * shape.k;
+  if (!skewed) PrintRate(what, "dequant only", dequant_ms, 0, weights / 2 + weights / 128 * 2 + weights * 2);
+  for (const GroupedGemmSm90Schedule schedule :
+       {GroupedGemmSm90Schedule::kCooperative, GroupedGemmSm90Schedule::kCooperative2x1,
+        GroupedGemmSm90Schedule::kPingpong}) {
+    const char* tag = schedule == GroupedGemmSm90Schedule::kCooperative      ? "co"
+                      : schedule == GroupedGemmSm90Schedule::kCooperative2x1 ? "c2"
+                                                                             : "pp";
+    const float dense_ms = MedianMs(
+        stream,
+        [&] {
+          return fp32_out ? GroupedGemmSm90<float>(x.get(), offsets.get(), ptr_table.get(), shape,
+                                                   y_fp32.get(), workspace, ws_bytes, stream, schedule)
+                          : GroupedGemmSm90<bf16_t>(x.get(), offsets.get(), ptr_table.get(), shape,
+                                                    y_bf16.get(), workspace, ws_bytes, stream, schedule);
+        },
+        reps);
+    const float dq_ms = MedianMs(
+        stream,
+        [&] {
+          const absl::Status st = dequant();
+          if (!st.ok()) return st;
+          return fp32_out
+                     ? GroupedGemmSm90Stacked<float>(x.get(), offsets.get(), stacked.get(), shape,
+                                                     y_fp32.get(), workspace, ws_bytes, stream, schedule)
+                     : GroupedGemmSm90Stacked<bf16_t>(x.get(), offsets.get(), stacked.get(), shape,
+                                                      y_bf16.get(), workspace, ws_bytes, stream, schedule);
+        },
+        reps);
+    if (dense_ms <= 0 || dq_ms <= 0) return false;
+    const std::string dense_row = std::string("sm90") + tag + (skewed ? " skewed" : " unif.");
+    const std::string dq_row = std::string("w4 dq+") + tag + (skewed ? " sk" : " un");
+    PrintRate(what, dense_row.c_str(), dense_ms, flops, 0);
+    PrintRate(what, dq_row.c_str(), dq_ms, flops, 0);
+  }
+  return true;
+}
+
 bool BenchGroupedGemm(cudaStream_t stream, int reps) {
   constexpr int64_t kExperts = 128, kRows = 16384 * 8, kModelHidden = 2048, kMoeInter = 768;
   const struct {
@@ -422,6 +481,12 @@ bool BenchGroupedGemm(cudaStream_t stream, int reps) {
     std::fprintf(stderr, "kernels_bench: %s\n", std::string(gemm.status().message()).c_str());
     return false;
   }
+  int device = 0;
+  const bool sm90 = cudaGetDevice(&device) == cudaSuccess && GroupedGemmSm90Supported(device);
+  Buffer<uint8_t> workspace(static_cast<size_t>(sm90 ? GroupedGemmSm90WorkspaceBytes(kExperts) : 1));
+  if (!workspace.ok()) return false;
+  const int64_t ws_bytes = static_cast<int64_t>(workspace.size());
+  if (!sm90) std::printf("grouped_gemm: GroupedGemmSm90 not offered on this device / build (no sm90 rows)\n");
   bool ok = true;
   for (const auto& s : shapes) {
     // Dense bf16 experts (one allocation, kExperts slices) and W4A16 ones (packed words + bf16 scales).
@@ -512,6 +577,10 @@ bool BenchGroupedGemm(cudaStream_t stream, int reps) {
       }
       PrintRate(s.what, skewed ? "grouped skewed" : "grouped unif.", bf16_ms, flops, 0);
       PrintRate(s.what, skewed ? "w4a16 skewed" : "w4a16 unif.", int4_ms, flops, 0);
+      if (sm90 && !BenchGroupedSm90(stream, reps, x, offsets, ptr_table, expert_table, format, shape,
+                                    s.fp32_out, y_fp32, y_bf16, workspace.get(), ws_bytes, skewed, s.what)) {
+        ok = false;
+      }
     }
   }
   return ok;

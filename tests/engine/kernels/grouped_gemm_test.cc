@@ -6,16 +6,24 @@
 // over those bf16 weights bit for bit (same values, same accumulation order). Batch invariance: an expert's
 // rows give bitwise the same outputs when every other expert's count and the rows' offset change.
 //
+// Every dense test runs the Hopper kernel (GroupedGemmSm90, and GroupedGemmSm90Stacked over
+// DequantizeGroupedInt4's stacked weights) too where the device offers it (GroupedGemmSm90Supported), with
+// the same tolerances and the same bitwise batch invariance; its leading dimension of y is rounded up to
+// 16 bytes (its TMA store's limit). DequantizeGroupedInt4 (any device) must give bitwise the host decode.
+//
 // Tolerance (fp32 output): the kernel accumulates k bf16 products (exact in fp32) in fp32, so
 // |y - exact| <= k * 2^-24 * sum_k |x w| (the classic recursive-summation bound; ref::Linear's double
 // result is exact to 2^-53 before its fp32 rounding, 2^-24 |y| more). bf16 output adds the final rounding,
 // 2^-9 |y|; we allow 2^-8 |y|.
 #include "engine/kernels/grouped_gemm.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/base/dtype.h"
@@ -31,7 +39,31 @@ namespace {
 
 using testing::DeviceArray;
 
-class GroupedGemmTest : public testing::GpuTest {};
+class GroupedGemmTest : public testing::GpuTest {
+ protected:
+  // Whether this device runs GroupedGemmSm90 (an sm_90 device, a build for 90a).
+  bool Sm90() const {
+    int device = 0;
+    return cudaGetDevice(&device) == cudaSuccess && GroupedGemmSm90Supported(device);
+  }
+};
+
+// Which grouped kernel a run uses.
+enum class Path { kMma, kSm90, kSm90Cluster, kSm90Pingpong };
+const char* Name(Path p) {
+  switch (p) {
+    case Path::kMma:
+      return "mma.sync";
+    case Path::kSm90:
+      return "sm90 cooperative";
+    case Path::kSm90Cluster:
+      return "sm90 cooperative 2x1";
+    case Path::kSm90Pingpong:
+      return "sm90 ping-pong";
+  }
+  return "?";
+}
+constexpr Path kSm90Paths[] = {Path::kSm90, Path::kSm90Cluster, Path::kSm90Pingpong};
 
 // Output columns, input columns and the leading dimensions of x and y (wider than the rows).
 struct Dims {
@@ -135,19 +167,62 @@ GroupedGemmShape Shape(int64_t experts, int64_t rows, const Dims& d) {
   return s;
 }
 
+// The dims with y's leading dimension rounded up to 8 elements (GroupedGemmSm90's 16-byte rows for bf16 and
+// fp32 y alike).
+Dims Sm90Dims(Dims d) {
+  d.ldy = (d.ldy + 7) / 8 * 8;
+  return d;
+}
+
+// GroupedGemmSm90's workspace for `experts` experts.
+std::unique_ptr<DeviceArray<uint8_t>> Sm90Workspace(int64_t experts) {
+  return std::make_unique<DeviceArray<uint8_t>>(static_cast<size_t>(GroupedGemmSm90WorkspaceBytes(experts)));
+}
+
+// One grouped GEMM on the device's buffers with either kernel (stacked: GroupedGemmSm90Stacked's [E, n, k]
+// weights instead of the table).
+template <typename OutT>
+absl::Status Launch(Path path, const bf16_t* x, const int32_t* offsets, const bf16_t* const* table,
+                    const GroupedGemmShape& shape, OutT* y, cudaStream_t stream,
+                    const bf16_t* stacked = nullptr) {
+  if (path == Path::kMma) return GroupedGemm<OutT>(x, offsets, table, shape, y, stream);
+  const std::unique_ptr<DeviceArray<uint8_t>> ws = Sm90Workspace(shape.num_experts);
+  const GroupedGemmSm90Schedule schedule = path == Path::kSm90 ? GroupedGemmSm90Schedule::kCooperative
+                                           : path == Path::kSm90Cluster
+                                               ? GroupedGemmSm90Schedule::kCooperative2x1
+                                               : GroupedGemmSm90Schedule::kPingpong;
+  const int64_t bytes = static_cast<int64_t>(ws->size());
+  const absl::Status st =
+      stacked != nullptr
+          ? GroupedGemmSm90Stacked<OutT>(x, offsets, stacked, shape, y, ws->get(), bytes, stream, schedule)
+          : GroupedGemmSm90<OutT>(x, offsets, table, shape, y, ws->get(), bytes, stream, schedule);
+  // The workspace is freed on return: wait for the launches that read it.
+  if (cudaStreamSynchronize(stream) != cudaSuccess) {
+    return absl::InternalError(cudaGetErrorString(cudaGetLastError()));
+  }
+  return st;
+}
+
 template <typename OutT>
 std::vector<OutT> RunDense(cudaStream_t stream, const std::vector<float>& x,
                            const std::vector<int32_t>& offsets, const DenseWeights& w, int64_t rows,
-                           const Dims& d) {
+                           const Dims& d, Path path = Path::kMma, const bf16_t* stacked = nullptr) {
   DeviceArray<bf16_t> d_x(testing::ToBf16(x));
   DeviceArray<int32_t> d_off(offsets);
   DeviceArray<OutT> d_y(rows * d.ldy);
   d_y.Poison();
   const absl::Status st =
-      GroupedGemm<OutT>(d_x.get(), d_off.get(), w.table->get(),
-                        Shape(static_cast<int64_t>(offsets.size()) - 1, rows, d), d_y.get(), stream);
+      Launch<OutT>(path, d_x.get(), d_off.get(), w.table->get(),
+                   Shape(static_cast<int64_t>(offsets.size()) - 1, rows, d), d_y.get(), stream, stacked);
   EXPECT_TRUE(st.ok()) << st;
   return d_y.Download();
+}
+
+// The paths this device runs.
+std::vector<Path> Paths(bool sm90) {
+  if (sm90) return {Path::kMma, Path::kSm90, Path::kSm90Cluster, Path::kSm90Pingpong};
+  std::printf("GroupedGemmSm90 not offered on this device / build: the mma.sync kernel only\n");
+  return {Path::kMma};
 }
 
 // The Qwen3-like case, the test fixtures' gate|up and down (n 64 / 32, k 32: a single k tile), and a k that
@@ -166,11 +241,44 @@ TEST_F(GroupedGemmTest, DenseMatchesReference) {
     }
     const Expected ref = Reference(x, offsets, w, total, d);
     const DenseWeights dw = UploadDense(w);
-    ExpectMatches(RunDense<float>(stream_, x, offsets, dw, rows, d), ref, total, rows, false,
-                  "grouped fp32 out, " + name, d);
-    ExpectMatches(testing::FromBf16(RunDense<bf16_t>(stream_, x, offsets, dw, rows, d)), ref, total, rows,
-                  true, "grouped bf16 out, " + name, d);
+    for (Path path : Paths(Sm90())) {
+      const Dims pd = path != Path::kMma ? Sm90Dims(d) : d;
+      const std::string what = std::string(Name(path)) + ", " + name;
+      ExpectMatches(RunDense<float>(stream_, x, offsets, dw, rows, pd, path), ref, total, rows, false,
+                    "grouped fp32 out, " + what, pd);
+      ExpectMatches(testing::FromBf16(RunDense<bf16_t>(stream_, x, offsets, dw, rows, pd, path)), ref, total,
+                    rows, true, "grouped bf16 out, " + what, pd);
+    }
   }
+}
+
+// The Hopper kernel over many experts (a persistent grid walking 150 groups, most of several tiles, some
+// empty), n = 320 (a partial 256-column tile) against the reference.
+TEST_F(GroupedGemmTest, Sm90ManyExpertsMatchReference) {
+  if (!Sm90()) GTEST_SKIP() << "GroupedGemmSm90 not offered on this device / build";
+  const Dims d = {320, 128, 136, 328};
+  std::mt19937 rng(77);
+  std::vector<int32_t> counts(150);
+  for (int32_t& c : counts) c = rng() % 5 == 0 ? 0 : static_cast<int32_t>(rng() % 400);
+  const std::vector<int32_t> offsets = Offsets(counts);
+  const int64_t total = offsets.back(), rows = total + kSpareRows;
+  const std::vector<float> x = RandomX(rows, d, 78);
+  std::vector<std::vector<float>> w;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    w.push_back(testing::RoundedToBf16(testing::RandomFloats(d.n * d.k, 900 + static_cast<uint32_t>(e))));
+  }
+  const Expected ref = Reference(x, offsets, w, total, d);
+  const DenseWeights dw = UploadDense(w);
+  std::vector<std::vector<float>> fp32_outs;
+  for (Path path : kSm90Paths) {
+    const std::string what = std::string(Name(path)) + ", 150 experts";
+    fp32_outs.push_back(RunDense<float>(stream_, x, offsets, dw, rows, d, path));
+    ExpectMatches(fp32_outs.back(), ref, total, rows, false, "fp32 out, " + what, d);
+    ExpectMatches(testing::FromBf16(RunDense<bf16_t>(stream_, x, offsets, dw, rows, d, path)), ref, total,
+                  rows, true, "bf16 out, " + what, d);
+  }
+  // The clusters only share loads: the same tiles, the same k order, bitwise the same results.
+  EXPECT_EQ(testing::CountBitDifferences(fp32_outs[0], fp32_outs[1]), 0);
 }
 
 TEST_F(GroupedGemmTest, RowsAreBatchInvariant) {
@@ -184,17 +292,21 @@ TEST_F(GroupedGemmTest, RowsAreBatchInvariant) {
     w.push_back(testing::RoundedToBf16(testing::RandomFloats(d.n * d.k, 200 + static_cast<uint32_t>(e))));
   }
   const DenseWeights dw = UploadDense(w);
-  std::vector<std::vector<float>> outs;
-  const std::vector<std::vector<int32_t>> runs = {{3, 0, kRows, 1, 0}, {250, 17, kRows + 70, 0, 129}};
-  for (const std::vector<int32_t>& counts : runs) {
-    const std::vector<int32_t> offsets = Offsets(counts);
-    const int64_t rows = offsets.back();
-    std::vector<float> x = RandomX(rows, d, 8 + static_cast<uint32_t>(counts[0]));
-    std::memcpy(&x[offsets[2] * d.ldx], own.data(), counts[2] * d.ldx * sizeof(float));
-    const std::vector<float> y = RunDense<float>(stream_, x, offsets, dw, rows, d);
-    outs.emplace_back(y.begin() + offsets[2] * d.ldy, y.begin() + (offsets[2] + kRows) * d.ldy);
+  for (Path path : Paths(Sm90())) {
+    SCOPED_TRACE(Name(path));
+    const Dims pd = path != Path::kMma ? Sm90Dims(d) : d;
+    std::vector<std::vector<float>> outs;
+    const std::vector<std::vector<int32_t>> runs = {{3, 0, kRows, 1, 0}, {250, 17, kRows + 70, 0, 129}};
+    for (const std::vector<int32_t>& counts : runs) {
+      const std::vector<int32_t> offsets = Offsets(counts);
+      const int64_t rows = offsets.back();
+      std::vector<float> x = RandomX(rows, pd, 8 + static_cast<uint32_t>(counts[0]));
+      std::memcpy(&x[offsets[2] * pd.ldx], own.data(), counts[2] * pd.ldx * sizeof(float));
+      const std::vector<float> y = RunDense<float>(stream_, x, offsets, dw, rows, pd, path);
+      outs.emplace_back(y.begin() + offsets[2] * pd.ldy, y.begin() + (offsets[2] + kRows) * pd.ldy);
+    }
+    EXPECT_EQ(testing::CountBitDifferences(outs[0], outs[1]), 0);
   }
-  EXPECT_EQ(testing::CountBitDifferences(outs[0], outs[1]), 0);
 }
 
 // ---------------------------------------------------------------- 4-bit pack-quantized
@@ -327,6 +439,41 @@ TEST_F(GroupedGemmTest, Int4MatchesDequantizedDense) {
     format.symmetric = c.symmetric;
     const Expected ref = Reference(x, offsets, w, total, d);
     const DenseWeights dw = UploadDense(w);
+    // Every expert decoded at once into [E, n, k] (the sm90_dequant path's weights): the host decode,
+    // bitwise; the Hopper kernel over them: the reference, and bitwise itself over the same values as tables.
+    DeviceArray<bf16_t> stacked(experts * d.n * d.k);
+    ASSERT_TRUE(
+        DequantizeGroupedInt4(d_table.get(), nullptr, format, experts, d.n, d.k, stacked.get(), stream_)
+            .ok());
+    std::vector<float> all_w;
+    for (const std::vector<float>& we : w) all_w.insert(all_w.end(), we.begin(), we.end());
+    EXPECT_EQ(testing::CountBitDifferences(stacked.Download(), testing::ToBf16(all_w)), 0);
+    {  // with the offsets: expert 0 (no rows) left as it was (the poison), the others decoded
+      DeviceArray<int32_t> d_offsets(offsets);
+      DeviceArray<bf16_t> skipping(experts * d.n * d.k);
+      skipping.Poison();
+      ASSERT_TRUE(DequantizeGroupedInt4(d_table.get(), d_offsets.get(), format, experts, d.n, d.k,
+                                        skipping.get(), stream_)
+                      .ok());
+      std::vector<bf16_t> want = testing::ToBf16(all_w);
+      std::fill(want.begin(), want.begin() + d.n * d.k, bf16_t{0xFFFF});
+      ASSERT_EQ(kCounts[0], 0);
+      EXPECT_EQ(testing::CountBitDifferences(skipping.Download(), want), 0);
+    }
+    for (Path path : kSm90Paths) {
+      if (!Sm90()) break;
+      const Dims sd = Sm90Dims(d);
+      const std::string what = std::string(Name(path)) + " stacked, " + c.name;
+      const std::vector<float> ys = RunDense<float>(stream_, x, offsets, dw, rows, sd, path, stacked.get());
+      const std::vector<bf16_t> ysb =
+          RunDense<bf16_t>(stream_, x, offsets, dw, rows, sd, path, stacked.get());
+      ExpectMatches(ys, ref, total, rows, false, "fp32 out, " + what, sd);
+      ExpectMatches(testing::FromBf16(ysb), ref, total, rows, true, "bf16 out, " + what, sd);
+      EXPECT_EQ(testing::CountBitDifferences(ys, RunDense<float>(stream_, x, offsets, dw, rows, sd, path)),
+                0);
+      EXPECT_EQ(testing::CountBitDifferences(ysb, RunDense<bf16_t>(stream_, x, offsets, dw, rows, sd, path)),
+                0);
+    }
     DeviceArray<bf16_t> d_x(testing::ToBf16(x));
     DeviceArray<int32_t> d_off(offsets);
     DeviceArray<float> d_y(rows * d.ldy);
@@ -398,94 +545,99 @@ TEST_F(GroupedGemmTest, GroupedCombineMatchesPerExpertAccumulate) {
 // expert's rows alone, a one-expert GroupedGemm, MoeAccumulate into a zeroed acc, the old path's order):
 // bitwise equal, as each row's GEMM result does not depend on the rows around it.
 TEST_F(GroupedGemmTest, GroupedMlpMatchesExpertByExpert) {
-  constexpr int64_t kTokens = 203, kExperts = 16, kTopK = 4, kHidden = 64, kInter = 32;
-  const int64_t slots_n = kTokens * kTopK;
-  std::mt19937 rng(41);
-  std::vector<int32_t> ids(slots_n);
-  std::vector<int32_t> all(kExperts);
-  for (int32_t e = 0; e < kExperts; ++e) all[e] = e;
-  for (int64_t t = 0; t < kTokens; ++t) {
-    std::shuffle(all.begin(), all.end() - 3, rng);  // the last 3 experts get no token
-    std::copy_n(all.begin(), kTopK, ids.begin() + t * kTopK);
-  }
-  std::vector<std::unique_ptr<DeviceArray<bf16_t>>> w_gu, w_dn;
-  std::vector<const bf16_t*> p_gu, p_dn;
-  for (int64_t e = 0; e < kExperts; ++e) {
-    const uint32_t seed = 500 + 2 * static_cast<uint32_t>(e);
-    w_gu.push_back(std::make_unique<DeviceArray<bf16_t>>(
-        testing::ToBf16(testing::RandomFloats(2 * kInter * kHidden, seed, -0.2f, 0.2f))));
-    w_dn.push_back(std::make_unique<DeviceArray<bf16_t>>(
-        testing::ToBf16(testing::RandomFloats(kHidden * kInter, seed + 1, -0.2f, 0.2f))));
-    p_gu.push_back(w_gu.back()->get());
-    p_dn.push_back(w_dn.back()->get());
-  }
-  DeviceArray<const bf16_t*> t_gu(p_gu), t_dn(p_dn);
-  DeviceArray<bf16_t> x(testing::ToBf16(testing::RandomNormal(kTokens * kHidden, 42)));
-  DeviceArray<float> weights(testing::RandomFloats(slots_n, 43, 0.0f, 1.0f));
-  DeviceArray<int32_t> d_ids(ids), counts(kExperts), slots(slots_n), offsets(kExperts + 1),
-      slot_rows(slots_n);
-  DeviceArray<bf16_t> in(slots_n * kHidden), gate_up(slots_n * 2 * kInter), mlp(slots_n * kInter);
-  DeviceArray<float> out(slots_n * kHidden), acc_new(kTokens * kHidden), acc_old(kTokens * kHidden);
-  acc_new.Poison();
-  GroupedGemmShape up;
-  up.num_experts = kExperts;
-  up.rows = slots_n;
-  up.n = 2 * kInter;
-  up.k = kHidden;
-  up.ldx = kHidden;
-  up.ldy = 2 * kInter;
-  GroupedGemmShape down = up;
-  down.n = kHidden;
-  down.k = kInter;
-  down.ldx = kInter;
-  down.ldy = kHidden;
-  ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), slots_n, kExperts, counts.get(), slots.get(), stream_).ok());
-  ASSERT_TRUE(
-      MoeGroupedRows(counts.get(), kExperts, slots.get(), slots_n, offsets.get(), slot_rows.get(), stream_)
-          .ok());
-  ASSERT_TRUE(
-      MoeGatherRows<bf16_t>(x.get(), kHidden, slots.get(), slots_n, kTopK, kHidden, in.get(), stream_).ok());
-  ASSERT_TRUE(GroupedGemm<bf16_t>(in.get(), offsets.get(), t_gu.get(), up, gate_up.get(), stream_).ok());
-  ASSERT_TRUE(
-      SwiGlu<bf16_t>(gate_up.get(), gate_up.get() + kInter, 2 * kInter, slots_n, kInter, in.get(), stream_)
-          .ok());
-  ASSERT_TRUE(GroupedGemm<float>(in.get(), offsets.get(), t_dn.get(), down, out.get(), stream_).ok());
-  ASSERT_TRUE(MoeCombineGrouped(out.get(), slot_rows.get(), weights.get(), kTokens, kTopK, kHidden,
-                                acc_new.get(), stream_)
-                  .ok());
-  Sync();
-  // Expert by expert, each alone in its GEMMs (one-expert tables: the expert's entry of the same tables).
-  const std::vector<int32_t> host_counts = counts.Download();
-  ASSERT_EQ(cudaMemset(acc_old.get(), 0, kTokens * kHidden * sizeof(float)), cudaSuccess);
-  DeviceArray<int32_t> one(2);
-  int64_t offset = 0;
-  for (int64_t e = 0; e < kExperts; ++e) {
-    const int64_t m = host_counts[e];
-    if (m == 0) continue;
-    one.Upload({0, static_cast<int32_t>(m)});
-    GroupedGemmShape up1 = up, down1 = down;
-    up1.num_experts = down1.num_experts = 1;
-    up1.rows = down1.rows = m;
-    const int32_t* expert_slots = slots.get() + offset;
+  for (Path path : Paths(Sm90())) {
+    SCOPED_TRACE(Name(path));
+    constexpr int64_t kTokens = 203, kExperts = 16, kTopK = 4, kHidden = 64, kInter = 32;
+    const int64_t slots_n = kTokens * kTopK;
+    std::mt19937 rng(41);
+    std::vector<int32_t> ids(slots_n);
+    std::vector<int32_t> all(kExperts);
+    for (int32_t e = 0; e < kExperts; ++e) all[e] = e;
+    for (int64_t t = 0; t < kTokens; ++t) {
+      std::shuffle(all.begin(), all.end() - 3, rng);  // the last 3 experts get no token
+      std::copy_n(all.begin(), kTopK, ids.begin() + t * kTopK);
+    }
+    std::vector<std::unique_ptr<DeviceArray<bf16_t>>> w_gu, w_dn;
+    std::vector<const bf16_t*> p_gu, p_dn;
+    for (int64_t e = 0; e < kExperts; ++e) {
+      const uint32_t seed = 500 + 2 * static_cast<uint32_t>(e);
+      w_gu.push_back(std::make_unique<DeviceArray<bf16_t>>(
+          testing::ToBf16(testing::RandomFloats(2 * kInter * kHidden, seed, -0.2f, 0.2f))));
+      w_dn.push_back(std::make_unique<DeviceArray<bf16_t>>(
+          testing::ToBf16(testing::RandomFloats(kHidden * kInter, seed + 1, -0.2f, 0.2f))));
+      p_gu.push_back(w_gu.back()->get());
+      p_dn.push_back(w_dn.back()->get());
+    }
+    DeviceArray<const bf16_t*> t_gu(p_gu), t_dn(p_dn);
+    DeviceArray<bf16_t> x(testing::ToBf16(testing::RandomNormal(kTokens * kHidden, 42)));
+    DeviceArray<float> weights(testing::RandomFloats(slots_n, 43, 0.0f, 1.0f));
+    DeviceArray<int32_t> d_ids(ids), counts(kExperts), slots(slots_n), offsets(kExperts + 1),
+        slot_rows(slots_n);
+    DeviceArray<bf16_t> in(slots_n * kHidden), gate_up(slots_n * 2 * kInter), mlp(slots_n * kInter);
+    DeviceArray<float> out(slots_n * kHidden), acc_new(kTokens * kHidden), acc_old(kTokens * kHidden);
+    acc_new.Poison();
+    GroupedGemmShape up;
+    up.num_experts = kExperts;
+    up.rows = slots_n;
+    up.n = 2 * kInter;
+    up.k = kHidden;
+    up.ldx = kHidden;
+    up.ldy = 2 * kInter;
+    GroupedGemmShape down = up;
+    down.n = kHidden;
+    down.k = kInter;
+    down.ldx = kInter;
+    down.ldy = kHidden;
+    ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), slots_n, kExperts, counts.get(), slots.get(), stream_).ok());
     ASSERT_TRUE(
-        MoeGatherRows<bf16_t>(x.get(), kHidden, expert_slots, m, kTopK, kHidden, in.get(), stream_).ok());
-    ASSERT_TRUE(GroupedGemm<bf16_t>(in.get(), one.get(), t_gu.get() + e, up1, gate_up.get(), stream_).ok());
-    ASSERT_TRUE(
-        SwiGlu<bf16_t>(gate_up.get(), gate_up.get() + kInter, 2 * kInter, m, kInter, mlp.get(), stream_)
+        MoeGroupedRows(counts.get(), kExperts, slots.get(), slots_n, offsets.get(), slot_rows.get(), stream_)
             .ok());
-    ASSERT_TRUE(GroupedGemm<float>(mlp.get(), one.get(), t_dn.get() + e, down1, out.get(), stream_).ok());
     ASSERT_TRUE(
-        MoeAccumulate(out.get(), expert_slots, m, kTopK, weights.get(), kHidden, acc_old.get(), stream_)
+        MoeGatherRows<bf16_t>(x.get(), kHidden, slots.get(), slots_n, kTopK, kHidden, in.get(), stream_)
             .ok());
-    Sync();  // `one` is rewritten next expert
-    offset += m;
+    ASSERT_TRUE(Launch<bf16_t>(path, in.get(), offsets.get(), t_gu.get(), up, gate_up.get(), stream_).ok());
+    ASSERT_TRUE(
+        SwiGlu<bf16_t>(gate_up.get(), gate_up.get() + kInter, 2 * kInter, slots_n, kInter, in.get(), stream_)
+            .ok());
+    ASSERT_TRUE(Launch<float>(path, in.get(), offsets.get(), t_dn.get(), down, out.get(), stream_).ok());
+    ASSERT_TRUE(MoeCombineGrouped(out.get(), slot_rows.get(), weights.get(), kTokens, kTopK, kHidden,
+                                  acc_new.get(), stream_)
+                    .ok());
+    Sync();
+    // Expert by expert, each alone in its GEMMs (one-expert tables: the expert's entry of the same tables).
+    const std::vector<int32_t> host_counts = counts.Download();
+    ASSERT_EQ(cudaMemset(acc_old.get(), 0, kTokens * kHidden * sizeof(float)), cudaSuccess);
+    DeviceArray<int32_t> one(2);
+    int64_t offset = 0;
+    for (int64_t e = 0; e < kExperts; ++e) {
+      const int64_t m = host_counts[e];
+      if (m == 0) continue;
+      one.Upload({0, static_cast<int32_t>(m)});
+      GroupedGemmShape up1 = up, down1 = down;
+      up1.num_experts = down1.num_experts = 1;
+      up1.rows = down1.rows = m;
+      const int32_t* expert_slots = slots.get() + offset;
+      ASSERT_TRUE(
+          MoeGatherRows<bf16_t>(x.get(), kHidden, expert_slots, m, kTopK, kHidden, in.get(), stream_).ok());
+      ASSERT_TRUE(
+          Launch<bf16_t>(path, in.get(), one.get(), t_gu.get() + e, up1, gate_up.get(), stream_).ok());
+      ASSERT_TRUE(
+          SwiGlu<bf16_t>(gate_up.get(), gate_up.get() + kInter, 2 * kInter, m, kInter, mlp.get(), stream_)
+              .ok());
+      ASSERT_TRUE(Launch<float>(path, mlp.get(), one.get(), t_dn.get() + e, down1, out.get(), stream_).ok());
+      ASSERT_TRUE(
+          MoeAccumulate(out.get(), expert_slots, m, kTopK, weights.get(), kHidden, acc_old.get(), stream_)
+              .ok());
+      Sync();  // `one` is rewritten next expert
+      offset += m;
+    }
+    EXPECT_EQ(offset, slots_n);
+    const std::vector<float> got = acc_new.Download();
+    EXPECT_EQ(testing::CountBitDifferences(got, acc_old.Download()), 0);
+    int64_t not_finite = 0;
+    for (float v : got) not_finite += !std::isfinite(v);
+    EXPECT_EQ(not_finite, 0);
   }
-  EXPECT_EQ(offset, slots_n);
-  const std::vector<float> got = acc_new.Download();
-  EXPECT_EQ(testing::CountBitDifferences(got, acc_old.Download()), 0);
-  int64_t not_finite = 0;
-  for (float v : got) not_finite += !std::isfinite(v);
-  EXPECT_EQ(not_finite, 0);
 }
 
 TEST_F(GroupedGemmTest, RejectsUnsupportedShapes) {
@@ -512,6 +664,17 @@ TEST_F(GroupedGemmTest, RejectsUnsupportedShapes) {
   EXPECT_EQ(GroupedGemm<float>(x.get(), off.get(), table.get(), s, y.get(), stream_).code(),
             absl::StatusCode::kInvalidArgument);
   s.ldx = 128;
+  EXPECT_TRUE(GroupedGemmSm90Supports(s, true));
+  s.ldy = 130;  // not 16 bytes a row: the Hopper kernel's TMA store cannot take it (the mma.sync one can)
+  EXPECT_FALSE(GroupedGemmSm90Supports(s, true));
+  EXPECT_FALSE(GroupedGemmSm90Supports(s, false));
+  s.ldy = 132;
+  EXPECT_TRUE(GroupedGemmSm90Supports(s, true));
+  EXPECT_FALSE(GroupedGemmSm90Supports(s, false));
+  s.ldy = 128;
+  DeviceArray<uint8_t> ws(static_cast<size_t>(GroupedGemmSm90WorkspaceBytes(2)));
+  EXPECT_EQ(GroupedGemmSm90<float>(x.get(), off.get(), table.get(), s, y.get(), ws.get(), 16, stream_).code(),
+            Sm90() ? absl::StatusCode::kInvalidArgument : absl::StatusCode::kFailedPrecondition);
   GroupedInt4Format f;
   f.group_size = 16;
   DeviceArray<GroupedInt4Expert> experts(2);
