@@ -1,8 +1,7 @@
 // Device helpers shared by the attention kernel families (private: included only by attention_*.cu).
 //
-// - EnsureDynamicSmem (host): the per-(kernel, device) dynamic shared-memory attribute of the launchers.
-// - PTX wrappers: mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix (.trans), cp.async 16-byte copies
-//   and their groups, ex2.approx.
+// - PTX wrappers: mma.sync m16n8k16 (bf16 in, fp32 accumulate), ex2.approx (EnsureDynamicSmem, cp.async and
+//   ldmatrix: kernel_support.cuh).
 // - LocateBlock: a block's sequence, head and query tile (grid: query tiles in reverse order, heads, seqs).
 // - The K/V tile loader of the mma.sync kernels: a two-stage cp.async ring, rows padded by kPad.
 // - ScoreTransform (scale and soft cap in log2 units) and the causal / sliding-window mask, FirstKeyTile
@@ -26,32 +25,14 @@
 
 #include <cmath>
 #include <cstdint>
-#include <mutex>
-#include <set>
-#include <utility>
 
 #include "engine/kernels/attention.h"
+#include "engine/kernels/kernel_support.cuh"
 
 namespace scored::kernels::attention_internal {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kPad = 8;  // bf16 elements of padding per shared-memory row of the mma.sync kernels
-
-// Raises a kernel's dynamic shared-memory limit once per (kernel, device): the attribute belongs to the
-// kernel's instance in one device's context, so a process that runs ranks on several GPUs must set it on
-// each of them. Kept out of the launch path after the first call (and out of graph captures).
-inline cudaError_t EnsureDynamicSmem(const void* kernel, int bytes) {
-  static std::mutex mu;
-  static std::set<std::pair<const void*, int>> done;  // (kernel, device)
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  std::lock_guard<std::mutex> lock(mu);
-  if (done.count({kernel, device}) > 0) return cudaSuccess;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err == cudaSuccess) done.insert({kernel, device});
-  return err;
-}
 
 // ---------------------------------------------------------------- PTX wrappers
 
@@ -67,32 +48,6 @@ __device__ __forceinline__ void MmaBf16(float (&d)[4], uint32_t a0, uint32_t a1,
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&p);
-}
-
-__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy; src_bytes == 0 writes zeros (rows past the sequence end).
-__device__ __forceinline__ void CopyAsync16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddress(dst)), "l"(src),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void CopyAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void CopyAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-__device__ __forceinline__ void LoadMatrixX4(uint32_t (&r)[4], const void* row_address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SharedAddress(row_address)));
-}
-__device__ __forceinline__ void LoadMatrixX4Trans(uint32_t (&r)[4], const void* row_address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SharedAddress(row_address)));
 }
 
 __device__ __forceinline__ float FastExp2(float x) {

@@ -17,16 +17,13 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <mutex>
-#include <set>
-#include <utility>
-
 #include "engine/base/dtype.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/dequant_decode.cuh"
 #include "engine/kernels/device_util.cuh"
 #include "engine/kernels/grouped_gemm.h"
+#include "engine/kernels/kernel_support.cuh"
 
 namespace scored::kernels {
 namespace {
@@ -50,24 +47,6 @@ static_assert(kBM == kBN, "the A and B stages share one row count");
 
 // ---------------------------------------------------------------- PTX wrappers
 
-__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16-byte global -> shared copy; src_bytes 0 writes zeros (rows past the expert or past n).
-__device__ __forceinline__ void CopyAsync16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddress(dst)), "l"(src),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void CopyAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void CopyAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-__device__ __forceinline__ void LoadMatrixX4(uint32_t (&r)[4], const void* row_address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SmemAddress(row_address)));
-}
 __device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -366,21 +345,6 @@ __global__ void __launch_bounds__(kThreads)
     MmaTile(acc, a_s + s * kTileElems, b_s, warp_m, warp_n);
   }
   StoreTile(acc, y, args.ldy, w, args.n, n0, warp_m, warp_n);
-}
-
-// Raises a kernel's dynamic shared-memory limit once per (kernel, device) (the attribute belongs to the
-// kernel's instance in one device's context).
-cudaError_t EnsureDynamicSmem(const void* kernel, int bytes) {
-  static std::mutex mu;
-  static std::set<std::pair<const void*, int>> done;  // (kernel, device)
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  std::lock_guard<std::mutex> lock(mu);
-  if (done.count({kernel, device}) > 0) return cudaSuccess;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err == cudaSuccess) done.insert({kernel, device});
-  return err;
 }
 
 template <typename OutT>

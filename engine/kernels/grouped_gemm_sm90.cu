@@ -29,6 +29,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/kernels/dequant_decode.cuh"
 #include "engine/kernels/grouped_gemm.h"
+#include "engine/kernels/kernel_support.cuh"
 
 namespace scored::kernels {
 namespace {
@@ -247,18 +248,11 @@ __global__ void DequantizeGroupedInt4Kernel(const GroupedInt4Expert* __restrict_
 }
 
 #if defined(SCORED_GROUPED_GEMM_SM90)
-// Which code of this file's module the device loaded: the SM90 kernels do work only in the sm_90a cubin
-// (elsewhere, or in PTX JIT-compiled for the device, they are empty). Same module, so this kernel's versions
-// are theirs.
+// This file's module probe: ModuleIsSm90a (kernel_support.cuh).
 __global__ void GroupedGemmSm90ModuleProbe() {}
 
 bool LoadedSm90aCode() {
-  static const bool sm90a = [] {
-    cudaFuncAttributes attributes;
-    const bool ok = cudaFuncGetAttributes(&attributes, GroupedGemmSm90ModuleProbe) == cudaSuccess;
-    if (!ok) cudaGetLastError();
-    return ok && attributes.binaryVersion == 90 && attributes.ptxVersion >= 90;
-  }();
+  static const bool sm90a = ModuleIsSm90a(reinterpret_cast<const void*>(GroupedGemmSm90ModuleProbe));
   return sm90a;
 }
 #endif

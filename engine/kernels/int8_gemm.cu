@@ -17,6 +17,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 #include "engine/kernels/int8_gemm.h"
+#include "engine/kernels/kernel_support.cuh"
 
 namespace scored::kernels {
 namespace {
@@ -124,18 +125,11 @@ typename G::Gemm::Arguments MakeArguments(const int8_t* x, const int8_t* w, cons
 }
 
 #if defined(SCORED_INT8_GEMM_SM90)
-// Which code of this file's module the device loaded: CUTLASS's SM90 kernels do work only in the sm_90a
-// cubin; in another target's cubin, or the compute_80 PTX JIT-compiled for the device (a release build under
-// CUDA_FORCE_PTX_JIT=1), they are empty. Same module, so this kernel's versions are theirs.
+// This file's module probe: ModuleIsSm90a (kernel_support.cuh).
 __global__ void Int8GemmModuleProbe() {}
 
 bool LoadedSm90aCode() {
-  static const bool sm90a = [] {
-    cudaFuncAttributes attributes;
-    const bool ok = cudaFuncGetAttributes(&attributes, Int8GemmModuleProbe) == cudaSuccess;
-    if (!ok) cudaGetLastError();
-    return ok && attributes.binaryVersion == 90 && attributes.ptxVersion >= 90;
-  }();
+  static const bool sm90a = ModuleIsSm90a(reinterpret_cast<const void*>(Int8GemmModuleProbe));
   return sm90a;
 }
 #endif
