@@ -17,6 +17,7 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/ok/bin" "$tmp/bad/bin" "$tmp/py" "$tmp/ok/data/wikitext-2-raw" "$tmp/ok/data/tokenizers/llama3"
 echo " = Robert Boulter = " > "$tmp/ok/data/wikitext-2-raw/wiki.test.raw"
 : > "$tmp/ok/data/tokenizers/llama3/tokenizer.model"
+unset FAKE_DF_AVAIL_G
 failures=0
 expect() {  # expect LOG PATTERN WHAT
   if ! grep -qE "$2" "$1"; then
@@ -158,7 +159,19 @@ if [[ \$1 == scripts/bench/make_random_w4a16.py ]]; then
 fi
 exec "$real_python" "\$@"
 EOF
-chmod +x "$tmp/ok/run" "$tmp/ok/bin/"* "$tmp/py/python3"
+# This machine's free disk is not what is checked (the 70b step needs 42 GiB): a stand-in df reports FAKE_DF_AVAIL_G
+# (default 500) GiB free, in both forms gpu_bench.sh asks for (--output=avail -BG and -h).
+cat > "$tmp/py/df" <<'EOF'
+#!/usr/bin/env bash
+avail=${FAKE_DF_AVAIL_G:-500}
+if [[ " $* " == *" --output=avail "* ]]; then
+  printf ' Avail\n %sG\n' "$avail"
+else
+  printf 'Filesystem Size Used Avail Use%% Mounted on\nstandin 1000G %sG %sG %s%% /\n' \
+    $((1000 - avail)) "$avail" $(((1000 - avail) / 10))
+fi
+EOF
+chmod +x "$tmp/ok/run" "$tmp/ok/bin/"* "$tmp/py/python3" "$tmp/py/df"
 
 # 1. Everything works: four tables, exit 0.
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs1" W4_DIR="$tmp/w4" BIG_DIR="$tmp/big" SOAK_SECONDS=1 \
@@ -282,10 +295,18 @@ rc=$?
 expect "$tmp/out7.txt" '^FAIL kld: no peer script' "kld: missing peer line"
 expect "$tmp/out7.txt" '^vs-peer +8 +20000 +- +- +>=1\.2  FAIL$' "kld: peer row without a peer"
 
+# 8. Too little disk for the 70b checkpoint: a FAIL line naming what is free and needed, nothing written, exit 1.
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs8" BIG_DIR="$tmp/big8" FAKE_DF_AVAIL_G=41 \
+  bash "$root/scripts/bench/gpu_bench.sh" 70b > "$tmp/out8.txt" 2>&1
+rc=$?
+[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: 70b on a full disk exited $rc, not 1"; failures=$((failures + 1)); }
+expect "$tmp/out8.txt" "^FAIL make_w4 70b: 41 GiB free under $tmp, needs 42\$" "70b: disk refusal"
+[[ ! -e $tmp/big8 ]] || { echo "FAIL test_gpu_bench: 70b wrote a checkpoint on a full disk"; failures=$((failures + 1)); }
+
 if [[ $failures == 0 ]]; then
   echo "test_gpu_bench: passed"
 else
   echo "test_gpu_bench: $failures failed"
-  sed 's/^/  | /' "$tmp"/out[1-7].txt
+  sed 's/^/  | /' "$tmp"/out[1-8].txt
 fi
 [[ $failures == 0 ]]
