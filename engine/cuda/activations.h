@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
+#include "engine/cuda/stage_times.h"
 #include "engine/cuda/weight_stream.h"
 #include "engine/model/config.h"
 
@@ -136,6 +137,9 @@ struct Activations {
   std::vector<CudaEvent> chunk_ready;  // [kMaxTpRowChunks]
   std::vector<CudaEvent> chunk_reduced;  // [kMaxTpRowChunks]
   CudaEvent comm_done;
+  // Profiling only (scored_bench --stages): where set, the forward records its stages' times here
+  // (stage_times.h). Not owned; the engine leaves it unset.
+  StageTimes* stage_times = nullptr;
 };
 
 // Columns of Activations::router_logits: the experts', the shared expert's gate (Qwen2-MoE), rounded up to 4.
