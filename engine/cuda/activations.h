@@ -71,10 +71,11 @@ struct Activations {
   DeviceBuffer moe_weights;    // [max_tokens, k] fp32: their combine weights
   DeviceBuffer moe_slots;      // [max_tokens * k] int32: slots t * k + j grouped by expert
   DeviceBuffer moe_counts;     // [E] int32: slots per expert
-  DeviceBuffer moe_x;          // [max_tokens, hidden_size] act: one expert's gathered input rows
-  DeviceBuffer moe_y;          // [max_tokens, hidden_size] fp32: one expert's output rows
-  DeviceBuffer moe_acc;        // [max_tokens, hidden_size] fp32: the weighted sum of the experts so far
-  DeviceBuffer moe_shared;     // [max_tokens, hidden_size] fp32: the shared expert's output (Qwen2-MoE)
+  DeviceBuffer moe_group_workspace;  // MoeGroupByExpert's per-chunk counts (kernels/moe_dispatch.h)
+  DeviceBuffer moe_x;                // [max_tokens, hidden_size] act: one expert's gathered input rows
+  DeviceBuffer moe_y;                // [max_tokens, hidden_size] fp32: one expert's output rows
+  DeviceBuffer moe_acc;              // [max_tokens, hidden_size] fp32: the weighted sum of the experts so far
+  DeviceBuffer moe_shared;           // [max_tokens, hidden_size] fp32: the shared expert's output (Qwen2-MoE)
   // Models with a layer whose experts run as grouped GEMMs (DeviceMoe::grouped, bf16 mode) only: every slot's
   // row at once, grouped by expert (moe_slots' order).
   DeviceBuffer moe_offsets;          // [E + 1] int32: each expert's first grouped row

@@ -385,34 +385,41 @@ class ForwardPass {
     SCORED_RETURN_IF_ERROR(
         kernels::MoeRoute(logits, columns, n_, experts, k, config_.norm_topk_prob, ids, weights, stream_));
     SCORED_RETURN_IF_ERROR(Mark("moe route"));
-    SCORED_RETURN_IF_ERROR(
-        kernels::MoeGroupByExpert(ids, n_ * k, experts, acts_->moe_counts.as<int32_t>(), slots, stream_));
+    SCORED_RETURN_IF_ERROR(kernels::MoeGroupByExpert(ids, n_ * k, experts, acts_->moe_counts.as<int32_t>(),
+                                                     slots, acts_->moe_group_workspace.data(),
+                                                     acts_->moe_group_workspace.bytes(), stream_));
     SCORED_RETURN_IF_ERROR(Mark("moe group by expert"));
-    if (moe.grouped.enabled) {
-      SCORED_RETURN_IF_ERROR(RunGroupedExperts(moe, slots, weights, acc));
-    } else {
-      SCORED_RETURN_IF_ERROR(ExpertsOneByOne(moe, slots, weights, acc));
-      SCORED_RETURN_IF_ERROR(Mark("experts one by one"));
-    }
-    float* shared = nullptr;
-    if (moe.shared) {
-      SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease gate_up_w, weights_.Acquire(moe.shared_gate_up));
-      SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease down_w, weights_.Acquire(moe.shared_down));
-      shared = acts_->moe_shared.as<float>();  // [n, hidden]
-      SCORED_RETURN_IF_ERROR(ExpertMlp(gate_up_w, down_w, normed_, n_, shared));
-      SCORED_RETURN_IF_ERROR(weights_.Release(gate_up_w));
-      SCORED_RETURN_IF_ERROR(weights_.Release(down_w));
-      SCORED_RETURN_IF_ERROR(Mark("shared expert"));
-    }
     // residual += acc (+ sigmoid(gate) * shared); the gate's logit is the router output's column `experts`.
     // Tensor parallelism: acc and shared are the rank's partial sums (its slice of every expert); rank 0 adds
     // them to the residual, the others write them over it (0 + ...), and the sum over ranks completes it.
-    if (!add_to_residual_)
-      SCORED_CUDA_CHECK(cudaMemsetAsync(residual_, 0, n_ * hidden_ * sizeof(float), stream_));
-    SCORED_RETURN_IF_ERROR(
-        kernels::MoeFinish(acc, shared, logits + experts, columns, n_, hidden_, residual_, stream_));
+    const float* const gate = logits + experts;
+    if (moe.grouped.enabled) {  // the shared expert first: the grouped combine ends in the residual
+      SCORED_ASSIGN_OR_RETURN(const float* shared, SharedExpert(moe));
+      SCORED_RETURN_IF_ERROR(RunGroupedExperts(moe, slots, weights, shared, gate, columns));
+    } else {
+      SCORED_RETURN_IF_ERROR(ExpertsOneByOne(moe, slots, weights, acc));
+      SCORED_RETURN_IF_ERROR(Mark("experts one by one"));
+      SCORED_ASSIGN_OR_RETURN(const float* shared, SharedExpert(moe));
+      if (!add_to_residual_)
+        SCORED_CUDA_CHECK(cudaMemsetAsync(residual_, 0, n_ * hidden_ * sizeof(float), stream_));
+      SCORED_RETURN_IF_ERROR(kernels::MoeFinish(acc, shared, gate, columns, n_, hidden_, residual_, stream_));
+    }
     SCORED_RETURN_IF_ERROR(sums_.Reduce(RowSum::kAfterDown, 0, chunks_[0]));
     return Mark("moe finish");
+  }
+
+  // The shared expert's output (Qwen2-MoE) [n, hidden] fp32 in moe_shared, or nullptr where the layer has
+  // none.
+  absl::StatusOr<const float*> SharedExpert(const DeviceMoe& moe) {
+    if (!moe.shared) return nullptr;
+    SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease gate_up_w, weights_.Acquire(moe.shared_gate_up));
+    SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease down_w, weights_.Acquire(moe.shared_down));
+    float* const shared = acts_->moe_shared.as<float>();
+    SCORED_RETURN_IF_ERROR(ExpertMlp(gate_up_w, down_w, normed_, n_, shared));
+    SCORED_RETURN_IF_ERROR(weights_.Release(gate_up_w));
+    SCORED_RETURN_IF_ERROR(weights_.Release(down_w));
+    SCORED_RETURN_IF_ERROR(Mark("shared expert"));
+    return shared;
   }
 
   // acc [n, hidden] = every token's experts' outputs weighted and summed in ascending expert id, one expert
@@ -446,13 +453,15 @@ class ForwardPass {
     return absl::OkStatus();
   }
 
-  // The same acc from the grouped tables (DeviceMoe::grouped; bf16 mode), every expert at once and nothing
+  // The same sum from the grouped tables (DeviceMoe::grouped; bf16 mode), every expert at once and nothing
   // copied to the host: the expert offsets and each slot's row on the device, all n * k slot rows gathered
   // once, one grouped gate|up GEMM, one SwiGLU, one grouped down GEMM to fp32, then every token's k rows
-  // combined in ascending expert id (kernels::MoeCombineGrouped: the adds of ExpertsOneByOne, in its order).
-  // The experts are not in the WeightStream's order (LinearsInOrder skips them): no lease.
+  // combined in ascending expert id straight into the residual with the shared expert (shared, its gate
+  // logits gate with stride gate_stride; kernels::MoeCombineGroupedFinish: the adds of ExpertsOneByOne and
+  // MoeFinish, in their order). The experts are not in the WeightStream's order (LinearsInOrder skips them):
+  // no lease.
   absl::Status RunGroupedExperts(const DeviceMoe& moe, const int32_t* slots, const float* weights,
-                                 float* acc) {
+                                 const float* shared, const float* gate, int64_t gate_stride) {
     if constexpr (kFp32) {
       return absl::InternalError("grouped expert GEMMs run in bf16 mode only");
     } else {
@@ -495,8 +504,9 @@ class ForwardPass {
       SCORED_RETURN_IF_ERROR(Mark("expert swiglu"));
       SCORED_RETURN_IF_ERROR(GroupedExpertGemm<float>(g, g.down, g.down_format, in, down_shape, out));
       SCORED_RETURN_IF_ERROR(Mark("expert down GEMM"));
-      SCORED_RETURN_IF_ERROR(
-          kernels::MoeCombineGrouped(out, slot_rows, weights, n_, k, hidden_, acc, stream_));
+      SCORED_RETURN_IF_ERROR(kernels::MoeCombineGroupedFinish(out, slot_rows, weights, n_, k, hidden_, shared,
+                                                              gate, gate_stride, add_to_residual_, residual_,
+                                                              stream_));
       return Mark("moe combine");
     }
   }

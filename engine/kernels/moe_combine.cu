@@ -59,7 +59,95 @@ __global__ void FinishKernel(const float* acc, const float* shared, const float*
   }
 }
 
+// MoeCombineGrouped and MoeFinish in one pass (no acc): V floats per thread per step (4: float4 loads and
+// stores, hidden and every pointer 16-byte aligned; else 1), the same fp32 operations per element in the same
+// order.
+template <int V>
+__global__ void CombineGroupedFinishKernel(const float* __restrict__ y, const int32_t* __restrict__ slot_rows,
+                                           const float* __restrict__ weights, int64_t top_k, int64_t hidden,
+                                           const float* __restrict__ shared, const float* __restrict__ gate,
+                                           int64_t gate_stride, bool accumulate,
+                                           float* __restrict__ residual) {
+  __shared__ int32_t rows[kMaxGroupedTopK];
+  __shared__ float w[kMaxGroupedTopK];
+  const int64_t t = blockIdx.x;
+  if (threadIdx.x == 0) {  // the token's slots by ascending row, as CombineGroupedKernel
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int32_t row = slot_rows[t * top_k + j];
+      const float weight = weights[t * top_k + j];
+      int64_t i = j;
+      for (; i > 0 && rows[i - 1] > row; --i) {
+        rows[i] = rows[i - 1];
+        w[i] = w[i - 1];
+      }
+      rows[i] = row;
+      w[i] = weight;
+    }
+  }
+  __syncthreads();
+  float s = 0.0f;
+  if (shared != nullptr) s = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[t * gate_stride])));
+  for (int64_t i = static_cast<int64_t>(threadIdx.x) * V; i < hidden;
+       i += static_cast<int64_t>(kThreads) * V) {
+    float sum[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) sum[v] = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) {
+      float in[V];
+      if constexpr (V == 4) {
+        const float4 q = *reinterpret_cast<const float4*>(y + rows[j] * hidden + i);
+        in[0] = q.x, in[1] = q.y, in[2] = q.z, in[3] = q.w;
+      } else {
+        in[0] = y[rows[j] * hidden + i];
+      }
+#pragma unroll
+      for (int v = 0; v < V; ++v) sum[v] = __fadd_rn(sum[v], __fmul_rn(in[v], w[j]));
+    }
+    float* const to = residual + t * hidden + i;
+    float out[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      float o = sum[v];
+      if (shared != nullptr) o = __fadd_rn(o, __fmul_rn(s, shared[t * hidden + i + v]));
+      out[v] = o;
+    }
+    if constexpr (V == 4) {
+      float4 r = accumulate ? *reinterpret_cast<const float4*>(to) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      r.x = __fadd_rn(r.x, out[0]);
+      r.y = __fadd_rn(r.y, out[1]);
+      r.z = __fadd_rn(r.z, out[2]);
+      r.w = __fadd_rn(r.w, out[3]);
+      *reinterpret_cast<float4*>(to) = r;
+    } else {
+      to[0] = __fadd_rn(accumulate ? to[0] : 0.0f, out[0]);
+    }
+  }
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 }  // namespace
+
+absl::Status MoeCombineGroupedFinish(const float* y, const int32_t* slot_rows, const float* weights,
+                                     int64_t num_tokens, int64_t top_k, int64_t hidden, const float* shared,
+                                     const float* gate, int64_t gate_stride, bool accumulate, float* residual,
+                                     cudaStream_t stream) {
+  if (num_tokens < 0 || num_tokens > int64_t{0x7fffffff} || top_k < 1 || top_k > kMaxGroupedTopK ||
+      hidden < 1 || (shared != nullptr && gate == nullptr)) {
+    return absl::InvalidArgumentError("MoE grouped combine and finish: bad shapes");
+  }
+  if (num_tokens == 0) return absl::OkStatus();
+  const unsigned blocks = static_cast<unsigned>(num_tokens);
+  if (hidden % 4 == 0 && Aligned16(y) && Aligned16(residual) && (shared == nullptr || Aligned16(shared))) {
+    CombineGroupedFinishKernel<4><<<blocks, kThreads, 0, stream>>>(
+        y, slot_rows, weights, top_k, hidden, shared, gate, gate_stride, accumulate, residual);
+  } else {
+    CombineGroupedFinishKernel<1><<<blocks, kThreads, 0, stream>>>(
+        y, slot_rows, weights, top_k, hidden, shared, gate, gate_stride, accumulate, residual);
+  }
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
 
 absl::Status MoeAccumulate(const float* y, const int32_t* slots, int64_t rows, int64_t top_k,
                            const float* weights, int64_t hidden, float* acc, cudaStream_t stream) {

@@ -11,6 +11,10 @@
 //   is ascending expert id (the rows are grouped by ascending expert and an expert takes a token once): the
 //   same adds in the same order as MoeAccumulate expert by expert into a zeroed acc, so bitwise its result.
 //   top_k <= 64.
+//   MoeCombineGroupedFinish: MoeCombineGrouped then MoeFinish in one pass, without acc: residual[t] =
+//   fp32(r + fp32(acc[t] + ...)) with r = residual[t] (accumulate) or +0 (not: tensor parallelism's ranks but
+//   0 write their partial sums over the residual), bitwise the two kernels (after a zeroed residual where not
+//   accumulate).
 // Every operation one fp32 IEEE operation (no contraction): the oracle's order and rounding.
 // Shapes: acc, y, residual, shared [*, hidden] fp32 contiguous; gate [num_tokens] with stride gate_stride
 // (a column of the router's output). Errors: INVALID_ARGUMENT (shapes), INTERNAL (launch).
@@ -36,6 +40,15 @@ absl::Status MoeCombineGrouped(const float* y,            // [num_tokens * top_k
                                int64_t num_tokens, int64_t top_k, int64_t hidden,
                                float* acc,  // [num_tokens, hidden], overwritten
                                cudaStream_t stream);
+
+absl::Status MoeCombineGroupedFinish(const float* y,            // [num_tokens * top_k, hidden], grouped rows
+                                     const int32_t* slot_rows,  // [num_tokens * top_k]
+                                     const float* weights,      // [num_tokens, top_k]
+                                     int64_t num_tokens, int64_t top_k, int64_t hidden,
+                                     const float* shared,  // [num_tokens, hidden] or nullptr
+                                     const float* gate, int64_t gate_stride, bool accumulate,
+                                     float* residual,  // [num_tokens, hidden]
+                                     cudaStream_t stream);
 
 absl::Status MoeFinish(const float* acc,     // [num_tokens, hidden]
                        const float* shared,  // [num_tokens, hidden] or nullptr

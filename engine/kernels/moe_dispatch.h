@@ -4,7 +4,9 @@
 //     grouped by expert in ascending expert id, each expert's slots in ascending slot (token) order: expert
 //     e's slots are sorted_slots[offset_e, offset_e + counts[e]), offset_e = counts[0] + ... + counts[e - 1].
 //     Fully determined by expert_ids (no atomics), so a token's rows land in the same order whatever the
-//     launch.
+//     launch. Slots whose id is not in [0, num_experts) are left out (counted nowhere, placed nowhere).
+//     workspace: MoeGroupByExpertWorkspaceBytes(num_slots, num_experts) bytes of device memory (per-chunk
+//     counts of kMoeGroupChunkSlots slots), else INVALID_ARGUMENT; num_experts <= 1536.
 //   MoeGatherRows: dst[r] = src[slots[r] / top_k] for r < rows (dst contiguous, src rows ld apart).
 //   MoeGroupedRows (the grouped expert GEMMs' layout, kernels/grouped_gemm.h, read on the device with no
 //     host copy of the counts): offsets[e] = counts[0] + ... + counts[e - 1] for e <= num_experts (so
@@ -21,11 +23,14 @@
 
 namespace scored::kernels {
 
+inline constexpr int64_t kMoeGroupChunkSlots = 256;
+int64_t MoeGroupByExpertWorkspaceBytes(int64_t num_slots, int64_t num_experts);  // host-only
+
 absl::Status MoeGroupByExpert(const int32_t* expert_ids,  // [num_slots]
                               int64_t num_slots, int64_t num_experts,
                               int32_t* counts,        // [num_experts]
                               int32_t* sorted_slots,  // [num_slots]
-                              cudaStream_t stream);
+                              void* workspace, int64_t workspace_bytes, cudaStream_t stream);
 
 template <typename T>
 absl::Status MoeGatherRows(const T* src,  // [tokens, ld]

@@ -515,8 +515,10 @@ TEST_F(GroupedGemmTest, GroupedCombineMatchesPerExpertAccumulate) {
   offsets.Poison();
   slot_rows.Poison();
   acc_new.Poison();
-  ASSERT_TRUE(
-      MoeGroupByExpert(d_ids.get(), kTokens * kTopK, kExperts, counts.get(), slots.get(), stream_).ok());
+  DeviceArray<int32_t> group_ws(MoeGroupByExpertWorkspaceBytes(kTokens * kTopK, kExperts) / 4);
+  ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), kTokens * kTopK, kExperts, counts.get(), slots.get(),
+                               group_ws.get(), static_cast<int64_t>(group_ws.size()) * 4, stream_)
+                  .ok());
   ASSERT_TRUE(MoeGroupedRows(counts.get(), kExperts, slots.get(), kTokens * kTopK, offsets.get(),
                              slot_rows.get(), stream_)
                   .ok());
@@ -538,6 +540,50 @@ TEST_F(GroupedGemmTest, GroupedCombineMatchesPerExpertAccumulate) {
   }
   Sync();
   EXPECT_EQ(testing::CountBitDifferences(acc_new.Download(), acc_old.Download()), 0);
+}
+
+// MoeCombineGroupedFinish (the engine's grouped path) bitwise MoeCombineGrouped then MoeFinish: float4 and
+// scalar widths (hidden 96, 50), with and without a shared expert, adding to the residual and writing over it
+// (tensor parallelism's ranks but 0: MoeFinish over a zeroed residual).
+TEST_F(GroupedGemmTest, GroupedCombineFinishMatchesTwoPasses) {
+  constexpr int64_t kTokens = 77, kTopK = 6;
+  std::mt19937 rng(41);
+  std::vector<int32_t> rows(kTokens * kTopK);
+  for (int64_t s = 0; s < kTokens * kTopK; ++s) rows[s] = static_cast<int32_t>(s);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  const std::vector<float> weights = testing::RandomFloats(kTokens * kTopK, 42, 0.0f, 1.0f);
+  const std::vector<float> gate = testing::RandomNormal(kTokens * 3, 43);  // column 2 of a [t, 3] matrix
+  DeviceArray<int32_t> d_rows(rows);
+  DeviceArray<float> d_w(weights), d_gate(gate);
+  for (int64_t hidden : {96, 50}) {
+    const std::vector<float> y = testing::RandomNormal(kTokens * kTopK * hidden, 44);
+    const std::vector<float> shared = testing::RandomNormal(kTokens * hidden, 45);
+    const std::vector<float> residual = testing::RandomNormal(kTokens * hidden, 46);
+    DeviceArray<float> d_y(y), d_shared(shared), acc(kTokens * hidden);
+    for (bool with_shared : {false, true}) {
+      for (bool accumulate : {true, false}) {
+        const float* sh = with_shared ? d_shared.get() : nullptr;
+        DeviceArray<float> want(residual), got(residual);
+        if (!accumulate) {
+          ASSERT_EQ(cudaMemset(want.get(), 0, kTokens * hidden * sizeof(float)), cudaSuccess);
+        }
+        ASSERT_TRUE(
+            MoeCombineGrouped(d_y.get(), d_rows.get(), d_w.get(), kTokens, kTopK, hidden, acc.get(), stream_)
+                .ok());
+        ASSERT_TRUE(MoeFinish(acc.get(), sh, d_gate.get() + 2, 3, kTokens, hidden, want.get(), stream_).ok());
+        ASSERT_TRUE(MoeCombineGroupedFinish(d_y.get(), d_rows.get(), d_w.get(), kTokens, kTopK, hidden, sh,
+                                            d_gate.get() + 2, 3, accumulate, got.get(), stream_)
+                        .ok());
+        Sync();
+        const std::vector<float> g = got.Download(), w = want.Download();
+        EXPECT_EQ(testing::CountBitDifferences(g, w), 0)
+            << "hidden " << hidden << " shared " << with_shared << " accumulate " << accumulate;
+        if (accumulate) {
+          EXPECT_NE(g, residual) << "the residual unchanged";
+        }
+      }
+    }
+  }
 }
 
 // The engine's grouped expert MLP (transformer.cc RunGroupedExperts: group, offsets, one gather, grouped
@@ -588,7 +634,10 @@ TEST_F(GroupedGemmTest, GroupedMlpMatchesExpertByExpert) {
     down.k = kInter;
     down.ldx = kInter;
     down.ldy = kHidden;
-    ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), slots_n, kExperts, counts.get(), slots.get(), stream_).ok());
+    DeviceArray<int32_t> group_ws(MoeGroupByExpertWorkspaceBytes(slots_n, kExperts) / 4);
+    ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), slots_n, kExperts, counts.get(), slots.get(), group_ws.get(),
+                                 static_cast<int64_t>(group_ws.size()) * 4, stream_)
+                    .ok());
     ASSERT_TRUE(
         MoeGroupedRows(counts.get(), kExperts, slots.get(), slots_n, offsets.get(), slot_rows.get(), stream_)
             .ok());
