@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kBaseThreads)
     ChunkBaseKernel(int64_t chunks, int num_experts, int32_t* __restrict__ chunk_counts,
                     int32_t* __restrict__ counts) {
   __shared__ int32_t part_sums[kBaseThreads];
-  __shared__ int32_t expert_base[kBaseThreads];
+  __shared__ int32_t expert_base[kBaseThreads];  // the round's totals, then their exclusive scan
   __shared__ int32_t round_base;
   const int per_round = num_experts < kBaseThreads ? num_experts : kBaseThreads;
   const int parts = kBaseThreads / per_round;
@@ -82,18 +82,23 @@ __global__ void __launch_bounds__(kBaseThreads)
     }
     part_sums[threadIdx.x] = sum;
     __syncthreads();
-    if (threadIdx.x == 0) {  // per expert of the round: parts' exclusive prefixes, totals, the experts' scan
+    if (p == 0 && e < num_experts) {  // per expert of the round: its parts' exclusive prefixes, its total
+      int32_t before = 0;
+      for (int q = 0; q < parts; ++q) {
+        const int32_t v = part_sums[q * per_round + local];
+        part_sums[q * per_round + local] = before;
+        before += v;
+      }
+      counts[e] = before;
+      expert_base[local] = before;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {  // the totals' exclusive scan over the experts
       int32_t base = round_base;
       for (int l = 0; l < per_round && e0 + l < num_experts; ++l) {
-        int32_t before = 0;
-        for (int q = 0; q < parts; ++q) {
-          const int32_t v = part_sums[q * per_round + l];
-          part_sums[q * per_round + l] = before;
-          before += v;
-        }
-        counts[e0 + l] = before;
+        const int32_t total = expert_base[l];
         expert_base[l] = base;
-        base += before;
+        base += total;
       }
       round_base = base;
     }
