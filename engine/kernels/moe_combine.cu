@@ -21,32 +21,6 @@ __global__ void AccumulateKernel(const float* y, const int32_t* slots, int64_t t
 
 constexpr int kMaxGroupedTopK = 64;
 
-__global__ void CombineGroupedKernel(const float* y, const int32_t* slot_rows, const float* weights,
-                                     int64_t top_k, int64_t hidden, float* acc) {
-  __shared__ int32_t rows[kMaxGroupedTopK];
-  __shared__ float w[kMaxGroupedTopK];
-  const int64_t t = blockIdx.x;
-  if (threadIdx.x == 0) {  // the token's slots by ascending row (insertion sort of <= 64)
-    for (int64_t j = 0; j < top_k; ++j) {
-      const int32_t row = slot_rows[t * top_k + j];
-      const float weight = weights[t * top_k + j];
-      int64_t i = j;
-      for (; i > 0 && rows[i - 1] > row; --i) {
-        rows[i] = rows[i - 1];
-        w[i] = w[i - 1];
-      }
-      rows[i] = row;
-      w[i] = weight;
-    }
-  }
-  __syncthreads();
-  for (int64_t i = threadIdx.x; i < hidden; i += kThreads) {
-    float sum = 0.0f;
-    for (int64_t j = 0; j < top_k; ++j) sum = __fadd_rn(sum, __fmul_rn(y[rows[j] * hidden + i], w[j]));
-    acc[t * hidden + i] = sum;
-  }
-}
-
 __global__ void FinishKernel(const float* acc, const float* shared, const float* gate, int64_t gate_stride,
                              int64_t hidden, float* residual) {
   const int64_t t = blockIdx.x;
@@ -59,9 +33,8 @@ __global__ void FinishKernel(const float* acc, const float* shared, const float*
   }
 }
 
-// MoeCombineGrouped and MoeFinish in one pass (no acc): V floats per thread per step (4: float4 loads and
-// stores, hidden and every pointer 16-byte aligned; else 1), the same fp32 operations per element in the same
-// order.
+// A block per token: its slots sorted by row, then V floats per thread per step (4: float4 loads and stores,
+// hidden and every pointer 16-byte aligned; else 1), each element's adds in the contract's order.
 template <int V>
 __global__ void CombineGroupedFinishKernel(const float* __restrict__ y, const int32_t* __restrict__ slot_rows,
                                            const float* __restrict__ weights, int64_t top_k, int64_t hidden,
@@ -71,7 +44,7 @@ __global__ void CombineGroupedFinishKernel(const float* __restrict__ y, const in
   __shared__ int32_t rows[kMaxGroupedTopK];
   __shared__ float w[kMaxGroupedTopK];
   const int64_t t = blockIdx.x;
-  if (threadIdx.x == 0) {  // the token's slots by ascending row, as CombineGroupedKernel
+  if (threadIdx.x == 0) {  // the token's slots by ascending row (insertion sort of <= 64)
     for (int64_t j = 0; j < top_k; ++j) {
       const int32_t row = slot_rows[t * top_k + j];
       const float weight = weights[t * top_k + j];
@@ -157,20 +130,6 @@ absl::Status MoeAccumulate(const float* y, const int32_t* slots, int64_t rows, i
   if (rows == 0) return absl::OkStatus();
   AccumulateKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(y, slots, top_k, weights, hidden,
                                                                          acc);
-  SCORED_CUDA_CHECK_LAUNCH();
-  return absl::OkStatus();
-}
-
-absl::Status MoeCombineGrouped(const float* y, const int32_t* slot_rows, const float* weights,
-                               int64_t num_tokens, int64_t top_k, int64_t hidden, float* acc,
-                               cudaStream_t stream) {
-  if (num_tokens < 0 || num_tokens > int64_t{0x7fffffff} || top_k < 1 || top_k > kMaxGroupedTopK ||
-      hidden < 1) {
-    return absl::InvalidArgumentError("MoE grouped combine: bad shapes");
-  }
-  if (num_tokens == 0) return absl::OkStatus();
-  CombineGroupedKernel<<<static_cast<unsigned>(num_tokens), kThreads, 0, stream>>>(y, slot_rows, weights,
-                                                                                   top_k, hidden, acc);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }

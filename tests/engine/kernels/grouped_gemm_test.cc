@@ -496,7 +496,8 @@ TEST_F(GroupedGemmTest, Int4MatchesDequantizedDense) {
 }
 
 // The grouped layout (MoeGroupedRows: offsets = the counts' exclusive scan, slot_rows = the inverse of the
-// grouping) and MoeCombineGrouped, bitwise the per-expert MoeAccumulate into a zeroed acc.
+// grouping) and MoeCombineGroupedFinish writing over the residual with no shared expert (the sum alone),
+// bitwise the per-expert MoeAccumulate into a zeroed acc.
 TEST_F(GroupedGemmTest, GroupedCombineMatchesPerExpertAccumulate) {
   constexpr int64_t kTokens = 301, kExperts = 300, kTopK = 8, kHidden = 96;  // > 256 experts: two scan rounds
   std::mt19937 rng(31);
@@ -522,8 +523,8 @@ TEST_F(GroupedGemmTest, GroupedCombineMatchesPerExpertAccumulate) {
   ASSERT_TRUE(MoeGroupedRows(counts.get(), kExperts, slots.get(), kTokens * kTopK, offsets.get(),
                              slot_rows.get(), stream_)
                   .ok());
-  ASSERT_TRUE(MoeCombineGrouped(d_y.get(), slot_rows.get(), d_w.get(), kTokens, kTopK, kHidden, acc_new.get(),
-                                stream_)
+  ASSERT_TRUE(MoeCombineGroupedFinish(d_y.get(), slot_rows.get(), d_w.get(), kTokens, kTopK, kHidden, nullptr,
+                                      nullptr, 0, false, acc_new.get(), stream_)
                   .ok());
   Sync();
   const std::vector<int32_t> host_counts = counts.Download(), host_offsets = offsets.Download();
@@ -542,9 +543,10 @@ TEST_F(GroupedGemmTest, GroupedCombineMatchesPerExpertAccumulate) {
   EXPECT_EQ(testing::CountBitDifferences(acc_new.Download(), acc_old.Download()), 0);
 }
 
-// MoeCombineGroupedFinish (the engine's grouped path) bitwise MoeCombineGrouped then MoeFinish: float4 and
-// scalar widths (hidden 96, 50), with and without a shared expert, adding to the residual and writing over it
-// (tensor parallelism's ranks but 0: MoeFinish over a zeroed residual).
+// MoeCombineGroupedFinish with a shared expert and adding to the residual, bitwise its sum alone (the test
+// above: the per-expert accumulation) then MoeFinish: float4 and scalar widths (hidden 96, 50), with and
+// without a shared expert, adding to the residual and writing over it (tensor parallelism's ranks but 0:
+// MoeFinish over a zeroed residual).
 TEST_F(GroupedGemmTest, GroupedCombineFinishMatchesTwoPasses) {
   constexpr int64_t kTokens = 77, kTopK = 6;
   std::mt19937 rng(41);
@@ -567,9 +569,9 @@ TEST_F(GroupedGemmTest, GroupedCombineFinishMatchesTwoPasses) {
         if (!accumulate) {
           ASSERT_EQ(cudaMemset(want.get(), 0, kTokens * hidden * sizeof(float)), cudaSuccess);
         }
-        ASSERT_TRUE(
-            MoeCombineGrouped(d_y.get(), d_rows.get(), d_w.get(), kTokens, kTopK, hidden, acc.get(), stream_)
-                .ok());
+        ASSERT_TRUE(MoeCombineGroupedFinish(d_y.get(), d_rows.get(), d_w.get(), kTokens, kTopK, hidden,
+                                            nullptr, nullptr, 0, false, acc.get(), stream_)
+                        .ok());
         ASSERT_TRUE(MoeFinish(acc.get(), sh, d_gate.get() + 2, 3, kTokens, hidden, want.get(), stream_).ok());
         ASSERT_TRUE(MoeCombineGroupedFinish(d_y.get(), d_rows.get(), d_w.get(), kTokens, kTopK, hidden, sh,
                                             d_gate.get() + 2, 3, accumulate, got.get(), stream_)
@@ -587,7 +589,7 @@ TEST_F(GroupedGemmTest, GroupedCombineFinishMatchesTwoPasses) {
 }
 
 // The engine's grouped expert MLP (transformer.cc RunGroupedExperts: group, offsets, one gather, grouped
-// gate|up, SwiGLU, grouped down, MoeCombineGrouped) against the same kernels run expert by expert (each
+// gate|up, SwiGLU, grouped down, MoeCombineGroupedFinish) against the same kernels run expert by expert (each
 // expert's rows alone, a one-expert GroupedGemm, MoeAccumulate into a zeroed acc, the old path's order):
 // bitwise equal, as each row's GEMM result does not depend on the rows around it.
 TEST_F(GroupedGemmTest, GroupedMlpMatchesExpertByExpert) {
@@ -649,8 +651,8 @@ TEST_F(GroupedGemmTest, GroupedMlpMatchesExpertByExpert) {
         SwiGlu<bf16_t>(gate_up.get(), gate_up.get() + kInter, 2 * kInter, slots_n, kInter, in.get(), stream_)
             .ok());
     ASSERT_TRUE(Launch<float>(path, in.get(), offsets.get(), t_dn.get(), down, out.get(), stream_).ok());
-    ASSERT_TRUE(MoeCombineGrouped(out.get(), slot_rows.get(), weights.get(), kTokens, kTopK, kHidden,
-                                  acc_new.get(), stream_)
+    ASSERT_TRUE(MoeCombineGroupedFinish(out.get(), slot_rows.get(), weights.get(), kTokens, kTopK, kHidden,
+                                        nullptr, nullptr, 0, false, acc_new.get(), stream_)
                     .ok());
     Sync();
     // Expert by expert, each alone in its GEMMs (one-expert tables: the expert's entry of the same tables).
