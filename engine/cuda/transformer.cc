@@ -389,8 +389,10 @@ class ForwardPass {
     SCORED_RETURN_IF_ERROR(
         kernels::MoeRoute(logits, columns, n_, experts, k, config_.norm_topk_prob, ids, weights, stream_));
     SCORED_RETURN_IF_ERROR(Mark("moe route"));
+    // the grouped path's expert offsets too ([experts + 1], on the device)
+    int32_t* const offsets = moe.grouped.enabled ? acts_->moe_offsets.as<int32_t>() : nullptr;
     SCORED_RETURN_IF_ERROR(kernels::MoeGroupByExpert(ids, n_ * k, experts, acts_->moe_counts.as<int32_t>(),
-                                                     slots, acts_->moe_group_workspace.data(),
+                                                     slots, offsets, acts_->moe_group_workspace.data(),
                                                      acts_->moe_group_workspace.bytes(), stream_));
     SCORED_RETURN_IF_ERROR(Mark("moe group by expert"));
     // residual += acc (+ sigmoid(gate) * shared); the gate's logit is the router output's column `experts`.
@@ -482,8 +484,7 @@ class ForwardPass {
           acts_->moe_grouped_out.bytes() < rows * hidden_ * 4) {
         return absl::InternalError("the grouped experts' activations are smaller than the layer's shapes");
       }
-      SCORED_RETURN_IF_ERROR(kernels::MoeGroupedRows(acts_->moe_counts.as<int32_t>(), experts, slots, rows,
-                                                     offsets, slot_rows, stream_));
+      SCORED_RETURN_IF_ERROR(kernels::MoeGroupedRows(offsets, experts, slots, rows, slot_rows, stream_));
       SCORED_RETURN_IF_ERROR(Mark("moe grouped rows"));
       SCORED_RETURN_IF_ERROR(
           kernels::MoeGatherRows<T>(normed_, hidden_, slots, rows, k, hidden_, in, stream_));

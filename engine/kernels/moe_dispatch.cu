@@ -2,8 +2,9 @@
 // launches over chunks of kGroupChunk slots, a warp per chunk:
 //   ChunkCountKernel  each chunk's count per expert (warp match: the lowest lane of each expert present in a
 //                     round of 32 slots adds the round's matches to the warp's counters in shared memory);
-//   ChunkBaseKernel   one block: every expert's total (counts) and, in place, each (chunk, expert)'s first
-//                     grouped position: the experts before it in full, then the chunks before it;
+//   ChunkBaseKernel   one block: every expert's total (counts), their exclusive scan (offsets) and, in
+//                     place, each (chunk, expert)'s first grouped position: the experts before it in full,
+//                     then the chunks before it;
 //   ChunkPlaceKernel  each chunk again, each slot at its chunk's base plus the matches before it in the
 //                     chunk (the lanes below it in its round, then the rounds before).
 // A slot's position is fully determined by expert_ids. (Replaced a block per expert that scanned all slots
@@ -58,7 +59,7 @@ __global__ void __launch_bounds__(kThreads)
 // prefix + the chunks before c in the part.
 __global__ void __launch_bounds__(kBaseThreads)
     ChunkBaseKernel(int64_t chunks, int num_experts, int32_t* __restrict__ chunk_counts,
-                    int32_t* __restrict__ counts) {
+                    int32_t* __restrict__ counts, int32_t* __restrict__ offsets) {
   __shared__ int32_t part_sums[kBaseThreads];
   __shared__ int32_t expert_base[kBaseThreads];  // the round's totals, then their exclusive scan
   __shared__ int32_t round_base;
@@ -98,6 +99,7 @@ __global__ void __launch_bounds__(kBaseThreads)
       for (int l = 0; l < per_round && e0 + l < num_experts; ++l) {
         const int32_t total = expert_base[l];
         expert_base[l] = base;
+        if (offsets != nullptr) offsets[e0 + l] = base;
         base += total;
       }
       round_base = base;
@@ -118,6 +120,7 @@ __global__ void __launch_bounds__(kBaseThreads)
     }
     __syncthreads();  // part_sums / expert_base are rewritten next round
   }
+  if (threadIdx.x == 0 && offsets != nullptr) offsets[num_experts] = round_base;
 }
 
 // As ChunkCountKernel, each slot placed: sorted[base of (chunk, e) + matches before it in the chunk].
@@ -165,39 +168,10 @@ __global__ void GatherKernel(const T* src, int64_t ld, const int32_t* slots, int
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) to[i] = from[i];
 }
 
-// One block: the exclusive scan of the counts, kThreads experts per round (warp shuffles, then the warp
-// totals in warp order).
-__global__ void __launch_bounds__(kThreads)
-    OffsetsKernel(const int32_t* counts, int64_t num_experts, int32_t* offsets) {
-  __shared__ int warp_sums[kWarps];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int before = 0;
-  for (int64_t base = 0; base < num_experts; base += kThreads) {
-    const int64_t e = base + threadIdx.x;
-    const int count = e < num_experts ? counts[e] : 0;
-    int incl = count;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, d);
-      if (lane >= d) incl += v;
-    }
-    if (lane == 31) warp_sums[warp] = incl;
-    __syncthreads();
-    int warp_before = 0, total = 0;
-    for (int w = 0; w < kWarps; ++w) {
-      warp_before += w < warp ? warp_sums[w] : 0;
-      total += warp_sums[w];
-    }
-    if (e < num_experts) offsets[e] = before + warp_before + incl - count;
-    before += total;
-    __syncthreads();  // warp_sums is rewritten next round
-  }
-  if (threadIdx.x == 0) offsets[num_experts] = before;
-}
-
-__global__ void SlotRowsKernel(const int32_t* sorted_slots, int64_t num_slots, int32_t* slot_rows) {
+__global__ void SlotRowsKernel(const int32_t* sorted_slots, const int32_t* grouped, int64_t num_slots,
+                               int32_t* slot_rows) {
   const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r < num_slots) slot_rows[sorted_slots[r]] = static_cast<int32_t>(r);
+  if (r < num_slots && r < *grouped) slot_rows[sorted_slots[r]] = static_cast<int32_t>(r);
 }
 
 }  // namespace
@@ -207,7 +181,7 @@ int64_t MoeGroupByExpertWorkspaceBytes(int64_t num_slots, int64_t num_experts) {
 }
 
 absl::Status MoeGroupByExpert(const int32_t* expert_ids, int64_t num_slots, int64_t num_experts,
-                              int32_t* counts, int32_t* sorted_slots, void* workspace,
+                              int32_t* counts, int32_t* sorted_slots, int32_t* offsets, void* workspace,
                               int64_t workspace_bytes, cudaStream_t stream) {
   if (num_slots < 0 || num_slots > int64_t{0x7fffffff} || num_experts < 1 || num_experts > 65535) {
     return absl::InvalidArgumentError("MoE grouping: bad shapes");
@@ -220,6 +194,9 @@ absl::Status MoeGroupByExpert(const int32_t* expert_ids, int64_t num_slots, int6
   }
   if (num_slots == 0) {
     SCORED_CUDA_CHECK(cudaMemsetAsync(counts, 0, num_experts * sizeof(int32_t), stream));
+    if (offsets != nullptr) {
+      SCORED_CUDA_CHECK(cudaMemsetAsync(offsets, 0, (num_experts + 1) * sizeof(int32_t), stream));
+    }
     return absl::OkStatus();
   }
   const int64_t chunks = GroupChunks(num_slots);
@@ -228,7 +205,7 @@ absl::Status MoeGroupByExpert(const int32_t* expert_ids, int64_t num_slots, int6
   const int experts = static_cast<int>(num_experts);
   ChunkCountKernel<<<blocks, kThreads, counter_bytes, stream>>>(expert_ids, num_slots, experts, chunk_counts);
   SCORED_CUDA_CHECK_LAUNCH();
-  ChunkBaseKernel<<<1, kBaseThreads, 0, stream>>>(chunks, experts, chunk_counts, counts);
+  ChunkBaseKernel<<<1, kBaseThreads, 0, stream>>>(chunks, experts, chunk_counts, counts, offsets);
   SCORED_CUDA_CHECK_LAUNCH();
   ChunkPlaceKernel<<<blocks, kThreads, counter_bytes, stream>>>(expert_ids, num_slots, experts, chunk_counts,
                                                                 sorted_slots);
@@ -258,16 +235,14 @@ absl::Status MoeGatherRows(const T* src, int64_t ld, const int32_t* slots, int64
   return absl::OkStatus();
 }
 
-absl::Status MoeGroupedRows(const int32_t* counts, int64_t num_experts, const int32_t* sorted_slots,
-                            int64_t num_slots, int32_t* offsets, int32_t* slot_rows, cudaStream_t stream) {
+absl::Status MoeGroupedRows(const int32_t* offsets, int64_t num_experts, const int32_t* sorted_slots,
+                            int64_t num_slots, int32_t* slot_rows, cudaStream_t stream) {
   if (num_slots < 0 || num_slots > int64_t{0x7fffffff} || num_experts < 1 || num_experts > 65535) {
     return absl::InvalidArgumentError("MoE grouped rows: bad shapes");
   }
-  OffsetsKernel<<<1, kThreads, 0, stream>>>(counts, num_experts, offsets);
-  SCORED_CUDA_CHECK_LAUNCH();
   if (num_slots == 0) return absl::OkStatus();
   SlotRowsKernel<<<static_cast<unsigned>((num_slots + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      sorted_slots, num_slots, slot_rows);
+      sorted_slots, offsets + num_experts, num_slots, slot_rows);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }

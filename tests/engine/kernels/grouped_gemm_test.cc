@@ -495,9 +495,9 @@ TEST_F(GroupedGemmTest, Int4MatchesDequantizedDense) {
   }
 }
 
-// The grouped layout (MoeGroupedRows: offsets = the counts' exclusive scan, slot_rows = the inverse of the
-// grouping) and MoeCombineGroupedFinish writing over the residual with no shared expert (the sum alone),
-// bitwise the per-expert MoeAccumulate into a zeroed acc.
+// The grouped layout (MoeGroupByExpert's offsets = the counts' exclusive scan, MoeGroupedRows' slot_rows =
+// the inverse of the grouping) and MoeCombineGroupedFinish writing over the residual with no shared expert
+// (the sum alone), bitwise the per-expert MoeAccumulate into a zeroed acc.
 TEST_F(GroupedGemmTest, GroupedCombineMatchesPerExpertAccumulate) {
   constexpr int64_t kTokens = 301, kExperts = 300, kTopK = 8, kHidden = 96;  // > 256 experts: two scan rounds
   std::mt19937 rng(31);
@@ -518,11 +518,11 @@ TEST_F(GroupedGemmTest, GroupedCombineMatchesPerExpertAccumulate) {
   acc_new.Poison();
   DeviceArray<int32_t> group_ws(MoeGroupByExpertWorkspaceBytes(kTokens * kTopK, kExperts) / 4);
   ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), kTokens * kTopK, kExperts, counts.get(), slots.get(),
-                               group_ws.get(), static_cast<int64_t>(group_ws.size()) * 4, stream_)
+                               offsets.get(), group_ws.get(), static_cast<int64_t>(group_ws.size()) * 4,
+                               stream_)
                   .ok());
-  ASSERT_TRUE(MoeGroupedRows(counts.get(), kExperts, slots.get(), kTokens * kTopK, offsets.get(),
-                             slot_rows.get(), stream_)
-                  .ok());
+  ASSERT_TRUE(
+      MoeGroupedRows(offsets.get(), kExperts, slots.get(), kTokens * kTopK, slot_rows.get(), stream_).ok());
   ASSERT_TRUE(MoeCombineGroupedFinish(d_y.get(), slot_rows.get(), d_w.get(), kTokens, kTopK, kHidden, nullptr,
                                       nullptr, 0, false, acc_new.get(), stream_)
                   .ok());
@@ -637,12 +637,10 @@ TEST_F(GroupedGemmTest, GroupedMlpMatchesExpertByExpert) {
     down.ldx = kInter;
     down.ldy = kHidden;
     DeviceArray<int32_t> group_ws(MoeGroupByExpertWorkspaceBytes(slots_n, kExperts) / 4);
-    ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), slots_n, kExperts, counts.get(), slots.get(), group_ws.get(),
-                                 static_cast<int64_t>(group_ws.size()) * 4, stream_)
+    ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), slots_n, kExperts, counts.get(), slots.get(), offsets.get(),
+                                 group_ws.get(), static_cast<int64_t>(group_ws.size()) * 4, stream_)
                     .ok());
-    ASSERT_TRUE(
-        MoeGroupedRows(counts.get(), kExperts, slots.get(), slots_n, offsets.get(), slot_rows.get(), stream_)
-            .ok());
+    ASSERT_TRUE(MoeGroupedRows(offsets.get(), kExperts, slots.get(), slots_n, slot_rows.get(), stream_).ok());
     ASSERT_TRUE(
         MoeGatherRows<bf16_t>(x.get(), kHidden, slots.get(), slots_n, kTopK, kHidden, in.get(), stream_)
             .ok());

@@ -84,7 +84,7 @@ TEST_F(MoeKernelsTest, GroupCombineMatchesOracle) {
 
   DeviceArray<int32_t> d_ids(ids), d_counts(kExperts), d_slots(kTokens * kTopK);
   DeviceArray<int32_t> group_ws(MoeGroupByExpertWorkspaceBytes(kTokens * kTopK, kExperts) / 4);
-  ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), kTokens * kTopK, kExperts, d_counts.get(), d_slots.get(),
+  ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), kTokens * kTopK, kExperts, d_counts.get(), d_slots.get(), nullptr,
                                group_ws.get(), static_cast<int64_t>(group_ws.size()) * 4, stream_)
                   .ok());
   Sync();
@@ -124,7 +124,7 @@ TEST_F(MoeKernelsTest, GroupCombineMatchesOracle) {
 
 // The grouping at a forward's scale and at its edges: many chunks of kMoeGroupChunkSlots with a partial last
 // one, a lone expert, the most experts, ids outside [0, num_experts) left out; every expert's slots in slot
-// order, bitwise the host's stable grouping. A workspace one byte short is refused.
+// order, bitwise the host's stable grouping, and the offsets. A workspace one byte short is refused.
 TEST_F(MoeKernelsTest, GroupByExpertAtScale) {
   struct Case {
     int64_t slots, experts;
@@ -149,19 +149,22 @@ TEST_F(MoeKernelsTest, GroupByExpertAtScale) {
         }
       }
     }
-    DeviceArray<int32_t> d_ids(ids), counts(c.experts), slots(c.slots);
+    DeviceArray<int32_t> d_ids(ids), counts(c.experts), slots(c.slots), offsets(c.experts + 1);
     const int64_t ws_bytes = MoeGroupByExpertWorkspaceBytes(c.slots, c.experts);
     DeviceArray<int32_t> ws(ws_bytes / 4);
     ws.Poison();
     slots.Poison();
-    EXPECT_FALSE(MoeGroupByExpert(d_ids.get(), c.slots, c.experts, counts.get(), slots.get(), ws.get(),
-                                  ws_bytes - 1, stream_)
+    EXPECT_FALSE(MoeGroupByExpert(d_ids.get(), c.slots, c.experts, counts.get(), slots.get(), offsets.get(),
+                                  ws.get(), ws_bytes - 1, stream_)
                      .ok());
-    ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), c.slots, c.experts, counts.get(), slots.get(), ws.get(),
-                                 ws_bytes, stream_)
+    ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), c.slots, c.experts, counts.get(), slots.get(), offsets.get(),
+                                 ws.get(), ws_bytes, stream_)
                     .ok());
     Sync();
     EXPECT_EQ(counts.Download(), want_counts) << c.slots << " slots, " << c.experts << " experts";
+    std::vector<int32_t> want_offsets(c.experts + 1, 0);
+    for (int64_t e = 0; e < c.experts; ++e) want_offsets[e + 1] = want_offsets[e] + want_counts[e];
+    EXPECT_EQ(offsets.Download(), want_offsets) << c.slots << " slots, " << c.experts << " experts";
     const std::vector<int32_t> got = slots.Download();
     ASSERT_TRUE(std::equal(want_slots.begin(), want_slots.end(), got.begin()))
         << c.slots << " slots, " << c.experts << " experts";
