@@ -2,10 +2,11 @@
 """Writes a random-weight mixture-of-experts checkpoint for speed benchmarks (no reference windows: the
 numbers it can check are the fixtures'), one safetensors shard per layer, built on the GPU layer by layer.
 
-  make_random_moe.py --out DIR [--arch qwen3_moe|mixtral] [--layers N] [--quant bf16|w4a16]
+  make_random_moe.py --out DIR [--arch qwen3_moe|qwen3_moe_235b|mixtral] [--layers N] [--quant bf16|w4a16]
 
 Shapes (the peers' in ../shared/bench/hf_peers.py moe): qwen3_moe = Qwen3-30B-A3B (hidden 2048, 48 layers,
-32 / 4 heads of 128, 128 experts of 768, top 8, norm_topk_prob, vocab 151936, q/k norm); mixtral = Mixtral-8x7B
+32 / 4 heads of 128, 128 experts of 768, top 8, norm_topk_prob, vocab 151936, q/k norm); qwen3_moe_235b = Qwen3-235B-A22B (hidden 4096, 94 layers, 64 / 4
+heads of 128, 128 experts of 1536, top 8: ~115 GiB in W4A16, for --tp 2); mixtral = Mixtral-8x7B
 (hidden 4096, 32 layers, 32 / 8 heads, 8 experts of 14336, top 2, vocab 32000). --layers N keeps the widths.
 --quant w4a16: every expert and attention Linear as compressed-tensors W4A16 group-128 symmetric
 (scripts/bench/ct_writer.py), the routers and lm_head dense bf16 (llm-compressor's MoE ignore list).
@@ -33,6 +34,14 @@ SHAPES = {
                       vocab_size=151936, rope_theta=1000000.0, rms_norm_eps=1e-6, max_position_embeddings=40960,
                       tie_word_embeddings=False, torch_dtype="bfloat16", bos_token_id=151643,
                       eos_token_id=151645, attention_bias=False, hidden_act="silu"),
+    # Qwen/Qwen3-235B-A22B's config.json: issue 20's tensor-parallel shape (about 115 GiB in W4A16 g128).
+    "qwen3_moe_235b": dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden_size=4096,
+                           num_hidden_layers=94, num_attention_heads=64, num_key_value_heads=4, head_dim=128,
+                           intermediate_size=12288, moe_intermediate_size=1536, num_experts=128,
+                           num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1,
+                           mlp_only_layers=[], vocab_size=151936, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                           max_position_embeddings=40960, tie_word_embeddings=False, torch_dtype="bfloat16",
+                           bos_token_id=151643, eos_token_id=151645, attention_bias=False, hidden_act="silu"),
     "mixtral": dict(architectures=["MixtralForCausalLM"], model_type="mixtral", hidden_size=4096,
                     num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                     intermediate_size=14336, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000,
@@ -53,7 +62,7 @@ def main():
     cfg = dict(SHAPES[args.arch])
     if args.layers:
         cfg["num_hidden_layers"] = args.layers
-    qwen = args.arch == "qwen3_moe"
+    qwen = cfg["model_type"] == "qwen3_moe"
     h, layers, hd = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["head_dim"]
     experts = cfg["num_experts"] if qwen else cfg["num_local_experts"]
     inter = cfg["moe_intermediate_size"] if qwen else cfg["intermediate_size"]
