@@ -76,7 +76,8 @@
 # PPL of the model, as PPL_EXPECT); kldtp: KLDTP_PRESET
 # (32b), KLDTP_DIR (/tmp/random-kld-KLDTP_PRESET; deleted after the step unless KEEP_BIG=1), KLDTP_BATCHES (8),
 # KLDTP_ALONE (0; 1 also loads and times each model alone at tp TP);
-# moe: MOE_DIR (/tmp/random-moe), MOE_BATCHES (8), MOE_BF16_LAYERS (24), MOE_MIXTRAL_PEER_LAYERS (8), MOE_STAGES (0),
+# moe: MOE_DIR (/tmp/random-moe), MOE_MODELS (q3w4,q3bf16,mxw4: a part of the step for one call's 10 minutes),
+# MOE_BATCHES (8), MOE_BF16_LAYERS (24), MOE_MIXTRAL_PEER_LAYERS (8), MOE_STAGES (0),
 # MOE_PPL (1), MOE_PPL_WALL_TARGET_S (40), the four targets above; moetp: MOE_TP_ARCH (qwen3_moe_235b), MOE_TP_DIR
 # (/tmp/random-moe-tp), MOE_TP_BATCHES (1,8).
 set -uo pipefail
@@ -146,6 +147,7 @@ family_target=${FAMILY_TARGET:-0.8}
 family_ppl_arch=${FAMILY_PPL_ARCH:-phi4}
 family_ppl_tokenizer=${FAMILY_PPL_TOKENIZER:-$bundle_abs/data/tokenizers/gpt2}
 moe_dir=${MOE_DIR:-/tmp/random-moe}
+moe_models=${MOE_MODELS:-q3w4,q3bf16,mxw4}
 moe_batches=${MOE_BATCHES:-8}
 moe_bf16_layers=${MOE_BF16_LAYERS:-24}
 moe_mixtral_peer_layers=${MOE_MIXTRAL_PEER_LAYERS:-8}
@@ -779,6 +781,11 @@ moe_run() {
   rm -rf "$dir"
 }
 
+# has_moe NAME: NAME (q3w4, q3bf16, mxw4) is one of the comma-separated MOE_MODELS.
+has_moe() {
+  [[ ",$moe_models," == *",$1,"* ]]
+}
+
 # moe_row MODEL LAYERS OURS_LOG PEER_LAYERS PEER_LOG TARGET: one row of the moe table, the peer's ms per layer over
 # ours at batch ${moe_batches##*,} against TARGET; a miss or a missing value is a FAIL.
 moe_row() {
@@ -803,33 +810,35 @@ if has_step moe; then
   if [[ ! -x $bundle/bin/scored_bench ]]; then
     fail "moe: $bundle/bin needs scored_bench"
   else
-    moe_run q3w4 qwen3_moe w4a16 "" 20  # 16 GiB
-    moe_run q3bf16 qwen3_moe bf16 "$moe_bf16_layers" 34  # 29 GiB at 24 layers
-    moe_run mxw4 mixtral w4a16 "" 28  # 24 GiB
+    has_moe q3w4 && moe_run q3w4 qwen3_moe w4a16 "" 20  # 16 GiB
+    has_moe q3bf16 && moe_run q3bf16 qwen3_moe bf16 "$moe_bf16_layers" 34  # 29 GiB at 24 layers
+    has_moe mxw4 && moe_run mxw4 mixtral w4a16 "" 28  # 24 GiB
     if [[ -f $peers ]]; then
-      run_logged moe_peer_q3w4 600 python3 "$peers" moe --arch qwen3_moe --batches "$moe_batches" &&
+      has_moe q3w4 && run_logged moe_peer_q3w4 600 python3 "$peers" moe --arch qwen3_moe --batches "$moe_batches" &&
         grep -E '^(moe|logprobs)' "$logs/moe_peer_q3w4.log"
-      run_logged moe_peer_q3bf16 600 python3 "$peers" moe --arch qwen3_moe --layers "$moe_bf16_layers" \
-        --batches "$moe_batches" && grep -E '^(moe|logprobs)' "$logs/moe_peer_q3bf16.log"
-      run_logged moe_peer_mxw4 600 python3 "$peers" moe --arch mixtral --layers "$moe_mixtral_peer_layers" \
-        --batches "$moe_batches" && grep -E '^(moe|logprobs)' "$logs/moe_peer_mxw4.log"
+      has_moe q3bf16 && run_logged moe_peer_q3bf16 600 python3 "$peers" moe --arch qwen3_moe \
+        --layers "$moe_bf16_layers" --batches "$moe_batches" && grep -E '^(moe|logprobs)' "$logs/moe_peer_q3bf16.log"
+      has_moe mxw4 && run_logged moe_peer_mxw4 600 python3 "$peers" moe --arch mixtral \
+        --layers "$moe_mixtral_peer_layers" --batches "$moe_batches" && grep -E '^(moe|logprobs)' "$logs/moe_peer_mxw4.log"
     else
       fail "moe: no peer script $peers (cp ../shared/bench/hf_peers.py into the bundle, or set PEERS)"
     fi
     echo "== moe summary (${moe_batches##*,} x $ctx windows; ratio = the peer's (transformers bf16) ms per layer over" \
       "ours, each at its own layer count, same call)"
     printf '%-20s %6s %10s %11s %12s %7s %7s  %s\n' model layers ms/step peer_layers peer_ms/step ratio target result
-    moe_row qwen3-30b-a3b-w4a16 48 "$logs/moe_q3w4.log" 48 "$logs/moe_peer_q3w4.log" "$moe_w4_target"
-    moe_row qwen3-30b-a3b-bf16 "$moe_bf16_layers" "$logs/moe_q3bf16.log" "$moe_bf16_layers" \
+    has_moe q3w4 && moe_row qwen3-30b-a3b-w4a16 48 "$logs/moe_q3w4.log" 48 "$logs/moe_peer_q3w4.log" "$moe_w4_target"
+    has_moe q3bf16 && moe_row qwen3-30b-a3b-bf16 "$moe_bf16_layers" "$logs/moe_q3bf16.log" "$moe_bf16_layers" \
       "$logs/moe_peer_q3bf16.log" "$moe_bf16_target"
-    moe_row mixtral-8x7b-w4a16 32 "$logs/moe_mxw4.log" "$moe_mixtral_peer_layers" "$logs/moe_peer_mxw4.log" \
-      "$moe_mixtral_target"
-    weights=$(sed -n 's/.*weights \([0-9.]*\) GiB on the GPU.*/\1/p' "$logs/moe_q3w4.log" 2>/dev/null | head -n 1)
-    if awk -v w="$weights" -v l="$moe_w4_weights_gib" 'BEGIN {exit !(w != "" && w + 0 <= l + 0)}'; then
-      echo "qwen3-30b-a3b-w4a16 weights on the GPU $weights GiB <= $moe_w4_weights_gib: PASS"
-    else
-      echo "qwen3-30b-a3b-w4a16 weights on the GPU ${weights:--} GiB <= $moe_w4_weights_gib: FAIL"
-      status=1
+    has_moe mxw4 && moe_row mixtral-8x7b-w4a16 32 "$logs/moe_mxw4.log" "$moe_mixtral_peer_layers" \
+      "$logs/moe_peer_mxw4.log" "$moe_mixtral_target"
+    if has_moe q3w4; then
+      weights=$(sed -n 's/.*weights \([0-9.]*\) GiB on the GPU.*/\1/p' "$logs/moe_q3w4.log" 2>/dev/null | head -n 1)
+      if awk -v w="$weights" -v l="$moe_w4_weights_gib" 'BEGIN {exit !(w != "" && w + 0 <= l + 0)}'; then
+        echo "qwen3-30b-a3b-w4a16 weights on the GPU $weights GiB <= $moe_w4_weights_gib: PASS"
+      else
+        echo "qwen3-30b-a3b-w4a16 weights on the GPU ${weights:--} GiB <= $moe_w4_weights_gib: FAIL"
+        status=1
+      fi
     fi
   fi
 fi

@@ -334,8 +334,8 @@ expect "$tmp/out7.txt" '^FAIL kld: no peer script' "kld: missing peer line"
 expect "$tmp/out7.txt" '^vs-peer +8 +20000 +- +- +>=1\.2  FAIL$' "kld: peer row without a peer"
 
 # 9. moe (issue 20): three checkpoints written and deleted, the ppl run on the Qwen3 W4A16, the peers at the same
-#    layer counts (Mixtral at 8), the ratios per layer: all targets met, exit 0; then the W4A16 at its old 1.79x:
-#    its row FAILs, exit 1; then moetp at tp 2: its table, the checkpoint deleted; then moetp on a full disk.
+#    layer counts (Mixtral at 8), the ratios per layer: all targets met, exit 0; then the W4A16 alone
+#    (MOE_MODELS) at its old 1.79x: its row FAILs, exit 1; then moetp at tp 2: its table, the checkpoint deleted; then moetp on a full disk.
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs9" MOE_DIR="$tmp/moe" MOE_STAGES=1 \
   bash "$root/scripts/bench/gpu_bench.sh" moe > "$tmp/out9.txt" 2>&1
 rc=$?
@@ -352,13 +352,17 @@ if compgen -G "$tmp/moe-*" > /dev/null; then
   echo "FAIL test_gpu_bench: moe kept a checkpoint"
   failures=$((failures + 1))
 fi
-PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs10" MOE_DIR="$tmp/moe" MOE_PPL=0 FAKE_MOE_SLOW=1 \
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs10" MOE_DIR="$tmp/moe" MOE_PPL=0 FAKE_MOE_SLOW=1 MOE_MODELS=q3w4 \
   bash "$root/scripts/bench/gpu_bench.sh" moe > "$tmp/out10.txt" 2>&1
 rc=$?
 [[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: a missed moe target exited $rc, not 1"; failures=$((failures + 1)); }
 expect "$tmp/out10.txt" '^qwen3-30b-a3b-w4a16 +48 +320\.3 +48 +571\.7 +1\.785 +>=1\.9  FAIL$' "moe: the W4A16 miss"
 if grep -q '^== moe ppl' "$tmp/out10.txt"; then
   echo "FAIL test_gpu_bench: MOE_PPL=0 still ran the ppl run"
+  failures=$((failures + 1))
+fi
+if grep -qE '^(qwen3-30b-a3b-bf16|mixtral-8x7b-w4a16|make_random_moe: (mixtral|qwen3_moe 24))' "$tmp/out10.txt"; then
+  echo "FAIL test_gpu_bench: MOE_MODELS=q3w4 also ran the other models"
   failures=$((failures + 1))
 fi
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs11" MOE_TP_DIR="$tmp/moe-tp" \
