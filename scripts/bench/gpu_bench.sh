@@ -49,7 +49,7 @@
 #         against MOE_W4_WEIGHTS_GIB (17).
 #   moetp: a MOE_TP_ARCH (qwen3_moe_235b: Qwen3-235B-A22B's shape, ~115 GiB) W4A16 checkpoint written here,
 #         scored_bench --tp TP at MOE_TP_BATCHES x CTX: write time, load time, memory per GPU, tok/s; deleted after
-#         unless KEEP_BIG=1.
+#         unless KEEP_BIG=1 (then a later call on the same machine reuses it: MOE_TP_DIR.complete marks a finished one).
 #   Bundle for these: device-bundle .bundle-X build/tests/bench/cuda/scored_bench build/server/scored
 #   build/client/load/scored-load build/client/ppl/scored-ppl (tp/big need scored_bench, soak the first three, ppl
 #   scored and scored-ppl plus $BUNDLE/data/wikitext-2-raw/wiki.test.raw and $BUNDLE/data/tokenizers/llama3;
@@ -847,10 +847,11 @@ if has_step moetp; then
   echo "== moetp: $moe_tp_arch W4A16 g128 written here, scored_bench --tp $tp, $moe_tp_batches x $ctx"
   if [[ ! -x $bundle/bin/scored_bench ]]; then
     fail "moetp: $bundle/bin needs scored_bench"
-  elif rm -rf "$moe_tp_dir" && free_gib "$(dirname "$moe_tp_dir")" 120 "moetp $moe_tp_arch" &&
-    run_logged make_moe_tp 1800 python3 scripts/bench/make_random_moe.py --out "$moe_tp_dir" --arch "$moe_tp_arch" \
-      --quant w4a16; then
-    grep '^make_random_moe' "$logs/make_moe_tp.log"
+  elif [[ -f $moe_tp_dir.complete && $(cat "$moe_tp_dir.complete") == "$moe_tp_arch" ]] ||
+    { rm -rf "$moe_tp_dir" "$moe_tp_dir.complete" && free_gib "$(dirname "$moe_tp_dir")" 120 "moetp $moe_tp_arch" &&
+      run_logged make_moe_tp 1800 python3 scripts/bench/make_random_moe.py --out "$moe_tp_dir" \
+        --arch "$moe_tp_arch" --quant w4a16 && echo "$moe_tp_arch" > "$moe_tp_dir.complete"; }; then
+    grep -h '^make_random_moe' "$logs/make_moe_tp.log" 2>/dev/null || echo "(reusing $moe_tp_dir)"
     du -sh "$moe_tp_dir" | awk '{print "checkpoint on disk: " $1}'
     l=$logs/moetp.log
     run_logged moetp 900 "$bundle/run" scored_bench --model "$moe_tp_dir" --tp "$tp" --ctx "$ctx" \
@@ -868,7 +869,7 @@ if has_step moetp; then
     done
     [[ -n $(bench_field "$l" "${moe_tp_batches##*,}" tok/s) ]] || fail "moetp: no tok/s in $l"
   fi
-  [[ ${KEEP_BIG:-0} == 1 ]] || rm -rf "$moe_tp_dir"
+  [[ ${KEEP_BIG:-0} == 1 ]] || rm -rf "$moe_tp_dir" "$moe_tp_dir.complete"
 fi
 
 if has_step tests || has_step bench || has_step quant || has_step peer || has_step stories; then

@@ -335,7 +335,8 @@ expect "$tmp/out7.txt" '^vs-peer +8 +20000 +- +- +>=1\.2  FAIL$' "kld: peer row 
 
 # 9. moe (issue 20): three checkpoints written and deleted, the ppl run on the Qwen3 W4A16, the peers at the same
 #    layer counts (Mixtral at 8), the ratios per layer: all targets met, exit 0; then the W4A16 alone
-#    (MOE_MODELS) at its old 1.79x: its row FAILs, exit 1; then moetp at tp 2: its table, the checkpoint deleted; then moetp on a full disk.
+#    (MOE_MODELS) at its old 1.79x: its row FAILs, exit 1; then moetp at tp 2 with KEEP_BIG=1: its table, the
+#    checkpoint kept; again: reused, then deleted; then moetp on a full disk.
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs9" MOE_DIR="$tmp/moe" MOE_STAGES=1 \
   bash "$root/scripts/bench/gpu_bench.sh" moe > "$tmp/out9.txt" 2>&1
 rc=$?
@@ -365,7 +366,7 @@ if grep -qE '^(qwen3-30b-a3b-bf16|mixtral-8x7b-w4a16|make_random_moe: (mixtral|q
   echo "FAIL test_gpu_bench: MOE_MODELS=q3w4 also ran the other models"
   failures=$((failures + 1))
 fi
-PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs11" MOE_TP_DIR="$tmp/moe-tp" \
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs11" MOE_TP_DIR="$tmp/moe-tp" KEEP_BIG=1 \
   bash "$root/scripts/bench/gpu_bench.sh" moetp > "$tmp/out11.txt" 2>&1
 rc=$?
 [[ $rc == 0 ]] || { echo "FAIL test_gpu_bench: good moetp run exited $rc"; failures=$((failures + 1)); }
@@ -374,6 +375,18 @@ expect "$tmp/out11.txt" '^write: in 41s; weights on the GPUs 116\.50 GiB; load \
   "moetp: write, weights, load"
 expect "$tmp/out11.txt" '^1 +40960 +50\.0 25\.4 / 25\.4$' "moetp: the B=1 row"
 expect "$tmp/out11.txt" '^8 +40960 +400\.0 25\.4 / 25\.4$' "moetp: the B=8 row"
+[[ -f $tmp/moe-tp.complete ]] || {
+  echo "FAIL test_gpu_bench: KEEP_BIG=1 did not keep moetp's checkpoint"
+  failures=$((failures + 1))
+}
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs11b" MOE_TP_DIR="$tmp/moe-tp" \
+  bash "$root/scripts/bench/gpu_bench.sh" moetp > "$tmp/out11b.txt" 2>&1
+expect "$tmp/out11b.txt" "^\\(reusing $tmp/moe-tp\\)\$" "moetp: a later call reuses the kept checkpoint"
+expect "$tmp/out11b.txt" '^8 +40960 +400\.0 25\.4 / 25\.4$' "moetp: the B=8 row on the reused checkpoint"
+if grep -q '^make_random_moe' "$tmp/out11b.txt"; then
+  echo "FAIL test_gpu_bench: moetp wrote its checkpoint again"
+  failures=$((failures + 1))
+fi
 [[ ! -e $tmp/moe-tp ]] || { echo "FAIL test_gpu_bench: moetp kept its checkpoint"; failures=$((failures + 1)); }
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs12" MOE_TP_DIR="$tmp/moe-tp12" FAKE_DF_AVAIL_G=100 \
   bash "$root/scripts/bench/gpu_bench.sh" moetp > "$tmp/out12.txt" 2>&1
@@ -393,6 +406,6 @@ if [[ $failures == 0 ]]; then
   echo "test_gpu_bench: passed"
 else
   echo "test_gpu_bench: $failures failed"
-  sed 's/^/  | /' "$tmp"/out[1-9].txt "$tmp"/out1[0-2].txt
+  sed 's/^/  | /' "$tmp"/out[1-9].txt "$tmp"/out1[0-2]*.txt
 fi
 [[ $failures == 0 ]]
