@@ -187,6 +187,17 @@ run_logged() {
   return $rc
 }
 
+# free_gib DIR NEED NAME: DIR's file system has NEED GiB free, else a FAIL line (and status 1).
+free_gib() {
+  local avail
+  mkdir -p "$1"
+  avail=$(df --output=avail -BG "$1" | tail -n 1 | tr -dc 0-9)
+  if (( avail < $2 )); then
+    fail "$3: $avail GiB free under $1, needs $2"
+    return 1
+  fi
+}
+
 # make_w4 DIR PRESET LIMIT_S: a random W4A16 g128 checkpoint of PRESET in DIR (kept while the machine lives:
 # DIR.complete marks a finished one, so the tp and soak steps of one call share it).
 make_w4() {
@@ -197,13 +208,7 @@ make_w4() {
   fi
   rm -rf "$dir" "$dir.complete"
   need=$(case $preset in 8b) echo 8 ;; 70b) echo 42 ;; *) echo 70 ;; esac)
-  mkdir -p "$(dirname "$dir")"
-  local avail
-  avail=$(df --output=avail -BG "$(dirname "$dir")" | tail -n 1 | tr -dc 0-9)
-  if (( avail < need )); then
-    fail "make_w4 $preset: $avail GiB free under $(dirname "$dir"), needs $need"
-    return 1
-  fi
+  free_gib "$(dirname "$dir")" "$need" "make_w4 $preset" || return 1
   run_logged "make_w4a16_$preset" "$limit" python3 scripts/bench/make_random_w4a16.py --out "$dir" \
     --preset "$preset" --ctx "$ctx" --windows 2 || return 1
   grep '^make_random_w4a16' "$logs/make_w4a16_$preset.log"
@@ -570,7 +575,7 @@ fi
 # quantization of the same weights in DIR/w4a16 (make_random_w4a16.py --dense-out; no reference windows), kept
 # while the machine lives (DIR.complete marks a finished pair: kld and kldppl share it).
 make_pair() {
-  local dir=$1 preset=$2 limit=$3 need avail
+  local dir=$1 preset=$2 limit=$3 need
   if [[ -f $dir.complete && $(cat "$dir.complete") == "pair $preset" ]]; then
     echo "(reusing $dir)"
     return 0
@@ -578,12 +583,7 @@ make_pair() {
   rm -rf "$dir" "$dir.complete"
   # GiB on disk of both: 8b 5.3 + 15.0, 32b 17.9 + 61.0, 70b 36.8 + 131.
   need=$(case $preset in 8b) echo 22 ;; 32b) echo 81 ;; *) echo 170 ;; esac)
-  mkdir -p "$(dirname "$dir")"
-  avail=$(df --output=avail -BG "$(dirname "$dir")" | tail -n 1 | tr -dc 0-9)
-  if (( avail < need )); then
-    fail "make_pair $preset: $avail GiB free under $(dirname "$dir"), needs $need"
-    return 1
-  fi
+  free_gib "$(dirname "$dir")" "$need" "make_pair $preset" || return 1
   run_logged "make_pair_$preset" "$limit" python3 scripts/bench/make_random_w4a16.py --out "$dir/w4a16" \
     --dense-out "$dir/bf16" --preset "$preset" --windows 0 || return 1
   grep '^make_random_w4a16' "$logs/make_pair_$preset.log"
@@ -741,17 +741,6 @@ if has_step family; then
   printf '%-12s %9s %8s %10s %6s\n' arch tok/s weights GEMM_TF/s share
   for r in "${rows[@]}"; do echo "$r"; done
 fi
-
-# free_gib DIR NEED NAME: DIR's file system has NEED GiB free, else a FAIL line (and status 1).
-free_gib() {
-  local avail
-  mkdir -p "$1"
-  avail=$(df --output=avail -BG "$1" | tail -n 1 | tr -dc 0-9)
-  if (( avail < $2 )); then
-    fail "$3: $avail GiB free under $1, needs $2"
-    return 1
-  fi
-}
 
 # moe_run NAME ARCH QUANT LAYERS NEED_GIB: make_random_moe.py's ARCH in QUANT (LAYERS, or the shape's own when
 # empty) into $moe_dir-NAME (NEED_GIB free on its disk, else a FAIL), scored_bench on it (log $logs/moe_NAME.log),
