@@ -4,7 +4,8 @@
 # throughput + memory), the transformers peer baseline, then a short table.
 #
 #   scripts/bench/gpu_bench.sh [STEPS]      STEPS: any of tests,bench,quant,peer,stories,tp,big,soak,ppl,kld,kldppl,
-#                                           kldtp,family (default tests,bench,quant,peer; tests/bench/README.md has the details)
+#                                           kldtp,family,moe,moetp (default tests,bench,quant,peer; tests/bench/README.md
+#                                           has the details)
 #
 # Tensor parallelism, large checkpoints and the GPU soak (each step self-contained, each ends with its own table):
 #   tp:   8B-shaped W4A16 g128 written by make_random_w4a16.py, scored_bench --tp 1 and --tp TP (8 x 2048 windows):
@@ -36,6 +37,19 @@
 #         FAMILY_PPL_ARCH, on which the ppl step's end-to-end run follows first (scored + scored-ppl over the full
 #         WikiText-2 test file, the PPL_* settings; tokenizer FAMILY_PPL_TOKENIZER: any tokenizer whose ids fit the model's
 #         vocabulary times the same, random weights have no real tokenizer); load and wall recorded, not judged.
+# Mixture-of-experts (issue 20):
+#   moe:  random checkpoints written here one at a time (make_random_moe.py, packed layer by layer; each deleted after
+#         its run): the Qwen3-30B-A3B shape in W4A16 g128 (48 layers) and in bf16 (MOE_BF16_LAYERS layers), the
+#         Mixtral-8x7B shape in W4A16 (32 layers); scored_bench at MOE_BATCHES x CTX on each (MOE_STAGES=1 adds its
+#         per-stage profile, --stages 1, in builds that have it); on the Qwen3 W4A16 the ppl step's end-to-end run (scored + scored-ppl over the
+#         full WikiText-2 test file, wall against MOE_PPL_WALL_TARGET_S; tokenizer PPL_TOKENIZER: random weights time
+#         the same with any tokenizer whose ids fit); then the peer `$PEERS moe` at the same layer counts (Mixtral at
+#         MOE_MIXTRAL_PEER_LAYERS). PASS/FAIL per model of the peer's ms per layer over ours against
+#         MOE_W4_TARGET (1.9), MOE_BF16_TARGET (2.0), MOE_MIXTRAL_TARGET (1.3), and the Qwen3 W4A16 weights on the GPU
+#         against MOE_W4_WEIGHTS_GIB (17).
+#   moetp: a MOE_TP_ARCH (qwen3_moe_235b: Qwen3-235B-A22B's shape, ~115 GiB) W4A16 checkpoint written here,
+#         scored_bench --tp TP at MOE_TP_BATCHES x CTX: write time, load time, memory per GPU, tok/s; deleted after
+#         unless KEEP_BIG=1 (then a later call on the same machine reuses it: MOE_TP_DIR.complete marks a finished one).
 #   Bundle for these: device-bundle .bundle-X build/tests/bench/cuda/scored_bench build/server/scored
 #   build/client/load/scored-load build/client/ppl/scored-ppl (tp/big need scored_bench, soak the first three, ppl
 #   scored and scored-ppl plus $BUNDLE/data/wikitext-2-raw/wiki.test.raw and $BUNDLE/data/tokenizers/llama3;
@@ -61,7 +75,11 @@
 # and KLDPPL_REFERENCE (KLD_DIR's pair, written when unset), KLDPPL_WALL_TARGET_S (70), KLDPPL_EXPECT (none; a golden
 # PPL of the model, as PPL_EXPECT); kldtp: KLDTP_PRESET
 # (32b), KLDTP_DIR (/tmp/random-kld-KLDTP_PRESET; deleted after the step unless KEEP_BIG=1), KLDTP_BATCHES (8),
-# KLDTP_ALONE (0; 1 also loads and times each model alone at tp TP).
+# KLDTP_ALONE (0; 1 also loads and times each model alone at tp TP);
+# moe: MOE_DIR (/tmp/random-moe), MOE_MODELS (q3w4,q3bf16,mxw4: a part of the step for one call's 10 minutes),
+# MOE_BATCHES (8), MOE_BF16_LAYERS (24), MOE_MIXTRAL_PEER_LAYERS (8), MOE_STAGES (0),
+# MOE_PPL (1), MOE_PPL_WALL_TARGET_S (40), the four targets above; moetp: MOE_TP_ARCH (qwen3_moe_235b), MOE_TP_DIR
+# (/tmp/random-moe-tp), MOE_TP_BATCHES (1,8).
 set -uo pipefail
 steps=${1:-tests,bench,quant,peer}
 bundle=${BUNDLE:-.bundle-cuda}
@@ -128,6 +146,21 @@ family_batches=${FAMILY_BATCHES:-8}
 family_target=${FAMILY_TARGET:-0.8}
 family_ppl_arch=${FAMILY_PPL_ARCH:-phi4}
 family_ppl_tokenizer=${FAMILY_PPL_TOKENIZER:-$bundle_abs/data/tokenizers/gpt2}
+moe_dir=${MOE_DIR:-/tmp/random-moe}
+moe_models=${MOE_MODELS:-q3w4,q3bf16,mxw4}
+moe_batches=${MOE_BATCHES:-8}
+moe_bf16_layers=${MOE_BF16_LAYERS:-24}
+moe_mixtral_peer_layers=${MOE_MIXTRAL_PEER_LAYERS:-8}
+moe_stages=${MOE_STAGES:-0}
+moe_ppl=${MOE_PPL:-1}
+moe_ppl_wall_target=${MOE_PPL_WALL_TARGET_S:-40}
+moe_w4_target=${MOE_W4_TARGET:-1.9}
+moe_bf16_target=${MOE_BF16_TARGET:-2.0}
+moe_mixtral_target=${MOE_MIXTRAL_TARGET:-1.3}
+moe_w4_weights_gib=${MOE_W4_WEIGHTS_GIB:-17}
+moe_tp_arch=${MOE_TP_ARCH:-qwen3_moe_235b}
+moe_tp_dir=${MOE_TP_DIR:-/tmp/random-moe-tp}
+moe_tp_batches=${MOE_TP_BATCHES:-1,8}
 
 has_step() {  # has_step NAME: NAME is one of the comma-separated STEPS
   [[ ",$steps," == *",$1,"* ]]
@@ -154,6 +187,17 @@ run_logged() {
   return $rc
 }
 
+# free_gib DIR NEED NAME: DIR's file system has NEED GiB free, else a FAIL line (and status 1).
+free_gib() {
+  local avail
+  mkdir -p "$1"
+  avail=$(df --output=avail -BG "$1" | tail -n 1 | tr -dc 0-9)
+  if (( avail < $2 )); then
+    fail "$3: $avail GiB free under $1, needs $2"
+    return 1
+  fi
+}
+
 # make_w4 DIR PRESET LIMIT_S: a random W4A16 g128 checkpoint of PRESET in DIR (kept while the machine lives:
 # DIR.complete marks a finished one, so the tp and soak steps of one call share it).
 make_w4() {
@@ -164,13 +208,7 @@ make_w4() {
   fi
   rm -rf "$dir" "$dir.complete"
   need=$(case $preset in 8b) echo 8 ;; 70b) echo 42 ;; *) echo 70 ;; esac)
-  mkdir -p "$(dirname "$dir")"
-  local avail
-  avail=$(df --output=avail -BG "$(dirname "$dir")" | tail -n 1 | tr -dc 0-9)
-  if (( avail < need )); then
-    fail "make_w4 $preset: $avail GiB free under $(dirname "$dir"), needs $need"
-    return 1
-  fi
+  free_gib "$(dirname "$dir")" "$need" "make_w4 $preset" || return 1
   run_logged "make_w4a16_$preset" "$limit" python3 scripts/bench/make_random_w4a16.py --out "$dir" \
     --preset "$preset" --ctx "$ctx" --windows 2 || return 1
   grep '^make_random_w4a16' "$logs/make_w4a16_$preset.log"
@@ -537,7 +575,7 @@ fi
 # quantization of the same weights in DIR/w4a16 (make_random_w4a16.py --dense-out; no reference windows), kept
 # while the machine lives (DIR.complete marks a finished pair: kld and kldppl share it).
 make_pair() {
-  local dir=$1 preset=$2 limit=$3 need avail
+  local dir=$1 preset=$2 limit=$3 need
   if [[ -f $dir.complete && $(cat "$dir.complete") == "pair $preset" ]]; then
     echo "(reusing $dir)"
     return 0
@@ -545,12 +583,7 @@ make_pair() {
   rm -rf "$dir" "$dir.complete"
   # GiB on disk of both: 8b 5.3 + 15.0, 32b 17.9 + 61.0, 70b 36.8 + 131.
   need=$(case $preset in 8b) echo 22 ;; 32b) echo 81 ;; *) echo 170 ;; esac)
-  mkdir -p "$(dirname "$dir")"
-  avail=$(df --output=avail -BG "$(dirname "$dir")" | tail -n 1 | tr -dc 0-9)
-  if (( avail < need )); then
-    fail "make_pair $preset: $avail GiB free under $(dirname "$dir"), needs $need"
-    return 1
-  fi
+  free_gib "$(dirname "$dir")" "$need" "make_pair $preset" || return 1
   run_logged "make_pair_$preset" "$limit" python3 scripts/bench/make_random_w4a16.py --out "$dir/w4a16" \
     --dense-out "$dir/bf16" --preset "$preset" --windows 0 || return 1
   grep '^make_random_w4a16' "$logs/make_pair_$preset.log"
@@ -707,6 +740,125 @@ if has_step family; then
     "cuBLASLt rate)"
   printf '%-12s %9s %8s %10s %6s\n' arch tok/s weights GEMM_TF/s share
   for r in "${rows[@]}"; do echo "$r"; done
+fi
+
+# moe_run NAME ARCH QUANT LAYERS NEED_GIB: make_random_moe.py's ARCH in QUANT (LAYERS, or the shape's own when
+# empty) into $moe_dir-NAME (NEED_GIB free on its disk, else a FAIL), scored_bench on it (log $logs/moe_NAME.log),
+# the end-to-end ppl run on the Qwen3 W4A16 (MOE_PPL), the checkpoint deleted.
+moe_run() {
+  local name=$1 arch=$2 quant=$3 layers=$4 need=$5 dir=$moe_dir-$1 stage_flags=()
+  [[ $moe_stages == 1 ]] && stage_flags=(--stages 1)
+  rm -rf "$dir"
+  free_gib "$(dirname "$dir")" "$need" "moe $name" || return 1
+  if run_logged "make_moe_$name" 900 python3 scripts/bench/make_random_moe.py --out "$dir" --arch "$arch" \
+    --quant "$quant" ${layers:+--layers "$layers"}; then
+    grep '^make_random_moe' "$logs/make_moe_$name.log"
+    run_logged "moe_$name" 600 "$bundle/run" scored_bench --model "$dir" --ctx "$ctx" --batches "$moe_batches" \
+      --reps 3 --profile 0 ${stage_flags[@]+"${stage_flags[@]}"} &&
+      grep -E '^(scored_bench|load|scored B=|stages B=|  [a-z])' "$logs/moe_$name.log"
+    if [[ $name == q3w4 && $moe_ppl == 1 ]]; then
+      echo "== moe ppl: scored + scored-ppl over $(basename "$ppl_data") on the Qwen3-30B-A3B W4A16 shape" \
+        "(tokenizer $(basename "$ppl_tokenizer"))"
+      if [[ ! -x $bundle/bin/scored || ! -x $bundle/bin/scored-ppl || ! -f $ppl_data || ! -d $ppl_tokenizer ]]; then
+        fail "moe ppl: $bundle needs bin/scored, bin/scored-ppl, $ppl_data and $ppl_tokenizer"
+      else
+        serve_ppl ppl-moe "$dir" "" - "$moe_ppl_wall_target" "" \
+          " (the checkpoint's files are in the page cache: written just before)"
+      fi
+    fi
+  fi
+  rm -rf "$dir"
+}
+
+# has_moe NAME: NAME (q3w4, q3bf16, mxw4) is one of the comma-separated MOE_MODELS.
+has_moe() {
+  [[ ",$moe_models," == *",$1,"* ]]
+}
+
+# moe_row MODEL LAYERS OURS_LOG PEER_LAYERS PEER_LOG TARGET: one row of the moe table, the peer's ms per layer over
+# ours at batch ${moe_batches##*,} against TARGET; a miss or a missing value is a FAIL.
+moe_row() {
+  local b=${moe_batches##*,} ours peer ratio result
+  ours=$(bench_field "$3" "$b" ms/step)
+  peer=$(prefixed_field "$5" logprobs "$b" ms/step)
+  ratio=$(awk -v o="$ours" -v l="$2" -v p="$peer" -v pl="$4" \
+    'BEGIN {if (o + 0 > 0 && p + 0 > 0) printf "%.3f", (p / pl) / (o / l)}')
+  if [[ -n $ratio ]] && awk -v r="$ratio" -v t="$6" 'BEGIN {exit !(r >= t)}'; then
+    result=PASS
+  else
+    result=FAIL
+    status=1
+  fi
+  printf '%-20s %6s %10s %11s %12s %7s %7s  %s\n' "$1" "$2" "${ours:--}" "$4" "${peer:--}" "${ratio:--}" ">=$6" \
+    "$result"
+}
+
+if has_step moe; then
+  echo "== moe: Qwen3-30B-A3B-shaped W4A16 (48 layers) and bf16 ($moe_bf16_layers layers), Mixtral-8x7B-shaped W4A16" \
+    "(32 layers), written here one at a time; scored_bench $moe_batches x $ctx; peer $(basename "$peers") moe"
+  if [[ ! -x $bundle/bin/scored_bench ]]; then
+    fail "moe: $bundle/bin needs scored_bench"
+  else
+    has_moe q3w4 && moe_run q3w4 qwen3_moe w4a16 "" 20  # 16 GiB
+    has_moe q3bf16 && moe_run q3bf16 qwen3_moe bf16 "$moe_bf16_layers" 34  # 29 GiB at 24 layers
+    has_moe mxw4 && moe_run mxw4 mixtral w4a16 "" 28  # 24 GiB
+    if [[ -f $peers ]]; then
+      has_moe q3w4 && run_logged moe_peer_q3w4 600 python3 "$peers" moe --arch qwen3_moe --batches "$moe_batches" &&
+        grep -E '^(moe|logprobs)' "$logs/moe_peer_q3w4.log"
+      has_moe q3bf16 && run_logged moe_peer_q3bf16 600 python3 "$peers" moe --arch qwen3_moe \
+        --layers "$moe_bf16_layers" --batches "$moe_batches" && grep -E '^(moe|logprobs)' "$logs/moe_peer_q3bf16.log"
+      has_moe mxw4 && run_logged moe_peer_mxw4 600 python3 "$peers" moe --arch mixtral \
+        --layers "$moe_mixtral_peer_layers" --batches "$moe_batches" && grep -E '^(moe|logprobs)' "$logs/moe_peer_mxw4.log"
+    else
+      fail "moe: no peer script $peers (cp ../shared/bench/hf_peers.py into the bundle, or set PEERS)"
+    fi
+    echo "== moe summary (${moe_batches##*,} x $ctx windows; ratio = the peer's (transformers bf16) ms per layer over" \
+      "ours, each at its own layer count, same call)"
+    printf '%-20s %6s %10s %11s %12s %7s %7s  %s\n' model layers ms/step peer_layers peer_ms/step ratio target result
+    has_moe q3w4 && moe_row qwen3-30b-a3b-w4a16 48 "$logs/moe_q3w4.log" 48 "$logs/moe_peer_q3w4.log" "$moe_w4_target"
+    has_moe q3bf16 && moe_row qwen3-30b-a3b-bf16 "$moe_bf16_layers" "$logs/moe_q3bf16.log" "$moe_bf16_layers" \
+      "$logs/moe_peer_q3bf16.log" "$moe_bf16_target"
+    has_moe mxw4 && moe_row mixtral-8x7b-w4a16 32 "$logs/moe_mxw4.log" "$moe_mixtral_peer_layers" \
+      "$logs/moe_peer_mxw4.log" "$moe_mixtral_target"
+    if has_moe q3w4; then
+      weights=$(sed -n 's/.*weights \([0-9.]*\) GiB on the GPU.*/\1/p' "$logs/moe_q3w4.log" 2>/dev/null | head -n 1)
+      if awk -v w="$weights" -v l="$moe_w4_weights_gib" 'BEGIN {exit !(w != "" && w + 0 <= l + 0)}'; then
+        echo "qwen3-30b-a3b-w4a16 weights on the GPU $weights GiB <= $moe_w4_weights_gib: PASS"
+      else
+        echo "qwen3-30b-a3b-w4a16 weights on the GPU ${weights:--} GiB <= $moe_w4_weights_gib: FAIL"
+        status=1
+      fi
+    fi
+  fi
+fi
+
+if has_step moetp; then
+  echo "== moetp: $moe_tp_arch W4A16 g128 written here, scored_bench --tp $tp, $moe_tp_batches x $ctx"
+  if [[ ! -x $bundle/bin/scored_bench ]]; then
+    fail "moetp: $bundle/bin needs scored_bench"
+  elif [[ -f $moe_tp_dir.complete && $(cat "$moe_tp_dir.complete") == "$moe_tp_arch" ]] ||
+    { rm -rf "$moe_tp_dir" "$moe_tp_dir.complete" && free_gib "$(dirname "$moe_tp_dir")" 120 "moetp $moe_tp_arch" &&
+      run_logged make_moe_tp 1800 python3 scripts/bench/make_random_moe.py --out "$moe_tp_dir" \
+        --arch "$moe_tp_arch" --quant w4a16 && echo "$moe_tp_arch" > "$moe_tp_dir.complete"; }; then
+    grep -h '^make_random_moe' "$logs/make_moe_tp.log" 2>/dev/null || echo "(reusing $moe_tp_dir)"
+    du -sh "$moe_tp_dir" | awk '{print "checkpoint on disk: " $1}'
+    l=$logs/moetp.log
+    run_logged moetp 900 "$bundle/run" scored_bench --model "$moe_tp_dir" --tp "$tp" --ctx "$ctx" \
+      --batches "$moe_tp_batches" --reps 3 --profile 0 --nccl 0 &&
+      grep -E '^(scored_bench|load|host memory|scored B=)' "$l"
+    echo "== moetp summary ($moe_tp_arch W4A16 g128, tp $tp, ctx $ctx)"
+    echo "write: $(grep -o 'in [0-9.]*s' "$logs/make_moe_tp.log" 2>/dev/null | tail -n 1 || true); weights on the" \
+      "GPUs $(sed -n 's/.*weights \([0-9.]*\) GiB on the GPU.*/\1/p' "$l" | head -n 1) GiB; load (open -> ready):" \
+      "$(field_after "$l" '^load:' "$tp,") s; after load GiB per GPU: $(sed -n 's/.*in use after load \(.*\) GiB.*/\1/p' \
+        "$l" | head -n 1)"
+    printf '%-8s %9s %10s %s\n' windows tok/s ms/step GPU_GiB
+    for b in ${moe_tp_batches//,/ }; do
+      printf '%-8s %9s %10s %s\n' "$b" "$(bench_field "$l" "$b" tok/s)" "$(bench_field "$l" "$b" ms/step)" \
+        "$(gpu_mem "$l" "$b")"
+    done
+    [[ -n $(bench_field "$l" "${moe_tp_batches##*,}" tok/s) ]] || fail "moetp: no tok/s in $l"
+  fi
+  [[ ${KEEP_BIG:-0} == 1 ]] || rm -rf "$moe_tp_dir" "$moe_tp_dir.complete"
 fi
 
 if has_step tests || has_step bench || has_step quant || has_step peer || has_step stories; then

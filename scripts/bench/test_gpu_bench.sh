@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Checks gpu_bench.sh's tp, 70b, soak, ppl, kld, kldppl and kldtp steps without a GPU: stand-in scored_bench / scored /
-# scored-load / scored-ppl / hf_peers.py and a python3 wrapper that fakes make_random_w4a16.py print the real tools'
-# output formats, so what is checked is the step logic (checkpoint reuse, timeouts, FAIL lines, the closing tables, the
-# SIGTERM drain bookkeeping, the PASS/FAIL rows of the targets).
+# Checks gpu_bench.sh's tp, 70b, soak, ppl, kld, kldppl, kldtp, moe and moetp steps without a GPU: stand-in
+# scored_bench / scored / scored-load / scored-ppl / hf_peers.py and a python3 wrapper that fakes make_random_w4a16.py
+# and make_random_moe.py print the real tools' output formats, so what is checked is the step logic (checkpoint
+# reuse, timeouts, FAIL lines, the closing tables, the SIGTERM drain bookkeeping, the PASS/FAIL rows of the targets).
 #
 #   bash scripts/bench/test_gpu_bench.sh        (from the repository root; exit 0 = pass)
 #
@@ -38,6 +38,24 @@ import os, sys
 a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
 tp, ctx = int(a.get("--tp", 1)), int(a["--ctx"])
 mem = lambda v: " / ".join([v] * tp)
+# The moe / moetp steps' checkpoints (make_random_moe.py's stand-in below), by the directory's name: ms per step at
+# B=8 (FAKE_MOE_SLOW: the W4A16 at the 1.79x it once measured), weights.
+moe = {"q3w4": (320.3 if os.environ.get("FAKE_MOE_SLOW") else 300.0, "15.54"), "q3bf16": (150.0, "28.00"),
+       "mxw4": (776.4, "22.79"), "moe-tp": (400.0, "116.50")}
+name = next((k for k in moe if os.path.basename(a["--model"]).endswith(k)), None)
+if name is not None:
+    ms8, weights = moe[name]
+    print(f"scored_bench: Qwen3MoeForCausalLM w4a16-g128-sym, 30.53B params, weights {weights} GiB on the GPU, "
+          f"loaded in {4.0 * tp:.1f} s")
+    print(f"load: tp {tp}, {4.0 * tp:.1f} s open -> ready, GPU memory in use after load {mem('20.0')} GiB (per GPU)")
+    for b in map(int, a["--batches"].split(",")):
+        ms = ms8 * b / 8
+        print(f"scored B={b} T={ctx}: {ms:8.1f} ms/step {b * ctx / ms * 1e3:9.0f} tok/s    300 TFLOP/s | plain cuBLASLt "
+              f"layer GEMMs  680 TFLOP/s sustained over 48 layers | GPU memory used {mem('25.4')} GiB")
+        if a.get("--stages") == "1":
+            print(f"stages B={b} T={ctx}: stage, ms per forward, calls per forward, ms per call, share (of {ms:.2f} ms)")
+            print(f"  expert gate|up GEMM      {ms / 4:9.2f} ms    48 x   1.0000 ms  25.0%")
+    sys.exit(0)
 print(f"scored_bench: LlamaForCausalLM w4a16-g128-sym, 8.03B params, weights 5.31 GiB on the GPU, loaded in {3.0 * tp:.1f} s")
 print(f"load: tp {tp}, {3.0 * tp:.1f} s open -> ready, GPU memory in use after load {mem('5.1')} GiB (per GPU)")
 if "--reference_model" in a:  # the pair: FAKE_PAIR_TOKS sets its rate (Q alone 52000, R alone 30000 tok/s)
@@ -137,8 +155,19 @@ EOF
 cat > "$tmp/ok/hf_peers.py" <<'EOF'
 import sys
 print("transformers 4.57.0 torch 2.9.0 (stand-in)")
+batches = sys.argv[sys.argv.index("--batches") + 1].split(",")
+if sys.argv[1] == "moe":  # ms per step at B=8 of the peer's runs in RESULTS.md
+    arch = sys.argv[sys.argv.index("--arch") + 1]
+    layers = int(sys.argv[sys.argv.index("--layers") + 1]) if "--layers" in sys.argv else (48 if arch == "qwen3_moe" else 32)
+    ms8 = {("qwen3_moe", 48): 571.7, ("qwen3_moe", 24): 304.7, ("mixtral", 8): 259.7}[(arch, layers)]
+    print(f"moe {arch}: 30.53B params, 3.35B active linear, {layers} layers")
+    for b in batches:
+        ms = ms8 * int(b) / 8
+        print(f"{'logprobs':12s} B={b} T=2048: {ms:8.1f} ms/step  {int(b) * 2048 / ms * 1e3:9.0f} tok/s     150 TFLOP/s  "
+              "peak 60.7 GiB")
+    sys.exit(0)
 print("kld llama: 8.03B params, 7.50B active linear, 32 layers")
-for b in sys.argv[sys.argv.index("--batches") + 1].split(","):
+for b in batches:
     print(f"{'kld':12s} B={b} T=2048: {int(b) * 2048 / 15200 * 1e3:8.1f} ms/step  {15200:9.0f} tok/s  peak 40.1 GiB")
 EOF
 real_python=$(command -v python3)
@@ -155,6 +184,15 @@ if [[ \$1 == scripts/bench/make_random_w4a16.py ]]; then
     echo "make_random_w4a16: dense bf16 original in \$dense: 1 shards, 14.96 GiB (the W4A16 is its quantization)"
   fi
   echo "make_random_w4a16: total 12.3s (setup+calibration 1.0s)"
+  exit 0
+fi
+if [[ \$1 == scripts/bench/make_random_moe.py ]]; then
+  shift
+  layers=shape
+  while [[ \$# -gt 0 ]]; do [[ \$1 == --out ]] && out=\$2; [[ \$1 == --arch ]] && arch=\$2; [[ \$1 == --quant ]] && q=\$2
+    [[ \$1 == --layers ]] && layers=\$2; shift; done
+  mkdir -p "\$out" && echo x > "\$out/model-00001-of-00001.safetensors"
+  echo "make_random_moe: \$arch \$layers layers \$q, 15.54 GiB in 41s (stand-in)"
   exit 0
 fi
 exec "$real_python" "\$@"
@@ -295,6 +333,67 @@ rc=$?
 expect "$tmp/out7.txt" '^FAIL kld: no peer script' "kld: missing peer line"
 expect "$tmp/out7.txt" '^vs-peer +8 +20000 +- +- +>=1\.2  FAIL$' "kld: peer row without a peer"
 
+# 9. moe (issue 20): three checkpoints written and deleted, the ppl run on the Qwen3 W4A16, the peers at the same
+#    layer counts (Mixtral at 8), the ratios per layer: all targets met, exit 0; then the W4A16 alone
+#    (MOE_MODELS) at its old 1.79x: its row FAILs, exit 1; then moetp at tp 2 with KEEP_BIG=1: its table, the
+#    checkpoint kept; again: reused, then deleted; then moetp on a full disk.
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs9" MOE_DIR="$tmp/moe" MOE_STAGES=1 \
+  bash "$root/scripts/bench/gpu_bench.sh" moe > "$tmp/out9.txt" 2>&1
+rc=$?
+[[ $rc == 0 ]] || { echo "FAIL test_gpu_bench: good moe run exited $rc"; failures=$((failures + 1)); }
+expect "$tmp/out9.txt" '^make_random_moe: qwen3_moe 24 layers bf16' "moe: the bf16 checkpoint at 24 layers"
+expect "$tmp/out9.txt" '^  expert gate\|up GEMM ' "moe: the stage profile (MOE_STAGES=1)"
+expect "$tmp/out9.txt" '^ppl-moe-wall +1\.[0-9] +40  PASS$' "moe: the end-to-end ppl run on the Qwen3 W4A16"
+expect "$tmp/out9.txt" '^qwen3-30b-a3b-w4a16 +48 +300\.0 +48 +571\.7 +1\.906 +>=1\.9  PASS$' "moe: the W4A16 row"
+expect "$tmp/out9.txt" '^qwen3-30b-a3b-bf16 +24 +150\.0 +24 +304\.7 +2\.031 +>=2\.0  PASS$' "moe: the bf16 row"
+expect "$tmp/out9.txt" '^mixtral-8x7b-w4a16 +32 +776\.4 +8 +259\.7 +1\.338 +>=1\.3  PASS$' \
+  "moe: the Mixtral row, per layer"
+expect "$tmp/out9.txt" '^qwen3-30b-a3b-w4a16 weights on the GPU 15\.54 GiB <= 17: PASS$' "moe: the weights line"
+if compgen -G "$tmp/moe-*" > /dev/null; then
+  echo "FAIL test_gpu_bench: moe kept a checkpoint"
+  failures=$((failures + 1))
+fi
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs10" MOE_DIR="$tmp/moe" MOE_PPL=0 FAKE_MOE_SLOW=1 MOE_MODELS=q3w4 \
+  bash "$root/scripts/bench/gpu_bench.sh" moe > "$tmp/out10.txt" 2>&1
+rc=$?
+[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: a missed moe target exited $rc, not 1"; failures=$((failures + 1)); }
+expect "$tmp/out10.txt" '^qwen3-30b-a3b-w4a16 +48 +320\.3 +48 +571\.7 +1\.785 +>=1\.9  FAIL$' "moe: the W4A16 miss"
+if grep -q '^== moe ppl' "$tmp/out10.txt"; then
+  echo "FAIL test_gpu_bench: MOE_PPL=0 still ran the ppl run"
+  failures=$((failures + 1))
+fi
+if grep -qE '^(qwen3-30b-a3b-bf16|mixtral-8x7b-w4a16|make_random_moe: (mixtral|qwen3_moe 24))' "$tmp/out10.txt"; then
+  echo "FAIL test_gpu_bench: MOE_MODELS=q3w4 also ran the other models"
+  failures=$((failures + 1))
+fi
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs11" MOE_TP_DIR="$tmp/moe-tp" KEEP_BIG=1 \
+  bash "$root/scripts/bench/gpu_bench.sh" moetp > "$tmp/out11.txt" 2>&1
+rc=$?
+[[ $rc == 0 ]] || { echo "FAIL test_gpu_bench: good moetp run exited $rc"; failures=$((failures + 1)); }
+expect "$tmp/out11.txt" '^make_random_moe: qwen3_moe_235b shape layers w4a16' "moetp: the 235B shape written"
+expect "$tmp/out11.txt" '^write: in 41s; weights on the GPUs 116\.50 GiB; load \(open -> ready\): 8\.0 s; after load GiB per GPU: 20\.0 / 20\.0$' \
+  "moetp: write, weights, load"
+expect "$tmp/out11.txt" '^1 +40960 +50\.0 25\.4 / 25\.4$' "moetp: the B=1 row"
+expect "$tmp/out11.txt" '^8 +40960 +400\.0 25\.4 / 25\.4$' "moetp: the B=8 row"
+[[ -f $tmp/moe-tp.complete ]] || {
+  echo "FAIL test_gpu_bench: KEEP_BIG=1 did not keep moetp's checkpoint"
+  failures=$((failures + 1))
+}
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs11b" MOE_TP_DIR="$tmp/moe-tp" \
+  bash "$root/scripts/bench/gpu_bench.sh" moetp > "$tmp/out11b.txt" 2>&1
+expect "$tmp/out11b.txt" "^\\(reusing $tmp/moe-tp\\)\$" "moetp: a later call reuses the kept checkpoint"
+expect "$tmp/out11b.txt" '^8 +40960 +400\.0 25\.4 / 25\.4$' "moetp: the B=8 row on the reused checkpoint"
+if grep -q '^make_random_moe' "$tmp/out11b.txt"; then
+  echo "FAIL test_gpu_bench: moetp wrote its checkpoint again"
+  failures=$((failures + 1))
+fi
+[[ ! -e $tmp/moe-tp ]] || { echo "FAIL test_gpu_bench: moetp kept its checkpoint"; failures=$((failures + 1)); }
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs12" MOE_TP_DIR="$tmp/moe-tp12" FAKE_DF_AVAIL_G=100 \
+  bash "$root/scripts/bench/gpu_bench.sh" moetp > "$tmp/out12.txt" 2>&1
+rc=$?
+[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: moetp on a full disk exited $rc, not 1"; failures=$((failures + 1)); }
+expect "$tmp/out12.txt" "^FAIL moetp qwen3_moe_235b: 100 GiB free under $tmp, needs 120\$" "moetp: disk refusal"
+
 # 8. Too little disk for the 70b checkpoint: a FAIL line naming what is free and needed, nothing written, exit 1.
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs8" BIG_DIR="$tmp/big8" FAKE_DF_AVAIL_G=41 \
   bash "$root/scripts/bench/gpu_bench.sh" 70b > "$tmp/out8.txt" 2>&1
@@ -307,6 +406,6 @@ if [[ $failures == 0 ]]; then
   echo "test_gpu_bench: passed"
 else
   echo "test_gpu_bench: $failures failed"
-  sed 's/^/  | /' "$tmp"/out[1-8].txt
+  sed 's/^/  | /' "$tmp"/out[1-9].txt "$tmp"/out1[0-2]*.txt
 fi
 [[ $failures == 0 ]]
