@@ -212,26 +212,30 @@ __global__ void FillTablesKernel(const bf16_t* x, const int32_t* __restrict__ of
 // one 16-byte load, four 16-byte stores; consecutive threads take consecutive words across row ends, so a
 // warp's loads and stores are contiguous whatever k is. (A block per row left most of each block idle on
 // short rows: 1.6 TB/s; a thread per word, 2.1 TB/s.) Experts without rows (offsets, where given) are
-// skipped.
+// skipped. Index: uint32_t where every item index and its stride fit (the divisions per item in 32 bits),
+// else int64_t; the addresses in 64 bits either way.
 constexpr int kWords = 4;
 
+template <typename Index>
 __global__ void DequantizeGroupedInt4Kernel(const GroupedInt4Expert* __restrict__ experts,
                                             const int32_t* __restrict__ offsets, const GroupedInt4Format f,
-                                            int64_t num_experts, int64_t n, int64_t k,
+                                            int64_t num_experts, int64_t n64, int64_t k,
                                             bf16_t* __restrict__ stacked) {
-  const int64_t words = k / 8, groups = words / kWords;  // per row
+  const int64_t words = k / 8;  // per row
+  const Index groups = static_cast<Index>(words / kWords), n = static_cast<Index>(n64);
+  const Index group_size = static_cast<Index>(f.group_size);
   const int64_t scale_cols = f.group_size > 0 ? k / f.group_size : 1;
-  const int64_t total = num_experts * n * groups;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int64_t row = i / groups, c = (i - row * groups) * kWords;
-    const int64_t e = row / n, o = row - e * n;
+  const Index total = static_cast<Index>(num_experts * n64 * (words / kWords));
+  const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
+  for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const Index row = i / groups, c = (i - row * groups) * kWords;
+    const Index e = row / n, o = row - e * n;
     if (offsets != nullptr && offsets[e] == offsets[e + 1]) continue;
     const GroupedInt4Expert& ex = experts[e];
-    const bool second = o >= ex.split;
+    const bool second = o >= static_cast<Index>(ex.split);
     const GroupedInt4Part& part = second ? ex.parts[1] : ex.parts[0];
-    const int64_t local = second ? o - ex.split : o;
-    const int64_t g = f.group_size > 0 ? c * 8 / f.group_size : 0;
+    const int64_t local = static_cast<int64_t>(second ? o - static_cast<Index>(ex.split) : o);
+    const int64_t g = group_size > 0 ? static_cast<int64_t>(c * 8 / group_size) : 0;
     const float scale = FloatAt(part.scale, f.scale_dtype, local * scale_cols + g);
     int32_t zp = 8;
     if (!f.symmetric) {
@@ -240,7 +244,7 @@ __global__ void DequantizeGroupedInt4Kernel(const GroupedInt4Expert* __restrict_
     }
     const uint4 q = *reinterpret_cast<const uint4*>(part.packed + local * words + c);
     const uint32_t in[kWords] = {q.x, q.y, q.z, q.w};
-    uint4* const to = reinterpret_cast<uint4*>(stacked) + row * words + c;
+    uint4* const to = reinterpret_cast<uint4*>(stacked) + static_cast<int64_t>(row) * words + c;
 #pragma unroll
     for (int w = 0; w < kWords; ++w) {
       uint32_t out[4];
@@ -425,8 +429,13 @@ absl::Status DequantizeGroupedInt4(const GroupedInt4Expert* experts, const int32
   const int64_t items = num_experts * n * (k / (8 * kWords));
   const int blocks =
       static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((items + kThreads - 1) / kThreads, 65536)));
-  DequantizeGroupedInt4Kernel<<<blocks, kThreads, 0, stream>>>(experts, offsets, format, num_experts, n, k,
-                                                               stacked);
+  if (items <= (int64_t{1} << 31)) {  // + the grid's stride (< 2^25) stays below 2^32
+    DequantizeGroupedInt4Kernel<uint32_t>
+        <<<blocks, kThreads, 0, stream>>>(experts, offsets, format, num_experts, n, k, stacked);
+  } else {
+    DequantizeGroupedInt4Kernel<int64_t>
+        <<<blocks, kThreads, 0, stream>>>(experts, offsets, format, num_experts, n, k, stacked);
+  }
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("DequantizeGroupedInt4 launch failed: ", cudaGetErrorString(e)));
   }
