@@ -22,6 +22,7 @@
 #include "engine/kernels/attention_kernels.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
+#include "engine/kernels/kernel_support.cuh"
 
 namespace scored::kernels::attention_internal {
 namespace {
@@ -466,19 +467,14 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
 // target's cubin, or the compute_80 PTX JIT-compiled for an H100 (binaryVersion 90 but ptxVersion 80: a
 // release build under CUDA_FORCE_PTX_JIT=1).
 bool WgmmaAvailable() {
-  static const bool compiled = [] {
-    cudaFuncAttributes attributes;
-    return cudaFuncGetAttributes(&attributes, AttentionWgmmaKernel<false>) == cudaSuccess &&
-           attributes.binaryVersion == 90 && attributes.ptxVersion >= 90;
-  }();
+  static const bool compiled = ModuleIsSm90a(reinterpret_cast<const void*>(AttentionWgmmaKernel<false>));
   if (!compiled) return false;
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
     return false;
   }
-  return major == 9 && minor == 0;
+  return DeviceIsSm90(device);
 }
 
 namespace {

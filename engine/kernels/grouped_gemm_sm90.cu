@@ -354,14 +354,7 @@ absl::Status RunSm90(const bf16_t* x, const int32_t* offsets, const bf16_t* cons
 
 bool GroupedGemmSm90Supported(int device) {
 #if defined(SCORED_GROUPED_GEMM_SM90)
-  if (!LoadedSm90aCode()) return false;
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return major == 9 && minor == 0;
+  return LoadedSm90aCode() && DeviceIsSm90(device);
 #else
   (void)device;
   return false;

@@ -138,14 +138,7 @@ bool LoadedSm90aCode() {
 
 bool Int8GemmSupported(int device) {
 #if defined(SCORED_INT8_GEMM_SM90)
-  if (!LoadedSm90aCode()) return false;
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return major == 9 && minor == 0;
+  return LoadedSm90aCode() && DeviceIsSm90(device);
 #else
   (void)device;
   return false;

@@ -2,7 +2,8 @@
 // kernels (attention_common.cuh), the grouped expert GEMMs and the CUTLASS SM90 kernels.
 //
 // - EnsureDynamicSmem (host): raises a kernel's dynamic shared-memory limit once per (kernel, device).
-// - ModuleIsSm90a (host): whether the device runs a file's sm_90a cubin (see below).
+// - ModuleIsSm90a (host): whether the device runs a file's sm_90a cubin (see below); DeviceIsSm90 (host):
+//   whether a device is compute capability 9.0 (what every sm_90a kernel also needs).
 // - PTX wrappers: shared-memory addresses, cp.async 16-byte copies and their groups, ldmatrix (.trans).
 #ifndef SCORED_ENGINE_KERNELS_KERNEL_SUPPORT_CUH_
 #define SCORED_ENGINE_KERNELS_KERNEL_SUPPORT_CUH_
@@ -41,6 +42,17 @@ inline bool ModuleIsSm90a(const void* probe) {
   const bool ok = cudaFuncGetAttributes(&attributes, probe) == cudaSuccess;
   if (!ok) cudaGetLastError();
   return ok && attributes.binaryVersion == 90 && attributes.ptxVersion >= 90;
+}
+
+// Whether `device` is compute capability 9.0 (false, the error cleared, where it cannot be asked).
+inline bool DeviceIsSm90(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major == 9 && minor == 0;
 }
 
 __device__ __forceinline__ uint32_t SharedAddress(const void* p) {

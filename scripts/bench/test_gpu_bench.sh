@@ -19,6 +19,15 @@ echo " = Robert Boulter = " > "$tmp/ok/data/wikitext-2-raw/wiki.test.raw"
 : > "$tmp/ok/data/tokenizers/llama3/tokenizer.model"
 unset FAKE_DF_AVAIL_G
 failures=0
+exited() {  # exited RC WANT WHAT: the gpu_bench.sh run WHAT exited WANT
+  [[ $1 == "$2" ]] || { echo "FAIL test_gpu_bench: $3 exited $1, not $2"; failures=$((failures + 1)); }
+}
+reject() {  # reject LOG PATTERN WHAT: no line of LOG matches PATTERN (extended regex)
+  if grep -qE "$2" "$1"; then
+    echo "FAIL test_gpu_bench: $3 (a line matching '$2' in $1)"
+    failures=$((failures + 1))
+  fi
+}
 expect() {  # expect LOG PATTERN WHAT
   if ! grep -qE "$2" "$1"; then
     echo "FAIL test_gpu_bench: $3 (no line matching '$2' in $1)"
@@ -214,8 +223,7 @@ chmod +x "$tmp/ok/run" "$tmp/ok/bin/"* "$tmp/py/python3" "$tmp/py/df"
 # 1. Everything works: four tables, exit 0.
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs1" W4_DIR="$tmp/w4" BIG_DIR="$tmp/big" SOAK_SECONDS=1 \
   bash "$root/scripts/bench/gpu_bench.sh" tp,70b,soak,ppl > "$tmp/out1.txt" 2>&1
-rc=$?
-[[ $rc == 0 ]] || { echo "FAIL test_gpu_bench: good run exited $rc"; failures=$((failures + 1)); }
+exited $? 0 "good run"
 expect "$tmp/out1.txt" '^2 +8 +64800 +1\.80x +94000 +0\.77 +15\.9% +6\.0 9\.5 / 9\.5 +0\.00791$' "tp table row (tp 2)"
 expect "$tmp/out1.txt" '^1 +8 +36000 +1\.00x +47000' "tp table row (tp 1)"
 expect "$tmp/out1.txt" '^\(reusing ' "soak reuses the tp step's checkpoint"
@@ -254,8 +262,7 @@ sed 's/run_logged "tp\$t" 200/run_logged "tp$t" 2/; s/run_logged soak_alone 200/
   "$root/scripts/bench/gpu_bench.sh" > "$tmp/gpu_bench_short.sh"
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/bad" OUT="$tmp/logs2" W4_DIR="$tmp/w4" SOAK_SECONDS=1 \
   timeout 200 bash "$tmp/gpu_bench_short.sh" tp,soak,ppl > "$tmp/out2.txt" 2>&1
-rc=$?
-[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: failing run exited $rc, not 1"; failures=$((failures + 1)); }
+exited $? 1 "failing run"
 expect "$tmp/out2.txt" '^FAIL tp1: timed out after 2s' "timeout line"
 expect "$tmp/out2.txt" '^FAIL soak: scored exited before listening' "scored start failure line"
 expect "$tmp/out2.txt" 'cannot open config.json' "scored's own message"
@@ -272,16 +279,14 @@ printf '#!/usr/bin/env bash\necho "scored-ppl: UNAVAILABLE: connection refused" 
 chmod +x "$tmp/noppl/bin/"*
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/noppl" OUT="$tmp/logs3" W4_DIR="$tmp/w4" bash "$root/scripts/bench/gpu_bench.sh" ppl \
   > "$tmp/out3.txt" 2>&1
-rc=$?
-[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: failing ppl run exited $rc, not 1"; failures=$((failures + 1)); }
+exited $? 1 "failing ppl run"
 expect "$tmp/out3.txt" '^FAIL ppl_client: exit 1' "ppl client failure line"
 expect "$tmp/out3.txt" 'UNAVAILABLE: connection refused' "scored-ppl's own message"
 expect "$tmp/out3.txt" '^ppl-wall +- +40  FAIL$' "ppl wall row without a report"
 expect "$tmp/out3.txt" '^SIGTERM: scored exit 0 after' "ppl SIGTERM after a client failure"
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs4" W4_DIR="$tmp/w4" PPL_WALL_TARGET_S=0.5 \
   bash "$root/scripts/bench/gpu_bench.sh" ppl > "$tmp/out4.txt" 2>&1
-rc=$?
-[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: missed ppl target exited $rc, not 1"; failures=$((failures + 1)); }
+exited $? 1 "missed ppl target"
 expect "$tmp/out4.txt" '^ppl-wall +1\.[0-9] +0\.5  FAIL$' "ppl target missed"
 
 # 5. kld, kldppl, kldtp (issue 17): the pair's table against the peer and each model alone, kldppl on the kld step's
@@ -289,8 +294,7 @@ expect "$tmp/out4.txt" '^ppl-wall +1\.[0-9] +0\.5  FAIL$' "ppl target missed"
 #    deleted; whole step names only (no tp or ppl step runs).
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs5" KLD_DIR="$tmp/kld" KLDTP_DIR="$tmp/kldtp" KLDTP_PRESET=8b \
   bash "$root/scripts/bench/gpu_bench.sh" kld,kldppl,kldtp > "$tmp/out5.txt" 2>&1
-rc=$?
-[[ $rc == 0 ]] || { echo "FAIL test_gpu_bench: good kld run exited $rc"; failures=$((failures + 1)); }
+exited $? 0 "good kld run"
 expect "$tmp/out5.txt" '^vs-peer +8 +20000 +15200 +1\.316 +>=1\.2  PASS$' "kld: pair vs peer row"
 expect "$tmp/out5.txt" '^vs-alone +8 +20000 +19024 +1\.051 +>=0\.95  PASS$' "kld: pair vs alone row"
 expect "$tmp/out5.txt" '^memory-GiB +- +24\.10 +26\.27 +0\.917 +<=1  PASS$' "kld: memory row"
@@ -314,22 +318,17 @@ expect "$tmp/out5.txt" '^8 +20000 mean KLD 0\.012345 nats, same top 95\.12% over
   "kldtp table row"
 expect "$tmp/out5.txt" '^memory \(all GPUs\): GPU memory in use 48\.20 GiB' "kldtp memory line"
 [[ ! -e $tmp/kldtp ]] || { echo "FAIL test_gpu_bench: the kldtp checkpoints were kept"; failures=$((failures + 1)); }
-if grep -qE '^== (tp|ppl):' "$tmp/out5.txt"; then
-  echo "FAIL test_gpu_bench: kldtp / kldppl also ran the tp / ppl step"
-  failures=$((failures + 1))
-fi
+reject "$tmp/out5.txt" '^== (tp|ppl):' "kldtp / kldppl also ran the tp / ppl step"
 
 # 6. kld targets missed (a slow pair: FAIL rows, exit 1), then no peer script (a FAIL line and a FAIL row).
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs6" KLD_DIR="$tmp/kld" FAKE_PAIR_TOKS=14000 \
   bash "$root/scripts/bench/gpu_bench.sh" kld > "$tmp/out6.txt" 2>&1
-rc=$?
-[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: missed kld targets exited $rc, not 1"; failures=$((failures + 1)); }
+exited $? 1 "missed kld targets"
 expect "$tmp/out6.txt" '^vs-peer +8 +14000 +15200 +0\.921 +>=1\.2  FAIL$' "kld: peer target missed"
 expect "$tmp/out6.txt" '^vs-alone +8 +14000 +19024 +0\.736 +>=0\.95  FAIL$' "kld: alone target missed"
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs7" KLD_DIR="$tmp/kld" PEERS="$tmp/none.py" \
   bash "$root/scripts/bench/gpu_bench.sh" kld > "$tmp/out7.txt" 2>&1
-rc=$?
-[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: kld without a peer exited $rc, not 1"; failures=$((failures + 1)); }
+exited $? 1 "kld without a peer"
 expect "$tmp/out7.txt" '^FAIL kld: no peer script' "kld: missing peer line"
 expect "$tmp/out7.txt" '^vs-peer +8 +20000 +- +- +>=1\.2  FAIL$' "kld: peer row without a peer"
 
@@ -339,8 +338,7 @@ expect "$tmp/out7.txt" '^vs-peer +8 +20000 +- +- +>=1\.2  FAIL$' "kld: peer row 
 #    checkpoint kept; again: reused, then deleted; then moetp on a full disk.
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs9" MOE_DIR="$tmp/moe" MOE_STAGES=1 \
   bash "$root/scripts/bench/gpu_bench.sh" moe > "$tmp/out9.txt" 2>&1
-rc=$?
-[[ $rc == 0 ]] || { echo "FAIL test_gpu_bench: good moe run exited $rc"; failures=$((failures + 1)); }
+exited $? 0 "good moe run"
 expect "$tmp/out9.txt" '^make_random_moe: qwen3_moe 24 layers bf16' "moe: the bf16 checkpoint at 24 layers"
 expect "$tmp/out9.txt" '^  expert gate\|up GEMM ' "moe: the stage profile (MOE_STAGES=1)"
 expect "$tmp/out9.txt" '^ppl-moe-wall +1\.[0-9] +40  PASS$' "moe: the end-to-end ppl run on the Qwen3 W4A16"
@@ -355,21 +353,14 @@ if compgen -G "$tmp/moe-*" > /dev/null; then
 fi
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs10" MOE_DIR="$tmp/moe" MOE_PPL=0 FAKE_MOE_SLOW=1 MOE_MODELS=q3w4 \
   bash "$root/scripts/bench/gpu_bench.sh" moe > "$tmp/out10.txt" 2>&1
-rc=$?
-[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: a missed moe target exited $rc, not 1"; failures=$((failures + 1)); }
+exited $? 1 "a missed moe target"
 expect "$tmp/out10.txt" '^qwen3-30b-a3b-w4a16 +48 +320\.3 +48 +571\.7 +1\.785 +>=1\.9  FAIL$' "moe: the W4A16 miss"
-if grep -q '^== moe ppl' "$tmp/out10.txt"; then
-  echo "FAIL test_gpu_bench: MOE_PPL=0 still ran the ppl run"
-  failures=$((failures + 1))
-fi
-if grep -qE '^(qwen3-30b-a3b-bf16|mixtral-8x7b-w4a16|make_random_moe: (mixtral|qwen3_moe 24))' "$tmp/out10.txt"; then
-  echo "FAIL test_gpu_bench: MOE_MODELS=q3w4 also ran the other models"
-  failures=$((failures + 1))
-fi
+reject "$tmp/out10.txt" '^== moe ppl' "MOE_PPL=0 still ran the ppl run"
+reject "$tmp/out10.txt" '^(qwen3-30b-a3b-bf16|mixtral-8x7b-w4a16|make_random_moe: (mixtral|qwen3_moe 24))' \
+  "MOE_MODELS=q3w4 also ran the other models"
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs11" MOE_TP_DIR="$tmp/moe-tp" KEEP_BIG=1 \
   bash "$root/scripts/bench/gpu_bench.sh" moetp > "$tmp/out11.txt" 2>&1
-rc=$?
-[[ $rc == 0 ]] || { echo "FAIL test_gpu_bench: good moetp run exited $rc"; failures=$((failures + 1)); }
+exited $? 0 "good moetp run"
 expect "$tmp/out11.txt" '^make_random_moe: qwen3_moe_235b shape layers w4a16' "moetp: the 235B shape written"
 expect "$tmp/out11.txt" '^write: in 41s; weights on the GPUs 116\.50 GiB; load \(open -> ready\): 8\.0 s; after load GiB per GPU: 20\.0 / 20\.0$' \
   "moetp: write, weights, load"
@@ -383,22 +374,17 @@ PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs11b" MOE_TP_DIR="$tmp/moe-tp
   bash "$root/scripts/bench/gpu_bench.sh" moetp > "$tmp/out11b.txt" 2>&1
 expect "$tmp/out11b.txt" "^\\(reusing $tmp/moe-tp\\)\$" "moetp: a later call reuses the kept checkpoint"
 expect "$tmp/out11b.txt" '^8 +40960 +400\.0 25\.4 / 25\.4$' "moetp: the B=8 row on the reused checkpoint"
-if grep -q '^make_random_moe' "$tmp/out11b.txt"; then
-  echo "FAIL test_gpu_bench: moetp wrote its checkpoint again"
-  failures=$((failures + 1))
-fi
+reject "$tmp/out11b.txt" '^make_random_moe' "moetp wrote its checkpoint again"
 [[ ! -e $tmp/moe-tp ]] || { echo "FAIL test_gpu_bench: moetp kept its checkpoint"; failures=$((failures + 1)); }
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs12" MOE_TP_DIR="$tmp/moe-tp12" FAKE_DF_AVAIL_G=100 \
   bash "$root/scripts/bench/gpu_bench.sh" moetp > "$tmp/out12.txt" 2>&1
-rc=$?
-[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: moetp on a full disk exited $rc, not 1"; failures=$((failures + 1)); }
+exited $? 1 "moetp on a full disk"
 expect "$tmp/out12.txt" "^FAIL moetp qwen3_moe_235b: 100 GiB free under $tmp, needs 120\$" "moetp: disk refusal"
 
 # 8. Too little disk for the 70b checkpoint: a FAIL line naming what is free and needed, nothing written, exit 1.
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs8" BIG_DIR="$tmp/big8" FAKE_DF_AVAIL_G=41 \
   bash "$root/scripts/bench/gpu_bench.sh" 70b > "$tmp/out8.txt" 2>&1
-rc=$?
-[[ $rc == 1 ]] || { echo "FAIL test_gpu_bench: 70b on a full disk exited $rc, not 1"; failures=$((failures + 1)); }
+exited $? 1 "70b on a full disk"
 expect "$tmp/out8.txt" "^FAIL make_w4 70b: 41 GiB free under $tmp, needs 42\$" "70b: disk refusal"
 [[ ! -e $tmp/big8 ]] || { echo "FAIL test_gpu_bench: 70b wrote a checkpoint on a full disk"; failures=$((failures + 1)); }
 
