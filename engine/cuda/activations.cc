@@ -28,7 +28,7 @@ enum class When {
   kMoeShared,       // one with a shared expert
   kMoeGrouped,      // one with a layer whose experts run as grouped GEMMs (DeviceMoe::grouped)
   kMoeSm90,         // one whose grouped GEMMs run GroupedGemmSm90 (GroupedExperts::path kSm90 / kSm90Dequant)
-  kMoeSm90Dequant,  // one whose 4-bit experts are dequantized for it (kSm90Dequant / kSm90DequantAhead)
+  kMoeSm90Dequant,  // one whose 4-bit experts are dequantized for it (kSm90Dequant)
 };
 
 // One buffer of Activations: bytes = per_token * max_tokens + per_logits_row * LogitsRows(shape, max_tokens)
@@ -51,11 +51,10 @@ struct TableShape {
   int tp_size = 1;
   const ModelConfig* reference = nullptr;  // R's config, or null
   bool moe = false,
-       moe_shared = false;         // the model's or its reference's (ModelConfig::moe(), a shared expert)
-  bool moe_grouped = false;        // the model or its reference has grouped experts (DeviceMoe::grouped)
-  bool moe_sm90 = false;           // ... some on the Hopper kernel (GroupedExperts::path != kMma)
-  bool moe_sm90_dequant = false;   // ... some dequantized for it (kSm90Dequant / kSm90DequantAhead)
-  bool moe_dequant_ahead = false;  // ... some ahead of their GEMMs (kSm90DequantAhead)
+       moe_shared = false;        // the model's or its reference's (ModelConfig::moe(), a shared expert)
+  bool moe_grouped = false;       // the model or its reference has grouped experts (DeviceMoe::grouped)
+  bool moe_sm90 = false;          // ... some on the Hopper kernel (GroupedExperts::path != kMma)
+  bool moe_sm90_dequant = false;  // ... some dequantized for it (kSm90Dequant)
 };
 
 // Rows of the logits chunk: kLmHeadChunkTokens (cuBLASLt runs a 128k-vocabulary lm_head near its peak there),
@@ -145,9 +144,8 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
       {&A::moe_grouped_out, "the grouped experts' output rows", kGrouped, top * hidden * 4},
       {&A::moe_grouped_workspace, "the sm90 grouped GEMM's workspace", When::kMoeSm90, 0, 0,
        s.moe_sm90 ? kernels::GroupedGemmSm90WorkspaceBytes(experts) : 0},
-      // one GEMM's [E, 2 inter, hidden] (the larger), or ahead of the GEMMs both: gate|up's then down's
-      {&A::moe_grouped_stacked, "the dequantized experts of the grouped GEMMs", When::kMoeSm90Dequant, 0, 0,
-       experts * (s.moe_dequant_ahead ? 3 : 2) * moe_inter * hidden * 2},
+      {&A::moe_grouped_stacked, "the dequantized experts of one grouped GEMM", When::kMoeSm90Dequant, 0, 0,
+       experts * 2 * moe_inter * hidden * 2},
       {&A::logits, "the fp32 logits chunk", kAll, 0, c.vocab_size * 4},
       {&A::tokens, "token ids", kAll, 4},
       {&A::positions, "positions", kAll, 4},
@@ -211,10 +209,7 @@ void AddGroupedExperts(const DeviceModel& model, TableShape* s) {
     if (!layer.sparse || !layer.moe.grouped.enabled) continue;
     s->moe_grouped = true;
     s->moe_sm90 = s->moe_sm90 || layer.moe.grouped.path != GroupedGemmPath::kMma;
-    const bool ahead = layer.moe.grouped.path == GroupedGemmPath::kSm90DequantAhead;
-    s->moe_sm90_dequant =
-        s->moe_sm90_dequant || ahead || layer.moe.grouped.path == GroupedGemmPath::kSm90Dequant;
-    s->moe_dequant_ahead = s->moe_dequant_ahead || ahead;
+    s->moe_sm90_dequant = s->moe_sm90_dequant || layer.moe.grouped.path == GroupedGemmPath::kSm90Dequant;
   }
 }
 
@@ -340,11 +335,6 @@ absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const
       SCORED_ASSIGN_OR_RETURN(a.weight_ready[i], CudaEvent::Create());
       SCORED_ASSIGN_OR_RETURN(a.weight_free[i], CudaEvent::Create());
     }
-  }
-  if (s.moe_dequant_ahead) {
-    SCORED_ASSIGN_OR_RETURN(a.moe_dequant_stream, CudaStream::Create());
-    SCORED_ASSIGN_OR_RETURN(a.moe_stacked_ready, CudaEvent::Create());
-    SCORED_ASSIGN_OR_RETURN(a.moe_stacked_free, CudaEvent::Create());
   }
   if (tp_size > 1) {
     SCORED_ASSIGN_OR_RETURN(a.comm_stream, CudaStream::CreateHighestPriority());

@@ -88,14 +88,8 @@ struct Activations {
   // (GroupedGemmSm90WorkspaceBytes(E): the per-expert argument arrays and CUTLASS's tensor maps; the layer's
   // GEMMs reuse it one after another on the forward's stream), and for kSm90Dequant the 4-bit experts of one
   // GEMM dequantized: [E, 2 moe_inter, hidden] bf16 (the larger of gate|up's and down's [E, n, k]).
-  // kSm90DequantAhead: moe_grouped_stacked holds gate|up's [E, 2 moe_inter, hidden] then down's [E, hidden,
-  // moe_inter], written on moe_dequant_stream beside the layer's attention block (moe_stacked_ready recorded
-  // there after it; moe_stacked_free recorded on the forward's stream after the layer's down GEMM).
   DeviceBuffer moe_grouped_workspace;
   DeviceBuffer moe_grouped_stacked;
-  CudaStream moe_dequant_stream;
-  CudaEvent moe_stacked_ready;
-  CudaEvent moe_stacked_free;
   DeviceBuffer logits;  // [logits_rows, vocab_size] fp32
   // Batch inputs and per-row results, indexed by packed row.
   DeviceBuffer tokens;     // [max_tokens] int32

@@ -669,12 +669,11 @@ class DeviceModelLoader {
       const char* env = std::getenv("SCORED_MOE_GEMM");
       return new std::string(env != nullptr ? env : "");
     }();
-    const bool ahead = *choice == "sm90_dequant_ahead";
-    const bool dequant = choice->empty() || *choice == "sm90_dequant" || ahead;  // the default
+    const bool dequant = choice->empty() || *choice == "sm90_dequant";  // the default
     if (*choice == "mma") return GroupedGemmPath::kMma;
     if (!choice->empty() && *choice != "sm90" && !dequant) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "SCORED_MOE_GEMM='", *choice, "': expected mma, sm90, sm90_dequant or sm90_dequant_ahead"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("SCORED_MOE_GEMM='", *choice, "': expected mma, sm90 or sm90_dequant"));
     }
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess) {
@@ -697,8 +696,7 @@ class DeviceModelLoader {
       return GroupedGemmPath::kMma;
     }
     if (!int4) return GroupedGemmPath::kSm90;
-    if (!dequant) return GroupedGemmPath::kMma;
-    return ahead ? GroupedGemmPath::kSm90DequantAhead : GroupedGemmPath::kSm90Dequant;
+    return dequant ? GroupedGemmPath::kSm90Dequant : GroupedGemmPath::kMma;
   }
 
   static void TieTo(DeviceLinear* linear, const DeviceBuffer& table, int64_t vocab_size,
@@ -933,10 +931,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     grouped += on ? 1 : 0;
     grouped_int4 += on && layer.moe.grouped.int4 ? 1 : 0;
     sm90 += on && layer.moe.grouped.path == GroupedGemmPath::kSm90 ? 1 : 0;
-    sm90_dequant += on && (layer.moe.grouped.path == GroupedGemmPath::kSm90Dequant ||
-                           layer.moe.grouped.path == GroupedGemmPath::kSm90DequantAhead)
-                        ? 1
-                        : 0;
+    sm90_dequant += on && layer.moe.grouped.path == GroupedGemmPath::kSm90Dequant ? 1 : 0;
   }
   if (sparse > 0) {  // which MoE path runs (DeviceMoe::grouped), for the benchmarks' and tests' logs
     SCORED_LOG(INFO) << "mixture of experts: " << grouped << " of " << sparse

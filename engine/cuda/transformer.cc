@@ -130,10 +130,6 @@ class ForwardPass {
     SCORED_RETURN_IF_ERROR(Mark("embed"));
     for (size_t l = 0; l < model_.layers.size(); ++l) {
       const DeviceLayer& layer = model_.layers[l];
-      if (layer.sparse && layer.moe.grouped.enabled &&
-          layer.moe.grouped.path == GroupedGemmPath::kSm90DequantAhead) {
-        SCORED_RETURN_IF_ERROR(DequantizeExpertsAhead(layer.moe));  // beside the attention block
-      }
       SCORED_RETURN_IF_ERROR(
           AttentionBlock(layer, static_cast<int64_t>(l), l > 0 ? RowSum::kAfterDown : RowSum::kNone));
       SCORED_RETURN_IF_ERROR(layer.sparse ? MoeBlock(layer) : MlpBlock(layer));
@@ -501,23 +497,13 @@ class ForwardPass {
       down_shape.k = inter;
       down_shape.ldx = inter;
       down_shape.ldy = hidden_;
-      const bf16_t* const ahead_up = acts_->moe_grouped_stacked.as<bf16_t>();  // kSm90DequantAhead
-      const bf16_t* const ahead_down = ahead_up + experts * 2 * inter * hidden_;
-      if (g.path == GroupedGemmPath::kSm90DequantAhead) {
-        SCORED_CUDA_CHECK(cudaStreamWaitEvent(stream_, acts_->moe_stacked_ready.get(), 0));
-        SCORED_RETURN_IF_ERROR(Mark("waiting for the experts ahead"));
-      }
       SCORED_RETURN_IF_ERROR(
-          GroupedExpertGemm<bf16_t>(g, g.gate_up, g.gate_up_format, ahead_up, in, up_shape, gate_up));
+          GroupedExpertGemm<bf16_t>(g, g.gate_up, g.gate_up_format, in, up_shape, gate_up));
       SCORED_RETURN_IF_ERROR(Mark("expert gate|up GEMM"));
       SCORED_RETURN_IF_ERROR(
           kernels::SwiGlu<T>(gate_up, gate_up + inter, 2 * inter, rows, inter, in, stream_));
       SCORED_RETURN_IF_ERROR(Mark("expert swiglu"));
-      SCORED_RETURN_IF_ERROR(
-          GroupedExpertGemm<float>(g, g.down, g.down_format, ahead_down, in, down_shape, out));
-      if (g.path == GroupedGemmPath::kSm90DequantAhead) {  // the next sparse layer may decode over them
-        SCORED_CUDA_CHECK(cudaEventRecord(acts_->moe_stacked_free.get(), stream_));
-      }
+      SCORED_RETURN_IF_ERROR(GroupedExpertGemm<float>(g, g.down, g.down_format, in, down_shape, out));
       SCORED_RETURN_IF_ERROR(Mark("expert down GEMM"));
       SCORED_RETURN_IF_ERROR(kernels::MoeCombineGroupedFinish(out, slot_rows, weights, n_, k, hidden_, shared,
                                                               gate, gate_stride, add_to_residual_, residual_,
@@ -526,44 +512,14 @@ class ForwardPass {
     }
   }
 
-  // A sparse layer's 4-bit experts (path kSm90DequantAhead), all of them (the routing is not known yet),
-  // decoded on moe_dequant_stream into moe_grouped_stacked: gate|up's [E, 2 inter, hidden], then down's [E,
-  // hidden, inter]. Enqueued before the layer's attention block, which it runs beside; it starts once the
-  // previous sparse layer's down GEMM is done (moe_stacked_free; at this pass's first, after everything
-  // enqueued so far), and the layer's expert GEMMs wait for it (moe_stacked_ready).
-  absl::Status DequantizeExpertsAhead(const DeviceMoe& moe) {
-    const GroupedExperts& g = moe.grouped;
-    const int64_t experts = config_.num_experts, inter = moe.down[0].in_features();
-    if (!g.int4 || acts_->moe_dequant_stream.get() == nullptr ||
-        acts_->moe_grouped_stacked.bytes() < experts * 3 * inter * hidden_ * 2) {
-      return absl::InternalError("experts dequantized ahead without their stream or a large enough scratch");
-    }
-    if (!experts_ahead_started_) {
-      SCORED_CUDA_CHECK(cudaEventRecord(acts_->moe_stacked_free.get(), stream_));
-      experts_ahead_started_ = true;
-    }
-    const cudaStream_t side = acts_->moe_dequant_stream.get();
-    bf16_t* const up = acts_->moe_grouped_stacked.as<bf16_t>();
-    SCORED_CUDA_CHECK(cudaStreamWaitEvent(side, acts_->moe_stacked_free.get(), 0));
-    SCORED_RETURN_IF_ERROR(kernels::DequantizeGroupedInt4(g.gate_up.as<kernels::GroupedInt4Expert>(), nullptr,
-                                                          g.gate_up_format, experts, 2 * inter, hidden_, up,
-                                                          side));
-    SCORED_RETURN_IF_ERROR(kernels::DequantizeGroupedInt4(g.down.as<kernels::GroupedInt4Expert>(), nullptr,
-                                                          g.down_format, experts, hidden_, inter,
-                                                          up + experts * 2 * inter * hidden_, side));
-    SCORED_CUDA_CHECK(cudaEventRecord(acts_->moe_stacked_ready.get(), side));
-    return absl::OkStatus();
-  }
-
   // One grouped GEMM of RunGroupedExperts (table: g.gate_up or g.down, format its 4-bit format) on the
   // layer's path (GroupedExperts::path): mma.sync, the Hopper kernel over the dense tables, or the 4-bit
-  // experts dequantized into moe_grouped_stacked then the Hopper kernel, or (kSm90DequantAhead) the Hopper
-  // kernel over `ahead`, the experts DequantizeExpertsAhead decoded. The workspace and the stacked scratch
-  // are reused by the next GEMM only after this one on the same stream.
+  // experts dequantized into moe_grouped_stacked then the Hopper kernel. The workspace and the stacked
+  // scratch are reused by the next GEMM only after this one on the same stream.
   template <typename OutT>
   absl::Status GroupedExpertGemm(const GroupedExperts& g, const DeviceBuffer& table,
-                                 const kernels::GroupedInt4Format& format, const bf16_t* ahead,
-                                 const bf16_t* x, const kernels::GroupedGemmShape& shape, OutT* y) {
+                                 const kernels::GroupedInt4Format& format, const bf16_t* x,
+                                 const kernels::GroupedGemmShape& shape, OutT* y) {
     void* const ws = acts_->moe_grouped_workspace.data();
     const int64_t ws_bytes = acts_->moe_grouped_workspace.bytes();
     switch (g.path) {
@@ -586,9 +542,6 @@ class ForwardPass {
         return kernels::GroupedGemmSm90Stacked<OutT>(x, acts_->moe_offsets.as<int32_t>(), stacked, shape, y,
                                                      ws, ws_bytes, stream_, g.sm90_schedule);
       }
-      case GroupedGemmPath::kSm90DequantAhead:
-        return kernels::GroupedGemmSm90Stacked<OutT>(x, acts_->moe_offsets.as<int32_t>(), ahead, shape, y, ws,
-                                                     ws_bytes, stream_, g.sm90_schedule);
     }
     if (g.int4) {
       return kernels::GroupedGemmInt4<OutT>(x, acts_->moe_offsets.as<int32_t>(),
@@ -944,10 +897,7 @@ class ForwardPass {
   const std::vector<RowChunk> chunks_;
   WeightStream weights_;
   RowReducer sums_;
-  bool proj_pending_ = false;
-  bool experts_ahead_started_ =
-      false;  // DequantizeExpertsAhead has recorded this pass's first "free"  // the Gemma block: proj holds
-              // a block's normed output not yet in the residual
+  bool proj_pending_ = false;  // the Gemma block: proj holds a block's normed output not yet in the residual
 };
 
 // The reference model's pass when the batch asks for the comparison, then the model's.
