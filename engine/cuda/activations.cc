@@ -9,6 +9,7 @@
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/grouped_gemm.h"
 #include "engine/kernels/logprob.h"
+#include "engine/kernels/moe_dispatch.h"
 #include "engine/kernels/reference_compare.h"
 #include "engine/kernels/rope.h"
 
@@ -127,6 +128,10 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
       {&A::moe_weights, "the expert weights of each token", kMoe, top * 4},
       {&A::moe_slots, "the token slots by expert", kMoe, top * 4},
       {&A::moe_counts, "the slot counts per expert", kMoe, 0, 0, experts * 4},
+      // MoeGroupByExpertWorkspaceBytes(max_tokens * top, experts): a chunk's experts' counts per
+      // kMoeGroupChunkSlots slots (rounded up per token), and one more chunk
+      {&A::moe_group_workspace, "the grouping's per-chunk counts", kMoe,
+       (top * experts * 4 + kernels::kMoeGroupChunkSlots - 1) / kernels::kMoeGroupChunkSlots, 0, experts * 4},
       {&A::moe_x, "an expert's input rows", kMoe, hidden * act},
       {&A::moe_y, "an expert's output rows", kMoe, hidden * 4},
       {&A::moe_acc, "the expert sum", kMoe, hidden * 4},

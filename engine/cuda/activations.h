@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
+#include "engine/cuda/stage_times.h"
 #include "engine/cuda/weight_stream.h"
 #include "engine/model/config.h"
 
@@ -70,10 +71,11 @@ struct Activations {
   DeviceBuffer moe_weights;    // [max_tokens, k] fp32: their combine weights
   DeviceBuffer moe_slots;      // [max_tokens * k] int32: slots t * k + j grouped by expert
   DeviceBuffer moe_counts;     // [E] int32: slots per expert
-  DeviceBuffer moe_x;          // [max_tokens, hidden_size] act: one expert's gathered input rows
-  DeviceBuffer moe_y;          // [max_tokens, hidden_size] fp32: one expert's output rows
-  DeviceBuffer moe_acc;        // [max_tokens, hidden_size] fp32: the weighted sum of the experts so far
-  DeviceBuffer moe_shared;     // [max_tokens, hidden_size] fp32: the shared expert's output (Qwen2-MoE)
+  DeviceBuffer moe_group_workspace;  // MoeGroupByExpert's per-chunk counts (kernels/moe_dispatch.h)
+  DeviceBuffer moe_x;                // [max_tokens, hidden_size] act: one expert's gathered input rows
+  DeviceBuffer moe_y;                // [max_tokens, hidden_size] fp32: one expert's output rows
+  DeviceBuffer moe_acc;              // [max_tokens, hidden_size] fp32: the weighted sum of the experts so far
+  DeviceBuffer moe_shared;           // [max_tokens, hidden_size] fp32: the shared expert's output (Qwen2-MoE)
   // Models with a layer whose experts run as grouped GEMMs (DeviceMoe::grouped, bf16 mode) only: every slot's
   // row at once, grouped by expert (moe_slots' order).
   DeviceBuffer moe_offsets;          // [E + 1] int32: each expert's first grouped row
@@ -136,6 +138,9 @@ struct Activations {
   std::vector<CudaEvent> chunk_ready;  // [kMaxTpRowChunks]
   std::vector<CudaEvent> chunk_reduced;  // [kMaxTpRowChunks]
   CudaEvent comm_done;
+  // Profiling only (scored_bench --stages): where set, the forward records its stages' times here
+  // (stage_times.h). Not owned; the engine leaves it unset.
+  StageTimes* stage_times = nullptr;
 };
 
 // Columns of Activations::router_logits: the experts', the shared expert's gate (Qwen2-MoE), rounded up to 4.

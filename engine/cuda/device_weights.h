@@ -158,6 +158,8 @@ class DeviceLinear {
 //   sm90_dequant  (default) as sm90, and 4-bit experts dequantized into Activations::moe_grouped_stacked (one
 //                 DequantizeGroupedInt4 per GEMM) then GroupedGemmSm90Stacked: measured 1.64x sm90 on the
 //                 Qwen3-30B-A3B shape and 2.8x on Mixtral-8x7B's at 8 x 2048 (H200, tests/bench/RESULTS.md).
+//                 (Decoding a layer's experts on a side stream beside its attention block measured no faster:
+//                 both are bound by the whole device, 304.7 vs 303.6 ms a forward, RESULTS.md.)
 // Elsewhere (no sm_90a) every path falls back to kMma. SCORED_MOE_SM90_SCHEDULE=cooperative (default) |
 // cooperative2x1 | pingpong picks GroupedGemmSm90's schedule (sm90_schedule). An unknown value of either
 // fails the load (INVALID_ARGUMENT).

@@ -127,6 +127,7 @@ class ForwardPass {
   absl::Status Run() {
     SCORED_RETURN_IF_ERROR(weights_.Start());
     SCORED_RETURN_IF_ERROR(Embed());
+    SCORED_RETURN_IF_ERROR(Mark("embed"));
     for (size_t l = 0; l < model_.layers.size(); ++l) {
       const DeviceLayer& layer = model_.layers[l];
       SCORED_RETURN_IF_ERROR(
@@ -139,7 +140,10 @@ class ForwardPass {
       SCORED_RETURN_IF_ERROR(OpenNorm(model_.final_norm, Summed(RowSum::kAfterDown), c, chunks_[c],
                                       final_out));  // normed (or ref_normed) [n, hidden]
     }
-    return role_ == PassRole::kReference ? absl::OkStatus() : LmHead();
+    SCORED_RETURN_IF_ERROR(Mark("final norm"));
+    if (role_ == PassRole::kReference) return absl::OkStatus();
+    SCORED_RETURN_IF_ERROR(LmHead());
+    return Mark("lm_head + logprobs");
   }
 
  private:
@@ -255,7 +259,9 @@ class ForwardPass {
       const int64_t b = ch.begin, m = ch.rows;
       // normed [n, hidden] (or act_fp8 / fp8_scale_norm), then qkv [n, qkv_dim]
       SCORED_RETURN_IF_ERROR(OpenNorm(layer.input_norm, input_sum, c, ch, NormInto(qkv_fp8)));
+      SCORED_RETURN_IF_ERROR(Mark("norm"));
       SCORED_RETURN_IF_ERROR(Linear(qkv_w, normed_, qkv_, types_, qkv_io, ch));
+      SCORED_RETURN_IF_ERROR(Mark("qkv GEMM"));
       if (c == num_chunks() - 1) SCORED_RETURN_IF_ERROR(weights_.Release(qkv_w));
       T* qkv_rows = qkv_ + b * qkv_dim_;  // [m, qkv_dim]
       if (layer.qkv_bias.data() != nullptr) {
@@ -281,13 +287,16 @@ class ForwardPass {
       shape.num_tokens = m;
       shape.num_seqs = ch.num_seqs;
       shape.max_seqlen = ch.max_seqlen;
+      SCORED_RETURN_IF_ERROR(Mark("bias, q/k norm, rope"));
       SCORED_RETURN_IF_ERROR(
           kernels::CausalAttention<T>(q_, k_, v_, cu_seqlens_ + ch.first_seq, shape, attn_, stream_));
+      SCORED_RETURN_IF_ERROR(Mark("attention"));
       // residual [n, hidden] += attn . W_o^T (tp: this rank's partial product), then its sum over ranks (the
       // Gemma block: proj = post_attention_norm(attn . W_o^T))
       SCORED_RETURN_IF_ERROR(
           RowParallelOut(o_w, attn_, LinearInOut{}, layer.post_norm, RowSum::kAfterO, c, ch));
       if (c == num_chunks() - 1) SCORED_RETURN_IF_ERROR(weights_.Release(o_w));
+      SCORED_RETURN_IF_ERROR(Mark("o GEMM"));
     }
     return absl::OkStatus();
   }
@@ -311,8 +320,10 @@ class ForwardPass {
       const int64_t b = ch.begin, m = ch.rows;
       // normed [n, hidden] (or act_fp8 / fp8_scale_norm), then gate_up [n, 2 inter]
       SCORED_RETURN_IF_ERROR(OpenNorm(input_norm, Summed(RowSum::kAfterO), c, ch, NormInto(gate_up_fp8)));
+      SCORED_RETURN_IF_ERROR(Mark("norm"));
       SCORED_RETURN_IF_ERROR(Linear(gate_up_w, normed_, gate_up_, types_, gate_up_io, ch));
       if (c == num_chunks() - 1) SCORED_RETURN_IF_ERROR(weights_.Release(gate_up_w));
+      SCORED_RETURN_IF_ERROR(Mark("gate|up GEMM"));
       T* gate_up_rows = gate_up_ + b * 2 * inter_;  // [m, 2 inter]
       // mlp [n, inter] = silu(gate) * up (or down_proj's FP8 input act_fp8 / fp8_scale_mlp)
       if (swiglu_fp8) {
@@ -333,11 +344,13 @@ class ForwardPass {
         SCORED_RETURN_IF_ERROR(kernels::SwiGlu<T>(gate_up_rows, gate_up_rows + inter_, 2 * inter_, m, inter_,
                                                   mlp_ + b * inter_, stream_));
       }
+      SCORED_RETURN_IF_ERROR(Mark("swiglu"));
       // residual [n, hidden] += mlp . W_down^T (tp: this rank's partial product), then its sum over ranks
       // (the Gemma block: proj = post_feedforward_norm(mlp . W_down^T))
       SCORED_RETURN_IF_ERROR(
           RowParallelOut(down_w, mlp_, down_io, layer.post_ff_norm, RowSum::kAfterDown, c, ch));
       if (c == num_chunks() - 1) SCORED_RETURN_IF_ERROR(weights_.Release(down_w));
+      SCORED_RETURN_IF_ERROR(Mark("down GEMM"));
     }
     return absl::OkStatus();
   }
@@ -356,6 +369,7 @@ class ForwardPass {
     const int64_t experts = config_.num_experts, k = config_.num_experts_per_tok;
     SCORED_RETURN_IF_ERROR(sums_.Norm<T>(layer.post_norm.as<float>(), eps_, Summed(RowSum::kAfterO), 0,
                                          chunks_[0], NormInto(false)));  // normed [n, hidden]
+    SCORED_RETURN_IF_ERROR(Mark("norm"));
     RowChunk all;
     all.rows = n_;
     float* const logits = acts_->router_logits.as<float>();  // [n, columns]
@@ -367,32 +381,47 @@ class ForwardPass {
     SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease router_w, weights_.Acquire(moe.router));
     SCORED_RETURN_IF_ERROR(Linear(router_w, normed_, logits, to_fp32_, LinearInOut{}, all));
     SCORED_RETURN_IF_ERROR(weights_.Release(router_w));
+    SCORED_RETURN_IF_ERROR(Mark("router GEMM"));
     SCORED_RETURN_IF_ERROR(
         kernels::MoeRoute(logits, columns, n_, experts, k, config_.norm_topk_prob, ids, weights, stream_));
-    SCORED_RETURN_IF_ERROR(
-        kernels::MoeGroupByExpert(ids, n_ * k, experts, acts_->moe_counts.as<int32_t>(), slots, stream_));
-    if (moe.grouped.enabled) {
-      SCORED_RETURN_IF_ERROR(RunGroupedExperts(moe, slots, weights, acc));
-    } else {
-      SCORED_RETURN_IF_ERROR(ExpertsOneByOne(moe, slots, weights, acc));
-    }
-    float* shared = nullptr;
-    if (moe.shared) {
-      SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease gate_up_w, weights_.Acquire(moe.shared_gate_up));
-      SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease down_w, weights_.Acquire(moe.shared_down));
-      shared = acts_->moe_shared.as<float>();  // [n, hidden]
-      SCORED_RETURN_IF_ERROR(ExpertMlp(gate_up_w, down_w, normed_, n_, shared));
-      SCORED_RETURN_IF_ERROR(weights_.Release(gate_up_w));
-      SCORED_RETURN_IF_ERROR(weights_.Release(down_w));
-    }
+    SCORED_RETURN_IF_ERROR(Mark("moe route"));
+    // the grouped path's expert offsets too ([experts + 1], on the device)
+    int32_t* const offsets = moe.grouped.enabled ? acts_->moe_offsets.as<int32_t>() : nullptr;
+    SCORED_RETURN_IF_ERROR(kernels::MoeGroupByExpert(ids, n_ * k, experts, acts_->moe_counts.as<int32_t>(),
+                                                     slots, offsets, acts_->moe_group_workspace.data(),
+                                                     acts_->moe_group_workspace.bytes(), stream_));
+    SCORED_RETURN_IF_ERROR(Mark("moe group by expert"));
     // residual += acc (+ sigmoid(gate) * shared); the gate's logit is the router output's column `experts`.
     // Tensor parallelism: acc and shared are the rank's partial sums (its slice of every expert); rank 0 adds
     // them to the residual, the others write them over it (0 + ...), and the sum over ranks completes it.
-    if (!add_to_residual_)
-      SCORED_CUDA_CHECK(cudaMemsetAsync(residual_, 0, n_ * hidden_ * sizeof(float), stream_));
-    SCORED_RETURN_IF_ERROR(
-        kernels::MoeFinish(acc, shared, logits + experts, columns, n_, hidden_, residual_, stream_));
-    return sums_.Reduce(RowSum::kAfterDown, 0, chunks_[0]);
+    const float* const gate = logits + experts;
+    if (moe.grouped.enabled) {  // the shared expert first: the grouped combine ends in the residual
+      SCORED_ASSIGN_OR_RETURN(const float* shared, SharedExpert(moe));
+      SCORED_RETURN_IF_ERROR(RunGroupedExperts(moe, slots, weights, shared, gate, columns));
+    } else {
+      SCORED_RETURN_IF_ERROR(ExpertsOneByOne(moe, slots, weights, acc));
+      SCORED_RETURN_IF_ERROR(Mark("experts one by one"));
+      SCORED_ASSIGN_OR_RETURN(const float* shared, SharedExpert(moe));
+      if (!add_to_residual_)
+        SCORED_CUDA_CHECK(cudaMemsetAsync(residual_, 0, n_ * hidden_ * sizeof(float), stream_));
+      SCORED_RETURN_IF_ERROR(kernels::MoeFinish(acc, shared, gate, columns, n_, hidden_, residual_, stream_));
+    }
+    SCORED_RETURN_IF_ERROR(sums_.Reduce(RowSum::kAfterDown, 0, chunks_[0]));
+    return Mark("moe finish");
+  }
+
+  // The shared expert's output (Qwen2-MoE) [n, hidden] fp32 in moe_shared, or nullptr where the layer has
+  // none.
+  absl::StatusOr<const float*> SharedExpert(const DeviceMoe& moe) {
+    if (!moe.shared) return nullptr;
+    SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease gate_up_w, weights_.Acquire(moe.shared_gate_up));
+    SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease down_w, weights_.Acquire(moe.shared_down));
+    float* const shared = acts_->moe_shared.as<float>();
+    SCORED_RETURN_IF_ERROR(ExpertMlp(gate_up_w, down_w, normed_, n_, shared));
+    SCORED_RETURN_IF_ERROR(weights_.Release(gate_up_w));
+    SCORED_RETURN_IF_ERROR(weights_.Release(down_w));
+    SCORED_RETURN_IF_ERROR(Mark("shared expert"));
+    return shared;
   }
 
   // acc [n, hidden] = every token's experts' outputs weighted and summed in ascending expert id, one expert
@@ -426,13 +455,15 @@ class ForwardPass {
     return absl::OkStatus();
   }
 
-  // The same acc from the grouped tables (DeviceMoe::grouped; bf16 mode), every expert at once and nothing
+  // The same sum from the grouped tables (DeviceMoe::grouped; bf16 mode), every expert at once and nothing
   // copied to the host: the expert offsets and each slot's row on the device, all n * k slot rows gathered
   // once, one grouped gate|up GEMM, one SwiGLU, one grouped down GEMM to fp32, then every token's k rows
-  // combined in ascending expert id (kernels::MoeCombineGrouped: the adds of ExpertsOneByOne, in its order).
-  // The experts are not in the WeightStream's order (LinearsInOrder skips them): no lease.
+  // combined in ascending expert id straight into the residual with the shared expert (shared, its gate
+  // logits gate with stride gate_stride; kernels::MoeCombineGroupedFinish: the adds of ExpertsOneByOne and
+  // MoeFinish, in their order). The experts are not in the WeightStream's order (LinearsInOrder skips them):
+  // no lease.
   absl::Status RunGroupedExperts(const DeviceMoe& moe, const int32_t* slots, const float* weights,
-                                 float* acc) {
+                                 const float* shared, const float* gate, int64_t gate_stride) {
     if constexpr (kFp32) {
       return absl::InternalError("grouped expert GEMMs run in bf16 mode only");
     } else {
@@ -449,10 +480,11 @@ class ForwardPass {
           acts_->moe_grouped_out.bytes() < rows * hidden_ * 4) {
         return absl::InternalError("the grouped experts' activations are smaller than the layer's shapes");
       }
-      SCORED_RETURN_IF_ERROR(kernels::MoeGroupedRows(acts_->moe_counts.as<int32_t>(), experts, slots, rows,
-                                                     offsets, slot_rows, stream_));
+      SCORED_RETURN_IF_ERROR(kernels::MoeGroupedRows(offsets, experts, slots, rows, slot_rows, stream_));
+      SCORED_RETURN_IF_ERROR(Mark("moe grouped rows"));
       SCORED_RETURN_IF_ERROR(
           kernels::MoeGatherRows<T>(normed_, hidden_, slots, rows, k, hidden_, in, stream_));
+      SCORED_RETURN_IF_ERROR(Mark("moe gather"));
       kernels::GroupedGemmShape up_shape;
       up_shape.num_experts = experts;
       up_shape.rows = rows;
@@ -467,10 +499,16 @@ class ForwardPass {
       down_shape.ldy = hidden_;
       SCORED_RETURN_IF_ERROR(
           GroupedExpertGemm<bf16_t>(g, g.gate_up, g.gate_up_format, in, up_shape, gate_up));
+      SCORED_RETURN_IF_ERROR(Mark("expert gate|up GEMM"));
       SCORED_RETURN_IF_ERROR(
           kernels::SwiGlu<T>(gate_up, gate_up + inter, 2 * inter, rows, inter, in, stream_));
+      SCORED_RETURN_IF_ERROR(Mark("expert swiglu"));
       SCORED_RETURN_IF_ERROR(GroupedExpertGemm<float>(g, g.down, g.down_format, in, down_shape, out));
-      return kernels::MoeCombineGrouped(out, slot_rows, weights, n_, k, hidden_, acc, stream_);
+      SCORED_RETURN_IF_ERROR(Mark("expert down GEMM"));
+      SCORED_RETURN_IF_ERROR(kernels::MoeCombineGroupedFinish(out, slot_rows, weights, n_, k, hidden_, shared,
+                                                              gate, gate_stride, add_to_residual_, residual_,
+                                                              stream_));
+      return Mark("moe combine");
     }
   }
 
@@ -500,6 +538,7 @@ class ForwardPass {
         SCORED_RETURN_IF_ERROR(kernels::DequantizeGroupedInt4(
             table.as<kernels::GroupedInt4Expert>(), acts_->moe_offsets.as<int32_t>(), format,
             shape.num_experts, shape.n, shape.k, stacked, stream_));
+        SCORED_RETURN_IF_ERROR(Mark("expert dequant"));
         return kernels::GroupedGemmSm90Stacked<OutT>(x, acts_->moe_offsets.as<int32_t>(), stacked, shape, y,
                                                      ws, ws_bytes, stream_, g.sm90_schedule);
       }
@@ -790,6 +829,10 @@ class ForwardPass {
   }
   // A row-parallel sum to await: at tp 1 there is none.
   RowSum Summed(RowSum sum) const { return tp_ != nullptr ? sum : RowSum::kNone; }
+  // Ends a stage of Activations::stage_times (profiling; nothing when unset).
+  absl::Status Mark(const char* stage) {
+    return acts_->stage_times != nullptr ? acts_->stage_times->Mark(stage, stream_) : absl::OkStatus();
+  }
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
 
   const ModelConfig& config_;
@@ -862,6 +905,7 @@ template <typename T>
 absl::Status RunPasses(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
                        const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
                        const TensorParallelContext* tp, const ReferenceModel* reference) {
+  if (acts->stage_times != nullptr) SCORED_RETURN_IF_ERROR(acts->stage_times->Begin(stream));
   if (reference != nullptr && batch.options.want_reference) {
     SCORED_RETURN_IF_ERROR(ForwardPass<T>(*reference->config, *reference->model, gemm, batch, acts, stream,
                                           tp, PassRole::kReference, nullptr)

@@ -58,9 +58,9 @@ __device__ float DecodeElement(const DequantParams& p, int64_t o, int64_t k) {
       const int b = p.num_bits;
       const int32_t offset = 1 << (b - 1);
       const uint32_t* row = static_cast<const uint32_t*>(p.values) + o * p.values_cols;
-      const int32_t q = static_cast<int32_t>(PackedField(row, k * b, b)) - offset;
+      const int32_t q = static_cast<int32_t>(PackedField(row, k * b, b));  // the fields as stored
       const int64_t g = GroupOf(p, k);
-      int32_t zp = 0;
+      int32_t zp = offset;
       if (!p.symmetric) {
         // Column g of the [ceil(out*b/32), groups] zero-point tensor is a packed word sequence along out.
         const int64_t bit = o * b;
@@ -69,7 +69,7 @@ __device__ float DecodeElement(const DequantParams& p, int64_t o, int64_t k) {
         const uint32_t* zps = static_cast<const uint32_t*>(p.zero_point);
         uint64_t v = zps[word * p.zero_point_cols + g];
         if (shift + b > 32) v |= static_cast<uint64_t>(zps[(word + 1) * p.zero_point_cols + g]) << 32;
-        zp = static_cast<int32_t>((v >> shift) & ((uint64_t{1} << b) - 1)) - offset;
+        zp = static_cast<int32_t>((v >> shift) & ((uint64_t{1} << b) - 1));
       }
       const float scale = FloatAt(p.scale, p.scale_dtype, ScaleIndex(p, o, g));
       return PackedIntValue(q, zp, scale);

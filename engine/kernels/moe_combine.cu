@@ -21,8 +21,26 @@ __global__ void AccumulateKernel(const float* y, const int32_t* slots, int64_t t
 
 constexpr int kMaxGroupedTopK = 64;
 
-__global__ void CombineGroupedKernel(const float* y, const int32_t* slot_rows, const float* weights,
-                                     int64_t top_k, int64_t hidden, float* acc) {
+__global__ void FinishKernel(const float* acc, const float* shared, const float* gate, int64_t gate_stride,
+                             int64_t hidden, float* residual) {
+  const int64_t t = blockIdx.x;
+  float s = 0.0f;
+  if (shared != nullptr) s = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[t * gate_stride])));
+  for (int64_t i = threadIdx.x; i < hidden; i += kThreads) {
+    float o = acc[t * hidden + i];
+    if (shared != nullptr) o = __fadd_rn(o, __fmul_rn(s, shared[t * hidden + i]));
+    residual[t * hidden + i] = __fadd_rn(residual[t * hidden + i], o);
+  }
+}
+
+// A block per token: its slots sorted by row, then V floats per thread per step (4: float4 loads and stores,
+// hidden and every pointer 16-byte aligned; else 1), each element's adds in the contract's order.
+template <int V>
+__global__ void CombineGroupedFinishKernel(const float* __restrict__ y, const int32_t* __restrict__ slot_rows,
+                                           const float* __restrict__ weights, int64_t top_k, int64_t hidden,
+                                           const float* __restrict__ shared, const float* __restrict__ gate,
+                                           int64_t gate_stride, bool accumulate,
+                                           float* __restrict__ residual) {
   __shared__ int32_t rows[kMaxGroupedTopK];
   __shared__ float w[kMaxGroupedTopK];
   const int64_t t = blockIdx.x;
@@ -40,26 +58,69 @@ __global__ void CombineGroupedKernel(const float* y, const int32_t* slot_rows, c
     }
   }
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < hidden; i += kThreads) {
-    float sum = 0.0f;
-    for (int64_t j = 0; j < top_k; ++j) sum = __fadd_rn(sum, __fmul_rn(y[rows[j] * hidden + i], w[j]));
-    acc[t * hidden + i] = sum;
-  }
-}
-
-__global__ void FinishKernel(const float* acc, const float* shared, const float* gate, int64_t gate_stride,
-                             int64_t hidden, float* residual) {
-  const int64_t t = blockIdx.x;
   float s = 0.0f;
   if (shared != nullptr) s = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[t * gate_stride])));
-  for (int64_t i = threadIdx.x; i < hidden; i += kThreads) {
-    float o = acc[t * hidden + i];
-    if (shared != nullptr) o = __fadd_rn(o, __fmul_rn(s, shared[t * hidden + i]));
-    residual[t * hidden + i] = __fadd_rn(residual[t * hidden + i], o);
+  for (int64_t i = static_cast<int64_t>(threadIdx.x) * V; i < hidden;
+       i += static_cast<int64_t>(kThreads) * V) {
+    float sum[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) sum[v] = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) {
+      float in[V];
+      if constexpr (V == 4) {
+        const float4 q = *reinterpret_cast<const float4*>(y + rows[j] * hidden + i);
+        in[0] = q.x, in[1] = q.y, in[2] = q.z, in[3] = q.w;
+      } else {
+        in[0] = y[rows[j] * hidden + i];
+      }
+#pragma unroll
+      for (int v = 0; v < V; ++v) sum[v] = __fadd_rn(sum[v], __fmul_rn(in[v], w[j]));
+    }
+    float* const to = residual + t * hidden + i;
+    float out[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      float o = sum[v];
+      if (shared != nullptr) o = __fadd_rn(o, __fmul_rn(s, shared[t * hidden + i + v]));
+      out[v] = o;
+    }
+    if constexpr (V == 4) {
+      float4 r = accumulate ? *reinterpret_cast<const float4*>(to) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      r.x = __fadd_rn(r.x, out[0]);
+      r.y = __fadd_rn(r.y, out[1]);
+      r.z = __fadd_rn(r.z, out[2]);
+      r.w = __fadd_rn(r.w, out[3]);
+      *reinterpret_cast<float4*>(to) = r;
+    } else {
+      to[0] = __fadd_rn(accumulate ? to[0] : 0.0f, out[0]);
+    }
   }
 }
 
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 }  // namespace
+
+absl::Status MoeCombineGroupedFinish(const float* y, const int32_t* slot_rows, const float* weights,
+                                     int64_t num_tokens, int64_t top_k, int64_t hidden, const float* shared,
+                                     const float* gate, int64_t gate_stride, bool accumulate, float* residual,
+                                     cudaStream_t stream) {
+  if (num_tokens < 0 || num_tokens > int64_t{0x7fffffff} || top_k < 1 || top_k > kMaxGroupedTopK ||
+      hidden < 1 || (shared != nullptr && gate == nullptr)) {
+    return absl::InvalidArgumentError("MoE grouped combine and finish: bad shapes");
+  }
+  if (num_tokens == 0) return absl::OkStatus();
+  const unsigned blocks = static_cast<unsigned>(num_tokens);
+  if (hidden % 4 == 0 && Aligned16(y) && Aligned16(residual) && (shared == nullptr || Aligned16(shared))) {
+    CombineGroupedFinishKernel<4><<<blocks, kThreads, 0, stream>>>(
+        y, slot_rows, weights, top_k, hidden, shared, gate, gate_stride, accumulate, residual);
+  } else {
+    CombineGroupedFinishKernel<1><<<blocks, kThreads, 0, stream>>>(
+        y, slot_rows, weights, top_k, hidden, shared, gate, gate_stride, accumulate, residual);
+  }
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
 
 absl::Status MoeAccumulate(const float* y, const int32_t* slots, int64_t rows, int64_t top_k,
                            const float* weights, int64_t hidden, float* acc, cudaStream_t stream) {
@@ -69,20 +130,6 @@ absl::Status MoeAccumulate(const float* y, const int32_t* slots, int64_t rows, i
   if (rows == 0) return absl::OkStatus();
   AccumulateKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(y, slots, top_k, weights, hidden,
                                                                          acc);
-  SCORED_CUDA_CHECK_LAUNCH();
-  return absl::OkStatus();
-}
-
-absl::Status MoeCombineGrouped(const float* y, const int32_t* slot_rows, const float* weights,
-                               int64_t num_tokens, int64_t top_k, int64_t hidden, float* acc,
-                               cudaStream_t stream) {
-  if (num_tokens < 0 || num_tokens > int64_t{0x7fffffff} || top_k < 1 || top_k > kMaxGroupedTopK ||
-      hidden < 1) {
-    return absl::InvalidArgumentError("MoE grouped combine: bad shapes");
-  }
-  if (num_tokens == 0) return absl::OkStatus();
-  CombineGroupedKernel<<<static_cast<unsigned>(num_tokens), kThreads, 0, stream>>>(y, slot_rows, weights,
-                                                                                   top_k, hidden, acc);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }

@@ -6,11 +6,15 @@
 //   shared expert and its gate logit, else nullptr: residual[t] += acc[t]).
 // The grouped path (kernels/grouped_gemm.h) computes every expert's rows at once, y [num_slots, hidden] in
 // the grouped order (experts ascending), and then
-//   MoeCombineGrouped: acc[t] = (((0 + fp32(y[row_0] * w_0)) + fp32(y[row_1] * w_1)) + ...) over token t's
-//   top_k slots s = t * top_k + j, row_j = slot_rows[s] and w_j = weights[s], taken in ascending row, which
-//   is ascending expert id (the rows are grouped by ascending expert and an expert takes a token once): the
-//   same adds in the same order as MoeAccumulate expert by expert into a zeroed acc, so bitwise its result.
-//   top_k <= 64.
+//   MoeCombineGroupedFinish: residual[t] = fp32(r + fp32(acc_t + fp32(sigmoid(gate[t]) * shared[t]))) (or
+//   fp32(r + acc_t) without a shared expert), r = residual[t] (accumulate) or +0 (not: tensor parallelism's
+//   ranks but 0 write their partial sums over the residual), where acc_t = (((0 + fp32(y[row_0] * w_0)) +
+//   fp32(y[row_1] * w_1)) + ...) over token t's top_k slots s = t * top_k + j, row_j = slot_rows[s] and
+//   w_j = weights[s], taken in ascending row, which is ascending expert id (the rows are grouped by ascending
+//   expert and an expert takes a token once): the adds of MoeAccumulate expert by expert into a zeroed acc
+//   and then MoeFinish (over a zeroed residual where not accumulate), in their order, so bitwise their
+//   result; with accumulate false and no shared expert, residual[t] = acc_t bitwise (acc_t is never -0: its
+//   first add is to +0). top_k <= 64.
 // Every operation one fp32 IEEE operation (no contraction): the oracle's order and rounding.
 // Shapes: acc, y, residual, shared [*, hidden] fp32 contiguous; gate [num_tokens] with stride gate_stride
 // (a column of the router's output). Errors: INVALID_ARGUMENT (shapes), INTERNAL (launch).
@@ -30,12 +34,14 @@ absl::Status MoeAccumulate(const float* y,  // [rows, hidden]
                            float* acc,  // [num_tokens, hidden]
                            cudaStream_t stream);
 
-absl::Status MoeCombineGrouped(const float* y,            // [num_tokens * top_k, hidden], grouped rows
-                               const int32_t* slot_rows,  // [num_tokens * top_k]
-                               const float* weights,      // [num_tokens, top_k]
-                               int64_t num_tokens, int64_t top_k, int64_t hidden,
-                               float* acc,  // [num_tokens, hidden], overwritten
-                               cudaStream_t stream);
+absl::Status MoeCombineGroupedFinish(const float* y,            // [num_tokens * top_k, hidden], grouped rows
+                                     const int32_t* slot_rows,  // [num_tokens * top_k]
+                                     const float* weights,      // [num_tokens, top_k]
+                                     int64_t num_tokens, int64_t top_k, int64_t hidden,
+                                     const float* shared,  // [num_tokens, hidden] or nullptr
+                                     const float* gate, int64_t gate_stride, bool accumulate,
+                                     float* residual,  // [num_tokens, hidden]
+                                     cudaStream_t stream);
 
 absl::Status MoeFinish(const float* acc,     // [num_tokens, hidden]
                        const float* shared,  // [num_tokens, hidden] or nullptr

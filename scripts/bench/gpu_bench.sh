@@ -4,8 +4,8 @@
 # throughput + memory), the transformers peer baseline, then a short table.
 #
 #   scripts/bench/gpu_bench.sh [STEPS]      STEPS: any of tests,bench,quant,peer,stories,tp,big,soak,ppl,kld,kldppl,
-#                                           kldtp,family,moe,moetp (default tests,bench,quant,peer; tests/bench/README.md
-#                                           has the details)
+#                                           kldtp,family,moe,moetp (default tests,bench,quant,peer;
+#                                           tests/bench/README.md has the details)
 #
 # Tensor parallelism, large checkpoints and the GPU soak (each step self-contained, each ends with its own table):
 #   tp:   8B-shaped W4A16 g128 written by make_random_w4a16.py, scored_bench --tp 1 and --tp TP (8 x 2048 windows):
@@ -41,12 +41,12 @@
 #   moe:  random checkpoints written here one at a time (make_random_moe.py, packed layer by layer; each deleted after
 #         its run): the Qwen3-30B-A3B shape in W4A16 g128 (48 layers) and in bf16 (MOE_BF16_LAYERS layers), the
 #         Mixtral-8x7B shape in W4A16 (32 layers); scored_bench at MOE_BATCHES x CTX on each (MOE_STAGES=1 adds its
-#         per-stage profile, --stages 1, in builds that have it); on the Qwen3 W4A16 the ppl step's end-to-end run (scored + scored-ppl over the
-#         full WikiText-2 test file, wall against MOE_PPL_WALL_TARGET_S; tokenizer PPL_TOKENIZER: random weights time
-#         the same with any tokenizer whose ids fit); then the peer `$PEERS moe` at the same layer counts (Mixtral at
-#         MOE_MIXTRAL_PEER_LAYERS). PASS/FAIL per model of the peer's ms per layer over ours against
-#         MOE_W4_TARGET (1.9), MOE_BF16_TARGET (2.0), MOE_MIXTRAL_TARGET (1.3), and the Qwen3 W4A16 weights on the GPU
-#         against MOE_W4_WEIGHTS_GIB (17).
+#         per-stage profile, --stages 1, in builds that have it); on the Qwen3 W4A16 the ppl step's end-to-end run
+#         (scored + scored-ppl over the full WikiText-2 test file, wall against MOE_PPL_WALL_TARGET_S; tokenizer
+#         PPL_TOKENIZER: random weights time the same with any tokenizer whose ids fit); then the peer `$PEERS moe`
+#         at the same layer counts (Mixtral at MOE_MIXTRAL_PEER_LAYERS). PASS/FAIL per model of the peer's ms per
+#         layer over ours against MOE_W4_TARGET (1.9), MOE_BF16_TARGET (2.0), MOE_MIXTRAL_TARGET (1.3), and the
+#         Qwen3 W4A16 weights on the GPU against MOE_W4_WEIGHTS_GIB (17).
 #   moetp: a MOE_TP_ARCH (qwen3_moe_235b: Qwen3-235B-A22B's shape, ~115 GiB) W4A16 checkpoint written here,
 #         scored_bench --tp TP at MOE_TP_BATCHES x CTX: write time, load time, memory per GPU, tok/s; deleted after
 #         unless KEEP_BIG=1 (then a later call on the same machine reuses it: MOE_TP_DIR.complete marks a finished one).
@@ -808,7 +808,8 @@ if has_step moe; then
       has_moe q3bf16 && run_logged moe_peer_q3bf16 600 python3 "$peers" moe --arch qwen3_moe \
         --layers "$moe_bf16_layers" --batches "$moe_batches" && grep -E '^(moe|logprobs)' "$logs/moe_peer_q3bf16.log"
       has_moe mxw4 && run_logged moe_peer_mxw4 600 python3 "$peers" moe --arch mixtral \
-        --layers "$moe_mixtral_peer_layers" --batches "$moe_batches" && grep -E '^(moe|logprobs)' "$logs/moe_peer_mxw4.log"
+        --layers "$moe_mixtral_peer_layers" --batches "$moe_batches" &&
+        grep -E '^(moe|logprobs)' "$logs/moe_peer_mxw4.log"
     else
       fail "moe: no peer script $peers (cp ../shared/bench/hf_peers.py into the bundle, or set PEERS)"
     fi

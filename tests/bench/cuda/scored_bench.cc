@@ -1,7 +1,7 @@
 // scored_bench: throughput of the CUDA engine on ctx-long windows, and its agreement with transformers.
 //
 //   scored_bench --model DIR [--tp 1] [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32]
-//                [--ref DIR/ref_windows.bin [--gate 1]] [--profile 1] [--graph 1] [--nccl 1]
+//                [--ref DIR/ref_windows.bin [--gate 1]] [--profile 1] [--graph 1] [--stages 1] [--nccl 1]
 //                [--tp_row_chunks 0] [--row_parallel_halves 1] [--tp_exchange copy|nccl]
 //                [--reference_model DIR [--want_reference 1] [--alone 1]]
 //
@@ -25,6 +25,9 @@
 // --graph 1: for each B, the forward alone (cuda::Forward on the engine's own data structures, heuristic GEMM
 // choices) timed with events when enqueued directly and when replayed from a captured CUDA graph: the launch
 // gaps a graph would remove, and Score()'s host share (Score time minus the enqueued forward).
+// --stages 1: for each B, the same forward (enqueued) with cuda::StageTimes set: each stage's GPU time (from
+// the event before it to the event after it, so a stage includes its launch gaps) per forward, summed over
+// the layers, averaged over --reps forwards, with its calls per forward and its share.
 // --ref: scores the windows of make_random_llama.py's ref_windows.bin, prints the SHA-256 of the logprobs'
 // bytes (bitwise comparison of two builds) and mean/max |delta| against transformers; with --gate 1 (default)
 // exits 1 when the mean against transformers' fp32 forward exceeds 0.01 nats (--gate 0 for a quantized
@@ -63,6 +66,7 @@
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/stage_times.h"
 #include "engine/cuda/transformer.h"
 #include "engine/dist/nccl_communicator.h"
 #include "engine/engine.h"
@@ -91,6 +95,7 @@ struct Args {
   bool profile = false;
   bool gate = true;
   bool graph = false;
+  bool stages = false;
   ComputeDtype dtype = ComputeDtype::kBf16;
   int tp_row_chunks = 0;
   bool row_parallel_halves = true;
@@ -119,6 +124,8 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       args->profile = value == "1";
     } else if (key == "--graph") {
       args->graph = value == "1";
+    } else if (key == "--stages") {
+      args->stages = value == "1";
     } else if (key == "--gate") {
       args->gate = value == "1";
     } else if (key == "--tp") {
@@ -602,6 +609,32 @@ void Profile(const ModelConfig& c, int64_t tokens, int64_t ctx) {
   std::fflush(stdout);
 }
 
+// --stages: `reps` forwards with the stage timer set, the totals per forward (see --stages above).
+template <typename Run>
+bool PrintStages(const Run& run, int reps, cuda::Activations* acts, int64_t b, int64_t ctx) {
+  cuda::StageTimes times;
+  acts->stage_times = &times;
+  bool ok = true;
+  for (int r = 0; ok && r < reps; ++r) ok = run().ok() && times.Collect().ok();
+  acts->stage_times = nullptr;
+  if (!ok || reps < 1) {
+    std::printf("stages B=%lld: failed\n", static_cast<long long>(b));
+    return false;
+  }
+  double total = 0;
+  for (const cuda::StageTimes::Total& t : times.totals()) total += t.ms / reps;
+  std::printf(
+      "stages B=%lld T=%lld: stage, ms per forward, calls per forward, ms per call, share (of %.2f ms)\n",
+      static_cast<long long>(b), static_cast<long long>(ctx), total);
+  for (const cuda::StageTimes::Total& t : times.totals()) {
+    const double ms = t.ms / reps, calls = static_cast<double>(t.calls) / reps;
+    std::printf("  %-24s %9.2f ms %5.0f x %8.4f ms %5.1f%%\n", t.name.c_str(), ms, calls, ms / calls,
+                100.0 * ms / total);
+  }
+  std::fflush(stdout);
+  return true;
+}
+
 // Forward-only timings (see --graph above): direct enqueue vs CUDA graph replay, median of `reps` each.
 int ForwardTimings(const Args& args) {
   auto weights = ModelWeights::Load(args.model);
@@ -660,6 +693,13 @@ int ForwardTimings(const Args& args) {
       float ms = 0;
       cudaEventElapsedTime(&ms, start, stop);
       direct.push_back(ms);
+    }
+    if (ok && args.stages) ok = PrintStages(run, args.reps, &*acts, b, args.ctx);
+    if (ok && !args.graph) {
+      std::printf("forward B=%lld T=%lld: enqueued %.2f ms\n", static_cast<long long>(b),
+                  static_cast<long long>(args.ctx), Median(direct));
+      std::fflush(stdout);
+      continue;
     }
     // Captured once, replayed.
     cudaGraph_t graph = nullptr;
@@ -857,11 +897,12 @@ int ReferenceRuns(const Args& args, EngineOptions options, std::unique_ptr<Engin
 int Main(int argc, char** argv) {
   Args args;
   if (!ParseArgs(argc, argv, &args)) {
-    std::fprintf(stderr,
-                 "usage: scored_bench --model DIR [--tp 1] [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] "
-                 "[--dtype bf16|fp32] [--ref FILE [--gate 1]] [--profile 1] [--graph 1] [--nccl 1] "
-                 "[--tp_row_chunks 0] [--row_parallel_halves 1] [--tp_exchange copy|nccl] "
-                 "[--reference_model DIR [--want_reference 1] [--alone 1]]\n");
+    std::fprintf(
+        stderr,
+        "usage: scored_bench --model DIR [--tp 1] [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] "
+        "[--dtype bf16|fp32] [--ref FILE [--gate 1]] [--profile 1] [--graph 1] [--stages 1] [--nccl 1] "
+        "[--tp_row_chunks 0] [--row_parallel_halves 1] [--tp_exchange copy|nccl] "
+        "[--reference_model DIR [--want_reference 1] [--alone 1]]\n");
     return 2;
   }
   auto config = LoadModelConfig(args.model);
@@ -970,8 +1011,8 @@ int Main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  if (args.profile || args.graph) (*engine).reset();
-  if (args.graph && ForwardTimings(args) != 0) rc = 1;
+  if (args.profile || args.graph || args.stages) (*engine).reset();
+  if ((args.graph || args.stages) && ForwardTimings(args) != 0) rc = 1;
   if (args.profile) Profile(*config, max_batch * args.ctx, args.ctx);
   return rc;
 }

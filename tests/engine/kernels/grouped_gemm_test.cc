@@ -495,8 +495,9 @@ TEST_F(GroupedGemmTest, Int4MatchesDequantizedDense) {
   }
 }
 
-// The grouped layout (MoeGroupedRows: offsets = the counts' exclusive scan, slot_rows = the inverse of the
-// grouping) and MoeCombineGrouped, bitwise the per-expert MoeAccumulate into a zeroed acc.
+// The grouped layout (MoeGroupByExpert's offsets = the counts' exclusive scan, MoeGroupedRows' slot_rows =
+// the inverse of the grouping) and MoeCombineGroupedFinish writing over the residual with no shared expert
+// (the sum alone), bitwise the per-expert MoeAccumulate into a zeroed acc.
 TEST_F(GroupedGemmTest, GroupedCombineMatchesPerExpertAccumulate) {
   constexpr int64_t kTokens = 301, kExperts = 300, kTopK = 8, kHidden = 96;  // > 256 experts: two scan rounds
   std::mt19937 rng(31);
@@ -515,13 +516,15 @@ TEST_F(GroupedGemmTest, GroupedCombineMatchesPerExpertAccumulate) {
   offsets.Poison();
   slot_rows.Poison();
   acc_new.Poison();
-  ASSERT_TRUE(
-      MoeGroupByExpert(d_ids.get(), kTokens * kTopK, kExperts, counts.get(), slots.get(), stream_).ok());
-  ASSERT_TRUE(MoeGroupedRows(counts.get(), kExperts, slots.get(), kTokens * kTopK, offsets.get(),
-                             slot_rows.get(), stream_)
+  DeviceArray<int32_t> group_ws(MoeGroupByExpertWorkspaceBytes(kTokens * kTopK, kExperts) / 4);
+  ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), kTokens * kTopK, kExperts, counts.get(), slots.get(),
+                               offsets.get(), group_ws.get(), static_cast<int64_t>(group_ws.size()) * 4,
+                               stream_)
                   .ok());
-  ASSERT_TRUE(MoeCombineGrouped(d_y.get(), slot_rows.get(), d_w.get(), kTokens, kTopK, kHidden, acc_new.get(),
-                                stream_)
+  ASSERT_TRUE(
+      MoeGroupedRows(offsets.get(), kExperts, slots.get(), kTokens * kTopK, slot_rows.get(), stream_).ok());
+  ASSERT_TRUE(MoeCombineGroupedFinish(d_y.get(), slot_rows.get(), d_w.get(), kTokens, kTopK, kHidden, nullptr,
+                                      nullptr, 0, false, acc_new.get(), stream_)
                   .ok());
   Sync();
   const std::vector<int32_t> host_counts = counts.Download(), host_offsets = offsets.Download();
@@ -540,8 +543,53 @@ TEST_F(GroupedGemmTest, GroupedCombineMatchesPerExpertAccumulate) {
   EXPECT_EQ(testing::CountBitDifferences(acc_new.Download(), acc_old.Download()), 0);
 }
 
+// MoeCombineGroupedFinish with a shared expert and adding to the residual, bitwise its sum alone (the test
+// above: the per-expert accumulation) then MoeFinish: float4 and scalar widths (hidden 96, 50), with and
+// without a shared expert, adding to the residual and writing over it (tensor parallelism's ranks but 0:
+// MoeFinish over a zeroed residual).
+TEST_F(GroupedGemmTest, GroupedCombineFinishMatchesTwoPasses) {
+  constexpr int64_t kTokens = 77, kTopK = 6;
+  std::mt19937 rng(41);
+  std::vector<int32_t> rows(kTokens * kTopK);
+  for (int64_t s = 0; s < kTokens * kTopK; ++s) rows[s] = static_cast<int32_t>(s);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  const std::vector<float> weights = testing::RandomFloats(kTokens * kTopK, 42, 0.0f, 1.0f);
+  const std::vector<float> gate = testing::RandomNormal(kTokens * 3, 43);  // column 2 of a [t, 3] matrix
+  DeviceArray<int32_t> d_rows(rows);
+  DeviceArray<float> d_w(weights), d_gate(gate);
+  for (int64_t hidden : {96, 50}) {
+    const std::vector<float> y = testing::RandomNormal(kTokens * kTopK * hidden, 44);
+    const std::vector<float> shared = testing::RandomNormal(kTokens * hidden, 45);
+    const std::vector<float> residual = testing::RandomNormal(kTokens * hidden, 46);
+    DeviceArray<float> d_y(y), d_shared(shared), acc(kTokens * hidden);
+    for (bool with_shared : {false, true}) {
+      for (bool accumulate : {true, false}) {
+        const float* sh = with_shared ? d_shared.get() : nullptr;
+        DeviceArray<float> want(residual), got(residual);
+        if (!accumulate) {
+          ASSERT_EQ(cudaMemset(want.get(), 0, kTokens * hidden * sizeof(float)), cudaSuccess);
+        }
+        ASSERT_TRUE(MoeCombineGroupedFinish(d_y.get(), d_rows.get(), d_w.get(), kTokens, kTopK, hidden,
+                                            nullptr, nullptr, 0, false, acc.get(), stream_)
+                        .ok());
+        ASSERT_TRUE(MoeFinish(acc.get(), sh, d_gate.get() + 2, 3, kTokens, hidden, want.get(), stream_).ok());
+        ASSERT_TRUE(MoeCombineGroupedFinish(d_y.get(), d_rows.get(), d_w.get(), kTokens, kTopK, hidden, sh,
+                                            d_gate.get() + 2, 3, accumulate, got.get(), stream_)
+                        .ok());
+        Sync();
+        const std::vector<float> g = got.Download(), w = want.Download();
+        EXPECT_EQ(testing::CountBitDifferences(g, w), 0)
+            << "hidden " << hidden << " shared " << with_shared << " accumulate " << accumulate;
+        if (accumulate) {
+          EXPECT_NE(g, residual) << "the residual unchanged";
+        }
+      }
+    }
+  }
+}
+
 // The engine's grouped expert MLP (transformer.cc RunGroupedExperts: group, offsets, one gather, grouped
-// gate|up, SwiGLU, grouped down, MoeCombineGrouped) against the same kernels run expert by expert (each
+// gate|up, SwiGLU, grouped down, MoeCombineGroupedFinish) against the same kernels run expert by expert (each
 // expert's rows alone, a one-expert GroupedGemm, MoeAccumulate into a zeroed acc, the old path's order):
 // bitwise equal, as each row's GEMM result does not depend on the rows around it.
 TEST_F(GroupedGemmTest, GroupedMlpMatchesExpertByExpert) {
@@ -588,10 +636,11 @@ TEST_F(GroupedGemmTest, GroupedMlpMatchesExpertByExpert) {
     down.k = kInter;
     down.ldx = kInter;
     down.ldy = kHidden;
-    ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), slots_n, kExperts, counts.get(), slots.get(), stream_).ok());
-    ASSERT_TRUE(
-        MoeGroupedRows(counts.get(), kExperts, slots.get(), slots_n, offsets.get(), slot_rows.get(), stream_)
-            .ok());
+    DeviceArray<int32_t> group_ws(MoeGroupByExpertWorkspaceBytes(slots_n, kExperts) / 4);
+    ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), slots_n, kExperts, counts.get(), slots.get(), offsets.get(),
+                                 group_ws.get(), static_cast<int64_t>(group_ws.size()) * 4, stream_)
+                    .ok());
+    ASSERT_TRUE(MoeGroupedRows(offsets.get(), kExperts, slots.get(), slots_n, slot_rows.get(), stream_).ok());
     ASSERT_TRUE(
         MoeGatherRows<bf16_t>(x.get(), kHidden, slots.get(), slots_n, kTopK, kHidden, in.get(), stream_)
             .ok());
@@ -600,8 +649,8 @@ TEST_F(GroupedGemmTest, GroupedMlpMatchesExpertByExpert) {
         SwiGlu<bf16_t>(gate_up.get(), gate_up.get() + kInter, 2 * kInter, slots_n, kInter, in.get(), stream_)
             .ok());
     ASSERT_TRUE(Launch<float>(path, in.get(), offsets.get(), t_dn.get(), down, out.get(), stream_).ok());
-    ASSERT_TRUE(MoeCombineGrouped(out.get(), slot_rows.get(), weights.get(), kTokens, kTopK, kHidden,
-                                  acc_new.get(), stream_)
+    ASSERT_TRUE(MoeCombineGroupedFinish(out.get(), slot_rows.get(), weights.get(), kTokens, kTopK, kHidden,
+                                        nullptr, nullptr, 0, false, acc_new.get(), stream_)
                     .ok());
     Sync();
     // Expert by expert, each alone in its GEMMs (one-expert tables: the expert's entry of the same tables).

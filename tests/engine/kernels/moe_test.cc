@@ -83,8 +83,10 @@ TEST_F(MoeKernelsTest, GroupCombineMatchesOracle) {
   for (size_t i = 0; i < want.size(); ++i) want[i] += residual[i];
 
   DeviceArray<int32_t> d_ids(ids), d_counts(kExperts), d_slots(kTokens * kTopK);
-  ASSERT_TRUE(
-      MoeGroupByExpert(d_ids.get(), kTokens * kTopK, kExperts, d_counts.get(), d_slots.get(), stream_).ok());
+  DeviceArray<int32_t> group_ws(MoeGroupByExpertWorkspaceBytes(kTokens * kTopK, kExperts) / 4);
+  ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), kTokens * kTopK, kExperts, d_counts.get(), d_slots.get(), nullptr,
+                               group_ws.get(), static_cast<int64_t>(group_ws.size()) * 4, stream_)
+                  .ok());
   Sync();
   const std::vector<int32_t> counts = d_counts.Download(), slots = d_slots.Download();
   int64_t offset = 0;
@@ -118,6 +120,55 @@ TEST_F(MoeKernelsTest, GroupCombineMatchesOracle) {
   const std::vector<float> got = d_residual.Download();
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[i], 1e-6f * (1.0f + std::fabs(want[i]))) << i;
+}
+
+// The grouping at a forward's scale and at its edges: many chunks of kMoeGroupChunkSlots with a partial last
+// one, a lone expert, the most experts, ids outside [0, num_experts) left out; every expert's slots in slot
+// order, bitwise the host's stable grouping, and the offsets. A workspace one byte short is refused.
+TEST_F(MoeKernelsTest, GroupByExpertAtScale) {
+  struct Case {
+    int64_t slots, experts;
+  };
+  for (const Case& c : {Case{131072 - 37, 128}, Case{2000, 1024}, Case{300, 1}, Case{5, 60}, Case{256, 7}}) {
+    std::mt19937 rng(static_cast<uint32_t>(c.slots * 31 + c.experts));
+    // skewed: half the slots on the first eighth of the experts (long runs within a chunk)
+    std::uniform_int_distribution<int64_t> any(0, c.experts - 1),
+        few(0, std::max<int64_t>(c.experts / 8, 1) - 1);
+    std::vector<int32_t> ids(c.slots);
+    for (int64_t s = 0; s < c.slots; ++s) ids[s] = static_cast<int32_t>(s % 2 == 0 ? any(rng) : few(rng));
+    if (c.slots > 100) {
+      ids[17] = -1;
+      ids[50] = static_cast<int32_t>(c.experts);  // not an expert
+    }
+    std::vector<int32_t> want_counts(c.experts, 0), want_slots;
+    for (int64_t e = 0; e < c.experts; ++e) {
+      for (int64_t s = 0; s < c.slots; ++s) {
+        if (ids[s] == e) {
+          want_slots.push_back(static_cast<int32_t>(s));
+          ++want_counts[e];
+        }
+      }
+    }
+    DeviceArray<int32_t> d_ids(ids), counts(c.experts), slots(c.slots), offsets(c.experts + 1);
+    const int64_t ws_bytes = MoeGroupByExpertWorkspaceBytes(c.slots, c.experts);
+    DeviceArray<int32_t> ws(ws_bytes / 4);
+    ws.Poison();
+    slots.Poison();
+    EXPECT_FALSE(MoeGroupByExpert(d_ids.get(), c.slots, c.experts, counts.get(), slots.get(), offsets.get(),
+                                  ws.get(), ws_bytes - 1, stream_)
+                     .ok());
+    ASSERT_TRUE(MoeGroupByExpert(d_ids.get(), c.slots, c.experts, counts.get(), slots.get(), offsets.get(),
+                                 ws.get(), ws_bytes, stream_)
+                    .ok());
+    Sync();
+    EXPECT_EQ(counts.Download(), want_counts) << c.slots << " slots, " << c.experts << " experts";
+    std::vector<int32_t> want_offsets(c.experts + 1, 0);
+    for (int64_t e = 0; e < c.experts; ++e) want_offsets[e + 1] = want_offsets[e] + want_counts[e];
+    EXPECT_EQ(offsets.Download(), want_offsets) << c.slots << " slots, " << c.experts << " experts";
+    const std::vector<int32_t> got = slots.Download();
+    ASSERT_TRUE(std::equal(want_slots.begin(), want_slots.end(), got.begin()))
+        << c.slots << " slots, " << c.experts << " experts";
+  }
 }
 
 }  // namespace
