@@ -13,7 +13,8 @@
 // For each batch size B: B random windows of ctx tokens per Score() call (one varlen forward), one warm-up
 // call, then the median of --reps timed calls (host clock around the synchronous Score()). Reports tokens/s;
 // TFLOP/s counted as DESIGN.md §7 (2 x non-embedding parameters + causal attention 2*2*(ctx/2)*hidden per
-// layer, per token, the same count as the transformers baseline script; q_dim for hidden where they differ,
+// layer, per token, the same count as the transformers baseline script; a mixture-of-experts model's active
+// parameters only, as hf_peers.py moe counts them; q_dim for hidden where they differ,
 // and the keys a sliding window leaves: AttentionFlopsPerToken); the rate of a plain cuBLASLt bf16
 // GEMM over the same decoder-layer shapes at B*ctx rows measured in the same run, and our ratio to it;
 // GPU memory in use (cudaMemGetInfo: the engine reserves everything at start, so this is also its peak).
@@ -270,6 +271,19 @@ double AttentionFlopsPerToken(const ModelConfig& c, int64_t ctx) {
     }
   }
   return 2.0 * 2.0 * q_dim * keys;
+}
+
+// A mixture-of-experts model's parameters that one token does not run: in every sparse layer the
+// num_experts - num_experts_per_tok experts it is not routed to (gate, up and down each), so that the FLOP
+// count is of the active parameters (the peer's, hf_peers.py moe). 0 for a dense model.
+double InactiveExpertParameters(const ModelConfig& c) {
+  double inactive = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (!c.IsSparseLayer(l)) continue;
+    inactive += static_cast<double>(c.num_experts - c.num_experts_per_tok) * 3.0 *
+                static_cast<double>(c.moe_intermediate_size) * static_cast<double>(c.hidden_size);
+  }
+  return inactive;
 }
 
 // A plain cuBLASLt bf16 GEMM over one decoder layer's shapes at `tokens` rows, random data: TFLOP/s.
@@ -950,11 +964,13 @@ int Main(int argc, char** argv) {
     return rc != 0 ? rc : pair_rc;
   }
 
-  // Every GEMM's weights: the parameters less the embedding table, whose rows are gathered, plus the lm_head
-  // GEMM it doubles as when tied (Gemma).
+  // Every GEMM's weights a token runs through: the parameters less the embedding table, whose rows are
+  // gathered, plus the lm_head GEMM it doubles as when tied (Gemma), less the experts a mixture-of-experts
+  // token does not run.
   const double n_lin =
       static_cast<double>(info.num_parameters) -
-      (config->tie_word_embeddings ? 0.0 : static_cast<double>(config->vocab_size) * config->hidden_size);
+      (config->tie_word_embeddings ? 0.0 : static_cast<double>(config->vocab_size) * config->hidden_size) -
+      InactiveExpertParameters(*config);
   const double flops_per_token = 2.0 * n_lin + AttentionFlopsPerToken(*config, args.ctx);
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(config->vocab_size) - 1);
