@@ -10,8 +10,12 @@ namespace scored::kernels {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kPerLane = kMaxExperts / 32;
 
+// kPerLane: experts a lane holds (lane, lane + 32, ...), ceil(num_experts / 32) rounded up to a power of two:
+// a 128-expert router scans 4 slots a lane per top-k step, not kMaxExperts / 32. The slots past num_experts
+// hold -1 and are never chosen (top_k <= num_experts valid ones are >= 0), so every kPerLane gives the same
+// result.
+template <int kPerLane>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     RouteKernel(const float* logits, int64_t stride, int64_t num_tokens, int num_experts, int top_k,
                 bool renormalize, int32_t* ids, float* weights) {
@@ -78,9 +82,23 @@ absl::Status MoeRoute(const float* router_logits, int64_t logits_stride, int64_t
   }
   if (num_tokens == 0) return absl::OkStatus();
   const int64_t blocks = (num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  RouteKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(
-      router_logits, logits_stride, num_tokens, static_cast<int>(num_experts), static_cast<int>(top_k),
-      renormalize, expert_ids, expert_weights);
+  auto launch = [&](auto kernel) {
+    kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(
+        router_logits, logits_stride, num_tokens, static_cast<int>(num_experts), static_cast<int>(top_k),
+        renormalize, expert_ids, expert_weights);
+  };
+  static_assert(kMaxExperts == 32 * 32, "RouteKernel's widest lane holds 32 experts");
+  if (num_experts <= 32) {
+    launch(RouteKernel<1>);
+  } else if (num_experts <= 64) {
+    launch(RouteKernel<2>);
+  } else if (num_experts <= 128) {
+    launch(RouteKernel<4>);
+  } else if (num_experts <= 256) {
+    launch(RouteKernel<8>);
+  } else {
+    launch(RouteKernel<32>);
+  }
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
