@@ -27,6 +27,7 @@
 #include "engine/kernels/moe_dispatch.h"
 #include "engine/kernels/moe_route.h"
 #include "engine/kernels/qk_norm.h"
+#include "engine/kernels/qk_norm_rope.h"
 #include "engine/kernels/reference_compare.h"
 #include "engine/kernels/rms_norm.h"
 #include "engine/kernels/rms_norm_fp8.h"
@@ -237,6 +238,27 @@ class ForwardPass {
     return absl::OkStatus();
   }
 
+  // Qwen3's q / k norm (where the layer has one) and RoPE on the chunk's q|k heads: one fused pass
+  // (kernels::QkNormRope, bitwise the two) where the rotation reads one table over whole heads, else the
+  // norms then ApplyRope.
+  absl::Status QkNormAndRope(const DeviceLayer& layer, int64_t l, T* qkv_rows, const RowChunk& ch) {
+    const bool one_table = config_.LocalRope(l) || config_.rope_scaling.type != RopeType::kLongrope;
+    if (layer.q_norm.data() != nullptr && one_table && rotary_dim_ == head_dim_ &&
+        kernels::QkNormRopeSupports(head_dim_)) {
+      return kernels::QkNormRope<T>(qkv_rows, qkv_dim_, layer.q_norm.as<float>(), layer.k_norm.as<float>(),
+                                    positions_ + ch.begin, config_.LocalRope(l) ? rope_local_ : rope_table_,
+                                    acts_->max_tokens, ch.rows, num_heads_, num_kv_heads_, head_dim_, eps_,
+                                    stream_);
+    }
+    if (layer.q_norm.data() != nullptr) {
+      SCORED_RETURN_IF_ERROR(kernels::QkNorm<T>(qkv_rows, qkv_dim_, layer.q_norm.as<float>(), ch.rows,
+                                                num_heads_, head_dim_, eps_, stream_));
+      SCORED_RETURN_IF_ERROR(kernels::QkNorm<T>(qkv_rows + q_dim_, qkv_dim_, layer.k_norm.as<float>(),
+                                                ch.rows, num_kv_heads_, head_dim_, eps_, stream_));
+    }
+    return ApplyRope(l, qkv_rows, ch);
+  }
+
   // Chunk by chunk: norm, q|k|v, bias / q-k norm, RoPE, attention over the chunk's sequences, o_proj joining
   // the residual, then the chunk's sum over ranks. input_sum: the sum the input norm awaits.
   absl::Status AttentionBlock(const DeviceLayer& layer, int64_t l, RowSum input_sum) {
@@ -268,13 +290,7 @@ class ForwardPass {
         SCORED_RETURN_IF_ERROR(
             kernels::BiasAdd<T>(qkv_rows, qkv_dim_, layer.qkv_bias.as<float>(), m, qkv_dim_, stream_));
       }
-      if (layer.q_norm.data() != nullptr) {
-        SCORED_RETURN_IF_ERROR(kernels::QkNorm<T>(qkv_rows, qkv_dim_, layer.q_norm.as<float>(), m, num_heads_,
-                                                  head_dim_, eps_, stream_));
-        SCORED_RETURN_IF_ERROR(kernels::QkNorm<T>(qkv_rows + q_dim_, qkv_dim_, layer.k_norm.as<float>(), m,
-                                                  num_kv_heads_, head_dim_, eps_, stream_));
-      }
-      SCORED_RETURN_IF_ERROR(ApplyRope(l, qkv_rows, ch));
+      SCORED_RETURN_IF_ERROR(QkNormAndRope(layer, l, qkv_rows, ch));
       if (layer.k_scale > 0.0f) {  // FP8 KV cache: post-RoPE K and V quantize-dequantized per tensor
         const int64_t kv_dim = (qkv_dim_ - q_dim_) / 2;
         SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeFp8Static<T>(qkv_rows + q_dim_, qkv_dim_, m, kv_dim,
