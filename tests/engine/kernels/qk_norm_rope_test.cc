@@ -20,20 +20,10 @@ using testing::DeviceArray;
 
 constexpr float kEps = 1e-6f;
 
-std::vector<uint32_t> Bits(const std::vector<float>& v) {
-  std::vector<uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
-  return b;
-}
-std::vector<uint32_t> Bits(const std::vector<bf16_t>& v) {
-  std::vector<uint32_t> b(v.size());
-  for (size_t i = 0; i < v.size(); ++i) b[i] = v[i].bits;
-  return b;
-}
-
 class QkNormRopeTest : public testing::GpuTest {
  protected:
-  // x after the two-kernel sequence and after QkNormRope, bit patterns.
+  // x after the two-kernel sequence and after QkNormRope, compared bit for bit (CountBitDifferences: NaN
+  // too).
   template <typename T>
   void Compare(const std::vector<float>& x, int64_t stride, const DeviceArray<float>& q_w,
                const DeviceArray<float>& k_w, const DeviceArray<int32_t>& pos,
@@ -57,14 +47,14 @@ class QkNormRopeTest : public testing::GpuTest {
                               tokens, heads, kv_heads, head_dim, kEps, stream_)
                     .ok());
     Sync();
-    const std::vector<uint32_t> want = Bits(two.Download()), got = Bits(one.Download());
+    const std::vector<T> want = two.Download(), got = one.Download();
     EXPECT_EQ(testing::CountBitDifferences(got, want), 0) << name;
     // v untouched (the sequence leaves it, so this guards the comparison itself)
-    const std::vector<uint32_t> input = Bits(host);
+    const std::vector<T>& input = host;
     int64_t v_changed = 0;
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t i = (heads + kv_heads) * head_dim; i < stride; ++i)
-        v_changed += got[t * stride + i] != input[t * stride + i];
+        v_changed += std::memcmp(&got[t * stride + i], &input[t * stride + i], sizeof(T)) != 0;
     }
     EXPECT_EQ(v_changed, 0) << name;
   }
