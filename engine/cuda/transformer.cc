@@ -213,13 +213,19 @@ class ForwardPass {
                                           hidden_, stream_);
   }
 
+  // The one cos/sin table that rotates every token of the layer (the local one for Gemma's sliding layers),
+  // or nullptr where longrope picks a table per sequence.
+  const float* OneRopeTable(int64_t layer) const {
+    if (config_.LocalRope(layer)) return rope_local_;
+    return config_.rope_scaling.type != RopeType::kLongrope ? rope_table_ : nullptr;
+  }
+
   // RoPE of chunk ch's q and k heads with layer `layer`'s table: the local layers' (Gemma 3) or the model's;
   // under longrope each sequence with the table of its own length (long_factor beyond
   // original_max_position_embeddings), one call per run of sequences of the same kind.
   absl::Status ApplyRope(int64_t layer, T* qkv_rows, const RowChunk& ch) {
     const int64_t heads = num_heads_ + num_kv_heads_;
-    if (config_.LocalRope(layer) || config_.rope_scaling.type != RopeType::kLongrope) {
-      const float* table = config_.LocalRope(layer) ? rope_local_ : rope_table_;
+    if (const float* table = OneRopeTable(layer); table != nullptr) {
       return kernels::RopeWithTable<T>(qkv_rows, qkv_dim_, positions_ + ch.begin, table, acts_->max_tokens,
                                        ch.rows, heads, head_dim_, rotary_dim_, stream_);
     }
@@ -242,13 +248,12 @@ class ForwardPass {
   // (kernels::QkNormRope, bitwise the two) where the rotation reads one table over whole heads, else the
   // norms then ApplyRope.
   absl::Status QkNormAndRope(const DeviceLayer& layer, int64_t l, T* qkv_rows, const RowChunk& ch) {
-    const bool one_table = config_.LocalRope(l) || config_.rope_scaling.type != RopeType::kLongrope;
-    if (layer.q_norm.data() != nullptr && one_table && rotary_dim_ == head_dim_ &&
+    const float* const table = OneRopeTable(l);
+    if (layer.q_norm.data() != nullptr && table != nullptr && rotary_dim_ == head_dim_ &&
         kernels::QkNormRopeSupports(head_dim_)) {
       return kernels::QkNormRope<T>(qkv_rows, qkv_dim_, layer.q_norm.as<float>(), layer.k_norm.as<float>(),
-                                    positions_ + ch.begin, config_.LocalRope(l) ? rope_local_ : rope_table_,
-                                    acts_->max_tokens, ch.rows, num_heads_, num_kv_heads_, head_dim_, eps_,
-                                    stream_);
+                                    positions_ + ch.begin, table, acts_->max_tokens, ch.rows, num_heads_,
+                                    num_kv_heads_, head_dim_, eps_, stream_);
     }
     if (layer.q_norm.data() != nullptr) {
       SCORED_RETURN_IF_ERROR(kernels::QkNorm<T>(qkv_rows, qkv_dim_, layer.q_norm.as<float>(), ch.rows,
