@@ -73,7 +73,7 @@ struct Activations {
   DeviceBuffer moe_counts;     // [E] int32: slots per expert
   DeviceBuffer moe_group_workspace;  // MoeGroupByExpert's per-chunk counts (kernels/moe_dispatch.h)
   DeviceBuffer moe_x;                // [max_tokens, hidden_size] act: one expert's gathered input rows
-  DeviceBuffer moe_y;                // [max_tokens, hidden_size] fp32: one expert's output rows
+  DeviceBuffer moe_y;                // [max_tokens, hidden_size] compute dtype: one expert's output rows
   DeviceBuffer moe_acc;              // [max_tokens, hidden_size] fp32: the weighted sum of the experts so far
   DeviceBuffer moe_shared;           // [max_tokens, hidden_size] fp32: the shared expert's output (Qwen2-MoE)
   // Models with a layer whose experts run as grouped GEMMs (DeviceMoe::grouped, bf16 mode) only: every slot's
@@ -83,7 +83,7 @@ struct Activations {
   DeviceBuffer moe_grouped_in;       // [max_tokens * k, max(hidden, moe_inter)] bf16: the gathered input
                                      // rows, then (gate|up has read them) the SwiGLU output
   DeviceBuffer moe_grouped_gate_up;  // [max_tokens * k, 2 moe_inter] bf16
-  DeviceBuffer moe_grouped_out;      // [max_tokens * k, hidden_size] fp32: every expert's output rows
+  DeviceBuffer moe_grouped_out;      // [max_tokens * k, hidden_size] bf16: every expert's output rows
   // Where a layer's grouped GEMMs run GroupedGemmSm90 (GroupedExperts::path): its workspace
   // (GroupedGemmSm90WorkspaceBytes(E): the per-expert argument arrays and CUTLASS's tensor maps; the layer's
   // GEMMs reuse it one after another on the forward's stream), and for kSm90Dequant the 4-bit experts of one

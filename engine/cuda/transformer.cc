@@ -380,7 +380,9 @@ class ForwardPass {
   // of every expert, shard_plan.h): norm, the router's fp32 logits, the routing, the slots grouped by expert,
   // then the experts (as grouped GEMMs where DeviceMoe::grouped is enabled, RunGroupedExperts; else one by
   // one in ascending id, ExpertsOneByOne) weighted and summed per token in ascending expert id, the shared
-  // expert, and their sum into the residual (kernels/moe_combine.h: the oracle's order of fp32 adds). A
+  // expert, and their sum into the residual (kernels/moe_combine.h: the oracle's order of fp32 adds). An
+  // expert's output rows are in the compute dtype (bf16 mode: rounded to bf16 once, as transformers' are;
+  // the weighted sum and everything after it stay fp32); the shared expert's are fp32 like a dense MLP's. A
   // token's rows are computed with the GEMM algorithm pinned for the expert's shape whatever the row count
   // (the grouped kernel: one fixed k order per output element), so its result does not depend on the rest of
   // the batch.
@@ -438,7 +440,7 @@ class ForwardPass {
     SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease gate_up_w, weights_.Acquire(moe.shared_gate_up));
     SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease down_w, weights_.Acquire(moe.shared_down));
     float* const shared = acts_->moe_shared.as<float>();
-    SCORED_RETURN_IF_ERROR(ExpertMlp(gate_up_w, down_w, normed_, n_, shared));
+    SCORED_RETURN_IF_ERROR(ExpertMlp(gate_up_w, down_w, normed_, n_, shared, to_fp32_));
     SCORED_RETURN_IF_ERROR(weights_.Release(gate_up_w));
     SCORED_RETURN_IF_ERROR(weights_.Release(down_w));
     SCORED_RETURN_IF_ERROR(Mark("shared expert"));
@@ -462,11 +464,11 @@ class ForwardPass {
       const int64_t m = counts[e];
       if (m > 0) {
         const int32_t* expert_slots = slots + offset;
-        T* const x = acts_->moe_x.as<T>();          // [m, hidden]
-        float* const y = acts_->moe_y.as<float>();  // [m, hidden]
+        T* const x = acts_->moe_x.as<T>();  // [m, hidden]
+        T* const y = acts_->moe_y.as<T>();  // [m, hidden]
         SCORED_RETURN_IF_ERROR(
             kernels::MoeGatherRows<T>(normed_, hidden_, expert_slots, m, k, hidden_, x, stream_));
-        SCORED_RETURN_IF_ERROR(ExpertMlp(gate_up_w, down_w, x, m, y));
+        SCORED_RETURN_IF_ERROR(ExpertMlp(gate_up_w, down_w, x, m, y, types_));
         SCORED_RETURN_IF_ERROR(kernels::MoeAccumulate(y, expert_slots, m, k, weights, hidden_, acc, stream_));
       }
       SCORED_RETURN_IF_ERROR(weights_.Release(gate_up_w));
@@ -478,7 +480,7 @@ class ForwardPass {
 
   // The same sum from the grouped tables (DeviceMoe::grouped; bf16 mode), every expert at once and nothing
   // copied to the host: the expert offsets and each slot's row on the device, all n * k slot rows gathered
-  // once, one grouped gate|up GEMM, one SwiGLU, one grouped down GEMM to fp32, then every token's k rows
+  // once, one grouped gate|up GEMM, one SwiGLU, one grouped down GEMM to bf16, then every token's k rows
   // combined in ascending expert id straight into the residual with the shared expert (shared, its gate
   // logits gate with stride gate_stride; kernels::MoeCombineGroupedFinish: the adds of ExpertsOneByOne and
   // MoeFinish, in their order). The experts are not in the WeightStream's order (LinearsInOrder skips them):
@@ -495,10 +497,10 @@ class ForwardPass {
       int32_t* const slot_rows = acts_->moe_slot_rows.as<int32_t>();  // [rows]
       bf16_t* const in = acts_->moe_grouped_in.as<bf16_t>();          // [rows, hidden], then [rows, inter]
       bf16_t* const gate_up = acts_->moe_grouped_gate_up.as<bf16_t>();  // [rows, 2 inter]
-      float* const out = acts_->moe_grouped_out.as<float>();            // [rows, hidden]
+      bf16_t* const out = acts_->moe_grouped_out.as<bf16_t>();          // [rows, hidden]
       if (acts_->moe_grouped_gate_up.bytes() < rows * 2 * inter * 2 ||
           acts_->moe_grouped_in.bytes() < rows * std::max(hidden_, inter) * 2 ||
-          acts_->moe_grouped_out.bytes() < rows * hidden_ * 4) {
+          acts_->moe_grouped_out.bytes() < rows * hidden_ * 2) {
         return absl::InternalError("the grouped experts' activations are smaller than the layer's shapes");
       }
       SCORED_RETURN_IF_ERROR(kernels::MoeGroupedRows(offsets, experts, slots, rows, slot_rows, stream_));
@@ -524,7 +526,7 @@ class ForwardPass {
       SCORED_RETURN_IF_ERROR(
           kernels::SwiGlu<T>(gate_up, gate_up + inter, 2 * inter, rows, inter, in, stream_));
       SCORED_RETURN_IF_ERROR(Mark("expert swiglu"));
-      SCORED_RETURN_IF_ERROR(GroupedExpertGemm<float>(g, g.down, g.down_format, in, down_shape, out));
+      SCORED_RETURN_IF_ERROR(GroupedExpertGemm<bf16_t>(g, g.down, g.down_format, in, down_shape, out));
       SCORED_RETURN_IF_ERROR(Mark("expert down GEMM"));
       SCORED_RETURN_IF_ERROR(kernels::MoeCombineGroupedFinish(out, slot_rows, weights, n_, k, hidden_, shared,
                                                               gate, gate_stride, add_to_residual_, residual_,
@@ -573,9 +575,11 @@ class ForwardPass {
                                       y, stream_);
   }
 
-  // y [m, hidden] fp32 = down(silu(gate(x)) * up(x)) for x [m, hidden] (gate_up_ / mlp_ as scratch).
+  // y [m, hidden] = down(silu(gate(x)) * up(x)) for x [m, hidden] (gate_up_ / mlp_ as scratch), y_types's
+  // output: fp32 (to_fp32_: the shared expert) or the compute dtype (types_: a routed expert, kernels/
+  // moe_combine.h).
   absl::Status ExpertMlp(const WeightStream::Lease& gate_up_w, const WeightStream::Lease& down_w, T* x,
-                         int64_t m, float* y) {
+                         int64_t m, void* y, GemmTypes y_types) {
     RowChunk rows;
     rows.rows = m;
     const int64_t inter = gate_up_w.linear->out_features() / 2;
@@ -587,7 +591,7 @@ class ForwardPass {
     SCORED_RETURN_IF_ERROR(Linear(gate_up_w, x, gate_up_, types_, io, rows));
     SCORED_RETURN_IF_ERROR(
         kernels::SwiGlu<T>(gate_up_, gate_up_ + inter, 2 * inter, m, inter, mlp_, stream_));
-    return Linear(down_w, mlp_, y, to_fp32_, io, rows);
+    return Linear(down_w, mlp_, y, y_types, io, rows);
   }
 
   // lm_head in chunks of rows: fp32 logits into the reusable chunk, then the per-row statistics.

@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "engine/kernels/cuda_check.h"
+#include "engine/kernels/device_util.cuh"
 #include "engine/kernels/moe_combine.h"
 
 namespace scored::kernels {
@@ -9,14 +10,39 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void AccumulateKernel(const float* y, const int32_t* slots, int64_t top_k, const float* weights,
+template <typename D>
+__global__ void AccumulateKernel(const D* y, const int32_t* slots, int64_t top_k, const float* weights,
                                  int64_t hidden, float* acc) {
   const int64_t r = blockIdx.x;
   const int32_t slot = slots[r];
   const float w = weights[slot];
-  const float* from = y + r * hidden;
+  const D* from = y + r * hidden;
   float* to = acc + (slot / top_k) * hidden;
-  for (int64_t i = threadIdx.x; i < hidden; i += kThreads) to[i] = __fadd_rn(to[i], __fmul_rn(from[i], w));
+  for (int64_t i = threadIdx.x; i < hidden; i += kThreads) {
+    to[i] = __fadd_rn(to[i], __fmul_rn(LoadAsFloat(from + i), w));
+  }
+}
+
+// V consecutive elements of y widened to fp32: one 16-byte (fp32) or 8-byte (bf16) load where V is 4.
+template <int V>
+__device__ __forceinline__ void LoadWidened(const float* p, float* out) {
+  if constexpr (V == 4) {
+    const float4 q = *reinterpret_cast<const float4*>(p);
+    out[0] = q.x, out[1] = q.y, out[2] = q.z, out[3] = q.w;
+  } else {
+    out[0] = *p;
+  }
+}
+template <int V>
+__device__ __forceinline__ void LoadWidened(const __nv_bfloat16* p, float* out) {
+  if constexpr (V == 4) {
+    const uint2 q = *reinterpret_cast<const uint2*>(p);
+    const __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162*>(&q.x);
+    const __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(&q.y);
+    out[0] = __low2float(a), out[1] = __high2float(a), out[2] = __low2float(b), out[3] = __high2float(b);
+  } else {
+    out[0] = __bfloat162float(*p);
+  }
 }
 
 constexpr int kMaxGroupedTopK = 64;
@@ -33,10 +59,11 @@ __global__ void FinishKernel(const float* acc, const float* shared, const float*
   }
 }
 
-// A block per token: its slots sorted by row, then V floats per thread per step (4: float4 loads and stores,
-// hidden and every pointer 16-byte aligned; else 1), each element's adds in the contract's order.
-template <int V>
-__global__ void CombineGroupedFinishKernel(const float* __restrict__ y, const int32_t* __restrict__ slot_rows,
+// A block per token: its slots sorted by row, then V floats per thread per step (4: vector loads and stores,
+// hidden a multiple of 4 and every pointer 16-byte aligned; else 1), each element's adds in the contract's
+// order.
+template <int V, typename D>
+__global__ void CombineGroupedFinishKernel(const D* __restrict__ y, const int32_t* __restrict__ slot_rows,
                                            const float* __restrict__ weights, int64_t top_k, int64_t hidden,
                                            const float* __restrict__ shared, const float* __restrict__ gate,
                                            int64_t gate_stride, bool accumulate,
@@ -67,12 +94,7 @@ __global__ void CombineGroupedFinishKernel(const float* __restrict__ y, const in
     for (int v = 0; v < V; ++v) sum[v] = 0.0f;
     for (int64_t j = 0; j < top_k; ++j) {
       float in[V];
-      if constexpr (V == 4) {
-        const float4 q = *reinterpret_cast<const float4*>(y + rows[j] * hidden + i);
-        in[0] = q.x, in[1] = q.y, in[2] = q.z, in[3] = q.w;
-      } else {
-        in[0] = y[rows[j] * hidden + i];
-      }
+      LoadWidened<V>(y + rows[j] * hidden + i, in);
 #pragma unroll
       for (int v = 0; v < V; ++v) sum[v] = __fadd_rn(sum[v], __fmul_rn(in[v], w[j]));
     }
@@ -101,7 +123,8 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-absl::Status MoeCombineGroupedFinish(const float* y, const int32_t* slot_rows, const float* weights,
+template <typename Y>
+absl::Status MoeCombineGroupedFinish(const Y* y_in, const int32_t* slot_rows, const float* weights,
                                      int64_t num_tokens, int64_t top_k, int64_t hidden, const float* shared,
                                      const float* gate, int64_t gate_stride, bool accumulate, float* residual,
                                      cudaStream_t stream) {
@@ -111,6 +134,7 @@ absl::Status MoeCombineGroupedFinish(const float* y, const int32_t* slot_rows, c
   }
   if (num_tokens == 0) return absl::OkStatus();
   const unsigned blocks = static_cast<unsigned>(num_tokens);
+  const auto* y = ToDevice(y_in);
   if (hidden % 4 == 0 && Aligned16(y) && Aligned16(residual) && (shared == nullptr || Aligned16(shared))) {
     CombineGroupedFinishKernel<4><<<blocks, kThreads, 0, stream>>>(
         y, slot_rows, weights, top_k, hidden, shared, gate, gate_stride, accumulate, residual);
@@ -122,14 +146,15 @@ absl::Status MoeCombineGroupedFinish(const float* y, const int32_t* slot_rows, c
   return absl::OkStatus();
 }
 
-absl::Status MoeAccumulate(const float* y, const int32_t* slots, int64_t rows, int64_t top_k,
+template <typename Y>
+absl::Status MoeAccumulate(const Y* y, const int32_t* slots, int64_t rows, int64_t top_k,
                            const float* weights, int64_t hidden, float* acc, cudaStream_t stream) {
   if (rows < 0 || rows > int64_t{0x7fffffff} || top_k < 1 || hidden < 1) {
     return absl::InvalidArgumentError("MoE accumulate: bad shapes");
   }
   if (rows == 0) return absl::OkStatus();
-  AccumulateKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(y, slots, top_k, weights, hidden,
-                                                                         acc);
+  AccumulateKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(ToDevice(y), slots, top_k, weights,
+                                                                         hidden, acc);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
@@ -146,5 +171,16 @@ absl::Status MoeFinish(const float* acc, const float* shared, const float* gate,
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
+
+template absl::Status MoeAccumulate<float>(const float*, const int32_t*, int64_t, int64_t, const float*,
+                                           int64_t, float*, cudaStream_t);
+template absl::Status MoeAccumulate<bf16_t>(const bf16_t*, const int32_t*, int64_t, int64_t, const float*,
+                                            int64_t, float*, cudaStream_t);
+template absl::Status MoeCombineGroupedFinish<float>(const float*, const int32_t*, const float*, int64_t,
+                                                     int64_t, int64_t, const float*, const float*, int64_t,
+                                                     bool, float*, cudaStream_t);
+template absl::Status MoeCombineGroupedFinish<bf16_t>(const bf16_t*, const int32_t*, const float*, int64_t,
+                                                      int64_t, int64_t, const float*, const float*, int64_t,
+                                                      bool, float*, cudaStream_t);
 
 }  // namespace scored::kernels

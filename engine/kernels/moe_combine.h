@@ -16,8 +16,11 @@
 //   result; with accumulate false and no shared expert, residual[t] = acc_t bitwise (acc_t is never -0: its
 //   first add is to +0). top_k <= 64.
 // Every operation one fp32 IEEE operation (no contraction): the oracle's order and rounding.
-// Shapes: acc, y, residual, shared [*, hidden] fp32 contiguous; gate [num_tokens] with stride gate_stride
-// (a column of the router's output). Errors: INVALID_ARGUMENT (shapes), INTERNAL (launch).
+// The experts' outputs y are fp32 or bf16 (Y in {float, bf16_t}: the bf16 mode's experts write bf16 rows,
+// as transformers' do); a bf16 value enters the sums widened exactly to fp32, so the contract above holds
+// with y's values as stored.
+// Shapes: y [*, hidden] contiguous; acc, residual, shared [*, hidden] fp32 contiguous; gate [num_tokens] with
+// stride gate_stride (a column of the router's output). Errors: INVALID_ARGUMENT (shapes), INTERNAL (launch).
 #ifndef SCORED_ENGINE_KERNELS_MOE_COMBINE_H_
 #define SCORED_ENGINE_KERNELS_MOE_COMBINE_H_
 
@@ -28,13 +31,15 @@
 
 namespace scored::kernels {
 
-absl::Status MoeAccumulate(const float* y,  // [rows, hidden]
+template <typename Y>
+absl::Status MoeAccumulate(const Y* y,  // [rows, hidden]
                            const int32_t* slots, int64_t rows, int64_t top_k, const float* weights,
                            int64_t hidden,
                            float* acc,  // [num_tokens, hidden]
                            cudaStream_t stream);
 
-absl::Status MoeCombineGroupedFinish(const float* y,            // [num_tokens * top_k, hidden], grouped rows
+template <typename Y>
+absl::Status MoeCombineGroupedFinish(const Y* y,                // [num_tokens * top_k, hidden], grouped rows
                                      const int32_t* slot_rows,  // [num_tokens * top_k]
                                      const float* weights,      // [num_tokens, top_k]
                                      int64_t num_tokens, int64_t top_k, int64_t hidden,

@@ -588,6 +588,50 @@ TEST_F(GroupedGemmTest, GroupedCombineFinishMatchesTwoPasses) {
   }
 }
 
+// bf16 expert outputs (the bf16 mode's) enter the combine widened exactly: MoeCombineGroupedFinish and
+// MoeAccumulate over bf16 rows bitwise the same over their fp32 widening, at the vector and scalar widths.
+TEST_F(GroupedGemmTest, Bf16OutputsCombineAsTheirWidening) {
+  constexpr int64_t kTokens = 53, kTopK = 4;
+  std::mt19937 rng(51);
+  std::vector<int32_t> rows(kTokens * kTopK);
+  for (int64_t s = 0; s < kTokens * kTopK; ++s) rows[s] = static_cast<int32_t>(s);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  DeviceArray<int32_t> d_rows(rows);
+  DeviceArray<float> d_w(testing::RandomFloats(kTokens * kTopK, 52, 0.0f, 1.0f));
+  for (int64_t hidden : {96, 50}) {
+    const std::vector<bf16_t> y = testing::ToBf16(testing::RandomNormal(kTokens * kTopK * hidden, 53));
+    const std::vector<float> residual = testing::RandomNormal(kTokens * hidden, 54);
+    DeviceArray<bf16_t> d_y(y);
+    DeviceArray<float> d_wide(testing::FromBf16(y));
+    DeviceArray<float> got(residual), want(residual);
+    ASSERT_TRUE(MoeCombineGroupedFinish(d_y.get(), d_rows.get(), d_w.get(), kTokens, kTopK, hidden, nullptr,
+                                        nullptr, 0, true, got.get(), stream_)
+                    .ok());
+    ASSERT_TRUE(MoeCombineGroupedFinish(d_wide.get(), d_rows.get(), d_w.get(), kTokens, kTopK, hidden,
+                                        nullptr, nullptr, 0, true, want.get(), stream_)
+                    .ok());
+    // MoeAccumulate with top_k 1 and slot r for row r: every row its own token, no two rows on one acc row
+    std::vector<int32_t> ids(kTokens * kTopK);
+    for (int64_t s = 0; s < kTokens * kTopK; ++s) ids[s] = static_cast<int32_t>(s);
+    DeviceArray<int32_t> identity_slots(ids);
+    const std::vector<float> acc0 = testing::RandomNormal(kTokens * kTopK * hidden, 55);
+    DeviceArray<float> acc_got(acc0), acc_want(acc0);
+    ASSERT_TRUE(MoeAccumulate(d_y.get(), identity_slots.get(), kTokens * kTopK, 1, d_w.get(), hidden,
+                              acc_got.get(), stream_)
+                    .ok());
+    ASSERT_TRUE(MoeAccumulate(d_wide.get(), identity_slots.get(), kTokens * kTopK, 1, d_w.get(), hidden,
+                              acc_want.get(), stream_)
+                    .ok());
+    Sync();
+    const std::vector<float> g = got.Download();
+    EXPECT_EQ(testing::CountBitDifferences(g, want.Download()), 0) << "hidden " << hidden;
+    EXPECT_NE(g, residual) << "the residual unchanged";
+    const std::vector<float> a = acc_got.Download();
+    EXPECT_EQ(testing::CountBitDifferences(a, acc_want.Download()), 0) << "hidden " << hidden;
+    EXPECT_NE(a, acc0) << "nothing accumulated";
+  }
+}
+
 // The engine's grouped expert MLP (transformer.cc RunGroupedExperts: group, offsets, one gather, grouped
 // gate|up, SwiGLU, grouped down, MoeCombineGroupedFinish) against the same kernels run expert by expert (each
 // expert's rows alone, a one-expert GroupedGemm, MoeAccumulate into a zeroed acc, the old path's order):
@@ -622,7 +666,8 @@ TEST_F(GroupedGemmTest, GroupedMlpMatchesExpertByExpert) {
     DeviceArray<int32_t> d_ids(ids), counts(kExperts), slots(slots_n), offsets(kExperts + 1),
         slot_rows(slots_n);
     DeviceArray<bf16_t> in(slots_n * kHidden), gate_up(slots_n * 2 * kInter), mlp(slots_n * kInter);
-    DeviceArray<float> out(slots_n * kHidden), acc_new(kTokens * kHidden), acc_old(kTokens * kHidden);
+    DeviceArray<bf16_t> out(slots_n * kHidden);  // bf16 expert outputs, as the engine's bf16 mode
+    DeviceArray<float> acc_new(kTokens * kHidden), acc_old(kTokens * kHidden);
     acc_new.Poison();
     GroupedGemmShape up;
     up.num_experts = kExperts;
@@ -648,7 +693,7 @@ TEST_F(GroupedGemmTest, GroupedMlpMatchesExpertByExpert) {
     ASSERT_TRUE(
         SwiGlu<bf16_t>(gate_up.get(), gate_up.get() + kInter, 2 * kInter, slots_n, kInter, in.get(), stream_)
             .ok());
-    ASSERT_TRUE(Launch<float>(path, in.get(), offsets.get(), t_dn.get(), down, out.get(), stream_).ok());
+    ASSERT_TRUE(Launch<bf16_t>(path, in.get(), offsets.get(), t_dn.get(), down, out.get(), stream_).ok());
     ASSERT_TRUE(MoeCombineGroupedFinish(out.get(), slot_rows.get(), weights.get(), kTokens, kTopK, kHidden,
                                         nullptr, nullptr, 0, false, acc_new.get(), stream_)
                     .ok());
@@ -673,7 +718,7 @@ TEST_F(GroupedGemmTest, GroupedMlpMatchesExpertByExpert) {
       ASSERT_TRUE(
           SwiGlu<bf16_t>(gate_up.get(), gate_up.get() + kInter, 2 * kInter, m, kInter, mlp.get(), stream_)
               .ok());
-      ASSERT_TRUE(Launch<float>(path, mlp.get(), one.get(), t_dn.get() + e, down1, out.get(), stream_).ok());
+      ASSERT_TRUE(Launch<bf16_t>(path, mlp.get(), one.get(), t_dn.get() + e, down1, out.get(), stream_).ok());
       ASSERT_TRUE(
           MoeAccumulate(out.get(), expert_slots, m, kTopK, weights.get(), kHidden, acc_old.get(), stream_)
               .ok());
