@@ -227,8 +227,8 @@ struct WordLoads {
   int32_t zp = 8;
 };
 
-// The word `c` of the part's row `local`, its scale and zero point. Index
-// arithmetic (32-bit where the kernel's word indices fit: the scale and zero-point indices are smaller).
+// The word `c` of the part's row `local`, its scale and zero point, in Index arithmetic (32-bit where the
+// kernel's word indices fit: the scale and zero-point indices are smaller).
 template <typename Index>
 __device__ __forceinline__ WordLoads LoadWord(const GroupedInt4Part& part, const GroupedInt4Format& f,
                                               Index local, Index c, Index words, Index group_words,
@@ -244,7 +244,7 @@ __device__ __forceinline__ WordLoads LoadWord(const GroupedInt4Part& part, const
   return l;
 }
 
-// Word w's 16 bytes of stacked from its loads.
+// A word's 16 bytes of stacked (8 bf16 weights) from its loads.
 __device__ __forceinline__ void DecodeStore(const WordLoads& l, uint4* to) {
   uint32_t out[4];
 #pragma unroll
@@ -318,8 +318,9 @@ __global__ void __launch_bounds__(kDequantThreads)
   }
 #pragma unroll
   for (int j = 0; j < kDequantPerThread; ++j) {
-    if (live[j])
+    if (live[j]) {
       DecodeStore(loads[j], to + static_cast<int64_t>(base + static_cast<Index>(j * kDequantThreads)));
+    }
   }
 }
 
