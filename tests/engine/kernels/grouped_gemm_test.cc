@@ -73,6 +73,21 @@ constexpr Dims kDims = {192, 256, 264, 194};
 constexpr int64_t kSpareRows = 3;
 const std::vector<int32_t> kCounts = {0, 1, 127, 128, 129, 300, 5};
 
+// 0, 1, ..., n - 1: each slot its own row.
+std::vector<int32_t> RowIds(int64_t n) {
+  std::vector<int32_t> rows(static_cast<size_t>(n));
+  for (int64_t s = 0; s < n; ++s) rows[s] = static_cast<int32_t>(s);
+  return rows;
+}
+
+// RowIds(n) shuffled by an mt19937 seeded with `seed`: each slot's row in some grouped order.
+std::vector<int32_t> ShuffledRowIds(int64_t n, uint32_t seed) {
+  std::vector<int32_t> rows = RowIds(n);
+  std::mt19937 rng(seed);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  return rows;
+}
+
 std::vector<int32_t> Offsets(const std::vector<int32_t>& counts) {
   std::vector<int32_t> offsets(counts.size() + 1, 0);
   for (size_t e = 0; e < counts.size(); ++e) offsets[e + 1] = offsets[e] + counts[e];
@@ -549,10 +564,7 @@ TEST_F(GroupedGemmTest, GroupedCombineMatchesPerExpertAccumulate) {
 // MoeFinish over a zeroed residual).
 TEST_F(GroupedGemmTest, GroupedCombineFinishMatchesTwoPasses) {
   constexpr int64_t kTokens = 77, kTopK = 6;
-  std::mt19937 rng(41);
-  std::vector<int32_t> rows(kTokens * kTopK);
-  for (int64_t s = 0; s < kTokens * kTopK; ++s) rows[s] = static_cast<int32_t>(s);
-  std::shuffle(rows.begin(), rows.end(), rng);
+  const std::vector<int32_t> rows = ShuffledRowIds(kTokens * kTopK, 41);
   const std::vector<float> weights = testing::RandomFloats(kTokens * kTopK, 42, 0.0f, 1.0f);
   const std::vector<float> gate = testing::RandomNormal(kTokens * 3, 43);  // column 2 of a [t, 3] matrix
   DeviceArray<int32_t> d_rows(rows);
@@ -592,10 +604,7 @@ TEST_F(GroupedGemmTest, GroupedCombineFinishMatchesTwoPasses) {
 // MoeAccumulate over bf16 rows bitwise the same over their fp32 widening, at the vector and scalar widths.
 TEST_F(GroupedGemmTest, Bf16OutputsCombineAsTheirWidening) {
   constexpr int64_t kTokens = 53, kTopK = 4;
-  std::mt19937 rng(51);
-  std::vector<int32_t> rows(kTokens * kTopK);
-  for (int64_t s = 0; s < kTokens * kTopK; ++s) rows[s] = static_cast<int32_t>(s);
-  std::shuffle(rows.begin(), rows.end(), rng);
+  const std::vector<int32_t> rows = ShuffledRowIds(kTokens * kTopK, 51);
   DeviceArray<int32_t> d_rows(rows);
   DeviceArray<float> d_w(testing::RandomFloats(kTokens * kTopK, 52, 0.0f, 1.0f));
   for (int64_t hidden : {96, 50}) {
@@ -611,9 +620,7 @@ TEST_F(GroupedGemmTest, Bf16OutputsCombineAsTheirWidening) {
                                         nullptr, nullptr, 0, true, want.get(), stream_)
                     .ok());
     // MoeAccumulate with top_k 1 and slot r for row r: every row its own token, no two rows on one acc row
-    std::vector<int32_t> ids(kTokens * kTopK);
-    for (int64_t s = 0; s < kTokens * kTopK; ++s) ids[s] = static_cast<int32_t>(s);
-    DeviceArray<int32_t> identity_slots(ids);
+    DeviceArray<int32_t> identity_slots(RowIds(kTokens * kTopK));
     const std::vector<float> acc0 = testing::RandomNormal(kTokens * kTopK * hidden, 55);
     DeviceArray<float> acc_got(acc0), acc_want(acc0);
     ASSERT_TRUE(MoeAccumulate(d_y.get(), identity_slots.get(), kTokens * kTopK, 1, d_w.get(), hidden,
