@@ -1,17 +1,6 @@
 """Console-script entry points of the extras: each checks that its extra is installed first and otherwise
 says which one to install (exit status 1) instead of failing with ModuleNotFoundError."""
-import importlib.util
-import sys
-
-DISTRIBUTION = "scored-client"
-
-
-def require(script: str, module: str, extra: str) -> None:
-    """Exits 1 naming `pip install 'scored-client[extra]'` when `module` cannot be imported."""
-    if importlib.util.find_spec(module) is None:
-        sys.stderr.write(f"{script}: needs the '{extra}' extra ({module} is not installed): "
-                         f"pip install '{DISTRIBUTION}[{extra}]'\n")
-        sys.exit(1)
+from scored_client._extras import require
 
 
 def lm_eval_main() -> None:

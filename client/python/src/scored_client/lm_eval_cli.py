@@ -7,7 +7,7 @@ import sys
 
 
 def main() -> None:
-    from scored_client._scripts import require
+    from scored_client._extras import require
 
     require("scored-lm-eval", "lm_eval", "lm-eval")
     import scored_client.lm_eval_adapter  # noqa: F401  (registers the "scored" model)
