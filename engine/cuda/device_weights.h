@@ -23,6 +23,11 @@
 // layer's copies. Every tensor's mmapped pages leave the process's RSS once it is on the GPU
 // (TensorStore::ReleaseResidentPages). Ownership: a DeviceModel owns every device buffer it points to and
 // keeps no host pointer. Thread-safety: immutable after Upload().
+//
+// The upload by job: device_linear.{h,cc} (one linear: DeviceLinear, DeviceModelLoader::Build),
+// moe_upload.{h,cc} (a sparse layer's block and its grouped-GEMM tables), rotation_tables.{h,cc}
+// (transform_config's rotations), upload_model.cc (UploadModel: the model walk, page release, the byte
+// counts); device_weights.cc holds the walks over a resident layer.
 #ifndef SCORED_ENGINE_CUDA_DEVICE_WEIGHTS_H_
 #define SCORED_ENGINE_CUDA_DEVICE_WEIGHTS_H_
 
@@ -34,113 +39,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/device_linear.h"
 #include "engine/engine.h"
-#include "engine/kernels/dequant.h"
 #include "engine/kernels/grouped_gemm.h"
-#include "engine/kernels/hadamard_rotate.h"
 #include "engine/model/shard_plan.h"
 #include "engine/model/weights.h"
 
 namespace scored::cuda {
-
-// One quantized (or dense-but-grouped-with-quantized) member of a fused linear.
-struct QuantizedPart {
-  int64_t out_features = 0;  // rows of this part
-  int64_t in_features = 0;
-  int64_t row_offset = 0;            // first row of this part in the fused [out_features, in_features]
-  std::vector<DeviceBuffer> stored;  // its tensors as in the checkpoint (values, scale, zero point, g_idx)
-  kernels::DequantParams params;     // device view of `stored`
-};
-
-// One transform_config online rotation of a linear (engine/model/transform_config.h), run by
-// kernels::HadamardRotate over columns [col_offset, col_offset + width) of each row: of the GEMM's input
-// (the whole row: col_offset 0, width in_features) or of its output (one part's columns of a stacked group).
-// The tables `view` points to are the owning DeviceModel's (DeviceModel::rotation_tables).
-struct DeviceRotation {
-  int64_t col_offset = 0;
-  int64_t width = 0;
-  kernels::HadamardRotation view;
-};
-
-// A linear layer, or several stacked along `out` (q|k|v, gate|up), as one GEMM's weight.
-class DeviceLinear {
- public:
-  int64_t out_features() const { return out_features_; }
-  int64_t in_features() const { return in_features_; }
-  bool resident_dense() const { return parts_.empty() && !fp8_resident() && !int8_resident(); }
-  // Expanded into a scratch buffer before each GEMM (Materialize).
-  bool uses_scratch() const { return !parts_.empty(); }
-  // Resident in FP8 for a real FP8 GEMM (W8A8 per-token, bf16 mode): fp8_weight() and fp8_scale().
-  bool fp8_resident() const { return fp8_weight_.bytes() > 0; }
-  const uint8_t* fp8_weight() const { return fp8_weight_.as<uint8_t>(); }  // [out_features, in_features] E4M3
-  const float* fp8_scale() const { return fp8_scale_.as<float>(); }        // [out_features] fp32
-  // W8A8 dynamic FP8 (every part): the GEMM's input is fake-quantized per token first.
-  bool w8a8_dynamic_fp8() const { return w8a8_; }
-  // W8A8 INT8 (every part): the GEMM's input is fake-quantized to int8 per token first
-  // (kernels/int8_quant.h), symmetric or with a zero point per token (act_symmetric()); the weight is
-  // expanded like any other.
-  bool w8a8_dynamic_int8() const { return w8a8_int8_; }
-  // W8A8 INT8 resident in int8 for an int8 tensor-core GEMM (bf16 mode, symmetric channel weights and
-  // per-token activations, kernels/int8_gemm.h): int8_weight() and int8_scale(); else the weight is expanded.
-  bool int8_resident() const { return int8_weight_.bytes() > 0; }
-  const int8_t* int8_weight() const { return int8_weight_.as<int8_t>(); }  // [out_features, in_features]
-  const float* int8_scale() const { return int8_scale_.as<float>(); }      // [out_features] fp32
-  bool act_symmetric() const { return act_symmetric_; }
-  // Static per-tensor activation quantization (input_activations.dynamic false, llm-compressor's FP8 scheme
-  // and static INT8): the GEMM's input is fake-quantized with the stored scale (and zero point) first
-  // (kernels/static_act_quant.h); the weight is expanded like any other.
-  enum class StaticAct { kNone, kFp8, kInt8 };
-  StaticAct static_act() const { return static_act_; }
-  float static_scale() const { return static_scale_; }            // input_scale widened to fp32
-  float static_zero_point() const { return static_zero_point_; }  // input_zero_point, 0 when symmetric
-  // W8A8 only: 0 = one activation scale per token, > 0 = one per token per this many input columns.
-  int64_t act_group_size() const { return act_group_size_; }
-  // Tensor parallelism, W8A8 per-token on a row-parallel shard: the activation scale needs the amax over
-  // every rank's input columns (engine/model/shard_plan.h ShardedLinear::act_amax_all_reduce).
-  bool act_amax_all_reduce() const { return act_amax_all_reduce_; }
-
-  // fp32 mode, quantized mixture-of-experts weights: Materialize rounds the expansion to bf16 values.
-  bool round_to_bf16() const { return round_to_bf16_; }
-  // transform_config's online rotations: the input's run in place on the GEMM's input rows before anything
-  // else (activation quantization included), in order; the outputs' on the GEMM's output after it (only
-  // where that output is written in the compute dtype, not added into the residual: the upload refuses the
-  // rest). Empty for checkpoints without transform_config.
-  const std::vector<DeviceRotation>& input_rotations() const { return input_rotations_; }
-  const std::vector<DeviceRotation>& output_rotations() const { return output_rotations_; }
-
-  // The weight [out_features, in_features] in the compute dtype for a GEMM on `stream`: the resident
-  // matrix, or `scratch` after enqueuing the dequantization of every part into it.
-  absl::StatusOr<const void*> Materialize(ComputeDtype dtype,
-                                          void* scratch,  // [>= out_features * in_features] compute dtype
-                                          cudaStream_t stream) const;
-
-  // Bytes this linear keeps on the device.
-  int64_t DeviceBytes() const;
-
- private:
-  friend class DeviceModelLoader;
-  friend class RotationTables;
-  int64_t out_features_ = 0;
-  int64_t in_features_ = 0;
-  bool w8a8_ = false;
-  bool w8a8_int8_ = false;
-  bool act_symmetric_ = true;
-  int64_t act_group_size_ = 0;
-  bool act_amax_all_reduce_ = false;
-  StaticAct static_act_ = StaticAct::kNone;
-  float static_scale_ = 0.0f;
-  float static_zero_point_ = 0.0f;
-  DeviceBuffer dense_;               // [out_features, in_features] compute dtype, when resident_dense()
-  const void* dense_ptr_ = nullptr;  // dense_.data(), or the embedding table for a tied lm_head
-  std::vector<QuantizedPart> parts_;
-  DeviceBuffer fp8_weight_;   // [out_features, in_features] FP8 E4M3, when fp8_resident()
-  DeviceBuffer fp8_scale_;    // [out_features] fp32, when fp8_resident()
-  DeviceBuffer int8_weight_;  // [out_features, in_features] int8, when int8_resident()
-  DeviceBuffer int8_scale_;   // [out_features] fp32, when int8_resident()
-  std::vector<DeviceRotation> input_rotations_;
-  std::vector<DeviceRotation> output_rotations_;
-  bool round_to_bf16_ = false;
-};
 
 // A sparse layer's experts as the grouped expert GEMMs (kernels/grouped_gemm.h) read them: device tables of
 // every expert's weight, built once at load. Enabled only in bf16 mode where every expert's gate|up and down

@@ -1,0 +1,279 @@
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/logging.h"
+#include "engine/base/status_macros.h"
+#include "engine/cuda/device_linear.h"
+#include "engine/cuda/device_weights.h"
+#include "engine/cuda/moe_upload.h"
+#include "engine/cuda/rotation_tables.h"
+#include "engine/model/rope_freq.h"
+
+namespace scored::cuda {
+
+namespace {
+
+// A norm weight widened to fp32; Gemma's (config.gemma_norm) stored as fp32(1 + weight), what its RMSNorm
+// multiplies by (ref::OffsetNormWeight: the same fp32 add).
+absl::StatusOr<DeviceBuffer> UploadNorm(const TensorView& t, const std::string& what, bool offset) {
+  std::vector<float> host(t.NumElements());
+  SCORED_RETURN_IF_ERROR(TensorToFloat(t, host.data(), static_cast<int64_t>(host.size())));
+  if (offset) {
+    for (float& w : host) w = 1.0f + w;
+  }
+  return UploadToDevice(host.data(), static_cast<int64_t>(host.size() * sizeof(float)), what);
+}
+
+absl::StatusOr<DeviceBuffer> UploadFloats(const std::vector<float>& host, const std::string& what) {
+  return UploadToDevice(host.data(), static_cast<int64_t>(host.size() * sizeof(float)), what);
+}
+
+// Once a tensor is on the GPU its mmapped pages leave the process's RSS (they stay in the page cache), so
+// host memory during the load stays near one layer's pages instead of growing to the checkpoint's size.
+void ReleaseLinearPages(const TensorStore& store, const LinearWeight& w) {
+  for (const TensorView* t : {&w.weight, &w.weight_packed, &w.weight_scale, &w.weight_zero_point,
+                              &w.weight_g_idx, &w.weight_global_scale, &w.input_global_scale, &w.bias}) {
+    store.ReleaseResidentPages(*t);
+  }
+}
+
+void ReleaseLayerPages(const TensorStore& store, const LayerWeights& src) {
+  for (const LinearWeight* w :
+       {&src.q_proj, &src.k_proj, &src.v_proj, &src.o_proj, &src.gate_proj, &src.up_proj, &src.down_proj,
+        &src.moe.router, &src.moe.shared_expert_gate, &src.moe.shared_expert.gate_proj,
+        &src.moe.shared_expert.up_proj, &src.moe.shared_expert.down_proj}) {
+    ReleaseLinearPages(store, *w);
+  }
+  for (const ExpertWeights& x : src.moe.experts) {
+    for (const LinearWeight* w : {&x.gate_proj, &x.up_proj, &x.down_proj}) ReleaseLinearPages(store, *w);
+  }
+  for (const TensorView* t : {&src.input_layernorm, &src.post_attention_layernorm, &src.q_norm, &src.k_norm,
+                              &src.pre_feedforward_layernorm, &src.post_feedforward_layernorm}) {
+    if (t->present()) store.ReleaseResidentPages(*t);
+  }
+}
+
+int64_t ResidentBytes(const DeviceModel& model) {
+  int64_t bytes = model.embed.bytes() + model.final_norm.bytes() + model.rope_inv_freq.bytes() +
+                  model.rope_inv_freq_long.bytes() + model.rope_inv_freq_local.bytes() +
+                  model.lm_head.DeviceBytes();
+  for (const DeviceLayer& layer : model.layers) {
+    bytes += layer.input_norm.bytes() + layer.post_norm.bytes() + layer.q_norm.bytes() +
+             layer.k_norm.bytes() + layer.qkv_bias.bytes() + layer.pre_ff_norm.bytes() +
+             layer.post_ff_norm.bytes();
+    for (const DeviceLinear* linear : LinearsInOrder(layer)) bytes += linear->DeviceBytes();
+  }
+  for (const DeviceBuffer& table : model.rotation_tables) bytes += table.bytes();
+  return bytes;
+}
+
+// The RoPE frequencies: the model's (RopeInvFreq), longrope's long factors, the local layers' (Gemma 3), and
+// longrope's attention factor.
+absl::Status UploadRopeFrequencies(const ModelConfig& config, DeviceModel* model) {
+  SCORED_ASSIGN_OR_RETURN(model->rope_inv_freq,
+                          UploadFloats(RopeInvFreq(config), "the RoPE frequency table"));
+  if (config.rope_scaling.type == RopeType::kLongrope) {
+    SCORED_ASSIGN_OR_RETURN(model->rope_inv_freq_long,
+                            UploadFloats(RopeInvFreqForLength(config, std::numeric_limits<int64_t>::max()),
+                                         "the RoPE frequency table of long sequences"));
+  }
+  if (!config.layer_local_rope.empty()) {
+    ModelConfig local = config;
+    local.rope_theta = config.local_rope_theta;
+    local.rope_scaling = config.local_rope_scaling;
+    SCORED_ASSIGN_OR_RETURN(model->rope_inv_freq_local,
+                            UploadFloats(RopeInvFreq(local), "the local layers' RoPE frequency table"));
+  }
+  model->rope_scaling = RopeAttentionScaling(config);
+  return absl::OkStatus();
+}
+
+// A layer's norm weights: which optional ones exist follows the config's family flags (family.h).
+absl::Status UploadLayerNorms(const ModelConfig& config, const LayerWeights& src, const std::string& prefix,
+                              DeviceLayer* dst) {
+  const bool offset = config.gemma_norm;
+  SCORED_ASSIGN_OR_RETURN(dst->input_norm,
+                          UploadNorm(src.input_layernorm, prefix + "input_layernorm", offset));
+  SCORED_ASSIGN_OR_RETURN(
+      dst->post_norm, UploadNorm(src.post_attention_layernorm, prefix + "post_attention_layernorm", offset));
+  if (config.sandwich_norms) {
+    SCORED_ASSIGN_OR_RETURN(dst->pre_ff_norm, UploadNorm(src.pre_feedforward_layernorm,
+                                                         prefix + "pre_feedforward_layernorm", offset));
+    SCORED_ASSIGN_OR_RETURN(dst->post_ff_norm, UploadNorm(src.post_feedforward_layernorm,
+                                                          prefix + "post_feedforward_layernorm", offset));
+  }
+  if (config.qk_norm) {
+    SCORED_ASSIGN_OR_RETURN(dst->q_norm, UploadNorm(src.q_norm, prefix + "self_attn.q_norm", offset));
+    SCORED_ASSIGN_OR_RETURN(dst->k_norm, UploadNorm(src.k_norm, prefix + "self_attn.k_norm", offset));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype,
+                                                         const ShardPlan* plan, bool kv_cache_quant) {
+  const ModelConfig& config = weights.config();
+  auto model = std::make_unique<DeviceModel>();
+  model->dtype = dtype;
+  LinearCutter cut(plan);
+  const TensorStore& store = weights.store();
+  auto release = [&](const LinearWeight& w) { ReleaseLinearPages(store, w); };
+
+  const int64_t vocab_rows = plan != nullptr ? plan->vocab_end - plan->vocab_begin : config.vocab_size;
+  LinearWeight embed;
+  embed.module = "model.embed_tokens";
+  embed.out_features = vocab_rows;
+  embed.in_features = config.hidden_size;
+  if (plan != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(embed.weight, ShardEmbedding(weights.embed_tokens(), *plan));
+  } else {
+    embed.weight = weights.embed_tokens();
+  }
+  SCORED_ASSIGN_OR_RETURN(
+      model->embed,
+      DeviceBuffer::Allocate(vocab_rows * config.hidden_size * ElementBytes(dtype), "the token embedding"));
+  SCORED_RETURN_IF_ERROR(UploadDenseInto(embed, dtype, model->embed.data()));
+  store.ReleaseResidentPages(weights.embed_tokens());
+  SCORED_ASSIGN_OR_RETURN(model->final_norm,
+                          UploadNorm(weights.final_norm(), "model.norm.weight", config.gemma_norm));
+  SCORED_RETURN_IF_ERROR(UploadRopeFrequencies(config, model.get()));
+  RotationTables rotations;
+  if (!weights.lm_head().transforms.empty()) {
+    return absl::UnimplementedError(
+        "lm_head: transform_config's rotations of the lm_head are not implemented on the CUDA backend; use "
+        "--backend=cpu");
+  }
+  if (config.tie_word_embeddings) {
+    DeviceModelLoader::TieTo(&model->lm_head, model->embed, vocab_rows, config.hidden_size);
+  } else {
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* head, cut.Cut(weights.lm_head(), LinearRole::kLmHead));
+    SCORED_ASSIGN_OR_RETURN(model->lm_head, DeviceModelLoader::Build({head}, dtype, "lm_head", false,
+                                                                     GemmTypes::kFp8ToFp32, false));
+    SCORED_RETURN_IF_ERROR(DeviceModelLoader::MakeResident(&model->lm_head, dtype, "lm_head"));
+    release(weights.lm_head());
+    cut.Clear();
+  }
+
+  model->layers.resize(weights.layers().size());
+  for (size_t l = 0; l < weights.layers().size(); ++l) {
+    const LayerWeights& src = weights.layers()[l];
+    DeviceLayer& dst = model->layers[l];
+    const std::string prefix = absl::StrCat("model.layers.", l, ".");
+    if (weights.kv_cache_fp8() && kv_cache_quant) {
+      SCORED_RETURN_IF_ERROR(TensorToFloat(src.k_scale, &dst.k_scale, 1));
+      SCORED_RETURN_IF_ERROR(TensorToFloat(src.v_scale, &dst.v_scale, 1));
+    }
+    // This layer's shards (host copies of row-parallel slices) live in `cut` until the end of the iteration.
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* q, cut.Cut(src.q_proj, LinearRole::kQ));
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* k, cut.Cut(src.k_proj, LinearRole::kK));
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* v, cut.Cut(src.v_proj, LinearRole::kV));
+    SCORED_ASSIGN_OR_RETURN(const LinearWeight* o, cut.Cut(src.o_proj, LinearRole::kO));
+    const bool o_amax = cut.last_act_amax_all_reduce();
+    dst.sparse = config.IsSparseLayer(static_cast<int64_t>(l));
+    const LinearWeight *gate = nullptr, *up = nullptr, *down = nullptr;
+    bool down_amax = false;
+    if (!dst.sparse) {
+      SCORED_ASSIGN_OR_RETURN(gate, cut.Cut(src.gate_proj, LinearRole::kGate));
+      SCORED_ASSIGN_OR_RETURN(up, cut.Cut(src.up_proj, LinearRole::kUp));
+      SCORED_ASSIGN_OR_RETURN(down, cut.Cut(src.down_proj, LinearRole::kDown));
+      down_amax = cut.last_act_amax_all_reduce();
+    }
+    SCORED_RETURN_IF_ERROR(UploadLayerNorms(config, src, prefix, &dst));
+    if (config.attention_bias) {
+      const int64_t nq = q->out_features, nk = k->out_features, nv = v->out_features;
+      std::vector<float> bias(nq + nk + nv);
+      SCORED_RETURN_IF_ERROR(TensorToFloat(q->bias, bias.data(), nq));
+      SCORED_RETURN_IF_ERROR(TensorToFloat(k->bias, bias.data() + nq, nk));
+      SCORED_RETURN_IF_ERROR(TensorToFloat(v->bias, bias.data() + nq + nk, nv));
+      SCORED_ASSIGN_OR_RETURN(dst.qkv_bias, UploadToDevice(bias.data(), static_cast<int64_t>(bias.size() * 4),
+                                                           prefix + "self_attn q|k|v bias"));
+    }
+    SCORED_ASSIGN_OR_RETURN(dst.qkv, DeviceModelLoader::Build({q, k, v}, dtype, prefix + "self_attn q|k|v"));
+    SCORED_ASSIGN_OR_RETURN(dst.o, DeviceModelLoader::Build({o}, dtype, prefix + "self_attn.o_proj", o_amax,
+                                                            GemmTypes::kFp8ToFp32));
+    // transform_config's online rotations: an output rotation runs after the GEMM only where the output is
+    // written in the compute dtype with no bias to add after it (q|k|v without a bias, gate|up).
+    SCORED_RETURN_IF_ERROR(
+        rotations.Attach({q, k, v}, prefix + "self_attn q|k|v", !config.attention_bias, &dst.qkv));
+    SCORED_RETURN_IF_ERROR(rotations.Attach({o}, prefix + "self_attn.o_proj", false, &dst.o));
+    if (dst.sparse) {  // (BuildMoe clears `cut` expert by expert: q / k / v / o are not read after this)
+      SCORED_RETURN_IF_ERROR(BuildMoe(config, src.moe, dtype, prefix, &cut, &rotations, &dst.moe));
+    } else {
+      SCORED_ASSIGN_OR_RETURN(dst.gate_up,
+                              DeviceModelLoader::Build({gate, up}, dtype, prefix + "mlp gate|up"));
+      SCORED_ASSIGN_OR_RETURN(dst.down, DeviceModelLoader::Build({down}, dtype, prefix + "mlp.down_proj",
+                                                                 down_amax, GemmTypes::kFp8ToFp32));
+      SCORED_RETURN_IF_ERROR(rotations.Attach({gate, up}, prefix + "mlp gate|up", true, &dst.gate_up));
+      SCORED_RETURN_IF_ERROR(rotations.Attach({down}, prefix + "mlp.down_proj", false, &dst.down));
+    }
+    ReleaseLayerPages(store, src);
+    cut.Clear();
+    for (const DeviceLinear* linear : LinearsInOrder(dst, /*skip_grouped_experts=*/true)) {
+      if (linear->uses_scratch()) {
+        model->max_scratch_elements =
+            std::max(model->max_scratch_elements, linear->out_features() * linear->in_features());
+      }
+      if (linear->fp8_resident() || linear->int8_resident()) {
+        model->max_fp8_in_features = std::max(model->max_fp8_in_features, linear->in_features());
+      }
+    }
+  }
+
+  model->rotation_tables = rotations.Release();
+  model->resident_bytes = ResidentBytes(*model);
+  int sparse = 0, grouped = 0, grouped_int4 = 0, sm90 = 0, sm90_dequant = 0;
+  for (const DeviceLayer& layer : model->layers) {
+    sparse += layer.sparse ? 1 : 0;
+    const bool on = layer.sparse && layer.moe.grouped.enabled;
+    grouped += on ? 1 : 0;
+    grouped_int4 += on && layer.moe.grouped.int4 ? 1 : 0;
+    sm90 += on && layer.moe.grouped.path == GroupedGemmPath::kSm90 ? 1 : 0;
+    sm90_dequant += on && layer.moe.grouped.path == GroupedGemmPath::kSm90Dequant ? 1 : 0;
+  }
+  if (sparse > 0) {  // which MoE path runs (DeviceMoe::grouped), for the benchmarks' and tests' logs
+    SCORED_LOG(INFO) << "mixture of experts: " << grouped << " of " << sparse
+                     << " sparse layers run their experts as grouped GEMMs (" << grouped_int4
+                     << " from 4-bit weights; " << sm90 << " on the sm90 kernel, " << sm90_dequant
+                     << " dequantized then sm90, the rest mma.sync), the rest one expert at a time";
+  }
+  return model;
+}
+
+int64_t EstimateDeviceBytes(const ModelWeights& weights, ComputeDtype dtype, int tp_size) {
+  const ModelConfig& config = weights.config();
+  const int64_t act = dtype == ComputeDtype::kBf16 ? 2 : 4;
+  const auto linear_bytes = [act](const LinearWeight& w) {
+    return w.format == WeightFormat::kDense ? w.NumElements() * act : w.StoredBytes();
+  };
+  int64_t bytes = config.vocab_size * config.hidden_size * act;  // the embedding
+  if (!config.tie_word_embeddings) bytes += linear_bytes(weights.lm_head());
+  for (const LayerWeights& layer : weights.layers()) {
+    std::vector<const LinearWeight*> linears = {&layer.q_proj,
+                                                &layer.k_proj,
+                                                &layer.v_proj,
+                                                &layer.o_proj,
+                                                &layer.gate_proj,
+                                                &layer.up_proj,
+                                                &layer.down_proj,
+                                                &layer.moe.router,
+                                                &layer.moe.shared_expert_gate,
+                                                &layer.moe.shared_expert.gate_proj,
+                                                &layer.moe.shared_expert.up_proj,
+                                                &layer.moe.shared_expert.down_proj};
+    for (const ExpertWeights& x : layer.moe.experts) {
+      for (const LinearWeight* w : {&x.gate_proj, &x.up_proj, &x.down_proj}) linears.push_back(w);
+    }
+    for (const LinearWeight* w : linears) {  // absent ones (a dense layer's MoE, a sparse one's MLP) count 0
+      bytes += linear_bytes(*w) + w->out_features * 4;  // + an fp32 bias or per-channel scale at most
+    }
+    bytes += 4 * config.hidden_size * 4 + 2 * config.head_dim * 4;  // norms (Gemma: four per layer)
+  }
+  return bytes / std::max(tp_size, 1) + config.hidden_size * 4;
+}
+
+}  // namespace scored::cuda
