@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/base/logging.h"
 #include "engine/base/status_macros.h"
+#include "engine/cuda/forward/linear.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/fp8_quant.h"
 #include "engine/kernels/kernel_types.h"
@@ -44,35 +45,37 @@ absl::Status TuneLayerGemms(const DeviceModel& model, GemmRunner& gemm, Activati
     SCORED_RETURN_IF_ERROR(FillFromEmbedding(model, *b, stream));
   }
   const DeviceLayer& layer = model.layers.front();
+  // The forward's plans of layer 0's linears (forward/linear.h): bf16 mode, y in the compute dtype or
+  // added into the residual.
+  const LinearSite site{model.dtype, !one_gpu, acts.row_parallel_halves};
   struct Job {
     const DeviceLinear* linear;
     const DeviceBuffer* x;
     const DeviceBuffer* y;
-    GemmTypes types;
-    bool row_parallel;
+    LinearOut out;
   };
-  const Job jobs[] = {{&layer.qkv, &acts.normed, &acts.qkv, GemmTypes::kBf16ToBf16, false},
-                      {&layer.o, &acts.attn, &acts.proj, GemmTypes::kBf16ToFp32, true},
-                      {&layer.gate_up, &acts.normed, &acts.gate_up, GemmTypes::kBf16ToBf16, false},
-                      {&layer.down, &acts.mlp, &acts.proj, GemmTypes::kBf16ToFp32, true}};
+  const Job jobs[] = {{&layer.qkv, &acts.normed, &acts.qkv, LinearOut::kComputeDtype},
+                      {&layer.o, &acts.attn, &acts.proj, LinearOut::kResidual},
+                      {&layer.gate_up, &acts.normed, &acts.gate_up, LinearOut::kComputeDtype},
+                      {&layer.down, &acts.mlp, &acts.proj, LinearOut::kResidual}};
   for (const Job& job : jobs) {
     const int64_t out = job.linear->out_features(), in = job.linear->in_features();
     if (out == 0) continue;  // a sparse layer's gate|up / down: its experts are planned lazily
-    GemmTypes types = job.types;
-    if (job.linear->fp8_resident()) {
+    const LinearPlan plan = PlanLinear(*job.linear, job.out, site);
+    const GemmTypes types = plan.gemm_types;
+    if (plan.kernel == LinearKernel::kFp8Gemm) {
       // FP8: the input buffer quantized per token (real codes and scales), the resident FP8 weight.
-      types = types == GemmTypes::kBf16ToBf16 ? GemmTypes::kFp8ToBf16 : GemmTypes::kFp8ToFp32;
       SCORED_RETURN_IF_ERROR(kernels::QuantizeFp8PerToken(job.x->as<kernels::bf16_t>(), in, acts.max_tokens,
                                                           in, acts.act_fp8.as<uint8_t>(),
                                                           acts.act_scale.as<float>(), stream));
       SCORED_RETURN_IF_ERROR(gemm.Tune(acts.act_fp8.data(), job.linear->fp8_weight(), job.y->data(), out, in,
                                        types, stream, acts.act_scale.as<float>(), job.linear->fp8_scale()));
-    } else if (job.linear->int8_resident()) {
+    } else if (plan.kernel == LinearKernel::kInt8Gemm) {
       continue;  // the int8 GEMM has one fixed configuration: nothing to tune
     } else {
       SCORED_ASSIGN_OR_RETURN(const void* w,
                               job.linear->Materialize(model.dtype, acts.scratch.data(), stream));
-      if (job.row_parallel && one_gpu && acts.row_parallel_halves && SumsInHalves(*job.linear, model.dtype)) {
+      if (plan.in_halves) {
         SCORED_RETURN_IF_ERROR(
             gemm.Tune(job.x->data(), w, job.y->data(), out, in / 2, types, stream, nullptr, nullptr, in));
         SCORED_LOG(INFO) << "GEMM [" << acts.max_tokens << ", " << in / 2 << " of " << in << "] x [" << out
@@ -206,24 +209,23 @@ absl::Status ReserveActivations(const EngineOptions& options, int tp_size, PeerL
 // other model of the rank already tuned keeps its choice), the rest by heuristic.
 absl::Status PinGemms(const DeviceModel& model, const EngineOptions& options, bool one_gpu, Rank* rank) {
   SCORED_RETURN_IF_ERROR(TuneLayerGemms(model, *rank->gemm, rank->acts, rank->stream.get(), one_gpu));
-  const GemmTypes types = options.dtype == ComputeDtype::kBf16 ? GemmTypes::kBf16ToBf16 : GemmTypes::kFp32;
+  // The forward's plans (forward/linear.h): q|k|v and gate|up in the compute dtype, o and down added into
+  // the residual (over their input column halves at tp 1 where SumsInHalves), lm_head fp32.
+  const LinearSite site{options.dtype, !one_gpu, rank->acts.row_parallel_halves};
   const GemmTypes head_types =
       options.dtype == ComputeDtype::kBf16 ? GemmTypes::kBf16ToFp32 : GemmTypes::kFp32;
   for (const DeviceLayer& layer : model.layers) {
-    for (const DeviceLinear* linear : {&layer.qkv, &layer.gate_up}) {
-      if (linear->out_features() == 0) continue;  // sparse layer: experts planned lazily by Linear()
-      SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), linear->in_features(),
-                                                 linear->fp8_resident() ? GemmTypes::kFp8ToBf16 : types));
-    }
-    for (const DeviceLinear* linear : {&layer.o, &layer.down}) {
+    for (const DeviceLinear* linear : {&layer.qkv, &layer.gate_up, &layer.o, &layer.down}) {
+      if (linear->out_features() == 0) continue;  // sparse layer: experts planned lazily by the forward
+      const bool row_parallel = linear == &layer.o || linear == &layer.down;
+      const LinearPlan plan =
+          PlanLinear(*linear, row_parallel ? LinearOut::kResidual : LinearOut::kComputeDtype, site);
       const int64_t in = linear->in_features();
-      if (linear->out_features() == 0) continue;
-      if (one_gpu && rank->acts.row_parallel_halves && SumsInHalves(*linear, options.dtype)) {
-        SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), in / 2, head_types, in));
+      if (plan.in_halves) {
+        SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), in / 2, plan.gemm_types, in));
         continue;
       }
-      SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(
-          linear->out_features(), in, linear->fp8_resident() ? GemmTypes::kFp8ToFp32 : head_types));
+      SCORED_RETURN_IF_ERROR(rank->gemm->Prepare(linear->out_features(), in, plan.gemm_types));
     }
   }
   return rank->gemm->Prepare(model.lm_head.out_features(), model.lm_head.in_features(), head_types);

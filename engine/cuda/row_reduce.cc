@@ -2,7 +2,7 @@
 
 #include "engine/base/status_macros.h"
 #include "engine/cuda/peer_link.h"
-#include "engine/cuda/transformer.h"
+#include "engine/cuda/tp_context.h"
 #include "engine/dist/nccl_communicator.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/fp8_scale.h"

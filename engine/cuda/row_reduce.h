@@ -1,5 +1,5 @@
 // The sum over tensor-parallel ranks of the residual rows that a row-parallel linear (o_proj, down_proj)
-// left partial, and the RmsNorm that reads the summed rows: one call each per row chunk (transformer.cc).
+// left partial, and the RmsNorm that reads the summed rows: one call each per row chunk (forward/).
 //
 // Each rank's o_proj / down_proj adds its partial product into its own fp32 residual rows (rank 0) or writes
 // it over them (other ranks); the rows must be summed over ranks before the next norm reads them. Reduce()
@@ -29,11 +29,9 @@
 #include "absl/status/status.h"
 #include "engine/cuda/activations.h"
 #include "engine/cuda/row_chunks.h"
+#include "engine/cuda/tp_context.h"
 
 namespace scored::cuda {
-
-struct TensorParallelContext;
-class PeerLink;
 
 // Which row-parallel sum a norm follows. Also the PeerLink receive buffer (parity) of the sum.
 enum class RowSum {

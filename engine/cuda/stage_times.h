@@ -49,6 +49,40 @@ class StageTimes {
   std::vector<Total> totals_;
 };
 
+// A forward's view of its StageTimes (null: profiling off, nothing is recorded) on its stream. A mark's
+// error is kept (the first one) rather than returned where the mark is taken, so that a Stage guard can mark
+// in its destructor; the forward returns status() once its last stage has ended.
+class StageClock {
+ public:
+  StageClock(StageTimes* times, cudaStream_t stream) : times_(times), stream_(stream) {}
+  // Ends stage `name` (a string literal), as StageTimes::Mark; nothing after an error.
+  void Mark(const char* name) {
+    if (times_ != nullptr && status_.ok()) status_ = times_->Mark(name, stream_);
+  }
+  // The first mark's error, else OK.
+  const absl::Status& status() const { return status_; }
+
+ private:
+  StageTimes* const times_;
+  const cudaStream_t stream_;
+  absl::Status status_;
+};
+
+// A stage of the forward as a scope: `{ Stage s(clock, "qkv GEMM"); ...ops... }` marks the stage's end
+// where the scope closes (also when an op in it returns an error: the profile of a failed forward is
+// dropped).
+class Stage {
+ public:
+  Stage(StageClock& clock, const char* name) : clock_(clock), name_(name) {}
+  ~Stage() { clock_.Mark(name_); }
+  Stage(const Stage&) = delete;
+  Stage& operator=(const Stage&) = delete;
+
+ private:
+  StageClock& clock_;
+  const char* const name_;
+};
+
 }  // namespace scored::cuda
 
 #endif  // SCORED_ENGINE_CUDA_STAGE_TIMES_H_

@@ -1,0 +1,156 @@
+#include "engine/cuda/forward/attention_block.h"
+
+#include <vector>
+
+#include "engine/base/status_macros.h"
+#include "engine/cuda/stage_times.h"
+#include "engine/kernels/attention.h"
+#include "engine/kernels/bias_add.h"
+#include "engine/kernels/kernel_types.h"
+#include "engine/kernels/qk_norm.h"
+#include "engine/kernels/qk_norm_rope.h"
+#include "engine/kernels/rope.h"
+#include "engine/kernels/static_act_quant.h"
+
+namespace scored::cuda {
+namespace {
+
+// RoPE of chunk ch's q and k heads with layer `l`'s table: the local layers' (Gemma 3) or the model's;
+// under longrope each sequence with the table of its own length (long_factor beyond
+// original_max_position_embeddings), one call per run of sequences of the same kind.
+template <typename T>
+absl::Status ApplyRope(ForwardContext<T>& ctx, int64_t l, T* qkv_rows, const RowChunk& ch) {
+  const int64_t heads = ctx.num_heads + ctx.num_kv_heads, max_tokens = ctx.acts->max_tokens;
+  if (const float* table = OneRopeTable(ctx, l); table != nullptr) {
+    return kernels::RopeWithTable<T>(qkv_rows, ctx.qkv_dim, ctx.positions + ch.begin, table, max_tokens,
+                                     ch.rows, heads, ctx.head_dim, ctx.rotary_dim, ctx.stream);
+  }
+  const std::vector<int32_t>& cu = ctx.batch.cu_seqlens;
+  const int64_t original = ctx.config.rope_scaling.original_max_position_embeddings;
+  auto is_long = [&](int s) { return cu[s + 1] - cu[s] > original; };
+  for (int s = ch.first_seq; s < ch.first_seq + ch.num_seqs;) {
+    int e = s + 1;
+    while (e < ch.first_seq + ch.num_seqs && is_long(e) == is_long(s)) ++e;
+    const int64_t begin = cu[s], rows = cu[e] - cu[s];
+    SCORED_RETURN_IF_ERROR(kernels::RopeWithTable<T>(ctx.qkv + begin * ctx.qkv_dim, ctx.qkv_dim,
+                                                     ctx.positions + begin,
+                                                     is_long(s) ? ctx.rope_long : ctx.rope_table, max_tokens,
+                                                     rows, heads, ctx.head_dim, ctx.rotary_dim, ctx.stream));
+    s = e;
+  }
+  return absl::OkStatus();
+}
+
+// Qwen3's q / k norm (where the layer has one) and RoPE on the chunk's q|k heads: one fused pass
+// (kernels::QkNormRope, bitwise the two) where the rotation reads one table over whole heads, else the
+// norms then ApplyRope.
+template <typename T>
+absl::Status QkNormAndRope(ForwardContext<T>& ctx, const DeviceLayer& layer, int64_t l, T* qkv_rows,
+                           const RowChunk& ch) {
+  const float* const table = OneRopeTable(ctx, l);
+  if (layer.q_norm.data() != nullptr && table != nullptr && ctx.rotary_dim == ctx.head_dim &&
+      kernels::QkNormRopeSupports(ctx.head_dim)) {
+    return kernels::QkNormRope<T>(qkv_rows, ctx.qkv_dim, layer.q_norm.as<float>(), layer.k_norm.as<float>(),
+                                  ctx.positions + ch.begin, table, ctx.acts->max_tokens, ch.rows,
+                                  ctx.num_heads, ctx.num_kv_heads, ctx.head_dim, ctx.eps, ctx.stream);
+  }
+  if (layer.q_norm.data() != nullptr) {
+    SCORED_RETURN_IF_ERROR(kernels::QkNorm<T>(qkv_rows, ctx.qkv_dim, layer.q_norm.as<float>(), ch.rows,
+                                              ctx.num_heads, ctx.head_dim, ctx.eps, ctx.stream));
+    SCORED_RETURN_IF_ERROR(kernels::QkNorm<T>(qkv_rows + ctx.q_dim, ctx.qkv_dim, layer.k_norm.as<float>(),
+                                              ch.rows, ctx.num_kv_heads, ctx.head_dim, ctx.eps, ctx.stream));
+  }
+  return ApplyRope(ctx, l, qkv_rows, ch);
+}
+
+// Chunk ch's q|k|v rows after the GEMM: bias, q/k norm and RoPE, then the FP8 KV cache's post-RoPE K and V
+// quantize-dequantized per tensor.
+template <typename T>
+absl::Status PrepareQkv(ForwardContext<T>& ctx, const DeviceLayer& layer, int64_t l, const RowChunk& ch) {
+  const int64_t m = ch.rows, qkv_dim = ctx.qkv_dim, q_dim = ctx.q_dim;
+  T* qkv_rows = ctx.qkv + ch.begin * qkv_dim;  // [m, qkv_dim]
+  if (layer.qkv_bias.data() != nullptr) {
+    SCORED_RETURN_IF_ERROR(
+        kernels::BiasAdd<T>(qkv_rows, qkv_dim, layer.qkv_bias.as<float>(), m, qkv_dim, ctx.stream));
+  }
+  SCORED_RETURN_IF_ERROR(QkNormAndRope(ctx, layer, l, qkv_rows, ch));
+  if (layer.k_scale > 0.0f) {  // FP8 KV cache: post-RoPE K and V quantize-dequantized per tensor
+    const int64_t kv_dim = (qkv_dim - q_dim) / 2;
+    SCORED_RETURN_IF_ERROR(
+        kernels::FakeQuantizeFp8Static<T>(qkv_rows + q_dim, qkv_dim, m, kv_dim, layer.k_scale, ctx.stream));
+    SCORED_RETURN_IF_ERROR(kernels::FakeQuantizeFp8Static<T>(qkv_rows + q_dim + kv_dim, qkv_dim, m, kv_dim,
+                                                             layer.v_scale, ctx.stream));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+template <typename T>
+const float* OneRopeTable(const ForwardContext<T>& ctx, int64_t l) {
+  if (ctx.config.LocalRope(l)) return ctx.rope_local;
+  return ctx.config.rope_scaling.type != RopeType::kLongrope ? ctx.rope_table : nullptr;
+}
+
+template <typename T>
+absl::Status AttentionBlock(ForwardContext<T>& ctx, const DeviceLayer& layer, int64_t l, RowSum input_sum) {
+  const LinearPlan qkv_plan = ctx.linears.Plan(layer.qkv, LinearOut::kComputeDtype);
+  const LinearPlan o_plan = ctx.linears.Plan(layer.o, LinearOut::kResidual);
+  const bool qkv_fp8 = ctx.norm_fp8_ok && qkv_plan.fed_fp8;
+  LinearInOut qkv_io;
+  qkv_io.fp8_input_scales = qkv_fp8 ? ctx.fp8_scale_norm : nullptr;
+  SCORED_ASSIGN_OR_RETURN(ChunkLease qkv_w, ChunkLease::Acquire(ctx.weights, layer.qkv, ctx.num_chunks()));
+  SCORED_ASSIGN_OR_RETURN(ChunkLease o_w, ChunkLease::Acquire(ctx.weights, layer.o, ctx.num_chunks()));
+  kernels::AttentionShape shape;
+  shape.num_heads = static_cast<int32_t>(ctx.num_heads);
+  shape.num_kv_heads = static_cast<int32_t>(ctx.num_kv_heads);
+  shape.head_dim = static_cast<int32_t>(ctx.head_dim);
+  shape.q_stride = ctx.qkv_dim;
+  shape.kv_stride = ctx.qkv_dim;
+  shape.scale = static_cast<float>(ctx.config.attention_scale);
+  shape.softcap = ctx.config.attn_logit_softcap;
+  shape.window = static_cast<int32_t>(ctx.config.LayerWindow(l));
+  for (int c = 0; c < ctx.num_chunks(); ++c) {
+    const RowChunk& ch = ctx.chunks[c];
+    {  // normed [n, hidden] (or act_fp8 / fp8_scale_norm)
+      Stage s(ctx.clock, "norm");
+      SCORED_RETURN_IF_ERROR(
+          ctx.residual_stream.OpenNorm(layer.input_norm, input_sum, c, ctx.NormInto(qkv_fp8)));
+    }
+    {  // qkv [n, qkv_dim]
+      Stage s(ctx.clock, "qkv GEMM");
+      SCORED_RETURN_IF_ERROR(ctx.linears.Run(*qkv_w, qkv_plan, ctx.normed, ctx.qkv, qkv_io, ch));
+    }
+    SCORED_RETURN_IF_ERROR(qkv_w.ReleaseAfter(c));
+    {
+      Stage s(ctx.clock, "bias, q/k norm, rope");
+      SCORED_RETURN_IF_ERROR(PrepareQkv(ctx, layer, l, ch));
+    }
+    // attn [n, q_dim] over the chunk's sequences: cu_seqlens holds absolute rows, so q / k / v / attn stay
+    // the batch's.
+    shape.num_tokens = ch.rows;
+    shape.num_seqs = ch.num_seqs;
+    shape.max_seqlen = ch.max_seqlen;
+    {
+      Stage s(ctx.clock, "attention");
+      SCORED_RETURN_IF_ERROR(kernels::CausalAttention<T>(ctx.q, ctx.k, ctx.v, ctx.cu_seqlens + ch.first_seq,
+                                                         shape, ctx.attn, ctx.stream));
+    }
+    {  // residual [n, hidden] += attn . W_o^T (tp: this rank's partial product), then its sum over ranks (the
+       // Gemma block: proj = post_attention_norm(attn . W_o^T))
+      Stage s(ctx.clock, "o GEMM");
+      SCORED_RETURN_IF_ERROR(ctx.residual_stream.CloseBlock(*o_w, o_plan, ctx.attn, LinearInOut{},
+                                                            layer.post_norm, RowSum::kAfterO, c));
+      SCORED_RETURN_IF_ERROR(o_w.ReleaseAfter(c));
+    }
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status AttentionBlock<kernels::bf16_t>(ForwardContext<kernels::bf16_t>&, const DeviceLayer&,
+                                                      int64_t, RowSum);
+template absl::Status AttentionBlock<float>(ForwardContext<float>&, const DeviceLayer&, int64_t, RowSum);
+template const float* OneRopeTable<kernels::bf16_t>(const ForwardContext<kernels::bf16_t>&, int64_t);
+template const float* OneRopeTable<float>(const ForwardContext<float>&, int64_t);
+
+}  // namespace scored::cuda

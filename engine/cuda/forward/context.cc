@@ -1,0 +1,54 @@
+#include "engine/cuda/forward/context.h"
+
+#include "engine/base/status_macros.h"
+#include "engine/dist/nccl_communicator.h"
+#include "engine/kernels/kernel_types.h"
+
+namespace scored::cuda {
+
+bool Chunkable(const ModelConfig& config, const DeviceModel& model) {
+  if (config.sandwich_norms || config.moe()) return false;
+  for (const DeviceLayer& layer : model.layers) {
+    for (const DeviceLinear* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+      if ((w->fp8_resident() || w->w8a8_dynamic_fp8() || w->w8a8_dynamic_int8()) &&
+          w->act_amax_all_reduce()) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+template <typename T>
+ForwardContext<T>::ForwardContext(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
+                                  const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
+                                  const TensorParallelContext* tp, PassRole role,
+                                  const ReferenceModel* reference)
+    : config(config),
+      model(model),
+      gemm(gemm),
+      batch(batch),
+      acts(acts),
+      stream(stream),
+      tp(tp),
+      role(role),
+      reference(reference),
+      add_to_residual(tp == nullptr || tp->comm->rank() == 0),
+      chunks(RowChunks(batch.cu_seqlens, batch.num_tokens, batch.num_seqs, batch.max_seqlen,
+                       acts->tp_row_chunks, tp != nullptr && Chunkable(config, model))),
+      weights(model, acts->weight_scratch(), stream),
+      sums(tp, acts, static_cast<int>(chunks.size()), config.hidden_size, stream),
+      linears(gemm, acts, tp, model.dtype, stream),
+      clock(acts->stage_times, stream),
+      residual_stream(*this, config.sandwich_norms ? ResidualForm::kSandwich : ResidualForm::kPreNorm) {}
+
+absl::StatusOr<ChunkLease> ChunkLease::Acquire(WeightStream& weights, const DeviceLinear& linear,
+                                               int num_chunks) {
+  SCORED_ASSIGN_OR_RETURN(const WeightStream::Lease lease, weights.Acquire(linear));
+  return ChunkLease(&weights, lease, num_chunks);
+}
+
+template struct ForwardContext<kernels::bf16_t>;
+template struct ForwardContext<float>;
+
+}  // namespace scored::cuda
