@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -122,11 +123,41 @@ struct DeviceLayer {
   float k_scale = 0.0f, v_scale = 0.0f;
 };
 
-// Every linear of `layer` in the order the forward uses them: q|k|v, o, then gate|up, down; a sparse layer's
-// router, each expert's gate|up and down in ascending expert id, then its shared expert's gate|up and down
-// (Qwen2-MoE; last, as its input rotation, if any, runs in place on the input the experts gather from).
-// (WeightStream streams them in this order.) skip_grouped_experts: leave out the experts of a layer whose
-// moe.grouped is enabled (the forward runs them from the grouped tables, not one linear at a time).
+// Which GEMM of a decoder layer a DeviceLinear is (DeviceLayer, DeviceMoe).
+enum class DeviceLinearRole {
+  kQkv,           // DeviceLayer::qkv (column-parallel under tp)
+  kO,             // DeviceLayer::o (row-parallel)
+  kGateUp,        // a dense layer's DeviceLayer::gate_up (column-parallel)
+  kDown,          // a dense layer's DeviceLayer::down (row-parallel)
+  kRouter,        // a sparse layer's DeviceMoe::router (replicated; fp32 logits)
+  kExpertGateUp,  // DeviceMoe::gate_up[e]
+  kExpertDown,    // DeviceMoe::down[e]
+  kSharedGateUp,  // DeviceMoe::shared_gate_up (Qwen2-MoE's shared expert)
+  kSharedDown,    // DeviceMoe::shared_down
+};
+
+// A routed expert's linear (kExpertGateUp / kExpertDown): run from DeviceMoe::grouped's tables where those
+// are enabled, not one linear at a time.
+inline bool IsRoutedExpert(DeviceLinearRole role) {
+  return role == DeviceLinearRole::kExpertGateUp || role == DeviceLinearRole::kExpertDown;
+}
+
+// The one enumeration of a device layer's linears: calls fn(linear, role) for every linear of `layer` in the
+// order the forward uses them: q|k|v, o, then a dense layer's gate|up, down, or a sparse layer's router, each
+// expert's gate|up and down in ascending expert id (the e-th kExpertGateUp and kExpertDown are expert e's),
+// then its shared expert's gate|up and down (Qwen2-MoE; last, as its input rotation, if any, runs in place
+// on the input the experts gather from). A sparse layer's empty gate_up / down and a dense layer's empty
+// DeviceMoe are not visited. `fn` returns void, or absl::Status: then the walk stops at the first error and
+// ForEachLinear returns it (OK when every call was). The second overload is the mutable twin
+// (fn(DeviceLinear&, DeviceLinearRole)).
+template <typename Fn>
+auto ForEachLinear(const DeviceLayer& layer, Fn&& fn);
+template <typename Fn>
+auto ForEachLinear(DeviceLayer& layer, Fn&& fn);
+
+// Every linear of `layer` in ForEachLinear's order. (WeightStream streams them in this order.)
+// skip_grouped_experts: leave out the experts of a layer whose moe.grouped is enabled (the forward runs them
+// from the grouped tables, not one linear at a time).
 std::vector<const DeviceLinear*> LinearsInOrder(const DeviceLayer& layer, bool skip_grouped_experts = false);
 
 struct DeviceModel {
@@ -165,6 +196,58 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
 // ranks, everything else divided evenly. For "does it fit" checks before an upload (the upload itself still
 // fails cleanly with RESOURCE_EXHAUSTED when the estimate was short).
 int64_t EstimateDeviceBytes(const ModelWeights& weights, ComputeDtype dtype, int tp_size = 1);
+
+namespace device_layer_internal {
+
+// ForEachLinear's walk over a const or mutable layer; `visit` returns false to stop it (then so does this).
+template <typename Layer, typename Visit>
+bool WalkLinears(Layer& layer, Visit&& visit) {
+  if (!visit(layer.qkv, DeviceLinearRole::kQkv) || !visit(layer.o, DeviceLinearRole::kO)) return false;
+  if (!layer.sparse) {
+    return visit(layer.gate_up, DeviceLinearRole::kGateUp) && visit(layer.down, DeviceLinearRole::kDown);
+  }
+  if (!visit(layer.moe.router, DeviceLinearRole::kRouter)) return false;
+  for (size_t e = 0; e < layer.moe.gate_up.size(); ++e) {
+    if (!visit(layer.moe.gate_up[e], DeviceLinearRole::kExpertGateUp) ||
+        !visit(layer.moe.down[e], DeviceLinearRole::kExpertDown)) {
+      return false;
+    }
+  }
+  if (!layer.moe.shared) return true;
+  return visit(layer.moe.shared_gate_up, DeviceLinearRole::kSharedGateUp) &&
+         visit(layer.moe.shared_down, DeviceLinearRole::kSharedDown);
+}
+
+template <typename Layer, typename Fn>
+auto ForEachLinearOf(Layer& layer, Fn& fn) {
+  using Result = std::invoke_result_t<Fn&, decltype((layer.qkv)), DeviceLinearRole>;
+  if constexpr (std::is_void_v<Result>) {
+    WalkLinears(layer, [&fn](auto& linear, DeviceLinearRole role) {
+      fn(linear, role);
+      return true;
+    });
+  } else {
+    static_assert(std::is_same_v<Result, absl::Status>, "ForEachLinear: fn returns void or absl::Status");
+    absl::Status status;
+    WalkLinears(layer, [&fn, &status](auto& linear, DeviceLinearRole role) {
+      status = fn(linear, role);
+      return status.ok();
+    });
+    return status;
+  }
+}
+
+}  // namespace device_layer_internal
+
+template <typename Fn>
+auto ForEachLinear(const DeviceLayer& layer, Fn&& fn) {
+  return device_layer_internal::ForEachLinearOf(layer, fn);
+}
+
+template <typename Fn>
+auto ForEachLinear(DeviceLayer& layer, Fn&& fn) {
+  return device_layer_internal::ForEachLinearOf(layer, fn);
+}
 
 }  // namespace scored::cuda
 

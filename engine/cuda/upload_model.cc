@@ -65,7 +65,8 @@ int64_t ResidentBytes(const DeviceModel& model) {
     bytes += layer.input_norm.bytes() + layer.post_norm.bytes() + layer.q_norm.bytes() +
              layer.k_norm.bytes() + layer.qkv_bias.bytes() + layer.pre_ff_norm.bytes() +
              layer.post_ff_norm.bytes();
-    for (const DeviceLinear* linear : LinearsInOrder(layer)) bytes += linear->DeviceBytes();
+    ForEachLinear(layer,
+                  [&bytes](const DeviceLinear& linear, DeviceLinearRole) { bytes += linear.DeviceBytes(); });
   }
   for (const DeviceBuffer& table : model.rotation_tables) bytes += table.bytes();
   return bytes;
