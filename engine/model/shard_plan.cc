@@ -540,32 +540,11 @@ absl::Status ValidateTensorParallel(const ModelWeights& weights, int tp_size) {
   for (int r = 0; r < tp_size; ++r) {
     SCORED_ASSIGN_OR_RETURN(const ShardPlan plan, ShardPlan::Create(weights.config(), tp_size, r));
     for (const LayerWeights& l : weights.layers()) {
-      std::vector<std::pair<const LinearWeight*, LinearRole>> linears = {{&l.q_proj, LinearRole::kQ},
-                                                                         {&l.k_proj, LinearRole::kK},
-                                                                         {&l.v_proj, LinearRole::kV},
-                                                                         {&l.o_proj, LinearRole::kO}};
-      if (!l.sparse) {
-        linears.insert(linears.end(), {{&l.gate_proj, LinearRole::kGate},
-                                       {&l.up_proj, LinearRole::kUp},
-                                       {&l.down_proj, LinearRole::kDown}});
-      } else {
-        linears.push_back({&l.moe.router, LinearRole::kRouter});
-        for (const ExpertWeights& e : l.moe.experts) {
-          linears.insert(linears.end(), {{&e.gate_proj, LinearRole::kExpertGate},
-                                         {&e.up_proj, LinearRole::kExpertUp},
-                                         {&e.down_proj, LinearRole::kExpertDown}});
-        }
-        if (!l.moe.shared_expert_gate.module.empty()) {
-          const ExpertWeights& sh = l.moe.shared_expert;
-          linears.insert(linears.end(), {{&sh.gate_proj, LinearRole::kSharedGate},
-                                         {&sh.up_proj, LinearRole::kSharedUp},
-                                         {&sh.down_proj, LinearRole::kSharedDown},
-                                         {&l.moe.shared_expert_gate, LinearRole::kSharedExpertGate}});
-        }
-      }
-      for (const auto& [w, role] : linears) {
-        SCORED_RETURN_IF_ERROR(CheckShardable(*w, plan.ForLinear(role), r));
-      }
+      absl::Status status;
+      ForEachLinear(l, [&](const LinearWeight& w, LinearRole role) {
+        if (status.ok()) status = CheckShardable(w, plan.ForLinear(role), r);
+      });
+      SCORED_RETURN_IF_ERROR(status);
     }
     SCORED_RETURN_IF_ERROR(CheckShardable(weights.lm_head(), plan.lm_head, r));
   }

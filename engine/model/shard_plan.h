@@ -78,26 +78,7 @@ struct LinearSlice {
   int64_t size() const { return end - begin; }
 };
 
-// The linears of a decoder layer, for ShardPlan::ForLinear.
-enum class LinearRole {
-  kQ,
-  kK,
-  kV,
-  kO,
-  kGate,
-  kUp,
-  kDown,
-  kLmHead,
-  // Mixture-of-experts layers (weights.h MoeWeights): every expert, the shared expert, and the two gates.
-  kRouter,
-  kExpertGate,
-  kExpertUp,
-  kExpertDown,
-  kSharedGate,
-  kSharedUp,
-  kSharedDown,
-  kSharedExpertGate,
-};
+// LinearRole (weights.h): which linear of a layer a weight is.
 
 struct ShardPlan {
   int tp_size = 1;

@@ -181,25 +181,6 @@ absl::StatusOr<std::optional<ToolkitQuantConfig>> LoadToolkitQuantConfig(const M
   return std::optional<ToolkitQuantConfig>(std::move(t));
 }
 
-// The decoder linears of a layer that are present: attention, then the dense MLP or every expert (and the
-// shared expert). Routers and shared-expert gates are not in it (`gates` adds them).
-std::vector<const LinearWeight*> LayerLinears(const LayerWeights& L, bool gates = false) {
-  std::vector<const LinearWeight*> out = {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj};
-  if (!L.sparse) {
-    out.insert(out.end(), {&L.gate_proj, &L.up_proj, &L.down_proj});
-    return out;
-  }
-  for (const ExpertWeights& e : L.moe.experts)
-    out.insert(out.end(), {&e.gate_proj, &e.up_proj, &e.down_proj});
-  const ExpertWeights& sh = L.moe.shared_expert;
-  if (!sh.gate_proj.module.empty()) out.insert(out.end(), {&sh.gate_proj, &sh.up_proj, &sh.down_proj});
-  if (gates) {
-    out.push_back(&L.moe.router);
-    if (!L.moe.shared_expert_gate.module.empty()) out.push_back(&L.moe.shared_expert_gate);
-  }
-  return out;
-}
-
 // Tensor suffixes that mark a module as stored quantized (compressed-tensors, GPTQ / AWQ, ModelOpt).
 constexpr const char* kQuantizedSuffixes[] = {
     ".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_global_scale", ".weight_shape",
@@ -238,8 +219,10 @@ class ModelWeightsLoader {
   // module fail the unused-tensor check.
   absl::StatusOr<TensorView> TakeWeight(const std::string& module, int64_t out, int64_t in,
                                         std::initializer_list<DType> dtypes);
+  // Layer l's tensors, as its plan (ModelWeights::plan) says.
+  absl::Status LoadLayer(int64_t l, LayerWeights* out);
   // The mixture-of-experts block of sparse layer `prefix` ("model.layers.<l>.").
-  absl::Status LoadMoe(const std::string& prefix, MoeWeights* moe);
+  absl::Status LoadMoe(const std::string& prefix, const ExpertsPlan& plan, MoeWeights* moe);
   absl::Status LoadRouter(const std::string& module, LinearWeight* w);
   // Experts stored fused: kDense views into the two tensors (MoeWeights).
   absl::Status LoadFusedExperts(const std::string& experts, MoeWeights* moe);
@@ -597,7 +580,11 @@ absl::Status ModelWeightsLoader::CheckFiniteParameters() const {
                                 &L.pre_feedforward_layernorm, &L.post_feedforward_layernorm}) {
       SCORED_RETURN_IF_ERROR(CheckFinite(*t, "a norm weight"));
     }
-    for (const LinearWeight* w : LayerLinears(L, /*gates=*/true)) SCORED_RETURN_IF_ERROR(check_linear(*w));
+    absl::Status status;
+    ForEachLinear(L, [&](const LinearWeight& w, LinearRole) {
+      if (status.ok()) status = check_linear(w);
+    });
+    SCORED_RETURN_IF_ERROR(status);
   }
   return check_linear(m_->lm_head_);
 }
@@ -707,7 +694,8 @@ absl::Status ModelWeightsLoader::LoadFused(const std::string& module, int64_t in
   return absl::OkStatus();
 }
 
-absl::Status ModelWeightsLoader::LoadMoe(const std::string& prefix, MoeWeights* moe) {
+absl::Status ModelWeightsLoader::LoadMoe(const std::string& prefix, const ExpertsPlan& plan,
+                                         MoeWeights* moe) {
   const ModelConfig& c = m_->config_;
   const MoeTensorNames& n = c.family->moe.names;
   SCORED_RETURN_IF_ERROR(LoadRouter(prefix + n.router, &moe->router));
@@ -758,9 +746,9 @@ absl::Status ModelWeightsLoader::LoadMoe(const std::string& prefix, MoeWeights* 
         2 * c.moe_intermediate_size, ", ", c.hidden_size, "] and '", experts, n.fused_down, "' [",
         c.num_experts, ", ", c.hidden_size, ", ", c.moe_intermediate_size, "]"));
   }
-  if (c.shared_expert_intermediate_size > 0) {
+  if (plan.shared_expert_intermediate_size > 0) {
     SCORED_RETURN_IF_ERROR(LoadSwiGlu(prefix + n.shared_expert, "gate_proj", "up_proj", "down_proj",
-                                      c.shared_expert_intermediate_size, &moe->shared_expert));
+                                      plan.shared_expert_intermediate_size, &moe->shared_expert));
     SCORED_RETURN_IF_ERROR(
         LoadLinear(prefix + n.shared_expert_gate, 1, c.hidden_size, false, &moe->shared_expert_gate));
   }
@@ -790,10 +778,64 @@ absl::Status ModelWeightsLoader::CheckLeftovers() const {
       "checkpoint holds tensors the model does not use (unsupported feature?): ", absl::StrJoin(left, ", ")));
 }
 
+absl::Status ModelWeightsLoader::LoadLayer(int64_t l, LayerWeights* out) {
+  const ModelConfig& c = m_->config_;
+  const LayerPlan& plan = m_->plan_.layers[static_cast<size_t>(l)];
+  const TensorNames& n = *names_;
+  const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
+  const int64_t q_out = c.num_heads * c.head_dim;
+  const int64_t kv_out = c.num_kv_heads * c.head_dim;
+  LayerWeights& L = *out;
+  const std::string p = absl::StrCat(n.layer_prefix, l, ".");
+  SCORED_ASSIGN_OR_RETURN(L.input_layernorm, TakeChecked(p + n.input_layernorm, {c.hidden_size}, kFloat));
+  SCORED_ASSIGN_OR_RETURN(L.post_attention_layernorm,
+                          TakeChecked(p + n.post_attention_layernorm, {c.hidden_size}, kFloat));
+  if (plan.sandwich()) {
+    SCORED_ASSIGN_OR_RETURN(L.pre_feedforward_layernorm,
+                            TakeChecked(p + n.pre_feedforward_layernorm, {c.hidden_size}, kFloat));
+    SCORED_ASSIGN_OR_RETURN(L.post_feedforward_layernorm,
+                            TakeChecked(p + n.post_feedforward_layernorm, {c.hidden_size}, kFloat));
+  }
+  if (plan.attention.qk_norm) {
+    SCORED_ASSIGN_OR_RETURN(L.q_norm, TakeChecked(p + n.q_norm, {c.head_dim}, kFloat));
+    SCORED_ASSIGN_OR_RETURN(L.k_norm, TakeChecked(p + n.k_norm, {c.head_dim}, kFloat));
+  }
+  const bool b = plan.attention.qkv_bias;  // q/k/v only: no family here has an o_proj bias
+  if (n.qkv_proj != nullptr) {             // fused (Phi-3): no family with one has a q/k/v bias
+    SCORED_RETURN_IF_ERROR(
+        LoadFused(p + n.qkv_proj, c.hidden_size,
+                  {{q_out, "q", &L.q_proj}, {kv_out, "k", &L.k_proj}, {kv_out, "v", &L.v_proj}}));
+  } else {
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.q_proj, q_out, c.hidden_size, b, &L.q_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.k_proj, kv_out, c.hidden_size, b, &L.k_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.v_proj, kv_out, c.hidden_size, b, &L.v_proj));
+  }
+  SCORED_RETURN_IF_ERROR(LoadLinear(p + n.o_proj, c.hidden_size, q_out, false, &L.o_proj));
+  L.sparse = plan.experts();
+  const int64_t inter = plan.channel_mixer.intermediate_size;
+  if (L.sparse) {
+    SCORED_RETURN_IF_ERROR(LoadMoe(p, plan.channel_mixer.experts, &L.moe));
+  } else if (n.gate_up_proj != nullptr) {
+    SCORED_RETURN_IF_ERROR(LoadFused(p + n.gate_up_proj, c.hidden_size,
+                                     {{inter, "gate", &L.gate_proj}, {inter, "up", &L.up_proj}}));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.down_proj, c.hidden_size, inter, false, &L.down_proj));
+  } else {
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.gate_proj, inter, c.hidden_size, false, &L.gate_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.up_proj, inter, c.hidden_size, false, &L.up_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.down_proj, c.hidden_size, inter, false, &L.down_proj));
+  }
+  if (m_->kv_cache_fp8_) {
+    SCORED_RETURN_IF_ERROR(LoadKvScale(p + "self_attn.k_scale", &L.k_scale));
+    SCORED_RETURN_IF_ERROR(LoadKvScale(p + "self_attn.v_scale", &L.v_scale));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
   SCORED_ASSIGN_OR_RETURN(m_->config_, LoadModelConfig(model_dir));
   const ModelConfig& c = m_->config_;
-  // Tensor names and files come from the family; which optional tensors exist from the config's flags.
+  m_->plan_ = PlanModel(c);
+  // Tensor names and files come from the family; which tensors a layer has from its plan.
   const FamilyTraits& family = *c.family;
   SCORED_ASSIGN_OR_RETURN(toolkit_, LoadToolkitQuantConfig(c, model_dir));
   if (c.has_quantization_config && !toolkit_.has_value()) {
@@ -812,57 +854,9 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
   SCORED_ASSIGN_OR_RETURN(m_->embed_tokens_,
                           TakeChecked(n.embed_tokens, {c.vocab_size, c.hidden_size}, kFloat));
   SCORED_ASSIGN_OR_RETURN(m_->final_norm_, TakeChecked(n.final_norm, {c.hidden_size}, kFloat));
-  const int64_t q_out = c.num_heads * c.head_dim;
-  const int64_t kv_out = c.num_kv_heads * c.head_dim;
   m_->layers_.resize(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    LayerWeights& L = m_->layers_[static_cast<size_t>(l)];
-    const std::string p = absl::StrCat(n.layer_prefix, l, ".");
-    SCORED_ASSIGN_OR_RETURN(L.input_layernorm, TakeChecked(p + n.input_layernorm, {c.hidden_size}, kFloat));
-    SCORED_ASSIGN_OR_RETURN(L.post_attention_layernorm,
-                            TakeChecked(p + n.post_attention_layernorm, {c.hidden_size}, kFloat));
-    if (c.sandwich_norms) {
-      SCORED_ASSIGN_OR_RETURN(L.pre_feedforward_layernorm,
-                              TakeChecked(p + n.pre_feedforward_layernorm, {c.hidden_size}, kFloat));
-      SCORED_ASSIGN_OR_RETURN(L.post_feedforward_layernorm,
-                              TakeChecked(p + n.post_feedforward_layernorm, {c.hidden_size}, kFloat));
-    }
-    if (c.qk_norm) {
-      SCORED_ASSIGN_OR_RETURN(L.q_norm, TakeChecked(p + n.q_norm, {c.head_dim}, kFloat));
-      SCORED_ASSIGN_OR_RETURN(L.k_norm, TakeChecked(p + n.k_norm, {c.head_dim}, kFloat));
-    }
-    const bool b = c.attention_bias;  // q/k/v only: no family here has an o_proj bias
-    if (n.qkv_proj != nullptr) {      // fused (Phi-3): no family with one has a q/k/v bias
-      SCORED_RETURN_IF_ERROR(
-          LoadFused(p + n.qkv_proj, c.hidden_size,
-                    {{q_out, "q", &L.q_proj}, {kv_out, "k", &L.k_proj}, {kv_out, "v", &L.v_proj}}));
-    } else {
-      SCORED_RETURN_IF_ERROR(LoadLinear(p + n.q_proj, q_out, c.hidden_size, b, &L.q_proj));
-      SCORED_RETURN_IF_ERROR(LoadLinear(p + n.k_proj, kv_out, c.hidden_size, b, &L.k_proj));
-      SCORED_RETURN_IF_ERROR(LoadLinear(p + n.v_proj, kv_out, c.hidden_size, b, &L.v_proj));
-    }
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.o_proj, c.hidden_size, q_out, false, &L.o_proj));
-    L.sparse = c.IsSparseLayer(l);
-    if (L.sparse) {
-      SCORED_RETURN_IF_ERROR(LoadMoe(p, &L.moe));
-    } else if (n.gate_up_proj != nullptr) {
-      SCORED_RETURN_IF_ERROR(
-          LoadFused(p + n.gate_up_proj, c.hidden_size,
-                    {{c.intermediate_size, "gate", &L.gate_proj}, {c.intermediate_size, "up", &L.up_proj}}));
-      SCORED_RETURN_IF_ERROR(
-          LoadLinear(p + n.down_proj, c.hidden_size, c.intermediate_size, false, &L.down_proj));
-    } else {
-      SCORED_RETURN_IF_ERROR(
-          LoadLinear(p + n.gate_proj, c.intermediate_size, c.hidden_size, false, &L.gate_proj));
-      SCORED_RETURN_IF_ERROR(
-          LoadLinear(p + n.up_proj, c.intermediate_size, c.hidden_size, false, &L.up_proj));
-      SCORED_RETURN_IF_ERROR(
-          LoadLinear(p + n.down_proj, c.hidden_size, c.intermediate_size, false, &L.down_proj));
-    }
-    if (m_->kv_cache_fp8_) {
-      SCORED_RETURN_IF_ERROR(LoadKvScale(p + "self_attn.k_scale", &L.k_scale));
-      SCORED_RETURN_IF_ERROR(LoadKvScale(p + "self_attn.v_scale", &L.v_scale));
-    }
+    SCORED_RETURN_IF_ERROR(LoadLayer(l, &m_->layers_[static_cast<size_t>(l)]));
   }
   if (c.tie_word_embeddings) {
     LinearWeight& h = m_->lm_head_;
@@ -888,20 +882,19 @@ void ModelWeightsLoader::Summarize() {
   bool w4a4 = false;
   int64_t gate_params = 0;  // routers and shared-expert gates
   for (const LayerWeights& L : m_->layers_) {
-    if (L.sparse) {
-      for (const LinearWeight* g : {&L.moe.router, &L.moe.shared_expert_gate}) {
-        gate_params += g->NumElements();
-        resident += g->StoredBytes();
+    ForEachLinear(L, [&](const LinearWeight& w, LinearRole role) {
+      if (IsGateRole(role)) {
+        gate_params += w.NumElements();
+        resident += w.StoredBytes();
+        return;
       }
-    }
-    for (const LinearWeight* w : LayerLinears(L)) {
-      s.decoder_linear_params += w->NumElements();
-      decoder_bytes += w->StoredBytes();
-      bias_params += w->bias.NumElements() * (w->bias.present() ? 1 : 0);
-      resident += w->StoredBytes() + w->bias.nbytes;
-      labels[FormatLabel(*w)]++;
-      w4a4 = w4a4 || w->w4a4_run_weight_only;
-    }
+      s.decoder_linear_params += w.NumElements();
+      decoder_bytes += w.StoredBytes();
+      bias_params += w.bias.NumElements() * (w.bias.present() ? 1 : 0);
+      resident += w.StoredBytes() + w.bias.nbytes;
+      labels[FormatLabel(w)]++;
+      w4a4 = w4a4 || w.w4a4_run_weight_only;
+    });
     for (const TensorView* t : {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm,
                                 &L.pre_feedforward_layernorm, &L.post_feedforward_layernorm}) {
       if (!t->present()) continue;
@@ -927,7 +920,9 @@ void ModelWeightsLoader::Summarize() {
   if (w4a4) notes.push_back("W4A4 checkpoint run weight-only (NVFP4A16): input_global_scale ignored");
   int rotated = 0, sparse_layers = 0, fused_layers = 0;
   for (const LayerWeights& L : m_->layers_) {
-    for (const LinearWeight* w : LayerLinears(L)) rotated += w->transforms.empty() ? 0 : 1;
+    ForEachLinear(L, [&rotated](const LinearWeight& w, LinearRole role) {
+      rotated += IsGateRole(role) || w.transforms.empty() ? 0 : 1;
+    });
     sparse_layers += L.sparse ? 1 : 0;
     fused_layers += L.moe.fused ? 1 : 0;
   }

@@ -19,9 +19,32 @@
 #include "absl/status/statusor.h"
 #include "engine/base/stored_weight.h"
 #include "engine/model/config.h"
+#include "engine/model/layer_plan.h"
 #include "engine/model/safetensors.h"
 
 namespace scored {
+
+// Which linear of a decoder layer (or the lm_head) a weight is: names the tensor, for the shard plan
+// (ShardPlan::ForLinear) and every walk over a layer's linears (ForEachLinear).
+enum class LinearRole {
+  kQ,
+  kK,
+  kV,
+  kO,
+  kGate,
+  kUp,
+  kDown,
+  kLmHead,
+  // Mixture-of-experts layers (weights.h MoeWeights): every expert, the shared expert, and the two gates.
+  kRouter,
+  kExpertGate,
+  kExpertUp,
+  kExpertDown,
+  kSharedGate,
+  kSharedUp,
+  kSharedDown,
+  kSharedExpertGate,
+};
 
 // One linear layer's stored tensors and format (engine/base/stored_weight.h) plus their exact decoding.
 // One online transform of a linear (transform_config, engine/model/transform_config.h) with its stored
@@ -101,6 +124,41 @@ struct LayerWeights {
   TensorView k_scale, v_scale;
 };
 
+// Every linear of layer L present, with its role, in this fixed order: q, k, v, o; then a dense layer's
+// gate, up, down, or a sparse layer's router, every expert's gate, up, down (expert 0 first) and, with a
+// shared expert, its gate, up, down and the shared-expert gate. The one enumeration of a layer's linears:
+// the loader's checks, the summary, the shard check and the oracle's decode walk it. `fn(const
+// LinearWeight&, LinearRole)`.
+template <typename Fn>
+void ForEachLinear(const LayerWeights& L, Fn&& fn) {
+  fn(L.q_proj, LinearRole::kQ);
+  fn(L.k_proj, LinearRole::kK);
+  fn(L.v_proj, LinearRole::kV);
+  fn(L.o_proj, LinearRole::kO);
+  if (!L.sparse) {
+    fn(L.gate_proj, LinearRole::kGate);
+    fn(L.up_proj, LinearRole::kUp);
+    fn(L.down_proj, LinearRole::kDown);
+    return;
+  }
+  fn(L.moe.router, LinearRole::kRouter);
+  for (const ExpertWeights& e : L.moe.experts) {
+    fn(e.gate_proj, LinearRole::kExpertGate);
+    fn(e.up_proj, LinearRole::kExpertUp);
+    fn(e.down_proj, LinearRole::kExpertDown);
+  }
+  if (L.moe.shared_expert_gate.module.empty()) return;
+  fn(L.moe.shared_expert.gate_proj, LinearRole::kSharedGate);
+  fn(L.moe.shared_expert.up_proj, LinearRole::kSharedUp);
+  fn(L.moe.shared_expert.down_proj, LinearRole::kSharedDown);
+  fn(L.moe.shared_expert_gate, LinearRole::kSharedExpertGate);
+}
+
+// Routers and the shared-expert gate: kept dense by every MoE recipe, so not counted in the format.
+inline bool IsGateRole(LinearRole r) {
+  return r == LinearRole::kRouter || r == LinearRole::kSharedExpertGate;
+}
+
 struct ModelSummary {
   int64_t num_parameters = 0;  // logical (unpacked) count, embeddings and norms included
   int64_t decoder_linear_params = 0;
@@ -126,6 +184,8 @@ class ModelWeights {
   static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& model_dir);
 
   const ModelConfig& config() const { return config_; }
+  // The structure of every layer (layer_plan.h), planned once from config() at load.
+  const ModelPlan& plan() const { return plan_; }
   const TensorView& embed_tokens() const { return embed_tokens_; }  // [vocab_size, hidden_size]
   const TensorView& final_norm() const { return final_norm_; }      // [hidden_size]
   // lm_head; for tied embeddings a kDense LinearWeight over embed_tokens.
@@ -145,6 +205,7 @@ class ModelWeights {
   friend class ModelWeightsLoader;
 
   ModelConfig config_;
+  ModelPlan plan_;
   std::unique_ptr<TensorStore> store_;
   // Tensors transcoded at load from other toolkits' layouts (toolkit_quant.h); views point into them.
   std::vector<std::unique_ptr<std::vector<uint8_t>>> transcoded_;

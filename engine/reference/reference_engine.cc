@@ -21,6 +21,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/model/config.h"
 #include "engine/model/fingerprint.h"
+#include "engine/model/layer_plan.h"
 #include "engine/model/raw_read.h"
 #include "engine/model/rope_freq.h"
 #include "engine/model/weights.h"
@@ -84,8 +85,7 @@ struct DenseLayer {
   std::vector<float> pre_ff_norm, post_ff_norm;
   DenseLinear q, k, v, o;
   DenseLinear gate, up, down;  // dense layers
-  bool sparse = false;         // ModelConfig::IsSparseLayer: `moe` instead of gate/up/down
-  DenseMoe moe;
+  DenseMoe moe;                // LayerPlan::experts(): instead of gate/up/down
   // FP8 KV cache (kv_cache_scheme, applied): K after RoPE and V quantize-dequantized with these; 0 = off.
   float k_scale = 0.0f, v_scale = 0.0f;
 };
@@ -165,11 +165,11 @@ absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, bool bias, ThreadPool
 
 // A sparse layer's block: the router and the shared-expert gate exactly as stored, the experts in their
 // scale dtype (Decode's round_to_scale_dtype: transformers' reading of quantized experts).
-absl::Status DecodeMoe(const ModelConfig& c, const MoeWeights& mw, ThreadPool* pool, DenseMoe* out) {
+absl::Status DecodeMoe(const ExpertsPlan& plan, const MoeWeights& mw, ThreadPool* pool, DenseMoe* out) {
   SCORED_ASSIGN_OR_RETURN(out->router, Decode(mw.router, /*bias=*/false, pool));
-  if (static_cast<int64_t>(mw.experts.size()) != c.num_experts) {
+  if (static_cast<int64_t>(mw.experts.size()) != plan.num_experts) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a sparse layer has ", mw.experts.size(), " experts, the config ", c.num_experts));
+        absl::StrCat("a sparse layer has ", mw.experts.size(), " experts, the config ", plan.num_experts));
   }
   out->experts.resize(mw.experts.size());
   for (size_t e = 0; e < mw.experts.size(); ++e) {
@@ -179,7 +179,7 @@ absl::Status DecodeMoe(const ModelConfig& c, const MoeWeights& mw, ThreadPool* p
     SCORED_ASSIGN_OR_RETURN(d.up, Decode(x.up_proj, /*bias=*/false, pool, /*round_to_scale_dtype=*/true));
     SCORED_ASSIGN_OR_RETURN(d.down, Decode(x.down_proj, /*bias=*/false, pool, /*round_to_scale_dtype=*/true));
   }
-  out->shared = c.shared_expert_intermediate_size > 0;
+  out->shared = plan.shared_expert_intermediate_size > 0;
   if (out->shared) {
     const ExpertWeights& x = mw.shared_expert;
     DenseSwiGlu& d = out->shared_expert;
@@ -203,7 +203,8 @@ int UsableCpus() {
 
 class ReferenceEngine : public Engine {
  public:
-  ReferenceEngine(ModelConfig config, int num_threads) : config_(std::move(config)), pool_(num_threads) {}
+  ReferenceEngine(ModelConfig config, ModelPlan plan, int num_threads)
+      : config_(std::move(config)), plan_(std::move(plan)), pool_(num_threads) {}
 
   absl::Status Load(const ModelWeights& weights, const EngineOptions& options);
 
@@ -216,9 +217,17 @@ class ReferenceEngine : public Engine {
   int64_t vocab_size() const { return config_.vocab_size; }
 
  private:
-  // The final-norm hidden state of every position of one sequence.
+  // Decodes layer l (its plan says which tensors it has) into *out and checks every linear's shape against
+  // the config; returns the floats it holds. kv_fp8: apply the checkpoint's FP8 KV cache.
+  absl::StatusOr<int64_t> DecodeLayer(int64_t l, const LayerWeights& lw, bool kv_fp8, DenseLayer* out) const;
+  struct Scratch;
+  // The final-norm hidden state of every position of one sequence: one readable loop over the layer plan.
   void Forward(const std::vector<int32_t>& tokens,
                std::vector<float>* hidden) const;  // [n, hidden_size]
+  // s->delta = o_proj(attention(q, k, v)) of s->normed (n positions), as the layer's attention plan says.
+  void AttentionBlock(const AttentionPlan& plan, const DenseLayer& layer, int64_t n, Scratch* s) const;
+  // s->delta = down(act(gate(s->normed)) * up(s->normed)), act per the plan (SwiGLU / GeGLU).
+  void GluMlp(const ChannelMixerPlan& plan, const DenseLayer& layer, int64_t n, Scratch* s) const;
   ScoreResult ScoreSequence(const ScoreRequest& request) const;
   // The lm_head logits of `rows` positions, from the final-norm hidden states of the positions before them.
   void Logits(const float* hidden,  // [rows, hidden_size]
@@ -236,7 +245,7 @@ class ReferenceEngine : public Engine {
   void ApplyProduct(const DenseLinear& linear, const float* x, int64_t n, float* y) const;
   // y = the mixture-of-experts block on x (config.h's semantics): router, MoeRoute, each expert on the
   // tokens routed to it (row by row, so a token's values do not depend on the others), MoeCombine.
-  void MoeBlock(const DenseMoe& moe, const float* x,  // [n, hidden_size]
+  void MoeBlock(const ExpertsPlan& plan, const DenseMoe& moe, const float* x,  // [n, hidden_size]
                 int64_t n,
                 float* y) const;  // [n, hidden_size]
   // y = down(silu(gate(x)) * up(x)).
@@ -245,7 +254,8 @@ class ReferenceEngine : public Engine {
   void NormRows(const float* x, const std::vector<float>& weight, int64_t rows, int64_t width,
                 float* out) const;
 
-  const ModelConfig config_;
+  const ModelConfig config_;  // the numbers (sizes, eps, RoPE parameters)
+  const ModelPlan plan_;      // the structure: every branch of Load and Forward reads it
   mutable ThreadPool pool_;
   ModelInfo info_;
   std::vector<float> embed_;           // [vocab_size, hidden_size]
@@ -253,7 +263,7 @@ class ReferenceEngine : public Engine {
   std::vector<float> inv_freq_;        // [rotary_dim / 2]
   std::vector<float> inv_freq_long_;   // longrope: for sequences beyond original_max_position_embeddings
   float rope_scaling_ = 1.0f;          // RopeAttentionScaling
-  std::vector<float> inv_freq_local_;  // layer_local_rope layers (Gemma 3's sliding layers)
+  std::vector<float> inv_freq_local_;  // RopeTable::kLocal layers (Gemma 3's sliding layers)
   std::vector<DenseLayer> layers_;
   DenseLinear lm_head_;                         // [vocab_size, hidden_size]
   std::unique_ptr<ReferenceEngine> reference_;  // R; null without --reference_model
@@ -277,105 +287,31 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
   }
   SCORED_ASSIGN_OR_RETURN(embed_, ToFloat(weights.embed_tokens(), c.vocab_size * c.hidden_size));
   SCORED_ASSIGN_OR_RETURN(final_norm_, ToFloat(weights.final_norm(), c.hidden_size));
-  if (c.gemma_norm) ref::OffsetNormWeight(final_norm_.data(), static_cast<int64_t>(final_norm_.size()));
+  if (plan_.offset_norms) ref::OffsetNormWeight(final_norm_.data(), static_cast<int64_t>(final_norm_.size()));
   inv_freq_ = RopeInvFreq(c);
-  if (!c.layer_local_rope.empty()) {
-    ModelConfig local = c;
-    local.rope_theta = c.local_rope_theta;
-    local.rope_scaling = c.local_rope_scaling;
-    inv_freq_local_ = RopeInvFreq(local);
-  }
+  if (plan_.local_rope) inv_freq_local_ = RopeInvFreq(RopeTableConfig(c, RopeTable::kLocal));
   inv_freq_long_ = RopeInvFreqForLength(c, std::numeric_limits<int64_t>::max());
   rope_scaling_ = RopeAttentionScaling(c);
-  ThreadPool* pool = &pool_;
-  int64_t resident_floats = static_cast<int64_t>(embed_.size() + final_norm_.size());
-  auto count = [&resident_floats](const DenseLinear& d) {
-    resident_floats += static_cast<int64_t>(d.w.size() + d.bias.size());
-  };
-  for (const LayerWeights& lw : weights.layers()) {
-    DenseLayer layer;
-    SCORED_ASSIGN_OR_RETURN(layer.input_norm, ToFloat(lw.input_layernorm, c.hidden_size));
-    SCORED_ASSIGN_OR_RETURN(layer.post_attention_norm, ToFloat(lw.post_attention_layernorm, c.hidden_size));
-    if (c.qk_norm) {
-      SCORED_ASSIGN_OR_RETURN(layer.q_norm, ToFloat(lw.q_norm, c.head_dim));
-      SCORED_ASSIGN_OR_RETURN(layer.k_norm, ToFloat(lw.k_norm, c.head_dim));
-    }
-    if (c.sandwich_norms) {
-      SCORED_ASSIGN_OR_RETURN(layer.pre_ff_norm, ToFloat(lw.pre_feedforward_layernorm, c.hidden_size));
-      SCORED_ASSIGN_OR_RETURN(layer.post_ff_norm, ToFloat(lw.post_feedforward_layernorm, c.hidden_size));
-    }
-    if (c.gemma_norm) {
-      for (std::vector<float>* w : {&layer.input_norm, &layer.post_attention_norm, &layer.q_norm,
-                                    &layer.k_norm, &layer.pre_ff_norm, &layer.post_ff_norm}) {
-        ref::OffsetNormWeight(w->data(), static_cast<int64_t>(w->size()));
-      }
-    }
-    SCORED_ASSIGN_OR_RETURN(layer.q, Decode(lw.q_proj, /*bias=*/c.attention_bias, pool));
-    SCORED_ASSIGN_OR_RETURN(layer.k, Decode(lw.k_proj, /*bias=*/c.attention_bias, pool));
-    SCORED_ASSIGN_OR_RETURN(layer.v, Decode(lw.v_proj, /*bias=*/c.attention_bias, pool));
-    SCORED_ASSIGN_OR_RETURN(layer.o, Decode(lw.o_proj, /*bias=*/false, pool));
-    layer.sparse = lw.sparse;
-    if (lw.sparse) {
-      SCORED_RETURN_IF_ERROR(DecodeMoe(c, lw.moe, pool, &layer.moe));
-    } else {
-      SCORED_ASSIGN_OR_RETURN(layer.gate, Decode(lw.gate_proj, /*bias=*/false, pool));
-      SCORED_ASSIGN_OR_RETURN(layer.up, Decode(lw.up_proj, /*bias=*/false, pool));
-      SCORED_ASSIGN_OR_RETURN(layer.down, Decode(lw.down_proj, /*bias=*/false, pool));
-    }
-    if (weights.kv_cache_fp8() && options.kv_cache_quant) {
-      SCORED_RETURN_IF_ERROR(TensorToFloat(lw.k_scale, &layer.k_scale, 1));
-      SCORED_RETURN_IF_ERROR(TensorToFloat(lw.v_scale, &layer.v_scale, 1));
-    }
-    struct Shape {
-      const DenseLinear* d;
-      int64_t out, in;
-    };
-    std::vector<Shape> shapes = {{&layer.q, c.num_heads * c.head_dim, c.hidden_size},
-                                 {&layer.k, c.num_kv_heads * c.head_dim, c.hidden_size},
-                                 {&layer.v, c.num_kv_heads * c.head_dim, c.hidden_size},
-                                 {&layer.o, c.hidden_size, c.num_heads * c.head_dim}};
-    auto swiglu = [&](const DenseLinear& gate, const DenseLinear& up, const DenseLinear& down,
-                      int64_t inter) {
-      shapes.push_back({&gate, inter, c.hidden_size});
-      shapes.push_back({&up, inter, c.hidden_size});
-      shapes.push_back({&down, c.hidden_size, inter});
-    };
-    if (layer.sparse) {
-      shapes.push_back({&layer.moe.router, c.num_experts, c.hidden_size});
-      for (const DenseSwiGlu& e : layer.moe.experts) swiglu(e.gate, e.up, e.down, c.moe_intermediate_size);
-      if (layer.moe.shared) {
-        const DenseSwiGlu& sh = layer.moe.shared_expert;
-        swiglu(sh.gate, sh.up, sh.down, c.shared_expert_intermediate_size);
-        shapes.push_back({&layer.moe.shared_gate, 1, c.hidden_size});
-      }
-    } else {
-      swiglu(layer.gate, layer.up, layer.down, c.intermediate_size);
-    }
-    for (const auto& s : shapes) {
-      if (s.d->out_features != s.out || s.d->in_features != s.in) {
-        return absl::InvalidArgumentError(absl::StrCat("layer ", layers_.size(), ": a linear weight is [",
-                                                       s.d->out_features, ", ", s.d->in_features,
-                                                       "], the config implies [", s.out, ", ", s.in, "]"));
-      }
-      count(*s.d);
-    }
-    resident_floats += static_cast<int64_t>(layer.input_norm.size() + layer.post_attention_norm.size() +
-                                            layer.q_norm.size() + layer.k_norm.size() +
-                                            layer.pre_ff_norm.size() + layer.post_ff_norm.size());
-    layers_.push_back(std::move(layer));
+  if (weights.layers().size() != plan_.layers.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint has ", weights.layers().size(),
+                                                   " layers, config.json says ", c.num_layers));
   }
-  if (static_cast<int64_t>(layers_.size()) != c.num_layers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the checkpoint has ", layers_.size(), " layers, config.json says ", c.num_layers));
+  int64_t resident_floats = static_cast<int64_t>(embed_.size() + final_norm_.size());
+  layers_.resize(plan_.layers.size());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const bool kv_fp8 = weights.kv_cache_fp8() && options.kv_cache_quant;
+    SCORED_ASSIGN_OR_RETURN(const int64_t floats,
+                            DecodeLayer(static_cast<int64_t>(l), weights.layers()[l], kv_fp8, &layers_[l]));
+    resident_floats += floats;
   }
   // Tied (config.tie_word_embeddings): weights.lm_head() is a dense view of the embedding.
-  SCORED_ASSIGN_OR_RETURN(lm_head_, Decode(weights.lm_head(), /*bias=*/false, pool));
+  SCORED_ASSIGN_OR_RETURN(lm_head_, Decode(weights.lm_head(), /*bias=*/false, &pool_));
   if (lm_head_.out_features != c.vocab_size || lm_head_.in_features != c.hidden_size) {
     return absl::InvalidArgumentError(absl::StrCat("lm_head is [", lm_head_.out_features, ", ",
                                                    lm_head_.in_features, "], expected [", c.vocab_size, ", ",
                                                    c.hidden_size, "]"));
   }
-  count(lm_head_);
+  resident_floats += static_cast<int64_t>(lm_head_.w.size() + lm_head_.bias.size());
 
   const ModelSummary& summary = weights.summary();
   info_.architecture = c.architecture;
@@ -387,7 +323,7 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
   info_.vocab_size = c.vocab_size;
   info_.max_seq_len = options.max_seq_len > 0 ? options.max_seq_len : c.max_position_embeddings;
   // No sliding-window attention here: full causal attention equals it only up to the window.
-  if (c.sliding_window > 0) info_.max_seq_len = std::min(info_.max_seq_len, c.sliding_window);
+  if (plan_.max_context > 0) info_.max_seq_len = std::min(info_.max_seq_len, plan_.max_context);
   info_.max_batch_tokens = options.max_batch_tokens;
   info_.num_parameters = summary.num_parameters;
   info_.bits_per_weight_decoder = summary.bits_per_weight_decoder;
@@ -395,6 +331,84 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
   info_.resident_bytes = resident_floats * static_cast<int64_t>(sizeof(float));
   SCORED_ASSIGN_OR_RETURN(info_.model_fingerprint, ModelFingerprint(options.model_dir));
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeights& lw, bool kv_fp8,
+                                                     DenseLayer* out) const {
+  const ModelConfig& c = config_;
+  const LayerPlan& plan = plan_.layers[static_cast<size_t>(l)];
+  ThreadPool* pool = &pool_;
+  DenseLayer& layer = *out;
+  SCORED_ASSIGN_OR_RETURN(layer.input_norm, ToFloat(lw.input_layernorm, c.hidden_size));
+  SCORED_ASSIGN_OR_RETURN(layer.post_attention_norm, ToFloat(lw.post_attention_layernorm, c.hidden_size));
+  if (plan.attention.qk_norm) {
+    SCORED_ASSIGN_OR_RETURN(layer.q_norm, ToFloat(lw.q_norm, c.head_dim));
+    SCORED_ASSIGN_OR_RETURN(layer.k_norm, ToFloat(lw.k_norm, c.head_dim));
+  }
+  if (plan.sandwich()) {
+    SCORED_ASSIGN_OR_RETURN(layer.pre_ff_norm, ToFloat(lw.pre_feedforward_layernorm, c.hidden_size));
+    SCORED_ASSIGN_OR_RETURN(layer.post_ff_norm, ToFloat(lw.post_feedforward_layernorm, c.hidden_size));
+  }
+  if (plan_.offset_norms) {
+    for (std::vector<float>* w : {&layer.input_norm, &layer.post_attention_norm, &layer.q_norm, &layer.k_norm,
+                                  &layer.pre_ff_norm, &layer.post_ff_norm}) {
+      ref::OffsetNormWeight(w->data(), static_cast<int64_t>(w->size()));
+    }
+  }
+  const bool bias = plan.attention.qkv_bias;
+  SCORED_ASSIGN_OR_RETURN(layer.q, Decode(lw.q_proj, bias, pool));
+  SCORED_ASSIGN_OR_RETURN(layer.k, Decode(lw.k_proj, bias, pool));
+  SCORED_ASSIGN_OR_RETURN(layer.v, Decode(lw.v_proj, bias, pool));
+  SCORED_ASSIGN_OR_RETURN(layer.o, Decode(lw.o_proj, /*bias=*/false, pool));
+  if (plan.experts()) {
+    SCORED_RETURN_IF_ERROR(DecodeMoe(plan.channel_mixer.experts, lw.moe, pool, &layer.moe));
+  } else {
+    SCORED_ASSIGN_OR_RETURN(layer.gate, Decode(lw.gate_proj, /*bias=*/false, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.up, Decode(lw.up_proj, /*bias=*/false, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.down, Decode(lw.down_proj, /*bias=*/false, pool));
+  }
+  if (kv_fp8) {
+    SCORED_RETURN_IF_ERROR(TensorToFloat(lw.k_scale, &layer.k_scale, 1));
+    SCORED_RETURN_IF_ERROR(TensorToFloat(lw.v_scale, &layer.v_scale, 1));
+  }
+  struct Shape {
+    const DenseLinear* d;
+    int64_t out, in;
+  };
+  std::vector<Shape> shapes = {{&layer.q, c.num_heads * c.head_dim, c.hidden_size},
+                               {&layer.k, c.num_kv_heads * c.head_dim, c.hidden_size},
+                               {&layer.v, c.num_kv_heads * c.head_dim, c.hidden_size},
+                               {&layer.o, c.hidden_size, c.num_heads * c.head_dim}};
+  auto swiglu = [&](const DenseSwiGlu& mlp, int64_t inter) {
+    shapes.push_back({&mlp.gate, inter, c.hidden_size});
+    shapes.push_back({&mlp.up, inter, c.hidden_size});
+    shapes.push_back({&mlp.down, c.hidden_size, inter});
+  };
+  if (plan.experts()) {
+    const ExpertsPlan& e = plan.channel_mixer.experts;
+    shapes.push_back({&layer.moe.router, e.num_experts, c.hidden_size});
+    for (const DenseSwiGlu& expert : layer.moe.experts) swiglu(expert, e.expert_intermediate_size);
+    if (layer.moe.shared) {
+      swiglu(layer.moe.shared_expert, e.shared_expert_intermediate_size);
+      shapes.push_back({&layer.moe.shared_gate, 1, c.hidden_size});
+    }
+  } else {
+    shapes.push_back({&layer.gate, plan.channel_mixer.intermediate_size, c.hidden_size});
+    shapes.push_back({&layer.up, plan.channel_mixer.intermediate_size, c.hidden_size});
+    shapes.push_back({&layer.down, c.hidden_size, plan.channel_mixer.intermediate_size});
+  }
+  int64_t floats =
+      static_cast<int64_t>(layer.input_norm.size() + layer.post_attention_norm.size() + layer.q_norm.size() +
+                           layer.k_norm.size() + layer.pre_ff_norm.size() + layer.post_ff_norm.size());
+  for (const Shape& s : shapes) {
+    if (s.d->out_features != s.out || s.d->in_features != s.in) {
+      return absl::InvalidArgumentError(absl::StrCat("layer ", l, ": a linear weight is [", s.d->out_features,
+                                                     ", ", s.d->in_features, "], the config implies [", s.out,
+                                                     ", ", s.in, "]"));
+    }
+    floats += static_cast<int64_t>(s.d->w.size() + s.d->bias.size());
+  }
+  return floats;
 }
 
 std::vector<absl::StatusOr<ScoreResult>> ReferenceEngine::Score(absl::Span<const ScoreRequest> batch) {
@@ -475,14 +489,14 @@ void ReferenceEngine::SwiGluMlp(const DenseSwiGlu& mlp, const float* x, int64_t 
   ApplyLinear(mlp.down, gate.data(), n, y);
 }
 
-void ReferenceEngine::MoeBlock(const DenseMoe& moe, const float* x, int64_t n, float* y) const {
-  const ModelConfig& c = config_;
-  const int64_t num_experts = c.num_experts, k = c.num_experts_per_tok, h = c.hidden_size;
+void ReferenceEngine::MoeBlock(const ExpertsPlan& plan, const DenseMoe& moe, const float* x, int64_t n,
+                               float* y) const {
+  const int64_t num_experts = plan.num_experts, k = plan.top_k, h = config_.hidden_size;
   std::vector<float> logits(n * num_experts);  // [n, num_experts], fp32 router logits
   ApplyLinear(moe.router, x, n, logits.data());
   std::vector<int32_t> ids(n * k);
   std::vector<float> weights(n * k);
-  ref::MoeRoute(logits.data(), n, num_experts, k, c.norm_topk_prob, ids.data(), weights.data());
+  ref::MoeRoute(logits.data(), n, num_experts, k, plan.norm_topk_prob, ids.data(), weights.data());
   std::vector<float> expert_out(n * k * h);  // [n, k, hidden_size]
   std::vector<int64_t> slots;                // t * k + j of the tokens routed to expert e
   std::vector<float> rows, out;              // [m, hidden_size]
@@ -510,87 +524,107 @@ void ReferenceEngine::MoeBlock(const DenseMoe& moe, const float* x, int64_t n, f
                   moe.shared ? shared_out.data() : nullptr, moe.shared ? shared_gate.data() : nullptr, y);
 }
 
+// The activations of one sequence's forward, allocated once and reused by every layer.
+struct ReferenceEngine::Scratch {
+  Scratch(const ModelConfig& c, int64_t n)
+      : positions(n),
+        normed(n * c.hidden_size),
+        q(n * c.num_heads * c.head_dim),
+        k(n * c.num_kv_heads * c.head_dim),
+        v(n * c.num_kv_heads * c.head_dim),
+        attn(n * c.num_heads * c.head_dim),
+        delta(n * c.hidden_size),
+        gate(n * c.intermediate_size),
+        up(n * c.intermediate_size) {
+    for (int64_t t = 0; t < n; ++t) positions[t] = static_cast<int32_t>(t);
+  }
+  std::vector<int32_t> positions;  // [n]: 0 .. n - 1
+  std::vector<float> normed;       // [n, hidden_size], the block's normalized input
+  std::vector<float> q;            // [n, num_heads, head_dim]
+  std::vector<float> k;            // [n, num_kv_heads, head_dim]
+  std::vector<float> v;            // [n, num_kv_heads, head_dim]
+  std::vector<float> attn;         // [n, num_heads, head_dim]
+  std::vector<float> delta;        // [n, hidden_size], the block's output, added into the residual
+  std::vector<float> gate;         // [n, intermediate_size]
+  std::vector<float> up;           // [n, intermediate_size]
+};
+
 void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<float>* hidden) const {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t q_width = c.num_heads * c.head_dim;
-  const int64_t kv_width = c.num_kv_heads * c.head_dim;
-  std::vector<int32_t> positions(n);
-  for (int64_t t = 0; t < n; ++t) positions[t] = static_cast<int32_t>(t);
-
   std::vector<float>& x = *hidden;  // [n, hidden_size], the residual stream
   x.resize(n * c.hidden_size);
-  std::vector<float> normed(n * c.hidden_size);      // [n, hidden_size]
-  std::vector<float> q(n * q_width);                 // [n, num_heads, head_dim]
-  std::vector<float> k(n * kv_width);                // [n, num_kv_heads, head_dim]
-  std::vector<float> v(n * kv_width);                // [n, num_kv_heads, head_dim]
-  std::vector<float> attn(n * q_width);              // [n, num_heads, head_dim]
-  std::vector<float> delta(n * c.hidden_size);       // [n, hidden_size]
-  std::vector<float> gate(n * c.intermediate_size);  // [n, intermediate_size]
-  std::vector<float> up(n * c.intermediate_size);    // [n, intermediate_size]
-
-  // longrope: the factors of this sequence's own length (RopeInvFreqForLength).
-  const std::vector<float>& inv_freq =
-      c.rope_scaling.type == RopeType::kLongrope && n > c.rope_scaling.original_max_position_embeddings
-          ? inv_freq_long_
-          : inv_freq_;
-
+  Scratch s(c, n);
   // Ids were validated by Score().
   ref::Embedding(embed_.data(), tokens.data(), n, c.vocab_size, c.hidden_size, x.data()).IgnoreError();
-  if (c.embedding_scale > 0.0f) {  // Gemma: times fp32(sqrt(hidden_size)), in fp32
-    for (float& e : x) e *= c.embedding_scale;
+  if (plan_.embedding_scale > 0.0f) {  // Gemma: times fp32(sqrt(hidden_size)), in fp32
+    for (float& e : x) e *= plan_.embedding_scale;
   }
   for (size_t l = 0; l < layers_.size(); ++l) {
+    const LayerPlan& plan = plan_.layers[l];
     const DenseLayer& layer = layers_[l];
-    ref::AttentionOptions attention;
-    attention.window = c.LayerWindow(static_cast<int64_t>(l));
-    attention.scale = c.attention_scale;
-    attention.softcap = c.attn_logit_softcap;
-    const std::vector<float>& layer_inv_freq =
-        c.LocalRope(static_cast<int64_t>(l)) ? inv_freq_local_ : inv_freq;
-    // Attention block.
-    NormRows(x.data(), layer.input_norm, n, c.hidden_size, normed.data());
-    ApplyLinear(layer.q, normed.data(), n, q.data());
-    ApplyLinear(layer.k, normed.data(), n, k.data());
-    ApplyLinear(layer.v, normed.data(), n, v.data());
-    if (c.qk_norm) {  // Qwen3, Gemma 3: RMSNorm over head_dim of every head, before RoPE
-      NormRows(q.data(), layer.q_norm, n * c.num_heads, c.head_dim, q.data());
-      NormRows(k.data(), layer.k_norm, n * c.num_kv_heads, c.head_dim, k.data());
-    }
-    ref::Rope(q.data(), positions.data(), layer_inv_freq.data(), n, c.num_heads, c.head_dim, c.rotary_dim,
-              rope_scaling_);
-    ref::Rope(k.data(), positions.data(), layer_inv_freq.data(), n, c.num_kv_heads, c.head_dim, c.rotary_dim,
-              rope_scaling_);
-    if (layer.k_scale > 0.0f) {  // FP8 KV cache: compressed-tensors' QuantizedKVCache on post-RoPE K and V
-      ref::FakeQuantizeFp8Static(k.data(), n * kv_width, layer.k_scale);
-      ref::FakeQuantizeFp8Static(v.data(), n * kv_width, layer.v_scale);
-    }
-    ref::CausalAttention(q.data(), k.data(), v.data(), n, c.num_heads, c.num_kv_heads, c.head_dim,
-                         attn.data(), &pool_, attention);
-    ApplyLinear(layer.o, attn.data(), n, delta.data());
-    if (c.sandwich_norms) NormRows(delta.data(), layer.post_attention_norm, n, c.hidden_size, delta.data());
-    for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += delta[i];
-
-    // MLP block (SwiGLU / GeGLU), or the mixture of experts in a sparse layer.
-    NormRows(x.data(), c.sandwich_norms ? layer.pre_ff_norm : layer.post_attention_norm, n, c.hidden_size,
-             normed.data());
-    if (layer.sparse) {
-      MoeBlock(layer.moe, normed.data(), n, delta.data());
-      for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += delta[i];
-      continue;
-    }
-    ApplyLinear(layer.gate, normed.data(), n, gate.data());
-    ApplyLinear(layer.up, normed.data(), n, up.data());
-    if (c.mlp_activation == MlpActivation::kGeluTanh) {
-      ref::GeluTanhGlu(gate.data(), up.data(), n, c.intermediate_size, gate.data());
+    // Token mixer: x += [post-norm](attention(norm(x))), the post-norm in the sandwich placement only.
+    NormRows(x.data(), layer.input_norm, n, c.hidden_size, s.normed.data());
+    AttentionBlock(plan.attention, layer, n, &s);
+    if (plan.sandwich())
+      NormRows(s.delta.data(), layer.post_attention_norm, n, c.hidden_size, s.delta.data());
+    for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += s.delta[i];
+    // Channel mixer: x += [post-norm](mlp(norm(x))), the dense GLU or the mixture of experts.
+    NormRows(x.data(), plan.sandwich() ? layer.pre_ff_norm : layer.post_attention_norm, n, c.hidden_size,
+             s.normed.data());
+    if (plan.experts()) {
+      MoeBlock(plan.channel_mixer.experts, layer.moe, s.normed.data(), n, s.delta.data());
     } else {
-      ref::SwiGlu(gate.data(), up.data(), n, c.intermediate_size, gate.data());
+      GluMlp(plan.channel_mixer, layer, n, &s);
     }
-    ApplyLinear(layer.down, gate.data(), n, delta.data());
-    if (c.sandwich_norms) NormRows(delta.data(), layer.post_ff_norm, n, c.hidden_size, delta.data());
-    for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += delta[i];
+    if (plan.sandwich()) NormRows(s.delta.data(), layer.post_ff_norm, n, c.hidden_size, s.delta.data());
+    for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += s.delta[i];
   }
   NormRows(x.data(), final_norm_, n, c.hidden_size, x.data());
+}
+
+void ReferenceEngine::AttentionBlock(const AttentionPlan& plan, const DenseLayer& layer, int64_t n,
+                                     Scratch* s) const {
+  const ModelConfig& c = config_;
+  // The layer's RoPE table; the global one under longrope by this sequence's own length.
+  const std::vector<float>& inv_freq = plan.rope == RopeTable::kLocal ? inv_freq_local_
+                                       : plan_.LongRopeFor(n)         ? inv_freq_long_
+                                                                      : inv_freq_;
+  ApplyLinear(layer.q, s->normed.data(), n, s->q.data());
+  ApplyLinear(layer.k, s->normed.data(), n, s->k.data());
+  ApplyLinear(layer.v, s->normed.data(), n, s->v.data());
+  if (plan.qk_norm) {  // Qwen3, Gemma 3: RMSNorm over head_dim of every head, before RoPE
+    NormRows(s->q.data(), layer.q_norm, n * c.num_heads, c.head_dim, s->q.data());
+    NormRows(s->k.data(), layer.k_norm, n * c.num_kv_heads, c.head_dim, s->k.data());
+  }
+  ref::Rope(s->q.data(), s->positions.data(), inv_freq.data(), n, c.num_heads, c.head_dim, c.rotary_dim,
+            rope_scaling_);
+  ref::Rope(s->k.data(), s->positions.data(), inv_freq.data(), n, c.num_kv_heads, c.head_dim, c.rotary_dim,
+            rope_scaling_);
+  if (layer.k_scale > 0.0f) {  // FP8 KV cache: compressed-tensors' QuantizedKVCache on post-RoPE K and V
+    const int64_t kv_width = c.num_kv_heads * c.head_dim;
+    ref::FakeQuantizeFp8Static(s->k.data(), n * kv_width, layer.k_scale);
+    ref::FakeQuantizeFp8Static(s->v.data(), n * kv_width, layer.v_scale);
+  }
+  ref::AttentionOptions options;
+  options.window = plan.window;
+  options.scale = plan.scale;
+  options.softcap = plan.softcap;
+  ref::CausalAttention(s->q.data(), s->k.data(), s->v.data(), n, c.num_heads, c.num_kv_heads, c.head_dim,
+                       s->attn.data(), &pool_, options);
+  ApplyLinear(layer.o, s->attn.data(), n, s->delta.data());
+}
+
+void ReferenceEngine::GluMlp(const ChannelMixerPlan& plan, const DenseLayer& layer, int64_t n,
+                             Scratch* s) const {
+  ApplyLinear(layer.gate, s->normed.data(), n, s->gate.data());
+  ApplyLinear(layer.up, s->normed.data(), n, s->up.data());
+  if (plan.activation == MlpActivation::kGeluTanh) {
+    ref::GeluTanhGlu(s->gate.data(), s->up.data(), n, plan.intermediate_size, s->gate.data());
+  } else {
+    ref::SwiGlu(s->gate.data(), s->up.data(), n, plan.intermediate_size, s->gate.data());
+  }
+  ApplyLinear(layer.down, s->gate.data(), n, s->delta.data());
 }
 
 ScoreResult ReferenceEngine::ScoreSequence(const ScoreRequest& request) const {
@@ -642,8 +676,8 @@ ScoreResult ReferenceEngine::ScoreSequence(const ScoreRequest& request) const {
 
 void ReferenceEngine::Logits(const float* hidden, int64_t rows, float* logits) const {
   ApplyLinear(lm_head_, hidden, rows, logits);
-  if (config_.final_logit_softcap > 0.0f) {  // Gemma 2
-    ref::SoftCap(logits, rows * config_.vocab_size, config_.final_logit_softcap);
+  if (plan_.final_logit_softcap > 0.0f) {  // Gemma 2
+    ref::SoftCap(logits, rows * config_.vocab_size, plan_.final_logit_softcap);
   }
 }
 
@@ -697,7 +731,7 @@ absl::StatusOr<std::unique_ptr<ReferenceEngine>> LoadOne(const EngineOptions& op
   SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, ModelWeights::Load(options.model_dir));
   int num_threads = options.num_threads;
   if (num_threads <= 0) num_threads = UsableCpus();
-  auto engine = std::make_unique<ReferenceEngine>(weights->config(), num_threads);
+  auto engine = std::make_unique<ReferenceEngine>(weights->config(), weights->plan(), num_threads);
   SCORED_RETURN_IF_ERROR(engine->Load(*weights, options));
   return engine;
 }

@@ -1,0 +1,76 @@
+#include "engine/model/layer_plan.h"
+
+#include <algorithm>
+
+namespace scored {
+
+bool ModelPlan::any_experts() const {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerPlan& l) { return l.experts(); });
+}
+
+bool ModelPlan::any_shared_expert() const {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerPlan& l) {
+    return l.experts() && l.channel_mixer.experts.shared_expert_intermediate_size > 0;
+  });
+}
+
+namespace {
+
+AttentionPlan PlanAttention(const ModelConfig& c, int64_t layer) {
+  AttentionPlan a;
+  a.qkv_bias = c.attention_bias;
+  a.qk_norm = c.qk_norm;
+  a.rope = c.LocalRope(layer) ? RopeTable::kLocal : RopeTable::kGlobal;
+  a.window = c.LayerWindow(layer);
+  a.scale = c.attention_scale;
+  a.softcap = c.attn_logit_softcap;
+  return a;
+}
+
+ChannelMixerPlan PlanChannelMixer(const ModelConfig& c, int64_t layer) {
+  ChannelMixerPlan m;
+  m.activation = c.mlp_activation;
+  m.intermediate_size = c.intermediate_size;
+  if (!c.IsSparseLayer(layer)) return m;
+  m.kind = ChannelMixerKind::kExperts;
+  ExpertsPlan& e = m.experts;
+  e.router = RouterKind::kSoftmaxTopK;
+  e.num_experts = c.num_experts;
+  e.top_k = c.num_experts_per_tok;
+  e.expert_intermediate_size = c.moe_intermediate_size;
+  e.norm_topk_prob = c.norm_topk_prob;
+  e.shared_expert_intermediate_size = c.shared_expert_intermediate_size;
+  return m;
+}
+
+}  // namespace
+
+ModelPlan PlanModel(const ModelConfig& c) {
+  ModelPlan p;
+  p.embedding_scale = c.embedding_scale;
+  p.offset_norms = c.gemma_norm;
+  p.final_logit_softcap = c.final_logit_softcap;
+  p.longrope = c.rope_scaling.type == RopeType::kLongrope;
+  p.longrope_original_max_position = c.rope_scaling.original_max_position_embeddings;
+  p.max_context = c.sliding_window;
+  p.layers.resize(static_cast<size_t>(std::max<int64_t>(0, c.num_layers)));
+  for (int64_t l = 0; l < static_cast<int64_t>(p.layers.size()); ++l) {
+    LayerPlan& layer = p.layers[static_cast<size_t>(l)];
+    layer.norms = c.sandwich_norms ? NormPlacement::kSandwich : NormPlacement::kPreNorm;
+    layer.token_mixer = TokenMixerKind::kAttention;
+    layer.attention = PlanAttention(c, l);
+    layer.channel_mixer = PlanChannelMixer(c, l);
+    p.local_rope = p.local_rope || layer.attention.rope == RopeTable::kLocal;
+  }
+  return p;
+}
+
+ModelConfig RopeTableConfig(const ModelConfig& c, RopeTable t) {
+  if (t == RopeTable::kGlobal) return c;
+  ModelConfig local = c;
+  local.rope_theta = c.local_rope_theta;
+  local.rope_scaling = c.local_rope_scaling;
+  return local;
+}
+
+}  // namespace scored

@@ -1,0 +1,128 @@
+// The model's structure as data: what each decoder layer computes, decided ONCE from ModelConfig (whose
+// flags come from the family traits, family.h) by PlanModel. The loader (which tensors a layer has), the
+// shard plan, both backends (the CPU oracle's forward and the CUDA upload, activations and blocks) read the
+// plan, never the family flags of ModelConfig: a GPU-vs-oracle difference is then a difference of blocks,
+// not of two readings of the same flags. scripts/check_layers.py keeps every file outside engine/model/ off
+// those flags.
+//
+// A layer is a token mixer and a channel mixer, each inside a residual branch:
+//   kPreNorm  (Llama):  x += mixer(norm(x));                        x += mlp(norm(x))
+//   kSandwich (Gemma):  x += post_norm(mixer(norm(x)));             x += post_norm(mlp(norm(x)))
+// Token mixers: full or sliding-window causal attention (AttentionPlan), with room for latent attention
+// (MLA) and linear-recurrent (Gated DeltaNet) kinds. Channel mixers: one dense GLU MLP, or a routed mixture
+// of experts (ExpertsPlan: router kind, top k, optional gated shared expert).
+//
+// A new block kind: a value here (and what PlanModel sets it from), its tensors in the loader, one block
+// per backend (engine/reference, engine/cuda/forward), and the oracle op (engine/README.md, "Adding a model
+// family").
+//
+// Thread-safety: plain values; PlanModel is a pure function.
+#ifndef SCORED_ENGINE_MODEL_LAYER_PLAN_H_
+#define SCORED_ENGINE_MODEL_LAYER_PLAN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/model/config.h"
+
+namespace scored {
+
+// Where a layer's norms sit around its two residual branches (see above).
+enum class NormPlacement { kPreNorm, kSandwich };
+
+enum class TokenMixerKind {
+  kAttention,  // softmax attention over the sequence so far (a window when AttentionPlan::window > 0)
+};
+
+// Which RoPE frequency table a layer's attention rotates with.
+enum class RopeTable {
+  // rope_theta / rope_scaling. Under longrope (ModelPlan::longrope) two tables, the long one for sequences
+  // longer than original_max_position_embeddings (RopeInvFreqForLength), chosen per sequence.
+  kGlobal,
+  // local_rope_theta / local_rope_scaling (Gemma 3's sliding layers).
+  kLocal,
+};
+
+struct AttentionPlan {
+  bool qkv_bias = false;  // q/k/v carry a bias (no o_proj bias)
+  bool qk_norm = false;   // per-head RMSNorm of q and k over head_dim, before RoPE
+  RopeTable rope = RopeTable::kGlobal;
+  int64_t window = 0;    // > 0: query t sees keys j with t - window < j <= t; 0: full causal
+  double scale = 0.0;    // > 0: the score scale; 0: 1 / sqrt(head_dim)
+  float softcap = 0.0f;  // > 0: scores = tanh(scores / softcap) * softcap
+};
+
+enum class ChannelMixerKind {
+  kDenseGlu,  // down(act(gate(x)) * up(x)) of intermediate_size
+  kExperts,   // a router picks experts per token (ExpertsPlan)
+};
+
+enum class RouterKind {
+  // p = softmax(fp32 logits) over the experts; the top k (exact ties: lower id first), renormalized when
+  // ExpertsPlan::norm_topk_prob (config.h's semantics).
+  kSoftmaxTopK,
+};
+
+struct ExpertsPlan {
+  RouterKind router = RouterKind::kSoftmaxTopK;
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  int64_t expert_intermediate_size = 0;  // each expert's
+  bool norm_topk_prob = false;
+  // > 0: Qwen2-MoE's shared expert (a SwiGLU MLP of this size) scaled by sigmoid(shared_expert_gate . x).
+  int64_t shared_expert_intermediate_size = 0;
+};
+
+struct ChannelMixerPlan {
+  ChannelMixerKind kind = ChannelMixerKind::kDenseGlu;
+  MlpActivation activation = MlpActivation::kSilu;  // the GLU's gate activation (dense and experts)
+  int64_t intermediate_size = 0;                    // kDenseGlu
+  ExpertsPlan experts;                              // kExperts
+};
+
+struct LayerPlan {
+  NormPlacement norms = NormPlacement::kPreNorm;
+  TokenMixerKind token_mixer = TokenMixerKind::kAttention;
+  AttentionPlan attention;
+  ChannelMixerPlan channel_mixer;
+
+  bool sandwich() const { return norms == NormPlacement::kSandwich; }
+  bool experts() const { return channel_mixer.kind == ChannelMixerKind::kExperts; }
+};
+
+struct ModelPlan {
+  // > 0: the embeddings are multiplied by it in fp32 (Gemma: fp32(sqrt(hidden_size))).
+  float embedding_scale = 0.0f;
+  // Every RMSNorm (final, layers, q/k) multiplies by fp32(1 + weight) instead of weight (Gemma).
+  bool offset_norms = false;
+  // > 0: logits = tanh(logits / cap) * cap before the log-softmax (Gemma 2).
+  float final_logit_softcap = 0.0f;
+  // rope_scaling longrope: the global table is chosen per sequence by its length (RopeTable::kGlobal).
+  bool longrope = false;
+  int64_t longrope_original_max_position = 0;  // longrope: sequences longer than this take the long table
+  // Some layer rotates with RopeTable::kLocal (its table must exist).
+  bool local_rope = false;
+  // > 0: the model's context is capped here (SlidingWindowPolicy::kWindowField: no window is computed, so
+  // positions up to it are exact).
+  int64_t max_context = 0;
+  std::vector<LayerPlan> layers;  // [num_layers]
+
+  // Some layer's channel mixer is kExperts.
+  bool any_experts() const;
+  // Some layer has a gated shared expert.
+  bool any_shared_expert() const;
+  // The global table of a sequence of seq_len tokens is the long one (longrope only).
+  bool LongRopeFor(int64_t seq_len) const { return longrope && seq_len > longrope_original_max_position; }
+};
+
+// The plan of `config` (its family flags and per-layer lists). Pure; never fails for a config that
+// ParseModelConfig accepted (hand-built configs with empty per-layer lists plan as the Llama block).
+ModelPlan PlanModel(const ModelConfig& config);
+
+// The config whose rope_theta / rope_scaling are table t's (kLocal: local_rope_theta / local_rope_scaling),
+// for RopeInvFreq and friends (rope_freq.h).
+ModelConfig RopeTableConfig(const ModelConfig& config, RopeTable t);
+
+}  // namespace scored
+
+#endif  // SCORED_ENGINE_MODEL_LAYER_PLAN_H_
