@@ -8,15 +8,15 @@ namespace scored::cuda {
 
 bool Chunkable(const ModelConfig& config, const DeviceModel& model) {
   if (config.sandwich_norms || config.moe()) return false;
+  bool chunkable = true;  // every layer dense here: its q|k|v, o, gate|up and down
   for (const DeviceLayer& layer : model.layers) {
-    for (const DeviceLinear* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
-      if ((w->fp8_resident() || w->w8a8_dynamic_fp8() || w->w8a8_dynamic_int8()) &&
-          w->act_amax_all_reduce()) {
-        return false;
+    ForEachLinear(layer, [&chunkable](const DeviceLinear& w, DeviceLinearRole) {
+      if ((w.fp8_resident() || w.w8a8_dynamic_fp8() || w.w8a8_dynamic_int8()) && w.act_amax_all_reduce()) {
+        chunkable = false;
       }
-    }
+    });
   }
-  return true;
+  return chunkable;
 }
 
 template <typename T>
