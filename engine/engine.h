@@ -31,6 +31,20 @@ enum class TpExchange {
   kCopy,  // copy-engine peer copies (engine/cuda/peer_link.h); NCCL where the GPUs cannot reach each other
   kNccl,  // NCCL all-reduces, as tp 4 / 8 and multi-process runs always do
 };
+// Which kernels run a mixture-of-experts layer's experts where they run as grouped GEMMs (CUDA, bf16 mode;
+// engine/cuda/device_weights.h GroupedExperts). Without an sm_90a device and build every choice runs kMma.
+enum class MoeGemm {
+  kMma,          // "mma": the mma.sync grouped GEMMs (any sm_80+ device), dense bf16 and 4-bit experts
+  kSm90,         // "sm90": dense bf16 experts on CUTLASS's SM90 grouped GEMM, 4-bit ones on mma.sync
+  kSm90Dequant,  // "sm90_dequant": as sm90, and 4-bit experts dequantized once per GEMM into a stacked bf16
+                 // scratch, then the SM90 GEMM
+};
+// The SM90 grouped GEMM's schedule (kernels/grouped_gemm.h GroupedGemmSm90Schedule).
+enum class MoeSm90Schedule {
+  kCooperative,     // "cooperative"
+  kCooperative2x1,  // "cooperative2x1": two CTAs per tile
+  kPingpong,        // "pingpong"
+};
 
 struct EngineOptions {
   std::string model_dir;  // HF-style folder: config.json, *.safetensors, tokenizer files
@@ -77,6 +91,14 @@ struct EngineOptions {
   bool row_parallel_halves = true;
   // tp 2 in one process: see TpExchange.
   TpExchange tp_exchange = TpExchange::kCopy;
+  // Mixture-of-experts models: the grouped expert GEMMs' kernels (`--moe_gemm` mma | sm90 | sm90_dequant,
+  // default sm90_dequant: measured 1.64x sm90 on the Qwen3-30B-A3B shape and 2.8x on Mixtral-8x7B's,
+  // tests/bench/RESULTS.md) and the SM90 kernel's schedule (`--moe_sm90_schedule` cooperative |
+  // cooperative2x1 | pingpong, default cooperative). Chosen once at load for every sparse layer (of the
+  // reference model too); the load log and ModelInfo::format_notes say what runs. Other kernels may round an
+  // expert's output differently (each is checked against the oracle).
+  MoeGemm moe_gemm = MoeGemm::kSm90Dequant;
+  MoeSm90Schedule moe_sm90_schedule = MoeSm90Schedule::kCooperative;
 };
 
 // One sequence to score. Positions j in [max(1, score_from), n) are scored.

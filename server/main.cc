@@ -70,6 +70,14 @@ ABSL_FLAG(bool, row_parallel_halves, true,
 ABSL_FLAG(std::string, tp_exchange, "copy",
           "tp 2 in one process (cuda): copy sums the row-parallel partial products by peer copies (NCCL "
           "where the GPUs cannot reach each other), nccl by NCCL all-reduces. Results are bitwise the same");
+ABSL_FLAG(std::string, moe_gemm, "sm90_dequant",
+          "Mixture-of-experts models (cuda, bf16): the grouped expert GEMMs' kernels: mma (mma.sync, any "
+          "device), sm90 (dense bf16 experts on the SM90 grouped GEMM, 4-bit ones on mma.sync) or "
+          "sm90_dequant (as sm90, 4-bit experts dequantized per GEMM, then SM90); without sm_90a every "
+          "choice runs mma");
+ABSL_FLAG(std::string, moe_sm90_schedule, "cooperative",
+          "Mixture-of-experts models (cuda, bf16): the SM90 grouped GEMM's schedule: cooperative, "
+          "cooperative2x1 or pingpong");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address host:port (port 0 picks a free port)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics address host:port (port 0 picks a free port; empty disables); plain HTTP "
@@ -160,6 +168,7 @@ const std::vector<scored::cli::FlagGroup>& HelpGroups() {
       {"TLS and authentication",
        {"tls_cert", "tls_key", "tls_client_ca", "auth_token_file", "allow_insecure_remote"}},
       {"Tensor parallelism (cuda)", {"tp", "tp_row_chunks", "row_parallel_halves", "tp_exchange"}},
+      {"Mixture of experts (cuda)", {"moe_gemm", "moe_sm90_schedule"}},
       {"Distributed (several processes)", {"nnodes", "node_rank", "rendezvous", "rendezvous_timeout_s"}},
       {"Testing", {"fault_inject"}},
   };
@@ -231,6 +240,12 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   auto exchange = scored::ParseTpExchange(absl::GetFlag(FLAGS_tp_exchange));
   if (!exchange.ok()) return exchange.status();
   o.engine.tp_exchange = *exchange;
+  auto moe_gemm = scored::ParseMoeGemm(absl::GetFlag(FLAGS_moe_gemm));
+  if (!moe_gemm.ok()) return moe_gemm.status();
+  o.engine.moe_gemm = *moe_gemm;
+  auto moe_schedule = scored::ParseMoeSm90Schedule(absl::GetFlag(FLAGS_moe_sm90_schedule));
+  if (!moe_schedule.ok()) return moe_schedule.status();
+  o.engine.moe_sm90_schedule = *moe_schedule;
   o.engine.num_threads = absl::GetFlag(FLAGS_num_threads);
   o.listen = absl::GetFlag(FLAGS_listen);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);

@@ -86,6 +86,22 @@ absl::StatusOr<TpExchange> ParseTpExchange(const std::string& text) {
   return absl::InvalidArgumentError(absl::StrCat("--tp_exchange must be copy or nccl, got '", text, "'"));
 }
 
+absl::StatusOr<MoeGemm> ParseMoeGemm(const std::string& text) {
+  if (text == "mma") return MoeGemm::kMma;
+  if (text == "sm90") return MoeGemm::kSm90;
+  if (text == "sm90_dequant") return MoeGemm::kSm90Dequant;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--moe_gemm must be mma, sm90 or sm90_dequant, got '", text, "'"));
+}
+
+absl::StatusOr<MoeSm90Schedule> ParseMoeSm90Schedule(const std::string& text) {
+  if (text == "cooperative") return MoeSm90Schedule::kCooperative;
+  if (text == "cooperative2x1") return MoeSm90Schedule::kCooperative2x1;
+  if (text == "pingpong") return MoeSm90Schedule::kPingpong;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--moe_sm90_schedule must be cooperative, cooperative2x1 or pingpong, got '", text, "'"));
+}
+
 const char* BackendName(Backend backend) {
   switch (backend) {
     case Backend::kCpu:

@@ -41,9 +41,9 @@ struct ServerOptions {
 
   // Model folder, reference model folder (--reference_model; empty = none), backend, dtype, tp,
   // max_batch_tokens, max_seq_len (0 = the model's context), the CUDA execution settings tp_row_chunks,
-  // row_parallel_halves, tp_exchange (engine/engine.h); and the multi-process tensor parallelism of
-  // server/multinode.h: nnodes, node_rank (0 serves gRPC, > 0 follows), rendezvous (HOST:PORT of node rank
-  // 0's control channel, required when nnodes > 1).
+  // row_parallel_halves, tp_exchange, moe_gemm, moe_sm90_schedule (engine/engine.h); and the multi-process
+  // tensor parallelism of server/multinode.h: nnodes, node_rank (0 serves gRPC, > 0 follows), rendezvous
+  // (HOST:PORT of node rank 0's control channel, required when nnodes > 1).
   EngineOptions engine;
   // Multi-process only: how long node rank 0 waits for every follower to join, and a follower for node rank 0
   // to answer (it may start later; a follower refused by TLS keeps retrying until then).
@@ -126,6 +126,10 @@ absl::StatusOr<Backend> ParseBackend(const std::string& text);
 absl::StatusOr<ComputeDtype> ParseComputeDtype(const std::string& text);
 // "copy" | "nccl" (--tp_exchange).
 absl::StatusOr<TpExchange> ParseTpExchange(const std::string& text);
+// "mma" | "sm90" | "sm90_dequant" (--moe_gemm).
+absl::StatusOr<MoeGemm> ParseMoeGemm(const std::string& text);
+// "cooperative" | "cooperative2x1" | "pingpong" (--moe_sm90_schedule).
+absl::StatusOr<MoeSm90Schedule> ParseMoeSm90Schedule(const std::string& text);
 const char* BackendName(Backend backend);
 
 // Checks every field; INVALID_ARGUMENT names the flag, its range ("--num_threads must be in [0, 1024] ...,

@@ -52,6 +52,12 @@ static_assert(EngineOptions::kMaxTpRowChunks == cuda::kMaxTpRowChunks,
 
 double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
 
+// Appends `note` (if any) to a ModelInfo::format_notes, "; " between notes (ModelSummary::notes' joint).
+void AppendNote(const std::string& note, std::string* notes) {
+  if (note.empty()) return;
+  absl::StrAppend(notes, notes->empty() ? "" : "; ", note);
+}
+
 // `whose`: "" or "the reference model's " (messages). The attention kernels take every multiple of 8 up to
 // 256 (kernels/attention.h; tensor cores at 32, 64, 96, 128 and 256).
 absl::Status CheckHeadDim(const ModelConfig& config, const char* whose) {
@@ -144,6 +150,18 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
   if (options.tp_exchange != TpExchange::kCopy && options.tp_exchange != TpExchange::kNccl) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tp_exchange ", static_cast<int>(options.tp_exchange), ": want copy or nccl"));
+  }
+  if (options.moe_gemm != MoeGemm::kMma && options.moe_gemm != MoeGemm::kSm90 &&
+      options.moe_gemm != MoeGemm::kSm90Dequant) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--moe_gemm ", static_cast<int>(options.moe_gemm), ": want mma, sm90 or sm90_dequant"));
+  }
+  if (options.moe_sm90_schedule != MoeSm90Schedule::kCooperative &&
+      options.moe_sm90_schedule != MoeSm90Schedule::kCooperative2x1 &&
+      options.moe_sm90_schedule != MoeSm90Schedule::kPingpong) {
+    return absl::InvalidArgumentError(absl::StrCat("--moe_sm90_schedule ",
+                                                   static_cast<int>(options.moe_sm90_schedule),
+                                                   ": want cooperative, cooperative2x1 or pingpong"));
   }
   const int devices = CudaDeviceCount();
   if (devices < 1) return absl::FailedPreconditionError("no usable CUDA device");
@@ -274,9 +292,12 @@ void CudaEngine::FillInfo(const EngineOptions& options, int64_t activation_bytes
   info_.model_fingerprint = std::move(fingerprint);
   ModelInfo& info = info_;
   for (const auto& rank : ranks_) info.resident_bytes += rank->model->resident_bytes;
+  // Which mixture-of-experts kernels run (EngineOptions::moe_gemm / moe_sm90_schedule): every rank's alike.
+  AppendNote(cuda::GroupedExpertsNote(*ranks_.front()->model), &info.format_notes);
   if (reference_ != nullptr) {
     ModelInfo reference = DescribeModel(*reference_, options, tp_, max_seq_len_);
     for (const auto& rank : ranks_) reference.resident_bytes += rank->ref_model->resident_bytes;
+    AppendNote(cuda::GroupedExpertsNote(*ranks_.front()->ref_model), &reference.format_notes);
     reference.model_fingerprint = reference_fingerprint_;
     info.reference = std::make_shared<const ModelInfo>(std::move(reference));
     SCORED_LOG(INFO) << "reference model: " << reference_->config().architecture << " "

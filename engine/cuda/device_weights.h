@@ -57,7 +57,8 @@ namespace scored::cuda {
 // the experts one by one. Where enabled, the forward's WeightStream skips the experts (LinearsInOrder(layer,
 // true)): nothing is expanded into the scratch for them.
 //
-// `path` picks the kernels, once at load: the environment variable SCORED_MOE_GEMM (read once per process)
+// `path` picks the kernels, once at load, from UploadOptions::moe_gemm (EngineOptions::moe_gemm, `scored
+// --moe_gemm`):
 //   mma           GroupedGemm / GroupedGemmInt4 (mma.sync, any sm_80+ device) for every layer;
 //   sm90          dense bf16 experts on GroupedGemmSm90 where the device offers it
 //                 (GroupedGemmSm90Supported: an sm_90 device, a 90a build), 4-bit ones on GroupedGemmInt4;
@@ -66,9 +67,9 @@ namespace scored::cuda {
 //                 Qwen3-30B-A3B shape and 2.8x on Mixtral-8x7B's at 8 x 2048 (H200, tests/bench/RESULTS.md).
 //                 (Decoding a layer's experts on a side stream beside its attention block measured no faster:
 //                 both are bound by the whole device, 304.7 vs 303.6 ms a forward, RESULTS.md.)
-// Elsewhere (no sm_90a) every path falls back to kMma. SCORED_MOE_SM90_SCHEDULE=cooperative (default) |
-// cooperative2x1 | pingpong picks GroupedGemmSm90's schedule (sm90_schedule). An unknown value of either
-// fails the load (INVALID_ARGUMENT).
+// Elsewhere (no sm_90a) every path falls back to kMma. UploadOptions::moe_sm90_schedule
+// (`--moe_sm90_schedule` cooperative (default) | cooperative2x1 | pingpong) picks GroupedGemmSm90's schedule
+// (sm90_schedule). A value outside either enum fails the load (INVALID_ARGUMENT naming the flag).
 enum class GroupedGemmPath {
   kMma,         // GroupedGemm / GroupedGemmInt4
   kSm90,        // GroupedGemmSm90 over the dense tables
@@ -160,9 +161,22 @@ auto ForEachLinear(DeviceLayer& layer, Fn&& fn);
 // from the grouped tables, not one linear at a time).
 std::vector<const DeviceLinear*> LinearsInOrder(const DeviceLayer& layer, bool skip_grouped_experts = false);
 
+// How UploadModel uploads: EngineOptions' upload settings (UploadOptionsFor).
+struct UploadOptions {
+  bool kv_cache_quant = true;                // apply a kv_cache_scheme the checkpoint has
+  MoeGemm moe_gemm = MoeGemm::kSm90Dequant;  // GroupedExperts::path (above)
+  MoeSm90Schedule moe_sm90_schedule = MoeSm90Schedule::kCooperative;  // GroupedExperts::sm90_schedule
+};
+UploadOptions UploadOptionsFor(const EngineOptions& options);
+
+// The names of the choices as the `scored` flags spell them ("sm90_dequant", "cooperative").
+const char* MoeGemmName(MoeGemm choice);
+const char* MoeSm90ScheduleName(MoeSm90Schedule choice);
+
 struct DeviceModel {
   ComputeDtype dtype = ComputeDtype::kBf16;
-  DeviceBuffer embed;  // [vocab_size, hidden_size] compute dtype; a shard: [vocab_end - vocab_begin, ...]
+  UploadOptions options;  // what it was uploaded with
+  DeviceBuffer embed;     // [vocab_size, hidden_size] compute dtype; a shard: [vocab_end - vocab_begin, ...]
   DeviceBuffer final_norm;     // [hidden_size] fp32
   DeviceBuffer rope_inv_freq;  // [rotary_dim / 2] fp32, RopeInvFreq (engine/model/rope_freq.h)
   // longrope only: the frequencies of sequences longer than original_max_position_embeddings
@@ -185,10 +199,18 @@ struct DeviceModel {
 // when the weights do not fit (naming what was being uploaded).
 // `plan` nullptr: the whole model; else rank plan->tp_rank's shard. Errors as ShardLinear's (naming the
 // module and the split) for a checkpoint that cannot be cut.
-// `kv_cache_quant`: apply a kv_cache_scheme the checkpoint has (EngineOptions::kv_cache_quant).
+// `options`: UploadOptions (INVALID_ARGUMENT naming the flag for a value outside its enum).
+absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype,
+                                                         const ShardPlan* plan, const UploadOptions& options);
+// The same with UploadOptions' defaults but `kv_cache_quant` (EngineOptions::kv_cache_quant).
 absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype,
                                                          const ShardPlan* plan = nullptr,
                                                          bool kv_cache_quant = true);
+
+// Which mixture-of-experts path `model`'s sparse layers run (DeviceMoe::grouped: how many layers run their
+// experts as grouped GEMMs, on which kernels, with which UploadOptions), for the load log and
+// ModelInfo::format_notes; empty for a model without sparse layers.
+std::string GroupedExpertsNote(const DeviceModel& model);
 
 // About the device bytes UploadModel(weights, dtype, plan of one of tp_size ranks) will take, from the
 // checkpoint's tensors without reading them: dense weights at the compute dtype's width, quantized ones as

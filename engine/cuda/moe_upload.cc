@@ -2,7 +2,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,8 +17,8 @@ namespace scored::cuda {
 class MoeUploader {
  public:
   static absl::Status BuildMoe(const ModelConfig& config, const MoeWeights& src, ComputeDtype dtype,
-                               const std::string& prefix, LinearCutter* cut, RotationTables* rotations,
-                               DeviceMoe* dst);
+                               const std::string& prefix, const UploadOptions& options, LinearCutter* cut,
+                               RotationTables* rotations, DeviceMoe* dst);
   // A linear the grouped GEMMs can read as it is: no activation quantization, rotations or FP8 / INT8
   // residency, the shape of expert 0's.
   static bool GroupedPlain(const DeviceLinear& l, const DeviceLinear& first);
@@ -28,23 +27,24 @@ class MoeUploader {
   static bool GroupedInt4(const DeviceLinear& l, kernels::GroupedInt4Expert* ex,
                           kernels::GroupedInt4Format* f);
   // DeviceMoe::grouped: the experts' tables where every expert qualifies (GroupedExperts), else disabled.
-  static absl::Status BuildGroupedExperts(ComputeDtype dtype, DeviceMoe* moe);
-  // GroupedExperts::sm90_schedule: SCORED_MOE_SM90_SCHEDULE, read once per process.
-  static absl::StatusOr<kernels::GroupedGemmSm90Schedule> ChooseSm90Schedule();
-  // GroupedExperts::path for a layer whose experts are grouped (SCORED_MOE_GEMM, the device, the shapes).
-  static absl::StatusOr<GroupedGemmPath> ChooseGroupedPath(bool int4, const DeviceLinear& gu0,
+  static absl::Status BuildGroupedExperts(ComputeDtype dtype, const UploadOptions& options, DeviceMoe* moe);
+  // GroupedExperts::sm90_schedule: UploadOptions::moe_sm90_schedule.
+  static absl::StatusOr<kernels::GroupedGemmSm90Schedule> ChooseSm90Schedule(MoeSm90Schedule choice);
+  // GroupedExperts::path for a layer whose experts are grouped (UploadOptions::moe_gemm, the device, the
+  // shapes).
+  static absl::StatusOr<GroupedGemmPath> ChooseGroupedPath(MoeGemm choice, bool int4, const DeviceLinear& gu0,
                                                            const DeviceLinear& dn0);
 };
 
 absl::Status BuildMoe(const ModelConfig& config, const MoeWeights& src, ComputeDtype dtype,
-                      const std::string& prefix, LinearCutter* cut, RotationTables* rotations,
-                      DeviceMoe* dst) {
-  return MoeUploader::BuildMoe(config, src, dtype, prefix, cut, rotations, dst);
+                      const std::string& prefix, const UploadOptions& options, LinearCutter* cut,
+                      RotationTables* rotations, DeviceMoe* dst) {
+  return MoeUploader::BuildMoe(config, src, dtype, prefix, options, cut, rotations, dst);
 }
 
 absl::Status MoeUploader::BuildMoe(const ModelConfig& config, const MoeWeights& src, ComputeDtype dtype,
-                                   const std::string& prefix, LinearCutter* cut, RotationTables* rotations,
-                                   DeviceMoe* dst) {
+                                   const std::string& prefix, const UploadOptions& options, LinearCutter* cut,
+                                   RotationTables* rotations, DeviceMoe* dst) {
   const std::string mlp = prefix + "mlp.";
   dst->shared = config.shared_expert_intermediate_size > 0;
   std::vector<const LinearWeight*> router;
@@ -96,7 +96,7 @@ absl::Status MoeUploader::BuildMoe(const ModelConfig& config, const MoeWeights& 
         expert(src.shared_expert, true, mlp + "shared_expert", &dst->shared_gate_up, &dst->shared_down));
     dst->shared_gate_up.round_to_bf16_ = dst->shared_down.round_to_bf16_ = false;  // an ordinary MLP
   }
-  return BuildGroupedExperts(dtype, dst);
+  return BuildGroupedExperts(dtype, options, dst);
 }
 
 bool MoeUploader::GroupedPlain(const DeviceLinear& l, const DeviceLinear& first) {
@@ -146,7 +146,8 @@ bool MoeUploader::GroupedInt4(const DeviceLinear& l, kernels::GroupedInt4Expert*
   return true;
 }
 
-absl::Status MoeUploader::BuildGroupedExperts(ComputeDtype dtype, DeviceMoe* moe) {
+absl::Status MoeUploader::BuildGroupedExperts(ComputeDtype dtype, const UploadOptions& options,
+                                              DeviceMoe* moe) {
   moe->grouped = GroupedExperts();
   if (dtype != ComputeDtype::kBf16 || moe->gate_up.empty()) return absl::OkStatus();
   const DeviceLinear& gu0 = moe->gate_up[0];
@@ -199,38 +200,35 @@ absl::Status MoeUploader::BuildGroupedExperts(ComputeDtype dtype, DeviceMoe* moe
   } else {
     return absl::OkStatus();  // some experts dense, some quantized, or an int4 k not a multiple of 32
   }
-  SCORED_ASSIGN_OR_RETURN(g.path, ChooseGroupedPath(g.int4, gu0, dn0));
-  SCORED_ASSIGN_OR_RETURN(g.sm90_schedule, ChooseSm90Schedule());
+  SCORED_ASSIGN_OR_RETURN(g.path, ChooseGroupedPath(options.moe_gemm, g.int4, gu0, dn0));
+  SCORED_ASSIGN_OR_RETURN(g.sm90_schedule, ChooseSm90Schedule(options.moe_sm90_schedule));
   g.enabled = true;
   moe->grouped = std::move(g);
   return absl::OkStatus();
 }
 
-absl::StatusOr<kernels::GroupedGemmSm90Schedule> MoeUploader::ChooseSm90Schedule() {
-  static const std::string* const choice = [] {
-    const char* env = std::getenv("SCORED_MOE_SM90_SCHEDULE");
-    return new std::string(env != nullptr ? env : "");
-  }();
-  if (choice->empty() || *choice == "cooperative") return kernels::GroupedGemmSm90Schedule::kCooperative;
-  if (*choice == "cooperative2x1") return kernels::GroupedGemmSm90Schedule::kCooperative2x1;
-  if (*choice == "pingpong") return kernels::GroupedGemmSm90Schedule::kPingpong;
-  return absl::InvalidArgumentError(absl::StrCat("SCORED_MOE_SM90_SCHEDULE='", *choice,
-                                                 "': expected cooperative, cooperative2x1 or pingpong"));
+absl::StatusOr<kernels::GroupedGemmSm90Schedule> MoeUploader::ChooseSm90Schedule(MoeSm90Schedule choice) {
+  switch (choice) {
+    case MoeSm90Schedule::kCooperative:
+      return kernels::GroupedGemmSm90Schedule::kCooperative;
+    case MoeSm90Schedule::kCooperative2x1:
+      return kernels::GroupedGemmSm90Schedule::kCooperative2x1;
+    case MoeSm90Schedule::kPingpong:
+      return kernels::GroupedGemmSm90Schedule::kPingpong;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--moe_sm90_schedule ", static_cast<int>(choice),
+                                                 ": want cooperative, cooperative2x1 or pingpong"));
 }
 
-absl::StatusOr<GroupedGemmPath> MoeUploader::ChooseGroupedPath(bool int4, const DeviceLinear& gu0,
+absl::StatusOr<GroupedGemmPath> MoeUploader::ChooseGroupedPath(MoeGemm choice, bool int4,
+                                                               const DeviceLinear& gu0,
                                                                const DeviceLinear& dn0) {
-  // The variable's value, read once per process ("" when unset).
-  static const std::string* const choice = [] {
-    const char* env = std::getenv("SCORED_MOE_GEMM");
-    return new std::string(env != nullptr ? env : "");
-  }();
-  const bool dequant = choice->empty() || *choice == "sm90_dequant";  // the default
-  if (*choice == "mma") return GroupedGemmPath::kMma;
-  if (!choice->empty() && *choice != "sm90" && !dequant) {
+  if (choice == MoeGemm::kMma) return GroupedGemmPath::kMma;
+  if (choice != MoeGemm::kSm90 && choice != MoeGemm::kSm90Dequant) {
     return absl::InvalidArgumentError(
-        absl::StrCat("SCORED_MOE_GEMM='", *choice, "': expected mma, sm90 or sm90_dequant"));
+        absl::StrCat("--moe_gemm ", static_cast<int>(choice), ": want mma, sm90 or sm90_dequant"));
   }
+  const bool dequant = choice == MoeGemm::kSm90Dequant;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();

@@ -118,9 +118,18 @@ absl::Status UploadLayerNorms(const ModelConfig& config, const LayerWeights& src
 
 absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype,
                                                          const ShardPlan* plan, bool kv_cache_quant) {
+  UploadOptions options;
+  options.kv_cache_quant = kv_cache_quant;
+  return UploadModel(weights, dtype, plan, options);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype,
+                                                         const ShardPlan* plan,
+                                                         const UploadOptions& options) {
   const ModelConfig& config = weights.config();
   auto model = std::make_unique<DeviceModel>();
   model->dtype = dtype;
+  model->options = options;
   LinearCutter cut(plan);
   const TensorStore& store = weights.store();
   auto release = [&](const LinearWeight& w) { ReleaseLinearPages(store, w); };
@@ -165,7 +174,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     const LayerWeights& src = weights.layers()[l];
     DeviceLayer& dst = model->layers[l];
     const std::string prefix = absl::StrCat("model.layers.", l, ".");
-    if (weights.kv_cache_fp8() && kv_cache_quant) {
+    if (weights.kv_cache_fp8() && options.kv_cache_quant) {
       SCORED_RETURN_IF_ERROR(TensorToFloat(src.k_scale, &dst.k_scale, 1));
       SCORED_RETURN_IF_ERROR(TensorToFloat(src.v_scale, &dst.v_scale, 1));
     }
@@ -203,7 +212,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
         rotations.Attach({q, k, v}, prefix + "self_attn q|k|v", !config.attention_bias, &dst.qkv));
     SCORED_RETURN_IF_ERROR(rotations.Attach({o}, prefix + "self_attn.o_proj", false, &dst.o));
     if (dst.sparse) {  // (BuildMoe clears `cut` expert by expert: q / k / v / o are not read after this)
-      SCORED_RETURN_IF_ERROR(BuildMoe(config, src.moe, dtype, prefix, &cut, &rotations, &dst.moe));
+      SCORED_RETURN_IF_ERROR(BuildMoe(config, src.moe, dtype, prefix, options, &cut, &rotations, &dst.moe));
     } else {
       SCORED_ASSIGN_OR_RETURN(dst.gate_up,
                               DeviceModelLoader::Build({gate, up}, dtype, prefix + "mlp gate|up"));
@@ -227,20 +236,9 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
 
   model->rotation_tables = rotations.Release();
   model->resident_bytes = ResidentBytes(*model);
-  int sparse = 0, grouped = 0, grouped_int4 = 0, sm90 = 0, sm90_dequant = 0;
-  for (const DeviceLayer& layer : model->layers) {
-    sparse += layer.sparse ? 1 : 0;
-    const bool on = layer.sparse && layer.moe.grouped.enabled;
-    grouped += on ? 1 : 0;
-    grouped_int4 += on && layer.moe.grouped.int4 ? 1 : 0;
-    sm90 += on && layer.moe.grouped.path == GroupedGemmPath::kSm90 ? 1 : 0;
-    sm90_dequant += on && layer.moe.grouped.path == GroupedGemmPath::kSm90Dequant ? 1 : 0;
-  }
-  if (sparse > 0) {  // which MoE path runs (DeviceMoe::grouped), for the benchmarks' and tests' logs
-    SCORED_LOG(INFO) << "mixture of experts: " << grouped << " of " << sparse
-                     << " sparse layers run their experts as grouped GEMMs (" << grouped_int4
-                     << " from 4-bit weights; " << sm90 << " on the sm90 kernel, " << sm90_dequant
-                     << " dequantized then sm90, the rest mma.sync), the rest one expert at a time";
+  const std::string moe = GroupedExpertsNote(*model);
+  if (!moe.empty()) {  // which MoE path runs (DeviceMoe::grouped), for the benchmarks' and tests' logs
+    SCORED_LOG(INFO) << "mixture of experts: " << moe;
   }
   return model;
 }

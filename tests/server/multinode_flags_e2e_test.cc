@@ -64,6 +64,10 @@ TEST(MultiNodeFlagsTest, FlagErrorsExitOneNamingTheFlag) {
       // The tensor-parallel execution settings (EngineOptions::tp_row_chunks / tp_exchange).
       {{Model(), "--tp_row_chunks=9"}, "--tp_row_chunks must be in [0, 8] (0 = auto), got 9"},
       {{Model(), "--tp_exchange=shared-memory"}, "--tp_exchange must be copy or nccl, got 'shared-memory'"},
+      // The mixture-of-experts kernel choices (EngineOptions::moe_gemm / moe_sm90_schedule).
+      {{Model(), "--moe_gemm=wgmma"}, "--moe_gemm must be mma, sm90 or sm90_dequant, got 'wgmma'"},
+      {{Model(), "--moe_sm90_schedule=stream-k"},
+       "--moe_sm90_schedule must be cooperative, cooperative2x1 or pingpong, got 'stream-k'"},
       {{Model(), "--kv_cache_quant=on"}, "--kv_cache_quant must be auto or off, got 'on'"},
   };
   for (const auto& [args, message] : cases) {

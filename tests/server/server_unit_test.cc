@@ -368,6 +368,21 @@ TEST(ServerOptionsTest, ParsesBackendAndDtype) {
   EXPECT_EQ(*ParseTpExchange("nccl"), TpExchange::kNccl);
   EXPECT_THAT(std::string(ParseTpExchange("shared-memory").status().message()),
               HasSubstr("--tp_exchange must be copy or nccl, got 'shared-memory'"));
+  EXPECT_EQ(*ParseMoeGemm("mma"), MoeGemm::kMma);
+  EXPECT_EQ(*ParseMoeGemm("sm90"), MoeGemm::kSm90);
+  EXPECT_EQ(*ParseMoeGemm("sm90_dequant"), MoeGemm::kSm90Dequant);
+  EXPECT_EQ(ParseMoeGemm("wgmma").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(ParseMoeGemm("wgmma").status().message()),
+              HasSubstr("--moe_gemm must be mma, sm90 or sm90_dequant, got 'wgmma'"));
+  EXPECT_EQ(*ParseMoeSm90Schedule("cooperative"), MoeSm90Schedule::kCooperative);
+  EXPECT_EQ(*ParseMoeSm90Schedule("cooperative2x1"), MoeSm90Schedule::kCooperative2x1);
+  EXPECT_EQ(*ParseMoeSm90Schedule("pingpong"), MoeSm90Schedule::kPingpong);
+  EXPECT_THAT(std::string(ParseMoeSm90Schedule("").status().message()),
+              HasSubstr("--moe_sm90_schedule must be cooperative, cooperative2x1 or pingpong, got ''"));
+  // The defaults are the flags' defaults.
+  const EngineOptions defaults;
+  EXPECT_EQ(defaults.moe_gemm, MoeGemm::kSm90Dequant);
+  EXPECT_EQ(defaults.moe_sm90_schedule, MoeSm90Schedule::kCooperative);
 }
 
 TEST(ServerOptionsTest, AutoBackendResolvesToACompiledInOne) {

@@ -3,10 +3,11 @@
 //   scored_bench --model DIR [--tp 1] [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] [--dtype bf16|fp32]
 //                [--ref DIR/ref_windows.bin [--gate 1]] [--profile 1] [--graph 1] [--stages 1] [--nccl 1]
 //                [--tp_row_chunks 0] [--row_parallel_halves 1] [--tp_exchange copy|nccl]
+//                [--moe_gemm mma|sm90|sm90_dequant] [--moe_sm90_schedule cooperative|cooperative2x1|pingpong]
 //                [--reference_model DIR [--want_reference 1] [--alone 1]]
 //
-// --tp_row_chunks, --row_parallel_halves, --tp_exchange: the EngineOptions fields (and `scored` flags) of the
-// same names (engine/engine.h), defaults as there.
+// --tp_row_chunks, --row_parallel_halves, --tp_exchange, --moe_gemm, --moe_sm90_schedule: the EngineOptions
+// fields (and `scored` flags) of the same names (engine/engine.h), defaults as there.
 // --tp N: EngineOptions::tp (N GPUs, tensor-parallel). Load time = engine creation (open -> ready to score);
 // GPU memory in use is printed per device (Engine::DeviceMemory()).
 //
@@ -101,6 +102,8 @@ struct Args {
   int tp_row_chunks = 0;
   bool row_parallel_halves = true;
   TpExchange tp_exchange = TpExchange::kCopy;
+  MoeGemm moe_gemm = MoeGemm::kSm90Dequant;
+  MoeSm90Schedule moe_sm90_schedule = MoeSm90Schedule::kCooperative;
   std::string reference_model;
   bool want_reference = false;
   bool alone = true;
@@ -143,6 +146,24 @@ bool ParseArgs(int argc, char** argv, Args* args) {
         return false;
       }
       args->tp_exchange = value == "nccl" ? TpExchange::kNccl : TpExchange::kCopy;
+    } else if (key == "--moe_gemm") {
+      if (value != "mma" && value != "sm90" && value != "sm90_dequant") {
+        std::fprintf(stderr, "--moe_gemm must be mma, sm90 or sm90_dequant, got '%s'\n", value.c_str());
+        return false;
+      }
+      args->moe_gemm = value == "mma"    ? MoeGemm::kMma
+                       : value == "sm90" ? MoeGemm::kSm90
+                                         : MoeGemm::kSm90Dequant;
+    } else if (key == "--moe_sm90_schedule") {
+      if (value != "cooperative" && value != "cooperative2x1" && value != "pingpong") {
+        std::fprintf(stderr,
+                     "--moe_sm90_schedule must be cooperative, cooperative2x1 or pingpong, got '%s'\n",
+                     value.c_str());
+        return false;
+      }
+      args->moe_sm90_schedule = value == "pingpong"         ? MoeSm90Schedule::kPingpong
+                                : value == "cooperative2x1" ? MoeSm90Schedule::kCooperative2x1
+                                                            : MoeSm90Schedule::kCooperative;
     } else if (key == "--reps") {
       args->reps = std::stoi(value);
     } else if (key == "--dtype") {
@@ -658,7 +679,10 @@ int ForwardTimings(const Args& args) {
   }
   const ModelConfig& c = (*weights)->config();
   const int64_t max_tokens = *std::max_element(args.batches.begin(), args.batches.end()) * args.ctx;
-  auto model = cuda::UploadModel(**weights, args.dtype);
+  cuda::UploadOptions upload;
+  upload.moe_gemm = args.moe_gemm;
+  upload.moe_sm90_schedule = args.moe_sm90_schedule;
+  auto model = cuda::UploadModel(**weights, args.dtype, nullptr, upload);
   auto gemm = cuda::GemmRunner::Create(max_tokens);
   auto stream = cuda::CudaStream::Create();
   if (!model.ok() || !gemm.ok() || !stream.ok()) {
@@ -916,6 +940,7 @@ int Main(int argc, char** argv) {
         "usage: scored_bench --model DIR [--tp 1] [--ctx 2048] [--batches 1,2,4,8,16] [--reps 3] "
         "[--dtype bf16|fp32] [--ref FILE [--gate 1]] [--profile 1] [--graph 1] [--stages 1] [--nccl 1] "
         "[--tp_row_chunks 0] [--row_parallel_halves 1] [--tp_exchange copy|nccl] "
+        "[--moe_gemm mma|sm90|sm90_dequant] [--moe_sm90_schedule cooperative|cooperative2x1|pingpong] "
         "[--reference_model DIR [--want_reference 1] [--alone 1]]\n");
     return 2;
   }
@@ -935,6 +960,8 @@ int Main(int argc, char** argv) {
   options.tp_row_chunks = args.tp_row_chunks;
   options.row_parallel_halves = args.row_parallel_halves;
   options.tp_exchange = args.tp_exchange;
+  options.moe_gemm = args.moe_gemm;
+  options.moe_sm90_schedule = args.moe_sm90_schedule;
   const auto t_load = std::chrono::steady_clock::now();
   HostMemoryWatch host_memory;
   auto engine = CreateCudaEngine(options);
