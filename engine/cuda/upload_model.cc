@@ -42,15 +42,7 @@ void ReleaseLinearPages(const TensorStore& store, const LinearWeight& w) {
 }
 
 void ReleaseLayerPages(const TensorStore& store, const LayerWeights& src) {
-  for (const LinearWeight* w :
-       {&src.q_proj, &src.k_proj, &src.v_proj, &src.o_proj, &src.gate_proj, &src.up_proj, &src.down_proj,
-        &src.moe.router, &src.moe.shared_expert_gate, &src.moe.shared_expert.gate_proj,
-        &src.moe.shared_expert.up_proj, &src.moe.shared_expert.down_proj}) {
-    ReleaseLinearPages(store, *w);
-  }
-  for (const ExpertWeights& x : src.moe.experts) {
-    for (const LinearWeight* w : {&x.gate_proj, &x.up_proj, &x.down_proj}) ReleaseLinearPages(store, *w);
-  }
+  scored::ForEachLinear(src, [&store](const LinearWeight& w, LinearRole) { ReleaseLinearPages(store, w); });
   for (const TensorView* t : {&src.input_layernorm, &src.post_attention_layernorm, &src.q_norm, &src.k_norm,
                               &src.pre_feedforward_layernorm, &src.post_feedforward_layernorm}) {
     if (t->present()) store.ReleaseResidentPages(*t);
@@ -252,24 +244,9 @@ int64_t EstimateDeviceBytes(const ModelWeights& weights, ComputeDtype dtype, int
   int64_t bytes = config.vocab_size * config.hidden_size * act;  // the embedding
   if (!config.tie_word_embeddings) bytes += linear_bytes(weights.lm_head());
   for (const LayerWeights& layer : weights.layers()) {
-    std::vector<const LinearWeight*> linears = {&layer.q_proj,
-                                                &layer.k_proj,
-                                                &layer.v_proj,
-                                                &layer.o_proj,
-                                                &layer.gate_proj,
-                                                &layer.up_proj,
-                                                &layer.down_proj,
-                                                &layer.moe.router,
-                                                &layer.moe.shared_expert_gate,
-                                                &layer.moe.shared_expert.gate_proj,
-                                                &layer.moe.shared_expert.up_proj,
-                                                &layer.moe.shared_expert.down_proj};
-    for (const ExpertWeights& x : layer.moe.experts) {
-      for (const LinearWeight* w : {&x.gate_proj, &x.up_proj, &x.down_proj}) linears.push_back(w);
-    }
-    for (const LinearWeight* w : linears) {  // absent ones (a dense layer's MoE, a sparse one's MLP) count 0
-      bytes += linear_bytes(*w) + w->out_features * 4;  // + an fp32 bias or per-channel scale at most
-    }
+    scored::ForEachLinear(layer, [&](const LinearWeight& w, LinearRole) {
+      bytes += linear_bytes(w) + w.out_features * 4;  // + an fp32 bias or per-channel scale at most
+    });
     bytes += 4 * config.hidden_size * 4 + 2 * config.head_dim * 4;  // norms (Gemma: four per layer)
   }
   return bytes / std::max(tp_size, 1) + config.hidden_size * 4;
