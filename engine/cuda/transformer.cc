@@ -28,6 +28,9 @@ class ForwardPass {
 
   absl::Status Run() {
     ForwardContext<T>& ctx = ctx_;
+    if (ctx.plan.layers.size() != ctx.model.layers.size()) {
+      return absl::InternalError("the model's plan and its device layers differ in number");
+    }
     SCORED_RETURN_IF_ERROR(ctx.weights.Start());
     {
       Stage s(ctx.clock, "embed");
@@ -37,7 +40,8 @@ class ForwardPass {
       const DeviceLayer& layer = ctx.model.layers[l];
       SCORED_RETURN_IF_ERROR(
           AttentionBlock(ctx, layer, static_cast<int64_t>(l), l > 0 ? RowSum::kAfterDown : RowSum::kNone));
-      SCORED_RETURN_IF_ERROR(layer.sparse ? MoeBlock(ctx, layer) : MlpBlock(ctx, layer));
+      SCORED_RETURN_IF_ERROR(layer.sparse ? MoeBlock(ctx, layer, static_cast<int64_t>(l))
+                                          : MlpBlock(ctx, layer, static_cast<int64_t>(l)));
     }
     NormOutput<T> final_out = ctx.NormInto(false);
     if (ctx.role == PassRole::kReference) final_out.normed = ctx.acts->ref_normed.template as<T>();

@@ -26,8 +26,7 @@ absl::Status ApplyRope(ForwardContext<T>& ctx, int64_t l, T* qkv_rows, const Row
                                      ch.rows, heads, ctx.head_dim, ctx.rotary_dim, ctx.stream);
   }
   const std::vector<int32_t>& cu = ctx.batch.cu_seqlens;
-  const int64_t original = ctx.config.rope_scaling.original_max_position_embeddings;
-  auto is_long = [&](int s) { return cu[s + 1] - cu[s] > original; };
+  auto is_long = [&](int s) { return ctx.plan.LongRopeFor(cu[s + 1] - cu[s]); };
   for (int s = ch.first_seq; s < ch.first_seq + ch.num_seqs;) {
     int e = s + 1;
     while (e < ch.first_seq + ch.num_seqs && is_long(e) == is_long(s)) ++e;
@@ -88,8 +87,8 @@ absl::Status PrepareQkv(ForwardContext<T>& ctx, const DeviceLayer& layer, int64_
 
 template <typename T>
 const float* OneRopeTable(const ForwardContext<T>& ctx, int64_t l) {
-  if (ctx.config.LocalRope(l)) return ctx.rope_local;
-  return ctx.config.rope_scaling.type != RopeType::kLongrope ? ctx.rope_table : nullptr;
+  if (ctx.plan.layers[static_cast<size_t>(l)].attention.rope == RopeTable::kLocal) return ctx.rope_local;
+  return !ctx.plan.longrope ? ctx.rope_table : nullptr;
 }
 
 template <typename T>
@@ -101,15 +100,16 @@ absl::Status AttentionBlock(ForwardContext<T>& ctx, const DeviceLayer& layer, in
   qkv_io.fp8_input_scales = qkv_fp8 ? ctx.fp8_scale_norm : nullptr;
   SCORED_ASSIGN_OR_RETURN(ChunkLease qkv_w, ChunkLease::Acquire(ctx.weights, layer.qkv, ctx.num_chunks()));
   SCORED_ASSIGN_OR_RETURN(ChunkLease o_w, ChunkLease::Acquire(ctx.weights, layer.o, ctx.num_chunks()));
+  const AttentionPlan& attention = ctx.plan.layers[static_cast<size_t>(l)].attention;
   kernels::AttentionShape shape;
   shape.num_heads = static_cast<int32_t>(ctx.num_heads);
   shape.num_kv_heads = static_cast<int32_t>(ctx.num_kv_heads);
   shape.head_dim = static_cast<int32_t>(ctx.head_dim);
   shape.q_stride = ctx.qkv_dim;
   shape.kv_stride = ctx.qkv_dim;
-  shape.scale = static_cast<float>(ctx.config.attention_scale);
-  shape.softcap = ctx.config.attn_logit_softcap;
-  shape.window = static_cast<int32_t>(ctx.config.LayerWindow(l));
+  shape.scale = static_cast<float>(attention.scale);
+  shape.softcap = attention.softcap;
+  shape.window = static_cast<int32_t>(attention.window);
   for (int c = 0; c < ctx.num_chunks(); ++c) {
     const RowChunk& ch = ctx.chunks[c];
     {  // normed [n, hidden] (or act_fp8 / fp8_scale_norm)

@@ -1,13 +1,19 @@
 #include "engine/cuda/forward/context.h"
 
+#include <algorithm>
+
 #include "engine/base/status_macros.h"
 #include "engine/dist/nccl_communicator.h"
 #include "engine/kernels/kernel_types.h"
 
 namespace scored::cuda {
 
-bool Chunkable(const ModelConfig& config, const DeviceModel& model) {
-  if (config.sandwich_norms || config.moe()) return false;
+bool Sandwiched(const ModelPlan& plan) {
+  return std::any_of(plan.layers.begin(), plan.layers.end(), [](const LayerPlan& l) { return l.sandwich(); });
+}
+
+bool Chunkable(const ModelPlan& plan, const DeviceModel& model) {
+  if (Sandwiched(plan) || plan.any_experts()) return false;
   bool chunkable = true;  // every layer dense here: its q|k|v, o, gate|up and down
   for (const DeviceLayer& layer : model.layers) {
     ForEachLinear(layer, [&chunkable](const DeviceLinear& w, DeviceLinearRole) {
@@ -33,14 +39,18 @@ ForwardContext<T>::ForwardContext(const ModelConfig& config, const DeviceModel& 
       tp(tp),
       role(role),
       reference(reference),
+      plan(PlanModel(config)),
+      sandwich(Sandwiched(plan)),
+      ref_final_logit_softcap(reference != nullptr ? PlanModel(*reference->config).final_logit_softcap
+                                                   : 0.0f),
       add_to_residual(tp == nullptr || tp->comm->rank() == 0),
       chunks(RowChunks(batch.cu_seqlens, batch.num_tokens, batch.num_seqs, batch.max_seqlen,
-                       acts->tp_row_chunks, tp != nullptr && Chunkable(config, model))),
+                       acts->tp_row_chunks, tp != nullptr && Chunkable(plan, model))),
       weights(model, acts->weight_scratch(), stream),
       sums(tp, acts, static_cast<int>(chunks.size()), config.hidden_size, stream),
       linears(gemm, acts, tp, model.dtype, stream),
       clock(acts->stage_times, stream),
-      residual_stream(*this, config.sandwich_norms ? ResidualForm::kSandwich : ResidualForm::kPreNorm) {}
+      residual_stream(*this, sandwich ? ResidualForm::kSandwich : ResidualForm::kPreNorm) {}
 
 absl::StatusOr<ChunkLease> ChunkLease::Acquire(WeightStream& weights, const DeviceLinear& linear,
                                                int num_chunks) {

@@ -39,6 +39,7 @@
 #include "engine/kernels/rms_norm_fp8.h"
 #include "engine/kernels/swiglu_fp8.h"
 #include "engine/model/config.h"
+#include "engine/model/layer_plan.h"
 
 namespace scored::cuda {
 
@@ -48,8 +49,11 @@ enum class PassRole { kModel, kReference };
 // its input's per-token amax on the forward's stream (NCCL work would then be pending on two streams at once;
 // those linears also need every rank's columns before their GEMM).
 // Nor in the Gemma block (its row-parallel outputs are summed in proj before their norms, one all-reduce on
-// the forward's stream), nor in a mixture-of-experts model (its sparse layers route the whole batch at once).
-bool Chunkable(const ModelConfig& config, const DeviceModel& model);
+// the forward's stream), nor in a model with a sparse layer (it routes the whole batch at once).
+bool Chunkable(const ModelPlan& plan, const DeviceModel& model);
+
+// Every layer's norms sandwich its branches (the Gemma block; PlanModel plans all layers alike).
+bool Sandwiched(const ModelPlan& plan);
 
 // The forward pass's state for activation type T (kernels::bf16_t or float).
 template <typename T>
@@ -85,6 +89,10 @@ struct ForwardContext {
   const TensorParallelContext* const tp;
   const PassRole role;
   const ReferenceModel* const reference;
+  const ModelPlan plan;  // PlanModel(config): the blocks read the model's structure here, not config's flags
+  const bool sandwich;   // Sandwiched(plan)
+  // kModel with a reference model: R's final soft-cap (its plan's final_logit_softcap), else 0.
+  const float ref_final_logit_softcap;
 
   const int64_t n = batch.num_tokens;
   const int64_t hidden = config.hidden_size;
@@ -103,9 +111,9 @@ struct ForwardContext {
   const bool add_to_residual;  // tp == nullptr or this rank is rank 0
   // The fused norm + FP8 and SwiGLU + FP8 kernels: not in the Gemma block (its norms add a pending delta;
   // GeGLU).
-  const bool norm_fp8_ok = kernels::RmsNormQuantFp8Supports(hidden) && !config.sandwich_norms;
-  const bool swiglu_fp8_ok = inter % 8 == 0 && inter <= kernels::kSwiGluQuantFp8MaxInter &&
-                             config.mlp_activation == MlpActivation::kSilu;
+  const bool norm_fp8_ok = kernels::RmsNormQuantFp8Supports(hidden) && !sandwich;
+  // (and a SwiGLU layer: mlp_block.cc)
+  const bool swiglu_fp8_ok = inter % 8 == 0 && inter <= kernels::kSwiGluQuantFp8MaxInter;
 
   // The activations (acts's buffers), rows in packed order.
   float* const residual = acts->residual.as<float>();  // [n, hidden]

@@ -26,9 +26,9 @@ absl::Status CompareWithReference(ForwardContext<T>& ctx, int64_t begin, int64_t
   // ref_logits [rows, head_rows] = R's normed rows . R's W_head^T
   SCORED_RETURN_IF_ERROR(ctx.gemm.Linear(acts->ref_normed.as<T>() + begin * ref_hidden, head, ref_logits,
                                          rows, head_rows, ref_hidden, ctx.to_fp32, ctx.stream));
-  if (reference.config->final_logit_softcap > 0.0f) {
-    SCORED_RETURN_IF_ERROR(kernels::SoftCap(ref_logits, rows, head_rows, head_rows,
-                                            reference.config->final_logit_softcap, ctx.stream));
+  if (ctx.ref_final_logit_softcap > 0.0f) {
+    SCORED_RETURN_IF_ERROR(
+        kernels::SoftCap(ref_logits, rows, head_rows, head_rows, ctx.ref_final_logit_softcap, ctx.stream));
   }
   kernels::ReferenceOutputs out;
   out.ref_logprob = acts->ref_logprob.as<double>() + begin;  // [rows]
@@ -83,9 +83,9 @@ absl::Status LmHead(ForwardContext<T>& ctx) {
       // logits [rows, head_rows] = normed rows . W_head^T
       SCORED_RETURN_IF_ERROR(ctx.gemm.Linear(ctx.normed + begin * ctx.hidden, head, ctx.logits, rows,
                                              head_rows, ctx.hidden, ctx.to_fp32, ctx.stream));
-      if (ctx.config.final_logit_softcap > 0.0f) {  // Gemma 2
+      if (ctx.plan.final_logit_softcap > 0.0f) {  // Gemma 2
         SCORED_RETURN_IF_ERROR(kernels::SoftCap(ctx.logits, rows, head_rows, head_rows,
-                                                ctx.config.final_logit_softcap, ctx.stream));
+                                                ctx.plan.final_logit_softcap, ctx.stream));
       }
       SCORED_RETURN_IF_ERROR(ScoreRows(ctx, begin, rows, head_rows));
       if (compare) SCORED_RETURN_IF_ERROR(CompareWithReference(ctx, begin, rows));

@@ -15,8 +15,8 @@ namespace {
 // fp8_scale_mlp where swiglu_fp8: gate_up is gate|up's raw FP8 GEMM output, its scales, SwiGLU and
 // down_proj's input quantization in one pass).
 template <typename T>
-absl::Status Glu(ForwardContext<T>& ctx, const DeviceLayer& layer, const LinearPlan& gate_up_plan,
-                 bool swiglu_fp8, const RowChunk& ch) {
+absl::Status Glu(ForwardContext<T>& ctx, const DeviceLayer& layer, MlpActivation activation,
+                 const LinearPlan& gate_up_plan, bool swiglu_fp8, const RowChunk& ch) {
   const int64_t b = ch.begin, m = ch.rows, inter = ctx.inter;
   T* gate_up_rows = ctx.gate_up + b * 2 * inter;  // [m, 2 inter]
   if (swiglu_fp8) {
@@ -30,7 +30,7 @@ absl::Status Glu(ForwardContext<T>& ctx, const DeviceLayer& layer, const LinearP
     }
     return absl::OkStatus();
   }
-  if (ctx.config.mlp_activation == MlpActivation::kGeluTanh) {
+  if (activation == MlpActivation::kGeluTanh) {
     return kernels::GeluTanhGlu<T>(gate_up_rows, gate_up_rows + inter, 2 * inter, m, inter,
                                    ctx.mlp + b * inter, ctx.stream);
   }
@@ -41,19 +41,22 @@ absl::Status Glu(ForwardContext<T>& ctx, const DeviceLayer& layer, const LinearP
 }  // namespace
 
 template <typename T>
-absl::Status MlpBlock(ForwardContext<T>& ctx, const DeviceLayer& layer) {
+absl::Status MlpBlock(ForwardContext<T>& ctx, const DeviceLayer& layer, int64_t l) {
+  const LayerPlan& plan = ctx.plan.layers[static_cast<size_t>(l)];
+  const MlpActivation activation = plan.channel_mixer.activation;
   const LinearPlan gate_up_plan = ctx.linears.Plan(layer.gate_up, LinearOut::kComputeDtype);
   const LinearPlan down_plan = ctx.linears.Plan(layer.down, LinearOut::kResidual);
   const bool gate_up_fp8 = ctx.norm_fp8_ok && gate_up_plan.fed_fp8;
-  const bool swiglu_fp8 = ctx.swiglu_fp8_ok && layer.gate_up.fp8_resident() &&
-                          layer.gate_up.output_rotations().empty() && down_plan.fed_fp8;
+  const bool swiglu_fp8 = ctx.swiglu_fp8_ok && activation == MlpActivation::kSilu &&
+                          layer.gate_up.fp8_resident() && layer.gate_up.output_rotations().empty() &&
+                          down_plan.fed_fp8;
   LinearInOut gate_up_io;
   gate_up_io.fp8_input_scales = gate_up_fp8 ? ctx.fp8_scale_norm : nullptr;
   gate_up_io.unscaled_fp8_output = swiglu_fp8;
   LinearInOut down_io;
   down_io.fp8_input_scales = swiglu_fp8 ? ctx.fp8_scale_mlp : nullptr;
   // The MLP's input norm: post_attention_layernorm, or the Gemma block's pre_feedforward_layernorm.
-  const DeviceBuffer& input_norm = ctx.config.sandwich_norms ? layer.pre_ff_norm : layer.post_norm;
+  const DeviceBuffer& input_norm = plan.sandwich() ? layer.pre_ff_norm : layer.post_norm;
   SCORED_ASSIGN_OR_RETURN(ChunkLease gate_up_w,
                           ChunkLease::Acquire(ctx.weights, layer.gate_up, ctx.num_chunks()));
   SCORED_ASSIGN_OR_RETURN(ChunkLease down_w, ChunkLease::Acquire(ctx.weights, layer.down, ctx.num_chunks()));
@@ -72,7 +75,7 @@ absl::Status MlpBlock(ForwardContext<T>& ctx, const DeviceLayer& layer) {
     }
     {  // mlp [n, inter] = silu(gate) * up (or down_proj's FP8 input act_fp8 / fp8_scale_mlp)
       Stage s(ctx.clock, "swiglu");
-      SCORED_RETURN_IF_ERROR(Glu(ctx, layer, gate_up_plan, swiglu_fp8, ch));
+      SCORED_RETURN_IF_ERROR(Glu(ctx, layer, activation, gate_up_plan, swiglu_fp8, ch));
     }
     {  // residual [n, hidden] += mlp . W_down^T (tp: this rank's partial product), then its sum over ranks
        // (the Gemma block: proj = post_feedforward_norm(mlp . W_down^T))
@@ -85,7 +88,8 @@ absl::Status MlpBlock(ForwardContext<T>& ctx, const DeviceLayer& layer) {
   return absl::OkStatus();
 }
 
-template absl::Status MlpBlock<kernels::bf16_t>(ForwardContext<kernels::bf16_t>&, const DeviceLayer&);
-template absl::Status MlpBlock<float>(ForwardContext<float>&, const DeviceLayer&);
+template absl::Status MlpBlock<kernels::bf16_t>(ForwardContext<kernels::bf16_t>&, const DeviceLayer&,
+                                                int64_t);
+template absl::Status MlpBlock<float>(ForwardContext<float>&, const DeviceLayer&, int64_t);
 
 }  // namespace scored::cuda

@@ -11,9 +11,9 @@
 
 namespace scored::cuda {
 
-// Errors: the kernels' and the weight stream's statuses.
+// Layer `l` (its weights `layer`, its plan ctx.plan.layers[l]).
 template <typename T>
-absl::Status MlpBlock(ForwardContext<T>& ctx, const DeviceLayer& layer);
+absl::Status MlpBlock(ForwardContext<T>& ctx, const DeviceLayer& layer, int64_t l);
 
 }  // namespace scored::cuda
 

@@ -209,11 +209,12 @@ absl::Status RunGroupedExperts(ForwardContext<T>& ctx, const DeviceMoe& moe, con
 }  // namespace
 
 template <typename T>
-absl::Status MoeBlock(ForwardContext<T>& ctx, const DeviceLayer& layer) {
+absl::Status MoeBlock(ForwardContext<T>& ctx, const DeviceLayer& layer, int64_t l) {
   if (ctx.num_chunks() != 1) return absl::InternalError("a mixture-of-experts layer runs in one row chunk");
   Activations* const acts = ctx.acts;
   const DeviceMoe& moe = layer.moe;
   const int64_t experts = ctx.config.num_experts, k = ctx.config.num_experts_per_tok, n = ctx.n;
+  const bool norm_topk_prob = ctx.plan.layers[static_cast<size_t>(l)].channel_mixer.experts.norm_topk_prob;
   {
     Stage s(ctx.clock, "norm");
     SCORED_RETURN_IF_ERROR(ctx.sums.template Norm<T>(layer.post_norm.as<float>(), ctx.eps,
@@ -237,8 +238,8 @@ absl::Status MoeBlock(ForwardContext<T>& ctx, const DeviceLayer& layer) {
   }
   {
     Stage s(ctx.clock, "moe route");
-    SCORED_RETURN_IF_ERROR(kernels::MoeRoute(logits, columns, n, experts, k, ctx.config.norm_topk_prob, ids,
-                                             weights, ctx.stream));
+    SCORED_RETURN_IF_ERROR(
+        kernels::MoeRoute(logits, columns, n, experts, k, norm_topk_prob, ids, weights, ctx.stream));
   }
   {  // the grouped path's expert offsets too ([experts + 1], on the device)
     Stage s(ctx.clock, "moe group by expert");
@@ -273,7 +274,8 @@ absl::Status MoeBlock(ForwardContext<T>& ctx, const DeviceLayer& layer) {
   return ctx.sums.Reduce(RowSum::kAfterDown, 0, ctx.chunks[0]);
 }
 
-template absl::Status MoeBlock<kernels::bf16_t>(ForwardContext<kernels::bf16_t>&, const DeviceLayer&);
-template absl::Status MoeBlock<float>(ForwardContext<float>&, const DeviceLayer&);
+template absl::Status MoeBlock<kernels::bf16_t>(ForwardContext<kernels::bf16_t>&, const DeviceLayer&,
+                                                int64_t);
+template absl::Status MoeBlock<float>(ForwardContext<float>&, const DeviceLayer&, int64_t);
 
 }  // namespace scored::cuda

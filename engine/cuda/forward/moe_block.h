@@ -17,9 +17,10 @@
 
 namespace scored::cuda {
 
-// layer.sparse. INTERNAL with more than one row chunk; errors: the kernels', GEMMs' and weight stream's.
+// Layer `l` (its weights `layer`, layer.sparse; its plan ctx.plan.layers[l]). INTERNAL with more than one
+// row chunk; errors: the kernels', GEMMs' and weight stream's.
 template <typename T>
-absl::Status MoeBlock(ForwardContext<T>& ctx, const DeviceLayer& layer);
+absl::Status MoeBlock(ForwardContext<T>& ctx, const DeviceLayer& layer, int64_t l);
 
 }  // namespace scored::cuda
 

@@ -39,8 +39,9 @@ absl::Status ResidualStream<T>::Embed() {
         c.hidden, c.residual, c.stream)));
     SCORED_RETURN_IF_ERROR(c.sums.AllReduceResidual(c.n));
   }
-  if (c.config.embedding_scale <= 0.0f) return absl::OkStatus();
-  const float scale = kFp32 ? c.config.embedding_scale : RoundedToBf16(c.config.embedding_scale);
+  const float embedding_scale = c.plan.embedding_scale;
+  if (embedding_scale <= 0.0f) return absl::OkStatus();
+  const float scale = kFp32 ? embedding_scale : RoundedToBf16(embedding_scale);
   return kernels::ScaleEmbedding(c.residual, c.n * c.hidden, scale, !kFp32, c.stream);
 }
 
