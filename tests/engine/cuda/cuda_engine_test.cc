@@ -443,6 +443,52 @@ TEST_F(CudaEngineTest, TrainedMoeBf16OnRealText) {
   EXPECT_LE(std::abs(a.ppl / a.ref_ppl - 1.0), 0.003);
 }
 
+// Every grouped-expert kernel choice (EngineOptions::moe_gemm / moe_sm90_schedule, `scored --moe_gemm` /
+// `--moe_sm90_schedule`) in one process on the trained mixture-of-experts fixture: each against the CPU
+// oracle under the bound above, and ModelInfo::format_notes naming the choice the upload ran with. (Without
+// sm_90a every choice runs mma.sync; the notes still name the choice.)
+TEST_F(CudaEngineTest, TrainedMoeBf16EveryGroupedKernel) {
+  const std::string dir = EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR) + "/qwen3-moe-trained-bf16";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "no " << dir;
+  const std::vector<ScoreRequest> sample = WikiTextWindows(16, 256);
+  ASSERT_EQ(sample.size(), 16u);
+  auto reference = MakeReference(dir);
+  ASSERT_NE(reference, nullptr);
+  auto want = ScoreAll(*reference, sample);
+  ASSERT_TRUE(want.ok()) << want.status();
+  struct Choice {
+    MoeGemm gemm;
+    MoeSm90Schedule schedule;
+    const char* note;
+  };
+  const Choice choices[] = {
+      {MoeGemm::kMma, MoeSm90Schedule::kCooperative, "--moe_gemm=mma --moe_sm90_schedule=cooperative"},
+      {MoeGemm::kSm90, MoeSm90Schedule::kCooperative, "--moe_gemm=sm90 --moe_sm90_schedule=cooperative"},
+      {MoeGemm::kSm90Dequant, MoeSm90Schedule::kCooperative2x1,
+       "--moe_gemm=sm90_dequant --moe_sm90_schedule=cooperative2x1"},
+      {MoeGemm::kSm90Dequant, MoeSm90Schedule::kPingpong,
+       "--moe_gemm=sm90_dequant --moe_sm90_schedule=pingpong"},
+  };
+  for (const Choice& choice : choices) {
+    SCOPED_TRACE(choice.note);
+    EngineOptions options;
+    options.model_dir = dir;
+    options.backend = Backend::kCuda;
+    options.dtype = ComputeDtype::kBf16;
+    options.max_batch_tokens = 4096;
+    options.moe_gemm = choice.gemm;
+    options.moe_sm90_schedule = choice.schedule;
+    auto engine = CreateCudaEngine(options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    EXPECT_THAT((*engine)->info().format_notes, ::testing::HasSubstr(choice.note));
+    auto got = ScoreAll(**engine, sample);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const Agreement a = Compare(*got, *want);
+    EXPECT_LE(a.mean_abs, 0.01);
+    EXPECT_LE(std::abs(a.ppl / a.ref_ppl - 1.0), 0.003);
+  }
+}
+
 // bf16 mode on every weight-only fixture against the bound: mean |delta logprob| <= 0.01 nats and PPL
 // within 0.3% of the float32 reference, where bf16 arithmetic allows it.
 //  - mean |delta|, on the fixtures' own reference sequences, next to transformers' own bf16 run of the same
