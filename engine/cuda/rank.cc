@@ -157,7 +157,7 @@ absl::Status UploadReference(const ModelWeights& reference, const EngineOptions&
   SCORED_RETURN_IF_ERROR(CheckReferenceFits(reference, options, tp_size, shapes, *rank));
   SCORED_ASSIGN_OR_RETURN(rank->ref_model,
                           UploadModel(reference, options.dtype, ref_plan.has_value() ? &*ref_plan : nullptr,
-                                      options.kv_cache_quant));
+                                      UploadOptionsFor(options)));
   return absl::OkStatus();
 }
 
@@ -261,7 +261,7 @@ absl::Status BuildRank(const ModelWeights& weights, const ModelWeights* referenc
   const int tp_size = plan != nullptr ? plan->tp_size : 1;
   SCORED_ASSIGN_OR_RETURN(rank->stream, CudaStream::Create());
   SCORED_ASSIGN_OR_RETURN(rank->gemm, GemmRunner::Create(options.max_batch_tokens));
-  SCORED_ASSIGN_OR_RETURN(rank->model, UploadModel(weights, options.dtype, plan, options.kv_cache_quant));
+  SCORED_ASSIGN_OR_RETURN(rank->model, UploadModel(weights, options.dtype, plan, UploadOptionsFor(options)));
   if (reference != nullptr) SCORED_RETURN_IF_ERROR(UploadReference(*reference, options, plan, rank));
   SCORED_RETURN_IF_ERROR(ReserveActivations(options, tp_size, link, rank, activation_bytes));
   // EngineOptions' execution settings (validated by the engine before anything loads).
