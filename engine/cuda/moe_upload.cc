@@ -16,7 +16,7 @@ namespace scored::cuda {
 // The experts' side of the upload, a friend of DeviceLinear: BuildMoe's steps.
 class MoeUploader {
  public:
-  static absl::Status BuildMoe(const ModelConfig& config, const MoeWeights& src, ComputeDtype dtype,
+  static absl::Status BuildMoe(const ExpertsPlan& plan, const MoeWeights& src, ComputeDtype dtype,
                                const std::string& prefix, const UploadOptions& options, LinearCutter* cut,
                                RotationTables* rotations, DeviceMoe* dst);
   // A linear the grouped GEMMs can read as it is: no activation quantization, rotations or FP8 / INT8
@@ -36,17 +36,17 @@ class MoeUploader {
                                                            const DeviceLinear& dn0);
 };
 
-absl::Status BuildMoe(const ModelConfig& config, const MoeWeights& src, ComputeDtype dtype,
+absl::Status BuildMoe(const ExpertsPlan& plan, const MoeWeights& src, ComputeDtype dtype,
                       const std::string& prefix, const UploadOptions& options, LinearCutter* cut,
                       RotationTables* rotations, DeviceMoe* dst) {
-  return MoeUploader::BuildMoe(config, src, dtype, prefix, options, cut, rotations, dst);
+  return MoeUploader::BuildMoe(plan, src, dtype, prefix, options, cut, rotations, dst);
 }
 
-absl::Status MoeUploader::BuildMoe(const ModelConfig& config, const MoeWeights& src, ComputeDtype dtype,
+absl::Status MoeUploader::BuildMoe(const ExpertsPlan& plan, const MoeWeights& src, ComputeDtype dtype,
                                    const std::string& prefix, const UploadOptions& options, LinearCutter* cut,
                                    RotationTables* rotations, DeviceMoe* dst) {
   const std::string mlp = prefix + "mlp.";
-  dst->shared = config.shared_expert_intermediate_size > 0;
+  dst->shared = plan.shared_expert_intermediate_size > 0;
   std::vector<const LinearWeight*> router;
   SCORED_ASSIGN_OR_RETURN(router.emplace_back(), cut->Cut(src.router, LinearRole::kRouter));
   if (dst->shared) {

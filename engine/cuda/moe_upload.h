@@ -13,17 +13,17 @@
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/rotation_tables.h"
 #include "engine/engine.h"
-#include "engine/model/config.h"
+#include "engine/model/layer_plan.h"
 #include "engine/model/weights.h"
 
 namespace scored::cuda {
 
-// Uploads `src` (layer `prefix`'s block, "model.layers.N.") into *dst. Quantized experts with bf16 scales
-// are rounded to bf16 in fp32 mode (DeviceLinear::round_to_bf16). `cut`: the rank's shards (cleared expert
-// by expert: the views it handed out before are gone on return). `options`: moe_gemm and moe_sm90_schedule
-// pick GroupedExperts::path and sm90_schedule. Errors name the module; UNIMPLEMENTED for a router with
-// transform_config rotations; INVALID_ARGUMENT naming the flag for an option outside its enum.
-absl::Status BuildMoe(const ModelConfig& config, const MoeWeights& src, ComputeDtype dtype,
+// Uploads `src` (layer `prefix`'s block, "model.layers.N.", planned as `plan`) into *dst. Quantized experts
+// with bf16 scales are rounded to bf16 in fp32 mode (DeviceLinear::round_to_bf16). `cut`: the rank's shards
+// (cleared expert by expert: the views it handed out before are gone on return). `options`: moe_gemm and
+// moe_sm90_schedule pick GroupedExperts::path and sm90_schedule. Errors name the module; UNIMPLEMENTED for a
+// router with transform_config rotations; INVALID_ARGUMENT naming the flag for an option outside its enum.
+absl::Status BuildMoe(const ExpertsPlan& plan, const MoeWeights& src, ComputeDtype dtype,
                       const std::string& prefix, const UploadOptions& options, LinearCutter* cut,
                       RotationTables* rotations, DeviceMoe* dst);
 

@@ -11,14 +11,15 @@
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/moe_upload.h"
 #include "engine/cuda/rotation_tables.h"
+#include "engine/model/layer_plan.h"
 #include "engine/model/rope_freq.h"
 
 namespace scored::cuda {
 
 namespace {
 
-// A norm weight widened to fp32; Gemma's (config.gemma_norm) stored as fp32(1 + weight), what its RMSNorm
-// multiplies by (ref::OffsetNormWeight: the same fp32 add).
+// A norm weight widened to fp32; Gemma's (ModelPlan::offset_norms) stored as fp32(1 + weight), what its
+// RMSNorm multiplies by (ref::OffsetNormWeight: the same fp32 add).
 absl::StatusOr<DeviceBuffer> UploadNorm(const TensorView& t, const std::string& what, bool offset) {
   std::vector<float> host(t.NumElements());
   SCORED_RETURN_IF_ERROR(TensorToFloat(t, host.data(), static_cast<int64_t>(host.size())));
@@ -66,7 +67,7 @@ int64_t ResidentBytes(const DeviceModel& model) {
 
 // The RoPE frequencies: the model's (RopeInvFreq), longrope's long factors, the local layers' (Gemma 3), and
 // longrope's attention factor.
-absl::Status UploadRopeFrequencies(const ModelConfig& config, DeviceModel* model) {
+absl::Status UploadRopeFrequencies(const ModelConfig& config, const ModelPlan& plan, DeviceModel* model) {
   SCORED_ASSIGN_OR_RETURN(model->rope_inv_freq,
                           UploadFloats(RopeInvFreq(config), "the RoPE frequency table"));
   if (config.rope_scaling.type == RopeType::kLongrope) {
@@ -74,32 +75,30 @@ absl::Status UploadRopeFrequencies(const ModelConfig& config, DeviceModel* model
                             UploadFloats(RopeInvFreqForLength(config, std::numeric_limits<int64_t>::max()),
                                          "the RoPE frequency table of long sequences"));
   }
-  if (!config.layer_local_rope.empty()) {
-    ModelConfig local = config;
-    local.rope_theta = config.local_rope_theta;
-    local.rope_scaling = config.local_rope_scaling;
+  if (plan.local_rope) {
     SCORED_ASSIGN_OR_RETURN(model->rope_inv_freq_local,
-                            UploadFloats(RopeInvFreq(local), "the local layers' RoPE frequency table"));
+                            UploadFloats(RopeInvFreq(RopeTableConfig(config, RopeTable::kLocal)),
+                                         "the local layers' RoPE frequency table"));
   }
   model->rope_scaling = RopeAttentionScaling(config);
   return absl::OkStatus();
 }
 
-// A layer's norm weights: which optional ones exist follows the config's family flags (family.h).
-absl::Status UploadLayerNorms(const ModelConfig& config, const LayerWeights& src, const std::string& prefix,
-                              DeviceLayer* dst) {
-  const bool offset = config.gemma_norm;
+// A layer's norm weights: which optional ones exist follows its plan (layer_plan.h).
+absl::Status UploadLayerNorms(const ModelPlan& model_plan, const LayerPlan& layer_plan,
+                              const LayerWeights& src, const std::string& prefix, DeviceLayer* dst) {
+  const bool offset = model_plan.offset_norms;
   SCORED_ASSIGN_OR_RETURN(dst->input_norm,
                           UploadNorm(src.input_layernorm, prefix + "input_layernorm", offset));
   SCORED_ASSIGN_OR_RETURN(
       dst->post_norm, UploadNorm(src.post_attention_layernorm, prefix + "post_attention_layernorm", offset));
-  if (config.sandwich_norms) {
+  if (layer_plan.sandwich()) {
     SCORED_ASSIGN_OR_RETURN(dst->pre_ff_norm, UploadNorm(src.pre_feedforward_layernorm,
                                                          prefix + "pre_feedforward_layernorm", offset));
     SCORED_ASSIGN_OR_RETURN(dst->post_ff_norm, UploadNorm(src.post_feedforward_layernorm,
                                                           prefix + "post_feedforward_layernorm", offset));
   }
-  if (config.qk_norm) {
+  if (layer_plan.attention.qk_norm) {
     SCORED_ASSIGN_OR_RETURN(dst->q_norm, UploadNorm(src.q_norm, prefix + "self_attn.q_norm", offset));
     SCORED_ASSIGN_OR_RETURN(dst->k_norm, UploadNorm(src.k_norm, prefix + "self_attn.k_norm", offset));
   }
@@ -142,8 +141,8 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
   SCORED_RETURN_IF_ERROR(UploadDenseInto(embed, dtype, model->embed.data()));
   store.ReleaseResidentPages(weights.embed_tokens());
   SCORED_ASSIGN_OR_RETURN(model->final_norm,
-                          UploadNorm(weights.final_norm(), "model.norm.weight", config.gemma_norm));
-  SCORED_RETURN_IF_ERROR(UploadRopeFrequencies(config, model.get()));
+                          UploadNorm(weights.final_norm(), "model.norm.weight", weights.plan().offset_norms));
+  SCORED_RETURN_IF_ERROR(UploadRopeFrequencies(config, weights.plan(), model.get()));
   RotationTables rotations;
   if (!weights.lm_head().transforms.empty()) {
     return absl::UnimplementedError(
@@ -176,7 +175,8 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     SCORED_ASSIGN_OR_RETURN(const LinearWeight* v, cut.Cut(src.v_proj, LinearRole::kV));
     SCORED_ASSIGN_OR_RETURN(const LinearWeight* o, cut.Cut(src.o_proj, LinearRole::kO));
     const bool o_amax = cut.last_act_amax_all_reduce();
-    dst.sparse = config.IsSparseLayer(static_cast<int64_t>(l));
+    const LayerPlan& layer_plan = weights.plan().layers[l];
+    dst.sparse = layer_plan.experts();
     const LinearWeight *gate = nullptr, *up = nullptr, *down = nullptr;
     bool down_amax = false;
     if (!dst.sparse) {
@@ -185,8 +185,8 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
       SCORED_ASSIGN_OR_RETURN(down, cut.Cut(src.down_proj, LinearRole::kDown));
       down_amax = cut.last_act_amax_all_reduce();
     }
-    SCORED_RETURN_IF_ERROR(UploadLayerNorms(config, src, prefix, &dst));
-    if (config.attention_bias) {
+    SCORED_RETURN_IF_ERROR(UploadLayerNorms(weights.plan(), layer_plan, src, prefix, &dst));
+    if (layer_plan.attention.qkv_bias) {
       const int64_t nq = q->out_features, nk = k->out_features, nv = v->out_features;
       std::vector<float> bias(nq + nk + nv);
       SCORED_RETURN_IF_ERROR(TensorToFloat(q->bias, bias.data(), nq));
@@ -201,10 +201,11 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     // transform_config's online rotations: an output rotation runs after the GEMM only where the output is
     // written in the compute dtype with no bias to add after it (q|k|v without a bias, gate|up).
     SCORED_RETURN_IF_ERROR(
-        rotations.Attach({q, k, v}, prefix + "self_attn q|k|v", !config.attention_bias, &dst.qkv));
+        rotations.Attach({q, k, v}, prefix + "self_attn q|k|v", !layer_plan.attention.qkv_bias, &dst.qkv));
     SCORED_RETURN_IF_ERROR(rotations.Attach({o}, prefix + "self_attn.o_proj", false, &dst.o));
     if (dst.sparse) {  // (BuildMoe clears `cut` expert by expert: q / k / v / o are not read after this)
-      SCORED_RETURN_IF_ERROR(BuildMoe(config, src.moe, dtype, prefix, options, &cut, &rotations, &dst.moe));
+      SCORED_RETURN_IF_ERROR(BuildMoe(layer_plan.channel_mixer.experts, src.moe, dtype, prefix, options, &cut,
+                                      &rotations, &dst.moe));
     } else {
       SCORED_ASSIGN_OR_RETURN(dst.gate_up,
                               DeviceModelLoader::Build({gate, up}, dtype, prefix + "mlp gate|up"));
