@@ -3,7 +3,7 @@
 // (engine/model/hadamard_factors.h) and uploaded once, its forward and inverse views handed to the linears
 // that use it (DeviceLinear::input_rotations / output_rotations, run by kernels::HadamardRotate).
 //
-// Used by the upload only (UploadModel, DeviceModelLoader::BuildMoe); errors are UNIMPLEMENTED naming the
+// Used by the upload only (UploadModel, BuildMoe in moe_upload.h); errors are UNIMPLEMENTED naming the
 // module for what the CUDA backend does not run. Ownership: owns the tables until Release() hands them to
 // the DeviceModel (the views the linears hold point into them). Thread-safety: none (the loading thread).
 #ifndef SCORED_ENGINE_CUDA_ROTATION_TABLES_H_
