@@ -114,7 +114,8 @@ struct TokenizerSetup {
 };
 
 #ifdef SCORED_PPL_HAVE_TOKENIZER
-// The setup's tokenize callback owns the tokenizer.
+// The setup's tokenize callback owns the tokenizer. Files that differ from the server's tokenizer are
+// logged, not refused (the ids may still agree).
 absl::StatusOr<TokenizerSetup> LocalTokenizer(const std::string& dir, const scored::v1::ModelInfo& info) {
   SCORED_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::Load(dir));
   if (tok->bos_id() != info.bos_id() || tok->eos_id() != info.eos_id() ||
@@ -143,6 +144,11 @@ absl::StatusOr<TokenizerSetup> LocalTokenizer(const std::string& dir, const scor
     }
     return stream;
   };
+  if (!info.tokenizer_fingerprint().empty() && setup.fingerprint != info.tokenizer_fingerprint()) {
+    SCORED_LOG(WARNING) << "tokenizer files in " << dir << " (" << setup.fingerprint
+                        << ") differ from the server's (" << info.tokenizer_fingerprint()
+                        << "); ids may differ from server-side tokenization";
+  }
   return setup;
 }
 #endif
@@ -262,25 +268,19 @@ absl::Status ScoreOverServers(const std::vector<ServerConn>& servers, const std:
   return absl::OkStatus();
 }
 
-}  // namespace
+// The servers of a run, connected, every one serving the same model.
+struct Servers {
+  ScorerClientOptions client_options;        // the first server's (a reconnection starts from them)
+  std::vector<std::string> addresses;        // RunOptions::server resolved (servers.h)
+  std::unique_ptr<ScorerClient> first;       // addresses[0]: tokenization, the one-server retry loop
+  std::vector<ServerConn> extra;             // addresses[1..]
+  std::vector<scored::v1::ModelInfo> infos;  // one per address
 
-bool IsUsageError(const absl::Status& status) { return status.GetPayload(kUsageErrorPayload).has_value(); }
+  const scored::v1::ModelInfo& info() const { return infos[0]; }
+};
 
-bool LocalTokenizerAvailable() {
-#ifdef SCORED_PPL_HAVE_TOKENIZER
-  return true;
-#else
-  return false;
-#endif
-}
-
-absl::StatusOr<Report> RunPpl(const RunOptions& options) {
-  const absl::Time start = absl::Now();
-  SCORED_RETURN_IF_ERROR(ValidateParams(options.method));
-  // Local input first: a bad --data fails at once, without a server.
-  SCORED_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(options.data_path, options.format, options.separator,
-                                                       options.text_field, options.max_data_bytes));
-
+// The channel options every server of the run gets (address: options.server): deadline, token, TLS files.
+absl::StatusOr<ScorerClientOptions> ClientOptions(const RunOptions& options) {
   ScorerClientOptions client_options;
   client_options.address = options.server;
   client_options.connect_timeout = options.connect_timeout;
@@ -294,24 +294,33 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   client_options.tls_root_certs_pem = security.root_certs_pem;
   client_options.tls_cert_chain_pem = security.cert_chain_pem;
   client_options.tls_private_key_pem = security.private_key_pem;
-  SCORED_ASSIGN_OR_RETURN(const std::vector<std::string> servers, client::ResolveServers(options.server));
-  client_options.address = servers[0];
-  SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ScorerClient> client, ScorerClient::Connect(client_options));
-  SCORED_ASSIGN_OR_RETURN(scored::v1::ModelInfo info, client->GetModelInfo());
-  // Several servers: every one connected and serving the same model before anything is tokenized.
-  std::vector<ServerConn> extra;  // servers[1..]
-  std::vector<scored::v1::ModelInfo> infos = {info};
-  for (size_t s = 1; s < servers.size(); ++s) {
-    ScorerClientOptions o = client_options;
-    o.address = servers[s];
+  return client_options;
+}
+
+// Connects the first server, then every other one, and reads each one's ModelInfo, all before anything is
+// tokenized: they must serve the same model (CheckSameModel), a compatible one, with a reference under --kld.
+absl::StatusOr<Servers> ConnectServers(const RunOptions& options) {
+  Servers servers;
+  SCORED_ASSIGN_OR_RETURN(servers.client_options, ClientOptions(options));
+  SCORED_ASSIGN_OR_RETURN(servers.addresses, client::ResolveServers(options.server));
+  servers.client_options.address = servers.addresses[0];
+  SCORED_ASSIGN_OR_RETURN(servers.first, ScorerClient::Connect(servers.client_options));
+  SCORED_ASSIGN_OR_RETURN(scored::v1::ModelInfo first_info, servers.first->GetModelInfo());
+  servers.infos.push_back(std::move(first_info));
+  for (size_t s = 1; s < servers.addresses.size(); ++s) {
+    ScorerClientOptions o = servers.client_options;
+    o.address = servers.addresses[s];
     SCORED_ASSIGN_OR_RETURN(std::unique_ptr<ScorerClient> c, ScorerClient::Connect(o));
     absl::StatusOr<scored::v1::ModelInfo> i = c->GetModelInfo();
-    if (!i.ok())
-      return absl::Status(i.status().code(), absl::StrCat("server ", servers[s], ": ", i.status().message()));
-    infos.push_back(*std::move(i));
-    extra.push_back({servers[s], std::move(c)});
+    if (!i.ok()) {
+      return absl::Status(i.status().code(),
+                          absl::StrCat("server ", servers.addresses[s], ": ", i.status().message()));
+    }
+    servers.infos.push_back(*std::move(i));
+    servers.extra.push_back({servers.addresses[s], std::move(c)});
   }
-  SCORED_RETURN_IF_ERROR(client::CheckSameModel(servers, infos));
+  SCORED_RETURN_IF_ERROR(client::CheckSameModel(servers.addresses, servers.infos));
+  const scored::v1::ModelInfo& info = servers.info();
   if (info.vocab_size() <= 0) {
     return absl::FailedPreconditionError(absl::StrCat("server at ", options.server, " reports vocab_size ",
                                                       info.vocab_size(), ": not a compatible scored server"));
@@ -324,150 +333,226 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
     refused.SetPayload(kUsageErrorPayload, absl::Cord("kld"));
     return refused;
   }
+  return servers;
+}
 
-  TokenizerSetup setup;
+// The run's tokenizer: local files (--tokenizer DIR, checked against the server's) or the Tokenize RPC of
+// `server` (the first one), which must outlive the plan.
+absl::StatusOr<TokenizerSetup> SetUpTokenizer(const RunOptions& options, const scored::v1::ModelInfo& info,
+                                              ScorerClient* server) {
   if (!options.tokenizer_dir.empty()) {
 #ifdef SCORED_PPL_HAVE_TOKENIZER
-    SCORED_ASSIGN_OR_RETURN(setup, LocalTokenizer(options.tokenizer_dir, info));
-    if (!info.tokenizer_fingerprint().empty() && setup.fingerprint != info.tokenizer_fingerprint()) {
-      SCORED_LOG(WARNING) << "tokenizer files in " << options.tokenizer_dir << " (" << setup.fingerprint
-                          << ") differ from the server's (" << info.tokenizer_fingerprint()
-                          << "); ids may differ from server-side tokenization";
-    }
+    return LocalTokenizer(options.tokenizer_dir, info);
 #else
     return absl::UnimplementedError("this scored-ppl was built without the local tokenizer");
 #endif
-  } else {
-    if (info.tokenizer_kind().empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the server at ", options.server,
-                       " has no tokenizer (see its log); tokenize locally with --tokenizer DIR"));
-    }
-    setup.special = {info.bos_id(), info.eos_id(), info.add_bos_by_default()};
-    setup.fingerprint = info.tokenizer_fingerprint();
-    setup.source = "server";
-    ScorerClient* raw = client.get();
-    setup.tokenize = [raw](const std::string& text) { return raw->Tokenize(text, true); };
   }
+  if (info.tokenizer_kind().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the server at ", options.server,
+                     " has no tokenizer (see its log); tokenize locally with --tokenizer DIR"));
+  }
+  TokenizerSetup setup;
+  setup.special = {info.bos_id(), info.eos_id(), info.add_bos_by_default()};
+  setup.fingerprint = info.tokenizer_fingerprint();
+  setup.source = "server";
+  setup.tokenize = [server](const std::string& text) { return server->Tokenize(text, true); };
+  return setup;
+}
 
+// The run's windows, each checked against every server's limits and vocabulary.
+absl::StatusOr<Plan> PlanWindows(const Dataset& dataset, const RunOptions& options,
+                                 const TokenizerSetup& setup, const Servers& servers) {
   SCORED_ASSIGN_OR_RETURN(Plan plan, BuildPlan(dataset, options.method, setup.special, setup.tokenize));
-  for (size_t s = 0; s < infos.size(); ++s) {
-    absl::Status fits = CheckWindows(plan, infos[s]);
-    if (!fits.ok())
-      return absl::Status(fits.code(), absl::StrCat("server ", servers[s], ": ", fits.message()));
+  for (size_t s = 0; s < servers.infos.size(); ++s) {
+    absl::Status fits = CheckWindows(plan, servers.infos[s]);
+    if (!fits.ok()) {
+      return absl::Status(fits.code(), absl::StrCat("server ", servers.addresses[s], ": ", fits.message()));
+    }
+  }
+  return plan;
+}
+
+// Where every scored window goes: the journal (when there is one), the run's scores by window index (the
+// report aggregates them in that order), the live PPL and the progress line (in completion order).
+// Not thread-safe: a multi-server run calls Record serialized (WindowPool).
+class WindowSink {
+ public:
+  // `journal` (nullptr: none) is not owned and must outlive the sink.
+  WindowSink(const Plan& plan, bool kld, Journal* journal, Progress progress)
+      : plan_(plan),
+        kld_(kld),
+        journal_(journal),
+        progress_(progress),
+        scores_(plan.windows.size()),
+        done_(plan.windows.size(), false) {}
+
+  // Window `index` as the journal holds it: scored and in the live PPL, neither journaled again nor counted
+  // as sent by this run.
+  void Resume(int64_t index, WindowScore score, int64_t num_bytes) {
+    scores_[static_cast<size_t>(index)] = std::move(score);
+    done_[static_cast<size_t>(index)] = true;
+    const WindowScore& s = scores_[static_cast<size_t>(index)];
+    live_.AddWindow(s.sum_logprob, s.logprobs, num_bytes);
   }
 
-  int64_t total_sent = 0;
-  for (const Window& w : plan.windows) total_sent += static_cast<int64_t>(w.tokens.size());
+  // Starts the progress line's clock; the windows resumed so far count as done, not towards the rates.
+  void StartScoring() {
+    windows_resumed_ = live_.num_windows();
+    progress_.StartScoring(windows_resumed_);
+  }
 
+  // Window `index` answered by a server: appended to the journal (after a failed append no more are tried;
+  // journal_error() says why), kept, added to the live PPL and drawn.
+  void Record(int64_t index, const WindowScore& score) {
+    const Window& w = plan_.windows[static_cast<size_t>(index)];
+    const int64_t bytes = ScoredBytes(w);
+    if (journal_ != nullptr && journal_error_.ok()) {
+      journal_error_ =
+          journal_->Append({index, score.sum_logprob, score.logprobs, bytes, kld_, score.sum_ref_logprob,
+                            score.ref_logprobs, score.kld, score.same_top});
+    }
+    scores_[static_cast<size_t>(index)] = score;
+    done_[static_cast<size_t>(index)] = true;
+    live_.AddWindow(score.sum_logprob, score.logprobs, bytes);
+    tokens_done_ += static_cast<int64_t>(w.tokens.size());
+    progress_.Update(live_.num_windows(), tokens_done_, live_.Ppl());
+  }
+
+  // Draws the final progress line.
+  void FinishProgress() { progress_.Finish(); }
+
+  // The windows not scored yet, in index order.
+  std::vector<int64_t> Pending() const {
+    std::vector<int64_t> pending;
+    for (size_t i = 0; i < done_.size(); ++i) {
+      if (!done_[i]) pending.push_back(static_cast<int64_t>(i));
+    }
+    return pending;
+  }
+  size_t num_pending() const { return static_cast<size_t>(std::count(done_.begin(), done_.end(), false)); }
+
+  absl::Status journal_error() const { return journal_error_; }
+  const std::vector<WindowScore>& scores() const { return scores_; }
+  int64_t windows_resumed() const { return windows_resumed_; }
+  int64_t tokens_done() const { return tokens_done_; }  // sent by this run (journaled windows excluded)
+
+ private:
+  const Plan& plan_;
+  const bool kld_;
+  Journal* const journal_;
+  Progress progress_;
+  std::vector<WindowScore> scores_;  // [num_windows]
+  std::vector<bool> done_;           // [num_windows]
+  Aggregator live_;                  // completion order, for the progress line only
+  int64_t windows_resumed_ = 0;
+  int64_t tokens_done_ = 0;
+  absl::Status journal_error_;
+};
+
+// --journal: opens (or creates) the run's journal; nullptr without one.
+absl::StatusOr<std::unique_ptr<Journal>> OpenJournal(const RunOptions& options, const Plan& plan,
+                                                     const scored::v1::ModelInfo& info,
+                                                     const TokenizerSetup& setup) {
+  if (options.journal_path.empty()) return std::unique_ptr<Journal>();
+  SCORED_ASSIGN_OR_RETURN(JournalIdentity identity, RunIdentity(options, plan, info, setup));
+  return Journal::Open(options.journal_path, identity, options.journal_sync_every);
+}
+
+// Hands every window `journal` (may be nullptr) already holds to `sink`, each checked against the plan and
+// the
+// --kld setting, with a line on `note_out` when there were any.
+absl::Status ResumeFromJournal(const RunOptions& options, const Plan& plan, const Journal* journal,
+                               std::FILE* note_out, WindowSink* sink) {
+  if (journal == nullptr) return absl::OkStatus();
   const size_t n = plan.windows.size();
-  std::FILE* note_out = options.progress_out != nullptr ? options.progress_out : stderr;
-  std::vector<WindowScore> scores(n);
-  std::vector<bool> done(n, false);
-  Aggregator live;          // completion order, for the progress line only
-  int64_t tokens_done = 0;  // sent by this run (journaled windows excluded)
-  Progress progress(options.progress, static_cast<int64_t>(n), note_out);
-
-  std::unique_ptr<Journal> journal;
-  if (!options.journal_path.empty()) {
-    SCORED_ASSIGN_OR_RETURN(JournalIdentity identity, RunIdentity(options, plan, info, setup));
-    SCORED_ASSIGN_OR_RETURN(journal,
-                            Journal::Open(options.journal_path, identity, options.journal_sync_every));
-    for (const auto& [index, record] : journal->resumed()) {
-      const Window* w = index < static_cast<int64_t>(n) ? &plan.windows[static_cast<size_t>(index)] : nullptr;
-      if (record.has_reference != options.kld) {
-        // Only this run's header fields are compared: a --kld journal passes a run without --kld there.
-        return absl::FailedPreconditionError(
-            absl::StrCat("journal ", options.journal_path, " was written by a run ",
-                         record.has_reference ? "with" : "without", " --kld and this one is ",
-                         options.kld ? "with" : "without",
-                         " it (use another --journal file, or delete this one to start over)"));
-      }
-      if (w == nullptr || static_cast<int64_t>(record.logprobs.size()) != w->num_scored() ||
-          record.num_bytes != ScoredBytes(*w)) {
-        return absl::DataLossError(absl::StrCat("journal ", options.journal_path, ": record of window ",
-                                                index, " does not match the plan; delete the file"));
-      }
-      scores[static_cast<size_t>(index)] = {record.sum_logprob,  record.logprobs, record.sum_ref_logprob,
-                                            record.ref_logprobs, record.kld,      record.same_top};
-      done[static_cast<size_t>(index)] = true;
-      live.AddWindow(record.sum_logprob, record.logprobs, record.num_bytes);
+  for (const auto& [index, record] : journal->resumed()) {
+    const Window* w = index < static_cast<int64_t>(n) ? &plan.windows[static_cast<size_t>(index)] : nullptr;
+    if (record.has_reference != options.kld) {
+      // Only this run's header fields are compared: a --kld journal passes a run without --kld there.
+      return absl::FailedPreconditionError(
+          absl::StrCat("journal ", options.journal_path, " was written by a run ",
+                       record.has_reference ? "with" : "without", " --kld and this one is ",
+                       options.kld ? "with" : "without",
+                       " it (use another --journal file, or delete this one to start over)"));
     }
-    if (!journal->resumed().empty()) {
-      std::fprintf(note_out, "scored-ppl: resuming from journal %s: %zu of %zu windows already scored\n",
-                   options.journal_path.c_str(), journal->resumed().size(), n);
+    if (w == nullptr || static_cast<int64_t>(record.logprobs.size()) != w->num_scored() ||
+        record.num_bytes != ScoredBytes(*w)) {
+      return absl::DataLossError(absl::StrCat("journal ", options.journal_path, ": record of window ", index,
+                                              " does not match the plan; delete the file"));
     }
+    sink->Resume(index,
+                 {record.sum_logprob, record.logprobs, record.sum_ref_logprob, record.ref_logprobs,
+                  record.kld, record.same_top},
+                 record.num_bytes);
   }
+  if (!journal->resumed().empty()) {
+    std::fprintf(note_out, "scored-ppl: resuming from journal %s: %zu of %zu windows already scored\n",
+                 options.journal_path.c_str(), journal->resumed().size(), n);
+  }
+  return absl::OkStatus();
+}
 
-  const int64_t windows_resumed = live.num_windows();
-  progress.StartScoring(windows_resumed);
-  const absl::Time score_start = absl::Now();
+// A fresh connection to the run's server after it failed (an old channel would wait out gRPC's own reconnect
+// backoff, up to minutes), given `connect_timeout`. nullptr, with the reason in *last_error, while it cannot
+// be reached or read; FAILED_PRECONDITION when it came back serving another model, or under --kld another
+// reference, than the run started with (`info`).
+absl::StatusOr<std::unique_ptr<ScorerClient>> Reconnect(const RunOptions& options,
+                                                        ScorerClientOptions client_options,
+                                                        absl::Duration connect_timeout,
+                                                        const scored::v1::ModelInfo& info,
+                                                        absl::Status* last_error) {
+  client_options.connect_timeout = connect_timeout;
+  absl::StatusOr<std::unique_ptr<ScorerClient>> reconnected = ScorerClient::Connect(client_options);
+  if (!reconnected.ok()) {
+    *last_error = reconnected.status();
+    return std::unique_ptr<ScorerClient>();
+  }
+  absl::StatusOr<scored::v1::ModelInfo> new_info = (*reconnected)->GetModelInfo();
+  if (!new_info.ok()) {
+    *last_error = new_info.status();
+    return std::unique_ptr<ScorerClient>();
+  }
+  if (new_info->model_fingerprint() != info.model_fingerprint()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("server ", options.server, " came back with model ", new_info->model_fingerprint(),
+                     " but the run started with ", info.model_fingerprint()));
+  }
+  if (options.kld && new_info->reference().model_fingerprint() != info.reference().model_fingerprint()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("server ", options.server, " came back with reference model '",
+                     new_info->reference().model_fingerprint(), "' but the --kld run started with '",
+                     info.reference().model_fingerprint(), "'"));
+  }
+  return reconnected;
+}
+
+// Scores the sink's pending windows over `client` (nullptr: none left, after a multi-server run) until none
+// is pending. While the server is UNAVAILABLE: waits with exponential backoff, reconnects and re-sends what
+// is pending, giving up after options.retry_timeout without a window answered (RunOptions::retry_*).
+absl::Status ScoreWithRetries(const RunOptions& options, const Servers& servers,
+                              std::unique_ptr<ScorerClient> client, const Plan& plan, std::FILE* note_out,
+                              WindowSink* sink) {
   absl::Time failing_since = absl::InfiniteFuture();
   absl::Duration backoff = options.retry_initial;
   absl::Status last_error;  // of the last reconnection attempt
-  if (!extra.empty()) {
-    std::vector<int64_t> pending;
-    for (size_t i = 0; i < n; ++i) {
-      if (!done[i]) pending.push_back(static_cast<int64_t>(i));
-    }
-    std::vector<ServerConn> all;
-    all.push_back({servers[0], std::move(client)});
-    for (ServerConn& c : extra) all.push_back(std::move(c));
-    absl::Status journal_error;
-    const absl::Status status = ScoreOverServers(
-        all, plan.windows, pending, options.inflight, options.kld, note_out,
-        [&](int64_t index, const WindowScore& score) {
-          const Window& w = plan.windows[static_cast<size_t>(index)];
-          const int64_t bytes = ScoredBytes(w);
-          if (journal != nullptr && journal_error.ok()) {
-            journal_error =
-                journal->Append({index, score.sum_logprob, score.logprobs, bytes, options.kld,
-                                 score.sum_ref_logprob, score.ref_logprobs, score.kld, score.same_top});
-          }
-          scores[static_cast<size_t>(index)] = score;
-          done[static_cast<size_t>(index)] = true;
-          live.AddWindow(score.sum_logprob, score.logprobs, bytes);
-          tokens_done += static_cast<int64_t>(w.tokens.size());
-          progress.Update(live.num_windows(), tokens_done, live.Ppl());
-        });
-    SCORED_RETURN_IF_ERROR(journal_error);
-    SCORED_RETURN_IF_ERROR(status);
-  }
   while (true) {
-    std::vector<int64_t> pending;
-    for (size_t i = 0; i < n; ++i) {
-      if (!done[i]) pending.push_back(static_cast<int64_t>(i));
-    }
-    if (pending.empty()) break;
+    const std::vector<int64_t> pending = sink->Pending();
+    if (pending.empty()) return absl::OkStatus();
     std::vector<Window> batch;
     batch.reserve(pending.size());
     for (int64_t i : pending) batch.push_back(plan.windows[static_cast<size_t>(i)]);
 
-    absl::Status journal_error;
-    absl::Status status = absl::OkStatus();
+    absl::Status status = last_error;
     if (client != nullptr) {
-      status = client->ScoreWindows(
-          batch, options.inflight, options.kld, [&](int64_t k, const WindowScore& score) {
-            const int64_t index = pending[static_cast<size_t>(k)];
-            const Window& w = plan.windows[static_cast<size_t>(index)];
-            const int64_t bytes = ScoredBytes(w);
-            if (journal != nullptr && journal_error.ok()) {
-              journal_error =
-                  journal->Append({index, score.sum_logprob, score.logprobs, bytes, options.kld,
-                                   score.sum_ref_logprob, score.ref_logprobs, score.kld, score.same_top});
-            }
-            scores[static_cast<size_t>(index)] = score;
-            done[static_cast<size_t>(index)] = true;
-            live.AddWindow(score.sum_logprob, score.logprobs, bytes);
-            tokens_done += static_cast<int64_t>(w.tokens.size());
-            progress.Update(live.num_windows(), tokens_done, live.Ppl());
-            failing_since = absl::InfiniteFuture();
-            backoff = options.retry_initial;
-          });
-    } else {
-      status = last_error;
+      status = client->ScoreWindows(batch, options.inflight, options.kld,
+                                    [&](int64_t k, const WindowScore& score) {
+                                      sink->Record(pending[static_cast<size_t>(k)], score);
+                                      failing_since = absl::InfiniteFuture();
+                                      backoff = options.retry_initial;
+                                    });
     }
-    SCORED_RETURN_IF_ERROR(journal_error);
+    SCORED_RETURN_IF_ERROR(sink->journal_error());
     if (status.ok()) continue;  // every pending window answered; the loop re-checks
     if (status.code() != absl::StatusCode::kUnavailable || options.retry_timeout <= absl::ZeroDuration()) {
       return status;
@@ -480,61 +565,64 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
                        options.server, " (", status.message(), "); rerun with the same --journal to resume"));
     }
     std::fprintf(note_out, "\nscored-ppl: waiting for server %s (%s); %zu windows left, retrying in %s\n",
-                 options.server.c_str(), std::string(status.message()).c_str(),
-                 static_cast<size_t>(std::count(done.begin(), done.end(), false)),
+                 options.server.c_str(), std::string(status.message()).c_str(), sink->num_pending(),
                  absl::FormatDuration(backoff).c_str());
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, options.retry_max);
-    // A fresh channel: an old one would wait out gRPC's own reconnect backoff (up to minutes).
     client.reset();
-    ScorerClientOptions retry_options = client_options;
-    retry_options.connect_timeout = std::max(backoff, absl::Seconds(1));
-    absl::StatusOr<std::unique_ptr<ScorerClient>> reconnected = ScorerClient::Connect(retry_options);
-    if (!reconnected.ok()) {
-      last_error = reconnected.status();
-      continue;
-    }
-    absl::StatusOr<scored::v1::ModelInfo> new_info = (*reconnected)->GetModelInfo();
-    if (!new_info.ok()) {
-      last_error = new_info.status();
-      continue;
-    }
-    if (new_info->model_fingerprint() != info.model_fingerprint()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("server ", options.server, " came back with model ", new_info->model_fingerprint(),
-                       " but the run started with ", info.model_fingerprint()));
-    }
-    if (options.kld && new_info->reference().model_fingerprint() != info.reference().model_fingerprint()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("server ", options.server, " came back with reference model '",
-                       new_info->reference().model_fingerprint(), "' but the --kld run started with '",
-                       info.reference().model_fingerprint(), "'"));
-    }
-    client = std::move(*reconnected);
+    SCORED_ASSIGN_OR_RETURN(client,
+                            Reconnect(options, servers.client_options, std::max(backoff, absl::Seconds(1)),
+                                      servers.info(), &last_error));
   }
-  if (journal != nullptr) SCORED_RETURN_IF_ERROR(journal->Close());
+}
 
-  // Window-index order: the result does not depend on completion order, retries or resumption.
+// Scores every window the sink lacks: over every server at once when there are several (a lost server's
+// windows go to the others), else over the one server with retries (ScoreWithRetries).
+absl::Status ScoreAll(const RunOptions& options, const Plan& plan, std::FILE* note_out, Servers* servers,
+                      WindowSink* sink) {
+  std::unique_ptr<ScorerClient> client = std::move(servers->first);
+  if (!servers->extra.empty()) {
+    std::vector<ServerConn> all;
+    all.push_back({servers->addresses[0], std::move(client)});
+    for (ServerConn& c : servers->extra) all.push_back(std::move(c));
+    const absl::Status status =
+        ScoreOverServers(all, plan.windows, sink->Pending(), options.inflight, options.kld, note_out,
+                         [sink](int64_t index, const WindowScore& score) { sink->Record(index, score); });
+    SCORED_RETURN_IF_ERROR(sink->journal_error());
+    SCORED_RETURN_IF_ERROR(status);
+  }
+  // After several servers nothing is pending, and this returns at once.
+  return ScoreWithRetries(options, *servers, std::move(client), plan, note_out, sink);
+}
+
+// The report of a scored run: the results aggregated in window-index order (so they do not depend on
+// completion order, retries or resumption), what ran, and the timings from `start` (the run's) and
+// `score_start` (the first request's). Draws the final progress line.
+absl::StatusOr<Report> FinishReport(const RunOptions& options, const Plan& plan, const TokenizerSetup& setup,
+                                    const scored::v1::ModelInfo& info, absl::Time start,
+                                    absl::Time score_start, WindowSink* sink) {
+  const std::vector<WindowScore>& scores = sink->scores();
   Aggregator agg;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < scores.size(); ++i) {
     agg.AddWindow(scores[i].sum_logprob, scores[i].logprobs, ScoredBytes(plan.windows[i]));
   }
   KldAggregator kld_agg;
   if (options.kld) {
-    for (size_t i = 0; i < n; ++i) {
-      const WindowScore& s = scores[i];
+    for (const WindowScore& s : scores) {
       SCORED_RETURN_IF_ERROR(
           kld_agg.AddWindow(s.sum_logprob, s.sum_ref_logprob, s.logprobs, s.ref_logprobs, s.kld, s.same_top));
     }
   }
   const absl::Time end = absl::Now();
-  progress.Finish();
+  sink->FinishProgress();
 
+  int64_t total_sent = 0;
+  for (const Window& w : plan.windows) total_sent += static_cast<int64_t>(w.tokens.size());
   Report report;
   FillResults(agg, &report);
   report.num_tokens_sent = total_sent;
-  report.num_windows_resumed = windows_resumed;
-  report.num_tokens_sent_this_run = tokens_done;
+  report.num_windows_resumed = sink->windows_resumed();
+  report.num_tokens_sent_this_run = sink->tokens_done();
   report.method = options.method;
   report.prefix_id = plan.prefix_id;
   report.add_bos = plan.add_bos;
@@ -547,7 +635,7 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   report.wall_seconds = absl::ToDoubleSeconds(end - start);
   report.score_seconds = absl::ToDoubleSeconds(end - score_start);
   report.tokens_per_second =
-      report.score_seconds > 0 ? static_cast<double>(tokens_done) / report.score_seconds : 0.0;
+      report.score_seconds > 0 ? static_cast<double>(sink->tokens_done()) / report.score_seconds : 0.0;
   report.label = options.label.empty() ? DefaultLabel(info) : options.label;
   report.model_path = info.model_path();
   report.server = options.server;
@@ -562,6 +650,34 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
     report.reference_format = info.reference().format();
   }
   return report;
+}
+
+}  // namespace
+
+bool IsUsageError(const absl::Status& status) { return status.GetPayload(kUsageErrorPayload).has_value(); }
+
+absl::StatusOr<Report> RunPpl(const RunOptions& options) {
+  const absl::Time start = absl::Now();
+  SCORED_RETURN_IF_ERROR(ValidateParams(options.method));
+  // Local input first: a bad --data fails at once, without a server.
+  SCORED_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(options.data_path, options.format, options.separator,
+                                                       options.text_field, options.max_data_bytes));
+  SCORED_ASSIGN_OR_RETURN(Servers servers, ConnectServers(options));
+  SCORED_ASSIGN_OR_RETURN(const TokenizerSetup setup,
+                          SetUpTokenizer(options, servers.info(), servers.first.get()));
+  SCORED_ASSIGN_OR_RETURN(const Plan plan, PlanWindows(dataset, options, setup, servers));
+
+  std::FILE* note_out = options.progress_out != nullptr ? options.progress_out : stderr;
+  SCORED_ASSIGN_OR_RETURN(std::unique_ptr<Journal> journal,
+                          OpenJournal(options, plan, servers.info(), setup));
+  WindowSink sink(plan, options.kld, journal.get(),
+                  Progress(options.progress, static_cast<int64_t>(plan.windows.size()), note_out));
+  SCORED_RETURN_IF_ERROR(ResumeFromJournal(options, plan, journal.get(), note_out, &sink));
+  sink.StartScoring();
+  const absl::Time score_start = absl::Now();
+  SCORED_RETURN_IF_ERROR(ScoreAll(options, plan, note_out, &servers, &sink));
+  if (journal != nullptr) SCORED_RETURN_IF_ERROR(journal->Close());
+  return FinishReport(options, plan, setup, servers.info(), start, score_start, &sink);
 }
 
 }  // namespace ppl

@@ -89,9 +89,6 @@ struct RunOptions {
 // reference model): scored-ppl exits 2 on it, like on a bad flag.
 bool IsUsageError(const absl::Status& status);
 
-// Whether this build can tokenize locally (--tokenizer DIR).
-bool LocalTokenizerAvailable();
-
 absl::StatusOr<Report> RunPpl(const RunOptions& options);
 
 }  // namespace ppl

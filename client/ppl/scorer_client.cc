@@ -56,14 +56,27 @@ class InflightGate {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// The ScoreRequest of window `w`, sent as request `id` (ScoreStream requests carry the window's index).
+scored::v1::ScoreRequest BuildRequest(const Window& w, uint64_t id, bool want_reference) {
+  scored::v1::ScoreRequest request;
+  request.set_request_id(id);
+  request.mutable_tokens()->mutable_ids()->Add(w.tokens.begin(), w.tokens.end());
+  request.set_score_from(w.score_from);
+  request.set_want_reference(want_reference);
+  return request;
+}
+
+// The window's own error response (request `id`) as a status.
+absl::Status ResponseError(const scored::v1::ScoreResponse& response, uint64_t id) {
+  return absl::Status(static_cast<absl::StatusCode>(response.error().code()),
+                      absl::StrCat("window ", id, ": ", response.error().message()));
+}
+
 // The checked WindowScore of `response` for `w` (id = its request_id, for messages); the window's own error
 // response comes back as its status.
 absl::Status ReadWindowScore(const scored::v1::ScoreResponse& response, uint64_t id, const Window& w,
                              bool want_reference, WindowScore* score) {
-  if (response.has_error()) {
-    return absl::Status(static_cast<absl::StatusCode>(response.error().code()),
-                        absl::StrCat("window ", id, ": ", response.error().message()));
-  }
+  if (response.has_error()) return ResponseError(response, id);
   if (response.num_scored() != w.num_scored() || response.logprob_size() != w.num_scored() ||
       response.first_scored() != w.score_from) {
     return absl::InternalError(absl::StrCat("window ", id, ": expected ", w.num_scored(),
@@ -247,12 +260,7 @@ absl::Status ScorerClient::ScoreWindows(const std::vector<Window>& windows, int 
     for (int64_t i = 0; i < n; ++i) {
       if (!gate.Acquire()) break;
       const Window& w = windows[static_cast<size_t>(i)];
-      scored::v1::ScoreRequest request;
-      request.set_request_id(static_cast<uint64_t>(i));
-      request.mutable_tokens()->mutable_ids()->Add(w.tokens.begin(), w.tokens.end());
-      request.set_score_from(w.score_from);
-      request.set_want_reference(want_reference);
-      if (!stream->Write(request)) break;
+      if (!stream->Write(BuildRequest(w, static_cast<uint64_t>(i), want_reference))) break;
     }
     stream->WritesDone();
   });
@@ -264,42 +272,20 @@ absl::Status ScorerClient::ScoreWindows(const std::vector<Window>& windows, int 
   WindowScore score;
   while (received < n && stream->Read(&response)) {
     const uint64_t id = response.request_id();
+    // The error first: an error response may carry any request_id.
     if (response.has_error()) {
-      error = absl::Status(static_cast<absl::StatusCode>(response.error().code()),
-                           absl::StrCat("window ", id, ": ", response.error().message()));
+      error = ResponseError(response, id);
       break;
     }
     if (id >= static_cast<uint64_t>(n) || seen[id]) {
       error = absl::InternalError(absl::StrCat("ScoreStream answered unknown or repeated request_id ", id));
       break;
     }
-    const Window& w = windows[id];
-    if (response.num_scored() != w.num_scored() || response.logprob_size() != w.num_scored() ||
-        response.first_scored() != w.score_from) {
-      error = absl::InternalError(absl::StrCat("window ", id, ": expected ", w.num_scored(),
-                                               " scored positions from ", w.score_from, ", got num_scored ",
-                                               response.num_scored(), " with ", response.logprob_size(),
-                                               " logprobs from ", response.first_scored()));
-      break;
-    }
-    if (want_reference &&
-        (response.ref_logprob_size() != w.num_scored() || response.kld_size() != w.num_scored() ||
-         response.same_top_size() != w.num_scored())) {
-      error = absl::InternalError(absl::StrCat("window ", id, ": want_reference asked but the response has ",
-                                               response.ref_logprob_size(), " ref_logprob, ",
-                                               response.kld_size(), " kld and ", response.same_top_size(),
-                                               " same_top values for ", w.num_scored(), " scored positions"));
-      break;
-    }
+    error = ReadWindowScore(response, id, windows[id], want_reference, &score);
+    if (!error.ok()) break;
     seen[id] = true;
     ++received;
     gate.Release();
-    score.sum_logprob = response.sum_logprob();
-    score.logprobs.assign(response.logprob().begin(), response.logprob().end());
-    score.sum_ref_logprob = response.sum_ref_logprob();
-    score.ref_logprobs.assign(response.ref_logprob().begin(), response.ref_logprob().end());
-    score.kld.assign(response.kld().begin(), response.kld().end());
-    score.same_top.assign(response.same_top().begin(), response.same_top().end());
     on_result(static_cast<int64_t>(id), score);
   }
   if (received < n) {
@@ -337,12 +323,7 @@ absl::Status ScorerClient::ScoreShared(WindowPool* pool, int stream_id, const st
         sent.insert(index);  // before Write: a window lost with the stream is requeued
       }
       const Window& w = windows[static_cast<size_t>(index)];
-      scored::v1::ScoreRequest request;
-      request.set_request_id(static_cast<uint64_t>(index));
-      request.mutable_tokens()->mutable_ids()->Add(w.tokens.begin(), w.tokens.end());
-      request.set_score_from(w.score_from);
-      request.set_want_reference(want_reference);
-      if (!stream->Write(request)) break;
+      if (!stream->Write(BuildRequest(w, static_cast<uint64_t>(index), want_reference))) break;
     }
     stream->WritesDone();
   });
