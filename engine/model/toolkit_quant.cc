@@ -13,6 +13,7 @@
 #include "engine/base/json_util.h"
 #include "engine/base/status_macros.h"
 #include "engine/model/raw_read.h"
+#include "engine/model/tensor_checks.h"
 
 namespace scored {
 namespace {
@@ -133,17 +134,7 @@ absl::StatusOr<TensorView> TakeTensor(const TensorStore& store, const std::strin
                                       std::vector<std::string>* consumed) {
   SCORED_ASSIGN_OR_RETURN(TensorView t, store.Get(name));
   consumed->push_back(name);
-  bool ok = false;
-  std::vector<std::string> names;
-  for (DType d : dtypes) {
-    ok = ok || t.dtype == d;
-    names.push_back(DTypeName(d));
-  }
-  if (!ok) {
-    return absl::InvalidArgumentError(absl::StrCat(t.file, ": tensor '", name, "' has dtype ",
-                                                   DTypeName(t.dtype), ", expected ",
-                                                   absl::StrJoin(names, " or ")));
-  }
+  SCORED_RETURN_IF_ERROR(CheckDType(t, dtypes));
   if (!shape.empty() && t.shape != shape) {
     return absl::InvalidArgumentError(absl::StrCat(t.file, ": tensor '", name, "' has shape ",
                                                    ShapeStr(t.shape), ", expected ", ShapeStr(shape)));

@@ -1,4 +1,4 @@
-#include "engine/model/weights.h"
+#include "engine/model/weights_loader.h"
 
 #include <cctype>
 #include <cmath>
@@ -16,149 +16,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "engine/base/status_macros.h"
-#include "engine/model/compressed_tensors.h"
 #include "engine/model/raw_read.h"
 #include "engine/model/shard_plan.h"
 #include "engine/model/sparse24.h"
-#include "engine/model/toolkit_quant.h"
+#include "engine/model/tensor_checks.h"
 
 namespace scored {
 namespace {
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
-bool IsFloatDType(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
-
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// int-quantized (int8) zero points must lie in the int8 range: decoding computes q - zp in int32, and a
-// zero point outside [-128, 127] is no checkpoint compressed-tensors writes.
-absl::Status CheckInt8ZeroPoints(const TensorView& zp) {
-  const int64_t n = zp.NumElements();
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t v =
-        zp.dtype == DType::kI8 ? raw_read::Load<int8_t>(zp.data, i) : raw_read::Load<int32_t>(zp.data, i);
-    if (v < -128 || v > 127) {
-      return absl::InvalidArgumentError(absl::StrCat(zp.file, ": tensor ", zp.name, ": zero point ", v,
-                                                     " at index ", i,
-                                                     " is outside the int8 range [-128, 127]"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Index of the first element of `n` whose bits, masked with `mask`, are all ones (the exponent field: NaN
-// or infinity), or -1. One tight loop per width, no per-element dtype switch: an 8B nvfp4 checkpoint has
-// 0.5 G scale bytes.
-template <typename Bits>
-int64_t FirstAllOnes(const uint8_t* data, int64_t n, Bits mask) {
-  for (int64_t i = 0; i < n; ++i) {
-    if ((raw_read::Load<Bits>(data, i) & mask) == mask) return i;
-  }
-  return -1;
-}
-
-// Index of the first NaN or infinity of a floating-point tensor (F32, F16, BF16, F8_E4M3: E4M3 "fn" has
-// no infinity, its NaN is S.1111.111), or -1 when every element is finite or the dtype is an integer one.
-// Reads the bit patterns: no conversion, so no signalling NaN is ever raised.
-int64_t FirstNonFinite(const TensorView& t) {
-  const int64_t n = t.NumElements();
-  switch (t.dtype) {
-    case DType::kF32:
-      return FirstAllOnes<uint32_t>(t.data, n, 0x7f800000u);
-    case DType::kF16:
-      return FirstAllOnes<uint16_t>(t.data, n, 0x7c00u);
-    case DType::kBF16:
-      return FirstAllOnes<uint16_t>(t.data, n, 0x7f80u);
-    case DType::kF8E4M3:
-      return FirstAllOnes<uint8_t>(t.data, n, 0x7fu);
-    default:
-      return -1;
-  }
-}
-
-// INVALID_ARGUMENT naming the file, the tensor and the first bad index when `t` (if present) holds a NaN or
-// an infinity: a corrupted checkpoint that would otherwise load and serve NaN log-probabilities.
-absl::Status CheckFinite(const TensorView& t, absl::string_view role) {
-  if (!t.present()) return absl::OkStatus();
-  const int64_t i = FirstNonFinite(t);
-  if (i < 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(t.file, ": tensor '", t.name, "' holds a NaN or an infinity at index ", i, " (",
-                   DTypeName(t.dtype), "): ", role, " must be finite; the checkpoint is corrupted"));
-}
-
-// mxfp4 E8M0 scales: compressed-tensors decodes exponent byte e as 2^(e - 127) in bf16, so 255 (the
-// format's NaN code) becomes infinity and every weight of its block infinity or NaN. Such a checkpoint
-// is corrupted, like a NaN float scale: INVALID_ARGUMENT naming the tensor and index.
-absl::Status CheckE8M0Scales(const LinearWeight& w) {
-  if (w.format != WeightFormat::kMxfp4PackQuantized || !w.weight_scale.present()) return absl::OkStatus();
-  const int64_t n = w.weight_scale.NumElements();
-  for (int64_t i = 0; i < n; ++i) {
-    if (w.weight_scale.data[i] == 0xff) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          w.weight_scale.file, ": tensor '", w.weight_scale.name, "' holds the E8M0 NaN code 255 at index ",
-          i, ": a quantization scale must be finite; the checkpoint is corrupted"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Scale tensors of one element may be stored as [], [1] or [1, 1].
-bool IsScalarShape(const std::vector<int64_t>& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n == 1 && s.size() <= 2;
-}
-
-std::string FormatLabel(const LinearWeight& w) {
-  // The activation part of a label: "a16-", "afp8-" (dynamic per token), "a8-" (int8 per token).
-  auto acts = [&]() -> std::string {
-    if (w.w8a8_dynamic_fp8) return "afp8-";
-    if (w.w8a8_dynamic_int8) return w.act_symmetric ? "a8-" : "a8-asym-";
-    return "a16-";
-  };
-  auto strategy = [&]() -> std::string {
-    switch (w.strategy) {
-      case QuantStrategy::kTensor:
-        return "tensor";
-      case QuantStrategy::kChannel:
-        return "channel";
-      case QuantStrategy::kGroup:
-        return absl::StrCat("g", w.group_size);
-      case QuantStrategy::kBlock:
-        return absl::StrCat("block", w.block_rows, "x", w.block_cols);
-    }
-    return "?";
-  };
-  switch (w.format) {
-    case WeightFormat::kDense: {
-      std::string d = DTypeName(w.weight.dtype);
-      for (char& c : d) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      return absl::StrCat("dense-", d);
-    }
-    case WeightFormat::kPackQuantized:
-      return absl::StrCat("w", w.num_bits, acts(), strategy(), w.symmetric ? "-sym" : "-asym",
-                          w.actorder_group ? "-actorder" : "");
-    case WeightFormat::kNaiveQuantized:
-      if (w.num_bits != 8) return absl::StrCat("int-w", w.num_bits, acts(), strategy());
-      return absl::StrCat(w.w8a8_dynamic_int8 || w.static_input_int8 ? "int8-w8a8-" : "int8-w8a16-",
-                          strategy(), w.symmetric ? "-sym" : "-asym",
-                          (w.w8a8_dynamic_int8 || w.static_input_int8) && !w.act_symmetric ? "-act-asym" : "",
-                          w.static_input_int8 ? "-act-static" : "");
-    case WeightFormat::kNvfp4PackQuantized:
-      return "nvfp4a16";
-    case WeightFormat::kMxfp4PackQuantized:
-      return "mxfp4a16";
-    case WeightFormat::kFloatQuantized:
-      return absl::StrCat(w.w8a8_dynamic_fp8 || w.static_input_fp8 ? "fp8-w8a8-" : "fp8-w8a16-", strategy(),
-                          w.act_group_size > 0 ? absl::StrCat("-act-g", w.act_group_size) : "",
-                          w.static_input_fp8 ? "-act-static" : "");
-  }
-  return "?";
-}
 
 // The GPTQ / AWQ / ModelOpt config (toolkit_quant.h): config.json's quantization_config when it names one
 // of those methods, else ModelOpt's hf_quant_config.json when config.json has no quantization_config;
@@ -189,71 +55,6 @@ constexpr const char* kQuantizedSuffixes[] = {
 };
 
 }  // namespace
-
-class ModelWeightsLoader {
- public:
-  explicit ModelWeightsLoader(ModelWeights* m) : m_(m) {}
-
-  absl::Status Load(const std::string& model_dir);
-
- private:
-  // Fetches a tensor, marks it consumed and checks dtype class and shape.
-  absl::StatusOr<TensorView> Take(const std::string& name);
-  absl::StatusOr<TensorView> TakeChecked(const std::string& name, const std::vector<int64_t>& shape,
-                                         std::initializer_list<DType> dtypes);
-  absl::Status CheckShape(const TensorView& t, const std::vector<int64_t>& shape) const;
-  absl::Status LoadLinear(const std::string& module, int64_t out, int64_t in, bool bias, LinearWeight* w);
-  absl::Status LoadScale(LinearWeight* w, const std::string& module);
-  // static_input_*: the per-tensor input_scale (and input_zero_point when asymmetric), validated.
-  absl::Status LoadInputScale(LinearWeight* w, const std::string& module);
-  // The online transforms of `module` (transform_config) and their stored matrices.
-  absl::Status LoadTransforms(const std::string& module, LinearWeight* w);
-  // A kv_cache_scheme's self_attn.k_scale / v_scale.
-  absl::Status LoadKvScale(const std::string& name, TensorView* scale);
-  // F32/F16/BF16 [1] (or a scalar), finite and > 0: a scale every element is divided by.
-  absl::Status CheckPerTensorScale(const TensorView& s) const;
-  // `<module>.weight` [out, in] of one of `dtypes`, or, under a sparse-24-bitmask sparsity_config when
-  // `<module>.compressed` is stored, the same tensor decompressed from shape/compressed/bitmask
-  // (sparse24.h). Packed formats (pack-quantized, nvfp4, mxfp4) never ask for it: the library's sparse
-  // compressor left their tensors as they were, so they load as usual; stray sparse tensors on such a
-  // module fail the unused-tensor check.
-  absl::StatusOr<TensorView> TakeWeight(const std::string& module, int64_t out, int64_t in,
-                                        std::initializer_list<DType> dtypes);
-  // Layer l's tensors, as its plan (ModelWeights::plan) says.
-  absl::Status LoadLayer(int64_t l, LayerWeights* out);
-  // The mixture-of-experts block of sparse layer `prefix` ("model.layers.<l>.").
-  absl::Status LoadMoe(const std::string& prefix, const ExpertsPlan& plan, MoeWeights* moe);
-  absl::Status LoadRouter(const std::string& module, LinearWeight* w);
-  // Experts stored fused: kDense views into the two tensors (MoeWeights).
-  absl::Status LoadFusedExperts(const std::string& experts, MoeWeights* moe);
-  // A fused module (FamilyTraits names qkv_proj / gate_up_proj) of parts[0].rows + parts[1].rows + ...
-  // output rows, loaded whole and split by rows into one LinearWeight per part: each a view of the same
-  // stored tensors (shard_plan.h ShardLinear's column-parallel cut: packed weights, per-row and group scales
-  // by rows, per-tensor scales shared, packed zero points re-packed when a part does not start on a packing
-  // boundary; re-packed tensors are owned by the ModelWeights). Quantized with fp8 blocks, a part must start
-  // on a block boundary (INVALID_ARGUMENT naming the module otherwise).
-  struct FusedPart {
-    int64_t rows;
-    const char* name;  // for the part's module name: "<module>[q]"
-    LinearWeight* out;
-  };
-  absl::Status LoadFused(const std::string& module, int64_t in, std::initializer_list<FusedPart> parts);
-  absl::Status LoadSwiGlu(const std::string& prefix, const char* gate, const char* up, const char* down,
-                          int64_t intermediate, ExpertWeights* e);
-  absl::Status CheckLeftovers() const;
-  // A tensor of a tower TextOnlyTraits leaves unread.
-  bool IgnoredTower(const std::string& name) const;
-  absl::Status CheckFiniteParameters() const;
-  void Summarize();
-
-  ModelWeights* m_;
-  std::optional<CompressedTensorsConfig> quant_;
-  std::optional<ToolkitQuantConfig> toolkit_;  // GPTQ / AWQ / ModelOpt checkpoints (toolkit_quant.h)
-  std::set<std::string> consumed_;
-  // The tensor names in use: the family's, or its TextOnlyTraits::alt_names layout.
-  const TensorNames* names_ = nullptr;
-  int sparse24_linears_ = 0;
-};
 
 absl::StatusOr<TensorView> ModelWeightsLoader::TakeWeight(const std::string& module, int64_t out, int64_t in,
                                                           std::initializer_list<DType> dtypes) {
@@ -305,17 +106,7 @@ absl::StatusOr<TensorView> ModelWeightsLoader::TakeChecked(const std::string& na
                                                            const std::vector<int64_t>& shape,
                                                            std::initializer_list<DType> dtypes) {
   SCORED_ASSIGN_OR_RETURN(TensorView t, Take(name));
-  bool ok = false;
-  std::vector<std::string> names;
-  for (DType d : dtypes) {
-    ok = ok || t.dtype == d;
-    names.push_back(DTypeName(d));
-  }
-  if (!ok) {
-    return absl::InvalidArgumentError(absl::StrCat(t.file, ": tensor '", name, "' has dtype ",
-                                                   DTypeName(t.dtype), ", expected ",
-                                                   absl::StrJoin(names, " or ")));
-  }
+  SCORED_RETURN_IF_ERROR(CheckDType(t, dtypes));
   SCORED_RETURN_IF_ERROR(CheckShape(t, shape));
   return t;
 }
@@ -874,122 +665,11 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
   return absl::OkStatus();
 }
 
-void ModelWeightsLoader::Summarize() {
-  const ModelConfig& c = m_->config_;
-  ModelSummary& s = m_->summary_;
-  int64_t decoder_bytes = 0, norm_params = 0, bias_params = 0, resident = 0;
-  std::map<std::string, int> labels;  // decoder linear format label -> count
-  bool w4a4 = false;
-  int64_t gate_params = 0;  // routers and shared-expert gates
-  for (const LayerWeights& L : m_->layers_) {
-    ForEachLinear(L, [&](const LinearWeight& w, LinearRole role) {
-      if (IsGateRole(role)) {
-        gate_params += w.NumElements();
-        resident += w.StoredBytes();
-        return;
-      }
-      s.decoder_linear_params += w.NumElements();
-      decoder_bytes += w.StoredBytes();
-      bias_params += w.bias.NumElements() * (w.bias.present() ? 1 : 0);
-      resident += w.StoredBytes() + w.bias.nbytes;
-      labels[FormatLabel(w)]++;
-      w4a4 = w4a4 || w.w4a4_run_weight_only;
-    });
-    for (const TensorView* t : {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm,
-                                &L.pre_feedforward_layernorm, &L.post_feedforward_layernorm}) {
-      if (!t->present()) continue;
-      norm_params += t->NumElements();
-      resident += t->nbytes;
-    }
-  }
-  norm_params += m_->final_norm_.NumElements();
-  resident += m_->final_norm_.nbytes + m_->embed_tokens_.nbytes;
-  const LinearWeight& head = m_->lm_head_;
-  if (!c.tie_word_embeddings) resident += head.StoredBytes();
-  s.num_parameters = m_->embed_tokens_.NumElements() + norm_params + bias_params + s.decoder_linear_params +
-                     gate_params + (c.tie_word_embeddings ? 0 : head.NumElements());
-  s.bits_per_weight_decoder =
-      s.decoder_linear_params > 0 ? 8.0 * static_cast<double>(decoder_bytes) / s.decoder_linear_params : 0.0;
-  s.bits_per_weight_head =
-      head.NumElements() > 0 ? 8.0 * static_cast<double>(head.StoredBytes()) / head.NumElements() : 0.0;
-  s.resident_bytes = resident;
-  std::vector<std::string> names;
-  for (const auto& [label, count] : labels) names.push_back(label);
-  s.format = names.size() == 1 ? names[0] : absl::StrCat("mixed(", absl::StrJoin(names, ","), ")");
-  std::vector<std::string> notes;
-  if (w4a4) notes.push_back("W4A4 checkpoint run weight-only (NVFP4A16): input_global_scale ignored");
-  int rotated = 0, sparse_layers = 0, fused_layers = 0;
-  for (const LayerWeights& L : m_->layers_) {
-    ForEachLinear(L, [&rotated](const LinearWeight& w, LinearRole role) {
-      rotated += IsGateRole(role) || w.transforms.empty() ? 0 : 1;
-    });
-    sparse_layers += L.sparse ? 1 : 0;
-    fused_layers += L.moe.fused ? 1 : 0;
-  }
-  if (c.moe()) {
-    notes.push_back(absl::StrCat(
-        "mixture-of-experts: ", sparse_layers, " of ", c.num_layers, " layers sparse, ", c.num_experts,
-        " experts (top ", c.num_experts_per_tok, c.norm_topk_prob ? ", renormalized" : "", ")",
-        c.shared_expert_intermediate_size > 0 ? " + a gated shared expert" : "",
-        fused_layers > 0 ? absl::StrCat(", ", fused_layers, " layers with fused expert tensors") : "",
-        "; routers", c.shared_expert_intermediate_size > 0 ? " and shared-expert gates" : "", " ",
-        gate_params, " parameters, dense"));
-  }
-  if (rotated > 0) {
-    notes.push_back(
-        absl::StrCat("transform_config: online Hadamard rotations on ", rotated, " decoder linears"));
-  }
-  if (m_->kv_cache_fp8_) {
-    notes.push_back(
-        "kv_cache_scheme FP8: K (after RoPE) and V quantize-dequantized with per-layer k_scale / v_scale");
-  }
-  if (sparse24_linears_ > 0) {
-    notes.push_back(absl::StrCat("2:4 sparse (sparse-24-bitmask): ", sparse24_linears_,
-                                 " linears decompressed at load, dense GEMMs"));
-  }
-  if (names.size() > 1) {
-    std::vector<std::string> parts;
-    for (const auto& [label, count] : labels) parts.push_back(absl::StrCat(label, " x", count));
-    notes.push_back(absl::StrCat("decoder linears: ", absl::StrJoin(parts, ", ")));
-  }
-  if (toolkit_.has_value()) {
-    notes.push_back(absl::StrCat(toolkit_->label, " checkpoint, decoded at load to the format above"));
-  }
-  if (quant_.has_value() || toolkit_.has_value()) {
-    notes.push_back(absl::StrCat("lm_head ", FormatLabel(head), c.tie_word_embeddings ? " (tied)" : ""));
-  }
-  if (c.family != nullptr && c.family->text_only.enabled) {
-    int64_t ignored = 0;
-    for (const std::string& name : m_->store_->Names()) ignored += IgnoredTower(name) ? 1 : 0;
-    notes.push_back(absl::StrCat("text only: ", c.architecture,
-                                 "'s language model is scored; the vision tower (", ignored,
-                                 " tensors) is not loaded"));
-  }
-  s.notes = absl::StrJoin(notes, "; ");
-}
-
-std::string ModelWeights::EngineFormat(bool kv_cache_quant) const {
-  if (!kv_cache_fp8_) return summary_.format;
-  return absl::StrCat(summary_.format, kv_cache_quant ? "+kv-fp8" : "+kv-fp8-ignored");
-}
-
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& model_dir) {
   std::unique_ptr<ModelWeights> m(new ModelWeights());
   ModelWeightsLoader loader(m.get());
   SCORED_RETURN_IF_ERROR(loader.Load(model_dir));
   return m;
-}
-
-std::string ModelSummary::ToString() const {
-  std::ostringstream o;
-  o << "format: " << format << "\n";
-  o << "parameters: " << num_parameters << " (decoder linears " << decoder_linear_params << ")\n";
-  o << absl::StrFormat("bits per weight: decoder %.3f, lm_head %.3f\n", bits_per_weight_decoder,
-                       bits_per_weight_head);
-  o << absl::StrFormat("resident bytes: %d (%.1f MiB)\n", resident_bytes,
-                       static_cast<double>(resident_bytes) / (1024.0 * 1024.0));
-  if (!notes.empty()) o << "notes: " << notes << "\n";
-  return o.str();
 }
 
 }  // namespace scored
