@@ -6,7 +6,9 @@ For every target of engine/ and server/ (add_library / add_executable in their C
 must name a header of the target itself or of a target it links: its own PUBLIC and PRIVATE deps plus,
 transitively, their PUBLIC/INTERFACE deps. A header belongs to the target compiling the .cc/.cu of the
 same name, else to the first target of its folder; a header-only INTERFACE target owns every header of its
-folder. Also the layer rules of engine/README.md on the links themselves (LINK_RULES). Prints each
+folder. Also the layer rules of engine/README.md on the links themselves (LINK_RULES), and the layer plan's
+rule (engine/model/layer_plan.h): outside engine/model/, no source reads a family flag of ModelConfig
+(FAMILY_FLAGS); the backends, the shard plan's users and the server read the ModelPlan instead. Prints each
 violation; exit status 1 if any.
 
 usage: scripts/check_layers.py [repo root]   (default: the checkout holding this script)
@@ -26,6 +28,17 @@ LINK_RULES = {
     'scored_cuda_engine': ('not', {'scored_reference_ops', 'scored_reference', 'scored_engine'}),
 }
 INCLUDE = re.compile(r'#include "((?:engine|server|proto)/[^"]+)"')
+# ModelConfig's structure flags (engine/model/config.h): what PlanModel turns into the layer plan. A read is
+# the member name after a ModelConfig receiver (`c.`, `config.`, `config_.`, `cfg.`, `config().`, ...: the
+# names this code base gives a ModelConfig), so the plan's members of the same names stay readable, and so do
+# a config's numbers (sizes, eps, RoPE parameters).
+FAMILY_FLAGS = re.compile(
+    r'(?:\b(?:c|cfg|config_?|model_config|ref_config|reference_config|local)|config\(\))\s*(?:\.|->)'
+    r'(gemma_norm|sandwich_norms|embedding_scale|attention_scale|attn_logit_softcap|final_logit_softcap|'
+    r'mlp_activation|layer_local_rope|LocalRope|attention_bias|qk_norm|IsSparseLayer|sparse_layers|'
+    r'norm_topk_prob|LayerWindow|layer_window|shared_expert_intermediate_size|local_rope_theta|'
+    r'local_rope_scaling|sliding_window|moe(?=\(\)))\b')
+FLAG_FREE = ['engine', 'server', 'client']  # where the rule holds (engine/model/ excepted)
 
 
 def parse(root):
@@ -63,6 +76,26 @@ def linked(targets, name):
         out.add(dep)
         todo.extend(targets.get(dep, {}).get('public', ()))
     return out
+
+
+def check_family_flags(root):
+    """Reads of ModelConfig's family flags outside engine/model/ (see FAMILY_FLAGS); returns their count."""
+    problems = 0
+    for top in FLAG_FREE:
+        for d, _, names in os.walk(os.path.join(root, top)):
+            rel = os.path.relpath(d, root)
+            if rel == 'engine/model' or rel.startswith('engine/model/'):
+                continue
+            for f in sorted(names):
+                if not f.endswith(('.cc', '.h', '.cu', '.cuh')):
+                    continue
+                for n, line in enumerate(open(os.path.join(d, f)), 1):
+                    code = line.split('//', 1)[0]
+                    for m in FAMILY_FLAGS.finditer(code):
+                        problems += 1
+                        print(f'{rel}/{f}:{n}: reads the family flag {m.group(1)} of ModelConfig; '
+                              'read the layer plan (engine/model/layer_plan.h) instead')
+    return problems
 
 
 def main():
@@ -108,6 +141,7 @@ def main():
         for dep in sorted(bad):
             problems += 1
             print(f'{name}: links {dep}, which its layer must not (engine/README.md, Layers)')
+    problems += check_family_flags(root)
     print(f'check_layers: {len(targets)} targets, {problems} problem(s)')
     return 1 if problems else 0
 

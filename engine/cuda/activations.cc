@@ -12,6 +12,7 @@
 #include "engine/kernels/moe_dispatch.h"
 #include "engine/kernels/reference_compare.h"
 #include "engine/kernels/rope.h"
+#include "engine/model/layer_plan.h"
 
 namespace scored::cuda {
 namespace {
@@ -24,7 +25,7 @@ enum class When {
   kFp8Gemms,        // model.max_fp8_in_features > 0: real FP8 GEMMs
   kTensorParallel,  // tp_size > 1
   kReference,       // a reference model is loaded
-  kMoe,             // a mixture-of-experts model (ModelConfig::moe())
+  kMoe,             // a mixture-of-experts model (a layer plan with experts)
   kMoeShared,       // one with a shared expert
   kMoeGrouped,      // one with a layer whose experts run as grouped GEMMs (DeviceMoe::grouped)
   kMoeSm90,         // one whose grouped GEMMs run GroupedGemmSm90 (GroupedExperts::path kSm90 / kSm90Dequant)
@@ -51,7 +52,7 @@ struct TableShape {
   int tp_size = 1;
   const ModelConfig* reference = nullptr;  // R's config, or null
   bool moe = false,
-       moe_shared = false;        // the model's or its reference's (ModelConfig::moe(), a shared expert)
+       moe_shared = false;        // the model's or its reference's (Structure: experts, a shared expert)
   bool moe_grouped = false;       // the model or its reference has grouped experts (DeviceMoe::grouped)
   bool moe_sm90 = false;          // ... some on the Hopper kernel (GroupedExperts::path != kMma)
   bool moe_sm90_dequant = false;  // ... some dequantized for it (kSm90Dequant)
@@ -64,6 +65,32 @@ int64_t LogitsRows(const TableShape& s, int64_t max_tokens) {
   return std::min(max_tokens, s.reference != nullptr ? kLmHeadChunkTokens / 2 : kLmHeadChunkTokens);
 }
 
+// What a model's buffers depend on in its structure, read from its layer plan.
+struct Structure {
+  bool experts = false;             // some layer is a mixture of experts
+  int64_t shared_intermediate = 0;  // the largest gated shared expert's size (0: none)
+  bool longrope = false;            // the long-sequence RoPE table exists
+  bool local_rope = false;          // the local layers' RoPE table exists
+};
+Structure StructureOf(const ModelConfig& c) {
+  const ModelPlan plan = PlanModel(c);
+  Structure s;
+  s.experts = plan.any_experts();
+  s.longrope = plan.longrope;
+  s.local_rope = plan.local_rope;
+  for (const LayerPlan& l : plan.layers) {
+    if (!l.experts()) continue;
+    s.shared_intermediate =
+        std::max(s.shared_intermediate, l.channel_mixer.experts.shared_expert_intermediate_size);
+  }
+  return s;
+}
+
+// Columns of the router logits: the experts and, with a shared expert, its gate, rounded up to 4.
+int64_t RouterColumnsOf(int64_t num_experts, bool shared) {
+  return (num_experts + (shared ? 1 : 0) + 3) / 4 * 4;
+}
+
 // Bytes per position of a model's RoPE tables ([max_tokens, rotary_dim / 2, 2] fp32): the main one,
 // longrope's long-sequence one, the local layers' one (0 where the model has none).
 struct RopeTableBytes {
@@ -71,7 +98,8 @@ struct RopeTableBytes {
 };
 RopeTableBytes RopeBytes(const ModelConfig& c) {
   const int64_t row = (c.rotary_dim > 0 ? c.rotary_dim : c.head_dim) * 4;
-  return {row, c.rope_scaling.type == RopeType::kLongrope ? row : 0, c.layer_local_rope.empty() ? 0 : row};
+  const Structure s = StructureOf(c);
+  return {row, s.longrope ? row : 0, s.local_rope ? row : 0};
 }
 
 // The decoder-layer activation shapes that hold both Q's and R's forward: the larger of each dimension.
@@ -86,9 +114,12 @@ ModelConfig LargerOfEach(ModelConfig c, const ModelConfig* r) {
   c.num_experts = std::max(c.num_experts, r->num_experts);
   c.num_experts_per_tok = std::max(c.num_experts_per_tok, r->num_experts_per_tok);
   c.moe_intermediate_size = std::max(c.moe_intermediate_size, r->moe_intermediate_size);
-  c.shared_expert_intermediate_size =
-      std::max(c.shared_expert_intermediate_size, r->shared_expert_intermediate_size);
   return c;
+}
+
+// The larger of Q's and R's shared experts (0: neither has one).
+int64_t SharedIntermediate(const ModelConfig& c, const ModelConfig* r) {
+  return std::max(StructureOf(c).shared_intermediate, r != nullptr ? StructureOf(*r).shared_intermediate : 0);
 }
 
 // Every buffer of Activations, in allocation order.
@@ -97,8 +128,8 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
   const ModelConfig& r = s.reference != nullptr ? *s.reference : model_config;  // R's (unused without one)
   const int64_t act = ActBytes(s.dtype);
   const int64_t hidden = c.hidden_size;
-  const int64_t inter =
-      std::max({c.intermediate_size, c.moe_intermediate_size, c.shared_expert_intermediate_size});
+  const int64_t shared_inter = SharedIntermediate(model_config, s.reference);
+  const int64_t inter = std::max({c.intermediate_size, c.moe_intermediate_size, shared_inter});
   const int64_t experts = c.num_experts, top = c.num_experts_per_tok;
   const int64_t q_dim = c.num_heads * c.head_dim, qkv_dim = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
   const int64_t top_k = kernels::kMaxTopK, tp = s.tp_size;
@@ -123,7 +154,7 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
       {&A::scratch2, "the second dequantized-weight scratch", kAll, 0, 0, s.max_scratch_elements * act},
       {&A::act_fp8, "FP8 / INT8 GEMM activations", kFp8, s.max_fp8_in_features},
       {&A::act_scale, "FP8 / INT8 activation scales", kFp8, 2 * 4},
-      {&A::router_logits, "the router logits", kMoe, RouterColumns(c) * 4},
+      {&A::router_logits, "the router logits", kMoe, RouterColumnsOf(experts, shared_inter > 0) * 4},
       {&A::moe_ids, "the experts of each token", kMoe, top * 4},
       {&A::moe_weights, "the expert weights of each token", kMoe, top * 4},
       {&A::moe_slots, "the token slots by expert", kMoe, top * 4},
@@ -233,9 +264,8 @@ TableShape ShapeOf(const DeviceModel& model, int tp_size, const ReferenceModel* 
 
 // The model's (and its reference model's) own kinds of buffers.
 TableShape WithModel(TableShape s, const ModelConfig& config) {
-  const ModelConfig c = LargerOfEach(config, s.reference);
-  s.moe = c.moe();
-  s.moe_shared = c.shared_expert_intermediate_size > 0;
+  s.moe = StructureOf(config).experts || (s.reference != nullptr && StructureOf(*s.reference).experts);
+  s.moe_shared = SharedIntermediate(config, s.reference) > 0;
   return s;
 }
 
@@ -278,8 +308,7 @@ WeightScratch Activations::weight_scratch() const {
 }
 
 int64_t RouterColumns(const ModelConfig& config) {
-  const int64_t columns = config.num_experts + (config.shared_expert_intermediate_size > 0 ? 1 : 0);
-  return (columns + 3) / 4 * 4;
+  return RouterColumnsOf(config.num_experts, StructureOf(config).shared_intermediate > 0);
 }
 
 int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype,

@@ -63,7 +63,7 @@ struct Activations {
   // token, the GEMM's x and x_scale.
   DeviceBuffer act_fp8;    // [max_tokens, max_fp8_in_features] FP8 E4M3 (or int8 for an INT8 GEMM)
   DeviceBuffer act_scale;  // [2, max_tokens] fp32: row 0 qkv / o / gate_up inputs, row 1 down_proj's
-  // Mixture-of-experts models only (ModelConfig::moe()), else empty. E = num_experts, k =
+  // Mixture-of-experts models only (a layer plan with experts), else empty. E = num_experts, k =
   // num_experts_per_tok; gate_up / mlp above hold the largest of the dense, expert and shared-expert
   // intermediate sizes.
   DeviceBuffer router_logits;  // [max_tokens, RouterColumns] fp32: the router's logits (+ the shared gate's)
@@ -97,7 +97,7 @@ struct Activations {
   DeviceBuffer
       rope_table;  // [max_tokens, rotary_dim / 2, 2] fp32: RoPE (cos, sin) of positions [0, max_tokens)
   DeviceBuffer rope_table_long;   // longrope: the same for sequences beyond original_max_position_embeddings
-  DeviceBuffer rope_table_local;  // ModelConfig::layer_local_rope: the local layers' (Gemma 3)
+  DeviceBuffer rope_table_local;  // ModelPlan::local_rope: the local layers' (Gemma 3)
   DeviceBuffer cu_seqlens;        // [max_tokens + 1] int32
   DeviceBuffer targets;    // [max_tokens] int32: the next token of the row's sequence (0 at its last row)
   DeviceBuffer logprob;    // [max_tokens] double
