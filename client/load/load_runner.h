@@ -118,7 +118,6 @@ absl::Status ValidateLoadOptions(const LoadOptions& options);
 
 // How a request's result counts.
 enum class Outcome { kOk, kCancelled, kRefused, kUnexpected };
-const char* OutcomeName(Outcome outcome);  // "ok", "cancelled", "refused", "unexpected"
 
 // One request's outcome.
 struct RequestRecord {
