@@ -29,6 +29,9 @@ using openai::Json;
 // for a response is that bound times this factor.
 constexpr int64_t kJsonBytesFactor = 8;
 
+// The route's name in scored_limit_rejections_total and the logs (ScoreGate's `method`).
+constexpr char kCompletionsMethod[] = "OpenAI/v1/completions";
+
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 // "host:port" / "[v6]:port" -> host ("v6" without brackets), port.
@@ -46,8 +49,7 @@ OpenAiHttpServer::OpenAiHttpServer(Config config) : config_(std::move(config)) {
 absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::Create(Config config) {
   absl::Status listen = ValidateHostPort("--openai_listen", config.listen);
   if (!listen.ok()) return listen;
-  if (config.batcher == nullptr || config.metrics == nullptr || config.budget == nullptr ||
-      config.connections == nullptr || config.tokenize_pool == nullptr || config.threads < 1) {
+  if (config.gate == nullptr || config.threads < 1) {
     return absl::InvalidArgumentError("OpenAiHttpServer::Config: a required member is missing");
   }
   std::unique_ptr<OpenAiHttpServer> server(new OpenAiHttpServer(std::move(config)));
@@ -115,23 +117,14 @@ void OpenAiHttpServer::Shutdown() {
 }
 
 absl::Status OpenAiHttpServer::Admit(const httplib::Request& req) const {
-  if (config_.auth != nullptr) {
-    const bool present = req.has_header("Authorization");
-    absl::Status ok =
-        config_.auth->CheckHeader(present, present ? req.get_header_value("Authorization") : "");
-    if (!ok.ok()) return ok;
-  }
-  const absl::Status fatal = config_.batcher->fatal_status();
-  if (!fatal.ok()) {
-    return absl::UnavailableError(absl::StrCat("the engine failed and cannot serve: ", fatal.message()));
-  }
-  return absl::OkStatus();
+  const bool present = req.has_header("Authorization");
+  return config_.gate->Admit(present, present ? req.get_header_value("Authorization") : "");
 }
 
 void OpenAiHttpServer::Reply(const char* route, absl::Time start, const absl::Status& status,
                              const std::string& json, httplib::Response& res) const {
-  config_.metrics->RecordRequest(absl::StrCat("OpenAI", route), ToGrpcCode(status.code()),
-                                 absl::ToDoubleSeconds(absl::Now() - start));
+  config_.gate->metrics()->RecordRequest(absl::StrCat("OpenAI", route), ToGrpcCode(status.code()),
+                                         absl::ToDoubleSeconds(absl::Now() - start));
   if (status.ok()) {
     res.status = 200;
     res.set_content(json, "application/json");
@@ -150,7 +143,7 @@ void OpenAiHttpServer::Route() {
   http_->Post("/detokenize",
               [this](const httplib::Request& req, httplib::Response& res) { Detokenize(req, res); });
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    const absl::Status fatal = config_.batcher->fatal_status();
+    const absl::Status fatal = config_.gate->batcher()->fatal_status();
     if (!fatal.ok() || stopping_.load()) {
       res.status = 503;
       res.set_content(Dump(openai::ErrorBody(
@@ -167,18 +160,20 @@ void OpenAiHttpServer::Route() {
                   {"object", "model"},
                   {"created", 0},
                   {"owned_by", "scored"},
-                  {"max_model_len", config_.limits.max_seq_len}};
+                  {"max_model_len", config_.gate->limits().max_seq_len}};
     Json list = {{"object", "list"}, {"data", Json::array({model})}};
     Reply("/v1/models", start, admitted, Dump(list), res);
   });
   http_->Get("/tokenizer_info", [this](const httplib::Request& req, httplib::Response& res) {
     const absl::Time start = absl::Now();
     absl::Status admitted = Admit(req);
-    if (admitted.ok() && config_.tokenizer == nullptr) {
+    if (admitted.ok() && config_.gate->tokenizer() == nullptr) {
       admitted = absl::NotFoundError("the model has no tokenizer (token ids only)");
     }
     Reply("/tokenizer_info", start, admitted,
-          admitted.ok() ? Dump(openai::TokenizerInfo(*config_.tokenizer, config_.limits.max_seq_len)) : "",
+          admitted.ok()
+              ? Dump(openai::TokenizerInfo(*config_.gate->tokenizer(), config_.gate->limits().max_seq_len))
+              : "",
           res);
   });
   // Errors the library itself answers (404 unknown route, 413 body too large, 400 unparsable request)
@@ -201,52 +196,12 @@ void OpenAiHttpServer::Route() {
 
 namespace {
 
-// Tokenizes `text` on the tokenize pool (as gRPC Score's text) and waits for it. OUT_OF_RANGE past
-// max_tokens ids; UNAVAILABLE when the server's shutdown stopped it.
-absl::StatusOr<std::vector<int32_t>> TokenizeOnPool(const OpenAiHttpServer::Config& config,
-                                                    const std::string& text, bool has_add_bos, bool add_bos,
-                                                    int64_t max_tokens) {
-  if (config.tokenizer == nullptr) {
-    return absl::FailedPreconditionError(
-        "text input needs a tokenizer, and the model folder has none; send "
-        "token ids");
-  }
-  if (static_cast<int64_t>(text.size()) > config.max_text_bytes) {
-    return absl::OutOfRangeError(absl::StrCat("text of ", text.size(),
-                                              " bytes is longer than --max_text_bytes (",
-                                              config.max_text_bytes, " bytes)"));
-  }
-  absl::Notification done;
-  absl::StatusOr<std::vector<int32_t>> ids;
-  TokenizePool* pool = config.tokenize_pool;
-  absl::Status queued = pool->Submit([&] {
-    EncodeLimits limits;
-    limits.max_tokens = max_tokens;
-    limits.stop = [pool] { return pool->stopping(); };
-    ids = TokenizeWithBos(*config.tokenizer, text, has_add_bos, add_bos, std::move(limits));
-    done.Notify();
-  });
-  if (!queued.ok()) return queued;
-  done.WaitForNotification();
-  if (ids.ok()) return ids;
-  if (ids.status().code() == absl::StatusCode::kOutOfRange && max_tokens >= 0) {
-    config.metrics->RecordTokenizationStopped("max_seq_len");
-    return absl::OutOfRangeError(absl::StrCat("the prompt has more than ", max_tokens,
-                                              " tokens; max_seq_len is ", config.limits.max_seq_len));
-  }
-  if (ids.status().code() == absl::StatusCode::kCancelled) {
-    config.metrics->RecordTokenizationStopped("shutdown");
-    return absl::UnavailableError("the server is shutting down: the prompt's tokenization was stopped");
-  }
-  return ids;
-}
-
 // Scores every request of `requests` (nullopt: nothing to score) through the batcher, all queued before the
 // first is waited for, so they may share a batch. The first failure is returned after every queued one
 // finished (the others are cancelled). `charges` receives their memory-budget charges, which the caller holds
 // until the response is built.
 absl::StatusOr<std::vector<ScoreResult>> ScoreAllQueued(
-    const OpenAiHttpServer::Config& config, const std::vector<std::optional<ScoreRequest>>& requests,
+    const ScoreGate& gate, const std::vector<std::optional<ScoreRequest>>& requests,
     std::vector<MemoryBudget::Charge>* charges) {
   // One slot per submitted request: the batcher's callback stores the result, then notifies; a Notification
   // may be destroyed as soon as WaitForNotification returns, even while Notify is still returning.
@@ -260,13 +215,13 @@ absl::StatusOr<std::vector<ScoreResult>> ScoreAllQueued(
   for (size_t i = 0; i < requests.size() && failed.ok(); ++i) {
     if (!requests[i].has_value()) continue;
     const ScoreRequest& r = *requests[i];
-    failed = ValidateScoreRequest(r, config.limits);
+    failed = ValidateScoreRequest(r, gate.limits());
     if (!failed.ok()) break;
     absl::StatusOr<MemoryBudget::Charge> charge =
-        config.budget->TryCharge(kQueuedBytesPerToken * static_cast<int64_t>(r.tokens.size()) +
-                                 kJsonBytesFactor * EstimateScoreResponseBytes(r));
+        gate.Charge(kQueuedBytesPerToken * static_cast<int64_t>(r.tokens.size()) +
+                        kJsonBytesFactor * EstimateScoreResponseBytes(r),
+                    kCompletionsMethod);
     if (!charge.ok()) {
-      config.metrics->RecordLimitRejection("max_buffered_bytes", "OpenAI/v1/completions");
       failed = charge.status();
       break;
     }
@@ -274,7 +229,7 @@ absl::StatusOr<std::vector<ScoreResult>> ScoreAllQueued(
     auto slot = std::make_unique<Slot>();
     Slot* s = slot.get();
     absl::StatusOr<uint64_t> ticket =
-        config.batcher->Submit(r, absl::InfiniteFuture(), [s](absl::StatusOr<ScoreResult> result) {
+        gate.batcher()->Submit(r, absl::InfiniteFuture(), [s](absl::StatusOr<ScoreResult> result) {
           s->result = std::move(result);
           s->done.Notify();
         });
@@ -286,7 +241,7 @@ absl::StatusOr<std::vector<ScoreResult>> ScoreAllQueued(
     tickets.push_back(*ticket);
   }
   if (!failed.ok()) {
-    for (uint64_t t : tickets) config.batcher->Cancel(t);
+    for (uint64_t t : tickets) gate.batcher()->Cancel(t);
   }
   for (const std::unique_ptr<Slot>& slot : slots) {
     if (slot != nullptr) slot->done.WaitForNotification();
@@ -306,22 +261,21 @@ absl::StatusOr<std::vector<ScoreResult>> ScoreAllQueued(
 void OpenAiHttpServer::Completions(const httplib::Request& req, httplib::Response& res) {
   const absl::Time start = absl::Now();
   const char* route = "/v1/completions";
+  const ScoreGate& gate = *config_.gate;
   absl::Status status = Admit(req);
   ConnectionLimiter::Slot slot;
   if (status.ok()) {
     absl::StatusOr<ConnectionLimiter::Slot> taken =
-        config_.connections->Acquire(absl::StrCat("http:", req.remote_addr, ":", req.remote_port));
+        gate.TakeSlot(absl::StrCat("http:", req.remote_addr, ":", req.remote_port), kCompletionsMethod);
     if (taken.ok()) {
       slot = *std::move(taken);
     } else {
-      config_.metrics->RecordLimitRejection("max_connections", "OpenAI/v1/completions");
       status = taken.status();
     }
   }
-  const int max_logprobs =
-      static_cast<int>(config_.limits.smallest_vocab_shard > 0
-                           ? std::min<int64_t>(kMaxTopK, config_.limits.smallest_vocab_shard)
-                           : kMaxTopK);
+  const int max_logprobs = static_cast<int>(
+      gate.limits().smallest_vocab_shard > 0 ? std::min<int64_t>(kMaxTopK, gate.limits().smallest_vocab_shard)
+                                             : kMaxTopK);
   absl::StatusOr<openai::CompletionRequest> request =
       status.ok() ? openai::ParseCompletionRequest(req.body, max_logprobs)
                   : absl::StatusOr<openai::CompletionRequest>(status);
@@ -334,12 +288,12 @@ void OpenAiHttpServer::Completions(const httplib::Request& req, httplib::Respons
     return;
   }
   // Prompt ids: texts tokenized (stopping past what fits), ids checked for the room max_tokens needs.
-  const int64_t room = config_.limits.max_seq_len - request->max_tokens;
+  const int64_t room = gate.limits().max_seq_len - request->max_tokens;
   std::vector<std::optional<ScoreRequest>> engine_requests;
   for (openai::Prompt& p : request->prompts) {
     if (p.is_text) {
-      absl::StatusOr<std::vector<int32_t>> ids = TokenizeOnPool(config_, p.text, request->add_bos.has_value(),
-                                                                request->add_bos.value_or(false), room);
+      absl::StatusOr<std::vector<int32_t>> ids = gate.TokenizeAndWait(
+          kCompletionsMethod, p.text, request->add_bos.has_value(), request->add_bos.value_or(false), room);
       if (!ids.ok()) {
         Reply(route, start, ids.status(), "", res);
         return;
@@ -355,17 +309,17 @@ void OpenAiHttpServer::Completions(const httplib::Request& req, httplib::Respons
           route, start,
           absl::OutOfRangeError(absl::StrCat(
               "a prompt of ", p.ids.size(), " tokens with max_tokens ", request->max_tokens, " needs ",
-              p.ids.size() + request->max_tokens, " positions; max_seq_len is ", config_.limits.max_seq_len)),
+              p.ids.size() + request->max_tokens, " positions; max_seq_len is ", gate.limits().max_seq_len)),
           "", res);
       return;
     }
     // Checked here too: a prompt that needs no scoring still has its ids decoded for the response.
     for (size_t i = 0; i < p.ids.size(); ++i) {
-      if (p.ids[i] >= config_.limits.vocab_size) {
+      if (p.ids[i] >= gate.limits().vocab_size) {
         Reply(
             route, start,
             absl::InvalidArgumentError(absl::StrCat("token id ", p.ids[i], " at position ", i,
-                                                    " is out of range [0, ", config_.limits.vocab_size, ")")),
+                                                    " is out of range [0, ", gate.limits().vocab_size, ")")),
             "", res);
         return;
       }
@@ -373,12 +327,12 @@ void OpenAiHttpServer::Completions(const httplib::Request& req, httplib::Respons
     engine_requests.push_back(openai::EngineRequestFor(*request, p.ids));
   }
   std::vector<MemoryBudget::Charge> charges;  // released once the response is built
-  absl::StatusOr<std::vector<ScoreResult>> results = ScoreAllQueued(config_, engine_requests, &charges);
+  absl::StatusOr<std::vector<ScoreResult>> results = ScoreAllQueued(gate, engine_requests, &charges);
   if (!results.ok()) {
     Reply(route, start, results.status(), "", res);
     return;
   }
-  const openai::TokenStrings strings(config_.tokenizer);
+  const openai::TokenStrings strings(gate.tokenizer());
   std::vector<Json> choices;
   for (size_t i = 0; i < request->prompts.size(); ++i) {
     const openai::Prompt& p = request->prompts[i];
@@ -395,32 +349,36 @@ void OpenAiHttpServer::Completions(const httplib::Request& req, httplib::Respons
 
 void OpenAiHttpServer::Tokenize(const httplib::Request& req, httplib::Response& res) {
   const absl::Time start = absl::Now();
+  const ScoreGate& gate = *config_.gate;
   absl::Status status = Admit(req);
   absl::StatusOr<openai::TokenizeRequest> request =
       status.ok() ? openai::ParseTokenizeRequest(req.body) : absl::StatusOr<openai::TokenizeRequest>(status);
+  if (request.ok()) {
+    status = gate.RequireTokenizer();
+    if (!status.ok()) request = status;
+  }
   if (!request.ok()) {
     Reply("/tokenize", start, request.status(), "", res);
     return;
   }
+  const Tokenizer& tokenizer = *gate.tokenizer();
   absl::StatusOr<std::vector<int32_t>> ids;
-  const int32_t special =
-      config_.tokenizer != nullptr ? openai::SpecialTokenIdOf(*config_.tokenizer, request->prompt) : -1;
+  const int32_t special = openai::SpecialTokenIdOf(tokenizer, request->prompt);
   if (special >= 0) {
     ids = std::vector<int32_t>{special};
-    if (request->add_special_tokens && config_.tokenizer->add_bos_by_default() &&
-        config_.tokenizer->bos_id() >= 0) {
-      ids->insert(ids->begin(), config_.tokenizer->bos_id());
+    if (request->add_special_tokens && tokenizer.add_bos_by_default() && tokenizer.bos_id() >= 0) {
+      ids->insert(ids->begin(), tokenizer.bos_id());
     }
   } else {
     // add_special_tokens true: the tokenizer's default BOS (as Score's text); false: none.
-    ids = TokenizeOnPool(config_, request->prompt, !request->add_special_tokens, false, -1);
+    ids = gate.TokenizeAndWait("OpenAI/tokenize", request->prompt, !request->add_special_tokens, false, -1);
   }
   if (!ids.ok()) {
     Reply("/tokenize", start, ids.status(), "", res);
     return;
   }
   Json out = {{"count", ids->size()},
-              {"max_model_len", config_.limits.max_seq_len},
+              {"max_model_len", gate.limits().max_seq_len},
               {"tokens", *ids},
               {"token_strs", nullptr}};
   Reply("/tokenize", start, absl::OkStatus(), Dump(out), res);
@@ -429,12 +387,12 @@ void OpenAiHttpServer::Tokenize(const httplib::Request& req, httplib::Response& 
 void OpenAiHttpServer::Detokenize(const httplib::Request& req, httplib::Response& res) {
   const absl::Time start = absl::Now();
   absl::Status status = Admit(req);
-  if (status.ok() && config_.tokenizer == nullptr) {
+  if (status.ok() && config_.gate->tokenizer() == nullptr) {
     status = absl::FailedPreconditionError("the model has no tokenizer (token ids only)");
   }
   absl::StatusOr<std::vector<int32_t>> ids =
       status.ok() ? openai::ParseDetokenizeRequest(req.body) : absl::StatusOr<std::vector<int32_t>>(status);
-  absl::StatusOr<std::string> text = ids.ok() ? config_.tokenizer->Decode(*ids) : ids.status();
+  absl::StatusOr<std::string> text = ids.ok() ? config_.gate->tokenizer()->Decode(*ids) : ids.status();
   if (!text.ok()) {
     Reply("/detokenize", start, text.status(), "", res);
     return;

@@ -11,8 +11,9 @@
 // Errors are OpenAI error objects with the HTTP status of openai::HttpStatusOf (400 bad request, 401 token,
 // 404 unknown route or model, 413 body over --max_message_bytes, 429 a limit, 503 engine failed).
 //
-// The same work path and limits as gRPC Score: the bearer token of --auth_token_file (every route but
-// /health; `Authorization: Bearer <token>`, checked by BearerTokenAuth::CheckHeader), --max_text_bytes and
+// The same work path and limits as gRPC Score, by construction: both pass the one ScoreGate
+// (server/admission.h), so the refusals below are worded and counted as gRPC's. The bearer token of
+// --auth_token_file (every route but /health; `Authorization: Bearer <token>`), --max_text_bytes and
 // the tokenize pool (--tokenize_threads / --tokenize_queue) for text, ValidateScoreRequest under the same
 // ScoreLimits (max_seq_len, max_batch_tokens, top_k), the memory budget (--max_buffered_bytes), the
 // connection cap (--max_connections, peers counted as "http:ADDR:PORT"), and the one Batcher (--max_queue;
@@ -46,13 +47,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engine/score_contract.h"
-#include "engine/tokenizer/tokenizer.h"
-#include "server/batcher.h"
-#include "server/memory_budget.h"
-#include "server/metrics.h"
-#include "server/security.h"
-#include "server/tokenize_pool.h"
+#include "server/admission.h"
 
 namespace httplib {
 class Server;
@@ -69,18 +64,11 @@ class OpenAiHttpServer {
     std::string model_name;             // /v1/models id; a request naming another model gets 404
     int threads = 16;                   // --openai_threads
     int64_t max_body_bytes = 64 << 20;  // --max_message_bytes
-    int64_t max_text_bytes = 4 << 20;   // --max_text_bytes
-    ScoreLimits limits;
     // TLS (all empty: plaintext); the same files as the gRPC listener.
     std::string tls_cert_file, tls_key_file, tls_client_ca_file;
-    // Not owned; must outlive the server. tokenizer and auth may be null.
-    Batcher* batcher = nullptr;
-    const Tokenizer* tokenizer = nullptr;
-    const BearerTokenAuth* auth = nullptr;
-    Metrics* metrics = nullptr;
-    MemoryBudget* budget = nullptr;
-    ConnectionLimiter* connections = nullptr;
-    TokenizePool* tokenize_pool = nullptr;
+    // Not owned, required, must outlive the server: the way in that gRPC's calls pass too
+    // (server/admission.h), and through it the batcher, tokenizer (may be null), metrics and ScoreLimits.
+    const ScoreGate* gate = nullptr;
   };
 
   static absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> Create(Config config);
@@ -102,7 +90,7 @@ class OpenAiHttpServer {
   void Completions(const httplib::Request& req, httplib::Response& res);
   void Tokenize(const httplib::Request& req, httplib::Response& res);
   void Detokenize(const httplib::Request& req, httplib::Response& res);
-  // Auth, then a failed engine (UNAVAILABLE).
+  // ScoreGate::Admit with the request's Authorization header.
   absl::Status Admit(const httplib::Request& req) const;
   void Reply(const char* route, absl::Time start, const absl::Status& status, const std::string& json,
              httplib::Response& res) const;

@@ -32,6 +32,9 @@
 // goes on. gRPC's generated handlers would instead answer a unary call with an empty UNIMPLEMENTED and
 // take a stream message that fails to parse as the client's half-close, silently dropping the rest.
 //
+// Files: the service (scorer_service.cc), the unary reactors (score_unary.cc), the stream's reactor
+// (score_stream.cc), the raw bytes (wire_scan.h), admission (admission.h).
+//
 // Thread-safety: gRPC calls the service from its own threads; the batcher completes requests from its
 // worker thread. Every reactor guards its state with its own mutex and calls gRPC operations outside
 // of it; a reactor is deleted by gRPC's OnDone, which can only follow Finish.
@@ -44,16 +47,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/engine.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "grpcpp/grpcpp.h"
 #include "scored/v1/scorer.grpc.pb.h"
-#include "server/batcher.h"
-#include "server/memory_budget.h"
-#include "server/metrics.h"
-#include "server/request_validation.h"
-#include "server/security.h"
-#include "server/tokenize_pool.h"
+#include "server/admission.h"
 
 namespace scored {
 
@@ -67,22 +63,13 @@ using ScorerServiceBase = v1::Scorer::WithRawCallbackMethod_Score<
 class ScorerService final : public ScorerServiceBase {
  public:
   struct Config {
-    Batcher* batcher = nullptr;            // not owned, outlives the service
-    const Tokenizer* tokenizer = nullptr;  // not owned; null when the model has no tokenizer
-    Metrics* metrics = nullptr;            // not owned, required
-    // Not owned; null = no token needed. Checked first on every call (UNAUTHENTICATED); after the
-    // engine failed fatally every call is UNAVAILABLE.
-    const BearerTokenAuth* auth = nullptr;
-    ScoreLimits limits;
+    // Not owned, required, outlives the service: the way in that every call passes first (the token, the
+    // engine's health, the connection cap, the text checks and tokenization, the memory budget; see
+    // server/admission.h), and through it the batcher, tokenizer, metrics and limits. Score, ScoreStream and
+    // Tokenize take a connection slot for their duration and charge the budget (see the ScoreStream note
+    // above).
+    const ScoreGate* gate = nullptr;
     int stream_window = 32;
-    // Not owned, required, outlive the service: the server-wide memory budget (--max_buffered_bytes) and the
-    // connection cap (--max_connections) of server/memory_budget.h. Score, ScoreStream and Tokenize take a
-    // connection slot for their duration and charge the budget (see the ScoreStream note above).
-    MemoryBudget* budget = nullptr;
-    ConnectionLimiter* connections = nullptr;
-    // Text input: not owned, required when `tokenizer` is set; the longest text accepted, bytes.
-    TokenizePool* tokenize_pool = nullptr;
-    int64_t max_text_bytes = int64_t{4} << 20;
     v1::ModelInfo model_info;  // returned by GetModelInfo
   };
 

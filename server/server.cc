@@ -133,11 +133,27 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   server->options_.engine.backend = ResolveBackend(options.engine.backend);
   // Security files and the metrics port first: a bad certificate or a taken port should fail before
   // a long model load.
-  SCORED_ASSIGN_OR_RETURN(server->credentials_,
-                          BuildServerCredentials(TlsFiles{options.tls_cert_file, options.tls_key_file,
-                                                          options.tls_client_ca_file}));
+  SCORED_RETURN_IF_ERROR(server->LoadSecurity());
+  SCORED_RETURN_IF_ERROR(server->StartMetrics());
+  std::unique_ptr<Tokenizer> reference_tokenizer;
+  absl::Time load_start;
+  SCORED_RETURN_IF_ERROR(server->LoadEngine(&reference_tokenizer, &load_start));
+  server->LoadTokenizer();
+  SCORED_ASSIGN_OR_RETURN(const ScoreLimits limits, server->DeriveLimits());
+  server->LogLoaded(limits, load_start);
+  SCORED_RETURN_IF_ERROR(server->StartBatcher(limits));
+  server->SetUpAdmission(limits);
+  SCORED_RETURN_IF_ERROR(server->StartEndpoints(limits, reference_tokenizer.get()));
+  return server;
+}
+
+absl::Status Server::LoadSecurity() {
+  const ServerOptions& options = options_;
+  SCORED_ASSIGN_OR_RETURN(
+      credentials_, BuildServerCredentials(
+                        TlsFiles{options.tls_cert_file, options.tls_key_file, options.tls_client_ca_file}));
   if (!options.auth_token_file.empty()) {
-    SCORED_ASSIGN_OR_RETURN(server->auth_, BearerTokenAuth::FromFile(options.auth_token_file));
+    SCORED_ASSIGN_OR_RETURN(auth_, BearerTokenAuth::FromFile(options.auth_token_file));
   }
   if (ListensInsecurelyOnRemote(options)) {
     SCORED_LOG(WARNING) << "--allow_insecure_remote: listening on " << options.listen
@@ -151,10 +167,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     SCORED_LOG(WARNING) << "--openai_listen " << options.openai_listen
                         << " without TLS: the bearer token and all data cross the network in clear text";
   }
-  SCORED_ASSIGN_OR_RETURN(server->metrics_, Metrics::Create(options.metrics_listen));
+  return absl::OkStatus();
+}
 
+absl::Status Server::StartMetrics() {
+  SCORED_ASSIGN_OR_RETURN(metrics_, Metrics::Create(options_.metrics_listen));
+  return absl::OkStatus();
+}
+
+absl::Status Server::LoadEngine(std::unique_ptr<Tokenizer>* reference_tokenizer, absl::Time* load_start) {
+  const ServerOptions& options = options_;
   SCORED_LOG(INFO) << "scored " << ServerVersion() << ": loading " << options.engine.model_dir << " (backend "
-                   << BackendName(server->options_.engine.backend) << ", tp " << options.engine.tp << ")";
+                   << BackendName(options.engine.backend) << ", tp " << options.engine.tp << ")";
   if (options.engine.nnodes > 1) {
     SCORED_LOG(INFO) << "multi-process tensor parallelism: node rank 0 (leader) of " << options.engine.nnodes
                      << ", control channel on " << options.engine.rendezvous << ", "
@@ -162,48 +186,52 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                      << " ranks on this node; waiting for the followers";
   }
   // The reference's tokenizer is compared before either model loads: it is the cheaper check.
-  std::unique_ptr<Tokenizer> reference_tokenizer;
   if (!options.engine.reference_model_dir.empty()) {
     SCORED_RETURN_IF_ERROR(CheckReferenceTokenizer(options.engine.model_dir,
-                                                   options.engine.reference_model_dir, &reference_tokenizer));
+                                                   options.engine.reference_model_dir, reference_tokenizer));
   }
-  const absl::Time load_start = absl::Now();
+  *load_start = absl::Now();
   if (options.fault.slow_load_ms >= 0) {
     SCORED_LOG(WARNING) << "--fault_inject: waiting " << options.fault.slow_load_ms
                         << " ms before loading (testing only)";
     absl::SleepFor(absl::Milliseconds(options.fault.slow_load_ms));
   }
-  absl::StatusOr<std::unique_ptr<Engine>> engine = CreateEngine(server->options_.engine);
+  absl::StatusOr<std::unique_ptr<Engine>> engine = CreateEngine(options.engine);
   if (!engine.ok()) {
     return absl::Status(
         engine.status().code(),
         absl::StrCat("loading the model from ", options.engine.model_dir, ": ", engine.status().message()));
   }
-  server->engine_ = std::move(*engine);
+  engine_ = std::move(*engine);
   if (options.fault.fatal_after_batches >= 0 || options.fault.fatal_after_ms >= 0) {
     SCORED_LOG(WARNING) << "--fault_inject: the engine fails fatally after "
                         << (options.fault.fatal_after_batches >= 0
                                 ? absl::StrCat(options.fault.fatal_after_batches, " batches")
                                 : absl::StrCat(options.fault.fatal_after_ms, " ms"))
                         << " (testing only)";
-    server->engine_ = std::make_unique<FaultInjectingEngine>(std::move(server->engine_), options.fault);
+    engine_ = std::make_unique<FaultInjectingEngine>(std::move(engine_), options.fault);
   }
-  if (options.tokenizer_dir != "none") {
-    const std::string dir = options.tokenizer_dir.empty() ? options.engine.model_dir : options.tokenizer_dir;
-    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizerGuarded(dir);
-    if (tokenizer.ok()) {
-      server->tokenizer_ = std::move(*tokenizer);
-    } else {
-      SCORED_LOG(WARNING) << "no tokenizer (" << tokenizer.status().ToString()
-                          << "); Tokenize and `text` input will fail with FAILED_PRECONDITION";
-    }
-  }
+  return absl::OkStatus();
+}
 
-  const ModelInfo& info = server->engine_->info();
+void Server::LoadTokenizer() {
+  if (options_.tokenizer_dir == "none") return;
+  const std::string dir = options_.tokenizer_dir.empty() ? options_.engine.model_dir : options_.tokenizer_dir;
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizerGuarded(dir);
+  if (tokenizer.ok()) {
+    tokenizer_ = std::move(*tokenizer);
+  } else {
+    SCORED_LOG(WARNING) << "no tokenizer (" << tokenizer.status().ToString()
+                        << "); Tokenize and `text` input will fail with FAILED_PRECONDITION";
+  }
+}
+
+absl::StatusOr<ScoreLimits> Server::DeriveLimits() const {
+  const ModelInfo& info = engine_->info();
   ScoreLimits limits;
   limits.max_batch_tokens =
-      info.max_batch_tokens > 0 ? info.max_batch_tokens : options.engine.max_batch_tokens;
-  limits.max_seq_len = info.max_seq_len > 0 ? info.max_seq_len : options.engine.max_seq_len;
+      info.max_batch_tokens > 0 ? info.max_batch_tokens : options_.engine.max_batch_tokens;
+  limits.max_seq_len = info.max_seq_len > 0 ? info.max_seq_len : options_.engine.max_seq_len;
   if (limits.max_seq_len <= 0) limits.max_seq_len = limits.max_batch_tokens;
   limits.vocab_size = info.vocab_size;
   if (limits.vocab_size <= 0) {
@@ -211,6 +239,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   }
   if (info.tp > 1) limits.smallest_vocab_shard = SmallestVocabShard(info.vocab_size, info.tp);
   limits.has_reference = info.reference != nullptr;
+  return limits;
+}
+
+void Server::LogLoaded(const ScoreLimits& limits, absl::Time load_start) {
+  const ModelInfo& info = engine_->info();
   SCORED_LOG(INFO) << absl::StrFormat(
       "model loaded in %.2f s: %s, format %s%s, %d parameters, bits/weight decoder %.3f head %.3f, "
       "resident %d bytes, backend %s, dtype %s, tp %d, vocab %d, max_seq_len %d, max_batch_tokens %d, "
@@ -225,26 +258,27 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     SCORED_LOG(INFO) << absl::StrFormat(
         "reference model %s: %s, format %s, %d parameters, bits/weight decoder %.3f head %.3f, resident %d "
         "bytes, vocab %d, fingerprint %s; tokenizer content matches the model's",
-        options.engine.reference_model_dir, r.architecture, r.format, r.num_parameters,
+        options_.engine.reference_model_dir, r.architecture, r.format, r.num_parameters,
         r.bits_per_weight_decoder, r.bits_per_weight_head, r.resident_bytes, r.vocab_size,
         r.model_fingerprint);
   }
-  if (server->tokenizer_) {
-    SCORED_LOG(INFO) << "tokenizer " << server->tokenizer_->kind() << ": " << server->tokenizer_->vocab_size()
-                     << " entries, bos " << server->tokenizer_->bos_id() << ", eos "
-                     << server->tokenizer_->eos_id() << ", add_bos_by_default "
-                     << server->tokenizer_->add_bos_by_default();
+  if (tokenizer_) {
+    SCORED_LOG(INFO) << "tokenizer " << tokenizer_->kind() << ": " << tokenizer_->vocab_size()
+                     << " entries, bos " << tokenizer_->bos_id() << ", eos " << tokenizer_->eos_id()
+                     << ", add_bos_by_default " << tokenizer_->add_bos_by_default();
   }
-  server->metrics_->SetModelInfo(info);
-  server->metrics_->SetDeviceMemory(server->engine_->DeviceMemory());
+  metrics_->SetModelInfo(info);
+  metrics_->SetDeviceMemory(engine_->DeviceMemory());
+}
 
+absl::Status Server::StartBatcher(const ScoreLimits& limits) {
   BatcherOptions batcher_options;
   batcher_options.max_batch_tokens = limits.max_batch_tokens;
-  batcher_options.max_queue = options.max_queue;
-  batcher_options.batch_timeout = options.batch_timeout;
-  Metrics* metrics = server->metrics_.get();
-  Engine* engine_ptr = server->engine_.get();
-  Server* self = server.get();
+  batcher_options.max_queue = options_.max_queue;
+  batcher_options.batch_timeout = options_.batch_timeout;
+  Metrics* metrics = metrics_.get();
+  Engine* engine_ptr = engine_.get();
+  Server* self = this;
   batcher_options.on_batch = [metrics, engine_ptr](int64_t batch_tokens, int, int64_t num_scored) {
     metrics->RecordBatch(batch_tokens, num_scored);
     metrics->SetDeviceMemory(engine_ptr->DeviceMemory());
@@ -255,23 +289,26 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   batcher_options.on_compute = [metrics](double seconds) { metrics->RecordBatchCompute(seconds); };
   batcher_options.on_fatal = [self](const absl::Status& status) { self->OnFatal(status); };
   batcher_options.on_nonfinite = [metrics] { metrics->RecordNonFiniteResult(); };
-  SCORED_ASSIGN_OR_RETURN(server->batcher_,
-                          Batcher::Create(server->engine_.get(), std::move(batcher_options)));
+  SCORED_ASSIGN_OR_RETURN(batcher_, Batcher::Create(engine_.get(), std::move(batcher_options)));
+  return absl::OkStatus();
+}
 
+void Server::SetUpAdmission(const ScoreLimits& limits) {
   std::string budget_source = "--max_buffered_bytes";
   const int64_t budget_bytes =
-      options.max_buffered_bytes > 0 ? options.max_buffered_bytes : DefaultMaxBufferedBytes(&budget_source);
+      options_.max_buffered_bytes > 0 ? options_.max_buffered_bytes : DefaultMaxBufferedBytes(&budget_source);
+  Metrics* metrics = metrics_.get();
   metrics->SetBufferedBytesLimit(budget_bytes);
-  server->budget_ = std::make_unique<MemoryBudget>(
-      budget_bytes, [metrics](int64_t used) { metrics->SetBufferedBytes(used); });
-  server->connections_ = std::make_unique<ConnectionLimiter>(
-      options.max_connections, [metrics](int64_t n) { metrics->SetConnections(n); });
+  budget_ = std::make_unique<MemoryBudget>(budget_bytes,
+                                           [metrics](int64_t used) { metrics->SetBufferedBytes(used); });
+  connections_ = std::make_unique<ConnectionLimiter>(options_.max_connections,
+                                                     [metrics](int64_t n) { metrics->SetConnections(n); });
   SCORED_LOG(INFO) << absl::StrFormat(
       "limits: max_buffered_bytes %d (%s; streams may fill %d of it), max_connections %d, "
       "max_streams_per_connection %d, stream_window %d, max_queue %d, max_message_bytes %d",
       budget_bytes, budget_source, budget_bytes - budget_bytes / MemoryBudget::kStreamHeadroomDivisor,
-      options.max_connections, options.max_streams_per_connection, options.stream_window, options.max_queue,
-      options.max_message_bytes);
+      options_.max_connections, options_.max_streams_per_connection, options_.stream_window,
+      options_.max_queue, options_.max_message_bytes);
 
   ScoreRequest largest;  // the largest request this server accepts: max_seq_len tokens, top_k 64
   largest.tokens.resize(static_cast<size_t>(limits.max_seq_len));
@@ -283,60 +320,57 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                         << limits.max_seq_len << " tokens reserves " << largest_bytes
                         << " bytes, more than ScoreStreams may use; such requests get RESOURCE_EXHAUSTED";
   }
-  server->tokenize_pool_ =
-      std::make_unique<TokenizePool>(TokenizePool::Options{options.tokenize_threads, options.tokenize_queue});
-  SCORED_LOG(INFO) << "text limits: --max_text_bytes " << options.max_text_bytes << ", --tokenize_threads "
-                   << options.tokenize_threads << ", --tokenize_queue " << options.tokenize_queue;
+  tokenize_pool_ = std::make_unique<TokenizePool>(
+      TokenizePool::Options{options_.tokenize_threads, options_.tokenize_queue});
+  SCORED_LOG(INFO) << "text limits: --max_text_bytes " << options_.max_text_bytes << ", --tokenize_threads "
+                   << options_.tokenize_threads << ", --tokenize_queue " << options_.tokenize_queue;
+  ScoreGate::Config gate;
+  gate.batcher = batcher_.get();
+  gate.tokenizer = tokenizer_.get();
+  gate.metrics = metrics;
+  gate.auth = auth_.get();
+  gate.budget = budget_.get();
+  gate.connections = connections_.get();
+  gate.tokenize_pool = tokenize_pool_.get();
+  gate.max_text_bytes = options_.max_text_bytes;
+  gate.limits = limits;
+  gate_ = std::make_unique<ScoreGate>(std::move(gate));
+}
 
+absl::Status Server::StartEndpoints(const ScoreLimits& limits, const Tokenizer* reference_tokenizer) {
+  const ModelInfo& info = engine_->info();
   ScorerService::Config config;
-  config.budget = server->budget_.get();
-  config.connections = server->connections_.get();
-  config.batcher = server->batcher_.get();
-  config.tokenize_pool = server->tokenize_pool_.get();
-  config.max_text_bytes = options.max_text_bytes;
-  config.tokenizer = server->tokenizer_.get();
-  config.metrics = metrics;
-  config.auth = server->auth_.get();
-  config.limits = limits;
-  config.stream_window = options.stream_window;
-  config.model_info = BuildModelInfo(info, limits, server->tokenizer_.get());
-  config.model_info.set_model_path(options.engine.model_dir);
+  config.gate = gate_.get();
+  config.stream_window = options_.stream_window;
+  config.model_info = BuildModelInfo(info, limits, tokenizer_.get());
+  config.model_info.set_model_path(options_.engine.model_dir);
   if (info.reference != nullptr) {
     // The reference's own limits and tokenizer files (their bytes may differ from the model's).
     ScoreLimits reference_limits = limits;
     reference_limits.max_seq_len = info.reference->max_seq_len;
     reference_limits.vocab_size = info.reference->vocab_size;
     *config.model_info.mutable_reference() =
-        BuildModelInfo(*info.reference, reference_limits, reference_tokenizer.get());
-    config.model_info.mutable_reference()->set_model_path(options.engine.reference_model_dir);
+        BuildModelInfo(*info.reference, reference_limits, reference_tokenizer);
+    config.model_info.mutable_reference()->set_model_path(options_.engine.reference_model_dir);
   }
-  server->service_ = std::make_unique<ScorerService>(std::move(config));
-  if (!options.openai_listen.empty()) {
-    OpenAiHttpServer::Config http;
-    http.listen = options.openai_listen;
-    http.model_name = options.openai_model_name;
-    if (http.model_name.empty()) {
-      std::string dir = options.engine.model_dir;
-      while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-      http.model_name = dir.substr(dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/') + 1);
-    }
-    http.threads = options.openai_threads;
-    http.max_body_bytes = options.max_message_bytes;
-    http.max_text_bytes = options.max_text_bytes;
-    http.limits = limits;
-    http.tls_cert_file = options.tls_cert_file;
-    http.tls_key_file = options.tls_key_file;
-    http.tls_client_ca_file = options.tls_client_ca_file;
-    http.batcher = server->batcher_.get();
-    http.tokenizer = server->tokenizer_.get();
-    http.auth = server->auth_.get();
-    http.metrics = metrics;
-    http.budget = server->budget_.get();
-    http.connections = server->connections_.get();
-    http.tokenize_pool = server->tokenize_pool_.get();
-    SCORED_ASSIGN_OR_RETURN(server->openai_, OpenAiHttpServer::Create(std::move(http)));
+  service_ = std::make_unique<ScorerService>(std::move(config));
+  if (options_.openai_listen.empty()) return absl::OkStatus();
+  OpenAiHttpServer::Config http;
+  http.listen = options_.openai_listen;
+  http.model_name = options_.openai_model_name;
+  if (http.model_name.empty()) {
+    std::string dir = options_.engine.model_dir;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    http.model_name = dir.substr(dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/') + 1);
   }
-  return server;
+  http.threads = options_.openai_threads;
+  http.max_body_bytes = options_.max_message_bytes;
+  http.tls_cert_file = options_.tls_cert_file;
+  http.tls_key_file = options_.tls_key_file;
+  http.tls_client_ca_file = options_.tls_client_ca_file;
+  http.gate = gate_.get();
+  SCORED_ASSIGN_OR_RETURN(openai_, OpenAiHttpServer::Create(std::move(http)));
+  return absl::OkStatus();
 }
 
 Server::~Server() { Shutdown(); }

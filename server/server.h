@@ -34,9 +34,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "engine/engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "grpcpp/grpcpp.h"
+#include "server/admission.h"
 #include "server/batcher.h"
 #include "server/memory_budget.h"
 #include "server/metrics.h"
@@ -79,6 +81,27 @@ class Server {
 
  private:
   Server() = default;
+  // Create's steps, in order (each fills the members it names; an error ends Create).
+  // --tls_* and --auth_token_file (credentials_, auth_) and the warnings about a listener without TLS.
+  absl::Status LoadSecurity();
+  // metrics_ and its --metrics_listen port.
+  absl::Status StartMetrics();
+  // The --reference_model tokenizer check, then engine_ (wrapped by --fault_inject); `load_start` receives
+  // when the load began.
+  absl::Status LoadEngine(std::unique_ptr<Tokenizer>* reference_tokenizer, absl::Time* load_start);
+  // tokenizer_, unless --tokenizer_dir none; a model without one serves token ids only (a warning).
+  void LoadTokenizer();
+  // The ScoreLimits of every request, from the engine's info and the flags. INTERNAL without a vocab_size.
+  absl::StatusOr<ScoreLimits> DeriveLimits() const;
+  // The load's log lines (model, reference, tokenizer) and the model's metrics.
+  void LogLoaded(const ScoreLimits& limits, absl::Time load_start);
+  // batcher_, reporting to metrics_ and OnFatal.
+  absl::Status StartBatcher(const ScoreLimits& limits);
+  // budget_, connections_, tokenize_pool_ and the gate_ in front of them.
+  void SetUpAdmission(const ScoreLimits& limits);
+  // service_ (GetModelInfo's answer built here) and openai_ (with --openai_listen); neither listens yet.
+  absl::Status StartEndpoints(const ScoreLimits& limits, const Tokenizer* reference_tokenizer);
+
   void OnFatal(const absl::Status& status);
   absl::Status WritePortFile() const;
 
@@ -93,6 +116,7 @@ class Server {
   std::unique_ptr<ConnectionLimiter> connections_;
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<TokenizePool> tokenize_pool_;  // texts of Tokenize and Score (README "Text limits")
+  std::unique_ptr<ScoreGate> gate_;              // the way in of service_ and openai_, which it outlives
   std::unique_ptr<ScorerService> service_;
   std::unique_ptr<OpenAiHttpServer> openai_;  // null without --openai_listen
   std::unique_ptr<grpc::Server> grpc_server_;
