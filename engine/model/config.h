@@ -4,7 +4,9 @@
 // Qwen3MoeForCausalLM), plus the raw quantization_config (parsed by compressed_tensors.h). What differs
 // between families is read from their FamilyTraits and lands in the flags below (attention_bias, qk_norm,
 // sliding_window / layer_window, rotary_dim, tie_word_embeddings, the Gemma block's fields, the
-// mixture-of-experts fields): engines read those, never `architecture`.
+// mixture-of-experts fields), which PlanModel (layer_plan.h) turns into the layer plan: outside engine/model
+// code reads the plan and this struct's numbers, never the flags or `architecture`
+// (scripts/check_layers.py).
 //
 // Anything unsupported (architecture, hidden_act other than silu (Gemma: gelu_pytorch_tanh), rope_scaling
 // type other than llama3/linear/longrope or not allowed for the family, a partial_rotary_factor outside

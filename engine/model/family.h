@@ -6,13 +6,15 @@
 //   - ParseModelConfig (config.cc) finds the family of config.json's `architectures`, checks `model_type`,
 //     and turns the traits plus the config's own fields into ModelConfig's flags (attention_bias, qk_norm,
 //     sliding_window, tie_word_embeddings, max_position_embeddings default, allowed rope_scaling types).
-//   - The weight loader (weights.cc) takes the tensor names of `names` and loads the optional tensors the
-//     flags ask for (q/k/v bias, q_norm/k_norm, lm_head unless tied), and opens the `checkpoint` files.
+//   - PlanModel (layer_plan.h) turns those flags into the layer plan, which code past engine/model reads.
+//   - The weight loader (weights_loader.cc) takes the tensor names of `names` and loads the optional tensors
+//     the plan asks for (q/k/v bias, q_norm/k_norm, sandwich norms, experts; lm_head unless tied), and opens
+//     the `checkpoint` files.
 //   - The shard plan (shard_plan.cc) refuses tensor parallelism for a family whose blocks its Megatron
 //     layout does not describe (`tensor_parallel`).
 //   - The fingerprint (fingerprint.cc) hashes the family's `checkpoint` files.
-//   - Both backends (engine/reference/reference_engine.cc, engine/cuda/device_weights.cc) decide which
-//     tensors exist from ModelConfig's flags only, never from the architecture string.
+//   - Both backends (engine/reference/reference_engine.cc, engine/cuda/upload_model.cc and forward/) decide
+//     what a layer computes from the layer plan only, never from the architecture string or the flags.
 // Adding a family: engine/README.md, "Adding a model family".
 //
 // Thread-safety: the table is immutable static data; every function here is thread-safe.
