@@ -4,12 +4,19 @@
 #
 #   BUNDLE_A=.bundle-before BUNDLE_B=.bundle-after OUT=$OUT bash scripts/bench/compare_builds.sh [STEPS]
 #
-# STEPS (comma-separated, default dense,tp):
+# STEPS (comma-separated, default dense,tp; also moe, family):
 #   dense: make_random_llama.py (LAYERS, default 32; bf16 + QUANT copies, default w4a16,nvfp4a16,fp8_dynamic),
 #          then for each checkpoint scored_bench of A, then B, ROUNDS times (default 2: ABAB, so drift of the
 #          card's clock shows as a difference between rounds, not between builds) at BATCHES (default 8) x CTX
 #          (2048) windows.
 #   tp:    make_random_w4a16.py 8b, scored_bench --tp 1 and --tp TP (default 2) of A and B.
+#   moe:   make_random_moe.py's MOE_ARCHS (default qwen3_moe:w4a16,qwen3_moe:bf16,mixtral:w4a16) at MOE_LAYERS
+#          (default 8) layers, scored_bench of A and B on digest-only windows (below).
+#   family: make_random_family.py's FAMILY_ARCHS (default gemma3-12b,phi4: sandwich norms, GeGLU, local RoPE,
+#          soft-caps / fused q|k|v, partial rotary) at FAMILY_LAYERS (default 8), likewise.
+# Digest-only windows (moe, family): those generators write no transformers reference, so a windows file of
+# BATCHES x CTX random ids below the model's vocabulary (seed 0) with zero reference log-probs stands in: the
+# digests compare A with B as for dense; the agreement column is then meaningless (shown, not judged).
 # Each run's logprob digest (scored_bench --ref: SHA-256 of the logprobs' bytes) and agreement line are compared
 # between A and B; a differing digest is a FAIL line and exit 1. The table last: checkpoint, tp, build, tok/s
 # per run, ours-vs-fp32 agreement, digest.
@@ -20,7 +27,12 @@ b=${BUNDLE_B:?BUNDLE_B: the second bundle}
 layers=${LAYERS:-32}
 ctx=${CTX:-2048}
 batches=${BATCHES:-8}
-quant=${QUANT:-w4a16,nvfp4a16,fp8_dynamic}
+quant=${QUANT:-w4a16,nvfp4a16,fp8_dynamic,int8_w8a8}
+moe_archs=${MOE_ARCHS:-qwen3_moe:w4a16,qwen3_moe:bf16,mixtral:w4a16}
+moe_layers=${MOE_LAYERS:-8}
+family_archs=${FAMILY_ARCHS:-gemma3-12b,phi4}
+family_layers=${FAMILY_LAYERS:-8}
+scratch=${SCRATCH_DIR:-/tmp/cmp-scratch}
 tp=${TP:-2}
 rounds=${ROUNDS:-2}
 model=${MODEL_DIR:-/tmp/cmp-llama}
@@ -68,6 +80,22 @@ run_pair() {
   rows+=("$(printf '%-12s %-3s %-2s %-14s %-10s %-17s %s' "$name" "$t" B "${toks_b# }" "${agree_b:--}" "${digest_b:0:16}" "$verdict")")
 }
 
+# digest_windows DIR: DIR/digest_windows.bin in scored_bench --ref's layout (int32 windows, int32 ctx, the ids,
+# three float arrays of reference log-probs, here zeros), ids below DIR/config.json's vocabulary.
+digest_windows() {
+  python3 - "$1" "$batches" "$ctx" <<'PY'
+import json, struct, sys, random
+d, windows, ctx = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+c = json.load(open(d + "/config.json"))
+vocab = c.get("text_config", c)["vocab_size"]
+rng = random.Random(0)
+with open(d + "/digest_windows.bin", "wb") as f:
+    f.write(struct.pack("<ii", windows, ctx))
+    f.write(struct.pack("<%di" % (windows * ctx), *[rng.randrange(vocab) for _ in range(windows * ctx)]))
+    f.write(b"\0" * (3 * windows * (ctx - 1) * 4))
+PY
+}
+
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)"
 echo "A: $a ($(cat "$a/COMMIT" 2>/dev/null || echo '?'))  B: $b ($(cat "$b/COMMIT" 2>/dev/null || echo '?'))"
 
@@ -89,6 +117,36 @@ if [[ ",$steps," == *,tp,* ]]; then
   fi
   run_pair w4a16-8b "$w4" "$w4/ref_windows.bin" 1 0
   run_pair w4a16-8b "$w4" "$w4/ref_windows.bin" "$tp" 0
+fi
+
+if [[ ",$steps," == *,moe,* ]]; then
+  for spec in ${moe_archs//,/ }; do
+    arch=${spec%%:*} q=${spec#*:} dir=$scratch/moe-${spec/:/-}
+    echo "== make_random_moe $arch $q ($moe_layers layers)"
+    rm -rf "$dir"
+    if python3 scripts/bench/make_random_moe.py --out "$dir" --arch "$arch" --quant "$q" --layers "$moe_layers" \
+      > "$logs/make_moe_${arch}_$q.log" 2>&1 && digest_windows "$dir"; then
+      run_pair "$arch-$q" "$dir" "$dir/digest_windows.bin" 1 0
+    else
+      echo "FAIL make_random_moe $arch $q"; tail -n 5 "$logs/make_moe_${arch}_$q.log"; status=1
+    fi
+    rm -rf "$dir"
+  done
+fi
+
+if [[ ",$steps," == *,family,* ]]; then
+  for arch in ${family_archs//,/ }; do
+    dir=$scratch/family-$arch
+    echo "== make_random_family $arch ($family_layers layers)"
+    rm -rf "$dir"
+    if python3 scripts/bench/make_random_family.py --out "$dir" --arch "$arch" --layers "$family_layers" \
+      > "$logs/make_family_$arch.log" 2>&1 && digest_windows "$dir"; then
+      run_pair "$arch" "$dir" "$dir/digest_windows.bin" 1 0
+    else
+      echo "FAIL make_random_family $arch"; tail -n 5 "$logs/make_family_$arch.log"; status=1
+    fi
+    rm -rf "$dir"
+  done
 fi
 
 echo "== compare_builds summary (ctx $ctx, windows $batches; tok/s of each round; agreement = ours-vs-fp32model, nats)"
