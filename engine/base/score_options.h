@@ -17,7 +17,7 @@ struct RowStatsOptions {
   bool want_rank = false;     // 1 + the number of ids with a strictly larger logit
   bool want_entropy = false;  // entropy of the predicted distribution, nats
   // The comparison with the reference model (ScoreRequest::want_reference,
-  // engine/kernels/reference_compare.h)
+  // engine/kernels/baseline_compare.h)
   bool want_reference = false;
 };
 

@@ -6,11 +6,11 @@
 
 #include "engine/base/status_macros.h"
 #include "engine/cuda/row_chunks.h"
+#include "engine/kernels/baseline_compare.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/grouped_gemm.h"
 #include "engine/kernels/logprob.h"
 #include "engine/kernels/moe_dispatch.h"
-#include "engine/kernels/reference_compare.h"
 #include "engine/kernels/rope.h"
 #include "engine/model/layer_plan.h"
 
@@ -24,7 +24,7 @@ enum class When {
   kAlways,
   kFp8Gemms,        // model.max_fp8_in_features > 0: real FP8 GEMMs
   kTensorParallel,  // tp_size > 1
-  kReference,       // a reference model is loaded
+  kBaseline,        // a reference model is loaded
   kMoe,             // a mixture-of-experts model (a layer plan with experts)
   kMoeShared,       // one with a shared expert
   kMoeGrouped,      // one with a layer whose experts run as grouped GEMMs (DeviceMoe::grouped)
@@ -135,10 +135,10 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
   const int64_t top_k = kernels::kMaxTopK, tp = s.tp_size;
   const int64_t stats = static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
   using A = Activations;
-  const int64_t ref_stats = static_cast<int64_t>(sizeof(kernels::ReferencePartialStats));
+  const int64_t ref_stats = static_cast<int64_t>(sizeof(kernels::BaselinePartialStats));
   const RopeTableBytes rope = RopeBytes(model_config), ref_rope = RopeBytes(r);
   constexpr When kAll = When::kAlways, kFp8 = When::kFp8Gemms, kTp = When::kTensorParallel;
-  constexpr When kRef = When::kReference, kMoe = When::kMoe, kShared = When::kMoeShared;
+  constexpr When kRef = When::kBaseline, kMoe = When::kMoe, kShared = When::kMoeShared;
   constexpr When kGrouped = When::kMoeGrouped;
   const int64_t moe_inter = c.moe_intermediate_size;
   return {
@@ -218,7 +218,7 @@ bool Exists(const BufferRow& row, const TableShape& s) {
       return s.max_fp8_in_features > 0;
     case When::kTensorParallel:
       return s.tp_size > 1;
-    case When::kReference:
+    case When::kBaseline:
       return s.reference != nullptr;
     case When::kMoe:
       return s.moe;
@@ -244,7 +244,7 @@ void AddGroupedExperts(const DeviceModel& model, TableShape* s) {
   }
 }
 
-TableShape ShapeOf(const DeviceModel& model, int tp_size, const ReferenceModel* reference) {
+TableShape ShapeOf(const DeviceModel& model, int tp_size, const BaselineModel* reference) {
   TableShape s;
   AddGroupedExperts(model, &s);
   s.dtype = model.dtype;
@@ -273,7 +273,7 @@ TableShape WithModel(TableShape s, const ModelConfig& config) {
 // scale with the batch). The grouped experts' buffers (kMoeGrouped) depend on the loaded weights' formats, so
 // like the FP8 ones they are counted with the model (FixedActivationBytes), not per token before the load.
 bool PerTokenRow(const BufferRow& row) {
-  return row.when == When::kAlways || row.when == When::kReference || row.when == When::kMoe ||
+  return row.when == When::kAlways || row.when == When::kBaseline || row.when == When::kMoe ||
          row.when == When::kMoeShared;
 }
 
@@ -312,7 +312,7 @@ int64_t RouterColumns(const ModelConfig& config) {
 }
 
 int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype,
-                                const ReferenceModel* reference) {
+                                const BaselineModel* reference) {
   TableShape s;
   s.dtype = dtype;
   s.reference = reference != nullptr ? reference->config : nullptr;
@@ -325,7 +325,7 @@ int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype,
 }
 
 int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens,
-                             int tp_size, const ReferenceModel* reference) {
+                             int tp_size, const BaselineModel* reference) {
   const TableShape s = WithModel(ShapeOf(model, tp_size, reference), config);
   int64_t bytes = 0;
   for (const BufferRow& row : ActivationTable(config, s)) {
@@ -338,7 +338,7 @@ int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model
 
 absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const DeviceModel& model,
                                                 int64_t max_tokens, int tp_size,
-                                                const ReferenceModel* reference) {
+                                                const BaselineModel* reference) {
   const int64_t t = max_tokens;
   const TableShape s = WithModel(ShapeOf(model, tp_size, reference), config);
   Activations a;

@@ -31,7 +31,7 @@ constexpr int64_t kLmHeadChunkTokens = 2048;
 
 // The reference model R of an engine started with --reference_model, on one rank (tp > 1: its shard and
 // LocalConfig), as the forward and the activation table see it.
-struct ReferenceModel {
+struct BaselineModel {
   const ModelConfig* config = nullptr;
   const DeviceModel* model = nullptr;
 };
@@ -119,7 +119,7 @@ struct Activations {
   DeviceBuffer ref_rope_table_long;   // R's rope_table_long
   DeviceBuffer ref_rope_table_local;  // R's rope_table_local
   DeviceBuffer ref_logits;            // [logits_rows, vocab_size] fp32: R's logits chunk
-  DeviceBuffer ref_stats;             // [tp_size, logits_rows] kernels::ReferencePartialStats
+  DeviceBuffer ref_stats;             // [tp_size, logits_rows] kernels::BaselinePartialStats
   DeviceBuffer ref_logprob;           // [max_tokens] double
   DeviceBuffer kld;                   // [max_tokens] double
   DeviceBuffer ref_greedy;            // [max_tokens] uint8
@@ -154,16 +154,16 @@ int64_t RouterColumns(const ModelConfig& config);
 // tp_size the number of ranks. `reference`: the reference model's buffers too (null: none); its `model` may
 // be null before it is uploaded (the estimate then assumes R needs no more weight scratch than `model`).
 int64_t ActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype,
-                                const ReferenceModel* reference = nullptr);
+                                const BaselineModel* reference = nullptr);
 int64_t FixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens,
-                             int tp_size = 1, const ReferenceModel* reference = nullptr);
+                             int tp_size = 1, const BaselineModel* reference = nullptr);
 
 // Allocates every buffer of the table for `model` (its dtype and scratch / FP8 sizes) and tp_size, creates
 // the streams and events, and fills the RoPE tables (synchronizing the default stream).
 // RESOURCE_EXHAUSTED (naming the buffer) when the device cannot hold them.
 absl::StatusOr<Activations> AllocateActivations(const ModelConfig& config, const DeviceModel& model,
                                                 int64_t max_tokens, int tp_size = 1,
-                                                const ReferenceModel* reference = nullptr);
+                                                const BaselineModel* reference = nullptr);
 
 }  // namespace scored::cuda
 

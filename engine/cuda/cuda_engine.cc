@@ -177,7 +177,7 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
   if (!options.reference_model_dir.empty()) {
     // R's config first: a vocabulary mismatch is reported before R's weights are read (mapped).
     SCORED_ASSIGN_OR_RETURN(const ModelConfig reference_config, LoadModelConfig(options.reference_model_dir));
-    SCORED_RETURN_IF_ERROR(CheckReferenceVocabulary(config.vocab_size, reference_config.vocab_size));
+    SCORED_RETURN_IF_ERROR(CheckBaselineVocabulary(config.vocab_size, reference_config.vocab_size));
     absl::StatusOr<std::unique_ptr<ModelWeights>> reference = ModelWeights::Load(options.reference_model_dir);
     if (!reference.ok()) {
       return absl::Status(reference.status().code(),

@@ -109,8 +109,8 @@ namespace {
 // With a reference model, before its upload: whether its weights and the activations of both models fit the
 // free memory left after the model's weights; otherwise RESOURCE_EXHAUSTED naming both models' weights, the
 // activations and the --tp that would spread them (or the max_batch_tokens that would fit).
-absl::Status CheckReferenceFits(const ModelWeights& reference, const EngineOptions& options, int tp_size,
-                                const ReferenceModel& shapes, const Rank& rank) {
+absl::Status CheckBaselineFits(const ModelWeights& reference, const EngineOptions& options, int tp_size,
+                               const BaselineModel& shapes, const Rank& rank) {
   size_t free_bytes = 0, total_bytes = 0;
   SCORED_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   const int64_t ref_bytes = EstimateDeviceBytes(reference, options.dtype, tp_size);
@@ -143,8 +143,8 @@ absl::Status CheckReferenceFits(const ModelWeights& reference, const EngineOptio
 }
 
 // Uploads the reference model (its shard of the same tp) after the fit check.
-absl::Status UploadReference(const ModelWeights& reference, const EngineOptions& options,
-                             const ShardPlan* plan, Rank* rank) {
+absl::Status UploadBaseline(const ModelWeights& reference, const EngineOptions& options,
+                            const ShardPlan* plan, Rank* rank) {
   const int tp_size = plan != nullptr ? plan->tp_size : 1;
   std::optional<ShardPlan> ref_plan;
   rank->ref_config = reference.config();
@@ -152,9 +152,9 @@ absl::Status UploadReference(const ModelWeights& reference, const EngineOptions&
     SCORED_ASSIGN_OR_RETURN(ref_plan, ShardPlan::Create(reference.config(), plan->tp_size, plan->tp_rank));
     rank->ref_config = LocalConfig(reference.config(), *ref_plan);
   }
-  ReferenceModel shapes;
+  BaselineModel shapes;
   shapes.config = &rank->ref_config;
-  SCORED_RETURN_IF_ERROR(CheckReferenceFits(reference, options, tp_size, shapes, *rank));
+  SCORED_RETURN_IF_ERROR(CheckBaselineFits(reference, options, tp_size, shapes, *rank));
   SCORED_ASSIGN_OR_RETURN(rank->ref_model,
                           UploadModel(reference, options.dtype, ref_plan.has_value() ? &*ref_plan : nullptr,
                                       UploadOptionsFor(options)));
@@ -168,10 +168,10 @@ absl::Status ReserveActivations(const EngineOptions& options, int tp_size, PeerL
   const int64_t max_tokens = options.max_batch_tokens;
   const DeviceModel& model = *rank->model;
   const ModelConfig& config = rank->config;
-  ReferenceModel reference;
+  BaselineModel reference;
   reference.config = &rank->ref_config;
   reference.model = rank->ref_model.get();
-  const ReferenceModel* with = rank->ref_model != nullptr ? &reference : nullptr;
+  const BaselineModel* with = rank->ref_model != nullptr ? &reference : nullptr;
   size_t free_bytes = 0, total_bytes = 0;
   SCORED_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   const int64_t per_token = ActivationBytesPerToken(config, options.dtype, with);
@@ -262,7 +262,7 @@ absl::Status BuildRank(const ModelWeights& weights, const ModelWeights* referenc
   SCORED_ASSIGN_OR_RETURN(rank->stream, CudaStream::Create());
   SCORED_ASSIGN_OR_RETURN(rank->gemm, GemmRunner::Create(options.max_batch_tokens));
   SCORED_ASSIGN_OR_RETURN(rank->model, UploadModel(weights, options.dtype, plan, UploadOptionsFor(options)));
-  if (reference != nullptr) SCORED_RETURN_IF_ERROR(UploadReference(*reference, options, plan, rank));
+  if (reference != nullptr) SCORED_RETURN_IF_ERROR(UploadBaseline(*reference, options, plan, rank));
   SCORED_RETURN_IF_ERROR(ReserveActivations(options, tp_size, link, rank, activation_bytes));
   // EngineOptions' execution settings (validated by the engine before anything loads).
   if (tp_size > 1) rank->acts.tp_row_chunks = options.tp_row_chunks;
@@ -288,7 +288,7 @@ absl::Status RunRank(Rank& rank, const PackedBatch& batch, HostResults* out) {
       cudaMemcpyAsync(acts.targets.data(), batch.targets.data(), n * 4, cudaMemcpyHostToDevice, stream));
   SCORED_CUDA_CHECK(cudaMemcpyAsync(acts.cu_seqlens.data(), batch.fb.cu_seqlens.data(),
                                     batch.fb.cu_seqlens.size() * 4, cudaMemcpyHostToDevice, stream));
-  ReferenceModel reference;
+  BaselineModel reference;
   reference.config = &rank.ref_config;
   reference.model = rank.ref_model.get();
   SCORED_RETURN_IF_ERROR(Forward(rank.config, *rank.model, *rank.gemm, batch.fb, &acts, stream,

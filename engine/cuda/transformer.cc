@@ -23,7 +23,7 @@ class ForwardPass {
  public:
   ForwardPass(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
               const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
-              const TensorParallelContext* tp, PassRole role, const ReferenceModel* reference)
+              const TensorParallelContext* tp, PassRole role, const BaselineModel* reference)
       : ctx_(config, model, gemm, batch, acts, stream, tp, role, reference) {}
 
   absl::Status Run() {
@@ -44,7 +44,7 @@ class ForwardPass {
                                           : MlpBlock(ctx, layer, static_cast<int64_t>(l)));
     }
     NormOutput<T> final_out = ctx.NormInto(false);
-    if (ctx.role == PassRole::kReference) final_out.normed = ctx.acts->ref_normed.template as<T>();
+    if (ctx.role == PassRole::kBaseline) final_out.normed = ctx.acts->ref_normed.template as<T>();
     {
       Stage s(ctx.clock, "final norm");
       for (int c = 0; c < ctx.num_chunks(); ++c) {  // normed (or ref_normed) [n, hidden]
@@ -52,7 +52,7 @@ class ForwardPass {
             ctx.residual_stream.OpenNorm(ctx.model.final_norm, ctx.Summed(RowSum::kAfterDown), c, final_out));
       }
     }
-    if (ctx.role == PassRole::kReference) return ctx.clock.status();
+    if (ctx.role == PassRole::kBaseline) return ctx.clock.status();
     {
       Stage s(ctx.clock, "lm_head + logprobs");
       SCORED_RETURN_IF_ERROR(LmHead(ctx));
@@ -68,11 +68,11 @@ class ForwardPass {
 template <typename T>
 absl::Status RunPasses(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
                        const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
-                       const TensorParallelContext* tp, const ReferenceModel* reference) {
+                       const TensorParallelContext* tp, const BaselineModel* reference) {
   if (acts->stage_times != nullptr) SCORED_RETURN_IF_ERROR(acts->stage_times->Begin(stream));
   if (reference != nullptr && batch.options.want_reference) {
     SCORED_RETURN_IF_ERROR(ForwardPass<T>(*reference->config, *reference->model, gemm, batch, acts, stream,
-                                          tp, PassRole::kReference, nullptr)
+                                          tp, PassRole::kBaseline, nullptr)
                                .Run());
   }
   return ForwardPass<T>(config, model, gemm, batch, acts, stream, tp, PassRole::kModel, reference).Run();
@@ -82,7 +82,7 @@ absl::Status RunPasses(const ModelConfig& config, const DeviceModel& model, Gemm
 
 absl::Status Forward(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
                      const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
-                     const TensorParallelContext* tp, const ReferenceModel* reference) {
+                     const TensorParallelContext* tp, const BaselineModel* reference) {
   if (batch.num_tokens <= 0 || batch.num_tokens > acts->max_tokens) {
     return absl::OutOfRangeError(
         absl::StrCat("batch of ", batch.num_tokens, " tokens; the engine holds ", acts->max_tokens));

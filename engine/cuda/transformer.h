@@ -30,12 +30,12 @@ namespace scored::cuda {
 // statistics across ranks (dist::VocabParallelScore): every rank ends with the same per-row results.
 // With `reference` (the rank's reference model R) and batch.options.want_reference: R's forward runs first,
 // in the same activations, up to its final norm (acts->ref_normed); then this model's, and for every
-// lm_head row both lm_heads and the comparison (kernels/reference_compare.h; tp: dist::VocabParallelCompare)
+// lm_head row both lm_heads and the comparison (kernels/baseline_compare.h; tp: dist::VocabParallelCompare)
 // into acts->ref_logprob, kld, ref_greedy, same_top. The model's own results are bitwise those of a batch
 // without want_reference.
 absl::Status Forward(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
                      const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
-                     const TensorParallelContext* tp = nullptr, const ReferenceModel* reference = nullptr);
+                     const TensorParallelContext* tp = nullptr, const BaselineModel* reference = nullptr);
 
 }  // namespace scored::cuda
 

@@ -75,15 +75,15 @@ absl::Status VocabParallelScore(NcclCommunicator& comm, const float* logits, int
 absl::Status VocabParallelCompare(NcclCommunicator& comm, const float* ref_logits, int64_t ref_ld,
                                   const float* logits, int64_t ld, int64_t shard_size, int64_t vocab_offset,
                                   const int32_t* targets, int64_t num_tokens,
-                                  kernels::ReferencePartialStats* workspace,
-                                  const kernels::ReferenceOutputs& outputs, CUstream_st* stream) {
+                                  kernels::BaselinePartialStats* workspace,
+                                  const kernels::BaselineOutputs& outputs, CUstream_st* stream) {
   if (num_tokens == 0) return absl::OkStatus();
-  kernels::ReferencePartialStats* mine = workspace + static_cast<int64_t>(comm.rank()) * num_tokens;
-  SCORED_RETURN_IF_ERROR(kernels::ComputeReferencePartials(
-      ref_logits, ref_ld, logits, ld, targets, num_tokens, shard_size, vocab_offset, mine, stream));
-  const int64_t bytes = num_tokens * static_cast<int64_t>(sizeof(kernels::ReferencePartialStats));
+  kernels::BaselinePartialStats* mine = workspace + static_cast<int64_t>(comm.rank()) * num_tokens;
+  SCORED_RETURN_IF_ERROR(kernels::ComputeBaselinePartials(ref_logits, ref_ld, logits, ld, targets, num_tokens,
+                                                          shard_size, vocab_offset, mine, stream));
+  const int64_t bytes = num_tokens * static_cast<int64_t>(sizeof(kernels::BaselinePartialStats));
   SCORED_RETURN_IF_ERROR(comm.AllGatherBytes(mine, workspace, bytes, stream));
-  return kernels::CombineReferencePartials(workspace, comm.num_ranks(), num_tokens, targets, outputs, stream);
+  return kernels::CombineBaselinePartials(workspace, comm.num_ranks(), num_tokens, targets, outputs, stream);
 }
 
 }  // namespace scored::dist

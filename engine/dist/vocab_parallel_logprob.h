@@ -18,8 +18,8 @@
 
 #include "absl/status/status.h"
 #include "engine/dist/nccl_communicator.h"
+#include "engine/kernels/baseline_compare.h"
 #include "engine/kernels/logprob.h"
-#include "engine/kernels/reference_compare.h"
 
 namespace scored::dist {
 
@@ -57,10 +57,10 @@ absl::Status VocabParallelScore(NcclCommunicator& comm,
                                 float* topk_values,                     // [num_ranks, num_tokens, top_k]
                                 const kernels::LogprobOutputs& outputs, CUstream_st* stream);
 
-// The comparison with a reference model R (kernels/reference_compare.h) when both lm_heads are vocab-parallel
+// The comparison with a reference model R (kernels/baseline_compare.h) when both lm_heads are vocab-parallel
 // with the same shards: every rank reduces its columns of both models' logits to per-token partials (48 bytes
 // per token), all-gathers them and combines them in rank order, so every rank gets bitwise the same results,
-// equal to a one-GPU ComputeReferencePartials + CombineReferencePartials over the same shards. A collective
+// equal to a one-GPU ComputeBaselinePartials + CombineBaselinePartials over the same shards. A collective
 // (every rank calls it with the same num_tokens); enqueued only.
 absl::Status VocabParallelCompare(NcclCommunicator& comm,
                                   const float* ref_logits,  // [num_tokens, ref_ld] R's, this rank's shard
@@ -69,8 +69,8 @@ absl::Status VocabParallelCompare(NcclCommunicator& comm,
                                   int64_t ld, int64_t shard_size, int64_t vocab_offset,
                                   const int32_t* targets,  // [num_tokens] global ids
                                   int64_t num_tokens,
-                                  kernels::ReferencePartialStats* workspace,  // [num_ranks, num_tokens]
-                                  const kernels::ReferenceOutputs& outputs, CUstream_st* stream);
+                                  kernels::BaselinePartialStats* workspace,  // [num_ranks, num_tokens]
+                                  const kernels::BaselineOutputs& outputs, CUstream_st* stream);
 
 }  // namespace scored::dist
 

@@ -1,5 +1,5 @@
 // Max with its index over a warp or a block, ties to the lowest index: the argmax every scoring kernel
-// uses (logprob.cu, reference_compare.cu). Device code only; include from .cu files.
+// uses (logprob.cu, baseline_compare.cu). Device code only; include from .cu files.
 #ifndef SCORED_ENGINE_KERNELS_MAX_ARG_CUH_
 #define SCORED_ENGINE_KERNELS_MAX_ARG_CUH_
 

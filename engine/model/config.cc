@@ -638,7 +638,7 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   return ParseModelConfig(ss.str(), path);
 }
 
-absl::Status CheckReferenceVocabulary(int64_t model_vocab_size, int64_t reference_vocab_size) {
+absl::Status CheckBaselineVocabulary(int64_t model_vocab_size, int64_t reference_vocab_size) {
   if (model_vocab_size == reference_vocab_size) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("--reference_model: the vocabulary sizes differ: the model has ", model_vocab_size,

@@ -123,7 +123,7 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
 // A reference model (--reference_model) must index the same vocabulary as the model: KL divergence over the
 // ids needs one id space. INVALID_ARGUMENT naming both sizes otherwise.
-absl::Status CheckReferenceVocabulary(int64_t model_vocab_size, int64_t reference_vocab_size);
+absl::Status CheckBaselineVocabulary(int64_t model_vocab_size, int64_t reference_vocab_size);
 
 }  // namespace scored
 

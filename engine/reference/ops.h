@@ -193,15 +193,15 @@ TokenScore ScoreLogits(const float* logits,  // [vocab_size]
 //   ref_greedy = argmax_R == target; same_top = argmax_R == argmax_Q (each argmax: lowest id on ties).
 // Bitwise equal rows give every d_i exactly 0, so kld exactly 0.0. A rounding-sized negative sum (the true
 // value is >= 0) is returned as 0.
-struct ReferenceComparison {
+struct BaselineComparison {
   double ref_logprob = 0.0;
   double kld = 0.0;
   bool ref_greedy = false;
   bool same_top = false;
 };
-ReferenceComparison CompareWithReference(const float* ref_logits,    // [vocab_size], R's
-                                         const float* model_logits,  // [vocab_size], Q's
-                                         int64_t vocab_size, int32_t target);
+BaselineComparison CompareWithBaseline(const float* ref_logits,    // [vocab_size], R's
+                                       const float* model_logits,  // [vocab_size], Q's
+                                       int64_t vocab_size, int32_t target);
 
 }  // namespace scored::ref
 

@@ -213,7 +213,7 @@ class ReferenceEngine : public Engine {
 
   // Holds `reference` (R) for want_reference; its vocabulary size must be this model's (INVALID_ARGUMENT
   // naming both otherwise). The longest sequence becomes the smaller of the two models' limits.
-  absl::Status SetReference(std::unique_ptr<ReferenceEngine> reference);
+  absl::Status SetBaseline(std::unique_ptr<ReferenceEngine> reference);
   int64_t vocab_size() const { return config_.vocab_size; }
 
  private:
@@ -234,9 +234,9 @@ class ReferenceEngine : public Engine {
               int64_t rows,
               float* logits) const;  // [rows, vocab_size]
   // Fills result's want_reference fields for the positions [first, n) of `tokens`, Q's hidden states given.
-  void CompareWithReference(const std::vector<int32_t>& tokens, int64_t first,
-                            const std::vector<float>& hidden,  // [n, hidden_size], this model's
-                            ScoreResult* result) const;
+  void CompareWithBaseline(const std::vector<int32_t>& tokens, int64_t first,
+                           const std::vector<float>& hidden,  // [n, hidden_size], this model's
+                           ScoreResult* result) const;
   // y = linear(x), with the W8A8 input quantization when the layer has it.
   void ApplyLinear(const DenseLinear& linear, const float* x,  // [n, in_features]
                    int64_t n,
@@ -269,8 +269,8 @@ class ReferenceEngine : public Engine {
   std::unique_ptr<ReferenceEngine> reference_;  // R; null without --reference_model
 };
 
-absl::Status ReferenceEngine::SetReference(std::unique_ptr<ReferenceEngine> reference) {
-  SCORED_RETURN_IF_ERROR(CheckReferenceVocabulary(config_.vocab_size, reference->config_.vocab_size));
+absl::Status ReferenceEngine::SetBaseline(std::unique_ptr<ReferenceEngine> reference) {
+  SCORED_RETURN_IF_ERROR(CheckBaselineVocabulary(config_.vocab_size, reference->config_.vocab_size));
   info_.max_seq_len = std::min(info_.max_seq_len, reference->info_.max_seq_len);
   info_.reference = std::make_shared<const ModelInfo>(reference->info_);
   reference_ = std::move(reference);
@@ -670,7 +670,7 @@ ScoreResult ReferenceEngine::ScoreSequence(const ScoreRequest& request) const {
     if (request.want_entropy) result.entropy[i] = static_cast<float>(s.entropy);
     if (request.top_k > 0) result.top_k[i] = std::move(s.top_k);
   }
-  if (request.want_reference) CompareWithReference(request.tokens, first, hidden, &result);
+  if (request.want_reference) CompareWithBaseline(request.tokens, first, hidden, &result);
   return result;
 }
 
@@ -681,8 +681,8 @@ void ReferenceEngine::Logits(const float* hidden, int64_t rows, float* logits) c
   }
 }
 
-void ReferenceEngine::CompareWithReference(const std::vector<int32_t>& tokens, int64_t first,
-                                           const std::vector<float>& hidden, ScoreResult* result) const {
+void ReferenceEngine::CompareWithBaseline(const std::vector<int32_t>& tokens, int64_t first,
+                                          const std::vector<float>& hidden, ScoreResult* result) const {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t num_scored = n - first;
   const int64_t vocab = config_.vocab_size;
@@ -690,7 +690,7 @@ void ReferenceEngine::CompareWithReference(const std::vector<int32_t>& tokens, i
   reference_->Forward(tokens, &ref_hidden);
   const int64_t ref_hidden_size = reference_->config_.hidden_size;
 
-  std::vector<ref::ReferenceComparison> compared(num_scored);
+  std::vector<ref::BaselineComparison> compared(num_scored);
   std::vector<float> logits(kLogitChunk * vocab);      // [kLogitChunk, vocab_size], Q's
   std::vector<float> ref_logits(kLogitChunk * vocab);  // [kLogitChunk, vocab_size], R's
   for (int64_t chunk = 0; chunk < num_scored; chunk += kLogitChunk) {
@@ -702,7 +702,7 @@ void ReferenceEngine::CompareWithReference(const std::vector<int32_t>& tokens, i
         rows,
         [&](int64_t begin, int64_t end) {
           for (int64_t r = begin; r < end; ++r) {
-            compared[chunk + r] = ref::CompareWithReference(
+            compared[chunk + r] = ref::CompareWithBaseline(
                 ref_logits.data() + r * vocab, logits.data() + r * vocab, vocab, tokens[first + chunk + r]);
           }
         },
@@ -713,7 +713,7 @@ void ReferenceEngine::CompareWithReference(const std::vector<int32_t>& tokens, i
   result->ref_greedy.resize(num_scored);
   result->same_top.resize(num_scored);
   for (int64_t i = 0; i < num_scored; ++i) {
-    const ref::ReferenceComparison& c = compared[i];
+    const ref::BaselineComparison& c = compared[i];
     result->ref_logprob[i] = static_cast<float>(c.ref_logprob);
     result->kld[i] = static_cast<float>(c.kld);
     result->ref_greedy[i] = c.ref_greedy ? 1 : 0;
@@ -744,7 +744,7 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateReferenceEngine(const EngineOption
     // R's config first: a vocabulary mismatch is reported before R's weights are read. R is then loaded by
     // the same code path as Q, from its own folder.
     SCORED_ASSIGN_OR_RETURN(const ModelConfig reference_config, LoadModelConfig(options.reference_model_dir));
-    SCORED_RETURN_IF_ERROR(CheckReferenceVocabulary(engine->vocab_size(), reference_config.vocab_size));
+    SCORED_RETURN_IF_ERROR(CheckBaselineVocabulary(engine->vocab_size(), reference_config.vocab_size));
     EngineOptions reference_options = options;
     reference_options.model_dir = options.reference_model_dir;
     reference_options.reference_model_dir.clear();
@@ -754,7 +754,7 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateReferenceEngine(const EngineOption
                           absl::StrCat("loading the reference model from ", options.reference_model_dir, ": ",
                                        reference.status().message()));
     }
-    SCORED_RETURN_IF_ERROR(engine->SetReference(*std::move(reference)));
+    SCORED_RETURN_IF_ERROR(engine->SetBaseline(*std::move(reference)));
   }
   return std::unique_ptr<Engine>(std::move(engine));
 }

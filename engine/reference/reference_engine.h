@@ -11,7 +11,7 @@
 //
 // A reference model R (EngineOptions::reference_model_dir) is loaded by the same path as the model Q, into a
 // second engine of the same kind (host memory: both models' fp32 weights). want_reference then runs R's
-// forward on the same tokens and compares each scored position's two logit rows (ref::CompareWithReference).
+// forward on the same tokens and compares each scored position's two logit rows (ref::CompareWithBaseline).
 //
 // Score(): each sequence is validated (engine/score_contract.h) before any work of its own; a bad sequence
 // gets its error and the others are still scored. Each sequence is run alone, so batch composition never

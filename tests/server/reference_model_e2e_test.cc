@@ -46,9 +46,9 @@ absl::StatusOr<std::unique_ptr<ScoredProcess>> StartScored(const std::string& re
 }
 
 // A copy of stories260K-hf (weights linked) with tokenizer_config.json replaced.
-class ReferenceCopy {
+class BaselineCopy {
  public:
-  ReferenceCopy(const std::string& tag, const std::string& tokenizer_config)
+  BaselineCopy(const std::string& tag, const std::string& tokenizer_config)
       : dir_(fs::path(::testing::TempDir()) / (tag + "_" + std::to_string(::getpid()))) {
     const fs::path src = testing::StoriesModelDir();
     fs::create_directories(dir_);
@@ -63,7 +63,7 @@ class ReferenceCopy {
     }
     std::ofstream(dir_ / "tokenizer_config.json", std::ios::trunc) << tokenizer_config;
   }
-  ~ReferenceCopy() { fs::remove_all(dir_); }
+  ~BaselineCopy() { fs::remove_all(dir_); }
   std::string dir() const { return dir_.string(); }
 
  private:
@@ -162,7 +162,7 @@ TEST(ReferenceModelE2eTest, WantReferenceWithoutReferenceIsInvalidArgument) {
 
 // The add-BOS default is part of what tokenizes: a reference that differs there is refused at start.
 TEST(ReferenceModelE2eTest, DifferentTokenizerIsRefusedNamingTheDifference) {
-  ReferenceCopy copy("ref_nobos", R"({"add_bos_token": false, "bos_token": "<s>", "eos_token": "</s>",
+  BaselineCopy copy("ref_nobos", R"({"add_bos_token": false, "bos_token": "<s>", "eos_token": "</s>",
                                       "unk_token": "<unk>", "tokenizer_class": "LlamaTokenizer"})");
   absl::StatusOr<std::unique_ptr<ScoredProcess>> proc = StartScored(copy.dir());
   ASSERT_FALSE(proc.ok());
@@ -172,7 +172,7 @@ TEST(ReferenceModelE2eTest, DifferentTokenizerIsRefusedNamingTheDifference) {
 
 // Config bytes rewritten as quantization tools do (key order, whitespace, keys added), same tokenization.
 TEST(ReferenceModelE2eTest, RewrittenTokenizerConfigIsAccepted) {
-  ReferenceCopy copy("ref_rewritten", R"({"tokenizer_class":"LlamaTokenizer","unk_token":"<unk>",
+  BaselineCopy copy("ref_rewritten", R"({"tokenizer_class":"LlamaTokenizer","unk_token":"<unk>",
       "eos_token":"</s>","bos_token":"<s>","add_bos_token":true,"model_max_length":1000000000000,
       "extra_special_tokens":{},"chat_template":null})");
   absl::StatusOr<std::unique_ptr<ScoredProcess>> proc = StartScored(copy.dir());

@@ -29,7 +29,7 @@ template <typename T>
 ForwardContext<T>::ForwardContext(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
                                   const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
                                   const TensorParallelContext* tp, PassRole role,
-                                  const ReferenceModel* reference)
+                                  const BaselineModel* reference)
     : config(config),
       model(model),
       gemm(gemm),

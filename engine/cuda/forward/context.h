@@ -43,7 +43,7 @@
 
 namespace scored::cuda {
 
-enum class PassRole { kModel, kReference };
+enum class PassRole { kModel, kBaseline };
 
 // Whether a tensor-parallel forward may run in row chunks: not where a row-parallel W8A8 linear all-reduces
 // its input's per-token amax on the forward's stream (NCCL work would then be pending on two streams at once;
@@ -63,7 +63,7 @@ struct ForwardContext {
   // reference: kModel with a reference model loaded, else null.
   ForwardContext(const ModelConfig& config, const DeviceModel& model, GemmRunner& gemm,
                  const ForwardBatch& batch, Activations* acts, cudaStream_t stream,
-                 const TensorParallelContext* tp, PassRole role, const ReferenceModel* reference);
+                 const TensorParallelContext* tp, PassRole role, const BaselineModel* reference);
   ForwardContext(const ForwardContext&) = delete;
   ForwardContext& operator=(const ForwardContext&) = delete;
 
@@ -88,7 +88,7 @@ struct ForwardContext {
   const cudaStream_t stream;
   const TensorParallelContext* const tp;
   const PassRole role;
-  const ReferenceModel* const reference;
+  const BaselineModel* const reference;
   const ModelPlan plan;  // PlanModel(config): the blocks read the model's structure here, not config's flags
   const bool sandwich;   // Sandwiched(plan)
   // kModel with a reference model: R's final soft-cap (its plan's final_logit_softcap), else 0.
@@ -132,7 +132,7 @@ struct ForwardContext {
   const int32_t* const cu_seqlens = acts->cu_seqlens.as<int32_t>();  // [num_seqs + 1]
   const int32_t* const targets = acts->targets.as<int32_t>();        // [n]
   // [max_tokens, rotary_dim / 2, 2] each: the pass's model's RoPE tables (activations.h)
-  const bool ref_pass = role == PassRole::kReference;
+  const bool ref_pass = role == PassRole::kBaseline;
   const float* const rope_table = (ref_pass ? acts->ref_rope_table : acts->rope_table).as<float>();
   const float* const rope_long = (ref_pass ? acts->ref_rope_table_long : acts->rope_table_long).as<float>();
   const float* const rope_local =

@@ -5,9 +5,9 @@
 
 #include "engine/base/status_macros.h"
 #include "engine/dist/vocab_parallel_logprob.h"
+#include "engine/kernels/baseline_compare.h"
 #include "engine/kernels/kernel_types.h"
 #include "engine/kernels/logprob.h"
-#include "engine/kernels/reference_compare.h"
 #include "engine/kernels/soft_cap.h"
 
 namespace scored::cuda {
@@ -16,9 +16,9 @@ namespace {
 // The reference model's logits of rows [begin, begin + rows) from its final normed rows, then the fused
 // comparison with this model's logits of the same rows (logits, just written).
 template <typename T>
-absl::Status CompareWithReference(ForwardContext<T>& ctx, int64_t begin, int64_t rows) {
+absl::Status CompareWithBaseline(ForwardContext<T>& ctx, int64_t begin, int64_t rows) {
   Activations* const acts = ctx.acts;
-  const ReferenceModel& reference = *ctx.reference;
+  const BaselineModel& reference = *ctx.reference;
   const DeviceModel& ref = *reference.model;
   SCORED_ASSIGN_OR_RETURN(const void* head, ref.lm_head.Materialize(ref.dtype, nullptr, ctx.stream));
   const int64_t ref_hidden = reference.config->hidden_size, head_rows = ref.lm_head.out_features();
@@ -30,16 +30,16 @@ absl::Status CompareWithReference(ForwardContext<T>& ctx, int64_t begin, int64_t
     SCORED_RETURN_IF_ERROR(
         kernels::SoftCap(ref_logits, rows, head_rows, head_rows, ctx.ref_final_logit_softcap, ctx.stream));
   }
-  kernels::ReferenceOutputs out;
+  kernels::BaselineOutputs out;
   out.ref_logprob = acts->ref_logprob.as<double>() + begin;  // [rows]
   out.kld = acts->kld.as<double>() + begin;                  // [rows]
   out.ref_greedy = acts->ref_greedy.as<uint8_t>() + begin;   // [rows]
   out.same_top = acts->same_top.as<uint8_t>() + begin;       // [rows]
-  auto* stats = acts->ref_stats.as<kernels::ReferencePartialStats>();
+  auto* stats = acts->ref_stats.as<kernels::BaselinePartialStats>();
   const int64_t q_rows = ctx.model.lm_head.out_features();
   if (ctx.tp == nullptr) {
-    return kernels::CompareWithReference(ref_logits, head_rows, ctx.logits, q_rows, ctx.targets + begin, rows,
-                                         ctx.vocab, stats, out, ctx.stream);
+    return kernels::CompareWithBaseline(ref_logits, head_rows, ctx.logits, q_rows, ctx.targets + begin, rows,
+                                        ctx.vocab, stats, out, ctx.stream);
   }
   return dist::VocabParallelCompare(*ctx.tp->comm, ref_logits, head_rows, ctx.logits, q_rows, q_rows,
                                     ctx.tp->vocab_begin, ctx.targets + begin, rows, stats, out, ctx.stream);
@@ -88,7 +88,7 @@ absl::Status LmHead(ForwardContext<T>& ctx) {
                                                 ctx.plan.final_logit_softcap, ctx.stream));
       }
       SCORED_RETURN_IF_ERROR(ScoreRows(ctx, begin, rows, head_rows));
-      if (compare) SCORED_RETURN_IF_ERROR(CompareWithReference(ctx, begin, rows));
+      if (compare) SCORED_RETURN_IF_ERROR(CompareWithBaseline(ctx, begin, rows));
     }
   }
   return absl::OkStatus();

@@ -1,7 +1,7 @@
 // The end of the scored model's pass on the forward's context (context.h): lm_head over the lm_head rows
 // in chunks of Activations::logits_rows (fp32 logits, Gemma 2's final soft-cap), the per-row statistics
 // (kernels/logprob.h; tp: dist::VocabParallelScore across ranks) and, with a reference model and
-// batch.options.want_reference, R's logits of the same rows and the comparison (kernels/reference_compare.h;
+// batch.options.want_reference, R's logits of the same rows and the comparison (kernels/baseline_compare.h;
 // tp: dist::VocabParallelCompare).
 #ifndef SCORED_ENGINE_CUDA_FORWARD_LM_HEAD_H_
 #define SCORED_ENGINE_CUDA_FORWARD_LM_HEAD_H_

@@ -807,7 +807,7 @@ std::vector<std::vector<ScoreRequest>> RandomWindows(const Args& args, int64_t v
 
 // "mean KLD X nats, same top Y% over N positions" of want_reference results; false when a result lacks the
 // reference fields.
-bool ReferenceSummary(const std::vector<ScoreResult>& results, std::string* out) {
+bool BaselineSummary(const std::vector<ScoreResult>& results, std::string* out) {
   double sum_kld = 0.0;
   int64_t positions = 0, same_top = 0;
   for (const ScoreResult& r : results) {
@@ -841,7 +841,7 @@ std::vector<double> TimeBatches(Engine& engine, const char* label, const Args& a
       return {};
     }
     std::string summary = note;
-    if (want_reference && !ReferenceSummary(results, &summary)) {
+    if (want_reference && !BaselineSummary(results, &summary)) {
       std::fprintf(stderr, "%s: want_reference results without the reference fields (kld, same_top)\n",
                    label);
       return {};

@@ -188,7 +188,7 @@ TEST_F(ActivationsTest, AReferenceModelAddsItsBuffersToTheEstimate) {
     ASSERT_TRUE(model.ok()) << model.status();
     auto ref_model = UploadModel(**ref_weights, dtype);
     ASSERT_TRUE(ref_model.ok()) << ref_model.status();
-    ReferenceModel reference;
+    BaselineModel reference;
     reference.config = &ref_config;
     reference.model = ref_model->get();
     for (int tp_size : {1, 2}) {

@@ -85,7 +85,7 @@ TEST(BatchPackTest, UnpackKeepsWhatEachRequestAskedFor) {
 }
 
 // The reference comparison's rows go to the requests that asked for it, summed in double.
-TEST(BatchPackTest, UnpackKeepsTheReferenceComparisonWhereAsked) {
+TEST(BatchPackTest, UnpackKeepsTheBaselineComparisonWhereAsked) {
   ScoreRequest a = Request(3), b = Request(4, 2);
   b.want_reference = true;
   const std::vector<const ScoreRequest*> group = {&a, &b};

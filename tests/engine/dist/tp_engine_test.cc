@@ -303,7 +303,7 @@ TEST_F(TpEngineTest, Bf16Tp2MatchesTp1OnEveryFixture) { CompareTp2WithTp1(Comput
 // the trained W4A16 stories260K fixture against its dense original over real text: the stories260K bounds
 // above (fp32: max |delta| <= 1e-4 for kld and ref_logprob, flags identical; bf16: mean |delta| <= 0.005,
 // same_top >= 99%); a model against itself is exactly 0 at tp 2 too.
-TEST_F(TpEngineTest, ReferenceComparisonAtTp2MatchesTp1) {
+TEST_F(TpEngineTest, BaselineComparisonAtTp2MatchesTp1) {
   const std::vector<ScoreRequest> requests = [] {
     std::vector<ScoreRequest> r = StoriesRequests();
     for (ScoreRequest& request : r) request.want_reference = true;

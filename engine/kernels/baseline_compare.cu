@@ -1,5 +1,5 @@
 // Q against its reference R, one block per token: the fused tiled pass and the shard combine. Contract:
-// reference_compare.h.
+// baseline_compare.h.
 //
 // Each thread reads kPerThread columns of a tile (column base + j * kThreads + tid: coalesced), keeps its own
 // running (max, lowest id) of each row for the argmaxes, and the tile's maxima go through shared memory
@@ -8,10 +8,10 @@
 #include <cmath>
 
 #include "engine/base/status_macros.h"
+#include "engine/kernels/baseline_compare.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_util.cuh"
 #include "engine/kernels/max_arg.cuh"
-#include "engine/kernels/reference_compare.h"
 
 namespace scored::kernels {
 namespace {
@@ -41,9 +41,9 @@ __device__ __forceinline__ float Rebase(float running, float tile_max, double* a
   return tile_max;
 }
 
-__device__ ReferencePartialStats CompareRow(const float* __restrict__ r_row, const float* __restrict__ q_row,
-                                            int64_t n, float (&tile_max)[2][2][kWarps], float* scratch_f,
-                                            int32_t* scratch_i, double* scratch_d) {
+__device__ BaselinePartialStats CompareRow(const float* __restrict__ r_row, const float* __restrict__ q_row,
+                                           int64_t n, float (&tile_max)[2][2][kWarps], float* scratch_f,
+                                           int32_t* scratch_i, double* scratch_d) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   MaxArg arg_r{-INFINITY, INT32_MAX}, arg_q{-INFINITY, INT32_MAX};
   float m_r = -INFINITY, m_q = -INFINITY;
@@ -91,7 +91,7 @@ __device__ ReferencePartialStats CompareRow(const float* __restrict__ r_row, con
       s.cross += static_cast<double>(e_r) * (static_cast<double>(xr[j]) - static_cast<double>(xq[j]));
     }
   }
-  ReferencePartialStats out;
+  BaselinePartialStats out;
   arg_r = BlockMaxArg(arg_r, scratch_f, scratch_i);
   arg_q = BlockMaxArg(arg_q, scratch_f, scratch_i);
   out.max_r = m_r;
@@ -107,14 +107,14 @@ __device__ ReferencePartialStats CompareRow(const float* __restrict__ r_row, con
 __global__ void __launch_bounds__(kThreads)
     PartialsKernel(const float* __restrict__ ref_logits, int64_t ref_ld, const float* __restrict__ logits,
                    int64_t ld, const int32_t* __restrict__ targets, int64_t num_tokens, int64_t shard_size,
-                   int64_t vocab_offset, ReferencePartialStats* __restrict__ stats) {
+                   int64_t vocab_offset, BaselinePartialStats* __restrict__ stats) {
   __shared__ float tile_max[2][2][kWarps];
   __shared__ float scratch_f[32];
   __shared__ int32_t scratch_i[32];
   __shared__ double scratch_d[32];
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
     const float* r_row = ref_logits + t * ref_ld;
-    ReferencePartialStats p =
+    BaselinePartialStats p =
         CompareRow(r_row, logits + t * ld, shard_size, tile_max, scratch_f, scratch_i, scratch_d);
     if (threadIdx.x == 0) {
       const int64_t local = static_cast<int64_t>(targets[t]) - vocab_offset;
@@ -136,21 +136,21 @@ __device__ __forceinline__ void TakeMax(float max, int32_t argmax, float* best, 
   }
 }
 
-__global__ void CombineKernel(const ReferencePartialStats* __restrict__ stats, int64_t num_shards,
-                              int64_t num_tokens, const int32_t* __restrict__ targets, ReferenceOutputs out) {
+__global__ void CombineKernel(const BaselinePartialStats* __restrict__ stats, int64_t num_shards,
+                              int64_t num_tokens, const int32_t* __restrict__ targets, BaselineOutputs out) {
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < num_tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float m_r = -INFINITY, m_q = -INFINITY, target_logit = __int_as_float(0x7fc00000);
     int32_t arg_r = INT32_MAX, arg_q = INT32_MAX;
     for (int64_t r = 0; r < num_shards; ++r) {
-      const ReferencePartialStats& p = stats[r * num_tokens + t];
+      const BaselinePartialStats& p = stats[r * num_tokens + t];
       TakeMax(p.max_r, p.argmax_r, &m_r, &arg_r);
       TakeMax(p.max_q, p.argmax_q, &m_q, &arg_q);
       if (p.has_target) target_logit = p.target_logit_r;
     }
     double s_r = 0.0, s_q = 0.0, cross = 0.0;
     for (int64_t r = 0; r < num_shards; ++r) {
-      const ReferencePartialStats& p = stats[r * num_tokens + t];
+      const BaselinePartialStats& p = stats[r * num_tokens + t];
       const double w_r = exp(static_cast<double>(p.max_r) - static_cast<double>(m_r));
       s_r += p.sum_r * w_r;
       cross += p.cross * w_r;
@@ -166,17 +166,16 @@ __global__ void CombineKernel(const ReferencePartialStats* __restrict__ stats, i
 
 }  // namespace
 
-absl::Status ComputeReferencePartials(const float* ref_logits, int64_t ref_ld, const float* logits,
-                                      int64_t ld, const int32_t* targets, int64_t num_tokens,
-                                      int64_t shard_size, int64_t vocab_offset, ReferencePartialStats* stats,
-                                      cudaStream_t stream) {
+absl::Status ComputeBaselinePartials(const float* ref_logits, int64_t ref_ld, const float* logits, int64_t ld,
+                                     const int32_t* targets, int64_t num_tokens, int64_t shard_size,
+                                     int64_t vocab_offset, BaselinePartialStats* stats, cudaStream_t stream) {
   if (num_tokens < 0 || shard_size < 1 || ld < shard_size || ref_ld < shard_size || vocab_offset < 0 ||
       vocab_offset + shard_size > INT32_MAX) {
-    return absl::InvalidArgumentError("ComputeReferencePartials: bad sizes");
+    return absl::InvalidArgumentError("ComputeBaselinePartials: bad sizes");
   }
   if (num_tokens == 0) return absl::OkStatus();
   if (ref_logits == nullptr || logits == nullptr || targets == nullptr || stats == nullptr) {
-    return absl::InvalidArgumentError("ComputeReferencePartials: null pointer");
+    return absl::InvalidArgumentError("ComputeBaselinePartials: null pointer");
   }
   const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
   PartialsKernel<<<blocks, kThreads, 0, stream>>>(ref_logits, ref_ld, logits, ld, targets, num_tokens,
@@ -185,15 +184,15 @@ absl::Status ComputeReferencePartials(const float* ref_logits, int64_t ref_ld, c
   return absl::OkStatus();
 }
 
-absl::Status CombineReferencePartials(const ReferencePartialStats* stats, int64_t num_shards,
-                                      int64_t num_tokens, const int32_t* targets,
-                                      const ReferenceOutputs& outputs, cudaStream_t stream) {
+absl::Status CombineBaselinePartials(const BaselinePartialStats* stats, int64_t num_shards,
+                                     int64_t num_tokens, const int32_t* targets,
+                                     const BaselineOutputs& outputs, cudaStream_t stream) {
   if (num_shards < 1 || num_tokens < 0)
-    return absl::InvalidArgumentError("CombineReferencePartials: bad sizes");
+    return absl::InvalidArgumentError("CombineBaselinePartials: bad sizes");
   if (num_tokens == 0) return absl::OkStatus();
   if (stats == nullptr || targets == nullptr || outputs.ref_logprob == nullptr || outputs.kld == nullptr ||
       outputs.ref_greedy == nullptr || outputs.same_top == nullptr) {
-    return absl::InvalidArgumentError("CombineReferencePartials: null pointer");
+    return absl::InvalidArgumentError("CombineBaselinePartials: null pointer");
   }
   const int64_t blocks = CeilDiv(num_tokens, 256);
   CombineKernel<<<static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks), 256, 0, stream>>>(
@@ -202,13 +201,13 @@ absl::Status CombineReferencePartials(const ReferencePartialStats* stats, int64_
   return absl::OkStatus();
 }
 
-absl::Status CompareWithReference(const float* ref_logits, int64_t ref_ld, const float* logits, int64_t ld,
-                                  const int32_t* targets, int64_t num_tokens, int64_t vocab_size,
-                                  ReferencePartialStats* stats, const ReferenceOutputs& outputs,
-                                  cudaStream_t stream) {
-  SCORED_RETURN_IF_ERROR(ComputeReferencePartials(ref_logits, ref_ld, logits, ld, targets, num_tokens,
-                                                  vocab_size, 0, stats, stream));
-  return CombineReferencePartials(stats, 1, num_tokens, targets, outputs, stream);
+absl::Status CompareWithBaseline(const float* ref_logits, int64_t ref_ld, const float* logits, int64_t ld,
+                                 const int32_t* targets, int64_t num_tokens, int64_t vocab_size,
+                                 BaselinePartialStats* stats, const BaselineOutputs& outputs,
+                                 cudaStream_t stream) {
+  SCORED_RETURN_IF_ERROR(ComputeBaselinePartials(ref_logits, ref_ld, logits, ld, targets, num_tokens,
+                                                 vocab_size, 0, stats, stream));
+  return CombineBaselinePartials(stats, 1, num_tokens, targets, outputs, stream);
 }
 
 }  // namespace scored::kernels

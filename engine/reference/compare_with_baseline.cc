@@ -29,9 +29,9 @@ double LogSumExp(const float* logits, int64_t vocab_size, int64_t argmax) {
 
 }  // namespace
 
-ReferenceComparison CompareWithReference(const float* ref_logits,    // [vocab_size]
-                                         const float* model_logits,  // [vocab_size]
-                                         int64_t vocab_size, int32_t target) {
+BaselineComparison CompareWithBaseline(const float* ref_logits,    // [vocab_size]
+                                       const float* model_logits,  // [vocab_size]
+                                       int64_t vocab_size, int32_t target) {
   const int64_t argmax_r = Argmax(ref_logits, vocab_size);
   const int64_t argmax_q = Argmax(model_logits, vocab_size);
   const double lse_r = LogSumExp(ref_logits, vocab_size, argmax_r);
@@ -43,7 +43,7 @@ ReferenceComparison CompareWithReference(const float* ref_logits,    // [vocab_s
     const double d = (lr - static_cast<double>(model_logits[j])) - lse_diff;
     kld += std::exp(lr - lse_r) * d;
   }
-  ReferenceComparison c;
+  BaselineComparison c;
   c.ref_logprob = static_cast<double>(ref_logits[target]) - lse_r;
   c.kld = std::max(0.0, kld);
   c.ref_greedy = argmax_r == target;

@@ -111,10 +111,10 @@ double MeanKld(const std::vector<ScoreResult>& results) {
   return sum / static_cast<double>(std::max<int64_t>(count, 1));
 }
 
-class CudaReferenceTest : public GpuTest {};
+class CudaBaselineTest : public GpuTest {};
 
 // fp32 mode against the float64 golden and the CPU oracle, on every weight-only fixture of the golden.
-TEST_F(CudaReferenceTest, Fp32MatchesTheCpuOracleAndTheFloat64Golden) {
+TEST_F(CudaBaselineTest, Fp32MatchesTheCpuOracleAndTheFloat64Golden) {
   const nlohmann::json golden = ReadJson(kFixturesDir + "/kld_golden.json");
   for (const std::string name :
        {"stories260k-w4a16-channel", "stories260k-w8a16-channel", "stories260k-nvfp4a16"}) {
@@ -160,7 +160,7 @@ TEST_F(CudaReferenceTest, Fp32MatchesTheCpuOracleAndTheFloat64Golden) {
 }
 
 // KL of a model against itself is exactly 0 on every token, in both modes.
-TEST_F(CudaReferenceTest, SelfKldIsExactlyZero) {
+TEST_F(CudaBaselineTest, SelfKldIsExactlyZero) {
   const std::vector<ScoreRequest> requests = RealText(4);
   for (const ComputeDtype dtype : {ComputeDtype::kFp32, ComputeDtype::kBf16}) {
     auto engine = MakeEngine(kStoriesDir, kStoriesDir, Backend::kCuda, dtype);
@@ -184,7 +184,7 @@ TEST_F(CudaReferenceTest, SelfKldIsExactlyZero) {
 // both models): KL of the Qwen2-MoE fixture (shared expert) against itself is exactly 0 in both modes, and
 // the W4A16 Qwen3-MoE fixture against its bf16 original matches the CPU oracle's KL in fp32 mode (mean within
 // 5%: on random weights a router near-tie that fp32 rounding flips moves single tokens, the mean stays).
-TEST_F(CudaReferenceTest, MixtureOfExpertsReferenceModel) {
+TEST_F(CudaBaselineTest, MixtureOfExpertsReferenceModel) {
   std::mt19937 rng(23);
   std::vector<ScoreRequest> requests;
   for (int s = 0; s < 4; ++s) {
@@ -216,7 +216,7 @@ TEST_F(CudaReferenceTest, MixtureOfExpertsReferenceModel) {
 }
 
 // bf16 mode's mean KLD on the trained W4A16 fixture over real text is fp32 mode's to 2%.
-TEST_F(CudaReferenceTest, Bf16MeanKldWithinTwoPercentOfFp32) {
+TEST_F(CudaBaselineTest, Bf16MeanKldWithinTwoPercentOfFp32) {
   const std::vector<ScoreRequest> requests = RealText(16);
   const std::string q = kFixturesDir + "/stories260k-w4a16-channel";
   double mean[2] = {0.0, 0.0};
@@ -236,7 +236,7 @@ TEST_F(CudaReferenceTest, Bf16MeanKldWithinTwoPercentOfFp32) {
 
 // Q's own results do not change when the batch asks for the comparison; a comparison does not depend on the
 // batch around it (bitwise), and a request without want_reference gets no reference fields.
-TEST_F(CudaReferenceTest, BatchInvariant) {
+TEST_F(CudaBaselineTest, BatchInvariant) {
   for (const ComputeDtype dtype : {ComputeDtype::kFp32, ComputeDtype::kBf16}) {
     auto engine = MakeEngine(kFixturesDir + "/stories260k-w4a16-channel", kStoriesDir, Backend::kCuda, dtype);
     ASSERT_TRUE(engine.ok()) << engine.status();
@@ -267,7 +267,7 @@ TEST_F(CudaReferenceTest, BatchInvariant) {
   }
 }
 
-TEST_F(CudaReferenceTest, DifferentVocabularyIsRefusedNamingBothSizes) {
+TEST_F(CudaBaselineTest, DifferentVocabularyIsRefusedNamingBothSizes) {
   const std::filesystem::path dir =
       std::filesystem::path(::testing::TempDir()) / ("cuda_kld_vocab_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -284,7 +284,7 @@ TEST_F(CudaReferenceTest, DifferentVocabularyIsRefusedNamingBothSizes) {
 
 // Both models and their activations must fit before the reference is uploaded; the error names both models'
 // weights and what would fit.
-TEST_F(CudaReferenceTest, ReferenceThatDoesNotFitIsRefusedNamingBoth) {
+TEST_F(CudaBaselineTest, ReferenceThatDoesNotFitIsRefusedNamingBoth) {
   auto engine = MakeEngine(kFixturesDir + "/stories260k-w4a16-channel", kStoriesDir, Backend::kCuda,
                            ComputeDtype::kBf16, int64_t{1} << 36);
   ASSERT_FALSE(engine.ok());
@@ -294,7 +294,7 @@ TEST_F(CudaReferenceTest, ReferenceThatDoesNotFitIsRefusedNamingBoth) {
   EXPECT_TRUE(absl::StrContains(engine.status().message(), "max_batch_tokens")) << engine.status();
 }
 
-TEST_F(CudaReferenceTest, WantReferenceWithoutReferenceIsInvalidArgument) {
+TEST_F(CudaBaselineTest, WantReferenceWithoutReferenceIsInvalidArgument) {
   auto engine = MakeEngine(kStoriesDir, "", Backend::kCuda);
   ASSERT_TRUE(engine.ok()) << engine.status();
   auto got = (*engine)->Score({Request({1, 400, 401, 402})});

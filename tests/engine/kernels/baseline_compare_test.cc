@@ -1,4 +1,4 @@
-// Q against its reference R on the GPU vs ref::CompareWithReference (double exp and sums). The kernel takes
+// Q against its reference R on the GPU vs ref::CompareWithBaseline (double exp and sums). The kernel takes
 // exp in fp32 (expf, <= 2 ulp) and sums in double; kld's error is then the sum over ids of those relative
 // errors times p_R(i) times the deviation of log p_R(i) - log p_Q(i) from its mean, far below
 // kKldAbsTol = 1e-6 on these rows (logits of magnitude <= 16, a 0.3-sigma perturbation); ref_logprob as
@@ -6,7 +6,7 @@
 // give exactly 0 for every token, a shard split must agree with the whole row (argmaxes exactly, the rest to
 // rounding: a shard takes exp relative to its own maximum, so its sums round differently; measured up to
 // 2.4e-8 on kld, bound kKldAbsTol), and a token's results must not depend on the rows around it (bitwise).
-#include "engine/kernels/reference_compare.h"
+#include "engine/kernels/baseline_compare.h"
 
 #include <cuda_runtime_api.h>
 
@@ -26,7 +26,7 @@ using testing::DeviceArray;
 constexpr double kKldAbsTol = 1e-6;
 constexpr double kLogprobAbsTol = 1e-6;
 
-class ReferenceCompareTest : public testing::GpuTest {};
+class BaselineCompareTest : public testing::GpuTest {};
 
 struct Problem {
   int64_t tokens, vocab, ref_ld, ld;
@@ -79,35 +79,35 @@ Outputs RunCompare(const Problem& p, const std::vector<int64_t>& bounds) {
   const int64_t n = p.tokens, shards = static_cast<int64_t>(bounds.size()) - 1;
   DeviceArray<float> d_ref(p.ref_logits), d_q(p.logits);
   DeviceArray<int32_t> d_targets(p.targets);
-  DeviceArray<ReferencePartialStats> d_stats(shards * n);
+  DeviceArray<BaselinePartialStats> d_stats(shards * n);
   DeviceArray<double> d_lp(n), d_kld(n);
   DeviceArray<uint8_t> d_greedy(n), d_same(n);
   d_lp.Poison();
   d_kld.Poison();
   d_greedy.Poison();
   d_same.Poison();
-  ReferenceOutputs out;
+  BaselineOutputs out;
   out.ref_logprob = d_lp.get();
   out.kld = d_kld.get();
   out.ref_greedy = d_greedy.get();
   out.same_top = d_same.get();
   if (shards == 1 && bounds[0] == 0) {
-    EXPECT_TRUE(CompareWithReference(d_ref.get(), p.ref_ld, d_q.get(), p.ld, d_targets.get(), n, p.vocab,
-                                     d_stats.get(), out, nullptr)
+    EXPECT_TRUE(CompareWithBaseline(d_ref.get(), p.ref_ld, d_q.get(), p.ld, d_targets.get(), n, p.vocab,
+                                    d_stats.get(), out, nullptr)
                     .ok());
   } else {
     for (int64_t r = 0; r < shards; ++r) {
-      EXPECT_TRUE(ComputeReferencePartials(d_ref.get() + bounds[r], p.ref_ld, d_q.get() + bounds[r], p.ld,
-                                           d_targets.get(), n, bounds[r + 1] - bounds[r], bounds[r],
-                                           d_stats.get() + r * n, nullptr)
+      EXPECT_TRUE(ComputeBaselinePartials(d_ref.get() + bounds[r], p.ref_ld, d_q.get() + bounds[r], p.ld,
+                                          d_targets.get(), n, bounds[r + 1] - bounds[r], bounds[r],
+                                          d_stats.get() + r * n, nullptr)
                       .ok());
     }
-    EXPECT_TRUE(CombineReferencePartials(d_stats.get(), shards, n, d_targets.get(), out, nullptr).ok());
+    EXPECT_TRUE(CombineBaselinePartials(d_stats.get(), shards, n, d_targets.get(), out, nullptr).ok());
   }
   return {d_lp.Download(), d_kld.Download(), d_greedy.Download(), d_same.Download()};
 }
 
-TEST_F(ReferenceCompareTest, MatchesTheDoubleOracle) {
+TEST_F(BaselineCompareTest, MatchesTheDoubleOracle) {
   for (const int64_t vocab : {int64_t{1000}, int64_t{32017}, int64_t{kCompareTile * 3}}) {
     SCOPED_TRACE(vocab);
     const Problem p = MakeProblem(37, vocab, 11);
@@ -115,7 +115,7 @@ TEST_F(ReferenceCompareTest, MatchesTheDoubleOracle) {
     int same_top = 0;
     for (int64_t t = 0; t < p.tokens; ++t) {
       SCOPED_TRACE(t);
-      const ref::ReferenceComparison want = ref::CompareWithReference(
+      const ref::BaselineComparison want = ref::CompareWithBaseline(
           p.ref_logits.data() + t * p.ref_ld, p.logits.data() + t * p.ld, vocab, p.targets[t]);
       EXPECT_NEAR(got.kld[t], want.kld, kKldAbsTol);
       EXPECT_GT(got.kld[t], 0.0);
@@ -130,7 +130,7 @@ TEST_F(ReferenceCompareTest, MatchesTheDoubleOracle) {
   }
 }
 
-TEST_F(ReferenceCompareTest, ModelAgainstItselfIsExactlyZero) {
+TEST_F(BaselineCompareTest, ModelAgainstItselfIsExactlyZero) {
   Problem p = MakeProblem(21, 32017, 5);
   p.ld = p.ref_ld;
   p.logits = p.ref_logits;
@@ -143,7 +143,7 @@ TEST_F(ReferenceCompareTest, ModelAgainstItselfIsExactlyZero) {
   }
 }
 
-TEST_F(ReferenceCompareTest, ShardsCombineToTheWholeRow) {
+TEST_F(BaselineCompareTest, ShardsCombineToTheWholeRow) {
   const Problem p = MakeProblem(29, 32017, 23);
   const Outputs whole = RunCompare(p, {0, 32017});
   const Outputs split = RunCompare(p, {0, 5000, 16008, 32017});  // uneven, not tile-aligned
@@ -156,7 +156,7 @@ TEST_F(ReferenceCompareTest, ShardsCombineToTheWholeRow) {
   }
 }
 
-TEST_F(ReferenceCompareTest, ATokensResultDoesNotDependOnItsBatch) {
+TEST_F(BaselineCompareTest, ATokensResultDoesNotDependOnItsBatch) {
   const Problem p = MakeProblem(9, 32017, 31);
   const Outputs batch = RunCompare(p, {0, 32017});
   for (const int64_t t : {int64_t{0}, int64_t{4}, int64_t{8}}) {
@@ -171,10 +171,10 @@ TEST_F(ReferenceCompareTest, ATokensResultDoesNotDependOnItsBatch) {
   }
 }
 
-TEST_F(ReferenceCompareTest, RefusesBadShapes) {
-  EXPECT_FALSE(ComputeReferencePartials(nullptr, 10, nullptr, 10, nullptr, 1, 11, 0, nullptr, nullptr).ok());
-  EXPECT_FALSE(CombineReferencePartials(nullptr, 0, 1, nullptr, ReferenceOutputs(), nullptr).ok());
-  EXPECT_FALSE(CombineReferencePartials(nullptr, 1, 1, nullptr, ReferenceOutputs(), nullptr).ok());
+TEST_F(BaselineCompareTest, RefusesBadShapes) {
+  EXPECT_FALSE(ComputeBaselinePartials(nullptr, 10, nullptr, 10, nullptr, 1, 11, 0, nullptr, nullptr).ok());
+  EXPECT_FALSE(CombineBaselinePartials(nullptr, 0, 1, nullptr, BaselineOutputs(), nullptr).ok());
+  EXPECT_FALSE(CombineBaselinePartials(nullptr, 1, 1, nullptr, BaselineOutputs(), nullptr).ok());
 }
 
 }  // namespace
