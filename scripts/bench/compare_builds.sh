@@ -119,33 +119,33 @@ if [[ ",$steps," == *,tp,* ]]; then
   run_pair w4a16-8b "$w4" "$w4/ref_windows.bin" "$tp" 0
 fi
 
+# generated_pair NAME DIR GENERATOR ARGS...: GENERATOR (a scripts/bench writer) writes DIR, digest windows
+# for it, run_pair on them, DIR deleted.
+generated_pair() {
+  local name=$1 dir=$2 log=$logs/make_$1.log
+  shift 2
+  echo "== $1 $name"
+  rm -rf "$dir"
+  if python3 "$@" --out "$dir" > "$log" 2>&1 && digest_windows "$dir"; then
+    run_pair "$name" "$dir" "$dir/digest_windows.bin" 1 0
+  else
+    echo "FAIL $1 $name"; tail -n 5 "$log"; status=1
+  fi
+  rm -rf "$dir"
+}
+
 if [[ ",$steps," == *,moe,* ]]; then
   for spec in ${moe_archs//,/ }; do
-    arch=${spec%%:*} q=${spec#*:} dir=$scratch/moe-${spec/:/-}
-    echo "== make_random_moe $arch $q ($moe_layers layers)"
-    rm -rf "$dir"
-    if python3 scripts/bench/make_random_moe.py --out "$dir" --arch "$arch" --quant "$q" --layers "$moe_layers" \
-      > "$logs/make_moe_${arch}_$q.log" 2>&1 && digest_windows "$dir"; then
-      run_pair "$arch-$q" "$dir" "$dir/digest_windows.bin" 1 0
-    else
-      echo "FAIL make_random_moe $arch $q"; tail -n 5 "$logs/make_moe_${arch}_$q.log"; status=1
-    fi
-    rm -rf "$dir"
+    arch=${spec%%:*} q=${spec#*:}
+    generated_pair "$arch-$q" "$scratch/moe-$arch-$q" scripts/bench/make_random_moe.py --arch "$arch" --quant "$q" \
+      --layers "$moe_layers"
   done
 fi
 
 if [[ ",$steps," == *,family,* ]]; then
   for arch in ${family_archs//,/ }; do
-    dir=$scratch/family-$arch
-    echo "== make_random_family $arch ($family_layers layers)"
-    rm -rf "$dir"
-    if python3 scripts/bench/make_random_family.py --out "$dir" --arch "$arch" --layers "$family_layers" \
-      > "$logs/make_family_$arch.log" 2>&1 && digest_windows "$dir"; then
-      run_pair "$arch" "$dir" "$dir/digest_windows.bin" 1 0
-    else
-      echo "FAIL make_random_family $arch"; tail -n 5 "$logs/make_family_$arch.log"; status=1
-    fi
-    rm -rf "$dir"
+    generated_pair "$arch" "$scratch/family-$arch" scripts/bench/make_random_family.py --arch "$arch" \
+      --layers "$family_layers"
   done
 fi
 
