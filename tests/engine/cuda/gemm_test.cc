@@ -222,7 +222,7 @@ TEST_F(GemmTest, AccumulateIsGemmPlusAdd) {
   }
 }
 
-// The one-GPU forward's row-parallel sums in halves (transformer.h SumsInHalves): y += x_a . W_a^T, then
+// The one-GPU forward's row-parallel sums in halves (forward/linear.h SumsInHalves): y += x_a . W_a^T, then
 // y += x_b . W_b^T, run with ld = in over column blocks of the whole x and w, is bitwise what tp 2's ranks
 // compute on their contiguous shards (rank 0 adds its half to y, rank 1 writes its own, then one fp32 add),
 // for 8B o_proj / down_proj shapes and a small model's, bf16 -> fp32 and fp32.

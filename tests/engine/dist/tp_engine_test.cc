@@ -9,8 +9,8 @@
 // random tokens (any input is as good for them).
 //
 // Tolerances and why. The one-GPU engine sums o_proj and down_proj over the two halves of their input in
-// tp 2's order (engine/cuda/transformer.h SumsInHalves) and a shard's column-parallel GEMMs give bitwise tp
-// 1's columns, so tp 2 computes bitwise tp 1's hidden states; only the log-softmax differs (its per-token
+// tp 2's order (engine/cuda/forward/linear.h SumsInHalves) and a shard's column-parallel GEMMs give bitwise
+// tp 1's columns, so tp 2 computes bitwise tp 1's hidden states; only the log-softmax differs (its per-token
 // statistics combine from two vocabulary halves in double). Measured on 2 x H200, 2026-11-22:
 //  - weight-only formats whose halves are 16-byte aligned (every random-weight fixture), both modes: max
 //  |delta
