@@ -10,6 +10,9 @@ build_dir=${BUILD_DIR:-build}
 data=${SCORED_DATA:-$root/../shared/data}
 
 scripts/install_deps.sh
+# The build's Python half (the CUTLASS headers the CUDA kernels compile against, the test venv): without it a
+# machine with nvcc stops at configure with "CUTLASS headers not found".
+scripts/setup_python.sh
 if [ ! -f "$data/stories260K-hf/model.safetensors" ] || [ ! -f "$data/wikitext-2-raw/wiki.test.raw" ]; then
   echo "demo: assets not found under $data; fetching them (needs internet)"
   data=$root/build-assets
