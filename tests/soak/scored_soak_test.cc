@@ -140,7 +140,8 @@ std::string UnexpectedCodes(const LoadResult& r, const std::vector<absl::StatusC
 }
 
 // Sends SIGTERM while `load` runs and checks the drain: exit 0, every request the server had accepted
-// answered, none but OK and UNAVAILABLE, every client ends. `proc` must be serving under `load` already.
+// answered, none but OK and UNAVAILABLE (and CANCELLED for calls the server never took up, below), every
+// client ends. `proc` must be serving under `load` already.
 void SigtermUnderLoad(ScoredProcess* proc, AsyncLoad* load, int concurrency) {
   const absl::Time term = absl::Now();
   ASSERT_TRUE(proc->SendSignal(SIGTERM).ok());
@@ -164,7 +165,9 @@ void SigtermUnderLoad(ScoredProcess* proc, AsyncLoad* load, int concurrency) {
   std::cout << "--- SIGTERM under load (sent " << absl::FormatDuration(exited - term)
             << " before the exit was seen) ---\n"
             << FormatTable(*r);
-  EXPECT_EQ(UnexpectedCodes(*r, {absl::StatusCode::kOk, absl::StatusCode::kUnavailable}), "");
+  EXPECT_EQ(UnexpectedCodes(
+                *r, {absl::StatusCode::kOk, absl::StatusCode::kUnavailable, absl::StatusCode::kCancelled}),
+            "");
   EXPECT_EQ(r->clients_finished, concurrency);
   EXPECT_EQ(r->clients_stopped_unavailable, concurrency)
       << "every client should have seen UNAVAILABLE once the server went away";
@@ -183,6 +186,18 @@ void SigtermUnderLoad(ScoredProcess* proc, AsyncLoad* load, int concurrency) {
   ASSERT_GE(owed, 0) << "no drain line in the server's log:\n" << log;
   ASSERT_GE(answered, 0) << "no drain summary in the server's log:\n" << log;
   EXPECT_GE(answered, owed) << "the drain left requests it had accepted unanswered";
+  // A call gRPC had received but not yet handed to the service when the server shut down (one still being set
+  // up on a loaded machine) is cancelled by gRPC itself, and its client sees CANCELLED: seen once in 256 on a
+  // fresh-clone run of the suite on 2 cores (the server's account: 63 of 64 clients' calls accepted when the
+  // drain began). Only such calls may end so: around the drain (the check below holds every request sent
+  // later than 1 s after SIGTERM to UNAVAILABLE), none after the exit, at most one per client.
+  int64_t cancelled = 0;
+  for (const RequestRecord& rec : r->records) {
+    if (rec.code != absl::StatusCode::kCancelled) continue;
+    ++cancelled;
+    EXPECT_LT(rec.start, exited) << "a request sent after the server's exit ended CANCELLED";
+  }
+  EXPECT_LE(cancelled, concurrency) << "more requests ended CANCELLED than there are clients";
   int64_t inflight_ok = 0;
   int64_t after_exit = 0;
   for (const RequestRecord& rec : r->records) {
