@@ -12,7 +12,7 @@ packages=(
   libabsl-dev prometheus-cpp-dev nlohmann-json3-dev
   libsentencepiece-dev libpcre2-dev libutf8proc-dev libssl-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev clang-format clang-tidy
+  clang libclang-rt-14-dev clang-format
   python3 python3-venv python3-pip
   prometheus
 )
