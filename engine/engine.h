@@ -60,7 +60,10 @@ struct EngineOptions {
   int tp = 1;                                // tensor-parallel ranks (CUDA only)
   int64_t max_batch_tokens = 16384;          // most tokens in one Score() batch (sum over sequences)
   int64_t max_seq_len = 0;                   // longest sequence; 0 = the model's max_position_embeddings
-  int num_threads = 0;                       // CPU backend worker threads; 0 = hardware concurrency
+  // A max_seq_len above max_position_embeddings is refused unless this is set (ServedContextLength,
+  // engine/model/config.h): positions past the trained context are extrapolation.
+  bool allow_long_context = false;
+  int num_threads = 0;  // CPU backend worker threads; 0 = hardware concurrency
   // A checkpoint's kv_cache_scheme (static per-tensor FP8 K and V, ModelWeights::kv_cache_fp8) is applied as
   // compressed-tensors' transformers integration applies it; false ignores it (`--kv_cache_quant=off`). The
   // engine's ModelInfo::format says which ("+kv-fp8" / "+kv-fp8-ignored"). Also for the reference model.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: installs dependencies, checks formatting (scripts/check_format.sh), builds (CUDA sources too where nvcc exists), runs ctest,
-# then the README's main job (scripts/demo.sh), then the unit and e2e suites again under ASan + UBSan, then the fuzzers. GPU tests skip cleanly without a
+# The whole test suite: the README's main job first (scripts/demo.sh), then installs dependencies, checks formatting
+# (scripts/check_format.sh), builds (CUDA sources too where nvcc exists), runs ctest, then the unit and e2e suites
+# again under ASan + UBSan, then the fuzzers. GPU tests skip cleanly without a
 # device. Prints the time of each stage.
 # Usage: scripts/test.sh [extra ctest args...]
 # env: BUILD_DIR (default build), SCORED_DATA, JOBS, FUZZ_SECONDS (default 30), SCORED_SKIP_SANITIZE=1,
@@ -12,6 +13,11 @@ jobs=${JOBS:-$(nproc)}
 stage_start=$SECONDS
 stage() { echo "== [$(( SECONDS - stage_start ))s] $*"; }
 
+# First the README's main-job command, as a new user runs it in this same clean checkout: its dependencies,
+# the build of scored and scored-ppl, scored on stories260K, scored-ppl over WikiText-2 test, the report
+# (~2.5 min of scoring on 2 cores, CPU backend without a GPU). The steps below reuse what it installed and built.
+stage "main job (scripts/demo.sh)"
+BUILD_DIR="$build_dir" JOBS="$jobs" scripts/demo.sh
 stage "install dependencies"
 scripts/install_deps.sh
 stage "format"
@@ -24,10 +30,6 @@ stage "build"
 cmake --build "$build_dir" -j "$jobs"
 stage "test"
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" "$@"
-# The README's main-job command on the build above (its install and build steps are no-ops by now): scored on
-# stories260K, scored-ppl over WikiText-2 test, the report (~2.5 min on 2 cores, CPU backend without a GPU).
-stage "main job (scripts/demo.sh)"
-BUILD_DIR="$build_dir" JOBS="$jobs" scripts/demo.sh
 # Memory and UB errors: the unit and e2e suites rebuilt with ASan + UBSan in ${build_dir}-asan (the
 # whole-WikiText tests on their first SCORED_E2E_MAX_WINDOWS windows, see scripts/sanitize.sh); any report
 # fails the run. SCORED_SKIP_SANITIZE=1 skips it.

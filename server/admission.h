@@ -77,6 +77,8 @@ class ScoreGate {
   absl::Status Admit(const grpc::CallbackServerContext& context) const;
   // The same for a header value (HTTP `Authorization`); `has_authorization` false = no such header.
   absl::Status Admit(bool has_authorization, absl::string_view authorization) const;
+  // The engine's health alone: routes served without the token (the HTTP tokenizer routes by default).
+  absl::Status AdmitWithoutToken() const { return CheckHealth(); }
 
   // A call of `peer` (gRPC's peer string, or "http:ADDR:PORT") begins; held until the Slot is destroyed.
   absl::StatusOr<ConnectionLimiter::Slot> TakeSlot(const std::string& peer, absl::string_view method) const;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/base/log_throttle.h"
 #include "engine/base/logging.h"
 #include "engine/base/status_macros.h"
 #include "grpcpp/grpcpp.h"
@@ -51,6 +52,8 @@ struct LeaderCore {
   const int nnodes;
   const std::string payload;
   const BearerTokenAuth* const auth;
+  // A peer may knock as often as it likes: its refusals are logged a few lines a second, with a count.
+  LogThrottle refusal_log{4};
 
   absl::Mutex mu;
   Phase phase ABSL_GUARDED_BY(mu) = Phase::kJoining;
@@ -81,8 +84,13 @@ class JoinReactor final : public Reactor {
       absl::MutexLock lock(&core_->mu);
       ++core_->live;
       if (!admitted.ok()) {
-        SCORED_LOG(WARNING) << "control channel: refused a peer at " << context_->peer() << ": "
-                            << admitted.message();
+        if (const int64_t skipped = core_->refusal_log.Admit(); skipped >= 0) {
+          SCORED_LOG(WARNING) << "control channel: refused a peer at " << context_->peer() << ": "
+                              << admitted.message()
+                              << (skipped > 0
+                                      ? absl::StrCat(" (and ", skipped, " more refusals since the last line)")
+                                      : std::string());
+        }
         finish_wanted = true;
         finish_status = ToGrpcStatus(admitted);
       } else {

@@ -4,7 +4,8 @@
 //
 // Exit codes: 0 after SIGTERM/SIGINT once in-flight work is finished, or at once when the signal comes
 // during startup (a follower: after the leader's clean shutdown); 1 when startup fails (bad flag, model load,
-// port taken) or the engine fails fatally while serving (a lost follower or leader included).
+// port taken), the engine fails fatally while serving (a lost follower or leader included), or the drain's
+// --shutdown_grace_s runs out with in-flight requests unanswered (the log says how many).
 #include <signal.h>
 #include <time.h>
 
@@ -33,7 +34,8 @@ ABSL_FLAG(
     std::string, reference_model, "",
     "Reference model folder R (any supported format, typically the dense original of --model): Score's "
     "want_reference then compares --model against it (KL divergence, R's logprob, top-1 agreement). Same "
-    "vocabulary size and tokenizer content required. cpu backend only for now; both models held at once");
+    "vocabulary size and tokenizer content required. Both backends (cuda: on the same GPUs and --tp); both "
+    "models held at once");
 ABSL_FLAG(std::string, tokenizer, "",
           "Tokenizer folder (default: --model); 'none' serves token ids only (no Tokenize, no text input)");
 ABSL_FLAG(std::string, backend, "",
@@ -92,12 +94,21 @@ ABSL_FLAG(int32_t, openai_threads, 16,
 ABSL_FLAG(
     std::string, openai_model_name, "",
     "--openai_listen: the model's name in /v1/models and requests (default: the --model folder's name)");
+ABSL_FLAG(bool, openai_tokenizer_auth, false,
+          "--openai_listen with --auth_token_file: the token also on /tokenize, /detokenize and "
+          "/tokenizer_info (off: they are open, as vLLM's are, so lm-eval works with OPENAI_API_KEY alone)");
 ABSL_FLAG(int64_t, max_batch_tokens, 16384,
           "Most tokens per engine batch; also the longest request (2..16777216)");
 ABSL_FLAG(int64_t, max_queue, 256,
           "Most requests waiting for the engine; more get RESOURCE_EXHAUSTED (1..65536)");
-ABSL_FLAG(int64_t, max_seq_len, 0,
-          "Longest sequence accepted; 0 = the model's max_position_embeddings (else 2..--max_batch_tokens)");
+ABSL_FLAG(
+    int64_t, max_seq_len, 0,
+    "Longest sequence accepted; 0 = the model's max_position_embeddings (else 2..--max_batch_tokens; above "
+    "max_position_embeddings only with --allow_long_context)");
+ABSL_FLAG(
+    bool, allow_long_context, false,
+    "Serve a --max_seq_len above the model's max_position_embeddings: positions past the trained context "
+    "are RoPE extrapolation, and their log-probs are not meaningful");
 ABSL_FLAG(std::string, port_file, "",
           "After binding, write {\"grpc\": P, \"metrics\": Q|null, \"openai\": R|null} here (temporary "
           "file, then rename)");
@@ -157,11 +168,12 @@ constexpr char kUsage[] =
 const std::vector<scored::cli::FlagGroup>& HelpGroups() {
   static const auto* const groups = new std::vector<scored::cli::FlagGroup>{
       {"Model",
-       {"model", "tokenizer", "reference_model", "backend", "dtype", "max_seq_len", "num_threads",
-        "kv_cache_quant"}},
+       {"model", "tokenizer", "reference_model", "backend", "dtype", "max_seq_len", "allow_long_context",
+        "num_threads", "kv_cache_quant"}},
       {"Serving",
-       {"listen", "metrics_listen", "openai_listen", "openai_threads", "openai_model_name", "port_file",
-        "batch_timeout_us", "stream_window", "shutdown_grace_s", "tokenize_threads"}},
+       {"listen", "metrics_listen", "openai_listen", "openai_threads", "openai_model_name",
+        "openai_tokenizer_auth", "port_file", "batch_timeout_us", "stream_window", "shutdown_grace_s",
+        "tokenize_threads"}},
       {"Limits",
        {"max_batch_tokens", "max_queue", "max_message_bytes", "max_buffered_bytes",
         "max_streams_per_connection", "max_connections", "max_text_bytes", "tokenize_queue"}},
@@ -235,6 +247,7 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   o.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_s));
   o.engine.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   o.engine.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
+  o.engine.allow_long_context = absl::GetFlag(FLAGS_allow_long_context);
   o.engine.tp_row_chunks = absl::GetFlag(FLAGS_tp_row_chunks);
   o.engine.row_parallel_halves = absl::GetFlag(FLAGS_row_parallel_halves);
   auto exchange = scored::ParseTpExchange(absl::GetFlag(FLAGS_tp_exchange));
@@ -252,6 +265,7 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   o.openai_listen = absl::GetFlag(FLAGS_openai_listen);
   o.openai_threads = absl::GetFlag(FLAGS_openai_threads);
   o.openai_model_name = absl::GetFlag(FLAGS_openai_model_name);
+  o.openai_tokenizer_auth = absl::GetFlag(FLAGS_openai_tokenizer_auth);
   o.max_queue = absl::GetFlag(FLAGS_max_queue);
   o.port_file = absl::GetFlag(FLAGS_port_file);
   o.batch_timeout = absl::Microseconds(absl::GetFlag(FLAGS_batch_timeout_us));
@@ -348,11 +362,11 @@ int main(int argc, char** argv) {
   const absl::Status why = (*server)->Wait();
   // Draining (after SIGTERM / SIGINT, or a fatal engine error): in-flight calls finish, new ones are refused.
   NotifySystemd("STOPPING=1\nSTATUS=draining");
-  (*server)->Shutdown();
+  const absl::Status drained = (*server)->Shutdown();
   stop_signal_thread();
   if (!why.ok()) {
     SCORED_LOG(ERROR) << "exiting after a fatal engine error: " << why.ToString();
     return 1;
   }
-  return 0;
+  return drained.ok() ? 0 : 1;
 }

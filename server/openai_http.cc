@@ -121,6 +121,10 @@ absl::Status OpenAiHttpServer::Admit(const httplib::Request& req) const {
   return config_.gate->Admit(present, present ? req.get_header_value("Authorization") : "");
 }
 
+absl::Status OpenAiHttpServer::AdmitTokenizerRoute(const httplib::Request& req) const {
+  return config_.tokenizer_auth ? Admit(req) : config_.gate->AdmitWithoutToken();
+}
+
 void OpenAiHttpServer::Reply(const char* route, absl::Time start, const absl::Status& status,
                              const std::string& json, httplib::Response& res) const {
   config_.gate->metrics()->RecordRequest(absl::StrCat("OpenAI", route), ToGrpcCode(status.code()),
@@ -166,7 +170,7 @@ void OpenAiHttpServer::Route() {
   });
   http_->Get("/tokenizer_info", [this](const httplib::Request& req, httplib::Response& res) {
     const absl::Time start = absl::Now();
-    absl::Status admitted = Admit(req);
+    absl::Status admitted = AdmitTokenizerRoute(req);
     if (admitted.ok() && config_.gate->tokenizer() == nullptr) {
       admitted = absl::NotFoundError("the model has no tokenizer (token ids only)");
     }
@@ -350,7 +354,7 @@ void OpenAiHttpServer::Completions(const httplib::Request& req, httplib::Respons
 void OpenAiHttpServer::Tokenize(const httplib::Request& req, httplib::Response& res) {
   const absl::Time start = absl::Now();
   const ScoreGate& gate = *config_.gate;
-  absl::Status status = Admit(req);
+  absl::Status status = AdmitTokenizerRoute(req);
   absl::StatusOr<openai::TokenizeRequest> request =
       status.ok() ? openai::ParseTokenizeRequest(req.body) : absl::StatusOr<openai::TokenizeRequest>(status);
   if (request.ok()) {
@@ -386,7 +390,7 @@ void OpenAiHttpServer::Tokenize(const httplib::Request& req, httplib::Response& 
 
 void OpenAiHttpServer::Detokenize(const httplib::Request& req, httplib::Response& res) {
   const absl::Time start = absl::Now();
-  absl::Status status = Admit(req);
+  absl::Status status = AdmitTokenizerRoute(req);
   if (status.ok() && config_.gate->tokenizer() == nullptr) {
     status = absl::FailedPreconditionError("the model has no tokenizer (token ids only)");
   }

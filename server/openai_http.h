@@ -13,7 +13,11 @@
 //
 // The same work path and limits as gRPC Score, by construction: both pass the one ScoreGate
 // (server/admission.h), so the refusals below are worded and counted as gRPC's. The bearer token of
-// --auth_token_file (every route but /health; `Authorization: Bearer <token>`), --max_text_bytes and
+// --auth_token_file (`Authorization: Bearer <token>`) on /v1/*; the tokenizer routes need it only with
+// --openai_tokenizer_auth: as vLLM (whose --api-key guards /v1 alone), lm-eval's remote tokenizer sends its
+// own auth_token model argument, never OPENAI_API_KEY, so with the token required there lm-eval given only
+// OPENAI_API_KEY got a 401 on /tokenizer_info, fell back to a transformers tokenizer and failed. Open, they
+// still pass the engine-health check and every limit below. --max_text_bytes and
 // the tokenize pool (--tokenize_threads / --tokenize_queue) for text, ValidateScoreRequest under the same
 // ScoreLimits (max_seq_len, max_batch_tokens, top_k), the memory budget (--max_buffered_bytes), the
 // connection cap (--max_connections, peers counted as "http:ADDR:PORT"), and the one Batcher (--max_queue;
@@ -64,6 +68,8 @@ class OpenAiHttpServer {
     std::string model_name;             // /v1/models id; a request naming another model gets 404
     int threads = 16;                   // --openai_threads
     int64_t max_body_bytes = 64 << 20;  // --max_message_bytes
+    // --openai_tokenizer_auth: the token also on the tokenizer routes (default: they are open).
+    bool tokenizer_auth = false;
     // TLS (all empty: plaintext); the same files as the gRPC listener.
     std::string tls_cert_file, tls_key_file, tls_client_ca_file;
     // Not owned, required, must outlive the server: the way in that gRPC's calls pass too
@@ -92,6 +98,9 @@ class OpenAiHttpServer {
   void Detokenize(const httplib::Request& req, httplib::Response& res);
   // ScoreGate::Admit with the request's Authorization header.
   absl::Status Admit(const httplib::Request& req) const;
+  // Admit for /tokenize, /detokenize, /tokenizer_info with --openai_tokenizer_auth, else the health check
+  // alone.
+  absl::Status AdmitTokenizerRoute(const httplib::Request& req) const;
   void Reply(const char* route, absl::Time start, const absl::Status& status, const std::string& json,
              httplib::Response& res) const;
 

@@ -63,6 +63,10 @@ struct ServerOptions {
   std::string openai_listen;
   int openai_threads = 16;
   std::string openai_model_name;
+  // The token of auth_token_file also on /tokenize, /detokenize and /tokenizer_info. Off (the default) they
+  // are served without it, as vLLM serves them beside its --api-key: lm-eval's remote tokenizer sends no
+  // OPENAI_API_KEY, only its own auth_token model argument (server/openai_http.h).
+  bool openai_tokenizer_auth = false;
   // Most requests waiting for the engine; more are refused with RESOURCE_EXHAUSTED.
   int64_t max_queue = 256;
   // Longest time the batcher waits for more requests to fill a batch.

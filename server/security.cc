@@ -347,11 +347,15 @@ absl::Status BearerTokenAuth::CheckHeader(bool present, absl::string_view value)
     return absl::UnauthenticatedError(
         "this server requires a bearer token: send the metadata 'authorization: Bearer <token>'");
   }
+  // RFC 6750: the scheme, one or more spaces, the token, and nothing after it (no trailing bytes, no
+  // whitespace, no second scheme).
   constexpr absl::string_view kScheme = "bearer ";
   if (value.size() < kScheme.size() || !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
     return absl::UnauthenticatedError("malformed authorization metadata: expected 'Bearer <token>'");
   }
-  if (!ConstantTimeEquals(token_, absl::StripAsciiWhitespace(value.substr(kScheme.size())))) {
+  absl::string_view presented = value.substr(kScheme.size());
+  while (!presented.empty() && presented.front() == ' ') presented.remove_prefix(1);
+  if (!ConstantTimeEquals(token_, presented)) {
     return absl::UnauthenticatedError("the bearer token is not valid for this server");
   }
   return absl::OkStatus();

@@ -66,8 +66,9 @@ class BearerTokenAuth {
   // Same checks, for a token already in memory.
   static absl::StatusOr<std::unique_ptr<BearerTokenAuth>> FromToken(const std::string& token);
 
-  // OK if the call carries `authorization: Bearer <token>` (scheme case-insensitive); else
-  // UNAUTHENTICATED saying whether the header was missing, malformed or wrong.
+  // OK if the call carries `authorization: Bearer <token>` exactly: the scheme (case-insensitive), one or
+  // more spaces, the token, nothing after it; else UNAUTHENTICATED saying whether the header was missing,
+  // malformed or wrong. The one check of gRPC, HTTP and the control channel.
   absl::Status Check(const grpc::CallbackServerContext& context) const;
   // The same check on the header value alone; `present` false = no authorization header.
   absl::Status CheckHeader(bool present, absl::string_view value) const;

@@ -253,6 +253,12 @@ void Server::LogLoaded(const ScoreLimits& limits, absl::Time load_start) {
       info.bits_per_weight_decoder, info.bits_per_weight_head, info.resident_bytes, info.backend,
       info.compute_dtype, info.tp, limits.vocab_size, limits.max_seq_len, limits.max_batch_tokens,
       info.model_fingerprint);
+  if (options_.engine.allow_long_context) {
+    SCORED_LOG(WARNING)
+        << "--allow_long_context: max_seq_len " << limits.max_seq_len
+        << " may pass the model's max_position_embeddings; log-probs at positions past it are "
+           "RoPE extrapolation";
+  }
   if (info.reference != nullptr) {
     const ModelInfo& r = *info.reference;
     SCORED_LOG(INFO) << absl::StrFormat(
@@ -344,6 +350,7 @@ absl::Status Server::StartEndpoints(const ScoreLimits& limits, const Tokenizer* 
   config.stream_window = options_.stream_window;
   config.model_info = BuildModelInfo(info, limits, tokenizer_.get());
   config.model_info.set_model_path(options_.engine.model_dir);
+  config.model_info.set_max_text_bytes(options_.max_text_bytes);
   if (info.reference != nullptr) {
     // The reference's own limits and tokenizer files (their bytes may differ from the model's).
     ScoreLimits reference_limits = limits;
@@ -364,6 +371,7 @@ absl::Status Server::StartEndpoints(const ScoreLimits& limits, const Tokenizer* 
     http.model_name = dir.substr(dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/') + 1);
   }
   http.threads = options_.openai_threads;
+  http.tokenizer_auth = options_.openai_tokenizer_auth;
   http.max_body_bytes = options_.max_message_bytes;
   http.tls_cert_file = options_.tls_cert_file;
   http.tls_key_file = options_.tls_key_file;
@@ -373,7 +381,7 @@ absl::Status Server::StartEndpoints(const ScoreLimits& limits, const Tokenizer* 
   return absl::OkStatus();
 }
 
-Server::~Server() { Shutdown(); }
+Server::~Server() { Shutdown().IgnoreError(); }
 
 absl::Status Server::Start() {
   grpc::EnableDefaultHealthCheckService(true);
@@ -487,10 +495,10 @@ void Server::OnFatal(const absl::Status& status) {
   }
 }
 
-void Server::Shutdown() {
+absl::Status Server::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
-    if (shut_down_) return;
+    if (shut_down_) return absl::OkStatus();
     shut_down_ = true;
     if (metrics_ != nullptr) metrics_->SetServing(false);
     // Under mu_ so that OnFatal never touches the health service concurrently with its shutdown.
@@ -501,6 +509,7 @@ void Server::Shutdown() {
   const Batcher::Account account = batcher_ ? batcher_->account() : Batcher::Account{};
   const int64_t owed = account.outstanding;
   const int64_t answered_before = account.answered_ok;
+  bool grace_ran_out = false;
   if (grpc_server_ != nullptr) {
     SCORED_LOG(INFO) << "shutting down: finishing " << owed << " in-flight requests (grace "
                      << absl::FormatDuration(options_.shutdown_grace) << ")";
@@ -512,14 +521,24 @@ void Server::Shutdown() {
     if (tokenize_pool_) tokenize_pool_->BeginShutdown(grace_end);
     grpc_server_->Shutdown(absl::ToChronoTime(grace_end));
     grpc_server_->Wait();
+    grace_ran_out = absl::Now() >= grace_end;
   }
   // Before the tokenize pool and the batcher: its requests in progress wait for both.
   if (openai_) openai_->Shutdown();
   // Before the batcher: a pool job may still submit to it.
   if (tokenize_pool_) tokenize_pool_->Shutdown();
   if (batcher_) batcher_->Shutdown();
-  SCORED_LOG(INFO) << "shut down: " << (batcher_ ? batcher_->answered_ok() - answered_before : 0)
-                   << " requests answered during the drain";
+  const int64_t answered = batcher_ ? batcher_->answered_ok() - answered_before : 0;
+  SCORED_LOG(INFO) << "shut down: " << answered << " requests answered during the drain";
+  if (grace_ran_out && answered < owed) {
+    const std::string dropped =
+        absl::StrCat("the shutdown grace (--shutdown_grace_s ", absl::FormatDuration(options_.shutdown_grace),
+                     ") ran out: ", owed - answered, " of the ", owed,
+                     " requests in flight when the drain began were cut off without results");
+    SCORED_LOG(WARNING) << dropped;
+    return absl::DeadlineExceededError(dropped);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace scored

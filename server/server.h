@@ -71,8 +71,10 @@ class Server {
   absl::Status Wait();
   void RequestStop();
 
-  // Idempotent; see the header comment for the order.
-  void Shutdown();
+  // Idempotent; see the header comment for the order. DEADLINE_EXCEEDED, naming how many of the requests in
+  // flight when it began were left without results, when --shutdown_grace_s ran out before they were all
+  // answered (scored then exits 1); OK otherwise (also on a later call).
+  absl::Status Shutdown();
 
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }

@@ -66,6 +66,13 @@ absl::StatusOr<std::vector<std::string>> ResolveServers(absl::string_view spec) 
     if (entry.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("--server '", spec, "' has an empty entry"));
     }
+    const size_t scheme = entry.find("://");
+    if (scheme != absl::string_view::npos && !absl::StartsWith(entry, kDnsScheme)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--server entry '", entry, "': give HOST:PORT, without ", entry.substr(0, scheme + 3),
+          " (scored's gRPC address, e.g. 127.0.0.1:50051, or dns:///name:port; not the URL of its OpenAI or "
+          "metrics endpoint)"));
+    }
     if (absl::ConsumePrefix(&entry, kDnsScheme)) {
       absl::StatusOr<std::vector<std::string>> resolved = ResolveDns(entry);
       if (!resolved.ok()) return resolved.status();

@@ -1,16 +1,19 @@
 #include "client/ppl/journal.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/base/sha256.h"
 #include "engine/base/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -18,7 +21,8 @@ namespace scored {
 namespace ppl {
 namespace {
 
-constexpr char kMagic[] = "scored-ppl/1";
+constexpr char kMagic[] = "scored-ppl/2";
+constexpr char kChecksumField[] = ",\"c\":\"";
 
 absl::Status IoError(const std::string& what, const std::string& path) {
   return absl::InternalError(absl::StrCat("journal ", path, ": ", what, ": ", std::strerror(errno)));
@@ -109,6 +113,20 @@ absl::Status ParseFloats(const nlohmann::json& array, int64_t n, std::vector<flo
   return absl::OkStatus();
 }
 
+// `sum` against the sum of `values` (the server sums in double what it rounds to these floats).
+absl::Status CheckSum(double sum, const std::vector<float>& values, const char* field) {
+  double total = 0.0, magnitude = 0.0;
+  for (const float v : values) {
+    total += v;
+    magnitude += std::fabs(static_cast<double>(v));
+  }
+  if (std::isnan(sum) != std::isnan(total) || std::fabs(sum - total) > 1e-6 * magnitude + 1e-9) {
+    return absl::InvalidArgumentError(absl::StrCat("its sum \"", field, "\" ", FormatDouble(sum),
+                                                   " is not the sum of its values, ", FormatDouble(total)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string FormatRecordLine(const JournalRecord& r) {
@@ -125,11 +143,17 @@ std::string FormatRecordLine(const JournalRecord& r) {
     for (uint8_t t : r.same_top) line.push_back(t != 0 ? '1' : '0');
     line += "\"";
   }
-  line += "}";
+  absl::StrAppend(&line, kChecksumField, Sha256Hex(line).substr(0, 16), "\"}");
   return line;
 }
 
 absl::StatusOr<JournalRecord> ParseRecordLine(const std::string& line) {
+  const size_t c = line.rfind(kChecksumField);
+  if (c == std::string::npos || line.size() != c + std::strlen(kChecksumField) + 16 + 2 ||
+      line.compare(c + std::strlen(kChecksumField), 16,
+                   Sha256Hex(std::string_view(line).substr(0, c)).substr(0, 16)) != 0) {
+    return absl::InvalidArgumentError("its checksum does not match its content");
+  }
   const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("not a JSON object");
   for (const char* key : {"w", "s", "n", "b", "lp"}) {
@@ -165,11 +189,19 @@ absl::StatusOr<JournalRecord> ParseRecordLine(const std::string& line) {
       r.same_top.push_back(c == '1' ? 1 : 0);
     }
   }
+  SCORED_RETURN_IF_ERROR(CheckSum(r.sum_logprob, r.logprobs, "s"));
+  if (r.has_reference) SCORED_RETURN_IF_ERROR(CheckSum(r.sum_ref_logprob, r.ref_logprobs, "rs"));
   return r;
 }
 
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
-                                                       const JournalIdentity& identity, int sync_every) {
+                                                       const JournalIdentity& identity, int sync_every,
+                                                       bool strict, std::FILE* note_out) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--journal ", path, " is not a regular file (a directory, device, FIFO or socket)"));
+  }
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return IoError("open", path);
   std::unique_ptr<Journal> journal(new Journal(path, fd, sync_every < 1 ? 1 : sync_every));
@@ -188,10 +220,18 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
 
   const size_t header_end = content->find('\n');
   const nlohmann::json found = nlohmann::json::parse(content->substr(0, header_end), nullptr, false);
+  if (!found.is_discarded() && found.is_object() && found.contains("journal") && found["journal"] != kMagic &&
+      found["journal"].is_string()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("journal ", path, " is of format ", found["journal"].get<std::string>(),
+                     ", this scored-ppl writes ", kMagic,
+                     " (records with checksums): delete it to start over, or finish that run with the "
+                     "scored-ppl that wrote it"));
+  }
   if (found.is_discarded() || !found.is_object() || !found.contains("journal") ||
       found["journal"] != kMagic) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "journal ", path, " does not start with a scored-ppl/1 header; use another --journal file"));
+        "journal ", path, " does not start with a scored-ppl journal header; use another --journal file"));
   }
   for (const auto& [name, value] : identity.fields) {
     const std::string have =
@@ -208,11 +248,26 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
   while (pos < content->size()) {
     const size_t nl = content->find('\n', pos);
     if (nl == std::string::npos) break;  // torn last line
-    absl::StatusOr<JournalRecord> record = ParseRecordLine(content->substr(pos, nl - pos));
+    const std::string line = content->substr(pos, nl - pos);
+    absl::StatusOr<JournalRecord> record = ParseRecordLine(line);
     if (!record.ok()) {
       if (nl + 1 >= content->size()) break;  // unparseable last line: torn
-      return absl::DataLossError(absl::StrCat("journal ", path, ": record at byte ", pos, " is corrupt (",
-                                              record.status().message(), "); delete the file to start over"));
+      // Which window, when the line still names one: a complete line that fails its checks was edited.
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      const std::string which =
+          !j.is_discarded() && j.is_object() && j.contains("w") && j["w"].is_number_integer()
+              ? absl::StrCat("record of window ", j["w"].get<int64_t>())
+              : "record";
+      const std::string what = absl::StrCat("journal ", path, ": ", which, " at byte ", pos, " is refused (",
+                                            record.status().message(), ")");
+      if (strict) {
+        return absl::DataLossError(absl::StrCat(what, "; --journal_strict: delete the file to start over"));
+      }
+      if (note_out != nullptr)
+        std::fprintf(note_out, "scored-ppl: %s; its window is scored again\n", what.c_str());
+      pos = nl + 1;
+      good_end = pos;
+      continue;
     }
     journal->resumed_.emplace(record->window, std::move(*record));
     pos = nl + 1;

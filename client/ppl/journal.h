@@ -3,7 +3,7 @@
 // produce a report identical to an uninterrupted run's.
 //
 // Format: text, one JSON object per line ("\n"-terminated).
-//   line 1   header: {"journal": "scored-ppl/1", <the run identity fields of JournalIdentity>}
+//   line 1   header: {"journal": "scored-ppl/2", <the run identity fields of JournalIdentity>}
 //   line 2.. one record per finished window, in completion order:
 //            {"w": window index, "s": sum_logprob as "%.17g" text (exact double round trip),
 //             "n": num_scored, "b": scored UTF-8 bytes (-1 unknown), "lp": [per-token logprobs, each
@@ -11,7 +11,13 @@
 //            and, in a --kld run's journal, also the reference comparison of the window:
 //             "rs": sum_ref_logprob ("%.17g"), "rl": [reference logprobs], "k": [per-token KLDs] (both
 //             "%.9g", exact floats), "t": same-top flags as a text of '0' / '1', one per token
-//            (what the report's percentiles and correlation need, per token).
+//            (what the report's percentiles and correlation need, per token),
+//            and last "c": the first 16 hex digits of the SHA-256 of the line before `,"c":`.
+// Records that cannot lie: a record whose checksum does not match, whose sum "s" (or "rs") is not the sum of
+// its per-token values (within float rounding: 1e-6 of the sum of magnitudes), or that does not parse, is
+// not resumed: Open() names it (window and byte offset) on `note_out` and its window is scored again, or,
+// strict (--journal_strict), refuses the journal (DATA_LOSS naming them). Journals of scored-ppl/1 (no
+// checksums) are refused, naming the version.
 // A crash can leave a torn last line (no "\n", or not parseable): Open() ignores it and truncates the
 // file back to the last complete record before appending. Duplicate records for one window (possible
 // only if the same window was written twice) keep the first.
@@ -27,6 +33,7 @@
 #define SCORED_CLIENT_PPL_JOURNAL_H_
 
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -62,7 +69,7 @@ struct JournalRecord {
 };
 
 // Formats / parses one record line (without the "\n"). ParseRecordLine: INVALID_ARGUMENT if the line
-// is not a complete record.
+// is not a complete record, its checksum does not match or its sums are not those of its values.
 std::string FormatRecordLine(const JournalRecord& record);
 absl::StatusOr<JournalRecord> ParseRecordLine(const std::string& line);
 
@@ -70,10 +77,12 @@ class Journal {
  public:
   // Opens `path`: creates it with the header if it does not exist (or is empty); otherwise checks its
   // header against `identity` (FAILED_PRECONDITION naming the first differing field, both values and
-  // the path: use another --journal file or delete this one) and loads its records. INTERNAL on I/O
-  // errors, naming the path.
+  // the path: use another --journal file or delete this one) and loads its records (bad ones: above,
+  // reported on `note_out` when not null). INVALID_ARGUMENT when `path` exists but is not a regular file
+  // (a directory, device such as /dev/zero, FIFO or socket). INTERNAL on I/O errors, naming the path.
   static absl::StatusOr<std::unique_ptr<Journal>> Open(const std::string& path,
-                                                       const JournalIdentity& identity, int sync_every = 1);
+                                                       const JournalIdentity& identity, int sync_every = 1,
+                                                       bool strict = false, std::FILE* note_out = nullptr);
   ~Journal();
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;

@@ -11,8 +11,10 @@
 // (message on stderr), 2 on a bad command line: an unknown flag, a flag value that does not parse or is out
 // of range, or a positional argument (all of them named on stderr), or --kld against a server without a
 // reference model.
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -79,6 +81,9 @@ ABSL_FLAG(std::string, journal, "",
 ABSL_FLAG(int32_t, journal_sync_every, 1,
           "fdatasync the journal every N windows (1: every window is durable; larger N: fewer syncs, up to "
           "N - 1 windows rescored after a power loss)");
+ABSL_FLAG(bool, journal_strict, false,
+          "refuse a journal holding a record that fails its checks (its checksum, or its sum against its "
+          "per-token values) instead of scoring that window again");
 ABSL_FLAG(bool, kld, false,
           "also compare with the server's reference model (scored --reference_model R): every request asks "
           "want_reference and the report adds PPL(R), ln(PPL(Q)/PPL(R)), the NLL correlation, mean KLD and "
@@ -108,7 +113,7 @@ const std::vector<scored::cli::FlagGroup>& HelpGroups() {
       {"Server connection", {"server", "inflight", "connect_timeout_s", "retry_timeout_s"}},
       {"TLS and authentication", {"tls_ca", "tls_cert", "tls_key", "auth_token", "auth_token_file"}},
       {"Output", {"json", "label", "quiet", "progress"}},
-      {"Resume", {"journal", "journal_sync_every"}},
+      {"Resume", {"journal", "journal_sync_every", "journal_strict"}},
   };
   return *groups;
 }
@@ -211,8 +216,14 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--stride is not used by method ",
                                                    scored::ppl::MethodName(*method), " (only exl3 and hf)"));
   }
-  o.method.stride = stride > 0 ? stride : scored::ppl::DefaultStride(*method);
+  // The default stride never exceeds --ctx; a larger --stride would leave tokens between windows unscored.
+  o.method.stride = stride > 0 ? stride : std::min(scored::ppl::DefaultStride(*method), o.method.ctx);
   if (stride < 0) return absl::InvalidArgumentError("--stride must be >= 1");
+  if (stride > o.method.ctx) {
+    return absl::InvalidArgumentError(absl::StrCat("--stride ", stride, " is larger than --ctx ",
+                                                   o.method.ctx,
+                                                   ": the tokens between windows would never be scored"));
+  }
   if (ctx < 0) return absl::InvalidArgumentError("--ctx must be >= 2");
   o.method.max_windows = absl::GetFlag(FLAGS_max_windows);
   o.label = absl::GetFlag(FLAGS_label);
@@ -233,6 +244,13 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
   o.journal_path = absl::GetFlag(FLAGS_journal);
   o.journal_sync_every = absl::GetFlag(FLAGS_journal_sync_every);
   if (o.journal_sync_every < 1) return absl::InvalidArgumentError("--journal_sync_every must be >= 1");
+  o.journal_strict = absl::GetFlag(FLAGS_journal_strict);
+  struct stat journal_stat;
+  if (!o.journal_path.empty() && ::stat(o.journal_path.c_str(), &journal_stat) == 0 &&
+      !S_ISREG(journal_stat.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--journal ", o.journal_path, " is not a regular file (a directory, device, FIFO or socket)"));
+  }
   const double retry = absl::GetFlag(FLAGS_retry_timeout_s);
   if (!(retry >= 0)) return absl::InvalidArgumentError("--retry_timeout_s must be >= 0");
   o.retry_timeout = absl::Seconds(retry);

@@ -21,6 +21,7 @@
 #include "client/connect/servers.h"
 #include "client/ppl/journal.h"
 #include "client/ppl/kld.h"
+#include "client/ppl/piecewise_tokenize.h"
 #include "client/ppl/plan.h"
 #include "client/ppl/progress.h"
 #include "client/ppl/scorer_client.h"
@@ -356,7 +357,15 @@ absl::StatusOr<TokenizerSetup> SetUpTokenizer(const RunOptions& options, const s
   setup.special = {info.bos_id(), info.eos_id(), info.add_bos_by_default()};
   setup.fingerprint = info.tokenizer_fingerprint();
   setup.source = "server";
-  setup.tokenize = [server](const std::string& text) { return server->Tokenize(text, true); };
+  // A document longer than the server's --max_text_bytes goes in pieces (piecewise_tokenize.h).
+  PieceOptions pieces;
+  if (info.max_text_bytes() > 0) pieces.piece_bytes = info.max_text_bytes();
+  pieces.overlap_bytes = std::min(pieces.overlap_bytes, pieces.piece_bytes / 4);
+  setup.tokenize = [server, pieces](const std::string& text) {
+    return TokenizeInPieces(text, pieces, [server](absl::string_view piece) {
+      return server->Tokenize(std::string(piece), true);
+    });
+  };
   return setup;
 }
 
@@ -456,7 +465,8 @@ absl::StatusOr<std::unique_ptr<Journal>> OpenJournal(const RunOptions& options, 
                                                      const TokenizerSetup& setup) {
   if (options.journal_path.empty()) return std::unique_ptr<Journal>();
   SCORED_ASSIGN_OR_RETURN(JournalIdentity identity, RunIdentity(options, plan, info, setup));
-  return Journal::Open(options.journal_path, identity, options.journal_sync_every);
+  return Journal::Open(options.journal_path, identity, options.journal_sync_every, options.journal_strict,
+                       stderr);
 }
 
 // Hands every window `journal` (may be nullptr) already holds to `sink`, each checked against the plan and

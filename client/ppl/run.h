@@ -75,6 +75,8 @@ struct RunOptions {
   // --journal: "" = none. See journal.h; sync every journal_sync_every records.
   std::string journal_path;
   int journal_sync_every = 1;
+  bool journal_strict = false;  // a record that fails its checks refuses the journal instead of rescoring
+
   // Retries while the server is UNAVAILABLE during scoring (killed, restarting): reconnect with
   // exponential backoff from retry_initial up to retry_max per wait, re-send the unfinished windows,
   // and give up once retry_timeout has passed without a window finishing (0 = no retries). Other

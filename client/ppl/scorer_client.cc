@@ -233,6 +233,12 @@ absl::StatusOr<TokenStream> ScorerClient::Tokenize(const std::string& text, bool
         "Tokenize of ", text.size(), " bytes of text: ", status.error_message(),
         " (the text may exceed the server's message size limit; tokenize locally with --tokenizer DIR)"));
   }
+  if (status.error_code() == grpc::StatusCode::OUT_OF_RANGE) {
+    return absl::OutOfRangeError(
+        absl::StrCat("Tokenize of ", text.size(), " bytes of text: ", status.error_message(),
+                     " (a limit of the server, a flag of scored; tokenize locally with "
+                     "--tokenizer DIR)"));
+  }
   if (!status.ok()) return FromGrpc(status, "Tokenize");
   TokenStream stream;
   stream.ids.assign(response.ids().begin(), response.ids().end());

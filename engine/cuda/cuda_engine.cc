@@ -173,11 +173,18 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
   SCORED_ASSIGN_OR_RETURN(engine->weights_, ModelWeights::Load(options.model_dir));
   const ModelConfig& config = engine->weights_->config();
   SCORED_RETURN_IF_ERROR(CheckHeadDim(config, ""));
-  engine->max_seq_len_ = options.max_seq_len > 0 ? options.max_seq_len : config.max_position_embeddings;
+  SCORED_ASSIGN_OR_RETURN(engine->max_seq_len_,
+                          ServedContextLength(config, options.max_seq_len, options.allow_long_context));
   if (!options.reference_model_dir.empty()) {
     // R's config first: a vocabulary mismatch is reported before R's weights are read (mapped).
     SCORED_ASSIGN_OR_RETURN(const ModelConfig reference_config, LoadModelConfig(options.reference_model_dir));
     SCORED_RETURN_IF_ERROR(CheckBaselineVocabulary(config.vocab_size, reference_config.vocab_size));
+    absl::StatusOr<int64_t> reference_context =
+        ServedContextLength(reference_config, options.max_seq_len, options.allow_long_context);
+    if (!reference_context.ok()) {
+      return absl::Status(reference_context.status().code(),
+                          absl::StrCat("the reference model: ", reference_context.status().message()));
+    }
     absl::StatusOr<std::unique_ptr<ModelWeights>> reference = ModelWeights::Load(options.reference_model_dir);
     if (!reference.ok()) {
       return absl::Status(reference.status().code(),

@@ -1,6 +1,7 @@
 #include "engine/model/config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -628,10 +629,64 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   return c;
 }
 
+std::string DescribeRope(const ModelConfig& config) {
+  const RopeScaling& s = config.rope_scaling;
+  std::string out = absl::StrCat("rope_theta ", config.rope_theta);
+  if (s.type == RopeType::kDefault) return absl::StrCat(out, ", no rope_scaling");
+  absl::StrAppend(&out, ", rope_scaling ", RopeTypeName(s.type));
+  if (s.type != RopeType::kLongrope || s.factor > 0) absl::StrAppend(&out, " factor ", s.factor);
+  if (s.type != RopeType::kLinear) {
+    absl::StrAppend(&out, " (original ", s.original_max_position_embeddings, ")");
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> ServedContextLength(const ModelConfig& config, int64_t max_seq_len,
+                                            bool allow_long_context) {
+  const int64_t trained = config.max_position_embeddings;
+  if (max_seq_len <= 0) return trained;
+  if (max_seq_len > trained + 1 && !allow_long_context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_seq_len ", max_seq_len,
+        " is longer than the model's trained context: max_position_embeddings ", trained, " (",
+        DescribeRope(config), "), so at most ", trained + 1,
+        " ids (the last is only a target). Positions past it are extrapolation and their log-probs are not "
+        "meaningful; pass --allow_long_context to serve them anyway"));
+  }
+  return max_seq_len;
+}
+
+// Why `model_dir` holds no config.json, in the words a user needs: a file (GGUF, llama2.c) or a folder of
+// GGUF files is not a Hugging Face folder; a missing path may be a hub id.
+absl::Status NoConfigJson(const std::string& model_dir, const std::string& path) {
+  constexpr char kWant[] = "a model is a Hugging Face folder (config.json and *.safetensors)";
+  std::error_code ec;
+  const std::filesystem::path dir(model_dir);
+  if (std::filesystem::is_regular_file(dir, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model_dir, " is a file: ", kWant,
+                     "; GGUF and llama2.c checkpoint files are not read (convert "
+                     "them to a Hugging Face folder first)"));
+  }
+  if (!std::filesystem::exists(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat(model_dir, ": no such folder (", kWant,
+                                            "; a hub id such as org/name is not downloaded: fetch it into a "
+                                            "folder first)"));
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".gguf") {
+      return absl::InvalidArgumentError(absl::StrCat(model_dir, " holds ", entry.path().filename().string(),
+                                                     " but no config.json: ", kWant,
+                                                     "; GGUF files are not read"));
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(path, ": cannot open (", kWant, ")"));
+}
+
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  if (!in) return NoConfigJson(model_dir, path);
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));

@@ -125,6 +125,21 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 // ids needs one id space. INVALID_ARGUMENT naming both sizes otherwise.
 absl::Status CheckBaselineVocabulary(int64_t model_vocab_size, int64_t reference_vocab_size);
 
+// The longest sequence an engine serves: max_seq_len (EngineOptions::max_seq_len, `--max_seq_len`), or 0 for
+// the model's trained context, config.json's max_position_embeddings (which a rope_scaling config such as
+// llama3's or longrope's already states at its scaled length). Up to max_position_embeddings + 1 is served:
+// the last id of a sequence is only a target (no output is read at its position), so a sequence of
+// max_position_embeddings + 1 ids predicts every token from trained positions, as transformers' model does
+// with max_length = max_position_embeddings inputs. Longer is refused, INVALID_ARGUMENT naming --max_seq_len,
+// max_position_embeddings, the RoPE scaling and --allow_long_context: positions past the trained context are
+// extrapolation, and their log-probs measure nothing. With allow_long_context it is served as asked.
+absl::StatusOr<int64_t> ServedContextLength(const ModelConfig& config, int64_t max_seq_len,
+                                            bool allow_long_context);
+
+// "rope_theta 10000, no rope_scaling" / "rope_theta 500000, rope_scaling llama3 factor 8 (original 8192)":
+// the model's RoPE, for errors and the start-up log.
+std::string DescribeRope(const ModelConfig& config);
+
 }  // namespace scored
 
 #endif  // SCORED_ENGINE_MODEL_CONFIG_H_

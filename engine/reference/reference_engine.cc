@@ -321,7 +321,8 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
   info_.compute_dtype = "fp32";
   info_.tp = 1;
   info_.vocab_size = c.vocab_size;
-  info_.max_seq_len = options.max_seq_len > 0 ? options.max_seq_len : c.max_position_embeddings;
+  SCORED_ASSIGN_OR_RETURN(info_.max_seq_len,
+                          ServedContextLength(c, options.max_seq_len, options.allow_long_context));
   // No sliding-window attention here: full causal attention equals it only up to the window.
   if (plan_.max_context > 0) info_.max_seq_len = std::min(info_.max_seq_len, plan_.max_context);
   info_.max_batch_tokens = options.max_batch_tokens;

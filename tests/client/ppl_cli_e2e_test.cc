@@ -49,6 +49,10 @@ TEST(PplCliTest, BadCommandLineExitsTwoNamingIt) {
       {{"--data=" + WikiTest(), "--", "--ctx=5"}, "unexpected argument '--ctx=5'"},
       {{"--data=" + WikiTest(), "--max_data_bytes=0"}, "--max_data_bytes must be >= 1"},
       {{"--method=exl3"}, "--data FILE is required"},
+      {{"--data=" + WikiTest(), "--journal=/dev/zero"},
+       "--journal /dev/zero is not a regular file (a directory, device, FIFO or socket)"},
+      {{"--data=" + WikiTest(), "--method=hf", "--ctx=512", "--stride=1024"},
+       "--stride 1024 is larger than --ctx 512: the tokens between windows would never be scored"},
   };
   for (const auto& [args, message] : cases) {
     std::vector<std::string> full = {kNoServer};  // first: the cases end in what they test

@@ -64,9 +64,9 @@ class PplE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     testing::ScoredProcessOptions options;
-    // max_seq_len 1024: rolling at ctx 512 sends 513-token windows ([prefix] + 512 targets), one more
+    // max_seq_len 513: rolling at ctx 512 sends 513-token windows ([prefix] + 512 targets), one more
     // than the model's max_position_embeddings.
-    options.args = {"--model=" + testing::StoriesModelDir(), "--backend=cpu", "--max_seq_len=1024",
+    options.args = {"--model=" + testing::StoriesModelDir(), "--backend=cpu", "--max_seq_len=513",
                     "--max_batch_tokens=16384"};
     auto process = testing::ScoredProcess::Start(options);
     if (!process.ok()) {
@@ -303,13 +303,41 @@ TEST_F(PplE2eTest, BinaryWikiTextChunks) {
               r["tokens_per_second"].get<double>(), r["wall_seconds"].get<double>());
 }
 
-// A window longer than the server's max_seq_len (1024 here) is refused before anything is scored, with
+// A one-document file longer than the server's --max_text_bytes (4 MiB by default): four copies of WikiText-2
+// test, 5.2 MB, tokenized through the server in pieces, give the ids of one local tokenization (the same
+// token and byte counts, the same scored windows). It failed with OUT_OF_RANGE before.
+TEST_F(PplE2eTest, LongDocumentTokenizedByTheServerInPieces) {
+  const std::string wiki = ReadText(WikiTest());
+  const std::string path = ::testing::TempDir() + "/ppl_e2e_long_document.txt";
+  {
+    std::ofstream out(path, std::ios::binary);
+    for (int i = 0; i < 4; ++i) out << wiki;
+  }
+  RunOptions o = Options(Method::kLlamaCpp, 512, 0, 8);
+  o.data_path = path;
+  o.format = Format::kText;
+  auto server = RunPpl(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  o.tokenizer_dir = testing::StoriesModelDir();
+  auto local = RunPpl(o);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(server->tokenizer_source, "server");
+  EXPECT_EQ(server->num_documents, 1);
+  EXPECT_GT(server->num_input_tokens, 4 * 280000);
+  EXPECT_EQ(server->num_input_tokens, local->num_input_tokens);
+  EXPECT_EQ(server->num_scored, local->num_scored);
+  EXPECT_EQ(server->num_bytes, local->num_bytes);
+  EXPECT_EQ(server->sum_logprob, local->sum_logprob);
+  std::remove(path.c_str());
+}
+
+// A window longer than the server's max_seq_len (513 here) is refused before anything is scored, with
 // a message that names the limit.
 TEST_F(PplE2eTest, WindowOverServerLimitFailsBeforeScoring) {
   auto report = RunPpl(Options(Method::kGptq, 2048, 0, 1));
   ASSERT_FALSE(report.ok());
   EXPECT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(report.status().message().find("max_seq_len 1024"), std::string::npos) << report.status();
+  EXPECT_NE(report.status().message().find("max_seq_len 513"), std::string::npos) << report.status();
 }
 
 // A request the server rejects ends ScoreWindows with the server's code and the window's index, even

@@ -39,6 +39,12 @@ TEST(ResolveServersTest, RefusesWhatIsNotHostPort) {
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
   EXPECT_THAT(ResolveServers("a:1,b").status().message(), HasSubstr("'b' is not host:port"));
+  // A URL (the OpenAI endpoint's, say) is refused at once, saying what to give instead.
+  for (const char* url : {"http://127.0.0.1:50051", "a:1,https://b:443/v1"}) {
+    auto s = ResolveServers(url);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << url;
+    EXPECT_THAT(s.status().message(), HasSubstr("give HOST:PORT, without http")) << url;
+  }
 }
 
 scored::v1::ModelInfo Info() {

@@ -2,7 +2,8 @@
 import grpc
 import pytest
 
-from scored_client import ScoreError
+from conftest import ScoredDaemon
+from scored_client import ScoreError, ScorerClient
 
 # The CPU backend matches the float64 goldens to 1e-4 (fp32 math, fp64 reductions); the contract's bound.
 LOGPROB_TOL = 1e-4
@@ -88,3 +89,22 @@ def test_no_reference_model(client):
         return
     assert r.ref_logprob == [] and r.kld == []
     pytest.skip("this scored ignores want_reference (no reference-model support)")
+
+
+def test_drain_that_runs_out_of_grace_exits_one_naming_the_cut(stories_dir):
+    # --shutdown_grace_s 0 and 128 queued windows of 512 ids at SIGTERM: the drain cannot finish them, so
+    # scored says how many it cut off and exits 1 (before: a silent exit 0).
+    import concurrent.futures
+    import signal
+
+    d = ScoredDaemon([f"--model={stories_dir}", "--backend=cpu", "--shutdown_grace_s=0"])
+    tokens = [1] + [400 + (i % 100) for i in range(511)]
+    with ScorerClient(d.address) as c, concurrent.futures.ThreadPoolExecutor(128) as pool:
+        futures = [pool.submit(c.score, tokens) for _ in range(128)]
+        next(concurrent.futures.as_completed(futures))  # the engine is busy with the rest
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(timeout=60) == 1, d.log_tail()
+        for f in futures:
+            f.exception()  # every call ended, answered or cut off
+    assert "ran out" in d.log_tail() and "cut off without results" in d.log_tail(), d.log_tail()
+    assert d.stop() == 1

@@ -227,6 +227,27 @@ TEST_F(BrokenModelTest, IntactCopyIsNotRefused) {
   ASSERT_TRUE(proc.ok()) << proc.status();
 }
 
+// stories260K's config says max_position_embeddings 512: --max_seq_len 513 is served (the last id is only a
+// target), 2049 is refused before serving, naming the flag that allows it, which then does.
+TEST_F(BrokenModelTest, MaxSeqLenPastTheTrainedContext) {
+  scored::testing::ScoredProcessOptions opts;
+  opts.args = {"--model=" + model_dir_.string(), "--backend=cpu", "--max_seq_len=2049"};
+  auto refused = scored::testing::ScoredProcess::Start(opts);
+  ASSERT_FALSE(refused.ok());
+  for (const char* part : {"--max_seq_len 2049", "max_position_embeddings 512", "--allow_long_context"}) {
+    EXPECT_NE(refused.status().message().find(part), std::string::npos) << part << " in " << refused.status();
+  }
+  opts.args.back() = "--max_seq_len=513";
+  auto one_more = scored::testing::ScoredProcess::Start(opts);
+  ASSERT_TRUE(one_more.ok()) << one_more.status();
+  EXPECT_NE((*one_more)->ReadLog().find("max_seq_len 513"), std::string::npos) << (*one_more)->ReadLog();
+  opts.args = {"--model=" + model_dir_.string(), "--backend=cpu", "--max_seq_len=2049",
+               "--allow_long_context"};
+  auto allowed = scored::testing::ScoredProcess::Start(opts);
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  EXPECT_NE((*allowed)->ReadLog().find("max_seq_len 2049"), std::string::npos) << (*allowed)->ReadLog();
+}
+
 TEST_F(BrokenModelTest, SafetensorsTruncatedInDataSection) {
   const std::string bytes = ReadFile(Model(kModelFile));
   const Safetensors st = ParseSafetensors(bytes);
@@ -358,6 +379,25 @@ TEST_F(BrokenModelTest, MissingConfigJson) {
   const std::string output = ExpectLoadFailure();
   EXPECT_THAT(output, HasSubstr(Model("config.json").string()));
   EXPECT_THAT(output, HasSubstr("cannot open"));
+}
+
+// A GGUF (or llama2.c) file given as --model, a folder of GGUF files, a path that does not exist (a hub id):
+// each says what a model folder is instead of "config.json: cannot open".
+TEST_F(BrokenModelTest, NotAHuggingFaceFolderSaysWhatIs) {
+  const fs::path gguf = tmp_dir_ / "model-Q4_K_M.gguf";
+  WriteFile(gguf, "GGUF");
+  scored::testing::ScoredProcessOptions opts;
+  for (const auto& [model, says] : std::vector<std::pair<std::string, std::string>>{
+           {gguf.string(), "is a file: a model is a Hugging Face folder (config.json and *.safetensors)"},
+           {"HuggingFaceTB/SmolLM2-135M", "no such folder"}}) {
+    opts.args = {"--model=" + model, "--backend=cpu"};
+    auto proc = scored::testing::ScoredProcess::Start(opts);
+    ASSERT_FALSE(proc.ok()) << model;
+    EXPECT_THAT(std::string(proc.status().message()), HasSubstr(says)) << model;
+  }
+  ASSERT_TRUE(fs::remove(Model("config.json")));
+  fs::copy_file(gguf, Model("model-Q4_K_M.gguf"));
+  EXPECT_THAT(ExpectLoadFailure(), HasSubstr("holds model-Q4_K_M.gguf but no config.json"));
 }
 
 TEST_F(BrokenModelTest, ShardedIndexNamesMissingShard) {

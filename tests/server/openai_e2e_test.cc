@@ -124,6 +124,38 @@ TEST(OpenAiE2eTest, PortFileLogAndTokenOnPlainHttp) {
   EXPECT_EQ(j["choices"][0]["text"], "<s>Once upon a time,");
 }
 
+// The tokenizer routes are open by default (lm-eval's remote tokenizer sends no OPENAI_API_KEY), /v1/* is
+// not; with --openai_tokenizer_auth they need the token too.
+TEST(OpenAiE2eTest, TokenizerRoutesOpenUnlessAsked) {
+  const std::string dir = ::testing::TempDir();
+  for (const bool tokenizer_auth : {false, true}) {
+    std::vector<std::string> args = {"--auth_token_file=" + WriteToken(dir)};
+    if (tokenizer_auth) args.push_back("--openai_tokenizer_auth");
+    auto proc = StartOrDie(args);
+    ASSERT_NE(proc, nullptr);
+    httplib::Client http("127.0.0.1", OpenAiPort(*proc));
+    const int want = tokenizer_auth ? 401 : 200;
+    auto info = http.Get("/tokenizer_info");
+    ASSERT_TRUE(info);
+    EXPECT_EQ(info->status, want) << info->body;
+    auto tokenize = http.Post("/tokenize", R"({"prompt": "Once upon a time"})", "application/json");
+    ASSERT_TRUE(tokenize);
+    EXPECT_EQ(tokenize->status, want) << tokenize->body;
+    if (!tokenizer_auth) {
+      EXPECT_EQ(Json::parse(tokenize->body)["tokens"], Json::parse("[1, 403, 407, 261, 378]"));
+    }
+    auto detokenize = http.Post("/detokenize", R"({"tokens": [403, 407]})", "application/json");
+    ASSERT_TRUE(detokenize);
+    EXPECT_EQ(detokenize->status, want) << detokenize->body;
+    auto models = http.Get("/v1/models");
+    ASSERT_TRUE(models);
+    EXPECT_EQ(models->status, 401);
+    auto with_token = http.Get("/tokenizer_info", Bearer());
+    ASSERT_TRUE(with_token);
+    EXPECT_EQ(with_token->status, 200);
+  }
+}
+
 TEST(OpenAiE2eTest, TlsAndMtlsUseTheGrpcListenersFiles) {
   if (!testing::HaveOpenssl()) GTEST_SKIP() << "no openssl command line";
   const testing::TestCerts* certs = Certs();

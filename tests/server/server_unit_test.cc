@@ -551,6 +551,14 @@ TEST(SecurityTest, BearerTokenChecks) {
   EXPECT_EQ((*auth)->CheckHeader(true, "Basic 0123456789abcdef").code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ((*auth)->CheckHeader(true, "Bearer 0123456789abcdeF").code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ((*auth)->CheckHeader(true, "Bearer ").code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE((*auth)->CheckHeader(true, "Bearer   0123456789abcdef").ok());  // 1*SP (RFC 6750)
+  // Exact: nothing after the token (a NUL, junk, whitespace), no second scheme.
+  for (const std::string& inexact :
+       {std::string("Bearer 0123456789abcdef\0junk", 28), std::string("Bearer 0123456789abcdefjunk"),
+        std::string("Bearer 0123456789abcdef "), std::string("Bearer 0123456789abcdef\t"),
+        std::string("Bearer Bearer 0123456789abcdef"), std::string(" Bearer 0123456789abcdef")}) {
+    EXPECT_EQ((*auth)->CheckHeader(true, inexact).code(), absl::StatusCode::kUnauthenticated) << inexact;
+  }
   const absl::Status wrong = (*auth)->CheckHeader(true, "Bearer nope-nope-nope-nope");
   EXPECT_THAT(std::string(wrong.message()), ::testing::Not(HasSubstr("0123456789abcdef")))
       << "an error never echoes the secret";

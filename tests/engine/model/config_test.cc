@@ -198,6 +198,28 @@ TEST(ConfigTest, RopeVariants) {
   EXPECT_EQ(dflt->rope_scaling.type, RopeType::kDefault);
 }
 
+// --max_seq_len against the trained context: 0 is max_position_embeddings; one more is still served (the
+// last id is only a target); past that only with --allow_long_context, and the refusal names the RoPE.
+TEST(ConfigTest, ServedContextLengthStopsAtTheTrainedContext) {
+  auto c = ParseModelConfig(With(R"("rope_scaling": {"type": "linear", "factor": 2.0})"), "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->max_position_embeddings, 2048);
+  EXPECT_EQ(*ServedContextLength(*c, 0, false), 2048);
+  EXPECT_EQ(*ServedContextLength(*c, 100, false), 100);
+  EXPECT_EQ(*ServedContextLength(*c, 2049, false), 2049);
+  const absl::StatusOr<int64_t> past = ServedContextLength(*c, 2050, false);
+  ASSERT_FALSE(past.ok());
+  EXPECT_EQ(past.status().code(), absl::StatusCode::kInvalidArgument);
+  for (const char* part : {"--max_seq_len 2050", "max_position_embeddings 2048",
+                           "rope_scaling linear factor 2", "at most 2049 ids", "--allow_long_context"}) {
+    EXPECT_NE(past.status().message().find(part), std::string::npos) << part << " in " << past.status();
+  }
+  EXPECT_EQ(*ServedContextLength(*c, 16384, true), 16384);
+  auto plain = ParseModelConfig(With(""), "mem");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(DescribeRope(*plain), "rope_theta 10000, no rope_scaling");
+}
+
 TEST(ConfigTest, Qwen3QkNormAndMistralWindow) {
   std::string q3 = With(R"("head_dim": 16)");
   q3.replace(q3.find("LlamaForCausalLM"), 16, "Qwen3ForCausalLM");

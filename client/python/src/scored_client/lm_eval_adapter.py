@@ -15,7 +15,8 @@ the same task gives the same numbers at the same settings:
   (get_rolling_token_windows, context_len 1), each max_length + 1 ids long.
 - max_length defaults to the server's max_seq_len - 1, so that every such sequence fits what the server
   accepts (a server started with --max_seq_len C + 1 gives max_length C, HF's default for a model whose
-  config says C). A larger max_length is refused at once.
+  config says C: the last id is only a target, so scored serves C + 1 without --allow_long_context). A larger
+  max_length is refused at once.
 
 Requests run concurrently over one ScoreStream.
 """
@@ -64,8 +65,10 @@ class ScoredLM(TemplateLM):
         if self._max_length > limit:
             raise ValueError(f"max_length {self._max_length} needs sequences of {self._max_length + 1} ids, "
                              f"but the server accepts at most max_seq_len {self._info.max_seq_len}: use "
-                             f"max_length <= {limit}, or start scored with --max_seq_len "
-                             f"{self._max_length + 1}")
+                             f"max_length <= {limit}. A server started with a smaller --max_seq_len than "
+                             f"the model's max_position_embeddings + 1 can take up to that; past it the "
+                             f"positions are extrapolation (scored refuses them without "
+                             f"--allow_long_context)")
         self._inflight = int(inflight)
         self._add_bos_token = _parse_bool(add_bos_token if add_bos_token is not None else add_bos)
         self._prefix_token_id = int(prefix_token_id) if prefix_token_id is not None else None
