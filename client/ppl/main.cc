@@ -11,13 +11,17 @@
 // (message on stderr), 2 on a bad command line: an unknown flag, a flag value that does not parse or is out
 // of range, or a positional argument (all of them named on stderr), or --kld against a server without a
 // reference model.
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/commandlineflag.h"
@@ -212,6 +216,8 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
   const int64_t ctx = absl::GetFlag(FLAGS_ctx);
   const int64_t stride = absl::GetFlag(FLAGS_stride);
   o.method.ctx = ctx > 0 ? ctx : scored::ppl::DefaultCtx(*method);
+  o.ctx_is_default = ctx == 0;
+  o.stride_is_default = stride == 0;
   if (stride != 0 && !scored::ppl::MethodHasStride(*method)) {
     return absl::InvalidArgumentError(absl::StrCat("--stride is not used by method ",
                                                    scored::ppl::MethodName(*method), " (only exl3 and hf)"));
@@ -283,6 +289,33 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "scored-ppl: %s\n", std::string(options.status().message()).c_str());
     return 2;
   }
+  // SIGINT / SIGTERM: say how far the run got and how to keep it next time, then exit 128 + the signal.
+  // Blocked here, before RunPpl starts any thread, so that only the waiting thread below receives them.
+  static scored::ppl::RunCounters counters;
+  options->counters = &counters;
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGINT);
+  sigaddset(&stops, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stops, nullptr);
+  std::thread([stops, journal = options->journal_path] {
+    int sig = 0;
+    if (sigwait(&stops, &sig) != 0) return;
+    const long long done = counters.windows_done.load(), total = counters.windows_total.load();
+    if (!journal.empty()) {
+      std::fprintf(stderr,
+                   "\nscored-ppl: interrupted after %lld of %lld windows; they are in the journal %s: rerun "
+                   "the same command to resume\n",
+                   done, total, journal.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "\nscored-ppl: interrupted after %lld of %lld windows, which are lost; with --journal "
+                   "FILE a rerun resumes where a run stopped\n",
+                   done, total);
+    }
+    std::fflush(stderr);
+    std::_Exit(128 + sig);
+  }).detach();
   auto report = scored::ppl::RunPpl(*options);
   if (!report.ok()) {
     if (scored::ppl::IsUsageError(report.status())) {

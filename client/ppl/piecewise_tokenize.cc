@@ -14,17 +14,19 @@ namespace {
 
 // The largest offset <= pos that does not fall inside a UTF-8 sequence.
 int64_t Utf8Floor(absl::string_view text, int64_t pos) {
-  while (pos > 0 && pos < static_cast<int64_t>(text.size()) && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) {
+  while (pos > 0 && pos < static_cast<int64_t>(text.size()) &&
+         (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) {
     --pos;
   }
   return pos;
 }
 
 std::string Advice(int64_t text_bytes, int64_t piece_bytes) {
-  return absl::StrCat("; tokenize locally with --tokenizer DIR (the model's tokenizer files), or start the server "
-                      "with --max_text_bytes of at least ",
-                      text_bytes, " (this text is tokenized through the server in pieces of its --max_text_bytes ",
-                      piece_bytes, ")");
+  return absl::StrCat(
+      "; tokenize locally with --tokenizer DIR (the model's tokenizer files), or start the server "
+      "with --max_text_bytes of at least ",
+      text_bytes, " (this text is tokenized through the server in pieces of its --max_text_bytes ",
+      piece_bytes, ")");
 }
 
 // One piece's tokens and the text offset where each starts.
@@ -65,7 +67,8 @@ bool Agree(const Piece& a, int64_t i, const Piece& b, int64_t j, int k) {
   if (i < k || j < k || i + k > a.size() || j + k > b.size()) return false;
   for (int64_t m = -k; m < k; ++m) {
     const size_t x = static_cast<size_t>(i + m), y = static_cast<size_t>(j + m);
-    if (a.tokens.ids[x] != b.tokens.ids[y] || a.tokens.byte_lengths[x] != b.tokens.byte_lengths[y]) return false;
+    if (a.tokens.ids[x] != b.tokens.ids[y] || a.tokens.byte_lengths[x] != b.tokens.byte_lengths[y])
+      return false;
   }
   return true;
 }
@@ -73,8 +76,8 @@ bool Agree(const Piece& a, int64_t i, const Piece& b, int64_t j, int k) {
 // Where `next` takes over from `current`: {index in current, index in next}. A token of next inside the
 // overlap, nearest its middle first, whose 2k-token neighbourhood occurs exactly once among current's tokens
 // of the overlap; a neighbourhood found twice (repetitive text) or not at all is passed over.
-absl::StatusOr<std::pair<int64_t, int64_t>> Join(const Piece& current, const Piece& next, absl::string_view text,
-                                                 const PieceOptions& options) {
+absl::StatusOr<std::pair<int64_t, int64_t>> Join(const Piece& current, const Piece& next,
+                                                 absl::string_view text, const PieceOptions& options) {
   const int k = options.agree_tokens;
   const int64_t middle = (next.begin + current.end) / 2;
   std::vector<int64_t> candidates;

@@ -388,13 +388,16 @@ absl::StatusOr<Plan> PlanWindows(const Dataset& dataset, const RunOptions& optio
 class WindowSink {
  public:
   // `journal` (nullptr: none) is not owned and must outlive the sink.
-  WindowSink(const Plan& plan, bool kld, Journal* journal, Progress progress)
+  WindowSink(const Plan& plan, bool kld, Journal* journal, Progress progress, RunCounters* counters)
       : plan_(plan),
         kld_(kld),
         journal_(journal),
         progress_(progress),
+        counters_(counters),
         scores_(plan.windows.size()),
-        done_(plan.windows.size(), false) {}
+        done_(plan.windows.size(), false) {
+    if (counters_ != nullptr) counters_->windows_total = static_cast<int64_t>(plan.windows.size());
+  }
 
   // Window `index` as the journal holds it: scored and in the live PPL, neither journaled again nor counted
   // as sent by this run.
@@ -403,6 +406,7 @@ class WindowSink {
     done_[static_cast<size_t>(index)] = true;
     const WindowScore& s = scores_[static_cast<size_t>(index)];
     live_.AddWindow(s.sum_logprob, s.logprobs, num_bytes);
+    if (counters_ != nullptr) ++counters_->windows_done;
   }
 
   // Starts the progress line's clock; the windows resumed so far count as done, not towards the rates.
@@ -426,6 +430,7 @@ class WindowSink {
     live_.AddWindow(score.sum_logprob, score.logprobs, bytes);
     tokens_done_ += static_cast<int64_t>(w.tokens.size());
     progress_.Update(live_.num_windows(), tokens_done_, live_.Ppl());
+    if (counters_ != nullptr) ++counters_->windows_done;
   }
 
   // Draws the final progress line.
@@ -451,6 +456,7 @@ class WindowSink {
   const bool kld_;
   Journal* const journal_;
   Progress progress_;
+  RunCounters* const counters_;
   std::vector<WindowScore> scores_;  // [num_windows]
   std::vector<bool> done_;           // [num_windows]
   Aggregator live_;                  // completion order, for the progress line only
@@ -666,13 +672,35 @@ absl::StatusOr<Report> FinishReport(const RunOptions& options, const Plan& plan,
 
 bool IsUsageError(const absl::Status& status) { return status.GetPayload(kUsageErrorPayload).has_value(); }
 
-absl::StatusOr<Report> RunPpl(const RunOptions& options) {
+// A default --ctx (and a default --stride with it) shortened to the servers' smallest max_seq_len.
+void FitDefaultCtx(const Servers& servers, std::FILE* note_out, RunOptions* options) {
+  if (!options->ctx_is_default) return;
+  int64_t limit = 0;
+  for (const scored::v1::ModelInfo& info : servers.infos) {
+    const int64_t l = std::min(info.max_seq_len(), info.max_batch_tokens());
+    if (l > 0 && (limit == 0 || l < limit)) limit = l;
+  }
+  // Rolling windows hold a prefix id and ctx targets.
+  const int64_t fits = options->method.method == Method::kRolling ? limit - 1 : limit;
+  if (fits < 2 || options->method.ctx <= fits) return;
+  std::fprintf(note_out,
+               "scored-ppl: --ctx %lld (the default of %s) is longer than the server accepts (max_seq_len "
+               "%lld): using --ctx %lld\n",
+               static_cast<long long>(options->method.ctx), MethodName(options->method.method).c_str(),
+               static_cast<long long>(limit), static_cast<long long>(fits));
+  options->method.ctx = fits;
+  if (options->stride_is_default && options->method.stride > fits) options->method.stride = fits;
+}
+
+absl::StatusOr<Report> RunPpl(const RunOptions& given) {
   const absl::Time start = absl::Now();
+  RunOptions options = given;
   SCORED_RETURN_IF_ERROR(ValidateParams(options.method));
   // Local input first: a bad --data fails at once, without a server.
   SCORED_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(options.data_path, options.format, options.separator,
                                                        options.text_field, options.max_data_bytes));
   SCORED_ASSIGN_OR_RETURN(Servers servers, ConnectServers(options));
+  FitDefaultCtx(servers, options.progress_out != nullptr ? options.progress_out : stderr, &options);
   SCORED_ASSIGN_OR_RETURN(const TokenizerSetup setup,
                           SetUpTokenizer(options, servers.info(), servers.first.get()));
   SCORED_ASSIGN_OR_RETURN(const Plan plan, PlanWindows(dataset, options, setup, servers));
@@ -681,7 +709,8 @@ absl::StatusOr<Report> RunPpl(const RunOptions& options) {
   SCORED_ASSIGN_OR_RETURN(std::unique_ptr<Journal> journal,
                           OpenJournal(options, plan, servers.info(), setup));
   WindowSink sink(plan, options.kld, journal.get(),
-                  Progress(options.progress, static_cast<int64_t>(plan.windows.size()), note_out));
+                  Progress(options.progress, static_cast<int64_t>(plan.windows.size()), note_out),
+                  options.counters);
   SCORED_RETURN_IF_ERROR(ResumeFromJournal(options, plan, journal.get(), note_out, &sink));
   sink.StartScoring();
   const absl::Time score_start = absl::Now();

@@ -52,6 +52,13 @@
 namespace scored {
 namespace ppl {
 
+// How far a run is, readable from any thread (scored-ppl's interrupt message): windows of the plan, and
+// those scored or taken from the journal.
+struct RunCounters {
+  std::atomic<int64_t> windows_total{0};
+  std::atomic<int64_t> windows_done{0};
+};
+
 struct RunOptions {
   std::string server;  // "host:port", or several: "host:port,host:port" / "dns:///name:port" (above)
   absl::Duration connect_timeout = absl::Seconds(10);
@@ -67,6 +74,10 @@ struct RunOptions {
   std::string separator;            // text format: document separator ("" = whole file)
   std::string text_field = "text";  // jsonl
   MethodParams method;
+  // --ctx / --stride not given: the method's defaults, which RunPpl shortens to what every server accepts
+  // (its max_seq_len; rolling windows are ctx + 1 ids), saying so on stderr.
+  bool ctx_is_default = false;
+  bool stride_is_default = false;
   std::string label;                  // the report's label ("" = the model folder's name, report.h)
   int inflight = 16;                  // ScoreStream requests outstanding
   std::string tokenizer_dir;          // "" = tokenize through the server's Tokenize RPC
@@ -75,7 +86,8 @@ struct RunOptions {
   // --journal: "" = none. See journal.h; sync every journal_sync_every records.
   std::string journal_path;
   int journal_sync_every = 1;
-  bool journal_strict = false;  // a record that fails its checks refuses the journal instead of rescoring
+  bool journal_strict = false;      // a record that fails its checks refuses the journal instead of rescoring
+  RunCounters* counters = nullptr;  // not owned; updated as windows finish (nullptr: none)
 
   // Retries while the server is UNAVAILABLE during scoring (killed, restarting): reconnect with
   // exponential backoff from retry_initial up to retry_max per wait, re-send the unfinished windows,

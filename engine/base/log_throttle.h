@@ -3,7 +3,8 @@
 //
 //   LogThrottle refusals(4);
 //   if (const int64_t skipped = refusals.Admit(); skipped >= 0) {
-//     SCORED_LOG(WARNING) << "refused ..." << (skipped > 0 ? " (+" + std::to_string(skipped) + " more)" : "");
+//     SCORED_LOG(WARNING) << "refused ..." << (skipped > 0 ? " (+" + std::to_string(skipped) + " more)" :
+//     "");
 //   }
 //
 // Thread-safe.
@@ -19,7 +20,8 @@ namespace scored {
 class LogThrottle {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit LogThrottle(int lines_per_second) : lines_per_second_(lines_per_second < 1 ? 1 : lines_per_second) {}
+  explicit LogThrottle(int lines_per_second)
+      : lines_per_second_(lines_per_second < 1 ? 1 : lines_per_second) {}
 
   // -1: leave this event's line out (it is counted); else the line may be written, and the value is how many
   // events were left out since the last line written.

@@ -36,10 +36,12 @@ class PiecewiseTokenizeTest : public ::testing::TestWithParam<const char*> {
     return [this](absl::string_view piece) -> absl::StatusOr<TokenStream> {
       ++calls_;
       TokenStream s;
-      absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(std::string_view(piece.data(), piece.size()));
+      absl::StatusOr<std::vector<int32_t>> ids =
+          tokenizer_->Encode(std::string_view(piece.data(), piece.size()));
       if (!ids.ok()) return ids.status();
       s.ids = *ids;
-      for (const int32_t id : s.ids) s.byte_lengths.push_back(static_cast<int32_t>(tokenizer_->TokenByteLength(id)));
+      for (const int32_t id : s.ids)
+        s.byte_lengths.push_back(static_cast<int32_t>(tokenizer_->TokenByteLength(id)));
       return s;
     };
   }
@@ -73,7 +75,8 @@ TEST_P(PiecewiseTokenizeTest, WikiTextInPiecesEqualsOneTokenization) {
 // An overlap that lies inside one long run of a repeated character: every neighbourhood there recurs, so
 // no join is unique and the text is refused, naming --tokenizer DIR, not joined by a guess.
 TEST_P(PiecewiseTokenizeTest, UnjoinablePiecesAreRefusedNotGuessed) {
-  std::string text = ReadFile(std::string(SCORED_DATA_DIR) + "/wikitext-2-raw/wiki.test.raw").substr(0, 60000);
+  std::string text =
+      ReadFile(std::string(SCORED_DATA_DIR) + "/wikitext-2-raw/wiki.test.raw").substr(0, 60000);
   text.replace(20000, 20000, std::string(20000, 'a'));
   absl::StatusOr<TokenStream> whole = Local()(text);
   ASSERT_TRUE(whole.ok());

@@ -331,6 +331,23 @@ TEST_F(PplE2eTest, LongDocumentTokenizedByTheServerInPieces) {
   std::remove(path.c_str());
 }
 
+// The methods' default --ctx (2048) against this server's max_seq_len 513: shortened to what it accepts
+// (rolling: 512 targets + the prefix), instead of failing on the first window.
+TEST_F(PplE2eTest, DefaultCtxFitsTheServer) {
+  for (const auto& [method, want_ctx] : {std::pair{Method::kExl3, 513}, std::pair{Method::kRolling, 512}}) {
+    RunOptions o = Options(method, 2048, method == Method::kExl3 ? 512 : 0, 2);
+    o.ctx_is_default = true;
+    o.stride_is_default = true;
+    auto report = RunPpl(o);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_EQ(report->method.ctx, want_ctx);
+    EXPECT_EQ(report->num_windows, 2);
+  }
+  // An explicit --ctx is kept, and refused as before.
+  auto refused = RunPpl(Options(Method::kExl3, 2048, 512, 2));
+  EXPECT_FALSE(refused.ok());
+}
+
 // A window longer than the server's max_seq_len (513 here) is refused before anything is scored, with
 // a message that names the limit.
 TEST_F(PplE2eTest, WindowOverServerLimitFailsBeforeScoring) {

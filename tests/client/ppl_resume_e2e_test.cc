@@ -231,6 +231,24 @@ TEST_F(PplResumeE2eTest, DaemonKilledAndRestartedOnTheSamePort) {
               static_cast<long long>(at_kill), static_cast<long long>(NumWindows()));
 }
 
+// Ctrl-C (SIGINT) mid-run: exit 130 with a line saying how far the run got and that the journal resumes it.
+TEST_F(PplResumeE2eTest, InterruptSaysHowToResume) {
+  const std::string journal = *dir_ + "/ppl_resume_interrupt.journal";
+  const std::string err = *dir_ + "/ppl_resume_interrupt.err";
+  std::remove(journal.c_str());
+  std::vector<std::string> args = PplArgs(port_, *dir_ + "/ppl_resume_interrupt.json");
+  args.push_back("--journal=" + journal);
+  std::unique_ptr<testing::ChildProcess> run = SpawnPpl(args, *dir_ + "/ppl_resume_interrupt.out", err);
+  ASSERT_NE(run, nullptr);
+  ASSERT_TRUE(WaitForRecords(*run, journal, 5)) << ReadText(err);
+  run->Kill(SIGINT);
+  EXPECT_EQ(run->Wait(absl::Seconds(30)), 128 + SIGINT) << ReadText(err);
+  EXPECT_NE(ReadText(err).find("scored-ppl: interrupted after "), std::string::npos) << ReadText(err);
+  EXPECT_NE(ReadText(err).find("they are in the journal " + journal + ": rerun the same command to resume"),
+            std::string::npos)
+      << ReadText(err);
+}
+
 TEST_F(PplResumeE2eTest, ClientKilledAndRerunWithTheJournal) {
   const std::string journal = *dir_ + "/ppl_resume_client.journal";
   const std::string json = *dir_ + "/ppl_resume_client.json";
