@@ -14,6 +14,7 @@
 
 #include "client/ppl/journal.h"
 #include "client/ppl/report.h"
+#include "engine/base/sha256.h"
 #include "gtest/gtest.h"
 
 namespace scored {
@@ -317,18 +318,19 @@ TEST(KldJournalTest, ResumedRecordsGiveTheSameStatistics) {
 TEST(KldJournalTest, RecordRoundTripAndPlainRecordsUnchanged) {
   JournalRecord r;
   r.window = 3;
-  r.sum_logprob = -1.0 / 3.0;
   r.logprobs = {-0.1f / 3.0f, -2.0f};
+  r.sum_logprob = double{r.logprobs[0]} + double{r.logprobs[1]};  // a record's sum is its values'
   r.num_bytes = -1;
   const std::string plain = FormatRecordLine(r);
   EXPECT_EQ(plain.find("\"rs\""), std::string::npos);
   r.has_reference = true;
-  r.sum_ref_logprob = -2.0 / 3.0;
   r.ref_logprobs = {-0.2f / 3.0f, -1.5f};
+  r.sum_ref_logprob = double{r.ref_logprobs[0]} + double{r.ref_logprobs[1]};
   r.kld = {1e-7f / 3.0f, 0.25f};
   r.same_top = {0, 1};
   const std::string line = FormatRecordLine(r);
-  EXPECT_EQ(line.substr(0, plain.size() - 1), plain.substr(0, plain.size() - 1));  // same prefix
+  const size_t plain_end = plain.rfind(",\"c\":");                   // the plain fields, before the checksum
+  EXPECT_EQ(line.substr(0, plain_end), plain.substr(0, plain_end));  // same prefix
   auto parsed = ParseRecordLine(line);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_TRUE(parsed->has_reference);
@@ -336,10 +338,13 @@ TEST(KldJournalTest, RecordRoundTripAndPlainRecordsUnchanged) {
   EXPECT_EQ(parsed->ref_logprobs, r.ref_logprobs);
   EXPECT_EQ(parsed->kld, r.kld);
   EXPECT_EQ(parsed->same_top, r.same_top);
-  // A record whose reference values do not cover every token is corrupt.
-  std::string short_line = line;
+  // A record whose reference values do not cover every token is corrupt, even with a checksum that fits.
+  std::string short_line = line.substr(0, line.rfind(",\"c\":"));
   short_line.replace(short_line.find("\"t\":\"01\""), 8, "\"t\":\"0\"");
-  EXPECT_FALSE(ParseRecordLine(short_line).ok());
+  short_line += ",\"c\":\"" + Sha256Hex(short_line).substr(0, 16) + "\"}";
+  const absl::StatusOr<JournalRecord> short_record = ParseRecordLine(short_line);
+  ASSERT_FALSE(short_record.ok());
+  EXPECT_EQ(short_record.status().message(), "inconsistent record");
 }
 
 }  // namespace
