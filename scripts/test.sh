@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: the README's main job first (scripts/demo.sh), then installs dependencies, checks formatting
-# (scripts/check_format.sh), builds (CUDA sources too where nvcc exists), runs ctest, then the unit and e2e suites
-# again under ASan + UBSan, then the fuzzers. GPU tests skip cleanly without a
-# device. Prints the time of each stage.
+# The whole test suite: the README's main job first (scripts/demo.sh, which installs the dependencies and the
+# Python venv), then checks formatting (scripts/check_format.sh), builds (CUDA sources too where nvcc exists),
+# runs ctest, then the unit and e2e suites again under ASan + UBSan, then the fuzzers. GPU tests skip cleanly
+# without a device. Prints the time of each stage.
 # Usage: scripts/test.sh [extra ctest args...]
 # env: BUILD_DIR (default build), SCORED_DATA, JOBS, FUZZ_SECONDS (default 30), SCORED_SKIP_SANITIZE=1,
 #      SCORED_SKIP_FUZZ=1
@@ -15,15 +15,12 @@ stage() { echo "== [$(( SECONDS - stage_start ))s] $*"; }
 
 # First the README's main-job command, as a new user runs it in this same clean checkout: its dependencies,
 # the build of scored and scored-ppl, scored on stories260K, scored-ppl over WikiText-2 test, the report
-# (~2.5 min of scoring on 2 cores, CPU backend without a GPU). The steps below reuse what it installed and built.
+# (~2.5 min of scoring on 2 cores, CPU backend without a GPU). The steps below reuse what it installed
+# (scripts/install_deps.sh, scripts/setup_python.sh) and built.
 stage "main job (scripts/demo.sh)"
 BUILD_DIR="$build_dir" JOBS="$jobs" scripts/demo.sh
-stage "install dependencies"
-scripts/install_deps.sh
 stage "format"
 scripts/check_format.sh
-stage "python environment"
-scripts/setup_python.sh
 stage "configure"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${SCORED_CMAKE_ARGS:-}
 stage "build"
