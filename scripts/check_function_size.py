@@ -96,13 +96,8 @@ def tokens(text):
 def strip_declarator_tail(head):
     """head without a trailing return type and the qualifiers after its parameter list."""
     h = list(head)
-    depth = 0
-    for k in range(len(h) - 1, -1, -1):
-        if h[k] == ")":
-            depth += 1
-        elif h[k] == "(":
-            depth -= 1
-        elif h[k] == "->" and depth == 0:
+    for k, t, depth in backwards(h):
+        if t == "->" and depth == 0:
             h = h[:k]
             break
     while h and h[-1] in QUALIFIERS:
@@ -118,16 +113,19 @@ def strip_declarator_tail(head):
     return h
 
 
-def matching_open(h):
-    """Index of the '(' that matches the ')' ending h."""
+def backwards(h):
+    """(index, token, parenthesis depth after it) of h's tokens, last first."""
     depth = 0
     for k in range(len(h) - 1, -1, -1):
-        if h[k] == ")":
-            depth += 1
-        elif h[k] == "(":
-            depth -= 1
-            if depth == 0:
-                return k
+        depth += {")": 1, "(": -1}.get(h[k], 0)
+        yield k, h[k], depth
+
+
+def matching_open(h):
+    """Index of the '(' that matches the ')' ending h."""
+    for k, t, depth in backwards(h):
+        if t == "(" and depth == 0:
+            return k
     return 0
 
 
