@@ -15,8 +15,10 @@
 #                     python_lm_eval_test, python_lm_eval_hf_test and python_openai_test, which check lm-eval's
 #                     numbers (the adapter's against HF's, local-completions' against the adapter's; the release
 #                     stage runs them) over requests that reach the server as python_client_test's,
-#                     scored_e2e_test's and scored_openai_e2e_test's do: 80 to 274 s each here; '' runs every
-#                     test of the labels)
+#                     scored_e2e_test's and scored_openai_e2e_test's do: 80 to 274 s each here; and
+#                     install_e2e_test, which checks the installed tree's layout and runs its binaries on
+#                     the requests scored_e2e_test and ppl_e2e_test send (85 s here); '' runs every test of
+#                     the labels)
 #   SCORED_E2E_MAX_WINDOWS  windows the two whole-WikiText tests score (reference_wikitext_ppl_test,
 #                     ppl_e2e_test's BinaryWikiTextChunks), each checked against the float64 golden of
 #                     those windows; set at all, it also cuts ppl_e2e_test's ReferenceMethods to 16 windows
@@ -32,7 +34,7 @@ build="${1:-build-asan}"
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 jobs="${SANITIZE_JOBS:-2}"
 labels="${SANITIZE_LABELS:-unit|e2e}"
-exclude="${SANITIZE_EXCLUDE-^(reference_digest_test|python_lm_eval_test|python_lm_eval_hf_test|python_openai_test)$}"
+exclude="${SANITIZE_EXCLUDE-^(reference_digest_test|python_lm_eval_test|python_lm_eval_hf_test|python_openai_test|install_e2e_test)$}"
 
 # halt_on_error: the first report ends the process (non-zero exit), so the test fails; abort_on_error
 # stays off so a failing child process exits instead of dumping core. A small quarantine: with the
