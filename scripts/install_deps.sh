@@ -10,7 +10,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl openssl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev nlohmann-json3-dev
-  libsentencepiece-dev libpcre2-dev libutf8proc-dev libssl-dev libcpp-httplib-dev
+  libsentencepiece-dev libpcre2-dev libutf8proc-dev libssl-dev zlib1g-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev clang-format
   python3 python3-venv python3-pip

@@ -9,10 +9,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include <zlib.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 
 namespace scored {
@@ -66,6 +69,61 @@ const char* FileKind(mode_t mode) {
 }
 
 // Python text-mode reading translates "\r\n" and lone "\r" to "\n" (universal newlines).
+// The gzip members of `compressed`, one after another (as `gzip -d` / `zcat` read concatenated members),
+// decompressed to at most max_bytes bytes. INVALID_ARGUMENT naming the path when it is not well-formed gzip
+// or would decompress past max_bytes (a small file can expand a thousandfold).
+absl::StatusOr<std::string> Gunzip(const std::string& path, const std::string& compressed, int64_t max_bytes) {
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 16) != Z_OK) return absl::InternalError("zlib: inflateInit2 failed");
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data()));
+  z.avail_in = static_cast<uInt>(compressed.size());
+  std::string out;
+  char buffer[1 << 16];
+  int rc = Z_OK;
+  while (true) {
+    z.next_out = reinterpret_cast<Bytef*>(buffer);
+    z.avail_out = sizeof(buffer);
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buffer, sizeof(buffer) - z.avail_out);
+    if (static_cast<int64_t>(out.size()) > max_bytes) {
+      inflateEnd(&z);
+      return absl::InvalidArgumentError(absl::StrCat("data file ", path, " decompresses to more than --max_data_bytes ",
+                                                      max_bytes, " bytes"));
+    }
+    if (rc == Z_STREAM_END) {
+      if (z.avail_in == 0) break;
+      inflateReset(&z);  // the next member
+      continue;
+    }
+    if (rc != Z_OK && !(rc == Z_BUF_ERROR && z.avail_out == 0)) break;
+    if (z.avail_in == 0 && z.avail_out != 0) {
+      rc = Z_DATA_ERROR;
+      break;
+    }
+  }
+  const std::string why = z.msg != nullptr ? z.msg : (rc == Z_DATA_ERROR ? "truncated" : "corrupt");
+  inflateEnd(&z);
+  if (rc != Z_STREAM_END) {
+    return absl::InvalidArgumentError(absl::StrCat("data file ", path, " is not valid gzip (", why,
+                                                   " at compressed byte ", z.total_in, ")"));
+  }
+  return out;
+}
+
+// Containers scored-ppl does not read, by their magic bytes: a message saying so instead of a UTF-8 error.
+absl::Status RefuseContainer(const std::string& path, absl::string_view content) {
+  const char* kind = nullptr;
+  if (absl::StartsWith(content, "PAR1")) kind = "Parquet";
+  if (absl::StartsWith(content, "\x28\xb5\x2f\xfd")) kind = "zstd-compressed";
+  if (absl::StartsWith(content, "BZh")) kind = "bzip2-compressed";
+  if (absl::StartsWith(content, "\xfd" "7zXZ")) kind = "xz-compressed";
+  if (kind == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "data file ", path, " is ", kind, ", which scored-ppl does not read; it reads text, jsonl and "
+      "WikiText raw files, and gzip (.gz) of them: convert it, e.g. python -c \"import pandas as p; p.read_parquet('IN').to_json('OUT.jsonl', "
+      "orient='records', lines=True)\" for Parquet, or zstd -d / bunzip2 / unxz"));
+}
+
 std::string UniversalNewlines(absl::string_view content) {
   std::string out;
   out.reserve(content.size());
@@ -103,6 +161,7 @@ absl::StatusOr<Format> ParseFormat(absl::string_view name) {
 }
 
 Format FormatForPath(absl::string_view path) {
+  absl::ConsumeSuffix(&path, ".gz");
   if (absl::EndsWith(path, ".raw")) return Format::kWikiText;
   if (absl::EndsWith(path, ".jsonl") || absl::EndsWith(path, ".json")) return Format::kJsonl;
   return Format::kText;
@@ -314,6 +373,15 @@ absl::StatusOr<std::string> ReadDataFile(const std::string& path, int64_t max_by
         absl::StrCat("data file ", path, " grew past --max_data_bytes ", max_bytes, " while being read"));
   }
   if (content.empty()) return absl::InvalidArgumentError(absl::StrCat("data file ", path, " is empty"));
+  if (absl::StartsWith(content, "\x1f\x8b")) {
+    absl::StatusOr<std::string> plain = Gunzip(path, content, max_bytes);
+    if (!plain.ok()) return plain.status();
+    content = *std::move(plain);
+    if (content.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("data file ", path, " is empty (decompressed)"));
+    }
+  }
+  if (absl::Status refused = RefuseContainer(path, content); !refused.ok()) return refused;
   const int64_t bad = FirstInvalidUtf8(content);
   if (bad >= 0) {
     return absl::InvalidArgumentError(absl::StrFormat(

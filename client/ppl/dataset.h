@@ -12,6 +12,7 @@
 // U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000), so strip() and the whitespace-only row
 // test agree with the Python tools whose numbers we reproduce.
 //
+// A gzip-compressed file of any of them is read as its text (".gz" is left out of the extension test).
 // The data file itself (ReadDataFile, LoadDataset) must be a regular file (a symlink to one is fine) of at
 // most `max_bytes` bytes, non-empty, and valid UTF-8: a directory, device (/dev/zero), FIFO or socket, an
 // oversized file, and the first invalid byte sequence (named by its byte offset) are INVALID_ARGUMENT
@@ -36,7 +37,8 @@ enum class Format { kWikiText, kText, kJsonl };
 std::string FormatName(Format format);  // "wikitext", "text", "jsonl"
 // INVALID_ARGUMENT for anything but those three names.
 absl::StatusOr<Format> ParseFormat(absl::string_view name);
-// Default by file extension: ".raw" -> wikitext, ".jsonl" / ".json" -> jsonl, anything else -> text.
+// Default by file extension, a final ".gz" left out: ".raw" -> wikitext, ".jsonl" / ".json" -> jsonl (so
+// C4's published "c4-*.json.gz" shards are jsonl), anything else -> text.
 Format FormatForPath(absl::string_view path);
 
 struct Dataset {
@@ -69,10 +71,12 @@ inline constexpr int64_t kDefaultMaxDataBytes = int64_t{1} << 30;
 // above U+10FFFF, or the bytes 0xC0, 0xC1, 0xF5..0xFF), or -1 when all of `text` is valid.
 int64_t FirstInvalidUtf8(absl::string_view text);
 
-// The bytes of the data file `path`. NOT_FOUND when it does not exist; INVALID_ARGUMENT naming the path
-// when it is not a regular file, is empty, holds more than `max_bytes` bytes (also when it grows past
-// that while being read), or is not valid UTF-8 (the message gives the byte offset); INTERNAL on read
-// errors.
+// The bytes of the data file `path`. A gzip file (by its magic bytes, whatever its name; concatenated
+// members too) is decompressed, its text bounded by `max_bytes` as well. NOT_FOUND when it does not
+// exist; INVALID_ARGUMENT naming the path when it is not a regular file, is empty, holds more than
+// `max_bytes` bytes (also when it grows past that while being read, or decompresses past it), is broken
+// gzip, is a container scored-ppl does not read (Parquet, zstd, bzip2, xz: the message says how to convert
+// it), or is not valid UTF-8 (the message gives the byte offset); INTERNAL on read errors.
 absl::StatusOr<std::string> ReadDataFile(const std::string& path, int64_t max_bytes);
 
 // ReadDataFile, then ParseDataset.

@@ -47,12 +47,13 @@ ABSL_FLAG(
     "server's windows move to the others, and the report equals a one-server run (README \"Many "
     "replicas\")");
 ABSL_FLAG(std::string, data, "",
-          "dataset file (required): a regular file of valid UTF-8 of at most --max_data_bytes (a directory, "
-          "device, FIFO, larger file or invalid UTF-8 is refused, naming the byte offset)");
+          "dataset file (required): a regular file of valid UTF-8 of at most --max_data_bytes, or gzip of one "
+          "(a directory, device, FIFO, larger file or invalid UTF-8 is refused, naming the byte offset; "
+          "Parquet / zstd / bzip2 / xz too, saying how to convert them)");
 ABSL_FLAG(int64_t, max_data_bytes, int64_t{1} << 30, "largest --data file accepted, bytes (default 1 GiB)");
 ABSL_FLAG(std::string, format, "",
-          "wikitext | text | jsonl (default by extension: .raw -> wikitext, .jsonl/.json -> jsonl, "
-          "else text)");
+          "wikitext | text | jsonl (default by extension, a final .gz left out: .raw -> wikitext, "
+          ".jsonl/.json -> jsonl, else text)");
 ABSL_FLAG(std::string, separator, "",
           "text format: document separator, e.g. '<|endoftext|>' (default: the whole file is one "
           "document); C escapes are decoded ('\\n\\n' is two newlines); each piece is stripped of "

@@ -1,10 +1,13 @@
 // The data file checks of scored-ppl (client/ppl/dataset.h): a regular file, at most max_bytes, non-empty,
 // valid UTF-8 with the offset of the first bad sequence named. Before them, `--data /dev/zero` read forever
-// and `--data /tmp` read as empty text ("no window for 1 tokens").
+// and `--data /tmp` read as empty text ("no window for 1 tokens"). Gzip files are read as their text (a
+// `.jsonl.gz` or C4's `.json.gz` gave "not valid UTF-8 ... byte 0x8b" before); Parquet and other
+// containers are refused saying how to convert them.
 #include "client/ppl/dataset.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstdio>
 #include <fstream>
@@ -27,6 +30,21 @@ std::string WriteFile(const std::string& name, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
   return path;
+}
+
+// `text` as one gzip member (zlib's deflate with the gzip wrapper, as `gzip` writes it).
+std::string Gzip(const std::string& text) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&z, text.size()) + 64, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
 }
 
 TEST(FirstInvalidUtf8Test, ValidTextIsMinusOne) {
@@ -123,6 +141,68 @@ TEST(ReadDataFileTest, RefusesInvalidUtf8NamingTheOffset) {
   absl::StatusOr<std::string> latin1 =
       ReadDataFile(WriteFile("latin1.txt", "na\xefve"), kDefaultMaxDataBytes);
   EXPECT_THAT(latin1.status().message(), HasSubstr("byte offset 2 (byte 0xef)"));
+}
+
+TEST(ReadDataFileTest, GzipIsReadAsItsText) {
+  const std::string jsonl = "{\"text\": \"Once upon a time.\"}\n{\"text\": \"The end.\"}\n";
+  const std::string path = WriteFile("c4-train.00000-of-01024.json.gz", Gzip(jsonl));
+  EXPECT_EQ(FormatForPath(path), Format::kJsonl);
+  EXPECT_EQ(FormatForPath("wiki.test.raw.gz"), Format::kWikiText);
+  EXPECT_EQ(FormatForPath("notes.txt.gz"), Format::kText);
+  absl::StatusOr<std::string> got = ReadDataFile(path, kDefaultMaxDataBytes);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, jsonl);
+  absl::StatusOr<Dataset> dataset = LoadDataset(path, FormatForPath(path), "", "text");
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_THAT(dataset->documents, ::testing::ElementsAre("Once upon a time.", "The end."));
+  // Concatenated members (`cat a.gz b.gz`) read as `zcat` reads them: one text after the other.
+  got = ReadDataFile(WriteFile("two.txt.gz", Gzip("first part, ") + Gzip("second part")), kDefaultMaxDataBytes);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "first part, second part");
+}
+
+TEST(ReadDataFileTest, GzipIsBoundedAndChecked) {
+  // 4 MiB of one letter compress to a few KiB: --max_data_bytes bounds the text, not the file.
+  const std::string bomb = Gzip(std::string(4 << 20, 'a'));
+  ASSERT_LT(bomb.size(), 64u << 10);
+  absl::StatusOr<std::string> got = ReadDataFile(WriteFile("bomb.txt.gz", bomb), 1 << 20);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(got.status().message(), HasSubstr("decompresses to more than --max_data_bytes 1048576"));
+  // A truncated member and corrupt data name the file and say it is not valid gzip.
+  const std::string whole = Gzip(std::string(100000, 'b') + "end");
+  got = ReadDataFile(WriteFile("cut.txt.gz", whole.substr(0, whole.size() / 2)), kDefaultMaxDataBytes);
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(got.status().message(), HasSubstr("is not valid gzip"));
+  std::string corrupt = whole;
+  for (size_t i = 20; i < 40; ++i) corrupt[i] = static_cast<char>(~corrupt[i]);
+  got = ReadDataFile(WriteFile("corrupt.txt.gz", corrupt), kDefaultMaxDataBytes);
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(got.status().message(), HasSubstr("is not valid gzip"));
+  // Invalid UTF-8 inside is found after decompression, at its offset in the text.
+  got = ReadDataFile(WriteFile("latin1.txt.gz", Gzip("na\xefve")), kDefaultMaxDataBytes);
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(got.status().message(), HasSubstr("invalid byte sequence at byte offset 2 (byte 0xef)"));
+}
+
+TEST(ReadDataFileTest, ContainersItCannotReadAreNamed) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"train.parquet", std::string("PAR1\x15\x04\x15", 7)},
+      {"train.jsonl.zst", std::string("\x28\xb5\x2f\xfd\x04\x58", 6)},
+      {"train.txt.bz2", "BZh91AY&SY"},
+      {"train.txt.xz", std::string("\xfd" "7zXZ\0\0", 8)},
+  };
+  for (const auto& [name, bytes] : cases) {
+    absl::StatusOr<std::string> got = ReadDataFile(WriteFile(name, bytes), kDefaultMaxDataBytes);
+    ASSERT_FALSE(got.ok()) << name;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(got.status().message(), HasSubstr("which scored-ppl does not read")) << name;
+    EXPECT_THAT(got.status().message(), HasSubstr("and gzip (.gz) of them")) << name;
+  }
+  // Gzip of Parquet: the container is named after decompression too.
+  absl::StatusOr<std::string> got = ReadDataFile(WriteFile("train.parquet.gz", Gzip("PAR1xyz")), kDefaultMaxDataBytes);
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(got.status().message(), HasSubstr("is Parquet"));
 }
 
 }  // namespace
