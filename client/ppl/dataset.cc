@@ -3,13 +3,12 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-
-#include <zlib.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -72,7 +71,8 @@ const char* FileKind(mode_t mode) {
 // The gzip members of `compressed`, one after another (as `gzip -d` / `zcat` read concatenated members),
 // decompressed to at most max_bytes bytes. INVALID_ARGUMENT naming the path when it is not well-formed gzip
 // or would decompress past max_bytes (a small file can expand a thousandfold).
-absl::StatusOr<std::string> Gunzip(const std::string& path, const std::string& compressed, int64_t max_bytes) {
+absl::StatusOr<std::string> Gunzip(const std::string& path, const std::string& compressed,
+                                   int64_t max_bytes) {
   z_stream z{};
   if (inflateInit2(&z, 15 + 16) != Z_OK) return absl::InternalError("zlib: inflateInit2 failed");
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data()));
@@ -87,8 +87,8 @@ absl::StatusOr<std::string> Gunzip(const std::string& path, const std::string& c
     out.append(buffer, sizeof(buffer) - z.avail_out);
     if (static_cast<int64_t>(out.size()) > max_bytes) {
       inflateEnd(&z);
-      return absl::InvalidArgumentError(absl::StrCat("data file ", path, " decompresses to more than --max_data_bytes ",
-                                                      max_bytes, " bytes"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data file ", path, " decompresses to more than --max_data_bytes ", max_bytes, " bytes"));
     }
     if (rc == Z_STREAM_END) {
       if (z.avail_in == 0) break;
@@ -116,12 +116,17 @@ absl::Status RefuseContainer(const std::string& path, absl::string_view content)
   if (absl::StartsWith(content, "PAR1")) kind = "Parquet";
   if (absl::StartsWith(content, "\x28\xb5\x2f\xfd")) kind = "zstd-compressed";
   if (absl::StartsWith(content, "BZh")) kind = "bzip2-compressed";
-  if (absl::StartsWith(content, "\xfd" "7zXZ")) kind = "xz-compressed";
+  if (absl::StartsWith(content,
+                       "\xfd"
+                       "7zXZ"))
+    kind = "xz-compressed";
   if (kind == nullptr) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "data file ", path, " is ", kind, ", which scored-ppl does not read; it reads text, jsonl and "
-      "WikiText raw files, and gzip (.gz) of them: convert it, e.g. python -c \"import pandas as p; p.read_parquet('IN').to_json('OUT.jsonl', "
-      "orient='records', lines=True)\" for Parquet, or zstd -d / bunzip2 / unxz"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("data file ", path, " is ", kind,
+                   ", which scored-ppl does not read; it reads text, jsonl and "
+                   "WikiText raw files, and gzip (.gz) of them: convert it, e.g. python -c \"import pandas "
+                   "as p; p.read_parquet('IN').to_json('OUT.jsonl', "
+                   "orient='records', lines=True)\" for Parquet, or zstd -d / bunzip2 / unxz"));
 }
 
 std::string UniversalNewlines(absl::string_view content) {

@@ -46,10 +46,11 @@ ABSL_FLAG(
     "or dns:///NAME:PORT (every address NAME resolves to): windows are spread over all of them, a failed "
     "server's windows move to the others, and the report equals a one-server run (README \"Many "
     "replicas\")");
-ABSL_FLAG(std::string, data, "",
-          "dataset file (required): a regular file of valid UTF-8 of at most --max_data_bytes, or gzip of one "
-          "(a directory, device, FIFO, larger file or invalid UTF-8 is refused, naming the byte offset; "
-          "Parquet / zstd / bzip2 / xz too, saying how to convert them)");
+ABSL_FLAG(
+    std::string, data, "",
+    "dataset file (required): a regular file of valid UTF-8 of at most --max_data_bytes, or gzip of one "
+    "(a directory, device, FIFO, larger file or invalid UTF-8 is refused, naming the byte offset; "
+    "Parquet / zstd / bzip2 / xz too, saying how to convert them)");
 ABSL_FLAG(int64_t, max_data_bytes, int64_t{1} << 30, "largest --data file accepted, bytes (default 1 GiB)");
 ABSL_FLAG(std::string, format, "",
           "wikitext | text | jsonl (default by extension, a final .gz left out: .raw -> wikitext, "

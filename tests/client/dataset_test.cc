@@ -156,7 +156,8 @@ TEST(ReadDataFileTest, GzipIsReadAsItsText) {
   ASSERT_TRUE(dataset.ok()) << dataset.status();
   EXPECT_THAT(dataset->documents, ::testing::ElementsAre("Once upon a time.", "The end."));
   // Concatenated members (`cat a.gz b.gz`) read as `zcat` reads them: one text after the other.
-  got = ReadDataFile(WriteFile("two.txt.gz", Gzip("first part, ") + Gzip("second part")), kDefaultMaxDataBytes);
+  got =
+      ReadDataFile(WriteFile("two.txt.gz", Gzip("first part, ") + Gzip("second part")), kDefaultMaxDataBytes);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, "first part, second part");
 }
@@ -190,7 +191,9 @@ TEST(ReadDataFileTest, ContainersItCannotReadAreNamed) {
       {"train.parquet", std::string("PAR1\x15\x04\x15", 7)},
       {"train.jsonl.zst", std::string("\x28\xb5\x2f\xfd\x04\x58", 6)},
       {"train.txt.bz2", "BZh91AY&SY"},
-      {"train.txt.xz", std::string("\xfd" "7zXZ\0\0", 8)},
+      {"train.txt.xz", std::string("\xfd"
+                                   "7zXZ\0\0",
+                                   8)},
   };
   for (const auto& [name, bytes] : cases) {
     absl::StatusOr<std::string> got = ReadDataFile(WriteFile(name, bytes), kDefaultMaxDataBytes);
@@ -200,7 +203,8 @@ TEST(ReadDataFileTest, ContainersItCannotReadAreNamed) {
     EXPECT_THAT(got.status().message(), HasSubstr("and gzip (.gz) of them")) << name;
   }
   // Gzip of Parquet: the container is named after decompression too.
-  absl::StatusOr<std::string> got = ReadDataFile(WriteFile("train.parquet.gz", Gzip("PAR1xyz")), kDefaultMaxDataBytes);
+  absl::StatusOr<std::string> got =
+      ReadDataFile(WriteFile("train.parquet.gz", Gzip("PAR1xyz")), kDefaultMaxDataBytes);
   ASSERT_FALSE(got.ok());
   EXPECT_THAT(got.status().message(), HasSubstr("is Parquet"));
 }
