@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/score_options.h"
 
@@ -150,6 +151,28 @@ Json TopObject(const std::vector<TopKEntry>& top, int k, int32_t own_id, float o
   return obj;
 }
 
+// vLLM's prompt_logprobs entry of one position: {"<id>": {"logprob", "rank", "decoded_token"}} for the first
+// `k` entries of `top` and the position's own token (`own_rank` from the engine). A top entry's rank is
+// 1 + the entries of `top` strictly more likely (every such id is in `top`, which is sorted), so tied
+// entries share a rank as the engine's rank does.
+Json PromptLogprobEntry(const std::vector<TopKEntry>& top, int k, int32_t own_id, float own_logprob,
+                        int32_t own_rank, const std::vector<int32_t>& context, size_t position,
+                        const TokenStrings& strings) {
+  Json obj = Json::object();
+  const auto put = [&](int32_t id, float logprob, int64_t rank) {
+    obj[std::to_string(id)] = {
+        {"logprob", logprob}, {"rank", rank}, {"decoded_token", strings.Alternative(context, position, id)}};
+  };
+  put(own_id, own_logprob, own_rank);
+  const size_t count = std::min(top.size(), static_cast<size_t>(std::max(k, 0)));
+  size_t above = 0;  // entries of `top` strictly more likely than entry t
+  for (size_t t = 0; t < count; ++t) {
+    if (t > 0 && top[t].logprob < top[t - 1].logprob) above = t;
+    if (top[t].id != own_id) put(top[t].id, top[t].logprob, static_cast<int64_t>(above) + 1);
+  }
+  return obj;
+}
+
 }  // namespace
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body, int max_logprobs) {
@@ -181,6 +204,15 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
     return FieldError("logprobs", absl::StrCat("must be in [0, ", max_logprobs, "], got ", *logprobs));
   }
   r.logprobs = static_cast<int>(*logprobs);
+  absl::StatusOr<int64_t> prompt_logprobs = IntMember(*j, "prompt_logprobs", -1);
+  if (!prompt_logprobs.ok()) return prompt_logprobs.status();
+  if (Member(*j, "prompt_logprobs") != nullptr && (*prompt_logprobs < 0 || *prompt_logprobs > max_logprobs)) {
+    return FieldError(
+        "prompt_logprobs",
+        absl::StrCat("must be in [0, ", max_logprobs, "], got ", *prompt_logprobs,
+                     *prompt_logprobs == -1 ? " (-1, the whole vocabulary, is not served)" : ""));
+  }
+  r.prompt_logprobs = static_cast<int>(*prompt_logprobs);
   for (const char* key : {"n", "best_of"}) {
     absl::StatusOr<int64_t> v = IntMember(*j, key, 1);
     if (!v.ok()) return v.status();
@@ -202,15 +234,17 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
 
 std::optional<ScoreRequest> EngineRequestFor(const CompletionRequest& request,
                                              const std::vector<int32_t>& ids) {
-  const bool prompt_logprobs = request.echo && request.logprobs >= 0 && ids.size() >= 2;
-  if (request.max_tokens == 0 && !prompt_logprobs) return std::nullopt;
+  const bool echo_logprobs = request.echo && request.logprobs >= 0 && ids.size() >= 2;
+  const bool vllm_prompt_logprobs = request.prompt_logprobs >= 0 && ids.size() >= 2;
+  if (request.max_tokens == 0 && !echo_logprobs && !vllm_prompt_logprobs) return std::nullopt;
   ScoreRequest s;
   s.tokens = ids;
   if (request.max_tokens == 1) s.tokens.push_back(ids.back());  // its distribution is the next token's
   const int32_t n = static_cast<int32_t>(s.tokens.size());
   // Without the prompt's own log-probabilities only the appended position is scored.
-  s.score_from = prompt_logprobs ? 1 : n - 1;
-  s.top_k = std::max(request.logprobs, request.max_tokens == 1 ? 1 : 0);
+  s.score_from = echo_logprobs || vllm_prompt_logprobs ? 1 : n - 1;
+  s.top_k = std::max({request.logprobs, request.prompt_logprobs, request.max_tokens == 1 ? 1 : 0});
+  s.want_rank = vllm_prompt_logprobs;
   return s;
 }
 
@@ -266,37 +300,62 @@ std::string TokenStrings::Text(const std::vector<int32_t>& ids) const {
   return ValidUtf8(DecodeValid(ids, 0, ids.size(), -1));
 }
 
+namespace {
+
+// vLLM's `prompt_logprobs` of one choice: null for the first token (no context), then one entry per
+// prompt position (the appended next-token position of max_tokens 1 is not the prompt's).
+Json PromptLogprobsList(const CompletionRequest& request, const std::vector<int32_t>& ids,
+                        const ScoreResult& result, const TokenStrings& strings) {
+  Json list = Json::array({nullptr});
+  static const std::vector<TopKEntry> kNone;
+  for (size_t i = 1; i < ids.size(); ++i) {
+    const size_t r = i - 1;
+    const std::vector<TopKEntry>& top = r < result.top_k.size() ? result.top_k[r] : kNone;
+    const int32_t rank = r < result.rank.size() ? result.rank[r] : 0;
+    list.push_back(
+        PromptLogprobEntry(top, request.prompt_logprobs, ids[i], result.logprob[r], rank, ids, i, strings));
+  }
+  return list;
+}
+
+}  // namespace
+
 Json BuildChoice(const CompletionRequest& request, int index, const Prompt& prompt,
                  const std::vector<int32_t>& ids, const ScoreResult* result, const TokenStrings& strings) {
   // The engine's arrays start at position max(1, score_from) of the scored sequence.
   const size_t n = ids.size();
-  const bool prompt_logprobs = result != nullptr && request.echo && request.logprobs >= 0 && n >= 2;
+  const bool prompt_scored = result != nullptr && n >= 2 && (request.echo || request.prompt_logprobs >= 0);
+  const bool echo_logprobs = prompt_scored && request.echo && request.logprobs >= 0;
   Json tokens = Json::array();
   Json token_logprobs = Json::array();
   Json top_logprobs = Json::array();
   Json text_offset = Json::array();
   std::string text;
   int64_t offset = 0;
-  const auto add = [&](const std::string& piece, Json logprob, Json top) {
+  const auto add = [&](const std::string& piece, Json logprob, Json top, bool in_text) {
     tokens.push_back(piece);
     token_logprobs.push_back(std::move(logprob));
     top_logprobs.push_back(std::move(top));
     text_offset.push_back(offset);
-    offset += CodePoints(piece);
+    if (in_text) offset += CodePoints(piece);
   };
   if (request.echo) {
     text = prompt.is_text ? prompt.text : strings.Text(ids);
     if (request.logprobs >= 0) {
       for (size_t i = 0; i < n; ++i) {
-        if (i == 0 || !prompt_logprobs) {
-          add(strings.Piece(ids, i), nullptr, nullptr);
+        const std::string piece = strings.Piece(ids, i);
+        // A BOS the tokenizer added to a text prompt is not in `text` (the prompt as sent): it takes no
+        // characters, so that text_offset indexes `text`.
+        const bool in_text = !(i == 0 && prompt.is_text && !absl::StartsWith(text, piece));
+        if (i == 0 || !echo_logprobs) {
+          add(piece, nullptr, nullptr, in_text);
           continue;
         }
         const size_t r = i - 1;
         static const std::vector<TopKEntry> kNone;  // logprobs 0 asks the engine for no top-k
         const std::vector<TopKEntry>& top = r < result->top_k.size() ? result->top_k[r] : kNone;
-        add(strings.Piece(ids, i), result->logprob[r],
-            TopObject(top, request.logprobs, ids[i], result->logprob[r], ids, i, strings));
+        add(piece, result->logprob[r],
+            TopObject(top, request.logprobs, ids[i], result->logprob[r], ids, i, strings), in_text);
       }
     }
   }
@@ -310,7 +369,7 @@ Json BuildChoice(const CompletionRequest& request, int index, const Prompt& prom
     completion_ids.push_back(next.id);
     if (request.logprobs >= 0) {
       add(piece, next.logprob,
-          TopObject(result->top_k.back(), request.logprobs, next.id, next.logprob, ids, n, strings));
+          TopObject(result->top_k.back(), request.logprobs, next.id, next.logprob, ids, n, strings), true);
     }
   }
   Json choice;
@@ -323,6 +382,10 @@ Json BuildChoice(const CompletionRequest& request, int index, const Prompt& prom
                           {"text_offset", std::move(text_offset)}};
   } else {
     choice["logprobs"] = nullptr;
+  }
+  if (request.prompt_logprobs >= 0) {
+    choice["prompt_logprobs"] =
+        prompt_scored ? PromptLogprobsList(request, ids, *result, strings) : Json::array({nullptr});
   }
   choice["finish_reason"] = "length";
   return choice;

@@ -21,13 +21,19 @@
 //   - logprobs k (0..kMaxTopK, or the tensor-parallel vocabulary shard's rows): per position the k most
 //     likely tokens with their log-probabilities, plus the position's own token when it is not among them
 //     (so up to k + 1 entries, as OpenAI and vLLM). null/absent: `logprobs` is null.
+//   - prompt_logprobs k (vLLM's extension, 0..the logprobs bound; vLLM's -1, the whole vocabulary, is
+//     INVALID_ARGUMENT): each choice gets `prompt_logprobs`, as vLLM returns it: null for the first token,
+//     then per prompt position {"<id>": {"logprob", "rank", "decoded_token"}} for the position's own token
+//     (rank: 1 + the ids with a strictly larger log-probability, the engine's rank) and the k most likely
+//     (ties share a rank), whether or not `echo` is set.
 //   - n, best_of must be 1; stream true, suffix: INVALID_ARGUMENT. temperature, top_p, seed, stop, user and
 //     other fields are accepted and ignored (the one token generated is always the greedy one).
 // Token strings (`logprobs.tokens`, the keys of `top_logprobs`): what each token adds to the decoded text,
 // found by decoding a few tokens before it with and without it (so "▁the" after a word is " the", and the
 // strings of the prompt join to the decoded prompt); bytes that are no valid UTF-8 on their own (a byte
 // token cutting a character) become U+FFFD. text_offset[i] is the sum of the lengths (code points) of
-// tokens[0..i). Without a tokenizer a token's string is "token_id:<id>" (vLLM's spelling).
+// tokens[0..i), so it indexes `text`: a BOS the tokenizer added to a text prompt (not in `text`, the prompt
+// as sent) counts no characters. Without a tokenizer a token's string is "token_id:<id>" (vLLM's spelling).
 #ifndef SCORED_SERVER_OPENAI_API_H_
 #define SCORED_SERVER_OPENAI_API_H_
 
@@ -60,6 +66,7 @@ struct CompletionRequest {
   int max_tokens = 16;          // 0 or 1 after parsing
   bool echo = false;
   int logprobs = -1;            // -1: null; else 0..max_logprobs
+  int prompt_logprobs = -1;     // vLLM's extension: -1 absent; else 0..max_logprobs
   std::optional<bool> add_bos;  // `add_special_tokens` for text prompts; unset: the tokenizer's default
 };
 

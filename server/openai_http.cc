@@ -139,6 +139,14 @@ void OpenAiHttpServer::Reply(const char* route, absl::Time start, const absl::St
   res.set_content(Dump(openai::ErrorBody(res.status, status.message())), "application/json");
 }
 
+Json OpenAiHttpServer::ModelObject() const {
+  return {{"id", config_.model_name},
+          {"object", "model"},
+          {"created", 0},
+          {"owned_by", "scored"},
+          {"max_model_len", config_.gate->limits().max_seq_len}};
+}
+
 void OpenAiHttpServer::Route() {
   http_->Post("/v1/completions",
               [this](const httplib::Request& req, httplib::Response& res) { Completions(req, res); });
@@ -160,14 +168,36 @@ void OpenAiHttpServer::Route() {
   http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     const absl::Time start = absl::Now();
     const absl::Status admitted = Admit(req);
-    Json model = {{"id", config_.model_name},
-                  {"object", "model"},
-                  {"created", 0},
-                  {"owned_by", "scored"},
-                  {"max_model_len", config_.gate->limits().max_seq_len}};
-    Json list = {{"object", "list"}, {"data", Json::array({model})}};
+    Json list = {{"object", "list"}, {"data", Json::array({ModelObject()})}};
     Reply("/v1/models", start, admitted, Dump(list), res);
   });
+  http_->Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const absl::Time start = absl::Now();
+    absl::Status admitted = Admit(req);
+    const std::string wanted = req.matches.size() > 1 ? req.matches[1].str() : "";
+    if (admitted.ok() && wanted != config_.model_name) {
+      admitted = absl::NotFoundError(absl::StrCat(
+          "The model `", wanted, "` does not exist; this server has `", config_.model_name, "`"));
+    }
+    Reply("/v1/models", start, admitted, admitted.ok() ? Dump(ModelObject()) : "", res);
+  });
+  // Routes of the OpenAI API that scored does not serve, answered 501 saying what it serves instead (a bare
+  // 404 "no such route" sent users searching).
+  for (const auto& [route, what] : std::vector<std::pair<std::string, std::string>>{
+           {"/v1/chat/completions",
+            "chat completions are not served: scored scores prompts. Apply the model's chat template "
+            "yourself "
+            "and send the text to /v1/completions with echo, logprobs and max_tokens 0 (or prompt_logprobs)"},
+           {"/v1/embeddings", "embeddings are not served: scored scores prompts (/v1/completions)"},
+           {"/v1/responses", "the Responses API is not served: scored scores prompts (/v1/completions)"}}) {
+    http_->Post(route,
+                [this, route = route, what = what](const httplib::Request& req, httplib::Response& res) {
+                  const absl::Time start = absl::Now();
+                  absl::Status status = Admit(req);
+                  if (status.ok()) status = absl::UnimplementedError(what);
+                  Reply(route.c_str(), start, status, "", res);
+                });
+  }
   http_->Get("/tokenizer_info", [this](const httplib::Request& req, httplib::Response& res) {
     const absl::Time start = absl::Now();
     absl::Status admitted = AdmitTokenizerRoute(req);

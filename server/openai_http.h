@@ -3,7 +3,10 @@
 //
 // Routes:
 //   POST /v1/completions  echo / logprobs / max_tokens 0 or 1 over a prompt (text, ids, or a batch)
-//   GET  /v1/models       the one model, named --openai_model_name (default: the model folder's name)
+//   GET  /v1/models       the one model, named --openai_model_name (default: the model folder's name);
+//                         /v1/models/{id} that model (404 for another id)
+//   POST /v1/chat/completions, /v1/embeddings, /v1/responses   501 saying what to use instead (scored scores
+//                         prompts; a chat is scored by sending its templated text to /v1/completions)
 //   GET  /health          200 {"status": "ok"} while serving; 503 once the engine failed or the server stops
 //   GET  /tokenizer_info, POST /tokenize, POST /detokenize   vLLM's tokenizer routes, which lm-eval's
 //                         remote tokenizer (tokenizer_backend=remote, auto-detected) uses instead of a local
@@ -52,6 +55,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/admission.h"
+#include "server/openai_api.h"
 
 namespace httplib {
 class Server;
@@ -101,6 +105,8 @@ class OpenAiHttpServer {
   // Admit for /tokenize, /detokenize, /tokenizer_info with --openai_tokenizer_auth, else the health check
   // alone.
   absl::Status AdmitTokenizerRoute(const httplib::Request& req) const;
+  // The /v1/models entry of the one model.
+  openai::Json ModelObject() const;
   void Reply(const char* route, absl::Time start, const absl::Status& status, const std::string& json,
              httplib::Response& res) const;
 

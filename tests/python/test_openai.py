@@ -153,7 +153,12 @@ def test_logprobs_equal_grpc_score(oa, grpc_client):
             # The position's own token is always there.
             assert lp["tokens"][pos] in top and top[lp["tokens"][pos]] == want.logprob[pos - 1]
         assert "".join(lp["tokens"][:n]) == "<s>" + text
-        assert lp["text_offset"] == [sum(len(t) for t in lp["tokens"][:i]) for i in range(len(lp["tokens"]))]
+        # text_offset indexes the echoed text: the BOS the tokenizer added is not in it and takes no characters.
+        assert choice["text"].startswith(text)
+        assert lp["text_offset"] == [0] + [sum(len(t) for t in lp["tokens"][1:i]) for i in range(1, len(lp["tokens"]))]
+        for pos in range(1, len(lp["tokens"])):
+            piece = lp["tokens"][pos]
+            assert choice["text"][lp["text_offset"][pos]:lp["text_offset"][pos] + len(piece)] == piece
         assert out["usage"]["prompt_tokens"] == n and out["usage"]["completion_tokens"] == max_tokens
         if max_tokens == 1:
             # The greedy next token: the argmax after the whole prompt, as gRPC finds it (any appended id).

@@ -204,7 +204,10 @@ TEST(OpenAiChoice, EchoLogprobsAndTheNextToken) {
   // The top entry first, then the position's own token (not among the top 1).
   EXPECT_EQ(lp["top_logprobs"][2].dump(), Json({{" a", -0.5f}, {" upon", -3.5f}}).dump());
   EXPECT_EQ(lp["top_logprobs"][3], Json({{" a", -0.125f}}));
-  EXPECT_EQ(lp["text_offset"], Json::array({0, 3, 7, 12}));
+  // text_offset indexes `text`: the BOS the tokenizer added is not in it and takes no characters
+  // ("Once upon a"[4:9] is " upon"; before, the offsets counted "<s>" and were 3 too far: 0, 3, 7, 12).
+  EXPECT_EQ(lp["text_offset"], Json::array({0, 0, 4, 9}));
+  EXPECT_FALSE(choice.contains("prompt_logprobs"));  // not asked for
 
   // Without echo only the generated token; without logprobs a null object.
   CompletionRequest plain = Request(1, false, -1);
@@ -230,6 +233,70 @@ TEST(OpenAiChoice, EchoLogprobsAndTheNextToken) {
   EXPECT_EQ(response["model"], "stories");
   EXPECT_EQ(response["created"], 42);
   EXPECT_EQ(response["usage"], Json({{"prompt_tokens", 3}, {"completion_tokens", 1}, {"total_tokens", 4}}));
+}
+
+// vLLM's prompt_logprobs: parsed within the logprobs bound, scored from position 1 with ranks, whether or not
+// echo is set; each position's entry holds its own token and the top k, keyed by id, with ranks.
+TEST(OpenAiPromptLogprobs, ParsedScoredAndBuiltAsVllm) {
+  absl::StatusOr<CompletionRequest> r =
+      ParseCompletionRequest(R"({"prompt": [1, 403, 407], "max_tokens": 0, "prompt_logprobs": 2})", 64);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prompt_logprobs, 2);
+  EXPECT_FALSE(r->echo);
+  for (const char* bad : {R"({"prompt": "a", "max_tokens": 0, "prompt_logprobs": -1})",
+                          R"({"prompt": "a", "max_tokens": 0, "prompt_logprobs": 65})",
+                          R"({"prompt": "a", "max_tokens": 0, "prompt_logprobs": "2"})"}) {
+    absl::StatusOr<CompletionRequest> refused = ParseCompletionRequest(bad, 64);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(refused.status().message().find("prompt_logprobs"), std::string::npos) << refused.status();
+  }
+  EXPECT_NE(ParseCompletionRequest(R"({"prompt": "a", "max_tokens": 0, "prompt_logprobs": -1})", 64)
+                .status()
+                .message()
+                .find("the whole vocabulary, is not served"),
+            std::string::npos);
+
+  const std::vector<int32_t> ids = {1, 403, 407};
+  std::optional<ScoreRequest> engine = EngineRequestFor(*r, ids);
+  ASSERT_TRUE(engine.has_value());
+  EXPECT_EQ(engine->tokens, ids);
+  EXPECT_EQ(engine->score_from, 1);
+  EXPECT_EQ(engine->top_k, 2);
+  EXPECT_TRUE(engine->want_rank);
+
+  std::unique_ptr<Tokenizer> tok = LoadTokenizer();
+  ASSERT_NE(tok, nullptr);
+  const TokenStrings strings(tok.get());
+  Prompt prompt;
+  prompt.ids = ids;
+  r->prompts = {prompt};
+  ScoreResult result;
+  result.logprob = {-0.25f, -3.5f};
+  result.rank = {1, 3};
+  // Position 2: two ids tied for the top, the prompt's own token (407) third.
+  result.top_k = {{{403, -0.25f}, {261, -2.0f}}, {{261, -0.5f}, {300, -0.5f}}};
+  result.num_scored = 2;
+  const Json choice = BuildChoice(*r, 0, prompt, ids, &result, strings);
+  EXPECT_TRUE(choice["logprobs"].is_null());
+  EXPECT_EQ(choice["text"], "");  // no echo
+  const Json& plp = choice["prompt_logprobs"];
+  ASSERT_EQ(plp.size(), 3u);
+  EXPECT_TRUE(plp[0].is_null());
+  EXPECT_EQ(
+      plp[1].dump(),
+      Json({{"403", {{"logprob", -0.25f}, {"rank", 1}, {"decoded_token", "Once"}}},
+            {"261", {{"logprob", -2.0f}, {"rank", 2}, {"decoded_token", strings.Alternative(ids, 1, 261)}}}})
+          .dump());
+  EXPECT_EQ(plp[2]["407"], Json({{"logprob", -3.5f}, {"rank", 3}, {"decoded_token", " upon"}}));
+  EXPECT_EQ(plp[2]["261"]["rank"], 1);
+  EXPECT_EQ(plp[2]["300"]["rank"], 1);  // tied with the top: the same rank
+  EXPECT_EQ(plp[2].size(), 3u);
+
+  // Asked for on a one-token prompt: nothing to score, vLLM's [null].
+  prompt.ids = {1};
+  const Json single = BuildChoice(*r, 0, prompt, {1}, nullptr, strings);
+  EXPECT_EQ(single["prompt_logprobs"], Json::array({nullptr}));
 }
 
 TEST(OpenAiErrors, StatusAndType) {

@@ -124,6 +124,69 @@ TEST(OpenAiE2eTest, PortFileLogAndTokenOnPlainHttp) {
   EXPECT_EQ(j["choices"][0]["text"], "<s>Once upon a time,");
 }
 
+// vLLM's prompt_logprobs over HTTP gives what gRPC Score gives (logprob, rank, top-k) for the same ids; a
+// text prompt's text_offset indexes its echoed text; /v1/models/{id} answers; the chat, embeddings and
+// responses routes say 501 and what to use instead (before: prompt_logprobs silently ignored, bare 404s).
+TEST(OpenAiE2eTest, PromptLogprobsModelsByIdAndUnservedRoutes) {
+  auto proc = StartOrDie({});
+  ASSERT_NE(proc, nullptr);
+  httplib::Client http("127.0.0.1", OpenAiPort(*proc));
+  const std::vector<int> ids = {1, 403, 407, 261, 378};
+  auto scored = http.Post("/v1/completions",
+                          R"({"prompt": [1, 403, 407, 261, 378], "max_tokens": 0, "prompt_logprobs": 3})",
+                          "application/json");
+  ASSERT_TRUE(scored);
+  ASSERT_EQ(scored->status, 200) << scored->body;
+  const Json plp = Json::parse(scored->body)["choices"][0]["prompt_logprobs"];
+  auto stub =
+      v1::Scorer::NewStub(grpc::CreateChannel(proc->grpc_address(), grpc::InsecureChannelCredentials()));
+  v1::ScoreRequest req;
+  for (int id : ids) req.mutable_tokens()->add_ids(id);
+  req.set_top_k(3);
+  req.set_want_rank(true);
+  v1::ScoreResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub->Score(&ctx, req, &resp).ok());
+  ASSERT_EQ(plp.size(), ids.size());
+  EXPECT_TRUE(plp[0].is_null());
+  for (int i = 0; i < 4; ++i) {
+    const Json& own = plp[i + 1][std::to_string(ids[i + 1])];
+    EXPECT_EQ(own["logprob"].get<float>(), resp.logprob(i)) << i;
+    EXPECT_EQ(own["rank"].get<int>(), resp.rank(i)) << i;
+    for (const v1::TopToken& top : resp.top_k(i).tokens()) {
+      EXPECT_EQ(plp[i + 1][std::to_string(top.id())]["logprob"].get<float>(), top.logprob()) << i;
+    }
+  }
+  auto text = http.Post("/v1/completions",
+                        R"({"prompt": "Once upon a time", "max_tokens": 0, "echo": true, "logprobs": 0})",
+                        "application/json");
+  ASSERT_TRUE(text);
+  ASSERT_EQ(text->status, 200) << text->body;
+  const Json choice = Json::parse(text->body)["choices"][0];
+  const std::string echoed = choice["text"];
+  const Json& tokens = choice["logprobs"]["tokens"];
+  const Json& offsets = choice["logprobs"]["text_offset"];
+  ASSERT_EQ(tokens.size(), offsets.size());
+  for (size_t i = 1; i < tokens.size(); ++i) {  // ASCII: code points are bytes
+    const std::string piece = tokens[i];
+    EXPECT_EQ(echoed.substr(offsets[i].get<size_t>(), piece.size()), piece) << i;
+  }
+  auto model = http.Get("/v1/models/stories260K-hf");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->status, 200) << model->body;
+  EXPECT_EQ(Json::parse(model->body)["id"], "stories260K-hf");
+  auto other = http.Get("/v1/models/gpt-4");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  for (const char* route : {"/v1/chat/completions", "/v1/embeddings", "/v1/responses"}) {
+    auto r = http.Post(route, R"({"model": "stories260K-hf", "messages": []})", "application/json");
+    ASSERT_TRUE(r) << route;
+    EXPECT_EQ(r->status, 501) << route;
+    EXPECT_THAT(Json::parse(r->body)["error"]["message"].get<std::string>(), HasSubstr("/v1/completions"))
+        << route;
+  }
+}
+
 // The tokenizer routes are open by default (lm-eval's remote tokenizer sends no OPENAI_API_KEY), /v1/* is
 // not; with --openai_tokenizer_auth they need the token too.
 TEST(OpenAiE2eTest, TokenizerRoutesOpenUnlessAsked) {
