@@ -17,6 +17,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/fault_injection.h"
+#include "server/listen_probe.h"
 
 #ifndef SCORED_VERSION
 #error "SCORED_VERSION must be defined by the build (server/CMakeLists.txt)"
@@ -131,10 +132,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
   server->options_.engine.backend = ResolveBackend(options.engine.backend);
-  // Security files and the metrics port first: a bad certificate or a taken port should fail before
-  // a long model load.
+  // Security files, the metrics port and the listen ports first: a bad certificate or a taken port should
+  // fail before a long model load.
   SCORED_RETURN_IF_ERROR(server->LoadSecurity());
   SCORED_RETURN_IF_ERROR(server->StartMetrics());
+  SCORED_RETURN_IF_ERROR(ProbeListenPort("--listen", options.listen));
+  if (!options.openai_listen.empty()) {
+    SCORED_RETURN_IF_ERROR(ProbeListenPort("--openai_listen", options.openai_listen));
+  }
   std::unique_ptr<Tokenizer> reference_tokenizer;
   absl::Time load_start;
   SCORED_RETURN_IF_ERROR(server->LoadEngine(&reference_tokenizer, &load_start));

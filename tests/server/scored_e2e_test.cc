@@ -740,7 +740,11 @@ TEST(ScoredE2eStandaloneTest, BadFlagsFailWithClearErrors) {
 TEST(ScoredE2eStandaloneTest, TakenPortFailsStartup) {
   auto first = StartOrDie({});
   ASSERT_NE(first, nullptr);
-  ExpectStartupFailure({absl::StrCat("--listen=127.0.0.1:", first->grpc_port())}, "cannot listen");
+  // Found before the model loads (before: after the load, with a raw gRPC error dump), naming the flag.
+  ExpectStartupFailure({absl::StrCat("--listen=127.0.0.1:", first->grpc_port())},
+                       "(--listen): the port is already in use, checked before loading the model");
+  ExpectStartupFailure({"--openai_listen=" + absl::StrCat("127.0.0.1:", first->grpc_port())},
+                       "(--openai_listen): the port is already in use");
   ExpectStartupFailure({absl::StrCat("--metrics_listen=127.0.0.1:", first->metrics_port())},
                        "cannot serve metrics");
 }
