@@ -38,10 +38,11 @@ absl::Status ProbeListenPort(const std::string& flag, const std::string& listen)
   }
   ::freeaddrinfo(result);
   if (!taken) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat(
-      "cannot listen on ", listen, " (", flag, "): the port is already in use, checked before loading the "
-      "model (another scored or program listens there; `ss -ltnp 'sport = :", port,
-      "'` names it; port 0 picks a free one)"));
+  return absl::UnavailableError(
+      absl::StrCat("cannot listen on ", listen, " (", flag,
+                   "): the port is already in use, checked before loading the "
+                   "model (another scored or program listens there; `ss -ltnp 'sport = :",
+                   port, "'` names it; port 0 picks a free one)"));
 }
 
 }  // namespace scored

@@ -21,6 +21,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "cli/command_line.h"
 #include "cli/flags_help.h"
 #include "engine/base/logging.h"
 #include "server/fault_injection.h"
@@ -316,11 +317,28 @@ int main(int argc, char** argv) {
     std::fputs(scored::cli::GroupedHelp(kUsage, HelpGroups(), __FILE__).c_str(), stdout);
     return 0;
   }
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) {
-    std::fprintf(stderr, "scored: unexpected argument '%s' (flags are --name=value)\n", positional[1]);
-    return 1;
+  // A command line that does not parse: exit 2, as scored-ppl and scored-load (cli/command_line.h), with
+  // hints for vLLM's and llama.cpp's spellings.
+  const scored::cli::CommandLineRules rules{"scored takes only flags: the model is --model DIR",
+                                            {{"model-path", "model"},
+                                             {"m", "model"},
+                                             {"tensor-parallel-size", "tp"},
+                                             {"tp-size", "tp"},
+                                             {"max-model-len", "max_seq_len"},
+                                             {"ctx-size", "max_seq_len"},
+                                             {"c", "max_seq_len"},
+                                             {"port", "listen"},
+                                             {"host", "listen"},
+                                             {"api-key", "auth_token_file"},
+                                             {"served-model-name", "openai_model_name"},
+                                             {"ssl-certfile", "tls_cert"},
+                                             {"ssl-keyfile", "tls_key"}}};
+  if (const absl::Status command_line = scored::cli::CheckCommandLine(argc, argv, rules);
+      !command_line.ok()) {
+    std::fprintf(stderr, "scored: %s (see --help)\n", std::string(command_line.message()).c_str());
+    return 2;
   }
+  absl::ParseCommandLine(argc, argv);
   absl::StatusOr<scored::ServerOptions> options = OptionsFromFlags();
   if (!options.ok()) {
     std::fprintf(stderr, "scored: %s\n", std::string(options.status().message()).c_str());

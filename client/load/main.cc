@@ -22,6 +22,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "cli/command_line.h"
 #include "cli/flags_help.h"
 #include "client/connect/security.h"
 #include "client/load/length_mix.h"
@@ -136,11 +137,14 @@ int main(int argc, char** argv) {
     std::fputs(scored::cli::GroupedHelp(kUsage, HelpGroups(), __FILE__).c_str(), stdout);
     return 0;
   }
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) {
-    std::fprintf(stderr, "scored-load: unexpected argument '%s' (flags are --name=value)\n", positional[1]);
+  const scored::cli::CommandLineRules rules{"scored-load takes only flags, e.g. --server HOST:PORT",
+                                            {{"host", "server"}, {"port", "server"}}};
+  if (const absl::Status command_line = scored::cli::CheckCommandLine(argc, argv, rules);
+      !command_line.ok()) {
+    std::fprintf(stderr, "scored-load: %s (see --help)\n", std::string(command_line.message()).c_str());
     return 2;
   }
+  absl::ParseCommandLine(argc, argv);
   absl::StatusOr<scored::load::LoadOptions> options = OptionsFromFlags();
   if (!options.ok()) {
     std::fprintf(stderr, "scored-load: %s\n", std::string(options.status().message()).c_str());

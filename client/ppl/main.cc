@@ -34,6 +34,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cli/command_line.h"
 #include "cli/flags_help.h"
 #include "client/connect/security.h"
 #include "client/ppl/compare.h"
@@ -124,68 +125,19 @@ const std::vector<scored::cli::FlagGroup>& HelpGroups() {
   return *groups;
 }
 
-// absl's built-in usage flags (not registered as flags; ParseCommandLine handles them).
-bool IsUsageFlag(absl::string_view name) {
-  for (const char* usage : {"help", "helpfull", "helpshort", "helppackage", "version", "only_check_args",
-                            "helpon", "helpmatch"}) {
-    if (name == usage) return true;
-  }
-  return false;
-}
-
-// absl::ParseCommandLine exits 1 on an unknown flag or a bad value, and hands positional arguments back to
-// be ignored; both are a bad command line, exit status 2. This pass finds them first, by absl's rules:
-// "--name=value", "--name value", one or two dashes, booleans as "--name", "--name=false" or "--noname",
-// "--" ends the flags (what follows is positional). It sets flags it parses; ParseCommandLine then parses
-// the same arguments again (and handles --help, --flagfile).
+// The command line's problems (cli/command_line.h), with hints for llama-perplexity's and lm-eval's
+// spellings.
 absl::Status CheckCommandLine(int argc, char** argv) {
-  std::vector<std::string> errors;
-  std::vector<std::string> positional;
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") {
-      for (++i; i < argc; ++i) positional.push_back(absl::StrCat("'", argv[i], "'"));
-      break;
-    }
-    if (arg.size() < 2 || arg[0] != '-') {
-      positional.push_back(absl::StrCat("'", arg, "'"));
-      continue;
-    }
-    arg.remove_prefix(arg[1] == '-' ? 2 : 1);
-    const size_t eq = arg.find('=');
-    const absl::string_view name = arg.substr(0, eq);
-    std::optional<absl::string_view> value;
-    if (eq != absl::string_view::npos) value = arg.substr(eq + 1);
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr && absl::StartsWith(name, "no")) {
-      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
-      if (negated != nullptr && negated->IsOfType<bool>()) {
-        if (value.has_value()) errors.push_back(absl::StrCat("--", name, " takes no value"));
-        continue;
-      }
-    }
-    if (flag == nullptr) {
-      if (!IsUsageFlag(name)) errors.push_back(absl::StrCat("unknown flag --", name));
-      continue;
-    }
-    if (!value.has_value()) {
-      if (flag->IsOfType<bool>()) continue;
-      if (i + 1 >= argc) {
-        errors.push_back(absl::StrCat("--", name, " needs a value"));
-        continue;
-      }
-      value = argv[++i];
-    }
-    std::string error;
-    if (!flag->ParseFrom(*value, &error)) errors.push_back(absl::StrCat("--", name, ": ", error));
-  }
-  if (!positional.empty()) {
-    errors.push_back(absl::StrCat("unexpected argument", positional.size() > 1 ? "s " : " ",
-                                  absl::StrJoin(positional, " "),
-                                  " (scored-ppl takes only flags, e.g. --data FILE)"));
-  }
-  if (errors.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
+  const scored::cli::CommandLineRules rules{"scored-ppl takes only flags, e.g. --data FILE",
+                                            {{"f", "data"},
+                                             {"file", "data"},
+                                             {"c", "ctx"},
+                                             {"ctx-size", "ctx"},
+                                             {"max_length", "ctx"},
+                                             {"chunks", "max_windows"},
+                                             {"host", "server"},
+                                             {"port", "server"}}};
+  return scored::cli::CheckCommandLine(argc, argv, rules);
 }
 
 absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {

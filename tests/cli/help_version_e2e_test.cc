@@ -113,5 +113,31 @@ TEST(CliVersionTest, VersionPrintsTheProjectVersionAndCommit) {
   }
 }
 
+// A bad command line exits 2 in every binary, naming the problem and a likely flag (before: scored exited 1
+// with absl's bare "Unknown command line flag 'modle'", its positional model path said nothing of --model,
+// and vLLM's / llama.cpp's spellings got no hint).
+TEST(CliCommandLineTest, BadCommandLinesExitTwoWithAHint) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"/server/scored", "--modle=/m"}, "unknown flag --modle: did you mean --model?"},
+      {{"/server/scored", "--max-seq-len=512"}, "flags are spelled with underscores: --max_seq_len"},
+      {{"/server/scored", "--tensor-parallel-size", "2"}, "this program's flag for that is --tp"},
+      {{"/server/scored", "/models/llama"},
+       "unexpected argument '/models/llama' (scored takes only flags: the "
+       "model is --model DIR)"},
+      {{"/server/scored", "--max_queue=abc"}, "--max_queue: Illegal value 'abc'"},
+      {{"/client/ppl/scored-ppl", "--ctx-size=512"}, "this program's flag for that is --ctx"},
+      {{"/client/ppl/scored-ppl", "--metod=gptq"}, "did you mean --method?"},
+      {{"/client/load/scored-load", "--sever=127.0.0.1:1"}, "did you mean --server?"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> argv = {std::string(SCORED_BINARY_DIR) + args[0]};
+    argv.insert(argv.end(), args.begin() + 1, args.end());
+    const testing::ChildRun run = testing::RunToExit(
+        argv, absl::StrCat(::testing::TempDir(), "/cli_bad.", ::getpid()), absl::Seconds(60));
+    EXPECT_EQ(run.exit_code, 2) << args[0] << " " << args[1] << "\n" << run.err;
+    EXPECT_THAT(run.err, HasSubstr(message)) << args[0] << " " << args[1];
+  }
+}
+
 }  // namespace
 }  // namespace scored::cli
