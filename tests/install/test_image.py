@@ -136,11 +136,11 @@ def test_runtime_packages_are_exactly_those_of_the_linked_libraries(prefix):
 
 def test_builder_installs_what_the_runtime_stage_copies(prefix):
     text = dockerfile()
-    assert re.search(r"cmake --install build --prefix /opt/scored --component runtime", text)
-    sources = re.findall(r"^COPY --from=builder /opt/scored/(\S*) ", text, re.M)
+    assert re.search(r"DESTDIR=/opt/scored cmake --install build --component runtime", text)
+    sources = re.findall(r"^COPY --from=builder /opt/scored/usr/local/(\S*) ", text, re.M)
     assert "bin/" in sources and "share/" in sources, sources
     for rel in sources:
-        assert os.path.exists(os.path.join(prefix, rel)), f"COPY --from=builder /opt/scored/{rel}"
+        assert os.path.exists(os.path.join(prefix, rel)), f"COPY --from=builder /opt/scored/usr/local/{rel}"
     for name in BINARIES:
         assert os.path.exists(os.path.join(prefix, "bin", name))
     # The entry point is an installed binary.

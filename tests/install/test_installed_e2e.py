@@ -8,6 +8,7 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -118,3 +119,24 @@ def test_installed_daemon_serves_and_installed_scored_ppl_scores(prefix, tmp_pat
     # The float64 reference of the same windows; the CPU engine matches it to 1e-5 (as in ppl_e2e_test).
     assert report["sum_logprob"] == pytest.approx(golden["sum_logprob"], rel=1e-5)
     assert report["ppl"] == pytest.approx(golden["ppl"], rel=1e-5)
+
+
+def test_installed_systemd_unit_names_the_installed_binary(prefix):
+    """`--prefix P` installs a unit whose ExecStart is P/bin/scored (it named /usr/local/bin whatever the
+    prefix), and the /etc/default template it reads, which sets --model."""
+    unit_dir = os.path.join(prefix, "share", "scored", "systemd")
+    with open(os.path.join(unit_dir, "scored.service")) as f:
+        unit = f.read()
+    [exec_start] = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    binary = exec_start[len("ExecStart="):].split()[0]
+    assert binary == os.path.join(prefix, "bin", "scored"), exec_start
+    assert os.access(binary, os.X_OK)
+    assert "EnvironmentFile=-/etc/default/scored" in unit and "User=scored" in unit
+    assert "useradd --system" in unit  # how to create the user it runs as
+    with open(os.path.join(unit_dir, "scored.default")) as f:
+        defaults = f.read()
+    assert re.search(r'^SCORED_ARGS="--model=\S+', defaults, re.M), defaults
+    systemd_analyze = shutil.which("systemd-analyze")
+    if systemd_analyze:  # not installed everywhere; where it is, the unit verifies
+        check = run(systemd_analyze, "verify", os.path.join(unit_dir, "scored.service"))
+        assert "is not executable" not in check.stderr, check.stderr

@@ -73,6 +73,21 @@ def test_deployment_mounts_its_token():
     assert_token_secret_mounted(pod, pod["containers"][0]["args"])
 
 
+@pytest.mark.parametrize("name,kind", [("deployment.yaml", "Deployment"),
+                                       ("statefulset-multihost.yaml", "StatefulSet")])
+def test_every_pod_has_a_read_only_root_and_a_writable_tmp(name, kind):
+    """README promises Pod Security "restricted" with a read-only root and an emptyDir /tmp for every pod: the
+    StatefulSet had neither."""
+    pod = by_kind(load_yaml_docs("deploy", "kubernetes", name), kind)["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    security = c["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"] and security["runAsNonRoot"] is True
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "/tmp" in mounts and "emptyDir" in volumes[mounts["/tmp"]]
+
+
 def test_statefulset_for_multihost_tp():
     docs = load_yaml_docs("deploy", "kubernetes", "statefulset-multihost.yaml")
     sts, svc = by_kind(docs, "StatefulSet"), by_kind(docs, "Service")

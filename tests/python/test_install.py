@@ -54,9 +54,9 @@ def test_deploy_files_and_docs_installed(prefix):
             assert got.read() == want.read(), rel
     with open(os.path.join(share, "scored", "systemd", "scored.service")) as f:
         unit = f.read()
-    # ExecStart names the configured prefix's scored (/usr/local by default), not the staging prefix.
+    # ExecStart names the install prefix's scored (staging goes through DESTDIR, as the Dockerfile does).
     exec_start = re.search(r"^ExecStart=(\S+) ", unit, re.M).group(1)
-    assert exec_start.endswith("/bin/scored") and os.path.isabs(exec_start)
+    assert exec_start == os.path.join(prefix, "bin", "scored")
     assert "Type=notify" in unit
     for doc in ("README.md", "LICENSE"):
         assert os.path.exists(os.path.join(share, "doc", "scored", doc)), doc
@@ -65,11 +65,11 @@ def test_deploy_files_and_docs_installed(prefix):
 def test_dockerfile_copies_only_what_the_install_puts_there(prefix):
     with open(os.path.join(REPO, "docker", "Dockerfile")) as f:
         text = f.read()
-    assert re.search(r"cmake --install build --prefix /opt/scored", text)
-    sources = re.findall(r"^COPY --from=builder /opt/scored/(\S*) ", text, re.M)
+    assert re.search(r"DESTDIR=/opt/scored cmake --install build --component runtime", text)
+    sources = re.findall(r"^COPY --from=builder /opt/scored/usr/local/(\S*) ", text, re.M)
     assert sources, "the runtime stage copies nothing from the install prefix"
     for rel in sources:
-        assert os.path.exists(os.path.join(prefix, rel)), f"COPY --from=builder /opt/scored/{rel}"
+        assert os.path.exists(os.path.join(prefix, rel)), f"COPY --from=builder /opt/scored/usr/local/{rel}"
     assert "bin/" in sources and "share/" in sources
 
 
