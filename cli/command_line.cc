@@ -43,9 +43,7 @@ int EditDistance(absl::string_view a, absl::string_view b, int bound) {
 }
 
 // The program's own flags: every registered flag outside Abseil's (--flagfile, --fromenv, ...).
-bool IsProgramFlag(const absl::CommandLineFlag& flag) {
-  return !absl::StrContains(flag.Filename(), "absl/");
-}
+bool IsProgramFlag(const absl::CommandLineFlag& flag) { return !absl::StrContains(flag.Filename(), "absl/"); }
 
 }  // namespace
 

@@ -132,6 +132,12 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Help("Scored positions returned by successful engine batches")
                         .Register(*registry_)
                         .Add({});
+  tokens_input_ =
+      &prometheus::BuildCounter()
+           .Name("scored_tokens_input_total")
+           .Help("Tokens computed (sequence lengths, context included) by successful engine batches")
+           .Register(*registry_)
+           .Add({});
   batch_tokens_ = &prometheus::BuildHistogram()
                        .Name("scored_batch_tokens")
                        .Help("Tokens per engine Score() call")
@@ -244,6 +250,7 @@ void Metrics::RecordRequest(const std::string& method, grpc::StatusCode code, do
 void Metrics::RecordBatch(int64_t batch_tokens, int64_t num_scored) {
   batch_tokens_->Observe(static_cast<double>(batch_tokens));
   tokens_scored_->Increment(static_cast<double>(num_scored));
+  tokens_input_->Increment(static_cast<double>(batch_tokens));
 }
 
 void Metrics::RecordNonFiniteResult() { nonfinite_results_->Increment(); }
@@ -274,9 +281,11 @@ void Metrics::AddPausedStreams(int delta) {
 
 void Metrics::SetConnections(int64_t connections) { connections_->Set(static_cast<double>(connections)); }
 
-void Metrics::SetModelInfo(const ModelInfo& info) {
+void Metrics::SetModelInfo(const ModelInfo& info, const std::string& model) {
   model_info_
       ->Add({{"architecture", info.architecture},
+             {"model", model},
+             {"fingerprint", info.model_fingerprint},
              {"format", info.format},
              {"backend", info.backend},
              {"dtype", info.compute_dtype},

@@ -10,6 +10,9 @@
 //     ready, seconds, for the same requests (buckets 0.5 ms .. ~65 s, doubling).
 // scored_tokens_scored_total               counter    -                              scored positions
 //     (sum of num_scored) of successful engine batches.
+// scored_tokens_input_total                counter    -                              tokens computed (sum of
+//     the sequence lengths, context included) of the same batches: what scored-ppl's tok/s counts (tokens
+//     sent), where scored positions are half of them for llamacpp and a quarter for exl3 at stride ctx/4.
 // scored_batch_tokens                      histogram  -                              tokens (sum of sequence
 //     lengths) per engine Score() call (buckets 16 .. 1Mi, doubling).
 // scored_nonfinite_results_total           counter    -                              requests whose result
@@ -32,7 +35,9 @@
 //     stopped part-way (README "Text limits"): max_seq_len (a Score text passed max_seq_len tokens),
 //     cancelled (the call was cancelled), deadline (its deadline passed), shutdown (the server's shutdown
 //     grace ended).
-// scored_model_info                        gauge = 1  architecture, format, backend, dtype, tp
+// scored_model_info                        gauge = 1  architecture, model, fingerprint, format, backend,
+//     dtype, tp: model the served name (--openai_model_name, else the model folder's), fingerprint
+//     ModelInfo.model_fingerprint (which checkpoint a replica holds, in a fleet of several quantizations).
 // scored_device_memory_bytes               gauge      device, kind (used | total)    per-device memory, only
 //     when the engine reports devices (CUDA backend); refreshed at start and after each batch.
 // scored_build_info                        gauge = 1  version, git_commit, cuda      the binary: project
@@ -97,7 +102,8 @@ class Metrics {
   // +1 when a ScoreStream stops reading for the budget, -1 when it resumes or ends.
   void AddPausedStreams(int delta);
   void SetConnections(int64_t connections);
-  void SetModelInfo(const ModelInfo& info);
+  // `model`: the served name (--openai_model_name, else the model folder's name).
+  void SetModelInfo(const ModelInfo& info, const std::string& model);
   // One (used, total) pair per device, bytes.
   void SetDeviceMemory(const std::vector<std::pair<int64_t, int64_t>>& per_device);
   // Whether health reports SERVING (scored_serving).
@@ -120,6 +126,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Histogram>* latency_;
   prometheus::Counter* tokens_scored_;
+  prometheus::Counter* tokens_input_;
   prometheus::Histogram* batch_tokens_;
   prometheus::Counter* nonfinite_results_;
   prometheus::Family<prometheus::Counter>* tokenizations_stopped_;

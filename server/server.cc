@@ -26,6 +26,15 @@
 namespace scored {
 namespace {
 
+// The model's name where one is shown (/v1/models, scored_model_info's `model` label): --openai_model_name,
+// else the model folder's last component.
+std::string ServedModelName(const ServerOptions& options) {
+  if (!options.openai_model_name.empty()) return options.openai_model_name;
+  std::string dir = options.engine.model_dir;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir.substr(dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/') + 1);
+}
+
 // protobuf logs an ERROR line for every message whose string field holds invalid UTF-8; scored answers such a
 // request with INVALID_ARGUMENT naming the field (and counts it), so that line would only let any client
 // write to the server's log at will (one line per request: 4,163 of them in a 30-minute soak). Dropped;
@@ -278,7 +287,7 @@ void Server::LogLoaded(const ScoreLimits& limits, absl::Time load_start) {
                      << " entries, bos " << tokenizer_->bos_id() << ", eos " << tokenizer_->eos_id()
                      << ", add_bos_by_default " << tokenizer_->add_bos_by_default();
   }
-  metrics_->SetModelInfo(info);
+  metrics_->SetModelInfo(info, ServedModelName(options_));
   metrics_->SetDeviceMemory(engine_->DeviceMemory());
 }
 
@@ -369,12 +378,7 @@ absl::Status Server::StartEndpoints(const ScoreLimits& limits, const Tokenizer* 
   if (options_.openai_listen.empty()) return absl::OkStatus();
   OpenAiHttpServer::Config http;
   http.listen = options_.openai_listen;
-  http.model_name = options_.openai_model_name;
-  if (http.model_name.empty()) {
-    std::string dir = options_.engine.model_dir;
-    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    http.model_name = dir.substr(dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/') + 1);
-  }
+  http.model_name = ServedModelName(options_);
   http.threads = options_.openai_threads;
   http.tokenizer_auth = options_.openai_tokenizer_auth;
   http.max_body_bytes = options_.max_message_bytes;

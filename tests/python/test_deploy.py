@@ -128,6 +128,20 @@ def test_prometheus_config_targets_metrics_port():
     assert job["static_configs"][0]["targets"][0].endswith(":9464")
 
 
+def test_prometheus_configs_load_the_rules_and_compose_publishes_on_loopback():
+    for config, folder in ((load_yaml_docs("deploy", "prometheus", "prometheus.yml")[0], "deploy/prometheus"),
+                           (load_yaml_docs("docker", "prometheus-compose.yml")[0], None)):
+        assert config["rule_files"] == ["scored-rules.yml"]
+        if folder:
+            assert os.path.exists(os.path.join(REPO, folder, "scored-rules.yml"))
+    compose = load_yaml_docs("docker", "compose.yaml")[0]["services"]
+    assert any(v.endswith("scored-rules.yml:/etc/prometheus/scored-rules.yml:ro")
+               for v in compose["prometheus"]["volumes"])
+    for service in compose.values():
+        for port in service.get("ports", []):
+            assert port.startswith("127.0.0.1:"), port  # Grafana's admin/admin, Prometheus unauthenticated
+
+
 SYSTEMD_UNIT = os.path.join(REPO, "deploy", "systemd", "scored.service")
 
 

@@ -44,6 +44,9 @@ def prometheus(tmp_path, daemon):
     job["static_configs"][0]["targets"] = [f"127.0.0.1:{daemon.metrics_port}"]
     job["scrape_interval"] = "1s"  # the deploy file's 15 s would make the test slow
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    # The rule files it names, beside it as in deploy/prometheus.
+    for rules in config["rule_files"]:
+        shutil.copy(os.path.join(REPO, "deploy", "prometheus", rules), tmp_path / rules)
     port = free_port()
     proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
                              f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
@@ -93,7 +96,13 @@ def test_prometheus_scrapes_scored_and_metrics_move(prometheus, client):
     assert after >= before + 5 * 99
     wait_for(prometheus, 'sum(scored_requests_total{method="Score",code="OK"})', lambda v: v >= 5)
     wait_for(prometheus, "sum(scored_request_latency_seconds_count)", lambda v: v >= 5)
-    assert query(prometheus, "scored_model_info")[0]["metric"]["backend"] == "cpu"
+    info = query(prometheus, "scored_model_info")[0]["metric"]
+    assert info["backend"] == "cpu" and info["model"] == "stories260K-hf" and len(info["fingerprint"]) == 64
+    # Computed tokens (scored-ppl's tok/s) count the context position too: 100 per request, 99 scored.
+    wait_for(prometheus, "sum(scored_tokens_input_total)", lambda v: v >= 5 * 100)
+    # The shipped config loads the alert rules (it did not name them before).
+    rules = json.loads(http_get(prometheus + "/api/v1/rules"))["data"]["groups"]
+    assert sum(len(g["rules"]) for g in rules) >= 8, rules
 
 
 # Families the CPU backend cannot export (no device): the dashboard may use them; they exist on GPUs.

@@ -427,6 +427,7 @@ TEST_F(ScoredE2eTest, MetricsCountRequestsTokensAndBatches) {
   const double ok0 = MetricValue(before, ok_score).value_or(0);
   const double bad0 = MetricValue(before, bad_score).value_or(0);
   const double tokens0 = MetricValue(before, "scored_tokens_scored_total").value_or(0);
+  const double input0 = MetricValue(before, "scored_tokens_input_total").value_or(0);
   const double batches0 = MetricValue(before, "scored_batch_tokens_count").value_or(0);
   const double latency0 =
       MetricValue(before, "scored_request_latency_seconds_count{method=\"Score\"}").value_or(0);
@@ -444,14 +445,17 @@ TEST_F(ScoredE2eTest, MetricsCountRequestsTokensAndBatches) {
   EXPECT_EQ(MetricValue(after, ok_score).value_or(0), ok0 + 1);
   EXPECT_EQ(MetricValue(after, bad_score).value_or(0), bad0 + 1);
   EXPECT_EQ(MetricValue(after, "scored_tokens_scored_total").value_or(0), tokens0 + 373);
+  // Every position of the sequence is computed, the first (context only) included.
+  EXPECT_EQ(MetricValue(after, "scored_tokens_input_total").value_or(0), input0 + 374);
   EXPECT_EQ(MetricValue(after, "scored_batch_tokens_count").value_or(0), batches0 + 1);
   EXPECT_EQ(MetricValue(after, "scored_request_latency_seconds_count{method=\"Score\"}").value_or(0),
             latency0 + 2);
   EXPECT_EQ(MetricValue(after, "scored_queue_depth").value_or(-1), 0);
   EXPECT_EQ(MetricValue(after,
                         "scored_model_info{architecture=\"LlamaForCausalLM\",backend=\"cpu\",dtype=\"fp32\","
-                        "format=\"" +
-                            info.format() + "\",tp=\"1\"}")
+                        "fingerprint=\"" +
+                            info.model_fingerprint() + "\",format=\"" + info.format() +
+                            "\",model=\"stories260K-hf\",tp=\"1\"}")
                 .value_or(0),
             1);
   EXPECT_THAT(after, HasSubstr("# TYPE scored_request_latency_seconds histogram"));

@@ -462,7 +462,8 @@ TEST(MetricsTest, ExposesEveryFamily) {
   info.format = "dense-f32";
   info.backend = "cpu";
   info.compute_dtype = "fp32";
-  (*m)->SetModelInfo(info);
+  info.model_fingerprint = "508d5a3d";
+  (*m)->SetModelInfo(info, "stories260K-hf");
   (*m)->RecordRequest("Score", grpc::StatusCode::OK, 0.01);
   (*m)->RecordRequest("Score", grpc::StatusCode::INVALID_ARGUMENT, 0.001);
   (*m)->RecordBatch(300, 299);
@@ -479,9 +480,10 @@ TEST(MetricsTest, ExposesEveryFamily) {
   EXPECT_THAT(text, HasSubstr("scored_tokens_scored_total 299"));
   EXPECT_THAT(text, HasSubstr("scored_batch_tokens_sum 300"));
   EXPECT_THAT(text, HasSubstr("scored_queue_depth 3"));
-  EXPECT_THAT(text,
-              HasSubstr("scored_model_info{architecture=\"LlamaForCausalLM\",backend=\"cpu\",dtype=\"fp32\","
-                        "format=\"dense-f32\",tp=\"1\"} 1"));
+  EXPECT_THAT(
+      text, HasSubstr("scored_model_info{architecture=\"LlamaForCausalLM\",backend=\"cpu\",dtype=\"fp32\","
+                      "fingerprint=\"508d5a3d\",format=\"dense-f32\",model=\"stories260K-hf\",tp=\"1\"} 1"));
+  EXPECT_THAT(text, HasSubstr("scored_tokens_input_total 300"));
   EXPECT_THAT(text, HasSubstr("scored_device_memory_bytes{device=\"0\",kind=\"used\"} 100"));
   EXPECT_THAT(text, HasSubstr("scored_device_memory_bytes{device=\"0\",kind=\"total\"} 1000"));
 }
