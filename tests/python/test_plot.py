@@ -98,3 +98,46 @@ def test_renders_a_real_kld_report(tmp_path):
     assert label == "w4a16-channel-sym" and 4.0 < bpw < 5.0
     assert kld == pytest.approx(0.413441, abs=1e-6)
     assert series["ppl_ratio"]["llamacpp"][0][1] == pytest.approx(1.228175, abs=1e-6)
+
+
+def test_ppl_points_carry_their_stderr_and_the_format_follows_the_extension(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"ppl": 6.5, "ppl_stderr": 0.04, "method": {"name": "exl3", "ctx": 2048},
+                             "model_info": {"bits_per_weight_decoder": 4.25}}))
+    assert plot.metric_value(json.loads(p.read_text()), "ppl", str(p)) == (6.5, 0.04)
+    # Before, every output was a PNG whatever its name.
+    plot.render([str(p)], str(tmp_path / "c.pdf"))
+    assert (tmp_path / "c.pdf").read_bytes()[:5] == b"%PDF-"
+    plot.render([str(p)], str(tmp_path / "c.svg"))
+    assert b"<svg" in (tmp_path / "c.svg").read_bytes()[:2000]
+    with pytest.raises(plot.ReportError, match="extension must be one of .png, .pdf, .svg"):
+        plot.render([str(p)], str(tmp_path / "c.jpeg"))
+
+
+def test_points_of_one_method_measured_differently_are_refused(tmp_path):
+    def write(name, max_windows, sha="ab" * 32):
+        p = tmp_path / f"{name}.json"
+        p.write_text(json.dumps({"ppl": 6.0, "method": {"name": "llamacpp", "ctx": 512, "max_windows": max_windows},
+                                 "data": {"sha256": sha}, "model_info": {"bits_per_weight_decoder": 16.0}}))
+        return str(p)
+    full, short = write("full", 0), write("short", 40)
+    with pytest.raises(plot.ReportError, match=r"method.max_windows differs"):
+        plot.render([full, short], str(tmp_path / "x.png"))
+    other_data = write("other", 0, sha="cd" * 32)
+    with pytest.raises(plot.ReportError, match=r"data.sha256 differs"):
+        plot.render([full, other_data], str(tmp_path / "x.png"))
+    assert plot.render([full, write("again", 0)], str(tmp_path / "ok.png"))
+
+
+def test_kld_panels_leave_out_the_references_own_report(tmp_path, capsys):
+    # The usual folder: the quants' --kld reports and the reference's plain one (README's glob).
+    with open(KLD_REPORTS[0]) as f:
+        kld_report = json.load(f)
+    baseline = dict(kld_report)
+    del baseline["kld"]
+    baseline["model_info"] = dict(kld_report["model_info"], bits_per_weight_decoder=32.0)
+    path = tmp_path / "r_dense.json"
+    path.write_text(json.dumps(baseline))
+    series = plot.render_many(KLD_REPORTS + [str(path)], str(tmp_path / "k.png"), ["kld", "ppl_ratio"])
+    assert sorted(p[0] for p in series["kld"]["exl3"]) == [4.25, 4.5, 8.0]
+    assert "r_dense.json: no 'kld'" in capsys.readouterr().err
