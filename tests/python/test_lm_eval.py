@@ -122,3 +122,36 @@ def test_generate_until_is_refused(daemon):
     lm = adapter.ScoredLM(server=daemon.address)
     with pytest.raises(NotImplementedError, match="does not generate"):
         lm.generate_until([])
+
+
+def test_connection_options_progress_and_clear_refusals(tmp_path, stories_dir, capfd):
+    """token_file (a token= shows in ps and lm-eval's log), a progress bar while scoring, a clear error for a
+    server that is not there and for --apply_chat_template (before: a 30-line traceback, NotImplementedError
+    naming a method to implement)."""
+    import scored_client.lm_eval_adapter as adapter
+    from conftest import ScoredDaemon
+
+    token = "lm-eval-adapter-token-0123456789"
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    daemon = ScoredDaemon([f"--model={stories_dir}", "--backend=cpu", f"--auth_token_file={token_file}"])
+    try:
+        with pytest.raises(Exception, match="UNAUTHENTICATED"):
+            adapter.ScoredLM(server=daemon.address)
+        lm = adapter.ScoredLM(server=daemon.address, token_file=str(token_file))
+        ids = lm.tok_encode("Once upon a time")
+        [(logprob, _)] = lm._score_all([(ids, 1)])
+        assert logprob < 0
+        assert "Scoring (scored)" in capfd.readouterr().err
+        with pytest.raises(ValueError, match="not both"):
+            adapter.ScoredLM(server=daemon.address, token=token, token_file=str(token_file))
+        with pytest.raises(NotImplementedError, match="drop --apply_chat_template"):
+            lm.apply_chat_template([{"role": "user", "content": "hi"}])
+    finally:
+        daemon.stop()
+    with pytest.raises(ConnectionError, match=r"cannot reach scored at 127.0.0.1:1 .*is it running"):
+        adapter.ScoredLM(server="127.0.0.1:1")
+    with pytest.raises(ValueError, match="tls_cert and tls_key go together"):
+        adapter.ScoredLM(server="127.0.0.1:1", tls_cert=str(token_file))
+    with pytest.raises(ValueError, match="tls_ca .*No such file"):
+        adapter.ScoredLM(server="127.0.0.1:1", tls_ca=str(tmp_path / "missing.pem"))
