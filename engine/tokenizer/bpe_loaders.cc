@@ -115,6 +115,7 @@ struct PipelineConfig {
   bool spaces_replaced = false;  // the normalizer Replace(' ' -> '▁'): no ' ' reaches the pre-tokenizer
   bool metaspace_split = false;
   bool strip_leading_space = false;
+  BpeTokenizerSpec::Digits digits = BpeTokenizerSpec::Digits::kNone;
   int32_t template_bos = -1;
 };
 
@@ -181,6 +182,14 @@ absl::Status ParsePreTokenizer(const json& j, const std::string& path, PipelineC
     const auto it = j.find("pretokenizers");
     if (it == j.end() || !it->is_array()) return Unsupported(path, "pre_tokenizer", j);
     for (const json& n : *it) SCORED_RETURN_IF_ERROR(ParsePreTokenizer(n, path, p));
+  } else if (type == "Digits") {
+    // Only first (before ByteLevel / Split, as SmolLM2 has it): after them it would cut their pieces.
+    if (p->byte_level || !p->split_pattern.empty() || p->metaspace ||
+        p->digits != BpeTokenizerSpec::Digits::kNone) {
+      return Unsupported(path, "pre_tokenizer (Digits after another pre-tokenizer)", j);
+    }
+    p->digits = BoolField(j, "individual_digits", false) ? BpeTokenizerSpec::Digits::kIndividual
+                                                         : BpeTokenizerSpec::Digits::kRuns;
   } else if (type == "ByteLevel") {
     p->byte_level = true;
     p->add_prefix_space = BoolField(j, "add_prefix_space", false);
@@ -309,6 +318,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::st
   if (!p.byte_level && !p.split_pattern.empty()) {
     return absl::UnimplementedError(path + ": a Split regex without ByteLevel is not supported");
   }
+  if (!p.byte_level && p.digits != BpeTokenizerSpec::Digits::kNone) {
+    return absl::UnimplementedError(path + ": a Digits pre_tokenizer without ByteLevel is not supported");
+  }
 
   // Vocabulary.
   const auto vocab_it = m.find("vocab");
@@ -392,6 +404,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::st
   spec.nfc = p.nfc;
   spec.split_pattern = p.byte_level_regex ? std::string(kGpt2Pattern) : p.split_pattern;
   spec.add_prefix_space = p.add_prefix_space;
+  spec.digits = p.digits;
   spec.metaspace_prepend = p.prepend;
   spec.metaspace_prepend_first_only = p.prepend_first_only;
   spec.metaspace_prepend_unless_present = p.prepend_unless_present;

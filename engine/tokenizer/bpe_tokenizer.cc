@@ -38,6 +38,8 @@ struct BpeTokenizer::EncodeState {
   EncodeGuard guard;
   BpeModel::Scratch scratch;
   std::vector<std::string_view> pieces;
+  std::vector<std::string_view> digit_pieces;  // BpeTokenizerSpec::digits
+  std::string prefixed;
   // Byte-level word cache: word -> [offset, count) in cache_ids. Words repeat a lot in text.
   absl::flat_hash_map<std::string, std::pair<int32_t, int32_t>> cache;
   std::vector<int32_t> cache_ids;
@@ -239,15 +241,25 @@ absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_s
     }
     return EncodeWordInto(s.substr(word_start), state, ids);
   }
-  std::string prefixed;
-  if (spec_.add_prefix_space && segment[0] != ' ') {
-    prefixed = " ";
-    prefixed.append(segment);
-    segment = prefixed;
+  if (spec_.digits == BpeTokenizerSpec::Digits::kNone) return EncodeByteLevelInto(segment, state, ids);
+  state->digit_pieces.clear();
+  SplitDigits(segment, spec_.digits == BpeTokenizerSpec::Digits::kIndividual, &state->digit_pieces);
+  for (const std::string_view piece : state->digit_pieces) {
+    SCORED_RETURN_IF_ERROR(EncodeByteLevelInto(piece, state, ids));
   }
-  if (splitter_ == nullptr) return EncodeWordInto(segment, state, ids);
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::EncodeByteLevelInto(std::string_view text, EncodeState* state,
+                                               std::vector<int32_t>* ids) const {
+  if (spec_.add_prefix_space && text[0] != ' ') {
+    state->prefixed = " ";
+    state->prefixed.append(text);
+    text = state->prefixed;
+  }
+  if (splitter_ == nullptr) return EncodeWordInto(text, state, ids);
   state->pieces.clear();
-  SCORED_RETURN_IF_ERROR(splitter_->Split(segment, &state->pieces));
+  SCORED_RETURN_IF_ERROR(splitter_->Split(text, &state->pieces));
   SCORED_RETURN_IF_ERROR(state->guard.Poll(ids->size()));
   for (const std::string_view piece : state->pieces) {
     SCORED_RETURN_IF_ERROR(EncodeCachedWordInto(piece, state, ids));

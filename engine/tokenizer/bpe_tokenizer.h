@@ -46,6 +46,10 @@ struct BpeTokenizerSpec {
   // Byte-level: the split regex ("" = no split) and HF ByteLevel add_prefix_space.
   std::string split_pattern;
   bool add_prefix_space = false;
+  // Byte-level: a Digits pre-tokenizer before the ByteLevel one (SmolLM2's tokenizer.json): the text is cut
+  // around numeric characters first (SplitDigits), then each piece takes the prefix space and the regex.
+  enum class Digits { kNone, kRuns, kIndividual };
+  Digits digits = Digits::kNone;
   // Metaspace: prepend '▁' to a segment (to every segment, or only to the one at offset 0), replace
   // ' ' by '▁', optionally split before every '▁'; the decoder strips one leading space.
   bool metaspace_prepend = false;
@@ -82,6 +86,9 @@ class BpeTokenizer : public Tokenizer {
   struct EncodeState;  // working memory and limits of one Encode call
   absl::Status EncodeSegmentInto(std::string_view segment, bool at_start, EncodeState* state,
                                  std::vector<int32_t>* ids) const;
+  // A byte-level pre-token: HF ByteLevel's prefix space, the split regex, then each piece as a cached word.
+  absl::Status EncodeByteLevelInto(std::string_view text, EncodeState* state,
+                                   std::vector<int32_t>* ids) const;
   absl::Status EncodeWordInto(std::string_view word, EncodeState* state, std::vector<int32_t>* ids) const;
   // EncodeWordInto through the per-call word cache.
   absl::Status EncodeCachedWordInto(std::string_view word, EncodeState* state,

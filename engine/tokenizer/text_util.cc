@@ -197,5 +197,24 @@ absl::Status EncodeGuard::Stopped(size_t num_ids) const {
   return absl::CancelledError(absl::StrCat("encoding was stopped after ", num_ids, " tokens"));
 }
 
+void SplitDigits(std::string_view text, bool individual, std::vector<std::string_view>* pieces) {
+  size_t start = 0;     // of the piece being built
+  bool in_run = false;  // the piece being built is numeric
+  for (size_t pos = 0; pos < text.size();) {
+    int len = 1;
+    const uint32_t cp = DecodeUtf8At(text, pos, &len);
+    const utf8proc_category_t category = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+    const bool numeric = category == UTF8PROC_CATEGORY_ND || category == UTF8PROC_CATEGORY_NL ||
+                         category == UTF8PROC_CATEGORY_NO;
+    if (pos > start && (numeric != in_run || (numeric && individual))) {
+      pieces->push_back(text.substr(start, pos - start));
+      start = pos;
+    }
+    in_run = numeric;
+    pos += static_cast<size_t>(len);
+  }
+  if (start < text.size()) pieces->push_back(text.substr(start));
+}
+
 }  // namespace tokenizer_internal
 }  // namespace scored

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -92,6 +93,12 @@ class EncodeGuard {
 
 // Canonical composition (NFC) via utf8proc. `text` must be valid UTF-8.
 absl::StatusOr<std::string> NormalizeNfc(std::string_view text);
+
+// The HF `tokenizers` Digits pre-tokenizer (behavior Isolated): `text` (valid UTF-8) cut around its numeric
+// characters (Rust's char::is_numeric: the Unicode categories Nd, Nl, No), each one a piece of its own when
+// `individual`, else each run of them one piece; the pieces between them are kept whole. Appends to
+// `pieces`; their concatenation is `text`.
+void SplitDigits(std::string_view text, bool individual, std::vector<std::string_view>* pieces);
 
 }  // namespace tokenizer_internal
 }  // namespace scored

@@ -13,8 +13,9 @@
 //   - tokenizer.json: added_tokens (and tokenizer_config.json's added_tokens_decoder) are matched
 //     first, leftmost-longest on the raw text (lstrip/rstrip honoured for ASCII whitespace;
 //     `normalized` and `single_word` are not used). Normalizers NFC, Prepend('▁'), Replace(' ',
-//     '▁'); pre-tokenizers ByteLevel, Split(Regex, Isolated), Metaspace, Sequence, and Split(String
-//     ' ', not inverted) after Replace(' ', '▁') (Gemma's: it finds nothing); BPE options
+//     '▁'); pre-tokenizers ByteLevel, Split(Regex, Isolated), Metaspace, Sequence, Digits (individual
+//     or runs; first, before ByteLevel, as SmolLM2's), and Split(String ' ', not inverted) after
+//     Replace(' ', '▁') (Gemma's: it finds nothing); BPE options
 //     byte_fallback, fuse_unk, ignore_merges, unk_token; decoders ByteLevel, Metaspace,
 //     Replace('▁', ' '), ByteFallback, Fuse, Strip(' ', 0 or 1, 0), Sequence; post-processors
 //     TemplateProcessing, ByteLevel, Sequence. Anything else: UNIMPLEMENTED naming the field and

@@ -50,10 +50,12 @@ struct Fixture {
 
 // Ids from the generator: Gemma's order <pad> 0, <eos> 1, <bos> 2, <unk> 3, <mask> 4, <start_of_turn> 5, ...;
 // Phi-4's specials after the 2600 trained tokens (<|dummy_0|> 2600, <|endoftext|> 2601, ..., <|im_end|>
-// 2606).
+// 2606); SmolLM2's 17 first (<|endoftext|> 0, <|im_start|> 1, <|im_end|> 2, ...), its pre-tokenizer
+// Digits(individual) before ByteLevel.
 const Fixture kFixtureList[] = {
     {"gemma-style", "hf-bpe-metaspace", 2870, 2, 1, true},
     {"phi4-style", "hf-bpe-bytelevel", 2610, 2601, 2606, false},
+    {"smollm2-style", "hf-bpe-bytelevel", 2600, 1, 2, false},
 };
 
 class FixtureTest : public ::testing::TestWithParam<Fixture> {
@@ -132,7 +134,9 @@ TEST_P(FixtureTest, TokenByteLengthsAddUp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest, ::testing::ValuesIn(kFixtureList), [](const auto& info) {
-  return std::string(info.param.name[0] == 'g' ? "GemmaStyle" : "Phi4Style");
+  return std::string(info.param.name[0] == 'g'   ? "GemmaStyle"
+                     : info.param.name[0] == 'p' ? "Phi4Style"
+                                                 : "SmolLM2Style");
 });
 
 // Specific behaviours of the Gemma pipeline, with ids taken from the goldens' library output.
@@ -218,8 +222,14 @@ TEST_F(FixtureVariantTest, UnsupportedPiecesFailAtLoadNamingFieldAndValue) {
                            "invert": false},
                           {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})",
                     "pre_tokenizer", "MergedWithNext");
+  // Digits: only first, before ByteLevel (SmolLM2's order); alone, or after ByteLevel, it is refused.
   ExpectUnsupported("phi4-style", "pre_tokenizer", R"({"type": "Digits", "individual_digits": true})",
-                    "pre_tokenizer", "Digits");
+                    "Digits pre_tokenizer without ByteLevel", "not supported");
+  ExpectUnsupported("smollm2-style", "pre_tokenizer",
+                    R"({"type": "Sequence", "pretokenizers": [
+                          {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+                          {"type": "Digits", "individual_digits": true}]})",
+                    "Digits after another pre-tokenizer", "individual_digits");
 }
 
 // The supported equivalents load: Gemma's Split with any behavior after the Replace normalizer, and
