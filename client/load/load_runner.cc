@@ -1,6 +1,9 @@
 #include "client/load/load_runner.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -114,6 +117,7 @@ absl::StatusOr<Target> Connect(const LoadOptions& options, const std::string& ad
         absl::StrCat("server ", address, " reports vocab_size ", t.info.vocab_size()));
   }
   for (const LengthBucket& b : options.lengths) {
+    if (options.fit_lengths) break;  // FitLengths lowers them once every server is known
     if (t.info.max_seq_len() > 0 && b.tokens > t.info.max_seq_len()) {
       return absl::InvalidArgumentError(
           absl::StrCat("length ", b.tokens, " exceeds the server's max_seq_len ", t.info.max_seq_len(),
@@ -231,13 +235,44 @@ void MergeStats(const LoadOptions& options, const std::vector<ClientStats>& stat
 
 }  // namespace
 
-absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
-  absl::Status valid = ValidateLoadOptions(options);
+// LoadOptions::fit_lengths: every length above the servers' smallest limit (max_seq_len, max_batch_tokens)
+// becomes that limit; buckets that end up equal are merged (their weights added).
+void FitLengths(const std::vector<Target>& targets, std::vector<LengthBucket>* lengths) {
+  int64_t limit = std::numeric_limits<int64_t>::max();
+  for (const Target& t : targets) {
+    if (t.info.max_seq_len() > 0) limit = std::min<int64_t>(limit, t.info.max_seq_len());
+    if (t.info.max_batch_tokens() > 0) limit = std::min<int64_t>(limit, t.info.max_batch_tokens());
+  }
+  std::vector<LengthBucket> fitted;
+  for (LengthBucket b : *lengths) {
+    b.tokens = std::min<int64_t>(b.tokens, limit);
+    auto same = std::find_if(fitted.begin(), fitted.end(),
+                             [&](const LengthBucket& f) { return f.tokens == b.tokens; });
+    if (same != fitted.end()) {
+      same->weight += b.weight;
+    } else {
+      fitted.push_back(b);
+    }
+  }
+  if (fitted.size() != lengths->size() ||
+      !std::equal(fitted.begin(), fitted.end(), lengths->begin(),
+                  [](const LengthBucket& a, const LengthBucket& b) { return a.tokens == b.tokens; })) {
+    std::fprintf(
+        stderr, "scored-load: the default --lengths %s fitted to the server's limit of %lld tokens: %s\n",
+        FormatLengthMix(*lengths).c_str(), static_cast<long long>(limit), FormatLengthMix(fitted).c_str());
+  }
+  *lengths = std::move(fitted);
+}
+
+absl::StatusOr<LoadResult> RunLoad(const LoadOptions& requested) {
+  absl::Status valid = ValidateLoadOptions(requested);
   if (!valid.ok()) return valid;
-  absl::StatusOr<std::vector<std::string>> addresses = client::ResolveServers(options.server);
+  absl::StatusOr<std::vector<std::string>> addresses = client::ResolveServers(requested.server);
   if (!addresses.ok()) return addresses.status();
-  absl::StatusOr<std::vector<Target>> targets = ConnectTargets(options, *addresses);
+  absl::StatusOr<std::vector<Target>> targets = ConnectTargets(requested, *addresses);
   if (!targets.ok()) return targets.status();
+  LoadOptions options = requested;
+  if (options.fit_lengths) FitLengths(*targets, &options.lengths);
   const scored::v1::ModelInfo& info = (*targets)[0].info;
 
   LoadResult result = DescribeRun(options, *addresses, info);

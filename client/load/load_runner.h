@@ -90,6 +90,9 @@ struct LoadOptions {
   absl::Duration duration = absl::ZeroDuration();
   int64_t num_requests = 0;
   std::vector<LengthBucket> lengths;  // required; every length must be <= the server's max_seq_len
+  // The lengths are scored-load's default mix: a length over the server's max_seq_len / max_batch_tokens is
+  // lowered to that limit (said on stderr) instead of refused, so the defaults run against any model.
+  bool fit_lengths = false;
   uint64_t seed = 0;
   // Per-request deadline (unary); zero = none. A stream cannot carry per-request deadlines, so stream
   // mode sets one deadline on each stream: its start + duration + deadline (with num_requests: its

@@ -39,9 +39,12 @@ ABSL_FLAG(int32_t, concurrency, 8, "concurrent unary clients, or ScoreStream str
 ABSL_FLAG(int32_t, inflight, 8, "stream mode: requests kept outstanding per stream");
 ABSL_FLAG(double, duration, 0.0, "seconds to send requests (then in-flight ones are awaited); or --requests");
 ABSL_FLAG(int64_t, requests, 0, "total requests to send, shared by all clients; or --duration");
-ABSL_FLAG(std::string, lengths, "64:0.5,512:0.4,2048:0.1",
-          "request lengths in tokens with relative weights, TOKENS:WEIGHT,...; ids are random in "
-          "[0, vocab) with BOS first");
+constexpr char kDefaultLengths[] = "64:0.5,512:0.4,2048:0.1";
+ABSL_FLAG(
+    std::string, lengths, kDefaultLengths,
+    "request lengths in tokens with relative weights, TOKENS:WEIGHT,...; ids are random in "
+    "[0, vocab) with BOS first (the default mix is fitted to the server's max_seq_len / max_batch_tokens; "
+    "a given one must fit)");
 ABSL_FLAG(uint64_t, seed, 0, "random seed of the request contents and lengths");
 ABSL_FLAG(int64_t, deadline_ms, 0,
           "per-request deadline in ms (0 = none); stream mode: per stream, on top of --duration");
@@ -108,6 +111,8 @@ absl::StatusOr<scored::load::LoadOptions> OptionsFromFlags() {
   if (!lengths.ok())
     return absl::InvalidArgumentError(absl::StrCat("--lengths: ", lengths.status().message()));
   o.lengths = *lengths;
+  // The default mix (up to 2048 tokens) is fitted to a server with smaller limits; an explicit one is not.
+  o.fit_lengths = absl::GetFlag(FLAGS_lengths) == kDefaultLengths;
   o.seed = absl::GetFlag(FLAGS_seed);
   const int64_t deadline_ms = absl::GetFlag(FLAGS_deadline_ms);
   if (deadline_ms < 0) return absl::InvalidArgumentError("--deadline_ms must be >= 0");

@@ -129,6 +129,29 @@ TEST(LoadE2eTest, MutualTlsWithTokenAndOpenLoopRate) {
   std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
 }
 
+// The default --lengths (up to 2048 tokens) against a server of max_seq_len 512: fitted to it, said on
+// stderr (before: "length 2048 exceeds the server's max_seq_len 512"); a given mix over the limit is still
+// refused.
+TEST(LoadE2eTest, DefaultLengthsFitTheServer) {
+  testing::ScoredProcessOptions options;
+  options.args = {"--model=" + testing::StoriesModelDir(), "--backend=cpu"};
+  auto proc = testing::ScoredProcess::Start(options);
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  const std::string json = absl::StrCat(::testing::TempDir(), "/load_default.", ::getpid(), ".json");
+  const ChildRun fitted =
+      RunLoadBinary({"--server=" + (*proc)->grpc_address(), "--requests=6", "--json=" + json});
+  ASSERT_EQ(fitted.exit_code, 0) << fitted.err << fitted.out;
+  EXPECT_THAT(fitted.err,
+              HasSubstr("the default --lengths 64:0.5,512:0.4,2048:0.1 fitted to the server's limit "
+                        "of 512 tokens: 64:0.5,512:0.5"));
+  const nlohmann::json report = nlohmann::json::parse(testing::ReadTextFile(json));
+  EXPECT_EQ(report["requests_ok"].get<int64_t>(), 6);
+  const ChildRun refused =
+      RunLoadBinary({"--server=" + (*proc)->grpc_address(), "--requests=1", "--lengths=2048:1"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("length 2048 exceeds the server's max_seq_len 512"));
+}
+
 TEST(LoadE2eTest, SeveralServersShareTheLoad) {
   testing::ScoredProcessOptions options;
   options.args = {"--model=" + testing::StoriesModelDir(), "--backend=cpu"};
