@@ -30,7 +30,10 @@
 #include "server/sd_notify.h"
 #include "server/server.h"
 
-ABSL_FLAG(std::string, model, "", "Model folder (config.json, *.safetensors, tokenizer files). Required.");
+ABSL_FLAG(
+    std::string, model, "",
+    "Model folder (config.json, *.safetensors, tokenizer files), or a hub id org/name[@revision] found in "
+    "the local Hugging Face cache (HF_HUB_CACHE / HF_HOME; never downloaded). Required.");
 ABSL_FLAG(
     std::string, reference_model, "",
     "Reference model folder R (any supported format, typically the dense original of --model): Score's "

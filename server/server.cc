@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/base/logging.h"
 #include "engine/base/status_macros.h"
+#include "engine/model/hub_cache.h"
 #include "engine/tokenizer/content_digest.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -141,6 +142,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
   server->options_.engine.backend = ResolveBackend(options.engine.backend);
+  SCORED_RETURN_IF_ERROR(server->ResolveHubIds());
   // Security files, the metrics port and the listen ports first: a bad certificate or a taken port should
   // fail before a long model load.
   SCORED_RETURN_IF_ERROR(server->LoadSecurity());
@@ -159,6 +161,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   server->SetUpAdmission(limits);
   SCORED_RETURN_IF_ERROR(server->StartEndpoints(limits, reference_tokenizer.get()));
   return server;
+}
+
+absl::Status Server::ResolveHubIds() {
+  for (std::string* dir : {&options_.engine.model_dir, &options_.engine.reference_model_dir}) {
+    SCORED_ASSIGN_OR_RETURN(std::string resolved, ResolveModelPath(*dir));
+    if (resolved == *dir) continue;
+    SCORED_LOG(INFO) << *dir << ": the hub cache's snapshot " << resolved;
+    // The served name stays the hub id (as vLLM names it), not the snapshot's hash.
+    if (dir == &options_.engine.model_dir && options_.openai_model_name.empty())
+      options_.openai_model_name = *dir;
+    *dir = std::move(resolved);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Server::LoadSecurity() {

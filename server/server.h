@@ -85,6 +85,9 @@ class Server {
   Server() = default;
   // Create's steps, in order (each fills the members it names; an error ends Create).
   // --tls_* and --auth_token_file (credentials_, auth_) and the warnings about a listener without TLS.
+  // --model / --reference_model given as a hub id (org/name[@revision]): the local hub cache's snapshot
+  // (engine/model/hub_cache.h); the served name becomes the id. NOT_FOUND when it is not cached.
+  absl::Status ResolveHubIds();
   absl::Status LoadSecurity();
   // metrics_ and its --metrics_listen port.
   absl::Status StartMetrics();

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -739,6 +740,44 @@ TEST(ScoredE2eStandaloneTest, BadFlagsFailWithClearErrors) {
   ExpectStartupFailure({"--listen=nohost"}, "--listen must be host:port");
   ExpectStartupFailure({"--batch_timeout_us=-5"}, "--batch_timeout_us");
   ExpectStartupFailure({"--model=/nonexistent/model", "--backend=cpu"}, "/nonexistent/model", /*base=*/false);
+}
+
+// --model org/name from a Hugging Face hub cache (HF_HOME) holding stories260K as a snapshot of links into
+// blobs/, as huggingface_hub lays it out: served, and named by the id; an id not in the cache exits 1 saying
+// so, before anything loads.
+TEST(ScoredE2eStandaloneTest, HubIdsResolveThroughTheLocalCache) {
+  const std::string home = absl::StrCat(::testing::TempDir(), "/scored_hf_home.", ::getpid());
+  std::filesystem::remove_all(home);
+  const std::string repo = home + "/hub/models--acme--stories260K";
+  std::filesystem::create_directories(repo + "/snapshots/0123abcd");
+  std::filesystem::create_directories(repo + "/blobs");
+  std::filesystem::create_directories(repo + "/refs");
+  std::ofstream(repo + "/refs/main") << "0123abcd";
+  for (const auto& entry : std::filesystem::directory_iterator(testing::StoriesModelDir())) {
+    const std::string blob = repo + "/blobs/" + entry.path().filename().string();
+    std::filesystem::copy_file(entry.path(), blob);
+    std::filesystem::create_symlink("../../blobs/" + entry.path().filename().string(),
+                                    repo + "/snapshots/0123abcd/" + entry.path().filename().string());
+  }
+  ::setenv("HF_HOME", home.c_str(), 1);
+  ScoredProcessOptions o;
+  o.args = {"--model=acme/stories260K", "--backend=cpu", "--openai_listen=127.0.0.1:0"};
+  auto p = ScoredProcess::Start(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT((*p)->ReadLog(),
+              HasSubstr("acme/stories260K: the hub cache's snapshot " + repo + "/snapshots/0123abcd"));
+  auto stub =
+      v1::Scorer::NewStub(grpc::CreateChannel((*p)->grpc_address(), grpc::InsecureChannelCredentials()));
+  v1::ScoreResponse r;
+  ASSERT_TRUE(CallScore(stub.get(), TokensRequest(Stories()[0].ids), &r).ok());
+  EXPECT_EQ(r.num_scored(), static_cast<int>(Stories()[0].ids.size()) - 1);
+  EXPECT_THAT(Scrape(**p), HasSubstr("model=\"acme/stories260K\""));
+  p->reset();
+  ExpectStartupFailure({"--model=acme/not-cached", "--backend=cpu"},
+                       "is not in the local hub cache " + home + "/hub",
+                       /*base=*/false);
+  ::unsetenv("HF_HOME");
+  std::filesystem::remove_all(home);
 }
 
 TEST(ScoredE2eStandaloneTest, TakenPortFailsStartup) {
