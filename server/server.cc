@@ -154,7 +154,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   std::unique_ptr<Tokenizer> reference_tokenizer;
   absl::Time load_start;
   SCORED_RETURN_IF_ERROR(server->LoadEngine(&reference_tokenizer, &load_start));
-  server->LoadTokenizer();
+  SCORED_RETURN_IF_ERROR(server->LoadTokenizer());
   SCORED_ASSIGN_OR_RETURN(const ScoreLimits limits, server->DeriveLimits());
   server->LogLoaded(limits, load_start);
   SCORED_RETURN_IF_ERROR(server->StartBatcher(limits));
@@ -243,16 +243,27 @@ absl::Status Server::LoadEngine(std::unique_ptr<Tokenizer>* reference_tokenizer,
   return absl::OkStatus();
 }
 
-void Server::LoadTokenizer() {
-  if (options_.tokenizer_dir == "none") return;
+absl::Status Server::LoadTokenizer() {
+  if (options_.tokenizer_dir == "none") return absl::OkStatus();
   const std::string dir = options_.tokenizer_dir.empty() ? options_.engine.model_dir : options_.tokenizer_dir;
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizerGuarded(dir);
   if (tokenizer.ok()) {
     tokenizer_ = std::move(*tokenizer);
-  } else {
-    SCORED_LOG(WARNING) << "no tokenizer (" << tokenizer.status().ToString()
-                        << "); Tokenize and `text` input will fail with FAILED_PRECONDITION";
+    return absl::OkStatus();
   }
+  // A --tokenizer DIR the user named must load. The model folder's own may be missing: a checkpoint scored
+  // by token ids (clients that tokenize themselves, scored-ppl --tokenizer) needs none, so the server serves
+  // ids and says loudly how to add one or silence this.
+  if (!options_.tokenizer_dir.empty()) {
+    return absl::Status(tokenizer.status().code(),
+                        absl::StrCat("--tokenizer ", dir, ": ", tokenizer.status().message()));
+  }
+  SCORED_LOG(WARNING)
+      << "no tokenizer (" << tokenizer.status().ToString()
+      << "); serving token ids only: Tokenize, `text` input and the OpenAI text prompts fail with "
+         "FAILED_PRECONDITION (--tokenizer DIR names the tokenizer's folder; --tokenizer none "
+         "serves ids without this warning)";
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ScoreLimits> Server::DeriveLimits() const {

@@ -94,8 +94,9 @@ class Server {
   // The --reference_model tokenizer check, then engine_ (wrapped by --fault_inject); `load_start` receives
   // when the load began.
   absl::Status LoadEngine(std::unique_ptr<Tokenizer>* reference_tokenizer, absl::Time* load_start);
-  // tokenizer_, unless --tokenizer_dir none; a model without one serves token ids only (a warning).
-  void LoadTokenizer();
+  // tokenizer_, unless --tokenizer none; a model folder without one serves token ids only (a warning); an
+  // explicit --tokenizer DIR that does not load fails the start-up.
+  absl::Status LoadTokenizer();
   // The ScoreLimits of every request, from the engine's info and the flags. INTERNAL without a vocab_size.
   absl::StatusOr<ScoreLimits> DeriveLimits() const;
   // The load's log lines (model, reference, tokenizer) and the model's metrics.

@@ -740,6 +740,9 @@ TEST(ScoredE2eStandaloneTest, BadFlagsFailWithClearErrors) {
   ExpectStartupFailure({"--listen=nohost"}, "--listen must be host:port");
   ExpectStartupFailure({"--batch_timeout_us=-5"}, "--batch_timeout_us");
   ExpectStartupFailure({"--model=/nonexistent/model", "--backend=cpu"}, "/nonexistent/model", /*base=*/false);
+  // A --tokenizer folder the user named must load (before: a warning, and a server without the tokenizer
+  // asked for).
+  ExpectStartupFailure({"--tokenizer=/nonexistent/tokenizer"}, "--tokenizer /nonexistent/tokenizer: ");
 }
 
 // --model org/name from a Hugging Face hub cache (HF_HOME) holding stories260K as a snapshot of links into
