@@ -381,15 +381,16 @@ TEST_F(BrokenModelTest, MissingConfigJson) {
   EXPECT_THAT(output, HasSubstr("cannot open"));
 }
 
-// A GGUF (or llama2.c) file given as --model, a folder of GGUF files, a path that does not exist (a hub id):
-// each says what a model folder is instead of "config.json: cannot open".
+// A GGUF (or llama2.c) file given as --model, a folder of GGUF files, a hub id not in the local cache, a path
+// that does not exist: each says what a model folder is instead of "config.json: cannot open".
 TEST_F(BrokenModelTest, NotAHuggingFaceFolderSaysWhatIs) {
   const fs::path gguf = tmp_dir_ / "model-Q4_K_M.gguf";
   WriteFile(gguf, "GGUF");
   scored::testing::ScoredProcessOptions opts;
   for (const auto& [model, says] : std::vector<std::pair<std::string, std::string>>{
            {gguf.string(), "is a file: a model is a Hugging Face folder (config.json and *.safetensors)"},
-           {"HuggingFaceTB/SmolLM2-135M", "no such folder"}}) {
+           {"HuggingFaceTB/SmolLM2-135M", "is not in the local hub cache"},
+           {"/no/such/model/folder", "no such folder"}}) {
     opts.args = {"--model=" + model, "--backend=cpu"};
     auto proc = scored::testing::ScoredProcess::Start(opts);
     ASSERT_FALSE(proc.ok()) << model;
