@@ -72,6 +72,10 @@ ABSL_FLAG(int64_t, max_windows, 0, "score only the first N windows (0 = all)");
 ABSL_FLAG(int32_t, inflight, 16,
           "ScoreStream requests kept outstanding (enough to keep the server's batcher full)");
 ABSL_FLAG(std::string, json, "", "also write the report as JSON to this file");
+ABSL_FLAG(
+    std::string, dump_tokens, "",
+    "write every scored position to this file, tab-separated: window, position, token_id, nll (with --kld "
+    "also ref_nll, kld, same_top), to find where a quantization breaks (client/ppl/token_dump.h)");
 ABSL_FLAG(std::string, label, "",
           "the report's name for this run, e.g. in `scored-ppl compare` tables (default: the name of the "
           "model folder the server loaded)");
@@ -119,7 +123,7 @@ const std::vector<scored::cli::FlagGroup>& HelpGroups() {
       {"Method", {"method", "ctx", "stride", "max_windows", "kld"}},
       {"Server connection", {"server", "inflight", "connect_timeout_s", "retry_timeout_s"}},
       {"TLS and authentication", {"tls_ca", "tls_cert", "tls_key", "auth_token", "auth_token_file"}},
-      {"Output", {"json", "label", "quiet", "progress"}},
+      {"Output", {"json", "label", "dump_tokens", "quiet", "progress"}},
       {"Resume", {"journal", "journal_sync_every", "journal_strict"}},
   };
   return *groups;
@@ -202,6 +206,7 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
   o.tls_cert_path = security.tls_cert;
   o.tls_key_path = security.tls_key;
   o.journal_path = absl::GetFlag(FLAGS_journal);
+  o.dump_tokens_path = absl::GetFlag(FLAGS_dump_tokens);
   o.journal_sync_every = absl::GetFlag(FLAGS_journal_sync_every);
   if (o.journal_sync_every < 1) return absl::InvalidArgumentError("--journal_sync_every must be >= 1");
   o.journal_strict = absl::GetFlag(FLAGS_journal_strict);

@@ -25,6 +25,7 @@
 #include "client/ppl/plan.h"
 #include "client/ppl/progress.h"
 #include "client/ppl/scorer_client.h"
+#include "client/ppl/token_dump.h"
 #include "engine/base/logging.h"
 #include "engine/base/sha256.h"
 #include "engine/base/status_macros.h"
@@ -628,6 +629,9 @@ absl::StatusOr<Report> FinishReport(const RunOptions& options, const Plan& plan,
       SCORED_RETURN_IF_ERROR(
           kld_agg.AddWindow(s.sum_logprob, s.sum_ref_logprob, s.logprobs, s.ref_logprobs, s.kld, s.same_top));
     }
+  }
+  if (!options.dump_tokens_path.empty()) {
+    SCORED_RETURN_IF_ERROR(WriteTokenDump(options.dump_tokens_path, plan, scores, options.kld));
   }
   const absl::Time end = absl::Now();
   sink->FinishProgress();

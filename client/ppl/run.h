@@ -85,6 +85,9 @@ struct RunOptions {
   std::FILE* progress_out = nullptr;  // also gets the "waiting for server" lines (nullptr: stderr)
   // --journal: "" = none. See journal.h; sync every journal_sync_every records.
   std::string journal_path;
+  // --dump_tokens: every scored position's NLL (and with --kld R's NLL, the KLD and top-1 agreement) to this
+  // file once the run is done (client/ppl/token_dump.h); "" = none.
+  std::string dump_tokens_path;
   int journal_sync_every = 1;
   bool journal_strict = false;      // a record that fails its checks refuses the journal instead of rescoring
   RunCounters* counters = nullptr;  // not owned; updated as windows finish (nullptr: none)

@@ -23,6 +23,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -199,9 +200,34 @@ TEST(PplKldE2eTest, QuantVsOriginalMatchesTheFloat64Golden) {
                                std::string("--data=") + SCORED_DATA_DIR + "/wikitext-2-raw/wiki.test.raw",
                                "--method=chunks", absl::StrCat("--ctx=", golden["ctx"].get<int>()),
                                absl::StrCat("--max_windows=", golden["max_windows"].get<int>()), "--quiet",
-                               "--kld", "--json=" + json_path});
+                               "--kld", "--json=" + json_path, "--dump_tokens=" + json_path + ".tsv"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const nlohmann::json report = ReadJson(json_path);
+  // --dump_tokens: one line per scored position; its columns add up to the report's numbers.
+  {
+    std::ifstream dump(json_path + ".tsv");
+    std::string line;
+    ASSERT_TRUE(std::getline(dump, line));
+    EXPECT_EQ(line, "window\tposition\ttoken_id\tnll\tref_nll\tkld\tsame_top");
+    int64_t rows = 0, same = 0, first_position = -1;
+    double nll = 0, kld = 0;
+    while (std::getline(dump, line)) {
+      const std::vector<std::string> f = absl::StrSplit(line, '\t');
+      ASSERT_EQ(f.size(), 7u) << line;
+      if (rows == 0) first_position = std::stoll(f[1]);
+      nll += std::stod(f[3]);
+      kld += std::stod(f[5]);
+      same += std::stoll(f[6]);
+      ++rows;
+    }
+    EXPECT_EQ(rows, report["num_scored"].get<int64_t>());
+    EXPECT_EQ(first_position, 1);  // chunks: BOS at 0, every later position scored
+    EXPECT_NEAR(-nll, report["sum_logprob"].get<double>(),
+                1e-6 * std::fabs(report["sum_logprob"].get<double>()));
+    EXPECT_NEAR(kld / static_cast<double>(rows), report["kld"]["kld_mean"].get<double>(), 1e-6);
+    EXPECT_NEAR(static_cast<double>(same) / static_cast<double>(rows),
+                report["kld"]["same_top"].get<double>(), 1e-12);
+  }
   const nlohmann::json& got = report["kld"];
   const nlohmann::json& want = golden["kld"];
   ASSERT_EQ(got["count"], want["count"]);
