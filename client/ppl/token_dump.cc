@@ -20,8 +20,9 @@ absl::Status WriteTokenDump(const std::string& path, const Plan& plan, const std
   if (out == nullptr) {
     return absl::InternalError(absl::StrCat("cannot write --dump_tokens ", path, ": ", std::strerror(errno)));
   }
-  std::fputs(kld ? "window\tposition\ttoken_id\tnll\tref_nll\tkld\tsame_top\n" : "window\tposition\ttoken_id\tnll\n",
-             out);
+  std::fputs(
+      kld ? "window\tposition\ttoken_id\tnll\tref_nll\tkld\tsame_top\n" : "window\tposition\ttoken_id\tnll\n",
+      out);
   absl::Status status;
   for (size_t w = 0; w < plan.windows.size() && status.ok(); ++w) {
     const Window& window = plan.windows[w];
@@ -35,11 +36,13 @@ absl::Status WriteTokenDump(const std::string& path, const Plan& plan, const std
     }
     for (size_t j = 0; j < n; ++j) {
       const size_t position = static_cast<size_t>(window.score_from) + j;
-      std::string line = absl::StrFormat("%d\t%d\t%d\t%.9g", w, position, window.tokens[position], -s.logprobs[j]);
+      std::string line =
+          absl::StrFormat("%d\t%d\t%d\t%.9g", w, position, window.tokens[position], -s.logprobs[j]);
       if (kld) absl::StrAppendFormat(&line, "\t%.9g\t%.9g\t%d", -s.ref_logprobs[j], s.kld[j], s.same_top[j]);
       line.push_back('\n');
       if (std::fputs(line.c_str(), out) < 0) {
-        status = absl::InternalError(absl::StrCat("writing --dump_tokens ", path, ": ", std::strerror(errno)));
+        status =
+            absl::InternalError(absl::StrCat("writing --dump_tokens ", path, ": ", std::strerror(errno)));
         break;
       }
     }
