@@ -4,7 +4,7 @@
 # runs ctest, then the unit and e2e suites again under ASan + UBSan, then the fuzzers. GPU tests skip cleanly
 # without a device. Prints the time of each stage.
 # Usage: scripts/test.sh [extra ctest args...]
-# env: BUILD_DIR (default build), SCORED_DATA, JOBS, FUZZ_SECONDS (default 30), SCORED_SKIP_SANITIZE=1,
+# env: BUILD_DIR (default build), SCORED_DATA, JOBS, FUZZ_SECONDS (default 20), SCORED_SKIP_SANITIZE=1,
 #      SCORED_SKIP_FUZZ=1
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,10 +35,10 @@ if [ "${SCORED_SKIP_SANITIZE:-0}" != 1 ]; then
   SANITIZE_JOBS="$jobs" scripts/sanitize.sh "${build_dir}-asan"
 fi
 # Hostile input: every libFuzzer target (clang, ASan + UBSan) replays its committed corpus (regression
-# seeds included) and fuzzes for FUZZ_SECONDS (default here 30 per target, 150 s on 2 cores; scripts/fuzz.sh
+# seeds included) and fuzzes for FUZZ_SECONDS (default here 20 per target, 100 s on 2 cores; scripts/fuzz.sh
 # alone: 60); any crash or sanitizer report fails the run. SCORED_SKIP_FUZZ=1 skips it (e.g. while iterating locally).
 if [ "${SCORED_SKIP_FUZZ:-0}" != 1 ]; then
   stage "fuzz"
-  FUZZ_SECONDS="${FUZZ_SECONDS:-30}" FUZZ_JOBS="$jobs" scripts/fuzz.sh "${build_dir}-fuzz"
+  FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_JOBS="$jobs" scripts/fuzz.sh "${build_dir}-fuzz"
 fi
 stage "done"
