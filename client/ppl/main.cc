@@ -34,13 +34,23 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "cli/command_line.h"
 #include "cli/flags_help.h"
 #include "client/connect/security.h"
 #include "client/ppl/compare.h"
+#include "client/ppl/local_server.h"
 #include "client/ppl/report.h"
 #include "client/ppl/run.h"
 
+ABSL_FLAG(
+    std::string, model, "",
+    "score with a scored of this run's own: start the scored binary on this model folder (or cached hub "
+    "id) on 127.0.0.1, score, stop it (instead of --server; client/ppl/local_server.h)");
+ABSL_FLAG(std::string, scored_args, "",
+          "with --model: more scored flags, space-separated, e.g. '--backend=cpu --max_seq_len=2049'");
+ABSL_FLAG(std::string, scored_binary, "",
+          "with --model: the scored to run (default: beside scored-ppl, the build tree's, or on PATH)");
 ABSL_FLAG(
     std::string, server, "127.0.0.1:50051",
     "scored address host:port; several servers serving the same model: a comma list host:port,host:port "
@@ -122,6 +132,7 @@ const std::vector<scored::cli::FlagGroup>& HelpGroups() {
       {"Data", {"data", "format", "separator", "text_field", "max_data_bytes", "tokenizer"}},
       {"Method", {"method", "ctx", "stride", "max_windows", "kld"}},
       {"Server connection", {"server", "inflight", "connect_timeout_s", "retry_timeout_s"}},
+      {"A server of its own (instead of --server)", {"model", "scored_args", "scored_binary"}},
       {"TLS and authentication", {"tls_ca", "tls_cert", "tls_key", "auth_token", "auth_token_file"}},
       {"Output", {"json", "label", "dump_tokens", "quiet", "progress"}},
       {"Resume", {"journal", "journal_sync_every", "journal_strict"}},
@@ -247,6 +258,26 @@ int main(int argc, char** argv) {
   if (!options.ok()) {
     std::fprintf(stderr, "scored-ppl: %s\n", std::string(options.status().message()).c_str());
     return 2;
+  }
+  // --model: this run's own scored, started before any thread (it forks) and stopped when main returns.
+  std::unique_ptr<scored::ppl::LocalServer> local;
+  if (const std::string model = absl::GetFlag(FLAGS_model); !model.empty()) {
+    if (absl::GetFlag(FLAGS_server) != "127.0.0.1:50051") {
+      std::fprintf(stderr,
+                   "scored-ppl: give --model (a scored of its own) or --server, not both (see --help)\n");
+      return 2;
+    }
+    scored::ppl::LocalServer::Options local_options;
+    local_options.model = model;
+    local_options.extra_args = absl::StrSplit(absl::GetFlag(FLAGS_scored_args), ' ', absl::SkipEmpty());
+    local_options.binary = absl::GetFlag(FLAGS_scored_binary);
+    auto started = scored::ppl::LocalServer::Start(local_options);
+    if (!started.ok()) {
+      std::fprintf(stderr, "scored-ppl: %s\n", started.status().ToString().c_str());
+      return 1;
+    }
+    local = *std::move(started);
+    options->server = local->address();
   }
   // SIGINT / SIGTERM: say how far the run got and how to keep it next time, then exit 128 + the signal.
   // Blocked here, before RunPpl starts any thread, so that only the waiting thread below receives them.

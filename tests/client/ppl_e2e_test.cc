@@ -11,13 +11,18 @@
 // float64 per-window log-prob sums of reference_wikitext2_test_ppl.json over those K windows;
 // ReferenceMethods scores 16 windows per method (whatever K is) against kShortMethodGoldens. The other tests
 // are unchanged.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -330,6 +335,40 @@ TEST_F(PplE2eTest, LongDocumentTokenizedByTheServerInPieces) {
   EXPECT_EQ(server->num_bytes, local->num_bytes);
   EXPECT_EQ(server->sum_logprob, local->sum_logprob);
   std::remove(path.c_str());
+}
+
+// scored-ppl --model: a scored of its own (the build tree's, found beside scored-ppl) started on the model,
+// scored against, and stopped: the same numbers as a run against a running server with the same flags, and
+// nothing left listening afterwards.
+TEST_F(PplE2eTest, ModelFlagRunsAServerOfItsOwn) {
+  const std::string dir = ::testing::TempDir();
+  const std::string json_path = dir + "/ppl_e2e_own_server.json";
+  const std::string err_path = dir + "/ppl_e2e_own_server.err";
+  const std::string cmd =
+      std::string(SCORED_BINARY_DIR) + "/client/ppl/scored-ppl --model " + testing::StoriesModelDir() +
+      " --scored_args '--backend=cpu --max_seq_len=513' --data " + WikiTest() +
+      " --method gptq --ctx 512 --max_windows 8 --quiet --json " + json_path + " 2> " + err_path;
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << ReadText(err_path);
+  const nlohmann::json own = ReadJson(json_path);
+  auto served = RunPpl(Options(Method::kGptq, 512, 0, 8));
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_EQ(own["num_scored"].get<int64_t>(), served->num_scored);
+  EXPECT_EQ(own["sum_logprob"].get<double>(), served->sum_logprob);
+  // "scored serves MODEL on 127.0.0.1:PORT": that port is closed once scored-ppl returned.
+  const std::string err = ReadText(err_path);
+  const size_t at = err.find(" on 127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << err;
+  const int port = std::atoi(err.c_str() + at + std::strlen(" on 127.0.0.1:"));
+  ASSERT_GT(port, 0) << err;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_NE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << "scored still listens";
+  ::close(fd);
 }
 
 // A gzip-compressed data file (as C4's shards ship) scores as its text: the same ids and sums as the plain
