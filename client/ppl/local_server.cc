@@ -79,7 +79,8 @@ absl::StatusOr<std::string> FindScoredBinary(const std::string& binary) {
   }
   const std::string self = SelfDir();
   for (const std::string& candidate : {self + "/scored", self + "/../../server/scored"}) {
-    if (!self.empty() && IsExecutable(candidate)) return std::filesystem::path(candidate).lexically_normal().string();
+    if (!self.empty() && IsExecutable(candidate))
+      return std::filesystem::path(candidate).lexically_normal().string();
   }
   const char* path = std::getenv("PATH");
   for (const absl::string_view dir : absl::StrSplit(path != nullptr ? path : "", ':', absl::SkipEmpty())) {
@@ -87,7 +88,8 @@ absl::StatusOr<std::string> FindScoredBinary(const std::string& binary) {
     if (IsExecutable(candidate)) return candidate;
   }
   return absl::NotFoundError(
-      "--model: no scored binary found beside scored-ppl, in the build tree or on PATH (give --scored_binary)");
+      "--model: no scored binary found beside scored-ppl, in the build tree or on PATH (give "
+      "--scored_binary)");
 }
 
 absl::StatusOr<std::unique_ptr<LocalServer>> LocalServer::Start(const Options& options) {
@@ -116,9 +118,9 @@ absl::StatusOr<std::unique_ptr<LocalServer>> LocalServer::Start(const Options& o
     if (::waitpid(server->pid_, &status, WNOHANG) == server->pid_) {
       server->pid_ = -1;
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      return absl::FailedPreconditionError(absl::StrCat("scored exited with status ", code, " before serving ",
-                                                        options.model, "; its log (", server->log_path_,
-                                                        "):\n", LogTail(server->log_path_)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("scored exited with status ", code, " before serving ", options.model, "; its log (",
+                       server->log_path_, "):\n", LogTail(server->log_path_)));
     }
     if (const int port = ReadGrpcPort(port_file); port > 0) {
       server->address_ = absl::StrCat("127.0.0.1:", port);
@@ -126,12 +128,13 @@ absl::StatusOr<std::unique_ptr<LocalServer>> LocalServer::Start(const Options& o
     }
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat("scored did not serve ", options.model, " within ",
-                                                      absl::FormatDuration(options.startup_timeout), "; its log: ",
-                                                      server->log_path_));
+                                                      absl::FormatDuration(options.startup_timeout),
+                                                      "; its log: ", server->log_path_));
     }
     absl::SleepFor(absl::Milliseconds(50));  // the port file appears once the model is loaded
   }
-  std::fprintf(stderr, "scored-ppl: scored serves %s on %s\n", options.model.c_str(), server->address_.c_str());
+  std::fprintf(stderr, "scored-ppl: scored serves %s on %s\n", options.model.c_str(),
+               server->address_.c_str());
   return server;
 }
 

@@ -151,7 +151,8 @@ absl::Status CheckCommandLine(int argc, char** argv) {
                                              {"max_length", "ctx"},
                                              {"chunks", "max_windows"},
                                              {"host", "server"},
-                                             {"port", "server"}}};
+                                             {"port", "server"},
+                                             {"m", "model"}}};
   return scored::cli::CheckCommandLine(argc, argv, rules);
 }
 
