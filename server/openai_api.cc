@@ -15,6 +15,55 @@ absl::Status FieldError(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("field '", field, "' ", what));
 }
 
+// The SAX pass of JsonDomBytes: counts, builds nothing.
+class DomSizer : public nlohmann::json_sax<Json> {
+ public:
+  bool null() override { return Value(); }
+  bool boolean(bool) override { return Value(); }
+  bool number_integer(number_integer_t) override { return Value(); }
+  bool number_unsigned(number_unsigned_t) override { return Value(); }
+  bool number_float(number_float_t, const string_t&) override { return Value(); }
+  bool string(string_t& s) override {
+    bytes_ += kDomBytesPerString + static_cast<int64_t>(s.size());
+    return Value();
+  }
+  bool binary(binary_t& b) override {
+    bytes_ += static_cast<int64_t>(b.size());
+    return Value();
+  }
+  bool start_object(std::size_t) override { return Open(); }
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override { return Open(); }
+  bool end_array() override { return Close(); }
+  bool key(string_t& k) override {
+    bytes_ += kDomBytesPerString + static_cast<int64_t>(k.size());
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+  int64_t bytes() const { return bytes_; }
+  bool too_deep() const { return too_deep_; }
+
+ private:
+  bool Value() {
+    bytes_ += kDomBytesPerValue;
+    return true;
+  }
+  bool Open() {
+    bytes_ += kDomBytesPerContainer;
+    if (++depth_ > kMaxJsonDepth) too_deep_ = true;
+    return !too_deep_;
+  }
+  bool Close() {
+    --depth_;
+    return true;
+  }
+  int64_t bytes_ = 0;
+  int depth_ = 0;
+  bool too_deep_ = false;
+};
+
 absl::StatusOr<Json> ParseBody(absl::string_view body) {
   Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("the request body is not valid JSON");
@@ -174,6 +223,18 @@ Json PromptLogprobEntry(const std::vector<TopKEntry>& top, int k, int32_t own_id
 }
 
 }  // namespace
+
+absl::StatusOr<int64_t> JsonDomBytes(absl::string_view body) {
+  DomSizer sizer;
+  const bool ok = Json::sax_parse(body.begin(), body.end(), &sizer, nlohmann::json::input_format_t::json,
+                                  /*strict=*/true);
+  if (sizer.too_deep()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body nests JSON deeper than ", kMaxJsonDepth, " levels"));
+  }
+  if (!ok) return absl::InvalidArgumentError("the request body is not valid JSON");
+  return sizer.bytes();
+}
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body, int max_logprobs) {
   absl::StatusOr<Json> j = ParseBody(body);

@@ -75,6 +75,20 @@ struct CompletionRequest {
 // logprobs outside [0, max_logprobs], n or best_of other than 1, stream true, a suffix.
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body, int max_logprobs);
 
+// What parsing `body` into a DOM (the Parse* functions here) would take in memory, counted by one SAX pass
+// over it that builds nothing: kDomBytesPerValue per value, kDomBytesPerString more per string or object key
+// plus its bytes, kDomBytesPerContainer per array or object. Measured on nlohmann::ordered_json (glibc
+// malloc): a flat list of 1M ids 16.8 bytes per id (32 after a vector's last doubling), a string "ab" 69, a
+// {"k": 1} 117, a nested "[" 64, where the body spends 2-8 bytes on each. The HTTP endpoint charges it to the
+// memory budget before parsing, so a body that would expand past the budget is refused (429) instead of
+// parsed. INVALID_ARGUMENT for invalid JSON or nesting deeper than kMaxJsonDepth (a request has 3 levels;
+// deeper nesting is only a way to multiply memory).
+inline constexpr int64_t kDomBytesPerValue = 32;
+inline constexpr int64_t kDomBytesPerString = 48;
+inline constexpr int64_t kDomBytesPerContainer = 80;
+inline constexpr int kMaxJsonDepth = 16;
+absl::StatusOr<int64_t> JsonDomBytes(absl::string_view body);
+
 // The engine request for one prompt of `ids` (the prompt's ids, >= 1 of them), or nullopt when nothing
 // needs scoring (max_tokens 0 and either no echoed log-probabilities or a one-token prompt).
 std::optional<ScoreRequest> EngineRequestFor(const CompletionRequest& request,

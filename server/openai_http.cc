@@ -139,6 +139,16 @@ void OpenAiHttpServer::Reply(const char* route, absl::Time start, const absl::St
   res.set_content(Dump(openai::ErrorBody(res.status, status.message())), "application/json");
 }
 
+absl::Status OpenAiHttpServer::ChargeParse(const std::string& body, const char* method,
+                                           MemoryBudget::Charge* charge) const {
+  absl::StatusOr<int64_t> dom_bytes = openai::JsonDomBytes(body);
+  if (!dom_bytes.ok()) return dom_bytes.status();
+  absl::StatusOr<MemoryBudget::Charge> charged = config_.gate->Charge(*dom_bytes, method);
+  if (!charged.ok()) return charged.status();
+  *charge = *std::move(charged);
+  return absl::OkStatus();
+}
+
 Json OpenAiHttpServer::ModelObject() const {
   return {{"id", config_.model_name},
           {"object", "model"},
@@ -310,6 +320,8 @@ void OpenAiHttpServer::Completions(const httplib::Request& req, httplib::Respons
   const int max_logprobs = static_cast<int>(
       gate.limits().smallest_vocab_shard > 0 ? std::min<int64_t>(kMaxTopK, gate.limits().smallest_vocab_shard)
                                              : kMaxTopK);
+  MemoryBudget::Charge parse_charge;  // held until the response is built
+  if (status.ok()) status = ChargeParse(req.body, kCompletionsMethod, &parse_charge);
   absl::StatusOr<openai::CompletionRequest> request =
       status.ok() ? openai::ParseCompletionRequest(req.body, max_logprobs)
                   : absl::StatusOr<openai::CompletionRequest>(status);
@@ -385,6 +397,8 @@ void OpenAiHttpServer::Tokenize(const httplib::Request& req, httplib::Response& 
   const absl::Time start = absl::Now();
   const ScoreGate& gate = *config_.gate;
   absl::Status status = AdmitTokenizerRoute(req);
+  MemoryBudget::Charge parse_charge;
+  if (status.ok()) status = ChargeParse(req.body, "OpenAI/tokenize", &parse_charge);
   absl::StatusOr<openai::TokenizeRequest> request =
       status.ok() ? openai::ParseTokenizeRequest(req.body) : absl::StatusOr<openai::TokenizeRequest>(status);
   if (request.ok()) {
@@ -424,6 +438,8 @@ void OpenAiHttpServer::Detokenize(const httplib::Request& req, httplib::Response
   if (status.ok() && config_.gate->tokenizer() == nullptr) {
     status = absl::FailedPreconditionError("the model has no tokenizer (token ids only)");
   }
+  MemoryBudget::Charge parse_charge;
+  if (status.ok()) status = ChargeParse(req.body, "OpenAI/detokenize", &parse_charge);
   absl::StatusOr<std::vector<int32_t>> ids =
       status.ok() ? openai::ParseDetokenizeRequest(req.body) : absl::StatusOr<std::vector<int32_t>>(status);
   absl::StatusOr<std::string> text = ids.ok() ? config_.gate->tokenizer()->Decode(*ids) : ids.status();

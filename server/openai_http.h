@@ -22,7 +22,8 @@
 // OPENAI_API_KEY got a 401 on /tokenizer_info, fell back to a transformers tokenizer and failed. Open, they
 // still pass the engine-health check and every limit below. --max_text_bytes and
 // the tokenize pool (--tokenize_threads / --tokenize_queue) for text, ValidateScoreRequest under the same
-// ScoreLimits (max_seq_len, max_batch_tokens, top_k), the memory budget (--max_buffered_bytes), the
+// ScoreLimits (max_seq_len, max_batch_tokens, top_k), the memory budget (--max_buffered_bytes: each body
+// is first charged what parsing it would take, openai::JsonDomBytes, then each queued prompt), the
 // connection cap (--max_connections, peers counted as "http:ADDR:PORT"), and the one Batcher (--max_queue;
 // each prompt is one queued request: a request of more prompts than the queue holds gets 429),
 // so HTTP and gRPC requests share batches. TLS / mTLS from --tls_cert / --tls_key / --tls_client_ca when
@@ -105,6 +106,9 @@ class OpenAiHttpServer {
   // Admit for /tokenize, /detokenize, /tokenizer_info with --openai_tokenizer_auth, else the health check
   // alone.
   absl::Status AdmitTokenizerRoute(const httplib::Request& req) const;
+  // The memory parsing `body` takes (openai::JsonDomBytes) charged to the budget before it is parsed, into
+  // `charge`: RESOURCE_EXHAUSTED (429) when it does not fit, INVALID_ARGUMENT for invalid or too deep JSON.
+  absl::Status ChargeParse(const std::string& body, const char* method, MemoryBudget::Charge* charge) const;
   // The /v1/models entry of the one model.
   openai::Json ModelObject() const;
   void Reply(const char* route, absl::Time start, const absl::Status& status, const std::string& json,

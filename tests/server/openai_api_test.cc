@@ -299,6 +299,29 @@ TEST(OpenAiPromptLogprobs, ParsedScoredAndBuiltAsVllm) {
   EXPECT_EQ(single["prompt_logprobs"], Json::array({nullptr}));
 }
 
+// The memory a body's DOM would take, counted before it is parsed (an 8 MiB body of nested "[" used to parse
+// into ~600 MiB; a 10-million-id prompt into ~500 MiB, none of it charged to the memory budget).
+TEST(OpenAiJsonDomBytes, CountsWhatParsingWouldTakeAndRefusesDeepNesting) {
+  std::string flat = R"({"prompt": [)";
+  for (int i = 0; i < 1000; ++i) flat += "12345,";
+  flat += "1]}";
+  // 1001 ids, the prompt array, the object, the key "prompt".
+  EXPECT_EQ(JsonDomBytes(flat).value(),
+            1001 * kDomBytesPerValue + 2 * kDomBytesPerContainer + kDomBytesPerString + 6);
+  EXPECT_EQ(JsonDomBytes(R"({"prompt": "abc"})").value(),
+            kDomBytesPerContainer + 2 * kDomBytesPerString + 6 + 3 + kDomBytesPerValue);
+  const std::string deep =
+      R"({"prompt": )" + std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']') + "}";
+  absl::StatusOr<int64_t> refused = JsonDomBytes(deep);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("deeper than 16 levels"), std::string::npos) << refused.status();
+  const std::string fits =
+      R"({"prompt": )" + std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']') + "}";
+  EXPECT_TRUE(JsonDomBytes(fits).ok());
+  EXPECT_EQ(JsonDomBytes(R"({"prompt": [1, 2)").status().message(), "the request body is not valid JSON");
+}
+
 TEST(OpenAiErrors, StatusAndType) {
   EXPECT_EQ(HttpStatusOf(absl::StatusCode::kInvalidArgument), 400);
   EXPECT_EQ(HttpStatusOf(absl::StatusCode::kOutOfRange), 400);

@@ -187,6 +187,38 @@ TEST(OpenAiE2eTest, PromptLogprobsModelsByIdAndUnservedRoutes) {
   }
 }
 
+// A body is charged to the memory budget for what parsing it would take, before it is parsed: a 60,000-id
+// prompt (~360 KB of JSON, ~2 MB as a DOM) against a 1 MiB budget is 429, and so is the same on /detokenize;
+// JSON nested deeper than any request is 400 at once. A small request still scores there.
+TEST(OpenAiE2eTest, ParsingIsChargedToTheMemoryBudgetFirst) {
+  auto proc = StartOrDie({"--max_buffered_bytes=1048576"});
+  ASSERT_NE(proc, nullptr);
+  httplib::Client http("127.0.0.1", OpenAiPort(*proc));
+  std::string ids = "[1";
+  for (int i = 0; i < 60000; ++i) ids += ",403";
+  ids += "]";
+  auto big = http.Post("/v1/completions", R"({"max_tokens": 0, "prompt": )" + ids + "}", "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 429) << big->body;
+  EXPECT_THAT(Json::parse(big->body)["error"]["message"].get<std::string>(), HasSubstr("max_buffered_bytes"));
+  auto detok = http.Post("/detokenize", R"({"tokens": )" + ids + "}", "application/json");
+  ASSERT_TRUE(detok);
+  EXPECT_EQ(detok->status, 429) << detok->body;
+  auto deep =
+      http.Post("/v1/completions",
+                R"({"max_tokens": 0, "prompt": )" + std::string(100000, '[') + std::string(100000, ']') + "}",
+                "application/json");
+  ASSERT_TRUE(deep);
+  EXPECT_EQ(deep->status, 400);
+  EXPECT_THAT(deep->body, HasSubstr("deeper than 16 levels"));
+  auto small = http.Post("/v1/completions", kCompletion, "application/json");
+  ASSERT_TRUE(small);
+  EXPECT_EQ(small->status, 200) << small->body;
+  auto scrape = HttpGet("127.0.0.1", proc->metrics_port(), "/metrics");
+  ASSERT_TRUE(scrape.ok());
+  EXPECT_EQ(*MetricValue(*scrape, "scored_buffered_bytes"), 0.0);  // every charge released
+}
+
 // The tokenizer routes are open by default (lm-eval's remote tokenizer sends no OPENAI_API_KEY), /v1/* is
 // not; with --openai_tokenizer_auth they need the token too.
 TEST(OpenAiE2eTest, TokenizerRoutesOpenUnlessAsked) {
