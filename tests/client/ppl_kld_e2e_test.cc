@@ -8,10 +8,7 @@
 //     first run takes every window from it and reports the same statistics.
 //   - every method (--max_windows 6): the same windows and scored positions with and without --kld;
 //   - Q = the stories260k-w4a16-channel fixture against R = stories260K, chunks ctx 512, 4 windows: the
-//   report
-//     equals the float64 golden of tests/client/golden/kld_report_golden.py.
-// The last three need a scored that accepts --reference_model and answers ModelInfo.reference; against one
-// without the flag, they skip (saying why).
+//     report equals the float64 golden of tests/client/golden/kld_report_golden.py.
 #include <unistd.h>
 
 #include <cmath>
@@ -21,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -84,10 +80,6 @@ TEST(PplKldE2eTest, ModelAgainstItselfOverTheSameWindows) {
                   "--reference_model=" + testing::StoriesModelDir()};
   options.startup_timeout = absl::Seconds(60);
   auto daemon = testing::ScoredProcess::Start(options);
-  if (!daemon.ok() &&
-      absl::StrContains(daemon.status().message(), "Unknown command line flag 'reference_model'")) {
-    GTEST_SKIP() << "this scored has no --reference_model: " << daemon.status();
-  }
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   const std::string dir = ::testing::TempDir();
   const std::string plain_json = absl::StrCat(dir, "/ppl_kld_plain.", ::getpid(), ".json");
@@ -144,10 +136,6 @@ TEST(PplKldE2eTest, EveryMethodKeepsItsWindows) {
   options.args = {"--model=" + testing::StoriesModelDir(), "--backend=cpu",
                   "--reference_model=" + testing::StoriesModelDir()};
   auto daemon = testing::ScoredProcess::Start(options);
-  if (!daemon.ok() &&
-      absl::StrContains(daemon.status().message(), "Unknown command line flag 'reference_model'")) {
-    GTEST_SKIP() << "this scored has no --reference_model: " << daemon.status();
-  }
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   const std::string dir = ::testing::TempDir();
   for (const char* method : {"exl3", "gptq", "hf", "llamacpp", "rolling", "chunks"}) {
@@ -190,10 +178,6 @@ TEST(PplKldE2eTest, QuantVsOriginalMatchesTheFloat64Golden) {
   options.args = {"--model=" + std::string(SCORED_FIXTURES_DIR) + "/" + golden["quant"].get<std::string>(),
                   "--backend=cpu", "--reference_model=" + testing::StoriesModelDir()};
   auto daemon = testing::ScoredProcess::Start(options);
-  if (!daemon.ok() &&
-      absl::StrContains(daemon.status().message(), "Unknown command line flag 'reference_model'")) {
-    GTEST_SKIP() << "this scored has no --reference_model: " << daemon.status();
-  }
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   const std::string json_path = absl::StrCat(::testing::TempDir(), "/ppl_kld_golden.", ::getpid(), ".json");
   const ChildRun run = RunPpl({"--server=" + (*daemon)->grpc_address(),
