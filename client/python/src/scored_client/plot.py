@@ -73,7 +73,7 @@ def _read(path: str) -> dict:
         return json.load(f)
 
 
-def _measured_alike(path: str, report: dict) -> Dict[str, object]:
+def _measured_alike(report: dict) -> Dict[str, object]:
     """What must agree between two points of one method: the method's parameters and the data file."""
     method = report.get("method")
     fields: Dict[str, object] = {}
@@ -87,9 +87,9 @@ def _measured_alike(path: str, report: dict) -> Dict[str, object]:
 
 def _check_alike(method: str, reports: List[Tuple[str, dict]]) -> None:
     first_path, first = reports[0]
-    want = _measured_alike(first_path, first)
+    want = _measured_alike(first)
     for path, report in reports[1:]:
-        got = _measured_alike(path, report)
+        got = _measured_alike(report)
         for key in sorted(set(want) | set(got)):
             if want.get(key) != got.get(key):
                 raise ReportError(
@@ -98,9 +98,17 @@ def _check_alike(method: str, reports: List[Tuple[str, dict]]) -> None:
 
 
 def _load(path: str, metric: str) -> Tuple[str, float, float, Optional[float], str]:
-    report = _read(path)
+    return _point(path, _read(path), metric)
+
+
+def _method_name(report: dict):
     method = report.get("method")
-    method_name = method.get("name") if isinstance(method, dict) else method
+    return method.get("name") if isinstance(method, dict) else method
+
+
+def _point(path: str, report: dict, metric: str) -> Tuple[str, float, float, Optional[float], str]:
+    """(method, bits per weight, value, error or None, label) of `metric` in `report` (read from `path`)."""
+    method_name = _method_name(report)
     model = report.get("model_info") or report.get("model") or {}
     value, error = metric_value(report, metric, path)
     if "bits_per_weight_decoder" not in model:
@@ -149,22 +157,21 @@ def render_many(paths: Sequence[str], out: str, metrics: Sequence[str],
     fmt = _FORMATS.get(os.path.splitext(out)[1].lower())
     if fmt is None:
         raise ReportError(f"{out}: the output's extension must be one of {', '.join(_FORMATS)}")
+    reports = [(p, _read(p)) for p in paths]  # each file read once
     by_method: Dict[str, List[Tuple[str, dict]]] = defaultdict(list)
-    for p in paths:
-        report = _read(p)
-        method = report.get("method")
-        by_method[str(method.get("name") if isinstance(method, dict) else method)].append((p, report))
-    for method, reports in by_method.items():
-        _check_alike(method, reports)
+    for p, report in reports:
+        by_method[str(_method_name(report))].append((p, report))
+    for method, alike in by_method.items():
+        _check_alike(method, alike)
     per_metric: Dict[str, Dict[str, List]] = {}
     for metric in metrics:
         series: Dict[str, List] = defaultdict(list)
-        for p in paths:
-            if metric != "ppl" and not isinstance(_read(p).get("kld"), (dict, int, float)):
+        for p, report in reports:
+            if metric != "ppl" and not isinstance(report.get("kld"), (dict, int, float)):
                 print(f"scored-plot: {p}: no 'kld' (not a --kld report, e.g. the reference's own): "
                       f"left out of the {metric} panel", file=sys.stderr)
                 continue
-            method, bpw, value, error, label = _load(p, metric)
+            method, bpw, value, error, label = _point(p, report, metric)
             series[method].append((bpw, value, error, label))
         if not series:
             raise ReportError(f"no report has '{metric}' (a scored-ppl --kld report has a 'kld' object)")
