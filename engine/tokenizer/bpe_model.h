@@ -31,6 +31,9 @@ namespace tokenizer_internal {
 class BpeModel {
  public:
   enum class Alphabet { kBytes, kChars };
+  // kBytes: the most bytes of the 256 a vocabulary may lack a token for (each dropped where it occurs).
+  static constexpr int kMaxMissingBytes = 64;
+
   struct Options {
     Alphabet alphabet = Alphabet::kBytes;
     bool byte_fallback = false;  // kChars only
