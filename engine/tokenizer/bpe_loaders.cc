@@ -104,9 +104,9 @@ std::string ToBytes(const std::string& token) {
 
 struct PipelineConfig {
   bool byte_level = false;
-  bool byte_level_regex = false;  // ByteLevel pre-tokenizer with use_regex (GPT-2 pattern)
   bool add_prefix_space = false;
-  std::string split_pattern;
+  // Split(Isolated) regexes and ByteLevel(use_regex)'s GPT-2 pattern, in the order the Sequence has them.
+  std::vector<std::string> split_patterns;
   bool nfc = false;
   bool prepend = false;  // legacy normalizer Prepend('▁') / Metaspace prepend
   bool prepend_first_only = false;
@@ -184,26 +184,33 @@ absl::Status ParsePreTokenizer(const json& j, const std::string& path, PipelineC
     for (const json& n : *it) SCORED_RETURN_IF_ERROR(ParsePreTokenizer(n, path, p));
   } else if (type == "Digits") {
     // Only first (before ByteLevel / Split, as SmolLM2 has it): after them it would cut their pieces.
-    if (p->byte_level || !p->split_pattern.empty() || p->metaspace ||
+    if (p->byte_level || !p->split_patterns.empty() || p->metaspace ||
         p->digits != BpeTokenizerSpec::Digits::kNone) {
       return Unsupported(path, "pre_tokenizer (Digits after another pre-tokenizer)", j);
     }
     p->digits = BoolField(j, "individual_digits", false) ? BpeTokenizerSpec::Digits::kIndividual
                                                          : BpeTokenizerSpec::Digits::kRuns;
   } else if (type == "ByteLevel") {
+    if (p->byte_level) return Unsupported(path, "pre_tokenizer (a second ByteLevel)", j);
+    // The library prefixes every piece that reaches ByteLevel; this pipeline prefixes the text before its
+    // splits, the same only when no Split comes first.
+    if (BoolField(j, "add_prefix_space", false) && !p->split_patterns.empty()) {
+      return Unsupported(path, "pre_tokenizer (ByteLevel add_prefix_space after a Split)", j);
+    }
     p->byte_level = true;
     p->add_prefix_space = BoolField(j, "add_prefix_space", false);
-    p->byte_level_regex = BoolField(j, "use_regex", true);
+    if (BoolField(j, "use_regex", true)) p->split_patterns.push_back(kGpt2Pattern);
   } else if (type == "Split" && IsNoOpSpaceSplit(j, *p)) {
     // Gemma's Split(" ", MergedWithPrevious) after its Replace(' ' -> '▁') normalizer: nothing to split.
   } else if (type == "Split") {
     const auto pattern = j.find("pattern");
+    // After ByteLevel it would split byte-level characters, not text.
     if (pattern == j.end() || !pattern->is_object() || !pattern->contains("Regex") ||
         !(*pattern)["Regex"].is_string() || j.value("behavior", std::string()) != "Isolated" ||
-        BoolField(j, "invert", false) || !p->split_pattern.empty()) {
+        BoolField(j, "invert", false) || p->byte_level) {
       return Unsupported(path, "pre_tokenizer", j);
     }
-    p->split_pattern = (*pattern)["Regex"].get<std::string>();
+    p->split_patterns.push_back((*pattern)["Regex"].get<std::string>());
   } else if (type == "Metaspace") {
     if (j.value("replacement", std::string(kMetaspace)) != kMetaspace) {
       return Unsupported(path, "pre_tokenizer", j);
@@ -312,10 +319,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::st
   if (p.byte_level && (p.metaspace || p.prepend)) {
     return absl::UnimplementedError(path + ": byte-level combined with metaspace is not supported");
   }
-  if (p.byte_level_regex && !p.split_pattern.empty()) {
-    return absl::UnimplementedError(path + ": a Split regex together with ByteLevel use_regex");
-  }
-  if (!p.byte_level && !p.split_pattern.empty()) {
+  if (!p.byte_level && !p.split_patterns.empty()) {
     return absl::UnimplementedError(path + ": a Split regex without ByteLevel is not supported");
   }
   if (!p.byte_level && p.digits != BpeTokenizerSpec::Digits::kNone) {
@@ -402,7 +406,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::st
   SCORED_ASSIGN_OR_RETURN(const HfTokenizerConfig config, ReadHfTokenizerConfig(dir));
   MergeAddedTokens(config.added_tokens, &spec.added_tokens);
   spec.nfc = p.nfc;
-  spec.split_pattern = p.byte_level_regex ? std::string(kGpt2Pattern) : p.split_pattern;
+  spec.split_patterns = p.split_patterns;
   spec.add_prefix_space = p.add_prefix_space;
   spec.digits = p.digits;
   spec.metaspace_prepend = p.prepend;
@@ -487,7 +491,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadVocabMergesImpl(const std::string
   // folder gets GPT-2's pattern, as transformers' GPT2Tokenizer.
   const bool qwen2 = config.tokenizer_class.rfind("Qwen2", 0) == 0;
   spec.nfc = qwen2;
-  spec.split_pattern = qwen2 ? kQwen2Pattern : kGpt2Pattern;
+  spec.split_patterns = {qwen2 ? kQwen2Pattern : kGpt2Pattern};
   SpecialDefaults defaults;
   const std::string eot = "<|endoftext|>";
   if (model->TokenId(eot) >= 0 || std::any_of(spec.added_tokens.begin(), spec.added_tokens.end(),
@@ -602,7 +606,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTiktoken(const std::string& dir) 
   BpeTokenizerSpec spec;
   spec.kind = "tiktoken";
   spec.added_tokens = config.added_tokens.empty() ? Llama3Specials(num_ranks) : config.added_tokens;
-  spec.split_pattern = kLlama3Pattern;
+  spec.split_patterns = {kLlama3Pattern};
   SpecialDefaults defaults;
   defaults.bos = "<|begin_of_text|>";
   defaults.eos = "<|end_of_text|>";

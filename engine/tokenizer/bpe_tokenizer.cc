@@ -38,6 +38,7 @@ struct BpeTokenizer::EncodeState {
   EncodeGuard guard;
   BpeModel::Scratch scratch;
   std::vector<std::string_view> pieces;
+  std::vector<std::string_view> next_pieces;   // the next split stage's output
   std::vector<std::string_view> digit_pieces;  // BpeTokenizerSpec::digits
   std::string prefixed;
   // Byte-level word cache: word -> [offset, count) in cache_ids. Words repeat a lot in text.
@@ -49,8 +50,9 @@ struct BpeTokenizer::EncodeState {
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel model, BpeTokenizerSpec spec) {
   std::unique_ptr<BpeTokenizer> t(new BpeTokenizer(std::move(model), std::move(spec)));
-  if (!t->spec_.split_pattern.empty()) {
-    SCORED_ASSIGN_OR_RETURN(t->splitter_, RegexSplitter::Create(t->spec_.split_pattern));
+  for (const std::string& pattern : t->spec_.split_patterns) {
+    SCORED_ASSIGN_OR_RETURN(std::unique_ptr<RegexSplitter> splitter, RegexSplitter::Create(pattern));
+    t->splitters_.push_back(std::move(splitter));
   }
   t->vocab_size_ = t->model_.size();
   for (const AddedToken& a : t->spec_.added_tokens) {
@@ -257,10 +259,18 @@ absl::Status BpeTokenizer::EncodeByteLevelInto(std::string_view text, EncodeStat
     state->prefixed.append(text);
     text = state->prefixed;
   }
-  if (splitter_ == nullptr) return EncodeWordInto(text, state, ids);
+  if (splitters_.empty()) return EncodeWordInto(text, state, ids);
   state->pieces.clear();
-  SCORED_RETURN_IF_ERROR(splitter_->Split(text, &state->pieces));
+  SCORED_RETURN_IF_ERROR(splitters_[0]->Split(text, &state->pieces));
   SCORED_RETURN_IF_ERROR(state->guard.Poll(ids->size()));
+  for (size_t k = 1; k < splitters_.size(); ++k) {
+    state->next_pieces.clear();
+    for (const std::string_view piece : state->pieces) {
+      SCORED_RETURN_IF_ERROR(splitters_[k]->Split(piece, &state->next_pieces));
+    }
+    state->pieces.swap(state->next_pieces);
+    SCORED_RETURN_IF_ERROR(state->guard.Poll(ids->size()));
+  }
   for (const std::string_view piece : state->pieces) {
     SCORED_RETURN_IF_ERROR(EncodeCachedWordInto(piece, state, ids));
   }

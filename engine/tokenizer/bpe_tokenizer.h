@@ -43,8 +43,10 @@ struct BpeTokenizerSpec {
   std::string kind;  // "hf-bpe-bytelevel", "hf-bpe-metaspace", "tiktoken"
   std::vector<AddedToken> added_tokens;
   bool nfc = false;
-  // Byte-level: the split regex ("" = no split) and HF ByteLevel add_prefix_space.
-  std::string split_pattern;
+  // Byte-level: the split regexes, applied in order (each to every piece of the one before, as a Sequence of
+  // Split(Isolated) pre-tokenizers and a ByteLevel(use_regex) one does; none = no split), and HF ByteLevel
+  // add_prefix_space.
+  std::vector<std::string> split_patterns;
   bool add_prefix_space = false;
   // Byte-level: a Digits pre-tokenizer before the ByteLevel one (SmolLM2's tokenizer.json): the text is cut
   // around numeric characters first (SplitDigits), then each piece takes the prefix space and the regex.
@@ -98,7 +100,7 @@ class BpeTokenizer : public Tokenizer {
 
   BpeModel model_;
   BpeTokenizerSpec spec_;
-  std::unique_ptr<RegexSplitter> splitter_;
+  std::vector<std::unique_ptr<RegexSplitter>> splitters_;  // one per spec_.split_patterns
   int64_t vocab_size_ = 0;
   // Metaspace without a pre-tokenizer: the whole segment is one BPE word. When no token has a '▁'
   // right after a non-'▁' character (true of Llama-2's vocabulary), no merge can cross the start

@@ -1,10 +1,10 @@
-// The Gemma-style and Phi-4-style tokenizer.json fixtures (tests/fixtures/tokenizers, made by
-// scripts/fixtures/make_tokenizer_fixtures.py): small vocabularies trained on WikiText-2 valid, saved
-// with exactly the pipelines of the published Gemma 2/3 and Phi-4 files (the real vocabularies are
-// not available offline). Every case of golden.json (the project's golden strings, WikiText-2 test
-// text, adversarial strings) must give the ids of the HF tokenizers library, with and without
-// special tokens, and decode to the library's text. Pipeline variants the loader does not implement
-// must fail at load, naming the field and its value.
+// The Gemma-style, Phi-4-style, SmolLM2-style and DeepSeek-V3-style tokenizer.json fixtures
+// (tests/fixtures/tokenizers, made by scripts/fixtures/make_tokenizer_fixtures.py): small vocabularies
+// trained on WikiText-2 valid, saved with exactly the pipelines of the published Gemma 2/3, Phi-4, SmolLM2
+// and DeepSeek-V3 files (the real vocabularies are not available offline). Every case of golden.json (the
+// project's golden strings, WikiText-2 test text, adversarial strings) must give the ids of the HF tokenizers
+// library, with and without special tokens, and decode to the library's text. Pipeline variants the loader
+// does not implement must fail at load, naming the field and its value.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -51,11 +51,13 @@ struct Fixture {
 // Ids from the generator: Gemma's order <pad> 0, <eos> 1, <bos> 2, <unk> 3, <mask> 4, <start_of_turn> 5, ...;
 // Phi-4's specials after the 2600 trained tokens (<|dummy_0|> 2600, <|endoftext|> 2601, ..., <|im_end|>
 // 2606); SmolLM2's 17 first (<|endoftext|> 0, <|im_start|> 1, <|im_end|> 2, ...), its pre-tokenizer
-// Digits(individual) before ByteLevel.
+// Digits(individual) before ByteLevel; DeepSeek-V3's begin / end of sentence and pad after its 2600 (three
+// Split regexes in sequence, then ByteLevel without its own; BOS added by a TemplateProcessing).
 const Fixture kFixtureList[] = {
     {"gemma-style", "hf-bpe-metaspace", 2870, 2, 1, true},
     {"phi4-style", "hf-bpe-bytelevel", 2610, 2601, 2606, false},
     {"smollm2-style", "hf-bpe-bytelevel", 2600, 1, 2, false},
+    {"deepseek-v3-style", "hf-bpe-bytelevel", 2603, 2600, 2601, true},
 };
 
 class FixtureTest : public ::testing::TestWithParam<Fixture> {
@@ -136,6 +138,7 @@ TEST_P(FixtureTest, TokenByteLengthsAddUp) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest, ::testing::ValuesIn(kFixtureList), [](const auto& info) {
   return std::string(info.param.name[0] == 'g'   ? "GemmaStyle"
                      : info.param.name[0] == 'p' ? "Phi4Style"
+                     : info.param.name[0] == 'd' ? "DeepSeekV3Style"
                                                  : "SmolLM2Style");
 });
 
@@ -230,6 +233,20 @@ TEST_F(FixtureVariantTest, UnsupportedPiecesFailAtLoadNamingFieldAndValue) {
                           {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
                           {"type": "Digits", "individual_digits": true}]})",
                     "Digits after another pre-tokenizer", "individual_digits");
+  // Splits run on text, in order, before ByteLevel (DeepSeek-V3's order): one after ByteLevel would cut its
+  // byte-level characters, and ByteLevel's add_prefix_space after a Split would prefix every piece.
+  ExpectUnsupported("deepseek-v3-style", "pre_tokenizer",
+                    R"({"type": "Sequence", "pretokenizers": [
+                          {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false},
+                          {"type": "Split", "pattern": {"Regex": "\\p{N}"}, "behavior": "Isolated",
+                           "invert": false}]})",
+                    "pre_tokenizer", "Split");
+  ExpectUnsupported("deepseek-v3-style", "pre_tokenizer",
+                    R"({"type": "Sequence", "pretokenizers": [
+                          {"type": "Split", "pattern": {"Regex": "\\p{N}"}, "behavior": "Isolated",
+                           "invert": false},
+                          {"type": "ByteLevel", "add_prefix_space": true, "use_regex": false}]})",
+                    "ByteLevel add_prefix_space after a Split", "add_prefix_space");
 }
 
 // The supported equivalents load: Gemma's Split with any behavior after the Replace normalizer, and
