@@ -29,6 +29,9 @@ import numpy as np
 
 import gguf
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from convert_llama2c import write_safetensors  # noqa: E402  (the same F32 safetensors writer)
+
 # tokenizer.ggml.pre -> the pre-tokenizer Sequence of the tokenizer.json that llama.cpp's converter
 # recognised under that name.
 PRE_TOKENIZERS = {
@@ -107,22 +110,6 @@ def read_tensors(reader, n_heads, n_kv_heads):
             w = unpermute_rope_rows(w, n_kv_heads)
         tensors[hf_name(t.name)] = w
     return tensors
-
-
-def write_safetensors(path, tensors):
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
-    names = sorted(tensors)
-    for name in names:
-        n = tensors[name].size * 4
-        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    head = json.dumps(header, separators=(",", ":")).encode()
-    head += b" " * (-len(head) % 8)
-    with open(path, "wb") as f:
-        f.write(len(head).to_bytes(8, "little"))
-        f.write(head)
-        for name in names:
-            f.write(np.ascontiguousarray(tensors[name], dtype="<f4").tobytes())
 
 
 def float32_value(x):
@@ -225,7 +212,7 @@ def main():
     root, tok_config = tokenizer_files(reader)
     os.makedirs(args.out_dir, exist_ok=True)
     out = lambda name: os.path.join(args.out_dir, name)
-    write_safetensors(out("model.safetensors"), tensors)
+    write_safetensors(out("model.safetensors"), {name: tensors[name] for name in sorted(tensors)})
     with open(out("config.json"), "w") as f:
         json.dump(config, f, indent=2)
     with open(out("generation_config.json"), "w") as f:
