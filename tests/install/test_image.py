@@ -169,3 +169,13 @@ def test_dockerignore_excludes_outputs_and_keeps_copied_sources():
     for needed in ("CMakeLists.txt", "cmake", "engine", "server", "client", "proto", "scripts", "deploy"):
         for pattern in patterns:
             assert not fnmatch.fnmatch(needed, pattern.rstrip("/")), (needed, pattern)
+
+
+def test_runtime_user_is_numeric_and_matches_kubernetes():
+    """USER by uid:gid (a non-root check needs no /etc/passwd), the ids deploy/kubernetes runs as."""
+    users = re.findall(r"^USER\s+(\S+)", runtime_stage(), re.M)
+    assert users == ["10001:10001"], users
+    for manifest in ("deployment.yaml", "statefulset-multihost.yaml"):
+        with open(os.path.join(REPO, "deploy", "kubernetes", manifest)) as f:
+            text = f.read()
+        assert "runAsUser: 10001" in text and "runAsGroup: 10001" in text, manifest
