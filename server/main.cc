@@ -94,7 +94,19 @@ ABSL_FLAG(
     "/detokenize, /tokenizer_info; port 0 picks a free port; empty, the default, disables it); the same "
     "TLS, token and limits as gRPC");
 ABSL_FLAG(int32_t, openai_threads, 16,
-          "--openai_listen: HTTP connections served at once, each on its own thread (1..1024)");
+          "--openai_listen: requests handled at once (a handler waits for the engine); open connections "
+          "beyond it hold no thread (1..1024)");
+ABSL_FLAG(int32_t, openai_max_connections, 512,
+          "--openai_listen: open HTTP connections in all; past it the one waiting longest for a request is "
+          "closed, or the new one gets 503 (1..65536)");
+ABSL_FLAG(int32_t, openai_max_connections_per_client, 64,
+          "--openai_listen: open HTTP connections from one address; past it 429 (1..65536)");
+ABSL_FLAG(double, openai_header_timeout_s, 10.0,
+          "--openai_listen: a request's head (request line and headers) must arrive within this of the "
+          "connection or the previous response, else the connection closes (0.1..3600)");
+ABSL_FLAG(double, openai_body_timeout_s, 60.0,
+          "--openai_listen: a request's body must arrive within this of its head, else the connection "
+          "closes (0.1..3600)");
 ABSL_FLAG(
     std::string, openai_model_name, "",
     "--openai_listen: the model's name in /v1/models and requests (default: the --model folder's name)");
@@ -176,8 +188,9 @@ const std::vector<scored::cli::FlagGroup>& HelpGroups() {
         "num_threads", "kv_cache_quant"}},
       {"Serving",
        {"listen", "metrics_listen", "openai_listen", "openai_threads", "openai_model_name",
-        "openai_tokenizer_auth", "port_file", "batch_timeout_us", "stream_window", "shutdown_grace_s",
-        "tokenize_threads"}},
+        "openai_tokenizer_auth", "openai_max_connections", "openai_max_connections_per_client",
+        "openai_header_timeout_s", "openai_body_timeout_s", "port_file", "batch_timeout_us", "stream_window",
+        "shutdown_grace_s", "tokenize_threads"}},
       {"Limits",
        {"max_batch_tokens", "max_queue", "max_message_bytes", "max_buffered_bytes",
         "max_streams_per_connection", "max_connections", "max_text_bytes", "tokenize_queue"}},
@@ -270,6 +283,10 @@ absl::StatusOr<scored::ServerOptions> OptionsFromFlags() {
   o.openai_threads = absl::GetFlag(FLAGS_openai_threads);
   o.openai_model_name = absl::GetFlag(FLAGS_openai_model_name);
   o.openai_tokenizer_auth = absl::GetFlag(FLAGS_openai_tokenizer_auth);
+  o.openai_max_connections = absl::GetFlag(FLAGS_openai_max_connections);
+  o.openai_max_connections_per_client = absl::GetFlag(FLAGS_openai_max_connections_per_client);
+  o.openai_header_timeout = absl::Seconds(absl::GetFlag(FLAGS_openai_header_timeout_s));
+  o.openai_body_timeout = absl::Seconds(absl::GetFlag(FLAGS_openai_body_timeout_s));
   o.max_queue = absl::GetFlag(FLAGS_max_queue);
   o.port_file = absl::GetFlag(FLAGS_port_file);
   o.batch_timeout = absl::Microseconds(absl::GetFlag(FLAGS_batch_timeout_us));

@@ -1,20 +1,22 @@
 #include "server/openai_http.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "engine/base/logging.h"
+#include "engine/base/status_macros.h"
 #include "server/grpc_status.h"
+#include "server/http_server.h"
 #include "server/openai_api.h"
 #include "server/options.h"
 #include "server/request_validation.h"
@@ -54,79 +56,53 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::Create(Confi
   }
   std::unique_ptr<OpenAiHttpServer> server(new OpenAiHttpServer(std::move(config)));
   const Config& c = server->config_;
-  if (!c.tls_cert_file.empty()) {
-    server->http_ = std::make_unique<httplib::SSLServer>(
-        c.tls_cert_file.c_str(), c.tls_key_file.c_str(),
-        c.tls_client_ca_file.empty() ? nullptr : c.tls_client_ca_file.c_str());
-  } else {
-    server->http_ = std::make_unique<httplib::Server>();
-  }
-  if (!server->http_->is_valid()) {
-    return absl::InvalidArgumentError(absl::StrCat("--openai_listen: cannot set up TLS from --tls_cert ",
-                                                   c.tls_cert_file, " and --tls_key ", c.tls_key_file));
-  }
-  const int threads = c.threads;
-  server->http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  server->http_->set_payload_max_length(static_cast<size_t>(c.max_body_bytes));
-  server->Route();
+  HttpServer::Config http;
+  std::tie(http.host, http.port) = SplitListen(c.listen);
+  http.worker_threads = c.threads;
+  http.limits = c.limits;
+  http.limits.max_body_bytes = c.max_body_bytes;
+  http.tls_cert_file = c.tls_cert_file;
+  http.tls_key_file = c.tls_key_file;
+  http.tls_client_ca_file = c.tls_client_ca_file;
+  OpenAiHttpServer* self = server.get();
+  http.router = [self](const HttpRequest& head) { return self->Dispatch(head); };
+  http.error_body = [](int status, const std::string& message) {
+    return Dump(openai::ErrorBody(status, message));
+  };
+  http.log_name = "--openai_listen";
+  SCORED_ASSIGN_OR_RETURN(server->http_, HttpServer::Create(std::move(http)));
   return server;
 }
 
 OpenAiHttpServer::~OpenAiHttpServer() { Shutdown(); }
 
 absl::Status OpenAiHttpServer::Start() {
-  const auto [host, port] = SplitListen(config_.listen);
-  port_ = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
-  if (port_ <= 0) {
-    port_ = 0;
-    return absl::UnavailableError(absl::StrCat("--openai_listen: cannot listen on ", config_.listen,
-                                               " (address in use or not local?)"));
-  }
-  thread_ = std::thread([this] {
-    http_->listen_after_bind();
-    listener_returned_.store(true);
-    // The library ends its accept loop on an accept() error other than EMFILE / EINTR: say so, it is
-    // otherwise silent.
-    if (!stopping_.load()) {
-      SCORED_LOG(ERROR)
-          << "--openai_listen " << config_.listen
-          << ": the HTTP listener stopped (accept failed); the OpenAI-compatible API is no longer "
-             "served";
-    }
-  });
-  // httplib::Server::stop() does nothing before listen_after_bind() has marked the server running (its first
-  // statement), and 0.11.4 has no notification for it: wait those few microseconds here, so that a
-  // Shutdown() right after Start() cannot miss the stop and wait forever.
-  while (!http_->is_running() && !listener_returned_.load()) std::this_thread::yield();
-  if (listener_returned_.load()) {
-    return absl::UnavailableError(absl::StrCat("--openai_listen: the listener on ", config_.listen,
-                                               " stopped at once (accept failed)"));
-  }
+  SCORED_RETURN_IF_ERROR(http_->Start());
+  port_ = http_->port();
   return absl::OkStatus();
 }
 
 void OpenAiHttpServer::BeginShutdown() {
-  if (stopping_.exchange(true)) return;
-  if (http_) http_->stop();
+  stopping_.store(true);
+  if (http_) http_->BeginShutdown();
 }
 
 void OpenAiHttpServer::Shutdown() {
-  BeginShutdown();
-  // listen_after_bind returns once the pool has finished the connections in progress.
-  if (thread_.joinable()) thread_.join();
+  stopping_.store(true);
+  if (http_) http_->Shutdown();
 }
 
-absl::Status OpenAiHttpServer::Admit(const httplib::Request& req) const {
+absl::Status OpenAiHttpServer::Admit(const HttpRequest& req) const {
   const bool present = req.has_header("Authorization");
-  return config_.gate->Admit(present, present ? req.get_header_value("Authorization") : "");
+  return config_.gate->Admit(present, present ? req.header("Authorization") : "");
 }
 
-absl::Status OpenAiHttpServer::AdmitTokenizerRoute(const httplib::Request& req) const {
+absl::Status OpenAiHttpServer::AdmitTokenizerRoute(const HttpRequest& req) const {
   return config_.tokenizer_auth ? Admit(req) : config_.gate->AdmitWithoutToken();
 }
 
 void OpenAiHttpServer::Reply(const char* route, absl::Time start, const absl::Status& status,
-                             const std::string& json, httplib::Response& res) const {
+                             const std::string& json, HttpResponse& res) const {
   config_.gate->metrics()->RecordRequest(absl::StrCat("OpenAI", route), ToGrpcCode(status.code()),
                                          absl::ToDoubleSeconds(absl::Now() - start));
   if (status.ok()) {
@@ -157,85 +133,111 @@ Json OpenAiHttpServer::ModelObject() const {
           {"max_model_len", config_.gate->limits().max_seq_len}};
 }
 
-void OpenAiHttpServer::Route() {
-  http_->Post("/v1/completions",
-              [this](const httplib::Request& req, httplib::Response& res) { Completions(req, res); });
-  http_->Post("/tokenize",
-              [this](const httplib::Request& req, httplib::Response& res) { Tokenize(req, res); });
-  http_->Post("/detokenize",
-              [this](const httplib::Request& req, httplib::Response& res) { Detokenize(req, res); });
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    const absl::Status fatal = config_.gate->batcher()->fatal_status();
-    if (!fatal.ok() || stopping_.load()) {
-      res.status = 503;
-      res.set_content(Dump(openai::ErrorBody(
-                          503, fatal.ok() ? "the server is shutting down" : std::string(fatal.message()))),
-                      "application/json");
-      return;
-    }
-    res.set_content(R"({"status": "ok"})", "application/json");
-  });
-  http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    const absl::Time start = absl::Now();
-    const absl::Status admitted = Admit(req);
+HttpServer::Dispatch OpenAiHttpServer::Refusal(const char* route, const absl::Status& status) const {
+  HttpServer::Dispatch d;
+  Reply(route, absl::Now(), status, "", d.refusal);
+  return d;
+}
+
+HttpServer::Dispatch OpenAiHttpServer::MethodNotAllowed(const char* allowed) {
+  HttpServer::Dispatch d;
+  d.refusal.status = 405;
+  d.refusal.set_header("Allow", allowed);
+  d.refusal.set_content(Dump(openai::ErrorBody(405, absl::StrCat("method not allowed: use ", allowed))),
+                        "application/json");
+  return d;
+}
+
+// Routes of the OpenAI API that scored does not serve, answered 501 saying what it serves instead (a bare
+// 404 "no such route" sent users searching).
+const char* OpenAiHttpServer::NotServed(const std::string& path) {
+  if (path == "/v1/chat/completions") {
+    return "chat completions are not served: scored scores prompts. Apply the model's chat template yourself "
+           "and send the text to /v1/completions with echo, logprobs and max_tokens 0 (or prompt_logprobs)";
+  }
+  if (path == "/v1/embeddings") return "embeddings are not served: scored scores prompts (/v1/completions)";
+  if (path == "/v1/responses")
+    return "the Responses API is not served: scored scores prompts (/v1/completions)";
+  return nullptr;
+}
+
+HttpServer::Dispatch OpenAiHttpServer::Dispatch(const HttpRequest& head) const {
+  using Dispatch = HttpServer::Dispatch;
+  auto handle = [this](void (OpenAiHttpServer::*fn)(const HttpRequest&, HttpResponse&)) {
+    OpenAiHttpServer* self = const_cast<OpenAiHttpServer*>(this);
+    return Dispatch{[self, fn](const HttpRequest& r, HttpResponse& s) { (self->*fn)(r, s); }, {}};
+  };
+  const std::string& path = head.path;
+  const bool get = head.method == "GET", post = head.method == "POST";
+  // Routes with a body: the token (and health) are checked on the head, so a refused client's body is never
+  // read; the handler checks again (no side effects).
+  if (path == "/v1/completions" || path == "/tokenize" || path == "/detokenize" ||
+      NotServed(path) != nullptr) {
+    if (!post) return MethodNotAllowed("POST");
+    const absl::Status admitted = path[1] == 't' || path[1] == 'd' ? AdmitTokenizerRoute(head) : Admit(head);
+    if (!admitted.ok()) return Refusal(path.c_str(), admitted);
+    if (path == "/v1/completions") return handle(&OpenAiHttpServer::Completions);
+    if (path == "/tokenize") return handle(&OpenAiHttpServer::Tokenize);
+    if (path == "/detokenize") return handle(&OpenAiHttpServer::Detokenize);
+    return handle(&OpenAiHttpServer::NotServedRoute);
+  }
+  if (!get) {
+    return path == "/health" || path == "/tokenizer_info" || absl::StartsWith(path, "/v1/models")
+               ? MethodNotAllowed("GET")
+               : Refusal("/unknown", absl::NotFoundError("no such route"));
+  }
+  if (path == "/health") return handle(&OpenAiHttpServer::Health);
+  if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) return handle(&OpenAiHttpServer::Models);
+  if (path == "/tokenizer_info") return handle(&OpenAiHttpServer::TokenizerInfo);
+  return Refusal("/unknown", absl::NotFoundError("no such route"));
+}
+
+void OpenAiHttpServer::Health(const HttpRequest&, HttpResponse& res) {
+  const absl::Status fatal = config_.gate->batcher()->fatal_status();
+  if (!fatal.ok() || stopping_.load()) {
+    res.status = 503;
+    res.set_content(Dump(openai::ErrorBody(
+                        503, fatal.ok() ? "the server is shutting down" : std::string(fatal.message()))),
+                    "application/json");
+    return;
+  }
+  res.set_content(R"({"status": "ok"})", "application/json");
+}
+
+void OpenAiHttpServer::Models(const HttpRequest& req, HttpResponse& res) {
+  const absl::Time start = absl::Now();
+  absl::Status admitted = Admit(req);
+  if (req.path == "/v1/models") {
     Json list = {{"object", "list"}, {"data", Json::array({ModelObject()})}};
     Reply("/v1/models", start, admitted, Dump(list), res);
-  });
-  http_->Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
-    const absl::Time start = absl::Now();
-    absl::Status admitted = Admit(req);
-    const std::string wanted = req.matches.size() > 1 ? req.matches[1].str() : "";
-    if (admitted.ok() && wanted != config_.model_name) {
-      admitted = absl::NotFoundError(absl::StrCat(
-          "The model `", wanted, "` does not exist; this server has `", config_.model_name, "`"));
-    }
-    Reply("/v1/models", start, admitted, admitted.ok() ? Dump(ModelObject()) : "", res);
-  });
-  // Routes of the OpenAI API that scored does not serve, answered 501 saying what it serves instead (a bare
-  // 404 "no such route" sent users searching).
-  for (const auto& [route, what] : std::vector<std::pair<std::string, std::string>>{
-           {"/v1/chat/completions",
-            "chat completions are not served: scored scores prompts. Apply the model's chat template "
-            "yourself "
-            "and send the text to /v1/completions with echo, logprobs and max_tokens 0 (or prompt_logprobs)"},
-           {"/v1/embeddings", "embeddings are not served: scored scores prompts (/v1/completions)"},
-           {"/v1/responses", "the Responses API is not served: scored scores prompts (/v1/completions)"}}) {
-    http_->Post(route,
-                [this, route = route, what = what](const httplib::Request& req, httplib::Response& res) {
-                  const absl::Time start = absl::Now();
-                  absl::Status status = Admit(req);
-                  if (status.ok()) status = absl::UnimplementedError(what);
-                  Reply(route.c_str(), start, status, "", res);
-                });
+    return;
   }
-  http_->Get("/tokenizer_info", [this](const httplib::Request& req, httplib::Response& res) {
-    const absl::Time start = absl::Now();
-    absl::Status admitted = AdmitTokenizerRoute(req);
-    if (admitted.ok() && config_.gate->tokenizer() == nullptr) {
-      admitted = absl::NotFoundError("the model has no tokenizer (token ids only)");
-    }
-    Reply("/tokenizer_info", start, admitted,
-          admitted.ok()
-              ? Dump(openai::TokenizerInfo(*config_.gate->tokenizer(), config_.gate->limits().max_seq_len))
-              : "",
-          res);
-  });
-  // Errors the library itself answers (404 unknown route, 413 body too large, 400 unparsable request)
-  // get an OpenAI error body too; the routes' own errors already have one.
-  http_->set_error_handler(
-      httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        const char* what = res.status == 404   ? "no such route"
-                           : res.status == 413 ? "the request body is larger than --max_message_bytes"
-                           : res.status == 405 ? "method not allowed"
-                                               : "bad request";
-        res.set_content(Dump(openai::ErrorBody(res.status, what)), "application/json");
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    res.status = 500;
-    res.set_content(Dump(openai::ErrorBody(500, "internal error")), "application/json");
-  });
+  const std::string wanted = req.path.substr(std::string("/v1/models/").size());
+  if (admitted.ok() && wanted != config_.model_name) {
+    admitted = absl::NotFoundError(
+        absl::StrCat("The model `", wanted, "` does not exist; this server has `", config_.model_name, "`"));
+  }
+  Reply("/v1/models", start, admitted, admitted.ok() ? Dump(ModelObject()) : "", res);
+}
+
+void OpenAiHttpServer::NotServedRoute(const HttpRequest& req, HttpResponse& res) {
+  const absl::Time start = absl::Now();
+  absl::Status status = Admit(req);
+  if (status.ok()) status = absl::UnimplementedError(NotServed(req.path));
+  Reply(req.path.c_str(), start, status, "", res);
+}
+
+void OpenAiHttpServer::TokenizerInfo(const HttpRequest& req, HttpResponse& res) {
+  const absl::Time start = absl::Now();
+  absl::Status admitted = AdmitTokenizerRoute(req);
+  if (admitted.ok() && config_.gate->tokenizer() == nullptr) {
+    admitted = absl::NotFoundError("the model has no tokenizer (token ids only)");
+  }
+  Reply("/tokenizer_info", start, admitted,
+        admitted.ok()
+            ? Dump(openai::TokenizerInfo(*config_.gate->tokenizer(), config_.gate->limits().max_seq_len))
+            : "",
+        res);
 }
 
 namespace {
@@ -302,7 +304,7 @@ absl::StatusOr<std::vector<ScoreResult>> ScoreAllQueued(
 
 }  // namespace
 
-void OpenAiHttpServer::Completions(const httplib::Request& req, httplib::Response& res) {
+void OpenAiHttpServer::Completions(const HttpRequest& req, HttpResponse& res) {
   const absl::Time start = absl::Now();
   const char* route = "/v1/completions";
   const ScoreGate& gate = *config_.gate;
@@ -393,7 +395,7 @@ void OpenAiHttpServer::Completions(const httplib::Request& req, httplib::Respons
         res);
 }
 
-void OpenAiHttpServer::Tokenize(const httplib::Request& req, httplib::Response& res) {
+void OpenAiHttpServer::Tokenize(const HttpRequest& req, HttpResponse& res) {
   const absl::Time start = absl::Now();
   const ScoreGate& gate = *config_.gate;
   absl::Status status = AdmitTokenizerRoute(req);
@@ -432,7 +434,7 @@ void OpenAiHttpServer::Tokenize(const httplib::Request& req, httplib::Response& 
   Reply("/tokenize", start, absl::OkStatus(), Dump(out), res);
 }
 
-void OpenAiHttpServer::Detokenize(const httplib::Request& req, httplib::Response& res) {
+void OpenAiHttpServer::Detokenize(const HttpRequest& req, HttpResponse& res) {
   const absl::Time start = absl::Now();
   absl::Status status = AdmitTokenizerRoute(req);
   if (status.ok() && config_.gate->tokenizer() == nullptr) {

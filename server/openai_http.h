@@ -29,21 +29,18 @@
 // so HTTP and gRPC requests share batches. TLS / mTLS from --tls_cert / --tls_key / --tls_client_ca when
 // given (OpenSSL through the library). Requests count in scored_requests_total{method="OpenAI/<route>"}.
 //
-// Why cpp-httplib (Debian 12 libcpp-httplib-dev 0.11.4): maintained, packaged, one header plus a shared
-// library built with OpenSSL, blocking handlers on a thread pool of std::threads with default-sized stacks
-// (civetweb's fixed 100 KiB stacks cannot start in a CUDA build: server/metrics_http.h). Threads:
-// --openai_threads handle connections (one connection at a time each, keep-alive included: an idle keep-alive
-// connection holds its thread for at most 5 s); further accepted connections wait in the library's queue,
-// holding only their socket (no request has been read). Reads and writes time out after 5 s without progress;
-// a request waiting for the engine has no deadline (HTTP carries none) and completes when its batch does.
+// Transport: server/http_server.h (Boost.Beast; why there): the head read under a byte limit and
+// --openai_header_timeout_s, the token checked on the head so a refused body is never read, the body under
+// --max_message_bytes (chunked too) and --openai_body_timeout_s, --openai_max_connections open connections
+// (the one waiting longest for a request closed first) and --openai_max_connections_per_client per address,
+// pipelined requests answered in order. --openai_threads handlers run at once (each waits for the engine);
+// an open connection holds no thread. A request waiting for the engine has no deadline (HTTP carries none)
+// and completes when its batch does.
 //
-// SIGPIPE: the library writes with send() without MSG_NOSIGNAL (and OpenSSL with write()), so the process
-// must ignore SIGPIPE, or a client closing its connection mid-response kills it (scored's main() does).
-//
-// Lifecycle: Create() checks the options; Start() binds (port 0 picks one) and serves on its own thread;
-// BeginShutdown() stops accepting; Shutdown() waits for the requests in progress (the batcher still runs)
-// and joins. Thread-safety: handlers run concurrently on the pool; the objects in Config must outlive
-// Shutdown().
+// Lifecycle: Create() checks the options; Start() binds (port 0 picks one) and serves; BeginShutdown() stops
+// accepting and closes every idle or slow connection at once; Shutdown() waits for the requests in progress
+// (the batcher still runs) and their responses, and joins. Thread-safety: handlers run concurrently on the
+// pool; the objects in Config must outlive Shutdown().
 #ifndef SCORED_SERVER_OPENAI_HTTP_H_
 #define SCORED_SERVER_OPENAI_HTTP_H_
 
@@ -51,18 +48,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/admission.h"
+#include "server/http_server.h"
 #include "server/openai_api.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace scored {
 
@@ -73,6 +64,9 @@ class OpenAiHttpServer {
     std::string model_name;             // /v1/models id; a request naming another model gets 404
     int threads = 16;                   // --openai_threads
     int64_t max_body_bytes = 64 << 20;  // --max_message_bytes
+    // Head and body limits, timeouts and connection caps (server/http_server.h); max_body_bytes above wins
+    // over limits.max_body_bytes.
+    HttpServer::Limits limits;
     // --openai_tokenizer_auth: the token also on the tokenizer routes (default: they are open).
     bool tokenizer_auth = false;
     // TLS (all empty: plaintext); the same files as the gRPC listener.
@@ -97,29 +91,38 @@ class OpenAiHttpServer {
 
  private:
   explicit OpenAiHttpServer(Config config);
-  void Route();
-  void Completions(const httplib::Request& req, httplib::Response& res);
-  void Tokenize(const httplib::Request& req, httplib::Response& res);
-  void Detokenize(const httplib::Request& req, httplib::Response& res);
+  // The route of a request head (server/http_server.h Router): on a route with a body the token is checked
+  // here, before the body is read.
+  HttpServer::Dispatch Dispatch(const HttpRequest& head) const;
+  // A refusal sent without reading the body, counted as `route`'s request.
+  HttpServer::Dispatch Refusal(const char* route, const absl::Status& status) const;
+  static HttpServer::Dispatch MethodNotAllowed(const char* allowed);
+  // The 501 message of an OpenAI route scored does not serve; null for any other path.
+  static const char* NotServed(const std::string& path);
+  void Completions(const HttpRequest& req, HttpResponse& res);
+  void Tokenize(const HttpRequest& req, HttpResponse& res);
+  void Detokenize(const HttpRequest& req, HttpResponse& res);
+  void Health(const HttpRequest& req, HttpResponse& res);
+  void Models(const HttpRequest& req, HttpResponse& res);
+  void NotServedRoute(const HttpRequest& req, HttpResponse& res);
+  void TokenizerInfo(const HttpRequest& req, HttpResponse& res);
   // ScoreGate::Admit with the request's Authorization header.
-  absl::Status Admit(const httplib::Request& req) const;
+  absl::Status Admit(const HttpRequest& req) const;
   // Admit for /tokenize, /detokenize, /tokenizer_info with --openai_tokenizer_auth, else the health check
   // alone.
-  absl::Status AdmitTokenizerRoute(const httplib::Request& req) const;
+  absl::Status AdmitTokenizerRoute(const HttpRequest& req) const;
   // The memory parsing `body` takes (openai::JsonDomBytes) charged to the budget before it is parsed, into
   // `charge`: RESOURCE_EXHAUSTED (429) when it does not fit, INVALID_ARGUMENT for invalid or too deep JSON.
   absl::Status ChargeParse(const std::string& body, const char* method, MemoryBudget::Charge* charge) const;
   // The /v1/models entry of the one model.
   openai::Json ModelObject() const;
   void Reply(const char* route, absl::Time start, const absl::Status& status, const std::string& json,
-             httplib::Response& res) const;
+             HttpResponse& res) const;
 
   const Config config_;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread thread_;
+  std::unique_ptr<HttpServer> http_;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> listener_returned_{false};  // listen_after_bind() returned
   std::atomic<uint64_t> next_id_{1};
 };
 

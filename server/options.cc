@@ -187,6 +187,19 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
   }
   SCORED_RETURN_IF_ERROR(
       CheckRange("openai_threads", options.openai_threads, 1, ServerOptions::kMaxOpenAiThreads));
+  SCORED_RETURN_IF_ERROR(CheckRange("openai_max_connections", options.openai_max_connections, 1,
+                                    ServerOptions::kMaxOpenAiConnections));
+  SCORED_RETURN_IF_ERROR(CheckRange("openai_max_connections_per_client",
+                                    options.openai_max_connections_per_client, 1,
+                                    ServerOptions::kMaxOpenAiConnections));
+  for (const auto& [flag, value] :
+       {std::pair<const char*, absl::Duration>{"openai_header_timeout_s", options.openai_header_timeout},
+        {"openai_body_timeout_s", options.openai_body_timeout}}) {
+    if (value < absl::Milliseconds(100) || value > absl::Hours(1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " must be in [0.1, 3600], got ", absl::ToDoubleSeconds(value)));
+    }
+  }
   if (options.max_message_bytes < kMinMessageBytes || options.max_message_bytes > kMaxMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat("--max_message_bytes must be in [", kMinMessageBytes, ", ",
                                                    kMaxMessageBytes, "], got ", options.max_message_bytes));

@@ -67,6 +67,12 @@ struct ServerOptions {
   // are served without it, as vLLM serves them beside its --api-key: lm-eval's remote tokenizer sends no
   // OPENAI_API_KEY, only its own auth_token model argument (server/openai_http.h).
   bool openai_tokenizer_auth = false;
+  // The HTTP connection caps and the head / body deadlines (server/http_server.h).
+  static constexpr int kMaxOpenAiConnections = 65536;
+  int openai_max_connections = 512;
+  int openai_max_connections_per_client = 64;
+  absl::Duration openai_header_timeout = absl::Seconds(10);
+  absl::Duration openai_body_timeout = absl::Seconds(60);
   // Most requests waiting for the engine; more are refused with RESOURCE_EXHAUSTED.
   int64_t max_queue = 256;
   // Longest time the batcher waits for more requests to fill a batch.

@@ -408,6 +408,10 @@ absl::Status Server::StartEndpoints(const ScoreLimits& limits, const Tokenizer* 
   http.threads = options_.openai_threads;
   http.tokenizer_auth = options_.openai_tokenizer_auth;
   http.max_body_bytes = options_.max_message_bytes;
+  http.limits.max_connections = options_.openai_max_connections;
+  http.limits.max_connections_per_client = options_.openai_max_connections_per_client;
+  http.limits.header_timeout = options_.openai_header_timeout;
+  http.limits.body_timeout = options_.openai_body_timeout;
   http.tls_cert_file = options_.tls_cert_file;
   http.tls_key_file = options_.tls_key_file;
   http.tls_client_ca_file = options_.tls_client_ca_file;
