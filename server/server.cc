@@ -17,6 +17,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "server/fault_injection.h"
 #include "server/listen_probe.h"
 
@@ -433,6 +434,11 @@ absl::Status Server::Start() {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Announced in HTTP/2 SETTINGS: a client opens at most this many concurrent calls on one connection.
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options_.max_streams_per_connection);
+  // The transport's buffers (messages still arriving, before any handler or token check) under a quota the
+  // size of the memory budget: past it gRPC resets the streams holding the most (server/README.md "Memory").
+  grpc::ResourceQuota quota("scored-grpc-transport");
+  quota.Resize(static_cast<size_t>(budget_->limit()));
+  builder.SetResourceQuota(quota);
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || grpc_port_ == 0) {
     grpc_server_.reset();
