@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@ absl::Status FieldError(absl::string_view field, absl::string_view what) {
 // The SAX pass of JsonDomBytes: counts, builds nothing.
 class DomSizer : public nlohmann::json_sax<Json> {
  public:
+  explicit DomSizer(int64_t max_array_elements) : max_array_elements_(max_array_elements) {}
   bool null() override { return Value(); }
   bool boolean(bool) override { return Value(); }
   bool number_integer(number_integer_t) override { return Value(); }
@@ -31,9 +33,9 @@ class DomSizer : public nlohmann::json_sax<Json> {
     bytes_ += static_cast<int64_t>(b.size());
     return Value();
   }
-  bool start_object(std::size_t) override { return Open(); }
+  bool start_object(std::size_t) override { return Open(/*array=*/false); }
   bool end_object() override { return Close(); }
-  bool start_array(std::size_t) override { return Open(); }
+  bool start_array(std::size_t) override { return Open(/*array=*/true); }
   bool end_array() override { return Close(); }
   bool key(string_t& k) override {
     bytes_ += kDomBytesPerString + static_cast<int64_t>(k.size());
@@ -44,24 +46,37 @@ class DomSizer : public nlohmann::json_sax<Json> {
   }
   int64_t bytes() const { return bytes_; }
   bool too_deep() const { return too_deep_; }
+  bool too_long() const { return too_long_; }
 
  private:
+  // An element of the innermost open array (if it is one): counted against max_array_elements_.
+  bool Element() {
+    if (open_.empty() || open_.back() < 0) return true;
+    if (max_array_elements_ >= 0 && ++open_.back() > max_array_elements_) too_long_ = true;
+    return !too_long_;
+  }
   bool Value() {
     bytes_ += kDomBytesPerValue;
-    return true;
+    return Element();
   }
-  bool Open() {
+  bool Open(bool array) {
     bytes_ += kDomBytesPerContainer;
+    if (!Element()) return false;
     if (++depth_ > kMaxJsonDepth) too_deep_ = true;
+    open_.push_back(array ? 0 : -1);
     return !too_deep_;
   }
   bool Close() {
     --depth_;
+    if (!open_.empty()) open_.pop_back();
     return true;
   }
+  const int64_t max_array_elements_;
   int64_t bytes_ = 0;
   int depth_ = 0;
   bool too_deep_ = false;
+  bool too_long_ = false;
+  std::vector<int64_t> open_;  // per open container: elements so far (arrays), -1 (objects)
 };
 
 absl::StatusOr<Json> ParseBody(absl::string_view body) {
@@ -224,13 +239,19 @@ Json PromptLogprobEntry(const std::vector<TopKEntry>& top, int k, int32_t own_id
 
 }  // namespace
 
-absl::StatusOr<int64_t> JsonDomBytes(absl::string_view body) {
-  DomSizer sizer;
+absl::StatusOr<int64_t> JsonDomBytes(absl::string_view body, int64_t max_array_elements) {
+  DomSizer sizer(max_array_elements);
   const bool ok = Json::sax_parse(body.begin(), body.end(), &sizer, nlohmann::json::input_format_t::json,
                                   /*strict=*/true);
   if (sizer.too_deep()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the request body nests JSON deeper than ", kMaxJsonDepth, " levels"));
+  }
+  if (sizer.too_long()) {
+    return absl::OutOfRangeError(absl::StrCat("the request body has a JSON array of more than ",
+                                              max_array_elements,
+                                              " elements (a prompt holds at most max_seq_len ids, a batch at "
+                                              "most --max_queue prompts)"));
   }
   if (!ok) return absl::InvalidArgumentError("the request body is not valid JSON");
   return sizer.bytes();

@@ -82,12 +82,14 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
 // {"k": 1} 117, a nested "[" 64, where the body spends 2-8 bytes on each. The HTTP endpoint charges it to the
 // memory budget before parsing, so a body that would expand past the budget is refused (429) instead of
 // parsed. INVALID_ARGUMENT for invalid JSON or nesting deeper than kMaxJsonDepth (a request has 3 levels;
-// deeper nesting is only a way to multiply memory).
+// deeper nesting is only a way to multiply memory); OUT_OF_RANGE for an array of more than
+// `max_array_elements` elements (when >= 0: a prompt holds at most max_seq_len ids, a batch at most
+// max_queue prompts), found before any of it is materialized.
 inline constexpr int64_t kDomBytesPerValue = 32;
 inline constexpr int64_t kDomBytesPerString = 48;
 inline constexpr int64_t kDomBytesPerContainer = 80;
 inline constexpr int kMaxJsonDepth = 16;
-absl::StatusOr<int64_t> JsonDomBytes(absl::string_view body);
+absl::StatusOr<int64_t> JsonDomBytes(absl::string_view body, int64_t max_array_elements = -1);
 
 // The engine request for one prompt of `ids` (the prompt's ids, >= 1 of them), or nullopt when nothing
 // needs scoring (max_tokens 0 and either no echoed log-probabilities or a one-token prompt).

@@ -117,7 +117,8 @@ void OpenAiHttpServer::Reply(const char* route, absl::Time start, const absl::St
 
 absl::Status OpenAiHttpServer::ChargeParse(const std::string& body, const char* method,
                                            MemoryBudget::Charge* charge) const {
-  absl::StatusOr<int64_t> dom_bytes = openai::JsonDomBytes(body);
+  absl::StatusOr<int64_t> dom_bytes =
+      openai::JsonDomBytes(body, std::max<int64_t>(config_.gate->limits().max_seq_len, config_.max_queue));
   if (!dom_bytes.ok()) return dom_bytes.status();
   absl::StatusOr<MemoryBudget::Charge> charged = config_.gate->Charge(*dom_bytes, method);
   if (!charged.ok()) return charged.status();

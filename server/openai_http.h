@@ -64,6 +64,7 @@ class OpenAiHttpServer {
     std::string model_name;             // /v1/models id; a request naming another model gets 404
     int threads = 16;                   // --openai_threads
     int64_t max_body_bytes = 64 << 20;  // --max_message_bytes
+    int64_t max_queue = 256;            // --max_queue: with max_seq_len, the longest JSON array parsed
     // Head and body limits, timeouts and connection caps (server/http_server.h); max_body_bytes above wins
     // over limits.max_body_bytes.
     HttpServer::Limits limits;

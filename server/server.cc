@@ -409,6 +409,7 @@ absl::Status Server::StartEndpoints(const ScoreLimits& limits, const Tokenizer* 
   http.threads = options_.openai_threads;
   http.tokenizer_auth = options_.openai_tokenizer_auth;
   http.max_body_bytes = options_.max_message_bytes;
+  http.max_queue = options_.max_queue;
   http.limits.max_connections = options_.openai_max_connections;
   http.limits.max_connections_per_client = options_.openai_max_connections_per_client;
   http.limits.header_timeout = options_.openai_header_timeout;

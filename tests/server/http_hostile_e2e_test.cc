@@ -310,6 +310,23 @@ TEST_F(HttpHostileTest, PipelinedRequestsAreAnsweredInOrder) {
   EXPECT_EQ(StatusOf(r[3]), 404);
 }
 
+TEST_F(HttpHostileTest, AnIdListLongerThanAPromptIsRefusedBeforeItIsParsed) {
+  StartScored({});
+  std::string body = R"({"prompt": [)";
+  for (int i = 0; i < 1000000; ++i) body += "7,";  // 2 MB: a million ids against max_seq_len 512
+  body += "7], \"max_tokens\": 0, \"echo\": true, \"logprobs\": 1}";
+  const int64_t rss_before = RssKiB(proc_->pid());
+  Conn c(port_);
+  ASSERT_TRUE(
+      c.Send(absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ", kToken,
+                          "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body)));
+  const std::vector<std::string> r = c.ReadResponses(1, absl::Seconds(30));
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(StatusOf(r[0]), 400) << r[0];
+  EXPECT_TRUE(absl::StrContains(r[0], "more than 512 elements")) << r[0];
+  EXPECT_LT(RssKiB(proc_->pid()) - rss_before, 16 << 10);  // the body once; no DOM of it
+}
+
 TEST_F(HttpHostileTest, PerAddressCapIs429) {
   StartScored({"--openai_max_connections_per_client=6"});
   std::vector<std::unique_ptr<Conn>> mine;

@@ -322,6 +322,25 @@ TEST(OpenAiJsonDomBytes, CountsWhatParsingWouldTakeAndRefusesDeepNesting) {
   EXPECT_EQ(JsonDomBytes(R"({"prompt": [1, 2)").status().message(), "the request body is not valid JSON");
 }
 
+// An id list longer than any prompt may be is refused by the SAX pass, before a vector of it exists.
+TEST(OpenAiJsonDomBytes, RefusesArraysLongerThanAPromptOrABatch) {
+  std::string ids = R"({"prompt": [[1, 2], [)";
+  for (int i = 0; i < 600; ++i) ids += "7,";
+  ids += "7]]}";
+  EXPECT_TRUE(JsonDomBytes(ids).ok());
+  EXPECT_TRUE(JsonDomBytes(ids, 601).ok());
+  absl::StatusOr<int64_t> refused = JsonDomBytes(ids, 600);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(refused.status().message().find("more than 600 elements"), std::string::npos) << refused.status();
+  std::string batch = R"({"prompt": [)";
+  for (int i = 0; i < 10; ++i) batch += R"("a",)";
+  batch += R"("a"], "n": [1, 2, 3]})";
+  EXPECT_TRUE(JsonDomBytes(batch, 11).ok());
+  EXPECT_EQ(JsonDomBytes(batch, 10).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_TRUE(JsonDomBytes(R"({"a": {"b": 1, "c": 2, "d": 3}})", 1).ok());  // object members are not elements
+}
+
 TEST(OpenAiErrors, StatusAndType) {
   EXPECT_EQ(HttpStatusOf(absl::StatusCode::kInvalidArgument), 400);
   EXPECT_EQ(HttpStatusOf(absl::StatusCode::kOutOfRange), 400);
