@@ -13,6 +13,7 @@
 #include "engine/tokenizer/bpe_tokenizer.h"
 #include "engine/tokenizer/hf_config.h"
 #include "engine/tokenizer/loaders.h"
+#include "engine/tokenizer/pipeline_json.h"
 #include "engine/tokenizer/regex_splitter.h"
 #include "engine/tokenizer/text_util.h"
 
@@ -117,10 +118,16 @@ struct PipelineConfig {
   bool strip_leading_space = false;
   BpeTokenizerSpec::Digits digits = BpeTokenizerSpec::Digits::kNone;
   int32_t template_bos = -1;
+  bool decoder_byte_level = false;  // the decoder has ByteLevel
+  bool decoder_metaspace = false;   // ... Replace('▁' -> ' ') or Metaspace
+  // The general pipeline (BpeTokenizerSpec::general_pipeline), for what the forms above do not cover.
+  bool general = false;
+  std::vector<NormalizerStep> normalizer;
+  std::vector<PreTokenizerStep> pre_tokenizer;
 };
 
 absl::Status Unsupported(const std::string& path, const std::string& what, const json& j) {
-  return absl::UnimplementedError(absl::StrCat(path, ": unsupported ", what, ": ", j.dump().substr(0, 200)));
+  return UnsupportedJson(path, what, j);
 }
 
 std::string TypeOf(const json& j) {
@@ -249,13 +256,17 @@ absl::Status ParseDecoder(const json& j, const std::string& path, PipelineConfig
     const std::string scheme =
         j.value("prepend_scheme", BoolField(j, "add_prefix_space", true) ? "always" : "never");
     p->strip_leading_space = scheme != "never";
+    p->decoder_metaspace = true;
   } else if (type == "Replace") {
     if (!j.contains("pattern") || !j["pattern"].is_object() ||
         j["pattern"].value("String", std::string("?")) != kMetaspace ||
         j.value("content", std::string()) != " ") {
       return Unsupported(path, "decoder", j);
     }
-  } else if (type != "ByteFallback" && type != "Fuse" && type != "ByteLevel") {
+    p->decoder_metaspace = true;
+  } else if (type == "ByteLevel") {
+    p->decoder_byte_level = true;
+  } else if (type != "ByteFallback" && type != "Fuse") {
     return Unsupported(path, "decoder", j);
   }
   return absl::OkStatus();
@@ -286,6 +297,67 @@ absl::Status ParsePostProcessor(const json& j, const std::string& path, Pipeline
   return absl::OkStatus();
 }
 
+// The forms of ParseNormalizer / ParsePreTokenizer, which run on their own fast paths.
+absl::Status ParseLegacyPipeline(const json& root, const std::string& path, PipelineConfig* p) {
+  SCORED_RETURN_IF_ERROR(ParseNormalizer(root.value("normalizer", json()), path, p));
+  SCORED_RETURN_IF_ERROR(ParsePreTokenizer(root.value("pre_tokenizer", json()), path, p));
+  SCORED_RETURN_IF_ERROR(ParseDecoder(root.value("decoder", json()), path, p));
+  SCORED_RETURN_IF_ERROR(ParsePostProcessor(root.value("post_processor", json()), path, p));
+  if (p->byte_level && (p->metaspace || p->prepend)) {
+    return absl::UnimplementedError(path + ": byte-level combined with metaspace is not supported");
+  }
+  if (!p->byte_level && !p->split_patterns.empty()) {
+    return absl::UnimplementedError(path + ": a Split regex without ByteLevel is not supported");
+  }
+  if (!p->byte_level && p->digits != BpeTokenizerSpec::Digits::kNone) {
+    return absl::UnimplementedError(path + ": a Digits pre_tokenizer without ByteLevel is not supported");
+  }
+  if (!p->byte_level && !p->metaspace) {
+    return absl::UnimplementedError(
+        path + ": a BPE without ByteLevel or metaspace ('▁' for spaces) handling is not supported");
+  }
+  return absl::OkStatus();
+}
+
+// The general pipeline: the normalizer and pre-tokenizer as steps (pipeline_json.h). Its decoder must invert
+// what the model's alphabet stands for: ByteLevel for a ByteLevel pre-tokenizer, else '▁' -> ' '.
+absl::Status ParseGeneralPipeline(const json& root, const std::string& path, PipelineConfig* p) {
+  p->general = true;
+  SCORED_RETURN_IF_ERROR(ParseNormalizerSteps(root.value("normalizer", json()), path, &p->normalizer));
+  SCORED_RETURN_IF_ERROR(
+      ParsePreTokenizerSteps(root.value("pre_tokenizer", json()), path, &p->pre_tokenizer));
+  SCORED_RETURN_IF_ERROR(ParseDecoder(root.value("decoder", json()), path, p));
+  SCORED_RETURN_IF_ERROR(ParsePostProcessor(root.value("post_processor", json()), path, p));
+  p->byte_level =
+      std::any_of(p->pre_tokenizer.begin(), p->pre_tokenizer.end(),
+                  [](const PreTokenizerStep& s) { return s.kind == PreTokenizerStep::Kind::kByteLevel; });
+  const json decoder = root.value("decoder", json());
+  if (p->byte_level && !p->decoder_byte_level) {
+    return Unsupported(path, "decoder (no ByteLevel decoder after a ByteLevel pre_tokenizer)", decoder);
+  }
+  if (!p->byte_level && !p->decoder_metaspace) {
+    return Unsupported(path, "decoder (without a ByteLevel pre_tokenizer, only a '▁' -> ' ' decoder)",
+                       decoder);
+  }
+  if (!p->byte_level && p->decoder_byte_level) {
+    return Unsupported(path, "decoder (ByteLevel without a ByteLevel pre_tokenizer)", decoder);
+  }
+  return absl::OkStatus();
+}
+
+// The legacy forms when they cover the file (unchanged fast paths), else the general pipeline; a type neither
+// implements is UNIMPLEMENTED, named by the general pipeline's parser.
+absl::Status ParsePipeline(const json& root, const std::string& path, PipelineConfig* p) {
+  PipelineConfig legacy;
+  const absl::Status status = ParseLegacyPipeline(root, path, &legacy);
+  if (status.ok()) {
+    *p = std::move(legacy);
+    return absl::OkStatus();
+  }
+  if (!absl::IsUnimplemented(status)) return status;
+  return ParseGeneralPipeline(root, path, p);
+}
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::string& dir) {
   const std::string path = JoinPath(dir, "tokenizer.json");
   SCORED_ASSIGN_OR_RETURN(const json root, ReadJsonFile(path));
@@ -312,19 +384,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::st
     }
   }
   PipelineConfig p;
-  SCORED_RETURN_IF_ERROR(ParseNormalizer(root.value("normalizer", json()), path, &p));
-  SCORED_RETURN_IF_ERROR(ParsePreTokenizer(root.value("pre_tokenizer", json()), path, &p));
-  SCORED_RETURN_IF_ERROR(ParseDecoder(root.value("decoder", json()), path, &p));
-  SCORED_RETURN_IF_ERROR(ParsePostProcessor(root.value("post_processor", json()), path, &p));
-  if (p.byte_level && (p.metaspace || p.prepend)) {
-    return absl::UnimplementedError(path + ": byte-level combined with metaspace is not supported");
-  }
-  if (!p.byte_level && !p.split_patterns.empty()) {
-    return absl::UnimplementedError(path + ": a Split regex without ByteLevel is not supported");
-  }
-  if (!p.byte_level && p.digits != BpeTokenizerSpec::Digits::kNone) {
-    return absl::UnimplementedError(path + ": a Digits pre_tokenizer without ByteLevel is not supported");
-  }
+  // A pipeline this loader does not implement is reported after the vocabulary and merges are checked (a
+  // malformed file is named as such first).
+  const absl::Status pipeline = ParsePipeline(root, path, &p);
+  if (!pipeline.ok() && !absl::IsUnimplemented(pipeline)) return pipeline;
 
   // Vocabulary.
   const auto vocab_it = m.find("vocab");
@@ -389,6 +452,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::st
   if (!model.ok()) {
     return absl::Status(model.status().code(), absl::StrCat(path, ": ", model.status().message()));
   }
+  SCORED_RETURN_IF_ERROR(pipeline);
 
   BpeTokenizerSpec spec;
   spec.kind = p.byte_level ? "hf-bpe-bytelevel" : "hf-bpe-metaspace";
@@ -414,9 +478,19 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::st
   spec.metaspace_prepend_unless_present = p.prepend_unless_present;
   spec.metaspace_split = p.metaspace_split;
   spec.decode_strip_leading_space = p.strip_leading_space;
-  if (!p.byte_level && !p.metaspace) {
-    return absl::UnimplementedError(
-        path + ": a BPE without ByteLevel or metaspace ('▁' for spaces) handling is not supported");
+  spec.general_pipeline = p.general;
+  spec.normalizer = p.normalizer;
+  spec.pre_tokenizer = p.pre_tokenizer;
+  if (p.general && !p.normalizer.empty()) {
+    // The library matches these in the normalized text; this pipeline matches every added token in the raw
+    // one.
+    for (const AddedToken& a : spec.added_tokens) {
+      if (a.normalized) {
+        return absl::UnimplementedError(
+            absl::StrCat(path, ": added token '", a.content,
+                         "' with normalized true under a normalizer is not supported"));
+      }
+    }
   }
   SpecialDefaults defaults;
   defaults.template_bos = p.template_bos;

@@ -46,6 +46,7 @@ struct BpeTokenizer::EncodeState {
   std::vector<int32_t> cache_ids;
   std::string normalized;
   std::string metaspaced;
+  std::vector<std::string> words;  // the general pre-tokenizer's pieces
 };
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel model, BpeTokenizerSpec spec) {
@@ -53,6 +54,10 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
   for (const std::string& pattern : t->spec_.split_patterns) {
     SCORED_ASSIGN_OR_RETURN(std::unique_ptr<RegexSplitter> splitter, RegexSplitter::Create(pattern));
     t->splitters_.push_back(std::move(splitter));
+  }
+  if (t->spec_.general_pipeline) {
+    SCORED_ASSIGN_OR_RETURN(t->normalizer_, Normalizer::Create(t->spec_.normalizer));
+    SCORED_ASSIGN_OR_RETURN(t->pre_tokenizer_, PreTokenizer::Create(t->spec_.pre_tokenizer));
   }
   t->vocab_size_ = t->model_.size();
   for (const AddedToken& a : t->spec_.added_tokens) {
@@ -201,6 +206,7 @@ absl::Status BpeTokenizer::EncodeWordInto(std::string_view word, EncodeState* st
 absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_start, EncodeState* state,
                                              std::vector<int32_t>* ids) const {
   if (segment.empty()) return absl::OkStatus();
+  if (spec_.general_pipeline) return EncodeGeneralInto(segment, state, ids);
   if (spec_.nfc) {
     SCORED_ASSIGN_OR_RETURN(state->normalized, NormalizeNfc(segment));
     segment = state->normalized;
@@ -249,6 +255,15 @@ absl::Status BpeTokenizer::EncodeSegmentInto(std::string_view segment, bool at_s
   for (const std::string_view piece : state->digit_pieces) {
     SCORED_RETURN_IF_ERROR(EncodeByteLevelInto(piece, state, ids));
   }
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::EncodeGeneralInto(std::string_view segment, EncodeState* state,
+                                             std::vector<int32_t>* ids) const {
+  SCORED_RETURN_IF_ERROR(normalizer_->Apply(segment, &state->normalized));
+  SCORED_RETURN_IF_ERROR(pre_tokenizer_->Split(state->normalized, &state->words));
+  SCORED_RETURN_IF_ERROR(state->guard.Poll(ids->size()));
+  for (const std::string& word : state->words) SCORED_RETURN_IF_ERROR(EncodeCachedWordInto(word, state, ids));
   return absl::OkStatus();
 }
 

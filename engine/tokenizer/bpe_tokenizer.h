@@ -25,6 +25,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/tokenizer/bpe_model.h"
+#include "engine/tokenizer/normalizer.h"
+#include "engine/tokenizer/pre_tokenizer.h"
 #include "engine/tokenizer/regex_splitter.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -34,9 +36,10 @@ namespace tokenizer_internal {
 struct AddedToken {
   int32_t id = -1;
   std::string content;
-  bool special = true;  // special tokens count 0 bytes in TokenByteLength
-  bool lstrip = false;  // the match swallows whitespace on its left
-  bool rstrip = false;  // ... and on its right
+  bool special = true;      // special tokens count 0 bytes in TokenByteLength
+  bool lstrip = false;      // the match swallows whitespace on its left
+  bool rstrip = false;      // ... and on its right
+  bool normalized = false;  // HF: matched in the normalized text (the library's default: not special)
 };
 
 struct BpeTokenizerSpec {
@@ -59,6 +62,13 @@ struct BpeTokenizerSpec {
   bool metaspace_split = false;
   bool metaspace_prepend_unless_present = false;  // Metaspace pre-tokenizer: not if it starts with '▁'
   bool decode_strip_leading_space = false;
+  // The general pipeline (tokenizer.json's other normalizer / pre-tokenizer types, normalizer.h and
+  // pre_tokenizer.h): when set, each segment goes through `normalizer`, then `pre_tokenizer` (none: the
+  // segment is one word), and each piece to the model, in place of the fields above from nfc to
+  // metaspace_prepend_unless_present.
+  bool general_pipeline = false;
+  std::vector<NormalizerStep> normalizer;
+  std::vector<PreTokenizerStep> pre_tokenizer;
   int32_t bos_id = -1;
   int32_t eos_id = -1;
   bool add_bos = false;
@@ -91,6 +101,9 @@ class BpeTokenizer : public Tokenizer {
   // A byte-level pre-token: HF ByteLevel's prefix space, the split regex, then each piece as a cached word.
   absl::Status EncodeByteLevelInto(std::string_view text, EncodeState* state,
                                    std::vector<int32_t>* ids) const;
+  // A segment through the general pipeline (spec_.general_pipeline).
+  absl::Status EncodeGeneralInto(std::string_view segment, EncodeState* state,
+                                 std::vector<int32_t>* ids) const;
   absl::Status EncodeWordInto(std::string_view word, EncodeState* state, std::vector<int32_t>* ids) const;
   // EncodeWordInto through the per-call word cache.
   absl::Status EncodeCachedWordInto(std::string_view word, EncodeState* state,
@@ -101,6 +114,8 @@ class BpeTokenizer : public Tokenizer {
   BpeModel model_;
   BpeTokenizerSpec spec_;
   std::vector<std::unique_ptr<RegexSplitter>> splitters_;  // one per spec_.split_patterns
+  std::unique_ptr<Normalizer> normalizer_;                 // spec_.general_pipeline
+  std::unique_ptr<PreTokenizer> pre_tokenizer_;            // spec_.general_pipeline
   int64_t vocab_size_ = 0;
   // Metaspace without a pre-tokenizer: the whole segment is one BPE word. When no token has a '▁'
   // right after a non-'▁' character (true of Llama-2's vocabulary), no merge can cross the start

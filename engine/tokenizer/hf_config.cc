@@ -45,6 +45,7 @@ absl::StatusOr<AddedToken> ParseAddedToken(const json& j, const std::string& pat
   t.special = flag("special", true);
   t.lstrip = flag("lstrip", false);
   t.rstrip = flag("rstrip", false);
+  t.normalized = flag("normalized", !t.special);
   return t;
 }
 

@@ -36,22 +36,55 @@ absl::StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(const std::
   return splitter;
 }
 
+namespace {
+
+// pcre2_match from `pos`; long runs (e.g. of whitespace under a lookahead) can exceed the JIT's default
+// stack, then the interpreter, which keeps its backtracking state on the heap, runs the match again.
+int MatchFrom(pcre2_code* code, std::string_view text, size_t pos, pcre2_match_data* match) {
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  int rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, match, nullptr);
+  if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+    rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, match, nullptr);
+  }
+  return rc;
+}
+
+}  // namespace
+
+absl::Status RegexSplitter::FindMatches(std::string_view text,
+                                        std::vector<std::pair<size_t, size_t>>* matches) const {
+  auto* code = static_cast<pcre2_code*>(code_);
+  std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> match(
+      pcre2_match_data_create_from_pattern(code, nullptr), pcre2_match_data_free);
+  if (match == nullptr) return absl::ResourceExhaustedError("cannot allocate PCRE2 match data");
+  size_t pos = 0;  // where the next search starts
+  while (pos < text.size()) {
+    const int rc = MatchFrom(code, text, pos, match.get());
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) return absl::InternalError(absl::StrCat("split regex: ", Pcre2Message(rc)));
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
+    const size_t start = ovector[0];
+    const size_t end = ovector[1];
+    if (end == start) {  // an empty match: step over one character
+      if (start >= text.size()) break;
+      pos = start + Utf8SequenceLength(static_cast<unsigned char>(text[start]));
+      continue;
+    }
+    matches->emplace_back(start, end);
+    pos = end;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RegexSplitter::Split(std::string_view text, std::vector<std::string_view>* pieces) const {
   auto* code = static_cast<pcre2_code*>(code_);
   std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> match(
       pcre2_match_data_create_from_pattern(code, nullptr), pcre2_match_data_free);
   if (match == nullptr) return absl::ResourceExhaustedError("cannot allocate PCRE2 match data");
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0;      // where the next search starts
   size_t emitted = 0;  // text[0, emitted) is in pieces
   while (pos < text.size()) {
-    int rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, match.get(), nullptr);
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
-      // Long runs (e.g. of whitespace under a lookahead) can exceed the JIT's default stack; the
-      // interpreter keeps its backtracking state on the heap.
-      rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, match.get(),
-                       nullptr);
-    }
+    const int rc = MatchFrom(code, text, pos, match.get());
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) return absl::InternalError(absl::StrCat("split regex: ", Pcre2Message(rc)));
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,6 +40,9 @@ class RegexSplitter {
   // Appends the pieces of `text` (valid UTF-8) in order; their concatenation is `text`.
   // INTERNAL if PCRE2 fails (e.g. match limit), with its message.
   absl::Status Split(std::string_view text, std::vector<std::string_view>* pieces) const;
+  // Appends the [start, end) byte offsets of the non-empty matches of `text` (valid UTF-8), leftmost first,
+  // not overlapping (an empty match is stepped over by one character). INTERNAL as Split.
+  absl::Status FindMatches(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches) const;
 
  private:
   RegexSplitter() = default;

@@ -197,6 +197,54 @@ absl::Status EncodeGuard::Stopped(size_t num_ids) const {
   return absl::CancelledError(absl::StrCat("encoding was stopped after ", num_ids, " tokens"));
 }
 
+bool IsUnicodeWhitespace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+         cp == 0x3000;
+}
+
+bool IsUnicodeNumeric(uint32_t cp) {
+  const utf8proc_category_t category = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+  return category == UTF8PROC_CATEGORY_ND || category == UTF8PROC_CATEGORY_NL ||
+         category == UTF8PROC_CATEGORY_NO;
+}
+
+bool IsUnicodePunctuation(uint32_t cp) {
+  if (cp < 0x80)
+    return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) ||
+           (cp >= 0x7B && cp <= 0x7E);
+  const utf8proc_category_t c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+  return c == UTF8PROC_CATEGORY_PC || c == UTF8PROC_CATEGORY_PD || c == UTF8PROC_CATEGORY_PS ||
+         c == UTF8PROC_CATEGORY_PE || c == UTF8PROC_CATEGORY_PI || c == UTF8PROC_CATEGORY_PF ||
+         c == UTF8PROC_CATEGORY_PO;
+}
+
+bool IsRegexWordChar(uint32_t cp) {
+  if (cp < 0x80) {
+    return (cp >= '0' && cp <= '9') || (cp >= 'A' && cp <= 'Z') || (cp >= 'a' && cp <= 'z') || cp == '_';
+  }
+  if (cp == 0x200C || cp == 0x200D || (cp >= 0x24B6 && cp <= 0x24E9) || (cp >= 0x1F130 && cp <= 0x1F149) ||
+      (cp >= 0x1F150 && cp <= 0x1F169) || (cp >= 0x1F170 && cp <= 0x1F189)) {
+    return true;
+  }
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void SplitDigits(std::string_view text, bool individual, std::vector<std::string_view>* pieces) {
   size_t start = 0;     // of the piece being built
   bool in_run = false;  // the piece being built is numeric

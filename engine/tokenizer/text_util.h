@@ -94,6 +94,18 @@ class EncodeGuard {
 // Canonical composition (NFC) via utf8proc. `text` must be valid UTF-8.
 absl::StatusOr<std::string> NormalizeNfc(std::string_view text);
 
+// Character classes of the HF `tokenizers` library (Rust), by code point:
+// Rust's char::is_whitespace (the White_Space property).
+bool IsUnicodeWhitespace(uint32_t cp);
+// Rust's char::is_numeric (the general categories Nd, Nl, No).
+bool IsUnicodeNumeric(uint32_t cp);
+// The Punctuation pre-tokenizer's is_punc: ASCII punctuation (incl. $+<=>^`|~) or the categories P*.
+bool IsUnicodePunctuation(uint32_t cp);
+// \w of Rust's regex crate (the Whitespace pre-tokenizer's \w+|[^\w\s]+): Alphabetic, M*, Nd, Pc,
+// Join_Control. Alphabetic is taken as L*, Nl and the non-mark Other_Alphabetic letters (circled and squared
+// Latin letters); utf8proc has no Alphabetic property.
+bool IsRegexWordChar(uint32_t cp);
+
 // The HF `tokenizers` Digits pre-tokenizer (behavior Isolated): `text` (valid UTF-8) cut around its numeric
 // characters (Rust's char::is_numeric: the Unicode categories Nd, Nl, No), each one a piece of its own when
 // `individual`, else each run of them one piece; the pieces between them are kept whole. Appends to

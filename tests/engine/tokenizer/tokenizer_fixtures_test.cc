@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
@@ -39,6 +40,23 @@ const nlohmann::json& Golden() {
   return *golden;
 }
 
+// The case strings of fixture `name`: golden.json's cases, then for the pipeline fixtures (falcon-style,
+// pipelines-style) its pipeline_cases.
+nlohmann::json CasesOf(const std::string& name) {
+  nlohmann::json cases = Golden()["cases"];
+  const auto& pipeline = Golden()["pipeline_fixtures"];
+  if (std::find(pipeline.begin(), pipeline.end(), name) != pipeline.end()) {
+    for (const auto& c : Golden()["pipeline_cases"]) cases.push_back(c);
+  }
+  return cases;
+}
+
+// The library's add_special_tokens=True ids; the pipeline fixtures record them only where they differ.
+const nlohmann::json& WithSpecials(const std::string& name) {
+  const std::string key = Golden().contains(name + "_special") ? "_special" : "_nospecial";
+  return Golden()[name + key];
+}
+
 struct Fixture {
   const char* name;  // folder under tests/fixtures/tokenizers and key prefix in golden.json
   const char* kind;
@@ -58,6 +76,12 @@ const Fixture kFixtureList[] = {
     {"phi4-style", "hf-bpe-bytelevel", 2610, 2601, 2606, false},
     {"smollm2-style", "hf-bpe-bytelevel", 2600, 1, 2, false},
     {"deepseek-v3-style", "hf-bpe-bytelevel", 2603, 2600, 2601, true},
+    // Falcon: Punctuation(Contiguous), ByteLevel, Digits (runs), Split [0-9]{3}; 12 specials first
+    // (<|endoftext|> 11), no BOS.
+    {"falcon-style", "hf-bpe-bytelevel", 1000, -1, 11, false},
+    // NFKC, regex and String Replace, Lowercase, Strip, then Split (MergedWithNext, MergedWithPrevious),
+    // Punctuation, ByteLevel(add_prefix_space); <s> 0 added by a TemplateProcessing, </s> 1.
+    {"pipelines-style", "hf-bpe-bytelevel", 1200, 0, 1, true},
 };
 
 class FixtureTest : public ::testing::TestWithParam<Fixture> {
@@ -83,9 +107,9 @@ TEST_P(FixtureTest, SpecialTokensAndKind) {
 // it by default, its add_special_tokens=True ids.
 TEST_P(FixtureTest, EveryCaseMatchesTheLibrary) {
   const std::string name = GetParam().name;
-  const auto& cases = Golden()["cases"];
+  const auto cases = CasesOf(name);
   const auto& plain = Golden()[name + "_nospecial"];
-  const auto& with_specials = Golden()[name + "_special"];
+  const auto& with_specials = WithSpecials(name);
   ASSERT_GT(cases.size(), 80u);
   ASSERT_EQ(plain.size(), cases.size());
   ASSERT_EQ(with_specials.size(), cases.size());
@@ -105,7 +129,7 @@ TEST_P(FixtureTest, EveryCaseMatchesTheLibrary) {
 // golden.json records a difference (a literal '▁' in the input decodes to ' ').
 TEST_P(FixtureTest, DecodeMatchesTheLibrary) {
   const std::string name = GetParam().name;
-  const auto& cases = Golden()["cases"];
+  const auto cases = CasesOf(name);
   const auto& plain = Golden()[name + "_nospecial"];
   const auto& differs = Golden()[name + "_decoded_differs"];
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -121,7 +145,7 @@ TEST_P(FixtureTest, DecodeMatchesTheLibrary) {
 // Bits-per-byte accounting: without special tokens in the text, the tokens' byte lengths add up to
 // the decoded text's bytes (byte-fallback pieces count 1 each, '▁' counts as its space).
 TEST_P(FixtureTest, TokenByteLengthsAddUp) {
-  const auto& cases = Golden()["cases"];
+  const auto cases = CasesOf(GetParam().name);
   int checked = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string text = cases[i].get<std::string>();
@@ -136,10 +160,13 @@ TEST_P(FixtureTest, TokenByteLengthsAddUp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest, ::testing::ValuesIn(kFixtureList), [](const auto& info) {
-  return std::string(info.param.name[0] == 'g'   ? "GemmaStyle"
-                     : info.param.name[0] == 'p' ? "Phi4Style"
-                     : info.param.name[0] == 'd' ? "DeepSeekV3Style"
-                                                 : "SmolLM2Style");
+  const std::string name = info.param.name;
+  return std::string(name == "gemma-style"         ? "GemmaStyle"
+                     : name == "phi4-style"        ? "Phi4Style"
+                     : name == "deepseek-v3-style" ? "DeepSeekV3Style"
+                     : name == "falcon-style"      ? "FalconStyle"
+                     : name == "pipelines-style"   ? "PipelinesStyle"
+                                                   : "SmolLM2Style");
 });
 
 // Specific behaviours of the Gemma pipeline, with ids taken from the goldens' library output.
@@ -200,53 +227,87 @@ class FixtureVariantTest : public ::testing::Test {
 };
 
 TEST_F(FixtureVariantTest, UnsupportedPiecesFailAtLoadNamingFieldAndValue) {
-  // Gemma's Split on " " only finds nothing after the Replace normalizer; without it, it would split.
-  ExpectUnsupported("gemma-style", "normalizer", "null", "pre_tokenizer", "MergedWithPrevious");
-  ExpectUnsupported(
-      "gemma-style", "pre_tokenizer",
-      R"({"type": "Split", "pattern": {"String": "-"}, "behavior": "Isolated", "invert": false})",
-      "pre_tokenizer", R"("String":"-")");
-  ExpectUnsupported("gemma-style", "pre_tokenizer",
-                    R"({"type": "Split", "pattern": {"String": " "}, "behavior": "Removed", "invert": true})",
-                    "pre_tokenizer", R"("invert":true)");
-  ExpectUnsupported("gemma-style", "normalizer", R"({"type": "NFKC"})", "normalizer", "NFKC");
   ExpectUnsupported("gemma-style", "decoder", R"({"type": "Strip", "content": " ", "start": 2, "stop": 0})",
                     "decoder", R"("start":2)");
+  ExpectUnsupported("gemma-style", "decoder", R"({"type": "Strip", "content": " ", "start": 0, "stop": 1})",
+                    "decoder", R"("stop":1)");
+  ExpectUnsupported("gemma-style", "decoder",
+                    R"({"type": "Replace", "pattern": {"String": "_"}, "content": " "})", "decoder",
+                    R"("String":"_")");
   ExpectUnsupported("gemma-style", "decoder", R"({"type": "WordPiece", "prefix": "##"})", "decoder",
                     "WordPiece");
+  ExpectUnsupported("phi4-style", "decoder", R"({"type": "BPEDecoder", "suffix": "</w>"})", "decoder",
+                    "BPEDecoder");
   ExpectUnsupported("gemma-style", "post_processor", R"({"type": "RobertaProcessing"})", "post_processor",
                     "RobertaProcessing");
   ExpectUnsupported("gemma-style", "model.dropout", "0.1", "model.dropout", "0.1");
   ExpectUnsupported("gemma-style", "model.continuing_subword_prefix", R"("##")",
                     "model.continuing_subword_prefix", "##");
-  ExpectUnsupported("phi4-style", "pre_tokenizer",
-                    R"({"type": "Sequence", "pretokenizers": [
-                          {"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "MergedWithNext",
-                           "invert": false},
-                          {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})",
-                    "pre_tokenizer", "MergedWithNext");
-  // Digits: only first, before ByteLevel (SmolLM2's order); alone, or after ByteLevel, it is refused.
+  // Normalizers and pre-tokenizers the general pipeline does not implement, named by type.
+  for (const char* type : {"StripAccents", "BertNormalizer", "Precompiled", "Nmt", "ByteLevel"}) {
+    ExpectUnsupported("pipelines-style", "normalizer", std::string(R"({"type": ")") + type + R"("})",
+                      "normalizer", type);
+  }
+  ExpectUnsupported("pipelines-style", "normalizer",
+                    R"({"type": "Replace", "pattern": {"String": ""}, "content": "x"})", "normalizer",
+                    "Replace");
+  for (const char* type : {"UnicodeScripts", "FixedLength"}) {
+    ExpectUnsupported("pipelines-style", "pre_tokenizer", std::string(R"({"type": ")") + type + R"("})",
+                      "pre_tokenizer", type);
+  }
+  ExpectUnsupported(
+      "pipelines-style", "pre_tokenizer",
+      R"({"type": "Split", "pattern": {"Regex": "x"}, "behavior": "Sideways", "invert": false})",
+      "pre_tokenizer", "Sideways");
+  // Metaspace runs only in the forms of the metaspace pipeline, not after other pre-tokenizers.
+  ExpectUnsupported("gemma-style", "pre_tokenizer",
+                    R"({"type": "Sequence", "pretokenizers": [{"type": "Punctuation", "behavior": "Isolated"},
+                          {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always"}]})",
+                    "pre_tokenizer", "Metaspace");
+  ExpectUnsupported("pipelines-style", "pre_tokenizer",
+                    R"({"type": "Sequence", "pretokenizers": [{"type": "ByteLevel", "use_regex": true},
+                          {"type": "ByteLevel", "use_regex": false}]})",
+                    "a second ByteLevel", "ByteLevel");
+  // The decoder must invert the model's alphabet: ByteLevel for a ByteLevel pre-tokenizer, else '▁' -> ' '.
   ExpectUnsupported("phi4-style", "pre_tokenizer", R"({"type": "Digits", "individual_digits": true})",
-                    "Digits pre_tokenizer without ByteLevel", "not supported");
-  ExpectUnsupported("smollm2-style", "pre_tokenizer",
-                    R"({"type": "Sequence", "pretokenizers": [
-                          {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
-                          {"type": "Digits", "individual_digits": true}]})",
-                    "Digits after another pre-tokenizer", "individual_digits");
-  // Splits run on text, in order, before ByteLevel (DeepSeek-V3's order): one after ByteLevel would cut its
-  // byte-level characters, and ByteLevel's add_prefix_space after a Split would prefix every piece.
-  ExpectUnsupported("deepseek-v3-style", "pre_tokenizer",
-                    R"({"type": "Sequence", "pretokenizers": [
-                          {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false},
-                          {"type": "Split", "pattern": {"Regex": "\\p{N}"}, "behavior": "Isolated",
-                           "invert": false}]})",
-                    "pre_tokenizer", "Split");
-  ExpectUnsupported("deepseek-v3-style", "pre_tokenizer",
-                    R"({"type": "Sequence", "pretokenizers": [
-                          {"type": "Split", "pattern": {"Regex": "\\p{N}"}, "behavior": "Isolated",
-                           "invert": false},
-                          {"type": "ByteLevel", "add_prefix_space": true, "use_regex": false}]})",
-                    "ByteLevel add_prefix_space after a Split", "add_prefix_space");
+                    "only a '▁' -> ' ' decoder", "ByteLevel");
+  ExpectUnsupported("pipelines-style", "decoder", R"({"type": "Fuse"})", "no ByteLevel decoder", "Fuse");
+  // An added token matched in the normalized text (normalized true) under a normalizer.
+  nlohmann::json added =
+      nlohmann::json::parse(ReadAll(kFixtures + "/pipelines-style/tokenizer.json"))["added_tokens"];
+  added[0]["normalized"] = true;
+  ExpectUnsupported("pipelines-style", "added_tokens", added.dump(), "added token '<s>'", "normalized true");
+}
+
+// Pipeline variants: a fixture's tokenizer.json with its normalizer / pre_tokenizer replaced (golden.json
+// "variants"), against the library's ids and decoded text of the variant cases.
+TEST_F(FixtureVariantTest, PipelineVariantsMatchTheLibrary) {
+  const auto cases = CasesOf("pipelines-style");
+  const auto& indices = Golden()["variant_cases"];
+  ASSERT_GT(Golden()["variants"].size(), 20u);
+  for (const auto& variant : Golden()["variants"]) {
+    const std::string name = variant["name"].get<std::string>();
+    nlohmann::json j = nlohmann::json::parse(
+        ReadAll(kFixtures + "/" + variant["fixture"].get<std::string>() + "/tokenizer.json"));
+    for (const auto& [field, value] : variant["fields"].items()) j[field] = value;
+    std::ofstream(dir_ + "/tokenizer.json", std::ios::binary) << j.dump();
+    const auto t = Tokenizer::Load(dir_);
+    ASSERT_TRUE(t.ok()) << name << ": " << t.status();
+    const auto& plain = variant["nospecial"];
+    ASSERT_EQ(plain.size(), indices.size()) << name;
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const size_t i = indices[k].get<size_t>();
+      const auto ids = (*t)->Encode(cases[i].get<std::string>());
+      ASSERT_TRUE(ids.ok()) << name << " case " << i << ": " << ids.status();
+      EXPECT_THAT(*ids, ElementsAreArray(plain[k].get<std::vector<int32_t>>())) << name << " case " << i;
+      const std::string key = std::to_string(i);
+      const std::string expected = variant["decoded"].contains(key)
+                                       ? variant["decoded"][key].get<std::string>()
+                                       : cases[i].get<std::string>();
+      EXPECT_EQ((*t)->Decode(plain[k].get<std::vector<int32_t>>()).value(), expected)
+          << name << " case " << i;
+    }
+  }
 }
 
 // The supported equivalents load: Gemma's Split with any behavior after the Replace normalizer, and
