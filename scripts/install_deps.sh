@@ -24,7 +24,7 @@ packages=(
 # (docker/Dockerfile).
 runtime_packages=(
   ca-certificates libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623
-  libprometheus-cpp-core1.0 libpcre2-8-0 libutf8proc2 libssl3 libcpp-httplib0.11
+  libprometheus-cpp-core1.0 libpcre2-8-0 libutf8proc2 libssl3
 )
 if [ "${1:-}" = "--runtime" ]; then packages=("${runtime_packages[@]}"); fi
 

@@ -327,8 +327,9 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   // A client that closes its connection while a response is being written must cost that write, not the
-  // process: cpp-httplib (the OpenAI endpoint) and OpenSSL write with plain send()/write(), which raise
-  // SIGPIPE (gRPC and the metrics endpoint pass MSG_NOSIGNAL themselves).
+  // process: gRPC, Asio (the OpenAI endpoint) and the metrics endpoint pass MSG_NOSIGNAL themselves, but
+  // nothing here promises the same of every library a write may go through (OpenSSL's own BIOs write with
+  // write()).
   signal(SIGPIPE, SIG_IGN);
 
   scored::cli::SetUsageConfig("scored");

@@ -187,23 +187,32 @@ TEST(OpenAiE2eTest, PromptLogprobsModelsByIdAndUnservedRoutes) {
   }
 }
 
-// A body is charged to the memory budget for what parsing it would take, before it is parsed: a 60,000-id
-// prompt (~360 KB of JSON, ~2 MB as a DOM) against a 1 MiB budget is 429, and so is the same on /detokenize;
-// JSON nested deeper than any request is 400 at once. A small request still scores there.
+// A body is charged to the memory budget for what parsing it would take, before it is parsed: a batch of 120
+// prompts of 500 ids (~360 KB of JSON, ~2 MB as a DOM) against a 1 MiB budget is 429; an id list longer than
+// max_seq_len (512) is 400 before it is parsed, on /detokenize too; JSON nested deeper than any request is
+// 400 at once. A small request still scores there.
 TEST(OpenAiE2eTest, ParsingIsChargedToTheMemoryBudgetFirst) {
   auto proc = StartOrDie({"--max_buffered_bytes=1048576"});
   ASSERT_NE(proc, nullptr);
   httplib::Client http("127.0.0.1", OpenAiPort(*proc));
-  std::string ids = "[1";
-  for (int i = 0; i < 60000; ++i) ids += ",403";
-  ids += "]";
-  auto big = http.Post("/v1/completions", R"({"max_tokens": 0, "prompt": )" + ids + "}", "application/json");
+  std::string prompt = "[1";
+  for (int i = 0; i < 499; ++i) prompt += ",403";
+  prompt += "]";
+  std::string batch = "[" + prompt;
+  for (int i = 0; i < 119; ++i) batch += "," + prompt;
+  batch += "]";
+  auto big =
+      http.Post("/v1/completions", R"({"max_tokens": 0, "prompt": )" + batch + "}", "application/json");
   ASSERT_TRUE(big);
   EXPECT_EQ(big->status, 429) << big->body;
   EXPECT_THAT(Json::parse(big->body)["error"]["message"].get<std::string>(), HasSubstr("max_buffered_bytes"));
+  std::string ids = "[1";
+  for (int i = 0; i < 60000; ++i) ids += ",403";
+  ids += "]";
   auto detok = http.Post("/detokenize", R"({"tokens": )" + ids + "}", "application/json");
   ASSERT_TRUE(detok);
-  EXPECT_EQ(detok->status, 429) << detok->body;
+  EXPECT_EQ(detok->status, 400) << detok->body;
+  EXPECT_THAT(detok->body, HasSubstr("more than 512 elements"));
   auto deep =
       http.Post("/v1/completions",
                 R"({"max_tokens": 0, "prompt": )" + std::string(100000, '[') + std::string(100000, ']') + "}",
