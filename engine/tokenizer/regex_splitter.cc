@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
 #include "engine/tokenizer/text_util.h"
 
 namespace scored {
@@ -77,28 +78,13 @@ absl::Status RegexSplitter::FindMatches(std::string_view text,
 }
 
 absl::Status RegexSplitter::Split(std::string_view text, std::vector<std::string_view>* pieces) const {
-  auto* code = static_cast<pcre2_code*>(code_);
-  std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> match(
-      pcre2_match_data_create_from_pattern(code, nullptr), pcre2_match_data_free);
-  if (match == nullptr) return absl::ResourceExhaustedError("cannot allocate PCRE2 match data");
-  size_t pos = 0;      // where the next search starts
+  std::vector<std::pair<size_t, size_t>> matches;
+  SCORED_RETURN_IF_ERROR(FindMatches(text, &matches));
   size_t emitted = 0;  // text[0, emitted) is in pieces
-  while (pos < text.size()) {
-    const int rc = MatchFrom(code, text, pos, match.get());
-    if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) return absl::InternalError(absl::StrCat("split regex: ", Pcre2Message(rc)));
-    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
-    const size_t start = ovector[0];
-    const size_t end = ovector[1];
-    if (end == start) {  // an empty match: step over one character
-      if (start >= text.size()) break;
-      pos = start + Utf8SequenceLength(static_cast<unsigned char>(text[start]));
-      continue;
-    }
+  for (const auto& [start, end] : matches) {
     if (start > emitted) pieces->push_back(text.substr(emitted, start - emitted));
     pieces->push_back(text.substr(start, end - start));
     emitted = end;
-    pos = end;
   }
   if (emitted < text.size()) pieces->push_back(text.substr(emitted));
   return absl::OkStatus();
