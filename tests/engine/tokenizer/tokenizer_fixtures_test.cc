@@ -1,11 +1,12 @@
-// The tokenizer.json fixtures (tests/fixtures/tokenizers, made by scripts/fixtures/make_tokenizer_fixtures.py):
-// small vocabularies trained on WikiText-2 valid, saved with exactly the pipelines of the published Gemma 2/3,
-// Phi-4, SmolLM2, DeepSeek-V3 and Falcon files (the real vocabularies are not available offline), a
-// pipelines-style one combining the normalizers and pre-tokenizers no published file here has (NFKC, regex
-// Replace, Lowercase, Strip, Split behaviours, Punctuation), and variants of them with one step swapped.
-// Every case of golden.json (the project's golden strings, WikiText-2 test text, adversarial strings) must
-// give the ids of the HF tokenizers library, with and without special tokens, and decode to the library's
-// text. Pipeline variants the loader does not implement must fail at load, naming the field and its value.
+// The tokenizer.json fixtures (tests/fixtures/tokenizers, made by
+// scripts/fixtures/make_tokenizer_fixtures.py): small vocabularies trained on WikiText-2 valid, saved with
+// exactly the pipelines of the published Gemma 2/3, Phi-4, SmolLM2, DeepSeek-V3 and Falcon files (the real
+// vocabularies are not available offline), a pipelines-style one combining the normalizers and pre-tokenizers
+// no published file here has (NFKC, regex Replace, Lowercase, Strip, Split behaviours, Punctuation), and
+// variants of them with one step swapped. Every case of golden.json (the project's golden strings, WikiText-2
+// test text, adversarial strings) must give the ids of the HF tokenizers library, with and without special
+// tokens, and decode to the library's text. Pipeline variants the loader does not implement must fail at
+// load, naming the field and its value.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
