@@ -66,7 +66,8 @@ std::string HttpRequest::header(std::string_view name) const {
 class Connection {
  public:
   virtual ~Connection() = default;
-  // Closes the connection (on its own strand) if it is not in a handler or writing its response.
+  // On the connection's own strand: closes it now if it waits for a request (TLS handshake, head or body),
+  // else once the response in progress (in a handler or being written) is written.
   virtual void CloseIfWaiting() = 0;
 };
 
@@ -92,8 +93,12 @@ class HttpServer::Impl {
     return config_.error_body(status, message);
   }
 
-  // A connection's state changes, as the eviction at the connection cap needs them.
+  // A connection's state changes, as the eviction at the connection cap needs them. It is idle (may be
+  // closed for a new one) from its accept's first head read, and from the moment each keep-alive response
+  // is queued (MarkIdleFromNow), not when that write completes: the client may have the reply, and send on
+  // other connections, long before the write's completion handler runs. A head's arrival ends it.
   void MarkWaitingForHead(const Connection* c, bool waiting);
+  void MarkIdleFromNow(const Connection* c);
   void HandlerStarted();
   void HandlerFinished();
   void Unregister(const Connection* c, const std::string& client);
@@ -103,6 +108,7 @@ class HttpServer::Impl {
     std::weak_ptr<Connection> connection;
     bool waiting_for_head = false;
     std::chrono::steady_clock::time_point since;
+    bool evicted = false;  // chosen to make room: never chosen twice
   };
 
   void Accept();
@@ -162,6 +168,8 @@ class Session : public Connection, public std::enable_shared_from_this<Session<S
     asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
       if (self->state_ == State::kHandshake || self->state_ == State::kHead || self->state_ == State::kBody) {
         self->Close();
+      } else {
+        self->close_after_write_ = true;
       }
     });
   }
@@ -264,7 +272,8 @@ class Session : public Connection, public std::enable_shared_from_this<Session<S
       asio::post(self->stream_.get_executor(), [self, response] {
         self->server_->HandlerFinished();
         self->handler_ = nullptr;
-        self->Write(std::move(*response), !self->keep_alive_ || self->server_->stopping());
+        self->Write(std::move(*response),
+                    !self->keep_alive_ || self->close_after_write_ || self->server_->stopping());
       });
     });
   }
@@ -278,6 +287,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session<S
 
   void Write(HttpResponse r, bool close) {
     state_ = State::kWrite;
+    if (!close) server_->MarkIdleFromNow(this);
     auto reply = std::make_shared<http::response<http::string_body>>();
     reply->version(11);
     reply->result(static_cast<unsigned>(r.status));
@@ -291,7 +301,9 @@ class Session : public Connection, public std::enable_shared_from_this<Session<S
     http::async_write(stream_, *reply,
                       [self = this->shared_from_this(), reply, close](beast::error_code ec, size_t) {
                         if (ec) return self->Close();
-                        if (close || self->server_->stopping()) return self->Linger();
+                        if (close || self->close_after_write_ || self->server_->stopping()) {
+                          return self->Linger();
+                        }
                         self->ReadHead();
                       });
   }
@@ -333,6 +345,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session<S
   HttpRequest request_;
   HttpServer::Handler handler_;
   bool keep_alive_ = false;
+  bool close_after_write_ = false;  // CloseIfWaiting came during a handler or a write
   State state_ = State::kHead;
   std::array<char, 16 << 10> discard_;
   size_t drained_ = 0;
@@ -433,14 +446,16 @@ void HttpServer::Impl::OnAccept(tcp::socket socket) {
       // Make room: the connection that has waited longest for a request head.
       Entry* oldest = nullptr;
       for (auto& [c, entry] : connections_) {
-        if (entry.waiting_for_head && (oldest == nullptr || entry.since < oldest->since)) oldest = &entry;
+        if (entry.waiting_for_head && !entry.evicted && (oldest == nullptr || entry.since < oldest->since)) {
+          oldest = &entry;
+        }
       }
       if (oldest == nullptr || (evict = oldest->connection.lock()) == nullptr) {
         RefuseAtAccept(socket, 503,
                        absl::StrCat("more than ", config_.limits.max_connections, " connections are open"));
         return;
       }
-      oldest->waiting_for_head = false;  // chosen: the next accept picks another
+      oldest->evicted = true;
     }
   }
   if (evict != nullptr) evict->CloseIfWaiting();
@@ -466,6 +481,13 @@ void HttpServer::Impl::MarkWaitingForHead(const Connection* c, bool waiting) {
   auto it = connections_.find(c);
   if (it == connections_.end()) return;
   it->second.waiting_for_head = waiting;
+}
+
+void HttpServer::Impl::MarkIdleFromNow(const Connection* c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = connections_.find(c);
+  if (it == connections_.end()) return;
+  it->second.waiting_for_head = true;
   it->second.since = std::chrono::steady_clock::now();
 }
 

@@ -248,10 +248,10 @@ absl::StatusOr<int64_t> JsonDomBytes(absl::string_view body, int64_t max_array_e
         absl::StrCat("the request body nests JSON deeper than ", kMaxJsonDepth, " levels"));
   }
   if (sizer.too_long()) {
-    return absl::OutOfRangeError(absl::StrCat("the request body has a JSON array of more than ",
-                                              max_array_elements,
-                                              " elements (a prompt holds at most max_seq_len ids, a batch at "
-                                              "most --max_queue prompts)"));
+    return absl::OutOfRangeError(absl::StrCat("the request body has a JSON array of ", max_array_elements + 1,
+                                              " or more elements, more than ", max_array_elements,
+                                              " (a prompt holds at most max_seq_len ids, a batch at most "
+                                              "--max_queue prompts)"));
   }
   if (!ok) return absl::InvalidArgumentError("the request body is not valid JSON");
   return sizer.bytes();

@@ -332,7 +332,7 @@ TEST(OpenAiJsonDomBytes, RefusesArraysLongerThanAPromptOrABatch) {
   absl::StatusOr<int64_t> refused = JsonDomBytes(ids, 600);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_NE(refused.status().message().find("more than 600 elements"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("601 or more elements"), std::string::npos) << refused.status();
   std::string batch = R"({"prompt": [)";
   for (int i = 0; i < 10; ++i) batch += R"("a",)";
   batch += R"("a"], "n": [1, 2, 3]})";

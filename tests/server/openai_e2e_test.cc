@@ -212,7 +212,7 @@ TEST(OpenAiE2eTest, ParsingIsChargedToTheMemoryBudgetFirst) {
   auto detok = http.Post("/detokenize", R"({"tokens": )" + ids + "}", "application/json");
   ASSERT_TRUE(detok);
   EXPECT_EQ(detok->status, 400) << detok->body;
-  EXPECT_THAT(detok->body, HasSubstr("more than 512 elements"));
+  EXPECT_THAT(detok->body, HasSubstr("513 or more elements"));
   auto deep =
       http.Post("/v1/completions",
                 R"({"max_tokens": 0, "prompt": )" + std::string(100000, '[') + std::string(100000, ']') + "}",
