@@ -19,7 +19,8 @@
 //   - connections: at most max_connections open in all and max_connections_per_client per remote address.
 //     At the total cap, the connection that has waited longest for a head (idle keep-alive since its last
 //     response was queued, or slow) is closed to admit the new one (one in a handler or writing, after its
-//     response); when none waits, the new one gets 503 and is closed. Past the per-address cap, 429 and close.
+//     response); when none waits, the new one gets 503 and is closed. Past the per-address cap, 429 and
+//     close.
 //   - pipelining: requests sent back to back on one connection are answered in order, one at a time.
 //   - responses are written within write_timeout, else the connection is closed.
 // Handlers (which may block: the OpenAI handlers wait for the engine) run on a pool of worker_threads; the

@@ -58,6 +58,7 @@ struct Bounds {
   double kld_abs;  // per token |kld - reference kld| <= kld_abs + kld_rel * reference kld (0: unchecked)
   double kld_rel;
   double mean_kld_rel;  // |mean kld / reference mean kld - 1|
+  double top1_rel;      // |top-1 agreements with the dense model - the reference's| / tokens
 };
 
 // Weight-only folders: both sides run float32 with the same decoded weights, so the differences are fp32
@@ -69,14 +70,17 @@ struct Bounds {
 // / max 1.07..1.44, perplexity 8.2e-4..8.9e-3; switching the activation quantization off entirely moves it no
 // more (FP8 0.120 / 1.84, int8 0.135 / 2.23). A likely cause: the first token is an attention sink whose
 // down_proj inputs reach 60x the other tokens' median in some layers (tests/fixtures/README.md). The bounds
-// are that spread: they cannot tell W8A8 from weight-only here (the briefly trained Llama fixtures do, at
+// are that spread, and so is the top-1 agreement's: the reference itself, perturbed so, agrees with the dense
+// model's top-1 at 892..909 of 1020 positions where unperturbed 914 (FP8) and 927..936 where 936 (int8),
+// a spread of 2.2% of the tokens (the 1% bound of weight-only folders failed a CI run at 903 vs 914); W8A8
+// takes 3%. The bounds cannot tell W8A8 from weight-only here (the briefly trained Llama fixtures do, at
 // mean 2e-3 / max 0.05: fixtures_test.cc), and the mean KLD against the dense model, which averages the flips
 // out, must be nearer transformers' W8A8 value than its weight-only one.
 Bounds BoundsFor(const std::string& name) {
   const bool w8a8 =
       name.find("fp8-dynamic") != std::string::npos || name.find("int8-w8a8") != std::string::npos;
-  if (w8a8) return {0.2, 3.0, 2e-2, 0, 0, 3e-2};
-  return {2e-5, 5e-4, 1e-5, 1e-5, 1e-3, 1e-5};
+  if (w8a8) return {0.2, 3.0, 2e-2, 0, 0, 3e-2, 3e-2};
+  return {2e-5, 5e-4, 1e-5, 1e-5, 1e-3, 1e-5, 1e-2};
 }
 
 std::unique_ptr<Engine> MakeEngine(const std::string& name, const std::string& reference) {
@@ -195,7 +199,7 @@ TEST_P(Smollm2Test, LogprobsPerplexityAndKldMatchTransformers) {
     EXPECT_LT(std::fabs(t.ours_kld - t.ref_kld), std::fabs(t.weight_only_kld - t.ref_kld))
         << "the mean KLD is no nearer the W8A8 reference than the weight-only one";
   }
-  EXPECT_NEAR(static_cast<double>(t.top1_ours), static_cast<double>(t.top1_ref), 0.01 * t.count);
+  EXPECT_NEAR(static_cast<double>(t.top1_ours), static_cast<double>(t.top1_ref), bounds.top1_rel * t.count);
 }
 
 INSTANTIATE_TEST_SUITE_P(RealModel, Smollm2Test,
