@@ -71,6 +71,8 @@ const char* RopeTypeName(RopeType type) {
       return "llama3";
     case RopeType::kLongrope:
       return "longrope";
+    case RopeType::kYarn:
+      return "yarn";
   }
   return "?";
 }
@@ -90,6 +92,49 @@ absl::Status GetFactorList(const Json& obj, absl::string_view key, absl::string_
       return Invalid(source, absl::StrCat("field '", key, "' holds ", x.dump(), ", not a positive number"));
     }
     out->push_back(f);
+  }
+  return absl::OkStatus();
+}
+
+// A number that must be > 0 when present and non-null; absent or null: `absent`.
+absl::StatusOr<double> GetOptionalPositive(const Json& obj, absl::string_view key, absl::string_view field,
+                                           absl::string_view ctx, double absent) {
+  const Json* present = Find(obj, key);
+  if (present == nullptr || present->is_null()) return absent;
+  SCORED_ASSIGN_OR_RETURN(const double v, GetDouble(obj, key, ctx));
+  if (!(v > 0.0) || !std::isfinite(v)) {
+    return Invalid(ctx, absl::StrCat(field, ".", key, " must be a positive number, got ", v));
+  }
+  return v;
+}
+
+// yarn's fields (RopeScaling's comment: transformers' _compute_yarn_parameters). Values transformers reads
+// with `or` (beta_fast, beta_slow: 0 means the default; mscale, mscale_all_dim: 0 means absent) keep that
+// meaning. factor and original_max_position_embeddings, when absent, are settled by FinishYarn.
+absl::Status ParseYarn(const Json& rs, absl::string_view field, absl::string_view ctx, RopeScaling* out) {
+  out->type = RopeType::kYarn;
+  SCORED_ASSIGN_OR_RETURN(out->factor, GetOptionalPositive(rs, "factor", field, ctx, 0.0));
+  SCORED_ASSIGN_OR_RETURN(out->attention_factor,
+                          GetOptionalPositive(rs, "attention_factor", field, ctx, 0.0));
+  SCORED_ASSIGN_OR_RETURN(out->beta_fast, GetDouble(rs, "beta_fast", ctx, 32.0));
+  SCORED_ASSIGN_OR_RETURN(out->beta_slow, GetDouble(rs, "beta_slow", ctx, 1.0));
+  if (out->beta_fast == 0.0) out->beta_fast = 32.0;
+  if (out->beta_slow == 0.0) out->beta_slow = 1.0;
+  if (!(out->beta_fast > 0.0) || !(out->beta_slow > 0.0) || !std::isfinite(out->beta_fast) ||
+      !std::isfinite(out->beta_slow)) {
+    return Invalid(ctx, absl::StrCat(field, ": beta_fast (", out->beta_fast, ") and beta_slow (",
+                                     out->beta_slow, ") must be positive numbers"));
+  }
+  SCORED_ASSIGN_OR_RETURN(out->mscale, GetDouble(rs, "mscale", ctx, 0.0));
+  SCORED_ASSIGN_OR_RETURN(out->mscale_all_dim, GetDouble(rs, "mscale_all_dim", ctx, 0.0));
+  if (!std::isfinite(out->mscale) || !std::isfinite(out->mscale_all_dim)) {
+    return Invalid(ctx, absl::StrCat(field, ": mscale and mscale_all_dim must be finite"));
+  }
+  SCORED_ASSIGN_OR_RETURN(out->truncate, GetBool(rs, "truncate", ctx, true));
+  out->original_max_position_embeddings = 0;  // absent: FinishYarn
+  if (Find(rs, "original_max_position_embeddings") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(out->original_max_position_embeddings,
+                            GetPositive(rs, "original_max_position_embeddings", ctx));
   }
   return absl::OkStatus();
 }
@@ -149,9 +194,11 @@ absl::Status ParseRopeScaling(const Json& rs, absl::string_view field, absl::str
                               GetPositive(rs, "original_max_position_embeddings", ctx));
     }
     return absl::OkStatus();
+  } else if (type == "yarn") {
+    return ParseYarn(rs, field, ctx, out);
   } else {
     return Invalid(source, absl::StrCat("unsupported ", field, " type '", type,
-                                        "' (supported: default, linear, llama3, longrope)"));
+                                        "' (supported: default, linear, llama3, longrope, yarn)"));
   }
   if (!(out->factor > 0.0)) return Invalid(source, absl::StrCat(field, ".factor must be positive"));
   return absl::OkStatus();
@@ -210,6 +257,32 @@ absl::Status FinishLongrope(const Json& j, const std::string& source, ModelConfi
           source, absl::StrCat("rope scaling '", list == &r.short_factor ? "short" : "long", "_factor' has ",
                                list->size(), " entries, expected rotary_dim / 2 = ", half));
     }
+  }
+  return absl::OkStatus();
+}
+
+// yarn's defaults, as transformers 5.17 settles them (PreTrainedConfig.standardize_rope_params, then
+// _compute_yarn_parameters): a top-level original_max_position_embeddings wins over the scaling's own, which
+// defaults to max_position_embeddings; factor defaults to max_position_embeddings / original; then
+// attention_factor from factor and the mscales (RopeScaling's comment).
+absl::Status FinishYarn(const Json& j, const std::string& source, ModelConfig* out) {
+  ModelConfig& c = *out;
+  RopeScaling& r = c.rope_scaling;
+  if (Find(j, "original_max_position_embeddings") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(r.original_max_position_embeddings,
+                            GetPositive(j, "original_max_position_embeddings", source));
+  } else if (r.original_max_position_embeddings == 0) {
+    r.original_max_position_embeddings = c.max_position_embeddings;
+  }
+  const double original = static_cast<double>(r.original_max_position_embeddings);
+  if (r.factor == 0.0) r.factor = static_cast<double>(c.max_position_embeddings) / original;
+  if (r.attention_factor == 0.0) {
+    const auto get_mscale = [](double scale, double mscale) {
+      return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+    };
+    r.attention_factor = r.mscale != 0.0 && r.mscale_all_dim != 0.0
+                             ? get_mscale(r.factor, r.mscale) / get_mscale(r.factor, r.mscale_all_dim)
+                             : get_mscale(r.factor, 1.0);
   }
   return absl::OkStatus();
 }
@@ -316,6 +389,7 @@ absl::Status ParseRope(const Json& j, const FamilyTraits& family, const std::str
   }
   SCORED_RETURN_IF_ERROR(ParsePartialRotary(j, rope_params, family, source, &c));
   if (c.rope_scaling.type == RopeType::kLongrope) SCORED_RETURN_IF_ERROR(FinishLongrope(j, source, &c));
+  if (c.rope_scaling.type == RopeType::kYarn) SCORED_RETURN_IF_ERROR(FinishYarn(j, source, &c));
   return absl::OkStatus();
 }
 
@@ -637,6 +711,10 @@ std::string DescribeRope(const ModelConfig& config) {
   if (s.type != RopeType::kLongrope || s.factor > 0) absl::StrAppend(&out, " factor ", s.factor);
   if (s.type != RopeType::kLinear) {
     absl::StrAppend(&out, " (original ", s.original_max_position_embeddings, ")");
+  }
+  if (s.type == RopeType::kYarn) {
+    absl::StrAppend(&out, " beta_fast ", s.beta_fast, " beta_slow ", s.beta_slow,
+                    s.truncate ? "" : " truncate false", ", cos/sin x ", s.attention_factor);
   }
   return out;
 }

@@ -37,7 +37,18 @@ struct RopeScaling {
   // is absent; 1 when f <= 1). transformers picks the factors by the longest sequence of a BATCH; here each
   // sequence by its own length (a batch of one in transformers).
   std::vector<double> short_factor, long_factor;
+  // longrope and yarn: what cos and sin are multiplied by (RopeAttentionScaling).
   double attention_factor = 1.0;
+  // yarn (transformers' _compute_yarn_parameters): inv_freq blends theta^(-2i/d) (extrapolation) and
+  // theta^(-2i/d) / factor (interpolation) by a linear ramp over the dimensions between the correction dims
+  // of beta_fast and beta_slow rotations at original_max_position_embeddings, floored / ceiled when truncate.
+  // factor absent or null: max_position_embeddings / original. attention_factor absent: get_mscale(factor,
+  // mscale) / get_mscale(factor, mscale_all_dim) when both are non-zero, else get_mscale(factor), with
+  // get_mscale(s, m) = 0.1 m ln(s) + 1 (1 when s <= 1). A family's own softmax-scale use of mscale
+  // (DeepSeek's attention) is the family's, not this table's.
+  double beta_fast = 32.0, beta_slow = 1.0;
+  double mscale = 0.0, mscale_all_dim = 0.0;  // 0: absent
+  bool truncate = true;
 };
 
 // The MLP's gate activation: SwiGLU (silu) or GeGLU with tanh GELU (Gemma's gelu_pytorch_tanh).

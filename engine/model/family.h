@@ -28,13 +28,15 @@
 namespace scored {
 
 // RoPE frequency scaling (config.json rope_scaling / rope_parameters type).
-enum class RopeType { kDefault, kLlama3, kLinear, kLongrope };
+enum class RopeType { kDefault, kLlama3, kLinear, kLongrope, kYarn };
 
 // Bit set of RopeType values (bit 1 << int(type)).
 using RopeTypeSet = uint32_t;
 constexpr RopeTypeSet RopeTypeBit(RopeType t) { return RopeTypeSet{1} << static_cast<int>(t); }
-constexpr RopeTypeSet kAllRopeTypes =
-    RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kLinear) | RopeTypeBit(RopeType::kLlama3);
+// What transformers' Llama-style rotary embeddings accept (ROPE_INIT_FUNCTIONS; "dynamic" is not exact per
+// sequence and stays out). longrope is Phi-3's alone here.
+constexpr RopeTypeSet kAllRopeTypes = RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kLinear) |
+                                      RopeTypeBit(RopeType::kLlama3) | RopeTypeBit(RopeType::kYarn);
 
 // Where attention biases live in the family and what config.json's `attention_bias` means.
 enum class AttentionBiasPolicy {

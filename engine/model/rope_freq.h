@@ -13,6 +13,10 @@
 //   llama3:  wavelen = 2 pi / inv_freq; wavelen > orig / low_freq_factor -> inv_freq / factor;
 //            wavelen < orig / high_freq_factor -> unchanged; otherwise the smooth blend
 //            (1 - s) * inv_freq / factor + s * inv_freq, s = (orig / wavelen - low) / (high - low).
+//   yarn:    e = 1 - clamp((i - low) / (high - low), 0, 1) over i < head_dim / 2, low / high the correction
+//            dims of beta_fast / beta_slow turns at original_max_position_embeddings (floor / ceil when
+//            truncate, then clamped to [0, head_dim - 1]);
+//            inv_freq = (1 / (factor * theta^e_i)) * (1 - e) + (1 / theta^e_i) * e (config.h RopeScaling).
 // All of it in fp32 as written (this file is compiled with -ffp-contract=off: no fused multiply-add), as
 // transformers computes it on fp32 tensors. Which scalings a family accepts is its FamilyTraits' business
 // (family.h); this function computes any of them.
@@ -34,7 +38,7 @@ std::vector<float> RopeInvFreq(const ModelConfig& config);
 // original_max_position_embeddings: 1 / fp32(fp32(long_factor[i]) * fp32(theta^e_i)).
 std::vector<float> RopeInvFreqForLength(const ModelConfig& config, int64_t seq_len);
 
-// What cos and sin are multiplied by (fp32): longrope's attention_factor, else 1.
+// What cos and sin are multiplied by (fp32): longrope's or yarn's attention_factor, else 1.
 float RopeAttentionScaling(const ModelConfig& config);
 
 }  // namespace scored

@@ -253,7 +253,7 @@ TEST(ConfigTest, BadConfigsFailNamingTheProblem) {
       {"arch", arch, "GPT2LMHeadModel"},
       // Duplicate keys: the later value wins (nlohmann), so these override the base.
       {"act", With(R"("hidden_act": "gelu")"), "gelu"},
-      {"rope", With(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})"), "yarn"},
+      {"rope", With(R"("rope_scaling": {"rope_type": "dynamic", "factor": 4.0})"), "dynamic"},
       {"rope_missing_type", With(R"("rope_scaling": {"factor": 4.0})"), "rope_type"},
       {"llama3_missing", With(R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})"),
        "low_freq_factor"},

@@ -1,5 +1,8 @@
 // RopeInvFreq (engine/model/rope_freq.h) against the RoPE frequency formula evaluated here, independently,
-// in double: plain, linear and llama3 scaling, over every index of real head dims and thetas.
+// in double: plain, linear, llama3 and yarn scaling, over every index of real head dims and thetas; and yarn
+// bit for bit against transformers' own tables (tests/fixtures/rope_yarn_golden.json, made by
+// scripts/fixtures/make_rope_goldens.py from _compute_yarn_parameters), read through ParseModelConfig from
+// the same config.json bodies, so the parsing of every yarn field and default is checked with it.
 //
 // Tolerance: the function reproduces transformers' fp32 computation, whose first rounding is the exponent
 // 2i/d in fp32. That alone moves theta^(2i/d) by up to 2^-24 * ln(theta) relative (8e-7 at theta 5e5,
@@ -8,11 +11,19 @@
 // exponent is off by far more).
 #include "engine/model/rope_freq.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "engine/model/config.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace scored {
 namespace {
@@ -141,6 +152,88 @@ TEST(RopeInvFreq, LongropePicksFactorsBySequenceLength) {
   EXPECT_EQ(RopeAttentionScaling(config), 1.0f);
   // Without longrope the length changes nothing.
   EXPECT_EQ(RopeInvFreqForLength(config, 1 << 20), RopeInvFreq(config));
+}
+
+// yarn in double (transformers' _compute_yarn_parameters with every rounding removed).
+double YarnInvFreq(const RopeScaling& s, double theta, int64_t i, int64_t d) {
+  const auto correction_dim = [&](double rotations) {
+    return (static_cast<double>(d) *
+            std::log(static_cast<double>(s.original_max_position_embeddings) / (rotations * 2.0 * kPi))) /
+           (2.0 * std::log(theta));
+  };
+  double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+  if (s.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(d - 1));
+  if (low == high) high += 0.001;
+  const double ramp = std::min(1.0, std::max(0.0, (static_cast<double>(i) - low) / (high - low)));
+  const double plain = PlainInvFreq(theta, i, d);
+  return plain / s.factor * ramp + plain * (1.0 - ramp);
+}
+
+// DeepSeek-V3's and gpt-oss's yarn (truncated and not) against the double formula: low dims extrapolate
+// (unchanged), high dims interpolate (divided by factor), a ramp between.
+TEST(RopeInvFreq, YarnMatchesFormula) {
+  for (const bool truncate : {true, false}) {
+    ModelConfig config = MakeConfig(64, truncate ? 10000.0 : 150000.0);
+    RopeScaling& s = config.rope_scaling;
+    s.type = RopeType::kYarn;
+    s.factor = truncate ? 40.0 : 32.0;
+    s.original_max_position_embeddings = 4096;
+    s.truncate = truncate;
+    const std::vector<float> f = RopeInvFreq(config);
+    ASSERT_EQ(f.size(), 32u);
+    for (int64_t i = 0; i < 32; ++i) {
+      const double expected = YarnInvFreq(s, config.rope_theta, i, 64);
+      EXPECT_NEAR(f[i], expected, expected * kInvFreqRelTol) << "i " << i << ", truncate " << truncate;
+    }
+    EXPECT_FLOAT_EQ(f[0], 1.0f);                                                    // extrapolated
+    EXPECT_NEAR(f[31], PlainInvFreq(config.rope_theta, 31, 64) / s.factor, 1e-12);  // interpolated
+  }
+}
+
+std::vector<uint32_t> Bits(const std::vector<float>& v) {
+  std::vector<uint32_t> out(v.size());
+  std::memcpy(out.data(), v.data(), v.size() * sizeof(float));
+  return out;
+}
+
+// torch evaluates theta^e with its vectorized fp32 pow (within 1 ulp, not always the correctly rounded value
+// this file's double pow gives), so a few frequencies of a table may differ by one ulp: measured, 2 of 32 for
+// theta 150000 and 1 of 32 for theta 50000, none in the other 7 cases. Everything after the power (the ramp,
+// the blend, attention_factor) is bit for bit.
+TEST(RopeInvFreq, YarnEqualsTransformersToTheUlp) {
+  std::ifstream in(std::string(SCORED_FIXTURES_DIR) + "/rope_yarn_golden.json");
+  ASSERT_TRUE(in.good()) << "tests/fixtures/rope_yarn_golden.json";
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  ASSERT_GE(golden["cases"].size(), 9u);
+  int cases_off = 0;
+  for (const nlohmann::json& c : golden["cases"]) {
+    const std::string name = c["name"].get<std::string>();
+    const absl::StatusOr<ModelConfig> config = ParseModelConfig(c["config"].dump(), name);
+    ASSERT_TRUE(config.ok()) << name << ": " << config.status();
+    ASSERT_EQ(config->rope_scaling.type, RopeType::kYarn) << name;
+    const std::vector<uint32_t> want = c["inv_freq_bits"].get<std::vector<uint32_t>>();
+    const std::vector<uint32_t> got = Bits(RopeInvFreq(*config));
+    ASSERT_EQ(got.size(), want.size()) << name;
+    int off_by_one = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const int64_t ulps = static_cast<int64_t>(got[i]) - static_cast<int64_t>(want[i]);  // same sign: ulps
+      EXPECT_LE(std::abs(ulps), 1) << name << " i " << i;
+      off_by_one += ulps != 0 ? 1 : 0;
+    }
+    if (off_by_one > 0)
+      std::printf("%s: %d of %zu frequencies one ulp off\n", name.c_str(), off_by_one, got.size());
+    EXPECT_LE(off_by_one, static_cast<int>(got.size()) / 8) << name;
+    cases_off += off_by_one > 0 ? 1 : 0;
+    EXPECT_EQ(RopeAttentionScaling(*config), static_cast<float>(c["attention_factor"].get<double>())) << name;
+    EXPECT_TRUE(absl::StrContains(DescribeRope(*config), "rope_scaling yarn factor"))
+        << DescribeRope(*config);
+  }
+  EXPECT_LE(cases_off, 3) << "more than torch's pow rounding";
 }
 
 }  // namespace
