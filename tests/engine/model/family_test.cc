@@ -654,7 +654,7 @@ TEST(Phi3Config, UnsupportedFieldsAreNamed) {
     return std::string(ParseModelConfig(text, "mem").status().message());
   };
   EXPECT_THAT(message(MinimalConfig(*phi3, R"("rope_scaling": {"type": "yarn", "factor": 4.0})")),
-              HasSubstr("unsupported rope_scaling type 'yarn'"));
+              HasSubstr("rope scaling type 'yarn' is not supported for Phi3ForCausalLM"));
   EXPECT_THAT(message(MinimalConfig(*phi3, R"("rope_scaling": {"type": "linear", "factor": 4.0})")),
               HasSubstr("rope scaling type 'linear' is not supported for Phi3ForCausalLM"));
   EXPECT_THAT(message(MinimalConfig(*llama, R"("partial_rotary_factor": 0.5)")),
@@ -680,7 +680,7 @@ TEST(Phi3Config, UnimplementedRopeFailsNamingFieldAndValue) {
   auto message = [&](const std::string& extra) {
     return std::string(ParseModelConfig(MinimalConfig(*phi3, extra), "mem").status().message());
   };
-  for (const char* type : {"yarn", "dynamic", "ntk"}) {
+  for (const char* type : {"dynamic", "ntk"}) {
     SCOPED_TRACE(type);
     EXPECT_THAT(message(absl::StrCat(R"("rope_scaling": {"rope_type": ")", type, R"(", "factor": 4.0})")),
                 HasSubstr(absl::StrCat("unsupported rope_scaling type '", type, "'")));
@@ -688,6 +688,9 @@ TEST(Phi3Config, UnimplementedRopeFailsNamingFieldAndValue) {
                                      R"(", "factor": 4.0, "rope_theta": 10000.0})")),
                 HasSubstr(absl::StrCat("unsupported rope_parameters type '", type, "'")));
   }
+  // yarn parses (rope_freq_test) but is not Phi-3's: refused by the family, naming it.
+  EXPECT_THAT(message(R"("rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0})"),
+              HasSubstr("rope scaling type 'yarn' is not supported for Phi3ForCausalLM"));
   EXPECT_THAT(message(R"("rope_scaling": {"type": "longrope", "short_factor": [1, 1, 1, 1, 1, 1, 1, 1],
       "long_factor": [1, 2, 3]})"),
               HasSubstr("'long_factor' has 3 entries, expected rotary_dim / 2 = 8"));
@@ -731,7 +734,7 @@ TEST(GemmaConfig, UnimplementedRopeFailsNamingFieldAndValue) {
                         sliding, "}");
   };
   const std::string plain = R"({"rope_type": "default", "rope_theta": 10000.0})";
-  for (const char* type : {"yarn", "dynamic", "ntk"}) {
+  for (const char* type : {"dynamic", "ntk"}) {
     SCOPED_TRACE(type);
     const std::string bad =
         absl::StrCat(R"({"rope_type": ")", type, R"(", "factor": 8.0, "rope_theta": 1e6})");
@@ -743,6 +746,10 @@ TEST(GemmaConfig, UnimplementedRopeFailsNamingFieldAndValue) {
         message(*g3, absl::StrCat(R"("rope_scaling": {"rope_type": ")", type, R"(", "factor": 8.0})")),
         HasSubstr(absl::StrCat("unsupported rope_scaling type '", type, "'")));
   }
+  // yarn parses but is not Gemma's: refused by the family, naming the layer type.
+  const std::string yarn = R"({"rope_type": "yarn", "factor": 8.0, "rope_theta": 1e6})";
+  EXPECT_THAT(message(*g3, per_layer(yarn, plain)),
+              HasSubstr("rope scaling type 'yarn' (full_attention) is not supported for Gemma3ForCausalLM"));
   EXPECT_THAT(
       message(*g3, per_layer(plain, R"({"rope_type": "longrope", "rope_theta": 1e4,
       "short_factor": [1, 1], "long_factor": [1, 1]})")),
@@ -761,7 +768,7 @@ TEST(GemmaConfig, UnimplementedRopeFailsNamingFieldAndValue) {
   EXPECT_THAT(message(*g2, R"("rope_scaling": {"rope_type": "linear", "factor": 2.0})"),
               HasSubstr("rope scaling type 'linear' is not supported for Gemma2ForCausalLM"));
   EXPECT_THAT(message(*g2, R"("rope_scaling": {"rope_type": "yarn", "factor": 2.0})"),
-              HasSubstr("unsupported rope_scaling type 'yarn'"));
+              HasSubstr("rope scaling type 'yarn' is not supported for Gemma2ForCausalLM"));
 
   // As transformers: a part absent from rope_parameters is the default type, and its theta (like a part's
   // absent rope_theta) the older field's value or its default.
