@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/base/dtype.h"
@@ -125,6 +126,47 @@ absl::Status ParseModelOpt(const Json& q, absl::string_view src, ToolkitQuantCon
   if (kv != nullptr) {
     return Unsupported(src, "kv_cache_quant_algo", kv->dump(), "quantized K/V caches are not implemented");
   }
+  return absl::OkStatus();
+}
+
+// transformers' FineGrainedFP8Config (quant_method "fp8"): dynamic activations, [br, bc] weight blocks.
+absl::Status ParseNativeFp8(const Json& j, absl::string_view src, ToolkitQuantConfig* c) {
+  SCORED_ASSIGN_OR_RETURN(std::string scheme, json_util::GetString(j, "activation_scheme", src, "dynamic"));
+  if (absl::AsciiStrToLower(scheme) != "dynamic") {
+    return Unsupported(
+        src, "activation_scheme", absl::StrCat("'", scheme, "'"),
+        "only dynamic FP8 activations (per token and weight block of columns) are implemented");
+  }
+  SCORED_ASSIGN_OR_RETURN(std::string fmt, json_util::GetString(j, "scale_fmt", src, "float"));
+  if (fmt != "float") {
+    return Unsupported(src, "scale_fmt", absl::StrCat("'", fmt, "'"), "only float (F32 / BF16) scales");
+  }
+  const Json* block = Find(j, "weight_block_size");
+  const bool pair = block != nullptr && block->is_array() && block->size() == 2 &&
+                    (*block)[0].is_number_integer() && (*block)[1].is_number_integer() &&
+                    (*block)[0].get<int64_t>() > 0 && (*block)[1].get<int64_t>() > 0;
+  if (!pair) {
+    return Unsupported(
+        src, "weight_block_size", block == nullptr ? "absent" : block->dump(),
+        "block FP8 with two positive block sizes, e.g. [128, 128], is implemented (not per tensor)");
+  }
+  c->block_rows = (*block)[0].get<int64_t>();
+  c->block_cols = (*block)[1].get<int64_t>();
+  if (const Json* m = Find(j, "modules_to_convert"); m != nullptr && !m->is_null()) {
+    return Unsupported(src, "modules_to_convert", m->dump(), "use modules_to_not_convert");
+  }
+  for (const char* key : {"modules_to_not_convert", "ignored_layers"}) {
+    const Json* list = Find(j, key);
+    if (list == nullptr || list->is_null()) continue;
+    if (!list->is_array()) return json_util::TypeError(src, key, "a list of module names", *list);
+    for (const Json& name : *list) {
+      if (!name.is_string()) return json_util::TypeError(src, key, "a list of module names", *list);
+      c->not_converted.push_back(name.get<std::string>());
+    }
+  }
+  c->method = ToolkitQuantConfig::Method::kNativeFp8Block;
+  c->bits = 8;
+  c->label = absl::StrCat("fp8-block-", c->block_rows, "x", c->block_cols);
   return absl::OkStatus();
 }
 
@@ -416,6 +458,47 @@ absl::Status LoadModelOptNvfp4(const TensorStore& store, LinearWeight* w, std::v
   return absl::OkStatus();
 }
 
+// Whether `module` is named by modules_to_not_convert as transformers' should_convert_module reads it: the
+// name starts with a pattern (re.match, here taken literally: no regex pattern is expected in these lists)
+// or ends with one.
+bool NotConverted(const ToolkitQuantConfig& c, const std::string& module) {
+  for (const std::string& n : c.not_converted) {
+    if (absl::StartsWith(module, n) || absl::EndsWith(module, n)) return true;
+  }
+  return false;
+}
+
+absl::Status LoadNativeFp8(const ToolkitQuantConfig& c, const TensorStore& store, LinearWeight* w,
+                           std::vector<std::string>* consumed) {
+  const std::string& p = w->module;
+  if (NotConverted(c, p)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        c.source, ": ", p, " is in modules_to_not_convert but stored quantized (", p, ".weight_scale_inv)"));
+  }
+  const int64_t out = w->out_features, in = w->in_features;
+  SCORED_ASSIGN_OR_RETURN(w->weight, TakeTensor(store, p + ".weight", {out, in}, {DType::kF8E4M3}, consumed));
+  const int64_t rows = (out + c.block_rows - 1) / c.block_rows, cols = (in + c.block_cols - 1) / c.block_cols;
+  SCORED_ASSIGN_OR_RETURN(TensorView scale, TakeTensor(store, p + ".weight_scale_inv", {rows, cols},
+                                                       {DType::kF32, DType::kBF16}, consumed));
+  std::vector<float> values(static_cast<size_t>(scale.NumElements()));
+  SCORED_RETURN_IF_ERROR(TensorToFloat(scale, values.data(), scale.NumElements()));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!(values[i] > 0.0f) || !std::isfinite(values[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(scale.file, ": tensor '", scale.name, "' holds ",
+                                                     values[i], " at ", i, ", expected finite scales > 0"));
+    }
+  }
+  w->weight_scale = scale;
+  w->format = WeightFormat::kFloatQuantized;
+  w->num_bits = 8;
+  w->strategy = QuantStrategy::kBlock;
+  w->block_rows = c.block_rows;
+  w->block_cols = c.block_cols;
+  w->w8a8_dynamic_fp8 = true;
+  w->act_group_size = c.block_cols;
+  return absl::OkStatus();
+}
+
 absl::Status LoadModelOptFp8(const TensorStore& store, LinearWeight* w, std::vector<std::string>* consumed) {
   const std::string& p = w->module;
   SCORED_ASSIGN_OR_RETURN(w->weight, TakeTensor(store, p + ".weight", {w->out_features, w->in_features},
@@ -438,7 +521,7 @@ bool IsToolkitQuantMethod(absl::string_view quantization_config_json) {
   const Json* m = Find(j, "quant_method");
   if (m == nullptr || !m->is_string()) return false;
   const std::string s = absl::AsciiStrToLower(m->get<std::string>());
-  return s == "gptq" || s == "awq" || s == "modelopt";
+  return s == "gptq" || s == "awq" || s == "modelopt" || s == "fp8";
 }
 
 absl::StatusOr<ToolkitQuantConfig> ParseToolkitQuantConfig(absl::string_view json_text,
@@ -459,9 +542,11 @@ absl::StatusOr<ToolkitQuantConfig> ParseToolkitQuantConfig(absl::string_view jso
     SCORED_RETURN_IF_ERROR(ParseAwq(j, source, &c));
   } else if (method == "modelopt") {
     SCORED_RETURN_IF_ERROR(ParseModelOpt(j, source, &c));
+  } else if (method == "fp8") {
+    SCORED_RETURN_IF_ERROR(ParseNativeFp8(j, source, &c));
   } else {
     return Unsupported(source, "quant_method", absl::StrCat("'", method, "'"),
-                       "supported: compressed-tensors, gptq, awq, modelopt");
+                       "supported: compressed-tensors, gptq, awq, modelopt, fp8");
   }
   return c;
 }
@@ -472,6 +557,8 @@ bool ToolkitModuleQuantized(const ToolkitQuantConfig& config, const TensorStore&
       config.method == ToolkitQuantConfig::Method::kModelOptNvfp4) {
     return store.Has(module + ".weight_scale");
   }
+  if (config.method == ToolkitQuantConfig::Method::kNativeFp8Block)
+    return store.Has(module + ".weight_scale_inv");
   return store.Has(module + ".qweight");
 }
 
@@ -486,6 +573,8 @@ absl::Status LoadToolkitLinear(const ToolkitQuantConfig& config, const TensorSto
       return LoadModelOptFp8(store, w, consumed);
     case ToolkitQuantConfig::Method::kModelOptNvfp4:
       return LoadModelOptNvfp4(store, w, consumed, buffers);
+    case ToolkitQuantConfig::Method::kNativeFp8Block:
+      return LoadNativeFp8(config, store, w, consumed);
   }
   return absl::InternalError("unknown toolkit method");
 }

@@ -1,8 +1,9 @@
 // Checkpoints written by other quantization toolkits than compressed-tensors (DESIGN.md §6): GPTQ
 // (GPTQModel / AutoGPTQ, `quantization_config.quant_method: "gptq"`), AWQ (AutoAWQ, `"awq"`, GEMM
-// packing) and NVIDIA ModelOpt FP8 / NVFP4 (`"modelopt"` or hf_quant_config.json). Each module's tensors are
-// transcoded at load into the compressed-tensors representation LinearWeight already has, so the
-// exact host decoding (weights.h), the CPU reference and every CUDA kernel run unchanged:
+// packing), NVIDIA ModelOpt FP8 / NVFP4 (`"modelopt"` or hf_quant_config.json) and transformers' native
+// block FP8 (`"fp8"`, the official FP8 releases of DeepSeek, Qwen3 / 3.5 / 3.6, MiniMax-M2, Mistral Large 3).
+// Each module's tensors are transcoded at load into the compressed-tensors representation LinearWeight
+// already has, so the exact host decoding (weights.h), the CPU reference and every CUDA kernel run unchanged:
 //
 //   toolkit tensors (module P)                         -> LinearWeight
 //   GPTQ  P.qweight I32 [in*b/32, out] (packed along in, -> kPackQuantized, b = 4 or 8: weight_packed =
@@ -23,6 +24,12 @@
 //         P.input_scale F32 [] (FP4 activations)            ModelOpt reads it as +0), else kDense BF16
 //         decoded
 //                                                           at load (the same values); run weight-only (W4A4)
+//   native FP8  P.weight F8_E4M3 [out, in],              -> kFloatQuantized, strategy kBlock (the
+//         P.weight_scale_inv F32/BF16 [ceil(out/br),        compressed-tensors FP8_BLOCK form: the scale
+//         ceil(in/bc)] (despite its name a multiplier:      is weight_scale as it is), dynamic FP8 input
+//         w = e4m3 * s), weight_block_size [br, bc]         activations per token and group of bc columns
+//                                                           (activation_scheme "dynamic", transformers'
+//                                                           FP8Linear act_quant)
 //
 // Values: GPTQ and AWQ decode to w = (q - z) * scale with z the stored zero point (GPTQ's "gptq" v1
 // checkpoint format stores z - 1, "gptq_v2" stores z); the engine keeps that product exact in fp32, the
@@ -35,7 +42,10 @@
 // per-module overrides, a v1 zero point that overflows (stored 2^b - 1); AWQ `version` / `format` other than
 // gemm (gemv, gemv_fast, llm-awq), backend llm-awq, zero_point false, bits other than 4; ModelOpt quant_algo
 // other than FP8 and NVFP4 (FP8_PER_CHANNEL_PER_TOKEN, W4A8_AWQ, ...), NVFP4 group_size other than 16, and
-// any kv_cache_quant_algo.
+// any kv_cache_quant_algo; native FP8 activation_scheme "static", weight_block_size null (per tensor),
+// scale_fmt "ue8m0" and modules_to_convert. A native FP8 module is quantized when its weight_scale_inv is
+// stored (modules_to_not_convert, ignored_layers: stored dense, as transformers leaves them nn.Linear); one
+// listed there but stored quantized is refused.
 //
 // Thread-safety: pure functions; a parsed config is immutable.
 #ifndef SCORED_ENGINE_MODEL_TOOLKIT_QUANT_H_
@@ -55,17 +65,20 @@
 namespace scored {
 
 struct ToolkitQuantConfig {
-  enum class Method { kGptq, kAwq, kModelOptFp8, kModelOptNvfp4 };
+  enum class Method { kGptq, kAwq, kModelOptFp8, kModelOptNvfp4, kNativeFp8Block };
   Method method = Method::kGptq;
-  std::string source;                 // file the config came from (error messages)
-  int bits = 4;                       // GPTQ / AWQ
-  int64_t group_size = -1;            // GPTQ / AWQ; -1: one group per row
-  bool desc_act = false;              // GPTQ: g_idx may be any assignment of columns to groups
-  bool zero_point_minus_one = false;  // GPTQ "gptq" (v1) checkpoint format
-  std::string label;                  // e.g. "gptq-v1", "awq-gemm", "modelopt-fp8", for the model summary
+  std::string source;                      // file the config came from (error messages)
+  int bits = 4;                            // GPTQ / AWQ
+  int64_t group_size = -1;                 // GPTQ / AWQ; -1: one group per row
+  bool desc_act = false;                   // GPTQ: g_idx may be any assignment of columns to groups
+  bool zero_point_minus_one = false;       // GPTQ "gptq" (v1) checkpoint format
+  int64_t block_rows = 0, block_cols = 0;  // native FP8: weight_block_size
+  std::vector<std::string> not_converted;  // native FP8: modules_to_not_convert (module name suffixes)
+  std::string label;  // e.g. "gptq-v1", "awq-gemm", "modelopt-fp8", for the model summary
 };
 
-// Whether the quantization_config JSON names a toolkit method handled here ("gptq", "awq", "modelopt").
+// Whether the quantization_config JSON names a toolkit method handled here ("gptq", "awq", "modelopt",
+// "fp8").
 bool IsToolkitQuantMethod(absl::string_view quantization_config_json);
 
 // Parses a GPTQ / AWQ / ModelOpt quantization_config (config.json) or a ModelOpt hf_quant_config.json
@@ -75,7 +88,8 @@ absl::StatusOr<ToolkitQuantConfig> ParseToolkitQuantConfig(absl::string_view jso
                                                            absl::string_view source);
 
 // Whether `module` is stored in the toolkit's quantized form (GPTQ/AWQ: `module.qweight` exists;
-// ModelOpt: `module.weight_scale` exists). Others are dense (modules_to_not_convert, exclude_modules).
+// ModelOpt: `module.weight_scale` exists; native FP8: `module.weight_scale_inv`). Others are dense
+// (modules_to_not_convert, exclude_modules).
 bool ToolkitModuleQuantized(const ToolkitQuantConfig& config, const TensorStore& store,
                             const std::string& module);
 

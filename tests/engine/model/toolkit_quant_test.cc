@@ -35,8 +35,28 @@ TEST(ToolkitQuantTest, RecognizesToolkitMethodsOnly) {
   EXPECT_TRUE(IsToolkitQuantMethod(R"({"quant_method": "gptq", "bits": 4})"));
   EXPECT_TRUE(IsToolkitQuantMethod(R"({"quant_method": "AWQ"})"));
   EXPECT_TRUE(IsToolkitQuantMethod(R"({"quant_method": "modelopt", "quant_algo": "FP8"})"));
+  EXPECT_TRUE(IsToolkitQuantMethod(R"({"quant_method": "fp8", "weight_block_size": [128, 128]})"));
   EXPECT_FALSE(IsToolkitQuantMethod(R"({"quant_method": "compressed-tensors"})"));
   EXPECT_FALSE(IsToolkitQuantMethod("not json"));
+}
+
+// transformers' native FP8, as DeepSeek-V3's config.json has it (and Qwen3.5-FP8's, with ignored_layers).
+TEST(ToolkitQuantTest, ParsesNativeFp8) {
+  absl::StatusOr<ToolkitQuantConfig> c = ParseToolkitQuantConfig(
+      R"({"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+          "weight_block_size": [128, 128], "modules_to_not_convert": ["lm_head", "mlp.gate"]})",
+      "c");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->method, ToolkitQuantConfig::Method::kNativeFp8Block);
+  EXPECT_EQ(c->block_rows, 128);
+  EXPECT_EQ(c->block_cols, 128);
+  EXPECT_EQ(c->not_converted, (std::vector<std::string>{"lm_head", "mlp.gate"}));
+  EXPECT_EQ(c->label, "fp8-block-128x128");
+  absl::StatusOr<ToolkitQuantConfig> q = ParseToolkitQuantConfig(
+      R"({"quant_method": "fp8", "weight_block_size": [128, 64], "ignored_layers": ["visual"]})", "c");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->block_cols, 64);
+  EXPECT_EQ(q->not_converted, (std::vector<std::string>{"visual"}));
 }
 
 TEST(ToolkitQuantTest, ParsesGptqFormats) {
@@ -77,6 +97,14 @@ TEST(ToolkitQuantTest, RefusesVariantsNamingTheField) {
       {R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "W4A8_AWQ"}})",
        "field 'quant_algo' is 'W4A8_AWQ'"},
       {R"({"quant_method": "exl2"})", "field 'quant_method' is 'exl2'"},
+      {R"({"quant_method": "fp8", "activation_scheme": "static", "weight_block_size": [128, 128]})",
+       "field 'activation_scheme' is 'static'"},
+      {R"({"quant_method": "fp8", "weight_block_size": null})", "field 'weight_block_size' is absent"},
+      {R"({"quant_method": "fp8", "weight_block_size": [128]})", "field 'weight_block_size' is [128]"},
+      {R"({"quant_method": "fp8", "weight_block_size": [128, 128], "scale_fmt": "ue8m0"})",
+       "field 'scale_fmt' is 'ue8m0'"},
+      {R"({"quant_method": "fp8", "weight_block_size": [128, 128], "modules_to_convert": ["q_proj"]})",
+       "field 'modules_to_convert'"},
   };
   for (const auto& [json, want] : cases) {
     EXPECT_THAT(ErrorOf(json), HasSubstr(want)) << json;

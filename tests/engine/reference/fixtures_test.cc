@@ -115,9 +115,18 @@ std::vector<std::string> FixtureNames() {
 }
 
 // The input_activations entry of config.json's first config group that has one; null when weight-only.
+// The input-activation scheme of config.json as compressed-tensors spells it (null: weight-only);
+// transformers' native FP8 (quant_method "fp8", dynamic) is the FP8 per-token-group scheme it describes.
 nlohmann::json InputActivations(const nlohmann::json& config) {
   const auto qc = config.find("quantization_config");
   if (qc == config.end()) return nullptr;
+  if (qc->value("quant_method", "") == "fp8") {
+    return {{"type", "float"},
+            {"num_bits", 8},
+            {"dynamic", true},
+            {"strategy", "group"},
+            {"group_size", (*qc)["weight_block_size"][1]}};
+  }
   const auto groups = qc->find("config_groups");
   if (groups == qc->end()) return nullptr;
   for (const auto& group : groups->items()) {
