@@ -123,8 +123,25 @@ absl::Status ParseModelOpt(const Json& q, absl::string_view src, ToolkitQuantCon
                        "implemented");
   }
   const Json* kv = Find(q, "kv_cache_quant_algo");
-  if (kv != nullptr) {
-    return Unsupported(src, "kv_cache_quant_algo", kv->dump(), "quantized K/V caches are not implemented");
+  if (kv != nullptr && !kv->is_null()) {
+    if (!kv->is_string() || kv->get<std::string>() != "FP8") {
+      return Unsupported(
+          src, "kv_cache_quant_algo", kv->dump(),
+          "only FP8 (static per-tensor K / V scales) is implemented (not NVFP4, NVFP4_AFFINE, INT8)");
+    }
+    c->kv_cache_fp8 = true;
+  }
+  // config.json's form of the same (modelopt/torch/export/convert_hf_config.py): kv_cache_scheme {"type":
+  // "float", "num_bits": 8, "dynamic": false} for FP8, the algorithm's name as a string for the others.
+  const Json* scheme = Find(q, "kv_cache_scheme");
+  if (scheme != nullptr && !scheme->is_null()) {
+    const bool fp8 = scheme->is_object() && scheme->value("type", "") == "float" &&
+                     scheme->value("num_bits", 0) == 8 && !scheme->value("dynamic", true);
+    if (!fp8) {
+      return Unsupported(src, "kv_cache_scheme", scheme->dump(),
+                         "only FP8 (type float, 8 bits, static per-tensor K / V scales) is implemented");
+    }
+    c->kv_cache_fp8 = true;
   }
   return absl::OkStatus();
 }
@@ -549,6 +566,34 @@ absl::StatusOr<ToolkitQuantConfig> ParseToolkitQuantConfig(absl::string_view jso
                        "supported: compressed-tensors, gptq, awq, modelopt, fp8");
   }
   return c;
+}
+
+absl::Status LoadModelOptKvScales(const TensorStore& store, const std::string& attn, TensorView* k_scale,
+                                  TensorView* v_scale, std::vector<std::string>* consumed,
+                                  TranscodedBuffers* buffers, int* defaulted) {
+  for (const char* bias : {".k_proj.k_bias", ".v_proj.v_bias"}) {
+    if (store.Has(attn + bias)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          attn, bias,
+          ": an affine (biased) FP8 K / V cache is not implemented (static per-tensor scales only)"));
+    }
+  }
+  const std::pair<const char*, TensorView*> scales[] = {{".k_proj.k_scale", k_scale},
+                                                        {".v_proj.v_scale", v_scale}};
+  for (const auto& [suffix, out] : scales) {
+    const std::string name = attn + suffix;
+    if (store.Has(name)) {
+      SCORED_ASSIGN_OR_RETURN(*out, TakeScalarScale(store, name, consumed));
+      continue;
+    }
+    TensorView from;
+    *out = NewTensor(from, name + " (not stored: 1.0, ModelOpt's default FP8 K / V scale)", DType::kF32, {1},
+                     buffers);
+    const float one = 1.0f;
+    std::memcpy(const_cast<uint8_t*>(out->data), &one, sizeof(one));
+    ++*defaulted;
+  }
+  return absl::OkStatus();
 }
 
 bool ToolkitModuleQuantized(const ToolkitQuantConfig& config, const TensorStore& store,

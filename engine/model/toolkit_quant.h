@@ -42,10 +42,11 @@
 // per-module overrides, a v1 zero point that overflows (stored 2^b - 1); AWQ `version` / `format` other than
 // gemm (gemv, gemv_fast, llm-awq), backend llm-awq, zero_point false, bits other than 4; ModelOpt quant_algo
 // other than FP8 and NVFP4 (FP8_PER_CHANNEL_PER_TOKEN, W4A8_AWQ, ...), NVFP4 group_size other than 16, and
-// any kv_cache_quant_algo; native FP8 activation_scheme "static", weight_block_size null (per tensor),
-// scale_fmt "ue8m0" and modules_to_convert. A native FP8 module is quantized when its weight_scale_inv is
-// stored (modules_to_not_convert, ignored_layers: stored dense, as transformers leaves them nn.Linear); one
-// listed there but stored quantized is refused.
+// kv_cache_quant_algo other than FP8 (NVFP4, NVFP4_AFFINE, INT8) or an affine FP8 one (k_bias / v_bias);
+// native FP8 activation_scheme "static", weight_block_size null (per tensor), scale_fmt "ue8m0" and
+// modules_to_convert. A native FP8 module is quantized when its weight_scale_inv is stored
+// (modules_to_not_convert, ignored_layers: stored dense, as transformers leaves them nn.Linear); one listed
+// there but stored quantized is refused.
 //
 // Thread-safety: pure functions; a parsed config is immutable.
 #ifndef SCORED_ENGINE_MODEL_TOOLKIT_QUANT_H_
@@ -73,6 +74,7 @@ struct ToolkitQuantConfig {
   bool desc_act = false;                   // GPTQ: g_idx may be any assignment of columns to groups
   bool zero_point_minus_one = false;       // GPTQ "gptq" (v1) checkpoint format
   int64_t block_rows = 0, block_cols = 0;  // native FP8: weight_block_size
+  bool kv_cache_fp8 = false;               // ModelOpt kv_cache_quant_algo "FP8" (LoadModelOptKvScales)
   std::vector<std::string> not_converted;  // native FP8: modules_to_not_convert (module name suffixes)
   std::string label;  // e.g. "gptq-v1", "awq-gemm", "modelopt-fp8", for the model summary
 };
@@ -104,6 +106,18 @@ using TranscodedBuffers = std::vector<std::unique_ptr<std::vector<uint8_t>>>;
 // cannot hold; NOT_FOUND for an absent tensor.
 absl::Status LoadToolkitLinear(const ToolkitQuantConfig& config, const TensorStore& store, LinearWeight* w,
                                std::vector<std::string>* consumed, TranscodedBuffers* buffers);
+
+// ModelOpt's static FP8 K / V scales of the attention module `attn` (e.g. "model.layers.0.self_attn"), the
+// same quantize-dequantize as compressed-tensors' kv_cache_scheme (k -> fp8(k / k_scale) * k_scale after
+// RoPE, v likewise). Its HF export writes k_bmm_quantizer's amax / 448 as `attn.k_proj.k_scale` and v's as
+// `attn.v_proj.v_scale` (modelopt/torch/export/quant_utils.py: _KV_CACHE_REPLACEMENTS,
+// postprocess_state_dict). One it did not write (a quantizer without amax) is 1.0, the default scale ModelOpt
+// recommends for FP8 (get_kv_cache_scaling_factor) and what its deployers apply; *defaulted counts those.
+// Affine FP8
+// (`k_bias` / `v_bias`) is refused naming the tensor; a scale must be finite, > 0, [] or [1].
+absl::Status LoadModelOptKvScales(const TensorStore& store, const std::string& attn, TensorView* k_scale,
+                                  TensorView* v_scale, std::vector<std::string>* consumed,
+                                  TranscodedBuffers* buffers, int* defaulted);
 
 }  // namespace scored
 

@@ -51,7 +51,7 @@ absl::StatusOr<std::optional<ToolkitQuantConfig>> LoadToolkitQuantConfig(const M
 constexpr const char* kQuantizedSuffixes[] = {
     ".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_global_scale", ".weight_shape",
     ".weight_g_idx",  ".input_scale",  ".input_zero_point",  ".input_global_scale",  ".qweight",
-    ".qzeros",        ".scales",       ".weight_scale_2",
+    ".qzeros",        ".scales",       ".weight_scale_2",    ".weight_scale_inv",
 };
 
 }  // namespace
@@ -615,7 +615,12 @@ absl::Status ModelWeightsLoader::LoadLayer(int64_t l, LayerWeights* out) {
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.up_proj, inter, c.hidden_size, false, &L.up_proj));
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.down_proj, c.hidden_size, inter, false, &L.down_proj));
   }
-  if (m_->kv_cache_fp8_) {
+  if (m_->kv_cache_fp8_ && toolkit_.has_value()) {  // ModelOpt's names (toolkit_quant.h)
+    std::vector<std::string> used;
+    SCORED_RETURN_IF_ERROR(LoadModelOptKvScales(*m_->store_, p + "self_attn", &L.k_scale, &L.v_scale, &used,
+                                                &m_->transcoded_, &kv_scales_defaulted_));
+    consumed_.insert(used.begin(), used.end());
+  } else if (m_->kv_cache_fp8_) {
     SCORED_RETURN_IF_ERROR(LoadKvScale(p + "self_attn.k_scale", &L.k_scale));
     SCORED_RETURN_IF_ERROR(LoadKvScale(p + "self_attn.v_scale", &L.v_scale));
   }
@@ -629,6 +634,7 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
   // Tensor names and files come from the family; which tensors a layer has from its plan.
   const FamilyTraits& family = *c.family;
   SCORED_ASSIGN_OR_RETURN(toolkit_, LoadToolkitQuantConfig(c, model_dir));
+  if (toolkit_.has_value()) m_->kv_cache_fp8_ = toolkit_->kv_cache_fp8;
   if (c.has_quantization_config && !toolkit_.has_value()) {
     SCORED_ASSIGN_OR_RETURN(
         quant_, ParseCompressedTensorsConfig(c.quantization_config_json, model_dir + "/config.json"));

@@ -78,6 +78,7 @@ class ModelWeightsLoader {
   ModelWeights* m_;
   std::optional<CompressedTensorsConfig> quant_;
   std::optional<ToolkitQuantConfig> toolkit_;  // GPTQ / AWQ / ModelOpt checkpoints (toolkit_quant.h)
+  int kv_scales_defaulted_ = 0;                // ModelOpt K / V scales not stored (1.0: LoadModelOptKvScales)
   std::set<std::string> consumed_;
   // The tensor names in use: the family's, or its TextOnlyTraits::alt_names layout.
   const TensorNames* names_ = nullptr;

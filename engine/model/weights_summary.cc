@@ -129,7 +129,11 @@ void ModelWeightsLoader::Summarize() {
   }
   if (m_->kv_cache_fp8_) {
     notes.push_back(
-        "kv_cache_scheme FP8: K (after RoPE) and V quantize-dequantized with per-layer k_scale / v_scale");
+        absl::StrCat(toolkit_.has_value() ? "ModelOpt kv_cache_quant_algo FP8" : "kv_cache_scheme FP8",
+                     ": K (after RoPE) and V quantize-dequantized with per-layer k_scale / v_scale",
+                     kv_scales_defaulted_ > 0
+                         ? absl::StrCat(" (", kv_scales_defaulted_, " not stored: 1.0, ModelOpt's default)")
+                         : ""));
   }
   if (sparse24_linears_ > 0) {
     notes.push_back(absl::StrCat("2:4 sparse (sparse-24-bitmask): ", sparse24_linears_,

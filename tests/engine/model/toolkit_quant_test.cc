@@ -59,6 +59,18 @@ TEST(ToolkitQuantTest, ParsesNativeFp8) {
   EXPECT_EQ(q->not_converted, (std::vector<std::string>{"visual"}));
 }
 
+// ModelOpt's FP8 KV cache in both of its spellings: hf_quant_config.json's and config.json's.
+TEST(ToolkitQuantTest, ModelOptFp8KvCache) {
+  for (const char* json : {R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8",
+                               "kv_cache_quant_algo": "FP8"}})",
+                           R"({"quant_method": "modelopt", "quant_algo": "FP8",
+                               "kv_cache_scheme": {"dynamic": false, "num_bits": 8, "type": "float"}})"}) {
+    absl::StatusOr<ToolkitQuantConfig> c = ParseToolkitQuantConfig(json, "c");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(c->kv_cache_fp8) << json;
+  }
+}
+
 TEST(ToolkitQuantTest, ParsesGptqFormats) {
   absl::StatusOr<ToolkitQuantConfig> v1 = ParseToolkitQuantConfig(
       R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": true})", "c");
@@ -92,8 +104,10 @@ TEST(ToolkitQuantTest, RefusesVariantsNamingTheField) {
       {R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 32})",
        "field 'group_size' is 32"},
       {R"({"quant_method": "modelopt", "quant_algo": "FP8_PER_CHANNEL_PER_TOKEN"})", "field 'quant_algo'"},
-      {R"({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"})",
-       "field 'kv_cache_quant_algo'"},
+      {R"({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4"})",
+       "field 'kv_cache_quant_algo' is \"NVFP4\""},
+      {R"({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_scheme": "NVFP4_AFFINE"})",
+       "field 'kv_cache_scheme'"},
       {R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "W4A8_AWQ"}})",
        "field 'quant_algo' is 'W4A8_AWQ'"},
       {R"({"quant_method": "exl2"})", "field 'quant_method' is 'exl2'"},

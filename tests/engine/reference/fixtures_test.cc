@@ -671,6 +671,24 @@ TEST(Fixtures, W4A8ActivationQuantMatchesCompressedTensorsBitwise) {
                                });
 }
 
+// llama-trained-modelopt-fp8-kv: ModelOpt's FP8 KV cache (kv_cache_quant_algo FP8, k_proj.k_scale /
+// v_proj.v_scale) on the weights and input scales of llama-trained-modelopt-fp8 (the same calibration). With
+// --kv_cache_quant=off it must score as that fixture's reference; applied, it must leave it (the K / V
+// quantization is real) while FixtureTest holds it to its own kv-on reference.
+TEST(Fixtures, ModelOptKvCacheFp8IsAppliedAndIgnorable) {
+  const std::string name = "llama-trained-modelopt-fp8-kv";
+  const std::vector<std::vector<float>> on = ScoreFixture(name);
+  if (on.empty()) GTEST_SKIP() << name << " absent";
+  const std::vector<std::vector<float>> off = ScoreFixture(name, /*kv_cache_quant=*/false);
+  const nlohmann::json no_kv =
+      ReadJson(std::string(SCORED_FIXTURES_DIR) + "/llama-trained-modelopt-fp8/reference_logprobs.json");
+  const Deltas off_no_kv = Compare(off, no_kv), on_no_kv = Compare(on, no_kv);
+  std::cout << name << ": --kv_cache_quant=off vs the kv-free fixture's reference max " << off_no_kv.max
+            << ", applied vs it max " << on_no_kv.max << "\n";
+  EXPECT_LE(off_no_kv.max, 2e-4);
+  EXPECT_GT(on_no_kv.max, 10 * 2e-4);
+}
+
 // llama-nvfp4 (W4A4) is run weight-only; its weights equal llama-nvfp4a16's, so it must reproduce the
 // NVFP4A16 reference at the weight-only tolerance (2e-4).
 // llama-trained-w4a16-kv-fp8 (W4A16 weights + llm-compressor's FP8 KV cache: static per-tensor k_scale /
