@@ -233,20 +233,33 @@ absl::Status ParsePartialRotary(const Json& j, const Json* rope_params, const Fa
   return absl::OkStatus();
 }
 
+// longrope's and yarn's shared defaults: a top-level original_max_position_embeddings wins over the
+// scaling's own, which defaults to `default_original` when absent; factor defaults to max_position_embeddings
+// / original.
+absl::Status SettleOriginalAndFactor(const Json& j, const std::string& source, int64_t default_original,
+                                     ModelConfig* c) {
+  RopeScaling& r = c->rope_scaling;
+  if (Find(j, "original_max_position_embeddings") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(r.original_max_position_embeddings,
+                            GetPositive(j, "original_max_position_embeddings", source));
+  } else if (r.original_max_position_embeddings == 0) {
+    r.original_max_position_embeddings = default_original;
+  }
+  if (r.factor == 0.0) {
+    r.factor = static_cast<double>(c->max_position_embeddings) /
+               static_cast<double>(r.original_max_position_embeddings);
+  }
+  return absl::OkStatus();
+}
+
 // longrope's defaults (transformers' _compute_longrope_parameters with Phi-3's config): the top-level
 // original_max_position_embeddings wins over the scaling's own; factor defaults to max_position_embeddings /
 // original; attention_factor to sqrt(1 + ln(factor) / ln(original)) (1 when factor <= 1).
 absl::Status FinishLongrope(const Json& j, const std::string& source, ModelConfig* out) {
   ModelConfig& c = *out;
   RopeScaling& r = c.rope_scaling;
-  if (Find(j, "original_max_position_embeddings") != nullptr) {
-    SCORED_ASSIGN_OR_RETURN(r.original_max_position_embeddings,
-                            GetPositive(j, "original_max_position_embeddings", source));
-  } else if (r.original_max_position_embeddings == 0) {
-    r.original_max_position_embeddings = 4096;  // Phi3Config's default
-  }
+  SCORED_RETURN_IF_ERROR(SettleOriginalAndFactor(j, source, /*default_original=*/4096, &c));  // Phi3Config's
   const double original = static_cast<double>(r.original_max_position_embeddings);
-  if (r.factor == 0.0) r.factor = static_cast<double>(c.max_position_embeddings) / original;
   if (r.attention_factor == 0.0) {
     r.attention_factor = r.factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(r.factor) / std::log(original));
   }
@@ -268,14 +281,7 @@ absl::Status FinishLongrope(const Json& j, const std::string& source, ModelConfi
 absl::Status FinishYarn(const Json& j, const std::string& source, ModelConfig* out) {
   ModelConfig& c = *out;
   RopeScaling& r = c.rope_scaling;
-  if (Find(j, "original_max_position_embeddings") != nullptr) {
-    SCORED_ASSIGN_OR_RETURN(r.original_max_position_embeddings,
-                            GetPositive(j, "original_max_position_embeddings", source));
-  } else if (r.original_max_position_embeddings == 0) {
-    r.original_max_position_embeddings = c.max_position_embeddings;
-  }
-  const double original = static_cast<double>(r.original_max_position_embeddings);
-  if (r.factor == 0.0) r.factor = static_cast<double>(c.max_position_embeddings) / original;
+  SCORED_RETURN_IF_ERROR(SettleOriginalAndFactor(j, source, c.max_position_embeddings, &c));
   if (r.attention_factor == 0.0) {
     const auto get_mscale = [](double scale, double mscale) {
       return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;

@@ -8,6 +8,12 @@
 namespace scored {
 namespace {
 
+// fp32(theta^e_i), e_i = fp32(2i) / fp32(dim): the power evaluated in double, then rounded.
+float ThetaPower(float theta, int64_t i, int64_t dim) {
+  const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+  return static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(exponent)));
+}
+
 // The dimension at which `rotations` full turns fit in the original context (_compute_yarn_parameters'
 // find_correction_dim), in double as Python computes it.
 double YarnCorrectionDim(double rotations, int64_t dim, double base, double original) {
@@ -35,9 +41,7 @@ std::vector<float> YarnInvFreq(const ModelConfig& config, int64_t dim) {
   const float theta = static_cast<float>(base);
   std::vector<float> inv_freq(static_cast<size_t>(dim / 2));
   for (int64_t i = 0; i < dim / 2; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
-    const float power =
-        static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(exponent)));
+    const float power = ThetaPower(theta, i, dim);
     const float extrapolation = 1.0f / power;
     const float interpolation = 1.0f / (factor * power);
     const float ramp = std::clamp((static_cast<float>(i) - low_f) / width, 0.0f, 1.0f);
@@ -70,9 +74,7 @@ std::vector<float> RopeInvFreqForLength(const ModelConfig& config, int64_t seq_l
     ext = seq_len > scaling.original_max_position_embeddings ? &scaling.long_factor : &scaling.short_factor;
   }
   for (int64_t i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    const float power =
-        static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(exponent)));
+    const float power = ThetaPower(theta, i, head_dim);
     inv_freq[i] = ext == nullptr ? 1.0f / power : 1.0f / (static_cast<float>((*ext)[i]) * power);
   }
   const float factor = static_cast<float>(scaling.factor);
