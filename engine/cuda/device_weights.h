@@ -113,6 +113,7 @@ struct DeviceLayer {
   DeviceBuffer pre_ff_norm;   // see post_norm
   DeviceBuffer post_ff_norm;  // see post_norm
   DeviceBuffer qkv_bias;      // [q_dim + 2 kv_dim] fp32 (Qwen2 / attention_bias), else empty
+  DeviceBuffer o_bias;        // [hidden_size] fp32 (AttentionPlan::o_bias; tp: rank 0's alone), else empty
   DeviceLinear qkv;           // [q_dim + 2 kv_dim, hidden_size]
   DeviceLinear o;             // [hidden_size, q_dim]
   DeviceLinear gate_up;       // [2 intermediate_size, hidden_size]; a sparse layer: empty

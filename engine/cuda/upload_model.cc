@@ -18,8 +18,8 @@ namespace scored::cuda {
 
 namespace {
 
-// A norm weight widened to fp32; Gemma's (ModelPlan::offset_norms) stored as fp32(1 + weight), what its
-// RMSNorm multiplies by (ref::OffsetNormWeight: the same fp32 add).
+// A norm weight (or a bias) widened to fp32; Gemma's (ModelPlan::offset_norms) stored as fp32(1 + weight),
+// what its RMSNorm multiplies by (ref::OffsetNormWeight: the same fp32 add).
 absl::StatusOr<DeviceBuffer> UploadNorm(const TensorView& t, const std::string& what, bool offset) {
   std::vector<float> host(t.NumElements());
   SCORED_RETURN_IF_ERROR(TensorToFloat(t, host.data(), static_cast<int64_t>(host.size())));
@@ -56,8 +56,8 @@ int64_t ResidentBytes(const DeviceModel& model) {
                   model.lm_head.DeviceBytes();
   for (const DeviceLayer& layer : model.layers) {
     bytes += layer.input_norm.bytes() + layer.post_norm.bytes() + layer.q_norm.bytes() +
-             layer.k_norm.bytes() + layer.qkv_bias.bytes() + layer.pre_ff_norm.bytes() +
-             layer.post_ff_norm.bytes();
+             layer.k_norm.bytes() + layer.qkv_bias.bytes() + layer.o_bias.bytes() +
+             layer.pre_ff_norm.bytes() + layer.post_ff_norm.bytes();
     ForEachLinear(layer,
                   [&bytes](const DeviceLinear& linear, DeviceLinearRole) { bytes += linear.DeviceBytes(); });
   }
@@ -194,6 +194,9 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
       SCORED_RETURN_IF_ERROR(TensorToFloat(v->bias, bias.data() + nq + nk, nv));
       SCORED_ASSIGN_OR_RETURN(dst.qkv_bias, UploadToDevice(bias.data(), static_cast<int64_t>(bias.size() * 4),
                                                            prefix + "self_attn q|k|v bias"));
+    }
+    if (layer_plan.attention.o_bias && o->bias.present()) {  // tp: the shard plan leaves it to rank 0
+      SCORED_ASSIGN_OR_RETURN(dst.o_bias, UploadNorm(o->bias, prefix + "self_attn.o_proj.bias", false));
     }
     SCORED_ASSIGN_OR_RETURN(dst.qkv, DeviceModelLoader::Build({q, k, v}, dtype, prefix + "self_attn q|k|v"));
     SCORED_ASSIGN_OR_RETURN(dst.o, DeviceModelLoader::Build({o}, dtype, prefix + "self_attn.o_proj", o_amax,

@@ -20,7 +20,8 @@
 // __syncthreads of the inv_freq path are gone from the critical path. Adjacent lanes take adjacent chunks
 // of one head, so x accesses are coalesced and lanes of different heads of one token read the same table
 // bytes. Index math is 32-bit when num_tokens * token_stride < 2^32 (the engine: 32768 x 6144).
-// Scalar table path otherwise: a flat grid-stride over (token, head, pair).
+// Scalar table path otherwise: a flat grid-stride over (token, head, pair); always for interleaved pairs
+// (RopeInterleavedWithTable: DeepSeek's rope_interleave, a 64-wide rotary part of 576-wide MLA heads).
 // A position outside [0, num_positions) skips the table read and writes NaN to that token's pairs.
 //
 // Predicted time: bytes / 4.0 TB/s (H200 copy rate); the table (1 MiB for 2048 positions x 64 pairs) stays
@@ -252,7 +253,9 @@ __global__ void __launch_bounds__(kThreads)
                     const int32_t* __restrict__ positions,  // [num_tokens]
                     const float* __restrict__ table,        // [num_positions, half, 2]
                     int64_t num_positions, int64_t num_tokens, int64_t num_heads, int64_t half,
-                    int64_t head_stride) {
+                    int64_t head_stride, bool interleaved) {
+  // Pair i is (v[i * lo_step], v[i * lo_step + hi_offset]).
+  const int64_t lo_step = interleaved ? 2 : 1, hi_offset = interleaved ? 1 : half;
   const int64_t row_pairs = num_heads * half;
   const int64_t pairs = num_tokens * row_pairs;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; k < pairs;
@@ -261,20 +264,21 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t rem = k - t * row_pairs;
     const int64_t h = rem / half;
     const int64_t i = rem - h * half;
-    D* v = x + t * token_stride + h * head_stride;
+    D* lo = x + t * token_stride + h * head_stride + i * lo_step;
+    D* hi = lo + hi_offset;
     const int32_t position = positions[t];
     if (!InTable(position, num_positions)) {
-      StoreFromFloat(v + i, __int_as_float(0x7fffffff));
-      StoreFromFloat(v + i + half, __int_as_float(0x7fffffff));
+      StoreFromFloat(lo, __int_as_float(0x7fffffff));
+      StoreFromFloat(hi, __int_as_float(0x7fffffff));
       continue;
     }
-    const float a = LoadAsFloat(v + i);
-    const float b = LoadAsFloat(v + i + half);
+    const float a = LoadAsFloat(lo);
+    const float b = LoadAsFloat(hi);
     const int64_t e = (static_cast<int64_t>(position) * half + i) * 2;
     const float c = table[e], s = table[e + 1];
     // Explicit _rn operations: no fused multiply-add, the same operations as the inv_freq path.
-    StoreFromFloat(v + i, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
-    StoreFromFloat(v + i + half, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
+    StoreFromFloat(lo, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+    StoreFromFloat(hi, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
   }
 }
 
@@ -306,6 +310,34 @@ absl::Status CheckShapes(const char* op, int64_t token_stride, int64_t num_token
   if (token_stride < num_heads * head_dim) {
     return absl::InvalidArgumentError(std::string(op) + ": token_stride < num_heads * head_dim");
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTableArgs(const char* op, const void* x, int64_t token_stride, const int32_t* positions,
+                            const float* table, int64_t num_positions, int64_t num_tokens, int64_t num_heads,
+                            int64_t head_dim, int64_t rotary_dim) {
+  SCORED_RETURN_IF_ERROR(CheckShapes(op, token_stride, num_tokens, num_heads, head_dim));
+  if (rotary_dim < 2 || rotary_dim % 2 != 0 || rotary_dim > head_dim) {
+    return absl::InvalidArgumentError(std::string(op) + ": rotary_dim must be even, in [2, head_dim]");
+  }
+  if (num_positions < 0) return absl::InvalidArgumentError(std::string(op) + ": num_positions < 0");
+  if (num_tokens == 0 || num_heads == 0) return absl::OkStatus();
+  if (x == nullptr || positions == nullptr || (table == nullptr && num_positions > 0)) {
+    return absl::InvalidArgumentError(std::string(op) + ": null pointer");
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status LaunchTableScalar(T* x, int64_t token_stride, const int32_t* positions, const float* table,
+                               int64_t num_positions, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+                               int64_t half, bool interleaved, cudaStream_t stream) {
+  unsigned blocks = 1;
+  SCORED_CUDA_CHECK(ResidentGrid(RopeTableKernel<typename DeviceType<T>::type>, kThreads,
+                                 CeilDiv(num_tokens * num_heads * half, kThreads), &blocks));
+  RopeTableKernel<<<blocks, kThreads, 0, stream>>>(ToDevice(x), token_stride, positions, table, num_positions,
+                                                   num_tokens, num_heads, half, head_dim, interleaved);
+  SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
 
@@ -343,15 +375,9 @@ template <typename T>
 absl::Status RopeWithTable(T* x, int64_t token_stride, const int32_t* positions, const float* table,
                            int64_t num_positions, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
                            int64_t rotary_dim, cudaStream_t stream) {
-  SCORED_RETURN_IF_ERROR(CheckShapes("RopeWithTable", token_stride, num_tokens, num_heads, head_dim));
-  if (rotary_dim < 2 || rotary_dim % 2 != 0 || rotary_dim > head_dim) {
-    return absl::InvalidArgumentError("RopeWithTable: rotary_dim must be even, in [2, head_dim]");
-  }
-  if (num_positions < 0) return absl::InvalidArgumentError("RopeWithTable: num_positions < 0");
+  SCORED_RETURN_IF_ERROR(CheckTableArgs("RopeWithTable", x, token_stride, positions, table, num_positions,
+                                        num_tokens, num_heads, head_dim, rotary_dim));
   if (num_tokens == 0 || num_heads == 0) return absl::OkStatus();
-  if (x == nullptr || positions == nullptr || (table == nullptr && num_positions > 0)) {
-    return absl::InvalidArgumentError("RopeWithTable: null pointer");
-  }
   const int64_t half = rotary_dim / 2;
   constexpr int kVec = Vec16<T>::kSize;
   if (half % kVec == 0 && head_dim % kVec == 0 && token_stride % kVec == 0 && IsAligned(x, 16) &&
@@ -365,13 +391,20 @@ absl::Status RopeWithTable(T* x, int64_t token_stride, const int32_t* positions,
     return LaunchTableVec<int64_t>(ToDevice(x), token_stride, positions, table, num_positions, num_tokens,
                                    num_heads, half, head_dim, stream);
   }
-  unsigned blocks = 1;
-  SCORED_CUDA_CHECK(ResidentGrid(RopeTableKernel<typename DeviceType<T>::type>, kThreads,
-                                 CeilDiv(num_tokens * num_heads * half, kThreads), &blocks));
-  RopeTableKernel<<<blocks, kThreads, 0, stream>>>(ToDevice(x), token_stride, positions, table, num_positions,
-                                                   num_tokens, num_heads, half, head_dim);
-  SCORED_CUDA_CHECK_LAUNCH();
-  return absl::OkStatus();
+  return LaunchTableScalar(x, token_stride, positions, table, num_positions, num_tokens, num_heads, head_dim,
+                           half, /*interleaved=*/false, stream);
+}
+
+template <typename T>
+absl::Status RopeInterleavedWithTable(T* x, int64_t token_stride, const int32_t* positions,
+                                      const float* table, int64_t num_positions, int64_t num_tokens,
+                                      int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
+                                      cudaStream_t stream) {
+  SCORED_RETURN_IF_ERROR(CheckTableArgs("RopeInterleavedWithTable", x, token_stride, positions, table,
+                                        num_positions, num_tokens, num_heads, head_dim, rotary_dim));
+  if (num_tokens == 0 || num_heads == 0) return absl::OkStatus();
+  return LaunchTableScalar(x, token_stride, positions, table, num_positions, num_tokens, num_heads, head_dim,
+                           rotary_dim / 2, /*interleaved=*/true, stream);
 }
 
 template <typename T>
@@ -413,5 +446,10 @@ template absl::Status RopeWithTable<float>(float*, int64_t, const int32_t*, cons
                                            int64_t, int64_t, int64_t, cudaStream_t);
 template absl::Status RopeWithTable<bf16_t>(bf16_t*, int64_t, const int32_t*, const float*, int64_t, int64_t,
                                             int64_t, int64_t, int64_t, cudaStream_t);
+template absl::Status RopeInterleavedWithTable<float>(float*, int64_t, const int32_t*, const float*, int64_t,
+                                                      int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+template absl::Status RopeInterleavedWithTable<bf16_t>(bf16_t*, int64_t, const int32_t*, const float*,
+                                                       int64_t, int64_t, int64_t, int64_t, int64_t,
+                                                       cudaStream_t);
 
 }  // namespace scored::kernels

@@ -76,6 +76,19 @@ absl::Status RopeWithTable(T* x,  // [num_tokens, token_stride], heads at [h * h
                            int64_t num_positions, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
                            int64_t rotary_dim, cudaStream_t stream);
 
+// Interleaved (GPT-J) pairs: the RopeWithTable above with pair i = (x[2i], x[2i + 1]) of each head's first
+// rotary_dim elements instead of (x[i], x[i + rotary_dim / 2]); same table, same arithmetic, so fp32 results
+// equal ref::Rope(..., interleaved = true) bit for bit. DeepSeek's rope_interleave (transformers'
+// apply_rotary_pos_emb_interleave, which also permutes the result: ref::Rope says why that changes no
+// q . k). Scalar path only. Limits and errors as RopeWithTable.
+template <typename T>
+absl::Status RopeInterleavedWithTable(T* x,  // [num_tokens, token_stride], heads at [h * head_dim, ...)
+                                      int64_t token_stride,
+                                      const int32_t* positions,  // [num_tokens]
+                                      const float* table,        // [num_positions, rotary_dim / 2, 2]
+                                      int64_t num_positions, int64_t num_tokens, int64_t num_heads,
+                                      int64_t head_dim, int64_t rotary_dim, cudaStream_t stream);
+
 }  // namespace scored::kernels
 
 #endif  // SCORED_ENGINE_KERNELS_ROPE_H_

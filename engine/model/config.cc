@@ -452,11 +452,15 @@ absl::Status ApplyFamilyPolicies(const Json& j, const FamilyTraits& family, cons
       SCORED_ASSIGN_OR_RETURN(c.attention_bias, GetBool(j, "qkv_bias", source, true));
       break;
     }
+    case AttentionBiasPolicy::kAllFourField:
+      c.attention_bias = c.o_proj_bias = attention_bias;  // q, k, v and o_proj
+      break;
     case AttentionBiasPolicy::kNoneOrRejected:
-      // attention_bias: true puts the bias on o_proj as well, which no engine implements.
       if (attention_bias) {
-        return Invalid(source, absl::StrCat("unsupported attention_bias: true for ", c.architecture,
-                                            " (bias on o_proj)"));
+        return Invalid(source,
+                       absl::StrCat("unsupported attention_bias: true for ", c.architecture,
+                                    ", whose attention linears have no bias in transformers (supported: "
+                                    "attention_bias true for Llama, Qwen3, Qwen3-MoE, Gemma 2 / 3)"));
       }
       break;
   }

@@ -74,13 +74,17 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  // RoPE on pairs (2i, 2i + 1) (config.json's rope_interleave, DeepSeek-V3's; read by the families that
+  // have the field, none of the present ones).
+  bool rope_interleave = false;
   bool tie_word_embeddings = false;  // lm_head is embed_tokens (the family's default when absent)
-  bool attention_bias = false;       // q/k/v bias, no o_proj bias (AttentionBiasPolicy::kQkvAlways: Qwen2)
-  bool qk_norm = false;              // per-head RMSNorm of q and k before RoPE (FamilyTraits::qk_norm: Qwen3)
-  int64_t bos_token_id = -1;         // -1 when absent
-  int64_t eos_token_id = -1;         // first id when a list
-  std::string torch_dtype;           // "float32", "bfloat16", "float16" ("dtype" in newer files); "float32"
-                                     // when absent (the transformers default)
+  bool attention_bias = false;  // q/k/v bias (AttentionBiasPolicy: Qwen2 always, Llama when the field says)
+  bool o_proj_bias = false;     // o_proj bias (AttentionBiasPolicy::kAllFourField and the field true)
+  bool qk_norm = false;         // per-head RMSNorm of q and k before RoPE (FamilyTraits::qk_norm: Qwen3)
+  int64_t bos_token_id = -1;    // -1 when absent
+  int64_t eos_token_id = -1;    // first id when a list
+  std::string torch_dtype;      // "float32", "bfloat16", "float16" ("dtype" in newer files); "float32"
+                                // when absent (the transformers default)
   // SlidingWindowPolicy::kWindowField (Mistral): attention sees only the last sliding_window positions. 0 =
   // none (also when the config's window is >= max_position_embeddings). Engines must cap their max context at
   // it when > 0, since no sliding-window attention is implemented; positions up to the window are then exact.

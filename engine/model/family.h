@@ -40,8 +40,12 @@ constexpr RopeTypeSet kAllRopeTypes = RopeTypeBit(RopeType::kDefault) | RopeType
 
 // Where attention biases live in the family and what config.json's `attention_bias` means.
 enum class AttentionBiasPolicy {
-  // No bias by default; `attention_bias: true` puts one on q/k/v AND o_proj, which no engine implements,
-  // so it is rejected (Llama, Mistral, Qwen3).
+  // `attention_bias` (default false) puts a bias on q, k, v AND o_proj (transformers' LlamaAttention and the
+  // attentions built like it: Llama, Qwen3, Qwen3-MoE, Gemma 2 / 3).
+  kAllFourField,
+  // The family's attention linears have no bias (bias=False in its modeling file); `attention_bias: true`
+  // is rejected rather than ignored, since such a checkpoint's bias tensors would be silently unused
+  // (Mistral, Mixtral, Phi-3).
   kNoneOrRejected,
   // q/k/v always carry a bias, o_proj never; `attention_bias` is ignored (Qwen2).
   kQkvAlways,

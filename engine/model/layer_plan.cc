@@ -19,6 +19,8 @@ namespace {
 AttentionPlan PlanAttention(const ModelConfig& c, int64_t layer) {
   AttentionPlan a;
   a.qkv_bias = c.attention_bias;
+  a.o_bias = c.o_proj_bias;
+  a.rope_interleaved = c.rope_interleave;
   a.qk_norm = c.qk_norm;
   a.rope = c.LocalRope(layer) ? RopeTable::kLocal : RopeTable::kGlobal;
   a.window = c.LayerWindow(layer);

@@ -44,9 +44,12 @@ enum class RopeTable {
 };
 
 struct AttentionPlan {
-  bool qkv_bias = false;  // q/k/v carry a bias (no o_proj bias)
+  bool qkv_bias = false;  // q/k/v carry a bias
+  bool o_bias = false;    // o_proj carries a bias (tp: added once, by rank 0's partial product)
   bool qk_norm = false;   // per-head RMSNorm of q and k over head_dim, before RoPE
   RopeTable rope = RopeTable::kGlobal;
+  // RoPE pairs (2i, 2i + 1) (GPT-J, DeepSeek's rope_interleave) instead of (i, i + rotary_dim / 2).
+  bool rope_interleaved = false;
   int64_t window = 0;    // > 0: query t sees keys j with t - window < j <= t; 0: full causal
   double scale = 0.0;    // > 0: the score scale; 0: 1 / sqrt(head_dim)
   float softcap = 0.0f;  // > 0: scores = tanh(scores / softcap) * softcap

@@ -591,8 +591,8 @@ absl::Status ModelWeightsLoader::LoadLayer(int64_t l, LayerWeights* out) {
     SCORED_ASSIGN_OR_RETURN(L.q_norm, TakeChecked(p + n.q_norm, {c.head_dim}, kFloat));
     SCORED_ASSIGN_OR_RETURN(L.k_norm, TakeChecked(p + n.k_norm, {c.head_dim}, kFloat));
   }
-  const bool b = plan.attention.qkv_bias;  // q/k/v only: no family here has an o_proj bias
-  if (n.qkv_proj != nullptr) {             // fused (Phi-3): no family with one has a q/k/v bias
+  const bool b = plan.attention.qkv_bias;
+  if (n.qkv_proj != nullptr) {  // fused (Phi-3): no family with one has a q/k/v bias
     SCORED_RETURN_IF_ERROR(
         LoadFused(p + n.qkv_proj, c.hidden_size,
                   {{q_out, "q", &L.q_proj}, {kv_out, "k", &L.k_proj}, {kv_out, "v", &L.v_proj}}));
@@ -601,7 +601,7 @@ absl::Status ModelWeightsLoader::LoadLayer(int64_t l, LayerWeights* out) {
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.k_proj, kv_out, c.hidden_size, b, &L.k_proj));
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.v_proj, kv_out, c.hidden_size, b, &L.v_proj));
   }
-  SCORED_RETURN_IF_ERROR(LoadLinear(p + n.o_proj, c.hidden_size, q_out, false, &L.o_proj));
+  SCORED_RETURN_IF_ERROR(LoadLinear(p + n.o_proj, c.hidden_size, q_out, plan.attention.o_bias, &L.o_proj));
   L.sparse = plan.experts();
   const int64_t inter = plan.channel_mixer.intermediate_size;
   if (L.sparse) {

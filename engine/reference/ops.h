@@ -33,11 +33,15 @@ void RmsNorm(const float* x,       // [num_tokens, hidden_size]
 // Phi-3's partial_rotary_factor). angle = positions[t] * inv_freq[i] (fp32); c = fp32(cos(angle)) *
 // attention_scaling, s likewise, each product rounded to fp32 (longrope's attention factor; 1 is exact).
 // inv_freq: RopeInvFreq (engine/model/rope_freq.h).
+// interleaved (GPT-J pairs, DeepSeek's rope_interleave): pair i is (2i, 2i + 1) instead, with the same
+// frequency and arithmetic. transformers' apply_rotary_pos_emb_interleave de-interleaves q and k (x[0::2]
+// then x[1::2]) and rotates halves; its output is this one's with the same permutation of every q and k head,
+// so every q . k (and everything after attention) is the same.
 void Rope(float* x,                  // [num_tokens, num_heads, head_dim]
           const int32_t* positions,  // [num_tokens]
           const float* inv_freq,     // [rotary_dim / 2]
           int64_t num_tokens, int64_t num_heads, int64_t head_dim, int64_t rotary_dim = 0,
-          float attention_scaling = 1.0f);
+          float attention_scaling = 1.0f, bool interleaved = false);
 
 // Per-model attention variants (all default: plain causal attention with scale 1/sqrt(head_dim)).
 struct AttentionOptions {

@@ -102,7 +102,8 @@ absl::StatusOr<std::vector<float>> ToFloat(const TensorView& t, int64_t expected
 }
 
 // Decodes a linear layer, splitting its rows over the pool. `bias`: whether the model has a bias on this
-// linear (ModelConfig::attention_bias for q/k/v; no family has one elsewhere), which the loader took iff so.
+// linear (AttentionPlan::qkv_bias for q/k/v, o_bias for o_proj; none elsewhere), which the loader took iff
+// so.
 //
 // round_to_scale_dtype: a quantized weight whose scales are BF16 / F16 is rounded (RNE) to that dtype after
 // decoding, i.e. compressed-tensors' decompression in the scale dtype. That is what transformers 5.17 hands
@@ -360,7 +361,7 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
   SCORED_ASSIGN_OR_RETURN(layer.q, Decode(lw.q_proj, bias, pool));
   SCORED_ASSIGN_OR_RETURN(layer.k, Decode(lw.k_proj, bias, pool));
   SCORED_ASSIGN_OR_RETURN(layer.v, Decode(lw.v_proj, bias, pool));
-  SCORED_ASSIGN_OR_RETURN(layer.o, Decode(lw.o_proj, /*bias=*/false, pool));
+  SCORED_ASSIGN_OR_RETURN(layer.o, Decode(lw.o_proj, plan.attention.o_bias, pool));
   if (plan.experts()) {
     SCORED_RETURN_IF_ERROR(DecodeMoe(plan.channel_mixer.experts, lw.moe, pool, &layer.moe));
   } else {
@@ -599,9 +600,9 @@ void ReferenceEngine::AttentionBlock(const AttentionPlan& plan, const DenseLayer
     NormRows(s->k.data(), layer.k_norm, n * c.num_kv_heads, c.head_dim, s->k.data());
   }
   ref::Rope(s->q.data(), s->positions.data(), inv_freq.data(), n, c.num_heads, c.head_dim, c.rotary_dim,
-            rope_scaling_);
+            rope_scaling_, plan.rope_interleaved);
   ref::Rope(s->k.data(), s->positions.data(), inv_freq.data(), n, c.num_kv_heads, c.head_dim, c.rotary_dim,
-            rope_scaling_);
+            rope_scaling_, plan.rope_interleaved);
   if (layer.k_scale > 0.0f) {  // FP8 KV cache: compressed-tensors' QuantizedKVCache on post-RoPE K and V
     const int64_t kv_width = c.num_kv_heads * c.head_dim;
     ref::FakeQuantizeFp8Static(s->k.data(), n * kv_width, layer.k_scale);

@@ -17,13 +17,21 @@ namespace {
 
 // RoPE of chunk ch's q and k heads with layer `l`'s table: the local layers' (Gemma 3) or the model's;
 // under longrope each sequence with the table of its own length (long_factor beyond
-// original_max_position_embeddings), one call per run of sequences of the same kind.
+// original_max_position_embeddings), one call per run of sequences of the same kind. Pairs (i, i + r/2), or
+// (2i, 2i + 1) where the layer's AttentionPlan::rope_interleaved says.
 template <typename T>
 absl::Status ApplyRope(ForwardContext<T>& ctx, int64_t l, T* qkv_rows, const RowChunk& ch) {
   const int64_t heads = ctx.num_heads + ctx.num_kv_heads, max_tokens = ctx.acts->max_tokens;
+  const bool interleaved = ctx.plan.layers[static_cast<size_t>(l)].attention.rope_interleaved;
+  auto rope = [&](T* rows, const int32_t* positions, const float* table, int64_t num_rows) {
+    return interleaved ? kernels::RopeInterleavedWithTable<T>(rows, ctx.qkv_dim, positions, table, max_tokens,
+                                                              num_rows, heads, ctx.head_dim, ctx.rotary_dim,
+                                                              ctx.stream)
+                       : kernels::RopeWithTable<T>(rows, ctx.qkv_dim, positions, table, max_tokens, num_rows,
+                                                   heads, ctx.head_dim, ctx.rotary_dim, ctx.stream);
+  };
   if (const float* table = OneRopeTable(ctx, l); table != nullptr) {
-    return kernels::RopeWithTable<T>(qkv_rows, ctx.qkv_dim, ctx.positions + ch.begin, table, max_tokens,
-                                     ch.rows, heads, ctx.head_dim, ctx.rotary_dim, ctx.stream);
+    return rope(qkv_rows, ctx.positions + ch.begin, table, ch.rows);
   }
   const std::vector<int32_t>& cu = ctx.batch.cu_seqlens;
   auto is_long = [&](int s) { return ctx.plan.LongRopeFor(cu[s + 1] - cu[s]); };
@@ -31,10 +39,8 @@ absl::Status ApplyRope(ForwardContext<T>& ctx, int64_t l, T* qkv_rows, const Row
     int e = s + 1;
     while (e < ch.first_seq + ch.num_seqs && is_long(e) == is_long(s)) ++e;
     const int64_t begin = cu[s], rows = cu[e] - cu[s];
-    SCORED_RETURN_IF_ERROR(kernels::RopeWithTable<T>(ctx.qkv + begin * ctx.qkv_dim, ctx.qkv_dim,
-                                                     ctx.positions + begin,
-                                                     is_long(s) ? ctx.rope_long : ctx.rope_table, max_tokens,
-                                                     rows, heads, ctx.head_dim, ctx.rotary_dim, ctx.stream));
+    SCORED_RETURN_IF_ERROR(rope(ctx.qkv + begin * ctx.qkv_dim, ctx.positions + begin,
+                                is_long(s) ? ctx.rope_long : ctx.rope_table, rows));
     s = e;
   }
   return absl::OkStatus();
@@ -48,6 +54,7 @@ absl::Status QkNormAndRope(ForwardContext<T>& ctx, const DeviceLayer& layer, int
                            const RowChunk& ch) {
   const float* const table = OneRopeTable(ctx, l);
   if (layer.q_norm.data() != nullptr && table != nullptr && ctx.rotary_dim == ctx.head_dim &&
+      !ctx.plan.layers[static_cast<size_t>(l)].attention.rope_interleaved &&
       kernels::QkNormRopeSupports(ctx.head_dim)) {
     return kernels::QkNormRope<T>(qkv_rows, ctx.qkv_dim, layer.q_norm.as<float>(), layer.k_norm.as<float>(),
                                   ctx.positions + ch.begin, table, ctx.acts->max_tokens, ch.rows,
@@ -136,11 +143,11 @@ absl::Status AttentionBlock(ForwardContext<T>& ctx, const DeviceLayer& layer, in
       SCORED_RETURN_IF_ERROR(kernels::CausalAttention<T>(ctx.q, ctx.k, ctx.v, ctx.cu_seqlens + ch.first_seq,
                                                          shape, ctx.attn, ctx.stream));
     }
-    {  // residual [n, hidden] += attn . W_o^T (tp: this rank's partial product), then its sum over ranks (the
-       // Gemma block: proj = post_attention_norm(attn . W_o^T))
+    {  // residual [n, hidden] += attn . W_o^T (+ b_o; tp: this rank's partial product), then its sum over
+       // ranks (the Gemma block: proj = post_attention_norm(attn . W_o^T + b_o))
       Stage s(ctx.clock, "o GEMM");
-      SCORED_RETURN_IF_ERROR(ctx.residual_stream.CloseBlock(*o_w, o_plan, ctx.attn, LinearInOut{},
-                                                            layer.post_norm, RowSum::kAfterO, c));
+      SCORED_RETURN_IF_ERROR(ctx.residual_stream.CloseBlock(
+          *o_w, o_plan, ctx.attn, LinearInOut{}, layer.o_bias, layer.post_norm, RowSum::kAfterO, c));
       SCORED_RETURN_IF_ERROR(o_w.ReleaseAfter(c));
     }
   }

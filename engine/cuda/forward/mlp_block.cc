@@ -81,7 +81,8 @@ absl::Status MlpBlock(ForwardContext<T>& ctx, const DeviceLayer& layer, int64_t 
        // (the Gemma block: proj = post_feedforward_norm(mlp . W_down^T))
       Stage s(ctx.clock, "down GEMM");
       SCORED_RETURN_IF_ERROR(ctx.residual_stream.CloseBlock(*down_w, down_plan, ctx.mlp, down_io,
-                                                            layer.post_ff_norm, RowSum::kAfterDown, c));
+                                                            /*bias=*/DeviceBuffer{}, layer.post_ff_norm,
+                                                            RowSum::kAfterDown, c));
       SCORED_RETURN_IF_ERROR(down_w.ReleaseAfter(c));
     }
   }

@@ -6,6 +6,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/cuda/forward/context.h"
 #include "engine/dist/nccl_communicator.h"
+#include "engine/kernels/bias_add.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/embedding.h"
 #include "engine/kernels/kernel_types.h"
@@ -61,17 +62,24 @@ absl::Status ResidualStream<T>::OpenNorm(const DeviceBuffer& weight, RowSum sum,
 
 template <typename T>
 absl::Status ResidualStream<T>::CloseBlock(const WeightStream::Lease& w, const LinearPlan& plan, T* x,
-                                           LinearInOut io, const DeviceBuffer& post_norm, RowSum sum, int c) {
-  if (form_ == ResidualForm::kSandwich) return CloseSandwich(w, plan, x, io, post_norm, c);
+                                           LinearInOut io, const DeviceBuffer& bias,
+                                           const DeviceBuffer& post_norm, RowSum sum, int c) {
+  if (form_ == ResidualForm::kSandwich) return CloseSandwich(w, plan, x, io, bias, post_norm, c);
   const RowChunk& ch = ctx_.chunks[c];
   io.add_to_output = ctx_.add_to_residual;
   SCORED_RETURN_IF_ERROR(ctx_.linears.Run(w, plan, x, ctx_.residual, io, ch));
+  if (bias.data() != nullptr) {  // rank 0 (tp 1: the only rank) adds it to residual + its partial product
+    const int64_t hidden = ctx_.hidden;
+    SCORED_RETURN_IF_ERROR(kernels::BiasAdd<float>(ctx_.residual + ch.begin * hidden, hidden,
+                                                   bias.as<float>(), ch.rows, hidden, ctx_.stream));
+  }
   return ctx_.sums.Reduce(sum, c, ch);
 }
 
 template <typename T>
 absl::Status ResidualStream<T>::CloseSandwich(const WeightStream::Lease& w, const LinearPlan& plan, T* x,
-                                              LinearInOut io, const DeviceBuffer& post_norm, int c) {
+                                              LinearInOut io, const DeviceBuffer& bias,
+                                              const DeviceBuffer& post_norm, int c) {
   const RowChunk& ch = ctx_.chunks[c];
   const int64_t hidden = ctx_.hidden;
   float* rows = ctx_.proj + ch.begin * hidden;  // [m, hidden]
@@ -80,6 +88,10 @@ absl::Status ResidualStream<T>::CloseSandwich(const WeightStream::Lease& w, cons
     SCORED_CUDA_CHECK(cudaMemsetAsync(rows, 0, ch.rows * hidden * sizeof(float), ctx_.stream));
   }
   SCORED_RETURN_IF_ERROR(ctx_.linears.Run(w, plan, x, ctx_.proj, io, ch));
+  if (bias.data() != nullptr) {  // rank 0's partial product (tp 1: the product), before the sum over ranks
+    SCORED_RETURN_IF_ERROR(
+        kernels::BiasAdd<float>(rows, hidden, bias.as<float>(), ch.rows, hidden, ctx_.stream));
+  }
   if (ctx_.tp != nullptr) {
     SCORED_RETURN_IF_ERROR(
         ctx_.tp->comm->AllReduceSum(rows, rows, ch.rows * hidden, dist::ReduceDType::kF32, ctx_.stream));

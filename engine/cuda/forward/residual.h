@@ -49,13 +49,15 @@ class ResidualStream {
 
   // A row-parallel linear's output (o_proj, down_proj; plan: its LinearOut::kResidual plan) of chunk c from
   // x joins the stream: pre-norm, in the GEMM's epilogue, then `sum` starts the rows' sum over ranks;
-  // sandwich, proj = post_norm(x . W^T), pending until the next OpenNorm.
+  // sandwich, proj = post_norm(x . W^T), pending until the next OpenNorm. bias ([hidden] fp32, or empty):
+  // added to the product in fp32 before the sum over ranks; under tp only rank 0 holds it (the shard plan's
+  // ShardedLinear::adds_bias), so the sum carries it once.
   absl::Status CloseBlock(const WeightStream::Lease& w, const LinearPlan& plan, T* x, LinearInOut io,
-                          const DeviceBuffer& post_norm, RowSum sum, int c);
+                          const DeviceBuffer& bias, const DeviceBuffer& post_norm, RowSum sum, int c);
 
  private:
   absl::Status CloseSandwich(const WeightStream::Lease& w, const LinearPlan& plan, T* x, LinearInOut io,
-                             const DeviceBuffer& post_norm, int c);
+                             const DeviceBuffer& bias, const DeviceBuffer& post_norm, int c);
 
   ForwardContext<T>& ctx_;
   const ResidualForm form_;

@@ -479,5 +479,62 @@ TEST_F(RopeTest, PartialRotaryAndScaledTableMatchReference) {
   }
 }
 
+// Interleaved pairs (DeepSeek's rope_interleave: RopeInterleavedWithTable) against ref::Rope(...,
+// interleaved): fp32 within kFp32AbsTol (the same CosSin values and _rn operations: expected bit for bit),
+// bf16 within one rounding; a full head (DeepSeek's 64-wide rotary part alone) and a partial one (the rope
+// part ahead of pass-through elements), with a scaled table (YaRN's attention factor).
+TEST_F(RopeTest, InterleavedPairsMatchReference) {
+  struct Case {
+    int64_t head_dim, rotary_dim, heads_qk, stride_heads;
+    float scaling;
+  };
+  for (const Case& c : {Case{64, 64, 6, 8, 1.0f}, Case{16, 8, 5, 7, 1.25f}, Case{192, 64, 3, 3, 1.0f}}) {
+    const std::string name =
+        "interleaved hd=" + std::to_string(c.head_dim) + " rot=" + std::to_string(c.rotary_dim);
+    ModelConfig config = Config(RopeType::kDefault, c.head_dim);
+    config.rotary_dim = c.rotary_dim;
+    const std::vector<float> inv_freq = RopeInvFreq(config);
+    const std::vector<int32_t> positions = Positions({300, 7, 65}, 0);
+    const int64_t tokens = static_cast<int64_t>(positions.size());
+    const int64_t stride = c.stride_heads * c.head_dim, width = c.heads_qk * c.head_dim;
+    const std::vector<float> x =
+        testing::RoundedToBf16(testing::RandomFloats(tokens * stride, 59, -4.0f, 4.0f));
+    std::vector<float> qk(tokens * width);
+    for (int64_t t = 0; t < tokens; ++t)
+      std::copy(x.begin() + t * stride, x.begin() + t * stride + width, qk.begin() + t * width);
+    ref::Rope(qk.data(), positions.data(), inv_freq.data(), tokens, c.heads_qk, c.head_dim, c.rotary_dim,
+              c.scaling, /*interleaved=*/true);
+    std::vector<float> want = x;
+    for (int64_t t = 0; t < tokens; ++t)
+      std::copy(qk.begin() + t * width, qk.begin() + (t + 1) * width, want.begin() + t * stride);
+    constexpr int64_t kNumPositions = 512;
+    const int64_t half = c.rotary_dim / 2;
+    DeviceArray<float> d_f(inv_freq), d_table(kNumPositions * half * 2);
+    ASSERT_TRUE(RopeCosSinTable(d_f.get(), kNumPositions, half, c.scaling, d_table.get(), stream_).ok());
+    DeviceArray<int32_t> d_pos(positions);
+    DeviceArray<float> d_x32(x);
+    DeviceArray<bf16_t> d_x16(testing::ToBf16(x));
+    ASSERT_TRUE(RopeInterleavedWithTable(d_x32.get(), stride, d_pos.get(), d_table.get(), kNumPositions,
+                                         tokens, c.heads_qk, c.head_dim, c.rotary_dim, stream_)
+                    .ok());
+    ASSERT_TRUE(RopeInterleavedWithTable(d_x16.get(), stride, d_pos.get(), d_table.get(), kNumPositions,
+                                         tokens, c.heads_qk, c.head_dim, c.rotary_dim, stream_)
+                    .ok());
+    Sync();
+    const std::vector<float> got32 = d_x32.Download();
+    const testing::ErrorStats s = testing::CompareArrays(got32, want);
+    testing::Report(name + " f32", s);
+    EXPECT_EQ(s.not_finite, 0) << name;
+    EXPECT_LE(s.max_abs, kFp32AbsTol) << name;
+    const std::vector<float> got16 = testing::FromBf16(d_x16.Download());
+    for (int64_t e = 0; e < tokens * stride; ++e) {
+      ASSERT_LE(std::fabs(got16[e] - want[e]), kBf16RelTol * std::fabs(want[e]) + 1e-6)
+          << name << " at " << e;
+    }
+  }
+  EXPECT_FALSE(RopeInterleavedWithTable<float>(nullptr, 64, nullptr, nullptr, 8, 1, 1, 64, 3, stream_).ok())
+      << "odd rotary_dim";
+}
+
 }  // namespace
 }  // namespace scored::kernels

@@ -260,7 +260,6 @@ TEST(ConfigTest, BadConfigsFailNamingTheProblem) {
       {"dtype", With(R"("torch_dtype": "float64")"), "float64"},
       {"gqa", With(R"("num_key_value_heads": 3)"), "num_key_value_heads"},
       {"mlp_bias", With(R"("mlp_bias": true)"), "mlp_bias"},
-      {"attn_bias", With(R"("attention_bias": true)"), "attention_bias"},
       {"negative", With(R"("rms_norm_eps": -1)"), "rms_norm_eps"},
       {"type", With(R"("rope_theta": "big")"), "rope_theta"},
       {"bos", With(R"("bos_token_id": "x")"), "bos_token_id"},
@@ -282,6 +281,27 @@ TEST(ConfigTest, BadConfigsFailNamingTheProblem) {
   EXPECT_THAT(std::string(c.status().message()), HasSubstr("use_sliding_window"));
   // Missing file.
   EXPECT_EQ(LoadModelConfig("/nonexistent-dir").status().code(), absl::StatusCode::kNotFound);
+}
+
+// attention_bias: true is LlamaAttention's bias on q, k, v and o_proj (bias=config.attention_bias on all
+// four); Mistral's attention linears have none (bias=False), so there it is refused, naming what is
+// supported.
+TEST(ConfigTest, AttentionBiasPutsBiasesOnQkvAndOProj) {
+  auto llama = ParseModelConfig(With(R"("attention_bias": true)"), "config.json");
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  EXPECT_TRUE(llama->attention_bias);
+  EXPECT_TRUE(llama->o_proj_bias);
+  auto plain = ParseModelConfig(With(""), "config.json");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->attention_bias);
+  EXPECT_FALSE(plain->o_proj_bias);
+  std::string mistral = With(R"("attention_bias": true)");
+  mistral.replace(mistral.find("LlamaForCausalLM"), 16, "MistralForCausalLM");
+  mistral.replace(mistral.find("\"llama\""), 7, "\"mistral\"");
+  auto c = ParseModelConfig(mistral, "bad.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("attention_bias: true for MistralForCausalLM"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("supported: attention_bias true for Llama"));
 }
 
 }  // namespace

@@ -110,7 +110,9 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
     if (!sparsity_only && GetParam() != "llama-modelopt-nvfp4") {
       EXPECT_NE(L.q_proj.format, WeightFormat::kDense) << "decoder linears of a fixture are quantized";
     }
-    EXPECT_EQ(L.q_proj.bias.present(), c.model_type == "qwen2" || c.model_type == "qwen2_moe");
+    const bool llama_bias = GetParam() == "llama-attn-bias-w4a16-g128";  // attention_bias: q/k/v and o_proj
+    EXPECT_EQ(L.q_proj.bias.present(), c.model_type == "qwen2" || c.model_type == "qwen2_moe" || llama_bias);
+    EXPECT_EQ(L.o_proj.bias.present(), llama_bias);
     EXPECT_EQ(L.q_norm.present(), c.model_type == "qwen3" || c.model_type == "qwen3_moe" ||
                                       c.model_type == "gemma3_text" || c.model_type == "gemma3");
   }

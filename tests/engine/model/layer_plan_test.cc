@@ -46,7 +46,14 @@ TEST(LayerPlanTest, QwenBiasAndQkNorm) {
   }
   for (const LayerPlan& l : PlanOf("qwen3-w4a16-g128").layers) {
     EXPECT_FALSE(l.attention.qkv_bias);
+    EXPECT_FALSE(l.attention.o_bias);
     EXPECT_TRUE(l.attention.qk_norm);
+  }
+  for (const LayerPlan& l : PlanOf("qwen2-w4a16-g128").layers) EXPECT_FALSE(l.attention.o_bias);
+  for (const LayerPlan& l : PlanOf("llama-attn-bias-w4a16-g128").layers) {
+    EXPECT_TRUE(l.attention.qkv_bias);
+    EXPECT_TRUE(l.attention.o_bias);
+    EXPECT_FALSE(l.attention.rope_interleaved);
   }
 }
 
