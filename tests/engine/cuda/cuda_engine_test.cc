@@ -577,6 +577,9 @@ TEST_F(CudaEngineTest, FixturesBf16AgainstBf16Floor) {
     for (const auto& [group_name, group] : groups.items()) {
       weight_only = weight_only && group.value("input_activations", nlohmann::json()).is_null();
     }
+    // transformers' native FP8 (quant_method fp8) always quantizes activations (activation_scheme dynamic or
+    // static).
+    weight_only = weight_only && quantization.value("quant_method", "") != "fp8";
     EXPECT_TRUE(!weight_only || yardstick["fixtures"].contains(entry.path().filename().string()))
         << entry.path() << " is weight-only but has no entry in transformers_bf16.json";
   }
