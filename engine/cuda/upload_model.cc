@@ -118,6 +118,14 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
                                                          const ShardPlan* plan,
                                                          const UploadOptions& options) {
   const ModelConfig& config = weights.config();
+  for (const LayerPlan& layer : weights.plan().layers) {
+    if (layer.delta_net_mixer() || layer.attention.output_gate) {
+      return absl::UnimplementedError(
+          absl::StrCat(config.architecture,
+                       ": the Gated DeltaNet layers and the gated attention of this family run on the CPU ",
+                       "backend only in this build; use --backend=cpu"));
+    }
+  }
   auto model = std::make_unique<DeviceModel>();
   model->dtype = dtype;
   model->options = options;

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -551,6 +552,59 @@ absl::Status ParseMoe(const Json& j, const FamilyTraits& family, const std::stri
   return absl::OkStatus();
 }
 
+// LinearAttentionTraits (Qwen3.5): which layers are Gated DeltaNets, their dimensions, the attention output
+// gate, (1 + w) norms, and partial_rotary_factor's 0.25 default.
+absl::Status ParseLinearAttention(const Json& j, const FamilyTraits& family, const std::string& source,
+                                  ModelConfig* out) {
+  if (!family.linear_attention.enabled) return absl::OkStatus();
+  ModelConfig& c = *out;
+  c.gemma_norm = true;
+  c.attention_output_gate = true;
+  const Json* rope_params = Find(j, "rope_parameters");
+  if (Find(j, "partial_rotary_factor") == nullptr &&
+      (rope_params == nullptr || Find(*rope_params, "partial_rotary_factor") == nullptr)) {
+    c.rotary_dim = c.head_dim / 4;  // int(head_dim * 0.25)
+    if (c.rotary_dim <= 0 || c.rotary_dim % 2 != 0) {
+      return Invalid(source,
+                     absl::StrCat("head_dim ", c.head_dim, " with the default partial_rotary_factor 0.25 ",
+                                  "gives ", c.rotary_dim, " rotary dimensions: not even and > 0"));
+    }
+  }
+  for (auto [field, value] : {std::pair{"linear_num_key_heads", &c.linear_num_key_heads},
+                              std::pair{"linear_num_value_heads", &c.linear_num_value_heads},
+                              std::pair{"linear_key_head_dim", &c.linear_key_head_dim},
+                              std::pair{"linear_value_head_dim", &c.linear_value_head_dim},
+                              std::pair{"linear_conv_kernel_dim", &c.linear_conv_kernel_dim}}) {
+    SCORED_ASSIGN_OR_RETURN(*value, GetPositive(j, field, source));
+  }
+  if (c.linear_num_value_heads % c.linear_num_key_heads != 0) {
+    return Invalid(
+        source, absl::StrCat("linear_num_value_heads (", c.linear_num_value_heads,
+                             ") is not a multiple of linear_num_key_heads (", c.linear_num_key_heads, ")"));
+  }
+  const int64_t n = c.num_layers;
+  c.linear_attention_layers.assign(static_cast<size_t>(n), false);
+  if (const Json* types = Find(j, "layer_types"); types != nullptr && !types->is_null()) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != n) {
+      return Invalid(
+          source, absl::StrCat("field 'layer_types' must be a list of num_hidden_layers (", n, ") strings"));
+    }
+    for (int64_t l = 0; l < n; ++l) {
+      const Json& t = (*types)[static_cast<size_t>(l)];
+      if (t == "linear_attention") {
+        c.linear_attention_layers[static_cast<size_t>(l)] = true;
+      } else if (t != "full_attention") {
+        return Invalid(source, absl::StrCat("unsupported layer_types[", l, "] ", t.dump(),
+                                            " (linear_attention or full_attention)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  SCORED_ASSIGN_OR_RETURN(int64_t interval, GetPositive(j, "full_attention_interval", source, 4));
+  for (int64_t l = 0; l < n; ++l) c.linear_attention_layers[static_cast<size_t>(l)] = (l + 1) % interval != 0;
+  return absl::OkStatus();
+}
+
 // The Gemma block's fields (GemmaTraits): query_pre_attn_scalar, the soft caps, the embedding scale.
 absl::Status ParseGemma(const Json& j, const FamilyTraits& family, const std::string& source,
                         ModelConfig* out) {
@@ -686,6 +740,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   SCORED_RETURN_IF_ERROR(ApplyFamilyPolicies(j, *family, source, &c));
   SCORED_RETURN_IF_ERROR(ParseMoe(j, *family, source, &c));
   SCORED_RETURN_IF_ERROR(ParseGemma(j, *family, source, &c));
+  SCORED_RETURN_IF_ERROR(ParseLinearAttention(j, *family, source, &c));
 
   SCORED_ASSIGN_OR_RETURN(c.bos_token_id, GetTokenId(j, "bos_token_id", source));
   SCORED_ASSIGN_OR_RETURN(c.eos_token_id, GetTokenId(j, "eos_token_id", source));

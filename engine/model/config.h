@@ -127,6 +127,21 @@ struct ModelConfig {
   bool LocalRope(int64_t layer) const {
     return !layer_local_rope.empty() && layer_local_rope[static_cast<size_t>(layer)];
   }
+  // Qwen3.5's hybrid layers (FamilyTraits::linear_attention; semantics in family.h LinearAttentionTraits).
+  // linear_attention_layers[l]: layer l's token mixer is a Gated DeltaNet (layer_types "linear_attention"),
+  // else gated full attention; empty for the other families.
+  std::vector<bool> linear_attention_layers;
+  bool LinearAttentionLayer(int64_t layer) const {
+    return !linear_attention_layers.empty() && linear_attention_layers[static_cast<size_t>(layer)];
+  }
+  int64_t linear_num_key_heads = 0;    // the DeltaNet's q / k heads
+  int64_t linear_num_value_heads = 0;  // its v heads (a multiple: each k head serves consecutive v heads)
+  int64_t linear_key_head_dim = 0;
+  int64_t linear_value_head_dim = 0;
+  int64_t linear_conv_kernel_dim = 0;  // the causal depthwise conv1d's kernel
+  // The full-attention layers' q_proj holds 2 * head_dim rows per head, [q_h | gate_h], and the attention
+  // output is multiplied by sigmoid(gate) before o_proj (Qwen3_5Attention).
+  bool attention_output_gate = false;
   bool has_quantization_config = false;
   std::string quantization_config_json;  // raw JSON text of quantization_config ("" when absent);
                                          // older files name it "compression_config"

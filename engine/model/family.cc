@@ -48,6 +48,27 @@ constexpr char kGemma3TextDefaults[] =
     R"({"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6})";
 
+// Qwen3_5TextConfig's defaults for what published files may leave out (its partial_rotary_factor default,
+// 0.25, is ParseLinearAttention's: the field may sit in rope_parameters).
+constexpr char kQwen35TextDefaults[] =
+    R"({"vocab_size": 248320, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 32,
+        "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6,
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32})";
+
+constexpr LinearAttentionTraits kQwen35LinearAttention = {
+    true,
+    "linear_attn.in_proj_qkv",
+    "linear_attn.in_proj_z",
+    "linear_attn.in_proj_b",
+    "linear_attn.in_proj_a",
+    "linear_attn.out_proj",
+    "linear_attn.conv1d.weight",
+    "linear_attn.A_log",
+    "linear_attn.dt_bias",
+    "linear_attn.norm.weight",
+};
+
 // One entry per supported architecture. The defaults are the transformers config classes' defaults.
 constexpr FamilyTraits kFamilies[] = {
     {
@@ -67,6 +88,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
+        /*linear_attention=*/kNoLinearAttention,
     },
     {
         /*architecture=*/"MistralForCausalLM",
@@ -85,6 +107,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
+        /*linear_attention=*/kNoLinearAttention,
     },
     {
         /*architecture=*/"Qwen2ForCausalLM",
@@ -103,6 +126,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
+        /*linear_attention=*/kNoLinearAttention,
     },
     {
         /*architecture=*/"Qwen3ForCausalLM",
@@ -121,6 +145,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
+        /*linear_attention=*/kNoLinearAttention,
     },
     {
         /*architecture=*/"MixtralForCausalLM",
@@ -139,6 +164,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kMixtral, /*shared_expert=*/false, kMixtralNames},
+        /*linear_attention=*/kNoLinearAttention,
     },
     {
         /*architecture=*/"Qwen2MoeForCausalLM",
@@ -157,6 +183,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/true, kQwenMoeNames},
+        /*linear_attention=*/kNoLinearAttention,
     },
     {
         /*architecture=*/"Qwen3MoeForCausalLM",
@@ -175,6 +202,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/false, kQwenMoeNames},
+        /*linear_attention=*/kNoLinearAttention,
     },
     {
         // Phi-3, Phi-3.5, Phi-4: fused qkv_proj / gate_up_proj, partial rotary, longrope, a masked sliding
@@ -196,6 +224,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*names=*/kPhi3TensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
+        /*linear_attention=*/kNoLinearAttention,
     },
     {
         // Gemma 2: soft-capping (50 / 30 by default), sliding window on alternating layers (0, 2, ...).
@@ -217,6 +246,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*names=*/kGemmaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
+        /*linear_attention=*/kNoLinearAttention,
     },
     {
         // Gemma 3 text: q/k norm, 5 sliding : 1 full layers by default, local and global RoPE, no
@@ -240,6 +270,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*names=*/kGemmaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
+        /*linear_attention=*/kNoLinearAttention,
     },
     {
         // Gemma 3 4B-27B releases: Gemma 3 text inside a vision-language checkpoint; only the language model
@@ -267,6 +298,28 @@ constexpr FamilyTraits kFamilies[] = {
         /*names=*/kGemma3VlmTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
+        /*linear_attention=*/kNoLinearAttention,
+    },
+    {
+        // Qwen3.5 / Qwen3.6 text (Qwen3_5ForCausalLM: three Gated DeltaNet layers to one gated full
+        // attention, LinearAttentionTraits). The CPU backend runs it; the CUDA backend refuses it at load.
+        /*architecture=*/"Qwen3_5ForCausalLM",
+        /*model_type=*/"qwen3_5_text",
+        /*default_max_position_embeddings=*/32768,
+        /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
+        /*qk_norm=*/true,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault),
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/true,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/kQwen35TextDefaults,
+        /*text_only=*/kNotTextOnly,
+        /*tensor_parallel=*/false,
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
+        /*linear_attention=*/kQwen35LinearAttention,
     },
 };
 

@@ -296,6 +296,34 @@ struct TextOnlyTraits {
 };
 inline constexpr TextOnlyTraits kNotTextOnly = {false, nullptr, {nullptr}};
 
+// Qwen3.5's hybrid layers (transformers 5.17 models/qwen3_5/modeling_qwen3_5.py). layer_types
+// ("linear_attention" / "full_attention"; absent: every full_attention_interval-th layer, default 4, is full)
+// picks each layer's token mixer:
+//  - Gated DeltaNet (Qwen3_5GatedDeltaNet): in_proj_qkv -> [q (k_heads * dk) | k | v (v_heads * dv)], a
+//  causal
+//    depthwise conv1d over those channels (kernel linear_conv_kernel_dim, left zero padding, no bias) then
+//    SiLU; q, k L2-normalized per head (x * rsqrt(sum x^2 + 1e-6)), q times dk^-0.5; beta = sigmoid(in_proj_b
+//    x); g = -exp(A_log) * softplus(in_proj_a x + dt_bias); per v head (k head h / (v_heads / k_heads)) the
+//    state S [dk, dv] starts at 0 and for each token S = exp(g) S; S += k (beta (v - S^T k))^T; o = S^T q;
+//    then o = w * rmsnorm(o) * silu(in_proj_z x) per v head (Qwen3_5RMSNormGated: a plain weight), out_proj.
+//  - gated full attention (Qwen3_5Attention): ModelConfig::attention_output_gate, q / k norms, partial RoPE.
+// Every other RMSNorm multiplies by (1 + w) (Qwen3_5RMSNorm: ModelConfig::gemma_norm's arithmetic).
+struct LinearAttentionTraits {
+  bool enabled;
+  // Per-layer module names of the DeltaNet layers, relative to layer_prefix + "<layer index>.".
+  const char* in_proj_qkv;  // [2 k_heads dk + v_heads dv, hidden]
+  const char* in_proj_z;    // [v_heads dv, hidden]
+  const char* in_proj_b;    // [v_heads, hidden]
+  const char* in_proj_a;    // [v_heads, hidden]
+  const char* out_proj;     // [hidden, v_heads dv]
+  const char* conv1d;       // tensor [2 k_heads dk + v_heads dv, 1, kernel]
+  const char* a_log;        // tensor [v_heads]
+  const char* dt_bias;      // tensor [v_heads]
+  const char* norm;         // tensor [dv]
+};
+inline constexpr LinearAttentionTraits kNoLinearAttention = {false,   nullptr, nullptr, nullptr, nullptr,
+                                                             nullptr, nullptr, nullptr, nullptr, nullptr};
+
 struct FamilyTraits {
   const char* architecture;  // config.json "architectures"[0], e.g. "LlamaForCausalLM"
   const char* model_type;    // config.json "model_type" (also its default), e.g. "llama"
@@ -322,6 +350,7 @@ struct FamilyTraits {
   TensorNames names;
   CheckpointFiles checkpoint;
   MoeTraits moe;  // kNoMoe for dense families
+  LinearAttentionTraits linear_attention;
 };
 
 // The family whose `architecture` is `architecture`, or nullptr when unsupported.

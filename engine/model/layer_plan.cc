@@ -14,6 +14,10 @@ bool ModelPlan::any_shared_expert() const {
   });
 }
 
+bool ModelPlan::any_delta_net() const {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerPlan& l) { return l.delta_net_mixer(); });
+}
+
 namespace {
 
 AttentionPlan PlanAttention(const ModelConfig& c, int64_t layer) {
@@ -22,6 +26,7 @@ AttentionPlan PlanAttention(const ModelConfig& c, int64_t layer) {
   a.o_bias = c.o_proj_bias;
   a.rope_interleaved = c.rope_interleave;
   a.qk_norm = c.qk_norm;
+  a.output_gate = c.attention_output_gate;
   a.rope = c.LocalRope(layer) ? RopeTable::kLocal : RopeTable::kGlobal;
   a.window = c.LayerWindow(layer);
   a.scale = c.attention_scale;
@@ -59,8 +64,14 @@ ModelPlan PlanModel(const ModelConfig& c) {
   for (int64_t l = 0; l < static_cast<int64_t>(p.layers.size()); ++l) {
     LayerPlan& layer = p.layers[static_cast<size_t>(l)];
     layer.norms = c.sandwich_norms ? NormPlacement::kSandwich : NormPlacement::kPreNorm;
-    layer.token_mixer = TokenMixerKind::kAttention;
-    layer.attention = PlanAttention(c, l);
+    if (c.LinearAttentionLayer(l)) {
+      layer.token_mixer = TokenMixerKind::kGatedDeltaNet;
+      layer.delta_net = {c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim,
+                         c.linear_value_head_dim, c.linear_conv_kernel_dim};
+    } else {
+      layer.token_mixer = TokenMixerKind::kAttention;
+      layer.attention = PlanAttention(c, l);
+    }
     layer.channel_mixer = PlanChannelMixer(c, l);
     p.local_rope = p.local_rope || layer.attention.rope == RopeTable::kLocal;
   }

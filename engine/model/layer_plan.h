@@ -8,9 +8,9 @@
 // A layer is a token mixer and a channel mixer, each inside a residual branch:
 //   kPreNorm  (Llama):  x += mixer(norm(x));                        x += mlp(norm(x))
 //   kSandwich (Gemma):  x += post_norm(mixer(norm(x)));             x += post_norm(mlp(norm(x)))
-// Token mixers: full or sliding-window causal attention (AttentionPlan), with room for latent attention
-// (MLA) and linear-recurrent (Gated DeltaNet) kinds. Channel mixers: one dense GLU MLP, or a routed mixture
-// of experts (ExpertsPlan: router kind, top k, optional gated shared expert).
+// Token mixers: full or sliding-window causal attention (AttentionPlan), or the linear-recurrent Gated
+// DeltaNet (DeltaNetPlan), with room for latent attention (MLA). Channel mixers: one dense GLU MLP, or a
+// routed mixture of experts (ExpertsPlan: router kind, top k, optional gated shared expert).
 //
 // A new block kind: a value here (and what PlanModel sets it from), its tensors in the loader, one block
 // per backend (engine/reference, engine/cuda/forward), and the oracle op (engine/README.md, "Adding a model
@@ -31,7 +31,18 @@ namespace scored {
 enum class NormPlacement { kPreNorm, kSandwich };
 
 enum class TokenMixerKind {
-  kAttention,  // softmax attention over the sequence so far (a window when AttentionPlan::window > 0)
+  kAttention,      // softmax attention over the sequence so far (a window when AttentionPlan::window > 0)
+  kGatedDeltaNet,  // Qwen3.5's linear-recurrent mixer (DeltaNetPlan; semantics in family.h)
+};
+
+// A Gated DeltaNet layer's shape (family.h LinearAttentionTraits has the computation).
+struct DeltaNetPlan {
+  int64_t num_k_heads = 0, num_v_heads = 0;  // v head j reads k head j / (num_v_heads / num_k_heads)
+  int64_t k_head_dim = 0, v_head_dim = 0;
+  int64_t conv_kernel = 0;  // the causal depthwise conv1d over q|k|v's channels
+  int64_t key_dim() const { return num_k_heads * k_head_dim; }
+  int64_t value_dim() const { return num_v_heads * v_head_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
 };
 
 // Which RoPE frequency table a layer's attention rotates with.
@@ -47,6 +58,9 @@ struct AttentionPlan {
   bool qkv_bias = false;  // q/k/v carry a bias
   bool o_bias = false;    // o_proj carries a bias (tp: added once, by rank 0's partial product)
   bool qk_norm = false;   // per-head RMSNorm of q and k over head_dim, before RoPE
+  // q_proj's rows are [q_h | gate_h] per head (2 head_dim each); the attention output times sigmoid(gate),
+  // per element, before o_proj (Qwen3.5).
+  bool output_gate = false;
   RopeTable rope = RopeTable::kGlobal;
   // RoPE pairs (2i, 2i + 1) (GPT-J, DeepSeek's rope_interleave) instead of (i, i + rotary_dim / 2).
   bool rope_interleaved = false;
@@ -86,10 +100,12 @@ struct ChannelMixerPlan {
 struct LayerPlan {
   NormPlacement norms = NormPlacement::kPreNorm;
   TokenMixerKind token_mixer = TokenMixerKind::kAttention;
-  AttentionPlan attention;
+  AttentionPlan attention;  // kAttention
+  DeltaNetPlan delta_net;   // kGatedDeltaNet
   ChannelMixerPlan channel_mixer;
 
   bool sandwich() const { return norms == NormPlacement::kSandwich; }
+  bool delta_net_mixer() const { return token_mixer == TokenMixerKind::kGatedDeltaNet; }
   bool experts() const { return channel_mixer.kind == ChannelMixerKind::kExperts; }
 };
 
@@ -112,6 +128,8 @@ struct ModelPlan {
 
   // Some layer's channel mixer is kExperts.
   bool any_experts() const;
+  // Some layer's token mixer is kGatedDeltaNet.
+  bool any_delta_net() const;
   // Some layer has a gated shared expert.
   bool any_shared_expert() const;
   // The global table of a sequence of seq_len tokens is the long one (longrope only).

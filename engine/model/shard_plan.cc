@@ -321,6 +321,7 @@ absl::StatusOr<ShardPlan> ShardPlan::Create(const ModelConfig& c, int tp_size, i
   p.shared_up = {ShardKind::kColumnParallel, s0, s1};
   p.shared_down = {ShardKind::kRowParallel, s0, s1};
   p.shared_expert_gate = {ShardKind::kReplicated, 0, 1};
+  p.delta_net = {ShardKind::kReplicated, 0, 0};
   p.vocab_begin = r * p.vocab_per_rank;
   p.vocab_end = std::min(p.vocab_begin + p.vocab_per_rank, c.vocab_size);
   p.lm_head = {ShardKind::kVocabParallel, p.vocab_begin, p.vocab_end};
@@ -367,6 +368,12 @@ const LinearSlice& ShardPlan::ForLinear(LinearRole role) const {
       return shared_down;
     case LinearRole::kSharedExpertGate:
       return shared_expert_gate;
+    case LinearRole::kDeltaQkv:
+    case LinearRole::kDeltaZ:
+    case LinearRole::kDeltaB:
+    case LinearRole::kDeltaA:
+    case LinearRole::kDeltaOut:
+      return delta_net;  // replicated: families with these refuse --tp > 1 (FamilyTraits::tensor_parallel)
   }
   return lm_head;
 }

@@ -44,6 +44,12 @@ enum class LinearRole {
   kSharedUp,
   kSharedDown,
   kSharedExpertGate,
+  // Gated DeltaNet layers (LayerWeights::delta_net): in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj.
+  kDeltaQkv,
+  kDeltaZ,
+  kDeltaB,
+  kDeltaA,
+  kDeltaOut,
 };
 
 // One linear layer's stored tensors and format (engine/base/stored_weight.h) plus their exact decoding.
@@ -107,13 +113,32 @@ struct MoeWeights {
   LinearWeight shared_expert_gate;  // [1, hidden_size]
 };
 
+// A Gated DeltaNet layer's tensors (family.h LinearAttentionTraits, shapes from DeltaNetPlan).
+struct DeltaNetWeights {
+  LinearWeight in_proj_qkv;  // [conv_dim, hidden]
+  LinearWeight in_proj_z;    // [value_dim, hidden]
+  LinearWeight in_proj_b;    // [num_v_heads, hidden]
+  LinearWeight in_proj_a;    // [num_v_heads, hidden]
+  LinearWeight out_proj;     // [hidden, value_dim]
+  // Never quantized (a checkpoint storing them otherwise is refused, naming the tensor): F32 / F16 / BF16.
+  TensorView conv1d;   // [conv_dim, 1, conv_kernel]
+  TensorView a_log;    // [num_v_heads]
+  TensorView dt_bias;  // [num_v_heads]
+  TensorView norm;     // [v_head_dim], the gated output norm's (plain) weight
+};
+
 struct LayerWeights {
   TensorView input_layernorm;           // [hidden_size]
   TensorView post_attention_layernorm;  // [hidden_size]; Gemma: on the attention output
   // config.sandwich_norms (Gemma) only: before and after the MLP, [hidden_size]; else data == nullptr.
   TensorView pre_feedforward_layernorm, post_feedforward_layernorm;
-  TensorView q_norm, k_norm;                    // config.qk_norm only: [head_dim]; else data == nullptr
-  LinearWeight q_proj, k_proj, v_proj, o_proj;  // [num_heads*head_dim | num_kv_heads*head_dim, hidden]
+  TensorView q_norm, k_norm;  // config.qk_norm only: [head_dim]; else data == nullptr
+  // Attention layers: [num_heads*head_dim | num_kv_heads*head_dim, hidden] (q_proj 2 num_heads*head_dim rows
+  // under AttentionPlan::output_gate); Gated DeltaNet layers: empty (module "", no tensors), `delta_net`
+  // instead.
+  LinearWeight q_proj, k_proj, v_proj, o_proj;
+  bool linear_attention = false;  // LayerPlan::delta_net_mixer
+  DeltaNetWeights delta_net;      // linear_attention layers only
   // Dense layers only ([intermediate, hidden], [hidden, intermediate]); in sparse layers empty (module "",
   // no tensors) and `moe` holds the block instead.
   LinearWeight gate_proj, up_proj, down_proj;
@@ -124,17 +149,26 @@ struct LayerWeights {
   TensorView k_scale, v_scale;
 };
 
-// Every linear of layer L present, with its role, in this fixed order: q, k, v, o; then a dense layer's
+// Every linear of layer L present, with its role, in this fixed order: q, k, v, o (a Gated DeltaNet layer:
+// in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj instead); then a dense layer's
 // gate, up, down, or a sparse layer's router, every expert's gate, up, down (expert 0 first) and, with a
 // shared expert, its gate, up, down and the shared-expert gate. The one enumeration of a layer's linears:
 // the loader's checks, the summary, the shard check and the oracle's decode walk it. `fn(const
 // LinearWeight&, LinearRole)`.
 template <typename Fn>
 void ForEachLinear(const LayerWeights& L, Fn&& fn) {
-  fn(L.q_proj, LinearRole::kQ);
-  fn(L.k_proj, LinearRole::kK);
-  fn(L.v_proj, LinearRole::kV);
-  fn(L.o_proj, LinearRole::kO);
+  if (L.linear_attention) {
+    fn(L.delta_net.in_proj_qkv, LinearRole::kDeltaQkv);
+    fn(L.delta_net.in_proj_z, LinearRole::kDeltaZ);
+    fn(L.delta_net.in_proj_b, LinearRole::kDeltaB);
+    fn(L.delta_net.in_proj_a, LinearRole::kDeltaA);
+    fn(L.delta_net.out_proj, LinearRole::kDeltaOut);
+  } else {
+    fn(L.q_proj, LinearRole::kQ);
+    fn(L.k_proj, LinearRole::kK);
+    fn(L.v_proj, LinearRole::kV);
+    fn(L.o_proj, LinearRole::kO);
+  }
   if (!L.sparse) {
     fn(L.gate_proj, LinearRole::kGate);
     fn(L.up_proj, LinearRole::kUp);

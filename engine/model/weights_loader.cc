@@ -569,13 +569,53 @@ absl::Status ModelWeightsLoader::CheckLeftovers() const {
       "checkpoint holds tensors the model does not use (unsupported feature?): ", absl::StrJoin(left, ", ")));
 }
 
+absl::Status ModelWeightsLoader::LoadAttention(const std::string& p, const AttentionPlan& plan,
+                                               LayerWeights* out) {
+  const ModelConfig& c = m_->config_;
+  const TensorNames& n = *names_;
+  // Qwen3.5's output gate doubles q_proj: [q_h | gate_h] per head.
+  const int64_t q_out = c.num_heads * c.head_dim * (plan.output_gate ? 2 : 1);
+  const int64_t kv_out = c.num_kv_heads * c.head_dim;
+  LayerWeights& L = *out;
+  const bool b = plan.qkv_bias;
+  if (n.qkv_proj != nullptr) {  // fused (Phi-3): no family with one has a q/k/v bias
+    SCORED_RETURN_IF_ERROR(
+        LoadFused(p + n.qkv_proj, c.hidden_size,
+                  {{q_out, "q", &L.q_proj}, {kv_out, "k", &L.k_proj}, {kv_out, "v", &L.v_proj}}));
+  } else {
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.q_proj, q_out, c.hidden_size, b, &L.q_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.k_proj, kv_out, c.hidden_size, b, &L.k_proj));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.v_proj, kv_out, c.hidden_size, b, &L.v_proj));
+  }
+  SCORED_RETURN_IF_ERROR(
+      LoadLinear(p + n.o_proj, c.hidden_size, c.num_heads * c.head_dim, plan.o_bias, &L.o_proj));
+  return absl::OkStatus();
+}
+
+absl::Status ModelWeightsLoader::LoadDeltaNet(const std::string& p, const DeltaNetPlan& plan,
+                                              DeltaNetWeights* out) {
+  const ModelConfig& c = m_->config_;
+  const LinearAttentionTraits& t = c.family->linear_attention;
+  const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
+  const int64_t h = c.hidden_size, conv = plan.conv_dim(), vd = plan.value_dim(), vh = plan.num_v_heads;
+  SCORED_RETURN_IF_ERROR(LoadLinear(p + t.in_proj_qkv, conv, h, false, &out->in_proj_qkv));
+  SCORED_RETURN_IF_ERROR(LoadLinear(p + t.in_proj_z, vd, h, false, &out->in_proj_z));
+  SCORED_RETURN_IF_ERROR(LoadLinear(p + t.in_proj_b, vh, h, false, &out->in_proj_b));
+  SCORED_RETURN_IF_ERROR(LoadLinear(p + t.in_proj_a, vh, h, false, &out->in_proj_a));
+  SCORED_RETURN_IF_ERROR(LoadLinear(p + t.out_proj, h, vd, false, &out->out_proj));
+  // Never quantized: a stored dtype other than F32 / F16 / BF16 is refused naming the tensor.
+  SCORED_ASSIGN_OR_RETURN(out->conv1d, TakeChecked(p + t.conv1d, {conv, 1, plan.conv_kernel}, kFloat));
+  SCORED_ASSIGN_OR_RETURN(out->a_log, TakeChecked(p + t.a_log, {vh}, kFloat));
+  SCORED_ASSIGN_OR_RETURN(out->dt_bias, TakeChecked(p + t.dt_bias, {vh}, kFloat));
+  SCORED_ASSIGN_OR_RETURN(out->norm, TakeChecked(p + t.norm, {plan.v_head_dim}, kFloat));
+  return absl::OkStatus();
+}
+
 absl::Status ModelWeightsLoader::LoadLayer(int64_t l, LayerWeights* out) {
   const ModelConfig& c = m_->config_;
   const LayerPlan& plan = m_->plan_.layers[static_cast<size_t>(l)];
   const TensorNames& n = *names_;
   const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
-  const int64_t q_out = c.num_heads * c.head_dim;
-  const int64_t kv_out = c.num_kv_heads * c.head_dim;
   LayerWeights& L = *out;
   const std::string p = absl::StrCat(n.layer_prefix, l, ".");
   SCORED_ASSIGN_OR_RETURN(L.input_layernorm, TakeChecked(p + n.input_layernorm, {c.hidden_size}, kFloat));
@@ -591,17 +631,12 @@ absl::Status ModelWeightsLoader::LoadLayer(int64_t l, LayerWeights* out) {
     SCORED_ASSIGN_OR_RETURN(L.q_norm, TakeChecked(p + n.q_norm, {c.head_dim}, kFloat));
     SCORED_ASSIGN_OR_RETURN(L.k_norm, TakeChecked(p + n.k_norm, {c.head_dim}, kFloat));
   }
-  const bool b = plan.attention.qkv_bias;
-  if (n.qkv_proj != nullptr) {  // fused (Phi-3): no family with one has a q/k/v bias
-    SCORED_RETURN_IF_ERROR(
-        LoadFused(p + n.qkv_proj, c.hidden_size,
-                  {{q_out, "q", &L.q_proj}, {kv_out, "k", &L.k_proj}, {kv_out, "v", &L.v_proj}}));
+  L.linear_attention = plan.delta_net_mixer();
+  if (L.linear_attention) {
+    SCORED_RETURN_IF_ERROR(LoadDeltaNet(p, plan.delta_net, &L.delta_net));
   } else {
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.q_proj, q_out, c.hidden_size, b, &L.q_proj));
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.k_proj, kv_out, c.hidden_size, b, &L.k_proj));
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.v_proj, kv_out, c.hidden_size, b, &L.v_proj));
+    SCORED_RETURN_IF_ERROR(LoadAttention(p, plan.attention, &L));
   }
-  SCORED_RETURN_IF_ERROR(LoadLinear(p + n.o_proj, c.hidden_size, q_out, plan.attention.o_bias, &L.o_proj));
   L.sparse = plan.experts();
   const int64_t inter = plan.channel_mixer.intermediate_size;
   if (L.sparse) {
@@ -615,6 +650,7 @@ absl::Status ModelWeightsLoader::LoadLayer(int64_t l, LayerWeights* out) {
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.up_proj, inter, c.hidden_size, false, &L.up_proj));
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.down_proj, c.hidden_size, inter, false, &L.down_proj));
   }
+  if (L.linear_attention) return absl::OkStatus();  // no K / V cache in a DeltaNet layer
   if (m_->kv_cache_fp8_ && toolkit_.has_value()) {  // ModelOpt's names (toolkit_quant.h)
     std::vector<std::string> used;
     SCORED_RETURN_IF_ERROR(LoadModelOptKvScales(*m_->store_, p + "self_attn", &L.k_scale, &L.v_scale, &used,

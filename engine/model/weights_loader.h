@@ -52,6 +52,10 @@ class ModelWeightsLoader {
   absl::Status LoadLayer(int64_t l, LayerWeights* out);
   // The mixture-of-experts block of sparse layer `prefix` ("model.layers.<l>.").
   absl::Status LoadMoe(const std::string& prefix, const ExpertsPlan& plan, MoeWeights* moe);
+  // An attention layer's q / k / v / o (and q / k norms) under `prefix`.
+  absl::Status LoadAttention(const std::string& prefix, const AttentionPlan& plan, LayerWeights* out);
+  // A Gated DeltaNet layer's tensors under `prefix` (family.h LinearAttentionTraits' names).
+  absl::Status LoadDeltaNet(const std::string& prefix, const DeltaNetPlan& plan, DeltaNetWeights* out);
   absl::Status LoadRouter(const std::string& module, LinearWeight* w);
   // Experts stored fused: kDense views into the two tensors (MoeWeights).
   absl::Status LoadFusedExperts(const std::string& experts, MoeWeights* moe);

@@ -83,8 +83,11 @@ void ModelWeightsLoader::Summarize() {
       labels[FormatLabel(w)]++;
       w4a4 = w4a4 || w.w4a4_run_weight_only;
     });
-    for (const TensorView* t : {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm,
-                                &L.pre_feedforward_layernorm, &L.post_feedforward_layernorm}) {
+    // (and a Gated DeltaNet layer's conv1d, A_log, dt_bias and output norm, counted with the norms)
+    for (const TensorView* t :
+         {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm, &L.pre_feedforward_layernorm,
+          &L.post_feedforward_layernorm, &L.delta_net.conv1d, &L.delta_net.a_log, &L.delta_net.dt_bias,
+          &L.delta_net.norm}) {
       if (!t->present()) continue;
       norm_params += t->NumElements();
       resident += t->nbytes;

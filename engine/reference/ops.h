@@ -43,6 +43,37 @@ void Rope(float* x,                  // [num_tokens, num_heads, head_dim]
           int64_t num_tokens, int64_t num_heads, int64_t head_dim, int64_t rotary_dim = 0,
           float attention_scaling = 1.0f, bool interleaved = false);
 
+// Qwen3.5's Gated DeltaNet (engine/model/family.h LinearAttentionTraits).
+// Causal depthwise conv1d then SiLU: out[t, c] = silu(sum_{j < kernel} weight[c, j] x[t - kernel + 1 + j,
+// c]), x before the first token zero (transformers' causal_conv1d_fn, no bias). out must not alias x.
+void CausalConv1dSilu(const float* x,       // [num_tokens, channels]
+                      const float* weight,  // [channels, kernel]
+                      int64_t num_tokens, int64_t channels, int64_t kernel,
+                      float* out);  // [num_tokens, channels]
+
+// x[r, :] *= 1 / sqrt(sum_i x[r, i]^2 + eps) in place (transformers' l2norm, eps 1e-6: a sum, not a mean).
+void L2NormRows(float* x, int64_t rows, int64_t dim, double eps);
+
+// The gated delta rule of one sequence: per v head h (reading k head h / (num_v_heads / num_k_heads)), the
+// state S [k_dim, v_dim] starts at 0 and for each token t: S = exp(g[t, h]) S; S += k_t (beta[t, h] (v_t -
+// S^T k_t))^T; out_t = S^T q_t. q and k as given (already normalized and scaled); state and sums in double.
+void GatedDeltaRule(const float* q,     // [num_tokens, num_k_heads, k_dim]
+                    const float* k,     // [num_tokens, num_k_heads, k_dim]
+                    const float* v,     // [num_tokens, num_v_heads, v_dim]
+                    const float* g,     // [num_tokens, num_v_heads], the log decay (<= 0)
+                    const float* beta,  // [num_tokens, num_v_heads]
+                    int64_t num_tokens, int64_t num_k_heads, int64_t num_v_heads, int64_t k_dim,
+                    int64_t v_dim,
+                    float* out);  // [num_tokens, num_v_heads, v_dim]
+
+// out[r, i] = weight[i] * (x[r, i] / sqrt(mean_i x[r, :]^2 + eps)) * silu(z[r, i]) (Qwen3_5RMSNormGated: a
+// plain weight, the gate's SiLU after the norm). out may alias x.
+void GatedRmsNorm(const float* x,       // [rows, dim]
+                  const float* z,       // [rows, dim]
+                  const float* weight,  // [dim]
+                  int64_t rows, int64_t dim, double eps,
+                  float* out);  // [rows, dim]
+
 // Per-model attention variants (all default: plain causal attention with scale 1/sqrt(head_dim)).
 struct AttentionOptions {
   double scale = 0.0;    // > 0: the score scale (Gemma: query_pre_attn_scalar^-0.5); 0: 1/sqrt(head_dim)

@@ -9,6 +9,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -83,7 +84,15 @@ struct DenseLayer {
   // sandwich_norms (Gemma) only, [hidden_size]: around the MLP (post_attention_norm then normalizes the
   // attention output). Gemma's norms are stored here as fp32(1 + weight) (OffsetNormWeight).
   std::vector<float> pre_ff_norm, post_ff_norm;
-  DenseLinear q, k, v, o;
+  DenseLinear q, k, v, o;  // attention layers (q: [q_h | gate_h] per head under AttentionPlan::output_gate)
+  // Gated DeltaNet layers (LayerPlan::delta_net_mixer) instead of q / k / v / o.
+  struct DeltaNet {
+    DenseLinear in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj;
+    std::vector<float> conv1d;   // [conv_dim, kernel]
+    std::vector<float> neg_a;    // -exp(A_log) in fp32 [num_v_heads]
+    std::vector<float> dt_bias;  // [num_v_heads]
+    std::vector<float> norm;     // [v_head_dim]
+  } delta_net;
   DenseLinear gate, up, down;  // dense layers
   DenseMoe moe;                // LayerPlan::experts(): instead of gate/up/down
   // FP8 KV cache (kv_cache_scheme, applied): K after RoPE and V quantize-dequantized with these; 0 = off.
@@ -227,6 +236,9 @@ class ReferenceEngine : public Engine {
                std::vector<float>* hidden) const;  // [n, hidden_size]
   // s->delta = o_proj(attention(q, k, v)) of s->normed (n positions), as the layer's attention plan says.
   void AttentionBlock(const AttentionPlan& plan, const DenseLayer& layer, int64_t n, Scratch* s) const;
+  // s->delta = out_proj(gated_norm(delta_rule(conv(in_proj_qkv(s->normed))), in_proj_z(s->normed))): the
+  // Gated DeltaNet of family.h's LinearAttentionTraits.
+  void DeltaNetBlock(const DeltaNetPlan& plan, const DenseLayer& layer, int64_t n, Scratch* s) const;
   // s->delta = down(act(gate(s->normed)) * up(s->normed)), act per the plan (SwiGLU / GeGLU).
   void GluMlp(const ChannelMixerPlan& plan, const DenseLayer& layer, int64_t n, Scratch* s) const;
   ScoreResult ScoreSequence(const ScoreRequest& request) const;
@@ -357,11 +369,41 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
       ref::OffsetNormWeight(w->data(), static_cast<int64_t>(w->size()));
     }
   }
-  const bool bias = plan.attention.qkv_bias;
-  SCORED_ASSIGN_OR_RETURN(layer.q, Decode(lw.q_proj, bias, pool));
-  SCORED_ASSIGN_OR_RETURN(layer.k, Decode(lw.k_proj, bias, pool));
-  SCORED_ASSIGN_OR_RETURN(layer.v, Decode(lw.v_proj, bias, pool));
-  SCORED_ASSIGN_OR_RETURN(layer.o, Decode(lw.o_proj, plan.attention.o_bias, pool));
+  struct Shape {
+    const DenseLinear* d;
+    int64_t out, in;
+  };
+  std::vector<Shape> shapes;
+  if (plan.delta_net_mixer()) {
+    const DeltaNetPlan& dn = plan.delta_net;
+    DenseLayer::DeltaNet& d = layer.delta_net;
+    SCORED_ASSIGN_OR_RETURN(d.in_proj_qkv, Decode(lw.delta_net.in_proj_qkv, false, pool));
+    SCORED_ASSIGN_OR_RETURN(d.in_proj_z, Decode(lw.delta_net.in_proj_z, false, pool));
+    SCORED_ASSIGN_OR_RETURN(d.in_proj_b, Decode(lw.delta_net.in_proj_b, false, pool));
+    SCORED_ASSIGN_OR_RETURN(d.in_proj_a, Decode(lw.delta_net.in_proj_a, false, pool));
+    SCORED_ASSIGN_OR_RETURN(d.out_proj, Decode(lw.delta_net.out_proj, false, pool));
+    SCORED_ASSIGN_OR_RETURN(d.conv1d, ToFloat(lw.delta_net.conv1d, dn.conv_dim() * dn.conv_kernel));
+    SCORED_ASSIGN_OR_RETURN(d.neg_a, ToFloat(lw.delta_net.a_log, dn.num_v_heads));
+    for (float& a : d.neg_a) a = -std::exp(a);  // transformers: -A_log.float().exp(), in fp32
+    SCORED_ASSIGN_OR_RETURN(d.dt_bias, ToFloat(lw.delta_net.dt_bias, dn.num_v_heads));
+    SCORED_ASSIGN_OR_RETURN(d.norm, ToFloat(lw.delta_net.norm, dn.v_head_dim));
+    shapes = {{&d.in_proj_qkv, dn.conv_dim(), c.hidden_size},
+              {&d.in_proj_z, dn.value_dim(), c.hidden_size},
+              {&d.in_proj_b, dn.num_v_heads, c.hidden_size},
+              {&d.in_proj_a, dn.num_v_heads, c.hidden_size},
+              {&d.out_proj, c.hidden_size, dn.value_dim()}};
+  } else {
+    const bool bias = plan.attention.qkv_bias;
+    SCORED_ASSIGN_OR_RETURN(layer.q, Decode(lw.q_proj, bias, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.k, Decode(lw.k_proj, bias, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.v, Decode(lw.v_proj, bias, pool));
+    SCORED_ASSIGN_OR_RETURN(layer.o, Decode(lw.o_proj, plan.attention.o_bias, pool));
+    const int64_t q_rows = c.num_heads * c.head_dim * (plan.attention.output_gate ? 2 : 1);
+    shapes = {{&layer.q, q_rows, c.hidden_size},
+              {&layer.k, c.num_kv_heads * c.head_dim, c.hidden_size},
+              {&layer.v, c.num_kv_heads * c.head_dim, c.hidden_size},
+              {&layer.o, c.hidden_size, c.num_heads * c.head_dim}};
+  }
   if (plan.experts()) {
     SCORED_RETURN_IF_ERROR(DecodeMoe(plan.channel_mixer.experts, lw.moe, pool, &layer.moe));
   } else {
@@ -373,14 +415,6 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
     SCORED_RETURN_IF_ERROR(TensorToFloat(lw.k_scale, &layer.k_scale, 1));
     SCORED_RETURN_IF_ERROR(TensorToFloat(lw.v_scale, &layer.v_scale, 1));
   }
-  struct Shape {
-    const DenseLinear* d;
-    int64_t out, in;
-  };
-  std::vector<Shape> shapes = {{&layer.q, c.num_heads * c.head_dim, c.hidden_size},
-                               {&layer.k, c.num_kv_heads * c.head_dim, c.hidden_size},
-                               {&layer.v, c.num_kv_heads * c.head_dim, c.hidden_size},
-                               {&layer.o, c.hidden_size, c.num_heads * c.head_dim}};
   auto swiglu = [&](const DenseSwiGlu& mlp, int64_t inter) {
     shapes.push_back({&mlp.gate, inter, c.hidden_size});
     shapes.push_back({&mlp.up, inter, c.hidden_size});
@@ -399,9 +433,11 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
     shapes.push_back({&layer.up, plan.channel_mixer.intermediate_size, c.hidden_size});
     shapes.push_back({&layer.down, c.hidden_size, plan.channel_mixer.intermediate_size});
   }
+  const DenseLayer::DeltaNet& dn = layer.delta_net;
   int64_t floats =
       static_cast<int64_t>(layer.input_norm.size() + layer.post_attention_norm.size() + layer.q_norm.size() +
-                           layer.k_norm.size() + layer.pre_ff_norm.size() + layer.post_ff_norm.size());
+                           layer.k_norm.size() + layer.pre_ff_norm.size() + layer.post_ff_norm.size() +
+                           dn.conv1d.size() + dn.neg_a.size() + dn.dt_bias.size() + dn.norm.size());
   for (const Shape& s : shapes) {
     if (s.d->out_features != s.out || s.d->in_features != s.in) {
       return absl::InvalidArgumentError(absl::StrCat("layer ", l, ": a linear weight is [", s.d->out_features,
@@ -565,9 +601,14 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerPlan& plan = plan_.layers[l];
     const DenseLayer& layer = layers_[l];
-    // Token mixer: x += [post-norm](attention(norm(x))), the post-norm in the sandwich placement only.
+    // Token mixer: x += [post-norm](mixer(norm(x))), attention or a Gated DeltaNet, the post-norm in the
+    // sandwich placement only.
     NormRows(x.data(), layer.input_norm, n, c.hidden_size, s.normed.data());
-    AttentionBlock(plan.attention, layer, n, &s);
+    if (plan.delta_net_mixer()) {
+      DeltaNetBlock(plan.delta_net, layer, n, &s);
+    } else {
+      AttentionBlock(plan.attention, layer, n, &s);
+    }
     if (plan.sandwich())
       NormRows(s.delta.data(), layer.post_attention_norm, n, c.hidden_size, s.delta.data());
     for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += s.delta[i];
@@ -592,7 +633,19 @@ void ReferenceEngine::AttentionBlock(const AttentionPlan& plan, const DenseLayer
   const std::vector<float>& inv_freq = plan.rope == RopeTable::kLocal ? inv_freq_local_
                                        : plan_.LongRopeFor(n)         ? inv_freq_long_
                                                                       : inv_freq_;
-  ApplyLinear(layer.q, s->normed.data(), n, s->q.data());
+  std::vector<float> gate;  // [n, num_heads, head_dim]: the output gate's logits (AttentionPlan::output_gate)
+  if (plan.output_gate) {
+    const int64_t hd = c.head_dim, heads = n * c.num_heads;
+    std::vector<float> q_and_gate(heads * 2 * hd);  // per head [q_h | gate_h]
+    ApplyLinear(layer.q, s->normed.data(), n, q_and_gate.data());
+    gate.resize(heads * hd);
+    for (int64_t r = 0; r < heads; ++r) {
+      std::copy_n(q_and_gate.data() + r * 2 * hd, hd, s->q.data() + r * hd);
+      std::copy_n(q_and_gate.data() + r * 2 * hd + hd, hd, gate.data() + r * hd);
+    }
+  } else {
+    ApplyLinear(layer.q, s->normed.data(), n, s->q.data());
+  }
   ApplyLinear(layer.k, s->normed.data(), n, s->k.data());
   ApplyLinear(layer.v, s->normed.data(), n, s->v.data());
   if (plan.qk_norm) {  // Qwen3, Gemma 3: RMSNorm over head_dim of every head, before RoPE
@@ -614,7 +667,47 @@ void ReferenceEngine::AttentionBlock(const AttentionPlan& plan, const DenseLayer
   options.softcap = plan.softcap;
   ref::CausalAttention(s->q.data(), s->k.data(), s->v.data(), n, c.num_heads, c.num_kv_heads, c.head_dim,
                        s->attn.data(), &pool_, options);
+  for (size_t i = 0; i < gate.size(); ++i) {  // attn * sigmoid(gate), in fp32 as transformers
+    s->attn[i] *= static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gate[i]))));
+  }
   ApplyLinear(layer.o, s->attn.data(), n, s->delta.data());
+}
+
+void ReferenceEngine::DeltaNetBlock(const DeltaNetPlan& plan, const DenseLayer& layer, int64_t n,
+                                    Scratch* s) const {
+  const DenseLayer::DeltaNet& d = layer.delta_net;
+  const int64_t conv = plan.conv_dim(), kd = plan.key_dim(), vd = plan.value_dim(), hv = plan.num_v_heads;
+  std::vector<float> mixed(n * conv), act(n * conv);  // [n, q | k | v]
+  ApplyLinear(d.in_proj_qkv, s->normed.data(), n, mixed.data());
+  ref::CausalConv1dSilu(mixed.data(), d.conv1d.data(), n, conv, plan.conv_kernel, act.data());
+  std::vector<float> q(n * kd), k(n * kd), v(n * vd);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = act.data() + t * conv;
+    std::copy_n(row, kd, q.data() + t * kd);
+    std::copy_n(row + kd, kd, k.data() + t * kd);
+    std::copy_n(row + 2 * kd, vd, v.data() + t * vd);
+  }
+  ref::L2NormRows(q.data(), n * plan.num_k_heads, plan.k_head_dim, 1e-6);
+  ref::L2NormRows(k.data(), n * plan.num_k_heads, plan.k_head_dim, 1e-6);
+  const float q_scale = static_cast<float>(std::sqrt(static_cast<double>(plan.k_head_dim)));
+  for (float& x : q) x /= q_scale;  // transformers: query / dk ** 0.5
+  std::vector<float> z(n * vd), b(n * hv), a(n * hv);
+  ApplyLinear(d.in_proj_z, s->normed.data(), n, z.data());
+  ApplyLinear(d.in_proj_b, s->normed.data(), n, b.data());
+  ApplyLinear(d.in_proj_a, s->normed.data(), n, a.data());
+  for (int64_t i = 0; i < n * hv; ++i) {
+    const int64_t h = i % hv;
+    b[i] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(b[i]))));  // beta = sigmoid(b)
+    const float x = a[i] + d.dt_bias[h];  // g = -exp(A_log) * softplus(a + dt_bias), torch's threshold 20
+    const float softplus = x > 20.0f ? x : static_cast<float>(std::log1p(std::exp(static_cast<double>(x))));
+    a[i] = d.neg_a[h] * softplus;
+  }
+  std::vector<float> o(n * vd);  // [n, num_v_heads, v_head_dim]
+  ref::GatedDeltaRule(q.data(), k.data(), v.data(), a.data(), b.data(), n, plan.num_k_heads, hv,
+                      plan.k_head_dim, plan.v_head_dim, o.data());
+  ref::GatedRmsNorm(o.data(), z.data(), d.norm.data(), n * hv, plan.v_head_dim, config_.rms_norm_eps,
+                    o.data());
+  ApplyLinear(d.out_proj, o.data(), n, s->delta.data());
 }
 
 void ReferenceEngine::GluMlp(const ChannelMixerPlan& plan, const DenseLayer& layer, int64_t n,

@@ -283,6 +283,50 @@ TEST(ConfigTest, BadConfigsFailNamingTheProblem) {
   EXPECT_EQ(LoadModelConfig("/nonexistent-dir").status().code(), absl::StatusCode::kNotFound);
 }
 
+// Qwen3.5 (Qwen3_5TextConfig): layer_types, or every full_attention_interval-th layer full (default 4);
+// partial_rotary_factor 0.25 by default; linear_* dimensions with the class defaults; refusals name the
+// field.
+TEST(ConfigTest, Qwen35LayerTypesAndDeltaNetFields) {
+  const std::string base = R"({"architectures": ["Qwen3_5ForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "head_dim": 32, "vocab_size": 512)";
+  auto c = ParseModelConfig(base + "}", "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->linear_attention_layers,
+            (std::vector<bool>{true, true, true, false, true, true, true, false}));
+  EXPECT_EQ(c->rotary_dim, 8);  // int(32 * 0.25)
+  EXPECT_EQ(c->linear_num_key_heads, 16);
+  EXPECT_EQ(c->linear_num_value_heads, 32);
+  EXPECT_EQ(c->linear_key_head_dim, 128);
+  EXPECT_EQ(c->linear_conv_kernel_dim, 4);
+  EXPECT_TRUE(c->gemma_norm);
+  EXPECT_TRUE(c->attention_output_gate);
+  c = ParseModelConfig(base + R"(, "full_attention_interval": 2, "partial_rotary_factor": 0.5})",
+                       "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->linear_attention_layers,
+            (std::vector<bool>{true, false, true, false, true, false, true, false}));
+  EXPECT_EQ(c->rotary_dim, 16);
+  c = ParseModelConfig(base + R"(, "rope_parameters": {"rope_type": "default", "rope_theta": 1e7,
+      "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10], "mrope_interleaved": true}})",
+                       "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_theta, 1e7);
+  EXPECT_EQ(c->rotary_dim, 8);
+  const BadCase bad[] = {
+      {"type",
+       base + R"(, "num_hidden_layers": 2, "layer_types": ["linear_attention", "sliding_attention"]})",
+       "layer_types[1]"},
+      {"count", base + R"(, "layer_types": ["full_attention"]})", "layer_types"},
+      {"heads", base + R"(, "linear_num_key_heads": 3})", "linear_num_value_heads"},
+  };
+  for (const BadCase& bc : bad) {
+    auto r = ParseModelConfig(bc.json, "bad.json");
+    ASSERT_FALSE(r.ok()) << bc.name;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(bc.expect)) << bc.name;
+  }
+}
+
 // attention_bias: true is LlamaAttention's bias on q, k, v and o_proj (bias=config.attention_bias on all
 // four); Mistral's attention linears have none (bias=False), so there it is refused, naming what is
 // supported.

@@ -392,6 +392,7 @@ std::vector<RealConfig> RealConfigs() {
       {"qwen3 fixture", kFixtures + "/qwen3-w4a16-g128", "", "Qwen3ForCausalLM", false, 0,
        RopeType::kDefault},
       {"Qwen3-0.6B", "", kQwen3_0_6B, "Qwen3ForCausalLM", true, 0, RopeType::kDefault},
+      {"qwen35 fixture", kFixtures + "/qwen35-bf16", "", "Qwen3_5ForCausalLM", false, 0, RopeType::kDefault},
       {"Mistral-7B-v0.1", "", kMistral7BV01, "MistralForCausalLM", false, 4096, RopeType::kDefault},
       {"Mixtral-8x7B-v0.1", "", kMixtral8x7BV01, "MixtralForCausalLM", false, 0, RopeType::kDefault, 8, 2,
        14336, 0, true},
@@ -436,8 +437,8 @@ TEST(FamilyTable, EntriesAreUniqueAndFindable) {
     EXPECT_GT(f->default_max_position_embeddings, 0) << f->architecture;
     EXPECT_NE(f->rope_scalings & RopeTypeBit(RopeType::kDefault), 0u) << f->architecture;
   }
-  EXPECT_EQ(n,
-            11);  // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3 (x2)
+  // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3 (x2), Qwen3.5
+  EXPECT_EQ(n, 12);
   EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
   EXPECT_EQ(FindFamily(""), nullptr);
 }

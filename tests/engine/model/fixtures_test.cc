@@ -95,7 +95,21 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
   const bool sparsity_only = quantization.value("quant_method", "") == "compressed-tensors" &&
                              !quantization.contains("config_groups");
   for (const LayerWeights& L : w.layers()) {
-    EXPECT_EQ(L.q_proj.out_features, c.num_heads * c.head_dim);
+    if (L.linear_attention) {  // Qwen3.5's Gated DeltaNet layers: no q / k / v / o, every projection
+                               // quantized
+      const DeltaNetWeights& d = L.delta_net;
+      EXPECT_TRUE(L.q_proj.module.empty());
+      EXPECT_EQ(d.in_proj_qkv.out_features, 2 * c.linear_num_key_heads * c.linear_key_head_dim +
+                                                c.linear_num_value_heads * c.linear_value_head_dim);
+      for (const LinearWeight* p : {&d.in_proj_qkv, &d.in_proj_z, &d.in_proj_b, &d.in_proj_a, &d.out_proj}) {
+        EXPECT_NE(p->format, WeightFormat::kDense) << p->module;
+      }
+      EXPECT_TRUE(d.conv1d.present() && d.a_log.present() && d.dt_bias.present() && d.norm.present());
+      EXPECT_EQ(L.down_proj.in_features, c.intermediate_size);
+      continue;
+    }
+    // Qwen3.5's gated attention: q_proj holds [q_h | gate_h] per head.
+    EXPECT_EQ(L.q_proj.out_features, c.num_heads * c.head_dim * (c.attention_output_gate ? 2 : 1));
     EXPECT_EQ(L.k_proj.out_features, c.num_kv_heads * c.head_dim);
     if (L.sparse) {
       ASSERT_EQ(static_cast<int64_t>(L.moe.experts.size()), c.num_experts);
@@ -114,7 +128,8 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
     EXPECT_EQ(L.q_proj.bias.present(), c.model_type == "qwen2" || c.model_type == "qwen2_moe" || llama_bias);
     EXPECT_EQ(L.o_proj.bias.present(), llama_bias);
     EXPECT_EQ(L.q_norm.present(), c.model_type == "qwen3" || c.model_type == "qwen3_moe" ||
-                                      c.model_type == "gemma3_text" || c.model_type == "gemma3");
+                                      c.model_type == "gemma3_text" || c.model_type == "gemma3" ||
+                                      c.model_type == "qwen3_5_text");
   }
   const ModelSummary& s = w.summary();
   // A fixture that keeps some decoder linears dense (stories260k-nvfp4a16's down_proj, 172 inputs: not a

@@ -57,6 +57,34 @@ TEST(LayerPlanTest, QwenBiasAndQkNorm) {
   }
 }
 
+// Qwen3.5: layer_types linear x 3, full; the DeltaNet layers' shape from the linear_* fields; the full
+// layer's gated attention with q / k norms and 25% partial RoPE; (1 + w) norms everywhere.
+TEST(LayerPlanTest, Qwen35DeltaNetLayersAndGatedAttention) {
+  ModelConfig c;
+  const ModelPlan p = PlanOf("qwen35-bf16", &c);
+  ASSERT_EQ(p.layers.size(), 4u);
+  EXPECT_TRUE(p.offset_norms);
+  EXPECT_TRUE(p.any_delta_net());
+  EXPECT_EQ(c.rotary_dim, 8);
+  for (size_t l = 0; l < 3; ++l) {
+    const LayerPlan& lp = p.layers[l];
+    EXPECT_EQ(lp.token_mixer, TokenMixerKind::kGatedDeltaNet) << l;
+    EXPECT_EQ(lp.delta_net.num_k_heads, 2);
+    EXPECT_EQ(lp.delta_net.num_v_heads, 4);
+    EXPECT_EQ(lp.delta_net.k_head_dim, 16);
+    EXPECT_EQ(lp.delta_net.v_head_dim, 16);
+    EXPECT_EQ(lp.delta_net.conv_kernel, 4);
+    EXPECT_EQ(lp.delta_net.conv_dim(), 2 * 32 + 64);
+    EXPECT_EQ(lp.channel_mixer.kind, ChannelMixerKind::kDenseGlu);
+  }
+  const LayerPlan& full = p.layers[3];
+  EXPECT_EQ(full.token_mixer, TokenMixerKind::kAttention);
+  EXPECT_TRUE(full.attention.output_gate);
+  EXPECT_TRUE(full.attention.qk_norm);
+  EXPECT_FALSE(full.attention.qkv_bias);
+  for (const LayerPlan& l : PlanOf("qwen3-w4a16-g128").layers) EXPECT_FALSE(l.attention.output_gate);
+}
+
 TEST(LayerPlanTest, PhiMasksEveryLayerWithItsWindow) {
   for (const LayerPlan& l : PlanOf("phi3-w4a16-g32").layers) EXPECT_EQ(l.attention.window, 48);
 }
