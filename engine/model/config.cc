@@ -527,11 +527,16 @@ absl::Status ParseMoe(const Json& j, const FamilyTraits& family, const std::stri
     return absl::OkStatus();
   }
   SCORED_ASSIGN_OR_RETURN(c.moe_intermediate_size, GetPositive(j, "moe_intermediate_size", source));
-  SCORED_ASSIGN_OR_RETURN(c.norm_topk_prob, GetBool(j, "norm_topk_prob", source, false));
+  if (policy == MoePolicy::kQwen35Moe) {
+    c.norm_topk_prob = true;
+  } else {
+    SCORED_ASSIGN_OR_RETURN(c.norm_topk_prob, GetBool(j, "norm_topk_prob", source, false));
+  }
   if (family.moe.shared_expert) {
     SCORED_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
                             GetPositive(j, "shared_expert_intermediate_size", source));
   }
+  if (policy == MoePolicy::kQwen35Moe) return absl::OkStatus();  // every layer sparse
   SCORED_ASSIGN_OR_RETURN(int64_t step, GetPositive(j, "decoder_sparse_step", source, 1));
   std::vector<bool> mlp_only(static_cast<size_t>(c.num_layers), false);
   if (const Json* list = Find(j, "mlp_only_layers")) {

@@ -56,6 +56,20 @@ constexpr char kQwen35TextDefaults[] =
         "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
         "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32})";
 
+// Qwen3_5MoeTextConfig's defaults. It has no intermediate_size: every layer is sparse, so the dense MLP width
+// ParseModelConfig reads is never used (1 here).
+constexpr char kQwen35MoeTextDefaults[] =
+    R"({"vocab_size": 248320, "hidden_size": 2048, "intermediate_size": 1, "num_hidden_layers": 40,
+        "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "rms_norm_eps": 1e-6,
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 32, "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512, "num_experts_per_tok": 8, "num_experts": 256})";
+
+// Qwen3.5's multi-token-prediction layers (`mtp.*`) are not part of the scored forward; the vision-language
+// checkpoints' vision tower neither.
+constexpr TextOnlyTraits kQwen35TextOnly = {false, nullptr, {"mtp.", nullptr}};
+constexpr TextOnlyTraits kQwen35VlmTextOnly = {true, nullptr, {"model.visual.", "mtp.", nullptr}};
+
 constexpr LinearAttentionTraits kQwen35LinearAttention = {
     true,
     "linear_attn.in_proj_qkv",
@@ -314,11 +328,74 @@ constexpr FamilyTraits kFamilies[] = {
         /*partial_rotary=*/true,
         /*gemma=*/kNotGemma,
         /*config_defaults=*/kQwen35TextDefaults,
-        /*text_only=*/kNotTextOnly,
+        /*text_only=*/kQwen35TextOnly,
         /*tensor_parallel=*/false,
         /*names=*/kLlamaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
+        /*linear_attention=*/kQwen35LinearAttention,
+    },
+    {
+        // The published Qwen3.5 / 3.6 dense checkpoints: the language model of the vision-language class
+        // (text_config; model.language_model.*), the vision tower and the MTP layers not read.
+        /*architecture=*/"Qwen3_5ForConditionalGeneration",
+        /*model_type=*/"qwen3_5",
+        /*default_max_position_embeddings=*/32768,
+        /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
+        /*qk_norm=*/true,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault),
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/true,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/kQwen35TextDefaults,
+        /*text_only=*/kQwen35VlmTextOnly,
+        /*tensor_parallel=*/false,
+        /*names=*/kQwen35VlmTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
+        /*linear_attention=*/kQwen35LinearAttention,
+    },
+    {
+        // Qwen3.5 / 3.6 MoE text (Qwen3_5MoeForCausalLM): the same layers, every MLP a mixture of experts
+        // with a gated shared expert (MoePolicy::kQwen35Moe).
+        /*architecture=*/"Qwen3_5MoeForCausalLM",
+        /*model_type=*/"qwen3_5_moe_text",
+        /*default_max_position_embeddings=*/32768,
+        /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
+        /*qk_norm=*/true,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault),
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/true,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/kQwen35MoeTextDefaults,
+        /*text_only=*/kQwen35TextOnly,
+        /*tensor_parallel=*/false,
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kQwen35Moe, /*shared_expert=*/true, kQwenMoeNames},
+        /*linear_attention=*/kQwen35LinearAttention,
+    },
+    {
+        // The published Qwen3.5 / 3.6 MoE checkpoints (Qwen3.6-35B-A3B, ...): the language model of the
+        // vision-language class, as Qwen3_5ForConditionalGeneration.
+        /*architecture=*/"Qwen3_5MoeForConditionalGeneration",
+        /*model_type=*/"qwen3_5_moe",
+        /*default_max_position_embeddings=*/32768,
+        /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
+        /*qk_norm=*/true,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault),
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/true,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/kQwen35MoeTextDefaults,
+        /*text_only=*/kQwen35VlmTextOnly,
+        /*tensor_parallel=*/false,
+        /*names=*/kQwen35VlmTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kQwen35Moe, /*shared_expert=*/true, kQwenMoeNames},
         /*linear_attention=*/kQwen35LinearAttention,
     },
 };

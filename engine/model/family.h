@@ -98,6 +98,11 @@ enum class MoePolicy {
   // intermediate_size (Qwen2-MoE, Qwen3-MoE). shared_expert adds Qwen2-MoE's shared expert (a SwiGLU MLP of
   // shared_expert_intermediate_size) scaled by sigmoid(shared_expert_gate(x)).
   kQwenMoe,
+  // Qwen3.5 / 3.6 MoE (Qwen3_5MoeSparseMoeBlock): every layer a mixture of `num_experts` experts of
+  // moe_intermediate_size, the top k always renormalized (Qwen3_5MoeTopKRouter has no norm_topk_prob), plus
+  // the
+  // gated shared expert.
+  kQwen35Moe,
 };
 
 // Per-layer tensor names of a mixture-of-experts block, relative to layer_prefix + "<layer index>.".
@@ -237,6 +242,29 @@ inline constexpr TensorNames kGemma3VlmTensorNames = {
     /*gate_up_proj=*/nullptr,
     /*pre_feedforward_layernorm=*/"pre_feedforward_layernorm.weight",
     /*post_feedforward_layernorm=*/"post_feedforward_layernorm.weight",
+};
+// Qwen3.5's vision-language checkpoints (Qwen3_5ForConditionalGeneration,
+// Qwen3_5MoeForConditionalGeneration): the language model under model.language_model.
+inline constexpr TensorNames kQwen35VlmTensorNames = {
+    "model.language_model.embed_tokens.weight",
+    "model.language_model.norm.weight",
+    "lm_head",
+    "model.language_model.layers.",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    /*qkv_proj=*/nullptr,
+    /*gate_up_proj=*/nullptr,
+    /*pre_feedforward_layernorm=*/nullptr,
+    /*post_feedforward_layernorm=*/nullptr,
 };
 inline constexpr TensorNames kGemma3VlmV4TensorNames = {
     "language_model.model.embed_tokens.weight",

@@ -153,12 +153,20 @@ void ModelWeightsLoader::Summarize() {
   if (quant_.has_value() || toolkit_.has_value()) {
     notes.push_back(absl::StrCat("lm_head ", FormatLabel(head), c.tie_word_embeddings ? " (tied)" : ""));
   }
-  if (c.family != nullptr && c.family->text_only.enabled) {
-    int64_t ignored = 0;
+  int64_t ignored = 0;
+  if (c.family != nullptr) {
     for (const std::string& name : m_->store_->Names()) ignored += IgnoredTower(name) ? 1 : 0;
+  }
+  if (c.family != nullptr && c.family->text_only.enabled) {
     notes.push_back(absl::StrCat("text only: ", c.architecture,
                                  "'s language model is scored; the vision tower (", ignored,
                                  " tensors) is not loaded"));
+  } else if (ignored > 0) {  // Qwen3.5's multi-token-prediction layers
+    std::vector<std::string> prefixes;
+    for (const char* const* p = c.family->text_only.ignored_prefixes; *p != nullptr; ++p)
+      prefixes.push_back(*p);
+    notes.push_back(absl::StrCat(ignored, " tensors not part of the scored forward (",
+                                 absl::StrJoin(prefixes, ", "), "*) are not loaded"));
   }
   s.notes = absl::StrJoin(notes, "; ");
 }

@@ -380,6 +380,24 @@ struct RealConfig {
   int64_t dense_layer = -1;  // a layer mlp_only_layers makes dense
 };
 
+// A Qwen3.6-35B-A3B-shaped vision-language MoE config as the hub writes it (text_config; its vision_config
+// cut to what the parse ignores), with the fields the family reads.
+const char kQwen36MoeVlm[] = R"({
+  "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+  "image_token_id": 248056, "tie_word_embeddings": false,
+  "text_config": {
+    "model_type": "qwen3_5_moe_text", "hidden_size": 2048, "num_hidden_layers": 40, "num_attention_heads": 16,
+    "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 248320, "max_position_embeddings": 262144,
+    "rms_norm_eps": 1e-06, "hidden_act": "silu", "attention_bias": false, "full_attention_interval": 4,
+    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32, "linear_value_head_dim": 128, "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512, "num_experts": 256, "num_experts_per_tok": 8,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+                        "mrope_section": [11, 11, 10], "mrope_interleaved": true}
+  },
+  "vision_config": {"model_type": "qwen3_5_moe", "depth": 27, "hidden_size": 1152}
+})";
+
 std::vector<RealConfig> RealConfigs() {
   return {
       {"llama-2-7b-hf", kConfigs + "/llama-2-7b-hf", "", "LlamaForCausalLM", false, 0, RopeType::kDefault},
@@ -393,6 +411,12 @@ std::vector<RealConfig> RealConfigs() {
        RopeType::kDefault},
       {"Qwen3-0.6B", "", kQwen3_0_6B, "Qwen3ForCausalLM", true, 0, RopeType::kDefault},
       {"qwen35 fixture", kFixtures + "/qwen35-bf16", "", "Qwen3_5ForCausalLM", false, 0, RopeType::kDefault},
+      {"qwen35 vlm fixture", kFixtures + "/qwen35-vlm-bf16", "", "Qwen3_5ForConditionalGeneration", false, 0,
+       RopeType::kDefault},
+      {"qwen35 moe fixture", kFixtures + "/qwen35-moe-trained-bf16", "", "Qwen3_5MoeForCausalLM", false, 0,
+       RopeType::kDefault, 8, 2, 32, 32, true},
+      {"qwen35 moe vlm", "", kQwen36MoeVlm, "Qwen3_5MoeForConditionalGeneration", false, 0,
+       RopeType::kDefault, 256, 8, 512, 512, true},
       {"Mistral-7B-v0.1", "", kMistral7BV01, "MistralForCausalLM", false, 4096, RopeType::kDefault},
       {"Mixtral-8x7B-v0.1", "", kMixtral8x7BV01, "MixtralForCausalLM", false, 0, RopeType::kDefault, 8, 2,
        14336, 0, true},
@@ -437,8 +461,9 @@ TEST(FamilyTable, EntriesAreUniqueAndFindable) {
     EXPECT_GT(f->default_max_position_embeddings, 0) << f->architecture;
     EXPECT_NE(f->rope_scalings & RopeTypeBit(RopeType::kDefault), 0u) << f->architecture;
   }
-  // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3 (x2), Qwen3.5
-  EXPECT_EQ(n, 12);
+  // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3 (x2), Qwen3.5 (x2),
+  // Qwen3.5-MoE (x2)
+  EXPECT_EQ(n, 15);
   EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
   EXPECT_EQ(FindFamily(""), nullptr);
 }
@@ -519,7 +544,9 @@ TEST(FamilyTraits, DefaultsFlowIntoModelConfig) {
                                      f->attention_bias == AttentionBiasPolicy::kQkvBiasField);
     EXPECT_FALSE(c->o_proj_bias);
     EXPECT_EQ(c->sliding_window, 0);
-    EXPECT_EQ(c->norm_topk_prob, f->moe.policy == MoePolicy::kMixtral);  // Qwen: false unless the config says
+    // Qwen: false unless the config says; Mixtral and Qwen3.5-MoE always renormalize.
+    EXPECT_EQ(c->norm_topk_prob,
+              f->moe.policy == MoePolicy::kMixtral || f->moe.policy == MoePolicy::kQwen35Moe);
     // A model_type of another family is refused.
     const std::string other = std::string(f->model_type) == "llama" ? "qwen2" : "llama";
     EXPECT_THAT(ParseModelConfig(MinimalConfig(*f, absl::StrCat(R"("model_type": ")", other, R"(")")), "mem")
