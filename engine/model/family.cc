@@ -81,7 +81,33 @@ constexpr LinearAttentionTraits kQwen35LinearAttention = {
     "linear_attn.A_log",
     "linear_attn.dt_bias",
     "linear_attn.norm.weight",
+    /*in_proj_qkvz=*/nullptr,
+    /*in_proj_ba=*/nullptr,
 };
+
+constexpr LinearAttentionTraits kQwen3NextLinearAttention = {
+    true,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    "linear_attn.out_proj",
+    "linear_attn.conv1d.weight",
+    "linear_attn.A_log",
+    "linear_attn.dt_bias",
+    "linear_attn.norm.weight",
+    "linear_attn.in_proj_qkvz",
+    "linear_attn.in_proj_ba",
+};
+
+// Qwen3NextConfig's defaults (norm_topk_prob true, unlike Qwen2 / Qwen3-MoE's false).
+constexpr char kQwen3NextDefaults[] =
+    R"({"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 48,
+        "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "rms_norm_eps": 1e-6,
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 32, "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512, "num_experts_per_tok": 10, "num_experts": 512,
+        "norm_topk_prob": true})";
 
 // One entry per supported architecture. The defaults are the transformers config classes' defaults.
 constexpr FamilyTraits kFamilies[] = {
@@ -397,6 +423,27 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kQwen35Moe, /*shared_expert=*/true, kQwenMoeNames},
         /*linear_attention=*/kQwen35LinearAttention,
+    },
+    {
+        // Qwen3-Next (Qwen3NextForCausalLM): Qwen3.5's layers with the fused, per-k-head grouped DeltaNet
+        // projections, and Qwen2-MoE's block (norm_topk_prob, decoder_sparse_step, mlp_only_layers).
+        /*architecture=*/"Qwen3NextForCausalLM",
+        /*model_type=*/"qwen3_next",
+        /*default_max_position_embeddings=*/32768,
+        /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
+        /*qk_norm=*/true,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault),
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/true,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/kQwen3NextDefaults,
+        /*text_only=*/kQwen35TextOnly,
+        /*tensor_parallel=*/false,
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/true, kQwenMoeNames},
+        /*linear_attention=*/kQwen3NextLinearAttention,
     },
 };
 

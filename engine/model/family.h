@@ -348,9 +348,15 @@ struct LinearAttentionTraits {
   const char* a_log;        // tensor [v_heads]
   const char* dt_bias;      // tensor [v_heads]
   const char* norm;         // tensor [dv]
+  // Qwen3-Next's fused projections instead of the four above (nullptr: none), their rows grouped per k head g
+  // (Qwen3NextGatedDeltaNet.fix_query_key_value_ordering), r = v_heads / k_heads:
+  //   in_proj_qkvz [k_heads (2 dk + 2 r dv), hidden]: per g, q_g (dk), k_g (dk), v of its r v heads, z of
+  //   them in_proj_ba   [k_heads 2 r, hidden]:             per g, b of its r v heads, a of them
+  const char* in_proj_qkvz;
+  const char* in_proj_ba;
 };
-inline constexpr LinearAttentionTraits kNoLinearAttention = {false,   nullptr, nullptr, nullptr, nullptr,
-                                                             nullptr, nullptr, nullptr, nullptr, nullptr};
+inline constexpr LinearAttentionTraits kNoLinearAttention = {
+    false, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
 
 struct FamilyTraits {
   const char* architecture;  // config.json "architectures"[0], e.g. "LlamaForCausalLM"

@@ -44,7 +44,8 @@ enum class LinearRole {
   kSharedUp,
   kSharedDown,
   kSharedExpertGate,
-  // Gated DeltaNet layers (LayerWeights::delta_net): in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj.
+  // Gated DeltaNet layers (LayerWeights::delta_net): in_proj_qkv (Qwen3-Next: in_proj_qkvz), in_proj_z,
+  // in_proj_b (in_proj_ba), in_proj_a, out_proj.
   kDeltaQkv,
   kDeltaZ,
   kDeltaB,
@@ -115,11 +116,16 @@ struct MoeWeights {
 
 // A Gated DeltaNet layer's tensors (family.h LinearAttentionTraits, shapes from DeltaNetPlan).
 struct DeltaNetWeights {
-  LinearWeight in_proj_qkv;  // [conv_dim, hidden]
-  LinearWeight in_proj_z;    // [value_dim, hidden]
-  LinearWeight in_proj_b;    // [num_v_heads, hidden]
-  LinearWeight in_proj_a;    // [num_v_heads, hidden]
-  LinearWeight out_proj;     // [hidden, value_dim]
+  // Qwen3.5: four projections. Qwen3-Next (fused): in_proj_qkvz / in_proj_ba instead, rows grouped per k head
+  // (family.h LinearAttentionTraits), the other four empty (module "", no tensors).
+  bool fused = false;
+  LinearWeight in_proj_qkv;   // [conv_dim, hidden]
+  LinearWeight in_proj_z;     // [value_dim, hidden]
+  LinearWeight in_proj_b;     // [num_v_heads, hidden]
+  LinearWeight in_proj_a;     // [num_v_heads, hidden]
+  LinearWeight in_proj_qkvz;  // fused: [conv_dim + value_dim, hidden]
+  LinearWeight in_proj_ba;    // fused: [2 num_v_heads, hidden]
+  LinearWeight out_proj;      // [hidden, value_dim]
   // Never quantized (a checkpoint storing them otherwise is refused, naming the tensor): F32 / F16 / BF16.
   TensorView conv1d;   // [conv_dim, 1, conv_kernel]
   TensorView a_log;    // [num_v_heads]
@@ -157,7 +163,11 @@ struct LayerWeights {
 // LinearWeight&, LinearRole)`.
 template <typename Fn>
 void ForEachLinear(const LayerWeights& L, Fn&& fn) {
-  if (L.linear_attention) {
+  if (L.linear_attention && L.delta_net.fused) {
+    fn(L.delta_net.in_proj_qkvz, LinearRole::kDeltaQkv);
+    fn(L.delta_net.in_proj_ba, LinearRole::kDeltaB);
+    fn(L.delta_net.out_proj, LinearRole::kDeltaOut);
+  } else if (L.linear_attention) {
     fn(L.delta_net.in_proj_qkv, LinearRole::kDeltaQkv);
     fn(L.delta_net.in_proj_z, LinearRole::kDeltaZ);
     fn(L.delta_net.in_proj_b, LinearRole::kDeltaB);

@@ -598,10 +598,16 @@ absl::Status ModelWeightsLoader::LoadDeltaNet(const std::string& p, const DeltaN
   const LinearAttentionTraits& t = c.family->linear_attention;
   const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
   const int64_t h = c.hidden_size, conv = plan.conv_dim(), vd = plan.value_dim(), vh = plan.num_v_heads;
-  SCORED_RETURN_IF_ERROR(LoadLinear(p + t.in_proj_qkv, conv, h, false, &out->in_proj_qkv));
-  SCORED_RETURN_IF_ERROR(LoadLinear(p + t.in_proj_z, vd, h, false, &out->in_proj_z));
-  SCORED_RETURN_IF_ERROR(LoadLinear(p + t.in_proj_b, vh, h, false, &out->in_proj_b));
-  SCORED_RETURN_IF_ERROR(LoadLinear(p + t.in_proj_a, vh, h, false, &out->in_proj_a));
+  out->fused = t.in_proj_qkvz != nullptr;
+  if (out->fused) {  // Qwen3-Next: the rows grouped per k head, reordered by the blocks after the product
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + t.in_proj_qkvz, conv + vd, h, false, &out->in_proj_qkvz));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + t.in_proj_ba, 2 * vh, h, false, &out->in_proj_ba));
+  } else {
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + t.in_proj_qkv, conv, h, false, &out->in_proj_qkv));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + t.in_proj_z, vd, h, false, &out->in_proj_z));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + t.in_proj_b, vh, h, false, &out->in_proj_b));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + t.in_proj_a, vh, h, false, &out->in_proj_a));
+  }
   SCORED_RETURN_IF_ERROR(LoadLinear(p + t.out_proj, h, vd, false, &out->out_proj));
   // Never quantized: a stored dtype other than F32 / F16 / BF16 is refused naming the tensor.
   SCORED_ASSIGN_OR_RETURN(out->conv1d, TakeChecked(p + t.conv1d, {conv, 1, plan.conv_kernel}, kFloat));

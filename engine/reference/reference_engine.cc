@@ -87,7 +87,8 @@ struct DenseLayer {
   DenseLinear q, k, v, o;  // attention layers (q: [q_h | gate_h] per head under AttentionPlan::output_gate)
   // Gated DeltaNet layers (LayerPlan::delta_net_mixer) instead of q / k / v / o.
   struct DeltaNet {
-    DenseLinear in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj;
+    bool fused = false;  // Qwen3-Next: in_proj_qkvz / in_proj_ba, rows grouped per k head
+    DenseLinear in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, in_proj_qkvz, in_proj_ba, out_proj;
     std::vector<float> conv1d;   // [conv_dim, kernel]
     std::vector<float> neg_a;    // -exp(A_log) in fp32 [num_v_heads]
     std::vector<float> dt_bias;  // [num_v_heads]
@@ -239,6 +240,10 @@ class ReferenceEngine : public Engine {
   // s->delta = out_proj(gated_norm(delta_rule(conv(in_proj_qkv(s->normed))), in_proj_z(s->normed))): the
   // Gated DeltaNet of family.h's LinearAttentionTraits.
   void DeltaNetBlock(const DeltaNetPlan& plan, const DenseLayer& layer, int64_t n, Scratch* s) const;
+  // Qwen3-Next's in_proj_qkvz / in_proj_ba of s->normed, reordered from their per-k-head groups
+  // (fix_query_key_value_ordering) into mixed [n, q | k | v], z [n, value_dim], b and a [n, num_v_heads].
+  void FusedDeltaNetProjections(const DeltaNetPlan& plan, const DenseLayer::DeltaNet& d, int64_t n,
+                                const Scratch* s, float* mixed, float* z, float* b, float* a) const;
   // s->delta = down(act(gate(s->normed)) * up(s->normed)), act per the plan (SwiGLU / GeGLU).
   void GluMlp(const ChannelMixerPlan& plan, const DenseLayer& layer, int64_t n, Scratch* s) const;
   ScoreResult ScoreSequence(const ScoreRequest& request) const;
@@ -377,21 +382,29 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
   if (plan.delta_net_mixer()) {
     const DeltaNetPlan& dn = plan.delta_net;
     DenseLayer::DeltaNet& d = layer.delta_net;
-    SCORED_ASSIGN_OR_RETURN(d.in_proj_qkv, Decode(lw.delta_net.in_proj_qkv, false, pool));
-    SCORED_ASSIGN_OR_RETURN(d.in_proj_z, Decode(lw.delta_net.in_proj_z, false, pool));
-    SCORED_ASSIGN_OR_RETURN(d.in_proj_b, Decode(lw.delta_net.in_proj_b, false, pool));
-    SCORED_ASSIGN_OR_RETURN(d.in_proj_a, Decode(lw.delta_net.in_proj_a, false, pool));
+    d.fused = lw.delta_net.fused;
+    if (d.fused) {
+      SCORED_ASSIGN_OR_RETURN(d.in_proj_qkvz, Decode(lw.delta_net.in_proj_qkvz, false, pool));
+      SCORED_ASSIGN_OR_RETURN(d.in_proj_ba, Decode(lw.delta_net.in_proj_ba, false, pool));
+      shapes = {{&d.in_proj_qkvz, dn.conv_dim() + dn.value_dim(), c.hidden_size},
+                {&d.in_proj_ba, 2 * dn.num_v_heads, c.hidden_size}};
+    } else {
+      SCORED_ASSIGN_OR_RETURN(d.in_proj_qkv, Decode(lw.delta_net.in_proj_qkv, false, pool));
+      SCORED_ASSIGN_OR_RETURN(d.in_proj_z, Decode(lw.delta_net.in_proj_z, false, pool));
+      SCORED_ASSIGN_OR_RETURN(d.in_proj_b, Decode(lw.delta_net.in_proj_b, false, pool));
+      SCORED_ASSIGN_OR_RETURN(d.in_proj_a, Decode(lw.delta_net.in_proj_a, false, pool));
+      shapes = {{&d.in_proj_qkv, dn.conv_dim(), c.hidden_size},
+                {&d.in_proj_z, dn.value_dim(), c.hidden_size},
+                {&d.in_proj_b, dn.num_v_heads, c.hidden_size},
+                {&d.in_proj_a, dn.num_v_heads, c.hidden_size}};
+    }
     SCORED_ASSIGN_OR_RETURN(d.out_proj, Decode(lw.delta_net.out_proj, false, pool));
+    shapes.push_back({&d.out_proj, c.hidden_size, dn.value_dim()});
     SCORED_ASSIGN_OR_RETURN(d.conv1d, ToFloat(lw.delta_net.conv1d, dn.conv_dim() * dn.conv_kernel));
     SCORED_ASSIGN_OR_RETURN(d.neg_a, ToFloat(lw.delta_net.a_log, dn.num_v_heads));
     for (float& a : d.neg_a) a = -std::exp(a);  // transformers: -A_log.float().exp(), in fp32
     SCORED_ASSIGN_OR_RETURN(d.dt_bias, ToFloat(lw.delta_net.dt_bias, dn.num_v_heads));
     SCORED_ASSIGN_OR_RETURN(d.norm, ToFloat(lw.delta_net.norm, dn.v_head_dim));
-    shapes = {{&d.in_proj_qkv, dn.conv_dim(), c.hidden_size},
-              {&d.in_proj_z, dn.value_dim(), c.hidden_size},
-              {&d.in_proj_b, dn.num_v_heads, c.hidden_size},
-              {&d.in_proj_a, dn.num_v_heads, c.hidden_size},
-              {&d.out_proj, c.hidden_size, dn.value_dim()}};
   } else {
     const bool bias = plan.attention.qkv_bias;
     SCORED_ASSIGN_OR_RETURN(layer.q, Decode(lw.q_proj, bias, pool));
@@ -673,12 +686,43 @@ void ReferenceEngine::AttentionBlock(const AttentionPlan& plan, const DenseLayer
   ApplyLinear(layer.o, s->attn.data(), n, s->delta.data());
 }
 
+void ReferenceEngine::FusedDeltaNetProjections(const DeltaNetPlan& plan, const DenseLayer::DeltaNet& d,
+                                               int64_t n, const Scratch* s, float* mixed, float* z, float* b,
+                                               float* a) const {
+  const int64_t hk = plan.num_k_heads, dk = plan.k_head_dim, dv = plan.v_head_dim;
+  const int64_t r = plan.num_v_heads / hk, group = 2 * dk + 2 * r * dv, kd = plan.key_dim();
+  const int64_t conv = plan.conv_dim(), vd = plan.value_dim(), hv = plan.num_v_heads;
+  std::vector<float> qkvz(n * (conv + vd)), ba(n * 2 * hv);
+  ApplyLinear(d.in_proj_qkvz, s->normed.data(), n, qkvz.data());
+  ApplyLinear(d.in_proj_ba, s->normed.data(), n, ba.data());
+  for (int64_t t = 0; t < n; ++t) {  // per k head g: q_g, k_g, v and z of its r v heads; b, a of them
+    for (int64_t g = 0; g < hk; ++g) {
+      const float* src = qkvz.data() + t * (conv + vd) + g * group;
+      std::copy_n(src, dk, mixed + t * conv + g * dk);
+      std::copy_n(src + dk, dk, mixed + t * conv + kd + g * dk);
+      std::copy_n(src + 2 * dk, r * dv, mixed + t * conv + 2 * kd + g * r * dv);
+      std::copy_n(src + 2 * dk + r * dv, r * dv, z + t * vd + g * r * dv);
+      const float* src_ba = ba.data() + t * 2 * hv + g * 2 * r;
+      std::copy_n(src_ba, r, b + t * hv + g * r);
+      std::copy_n(src_ba + r, r, a + t * hv + g * r);
+    }
+  }
+}
+
 void ReferenceEngine::DeltaNetBlock(const DeltaNetPlan& plan, const DenseLayer& layer, int64_t n,
                                     Scratch* s) const {
   const DenseLayer::DeltaNet& d = layer.delta_net;
   const int64_t conv = plan.conv_dim(), kd = plan.key_dim(), vd = plan.value_dim(), hv = plan.num_v_heads;
   std::vector<float> mixed(n * conv), act(n * conv);  // [n, q | k | v]
-  ApplyLinear(d.in_proj_qkv, s->normed.data(), n, mixed.data());
+  std::vector<float> z(n * vd), b(n * hv), a(n * hv);
+  if (d.fused) {
+    FusedDeltaNetProjections(plan, d, n, s, mixed.data(), z.data(), b.data(), a.data());
+  } else {
+    ApplyLinear(d.in_proj_qkv, s->normed.data(), n, mixed.data());
+    ApplyLinear(d.in_proj_z, s->normed.data(), n, z.data());
+    ApplyLinear(d.in_proj_b, s->normed.data(), n, b.data());
+    ApplyLinear(d.in_proj_a, s->normed.data(), n, a.data());
+  }
   ref::CausalConv1dSilu(mixed.data(), d.conv1d.data(), n, conv, plan.conv_kernel, act.data());
   std::vector<float> q(n * kd), k(n * kd), v(n * vd);
   for (int64_t t = 0; t < n; ++t) {
@@ -691,10 +735,6 @@ void ReferenceEngine::DeltaNetBlock(const DeltaNetPlan& plan, const DenseLayer& 
   ref::L2NormRows(k.data(), n * plan.num_k_heads, plan.k_head_dim, 1e-6);
   const float q_scale = static_cast<float>(std::sqrt(static_cast<double>(plan.k_head_dim)));
   for (float& x : q) x /= q_scale;  // transformers: query / dk ** 0.5
-  std::vector<float> z(n * vd), b(n * hv), a(n * hv);
-  ApplyLinear(d.in_proj_z, s->normed.data(), n, z.data());
-  ApplyLinear(d.in_proj_b, s->normed.data(), n, b.data());
-  ApplyLinear(d.in_proj_a, s->normed.data(), n, a.data());
   for (int64_t i = 0; i < n * hv; ++i) {
     const int64_t h = i % hv;
     b[i] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(b[i]))));  // beta = sigmoid(b)

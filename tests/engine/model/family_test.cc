@@ -415,6 +415,8 @@ std::vector<RealConfig> RealConfigs() {
        RopeType::kDefault},
       {"qwen35 moe fixture", kFixtures + "/qwen35-moe-trained-bf16", "", "Qwen3_5MoeForCausalLM", false, 0,
        RopeType::kDefault, 8, 2, 32, 32, true},
+      {"qwen3-next fixture", kFixtures + "/qwen3-next-trained-bf16", "", "Qwen3NextForCausalLM", false, 0,
+       RopeType::kDefault, 8, 2, 32, 32, true, /*dense_layer=*/1},
       {"qwen35 moe vlm", "", kQwen36MoeVlm, "Qwen3_5MoeForConditionalGeneration", false, 0,
        RopeType::kDefault, 256, 8, 512, 512, true},
       {"Mistral-7B-v0.1", "", kMistral7BV01, "MistralForCausalLM", false, 4096, RopeType::kDefault},
@@ -462,8 +464,8 @@ TEST(FamilyTable, EntriesAreUniqueAndFindable) {
     EXPECT_NE(f->rope_scalings & RopeTypeBit(RopeType::kDefault), 0u) << f->architecture;
   }
   // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3 (x2), Qwen3.5 (x2),
-  // Qwen3.5-MoE (x2)
-  EXPECT_EQ(n, 15);
+  // Qwen3.5-MoE (x2), Qwen3-Next
+  EXPECT_EQ(n, 16);
   EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
   EXPECT_EQ(FindFamily(""), nullptr);
 }
@@ -544,9 +546,11 @@ TEST(FamilyTraits, DefaultsFlowIntoModelConfig) {
                                      f->attention_bias == AttentionBiasPolicy::kQkvBiasField);
     EXPECT_FALSE(c->o_proj_bias);
     EXPECT_EQ(c->sliding_window, 0);
-    // Qwen: false unless the config says; Mixtral and Qwen3.5-MoE always renormalize.
-    EXPECT_EQ(c->norm_topk_prob,
-              f->moe.policy == MoePolicy::kMixtral || f->moe.policy == MoePolicy::kQwen35Moe);
+    // Qwen2 / Qwen3-MoE: false unless the config says; Mixtral and Qwen3.5-MoE always renormalize;
+    // Qwen3-Next's config class defaults to true.
+    EXPECT_EQ(c->norm_topk_prob, f->moe.policy == MoePolicy::kMixtral ||
+                                     f->moe.policy == MoePolicy::kQwen35Moe ||
+                                     std::string(f->architecture) == "Qwen3NextForCausalLM");
     // A model_type of another family is refused.
     const std::string other = std::string(f->model_type) == "llama" ? "qwen2" : "llama";
     EXPECT_THAT(ParseModelConfig(MinimalConfig(*f, absl::StrCat(R"("model_type": ")", other, R"(")")), "mem")
