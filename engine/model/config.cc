@@ -416,7 +416,8 @@ absl::Status ParseLayerTypes(const Json& j, const FamilyTraits& family, const st
       const Json& t = (*types)[l];
       if (t == "sliding_attention") {
         sliding[l] = true;
-      } else if (t != "full_attention") {
+      } else if (t != "full_attention" &&
+                 t != "attention") {  // "attention": the legacy name transformers remaps
         return Invalid(source, absl::StrCat("unsupported layer_types[", l, "] ", t.dump(),
                                             " (supported: sliding_attention, full_attention)"));
       }
