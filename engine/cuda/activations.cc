@@ -131,7 +131,13 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
   const int64_t shared_inter = SharedIntermediate(model_config, s.reference);
   const int64_t inter = std::max({c.intermediate_size, c.moe_intermediate_size, shared_inter});
   const int64_t experts = c.num_experts, top = c.num_experts_per_tok;
-  const int64_t q_dim = c.num_heads * c.head_dim, qkv_dim = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+  const ModelPlan plan = PlanModel(model_config);
+  const DeltaNetPlan dn = plan.delta_net_shape();  // zeros without Gated DeltaNet layers
+  const int64_t q_dim = c.num_heads * c.head_dim;
+  const int64_t qkv_dim =
+      std::max((c.num_heads + 2 * c.num_kv_heads) * c.head_dim + (plan.any_output_gate() ? q_dim : 0),
+               dn.conv_dim() + dn.value_dim() + 2 * dn.num_v_heads);
+  const int64_t attn_dim = std::max(q_dim, dn.value_dim());
   const int64_t top_k = kernels::kMaxTopK, tp = s.tp_size;
   const int64_t stats = static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
   using A = Activations;
@@ -146,7 +152,11 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
       {&A::residual, "the residual stream", kAll, hidden * 4},
       {&A::normed, "normed activations", kAll, hidden * act},
       {&A::qkv, "q|k|v activations", kAll, qkv_dim * act},
-      {&A::attn, "attention output", kAll, q_dim * act},
+      {&A::attn, "attention output", kAll, attn_dim * act},
+      {&A::delta_conv, "the Gated DeltaNet's conv output", kAll, dn.conv_dim() * 4},
+      {&A::delta_beta, "the Gated DeltaNet's beta", kAll, dn.num_v_heads * 4},
+      {&A::delta_g, "the Gated DeltaNet's decay", kAll, dn.num_v_heads * 4},
+      {&A::delta_out, "the Gated DeltaNet's output", kAll, dn.value_dim() * 4},
       {&A::proj, "projection output", kAll, hidden * 4},
       {&A::gate_up, "gate|up activations", kAll, 2 * inter * act},
       {&A::mlp, "swiglu output", kAll, inter * act},

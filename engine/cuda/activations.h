@@ -42,8 +42,14 @@ struct Activations {
   int64_t logits_rows = 0;  // rows of the logits chunk(s): logits_rows, halved with R
   DeviceBuffer residual;    // [max_tokens, hidden_size] fp32, the residual stream
   DeviceBuffer normed;      // [max_tokens, hidden_size] act: RMSNorm output, GEMM input
-  DeviceBuffer qkv;         // [max_tokens, q_dim + 2 kv_dim] act
-  DeviceBuffer attn;        // [max_tokens, q_dim] act
+  // [max_tokens, q_dim + 2 kv_dim (+ q_dim: the output gate, AttentionPlan::output_gate)] act; a Gated
+  // DeltaNet layer's q|k|v|z|b|a input projections (DeltaNetPlan: conv_dim + value_dim + 2 num_v_heads) too
+  DeviceBuffer qkv;
+  DeviceBuffer
+      attn;  // [max_tokens, max(q_dim, value_dim)] act: attention output (DeltaNet: the gated norm's)
+  // Gated DeltaNet layers only (else empty), fp32: the conv output [max_tokens, conv_dim], beta and g
+  // [max_tokens, num_v_heads], the delta rule's output [max_tokens, value_dim].
+  DeviceBuffer delta_conv, delta_beta, delta_g, delta_out;
   DeviceBuffer proj;     // [max_tokens, hidden_size] fp32: a W8A8 o_proj / down_proj FP8 GEMM's output before
                          // AddFp8Scaled joins it to the residual (others add in the GEMM's epilogue)
   DeviceBuffer gate_up;  // [max_tokens, 2 intermediate_size] act

@@ -102,6 +102,15 @@ struct DeviceMoe {
   GroupedExperts grouped;             // the experts as one grouped GEMM's tables, where enabled
 };
 
+// A Gated DeltaNet layer's small tensors, fp32 (its input projections are DeviceLayer::qkv, fused q|k|v, z,
+// b, a rows, and out_proj is DeviceLayer::o).
+struct DeviceDeltaNet {
+  DeviceBuffer conv1d;   // [conv_dim, kernel]
+  DeviceBuffer neg_a;    // [num_v_heads]: -exp(A_log), computed in fp32 as the CPU oracle does
+  DeviceBuffer dt_bias;  // [num_v_heads]
+  DeviceBuffer norm;     // [v_head_dim]: the gated output norm's (plain) weight
+};
+
 struct DeviceLayer {
   DeviceBuffer input_norm;  // [hidden_size] fp32
   DeviceBuffer post_norm;   // [hidden_size] fp32 (Gemma: post_attention_layernorm, on the attention output)
@@ -114,11 +123,15 @@ struct DeviceLayer {
   DeviceBuffer post_ff_norm;  // see post_norm
   DeviceBuffer qkv_bias;      // [q_dim + 2 kv_dim] fp32 (Qwen2 / attention_bias), else empty
   DeviceBuffer o_bias;        // [hidden_size] fp32 (AttentionPlan::o_bias; tp: rank 0's alone), else empty
-  DeviceLinear qkv;           // [q_dim + 2 kv_dim, hidden_size]
-  DeviceLinear o;             // [hidden_size, q_dim]
-  DeviceLinear gate_up;       // [2 intermediate_size, hidden_size]; a sparse layer: empty
-  DeviceLinear down;          // [hidden_size, intermediate_size]; a sparse layer: empty
-  bool sparse = false;        // ModelConfig::IsSparseLayer: `moe` instead of gate_up / down
+  // [q_dim + 2 kv_dim (+ q_dim: the output gate's rows, AttentionPlan::output_gate), hidden_size]; a Gated
+  // DeltaNet layer: its input projections [conv_dim + value_dim + 2 num_v_heads, hidden_size]
+  DeviceLinear qkv;
+  bool delta_net_mixer = false;  // LayerPlan::delta_net_mixer: qkv / o are the DeltaNet's, delta_net below
+  DeviceDeltaNet delta_net;
+  DeviceLinear o;        // [hidden_size, q_dim] (a Gated DeltaNet layer: out_proj [hidden, value_dim])
+  DeviceLinear gate_up;  // [2 intermediate_size, hidden_size]; a sparse layer: empty
+  DeviceLinear down;     // [hidden_size, intermediate_size]; a sparse layer: empty
+  bool sparse = false;   // ModelConfig::IsSparseLayer: `moe` instead of gate_up / down
   DeviceMoe moe;
   // FP8 KV cache (the checkpoint's kv_cache_scheme, applied): K after RoPE and V quantize-dequantized
   // with these (kernels/static_act_quant.h); 0 = off.

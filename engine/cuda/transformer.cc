@@ -6,6 +6,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/cuda/forward/attention_block.h"
 #include "engine/cuda/forward/context.h"
+#include "engine/cuda/forward/delta_net_block.h"
 #include "engine/cuda/forward/lm_head.h"
 #include "engine/cuda/forward/mlp_block.h"
 #include "engine/cuda/forward/moe_block.h"
@@ -38,8 +39,10 @@ class ForwardPass {
     }
     for (size_t l = 0; l < ctx.model.layers.size(); ++l) {
       const DeviceLayer& layer = ctx.model.layers[l];
-      SCORED_RETURN_IF_ERROR(
-          AttentionBlock(ctx, layer, static_cast<int64_t>(l), l > 0 ? RowSum::kAfterDown : RowSum::kNone));
+      const RowSum input_sum = l > 0 ? RowSum::kAfterDown : RowSum::kNone;
+      SCORED_RETURN_IF_ERROR(layer.delta_net_mixer
+                                 ? DeltaNetBlock(ctx, layer, static_cast<int64_t>(l), input_sum)
+                                 : AttentionBlock(ctx, layer, static_cast<int64_t>(l), input_sum));
       SCORED_RETURN_IF_ERROR(layer.sparse ? MoeBlock(ctx, layer, static_cast<int64_t>(l))
                                           : MlpBlock(ctx, layer, static_cast<int64_t>(l)));
     }

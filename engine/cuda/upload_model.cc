@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cmath>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <string>
@@ -13,6 +15,7 @@
 #include "engine/cuda/rotation_tables.h"
 #include "engine/model/layer_plan.h"
 #include "engine/model/rope_freq.h"
+#include "engine/model/shard_plan.h"
 
 namespace scored::cuda {
 
@@ -57,7 +60,8 @@ int64_t ResidentBytes(const DeviceModel& model) {
   for (const DeviceLayer& layer : model.layers) {
     bytes += layer.input_norm.bytes() + layer.post_norm.bytes() + layer.q_norm.bytes() +
              layer.k_norm.bytes() + layer.qkv_bias.bytes() + layer.o_bias.bytes() +
-             layer.pre_ff_norm.bytes() + layer.post_ff_norm.bytes();
+             layer.pre_ff_norm.bytes() + layer.post_ff_norm.bytes() + layer.delta_net.conv1d.bytes() +
+             layer.delta_net.neg_a.bytes() + layer.delta_net.dt_bias.bytes() + layer.delta_net.norm.bytes();
     ForEachLinear(layer,
                   [&bytes](const DeviceLinear& linear, DeviceLinearRole) { bytes += linear.DeviceBytes(); });
   }
@@ -105,6 +109,75 @@ absl::Status UploadLayerNorms(const ModelPlan& model_plan, const LayerPlan& laye
   return absl::OkStatus();
 }
 
+// A Gated DeltaNet layer (LayerPlan::delta_net_mixer): its four input projections fused into dst->qkv (rows
+// q|k|v, z, b, a: the layout delta_net_block.cc reads), out_proj as dst->o, the small tensors in fp32.
+absl::Status UploadDeltaNet(const DeltaNetPlan& plan, const DeltaNetWeights& src, ComputeDtype dtype,
+                            const std::string& prefix, DeviceLayer* dst) {
+  if (src.fused) {
+    return absl::UnimplementedError(absl::StrCat(prefix,
+                                                 "linear_attn.in_proj_qkvz: Qwen3-Next's fused DeltaNet ",
+                                                 "projections are not implemented on the CUDA backend; use "
+                                                 "--backend=cpu"));
+  }
+  for (const LinearWeight* w :
+       {&src.in_proj_qkv, &src.in_proj_z, &src.in_proj_b, &src.in_proj_a, &src.out_proj}) {
+    if (!w->transforms.empty()) {
+      return absl::UnimplementedError(
+          absl::StrCat(w->module, ": transform_config rotations of a Gated DeltaNet ",
+                       "layer are not implemented on the CUDA backend; use --backend=cpu"));
+    }
+  }
+  dst->delta_net_mixer = true;
+  SCORED_ASSIGN_OR_RETURN(
+      dst->qkv, DeviceModelLoader::Build({&src.in_proj_qkv, &src.in_proj_z, &src.in_proj_b, &src.in_proj_a},
+                                         dtype, prefix + "linear_attn in_proj q|k|v|z|b|a"));
+  SCORED_ASSIGN_OR_RETURN(
+      dst->o, DeviceModelLoader::Build({&src.out_proj}, dtype, prefix + "linear_attn.out_proj", false,
+                                       GemmTypes::kFp8ToFp32));
+  DeviceDeltaNet& d = dst->delta_net;
+  SCORED_ASSIGN_OR_RETURN(d.conv1d, UploadNorm(src.conv1d, prefix + "linear_attn.conv1d.weight", false));
+  std::vector<float> neg_a(static_cast<size_t>(plan.num_v_heads));
+  SCORED_RETURN_IF_ERROR(TensorToFloat(src.a_log, neg_a.data(), plan.num_v_heads));
+  for (float& a : neg_a) a = -std::exp(a);  // as ReferenceEngine::DecodeLayer: fp32 exp
+  SCORED_ASSIGN_OR_RETURN(d.neg_a, UploadFloats(neg_a, prefix + "linear_attn.A_log"));
+  SCORED_ASSIGN_OR_RETURN(d.dt_bias, UploadNorm(src.dt_bias, prefix + "linear_attn.dt_bias", false));
+  SCORED_ASSIGN_OR_RETURN(d.norm, UploadNorm(src.norm, prefix + "linear_attn.norm.weight", false));
+  return absl::OkStatus();
+}
+
+// The gated attention's q|k|v|gate (AttentionPlan::output_gate): q_proj's rows are [q_h | gate_h] per head;
+// dst->qkv stacks every head's q rows, then k, v, then every head's gate rows (context.h's qkv row), cut as
+// row views of q_proj (ShardLinear's column-parallel slices; no copy of a view-able format).
+absl::Status UploadGatedQkv(const LinearWeight& q, const LinearWeight& k, const LinearWeight& v,
+                            int64_t heads, int64_t head_dim, ComputeDtype dtype, const std::string& prefix,
+                            DeviceLayer* dst) {
+  for (const LinearWeight* w : {&q, &k, &v}) {
+    if (!w->transforms.empty() || w->bias.present()) {
+      return absl::UnimplementedError(absl::StrCat(w->module,
+                                                   ": a bias or transform_config rotation on the gated ",
+                                                   "attention is not implemented on the CUDA backend; use "
+                                                   "--backend=cpu"));
+    }
+  }
+  std::deque<ShardedLinear> parts;
+  std::vector<const LinearWeight*> members;
+  for (int half = 0; half < 2; ++half) {  // 0: the q rows of every head, 1: the gate rows
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t r0 = (2 * h + half) * head_dim;
+      SCORED_ASSIGN_OR_RETURN(ShardedLinear part,
+                              ShardLinear(q, {ShardKind::kColumnParallel, r0, r0 + head_dim}, /*tp_rank=*/0));
+      parts.push_back(std::move(part));
+    }
+  }
+  for (int64_t h = 0; h < heads; ++h) members.push_back(&parts[static_cast<size_t>(h)].view);
+  members.push_back(&k);
+  members.push_back(&v);
+  for (int64_t h = 0; h < heads; ++h) members.push_back(&parts[static_cast<size_t>(heads + h)].view);
+  SCORED_ASSIGN_OR_RETURN(dst->qkv,
+                          DeviceModelLoader::Build(members, dtype, prefix + "self_attn q|k|v|gate"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& weights, ComputeDtype dtype,
@@ -118,14 +191,6 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
                                                          const ShardPlan* plan,
                                                          const UploadOptions& options) {
   const ModelConfig& config = weights.config();
-  for (const LayerPlan& layer : weights.plan().layers) {
-    if (layer.delta_net_mixer() || layer.attention.output_gate) {
-      return absl::UnimplementedError(
-          absl::StrCat(config.architecture,
-                       ": the Gated DeltaNet layers and the gated attention of this family run on the CPU ",
-                       "backend only in this build; use --backend=cpu"));
-    }
-  }
   auto model = std::make_unique<DeviceModel>();
   model->dtype = dtype;
   model->options = options;
@@ -177,13 +242,17 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
       SCORED_RETURN_IF_ERROR(TensorToFloat(src.k_scale, &dst.k_scale, 1));
       SCORED_RETURN_IF_ERROR(TensorToFloat(src.v_scale, &dst.v_scale, 1));
     }
+    const LayerPlan& layer_plan = weights.plan().layers[l];
+    if (layer_plan.delta_net_mixer()) {
+      SCORED_RETURN_IF_ERROR(UploadDeltaNet(layer_plan.delta_net, src.delta_net, dtype, prefix, &dst));
+    }
     // This layer's shards (host copies of row-parallel slices) live in `cut` until the end of the iteration.
+    // (A Gated DeltaNet layer has no q / k / v / o: their cuts are of empty weights, unused.)
     SCORED_ASSIGN_OR_RETURN(const LinearWeight* q, cut.Cut(src.q_proj, LinearRole::kQ));
     SCORED_ASSIGN_OR_RETURN(const LinearWeight* k, cut.Cut(src.k_proj, LinearRole::kK));
     SCORED_ASSIGN_OR_RETURN(const LinearWeight* v, cut.Cut(src.v_proj, LinearRole::kV));
     SCORED_ASSIGN_OR_RETURN(const LinearWeight* o, cut.Cut(src.o_proj, LinearRole::kO));
     const bool o_amax = cut.last_act_amax_all_reduce();
-    const LayerPlan& layer_plan = weights.plan().layers[l];
     dst.sparse = layer_plan.experts();
     const LinearWeight *gate = nullptr, *up = nullptr, *down = nullptr;
     bool down_amax = false;
@@ -206,14 +275,24 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
     if (layer_plan.attention.o_bias && o->bias.present()) {  // tp: the shard plan leaves it to rank 0
       SCORED_ASSIGN_OR_RETURN(dst.o_bias, UploadNorm(o->bias, prefix + "self_attn.o_proj.bias", false));
     }
-    SCORED_ASSIGN_OR_RETURN(dst.qkv, DeviceModelLoader::Build({q, k, v}, dtype, prefix + "self_attn q|k|v"));
-    SCORED_ASSIGN_OR_RETURN(dst.o, DeviceModelLoader::Build({o}, dtype, prefix + "self_attn.o_proj", o_amax,
-                                                            GemmTypes::kFp8ToFp32));
-    // transform_config's online rotations: an output rotation runs after the GEMM only where the output is
-    // written in the compute dtype with no bias to add after it (q|k|v without a bias, gate|up).
-    SCORED_RETURN_IF_ERROR(
-        rotations.Attach({q, k, v}, prefix + "self_attn q|k|v", !layer_plan.attention.qkv_bias, &dst.qkv));
-    SCORED_RETURN_IF_ERROR(rotations.Attach({o}, prefix + "self_attn.o_proj", false, &dst.o));
+    if (layer_plan.delta_net_mixer()) {
+      // UploadDeltaNet above
+    } else if (layer_plan.attention.output_gate) {
+      SCORED_RETURN_IF_ERROR(
+          UploadGatedQkv(*q, *k, *v, config.num_heads, config.head_dim, dtype, prefix, &dst));
+      SCORED_ASSIGN_OR_RETURN(dst.o, DeviceModelLoader::Build({o}, dtype, prefix + "self_attn.o_proj", o_amax,
+                                                              GemmTypes::kFp8ToFp32));
+    } else {
+      SCORED_ASSIGN_OR_RETURN(dst.qkv,
+                              DeviceModelLoader::Build({q, k, v}, dtype, prefix + "self_attn q|k|v"));
+      SCORED_ASSIGN_OR_RETURN(dst.o, DeviceModelLoader::Build({o}, dtype, prefix + "self_attn.o_proj", o_amax,
+                                                              GemmTypes::kFp8ToFp32));
+      // transform_config's online rotations: an output rotation runs after the GEMM only where the output is
+      // written in the compute dtype with no bias to add after it (q|k|v without a bias, gate|up).
+      SCORED_RETURN_IF_ERROR(
+          rotations.Attach({q, k, v}, prefix + "self_attn q|k|v", !layer_plan.attention.qkv_bias, &dst.qkv));
+      SCORED_RETURN_IF_ERROR(rotations.Attach({o}, prefix + "self_attn.o_proj", false, &dst.o));
+    }
     if (dst.sparse) {  // (BuildMoe clears `cut` expert by expert: q / k / v / o are not read after this)
       SCORED_RETURN_IF_ERROR(BuildMoe(layer_plan.channel_mixer.experts, src.moe, dtype, prefix, options, &cut,
                                       &rotations, &dst.moe));

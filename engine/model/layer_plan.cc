@@ -18,6 +18,18 @@ bool ModelPlan::any_delta_net() const {
   return std::any_of(layers.begin(), layers.end(), [](const LayerPlan& l) { return l.delta_net_mixer(); });
 }
 
+bool ModelPlan::any_output_gate() const {
+  return std::any_of(layers.begin(), layers.end(),
+                     [](const LayerPlan& l) { return !l.delta_net_mixer() && l.attention.output_gate; });
+}
+
+DeltaNetPlan ModelPlan::delta_net_shape() const {
+  for (const LayerPlan& l : layers) {
+    if (l.delta_net_mixer()) return l.delta_net;
+  }
+  return {};
+}
+
 namespace {
 
 AttentionPlan PlanAttention(const ModelConfig& c, int64_t layer) {

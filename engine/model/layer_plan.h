@@ -130,6 +130,10 @@ struct ModelPlan {
   bool any_experts() const;
   // Some layer's token mixer is kGatedDeltaNet.
   bool any_delta_net() const;
+  // Some attention layer has AttentionPlan::output_gate.
+  bool any_output_gate() const;
+  // The first kGatedDeltaNet layer's shape (every DeltaNet layer of a model has the same), or zeros.
+  DeltaNetPlan delta_net_shape() const;
   // Some layer has a gated shared expert.
   bool any_shared_expert() const;
   // The global table of a sequence of seq_len tokens is the long one (longrope only).

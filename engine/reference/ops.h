@@ -74,6 +74,10 @@ void GatedRmsNorm(const float* x,       // [rows, dim]
                   int64_t rows, int64_t dim, double eps,
                   float* out);  // [rows, dim]
 
+// x[i] *= fp32(1 / (1 + exp(-double(gate[i])))) (Qwen3.5's attention output gate, before o_proj). kernels/
+// sigmoid_gate.h computes the same, bit for bit in fp32.
+void SigmoidGateMul(float* x, const float* gate, int64_t count);
+
 // Per-model attention variants (all default: plain causal attention with scale 1/sqrt(head_dim)).
 struct AttentionOptions {
   double scale = 0.0;    // > 0: the score scale (Gemma: query_pre_attn_scalar^-0.5); 0: 1/sqrt(head_dim)

@@ -680,8 +680,8 @@ void ReferenceEngine::AttentionBlock(const AttentionPlan& plan, const DenseLayer
   options.softcap = plan.softcap;
   ref::CausalAttention(s->q.data(), s->k.data(), s->v.data(), n, c.num_heads, c.num_kv_heads, c.head_dim,
                        s->attn.data(), &pool_, options);
-  for (size_t i = 0; i < gate.size(); ++i) {  // attn * sigmoid(gate), in fp32 as transformers
-    s->attn[i] *= static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gate[i]))));
+  if (!gate.empty()) {  // attn * sigmoid(gate), in fp32 as transformers
+    ref::SigmoidGateMul(s->attn.data(), gate.data(), static_cast<int64_t>(gate.size()));
   }
   ApplyLinear(layer.o, s->attn.data(), n, s->delta.data());
 }

@@ -10,6 +10,7 @@
 #include "engine/kernels/qk_norm.h"
 #include "engine/kernels/qk_norm_rope.h"
 #include "engine/kernels/rope.h"
+#include "engine/kernels/sigmoid_gate.h"
 #include "engine/kernels/static_act_quant.h"
 
 namespace scored::cuda {
@@ -142,6 +143,12 @@ absl::Status AttentionBlock(ForwardContext<T>& ctx, const DeviceLayer& layer, in
       Stage s(ctx.clock, "attention");
       SCORED_RETURN_IF_ERROR(kernels::CausalAttention<T>(ctx.q, ctx.k, ctx.v, ctx.cu_seqlens + ch.first_seq,
                                                          shape, ctx.attn, ctx.stream));
+    }
+    if (attention.output_gate) {  // attn *= sigmoid(gate) (Qwen3.5), the gate rows after q|k|v
+      Stage s(ctx.clock, "output gate");
+      SCORED_RETURN_IF_ERROR(kernels::SigmoidGateMul<T>(ctx.attn + ch.begin * ctx.q_dim, ctx.q_dim,
+                                                        ctx.attn_gate + ch.begin * ctx.qkv_dim, ctx.qkv_dim,
+                                                        ch.rows, ctx.q_dim, ctx.stream));
     }
     {  // residual [n, hidden] += attn . W_o^T (+ b_o; tp: this rank's partial product), then its sum over
        // ranks (the Gemma block: proj = post_attention_norm(attn . W_o^T + b_o))

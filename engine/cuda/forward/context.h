@@ -100,7 +100,10 @@ struct ForwardContext {
   const int64_t head_dim = config.head_dim;
   const int64_t rotary_dim = config.rotary_dim > 0 ? config.rotary_dim : config.head_dim;
   const int64_t q_dim = num_heads * head_dim, kv_dim = num_kv_heads * head_dim;
-  const int64_t qkv_dim = q_dim + 2 * kv_dim;
+  // An attention row of qkv: q | k | v, then the output gate where the model has one
+  // (AttentionPlan::output_gate: the upload orders q_proj's [q_h | gate_h] rows so).
+  const bool output_gate = plan.any_output_gate();
+  const int64_t qkv_dim = q_dim + 2 * kv_dim + (output_gate ? q_dim : 0);
   const int64_t inter = config.intermediate_size, vocab = config.vocab_size;
   const float eps = static_cast<float>(config.rms_norm_eps);
   const GemmTypes types = kFp32 ? GemmTypes::kFp32 : GemmTypes::kBf16ToBf16;
@@ -122,12 +125,19 @@ struct ForwardContext {
   T* const q = qkv;                                    //   [n, num_heads, head_dim], row stride qkv_dim
   T* const k = qkv + q_dim;                            //   [n, num_kv_heads, head_dim], row stride qkv_dim
   T* const v = qkv + q_dim + kv_dim;                   //   [n, num_kv_heads, head_dim], row stride qkv_dim
-  T* const attn = acts->attn.as<T>();                  // [n, q_dim]
-  float* const proj = acts->proj.as<float>();          // [n, hidden]: a W8A8 o / down GEMM's own output
-  T* const gate_up = acts->gate_up.as<T>();            // [n, 2 inter]: gate | up of each token
-  T* const mlp = acts->mlp.as<T>();                    // [n, inter]
-  float* const logits = acts->logits.as<float>();      // [logits_rows, vocab] (tp: the rank's shard)
-  const int32_t* const tokens = acts->tokens.as<int32_t>();          // [n]
+  T* const attn_gate = qkv + q_dim + 2 * kv_dim;  //   [n, num_heads, head_dim] (output_gate), stride qkv_dim
+  T* const attn = acts->attn.as<T>();             // [n, q_dim]
+  // Gated DeltaNet layers (delta_net_block.h): the shape, and the fp32 buffers of activations.h.
+  const DeltaNetPlan delta_net = plan.delta_net_shape();
+  float* const delta_conv = acts->delta_conv.as<float>();    // [n, conv_dim]
+  float* const delta_beta = acts->delta_beta.as<float>();    // [n, num_v_heads]
+  float* const delta_g = acts->delta_g.as<float>();          // [n, num_v_heads]
+  float* const delta_out = acts->delta_out.as<float>();      // [n, value_dim]
+  float* const proj = acts->proj.as<float>();                // [n, hidden]: a W8A8 o / down GEMM's own output
+  T* const gate_up = acts->gate_up.as<T>();                  // [n, 2 inter]: gate | up of each token
+  T* const mlp = acts->mlp.as<T>();                          // [n, inter]
+  float* const logits = acts->logits.as<float>();            // [logits_rows, vocab] (tp: the rank's shard)
+  const int32_t* const tokens = acts->tokens.as<int32_t>();  // [n]
   const int32_t* const positions = acts->positions.as<int32_t>();    // [n]
   const int32_t* const cu_seqlens = acts->cu_seqlens.as<int32_t>();  // [num_seqs + 1]
   const int32_t* const targets = acts->targets.as<int32_t>();        // [n]

@@ -64,10 +64,8 @@ Golden LoadStoriesGolden() {
   return g;
 }
 
-// The Gated DeltaNet families' fixtures (Qwen3.5, Qwen3-Next): the CUDA backend refuses them so far.
-bool CpuOnlyFixture(const std::string& folder) {
-  return folder.rfind("qwen35-", 0) == 0 || folder.rfind("qwen3-next-", 0) == 0;
-}
+// Qwen3-Next's fused DeltaNet projections: the CUDA backend refuses them so far.
+bool CpuOnlyFixture(const std::string& folder) { return folder.rfind("qwen3-next-", 0) == 0; }
 
 std::unique_ptr<Engine> MakeCuda(const std::string& dir, ComputeDtype dtype,
                                  int64_t max_batch_tokens = 4096) {
@@ -366,7 +364,7 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
     const std::string dir = entry.path().string();
     SCOPED_TRACE(dir);
     if (CpuOnlyFixture(entry.path().filename().string())) {
-      // Qwen3.5's Gated DeltaNet runs on the CPU backend only so far: refused at load, naming it.
+      // Qwen3-Next runs on the CPU backend only so far: refused at load, naming it.
       EngineOptions options;
       options.model_dir = dir;
       options.backend = Backend::kCuda;
@@ -408,6 +406,12 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
     const std::string folder = entry.path().filename().string();
     const bool random_moe =
         folder.find("-moe-") != std::string::npos && folder.find("trained") == std::string::npos;
+    // Random-weight Gated DeltaNet models (Qwen3.5) in bf16 mode are chaotic: transformers' own bf16 run sits
+    // 0.108 nats mean off its fp32 on the fixture's sequences (4x the attention fixtures'), and ours on these
+    // random ids 0.12 (H200, 2026-12-04). Their bf16 bound is transformers' bf16 on the same sequences
+    // (FixturesBf16AgainstBf16Floor); the trained Qwen3.5 fixtures hold the bounds below.
+    const bool random_delta_net =
+        folder.rfind("qwen35-", 0) == 0 && folder.find("trained") == std::string::npos;
     for (ComputeDtype dtype : {ComputeDtype::kFp32, ComputeDtype::kBf16}) {
       auto engine = MakeCuda(dir, dtype);
       ASSERT_NE(engine, nullptr);
@@ -425,6 +429,8 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
         EXPECT_LE(std::abs(a.ppl / a.ref_ppl - 1.0), 0.04);
       } else if (fp32) {
         EXPECT_LE(a.max_abs, 1e-3);
+      } else if (random_delta_net) {
+        EXPECT_LE(std::abs(a.ppl / a.ref_ppl - 1.0), 0.05);  // a sanity bound only (above)
       } else {
         EXPECT_LE(a.mean_abs, bf16_bound);
         EXPECT_LE(std::abs(a.ppl / a.ref_ppl - 1.0), 0.02);
@@ -570,7 +576,10 @@ TEST_F(CudaEngineTest, FixturesBf16AgainstBf16Floor) {
               << their_mean << "); WikiText PPL off by " << ppl_err << " (mean |delta| there " << a.mean_abs
               << ")\n";
     EXPECT_LE(mean_abs, std::max(0.01, their_mean));
-    EXPECT_LE(ppl_err, 0.003);
+    // Random-weight Gated DeltaNet models: chaotic in bf16 (FixturesMatchReferenceEngine says how much);
+    // their WikiText PPL moves 0.6% (measured), the trained qwen35-trained-nvfp4a16's 0.008%.
+    const bool random_delta_net = name.rfind("qwen35-", 0) == 0 && name.find("trained") == std::string::npos;
+    EXPECT_LE(ppl_err, random_delta_net ? 0.02 : 0.003);
     ++checked;
   }
   EXPECT_GT(checked, 0);
