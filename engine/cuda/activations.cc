@@ -131,11 +131,16 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
   const int64_t shared_inter = SharedIntermediate(model_config, s.reference);
   const int64_t inter = std::max({c.intermediate_size, c.moe_intermediate_size, shared_inter});
   const int64_t experts = c.num_experts, top = c.num_experts_per_tok;
+  // Gated DeltaNet layers and the attention output gate (Qwen3.5), Q's or R's: the larger of each.
   const ModelPlan plan = PlanModel(model_config);
-  const DeltaNetPlan dn = plan.delta_net_shape();  // zeros without Gated DeltaNet layers
+  const ModelPlan r_plan = s.reference != nullptr ? PlanModel(*s.reference) : plan;
+  DeltaNetPlan dn = plan.delta_net_shape();  // zeros without Gated DeltaNet layers
+  const DeltaNetPlan r_dn = r_plan.delta_net_shape();
+  if (r_dn.conv_dim() + r_dn.value_dim() > dn.conv_dim() + dn.value_dim()) dn = r_dn;
+  const bool output_gate = plan.any_output_gate() || r_plan.any_output_gate();
   const int64_t q_dim = c.num_heads * c.head_dim;
   const int64_t qkv_dim =
-      std::max((c.num_heads + 2 * c.num_kv_heads) * c.head_dim + (plan.any_output_gate() ? q_dim : 0),
+      std::max((c.num_heads + 2 * c.num_kv_heads) * c.head_dim + (output_gate ? q_dim : 0),
                dn.conv_dim() + dn.value_dim() + 2 * dn.num_v_heads);
   const int64_t attn_dim = std::max(q_dim, dn.value_dim());
   const int64_t top_k = kernels::kMaxTopK, tp = s.tp_size;
