@@ -342,7 +342,7 @@ constexpr FamilyTraits kFamilies[] = {
     },
     {
         // Qwen3.5 / Qwen3.6 text (Qwen3_5ForCausalLM: three Gated DeltaNet layers to one gated full
-        // attention, LinearAttentionTraits). The CPU backend runs it; the CUDA backend refuses it at load.
+        // attention, LinearAttentionTraits), on both backends.
         /*architecture=*/"Qwen3_5ForCausalLM",
         /*model_type=*/"qwen3_5_text",
         /*default_max_position_embeddings=*/32768,
