@@ -244,28 +244,9 @@ inline constexpr TensorNames kGemma3VlmTensorNames = {
     /*post_feedforward_layernorm=*/"post_feedforward_layernorm.weight",
 };
 // Qwen3.5's vision-language checkpoints (Qwen3_5ForConditionalGeneration,
-// Qwen3_5MoeForConditionalGeneration): the language model under model.language_model.
-inline constexpr TensorNames kQwen35VlmTensorNames = {
-    "model.language_model.embed_tokens.weight",
-    "model.language_model.norm.weight",
-    "lm_head",
-    "model.language_model.layers.",
-    "input_layernorm.weight",
-    "post_attention_layernorm.weight",
-    "self_attn.q_norm.weight",
-    "self_attn.k_norm.weight",
-    "self_attn.q_proj",
-    "self_attn.k_proj",
-    "self_attn.v_proj",
-    "self_attn.o_proj",
-    "mlp.gate_proj",
-    "mlp.up_proj",
-    "mlp.down_proj",
-    /*qkv_proj=*/nullptr,
-    /*gate_up_proj=*/nullptr,
-    /*pre_feedforward_layernorm=*/nullptr,
-    /*post_feedforward_layernorm=*/nullptr,
-};
+// Qwen3_5MoeForConditionalGeneration): the language model under model.language_model., named as in Gemma 3's
+// (whose pre / post feed-forward norm names only sandwich-norm layers read).
+inline constexpr TensorNames kQwen35VlmTensorNames = kGemma3VlmTensorNames;
 inline constexpr TensorNames kGemma3VlmV4TensorNames = {
     "language_model.model.embed_tokens.weight",
     "language_model.model.norm.weight",
