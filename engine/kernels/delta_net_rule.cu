@@ -12,6 +12,8 @@
 //   v [kChunk][v_pad]; exp(g) [kChunk]; beta [kChunk].
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/delta_net_rule.h"
 #include "engine/kernels/device_util.cuh"
@@ -29,11 +31,6 @@ __host__ __device__ constexpr int PartStride(int rows) { return rows + 4; }
 // Floats of one buffer.
 __host__ __device__ constexpr int BufferFloats(int rows, int v_pad) {
   return kChunk * (2 * kParts * PartStride(rows) + v_pad + 2);
-}
-
-// 4-byte global -> shared copy (cp.async.ca: the 4-byte form must go through L1).
-__device__ __forceinline__ void CopyAsync4(float* dst, const float* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(SharedAddress(dst)), "l"(src));
 }
 
 template <int kRows>
@@ -200,33 +197,47 @@ absl::Status LaunchRecurrent(const float* q, const float* k, const float* v, int
 
 }  // namespace
 
+absl::StatusOr<bool> CheckGatedDeltaRuleArgs(const char* name, const float* q, const float* k, const float* v,
+                                             int64_t qkv_stride, const float* g, const float* beta,
+                                             const int32_t* cu_seqlens, int64_t num_seqs, int64_t num_tokens,
+                                             int64_t num_k_heads, int64_t num_v_heads, int64_t k_dim,
+                                             int64_t v_dim, const float* out) {
+  const auto invalid = [name](const char* what) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", what));
+  };
+  if (num_seqs < 0 || num_tokens < 0 || num_k_heads < 1 || num_v_heads < 1) {
+    return invalid("need num_seqs, num_tokens >= 0 and num_k_heads, num_v_heads >= 1");
+  }
+  if (num_v_heads % num_k_heads != 0) return invalid("num_v_heads must be a multiple of num_k_heads");
+  if (k_dim < 1 || k_dim > kMaxDim || v_dim < 1 || v_dim > kMaxDim) {
+    return invalid("k_dim and v_dim must be in [1, 128]");
+  }
+  // Rows must hold the heads each pointer's columns are read at.
+  if (qkv_stride < num_k_heads * k_dim || qkv_stride < num_v_heads * v_dim) {
+    return invalid("qkv_stride too small for the heads");
+  }
+  // The chunked form launches a block per 64 state columns of a head.
+  if (num_seqs * num_v_heads * ((v_dim + 63) / 64) >= (int64_t{1} << 31)) {
+    return invalid("num_seqs * num_v_heads * ceil(v_dim / 64) must be < 2^31");
+  }
+  if (num_tokens == 0) return false;
+  if (num_seqs == 0) return invalid("tokens but no sequence");
+  if (q == nullptr || k == nullptr || v == nullptr || g == nullptr || beta == nullptr ||
+      cu_seqlens == nullptr || out == nullptr) {
+    return invalid("null pointer");
+  }
+  return true;
+}
+
 absl::Status GatedDeltaRule(const float* q, const float* k, const float* v, int64_t qkv_stride,
                             const float* g, const float* beta, const int32_t* cu_seqlens, int64_t num_seqs,
                             int64_t num_tokens, int64_t num_k_heads, int64_t num_v_heads, int64_t k_dim,
                             int64_t v_dim, float* out, cudaStream_t stream) {
-  if (num_seqs < 0 || num_tokens < 0 || num_k_heads < 1 || num_v_heads < 1) {
-    return absl::InvalidArgumentError(
-        "GatedDeltaRule: need num_seqs, num_tokens >= 0 and num_k_heads, num_v_heads >= 1");
-  }
-  if (num_v_heads % num_k_heads != 0) {
-    return absl::InvalidArgumentError("GatedDeltaRule: num_v_heads must be a multiple of num_k_heads");
-  }
-  if (k_dim < 1 || k_dim > kMaxDim || v_dim < 1 || v_dim > kMaxDim) {
-    return absl::InvalidArgumentError("GatedDeltaRule: k_dim and v_dim must be in [1, 128]");
-  }
-  // Rows must hold the heads each pointer's columns are read at.
-  if (qkv_stride < num_k_heads * k_dim || qkv_stride < num_v_heads * v_dim) {
-    return absl::InvalidArgumentError("GatedDeltaRule: qkv_stride too small for the heads");
-  }
-  if (num_seqs * num_v_heads >= (int64_t{1} << 31)) {
-    return absl::InvalidArgumentError("GatedDeltaRule: num_seqs * num_v_heads must be < 2^31");
-  }
-  if (num_tokens == 0) return absl::OkStatus();
-  if (num_seqs == 0) return absl::InvalidArgumentError("GatedDeltaRule: tokens but no sequence");
-  if (q == nullptr || k == nullptr || v == nullptr || g == nullptr || beta == nullptr ||
-      cu_seqlens == nullptr || out == nullptr) {
-    return absl::InvalidArgumentError("GatedDeltaRule: null pointer");
-  }
+  SCORED_ASSIGN_OR_RETURN(
+      const bool work,
+      CheckGatedDeltaRuleArgs("GatedDeltaRule", q, k, v, qkv_stride, g, beta, cu_seqlens, num_seqs,
+                              num_tokens, num_k_heads, num_v_heads, k_dim, v_dim, out));
+  if (!work) return absl::OkStatus();
   const int nk = static_cast<int>(num_k_heads), nv = static_cast<int>(num_v_heads);
   const int dk = static_cast<int>(k_dim), dv = static_cast<int>(v_dim);
   if (k_dim <= 16) {

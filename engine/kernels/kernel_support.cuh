@@ -4,7 +4,8 @@
 // - EnsureDynamicSmem (host): raises a kernel's dynamic shared-memory limit once per (kernel, device).
 // - ModuleIsSm90a (host): whether the device runs a file's sm_90a cubin (see below); DeviceIsSm90 (host):
 //   whether a device is compute capability 9.0 (what every sm_90a kernel also needs).
-// - PTX wrappers: shared-memory addresses, cp.async 16-byte copies and their groups, ldmatrix (.trans).
+// - PTX wrappers: shared-memory addresses, cp.async 16- and 4-byte copies and their groups, ldmatrix
+// (.trans).
 #ifndef SCORED_ENGINE_KERNELS_KERNEL_SUPPORT_CUH_
 #define SCORED_ENGINE_KERNELS_KERNEL_SUPPORT_CUH_
 
@@ -63,6 +64,10 @@ __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
 __device__ __forceinline__ void CopyAsync16(void* dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddress(dst)), "l"(src),
                "r"(src_bytes));
+}
+// 4-byte global -> shared copy (cp.async.ca: the 4-byte form must go through L1).
+__device__ __forceinline__ void CopyAsync4(float* dst, const float* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(SharedAddress(dst)), "l"(src));
 }
 __device__ __forceinline__ void CopyAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>

@@ -44,6 +44,11 @@ constexpr int64_t kNearExactUlps = 1;
 // The rule's max error relative to max |want|, and the chain's: see the file comment.
 constexpr double kRuleTol = 2e-6;
 constexpr double kChainTol = 5e-6;
+// The chunked form (GatedDeltaRuleChunked): with kTf32x3 its products are fp32-accurate, so it keeps the
+// recurrent form's bounds (measured on an H200: 1e-6 at both shapes, up to 4096 tokens); with kTf32 each
+// operand of a product is rounded to 10 mantissa bits (2^-11 relative), carried through the chunk's
+// products: kTf32Tol of max |want| (measured 6e-4 to 8e-4).
+constexpr double kTf32Tol = 4e-3;
 constexpr double kNormEps = 1e-6;
 
 struct Shape {
@@ -192,17 +197,49 @@ std::vector<float> RuleReference(const RuleInputs& in, const Shape& s, const std
   return out;
 }
 
-// Runs GatedDeltaRule on device copies of `in` (q | k | v in one buffer, the engine's layout).
+// The rule's two forms, the chunked one with either rounding of its products.
+enum class Form { kRecurrent, kChunkedTf32x3, kChunkedTf32 };
+constexpr Form kForms[] = {Form::kRecurrent, Form::kChunkedTf32x3, Form::kChunkedTf32};
+
+const char* FormName(Form f) {
+  switch (f) {
+    case Form::kRecurrent:
+      return "recurrent";
+    case Form::kChunkedTf32x3:
+      return "chunked tf32x3";
+    case Form::kChunkedTf32:
+      return "chunked tf32";
+  }
+  return "?";
+}
+
+// The bound of a form's max error relative to max |want|.
+double FormTol(Form f) { return f == Form::kChunkedTf32 ? kTf32Tol : kRuleTol; }
+
+// The rule in `form` on device arrays: q | k | v of each token in one [tokens, conv_dim] row (the engine's
+// layout).
+absl::Status RunRuleOnDevice(Form form, const Shape& s, const float* qkv, int64_t stride, const float* g,
+                             const float* beta, const int32_t* cu, int64_t seqs, int64_t tokens, float* out,
+                             cudaStream_t stream) {
+  const float *q = qkv, *k = qkv + s.key_dim(), *v = qkv + 2 * s.key_dim();
+  if (form == Form::kRecurrent) {
+    return GatedDeltaRule(q, k, v, stride, g, beta, cu, seqs, tokens, s.nk, s.nv, s.dk, s.dv, out, stream);
+  }
+  const DeltaRuleMath math = form == Form::kChunkedTf32 ? DeltaRuleMath::kTf32 : DeltaRuleMath::kTf32x3;
+  return GatedDeltaRuleChunked(q, k, v, stride, g, beta, cu, seqs, tokens, s.nk, s.nv, s.dk, s.dv, math, out,
+                               stream);
+}
+
+// Runs the rule in `form` on device copies of `in`.
 std::vector<float> RunRule(const RuleInputs& in, const Shape& s, const std::vector<int32_t>& cu,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, Form form = Form::kRecurrent) {
   const int64_t tokens = cu.back();
   DeviceArray<float> d_qkv(in.qkv), d_g(in.g), d_beta(in.beta), d_out(tokens * s.value_dim());
   DeviceArray<int32_t> d_cu(cu);
   d_out.Poison();
   const absl::Status st =
-      GatedDeltaRule(d_qkv.get(), d_qkv.get() + s.key_dim(), d_qkv.get() + 2 * s.key_dim(), s.conv_dim(),
-                     d_g.get(), d_beta.get(), d_cu.get(), static_cast<int64_t>(cu.size()) - 1, tokens, s.nk,
-                     s.nv, s.dk, s.dv, d_out.get(), stream);
+      RunRuleOnDevice(form, s, d_qkv.get(), s.conv_dim(), d_g.get(), d_beta.get(), d_cu.get(),
+                      static_cast<int64_t>(cu.size()) - 1, tokens, d_out.get(), stream);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   return d_out.Download();
@@ -310,13 +347,16 @@ TEST_F(DeltaNetTest, RuleMatchesReferencePerSequence) {
     const std::vector<int32_t> cu = CuSeqlens(Lengths());
     const RuleInputs in = MakeRuleInputs(s, cu.back(), 121);
     const std::vector<float> want = RuleReference(in, s, cu);
-    const std::vector<float> got = RunRule(in, s, cu, stream_);
-    int64_t not_finite = 0;
-    const double err = RuleError(got, want, &not_finite);
-    testing::Report(std::string("rule ") + s.name + " (normalized max error " + std::to_string(err) + ")",
-                    testing::CompareArrays(got, want));
-    EXPECT_EQ(not_finite, 0) << s.name;
-    EXPECT_LE(err, kRuleTol) << s.name;
+    for (Form form : kForms) {
+      const std::vector<float> got = RunRule(in, s, cu, stream_, form);
+      int64_t not_finite = 0;
+      const double err = RuleError(got, want, &not_finite);
+      const std::string name = std::string("rule ") + FormName(form) + " " + s.name;
+      testing::Report(name + " (normalized max error " + std::to_string(err) + ")",
+                      testing::CompareArrays(got, want));
+      EXPECT_EQ(not_finite, 0) << name;
+      EXPECT_LE(err, FormTol(form)) << name;
+    }
   }
 }
 
@@ -331,14 +371,17 @@ TEST_F(DeltaNetTest, RuleErrorStaysBoundedOnLongSequences) {
     const std::vector<int32_t> cu = CuSeqlens(c.lengths);
     const RuleInputs in = MakeRuleInputs(c.shape, cu.back(), 131);
     const std::vector<float> want = RuleReference(in, c.shape, cu);
-    const std::vector<float> got = RunRule(in, c.shape, cu, stream_);
-    int64_t not_finite = 0;
-    const double err = RuleError(got, want, &not_finite);
-    testing::Report(std::string("rule long ") + c.shape.name + " " + std::to_string(cu.back()) +
-                        " tokens (normalized max error " + std::to_string(err) + ")",
-                    testing::CompareArrays(got, want));
-    EXPECT_EQ(not_finite, 0) << c.shape.name;
-    EXPECT_LE(err, kRuleTol) << c.shape.name;
+    for (Form form : kForms) {
+      const std::vector<float> got = RunRule(in, c.shape, cu, stream_, form);
+      int64_t not_finite = 0;
+      const double err = RuleError(got, want, &not_finite);
+      const std::string name = std::string("rule long ") + FormName(form) + " " + c.shape.name + " " +
+                               std::to_string(cu.back()) + " tokens";
+      testing::Report(name + " (normalized max error " + std::to_string(err) + ")",
+                      testing::CompareArrays(got, want));
+      EXPECT_EQ(not_finite, 0) << name;
+      EXPECT_LE(err, FormTol(form)) << name;
+    }
   }
 }
 
@@ -347,16 +390,20 @@ TEST_F(DeltaNetTest, RuleIsBatchInvariant) {
   for (const Shape& s : {kTiny, k27B}) {
     const std::vector<int32_t> cu = CuSeqlens(Lengths());
     const RuleInputs in = MakeRuleInputs(s, cu.back(), 141);
-    const std::vector<float> batched = RunRule(in, s, cu, stream_);
-    for (size_t seq = 0; seq + 1 < cu.size(); ++seq) {
-      const int64_t b = cu[seq], e = cu[seq + 1];
-      RuleInputs alone;
-      alone.qkv = Slice(in.qkv, s.conv_dim(), b, e, 0, s.conv_dim());
-      alone.g = Slice(in.g, s.nv, b, e, 0, s.nv);
-      alone.beta = Slice(in.beta, s.nv, b, e, 0, s.nv);
-      const std::vector<float> got = RunRule(alone, s, {0, static_cast<int32_t>(e - b)}, stream_);
-      const std::vector<float> rows(batched.begin() + b * s.value_dim(), batched.begin() + e * s.value_dim());
-      EXPECT_EQ(testing::CountBitDifferences(got, rows), 0) << s.name << " sequence " << seq;
+    for (Form form : kForms) {
+      const std::vector<float> batched = RunRule(in, s, cu, stream_, form);
+      for (size_t seq = 0; seq + 1 < cu.size(); ++seq) {
+        const int64_t b = cu[seq], e = cu[seq + 1];
+        RuleInputs alone;
+        alone.qkv = Slice(in.qkv, s.conv_dim(), b, e, 0, s.conv_dim());
+        alone.g = Slice(in.g, s.nv, b, e, 0, s.nv);
+        alone.beta = Slice(in.beta, s.nv, b, e, 0, s.nv);
+        const std::vector<float> got = RunRule(alone, s, {0, static_cast<int32_t>(e - b)}, stream_, form);
+        const std::vector<float> rows(batched.begin() + b * s.value_dim(),
+                                      batched.begin() + e * s.value_dim());
+        EXPECT_EQ(testing::CountBitDifferences(got, rows), 0)
+            << FormName(form) << " " << s.name << " sequence " << seq;
+      }
     }
   }
 }
@@ -395,8 +442,9 @@ TEST_F(DeltaNetTest, GatedRmsNormMatchesReference) {
 // The four kernels chained as the CUDA engine would (conv of the qkv GEMM output, prep in place on the conv
 // output, the rule reading q | k | v from it, the gated norm into out_proj's input), against
 // ReferenceEngine::DeltaNetBlock's chain of reference ops on the same GEMM outputs, with fp32 and bf16
-// GEMM outputs (their values rounded to bf16 for both). The error is the rule's (the other steps are
-// near-exact) scaled by the norm: bound kChainTol of max |want|, plus for bf16 one rounding (2^-8 relative).
+// GEMM outputs (their values rounded to bf16 for both), the rule in the form the engine runs (recurrent).
+// The error is the rule's (the other steps are near-exact) scaled by the norm: bound kChainTol of max
+// |want|, plus for bf16 one rounding (2^-8 relative).
 TEST_F(DeltaNetTest, ChainMatchesReferenceBlock) {
   for (const Shape& s : {kTiny, k27B}) {
     const std::vector<int32_t> cu = CuSeqlens(Lengths());
@@ -464,9 +512,8 @@ TEST_F(DeltaNetTest, ChainMatchesReferenceBlock) {
         ASSERT_TRUE(DeltaNetPrep(d_act.get(), conv, d_b.get(), s.nv, d_a.get(), s.nv, d_na.get(), d_dt.get(),
                                  tokens, s.nk, s.nv, s.dk, d_beta.get(), d_g.get(), stream_)
                         .ok());
-        ASSERT_TRUE(GatedDeltaRule(d_act.get(), d_act.get() + s.key_dim(), d_act.get() + 2 * s.key_dim(),
-                                   conv, d_g.get(), d_beta.get(), d_cu.get(), seqs, tokens, s.nk, s.nv, s.dk,
-                                   s.dv, d_o.get(), stream_)
+        ASSERT_TRUE(RunRuleOnDevice(Form::kRecurrent, s, d_act.get(), conv, d_g.get(), d_beta.get(),
+                                    d_cu.get(), seqs, tokens, d_o.get(), stream_)
                         .ok());
         ASSERT_TRUE(DeltaNetGatedRmsNorm(d_o.get(), d_z.get(), s.value_dim(), d_nw.get(), tokens, s.nv, s.dv,
                                          kNormEps, d_out.get(), stream_)
@@ -535,6 +582,30 @@ TEST_F(DeltaNetTest, Throughput27B) {
                               d_o.get(), stream_);
       },
       5);
+  auto chunked_ms = [&](DeltaRuleMath math, const int32_t* cu_dev, int64_t num_seqs) {
+    return testing::MedianMs(
+        stream_,
+        [&] {
+          return GatedDeltaRuleChunked(d_act.get(), d_act.get() + s.key_dim(), d_act.get() + 2 * s.key_dim(),
+                                       conv, d_g.get(), d_beta.get(), cu_dev, num_seqs, tokens, s.nk, s.nv,
+                                       s.dk, s.dv, math, d_o.get(), stream_);
+        },
+        5);
+  };
+  const float chunk3_ms = chunked_ms(DeltaRuleMath::kTf32x3, d_cu.get(), seqs);
+  const float chunk1_ms = chunked_ms(DeltaRuleMath::kTf32, d_cu.get(), seqs);
+  // One sequence of all 8192 tokens: the recurrent form fills num_v_heads SMs, the chunked 2x that.
+  DeviceArray<int32_t> d_cu_one(std::vector<int32_t>{0, static_cast<int32_t>(tokens)});
+  const float one_rec_ms = testing::MedianMs(
+      stream_,
+      [&] {
+        return GatedDeltaRule(d_act.get(), d_act.get() + s.key_dim(), d_act.get() + 2 * s.key_dim(), conv,
+                              d_g.get(), d_beta.get(), d_cu_one.get(), 1, tokens, s.nk, s.nv, s.dk, s.dv,
+                              d_o.get(), stream_);
+      },
+      3);
+  const float one_chunk3_ms = chunked_ms(DeltaRuleMath::kTf32x3, d_cu_one.get(), 1);
+  const float one_chunk1_ms = chunked_ms(DeltaRuleMath::kTf32, d_cu_one.get(), 1);
   const float norm_ms = testing::MedianMs(
       stream_,
       [&] {
@@ -552,8 +623,47 @@ TEST_F(DeltaNetTest, Throughput27B) {
                            tokens * (3.0 * 4 * 2 * s.key_dim() + 2 * 2 * s.nv + 2 * 4 * s.nv));
   std::cout << "[ measured ] delta_net rule (recurrent) 4 x 2048 tokens, 48 v heads, 128 x 128: " << rule_ms
             << " ms (" << rule_ms * 1e3 / 2048 << " us per token of a sequence)" << std::endl;
+  std::cout << "[ measured ] delta_net rule (chunked) 4 x 2048 tokens: tf32x3 " << chunk3_ms << " ms, tf32 "
+            << chunk1_ms << " ms" << std::endl;
+  std::cout << "[ measured ] delta_net rule 1 x 8192 tokens: recurrent " << one_rec_ms
+            << " ms, chunked tf32x3 " << one_chunk3_ms << " ms, chunked tf32 " << one_chunk1_ms << " ms"
+            << std::endl;
   testing::ReportBandwidth("delta_net gated rmsnorm f32 x, bf16 z -> bf16, 8192 x 48 x 128", norm_ms,
                            tokens * s.value_dim() * (4.0 + 2.0 + 2.0));
+}
+
+// One 32k-token window at the Qwen3.5-27B shape: the chunked rule in both roundings (the memory it needs is
+// its inputs and outputs only: linear in the length), finite everywhere. Reports the time only.
+TEST_F(DeltaNetTest, LongWindow32kTiming) {
+  const Shape& s = k27B;
+  const int64_t tokens = 32768, conv = s.conv_dim();
+  const RuleInputs in = MakeRuleInputs(s, 2048, 181);
+  // The inputs of 2048 tokens repeated: the state's recurrence still runs over all 32768.
+  std::vector<float> qkv(tokens * conv), g(tokens * s.nv), beta(tokens * s.nv);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::copy_n(in.qkv.begin() + (t % 2048) * conv, conv, qkv.begin() + t * conv);
+    std::copy_n(in.g.begin() + (t % 2048) * s.nv, s.nv, g.begin() + t * s.nv);
+    std::copy_n(in.beta.begin() + (t % 2048) * s.nv, s.nv, beta.begin() + t * s.nv);
+  }
+  DeviceArray<float> d_qkv(qkv), d_g(g), d_beta(beta), d_o(tokens * s.value_dim());
+  DeviceArray<int32_t> d_cu(std::vector<int32_t>{0, static_cast<int32_t>(tokens)});
+  for (DeltaRuleMath math : {DeltaRuleMath::kTf32x3, DeltaRuleMath::kTf32}) {
+    d_o.Poison();
+    const float ms = testing::MedianMs(
+        stream_,
+        [&] {
+          return GatedDeltaRuleChunked(d_qkv.get(), d_qkv.get() + s.key_dim(), d_qkv.get() + 2 * s.key_dim(),
+                                       conv, d_g.get(), d_beta.get(), d_cu.get(), 1, tokens, s.nk, s.nv, s.dk,
+                                       s.dv, math, d_o.get(), stream_);
+        },
+        3);
+    const std::vector<float> out = d_o.Download();
+    int64_t not_finite = 0;
+    for (float x : out) not_finite += std::isfinite(x) ? 0 : 1;
+    EXPECT_EQ(not_finite, 0);
+    std::cout << "[ measured ] delta_net rule (chunked " << (math == DeltaRuleMath::kTf32 ? "tf32" : "tf32x3")
+              << ") 1 x 32768 tokens, 48 v heads, 128 x 128: " << ms << " ms" << std::endl;
+  }
 }
 
 // Argument checks return before any CUDA call, so they run without a device too. (Only rejected or empty
@@ -638,6 +748,26 @@ TEST(DeltaNetArgsTest, RejectsBadArguments) {
                              nullptr, nullptr)
                   .ok())
       << "no tokens";
+  // The chunked form shares the checks (CheckGatedDeltaRuleArgs), its grid has a block per 64 v columns.
+  constexpr DeltaRuleMath kX3 = DeltaRuleMath::kTf32x3;
+  EXPECT_EQ(GatedDeltaRuleChunked(f, f, f, 128, f, f, cu, 1, 5, 3, 4, 16, 16, kX3, f, nullptr).code(),
+            kInvalid)
+      << "chunked nv % nk";
+  EXPECT_EQ(GatedDeltaRuleChunked(f, f, f, 1024, f, f, cu, 1, 5, 2, 4, 129, 16, kX3, f, nullptr).code(),
+            kInvalid)
+      << "chunked k_dim 129";
+  EXPECT_EQ(
+      GatedDeltaRuleChunked(f, f, f, 4096, f, f, cu, int64_t{1} << 25, 5, 2, 32, 16, 128, kX3, f, nullptr)
+          .code(),
+      kInvalid)
+      << "chunked grid (2^25 sequences x 32 heads x 2 tiles)";
+  EXPECT_EQ(GatedDeltaRuleChunked(f, f, f, 128, f, f, cu, 1, 5, 2, 4, 16, 16, kX3, nullptr, nullptr).code(),
+            kInvalid)
+      << "chunked null out";
+  EXPECT_TRUE(GatedDeltaRuleChunked(nullptr, nullptr, nullptr, 128, nullptr, nullptr, nullptr, 0, 0, 2, 4, 16,
+                                    16, kX3, nullptr, nullptr)
+                  .ok())
+      << "chunked no tokens";
 
   // Gated norm: x, z, z_stride, weight, num_tokens, num_heads, head_dim, eps, out.
   bf16_t* out16 = reinterpret_cast<bf16_t*>(uintptr_t{256});
