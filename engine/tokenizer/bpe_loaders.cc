@@ -115,11 +115,10 @@ struct PipelineConfig {
   bool metaspace = false;        // Replace(' ' -> '▁') / Metaspace pre-tokenizer
   bool spaces_replaced = false;  // the normalizer Replace(' ' -> '▁'): no ' ' reaches the pre-tokenizer
   bool metaspace_split = false;
-  bool strip_leading_space = false;
   BpeTokenizerSpec::Digits digits = BpeTokenizerSpec::Digits::kNone;
   int32_t template_bos = -1;
-  bool decoder_byte_level = false;  // the decoder has ByteLevel
-  bool decoder_metaspace = false;   // ... Replace('▁' -> ' ') or Metaspace
+  std::vector<DecoderStep> decoder;  // has_decoder false: no decoder
+  bool has_decoder = false;
   // The general pipeline (BpeTokenizerSpec::general_pipeline), for what the forms above do not cover.
   bool general = false;
   std::vector<NormalizerStep> normalizer;
@@ -238,36 +237,25 @@ absl::Status ParsePreTokenizer(const json& j, const std::string& path, PipelineC
   return absl::OkStatus();
 }
 
-// Decoders: those that invert what this file's pipelines encode (byte-level bytes, '▁' -> ' ',
-// <0xNN> -> byte, one stripped leading space). Any other decoder is UNIMPLEMENTED, naming it.
-absl::Status ParseDecoder(const json& j, const std::string& path, PipelineConfig* p) {
-  if (j.is_null()) return absl::OkStatus();
-  const std::string type = TypeOf(j);
-  if (type == "Sequence" && j.contains("decoders") && j["decoders"].is_array()) {
-    for (const json& d : j["decoders"]) SCORED_RETURN_IF_ERROR(ParseDecoder(d, path, p));
-  } else if (type == "Strip") {
-    const int start = j.value("start", 0);
-    if (j.value("content", std::string()) != " " || start < 0 || start > 1 || j.value("stop", 0) != 0) {
-      return Unsupported(path, "decoder", j);
-    }
-    p->strip_leading_space = start == 1;
-  } else if (type == "Metaspace") {
-    if (j.value("replacement", std::string(kMetaspace)) != kMetaspace) return Unsupported(path, "decoder", j);
-    const std::string scheme =
-        j.value("prepend_scheme", BoolField(j, "add_prefix_space", true) ? "always" : "never");
-    p->strip_leading_space = scheme != "never";
-    p->decoder_metaspace = true;
-  } else if (type == "Replace") {
-    if (!j.contains("pattern") || !j["pattern"].is_object() ||
-        j["pattern"].value("String", std::string("?")) != kMetaspace ||
-        j.value("content", std::string()) != " ") {
-      return Unsupported(path, "decoder", j);
-    }
-    p->decoder_metaspace = true;
-  } else if (type == "ByteLevel") {
-    p->decoder_byte_level = true;
-  } else if (type != "ByteFallback" && type != "Fuse") {
-    return Unsupported(path, "decoder", j);
+// The decoder (decoder.h). It must undo what the model's alphabet stands for: ByteLevel first for a
+// byte-level vocabulary (stored as bytes, which the rest of the chain then works on), none for any other.
+absl::Status ParseDecoder(const json& root, const std::string& path, PipelineConfig* p) {
+  const json j = root.value("decoder", json());
+  p->has_decoder = !j.is_null();
+  SCORED_RETURN_IF_ERROR(ParseDecoderSteps(j, path, &p->decoder));
+  const auto byte_level = std::find_if(p->decoder.begin(), p->decoder.end(), [](const DecoderStep& s) {
+    return s.kind == DecoderStep::Kind::kByteLevel;
+  });
+  if (p->byte_level && (p->decoder.empty() || byte_level != p->decoder.begin())) {
+    return Unsupported(path, "decoder (not ByteLevel first after a ByteLevel pre_tokenizer)", j);
+  }
+  if (p->byte_level && std::find_if(byte_level + 1, p->decoder.end(), [](const DecoderStep& s) {
+                         return s.kind == DecoderStep::Kind::kByteLevel;
+                       }) != p->decoder.end()) {
+    return Unsupported(path, "decoder (a second ByteLevel)", j);
+  }
+  if (!p->byte_level && byte_level != p->decoder.end()) {
+    return Unsupported(path, "decoder (ByteLevel without a ByteLevel pre_tokenizer)", j);
   }
   return absl::OkStatus();
 }
@@ -297,11 +285,12 @@ absl::Status ParsePostProcessor(const json& j, const std::string& path, Pipeline
   return absl::OkStatus();
 }
 
-// The forms of ParseNormalizer / ParsePreTokenizer, which run on their own fast paths.
+// The forms of ParseNormalizer / ParsePreTokenizer, which run on their own fast paths. UNIMPLEMENTED (a Split
+// regex or Digits without ByteLevel, a BPE with neither ByteLevel nor metaspace, ...) sends the file to the
+// general pipeline, which reads those too.
 absl::Status ParseLegacyPipeline(const json& root, const std::string& path, PipelineConfig* p) {
   SCORED_RETURN_IF_ERROR(ParseNormalizer(root.value("normalizer", json()), path, p));
   SCORED_RETURN_IF_ERROR(ParsePreTokenizer(root.value("pre_tokenizer", json()), path, p));
-  SCORED_RETURN_IF_ERROR(ParseDecoder(root.value("decoder", json()), path, p));
   SCORED_RETURN_IF_ERROR(ParsePostProcessor(root.value("post_processor", json()), path, p));
   if (p->byte_level && (p->metaspace || p->prepend)) {
     return absl::UnimplementedError(path + ": byte-level combined with metaspace is not supported");
@@ -316,33 +305,20 @@ absl::Status ParseLegacyPipeline(const json& root, const std::string& path, Pipe
     return absl::UnimplementedError(
         path + ": a BPE without ByteLevel or metaspace ('▁' for spaces) handling is not supported");
   }
-  return absl::OkStatus();
+  return ParseDecoder(root, path, p);
 }
 
-// The general pipeline: the normalizer and pre-tokenizer as steps (pipeline_json.h). Its decoder must invert
-// what the model's alphabet stands for: ByteLevel for a ByteLevel pre-tokenizer, else '▁' -> ' '.
+// The general pipeline: the normalizer and pre-tokenizer as steps (pipeline_json.h).
 absl::Status ParseGeneralPipeline(const json& root, const std::string& path, PipelineConfig* p) {
   p->general = true;
   SCORED_RETURN_IF_ERROR(ParseNormalizerSteps(root.value("normalizer", json()), path, &p->normalizer));
   SCORED_RETURN_IF_ERROR(
       ParsePreTokenizerSteps(root.value("pre_tokenizer", json()), path, &p->pre_tokenizer));
-  SCORED_RETURN_IF_ERROR(ParseDecoder(root.value("decoder", json()), path, p));
   SCORED_RETURN_IF_ERROR(ParsePostProcessor(root.value("post_processor", json()), path, p));
   p->byte_level =
       std::any_of(p->pre_tokenizer.begin(), p->pre_tokenizer.end(),
                   [](const PreTokenizerStep& s) { return s.kind == PreTokenizerStep::Kind::kByteLevel; });
-  const json decoder = root.value("decoder", json());
-  if (p->byte_level && !p->decoder_byte_level) {
-    return Unsupported(path, "decoder (no ByteLevel decoder after a ByteLevel pre_tokenizer)", decoder);
-  }
-  if (!p->byte_level && !p->decoder_metaspace) {
-    return Unsupported(path, "decoder (without a ByteLevel pre_tokenizer, only a '▁' -> ' ' decoder)",
-                       decoder);
-  }
-  if (!p->byte_level && p->decoder_byte_level) {
-    return Unsupported(path, "decoder (ByteLevel without a ByteLevel pre_tokenizer)", decoder);
-  }
-  return absl::OkStatus();
+  return ParseDecoder(root, path, p);
 }
 
 // The legacy forms when they cover the file (unchanged fast paths), else the general pipeline; a type neither
@@ -356,6 +332,25 @@ absl::Status ParsePipeline(const json& root, const std::string& path, PipelineCo
   }
   if (!absl::IsUnimplemented(status)) return status;
   return ParseGeneralPipeline(root, path, p);
+}
+
+// model.continuing_subword_prefix and end_of_word_suffix (null or absent: none) into `options`, as bytes for
+// a byte-level vocabulary (which is stored as bytes).
+absl::Status ReadAffixes(const json& m, const std::string& path, bool byte_level,
+                         BpeModel::Options* options) {
+  const std::pair<const char*, std::string*> kAffixes[] = {
+      {"continuing_subword_prefix", &options->continuing_subword_prefix},
+      {"end_of_word_suffix", &options->end_of_word_suffix}};
+  for (const auto& [key, affix] : kAffixes) {
+    const auto it = m.find(key);
+    if (it == m.end() || it->is_null()) continue;
+    if (!it->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": model.", key, " ", it->dump(), " is not a string"));
+    }
+    *affix = byte_level ? ToBytes(it->get<std::string>()) : it->get<std::string>();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::string& dir) {
@@ -376,12 +371,6 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::st
       !(m["dropout"].is_number() && m["dropout"].get<double>() == 0.0)) {
     return absl::UnimplementedError(
         absl::StrCat(path, ": model.dropout ", m["dropout"].dump(), " is not supported (BPE dropout)"));
-  }
-  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (m.contains(key) && !m[key].is_null() && m[key] != "") {
-      return absl::UnimplementedError(
-          absl::StrCat(path, ": model.", key, " ", m[key].dump(), " is not supported"));
-    }
   }
   PipelineConfig p;
   // A pipeline this loader does not implement is reported after the vocabulary and merges are checked (a
@@ -440,6 +429,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::st
   options.byte_fallback = BoolField(m, "byte_fallback", false);
   options.fuse_unk = BoolField(m, "fuse_unk", false);
   options.ignore_merges = BoolField(m, "ignore_merges", false);
+  SCORED_RETURN_IF_ERROR(ReadAffixes(m, path, p.byte_level, &options));
   if (const auto it = m.find("unk_token"); it != m.end() && it->is_string()) {
     const auto found = vocab_it->find(it->get<std::string>());
     if (found == vocab_it->end()) {
@@ -477,7 +467,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJsonImpl(const std::st
   spec.metaspace_prepend_first_only = p.prepend_first_only;
   spec.metaspace_prepend_unless_present = p.prepend_unless_present;
   spec.metaspace_split = p.metaspace_split;
-  spec.decode_strip_leading_space = p.strip_leading_space;
+  spec.decoder = p.decoder;
+  spec.has_decoder = p.has_decoder;
   spec.general_pipeline = p.general;
   spec.normalizer = p.normalizer;
   spec.pre_tokenizer = p.pre_tokenizer;

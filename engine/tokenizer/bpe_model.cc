@@ -69,11 +69,17 @@ absl::StatusOr<BpeModel> BpeModel::CreateFromMerges(
   model.merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [a, b] = merges[rank];
+    const size_t prefix = options.continuing_subword_prefix.size();
+    if (b.size() < prefix) {
+      return absl::InvalidArgumentError(absl::StrCat("merge ", rank, " ('", a, "' + '", b,
+                                                     "'): shorter than the continuing_subword_prefix"));
+    }
+    const std::string merged = a + b.substr(prefix);
     const int32_t a_id = model.TokenId(a);
     const int32_t b_id = model.TokenId(b);
-    const int32_t new_id = model.TokenId(a + b);
+    const int32_t new_id = model.TokenId(merged);
     if (a_id < 0 || b_id < 0 || new_id < 0) {
-      const std::string& missing = a_id < 0 ? a : (b_id < 0 ? b : a + b);
+      const std::string& missing = a_id < 0 ? a : (b_id < 0 ? b : merged);
       return absl::InvalidArgumentError(absl::StrCat("merge ", rank, " ('", a, "' + '", b, "'): token '",
                                                      missing, "' is not in the vocabulary"));
     }
@@ -115,6 +121,53 @@ int BpeModel::ByteOfToken(int32_t id) const {
   return byte_ids_[b] == id ? b : -1;
 }
 
+void BpeModel::AddSymbol(int32_t id, Scratch* scratch) {
+  auto& symbols = scratch->symbols;
+  const int32_t n = static_cast<int32_t>(symbols.size());
+  symbols.push_back({id, n - 1, -1});
+  if (n > 0) symbols[n - 1].next = n;
+}
+
+bool BpeModel::AddFallbackOrUnknown(std::string_view piece, bool* last_unk, Scratch* scratch) const {
+  bool bytes_ok = options_.byte_fallback && options_.alphabet == Alphabet::kChars;
+  for (size_t k = 0; bytes_ok && k < piece.size(); ++k)
+    bytes_ok = byte_ids_[static_cast<uint8_t>(piece[k])] >= 0;
+  if (bytes_ok) {
+    for (const char c : piece) AddSymbol(byte_ids_[static_cast<uint8_t>(c)], scratch);
+    *last_unk = false;
+    return true;
+  }
+  if (options_.unk_id < 0) return false;
+  if (!(options_.fuse_unk && *last_unk)) AddSymbol(options_.unk_id, scratch);
+  *last_unk = true;
+  return true;
+}
+
+bool BpeModel::AddAffixedSymbols(std::string_view word, Scratch* scratch, uint32_t* bad_char) const {
+  std::string symbol;
+  bool last_unk = false;
+  for (size_t i = 0; i < word.size();) {
+    int len = 1;
+    const uint32_t cp =
+        options_.alphabet == Alphabet::kChars ? DecodeUtf8At(word, i, &len) : static_cast<uint8_t>(word[i]);
+    const bool last = i + static_cast<size_t>(len) == word.size();
+    symbol.assign(i == 0 ? "" : options_.continuing_subword_prefix);
+    symbol.append(word.substr(i, len));
+    if (last) symbol.append(options_.end_of_word_suffix);
+    i += static_cast<size_t>(len);
+    const int32_t id = TokenId(symbol);
+    if (id >= 0) {
+      AddSymbol(id, scratch);
+      last_unk = false;
+    } else if (!AddFallbackOrUnknown(symbol, &last_unk, scratch)) {
+      if (options_.alphabet == Alphabet::kBytes) continue;  // dropped, as without affixes
+      *bad_char = cp;
+      return false;
+    }
+  }
+  return true;
+}
+
 void BpeModel::PushCandidate(int32_t pos, Scratch* scratch) const {
   const Scratch::Symbol& left = scratch->symbols[pos];
   if (left.next < 0) return;
@@ -134,17 +187,20 @@ bool BpeModel::EncodeWord(std::string_view word, Scratch* scratch, std::vector<i
       return true;
     }
   }
-  auto& symbols = scratch->symbols;
-  symbols.clear();
-  auto add = [&symbols](int32_t id) {
-    const int32_t n = static_cast<int32_t>(symbols.size());
-    symbols.push_back({id, n - 1, -1});
-    if (n > 0) symbols[n - 1].next = n;
-  };
-  if (options_.alphabet == Alphabet::kBytes) {
+  scratch->symbols.clear();
+  if (!options_.continuing_subword_prefix.empty() || !options_.end_of_word_suffix.empty()) {
+    if (!AddAffixedSymbols(word, scratch, bad_char)) return false;
+  } else if (options_.alphabet == Alphabet::kBytes) {
+    bool last_unk = false;
     for (const char c : word) {
       const int32_t id = byte_ids_[static_cast<uint8_t>(c)];
-      if (id >= 0) add(id);  // a byte without a token is dropped, as the library does without unk_token
+      if (id >= 0) {
+        AddSymbol(id, scratch);
+      } else if (options_.unk_id >= 0 && !(options_.fuse_unk && last_unk)) {
+        AddSymbol(options_.unk_id, scratch);
+      }
+      // else: a byte without a token is dropped, as the library does without unk_token
+      last_unk = id < 0;
     }
   } else {
     bool last_unk = false;
@@ -154,27 +210,16 @@ bool BpeModel::EncodeWord(std::string_view word, Scratch* scratch, std::vector<i
       const uint32_t cp = DecodeUtf8At(word, i, &len);
       const auto it = char_ids_.find(cp);
       if (it != char_ids_.end()) {
-        add(it->second);
+        AddSymbol(it->second, scratch);
         last_unk = false;
-      } else {
-        bool bytes_ok = options_.byte_fallback;
-        for (int k = 0; bytes_ok && k < len; ++k) {
-          bytes_ok = byte_ids_[static_cast<uint8_t>(word[i + k])] >= 0;
-        }
-        if (bytes_ok) {
-          for (int k = 0; k < len; ++k) add(byte_ids_[static_cast<uint8_t>(word[i + k])]);
-          last_unk = false;
-        } else if (options_.unk_id >= 0) {
-          if (!(options_.fuse_unk && last_unk)) add(options_.unk_id);
-          last_unk = true;
-        } else {
-          *bad_char = cp;
-          return false;
-        }
+      } else if (!AddFallbackOrUnknown(word.substr(i, len), &last_unk, scratch)) {
+        *bad_char = cp;
+        return false;
       }
       i += len;
     }
   }
+  auto& symbols = scratch->symbols;
   if (symbols.empty()) return true;  // every byte of the word dropped
   auto& heap = scratch->heap;
   heap.clear();

@@ -6,8 +6,12 @@
 //   kChars: tokens are UTF-8 strings (metaspace BPE, '▁' = U+2581 for a space); a word starts as one
 //           symbol per code point; a code point without a token becomes its <0xNN> byte tokens
 //           (byte_fallback) or the unknown token (consecutive unknowns fused when fuse_unk).
-// Merging: repeatedly apply the applicable merge of lowest rank, the leftmost one on ties (the
-// order of HF tokenizers' BPE and of tiktoken), using a heap over candidate pairs, O(n log n) per word.
+// A byte-level symbol without a token is the unknown token too where there is one, else dropped.
+// HF's continuing_subword_prefix / end_of_word_suffix: a word's symbols after the first start as prefix +
+// symbol, its last as symbol + suffix (a one-symbol word: symbol + suffix), each looked up whole (byte
+// fallback then covers the bytes of the affixed symbol, as the library does); a merge (a, b) makes a + b
+// without b's prefix. Merging: repeatedly apply the applicable merge of lowest rank, the leftmost one on ties
+// (the order of HF tokenizers' BPE and of tiktoken), using a heap over candidate pairs, O(n log n) per word.
 // ignore_merges: a word that is itself a token is emitted as that token (tiktoken, Llama-3 tokenizer.json).
 //
 // Thread-safety: immutable after creation; EncodeWord may run concurrently with a per-call Scratch.
@@ -39,7 +43,9 @@ class BpeModel {
     bool byte_fallback = false;  // kChars only
     bool fuse_unk = false;       // kChars only
     bool ignore_merges = false;
-    int32_t unk_id = -1;  // kChars only; -1: none
+    int32_t unk_id = -1;                    // -1: none
+    std::string continuing_subword_prefix;  // empty: none (kBytes: as bytes)
+    std::string end_of_word_suffix;         // empty: none (kBytes: as bytes)
   };
 
   // Per-call working memory (keeps EncodeWord allocation-free and thread-safe).
@@ -64,7 +70,8 @@ class BpeModel {
   };
 
   // `tokens[id]` is the token of id (empty for an id the vocabulary skips). `merges` are pairs of
-  // token strings in rank order; the merged token a+b must be in the vocabulary. A later duplicate
+  // token strings in rank order; the merged token a+b (b without the continuing_subword_prefix, which it must
+  // be at least as long as) must be in the vocabulary. A later duplicate
   // of a pair replaces the earlier one (as HF tokenizers does). Errors: INVALID_ARGUMENT naming the
   // merge index or the missing token.
   static absl::StatusOr<BpeModel> CreateFromMerges(
@@ -96,6 +103,12 @@ class BpeModel {
   }
   absl::Status Init();
   void PushCandidate(int32_t pos, Scratch* scratch) const;
+  static void AddSymbol(int32_t id, Scratch* scratch);
+  // A piece without a token: its <0xNN> byte tokens (kChars with byte_fallback, every byte having one), else
+  // the unknown token (not again right after one when fuse_unk); false when neither exists.
+  bool AddFallbackOrUnknown(std::string_view piece, bool* last_unk, Scratch* scratch) const;
+  // EncodeWord's initial symbols under a continuing_subword_prefix / end_of_word_suffix. False as EncodeWord.
+  bool AddAffixedSymbols(std::string_view word, Scratch* scratch, uint32_t* bad_char) const;
 
   Options options_;
   std::vector<std::string> tokens_;

@@ -16,16 +16,12 @@ bool IsAsciiSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
-// The decoded text of an added token. HF's decode runs added tokens through the decoder as any token:
-// metaspace '▁' -> ' ' (Gemma's "▁▁" added tokens decode to two spaces), byte-level characters to their
-// bytes when every character is in the byte-level alphabet (else the text as it is).
-std::string AddedTokenText(const AddedToken& a, bool chars) {
+// The decoder's input for an added token, as HF's decode gives the decoder the content: for a byte-level
+// vocabulary (stored as bytes) the bytes its characters stand for when every character is in the byte-level
+// alphabet (what the ByteLevel decoder makes of it), else the content.
+std::string AddedTokenInput(const AddedToken& a, bool chars) {
   std::string out;
-  if (chars) {
-    AppendMetaspaceText(a.content, &out);
-  } else if (!ByteLevelToBytes(a.content, &out)) {
-    out = a.content;
-  }
+  if (chars || !ByteLevelToBytes(a.content, &out)) out = a.content;
   return out;
 }
 
@@ -59,6 +55,7 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
     SCORED_ASSIGN_OR_RETURN(t->normalizer_, Normalizer::Create(t->spec_.normalizer));
     SCORED_ASSIGN_OR_RETURN(t->pre_tokenizer_, PreTokenizer::Create(t->spec_.pre_tokenizer));
   }
+  SCORED_ASSIGN_OR_RETURN(t->decoder_, Decoder::Create(t->spec_.decoder, t->spec_.has_decoder));
   t->vocab_size_ = t->model_.size();
   for (const AddedToken& a : t->spec_.added_tokens) {
     if (a.id < 0 || a.content.empty()) {
@@ -79,7 +76,10 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
       return t->spec_.added_tokens[a].content.size() > t->spec_.added_tokens[b].content.size();
     });
   }
-  if (t->model_.options().alphabet == BpeModel::Alphabet::kChars) {
+  // A prefix or suffix marks where a word starts or ends: cutting a segment into words would add them.
+  const bool affixes = !t->model_.options().continuing_subword_prefix.empty() ||
+                       !t->model_.options().end_of_word_suffix.empty();
+  if (t->model_.options().alphabet == BpeModel::Alphabet::kChars && !affixes) {
     t->metaspace_words_exact_ = true;
     for (int64_t id = 0; id < t->model_.size() && t->metaspace_words_exact_; ++id) {
       const std::string& tok = t->model_.token(static_cast<int32_t>(id));
@@ -112,31 +112,17 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
           std::max(t->max_bytes_per_token_, t->model_.token(static_cast<int32_t>(id)).size());
     }
   }
+  const bool chars = t->model_.options().alphabet == BpeModel::Alphabet::kChars;
+  for (const AddedToken& a : t->spec_.added_tokens) t->added_text_.push_back(AddedTokenInput(a, chars));
+  // A token's bytes as the decoder writes it in the middle of a text.
   t->byte_length_.assign(t->vocab_size_, 0);
-  for (const AddedToken& a : t->spec_.added_tokens) {
-    t->added_text_.push_back(AddedTokenText(a, t->model_.options().alphabet == BpeModel::Alphabet::kChars));
-  }
   for (int64_t id = 0; id < t->vocab_size_; ++id) {
     const int32_t added = t->added_of_id_[id];
-    if (added >= 0) {
-      t->byte_length_[id] =
-          t->spec_.added_tokens[added].special ? 0 : static_cast<int64_t>(t->added_text_[added].size());
-      continue;
-    }
-    if (id >= t->model_.size()) continue;
-    const std::string& tok = t->model_.token(static_cast<int32_t>(id));
-    if (t->model_.options().alphabet == BpeModel::Alphabet::kBytes) {
-      t->byte_length_[id] = static_cast<int64_t>(tok.size());
-    } else if (t->model_.ByteOfToken(static_cast<int32_t>(id)) >= 0) {
-      t->byte_length_[id] = 1;
-    } else {
-      int64_t n = static_cast<int64_t>(tok.size());
-      for (size_t p = tok.find(kMetaspace); p != std::string::npos;
-           p = tok.find(kMetaspace, p + kMetaspace.size())) {
-        n -= static_cast<int64_t>(kMetaspace.size()) - 1;  // '▁' is 3 bytes for a 1-byte space
-      }
-      t->byte_length_[id] = n;
-    }
+    if (added >= 0 && t->spec_.added_tokens[added].special) continue;
+    if (added < 0 && id >= t->model_.size()) continue;
+    const std::string& input = added >= 0 ? t->added_text_[added] : t->model_.token(static_cast<int32_t>(id));
+    SCORED_ASSIGN_OR_RETURN(const std::string text, t->decoder_->TokenText(input));
+    t->byte_length_[id] = static_cast<int64_t>(text.size());
   }
   return t;
 }
@@ -309,8 +295,8 @@ absl::Status BpeTokenizer::EncodeCachedWordInto(std::string_view word, EncodeSta
 }
 
 absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids) const {
-  std::string out;
-  const bool chars = model_.options().alphabet == BpeModel::Alphabet::kChars;
+  std::vector<std::string_view> tokens;
+  tokens.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
     if (id < 0 || id >= vocab_size_) {
@@ -318,24 +304,12 @@ absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids) 
           absl::StrCat("token id ", id, " at position ", i, " is out of range [0, ", vocab_size_, ")"));
     }
     if (added_of_id_[id] >= 0) {
-      out.append(added_text_[added_of_id_[id]]);
-      continue;
-    }
-    if (id >= model_.size()) continue;
-    const std::string& tok = model_.token(id);
-    if (!chars) {
-      out.append(tok);
-      continue;
-    }
-    const int byte = model_.ByteOfToken(id);
-    if (byte >= 0) {
-      out.push_back(static_cast<char>(byte));
-      continue;
-    }
-    AppendMetaspaceText(tok, &out);
+      tokens.push_back(added_text_[added_of_id_[id]]);
+    } else if (id < model_.size() && !model_.token(id).empty()) {
+      tokens.push_back(model_.token(id));
+    }  // else: an id the vocabulary skips has no token, as in the library
   }
-  if (chars && spec_.decode_strip_leading_space && !out.empty() && out[0] == ' ') out.erase(0, 1);
-  return out;
+  return decoder_->Decode(tokens);
 }
 
 int64_t BpeTokenizer::TokenByteLength(int32_t id) const {

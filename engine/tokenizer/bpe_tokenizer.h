@@ -6,11 +6,10 @@
 //   3. split into words (regex for byte-level, optional '▁'-split for metaspace; none for the
 //      Llama-2 legacy normalizer form),
 //   4. each word goes through BpeModel (byte-level words are cached for the duration of one call).
-// Decode inverts it (metaspace: '▁' -> ' ', <0xNN> -> byte, one leading space stripped when the
-// decoder does so); added tokens decode to their content through the same decoder, as HF's decode
-// does (metaspace: '▁' -> ' ', so Gemma's "▁▁" added token decodes to two spaces; byte-level: the
-// content's bytes when every character is in the byte-level alphabet, else the content). Decoded bytes are
-// returned as they are, even where a token sequence cuts a UTF-8 character (no U+FFFD substitution).
+// Decode runs the token strings of the ids (added tokens as their content, byte-level tokens as their bytes)
+// through the decoder (decoder.h), as HF's decode does; the byte-level formats have the ByteLevel decoder.
+// Decoded bytes are returned as they are, even where a token sequence cuts a UTF-8 character (no U+FFFD
+// substitution).
 //
 // Thread-safety: immutable after construction; Encode/Decode may run concurrently.
 #ifndef SCORED_ENGINE_TOKENIZER_BPE_TOKENIZER_H_
@@ -25,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/tokenizer/bpe_model.h"
+#include "engine/tokenizer/decoder.h"
 #include "engine/tokenizer/normalizer.h"
 #include "engine/tokenizer/pre_tokenizer.h"
 #include "engine/tokenizer/regex_splitter.h"
@@ -61,7 +61,6 @@ struct BpeTokenizerSpec {
   bool metaspace_prepend_first_only = false;
   bool metaspace_split = false;
   bool metaspace_prepend_unless_present = false;  // Metaspace pre-tokenizer: not if it starts with '▁'
-  bool decode_strip_leading_space = false;
   // The general pipeline (tokenizer.json's other normalizer / pre-tokenizer types, normalizer.h and
   // pre_tokenizer.h): when set, each segment goes through `normalizer`, then `pre_tokenizer` (none: the
   // segment is one word), and each piece to the model, in place of the fields above from nfc to
@@ -69,6 +68,9 @@ struct BpeTokenizerSpec {
   bool general_pipeline = false;
   std::vector<NormalizerStep> normalizer;
   std::vector<PreTokenizerStep> pre_tokenizer;
+  // The decoder's steps (decoder.h); has_decoder false: none, the tokens joined with ' '.
+  std::vector<DecoderStep> decoder = ByteLevelDecoderSteps();
+  bool has_decoder = true;
   int32_t bos_id = -1;
   int32_t eos_id = -1;
   bool add_bos = false;
@@ -77,8 +79,8 @@ struct BpeTokenizerSpec {
 
 class BpeTokenizer : public Tokenizer {
  public:
-  // INVALID_ARGUMENT if an added token's id is negative or its content empty, or the split
-  // pattern does not compile.
+  // INVALID_ARGUMENT if an added token's id is negative or its content empty, a split or Replace pattern
+  // does not compile, or the decoder is malformed (decoder.h).
   static absl::StatusOr<std::unique_ptr<BpeTokenizer>> Create(BpeModel model, BpeTokenizerSpec spec);
 
   using Tokenizer::Encode;
@@ -116,16 +118,19 @@ class BpeTokenizer : public Tokenizer {
   std::vector<std::unique_ptr<RegexSplitter>> splitters_;  // one per spec_.split_patterns
   std::unique_ptr<Normalizer> normalizer_;                 // spec_.general_pipeline
   std::unique_ptr<PreTokenizer> pre_tokenizer_;            // spec_.general_pipeline
+  std::unique_ptr<Decoder> decoder_;
   int64_t vocab_size_ = 0;
   // Metaspace without a pre-tokenizer: the whole segment is one BPE word. When no token has a '▁'
   // right after a non-'▁' character (true of Llama-2's vocabulary), no merge can cross the start
   // of a '▁' run, so the segment may be cut there into words without changing the result; the
-  // short words then hit the word cache (measured ~x10 on wiki.test.raw, see tests/bench/tokenizer).
+  // short words then hit the word cache (measured ~x10 on wiki.test.raw, see tests/bench/tokenizer). Not
+  // with a subword prefix or suffix, which would mark the cuts.
   bool metaspace_words_exact_ = false;
   // EncodeGuard::BeforeWord: the longest token (at least a 4-byte character); 0 with fused unknown runs.
   size_t max_bytes_per_token_ = 0;
-  std::vector<int32_t> added_of_id_;                      // [vocab_size] index into spec_.added_tokens, or -1
-  std::vector<std::string> added_text_;                   // [added_tokens] decoded text (AddedTokenText)
+  std::vector<int32_t> added_of_id_;  // [vocab_size] index into spec_.added_tokens, or -1
+  std::vector<std::string>
+      added_text_;  // [added_tokens] the decoder's input (byte-level: the bytes, if all map)
   std::vector<int64_t> byte_length_;                      // [vocab_size] TokenByteLength
   std::vector<std::vector<size_t>> added_by_first_byte_;  // [256] added tokens, longest first
 };

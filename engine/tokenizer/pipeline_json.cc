@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/tokenizer/text_util.h"
 
 namespace scored {
 namespace tokenizer_internal {
@@ -33,6 +34,32 @@ bool ParsePattern(const json& j, std::string* pattern, bool* is_regex) {
   if (!value.is_string() || value.get<std::string>().empty()) return false;
   *pattern = value.get<std::string>();
   return true;
+}
+
+// A string field; absent: `fallback`; present but not a string: false.
+bool StringField(const json& j, const char* key, const char* fallback, std::string* out) {
+  const auto it = j.find(key);
+  if (it == j.end()) {
+    *out = fallback;
+    return true;
+  }
+  if (!it->is_string()) return false;
+  *out = it->get<std::string>();
+  return true;
+}
+
+// A count field (absent: 0); false if present and not a non-negative integer.
+bool SizeField(const json& j, const char* key, size_t* out) {
+  const auto it = j.find(key);
+  if (it == j.end()) return true;
+  if (!it->is_number_unsigned()) return false;
+  *out = it->get<size_t>();
+  return true;
+}
+
+// Whether `s` is exactly one UTF-8 character (a Rust char field).
+bool IsOneCharacter(const std::string& s) {
+  return !s.empty() && static_cast<size_t>(Utf8SequenceLength(static_cast<unsigned char>(s[0]))) == s.size();
 }
 
 bool ParseBehavior(const json& j, SplitBehavior* behavior) {
@@ -92,6 +119,19 @@ absl::Status ParseNormalizerSteps(const json& j, const std::string& path,
     const auto prepend = j.find("prepend");
     ok = prepend != j.end() && prepend->is_string();
     if (ok) step.content = prepend->get<std::string>();
+  } else if (type == "StripAccents") {
+    step.kind = Kind::kStripAccents;
+  } else if (type == "Nmt") {
+    step.kind = Kind::kNmt;
+  } else if (type == "BertNormalizer") {
+    step.kind = Kind::kBert;
+    step.clean_text = BoolField(j, "clean_text", true, &ok);
+    step.handle_chinese_chars = BoolField(j, "handle_chinese_chars", true, &ok);
+    step.lowercase = BoolField(j, "lowercase", true, &ok);
+    // null (the library's default): as lowercase.
+    const auto strip = j.find("strip_accents");
+    step.strip_accents =
+        strip == j.end() || strip->is_null() ? step.lowercase : BoolField(j, "strip_accents", false, &ok);
   } else {
     ok = false;
   }
@@ -133,6 +173,14 @@ absl::Status ParsePreTokenizerSteps(const json& j, const std::string& path,
     step.kind = Kind::kWhitespace;
   } else if (type == "WhitespaceSplit") {
     step.kind = Kind::kWhitespaceSplit;
+  } else if (type == "FixedLength") {
+    step.kind = Kind::kFixedLength;
+    const auto length = j.find("length");
+    if (length != j.end()) {
+      ok = length->is_number_unsigned() && length->get<uint64_t>() > 0 &&
+           length->get<uint64_t>() <= (1u << 20);
+      if (ok) step.length = length->get<size_t>();
+    }
   } else if (type == "BertPreTokenizer") {
     // Whitespace removed, then every punctuation character isolated.
     PreTokenizerStep whitespace;
@@ -151,6 +199,57 @@ absl::Status ParsePreTokenizerSteps(const json& j, const std::string& path,
     ok = false;
   }
   if (!ok) return UnsupportedJson(path, "pre_tokenizer", j);
+  steps->push_back(std::move(step));
+  return absl::OkStatus();
+}
+
+absl::Status ParseDecoderSteps(const json& j, const std::string& path, std::vector<DecoderStep>* steps) {
+  if (j.is_null()) return absl::OkStatus();
+  using Kind = DecoderStep::Kind;
+  const std::string type = TypeOf(j);
+  DecoderStep step;
+  bool ok = true;
+  if (type == "Sequence") {
+    const auto it = j.find("decoders");
+    if (it == j.end() || !it->is_array()) return UnsupportedJson(path, "decoder", j);
+    for (const json& d : *it) {
+      if (d.is_null()) return UnsupportedJson(path, "decoder", j);
+      SCORED_RETURN_IF_ERROR(ParseDecoderSteps(d, path, steps));
+    }
+    return absl::OkStatus();
+  } else if (type == "ByteLevel") {
+    step.kind = Kind::kByteLevel;
+  } else if (type == "ByteFallback") {
+    step.kind = Kind::kByteFallback;
+  } else if (type == "Fuse") {
+    step.kind = Kind::kFuse;
+  } else if (type == "Replace") {
+    step.kind = Kind::kReplace;
+    const auto content = j.find("content");
+    ok = ParsePattern(j, &step.pattern, &step.pattern_is_regex) && content != j.end() && content->is_string();
+    if (ok) step.content = content->get<std::string>();
+  } else if (type == "Strip") {
+    step.kind = Kind::kStrip;
+    ok = StringField(j, "content", "", &step.content) && IsOneCharacter(step.content) &&
+         SizeField(j, "start", &step.strip_start) && SizeField(j, "stop", &step.strip_stop);
+  } else if (type == "Metaspace") {
+    step.kind = Kind::kMetaspace;
+    ok = StringField(j, "replacement", "\xE2\x96\x81", &step.content) && IsOneCharacter(step.content);
+    const std::string scheme =
+        j.value("prepend_scheme", BoolField(j, "add_prefix_space", true, &ok) ? "always" : "never");
+    ok = ok && (scheme == "always" || scheme == "first" || scheme == "never");
+    step.prepend = scheme != "never";
+  } else if (type == "BPEDecoder") {
+    step.kind = Kind::kBpe;
+    ok = StringField(j, "suffix", "</w>", &step.content) && !step.content.empty();
+  } else if (type == "WordPiece") {
+    step.kind = Kind::kWordPiece;
+    ok = StringField(j, "prefix", "##", &step.content) && !step.content.empty();
+    step.cleanup = BoolField(j, "cleanup", true, &ok);
+  } else {
+    ok = false;
+  }
+  if (!ok) return UnsupportedJson(path, "decoder", j);
   steps->push_back(std::move(step));
   return absl::OkStatus();
 }

@@ -177,6 +177,20 @@ absl::Status PreTokenizer::SplitPiece(size_t index, const std::string& piece,
       CharMatches(piece, IsUnicodeWhitespace, &spans);
       behavior = SplitBehavior::kRemoved;
       break;
+    case Kind::kFixedLength: {
+      size_t start = 0;
+      size_t chars = 0;
+      for (size_t pos = 0; pos < piece.size(); ++chars) {
+        if (chars == step.length) {
+          out->push_back(piece.substr(start, pos - start));
+          start = pos;
+          chars = 0;
+        }
+        pos += static_cast<size_t>(Utf8SequenceLength(static_cast<unsigned char>(piece[pos])));
+      }
+      if (start < piece.size()) out->push_back(piece.substr(start));
+      return absl::OkStatus();
+    }
     case Kind::kByteLevel: {
       if (step.add_prefix_space && piece[0] != ' ') {
         prefixed = " " + piece;

@@ -5,6 +5,7 @@
 //   Digits(individual_digits) each numeric character a match, Isolated when individual, else Contiguous;
 //   Whitespace                the runs of \w+ and of [^\w\s]+ kept, whitespace removed;
 //   WhitespaceSplit           split on whitespace (removed);
+//   FixedLength(length)       pieces of `length` characters (the last one shorter);
 //   ByteLevel(add_prefix_space, use_regex)  ' ' before a piece that does not start with one, GPT-2's
 //                             regex (Isolated), then every byte as its GPT-2 byte-level character: later
 //                             steps see those characters, as in the library.
@@ -31,7 +32,7 @@ namespace tokenizer_internal {
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
 struct PreTokenizerStep {
-  enum class Kind { kSplit, kPunctuation, kDigits, kWhitespace, kWhitespaceSplit, kByteLevel };
+  enum class Kind { kSplit, kPunctuation, kDigits, kWhitespace, kWhitespaceSplit, kFixedLength, kByteLevel };
   Kind kind = Kind::kSplit;
   SplitBehavior behavior = SplitBehavior::kIsolated;  // kSplit, kPunctuation
   bool invert = false;                                // kSplit
@@ -40,6 +41,7 @@ struct PreTokenizerStep {
   bool individual_digits = false;  // kDigits
   bool add_prefix_space = false;   // kByteLevel
   bool use_regex = true;           // kByteLevel
+  size_t length = 5;               // kFixedLength: characters per piece (> 0)
 };
 
 class PreTokenizer {

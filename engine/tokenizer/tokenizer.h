@@ -12,19 +12,21 @@
 //     Defaults BOS 1 / EOS 2 (the model's own ids), add BOS.
 //   - tokenizer.json: added_tokens (and tokenizer_config.json's added_tokens_decoder) are matched
 //     first, leftmost-longest on the raw text (lstrip/rstrip honoured for ASCII whitespace;
-//     `normalized` and `single_word` are not used). Normalizers NFC, Prepend('▁'), Replace(' ',
-//     '▁'); pre-tokenizers ByteLevel, Split(Regex, Isolated), Metaspace, Sequence, Digits (individual
-//     or runs; first, before ByteLevel, as SmolLM2's), and Split(String ' ', not inverted) after
-//     Replace(' ', '▁') (Gemma's: it finds nothing); BPE options
-//     byte_fallback, fuse_unk, ignore_merges, unk_token; decoders ByteLevel, Metaspace,
-//     Replace('▁', ' '), ByteFallback, Fuse, Strip(' ', 0 or 1, 0), Sequence; post-processors
-//     TemplateProcessing, ByteLevel, Sequence. Anything else: UNIMPLEMENTED naming the field and
-//     its JSON. add BOS: tokenizer_config add_bos_token, else whether post_processor's template
-//     starts with a special token. EOS without a config: "</s>" (metaspace) / "<|endoftext|>"
-//     (byte-level).
-//     Gemma 2 / 3 and Phi-4: the real vocabularies are not available offline; their pipelines are
-//     reproduced from the published files on small trained vocabularies (tests/fixtures/tokenizers,
-//     with its README's sources) and checked on the HF tokenizers library's ids.
+//     `normalized` and `single_word` are not used). Normalizers NFC, NFD, NFKC, NFKD, Lowercase, Strip,
+//     Replace (String or Regex), Prepend, StripAccents, Nmt, BertNormalizer, Sequence (normalizer.h);
+//     pre-tokenizers ByteLevel, Split (String or Regex, every behavior, invert), Punctuation, Digits,
+//     Whitespace, WhitespaceSplit, BertPreTokenizer, CharDelimiterSplit, FixedLength, Sequence, and Metaspace
+//     in the metaspace forms (pre_tokenizer.h); BPE options byte_fallback, fuse_unk, ignore_merges,
+//     unk_token, continuing_subword_prefix, end_of_word_suffix; decoders ByteLevel (first, for a byte-level
+//     vocabulary only), ByteFallback, Fuse, Replace, Strip, Metaspace, BPEDecoder, WordPiece, Sequence, or
+//     none (tokens joined with ' ') (decoder.h); post-processors TemplateProcessing, ByteLevel, Sequence.
+//     Anything else (Precompiled and the ByteLevel normalizer, UnicodeScripts, Metaspace after another
+//     pre-tokenizer, CTC, BertProcessing / RobertaProcessing, dropout, a `normalized` added token under a
+//     normalizer): UNIMPLEMENTED naming the field and its JSON. add BOS: tokenizer_config add_bos_token, else
+//     whether post_processor's template starts with a special token. EOS without a config: "</s>" (metaspace)
+//     / "<|endoftext|>" (byte-level). Gemma 2 / 3 and Phi-4: the real vocabularies are not available offline;
+//     their pipelines are reproduced from the published files on small trained vocabularies
+//     (tests/fixtures/tokenizers, with its README's sources) and checked on the HF tokenizers library's ids.
 //   - vocab.json + merges.txt: byte-level. Rule: tokenizer_config.json tokenizer_class starting
 //     with "Qwen2" selects Qwen2's split pattern + NFC; otherwise GPT-2's pattern. <|endoftext|>
 //     is a special token (and BOS/EOS for GPT-2, EOS for Qwen2) unless the config says otherwise.
@@ -106,8 +108,9 @@ class Tokenizer {
   // range (naming its position). Bytes are returned as decoded, even where the ids cut a UTF-8
   // character. Metaspace/SentencePiece drop the dummy-prefix space at the start.
   virtual absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const = 0;
-  // UTF-8 byte length of one token's contribution to decoded text (metaspace -> ' ', byte tokens -> 1),
-  // used for bits-per-byte. 0 for special/control tokens.
+  // UTF-8 byte length of one token's contribution to decoded text (metaspace -> ' ', byte tokens -> 1; for
+  // tokenizer.json the token's text as the decoder writes it in the middle of a text), used for
+  // bits-per-byte. 0 for special/control tokens.
   virtual int64_t TokenByteLength(int32_t id) const = 0;
 
   virtual int64_t vocab_size() const = 0;  // ids are in [0, vocab_size)

@@ -91,11 +91,19 @@ TEST_F(LoadTest, TokenizerJsonUnsupportedPreTokenizer) {
       "tokenizer.json",
       R"({"pre_tokenizer": {"type": "UnicodeScripts"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})");
   ExpectError(absl::StatusCode::kUnimplemented, "tokenizer.json", "unsupported pre_tokenizer");
-  // Digits alone is a pipeline of the general kind (tokenizer_fixtures_test), but without a ByteLevel
-  // pre-tokenizer only a decoder that turns '▁' into ' ' is read: the library would join the tokens with ' '.
-  Write("tokenizer.json",
-        R"({"pre_tokenizer": {"type": "Digits"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})");
-  ExpectError(absl::StatusCode::kUnimplemented, "tokenizer.json", "only a '\u2581' -> ' ' decoder");
+}
+
+// Digits without ByteLevel or a decoder runs through the general pipeline; without a decoder the tokens are
+// joined with ' ', as the library does (its ids and text: [4, 2, 3, 0], "ab 1 2 a").
+TEST_F(LoadTest, TokenizerJsonWithoutDecoderJoinsWithSpaces) {
+  Write("tokenizer.json", R"({"pre_tokenizer": {"type": "Digits", "individual_digits": false},
+      "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "1": 2, "2": 3, "ab": 4}, "merges": ["a b"]}})");
+  const auto t = Tokenizer::Load(dir_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const auto ids = (*t)->Encode("ab12a");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, (std::vector<int32_t>{4, 2, 3, 0}));
+  EXPECT_EQ((*t)->Decode(*ids).value(), "ab 1 2 a");
 }
 
 TEST_F(LoadTest, TokenizerJsonMergeOutOfVocabulary) {
@@ -185,7 +193,9 @@ TEST_F(LoadTest, MetaspaceMergeAcrossSpace) {
   Write("tokenizer.json", R"({"normalizer": {"type": "Sequence", "normalizers": [
       {"type": "Prepend", "prepend": "\u2581"},
       {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
-    "decoder": {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+    "decoder": {"type": "Sequence", "decoders": [
+      {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+      {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
     "model": {"type": "BPE", "vocab": {"\u2581": 0, "a": 1, "b": 2, "a\u2581": 3, "a\u2581b": 4},
               "merges": ["a \u2581", "a\u2581 b"]}})");
   const auto t = Tokenizer::Load(dir_);
@@ -194,7 +204,7 @@ TEST_F(LoadTest, MetaspaceMergeAcrossSpace) {
   const auto ids = (*t)->Encode("a b");
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(*ids, (std::vector<int32_t>{0, 4}));
-  EXPECT_EQ((*t)->Decode(*ids).value(), "a b");
+  EXPECT_EQ((*t)->Decode(*ids).value(), "a b");  // the library's text (a Strip alone would leave "▁a▁b")
   // No byte fallback and no unknown token: a character without a token is an error.
   EXPECT_EQ((*t)->Encode("c").status().code(), absl::StatusCode::kInvalidArgument);
 }
