@@ -90,13 +90,17 @@ struct GroupedExperts {
 // A sparse layer's mixture-of-experts block (ModelConfig::IsSparseLayer; semantics in engine/model/config.h),
 // every linear as the dense MLP's are (any format). The router's GEMM writes fp32 logits (every mode);
 // Qwen2-MoE's shared_expert_gate is stacked under it as row num_experts, so that one GEMM gives the routing
-// logits and the gate's. In fp32 mode a quantized expert is expanded and then rounded to bf16 values
-// (DeviceLinear::round_to_bf16): the CPU oracle's (and transformers') reading of quantized experts.
+// logits and the gate's (DeepSeek-V3's shared experts are ungated: no row). The sigmoid router's
+// e_score_correction_bias is an fp32 buffer. In fp32 mode a quantized expert is expanded and then rounded to
+// bf16 values (DeviceLinear::round_to_bf16): the CPU oracle's (and transformers') reading of quantized
+// experts.
 struct DeviceMoe {
   DeviceLinear router;                // [num_experts (+ 1: the shared expert's gate), hidden_size]
+  DeviceBuffer correction_bias;       // [num_experts] fp32 (ExpertsPlan::correction_bias), else empty
   std::vector<DeviceLinear> gate_up;  // [num_experts] each [2 moe_intermediate_size, hidden_size]
   std::vector<DeviceLinear> down;     // [num_experts] each [hidden_size, moe_intermediate_size]
-  bool shared = false;                // Qwen2-MoE's shared expert (then the two below)
+  bool shared = false;                // a shared expert (then the two below): Qwen2-MoE's, DeepSeek-V3's
+  bool shared_gated = false;          // shared: scaled by sigmoid of the router's column num_experts
   DeviceLinear shared_gate_up;        // [2 shared_expert_intermediate_size, hidden_size]
   DeviceLinear shared_down;           // [hidden_size, shared_expert_intermediate_size]
   GroupedExperts grouped;             // the experts as one grouped GEMM's tables, where enabled
@@ -117,8 +121,10 @@ struct DeviceLayer {
   // Gemma (ModelConfig::sandwich_norms): pre_feedforward_layernorm (the MLP's input norm) and
   // post_feedforward_layernorm (on the MLP output), [hidden_size] fp32; else empty. Every Gemma norm weight
   // here is stored as fp32(1 + weight) (ModelConfig::gemma_norm).
-  DeviceBuffer q_norm;        // [head_dim] fp32 (Qwen3), else empty
-  DeviceBuffer k_norm;        // [head_dim] fp32 (Qwen3), else empty
+  // [head_dim] fp32 (Qwen3), [num_heads * head_dim] / [num_kv_heads * head_dim]
+  // (AttentionPlan::qk_norm_whole: MiniMax-M2), else empty
+  DeviceBuffer q_norm;
+  DeviceBuffer k_norm;
   DeviceBuffer pre_ff_norm;   // see post_norm
   DeviceBuffer post_ff_norm;  // see post_norm
   DeviceBuffer qkv_bias;      // [q_dim + 2 kv_dim] fp32 (Qwen2 / attention_bias), else empty

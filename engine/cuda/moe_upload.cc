@@ -46,12 +46,20 @@ absl::Status MoeUploader::BuildMoe(const ExpertsPlan& plan, const MoeWeights& sr
                                    const std::string& prefix, const UploadOptions& options, LinearCutter* cut,
                                    RotationTables* rotations, DeviceMoe* dst) {
   const std::string mlp = prefix + "mlp.";
-  dst->shared = plan.shared_expert_intermediate_size > 0;
+  dst->shared = plan.shared_expert();
+  dst->shared_gated = dst->shared && plan.shared_expert_gated;
   std::vector<const LinearWeight*> router;
   SCORED_ASSIGN_OR_RETURN(router.emplace_back(), cut->Cut(src.router, LinearRole::kRouter));
-  if (dst->shared) {
+  if (dst->shared_gated) {
     SCORED_ASSIGN_OR_RETURN(router.emplace_back(),
                             cut->Cut(src.shared_expert_gate, LinearRole::kSharedExpertGate));
+  }
+  if (plan.correction_bias) {  // widened to fp32 once, as the CPU oracle does
+    std::vector<float> bias(static_cast<size_t>(plan.num_experts));
+    SCORED_RETURN_IF_ERROR(TensorToFloat(src.correction_bias, bias.data(), plan.num_experts));
+    SCORED_ASSIGN_OR_RETURN(dst->correction_bias,
+                            UploadToDevice(bias.data(), static_cast<int64_t>(bias.size() * sizeof(float)),
+                                           mlp + "gate.e_score_correction_bias"));
   }
   SCORED_ASSIGN_OR_RETURN(dst->router, DeviceModelLoader::Build(router, dtype, mlp + "gate (router)", false,
                                                                 GemmTypes::kFp8ToFp32, false));

@@ -102,7 +102,7 @@ absl::Status UploadLayerNorms(const ModelPlan& model_plan, const LayerPlan& laye
     SCORED_ASSIGN_OR_RETURN(dst->post_ff_norm, UploadNorm(src.post_feedforward_layernorm,
                                                           prefix + "post_feedforward_layernorm", offset));
   }
-  if (layer_plan.attention.qk_norm) {
+  if (layer_plan.attention.qk_norm || layer_plan.attention.qk_norm_whole) {  // per head, or whole rows
     SCORED_ASSIGN_OR_RETURN(dst->q_norm, UploadNorm(src.q_norm, prefix + "self_attn.q_norm", offset));
     SCORED_ASSIGN_OR_RETURN(dst->k_norm, UploadNorm(src.k_norm, prefix + "self_attn.k_norm", offset));
   }

@@ -51,10 +51,13 @@ __global__ void FinishKernel(const float* acc, const float* shared, const float*
                              int64_t hidden, float* residual) {
   const int64_t t = blockIdx.x;
   float s = 0.0f;
-  if (shared != nullptr) s = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[t * gate_stride])));
+  const bool gated = shared != nullptr && gate != nullptr;  // else an ungated shared expert, or none
+  if (gated) s = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[t * gate_stride])));
   for (int64_t i = threadIdx.x; i < hidden; i += kThreads) {
     float o = acc[t * hidden + i];
-    if (shared != nullptr) o = __fadd_rn(o, __fmul_rn(s, shared[t * hidden + i]));
+    if (shared != nullptr) {
+      o = __fadd_rn(o, gated ? __fmul_rn(s, shared[t * hidden + i]) : shared[t * hidden + i]);
+    }
     residual[t * hidden + i] = __fadd_rn(residual[t * hidden + i], o);
   }
 }
@@ -86,7 +89,8 @@ __global__ void CombineGroupedFinishKernel(const D* __restrict__ y, const int32_
   }
   __syncthreads();
   float s = 0.0f;
-  if (shared != nullptr) s = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[t * gate_stride])));
+  const bool gated = shared != nullptr && gate != nullptr;  // else an ungated shared expert, or none
+  if (gated) s = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[t * gate_stride])));
   for (int64_t i = static_cast<int64_t>(threadIdx.x) * V; i < hidden;
        i += static_cast<int64_t>(kThreads) * V) {
     float sum[V];
@@ -103,7 +107,10 @@ __global__ void CombineGroupedFinishKernel(const D* __restrict__ y, const int32_
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       float o = sum[v];
-      if (shared != nullptr) o = __fadd_rn(o, __fmul_rn(s, shared[t * hidden + i + v]));
+      if (shared != nullptr) {
+        const float y = shared[t * hidden + i + v];
+        o = __fadd_rn(o, gated ? __fmul_rn(s, y) : y);
+      }
       out[v] = o;
     }
     if constexpr (V == 4) {
@@ -129,7 +136,7 @@ absl::Status MoeCombineGroupedFinish(const Y* y_in, const int32_t* slot_rows, co
                                      const float* gate, int64_t gate_stride, bool accumulate, float* residual,
                                      cudaStream_t stream) {
   if (num_tokens < 0 || num_tokens > int64_t{0x7fffffff} || top_k < 1 || top_k > kMaxGroupedTopK ||
-      hidden < 1 || (shared != nullptr && gate == nullptr)) {
+      hidden < 1) {
     return absl::InvalidArgumentError("MoE grouped combine and finish: bad shapes");
   }
   if (num_tokens == 0) return absl::OkStatus();
@@ -161,8 +168,7 @@ absl::Status MoeAccumulate(const Y* y, const int32_t* slots, int64_t rows, int64
 
 absl::Status MoeFinish(const float* acc, const float* shared, const float* gate, int64_t gate_stride,
                        int64_t num_tokens, int64_t hidden, float* residual, cudaStream_t stream) {
-  if (num_tokens < 0 || num_tokens > int64_t{0x7fffffff} || hidden < 1 ||
-      (shared != nullptr && gate == nullptr)) {
+  if (num_tokens < 0 || num_tokens > int64_t{0x7fffffff} || hidden < 1) {
     return absl::InvalidArgumentError("MoE finish: bad shapes");
   }
   if (num_tokens == 0) return absl::OkStatus();

@@ -3,11 +3,13 @@
 //   MoeAccumulate: acc[slots[r] / top_k] = fp32(acc + fp32(y[r] * weights[slots[r]])) for r < rows
 // (an expert takes a token at most once, so rows never collide), then
 //   MoeFinish: residual[t] += fp32(acc[t] + fp32(sigmoid(gate[t]) * shared[t])) (shared / gate: Qwen2-MoE's
-//   shared expert and its gate logit, else nullptr: residual[t] += acc[t]).
+//   shared expert and its gate logit; shared without a gate (nullptr): DeepSeek-V3's ungated shared experts,
+//   residual[t] += fp32(acc[t] + shared[t]); neither: residual[t] += acc[t]).
 // The grouped path (kernels/grouped_gemm.h) computes every expert's rows at once, y [num_slots, hidden] in
 // the grouped order (experts ascending), and then
-//   MoeCombineGroupedFinish: residual[t] = fp32(r + fp32(acc_t + fp32(sigmoid(gate[t]) * shared[t]))) (or
-//   fp32(r + acc_t) without a shared expert), r = residual[t] (accumulate) or +0 (not: tensor parallelism's
+//   MoeCombineGroupedFinish: residual[t] = fp32(r + fp32(acc_t + fp32(sigmoid(gate[t]) * shared[t]))) (an
+//   ungated shared expert, gate nullptr: fp32(r + fp32(acc_t + shared[t])); fp32(r + acc_t) without a shared
+//   expert), r = residual[t] (accumulate) or +0 (not: tensor parallelism's
 //   ranks but 0 write their partial sums over the residual), where acc_t = (((0 + fp32(y[row_0] * w_0)) +
 //   fp32(y[row_1] * w_1)) + ...) over token t's top_k slots s = t * top_k + j, row_j = slot_rows[s] and
 //   w_j = weights[s], taken in ascending row, which is ascending expert id (the rows are grouped by ascending
@@ -20,7 +22,8 @@
 // as transformers' do); a bf16 value enters the sums widened exactly to fp32, so the contract above holds
 // with y's values as stored.
 // Shapes: y [*, hidden] contiguous; acc, residual, shared [*, hidden] fp32 contiguous; gate [num_tokens] with
-// stride gate_stride (a column of the router's output). Errors: INVALID_ARGUMENT (shapes), INTERNAL (launch).
+// stride gate_stride (a column of the router's output), or nullptr (read only with shared). Errors:
+// INVALID_ARGUMENT (shapes), INTERNAL (launch).
 #ifndef SCORED_ENGINE_KERNELS_MOE_COMBINE_H_
 #define SCORED_ENGINE_KERNELS_MOE_COMBINE_H_
 

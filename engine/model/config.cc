@@ -205,21 +205,40 @@ absl::Status ParseRopeScaling(const Json& rs, absl::string_view field, absl::str
   return absl::OkStatus();
 }
 
-// rotary_dim = int(head_dim * partial_rotary_factor) (top level, else rope_parameters, else 1).
+// rotary_dim = int(head_dim * partial_rotary_factor) (top level, else rope_parameters, else the family's
+// default; FamilyTraits::partial_rotary).
 absl::Status ParsePartialRotary(const Json& j, const Json* rope_params, const FamilyTraits& family,
                                 const std::string& source, ModelConfig* out) {
   ModelConfig& c = *out;
   c.rotary_dim = c.head_dim;
-  double factor = 1.0;
-  const char* field = "partial_rotary_factor";
+  const PartialRotaryTraits& traits = family.partial_rotary;
+  double factor = traits.default_factor;
+  const char* field = nullptr;
   if (Find(j, "partial_rotary_factor") != nullptr) {
+    field = "partial_rotary_factor";
     SCORED_ASSIGN_OR_RETURN(factor, GetDouble(j, "partial_rotary_factor", source));
   } else if (rope_params != nullptr && Find(*rope_params, "partial_rotary_factor") != nullptr) {
     field = "rope_parameters.partial_rotary_factor";
     SCORED_ASSIGN_OR_RETURN(factor, GetDouble(*rope_params, "partial_rotary_factor", source));
   }
+  if (traits.rotary_dim_field && Find(j, "rotary_dim") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(const int64_t rotary_dim, GetPositive(j, "rotary_dim", source));
+    const int64_t from_factor = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);
+    if (field != nullptr && rotary_dim != from_factor) {
+      return Invalid(source,
+                     absl::StrCat("fields 'rotary_dim' (", rotary_dim, ") and '", field, "' (", factor,
+                                  ", i.e. ", from_factor, " of head_dim ", c.head_dim, ") disagree"));
+    }
+    if (rotary_dim > c.head_dim || rotary_dim % 2 != 0) {
+      return Invalid(source, absl::StrCat("field 'rotary_dim' = ", rotary_dim,
+                                          " is not even and <= head_dim ", c.head_dim));
+    }
+    c.rotary_dim = rotary_dim;
+    return absl::OkStatus();
+  }
   if (factor == 1.0) return absl::OkStatus();
-  if (!family.partial_rotary) {
+  if (field == nullptr) field = "partial_rotary_factor";  // the family's default
+  if (!traits.enabled) {
     return Invalid(source, absl::StrCat("unsupported ", field, " ", factor, " for ", c.architecture));
   }
   if (!(factor > 0.0 && factor <= 1.0)) {
@@ -438,6 +457,38 @@ absl::Status ParseLayerTypes(const Json& j, const FamilyTraits& family, const st
   return absl::OkStatus();
 }
 
+// QkNormPolicy: ModelConfig::qk_norm / qk_norm_whole.
+absl::Status ParseQkNorm(const Json& j, const FamilyTraits& family, const std::string& source,
+                         ModelConfig* out) {
+  ModelConfig& c = *out;
+  switch (family.qk_norm) {
+    case QkNormPolicy::kNone:
+      break;
+    case QkNormPolicy::kPerHead:
+      c.qk_norm = true;
+      break;
+    case QkNormPolicy::kPerHeadField: {
+      SCORED_ASSIGN_OR_RETURN(c.qk_norm, GetBool(j, "use_qk_norm", source, false));
+      break;
+    }
+    case QkNormPolicy::kWholeProjection: {
+      // transformers 5.17 always normalizes; the remote code's switches must say the same.
+      SCORED_ASSIGN_OR_RETURN(const bool use, GetBool(j, "use_qk_norm", source, true));
+      SCORED_ASSIGN_OR_RETURN(const std::string type,
+                              GetString(j, "qk_norm_type", source, std::string("per_layer")));
+      if (!use || type != "per_layer") {
+        return Invalid(source, absl::StrCat("unsupported use_qk_norm ", use ? "true" : "false",
+                                            " / qk_norm_type '", type, "' for ", c.architecture,
+                                            " (transformers 5.17 normalizes the whole q and k projections: "
+                                            "use_qk_norm true, qk_norm_type per_layer)"));
+      }
+      c.qk_norm_whole = true;
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The flags whose meaning differs by family (family.h): q/k/v bias, q/k norm, sliding window.
 absl::Status ApplyFamilyPolicies(const Json& j, const FamilyTraits& family, const std::string& source,
                                  ModelConfig* out) {
@@ -457,6 +508,9 @@ absl::Status ApplyFamilyPolicies(const Json& j, const FamilyTraits& family, cons
     case AttentionBiasPolicy::kAllFourField:
       c.attention_bias = c.o_proj_bias = attention_bias;  // q, k, v and o_proj
       break;
+    case AttentionBiasPolicy::kQkvField:
+      c.attention_bias = attention_bias;  // q, k and v; o_proj never
+      break;
     case AttentionBiasPolicy::kNoneOrRejected:
       if (attention_bias) {
         return Invalid(source,
@@ -466,7 +520,7 @@ absl::Status ApplyFamilyPolicies(const Json& j, const FamilyTraits& family, cons
       }
       break;
   }
-  c.qk_norm = family.qk_norm;
+  SCORED_RETURN_IF_ERROR(ParseQkNorm(j, family, source, &c));
 
   // Sliding window.
   switch (family.sliding_window) {
@@ -496,6 +550,140 @@ absl::Status ApplyFamilyPolicies(const Json& j, const FamilyTraits& family, cons
   return absl::OkStatus();
 }
 
+// A remote-code field of the published configs that transformers 5.17 does not read: absent, or `want`.
+absl::Status CheckRemoteCodeString(const Json& j, const char* field, const char* want,
+                                   const std::string& source, const std::string& architecture) {
+  if (Find(j, field) == nullptr) return absl::OkStatus();
+  SCORED_ASSIGN_OR_RETURN(const std::string value, GetString(j, field, source));
+  if (value == want) return absl::OkStatus();
+  return Invalid(source, absl::StrCat("unsupported ", field, " '", value, "' for ", architecture, " (only ",
+                                      want, ", what transformers 5.17 computes)"));
+}
+
+// DeepSeek-V3's groups (n_group, topk_group), checked as transformers' router needs them: the experts split
+// into equal groups, a group's score its two largest choices, enough experts in the kept groups for the top
+// k.
+absl::Status ParseRouterGroups(const Json& j, const std::string& source, ModelConfig* out) {
+  ModelConfig& c = *out;
+  SCORED_ASSIGN_OR_RETURN(c.router_num_groups, GetPositive(j, "n_group", source));
+  SCORED_ASSIGN_OR_RETURN(c.router_topk_groups, GetPositive(j, "topk_group", source));
+  const int64_t groups = c.router_num_groups, experts = c.num_experts;
+  if (experts % groups != 0 || experts / groups < 2) {
+    return Invalid(source, absl::StrCat("field 'n_group' = ", groups, " does not split the ", experts,
+                                        " experts into equal groups of at least 2"));
+  }
+  if (c.router_topk_groups > groups) {
+    return Invalid(
+        source, absl::StrCat("field 'topk_group' = ", c.router_topk_groups, " exceeds 'n_group' = ", groups));
+  }
+  if (c.num_experts_per_tok > c.router_topk_groups * (experts / groups)) {
+    return Invalid(source, absl::StrCat("field 'num_experts_per_tok' = ", c.num_experts_per_tok,
+                                        " exceeds the experts of the topk_group (", c.router_topk_groups,
+                                        ") kept groups of ", experts / groups));
+  }
+  return absl::OkStatus();
+}
+
+// kSigmoidGroupLimited's dense first layers: l < first_k_dense_replace (what transformers 5.17's
+// DeepseekV3DecoderLayer / Glm4MoeDecoderLayer read); a `mlp_layer_types` list ("dense" / "sparse", later
+// config classes' form of the same) must agree with it.
+absl::Status ParseDenseFirstLayers(const Json& j, const std::string& source, ModelConfig* out) {
+  ModelConfig& c = *out;
+  SCORED_ASSIGN_OR_RETURN(const int64_t first_k, GetInt(j, "first_k_dense_replace", source));
+  if (first_k < 0) {
+    return Invalid(source, absl::StrCat("field 'first_k_dense_replace' must be >= 0, got ", first_k));
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) c.sparse_layers[static_cast<size_t>(l)] = l >= first_k;
+  const Json* types = Find(j, "mlp_layer_types");
+  if (types == nullptr) return absl::OkStatus();
+  if (!types->is_array() || static_cast<int64_t>(types->size()) != c.num_layers) {
+    return Invalid(source, absl::StrCat("field 'mlp_layer_types' must be a list of num_hidden_layers (",
+                                        c.num_layers, ") strings"));
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const Json& t = (*types)[static_cast<size_t>(l)];
+    const std::string type = t.is_string() ? t.get<std::string>() : "";
+    if (type != "dense" && type != "sparse") {
+      return Invalid(source,
+                     absl::StrCat("unsupported mlp_layer_types[", l, "] ", t.dump(), " (dense or sparse)"));
+    }
+    if ((type == "sparse") != c.sparse_layers[static_cast<size_t>(l)]) {
+      return Invalid(source, absl::StrCat("mlp_layer_types[", l, "] ", t.dump(),
+                                          " disagrees with first_k_dense_replace = ", first_k));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// MoePolicy::kSigmoidGroupLimited and kMiniMaxM2: DeepSeek-V3's sigmoid router family (ModelConfig's
+// semantics; family.h says which fields each reads).
+absl::Status ParseSigmoidRouterMoe(const Json& j, const FamilyTraits& family, const std::string& source,
+                                   ModelConfig* out) {
+  ModelConfig& c = *out;
+  const bool minimax = family.moe.policy == MoePolicy::kMiniMaxM2;
+  // The count: DeepSeek's n_routed_experts (its config classes map num_local_experts to it), MiniMax's
+  // num_local_experts (num_experts mapped to it). Both present must agree.
+  const char* names[2] = {minimax ? "num_local_experts" : "n_routed_experts",
+                          minimax ? "num_experts" : "num_local_experts"};
+  const char* field = Find(j, names[0]) != nullptr || Find(j, names[1]) == nullptr ? names[0] : names[1];
+  SCORED_ASSIGN_OR_RETURN(c.num_experts, GetPositive(j, field, source));
+  const char* other = field == names[0] ? names[1] : names[0];
+  if (Find(j, other) != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(const int64_t n, GetPositive(j, other, source));
+    if (n != c.num_experts) {
+      return Invalid(source, absl::StrCat("fields '", field, "' (", c.num_experts, ") and '", other, "' (", n,
+                                          ") disagree"));
+    }
+  }
+  SCORED_ASSIGN_OR_RETURN(c.num_experts_per_tok, GetPositive(j, "num_experts_per_tok", source));
+  if (c.num_experts_per_tok > c.num_experts) {
+    return Invalid(source, absl::StrCat("field 'num_experts_per_tok' = ", c.num_experts_per_tok, " exceeds '",
+                                        field, "' = ", c.num_experts));
+  }
+  // Remote-code switches of the published configs: they must describe this router.
+  SCORED_RETURN_IF_ERROR(CheckRemoteCodeString(j, "scoring_func", "sigmoid", source, c.architecture));
+  c.sigmoid_router = true;
+  c.router_correction_bias = true;
+  c.shared_expert_gated = false;
+  c.sparse_layers.assign(static_cast<size_t>(c.num_layers), true);
+  if (minimax) {
+    SCORED_ASSIGN_OR_RETURN(const bool routing_bias, GetBool(j, "use_routing_bias", source, true));
+    SCORED_ASSIGN_OR_RETURN(const int64_t shared, GetInt(j, "shared_intermediate_size", source, 0));
+    if (!routing_bias || shared != 0) {
+      return Invalid(source, absl::StrCat("unsupported use_routing_bias false / shared_intermediate_size ",
+                                          shared, " for ", c.architecture,
+                                          " (transformers 5.17: a correction bias, no shared expert)"));
+    }
+    if (const Json* types = Find(j, "attn_type_list"); types != nullptr && types->is_array()) {
+      for (const Json& t : *types) {
+        if (json_util::AsInt(t) != std::optional<int64_t>(1)) {
+          return Invalid(source, "attn_type_list holds a layer that is not full softmax attention (1)");
+        }
+      }
+    }
+    c.moe_intermediate_size = c.intermediate_size;  // MixtralExperts: intermediate_size wide
+    c.norm_topk_prob = true;                        // MiniMaxM2TopKRouter: top_k_weights /= their sum
+    return absl::OkStatus();
+  }
+  SCORED_RETURN_IF_ERROR(CheckRemoteCodeString(j, "topk_method", "noaux_tc", source, c.architecture));
+  SCORED_ASSIGN_OR_RETURN(c.moe_intermediate_size, GetPositive(j, "moe_intermediate_size", source));
+  SCORED_ASSIGN_OR_RETURN(c.norm_topk_prob, GetBool(j, "norm_topk_prob", source));
+  c.router_renorm_epsilon = 1e-20f;  // DeepseekV3TopkRouter: topk_weights.sum(...) + 1e-20
+  SCORED_ASSIGN_OR_RETURN(const double scale, GetDouble(j, "routed_scaling_factor", source));
+  if (!(scale > 0.0) || !std::isfinite(scale)) {
+    return Invalid(source,
+                   absl::StrCat("field 'routed_scaling_factor' must be a positive number, got ", scale));
+  }
+  c.routed_scaling_factor = static_cast<float>(scale);
+  SCORED_RETURN_IF_ERROR(ParseRouterGroups(j, source, &c));
+  SCORED_ASSIGN_OR_RETURN(const int64_t shared, GetInt(j, "n_shared_experts", source));
+  if (shared < 0 || shared > kMaxShapeField / c.moe_intermediate_size) {
+    return Invalid(source, absl::StrCat("field 'n_shared_experts' = ", shared, " is out of range"));
+  }
+  c.shared_expert_intermediate_size = shared * c.moe_intermediate_size;
+  return ParseDenseFirstLayers(j, source, &c);
+}
+
 // The mixture-of-experts fields (MoePolicy): expert count, top k, expert width, renormalization, which
 // layers are sparse. Every error names the config.json field.
 absl::Status ParseMoe(const Json& j, const FamilyTraits& family, const std::string& source,
@@ -503,6 +691,9 @@ absl::Status ParseMoe(const Json& j, const FamilyTraits& family, const std::stri
   ModelConfig& c = *out;
   const MoePolicy policy = family.moe.policy;
   if (policy == MoePolicy::kNone) return absl::OkStatus();
+  if (policy == MoePolicy::kSigmoidGroupLimited || policy == MoePolicy::kMiniMaxM2) {
+    return ParseSigmoidRouterMoe(j, family, source, out);
+  }
   const bool mixtral = policy == MoePolicy::kMixtral;
   // Mixtral names the count num_local_experts; Qwen num_experts, but transformers 5's Qwen3MoeConfig maps
   // that to num_local_experts and saves it so. Both present must agree.
@@ -559,23 +750,13 @@ absl::Status ParseMoe(const Json& j, const FamilyTraits& family, const std::stri
 }
 
 // LinearAttentionTraits (Qwen3.5): which layers are Gated DeltaNets, their dimensions, the attention output
-// gate, (1 + w) norms, and partial_rotary_factor's 0.25 default.
+// gate, (1 + w) norms (partial_rotary_factor's 0.25 default is the family's PartialRotaryTraits).
 absl::Status ParseLinearAttention(const Json& j, const FamilyTraits& family, const std::string& source,
                                   ModelConfig* out) {
   if (!family.linear_attention.enabled) return absl::OkStatus();
   ModelConfig& c = *out;
   c.gemma_norm = true;
   c.attention_output_gate = true;
-  const Json* rope_params = Find(j, "rope_parameters");
-  if (Find(j, "partial_rotary_factor") == nullptr &&
-      (rope_params == nullptr || Find(*rope_params, "partial_rotary_factor") == nullptr)) {
-    c.rotary_dim = c.head_dim / 4;  // int(head_dim * 0.25)
-    if (c.rotary_dim <= 0 || c.rotary_dim % 2 != 0) {
-      return Invalid(source,
-                     absl::StrCat("head_dim ", c.head_dim, " with the default partial_rotary_factor 0.25 ",
-                                  "gives ", c.rotary_dim, " rotary dimensions: not even and > 0"));
-    }
-  }
   for (auto [field, value] : {std::pair{"linear_num_key_heads", &c.linear_num_key_heads},
                               std::pair{"linear_num_value_heads", &c.linear_num_value_heads},
                               std::pair{"linear_key_head_dim", &c.linear_key_head_dim},

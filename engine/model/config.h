@@ -1,12 +1,12 @@
 // config.json of a supported causal LM (the families of family.h: LlamaForCausalLM, MistralForCausalLM,
 // Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM,
 // Gemma3ForConditionalGeneration (its text_config), MixtralForCausalLM, Qwen2MoeForCausalLM,
-// Qwen3MoeForCausalLM), plus the raw quantization_config (parsed by compressed_tensors.h). What differs
-// between families is read from their FamilyTraits and lands in the flags below (attention_bias, qk_norm,
-// sliding_window / layer_window, rotary_dim, tie_word_embeddings, the Gemma block's fields, the
-// mixture-of-experts fields), which PlanModel (layer_plan.h) turns into the layer plan: outside engine/model
-// code reads the plan and this struct's numbers, never the flags or `architecture`
-// (scripts/check_layers.py).
+// Qwen3MoeForCausalLM, the Qwen3.5 / Qwen3-Next classes, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM), plus the
+// raw quantization_config (parsed by compressed_tensors.h). What differs between families is read from their
+// FamilyTraits and lands in the flags below (attention_bias, qk_norm, sliding_window / layer_window,
+// rotary_dim, tie_word_embeddings, the Gemma block's fields, the mixture-of-experts fields), which PlanModel
+// (layer_plan.h) turns into the layer plan: outside engine/model code reads the plan and this struct's
+// numbers, never the flags or `architecture` (scripts/check_layers.py).
 //
 // Anything unsupported (architecture, hidden_act other than silu (Gemma: gelu_pytorch_tanh), rope_scaling
 // type other than llama3/linear/longrope or not allowed for the family, a partial_rotary_factor outside
@@ -81,10 +81,13 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v bias (AttentionBiasPolicy: Qwen2 always, Llama when the field says)
   bool o_proj_bias = false;     // o_proj bias (AttentionBiasPolicy::kAllFourField and the field true)
   bool qk_norm = false;         // per-head RMSNorm of q and k before RoPE (FamilyTraits::qk_norm: Qwen3)
-  int64_t bos_token_id = -1;    // -1 when absent
-  int64_t eos_token_id = -1;    // first id when a list
-  std::string torch_dtype;      // "float32", "bfloat16", "float16" ("dtype" in newer files); "float32"
-                                // when absent (the transformers default)
+  // RMSNorm of the whole q projection [num_heads * head_dim] and k projection [num_kv_heads * head_dim]
+  // before the head reshape (QkNormPolicy::kWholeProjection: MiniMax-M2); never with qk_norm.
+  bool qk_norm_whole = false;
+  int64_t bos_token_id = -1;  // -1 when absent
+  int64_t eos_token_id = -1;  // first id when a list
+  std::string torch_dtype;    // "float32", "bfloat16", "float16" ("dtype" in newer files); "float32"
+                              // when absent (the transformers default)
   // SlidingWindowPolicy::kWindowField (Mistral): attention sees only the last sliding_window positions. 0 =
   // none (also when the config's window is >= max_position_embeddings). Engines must cap their max context at
   // it when > 0, since no sliding-window attention is implemented; positions up to the window are then exact.
@@ -100,15 +103,31 @@ struct ModelConfig {
   // SwiGLU MLP of intermediate_size. Otherwise each layer l with sparse_layers[l] replaces its MLP by:
   //   p = softmax(fp32 router logits) over num_experts; the num_experts_per_tok largest (exact ties: the
   //   lower expert id first); their weights p / sum(p of the top k) when norm_topk_prob, else p; y = sum over
-  //   the top k (in descending weight order) of weight * SwiGLU_e(x), summed in fp32
-  //   (+ sigmoid(shared_expert_gate . x) * SharedSwiGLU(x) when shared_expert_intermediate_size > 0).
+  //   the top k (in ascending expert id) of weight * SwiGLU_e(x), summed in fp32
+  //   (+ sigmoid(shared_expert_gate . x) * SharedSwiGLU(x) when shared_expert_intermediate_size > 0; with
+  //   shared_expert_gated false, + SharedSwiGLU(x) unscaled).
+  // Under sigmoid_router (DeepSeek-V3's router: transformers 5.17 DeepseekV3TopkRouter.forward,
+  // Glm4MoeTopkRouter.forward, MiniMaxM2TopKRouter.forward) the routing is instead:
+  //   s = sigmoid(fp32 logits); c = s + e_score_correction_bias (fp32, the choice only; 0 without
+  //   router_correction_bias); the experts in router_num_groups consecutive groups, a group's score the sum
+  //   of its two largest c; the router_topk_groups best groups kept (exact ties: the lower group id), the
+  //   experts of the others never chosen (transformers 5.17 masks their c with -inf); the top k of c among
+  //   the kept (exact ties: the lower id); weights = their UNBIASED s, / (sum + router_renorm_epsilon) when
+  //   norm_topk_prob, then times routed_scaling_factor (fp32).
   // Layers with sparse_layers[l] false are dense MLPs of intermediate_size.
   int64_t num_experts = 0;                      // num_local_experts (Mixtral) / num_experts (Qwen)
   int64_t num_experts_per_tok = 0;              // top k, 1..num_experts
   int64_t moe_intermediate_size = 0;            // each expert's (Mixtral: intermediate_size)
   int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE's shared expert; 0 = none
   bool norm_topk_prob = false;                  // renormalize the top k (Mixtral: always true)
-  std::vector<bool> sparse_layers;              // [num_layers] when num_experts > 0, else empty
+  bool shared_expert_gated = true;      // false: the shared expert is added unscaled (kSigmoidGroupLimited)
+  bool sigmoid_router = false;          // DeepSeek-V3's router (above), else the softmax one
+  bool router_correction_bias = false;  // sigmoid_router: e_score_correction_bias [num_experts] is stored
+  int64_t router_num_groups = 1;        // n_group: divides num_experts
+  int64_t router_topk_groups = 1;       // topk_group, 1..router_num_groups
+  float router_renorm_epsilon = 0.0f;   // 1e-20 (DeepSeek-V3, GLM-4.5), 0 (MiniMax-M2: a plain sum)
+  float routed_scaling_factor = 1.0f;   // fp32(routed_scaling_factor)
+  std::vector<bool> sparse_layers;      // [num_layers] when num_experts > 0, else empty
   bool moe() const { return num_experts > 0; }
   bool IsSparseLayer(int64_t layer) const { return moe() && sparse_layers[static_cast<size_t>(layer)]; }
   // Gemma 2 / Gemma 3 (FamilyTraits::gemma; semantics in family.h GemmaTraits). Defaults: the Llama block.

@@ -21,6 +21,7 @@ constexpr MoeTensorNames kQwenMoeNames = {
     /*fused_down=*/"down_proj",
     /*shared_expert=*/"mlp.shared_expert.",
     /*shared_expert_gate=*/"mlp.shared_expert_gate",
+    /*correction_bias=*/nullptr,
 };
 
 // Mixtral's original layout (w1 = gate, w3 = up, w2 = down), which transformers 5 still saves; quantized by
@@ -38,6 +39,7 @@ constexpr MoeTensorNames kMixtralNames = {
     /*fused_down=*/"down_proj",
     /*shared_expert=*/nullptr,
     /*shared_expert_gate=*/nullptr,
+    /*correction_bias=*/nullptr,
 };
 
 // transformers' Gemma2Config / Gemma3TextConfig defaults of the shape fields.
@@ -67,8 +69,13 @@ constexpr char kQwen35MoeTextDefaults[] =
 
 // Qwen3.5's multi-token-prediction layers (`mtp.*`) are not part of the scored forward; the vision-language
 // checkpoints' vision tower neither.
-constexpr TextOnlyTraits kQwen35TextOnly = {false, nullptr, {"mtp.", nullptr}};
-constexpr TextOnlyTraits kQwen35VlmTextOnly = {true, nullptr, {"model.visual.", "mtp.", nullptr}};
+constexpr TextOnlyTraits kQwen35TextOnly = {false, nullptr, {"mtp.", nullptr}, false};
+constexpr TextOnlyTraits kQwen35VlmTextOnly = {true, nullptr, {"model.visual.", "mtp.", nullptr}, false};
+
+// Phi3Config reads partial_rotary_factor (default 1); Qwen3_5TextConfig's default is 0.25 (the field may sit
+// in rope_parameters).
+constexpr PartialRotaryTraits kPhi3PartialRotary = {true, 1.0, false};
+constexpr PartialRotaryTraits kQwen35PartialRotary = {true, 0.25, false};
 
 constexpr LinearAttentionTraits kQwen35LinearAttention = {
     true,
@@ -100,6 +107,64 @@ constexpr LinearAttentionTraits kQwen3NextLinearAttention = {
     "linear_attn.in_proj_ba",
 };
 
+// DeepSeek-V3's router family as GLM-4.5 stores it (transformers 5.17's save_pretrained and llm-compressor
+// write one module per expert; the shared experts are one ungated MLP, "shared_experts" in the plural).
+constexpr MoeTensorNames kDeepseekV3MoeNames = {
+    /*router=*/"mlp.gate",
+    /*experts=*/"mlp.experts.",
+    /*expert_gate=*/"gate_proj",
+    /*expert_up=*/"up_proj",
+    /*expert_down=*/"down_proj",
+    /*expert_gate_alt=*/nullptr,
+    /*expert_up_alt=*/nullptr,
+    /*expert_down_alt=*/nullptr,
+    /*fused_gate_up=*/"gate_up_proj",
+    /*fused_down=*/"down_proj",
+    /*shared_expert=*/"mlp.shared_experts.",
+    /*shared_expert_gate=*/nullptr,
+    /*correction_bias=*/"mlp.gate.e_score_correction_bias",
+};
+
+// MiniMax-M2: Mixtral's names (w1 / w3 / w2, or gate_proj / up_proj / down_proj as llm-compressor writes
+// them), the correction bias a buffer of the sparse block (transformers 5.17's conversion_mapping renames it
+// to mlp.e_score_correction_bias in memory and back on save).
+constexpr MoeTensorNames kMiniMaxM2MoeNames = {
+    /*router=*/"block_sparse_moe.gate",
+    /*experts=*/"block_sparse_moe.experts.",
+    /*expert_gate=*/"w1",
+    /*expert_up=*/"w3",
+    /*expert_down=*/"w2",
+    /*expert_gate_alt=*/"gate_proj",
+    /*expert_up_alt=*/"up_proj",
+    /*expert_down_alt=*/"down_proj",
+    /*fused_gate_up=*/"gate_up_proj",
+    /*fused_down=*/"down_proj",
+    /*shared_expert=*/nullptr,
+    /*shared_expert_gate=*/nullptr,
+    /*correction_bias=*/"block_sparse_moe.e_score_correction_bias",
+};
+
+// Glm4MoeConfig's defaults (transformers 5.17 configuration_glm4_moe.py; its partial_rotary_factor default,
+// 0.5, is kGlm4MoePartialRotary). Not the expert count (n_routed_experts, 128), which config.json may give as
+// its alias num_local_experts: a default here would contradict it.
+constexpr char kGlm4MoeDefaults[] =
+    R"({"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
+        "num_attention_heads": 96, "num_key_value_heads": 8, "rms_norm_eps": 1e-5, "moe_intermediate_size": 1408,
+        "num_experts_per_tok": 8, "n_shared_experts": 1, "routed_scaling_factor": 1.0,
+        "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, "norm_topk_prob": true})";
+constexpr PartialRotaryTraits kGlm4MoePartialRotary = {true, 0.5, false};
+
+// MiniMaxM2Config's defaults (configuration_minimax_m2.py): head_dim 128 whatever hidden_size / heads is. Not
+// the expert count (num_local_experts, 256; alias num_experts).
+constexpr char kMiniMaxM2Defaults[] =
+    R"({"vocab_size": 200064, "hidden_size": 3072, "intermediate_size": 1536, "num_hidden_layers": 62,
+        "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-6,
+        "num_experts_per_tok": 8})";
+constexpr PartialRotaryTraits kMiniMaxM2PartialRotary = {true, 1.0, true};
+
+// The multi-token-prediction layers stored past the last decoder layer are not part of the scored forward.
+constexpr TextOnlyTraits kMtpLayersPastTheLast = {false, nullptr, {nullptr}, true};
+
 // Qwen3NextConfig's defaults (norm_topk_prob true, unlike Qwen2 / Qwen3-MoE's false).
 constexpr char kQwen3NextDefaults[] =
     R"({"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 48,
@@ -116,11 +181,11 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"llama",
         /*default_max_position_embeddings=*/2048,
         /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
-        /*qk_norm=*/false,
+        /*qk_norm=*/QkNormPolicy::kNone,
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kWindowField,
-        /*partial_rotary=*/false,
+        /*partial_rotary=*/kNoPartialRotary,
         /*gemma=*/kNotGemma,
         /*config_defaults=*/nullptr,
         /*text_only=*/kNotTextOnly,
@@ -135,11 +200,11 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"mistral",
         /*default_max_position_embeddings=*/4096 * 32,
         /*attention_bias=*/AttentionBiasPolicy::kNoneOrRejected,
-        /*qk_norm=*/false,
+        /*qk_norm=*/QkNormPolicy::kNone,
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kWindowField,
-        /*partial_rotary=*/false,
+        /*partial_rotary=*/kNoPartialRotary,
         /*gemma=*/kNotGemma,
         /*config_defaults=*/nullptr,
         /*text_only=*/kNotTextOnly,
@@ -154,11 +219,11 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"qwen2",
         /*default_max_position_embeddings=*/32768,
         /*attention_bias=*/AttentionBiasPolicy::kQkvAlways,
-        /*qk_norm=*/false,
+        /*qk_norm=*/QkNormPolicy::kNone,
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
-        /*partial_rotary=*/false,
+        /*partial_rotary=*/kNoPartialRotary,
         /*gemma=*/kNotGemma,
         /*config_defaults=*/nullptr,
         /*text_only=*/kNotTextOnly,
@@ -173,11 +238,11 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"qwen3",
         /*default_max_position_embeddings=*/32768,
         /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
-        /*qk_norm=*/true,
+        /*qk_norm=*/QkNormPolicy::kPerHead,
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
-        /*partial_rotary=*/false,
+        /*partial_rotary=*/kNoPartialRotary,
         /*gemma=*/kNotGemma,
         /*config_defaults=*/nullptr,
         /*text_only=*/kNotTextOnly,
@@ -192,11 +257,11 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"mixtral",
         /*default_max_position_embeddings=*/4096 * 32,
         /*attention_bias=*/AttentionBiasPolicy::kNoneOrRejected,
-        /*qk_norm=*/false,
+        /*qk_norm=*/QkNormPolicy::kNone,
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kWindowField,
-        /*partial_rotary=*/false,
+        /*partial_rotary=*/kNoPartialRotary,
         /*gemma=*/kNotGemma,
         /*config_defaults=*/nullptr,
         /*text_only=*/kNotTextOnly,
@@ -211,11 +276,11 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"qwen2_moe",
         /*default_max_position_embeddings=*/32768,
         /*attention_bias=*/AttentionBiasPolicy::kQkvBiasField,
-        /*qk_norm=*/false,
+        /*qk_norm=*/QkNormPolicy::kNone,
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
-        /*partial_rotary=*/false,
+        /*partial_rotary=*/kNoPartialRotary,
         /*gemma=*/kNotGemma,
         /*config_defaults=*/nullptr,
         /*text_only=*/kNotTextOnly,
@@ -230,11 +295,11 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"qwen3_moe",
         /*default_max_position_embeddings=*/32768,
         /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
-        /*qk_norm=*/true,
+        /*qk_norm=*/QkNormPolicy::kPerHead,
         /*rope_scalings=*/kAllRopeTypes,
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
-        /*partial_rotary=*/false,
+        /*partial_rotary=*/kNoPartialRotary,
         /*gemma=*/kNotGemma,
         /*config_defaults=*/nullptr,
         /*text_only=*/kNotTextOnly,
@@ -252,11 +317,11 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"phi3",
         /*default_max_position_embeddings=*/4096,
         /*attention_bias=*/AttentionBiasPolicy::kNoneOrRejected,
-        /*qk_norm=*/false,
+        /*qk_norm=*/QkNormPolicy::kNone,
         /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kLongrope),
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kWindowFieldMasked,
-        /*partial_rotary=*/true,
+        /*partial_rotary=*/kPhi3PartialRotary,
         /*gemma=*/kNotGemma,
         /*config_defaults=*/nullptr,
         /*text_only=*/kNotTextOnly,
@@ -272,11 +337,11 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"gemma2",
         /*default_max_position_embeddings=*/8192,
         /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
-        /*qk_norm=*/false,
+        /*qk_norm=*/QkNormPolicy::kNone,
         /*rope_scalings=*/RopeTypeBit(RopeType::kDefault),
         /*tie_word_embeddings_default=*/true,
         /*sliding_window=*/SlidingWindowPolicy::kLayerTypes,
-        /*partial_rotary=*/false,
+        /*partial_rotary=*/kNoPartialRotary,
         /*gemma=*/
         {true, /*sliding_pattern=*/2, /*attn_softcap_default=*/50.0, /*final_softcap_default=*/30.0,
          /*local_rope=*/false},
@@ -295,12 +360,12 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"gemma3_text",
         /*default_max_position_embeddings=*/131072,
         /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
-        /*qk_norm=*/true,
+        /*qk_norm=*/QkNormPolicy::kPerHead,
         /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kLinear) |
             RopeTypeBit(RopeType::kLlama3),
         /*tie_word_embeddings_default=*/true,
         /*sliding_window=*/SlidingWindowPolicy::kLayerTypes,
-        /*partial_rotary=*/false,
+        /*partial_rotary=*/kNoPartialRotary,
         /*gemma=*/
         {true, /*sliding_pattern=*/6, /*attn_softcap_default=*/0.0, /*final_softcap_default=*/0.0,
          /*local_rope=*/true},
@@ -319,12 +384,12 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"gemma3",
         /*default_max_position_embeddings=*/131072,
         /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
-        /*qk_norm=*/true,
+        /*qk_norm=*/QkNormPolicy::kPerHead,
         /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kLinear) |
             RopeTypeBit(RopeType::kLlama3),
         /*tie_word_embeddings_default=*/true,
         /*sliding_window=*/SlidingWindowPolicy::kLayerTypes,
-        /*partial_rotary=*/false,
+        /*partial_rotary=*/kNoPartialRotary,
         /*gemma=*/
         {true, /*sliding_pattern=*/6, /*attn_softcap_default=*/0.0, /*final_softcap_default=*/0.0,
          /*local_rope=*/true},
@@ -333,7 +398,8 @@ constexpr FamilyTraits kFamilies[] = {
         {true,
          &kGemma3VlmV4TensorNames,
          {"model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector.",
-          nullptr}},
+          nullptr},
+         false},
         /*tensor_parallel=*/true,
         /*names=*/kGemma3VlmTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
@@ -347,11 +413,11 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"qwen3_5_text",
         /*default_max_position_embeddings=*/32768,
         /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
-        /*qk_norm=*/true,
+        /*qk_norm=*/QkNormPolicy::kPerHead,
         /*rope_scalings=*/RopeTypeBit(RopeType::kDefault),
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
-        /*partial_rotary=*/true,
+        /*partial_rotary=*/kQwen35PartialRotary,
         /*gemma=*/kNotGemma,
         /*config_defaults=*/kQwen35TextDefaults,
         /*text_only=*/kQwen35TextOnly,
@@ -368,11 +434,11 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"qwen3_5",
         /*default_max_position_embeddings=*/32768,
         /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
-        /*qk_norm=*/true,
+        /*qk_norm=*/QkNormPolicy::kPerHead,
         /*rope_scalings=*/RopeTypeBit(RopeType::kDefault),
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
-        /*partial_rotary=*/true,
+        /*partial_rotary=*/kQwen35PartialRotary,
         /*gemma=*/kNotGemma,
         /*config_defaults=*/kQwen35TextDefaults,
         /*text_only=*/kQwen35VlmTextOnly,
@@ -389,11 +455,11 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"qwen3_5_moe_text",
         /*default_max_position_embeddings=*/32768,
         /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
-        /*qk_norm=*/true,
+        /*qk_norm=*/QkNormPolicy::kPerHead,
         /*rope_scalings=*/RopeTypeBit(RopeType::kDefault),
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
-        /*partial_rotary=*/true,
+        /*partial_rotary=*/kQwen35PartialRotary,
         /*gemma=*/kNotGemma,
         /*config_defaults=*/kQwen35MoeTextDefaults,
         /*text_only=*/kQwen35TextOnly,
@@ -410,11 +476,11 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"qwen3_5_moe",
         /*default_max_position_embeddings=*/32768,
         /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
-        /*qk_norm=*/true,
+        /*qk_norm=*/QkNormPolicy::kPerHead,
         /*rope_scalings=*/RopeTypeBit(RopeType::kDefault),
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
-        /*partial_rotary=*/true,
+        /*partial_rotary=*/kQwen35PartialRotary,
         /*gemma=*/kNotGemma,
         /*config_defaults=*/kQwen35MoeTextDefaults,
         /*text_only=*/kQwen35VlmTextOnly,
@@ -431,11 +497,11 @@ constexpr FamilyTraits kFamilies[] = {
         /*model_type=*/"qwen3_next",
         /*default_max_position_embeddings=*/32768,
         /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
-        /*qk_norm=*/true,
+        /*qk_norm=*/QkNormPolicy::kPerHead,
         /*rope_scalings=*/RopeTypeBit(RopeType::kDefault),
         /*tie_word_embeddings_default=*/false,
         /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
-        /*partial_rotary=*/true,
+        /*partial_rotary=*/kQwen35PartialRotary,
         /*gemma=*/kNotGemma,
         /*config_defaults=*/kQwen3NextDefaults,
         /*text_only=*/kQwen35TextOnly,
@@ -444,6 +510,53 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/true, kQwenMoeNames},
         /*linear_attention=*/kQwen3NextLinearAttention,
+    },
+    {
+        // GLM-4.5 / 4.6 / 4.7 and GLM-4.5-Air (Glm4MoeForCausalLM, transformers 5.17 models/glm4_moe): Llama
+        // attention with q/k/v bias (attention_bias), per-head q/k norm iff use_qk_norm, partial RoPE (0.5 by
+        // default, rotate_half within the rotated part); DeepSeek-V3's MoE (MoePolicy::kSigmoidGroupLimited:
+        // sigmoid router with the correction bias, ungated shared experts) after first_k_dense_replace dense
+        // layers; the multi-token-prediction layer past the last is not read.
+        /*architecture=*/"Glm4MoeForCausalLM",
+        /*model_type=*/"glm4_moe",
+        /*default_max_position_embeddings=*/131072,
+        /*attention_bias=*/AttentionBiasPolicy::kQkvField,
+        /*qk_norm=*/QkNormPolicy::kPerHeadField,
+        /*rope_scalings=*/kAllRopeTypes,
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/kGlm4MoePartialRotary,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/kGlm4MoeDefaults,
+        /*text_only=*/kMtpLayersPastTheLast,
+        /*tensor_parallel=*/false,
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
+        /*linear_attention=*/kNoLinearAttention,
+    },
+    {
+        // MiniMax-M2 / M2.1 / M2.5 / M2.7 (MiniMaxM2ForCausalLM, models/minimax_m2): attention without
+        // biases, q/k RMSNorm over the whole projections (QkNormPolicy::kWholeProjection), partial RoPE;
+        // every layer Mixtral-named experts under the sigmoid router with the correction bias
+        // (MoePolicy::kMiniMaxM2).
+        /*architecture=*/"MiniMaxM2ForCausalLM",
+        /*model_type=*/"minimax_m2",
+        /*default_max_position_embeddings=*/196608,
+        /*attention_bias=*/AttentionBiasPolicy::kNoneOrRejected,
+        /*qk_norm=*/QkNormPolicy::kWholeProjection,
+        /*rope_scalings=*/kAllRopeTypes,
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/kMiniMaxM2PartialRotary,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/kMiniMaxM2Defaults,
+        /*text_only=*/kMtpLayersPastTheLast,
+        /*tensor_parallel=*/false,
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kMiniMaxM2, /*shared_expert=*/false, kMiniMaxM2MoeNames},
+        /*linear_attention=*/kNoLinearAttention,
     },
 };
 

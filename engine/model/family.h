@@ -1,5 +1,5 @@
-// Model families: what makes Llama, Mistral, Qwen2, Qwen3, Phi-3 and the mixture-of-experts Mixtral,
-// Qwen2-MoE and Qwen3-MoE checkpoints differ, as ONE table
+// Model families: what makes Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma, Qwen3.5 and the mixture-of-experts
+// Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5 and MiniMax-M2 checkpoints differ, as ONE table
 // (family.cc, kFamilies) instead of architecture-string tests spread over the code.
 //
 // Who reads it:
@@ -52,7 +52,36 @@ enum class AttentionBiasPolicy {
   // q/k/v carry a bias iff config.json's `qkv_bias` (default true), o_proj never; `attention_bias` is
   // ignored (Qwen2-MoE).
   kQkvBiasField,
+  // q/k/v carry a bias iff `attention_bias` (default false), o_proj never (GLM-4.5: Glm4MoeAttention's
+  // o_proj is bias=False whatever the field says).
+  kQkvField,
 };
+
+// Where the family normalizes q and k (RMSNorm with a weight, before RoPE).
+enum class QkNormPolicy {
+  kNone,
+  // Per head over head_dim, always (Qwen3, Qwen3-MoE, Gemma 3, Qwen3.5).
+  kPerHead,
+  // Per head over head_dim iff config.json's `use_qk_norm` (default false) (GLM-4.5: Glm4MoeAttention).
+  kPerHeadField,
+  // Over the WHOLE q projection (num_heads * head_dim wide) and the whole k projection (num_kv_heads *
+  // head_dim), before the head reshape, always (MiniMax-M2: MiniMaxM2Attention.forward, q_norm(q_proj(x))).
+  // The published config.json's remote-code fields must agree when present: use_qk_norm true, qk_norm_type
+  // "per_layer".
+  kWholeProjection,
+};
+
+// Whether config.json's partial_rotary_factor (top level, else in rope_parameters) is read, and what it is
+// when absent. rotary_dim = int(head_dim * factor) (transformers' default RoPE).
+struct PartialRotaryTraits {
+  bool enabled;           // false: a factor other than 1 is refused
+  double default_factor;  // the config class's default, when config.json gives none
+  // MiniMax-M2's published config.json carries the remote code's `rotary_dim` (64 of head_dim 128) and no
+  // partial_rotary_factor; transformers 5.17 reads only partial_rotary_factor (and the hub's converted
+  // config has it). Read rotary_dim when no factor is given; both given must agree.
+  bool rotary_dim_field;
+};
+inline constexpr PartialRotaryTraits kNoPartialRotary = {false, 1.0, false};
 
 // How config.json describes sliding-window attention in the family.
 enum class SlidingWindowPolicy {
@@ -100,9 +129,21 @@ enum class MoePolicy {
   kQwenMoe,
   // Qwen3.5 / 3.6 MoE (Qwen3_5MoeSparseMoeBlock): every layer a mixture of `num_experts` experts of
   // moe_intermediate_size, the top k always renormalized (Qwen3_5MoeTopKRouter has no norm_topk_prob), plus
-  // the
-  // gated shared expert.
+  // the gated shared expert.
   kQwen35Moe,
+  // DeepSeek-V3's router family (transformers 5.17 deepseek_v3 DeepseekV3MoE / DeepseekV3TopkRouter.forward,
+  // glm4_moe Glm4MoeMoE / Glm4MoeTopkRouter.forward: the same code): `n_routed_experts` experts of
+  // moe_intermediate_size on the layers l >= `first_k_dense_replace` (or where `mlp_layer_types` says
+  // "sparse"), the others SwiGLU MLPs of intermediate_size; the sigmoid router with e_score_correction_bias,
+  // `n_group` groups of which `topk_group` are kept, `norm_topk_prob`, `routed_scaling_factor`
+  // (ModelConfig's semantics); plus `n_shared_experts` UNGATED shared experts, one SwiGLU MLP of n_shared *
+  // moe_intermediate_size added to the routed sum (GLM-4.5 / 4.6 / 4.7, DeepSeek-V3's MoE).
+  kSigmoidGroupLimited,
+  // MiniMax-M2 (minimax_m2 MiniMaxM2SparseMoeBlock / MiniMaxM2TopKRouter.forward): every layer a mixture of
+  // `num_local_experts` experts of intermediate_size (Mixtral's experts), the sigmoid router with
+  // e_score_correction_bias, no groups, always renormalized (a plain sum, no epsilon), no scaling, no shared
+  // expert.
+  kMiniMaxM2,
 };
 
 // Per-layer tensor names of a mixture-of-experts block, relative to layer_prefix + "<layer index>.".
@@ -125,13 +166,18 @@ struct MoeTensorNames {
   const char* fused_gate_up;  // "gate_up_proj"
   const char* fused_down;     // "down_proj"
   // shared_expert families only.
-  const char* shared_expert;       // prefix of its gate_proj / up_proj / down_proj: "mlp.shared_expert."
-  const char* shared_expert_gate;  // module, [1, hidden_size]: "mlp.shared_expert_gate"
+  const char* shared_expert;  // prefix of its gate_proj / up_proj / down_proj: "mlp.shared_expert."
+  // module, [1, hidden_size]: "mlp.shared_expert_gate"; nullptr where the shared experts are ungated
+  // (kSigmoidGroupLimited: "mlp.shared_experts.").
+  const char* shared_expert_gate;
+  // The sigmoid routers' e_score_correction_bias tensor, [num_experts], or nullptr: "mlp.gate.
+  // e_score_correction_bias" (DeepSeek-V3, GLM-4.5), "block_sparse_moe.e_score_correction_bias" (MiniMax-M2).
+  const char* correction_bias;
 };
 
 struct MoeTraits {
   MoePolicy policy;
-  bool shared_expert;  // kQwenMoe only
+  bool shared_expert;  // kQwenMoe (gated), kSigmoidGroupLimited (ungated, n_shared_experts wide)
   MoeTensorNames names;
 };
 
@@ -302,8 +348,12 @@ struct TextOnlyTraits {
   const TensorNames* alt_names;
   // Prefixes of the tensors left unread (the vision tower and projector, in both layouts); nullptr-ended.
   const char* ignored_prefixes[5];
+  // The layers stored past the last decoder layer, names.layer_prefix + "<l>." with l >= num_hidden_layers,
+  // are the multi-token-prediction layers and are left unread (GLM-4.5's model.layers.92, DeepSeek-V3's
+  // model.layers.61: transformers' _keys_to_ignore_on_load_unexpected).
+  bool layers_past_the_last;
 };
-inline constexpr TextOnlyTraits kNotTextOnly = {false, nullptr, {nullptr}};
+inline constexpr TextOnlyTraits kNotTextOnly = {false, nullptr, {nullptr}, false};
 
 // Qwen3.5's hybrid layers (transformers 5.17 models/qwen3_5/modeling_qwen3_5.py). layer_types
 // ("linear_attention" / "full_attention"; absent: every full_attention_interval-th layer, default 4, is full)
@@ -345,13 +395,13 @@ struct FamilyTraits {
   // max_position_embeddings when config.json omits it: the transformers config class default.
   int64_t default_max_position_embeddings;
   AttentionBiasPolicy attention_bias;
-  bool qk_norm;                      // per-head RMSNorm of q and k (over head_dim) before RoPE (Qwen3)
+  QkNormPolicy qk_norm;              // RMSNorm of q and k before RoPE (Qwen3: per head)
   RopeTypeSet rope_scalings;         // rope_scaling types config.json may ask for
   bool tie_word_embeddings_default;  // when config.json omits tie_word_embeddings
   SlidingWindowPolicy sliding_window;
-  // Whether config.json's partial_rotary_factor (top level or in rope_parameters) is read (Phi-3); other
-  // families refuse a value other than 1.
-  bool partial_rotary;
+  // Whether config.json's partial_rotary_factor is read (Phi-3, Qwen3.5, GLM-4.5, MiniMax-M2) and its
+  // default; other families refuse a value other than 1.
+  PartialRotaryTraits partial_rotary;
   GemmaTraits gemma;
   // Defaults of the transformers config class for fields ParseModelConfig otherwise requires or defaults
   // differently (JSON object text, merged under absent keys), or nullptr. Gemma's published configs leave

@@ -38,6 +38,7 @@ AttentionPlan PlanAttention(const ModelConfig& c, int64_t layer) {
   a.o_bias = c.o_proj_bias;
   a.rope_interleaved = c.rope_interleave;
   a.qk_norm = c.qk_norm;
+  a.qk_norm_whole = c.qk_norm_whole;
   a.output_gate = c.attention_output_gate;
   a.rope = c.LocalRope(layer) ? RopeTable::kLocal : RopeTable::kGlobal;
   a.window = c.LayerWindow(layer);
@@ -53,12 +54,20 @@ ChannelMixerPlan PlanChannelMixer(const ModelConfig& c, int64_t layer) {
   if (!c.IsSparseLayer(layer)) return m;
   m.kind = ChannelMixerKind::kExperts;
   ExpertsPlan& e = m.experts;
-  e.router = RouterKind::kSoftmaxTopK;
+  e.router = c.sigmoid_router ? RouterKind::kSigmoidGroupLimited : RouterKind::kSoftmaxTopK;
   e.num_experts = c.num_experts;
   e.top_k = c.num_experts_per_tok;
   e.expert_intermediate_size = c.moe_intermediate_size;
   e.norm_topk_prob = c.norm_topk_prob;
+  if (c.sigmoid_router) {
+    e.correction_bias = c.router_correction_bias;
+    e.num_groups = c.router_num_groups;
+    e.topk_groups = c.router_topk_groups;
+    e.renorm_epsilon = c.router_renorm_epsilon;
+    e.routed_scaling_factor = c.routed_scaling_factor;
+  }
   e.shared_expert_intermediate_size = c.shared_expert_intermediate_size;
+  e.shared_expert_gated = c.shared_expert_gated;
   return m;
 }
 

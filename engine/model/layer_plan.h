@@ -10,7 +10,7 @@
 //   kSandwich (Gemma):  x += post_norm(mixer(norm(x)));             x += post_norm(mlp(norm(x)))
 // Token mixers: full or sliding-window causal attention (AttentionPlan), or the linear-recurrent Gated
 // DeltaNet (DeltaNetPlan), with room for latent attention (MLA). Channel mixers: one dense GLU MLP, or a
-// routed mixture of experts (ExpertsPlan: router kind, top k, optional gated shared expert).
+// routed mixture of experts (ExpertsPlan: router kind, top k, optional shared expert, gated or not).
 //
 // A new block kind: a value here (and what PlanModel sets it from), its tensors in the loader, one block
 // per backend (engine/reference, engine/cuda/forward), and the oracle op (engine/README.md, "Adding a model
@@ -58,6 +58,9 @@ struct AttentionPlan {
   bool qkv_bias = false;  // q/k/v carry a bias
   bool o_bias = false;    // o_proj carries a bias (tp: added once, by rank 0's partial product)
   bool qk_norm = false;   // per-head RMSNorm of q and k over head_dim, before RoPE
+  // RMSNorm of the whole q [num_heads * head_dim] and k [num_kv_heads * head_dim] rows (weights of those
+  // widths), before the head reshape and RoPE (MiniMax-M2); never with qk_norm.
+  bool qk_norm_whole = false;
   // q_proj's rows are [q_h | gate_h] per head (2 head_dim each); the attention output times sigmoid(gate),
   // per element, before o_proj (Qwen3.5).
   bool output_gate = false;
@@ -78,6 +81,11 @@ enum class RouterKind {
   // p = softmax(fp32 logits) over the experts; the top k (exact ties: lower id first), renormalized when
   // ExpertsPlan::norm_topk_prob (config.h's semantics).
   kSoftmaxTopK,
+  // DeepSeek-V3's router (GLM-4.5, MiniMax-M2; config.h's semantics): s = sigmoid(fp32 logits), the choice
+  // s + correction bias, group-limited to the topk_groups best of num_groups groups, top k of the choice
+  // (exact ties: lower id first); weights the unbiased s, / (sum + renorm_epsilon) when norm_topk_prob, times
+  // routed_scaling_factor.
+  kSigmoidGroupLimited,
 };
 
 struct ExpertsPlan {
@@ -86,8 +94,17 @@ struct ExpertsPlan {
   int64_t top_k = 0;
   int64_t expert_intermediate_size = 0;  // each expert's
   bool norm_topk_prob = false;
-  // > 0: Qwen2-MoE's shared expert (a SwiGLU MLP of this size) scaled by sigmoid(shared_expert_gate . x).
+  // kSigmoidGroupLimited: the stored e_score_correction_bias [num_experts] is added to s for the choice.
+  bool correction_bias = false;
+  int64_t num_groups = 1, topk_groups = 1;  // kSigmoidGroupLimited: 1 and 1 is no group limit
+  float renorm_epsilon = 0.0f;              // kSigmoidGroupLimited, norm_topk_prob: the sum's epsilon
+  float routed_scaling_factor = 1.0f;       // kSigmoidGroupLimited: the weights' factor (fp32)
+  // > 0: a shared expert (a SwiGLU MLP of this size) added to the routed sum: scaled by
+  // sigmoid(shared_expert_gate . x) (Qwen2-MoE) when shared_expert_gated, else unscaled (DeepSeek-V3's
+  // n_shared_experts * moe_intermediate_size).
   int64_t shared_expert_intermediate_size = 0;
+  bool shared_expert_gated = true;
+  bool shared_expert() const { return shared_expert_intermediate_size > 0; }
 };
 
 struct ChannelMixerPlan {
@@ -134,7 +151,7 @@ struct ModelPlan {
   bool any_output_gate() const;
   // The first kGatedDeltaNet layer's shape (every DeltaNet layer of a model has the same), or zeros.
   DeltaNetPlan delta_net_shape() const;
-  // Some layer has a gated shared expert.
+  // Some layer has a shared expert (gated or not).
   bool any_shared_expert() const;
   // The global table of a sequence of seq_len tokens is the long one (longrope only).
   bool LongRopeFor(int64_t seq_len) const { return longrope && seq_len > longrope_original_max_position; }

@@ -105,12 +105,16 @@ struct ExpertWeights {
 // a QUANTIZED expert's values to its scale dtype (BF16 / F16; reference_engine.cc, Decode's
 // round_to_scale_dtype), which is what transformers 5.17 computes with. A GPU fp32 mode must do the same
 // to match the oracle; a bf16 mode gets it from its own rounding.
+// ExpertsPlan::correction_bias (DeepSeek-V3's router): e_score_correction_bias is never quantized either
+// (F32 / F16 / BF16, finite; refused naming the tensor otherwise).
 struct MoeWeights {
   LinearWeight router;                 // [num_experts, hidden_size], kDense
+  TensorView correction_bias;          // [num_experts] (ExpertsPlan::correction_bias), else data == nullptr
   std::vector<ExpertWeights> experts;  // [num_experts]
   bool fused = false;                  // experts are views into the fused tensors
-  // shared_expert_intermediate_size > 0 only (Qwen2-MoE), else empty (module "", no tensors):
-  ExpertWeights shared_expert;      // [shared_expert_intermediate_size, hidden_size], ...
+  // ExpertsPlan::shared_expert() only (Qwen2-MoE, DeepSeek-V3), else empty (module "", no tensors):
+  ExpertWeights shared_expert;  // [shared_expert_intermediate_size, hidden_size], ...
+  // ExpertsPlan::shared_expert_gated only (Qwen2-MoE), else empty:
   LinearWeight shared_expert_gate;  // [1, hidden_size]
 };
 
@@ -158,9 +162,9 @@ struct LayerWeights {
 // Every linear of layer L present, with its role, in this fixed order: q, k, v, o (a Gated DeltaNet layer:
 // in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj instead); then a dense layer's
 // gate, up, down, or a sparse layer's router, every expert's gate, up, down (expert 0 first) and, with a
-// shared expert, its gate, up, down and the shared-expert gate. The one enumeration of a layer's linears:
-// the loader's checks, the summary, the shard check and the oracle's decode walk it. `fn(const
-// LinearWeight&, LinearRole)`.
+// shared expert, its gate, up, down and (gated: Qwen2-MoE) the shared-expert gate. The one enumeration of a
+// layer's linears: the loader's checks, the summary, the shard check and the oracle's decode walk it.
+// `fn(const LinearWeight&, LinearRole)`.
 template <typename Fn>
 void ForEachLinear(const LayerWeights& L, Fn&& fn) {
   if (L.linear_attention && L.delta_net.fused) {
@@ -191,10 +195,11 @@ void ForEachLinear(const LayerWeights& L, Fn&& fn) {
     fn(e.up_proj, LinearRole::kExpertUp);
     fn(e.down_proj, LinearRole::kExpertDown);
   }
-  if (L.moe.shared_expert_gate.module.empty()) return;
+  if (L.moe.shared_expert.gate_proj.module.empty()) return;
   fn(L.moe.shared_expert.gate_proj, LinearRole::kSharedGate);
   fn(L.moe.shared_expert.up_proj, LinearRole::kSharedUp);
   fn(L.moe.shared_expert.down_proj, LinearRole::kSharedDown);
+  if (L.moe.shared_expert_gate.module.empty()) return;  // ungated shared experts (DeepSeek-V3)
   fn(L.moe.shared_expert_gate, LinearRole::kSharedExpertGate);
 }
 

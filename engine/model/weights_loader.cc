@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -371,6 +372,7 @@ absl::Status ModelWeightsLoader::CheckFiniteParameters() const {
                                 &L.pre_feedforward_layernorm, &L.post_feedforward_layernorm}) {
       SCORED_RETURN_IF_ERROR(CheckFinite(*t, "a norm weight"));
     }
+    SCORED_RETURN_IF_ERROR(CheckFinite(L.moe.correction_bias, "a router correction bias"));
     absl::Status status;
     ForEachLinear(L, [&](const LinearWeight& w, LinearRole) {
       if (status.ok()) status = check_linear(w);
@@ -537,20 +539,56 @@ absl::Status ModelWeightsLoader::LoadMoe(const std::string& prefix, const Expert
         2 * c.moe_intermediate_size, ", ", c.hidden_size, "] and '", experts, n.fused_down, "' [",
         c.num_experts, ", ", c.hidden_size, ", ", c.moe_intermediate_size, "]"));
   }
-  if (plan.shared_expert_intermediate_size > 0) {
+  if (plan.shared_expert()) {
     SCORED_RETURN_IF_ERROR(LoadSwiGlu(prefix + n.shared_expert, "gate_proj", "up_proj", "down_proj",
                                       plan.shared_expert_intermediate_size, &moe->shared_expert));
-    SCORED_RETURN_IF_ERROR(
-        LoadLinear(prefix + n.shared_expert_gate, 1, c.hidden_size, false, &moe->shared_expert_gate));
+    if (plan.shared_expert_gated) {
+      SCORED_RETURN_IF_ERROR(
+          LoadLinear(prefix + n.shared_expert_gate, 1, c.hidden_size, false, &moe->shared_expert_gate));
+    }
+  }
+  if (plan.correction_bias) {
+    SCORED_ASSIGN_OR_RETURN(moe->correction_bias, LoadCorrectionBias(prefix + n.correction_bias));
   }
   return absl::OkStatus();
 }
 
+absl::StatusOr<TensorView> ModelWeightsLoader::LoadCorrectionBias(const std::string& name) {
+  // Added to the router's sigmoid scores in fp32 (transformers keeps it in fp32: DeepseekV3PreTrainedModel's
+  // _keep_in_fp32_modules_strict): a quantized one is refused rather than decoded.
+  for (const char* suffix : {"_scale", "_packed", "_zero_point", "_global_scale", "_scale_inv"}) {
+    if (!m_->store_->Has(name + suffix)) continue;
+    return absl::InvalidArgumentError(absl::StrCat("the router's correction bias '", name,
+                                                   "' is stored quantized (tensor '", name, suffix,
+                                                   "'): it must stay dense (F32, F16 or BF16)"));
+  }
+  SCORED_ASSIGN_OR_RETURN(TensorView t, Take(name));
+  if (!IsFloatDType(t.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(t.file, ": the router's correction bias '", t.name,
+                                                   "' has dtype ", DTypeName(t.dtype),
+                                                   ": it must stay dense (F32, F16 or BF16)"));
+  }
+  SCORED_RETURN_IF_ERROR(CheckShape(t, {m_->config_.num_experts}));
+  return t;
+}
+
 bool ModelWeightsLoader::IgnoredTower(const std::string& name) const {
-  for (const char* const* p = m_->config_.family->text_only.ignored_prefixes; *p != nullptr; ++p) {
+  const TextOnlyTraits& t = m_->config_.family->text_only;
+  for (const char* const* p = t.ignored_prefixes; *p != nullptr; ++p) {
     if (absl::StartsWith(name, *p)) return true;
   }
-  return false;
+  return t.layers_past_the_last && LayerPastTheLast(name);
+}
+
+bool ModelWeightsLoader::LayerPastTheLast(const std::string& name) const {
+  const absl::string_view prefix = names_ != nullptr ? names_->layer_prefix : "";
+  if (prefix.empty() || !absl::StartsWith(name, prefix)) return false;
+  const absl::string_view rest = absl::string_view(name).substr(prefix.size());
+  const size_t dot = rest.find('.');
+  int64_t layer = 0;
+  if (dot == absl::string_view::npos || dot == 0 || !absl::SimpleAtoi(rest.substr(0, dot), &layer))
+    return false;
+  return layer >= m_->config_.num_layers;
 }
 
 absl::Status ModelWeightsLoader::CheckLeftovers() const {
@@ -633,9 +671,11 @@ absl::Status ModelWeightsLoader::LoadLayer(int64_t l, LayerWeights* out) {
     SCORED_ASSIGN_OR_RETURN(L.post_feedforward_layernorm,
                             TakeChecked(p + n.post_feedforward_layernorm, {c.hidden_size}, kFloat));
   }
-  if (plan.attention.qk_norm) {
-    SCORED_ASSIGN_OR_RETURN(L.q_norm, TakeChecked(p + n.q_norm, {c.head_dim}, kFloat));
-    SCORED_ASSIGN_OR_RETURN(L.k_norm, TakeChecked(p + n.k_norm, {c.head_dim}, kFloat));
+  if (plan.attention.qk_norm || plan.attention.qk_norm_whole) {  // per head, or the whole projections
+    const int64_t q_width = plan.attention.qk_norm_whole ? c.num_heads * c.head_dim : c.head_dim;
+    const int64_t k_width = plan.attention.qk_norm_whole ? c.num_kv_heads * c.head_dim : c.head_dim;
+    SCORED_ASSIGN_OR_RETURN(L.q_norm, TakeChecked(p + n.q_norm, {q_width}, kFloat));
+    SCORED_ASSIGN_OR_RETURN(L.k_norm, TakeChecked(p + n.k_norm, {k_width}, kFloat));
   }
   L.linear_attention = plan.delta_net_mixer();
   if (L.linear_attention) {

@@ -57,6 +57,8 @@ class ModelWeightsLoader {
   // A Gated DeltaNet layer's tensors under `prefix` (family.h LinearAttentionTraits' names).
   absl::Status LoadDeltaNet(const std::string& prefix, const DeltaNetPlan& plan, DeltaNetWeights* out);
   absl::Status LoadRouter(const std::string& module, LinearWeight* w);
+  // The sigmoid router's e_score_correction_bias [num_experts], never quantized (MoeWeights).
+  absl::StatusOr<TensorView> LoadCorrectionBias(const std::string& name);
   // Experts stored fused: kDense views into the two tensors (MoeWeights).
   absl::Status LoadFusedExperts(const std::string& experts, MoeWeights* moe);
   // A fused module (FamilyTraits names qkv_proj / gate_up_proj) of parts[0].rows + parts[1].rows + ...
@@ -74,8 +76,11 @@ class ModelWeightsLoader {
   absl::Status LoadSwiGlu(const std::string& prefix, const char* gate, const char* up, const char* down,
                           int64_t intermediate, ExpertWeights* e);
   absl::Status CheckLeftovers() const;
-  // A tensor of a tower TextOnlyTraits leaves unread.
+  // A tensor of a tower TextOnlyTraits leaves unread (or of a layer past the last:
+  // TextOnlyTraits::layers_past_the_last).
   bool IgnoredTower(const std::string& name) const;
+  // `name` is layer_prefix + "<l>." + ... with l >= num_hidden_layers.
+  bool LayerPastTheLast(const std::string& name) const;
   absl::Status CheckFiniteParameters() const;
   void Summarize();
 

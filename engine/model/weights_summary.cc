@@ -87,7 +87,7 @@ void ModelWeightsLoader::Summarize() {
     for (const TensorView* t :
          {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm, &L.pre_feedforward_layernorm,
           &L.post_feedforward_layernorm, &L.delta_net.conv1d, &L.delta_net.a_log, &L.delta_net.dt_bias,
-          &L.delta_net.norm}) {
+          &L.delta_net.norm, &L.moe.correction_bias}) {
       if (!t->present()) continue;
       norm_params += t->NumElements();
       resident += t->nbytes;
@@ -118,13 +118,24 @@ void ModelWeightsLoader::Summarize() {
     fused_layers += L.moe.fused ? 1 : 0;
   }
   if (c.moe()) {
+    const bool shared = c.shared_expert_intermediate_size > 0, gated = shared && c.shared_expert_gated;
+    const std::string router =
+        c.sigmoid_router
+            ? absl::StrCat(
+                  ", sigmoid router with e_score_correction_bias",
+                  c.router_num_groups > 1
+                      ? absl::StrCat(", ", c.router_topk_groups, " of ", c.router_num_groups, " groups")
+                      : "",
+                  c.routed_scaling_factor != 1.0f ? absl::StrCat(", x ", c.routed_scaling_factor) : "")
+            : "";
     notes.push_back(absl::StrCat(
         "mixture-of-experts: ", sparse_layers, " of ", c.num_layers, " layers sparse, ", c.num_experts,
-        " experts (top ", c.num_experts_per_tok, c.norm_topk_prob ? ", renormalized" : "", ")",
-        c.shared_expert_intermediate_size > 0 ? " + a gated shared expert" : "",
+        " experts (top ", c.num_experts_per_tok, c.norm_topk_prob ? ", renormalized" : "", router, ")",
+        gated    ? " + a gated shared expert"
+        : shared ? absl::StrCat(" + ungated shared experts of ", c.shared_expert_intermediate_size)
+                 : "",
         fused_layers > 0 ? absl::StrCat(", ", fused_layers, " layers with fused expert tensors") : "",
-        "; routers", c.shared_expert_intermediate_size > 0 ? " and shared-expert gates" : "", " ",
-        gate_params, " parameters, dense"));
+        "; routers", gated ? " and shared-expert gates" : "", " ", gate_params, " parameters, dense"));
   }
   if (rotated > 0) {
     notes.push_back(
@@ -161,12 +172,15 @@ void ModelWeightsLoader::Summarize() {
     notes.push_back(absl::StrCat("text only: ", c.architecture,
                                  "'s language model is scored; the vision tower (", ignored,
                                  " tensors) is not loaded"));
-  } else if (ignored > 0) {  // Qwen3.5's multi-token-prediction layers
+  } else if (ignored > 0) {  // the multi-token-prediction layers (Qwen3.5's mtp.*, GLM-4.5's last layer)
     std::vector<std::string> prefixes;
     for (const char* const* p = c.family->text_only.ignored_prefixes; *p != nullptr; ++p)
-      prefixes.push_back(*p);
-    notes.push_back(absl::StrCat(ignored, " tensors not part of the scored forward (",
-                                 absl::StrJoin(prefixes, ", "), "*) are not loaded"));
+      prefixes.push_back(absl::StrCat(*p, "*"));
+    if (c.family->text_only.layers_past_the_last) {
+      prefixes.push_back(absl::StrCat(names_->layer_prefix, "<", c.num_layers, " and above>.*"));
+    }
+    notes.push_back(absl::StrCat(ignored, " tensors not part of the scored forward (multi-token prediction: ",
+                                 absl::StrJoin(prefixes, ", "), ") are not loaded"));
   }
   s.notes = absl::StrJoin(notes, "; ");
 }

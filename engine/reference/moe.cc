@@ -58,11 +58,14 @@ void MoeCombine(const float* expert_out,      // [num_tokens, top_k, hidden_size
       const float* y = expert_out + (t * top_k + s) * hidden_size;
       for (int64_t i = 0; i < hidden_size; ++i) o[i] += y[i] * w;  // fp32 product, fp32 sum
     }
-    if (shared_out != nullptr) {
+    if (shared_out != nullptr && shared_gate != nullptr) {
       const float g = shared_gate[t];
       const float sigmoid = 1.0f / (1.0f + std::exp(-g));
       const float* y = shared_out + t * hidden_size;
       for (int64_t i = 0; i < hidden_size; ++i) o[i] += sigmoid * y[i];
+    } else if (shared_out != nullptr) {  // ungated: DeepseekV3MoE's hidden_states + shared_experts(residuals)
+      const float* y = shared_out + t * hidden_size;
+      for (int64_t i = 0; i < hidden_size; ++i) o[i] += y[i];
     }
   }
 }

@@ -137,18 +137,43 @@ void MoeRoute(const float* router_logits,  // [num_tokens, num_experts]
               int32_t* expert_ids,     // [num_tokens, top_k], descending probability
               float* expert_weights);  // [num_tokens, top_k]
 
+// DeepSeek-V3's sigmoid router of each token (ModelConfig in engine/model/config.h; transformers 5.17
+// DeepseekV3TopkRouter.forward, Glm4MoeTopkRouter.forward, MiniMaxM2TopKRouter.forward), every step one fp32
+// operation unless said:
+//   s[e] = fp32(1 / (1 + exp(-double(l[e]))))  (in double, rounded once)
+//   c[e] = fp32(s[e] + correction_bias[e])     (c = s without a correction bias)
+//   num_groups > 1: group g holds experts [g G, (g + 1) G), G = num_experts / num_groups (>= 2), its score
+//   fp32(c_1 + c_2) of its two largest c; the topk_groups highest scores are kept (EXACTLY equal scores: the
+//   lower group id first) and the other groups' experts are never chosen (transformers masks their c with
+//   -inf)
+//   the top_k largest c among the kept experts, in descending c; EXACTLY equal c: the lower expert id first
+//   weight_j = s[id_j] (the unbiased score); renormalize: weight_j = fp32(weight_j / fp32(fp32(sum_j s[id_j]
+//   summed in double) + renorm_epsilon)); then weight_j = fp32(weight_j * scaling_factor)
+// 1 <= top_k <= topk_groups * G; num_groups divides num_experts; 1 <= topk_groups <= num_groups.
+struct SigmoidRouting {
+  const float* correction_bias = nullptr;  // [num_experts] (e_score_correction_bias), or nullptr
+  int64_t num_groups = 1, topk_groups = 1;
+  bool renormalize = false;
+  float renorm_epsilon = 0.0f;  // 1e-20 (DeepSeek-V3, GLM-4.5), 0 (MiniMax-M2)
+  float scaling_factor = 1.0f;  // routed_scaling_factor
+};
+void MoeRouteSigmoid(const float* router_logits,  // [num_tokens, num_experts]
+                     int64_t num_tokens, int64_t num_experts, int64_t top_k, const SigmoidRouting& routing,
+                     int32_t* expert_ids,     // [num_tokens, top_k], descending choice
+                     float* expert_weights);  // [num_tokens, top_k]
+
 // The weighted combine of each token's chosen experts' outputs, in fp32 in a fixed order:
 //   o = 0.0f; for the top_k slots in ascending expert id: o = fp32(o + fp32(y_slot * weight_slot));
-//   then, with a shared expert (Qwen2-MoE): o = fp32(o + fp32(sigmoid(shared_gate) * shared_out)),
-//   sigmoid(g) = 1 / (1 + expf(-g)) in fp32.
-// expert_out[t, j] is the output of expert expert_ids[t, j] on token t. shared_out / shared_gate: both
-// nullptr or both given.
+//   then, with a shared expert: gated (Qwen2-MoE) o = fp32(o + fp32(sigmoid(shared_gate) * shared_out)),
+//   sigmoid(g) = 1 / (1 + expf(-g)) in fp32; ungated (DeepSeek-V3's shared experts, shared_gate nullptr)
+//   o = fp32(o + shared_out).
+// expert_out[t, j] is the output of expert expert_ids[t, j] on token t. shared_gate needs shared_out.
 void MoeCombine(const float* expert_out,      // [num_tokens, top_k, hidden_size]
                 const int32_t* expert_ids,    // [num_tokens, top_k]
                 const float* expert_weights,  // [num_tokens, top_k]
                 int64_t num_tokens, int64_t top_k, int64_t hidden_size,
                 const float* shared_out,   // [num_tokens, hidden_size] or nullptr
-                const float* shared_gate,  // [num_tokens] (the shared_expert_gate logit) or nullptr
+                const float* shared_gate,  // [num_tokens] (the shared_expert_gate logit) or nullptr (ungated)
                 float* out);               // [num_tokens, hidden_size]
 
 // Rounds to the nearest FP8 E4M3FN value (round-to-nearest-even; subnormals down to 2^-9), saturating to

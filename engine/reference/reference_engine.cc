@@ -70,11 +70,12 @@ struct DenseSwiGlu {
 
 // A sparse layer's mixture-of-experts block (LayerWeights::moe).
 struct DenseMoe {
-  DenseLinear router;                // [num_experts, hidden_size]
-  std::vector<DenseSwiGlu> experts;  // [num_experts]
-  bool shared = false;               // Qwen2-MoE's gated shared expert
+  DenseLinear router;                  // [num_experts, hidden_size]
+  std::vector<float> correction_bias;  // [num_experts] (ExpertsPlan::correction_bias), else empty
+  std::vector<DenseSwiGlu> experts;    // [num_experts]
+  bool shared = false;                 // a shared expert: Qwen2-MoE's gated one, DeepSeek-V3's ungated ones
   DenseSwiGlu shared_expert;
-  DenseLinear shared_gate;  // [1, hidden_size]
+  DenseLinear shared_gate;  // [1, hidden_size]; gated shared experts only
 };
 
 struct DenseLayer {
@@ -190,14 +191,19 @@ absl::Status DecodeMoe(const ExpertsPlan& plan, const MoeWeights& mw, ThreadPool
     SCORED_ASSIGN_OR_RETURN(d.up, Decode(x.up_proj, /*bias=*/false, pool, /*round_to_scale_dtype=*/true));
     SCORED_ASSIGN_OR_RETURN(d.down, Decode(x.down_proj, /*bias=*/false, pool, /*round_to_scale_dtype=*/true));
   }
-  out->shared = plan.shared_expert_intermediate_size > 0;
-  if (out->shared) {
+  out->shared = plan.shared_expert();
+  if (out->shared) {  // an ordinary MLP in transformers (DeepseekV3MLP, Qwen2MoeMLP): not rounded
     const ExpertWeights& x = mw.shared_expert;
     DenseSwiGlu& d = out->shared_expert;
     SCORED_ASSIGN_OR_RETURN(d.gate, Decode(x.gate_proj, /*bias=*/false, pool));
     SCORED_ASSIGN_OR_RETURN(d.up, Decode(x.up_proj, /*bias=*/false, pool));
     SCORED_ASSIGN_OR_RETURN(d.down, Decode(x.down_proj, /*bias=*/false, pool));
-    SCORED_ASSIGN_OR_RETURN(out->shared_gate, Decode(mw.shared_expert_gate, /*bias=*/false, pool));
+    if (plan.shared_expert_gated) {
+      SCORED_ASSIGN_OR_RETURN(out->shared_gate, Decode(mw.shared_expert_gate, /*bias=*/false, pool));
+    }
+  }
+  if (plan.correction_bias) {
+    SCORED_ASSIGN_OR_RETURN(out->correction_bias, ToFloat(mw.correction_bias, plan.num_experts));
   }
   return absl::OkStatus();
 }
@@ -363,6 +369,9 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
   if (plan.attention.qk_norm) {
     SCORED_ASSIGN_OR_RETURN(layer.q_norm, ToFloat(lw.q_norm, c.head_dim));
     SCORED_ASSIGN_OR_RETURN(layer.k_norm, ToFloat(lw.k_norm, c.head_dim));
+  } else if (plan.attention.qk_norm_whole) {  // MiniMax-M2: over the whole q and k projections
+    SCORED_ASSIGN_OR_RETURN(layer.q_norm, ToFloat(lw.q_norm, c.num_heads * c.head_dim));
+    SCORED_ASSIGN_OR_RETURN(layer.k_norm, ToFloat(lw.k_norm, c.num_kv_heads * c.head_dim));
   }
   if (plan.sandwich()) {
     SCORED_ASSIGN_OR_RETURN(layer.pre_ff_norm, ToFloat(lw.pre_feedforward_layernorm, c.hidden_size));
@@ -437,10 +446,9 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
     const ExpertsPlan& e = plan.channel_mixer.experts;
     shapes.push_back({&layer.moe.router, e.num_experts, c.hidden_size});
     for (const DenseSwiGlu& expert : layer.moe.experts) swiglu(expert, e.expert_intermediate_size);
-    if (layer.moe.shared) {
-      swiglu(layer.moe.shared_expert, e.shared_expert_intermediate_size);
+    if (layer.moe.shared) swiglu(layer.moe.shared_expert, e.shared_expert_intermediate_size);
+    if (layer.moe.shared && e.shared_expert_gated)
       shapes.push_back({&layer.moe.shared_gate, 1, c.hidden_size});
-    }
   } else {
     shapes.push_back({&layer.gate, plan.channel_mixer.intermediate_size, c.hidden_size});
     shapes.push_back({&layer.up, plan.channel_mixer.intermediate_size, c.hidden_size});
@@ -547,7 +555,22 @@ void ReferenceEngine::MoeBlock(const ExpertsPlan& plan, const DenseMoe& moe, con
   ApplyLinear(moe.router, x, n, logits.data());
   std::vector<int32_t> ids(n * k);
   std::vector<float> weights(n * k);
-  ref::MoeRoute(logits.data(), n, num_experts, k, plan.norm_topk_prob, ids.data(), weights.data());
+  switch (plan.router) {
+    case RouterKind::kSoftmaxTopK:
+      ref::MoeRoute(logits.data(), n, num_experts, k, plan.norm_topk_prob, ids.data(), weights.data());
+      break;
+    case RouterKind::kSigmoidGroupLimited: {
+      ref::SigmoidRouting routing;
+      routing.correction_bias = moe.correction_bias.empty() ? nullptr : moe.correction_bias.data();
+      routing.num_groups = plan.num_groups;
+      routing.topk_groups = plan.topk_groups;
+      routing.renormalize = plan.norm_topk_prob;
+      routing.renorm_epsilon = plan.renorm_epsilon;
+      routing.scaling_factor = plan.routed_scaling_factor;
+      ref::MoeRouteSigmoid(logits.data(), n, num_experts, k, routing, ids.data(), weights.data());
+      break;
+    }
+  }
   std::vector<float> expert_out(n * k * h);  // [n, k, hidden_size]
   std::vector<int64_t> slots;                // t * k + j of the tokens routed to expert e
   std::vector<float> rows, out;              // [m, hidden_size]
@@ -564,15 +587,18 @@ void ReferenceEngine::MoeBlock(const ExpertsPlan& plan, const DenseMoe& moe, con
     SwiGluMlp(moe.experts[e], rows.data(), m, out.data());
     for (int64_t r = 0; r < m; ++r) std::copy_n(out.data() + r * h, h, expert_out.data() + slots[r] * h);
   }
-  std::vector<float> shared_out, shared_gate;
+  std::vector<float> shared_out, shared_gate;  // shared_gate empty: ungated shared experts
   if (moe.shared) {
     shared_out.resize(n * h);
-    shared_gate.resize(n);
     SwiGluMlp(moe.shared_expert, x, n, shared_out.data());
+  }
+  if (moe.shared && plan.shared_expert_gated) {
+    shared_gate.resize(n);
     ApplyLinear(moe.shared_gate, x, n, shared_gate.data());
   }
   ref::MoeCombine(expert_out.data(), ids.data(), weights.data(), n, k, h,
-                  moe.shared ? shared_out.data() : nullptr, moe.shared ? shared_gate.data() : nullptr, y);
+                  moe.shared ? shared_out.data() : nullptr,
+                  shared_gate.empty() ? nullptr : shared_gate.data(), y);
 }
 
 // The activations of one sequence's forward, allocated once and reused by every layer.
@@ -664,6 +690,9 @@ void ReferenceEngine::AttentionBlock(const AttentionPlan& plan, const DenseLayer
   if (plan.qk_norm) {  // Qwen3, Gemma 3: RMSNorm over head_dim of every head, before RoPE
     NormRows(s->q.data(), layer.q_norm, n * c.num_heads, c.head_dim, s->q.data());
     NormRows(s->k.data(), layer.k_norm, n * c.num_kv_heads, c.head_dim, s->k.data());
+  } else if (plan.qk_norm_whole) {  // MiniMax-M2: over each token's whole q and k rows (MiniMaxM2Attention)
+    NormRows(s->q.data(), layer.q_norm, n, c.num_heads * c.head_dim, s->q.data());
+    NormRows(s->k.data(), layer.k_norm, n, c.num_kv_heads * c.head_dim, s->k.data());
   }
   ref::Rope(s->q.data(), s->positions.data(), inv_freq.data(), n, c.num_heads, c.head_dim, c.rotary_dim,
             rope_scaling_, plan.rope_interleaved);

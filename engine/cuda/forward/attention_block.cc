@@ -9,6 +9,7 @@
 #include "engine/kernels/kernel_types.h"
 #include "engine/kernels/qk_norm.h"
 #include "engine/kernels/qk_norm_rope.h"
+#include "engine/kernels/rms_norm.h"
 #include "engine/kernels/rope.h"
 #include "engine/kernels/sigmoid_gate.h"
 #include "engine/kernels/static_act_quant.h"
@@ -49,11 +50,21 @@ absl::Status ApplyRope(ForwardContext<T>& ctx, int64_t l, T* qkv_rows, const Row
 
 // Qwen3's q / k norm (where the layer has one) and RoPE on the chunk's q|k heads: one fused pass
 // (kernels::QkNormRope, bitwise the two) where the rotation reads one table over whole heads, else the
-// norms then ApplyRope.
+// norms then ApplyRope; MiniMax-M2's whole-row q / k norms (AttentionPlan::qk_norm_whole) then ApplyRope.
 template <typename T>
 absl::Status QkNormAndRope(ForwardContext<T>& ctx, const DeviceLayer& layer, int64_t l, T* qkv_rows,
                            const RowChunk& ch) {
   const float* const table = OneRopeTable(ctx, l);
+  if (ctx.plan.layers[static_cast<size_t>(l)].attention.qk_norm_whole) {
+    // MiniMax-M2: RMSNorm over each row's whole q (q_dim) and k (num_kv_heads * head_dim) parts, in place
+    // (MiniMaxM2Attention.forward: q_norm(q_proj(x)) before the head reshape), then RoPE.
+    SCORED_RETURN_IF_ERROR((kernels::RmsNorm<T, T>(qkv_rows, ctx.qkv_dim, layer.q_norm.as<float>(), ch.rows,
+                                                   ctx.q_dim, ctx.eps, qkv_rows, ctx.qkv_dim, ctx.stream)));
+    SCORED_RETURN_IF_ERROR(
+        (kernels::RmsNorm<T, T>(qkv_rows + ctx.q_dim, ctx.qkv_dim, layer.k_norm.as<float>(), ch.rows,
+                                ctx.kv_dim, ctx.eps, qkv_rows + ctx.q_dim, ctx.qkv_dim, ctx.stream)));
+    return ApplyRope(ctx, l, qkv_rows, ch);
+  }
   if (layer.q_norm.data() != nullptr && table != nullptr && ctx.rotary_dim == ctx.head_dim &&
       !ctx.plan.layers[static_cast<size_t>(l)].attention.rope_interleaved &&
       kernels::QkNormRopeSupports(ctx.head_dim)) {

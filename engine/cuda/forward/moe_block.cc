@@ -42,8 +42,8 @@ absl::Status ExpertMlp(ForwardContext<T>& ctx, const WeightStream::Lease& gate_u
   return ctx.linears.Run(down_w, down_plan, ctx.mlp, y, io, rows);
 }
 
-// The shared expert's output (Qwen2-MoE) [n, hidden] fp32 in moe_shared, or nullptr where the layer has
-// none.
+// The shared expert's output (Qwen2-MoE's gated one, DeepSeek-V3's ungated ones) [n, hidden] fp32 in
+// moe_shared, or nullptr where the layer has none.
 template <typename T>
 absl::StatusOr<const float*> SharedExpert(ForwardContext<T>& ctx, const DeviceMoe& moe) {
   if (!moe.shared) return nullptr;
@@ -206,6 +206,29 @@ absl::Status RunGroupedExperts(ForwardContext<T>& ctx, const DeviceMoe& moe, con
   }
 }
 
+// ids / weights [n, k] of the router's fp32 logits [n, columns], by the layer's router kind (ExpertsPlan).
+template <typename T>
+absl::Status Route(ForwardContext<T>& ctx, const ExpertsPlan& plan, const DeviceMoe& moe, const float* logits,
+                   int64_t columns, int32_t* ids, float* weights) {
+  const int64_t experts = ctx.config.num_experts, k = ctx.config.num_experts_per_tok;
+  switch (plan.router) {
+    case RouterKind::kSoftmaxTopK:
+      return kernels::MoeRoute(logits, columns, ctx.n, experts, k, plan.norm_topk_prob, ids, weights,
+                               ctx.stream);
+    case RouterKind::kSigmoidGroupLimited: {
+      kernels::SigmoidRouting routing;
+      routing.correction_bias = plan.correction_bias ? moe.correction_bias.as<float>() : nullptr;
+      routing.num_groups = plan.num_groups;
+      routing.topk_groups = plan.topk_groups;
+      routing.renormalize = plan.norm_topk_prob;
+      routing.renorm_epsilon = plan.renorm_epsilon;
+      routing.scaling_factor = plan.routed_scaling_factor;
+      return kernels::MoeRouteSigmoid(logits, columns, ctx.n, experts, k, routing, ids, weights, ctx.stream);
+    }
+  }
+  return absl::InternalError("unknown router kind");
+}
+
 }  // namespace
 
 template <typename T>
@@ -214,7 +237,7 @@ absl::Status MoeBlock(ForwardContext<T>& ctx, const DeviceLayer& layer, int64_t 
   Activations* const acts = ctx.acts;
   const DeviceMoe& moe = layer.moe;
   const int64_t experts = ctx.config.num_experts, k = ctx.config.num_experts_per_tok, n = ctx.n;
-  const bool norm_topk_prob = ctx.plan.layers[static_cast<size_t>(l)].channel_mixer.experts.norm_topk_prob;
+  const ExpertsPlan& plan = ctx.plan.layers[static_cast<size_t>(l)].channel_mixer.experts;
   {
     Stage s(ctx.clock, "norm");
     SCORED_RETURN_IF_ERROR(ctx.sums.template Norm<T>(layer.post_norm.as<float>(), ctx.eps,
@@ -238,8 +261,7 @@ absl::Status MoeBlock(ForwardContext<T>& ctx, const DeviceLayer& layer, int64_t 
   }
   {
     Stage s(ctx.clock, "moe route");
-    SCORED_RETURN_IF_ERROR(
-        kernels::MoeRoute(logits, columns, n, experts, k, norm_topk_prob, ids, weights, ctx.stream));
+    SCORED_RETURN_IF_ERROR(Route(ctx, plan, moe, logits, columns, ids, weights));
   }
   {  // the grouped path's expert offsets too ([experts + 1], on the device)
     Stage s(ctx.clock, "moe group by expert");
@@ -248,10 +270,11 @@ absl::Status MoeBlock(ForwardContext<T>& ctx, const DeviceLayer& layer, int64_t 
                                                      slots, offsets, acts->moe_group_workspace.data(),
                                                      acts->moe_group_workspace.bytes(), ctx.stream));
   }
-  // residual += acc (+ sigmoid(gate) * shared); the gate's logit is the router output's column `experts`.
-  // Tensor parallelism: acc and shared are the rank's partial sums (its slice of every expert); rank 0 adds
-  // them to the residual, the others write them over it (0 + ...), and the sum over ranks completes it.
-  const float* const gate = logits + experts;
+  // residual += acc (+ sigmoid(gate) * shared, or + shared where ungated); the gate's logit is the router
+  // output's column `experts`. Tensor parallelism: acc and shared are the rank's partial sums (its slice of
+  // every expert); rank 0 adds them to the residual, the others write them over it (0 + ...), and the sum
+  // over ranks completes it.
+  const float* const gate = moe.shared_gated ? logits + experts : nullptr;
   const float* shared = nullptr;
   if (moe.grouped.enabled) {  // the shared expert first: the grouped combine ends in the residual
     SCORED_ASSIGN_OR_RETURN(shared, SharedExpert(ctx, moe));

@@ -1,6 +1,8 @@
-// The mixture-of-experts kernels against the CPU oracle (ref::MoeRoute, ref::MoeCombine) and the grouping's
-// contract: routing with exact ties (the lower expert id first) and with renormalization, every slot grouped
-// by expert in slot order, the weighted combine in ascending expert id with a shared expert.
+// The mixture-of-experts kernels against the CPU oracle (ref::MoeRoute, ref::MoeRouteSigmoid,
+// ref::MoeCombine) and the grouping's contract: routing with exact ties (the lower expert id first) and with
+// renormalization; DeepSeek-V3's sigmoid router (correction bias, group limit with exact group ties, +epsilon
+// renormalization, scaling) at the GLM-4.5 / MiniMax-M2 / DeepSeek-V3 shapes; every slot grouped by expert in
+// slot order, the weighted combine in ascending expert id with a gated or an ungated shared expert.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -120,6 +122,123 @@ TEST_F(MoeKernelsTest, GroupCombineMatchesOracle) {
   const std::vector<float> got = d_residual.Download();
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[i], 1e-6f * (1.0f + std::fabs(want[i]))) << i;
+}
+
+// ref::MoeRouteSigmoid's cases: MiniMax-M2 (no groups, a plain renormalization), GLM-4.5 (one group, 1e-20,
+// 2.5x), DeepSeek-V3 (256 experts in 8 groups, 4 kept, top 8), a group limit over 60 experts, and 512 experts
+// (the widest lane). Exact ties among experts and among groups on every third token. Ids bitwise; weights to
+// 4 ulp (the device's double exp and the host's may round one sigmoid to neighbouring fp32 values).
+TEST_F(MoeKernelsTest, RouteSigmoidMatchesOracle) {
+  struct Case {
+    int64_t experts, top_k, groups, topk_groups;
+    bool bias, renormalize;
+    float epsilon, scale;
+  };
+  const Case cases[] = {
+      {4, 2, 1, 1, true, true, 0.0f, 1.0f},         {8, 2, 1, 1, true, true, 1e-20f, 2.5f},
+      {256, 8, 8, 4, true, true, 1e-20f, 2.5f},     {60, 4, 6, 2, true, false, 0.0f, 1.0f},
+      {512, 8, 16, 4, false, true, 1e-20f, 2.827f}, {64, 6, 8, 3, true, true, 1e-20f, 1.0f},
+  };
+  constexpr int64_t kT = 41;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.experts << " experts, " << c.groups << " groups");
+    const int64_t stride = c.experts + 4;
+    std::vector<float> l = testing::RandomNormal(kT * stride, 21, 2.0f);
+    for (int64_t t = 0; t < kT;
+         t += 3) {  // exact ties: experts 1, 2 (and 5), or groups 0 and 1 and their experts
+      float* row = l.data() + t * stride;
+      row[1] = row[2] = 5.0f;
+      if (c.experts > 5) row[5] = 5.0f;
+      if (c.groups > 1) {
+        const int64_t g = c.experts / c.groups;
+        for (int64_t i = 0; i < g; ++i) row[i] = row[g + i];  // groups 0 and 1 equal
+      }
+    }
+    std::vector<float> bias = testing::RandomNormal(c.experts, 22, 0.05f);
+    bias[2] = bias[1];  // the ties above stay exact ties of the choice
+    if (c.experts > 5) bias[5] = bias[1];
+    if (c.groups > 1) {
+      const int64_t g = c.experts / c.groups;
+      for (int64_t i = 0; i < g; ++i) bias[i] = bias[g + i];
+    }
+    std::vector<float> dense(kT * c.experts);
+    for (int64_t t = 0; t < kT; ++t)
+      std::copy_n(l.data() + t * stride, c.experts, dense.data() + t * c.experts);
+    ref::SigmoidRouting r;
+    r.correction_bias = c.bias ? bias.data() : nullptr;
+    r.num_groups = c.groups;
+    r.topk_groups = c.topk_groups;
+    r.renormalize = c.renormalize;
+    r.renorm_epsilon = c.epsilon;
+    r.scaling_factor = c.scale;
+    std::vector<int32_t> want_ids(kT * c.top_k);
+    std::vector<float> want_w(kT * c.top_k);
+    ref::MoeRouteSigmoid(dense.data(), kT, c.experts, c.top_k, r, want_ids.data(), want_w.data());
+    DeviceArray<float> d_l(l), d_bias(bias);
+    DeviceArray<int32_t> d_ids(kT * c.top_k);
+    DeviceArray<float> d_w(kT * c.top_k);
+    SigmoidRouting routing;
+    routing.correction_bias = c.bias ? d_bias.get() : nullptr;
+    routing.num_groups = c.groups;
+    routing.topk_groups = c.topk_groups;
+    routing.renormalize = c.renormalize;
+    routing.renorm_epsilon = c.epsilon;
+    routing.scaling_factor = c.scale;
+    ASSERT_TRUE(
+        MoeRouteSigmoid(d_l.get(), stride, kT, c.experts, c.top_k, routing, d_ids.get(), d_w.get(), stream_)
+            .ok());
+    Sync();
+    EXPECT_EQ(d_ids.Download(), want_ids);
+    const std::vector<float> w = d_w.Download();
+    for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], want_w[i], 4.8e-7f * std::fabs(want_w[i])) << i;
+  }
+  // Shapes the router cannot take are refused.
+  SigmoidRouting bad;
+  bad.num_groups = 3;
+  DeviceArray<float> d_l(std::vector<float>(8, 0.0f));
+  DeviceArray<int32_t> d_ids(2);
+  DeviceArray<float> d_w(2);
+  EXPECT_FALSE(MoeRouteSigmoid(d_l.get(), 8, 1, 8, 2, bad, d_ids.get(), d_w.get(), stream_).ok());
+  bad.num_groups = 4;
+  bad.topk_groups = 1;
+  EXPECT_FALSE(MoeRouteSigmoid(d_l.get(), 8, 1, 8, 3, bad, d_ids.get(), d_w.get(), stream_).ok());
+}
+
+// DeepSeek-V3's ungated shared experts: MoeFinish and MoeCombineGroupedFinish with a shared output and no
+// gate add it unscaled after the routed sum, bitwise ref::MoeCombine with shared_gate nullptr.
+TEST_F(MoeKernelsTest, UngatedSharedExpertMatchesOracle) {
+  constexpr int64_t kT = 9, kK = 3, kH = 20;
+  std::vector<int32_t> ids(kT * kK);
+  for (int64_t s = 0; s < kT * kK; ++s)
+    ids[s] = static_cast<int32_t>((s % kK) * 5 + s / kK % 4);  // ascending
+  const std::vector<float> weights = testing::RandomFloats(kT * kK, 30, 0.0f, 2.5f);
+  const std::vector<float> expert_out = testing::RandomNormal(kT * kK * kH, 31);
+  const std::vector<float> shared = testing::RandomNormal(kT * kH, 32);
+  const std::vector<float> residual = testing::RandomNormal(kT * kH, 33);
+  std::vector<float> want(kT * kH);
+  ref::MoeCombine(expert_out.data(), ids.data(), weights.data(), kT, kK, kH, shared.data(), nullptr,
+                  want.data());
+  for (size_t i = 0; i < want.size(); ++i) want[i] += residual[i];
+  // The grouped path: slot s's row is s (ascending within each token, as its expert ids are).
+  std::vector<int32_t> rows(kT * kK);
+  for (int64_t s = 0; s < kT * kK; ++s) rows[s] = static_cast<int32_t>(s);
+  DeviceArray<float> d_y(expert_out), d_w(weights), d_shared(shared), d_residual(residual);
+  DeviceArray<int32_t> d_rows(rows);
+  ASSERT_TRUE(MoeCombineGroupedFinish(d_y.get(), d_rows.get(), d_w.get(), kT, kK, kH, d_shared.get(), nullptr,
+                                      0,
+                                      /*accumulate=*/true, d_residual.get(), stream_)
+                  .ok());
+  Sync();
+  std::vector<float> got = d_residual.Download();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << i;
+  // The one-by-one path: the routed sum in ascending id (acc, as MoeAccumulate leaves it), then MoeFinish.
+  std::vector<float> acc(kT * kH);
+  ref::MoeCombine(expert_out.data(), ids.data(), weights.data(), kT, kK, kH, nullptr, nullptr, acc.data());
+  DeviceArray<float> d_acc(acc), d_residual2(residual);
+  ASSERT_TRUE(MoeFinish(d_acc.get(), d_shared.get(), nullptr, 0, kT, kH, d_residual2.get(), stream_).ok());
+  Sync();
+  got = d_residual2.Download();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << i;
 }
 
 // The grouping at a forward's scale and at its edges: many chunks of kMoeGroupChunkSlots with a partial last

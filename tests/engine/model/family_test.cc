@@ -363,6 +363,33 @@ constexpr char kGemma3_27B_It[] = R"({
   }
 })";
 
+// A GLM-4.5-Air-shaped config as the hub writes it (transformers 4.54's Glm4MoeConfig fields: q/k/v bias,
+// no q/k norm, 0.5 partial rotary, 128 experts of 1408 top 8, one shared expert, the first layer dense, the
+// MTP layer counted in num_nextn_predict_layers).
+const char kGlm45Air[] = R"({
+  "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "attention_bias": true,
+  "attention_dropout": 0.0, "pad_token_id": 151329, "eos_token_id": [151329, 151336, 151338], "head_dim": 128,
+  "hidden_act": "silu", "hidden_size": 4096, "partial_rotary_factor": 0.5, "initializer_range": 0.02,
+  "intermediate_size": 10944, "max_position_embeddings": 131072, "moe_intermediate_size": 1408,
+  "norm_topk_prob": true, "num_attention_heads": 96, "n_group": 1, "topk_group": 1, "n_routed_experts": 128,
+  "n_shared_experts": 1, "routed_scaling_factor": 1.0, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+  "num_hidden_layers": 46, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_scaling": null,
+  "rope_theta": 1000000, "num_nextn_predict_layers": 1, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "use_cache": true, "use_qk_norm": false, "vocab_size": 151552
+})";
+
+// A MiniMax-M2-shaped config as the hub's main branch writes it (the remote code's fields: rotary_dim 64 of
+// head_dim 128, use_qk_norm / qk_norm_type, scoring_func, use_routing_bias, shared_intermediate_size 0).
+const char kMiniMaxM2[] = R"({
+  "architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2", "head_dim": 128,
+  "hidden_act": "silu", "hidden_size": 3072, "intermediate_size": 1536, "max_position_embeddings": 196608,
+  "num_attention_heads": 48, "num_experts_per_tok": 8, "num_hidden_layers": 62, "num_key_value_heads": 8,
+  "num_local_experts": 256, "num_mtp_modules": 3, "qk_norm_type": "per_layer", "rms_norm_eps": 1e-06,
+  "rope_theta": 5000000, "rotary_dim": 64, "scoring_func": "sigmoid", "shared_intermediate_size": 0,
+  "sliding_window": null, "tie_word_embeddings": false, "use_mtp": true, "use_qk_norm": true,
+  "use_routing_bias": true, "vocab_size": 200064, "attn_type_list": [1, 1, 1, 1]
+})";
+
 struct RealConfig {
   std::string name;
   std::string dir;   // a folder holding config.json, or "" when `text` is given
@@ -444,6 +471,15 @@ std::vector<RealConfig> RealConfigs() {
       {"gemma3-vlm fixture", kFixtures + "/gemma3-vlm-w4a16-g32", "", "Gemma3ForConditionalGeneration", true,
        0, RopeType::kLinear},
       {"gemma-3-27b-it", "", kGemma3_27B_It, "Gemma3ForConditionalGeneration", true, 0, RopeType::kLinear},
+      {"GLM-4.5-Air", "", kGlm45Air, "Glm4MoeForCausalLM", false, 0, RopeType::kDefault, 128, 8, 1408, 1408,
+       true,
+       /*dense_layer=*/0},
+      {"MiniMax-M2", "", kMiniMaxM2, "MiniMaxM2ForCausalLM", false, 0, RopeType::kDefault, 256, 8, 1536, 0,
+       true},
+      {"glm4-moe fixture", kFixtures + "/glm4-moe-trained-bf16", "", "Glm4MoeForCausalLM", false, 0,
+       RopeType::kDefault, 8, 2, 32, 32, true, /*dense_layer=*/0},
+      {"minimax-m2 fixture", kFixtures + "/minimax-m2-moe-trained-bf16", "", "MiniMaxM2ForCausalLM", false, 0,
+       RopeType::kDefault, 4, 2, 32, 0, true},
   };
 }
 
@@ -464,8 +500,8 @@ TEST(FamilyTable, EntriesAreUniqueAndFindable) {
     EXPECT_NE(f->rope_scalings & RopeTypeBit(RopeType::kDefault), 0u) << f->architecture;
   }
   // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3 (x2), Qwen3.5 (x2),
-  // Qwen3.5-MoE (x2), Qwen3-Next
-  EXPECT_EQ(n, 16);
+  // Qwen3.5-MoE (x2), Qwen3-Next, GLM-4.5, MiniMax-M2
+  EXPECT_EQ(n, 18);
   EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
   EXPECT_EQ(FindFamily(""), nullptr);
 }
@@ -482,12 +518,16 @@ TEST(FamilyTable, EveryFamilyParsesItsRealConfigs) {
     EXPECT_EQ(c->family, family);
     EXPECT_EQ(c->architecture, rc.architecture);
     EXPECT_EQ(c->model_type, family->model_type);
-    // Traits -> flags.
-    EXPECT_EQ(c->qk_norm, family->qk_norm);
-    // Every real config here has attention_bias false (or none): q/k/v biases only where the family always
-    // has them (Qwen2, Qwen2-MoE's qkv_bias default), never an o_proj bias.
+    // Traits -> flags (GLM-4.5's per-head q/k norm as its use_qk_norm says: FamilyTraits.Glm4Moe).
+    if (family->qk_norm != QkNormPolicy::kPerHeadField) {
+      EXPECT_EQ(c->qk_norm, family->qk_norm == QkNormPolicy::kPerHead);
+    }
+    EXPECT_EQ(c->qk_norm_whole, family->qk_norm == QkNormPolicy::kWholeProjection);
+    // Every real config here but GLM's has attention_bias false (or none): q/k/v biases only where the family
+    // always has them (Qwen2, Qwen2-MoE's qkv_bias default), never an o_proj bias. GLM-4.5's have it true.
     EXPECT_EQ(c->attention_bias, family->attention_bias == AttentionBiasPolicy::kQkvAlways ||
-                                     family->attention_bias == AttentionBiasPolicy::kQkvBiasField);
+                                     family->attention_bias == AttentionBiasPolicy::kQkvBiasField ||
+                                     family->attention_bias == AttentionBiasPolicy::kQkvField);
     EXPECT_FALSE(c->o_proj_bias);
     EXPECT_EQ(c->tie_word_embeddings, rc.tie_word_embeddings);
     EXPECT_EQ(c->num_experts, rc.num_experts);
@@ -521,6 +561,14 @@ std::string MinimalConfig(const FamilyTraits& f, const std::string& extra = "") 
     moe = R"(, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32)";
     if (f.moe.shared_expert) moe += R"(, "shared_expert_intermediate_size": 48)";
   }
+  // GLM-4.5 and MiniMax-M2: their config classes' num_key_value_heads default (8) does not divide 4 heads.
+  if (f.moe.policy == MoePolicy::kSigmoidGroupLimited) {
+    moe = R"(, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+        "num_key_value_heads": 2)";
+  }
+  if (f.moe.policy == MoePolicy::kMiniMaxM2) {
+    moe = R"(, "num_local_experts": 4, "num_experts_per_tok": 2, "num_key_value_heads": 2)";
+  }
   const std::string fields = absl::StrCat(R"("hidden_size": 64,
       "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100)",
                                           moe);
@@ -541,7 +589,8 @@ TEST(FamilyTraits, DefaultsFlowIntoModelConfig) {
     EXPECT_EQ(c->model_type, f->model_type);  // model_type defaults to the family's
     EXPECT_EQ(c->max_position_embeddings, f->default_max_position_embeddings);
     EXPECT_EQ(c->tie_word_embeddings, f->tie_word_embeddings_default);
-    EXPECT_EQ(c->qk_norm, f->qk_norm);
+    EXPECT_EQ(c->qk_norm, f->qk_norm == QkNormPolicy::kPerHead);  // GLM's use_qk_norm defaults to false
+    EXPECT_EQ(c->qk_norm_whole, f->qk_norm == QkNormPolicy::kWholeProjection);
     EXPECT_EQ(c->attention_bias, f->attention_bias == AttentionBiasPolicy::kQkvAlways ||
                                      f->attention_bias == AttentionBiasPolicy::kQkvBiasField);
     EXPECT_FALSE(c->o_proj_bias);
@@ -550,6 +599,8 @@ TEST(FamilyTraits, DefaultsFlowIntoModelConfig) {
     // Qwen3-Next's config class defaults to true.
     EXPECT_EQ(c->norm_topk_prob, f->moe.policy == MoePolicy::kMixtral ||
                                      f->moe.policy == MoePolicy::kQwen35Moe ||
+                                     f->moe.policy == MoePolicy::kSigmoidGroupLimited ||
+                                     f->moe.policy == MoePolicy::kMiniMaxM2 ||
                                      std::string(f->architecture) == "Qwen3NextForCausalLM");
     // A model_type of another family is refused.
     const std::string other = std::string(f->model_type) == "llama" ? "qwen2" : "llama";
@@ -572,6 +623,13 @@ TEST(FamilyTraits, AttentionBiasPolicy) {
       ASSERT_TRUE(c.ok()) << c.status();
       EXPECT_FALSE(c->attention_bias);
       EXPECT_FALSE(c->o_proj_bias);
+    } else if (f->attention_bias == AttentionBiasPolicy::kQkvField) {  // q, k and v as the field says
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_TRUE(c->attention_bias);
+      EXPECT_FALSE(c->o_proj_bias);
+      c = ParseModelConfig(MinimalConfig(*f, R"("attention_bias": false)"), "mem");
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_FALSE(c->attention_bias);
     } else if (f->attention_bias != AttentionBiasPolicy::kNoneOrRejected) {
       ASSERT_TRUE(c.ok()) << c.status();
       EXPECT_TRUE(c->attention_bias);
@@ -966,6 +1024,109 @@ TEST(MoeConfig, ErrorsNameTheField) {
                   .status()
                   .message(),
               HasSubstr("num_local_experts"));
+}
+
+// GLM-4.5 (Glm4MoeConfig's fields, transformers 5.17): DeepSeek-V3's router (sigmoid + correction bias,
+// groups, +1e-20 renormalization, routed scaling), one ungated shared expert per n_shared_experts, the first
+// first_k_dense_replace layers dense; q/k/v bias as attention_bias says, per-head q/k norm as use_qk_norm
+// says, 0.5 partial rotary by default.
+TEST(FamilyTraits, Glm4MoeConfig) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kGlm45Air, "glm-4.5-air");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->sigmoid_router);
+  EXPECT_TRUE(c->router_correction_bias);
+  EXPECT_EQ(c->router_num_groups, 1);
+  EXPECT_EQ(c->router_topk_groups, 1);
+  EXPECT_EQ(c->router_renorm_epsilon, 1e-20f);
+  EXPECT_EQ(c->routed_scaling_factor, 1.0f);
+  EXPECT_FALSE(c->shared_expert_gated);
+  EXPECT_EQ(c->shared_expert_intermediate_size, 1408);
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_FALSE(c->o_proj_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->rotary_dim, 64);
+  EXPECT_DOUBLE_EQ(c->rms_norm_eps, 1e-5);
+  const FamilyTraits* glm = FindFamily("Glm4MoeForCausalLM");
+  ASSERT_NE(glm, nullptr);
+  // GLM-4.5's own settings: three dense layers, q/k norm, 2.5x, two shared experts; DeepSeek-V3's groups.
+  c = ParseModelConfig(MinimalConfig(*glm, R"("num_hidden_layers": 4, "first_k_dense_replace": 3,
+      "use_qk_norm": true, "routed_scaling_factor": 2.5, "n_shared_experts": 2, "n_group": 2, "topk_group": 1,
+      "partial_rotary_factor": 0.25)"),
+                       "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sparse_layers, std::vector<bool>({false, false, false, true}));
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_EQ(c->routed_scaling_factor, 2.5f);
+  EXPECT_EQ(c->shared_expert_intermediate_size, 64);
+  EXPECT_EQ(c->router_num_groups, 2);
+  EXPECT_EQ(c->rotary_dim, 4);
+  // mlp_layer_types, where a config has it, must agree with first_k_dense_replace.
+  EXPECT_TRUE(ParseModelConfig(MinimalConfig(*glm, R"("mlp_layer_types": ["dense", "sparse"])"), "mem").ok());
+  const struct {
+    std::string config, message;
+  } cases[] = {
+      {MinimalConfig(*glm, R"("mlp_layer_types": ["sparse", "sparse"])"),
+       "disagrees with first_k_dense_replace"},
+      {MinimalConfig(*glm, R"("n_group": 3)"), "field 'n_group' = 3 does not split the 4 experts"},
+      {MinimalConfig(*glm, R"("n_group": 4)"), "equal groups of at least 2"},
+      {MinimalConfig(*glm, R"("n_group": 2, "topk_group": 3)"), "field 'topk_group' = 3 exceeds"},
+      {MinimalConfig(*glm, R"("n_group": 2, "topk_group": 1, "num_experts_per_tok": 3)"),
+       "exceeds the experts of the topk_group"},
+      {MinimalConfig(*glm, R"("routed_scaling_factor": 0)"), "routed_scaling_factor"},
+      {MinimalConfig(*glm, R"("num_local_experts": 8)"),
+       "'n_routed_experts' (4) and 'num_local_experts' (8)"},
+      {MinimalConfig(*glm, R"("scoring_func": "softmax")"), "unsupported scoring_func 'softmax'"},
+      {MinimalConfig(*glm, R"("topk_method": "greedy")"), "unsupported topk_method 'greedy'"},
+      {MinimalConfig(*glm, R"("first_k_dense_replace": -1)"), "first_k_dense_replace"},
+  };
+  for (const auto& tc : cases) {
+    SCOPED_TRACE(tc.config);
+    EXPECT_THAT(ParseModelConfig(tc.config, "mem").status().message(), HasSubstr(tc.message));
+  }
+}
+
+// MiniMax-M2 (MiniMaxM2Config, transformers 5.17): every layer sparse with Mixtral's experts of
+// intermediate_size, the sigmoid router with the correction bias (no groups, a plain renormalization, no
+// scaling), no shared expert; q/k norms over the whole projections; the remote code's rotary_dim read when no
+// partial_rotary_factor is given.
+TEST(FamilyTraits, MiniMaxM2Config) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kMiniMaxM2, "minimax-m2");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->sigmoid_router);
+  EXPECT_TRUE(c->router_correction_bias);
+  EXPECT_EQ(c->router_renorm_epsilon, 0.0f);
+  EXPECT_EQ(c->routed_scaling_factor, 1.0f);
+  EXPECT_EQ(c->moe_intermediate_size, 1536);
+  EXPECT_EQ(c->shared_expert_intermediate_size, 0);
+  EXPECT_TRUE(c->qk_norm_whole);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_EQ(c->rotary_dim, 64);
+  EXPECT_EQ(c->sparse_layers, std::vector<bool>(62, true));
+  const FamilyTraits* m2 = FindFamily("MiniMaxM2ForCausalLM");
+  ASSERT_NE(m2, nullptr);
+  c = ParseModelConfig(MinimalConfig(*m2, R"("rope_parameters": {"rope_type": "default",
+      "rope_theta": 5000000, "partial_rotary_factor": 0.5})"),
+                       "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 128);  // MiniMaxM2Config's default, not hidden_size / heads
+  EXPECT_EQ(c->rotary_dim, 64);
+  const struct {
+    std::string config, message;
+  } cases[] = {
+      {MinimalConfig(*m2, R"("rotary_dim": 32, "partial_rotary_factor": 0.5)"),
+       "fields 'rotary_dim' (32) and 'partial_rotary_factor' (0.5, i.e. 64 of head_dim 128) disagree"},
+      {MinimalConfig(*m2, R"("use_qk_norm": false)"), "unsupported use_qk_norm false"},
+      {MinimalConfig(*m2, R"("qk_norm_type": "per_head")"), "qk_norm_type 'per_head'"},
+      {MinimalConfig(*m2, R"("use_routing_bias": false)"), "unsupported use_routing_bias false"},
+      {MinimalConfig(*m2, R"("shared_intermediate_size": 64)"), "shared_intermediate_size 64"},
+      {MinimalConfig(*m2, R"("attn_type_list": [0, 1])"), "attn_type_list"},
+      {MinimalConfig(*m2, R"("attention_bias": true)"), "have no bias in transformers"},
+  };
+  for (const auto& tc : cases) {
+    SCOPED_TRACE(tc.config);
+    EXPECT_THAT(ParseModelConfig(tc.config, "mem").status().message(), HasSubstr(tc.message));
+  }
 }
 
 }  // namespace

@@ -125,11 +125,13 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
       EXPECT_NE(L.q_proj.format, WeightFormat::kDense) << "decoder linears of a fixture are quantized";
     }
     const bool llama_bias = GetParam() == "llama-attn-bias-w4a16-g128";  // attention_bias: q/k/v and o_proj
-    EXPECT_EQ(L.q_proj.bias.present(), c.model_type == "qwen2" || c.model_type == "qwen2_moe" || llama_bias);
+    const bool glm = c.model_type == "glm4_moe";  // q/k/v bias and q/k norm as its config says (both here)
+    EXPECT_EQ(L.q_proj.bias.present(), c.model_type == "qwen2" || c.model_type == "qwen2_moe" || llama_bias ||
+                                           (glm && c.attention_bias));
     EXPECT_EQ(L.o_proj.bias.present(), llama_bias);
     EXPECT_EQ(L.q_norm.present(), c.model_type == "qwen3" || c.model_type == "qwen3_moe" ||
                                       c.model_type == "gemma3_text" || c.model_type == "gemma3" ||
-                                      c.model_type == "qwen3_5_text");
+                                      c.model_type == "qwen3_5_text" || (glm && c.qk_norm));
   }
   const ModelSummary& s = w.summary();
   // A fixture that keeps some decoder linears dense (stories260k-nvfp4a16's down_proj, 172 inputs: not a

@@ -1,6 +1,8 @@
 // Mixture-of-experts weights (engine/model/weights.h, MoeWeights): the per-expert and fused layouts, the
 // shared expert, dense layers of a sparse model, and the load errors issue 20 asks for (unknown expert
-// layout, a quantized router, num_experts_per_tok > num_experts), each naming the tensor or field.
+// layout, a quantized router, num_experts_per_tok > num_experts), each naming the tensor or field; GLM-4.5's
+// sigmoid router (its e_score_correction_bias, never quantized), ungated shared experts, dense first layer
+// and ignored multi-token-prediction layer (issue 35).
 #include <map>
 #include <memory>
 #include <string>
@@ -261,6 +263,108 @@ TEST(MoeWeights, DenseLayersOfASparseModel) {
   EXPECT_TRUE((*m)->layers()[1].sparse);
   EXPECT_THAT((*m)->summary().notes, HasSubstr("1 of 2 layers sparse"));
   EXPECT_THAT((*m)->summary().notes, HasSubstr("gated shared expert"));
+}
+
+// GLM-4.5's layout (Glm4MoeForCausalLM): layer 0 a dense MLP (first_k_dense_replace 1), layer 1 sparse with
+// mlp.gate.e_score_correction_bias and the ungated mlp.shared_experts.*, plus a multi-token-prediction layer
+// model.layers.2.* past num_hidden_layers.
+TinyMoe Glm() {
+  TinyMoe t(/*qwen2_moe=*/true);
+  t.config = {{"architectures", {"Glm4MoeForCausalLM"}},
+              {"hidden_size", kHidden},
+              {"intermediate_size", 3 * kInter},
+              {"moe_intermediate_size", kInter},
+              {"num_hidden_layers", kLayers},
+              {"num_attention_heads", kHeads},
+              {"num_key_value_heads", kKv},
+              {"head_dim", kHeadDim},
+              {"vocab_size", kVocab},
+              {"n_routed_experts", kExperts},
+              {"num_experts_per_tok", 2},
+              {"n_shared_experts", 2},
+              {"routed_scaling_factor", 2.5},
+              {"torch_dtype", "bfloat16"}};
+  t.DropExperts(0);
+  for (int64_t l = 0; l < kLayers; ++l) {
+    for (const char* name : {"shared_expert.gate_proj.weight", "shared_expert.up_proj.weight",
+                             "shared_expert.down_proj.weight", "shared_expert_gate.weight"}) {
+      t.tensors.erase(TinyMoe::Layer(l) + "mlp." + name);
+    }
+  }
+  t.tensors.erase("model.layers.0.mlp.gate.weight");
+  t.Dense("model.layers.0.mlp.gate_proj.weight", {3 * kInter, kHidden});
+  t.Dense("model.layers.0.mlp.up_proj.weight", {3 * kInter, kHidden});
+  t.Dense("model.layers.0.mlp.down_proj.weight", {kHidden, 3 * kInter});
+  t.Dense("model.layers.1.mlp.shared_experts.gate_proj.weight", {2 * kInter, kHidden});
+  t.Dense("model.layers.1.mlp.shared_experts.up_proj.weight", {2 * kInter, kHidden});
+  t.Dense("model.layers.1.mlp.shared_experts.down_proj.weight", {kHidden, 2 * kInter});
+  t.Put("model.layers.1.mlp.gate.e_score_correction_bias", "F32", {kExperts}, 4);
+  for (const char* name : {"eh_proj.weight", "enorm.weight", "self_attn.q_proj.weight", "mlp.gate.weight"}) {
+    t.Dense(std::string("model.layers.2.") + name, {kHidden});
+  }
+  return t;
+}
+
+TEST(MoeWeights, GlmSigmoidRouterUngatedSharedExpertsAndMtpLayer) {
+  TempDir dir;
+  auto m = Glm().WriteAndLoad(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_FALSE((*m)->layers()[0].sparse);
+  const MoeWeights& moe = (*m)->layers()[1].moe;
+  EXPECT_EQ(moe.correction_bias.name, "model.layers.1.mlp.gate.e_score_correction_bias");
+  EXPECT_EQ(moe.correction_bias.shape, (std::vector<int64_t>{kExperts}));
+  EXPECT_EQ(moe.shared_expert.gate_proj.module, "model.layers.1.mlp.shared_experts.gate_proj");
+  EXPECT_EQ(moe.shared_expert.down_proj.in_features, 2 * kInter);  // n_shared_experts x moe_intermediate
+  EXPECT_TRUE(moe.shared_expert_gate.module.empty());
+  const ExpertsPlan& plan = (*m)->plan().layers[1].channel_mixer.experts;
+  EXPECT_EQ(plan.router, RouterKind::kSigmoidGroupLimited);
+  EXPECT_TRUE(plan.correction_bias);
+  EXPECT_FALSE(plan.shared_expert_gated);
+  EXPECT_EQ(plan.routed_scaling_factor, 2.5f);
+  const std::string& notes = (*m)->summary().notes;
+  EXPECT_THAT(notes, HasSubstr("1 of 2 layers sparse, 4 experts (top 2, renormalized, sigmoid router with "
+                               "e_score_correction_bias, x 2.5) + ungated shared experts of 32"));
+  EXPECT_THAT(notes, HasSubstr("4 tensors not part of the scored forward (multi-token prediction: "
+                               "model.layers.<2 and above>.*) are not loaded"));
+}
+
+TEST(MoeWeights, CorrectionBiasMustBeStoredDenseAndPresent) {
+  const std::string bias = "model.layers.1.mlp.gate.e_score_correction_bias";
+  {
+    TempDir dir;
+    TinyMoe t = Glm();
+    t.Put(bias, "F8_E4M3", {kExperts}, 1);
+    auto m = t.WriteAndLoad(dir);
+    ASSERT_FALSE(m.ok());
+    EXPECT_THAT(std::string(m.status().message()),
+                HasSubstr("the router's correction bias '" + bias + "' has dtype F8_E4M3"));
+  }
+  {
+    TempDir dir;
+    TinyMoe t = Glm();
+    t.Put(bias + "_scale", "F32", {1}, 4);
+    auto m = t.WriteAndLoad(dir);
+    ASSERT_FALSE(m.ok());
+    EXPECT_THAT(std::string(m.status().message()),
+                HasSubstr("is stored quantized (tensor '" + bias + "_scale'"));
+  }
+  {
+    TempDir dir;
+    TinyMoe t = Glm();
+    t.tensors.erase(bias);
+    auto m = t.WriteAndLoad(dir);
+    ASSERT_FALSE(m.ok());
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr(bias));
+  }
+  {  // the router itself, quantized, is refused as for every MoE family
+    TempDir dir;
+    TinyMoe t = Glm();
+    t.Put("model.layers.1.mlp.gate.weight", "F8_E4M3", {kExperts, kHidden}, 1);
+    t.Dense("model.layers.1.mlp.gate.weight_scale", {kExperts, 1});
+    auto m = t.WriteAndLoad(dir);
+    ASSERT_FALSE(m.ok());
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr("router 'model.layers.1.mlp.gate'"));
+  }
 }
 
 }  // namespace
