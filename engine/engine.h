@@ -108,12 +108,22 @@ struct EngineOptions {
 struct ScoreRequest {
   std::vector<int32_t> tokens;  // [n], every id in [0, vocab_size)
   int32_t score_from = 1;       // positions before it are context only; values < 1 act as 1
-  int32_t top_k = 0;            // 0..64: also return the top_k (id, logprob) pairs per scored position
+  int32_t top_k = 0;            // 0..kMaxTopK (1024): also return the top_k (id, logprob) pairs per position
   bool want_rank = false;       // rank[j] = 1 + #ids with a strictly larger logit
   bool want_entropy = false;    // entropy of the predicted distribution, nats
   // Compare with the reference model R (EngineOptions::reference_model_dir; this model is Q): fills
   // ScoreResult's ref_* / kld / same_top fields. INVALID_ARGUMENT without a reference model.
   bool want_reference = false;
+  // Also return log P(id | tokens[<j]) of chosen ids at every scored position, the gather a stored
+  // reference's KL divergence needs (client/ppl/reference_file.h): scored position i (position
+  // max(1, score_from) + i) names candidate_ids[i * num_candidates, (i + 1) * num_candidates). num_candidates
+  // in [0, kMaxCandidates]; candidate_ids empty or exactly num_scored * num_candidates ids (at most
+  // kMaxCandidateIds), each in [0, vocab_size); an id may repeat.
+  int32_t num_candidates = 0;
+  std::vector<int32_t> candidate_ids;  // [num_scored, num_candidates]
+  // Also return min_i log P(i | tokens[<j]) over the whole vocabulary (what bounds the unseen tail of a
+  // stored reference's KL divergence from above).
+  bool want_min_logprob = false;
 };
 
 struct TopKEntry {
@@ -138,6 +148,10 @@ struct ScoreResult {
   std::vector<uint8_t> same_top;    // 1 if Q's and R's argmaxes (ties -> lowest id) are the same id
   double sum_ref_logprob = 0.0;     // sums in double before rounding
   double sum_kld = 0.0;
+  // If num_candidates > 0: fp32(logit[id] - lse) of each named id, the top-k's rounding (a candidate that is
+  // also in top_k has bitwise its top_k logprob), [num_scored, num_candidates] in the request's order.
+  std::vector<float> candidate_logprob;
+  std::vector<float> min_logprob;  // if want_min_logprob: fp32(min logit - lse) per scored position
 };
 
 // Static facts about the loaded model (GetModelInfo, metrics, logs).

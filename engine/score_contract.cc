@@ -1,10 +1,48 @@
 #include "engine/score_contract.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace scored {
+namespace {
+
+// The candidate ids of `request` (sizes and score_from already checked): their count, their limit, their
+// range.
+absl::Status ValidateCandidates(const ScoreRequest& request, int64_t vocab_size) {
+  if (request.num_candidates < 0 || request.num_candidates > kMaxCandidates) {
+    return absl::InvalidArgumentError(absl::StrCat("num_candidates must be in [0, ", kMaxCandidates,
+                                                   "] (kMaxCandidates), got ", request.num_candidates));
+  }
+  const int64_t first = std::max<int64_t>(1, request.score_from);
+  const int64_t num_scored = static_cast<int64_t>(request.tokens.size()) - first;
+  const int64_t ids = static_cast<int64_t>(request.candidate_ids.size());
+  if (ids == 0 && request.num_candidates == 0) return absl::OkStatus();
+  if (ids != num_scored * request.num_candidates) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "candidate_ids has ", ids, " ids; num_candidates ", request.num_candidates, " at each of the ",
+        num_scored, " scored positions needs ", num_scored * request.num_candidates));
+  }
+  if (ids > kMaxCandidateIds) {
+    return absl::InvalidArgumentError(absl::StrCat("candidate_ids has ", ids, " ids, more than the ",
+                                                   kMaxCandidateIds,
+                                                   " a request may name (kMaxCandidateIds); split the "
+                                                   "sequence or name fewer per position"));
+  }
+  for (int64_t i = 0; i < ids; ++i) {
+    const int32_t id = request.candidate_ids[static_cast<size_t>(i)];
+    if (id < 0 || id >= vocab_size) {
+      const int64_t scored = i / request.num_candidates;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "candidate id ", id, " at scored position ", scored, " (position ", first + scored, "), candidate ",
+          i % request.num_candidates, ", is out of range [0, ", vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ValidateScoreRequest(const ScoreRequest& request, const ScoreLimits& limits) {
   const int64_t n = static_cast<int64_t>(request.tokens.size());
@@ -33,6 +71,10 @@ absl::Status ValidateScoreRequest(const ScoreRequest& request, const ScoreLimits
                                                    limits.smallest_vocab_shard,
                                                    " vocabulary rows of the smallest --tp shard"));
   }
+  if (request.top_k > limits.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_k ", request.top_k, " exceeds the vocabulary size ", limits.vocab_size));
+  }
   if (request.want_reference && !limits.has_reference) {
     return absl::InvalidArgumentError(
         "want_reference: this server has no reference model; start scored with --reference_model DIR "
@@ -45,7 +87,7 @@ absl::Status ValidateScoreRequest(const ScoreRequest& request, const ScoreLimits
           absl::StrCat("token id ", id, " at position ", j, " is out of range [0, ", limits.vocab_size, ")"));
     }
   }
-  return absl::OkStatus();
+  return ValidateCandidates(request, limits.vocab_size);
 }
 
 int64_t SmallestVocabShard(int64_t vocab_size, int tp) {

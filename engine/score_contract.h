@@ -2,10 +2,14 @@
 // one wording, used by the server before it queues a request and by both backends before they run one.
 //
 // Error codes and messages (each names the limit, position or id involved):
-//   INVALID_ARGUMENT  fewer than 2 tokens; score_from >= n; top_k outside [0, 64] or above the smallest
-//                     vocabulary shard of a tensor-parallel engine; want_reference without a reference
-//                     model (ScoreLimits::has_reference false: the message says so and names
-//                     --reference_model DIR); a token id < 0 or >= vocab_size (position and id named)
+//   INVALID_ARGUMENT  fewer than 2 tokens; score_from >= n; top_k outside [0, kMaxTopK] (1024) or above the
+//                     smallest vocabulary shard of a tensor-parallel engine or the vocabulary; want_reference
+//                     without a reference model (ScoreLimits::has_reference false: the message says so and
+//                     names --reference_model DIR); a token id < 0 or >= vocab_size (position and id named);
+//                     num_candidates outside [0, kMaxCandidates] (1024), candidate_ids not num_scored *
+//                     num_candidates ids, or more than kMaxCandidateIds (4,194,304: the message names the
+//                     limit); a candidate id < 0 or >= vocab_size (the scored position, its candidate index
+//                     and the id named)
 //   OUT_OF_RANGE      n > max_seq_len or n > max_batch_tokens
 // Checks run in that order: the first failing one is reported. ScoreAll() collapses Score()'s per-sequence
 // statuses for all-or-nothing callers.
@@ -19,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/base/score_options.h"  // kMaxTopK
+#include "engine/base/score_options.h"  // kMaxTopK, kMaxCandidates, kMaxCandidateIds
 #include "engine/engine.h"
 
 namespace scored {

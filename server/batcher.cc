@@ -29,6 +29,15 @@ absl::Status CheckFiniteResult(const ScoreRequest& request, const ScoreResult& r
   for (size_t i = 0; i < result.entropy.size(); ++i) {
     if (!std::isfinite(result.entropy[i])) return bad("entropy", i, result.entropy[i]);
   }
+  if (request.num_candidates > 0) {
+    for (size_t i = 0; i < result.candidate_logprob.size(); ++i) {
+      const float v = result.candidate_logprob[i];
+      if (!std::isfinite(v)) return bad("candidate log-probability", i / request.num_candidates, v);
+    }
+  }
+  for (size_t i = 0; i < result.min_logprob.size(); ++i) {
+    if (!std::isfinite(result.min_logprob[i])) return bad("min log-probability", i, result.min_logprob[i]);
+  }
   for (size_t i = 0; i < result.top_k.size(); ++i) {
     for (const TopKEntry& e : result.top_k[i]) {
       if (!std::isfinite(e.logprob)) return bad("top-k log-probability", i, e.logprob);

@@ -129,7 +129,12 @@ int64_t EstimateScoreResponseBytes(const ScoreRequest& request) {
   constexpr int64_t kPerPosition = 30;
   // TopToken: tag + length (2), id (tag + <= 5 varint bytes), logprob (tag + 4 bytes).
   constexpr int64_t kPerTopKEntry = 13;
-  return kFixed + n * kPerId + positions * (kPerPosition + int64_t{request.top_k} * kPerTopKEntry);
+  // A candidate id: its packed logprob in the response (4) and the id the queued engine request holds (4);
+  // min_logprob: 4 per position.
+  constexpr int64_t kPerCandidate = 8;
+  const int64_t candidates = static_cast<int64_t>(request.candidate_ids.size());
+  return kFixed + n * kPerId + positions * (kPerPosition + int64_t{request.top_k} * kPerTopKEntry) +
+         candidates * kPerCandidate + (request.want_min_logprob ? positions * 4 : 0);
 }
 
 ConnectionLimiter::ConnectionLimiter(int64_t max_connections, std::function<void(int64_t)> on_change)

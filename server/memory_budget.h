@@ -101,7 +101,8 @@ constexpr int64_t kMaxMaxBufferedBytes = int64_t{1} << 40;  // 1 TiB
 int64_t DefaultMaxBufferedBytes(std::string* description);
 
 // Upper bound of the serialized size of the ScoreResponse to `request` (every optional array it asked for,
-// its ids echoed, the widest varints), bytes. 5 bytes per id, 13 per top-k entry, 30 per scored position.
+// its ids echoed, the widest varints), bytes. 5 bytes per id, 13 per top-k entry, 30 per scored position,
+// 8 per candidate id (its logprob, and the id the engine request holds), 4 per min_logprob.
 int64_t EstimateScoreResponseBytes(const ScoreRequest& request);
 // Bytes per token id of a queued Score request: the copy the service keeps plus the batcher's.
 constexpr int64_t kQueuedBytesPerToken = 2 * sizeof(int32_t);

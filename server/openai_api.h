@@ -18,7 +18,7 @@
 //     prompt + max_tokens <= max_model_len.
 //   - echo: the prompt's tokens come first in `text` and in `logprobs` (token_logprobs[0] is null: the first
 //     token has no context); without echo only the generated token (if any) is returned.
-//   - logprobs k (0..kMaxTopK, or the tensor-parallel vocabulary shard's rows): per position the k most
+//   - logprobs k (0..kMaxLogprobs, or the tensor-parallel vocabulary shard's rows): per position the k most
 //     likely tokens with their log-probabilities, plus the position's own token when it is not among them
 //     (so up to k + 1 entries, as OpenAI and vLLM). null/absent: `logprobs` is null.
 //   - prompt_logprobs k (vLLM's extension, 0..the logprobs bound; vLLM's -1, the whole vocabulary, is
@@ -51,6 +51,10 @@
 
 namespace scored {
 namespace openai {
+
+// The most `logprobs` / `prompt_logprobs` a completion may ask for: 64, what the Score contract's top_k
+// allowed before it grew for stored references (a JSON top-k entry is ~10x its protobuf size).
+inline constexpr int kMaxLogprobs = 64;
 
 using Json = nlohmann::ordered_json;
 

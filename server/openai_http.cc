@@ -320,9 +320,10 @@ void OpenAiHttpServer::Completions(const HttpRequest& req, HttpResponse& res) {
       status = taken.status();
     }
   }
-  const int max_logprobs = static_cast<int>(
-      gate.limits().smallest_vocab_shard > 0 ? std::min<int64_t>(kMaxTopK, gate.limits().smallest_vocab_shard)
-                                             : kMaxTopK);
+  const int max_logprobs =
+      static_cast<int>(gate.limits().smallest_vocab_shard > 0
+                           ? std::min<int64_t>(openai::kMaxLogprobs, gate.limits().smallest_vocab_shard)
+                           : openai::kMaxLogprobs);
   MemoryBudget::Charge parse_charge;  // held until the response is built
   if (status.ok()) status = ChargeParse(req.body, kCompletionsMethod, &parse_charge);
   absl::StatusOr<openai::CompletionRequest> request =

@@ -41,6 +41,9 @@ absl::StatusOr<ScoreRequest> ToEngineRequest(const v1::ScoreRequest& proto, cons
   request.want_rank = proto.want_rank();
   request.want_entropy = proto.want_entropy();
   request.want_reference = proto.want_reference();
+  request.num_candidates = proto.num_candidates();
+  request.candidate_ids.assign(proto.candidate_ids().begin(), proto.candidate_ids().end());
+  request.want_min_logprob = proto.want_min_logprob();
   // Report the score_from the client sent (not the clamped one) if it is too large.
   ScoreRequest check = request;
   check.score_from = proto.score_from();
@@ -84,6 +87,11 @@ void FillScoreResponse(const ScoreRequest& request, const ScoreResult& result, b
     for (uint8_t s : result.same_top) same_top->Add(s != 0);
     response->set_sum_ref_logprob(result.sum_ref_logprob);
     response->set_sum_kld(result.sum_kld);
+  }
+  response->mutable_candidate_logprob()->Assign(result.candidate_logprob.begin(),
+                                                result.candidate_logprob.end());
+  if (request.want_min_logprob) {
+    response->mutable_min_logprob()->Assign(result.min_logprob.begin(), result.min_logprob.end());
   }
 }
 

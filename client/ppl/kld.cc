@@ -97,6 +97,25 @@ absl::Status KldAggregator::AddWindow(double sum_logprob, double sum_ref_logprob
   return absl::OkStatus();
 }
 
+absl::Status KldAggregator::AddKldBounds(absl::Span<const float> lower, absl::Span<const float> upper,
+                                         double sum_tail_mass) {
+  const size_t n = lower.size();
+  if (upper.size() != n || lower_values_.size() + n != kld_values_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("KLD bounds of ", n, " and ", upper.size(),
+                                                   " tokens for a window of ",
+                                                   kld_values_.size() - lower_values_.size()));
+  }
+  bounded_ = true;
+  for (size_t i = 0; i < n; ++i) {
+    sum_lower_ += lower[i];
+    sum_upper_ += upper[i];
+  }
+  sum_tail_mass_ += sum_tail_mass;
+  lower_values_.insert(lower_values_.end(), lower.begin(), lower.end());
+  upper_values_.insert(upper_values_.end(), upper.begin(), upper.end());
+  return absl::OkStatus();
+}
+
 KldStats KldAggregator::Finish() const {
   KldStats s;
   s.count = count_;
@@ -129,14 +148,33 @@ KldStats KldAggregator::Finish() const {
   s.dp_rms_error = mse > 0.0 ? 0.5 / s.dp_rms * mse_error : 0.0;
   s.dlp_abs_mean = sum_dlp_abs_ / n;
   s.dlp_abs_max = max_dlp_abs_;
+  if (bounded_) {
+    s.kld_bounded = true;
+    s.kld_mean_lower = sum_lower_ / n;
+    s.kld_mean_upper = sum_upper_ / n;
+    s.tail_mass_mean = sum_tail_mass_ / n;
+    s.reference_top_k = reference_top_k_;
+    for (auto [values, out] : {std::make_pair(&lower_values_, &s.kld_percentiles_lower),
+                               std::make_pair(&upper_values_, &s.kld_percentiles_upper)}) {
+      std::vector<float> bound = *values;
+      std::sort(bound.begin(), bound.end());
+      for (double f : kKldPercentiles) out->push_back(Percentile(bound, f));
+    }
+  }
   return s;
 }
 
-nlohmann::json KldStatsToJson(const KldStats& s) {
-  nlohmann::json percentiles = nlohmann::json::object();
-  for (size_t i = 0; i < s.kld_percentiles.size(); ++i) {
-    percentiles[PercentileKey(kKldPercentiles[i])] = NumberOrNull(s.kld_percentiles[i]);
-  }
+namespace {
+
+nlohmann::json PercentileObject(const std::vector<double>& values) {
+  nlohmann::json object = nlohmann::json::object();
+  for (size_t i = 0; i < values.size(); ++i)
+    object[PercentileKey(kKldPercentiles[i])] = NumberOrNull(values[i]);
+  return object;
+}
+
+// The keys every report has.
+nlohmann::json KldCoreJson(const KldStats& s) {
   return {{"count", s.count},
           {"ppl_q", NumberOrNull(s.ppl_q)},
           {"ppl_q_error", NumberOrNull(s.ppl_q_error)},
@@ -149,7 +187,7 @@ nlohmann::json KldStatsToJson(const KldStats& s) {
           {"nll_correlation", NumberOrNull(s.nll_correlation)},
           {"kld_mean", NumberOrNull(s.kld_mean)},
           {"kld_error", NumberOrNull(s.kld_error)},
-          {"kld_percentiles", percentiles},
+          {"kld_percentiles", PercentileObject(s.kld_percentiles)},
           {"same_top", NumberOrNull(s.same_top)},
           {"same_top_error", NumberOrNull(s.same_top_error)},
           {"delta_p_mean", NumberOrNull(s.dp_mean)},
@@ -160,7 +198,8 @@ nlohmann::json KldStatsToJson(const KldStats& s) {
           {"abs_delta_logprob_max", NumberOrNull(s.dlp_abs_max)}};
 }
 
-std::string KldStatsToText(const KldStats& s) {
+// The text lines every report has; the KLD lines carry their bounds when there are any.
+std::string KldCoreText(const KldStats& s) {
   std::string out;
   absl::StrAppendFormat(&out, "Mean PPL(Q)                   : %10.6f +- %10.6f\n", s.ppl_q, s.ppl_q_error);
   absl::StrAppendFormat(&out, "Mean PPL(R)                   : %10.6f +- %10.6f\n", s.ppl_r, s.ppl_r_error);
@@ -169,16 +208,75 @@ std::string KldStatsToText(const KldStats& s) {
                         s.ln_ppl_ratio_error);
   absl::StrAppendFormat(&out, "Mean PPL(Q)/PPL(R)            : %10.6f +- %10.6f\n", s.ppl_ratio,
                         s.ppl_ratio_error);
-  absl::StrAppendFormat(&out, "Mean    KLD: %10.6f +- %10.6f\n", s.kld_mean, s.kld_error);
+  absl::StrAppendFormat(&out, "Mean    KLD: %10.6f +- %10.6f", s.kld_mean, s.kld_error);
+  if (s.kld_bounded) {
+    absl::StrAppendFormat(&out, "   bounds [%10.6f, %10.6f]", s.kld_mean_lower, s.kld_mean_upper);
+  }
+  out += "\n";
   for (size_t i = 0; i < s.kld_percentiles.size(); ++i) {
-    absl::StrAppendFormat(&out, "%-7s KLD: %10.6f\n", PercentileLabel(kKldPercentiles[i]),
+    absl::StrAppendFormat(&out, "%-7s KLD: %10.6f", PercentileLabel(kKldPercentiles[i]),
                           s.kld_percentiles[i]);
+    if (s.kld_bounded && i < s.kld_percentiles_lower.size() && i < s.kld_percentiles_upper.size()) {
+      absl::StrAppendFormat(&out, "                  bounds [%10.6f, %10.6f]", s.kld_percentiles_lower[i],
+                            s.kld_percentiles_upper[i]);
+    }
+    out += "\n";
   }
   absl::StrAppendFormat(&out, "Mean    dp : %6.3f +- %5.3f %%\n", 100.0 * s.dp_mean, 100.0 * s.dp_error);
   absl::StrAppendFormat(&out, "RMS     dp : %6.3f +- %5.3f %%\n", 100.0 * s.dp_rms, 100.0 * s.dp_rms_error);
   absl::StrAppendFormat(&out, "Same top p : %6.3f +- %5.3f %%\n", 100.0 * s.same_top,
                         100.0 * s.same_top_error);
   absl::StrAppendFormat(&out, "|dlogprob| : mean %.6f, max %.6f nats\n", s.dlp_abs_mean, s.dlp_abs_max);
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json KldStatsToJson(const KldStats& s) {
+  nlohmann::json j = KldCoreJson(s);
+  if (s.kld_bounded) {
+    j["kld_source"] = "stored";
+    j["kld_mean_lower"] = NumberOrNull(s.kld_mean_lower);
+    j["kld_mean_upper"] = NumberOrNull(s.kld_mean_upper);
+    j["kld_percentiles_lower"] = PercentileObject(s.kld_percentiles_lower);
+    j["kld_percentiles_upper"] = PercentileObject(s.kld_percentiles_upper);
+    j["tail_mass_mean"] = NumberOrNull(s.tail_mass_mean);
+    j["reference_top_k"] = s.reference_top_k;
+    j["exact"] = {"count",
+                  "ppl_q",
+                  "ppl_q_error",
+                  "ppl_r",
+                  "ppl_r_error",
+                  "ln_ppl_ratio",
+                  "ln_ppl_ratio_error",
+                  "ppl_ratio",
+                  "ppl_ratio_error",
+                  "nll_correlation",
+                  "same_top",
+                  "same_top_error",
+                  "delta_p_mean",
+                  "delta_p_error",
+                  "delta_p_rms",
+                  "delta_p_rms_error",
+                  "abs_delta_logprob_mean",
+                  "abs_delta_logprob_max"};
+    j["estimated"] = {"kld_mean", "kld_error", "kld_percentiles"};
+  }
+  return j;
+}
+
+std::string KldStatsToText(const KldStats& s) {
+  std::string out = KldCoreText(s);
+  if (s.kld_bounded) {
+    absl::StrAppendFormat(
+        &out,
+        "KLD from a stored reference: R's top-%d per position (%.4f%% of R's probability left out on "
+        "average).\n"
+        "  Exact: PPL(Q), PPL(R), their ratio and correlation, dp, same top p, |dlogprob|. Each KLD is the\n"
+        "  log-sum estimate (Q's unstored tail taken proportional to R's) within the bounds [lower, upper]\n"
+        "  the stored data give; the bounds meet when the file holds the whole vocabulary.\n",
+        s.reference_top_k, 100.0 * s.tail_mass_mean);
+  }
   return out;
 }
 

@@ -25,6 +25,12 @@
 // (sum_logprob / sum_ref_logprob) for the means, the per-token floats for everything else; the two means
 // agree to float rounding.
 //
+// A stored reference (--kld --reference_file, client/ppl/stored_kld.h) gives the same statistics, each
+// token's R logprob and same top exact, its KLD an estimate within bounds [lower, upper]: the mean and the
+// percentiles of the estimates are reported with the mean and the same percentiles of the lower and of the
+// upper bounds, which bound them (order statistics are monotone: lower <= kld <= upper token by token keeps
+// every percentile between those of the bounds). The KLD error is the estimates'.
+//
 // Thread-safety: KldAggregator is not thread-safe (one owner adds windows); KldStats is a plain value.
 #ifndef SCORED_CLIENT_PPL_KLD_H_
 #define SCORED_CLIENT_PPL_KLD_H_
@@ -62,6 +68,13 @@ struct KldStats {
   double dp_mean = 0.0, dp_error = 0.0;         // probabilities (0.01 = 1 %)
   double dp_rms = 0.0, dp_rms_error = 0.0;
   double dlp_abs_mean = 0.0, dlp_abs_max = 0.0;  // nats
+  // A stored reference only (AddKldBounds): the bounds of kld_mean and of each kld_percentiles entry, and the
+  // mean probability R's stored top-K left out (the tail the bounds are about).
+  bool kld_bounded = false;
+  double kld_mean_lower = 0.0, kld_mean_upper = 0.0;
+  std::vector<double> kld_percentiles_lower, kld_percentiles_upper;
+  double tail_mass_mean = 0.0;
+  int32_t reference_top_k = 0;  // K of the stored reference
 };
 
 class KldAggregator {
@@ -71,6 +84,12 @@ class KldAggregator {
   absl::Status AddWindow(double sum_logprob, double sum_ref_logprob, absl::Span<const float> logprobs,
                          absl::Span<const float> ref_logprobs, absl::Span<const float> kld,
                          absl::Span<const uint8_t> same_top);
+
+  // A stored reference: the per-token KLD bounds of the window AddWindow just added (its kld values are the
+  // estimates) and the sum of its positions' tail masses. INVALID_ARGUMENT when the sizes differ from it.
+  absl::Status AddKldBounds(absl::Span<const float> lower, absl::Span<const float> upper,
+                            double sum_tail_mass);
+  void set_reference_top_k(int32_t k) { reference_top_k_ = k; }
 
   int64_t count() const { return count_; }
   // The statistics (count 0: every field 0, percentiles empty). Sorts a copy of the per-token KLDs.
@@ -86,10 +105,18 @@ class KldAggregator {
   double sum_dlp_abs_ = 0.0, max_dlp_abs_ = 0.0;
   int64_t n_same_top_ = 0;
   std::vector<float> kld_values_;  // every per-token KLD, for the percentiles (4 bytes a token)
+  // AddKldBounds: the same for the bounds (8 bytes a token more).
+  bool bounded_ = false;
+  double sum_lower_ = 0.0, sum_upper_ = 0.0, sum_tail_mass_ = 0.0;
+  std::vector<float> lower_values_, upper_values_;
+  int32_t reference_top_k_ = 0;
 };
 
 // The statistics as a JSON object (keys in kld.cc; NaN values become null) and as text lines under
-// llama-perplexity's labels.
+// llama-perplexity's labels. A stored reference's adds "kld_source": "stored" (absent otherwise), the bounds
+// ("kld_mean_lower" / "_upper", "kld_percentiles_lower" / "_upper"), "tail_mass_mean", "reference_top_k" and
+// the lists "exact" and "estimated" of the statistics' keys; its text prints each bound beside its estimate
+// and says which statistics are exact.
 nlohmann::json KldStatsToJson(const KldStats& stats);
 std::string KldStatsToText(const KldStats& stats);
 

@@ -6,11 +6,13 @@
 //   scored-ppl --server 10.0.0.6:50051,10.0.0.7:50051 ...  # one run over several servers (same model)
 //   scored-ppl compare --csv table.csv a.json b.json  # a markdown table (and CSV) across --json reports
 //   scored-ppl ... --tls_ca ca.pem --tls_cert client.pem --tls_key client.key --auth_token_file token
+//   scored-ppl --server R_HOST:PORT ... --save_reference r.ref       # R alone, then Q against the file:
+//   scored-ppl --server Q_HOST:PORT ... --kld --reference_file r.ref
 //
 // Prints the report to stdout (and as JSON to --json FILE). Exit status 0 on success, 1 on any error
 // (message on stderr), 2 on a bad command line: an unknown flag, a flag value that does not parse or is out
-// of range, or a positional argument (all of them named on stderr), or --kld against a server without a
-// reference model.
+// of range, or a positional argument (all of them named on stderr), --kld against a server without a
+// reference model, or stored-reference flags that do not go together.
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -110,6 +112,20 @@ ABSL_FLAG(bool, kld, false,
           "want_reference and the report adds PPL(R), ln(PPL(Q)/PPL(R)), the NLL correlation, mean KLD and "
           "its percentiles, same top p, delta p and |delta logprob| (llama-perplexity's KL-divergence "
           "statistics) over the same windows; exit 2 when the server has no reference model");
+ABSL_FLAG(std::string, save_reference, "",
+          "run the server's model as the reference R and store, per scored position, R's target logprob, "
+          "entropy and top-K logprobs (K = --reference_top_k) in this file, for a later --kld "
+          "--reference_file run of the quant when both models do not fit on the GPUs together; prints the "
+          "file's size first; an interrupted save resumes from FILE.partial (client/ppl/reference_file.h)");
+ABSL_FLAG(int32_t, reference_top_k, 1024,
+          "with --save_reference: K, the ids stored per position (1..1024, at most the vocabulary; 16 + 8 K "
+          "bytes a position: 1024 keeps WikiText-2 test at ~2.4 GB for windows of 2048; a larger K tightens "
+          "the KLD bounds)");
+ABSL_FLAG(
+    std::string, reference_file, "",
+    "with --kld: compare with the reference stored in this file (--save_reference, same tokenizer, data, "
+    "method and windows) instead of the server's reference model: the same report, PPLs, dp, same top "
+    "and |dlogprob| exact, each KLD statistic an estimate with its bounds (client/ppl/stored_kld.h)");
 ABSL_FLAG(double, retry_timeout_s, 300.0,
           "while the server is unavailable during scoring, reconnect with backoff (0.5 s doubling to 10 s) "
           "and re-send the unfinished windows, for up to this many seconds without progress (0 = fail at "
@@ -123,14 +139,18 @@ constexpr char kUsage[] =
     "  scored-ppl compare [--csv OUT] [--force] REPORT.json...   (a table across --json reports; compare\n"
     "    --help says more)\n"
     "Exit status: 0 done, 1 an error (on stderr), 2 a bad command line (unknown flag, bad value, a\n"
-    "positional argument: scored-ppl takes only flags; or --kld against a server without a reference\n"
-    "model).";
+    "positional argument: scored-ppl takes only flags; --kld against a server without a reference\n"
+    "model; stored-reference flags that do not go together).\n"
+    "KL divergence when the quant Q and its original R do not fit on the GPUs together:\n"
+    "  scored-ppl --server R_HOST:PORT --data wiki.test.raw ... --save_reference r.ref\n"
+    "  scored-ppl --server Q_HOST:PORT --data wiki.test.raw ... --kld --reference_file r.ref";
 
 // --help's sections (cli/flags_help.h); a flag left out still shows, under "Other flags".
 const std::vector<scored::cli::FlagGroup>& HelpGroups() {
   static const auto* const groups = new std::vector<scored::cli::FlagGroup>{
       {"Data", {"data", "format", "separator", "text_field", "max_data_bytes", "tokenizer"}},
       {"Method", {"method", "ctx", "stride", "max_windows", "kld"}},
+      {"KL divergence against a stored reference", {"save_reference", "reference_top_k", "reference_file"}},
       {"Server connection", {"server", "inflight", "connect_timeout_s", "retry_timeout_s"}},
       {"A server of its own (instead of --server)", {"model", "scored_args", "scored_binary"}},
       {"TLS and authentication", {"tls_ca", "tls_cert", "tls_key", "auth_token", "auth_token_file"}},
@@ -232,6 +252,13 @@ absl::StatusOr<scored::ppl::RunOptions> OptionsFromFlags() {
   if (!(retry >= 0)) return absl::InvalidArgumentError("--retry_timeout_s must be >= 0");
   o.retry_timeout = absl::Seconds(retry);
   o.kld = absl::GetFlag(FLAGS_kld);
+  o.save_reference_path = absl::GetFlag(FLAGS_save_reference);
+  o.reference_top_k = absl::GetFlag(FLAGS_reference_top_k);
+  if (o.reference_top_k < 1 || o.reference_top_k > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reference_top_k must be in [1, 1024], got ", o.reference_top_k));
+  }
+  o.reference_file_path = absl::GetFlag(FLAGS_reference_file);
   o.progress = !absl::GetFlag(FLAGS_quiet) && (absl::GetFlag(FLAGS_progress) || isatty(STDERR_FILENO));
   o.progress_out = stderr;
   return o;

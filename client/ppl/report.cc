@@ -124,6 +124,11 @@ nlohmann::json ReportToJson(const Report& r) {
     j["kld"] = kld;
     j["kld_mean"] = NumberOrNull(r.kld_stats.kld_mean);
     j["ppl_ratio"] = NumberOrNull(r.kld_stats.ppl_ratio);
+    if (!r.reference_file.empty()) j["kld"]["reference"]["file"] = r.reference_file;
+  }
+  if (r.reference_file_saved) {
+    j["saved_reference"] = {
+        {"file", r.reference_file}, {"top_k", r.reference_top_k}, {"bytes", r.reference_file_bytes}};
   }
   return j;
 }
@@ -153,8 +158,13 @@ std::string ReportToText(const Report& r) {
                         r.tokens_per_second);
   absl::StrAppendFormat(&out, "model          %s\n", r.model_fingerprint);
   absl::StrAppendFormat(&out, "tokenizer      %s (%s)\n", r.tokenizer_fingerprint, r.tokenizer_source);
+  if (r.reference_file_saved) {
+    absl::StrAppendFormat(&out, "saved          %s: R's top-%d per position, %d bytes\n", r.reference_file,
+                          r.reference_top_k, r.reference_file_bytes);
+  }
   if (r.kld) {
-    absl::StrAppendFormat(&out, "reference      %s (%s)\n", r.reference_fingerprint, r.reference_format);
+    absl::StrAppendFormat(&out, "reference      %s (%s)%s\n", r.reference_fingerprint, r.reference_format,
+                          r.reference_file.empty() ? "" : absl::StrCat(", stored in ", r.reference_file));
     absl::StrAppendFormat(&out, "====== Q = model, R = reference: %d scored tokens ======\n",
                           r.kld_stats.count);
     out += KldStatsToText(r.kld_stats);

@@ -106,6 +106,11 @@ struct Report {
   KldStats kld_stats;
   std::string reference_fingerprint;
   std::string reference_format;
+  // --save_reference (reference_file_saved) or --kld --reference_file: the file, its K and (saved) its bytes.
+  std::string reference_file;
+  bool reference_file_saved = false;
+  int32_t reference_top_k = 0;
+  int64_t reference_file_bytes = 0;
 };
 
 // Fills the result fields of `report` from the aggregator.
@@ -113,7 +118,8 @@ void FillResults(const Aggregator& agg, Report* report);
 
 // The report as JSON (stable keys; NaN values become null; every number, int64 included, is a JSON number). A
 // --kld report adds "kld" (KldStatsToJson) with "reference": {"model_fingerprint", "format"} inside it, and
-// top-level "kld_mean" and "ppl_ratio" (PPL(Q)/PPL(R)) for charts.
+// top-level "kld_mean" and "ppl_ratio" (PPL(Q)/PPL(R)) for charts; with --reference_file, "file" in
+// "reference". A --save_reference report adds "saved_reference": {"file", "top_k", "bytes"}.
 nlohmann::json ReportToJson(const Report& report);
 // A short human-readable summary (several lines, ending in "\n").
 std::string ReportToText(const Report& report);

@@ -24,6 +24,7 @@
 #include "client/ppl/piecewise_tokenize.h"
 #include "client/ppl/plan.h"
 #include "client/ppl/progress.h"
+#include "client/ppl/reference_run.h"
 #include "client/ppl/scorer_client.h"
 #include "client/ppl/token_dump.h"
 #include "engine/base/logging.h"
@@ -202,6 +203,54 @@ absl::StatusOr<JournalIdentity> RunIdentity(const RunOptions& options, const Pla
   return id;
 }
 
+// The run a --save_reference file is bound to (ReferenceHeader::identity), most telling field first: the
+// tokenizer, the data file's bytes (not its path: a copy of the file serves), the method and its parameters,
+// the windows, and a SHA-256 over every window's length, score_from and ids (so any other tokenization or
+// windowing is refused even where the fields above agree).
+absl::StatusOr<JournalIdentity> ReferenceIdentity(const RunOptions& options, const Plan& plan,
+                                                  const TokenizerSetup& setup) {
+  struct stat st;
+  if (::stat(options.data_path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("cannot stat ", options.data_path));
+  }
+  SCORED_ASSIGN_OR_RETURN(const std::string data_sha256, FileSha256(options.data_path));
+  Sha256 windows;
+  for (const Window& w : plan.windows) {
+    const int64_t n = static_cast<int64_t>(w.tokens.size());
+    windows.Update(&n, sizeof(n));
+    windows.Update(&w.score_from, sizeof(w.score_from));
+    windows.Update(w.tokens.data(), w.tokens.size() * sizeof(int32_t));
+  }
+  JournalIdentity id;
+  id.Add("tokenizer_fingerprint", setup.fingerprint);
+  id.Add("data_size", absl::StrCat(static_cast<int64_t>(st.st_size)));
+  id.Add("data_sha256", data_sha256);
+  id.Add("data_format", FormatName(options.format));
+  id.Add("separator", options.separator);
+  id.Add("text_field", options.text_field);
+  id.Add("method", MethodName(options.method.method));
+  id.Add("ctx", absl::StrCat(options.method.ctx));
+  id.Add("stride", absl::StrCat(options.method.stride));
+  id.Add("max_windows", absl::StrCat(options.method.max_windows));
+  id.Add("num_windows", absl::StrCat(plan.windows.size()));
+  id.Add("windows_sha256", windows.HexDigest());
+  return id;
+}
+
+// What the requests of `pending` (plan window indices, in the order they are sent) ask for: the server's
+// reference comparison under --kld, or the stored reference's top-K / candidates.
+RequestOptions RunRequests(const RunOptions& options, const StoredReference* stored,
+                           const std::vector<int64_t>& pending) {
+  RequestOptions o = stored != nullptr ? stored->Requests() : RequestOptions();
+  o.want_reference = options.kld && stored == nullptr;
+  if (stored != nullptr && !stored->saving()) {
+    o.add_candidates = [stored, &pending](int64_t k, scored::v1::ScoreRequest* request) {
+      return stored->AddCandidates(pending[static_cast<size_t>(k)], request);
+    };
+  }
+  return o;
+}
+
 // One connected server of a multi-server run.
 struct ServerConn {
   std::string address;
@@ -213,8 +262,8 @@ struct ServerConn {
 // its unanswered windows requeued for the others (a line on `note_out`); the run fails when none is left, or
 // at once on any other error.
 absl::Status ScoreOverServers(const std::vector<ServerConn>& servers, const std::vector<Window>& windows,
-                              const std::vector<int64_t>& pending, int inflight, bool want_reference,
-                              std::FILE* note_out,
+                              const std::vector<int64_t>& pending, int inflight,
+                              const RequestOptions& request, std::FILE* note_out,
                               const std::function<void(int64_t, const WindowScore&)>& record) {
   std::vector<Window> batch;
   batch.reserve(pending.size());
@@ -233,8 +282,8 @@ absl::Status ScoreOverServers(const std::vector<ServerConn>& servers, const std:
   for (size_t s = 0; s < servers.size(); ++s) {
     threads.emplace_back([&, s] {
       std::vector<int64_t> unanswered;
-      const absl::Status status = servers[s].client->ScoreShared(&pool, static_cast<int>(s), batch, inflight,
-                                                                 want_reference, &unanswered);
+      const absl::Status status =
+          servers[s].client->ScoreShared(&pool, static_cast<int>(s), batch, inflight, request, &unanswered);
       if (status.ok()) return;
       if (!IsServerLost(status)) {
         pool.Fail(
@@ -327,7 +376,7 @@ absl::StatusOr<Servers> ConnectServers(const RunOptions& options) {
     return absl::FailedPreconditionError(absl::StrCat("server at ", options.server, " reports vocab_size ",
                                                       info.vocab_size(), ": not a compatible scored server"));
   }
-  if (options.kld && !info.has_reference()) {
+  if (options.kld && options.reference_file_path.empty() && !info.has_reference()) {
     absl::Status refused = absl::FailedPreconditionError(
         absl::StrCat("--kld compares the served model with a reference model, but the server at ",
                      options.server, " (model ", info.model_fingerprint(),
@@ -388,11 +437,13 @@ absl::StatusOr<Plan> PlanWindows(const Dataset& dataset, const RunOptions& optio
 // Not thread-safe: a multi-server run calls Record serialized (WindowPool).
 class WindowSink {
  public:
-  // `journal` (nullptr: none) is not owned and must outlive the sink.
-  WindowSink(const Plan& plan, bool kld, Journal* journal, Progress progress, RunCounters* counters)
+  // `journal` and `stored` (nullptr: none) are not owned and must outlive the sink.
+  WindowSink(const Plan& plan, bool kld, Journal* journal, StoredReference* stored, Progress progress,
+             RunCounters* counters)
       : plan_(plan),
         kld_(kld),
         journal_(journal),
+        stored_(stored),
         progress_(progress),
         counters_(counters),
         scores_(plan.windows.size()),
@@ -416,19 +467,22 @@ class WindowSink {
     progress_.StartScoring(windows_resumed_);
   }
 
-  // Window `index` answered by a server: appended to the journal (after a failed append no more are tried;
-  // journal_error() says why), kept, added to the live PPL and drawn.
-  void Record(int64_t index, const WindowScore& score) {
+  // Window `index` answered by a server: handed to the stored reference (saved, or compared), appended to the
+  // journal (after a failure no more are tried; journal_error() says why), kept, added to the live PPL and
+  // drawn.
+  void Record(int64_t index, const WindowScore& answered) {
     const Window& w = plan_.windows[static_cast<size_t>(index)];
     const int64_t bytes = ScoredBytes(w);
+    WindowScore score = answered;
+    if (stored_ != nullptr && journal_error_.ok()) journal_error_ = stored_->OnScored(index, &score);
     if (journal_ != nullptr && journal_error_.ok()) {
       journal_error_ =
           journal_->Append({index, score.sum_logprob, score.logprobs, bytes, kld_, score.sum_ref_logprob,
                             score.ref_logprobs, score.kld, score.same_top});
     }
-    scores_[static_cast<size_t>(index)] = score;
-    done_[static_cast<size_t>(index)] = true;
     live_.AddWindow(score.sum_logprob, score.logprobs, bytes);
+    scores_[static_cast<size_t>(index)] = std::move(score);
+    done_[static_cast<size_t>(index)] = true;
     tokens_done_ += static_cast<int64_t>(w.tokens.size());
     progress_.Update(live_.num_windows(), tokens_done_, live_.Ppl());
     if (counters_ != nullptr) ++counters_->windows_done;
@@ -448,6 +502,7 @@ class WindowSink {
   size_t num_pending() const { return static_cast<size_t>(std::count(done_.begin(), done_.end(), false)); }
 
   absl::Status journal_error() const { return journal_error_; }
+  StoredReference* stored() const { return stored_; }
   const std::vector<WindowScore>& scores() const { return scores_; }
   int64_t windows_resumed() const { return windows_resumed_; }
   int64_t tokens_done() const { return tokens_done_; }  // sent by this run (journaled windows excluded)
@@ -456,6 +511,7 @@ class WindowSink {
   const Plan& plan_;
   const bool kld_;
   Journal* const journal_;
+  StoredReference* const stored_;
   Progress progress_;
   RunCounters* const counters_;
   std::vector<WindowScore> scores_;  // [num_windows]
@@ -498,10 +554,14 @@ absl::Status ResumeFromJournal(const RunOptions& options, const Plan& plan, cons
       return absl::DataLossError(absl::StrCat("journal ", options.journal_path, ": record of window ", index,
                                               " does not match the plan; delete the file"));
     }
-    sink->Resume(index,
-                 {record.sum_logprob, record.logprobs, record.sum_ref_logprob, record.ref_logprobs,
-                  record.kld, record.same_top},
-                 record.num_bytes);
+    WindowScore score;
+    score.sum_logprob = record.sum_logprob;
+    score.logprobs = record.logprobs;
+    score.sum_ref_logprob = record.sum_ref_logprob;
+    score.ref_logprobs = record.ref_logprobs;
+    score.kld = record.kld;
+    score.same_top = record.same_top;
+    sink->Resume(index, std::move(score), record.num_bytes);
   }
   if (!journal->resumed().empty()) {
     std::fprintf(note_out, "scored-ppl: resuming from journal %s: %zu of %zu windows already scored\n",
@@ -535,7 +595,8 @@ absl::StatusOr<std::unique_ptr<ScorerClient>> Reconnect(const RunOptions& option
         absl::StrCat("server ", options.server, " came back with model ", new_info->model_fingerprint(),
                      " but the run started with ", info.model_fingerprint()));
   }
-  if (options.kld && new_info->reference().model_fingerprint() != info.reference().model_fingerprint()) {
+  if (options.kld && options.reference_file_path.empty() &&
+      new_info->reference().model_fingerprint() != info.reference().model_fingerprint()) {
     return absl::FailedPreconditionError(
         absl::StrCat("server ", options.server, " came back with reference model '",
                      new_info->reference().model_fingerprint(), "' but the --kld run started with '",
@@ -562,7 +623,7 @@ absl::Status ScoreWithRetries(const RunOptions& options, const Servers& servers,
 
     absl::Status status = last_error;
     if (client != nullptr) {
-      status = client->ScoreWindows(batch, options.inflight, options.kld,
+      status = client->ScoreWindows(batch, options.inflight, RunRequests(options, sink->stored(), pending),
                                     [&](int64_t k, const WindowScore& score) {
                                       sink->Record(pending[static_cast<size_t>(k)], score);
                                       failing_since = absl::InfiniteFuture();
@@ -602,9 +663,10 @@ absl::Status ScoreAll(const RunOptions& options, const Plan& plan, std::FILE* no
     std::vector<ServerConn> all;
     all.push_back({servers->addresses[0], std::move(client)});
     for (ServerConn& c : servers->extra) all.push_back(std::move(c));
-    const absl::Status status =
-        ScoreOverServers(all, plan.windows, sink->Pending(), options.inflight, options.kld, note_out,
-                         [sink](int64_t index, const WindowScore& score) { sink->Record(index, score); });
+    const std::vector<int64_t> pending = sink->Pending();
+    const absl::Status status = ScoreOverServers(
+        all, plan.windows, pending, options.inflight, RunRequests(options, sink->stored(), pending), note_out,
+        [sink](int64_t index, const WindowScore& score) { sink->Record(index, score); });
     SCORED_RETURN_IF_ERROR(sink->journal_error());
     SCORED_RETURN_IF_ERROR(status);
   }
@@ -624,11 +686,16 @@ absl::StatusOr<Report> FinishReport(const RunOptions& options, const Plan& plan,
     agg.AddWindow(scores[i].sum_logprob, scores[i].logprobs, ScoredBytes(plan.windows[i]));
   }
   KldAggregator kld_agg;
+  const StoredReference* stored = sink->stored();
   if (options.kld) {
     for (const WindowScore& s : scores) {
       SCORED_RETURN_IF_ERROR(
           kld_agg.AddWindow(s.sum_logprob, s.sum_ref_logprob, s.logprobs, s.ref_logprobs, s.kld, s.same_top));
+      if (stored != nullptr) {
+        SCORED_RETURN_IF_ERROR(kld_agg.AddKldBounds(s.kld_lower, s.kld_upper, s.sum_tail_mass));
+      }
     }
+    if (stored != nullptr) kld_agg.set_reference_top_k(stored->top_k());
   }
   if (!options.dump_tokens_path.empty()) {
     SCORED_RETURN_IF_ERROR(WriteTokenDump(options.dump_tokens_path, plan, scores, options.kld));
@@ -666,10 +733,57 @@ absl::StatusOr<Report> FinishReport(const RunOptions& options, const Plan& plan,
   if (options.kld) {
     report.kld = true;
     report.kld_stats = kld_agg.Finish();
-    report.reference_fingerprint = info.reference().model_fingerprint();
-    report.reference_format = info.reference().format();
+    report.reference_fingerprint =
+        stored != nullptr ? stored->header().model_fingerprint : info.reference().model_fingerprint();
+    report.reference_format = stored != nullptr ? stored->header().model_format : info.reference().format();
+  }
+  if (stored != nullptr) {
+    report.reference_file = stored->path();
+    report.reference_file_saved = stored->saving();
+    report.reference_top_k = stored->top_k();
+    report.reference_file_bytes = stored->bytes();
   }
   return report;
+}
+
+// The flags of a stored reference that do not go together (a usage error).
+absl::Status CheckReferenceOptions(const RunOptions& options) {
+  std::string refused;
+  if (!options.save_reference_path.empty() && options.kld) {
+    refused =
+        "--save_reference runs the reference model alone: give it without --kld (and --kld "
+        "--reference_file FILE in the run of the quant)";
+  } else if (!options.save_reference_path.empty() && !options.reference_file_path.empty()) {
+    refused = "give --save_reference (run R) or --reference_file (run Q against it), not both";
+  } else if (!options.reference_file_path.empty() && !options.kld) {
+    refused = "--reference_file compares with a stored reference: give it with --kld";
+  } else if ((!options.save_reference_path.empty() || !options.reference_file_path.empty()) &&
+             !options.journal_path.empty()) {
+    refused =
+        "--journal does not combine with --save_reference (FILE.partial resumes an interrupted save by "
+        "itself) or --reference_file";
+  }
+  if (refused.empty()) return absl::OkStatus();
+  absl::Status status = absl::InvalidArgumentError(refused);
+  status.SetPayload(kUsageErrorPayload, absl::Cord("reference"));
+  return status;
+}
+
+// --save_reference / --reference_file: the run's stored reference; nullptr without either.
+absl::StatusOr<std::unique_ptr<StoredReference>> OpenStoredReference(const RunOptions& options,
+                                                                     const Plan& plan,
+                                                                     const scored::v1::ModelInfo& info,
+                                                                     const TokenizerSetup& setup,
+                                                                     std::FILE* note_out) {
+  if (options.save_reference_path.empty() && options.reference_file_path.empty()) {
+    return std::unique_ptr<StoredReference>();
+  }
+  SCORED_ASSIGN_OR_RETURN(const JournalIdentity identity, ReferenceIdentity(options, plan, setup));
+  if (!options.save_reference_path.empty()) {
+    return StoredReference::ForSave(options.save_reference_path, options.reference_top_k, identity, plan,
+                                    info, note_out);
+  }
+  return StoredReference::ForCompare(options.reference_file_path, identity, plan, info);
 }
 
 }  // namespace
@@ -700,6 +814,7 @@ absl::StatusOr<Report> RunPpl(const RunOptions& given) {
   const absl::Time start = absl::Now();
   RunOptions options = given;
   SCORED_RETURN_IF_ERROR(ValidateParams(options.method));
+  SCORED_RETURN_IF_ERROR(CheckReferenceOptions(options));
   // Local input first: a bad --data fails at once, without a server.
   SCORED_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(options.data_path, options.format, options.separator,
                                                        options.text_field, options.max_data_bytes));
@@ -712,14 +827,22 @@ absl::StatusOr<Report> RunPpl(const RunOptions& given) {
   std::FILE* note_out = options.progress_out != nullptr ? options.progress_out : stderr;
   SCORED_ASSIGN_OR_RETURN(std::unique_ptr<Journal> journal,
                           OpenJournal(options, plan, servers.info(), setup));
-  WindowSink sink(plan, options.kld, journal.get(),
+  SCORED_ASSIGN_OR_RETURN(std::unique_ptr<StoredReference> stored,
+                          OpenStoredReference(options, plan, servers.info(), setup, note_out));
+  WindowSink sink(plan, options.kld, journal.get(), stored.get(),
                   Progress(options.progress, static_cast<int64_t>(plan.windows.size()), note_out),
                   options.counters);
   SCORED_RETURN_IF_ERROR(ResumeFromJournal(options, plan, journal.get(), note_out, &sink));
+  if (stored != nullptr) {
+    for (auto& [index, score] : stored->Resumed()) {
+      sink.Resume(index, std::move(score), ScoredBytes(plan.windows[static_cast<size_t>(index)]));
+    }
+  }
   sink.StartScoring();
   const absl::Time score_start = absl::Now();
   SCORED_RETURN_IF_ERROR(ScoreAll(options, plan, note_out, &servers, &sink));
   if (journal != nullptr) SCORED_RETURN_IF_ERROR(journal->Close());
+  if (stored != nullptr) SCORED_RETURN_IF_ERROR(stored->Finish());
   return FinishReport(options, plan, setup, servers.info(), start, score_start, &sink);
 }
 

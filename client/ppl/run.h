@@ -23,6 +23,15 @@
 // A --kld journal records the reference values of every window; its run identity adds "kld" and the
 // reference's fingerprint, and a run that comes back to a server with another reference fails.
 //
+// --save_reference FILE / --kld --reference_file FILE (reference_run.h, issue 35): KL divergence when R and Q
+// do not fit on the GPUs together. Saving, the server serves R and the run stores R's top-K of every window
+// (printing the file's size first; an interrupted save resumes from FILE.partial); the report is R's
+// perplexity and names the file. Comparing, the server serves Q (a reference model on it is not used), the
+// file must have been saved for this run (same tokenizer, data, method, parameters and windows:
+// FAILED_PRECONDITION naming the first differing field), and the --kld report is the one-pass one with each
+// KLD statistic an estimate within printed bounds (kld.h). Neither combines with --journal (INVALID_ARGUMENT
+// marked as a usage error); --save_reference does not combine with --kld, --reference_file needs it.
+//
 // Several servers (`server` a comma list or dns:///NAME:PORT, client/connect/servers.h): every one is
 // connected and its ModelInfo read first; FAILED_PRECONDITION naming the server and the field unless they all
 // serve the same model (CheckSameModel), and every window must fit each server's limits. Tokenization goes
@@ -100,6 +109,10 @@ struct RunOptions {
   absl::Duration retry_initial = absl::Milliseconds(500);
   absl::Duration retry_max = absl::Seconds(10);
   bool kld = false;  // --kld: compare with the server's reference model (see above)
+  // --save_reference FILE (K = reference_top_k) / --reference_file FILE (with kld); "" = none.
+  std::string save_reference_path;
+  int32_t reference_top_k = 1024;  // kDefaultReferenceTopK
+  std::string reference_file_path;
 };
 
 // Whether `status` is an error of the command line found only once the server answered (--kld without a

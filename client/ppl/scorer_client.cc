@@ -56,14 +56,60 @@ class InflightGate {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// The ScoreRequest of window `w`, sent as request `id` (ScoreStream requests carry the window's index).
-scored::v1::ScoreRequest BuildRequest(const Window& w, uint64_t id, bool want_reference) {
+// The ScoreRequest of window `w` (windows[id]), sent as request `id` (ScoreStream requests carry the
+// window's index).
+absl::StatusOr<scored::v1::ScoreRequest> BuildRequest(const Window& w, uint64_t id, const RequestOptions& o) {
   scored::v1::ScoreRequest request;
   request.set_request_id(id);
   request.mutable_tokens()->mutable_ids()->Add(w.tokens.begin(), w.tokens.end());
   request.set_score_from(w.score_from);
-  request.set_want_reference(want_reference);
+  request.set_want_reference(o.want_reference);
+  request.set_top_k(o.top_k);
+  request.set_want_entropy(o.want_entropy);
+  request.set_want_min_logprob(o.want_min_logprob);
+  if (o.add_candidates) {
+    absl::Status added = o.add_candidates(static_cast<int64_t>(id), &request);
+    if (!added.ok()) return added;
+  }
   return request;
+}
+
+// The optional arrays `o` asked for, checked and copied into *score (id: the window, for messages).
+absl::Status ReadOptionalArrays(const scored::v1::ScoreResponse& response, uint64_t id, const Window& w,
+                                const RequestOptions& o, WindowScore* score) {
+  const int64_t n = w.num_scored();
+  auto missing = [&](const char* what, int64_t got, int64_t want) {
+    return absl::InternalError(
+        absl::StrCat("window ", id, ": the response has ", got, " ", what, " for ", want, " asked"));
+  };
+  score->entropy.clear();
+  score->top_ids.clear();
+  score->top_logprobs.clear();
+  if (o.want_entropy) {
+    if (response.entropy_size() != n) return missing("entropies", response.entropy_size(), n);
+    score->entropy.assign(response.entropy().begin(), response.entropy().end());
+  }
+  if (o.top_k > 0) {
+    if (response.top_k_size() != n) return missing("top-k lists", response.top_k_size(), n);
+    score->top_ids.reserve(static_cast<size_t>(n * o.top_k));
+    score->top_logprobs.reserve(static_cast<size_t>(n * o.top_k));
+    for (const scored::v1::TopTokens& list : response.top_k()) {
+      if (list.tokens_size() != o.top_k) return missing("top-k entries", list.tokens_size(), o.top_k);
+      for (const scored::v1::TopToken& t : list.tokens()) {
+        score->top_ids.push_back(t.id());
+        score->top_logprobs.push_back(t.logprob());
+      }
+    }
+  }
+  if (response.candidate_logprob_size() != n * o.num_candidates) {
+    return missing("candidate logprobs", response.candidate_logprob_size(), n * o.num_candidates);
+  }
+  score->candidate_logprobs.assign(response.candidate_logprob().begin(), response.candidate_logprob().end());
+  if (o.want_min_logprob && response.min_logprob_size() != n) {
+    return missing("min logprobs", response.min_logprob_size(), n);
+  }
+  score->min_logprobs.assign(response.min_logprob().begin(), response.min_logprob().end());
+  return absl::OkStatus();
 }
 
 // The window's own error response (request `id`) as a status.
@@ -75,7 +121,8 @@ absl::Status ResponseError(const scored::v1::ScoreResponse& response, uint64_t i
 // The checked WindowScore of `response` for `w` (id = its request_id, for messages); the window's own error
 // response comes back as its status.
 absl::Status ReadWindowScore(const scored::v1::ScoreResponse& response, uint64_t id, const Window& w,
-                             bool want_reference, WindowScore* score) {
+                             const RequestOptions& options, WindowScore* score) {
+  const bool want_reference = options.want_reference;
   if (response.has_error()) return ResponseError(response, id);
   if (response.num_scored() != w.num_scored() || response.logprob_size() != w.num_scored() ||
       response.first_scored() != w.score_from) {
@@ -98,7 +145,7 @@ absl::Status ReadWindowScore(const scored::v1::ScoreResponse& response, uint64_t
   score->ref_logprobs.assign(response.ref_logprob().begin(), response.ref_logprob().end());
   score->kld.assign(response.kld().begin(), response.kld().end());
   score->same_top.assign(response.same_top().begin(), response.same_top().end());
-  return absl::OkStatus();
+  return ReadOptionalArrays(response, id, w, options, score);
 }
 
 }  // namespace
@@ -252,7 +299,8 @@ absl::StatusOr<TokenStream> ScorerClient::Tokenize(const std::string& text, bool
   return stream;
 }
 
-absl::Status ScorerClient::ScoreWindows(const std::vector<Window>& windows, int inflight, bool want_reference,
+absl::Status ScorerClient::ScoreWindows(const std::vector<Window>& windows, int inflight,
+                                        const RequestOptions& options,
                                         const std::function<void(int64_t, const WindowScore&)>& on_result) {
   const int64_t n = static_cast<int64_t>(windows.size());
   if (n == 0) return absl::OkStatus();
@@ -262,11 +310,17 @@ absl::Status ScorerClient::ScoreWindows(const std::vector<Window>& windows, int 
       stub_->ScoreStream(&context);
   InflightGate gate(inflight < 1 ? 1 : inflight);
 
+  absl::Status build_error;  // the writer's; read after it is joined
   std::thread writer([&] {
     for (int64_t i = 0; i < n; ++i) {
       if (!gate.Acquire()) break;
       const Window& w = windows[static_cast<size_t>(i)];
-      if (!stream->Write(BuildRequest(w, static_cast<uint64_t>(i), want_reference))) break;
+      absl::StatusOr<scored::v1::ScoreRequest> request = BuildRequest(w, static_cast<uint64_t>(i), options);
+      if (!request.ok()) {
+        build_error = request.status();
+        break;
+      }
+      if (!stream->Write(*request)) break;
     }
     stream->WritesDone();
   });
@@ -287,7 +341,7 @@ absl::Status ScorerClient::ScoreWindows(const std::vector<Window>& windows, int 
       error = absl::InternalError(absl::StrCat("ScoreStream answered unknown or repeated request_id ", id));
       break;
     }
-    error = ReadWindowScore(response, id, windows[id], want_reference, &score);
+    error = ReadWindowScore(response, id, windows[id], options, &score);
     if (!error.ok()) break;
     seen[id] = true;
     ++received;
@@ -302,6 +356,7 @@ absl::Status ScorerClient::ScoreWindows(const std::vector<Window>& windows, int 
   }
   writer.join();
   const grpc::Status finish = stream->Finish();
+  if (!build_error.ok()) return build_error;
   if (!error.ok()) return error;
   if (!finish.ok()) return FromGrpc(finish, "ScoreStream");
   if (received < n) {
@@ -311,7 +366,8 @@ absl::Status ScorerClient::ScoreWindows(const std::vector<Window>& windows, int 
 }
 
 absl::Status ScorerClient::ScoreShared(WindowPool* pool, int stream_id, const std::vector<Window>& windows,
-                                       int inflight, bool want_reference, std::vector<int64_t>* unanswered) {
+                                       int inflight, const RequestOptions& options,
+                                       std::vector<int64_t>* unanswered) {
   grpc::ClientContext context;
   Prepare(&context, false);
   std::unique_ptr<grpc::ClientReaderWriter<scored::v1::ScoreRequest, scored::v1::ScoreResponse>> stream =
@@ -320,6 +376,7 @@ absl::Status ScorerClient::ScoreShared(WindowPool* pool, int stream_id, const st
   absl::Mutex sent_mu;
   std::set<int64_t> sent;  // taken from the pool and not answered yet (ABSL_GUARDED_BY(sent_mu))
 
+  absl::Status build_error;  // the writer's; read after it is joined
   std::thread writer([&] {
     while (gate.Acquire()) {
       const int64_t index = pool->Take(stream_id);
@@ -329,7 +386,13 @@ absl::Status ScorerClient::ScoreShared(WindowPool* pool, int stream_id, const st
         sent.insert(index);  // before Write: a window lost with the stream is requeued
       }
       const Window& w = windows[static_cast<size_t>(index)];
-      if (!stream->Write(BuildRequest(w, static_cast<uint64_t>(index), want_reference))) break;
+      absl::StatusOr<scored::v1::ScoreRequest> request =
+          BuildRequest(w, static_cast<uint64_t>(index), options);
+      if (!request.ok()) {
+        build_error = request.status();
+        break;
+      }
+      if (!stream->Write(*request)) break;
     }
     stream->WritesDone();
   });
@@ -348,7 +411,7 @@ absl::Status ScorerClient::ScoreShared(WindowPool* pool, int stream_id, const st
       error = absl::InternalError(absl::StrCat("ScoreStream answered unknown or repeated request_id ", id));
       break;
     }
-    error = ReadWindowScore(response, id, windows[id], want_reference, &score);
+    error = ReadWindowScore(response, id, windows[id], options, &score);
     if (!error.ok()) break;
     pool->Done(stream_id, static_cast<int64_t>(id), score);
     {
@@ -367,6 +430,7 @@ absl::Status ScorerClient::ScoreShared(WindowPool* pool, int stream_id, const st
     absl::MutexLock lock(&sent_mu);
     unanswered->assign(sent.begin(), sent.end());
   }
+  if (!build_error.ok()) return build_error;
   if (!error.ok()) return error;
   if (!finish.ok()) return FromGrpc(finish, "ScoreStream");
   if (!unanswered->empty()) {

@@ -40,7 +40,8 @@ struct ScorerClientOptions {
 };
 
 // One window's result: the server's double sum and the per-token logprobs of its scored positions.
-// With want_reference, also the reference model's per-position values (empty otherwise).
+// With want_reference, also the reference model's per-position values (empty otherwise); a stored reference
+// (client/ppl/reference_run.h) fills the same fields from its file and the kld bounds.
 struct WindowScore {
   double sum_logprob = 0.0;
   std::vector<float> logprobs;  // [num_scored]
@@ -48,6 +49,27 @@ struct WindowScore {
   std::vector<float> ref_logprobs;  // [num_scored] or empty
   std::vector<float> kld;           // [num_scored] or empty: KL(P_R || P_Q), nats
   std::vector<uint8_t> same_top;    // [num_scored] or empty: 1 when Q's and R's argmax agree
+  // What RequestOptions asked for beyond that (empty otherwise).
+  std::vector<float> entropy;             // [num_scored]
+  std::vector<int32_t> top_ids;           // [num_scored, top_k]
+  std::vector<float> top_logprobs;        // [num_scored, top_k]
+  std::vector<float> candidate_logprobs;  // [num_scored, num_candidates]
+  std::vector<float> min_logprobs;        // [num_scored]
+  // A stored reference's KLD bounds (stored_kld.h) and the sum of R's left-out mass over the positions.
+  std::vector<float> kld_lower, kld_upper;  // [num_scored] or empty
+  double sum_tail_mass = 0.0;
+};
+
+// What every Score request of a run asks for beyond the logprobs; each response is checked to carry it.
+struct RequestOptions {
+  bool want_reference = false;    // ScoreRequest.want_reference: ref_logprob, kld, same_top
+  int32_t top_k = 0;              // top_k lists of exactly top_k entries (the caller keeps it <= vocab_size)
+  bool want_entropy = false;      // entropy
+  bool want_min_logprob = false;  // min_logprob
+  // Candidate ids per scored position: `add_candidates(k, request)` sets num_candidates (this many) and
+  // candidate_ids of the request of windows[k] (on the writer thread; an error ends the call with it).
+  int32_t num_candidates = 0;
+  std::function<absl::Status(int64_t, scored::v1::ScoreRequest*)> add_candidates;
 };
 
 // The windows of one run shared by several ScoreStreams, one per server (scored-ppl --server a,b,...): a
@@ -113,10 +135,16 @@ class ScorerClient {
   // carry request_id = window index and the window's score_from. `on_result(index, score)` runs once per
   // window, in completion order, on the calling thread. The first failed request (its Error), a response
   // whose size disagrees with the window, or a stream failure ends the call with that status (the
-  // message names the window index). want_reference sets ScoreRequest.want_reference; a response without
-  // num_scored ref_logprob / kld / same_top values is then INTERNAL.
-  absl::Status ScoreWindows(const std::vector<Window>& windows, int inflight, bool want_reference,
+  // message names the window index). `request` says what else the requests ask for; a response without it
+  // (e.g. num_scored ref_logprob / kld / same_top values under want_reference) is then INTERNAL.
+  absl::Status ScoreWindows(const std::vector<Window>& windows, int inflight, const RequestOptions& request,
                             const std::function<void(int64_t, const WindowScore&)>& on_result);
+  absl::Status ScoreWindows(const std::vector<Window>& windows, int inflight, bool want_reference,
+                            const std::function<void(int64_t, const WindowScore&)>& on_result) {
+    RequestOptions request;
+    request.want_reference = want_reference;
+    return ScoreWindows(windows, inflight, request, on_result);
+  }
 
   // One stream of a multi-server run: takes windows of `pool` (as stream `stream`; indices into `windows`,
   // sent as request_id) with at most `inflight` outstanding until the pool has none left, and hands each
@@ -125,7 +153,7 @@ class ScorerClient {
   // error response other than UNAVAILABLE (the server refused it) is returned the same way; the caller
   // decides (IsServerLost).
   absl::Status ScoreShared(WindowPool* pool, int stream, const std::vector<Window>& windows, int inflight,
-                           bool want_reference, std::vector<int64_t>* unanswered);
+                           const RequestOptions& request, std::vector<int64_t>* unanswered);
 
  private:
   ScorerClient(ScorerClientOptions options, std::unique_ptr<scored::v1::Scorer::Stub> stub);

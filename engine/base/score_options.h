@@ -9,8 +9,17 @@
 
 namespace scored {
 
-// Most (id, logprob) pairs a request may ask for per scored position.
-inline constexpr int32_t kMaxTopK = 64;
+// Most (id, logprob) pairs a request may ask for per scored position. 1024 lets scored-ppl --save_reference
+// store a reference model's top-1024 (client/ppl/reference_file.h: ~2.5 GB for WikiText-2's ~300k scored
+// positions); a GPU engine reserves [max_batch_tokens, kMaxTopK] ids and logprobs for them.
+inline constexpr int32_t kMaxTopK = 1024;
+
+// Candidate ids (ScoreRequest::candidate_ids): the most ids a request may name per scored position, and in
+// all. A stored reference's KL divergence gathers Q's logprobs at R's top-K ids, so the per-position bound is
+// kMaxTopK's; the total keeps a request's ids and its response's logprobs to 16 MiB each (2,048 positions of
+// 2,048 ids, 4,096 of 1,024).
+inline constexpr int32_t kMaxCandidates = kMaxTopK;
+inline constexpr int64_t kMaxCandidateIds = int64_t{1} << 22;
 
 struct RowStatsOptions {
   int32_t top_k = 0;          // 0..kMaxTopK: the top_k (id, logprob) pairs, descending, ties by lower id
@@ -19,6 +28,10 @@ struct RowStatsOptions {
   // The comparison with the reference model (ScoreRequest::want_reference,
   // engine/kernels/baseline_compare.h)
   bool want_reference = false;
+  // 0..kMaxCandidates: the logprobs of this many given ids per row (ScoreRequest::candidate_ids; a row's id
+  // -1 gives NaN, for rows of a batch whose request named fewer)
+  int32_t num_candidates = 0;
+  bool want_min_logprob = false;  // the smallest logprob over the vocabulary
 };
 
 }  // namespace scored

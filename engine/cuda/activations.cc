@@ -143,7 +143,7 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
       std::max((c.num_heads + 2 * c.num_kv_heads) * c.head_dim + (output_gate ? q_dim : 0),
                dn.conv_dim() + dn.value_dim() + 2 * dn.num_v_heads);
   const int64_t attn_dim = std::max(q_dim, dn.value_dim());
-  const int64_t top_k = kernels::kMaxTopK, tp = s.tp_size;
+  const int64_t top_k = kernels::kMaxTopK, candidates = kernels::kMaxCandidates, tp = s.tp_size;
   const int64_t stats = static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
   using A = Activations;
   const int64_t ref_stats = static_cast<int64_t>(sizeof(kernels::BaselinePartialStats));
@@ -206,6 +206,9 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
       {&A::entropy, "entropies", kAll, 4},
       {&A::top_k_ids, "top-k ids", kAll, top_k * 4},
       {&A::top_k_logprobs, "top-k logprobs", kAll, top_k * 4},
+      {&A::candidate_ids, "candidate ids", kAll, candidates * 4},
+      {&A::candidate_logprobs, "candidate logprobs", kAll, candidates * 4},
+      {&A::min_logprob, "min logprobs", kAll, 4},
       {&A::tp_stats, "the vocab-parallel statistics", kTp, 0, tp * stats},
       {&A::tp_target_logit, "target logits", kTp, 0, 4},
       {&A::act_amax, "activation amax", kTp, 2 * 4},

@@ -111,7 +111,10 @@ struct Activations {
   DeviceBuffer rank;       // [max_tokens] int32
   DeviceBuffer entropy;    // [max_tokens] float
   DeviceBuffer top_k_ids;  // [max_tokens, kMaxTopK] int32
-  DeviceBuffer top_k_logprobs;  // [max_tokens, kMaxTopK] float
+  DeviceBuffer top_k_logprobs;      // [max_tokens, kMaxTopK] float
+  DeviceBuffer candidate_ids;       // [max_tokens, kMaxCandidates] int32: ids whose logprobs are gathered
+  DeviceBuffer candidate_logprobs;  // [max_tokens, kMaxCandidates] float
+  DeviceBuffer min_logprob;         // [max_tokens] float
   // Tensor parallelism only (tp_size > 1), else empty:
   DeviceBuffer tp_stats;         // [tp_size, logits_rows] kernels::LogitPartialStats
   DeviceBuffer tp_target_logit;  // [logits_rows] fp32

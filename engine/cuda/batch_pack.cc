@@ -4,6 +4,26 @@
 #include <utility>
 
 namespace scored::cuda {
+namespace {
+
+// packed->candidate_ids from the requests' candidate_ids (the layout of batch_pack.h), once the rows are
+// laid.
+void PackCandidates(absl::Span<const ScoreRequest* const> group, PackedBatch* packed) {
+  const int64_t width = packed->fb.options.num_candidates;
+  if (width == 0) return;
+  packed->candidate_ids.assign(packed->fb.num_tokens * width, -1);
+  for (size_t s = 0; s < group.size(); ++s) {
+    const ScoreRequest& r = *group[s];
+    const int64_t c = r.num_candidates;
+    const int64_t rows = c > 0 ? static_cast<int64_t>(r.candidate_ids.size()) / c : 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      std::copy_n(r.candidate_ids.begin() + i * c, c,
+                  packed->candidate_ids.begin() + (packed->first_row[s] + i) * width);
+    }
+  }
+}
+
+}  // namespace
 
 void HostResults::Resize(const PackedBatch& batch) {
   const int64_t n = batch.fb.num_tokens;
@@ -14,6 +34,8 @@ void HostResults::Resize(const PackedBatch& batch) {
   entropy.resize(batch.fb.options.want_entropy ? n : 0);
   top_ids.resize(n * top_k);
   top_lps.resize(n * top_k);
+  candidate_logprobs.resize(n * batch.fb.options.num_candidates);
+  min_logprob.resize(batch.fb.options.want_min_logprob ? n : 0);
   const int64_t compared = batch.fb.options.want_reference ? n : 0;
   ref_logprob.resize(compared);
   kld.resize(compared);
@@ -48,9 +70,12 @@ PackedBatch PackBatch(absl::Span<const ScoreRequest* const> group) {
     fb.options.want_rank = fb.options.want_rank || r.want_rank;
     fb.options.want_entropy = fb.options.want_entropy || r.want_entropy;
     fb.options.want_reference = fb.options.want_reference || r.want_reference;
+    fb.options.num_candidates = std::max(fb.options.num_candidates, r.num_candidates);
+    fb.options.want_min_logprob = fb.options.want_min_logprob || r.want_min_logprob;
   }
   fb.num_tokens = static_cast<int64_t>(packed.tokens.size());
   fb.num_seqs = static_cast<int32_t>(group.size());
+  PackCandidates(group, &packed);
   return packed;
 }
 
@@ -76,6 +101,11 @@ std::vector<ScoreResult> UnpackResults(absl::Span<const ScoreRequest* const> gro
           entries[i] = {host.top_ids[row * top_k + i], host.top_lps[row * top_k + i]};
         result.top_k.push_back(std::move(entries));
       }
+      const int64_t width = fb.options.num_candidates;
+      result.candidate_logprob.insert(result.candidate_logprob.end(),
+                                      host.candidate_logprobs.begin() + row * width,
+                                      host.candidate_logprobs.begin() + row * width + r.num_candidates);
+      if (r.want_min_logprob) result.min_logprob.push_back(host.min_logprob[row]);
       if (r.want_reference) {
         result.ref_logprob.push_back(static_cast<float>(host.ref_logprob[row]));
         result.kld.push_back(static_cast<float>(host.kld[row]));

@@ -9,7 +9,10 @@
 // first_row[s] = cu_seqlens[s] + max(1, score_from) - 1 to its second-to-last are scored. The lm_head runs
 // only on the scored rows: one RowSpan per sequence, merged with the previous one when the gap between
 // them is at most kMaxSpanGap rows. The group's RowStatsOptions are the union of its requests' (largest
-// top_k, any want_rank / want_entropy); each result keeps only what its own request asked for.
+// top_k and num_candidates, any want_rank / want_entropy / want_min_logprob); each result keeps only what its
+// own request asked for. Candidate ids: row r's num_candidates ids are its scored position's (a request's
+// candidate_ids in order), -1 padding the rows and columns no request named (their logprobs are NaN and
+// never returned).
 // Thread-safety: stateless functions.
 #ifndef SCORED_ENGINE_CUDA_BATCH_PACK_H_
 #define SCORED_ENGINE_CUDA_BATCH_PACK_H_
@@ -32,16 +35,19 @@ struct PackedBatch {
   ForwardBatch fb;
   std::vector<int32_t> tokens, positions, targets;  // [fb.num_tokens] each
   std::vector<int64_t> first_row;                   // [fb.num_seqs]: the first row whose logits are scored
+  std::vector<int32_t> candidate_ids;  // [fb.num_tokens, fb.options.num_candidates] (above); empty without
 };
 
 // Per-row results copied back from the device (rank 0 at tp > 1: every rank holds the same).
 struct HostResults {
-  std::vector<double> logprob;   // [n]
-  std::vector<uint8_t> greedy;   // [n]
-  std::vector<int32_t> rank;     // [n] if fb.options.want_rank, else empty
-  std::vector<float> entropy;    // [n] if fb.options.want_entropy, else empty
-  std::vector<int32_t> top_ids;  // [n, fb.options.top_k]
-  std::vector<float> top_lps;    // [n, fb.options.top_k]
+  std::vector<double> logprob;            // [n]
+  std::vector<uint8_t> greedy;            // [n]
+  std::vector<int32_t> rank;              // [n] if fb.options.want_rank, else empty
+  std::vector<float> entropy;             // [n] if fb.options.want_entropy, else empty
+  std::vector<int32_t> top_ids;           // [n, fb.options.top_k]
+  std::vector<float> top_lps;             // [n, fb.options.top_k]
+  std::vector<float> candidate_logprobs;  // [n, fb.options.num_candidates]
+  std::vector<float> min_logprob;         // [n] if fb.options.want_min_logprob, else empty
   // If fb.options.want_reference, else empty: the comparison with the reference model per row.
   std::vector<double> ref_logprob;  // [n]
   std::vector<double> kld;          // [n]

@@ -288,6 +288,11 @@ absl::Status RunRank(Rank& rank, const PackedBatch& batch, HostResults* out) {
       cudaMemcpyAsync(acts.targets.data(), batch.targets.data(), n * 4, cudaMemcpyHostToDevice, stream));
   SCORED_CUDA_CHECK(cudaMemcpyAsync(acts.cu_seqlens.data(), batch.fb.cu_seqlens.data(),
                                     batch.fb.cu_seqlens.size() * 4, cudaMemcpyHostToDevice, stream));
+  const int64_t candidates = batch.fb.options.num_candidates;
+  if (candidates > 0) {
+    SCORED_CUDA_CHECK(cudaMemcpyAsync(acts.candidate_ids.data(), batch.candidate_ids.data(),
+                                      n * candidates * 4, cudaMemcpyHostToDevice, stream));
+  }
   BaselineModel reference;
   reference.config = &rank.ref_config;
   reference.model = rank.ref_model.get();
@@ -314,6 +319,14 @@ absl::Status RunRank(Rank& rank, const PackedBatch& batch, HostResults* out) {
       SCORED_CUDA_CHECK(cudaMemcpyAsync(out->top_ids.data(), acts.top_k_ids.data(), n * top_k * 4,
                                         cudaMemcpyDeviceToHost, stream));
       SCORED_CUDA_CHECK(cudaMemcpyAsync(out->top_lps.data(), acts.top_k_logprobs.data(), n * top_k * 4,
+                                        cudaMemcpyDeviceToHost, stream));
+    }
+    if (candidates > 0) {
+      SCORED_CUDA_CHECK(cudaMemcpyAsync(out->candidate_logprobs.data(), acts.candidate_logprobs.data(),
+                                        n * candidates * 4, cudaMemcpyDeviceToHost, stream));
+    }
+    if (!out->min_logprob.empty()) {
+      SCORED_CUDA_CHECK(cudaMemcpyAsync(out->min_logprob.data(), acts.min_logprob.data(), n * 4,
                                         cudaMemcpyDeviceToHost, stream));
     }
     if (!out->kld.empty()) {

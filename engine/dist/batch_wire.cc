@@ -64,6 +64,8 @@ std::string SerializeBatch(const cuda::PackedBatch& b) {
   Put(&out, static_cast<uint8_t>(b.fb.options.want_rank));
   Put(&out, static_cast<uint8_t>(b.fb.options.want_entropy));
   Put(&out, static_cast<uint8_t>(b.fb.options.want_reference));
+  Put(&out, b.fb.options.num_candidates);
+  Put(&out, static_cast<uint8_t>(b.fb.options.want_min_logprob));
   Put(&out, static_cast<int64_t>(b.fb.lm_head_rows.size()));
   for (const cuda::RowSpan& span : b.fb.lm_head_rows) {
     Put(&out, span.begin);
@@ -73,6 +75,7 @@ std::string SerializeBatch(const cuda::PackedBatch& b) {
   PutArray(&out, b.positions);
   PutArray(&out, b.targets);
   PutArray(&out, b.fb.cu_seqlens);
+  PutArray(&out, b.candidate_ids);
   return out;
 }
 
@@ -80,7 +83,7 @@ absl::StatusOr<cuda::PackedBatch> ParseBatch(absl::string_view bytes, int64_t ma
   cuda::PackedBatch b;
   cuda::ForwardBatch& fb = b.fb;
   Reader in(bytes);
-  uint8_t want_rank = 0, want_entropy = 0, want_reference = 0;
+  uint8_t want_rank = 0, want_entropy = 0, want_reference = 0, want_min_logprob = 0;
   int64_t spans = 0;
   SCORED_RETURN_IF_ERROR(in.Get("num_tokens", &fb.num_tokens));
   SCORED_RETURN_IF_ERROR(in.Get("num_seqs", &fb.num_seqs));
@@ -89,6 +92,8 @@ absl::StatusOr<cuda::PackedBatch> ParseBatch(absl::string_view bytes, int64_t ma
   SCORED_RETURN_IF_ERROR(in.Get("want_rank", &want_rank));
   SCORED_RETURN_IF_ERROR(in.Get("want_entropy", &want_entropy));
   SCORED_RETURN_IF_ERROR(in.Get("want_reference", &want_reference));
+  SCORED_RETURN_IF_ERROR(in.Get("num_candidates", &fb.options.num_candidates));
+  SCORED_RETURN_IF_ERROR(in.Get("want_min_logprob", &want_min_logprob));
   SCORED_RETURN_IF_ERROR(in.Get("num_spans", &spans));
   if (fb.num_tokens <= 0 || fb.num_tokens > max_tokens) {
     return Malformed(absl::StrCat("num_tokens ", fb.num_tokens, " outside [1, ", max_tokens, "]"));
@@ -98,6 +103,10 @@ absl::StatusOr<cuda::PackedBatch> ParseBatch(absl::string_view bytes, int64_t ma
   }
   if (fb.options.top_k < 0 || fb.options.top_k > kMaxTopK) {
     return Malformed(absl::StrCat("top_k ", fb.options.top_k, " outside [0, ", kMaxTopK, "]"));
+  }
+  if (fb.options.num_candidates < 0 || fb.options.num_candidates > kMaxCandidates) {
+    return Malformed(
+        absl::StrCat("num_candidates ", fb.options.num_candidates, " outside [0, ", kMaxCandidates, "]"));
   }
   if (spans < 0 || spans > fb.num_seqs) {
     return Malformed(absl::StrCat("num_spans ", spans, " outside [0, ", fb.num_seqs, "]"));
@@ -116,7 +125,9 @@ absl::StatusOr<cuda::PackedBatch> ParseBatch(absl::string_view bytes, int64_t ma
   SCORED_RETURN_IF_ERROR(in.GetArray("positions", fb.num_tokens, &b.positions));
   SCORED_RETURN_IF_ERROR(in.GetArray("targets", fb.num_tokens, &b.targets));
   SCORED_RETURN_IF_ERROR(in.GetArray("cu_seqlens", int64_t{fb.num_seqs} + 1, &fb.cu_seqlens));
-  if (in.left() != 0) return Malformed(absl::StrCat(in.left(), " bytes left over after cu_seqlens"));
+  SCORED_RETURN_IF_ERROR(
+      in.GetArray("candidate_ids", fb.num_tokens * fb.options.num_candidates, &b.candidate_ids));
+  if (in.left() != 0) return Malformed(absl::StrCat(in.left(), " bytes left over after candidate_ids"));
   int32_t longest = 0;
   for (int32_t s = 0; s < fb.num_seqs; ++s) {
     if (fb.cu_seqlens[s + 1] <= fb.cu_seqlens[s]) {
@@ -135,6 +146,7 @@ absl::StatusOr<cuda::PackedBatch> ParseBatch(absl::string_view bytes, int64_t ma
   fb.options.want_rank = want_rank != 0;
   fb.options.want_entropy = want_entropy != 0;
   fb.options.want_reference = want_reference != 0;
+  fb.options.want_min_logprob = want_min_logprob != 0;
   return b;
 }
 

@@ -1,6 +1,8 @@
 // Vocab-parallel log-softmax: partial stats, all-gather, combine (see the header).
 #include "engine/dist/vocab_parallel_logprob.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 
@@ -38,19 +40,36 @@ absl::Status VocabParallelScore(NcclCommunicator& comm, const float* logits, int
                                                    shard_size, ", ld ", ld, ", offset ", vocab_offset));
   }
   if ((options.want_rank && (outputs.rank == nullptr || target_logit == nullptr)) ||
-      (options.want_entropy && outputs.entropy == nullptr)) {
+      (options.want_entropy && outputs.entropy == nullptr) ||
+      (options.want_min_logprob && outputs.min_logprob == nullptr) ||
+      (options.num_candidates > 0 &&
+       (outputs.candidate_ids == nullptr || outputs.candidate_logprobs == nullptr))) {
     return absl::InvalidArgumentError("vocab-parallel score: a requested output is missing");
   }
   if (num_tokens == 0) return absl::OkStatus();
   kernels::LogitPartialStats* mine =
       workspace + static_cast<int64_t>(comm.rank()) * num_tokens;  // [num_tokens]
-  SCORED_RETURN_IF_ERROR(kernels::ComputeLogitPartialStats(logits, ld, targets, num_tokens, shard_size,
-                                                           vocab_offset, mine, stream));
+  SCORED_RETURN_IF_ERROR(kernels::ComputeLogitPartialStats(
+      logits, ld, targets, num_tokens, shard_size, vocab_offset, mine, stream, options.want_min_logprob));
   const int64_t bytes = num_tokens * static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
   SCORED_RETURN_IF_ERROR(comm.AllGatherBytes(mine, workspace, bytes, stream));
   SCORED_RETURN_IF_ERROR(kernels::CombineLogitPartialStats(
       workspace, comm.num_ranks(), num_tokens, targets, outputs.logprob, outputs.greedy, stream,
-      options.want_entropy ? outputs.entropy : nullptr, options.want_rank ? target_logit : nullptr));
+      options.want_entropy ? outputs.entropy : nullptr, options.want_rank ? target_logit : nullptr,
+      options.want_min_logprob ? outputs.min_logprob : nullptr));
+  if (options.num_candidates > 0) {
+    const int64_t c = options.num_candidates;
+    SCORED_RETURN_IF_ERROR(kernels::ShardCandidateLogits(logits, ld, num_tokens, shard_size, vocab_offset,
+                                                         outputs.candidate_ids, options.num_candidates,
+                                                         outputs.candidate_logprobs, stream));
+    SCORED_RETURN_IF_ERROR(comm.AllReduceSum(outputs.candidate_logprobs, outputs.candidate_logprobs,
+                                             num_tokens * c, ReduceDType::kF32, stream));
+    // The ids were checked against the vocabulary (engine/score_contract.h): only padding rows' -1 is out of
+    // range here, and the global vocabulary size is not needed to find it.
+    SCORED_RETURN_IF_ERROR(kernels::FinishCandidateLogprobs(
+        workspace, comm.num_ranks(), num_tokens, std::numeric_limits<int32_t>::max(), outputs.candidate_ids,
+        options.num_candidates, outputs.candidate_logprobs, stream));
+  }
   if (options.want_rank) {
     SCORED_RETURN_IF_ERROR(kernels::CountLogitsAbove(logits, ld, num_tokens, shard_size, target_logit,
                                                      comm.rank() == 0 ? 1 : 0, outputs.rank, stream));

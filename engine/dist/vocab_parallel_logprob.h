@@ -1,8 +1,8 @@
 // Vocab-parallel scoring tail (DESIGN.md §7): every rank holds the logits of its vocabulary shard only
 // (lm_head rows [vocab_offset, vocab_offset + shard_size), engine/model/shard_plan.h); the ranks exchange
-// per-token partial statistics (kernels::LogitPartialStats: max, argmax, sum-exp, target logit; 24 bytes
-// per token per rank) instead of the logits, and every rank combines them in the same (rank) order, so
-// all ranks get bitwise the same log-probs and greedy flags, equal to a one-GPU
+// per-token partial statistics (kernels::LogitPartialStats: max, argmax, sum-exp, entropy term, target
+// logit, min; 40 bytes per token per rank) instead of the logits, and every rank combines them in the same
+// (rank) order, so all ranks get bitwise the same log-probs and greedy flags, equal to a one-GPU
 // ComputeLogitPartialStats + CombineLogitPartialStats over the same shards.
 //
 // Per rank, on its own thread and stream (a collective: every rank calls it with the same num_tokens):
@@ -44,8 +44,13 @@ absl::Status VocabParallelLogprob(NcclCommunicator& comm,
 //   top-k (options.top_k > 0): every rank's top_k (global id, logit) pairs (kernels::ShardTopK), two
 //     all-gathers, and kernels::MergeShardTopK (the same total order as ScoreLogits: logit desc, id asc).
 //     Needs top_k <= every rank's shard size (the caller checks it for all ranks alike).
+//   min_logprob (options.want_min_logprob): every shard's min in the gathered stats, no extra communication;
+//   candidate logprobs (options.num_candidates > 0): every rank writes the logits of the candidates its shard
+//     holds and +0 for the others (kernels::ShardCandidateLogits) into outputs.candidate_logprobs, a float
+//     sum all-reduce in place (exactly the holder's logit: the other terms are +0), then
+//     kernels::FinishCandidateLogprobs subtracts the combined lse.
 // Workspaces: target_logit [num_tokens] fp32 (want_rank); topk_ids / topk_values
-// [num_ranks, num_tokens, top_k] (top_k > 0). outputs: as ScoreLogits'.
+// [num_ranks, num_tokens, top_k] (top_k > 0). outputs: as ScoreLogits'; candidate_ids: global ids.
 absl::Status VocabParallelScore(NcclCommunicator& comm,
                                 const float* logits,  // [num_tokens, ld] this rank's shard, fp32
                                 int64_t ld, int64_t shard_size, int64_t vocab_offset,

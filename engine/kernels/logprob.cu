@@ -2,7 +2,9 @@
 //
 // Pass 1: max and argmax. Pass 2: sum of exp (and the entropy term, and the rank count). Optional top-k:
 // a 4-round 8-bit radix select over order-preserving integer keys finds the k-th largest key, then one
-// ordered pass collects the candidates and a k x k rank sort orders them. Each thread walks its elements
+// ordered pass collects the candidates and a k x k rank sort orders them (k <= 1024: 2k comparisons per
+// thread of the block). Candidate logprobs (a gather from the row at the given ids) and the min logprob reuse
+// the row's lse; the min is taken in pass 1. Each thread walks its elements
 // in ascending index order (i = tid, tid + kThreads, ...); the block combines threads in a fixed tree.
 // Rows are read 2 + (top_k ? 5 : 0) times; after the first pass they usually come from L2. A one-pass
 // variant (per-thread running max, sums rebased in double when it grows) measured slower on an H200
@@ -20,13 +22,18 @@ constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMaxBlocks = 65535;
 
-// Pass 1 over one row: the max and the lowest index holding it.
-__device__ MaxArg RowMaxArg(const float* row, int64_t n, float* scratch_v, int32_t* scratch_i) {
+// Pass 1 over one row: the max and the lowest index holding it; with want_min (uniform over the block) also
+// the min, in *min_out for every thread.
+__device__ MaxArg RowMaxArg(const float* row, int64_t n, float* scratch_v, int32_t* scratch_i,
+                            bool want_min = false, float* min_out = nullptr) {
   MaxArg m{-INFINITY, INT32_MAX};
+  float lowest = INFINITY;
   for (int64_t i = threadIdx.x; i < n; i += kThreads) {
     const float v = row[i];
     if (v > m.value || (v == m.value && m.index == INT32_MAX)) m = {v, static_cast<int32_t>(i)};
+    lowest = fminf(lowest, v);
   }
+  if (want_min) *min_out = -BlockMax(-lowest, scratch_v, -INFINITY);
   return BlockMaxArg(m, scratch_v, scratch_i);
 }
 
@@ -146,9 +153,9 @@ __device__ void RowTopK(const float* row, int64_t n, int k, double lse, TopKShar
     __syncthreads();
     if (eq_taken >= remaining && gt_found >= num_gt) break;
   }
-  if (threadIdx.x < k) {
-    const int32_t id = sh.cand_id[threadIdx.x];
-    const float v = sh.cand_value[threadIdx.x];
+  for (int c = threadIdx.x; c < k; c += kThreads) {
+    const int32_t id = sh.cand_id[c];
+    const float v = sh.cand_value[c];
     int pos = 0;
     for (int j = 0; j < k; ++j) pos += Better(sh.cand_value[j], sh.cand_id[j], v, id) ? 1 : 0;
     out_ids[pos] = id;
@@ -157,22 +164,35 @@ __device__ void RowTopK(const float* row, int64_t n, int k, double lse, TopKShar
   __syncthreads();
 }
 
+// candidate_logprobs[c] = float(double(row[ids[c]]) - lse), NaN for an id outside [0, n).
+__device__ void RowGather(const float* row, int64_t n, double lse, const int32_t* ids,  // [num_candidates]
+                          int num_candidates, float* candidate_logprobs) {              // [num_candidates]
+  for (int c = threadIdx.x; c < num_candidates; c += kThreads) {
+    const int32_t id = ids[c];
+    candidate_logprobs[c] = id >= 0 && id < n ? static_cast<float>(static_cast<double>(row[id]) - lse)
+                                              : __int_as_float(0x7fc00000);
+  }
+}
+
 template <bool kEntropy, bool kRank>
 __global__ void __launch_bounds__(kThreads)
     ScoreLogitsKernel(const float* __restrict__ logits,  // [num_tokens, ld]
                       int64_t ld,
                       const int32_t* __restrict__ targets,  // [num_tokens]
-                      int64_t num_tokens, int64_t vocab_size, int top_k, LogprobOutputs out) {
+                      int64_t num_tokens, int64_t vocab_size, int top_k, int num_candidates,
+                      LogprobOutputs out) {
   __shared__ float scratch_f[32];
   __shared__ int32_t scratch_i[32];
   __shared__ double scratch_d[32];
   __shared__ TopKShared topk_shared;
+  const bool want_min = out.min_logprob != nullptr;
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
     const float* row = logits + t * ld;
     const int32_t target = targets[t];
     const bool target_ok = target >= 0 && target < vocab_size;
     const float target_logit = target_ok ? row[target] : __int_as_float(0x7fc00000);
-    const MaxArg m = RowMaxArg(row, vocab_size, scratch_f, scratch_i);
+    float min_logit = 0.0f;
+    const MaxArg m = RowMaxArg(row, vocab_size, scratch_f, scratch_i, want_min, &min_logit);
     const SumStats s = RowSums<kEntropy, kRank>(row, vocab_size, m.value, target_logit, scratch_d, scratch_i);
     const double log_sum = log(s.sum_exp);
     const double lse = static_cast<double>(m.value) + log_sum;
@@ -181,6 +201,11 @@ __global__ void __launch_bounds__(kThreads)
       out.greedy[t] = target_ok && m.index == target ? 1 : 0;
       if constexpr (kRank) out.rank[t] = 1 + s.greater;
       if constexpr (kEntropy) out.entropy[t] = static_cast<float>(log_sum - s.sum_exp_shifted / s.sum_exp);
+      if (want_min) out.min_logprob[t] = static_cast<float>(static_cast<double>(min_logit) - lse);
+    }
+    if (num_candidates > 0) {
+      RowGather(row, vocab_size, lse, out.candidate_ids + t * num_candidates, num_candidates,
+                out.candidate_logprobs + t * num_candidates);
     }
     if (top_k > 0) {
       RowTopK(row, vocab_size, top_k, lse, topk_shared, out.top_k_ids + t * top_k,
@@ -192,7 +217,8 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     PartialStatsKernel(const float* __restrict__ logits,  // [num_tokens, ld]
                        int64_t ld, const int32_t* __restrict__ targets, int64_t num_tokens,
-                       int64_t shard_size, int64_t vocab_offset, LogitPartialStats* __restrict__ stats) {
+                       int64_t shard_size, int64_t vocab_offset, bool want_min,
+                       LogitPartialStats* __restrict__ stats) {
   __shared__ float scratch_f[32];
   __shared__ int32_t scratch_i[32];
   __shared__ double scratch_d[32];
@@ -200,7 +226,8 @@ __global__ void __launch_bounds__(kThreads)
     const float* row = logits + t * ld;
     const int64_t local = static_cast<int64_t>(targets[t]) - vocab_offset;
     const bool has_target = local >= 0 && local < shard_size;
-    const MaxArg m = RowMaxArg(row, shard_size, scratch_f, scratch_i);
+    float min_logit = 0.0f;
+    const MaxArg m = RowMaxArg(row, shard_size, scratch_f, scratch_i, want_min, &min_logit);
     const SumStats s = RowSums<true, false>(row, shard_size, m.value, 0.0f, scratch_d, scratch_i);
     if (threadIdx.x == 0) {
       LogitPartialStats r;
@@ -210,23 +237,26 @@ __global__ void __launch_bounds__(kThreads)
       r.sum_exp_shifted = s.sum_exp_shifted;
       r.target_logit = has_target ? row[local] : 0.0f;
       r.has_target = has_target ? 1 : 0;
+      r.min = min_logit;
       stats[t] = r;
     }
   }
 }
 
-// M = max over shards (argmax ties to the lowest id), S and T (the entropy term) combined in shard order.
+// M = max over shards (argmax ties to the lowest id), S and T (the entropy term) combined in shard order, and
+// the min over shards.
 struct Combined {
   float max;
   int32_t argmax;
   float target_logit;
   double sum;
   double shifted;
+  float min;
 };
 
 __device__ Combined CombineToken(const LogitPartialStats* __restrict__ stats, int64_t num_shards,
                                  int64_t num_tokens, int64_t t) {
-  Combined c{-INFINITY, INT32_MAX, __int_as_float(0x7fc00000), 0.0, 0.0};
+  Combined c{-INFINITY, INT32_MAX, __int_as_float(0x7fc00000), 0.0, 0.0, INFINITY};
   for (int64_t r = 0; r < num_shards; ++r) {
     const LogitPartialStats& s = stats[r * num_tokens + t];
     if (Better(s.max, s.argmax, c.max, c.argmax)) {
@@ -234,6 +264,7 @@ __device__ Combined CombineToken(const LogitPartialStats* __restrict__ stats, in
       c.argmax = s.argmax;
     }
     if (s.has_target) c.target_logit = s.target_logit;
+    c.min = fminf(c.min, s.min);
   }
   for (int64_t r = 0; r < num_shards; ++r) {
     const LogitPartialStats& s = stats[r * num_tokens + t];
@@ -249,16 +280,59 @@ __global__ void CombineStatsKernel(const LogitPartialStats* __restrict__ stats, 
                                    int64_t num_shards, int64_t num_tokens,
                                    const int32_t* __restrict__ targets,  // [num_tokens]
                                    double* __restrict__ logprob, uint8_t* __restrict__ greedy,
-                                   float* __restrict__ entropy,             // [num_tokens] or nullptr
-                                   float* __restrict__ target_logit_out) {  // [num_tokens] or nullptr
+                                   float* __restrict__ entropy,           // [num_tokens] or nullptr
+                                   float* __restrict__ target_logit_out,  // [num_tokens] or nullptr
+                                   float* __restrict__ min_logprob) {     // [num_tokens] or nullptr
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < num_tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const Combined c = CombineToken(stats, num_shards, num_tokens, t);
     const double log_sum = log(c.sum);
-    logprob[t] = static_cast<double>(c.target_logit) - (static_cast<double>(c.max) + log_sum);
+    const double lse = static_cast<double>(c.max) + log_sum;
+    logprob[t] = static_cast<double>(c.target_logit) - lse;
     greedy[t] = c.argmax == targets[t] ? 1 : 0;
     if (entropy != nullptr) entropy[t] = static_cast<float>(log_sum - c.shifted / c.sum);
     if (target_logit_out != nullptr) target_logit_out[t] = c.target_logit;
+    if (min_logprob != nullptr) min_logprob[t] = static_cast<float>(static_cast<double>(c.min) - lse);
+  }
+}
+
+// values[e] = the logit of ids[e] when this shard holds it, else +0 (summed over the ranks next).
+__global__ void ShardCandidateLogitsKernel(const float* __restrict__ logits,  // [num_tokens, ld]
+                                           int64_t ld, int64_t num_tokens, int64_t shard_size,
+                                           int64_t vocab_offset,
+                                           const int32_t* __restrict__ ids,  // [num_tokens, num_candidates]
+                                           int num_candidates,
+                                           float* __restrict__ values) {  // [num_tokens, num_candidates]
+  const int64_t total = num_tokens * num_candidates;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t local = static_cast<int64_t>(ids[e]) - vocab_offset;
+    values[e] = local >= 0 && local < shard_size ? logits[(e / num_candidates) * ld + local] : 0.0f;
+  }
+}
+
+// One block per token: the combined lse once, then every candidate's logit (summed over ranks) minus it.
+__global__ void __launch_bounds__(kThreads)
+    FinishCandidatesKernel(const LogitPartialStats* __restrict__ stats, int64_t num_shards,
+                           int64_t num_tokens, int64_t vocab_size,
+                           const int32_t* __restrict__ ids,  // [num_tokens, num_candidates]
+                           int num_candidates,
+                           float* __restrict__ values) {  // [num_tokens, num_candidates], in place
+  __shared__ double lse_shared;
+  for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
+    if (threadIdx.x == 0) {
+      const Combined comb = CombineToken(stats, num_shards, num_tokens, t);
+      lse_shared = static_cast<double>(comb.max) + log(comb.sum);
+    }
+    __syncthreads();
+    const double lse = lse_shared;
+    for (int c = threadIdx.x; c < num_candidates; c += kThreads) {
+      const int64_t e = t * num_candidates + c;
+      const int32_t id = ids[e];
+      values[e] = id >= 0 && id < vocab_size ? static_cast<float>(static_cast<double>(values[e]) - lse)
+                                             : __int_as_float(0x7fc00000);
+    }
+    __syncthreads();
   }
 }
 
@@ -272,35 +346,48 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
     // lse 0: RowTopK writes float(double(x) - 0) = x, the raw logit.
     RowTopK(logits + t * ld, shard_size, top_k, 0.0, topk_shared, ids + t * stride, values + t * stride);
-    if (threadIdx.x < top_k) ids[t * stride + threadIdx.x] += static_cast<int32_t>(vocab_offset);
+    for (int j = threadIdx.x; j < top_k; j += kThreads)
+      ids[t * stride + j] += static_cast<int32_t>(vocab_offset);
     __syncthreads();
   }
 }
 
-// One block per token: candidate c's place is the number of candidates before it in (logit desc, id asc).
+// One block per token: candidate (r, j)'s place is j plus, for every other shard, the length of the prefix
+// of its sorted list that comes before the candidate in (logit desc, id asc) (a binary search).
 __global__ void __launch_bounds__(kThreads)
     MergeTopKKernel(const int32_t* __restrict__ ids, const float* __restrict__ values, int64_t stride,
                     const LogitPartialStats* __restrict__ stats, int64_t num_shards, int64_t num_tokens,
                     int top_k, int32_t* __restrict__ top_ids, float* __restrict__ top_logprobs) {
-  __shared__ int32_t cand_id[kThreads];
-  __shared__ float cand_value[kThreads];
-  const int count = static_cast<int>(num_shards) * top_k;  // <= 8 * 64 = kThreads
+  __shared__ double lse_shared;
+  const int count = static_cast<int>(num_shards) * top_k;
   for (int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
-    if (threadIdx.x < count) {
-      const int r = threadIdx.x / top_k, j = threadIdx.x % top_k;
-      const int64_t at = (r * num_tokens + t) * stride + j;
-      cand_id[threadIdx.x] = ids[at];
-      cand_value[threadIdx.x] = values[at];
+    if (threadIdx.x == 0) {
+      const Combined comb = CombineToken(stats, num_shards, num_tokens, t);
+      lse_shared = static_cast<double>(comb.max) + log(comb.sum);
     }
     __syncthreads();
-    if (threadIdx.x < count) {
-      const int32_t id = cand_id[threadIdx.x];
-      const float v = cand_value[threadIdx.x];
-      int place = 0;
-      for (int c = 0; c < count; ++c) place += Better(cand_value[c], cand_id[c], v, id) ? 1 : 0;
+    const double lse = lse_shared;
+    for (int c = threadIdx.x; c < count; c += kThreads) {
+      const int r = c / top_k, j = c % top_k;
+      const int64_t at = (r * num_tokens + t) * stride + j;
+      const int32_t id = ids[at];
+      const float v = values[at];
+      int place = j;
+      for (int64_t s = 0; s < num_shards && place < top_k; ++s) {
+        if (s == r) continue;
+        const int64_t base = (s * num_tokens + t) * stride;
+        int lo = 0, hi = top_k;
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          if (Better(values[base + mid], ids[base + mid], v, id)) {
+            lo = mid + 1;
+          } else {
+            hi = mid;
+          }
+        }
+        place += lo;
+      }
       if (place < top_k) {
-        const Combined comb = CombineToken(stats, num_shards, num_tokens, t);
-        const double lse = static_cast<double>(comb.max) + log(comb.sum);
         top_ids[t * top_k + place] = id;
         top_logprobs[t * top_k + place] = static_cast<float>(static_cast<double>(v) - lse);
       }
@@ -336,29 +423,37 @@ absl::Status ScoreLogits(const float* logits, int64_t ld, const int32_t* targets
         "ScoreLogits: need num_tokens >= 0, 1 <= vocab_size < 2^31, ld >= vocab_size");
   }
   if (options.top_k < 0 || options.top_k > kMaxTopK || options.top_k > vocab_size) {
-    return absl::InvalidArgumentError("ScoreLogits: top_k outside [0, min(64, vocab_size)]");
+    return absl::InvalidArgumentError("ScoreLogits: top_k outside [0, min(kMaxTopK, vocab_size)]");
+  }
+  if (options.num_candidates < 0 || options.num_candidates > kMaxCandidates) {
+    return absl::InvalidArgumentError("ScoreLogits: num_candidates outside [0, kMaxCandidates]");
   }
   if (num_tokens == 0) return absl::OkStatus();
   if (logits == nullptr || targets == nullptr || outputs.logprob == nullptr || outputs.greedy == nullptr ||
       (options.want_rank && outputs.rank == nullptr) ||
       (options.want_entropy && outputs.entropy == nullptr) ||
-      (options.top_k > 0 && (outputs.top_k_ids == nullptr || outputs.top_k_logprobs == nullptr))) {
+      (options.top_k > 0 && (outputs.top_k_ids == nullptr || outputs.top_k_logprobs == nullptr)) ||
+      (options.num_candidates > 0 &&
+       (outputs.candidate_ids == nullptr || outputs.candidate_logprobs == nullptr)) ||
+      (options.want_min_logprob && outputs.min_logprob == nullptr)) {
     return absl::InvalidArgumentError("ScoreLogits: null input or requested output");
   }
   const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
-  const int top_k = options.top_k;
+  const int top_k = options.top_k, c = options.num_candidates;
+  LogprobOutputs out = outputs;
+  if (!options.want_min_logprob) out.min_logprob = nullptr;  // the kernel's flag
   if (options.want_entropy && options.want_rank) {
     ScoreLogitsKernel<true, true>
-        <<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
+        <<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, c, out);
   } else if (options.want_entropy) {
     ScoreLogitsKernel<true, false>
-        <<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
+        <<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, c, out);
   } else if (options.want_rank) {
     ScoreLogitsKernel<false, true>
-        <<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
+        <<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, c, out);
   } else {
     ScoreLogitsKernel<false, false>
-        <<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, outputs);
+        <<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, vocab_size, top_k, c, out);
   }
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
@@ -366,7 +461,7 @@ absl::Status ScoreLogits(const float* logits, int64_t ld, const int32_t* targets
 
 absl::Status ComputeLogitPartialStats(const float* logits, int64_t ld, const int32_t* targets,
                                       int64_t num_tokens, int64_t shard_size, int64_t vocab_offset,
-                                      LogitPartialStats* stats, cudaStream_t stream) {
+                                      LogitPartialStats* stats, cudaStream_t stream, bool want_min) {
   if (num_tokens < 0 || shard_size < 1 || shard_size > INT32_MAX || ld < shard_size || vocab_offset < 0 ||
       vocab_offset + shard_size > INT32_MAX) {
     return absl::InvalidArgumentError("ComputeLogitPartialStats: bad sizes");
@@ -377,14 +472,15 @@ absl::Status ComputeLogitPartialStats(const float* logits, int64_t ld, const int
   }
   const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
   PartialStatsKernel<<<blocks, kThreads, 0, stream>>>(logits, ld, targets, num_tokens, shard_size,
-                                                      vocab_offset, stats);
+                                                      vocab_offset, want_min, stats);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
 
 absl::Status CombineLogitPartialStats(const LogitPartialStats* stats, int64_t num_shards, int64_t num_tokens,
                                       const int32_t* targets, double* logprob, uint8_t* greedy,
-                                      cudaStream_t stream, float* entropy, float* target_logit) {
+                                      cudaStream_t stream, float* entropy, float* target_logit,
+                                      float* min_logprob) {
   if (num_shards < 1 || num_tokens < 0)
     return absl::InvalidArgumentError("CombineLogitPartialStats: bad sizes");
   if (num_tokens == 0) return absl::OkStatus();
@@ -393,7 +489,44 @@ absl::Status CombineLogitPartialStats(const LogitPartialStats* stats, int64_t nu
   }
   const int64_t blocks = CeilDiv(num_tokens, 256);
   CombineStatsKernel<<<static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks), 256, 0, stream>>>(
-      stats, num_shards, num_tokens, targets, logprob, greedy, entropy, target_logit);
+      stats, num_shards, num_tokens, targets, logprob, greedy, entropy, target_logit, min_logprob);
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+absl::Status ShardCandidateLogits(const float* logits, int64_t ld, int64_t num_tokens, int64_t shard_size,
+                                  int64_t vocab_offset, const int32_t* ids, int32_t num_candidates,
+                                  float* values, cudaStream_t stream) {
+  if (num_tokens < 0 || shard_size < 1 || ld < shard_size || vocab_offset < 0 || num_candidates < 1 ||
+      num_candidates > kMaxCandidates) {
+    return absl::InvalidArgumentError("ShardCandidateLogits: bad sizes");
+  }
+  if (num_tokens == 0) return absl::OkStatus();
+  if (logits == nullptr || ids == nullptr || values == nullptr) {
+    return absl::InvalidArgumentError("ShardCandidateLogits: null pointer");
+  }
+  const int64_t blocks = CeilDiv(num_tokens * num_candidates, 256);
+  ShardCandidateLogitsKernel<<<static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks), 256, 0,
+                               stream>>>(logits, ld, num_tokens, shard_size, vocab_offset, ids,
+                                         num_candidates, values);
+  SCORED_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+absl::Status FinishCandidateLogprobs(const LogitPartialStats* stats, int64_t num_shards, int64_t num_tokens,
+                                     int64_t vocab_size, const int32_t* ids, int32_t num_candidates,
+                                     float* values, cudaStream_t stream) {
+  if (num_shards < 1 || num_tokens < 0 || vocab_size < 1 || num_candidates < 1 ||
+      num_candidates > kMaxCandidates) {
+    return absl::InvalidArgumentError("FinishCandidateLogprobs: bad sizes");
+  }
+  if (num_tokens == 0) return absl::OkStatus();
+  if (stats == nullptr || ids == nullptr || values == nullptr) {
+    return absl::InvalidArgumentError("FinishCandidateLogprobs: null pointer");
+  }
+  const unsigned blocks = static_cast<unsigned>(num_tokens < kMaxBlocks ? num_tokens : kMaxBlocks);
+  FinishCandidatesKernel<<<blocks, kThreads, 0, stream>>>(stats, num_shards, num_tokens, vocab_size, ids,
+                                                          num_candidates, values);
   SCORED_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }
@@ -419,9 +552,8 @@ absl::Status ShardTopK(const float* logits, int64_t ld, int64_t num_tokens, int6
 absl::Status MergeShardTopK(const int32_t* ids, const float* values, int64_t ids_stride,
                             const LogitPartialStats* stats, int64_t num_shards, int64_t num_tokens,
                             int32_t top_k, int32_t* top_ids, float* top_logprobs, cudaStream_t stream) {
-  if (num_shards < 1 || num_tokens < 0 || top_k < 1 || top_k > kMaxTopK || ids_stride < top_k ||
-      num_shards * top_k > kThreads) {
-    return absl::InvalidArgumentError("MergeShardTopK: bad sizes (num_shards * top_k must be <= 512)");
+  if (num_shards < 1 || num_tokens < 0 || top_k < 1 || top_k > kMaxTopK || ids_stride < top_k) {
+    return absl::InvalidArgumentError("MergeShardTopK: bad sizes");
   }
   if (num_tokens == 0) return absl::OkStatus();
   if (ids == nullptr || values == nullptr || stats == nullptr || top_ids == nullptr ||

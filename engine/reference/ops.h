@@ -237,16 +237,22 @@ void RotateRows(float* x, int64_t rows, int64_t width, const double* t, int64_t 
 // Per-position outputs from one row of fp32 logits, by the Score contract (DESIGN.md §3):
 // logprob = logit[target] - logsumexp (max-subtracted, sum in double); greedy = argmax (lowest id on
 // ties) == target; rank = 1 + #{logit > logit[target]}; entropy = -sum p log p (double);
-// top_k (0..64) by descending logit, ties by lower id. `want_*` select optional outputs.
+// top_k (0..kMaxTopK) by descending logit, ties by lower id; candidate_logprob[c] = fp32(logit[id_c] - lse)
+// for the num_candidates ids at `candidate_ids` (the top-k's rounding; an id outside [0, vocab_size) gives
+// NaN); min_logprob = fp32(min logit - lse). `want_*` select optional outputs.
 struct TokenScore {
   double logprob = 0.0;
   bool greedy = false;
   int32_t rank = 0;
   double entropy = 0.0;
   std::vector<TopKEntry> top_k;
+  std::vector<float> candidate_logprob;  // [num_candidates]
+  float min_logprob = 0.0f;              // if want_min_logprob
 };
 TokenScore ScoreLogits(const float* logits,  // [vocab_size]
-                       int64_t vocab_size, int32_t target, int32_t top_k, bool want_rank, bool want_entropy);
+                       int64_t vocab_size, int32_t target, int32_t top_k, bool want_rank, bool want_entropy,
+                       const int32_t* candidate_ids = nullptr,  // [num_candidates]
+                       int32_t num_candidates = 0, bool want_min_logprob = false);
 
 // Compares one row of a reference model R's fp32 logits with the same position's row of a model Q, in double
 // (DESIGN.md §3, issue 17's contract):

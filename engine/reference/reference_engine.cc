@@ -811,8 +811,13 @@ ScoreResult ReferenceEngine::ScoreSequence(const ScoreRequest& request) const {
         [&](int64_t begin, int64_t end) {
           for (int64_t r = begin; r < end; ++r) {
             const int64_t j = first + chunk + r;
-            scores[chunk + r] = ref::ScoreLogits(logits.data() + r * vocab, vocab, request.tokens[j],
-                                                 request.top_k, request.want_rank, request.want_entropy);
+            const int32_t* candidates =
+                request.num_candidates > 0
+                    ? request.candidate_ids.data() + (chunk + r) * int64_t{request.num_candidates}
+                    : nullptr;
+            scores[chunk + r] = ref::ScoreLogits(
+                logits.data() + r * vocab, vocab, request.tokens[j], request.top_k, request.want_rank,
+                request.want_entropy, candidates, request.num_candidates, request.want_min_logprob);
           }
         },
         ref::GrainFor(8 * vocab));
@@ -825,8 +830,13 @@ ScoreResult ReferenceEngine::ScoreSequence(const ScoreRequest& request) const {
   if (request.want_rank) result.rank.resize(num_scored);
   if (request.want_entropy) result.entropy.resize(num_scored);
   if (request.top_k > 0) result.top_k.resize(num_scored);
+  result.candidate_logprob.reserve(num_scored * int64_t{request.num_candidates});
+  if (request.want_min_logprob) result.min_logprob.resize(num_scored);
   for (int64_t i = 0; i < num_scored; ++i) {
     ref::TokenScore& s = scores[i];
+    result.candidate_logprob.insert(result.candidate_logprob.end(), s.candidate_logprob.begin(),
+                                    s.candidate_logprob.end());
+    if (request.want_min_logprob) result.min_logprob[i] = s.min_logprob;
     result.logprob[i] = static_cast<float>(s.logprob);
     result.sum_logprob += s.logprob;
     result.greedy[i] = s.greedy ? 1 : 0;

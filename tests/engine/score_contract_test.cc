@@ -56,8 +56,10 @@ TEST(ScoreContractTest, EveryErrorNamesWhatIsWrong) {
   ExpectError(r, Limits(), absl::StatusCode::kInvalidArgument,
               "score_from 3 must be less than the number of tokens 3");
   r = Request(3);
-  r.top_k = 65;
-  ExpectError(r, Limits(), absl::StatusCode::kInvalidArgument, "top_k must be in [0, 64], got 65");
+  r.top_k = 1025;
+  ExpectError(r, Limits(), absl::StatusCode::kInvalidArgument, "top_k must be in [0, 1024], got 1025");
+  r.top_k = 101;
+  ExpectError(r, Limits(), absl::StatusCode::kInvalidArgument, "top_k 101 exceeds the vocabulary size 100");
   r.top_k = -1;
   ExpectError(r, Limits(), absl::StatusCode::kInvalidArgument, "got -1");
   r = Request(5);
@@ -79,6 +81,45 @@ TEST(ScoreContractTest, ShardLimitOnlyWhenSet) {
   ExpectError(r, limits, absl::StatusCode::kInvalidArgument, "top_k 64 exceeds the 35 vocabulary rows");
   r.top_k = 35;
   EXPECT_TRUE(ValidateScoreRequest(r, limits).ok());
+}
+
+// Candidate ids (a stored reference's gather): exactly num_scored * num_candidates ids, within the limits,
+// each inside the vocabulary; the message names the limit, or the scored position and the id.
+TEST(ScoreContractTest, CandidateIds) {
+  ScoreRequest r = Request(5);
+  r.score_from = 3;  // positions 3 and 4 are scored
+  r.num_candidates = 2;
+  r.candidate_ids = {0, 99, 7, 7};
+  r.want_min_logprob = true;
+  EXPECT_TRUE(ValidateScoreRequest(r, Limits()).ok());
+  r.candidate_ids.pop_back();
+  ExpectError(r, Limits(), absl::StatusCode::kInvalidArgument,
+              "candidate_ids has 3 ids; num_candidates 2 at each of the 2 scored positions needs 4");
+  r.candidate_ids = {0, 99, 7, 100};
+  ExpectError(r, Limits(), absl::StatusCode::kInvalidArgument,
+              "candidate id 100 at scored position 1 (position 4), candidate 1, is out of range [0, 100)");
+  r.candidate_ids = {-3, 99, 7, 7};
+  ExpectError(r, Limits(), absl::StatusCode::kInvalidArgument,
+              "candidate id -3 at scored position 0 (position 3)");
+  r.num_candidates = 1025;
+  ExpectError(r, Limits(), absl::StatusCode::kInvalidArgument,
+              "num_candidates must be in [0, 1024] (kMaxCandidates), got 1025");
+  r.num_candidates = 0;  // ids without a count
+  ExpectError(r, Limits(), absl::StatusCode::kInvalidArgument, "num_candidates 0 at each of the 2");
+  r.candidate_ids.clear();
+  EXPECT_TRUE(ValidateScoreRequest(r, Limits()).ok());
+  // The request-wide bound: 4,097 scored positions of 1024 ids.
+  ScoreLimits big = Limits();
+  big.max_seq_len = big.max_batch_tokens = 8192;
+  r = Request(4098);
+  for (int32_t& id : r.tokens) id %= 100;
+  r.num_candidates = kMaxCandidates;
+  r.candidate_ids.assign(4097 * static_cast<size_t>(kMaxCandidates), 1);
+  ExpectError(r, big, absl::StatusCode::kInvalidArgument,
+              "candidate_ids has 4195328 ids, more than the 4194304 a request may name (kMaxCandidateIds)");
+  r.candidate_ids.resize(4096 * static_cast<size_t>(kMaxCandidates));
+  r.score_from = 2;
+  EXPECT_TRUE(ValidateScoreRequest(r, big).ok());
 }
 
 TEST(ScoreContractTest, SmallestVocabShardIsTheLastRanks) {

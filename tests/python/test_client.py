@@ -66,7 +66,7 @@ def test_model_info(client):
     (dict(tokens=[1]), grpc.StatusCode.INVALID_ARGUMENT),
     (dict(tokens=[1, 2, 3], score_from=3), grpc.StatusCode.INVALID_ARGUMENT),
     (dict(tokens=[1, 2, 512]), grpc.StatusCode.INVALID_ARGUMENT),
-    (dict(tokens=[1, 2, 3], top_k=65), grpc.StatusCode.INVALID_ARGUMENT),
+    (dict(tokens=[1, 2, 3], top_k=1025), grpc.StatusCode.INVALID_ARGUMENT),
     (dict(tokens=[1] * 100000), grpc.StatusCode.OUT_OF_RANGE),
 ])
 def test_bad_input_status(client, kwargs, code):

@@ -302,8 +302,9 @@ TEST_F(ScoredE2eTest, EveryBadInputHasItsCodeAndMessageAndTheDaemonKeepsServing)
   }
   {
     v1::ScoreRequest r = TokensRequest({1, 2, 3});
-    r.set_top_k(65);
-    cases.push_back({"top_k 65", r, grpc::StatusCode::INVALID_ARGUMENT, "top_k must be in [0, 64], got 65"});
+    r.set_top_k(1025);
+    cases.push_back(
+        {"top_k 1025", r, grpc::StatusCode::INVALID_ARGUMENT, "top_k must be in [0, 1024], got 1025"});
     r.set_top_k(-2);
     cases.push_back({"top_k -2", r, grpc::StatusCode::INVALID_ARGUMENT, "got -2"});
   }

@@ -94,8 +94,10 @@ TEST(RequestValidationTest, ScoreFromNotBeforeEnd) {
 
 TEST(RequestValidationTest, TopKOutOfRange) {
   v1::ScoreRequest r = TokensRequest({1, 2, 3});
-  r.set_top_k(65);
-  ExpectError(r, absl::StatusCode::kInvalidArgument, "top_k must be in [0, 64], got 65");
+  r.set_top_k(1025);
+  ExpectError(r, absl::StatusCode::kInvalidArgument, "top_k must be in [0, 1024], got 1025");
+  r.set_top_k(513);  // within the contract's 1024, beyond this vocabulary
+  ExpectError(r, absl::StatusCode::kInvalidArgument, "top_k 513 exceeds the vocabulary size 512");
   r.set_top_k(-1);
   ExpectError(r, absl::StatusCode::kInvalidArgument, "got -1");
 }

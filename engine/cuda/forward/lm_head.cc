@@ -58,6 +58,10 @@ absl::Status ScoreRows(ForwardContext<T>& ctx, int64_t begin, int64_t rows, int6
   out.entropy = acts->entropy.as<float>() + begin;                        // [rows]
   out.top_k_ids = acts->top_k_ids.as<int32_t>() + begin * top_k;          // [rows, top_k]
   out.top_k_logprobs = acts->top_k_logprobs.as<float>() + begin * top_k;  // [rows, top_k]
+  const int64_t candidates = ctx.batch.options.num_candidates;
+  out.candidate_ids = acts->candidate_ids.as<int32_t>() + begin * candidates;          // [rows, candidates]
+  out.candidate_logprobs = acts->candidate_logprobs.as<float>() + begin * candidates;  // [rows, candidates]
+  out.min_logprob = acts->min_logprob.as<float>() + begin;                             // [rows]
   if (ctx.tp == nullptr) {
     return kernels::ScoreLogits(ctx.logits, ctx.vocab, ctx.targets + begin, rows, ctx.vocab,
                                 ctx.batch.options, out, ctx.stream);

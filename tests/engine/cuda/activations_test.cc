@@ -32,8 +32,10 @@ int64_t OldActivationBytesPerToken(const ModelConfig& config, ComputeDtype dtype
   const int64_t floats = 4 * 2 * config.hidden_size;  // residual, proj
   const int64_t acts = act * (config.hidden_size + OldQkvDim(config) + q_dim + 3 * config.intermediate_size);
   const int64_t per_row = 4 * 4 + 8 + 1 + 4 + 4 + kernels::kMaxTopK * 8;  // inputs, results
-  const int64_t rope_table = 4 * config.head_dim;                         // (cos, sin) of one position
-  return floats + acts + per_row + rope_table;
+  // Added since: candidate ids and logprobs, the min logprob (ScoreRequest::candidate_ids).
+  const int64_t candidates = kernels::kMaxCandidates * 8 + 4;
+  const int64_t rope_table = 4 * config.head_dim;  // (cos, sin) of one position
+  return floats + acts + per_row + candidates + rope_table;
 }
 
 int64_t OldFixedActivationBytes(const ModelConfig& config, const DeviceModel& model, int64_t max_tokens,

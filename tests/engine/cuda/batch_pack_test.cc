@@ -112,5 +112,40 @@ TEST(BatchPackTest, UnpackKeepsTheBaselineComparisonWhereAsked) {
   EXPECT_DOUBLE_EQ(results[1].sum_ref_logprob, -4.5);
 }
 
+// Candidate ids: each scored row gets its request's ids for that position, -1 everywhere else (rows of other
+// requests, unscored rows, columns beyond a request's own count); each result gets back its own columns.
+TEST(BatchPackTest, CandidatesPackPerRowAndUnpackPerRequest) {
+  ScoreRequest a = Request(3);  // rows 0, 1 scored; 3 candidates each
+  a.num_candidates = 3;
+  a.candidate_ids = {1, 2, 3, 4, 5, 6};
+  a.want_min_logprob = true;
+  ScoreRequest b = Request(4, 3);  // rows 3..6, row 5 scored; 1 candidate
+  b.num_candidates = 1;
+  b.candidate_ids = {9};
+  const ScoreRequest c = Request(2);  // rows 7, 8: none
+  const std::vector<const ScoreRequest*> group = {&a, &b, &c};
+  const PackedBatch p = PackBatch(group);
+  EXPECT_EQ(p.fb.options.num_candidates, 3);
+  EXPECT_TRUE(p.fb.options.want_min_logprob);
+  const std::vector<int32_t> want = {1,  2, 3,  4,  5,  6,  -1, -1, -1, -1, -1, -1, -1, -1,
+                                     -1, 9, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+  EXPECT_EQ(p.candidate_ids, want);
+  HostResults host;
+  host.Resize(p);
+  ASSERT_EQ(host.candidate_logprobs.size(), 9u * 3);
+  ASSERT_EQ(host.min_logprob.size(), 9u);
+  for (size_t e = 0; e < host.candidate_logprobs.size(); ++e) host.candidate_logprobs[e] = -0.5f * e;
+  for (size_t r = 0; r < 9; ++r) host.min_logprob[r] = -10.0f - r;
+  const std::vector<ScoreResult> results = UnpackResults(group, p, host);
+  EXPECT_EQ(results[0].candidate_logprob, (std::vector<float>{0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -2.5f}));
+  EXPECT_EQ(results[0].min_logprob, (std::vector<float>{-10.0f, -11.0f}));
+  EXPECT_EQ(results[1].candidate_logprob, (std::vector<float>{-7.5f}));  // row 5, column 0
+  EXPECT_TRUE(results[1].min_logprob.empty());
+  EXPECT_TRUE(results[2].candidate_logprob.empty());
+  // Without candidates nothing is packed.
+  const std::vector<const ScoreRequest*> plain = {&c};
+  EXPECT_TRUE(PackBatch(plain).candidate_ids.empty());
+}
+
 }  // namespace
 }  // namespace scored::cuda

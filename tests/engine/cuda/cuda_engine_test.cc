@@ -307,6 +307,73 @@ TEST_F(CudaEngineTest, RejectsBadRequestsAndReportsMemory) {
   EXPECT_EQ(engine->info().backend, "cuda");
 }
 
+// A stored reference's requests on the GPU (fp32 mode): R's save run asks top_k 512 (the whole vocabulary
+// of stories260K) with entropy, Q's run against the file the logprobs of given ids and the min logprob. Each
+// within the fp32 bound of 1e-3 of the CPU reference engine; the candidates that are top-k ids bitwise their
+// top-k values; the top-k's last entry is the min logprob; a request with candidates batched with one without
+// gives both their results alone, bitwise.
+TEST_F(CudaEngineTest, CandidateGatherAndWideTopKMatchReference) {
+  auto engine = MakeCuda(kStoriesDir, ComputeDtype::kFp32);
+  auto reference = MakeReference(kStoriesDir);
+  ASSERT_NE(engine, nullptr);
+  ASSERT_NE(reference, nullptr);
+  std::vector<ScoreRequest> requests = WikiTextWindows(3, 128);
+  ASSERT_EQ(requests.size(), 3u);
+  std::mt19937 rng(35);
+  for (ScoreRequest& r : requests) {
+    r.top_k = 512;
+    r.want_entropy = true;
+    r.want_min_logprob = true;
+    r.num_candidates = 1024;  // more than the vocabulary: ids repeat
+    for (size_t e = 0; e < 127 * size_t{1024}; ++e)
+      r.candidate_ids.push_back(static_cast<int32_t>(rng() % 512));
+  }
+  auto got = ScoreAll(*engine, requests);
+  ASSERT_TRUE(got.ok()) << got.status();
+  auto want = ScoreAll(*reference, requests);
+  ASSERT_TRUE(want.ok()) << want.status();
+  double max_cand = 0.0, max_min = 0.0, max_top = 0.0;
+  for (size_t s = 0; s < requests.size(); ++s) {
+    const ScoreResult &g = (*got)[s], &w = (*want)[s];
+    ASSERT_EQ(g.candidate_logprob.size(), w.candidate_logprob.size());
+    for (size_t e = 0; e < g.candidate_logprob.size(); ++e) {
+      max_cand =
+          std::max(max_cand, std::fabs(static_cast<double>(g.candidate_logprob[e]) - w.candidate_logprob[e]));
+    }
+    for (int32_t j = 0; j < g.num_scored; ++j) {
+      max_min = std::max(max_min, std::fabs(static_cast<double>(g.min_logprob[j]) - w.min_logprob[j]));
+      ASSERT_EQ(g.top_k[j].size(), 512u);
+      EXPECT_EQ(g.top_k[j].back().logprob, g.min_logprob[j]) << s << " " << j;
+      std::vector<float> by_id(512);
+      for (const TopKEntry& e : g.top_k[j]) by_id[e.id] = e.logprob;
+      for (int32_t c = 0; c < 1024; ++c) {
+        const int32_t id = requests[s].candidate_ids[j * 1024 + c];
+        ASSERT_EQ(by_id[id], g.candidate_logprob[j * 1024 + c]) << s << " " << j << " " << c;
+      }
+      for (size_t e = 0; e < 512; ++e) {
+        max_top =
+            std::max(max_top, std::fabs(static_cast<double>(g.top_k[j][e].logprob) - w.top_k[j][e].logprob));
+      }
+    }
+  }
+  std::cout << "[ measured ] candidates fp32 vs CPU: max |d candidate logprob| " << max_cand
+            << ", min logprob " << max_min << ", top-512 logprob " << max_top << std::endl;
+  EXPECT_LE(max_cand, 1e-3);
+  EXPECT_LE(max_min, 1e-3);
+  EXPECT_LE(max_top, 1e-3);
+  ScoreRequest plain = requests[1];
+  plain.top_k = 0;
+  plain.num_candidates = 0;
+  plain.candidate_ids.clear();
+  plain.want_min_logprob = false;
+  auto mixed = ScoreAll(*engine, {plain, requests[0]});
+  auto alone = ScoreAll(*engine, {plain});
+  ASSERT_TRUE(mixed.ok() && alone.ok());
+  ExpectBitwiseEqual((*mixed)[0], (*alone)[0], "a plain request batched with a gather");
+  EXPECT_EQ((*mixed)[1].candidate_logprob, (*got)[0].candidate_logprob);
+  EXPECT_TRUE((*mixed)[0].candidate_logprob.empty());
+}
+
 TEST_F(CudaEngineTest, StartupSaysWhatFits) {
   EngineOptions options;
   options.model_dir = kStoriesDir;

@@ -61,6 +61,28 @@ TEST(BatchWireTest, RoundTrip) {
   EXPECT_EQ(got->tokens, sent.tokens);
   EXPECT_EQ(got->positions, sent.positions);
   EXPECT_EQ(got->targets, sent.targets);
+  EXPECT_TRUE(got->candidate_ids.empty());
+}
+
+// Candidate ids travel with the batch: every row's ids (-1 where its request named none) and the flags.
+TEST(BatchWireTest, RoundTripWithCandidates) {
+  ScoreRequest a;
+  a.tokens = {1, 2, 3, 4};
+  a.score_from = 2;
+  a.num_candidates = 2;
+  a.candidate_ids = {9, 8, 7, 6};  // positions 2 and 3
+  a.want_min_logprob = true;
+  ScoreRequest b;
+  b.tokens = {5, 6, 7};
+  const std::vector<const ScoreRequest*> group = {&a, &b};
+  const cuda::PackedBatch sent = cuda::PackBatch(group);
+  const absl::StatusOr<cuda::PackedBatch> got = ParseBatch(SerializeBatch(sent), 1024);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->fb.options.num_candidates, 2);
+  EXPECT_TRUE(got->fb.options.want_min_logprob);
+  EXPECT_EQ(got->candidate_ids, sent.candidate_ids);
+  const std::vector<int32_t> want = {-1, -1, 9, 8, 7, 6, -1, -1, -1, -1, -1, -1, -1, -1};
+  EXPECT_EQ(got->candidate_ids, want);
 }
 
 TEST(BatchWireTest, EveryTruncationIsAnError) {
@@ -84,19 +106,23 @@ std::string With(size_t offset, T value) {
 }
 
 TEST(BatchWireTest, LimitsAreChecked) {
-  // Header offsets: num_tokens 0, num_seqs 8, max_seqlen 12, top_k 16, flags 20/21/22, num_spans 23,
-  // spans 31.
+  // Header offsets: num_tokens 0, num_seqs 8, max_seqlen 12, top_k 16, flags 20/21/22, num_candidates 23,
+  // want_min_logprob 27, num_spans 28, spans 36.
   ExpectMalformed(SerializeBatch(Sample()), 100, "num_tokens 205 outside [1, 100]");
   ExpectMalformed(With<int64_t>(0, 0), 1024, "num_tokens 0");
   ExpectMalformed(With<int64_t>(0, -5), 1024, "num_tokens -5");
   ExpectMalformed(With<int32_t>(8, 0), 1024, "num_seqs 0");
   ExpectMalformed(With<int32_t>(8, 1000), 1024, "num_seqs 1000");
-  ExpectMalformed(With<int32_t>(16, 65), 1024, "top_k 65");
+  ExpectMalformed(With<int32_t>(16, 1025), 1024, "top_k 1025");
   ExpectMalformed(With<int32_t>(16, -1), 1024, "top_k -1");
-  ExpectMalformed(With<int64_t>(23, 3), 1024, "num_spans 3");
-  ExpectMalformed(With<int64_t>(23, -1), 1024, "num_spans -1");
-  ExpectMalformed(With<int64_t>(31, -1), 1024, "span 0");
-  ExpectMalformed(With<int64_t>(39, 206), 1024, "span 0");
+  ExpectMalformed(With<int32_t>(23, 1025), 1024, "num_candidates 1025");
+  ExpectMalformed(With<int32_t>(23, -1), 1024, "num_candidates -1");
+  ExpectMalformed(With<int64_t>(28, 3), 1024, "num_spans 3");
+  ExpectMalformed(With<int64_t>(28, -1), 1024, "num_spans -1");
+  ExpectMalformed(With<int64_t>(36, -1), 1024, "span 0");
+  ExpectMalformed(With<int64_t>(44, 206), 1024, "span 0");
+  // A num_candidates the bytes do not hold.
+  ExpectMalformed(With<int32_t>(23, 2), 1024, "truncated in candidate_ids");
   ExpectMalformed(With<int32_t>(12, 7), 1024, "max_seqlen 7");
   // A huge num_tokens within max_tokens: an error, no allocation of that size.
   ExpectMalformed(With<int64_t>(0, int64_t{1} << 40), int64_t{1} << 41, "truncated");

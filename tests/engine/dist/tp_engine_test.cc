@@ -513,6 +513,58 @@ TEST_F(TpEngineTest, TopKAtTp2MatchesTp1) {
   }
 }
 
+// A stored reference's requests at tp 2 (vocab-parallel): top_k 512 (the whole vocabulary of stories260K:
+// R's save run), and Q's gather at given ids plus the min logprob (its run against the file) combined across
+// the two vocabulary halves, within the fp32 bound of 1e-4 of tp 1; a candidate id that is also a top-k id
+// gets bitwise its top-k logprob at tp 2 too (one combined lse).
+TEST_F(TpEngineTest, CandidatesAndWideTopKAtTp2MatchTp1) {
+  auto one = Make(kStoriesDir, 1, ComputeDtype::kFp32);
+  ASSERT_TRUE(one.ok()) << one.status();
+  auto two = Make(kStoriesDir, 2, ComputeDtype::kFp32);
+  ASSERT_TRUE(two.ok()) << two.status();
+  std::vector<ScoreRequest> requests = StoriesRequests();
+  requests.resize(3);
+  std::mt19937 rng(35);
+  for (ScoreRequest& r : requests) {
+    r.top_k = 512;
+    r.num_candidates = 300;
+    r.want_min_logprob = true;
+    for (size_t j = 1; j < r.tokens.size(); ++j) {
+      for (int c = 0; c < r.num_candidates; ++c) r.candidate_ids.push_back(static_cast<int32_t>(rng() % 512));
+    }
+  }
+  auto a = ScoreAll(*(*one), requests);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = ScoreAll(*(*two), requests);
+  ASSERT_TRUE(b.ok()) << b.status();
+  double max_cand = 0.0, max_min = 0.0;
+  for (size_t s = 0; s < requests.size(); ++s) {
+    const ScoreResult &x = (*a)[s], &y = (*b)[s];
+    ASSERT_EQ(y.candidate_logprob.size(), x.candidate_logprob.size());
+    ASSERT_EQ(y.min_logprob.size(), x.min_logprob.size());
+    for (size_t e = 0; e < x.candidate_logprob.size(); ++e) {
+      max_cand =
+          std::max(max_cand, std::fabs(static_cast<double>(x.candidate_logprob[e]) - y.candidate_logprob[e]));
+    }
+    for (size_t j = 0; j < x.min_logprob.size(); ++j) {
+      max_min = std::max(max_min, std::fabs(static_cast<double>(x.min_logprob[j]) - y.min_logprob[j]));
+      ASSERT_EQ(y.top_k[j].size(), 512u);
+      // y's own top-k entry of candidate 0's id.
+      const int32_t id = requests[s].candidate_ids[j * 300];
+      for (const TopKEntry& e : y.top_k[j]) {
+        if (e.id == id) {
+          EXPECT_EQ(e.logprob, y.candidate_logprob[j * 300]) << s << " " << j;
+        }
+      }
+      EXPECT_EQ(y.top_k[j].back().logprob, y.min_logprob[j]) << s << " " << j;
+    }
+  }
+  std::cout << "candidates tp2 vs tp1 fp32: max |d candidate logprob| " << max_cand
+            << ", max |d min logprob| " << max_min << "\n";
+  EXPECT_LE(max_cand, 1e-4);
+  EXPECT_LE(max_min, 1e-4);
+}
+
 // A communicator that fails (here: rank 1's aborted, as a dead link would leave it) turns the engine
 // UNAVAILABLE within the watchdog's period, and no Score() hangs: neither one in flight when the fault
 // happens nor a later one.

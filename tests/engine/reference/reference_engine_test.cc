@@ -5,7 +5,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -200,6 +202,47 @@ TEST_F(ReferenceEngineTest, OptionalOutputsAreConsistent) {
   }
 }
 
+// The whole vocabulary as top-k (the widest a stored reference keeps here), and Q's gather at those ids:
+// each candidate's logprob is bitwise its top-k entry, the top-k's exps sum to 1, the last entry is the min
+// logprob, and a candidate equal to the target has the target's logprob.
+TEST_F(ReferenceEngineTest, CandidateGatherAndMinLogprob) {
+  ScoreRequest request;
+  request.tokens = (*goldens_)["tinystories_sample"]["stories"][2]["token_ids"].get<std::vector<int32_t>>();
+  request.tokens.resize(std::min<size_t>(request.tokens.size(), 40));
+  request.score_from = 5;
+  request.top_k = 512;
+  const ScoreResult top = ScoreOne(request);
+  const int64_t n = top.num_scored;
+  ASSERT_EQ(static_cast<int64_t>(top.top_k.size()), n);
+  ScoreRequest gather = request;
+  gather.top_k = 0;
+  gather.want_min_logprob = true;
+  gather.num_candidates = 514;  // the 512 top ids reversed, then the target and an id again
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(top.top_k[i].size(), 512u);
+    for (int c = 511; c >= 0; --c) gather.candidate_ids.push_back(top.top_k[i][c].id);
+    gather.candidate_ids.push_back(request.tokens[request.score_from + i]);
+    gather.candidate_ids.push_back(top.top_k[i][0].id);
+  }
+  const ScoreResult got = ScoreOne(gather);
+  ASSERT_EQ(static_cast<int64_t>(got.candidate_logprob.size()), n * 514);
+  ASSERT_EQ(static_cast<int64_t>(got.min_logprob.size()), n);
+  EXPECT_EQ(got.logprob, top.logprob);  // the gather changes nothing else
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = got.candidate_logprob.data() + i * 514;
+    double mass = 0.0;
+    for (int c = 0; c < 512; ++c) {
+      const float want = top.top_k[i][511 - c].logprob;
+      ASSERT_EQ(std::memcmp(&row[c], &want, sizeof(float)), 0) << i << " " << c;
+      mass += std::exp(static_cast<double>(row[c]));
+    }
+    EXPECT_NEAR(mass, 1.0, 1e-5) << i;
+    EXPECT_EQ(row[0], got.min_logprob[i]) << i;  // the last top-k entry is the least likely id
+    EXPECT_EQ(row[512], got.logprob[i]) << i;    // the same rounding of the same double
+    EXPECT_EQ(row[513], top.top_k[i][0].logprob) << i;
+  }
+}
+
 TEST_F(ReferenceEngineTest, InvalidRequestsReturnTheContractCodes) {
   auto code = [](const ScoreRequest& request) { return ScoreAll(*engine_, {request}).status().code(); };
   ScoreRequest ok;
@@ -213,7 +256,9 @@ TEST_F(ReferenceEngineTest, InvalidRequestsReturnTheContractCodes) {
   from.score_from = 3;
   EXPECT_EQ(code(from), absl::StatusCode::kInvalidArgument);
   ScoreRequest topk = ok;
-  topk.top_k = 65;
+  topk.top_k = kMaxTopK + 1;
+  EXPECT_EQ(code(topk), absl::StatusCode::kInvalidArgument);
+  topk.top_k = 513;  // more than the vocabulary
   EXPECT_EQ(code(topk), absl::StatusCode::kInvalidArgument);
   topk.top_k = -1;
   EXPECT_EQ(code(topk), absl::StatusCode::kInvalidArgument);
