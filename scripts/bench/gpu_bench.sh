@@ -4,7 +4,7 @@
 # throughput + memory), the transformers peer baseline, then a short table.
 #
 #   scripts/bench/gpu_bench.sh [STEPS]      STEPS: any of tests,bench,quant,peer,stories,tp,big,soak,ppl,kld,kldppl,
-#                                           kldtp,family,moe,moetp (default tests,bench,quant,peer;
+#                                           kldtp,family,moe,moetp,qwen35 (default tests,bench,quant,peer;
 #                                           tests/bench/README.md has the details)
 #
 # Tensor parallelism, large checkpoints and the GPU soak (each step self-contained, each ends with its own table):
@@ -50,10 +50,26 @@
 #   moetp: a MOE_TP_ARCH (qwen3_moe_235b: Qwen3-235B-A22B's shape, ~115 GiB) W4A16 checkpoint written here,
 #         scored_bench --tp TP at MOE_TP_BATCHES x CTX: write time, load time, memory per GPU, tok/s; deleted after
 #         unless KEEP_BIG=1 (then a later call on the same machine reuses it: MOE_TP_DIR.complete marks a finished one).
+# Hybrid Gated DeltaNet models, Qwen3.5 / Qwen3.6 (issue 34):
+#   qwen35: random checkpoints written here one at a time (make_random_qwen35.py, layer by layer), each deleted after
+#         its run: the Qwen3.6-35B-A3B shape (Qwen3_5MoeForCausalLM) in W4A16 g128 (QWEN35_W4_LAYERS, 40: all) and in
+#         bf16 (QWEN35_BF16_LAYERS, 20), the Qwen3.5-27B shape (Qwen3_5ForCausalLM) in W4A16 (QWEN35_27B_LAYERS, 64:
+#         all); the W4A16s quantize every decoder Linear but the routers, shared_expert_gate and linear_attn
+#         in_proj_a / in_proj_b (QWEN35_LINEAR_ATTN=bf16: no linear_attn projection, as llm-compressor's examples).
+#         Per model: scored_bench at QWEN35_BATCHES x CTX; on the 35B-A3B W4A16 the ppl step's end-to-end run
+#         (scored + scored-ppl over the full WikiText-2 test file, exl3 2048/512, wall against
+#         QWEN35_PPL_WALL_TARGET_S; tokenizer PPL_TOKENIZER); the checkpoint deleted; then the peer `$PEERS any
+#         --model_type qwen3_5_moe_text|qwen3_5_text --config <make_random_qwen35.py --peer-config>` at the same
+#         layer count. Table: ms per layer ours vs the peer's (transformers bf16), the peer's over ours against
+#         QWEN35_W4_TARGET (2.0) and QWEN35_BF16_TARGET (2.0) (the 27B's recorded), weights on the GPU, the share of
+#         the FLOP-bound limit (the family step's figure; the 27B W4A16's against QWEN35_27B_TARGET, 0.8), the ppl
+#         wall. Every part runs under its own timeout inside QWEN35_BUDGET_S (570: one 10-minute call); what could
+#         not run is listed as skipped. QWEN35_MODELS (a3bw4,a3bbf16,27bw4) runs a part.
 #   Bundle for these: device-bundle .bundle-X build/tests/bench/cuda/scored_bench build/server/scored
 #   build/client/load/scored-load build/client/ppl/scored-ppl (tp/big need scored_bench, soak the first three, ppl
 #   scored and scored-ppl plus $BUNDLE/data/wikitext-2-raw/wiki.test.raw and $BUNDLE/data/tokenizers/llama3;
-#   kld and kldtp scored_bench (kld also cp ../shared/bench/hf_peers.py .bundle-X/), kldppl what ppl needs).
+#   kld and kldtp scored_bench (kld also cp ../shared/bench/hf_peers.py .bundle-X/), kldppl what ppl needs; moe and
+#   qwen35 scored_bench, hf_peers.py and what ppl needs).
 # Run from the repository root with the bundle made on the dev machine:
 #   ../shared/tools/device-bundle .bundle-cuda build-cuda/tests/engine/cuda/cuda_*_test build-cuda/tests/bench/cuda/scored_bench
 #   cp -r ../shared/data/stories260K-hf .bundle-cuda/data/; cp ../shared/bench/hf_baseline.py .bundle-cuda/
@@ -79,7 +95,11 @@
 # moe: MOE_DIR (/tmp/random-moe), MOE_MODELS (q3w4,q3bf16,mxw4: a part of the step for one call's 10 minutes),
 # MOE_BATCHES (8), MOE_BF16_LAYERS (24), MOE_MIXTRAL_PEER_LAYERS (8), MOE_STAGES (0),
 # MOE_PPL (1), MOE_PPL_WALL_TARGET_S (40), the four targets above; moetp: MOE_TP_ARCH (qwen3_moe_235b), MOE_TP_DIR
-# (/tmp/random-moe-tp), MOE_TP_BATCHES (1,8).
+# (/tmp/random-moe-tp), MOE_TP_BATCHES (1,8);
+# qwen35: QWEN35_DIR (/tmp/random-qwen35), QWEN35_MODELS (a3bw4,a3bbf16,27bw4), QWEN35_BATCHES (8), QWEN35_W4_LAYERS
+# (40), QWEN35_BF16_LAYERS (20), QWEN35_27B_LAYERS (64), QWEN35_LINEAR_ATTN (quantized), QWEN35_PPL (1),
+# QWEN35_PPL_WALL_TARGET_S (40), QWEN35_W4_TARGET (2.0), QWEN35_BF16_TARGET (2.0), QWEN35_27B_TARGET (0.8),
+# QWEN35_BUDGET_S (570), QWEN35_WRITE_LIMIT_S (300), QWEN35_BENCH_LIMIT_S (300), QWEN35_PEER_LIMIT_S (300), PEERS.
 set -uo pipefail
 steps=${1:-tests,bench,quant,peer}
 bundle=${BUNDLE:-.bundle-cuda}
@@ -161,6 +181,22 @@ moe_w4_weights_gib=${MOE_W4_WEIGHTS_GIB:-17}
 moe_tp_arch=${MOE_TP_ARCH:-qwen3_moe_235b}
 moe_tp_dir=${MOE_TP_DIR:-/tmp/random-moe-tp}
 moe_tp_batches=${MOE_TP_BATCHES:-1,8}
+qwen35_dir=${QWEN35_DIR:-/tmp/random-qwen35}
+qwen35_models=${QWEN35_MODELS:-a3bw4,a3bbf16,27bw4}
+qwen35_batches=${QWEN35_BATCHES:-8}
+qwen35_w4_layers=${QWEN35_W4_LAYERS:-40}
+qwen35_bf16_layers=${QWEN35_BF16_LAYERS:-20}
+qwen35_27b_layers=${QWEN35_27B_LAYERS:-64}
+qwen35_linear_attn=${QWEN35_LINEAR_ATTN:-quantized}
+qwen35_ppl=${QWEN35_PPL:-1}
+qwen35_ppl_wall_target=${QWEN35_PPL_WALL_TARGET_S:-40}
+qwen35_w4_target=${QWEN35_W4_TARGET:-2.0}
+qwen35_bf16_target=${QWEN35_BF16_TARGET:-2.0}
+qwen35_27b_target=${QWEN35_27B_TARGET:-0.8}
+qwen35_budget=${QWEN35_BUDGET_S:-570}
+qwen35_write_limit=${QWEN35_WRITE_LIMIT_S:-300}
+qwen35_bench_limit=${QWEN35_BENCH_LIMIT_S:-300}
+qwen35_peer_limit=${QWEN35_PEER_LIMIT_S:-300}
 
 has_step() {  # has_step NAME: NAME is one of the comma-separated STEPS
   [[ ",$steps," == *",$1,"* ]]
@@ -551,6 +587,7 @@ PY
   verdict load-to-SERVING "$load_s" "$load_target"
   [[ $prc == 0 ]] || wall_s=""
   verdict "$name-wall" "$wall_s" "$wall_target"
+  serve_ppl_wall=$wall_s  # for a step's own closing table (qwen35)
   echo "load-to-SERVING is process start -> health SERVING; the engine's own line says" \
     "${engine_load:--} s$cache_note"
   echo "SIGTERM: scored exit $src after $(awk -v a="$t2" -v b="$t3" 'BEGIN {printf "%.1f", b - a}') s"
@@ -860,6 +897,183 @@ if has_step moetp; then
     [[ -n $(bench_field "$l" "${moe_tp_batches##*,}" tok/s) ]] || fail "moetp: no tok/s in $l"
   fi
   [[ ${KEEP_BIG:-0} == 1 ]] || rm -rf "$moe_tp_dir" "$moe_tp_dir.complete"
+fi
+
+# Qwen3.5 / Qwen3.6 (issue 34). qwen35_info NAME: "ARCH QUANT LAYERS MODEL_TYPE LABEL TARGET" of a QWEN35_MODELS part.
+qwen35_info() {
+  case $1 in
+    a3bw4) echo "qwen36-35b-a3b w4a16 $qwen35_w4_layers qwen3_5_moe_text qwen36-35b-a3b-w4a16 $qwen35_w4_target" ;;
+    a3bbf16) echo "qwen36-35b-a3b bf16 $qwen35_bf16_layers qwen3_5_moe_text qwen36-35b-a3b-bf16 $qwen35_bf16_target" ;;
+    27bw4) echo "qwen35-27b w4a16 $qwen35_27b_layers qwen3_5_text qwen35-27b-w4a16 -" ;;
+  esac
+}
+
+# qwen35_need NAME LAYERS: GiB of free disk its checkpoint needs (make_random_qwen35.py's sizes: 35B-A3B 1.89 GiB of
+# embedding + lm_head and 0.405 GiB a layer in W4A16, 1.567 in bf16; 27B 4.74 + 0.183 a layer in W4A16) + 4.
+qwen35_need() {
+  awk -v n="$1" -v l="$2" 'BEGIN {
+    if (n == "a3bw4") g = 1.89 + 0.405 * l; else if (n == "a3bbf16") g = 1.89 + 1.567 * l; else g = 4.74 + 0.183 * l
+    printf "%d", g + 4.999 }'
+}
+
+# qwen35_limit PART WANT_S: sets qwen35_lim to WANT_S capped by what QWEN35_BUDGET_S leaves (10 s kept for the
+# tables), or to 0 (PART listed in qwen35_skipped) when less than 30 s is left.
+qwen35_limit() {
+  local left=$((qwen35_budget - (SECONDS - qwen35_t0) - 10))
+  if ((left < 30)); then
+    qwen35_skipped+=("$1 (${left} s of QWEN35_BUDGET_S=$qwen35_budget left)")
+    qwen35_lim=0
+  elif ((left < $2)); then
+    qwen35_lim=$left
+  else
+    qwen35_lim=$2
+  fi
+}
+
+# qwen35_run NAME: one QWEN35_MODELS part: its checkpoint written into $qwen35_dir-NAME, scored_bench on it (log
+# $logs/qwen35_NAME.log), on a3bw4 the end-to-end ppl run (QWEN35_PPL), the checkpoint deleted, then the peer
+# ($logs/qwen35_peer_NAME.log) at the same layer count. A part that cannot run is listed in qwen35_skipped.
+qwen35_run() {
+  local name=$1 arch quant layers model_type label target dir=$qwen35_dir-$1 config bench_ok="" ppl_part=""
+  local ppl_start ppl_wall
+  read -r arch quant layers model_type label target <<< "$(qwen35_info "$name")"
+  [[ $name == a3bw4 && $qwen35_ppl == 1 ]] && ppl_part=" and the ppl run"
+  echo "== qwen35 $label: $layers layers, scored_bench $qwen35_batches x $ctx, peer $(basename "$peers") any" \
+    "--model_type $model_type"
+  rm -rf "$dir"
+  qwen35_limit "$label checkpoint, scored_bench$ppl_part" "$qwen35_write_limit"
+  if ((qwen35_lim == 0)); then
+    :
+  elif ! free_gib "$(dirname "$dir")" "$(qwen35_need "$name" "$layers")" "qwen35 $label"; then
+    qwen35_skipped+=("$label scored_bench$ppl_part (no room for its checkpoint)")
+  elif ! run_logged "make_qwen35_$name" "$qwen35_lim" python3 scripts/bench/make_random_qwen35.py --out "$dir" \
+    --arch "$arch" --quant "$quant" --linear-attn "$qwen35_linear_attn" --layers "$layers"; then
+    qwen35_skipped+=("$label scored_bench$ppl_part (no checkpoint)")
+  else
+    grep '^make_random_qwen35' "$logs/make_qwen35_$name.log"
+    qwen35_limit "$label scored_bench$ppl_part" "$qwen35_bench_limit"
+    if ((qwen35_lim > 0)) && run_logged "qwen35_$name" "$qwen35_lim" "$bundle/run" scored_bench --model "$dir" \
+      --ctx "$ctx" --batches "$qwen35_batches" --reps 3 --profile 0; then
+      bench_ok=1
+      grep -E '^(scored_bench|load|scored B=)' "$logs/qwen35_$name.log"
+    fi
+    if [[ -n $ppl_part ]]; then
+      echo "== qwen35 ppl: scored + scored-ppl over $(basename "$ppl_data") on the $label shape" \
+        "(tokenizer $(basename "$ppl_tokenizer"))"
+      if [[ -z $bench_ok ]]; then
+        qwen35_skipped+=("$label ppl run (no scored_bench result on the checkpoint)")
+      elif [[ ! -x $bundle/bin/scored || ! -x $bundle/bin/scored-ppl || ! -f $ppl_data || ! -d $ppl_tokenizer ]]; then
+        fail "qwen35 ppl: $bundle needs bin/scored, bin/scored-ppl, $ppl_data and $ppl_tokenizer"
+        qwen35_skipped+=("$label ppl run (missing files)")
+      else
+        # scored's start (PPL_START_LIMIT_S) and scored-ppl (PPL_LIMIT_S) must both fit in what the budget leaves.
+        qwen35_limit "$label ppl run" $((ppl_start_limit + ppl_limit))
+        if ((qwen35_lim > 0)); then
+          ppl_start=$ppl_start_limit
+          ppl_wall=$ppl_limit
+          if ((ppl_start + ppl_wall > qwen35_lim)); then
+            ppl_start=$((qwen35_lim / 3))
+            ppl_wall=$((qwen35_lim - ppl_start))
+          fi
+          ppl_start_limit=$ppl_start ppl_limit=$ppl_wall serve_ppl ppl-qwen35 "$dir" "" - "$qwen35_ppl_wall_target" "" \
+            " (the checkpoint's files are in the page cache: written just before)"
+          qwen35_ppl_wall=${serve_ppl_wall:-}
+        fi
+      fi
+    fi
+  fi
+  rm -rf "$dir"
+  if [[ ! -f $peers ]]; then
+    fail "qwen35: no peer script $peers (cp ../shared/bench/hf_peers.py into the bundle, or set PEERS)"
+    qwen35_skipped+=("$label peer (no $peers)")
+    return
+  fi
+  qwen35_limit "$label peer" "$qwen35_peer_limit"
+  ((qwen35_lim > 0)) || return
+  if ! config=$(timeout 120 python3 scripts/bench/make_random_qwen35.py --arch "$arch" --layers "$layers" \
+    --peer-config 2> "$logs/qwen35_peer_config_$name.log"); then
+    fail "qwen35 $label: make_random_qwen35.py --peer-config failed (last lines follow)"
+    tail -n 5 "$logs/qwen35_peer_config_$name.log"
+    qwen35_skipped+=("$label peer (no config)")
+    return
+  fi
+  run_logged "qwen35_peer_$name" "$qwen35_lim" python3 "$peers" any --model_type "$model_type" --config "$config" \
+    --layers "$layers" --batches "$qwen35_batches" --ctx "$ctx" &&
+    grep -E '^(any|logprobs)' "$logs/qwen35_peer_$name.log"
+}
+
+# qwen35_row NAME: one row of the qwen35 table at batch ${qwen35_batches##*,}: ms per layer ours and the peer's, the
+# peer's over ours against the part's target (a miss or a missing value is a FAIL; "-": recorded), weights on the
+# GPU and the share of the FLOP-bound limit.
+qwen35_row() {
+  local b=${qwen35_batches##*,} arch quant layers model_type label target l ours peer ours_l peer_l ratio result
+  local shown=-
+  read -r arch quant layers model_type label target <<< "$(qwen35_info "$1")"
+  l=$logs/qwen35_$1.log
+  ours=$(bench_field "$l" "$b" ms/step)
+  peer=$(prefixed_field "$logs/qwen35_peer_$1.log" logprobs "$b" ms/step)
+  ours_l=$(awk -v o="$ours" -v n="$layers" 'BEGIN {if (o + 0 > 0) printf "%.2f", o / n}')
+  peer_l=$(awk -v p="$peer" -v n="$layers" 'BEGIN {if (p + 0 > 0) printf "%.2f", p / n}')
+  ratio=$(awk -v o="$ours_l" -v p="$peer_l" 'BEGIN {if (o + 0 > 0 && p + 0 > 0) printf "%.3f", p / o}')
+  [[ $target == - ]] || shown=">=$target"
+  if [[ $target == - ]]; then
+    result=recorded
+  elif [[ -n $ratio ]] && awk -v r="$ratio" -v t="$target" 'BEGIN {exit !(r >= t)}'; then
+    result=PASS
+  else
+    result=FAIL
+    status=1
+  fi
+  printf '%-21s %6s %9s %8s %9s %8s %7s %7s %-8s %7s %5s\n' "$label" "$layers" "${ours:--}" "${ours_l:--}" \
+    "${peer:--}" "${peer_l:--}" "${ratio:--}" "$shown" "$result" \
+    "$(sed -n 's/.*weights \([0-9.]*\) GiB on the GPU.*/\1/p' "$l" 2>/dev/null | head -n 1)" \
+    "$(field_after "$l" "^scored B=$b " ours)"
+}
+
+if has_step qwen35; then
+  qwen35_t0=$SECONDS
+  qwen35_skipped=()
+  qwen35_ppl_wall=""
+  echo "== qwen35: Qwen3.6-35B-A3B-shaped W4A16 ($qwen35_w4_layers layers) and bf16 ($qwen35_bf16_layers layers)," \
+    "Qwen3.5-27B-shaped W4A16 ($qwen35_27b_layers layers), written here one at a time (linear_attn" \
+    "$qwen35_linear_attn); scored_bench $qwen35_batches x $ctx; peer $(basename "$peers") any; budget ${qwen35_budget}s"
+  df -h "$(dirname "$qwen35_dir")" | tail -n 1
+  if [[ ! -x $bundle/bin/scored_bench ]]; then
+    fail "qwen35: $bundle/bin needs scored_bench"
+  else
+    for name in a3bw4 a3bbf16 27bw4; do
+      if [[ ",$qwen35_models," == *",$name,"* ]]; then
+        qwen35_run "$name"
+      else
+        qwen35_skipped+=("$(qwen35_info "$name" | awk '{print $5}') (not in QWEN35_MODELS)")
+      fi
+    done
+    echo "== qwen35 summary (${qwen35_batches##*,} x $ctx windows; ratio = the peer's (transformers bf16) ms per" \
+      "layer over ours, both at the same layer count, same call; share = ours / the FLOP-bound limit)"
+    printf '%-21s %6s %9s %8s %9s %8s %7s %7s %-8s %7s %5s\n' model layers ms/step ms/layer peer_ms peer_ms/l \
+      ratio target result weights share
+    for name in a3bw4 a3bbf16 27bw4; do
+      [[ ",$qwen35_models," == *",$name,"* ]] && qwen35_row "$name"
+    done
+    if [[ ",$qwen35_models," == *,27bw4,* ]]; then
+      at_least qwen35-27b-w4a16-bound "$(field_after "$logs/qwen35_27bw4.log" "^scored B=${qwen35_batches##*,} " ours)" \
+        "$qwen35_27b_target"
+    fi
+    if [[ ",$qwen35_models," == *,a3bw4,* && $qwen35_ppl == 1 ]]; then
+      if awk -v v="$qwen35_ppl_wall" -v l="$qwen35_ppl_wall_target" 'BEGIN {exit !(v != "" && v + 0 <= l + 0)}'; then
+        result=PASS
+      else
+        result=FAIL
+        status=1
+      fi
+      echo "qwen36-35b-a3b-w4a16 WikiText-2 $ppl_method $ppl_ctx/$ppl_stride end to end: wall ${qwen35_ppl_wall:--} s" \
+        "<= $qwen35_ppl_wall_target: $result"
+    fi
+  fi
+  if ((${#qwen35_skipped[@]})); then
+    printf 'qwen35 skipped: %s\n' "${qwen35_skipped[@]}"
+  fi
+  echo "qwen35: $((SECONDS - qwen35_t0)) s of the ${qwen35_budget} s budget"
 fi
 
 if has_step tests || has_step bench || has_step quant || has_step peer || has_step stories; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Checks gpu_bench.sh's tp, 70b, soak, ppl, kld, kldppl, kldtp, moe and moetp steps without a GPU: stand-in
-# scored_bench / scored / scored-load / scored-ppl / hf_peers.py and a python3 wrapper that fakes make_random_w4a16.py
-# and make_random_moe.py print the real tools' output formats, so what is checked is the step logic (checkpoint
+# Checks gpu_bench.sh's tp, 70b, soak, ppl, kld, kldppl, kldtp, moe, moetp and qwen35 steps without a GPU: stand-in
+# scored_bench / scored / scored-load / scored-ppl / hf_peers.py and a python3 wrapper that fakes make_random_w4a16.py,
+# make_random_moe.py and make_random_qwen35.py print the real tools' output formats, so what is checked is the step logic (checkpoint
 # reuse, timeouts, FAIL lines, the closing tables, the SIGTERM drain bookkeeping, the PASS/FAIL rows of the targets).
 #
 #   bash scripts/bench/test_gpu_bench.sh        (from the repository root; exit 0 = pass)
@@ -51,6 +51,22 @@ mem = lambda v: " / ".join([v] * tp)
 # B=8 (FAKE_MOE_SLOW: the W4A16 at the 1.79x it once measured), weights.
 moe = {"q3w4": (320.3 if os.environ.get("FAKE_MOE_SLOW") else 300.0, "15.54"), "q3bf16": (150.0, "28.00"),
        "mxw4": (776.4, "22.79"), "moe-tp": (400.0, "116.50")}
+# The qwen35 step's checkpoints (make_random_qwen35.py's stand-in below): ms per step at B=8, weights, share of the
+# FLOP-bound limit (FAKE_QWEN35_SLOW: the 27B below its 0.8).
+qwen35 = {"qwen35-a3bw4": (200.0, "17.98", "0.41"), "qwen35-a3bbf16": (110.0, "33.20", "0.45"),
+          "qwen35-27bw4": (640.0, "16.40", "0.75" if os.environ.get("FAKE_QWEN35_SLOW") else "0.82")}
+q35 = next((k for k in qwen35 if os.path.basename(a["--model"]).endswith(k)), None)
+if q35 is not None:
+    ms8, weights, share = qwen35[q35]
+    print(f"scored_bench: Qwen3_5MoeForCausalLM w4a16-g128-sym, 34.66B params, weights {weights} GiB on the GPU, "
+          "loaded in 5.0 s")
+    print(f"load: tp 1, 5.0 s open -> ready, GPU memory in use after load 20.0 GiB (per GPU)")
+    for b in map(int, a["--batches"].split(",")):
+        ms = ms8 * b / 8
+        print(f"scored B={b} T={ctx}: {ms:8.1f} ms/step {b * ctx / ms * 1e3:9.0f} tok/s    300 TFLOP/s | plain cuBLASLt "
+              f"layer GEMMs  680 TFLOP/s sustained over 40 layers (one-layer burst  790), ratio 0.44 (to the burst "
+              f"0.38) | FLOP-bound limit 200000 tok/s on 1 GPU(s), ours {share} of it | GPU memory used 25.0 GiB")
+    sys.exit(0)
 name = next((k for k in moe if os.path.basename(a["--model"]).endswith(k)), None)
 if name is not None:
     ms8, weights = moe[name]
@@ -175,6 +191,20 @@ if sys.argv[1] == "moe":  # ms per step at B=8 of the peer's runs in RESULTS.md
         print(f"{'logprobs':12s} B={b} T=2048: {ms:8.1f} ms/step  {int(b) * 2048 / ms * 1e3:9.0f} tok/s     150 TFLOP/s  "
               "peak 60.7 GiB")
     sys.exit(0)
+if sys.argv[1] == "any":  # the qwen35 step: ms per step at B=8 by (model_type, layers)
+    import json
+    mt = sys.argv[sys.argv.index("--model_type") + 1]
+    layers = int(sys.argv[sys.argv.index("--layers") + 1])
+    conf = json.loads(sys.argv[sys.argv.index("--config") + 1])
+    if conf.get("num_hidden_layers") != layers:
+        sys.exit(f"--config has {conf.get('num_hidden_layers')} layers, --layers {layers}")
+    ms8 = {("qwen3_5_moe_text", 40): 420.0, ("qwen3_5_moe_text", 20): 240.0, ("qwen3_5_text", 64): 960.0}[(mt, layers)]
+    print(f"any {mt} (Qwen3_5ForCausalLM, attention sdpa): 34.660B params, {layers} layers")
+    for b in batches:
+        ms = ms8 * int(b) / 8
+        print(f"{'logprobs':12s} B={b} T=2048: {ms:8.1f} ms/step  {int(b) * 2048 / ms * 1e3:9.0f} tok/s  "
+              f"{ms / layers:7.2f} ms/layer  peak 80.0 GiB")
+    sys.exit(0)
 print("kld llama: 8.03B params, 7.50B active linear, 32 layers")
 for b in batches:
     print(f"{'kld':12s} B={b} T=2048: {int(b) * 2048 / 15200 * 1e3:8.1f} ms/step  {15200:9.0f} tok/s  peak 40.1 GiB")
@@ -202,6 +232,17 @@ if [[ \$1 == scripts/bench/make_random_moe.py ]]; then
     [[ \$1 == --layers ]] && layers=\$2; shift; done
   mkdir -p "\$out" && echo x > "\$out/model-00001-of-00001.safetensors"
   echo "make_random_moe: \$arch \$layers layers \$q, 15.54 GiB in 41s (stand-in)"
+  exit 0
+fi
+if [[ \$1 == scripts/bench/make_random_qwen35.py ]]; then
+  shift
+  peer=""
+  while [[ \$# -gt 0 ]]; do [[ \$1 == --out ]] && out=\$2; [[ \$1 == --arch ]] && arch=\$2; [[ \$1 == --quant ]] && q=\$2
+    [[ \$1 == --layers ]] && layers=\$2; [[ \$1 == --peer-config ]] && peer=1; shift; done
+  if [[ -n \$peer ]]; then echo "{\"num_hidden_layers\": \$layers, \"hidden_size\": 2048}"; exit 0; fi
+  [[ -n \${FAKE_QWEN35_WRITE_FAIL:-} && \$out == *\$FAKE_QWEN35_WRITE_FAIL ]] && { echo "CUDA out of memory"; exit 1; }
+  mkdir -p "\$out" && echo x > "\$out/model-00001-of-00001.safetensors"
+  echo "make_random_qwen35: \$arch \$q \$layers layers (stand-in), 17.98 GiB"
   exit 0
 fi
 exec "$real_python" "\$@"
@@ -381,6 +422,48 @@ PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs12" MOE_TP_DIR="$tmp/moe-tp1
 exited $? 1 "moetp on a full disk"
 expect "$tmp/out12.txt" "^FAIL moetp qwen3_moe_235b: 100 GiB free under $tmp, needs 120\$" "moetp: disk refusal"
 
+# 13. qwen35 (issue 34): three checkpoints written and deleted, the ppl run on the 35B-A3B W4A16, the peers at the
+#     same layer counts: the ratios per layer, the 27B's share of the FLOP-bound limit, the ppl wall; exit 0. Then
+#     the 27B alone (QWEN35_MODELS) below its 0.8 with a failing writer: its row and bound FAIL, the skipped parts
+#     listed, the peer still run; then a budget too short for anything: every part listed as skipped, exit 1.
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs13" QWEN35_DIR="$tmp/qwen35" \
+  bash "$root/scripts/bench/gpu_bench.sh" qwen35 > "$tmp/out13.txt" 2>&1
+exited $? 0 "good qwen35 run"
+expect "$tmp/out13.txt" '^make_random_qwen35: qwen36-35b-a3b bf16 20 layers' "qwen35: the bf16 checkpoint at 20 layers"
+expect "$tmp/out13.txt" '^ppl-qwen35-wall +1\.[0-9] +40  PASS$' "qwen35: the end-to-end ppl run on the 35B-A3B W4A16"
+expect "$tmp/out13.txt" '^qwen36-35b-a3b-w4a16 +40 +200\.0 +5\.00 +420\.0 +10\.50 +2\.100 +>=2\.0 +PASS +17\.98 +0\.41$' \
+  "qwen35: the W4A16 row"
+expect "$tmp/out13.txt" '^qwen36-35b-a3b-bf16 +20 +110\.0 +5\.50 +240\.0 +12\.00 +2\.182 +>=2\.0 +PASS +33\.20 +0\.45$' \
+  "qwen35: the bf16 row"
+expect "$tmp/out13.txt" '^qwen35-27b-w4a16 +64 +640\.0 +10\.00 +960\.0 +15\.00 +1\.500 +- +recorded +16\.40 +0\.82$' \
+  "qwen35: the 27B row"
+expect "$tmp/out13.txt" '^qwen35-27b-w4a16-bound +0\.82 >= 0\.8  PASS$' "qwen35: the 27B FLOP-bound share"
+expect "$tmp/out13.txt" '^qwen36-35b-a3b-w4a16 WikiText-2 exl3 2048/512 end to end: wall 1\.[0-9] s <= 40: PASS$' \
+  "qwen35: the ppl wall in the summary"
+reject "$tmp/out13.txt" '^qwen35 skipped' "qwen35: a good run skipped something"
+if compgen -G "$tmp/qwen35-*" > /dev/null; then
+  echo "FAIL test_gpu_bench: qwen35 kept a checkpoint"
+  failures=$((failures + 1))
+fi
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs14" QWEN35_DIR="$tmp/qwen35" QWEN35_MODELS=27bw4,a3bw4 \
+  FAKE_QWEN35_SLOW=1 FAKE_QWEN35_WRITE_FAIL=a3bw4 bash "$root/scripts/bench/gpu_bench.sh" qwen35 > "$tmp/out14.txt" 2>&1
+exited $? 1 "a missed qwen35 target and a failed writer"
+expect "$tmp/out14.txt" '^FAIL make_qwen35_a3bw4: exit 1' "qwen35: the writer's failure"
+expect "$tmp/out14.txt" '^qwen36-35b-a3b-w4a16 +40 +- +- +420\.0 +10\.50 +- +>=2\.0 +FAIL' "qwen35: the row without ours"
+expect "$tmp/out14.txt" '^qwen35-27b-w4a16-bound +0\.75 >= 0\.8  FAIL$' "qwen35: the 27B's miss"
+expect "$tmp/out14.txt" '^qwen35 skipped: qwen36-35b-a3b-w4a16 scored_bench and the ppl run \(no checkpoint\)$' \
+  "qwen35: the skipped parts of the failed writer"
+expect "$tmp/out14.txt" '^qwen35 skipped: qwen36-35b-a3b-bf16 \(not in QWEN35_MODELS\)$' "qwen35: the part not asked for"
+expect "$tmp/out14.txt" '^qwen36-35b-a3b-w4a16 WikiText-2 .* wall - s <= 40: FAIL$' "qwen35: no ppl wall"
+reject "$tmp/out14.txt" '^(qwen36-35b-a3b-bf16 |make_random_qwen35: qwen36-35b-a3b bf16)' \
+  "QWEN35_MODELS=27bw4,a3bw4 also ran the bf16"
+PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs15" QWEN35_DIR="$tmp/qwen35" QWEN35_BUDGET_S=35 \
+  bash "$root/scripts/bench/gpu_bench.sh" qwen35 > "$tmp/out15.txt" 2>&1
+exited $? 1 "qwen35 without the time for it"
+expect "$tmp/out15.txt" '^qwen35 skipped: qwen35-27b-w4a16 peer \([0-9]+ s of QWEN35_BUDGET_S=35 left\)$' \
+  "qwen35: the budget's skips"
+reject "$tmp/out15.txt" '^make_random_qwen35' "qwen35 wrote a checkpoint without the time for it"
+
 # 8. Too little disk for the 70b checkpoint: a FAIL line naming what is free and needed, nothing written, exit 1.
 PATH="$tmp/py:$PATH" BUNDLE="$tmp/ok" OUT="$tmp/logs8" BIG_DIR="$tmp/big8" FAKE_DF_AVAIL_G=41 \
   bash "$root/scripts/bench/gpu_bench.sh" 70b > "$tmp/out8.txt" 2>&1
@@ -392,6 +475,6 @@ if [[ $failures == 0 ]]; then
   echo "test_gpu_bench: passed"
 else
   echo "test_gpu_bench: $failures failed"
-  sed 's/^/  | /' "$tmp"/out[1-9].txt "$tmp"/out1[0-2]*.txt
+  sed 's/^/  | /' "$tmp"/out[1-9].txt "$tmp"/out1[0-5]*.txt
 fi
 [[ $failures == 0 ]]

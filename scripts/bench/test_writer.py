@@ -39,6 +39,11 @@ Then make_random_family.py (Gemma-3- and Phi-3/Phi-4-shaped W4A16, issue 22), un
 preset's config read back by transformers has the published shape, and a tiny checkpoint of each loads in
 transformers + compressed-tensors with every Linear (Phi-3's fused ones too) bit for bit the stored words' decode
 (check_random_family).
+Then make_random_qwen35.py (Qwen3.5 / 3.6 hybrid DeltaNet models, dense and MoE, issue 34), under the same
+condition: the presets' configs read back by transformers have the published shapes; written at the shapes of
+tests/fixtures/qwen35-bf16 and qwen35-moe-trained-bf16 it reproduces their tensor names, dtypes and shapes exactly;
+tiny W4A16 and bf16 checkpoints load in transformers (+ compressed-tensors) with every Linear, the routed experts
+included, bit for bit what was stored and drawn, and score finite log-probs (check_random_qwen35).
 """
 import json
 import math
@@ -52,6 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ct_writer  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "fixtures")
+GROUP_W4 = 128  # ct_writer's W4A16 group size
 NP_DTYPES = {"I32": np.int32, "I64": np.int64, "U8": np.uint8, "F32": np.float32, "BF16": np.uint16,
              "F8_E4M3": np.uint8}
 
@@ -421,6 +427,186 @@ def check_random_family(failures):
     return compared
 
 
+# Tiny shapes of make_random_qwen35.py's presets: 4 layers (3 DeltaNet, 1 full attention), widths that W4A16's group of
+# 128 divides, 2 k heads serving 4 v heads; "fixture": the shapes of tests/fixtures/qwen35-bf16 and
+# qwen35-moe-trained-bf16 (bf16 only: their hidden 64 is below one group).
+QWEN35_TINY = ["--hidden", "128", "--heads", "2", "--kv-heads", "1", "--head-dim", "64", "--k-heads", "2", "--v-heads",
+               "4", "--k-head-dim", "32", "--v-head-dim", "32", "--vocab", "512", "--layers", "4"]
+QWEN35_FIXTURE = ["--hidden", "64", "--heads", "4", "--kv-heads", "2", "--head-dim", "32", "--k-heads", "2", "--v-heads",
+                  "4", "--k-head-dim", "16", "--v-head-dim", "16", "--vocab", "512", "--layers", "4"]
+QWEN35_MOE_TINY = ["--experts", "4", "--top-k", "2", "--moe-intermediate", "128", "--shared-intermediate", "128"]
+QWEN35_CASES = [  # (arch, extra flags, what is checked): "forward" loads it in transformers and runs 72 tokens
+    # (more than one 64-token DeltaNet chunk; slow on the CPU: two cases), "load" only loads it and compares every
+    # tensor, a fixture's name compares the tensors' names, dtypes and shapes with that fixture's bit for bit.
+    ("qwen36-35b-a3b", QWEN35_TINY + QWEN35_MOE_TINY, "forward"),
+    ("qwen36-35b-a3b", QWEN35_TINY + QWEN35_MOE_TINY + ["--quant", "bf16"], "load"),
+    ("qwen35-27b", QWEN35_TINY + ["--intermediate", "256"], "forward"),
+    ("qwen35-27b", QWEN35_TINY + ["--intermediate", "256", "--linear-attn", "bf16"], "load"),
+    ("qwen35-27b", QWEN35_FIXTURE + ["--intermediate", "128", "--quant", "bf16"], "qwen35-bf16"),
+    ("qwen36-35b-a3b", QWEN35_FIXTURE + ["--quant", "bf16", "--experts", "8", "--top-k", "2", "--moe-intermediate",
+                                         "32", "--shared-intermediate", "32"], "qwen35-moe-trained-bf16"),
+]
+
+
+def check_random_qwen35(failures):
+    """make_random_qwen35.py (Qwen3.5 / 3.6, issue 34): each preset's published shape read back by transformers'
+    own config classes; at the two bf16 fixtures' shapes the very tensor names, dtypes and shapes of
+    tests/fixtures/qwen35-bf16 / qwen35-moe-trained-bf16 and their config.json fields; tiny checkpoints (MoE and
+    dense, W4A16 with and without quantized linear_attn projections, bf16) written on the CPU in several shards
+    are valid shards covered by the index, list the documented quantization_config.ignore, and load in
+    transformers (+ compressed-tensors' decompression) with every Linear (the routed experts through transformers'
+    fused gate_up_proj / down_proj) bit for bit the stored words' decode (W4A16, within one scale step of the
+    drawn values) or the drawn values in bf16; norms, dt_bias and A_log as documented; a forward over 72 tokens
+    (more than one 64-token DeltaNet chunk) of the two W4A16 defaults gives finite log-probs. Returns the linears compared or None when
+    torch / transformers are missing."""
+    try:
+        import tempfile
+
+        import torch
+        import compressed_tensors  # noqa: F401
+        from transformers import AutoConfig, AutoModelForCausalLM, CompressedTensorsConfig
+    except ImportError as e:
+        print(f"random_qwen35: SKIPPED ({e}; run with /work/venv-fixtures/bin/python)")
+        return None
+    from safetensors import safe_open
+    import make_random_qwen35 as mq
+    import make_random_w4a16 as mrw
+    published = {  # (layers, hidden, heads, kv heads, head_dim, k heads, v heads, dk, dv, vocab, MLP widths)
+        "qwen36-35b-a3b": (40, 2048, 16, 2, 256, 16, 32, 128, 128, 248320, (256, 8, 512, 512)),
+        "qwen35-27b": (64, 5120, 24, 4, 256, 16, 48, 128, 128, 248320, (17408,)),
+    }
+    for arch, want in published.items():
+        _, full = mq.parse_args(["--out", "unused", "--arch", arch])
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump(mq.config_json(full), f)
+            c = AutoConfig.from_pretrained(d)
+        mlp = ((c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, c.shared_expert_intermediate_size)
+               if full["moe"] else (c.intermediate_size,))
+        got = (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+               c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim,
+               c.vocab_size, mlp)
+        check(got == want, f"{arch}: transformers reads {got}, published {want}", failures)
+        check(c.layer_types.count("full_attention") == want[0] // 4 and c.layer_types[3] == "full_attention",
+              f"{arch}: layer_types {c.layer_types[:4]}...", failures)
+        check(c.rope_parameters["rope_theta"] == 1e7 and c.rope_parameters["partial_rotary_factor"] == 0.25,
+              f"{arch}: rope_parameters {c.rope_parameters}", failures)
+        _, short = mq.parse_args(["--arch", arch, "--layers", "6", "--peer-config"])
+        peer = mq.peer_config(short)
+        check(peer["num_hidden_layers"] == 6 and len(peer["layer_types"]) == 6 and "quantization_config" not in peer,
+              f"{arch}: --peer-config at 6 layers", failures)
+
+    compared = 0
+    for arch, flags, what in QWEN35_CASES:
+        fixture = None if what in ("forward", "load") else what
+        with tempfile.TemporaryDirectory() as d:
+            argv = ["--out", d, "--arch", arch, "--shard-gb", "0.0001", "--threads", "3", "--device", "cpu"] + flags
+            _, s = mq.parse_args(argv)
+            mq.main(argv)
+            label = f"{arch} {s['quant']}" + (f" linear_attn {s['linear_attn']}" if s["quant"] == "w4a16" else "")
+            where = check_shard_layout(d, failures)
+            check(len(set(where.values())) >= 3, f"{label}: expected several shards", failures)
+            with open(os.path.join(d, "config.json")) as f:
+                conf = json.load(f)
+            if fixture is not None:
+                label += f" ({fixture}'s shapes)"
+                fx = os.path.join(FIXTURES, fixture)
+                theirs = {n: (t[0], tuple(t[1])) for n, t in read_safetensors(os.path.join(fx, "model.safetensors")).items()}
+                ours = {}
+                for fname in set(where.values()):
+                    ours.update({n: (t[0], tuple(t[1])) for n, t in read_safetensors(os.path.join(d, fname)).items()})
+                check(ours == theirs, f"{label}: tensors differ from the fixture's: "
+                      f"{sorted(set(ours.items()) ^ set(theirs.items()))[:4]}", failures)
+                with open(os.path.join(fx, "config.json")) as f:
+                    fx_conf = json.load(f)
+                unlike = {"max_position_embeddings", "rope_parameters", "bos_token_id", "eos_token_id", "pad_token_id",
+                          "transformers_version"}
+                check(set(conf) <= set(fx_conf) and all(conf[k] == fx_conf[k] for k in conf if k not in unlike),
+                      f"{label}: config.json differs from the fixture's", failures)
+                print(f"random_qwen35 {label}: {len(ours)} tensors and config.json as the fixture's")
+                continue
+            quantized = set()
+            for layer in range(s["layers"]):
+                quantized |= {f"model.layers.{layer}.{m}" for m, _, _, _, q in mq.linears(s, layer) if q}
+                quantized |= {f"model.layers.{layer}.mlp.experts.{e}.{p}" for e in range(s["experts"] if s["moe"] else 0)
+                              for p, *_ in mq.expert_linears(s) if s["quant"] == "w4a16"}
+            stored = {n[: -len(".weight_packed")] for n in where if n.endswith(".weight_packed")}
+            check(stored == quantized, f"{label}: quantized modules {sorted(stored ^ quantized)[:4]}", failures)
+            if s["quant"] == "w4a16":
+                ignore = conf["quantization_config"]["ignore"]
+                want = (["lm_head"] + (["re:.*mlp.gate$", "re:.*mlp.shared_expert_gate$"] if s["moe"] else []) +
+                        (["re:.*linear_attn.*"] if s["linear_attn"] == "bf16" else
+                         ["re:.*linear_attn.in_proj_a$", "re:.*linear_attn.in_proj_b$"]))
+                check(ignore == want, f"{label}: ignore {ignore}", failures)
+                qc = CompressedTensorsConfig(dequantize=True)
+                model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16, quantization_config=qc)
+            else:
+                check("quantization_config" not in conf, f"{label}: a quantization_config", failures)
+                model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16)
+            params = {n: p.detach() for n, p in model.named_parameters()}
+
+            def stored_weight(module, drawn):
+                """module's weight as stored, decoded to bf16; checks it against `drawn` (fp32)."""
+                if module not in quantized:
+                    w = drawn.to(torch.bfloat16)
+                    with safe_open(os.path.join(d, where[module + ".weight"]), "pt") as f:
+                        check(torch.equal(f.get_tensor(module + ".weight").view(torch.int16), w.view(torch.int16)),
+                              f"{label}: {module}.weight is not the drawn values in bf16", failures)
+                    return w
+                with safe_open(os.path.join(d, where[module + ".weight_packed"]), "pt") as f:
+                    packed = f.get_tensor(module + ".weight_packed")
+                with safe_open(os.path.join(d, where[module + ".weight_scale"]), "pt") as f:
+                    scale = f.get_tensor(module + ".weight_scale")
+                w = mrw.unpack_w4a16(packed, scale)
+                step = scale.float().repeat_interleave(GROUP_W4, dim=1) * (1 + 2.0 ** -7)
+                check(bool(((drawn - w.float()).abs() <= step).all()),
+                      f"{label}: {module} is not within a scale step of the drawn values", failures)
+                return w
+
+            def same(theirs, ours, what):
+                check(theirs.dtype == torch.bfloat16 and theirs.shape == ours.shape and
+                      torch.equal(theirs.view(torch.int16), ours.view(torch.int16)),
+                      f"{label}: {what} differs from transformers' load", failures)
+
+            for layer in range(s["layers"]):
+                p = f"model.layers.{layer}."
+                for mod, *_ in mq.linears(s, layer):
+                    ours = stored_weight(p + mod, mq.dense_weight(s, layer, mod, "cpu", 1234))
+                    same(params[p + mod + ".weight"], ours, p + mod)
+                    compared += 1
+                experts = {proj: mq.dense_weight(s, layer, "mlp.experts." + proj, "cpu", 1234)
+                           for proj, *_ in mq.expert_linears(s)}
+                for e in range(s["experts"] if s["moe"] else 0):
+                    ours = {proj: stored_weight(f"{p}mlp.experts.{e}.{proj}", w[e]) for proj, w in experts.items()}
+                    same(params[p + "mlp.experts.gate_up_proj"][e], torch.cat([ours["gate_proj"], ours["up_proj"]]),
+                         f"{p}mlp.experts.{e}.gate|up")
+                    same(params[p + "mlp.experts.down_proj"][e], ours["down_proj"], f"{p}mlp.experts.{e}.down")
+                    compared += 3
+                for name, _ in mq.small_tensors(s, layer):
+                    same(params[p + name], mq.small_tensor(s, layer, name, "cpu", 1234), p + name)
+                if not mq.is_full(s, layer):
+                    a_log = params[p + "linear_attn.A_log"].float()
+                    check(bool((a_log >= 0).all() and (a_log <= math.log(16) + 0.02).all()) and
+                          bool((params[p + "linear_attn.dt_bias"] == 1).all()) and
+                          bool((params[p + "linear_attn.norm.weight"] == 1).all()),
+                          f"{label}: {p}linear_attn A_log / dt_bias / norm", failures)
+            gains = [t for n, t in params.items() if n.endswith("layernorm.weight") or n.endswith("_norm.weight")
+                     or n == "model.norm.weight"]
+            check(len(gains) == 2 * s["layers"] + 2 * (s["layers"] // 4) + 1 and all(bool((t == 0).all()) for t in gains),
+                  f"{label}: the (1 + w) norms are not all 0", failures)
+            scored = ""
+            if what == "forward":
+                ids = torch.arange(1, 73, dtype=torch.long)[None] * 7 % s["vocab"]
+                with torch.no_grad():
+                    lp = torch.log_softmax(model.float()(ids).logits[0, :-1].double(), -1)
+                lp = lp.gather(-1, ids[0, 1:, None])
+                check(bool(torch.isfinite(lp).all()), f"{label}: non-finite log-probs", failures)
+                scored = f"; mean log-prob {lp.mean().item():.2f} on 72 tokens"
+            print(f"random_qwen35 {label}: {s['layers']} layers, {len(set(where.values()))} shards, loaded by "
+                  f"transformers ({type(model).__name__}){scored}")
+    return compared
+
+
 def re_linear_module(name):
     """(layer, module suffix) of a decoder Linear's weight name, else None."""
     if not ct_writer.QUANTIZED_LINEAR.match(name):
@@ -436,6 +622,7 @@ def main():
                                                              ("llama-fp8-dynamic", "fp8_dynamic"))}
     counts["random_w4a16"] = check_random_w4a16(failures)
     counts["random_family"] = check_random_family(failures)
+    counts["random_qwen35"] = check_random_qwen35(failures)
     for f in failures:
         print("FAIL", f)
     print(f"test_writer: {counts} linears re-packed; {'FAILED' if failures else 'passed'}")
