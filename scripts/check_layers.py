@@ -38,7 +38,8 @@ FAMILY_FLAGS = re.compile(
     r'mlp_activation|layer_local_rope|LocalRope|attention_bias|qk_norm|IsSparseLayer|sparse_layers|'
     r'norm_topk_prob|LayerWindow|layer_window|shared_expert_intermediate_size|local_rope_theta|'
     r'local_rope_scaling|sliding_window|qk_norm_whole|shared_expert_gated|sigmoid_router|router_correction_bias|'
-    r'router_num_groups|router_topk_groups|router_renorm_epsilon|routed_scaling_factor|moe(?=\(\)))\b')
+    r'router_num_groups|router_topk_groups|router_renorm_epsilon|routed_scaling_factor|latent_attention|'
+    r'q_lora_rank|kv_lora_rank|qk_nope_head_dim|qk_rope_head_dim|v_head_dim|rope_interleave|moe(?=\(\)))\b')
 FLAG_FREE = ['engine', 'server', 'client']  # where the rule holds (engine/model/ excepted)
 
 

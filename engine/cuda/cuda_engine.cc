@@ -32,6 +32,7 @@
 #include "engine/kernels/kernel_types.h"
 #include "engine/model/config.h"
 #include "engine/model/fingerprint.h"
+#include "engine/model/layer_plan.h"
 #include "engine/model/shard_plan.h"
 #include "engine/model/weights.h"
 #include "engine/score_contract.h"
@@ -65,6 +66,17 @@ absl::Status CheckHeadDim(const ModelConfig& config, const char* whose) {
   return absl::InvalidArgumentError(absl::StrCat(whose, "head_dim ", config.head_dim,
                                                  " is not supported by the attention kernel (multiples of 8 "
                                                  "up to 256)"));
+}
+
+// The layer kinds the CUDA forward has no block for, refused before anything reaches a device (the CPU
+// backend computes them).
+absl::Status CheckPlanOnCuda(const ModelPlan& plan, const char* whose) {
+  const int64_t l = plan.first_latent_attention();
+  if (l < 0) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      whose, "layer ", l,
+      ": multi-head latent attention (TokenMixerKind::kLatentAttention, DeepSeek-V3 / GLM-4.7-Flash) is not "
+      "implemented on the CUDA backend; use --backend=cpu"));
 }
 
 class CudaEngine final : public Engine {
@@ -172,6 +184,7 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
 
   SCORED_ASSIGN_OR_RETURN(engine->weights_, ModelWeights::Load(options.model_dir));
   const ModelConfig& config = engine->weights_->config();
+  SCORED_RETURN_IF_ERROR(CheckPlanOnCuda(engine->weights_->plan(), ""));
   SCORED_RETURN_IF_ERROR(CheckHeadDim(config, ""));
   SCORED_ASSIGN_OR_RETURN(engine->max_seq_len_,
                           ServedContextLength(config, options.max_seq_len, options.allow_long_context));
@@ -192,6 +205,7 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Load(const EngineOptions
                                        reference.status().message()));
     }
     engine->reference_ = *std::move(reference);
+    SCORED_RETURN_IF_ERROR(CheckPlanOnCuda(engine->reference_->plan(), "the reference model's "));
     SCORED_RETURN_IF_ERROR(CheckHeadDim(engine->reference_->config(), "the reference model's "));
     if (options.max_seq_len <= 0) {
       engine->max_seq_len_ =

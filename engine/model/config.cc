@@ -792,6 +792,53 @@ absl::Status ParseLinearAttention(const Json& j, const FamilyTraits& family, con
   return absl::OkStatus();
 }
 
+// LatentAttentionTraits (DeepSeek-V3's MLA): the latent ranks and head widths (required: transformers' config
+// classes have defaults for them, but a published config always states them, and one without is more likely
+// another model than DeepSeek-V3's default shape), rope_interleave (default true, as the config classes).
+// head_dim becomes qk_rope_head_dim, which RoPE rotates whole (DeepseekV3Config / Glm4MoeLiteConfig set
+// head_dim so).
+absl::Status ParseLatentAttention(const Json& j, const std::string& source, ModelConfig* out) {
+  ModelConfig& c = *out;
+  c.latent_attention = true;
+  for (auto [field, value] :
+       {std::pair{"kv_lora_rank", &c.kv_lora_rank}, std::pair{"qk_nope_head_dim", &c.qk_nope_head_dim},
+        std::pair{"qk_rope_head_dim", &c.qk_rope_head_dim}, std::pair{"v_head_dim", &c.v_head_dim}}) {
+    if (Find(j, field) == nullptr) {
+      return Invalid(source, absl::StrCat("missing required field '", field, "' (", c.architecture,
+                                          "'s multi-head latent attention)"));
+    }
+    SCORED_ASSIGN_OR_RETURN(*value, GetPositive(j, field, source));
+  }
+  c.q_lora_rank = 0;  // absent or null: q_proj
+  if (Find(j, "q_lora_rank") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(c.q_lora_rank, GetPositive(j, "q_lora_rank", source));
+  }
+  if (c.qk_rope_head_dim % 2 != 0) {
+    return Invalid(source, absl::StrCat("field 'qk_rope_head_dim' must be even, got ", c.qk_rope_head_dim));
+  }
+  if (c.num_kv_heads != c.num_heads) {
+    return Invalid(source,
+                   absl::StrCat("num_key_value_heads (", c.num_kv_heads, ") must equal num_attention_heads (",
+                                c.num_heads, ") for ", c.architecture, "'s multi-head latent attention"));
+  }
+  c.head_dim = c.qk_rope_head_dim;
+  SCORED_ASSIGN_OR_RETURN(c.rope_interleave, GetBool(j, "rope_interleave", source, true));
+  return absl::OkStatus();
+}
+
+// The latent attention's score scale (transformers 5.17 DeepseekV3Attention.__init__): qk_head_dim^-0.5,
+// times yarn_get_mscale(factor, mscale_all_dim)^2 when the RoPE type is not default and mscale_all_dim is
+// non-zero (only yarn is allowed for these families, and only it carries mscale_all_dim).
+double LatentAttentionScale(const ModelConfig& c) {
+  double scale = std::pow(static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim), -0.5);
+  const RopeScaling& r = c.rope_scaling;
+  if (r.type != RopeType::kDefault && r.mscale_all_dim != 0.0 && r.factor > 1.0) {
+    const double mscale = 0.1 * r.mscale_all_dim * std::log(r.factor) + 1.0;
+    scale = scale * mscale * mscale;  // transformers' order of the two products
+  }
+  return scale;
+}
+
 // The Gemma block's fields (GemmaTraits): query_pre_attn_scalar, the soft caps, the embedding scale.
 absl::Status ParseGemma(const Json& j, const FamilyTraits& family, const std::string& source,
                         ModelConfig* out) {
@@ -905,7 +952,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
     return Invalid(source, absl::StrCat("num_attention_heads (", c.num_heads,
                                         ") is not a multiple of num_key_value_heads (", c.num_kv_heads, ")"));
   }
-  if (Find(j, "head_dim") != nullptr) {
+  if (family->latent_attention.enabled) {  // head_dim is qk_rope_head_dim, whatever config.json says
+    SCORED_RETURN_IF_ERROR(ParseLatentAttention(j, source, &c));
+  } else if (Find(j, "head_dim") != nullptr) {
     SCORED_ASSIGN_OR_RETURN(c.head_dim, GetPositive(j, "head_dim", source));
   } else {
     if (c.hidden_size % c.num_heads != 0) {
@@ -924,6 +973,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
                           GetBool(j, "tie_word_embeddings", source, family->tie_word_embeddings_default));
 
   SCORED_RETURN_IF_ERROR(ParseRope(j, *family, source, &c));
+  if (c.latent_attention) c.attention_scale = LatentAttentionScale(c);
   SCORED_RETURN_IF_ERROR(ApplyFamilyPolicies(j, *family, source, &c));
   SCORED_RETURN_IF_ERROR(ParseMoe(j, *family, source, &c));
   SCORED_RETURN_IF_ERROR(ParseGemma(j, *family, source, &c));

@@ -1,7 +1,8 @@
 // config.json of a supported causal LM (the families of family.h: LlamaForCausalLM, MistralForCausalLM,
 // Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM,
 // Gemma3ForConditionalGeneration (its text_config), MixtralForCausalLM, Qwen2MoeForCausalLM,
-// Qwen3MoeForCausalLM, the Qwen3.5 / Qwen3-Next classes, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM), plus the
+// Qwen3MoeForCausalLM, the Qwen3.5 / Qwen3-Next classes, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM,
+// DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM), plus the
 // raw quantization_config (parsed by compressed_tensors.h). What differs between families is read from their
 // FamilyTraits and lands in the flags below (attention_bias, qk_norm, sliding_window / layer_window,
 // rotary_dim, tie_word_embeddings, the Gemma block's fields, the mixture-of-experts fields), which PlanModel
@@ -74,8 +75,8 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
-  // RoPE on pairs (2i, 2i + 1) (config.json's rope_interleave, DeepSeek-V3's; read by the families that
-  // have the field, none of the present ones).
+  // RoPE on pairs (2i, 2i + 1) (config.json's rope_interleave, default true: read by the latent-attention
+  // families, DeepSeek-V3 and GLM-4.7-Flash; false for the others).
   bool rope_interleave = false;
   bool tie_word_embeddings = false;  // lm_head is embed_tokens (the family's default when absent)
   bool attention_bias = false;  // q/k/v bias (AttentionBiasPolicy: Qwen2 always, Llama when the field says)
@@ -131,10 +132,12 @@ struct ModelConfig {
   bool moe() const { return num_experts > 0; }
   bool IsSparseLayer(int64_t layer) const { return moe() && sparse_layers[static_cast<size_t>(layer)]; }
   // Gemma 2 / Gemma 3 (FamilyTraits::gemma; semantics in family.h GemmaTraits). Defaults: the Llama block.
-  bool gemma_norm = false;           // every RMSNorm (final, layers, q/k) multiplies by fp32(1 + weight)
-  bool sandwich_norms = false;       // post_attention_layernorm on the attention output; pre/post feedforward
-  float embedding_scale = 0.0f;      // > 0: embeddings times it in fp32: fp32(sqrt(hidden_size))
-  double attention_scale = 0.0;      // > 0: score scale query_pre_attn_scalar^-0.5; 0: 1/sqrt(head_dim)
+  bool gemma_norm = false;       // every RMSNorm (final, layers, q/k) multiplies by fp32(1 + weight)
+  bool sandwich_norms = false;   // post_attention_layernorm on the attention output; pre/post feedforward
+  float embedding_scale = 0.0f;  // > 0: embeddings times it in fp32: fp32(sqrt(hidden_size))
+  // > 0: the score scale (Gemma: query_pre_attn_scalar^-0.5; latent attention: qk_head_dim^-0.5, times
+  // YaRN's mscale(factor, mscale_all_dim)^2 where family.h LatentAttentionTraits says); 0: 1/sqrt(head_dim).
+  double attention_scale = 0.0;
   float attn_logit_softcap = 0.0f;   // > 0: scores = tanh(scores / cap) * cap
   float final_logit_softcap = 0.0f;  // > 0: logits = tanh(logits / cap) * cap
   MlpActivation mlp_activation = MlpActivation::kSilu;
@@ -161,6 +164,15 @@ struct ModelConfig {
   // The full-attention layers' q_proj holds 2 * head_dim rows per head, [q_h | gate_h], and the attention
   // output is multiplied by sigmoid(gate) before o_proj (Qwen3_5Attention).
   bool attention_output_gate = false;
+  // DeepSeek-V3's multi-head latent attention on every layer (FamilyTraits::latent_attention; semantics in
+  // family.h LatentAttentionTraits). head_dim is then qk_rope_head_dim (= rotary_dim) and num_kv_heads
+  // num_heads; the score scale is attention_scale.
+  bool latent_attention = false;
+  int64_t q_lora_rank = 0;  // 0: config.json's q_lora_rank absent or null (q_proj instead of q_a / q_b)
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
   bool has_quantization_config = false;
   std::string quantization_config_json;  // raw JSON text of quantization_config ("" when absent);
                                          // older files name it "compression_config"

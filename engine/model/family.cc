@@ -165,6 +165,36 @@ constexpr PartialRotaryTraits kMiniMaxM2PartialRotary = {true, 1.0, true};
 // The multi-token-prediction layers stored past the last decoder layer are not part of the scored forward.
 constexpr TextOnlyTraits kMtpLayersPastTheLast = {false, nullptr, {nullptr}, true};
 
+// DeepSeek-V3's multi-head latent attention as transformers 5.17 saves it (family.h LatentAttentionTraits).
+constexpr LatentAttentionTraits kDeepseekV3LatentAttention = {
+    true,
+    /*q_a_proj=*/"self_attn.q_a_proj",
+    /*q_a_layernorm=*/"self_attn.q_a_layernorm.weight",
+    /*q_b_proj=*/"self_attn.q_b_proj",
+    /*kv_a_proj=*/"self_attn.kv_a_proj_with_mqa",
+    /*kv_a_layernorm=*/"self_attn.kv_a_layernorm.weight",
+    /*kv_b_proj=*/"self_attn.kv_b_proj",
+};
+
+// DeepseekV3Config's defaults (transformers 5.17 configuration_deepseek_v3.py) of the shape and router
+// fields. Not the expert count (n_routed_experts, 256; alias num_local_experts), and not the attention's
+// latent dimensions (q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim): a config
+// without them is refused naming the field (config.cc ParseLatentAttention).
+constexpr char kDeepseekV3Defaults[] =
+    R"({"vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "num_hidden_layers": 61,
+        "num_attention_heads": 128, "rms_norm_eps": 1e-6, "moe_intermediate_size": 2048,
+        "num_experts_per_tok": 8, "n_shared_experts": 1, "routed_scaling_factor": 2.5, "n_group": 8,
+        "topk_group": 4, "first_k_dense_replace": 3, "norm_topk_prob": true})";
+
+// Glm4MoeLiteConfig's defaults (configuration_glm4_moe_lite.py). It has no first_k_dense_replace: its
+// mlp_layer_types defaults to one dense layer, then sparse ones, which first_k_dense_replace 1 says (a
+// mlp_layer_types list in the config must agree with it).
+constexpr char kGlm4MoeLiteDefaults[] =
+    R"({"vocab_size": 154880, "hidden_size": 2048, "intermediate_size": 10240, "num_hidden_layers": 47,
+        "num_attention_heads": 20, "rms_norm_eps": 1e-5, "moe_intermediate_size": 1536,
+        "num_experts_per_tok": 4, "n_shared_experts": 1, "routed_scaling_factor": 1.8, "n_group": 1,
+        "topk_group": 1, "first_k_dense_replace": 1, "norm_topk_prob": true})";
+
 // Qwen3NextConfig's defaults (norm_topk_prob true, unlike Qwen2 / Qwen3-MoE's false).
 constexpr char kQwen3NextDefaults[] =
     R"({"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 48,
@@ -194,6 +224,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         /*architecture=*/"MistralForCausalLM",
@@ -213,6 +244,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         /*architecture=*/"Qwen2ForCausalLM",
@@ -232,6 +264,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         /*architecture=*/"Qwen3ForCausalLM",
@@ -251,6 +284,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         /*architecture=*/"MixtralForCausalLM",
@@ -270,6 +304,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kMixtral, /*shared_expert=*/false, kMixtralNames},
         /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         /*architecture=*/"Qwen2MoeForCausalLM",
@@ -289,6 +324,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/true, kQwenMoeNames},
         /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         /*architecture=*/"Qwen3MoeForCausalLM",
@@ -308,6 +344,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/false, kQwenMoeNames},
         /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         // Phi-3, Phi-3.5, Phi-4: fused qkv_proj / gate_up_proj, partial rotary, longrope, a masked sliding
@@ -330,6 +367,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         // Gemma 2: soft-capping (50 / 30 by default), sliding window on alternating layers (0, 2, ...).
@@ -352,6 +390,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         // Gemma 3 text: q/k norm, 5 sliding : 1 full layers by default, local and global RoPE, no
@@ -376,6 +415,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         // Gemma 3 4B-27B releases: Gemma 3 text inside a vision-language checkpoint; only the language model
@@ -405,6 +445,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         // Qwen3.5 / Qwen3.6 text (Qwen3_5ForCausalLM: three Gated DeltaNet layers to one gated full
@@ -426,6 +467,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
         /*linear_attention=*/kQwen35LinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         // The published Qwen3.5 / 3.6 dense checkpoints: the language model of the vision-language class
@@ -447,6 +489,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
         /*linear_attention=*/kQwen35LinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         // Qwen3.5 / 3.6 MoE text (Qwen3_5MoeForCausalLM): the same layers, every MLP a mixture of experts
@@ -468,6 +511,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kQwen35Moe, /*shared_expert=*/true, kQwenMoeNames},
         /*linear_attention=*/kQwen35LinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         // The published Qwen3.5 / 3.6 MoE checkpoints (Qwen3.6-35B-A3B, ...): the language model of the
@@ -489,6 +533,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kQwen35Moe, /*shared_expert=*/true, kQwenMoeNames},
         /*linear_attention=*/kQwen35LinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         // Qwen3-Next (Qwen3NextForCausalLM): Qwen3.5's layers with the fused, per-k-head grouped DeltaNet
@@ -510,6 +555,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/true, kQwenMoeNames},
         /*linear_attention=*/kQwen3NextLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         // GLM-4.5 / 4.6 / 4.7 and GLM-4.5-Air (Glm4MoeForCausalLM, transformers 5.17 models/glm4_moe): Llama
@@ -534,6 +580,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
         /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
     },
     {
         // MiniMax-M2 / M2.1 / M2.5 / M2.7 (MiniMaxM2ForCausalLM, models/minimax_m2): attention without
@@ -557,6 +604,57 @@ constexpr FamilyTraits kFamilies[] = {
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kMiniMaxM2, /*shared_expert=*/false, kMiniMaxM2MoeNames},
         /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
+    },
+    {
+        // DeepSeek-V3 / R1 / V3.1 (DeepseekV3ForCausalLM, models/deepseek_v3; also the text model of the
+        // releases that ship it as the whole checkpoint): multi-head latent attention (LatentAttentionTraits:
+        // low-rank q with or without q_lora_rank, one shared rope key, interleaved RoPE pairs by default,
+        // YaRN's mscale squared into the softmax scale) and DeepSeek-V3's MoE
+        // (MoePolicy::kSigmoidGroupLimited) after first_k_dense_replace dense layers; the
+        // multi-token-prediction layer past the last is not read. The CPU backend only (the CUDA one refuses
+        // the plan's kLatentAttention at load).
+        /*architecture=*/"DeepseekV3ForCausalLM",
+        /*model_type=*/"deepseek_v3",
+        /*default_max_position_embeddings=*/4096,
+        /*attention_bias=*/AttentionBiasPolicy::kAllFourField,  // q_a / kv_a / o_proj (LatentAttentionTraits)
+        /*qk_norm=*/QkNormPolicy::kNone,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kYarn),
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/kNoPartialRotary,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/kDeepseekV3Defaults,
+        /*text_only=*/kMtpLayersPastTheLast,
+        /*tensor_parallel=*/false,
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
+        /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kDeepseekV3LatentAttention,
+    },
+    {
+        // GLM-4.7-Flash (Glm4MoeLiteForCausalLM, models/glm4_moe_lite): DeepSeek-V3's attention (the same
+        // LatentAttentionTraits) and GLM-4.5's MoE; dense layers where mlp_layer_types says (by default the
+        // first), the multi-token-prediction layer past the last not read. The CPU backend only.
+        /*architecture=*/"Glm4MoeLiteForCausalLM",
+        /*model_type=*/"glm4_moe_lite",
+        /*default_max_position_embeddings=*/202752,
+        /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
+        /*qk_norm=*/QkNormPolicy::kNone,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kYarn),
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/kNoPartialRotary,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/kGlm4MoeLiteDefaults,
+        /*text_only=*/kMtpLayersPastTheLast,
+        /*tensor_parallel=*/false,
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
+        /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kDeepseekV3LatentAttention,
     },
 };
 

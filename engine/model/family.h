@@ -1,6 +1,6 @@
 // Model families: what makes Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma, Qwen3.5 and the mixture-of-experts
-// Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5 and MiniMax-M2 checkpoints differ, as ONE table
-// (family.cc, kFamilies) instead of architecture-string tests spread over the code.
+// Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5, MiniMax-M2, DeepSeek-V3 and GLM-4.7-Flash checkpoints differ, as
+// ONE table (family.cc, kFamilies) instead of architecture-string tests spread over the code.
 //
 // Who reads it:
 //   - ParseModelConfig (config.cc) finds the family of config.json's `architectures`, checks `model_type`,
@@ -389,6 +389,36 @@ struct LinearAttentionTraits {
 inline constexpr LinearAttentionTraits kNoLinearAttention = {
     false, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
 
+// DeepSeek-V3's multi-head latent attention (transformers 5.17 models/deepseek_v3/modeling_deepseek_v3.py
+// DeepseekV3Attention.forward; glm4_moe_lite's Glm4MoeLiteAttention is the same code), per token x:
+//   q = q_b_proj(RMSNorm_qa(q_a_proj(x))), or q_proj(x) without q_lora_rank; per head [q_nope | q_rope]
+//   (qk_nope_head_dim, qk_rope_head_dim)
+//   kv_a_proj_with_mqa(x) = [c (kv_lora_rank) | k_rope (qk_rope_head_dim, ONE key shared by every head)]
+//   kv_b_proj(RMSNorm_kva(c)) per head = [k_nope | v] (qk_nope_head_dim, v_head_dim)
+//   RoPE on q_rope and k_rope (interleaved pairs (2i, 2i + 1) with rope_interleave, default true; else
+//   rotate_half within the rope part), then per head q = [q_nope | q_rope], k = [k_nope | k_rope]
+//   causal softmax attention with scale qk_head_dim^-0.5, times mscale(factor, mscale_all_dim)^2 when the
+//   RoPE type is not default and rope_parameters' mscale_all_dim is non-zero (yarn_get_mscale: 0.1 m ln(f) +
+//   1, 1 when f <= 1); the output [num_heads * v_head_dim] through o_proj.
+// Biases: attention_bias puts one on q_a_proj (with q_lora_rank), kv_a_proj_with_mqa and o_proj; q_proj,
+// q_b_proj and kv_b_proj never have one. The two latent RMSNorms use eps 1e-6 whatever rms_norm_eps says
+// (DeepseekV3RMSNorm's default: the attention builds them without it). num_key_value_heads must equal
+// num_attention_heads (every head has its own k_nope and v); head_dim is qk_rope_head_dim (the config
+// classes set it so: the RoPE's width).
+struct LatentAttentionTraits {
+  bool enabled;
+  // Per-layer names relative to layer_prefix + "<layer index>."; q_proj (no q_lora_rank) and o_proj are
+  // TensorNames'.
+  const char* q_a_proj;        // module [q_lora_rank, hidden]
+  const char* q_a_layernorm;   // tensor [q_lora_rank]
+  const char* q_b_proj;        // module [num_heads * (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank]
+  const char* kv_a_proj;       // module [kv_lora_rank + qk_rope_head_dim, hidden]: "kv_a_proj_with_mqa"
+  const char* kv_a_layernorm;  // tensor [kv_lora_rank]
+  const char* kv_b_proj;       // module [num_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
+};
+inline constexpr LatentAttentionTraits kNoLatentAttention = {false,   nullptr, nullptr, nullptr,
+                                                             nullptr, nullptr, nullptr};
+
 struct FamilyTraits {
   const char* architecture;  // config.json "architectures"[0], e.g. "LlamaForCausalLM"
   const char* model_type;    // config.json "model_type" (also its default), e.g. "llama"
@@ -416,6 +446,7 @@ struct FamilyTraits {
   CheckpointFiles checkpoint;
   MoeTraits moe;  // kNoMoe for dense families
   LinearAttentionTraits linear_attention;
+  LatentAttentionTraits latent_attention;  // kNoLatentAttention: the token mixer is not MLA
 };
 
 // The family whose `architecture` is `architecture`, or nullptr when unsupported.

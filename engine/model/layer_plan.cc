@@ -18,6 +18,13 @@ bool ModelPlan::any_delta_net() const {
   return std::any_of(layers.begin(), layers.end(), [](const LayerPlan& l) { return l.delta_net_mixer(); });
 }
 
+int64_t ModelPlan::first_latent_attention() const {
+  for (size_t l = 0; l < layers.size(); ++l) {
+    if (layers[l].latent_attention_mixer()) return static_cast<int64_t>(l);
+  }
+  return -1;
+}
+
 bool ModelPlan::any_output_gate() const {
   return std::any_of(layers.begin(), layers.end(),
                      [](const LayerPlan& l) { return !l.delta_net_mixer() && l.attention.output_gate; });
@@ -44,6 +51,21 @@ AttentionPlan PlanAttention(const ModelConfig& c, int64_t layer) {
   a.window = c.LayerWindow(layer);
   a.scale = c.attention_scale;
   a.softcap = c.attn_logit_softcap;
+  return a;
+}
+
+LatentAttentionPlan PlanLatentAttention(const ModelConfig& c) {
+  LatentAttentionPlan a;
+  a.num_heads = c.num_heads;
+  a.q_lora_rank = c.q_lora_rank;
+  a.kv_lora_rank = c.kv_lora_rank;
+  a.qk_nope_head_dim = c.qk_nope_head_dim;
+  a.qk_rope_head_dim = c.qk_rope_head_dim;
+  a.v_head_dim = c.v_head_dim;
+  a.a_bias = c.attention_bias;
+  a.o_bias = c.o_proj_bias;
+  a.rope_interleaved = c.rope_interleave;
+  a.scale = c.attention_scale;
   return a;
 }
 
@@ -85,7 +107,10 @@ ModelPlan PlanModel(const ModelConfig& c) {
   for (int64_t l = 0; l < static_cast<int64_t>(p.layers.size()); ++l) {
     LayerPlan& layer = p.layers[static_cast<size_t>(l)];
     layer.norms = c.sandwich_norms ? NormPlacement::kSandwich : NormPlacement::kPreNorm;
-    if (c.LinearAttentionLayer(l)) {
+    if (c.latent_attention) {
+      layer.token_mixer = TokenMixerKind::kLatentAttention;
+      layer.latent = PlanLatentAttention(c);
+    } else if (c.LinearAttentionLayer(l)) {
       layer.token_mixer = TokenMixerKind::kGatedDeltaNet;
       layer.delta_net = {c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim,
                          c.linear_value_head_dim, c.linear_conv_kernel_dim};

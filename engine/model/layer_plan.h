@@ -8,8 +8,9 @@
 // A layer is a token mixer and a channel mixer, each inside a residual branch:
 //   kPreNorm  (Llama):  x += mixer(norm(x));                        x += mlp(norm(x))
 //   kSandwich (Gemma):  x += post_norm(mixer(norm(x)));             x += post_norm(mlp(norm(x)))
-// Token mixers: full or sliding-window causal attention (AttentionPlan), or the linear-recurrent Gated
-// DeltaNet (DeltaNetPlan), with room for latent attention (MLA). Channel mixers: one dense GLU MLP, or a
+// Token mixers: full or sliding-window causal attention (AttentionPlan), the linear-recurrent Gated
+// DeltaNet (DeltaNetPlan), or DeepSeek-V3's multi-head latent attention (LatentAttentionPlan). Channel
+// mixers: one dense GLU MLP, or a
 // routed mixture of experts (ExpertsPlan: router kind, top k, optional shared expert, gated or not).
 //
 // A new block kind: a value here (and what PlanModel sets it from), its tensors in the loader, one block
@@ -33,6 +34,9 @@ enum class NormPlacement { kPreNorm, kSandwich };
 enum class TokenMixerKind {
   kAttention,      // softmax attention over the sequence so far (a window when AttentionPlan::window > 0)
   kGatedDeltaNet,  // Qwen3.5's linear-recurrent mixer (DeltaNetPlan; semantics in family.h)
+  // DeepSeek-V3's multi-head latent attention (LatentAttentionPlan; semantics in family.h
+  // LatentAttentionTraits). The CPU oracle computes it; the CUDA backend refuses it at load.
+  kLatentAttention,
 };
 
 // A Gated DeltaNet layer's shape (family.h LinearAttentionTraits has the computation).
@@ -43,6 +47,26 @@ struct DeltaNetPlan {
   int64_t key_dim() const { return num_k_heads * k_head_dim; }
   int64_t value_dim() const { return num_v_heads * v_head_dim; }
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+};
+
+// A multi-head latent attention layer (family.h LatentAttentionTraits has the computation). RoPE: the global
+// table (rotary_dim = qk_rope_head_dim).
+struct LatentAttentionPlan {
+  int64_t num_heads = 0;
+  int64_t q_lora_rank = 0;  // > 0: q = q_b_proj(RMSNorm(q_a_proj(x))); 0: q = q_proj(x)
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  bool a_bias = false;  // q_a_proj (q_lora_rank > 0) and kv_a_proj_with_mqa carry a bias
+  bool o_bias = false;  // o_proj carries a bias
+  // RoPE pairs (2i, 2i + 1) within the rope part (rope_interleave) instead of (i, i + qk_rope_head_dim / 2).
+  bool rope_interleaved = true;
+  double scale = 0.0;      // the score scale (ModelConfig::attention_scale), > 0
+  double norm_eps = 1e-6;  // the q_a / kv_a RMSNorms' epsilon (not rms_norm_eps: family.h)
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  int64_t q_width() const { return num_heads * qk_head_dim(); }                       // q rows
+  int64_t kv_a_width() const { return kv_lora_rank + qk_rope_head_dim; }              // kv_a rows
+  int64_t kv_b_width() const { return num_heads * (qk_nope_head_dim + v_head_dim); }  // kv_b rows
+  int64_t o_width() const { return num_heads * v_head_dim; }                          // o_proj's input
 };
 
 // Which RoPE frequency table a layer's attention rotates with.
@@ -117,12 +141,14 @@ struct ChannelMixerPlan {
 struct LayerPlan {
   NormPlacement norms = NormPlacement::kPreNorm;
   TokenMixerKind token_mixer = TokenMixerKind::kAttention;
-  AttentionPlan attention;  // kAttention
-  DeltaNetPlan delta_net;   // kGatedDeltaNet
+  AttentionPlan attention;     // kAttention
+  DeltaNetPlan delta_net;      // kGatedDeltaNet
+  LatentAttentionPlan latent;  // kLatentAttention
   ChannelMixerPlan channel_mixer;
 
   bool sandwich() const { return norms == NormPlacement::kSandwich; }
   bool delta_net_mixer() const { return token_mixer == TokenMixerKind::kGatedDeltaNet; }
+  bool latent_attention_mixer() const { return token_mixer == TokenMixerKind::kLatentAttention; }
   bool experts() const { return channel_mixer.kind == ChannelMixerKind::kExperts; }
 };
 
@@ -147,6 +173,8 @@ struct ModelPlan {
   bool any_experts() const;
   // Some layer's token mixer is kGatedDeltaNet.
   bool any_delta_net() const;
+  // The first layer whose token mixer is kLatentAttention, or -1.
+  int64_t first_latent_attention() const;
   // Some attention layer has AttentionPlan::output_gate.
   bool any_output_gate() const;
   // The first kGatedDeltaNet layer's shape (every DeltaNet layer of a model has the same), or zeros.

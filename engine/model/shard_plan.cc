@@ -373,6 +373,10 @@ const LinearSlice& ShardPlan::ForLinear(LinearRole role) const {
     case LinearRole::kDeltaB:
     case LinearRole::kDeltaA:
     case LinearRole::kDeltaOut:
+    case LinearRole::kLatentQA:
+    case LinearRole::kLatentQB:
+    case LinearRole::kLatentKvA:
+    case LinearRole::kLatentKvB:
       return delta_net;  // replicated: families with these refuse --tp > 1 (FamilyTraits::tensor_parallel)
   }
   return lm_head;

@@ -102,7 +102,8 @@ struct ShardPlan {
   // Mixture-of-experts: the same slices for every expert; router and shared_expert_gate replicated.
   LinearSlice router, expert_gate, expert_up, expert_down, shared_gate, shared_up, shared_down,
       shared_expert_gate;
-  // Gated DeltaNet layers' linears: replicated (no family with them is tensor-parallel yet).
+  // Gated DeltaNet layers' and latent attention layers' own linears: replicated (no family with them is
+  // tensor-parallel yet).
   LinearSlice delta_net;
 
   // Validates divisibility (errors name the config field: num_attention_heads, num_key_value_heads,

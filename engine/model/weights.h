@@ -51,6 +51,12 @@ enum class LinearRole {
   kDeltaB,
   kDeltaA,
   kDeltaOut,
+  // Multi-head latent attention layers (LayerWeights::latent): q_a_proj, q_b_proj, kv_a_proj_with_mqa,
+  // kv_b_proj; their q_proj (without q_lora_rank) and o_proj are kQ and kO.
+  kLatentQA,
+  kLatentQB,
+  kLatentKvA,
+  kLatentKvB,
 };
 
 // One linear layer's stored tensors and format (engine/base/stored_weight.h) plus their exact decoding.
@@ -137,6 +143,18 @@ struct DeltaNetWeights {
   TensorView norm;     // [v_head_dim], the gated output norm's (plain) weight
 };
 
+// A multi-head latent attention layer's own tensors (family.h LatentAttentionTraits, shapes from
+// LatentAttentionPlan); its q_proj (without q_lora_rank) and o_proj are LayerWeights'. Linears in any
+// compressed-tensors format; the two norms F32 / F16 / BF16. Biases as LatentAttentionPlan::a_bias says.
+struct LatentAttentionWeights {
+  LinearWeight q_a_proj;      // [q_lora_rank, hidden]; empty (module "", no tensors) without q_lora_rank
+  TensorView q_a_layernorm;   // [q_lora_rank]; data == nullptr without q_lora_rank
+  LinearWeight q_b_proj;      // [num_heads * qk_head_dim, q_lora_rank]; empty without q_lora_rank
+  LinearWeight kv_a_proj;     // [kv_lora_rank + qk_rope_head_dim, hidden] (kv_a_proj_with_mqa)
+  TensorView kv_a_layernorm;  // [kv_lora_rank]
+  LinearWeight kv_b_proj;     // [num_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
+};
+
 struct LayerWeights {
   TensorView input_layernorm;           // [hidden_size]
   TensorView post_attention_layernorm;  // [hidden_size]; Gemma: on the attention output
@@ -149,6 +167,10 @@ struct LayerWeights {
   LinearWeight q_proj, k_proj, v_proj, o_proj;
   bool linear_attention = false;  // LayerPlan::delta_net_mixer
   DeltaNetWeights delta_net;      // linear_attention layers only
+  // LayerPlan::latent_attention_mixer: `latent`, q_proj only without q_lora_rank ([num_heads * qk_head_dim,
+  // hidden]), o_proj [hidden, num_heads * v_head_dim]; k_proj / v_proj empty.
+  bool latent_attention = false;
+  LatentAttentionWeights latent;
   // Dense layers only ([intermediate, hidden], [hidden, intermediate]); in sparse layers empty (module "",
   // no tensors) and `moe` holds the block instead.
   LinearWeight gate_proj, up_proj, down_proj;
@@ -160,7 +182,8 @@ struct LayerWeights {
 };
 
 // Every linear of layer L present, with its role, in this fixed order: q, k, v, o (a Gated DeltaNet layer:
-// in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj instead); then a dense layer's
+// in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj instead; a latent attention layer: q_a, q_b (or q),
+// kv_a, kv_b, o); then a dense layer's
 // gate, up, down, or a sparse layer's router, every expert's gate, up, down (expert 0 first) and, with a
 // shared expert, its gate, up, down and (gated: Qwen2-MoE) the shared-expert gate. The one enumeration of a
 // layer's linears: the loader's checks, the summary, the shard check and the oracle's decode walk it.
@@ -177,6 +200,16 @@ void ForEachLinear(const LayerWeights& L, Fn&& fn) {
     fn(L.delta_net.in_proj_b, LinearRole::kDeltaB);
     fn(L.delta_net.in_proj_a, LinearRole::kDeltaA);
     fn(L.delta_net.out_proj, LinearRole::kDeltaOut);
+  } else if (L.latent_attention) {
+    if (L.latent.q_a_proj.module.empty()) {
+      fn(L.q_proj, LinearRole::kQ);
+    } else {
+      fn(L.latent.q_a_proj, LinearRole::kLatentQA);
+      fn(L.latent.q_b_proj, LinearRole::kLatentQB);
+    }
+    fn(L.latent.kv_a_proj, LinearRole::kLatentKvA);
+    fn(L.latent.kv_b_proj, LinearRole::kLatentKvB);
+    fn(L.o_proj, LinearRole::kO);
   } else {
     fn(L.q_proj, LinearRole::kQ);
     fn(L.k_proj, LinearRole::kK);

@@ -368,8 +368,9 @@ absl::Status ModelWeightsLoader::CheckFiniteParameters() const {
   };
   SCORED_RETURN_IF_ERROR(CheckFinite(m_->final_norm_, "a norm weight"));
   for (const LayerWeights& L : m_->layers_) {
-    for (const TensorView* t : {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm,
-                                &L.pre_feedforward_layernorm, &L.post_feedforward_layernorm}) {
+    for (const TensorView* t :
+         {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm, &L.pre_feedforward_layernorm,
+          &L.post_feedforward_layernorm, &L.latent.q_a_layernorm, &L.latent.kv_a_layernorm}) {
       SCORED_RETURN_IF_ERROR(CheckFinite(*t, "a norm weight"));
     }
     SCORED_RETURN_IF_ERROR(CheckFinite(L.moe.correction_bias, "a router correction bias"));
@@ -630,6 +631,34 @@ absl::Status ModelWeightsLoader::LoadAttention(const std::string& p, const Atten
   return absl::OkStatus();
 }
 
+absl::Status ModelWeightsLoader::LoadLatentAttention(const std::string& p, const LatentAttentionPlan& plan,
+                                                     LayerWeights* out) {
+  const ModelConfig& c = m_->config_;
+  const LatentAttentionTraits& t = c.family->latent_attention;
+  const TensorNames& n = *names_;
+  const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
+  const int64_t h = c.hidden_size;
+  LatentAttentionWeights& a = out->latent;
+  if (plan.q_lora_rank > 0) {
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + t.q_a_proj, plan.q_lora_rank, h, plan.a_bias, &a.q_a_proj));
+    SCORED_ASSIGN_OR_RETURN(a.q_a_layernorm, TakeChecked(p + t.q_a_layernorm, {plan.q_lora_rank}, kFloat));
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + t.q_b_proj, plan.q_width(), plan.q_lora_rank, false, &a.q_b_proj));
+  } else {
+    for (const char* suffix : {".weight", ".weight_packed"}) {
+      if (!m_->store_->Has(p + t.q_a_proj + suffix)) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json's q_lora_rank is absent or null (q = q_proj(x)), but the checkpoint stores '", p,
+          t.q_a_proj, suffix, "' (the low-rank q of a config with q_lora_rank)"));
+    }
+    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.q_proj, plan.q_width(), h, false, &out->q_proj));
+  }
+  SCORED_RETURN_IF_ERROR(LoadLinear(p + t.kv_a_proj, plan.kv_a_width(), h, plan.a_bias, &a.kv_a_proj));
+  SCORED_ASSIGN_OR_RETURN(a.kv_a_layernorm, TakeChecked(p + t.kv_a_layernorm, {plan.kv_lora_rank}, kFloat));
+  SCORED_RETURN_IF_ERROR(
+      LoadLinear(p + t.kv_b_proj, plan.kv_b_width(), plan.kv_lora_rank, false, &a.kv_b_proj));
+  return LoadLinear(p + n.o_proj, h, plan.o_width(), plan.o_bias, &out->o_proj);
+}
+
 absl::Status ModelWeightsLoader::LoadDeltaNet(const std::string& p, const DeltaNetPlan& plan,
                                               DeltaNetWeights* out) {
   const ModelConfig& c = m_->config_;
@@ -678,8 +707,11 @@ absl::Status ModelWeightsLoader::LoadLayer(int64_t l, LayerWeights* out) {
     SCORED_ASSIGN_OR_RETURN(L.k_norm, TakeChecked(p + n.k_norm, {k_width}, kFloat));
   }
   L.linear_attention = plan.delta_net_mixer();
+  L.latent_attention = plan.latent_attention_mixer();
   if (L.linear_attention) {
     SCORED_RETURN_IF_ERROR(LoadDeltaNet(p, plan.delta_net, &L.delta_net));
+  } else if (L.latent_attention) {
+    SCORED_RETURN_IF_ERROR(LoadLatentAttention(p, plan.latent, &L));
   } else {
     SCORED_RETURN_IF_ERROR(LoadAttention(p, plan.attention, &L));
   }
@@ -697,6 +729,10 @@ absl::Status ModelWeightsLoader::LoadLayer(int64_t l, LayerWeights* out) {
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.down_proj, c.hidden_size, inter, false, &L.down_proj));
   }
   if (L.linear_attention) return absl::OkStatus();  // no K / V cache in a DeltaNet layer
+  if (L.latent_attention && m_->kv_cache_fp8_) {
+    return absl::UnimplementedError(absl::StrCat(
+        p, "self_attn: an FP8 KV cache (kv_cache_scheme) of multi-head latent attention is not supported"));
+  }
   if (m_->kv_cache_fp8_ && toolkit_.has_value()) {  // ModelOpt's names (toolkit_quant.h)
     std::vector<std::string> used;
     SCORED_RETURN_IF_ERROR(LoadModelOptKvScales(*m_->store_, p + "self_attn", &L.k_scale, &L.v_scale, &used,

@@ -54,6 +54,10 @@ class ModelWeightsLoader {
   absl::Status LoadMoe(const std::string& prefix, const ExpertsPlan& plan, MoeWeights* moe);
   // An attention layer's q / k / v / o (and q / k norms) under `prefix`.
   absl::Status LoadAttention(const std::string& prefix, const AttentionPlan& plan, LayerWeights* out);
+  // A multi-head latent attention layer's tensors under `prefix` (family.h LatentAttentionTraits' names,
+  // q_proj and o_proj the family's TensorNames).
+  absl::Status LoadLatentAttention(const std::string& prefix, const LatentAttentionPlan& plan,
+                                   LayerWeights* out);
   // A Gated DeltaNet layer's tensors under `prefix` (family.h LinearAttentionTraits' names).
   absl::Status LoadDeltaNet(const std::string& prefix, const DeltaNetPlan& plan, DeltaNetWeights* out);
   absl::Status LoadRouter(const std::string& module, LinearWeight* w);

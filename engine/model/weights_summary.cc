@@ -83,11 +83,12 @@ void ModelWeightsLoader::Summarize() {
       labels[FormatLabel(w)]++;
       w4a4 = w4a4 || w.w4a4_run_weight_only;
     });
-    // (and a Gated DeltaNet layer's conv1d, A_log, dt_bias and output norm, counted with the norms)
+    // (and a Gated DeltaNet layer's conv1d, A_log, dt_bias and output norm, and a latent attention layer's
+    // q_a / kv_a norms, counted with the norms)
     for (const TensorView* t :
          {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm, &L.pre_feedforward_layernorm,
           &L.post_feedforward_layernorm, &L.delta_net.conv1d, &L.delta_net.a_log, &L.delta_net.dt_bias,
-          &L.delta_net.norm, &L.moe.correction_bias}) {
+          &L.delta_net.norm, &L.moe.correction_bias, &L.latent.q_a_layernorm, &L.latent.kv_a_layernorm}) {
       if (!t->present()) continue;
       norm_params += t->NumElements();
       resident += t->nbytes;
@@ -136,6 +137,14 @@ void ModelWeightsLoader::Summarize() {
                  : "",
         fused_layers > 0 ? absl::StrCat(", ", fused_layers, " layers with fused expert tensors") : "",
         "; routers", gated ? " and shared-expert gates" : "", " ", gate_params, " parameters, dense"));
+  }
+  if (c.latent_attention) {
+    notes.push_back(absl::StrCat(
+        "multi-head latent attention: ",
+        c.q_lora_rank > 0 ? absl::StrCat("q_lora_rank ", c.q_lora_rank) : std::string("no q_lora_rank"),
+        ", kv_lora_rank ", c.kv_lora_rank, ", heads of ", c.qk_nope_head_dim, " + ", c.qk_rope_head_dim,
+        " (rope", c.rope_interleave ? ", interleaved" : "", ") / v ", c.v_head_dim, ", score scale ",
+        c.attention_scale));
   }
   if (rotated > 0) {
     notes.push_back(

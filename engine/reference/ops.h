@@ -99,6 +99,23 @@ void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
                      float* out,  // [num_tokens, num_heads, head_dim]
                      ThreadPool* pool = nullptr, const AttentionOptions& options = AttentionOptions());
 
+// DeepSeek-V3's multi-head latent attention of ONE sequence after its projections, the naive form
+// (transformers 5.17 DeepseekV3Attention.forward; engine/model/family.h LatentAttentionTraits): head h of
+// token t has the query q[t, h, :] = [q_nope | q_rope], the key [kv[t, h, :nope] | k_rope[t, :]] (k_rope one
+// key shared by every head) and the value kv[t, h, nope:]; out is CausalAttention's function of those
+// (its contract, with `scale` > 0 the score scale, every head its own kv head, no window or cap), exactly:
+// the same scores, probabilities and sums. q_rope and k_rope are given rotated (ref::Rope).
+struct LatentAttentionShape {
+  int64_t num_heads = 0;
+  int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+};
+void LatentAttention(const float* q,       // [num_tokens, num_heads, qk_nope_head_dim + qk_rope_head_dim]
+                     const float* kv,      // [num_tokens, num_heads, qk_nope_head_dim + v_head_dim]
+                     const float* k_rope,  // [num_tokens, qk_rope_head_dim]
+                     int64_t num_tokens, const LatentAttentionShape& shape, double scale,
+                     float* out,  // [num_tokens, num_heads, v_head_dim]
+                     ThreadPool* pool = nullptr);
+
 // y[t, o] = sum_k x[t, k] * w[o, k] (+ bias[o]); dot products accumulated in double, rounded to fp32.
 // Precisely: y = fp32(sum_{k ascending} double(x[t, k]) * double(w[o, k]) + double(bias[o])) (each product
 // is exact in double, so the value does not depend on FMA use or on the instruction set).

@@ -95,6 +95,14 @@ struct DenseLayer {
     std::vector<float> dt_bias;  // [num_v_heads]
     std::vector<float> norm;     // [v_head_dim]
   } delta_net;
+  // Multi-head latent attention layers (LayerPlan::latent_attention_mixer): these, with q (without
+  // q_lora_rank) and o above.
+  struct Latent {
+    DenseLinear q_a, q_b;          // q_lora_rank > 0
+    std::vector<float> q_a_norm;   // [q_lora_rank]
+    DenseLinear kv_a, kv_b;        // kv_a_proj_with_mqa, kv_b_proj
+    std::vector<float> kv_a_norm;  // [kv_lora_rank]
+  } latent;
   DenseLinear gate, up, down;  // dense layers
   DenseMoe moe;                // LayerPlan::experts(): instead of gate/up/down
   // FP8 KV cache (kv_cache_scheme, applied): K after RoPE and V quantize-dequantized with these; 0 = off.
@@ -175,6 +183,25 @@ absl::StatusOr<DenseLinear> Decode(const LinearWeight& lw, bool bias, ThreadPool
   return d;
 }
 
+// A multi-head latent attention layer's linears and norms (LatentAttentionPlan says which it has).
+absl::Status DecodeLatentAttention(const LatentAttentionPlan& plan, const LayerWeights& lw, ThreadPool* pool,
+                                   DenseLayer* out) {
+  const LatentAttentionWeights& w = lw.latent;
+  DenseLayer::Latent& d = out->latent;
+  if (plan.q_lora_rank > 0) {
+    SCORED_ASSIGN_OR_RETURN(d.q_a, Decode(w.q_a_proj, plan.a_bias, pool));
+    SCORED_ASSIGN_OR_RETURN(d.q_a_norm, ToFloat(w.q_a_layernorm, plan.q_lora_rank));
+    SCORED_ASSIGN_OR_RETURN(d.q_b, Decode(w.q_b_proj, /*bias=*/false, pool));
+  } else {
+    SCORED_ASSIGN_OR_RETURN(out->q, Decode(lw.q_proj, /*bias=*/false, pool));
+  }
+  SCORED_ASSIGN_OR_RETURN(d.kv_a, Decode(w.kv_a_proj, plan.a_bias, pool));
+  SCORED_ASSIGN_OR_RETURN(d.kv_a_norm, ToFloat(w.kv_a_layernorm, plan.kv_lora_rank));
+  SCORED_ASSIGN_OR_RETURN(d.kv_b, Decode(w.kv_b_proj, /*bias=*/false, pool));
+  SCORED_ASSIGN_OR_RETURN(out->o, Decode(lw.o_proj, plan.o_bias, pool));
+  return absl::OkStatus();
+}
+
 // A sparse layer's block: the router and the shared-expert gate exactly as stored, the experts in their
 // scale dtype (Decode's round_to_scale_dtype: transformers' reading of quantized experts).
 absl::Status DecodeMoe(const ExpertsPlan& plan, const MoeWeights& mw, ThreadPool* pool, DenseMoe* out) {
@@ -246,6 +273,10 @@ class ReferenceEngine : public Engine {
   // s->delta = out_proj(gated_norm(delta_rule(conv(in_proj_qkv(s->normed))), in_proj_z(s->normed))): the
   // Gated DeltaNet of family.h's LinearAttentionTraits.
   void DeltaNetBlock(const DeltaNetPlan& plan, const DenseLayer& layer, int64_t n, Scratch* s) const;
+  // s->delta = o_proj(latent attention of s->normed): DeepSeek-V3's multi-head latent attention, the naive
+  // form (family.h LatentAttentionTraits), through ref::LatentAttention.
+  void LatentAttentionBlock(const LatentAttentionPlan& plan, const DenseLayer& layer, int64_t n,
+                            Scratch* s) const;
   // Qwen3-Next's in_proj_qkvz / in_proj_ba of s->normed, reordered from their per-k-head groups
   // (fix_query_key_value_ordering) into mixed [n, q | k | v], z [n, value_dim], b and a [n, num_v_heads].
   void FusedDeltaNetProjections(const DeltaNetPlan& plan, const DenseLayer::DeltaNet& d, int64_t n,
@@ -274,9 +305,10 @@ class ReferenceEngine : public Engine {
                 float* y) const;  // [n, hidden_size]
   // y = down(silu(gate(x)) * up(x)).
   void SwiGluMlp(const DenseSwiGlu& mlp, const float* x, int64_t n, float* y) const;
-  // out[t, :] = RmsNorm(x[t, :]) for rows of `width` elements, rows split over the pool.
-  void NormRows(const float* x, const std::vector<float>& weight, int64_t rows, int64_t width,
-                float* out) const;
+  // out[t, :] = RmsNorm(x[t, :]) for rows of `width` elements, rows split over the pool; eps > 0 instead of
+  // rms_norm_eps (the latent attention's own norms).
+  void NormRows(const float* x, const std::vector<float>& weight, int64_t rows, int64_t width, float* out,
+                double eps = 0.0) const;
 
   const ModelConfig config_;  // the numbers (sizes, eps, RoPE parameters)
   const ModelPlan plan_;      // the structure: every branch of Load and Forward reads it
@@ -414,6 +446,16 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
     for (float& a : d.neg_a) a = -std::exp(a);  // transformers: -A_log.float().exp(), in fp32
     SCORED_ASSIGN_OR_RETURN(d.dt_bias, ToFloat(lw.delta_net.dt_bias, dn.num_v_heads));
     SCORED_ASSIGN_OR_RETURN(d.norm, ToFloat(lw.delta_net.norm, dn.v_head_dim));
+  } else if (plan.latent_attention_mixer()) {
+    const LatentAttentionPlan& a = plan.latent;
+    SCORED_RETURN_IF_ERROR(DecodeLatentAttention(a, lw, pool, &layer));
+    const DenseLayer::Latent& m = layer.latent;
+    shapes = a.q_lora_rank > 0 ? std::vector<Shape>{{&m.q_a, a.q_lora_rank, c.hidden_size},
+                                                    {&m.q_b, a.q_width(), a.q_lora_rank}}
+                               : std::vector<Shape>{{&layer.q, a.q_width(), c.hidden_size}};
+    shapes.push_back({&m.kv_a, a.kv_a_width(), c.hidden_size});
+    shapes.push_back({&m.kv_b, a.kv_b_width(), a.kv_lora_rank});
+    shapes.push_back({&layer.o, c.hidden_size, a.o_width()});
   } else {
     const bool bias = plan.attention.qkv_bias;
     SCORED_ASSIGN_OR_RETURN(layer.q, Decode(lw.q_proj, bias, pool));
@@ -455,10 +497,10 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
     shapes.push_back({&layer.down, c.hidden_size, plan.channel_mixer.intermediate_size});
   }
   const DenseLayer::DeltaNet& dn = layer.delta_net;
-  int64_t floats =
-      static_cast<int64_t>(layer.input_norm.size() + layer.post_attention_norm.size() + layer.q_norm.size() +
-                           layer.k_norm.size() + layer.pre_ff_norm.size() + layer.post_ff_norm.size() +
-                           dn.conv1d.size() + dn.neg_a.size() + dn.dt_bias.size() + dn.norm.size());
+  int64_t floats = static_cast<int64_t>(
+      layer.input_norm.size() + layer.post_attention_norm.size() + layer.q_norm.size() + layer.k_norm.size() +
+      layer.pre_ff_norm.size() + layer.post_ff_norm.size() + dn.conv1d.size() + dn.neg_a.size() +
+      dn.dt_bias.size() + dn.norm.size() + layer.latent.q_a_norm.size() + layer.latent.kv_a_norm.size());
   for (const Shape& s : shapes) {
     if (s.d->out_features != s.out || s.d->in_features != s.in) {
       return absl::InvalidArgumentError(absl::StrCat("layer ", l, ": a linear weight is [", s.d->out_features,
@@ -529,12 +571,12 @@ void ReferenceEngine::ApplyProduct(const DenseLinear& linear, const float* x, in
 }
 
 void ReferenceEngine::NormRows(const float* x, const std::vector<float>& weight, int64_t rows, int64_t width,
-                               float* out) const {
+                               float* out, double eps) const {
+  const double e = eps > 0.0 ? eps : config_.rms_norm_eps;
   pool_.ParallelFor(
       rows,
       [&](int64_t begin, int64_t end) {
-        ref::RmsNorm(x + begin * width, weight.data(), end - begin, width, config_.rms_norm_eps,
-                     out + begin * width);
+        ref::RmsNorm(x + begin * width, weight.data(), end - begin, width, e, out + begin * width);
       },
       ref::GrainFor(width));
 }
@@ -640,11 +682,13 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerPlan& plan = plan_.layers[l];
     const DenseLayer& layer = layers_[l];
-    // Token mixer: x += [post-norm](mixer(norm(x))), attention or a Gated DeltaNet, the post-norm in the
-    // sandwich placement only.
+    // Token mixer: x += [post-norm](mixer(norm(x))), attention, a Gated DeltaNet or latent attention, the
+    // post-norm in the sandwich placement only.
     NormRows(x.data(), layer.input_norm, n, c.hidden_size, s.normed.data());
     if (plan.delta_net_mixer()) {
       DeltaNetBlock(plan.delta_net, layer, n, &s);
+    } else if (plan.latent_attention_mixer()) {
+      LatentAttentionBlock(plan.latent, layer, n, &s);
     } else {
       AttentionBlock(plan.attention, layer, n, &s);
     }
@@ -713,6 +757,46 @@ void ReferenceEngine::AttentionBlock(const AttentionPlan& plan, const DenseLayer
     ref::SigmoidGateMul(s->attn.data(), gate.data(), static_cast<int64_t>(gate.size()));
   }
   ApplyLinear(layer.o, s->attn.data(), n, s->delta.data());
+}
+
+void ReferenceEngine::LatentAttentionBlock(const LatentAttentionPlan& plan, const DenseLayer& layer,
+                                           int64_t n, Scratch* s) const {
+  const DenseLayer::Latent& m = layer.latent;
+  const int64_t heads = plan.num_heads, nope = plan.qk_nope_head_dim, rope = plan.qk_rope_head_dim;
+  const int64_t qk = plan.qk_head_dim(), rank = plan.kv_lora_rank;
+  std::vector<float> q(n * plan.q_width());  // [n, heads, q_nope | q_rope]
+  if (plan.q_lora_rank > 0) {                // q_b(RMSNorm(q_a(x)))
+    std::vector<float> q_a(n * plan.q_lora_rank);
+    ApplyLinear(m.q_a, s->normed.data(), n, q_a.data());
+    NormRows(q_a.data(), m.q_a_norm, n, plan.q_lora_rank, q_a.data(), plan.norm_eps);
+    ApplyLinear(m.q_b, q_a.data(), n, q.data());
+  } else {
+    ApplyLinear(layer.q, s->normed.data(), n, q.data());
+  }
+  std::vector<float> kv_a(n * plan.kv_a_width());  // [n, c | k_rope]
+  ApplyLinear(m.kv_a, s->normed.data(), n, kv_a.data());
+  std::vector<float> latent(n * rank), k_rope(n * rope), q_rope(n * heads * rope);
+  for (int64_t t = 0; t < n; ++t) {
+    std::copy_n(kv_a.data() + t * plan.kv_a_width(), rank, latent.data() + t * rank);
+    std::copy_n(kv_a.data() + t * plan.kv_a_width() + rank, rope, k_rope.data() + t * rope);
+  }
+  NormRows(latent.data(), m.kv_a_norm, n, rank, latent.data(), plan.norm_eps);
+  std::vector<float> kv(n * plan.kv_b_width());  // [n, heads, k_nope | v]
+  ApplyLinear(m.kv_b, latent.data(), n, kv.data());
+  // RoPE on every head's q_rope and on the shared k_rope (the global table, rotary_dim = qk_rope_head_dim).
+  const std::vector<float>& inv_freq = plan_.LongRopeFor(n) ? inv_freq_long_ : inv_freq_;
+  for (int64_t r = 0; r < n * heads; ++r)
+    std::copy_n(q.data() + r * qk + nope, rope, q_rope.data() + r * rope);
+  ref::Rope(q_rope.data(), s->positions.data(), inv_freq.data(), n, heads, rope, rope, rope_scaling_,
+            plan.rope_interleaved);
+  ref::Rope(k_rope.data(), s->positions.data(), inv_freq.data(), n, 1, rope, rope, rope_scaling_,
+            plan.rope_interleaved);
+  for (int64_t r = 0; r < n * heads; ++r)
+    std::copy_n(q_rope.data() + r * rope, rope, q.data() + r * qk + nope);
+  std::vector<float> attn(n * plan.o_width());  // [n, heads, v_head_dim]
+  const ref::LatentAttentionShape shape{heads, nope, rope, plan.v_head_dim};
+  ref::LatentAttention(q.data(), kv.data(), k_rope.data(), n, shape, plan.scale, attn.data(), &pool_);
+  ApplyLinear(layer.o, attn.data(), n, s->delta.data());
 }
 
 void ReferenceEngine::FusedDeltaNetProjections(const DeltaNetPlan& plan, const DenseLayer::DeltaNet& d,

@@ -14,7 +14,8 @@
 // the tiny tests/fixtures/phi3-w4a16-g32 transformers 5.17 wrote (partial rotary, rope_parameters).
 // Gemma: google/gemma-2-9b's config.json and google/gemma-3-1b-it's (both as published, quoted in public
 // copies), and the tiny gemma2 / gemma3 fixtures (transformers 5's layer_types and per-layer-type
-// rope_parameters).
+// rope_parameters). DeepSeek-V3: deepseek-ai/DeepSeek-V3's config.json (inlined) and the tiny DeepSeek-V3 /
+// GLM-4.7-Flash fixtures (multi-head latent attention).
 #include "engine/model/family.h"
 
 #include <cmath>
@@ -25,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/model/config.h"
+#include "engine/model/layer_plan.h"
 #include "engine/model/shard_plan.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -378,6 +380,26 @@ const char kGlm45Air[] = R"({
   "torch_dtype": "bfloat16", "use_cache": true, "use_qk_norm": false, "vocab_size": 151552
 })";
 
+// deepseek-ai/DeepSeek-V3's config.json as published (its remote-code bookkeeping fields such as auto_map
+// left out; the native FP8 quantization_config kept, which the config parse only stores).
+const char kDeepseekV3[] = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "attention_bias": false,
+  "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3, "hidden_act": "silu",
+  "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+  "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+  "n_shared_experts": 1, "norm_topk_prob": true, "num_attention_heads": 128, "num_experts_per_tok": 8,
+  "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "q_lora_rank": 1536,
+  "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                          "weight_block_size": [128, 128]},
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                   "original_max_position_embeddings": 4096, "type": "yarn"},
+  "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": true,
+  "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+  "use_cache": true, "v_head_dim": 128, "vocab_size": 129280
+})";
+
 // A MiniMax-M2-shaped config as the hub's main branch writes it (the remote code's fields: rotary_dim 64 of
 // head_dim 128, use_qk_norm / qk_norm_type, scoring_func, use_routing_bias, shared_intermediate_size 0).
 const char kMiniMaxM2[] = R"({
@@ -480,6 +502,10 @@ std::vector<RealConfig> RealConfigs() {
        RopeType::kDefault, 8, 2, 32, 32, true, /*dense_layer=*/0},
       {"minimax-m2 fixture", kFixtures + "/minimax-m2-moe-trained-bf16", "", "MiniMaxM2ForCausalLM", false, 0,
        RopeType::kDefault, 4, 2, 32, 0, true},
+      {"deepseek-v3 fixture", kFixtures + "/deepseek-v3-moe-trained-bf16", "", "DeepseekV3ForCausalLM", false,
+       0, RopeType::kYarn, 8, 2, 32, 32, true, /*dense_layer=*/0},
+      {"glm4-moe-lite fixture", kFixtures + "/glm4-moe-lite-trained-bf16", "", "Glm4MoeLiteForCausalLM",
+       false, 0, RopeType::kDefault, 8, 2, 32, 32, true, /*dense_layer=*/0},
   };
 }
 
@@ -500,8 +526,8 @@ TEST(FamilyTable, EntriesAreUniqueAndFindable) {
     EXPECT_NE(f->rope_scalings & RopeTypeBit(RopeType::kDefault), 0u) << f->architecture;
   }
   // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3 (x2), Qwen3.5 (x2),
-  // Qwen3.5-MoE (x2), Qwen3-Next, GLM-4.5, MiniMax-M2
-  EXPECT_EQ(n, 18);
+  // Qwen3.5-MoE (x2), Qwen3-Next, GLM-4.5, MiniMax-M2, DeepSeek-V3, GLM-4.7-Flash
+  EXPECT_EQ(n, 20);
   EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
   EXPECT_EQ(FindFamily(""), nullptr);
 }
@@ -568,6 +594,13 @@ std::string MinimalConfig(const FamilyTraits& f, const std::string& extra = "") 
   }
   if (f.moe.policy == MoePolicy::kMiniMaxM2) {
     moe = R"(, "num_local_experts": 4, "num_experts_per_tok": 2, "num_key_value_heads": 2)";
+  }
+  // DeepSeek-V3 / GLM-4.7-Flash: the latent attention's required dimensions (as many kv heads as heads), and
+  // groups that split 4 experts (DeepseekV3Config's default n_group 8 does not).
+  if (f.latent_attention.enabled) {
+    moe = R"(, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+        "num_key_value_heads": 4, "n_group": 1, "topk_group": 1, "kv_lora_rank": 16, "q_lora_rank": 32,
+        "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16)";
   }
   const std::string fields = absl::StrCat(R"("hidden_size": 64,
       "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100)",
@@ -1122,6 +1155,129 @@ TEST(FamilyTraits, MiniMaxM2Config) {
       {MinimalConfig(*m2, R"("shared_intermediate_size": 64)"), "shared_intermediate_size 64"},
       {MinimalConfig(*m2, R"("attn_type_list": [0, 1])"), "attn_type_list"},
       {MinimalConfig(*m2, R"("attention_bias": true)"), "have no bias in transformers"},
+  };
+  for (const auto& tc : cases) {
+    SCOPED_TRACE(tc.config);
+    EXPECT_THAT(ParseModelConfig(tc.config, "mem").status().message(), HasSubstr(tc.message));
+  }
+}
+
+// DeepSeek-V3 (DeepseekV3Config, transformers 5.17): multi-head latent attention with its published shape
+// (head_dim becomes qk_rope_head_dim, the score scale qk_head_dim^-0.5 times YaRN's mscale(40, 1)^2, RoPE
+// pairs interleaved by default), DeepSeek-V3's router after three dense layers.
+TEST(FamilyTraits, DeepseekV3Config) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kDeepseekV3, "deepseek-v3");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->latent_attention);
+  EXPECT_EQ(c->q_lora_rank, 1536);
+  EXPECT_EQ(c->kv_lora_rank, 512);
+  EXPECT_EQ(c->qk_nope_head_dim, 128);
+  EXPECT_EQ(c->qk_rope_head_dim, 64);
+  EXPECT_EQ(c->v_head_dim, 128);
+  EXPECT_EQ(c->head_dim, 64);  // not hidden_size / heads (56)
+  EXPECT_EQ(c->rotary_dim, 64);
+  EXPECT_TRUE(c->rope_interleave);  // DeepseekV3Config's default
+  EXPECT_EQ(c->rope_scaling.type, RopeType::kYarn);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.factor, 40.0);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.attention_factor, 1.0);  // mscale / mscale_all_dim: cos and sin untouched
+  const double mscale = 0.1 * std::log(40.0) + 1.0;
+  EXPECT_DOUBLE_EQ(c->attention_scale, std::pow(192.0, -0.5) * mscale * mscale);
+  EXPECT_NEAR(c->attention_scale, 0.13523, 1e-5);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_FALSE(c->o_proj_bias);
+  EXPECT_EQ(c->num_experts, 256);
+  EXPECT_EQ(c->router_num_groups, 8);
+  EXPECT_EQ(c->router_topk_groups, 4);
+  EXPECT_EQ(c->routed_scaling_factor, 2.5f);
+  EXPECT_EQ(c->shared_expert_intermediate_size, 2048);
+  std::vector<bool> sparse(61, true);
+  sparse[0] = sparse[1] = sparse[2] = false;
+  EXPECT_EQ(c->sparse_layers, sparse);
+  EXPECT_EQ(c->max_position_embeddings, 163840);
+  // The plan: every layer latent attention with the config's shape.
+  const ModelPlan plan = PlanModel(*c);
+  ASSERT_EQ(plan.layers.size(), 61u);
+  EXPECT_EQ(plan.first_latent_attention(), 0);
+  for (const LayerPlan& l : plan.layers) {
+    EXPECT_TRUE(l.latent_attention_mixer());
+    EXPECT_EQ(l.latent.num_heads, 128);
+    EXPECT_EQ(l.latent.q_lora_rank, 1536);
+    EXPECT_EQ(l.latent.kv_lora_rank, 512);
+    EXPECT_EQ(l.latent.q_width(), 128 * 192);
+    EXPECT_EQ(l.latent.kv_a_width(), 576);
+    EXPECT_EQ(l.latent.kv_b_width(), 128 * 256);
+    EXPECT_EQ(l.latent.o_width(), 128 * 128);
+    EXPECT_TRUE(l.latent.rope_interleaved);
+    EXPECT_FALSE(l.latent.a_bias);
+    EXPECT_DOUBLE_EQ(l.latent.scale, c->attention_scale);
+    EXPECT_DOUBLE_EQ(l.latent.norm_eps, 1e-6);
+  }
+  EXPECT_EQ(PlanModel(*ParseModelConfig(MinimalConfig(*FindFamily("LlamaForCausalLM")), "mem"))
+                .first_latent_attention(),
+            -1);
+  // No tensor parallelism yet.
+  EXPECT_EQ(ShardPlan::Create(*c, 2, 0).status().code(), absl::StatusCode::kUnimplemented);
+}
+
+// The latent attention's fields: q_lora_rank absent or null means q_proj, attention_bias the a / o biases,
+// rope_interleave false, the scale without YaRN; what is missing or inconsistent is refused by name.
+TEST(FamilyTraits, LatentAttentionFields) {
+  const FamilyTraits* ds = FindFamily("DeepseekV3ForCausalLM");
+  ASSERT_NE(ds, nullptr);
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(
+      MinimalConfig(*ds, R"("q_lora_rank": null, "attention_bias": true, "rope_interleave": false)"), "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->q_lora_rank, 0);
+  EXPECT_FALSE(c->rope_interleave);
+  EXPECT_DOUBLE_EQ(c->attention_scale, std::pow(24.0, -0.5));  // default RoPE: no mscale
+  const LatentAttentionPlan plan = PlanModel(*c).layers[0].latent;
+  EXPECT_EQ(plan.q_lora_rank, 0);
+  EXPECT_TRUE(plan.a_bias);
+  EXPECT_TRUE(plan.o_bias);
+  EXPECT_FALSE(plan.rope_interleaved);
+  // YaRN without mscale_all_dim: qk_head_dim^-0.5 alone (transformers multiplies only when it is non-zero).
+  c = ParseModelConfig(MinimalConfig(*ds, R"("rope_scaling": {"type": "yarn", "factor": 4,
+      "original_max_position_embeddings": 1024})"),
+                       "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->attention_scale, std::pow(24.0, -0.5));
+  c = ParseModelConfig(
+      MinimalConfig(*ds, R"("rope_scaling": {"type": "yarn", "factor": 4, "mscale_all_dim": 0.707,
+      "original_max_position_embeddings": 1024})"),
+      "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const double m = 0.1 * 0.707 * std::log(4.0) + 1.0;
+  EXPECT_DOUBLE_EQ(c->attention_scale, std::pow(24.0, -0.5) * m * m);
+  // GLM-4.7-Flash: the same attention, its own defaults, mlp_layer_types.
+  const FamilyTraits* lite = FindFamily("Glm4MoeLiteForCausalLM");
+  ASSERT_NE(lite, nullptr);
+  c = ParseModelConfig(MinimalConfig(*lite, R"("num_hidden_layers": 3,
+      "mlp_layer_types": ["dense", "sparse", "sparse"])"),
+                       "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->latent_attention);
+  EXPECT_EQ(c->sparse_layers, std::vector<bool>({false, true, true}));
+  EXPECT_EQ(c->routed_scaling_factor, 1.8f);
+  EXPECT_DOUBLE_EQ(c->rms_norm_eps, 1e-5);
+  // A config without the latent dimensions, or with other ones than the attention needs.
+  const std::string bare = R"({"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+      "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1)";
+  const struct {
+    std::string config, message;
+  } cases[] = {
+      {bare + "}",
+       "missing required field 'kv_lora_rank' (DeepseekV3ForCausalLM's multi-head latent attention)"},
+      {bare + R"(, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8})",
+       "missing required field 'v_head_dim'"},
+      {MinimalConfig(*ds, R"("qk_rope_head_dim": 7)"), "field 'qk_rope_head_dim' must be even"},
+      {MinimalConfig(*ds, R"("q_lora_rank": 0)"), "field 'q_lora_rank' must be positive"},
+      {MinimalConfig(*ds, R"("num_key_value_heads": 2)"),
+       "num_key_value_heads (2) must equal num_attention_heads (4)"},
+      {MinimalConfig(*ds, R"("rope_interleave": 1)"), "rope_interleave"},
+      {MinimalConfig(*ds, R"("rope_scaling": {"type": "linear", "factor": 2})"), "not supported for"},
+      {MinimalConfig(*lite, R"("mlp_layer_types": ["sparse", "sparse"])"),
+       "disagrees with first_k_dense_replace"},
   };
   for (const auto& tc : cases) {
     SCOPED_TRACE(tc.config);

@@ -108,6 +108,17 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
       EXPECT_EQ(L.down_proj.in_features, c.intermediate_size);
       continue;
     }
+    if (L.latent_attention) {  // DeepSeek-V3's multi-head latent attention: every projection quantized
+      const LatentAttentionWeights& a = L.latent;
+      EXPECT_TRUE(L.k_proj.module.empty());
+      EXPECT_EQ(a.kv_a_proj.out_features, c.kv_lora_rank + c.qk_rope_head_dim);
+      EXPECT_EQ(a.kv_b_proj.in_features, c.kv_lora_rank);
+      for (const LinearWeight* p : {&a.q_a_proj, &a.q_b_proj, &a.kv_a_proj, &a.kv_b_proj, &L.o_proj}) {
+        EXPECT_NE(p->format, WeightFormat::kDense) << p->module;
+      }
+      EXPECT_TRUE(a.q_a_layernorm.present() && a.kv_a_layernorm.present());
+      continue;
+    }
     // Qwen3.5's gated attention: q_proj holds [q_h | gate_h] per head.
     EXPECT_EQ(L.q_proj.out_features, c.num_heads * c.head_dim * (c.attention_output_gate ? 2 : 1));
     EXPECT_EQ(L.k_proj.out_features, c.num_kv_heads * c.head_dim);

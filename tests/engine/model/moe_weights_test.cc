@@ -2,9 +2,12 @@
 // shared expert, dense layers of a sparse model, and the load errors issue 20 asks for (unknown expert
 // layout, a quantized router, num_experts_per_tok > num_experts), each naming the tensor or field; GLM-4.5's
 // sigmoid router (its e_score_correction_bias, never quantized), ungated shared experts, dense first layer
-// and ignored multi-token-prediction layer (issue 35).
+// and ignored multi-token-prediction layer (issue 35); DeepSeek-V3's multi-head latent attention tensors.
+#include <cmath>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -364,6 +367,91 @@ TEST(MoeWeights, CorrectionBiasMustBeStoredDenseAndPresent) {
     auto m = t.WriteAndLoad(dir);
     ASSERT_FALSE(m.ok());
     EXPECT_THAT(std::string(m.status().message()), HasSubstr("router 'model.layers.1.mlp.gate'"));
+  }
+}
+
+// DeepSeek-V3's multi-head latent attention (LatentAttentionWeights), read from the fixtures
+// transformers 5.17 wrote (scripts/fixtures/make_deepseek_fixtures.py): with q_lora_rank q_a / q_a_layernorm
+// / q_b, without it q_proj, and the biases of attention_bias on kv_a_proj_with_mqa and o_proj only; the MTP
+// layer left unread.
+TEST(MoeWeights, DeepseekV3LatentAttentionFromTheFixtures) {
+  const std::string fixtures = SCORED_FIXTURES_DIR;
+  auto m = ModelWeights::Load(fixtures + "/deepseek-v3-moe-trained-bf16");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const LayerWeights& L = (*m)->layers()[1];
+  EXPECT_TRUE(L.latent_attention);
+  EXPECT_EQ(L.latent.q_a_proj.module, "model.layers.1.self_attn.q_a_proj");
+  EXPECT_EQ(L.latent.q_a_proj.out_features, 32);
+  EXPECT_EQ(L.latent.q_a_layernorm.shape, (std::vector<int64_t>{32}));
+  EXPECT_EQ(L.latent.q_b_proj.out_features, 4 * 24);
+  EXPECT_EQ(L.latent.kv_a_proj.module, "model.layers.1.self_attn.kv_a_proj_with_mqa");
+  EXPECT_EQ(L.latent.kv_a_proj.out_features, 16 + 8);
+  EXPECT_EQ(L.latent.kv_a_layernorm.shape, (std::vector<int64_t>{16}));
+  EXPECT_EQ(L.latent.kv_b_proj.out_features, 4 * (16 + 16));
+  EXPECT_EQ(L.latent.kv_b_proj.in_features, 16);
+  EXPECT_EQ(L.o_proj.in_features, 4 * 16);
+  EXPECT_TRUE(L.q_proj.module.empty());
+  EXPECT_TRUE(L.k_proj.module.empty());
+  EXPECT_FALSE(L.latent.kv_a_proj.bias.present());
+  std::vector<LinearRole> roles;
+  ForEachLinear(L, [&](const LinearWeight&, LinearRole r) {
+    if (roles.size() < 5) roles.push_back(r);
+  });
+  EXPECT_EQ(roles, (std::vector<LinearRole>{LinearRole::kLatentQA, LinearRole::kLatentQB,
+                                            LinearRole::kLatentKvA, LinearRole::kLatentKvB, LinearRole::kO}));
+  const LatentAttentionPlan& plan = (*m)->plan().layers[1].latent;
+  EXPECT_TRUE(plan.rope_interleaved);
+  EXPECT_NEAR(plan.scale, std::pow(24.0, -0.5) * std::pow(0.1 * std::log(40.0) + 1.0, 2), 1e-12);
+  const std::string& notes = (*m)->summary().notes;
+  EXPECT_THAT(notes,
+              HasSubstr("multi-head latent attention: q_lora_rank 32, kv_lora_rank 16, heads of 16 + 8 "
+                        "(rope, interleaved) / v 16"));
+  EXPECT_THAT(notes, HasSubstr("tensors not part of the scored forward (multi-token prediction: "
+                               "model.layers.<3 and above>.*) are not loaded"));
+
+  m = ModelWeights::Load(fixtures + "/deepseek-v3-moe-nolora-trained-bf16");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const LayerWeights& N = (*m)->layers()[0];
+  EXPECT_EQ(N.q_proj.module, "model.layers.0.self_attn.q_proj");
+  EXPECT_EQ(N.q_proj.out_features, 4 * 24);
+  EXPECT_FALSE(N.q_proj.bias.present());
+  EXPECT_TRUE(N.latent.q_a_proj.module.empty());
+  EXPECT_TRUE(N.latent.kv_a_proj.bias.present());
+  EXPECT_TRUE(N.o_proj.bias.present());
+  EXPECT_FALSE(N.latent.kv_b_proj.bias.present());
+  EXPECT_FALSE((*m)->plan().layers[0].latent.rope_interleaved);
+  EXPECT_THAT((*m)->summary().notes, HasSubstr("no q_lora_rank"));
+}
+
+// A config that does not describe the checkpoint's latent attention fails at load naming the tensor.
+TEST(MoeWeights, LatentAttentionMismatchesNameTheTensor) {
+  const std::string fixture = std::string(SCORED_FIXTURES_DIR) + "/deepseek-v3-moe-trained-bf16";
+  std::ifstream in(fixture + "/model.safetensors", std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  std::ifstream cfg(fixture + "/config.json");
+  const nlohmann::json config = nlohmann::json::parse(cfg);
+  const struct {
+    const char* field;
+    nlohmann::json value;
+    std::string message;
+  } cases[] = {
+      {"q_lora_rank", nullptr,
+       "config.json's q_lora_rank is absent or null (q = q_proj(x)), but the checkpoint stores "
+       "'model.layers.0.self_attn.q_a_proj.weight'"},
+      {"attention_bias", true, "model.layers.0.self_attn.q_a_proj.bias"},
+      {"kv_lora_rank", 8, "model.layers.0.self_attn.kv_a_proj_with_mqa.weight"},
+  };
+  for (const auto& tc : cases) {
+    SCOPED_TRACE(tc.field);
+    TempDir dir;
+    nlohmann::json c = config;
+    c[tc.field] = tc.value;
+    ASSERT_TRUE(testing_util::WriteFile(dir.path() + "/model.safetensors", bytes.str()));
+    ASSERT_TRUE(testing_util::WriteFile(dir.path() + "/config.json", c.dump()));
+    auto m = ModelWeights::Load(dir.path());
+    ASSERT_FALSE(m.ok());
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr(tc.message));
   }
 }
 
