@@ -19,6 +19,20 @@
 
 namespace scored {
 namespace ppl {
+
+bool WriteFully(int fd, std::string_view data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 namespace {
 
 constexpr char kMagic[] = "scored-ppl/2";
@@ -29,16 +43,7 @@ absl::Status IoError(const std::string& what, const std::string& path) {
 }
 
 absl::Status WriteAll(int fd, const std::string& data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return IoError("write", path);
-    }
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
+  return WriteFully(fd, data) ? absl::OkStatus() : IoError("write", path);
 }
 
 absl::StatusOr<std::string> ReadAll(int fd, const std::string& path) {

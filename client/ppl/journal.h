@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,10 @@
 
 namespace scored {
 namespace ppl {
+
+// Writes all of `data` to `fd`, retrying short writes and EINTR; false with errno set on an error (the
+// journal's and the stored reference's writes).
+bool WriteFully(int fd, std::string_view data);
 
 // What makes two runs the same: every field must match for a journal to be resumed. Values are text
 // (numbers written in decimal) and are compared exactly.

@@ -72,16 +72,7 @@ T Get(const char* p) {
 int64_t BlockBytes(int64_t n, int64_t k) { return kBlockHead + n * (4 + 4 + 8) + n * k * 8 + 4; }
 
 absl::Status WriteAll(int fd, const std::string& data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return IoError("write", path);
-    }
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
+  return WriteFully(fd, data) ? absl::OkStatus() : IoError("write", path);
 }
 
 // `size` bytes at `offset`; DATA_LOSS when the file ends first.
