@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/connect/security.h"
+#include "engine/base/score_options.h"  // kMaxTopK
 
 namespace scored {
 namespace load {
@@ -124,7 +125,7 @@ scored::v1::ScoreRequest BuildRequest(RequestKind kind, uint64_t id, const std::
   if (kind == RequestKind::kMalformedOutOfVocab) {
     request.mutable_tokens()->set_ids(request.tokens().ids_size() - 1, static_cast<int32_t>(vocab_size));
   }
-  if (kind == RequestKind::kMalformedTopK) request.set_top_k(65);
+  if (kind == RequestKind::kMalformedTopK) request.set_top_k(kMaxTopK + 1);
   return request;
 }
 

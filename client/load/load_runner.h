@@ -24,7 +24,7 @@
 //     the whole stream is cancelled (TryCancel); every request of that stream still unanswered then
 //     counts as cancelled (expected), and the client opens a new stream and goes on. Stream mode
 //     therefore cancels more requests than the fraction (about inflight times as many).
-//   - malformed: one id == vocab_size, an empty token list, top_k 65, or a message whose `text` holds
+//   - malformed: one id == vocab_size, an empty token list, top_k 1025, or a message whose `text` holds
 //     invalid UTF-8 (raw bytes sent through a generic call, so it reaches the server's parser);
 //     INVALID_ARGUMENT is expected (an error response on a stream).
 // Each outcome is one of ok, cancelled (expected), refused (INVALID_ARGUMENT for a malformed request,

@@ -54,7 +54,7 @@ ABSL_FLAG(double, cancel_fraction, 0.0,
           "its unanswered requests count as cancelled, and a new stream is opened)");
 ABSL_FLAG(double, malformed_fraction, 0.0,
           "fraction of requests malformed on purpose, which the server must refuse with INVALID_ARGUMENT: "
-          "an out-of-vocabulary id, an empty token list, top_k 65, or raw bytes with invalid UTF-8 text");
+          "an out-of-vocabulary id, an empty token list, top_k 1025, or raw bytes with invalid UTF-8 text");
 ABSL_FLAG(std::string, json, "", "also write the report as JSON to this file");
 ABSL_FLAG(double, connect_timeout_s, 10.0, "seconds to wait for the server to accept the connection");
 // --auth_token, --auth_token_file, --tls_ca, --tls_cert, --tls_key: client/connect/security.h (the same flags

@@ -43,7 +43,7 @@ enum class RequestKind {
   // Malformed: the server must answer INVALID_ARGUMENT.
   kMalformedOutOfVocab,  // one id == vocab_size
   kMalformedEmpty,       // a token list with no ids
-  kMalformedTopK,        // top_k 65 (the limit is 64)
+  kMalformedTopK,        // top_k 1025 (kMaxTopK + 1: the limit is 1024)
   kMalformedRawBytes,    // raw bytes: a `text` field holding invalid UTF-8, which does not parse
 };
 constexpr int kNumRequestKinds = 6;
