@@ -42,6 +42,7 @@ class Reader {
                                     bytes_.size(), ")"));
     }
     v->resize(n);
+    if (n == 0) return absl::OkStatus();  // data() may be null: memcpy's arguments must not be
     std::memcpy(v->data(), bytes_.data() + pos_, n * sizeof(T));
     pos_ += n * sizeof(T);
     return absl::OkStatus();
