@@ -1,5 +1,6 @@
 #include "engine/model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -823,6 +824,14 @@ absl::Status ParseLatentAttention(const Json& j, const std::string& source, Mode
   }
   c.head_dim = c.qk_rope_head_dim;
   SCORED_ASSIGN_OR_RETURN(c.rope_interleave, GetBool(j, "rope_interleave", source, true));
+  if (c.family->latent_attention.indexer != nullptr) {  // DeepSeek Sparse Attention (family.h)
+    if (c.q_lora_rank == 0) {
+      return Invalid(source, absl::StrCat("field 'q_lora_rank' is required for ", c.architecture,
+                                          " (its attention always projects q through q_a_proj)"));
+    }
+    c.rope_interleave = true;  // DeepseekV32Attention / GlmMoeDsaAttention: apply_rotary_pos_emb_interleave
+    SCORED_ASSIGN_OR_RETURN(c.index_topk, GetPositive(j, "index_topk", source));
+  }
   return absl::OkStatus();
 }
 
@@ -873,10 +882,22 @@ absl::Status ParseGemma(const Json& j, const FamilyTraits& family, const std::st
 // TextOnlyTraits: the language model's config: `text_config`, plus the top level's other fields (model_type,
 // architectures, quantization_config, torch_dtype, token ids, ...) where text_config lacks them; the
 // top level's model_type wins (it names the family).
-absl::StatusOr<Json> TextConfig(const Json& j, const std::string& source) {
+absl::StatusOr<Json> TextConfig(const Json& j, const TextOnlyTraits& traits, const std::string& architecture,
+                                const std::string& source) {
   const Json* text = Find(j, "text_config");
   if (text == nullptr || !text->is_object()) {
     return Invalid(source, "field 'text_config' must be an object (the language model's config)");
+  }
+  if (traits.text_model_types[0] != nullptr) {  // a wrapper of several language models: only these
+    std::vector<std::string> allowed;
+    for (const char* const* t = traits.text_model_types; *t != nullptr; ++t) allowed.emplace_back(*t);
+    const Json* type = Find(*text, "model_type");
+    const std::string got = type != nullptr && type->is_string() ? type->get<std::string>() : "";
+    if (std::find(allowed.begin(), allowed.end(), got) == allowed.end()) {
+      return Invalid(source, absl::StrCat(architecture, " is supported with a text_config of model_type ",
+                                          absl::StrJoin(allowed, " or "), ", not '", got,
+                                          got.empty() ? "' (none given)" : "'"));
+    }
   }
   Json merged = *text;
   merged.erase("model_type");
@@ -908,7 +929,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   }
   c.family = family;
   if (family->text_only.enabled) {
-    SCORED_ASSIGN_OR_RETURN(j, TextConfig(j, source));
+    SCORED_ASSIGN_OR_RETURN(j, TextConfig(j, family->text_only, c.architecture, source));
   }
   if (family->config_defaults != nullptr) {
     SCORED_ASSIGN_OR_RETURN(Json defaults,
@@ -1024,6 +1045,18 @@ std::string DescribeRope(const ModelConfig& config) {
 absl::StatusOr<int64_t> ServedContextLength(const ModelConfig& config, int64_t max_seq_len,
                                             bool allow_long_context) {
   const int64_t trained = config.max_position_embeddings;
+  if (config.index_topk > 0) {  // DeepSeek Sparse Attention: dense only up to index_topk keys per query
+    const int64_t dense = config.index_topk + 1;
+    if (max_seq_len > dense) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--max_seq_len ", max_seq_len, " is longer than ", config.architecture,
+          "'s sparse attention computes exactly here: its indexer keeps index_topk (", config.index_topk,
+          ") keys per query, so windows of up to ", dense,
+          " ids (the last is only a target) are dense attention, and longer ones need the indexer's top-k "
+          "selection, which is not implemented"));
+    }
+    if (max_seq_len <= 0) return std::min(trained, dense);
+  }
   if (max_seq_len <= 0) return trained;
   if (max_seq_len > trained + 1 && !allow_long_context) {
     return absl::InvalidArgumentError(absl::StrCat(

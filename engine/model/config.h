@@ -173,6 +173,10 @@ struct ModelConfig {
   int64_t qk_nope_head_dim = 0;
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
+  // DeepSeek Sparse Attention (LatentAttentionTraits::indexer: DeepSeek-V3.2, GLM-5): config.json's
+  // index_topk; windows of up to index_topk + 1 ids are served (ServedContextLength), where the indexer keeps
+  // every key. 0: no indexer.
+  int64_t index_topk = 0;
   bool has_quantization_config = false;
   std::string quantization_config_json;  // raw JSON text of quantization_config ("" when absent);
                                          // older files name it "compression_config"
@@ -194,6 +198,9 @@ absl::Status CheckBaselineVocabulary(int64_t model_vocab_size, int64_t reference
 // with max_length = max_position_embeddings inputs. Longer is refused, INVALID_ARGUMENT naming --max_seq_len,
 // max_position_embeddings, the RoPE scaling and --allow_long_context: positions past the trained context are
 // extrapolation, and their log-probs measure nothing. With allow_long_context it is served as asked.
+// DeepSeek Sparse Attention (config.index_topk > 0) caps it at index_topk + 1 ids whatever is asked: a
+// longer window would need the indexer's top-k selection, which is not implemented (0 gives the smaller of
+// the two; a longer max_seq_len is INVALID_ARGUMENT naming index_topk, allow_long_context or not).
 absl::StatusOr<int64_t> ServedContextLength(const ModelConfig& config, int64_t max_seq_len,
                                             bool allow_long_context);
 

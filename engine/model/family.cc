@@ -69,8 +69,9 @@ constexpr char kQwen35MoeTextDefaults[] =
 
 // Qwen3.5's multi-token-prediction layers (`mtp.*`) are not part of the scored forward; the vision-language
 // checkpoints' vision tower neither.
-constexpr TextOnlyTraits kQwen35TextOnly = {false, nullptr, {"mtp.", nullptr}, false};
-constexpr TextOnlyTraits kQwen35VlmTextOnly = {true, nullptr, {"model.visual.", "mtp.", nullptr}, false};
+constexpr TextOnlyTraits kQwen35TextOnly = {false, nullptr, {"mtp.", nullptr}, false, {nullptr}};
+constexpr TextOnlyTraits kQwen35VlmTextOnly = {
+    true, nullptr, {"model.visual.", "mtp.", nullptr}, false, {nullptr}};
 
 // Phi3Config reads partial_rotary_factor (default 1); Qwen3_5TextConfig's default is 0.25 (the field may sit
 // in rope_parameters).
@@ -163,7 +164,7 @@ constexpr char kMiniMaxM2Defaults[] =
 constexpr PartialRotaryTraits kMiniMaxM2PartialRotary = {true, 1.0, true};
 
 // The multi-token-prediction layers stored past the last decoder layer are not part of the scored forward.
-constexpr TextOnlyTraits kMtpLayersPastTheLast = {false, nullptr, {nullptr}, true};
+constexpr TextOnlyTraits kMtpLayersPastTheLast = {false, nullptr, {nullptr}, true, {nullptr}};
 
 // DeepSeek-V3's multi-head latent attention as transformers 5.17 saves it (family.h LatentAttentionTraits).
 constexpr LatentAttentionTraits kDeepseekV3LatentAttention = {
@@ -174,7 +175,40 @@ constexpr LatentAttentionTraits kDeepseekV3LatentAttention = {
     /*kv_a_proj=*/"self_attn.kv_a_proj_with_mqa",
     /*kv_a_layernorm=*/"self_attn.kv_a_layernorm.weight",
     /*kv_b_proj=*/"self_attn.kv_b_proj",
+    /*indexer=*/nullptr,
 };
+
+// DeepSeek-V3.2 and GLM-5: the same attention with DeepSeek Sparse Attention's indexer beside it (not read:
+// LatentAttentionTraits::indexer).
+constexpr LatentAttentionTraits kDsaLatentAttention = {
+    true,
+    /*q_a_proj=*/"self_attn.q_a_proj",
+    /*q_a_layernorm=*/"self_attn.q_a_layernorm.weight",
+    /*q_b_proj=*/"self_attn.q_b_proj",
+    /*kv_a_proj=*/"self_attn.kv_a_proj_with_mqa",
+    /*kv_a_layernorm=*/"self_attn.kv_a_layernorm.weight",
+    /*kv_b_proj=*/"self_attn.kv_b_proj",
+    /*indexer=*/"self_attn.indexer.",
+};
+
+// Kimi K2.5 / K2.6 (Kimi_K25ForConditionalGeneration) and Mistral Large 3 (Mistral3ForConditionalGeneration):
+// DeepSeek-V3's language model inside a vision-language checkpoint, as transformers 5 saves it
+// (model.language_model.*, lm_head) or as the originals do (language_model.model.*, language_model.lm_head;
+// transformers' conversion_mapping renames them at load); the vision tower, its projector and the MTP layers
+// past the last are not read. Kimi's text_config says kimi_k2 or deepseek_v3 (Kimi_K25Config reads both as
+// deepseek_v3); Mistral3's may name other language models (Mistral Small 3's mistral), refused here.
+constexpr TextOnlyTraits kKimiK25TextOnly = {
+    true,
+    &kGemma3VlmV4TensorNames,
+    {"model.vision_tower.", "model.mm_projector.", "vision_tower.", "mm_projector.", nullptr},
+    true,
+    {"deepseek_v3", "kimi_k2", nullptr}};
+constexpr TextOnlyTraits kMistral3DeepseekTextOnly = {true,
+                                                      &kGemma3VlmV4TensorNames,
+                                                      {"model.vision_tower.", "model.multi_modal_projector.",
+                                                       "vision_tower.", "multi_modal_projector.", nullptr},
+                                                      true,
+                                                      {"deepseek_v3", nullptr}};
 
 // DeepseekV3Config's defaults (transformers 5.17 configuration_deepseek_v3.py) of the shape and router
 // fields. Not the expert count (n_routed_experts, 256; alias num_local_experts), and not the attention's
@@ -194,6 +228,21 @@ constexpr char kGlm4MoeLiteDefaults[] =
         "num_attention_heads": 20, "rms_norm_eps": 1e-5, "moe_intermediate_size": 1536,
         "num_experts_per_tok": 4, "n_shared_experts": 1, "routed_scaling_factor": 1.8, "n_group": 1,
         "topk_group": 1, "first_k_dense_replace": 1, "norm_topk_prob": true})";
+
+// DeepseekV32Config's defaults (transformers 5.17 configuration_deepseek_v32.py, which inherits
+// Glm4MoeLiteConfig's fields with DeepSeek-V3's values) and GlmMoeDsaConfig's (configuration_glm_moe_dsa.py,
+// inheriting DeepseekV32Config's): the shape, router and indexer fields, not the expert count nor the latent
+// dimensions (refused naming the field when missing, as for DeepSeek-V3).
+constexpr char kDeepseekV32Defaults[] =
+    R"({"vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "num_hidden_layers": 61,
+        "num_attention_heads": 128, "rms_norm_eps": 1e-6, "moe_intermediate_size": 2048,
+        "num_experts_per_tok": 8, "n_shared_experts": 1, "routed_scaling_factor": 2.5, "n_group": 8,
+        "topk_group": 4, "first_k_dense_replace": 3, "norm_topk_prob": true, "index_topk": 2048})";
+constexpr char kGlmMoeDsaDefaults[] =
+    R"({"vocab_size": 154880, "hidden_size": 6144, "intermediate_size": 12288, "num_hidden_layers": 78,
+        "num_attention_heads": 64, "rms_norm_eps": 1e-5, "moe_intermediate_size": 2048,
+        "num_experts_per_tok": 8, "n_shared_experts": 1, "routed_scaling_factor": 2.5, "n_group": 1,
+        "topk_group": 1, "first_k_dense_replace": 3, "norm_topk_prob": true, "index_topk": 2048})";
 
 // Qwen3NextConfig's defaults (norm_topk_prob true, unlike Qwen2 / Qwen3-MoE's false).
 constexpr char kQwen3NextDefaults[] =
@@ -439,7 +488,8 @@ constexpr FamilyTraits kFamilies[] = {
          &kGemma3VlmV4TensorNames,
          {"model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector.",
           nullptr},
-         false},
+         false,
+         {nullptr}},
         /*tensor_parallel=*/true,
         /*names=*/kGemma3VlmTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
@@ -651,6 +701,97 @@ constexpr FamilyTraits kFamilies[] = {
         /*text_only=*/kMtpLayersPastTheLast,
         /*tensor_parallel=*/false,
         /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
+        /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kDeepseekV3LatentAttention,
+    },
+    {
+        // DeepSeek-V3.2 (DeepseekV32ForCausalLM, models/deepseek_v32): DeepSeek-V3 with DeepSeek Sparse
+        // Attention's indexer (LatentAttentionTraits::indexer: windows up to index_topk + 1 ids are the dense
+        // MLA, longer ones refused; the indexer not read).
+        /*architecture=*/"DeepseekV32ForCausalLM",
+        /*model_type=*/"deepseek_v32",
+        /*default_max_position_embeddings=*/163840,
+        /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
+        /*qk_norm=*/QkNormPolicy::kNone,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kYarn),
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/kNoPartialRotary,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/kDeepseekV32Defaults,
+        /*text_only=*/kMtpLayersPastTheLast,
+        /*tensor_parallel=*/false,
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
+        /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kDsaLatentAttention,
+    },
+    {
+        // GLM-5 / 5.2 (GlmMoeDsaForCausalLM, models/glm_moe_dsa): DeepSeek-V3.2's layers, some indexers
+        // shared across layers (indexer_types: none of them read, as for DeepSeek-V3.2).
+        /*architecture=*/"GlmMoeDsaForCausalLM",
+        /*model_type=*/"glm_moe_dsa",
+        /*default_max_position_embeddings=*/202752,
+        /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
+        /*qk_norm=*/QkNormPolicy::kNone,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kYarn),
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/kNoPartialRotary,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/kGlmMoeDsaDefaults,
+        /*text_only=*/kMtpLayersPastTheLast,
+        /*tensor_parallel=*/false,
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
+        /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kDsaLatentAttention,
+    },
+    {
+        // Kimi K2.5 / K2.6 (Kimi_K25ForConditionalGeneration, models/kimi_k25): DeepSeek-V3's language model
+        // (text_config kimi_k2 / deepseek_v3) beside a vision tower that is not read. (Kimi K2 / K2-Thinking
+        // ship DeepseekV3ForCausalLM itself.)
+        /*architecture=*/"Kimi_K25ForConditionalGeneration",
+        /*model_type=*/"kimi_k25",
+        /*default_max_position_embeddings=*/4096,
+        /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
+        /*qk_norm=*/QkNormPolicy::kNone,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kYarn),
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/kNoPartialRotary,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/kDeepseekV3Defaults,
+        /*text_only=*/kKimiK25TextOnly,
+        /*tensor_parallel=*/false,
+        /*names=*/kGemma3VlmTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
+        /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kDeepseekV3LatentAttention,
+    },
+    {
+        // Mistral Large 3 (Mistral3ForConditionalGeneration with a deepseek_v3 text_config, models/mistral3):
+        // DeepSeek-V3's language model beside a vision tower that is not read; Mistral3's other language
+        // models (Mistral Small 3's) are refused naming text_config's model_type.
+        /*architecture=*/"Mistral3ForConditionalGeneration",
+        /*model_type=*/"mistral3",
+        /*default_max_position_embeddings=*/4096,
+        /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
+        /*qk_norm=*/QkNormPolicy::kNone,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kYarn),
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kUseSlidingWindowFlag,
+        /*partial_rotary=*/kNoPartialRotary,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/kDeepseekV3Defaults,
+        /*text_only=*/kMistral3DeepseekTextOnly,
+        /*tensor_parallel=*/false,
+        /*names=*/kGemma3VlmTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
         /*linear_attention=*/kNoLinearAttention,

@@ -352,8 +352,12 @@ struct TextOnlyTraits {
   // are the multi-token-prediction layers and are left unread (GLM-4.5's model.layers.92, DeepSeek-V3's
   // model.layers.61: transformers' _keys_to_ignore_on_load_unexpected).
   bool layers_past_the_last;
+  // The model_types text_config may name, nullptr-ended; {nullptr}: any. A wrapper whose class takes several
+  // language models reads only these (Mistral3ForConditionalGeneration: Mistral Large 3's deepseek_v3); a
+  // text_config without a model_type, or with another, is refused naming it.
+  const char* text_model_types[3];
 };
-inline constexpr TextOnlyTraits kNotTextOnly = {false, nullptr, {nullptr}, false};
+inline constexpr TextOnlyTraits kNotTextOnly = {false, nullptr, {nullptr}, false, {nullptr}};
 
 // Qwen3.5's hybrid layers (transformers 5.17 models/qwen3_5/modeling_qwen3_5.py). layer_types
 // ("linear_attention" / "full_attention"; absent: every full_attention_interval-th layer, default 4, is full)
@@ -415,9 +419,16 @@ struct LatentAttentionTraits {
   const char* kv_a_proj;       // module [kv_lora_rank + qk_rope_head_dim, hidden]: "kv_a_proj_with_mqa"
   const char* kv_a_layernorm;  // tensor [kv_lora_rank]
   const char* kv_b_proj;       // module [num_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
+  // DeepSeek Sparse Attention (DeepSeek-V3.2's DeepseekV32Indexer, GLM-5's GlmMoeDsaIndexer): the per-layer
+  // indexer's prefix ("self_attn.indexer."), or nullptr. The indexer keeps min(index_topk, T) keys per query,
+  // so a window of up to index_topk + 1 ids (the last only a target) is exactly the dense MLA above; its
+  // tensors are not read, longer windows are refused naming index_topk (config.h ServedContextLength), the
+  // RoPE pairs are interleaved whatever rope_interleave says (both attentions call
+  // apply_rotary_pos_emb_interleave) and q_lora_rank is required (their forward always runs q_a_proj).
+  const char* indexer;
 };
 inline constexpr LatentAttentionTraits kNoLatentAttention = {false,   nullptr, nullptr, nullptr,
-                                                             nullptr, nullptr, nullptr};
+                                                             nullptr, nullptr, nullptr, nullptr};
 
 struct FamilyTraits {
   const char* architecture;  // config.json "architectures"[0], e.g. "LlamaForCausalLM"

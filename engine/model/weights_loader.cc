@@ -592,6 +592,15 @@ bool ModelWeightsLoader::LayerPastTheLast(const std::string& name) const {
   return layer >= m_->config_.num_layers;
 }
 
+bool ModelWeightsLoader::IgnoredIndexer(const std::string& name) const {
+  const char* indexer = m_->config_.family->latent_attention.indexer;
+  const absl::string_view prefix = names_ != nullptr ? names_->layer_prefix : "";
+  if (indexer == nullptr || prefix.empty() || !absl::StartsWith(name, prefix)) return false;
+  const absl::string_view rest = absl::string_view(name).substr(prefix.size());
+  const size_t dot = rest.find('.');
+  return dot != absl::string_view::npos && absl::StartsWith(rest.substr(dot + 1), indexer);
+}
+
 absl::Status ModelWeightsLoader::CheckLeftovers() const {
   std::vector<std::string> left;
   for (const std::string& name : m_->store_->Names()) {
@@ -599,7 +608,7 @@ absl::Status ModelWeightsLoader::CheckLeftovers() const {
     if (absl::EndsWith(name, ".rotary_emb.inv_freq")) continue;  // a buffer older exports saved
     // A tied checkpoint may still store the (identical) lm_head.
     if (m_->config_.tie_word_embeddings && name == absl::StrCat(names_->lm_head, ".weight")) continue;
-    if (IgnoredTower(name)) continue;
+    if (IgnoredTower(name) || IgnoredIndexer(name)) continue;
     left.push_back(name);
   }
   if (left.empty()) return absl::OkStatus();

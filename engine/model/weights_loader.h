@@ -85,6 +85,9 @@ class ModelWeightsLoader {
   bool IgnoredTower(const std::string& name) const;
   // `name` is layer_prefix + "<l>." + ... with l >= num_hidden_layers.
   bool LayerPastTheLast(const std::string& name) const;
+  // `name` is layer_prefix + "<l>." + LatentAttentionTraits::indexer + ...: DeepSeek Sparse Attention's
+  // indexer, not read.
+  bool IgnoredIndexer(const std::string& name) const;
   absl::Status CheckFiniteParameters() const;
   void Summarize();
 

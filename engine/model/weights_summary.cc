@@ -191,6 +191,14 @@ void ModelWeightsLoader::Summarize() {
     notes.push_back(absl::StrCat(ignored, " tensors not part of the scored forward (multi-token prediction: ",
                                  absl::StrJoin(prefixes, ", "), ") are not loaded"));
   }
+  if (c.index_topk > 0) {  // DeepSeek Sparse Attention (family.h LatentAttentionTraits::indexer)
+    int64_t indexer = 0;
+    for (const std::string& name : m_->store_->Names()) indexer += IgnoredIndexer(name) ? 1 : 0;
+    notes.push_back(
+        absl::StrCat("sparse attention: the indexer (", indexer,
+                     " tensors) is not loaded; windows of up to index_topk + 1 = ", c.index_topk + 1,
+                     " ids, where it keeps every key, are computed as the dense attention they are"));
+  }
   s.notes = absl::StrJoin(notes, "; ");
 }
 

@@ -506,6 +506,14 @@ std::vector<RealConfig> RealConfigs() {
        0, RopeType::kYarn, 8, 2, 32, 32, true, /*dense_layer=*/0},
       {"glm4-moe-lite fixture", kFixtures + "/glm4-moe-lite-trained-bf16", "", "Glm4MoeLiteForCausalLM",
        false, 0, RopeType::kDefault, 8, 2, 32, 32, true, /*dense_layer=*/0},
+      {"deepseek-v32 fixture", kFixtures + "/deepseek-v32-moe-trained-bf16", "", "DeepseekV32ForCausalLM",
+       false, 0, RopeType::kYarn, 8, 2, 32, 32, true, /*dense_layer=*/0},
+      {"glm-moe-dsa fixture", kFixtures + "/glm-moe-dsa-trained-bf16", "", "GlmMoeDsaForCausalLM", false, 0,
+       RopeType::kDefault, 8, 2, 32, 32, true, /*dense_layer=*/0},
+      {"kimi-k25 fixture", kFixtures + "/kimi-k25-deepseek-v3-trained-bf16", "",
+       "Kimi_K25ForConditionalGeneration", false, 0, RopeType::kYarn, 8, 2, 32, 32, true, /*dense_layer=*/0},
+      {"mistral3 fixture", kFixtures + "/mistral3-deepseek-v3-trained-bf16", "",
+       "Mistral3ForConditionalGeneration", false, 0, RopeType::kYarn, 8, 2, 32, 32, true, /*dense_layer=*/0},
   };
 }
 
@@ -526,8 +534,9 @@ TEST(FamilyTable, EntriesAreUniqueAndFindable) {
     EXPECT_NE(f->rope_scalings & RopeTypeBit(RopeType::kDefault), 0u) << f->architecture;
   }
   // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3 (x2), Qwen3.5 (x2),
-  // Qwen3.5-MoE (x2), Qwen3-Next, GLM-4.5, MiniMax-M2, DeepSeek-V3, GLM-4.7-Flash
-  EXPECT_EQ(n, 20);
+  // Qwen3.5-MoE (x2), Qwen3-Next, GLM-4.5, MiniMax-M2, DeepSeek-V3, GLM-4.7-Flash, DeepSeek-V3.2, GLM-5,
+  // Kimi K2.5, Mistral Large 3
+  EXPECT_EQ(n, 24);
   EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
   EXPECT_EQ(FindFamily(""), nullptr);
 }
@@ -607,8 +616,13 @@ std::string MinimalConfig(const FamilyTraits& f, const std::string& extra = "") 
                                           moe);
   const std::string more = extra.empty() ? "" : absl::StrCat(", ", extra);
   if (f.text_only.enabled) {  // the language model's fields live in text_config; `extra` at the top level
-    return absl::StrCat(R"({"architectures": [")", f.architecture, R"("], "text_config": {)", fields, "}",
-                        more, "}");
+    // A wrapper of several language models (Mistral3ForConditionalGeneration): the one scored reads.
+    const std::string type =
+        f.text_only.text_model_types[0] == nullptr
+            ? ""
+            : absl::StrCat(R"("model_type": ")", f.text_only.text_model_types[0], R"(", )");
+    return absl::StrCat(R"({"architectures": [")", f.architecture, R"("], "text_config": {)", type, fields,
+                        "}", more, "}");
   }
   return absl::StrCat(R"({"architectures": [")", f.architecture, R"("], )", fields, more, "}");
 }
@@ -1217,6 +1231,84 @@ TEST(FamilyTraits, DeepseekV3Config) {
             -1);
   // No tensor parallelism yet.
   EXPECT_EQ(ShardPlan::Create(*c, 2, 0).status().code(), absl::StatusCode::kUnimplemented);
+}
+
+// DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5; family.h LatentAttentionTraits::indexer): index_topk
+// (default 2048) caps the served window at index_topk + 1 ids whatever --max_seq_len or
+// --allow_long_context say, the RoPE pairs are interleaved whatever rope_interleave says, q_lora_rank is
+// required; the fixtures (index_topk 256) serve 257 ids.
+TEST(FamilyTraits, SparseAttentionCapsTheWindowAtIndexTopk) {
+  for (const char* arch : {"DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"}) {
+    SCOPED_TRACE(arch);
+    const FamilyTraits* f = FindFamily(arch);
+    ASSERT_NE(f, nullptr);
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(
+        MinimalConfig(*f, R"("rope_interleave": false, "max_position_embeddings": 8192)"), "mem");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->index_topk, 2048);
+    EXPECT_TRUE(c->rope_interleave);
+    EXPECT_TRUE(PlanModel(*c).layers[0].latent.rope_interleaved);
+    EXPECT_EQ(*ServedContextLength(*c, 0, false), 2049);
+    EXPECT_EQ(*ServedContextLength(*c, 2049, false), 2049);
+    EXPECT_EQ(*ServedContextLength(*c, 512, false), 512);
+    for (bool allow_long : {false, true}) {
+      const absl::StatusOr<int64_t> longer = ServedContextLength(*c, 2050, allow_long);
+      ASSERT_FALSE(longer.ok());
+      EXPECT_EQ(longer.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(longer.status().message(), HasSubstr("index_topk (2048)"));
+      EXPECT_THAT(longer.status().message(), HasSubstr("up to 2049 ids"));
+    }
+    c = ParseModelConfig(MinimalConfig(*f, R"("index_topk": 64, "max_position_embeddings": 32)"), "mem");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(*ServedContextLength(*c, 0, false), 32);  // the trained context, where it is shorter
+    EXPECT_THAT(ParseModelConfig(MinimalConfig(*f, R"("q_lora_rank": null)"), "mem").status().message(),
+                HasSubstr("'q_lora_rank' is required"));
+  }
+  // (GLM-5's fixture was trained to 256 positions: its context is the shorter.)
+  for (const auto& [fixture, served] :
+       {std::pair{"deepseek-v32-moe-trained-bf16", 257}, std::pair{"glm-moe-dsa-trained-bf16", 256}}) {
+    absl::StatusOr<ModelConfig> c = LoadModelConfig(std::string(SCORED_FIXTURES_DIR) + "/" + fixture);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->index_topk, 256) << fixture;
+    EXPECT_EQ(*ServedContextLength(*c, 0, false), served) << fixture;
+    EXPECT_FALSE(ServedContextLength(*c, 258, true).ok()) << fixture;
+  }
+  // DeepSeek-V3 has no indexer: its context is max_position_embeddings.
+  absl::StatusOr<ModelConfig> v3 = ParseModelConfig(kDeepseekV3, "deepseek-v3");
+  ASSERT_TRUE(v3.ok());
+  EXPECT_EQ(v3->index_topk, 0);
+  EXPECT_EQ(*ServedContextLength(*v3, 0, false), 163840);
+}
+
+// The vision-language wrappers of DeepSeek-V3's language model: Kimi K2.5 (text_config kimi_k2 or
+// deepseek_v3) and Mistral Large 3 (Mistral3ForConditionalGeneration with deepseek_v3 text); another
+// language model inside Mistral3ForConditionalGeneration (Mistral Small 3's "mistral"), or none named, is
+// refused naming the model_type.
+TEST(FamilyTraits, DeepseekV3VisionLanguageWrappers) {
+  const FamilyTraits* kimi = FindFamily("Kimi_K25ForConditionalGeneration");
+  const FamilyTraits* mistral3 = FindFamily("Mistral3ForConditionalGeneration");
+  ASSERT_NE(kimi, nullptr);
+  ASSERT_NE(mistral3, nullptr);
+  for (const FamilyTraits* f : {kimi, mistral3}) {
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(MinimalConfig(*f), "mem");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(c->latent_attention);
+    EXPECT_EQ(c->model_type, f->model_type);
+  }
+  std::string deepseek = MinimalConfig(*kimi);
+  ASSERT_NE(deepseek.find(R"("model_type": "deepseek_v3")"), std::string::npos);
+  std::string kimi_k2 = deepseek;
+  kimi_k2.replace(kimi_k2.find("deepseek_v3"), 11, "kimi_k2");
+  EXPECT_TRUE(ParseModelConfig(kimi_k2, "mem").ok());
+  std::string mistral = MinimalConfig(*mistral3);
+  mistral.replace(mistral.find("deepseek_v3"), 11, "mistral");
+  EXPECT_THAT(ParseModelConfig(mistral, "mem").status().message(),
+              HasSubstr("Mistral3ForConditionalGeneration is supported with a text_config of model_type "
+                        "deepseek_v3, not 'mistral'"));
+  std::string none = MinimalConfig(*mistral3);
+  none.erase(none.find(R"("model_type": "deepseek_v3", )"),
+             std::string(R"("model_type": "deepseek_v3", )").size());
+  EXPECT_THAT(ParseModelConfig(none, "mem").status().message(), HasSubstr("(none given)"));
 }
 
 // The latent attention's fields: q_lora_rank absent or null means q_proj, attention_bias the a / o biases,

@@ -9,9 +9,11 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "engine/model/weights.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -421,6 +423,37 @@ TEST(MoeWeights, DeepseekV3LatentAttentionFromTheFixtures) {
   EXPECT_FALSE(N.latent.kv_b_proj.bias.present());
   EXPECT_FALSE((*m)->plan().layers[0].latent.rope_interleaved);
   EXPECT_THAT((*m)->summary().notes, HasSubstr("no q_lora_rank"));
+}
+
+// DeepSeek-V3.2 / GLM-5 (DeepSeek Sparse Attention): the indexers' tensors (every layer's, or only the
+// "full" layers' under GLM-5's indexer_types) are left unread and counted in the notes with the window
+// limit; the Kimi K2.5 (original names) and Mistral Large 3 (transformers 5 names) wrappers read the same
+// language model as DeepSeek-V3, their vision towers left unread.
+TEST(MoeWeights, SparseAttentionAndWrappersFromTheFixtures) {
+  const std::string fixtures = SCORED_FIXTURES_DIR;
+  for (const auto& [name, indexer_tensors] :
+       {std::pair{"deepseek-v32-moe-trained-bf16", 15}, std::pair{"glm-moe-dsa-trained-bf16", 10}}) {
+    SCOPED_TRACE(name);
+    auto m = ModelWeights::Load(fixtures + "/" + name);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_TRUE((*m)->layers()[0].latent_attention);
+    EXPECT_TRUE((*m)->plan().layers[0].latent.rope_interleaved);
+    EXPECT_THAT(
+        (*m)->summary().notes,
+        HasSubstr(absl::StrCat("sparse attention: the indexer (", indexer_tensors,
+                               " tensors) is not loaded; windows of up to index_topk + 1 = 257 ids")));
+  }
+  for (const auto& [name, module] :
+       {std::pair{"kimi-k25-deepseek-v3-trained-bf16", "language_model.model.layers.1.self_attn.kv_b_proj"},
+        std::pair{"mistral3-deepseek-v3-trained-bf16",
+                  "model.language_model.layers.1.self_attn.kv_b_proj"}}) {
+    SCOPED_TRACE(name);
+    auto m = ModelWeights::Load(fixtures + "/" + name);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ((*m)->layers()[1].latent.kv_b_proj.module, module);
+    EXPECT_EQ((*m)->layers().size(), 3u);
+    EXPECT_THAT((*m)->summary().notes, HasSubstr("'s language model is scored; the vision tower ("));
+  }
 }
 
 // A config that does not describe the checkpoint's latent attention fails at load naming the tensor.
