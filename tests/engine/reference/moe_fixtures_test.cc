@@ -80,7 +80,8 @@ TEST(MoeFixtures, AllArePresent) {
   for (const char* name :
        {"deepseek-v3-moe-trained-bf16", "deepseek-v3-moe-nolora-trained-bf16", "glm4-moe-lite-trained-bf16",
         "deepseek-v3-moe-trained-w4a16-g16", "deepseek-v32-moe-trained-bf16", "glm-moe-dsa-trained-bf16",
-        "kimi-k25-deepseek-v3-trained-bf16", "mistral3-deepseek-v3-trained-bf16"}) {
+        "kimi-k25-deepseek-v3-trained-bf16", "mistral3-deepseek-v3-trained-bf16",
+        "deepseek-v3-moe-trained-nvfp4a16"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   }
 }
