@@ -9,6 +9,7 @@
 #include "engine/kernels/baseline_compare.h"
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/grouped_gemm.h"
+#include "engine/kernels/latent_attention_pack.h"
 #include "engine/kernels/logprob.h"
 #include "engine/kernels/moe_dispatch.h"
 #include "engine/kernels/rope.h"
@@ -122,6 +123,22 @@ int64_t SharedIntermediate(const ModelConfig& c, const ModelConfig* r) {
   return std::max(StructureOf(c).shared_intermediate, r != nullptr ? StructureOf(*r).shared_intermediate : 0);
 }
 
+// The per-token widths (elements) of a latent attention layer's buffers (zeros for a plan without one).
+struct LatentWidths {
+  int64_t qkv = 0, q_a = 0, c = 0, q = 0, kv = 0, packed = 0, attn = 0;
+  static LatentWidths Of(const LatentAttentionPlan& p) {
+    if (p.num_heads == 0) return {};
+    const int64_t d = kernels::LatentPackedHeadDim(p.qk_head_dim(), p.v_head_dim);
+    const int64_t q_in = p.q_lora_rank > 0 ? p.q_lora_rank : p.q_width();
+    return {q_in + p.kv_a_width(), p.q_lora_rank,       p.kv_lora_rank, p.q_lora_rank > 0 ? p.q_width() : 0,
+            p.kv_b_width(),        3 * p.num_heads * d, p.num_heads * d};
+  }
+  LatentWidths Max(const LatentWidths& o) const {
+    return {std::max(qkv, o.qkv), std::max(q_a, o.q_a),       std::max(c, o.c),      std::max(q, o.q),
+            std::max(kv, o.kv),   std::max(packed, o.packed), std::max(attn, o.attn)};
+  }
+};
+
 // Every buffer of Activations, in allocation order.
 std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const TableShape& s) {
   const ModelConfig c = LargerOfEach(model_config, s.reference);
@@ -139,10 +156,13 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
   if (r_dn.conv_dim() + r_dn.value_dim() > dn.conv_dim() + dn.value_dim()) dn = r_dn;
   const bool output_gate = plan.any_output_gate() || r_plan.any_output_gate();
   const int64_t q_dim = c.num_heads * c.head_dim;
-  const int64_t qkv_dim =
+  const int64_t qkv_dim_attention =
       std::max((c.num_heads + 2 * c.num_kv_heads) * c.head_dim + (output_gate ? q_dim : 0),
                dn.conv_dim() + dn.value_dim() + 2 * dn.num_v_heads);
-  const int64_t attn_dim = std::max(q_dim, dn.value_dim());
+  // Multi-head latent attention layers, Q's or R's: the larger of each width (zeros without).
+  const LatentWidths lat = LatentWidths::Of(plan.latent_shape()).Max(LatentWidths::Of(r_plan.latent_shape()));
+  const int64_t qkv_dim = std::max(qkv_dim_attention, lat.qkv);
+  const int64_t attn_dim = std::max({q_dim, dn.value_dim(), lat.attn});
   const int64_t top_k = kernels::kMaxTopK, candidates = kernels::kMaxCandidates, tp = s.tp_size;
   const int64_t stats = static_cast<int64_t>(sizeof(kernels::LogitPartialStats));
   using A = Activations;
@@ -162,6 +182,11 @@ std::vector<BufferRow> ActivationTable(const ModelConfig& model_config, const Ta
       {&A::delta_beta, "the Gated DeltaNet's beta", kAll, dn.num_v_heads * 4},
       {&A::delta_g, "the Gated DeltaNet's decay", kAll, dn.num_v_heads * 4},
       {&A::delta_out, "the Gated DeltaNet's output", kAll, dn.value_dim() * 4},
+      {&A::latent_q_a, "the latent attention's normed q_a", kAll, lat.q_a * act},
+      {&A::latent_c, "the latent attention's normed latent", kAll, lat.c * act},
+      {&A::latent_q, "the latent attention's q", kAll, lat.q * act},
+      {&A::latent_kv, "the latent attention's k_nope|v", kAll, lat.kv * act},
+      {&A::latent_packed, "the latent attention's packed q|k|v", kAll, lat.packed * act},
       {&A::proj, "projection output", kAll, hidden * 4},
       {&A::gate_up, "gate|up activations", kAll, 2 * inter * act},
       {&A::mlp, "swiglu output", kAll, inter * act},

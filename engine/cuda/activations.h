@@ -50,6 +50,11 @@ struct Activations {
   // Gated DeltaNet layers only (else empty), fp32: the conv output [max_tokens, conv_dim], beta and g
   // [max_tokens, num_v_heads], the delta rule's output [max_tokens, value_dim].
   DeviceBuffer delta_conv, delta_beta, delta_g, delta_out;
+  // Multi-head latent attention layers only (else empty), act (latent_attention_block.h): the normed q_a
+  // [max_tokens, q_lora_rank] and latent c [max_tokens, kv_lora_rank], q [max_tokens, num_heads *
+  // qk_head_dim] (with q_lora_rank), kv_b's output [max_tokens, num_heads * (qk_nope + v_head_dim)] (then
+  // the heads' outputs, o_proj's input), the packed q|k|v [max_tokens, 3 num_heads packed_head_dim].
+  DeviceBuffer latent_q_a, latent_c, latent_q, latent_kv, latent_packed;
   DeviceBuffer proj;     // [max_tokens, hidden_size] fp32: a W8A8 o_proj / down_proj FP8 GEMM's output before
                          // AddFp8Scaled joins it to the residual (others add in the GEMM's epilogue)
   DeviceBuffer gate_up;  // [max_tokens, 2 intermediate_size] act

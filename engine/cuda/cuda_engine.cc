@@ -30,6 +30,7 @@
 #include "engine/kernels/cuda_check.h"
 #include "engine/kernels/device_trap.h"
 #include "engine/kernels/kernel_types.h"
+#include "engine/kernels/latent_attention_pack.h"
 #include "engine/model/config.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/layer_plan.h"
@@ -68,15 +69,21 @@ absl::Status CheckHeadDim(const ModelConfig& config, const char* whose) {
                                                  "up to 256)"));
 }
 
-// The layer kinds the CUDA forward has no block for, refused before anything reaches a device (the CPU
-// backend computes them).
+// The layer shapes the CUDA forward's blocks cannot run, refused before anything reaches a device (the CPU
+// backend computes them): latent attention heads wider than the attention kernels' 256 once packed
+// (latent_attention_pack.h), or under longrope (the block rotates with one table).
 absl::Status CheckPlanOnCuda(const ModelPlan& plan, const char* whose) {
   const int64_t l = plan.first_latent_attention();
   if (l < 0) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(
-      whose, "layer ", l,
-      ": multi-head latent attention (TokenMixerKind::kLatentAttention, DeepSeek-V3 / GLM-4.7-Flash) is not "
-      "implemented on the CUDA backend; use --backend=cpu"));
+  const LatentAttentionPlan& a = plan.layers[static_cast<size_t>(l)].latent;
+  const int64_t d = kernels::LatentPackedHeadDim(a.qk_head_dim(), a.v_head_dim);
+  if (d > 256 || plan.longrope) {
+    return absl::UnimplementedError(
+        absl::StrCat(whose, "layer ", l, ": multi-head latent attention with heads of ", a.qk_head_dim(),
+                     " (q, k) and ", a.v_head_dim, " (v)", plan.longrope ? " under longrope" : "",
+                     " is not implemented on the CUDA backend (at most 256 once packed); use --backend=cpu"));
+  }
+  return absl::OkStatus();
 }
 
 class CudaEngine final : public Engine {

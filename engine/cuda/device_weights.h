@@ -115,6 +115,17 @@ struct DeviceDeltaNet {
   DeviceBuffer norm;     // [v_head_dim]: the gated output norm's (plain) weight
 };
 
+// A multi-head latent attention layer's own weights (LayerPlan::latent_attention_mixer; its first GEMM, q_a
+// (or q_proj) stacked on kv_a_proj_with_mqa, is DeviceLayer::qkv, with their biases in qkv_bias, and o_proj
+// is DeviceLayer::o).
+struct DeviceLatentAttention {
+  bool q_lora = false;     // q_lora_rank > 0: q = q_b(RMSNorm(q_a(x))), else qkv's q_proj rows are q
+  DeviceLinear q_b;        // [num_heads * qk_head_dim, q_lora_rank]; empty without q_lora_rank
+  DeviceLinear kv_b;       // [num_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
+  DeviceBuffer q_a_norm;   // [q_lora_rank] fp32; empty without q_lora_rank
+  DeviceBuffer kv_a_norm;  // [kv_lora_rank] fp32
+};
+
 struct DeviceLayer {
   DeviceBuffer input_norm;  // [hidden_size] fp32
   DeviceBuffer post_norm;   // [hidden_size] fp32 (Gemma: post_attention_layernorm, on the attention output)
@@ -134,6 +145,10 @@ struct DeviceLayer {
   DeviceLinear qkv;
   bool delta_net_mixer = false;  // LayerPlan::delta_net_mixer: qkv / o are the DeltaNet's, delta_net below
   DeviceDeltaNet delta_net;
+  // LayerPlan::latent_attention_mixer: qkv is [q_a (or q_proj) | kv_a] [q_lora_rank (or num_heads *
+  // qk_head_dim) + kv_lora_rank + qk_rope_head_dim, hidden_size], o is o_proj, latent below
+  bool latent_mixer = false;
+  DeviceLatentAttention latent;
   DeviceLinear o;        // [hidden_size, q_dim] (a Gated DeltaNet layer: out_proj [hidden, value_dim])
   DeviceLinear gate_up;  // [2 intermediate_size, hidden_size]; a sparse layer: empty
   DeviceLinear down;     // [hidden_size, intermediate_size]; a sparse layer: empty
@@ -155,6 +170,8 @@ enum class DeviceLinearRole {
   kExpertDown,    // DeviceMoe::down[e]
   kSharedGateUp,  // DeviceMoe::shared_gate_up (Qwen2-MoE's shared expert)
   kSharedDown,    // DeviceMoe::shared_down
+  kLatentQB,      // DeviceLatentAttention::q_b (latent attention with q_lora_rank)
+  kLatentKvB,     // DeviceLatentAttention::kv_b
 };
 
 // A routed expert's linear (kExpertGateUp / kExpertDown): run from DeviceMoe::grouped's tables where those
@@ -164,13 +181,13 @@ inline bool IsRoutedExpert(DeviceLinearRole role) {
 }
 
 // The one enumeration of a device layer's linears: calls fn(linear, role) for every linear of `layer` in the
-// order the forward uses them: q|k|v, o, then a dense layer's gate|up, down, or a sparse layer's router, each
-// expert's gate|up and down in ascending expert id (the e-th kExpertGateUp and kExpertDown are expert e's),
-// then its shared expert's gate|up and down (Qwen2-MoE; last, as its input rotation, if any, runs in place
-// on the input the experts gather from). A sparse layer's empty gate_up / down and a dense layer's empty
-// DeviceMoe are not visited. `fn` returns void, or absl::Status: then the walk stops at the first error and
-// ForEachLinear returns it (OK when every call was). The second overload is the mutable twin
-// (fn(DeviceLinear&, DeviceLinearRole)).
+// order the forward uses them: q|k|v (a latent attention layer: then its q_b where it has one, kv_b), o, then
+// a dense layer's gate|up, down, or a sparse layer's router, each expert's gate|up and down in ascending
+// expert id (the e-th kExpertGateUp and kExpertDown are expert e's), then its shared expert's gate|up and
+// down (Qwen2-MoE; last, as its input rotation, if any, runs in place on the input the experts gather from).
+// A sparse layer's empty gate_up / down and a dense layer's empty DeviceMoe are not visited. `fn` returns
+// void, or absl::Status: then the walk stops at the first error and ForEachLinear returns it (OK when every
+// call was). The second overload is the mutable twin (fn(DeviceLinear&, DeviceLinearRole)).
 template <typename Fn>
 auto ForEachLinear(const DeviceLayer& layer, Fn&& fn);
 template <typename Fn>
@@ -244,7 +261,14 @@ namespace device_layer_internal {
 // ForEachLinear's walk over a const or mutable layer; `visit` returns false to stop it (then so does this).
 template <typename Layer, typename Visit>
 bool WalkLinears(Layer& layer, Visit&& visit) {
-  if (!visit(layer.qkv, DeviceLinearRole::kQkv) || !visit(layer.o, DeviceLinearRole::kO)) return false;
+  if (!visit(layer.qkv, DeviceLinearRole::kQkv)) return false;
+  if (layer.latent_mixer) {
+    if (layer.latent.q_lora && !visit(layer.latent.q_b, DeviceLinearRole::kLatentQB)) {
+      return false;
+    }
+    if (!visit(layer.latent.kv_b, DeviceLinearRole::kLatentKvB)) return false;
+  }
+  if (!visit(layer.o, DeviceLinearRole::kO)) return false;
   if (!layer.sparse) {
     return visit(layer.gate_up, DeviceLinearRole::kGateUp) && visit(layer.down, DeviceLinearRole::kDown);
   }

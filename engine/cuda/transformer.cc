@@ -7,6 +7,7 @@
 #include "engine/cuda/forward/attention_block.h"
 #include "engine/cuda/forward/context.h"
 #include "engine/cuda/forward/delta_net_block.h"
+#include "engine/cuda/forward/latent_attention_block.h"
 #include "engine/cuda/forward/lm_head.h"
 #include "engine/cuda/forward/mlp_block.h"
 #include "engine/cuda/forward/moe_block.h"
@@ -40,9 +41,10 @@ class ForwardPass {
     for (size_t l = 0; l < ctx.model.layers.size(); ++l) {
       const DeviceLayer& layer = ctx.model.layers[l];
       const RowSum input_sum = l > 0 ? RowSum::kAfterDown : RowSum::kNone;
-      SCORED_RETURN_IF_ERROR(layer.delta_net_mixer
-                                 ? DeltaNetBlock(ctx, layer, static_cast<int64_t>(l), input_sum)
-                                 : AttentionBlock(ctx, layer, static_cast<int64_t>(l), input_sum));
+      const int64_t li = static_cast<int64_t>(l);
+      SCORED_RETURN_IF_ERROR(layer.delta_net_mixer ? DeltaNetBlock(ctx, layer, li, input_sum)
+                             : layer.latent_mixer  ? LatentAttentionBlock(ctx, layer, li, input_sum)
+                                                   : AttentionBlock(ctx, layer, li, input_sum));
       SCORED_RETURN_IF_ERROR(layer.sparse ? MoeBlock(ctx, layer, static_cast<int64_t>(l))
                                           : MlpBlock(ctx, layer, static_cast<int64_t>(l)));
     }

@@ -61,7 +61,8 @@ int64_t ResidentBytes(const DeviceModel& model) {
     bytes += layer.input_norm.bytes() + layer.post_norm.bytes() + layer.q_norm.bytes() +
              layer.k_norm.bytes() + layer.qkv_bias.bytes() + layer.o_bias.bytes() +
              layer.pre_ff_norm.bytes() + layer.post_ff_norm.bytes() + layer.delta_net.conv1d.bytes() +
-             layer.delta_net.neg_a.bytes() + layer.delta_net.dt_bias.bytes() + layer.delta_net.norm.bytes();
+             layer.delta_net.neg_a.bytes() + layer.delta_net.dt_bias.bytes() + layer.delta_net.norm.bytes() +
+             layer.latent.q_a_norm.bytes() + layer.latent.kv_a_norm.bytes();
     ForEachLinear(layer,
                   [&bytes](const DeviceLinear& linear, DeviceLinearRole) { bytes += linear.DeviceBytes(); });
   }
@@ -109,18 +110,52 @@ absl::Status UploadLayerNorms(const ModelPlan& model_plan, const LayerPlan& laye
   return absl::OkStatus();
 }
 
+// Qwen3-Next's in_proj_qkvz / in_proj_ba, rows grouped per k head g ([q_g | k_g | v of its r v heads | z of
+// them] and [b of them | a of them], transformers' fix_query_key_value_ordering), restacked into the row
+// order of Qwen3.5's four projections (q|k|v, z, b, a) as row views (ShardLinear's column-parallel slices),
+// so the one GEMM and delta_net_block.cc are the same for both.
+absl::Status UploadFusedDeltaNetProjections(const DeltaNetPlan& plan, const DeltaNetWeights& src,
+                                            ComputeDtype dtype, const std::string& prefix, DeviceLayer* dst) {
+  const int64_t hk = plan.num_k_heads, dk = plan.k_head_dim, dv = plan.v_head_dim;
+  const int64_t r = plan.num_v_heads / hk, group = 2 * dk + 2 * r * dv;
+  // Each entry: the fused linear, the offset of the piece inside a group, its rows, the group's stride.
+  struct Piece {
+    const LinearWeight* w;
+    int64_t offset, rows, stride;
+  };
+  const Piece pieces[] = {{&src.in_proj_qkvz, 0, dk, group},
+                          {&src.in_proj_qkvz, dk, dk, group},
+                          {&src.in_proj_qkvz, 2 * dk, r * dv, group},
+                          {&src.in_proj_qkvz, 2 * dk + r * dv, r * dv, group},
+                          {&src.in_proj_ba, 0, r, 2 * r},
+                          {&src.in_proj_ba, r, r, 2 * r}};
+  std::deque<ShardedLinear> parts;
+  for (const Piece& p : pieces) {
+    for (int64_t g = 0; g < hk; ++g) {
+      const int64_t r0 = g * p.stride + p.offset;
+      SCORED_ASSIGN_OR_RETURN(
+          ShardedLinear part,
+          ShardLinear(*p.w, {ShardKind::kColumnParallel, r0, r0 + p.rows}, /*tp_rank=*/0));
+      parts.push_back(std::move(part));
+    }
+  }
+  std::vector<const LinearWeight*> members;
+  for (const ShardedLinear& part : parts) members.push_back(&part.view);
+  SCORED_ASSIGN_OR_RETURN(dst->qkv, DeviceModelLoader::Build(members, dtype,
+                                                             prefix + "linear_attn in_proj_qkvz|in_proj_ba "
+                                                                      "as q|k|v|z|b|a"));
+  return absl::OkStatus();
+}
+
 // A Gated DeltaNet layer (LayerPlan::delta_net_mixer): its four input projections fused into dst->qkv (rows
 // q|k|v, z, b, a: the layout delta_net_block.cc reads), out_proj as dst->o, the small tensors in fp32.
 absl::Status UploadDeltaNet(const DeltaNetPlan& plan, const DeltaNetWeights& src, ComputeDtype dtype,
                             const std::string& prefix, DeviceLayer* dst) {
-  if (src.fused) {
-    return absl::UnimplementedError(absl::StrCat(prefix,
-                                                 "linear_attn.in_proj_qkvz: Qwen3-Next's fused DeltaNet ",
-                                                 "projections are not implemented on the CUDA backend; use "
-                                                 "--backend=cpu"));
-  }
-  for (const LinearWeight* w :
-       {&src.in_proj_qkv, &src.in_proj_z, &src.in_proj_b, &src.in_proj_a, &src.out_proj}) {
+  const std::vector<const LinearWeight*> linears =
+      src.fused ? std::vector<const LinearWeight*>{&src.in_proj_qkvz, &src.in_proj_ba, &src.out_proj}
+                : std::vector<const LinearWeight*>{&src.in_proj_qkv, &src.in_proj_z, &src.in_proj_b,
+                                                   &src.in_proj_a, &src.out_proj};
+  for (const LinearWeight* w : linears) {
     if (!w->transforms.empty()) {
       return absl::UnimplementedError(
           absl::StrCat(w->module, ": transform_config rotations of a Gated DeltaNet ",
@@ -128,9 +163,13 @@ absl::Status UploadDeltaNet(const DeltaNetPlan& plan, const DeltaNetWeights& src
     }
   }
   dst->delta_net_mixer = true;
-  SCORED_ASSIGN_OR_RETURN(
-      dst->qkv, DeviceModelLoader::Build({&src.in_proj_qkv, &src.in_proj_z, &src.in_proj_b, &src.in_proj_a},
-                                         dtype, prefix + "linear_attn in_proj q|k|v|z|b|a"));
+  if (src.fused) {
+    SCORED_RETURN_IF_ERROR(UploadFusedDeltaNetProjections(plan, src, dtype, prefix, dst));
+  } else {
+    SCORED_ASSIGN_OR_RETURN(
+        dst->qkv, DeviceModelLoader::Build({&src.in_proj_qkv, &src.in_proj_z, &src.in_proj_b, &src.in_proj_a},
+                                           dtype, prefix + "linear_attn in_proj q|k|v|z|b|a"));
+  }
   SCORED_ASSIGN_OR_RETURN(
       dst->o, DeviceModelLoader::Build({&src.out_proj}, dtype, prefix + "linear_attn.out_proj", false,
                                        GemmTypes::kFp8ToFp32));
@@ -142,6 +181,51 @@ absl::Status UploadDeltaNet(const DeltaNetPlan& plan, const DeltaNetWeights& src
   SCORED_ASSIGN_OR_RETURN(d.neg_a, UploadFloats(neg_a, prefix + "linear_attn.A_log"));
   SCORED_ASSIGN_OR_RETURN(d.dt_bias, UploadNorm(src.dt_bias, prefix + "linear_attn.dt_bias", false));
   SCORED_ASSIGN_OR_RETURN(d.norm, UploadNorm(src.norm, prefix + "linear_attn.norm.weight", false));
+  return absl::OkStatus();
+}
+
+// A multi-head latent attention layer (LayerPlan::latent_attention_mixer): q_a_proj (or q_proj without
+// q_lora_rank) and kv_a_proj_with_mqa as one GEMM into dst->qkv, their biases (LatentAttentionPlan::a_bias;
+// q_proj has none) as dst->qkv_bias, q_b / kv_b and the two norms as dst->latent, o_proj as dst->o (its bias
+// as the caller uploads o_bias). Without tensor parallelism (the plan refuses --tp for it).
+absl::Status UploadLatentAttention(const LatentAttentionPlan& plan, const LayerWeights& src,
+                                   ComputeDtype dtype, const std::string& prefix, DeviceLayer* dst) {
+  const LatentAttentionWeights& w = src.latent;
+  const bool q_lora = plan.q_lora_rank > 0;
+  const LinearWeight& q_in = q_lora ? w.q_a_proj : src.q_proj;
+  for (const LinearWeight* l : {&q_in, &w.q_b_proj, &w.kv_a_proj, &w.kv_b_proj, &src.o_proj}) {
+    if (!l->transforms.empty()) {
+      return absl::UnimplementedError(
+          absl::StrCat(l->module,
+                       ": transform_config rotations of a latent attention layer "
+                       "are not implemented on the CUDA backend; use --backend=cpu"));
+    }
+  }
+  dst->latent_mixer = true;
+  DeviceLatentAttention& d = dst->latent;
+  d.q_lora = q_lora;
+  SCORED_ASSIGN_OR_RETURN(
+      dst->qkv, DeviceModelLoader::Build({&q_in, &w.kv_a_proj}, dtype, prefix + "self_attn q_a|kv_a"));
+  if (plan.a_bias) {
+    const int64_t nq = q_in.out_features, nkv = w.kv_a_proj.out_features;
+    std::vector<float> bias(static_cast<size_t>(nq + nkv), 0.0f);
+    if (q_lora) SCORED_RETURN_IF_ERROR(TensorToFloat(q_in.bias, bias.data(), nq));
+    SCORED_RETURN_IF_ERROR(TensorToFloat(w.kv_a_proj.bias, bias.data() + nq, nkv));
+    SCORED_ASSIGN_OR_RETURN(dst->qkv_bias, UploadToDevice(bias.data(), static_cast<int64_t>(bias.size() * 4),
+                                                          prefix + "self_attn q_a|kv_a bias"));
+  }
+  if (q_lora) {
+    SCORED_ASSIGN_OR_RETURN(d.q_b,
+                            DeviceModelLoader::Build({&w.q_b_proj}, dtype, prefix + "self_attn.q_b_proj"));
+    SCORED_ASSIGN_OR_RETURN(d.q_a_norm,
+                            UploadNorm(w.q_a_layernorm, prefix + "self_attn.q_a_layernorm.weight", false));
+  }
+  SCORED_ASSIGN_OR_RETURN(d.kv_b,
+                          DeviceModelLoader::Build({&w.kv_b_proj}, dtype, prefix + "self_attn.kv_b_proj"));
+  SCORED_ASSIGN_OR_RETURN(d.kv_a_norm,
+                          UploadNorm(w.kv_a_layernorm, prefix + "self_attn.kv_a_layernorm.weight", false));
+  SCORED_ASSIGN_OR_RETURN(dst->o, DeviceModelLoader::Build({&src.o_proj}, dtype, prefix + "self_attn.o_proj",
+                                                           false, GemmTypes::kFp8ToFp32));
   return absl::OkStatus();
 }
 
@@ -272,11 +356,14 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> UploadModel(const ModelWeights& wei
       SCORED_ASSIGN_OR_RETURN(dst.qkv_bias, UploadToDevice(bias.data(), static_cast<int64_t>(bias.size() * 4),
                                                            prefix + "self_attn q|k|v bias"));
     }
-    if (layer_plan.attention.o_bias && o->bias.present()) {  // tp: the shard plan leaves it to rank 0
+    if ((layer_plan.attention.o_bias || layer_plan.latent.o_bias) &&
+        o->bias.present()) {  // tp: the shard plan leaves it to rank 0
       SCORED_ASSIGN_OR_RETURN(dst.o_bias, UploadNorm(o->bias, prefix + "self_attn.o_proj.bias", false));
     }
     if (layer_plan.delta_net_mixer()) {
       // UploadDeltaNet above
+    } else if (layer_plan.latent_attention_mixer()) {
+      SCORED_RETURN_IF_ERROR(UploadLatentAttention(layer_plan.latent, src, dtype, prefix, &dst));
     } else if (layer_plan.attention.output_gate) {
       SCORED_RETURN_IF_ERROR(
           UploadGatedQkv(*q, *k, *v, config.num_heads, config.head_dim, dtype, prefix, &dst));

@@ -662,8 +662,8 @@ constexpr FamilyTraits kFamilies[] = {
         // low-rank q with or without q_lora_rank, one shared rope key, interleaved RoPE pairs by default,
         // YaRN's mscale squared into the softmax scale) and DeepSeek-V3's MoE
         // (MoePolicy::kSigmoidGroupLimited) after first_k_dense_replace dense layers; the
-        // multi-token-prediction layer past the last is not read. The CPU backend only (the CUDA one refuses
-        // the plan's kLatentAttention at load).
+        // multi-token-prediction layer past the last is not read. Both backends (CUDA:
+        // cuda/forward/latent_attention_block.cc).
         /*architecture=*/"DeepseekV3ForCausalLM",
         /*model_type=*/"deepseek_v3",
         /*default_max_position_embeddings=*/4096,
@@ -686,7 +686,7 @@ constexpr FamilyTraits kFamilies[] = {
     {
         // GLM-4.7-Flash (Glm4MoeLiteForCausalLM, models/glm4_moe_lite): DeepSeek-V3's attention (the same
         // LatentAttentionTraits) and GLM-4.5's MoE; dense layers where mlp_layer_types says (by default the
-        // first), the multi-token-prediction layer past the last not read. The CPU backend only.
+        // first), the multi-token-prediction layer past the last not read. Both backends.
         /*architecture=*/"Glm4MoeLiteForCausalLM",
         /*model_type=*/"glm4_moe_lite",
         /*default_max_position_embeddings=*/202752,

@@ -30,6 +30,11 @@ bool ModelPlan::any_output_gate() const {
                      [](const LayerPlan& l) { return !l.delta_net_mixer() && l.attention.output_gate; });
 }
 
+LatentAttentionPlan ModelPlan::latent_shape() const {
+  const int64_t l = first_latent_attention();
+  return l >= 0 ? layers[static_cast<size_t>(l)].latent : LatentAttentionPlan{};
+}
+
 DeltaNetPlan ModelPlan::delta_net_shape() const {
   for (const LayerPlan& l : layers) {
     if (l.delta_net_mixer()) return l.delta_net;

@@ -179,6 +179,9 @@ struct ModelPlan {
   bool any_output_gate() const;
   // The first kGatedDeltaNet layer's shape (every DeltaNet layer of a model has the same), or zeros.
   DeltaNetPlan delta_net_shape() const;
+  // The first kLatentAttention layer's shape (every latent attention layer of a model has the same), or
+  // zeros.
+  LatentAttentionPlan latent_shape() const;
   // Some layer has a shared expert (gated or not).
   bool any_shared_expert() const;
   // The global table of a sequence of seq_len tokens is the long one (longrope only).

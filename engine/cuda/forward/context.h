@@ -129,10 +129,17 @@ struct ForwardContext {
   T* const attn = acts->attn.as<T>();             // [n, q_dim]
   // Gated DeltaNet layers (delta_net_block.h): the shape, and the fp32 buffers of activations.h.
   const DeltaNetPlan delta_net = plan.delta_net_shape();
-  float* const delta_conv = acts->delta_conv.as<float>();    // [n, conv_dim]
-  float* const delta_beta = acts->delta_beta.as<float>();    // [n, num_v_heads]
-  float* const delta_g = acts->delta_g.as<float>();          // [n, num_v_heads]
-  float* const delta_out = acts->delta_out.as<float>();      // [n, value_dim]
+  float* const delta_conv = acts->delta_conv.as<float>();  // [n, conv_dim]
+  float* const delta_beta = acts->delta_beta.as<float>();  // [n, num_v_heads]
+  float* const delta_g = acts->delta_g.as<float>();        // [n, num_v_heads]
+  float* const delta_out = acts->delta_out.as<float>();    // [n, value_dim]
+  // Multi-head latent attention layers (latent_attention_block.h): the shape, and activations.h's buffers.
+  const LatentAttentionPlan latent = plan.latent_shape();
+  T* const latent_q_a = acts->latent_q_a.as<T>();            // [n, q_lora_rank]
+  T* const latent_c = acts->latent_c.as<T>();                // [n, kv_lora_rank]
+  T* const latent_q = acts->latent_q.as<T>();                // [n, num_heads * qk_head_dim]
+  T* const latent_kv = acts->latent_kv.as<T>();              // [n, num_heads * (qk_nope + v_head_dim)]
+  T* const latent_packed = acts->latent_packed.as<T>();      // [n, 3 num_heads packed_head_dim]
   float* const proj = acts->proj.as<float>();                // [n, hidden]: a W8A8 o / down GEMM's own output
   T* const gate_up = acts->gate_up.as<T>();                  // [n, 2 inter]: gate | up of each token
   T* const mlp = acts->mlp.as<T>();                          // [n, inter]

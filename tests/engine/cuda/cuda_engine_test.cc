@@ -64,16 +64,6 @@ Golden LoadStoriesGolden() {
   return g;
 }
 
-// Qwen3-Next's fused DeltaNet projections and DeepSeek-V3's multi-head latent attention (the DeepSeek-V3,
-// V3.2, GLM-4.7-Flash, GLM-5, Kimi K2.5 and Mistral Large 3 fixtures): the CUDA backend refuses them so far.
-bool CpuOnlyFixture(const std::string& folder) {
-  for (const char* prefix : {"qwen3-next-", "deepseek-v3-", "deepseek-v32-", "glm4-moe-lite-", "glm-moe-dsa-",
-                             "kimi-k25-", "mistral3-deepseek-"}) {
-    if (folder.rfind(prefix, 0) == 0) return true;
-  }
-  return false;
-}
-
 std::unique_ptr<Engine> MakeCuda(const std::string& dir, ComputeDtype dtype,
                                  int64_t max_batch_tokens = 4096) {
   EngineOptions options;
@@ -437,18 +427,6 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
     if (!std::filesystem::exists(entry.path() / "config.json")) continue;
     const std::string dir = entry.path().string();
     SCOPED_TRACE(dir);
-    if (CpuOnlyFixture(entry.path().filename().string())) {
-      // Qwen3-Next and the latent-attention families run on the CPU backend only so far: refused at load,
-      // naming it.
-      EngineOptions options;
-      options.model_dir = dir;
-      options.backend = Backend::kCuda;
-      auto refused = CreateCudaEngine(options);
-      ASSERT_FALSE(refused.ok());
-      EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
-      EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("--backend=cpu"));
-      continue;
-    }
     auto reference = MakeReference(dir);
     ASSERT_NE(reference, nullptr);
     const double bf16_bound =
@@ -520,13 +498,17 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
 // in bf16 mode on real text against the CPU oracle: mean |delta logprob| <= 0.01 nats and PPL within 0.3%
 // (issue 20's bound; transformers' own bf16 run of MoE checkpoints is no yardstick here, see the fixtures'
 // README): Qwen3-MoE's softmax router, and DeepSeek-V3's sigmoid router (GLM-4.5 with and without the group
-// limit, MiniMax-M2; issue 35). Their fp32 runs are checked against the oracle to 1e-3 with the other
-// fixtures.
+// limit, MiniMax-M2; issue 35), with multi-head latent attention (DeepSeek-V3 with and without q_lora_rank,
+// its W4A16, GLM-4.7-Flash; issue 35), and Qwen3-Next's fused Gated DeltaNet projections (issue 34). Their
+// fp32 runs are checked against the oracle to 1e-3 with the other fixtures.
 TEST_F(CudaEngineTest, TrainedMoeBf16OnRealText) {
   const std::vector<ScoreRequest> sample = WikiTextWindows(16, 256);
   ASSERT_EQ(sample.size(), 16u);
-  for (const char* name : {"qwen3-moe-trained-bf16", "glm4-moe-trained-bf16", "glm4-moe-grouped-trained-bf16",
-                           "minimax-m2-moe-trained-bf16"}) {
+  for (const char* name :
+       {"qwen3-moe-trained-bf16", "glm4-moe-trained-bf16", "glm4-moe-grouped-trained-bf16",
+        "minimax-m2-moe-trained-bf16", "deepseek-v3-moe-trained-bf16", "deepseek-v3-moe-nolora-trained-bf16",
+        "deepseek-v3-moe-trained-w4a16-g16", "glm4-moe-lite-trained-bf16", "deepseek-v32-moe-trained-bf16",
+        "kimi-k25-deepseek-v3-trained-bf16", "qwen3-next-trained-bf16"}) {
     SCOPED_TRACE(name);
     const std::string dir = EnvOr("SCORED_FIXTURES_DIR", SCORED_FIXTURES_DIR) + "/" + name;
     if (!std::filesystem::exists(dir)) {
@@ -672,13 +654,17 @@ TEST_F(CudaEngineTest, FixturesBf16AgainstBf16Floor) {
   for (const auto& entry : std::filesystem::directory_iterator(root)) {
     std::ifstream config_file(entry.path() / "config.json");
     if (!entry.is_directory() || !config_file) continue;
-    // Mixture-of-experts fixtures: no transformers bf16 yardstick (transformers 5.17 misreads quantized
-    // fused experts: tests/fixtures/README.md), so not in the loop above either.
-    if (entry.path().filename().string().find("-moe-") != std::string::npos) continue;
-    // Qwen3-Next and the latent attention families: not run by the CUDA backend yet
-    // (FixturesMatchReferenceEngine checks the refusal).
-    if (CpuOnlyFixture(entry.path().filename().string())) continue;
+    // Mixture-of-experts fixtures (whatever their names say: Qwen3-Next's, the DeepSeek-V3 wrappers'): no
+    // transformers bf16 yardstick (transformers 5.17 misreads quantized fused experts:
+    // tests/fixtures/README.md), so not in the loop above either; FixturesMatchReferenceEngine and
+    // TrainedMoeBf16OnRealText bound their bf16 results.
     const nlohmann::json config = nlohmann::json::parse(config_file);
+    const nlohmann::json& text = config.contains("text_config") ? config["text_config"] : config;
+    bool moe = false;
+    for (const char* field : {"num_experts", "n_routed_experts", "num_local_experts"}) {
+      moe = moe || text.contains(field) || config.contains(field);
+    }
+    if (moe) continue;
     // An FP8 KV cache (kv_cache_scheme) quantizes activations too: no bf16 yardstick for it; nor for a
     // transform_config, which transformers 5.17 does not apply at load (its bf16 run would score another
     // model; the fixture's float32 reference re-attaches compressed-tensors' transforms, see its README).
