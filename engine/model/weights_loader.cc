@@ -581,24 +581,30 @@ bool ModelWeightsLoader::IgnoredTower(const std::string& name) const {
   return t.layers_past_the_last && LayerPastTheLast(name);
 }
 
-bool ModelWeightsLoader::LayerPastTheLast(const std::string& name) const {
+std::optional<ModelWeightsLoader::LayerTensorName> ModelWeightsLoader::SplitLayerName(
+    const std::string& name) const {
   const absl::string_view prefix = names_ != nullptr ? names_->layer_prefix : "";
-  if (prefix.empty() || !absl::StartsWith(name, prefix)) return false;
+  if (prefix.empty() || !absl::StartsWith(name, prefix)) return std::nullopt;
   const absl::string_view rest = absl::string_view(name).substr(prefix.size());
   const size_t dot = rest.find('.');
-  int64_t layer = 0;
-  if (dot == absl::string_view::npos || dot == 0 || !absl::SimpleAtoi(rest.substr(0, dot), &layer))
-    return false;
-  return layer >= m_->config_.num_layers;
+  LayerTensorName out;
+  if (dot == absl::string_view::npos || dot == 0 || !absl::SimpleAtoi(rest.substr(0, dot), &out.layer)) {
+    return std::nullopt;
+  }
+  out.within = rest.substr(dot + 1);
+  return out;
+}
+
+bool ModelWeightsLoader::LayerPastTheLast(const std::string& name) const {
+  const std::optional<LayerTensorName> split = SplitLayerName(name);
+  return split.has_value() && split->layer >= m_->config_.num_layers;
 }
 
 bool ModelWeightsLoader::IgnoredIndexer(const std::string& name) const {
   const char* indexer = m_->config_.family->latent_attention.indexer;
-  const absl::string_view prefix = names_ != nullptr ? names_->layer_prefix : "";
-  if (indexer == nullptr || prefix.empty() || !absl::StartsWith(name, prefix)) return false;
-  const absl::string_view rest = absl::string_view(name).substr(prefix.size());
-  const size_t dot = rest.find('.');
-  return dot != absl::string_view::npos && absl::StartsWith(rest.substr(dot + 1), indexer);
+  if (indexer == nullptr) return false;
+  const std::optional<LayerTensorName> split = SplitLayerName(name);
+  return split.has_value() && absl::StartsWith(split->within, indexer);
 }
 
 absl::Status ModelWeightsLoader::CheckLeftovers() const {

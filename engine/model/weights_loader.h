@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/model/compressed_tensors.h"
 #include "engine/model/toolkit_quant.h"
 #include "engine/model/weights.h"
@@ -83,6 +84,12 @@ class ModelWeightsLoader {
   // A tensor of a tower TextOnlyTraits leaves unread (or of a layer past the last:
   // TextOnlyTraits::layers_past_the_last).
   bool IgnoredTower(const std::string& name) const;
+  // layer_prefix + "<l>." + within: l and within (a view into the name), or nullopt for any other name.
+  struct LayerTensorName {
+    int64_t layer = 0;
+    absl::string_view within;
+  };
+  std::optional<LayerTensorName> SplitLayerName(const std::string& name) const;
   // `name` is layer_prefix + "<l>." + ... with l >= num_hidden_layers.
   bool LayerPastTheLast(const std::string& name) const;
   // `name` is layer_prefix + "<l>." + LatentAttentionTraits::indexer + ...: DeepSeek Sparse Attention's
