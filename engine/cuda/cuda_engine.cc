@@ -69,10 +69,34 @@ absl::Status CheckHeadDim(const ModelConfig& config, const char* whose) {
                                                  "up to 256)"));
 }
 
+// The blocks the CUDA forward has no kernels for yet (the CPU backend computes them): attention sinks,
+// gpt-oss's router (biased, top-k softmax), biased experts and the clamped SwiGLU.
+absl::Status CheckBlocksOnCuda(const ModelPlan& plan, const char* whose) {
+  for (size_t l = 0; l < plan.layers.size(); ++l) {
+    const LayerPlan& p = plan.layers[l];
+    const ExpertsPlan& e = p.channel_mixer.experts;
+    const char* what = nullptr;
+    if (p.token_mixer == TokenMixerKind::kAttention && p.attention.sinks) {
+      what = "attention sinks";
+    } else if (p.experts() && (e.router == RouterKind::kTopKSoftmax || e.router_bias || e.expert_bias)) {
+      what = "gpt-oss's experts (a biased top-k softmax router, biased experts)";
+    } else if (p.channel_mixer.activation == MlpActivation::kClampedSwiGlu) {
+      what = "the clamped SwiGLU";
+    }
+    if (what != nullptr) {
+      return absl::UnimplementedError(absl::StrCat(whose, "layer ", l, ": ", what,
+                                                   " are not implemented on the CUDA backend yet; use "
+                                                   "--backend=cpu"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The layer shapes the CUDA forward's blocks cannot run, refused before anything reaches a device (the CPU
-// backend computes them): latent attention heads wider than the attention kernels' 256 once packed
-// (latent_attention_pack.h), or under longrope (the block rotates with one table).
+// backend computes them): CheckBlocksOnCuda's blocks; latent attention heads wider than the attention
+// kernels' 256 once packed (latent_attention_pack.h), or under longrope (the block rotates with one table).
 absl::Status CheckPlanOnCuda(const ModelPlan& plan, const char* whose) {
+  SCORED_RETURN_IF_ERROR(CheckBlocksOnCuda(plan, whose));
   const int64_t l = plan.first_latent_attention();
   if (l < 0) return absl::OkStatus();
   const LatentAttentionPlan& a = plan.layers[static_cast<size_t>(l)].latent;

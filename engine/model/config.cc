@@ -685,6 +685,41 @@ absl::Status ParseSigmoidRouterMoe(const Json& j, const FamilyTraits& family, co
   return ParseDenseFirstLayers(j, source, &c);
 }
 
+// MoePolicy::kGptOss (transformers 5.17 GptOssMLP): num_local_experts experts of intermediate_size on every
+// layer, the biased router's top-k softmax, biased experts with the clamped SwiGLU. GptOssExperts fixes its
+// clamp at 7 and alpha at 1.702; a config.json swiglu_limit (the published files carry 7.0) must agree.
+absl::Status ParseGptOssMoe(const Json& j, const std::string& source, ModelConfig* out) {
+  ModelConfig& c = *out;
+  SCORED_ASSIGN_OR_RETURN(c.num_experts, GetPositive(j, "num_local_experts", source));
+  SCORED_ASSIGN_OR_RETURN(c.num_experts_per_tok, GetPositive(j, "num_experts_per_tok", source));
+  if (c.num_experts_per_tok > c.num_experts) {
+    return Invalid(source, absl::StrCat("field 'num_experts_per_tok' = ", c.num_experts_per_tok,
+                                        " exceeds 'num_local_experts' = ", c.num_experts));
+  }
+  if (Find(j, "experts_per_token") != nullptr) {  // the original checkpoints' name, beside the HF one
+    SCORED_ASSIGN_OR_RETURN(const int64_t k, GetPositive(j, "experts_per_token", source));
+    if (k != c.num_experts_per_tok) {
+      return Invalid(source, absl::StrCat("fields 'experts_per_token' (", k, ") and 'num_experts_per_tok' (",
+                                          c.num_experts_per_tok, ") disagree"));
+    }
+  }
+  if (Find(j, "swiglu_limit") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(const double limit, GetDouble(j, "swiglu_limit", source));
+    if (limit != 7.0) {
+      return Invalid(source, absl::StrCat("unsupported swiglu_limit ", limit, " for ", c.architecture,
+                                          " (transformers 5.17's GptOssExperts clamps at 7.0)"));
+    }
+  }
+  c.moe_intermediate_size = c.intermediate_size;
+  c.norm_topk_prob = true;  // the softmax over the top k: weights that sum to 1
+  c.router_topk_softmax = true;
+  c.router_bias = true;
+  c.expert_bias = true;
+  c.mlp_activation = MlpActivation::kClampedSwiGlu;
+  c.sparse_layers.assign(static_cast<size_t>(c.num_layers), true);
+  return absl::OkStatus();
+}
+
 // The mixture-of-experts fields (MoePolicy): expert count, top k, expert width, renormalization, which
 // layers are sparse. Every error names the config.json field.
 absl::Status ParseMoe(const Json& j, const FamilyTraits& family, const std::string& source,
@@ -695,6 +730,7 @@ absl::Status ParseMoe(const Json& j, const FamilyTraits& family, const std::stri
   if (policy == MoePolicy::kSigmoidGroupLimited || policy == MoePolicy::kMiniMaxM2) {
     return ParseSigmoidRouterMoe(j, family, source, out);
   }
+  if (policy == MoePolicy::kGptOss) return ParseGptOssMoe(j, source, out);
   const bool mixtral = policy == MoePolicy::kMixtral;
   // Mixtral names the count num_local_experts; Qwen num_experts, but transformers 5's Qwen3MoeConfig maps
   // that to num_local_experts and saves it so. Both present must agree.
@@ -935,6 +971,15 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
     SCORED_ASSIGN_OR_RETURN(Json defaults,
                             json_util::ParseObject(family->config_defaults, "the family's config defaults"));
     for (const auto& item : defaults.items()) {
+      // A default RoPE (gpt-oss's YaRN and theta) stands only where config.json describes none, in neither
+      // form: a rope_parameters of the file's own replaces the default scaling, and its rope_theta the
+      // default theta (which the top level would otherwise override: ParseRope).
+      const Json* rope_params = Find(j, "rope_parameters");
+      if (item.key() == "rope_scaling" && rope_params != nullptr) continue;
+      if (item.key() == "rope_theta" && rope_params != nullptr && rope_params->is_object() &&
+          Find(*rope_params, "rope_theta") != nullptr) {
+        continue;
+      }
       if (Find(j, item.key()) == nullptr) j[item.key()] = item.value();
     }
   }
@@ -999,6 +1044,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   SCORED_RETURN_IF_ERROR(ParseMoe(j, *family, source, &c));
   SCORED_RETURN_IF_ERROR(ParseGemma(j, *family, source, &c));
   SCORED_RETURN_IF_ERROR(ParseLinearAttention(j, *family, source, &c));
+  c.attention_sinks = family->attention_sinks != nullptr;
 
   SCORED_ASSIGN_OR_RETURN(c.bos_token_id, GetTokenId(j, "bos_token_id", source));
   SCORED_ASSIGN_OR_RETURN(c.eos_token_id, GetTokenId(j, "eos_token_id", source));

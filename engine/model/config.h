@@ -2,7 +2,7 @@
 // Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM,
 // Gemma3ForConditionalGeneration (its text_config), MixtralForCausalLM, Qwen2MoeForCausalLM,
 // Qwen3MoeForCausalLM, the Qwen3.5 / Qwen3-Next classes, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM,
-// DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM), plus the
+// DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM and the wrappers of family.cc, GptOssForCausalLM), plus the
 // raw quantization_config (parsed by compressed_tensors.h). What differs between families is read from their
 // FamilyTraits and lands in the flags below (attention_bias, qk_norm, sliding_window / layer_window,
 // rotary_dim, tie_word_embeddings, the Gemma block's fields, the mixture-of-experts fields), which PlanModel
@@ -52,8 +52,10 @@ struct RopeScaling {
   bool truncate = true;
 };
 
-// The MLP's gate activation: SwiGLU (silu) or GeGLU with tanh GELU (Gemma's gelu_pytorch_tanh).
-enum class MlpActivation { kSilu, kGeluTanh };
+// The MLP's gate activation: SwiGLU (silu), GeGLU with tanh GELU (Gemma's gelu_pytorch_tanh), or gpt-oss's
+// clamped SwiGLU (GptOssExperts._apply_gate, in fp32): g = min(gate, 7), u = clamp(up, -7, 7),
+// out = (u + 1) * g * sigmoid(1.702 * g).
+enum class MlpActivation { kSilu, kGeluTanh, kClampedSwiGlu };
 
 struct ModelConfig {
   // The family's traits (family.h, static storage). Set by ParseModelConfig; nullptr only in configs built
@@ -128,7 +130,13 @@ struct ModelConfig {
   int64_t router_topk_groups = 1;       // topk_group, 1..router_num_groups
   float router_renorm_epsilon = 0.0f;   // 1e-20 (DeepSeek-V3, GLM-4.5), 0 (MiniMax-M2: a plain sum)
   float routed_scaling_factor = 1.0f;   // fp32(routed_scaling_factor)
-  std::vector<bool> sparse_layers;      // [num_layers] when num_experts > 0, else empty
+  // gpt-oss (MoePolicy::kGptOss): the router's logits carry its bias; its top k logits (exact ties: the
+  // lower id) are softmaxed over those k (the same weights as norm_topk_prob's renormalized softmax, computed
+  // as transformers does); every expert's gate / up / down carry a bias.
+  bool router_topk_softmax = false;
+  bool router_bias = false;
+  bool expert_bias = false;
+  std::vector<bool> sparse_layers;  // [num_layers] when num_experts > 0, else empty
   bool moe() const { return num_experts > 0; }
   bool IsSparseLayer(int64_t layer) const { return moe() && sparse_layers[static_cast<size_t>(layer)]; }
   // Gemma 2 / Gemma 3 (FamilyTraits::gemma; semantics in family.h GemmaTraits). Defaults: the Llama block.
@@ -177,6 +185,9 @@ struct ModelConfig {
   // index_topk; windows of up to index_topk + 1 ids are served (ServedContextLength), where the indexer keeps
   // every key. 0: no indexer.
   int64_t index_topk = 0;
+  // FamilyTraits::attention_sinks (gpt-oss): every attention layer's softmax takes its head's learned sink
+  // logit as one more column, then drops it (family.h).
+  bool attention_sinks = false;
   bool has_quantization_config = false;
   std::string quantization_config_json;  // raw JSON text of quantization_config ("" when absent);
                                          // older files name it "compression_config"

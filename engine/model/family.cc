@@ -163,6 +163,37 @@ constexpr char kMiniMaxM2Defaults[] =
         "num_experts_per_tok": 8})";
 constexpr PartialRotaryTraits kMiniMaxM2PartialRotary = {true, 1.0, true};
 
+// gpt-oss's experts (transformers 5.17 GptOssMLP: `mlp.router` with a bias, `mlp.experts` fused, transposed
+// and interleaved: gate_up_proj [E, H, 2I] with gate_up_proj_bias [E, 2I], down_proj [E, I, H] with
+// down_proj_bias [E, H]; or their MXFP4 blocks: gpt_oss_experts.h).
+constexpr MoeTensorNames kGptOssMoeNames = {
+    /*router=*/"mlp.router",
+    /*experts=*/"mlp.experts.",
+    /*expert_gate=*/nullptr,
+    /*expert_up=*/nullptr,
+    /*expert_down=*/nullptr,
+    /*expert_gate_alt=*/nullptr,
+    /*expert_up_alt=*/nullptr,
+    /*expert_down_alt=*/nullptr,
+    /*fused_gate_up=*/"gate_up_proj",
+    /*fused_down=*/"down_proj",
+    /*shared_expert=*/nullptr,
+    /*shared_expert_gate=*/nullptr,
+    /*correction_bias=*/nullptr,
+};
+
+// GptOssConfig's defaults (transformers 5.17 configuration_gpt_oss.py): layer_types alternate sliding (even
+// layers) and full (sliding_window_pattern 2), a window of 128, rope_theta 150000 (default_theta) and, when
+// config.json gives no RoPE at all, its YaRN (ParseModelConfig adds rope_scaling only where neither
+// rope_scaling nor rope_parameters is given); attention_bias true (q, k, v and o_proj).
+constexpr char kGptOssDefaults[] =
+    R"({"vocab_size": 201088, "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "rms_norm_eps": 1e-5,
+        "num_local_experts": 128, "num_experts_per_tok": 4, "attention_bias": true,
+        "sliding_window_pattern": 2, "sliding_window": 128, "rope_theta": 150000.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "truncate": false, "original_max_position_embeddings": 4096}})";
+
 // The multi-token-prediction layers stored past the last decoder layer are not part of the scored forward.
 constexpr TextOnlyTraits kMtpLayersPastTheLast = {false, nullptr, {nullptr}, true, {nullptr}};
 
@@ -274,6 +305,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         /*architecture=*/"MistralForCausalLM",
@@ -294,6 +326,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         /*architecture=*/"Qwen2ForCausalLM",
@@ -314,6 +347,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         /*architecture=*/"Qwen3ForCausalLM",
@@ -334,6 +368,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         /*architecture=*/"MixtralForCausalLM",
@@ -354,6 +389,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/{MoePolicy::kMixtral, /*shared_expert=*/false, kMixtralNames},
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         /*architecture=*/"Qwen2MoeForCausalLM",
@@ -374,6 +410,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/true, kQwenMoeNames},
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         /*architecture=*/"Qwen3MoeForCausalLM",
@@ -394,6 +431,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/false, kQwenMoeNames},
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // Phi-3, Phi-3.5, Phi-4: fused qkv_proj / gate_up_proj, partial rotary, longrope, a masked sliding
@@ -417,6 +455,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // Gemma 2: soft-capping (50 / 30 by default), sliding window on alternating layers (0, 2, ...).
@@ -440,6 +479,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // Gemma 3 text: q/k norm, 5 sliding : 1 full layers by default, local and global RoPE, no
@@ -465,6 +505,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // Gemma 3 4B-27B releases: Gemma 3 text inside a vision-language checkpoint; only the language model
@@ -496,6 +537,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // Qwen3.5 / Qwen3.6 text (Qwen3_5ForCausalLM: three Gated DeltaNet layers to one gated full
@@ -518,6 +560,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/kNoMoe,
         /*linear_attention=*/kQwen35LinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // The published Qwen3.5 / 3.6 dense checkpoints: the language model of the vision-language class
@@ -540,6 +583,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/kNoMoe,
         /*linear_attention=*/kQwen35LinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // Qwen3.5 / 3.6 MoE text (Qwen3_5MoeForCausalLM): the same layers, every MLP a mixture of experts
@@ -562,6 +606,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/{MoePolicy::kQwen35Moe, /*shared_expert=*/true, kQwenMoeNames},
         /*linear_attention=*/kQwen35LinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // The published Qwen3.5 / 3.6 MoE checkpoints (Qwen3.6-35B-A3B, ...): the language model of the
@@ -584,6 +629,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/{MoePolicy::kQwen35Moe, /*shared_expert=*/true, kQwenMoeNames},
         /*linear_attention=*/kQwen35LinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // Qwen3-Next (Qwen3NextForCausalLM): Qwen3.5's layers with the fused, per-k-head grouped DeltaNet
@@ -606,6 +652,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/{MoePolicy::kQwenMoe, /*shared_expert=*/true, kQwenMoeNames},
         /*linear_attention=*/kQwen3NextLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // GLM-4.5 / 4.6 / 4.7 and GLM-4.5-Air (Glm4MoeForCausalLM, transformers 5.17 models/glm4_moe): Llama
@@ -631,6 +678,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // MiniMax-M2 / M2.1 / M2.5 / M2.7 (MiniMaxM2ForCausalLM, models/minimax_m2): attention without
@@ -655,6 +703,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/{MoePolicy::kMiniMaxM2, /*shared_expert=*/false, kMiniMaxM2MoeNames},
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // DeepSeek-V3 / R1 / V3.1 (DeepseekV3ForCausalLM, models/deepseek_v3; also the text model of the
@@ -682,6 +731,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kDeepseekV3LatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // GLM-4.7-Flash (Glm4MoeLiteForCausalLM, models/glm4_moe_lite): DeepSeek-V3's attention (the same
@@ -705,6 +755,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kDeepseekV3LatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // DeepSeek-V3.2 (DeepseekV32ForCausalLM, models/deepseek_v32): DeepSeek-V3 with DeepSeek Sparse
@@ -728,6 +779,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kDsaLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // GLM-5 / 5.2 (GlmMoeDsaForCausalLM, models/glm_moe_dsa): DeepSeek-V3.2's layers, some indexers
@@ -750,6 +802,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kDsaLatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // Kimi K2.5 / K2.6 (Kimi_K25ForConditionalGeneration, models/kimi_k25): DeepSeek-V3's language model
@@ -773,6 +826,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kDeepseekV3LatentAttention,
+        /*attention_sinks=*/nullptr,
     },
     {
         // Mistral Large 3 (Mistral3ForConditionalGeneration with a deepseek_v3 text_config, models/mistral3):
@@ -796,6 +850,32 @@ constexpr FamilyTraits kFamilies[] = {
         /*moe=*/{MoePolicy::kSigmoidGroupLimited, /*shared_expert=*/true, kDeepseekV3MoeNames},
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kDeepseekV3LatentAttention,
+        /*attention_sinks=*/nullptr,
+    },
+    {
+        // gpt-oss 20b / 120b (GptOssForCausalLM, models/gpt_oss): attention with q/k/v and o_proj biases and
+        // a learned sink logit per head (FamilyTraits::attention_sinks), sliding (128) and full layers
+        // alternating, YaRN without truncation; every layer gpt-oss's experts (MoePolicy::kGptOss). CPU
+        // backend (the CUDA backend refuses the sinks at load).
+        /*architecture=*/"GptOssForCausalLM",
+        /*model_type=*/"gpt_oss",
+        /*default_max_position_embeddings=*/131072,
+        /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
+        /*qk_norm=*/QkNormPolicy::kNone,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kYarn),
+        /*tie_word_embeddings_default=*/false,
+        /*sliding_window=*/SlidingWindowPolicy::kLayerTypes,
+        /*partial_rotary=*/kNoPartialRotary,
+        /*gemma=*/kNotGemma,
+        /*config_defaults=*/kGptOssDefaults,
+        /*text_only=*/kNotTextOnly,
+        /*tensor_parallel=*/false,
+        /*names=*/kLlamaTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/{MoePolicy::kGptOss, /*shared_expert=*/false, kGptOssMoeNames},
+        /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/"self_attn.sinks",
     },
 };
 

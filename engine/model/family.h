@@ -1,6 +1,6 @@
 // Model families: what makes Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma, Qwen3.5 and the mixture-of-experts
-// Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5, MiniMax-M2, DeepSeek-V3 and GLM-4.7-Flash checkpoints differ, as
-// ONE table (family.cc, kFamilies) instead of architecture-string tests spread over the code.
+// Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5, MiniMax-M2, DeepSeek-V3, GLM-4.7-Flash and gpt-oss checkpoints
+// differ, as ONE table (family.cc, kFamilies) instead of architecture-string tests spread over the code.
 //
 // Who reads it:
 //   - ParseModelConfig (config.cc) finds the family of config.json's `architectures`, checks `model_type`,
@@ -144,6 +144,13 @@ enum class MoePolicy {
   // e_score_correction_bias, no groups, always renormalized (a plain sum, no epsilon), no scaling, no shared
   // expert.
   kMiniMaxM2,
+  // gpt-oss (gpt_oss GptOssMLP / GptOssTopKRouter.forward / GptOssExperts): every layer a mixture of
+  // `num_local_experts` experts of intermediate_size; the router a linear WITH a bias, its top k logits
+  // (exact ties: the lower id) softmaxed over those k; each expert's gate, up and down carry a bias and its
+  // GLU is the clamped one of MlpActivation::kClampedSwiGlu (config.h). Stored fused, transposed and
+  // interleaved (gate_up_proj [E, H, 2I]: gate = columns 0::2, up = 1::2) or as MXFP4 blocks
+  // (gpt_oss_experts.h).
+  kGptOss,
 };
 
 // Per-layer tensor names of a mixture-of-experts block, relative to layer_prefix + "<layer index>.".
@@ -458,6 +465,11 @@ struct FamilyTraits {
   MoeTraits moe;  // kNoMoe for dense families
   LinearAttentionTraits linear_attention;
   LatentAttentionTraits latent_attention;  // kNoLatentAttention: the token mixer is not MLA
+  // Attention sinks (gpt-oss: GptOssAttention.sinks, eager_attention_forward): the per-layer tensor
+  // [num_heads] relative to layer_prefix + "<layer index>.", or nullptr. Head h's softmax takes the learned
+  // logit s_h as one more column (the max over the scores and s_h, the denominator with exp(s_h - max)),
+  // which is then dropped: it takes probability mass and adds no value. Never quantized (F32 / F16 / BF16).
+  const char* attention_sinks;
 };
 
 // The family whose `architecture` is `architecture`, or nullptr when unsupported.

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "engine/base/json_util.h"
 #include "engine/base/status_macros.h"
 #include "engine/model/tensor_checks.h"
 
@@ -120,6 +122,14 @@ absl::Status CheckArguments(const GptOssMxfp4Tensors& t, int64_t num_experts, in
 }
 
 }  // namespace
+
+bool IsGptOssMxfp4Config(std::string_view quantization_config_json) {
+  const json_util::Json j =
+      json_util::Json::parse(quantization_config_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return false;
+  const json_util::Json* m = json_util::Find(j, "quant_method");
+  return m != nullptr && m->is_string() && absl::AsciiStrToLower(m->get<std::string>()) == "mxfp4";
+}
 
 absl::StatusOr<GptOssMxfp4Tensors> GetGptOssMxfp4Tensors(const TensorStore& store,
                                                          const std::string& experts_module) {

@@ -1,6 +1,6 @@
 // gpt-oss's MXFP4 expert tensors as the existing MXFP4 linears (WeightFormat::kMxfp4PackQuantized), so the
 // exact host decoding (LinearWeight::DequantizeRows), the CPU reference and the dequant kernel read them
-// unchanged. The gpt-oss model family is not wired in yet: its loader will call this once per MoE layer.
+// unchanged. The loader (weights_loader.cc LoadGptOssExperts) calls this once per MoE layer.
 //
 // The checkpoint (transformers 5.17 integrations/mxfp4.py `_convert_moe_packed_tensors`, the official
 // gpt-oss releases), per MoE layer `<experts>` = "model.layers.L.mlp.experts", E experts, I =
@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,6 +30,10 @@
 #include "engine/model/weights.h"
 
 namespace scored {
+
+// quantization_config (its JSON text) is gpt-oss's own: quant_method "mxfp4" (transformers' Mxfp4Config; the
+// experts' blocks below, every other module dense: modules_to_not_convert).
+bool IsGptOssMxfp4Config(std::string_view quantization_config_json);
 
 // The four stored tensors of one layer's experts.
 struct GptOssMxfp4Tensors {

@@ -56,6 +56,7 @@ AttentionPlan PlanAttention(const ModelConfig& c, int64_t layer) {
   a.window = c.LayerWindow(layer);
   a.scale = c.attention_scale;
   a.softcap = c.attn_logit_softcap;
+  a.sinks = c.attention_sinks;
   return a;
 }
 
@@ -81,7 +82,9 @@ ChannelMixerPlan PlanChannelMixer(const ModelConfig& c, int64_t layer) {
   if (!c.IsSparseLayer(layer)) return m;
   m.kind = ChannelMixerKind::kExperts;
   ExpertsPlan& e = m.experts;
-  e.router = c.sigmoid_router ? RouterKind::kSigmoidGroupLimited : RouterKind::kSoftmaxTopK;
+  e.router = c.sigmoid_router        ? RouterKind::kSigmoidGroupLimited
+             : c.router_topk_softmax ? RouterKind::kTopKSoftmax
+                                     : RouterKind::kSoftmaxTopK;
   e.num_experts = c.num_experts;
   e.top_k = c.num_experts_per_tok;
   e.expert_intermediate_size = c.moe_intermediate_size;
@@ -95,6 +98,8 @@ ChannelMixerPlan PlanChannelMixer(const ModelConfig& c, int64_t layer) {
   }
   e.shared_expert_intermediate_size = c.shared_expert_intermediate_size;
   e.shared_expert_gated = c.shared_expert_gated;
+  e.router_bias = c.router_bias;
+  e.expert_bias = c.expert_bias;
   return m;
 }
 

@@ -94,6 +94,9 @@ struct AttentionPlan {
   int64_t window = 0;    // > 0: query t sees keys j with t - window < j <= t; 0: full causal
   double scale = 0.0;    // > 0: the score scale; 0: 1 / sqrt(head_dim)
   float softcap = 0.0f;  // > 0: scores = tanh(scores / softcap) * softcap
+  // A learned sink logit per head joins each query's softmax and is dropped after it (gpt-oss; family.h
+  // FamilyTraits::attention_sinks).
+  bool sinks = false;
 };
 
 enum class ChannelMixerKind {
@@ -110,6 +113,9 @@ enum class RouterKind {
   // (exact ties: lower id first); weights the unbiased s, / (sum + renorm_epsilon) when norm_topk_prob, times
   // routed_scaling_factor.
   kSigmoidGroupLimited,
+  // gpt-oss's router (GptOssTopKRouter.forward): the top k of the fp32 logits (exact ties: lower id first),
+  // their weights the softmax over those k logits.
+  kTopKSoftmax,
 };
 
 struct ExpertsPlan {
@@ -129,6 +135,8 @@ struct ExpertsPlan {
   int64_t shared_expert_intermediate_size = 0;
   bool shared_expert_gated = true;
   bool shared_expert() const { return shared_expert_intermediate_size > 0; }
+  bool router_bias = false;  // the router's logits carry its stored bias [num_experts] (gpt-oss)
+  bool expert_bias = false;  // every expert's gate, up and down carry a bias (gpt-oss)
 };
 
 struct ChannelMixerPlan {

@@ -111,11 +111,14 @@ struct ExpertWeights {
 // a QUANTIZED expert's values to its scale dtype (BF16 / F16; reference_engine.cc, Decode's
 // round_to_scale_dtype), which is what transformers 5.17 computes with. A GPU fp32 mode must do the same
 // to match the oracle; a bf16 mode gets it from its own rounding.
+// gpt-oss (MoePolicy::kGptOss): its fused, transposed and interleaved dense tensors become transposed
+// kDense copies per expert (gpt_oss_experts.h), its MXFP4 blocks kMxfp4PackQuantized views
+// (gpt_oss_mxfp4.h); ExpertsPlan::expert_bias puts its biases on every expert's three linears.
 // ExpertsPlan::correction_bias (DeepSeek-V3's router): e_score_correction_bias is never quantized either
 // (F32 / F16 / BF16, finite; refused naming the tensor otherwise).
 struct MoeWeights {
-  LinearWeight router;                 // [num_experts, hidden_size], kDense
-  TensorView correction_bias;          // [num_experts] (ExpertsPlan::correction_bias), else data == nullptr
+  LinearWeight router;         // [num_experts, hidden_size], kDense; bias [E] iff ExpertsPlan::router_bias
+  TensorView correction_bias;  // [num_experts] (ExpertsPlan::correction_bias), else data == nullptr
   std::vector<ExpertWeights> experts;  // [num_experts]
   bool fused = false;                  // experts are views into the fused tensors
   // ExpertsPlan::shared_expert() only (Qwen2-MoE, DeepSeek-V3), else empty (module "", no tensors):
@@ -165,6 +168,9 @@ struct LayerWeights {
   // under AttentionPlan::output_gate); Gated DeltaNet layers: empty (module "", no tensors), `delta_net`
   // instead.
   LinearWeight q_proj, k_proj, v_proj, o_proj;
+  // AttentionPlan::sinks only (gpt-oss): each head's learned sink logit, F32 / F16 / BF16 [num_heads]; else
+  // data == nullptr.
+  TensorView sinks;
   bool linear_attention = false;  // LayerPlan::delta_net_mixer
   DeltaNetWeights delta_net;      // linear_attention layers only
   // LayerPlan::latent_attention_mixer: `latent`, q_proj only without q_lora_rank ([num_heads * qk_head_dim,

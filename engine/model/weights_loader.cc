@@ -17,6 +17,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "engine/base/status_macros.h"
+#include "engine/model/gpt_oss_experts.h"
+#include "engine/model/gpt_oss_mxfp4.h"
 #include "engine/model/raw_read.h"
 #include "engine/model/shard_plan.h"
 #include "engine/model/sparse24.h"
@@ -374,6 +376,7 @@ absl::Status ModelWeightsLoader::CheckFiniteParameters() const {
       SCORED_RETURN_IF_ERROR(CheckFinite(*t, "a norm weight"));
     }
     SCORED_RETURN_IF_ERROR(CheckFinite(L.moe.correction_bias, "a router correction bias"));
+    SCORED_RETURN_IF_ERROR(CheckFinite(L.sinks, "an attention sink logit"));
     absl::Status status;
     ForEachLinear(L, [&](const LinearWeight& w, LinearRole) {
       if (status.ok()) status = check_linear(w);
@@ -383,7 +386,7 @@ absl::Status ModelWeightsLoader::CheckFiniteParameters() const {
   return check_linear(m_->lm_head_);
 }
 
-absl::Status ModelWeightsLoader::LoadRouter(const std::string& module, LinearWeight* w) {
+absl::Status ModelWeightsLoader::LoadRouter(const std::string& module, bool bias, LinearWeight* w) {
   const ModelConfig& c = m_->config_;
   // The routing is defined on fp32 logits of the stored weights (config.h): a router stored quantized,
   // which no MoE recipe makes, is refused rather than decoded and multiplied as if it were dense.
@@ -410,7 +413,37 @@ absl::Status ModelWeightsLoader::LoadRouter(const std::string& module, LinearWei
   w->format = WeightFormat::kDense;
   SCORED_ASSIGN_OR_RETURN(w->weight, TakeChecked(module + ".weight", {c.num_experts, c.hidden_size},
                                                  {DType::kF32, DType::kF16, DType::kBF16}));
+  if (bias) {
+    SCORED_ASSIGN_OR_RETURN(
+        w->bias, TakeChecked(module + ".bias", {c.num_experts}, {DType::kF32, DType::kF16, DType::kBF16}));
+  }
   return absl::OkStatus();
+}
+
+absl::Status ModelWeightsLoader::LoadGptOssExperts(const std::string& experts, MoeWeights* moe) {
+  const ModelConfig& c = m_->config_;
+  const int64_t num = c.num_experts, inter = c.moe_intermediate_size, h = c.hidden_size;
+  if (gpt_oss_mxfp4_) {
+    SCORED_ASSIGN_OR_RETURN(GptOssMxfp4Tensors t, GetGptOssMxfp4Tensors(*m_->store_, experts));
+    SCORED_ASSIGN_OR_RETURN(moe->experts, SplitGptOssMxfp4Experts(t, num, inter, h, &m_->transcoded_));
+    for (const TensorView* v : {&t.gate_up_blocks, &t.gate_up_scales, &t.down_blocks, &t.down_scales}) {
+      consumed_.insert(v->name);
+    }
+  } else {
+    if (m_->store_->Has(experts + ".gate_up_proj_blocks")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the checkpoint stores MXFP4 expert blocks ('", experts,
+          ".gate_up_proj_blocks') but config.json has no quantization_config with quant_method \"mxfp4\""));
+    }
+    SCORED_ASSIGN_OR_RETURN(TensorView gate_up, Take(experts + ".gate_up_proj"));
+    SCORED_ASSIGN_OR_RETURN(TensorView down, Take(experts + ".down_proj"));
+    SCORED_ASSIGN_OR_RETURN(moe->experts,
+                            SplitGptOssDenseExperts(experts, gate_up, down, num, inter, h, &m_->transcoded_));
+    moe->fused = true;
+  }
+  SCORED_ASSIGN_OR_RETURN(TensorView gate_up_bias, Take(experts + ".gate_up_proj_bias"));
+  SCORED_ASSIGN_OR_RETURN(TensorView down_bias, Take(experts + ".down_proj_bias"));
+  return SetGptOssExpertBiases(gate_up_bias, down_bias, inter, h, &moe->experts, &m_->transcoded_);
 }
 
 absl::Status ModelWeightsLoader::LoadSwiGlu(const std::string& prefix, const char* gate, const char* up,
@@ -492,7 +525,12 @@ absl::Status ModelWeightsLoader::LoadMoe(const std::string& prefix, const Expert
                                          MoeWeights* moe) {
   const ModelConfig& c = m_->config_;
   const MoeTensorNames& n = c.family->moe.names;
-  SCORED_RETURN_IF_ERROR(LoadRouter(prefix + n.router, &moe->router));
+  SCORED_RETURN_IF_ERROR(LoadRouter(prefix + n.router, plan.router_bias, &moe->router));
+  if (c.family->moe.policy == MoePolicy::kGptOss) {
+    std::string experts = prefix + n.experts;
+    experts.pop_back();  // "mlp.experts." -> the module "mlp.experts"
+    return LoadGptOssExperts(experts, moe);
+  }
   // The layout, by name: expert 0's gate module in any format's tensors (under the family's names or their
   // alternative), or the fused gate/up tensor.
   const std::string experts = prefix + n.experts;
@@ -643,6 +681,10 @@ absl::Status ModelWeightsLoader::LoadAttention(const std::string& p, const Atten
   }
   SCORED_RETURN_IF_ERROR(
       LoadLinear(p + n.o_proj, c.hidden_size, c.num_heads * c.head_dim, plan.o_bias, &L.o_proj));
+  if (plan.sinks) {  // never quantized: a learned logit per head
+    SCORED_ASSIGN_OR_RETURN(L.sinks, TakeChecked(p + c.family->attention_sinks, {c.num_heads},
+                                                 {DType::kF32, DType::kF16, DType::kBF16}));
+  }
   return absl::OkStatus();
 }
 
@@ -768,7 +810,14 @@ absl::Status ModelWeightsLoader::Load(const std::string& model_dir) {
   const FamilyTraits& family = *c.family;
   SCORED_ASSIGN_OR_RETURN(toolkit_, LoadToolkitQuantConfig(c, model_dir));
   if (toolkit_.has_value()) m_->kv_cache_fp8_ = toolkit_->kv_cache_fp8;
-  if (c.has_quantization_config && !toolkit_.has_value()) {
+  gpt_oss_mxfp4_ = c.has_quantization_config && IsGptOssMxfp4Config(c.quantization_config_json);
+  if (gpt_oss_mxfp4_ && c.family->moe.policy != MoePolicy::kGptOss) {
+    return absl::InvalidArgumentError(absl::StrCat(model_dir,
+                                                   "/config.json: quantization_config quant_method "
+                                                   "\"mxfp4\" is gpt-oss's expert format; ",
+                                                   c.architecture, " has no gpt-oss experts"));
+  }
+  if (c.has_quantization_config && !toolkit_.has_value() && !gpt_oss_mxfp4_) {
     SCORED_ASSIGN_OR_RETURN(
         quant_, ParseCompressedTensorsConfig(c.quantization_config_json, model_dir + "/config.json"));
     m_->kv_cache_fp8_ = quant_->kv_cache_fp8;

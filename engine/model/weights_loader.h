@@ -61,7 +61,12 @@ class ModelWeightsLoader {
                                    LayerWeights* out);
   // A Gated DeltaNet layer's tensors under `prefix` (family.h LinearAttentionTraits' names).
   absl::Status LoadDeltaNet(const std::string& prefix, const DeltaNetPlan& plan, DeltaNetWeights* out);
-  absl::Status LoadRouter(const std::string& module, LinearWeight* w);
+  // The router [num_experts, hidden], dense, with its bias [num_experts] when `bias` (gpt-oss).
+  absl::Status LoadRouter(const std::string& module, bool bias, LinearWeight* w);
+  // gpt-oss's experts under `experts` ("model.layers.<l>.mlp.experts"): the dense fused tensors
+  // (gpt_oss_experts.h) or, in a quant_method "mxfp4" checkpoint, the MXFP4 blocks (gpt_oss_mxfp4.h); their
+  // biases.
+  absl::Status LoadGptOssExperts(const std::string& experts, MoeWeights* moe);
   // The sigmoid router's e_score_correction_bias [num_experts], never quantized (MoeWeights).
   absl::StatusOr<TensorView> LoadCorrectionBias(const std::string& name);
   // Experts stored fused: kDense views into the two tensors (MoeWeights).
@@ -101,7 +106,10 @@ class ModelWeightsLoader {
   ModelWeights* m_;
   std::optional<CompressedTensorsConfig> quant_;
   std::optional<ToolkitQuantConfig> toolkit_;  // GPTQ / AWQ / ModelOpt checkpoints (toolkit_quant.h)
-  int kv_scales_defaulted_ = 0;                // ModelOpt K / V scales not stored (1.0: LoadModelOptKvScales)
+  // quantization_config's quant_method is "mxfp4" (gpt-oss's original checkpoints): its experts are MXFP4
+  // blocks, every other module dense (modules_to_not_convert).
+  bool gpt_oss_mxfp4_ = false;
+  int kv_scales_defaulted_ = 0;  // ModelOpt K / V scales not stored (1.0: LoadModelOptKvScales)
   std::set<std::string> consumed_;
   // The tensor names in use: the family's, or its TextOnlyTraits::alt_names layout.
   const TensorNames* names_ = nullptr;

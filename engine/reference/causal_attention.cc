@@ -4,6 +4,8 @@
 //   window w only the keys j > t - w take part
 //   p[j] = exp(s[j] - max_{j <= t} s[j]) rounded to fp32 (ExpToFloat, fast_exp.h),  j <= t
 //   out[t, h, d] = fp32(LaneSum_j(double(p[j]) * v[j, g, d]) / LaneSum_j(double(p[j])))
+// With sinks (gpt-oss) head h's sink logit joins the max, and its ExpToFloat(sink - max) the denominator,
+// added after the lane sum.
 // with kv head g = h / (num_heads / num_kv_heads). LaneSum adds term j into partial sum j % 8 and combines
 // the 8 partials in a fixed tree: a fixed order (so values never depend on threads or instruction set)
 // that vectorizes; a double sum of positive terms is accurate to ~1e-15 relative in any order.
@@ -148,7 +150,10 @@ void CausalAttention(const float* q,  // [num_tokens, num_heads, head_dim]
           QueryKeyDots(q + (t * num_heads + h) * head_dim, kt_g, num_tokens, head_dim, n, dots.data());
           float max_score = ScaleScores(dots.data(), n, scale, probs.data());
           if (cap > 0.0f) max_score = CapScores(probs.data(), n, cap);
-          const double sum = ExpShiftedSum(probs.data(), n, max_score);
+          const float* sink = options.sinks != nullptr ? options.sinks + h : nullptr;
+          if (sink != nullptr) max_score = std::max(max_score, *sink);
+          double sum = ExpShiftedSum(probs.data(), n, max_score);
+          if (sink != nullptr) sum += static_cast<double>(ExpToFloat(*sink - max_score));
           float* o = out + (t * num_heads + h) * head_dim;
           for (int64_t d = 0; d < head_dim; ++d) {
             o[d] = static_cast<float>(LaneDot(probs.data(), vt_g + d * num_tokens, n) / sum);

@@ -83,6 +83,10 @@ struct AttentionOptions {
   double scale = 0.0;    // > 0: the score scale (Gemma: query_pre_attn_scalar^-0.5); 0: 1/sqrt(head_dim)
   int64_t window = 0;    // > 0: query t sees keys j with t - window < j <= t (transformers' sliding window)
   float softcap = 0.0f;  // > 0: s = tanh(s / softcap) * softcap after scaling (Gemma 2)
+  // [num_heads] or nullptr: head h's learned sink logit joins every softmax of that head as one more score
+  // (gpt-oss's eager_attention_forward): m = max(max_j s[j], sink_h), the denominator gains
+  // double(fp32(exp(sink_h - m))) after the keys' lane sum, and no value is added for it.
+  const float* sinks = nullptr;
 };
 
 // Causal self-attention of ONE sequence with grouped-query heads (head h reads kv head
@@ -136,6 +140,12 @@ float GeluTanh(float x);
 void GeluTanhGlu(const float* gate, const float* up, int64_t num_tokens, int64_t intermediate_size,
                  float* out);
 
+// gpt-oss's clamped SwiGLU (transformers 5.17 GptOssExperts._apply_gate), each step one fp32 operation:
+//   g = min(gate, 7); u = clamp(up, -7, 7); out = fp32(fp32(u + 1) * fp32(g * sigmoid(fp32(g * 1.702f))))
+// with sigmoid(x) = fp32(1 / (1 + exp(-double(x)))) (in double, rounded once). out may alias gate or up.
+void ClampedSwiGlu(const float* gate, const float* up, int64_t num_tokens, int64_t intermediate_size,
+                   float* out);
+
 // Soft-capping in place: x[i] = fp32(fp32(tanh(fp32(x[i] / cap))) * cap), tanh in double rounded once
 // (Gemma 2's final_logit_softcapping; the attention-logit cap is AttentionOptions::softcap). cap > 0.
 void SoftCap(float* x, int64_t n, float cap);
@@ -153,6 +163,15 @@ void MoeRoute(const float* router_logits,  // [num_tokens, num_experts]
               int64_t num_tokens, int64_t num_experts, int64_t top_k, bool renormalize,
               int32_t* expert_ids,     // [num_tokens, top_k], descending probability
               float* expert_weights);  // [num_tokens, top_k]
+
+// gpt-oss's router of each token (transformers 5.17 GptOssTopKRouter.forward): the top_k largest logits in
+// descending order (EXACTLY equal logits: the lower expert id first), their weights the softmax over those
+// top_k: m = the largest, weight_j = fp32(exp(double(l_j - m)) / sum_j exp(double(l_j - m))), sums in
+// double. 1 <= top_k <= num_experts.
+void MoeRouteTopKSoftmax(const float* router_logits,  // [num_tokens, num_experts]
+                         int64_t num_tokens, int64_t num_experts, int64_t top_k,
+                         int32_t* expert_ids,     // [num_tokens, top_k], descending logit
+                         float* expert_weights);  // [num_tokens, top_k]
 
 // DeepSeek-V3's sigmoid router of each token (ModelConfig in engine/model/config.h; transformers 5.17
 // DeepseekV3TopkRouter.forward, Glm4MoeTopkRouter.forward, MiniMaxM2TopKRouter.forward), every step one fp32

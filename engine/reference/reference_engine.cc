@@ -63,7 +63,7 @@ struct DenseLinear {
   std::vector<Transform> transforms;
 };
 
-// One SwiGLU MLP (an expert, the shared expert).
+// One GLU MLP (an expert, the shared expert): down(act(gate(x)) * up(x)), the act of its ChannelMixerPlan.
 struct DenseSwiGlu {
   DenseLinear gate, up, down;
 };
@@ -82,6 +82,7 @@ struct DenseLayer {
   std::vector<float> input_norm;           // [hidden_size]
   std::vector<float> post_attention_norm;  // [hidden_size]
   std::vector<float> q_norm, k_norm;       // [head_dim]; empty unless the model has qk_norm
+  std::vector<float> sinks;                // [num_heads]: AttentionPlan::sinks (gpt-oss), else empty
   // sandwich_norms (Gemma) only, [hidden_size]: around the MLP (post_attention_norm then normalizes the
   // attention output). Gemma's norms are stored here as fp32(1 + weight) (OffsetNormWeight).
   std::vector<float> pre_ff_norm, post_ff_norm;
@@ -205,7 +206,7 @@ absl::Status DecodeLatentAttention(const LatentAttentionPlan& plan, const LayerW
 // A sparse layer's block: the router and the shared-expert gate exactly as stored, the experts in their
 // scale dtype (Decode's round_to_scale_dtype: transformers' reading of quantized experts).
 absl::Status DecodeMoe(const ExpertsPlan& plan, const MoeWeights& mw, ThreadPool* pool, DenseMoe* out) {
-  SCORED_ASSIGN_OR_RETURN(out->router, Decode(mw.router, /*bias=*/false, pool));
+  SCORED_ASSIGN_OR_RETURN(out->router, Decode(mw.router, plan.router_bias, pool));
   if (static_cast<int64_t>(mw.experts.size()) != plan.num_experts) {
     return absl::InvalidArgumentError(
         absl::StrCat("a sparse layer has ", mw.experts.size(), " experts, the config ", plan.num_experts));
@@ -214,9 +215,10 @@ absl::Status DecodeMoe(const ExpertsPlan& plan, const MoeWeights& mw, ThreadPool
   for (size_t e = 0; e < mw.experts.size(); ++e) {
     const ExpertWeights& x = mw.experts[e];
     DenseSwiGlu& d = out->experts[e];
-    SCORED_ASSIGN_OR_RETURN(d.gate, Decode(x.gate_proj, /*bias=*/false, pool, /*round_to_scale_dtype=*/true));
-    SCORED_ASSIGN_OR_RETURN(d.up, Decode(x.up_proj, /*bias=*/false, pool, /*round_to_scale_dtype=*/true));
-    SCORED_ASSIGN_OR_RETURN(d.down, Decode(x.down_proj, /*bias=*/false, pool, /*round_to_scale_dtype=*/true));
+    const bool b = plan.expert_bias;
+    SCORED_ASSIGN_OR_RETURN(d.gate, Decode(x.gate_proj, b, pool, /*round_to_scale_dtype=*/true));
+    SCORED_ASSIGN_OR_RETURN(d.up, Decode(x.up_proj, b, pool, /*round_to_scale_dtype=*/true));
+    SCORED_ASSIGN_OR_RETURN(d.down, Decode(x.down_proj, b, pool, /*round_to_scale_dtype=*/true));
   }
   out->shared = plan.shared_expert();
   if (out->shared) {  // an ordinary MLP in transformers (DeepseekV3MLP, Qwen2MoeMLP): not rounded
@@ -300,11 +302,11 @@ class ReferenceEngine : public Engine {
   void ApplyProduct(const DenseLinear& linear, const float* x, int64_t n, float* y) const;
   // y = the mixture-of-experts block on x (config.h's semantics): router, MoeRoute, each expert on the
   // tokens routed to it (row by row, so a token's values do not depend on the others), MoeCombine.
-  void MoeBlock(const ExpertsPlan& plan, const DenseMoe& moe, const float* x,  // [n, hidden_size]
+  void MoeBlock(const ChannelMixerPlan& plan, const DenseMoe& moe, const float* x,  // [n, hidden_size]
                 int64_t n,
                 float* y) const;  // [n, hidden_size]
   // y = down(silu(gate(x)) * up(x)).
-  void SwiGluMlp(const DenseSwiGlu& mlp, const float* x, int64_t n, float* y) const;
+  void ExpertMlp(MlpActivation act, const DenseSwiGlu& mlp, const float* x, int64_t n, float* y) const;
   // out[t, :] = RmsNorm(x[t, :]) for rows of `width` elements, rows split over the pool; eps > 0 instead of
   // rms_norm_eps (the latent attention's own norms).
   void NormRows(const float* x, const std::vector<float>& weight, int64_t rows, int64_t width, float* out,
@@ -462,6 +464,9 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
     SCORED_ASSIGN_OR_RETURN(layer.k, Decode(lw.k_proj, bias, pool));
     SCORED_ASSIGN_OR_RETURN(layer.v, Decode(lw.v_proj, bias, pool));
     SCORED_ASSIGN_OR_RETURN(layer.o, Decode(lw.o_proj, plan.attention.o_bias, pool));
+    if (plan.attention.sinks) {
+      SCORED_ASSIGN_OR_RETURN(layer.sinks, ToFloat(lw.sinks, c.num_heads));
+    }
     const int64_t q_rows = c.num_heads * c.head_dim * (plan.attention.output_gate ? 2 : 1);
     shapes = {{&layer.q, q_rows, c.hidden_size},
               {&layer.k, c.num_kv_heads * c.head_dim, c.hidden_size},
@@ -497,10 +502,11 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
     shapes.push_back({&layer.down, c.hidden_size, plan.channel_mixer.intermediate_size});
   }
   const DenseLayer::DeltaNet& dn = layer.delta_net;
-  int64_t floats = static_cast<int64_t>(
-      layer.input_norm.size() + layer.post_attention_norm.size() + layer.q_norm.size() + layer.k_norm.size() +
-      layer.pre_ff_norm.size() + layer.post_ff_norm.size() + dn.conv1d.size() + dn.neg_a.size() +
-      dn.dt_bias.size() + dn.norm.size() + layer.latent.q_a_norm.size() + layer.latent.kv_a_norm.size());
+  int64_t floats =
+      static_cast<int64_t>(layer.input_norm.size() + layer.post_attention_norm.size() + layer.q_norm.size() +
+                           layer.k_norm.size() + layer.pre_ff_norm.size() + layer.post_ff_norm.size() +
+                           dn.conv1d.size() + dn.neg_a.size() + dn.dt_bias.size() + dn.norm.size() +
+                           layer.latent.q_a_norm.size() + layer.latent.kv_a_norm.size() + layer.sinks.size());
   for (const Shape& s : shapes) {
     if (s.d->out_features != s.out || s.d->in_features != s.in) {
       return absl::InvalidArgumentError(absl::StrCat("layer ", l, ": a linear weight is [", s.d->out_features,
@@ -581,17 +587,35 @@ void ReferenceEngine::NormRows(const float* x, const std::vector<float>& weight,
       ref::GrainFor(width));
 }
 
-void ReferenceEngine::SwiGluMlp(const DenseSwiGlu& mlp, const float* x, int64_t n, float* y) const {
+// out = act(gate) * up per element, act the plan's (SwiGLU, GeGLU, gpt-oss's clamped SwiGLU). out may alias
+// gate.
+void ApplyGlu(MlpActivation act, const float* gate, const float* up, int64_t n, int64_t inter, float* out) {
+  switch (act) {
+    case MlpActivation::kSilu:
+      ref::SwiGlu(gate, up, n, inter, out);
+      return;
+    case MlpActivation::kGeluTanh:
+      ref::GeluTanhGlu(gate, up, n, inter, out);
+      return;
+    case MlpActivation::kClampedSwiGlu:
+      ref::ClampedSwiGlu(gate, up, n, inter, out);
+      return;
+  }
+}
+
+void ReferenceEngine::ExpertMlp(MlpActivation act, const DenseSwiGlu& mlp, const float* x, int64_t n,
+                                float* y) const {
   const int64_t inter = mlp.gate.out_features;
   std::vector<float> gate(n * inter), up(n * inter);  // [n, inter]
   ApplyLinear(mlp.gate, x, n, gate.data());
   ApplyLinear(mlp.up, x, n, up.data());
-  ref::SwiGlu(gate.data(), up.data(), n, inter, gate.data());
+  ApplyGlu(act, gate.data(), up.data(), n, inter, gate.data());
   ApplyLinear(mlp.down, gate.data(), n, y);
 }
 
-void ReferenceEngine::MoeBlock(const ExpertsPlan& plan, const DenseMoe& moe, const float* x, int64_t n,
+void ReferenceEngine::MoeBlock(const ChannelMixerPlan& mixer, const DenseMoe& moe, const float* x, int64_t n,
                                float* y) const {
+  const ExpertsPlan& plan = mixer.experts;
   const int64_t num_experts = plan.num_experts, k = plan.top_k, h = config_.hidden_size;
   std::vector<float> logits(n * num_experts);  // [n, num_experts], fp32 router logits
   ApplyLinear(moe.router, x, n, logits.data());
@@ -600,6 +624,9 @@ void ReferenceEngine::MoeBlock(const ExpertsPlan& plan, const DenseMoe& moe, con
   switch (plan.router) {
     case RouterKind::kSoftmaxTopK:
       ref::MoeRoute(logits.data(), n, num_experts, k, plan.norm_topk_prob, ids.data(), weights.data());
+      break;
+    case RouterKind::kTopKSoftmax:
+      ref::MoeRouteTopKSoftmax(logits.data(), n, num_experts, k, ids.data(), weights.data());
       break;
     case RouterKind::kSigmoidGroupLimited: {
       ref::SigmoidRouting routing;
@@ -626,13 +653,13 @@ void ReferenceEngine::MoeBlock(const ExpertsPlan& plan, const DenseMoe& moe, con
     rows.resize(m * h);
     out.resize(m * h);
     for (int64_t r = 0; r < m; ++r) std::copy_n(x + (slots[r] / k) * h, h, rows.data() + r * h);
-    SwiGluMlp(moe.experts[e], rows.data(), m, out.data());
+    ExpertMlp(mixer.activation, moe.experts[e], rows.data(), m, out.data());
     for (int64_t r = 0; r < m; ++r) std::copy_n(out.data() + r * h, h, expert_out.data() + slots[r] * h);
   }
   std::vector<float> shared_out, shared_gate;  // shared_gate empty: ungated shared experts
   if (moe.shared) {
     shared_out.resize(n * h);
-    SwiGluMlp(moe.shared_expert, x, n, shared_out.data());
+    ExpertMlp(mixer.activation, moe.shared_expert, x, n, shared_out.data());
   }
   if (moe.shared && plan.shared_expert_gated) {
     shared_gate.resize(n);
@@ -699,7 +726,7 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
     NormRows(x.data(), plan.sandwich() ? layer.pre_ff_norm : layer.post_attention_norm, n, c.hidden_size,
              s.normed.data());
     if (plan.experts()) {
-      MoeBlock(plan.channel_mixer.experts, layer.moe, s.normed.data(), n, s.delta.data());
+      MoeBlock(plan.channel_mixer, layer.moe, s.normed.data(), n, s.delta.data());
     } else {
       GluMlp(plan.channel_mixer, layer, n, &s);
     }
@@ -751,6 +778,7 @@ void ReferenceEngine::AttentionBlock(const AttentionPlan& plan, const DenseLayer
   options.window = plan.window;
   options.scale = plan.scale;
   options.softcap = plan.softcap;
+  options.sinks = layer.sinks.empty() ? nullptr : layer.sinks.data();
   ref::CausalAttention(s->q.data(), s->k.data(), s->v.data(), n, c.num_heads, c.num_kv_heads, c.head_dim,
                        s->attn.data(), &pool_, options);
   if (!gate.empty()) {  // attn * sigmoid(gate), in fp32 as transformers
@@ -867,11 +895,7 @@ void ReferenceEngine::GluMlp(const ChannelMixerPlan& plan, const DenseLayer& lay
                              Scratch* s) const {
   ApplyLinear(layer.gate, s->normed.data(), n, s->gate.data());
   ApplyLinear(layer.up, s->normed.data(), n, s->up.data());
-  if (plan.activation == MlpActivation::kGeluTanh) {
-    ref::GeluTanhGlu(s->gate.data(), s->up.data(), n, plan.intermediate_size, s->gate.data());
-  } else {
-    ref::SwiGlu(s->gate.data(), s->up.data(), n, plan.intermediate_size, s->gate.data());
-  }
+  ApplyGlu(plan.activation, s->gate.data(), s->up.data(), n, plan.intermediate_size, s->gate.data());
   ApplyLinear(layer.down, s->gate.data(), n, s->delta.data());
 }
 

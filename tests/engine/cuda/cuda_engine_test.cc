@@ -427,6 +427,18 @@ TEST_F(CudaEngineTest, FixturesMatchReferenceEngine) {
     if (!std::filesystem::exists(entry.path() / "config.json")) continue;
     const std::string dir = entry.path().string();
     SCOPED_TRACE(dir);
+    // gpt-oss (attention sinks, its biased experts): the CUDA backend has no blocks for them yet and refuses
+    // the checkpoint at load, naming the CPU backend (cuda_engine.cc CheckBlocksOnCuda).
+    if (entry.path().filename().string().rfind("gpt-oss-", 0) == 0) {
+      EngineOptions options;
+      options.model_dir = dir;
+      options.backend = Backend::kCuda;
+      auto refused = CreateCudaEngine(options);
+      ASSERT_FALSE(refused.ok());
+      EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented) << refused.status();
+      EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("--backend=cpu"));
+      continue;
+    }
     auto reference = MakeReference(dir);
     ASSERT_NE(reference, nullptr);
     const double bf16_bound =

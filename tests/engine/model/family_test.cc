@@ -412,6 +412,28 @@ const char kMiniMaxM2[] = R"({
   "use_routing_bias": true, "vocab_size": 200064, "attn_type_list": [1, 1, 1, 1]
 })";
 
+// openai/gpt-oss-20b's config.json as published (its original MXFP4 experts: quant_method mxfp4).
+const char kGptOss20B[] = R"({
+  "architectures": ["GptOssForCausalLM"], "attention_bias": true, "attention_dropout": 0.0,
+  "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880,
+  "initial_context_length": 4096, "initializer_range": 0.02, "intermediate_size": 2880,
+  "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention",
+    "sliding_attention", "full_attention", "sliding_attention", "full_attention", "sliding_attention",
+    "full_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+    "sliding_attention", "full_attention", "sliding_attention", "full_attention", "sliding_attention",
+    "full_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+  "max_position_embeddings": 131072, "model_type": "gpt_oss", "num_attention_heads": 64,
+  "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 8, "num_local_experts": 32,
+  "output_router_logits": false, "pad_token_id": 199999,
+  "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+    "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+    "rope_type": "yarn", "truncate": false},
+  "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+  "tie_word_embeddings": false, "transformers_version": "4.55.0.dev0", "use_cache": true, "vocab_size": 201088
+})";
+
 struct RealConfig {
   std::string name;
   std::string dir;   // a folder holding config.json, or "" when `text` is given
@@ -514,6 +536,11 @@ std::vector<RealConfig> RealConfigs() {
        "Kimi_K25ForConditionalGeneration", false, 0, RopeType::kYarn, 8, 2, 32, 32, true, /*dense_layer=*/0},
       {"mistral3 fixture", kFixtures + "/mistral3-deepseek-v3-trained-bf16", "",
        "Mistral3ForConditionalGeneration", false, 0, RopeType::kYarn, 8, 2, 32, 32, true, /*dense_layer=*/0},
+      {"gpt-oss-20b", "", kGptOss20B, "GptOssForCausalLM", false, 0, RopeType::kYarn, 32, 4, 2880, 0, true},
+      {"gpt-oss fixture", kFixtures + "/gpt-oss-trained-bf16", "", "GptOssForCausalLM", false, 0,
+       RopeType::kYarn, 4, 2, 64, 0, true},
+      {"gpt-oss mxfp4 fixture", kFixtures + "/gpt-oss-trained-mxfp4", "", "GptOssForCausalLM", false, 0,
+       RopeType::kYarn, 4, 2, 64, 0, true},
   };
 }
 
@@ -535,8 +562,8 @@ TEST(FamilyTable, EntriesAreUniqueAndFindable) {
   }
   // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3 (x2), Qwen3.5 (x2),
   // Qwen3.5-MoE (x2), Qwen3-Next, GLM-4.5, MiniMax-M2, DeepSeek-V3, GLM-4.7-Flash, DeepSeek-V3.2, GLM-5,
-  // Kimi K2.5, Mistral Large 3
-  EXPECT_EQ(n, 24);
+  // Kimi K2.5, Mistral Large 3, gpt-oss
+  EXPECT_EQ(n, 25);
   EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
   EXPECT_EQ(FindFamily(""), nullptr);
 }
@@ -558,12 +585,15 @@ TEST(FamilyTable, EveryFamilyParsesItsRealConfigs) {
       EXPECT_EQ(c->qk_norm, family->qk_norm == QkNormPolicy::kPerHead);
     }
     EXPECT_EQ(c->qk_norm_whole, family->qk_norm == QkNormPolicy::kWholeProjection);
-    // Every real config here but GLM's has attention_bias false (or none): q/k/v biases only where the family
-    // always has them (Qwen2, Qwen2-MoE's qkv_bias default), never an o_proj bias. GLM-4.5's have it true.
+    // Every real config here but GLM's and gpt-oss's has attention_bias false (or none): q/k/v biases only
+    // where the family always has them (Qwen2, Qwen2-MoE's qkv_bias default), never an o_proj bias. GLM-4.5's
+    // have it true (q/k/v only), gpt-oss's too (all four).
+    const bool gpt_oss = family->moe.policy == MoePolicy::kGptOss;
     EXPECT_EQ(c->attention_bias, family->attention_bias == AttentionBiasPolicy::kQkvAlways ||
                                      family->attention_bias == AttentionBiasPolicy::kQkvBiasField ||
-                                     family->attention_bias == AttentionBiasPolicy::kQkvField);
-    EXPECT_FALSE(c->o_proj_bias);
+                                     family->attention_bias == AttentionBiasPolicy::kQkvField || gpt_oss);
+    EXPECT_EQ(c->o_proj_bias, gpt_oss);
+    EXPECT_EQ(c->attention_sinks, gpt_oss);
     EXPECT_EQ(c->tie_word_embeddings, rc.tie_word_embeddings);
     EXPECT_EQ(c->num_experts, rc.num_experts);
     EXPECT_EQ(c->moe(), family->moe.policy != MoePolicy::kNone);
@@ -600,6 +630,9 @@ std::string MinimalConfig(const FamilyTraits& f, const std::string& extra = "") 
   if (f.moe.policy == MoePolicy::kSigmoidGroupLimited) {
     moe = R"(, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
         "num_key_value_heads": 2)";
+  }
+  if (f.moe.policy == MoePolicy::kGptOss) {
+    moe = R"(, "num_local_experts": 4, "num_experts_per_tok": 2, "num_key_value_heads": 2)";
   }
   if (f.moe.policy == MoePolicy::kMiniMaxM2) {
     moe = R"(, "num_local_experts": 4, "num_experts_per_tok": 2, "num_key_value_heads": 2)";
@@ -638,16 +671,19 @@ TEST(FamilyTraits, DefaultsFlowIntoModelConfig) {
     EXPECT_EQ(c->tie_word_embeddings, f->tie_word_embeddings_default);
     EXPECT_EQ(c->qk_norm, f->qk_norm == QkNormPolicy::kPerHead);  // GLM's use_qk_norm defaults to false
     EXPECT_EQ(c->qk_norm_whole, f->qk_norm == QkNormPolicy::kWholeProjection);
+    // GptOssConfig's attention_bias defaults to true (q, k, v and o_proj).
+    const bool gpt_oss = f->moe.policy == MoePolicy::kGptOss;
     EXPECT_EQ(c->attention_bias, f->attention_bias == AttentionBiasPolicy::kQkvAlways ||
-                                     f->attention_bias == AttentionBiasPolicy::kQkvBiasField);
-    EXPECT_FALSE(c->o_proj_bias);
+                                     f->attention_bias == AttentionBiasPolicy::kQkvBiasField || gpt_oss);
+    EXPECT_EQ(c->o_proj_bias, gpt_oss);
+    EXPECT_EQ(c->attention_sinks, gpt_oss);
     EXPECT_EQ(c->sliding_window, 0);
     // Qwen2 / Qwen3-MoE: false unless the config says; Mixtral and Qwen3.5-MoE always renormalize;
     // Qwen3-Next's config class defaults to true.
     EXPECT_EQ(c->norm_topk_prob, f->moe.policy == MoePolicy::kMixtral ||
                                      f->moe.policy == MoePolicy::kQwen35Moe ||
                                      f->moe.policy == MoePolicy::kSigmoidGroupLimited ||
-                                     f->moe.policy == MoePolicy::kMiniMaxM2 ||
+                                     f->moe.policy == MoePolicy::kMiniMaxM2 || gpt_oss ||
                                      std::string(f->architecture) == "Qwen3NextForCausalLM");
     // A model_type of another family is refused.
     const std::string other = std::string(f->model_type) == "llama" ? "qwen2" : "llama";
@@ -703,9 +739,12 @@ TEST(FamilyTraits, SlidingWindowPolicy) {
       EXPECT_EQ(c->sliding_window, 1024);
     } else if (f->sliding_window == SlidingWindowPolicy::kLayerTypes) {
       EXPECT_EQ(c->sliding_window, 0);
-      ASSERT_EQ(c->layer_window.size(), 2u);  // layer 0 sliding; layer 1 full for Gemma 2, sliding for 3
+      // Layer 0 sliding; layer 1 full for Gemma 2 and gpt-oss (its config default sliding_window_pattern 2),
+      // sliding for Gemma 3.
+      const bool alternating = f->gemma.sliding_pattern == 2 || f->moe.policy == MoePolicy::kGptOss;
+      ASSERT_EQ(c->layer_window.size(), 2u);
       EXPECT_EQ(c->layer_window[0], 1024);
-      EXPECT_EQ(c->layer_window[1], f->gemma.sliding_pattern == 2 ? 0 : 1024);
+      EXPECT_EQ(c->layer_window[1], alternating ? 0 : 1024);
     } else if (f->sliding_window == SlidingWindowPolicy::kWindowFieldMasked) {
       EXPECT_EQ(c->sliding_window, 0);  // no context cap: every layer is masked instead
       EXPECT_EQ(c->layer_window, std::vector<int64_t>(2, 1024));
@@ -1137,6 +1176,66 @@ TEST(FamilyTraits, Glm4MoeConfig) {
 // intermediate_size, the sigmoid router with the correction bias (no groups, a plain renormalization, no
 // scaling), no shared expert; q/k norms over the whole projections; the remote code's rotary_dim read when no
 // partial_rotary_factor is given.
+// gpt-oss (GptOssConfig, transformers 5.17): the published config's sinks, windows, YaRN and router; its
+// config class's YaRN when config.json describes no RoPE at all (but not under a rope_parameters of its own);
+// the plan's blocks; the clamp and the original field names checked.
+TEST(FamilyTraits, GptOssConfig) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kGptOss20B, "gpt-oss-20b");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->attention_sinks);
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_TRUE(c->o_proj_bias);
+  EXPECT_EQ(c->rope_theta, 150000.0);
+  EXPECT_EQ(c->rope_scaling.type, RopeType::kYarn);
+  EXPECT_FALSE(c->rope_scaling.truncate);
+  EXPECT_EQ(c->rope_scaling.factor, 32.0);
+  EXPECT_EQ(c->rms_norm_eps, 1e-5);
+  for (int64_t l = 0; l < 24; ++l) EXPECT_EQ(c->LayerWindow(l), l % 2 == 0 ? 128 : 0) << l;
+  EXPECT_TRUE(c->has_quantization_config);
+  const ModelPlan plan = PlanModel(*c);
+  for (const LayerPlan& layer : plan.layers) {
+    EXPECT_TRUE(layer.attention.sinks);
+    EXPECT_TRUE(layer.attention.qkv_bias);
+    EXPECT_TRUE(layer.attention.o_bias);
+    ASSERT_TRUE(layer.experts());
+    EXPECT_EQ(layer.channel_mixer.activation, MlpActivation::kClampedSwiGlu);
+    const ExpertsPlan& e = layer.channel_mixer.experts;
+    EXPECT_EQ(e.router, RouterKind::kTopKSoftmax);
+    EXPECT_TRUE(e.router_bias);
+    EXPECT_TRUE(e.expert_bias);
+    EXPECT_EQ(e.num_experts, 32);
+    EXPECT_EQ(e.top_k, 4);
+    EXPECT_EQ(e.expert_intermediate_size, 2880);
+    EXPECT_FALSE(e.shared_expert());
+  }
+  const FamilyTraits* f = FindFamily("GptOssForCausalLM");
+  ASSERT_NE(f, nullptr);
+  c = ParseModelConfig(MinimalConfig(*f), "mem");  // no RoPE in the file: GptOssConfig's YaRN
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling.type, RopeType::kYarn);
+  EXPECT_EQ(c->rope_scaling.factor, 32.0);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 4096);
+  EXPECT_EQ(c->rope_theta, 150000.0);
+  EXPECT_EQ(c->LayerWindow(0), 128);
+  c = ParseModelConfig(MinimalConfig(*f, R"("rope_parameters": {"rope_type": "default", "rope_theta": 1e4})"),
+                       "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling.type, RopeType::kDefault);  // the file's own RoPE, not the default YaRN
+  EXPECT_EQ(c->rope_theta, 1e4);
+  const struct {
+    std::string config, message;
+  } cases[] = {
+      {MinimalConfig(*f, R"("swiglu_limit": 8.0)"), "unsupported swiglu_limit 8"},
+      {MinimalConfig(*f, R"("experts_per_token": 3)"),
+       "fields 'experts_per_token' (3) and 'num_experts_per_tok' (2) disagree"},
+      {MinimalConfig(*f, R"("num_experts_per_tok": 5)"), "exceeds 'num_local_experts' = 4"},
+  };
+  for (const auto& tc : cases) {
+    SCOPED_TRACE(tc.config);
+    EXPECT_THAT(ParseModelConfig(tc.config, "mem").status().message(), HasSubstr(tc.message));
+  }
+}
+
 TEST(FamilyTraits, MiniMaxM2Config) {
   absl::StatusOr<ModelConfig> c = ParseModelConfig(kMiniMaxM2, "minimax-m2");
   ASSERT_TRUE(c.ok()) << c.status();

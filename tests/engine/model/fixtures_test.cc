@@ -132,14 +132,18 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
       EXPECT_EQ(L.down_proj.in_features, c.intermediate_size);
     }
     // ModelOpt NVFP4 modules whose weight_scale_2 has no exact divisor are decoded to dense BF16 at load.
-    if (!sparsity_only && GetParam() != "llama-modelopt-nvfp4") {
+    // gpt-oss's original MXFP4 quantizes the experts only (its attention stays dense) and has q/k/v and
+    // o_proj biases.
+    const bool gpt_oss = c.model_type == "gpt_oss";
+    if (!sparsity_only && GetParam() != "llama-modelopt-nvfp4" && !gpt_oss) {
       EXPECT_NE(L.q_proj.format, WeightFormat::kDense) << "decoder linears of a fixture are quantized";
     }
     const bool llama_bias = GetParam() == "llama-attn-bias-w4a16-g128";  // attention_bias: q/k/v and o_proj
     const bool glm = c.model_type == "glm4_moe";  // q/k/v bias and q/k norm as its config says (both here)
     EXPECT_EQ(L.q_proj.bias.present(), c.model_type == "qwen2" || c.model_type == "qwen2_moe" || llama_bias ||
-                                           (glm && c.attention_bias));
-    EXPECT_EQ(L.o_proj.bias.present(), llama_bias);
+                                           (glm && c.attention_bias) || gpt_oss);
+    EXPECT_EQ(L.o_proj.bias.present(), llama_bias || gpt_oss);
+    EXPECT_EQ(L.sinks.present(), gpt_oss);
     EXPECT_EQ(L.q_norm.present(), c.model_type == "qwen3" || c.model_type == "qwen3_moe" ||
                                       c.model_type == "gemma3_text" || c.model_type == "gemma3" ||
                                       c.model_type == "qwen3_5_text" || (glm && c.qk_norm));

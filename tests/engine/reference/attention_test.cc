@@ -68,6 +68,36 @@ TEST(CausalAttention, SoftCapAndScale) {
   EXPECT_NEAR(out[1], 1.0 / (1.0 + std::exp(-3.0)), 1e-6);
 }
 
+// Sinks (gpt-oss): head h's sink logit s_h joins the softmax and is dropped, so with uniform scores 0 over
+// the t + 1 keys out[t] = sum_j v_j / (t + 1 + exp(s_h)); a sink far below the scores changes nothing, one
+// far above drives the output to 0 (it takes the mass); the max includes the sink (no overflow at s_h = 100).
+TEST(CausalAttention, SinksTakeProbabilityMassAndAddNoValue) {
+  const int64_t n = 6, heads = 2;
+  std::vector<float> q(n * heads, 0.0f), k(n, 0.0f), v(n), out(n * heads);
+  for (int64_t j = 0; j < n; ++j) v[j] = static_cast<float>(j + 1);
+  for (float sink : {-1.5f, 0.0f, 0.7f, 3.0f}) {
+    const std::vector<float> sinks = {sink, -200.0f};
+    AttentionOptions options;
+    options.sinks = sinks.data();
+    CausalAttention(q.data(), k.data(), v.data(), n, heads, 1, 1, out.data(), nullptr, options);
+    for (int64_t t = 0; t < n; ++t) {
+      double sum = 0;
+      for (int64_t j = 0; j <= t; ++j) sum += j + 1;
+      const double with_sink = sum / (t + 1 + std::exp(static_cast<double>(sink)));
+      EXPECT_NEAR(out[t * heads], with_sink, 1e-6 * (1 + with_sink)) << "sink " << sink << " t " << t;
+      EXPECT_NEAR(out[t * heads + 1], sum / (t + 1), 1e-6 * (1 + sum)) << "a negligible sink, t " << t;
+    }
+  }
+  const std::vector<float> huge = {100.0f, 100.0f};
+  AttentionOptions options;
+  options.sinks = huge.data();
+  CausalAttention(q.data(), k.data(), v.data(), n, heads, 1, 1, out.data(), nullptr, options);
+  for (float o : out) {
+    EXPECT_TRUE(std::isfinite(o));
+    EXPECT_LT(std::fabs(o), 1e-30f);
+  }
+}
+
 TEST(CausalAttention, GroupedQueryHeadsReadTheirKvHead) {
   // 4 query heads, 2 kv heads: heads 0,1 -> kv 0 and heads 2,3 -> kv 1. k = 0 gives uniform weights, so
   // out[t, h, d] = mean_{j<=t} v[j, g, d] with v[j, g, d] = 100 g + 10 j + d: 100 g + 5 t + d.

@@ -1,4 +1,5 @@
-// Embedding, RmsNorm and SwiGlu by hand, and the thread pool's coverage of a range.
+// Embedding, RmsNorm, SwiGlu and gpt-oss's clamped SwiGLU by hand, and the thread pool's coverage of a range.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <vector>
@@ -52,6 +53,31 @@ TEST(SwiGlu, HandComputed) {
   EXPECT_FLOAT_EQ(out[1], 3 * -0.2689414213699951f);
   EXPECT_EQ(out[2], 0.0f);
   EXPECT_FLOAT_EQ(out[3], 20.0f);
+}
+
+// gpt-oss's clamped SwiGLU: gate clamped from above at 7 only, up to [-7, 7], (up + 1) * g * sigmoid(1.702
+// g).
+TEST(ClampedSwiGlu, HandComputedAndClamped) {
+  const std::vector<float> gate = {0.0f, 1.0f, -2.0f, 9.0f, -30.0f, 7.0f};
+  const std::vector<float> up = {3.0f, -1.0f, 0.5f, 10.0f, -9.0f, -7.5f};
+  std::vector<float> out(gate.size());
+  ClampedSwiGlu(gate.data(), up.data(), 1, static_cast<int64_t>(gate.size()), out.data());
+  auto expected = [](double g, double u) {
+    g = std::min(g, 7.0);
+    u = std::max(-7.0, std::min(u, 7.0));
+    return (u + 1) * g / (1 + std::exp(-static_cast<double>(static_cast<float>(g) * 1.702f)));
+  };
+  for (size_t i = 0; i < gate.size(); ++i) {
+    EXPECT_NEAR(out[i], expected(gate[i], up[i]), 1e-6 * (1 + std::fabs(expected(gate[i], up[i])))) << i;
+  }
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 0.0f);                         // up = -1: (up + 1) = 0
+  EXPECT_FLOAT_EQ(out[3] / 8.0f, out[5] / -6.0f);  // both gates clamp to 7; up 10 -> 7 and -7.5 -> -7
+  EXPECT_NEAR(out[4], 0.0f, 1e-19f);               // -6 * -30 * sigmoid(-51): the lower side is not clamped
+  // In place (out aliases gate), as the engine calls it.
+  std::vector<float> g = gate;
+  ClampedSwiGlu(g.data(), up.data(), 2, 3, g.data());
+  EXPECT_EQ(g, out);
 }
 
 TEST(ThreadPool, CoversEveryIndexOnce) {

@@ -2,7 +2,8 @@
 // Qwen2-MoE and Qwen3-MoE checkpoints, bf16 and made by llm-compressor as W4A16 / NVFP4A16 / FP8 dynamic;
 // make_qwen35_fixtures.py's and make_sigmoid_moe_fixtures.py's trained Qwen3.5-MoE, Qwen3-Next, GLM-4.5 and
 // MiniMax-M2 ones, whose router_min_gap is the sigmoid router's choice margin; make_deepseek_fixtures.py's
-// DeepSeek-V3 and GLM-4.7-Flash ones, with multi-head latent attention)
+// DeepSeek-V3 and GLM-4.7-Flash ones, with multi-head latent attention; make_gpt_oss_fixtures.py's gpt-oss
+// ones, dense and MXFP4)
 // through the CPU reference engine against transformers' float32 log-probs: within 2e-4 nats per token
 // (issue 20), except at positions where the k-th and (k+1)-th router probabilities of some sparse layer are
 // within 1e-5 of each other in the reference's own forward (router_min_gap in reference_logprobs.json):
@@ -74,6 +75,11 @@ TEST(MoeFixtures, AllArePresent) {
   // DeepSeek-V3's sigmoid router family (scripts/fixtures/make_sigmoid_moe_fixtures.py).
   for (const char* name : {"glm4-moe-trained-bf16", "glm4-moe-grouped-trained-bf16",
                            "glm4-moe-trained-w4a16-g32", "minimax-m2-moe-trained-bf16"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  }
+  // gpt-oss: sinks, alternating windows, its router and clamped SwiGLU; dense and the original MXFP4 experts
+  // (scripts/fixtures/make_gpt_oss_fixtures.py).
+  for (const char* name : {"gpt-oss-trained-bf16", "gpt-oss-trained-mxfp4"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   }
   // DeepSeek-V3's multi-head latent attention (scripts/fixtures/make_deepseek_fixtures.py).

@@ -172,6 +172,30 @@ TEST(MoeRouteSigmoid, ExactTiesGoToTheLowerExpertIdAndTokensAreIndependent) {
   EXPECT_FLOAT_EQ(w[2] + w[3], 1.0f);
 }
 
+// gpt-oss's router: the top k LOGITS, then their softmax (not a softmax over every expert); exact ties to
+// the lower id; each token on its own.
+TEST(MoeRouteTopKSoftmax, SoftmaxOverTheTopKLogitsOnly) {
+  const std::vector<float> logits = {0.5f,  3.0f,  -1.0f, 2.0f,  2.0f, 1.0f,  // token 0: a tie 2.0 at 3 and 4
+                                     -4.0f, -3.0f, -2.0f, -1.0f, 0.0f, 1.0f};  // token 1
+  std::vector<int32_t> ids(2 * 3);
+  std::vector<float> w(2 * 3);
+  MoeRouteTopKSoftmax(logits.data(), 2, 6, 3, ids.data(), w.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 3, 4, 5, 4, 3}));
+  const double d0 = 1 + 2 * std::exp(-1.0);  // exp(l - 3) over 3, 2, 2
+  EXPECT_FLOAT_EQ(w[0], static_cast<float>(1 / d0));
+  EXPECT_FLOAT_EQ(w[1], static_cast<float>(std::exp(-1.0) / d0));
+  EXPECT_EQ(w[1], w[2]);
+  const double d1 = 1 + std::exp(-1.0) + std::exp(-2.0);
+  EXPECT_FLOAT_EQ(w[3], static_cast<float>(1 / d1));
+  EXPECT_FLOAT_EQ(w[5], static_cast<float>(std::exp(-2.0) / d1));
+  // A softmax over all six experts renormalized over the top 3 is the same function: the weights agree.
+  std::vector<int32_t> ids2(6);
+  std::vector<float> w2(6);
+  MoeRoute(logits.data(), 2, 6, 3, /*renormalize=*/true, ids2.data(), w2.data());
+  EXPECT_EQ(ids2, ids);
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(w2[i], w[i], 1e-7) << i;
+}
+
 TEST(MoeCombine, UngatedSharedExpertIsAddedAfterTheRoutedSum) {
   // DeepseekV3MoE: experts(x) + shared_experts(x), no gate. 1e8 + (-1e8) first, then the shared 1: exactly 1.
   const std::vector<float> out = {1e8f, -1e8f};  // [1 token, 2 slots, hidden 1]
