@@ -70,14 +70,17 @@ absl::Status CheckHeadDim(const ModelConfig& config, const char* whose) {
 }
 
 // The blocks the CUDA forward has no kernels for yet (the CPU backend computes them): attention sinks,
-// gpt-oss's router (biased, top-k softmax), biased experts and the clamped SwiGLU.
+// gpt-oss's router (biased, top-k softmax), biased experts and the clamped SwiGLU, Gemma 4's attention.
 absl::Status CheckBlocksOnCuda(const ModelPlan& plan, const char* whose) {
   for (size_t l = 0; l < plan.layers.size(); ++l) {
     const LayerPlan& p = plan.layers[l];
     const ExpertsPlan& e = p.channel_mixer.experts;
     const char* what = nullptr;
-    if (p.token_mixer == TokenMixerKind::kAttention && p.attention.sinks) {
+    const AttentionPlan& a = p.attention;
+    if (p.token_mixer == TokenMixerKind::kAttention && a.sinks) {
       what = "attention sinks";
+    } else if (p.token_mixer == TokenMixerKind::kAttention && (a.v_norm || a.k_eq_v || p.layer_scalar)) {
+      what = "Gemma 4's attention (v norm, k = v, its full layers' own head shape, layer scalars)";
     } else if (p.experts() && (e.router == RouterKind::kTopKSoftmax || e.router_bias || e.expert_bias)) {
       what = "gpt-oss's experts (a biased top-k softmax router, biased experts)";
     } else if (p.channel_mixer.activation == MlpActivation::kClampedSwiGlu) {

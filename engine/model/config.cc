@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/base/json_util.h"
@@ -75,6 +76,8 @@ const char* RopeTypeName(RopeType type) {
       return "longrope";
     case RopeType::kYarn:
       return "yarn";
+    case RopeType::kProportional:
+      return "proportional";
   }
   return "?";
 }
@@ -198,9 +201,18 @@ absl::Status ParseRopeScaling(const Json& rs, absl::string_view field, absl::str
     return absl::OkStatus();
   } else if (type == "yarn") {
     return ParseYarn(rs, field, ctx, out);
+  } else if (type == "proportional") {  // Gemma 4's full layers (RopeScaling::proportion)
+    out->type = RopeType::kProportional;
+    SCORED_ASSIGN_OR_RETURN(out->factor, GetDouble(rs, "factor", ctx, 1.0));
+    SCORED_ASSIGN_OR_RETURN(out->proportion, GetDouble(rs, "partial_rotary_factor", ctx, 1.0));
+    if (!(out->proportion > 0.0) || out->proportion > 1.0) {
+      return Invalid(source,
+                     absl::StrCat(field, ".partial_rotary_factor must be in (0, 1], got ", out->proportion));
+    }
   } else {
-    return Invalid(source, absl::StrCat("unsupported ", field, " type '", type,
-                                        "' (supported: default, linear, llama3, longrope, yarn)"));
+    return Invalid(source,
+                   absl::StrCat("unsupported ", field, " type '", type,
+                                "' (supported: default, linear, llama3, longrope, yarn, proportional)"));
   }
   if (!(out->factor > 0.0)) return Invalid(source, absl::StrCat(field, ".factor must be positive"));
   return absl::OkStatus();
@@ -364,7 +376,10 @@ absl::Status ParseLocalGlobalRope(const Json& j, const FamilyTraits& family, con
           *p.theta, GetDouble(*sub, "rope_theta", absl::StrCat(source, " (", field, ")"), *p.theta));
       if (!(*p.theta > 0.0)) return Invalid(source, absl::StrCat(field, ".rope_theta must be positive"));
       SCORED_RETURN_IF_ERROR(ParseRopeScaling(*sub, field, source, p.scaling));
-      SCORED_RETURN_IF_ERROR(ParsePartialRotary(j, sub, family, source, &c));
+      // proportional RoPE reads its partial_rotary_factor itself (the whole head rotates, part of it by 0)
+      if (p.scaling->type != RopeType::kProportional) {
+        SCORED_RETURN_IF_ERROR(ParsePartialRotary(j, sub, family, source, &c));
+      }
     }
   } else if (rs != nullptr) {
     SCORED_RETURN_IF_ERROR(ParseRopeScaling(*rs, "rope_scaling", source, &c.rope_scaling));
@@ -885,33 +900,113 @@ double LatentAttentionScale(const ModelConfig& c) {
 }
 
 // The Gemma block's fields (GemmaTraits): query_pre_attn_scalar, the soft caps, the embedding scale.
+// A soft-cap field: absent, the default; an explicit null, no cap (Find treats null as absent, which would
+// give the default); else a positive number.
+absl::Status ParseGemmaCap(const Json& j, const char* field, double def, const std::string& source,
+                           float* value) {
+  double v = def;
+  if (j.contains(field) && j.at(field).is_null()) {
+    v = 0.0;
+  } else if (Find(j, field) != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(v, GetDouble(j, field, source));
+    if (!(v > 0.0)) return Invalid(source, absl::StrCat("field '", field, "' must be positive or null"));
+  }
+  *value = static_cast<float>(v);
+  return absl::OkStatus();
+}
+
+absl::Status ParseGemma4(const Json& j, const std::string& source, ModelConfig* out);
+
 absl::Status ParseGemma(const Json& j, const FamilyTraits& family, const std::string& source,
                         ModelConfig* out) {
   if (!family.gemma.enabled) return absl::OkStatus();
   ModelConfig& c = *out;
-  c.gemma_norm = true;
   c.sandwich_norms = true;
   c.embedding_scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
+  if (family.gemma.gemma4) return ParseGemma4(j, source, out);
+  c.gemma_norm = true;
   SCORED_ASSIGN_OR_RETURN(double scalar, GetDouble(j, "query_pre_attn_scalar", source, 256.0));
   if (!(scalar > 0.0)) return Invalid(source, "query_pre_attn_scalar must be positive");
   c.attention_scale = std::pow(scalar, -0.5);  // transformers: query_pre_attn_scalar**-0.5
-  auto cap = [&](const char* field, double def, float* value) -> absl::Status {
-    double v = def;
-    if (j.contains(field) && j.at(field).is_null()) {
-      v = 0.0;  // an explicit null: no cap (Find treats null as absent, which would give the default)
-    } else if (Find(j, field) != nullptr) {
-      SCORED_ASSIGN_OR_RETURN(v, GetDouble(j, field, source));
-      if (!(v > 0.0)) return Invalid(source, absl::StrCat("field '", field, "' must be positive or null"));
-    }
-    *value = static_cast<float>(v);
-    return absl::OkStatus();
-  };
-  SCORED_RETURN_IF_ERROR(
-      cap("attn_logit_softcapping", family.gemma.attn_softcap_default, &c.attn_logit_softcap));
-  SCORED_RETURN_IF_ERROR(
-      cap("final_logit_softcapping", family.gemma.final_softcap_default, &c.final_logit_softcap));
+  SCORED_RETURN_IF_ERROR(ParseGemmaCap(j, "attn_logit_softcapping", family.gemma.attn_softcap_default, source,
+                                       &c.attn_logit_softcap));
+  SCORED_RETURN_IF_ERROR(ParseGemmaCap(j, "final_logit_softcapping", family.gemma.final_softcap_default,
+                                       source, &c.final_logit_softcap));
   SCORED_ASSIGN_OR_RETURN(bool bidirectional, GetBool(j, "use_bidirectional_attention", source, false));
   if (bidirectional) return Invalid(source, "unsupported use_bidirectional_attention: true");
+  return absl::OkStatus();
+}
+
+// GemmaTraits::gemma4 (transformers 5.17 Gemma4TextConfig.__post_init__, Gemma4TextAttention): the block's
+// flags, the full layers' head_dim / kv heads, and the fields of what is not implemented, refused by name.
+absl::Status ParseGemma4(const Json& j, const std::string& source, ModelConfig* out) {
+  ModelConfig& c = *out;
+  c.attention_scale = 1.0;  // Gemma4TextAttention.scaling
+  c.value_norm = true;
+  c.layer_scalar = true;
+  SCORED_RETURN_IF_ERROR(ParseGemmaCap(j, "final_logit_softcapping", 0.0, source, &c.final_logit_softcap));
+  if (const Json* b = Find(j, "use_bidirectional_attention"); b != nullptr && *b == "all") {
+    return Invalid(source, "unsupported use_bidirectional_attention 'all' (a bidirectional encoder)");
+  }
+  for (const char* field : {"hidden_size_per_layer_input", "num_kv_shared_layers"}) {
+    SCORED_ASSIGN_OR_RETURN(const int64_t v, GetInt(j, field, source, 0));
+    if (v != 0) {
+      return Invalid(source,
+                     absl::StrCat("unsupported ", field, " ", v, " for ", c.architecture,
+                                  " (Gemma 4 E2B / E4B's per-layer embeddings and shared K / V are not "
+                                  "implemented; 0 expected)"));
+    }
+  }
+  SCORED_ASSIGN_OR_RETURN(const bool moe, GetBool(j, "enable_moe_block", source, false));
+  if (moe) {
+    return Invalid(source,
+                   absl::StrCat("unsupported enable_moe_block true for ", c.architecture,
+                                " (Gemma 4 26B-A4B's parallel dense + MoE block is not implemented)"));
+  }
+  SCORED_ASSIGN_OR_RETURN(c.attention_k_eq_v, GetBool(j, "attention_k_eq_v", source, false));
+  // As Gemma4TextConfig: the last layer is full attention whatever layer_types says.
+  if (!c.layer_window.empty()) c.layer_window.back() = 0;
+  if (!c.layer_local_rope.empty()) c.layer_local_rope.back() = false;
+  // The full layers' shape: per_layer_config (what transformers saves) or global_head_dim (default 512) and,
+  // under attention_k_eq_v, num_global_key_value_heads.
+  SCORED_ASSIGN_OR_RETURN(c.full_head_dim, GetPositive(j, "global_head_dim", source, 512));
+  c.full_kv_heads = 0;
+  if (c.attention_k_eq_v && Find(j, "num_global_key_value_heads") != nullptr) {
+    SCORED_ASSIGN_OR_RETURN(c.full_kv_heads, GetPositive(j, "num_global_key_value_heads", source));
+  }
+  if (const Json* per_layer = Find(j, "per_layer_config")) {
+    if (!per_layer->is_object()) return Invalid(source, "'per_layer_config' must be an object");
+    int64_t head_dim = 0, kv_heads = -1;
+    for (const auto& item : per_layer->items()) {
+      int64_t l = -1;
+      if (!absl::SimpleAtoi(item.key(), &l) || l < 0 || l >= c.num_layers || c.LayerWindow(l) != 0) {
+        return Invalid(source, absl::StrCat("per_layer_config key '", item.key(),
+                                            "' is not the index of a full_attention layer"));
+      }
+      const std::string ctx = absl::StrCat(source, " (per_layer_config.", item.key(), ")");
+      for (const auto& field : item.value().items()) {
+        if (field.key() != "head_dim" && field.key() != "num_key_value_heads") {
+          return Invalid(ctx, absl::StrCat("unsupported field '", field.key(), "'"));
+        }
+      }
+      SCORED_ASSIGN_OR_RETURN(const int64_t d, GetPositive(item.value(), "head_dim", ctx, c.head_dim));
+      int64_t kv = 0;  // absent: the config's num_key_value_heads
+      if (Find(item.value(), "num_key_value_heads") != nullptr) {
+        SCORED_ASSIGN_OR_RETURN(kv, GetPositive(item.value(), "num_key_value_heads", ctx));
+      }
+      if ((head_dim != 0 && d != head_dim) || (kv_heads >= 0 && kv != kv_heads)) {
+        return Invalid(ctx, "full_attention layers of different shapes are not supported");
+      }
+      head_dim = d;
+      kv_heads = kv;
+    }
+    c.full_head_dim = head_dim > 0 ? head_dim : c.head_dim;
+    c.full_kv_heads = kv_heads > 0 ? kv_heads : 0;
+  }
+  if (c.full_head_dim % 2 != 0 || (c.full_kv_heads > 0 && c.num_heads % c.full_kv_heads != 0)) {
+    return Invalid(source, absl::StrCat("full_attention layers: head_dim ", c.full_head_dim, " and ",
+                                        c.full_kv_heads, " kv heads do not fit ", c.num_heads, " heads"));
+  }
   return absl::OkStatus();
 }
 
@@ -976,6 +1071,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
       // default theta (which the top level would otherwise override: ParseRope).
       const Json* rope_params = Find(j, "rope_parameters");
       if (item.key() == "rope_scaling" && rope_params != nullptr) continue;
+      if (item.key() == "rope_parameters" && Find(j, "rope_scaling") != nullptr) continue;
       if (item.key() == "rope_theta" && rope_params != nullptr && rope_params->is_object() &&
           Find(*rope_params, "rope_theta") != nullptr) {
         continue;

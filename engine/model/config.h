@@ -50,6 +50,11 @@ struct RopeScaling {
   double beta_fast = 32.0, beta_slow = 1.0;
   double mscale = 0.0, mscale_all_dim = 0.0;  // 0: absent
   bool truncate = true;
+  // proportional (Gemma 4's full layers, transformers' _compute_proportional_rope_parameters): over the whole
+  // head (rotary_dim = the layer's head_dim), inv_freq[i] = 1 / theta^(fp32(2i) / head_dim) for
+  // i < int(partial_rotary_factor * head_dim // 2), 0 for the rest (those pairs (i, i + head_dim / 2) stay as
+  // they are), all divided by factor (default 1).
+  double proportion = 1.0;
 };
 
 // The MLP's gate activation: SwiGLU (silu), GeGLU with tanh GELU (Gemma's gelu_pytorch_tanh), or gpt-oss's
@@ -188,6 +193,21 @@ struct ModelConfig {
   // FamilyTraits::attention_sinks (gpt-oss): every attention layer's softmax takes its head's learned sink
   // logit as one more column, then drops it (family.h).
   bool attention_sinks = false;
+  // Gemma 4 (GemmaTraits::gemma4): v RMSNorm per head without a weight; full layers (layer_window 0) with
+  // head_dim full_head_dim and num_kv_heads full_kv_heads (0: head_dim / num_kv_heads) and, under
+  // attention_k_eq_v, no v_proj (v = k_proj(x) before k's norm and RoPE); every layer's output times its
+  // layer_scalar tensor.
+  bool value_norm = false;
+  bool attention_k_eq_v = false;
+  bool layer_scalar = false;
+  int64_t full_head_dim = 0;
+  int64_t full_kv_heads = 0;
+  int64_t LayerHeadDim(int64_t layer) const {
+    return full_head_dim > 0 && LayerWindow(layer) == 0 ? full_head_dim : head_dim;
+  }
+  int64_t LayerKvHeads(int64_t layer) const {
+    return full_kv_heads > 0 && LayerWindow(layer) == 0 ? full_kv_heads : num_kv_heads;
+  }
   bool has_quantization_config = false;
   std::string quantization_config_json;  // raw JSON text of quantization_config ("" when absent);
                                          // older files name it "compression_config"

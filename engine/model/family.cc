@@ -50,6 +50,17 @@ constexpr char kGemma3TextDefaults[] =
     R"({"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6})";
 
+// Gemma4TextConfig's defaults (transformers 5.17 configuration_gemma4.py): hidden_size_per_layer_input 256 is
+// its default (per-layer embeddings, refused), so a file without the field is an E2B / E4B-style model; the
+// RoPE of each layer type when config.json gives no rope_parameters.
+constexpr char kGemma4TextDefaults[] =
+    R"({"vocab_size": 262144, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 30,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6,
+        "sliding_window": 512, "hidden_size_per_layer_input": 256,
+        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                               "rope_theta": 1000000.0}}})";
+
 // Qwen3_5TextConfig's defaults for what published files may leave out (its partial_rotary_factor default,
 // 0.25, is ParseLinearAttention's: the field may sit in rope_parameters).
 constexpr char kQwen35TextDefaults[] =
@@ -470,7 +481,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*partial_rotary=*/kNoPartialRotary,
         /*gemma=*/
         {true, /*sliding_pattern=*/2, /*attn_softcap_default=*/50.0, /*final_softcap_default=*/30.0,
-         /*local_rope=*/false},
+         /*local_rope=*/false, /*gemma4=*/false},
         /*config_defaults=*/kGemma2Defaults,
         /*text_only=*/kNotTextOnly,
         /*tensor_parallel=*/true,
@@ -496,7 +507,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*partial_rotary=*/kNoPartialRotary,
         /*gemma=*/
         {true, /*sliding_pattern=*/6, /*attn_softcap_default=*/0.0, /*final_softcap_default=*/0.0,
-         /*local_rope=*/true},
+         /*local_rope=*/true, /*gemma4=*/false},
         /*config_defaults=*/kGemma3TextDefaults,
         /*text_only=*/kNotTextOnly,
         /*tensor_parallel=*/true,
@@ -522,7 +533,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*partial_rotary=*/kNoPartialRotary,
         /*gemma=*/
         {true, /*sliding_pattern=*/6, /*attn_softcap_default=*/0.0, /*final_softcap_default=*/0.0,
-         /*local_rope=*/true},
+         /*local_rope=*/true, /*gemma4=*/false},
         /*config_defaults=*/kGemma3TextDefaults,
         /*text_only=*/
         {true,
@@ -533,6 +544,33 @@ constexpr FamilyTraits kFamilies[] = {
          {nullptr}},
         /*tensor_parallel=*/true,
         /*names=*/kGemma3VlmTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
+        /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
+    },
+    {
+        // Gemma 4 text (Gemma4ForCausalLM, models/gemma4: the 31B's language model; GemmaTraits::gemma4):
+        // sliding and full layers of their own head_dim / kv heads, plain-weight norms, q / k / v norms,
+        // scale 1, proportional RoPE on the full layers, layer_scalar. CPU backend (the CUDA backend refuses
+        // it at load).
+        /*architecture=*/"Gemma4ForCausalLM",
+        /*model_type=*/"gemma4_text",
+        /*default_max_position_embeddings=*/131072,
+        /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
+        /*qk_norm=*/QkNormPolicy::kPerHead,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kProportional),
+        /*tie_word_embeddings_default=*/true,
+        /*sliding_window=*/SlidingWindowPolicy::kLayerTypes,
+        /*partial_rotary=*/kNoPartialRotary,
+        /*gemma=*/
+        {true, /*sliding_pattern=*/6, /*attn_softcap_default=*/0.0, /*final_softcap_default=*/0.0,
+         /*local_rope=*/true, /*gemma4=*/true},
+        /*config_defaults=*/kGemma4TextDefaults,
+        /*text_only=*/kNotTextOnly,
+        /*tensor_parallel=*/false,
+        /*names=*/kGemmaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
         /*moe=*/kNoMoe,
         /*linear_attention=*/kNoLinearAttention,

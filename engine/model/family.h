@@ -28,7 +28,7 @@
 namespace scored {
 
 // RoPE frequency scaling (config.json rope_scaling / rope_parameters type).
-enum class RopeType { kDefault, kLlama3, kLinear, kLongrope, kYarn };
+enum class RopeType { kDefault, kLlama3, kLinear, kLongrope, kYarn, kProportional };
 
 // Bit set of RopeType values (bit 1 << int(type)).
 using RopeTypeSet = uint32_t;
@@ -112,8 +112,16 @@ struct GemmaTraits {
   // layers with rope_theta and the scaling; transformers 5's rope_parameters {"full_attention": {...},
   // "sliding_attention": {...}} also accepted.
   bool local_rope;
+  // Gemma 4's block (transformers 5.17 models/gemma4, Gemma4TextDecoderLayer / Gemma4TextAttention) instead
+  // of Gemma 2 / 3's: norms multiply by w (not 1 + w); the score scale is 1.0 (no query_pre_attn_scalar, no
+  // attention soft-cap); q and k normalized per head with their weights and v per head without one; full
+  // layers with their own head_dim and kv heads (per_layer_config, or global_head_dim /
+  // num_global_key_value_heads) and, under attention_k_eq_v, no v_proj (v = k_proj's raw output, then its
+  // norm); "proportional" RoPE on the full layers (config.h RopeScaling); every layer's output times its
+  // stored layer_scalar. Per-layer embeddings, KV sharing and the MoE block are refused naming their fields.
+  bool gemma4;
 };
-inline constexpr GemmaTraits kNotGemma = {false, 0, 0.0, 0.0, false};
+inline constexpr GemmaTraits kNotGemma = {false, 0, 0.0, 0.0, false, false};
 
 // What the MLP block of a layer is.
 enum class MoePolicy {

@@ -70,12 +70,9 @@ const uint8_t* TransposedColumns(const TensorView& from, int64_t num_experts, in
 
 }  // namespace
 
-absl::StatusOr<std::vector<ExpertWeights>> SplitGptOssDenseExperts(const std::string& experts_module,
-                                                                   const TensorView& gate_up,
-                                                                   const TensorView& down, int64_t num_experts,
-                                                                   int64_t intermediate_size,
-                                                                   int64_t hidden_size,
-                                                                   TranscodedBuffers* buffers) {
+absl::StatusOr<std::vector<ExpertWeights>> SplitGptOssDenseExperts(
+    const std::string& experts_module, const TensorView& gate_up, const TensorView& down, int64_t num_experts,
+    int64_t intermediate_size, int64_t hidden_size, TranscodedBuffers* buffers) {
   const int64_t E = num_experts, I = intermediate_size, H = hidden_size;
   SCORED_RETURN_IF_ERROR(CheckFloatTensor(gate_up, "experts' gate_up_proj", {E, H, 2 * I}));
   SCORED_RETURN_IF_ERROR(CheckFloatTensor(down, "experts' down_proj", {E, I, H}));
@@ -93,10 +90,11 @@ absl::StatusOr<std::vector<ExpertWeights>> SplitGptOssDenseExperts(const std::st
     const std::string m = absl::StrCat(experts_module, ".", e, ".");
     const std::string gu = absl::StrCat(gate_up.name, "[", e, "]");
     ExpertWeights& x = experts[static_cast<size_t>(e)];
-    x.gate_proj = DenseLinear(m + "gate_proj", ViewOf(gate_up, gu + "[:, 0::2]^T", I, H, gate + e * I * H * elem));
+    x.gate_proj =
+        DenseLinear(m + "gate_proj", ViewOf(gate_up, gu + "[:, 0::2]^T", I, H, gate + e * I * H * elem));
     x.up_proj = DenseLinear(m + "up_proj", ViewOf(gate_up, gu + "[:, 1::2]^T", I, H, up + e * I * H * elem));
-    x.down_proj = DenseLinear(m + "down_proj",
-                              ViewOf(down, absl::StrCat(down.name, "[", e, "]^T"), H, I, dn + e * H * I * elem));
+    x.down_proj = DenseLinear(
+        m + "down_proj", ViewOf(down, absl::StrCat(down.name, "[", e, "]^T"), H, I, dn + e * H * I * elem));
   }
   return experts;
 }

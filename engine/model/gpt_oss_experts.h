@@ -28,17 +28,14 @@
 namespace scored {
 
 // Expert e's gate_proj [I, H] = gate_up_proj[e, :, 0::2]^T, up_proj [I, H] = gate_up_proj[e, :, 1::2]^T and
-// down_proj [H, I] = down_proj[e]^T, each a kDense LinearWeight of the stored dtype (a transposed copy, exact)
-// named "<experts>.<e>.gate_proj" / ".up_proj" / ".down_proj" (MoeWeights' per-expert module names), no bias.
-// The copies are appended to `buffers` (3 per call, each holding every expert), which must outlive the
-// weights; nothing is appended when an error is returned. INVALID_ARGUMENT naming the tensor: a dtype other
-// than F32 / F16 / BF16, the two of different dtypes, or a shape other than the above.
-absl::StatusOr<std::vector<ExpertWeights>> SplitGptOssDenseExperts(const std::string& experts_module,
-                                                                   const TensorView& gate_up,
-                                                                   const TensorView& down, int64_t num_experts,
-                                                                   int64_t intermediate_size,
-                                                                   int64_t hidden_size,
-                                                                   TranscodedBuffers* buffers);
+// down_proj [H, I] = down_proj[e]^T, each a kDense LinearWeight of the stored dtype (a transposed copy,
+// exact) named "<experts>.<e>.gate_proj" / ".up_proj" / ".down_proj" (MoeWeights' per-expert module names),
+// no bias. The copies are appended to `buffers` (3 per call, each holding every expert), which must outlive
+// the weights; nothing is appended when an error is returned. INVALID_ARGUMENT naming the tensor: a dtype
+// other than F32 / F16 / BF16, the two of different dtypes, or a shape other than the above.
+absl::StatusOr<std::vector<ExpertWeights>> SplitGptOssDenseExperts(
+    const std::string& experts_module, const TensorView& gate_up, const TensorView& down, int64_t num_experts,
+    int64_t intermediate_size, int64_t hidden_size, TranscodedBuffers* buffers);
 
 // Sets every expert's biases: gate_proj.bias = gate_up_bias[e, 0::2], up_proj.bias = gate_up_bias[e, 1::2]
 // (copies appended to `buffers`, 2 per call) and down_proj.bias = down_bias[e] (a view). `experts` holds

@@ -46,6 +46,11 @@ namespace {
 
 AttentionPlan PlanAttention(const ModelConfig& c, int64_t layer) {
   AttentionPlan a;
+  a.head_dim = c.LayerHeadDim(layer);
+  a.num_kv_heads = c.LayerKvHeads(layer);
+  a.rotary_dim = c.full_head_dim > 0 ? a.head_dim : c.rotary_dim;
+  a.v_norm = c.value_norm;
+  a.k_eq_v = c.attention_k_eq_v && c.LayerWindow(layer) == 0;
   a.qkv_bias = c.attention_bias;
   a.o_bias = c.o_proj_bias;
   a.rope_interleaved = c.rope_interleave;
@@ -129,12 +134,19 @@ ModelPlan PlanModel(const ModelConfig& c) {
       layer.attention = PlanAttention(c, l);
     }
     layer.channel_mixer = PlanChannelMixer(c, l);
+    layer.layer_scalar = c.layer_scalar;
     p.local_rope = p.local_rope || layer.attention.rope == RopeTable::kLocal;
   }
   return p;
 }
 
 ModelConfig RopeTableConfig(const ModelConfig& c, RopeTable t) {
+  if (t == RopeTable::kGlobal && c.full_head_dim > 0) {  // Gemma 4: the full layers' table spans their heads
+    ModelConfig full = c;
+    full.head_dim = c.full_head_dim;
+    full.rotary_dim = c.full_head_dim;
+    return full;
+  }
   if (t == RopeTable::kGlobal) return c;
   ModelConfig local = c;
   local.rope_theta = c.local_rope_theta;

@@ -79,6 +79,9 @@ enum class RopeTable {
 };
 
 struct AttentionPlan {
+  // The layer's head shape: ModelConfig's head_dim / num_kv_heads / rotary_dim, but for Gemma 4's full layers
+  // (their own head_dim and kv heads, RoPE over the whole head).
+  int64_t head_dim = 0, num_kv_heads = 0, rotary_dim = 0;
   bool qkv_bias = false;  // q/k/v carry a bias
   bool o_bias = false;    // o_proj carries a bias (tp: added once, by rank 0's partial product)
   bool qk_norm = false;   // per-head RMSNorm of q and k over head_dim, before RoPE
@@ -94,6 +97,10 @@ struct AttentionPlan {
   int64_t window = 0;    // > 0: query t sees keys j with t - window < j <= t; 0: full causal
   double scale = 0.0;    // > 0: the score scale; 0: 1 / sqrt(head_dim)
   float softcap = 0.0f;  // > 0: scores = tanh(scores / softcap) * softcap
+  // Gemma 4: v normalized per head by an RMSNorm without a weight (after k's projection, before attention).
+  bool v_norm = false;
+  // Gemma 4's attention_k_eq_v full layers: no v_proj; v is k_proj's output before k's norm and RoPE.
+  bool k_eq_v = false;
   // A learned sink logit per head joins each query's softmax and is dropped after it (gpt-oss; family.h
   // FamilyTraits::attention_sinks).
   bool sinks = false;
@@ -153,6 +160,8 @@ struct LayerPlan {
   DeltaNetPlan delta_net;      // kGatedDeltaNet
   LatentAttentionPlan latent;  // kLatentAttention
   ChannelMixerPlan channel_mixer;
+  // The layer's output (the residual stream after both branches) times its stored layer_scalar (Gemma 4).
+  bool layer_scalar = false;
 
   bool sandwich() const { return norms == NormPlacement::kSandwich; }
   bool delta_net_mixer() const { return token_mixer == TokenMixerKind::kGatedDeltaNet; }

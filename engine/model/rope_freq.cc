@@ -78,7 +78,13 @@ std::vector<float> RopeInvFreqForLength(const ModelConfig& config, int64_t seq_l
     inv_freq[i] = ext == nullptr ? 1.0f / power : 1.0f / (static_cast<float>((*ext)[i]) * power);
   }
   const float factor = static_cast<float>(scaling.factor);
-  if (scaling.type == RopeType::kLinear) {
+  if (scaling.type == RopeType::kProportional) {
+    // int(proportion * head_dim // 2) rotated frequencies (Python's floor division of a float), the rest 0
+    const int64_t angles =
+        static_cast<int64_t>(std::floor(scaling.proportion * static_cast<double>(head_dim) / 2.0));
+    for (int64_t i = angles; i < half; ++i) inv_freq[i] = 0.0f;
+    for (float& f : inv_freq) f = f / factor;
+  } else if (scaling.type == RopeType::kLinear) {
     for (float& f : inv_freq) f = f / factor;
   } else if (scaling.type == RopeType::kLlama3) {
     const float low = static_cast<float>(scaling.low_freq_factor);

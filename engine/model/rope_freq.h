@@ -17,6 +17,7 @@
 //            dims of beta_fast / beta_slow turns at original_max_position_embeddings (floor / ceil when
 //            truncate, then clamped to [0, head_dim - 1]);
 //            inv_freq = (1 / (factor * theta^e_i)) * (1 - e) + (1 / theta^e_i) * e (config.h RopeScaling).
+//   proportional: 1 / theta^e_i for i < int(proportion * head_dim // 2), 0 beyond, then / factor.
 // All of it in fp32 as written (this file is compiled with -ffp-contract=off: no fused multiply-add), as
 // transformers computes it on fp32 tensors. Which scalings a family accepts is its FamilyTraits' business
 // (family.h); this function computes any of them.

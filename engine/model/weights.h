@@ -171,6 +171,11 @@ struct LayerWeights {
   // AttentionPlan::sinks only (gpt-oss): each head's learned sink logit, F32 / F16 / BF16 [num_heads]; else
   // data == nullptr.
   TensorView sinks;
+  // AttentionPlan::k_eq_v (Gemma 4's full layers): no v_proj is stored (v_proj empty: module "", no tensors),
+  // v is k_proj's output.
+  bool k_eq_v = false;
+  // LayerPlan::layer_scalar (Gemma 4): F32 / F16 / BF16 [1], the layer output's factor; else data == nullptr.
+  TensorView layer_scalar;
   bool linear_attention = false;  // LayerPlan::delta_net_mixer
   DeltaNetWeights delta_net;      // linear_attention layers only
   // LayerPlan::latent_attention_mixer: `latent`, q_proj only without q_lora_rank ([num_heads * qk_head_dim,
@@ -219,7 +224,7 @@ void ForEachLinear(const LayerWeights& L, Fn&& fn) {
   } else {
     fn(L.q_proj, LinearRole::kQ);
     fn(L.k_proj, LinearRole::kK);
-    fn(L.v_proj, LinearRole::kV);
+    if (!L.k_eq_v) fn(L.v_proj, LinearRole::kV);
     fn(L.o_proj, LinearRole::kO);
   }
   if (!L.sparse) {

@@ -377,6 +377,7 @@ absl::Status ModelWeightsLoader::CheckFiniteParameters() const {
     }
     SCORED_RETURN_IF_ERROR(CheckFinite(L.moe.correction_bias, "a router correction bias"));
     SCORED_RETURN_IF_ERROR(CheckFinite(L.sinks, "an attention sink logit"));
+    SCORED_RETURN_IF_ERROR(CheckFinite(L.layer_scalar, "a layer scalar"));
     absl::Status status;
     ForEachLinear(L, [&](const LinearWeight& w, LinearRole) {
       if (status.ok()) status = check_linear(w);
@@ -666,10 +667,11 @@ absl::Status ModelWeightsLoader::LoadAttention(const std::string& p, const Atten
   const ModelConfig& c = m_->config_;
   const TensorNames& n = *names_;
   // Qwen3.5's output gate doubles q_proj: [q_h | gate_h] per head.
-  const int64_t q_out = c.num_heads * c.head_dim * (plan.output_gate ? 2 : 1);
-  const int64_t kv_out = c.num_kv_heads * c.head_dim;
+  const int64_t q_out = c.num_heads * plan.head_dim * (plan.output_gate ? 2 : 1);
+  const int64_t kv_out = plan.num_kv_heads * plan.head_dim;
   LayerWeights& L = *out;
   const bool b = plan.qkv_bias;
+  L.k_eq_v = plan.k_eq_v;
   if (n.qkv_proj != nullptr) {  // fused (Phi-3): no family with one has a q/k/v bias
     SCORED_RETURN_IF_ERROR(
         LoadFused(p + n.qkv_proj, c.hidden_size,
@@ -677,10 +679,12 @@ absl::Status ModelWeightsLoader::LoadAttention(const std::string& p, const Atten
   } else {
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.q_proj, q_out, c.hidden_size, b, &L.q_proj));
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.k_proj, kv_out, c.hidden_size, b, &L.k_proj));
-    SCORED_RETURN_IF_ERROR(LoadLinear(p + n.v_proj, kv_out, c.hidden_size, b, &L.v_proj));
+    if (!plan.k_eq_v) {
+      SCORED_RETURN_IF_ERROR(LoadLinear(p + n.v_proj, kv_out, c.hidden_size, b, &L.v_proj));
+    }
   }
   SCORED_RETURN_IF_ERROR(
-      LoadLinear(p + n.o_proj, c.hidden_size, c.num_heads * c.head_dim, plan.o_bias, &L.o_proj));
+      LoadLinear(p + n.o_proj, c.hidden_size, c.num_heads * plan.head_dim, plan.o_bias, &L.o_proj));
   if (plan.sinks) {  // never quantized: a learned logit per head
     SCORED_ASSIGN_OR_RETURN(L.sinks, TakeChecked(p + c.family->attention_sinks, {c.num_heads},
                                                  {DType::kF32, DType::kF16, DType::kBF16}));
@@ -758,8 +762,9 @@ absl::Status ModelWeightsLoader::LoadLayer(int64_t l, LayerWeights* out) {
                             TakeChecked(p + n.post_feedforward_layernorm, {c.hidden_size}, kFloat));
   }
   if (plan.attention.qk_norm || plan.attention.qk_norm_whole) {  // per head, or the whole projections
-    const int64_t q_width = plan.attention.qk_norm_whole ? c.num_heads * c.head_dim : c.head_dim;
-    const int64_t k_width = plan.attention.qk_norm_whole ? c.num_kv_heads * c.head_dim : c.head_dim;
+    const int64_t hd = plan.attention.head_dim;
+    const int64_t q_width = plan.attention.qk_norm_whole ? c.num_heads * hd : hd;
+    const int64_t k_width = plan.attention.qk_norm_whole ? plan.attention.num_kv_heads * hd : hd;
     SCORED_ASSIGN_OR_RETURN(L.q_norm, TakeChecked(p + n.q_norm, {q_width}, kFloat));
     SCORED_ASSIGN_OR_RETURN(L.k_norm, TakeChecked(p + n.k_norm, {k_width}, kFloat));
   }
@@ -771,6 +776,9 @@ absl::Status ModelWeightsLoader::LoadLayer(int64_t l, LayerWeights* out) {
     SCORED_RETURN_IF_ERROR(LoadLatentAttention(p, plan.latent, &L));
   } else {
     SCORED_RETURN_IF_ERROR(LoadAttention(p, plan.attention, &L));
+  }
+  if (plan.layer_scalar) {  // Gemma 4: a buffer of the checkpoint, never quantized
+    SCORED_ASSIGN_OR_RETURN(L.layer_scalar, TakeChecked(p + "layer_scalar", {1}, kFloat));
   }
   L.sparse = plan.experts();
   const int64_t inter = plan.channel_mixer.intermediate_size;

@@ -9,8 +9,8 @@ namespace scored::ref {
 void ClampedSwiGlu(const float* gate,  // [num_tokens, intermediate_size]
                    const float* up,    // [num_tokens, intermediate_size]
                    int64_t num_tokens, int64_t intermediate_size,
-                   float* out) {  // [num_tokens, intermediate_size]
-  constexpr float kLimit = 7.0f;   // GptOssExperts.limit
+                   float* out) {    // [num_tokens, intermediate_size]
+  constexpr float kLimit = 7.0f;    // GptOssExperts.limit
   constexpr float kAlpha = 1.702f;  // GptOssExperts.alpha, as torch multiplies an fp32 tensor by it
   const int64_t n = num_tokens * intermediate_size;
   for (int64_t i = 0; i < n; ++i) {

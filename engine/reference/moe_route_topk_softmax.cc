@@ -24,7 +24,8 @@ void MoeRouteTopKSoftmax(const float* router_logits,  // [num_tokens, num_expert
     for (int64_t j = 0; j < top_k; ++j) sum += std::exp(static_cast<double>(l[order[j]] - m));
     for (int64_t j = 0; j < top_k; ++j) {
       expert_ids[t * top_k + j] = order[j];
-      expert_weights[t * top_k + j] = static_cast<float>(std::exp(static_cast<double>(l[order[j]] - m)) / sum);
+      expert_weights[t * top_k + j] =
+          static_cast<float>(std::exp(static_cast<double>(l[order[j]] - m)) / sum);
     }
   }
 }

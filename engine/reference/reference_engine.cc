@@ -83,6 +83,7 @@ struct DenseLayer {
   std::vector<float> post_attention_norm;  // [hidden_size]
   std::vector<float> q_norm, k_norm;       // [head_dim]; empty unless the model has qk_norm
   std::vector<float> sinks;                // [num_heads]: AttentionPlan::sinks (gpt-oss), else empty
+  float layer_scalar = 0.0f;               // LayerPlan::layer_scalar (Gemma 4): the output's factor
   // sandwich_norms (Gemma) only, [hidden_size]: around the MLP (post_attention_norm then normalizes the
   // attention output). Gemma's norms are stored here as fp32(1 + weight) (OffsetNormWeight).
   std::vector<float> pre_ff_norm, post_ff_norm;
@@ -322,6 +323,7 @@ class ReferenceEngine : public Engine {
   std::vector<float> inv_freq_long_;   // longrope: for sequences beyond original_max_position_embeddings
   float rope_scaling_ = 1.0f;          // RopeAttentionScaling
   std::vector<float> inv_freq_local_;  // RopeTable::kLocal layers (Gemma 3's sliding layers)
+  std::vector<float> unit_norm_;       // ones [the widest head_dim]: AttentionPlan::v_norm's weightless norm
   std::vector<DenseLayer> layers_;
   DenseLinear lm_head_;                         // [vocab_size, hidden_size]
   std::unique_ptr<ReferenceEngine> reference_;  // R; null without --reference_model
@@ -346,10 +348,14 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
   SCORED_ASSIGN_OR_RETURN(embed_, ToFloat(weights.embed_tokens(), c.vocab_size * c.hidden_size));
   SCORED_ASSIGN_OR_RETURN(final_norm_, ToFloat(weights.final_norm(), c.hidden_size));
   if (plan_.offset_norms) ref::OffsetNormWeight(final_norm_.data(), static_cast<int64_t>(final_norm_.size()));
-  inv_freq_ = RopeInvFreq(c);
+  inv_freq_ = RopeInvFreq(RopeTableConfig(c, RopeTable::kGlobal));
   if (plan_.local_rope) inv_freq_local_ = RopeInvFreq(RopeTableConfig(c, RopeTable::kLocal));
   inv_freq_long_ = RopeInvFreqForLength(c, std::numeric_limits<int64_t>::max());
   rope_scaling_ = RopeAttentionScaling(c);
+  for (const LayerPlan& p : plan_.layers) {
+    if (static_cast<int64_t>(unit_norm_.size()) < p.attention.head_dim)
+      unit_norm_.assign(p.attention.head_dim, 1.0f);
+  }
   if (weights.layers().size() != plan_.layers.size()) {
     return absl::InvalidArgumentError(absl::StrCat("the checkpoint has ", weights.layers().size(),
                                                    " layers, config.json says ", c.num_layers));
@@ -400,9 +406,10 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
   DenseLayer& layer = *out;
   SCORED_ASSIGN_OR_RETURN(layer.input_norm, ToFloat(lw.input_layernorm, c.hidden_size));
   SCORED_ASSIGN_OR_RETURN(layer.post_attention_norm, ToFloat(lw.post_attention_layernorm, c.hidden_size));
+  const int64_t hd = plan.attention.head_dim, kv_width = plan.attention.num_kv_heads * hd;
   if (plan.attention.qk_norm) {
-    SCORED_ASSIGN_OR_RETURN(layer.q_norm, ToFloat(lw.q_norm, c.head_dim));
-    SCORED_ASSIGN_OR_RETURN(layer.k_norm, ToFloat(lw.k_norm, c.head_dim));
+    SCORED_ASSIGN_OR_RETURN(layer.q_norm, ToFloat(lw.q_norm, hd));
+    SCORED_ASSIGN_OR_RETURN(layer.k_norm, ToFloat(lw.k_norm, hd));
   } else if (plan.attention.qk_norm_whole) {  // MiniMax-M2: over the whole q and k projections
     SCORED_ASSIGN_OR_RETURN(layer.q_norm, ToFloat(lw.q_norm, c.num_heads * c.head_dim));
     SCORED_ASSIGN_OR_RETURN(layer.k_norm, ToFloat(lw.k_norm, c.num_kv_heads * c.head_dim));
@@ -462,16 +469,18 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
     const bool bias = plan.attention.qkv_bias;
     SCORED_ASSIGN_OR_RETURN(layer.q, Decode(lw.q_proj, bias, pool));
     SCORED_ASSIGN_OR_RETURN(layer.k, Decode(lw.k_proj, bias, pool));
-    SCORED_ASSIGN_OR_RETURN(layer.v, Decode(lw.v_proj, bias, pool));
+    if (!plan.attention.k_eq_v) {
+      SCORED_ASSIGN_OR_RETURN(layer.v, Decode(lw.v_proj, bias, pool));
+    }
     SCORED_ASSIGN_OR_RETURN(layer.o, Decode(lw.o_proj, plan.attention.o_bias, pool));
     if (plan.attention.sinks) {
       SCORED_ASSIGN_OR_RETURN(layer.sinks, ToFloat(lw.sinks, c.num_heads));
     }
-    const int64_t q_rows = c.num_heads * c.head_dim * (plan.attention.output_gate ? 2 : 1);
+    const int64_t q_rows = c.num_heads * hd * (plan.attention.output_gate ? 2 : 1);
     shapes = {{&layer.q, q_rows, c.hidden_size},
-              {&layer.k, c.num_kv_heads * c.head_dim, c.hidden_size},
-              {&layer.v, c.num_kv_heads * c.head_dim, c.hidden_size},
-              {&layer.o, c.hidden_size, c.num_heads * c.head_dim}};
+              {&layer.k, kv_width, c.hidden_size},
+              {&layer.o, c.hidden_size, c.num_heads * hd}};
+    if (!plan.attention.k_eq_v) shapes.push_back({&layer.v, kv_width, c.hidden_size});
   }
   if (plan.experts()) {
     SCORED_RETURN_IF_ERROR(DecodeMoe(plan.channel_mixer.experts, lw.moe, pool, &layer.moe));
@@ -480,6 +489,7 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
     SCORED_ASSIGN_OR_RETURN(layer.up, Decode(lw.up_proj, /*bias=*/false, pool));
     SCORED_ASSIGN_OR_RETURN(layer.down, Decode(lw.down_proj, /*bias=*/false, pool));
   }
+  if (plan.layer_scalar) SCORED_RETURN_IF_ERROR(TensorToFloat(lw.layer_scalar, &layer.layer_scalar, 1));
   if (kv_fp8) {
     SCORED_RETURN_IF_ERROR(TensorToFloat(lw.k_scale, &layer.k_scale, 1));
     SCORED_RETURN_IF_ERROR(TensorToFloat(lw.v_scale, &layer.v_scale, 1));
@@ -672,13 +682,14 @@ void ReferenceEngine::MoeBlock(const ChannelMixerPlan& mixer, const DenseMoe& mo
 
 // The activations of one sequence's forward, allocated once and reused by every layer.
 struct ReferenceEngine::Scratch {
-  Scratch(const ModelConfig& c, int64_t n)
+  // q_width / kv_width: the widest layer's num_heads * head_dim and num_kv_heads * head_dim.
+  Scratch(const ModelConfig& c, int64_t q_width, int64_t kv_width, int64_t n)
       : positions(n),
         normed(n * c.hidden_size),
-        q(n * c.num_heads * c.head_dim),
-        k(n * c.num_kv_heads * c.head_dim),
-        v(n * c.num_kv_heads * c.head_dim),
-        attn(n * c.num_heads * c.head_dim),
+        q(n * q_width),
+        k(n * kv_width),
+        v(n * kv_width),
+        attn(n * q_width),
         delta(n * c.hidden_size),
         gate(n * c.intermediate_size),
         up(n * c.intermediate_size) {
@@ -700,7 +711,12 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
   const int64_t n = static_cast<int64_t>(tokens.size());
   std::vector<float>& x = *hidden;  // [n, hidden_size], the residual stream
   x.resize(n * c.hidden_size);
-  Scratch s(c, n);
+  int64_t q_width = c.num_heads * c.head_dim, kv_width = c.num_kv_heads * c.head_dim;
+  for (const LayerPlan& p : plan_.layers) {  // Gemma 4's full layers are wider
+    q_width = std::max(q_width, c.num_heads * p.attention.head_dim);
+    kv_width = std::max(kv_width, p.attention.num_kv_heads * p.attention.head_dim);
+  }
+  Scratch s(c, q_width, kv_width, n);
   // Ids were validated by Score().
   ref::Embedding(embed_.data(), tokens.data(), n, c.vocab_size, c.hidden_size, x.data()).IgnoreError();
   if (plan_.embedding_scale > 0.0f) {  // Gemma: times fp32(sqrt(hidden_size)), in fp32
@@ -732,6 +748,9 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
     }
     if (plan.sandwich()) NormRows(s.delta.data(), layer.post_ff_norm, n, c.hidden_size, s.delta.data());
     for (int64_t i = 0; i < n * c.hidden_size; ++i) x[i] += s.delta[i];
+    if (plan.layer_scalar) {  // Gemma 4: hidden_states *= layer_scalar, in fp32
+      for (float& e : x) e *= layer.layer_scalar;
+    }
   }
   NormRows(x.data(), final_norm_, n, c.hidden_size, x.data());
 }
@@ -739,13 +758,14 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
 void ReferenceEngine::AttentionBlock(const AttentionPlan& plan, const DenseLayer& layer, int64_t n,
                                      Scratch* s) const {
   const ModelConfig& c = config_;
+  const int64_t hd = plan.head_dim, kv_heads = plan.num_kv_heads;
   // The layer's RoPE table; the global one under longrope by this sequence's own length.
   const std::vector<float>& inv_freq = plan.rope == RopeTable::kLocal ? inv_freq_local_
                                        : plan_.LongRopeFor(n)         ? inv_freq_long_
                                                                       : inv_freq_;
   std::vector<float> gate;  // [n, num_heads, head_dim]: the output gate's logits (AttentionPlan::output_gate)
   if (plan.output_gate) {
-    const int64_t hd = c.head_dim, heads = n * c.num_heads;
+    const int64_t heads = n * c.num_heads;
     std::vector<float> q_and_gate(heads * 2 * hd);  // per head [q_h | gate_h]
     ApplyLinear(layer.q, s->normed.data(), n, q_and_gate.data());
     gate.resize(heads * hd);
@@ -757,20 +777,25 @@ void ReferenceEngine::AttentionBlock(const AttentionPlan& plan, const DenseLayer
     ApplyLinear(layer.q, s->normed.data(), n, s->q.data());
   }
   ApplyLinear(layer.k, s->normed.data(), n, s->k.data());
-  ApplyLinear(layer.v, s->normed.data(), n, s->v.data());
-  if (plan.qk_norm) {  // Qwen3, Gemma 3: RMSNorm over head_dim of every head, before RoPE
-    NormRows(s->q.data(), layer.q_norm, n * c.num_heads, c.head_dim, s->q.data());
-    NormRows(s->k.data(), layer.k_norm, n * c.num_kv_heads, c.head_dim, s->k.data());
-  } else if (plan.qk_norm_whole) {  // MiniMax-M2: over each token's whole q and k rows (MiniMaxM2Attention)
-    NormRows(s->q.data(), layer.q_norm, n, c.num_heads * c.head_dim, s->q.data());
-    NormRows(s->k.data(), layer.k_norm, n, c.num_kv_heads * c.head_dim, s->k.data());
+  if (plan.k_eq_v) {  // Gemma 4's full layers: v is k_proj's output, before k's norm and RoPE
+    std::copy_n(s->k.data(), n * kv_heads * hd, s->v.data());
+  } else {
+    ApplyLinear(layer.v, s->normed.data(), n, s->v.data());
   }
-  ref::Rope(s->q.data(), s->positions.data(), inv_freq.data(), n, c.num_heads, c.head_dim, c.rotary_dim,
+  if (plan.qk_norm) {  // Qwen3, Gemma 3 / 4: RMSNorm over head_dim of every head, before RoPE
+    NormRows(s->q.data(), layer.q_norm, n * c.num_heads, hd, s->q.data());
+    NormRows(s->k.data(), layer.k_norm, n * kv_heads, hd, s->k.data());
+  } else if (plan.qk_norm_whole) {  // MiniMax-M2: over each token's whole q and k rows (MiniMaxM2Attention)
+    NormRows(s->q.data(), layer.q_norm, n, c.num_heads * hd, s->q.data());
+    NormRows(s->k.data(), layer.k_norm, n, kv_heads * hd, s->k.data());
+  }
+  if (plan.v_norm) NormRows(s->v.data(), unit_norm_, n * kv_heads, hd, s->v.data());  // Gemma 4, no weight
+  ref::Rope(s->q.data(), s->positions.data(), inv_freq.data(), n, c.num_heads, hd, plan.rotary_dim,
             rope_scaling_, plan.rope_interleaved);
-  ref::Rope(s->k.data(), s->positions.data(), inv_freq.data(), n, c.num_kv_heads, c.head_dim, c.rotary_dim,
+  ref::Rope(s->k.data(), s->positions.data(), inv_freq.data(), n, kv_heads, hd, plan.rotary_dim,
             rope_scaling_, plan.rope_interleaved);
   if (layer.k_scale > 0.0f) {  // FP8 KV cache: compressed-tensors' QuantizedKVCache on post-RoPE K and V
-    const int64_t kv_width = c.num_kv_heads * c.head_dim;
+    const int64_t kv_width = kv_heads * hd;
     ref::FakeQuantizeFp8Static(s->k.data(), n * kv_width, layer.k_scale);
     ref::FakeQuantizeFp8Static(s->v.data(), n * kv_width, layer.v_scale);
   }
@@ -779,8 +804,8 @@ void ReferenceEngine::AttentionBlock(const AttentionPlan& plan, const DenseLayer
   options.scale = plan.scale;
   options.softcap = plan.softcap;
   options.sinks = layer.sinks.empty() ? nullptr : layer.sinks.data();
-  ref::CausalAttention(s->q.data(), s->k.data(), s->v.data(), n, c.num_heads, c.num_kv_heads, c.head_dim,
-                       s->attn.data(), &pool_, options);
+  ref::CausalAttention(s->q.data(), s->k.data(), s->v.data(), n, c.num_heads, kv_heads, hd, s->attn.data(),
+                       &pool_, options);
   if (!gate.empty()) {  // attn * sigmoid(gate), in fp32 as transformers
     ref::SigmoidGateMul(s->attn.data(), gate.data(), static_cast<int64_t>(gate.size()));
   }

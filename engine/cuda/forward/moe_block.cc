@@ -225,6 +225,8 @@ absl::Status Route(ForwardContext<T>& ctx, const ExpertsPlan& plan, const Device
       routing.scaling_factor = plan.routed_scaling_factor;
       return kernels::MoeRouteSigmoid(logits, columns, ctx.n, experts, k, routing, ids, weights, ctx.stream);
     }
+    case RouterKind::kTopKSoftmax:  // gpt-oss: refused at load (cuda_engine.cc CheckBlocksOnCuda)
+      return absl::UnimplementedError("gpt-oss's router is not implemented on the CUDA backend");
   }
   return absl::InternalError("unknown router kind");
 }

@@ -536,6 +536,10 @@ std::vector<RealConfig> RealConfigs() {
        "Kimi_K25ForConditionalGeneration", false, 0, RopeType::kYarn, 8, 2, 32, 32, true, /*dense_layer=*/0},
       {"mistral3 fixture", kFixtures + "/mistral3-deepseek-v3-trained-bf16", "",
        "Mistral3ForConditionalGeneration", false, 0, RopeType::kYarn, 8, 2, 32, 32, true, /*dense_layer=*/0},
+      {"gemma4 fixture", kFixtures + "/gemma4-trained-bf16", "", "Gemma4ForCausalLM", true, 0,
+       RopeType::kProportional},
+      {"gemma4 w4a16 fixture", kFixtures + "/gemma4-trained-w4a16-g32", "", "Gemma4ForCausalLM", true, 0,
+       RopeType::kProportional},
       {"gpt-oss-20b", "", kGptOss20B, "GptOssForCausalLM", false, 0, RopeType::kYarn, 32, 4, 2880, 0, true},
       {"gpt-oss fixture", kFixtures + "/gpt-oss-trained-bf16", "", "GptOssForCausalLM", false, 0,
        RopeType::kYarn, 4, 2, 64, 0, true},
@@ -562,8 +566,8 @@ TEST(FamilyTable, EntriesAreUniqueAndFindable) {
   }
   // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3 (x2), Qwen3.5 (x2),
   // Qwen3.5-MoE (x2), Qwen3-Next, GLM-4.5, MiniMax-M2, DeepSeek-V3, GLM-4.7-Flash, DeepSeek-V3.2, GLM-5,
-  // Kimi K2.5, Mistral Large 3, gpt-oss
-  EXPECT_EQ(n, 25);
+  // Kimi K2.5, Mistral Large 3, gpt-oss, Gemma 4
+  EXPECT_EQ(n, 26);
   EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
   EXPECT_EQ(FindFamily(""), nullptr);
 }
@@ -631,6 +635,9 @@ std::string MinimalConfig(const FamilyTraits& f, const std::string& extra = "") 
     moe = R"(, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
         "num_key_value_heads": 2)";
   }
+  // Gemma 4: Gemma4TextConfig's hidden_size_per_layer_input default (256) is the E2B / E4B per-layer
+  // embeddings, which are refused.
+  if (f.gemma.gemma4) moe = R"(, "hidden_size_per_layer_input": 0)";
   if (f.moe.policy == MoePolicy::kGptOss) {
     moe = R"(, "num_local_experts": 4, "num_experts_per_tok": 2, "num_key_value_heads": 2)";
   }
@@ -741,7 +748,9 @@ TEST(FamilyTraits, SlidingWindowPolicy) {
       EXPECT_EQ(c->sliding_window, 0);
       // Layer 0 sliding; layer 1 full for Gemma 2 and gpt-oss (its config default sliding_window_pattern 2),
       // sliding for Gemma 3.
-      const bool alternating = f->gemma.sliding_pattern == 2 || f->moe.policy == MoePolicy::kGptOss;
+      // Gemma 4 forces the last layer to full attention, as Gemma4TextConfig does.
+      const bool alternating =
+          f->gemma.sliding_pattern == 2 || f->moe.policy == MoePolicy::kGptOss || f->gemma.gemma4;
       ASSERT_EQ(c->layer_window.size(), 2u);
       EXPECT_EQ(c->layer_window[0], 1024);
       EXPECT_EQ(c->layer_window[1], alternating ? 0 : 1024);
@@ -1229,6 +1238,81 @@ TEST(FamilyTraits, GptOssConfig) {
       {MinimalConfig(*f, R"("experts_per_token": 3)"),
        "fields 'experts_per_token' (3) and 'num_experts_per_tok' (2) disagree"},
       {MinimalConfig(*f, R"("num_experts_per_tok": 5)"), "exceeds 'num_local_experts' = 4"},
+  };
+  for (const auto& tc : cases) {
+    SCOPED_TRACE(tc.config);
+    EXPECT_THAT(ParseModelConfig(tc.config, "mem").status().message(), HasSubstr(tc.message));
+  }
+}
+
+// Gemma 4 (Gemma4TextConfig / Gemma4TextAttention, transformers 5.17): the fixture's saved config
+// (per_layer_config for the full layers, proportional RoPE there), the plan's per-layer head shapes, and the
+// refusals by field.
+TEST(FamilyTraits, Gemma4Config) {
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(kFixtures + "/gemma4-trained-bf16");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->gemma_norm);  // x * w
+  EXPECT_TRUE(c->sandwich_norms);
+  EXPECT_TRUE(c->value_norm);
+  EXPECT_TRUE(c->layer_scalar);
+  EXPECT_TRUE(c->attention_k_eq_v);
+  EXPECT_DOUBLE_EQ(c->attention_scale, 1.0);
+  EXPECT_EQ(c->attn_logit_softcap, 0.0f);
+  EXPECT_EQ(c->final_logit_softcap, 30.0f);
+  EXPECT_EQ(c->full_head_dim, 32);
+  EXPECT_EQ(c->full_kv_heads, 1);
+  EXPECT_EQ(c->rope_scaling.type, RopeType::kProportional);
+  EXPECT_EQ(c->rope_scaling.proportion, 0.25);
+  EXPECT_EQ(c->local_rope_scaling.type, RopeType::kDefault);
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->local_rope_theta, 1e4);
+  const ModelPlan plan = PlanModel(*c);
+  ASSERT_EQ(plan.layers.size(), 4u);
+  for (int64_t l = 0; l < 4; ++l) {
+    SCOPED_TRACE(l);
+    const AttentionPlan& a = plan.layers[static_cast<size_t>(l)].attention;
+    const bool full = l % 2 == 1;
+    EXPECT_EQ(a.window, full ? 0 : 16);
+    EXPECT_EQ(a.head_dim, full ? 32 : 16);
+    EXPECT_EQ(a.rotary_dim, a.head_dim);
+    EXPECT_EQ(a.num_kv_heads, full ? 1 : 2);
+    EXPECT_EQ(a.k_eq_v, full);
+    EXPECT_TRUE(a.v_norm && a.qk_norm);
+    EXPECT_EQ(a.rope, full ? RopeTable::kGlobal : RopeTable::kLocal);
+    EXPECT_TRUE(plan.layers[static_cast<size_t>(l)].layer_scalar);
+  }
+  const ModelConfig full = RopeTableConfig(*c, RopeTable::kGlobal);
+  EXPECT_EQ(full.rotary_dim, 32);
+  c = LoadModelConfig(kFixtures + "/gemma4-trained-w4a16-g32");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->attention_k_eq_v);
+  EXPECT_EQ(c->full_head_dim, 32);
+  EXPECT_EQ(c->full_kv_heads, 0);  // the config's 2
+  const FamilyTraits* f = FindFamily("Gemma4ForCausalLM");
+  ASSERT_NE(f, nullptr);
+  // Without per_layer_config: global_head_dim (default 512) and, under attention_k_eq_v, the global kv heads;
+  // the last layer is full whatever layer_types says.
+  c = ParseModelConfig(MinimalConfig(*f, R"("attention_k_eq_v": true, "global_head_dim": 64,
+      "num_global_key_value_heads": 2, "layer_types": ["sliding_attention", "sliding_attention"])"),
+                       "mem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->LayerWindow(1), 0);
+  EXPECT_EQ(c->LayerHeadDim(1), 64);
+  EXPECT_EQ(c->LayerKvHeads(1), 2);
+  EXPECT_EQ(c->LayerHeadDim(0), 256);  // Gemma4TextConfig's head_dim default
+  const struct {
+    std::string config, message;
+  } cases[] = {
+      {R"({"architectures": ["Gemma4ForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})",
+       "unsupported hidden_size_per_layer_input 256"},
+      {MinimalConfig(*f, R"("num_kv_shared_layers": 1)"), "unsupported num_kv_shared_layers 1"},
+      {MinimalConfig(*f, R"("enable_moe_block": true)"), "unsupported enable_moe_block true"},
+      {MinimalConfig(*f, R"("use_bidirectional_attention": "all")"), "use_bidirectional_attention 'all'"},
+      {MinimalConfig(*f, R"("per_layer_config": {"0": {"head_dim": 32}})"),
+       "per_layer_config key '0' is not the index of a full_attention layer"},
+      {MinimalConfig(*f, R"("per_layer_config": {"1": {"head_dim": 32, "sliding_window": 4}})"),
+       "unsupported field 'sliding_window'"},
   };
   for (const auto& tc : cases) {
     SCOPED_TRACE(tc.config);

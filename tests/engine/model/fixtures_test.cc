@@ -120,8 +120,13 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
       continue;
     }
     // Qwen3.5's gated attention: q_proj holds [q_h | gate_h] per head.
-    EXPECT_EQ(L.q_proj.out_features, c.num_heads * c.head_dim * (c.attention_output_gate ? 2 : 1));
-    EXPECT_EQ(L.k_proj.out_features, c.num_kv_heads * c.head_dim);
+    // Gemma 4's full layers have their own head_dim and kv heads (LayerHeadDim / LayerKvHeads).
+    const int64_t l = &L - &w.layers()[0];
+    EXPECT_EQ(L.q_proj.out_features, c.num_heads * c.LayerHeadDim(l) * (c.attention_output_gate ? 2 : 1));
+    EXPECT_EQ(L.k_proj.out_features, c.LayerKvHeads(l) * c.LayerHeadDim(l));
+    EXPECT_EQ(L.k_eq_v, c.attention_k_eq_v && c.LayerWindow(l) == 0);
+    EXPECT_EQ(L.v_proj.module.empty(), L.k_eq_v);
+    EXPECT_EQ(L.layer_scalar.present(), c.model_type == "gemma4_text");
     if (L.sparse) {
       ASSERT_EQ(static_cast<int64_t>(L.moe.experts.size()), c.num_experts);
       EXPECT_EQ(L.moe.experts.back().down_proj.in_features, c.moe_intermediate_size);
@@ -146,7 +151,8 @@ TEST_P(FixturesTest, LoadsAndDecodesBitExactly) {
     EXPECT_EQ(L.sinks.present(), gpt_oss);
     EXPECT_EQ(L.q_norm.present(), c.model_type == "qwen3" || c.model_type == "qwen3_moe" ||
                                       c.model_type == "gemma3_text" || c.model_type == "gemma3" ||
-                                      c.model_type == "qwen3_5_text" || (glm && c.qk_norm));
+                                      c.model_type == "qwen3_5_text" || c.model_type == "gemma4_text" ||
+                                      (glm && c.qk_norm));
   }
   const ModelSummary& s = w.summary();
   // A fixture that keeps some decoder linears dense (stories260k-nvfp4a16's down_proj, 172 inputs: not a

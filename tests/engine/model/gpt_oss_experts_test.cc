@@ -51,9 +51,9 @@ TEST(GptOssDenseExperts, TransposedAndDeinterleaved) {
   const std::vector<float> gate_up = Numbered(kE, kH, 2 * kI);  // [E, H, 2I]
   const std::vector<float> down = Numbered(kE, kI, kH);         // [E, I, H]
   TranscodedBuffers buffers;
-  absl::StatusOr<std::vector<ExpertWeights>> experts = SplitGptOssDenseExperts(
-      "m.experts", F32View("m.experts.gate_up_proj", {kE, kH, 2 * kI}, gate_up),
-      F32View("m.experts.down_proj", {kE, kI, kH}, down), kE, kI, kH, &buffers);
+  absl::StatusOr<std::vector<ExpertWeights>> experts =
+      SplitGptOssDenseExperts("m.experts", F32View("m.experts.gate_up_proj", {kE, kH, 2 * kI}, gate_up),
+                              F32View("m.experts.down_proj", {kE, kI, kH}, down), kE, kI, kH, &buffers);
   ASSERT_TRUE(experts.ok()) << experts.status();
   ASSERT_EQ(experts->size(), static_cast<size_t>(kE));
   EXPECT_EQ(buffers.size(), 3u);
@@ -98,9 +98,9 @@ TEST(GptOssDenseExperts, RefusalsNameTheTensor) {
   const std::vector<float> gate_up = Numbered(kE, kH, 2 * kI), down = Numbered(kE, kI, kH);
   TranscodedBuffers buffers;
   // transformers 4's [E, 2I, H] (or any other shape) is not gpt-oss's layout.
-  absl::StatusOr<std::vector<ExpertWeights>> bad = SplitGptOssDenseExperts(
-      "m.experts", F32View("m.experts.gate_up_proj", {kE, 2 * kI, kH}, gate_up),
-      F32View("m.experts.down_proj", {kE, kI, kH}, down), kE, kI, kH, &buffers);
+  absl::StatusOr<std::vector<ExpertWeights>> bad =
+      SplitGptOssDenseExperts("m.experts", F32View("m.experts.gate_up_proj", {kE, 2 * kI, kH}, gate_up),
+                              F32View("m.experts.down_proj", {kE, kI, kH}, down), kE, kI, kH, &buffers);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("m.experts.gate_up_proj"));
   EXPECT_THAT(bad.status().message(), HasSubstr("[2, 4, 6]"));
@@ -113,9 +113,9 @@ TEST(GptOssDenseExperts, RefusalsNameTheTensor) {
   EXPECT_THAT(bad.status().message(), HasSubstr("m.experts.down_proj"));
   std::vector<ExpertWeights> experts(static_cast<size_t>(kE));
   const std::vector<float> bias = Numbered(kE, 1, kI);
-  const absl::Status status = SetGptOssExpertBiases(F32View("b.gate_up_proj_bias", {kE, kI}, bias),
-                                                    F32View("b.down_proj_bias", {kE, kH}, bias), kI, kH,
-                                                    &experts, &buffers);
+  const absl::Status status =
+      SetGptOssExpertBiases(F32View("b.gate_up_proj_bias", {kE, kI}, bias),
+                            F32View("b.down_proj_bias", {kE, kH}, bias), kI, kH, &experts, &buffers);
   EXPECT_THAT(status.message(), HasSubstr("b.gate_up_proj_bias"));
   EXPECT_TRUE(buffers.empty());
 }

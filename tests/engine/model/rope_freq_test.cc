@@ -176,6 +176,25 @@ double YarnInvFreq(const RopeScaling& s, double theta, int64_t i, int64_t d) {
 
 // DeepSeek-V3's and gpt-oss's yarn (truncated and not) against the double formula: low dims extrapolate
 // (unchanged), high dims interpolate (divided by factor), a ramp between.
+// Gemma 4's proportional RoPE (_compute_proportional_rope_parameters): over the whole head of 512, the first
+// int(0.25 * 512 // 2) = 64 frequencies are the default ones of head_dim 512, the other 192 are 0; a factor
+// divides them all.
+TEST(RopeInvFreq, ProportionalRotatesAQuarterOfTheHead) {
+  ModelConfig config = MakeConfig(512, 1e6);
+  config.rotary_dim = 512;
+  config.rope_scaling.type = RopeType::kProportional;
+  config.rope_scaling.proportion = 0.25;
+  const std::vector<float> plain = RopeInvFreq(MakeConfig(512, 1e6));
+  std::vector<float> inv = RopeInvFreq(config);
+  ASSERT_EQ(inv.size(), 256u);
+  for (int64_t i = 0; i < 256; ++i) EXPECT_EQ(inv[i], i < 64 ? plain[i] : 0.0f) << i;
+  config.rope_scaling.factor = 8.0;
+  config.rope_scaling.proportion = 0.3;  // int(0.3 * 512 // 2) = int(76.8 // 1) = 76
+  inv = RopeInvFreq(config);
+  for (int64_t i = 0; i < 256; ++i) EXPECT_EQ(inv[i], i < 76 ? plain[i] / 8.0f : 0.0f) << i;
+  EXPECT_EQ(RopeAttentionScaling(config), 1.0f);
+}
+
 TEST(RopeInvFreq, YarnMatchesFormula) {
   for (const bool truncate : {true, false}) {
     ModelConfig config = MakeConfig(64, truncate ? 10000.0 : 150000.0);
