@@ -578,6 +578,37 @@ constexpr FamilyTraits kFamilies[] = {
         /*attention_sinks=*/nullptr,
     },
     {
+        // Gemma 4's vision-language (and audio) checkpoints (Gemma4ForConditionalGeneration): the Gemma 4
+        // text model of text_config (gemma4_text) under model.language_model.*; the vision and audio towers
+        // and their embedders are not read.
+        /*architecture=*/"Gemma4ForConditionalGeneration",
+        /*model_type=*/"gemma4",
+        /*default_max_position_embeddings=*/131072,
+        /*attention_bias=*/AttentionBiasPolicy::kAllFourField,
+        /*qk_norm=*/QkNormPolicy::kPerHead,
+        /*rope_scalings=*/RopeTypeBit(RopeType::kDefault) | RopeTypeBit(RopeType::kProportional),
+        /*tie_word_embeddings_default=*/true,
+        /*sliding_window=*/SlidingWindowPolicy::kLayerTypes,
+        /*partial_rotary=*/kNoPartialRotary,
+        /*gemma=*/
+        {true, /*sliding_pattern=*/6, /*attn_softcap_default=*/0.0, /*final_softcap_default=*/0.0,
+         /*local_rope=*/true, /*gemma4=*/true},
+        /*config_defaults=*/kGemma4TextDefaults,
+        /*text_only=*/
+        {true,
+         nullptr,
+         {"model.vision_tower.", "model.embed_vision.", "model.audio_tower.", "model.embed_audio.", nullptr},
+         false,
+         {"gemma4_text", nullptr}},
+        /*tensor_parallel=*/false,
+        /*names=*/kGemma3VlmTensorNames,
+        /*checkpoint=*/kHfSafetensorsCheckpoint,
+        /*moe=*/kNoMoe,
+        /*linear_attention=*/kNoLinearAttention,
+        /*latent_attention=*/kNoLatentAttention,
+        /*attention_sinks=*/nullptr,
+    },
+    {
         // Qwen3.5 / Qwen3.6 text (Qwen3_5ForCausalLM: three Gated DeltaNet layers to one gated full
         // attention, LinearAttentionTraits), on both backends.
         /*architecture=*/"Qwen3_5ForCausalLM",

@@ -538,6 +538,8 @@ std::vector<RealConfig> RealConfigs() {
        "Mistral3ForConditionalGeneration", false, 0, RopeType::kYarn, 8, 2, 32, 32, true, /*dense_layer=*/0},
       {"gemma4 fixture", kFixtures + "/gemma4-trained-bf16", "", "Gemma4ForCausalLM", true, 0,
        RopeType::kProportional},
+      {"gemma4-vlm fixture", kFixtures + "/gemma4-vlm-trained-bf16", "", "Gemma4ForConditionalGeneration",
+       true, 0, RopeType::kProportional},
       {"gemma4 w4a16 fixture", kFixtures + "/gemma4-trained-w4a16-g32", "", "Gemma4ForCausalLM", true, 0,
        RopeType::kProportional},
       {"gpt-oss-20b", "", kGptOss20B, "GptOssForCausalLM", false, 0, RopeType::kYarn, 32, 4, 2880, 0, true},
@@ -566,8 +568,8 @@ TEST(FamilyTable, EntriesAreUniqueAndFindable) {
   }
   // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, Gemma 2, Gemma 3 (x2), Qwen3.5 (x2),
   // Qwen3.5-MoE (x2), Qwen3-Next, GLM-4.5, MiniMax-M2, DeepSeek-V3, GLM-4.7-Flash, DeepSeek-V3.2, GLM-5,
-  // Kimi K2.5, Mistral Large 3, gpt-oss, Gemma 4
-  EXPECT_EQ(n, 26);
+  // Kimi K2.5, Mistral Large 3, gpt-oss, Gemma 4 (x2)
+  EXPECT_EQ(n, 27);
   EXPECT_EQ(FindFamily("GemmaForCausalLM"), nullptr);
   EXPECT_EQ(FindFamily(""), nullptr);
 }
