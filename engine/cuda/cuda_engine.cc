@@ -83,6 +83,8 @@ absl::Status CheckBlocksOnCuda(const ModelPlan& plan, const char* whose) {
       what = "Gemma 4's attention (v norm, k = v, its full layers' own head shape, layer scalars)";
     } else if (p.experts() && (e.router == RouterKind::kTopKSoftmax || e.router_bias || e.expert_bias)) {
       what = "gpt-oss's experts (a biased top-k softmax router, biased experts)";
+    } else if (p.channel_mixer.kind == ChannelMixerKind::kDenseAndExperts) {
+      what = "Gemma 4's parallel dense MLP and experts";
     } else if (p.channel_mixer.activation == MlpActivation::kClampedSwiGlu) {
       what = "the clamped SwiGLU";
     }

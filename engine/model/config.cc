@@ -746,6 +746,7 @@ absl::Status ParseMoe(const Json& j, const FamilyTraits& family, const std::stri
     return ParseSigmoidRouterMoe(j, family, source, out);
   }
   if (policy == MoePolicy::kGptOss) return ParseGptOssMoe(j, source, out);
+  if (policy == MoePolicy::kGemma4) return absl::OkStatus();  // ParseGemma4, with enable_moe_block
   const bool mixtral = policy == MoePolicy::kMixtral;
   // Mixtral names the count num_local_experts; Qwen num_experts, but transformers 5's Qwen3MoeConfig maps
   // that to num_local_experts and saves it so. Both present must agree.
@@ -958,10 +959,19 @@ absl::Status ParseGemma4(const Json& j, const std::string& source, ModelConfig* 
     }
   }
   SCORED_ASSIGN_OR_RETURN(const bool moe, GetBool(j, "enable_moe_block", source, false));
-  if (moe) {
-    return Invalid(source,
-                   absl::StrCat("unsupported enable_moe_block true for ", c.architecture,
-                                " (Gemma 4 26B-A4B's parallel dense + MoE block is not implemented)"));
+  if (moe) {  // 26B-A4B: every layer's dense MLP and experts in parallel
+              // (ModelConfig::parallel_dense_experts)
+    SCORED_ASSIGN_OR_RETURN(c.num_experts, GetPositive(j, "num_experts", source));
+    SCORED_ASSIGN_OR_RETURN(c.num_experts_per_tok, GetPositive(j, "top_k_experts", source));
+    if (c.num_experts_per_tok > c.num_experts) {
+      return Invalid(source, absl::StrCat("field 'top_k_experts' = ", c.num_experts_per_tok,
+                                          " exceeds 'num_experts' = ", c.num_experts));
+    }
+    SCORED_ASSIGN_OR_RETURN(c.moe_intermediate_size, GetPositive(j, "moe_intermediate_size", source));
+    c.norm_topk_prob = true;  // Gemma4TextRouter: top_k_weights /= their sum
+    c.parallel_dense_experts = true;
+    c.gemma4_router = true;
+    c.sparse_layers.assign(static_cast<size_t>(c.num_layers), true);
   }
   SCORED_ASSIGN_OR_RETURN(c.attention_k_eq_v, GetBool(j, "attention_k_eq_v", source, false));
   // As Gemma4TextConfig: the last layer is full attention whatever layer_types says.

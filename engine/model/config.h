@@ -139,6 +139,12 @@ struct ModelConfig {
   // lower id) are softmaxed over those k (the same weights as norm_topk_prob's renormalized softmax, computed
   // as transformers does); every expert's gate / up / down carry a bias.
   bool router_topk_softmax = false;
+  // Gemma 4's 26B-A4B (GemmaTraits::gemma4 with enable_moe_block): every layer's dense GLU and experts in
+  // parallel (layer_plan.h ChannelMixerKind::kDenseAndExperts), the softmax router renormalized
+  // (norm_topk_prob) reading the raw residual through its weightless norm and stored scale, its weights times
+  // the stored per_expert_scale; GeGLU experts of moe_intermediate_size.
+  bool parallel_dense_experts = false;
+  bool gemma4_router = false;
   bool router_bias = false;
   bool expert_bias = false;
   std::vector<bool> sparse_layers;  // [num_layers] when num_experts > 0, else empty

@@ -22,6 +22,11 @@ constexpr MoeTensorNames kQwenMoeNames = {
     /*shared_expert=*/"mlp.shared_expert.",
     /*shared_expert_gate=*/"mlp.shared_expert_gate",
     /*correction_bias=*/nullptr,
+    /*router_scale=*/nullptr,
+    /*per_expert_scale=*/nullptr,
+    /*experts_pre_norm=*/nullptr,
+    /*dense_post_norm=*/nullptr,
+    /*experts_post_norm=*/nullptr,
 };
 
 // Mixtral's original layout (w1 = gate, w3 = up, w2 = down), which transformers 5 still saves; quantized by
@@ -40,6 +45,11 @@ constexpr MoeTensorNames kMixtralNames = {
     /*shared_expert=*/nullptr,
     /*shared_expert_gate=*/nullptr,
     /*correction_bias=*/nullptr,
+    /*router_scale=*/nullptr,
+    /*per_expert_scale=*/nullptr,
+    /*experts_pre_norm=*/nullptr,
+    /*dense_post_norm=*/nullptr,
+    /*experts_post_norm=*/nullptr,
 };
 
 // transformers' Gemma2Config / Gemma3TextConfig defaults of the shape fields.
@@ -135,6 +145,11 @@ constexpr MoeTensorNames kDeepseekV3MoeNames = {
     /*shared_expert=*/"mlp.shared_experts.",
     /*shared_expert_gate=*/nullptr,
     /*correction_bias=*/"mlp.gate.e_score_correction_bias",
+    /*router_scale=*/nullptr,
+    /*per_expert_scale=*/nullptr,
+    /*experts_pre_norm=*/nullptr,
+    /*dense_post_norm=*/nullptr,
+    /*experts_post_norm=*/nullptr,
 };
 
 // MiniMax-M2: Mixtral's names (w1 / w3 / w2, or gate_proj / up_proj / down_proj as llm-compressor writes
@@ -154,6 +169,11 @@ constexpr MoeTensorNames kMiniMaxM2MoeNames = {
     /*shared_expert=*/nullptr,
     /*shared_expert_gate=*/nullptr,
     /*correction_bias=*/"block_sparse_moe.e_score_correction_bias",
+    /*router_scale=*/nullptr,
+    /*per_expert_scale=*/nullptr,
+    /*experts_pre_norm=*/nullptr,
+    /*dense_post_norm=*/nullptr,
+    /*experts_post_norm=*/nullptr,
 };
 
 // Glm4MoeConfig's defaults (transformers 5.17 configuration_glm4_moe.py; its partial_rotary_factor default,
@@ -191,6 +211,34 @@ constexpr MoeTensorNames kGptOssMoeNames = {
     /*shared_expert=*/nullptr,
     /*shared_expert_gate=*/nullptr,
     /*correction_bias=*/nullptr,
+    /*router_scale=*/nullptr,
+    /*per_expert_scale=*/nullptr,
+    /*experts_pre_norm=*/nullptr,
+    /*dense_post_norm=*/nullptr,
+    /*experts_post_norm=*/nullptr,
+};
+
+// Gemma 4 26B-A4B's experts and router, at the layer level (transformers 5.17 Gemma4TextDecoderLayer:
+// `router`, `experts` fused; per-expert modules "experts.<e>.gate_proj" ... where a toolkit writes them).
+constexpr MoeTensorNames kGemma4MoeNames = {
+    /*router=*/"router.proj",
+    /*experts=*/"experts.",
+    /*expert_gate=*/"gate_proj",
+    /*expert_up=*/"up_proj",
+    /*expert_down=*/"down_proj",
+    /*expert_gate_alt=*/nullptr,
+    /*expert_up_alt=*/nullptr,
+    /*expert_down_alt=*/nullptr,
+    /*fused_gate_up=*/"gate_up_proj",
+    /*fused_down=*/"down_proj",
+    /*shared_expert=*/nullptr,
+    /*shared_expert_gate=*/nullptr,
+    /*correction_bias=*/nullptr,
+    /*router_scale=*/"router.scale",
+    /*per_expert_scale=*/"router.per_expert_scale",
+    /*experts_pre_norm=*/"pre_feedforward_layernorm_2.weight",
+    /*dense_post_norm=*/"post_feedforward_layernorm_1.weight",
+    /*experts_post_norm=*/"post_feedforward_layernorm_2.weight",
 };
 
 // GptOssConfig's defaults (transformers 5.17 configuration_gpt_oss.py): layer_types alternate sliding (even
@@ -572,7 +620,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*tensor_parallel=*/false,
         /*names=*/kGemmaTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
-        /*moe=*/kNoMoe,
+        /*moe=*/{MoePolicy::kGemma4, /*shared_expert=*/false, kGemma4MoeNames},
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
         /*attention_sinks=*/nullptr,
@@ -603,7 +651,7 @@ constexpr FamilyTraits kFamilies[] = {
         /*tensor_parallel=*/false,
         /*names=*/kGemma3VlmTensorNames,
         /*checkpoint=*/kHfSafetensorsCheckpoint,
-        /*moe=*/kNoMoe,
+        /*moe=*/{MoePolicy::kGemma4, /*shared_expert=*/false, kGemma4MoeNames},
         /*linear_attention=*/kNoLinearAttention,
         /*latent_attention=*/kNoLatentAttention,
         /*attention_sinks=*/nullptr,

@@ -159,6 +159,10 @@ enum class MoePolicy {
   // interleaved (gate_up_proj [E, H, 2I]: gate = columns 0::2, up = 1::2) or as MXFP4 blocks
   // (gpt_oss_experts.h).
   kGptOss,
+  // Gemma 4 26B-A4B (gemma4 Gemma4TextRouter / Gemma4TextExperts; parsed with the rest of GemmaTraits::gemma4
+  // when enable_moe_block): `num_experts` GeGLU experts of moe_intermediate_size, fused gate_up_proj
+  // [E, 2I, H] / down_proj [E, H, I] at the layer level ("experts."), beside the dense MLP.
+  kGemma4,
 };
 
 // Per-layer tensor names of a mixture-of-experts block, relative to layer_prefix + "<layer index>.".
@@ -188,6 +192,16 @@ struct MoeTensorNames {
   // The sigmoid routers' e_score_correction_bias tensor, [num_experts], or nullptr: "mlp.gate.
   // e_score_correction_bias" (DeepSeek-V3, GLM-4.5), "block_sparse_moe.e_score_correction_bias" (MiniMax-M2).
   const char* correction_bias;
+  // Gemma 4 (ExpertsPlan::router_input_norm / per_expert_scale, ChannelMixerKind::kDenseAndExperts), else
+  // nullptr: the router's input scale [hidden] ("router.scale") and per-expert weight scale [num_experts]
+  // ("router.per_expert_scale"); the parallel block's norms [hidden] before the experts
+  // ("pre_feedforward_layernorm_2.weight") and after the dense MLP / the experts
+  // ("post_feedforward_layernorm_1.weight", "post_feedforward_layernorm_2.weight").
+  const char* router_scale;
+  const char* per_expert_scale;
+  const char* experts_pre_norm;
+  const char* dense_post_norm;
+  const char* experts_post_norm;
 };
 
 struct MoeTraits {

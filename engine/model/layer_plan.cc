@@ -85,7 +85,7 @@ ChannelMixerPlan PlanChannelMixer(const ModelConfig& c, int64_t layer) {
   m.activation = c.mlp_activation;
   m.intermediate_size = c.intermediate_size;
   if (!c.IsSparseLayer(layer)) return m;
-  m.kind = ChannelMixerKind::kExperts;
+  m.kind = c.parallel_dense_experts ? ChannelMixerKind::kDenseAndExperts : ChannelMixerKind::kExperts;
   ExpertsPlan& e = m.experts;
   e.router = c.sigmoid_router        ? RouterKind::kSigmoidGroupLimited
              : c.router_topk_softmax ? RouterKind::kTopKSoftmax
@@ -104,6 +104,8 @@ ChannelMixerPlan PlanChannelMixer(const ModelConfig& c, int64_t layer) {
   e.shared_expert_intermediate_size = c.shared_expert_intermediate_size;
   e.shared_expert_gated = c.shared_expert_gated;
   e.router_bias = c.router_bias;
+  e.router_input_norm = c.gemma4_router;
+  e.per_expert_scale = c.gemma4_router;
   e.expert_bias = c.expert_bias;
   return m;
 }

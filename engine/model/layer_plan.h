@@ -109,6 +109,10 @@ struct AttentionPlan {
 enum class ChannelMixerKind {
   kDenseGlu,  // down(act(gate(x)) * up(x)) of intermediate_size
   kExperts,   // a router picks experts per token (ExpertsPlan)
+  // Gemma 4's MoE layers: the dense GLU and the experts in parallel on the same residual r,
+  //   y = post_ff( post_ff_1(glu(pre_ff(r))) + post_ff_2(experts(pre_ff_2(r))) ),
+  // the router reading r itself (ExpertsPlan::router_input_norm).
+  kDenseAndExperts,
 };
 
 enum class RouterKind {
@@ -143,6 +147,11 @@ struct ExpertsPlan {
   bool shared_expert_gated = true;
   bool shared_expert() const { return shared_expert_intermediate_size > 0; }
   bool router_bias = false;  // the router's logits carry its stored bias [num_experts] (gpt-oss)
+  // Gemma 4 (Gemma4TextRouter): the router's input is fp32(fp32(RMSNorm_no_weight(x) * scale) *
+  // fp32(hidden^-0.5)) with the stored scale [hidden]; the routed weights are then times the stored
+  // per_expert_scale[id].
+  bool router_input_norm = false;
+  bool per_expert_scale = false;
   bool expert_bias = false;  // every expert's gate, up and down carry a bias (gpt-oss)
 };
 
@@ -166,7 +175,9 @@ struct LayerPlan {
   bool sandwich() const { return norms == NormPlacement::kSandwich; }
   bool delta_net_mixer() const { return token_mixer == TokenMixerKind::kGatedDeltaNet; }
   bool latent_attention_mixer() const { return token_mixer == TokenMixerKind::kLatentAttention; }
-  bool experts() const { return channel_mixer.kind == ChannelMixerKind::kExperts; }
+  // The channel mixer has experts (kExperts, kDenseAndExperts) / a dense GLU (kDenseGlu, kDenseAndExperts).
+  bool experts() const { return channel_mixer.kind != ChannelMixerKind::kDenseGlu; }
+  bool dense_glu() const { return channel_mixer.kind != ChannelMixerKind::kExperts; }
 };
 
 struct ModelPlan {

@@ -119,6 +119,9 @@ struct ExpertWeights {
 struct MoeWeights {
   LinearWeight router;         // [num_experts, hidden_size], kDense; bias [E] iff ExpertsPlan::router_bias
   TensorView correction_bias;  // [num_experts] (ExpertsPlan::correction_bias), else data == nullptr
+  // ExpertsPlan::router_input_norm / per_expert_scale (Gemma 4), else data == nullptr: F32 / F16 / BF16.
+  TensorView router_scale;             // [hidden_size]
+  TensorView per_expert_scale;         // [num_experts]
   std::vector<ExpertWeights> experts;  // [num_experts]
   bool fused = false;                  // experts are views into the fused tensors
   // ExpertsPlan::shared_expert() only (Qwen2-MoE, DeepSeek-V3), else empty (module "", no tensors):
@@ -163,6 +166,9 @@ struct LayerWeights {
   TensorView post_attention_layernorm;  // [hidden_size]; Gemma: on the attention output
   // config.sandwich_norms (Gemma) only: before and after the MLP, [hidden_size]; else data == nullptr.
   TensorView pre_feedforward_layernorm, post_feedforward_layernorm;
+  // ChannelMixerKind::kDenseAndExperts (Gemma 4's MoE layers) only, [hidden_size]: before the experts and
+  // after the dense MLP / the experts (family.h MoeTensorNames); else data == nullptr.
+  TensorView experts_pre_norm, dense_post_norm, experts_post_norm;
   TensorView q_norm, k_norm;  // config.qk_norm only: [head_dim]; else data == nullptr
   // Attention layers: [num_heads*head_dim | num_kv_heads*head_dim, hidden] (q_proj 2 num_heads*head_dim rows
   // under AttentionPlan::output_gate); Gated DeltaNet layers: empty (module "", no tensors), `delta_net`
@@ -186,7 +192,10 @@ struct LayerWeights {
   // no tensors) and `moe` holds the block instead.
   LinearWeight gate_proj, up_proj, down_proj;
   bool sparse = false;  // ModelConfig::IsSparseLayer
-  MoeWeights moe;       // sparse layers only
+  // A sparse layer that also has the dense MLP (gate_proj / up_proj / down_proj above) in parallel with its
+  // experts (ChannelMixerKind::kDenseAndExperts: Gemma 4).
+  bool parallel_dense = false;
+  MoeWeights moe;  // sparse layers only
   // kv_cache_fp8 checkpoints only (else data == nullptr): self_attn.k_scale / v_scale, F32/BF16/F16 [1],
   // finite and > 0 (checked at load).
   TensorView k_scale, v_scale;
@@ -227,12 +236,12 @@ void ForEachLinear(const LayerWeights& L, Fn&& fn) {
     if (!L.k_eq_v) fn(L.v_proj, LinearRole::kV);
     fn(L.o_proj, LinearRole::kO);
   }
-  if (!L.sparse) {
+  if (!L.sparse || L.parallel_dense) {
     fn(L.gate_proj, LinearRole::kGate);
     fn(L.up_proj, LinearRole::kUp);
     fn(L.down_proj, LinearRole::kDown);
-    return;
   }
+  if (!L.sparse) return;
   fn(L.moe.router, LinearRole::kRouter);
   for (const ExpertWeights& e : L.moe.experts) {
     fn(e.gate_proj, LinearRole::kExpertGate);

@@ -378,6 +378,10 @@ absl::Status ModelWeightsLoader::CheckFiniteParameters() const {
     SCORED_RETURN_IF_ERROR(CheckFinite(L.moe.correction_bias, "a router correction bias"));
     SCORED_RETURN_IF_ERROR(CheckFinite(L.sinks, "an attention sink logit"));
     SCORED_RETURN_IF_ERROR(CheckFinite(L.layer_scalar, "a layer scalar"));
+    for (const TensorView* t : {&L.experts_pre_norm, &L.dense_post_norm, &L.experts_post_norm,
+                                &L.moe.router_scale, &L.moe.per_expert_scale}) {
+      SCORED_RETURN_IF_ERROR(CheckFinite(*t, "a norm weight or router scale"));
+    }
     absl::Status status;
     ForEachLinear(L, [&](const LinearWeight& w, LinearRole) {
       if (status.ok()) status = check_linear(w);
@@ -590,6 +594,14 @@ absl::Status ModelWeightsLoader::LoadMoe(const std::string& prefix, const Expert
   if (plan.correction_bias) {
     SCORED_ASSIGN_OR_RETURN(moe->correction_bias, LoadCorrectionBias(prefix + n.correction_bias));
   }
+  const std::initializer_list<DType> kFloat = {DType::kF32, DType::kF16, DType::kBF16};
+  if (plan.router_input_norm) {  // Gemma 4: never quantized
+    SCORED_ASSIGN_OR_RETURN(moe->router_scale, TakeChecked(prefix + n.router_scale, {c.hidden_size}, kFloat));
+  }
+  if (plan.per_expert_scale) {
+    SCORED_ASSIGN_OR_RETURN(moe->per_expert_scale,
+                            TakeChecked(prefix + n.per_expert_scale, {c.num_experts}, kFloat));
+  }
   return absl::OkStatus();
 }
 
@@ -781,9 +793,19 @@ absl::Status ModelWeightsLoader::LoadLayer(int64_t l, LayerWeights* out) {
     SCORED_ASSIGN_OR_RETURN(L.layer_scalar, TakeChecked(p + "layer_scalar", {1}, kFloat));
   }
   L.sparse = plan.experts();
+  L.parallel_dense = plan.experts() && plan.dense_glu();
   const int64_t inter = plan.channel_mixer.intermediate_size;
-  if (L.sparse) {
-    SCORED_RETURN_IF_ERROR(LoadMoe(p, plan.channel_mixer.experts, &L.moe));
+  if (L.sparse) SCORED_RETURN_IF_ERROR(LoadMoe(p, plan.channel_mixer.experts, &L.moe));
+  if (L.parallel_dense) {  // Gemma 4: the parallel block's own norms
+    const MoeTensorNames& mn = c.family->moe.names;
+    SCORED_ASSIGN_OR_RETURN(L.experts_pre_norm,
+                            TakeChecked(p + mn.experts_pre_norm, {c.hidden_size}, kFloat));
+    SCORED_ASSIGN_OR_RETURN(L.dense_post_norm, TakeChecked(p + mn.dense_post_norm, {c.hidden_size}, kFloat));
+    SCORED_ASSIGN_OR_RETURN(L.experts_post_norm,
+                            TakeChecked(p + mn.experts_post_norm, {c.hidden_size}, kFloat));
+  }
+  if (!plan.dense_glu()) {
+    // experts only
   } else if (n.gate_up_proj != nullptr) {
     SCORED_RETURN_IF_ERROR(LoadFused(p + n.gate_up_proj, c.hidden_size,
                                      {{inter, "gate", &L.gate_proj}, {inter, "up", &L.up_proj}}));

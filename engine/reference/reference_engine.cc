@@ -70,10 +70,12 @@ struct DenseSwiGlu {
 
 // A sparse layer's mixture-of-experts block (LayerWeights::moe).
 struct DenseMoe {
-  DenseLinear router;                  // [num_experts, hidden_size]
-  std::vector<float> correction_bias;  // [num_experts] (ExpertsPlan::correction_bias), else empty
-  std::vector<DenseSwiGlu> experts;    // [num_experts]
-  bool shared = false;                 // a shared expert: Qwen2-MoE's gated one, DeepSeek-V3's ungated ones
+  DenseLinear router;                   // [num_experts, hidden_size]
+  std::vector<float> correction_bias;   // [num_experts] (ExpertsPlan::correction_bias), else empty
+  std::vector<float> router_scale;      // [hidden_size] (ExpertsPlan::router_input_norm), else empty
+  std::vector<float> per_expert_scale;  // [num_experts] (ExpertsPlan::per_expert_scale), else empty
+  std::vector<DenseSwiGlu> experts;     // [num_experts]
+  bool shared = false;                  // a shared expert: Qwen2-MoE's gated one, DeepSeek-V3's ungated ones
   DenseSwiGlu shared_expert;
   DenseLinear shared_gate;  // [1, hidden_size]; gated shared experts only
 };
@@ -106,7 +108,9 @@ struct DenseLayer {
     std::vector<float> kv_a_norm;  // [kv_lora_rank]
   } latent;
   DenseLinear gate, up, down;  // dense layers
-  DenseMoe moe;                // LayerPlan::experts(): instead of gate/up/down
+  DenseMoe moe;                // LayerPlan::experts(): instead of gate/up/down (or beside them: dense_glu())
+  // ChannelMixerKind::kDenseAndExperts (Gemma 4) only, [hidden_size]: the parallel block's norms.
+  std::vector<float> experts_pre_norm, dense_post_norm, experts_post_norm;
   // FP8 KV cache (kv_cache_scheme, applied): K after RoPE and V quantize-dequantized with these; 0 = off.
   float k_scale = 0.0f, v_scale = 0.0f;
 };
@@ -235,6 +239,12 @@ absl::Status DecodeMoe(const ExpertsPlan& plan, const MoeWeights& mw, ThreadPool
   if (plan.correction_bias) {
     SCORED_ASSIGN_OR_RETURN(out->correction_bias, ToFloat(mw.correction_bias, plan.num_experts));
   }
+  if (plan.router_input_norm) {
+    SCORED_ASSIGN_OR_RETURN(out->router_scale, ToFloat(mw.router_scale, mw.router.in_features));
+  }
+  if (plan.per_expert_scale) {
+    SCORED_ASSIGN_OR_RETURN(out->per_expert_scale, ToFloat(mw.per_expert_scale, plan.num_experts));
+  }
   return absl::OkStatus();
 }
 
@@ -303,7 +313,13 @@ class ReferenceEngine : public Engine {
   void ApplyProduct(const DenseLinear& linear, const float* x, int64_t n, float* y) const;
   // y = the mixture-of-experts block on x (config.h's semantics): router, MoeRoute, each expert on the
   // tokens routed to it (row by row, so a token's values do not depend on the others), MoeCombine.
-  void MoeBlock(const ChannelMixerPlan& plan, const DenseMoe& moe, const float* x,  // [n, hidden_size]
+  // s->delta = post_ff_1(glu(s->normed)) + post_ff_2(experts(pre_ff_2(residual))), the router reading the
+  // residual (Gemma 4's ChannelMixerKind::kDenseAndExperts; s->normed holds pre_ff_norm(residual)).
+  void ParallelGluAndExperts(const ChannelMixerPlan& plan, const DenseLayer& layer, const float* residual,
+                             int64_t n, Scratch* s) const;
+  // y = the experts' weighted sum on x, routed from router_x's logits (x itself but for Gemma 4).
+  void MoeBlock(const ChannelMixerPlan& plan, const DenseMoe& moe, const float* x,
+                const float* router_x,  // [n, hidden_size]
                 int64_t n,
                 float* y) const;  // [n, hidden_size]
   // y = down(silu(gate(x)) * up(x)).
@@ -323,7 +339,7 @@ class ReferenceEngine : public Engine {
   std::vector<float> inv_freq_long_;   // longrope: for sequences beyond original_max_position_embeddings
   float rope_scaling_ = 1.0f;          // RopeAttentionScaling
   std::vector<float> inv_freq_local_;  // RopeTable::kLocal layers (Gemma 3's sliding layers)
-  std::vector<float> unit_norm_;       // ones [the widest head_dim]: AttentionPlan::v_norm's weightless norm
+  std::vector<float> unit_norm_;       // ones [max(hidden_size, head dims)]: the weightless norms' weight
   std::vector<DenseLayer> layers_;
   DenseLinear lm_head_;                         // [vocab_size, hidden_size]
   std::unique_ptr<ReferenceEngine> reference_;  // R; null without --reference_model
@@ -352,10 +368,10 @@ absl::Status ReferenceEngine::Load(const ModelWeights& weights, const EngineOpti
   if (plan_.local_rope) inv_freq_local_ = RopeInvFreq(RopeTableConfig(c, RopeTable::kLocal));
   inv_freq_long_ = RopeInvFreqForLength(c, std::numeric_limits<int64_t>::max());
   rope_scaling_ = RopeAttentionScaling(c);
-  for (const LayerPlan& p : plan_.layers) {
-    if (static_cast<int64_t>(unit_norm_.size()) < p.attention.head_dim)
-      unit_norm_.assign(p.attention.head_dim, 1.0f);
-  }
+  // The weightless norms' unit weight: v's per head, Gemma 4's router input over the hidden size.
+  int64_t unit_width = c.hidden_size;
+  for (const LayerPlan& p : plan_.layers) unit_width = std::max(unit_width, p.attention.head_dim);
+  unit_norm_.assign(static_cast<size_t>(unit_width), 1.0f);
   if (weights.layers().size() != plan_.layers.size()) {
     return absl::InvalidArgumentError(absl::StrCat("the checkpoint has ", weights.layers().size(),
                                                    " layers, config.json says ", c.num_layers));
@@ -484,10 +500,16 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
   }
   if (plan.experts()) {
     SCORED_RETURN_IF_ERROR(DecodeMoe(plan.channel_mixer.experts, lw.moe, pool, &layer.moe));
-  } else {
+  }
+  if (plan.dense_glu()) {
     SCORED_ASSIGN_OR_RETURN(layer.gate, Decode(lw.gate_proj, /*bias=*/false, pool));
     SCORED_ASSIGN_OR_RETURN(layer.up, Decode(lw.up_proj, /*bias=*/false, pool));
     SCORED_ASSIGN_OR_RETURN(layer.down, Decode(lw.down_proj, /*bias=*/false, pool));
+  }
+  if (plan.experts() && plan.dense_glu()) {  // Gemma 4's parallel block
+    SCORED_ASSIGN_OR_RETURN(layer.experts_pre_norm, ToFloat(lw.experts_pre_norm, c.hidden_size));
+    SCORED_ASSIGN_OR_RETURN(layer.dense_post_norm, ToFloat(lw.dense_post_norm, c.hidden_size));
+    SCORED_ASSIGN_OR_RETURN(layer.experts_post_norm, ToFloat(lw.experts_post_norm, c.hidden_size));
   }
   if (plan.layer_scalar) SCORED_RETURN_IF_ERROR(TensorToFloat(lw.layer_scalar, &layer.layer_scalar, 1));
   if (kv_fp8) {
@@ -506,7 +528,8 @@ absl::StatusOr<int64_t> ReferenceEngine::DecodeLayer(int64_t l, const LayerWeigh
     if (layer.moe.shared) swiglu(layer.moe.shared_expert, e.shared_expert_intermediate_size);
     if (layer.moe.shared && e.shared_expert_gated)
       shapes.push_back({&layer.moe.shared_gate, 1, c.hidden_size});
-  } else {
+  }
+  if (plan.dense_glu()) {
     shapes.push_back({&layer.gate, plan.channel_mixer.intermediate_size, c.hidden_size});
     shapes.push_back({&layer.up, plan.channel_mixer.intermediate_size, c.hidden_size});
     shapes.push_back({&layer.down, c.hidden_size, plan.channel_mixer.intermediate_size});
@@ -623,12 +646,12 @@ void ReferenceEngine::ExpertMlp(MlpActivation act, const DenseSwiGlu& mlp, const
   ApplyLinear(mlp.down, gate.data(), n, y);
 }
 
-void ReferenceEngine::MoeBlock(const ChannelMixerPlan& mixer, const DenseMoe& moe, const float* x, int64_t n,
-                               float* y) const {
+void ReferenceEngine::MoeBlock(const ChannelMixerPlan& mixer, const DenseMoe& moe, const float* x,
+                               const float* router_x, int64_t n, float* y) const {
   const ExpertsPlan& plan = mixer.experts;
   const int64_t num_experts = plan.num_experts, k = plan.top_k, h = config_.hidden_size;
   std::vector<float> logits(n * num_experts);  // [n, num_experts], fp32 router logits
-  ApplyLinear(moe.router, x, n, logits.data());
+  ApplyLinear(moe.router, router_x, n, logits.data());
   std::vector<int32_t> ids(n * k);
   std::vector<float> weights(n * k);
   switch (plan.router) {
@@ -649,6 +672,9 @@ void ReferenceEngine::MoeBlock(const ChannelMixerPlan& mixer, const DenseMoe& mo
       ref::MoeRouteSigmoid(logits.data(), n, num_experts, k, routing, ids.data(), weights.data());
       break;
     }
+  }
+  if (plan.per_expert_scale) {  // Gemma 4: the renormalized weights times per_expert_scale[id], in fp32
+    for (int64_t s = 0; s < n * k; ++s) weights[s] *= moe.per_expert_scale[ids[s]];
   }
   std::vector<float> expert_out(n * k * h);  // [n, k, hidden_size]
   std::vector<int64_t> slots;                // t * k + j of the tokens routed to expert e
@@ -741,8 +767,10 @@ void ReferenceEngine::Forward(const std::vector<int32_t>& tokens, std::vector<fl
     // Channel mixer: x += [post-norm](mlp(norm(x))), the dense GLU or the mixture of experts.
     NormRows(x.data(), plan.sandwich() ? layer.pre_ff_norm : layer.post_attention_norm, n, c.hidden_size,
              s.normed.data());
-    if (plan.experts()) {
-      MoeBlock(plan.channel_mixer, layer.moe, s.normed.data(), n, s.delta.data());
+    if (plan.experts() && plan.dense_glu()) {
+      ParallelGluAndExperts(plan.channel_mixer, layer, x.data(), n, &s);
+    } else if (plan.experts()) {
+      MoeBlock(plan.channel_mixer, layer.moe, s.normed.data(), s.normed.data(), n, s.delta.data());
     } else {
       GluMlp(plan.channel_mixer, layer, n, &s);
     }
@@ -914,6 +942,27 @@ void ReferenceEngine::DeltaNetBlock(const DeltaNetPlan& plan, const DenseLayer& 
   ref::GatedRmsNorm(o.data(), z.data(), d.norm.data(), n * hv, plan.v_head_dim, config_.rms_norm_eps,
                     o.data());
   ApplyLinear(d.out_proj, o.data(), n, s->delta.data());
+}
+
+void ReferenceEngine::ParallelGluAndExperts(const ChannelMixerPlan& plan, const DenseLayer& layer,
+                                            const float* residual, int64_t n, Scratch* s) const {
+  const int64_t h = config_.hidden_size;
+  GluMlp(plan, layer, n, s);  // the dense GLU of pre_ff_norm(r), already in s->normed
+  NormRows(s->delta.data(), layer.dense_post_norm, n, h, s->delta.data());
+  // The router's input: fp32(fp32(RMSNorm_no_weight(r) * scale) * fp32(h^-0.5)) (Gemma4TextRouter.forward).
+  std::vector<float> router_x(n * h), experts_in(n * h), experts_out(n * h);
+  NormRows(residual, unit_norm_, n, h, router_x.data());
+  const float root = static_cast<float>(std::pow(static_cast<double>(h), -0.5));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < h; ++i) {
+      float& v = router_x[t * h + i];
+      v = (v * layer.moe.router_scale[i]) * root;
+    }
+  }
+  NormRows(residual, layer.experts_pre_norm, n, h, experts_in.data());
+  MoeBlock(plan, layer.moe, experts_in.data(), router_x.data(), n, experts_out.data());
+  NormRows(experts_out.data(), layer.experts_post_norm, n, h, experts_out.data());
+  for (int64_t i = 0; i < n * h; ++i) s->delta[i] += experts_out[i];
 }
 
 void ReferenceEngine::GluMlp(const ChannelMixerPlan& plan, const DenseLayer& layer, int64_t n,

@@ -540,6 +540,8 @@ std::vector<RealConfig> RealConfigs() {
        RopeType::kProportional},
       {"gemma4-vlm fixture", kFixtures + "/gemma4-vlm-trained-bf16", "", "Gemma4ForConditionalGeneration",
        true, 0, RopeType::kProportional},
+      {"gemma4-moe fixture", kFixtures + "/gemma4-moe-trained-bf16", "", "Gemma4ForCausalLM", true, 0,
+       RopeType::kProportional, 4, 2, 32, 0, true},
       {"gemma4 w4a16 fixture", kFixtures + "/gemma4-trained-w4a16-g32", "", "Gemma4ForCausalLM", true, 0,
        RopeType::kProportional},
       {"gpt-oss-20b", "", kGptOss20B, "GptOssForCausalLM", false, 0, RopeType::kYarn, 32, 4, 2880, 0, true},
@@ -602,7 +604,10 @@ TEST(FamilyTable, EveryFamilyParsesItsRealConfigs) {
     EXPECT_EQ(c->attention_sinks, gpt_oss);
     EXPECT_EQ(c->tie_word_embeddings, rc.tie_word_embeddings);
     EXPECT_EQ(c->num_experts, rc.num_experts);
-    EXPECT_EQ(c->moe(), family->moe.policy != MoePolicy::kNone);
+    // Gemma 4: experts only where enable_moe_block says (the 26B-A4B), the 31B dense.
+    if (family->moe.policy != MoePolicy::kGemma4) {
+      EXPECT_EQ(c->moe(), family->moe.policy != MoePolicy::kNone);
+    }
     EXPECT_EQ(c->num_experts_per_tok, rc.top_k);
     EXPECT_EQ(c->moe_intermediate_size, rc.expert_intermediate);
     EXPECT_EQ(c->shared_expert_intermediate_size, rc.shared_expert_intermediate);
@@ -1290,6 +1295,22 @@ TEST(FamilyTraits, Gemma4Config) {
   EXPECT_FALSE(c->attention_k_eq_v);
   EXPECT_EQ(c->full_head_dim, 32);
   EXPECT_EQ(c->full_kv_heads, 0);  // the config's 2
+  // 26B-A4B's block (enable_moe_block): every layer the dense GLU and the experts in parallel, the router on
+  // the raw residual through its norm and scale, per-expert scales.
+  c = LoadModelConfig(kFixtures + "/gemma4-moe-trained-bf16");
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (const LayerPlan& layer : PlanModel(*c).layers) {
+    EXPECT_EQ(layer.channel_mixer.kind, ChannelMixerKind::kDenseAndExperts);
+    EXPECT_TRUE(layer.experts() && layer.dense_glu());
+    EXPECT_EQ(layer.channel_mixer.activation, MlpActivation::kGeluTanh);
+    const ExpertsPlan& e = layer.channel_mixer.experts;
+    EXPECT_EQ(e.router, RouterKind::kSoftmaxTopK);
+    EXPECT_TRUE(e.norm_topk_prob && e.router_input_norm && e.per_expert_scale);
+    EXPECT_EQ(e.num_experts, 4);
+    EXPECT_EQ(e.top_k, 2);
+    EXPECT_EQ(e.expert_intermediate_size, 32);
+    EXPECT_EQ(layer.channel_mixer.intermediate_size, 128);
+  }
   const FamilyTraits* f = FindFamily("Gemma4ForCausalLM");
   ASSERT_NE(f, nullptr);
   // Without per_layer_config: global_head_dim (default 512) and, under attention_k_eq_v, the global kv heads;
@@ -1309,7 +1330,10 @@ TEST(FamilyTraits, Gemma4Config) {
            "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})",
        "unsupported hidden_size_per_layer_input 256"},
       {MinimalConfig(*f, R"("num_kv_shared_layers": 1)"), "unsupported num_kv_shared_layers 1"},
-      {MinimalConfig(*f, R"("enable_moe_block": true)"), "unsupported enable_moe_block true"},
+      {MinimalConfig(*f, R"("enable_moe_block": true)"), "missing required field 'num_experts'"},
+      {MinimalConfig(*f, R"("enable_moe_block": true, "num_experts": 4, "top_k_experts": 5,
+          "moe_intermediate_size": 8)"),
+       "field 'top_k_experts' = 5 exceeds 'num_experts' = 4"},
       {MinimalConfig(*f, R"("use_bidirectional_attention": "all")"), "use_bidirectional_attention 'all'"},
       {MinimalConfig(*f, R"("per_layer_config": {"0": {"head_dim": 32}})"),
        "per_layer_config key '0' is not the index of a full_attention layer"},
