@@ -428,6 +428,16 @@ absl::Status ModelWeightsLoader::LoadRouter(const std::string& module, bool bias
 absl::Status ModelWeightsLoader::LoadGptOssExperts(const std::string& experts, MoeWeights* moe) {
   const ModelConfig& c = m_->config_;
   const int64_t num = c.num_experts, inter = c.moe_intermediate_size, h = c.hidden_size;
+  const std::string first = experts + ".0.gate_proj";
+  if (m_->store_->Has(first + ".weight") || m_->store_->Has(first + ".weight_packed")) {  // one module each
+    moe->experts.resize(static_cast<size_t>(num));
+    for (int64_t e = 0; e < num; ++e) {
+      SCORED_RETURN_IF_ERROR(LoadSwiGlu(absl::StrCat(experts, ".", e, "."), "gate_proj", "up_proj",
+                                        "down_proj", inter, &moe->experts[static_cast<size_t>(e)],
+                                        /*bias=*/true));
+    }
+    return absl::OkStatus();
+  }
   if (gpt_oss_mxfp4_) {
     SCORED_ASSIGN_OR_RETURN(GptOssMxfp4Tensors t, GetGptOssMxfp4Tensors(*m_->store_, experts));
     SCORED_ASSIGN_OR_RETURN(moe->experts, SplitGptOssMxfp4Experts(t, num, inter, h, &m_->transcoded_));
@@ -452,11 +462,12 @@ absl::Status ModelWeightsLoader::LoadGptOssExperts(const std::string& experts, M
 }
 
 absl::Status ModelWeightsLoader::LoadSwiGlu(const std::string& prefix, const char* gate, const char* up,
-                                            const char* down, int64_t intermediate, ExpertWeights* e) {
+                                            const char* down, int64_t intermediate, ExpertWeights* e,
+                                            bool bias) {
   const int64_t h = m_->config_.hidden_size;
-  SCORED_RETURN_IF_ERROR(LoadLinear(prefix + gate, intermediate, h, false, &e->gate_proj));
-  SCORED_RETURN_IF_ERROR(LoadLinear(prefix + up, intermediate, h, false, &e->up_proj));
-  return LoadLinear(prefix + down, h, intermediate, false, &e->down_proj);
+  SCORED_RETURN_IF_ERROR(LoadLinear(prefix + gate, intermediate, h, bias, &e->gate_proj));
+  SCORED_RETURN_IF_ERROR(LoadLinear(prefix + up, intermediate, h, bias, &e->up_proj));
+  return LoadLinear(prefix + down, h, intermediate, bias, &e->down_proj);
 }
 
 absl::Status ModelWeightsLoader::LoadFusedExperts(const std::string& experts, MoeWeights* moe) {

@@ -64,8 +64,10 @@ class ModelWeightsLoader {
   // The router [num_experts, hidden], dense, with its bias [num_experts] when `bias` (gpt-oss).
   absl::Status LoadRouter(const std::string& module, bool bias, LinearWeight* w);
   // gpt-oss's experts under `experts` ("model.layers.<l>.mlp.experts"): the dense fused tensors
-  // (gpt_oss_experts.h) or, in a quant_method "mxfp4" checkpoint, the MXFP4 blocks (gpt_oss_mxfp4.h); their
-  // biases.
+  // (gpt_oss_experts.h) or, in a quant_method "mxfp4" checkpoint, the MXFP4 blocks (gpt_oss_mxfp4.h), with
+  // their biases; or one module per expert with its bias in any compressed-tensors format (what
+  // llm-compressor writes: `<experts>.<e>.gate_proj` / `up_proj` / `down_proj`, gate and up already
+  // de-interleaved).
   absl::Status LoadGptOssExperts(const std::string& experts, MoeWeights* moe);
   // The sigmoid router's e_score_correction_bias [num_experts], never quantized (MoeWeights).
   absl::StatusOr<TensorView> LoadCorrectionBias(const std::string& name);
@@ -83,8 +85,9 @@ class ModelWeightsLoader {
     LinearWeight* out;
   };
   absl::Status LoadFused(const std::string& module, int64_t in, std::initializer_list<FusedPart> parts);
+  // An expert's three linears; `bias`: each carries a bias (gpt-oss).
   absl::Status LoadSwiGlu(const std::string& prefix, const char* gate, const char* up, const char* down,
-                          int64_t intermediate, ExpertWeights* e);
+                          int64_t intermediate, ExpertWeights* e, bool bias = false);
   absl::Status CheckLeftovers() const;
   // A tensor of a tower TextOnlyTraits leaves unread (or of a layer past the last:
   // TextOnlyTraits::layers_past_the_last).
