@@ -81,7 +81,7 @@ TEST(MoeFixtures, AllArePresent) {
   // (scripts/fixtures/make_gpt_oss_fixtures.py); Gemma 4's parallel dense + MoE block
   // (make_gemma4_fixtures.py).
   for (const char* name : {"gpt-oss-trained-bf16", "gpt-oss-trained-mxfp4", "gpt-oss-trained-w4a16-g32",
-                           "gemma4-moe-trained-bf16"}) {
+                           "gpt-oss-trained-nvfp4a16", "gemma4-moe-trained-bf16"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   }
   // DeepSeek-V3's multi-head latent attention (scripts/fixtures/make_deepseek_fixtures.py).
