@@ -1,5 +1,6 @@
-// ggml block decoding (contract: gguf_quants.h). Compiled with -ffp-contract=off (engine/model/CMakeLists.txt):
-// every fp32 product and sum below rounds on its own, as numpy's float32 arrays do.
+// ggml block decoding (contract: gguf_quants.h). Compiled with -ffp-contract=off
+// (engine/model/CMakeLists.txt): every fp32 product and sum below rounds on its own, as numpy's float32
+// arrays do.
 #include "engine/model/gguf_quants.h"
 
 #include <cstring>
@@ -14,22 +15,38 @@ namespace {
 constexpr int64_t kQkK = 256;  // QK_K: the k-quants' super-block
 
 constexpr GgmlTypeInfo kTypes[] = {
-    {GgmlType::kF32, "F32", 1, 4, true},          {GgmlType::kF16, "F16", 1, 2, true},
-    {GgmlType::kQ4_0, "Q4_0", 32, 18, true},      {GgmlType::kQ4_1, "Q4_1", 32, 20, true},
-    {GgmlType::kQ5_0, "Q5_0", 32, 22, true},      {GgmlType::kQ5_1, "Q5_1", 32, 24, true},
-    {GgmlType::kQ8_0, "Q8_0", 32, 34, true},      {GgmlType::kQ8_1, "Q8_1", 32, 40, false},
-    {GgmlType::kQ2_K, "Q2_K", 256, 84, true},     {GgmlType::kQ3_K, "Q3_K", 256, 110, true},
-    {GgmlType::kQ4_K, "Q4_K", 256, 144, true},    {GgmlType::kQ5_K, "Q5_K", 256, 176, true},
-    {GgmlType::kQ6_K, "Q6_K", 256, 210, true},    {GgmlType::kQ8_K, "Q8_K", 256, 292, false},
-    {GgmlType::kIQ2_XXS, "IQ2_XXS", 256, 66, false}, {GgmlType::kIQ2_XS, "IQ2_XS", 256, 74, false},
-    {GgmlType::kIQ3_XXS, "IQ3_XXS", 256, 98, false}, {GgmlType::kIQ1_S, "IQ1_S", 256, 50, false},
-    {GgmlType::kIQ4_NL, "IQ4_NL", 32, 18, true},  {GgmlType::kIQ3_S, "IQ3_S", 256, 110, false},
-    {GgmlType::kIQ2_S, "IQ2_S", 256, 82, false},  {GgmlType::kIQ4_XS, "IQ4_XS", 256, 136, true},
-    {GgmlType::kI8, "I8", 1, 1, false},           {GgmlType::kI16, "I16", 1, 2, false},
-    {GgmlType::kI32, "I32", 1, 4, false},         {GgmlType::kI64, "I64", 1, 8, false},
-    {GgmlType::kF64, "F64", 1, 8, false},         {GgmlType::kIQ1_M, "IQ1_M", 256, 56, false},
-    {GgmlType::kBF16, "BF16", 1, 2, true},        {GgmlType::kTQ1_0, "TQ1_0", 256, 54, false},
-    {GgmlType::kTQ2_0, "TQ2_0", 256, 66, false},  {GgmlType::kMXFP4, "MXFP4", 32, 17, true},
+    {GgmlType::kF32, "F32", 1, 4, true},
+    {GgmlType::kF16, "F16", 1, 2, true},
+    {GgmlType::kQ4_0, "Q4_0", 32, 18, true},
+    {GgmlType::kQ4_1, "Q4_1", 32, 20, true},
+    {GgmlType::kQ5_0, "Q5_0", 32, 22, true},
+    {GgmlType::kQ5_1, "Q5_1", 32, 24, true},
+    {GgmlType::kQ8_0, "Q8_0", 32, 34, true},
+    {GgmlType::kQ8_1, "Q8_1", 32, 40, false},
+    {GgmlType::kQ2_K, "Q2_K", 256, 84, true},
+    {GgmlType::kQ3_K, "Q3_K", 256, 110, true},
+    {GgmlType::kQ4_K, "Q4_K", 256, 144, true},
+    {GgmlType::kQ5_K, "Q5_K", 256, 176, true},
+    {GgmlType::kQ6_K, "Q6_K", 256, 210, true},
+    {GgmlType::kQ8_K, "Q8_K", 256, 292, false},
+    {GgmlType::kIQ2_XXS, "IQ2_XXS", 256, 66, false},
+    {GgmlType::kIQ2_XS, "IQ2_XS", 256, 74, false},
+    {GgmlType::kIQ3_XXS, "IQ3_XXS", 256, 98, false},
+    {GgmlType::kIQ1_S, "IQ1_S", 256, 50, false},
+    {GgmlType::kIQ4_NL, "IQ4_NL", 32, 18, true},
+    {GgmlType::kIQ3_S, "IQ3_S", 256, 110, false},
+    {GgmlType::kIQ2_S, "IQ2_S", 256, 82, false},
+    {GgmlType::kIQ4_XS, "IQ4_XS", 256, 136, true},
+    {GgmlType::kI8, "I8", 1, 1, false},
+    {GgmlType::kI16, "I16", 1, 2, false},
+    {GgmlType::kI32, "I32", 1, 4, false},
+    {GgmlType::kI64, "I64", 1, 8, false},
+    {GgmlType::kF64, "F64", 1, 8, false},
+    {GgmlType::kIQ1_M, "IQ1_M", 256, 56, false},
+    {GgmlType::kBF16, "BF16", 1, 2, true},
+    {GgmlType::kTQ1_0, "TQ1_0", 256, 54, false},
+    {GgmlType::kTQ2_0, "TQ2_0", 256, 66, false},
+    {GgmlType::kMXFP4, "MXFP4", 32, 17, true},
     {GgmlType::kNVFP4, "NVFP4", 64, 36, false},
 };
 
@@ -220,19 +237,45 @@ absl::Status DequantizeGgmlBlocks(uint32_t type, const uint8_t* src, int64_t num
         std::memcpy(out + i, &bits, 4);
       }
       return absl::OkStatus();
-    case GgmlType::kQ4_0: block = Q4_0; break;
-    case GgmlType::kQ4_1: block = Q4_1; break;
-    case GgmlType::kQ5_0: block = Q5_0; break;
-    case GgmlType::kQ5_1: block = Q5_1; break;
-    case GgmlType::kQ8_0: block = Q8_0; break;
-    case GgmlType::kQ2_K: block = Q2_K; break;
-    case GgmlType::kQ3_K: block = Q3_K; break;
-    case GgmlType::kQ4_K: block = [](const uint8_t* b, float* y) { QK_K45(b, nullptr, b + 16, y); }; break;
-    case GgmlType::kQ5_K: block = [](const uint8_t* b, float* y) { QK_K45(b, b + 16, b + 48, y); }; break;
-    case GgmlType::kQ6_K: block = Q6_K; break;
-    case GgmlType::kIQ4_NL: block = IQ4_NL; break;
-    case GgmlType::kIQ4_XS: block = IQ4_XS; break;
-    case GgmlType::kMXFP4: block = MXFP4; break;
+    case GgmlType::kQ4_0:
+      block = Q4_0;
+      break;
+    case GgmlType::kQ4_1:
+      block = Q4_1;
+      break;
+    case GgmlType::kQ5_0:
+      block = Q5_0;
+      break;
+    case GgmlType::kQ5_1:
+      block = Q5_1;
+      break;
+    case GgmlType::kQ8_0:
+      block = Q8_0;
+      break;
+    case GgmlType::kQ2_K:
+      block = Q2_K;
+      break;
+    case GgmlType::kQ3_K:
+      block = Q3_K;
+      break;
+    case GgmlType::kQ4_K:
+      block = [](const uint8_t* b, float* y) { QK_K45(b, nullptr, b + 16, y); };
+      break;
+    case GgmlType::kQ5_K:
+      block = [](const uint8_t* b, float* y) { QK_K45(b, b + 16, b + 48, y); };
+      break;
+    case GgmlType::kQ6_K:
+      block = Q6_K;
+      break;
+    case GgmlType::kIQ4_NL:
+      block = IQ4_NL;
+      break;
+    case GgmlType::kIQ4_XS:
+      block = IQ4_XS;
+      break;
+    case GgmlType::kMXFP4:
+      block = MXFP4;
+      break;
     default:
       return absl::UnimplementedError(absl::StrCat("ggml tensor type ", info->name, " is not decoded yet"));
   }

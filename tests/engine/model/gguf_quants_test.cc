@@ -25,8 +25,8 @@ TEST(GgufQuants, EveryDecodedTypeMatchesTheGgufPackageBitForBit) {
   absl::StatusOr<std::unique_ptr<TensorStore>> store = TensorStore::Open(kDir);
   ASSERT_TRUE(store.ok()) << store.status();
   int checked = 0;
-  for (const char* name : {"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
-                           "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4"}) {
+  for (const char* name : {"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K",
+                           "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4"}) {
     SCOPED_TRACE(name);
     const GgmlTypeInfo* info = nullptr;
     for (uint32_t id = 0; id < 64 && info == nullptr; ++id) {
