@@ -44,6 +44,9 @@ enum class WeightFormat {
   kFloatQuantized,      // FP8 E4M3 `weight` [out, in] + `weight_scale` (tensor/channel/block)
   kNaiveQuantized,      // int8 `weight` [out, in] stored as I8 + scale (+ zero point) ("int-quantized")
   kMxfp4PackQuantized,  // `weight_packed` uint8 [out, in/2] (as nvfp4) + E8M0 `weight_scale` U8 [out, in/32]
+  // GGUF: `weight_packed` U8 [out, row bytes], each row its in / block_size blocks of ggml type `ggml_type`
+  // (engine/model/gguf_quants.h), scales inside the blocks.
+  kGgmlBlocks,
 };
 
 enum class QuantStrategy { kTensor, kChannel, kGroup, kBlock };
@@ -81,6 +84,7 @@ struct StoredLinear {
   // w8a8_dynamic_int8 / static_input_int8: false = asymmetric (a zero point per token / input_zero_point).
   bool act_symmetric = true;
   bool w4a4_run_weight_only = false;  // nvfp4 W4A4 checkpoint (input_global_scale present), run as W4A16
+  uint32_t ggml_type = 0;             // kGgmlBlocks: the blocks' ggml type id (GgmlType)
 
   // Stored tensors (data == nullptr when absent).
   TensorView weight;               // kDense / kFloatQuantized / kNaiveQuantized

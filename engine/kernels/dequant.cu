@@ -105,6 +105,8 @@ __device__ float DecodeElement(const DequantParams& p, int64_t o, int64_t k) {
       if (p.strategy == QuantStrategy::kBlock) si = (o / p.block_rows) * p.scale_cols + k / p.block_cols;
       return __fmul_rn(v, FloatAt(p.scale, p.scale_dtype, si));
     }
+    case WeightFormat::kGgmlBlocks:  // refused by MakeDequantParams: no GGUF block kernels yet
+      break;
   }
   return __int_as_float(0x7fc00000);
 }

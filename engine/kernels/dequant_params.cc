@@ -188,6 +188,9 @@ absl::StatusOr<DequantParams> MakeDequantParams(const StoredLinear& w, const Deq
       if (!s.ok()) return s;
       break;
     }
+    case WeightFormat::kGgmlBlocks:
+      return absl::UnimplementedError(absl::StrCat(
+          w.module, ": GGUF blocks are not dequantized on the CUDA backend yet; use --backend=cpu"));
     case WeightFormat::kFloatQuantized: {
       if (w.weight.dtype != DType::kF8E4M3) return Invalid(w, "float-quantized weight must be F8_E4M3");
       absl::Status s = CheckShape(w, w.weight, "weight", {out, in});

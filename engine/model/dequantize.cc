@@ -25,6 +25,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/dtype.h"
+#include "engine/base/status_macros.h"
+#include "engine/model/gguf_quants.h"
 #include "engine/model/raw_read.h"
 #include "engine/model/weights.h"
 
@@ -189,6 +191,15 @@ absl::Status LinearWeight::DequantizeRows(int64_t row_begin, int64_t row_end, fl
       case WeightFormat::kMxfp4PackQuantized:
         DecodeMxfp4(*this, o, row);
         break;
+      case WeightFormat::kGgmlBlocks: {
+        const GgmlTypeInfo* t = FindGgmlType(ggml_type);
+        if (t == nullptr)
+          return absl::InvalidArgumentError(absl::StrCat(module, ": unknown ggml type ", ggml_type));
+        const int64_t row_bytes = in_features / t->block_size * t->type_size;
+        SCORED_RETURN_IF_ERROR(DequantizeGgmlBlocks(ggml_type, weight_packed.data + o * row_bytes,
+                                                    in_features / t->block_size, row));
+        break;
+      }
     }
   }
   return absl::OkStatus();

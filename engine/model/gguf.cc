@@ -26,13 +26,24 @@ constexpr uint32_t kMaxDims = 4;
 
 // GGUF's value types (GGUF_TYPE_*).
 enum : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8, kArray = 9,
-  kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 const char* ValueTypeName(uint32_t t) {
-  static const char* const kNames[] = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-                                       "bool", "string", "array", "uint64", "int64", "float64"};
+  static const char* const kNames[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+                                       "bool",  "string", "array",  "uint64", "int64",  "float64"};
   return t < 13 ? kNames[t] : "unknown";
 }
 
@@ -61,13 +72,14 @@ class Cursor {
   }
 
   absl::Status Bad(const std::string& what) const {
-    return absl::InvalidArgumentError(absl::StrCat(path_, ": not a valid GGUF file: ", what, " (at byte ", pos_, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": not a valid GGUF file: ", what, " (at byte ", pos_, ")"));
   }
 
  private:
   absl::Status Truncated(const char* what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path_, ": truncated GGUF file: ", what, " runs past its end (at byte ", pos_, " of ", size_, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": truncated GGUF file: ", what,
+                                                   " runs past its end (at byte ", pos_, " of ", size_, ")"));
   }
 
   const std::string& path_;
@@ -215,7 +227,8 @@ absl::Status GgufFile::Parse() {
     SCORED_ASSIGN_OR_RETURN(std::string key, c.String("a metadata key"));
     SCORED_ASSIGN_OR_RETURN(const uint32_t type, c.Read<uint32_t>("a metadata value type"));
     SCORED_ASSIGN_OR_RETURN(GgufValue v, ReadValue(&c, type, /*in_array=*/false));
-    if (!metadata_.emplace(key, std::move(v)).second) return c.Bad(absl::StrCat("metadata key '", key, "' twice"));
+    if (!metadata_.emplace(key, std::move(v)).second)
+      return c.Bad(absl::StrCat("metadata key '", key, "' twice"));
   }
   uint32_t alignment = kDefaultAlignment;
   if (const GgufValue* a = Find("general.alignment")) {
@@ -228,10 +241,12 @@ absl::Status GgufFile::Parse() {
   for (GgufTensor& t : tensors_) {
     SCORED_ASSIGN_OR_RETURN(t.name, c.String("a tensor name"));
     SCORED_ASSIGN_OR_RETURN(const uint32_t n_dims, c.Read<uint32_t>("a tensor's dimension count"));
-    if (n_dims == 0 || n_dims > kMaxDims) return c.Bad(absl::StrCat("tensor '", t.name, "' has ", n_dims, " dims"));
+    if (n_dims == 0 || n_dims > kMaxDims)
+      return c.Bad(absl::StrCat("tensor '", t.name, "' has ", n_dims, " dims"));
     for (uint32_t d = 0; d < n_dims; ++d) {
       SCORED_ASSIGN_OR_RETURN(const uint64_t dim, c.Read<uint64_t>("a tensor dimension"));
-      if (dim == 0 || dim > (uint64_t{1} << 40)) return c.Bad(absl::StrCat("tensor '", t.name, "' dimension ", dim));
+      if (dim == 0 || dim > (uint64_t{1} << 40))
+        return c.Bad(absl::StrCat("tensor '", t.name, "' dimension ", dim));
       t.dims.push_back(static_cast<int64_t>(dim));
     }
     SCORED_ASSIGN_OR_RETURN(t.type, c.Read<uint32_t>("a tensor type"));
@@ -244,7 +259,8 @@ absl::Status GgufFile::Parse() {
     }
     int64_t elements = 1;
     for (int64_t d : t.dims) {
-      if (elements > std::numeric_limits<int64_t>::max() / d) return c.Bad(absl::StrCat("tensor '", t.name, "' is too large"));
+      if (elements > std::numeric_limits<int64_t>::max() / d)
+        return c.Bad(absl::StrCat("tensor '", t.name, "' is too large"));
       elements *= d;
     }
     t.nbytes = elements / info->block_size * info->type_size;
@@ -256,8 +272,8 @@ absl::Status GgufFile::Parse() {
   for (GgufTensor& t : tensors_) {
     if (t.offset % alignment != 0 || data_start > size_ || t.offset > size_ - data_start ||
         static_cast<uint64_t>(t.nbytes) > size_ - data_start - t.offset) {
-      return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor '", t.name, "' (", GgufTypeName(t.type), ", ",
-                                                     t.nbytes, " bytes at data offset ", t.offset,
+      return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor '", t.name, "' (", GgufTypeName(t.type),
+                                                     ", ", t.nbytes, " bytes at data offset ", t.offset,
                                                      ") lies outside the file or is not ", alignment,
                                                      "-byte aligned (file of ", size_, " bytes)"));
     }
@@ -283,11 +299,12 @@ absl::StatusOr<int64_t> GgufFile::GetInt(const std::string& key, std::optional<i
     return absl::NotFoundError(absl::StrCat(path_, ": metadata key '", key, "' is missing"));
   }
   if (v->kind == GgufValue::Kind::kInt) return v->i;
-  if (v->kind == GgufValue::Kind::kUint && v->u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+  if (v->kind == GgufValue::Kind::kUint &&
+      v->u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     return static_cast<int64_t>(v->u);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(path_, ": metadata key '", key, "' is a ", ValueTypeName(v->type), ", expected an integer"));
+  return absl::InvalidArgumentError(absl::StrCat(path_, ": metadata key '", key, "' is a ",
+                                                 ValueTypeName(v->type), ", expected an integer"));
 }
 
 absl::StatusOr<double> GgufFile::GetFloat(const std::string& key, std::optional<double> def) const {
@@ -303,7 +320,8 @@ absl::StatusOr<double> GgufFile::GetFloat(const std::string& key, std::optional<
       absl::StrCat(path_, ": metadata key '", key, "' is a ", ValueTypeName(v->type), ", expected a number"));
 }
 
-absl::StatusOr<std::string> GgufFile::GetString(const std::string& key, std::optional<std::string> def) const {
+absl::StatusOr<std::string> GgufFile::GetString(const std::string& key,
+                                                std::optional<std::string> def) const {
   const GgufValue* v = Find(key);
   if (v == nullptr) {
     if (def.has_value()) return *def;

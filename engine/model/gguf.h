@@ -33,20 +33,20 @@ namespace scored {
 struct GgufValue {
   enum class Kind { kUint, kInt, kFloat, kBool, kString, kArray };
   Kind kind = Kind::kUint;
-  uint32_t type = 0;  // the file's value type id (GGUF_TYPE_*), for messages
-  uint64_t u = 0;     // kUint (and kBool: 0 / 1)
-  int64_t i = 0;      // kInt
-  double f = 0.0;     // kFloat (f32 widened)
-  std::string s;      // kString
+  uint32_t type = 0;             // the file's value type id (GGUF_TYPE_*), for messages
+  uint64_t u = 0;                // kUint (and kBool: 0 / 1)
+  int64_t i = 0;                 // kInt
+  double f = 0.0;                // kFloat (f32 widened)
+  std::string s;                 // kString
   std::vector<GgufValue> array;  // kArray
 };
 
 struct GgufTensor {
   std::string name;
-  uint32_t type = 0;           // ggml type id
-  std::vector<int64_t> dims;   // ggml order: dims[0] fastest
-  uint64_t offset = 0;         // from the data section's start
-  int64_t nbytes = 0;          // prod(dims) / block_size * type_size
+  uint32_t type = 0;              // ggml type id
+  std::vector<int64_t> dims;      // ggml order: dims[0] fastest
+  uint64_t offset = 0;            // from the data section's start
+  int64_t nbytes = 0;             // prod(dims) / block_size * type_size
   const uint8_t* data = nullptr;  // into the mapping
   int64_t NumElements() const;
 };

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_quants.h"
 #include "engine/model/raw_read.h"
 
 namespace scored {
@@ -400,6 +402,16 @@ absl::Status CheckShardable(const LinearWeight& w, const LinearSlice& s, int tp_
   switch (w.format) {
     case WeightFormat::kDense:
       return absl::OkStatus();
+    case WeightFormat::kGgmlBlocks: {  // whole blocks per rank
+      const GgmlTypeInfo* t = FindGgmlType(w.ggml_type);
+      const int64_t b = t != nullptr ? t->block_size : 1;
+      if (s.begin % b != 0 || s.end % b != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(SliceText(w, s), ": the split of in_features ", w.in_features, " is not on a ",
+                         GgufTypeName(w.ggml_type), " block boundary (", b, " columns)"));
+      }
+      return absl::OkStatus();
+    }
     case WeightFormat::kPackQuantized:
     case WeightFormat::kNaiveQuantized:
       if (HasGroupColumns(w) && !w.weight_g_idx.present() &&
@@ -479,6 +491,9 @@ absl::StatusOr<ShardedLinear> ShardLinear(const LinearWeight& full, const Linear
         v.weight_packed = RowsView(full.weight_packed, r0, r1);
         v.weight_scale = RowsView(full.weight_scale, r0, r1);
         break;
+      case WeightFormat::kGgmlBlocks:
+        v.weight_packed = RowsView(full.weight_packed, r0, r1);
+        break;
       case WeightFormat::kFloatQuantized:
         v.weight = RowsView(full.weight, r0, r1);
         if (full.strategy == QuantStrategy::kChannel) v.weight_scale = RowsView(full.weight_scale, r0, r1);
@@ -516,6 +531,13 @@ absl::StatusOr<ShardedLinear> ShardLinear(const LinearWeight& full, const Linear
       v.weight_packed = GatherColumns(&s, full.weight_packed, Range(c0 / 2, c1 / 2));
       v.weight_scale = GatherColumns(&s, full.weight_scale, Range(c0 / 32, c1 / 32));
       break;
+    case WeightFormat::kGgmlBlocks: {  // whole blocks (CheckSlice): their bytes
+      const GgmlTypeInfo* t = FindGgmlType(full.ggml_type);
+      v.weight_packed =
+          GatherColumns(&s, full.weight_packed,
+                        Range(c0 / t->block_size * t->type_size, c1 / t->block_size * t->type_size));
+      break;
+    }
     case WeightFormat::kFloatQuantized:
       v.weight = GatherColumns(&s, full.weight, Range(c0, c1));
       if (full.strategy == QuantStrategy::kBlock) {

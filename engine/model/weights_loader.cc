@@ -252,6 +252,8 @@ absl::Status ModelWeightsLoader::LoadLinear(const std::string& module, int64_t o
   switch (scheme.format) {
     case WeightFormat::kDense:
       break;
+    case WeightFormat::kGgmlBlocks:  // GGUF files have no compressed-tensors schemes
+      return absl::InternalError(absl::StrCat(where, ": a GGUF block format in a compressed-tensors scheme"));
     case WeightFormat::kPackQuantized: {
       const int b = w->num_bits;
       SCORED_ASSIGN_OR_RETURN(w->weight_packed, TakeChecked(module + ".weight_packed",

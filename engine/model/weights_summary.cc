@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/model/gguf.h"
 #include "engine/model/weights.h"
 #include "engine/model/weights_loader.h"
 
@@ -52,6 +53,11 @@ std::string FormatLabel(const LinearWeight& w) {
       return "nvfp4a16";
     case WeightFormat::kMxfp4PackQuantized:
       return "mxfp4a16";
+    case WeightFormat::kGgmlBlocks: {
+      std::string t = GgufTypeName(w.ggml_type);
+      for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return absl::StrCat("gguf-", t);
+    }
     case WeightFormat::kFloatQuantized:
       return absl::StrCat(w.w8a8_dynamic_fp8 || w.static_input_fp8 ? "fp8-w8a8-" : "fp8-w8a16-", strategy(),
                           w.act_group_size > 0 ? absl::StrCat("-act-g", w.act_group_size) : "",

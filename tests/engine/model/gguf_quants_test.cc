@@ -11,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/weights.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -56,6 +57,29 @@ TEST(GgufQuants, EveryDecodedTypeMatchesTheGgufPackageBitForBit) {
     ++checked;
   }
   EXPECT_EQ(checked, 15);
+}
+
+// A linear stored as GGUF blocks (WeightFormat::kGgmlBlocks): DequantizeRows decodes each row's blocks, here
+// 96 Q4_K blocks as a [12, 2048] matrix (8 blocks a row), every value the gguf package's.
+TEST(GgufQuants, LinearWeightRowsAreTheirBlocks) {
+  absl::StatusOr<std::unique_ptr<TensorStore>> store = TensorStore::Open(kDir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<TensorView> blocks = (*store)->Get("q4_k.blocks");
+  absl::StatusOr<TensorView> expected = (*store)->Get("q4_k.expected");
+  ASSERT_TRUE(blocks.ok() && expected.ok());
+  LinearWeight w;
+  w.module = "blk.0.attn_q";
+  w.format = WeightFormat::kGgmlBlocks;
+  w.ggml_type = static_cast<uint32_t>(GgmlType::kQ4_K);
+  w.out_features = 12;
+  w.in_features = 8 * 256;
+  w.weight_packed = *blocks;
+  std::vector<float> rows(static_cast<size_t>(5 * w.in_features));
+  ASSERT_TRUE(w.DequantizeRows(3, 8, rows.data()).ok());
+  EXPECT_EQ(std::memcmp(rows.data(), expected->data + 3 * w.in_features * 4, rows.size() * 4), 0);
+  EXPECT_EQ(w.DequantizeRows(0, 13, rows.data()).code(), absl::StatusCode::kOutOfRange);
+  w.ggml_type = static_cast<uint32_t>(GgmlType::kIQ2_XXS);
+  EXPECT_EQ(w.DequantizeRows(0, 1, rows.data()).code(), absl::StatusCode::kUnimplemented);
 }
 
 TEST(GgufQuants, TypeTableAndRefusals) {

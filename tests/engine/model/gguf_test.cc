@@ -72,7 +72,8 @@ TEST(Gguf, ReadsTheGgufWritersFile) {
   ASSERT_NE(f32, nullptr);
   EXPECT_EQ(f32->dims, (std::vector<int64_t>{64, 3}));  // ggml order: a [3, 64] matrix
   EXPECT_EQ(f32->nbytes, 3 * 64 * 4);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(f32->data) % 64, reinterpret_cast<uintptr_t>(g.tensors()[0].data) % 64);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(f32->data) % 64,
+            reinterpret_cast<uintptr_t>(g.tensors()[0].data) % 64);
   std::vector<float> v(3 * 64);
   ASSERT_TRUE(DequantizeGgmlBlocks(f32->type, f32->data, 3 * 64, v.data()).ok());
   for (int i = 0; i < 3 * 64; ++i) EXPECT_EQ(v[i], static_cast<float>(i));
@@ -116,7 +117,8 @@ TEST(Gguf, TruncatedAndCorruptFilesAreRefused) {
   bad[16] = static_cast<char>(0xFF);  // a huge metadata count
   bad[22] = 0x7F;
   EXPECT_THAT(GgufFile::Open(WriteTemp(bad, "count")).status().message(), HasSubstr("metadata entries"));
-  EXPECT_EQ(GgufFile::Open(::testing::TempDir() + "/no-such.gguf").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(GgufFile::Open(::testing::TempDir() + "/no-such.gguf").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace
