@@ -817,13 +817,11 @@ absl::Status ModelWeightsLoader::LoadLayer(int64_t l, LayerWeights* out) {
     SCORED_ASSIGN_OR_RETURN(L.experts_post_norm,
                             TakeChecked(p + mn.experts_post_norm, {c.hidden_size}, kFloat));
   }
-  if (!plan.dense_glu()) {
-    // experts only
-  } else if (n.gate_up_proj != nullptr) {
+  if (plan.dense_glu() && n.gate_up_proj != nullptr) {
     SCORED_RETURN_IF_ERROR(LoadFused(p + n.gate_up_proj, c.hidden_size,
                                      {{inter, "gate", &L.gate_proj}, {inter, "up", &L.up_proj}}));
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.down_proj, c.hidden_size, inter, false, &L.down_proj));
-  } else {
+  } else if (plan.dense_glu()) {
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.gate_proj, inter, c.hidden_size, false, &L.gate_proj));
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.up_proj, inter, c.hidden_size, false, &L.up_proj));
     SCORED_RETURN_IF_ERROR(LoadLinear(p + n.down_proj, c.hidden_size, inter, false, &L.down_proj));
