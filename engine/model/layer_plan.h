@@ -9,9 +9,10 @@
 //   kPreNorm  (Llama):  x += mixer(norm(x));                        x += mlp(norm(x))
 //   kSandwich (Gemma):  x += post_norm(mixer(norm(x)));             x += post_norm(mlp(norm(x)))
 // Token mixers: full or sliding-window causal attention (AttentionPlan), the linear-recurrent Gated
-// DeltaNet (DeltaNetPlan), or DeepSeek-V3's multi-head latent attention (LatentAttentionPlan). Channel
-// mixers: one dense GLU MLP, or a
-// routed mixture of experts (ExpertsPlan: router kind, top k, optional shared expert, gated or not).
+// DeltaNet (DeltaNetPlan), or DeepSeek-V3's multi-head latent attention (LatentAttentionPlan); attention may
+// carry sinks (gpt-oss) and per-layer head shapes (Gemma 4). Channel mixers: one dense GLU MLP, a routed
+// mixture of experts (ExpertsPlan: router kind, top k, optional shared expert, gated or not), or both in
+// parallel (Gemma 4's kDenseAndExperts).
 //
 // A new block kind: a value here (and what PlanModel sets it from), its tensors in the loader, one block
 // per backend (engine/reference, engine/cuda/forward), and the oracle op (engine/README.md, "Adding a model
@@ -35,7 +36,7 @@ enum class TokenMixerKind {
   kAttention,      // softmax attention over the sequence so far (a window when AttentionPlan::window > 0)
   kGatedDeltaNet,  // Qwen3.5's linear-recurrent mixer (DeltaNetPlan; semantics in family.h)
   // DeepSeek-V3's multi-head latent attention (LatentAttentionPlan; semantics in family.h
-  // LatentAttentionTraits). The CPU oracle computes it; the CUDA backend refuses it at load.
+  // LatentAttentionTraits). Both backends (CUDA: cuda/forward/latent_attention_block.cc).
   kLatentAttention,
 };
 
