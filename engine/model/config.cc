@@ -959,8 +959,8 @@ absl::Status ParseGemma4(const Json& j, const std::string& source, ModelConfig* 
     }
   }
   SCORED_ASSIGN_OR_RETURN(const bool moe, GetBool(j, "enable_moe_block", source, false));
-  if (moe) {  // 26B-A4B: every layer's dense MLP and experts in parallel
-              // (ModelConfig::parallel_dense_experts)
+  // 26B-A4B: every layer's dense MLP and experts in parallel (ModelConfig::parallel_dense_experts).
+  if (moe) {
     SCORED_ASSIGN_OR_RETURN(c.num_experts, GetPositive(j, "num_experts", source));
     SCORED_ASSIGN_OR_RETURN(c.num_experts_per_tok, GetPositive(j, "top_k_experts", source));
     if (c.num_experts_per_tok > c.num_experts) {
@@ -986,14 +986,17 @@ absl::Status ParseGemma4(const Json& j, const std::string& source, ModelConfig* 
   }
   if (const Json* per_layer = Find(j, "per_layer_config")) {
     if (!per_layer->is_object()) return Invalid(source, "'per_layer_config' must be an object");
-    int64_t head_dim = 0, kv_heads = -1;
+    int64_t head_dim = 0, kv_heads = -1, listed = 0, full = 0;
+    for (int64_t l = 0; l < c.num_layers; ++l) full += c.LayerWindow(l) == 0 ? 1 : 0;
     for (const auto& item : per_layer->items()) {
+      ++listed;
       int64_t l = -1;
       if (!absl::SimpleAtoi(item.key(), &l) || l < 0 || l >= c.num_layers || c.LayerWindow(l) != 0) {
         return Invalid(source, absl::StrCat("per_layer_config key '", item.key(),
                                             "' is not the index of a full_attention layer"));
       }
       const std::string ctx = absl::StrCat(source, " (per_layer_config.", item.key(), ")");
+      if (!item.value().is_object()) return Invalid(ctx, "must be an object");
       for (const auto& field : item.value().items()) {
         if (field.key() != "head_dim" && field.key() != "num_key_value_heads") {
           return Invalid(ctx, absl::StrCat("unsupported field '", field.key(), "'"));
@@ -1009,6 +1012,10 @@ absl::Status ParseGemma4(const Json& j, const std::string& source, ModelConfig* 
       }
       head_dim = d;
       kv_heads = kv;
+    }
+    if (listed != 0 && listed != full) {  // one head shape for every full layer (FullHeadDim)
+      return Invalid(source, absl::StrCat("per_layer_config lists ", listed, " of the ", full,
+                                          " full_attention layers: every one or none is supported"));
     }
     c.full_head_dim = head_dim > 0 ? head_dim : c.head_dim;
     c.full_kv_heads = kv_heads > 0 ? kv_heads : 0;

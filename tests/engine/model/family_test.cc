@@ -1339,6 +1339,10 @@ TEST(FamilyTraits, Gemma4Config) {
        "per_layer_config key '0' is not the index of a full_attention layer"},
       {MinimalConfig(*f, R"("per_layer_config": {"1": {"head_dim": 32, "sliding_window": 4}})"),
        "unsupported field 'sliding_window'"},
+      {MinimalConfig(*f, R"("per_layer_config": {"1": 32})"), "must be an object"},
+      {MinimalConfig(*f, R"("num_hidden_layers": 4, "layer_types": ["sliding_attention", "full_attention",
+          "sliding_attention", "full_attention"], "per_layer_config": {"1": {"head_dim": 32}})"),
+       "per_layer_config lists 1 of the 2 full_attention layers"},
   };
   for (const auto& tc : cases) {
     SCOPED_TRACE(tc.config);
