@@ -64,6 +64,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case WeightFormat::kNaiveQuantized:  // int8, or 2..7-bit ints one per int8 (W4AFP8 / W4A8)
         FUZZ_CHECK(s->num_bits >= 2 && s->num_bits <= 8 && s->strategy != QuantStrategy::kBlock, what);
         break;
+      case WeightFormat::kGgmlBlocks:  // GGUF files only: no compressed-tensors config resolves to it
+        FUZZ_CHECK(false, what);
+        break;
     }
     if (s->strategy == QuantStrategy::kGroup) FUZZ_CHECK(s->group_size > 0, what);
     if (s->strategy == QuantStrategy::kBlock) FUZZ_CHECK(s->block_rows > 0 && s->block_cols > 0, what);
